@@ -1,0 +1,36 @@
+# The two commands that matter (README): `make run` and `make test`.
+# Both work on a fresh machine: as root they apt-install what herder needs, then create .venv.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= /tmp/herder-demo
+
+.PHONY: run test lint sysdeps venv clean
+
+sysdeps:
+	@bash scripts/sysdeps.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@bash scripts/pip.sh $(BIN)/python -m pip install -q --upgrade pip
+	@bash scripts/pip.sh $(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: sysdeps $(STAMP)
+
+# Herder's main job on its embedded default: a fresh demo cluster config, then its info.
+run: venv
+	@bash scripts/demo.sh $(DEMO_DIR)
+
+test: venv
+	@bash scripts/peers.sh || true
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest -n auto -q
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR)

@@ -1,0 +1,474 @@
+"""`herder cluster ...`: create, show, check and change the cluster's configuration."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from herder.cli.common import (
+    YES_NO,
+    json_option,
+    pass_store,
+    print_json,
+    print_mapping,
+    timestamp,
+    yes_no,
+)
+from herder.core import cluster_secrets, uidpool
+from herder.core import model as M
+from herder.core import params as P
+from herder.core.errors import ConfigError, HerderError, ParameterError
+from herder.core.store import FileStore
+from herder.core.verify import verify as verify_config
+
+PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
+
+
+@click.group()
+def cluster() -> None:
+    """Create, inspect, check and change the cluster configuration."""
+
+
+# --- option helpers shared by init and modify -----------------------------------------------
+
+
+def parse_hv_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """`-H kvm:acpi=false,kernel_path=/x` (repeatable) -> {hypervisor: changes}."""
+    result: dict[str, dict[str, Any]] = {}
+    for value in values:
+        hv, sep, rest = value.partition(":")
+        if not sep or not hv:
+            raise ParameterError(f"expected HYPERVISOR:KEY=VALUE[,...], got {value!r}")
+        P.hv_family(hv)
+        result.setdefault(hv, {}).update(P.parse_assignments([rest]))
+    return result
+
+
+def parse_disk_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """`-D drbd:resync-rate=1024` (repeatable) -> {template: changes}."""
+    result: dict[str, dict[str, Any]] = {}
+    for value in values:
+        dt, sep, rest = value.partition(":")
+        if not sep or not dt:
+            raise ParameterError(f"expected TEMPLATE:KEY=VALUE[,...], got {value!r}")
+        P.disk_family(dt)
+        result.setdefault(dt, {}).update(P.parse_assignments([rest]))
+    return result
+
+
+def parse_default_iallocators(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """`NAME[,NAME]` for every request type, or `TYPE=NAME[,NAME]` for one (repeatable)."""
+    result: dict[str, list[str]] = {}
+    for value in values:
+        kind, sep, names = value.partition("=")
+        if sep:
+            if kind not in M.IALLOCATOR_REQUEST_TYPES:
+                raise ConfigError(
+                    f"unknown iallocator request type {kind!r} "
+                    f"(known: {', '.join(M.IALLOCATOR_REQUEST_TYPES)})"
+                )
+            result[kind] = [n for n in names.split(",") if n]
+        else:
+            for kind in M.IALLOCATOR_REQUEST_TYPES:
+                result[kind] = [n for n in value.split(",") if n]
+    return result
+
+
+def parse_collector_options(values: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """`--data-collector drbd:interval=10,active=no` (repeatable)."""
+    result: dict[str, dict[str, str]] = {}
+    for value in values:
+        name, sep, rest = value.partition(":")
+        if not sep or not name:
+            raise ParameterError(f"expected NAME:KEY=VALUE[,...], got {value!r}")
+        changes = P.parse_assignments([rest])
+        unknown = set(changes) - {"active", "interval", "min_interval", "max_interval"}
+        if unknown:
+            raise ParameterError(
+                f"unknown data collector setting(s) {', '.join(sorted(unknown))} "
+                "(known: active, interval, min_interval, max_interval)"
+            )
+        result.setdefault(name, {}).update(changes)
+    return result
+
+
+def apply_collectors(c: M.Cluster, changes: dict[str, dict[str, Any]]) -> None:
+    for name, settings in changes.items():
+        current = c.data_collectors.get(name, M.CollectorSettings())
+        data = M.to_builtins(current)
+        interval_changed = "interval" in settings
+        for key, value in settings.items():
+            if key == "active":
+                data[key] = P.coerce(P.ParamSpec(key, "bool", True), value)
+            elif value is None:
+                data[key] = M.CollectorSettings().interval if key == "interval" else None
+            else:
+                data[key] = P.coerce(P.ParamSpec(key, "float", 0.0), value)
+        if interval_changed:  # bounds default from the new interval unless given
+            for bound in ("min_interval", "max_interval"):
+                if bound not in settings:
+                    data[bound] = None
+        try:
+            c.data_collectors[name] = msgspec.convert(data, M.CollectorSettings)
+        except msgspec.ValidationError as err:
+            raise ConfigError(f"data collector {name}: {err}") from None
+
+
+def local_fqdn() -> str:
+    return socket.getfqdn() or socket.gethostname()
+
+
+def local_ip(name: str) -> str:
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return "127.0.0.1"
+
+
+# --- init ---------------------------------------------------------------------------------------
+
+
+@cluster.command()
+@click.argument("name")
+@click.option("--master-node", help="Name of the first node, the master (default: this host).")
+@click.option("--primary-ip", help="The master node's primary IP (default: resolved).")
+@click.option("--secondary-ip", help="The master node's replication IP (default: none).")
+@click.option("--master-ip", help="The cluster's floating master IP (default: the primary IP).")
+@click.option("--master-netdev", default="eth0", show_default=True,
+              help="Network device that carries the master IP.")
+@click.option("--master-netmask", type=click.IntRange(0, 128), default=32, show_default=True)
+@click.option("--enabled-hypervisors", default="kvm", show_default=True,
+              help="Comma-separated hypervisors (kvm, xen-pvm, xen-hvm, lxc, chroot, fake).")
+@click.option("--enabled-disk-templates", default="drbd,plain,file,diskless", show_default=True)
+@click.option("--vg-name", default="xenvg", show_default=True, help="LVM volume group for disks.")
+@click.option("--mac-prefix", default="aa:00:00", show_default=True)
+@click.option("--uid-pool", help="User-id pool, e.g. 1000-1009,2000 (default: empty, disabled).")
+@click.option("-H", "--hypervisor-parameters", "hv", multiple=True,
+              metavar="HV:KEY=VALUE[,...]", help="Cluster hypervisor parameters.")
+@click.option("-B", "--backend-parameters", "be", multiple=True, help=PARAM_HELP)
+@click.option("-N", "--nic-parameters", "nic", multiple=True, help=PARAM_HELP)
+@click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
+@click.option("-D", "--disk-parameters", "disk", multiple=True, metavar="TEMPLATE:KEY=VALUE")
+@click.option("--default-iallocator", multiple=True, metavar="[TYPE=]NAME[,NAME]",
+              help="Default iallocator(s), for every request type or one (repeatable).")
+@click.option("--hmac-key", "hmac_key_file", type=click.Path(exists=True, dir_okay=False),
+              help="Adopt this HMAC key file instead of generating one.")
+@json_option
+@click.pass_context
+def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str | None,
+         secondary_ip: str | None, master_ip: str | None, master_netdev: str,
+         master_netmask: int, enabled_hypervisors: str, enabled_disk_templates: str,
+         vg_name: str, mac_prefix: str, uid_pool: str | None, hv: tuple[str, ...],
+         be: tuple[str, ...], nic: tuple[str, ...], nd: tuple[str, ...],
+         disk: tuple[str, ...], default_iallocator: tuple[str, ...],
+         hmac_key_file: str | None, as_json: bool) -> None:
+    """Create a new cluster NAME: its config, HMAC key, certificate and RAPI users file.
+
+    The config goes to --config / $HERDER_CONFIG; the secrets are written beside it (mode
+    0600). The first node, the master, is this host unless --master-node says otherwise.
+    Refuses to overwrite an existing config or secret.
+
+    \b
+    Example:
+      herder --config /tmp/c/config.json cluster init cluster.example.com \\
+          --master-node node1.example.com --primary-ip 192.0.2.10 --uid-pool 2000-2099
+    """
+    from herder.cli.common import store_from
+
+    store = store_from(ctx)
+    if store.exists():
+        raise HerderError(f"{store.path} already exists; refusing to overwrite it")
+    paths = cluster_secrets.SecretPaths.beside(store.path)
+    node_name = master_node or local_fqdn()
+    ip = primary_ip or local_ip(node_name)
+    stamp = M.now()
+    group = M.NodeGroup(uuid=M.new_uuid(), name="default", ctime=stamp, mtime=stamp)
+    node = M.Node(
+        uuid=M.new_uuid(), name=node_name, primary_ip=ip, secondary_ip=secondary_ip,
+        group=group.uuid, master_candidate=True, ctime=stamp, mtime=stamp,
+    )
+    hv_changes = parse_hv_options(hv)
+    disk_changes = parse_disk_options(disk)
+    hypervisors = [h for h in enabled_hypervisors.split(",") if h]
+    c = M.Cluster(
+        uuid=M.new_uuid(), name=name, master_node=node.uuid, master_ip=master_ip or ip,
+        master_netdev=master_netdev, master_netmask=master_netmask,
+        enabled_hypervisors=hypervisors,
+        enabled_disk_templates=[t for t in enabled_disk_templates.split(",") if t],
+        volume_group_name=vg_name or None, mac_prefix=mac_prefix,
+        hvparams={
+            h: P.apply_overrides(P.hv_family(h), {}, hv_changes.get(h, {}))
+            for h in sorted(set(hypervisors) | set(hv_changes))
+        },
+        beparams=P.apply_overrides(P.BE_FAMILY, {}, P.parse_assignments(be)),
+        nicparams=P.apply_overrides(P.NIC_FAMILY, {}, P.parse_assignments(nic)),
+        ndparams=P.apply_overrides(P.ND_FAMILY, {}, P.parse_assignments(nd)),
+        diskparams={
+            t: P.apply_overrides(P.disk_family(t), {}, ch) for t, ch in disk_changes.items()
+        },
+        uid_pool=uidpool.normalise(uidpool.parse_pool(uid_pool)) if uid_pool else [],
+        default_iallocators=parse_default_iallocators(default_iallocator),
+        ctime=stamp, mtime=stamp,
+    )
+    config = M.ConfigData(
+        cluster=c, nodegroups={group.uuid: group}, nodes={node.uuid: node},
+        ctime=stamp, mtime=stamp,
+    )
+    config = M.revalidate(config)  # every check before anything touches the disk
+    hmac_key = Path(hmac_key_file).read_bytes() if hmac_key_file else None
+    cluster_secrets.create_all(paths, name, hmac_key)
+    store.create(config)
+    if as_json:
+        print_json({"config": str(store.path), "cluster": c.name, "uuid": c.uuid,
+                    "master_node": node.name, "secrets": [str(p) for p in paths.all()]})
+    else:
+        click.echo(f"Initialised cluster {c.name} (uuid {c.uuid}) in {store.path}")
+        click.echo(f"Master node: {node.name} ({ip}); secrets: {paths.hmac_key.parent}/"
+                   f"{{{', '.join(p.name for p in paths.all())}}}")
+
+
+# --- info ---------------------------------------------------------------------------------------
+
+
+def cluster_info(config: M.ConfigData) -> dict[str, Any]:
+    c = config.cluster
+    return {
+        "name": c.name,
+        "uuid": c.uuid,
+        "serial_no": config.serial_no,
+        "created": timestamp(c.ctime),
+        "modified": timestamp(config.mtime),
+        "master node": config.node_name(c.master_node),
+        "master ip": c.master_ip,
+        "master netdev": c.master_netdev,
+        "master netmask": c.master_netmask,
+        "nodes": len(config.nodes),
+        "node groups": len(config.nodegroups),
+        "instances": len(config.instances),
+        "tags": c.tags,
+        "enabled hypervisors": c.enabled_hypervisors,
+        "enabled disk templates": c.enabled_disk_templates,
+        "volume group": c.volume_group_name,
+        "mac prefix": c.mac_prefix,
+        "candidate pool size": c.candidate_pool_size,
+        "uid pool": uidpool.format_pool(c.uid_pool),
+        "default iallocators": {k: c.default_iallocators.get(k, [])
+                                for k in M.IALLOCATOR_REQUEST_TYPES},
+        "hypervisor parameters": {
+            hv: P.fill(P.hv_family(hv).defaults(), c.hvparams.get(hv))
+            for hv in c.enabled_hypervisors
+        },
+        "backend parameters": P.fill(P.BE_FAMILY.defaults(), c.beparams),
+        "nic parameters": P.fill(P.NIC_FAMILY.defaults(), c.nicparams),
+        "node parameters": P.fill(P.ND_FAMILY.defaults(), c.ndparams),
+        "disk parameters": {dt: config.filled_diskparams(dt) for dt in c.enabled_disk_templates},
+        "instance policy": M.to_builtins(c.ipolicy),
+        "data collectors": M.to_builtins(c.data_collectors),
+        "maintenance": {
+            "enabled": config.maintenance.enabled,
+            "round delay": config.maintenance.round_delay,
+            "auto balance": config.maintenance.balance,
+            "balance threshold": config.maintenance.balance_threshold,
+            "incidents": len(config.maintenance.incidents),
+        },
+    }
+
+
+@cluster.command()
+@json_option
+@pass_store
+def info(store: FileStore, as_json: bool) -> None:
+    """Show the cluster's settings and filled (effective) parameters."""
+    config = store.load()
+    if as_json:
+        data = M.to_builtins(config.cluster)
+        data["uid_pool_text"] = uidpool.format_pool(config.cluster.uid_pool)
+        data["serial_no_config"] = config.serial_no
+        data["counts"] = {"nodes": len(config.nodes), "node_groups": len(config.nodegroups),
+                          "instances": len(config.instances)}
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    print_mapping(cluster_info(config))
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+
+@cluster.command()
+@json_option
+@pass_store
+def verify(store: FileStore, as_json: bool) -> None:
+    """Check the config for inconsistencies; exit 1 if any error is found.
+
+    Reports instances on unknown nodes, duplicate names, MACs, IPs and DRBD ports/minors,
+    disabled hypervisors or templates, and instances outside their group's instance policy.
+    """
+    config = store.load()
+    findings = verify_config(config)
+    if as_json:
+        print_json([
+            {"severity": f.severity, "code": f.code, "object": f.object, "message": f.message}
+            for f in findings
+        ])
+    else:
+        for finding in findings:
+            click.echo(str(finding))
+        errors = sum(f.severity == "error" for f in findings)
+        click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)")
+    if any(f.severity == "error" for f in findings):
+        raise click.exceptions.Exit(1)
+
+
+# --- modify -------------------------------------------------------------------------------------
+
+
+@cluster.command()
+@click.option("--uid-pool", help="Replace the uid pool, e.g. 1000-1009,2000 ('' empties it).")
+@click.option("--add-uids", help="Add user-ids/ranges to the pool.")
+@click.option("--remove-uids", help="Remove user-ids/ranges from the pool.")
+@click.option("-H", "--hypervisor-parameters", "hv", multiple=True,
+              metavar="HV:KEY=VALUE[,...]", help="Change cluster hypervisor parameters.")
+@click.option("-B", "--backend-parameters", "be", multiple=True, help=PARAM_HELP)
+@click.option("-N", "--nic-parameters", "nic", multiple=True, help=PARAM_HELP)
+@click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
+@click.option("-D", "--disk-parameters", "disk", multiple=True, metavar="TEMPLATE:KEY=VALUE")
+@click.option("--enabled-hypervisors", help="Comma-separated list.")
+@click.option("--enabled-disk-templates", help="Comma-separated list.")
+@click.option("--master-netdev")
+@click.option("--master-ip")
+@click.option("--candidate-pool-size", type=click.IntRange(1))
+@click.option("--default-iallocator", multiple=True, metavar="[TYPE=]NAME[,NAME]",
+              help="Set default iallocator(s) for every request type or one ('' clears).")
+@click.option("--data-collector", multiple=True, metavar="NAME:KEY=VALUE[,...]",
+              help="Collector settings: active, interval, min_interval, max_interval (s).")
+@click.option("--ipolicy-vcpu-ratio", type=float)
+@click.option("--ipolicy-spindle-ratio", type=float)
+@click.option("--ipolicy-disk-templates", help="Comma-separated templates the policy allows.")
+@click.option("--maintenance", "maintenance_on", type=YES_NO, help="Enable the maintenance daemon.")
+@click.option("--maintenance-interval", type=click.IntRange(0),
+              help="Seconds between maintenance rounds.")
+@click.option("--auto-balance-cluster", type=YES_NO, help="Let maintd balance the cluster.")
+@click.option("--auto-balance-threshold", type=float, help="Minimum score gain to balance.")
+@click.option("--diagnose-data-collector-filename", "diagnose_command",
+              help="Self-diagnose command name ('' for the built-in all-is-well).")
+@click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
+@pass_store
+def modify(store: FileStore, uid_pool: str | None, add_uids: str | None,
+           remove_uids: str | None, hv: tuple[str, ...], be: tuple[str, ...],
+           nic: tuple[str, ...], nd: tuple[str, ...], disk: tuple[str, ...],
+           enabled_hypervisors: str | None, enabled_disk_templates: str | None,
+           master_netdev: str | None, master_ip: str | None,
+           candidate_pool_size: int | None, default_iallocator: tuple[str, ...],
+           data_collector: tuple[str, ...], ipolicy_vcpu_ratio: float | None,
+           ipolicy_spindle_ratio: float | None, ipolicy_disk_templates: str | None,
+           maintenance_on: str | None, maintenance_interval: int | None,
+           auto_balance_cluster: str | None, auto_balance_threshold: float | None,
+           diagnose_command: str | None, new_name: str | None) -> None:
+    """Change cluster-wide settings. Nothing is written unless every change is valid.
+
+    \b
+    Examples:
+      herder cluster modify --add-uids 3000-3009 --remove-uids 1005
+      herder cluster modify -H kvm:kernel_path=/boot/vmlinuz,migration_port=8102
+      herder cluster modify -B vcpus=2,maxmem=1G --data-collector drbd:interval=10
+    """
+    with store.update() as config:
+        c = config.cluster
+        if uid_pool is not None:
+            c.uid_pool = uidpool.normalise(uidpool.parse_pool(uid_pool))
+        if add_uids:
+            c.uid_pool = uidpool.add(c.uid_pool, uidpool.parse_pool(add_uids))
+        if remove_uids:
+            c.uid_pool = uidpool.remove(c.uid_pool, uidpool.parse_pool(remove_uids))
+        for h, changes in parse_hv_options(hv).items():
+            c.hvparams[h] = P.apply_overrides(P.hv_family(h), c.hvparams.get(h, {}), changes)
+        if be:
+            c.beparams = P.apply_overrides(P.BE_FAMILY, c.beparams, P.parse_assignments(be))
+        if nic:
+            c.nicparams = P.apply_overrides(P.NIC_FAMILY, c.nicparams, P.parse_assignments(nic))
+        if nd:
+            c.ndparams = P.apply_overrides(P.ND_FAMILY, c.ndparams, P.parse_assignments(nd))
+        for t, changes in parse_disk_options(disk).items():
+            c.diskparams[t] = P.apply_overrides(P.disk_family(t), c.diskparams.get(t, {}), changes)
+        if enabled_hypervisors is not None:
+            c.enabled_hypervisors = [h for h in enabled_hypervisors.split(",") if h]
+        if enabled_disk_templates is not None:
+            c.enabled_disk_templates = [t for t in enabled_disk_templates.split(",") if t]
+        if master_netdev is not None:
+            c.master_netdev = master_netdev
+        if master_ip is not None:
+            c.master_ip = master_ip
+        if candidate_pool_size is not None:
+            c.candidate_pool_size = candidate_pool_size
+        c.default_iallocators.update(parse_default_iallocators(default_iallocator))
+        apply_collectors(c, parse_collector_options(data_collector))
+        if ipolicy_vcpu_ratio is not None:
+            c.ipolicy.vcpu_ratio = ipolicy_vcpu_ratio
+        if ipolicy_spindle_ratio is not None:
+            c.ipolicy.spindle_ratio = ipolicy_spindle_ratio
+        if ipolicy_disk_templates is not None:
+            c.ipolicy.disk_templates = [t for t in ipolicy_disk_templates.split(",") if t]
+        maint = config.maintenance
+        maint_before = M.to_builtins(maint)
+        if maintenance_on is not None:
+            maint.enabled = bool(yes_no(maintenance_on))
+        if maintenance_interval is not None:
+            maint.round_delay = maintenance_interval
+        if auto_balance_cluster is not None:
+            maint.balance = bool(yes_no(auto_balance_cluster))
+        if auto_balance_threshold is not None:
+            maint.balance_threshold = auto_balance_threshold
+        if diagnose_command is not None:
+            if "/" in diagnose_command:
+                raise ConfigError("the diagnose command is a file name, without path separators")
+            maint.diagnose_command = diagnose_command
+        if M.to_builtins(maint) != maint_before:
+            maint.touch()
+        if new_name:
+            c.name = new_name
+        c.touch()
+    click.echo(f"Modified cluster {config.cluster.name}; config serial {config.serial_no}")
+
+
+# --- import-ganeti ------------------------------------------------------------------------------
+
+
+@cluster.command("import-ganeti")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.option("--hmac-key", "hmac_key_file", type=click.Path(exists=True, dir_okay=False),
+              help="Adopt Ganeti's hmac.key (confd clients keep working).")
+@click.option("--force", is_flag=True, help="Replace an existing herder config.")
+@click.pass_context
+def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
+                  force: bool) -> None:
+    """Turn a Ganeti config.data (SOURCE) into a herder config.
+
+    Keeps names, UUIDs, parameters, tags, placement and DRBD ids. Writes the config to
+    --config / $HERDER_CONFIG and creates the cluster secrets beside it (with Ganeti's HMAC
+    key when --hmac-key is given). What could not be carried over is listed on stderr.
+    """
+    from herder.cli.common import store_from
+    from herder.core.ganeti_import import import_ganeti_file
+
+    store = store_from(ctx)
+    if store.exists() and not force:
+        raise HerderError(f"{store.path} already exists; use --force to replace it")
+    config, notes = import_ganeti_file(source)
+    paths = cluster_secrets.SecretPaths.beside(store.path)
+    hmac_key = Path(hmac_key_file).read_bytes() if hmac_key_file else None
+    if not paths.hmac_key.exists():
+        cluster_secrets.create_all(paths, config.cluster.name, hmac_key)
+    elif hmac_key is not None and paths.hmac_key.read_bytes() != hmac_key:
+        raise HerderError(f"{paths.hmac_key} exists with another key; remove it to adopt Ganeti's")
+    store.replace(config)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(
+        f"Imported cluster {config.cluster.name}: {len(config.nodes)} nodes, "
+        f"{len(config.instances)} instances, {len(config.nodegroups)} groups -> {store.path}"
+    )

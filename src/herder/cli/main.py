@@ -1,0 +1,111 @@
+"""The `herder` entry point.
+
+One scheme for every component: a daemon starts with `herder <daemon> [--bind] [--port]`, its
+client actions are subcommands of the same group, and stand-alone tools are top-level commands.
+Groups are loaded lazily so `herder alloc` does not import the daemons' dependencies.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from herder import __version__
+from herder.cli.common import report_error
+from herder.core.errors import HerderError
+
+# name -> "module:attribute" of a click command or group. Add a line per command group.
+COMMANDS: dict[str, str] = {
+    "cluster": "herder.cli.cluster:cluster",
+    "group": "herder.cli.group:group",
+    "node": "herder.cli.node:node",
+    "instance": "herder.cli.instance:instance",
+    "tags": "herder.cli.tags:tags",
+    "alloc": "herder.cli.alloc:alloc",
+    "balance": "herder.cli.alloc:balance",
+    "capacity": "herder.cli.alloc:capacity",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when used (or listed in --help)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, _, attr = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            # A command group whose module is not part of this build yet is simply not offered.
+            if err.name == module_name:
+                return None
+            raise
+        command = getattr(module, attr, None)
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="herder")
+@click.option(
+    "--config",
+    "config_path",
+    envvar="HERDER_CONFIG",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Cluster config file (default: $HERDER_CONFIG, else /var/lib/herder/config.json).",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """herder watches, heals and places virtual machines across a cluster of hypervisor nodes.
+
+    \b
+    Start here:
+      herder cluster init mycluster.example.com   create a cluster config and its secrets
+      herder cluster info                         show it
+      herder node add node1.example.com --ip 192.0.2.10
+      herder alloc request.json                   answer an iallocator request (hail-compatible)
+
+    Every command finds the cluster config through --config or $HERDER_CONFIG. Add --help to
+    any command for its options.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the process exit code. herder's own errors print one line."""
+    try:
+        cli.main(args=argv, prog_name="herder", standalone_mode=False)
+    except click.exceptions.Exit as exit_:
+        return exit_.exit_code
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    except HerderError as err:
+        return report_error(err)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,80 @@
+"""`herder tags ...`: tags on the cluster, node groups, nodes and instances."""
+
+from __future__ import annotations
+
+import click
+
+from herder.cli.common import json_option, pass_store, print_json
+from herder.core import model as M
+from herder.core.errors import HerderError
+from herder.core.store import FileStore
+
+KINDS = ("cluster", "group", "node", "instance")
+
+
+def _target(config: M.ConfigData, kind: str, args: tuple[str, ...]) -> tuple[M.Named | M.Cluster,
+                                                                             list[str]]:
+    """The tagged object and the remaining arguments."""
+    if kind == "cluster":
+        return config.cluster, list(args)
+    if not args:
+        raise HerderError(f"give the {kind}'s name or UUID")
+    name, rest = args[0], list(args[1:])
+    finders = {"group": config.find_group, "node": config.find_node,
+               "instance": config.find_instance}
+    return finders[kind](name), rest
+
+
+@click.group()
+def tags() -> None:
+    """List, add and remove tags.
+
+    \b
+    herder tags list cluster
+    herder tags add node node1.example.com rack:a12 ssd
+    herder tags remove instance web1 old-tag
+    """
+
+
+@tags.command("list")
+@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("name", required=False)
+@json_option
+@pass_store
+def list_(store: FileStore, kind: str, name: str | None, as_json: bool) -> None:
+    """List the tags of the cluster, or of the group/node/instance NAME."""
+    config = store.load()
+    obj, _ = _target(config, kind, (name,) if name else ())
+    if as_json:
+        print_json(sorted(obj.tags))
+    else:
+        for tag in sorted(obj.tags):
+            click.echo(tag)
+
+
+@tags.command()
+@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("args", nargs=-1, required=True, metavar="[NAME] TAG...")
+@pass_store
+def add(store: FileStore, kind: str, args: tuple[str, ...]) -> None:
+    """Add tags (cluster: TAG...; others: NAME TAG...)."""
+    with store.update() as config:
+        obj, new = _target(config, kind, args)
+        if not new:
+            raise HerderError("give at least one tag")
+        M.tags_add(obj, new)
+        obj.touch()
+
+
+@tags.command()
+@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("args", nargs=-1, required=True, metavar="[NAME] TAG...")
+@pass_store
+def remove(store: FileStore, kind: str, args: tuple[str, ...]) -> None:
+    """Remove tags (cluster: TAG...; others: NAME TAG...)."""
+    with store.update() as config:
+        obj, gone = _target(config, kind, args)
+        if not gone:
+            raise HerderError("give at least one tag")
+        M.tags_remove(obj, gone)
+        obj.touch()

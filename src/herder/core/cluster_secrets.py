@@ -1,0 +1,106 @@
+"""The cluster's secrets, created beside the config at `herder cluster init` (all mode 0600).
+
+- `hmac.key`: the cluster HMAC key (Ganeti's format: 40 hex digits and a newline), used by
+  `herder.core.envelope` for confd, mond's diagnose report and maintd.
+- `server.pem`: a self-signed certificate and its private key, for TLS between herder daemons
+  (one PEM file with key and certificate, as Ganeti's `server.pem`).
+- `rapi_users`: the remote API users file (Ganeti's format: `user password [write]`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from herder.core import envelope
+from herder.core.errors import StoreError
+
+SECRET_MODE = 0o600
+HMAC_KEY_FILE = "hmac.key"
+CERT_FILE = "server.pem"
+RAPI_USERS_FILE = "rapi_users"
+CERT_VALIDITY_DAYS = 5 * 365
+
+
+@dataclass(frozen=True)
+class SecretPaths:
+    hmac_key: Path
+    certificate: Path
+    rapi_users: Path
+
+    @classmethod
+    def beside(cls, config_path: Path) -> SecretPaths:
+        directory = config_path.parent
+        return cls(
+            directory / HMAC_KEY_FILE, directory / CERT_FILE, directory / RAPI_USERS_FILE
+        )
+
+    def all(self) -> tuple[Path, Path, Path]:
+        return (self.hmac_key, self.certificate, self.rapi_users)
+
+
+def write_secret(path: Path, data: bytes) -> None:
+    """Create a file readable by its owner only; refuses to replace an existing one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SECRET_MODE)
+    except FileExistsError:
+        raise StoreError(f"{path} already exists; refusing to overwrite a cluster secret") from None
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def self_signed_certificate(common_name: str) -> bytes:
+    """A private key and a self-signed certificate for `common_name`, as one PEM blob."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=CERT_VALIDITY_DAYS))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(common_name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return key_pem + cert.public_bytes(serialization.Encoding.PEM)
+
+
+def rapi_users_file(user: str = "admin") -> tuple[bytes, str]:
+    """A users file with one write-enabled user; returns (file content, password)."""
+    password = secrets.token_urlsafe(18)
+    content = (
+        "# herder remote API users: <user> <password> [write]\n"
+        f"{user} {password} write\n"
+    )
+    return content.encode(), password
+
+
+def create_all(paths: SecretPaths, cluster_name: str, hmac_key: bytes | None = None) -> None:
+    """Create every secret; refuses (before writing any) if one already exists."""
+    existing = [str(p) for p in paths.all() if p.exists()]
+    if existing:
+        raise StoreError(f"cluster secrets already exist: {', '.join(existing)}")
+    write_secret(paths.hmac_key, hmac_key if hmac_key is not None else envelope.generate_key())
+    write_secret(paths.certificate, self_signed_certificate(cluster_name))
+    write_secret(paths.rapi_users, rapi_users_file()[0])

@@ -1,0 +1,728 @@
+"""The cluster model: typed objects, validated once when decoded or changed.
+
+Every object has a name and a UUID (design-2.1 "Introducing persistent UUIDs"): the UUID never
+changes, a rename keeps it, and every lookup accepts either. References between objects are by
+UUID. Every object carries serial_no, ctime and mtime.
+
+The document is herder's own format (`FORMAT_VERSION`); `herder.core.ganeti_import` turns a
+Ganeti `config.data` into it. JSON field names follow Ganeti where Ganeti tools read them
+(ipolicy's dashed keys, the maintenance section's keys).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid as uuid_mod
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from herder.core import params as P
+from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
+
+FORMAT_VERSION = 1
+
+AdminState = Literal["up", "down", "offline"]
+AdminStateSource = Literal["admin", "user"]
+AllocPolicy = Literal["preferred", "last_resort", "unallocable"]
+DiskMode = Literal["rw", "ro"]
+
+# iallocator request types that have a list of default iallocators (design-2.1).
+IALLOCATOR_REQUEST_TYPES = (
+    "allocate",
+    "relocate",
+    "node-evacuate",
+    "change-group",
+    "multi-allocate",
+    "balance",
+    "capacity",
+)
+
+
+def new_uuid() -> str:
+    return str(uuid_mod.uuid4())
+
+
+def now() -> float:
+    return time.time()
+
+
+class Base(msgspec.Struct, kw_only=True, omit_defaults=False, forbid_unknown_fields=True):
+    """Common to every config object: versioning and timestamps."""
+
+    serial_no: int = 1
+    ctime: float = 0.0
+    mtime: float = 0.0
+
+    def touch(self, when: float | None = None) -> None:
+        """Record a change of this object: serial +1, mtime now."""
+        self.serial_no += 1
+        self.mtime = now() if when is None else when
+
+
+class Named(Base, kw_only=True):
+    uuid: str
+    name: str
+    tags: list[str] = msgspec.field(default_factory=list)
+
+
+# --- instance policy --------------------------------------------------------------------------
+
+
+class ISpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One instance specification (Ganeti's ispec; dashed JSON keys as in the iallocator doc)."""
+
+    memory_size: int = msgspec.field(name="memory-size")
+    cpu_count: int = msgspec.field(name="cpu-count")
+    disk_count: int = msgspec.field(name="disk-count")
+    disk_size: int = msgspec.field(name="disk-size")
+    nic_count: int = msgspec.field(name="nic-count")
+    spindle_use: int = msgspec.field(name="spindle-use")
+
+    def as_dict(self) -> dict[str, int]:
+        return msgspec.to_builtins(self)
+
+    def __post_init__(self) -> None:
+        for key, value in self.as_dict().items():
+            if value < 0:
+                raise ValueError(f"ispec {key} must not be negative, got {value}")
+
+
+class MinMax(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    min: ISpec
+    max: ISpec
+
+    def __post_init__(self) -> None:
+        lo, hi = self.min.as_dict(), self.max.as_dict()
+        for key in lo:
+            if lo[key] > hi[key]:
+                raise ValueError(f"ipolicy min {key} ({lo[key]}) exceeds max ({hi[key]})")
+
+
+class IPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The instance policy: what instances may look like and how much nodes may be overcommitted."""
+
+    minmax: list[MinMax]
+    std: ISpec
+    disk_templates: list[str] = msgspec.field(name="disk-templates")
+    vcpu_ratio: float = msgspec.field(name="vcpu-ratio", default=4.0)
+    spindle_ratio: float = msgspec.field(name="spindle-ratio", default=32.0)
+
+    def __post_init__(self) -> None:
+        if not self.minmax:
+            raise ValueError("ipolicy minmax needs at least one min/max pair")
+        for dt in self.disk_templates:
+            if dt not in P.DISK_TEMPLATES:
+                raise ValueError(f"ipolicy names unknown disk template {dt!r}")
+        if self.vcpu_ratio <= 0 or self.spindle_ratio <= 0:
+            raise ValueError("ipolicy vcpu-ratio and spindle-ratio must be positive")
+
+    def check_std(self) -> None:
+        """The std spec must fit some min/max range. Checked on the cluster's own policy only:
+        a group may narrow the bounds without a std of its own (as in Ganeti)."""
+        std = self.std.as_dict()
+        if not any(
+            all(mm.min.as_dict()[k] <= std[k] <= mm.max.as_dict()[k] for k in std)
+            for mm in self.minmax
+        ):
+            raise ValueError("ipolicy std spec lies outside every min/max range")
+
+
+class IPolicyOverride(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A group's partial instance policy: unset fields inherit the cluster's (no std: the
+    standard spec is cluster-wide, as in Ganeti)."""
+
+    minmax: list[MinMax] | None = None
+    disk_templates: list[str] | None = msgspec.field(name="disk-templates", default=None)
+    vcpu_ratio: float | None = msgspec.field(name="vcpu-ratio", default=None)
+    spindle_ratio: float | None = msgspec.field(name="spindle-ratio", default=None)
+
+
+def default_ipolicy() -> IPolicy:
+    """Ganeti 3.0's default instance policy."""
+    return IPolicy(
+        minmax=[
+            MinMax(
+                min=ISpec(
+                    memory_size=128, cpu_count=1, disk_count=1, disk_size=1024, nic_count=1,
+                    spindle_use=1,
+                ),
+                max=ISpec(
+                    memory_size=32768, cpu_count=8, disk_count=16, disk_size=1024 * 1024,
+                    nic_count=8, spindle_use=12,
+                ),
+            )
+        ],
+        std=ISpec(
+            memory_size=128, cpu_count=1, disk_count=1, disk_size=1024, nic_count=1, spindle_use=1
+        ),
+        disk_templates=["drbd", "plain", "sharedfile", "file", "diskless", "rbd", "ext"],
+        vcpu_ratio=4.0,
+        spindle_ratio=32.0,
+    )
+
+
+def fill_ipolicy(cluster: IPolicy, group: IPolicyOverride | None) -> IPolicy:
+    if group is None:
+        return cluster
+    changes = {
+        f: getattr(group, f)
+        for f in ("minmax", "disk_templates", "vcpu_ratio", "spindle_ratio")
+        if getattr(group, f) is not None
+    }
+    return msgspec.structs.replace(cluster, **changes) if changes else cluster
+
+
+# --- disks and NICs ---------------------------------------------------------------------------
+
+
+class PlainId(msgspec.Struct, tag="plain", kw_only=True, forbid_unknown_fields=True):
+    """An LVM logical volume."""
+
+    vg: str
+    lv: str
+
+
+class DrbdId(msgspec.Struct, tag="drbd", kw_only=True, forbid_unknown_fields=True):
+    """A DRBD device: its two nodes (primary first), TCP port, one minor per node, secret."""
+
+    nodes: list[str]
+    port: int
+    minors: list[int]
+    secret: str
+
+    def __post_init__(self) -> None:
+        if len(self.nodes) != 2 or len(self.minors) != 2:
+            raise ValueError("a DRBD logical id needs exactly two nodes and two minors")
+        if self.nodes[0] == self.nodes[1]:
+            raise ValueError("a DRBD disk's two nodes must differ")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"DRBD port {self.port} out of range")
+        if any(m < 0 for m in self.minors):
+            raise ValueError("DRBD minors must not be negative")
+
+
+class FileId(msgspec.Struct, tag="file", kw_only=True, forbid_unknown_fields=True):
+    """A file-backed disk (file, sharedfile, gluster)."""
+
+    driver: str
+    path: str
+
+
+class ExtId(msgspec.Struct, tag="ext", kw_only=True, forbid_unknown_fields=True):
+    """A disk provided by something outside herder (rbd, ext, blockdev): a pool/provider + name."""
+
+    provider: str
+    name: str
+
+
+LogicalId = PlainId | DrbdId | FileId | ExtId
+
+
+class Disk(Base, kw_only=True):
+    uuid: str
+    name: str | None = None
+    dev_type: str
+    size: int  # MiB
+    mode: DiskMode = "rw"
+    spindles: int | None = None
+    logical_id: LogicalId | None = None
+    children: list[Disk] = msgspec.field(default_factory=list)
+    iv_name: str = ""
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.dev_type not in P.DISK_TEMPLATES:
+            raise ValueError(f"disk {self.uuid}: unknown disk template {self.dev_type!r}")
+        if self.size < 0:
+            raise ValueError(f"disk {self.uuid}: negative size")
+        if self.spindles is not None and self.spindles < 0:
+            raise ValueError(f"disk {self.uuid}: negative spindles")
+        if self.dev_type == "drbd" and not isinstance(self.logical_id, DrbdId):
+            raise ValueError(f"disk {self.uuid}: a drbd disk needs a drbd logical id")
+        self.params = P.validate(P.disk_family(self.dev_type), self.params)
+
+
+class NIC(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    uuid: str
+    name: str | None = None
+    mac: str
+    ip: str | None = None
+    network: str | None = None  # network UUID
+    nicparams: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.nicparams = P.validate(P.NIC_FAMILY, self.nicparams)
+        self.mac = self.mac.lower()
+
+
+# --- nodes, groups, instances, networks -------------------------------------------------------
+
+
+class Node(Named, kw_only=True):
+    primary_ip: str
+    secondary_ip: str | None = None
+    group: str  # node group UUID
+    master_candidate: bool = False
+    master_capable: bool = True
+    vm_capable: bool = True
+    offline: bool = False
+    drained: bool = False
+    powered: bool = True
+    ndparams: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ndparams = P.validate(P.ND_FAMILY, self.ndparams)
+        if self.offline and self.master_candidate:
+            raise ValueError(f"node {self.name}: an offline node cannot be a master candidate")
+        if self.drained and self.master_candidate:
+            raise ValueError(f"node {self.name}: a drained node cannot be a master candidate")
+        if self.master_candidate and not self.master_capable:
+            raise ValueError(f"node {self.name}: a master candidate must be master capable")
+
+
+class NetworkLink(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How a group connects a network: its NIC mode and link there."""
+
+    mode: str
+    link: str
+
+    def __post_init__(self) -> None:
+        if self.mode not in P.NIC_MODES:
+            raise ValueError(f"unknown NIC mode {self.mode!r}")
+
+
+class NodeGroup(Named, kw_only=True):
+    alloc_policy: AllocPolicy = "preferred"
+    ndparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    diskparams: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    ipolicy: IPolicyOverride = msgspec.field(default_factory=IPolicyOverride)
+    networks: dict[str, NetworkLink] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ndparams = P.validate(P.ND_FAMILY, self.ndparams)
+        self.diskparams = {
+            dt: P.validate(P.disk_family(dt), values) for dt, values in self.diskparams.items()
+        }
+
+
+class Network(Named, kw_only=True):
+    network: str  # CIDR
+    gateway: str | None = None
+    network6: str | None = None
+    gateway6: str | None = None
+    mac_prefix: str | None = None
+
+
+class Instance(Named, kw_only=True):
+    primary_node: str  # node UUID
+    os: str  # "name" or "name+variant"
+    hypervisor: str
+    admin_state: AdminState = "down"
+    admin_state_source: AdminStateSource = "admin"
+    disks: list[Disk] = msgspec.field(default_factory=list)
+    disks_active: bool = False
+    nics: list[NIC] = msgspec.field(default_factory=list)
+    hvparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    beparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    osparams: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.hvparams = P.validate(
+            P.hv_family(self.hypervisor), self.hvparams, instance_level=True
+        )
+        self.beparams = P.validate(P.BE_FAMILY, self.beparams)
+        templates = {d.dev_type for d in self.disks}
+        if len(templates) > 1:
+            raise ValueError(
+                f"instance {self.name}: mixed disk templates {sorted(templates)} are not supported"
+            )
+
+    @property
+    def os_name(self) -> str:
+        return self.os.split("+", 1)[0]
+
+    @property
+    def os_variant(self) -> str | None:
+        _, sep, variant = self.os.partition("+")
+        return variant if sep else None
+
+    @property
+    def disk_template(self) -> str:
+        return self.disks[0].dev_type if self.disks else "diskless"
+
+    @property
+    def secondary_nodes(self) -> list[str]:
+        """Node UUIDs holding a mirror of this instance's disks (DRBD peers)."""
+        result: list[str] = []
+        for disk in self.disks:
+            if isinstance(disk.logical_id, DrbdId):
+                for node in disk.logical_id.nodes:
+                    if node != self.primary_node and node not in result:
+                        result.append(node)
+        return result
+
+    @property
+    def all_nodes(self) -> list[str]:
+        return [self.primary_node, *self.secondary_nodes]
+
+
+# --- cluster-level settings -------------------------------------------------------------------
+
+
+class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How mond schedules one data collector. Intervals in seconds.
+
+    Adaptive scheduling may move a collector's interval between `min_interval` and
+    `max_interval`; when unset they default from `interval` (half and four times it).
+    """
+
+    active: bool = True
+    interval: float = 5.0
+    min_interval: float | None = None
+    max_interval: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0:
+            raise ValueError("a collector interval must be positive")
+        if self.min_interval is None:
+            self.min_interval = self.interval / 2
+        if self.max_interval is None:
+            self.max_interval = self.interval * 4
+        if not 0 < self.min_interval <= self.interval <= self.max_interval:
+            raise ValueError(
+                "collector intervals must satisfy 0 < min_interval <= interval <= max_interval"
+            )
+
+
+# Collectors herder's mond offers, with their default interval (seconds).
+DEFAULT_COLLECTOR_INTERVALS: dict[str, float] = {
+    "node-os": 10.0,
+    "cpu-avg-load": 5.0,
+    "diskstats": 5.0,
+    "drbd": 5.0,
+    "lv": 30.0,
+    "plain": 30.0,
+    "file": 30.0,
+    "rbd": 60.0,
+    "inst-status": 5.0,
+    "hypervisor": 10.0,
+    "daemons": 10.0,
+    "diagnose": 60.0,
+}
+
+
+def default_data_collectors() -> dict[str, CollectorSettings]:
+    return {
+        name: CollectorSettings(interval=iv) for name, iv in DEFAULT_COLLECTOR_INTERVALS.items()
+    }
+
+
+RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover"]
+RepairStatus = Literal["noted", "pending", "canceled", "failed", "completed"]
+
+
+class Incident(Base, kw_only=True):
+    """A repair incident tracked by maintd (field names as Ganeti's maintd serves them)."""
+
+    uuid: str
+    node: str
+    original: Any = None
+    action: RepairAction = "Ok"
+    jobs: list[int] = msgspec.field(default_factory=list)
+    repair_status: RepairStatus = msgspec.field(name="repair-status", default="noted")
+    tag: str = ""
+
+
+class Maintenance(Base, kw_only=True):
+    """The maintenance daemon's persistent state (keys as in Ganeti's config `maintenance`)."""
+
+    enabled: bool = True
+    round_delay: int = msgspec.field(name="roundDelay", default=300)
+    jobs: list[int] = msgspec.field(default_factory=list)
+    balance: bool = False
+    balance_threshold: float = msgspec.field(name="balanceThreshold", default=0.1)
+    evacuated: list[str] = msgspec.field(default_factory=list)
+    incidents: list[Incident] = msgspec.field(default_factory=list)
+    diagnose_command: str = msgspec.field(name="diagnoseCommand", default="")
+
+    def __post_init__(self) -> None:
+        if self.round_delay < 0:
+            raise ValueError("maintenance roundDelay must not be negative")
+
+
+class Cluster(Base, kw_only=True):
+    uuid: str
+    name: str
+    tags: list[str] = msgspec.field(default_factory=list)
+    master_node: str  # node UUID
+    master_ip: str
+    master_netdev: str = "eth0"
+    master_netmask: int = 32
+    primary_ip_family: Literal[4, 6] = 4
+    mac_prefix: str = "aa:00:00"
+    volume_group_name: str | None = "xenvg"
+    file_storage_dir: str = "/srv/herder/file-storage"
+    shared_file_storage_dir: str = "/srv/herder/shared-file-storage"
+    enabled_hypervisors: list[str] = msgspec.field(default_factory=lambda: ["kvm"])
+    enabled_disk_templates: list[str] = msgspec.field(
+        default_factory=lambda: ["drbd", "plain", "file", "diskless"]
+    )
+    hvparams: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    os_hvp: dict[str, dict[str, dict[str, Any]]] = msgspec.field(default_factory=dict)
+    beparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    osparams: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)
+    diskparams: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    nicparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    ndparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    ipolicy: IPolicy = msgspec.field(default_factory=default_ipolicy)
+    uid_pool: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    default_iallocators: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    default_iallocator_params: dict[str, str] = msgspec.field(default_factory=dict)
+    data_collectors: dict[str, CollectorSettings] = msgspec.field(
+        default_factory=default_data_collectors
+    )
+    candidate_pool_size: int = 10
+    tcpudp_port_pool: list[int] = msgspec.field(default_factory=list)
+    highest_used_port: int = 11000
+    drbd_usermode_helper: str | None = "/bin/true"
+    reserved_lvs: list[str] = msgspec.field(default_factory=list)
+    blacklisted_os: list[str] = msgspec.field(default_factory=list)
+    hidden_os: list[str] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ipolicy.check_std()
+        for hv in self.enabled_hypervisors:
+            P.hv_family(hv)
+        for dt in self.enabled_disk_templates:
+            P.disk_family(dt)
+        self.hvparams = {
+            hv: P.validate(P.hv_family(hv), values) for hv, values in self.hvparams.items()
+        }
+        self.os_hvp = {
+            os_name: {
+                hv: P.validate(P.hv_family(hv), values, instance_level=True)
+                for hv, values in per_hv.items()
+            }
+            for os_name, per_hv in self.os_hvp.items()
+        }
+        self.beparams = P.validate(P.BE_FAMILY, self.beparams)
+        self.ndparams = P.validate(P.ND_FAMILY, self.ndparams)
+        self.nicparams = P.validate(P.NIC_FAMILY, self.nicparams)
+        self.diskparams = {
+            dt: P.validate(P.disk_family(dt), values) for dt, values in self.diskparams.items()
+        }
+        for kind in self.default_iallocators:
+            if kind not in IALLOCATOR_REQUEST_TYPES:
+                raise ValueError(
+                    f"default iallocators for unknown request type {kind!r} "
+                    f"(known: {', '.join(IALLOCATOR_REQUEST_TYPES)})"
+                )
+        for lo, hi in self.uid_pool:
+            if not 0 <= lo <= hi:
+                raise ValueError(f"bad uid pool range {lo}-{hi}")
+        if self.candidate_pool_size < 1:
+            raise ValueError("candidate_pool_size must be at least 1")
+
+
+class ConfigData(Base, kw_only=True):
+    """The whole cluster configuration: one JSON document."""
+
+    version: int = FORMAT_VERSION
+    cluster: Cluster
+    nodegroups: dict[str, NodeGroup] = msgspec.field(default_factory=dict)
+    nodes: dict[str, Node] = msgspec.field(default_factory=dict)
+    instances: dict[str, Instance] = msgspec.field(default_factory=dict)
+    networks: dict[str, Network] = msgspec.field(default_factory=dict)
+    maintenance: Maintenance = msgspec.field(default_factory=Maintenance)
+
+    def __post_init__(self) -> None:
+        if self.version != FORMAT_VERSION:
+            raise ValueError(
+                f"config format version {self.version} is not supported "
+                f"(this herder reads version {FORMAT_VERSION})"
+            )
+        for kind, table in (
+            ("node group", self.nodegroups),
+            ("node", self.nodes),
+            ("instance", self.instances),
+            ("network", self.networks),
+        ):
+            for key, obj in table.items():
+                if key != obj.uuid:
+                    raise ValueError(f"{kind} {obj.name!r} is filed under {key!r}, not its UUID")
+        check_nics(self)
+
+    # --- lookups: a name (or unique short name) or a UUID --------------------------------------
+
+    def find_node(self, key: str) -> Node:
+        return _find("node", self.nodes, key)
+
+    def find_group(self, key: str) -> NodeGroup:
+        return _find("node group", self.nodegroups, key)
+
+    def find_instance(self, key: str) -> Instance:
+        return _find("instance", self.instances, key)
+
+    def find_network(self, key: str) -> Network:
+        return _find("network", self.networks, key)
+
+    @property
+    def master(self) -> Node | None:
+        return self.nodes.get(self.cluster.master_node)
+
+    def node_name(self, node_uuid: str) -> str:
+        node = self.nodes.get(node_uuid)
+        return node.name if node else node_uuid
+
+    def instances_on(self, node_uuid: str) -> Iterator[Instance]:
+        for inst in self.instances.values():
+            if node_uuid in inst.all_nodes:
+                yield inst
+
+    # --- filled (resolved) parameters ---------------------------------------------------------
+
+    def filled_hvparams(self, inst: Instance) -> P.Params:
+        c = self.cluster
+        return P.fill(
+            P.hv_family(inst.hypervisor).defaults(),
+            c.hvparams.get(inst.hypervisor),
+            c.os_hvp.get(inst.os_name, {}).get(inst.hypervisor),
+            inst.hvparams,
+        )
+
+    def filled_beparams(self, inst: Instance) -> P.Params:
+        return P.fill(P.BE_FAMILY.defaults(), self.cluster.beparams, inst.beparams)
+
+    def filled_osparams(self, inst: Instance) -> P.Params:
+        return P.fill(
+            self.cluster.osparams.get(inst.os_name, {}),
+            self.cluster.osparams.get(inst.os, {}),
+            inst.osparams,
+        )
+
+    def filled_ndparams(self, node: Node) -> P.Params:
+        group = self.nodegroups.get(node.group)
+        return P.fill(
+            P.ND_FAMILY.defaults(),
+            self.cluster.ndparams,
+            group.ndparams if group else None,
+            node.ndparams,
+        )
+
+    def filled_diskparams(self, template: str, group: NodeGroup | None = None) -> P.Params:
+        return P.fill(
+            P.disk_family(template).defaults(),
+            self.cluster.diskparams.get(template),
+            group.diskparams.get(template) if group else None,
+        )
+
+    def filled_nicparams(self, nic: NIC, group: NodeGroup | None = None) -> P.Params:
+        """NIC parameters: defaults < cluster < the network's link in the group < the NIC."""
+        net_layer: Mapping[str, Any] | None = None
+        if nic.network and group is not None and nic.network in group.networks:
+            link = group.networks[nic.network]
+            net_layer = {"mode": link.mode, "link": link.link}
+        return P.fill(P.NIC_FAMILY.defaults(), self.cluster.nicparams, net_layer, nic.nicparams)
+
+    def filled_ipolicy(self, group: NodeGroup | None) -> IPolicy:
+        return fill_ipolicy(self.cluster.ipolicy, group.ipolicy if group else None)
+
+    def instance_group(self, inst: Instance) -> NodeGroup | None:
+        node = self.nodes.get(inst.primary_node)
+        return self.nodegroups.get(node.group) if node else None
+
+
+def check_nics(config: ConfigData) -> None:
+    """A routed NIC must have an IP (design-2.1 "Non bridged instances")."""
+    for inst in config.instances.values():
+        group = config.instance_group(inst)
+        for index, nic in enumerate(inst.nics):
+            filled = config.filled_nicparams(nic, group)
+            if filled["mode"] == P.NIC_MODE_ROUTED and not nic.ip:
+                raise ValueError(
+                    f"instance {inst.name}: NIC {index} is in routed mode and needs an IP"
+                )
+
+
+_T = TypeVar("_T", bound=Named)
+
+
+def _find(kind: str, table: Mapping[str, _T], key: str) -> _T:
+    """Look up by UUID, exact name, or a unique short name (the part before the first dot)."""
+    if key in table:
+        return table[key]
+    exact = [obj for obj in table.values() if obj.name == key]
+    if exact:
+        return exact[0]
+    prefix = [obj for obj in table.values() if obj.name.split(".", 1)[0] == key]
+    if len(prefix) == 1:
+        return prefix[0]
+    if len(prefix) > 1:
+        names = ", ".join(sorted(o.name for o in prefix))
+        raise AmbiguousError(f"{kind} {key!r} is ambiguous: it matches {names}")
+    raise NotFoundError(f"{kind} {key!r} not found (give a name or a UUID)")
+
+
+# --- encoding and decoding at the edge ---------------------------------------------------------
+
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_DECODER = msgspec.json.Decoder(ConfigData)
+
+
+def encode(config: ConfigData) -> bytes:
+    """The document as stable, sorted JSON (diffs of config files stay readable)."""
+    return msgspec.json.format(_ENCODER.encode(config), indent=1) + b"\n"
+
+
+def decode(raw: bytes | str) -> ConfigData:
+    """Decode and validate a document; any problem is a ConfigError naming it."""
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.ValidationError as err:
+        raise ConfigError(f"invalid config: {err}") from None
+    except msgspec.DecodeError as err:
+        raise ConfigError(f"config is not valid JSON: {err}") from None
+
+
+def from_builtins(data: Any) -> ConfigData:
+    try:
+        return msgspec.convert(data, ConfigData)
+    except msgspec.ValidationError as err:
+        raise ConfigError(f"invalid config: {err}") from None
+
+
+def revalidate(config: ConfigData) -> ConfigData:
+    """Round-trip through builtins so every __post_init__ check runs on the changed document."""
+    return from_builtins(msgspec.to_builtins(config))
+
+
+def to_builtins(obj: Any) -> Any:
+    return msgspec.to_builtins(obj)
+
+
+def tags_add(obj: Named, tags: Iterable[str]) -> None:
+    for tag in tags:
+        check_tag(tag)
+        if tag not in obj.tags:
+            obj.tags.append(tag)
+
+
+def tags_remove(obj: Named, tags: Iterable[str]) -> None:
+    missing = [t for t in tags if t not in obj.tags]
+    if missing:
+        raise NotFoundError(f"tag(s) not present: {', '.join(missing)}")
+    obj.tags = [t for t in obj.tags if t not in set(tags)]
+
+
+MAX_TAG_LEN = 128
+
+
+def check_tag(tag: str) -> None:
+    """Ganeti's tag rules: 1-128 characters from a safe set."""
+    if not tag or len(tag) > MAX_TAG_LEN:
+        raise ConfigError(f"tag {tag!r}: must be 1 to {MAX_TAG_LEN} characters")
+    if not re.fullmatch(r"[\w.+*/:@-]+", tag):
+        raise ConfigError(f"tag {tag!r}: only letters, digits and . + * / : @ - _ are allowed")

@@ -1,0 +1,192 @@
+"""Consistency checks over a whole config (pure logic; `herder cluster verify` prints them).
+
+Loading already refuses what is malformed in one object (types, parameters, a routed NIC without
+an IP). What is checked here spans objects: dangling references, duplicates that must be unique
+cluster-wide, and instances that break their group's instance policy.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from herder.core import model as M
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Severity
+    code: str  # stable machine-readable kind, e.g. "dangling-node"
+    object: str  # "instance inst1.example.com", "cluster", ...
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity.upper()}: {self.object}: {self.message}"
+
+
+def verify(config: M.ConfigData) -> list[Finding]:
+    findings: list[Finding] = []
+    findings += _references(config)
+    findings += _duplicates(config)
+    findings += _drbd(config)
+    findings += _policy(config)
+    return findings
+
+
+def _references(config: M.ConfigData) -> Iterable[Finding]:
+    c = config.cluster
+    if c.master_node not in config.nodes:
+        yield Finding("error", "dangling-master", "cluster", f"master node {c.master_node} unknown")
+    else:
+        master = config.nodes[c.master_node]
+        if master.offline:
+            yield Finding("error", "master-offline", "cluster", "the master node is offline")
+        if not master.master_candidate:
+            yield Finding(
+                "warning", "master-not-candidate", "cluster", "the master is not a master candidate"
+            )
+    for node in config.nodes.values():
+        if node.group not in config.nodegroups:
+            yield Finding(
+                "error", "dangling-group", f"node {node.name}", f"unknown group {node.group}"
+            )
+    for inst in config.instances.values():
+        what = f"instance {inst.name}"
+        for node_uuid in inst.all_nodes:
+            if node_uuid not in config.nodes:
+                role = "primary" if node_uuid == inst.primary_node else "secondary"
+                yield Finding("error", "dangling-node", what, f"{role} node {node_uuid} unknown")
+        if inst.hypervisor not in c.enabled_hypervisors:
+            yield Finding(
+                "error", "hypervisor-disabled", what,
+                f"hypervisor {inst.hypervisor} is not enabled on the cluster",
+            )
+        if inst.disks and inst.disk_template not in c.enabled_disk_templates:
+            yield Finding(
+                "error", "template-disabled", what,
+                f"disk template {inst.disk_template} is not enabled on the cluster",
+            )
+        for index, nic in enumerate(inst.nics):
+            if nic.network and nic.network not in config.networks:
+                yield Finding(
+                    "error", "dangling-network", what, f"NIC {index}: unknown network {nic.network}"
+                )
+    for group in config.nodegroups.values():
+        for net in group.networks:
+            if net not in config.networks:
+                yield Finding(
+                    "error", "dangling-network", f"group {group.name}", f"unknown network {net}"
+                )
+
+
+def _dupes(kind: str, code: str, items: Iterable[tuple[str, str]]) -> Iterable[Finding]:
+    """items: (value, owner) pairs; report every value owned more than once."""
+    owners: dict[str, list[str]] = defaultdict(list)
+    for value, owner in items:
+        owners[value].append(owner)
+    for value, names in sorted(owners.items()):
+        if len(names) > 1:
+            yield Finding(
+                "error", code, kind, f"{value!r} is used by {len(names)}: {', '.join(names)}"
+            )
+
+
+def _duplicates(config: M.ConfigData) -> Iterable[Finding]:
+    yield from _dupes("nodes", "duplicate-name", ((n.name, n.uuid) for n in config.nodes.values()))
+    yield from _dupes(
+        "instances", "duplicate-name", ((i.name, i.uuid) for i in config.instances.values())
+    )
+    yield from _dupes(
+        "node groups", "duplicate-name", ((g.name, g.uuid) for g in config.nodegroups.values())
+    )
+    yield from _dupes(
+        "nodes", "duplicate-ip", ((n.primary_ip, n.name) for n in config.nodes.values())
+    )
+    yield from _dupes(
+        "NICs",
+        "duplicate-mac",
+        ((nic.mac, i.name) for i in config.instances.values() for nic in i.nics),
+    )
+    # An IP may repeat across separate networks/links, not within one.
+    ips: list[tuple[str, str]] = []
+    for inst in config.instances.values():
+        group = config.instance_group(inst)
+        for nic in inst.nics:
+            if nic.ip:
+                scope = nic.network or config.filled_nicparams(nic, group)["link"]
+                ips.append((f"{nic.ip} on {scope}", inst.name))
+    yield from _dupes("NICs", "duplicate-ip", ips)
+
+
+def _drbd(config: M.ConfigData) -> Iterable[Finding]:
+    ports: list[tuple[str, str]] = []
+    minors: list[tuple[str, str]] = []
+    for inst in config.instances.values():
+        for index, disk in enumerate(inst.disks):
+            lid = disk.logical_id
+            if not isinstance(lid, M.DrbdId):
+                continue
+            ports.append((str(lid.port), f"{inst.name}/disk{index}"))
+            for node_uuid, minor in zip(lid.nodes, lid.minors, strict=True):
+                owner = f"{inst.name}/disk{index}"
+                minors.append((f"{config.node_name(node_uuid)}:{minor}", owner))
+            if inst.primary_node not in lid.nodes:
+                yield Finding(
+                    "error", "drbd-primary", f"instance {inst.name}",
+                    f"disk {index}: the primary node is not one of the DRBD nodes",
+                )
+    yield from _dupes("DRBD", "duplicate-drbd-port", ports)
+    yield from _dupes("DRBD", "duplicate-drbd-minor", minors)
+
+
+def instance_spec(config: M.ConfigData, inst: M.Instance) -> dict[str, int]:
+    be = config.filled_beparams(inst)
+    return {
+        "memory-size": be["maxmem"],
+        "cpu-count": be["vcpus"],
+        "disk-count": len(inst.disks),
+        "nic-count": len(inst.nics),
+        "spindle-use": be["spindle_use"],
+    }
+
+
+def policy_violations(policy: M.IPolicy, spec: dict[str, int], disk_sizes: list[int],
+                      template: str) -> list[str]:
+    """What of an instance's spec breaks the policy; empty when it complies."""
+    problems: list[str] = []
+    if template not in policy.disk_templates and template != "diskless":
+        problems.append(f"disk template {template} is not allowed by the policy")
+    best: list[str] | None = None
+    for mm in policy.minmax:
+        lo, hi = mm.min.as_dict(), mm.max.as_dict()
+        issues = [
+            f"{key} {value} not in [{lo[key]}, {hi[key]}]"
+            for key, value in spec.items()
+            if not lo[key] <= value <= hi[key]
+        ]
+        issues += [
+            f"disk-size {size} not in [{lo['disk-size']}, {hi['disk-size']}]"
+            for size in disk_sizes
+            if not lo["disk-size"] <= size <= hi["disk-size"]
+        ]
+        if not issues:
+            return problems
+        if best is None or len(issues) < len(best):
+            best = issues
+    return problems + (best or [])
+
+
+def _policy(config: M.ConfigData) -> Iterable[Finding]:
+    for inst in config.instances.values():
+        group = config.instance_group(inst)
+        if group is None:
+            continue
+        policy = config.filled_ipolicy(group)
+        spec = instance_spec(config, inst)
+        sizes = [d.size for d in inst.disks]
+        for problem in policy_violations(policy, spec, sizes, inst.disk_template):
+            yield Finding("warning", "policy-violation", f"instance {inst.name}", problem)
