@@ -24,5 +24,24 @@ echo
 "$H" cluster verify
 echo
 "$H" cluster info
+
+# The node monitoring agent on this machine, as node1 of the demo cluster.
+echo
+echo "== herder mond: the monitoring agent of node1, on this machine's real data"
+PORT=$("$HERE/.venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$H" mond --bind 127.0.0.1 --port "$PORT" --node node1.herder.example --run-dir "$DIR/run" \
+  --plugin-dir "$DIR/plugins" --diagnose-dir "$DIR/diagnose" 2>"$DIR/mond.log" &
+MOND=$!
+trap 'kill $MOND 2>/dev/null; wait $MOND 2>/dev/null' EXIT
+for _ in $(seq 100); do
+  "$H" mond list --url "http://127.0.0.1:$PORT" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+sleep 1
+"$H" mond list --url "http://127.0.0.1:$PORT"
+echo
+echo "== herder mond status (one line per report; /1/report/all?verbose=1 has everything):"
+"$H" mond status --url "http://127.0.0.1:$PORT"
 echo
 echo "Config: $HERDER_CONFIG (try: HERDER_CONFIG=$HERDER_CONFIG $H --help)"
+echo "The agent ran at http://127.0.0.1:$PORT/ (stopped now; run it yourself with: $H mond --port 1815)"

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Install the Debian packages herder needs, when run as root and they are missing.
+# Install the Debian packages herder needs (when run as root and they are missing):
+# - libvirt-dev, pkg-config, gcc: to build libvirt-python
+# - libvirt-daemon: a real libvirtd (test driver) for system tests
+# - lvm2: real LVM on loop devices for the storage collectors' tests
 set -euo pipefail
-PKGS=(python3-venv)
-[ "$(id -u)" = 0 ] || exit 0
+PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl)
+[ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# python3 -m venv works already on this image (pyenv); only install when it does not.
-if [ ${#missing[@]} -gt 0 ] && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "sysdeps: apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

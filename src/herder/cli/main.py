@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "alloc": "herder.cli.alloc:alloc",
     "balance": "herder.cli.alloc:balance",
     "capacity": "herder.cli.alloc:capacity",
+    "collect": "herder.cli.collect:collect",
+    "mond": "herder.cli.mond:mond",
 }
 
 

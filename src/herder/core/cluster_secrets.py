@@ -15,11 +15,6 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
 from herder.core import envelope
 from herder.core.errors import StoreError
 
@@ -63,6 +58,12 @@ def write_secret(path: Path, data: bytes) -> None:
 
 def self_signed_certificate(common_name: str) -> bytes:
     """A private key and a self-signed certificate for `common_name`, as one PEM blob."""
+    # Imported here: daemons that only need the file names should not load cryptography.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = dt.datetime.now(dt.UTC)

@@ -1,0 +1,157 @@
+"""`herder mond`: run the node monitoring agent, or ask a running one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import click
+
+from herder.core.errors import HerderError
+from herder.core.store import default_config_path
+from herder.mond.collector import MondSettings
+from herder.mond.server import DEFAULT_PORT
+
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+
+
+@click.group(invoke_without_command=True)
+@click.option("--bind", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="TCP port (0: any free port, printed at start).")
+@click.option("--node", "node_name", help="This node's name in the cluster (default: FQDN).")
+@click.option("--plugin-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=MondSettings.plugin_dir, show_default=True)
+@click.option("--diagnose-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=MondSettings.diagnose_dir, show_default=True,
+              help="White-list directory of self-diagnose commands.")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=MondSettings.run_dir, show_default=True, help="Where pid files live.")
+@click.option("--libvirt-uri", help="libvirt URI (default: libvirt's default for this host).")
+@click.option("--collector-timeout", type=click.FloatRange(0.1), default=30.0,
+              show_default=True, help="Seconds after which a running collector counts as hung.")
+@click.option("--debug", is_flag=True, help="Log at debug level.")
+@click.pass_context
+def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin_dir: Path,
+         diagnose_dir: Path, run_dir: Path, libvirt_uri: str | None, collector_timeout: float,
+         debug: bool) -> None:
+    """The node monitoring agent: JSON over HTTP (protocol v1, port 1815).
+
+    Without a subcommand, runs the agent in the foreground until SIGTERM/SIGINT. Every
+    collector runs on its own (adaptive) interval from the cluster config's data_collectors;
+    requests are answered from the cache.
+
+    \b
+    Routes: /  /1  /1/list/collectors  /1/report/all  /1/report/CATEGORY/NAME[?verbose=1]
+            /metrics (Prometheus)  /openapi.json
+    Ask a running agent:  herder mond list | herder mond report storage drbd --verbose
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from herder.mond.agent import Agent
+    from herder.mond.context import make_context
+    from herder.mond.server import serve
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = MondSettings(plugin_dir=plugin_dir, diagnose_dir=diagnose_dir, run_dir=run_dir,
+                            libvirt_uri=libvirt_uri, collector_timeout=collector_timeout)
+    config_path = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
+    context = make_context(config_path, node_name=node_name, settings=settings)
+    agent = Agent(context)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def ready(bound: int) -> None:
+            click.echo(f"herder mond: node {context.node_name}, listening on "
+                       f"http://{bind}:{bound}/ (config {config_path})", err=True)
+
+        await serve(agent, bind, port, ready=ready, stop=stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as err:
+        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+
+
+def _get(url: str) -> object:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        body = err.read().decode(errors="replace")
+        try:
+            message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            message = body
+        raise HerderError(f"{url}: HTTP {err.code}: {message}") from None
+    except (TimeoutError, urllib.error.URLError, ConnectionError) as err:
+        reason = getattr(err, "reason", err)
+        raise HerderError(f"cannot reach the agent at {url}: {reason}") from None
+
+
+url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
+                          help="Base URL of the agent.")
+
+
+@mond.command("list")
+@url_option
+def list_(url: str) -> None:
+    """List a running agent's active collectors: name, category, kind."""
+    for name, category, kind in _get(f"{url.rstrip('/')}/1/list/collectors"):  # type: ignore[union-attr]
+        click.echo(f"{name:24} {category:11} {kind}")
+
+
+@mond.command()
+@click.argument("category", metavar="CATEGORY|all")
+@click.argument("name", required=False)
+@click.option("--verbose", is_flag=True, help="Status collectors: all data, not just status.")
+@url_option
+def report(category: str, name: str | None, verbose: bool, url: str) -> None:
+    """Print a running agent's report: `report all`, or `report CATEGORY NAME`
+    (category `default` for collectors without one)."""
+    if category == "all":
+        path = "/1/report/all"
+    elif name is None:
+        raise click.UsageError("give CATEGORY and NAME, or 'all'")
+    else:
+        path = f"/1/report/{category}/{name}"
+    query = "?verbose=1" if verbose else ""
+    click.echo(json.dumps(_get(f"{url.rstrip('/')}{path}{query}"), indent=2))
+
+
+def _summarise(data: object) -> tuple[str, str]:
+    """(status, what) of one report's data, for the status table."""
+    if isinstance(data, dict):
+        st = data.get("status")
+        if isinstance(st, dict):
+            return str(st.get("code")), str(st.get("message", "")).replace("\n", "; ")
+        if isinstance(st, str):  # diagnose: design-maintd's status word
+            return st, json.dumps(data.get("details", ""))[:80]
+        if "error" in data:
+            return "error", str(data["error"])
+        return "-", ", ".join(list(data)[:6])
+    if isinstance(data, list):
+        return "-", f"{len(data)} entries"
+    return "-", str(data)[:80]
+
+
+@mond.command()
+@url_option
+def status(url: str) -> None:
+    """One line per report of a running agent: category/name, kind, status, message."""
+    reports = _get(f"{url.rstrip('/')}/1/report/all")
+    assert isinstance(reports, list)
+    for rep in reports:
+        code, what = _summarise(rep.get("data"))
+        where = f"{rep.get('category') or 'default'}/{rep.get('name')}"
+        click.echo(f"{where:24} kind {rep.get('kind')}  status {code:6} {what}")

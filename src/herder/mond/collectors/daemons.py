@@ -1,0 +1,120 @@
+"""Daemon collectors: one per herder daemon (design "Ganeti daemons status").
+
+Category daemon, kind 1. Each reports whether its daemon runs, its memory (with unit), uptime
+and CPU use. Whether a daemon is *expected* on this node follows from the cluster config:
+masterd and maintd on the master, confd on master candidates, noded and instmon on VM-capable
+nodes, mond everywhere. A daemon that is expected but not running is status 4; one over its
+memory limit is status 4 too; one that is neither expected nor running is simply absent (0).
+
+A daemon is found by its pid file (`<run_dir>/<daemon>.pid`, written by every herder daemon),
+else by its command line (`herder <daemon> ...`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from herder.core import model as M
+from herder.mond.collector import CollectContext, Collector
+from herder.mond.report import Kind, Status, status
+
+DAEMONS = ("mond", "masterd", "noded", "confd", "maintd", "instmon")
+MEMORY_LIMIT_MIB = 1024  # above this a daemon is reported as leaking
+
+
+def expected_daemons(config: M.ConfigData | None, node: M.Node | None) -> set[str]:
+    """Which daemons should run on `node` (mond alone when the node has no config)."""
+    if config is None or node is None:
+        return {"mond"}
+    expected = {"mond"}
+    if node.vm_capable:
+        expected |= {"noded", "instmon"}
+    if node.master_candidate:
+        expected.add("confd")
+    if node.uuid == config.cluster.master_node:
+        expected |= {"masterd", "maintd", "confd"}
+    return expected
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def is_daemon_process(cmdline: list[str], daemon: str) -> bool:
+    """`herder <daemon>` or `python -m herder.cli.main <daemon>`, not `herder <daemon> report`."""
+    for index, arg in enumerate(cmdline):
+        base = arg.rsplit("/", 1)[-1]
+        if base in ("herder", "herder.cli.main") and index + 1 < len(cmdline):
+            rest = cmdline[index + 1 :]
+            return rest[0] == daemon and (len(rest) == 1 or rest[1].startswith("-"))
+    return False
+
+
+def find_process(run_dir: Path, daemon: str) -> psutil.Process | None:
+    pid = read_pid(run_dir / f"{daemon}.pid")
+    if pid is not None:
+        try:
+            proc = psutil.Process(pid)
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                return proc
+        except psutil.Error:
+            pass
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if cmdline and is_daemon_process(cmdline, daemon):
+            return proc
+    return None
+
+
+class DaemonCollector(Collector):
+    """Base of the per-daemon collectors; subclasses set `name`."""
+
+    category = "daemon"
+    kind = Kind.STATUS
+    default_interval = 10.0
+
+    def __init__(self, ctx: CollectContext) -> None:
+        super().__init__(ctx)
+        self._process: psutil.Process | None = None
+
+    def collect(self) -> dict[str, Any]:
+        daemon = self.name
+        expected = daemon in expected_daemons(self.ctx.config(), self.ctx.this_node())
+        proc = self._process
+        try:
+            if proc is None or not proc.is_running():
+                proc = find_process(self.ctx.settings.run_dir, daemon)
+            if proc is None:
+                raise psutil.NoSuchProcess(0)
+            with proc.oneshot():
+                rss = proc.memory_info().rss
+                cpu = proc.cpu_percent(interval=None)  # since our previous look
+                started = proc.create_time()
+                pid = proc.pid
+        except psutil.Error:
+            self._process = None
+            st = status(Status.BAD, f"{daemon} is not running") if expected else status(0)
+            return {"status": st, "daemon": daemon, "expected": expected, "running": False,
+                    "pid": None, "memory": None, "memory_unit": "KiB", "uptime": None,
+                    "cpu_percent": None}
+        self._process = proc
+        memory_kib = rss // 1024
+        st = status(Status.OK)
+        if memory_kib > MEMORY_LIMIT_MIB * 1024:
+            st = status(Status.BAD, f"{daemon} uses {memory_kib // 1024} MiB, over its limit "
+                                    f"of {MEMORY_LIMIT_MIB} MiB")
+        return {"status": st, "daemon": daemon, "expected": expected, "running": True,
+                "pid": pid, "memory": memory_kib, "memory_unit": "KiB",
+                "uptime": round(time.time() - started, 3), "cpu_percent": cpu}
+
+
+COLLECTORS = [
+    type(f"{d.capitalize()}DaemonCollector", (DaemonCollector,), {"name": d}) for d in DAEMONS
+]

@@ -1,0 +1,233 @@
+"""mond's HTTP API, protocol v1 (design "Format of the query"), served from the agent's cache.
+
+GET only: `/` -> `[1]`; `/1` -> `null`; `/1/list/collectors` -> `[[name, category, kind], ...]`
+(Ganeti's order inside the triples); `/1/report/all`; `/1/report/<category>/<name>`
+(`default` for collectors without a category); `?verbose=1` gives status collectors' full data.
+Also `/metrics` (Prometheus text) and `/openapi.json`. Unknown resources get a JSON 404 whose
+message differs for "unknown collector" and "unknown path" (as Ganeti's agent); other methods a
+JSON 405. Every JSON answer has a JSON content type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from herder.mond import metrics
+from herder.mond.agent import Agent
+from herder.mond.report import CATEGORIES, DEFAULT_CATEGORY
+
+log = logging.getLogger("herder.mond")
+JSON = "application/json"
+DEFAULT_PORT = 1815
+AGENT_KEY = web.AppKey("agent", Agent)
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type=JSON)
+
+
+def _error(status: int, error: str, message: str) -> web.Response:
+    return _json(_encode({"error": error, "message": message}), status)
+
+
+def _verbose(request: web.Request) -> bool:
+    return request.query.get("verbose", "0").lower() in ("1", "true", "yes")
+
+
+async def root(request: web.Request) -> web.Response:
+    return _json(b"[1]")
+
+
+async def version1(request: web.Request) -> web.Response:
+    return _json(b"null")
+
+
+async def list_collectors(request: web.Request) -> web.Response:
+    return _json(request.app[AGENT_KEY].listing)
+
+
+async def report_all(request: web.Request) -> web.Response:
+    agent = request.app[AGENT_KEY]
+    return _json(agent.all_verbose if _verbose(request) else agent.all_summary)
+
+
+async def report_one(request: web.Request) -> web.Response:
+    agent = request.app[AGENT_KEY]
+    category, name = request.match_info["category"], request.match_info["name"]
+    cached = agent.by_path.get((category, name))
+    if cached is None:
+        known = (*CATEGORIES, DEFAULT_CATEGORY)
+        why = (f"no active collector {name!r} in category {category!r}"
+               if category in known else
+               f"unknown category {category!r} (categories are lowercase: {', '.join(known)})")
+        return _error(404, "unknown collector",
+                      f"Unable to produce a report for the requested resource: {why}")
+    return _json(cached.verbose if _verbose(request) else cached.summary)
+
+
+async def report_bad_path(request: web.Request) -> web.Response:
+    return _error(404, "unknown collector",
+                  "Unable to produce a report for the requested resource: use "
+                  "/1/report/all or /1/report/<category>/<name>")
+
+
+async def prometheus(request: web.Request) -> web.Response:
+    body = metrics.exposition(request.app[AGENT_KEY])
+    return web.Response(body=body, content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type-Options": "nosniff"})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return _json(OPENAPI_BODY)
+
+
+@web.middleware
+async def json_errors(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed:
+        return web.Response(
+            body=_encode({"error": "method not allowed",
+                          "message": f"{request.method} is not supported; use GET"}),
+            status=405, content_type=JSON, headers={"Allow": "GET, HEAD"},
+        )
+    except web.HTTPNotFound:
+        return _error(404, "unknown path", f"Resource not found: {request.path}")
+
+
+def make_app(agent: Agent) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+    app[AGENT_KEY] = agent
+    routes = [
+        ("/", root), ("/1", version1), ("/1/", version1),
+        ("/1/list/collectors", list_collectors),
+        ("/1/report/all", report_all),
+        ("/1/report/{category}/{name}", report_one),
+        ("/1/report", report_bad_path), ("/1/report/{tail:.*}", report_bad_path),
+        ("/metrics", prometheus), ("/openapi.json", openapi),
+    ]
+    for path, handler in routes:
+        app.router.add_get(path, handler)
+    return app
+
+
+def write_pid_file(run_dir: Path) -> Path | None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / "mond.pid"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{os.getpid()}\n")
+        tmp.replace(path)
+        return path
+    except OSError as err:
+        log.warning("cannot write pid file in %s: %s", run_dir, err)
+        return None
+
+
+async def serve(agent: Agent, host: str, port: int, *, ready: Callable[[int], None] | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Run the agent and the HTTP server until `stop` is set (or the task is cancelled)."""
+    stop = stop or asyncio.Event()
+    app = make_app(agent)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    await site.start()
+    bound = port
+    server = site._server  # aiohttp exposes the bound sockets only here
+    if server is not None and getattr(server, "sockets", None):
+        bound = server.sockets[0].getsockname()[1]
+    pid_file = write_pid_file(agent.ctx.settings.run_dir)
+    loop_task = asyncio.create_task(agent.run(stop))
+    if ready is not None:
+        ready(bound)
+    try:
+        await stop.wait()
+    finally:
+        stop.set()
+        loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop_task
+        await runner.cleanup()
+        agent.close()
+        if pid_file is not None:
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "herder mond: node monitoring agent", "version": "1",
+             "description": "Ganeti monitoring agent protocol v1 "
+                            "(design-monitoring-agent), served from a cache."},
+    "paths": {
+        "/": {"get": {"summary": "Supported protocol versions",
+                      "responses": {"200": {"description": "[1]",
+                                            "content": {JSON: {"schema": {
+                                                "type": "array",
+                                                "items": {"type": "integer"}}}}}}}},
+        "/1": {"get": {"summary": "Root of protocol v1 (null)",
+                       "responses": {"200": {"description": "null"}}}},
+        "/1/list/collectors": {"get": {
+            "summary": "Active collectors as [name, category or 'default', kind]",
+            "responses": {"200": {"description": "list", "content": {JSON: {"schema": {
+                "type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3}}}}}}}},
+        "/1/report/all": {"get": {
+            "summary": "Every active collector's report",
+            "parameters": [{"$ref": "#/components/parameters/verbose"}],
+            "responses": {"200": {"description": "reports", "content": {JSON: {"schema": {
+                "type": "array", "items": {"$ref": "#/components/schemas/Report"}}}}}}}},
+        "/1/report/{category}/{name}": {"get": {
+            "summary": "One collector's report ('default' for collectors without a category)",
+            "parameters": [
+                {"name": "category", "in": "path", "required": True,
+                 "schema": {"type": "string",
+                            "enum": [*CATEGORIES, DEFAULT_CATEGORY]}},
+                {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                {"$ref": "#/components/parameters/verbose"}],
+            "responses": {
+                "200": {"description": "report", "content": {JSON: {"schema": {
+                    "$ref": "#/components/schemas/Report"}}}},
+                "404": {"description": "no such active collector",
+                        "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
+        "/metrics": {"get": {"summary": "The cached data in Prometheus text format",
+                             "responses": {"200": {"description": "text/plain"}}}},
+    },
+    "components": {
+        "parameters": {"verbose": {
+            "name": "verbose", "in": "query", "required": False,
+            "description": "1: status collectors give all their data, not only status",
+            "schema": {"type": "string", "enum": ["0", "1"]}}},
+        "schemas": {
+            "Report": {"type": "object",
+                       "required": ["name", "version", "format_version", "timestamp",
+                                    "category", "kind", "data"],
+                       "properties": {
+                           "name": {"type": "string"}, "version": {"type": "string"},
+                           "format_version": {"type": "integer"},
+                           "timestamp": {"type": "integer",
+                                         "description": "ns since the epoch"},
+                           "category": {"type": "string", "nullable": True},
+                           "kind": {"type": "integer", "enum": [0, 1]},
+                           "data": {},
+                           "signature": {"type": "object", "nullable": True,
+                                         "description": "diagnose only: HMAC over data"}}},
+            "Error": {"type": "object", "required": ["error", "message"],
+                      "properties": {"error": {"type": "string"},
+                                     "message": {"type": "string"}}},
+        },
+    },
+}
+OPENAPI_BODY = _encode(OPENAPI)
