@@ -113,6 +113,7 @@ def herder(capsys, monkeypatch, tmp_path):
     """Run `herder ARGS...` in-process against a config under tmp_path; returns CliResult."""
     config_path = tmp_path / "cluster" / "config.json"
     monkeypatch.setenv("HERDER_CONFIG", str(config_path))
+    monkeypatch.setenv("HERDER_OFFLINE", "1")  # no masterd in these tests: edit the file
 
     def run(*args: str) -> CliResult:
         from herder.cli.main import main

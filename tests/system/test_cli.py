@@ -176,7 +176,7 @@ def test_node_errors(cluster) -> None:
                           "node group 'x' not found")
     assert_one_line_error(cluster("node", "remove", "node1"), "is the master")
     assert_one_line_error(cluster("node", "modify", "node1", "--offline", "yes"),
-                          "master node cannot be marked offline")
+                          "The master role can be changed only via master-failover")
     assert_one_line_error(cluster("node", "modify", "nosuch", "--drained", "yes"),
                           "node 'nosuch' not found")
     result = cluster("node", "add", "n3")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import msgspec
 
+from herder.cli import remote
 from herder.cli.common import (
     YES_NO,
     json_option,
@@ -95,28 +95,6 @@ def parse_collector_options(values: tuple[str, ...]) -> dict[str, dict[str, str]
             )
         result.setdefault(name, {}).update(changes)
     return result
-
-
-def apply_collectors(c: M.Cluster, changes: dict[str, dict[str, Any]]) -> None:
-    for name, settings in changes.items():
-        current = c.data_collectors.get(name, M.CollectorSettings())
-        data = M.to_builtins(current)
-        interval_changed = "interval" in settings
-        for key, value in settings.items():
-            if key == "active":
-                data[key] = P.coerce(P.ParamSpec(key, "bool", True), value)
-            elif value is None:
-                data[key] = M.CollectorSettings().interval if key == "interval" else None
-            else:
-                data[key] = P.coerce(P.ParamSpec(key, "float", 0.0), value)
-        if interval_changed:  # bounds default from the new interval unless given
-            for bound in ("min_interval", "max_interval"):
-                if bound not in settings:
-                    data[bound] = None
-        try:
-            c.data_collectors[name] = msgspec.convert(data, M.CollectorSettings)
-        except msgspec.ValidationError as err:
-            raise ConfigError(f"data collector {name}: {err}") from None
 
 
 def local_fqdn() -> str:
@@ -340,7 +318,6 @@ def verify(store: FileStore, as_json: bool) -> None:
 @click.option("--enabled-hypervisors", help="Comma-separated list.")
 @click.option("--enabled-disk-templates", help="Comma-separated list.")
 @click.option("--master-netdev")
-@click.option("--master-ip")
 @click.option("--candidate-pool-size", type=click.IntRange(1))
 @click.option("--default-iallocator", multiple=True, metavar="[TYPE=]NAME[,NAME]",
               help="Set default iallocator(s) for every request type or one ('' clears).")
@@ -357,19 +334,23 @@ def verify(store: FileStore, as_json: bool) -> None:
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
 @click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
-@pass_store
-def modify(store: FileStore, uid_pool: str | None, add_uids: str | None,
+@click.option("--dry-run", is_flag=True, help="Check everything, change nothing.")
+@click.pass_context
+def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            remove_uids: str | None, hv: tuple[str, ...], be: tuple[str, ...],
            nic: tuple[str, ...], nd: tuple[str, ...], disk: tuple[str, ...],
            enabled_hypervisors: str | None, enabled_disk_templates: str | None,
-           master_netdev: str | None, master_ip: str | None,
-           candidate_pool_size: int | None, default_iallocator: tuple[str, ...],
-           data_collector: tuple[str, ...], ipolicy_vcpu_ratio: float | None,
-           ipolicy_spindle_ratio: float | None, ipolicy_disk_templates: str | None,
-           maintenance_on: str | None, maintenance_interval: int | None,
-           auto_balance_cluster: str | None, auto_balance_threshold: float | None,
-           diagnose_command: str | None, new_name: str | None) -> None:
+           master_netdev: str | None, candidate_pool_size: int | None,
+           default_iallocator: tuple[str, ...], data_collector: tuple[str, ...],
+           ipolicy_vcpu_ratio: float | None, ipolicy_spindle_ratio: float | None,
+           ipolicy_disk_templates: str | None, maintenance_on: str | None,
+           maintenance_interval: int | None, auto_balance_cluster: str | None,
+           auto_balance_threshold: float | None, diagnose_command: str | None,
+           new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
+
+    Goes through masterd as a job (OP_CLUSTER_SET_PARAMS), or with --offline straight to the
+    config file.
 
     \b
     Examples:
@@ -377,62 +358,59 @@ def modify(store: FileStore, uid_pool: str | None, add_uids: str | None,
       herder cluster modify -H kvm:kernel_path=/boot/vmlinuz,migration_port=8102
       herder cluster modify -B vcpus=2,maxmem=1G --data-collector drbd:interval=10
     """
-    with store.update() as config:
-        c = config.cluster
-        if uid_pool is not None:
-            c.uid_pool = uidpool.normalise(uidpool.parse_pool(uid_pool))
-        if add_uids:
-            c.uid_pool = uidpool.add(c.uid_pool, uidpool.parse_pool(add_uids))
-        if remove_uids:
-            c.uid_pool = uidpool.remove(c.uid_pool, uidpool.parse_pool(remove_uids))
-        for h, changes in parse_hv_options(hv).items():
-            c.hvparams[h] = P.apply_overrides(P.hv_family(h), c.hvparams.get(h, {}), changes)
-        if be:
-            c.beparams = P.apply_overrides(P.BE_FAMILY, c.beparams, P.parse_assignments(be))
-        if nic:
-            c.nicparams = P.apply_overrides(P.NIC_FAMILY, c.nicparams, P.parse_assignments(nic))
-        if nd:
-            c.ndparams = P.apply_overrides(P.ND_FAMILY, c.ndparams, P.parse_assignments(nd))
-        for t, changes in parse_disk_options(disk).items():
-            c.diskparams[t] = P.apply_overrides(P.disk_family(t), c.diskparams.get(t, {}), changes)
-        if enabled_hypervisors is not None:
-            c.enabled_hypervisors = [h for h in enabled_hypervisors.split(",") if h]
-        if enabled_disk_templates is not None:
-            c.enabled_disk_templates = [t for t in enabled_disk_templates.split(",") if t]
-        if master_netdev is not None:
-            c.master_netdev = master_netdev
-        if master_ip is not None:
-            c.master_ip = master_ip
-        if candidate_pool_size is not None:
-            c.candidate_pool_size = candidate_pool_size
-        c.default_iallocators.update(parse_default_iallocators(default_iallocator))
-        apply_collectors(c, parse_collector_options(data_collector))
-        if ipolicy_vcpu_ratio is not None:
-            c.ipolicy.vcpu_ratio = ipolicy_vcpu_ratio
-        if ipolicy_spindle_ratio is not None:
-            c.ipolicy.spindle_ratio = ipolicy_spindle_ratio
-        if ipolicy_disk_templates is not None:
-            c.ipolicy.disk_templates = [t for t in ipolicy_disk_templates.split(",") if t]
-        maint = config.maintenance
-        maint_before = M.to_builtins(maint)
-        if maintenance_on is not None:
-            maint.enabled = bool(yes_no(maintenance_on))
-        if maintenance_interval is not None:
-            maint.round_delay = maintenance_interval
-        if auto_balance_cluster is not None:
-            maint.balance = bool(yes_no(auto_balance_cluster))
-        if auto_balance_threshold is not None:
-            maint.balance_threshold = auto_balance_threshold
-        if diagnose_command is not None:
-            if "/" in diagnose_command:
-                raise ConfigError("the diagnose command is a file name, without path separators")
-            maint.diagnose_command = diagnose_command
-        if M.to_builtins(maint) != maint_before:
-            maint.touch()
-        if new_name:
-            c.name = new_name
-        c.touch()
-    click.echo(f"Modified cluster {config.cluster.name}; config serial {config.serial_no}")
+    fields: dict[str, Any] = {}
+    if uid_pool is not None:
+        fields["uid_pool"] = uidpool.parse_pool(uid_pool)
+    if add_uids:
+        fields["add_uids"] = uidpool.parse_pool(add_uids)
+    if remove_uids:
+        fields["remove_uids"] = uidpool.parse_pool(remove_uids)
+    if hv:
+        fields["hvparams"] = parse_hv_options(hv)
+    for key, values in (("beparams", be), ("nicparams", nic), ("ndparams", nd)):
+        if values:
+            fields[key] = P.parse_assignments(values)
+    if disk:
+        fields["diskparams"] = parse_disk_options(disk)
+    if enabled_hypervisors is not None:
+        fields["enabled_hypervisors"] = [h for h in enabled_hypervisors.split(",") if h]
+    if enabled_disk_templates is not None:
+        fields["enabled_disk_templates"] = [t for t in enabled_disk_templates.split(",") if t]
+    if master_netdev is not None:
+        fields["master_netdev"] = master_netdev
+    if candidate_pool_size is not None:
+        fields["candidate_pool_size"] = candidate_pool_size
+    if default_iallocator:
+        fields["default_iallocators"] = parse_default_iallocators(default_iallocator)
+    if data_collector:
+        fields["data_collectors"] = parse_collector_options(data_collector)
+    ipolicy: dict[str, Any] = {}
+    if ipolicy_vcpu_ratio is not None:
+        ipolicy["vcpu-ratio"] = ipolicy_vcpu_ratio
+    if ipolicy_spindle_ratio is not None:
+        ipolicy["spindle-ratio"] = ipolicy_spindle_ratio
+    if ipolicy_disk_templates is not None:
+        ipolicy["disk-templates"] = [t for t in ipolicy_disk_templates.split(",") if t]
+    if ipolicy:
+        fields["ipolicy"] = ipolicy
+    if maintenance_on is not None:
+        fields["maint_enabled"] = bool(yes_no(maintenance_on))
+    if maintenance_interval is not None:
+        fields["maint_round_delay"] = maintenance_interval
+    if auto_balance_cluster is not None:
+        fields["maint_balance"] = bool(yes_no(auto_balance_cluster))
+    if auto_balance_threshold is not None:
+        fields["maint_balance_threshold"] = auto_balance_threshold
+    if diagnose_command is not None:
+        fields["diagnose_data_collector_filename"] = diagnose_command
+    if new_name:
+        fields["name"] = new_name
+    if not fields:
+        raise click.UsageError("nothing to change; see 'herder cluster modify --help'")
+    op = {"OP_ID": "OP_CLUSTER_SET_PARAMS", "dry_run": dry_run, **fields}
+    remote.run(ctx, [op], rapi=lambda api: api.modify_cluster(dry_run=dry_run, **fields))
+    click.echo("Dry run: the change is valid; nothing was changed" if dry_run
+               else "Modified the cluster")
 
 
 # --- import-ganeti ------------------------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from herder.cli import remote
 from herder.cli.cluster import PARAM_HELP, parse_disk_options
 from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
 from herder.core import model as M
 from herder.core import params as P
-from herder.core.errors import ExistsError, HerderError
 from herder.core.store import FileStore
 
 ALLOC_POLICIES = click.Choice(["preferred", "last_resort", "unallocable"])
@@ -68,23 +70,18 @@ def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--alloc-policy", type=ALLOC_POLICIES, default="preferred", show_default=True)
 @click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
 @click.option("-D", "--disk-parameters", "disk", multiple=True, metavar="TEMPLATE:KEY=VALUE")
-@pass_store
-def add(store: FileStore, name: str, alloc_policy: str, nd: tuple[str, ...],
+@click.pass_context
+def add(ctx: click.Context, name: str, alloc_policy: str, nd: tuple[str, ...],
         disk: tuple[str, ...]) -> None:
-    """Add a node group."""
-    with store.update() as config:
-        if any(g.name == name for g in config.nodegroups.values()):
-            raise ExistsError(f"node group {name!r} already exists")
-        stamp = M.now()
-        g = M.NodeGroup(
-            uuid=M.new_uuid(), name=name, alloc_policy=alloc_policy,  # type: ignore[arg-type]
-            ndparams=P.apply_overrides(P.ND_FAMILY, {}, P.parse_assignments(nd)),
-            diskparams={t: P.apply_overrides(P.disk_family(t), {}, ch)
-                        for t, ch in parse_disk_options(disk).items()},
-            ctime=stamp, mtime=stamp,
-        )
-        config.nodegroups[g.uuid] = g
-    click.echo(f"Added node group {name} (uuid {g.uuid})")
+    """Add a node group (OP_GROUP_ADD)."""
+    body: dict[str, Any] = {"group_name": name, "alloc_policy": alloc_policy}
+    if nd:
+        body["ndparams"] = P.parse_assignments(nd)
+    if disk:
+        body["diskparams"] = parse_disk_options(disk)
+    (uuid,) = remote.run(ctx, [{"OP_ID": "OP_GROUP_ADD", **body}],
+                         rapi=lambda api: api.request("POST", "/2/groups", None, body))
+    click.echo(f"Added node group {name} (uuid {uuid})")
 
 
 @group.command()
@@ -96,45 +93,44 @@ def add(store: FileStore, name: str, alloc_policy: str, nd: tuple[str, ...],
 @click.option("--ipolicy-spindle-ratio", type=float)
 @click.option("--ipolicy-disk-templates", help="Comma-separated; '' inherits the cluster's.")
 @click.option("--rename", "new_name", help="New name (the UUID stays).")
-@pass_store
-def modify(store: FileStore, name: str, alloc_policy: str | None, nd: tuple[str, ...],
+@click.pass_context
+def modify(ctx: click.Context, name: str, alloc_policy: str | None, nd: tuple[str, ...],
            disk: tuple[str, ...], ipolicy_vcpu_ratio: float | None,
            ipolicy_spindle_ratio: float | None, ipolicy_disk_templates: str | None,
            new_name: str | None) -> None:
-    """Change a group's policy, parameters or name."""
-    with store.update() as config:
-        g = config.find_group(name)
-        if new_name and new_name != g.name:
-            if any(o.name == new_name for o in config.nodegroups.values()):
-                raise ExistsError(f"node group {new_name!r} already exists")
-            g.name = new_name
-        if alloc_policy:
-            g.alloc_policy = alloc_policy  # type: ignore[assignment]
-        if nd:
-            g.ndparams = P.apply_overrides(P.ND_FAMILY, g.ndparams, P.parse_assignments(nd))
-        for t, changes in parse_disk_options(disk).items():
-            g.diskparams[t] = P.apply_overrides(P.disk_family(t), g.diskparams.get(t, {}), changes)
-        if ipolicy_vcpu_ratio is not None:
-            g.ipolicy.vcpu_ratio = ipolicy_vcpu_ratio
-        if ipolicy_spindle_ratio is not None:
-            g.ipolicy.spindle_ratio = ipolicy_spindle_ratio
-        if ipolicy_disk_templates is not None:
-            g.ipolicy.disk_templates = [t for t in ipolicy_disk_templates.split(",") if t] or None
-        g.touch()
-    click.echo(f"Modified node group {g.name}")
+    """Change a group's policy, parameters (OP_GROUP_SET_PARAMS) or name (OP_GROUP_RENAME)."""
+    body: dict[str, Any] = {}
+    if alloc_policy:
+        body["alloc_policy"] = alloc_policy
+    if nd:
+        body["ndparams"] = P.parse_assignments(nd)
+    if disk:
+        body["diskparams"] = parse_disk_options(disk)
+    ipolicy: dict[str, Any] = {}
+    if ipolicy_vcpu_ratio is not None:
+        ipolicy["vcpu-ratio"] = ipolicy_vcpu_ratio
+    if ipolicy_spindle_ratio is not None:
+        ipolicy["spindle-ratio"] = ipolicy_spindle_ratio
+    if ipolicy_disk_templates is not None:
+        ipolicy["disk-templates"] = [t for t in ipolicy_disk_templates.split(",") if t] or None
+    if ipolicy:
+        body["ipolicy"] = ipolicy
+    if not body and not new_name:
+        raise click.UsageError("nothing to change; see 'herder group modify --help'")
+    if body:
+        remote.run(ctx, [{"OP_ID": "OP_GROUP_SET_PARAMS", "group_name": name, **body}],
+                   rapi=lambda api: api.request("PUT", f"/2/groups/{name}/modify", None, body))
+    if new_name:
+        remote.run(ctx, [{"OP_ID": "OP_GROUP_RENAME", "group_name": name, "new_name": new_name}],
+                   rapi=lambda api: api.rename_group(name, new_name))
+    click.echo(f"Modified node group {new_name or name}")
 
 
 @group.command()
 @click.argument("name", metavar="GROUP")
-@pass_store
-def remove(store: FileStore, name: str) -> None:
-    """Remove an empty node group."""
-    with store.update() as config:
-        g = config.find_group(name)
-        members = sorted(n.name for n in config.nodes.values() if n.group == g.uuid)
-        if members:
-            raise HerderError(f"node group {g.name} still has nodes: {', '.join(members)}")
-        if len(config.nodegroups) == 1:
-            raise HerderError("the last node group cannot be removed")
-        del config.nodegroups[g.uuid]
-    click.echo(f"Removed node group {g.name}")
+@click.pass_context
+def remove(ctx: click.Context, name: str) -> None:
+    """Remove an empty node group (OP_GROUP_REMOVE)."""
+    remote.run(ctx, [{"OP_ID": "OP_GROUP_REMOVE", "group_name": name}],
+               rapi=lambda api: api.delete_group(name))
+    click.echo(f"Removed node group {name}")

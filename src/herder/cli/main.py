@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "capacity": "herder.cli.alloc:capacity",
     "collect": "herder.cli.collect:collect",
     "mond": "herder.cli.mond:mond",
+    "masterd": "herder.cli.masterd:masterd",
+    "job": "herder.cli.job:job",
 }
 
 
@@ -67,8 +69,13 @@ class LazyGroup(click.Group):
     default=None,
     help="Cluster config file (default: $HERDER_CONFIG, else /var/lib/herder/config.json).",
 )
+@click.option("--offline", is_flag=True, envvar="HERDER_OFFLINE",
+              help="Change the config file directly instead of through masterd.")
+@click.option("--masterd", "masterd_url", envvar="HERDER_MASTERD", metavar="URL",
+              help="masterd's RAPI URL (default: https://<master ip>:5080).")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None) -> None:
+def cli(ctx: click.Context, config_path: str | None, offline: bool,
+        masterd_url: str | None) -> None:
     """herder watches, heals and places virtual machines across a cluster of hypervisor nodes.
 
     \b
@@ -78,11 +85,14 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
       herder node add node1.example.com --ip 192.0.2.10
       herder alloc request.json                   answer an iallocator request (hail-compatible)
 
-    Every command finds the cluster config through --config or $HERDER_CONFIG. Add --help to
-    any command for its options.
+    Every command finds the cluster config through --config or $HERDER_CONFIG. Changes go
+    through the master daemon (herder masterd) as jobs; --offline edits the config file
+    directly. Add --help to any command for its options.
     """
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
+    ctx.obj["offline"] = offline
+    ctx.obj["masterd"] = masterd_url
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import click
 
+from herder.cli import remote
 from herder.cli.common import (
     YES_NO,
     json_option,
@@ -18,7 +20,7 @@ from herder.cli.common import (
 )
 from herder.core import model as M
 from herder.core import params as P
-from herder.core.errors import ConfigError, ExistsError, HerderError
+from herder.core.errors import ConfigError
 from herder.core.store import FileStore
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
@@ -116,42 +118,21 @@ def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--ip", "--primary-ip", "primary_ip", required=True, help="Primary IP address.")
 @click.option("--secondary-ip", help="Replication (DRBD) IP address.")
 @click.option("--group", "group_name", help="Node group (default: the first group).")
-@click.option("--master-candidate/--no-master-candidate", default=False, show_default=True)
 @click.option("--master-capable/--no-master-capable", default=True, show_default=True)
 @click.option("--vm-capable/--no-vm-capable", default=True, show_default=True)
 @click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
-@click.option("--uuid", "node_uuid", help="Keep this UUID (e.g. re-adding a known node).")
-@pass_store
-def add(store: FileStore, name: str, primary_ip: str, secondary_ip: str | None,
-        group_name: str | None, master_candidate: bool, master_capable: bool, vm_capable: bool,
-        nd: tuple[str, ...], node_uuid: str | None) -> None:
-    """Add node NAME to the cluster."""
-    _check_ip(primary_ip, "primary IP")
-    _check_ip(secondary_ip, "secondary IP")
-    with store.update() as config:
-        for other in config.nodes.values():
-            if other.name == name:
-                raise ExistsError(f"node {name!r} already exists (uuid {other.uuid})")
-            if other.primary_ip == primary_ip:
-                raise ExistsError(f"IP {primary_ip} is already node {other.name}'s primary IP")
-        if node_uuid and node_uuid in config.nodes:
-            raise ExistsError(f"UUID {node_uuid} is already node {config.nodes[node_uuid].name}")
-        if group_name:
-            group = config.find_group(group_name)
-        elif config.nodegroups:
-            group = min(config.nodegroups.values(), key=lambda g: g.ctime)
-        else:
-            raise HerderError("the cluster has no node group; add one with 'herder group add'")
-        stamp = M.now()
-        new = M.Node(
-            uuid=node_uuid or M.new_uuid(), name=name, primary_ip=primary_ip,
-            secondary_ip=secondary_ip, group=group.uuid, master_candidate=master_candidate,
-            master_capable=master_capable, vm_capable=vm_capable,
-            ndparams=P.apply_overrides(P.ND_FAMILY, {}, P.parse_assignments(nd)),
-            ctime=stamp, mtime=stamp,
-        )
-        config.nodes[new.uuid] = new
-    click.echo(f"Added node {name} (uuid {new.uuid}) to group {group.name}")
+@click.option("--readd", is_flag=True, help="Re-add a known node (keeps its UUID).")
+@click.pass_context
+def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None,
+        group_name: str | None, master_capable: bool, vm_capable: bool,
+        nd: tuple[str, ...], readd: bool) -> None:
+    """Add node NAME to the cluster (OP_NODE_ADD)."""
+    op = {"OP_ID": "OP_NODE_ADD", "node_name": name, "primary_ip": primary_ip,
+          "secondary_ip": secondary_ip, "group": group_name, "master_capable": master_capable,
+          "vm_capable": vm_capable, "readd": readd,
+          "ndparams": P.parse_assignments(nd) if nd else None}
+    (uuid,) = remote.run(ctx, [op])
+    click.echo(f"Added node {name} (uuid {uuid})")
 
 
 @node.command()
@@ -165,62 +146,52 @@ def add(store: FileStore, name: str, primary_ip: str, secondary_ip: str | None,
 @click.option("--group", "group_name", help="Move the node to this group.")
 @click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
 @click.option("--rename", "new_name", help="New name (the UUID stays).")
-@pass_store
-def modify(store: FileStore, name: str, offline: str | None, drained: str | None,
+@click.option("--force", is_flag=True, help="e.g. offline a node that runs instances.")
+@click.option("--dry-run", is_flag=True, help="Check everything, change nothing.")
+@click.pass_context
+def modify(ctx: click.Context, name: str, offline: str | None, drained: str | None,
            master_candidate: str | None, master_capable: str | None, vm_capable: str | None,
            secondary_ip: str | None, group_name: str | None, nd: tuple[str, ...],
-           new_name: str | None) -> None:
-    """Change a node's flags, group, parameters or name."""
-    _check_ip(secondary_ip, "secondary IP")
-    with store.update() as config:
-        n = config.find_node(name)
-        is_master = n.uuid == config.cluster.master_node
-        if new_name and new_name != n.name:
-            if any(o.name == new_name for o in config.nodes.values()):
-                raise ExistsError(f"node {new_name!r} already exists")
-            n.name = new_name
-        for flag, value in (("offline", offline), ("drained", drained)):
-            if value is not None:
-                on = bool(yes_no(value))
-                if on and is_master:
-                    raise HerderError(f"the master node cannot be marked {flag}")
-                setattr(n, flag, on)
-                if on:
-                    n.master_candidate = False  # Ganeti demotes offline/drained nodes too
-        if master_capable is not None:
-            n.master_capable = bool(yes_no(master_capable))
-            if not n.master_capable:
-                if is_master:
-                    raise HerderError("the master node must stay master capable")
-                n.master_candidate = False
-        if master_candidate is not None:
-            on = bool(yes_no(master_candidate))
-            if not on and is_master:
-                raise HerderError("the master node cannot be demoted from master candidate")
-            n.master_candidate = on
-        if vm_capable is not None:
-            n.vm_capable = bool(yes_no(vm_capable))
-        if secondary_ip is not None:
-            n.secondary_ip = secondary_ip or None
-        if group_name:
-            n.group = config.find_group(group_name).uuid
-        if nd:
-            n.ndparams = P.apply_overrides(P.ND_FAMILY, n.ndparams, P.parse_assignments(nd))
-        n.touch()
-    click.echo(f"Modified node {n.name}")
+           new_name: str | None, force: bool, dry_run: bool) -> None:
+    """Change a node's flags, group, parameters or name (OP_NODE_SET_PARAMS).
+
+    Ganeti's rules apply: the master cannot be offlined, drained or demoted; an offline or
+    drained node stops being a master candidate.
+    """
+    fields: dict[str, Any] = {}
+    for key, value in (("offline", offline), ("drained", drained),
+                       ("master_candidate", master_candidate),
+                       ("master_capable", master_capable), ("vm_capable", vm_capable)):
+        if value is not None:
+            fields[key] = bool(yes_no(value))
+    if secondary_ip is not None:
+        _check_ip(secondary_ip, "secondary IP")
+        fields["secondary_ip"] = secondary_ip
+    if group_name:
+        fields["group"] = group_name
+    if nd:
+        fields["ndparams"] = P.parse_assignments(nd)
+    if new_name:
+        fields["new_name"] = new_name
+    if force:
+        fields["force"] = True
+    if not fields:
+        raise click.UsageError("nothing to change; see 'herder node modify --help'")
+    op = {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": name, "dry_run": dry_run, **fields}
+    (changes,) = remote.run(ctx, [op],
+                            rapi=lambda api: api.modify_node(name, dry_run=dry_run, **fields))
+    if dry_run:
+        click.echo(f"Dry run: the change of node {name} is valid; nothing was changed")
+        return
+    click.echo(f"Modified node {new_name or name}")
+    for field, value in changes or []:
+        click.echo(f"  {field} -> {value}")
 
 
 @node.command()
 @click.argument("name", metavar="NODE")
-@pass_store
-def remove(store: FileStore, name: str) -> None:
-    """Remove a node that holds no instances and is not the master."""
-    with store.update() as config:
-        n = config.find_node(name)
-        if n.uuid == config.cluster.master_node:
-            raise HerderError(f"node {n.name} is the master and cannot be removed")
-        users = sorted(i.name for i in config.instances_on(n.uuid))
-        if users:
-            raise HerderError(f"node {n.name} still holds instances: {', '.join(users)}")
-        del config.nodes[n.uuid]
-    click.echo(f"Removed node {n.name}")
+@click.pass_context
+def remove(ctx: click.Context, name: str) -> None:
+    """Remove a node that holds no instances and is not the master (OP_NODE_REMOVE)."""
+    remote.run(ctx, [{"OP_ID": "OP_NODE_REMOVE", "node_name": name}])
+    click.echo(f"Removed node {name}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from herder.cli import remote
 from herder.cli.common import json_option, pass_store, print_json
 from herder.core import model as M
 from herder.core.errors import HerderError
@@ -52,29 +53,35 @@ def list_(store: FileStore, kind: str, name: str | None, as_json: bool) -> None:
             click.echo(tag)
 
 
+OP_KINDS = {"cluster": "cluster", "group": "nodegroup", "node": "node", "instance": "instance"}
+RAPI_KINDS = {"group": "groups", "node": "nodes", "instance": "instances"}
+
+
+def _change(ctx: click.Context, op_id: str, kind: str, args: tuple[str, ...]) -> None:
+    name, tag_list = (None, list(args)) if kind == "cluster" else (args[0], list(args[1:]))
+    if not tag_list:
+        raise HerderError("give at least one tag")
+    for tag in tag_list:
+        M.check_tag(tag)
+    method = "PUT" if op_id == "OP_TAGS_SET" else "DELETE"
+    path = "/2/tags" if kind == "cluster" else f"/2/{RAPI_KINDS[kind]}/{name}/tags"
+    remote.run(ctx, [{"OP_ID": op_id, "kind": OP_KINDS[kind], "name": name, "tags": tag_list}],
+               rapi=lambda api: api.request(method, path, [("tag", t) for t in tag_list]))
+
+
 @tags.command()
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("args", nargs=-1, required=True, metavar="[NAME] TAG...")
-@pass_store
-def add(store: FileStore, kind: str, args: tuple[str, ...]) -> None:
+@click.pass_context
+def add(ctx: click.Context, kind: str, args: tuple[str, ...]) -> None:
     """Add tags (cluster: TAG...; others: NAME TAG...)."""
-    with store.update() as config:
-        obj, new = _target(config, kind, args)
-        if not new:
-            raise HerderError("give at least one tag")
-        M.tags_add(obj, new)
-        obj.touch()
+    _change(ctx, "OP_TAGS_SET", kind, args)
 
 
 @tags.command()
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("args", nargs=-1, required=True, metavar="[NAME] TAG...")
-@pass_store
-def remove(store: FileStore, kind: str, args: tuple[str, ...]) -> None:
+@click.pass_context
+def remove(ctx: click.Context, kind: str, args: tuple[str, ...]) -> None:
     """Remove tags (cluster: TAG...; others: NAME TAG...)."""
-    with store.update() as config:
-        obj, gone = _target(config, kind, args)
-        if not gone:
-            raise HerderError("give at least one tag")
-        M.tags_remove(obj, gone)
-        obj.touch()
+    _change(ctx, "OP_TAGS_DEL", kind, args)

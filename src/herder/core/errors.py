@@ -36,3 +36,23 @@ class StoreError(HerderError):
 
 class SignatureError(HerderError):
     """A signed message is malformed or its HMAC does not verify."""
+
+
+class OpPrereqError(HerderError):
+    """An opcode's prerequisites do not hold (Ganeti's OpPrereqError); nothing was changed."""
+
+    ganeti_class = "OpPrereqError"
+
+    def __init__(self, message: str, code: str = "wrong_input") -> None:
+        super().__init__(message)
+        self.ganeti_args = [message, code]
+
+
+class OpExecError(HerderError):
+    """An opcode failed while executing (Ganeti's OpExecError)."""
+
+    ganeti_class = "OpExecError"
+
+
+class RpcError(OpExecError):
+    """A node RPC failed or the node could not be reached."""

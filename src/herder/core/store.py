@@ -22,7 +22,7 @@ from typing import Protocol
 
 from herder.core import model as M
 from herder.core import upgrade
-from herder.core.errors import ConfigError, StoreError
+from herder.core.errors import ConfigError, HerderError, StoreError
 
 DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
 DEFAULT_CONFIG_PATH = DEFAULT_CONFIG_DIR / "config.json"
@@ -126,29 +126,8 @@ class FileStore:
             self._write(M.revalidate(config))
 
     def _write(self, config: M.ConfigData) -> None:
-        data = M.encode(config)
         self._remove_stale_temporaries()
-        tmp = self.directory / f".{self.path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, CONFIG_MODE)
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        os.close(fd)
-        try:
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        fsync_directory(self.directory)
+        atomic_write(self.path, M.encode(config), CONFIG_MODE)
 
     def _remove_stale_temporaries(self) -> None:
         """Remove temporary files left by writers that died mid-write."""
@@ -159,6 +138,33 @@ class FileStore:
             if not pid_alive(int(match["pid"])):
                 with contextlib.suppress(OSError):
                     entry.unlink()
+
+
+def atomic_write(path: Path, data: bytes, mode: int = CONFIG_MODE) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content: write a
+    temporary file in the same directory, fsync it, rename it over `path`, fsync the directory.
+    The temporary's name carries the writer's pid, so leftovers of dead writers are found."""
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -177,6 +183,34 @@ def pid_alive(pid: int) -> bool:
     except OSError as err:
         return err.errno == errno.EPERM
     return True
+
+
+class ConfigCache:
+    """The cluster config, reloaded only when the file changes; None when there is none."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._config: M.ConfigData | None = None
+        self.error: str | None = None
+
+    def __call__(self) -> M.ConfigData | None:
+        if self.path is None:
+            return None
+        try:
+            st = self.path.stat()
+        except OSError:
+            self._config, self._stamp = None, None
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            try:
+                self._config = FileStore(self.path).load()
+                self.error = None
+            except HerderError as err:  # keep the last good config; say why
+                self.error = str(err)
+            self._stamp = stamp
+        return self._config
 
 
 def default_config_path() -> Path:

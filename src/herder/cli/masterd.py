@@ -1,0 +1,72 @@
+"""`herder masterd`: run the master daemon (config, job queue, Ganeti RAPI v2 on port 5080)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from herder.core.errors import HerderError
+from herder.core.store import default_config_path
+from herder.masterd.daemon import DEFAULT_PORT, MasterDaemon, MasterSettings
+
+
+@click.command()
+@click.option("--bind", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="TCP port (0: any free port, printed at start).")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Job queue worker threads (jobs that do not conflict run in parallel).")
+@click.option("--anonymous-reads", is_flag=True,
+              help="Allow GET requests without credentials (writes always need a user).")
+@click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/run/herder"), show_default=True, help="Where the pid file goes.")
+@click.option("--debug", is_flag=True, help="Log at debug level.")
+@click.pass_context
+def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
+            no_tls: bool, run_dir: Path, debug: bool) -> None:
+    """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
+
+    Runs in the foreground until SIGTERM/SIGINT. HTTPS with the cluster certificate
+    (server.pem beside the config); users and passwords from rapi_users beside the config
+    (`user password write`). Jobs survive a restart: queued ones run, ones that were running are
+    marked failed with the reason.
+
+    \b
+    Routes (Ganeti RAPI v2 subset): /2/info /2/nodes[?bulk=1] /2/nodes/NODE[/role|/modify|
+      /evacuate|/migrate|/tags] /2/instances[...] /2/groups[...] /2/jobs[/ID[/wait]] /2/tags
+      /2/modify; herder extensions under /2/herder/ (maintenance).
+    """
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config_path = Path((ctx.find_root().obj or {}).get("config_path") or default_config_path())
+    daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
+                                         workers=workers, anonymous_reads=anonymous_reads,
+                                         tls=not no_tls, run_dir=run_dir))
+    recovered = daemon.recovered
+    if recovered["failed"] or recovered["requeued"] or recovered["canceled"]:
+        click.echo(f"herder masterd: recovered jobs: requeued {recovered['requeued']}, "
+                   f"failed (were running) {recovered['failed']}, "
+                   f"canceled {recovered['canceled']}", err=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        scheme = "http" if no_tls else "https"
+
+        def ready(bound: int) -> None:
+            click.echo(f"herder masterd: serving RAPI on {scheme}://{bind}:{bound}/ "
+                       f"(config {config_path})", err=True)
+
+        await daemon.serve(ready=ready, stop=stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as err:
+        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None

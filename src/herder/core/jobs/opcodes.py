@@ -1,0 +1,357 @@
+"""Opcodes: what a job asks for, with Ganeti's `OP_ID` names and field names.
+
+Each opcode is a msgspec Struct tagged by `OP_ID`, validated once when a job is submitted
+(`parse`): unknown OP_IDs and unknown fields are refused with a message. Every opcode carries
+the common fields (`dry_run`, `debug_level`, `priority`, `depends`, `comment`, `reason`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+from herder.core.errors import HerderError
+from herder.core.jobs import reason as R
+
+PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
+
+
+class OpcodeError(HerderError):
+    """An opcode (or job) submitted is malformed."""
+
+
+class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fields=True,
+             omit_defaults=False):
+    dry_run: bool = False
+    debug_level: int = 0
+    priority: int = PRIORITY_NORMAL
+    depends: list[Any] | None = None
+    comment: str | None = None
+    reason: list[list[Any]] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not PRIORITY_HIGHEST <= self.priority <= PRIORITY_LOWEST:
+            raise ValueError(f"priority must be between {PRIORITY_HIGHEST} and "
+                             f"{PRIORITY_LOWEST}")
+        try:
+            self.reason = R.validate(self.reason)
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+
+    @property
+    def op_id(self) -> str:
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+    def summary(self) -> str:
+        """Ganeti's job summary: OP_ID without the prefix, with the main object's name."""
+        base = self.op_id.removeprefix("OP_")
+        target = self.summary_target()
+        return f"{base}({target})" if target else base
+
+    def summary_target(self) -> str | None:
+        for field in ("instance_name", "node_name", "group_name"):
+            value = getattr(self, field, None)
+            if value:
+                return str(value)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+def _op(op_id: str) -> dict[str, Any]:
+    return {"tag": op_id, "kw_only": True}
+
+
+# --- cluster ------------------------------------------------------------------------------------
+
+class OpClusterSetParams(OpCode, **_op("OP_CLUSTER_SET_PARAMS")):
+    hvparams: dict[str, dict[str, Any]] | None = None
+    os_hvp: dict[str, dict[str, dict[str, Any]]] | None = None
+    beparams: dict[str, Any] | None = None
+    osparams: dict[str, dict[str, Any]] | None = None
+    nicparams: dict[str, Any] | None = None
+    ndparams: dict[str, Any] | None = None
+    diskparams: dict[str, dict[str, Any]] | None = None
+    ipolicy: dict[str, Any] | None = None
+    enabled_hypervisors: list[str] | None = None
+    enabled_disk_templates: list[str] | None = None
+    uid_pool: list[tuple[int, int]] | None = None
+    add_uids: list[tuple[int, int]] | None = None
+    remove_uids: list[tuple[int, int]] | None = None
+    master_netdev: str | None = None
+    candidate_pool_size: int | None = None
+    default_iallocator: str | None = None
+    default_iallocator_params: dict[str, str] | None = None
+    # herder: one list per request type (design-2.1 "Default iallocator names")
+    default_iallocators: dict[str, list[str]] | None = None
+    # Ganeti's data collector fields (interval in microseconds) and herder's full settings
+    enabled_data_collectors: dict[str, bool] | None = None
+    data_collector_interval: dict[str, float] | None = None
+    data_collectors: dict[str, dict[str, Any]] | None = None
+    # maintenance daemon (Ganeti 2.17 names)
+    maint_enabled: bool | None = None
+    maint_round_delay: int | None = None
+    maint_balance: bool | None = None
+    maint_balance_threshold: float | None = None
+    diagnose_data_collector_filename: str | None = None
+    name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
+
+
+# --- node groups --------------------------------------------------------------------------------
+
+class OpGroupAdd(OpCode, **_op("OP_GROUP_ADD")):
+    group_name: str
+    alloc_policy: Literal["preferred", "last_resort", "unallocable"] | None = None
+    ndparams: dict[str, Any] | None = None
+    diskparams: dict[str, dict[str, Any]] | None = None
+    ipolicy: dict[str, Any] | None = None
+    hv_state: dict[str, Any] | None = None
+    disk_state: dict[str, Any] | None = None
+
+
+class OpGroupSetParams(OpCode, **_op("OP_GROUP_SET_PARAMS")):
+    group_name: str
+    alloc_policy: Literal["preferred", "last_resort", "unallocable"] | None = None
+    ndparams: dict[str, Any] | None = None
+    diskparams: dict[str, dict[str, Any]] | None = None
+    ipolicy: dict[str, Any] | None = None
+    hv_state: dict[str, Any] | None = None
+    disk_state: dict[str, Any] | None = None
+
+
+class OpGroupRename(OpCode, **_op("OP_GROUP_RENAME")):
+    group_name: str
+    new_name: str
+
+
+class OpGroupRemove(OpCode, **_op("OP_GROUP_REMOVE")):
+    group_name: str
+
+
+# --- nodes --------------------------------------------------------------------------------------
+
+class OpNodeAdd(OpCode, **_op("OP_NODE_ADD")):
+    node_name: str
+    primary_ip: str | None = None
+    secondary_ip: str | None = None
+    group: str | None = None
+    master_capable: bool | None = None
+    vm_capable: bool | None = None
+    ndparams: dict[str, Any] | None = None
+    readd: bool = False
+    node_setup: bool = False
+    hv_state: dict[str, Any] | None = None
+    disk_state: dict[str, Any] | None = None
+
+
+class OpNodeSetParams(OpCode, **_op("OP_NODE_SET_PARAMS")):
+    node_name: str
+    node_uuid: str | None = None
+    force: bool = False
+    master_candidate: bool | None = None
+    offline: bool | None = None
+    drained: bool | None = None
+    auto_promote: bool = False
+    master_capable: bool | None = None
+    vm_capable: bool | None = None
+    secondary_ip: str | None = None
+    ndparams: dict[str, Any] | None = None
+    powered: bool | None = None
+    group: str | None = None  # herder: move to a group (Ganeti: OP_GROUP_ASSIGN_NODES)
+    new_name: str | None = None  # herder: rename (the UUID stays)
+    hv_state: dict[str, Any] | None = None
+    disk_state: dict[str, Any] | None = None
+
+
+class OpNodeRemove(OpCode, **_op("OP_NODE_REMOVE")):
+    node_name: str
+    node_uuid: str | None = None
+
+
+class OpNodeEvacuate(OpCode, **_op("OP_NODE_EVACUATE")):
+    node_name: str
+    node_uuid: str | None = None
+    mode: Literal["primary-only", "secondary-only", "all"] = "all"
+    iallocator: str | None = None
+    remote_node: str | None = None
+    remote_node_uuid: str | None = None
+    early_release: bool = False
+    ignore_soft_errors: bool = False
+
+
+class OpNodeMigrate(OpCode, **_op("OP_NODE_MIGRATE")):
+    node_name: str
+    node_uuid: str | None = None
+    mode: Literal["live", "non-live"] | None = None
+    live: bool | None = None
+    target_node: str | None = None
+    target_node_uuid: str | None = None
+    iallocator: str | None = None
+    allow_runtime_changes: bool = True
+    ignore_ipolicy: bool = False
+
+
+class OpNodePowercycle(OpCode, **_op("OP_NODE_POWERCYCLE")):
+    node_name: str
+    node_uuid: str | None = None
+    force: bool = False
+
+
+# --- instances ----------------------------------------------------------------------------------
+
+class OpInstanceRename(OpCode, **_op("OP_INSTANCE_RENAME")):
+    instance_name: str
+    instance_uuid: str | None = None
+    new_name: str
+    ip_check: bool = False
+    name_check: bool = False
+
+
+class OpInstanceSetParams(OpCode, **_op("OP_INSTANCE_SET_PARAMS")):
+    instance_name: str
+    instance_uuid: str | None = None
+    hvparams: dict[str, Any] | None = None
+    beparams: dict[str, Any] | None = None
+    osparams: dict[str, Any] | None = None
+    os_name: str | None = None
+    offline: bool | None = None
+    force: bool = False
+    force_variant: bool = False
+    wait_for_sync: bool = True
+
+
+class OpInstanceQueryData(OpCode, **_op("OP_INSTANCE_QUERY_DATA")):
+    instances: list[str] = msgspec.field(default_factory=list)
+    static: bool = False
+    use_locking: bool = False
+
+
+class _InstanceOp(OpCode, kw_only=True):
+    instance_name: str
+    instance_uuid: str | None = None
+
+
+class OpInstanceStartup(_InstanceOp, **_op("OP_INSTANCE_STARTUP")):
+    force: bool = False
+    ignore_offline_nodes: bool = False
+    hvparams: dict[str, Any] | None = None
+    beparams: dict[str, Any] | None = None
+    no_remember: bool = False
+    startup_paused: bool = False
+
+
+class OpInstanceShutdown(_InstanceOp, **_op("OP_INSTANCE_SHUTDOWN")):
+    force: bool = False
+    ignore_offline_nodes: bool = False
+    timeout: int = 120
+    no_remember: bool = False
+    admin_state_source: str | None = None
+
+
+class OpInstanceReboot(_InstanceOp, **_op("OP_INSTANCE_REBOOT")):
+    reboot_type: Literal["soft", "hard", "full"] = "hard"
+    ignore_secondaries: bool = False
+    shutdown_timeout: int = 120
+
+
+class OpInstanceMigrate(_InstanceOp, **_op("OP_INSTANCE_MIGRATE")):
+    mode: Literal["live", "non-live"] | None = None
+    live: bool | None = None
+    cleanup: bool = False
+    target_node: str | None = None
+    iallocator: str | None = None
+    allow_failover: bool = False
+    allow_runtime_changes: bool = True
+    ignore_ipolicy: bool = False
+    ignore_hvversions: bool = False
+
+
+class OpInstanceFailover(_InstanceOp, **_op("OP_INSTANCE_FAILOVER")):
+    ignore_consistency: bool = False
+    target_node: str | None = None
+    iallocator: str | None = None
+    shutdown_timeout: int = 120
+    ignore_ipolicy: bool = False
+    cleanup: bool = False
+
+
+class OpInstanceRemove(_InstanceOp, **_op("OP_INSTANCE_REMOVE")):
+    ignore_failures: bool = False
+    shutdown_timeout: int = 120
+
+
+# --- tags ---------------------------------------------------------------------------------------
+
+TagKind = Literal["cluster", "node", "instance", "nodegroup", "network"]
+
+
+class OpTagsSet(OpCode, **_op("OP_TAGS_SET")):
+    kind: TagKind
+    name: str | None = None
+    tags: list[str]
+
+    def summary_target(self) -> str | None:
+        return self.name
+
+
+class OpTagsDel(OpCode, **_op("OP_TAGS_DEL")):
+    kind: TagKind
+    name: str | None = None
+    tags: list[str]
+
+    def summary_target(self) -> str | None:
+        return self.name
+
+
+# --- testing ------------------------------------------------------------------------------------
+
+class OpTestDelay(OpCode, **_op("OP_TEST_DELAY")):
+    """Sleep while holding locks (Ganeti's test opcode): `on_nodes` names the node locks taken
+    exclusively; `on_master` sleeps on the master."""
+
+    duration: float
+    on_master: bool = True
+    on_nodes: list[str] = msgspec.field(default_factory=list)
+    on_node_uuids: list[str] | None = None
+    repeat: int = 0
+    no_locks: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.duration < 0:
+            raise ValueError("duration must not be negative")
+
+
+ALL_OPCODES: tuple[type[OpCode], ...] = (
+    OpClusterSetParams, OpGroupAdd, OpGroupSetParams, OpGroupRename, OpGroupRemove,
+    OpNodeAdd, OpNodeSetParams, OpNodeRemove, OpNodeEvacuate, OpNodeMigrate, OpNodePowercycle,
+    OpInstanceRename, OpInstanceSetParams, OpInstanceQueryData, OpInstanceStartup,
+    OpInstanceShutdown, OpInstanceReboot, OpInstanceMigrate, OpInstanceFailover,
+    OpInstanceRemove, OpTagsSet, OpTagsDel, OpTestDelay,
+)
+BY_ID: dict[str, type[OpCode]] = {cls.__struct_config__.tag: cls  # type: ignore[misc]
+                                  for cls in ALL_OPCODES}
+
+
+def parse(data: Any) -> OpCode:
+    """An opcode from its dict form; OpcodeError names what is wrong."""
+    if isinstance(data, OpCode):
+        return data
+    if not isinstance(data, dict):
+        raise OpcodeError("an opcode must be a JSON object with an OP_ID")
+    op_id = data.get("OP_ID")
+    cls = BY_ID.get(op_id) if isinstance(op_id, str) else None
+    if cls is None:
+        raise OpcodeError(f"unknown opcode {op_id!r} (known: {', '.join(sorted(BY_ID))})")
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as err:
+        raise OpcodeError(f"{op_id}: {err}") from None
+
+
+def opcode_reason_source(op: OpCode) -> str:
+    """`gnt:opcode:tags_set` for OP_TAGS_SET, as Ganeti adds when it queues an opcode."""
+    return f"{R.OPCODE_PREFIX}:{re.sub(r'^OP_', '', op.op_id).lower()}"

@@ -1,0 +1,486 @@
+"""The job queue: jobs of opcodes, run by worker threads, persisted so a restart loses none.
+
+A job is a list of opcodes, each with its own status, log and result. Job states: queued,
+waiting (for locks), running, success, error, canceling, canceled — computed from the opcodes'
+as Ganeti does. Workers take the queued job of highest priority (lowest number), oldest first;
+jobs that do not conflict run in parallel, guarded by the locks the processor takes.
+
+Every change of a job is written to `<dir>/job-<id>.json` atomically before anyone is told of
+it. On start, `recover()` accounts for every job found: queued and waiting jobs are queued
+again; an opcode that was running when the master died is marked as an error saying so (it is
+never run twice), and the opcodes after it as not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from herder.core import locking as L
+from herder.core.errors import HerderError, NotFoundError
+from herder.core.jobs import opcodes as O
+from herder.core.jobs import reason as R
+from herder.core.store import atomic_write
+
+log = logging.getLogger("herder.jobs")
+
+
+class OpStatus(StrEnum):
+    QUEUED = "queued"
+    WAITING = "waiting"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    CANCELING = "canceling"
+    CANCELED = "canceled"
+
+
+FINAL = frozenset({OpStatus.SUCCESS, OpStatus.ERROR, OpStatus.CANCELED})
+RESTART_ERROR = ("OpExecError", ["the master daemon stopped while this opcode was running; it "
+                                 "was not run again (its changes may or may not have been "
+                                 "applied)"])
+NOT_RUN_ERROR = ("OpExecError", ["not run: an earlier opcode of the job failed"])
+JOB_FIELDS = ("id", "status", "ops", "opresult", "opstatus", "oplog", "received_ts",
+              "start_ts", "end_ts", "summary", "priority")
+
+
+def timestamp(when: float | None = None) -> list[int]:
+    """Ganeti's [seconds, microseconds] timestamps."""
+    when = time.time() if when is None else when
+    seconds = int(when)
+    return [seconds, round((when - seconds) * 1_000_000)]
+
+
+class QueuedOpCode(msgspec.Struct, kw_only=True):
+    input: dict[str, Any]
+    status: OpStatus = OpStatus.QUEUED
+    result: Any = None
+    log: list[list[Any]] = msgspec.field(default_factory=list)
+    priority: int = O.PRIORITY_NORMAL
+    start_timestamp: list[int] | None = None
+    exec_timestamp: list[int] | None = None
+    end_timestamp: list[int] | None = None
+
+    @property
+    def opcode(self) -> O.OpCode:
+        return O.parse(self.input)
+
+
+class Job(msgspec.Struct, kw_only=True):
+    id: int
+    ops: list[QueuedOpCode]
+    received_timestamp: list[int]
+    start_timestamp: list[int] | None = None
+    end_timestamp: list[int] | None = None
+    log_serial: int = 0
+
+    @property
+    def status(self) -> OpStatus:
+        """Ganeti's CalcStatus over the opcodes."""
+        statuses = [op.status for op in self.ops]
+        if all(s == OpStatus.SUCCESS for s in statuses):
+            return OpStatus.SUCCESS
+        for special in (OpStatus.ERROR, OpStatus.CANCELED, OpStatus.CANCELING):
+            if special in statuses:
+                return special
+        if OpStatus.RUNNING in statuses:
+            return OpStatus.RUNNING
+        if OpStatus.WAITING in statuses:
+            return OpStatus.WAITING
+        if OpStatus.SUCCESS in statuses:  # between two opcodes
+            return OpStatus.RUNNING
+        return OpStatus.QUEUED
+
+    @property
+    def priority(self) -> int:
+        pending = [op.priority for op in self.ops if op.status not in FINAL]
+        return min(pending) if pending else O.PRIORITY_NORMAL
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL
+
+    def summary(self) -> list[str]:
+        return [op.opcode.summary() for op in self.ops]
+
+
+class JobCanceled(HerderError):
+    """Raised inside a job's processing when it has been canceled while waiting."""
+
+
+class JobContext:
+    """What the processor sees of the job it runs one opcode of."""
+
+    def __init__(self, queue: JobQueue, job: Job, index: int,
+                 cancel_token: L.CancelToken | None = None) -> None:
+        self.queue = queue
+        self.job = job
+        self.index = index
+        # Lock waits made with this token end at once when the job is canceled.
+        self.cancel_token = cancel_token or L.CancelToken()
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    def set_waiting(self) -> None:
+        self.queue._set_op_status(self.job, self.index, OpStatus.WAITING)
+
+    def set_running(self) -> None:
+        self.queue._set_op_status(self.job, self.index, OpStatus.RUNNING)
+
+    def check_cancel(self) -> None:
+        if self.job.ops[self.index].status == OpStatus.CANCELING:
+            raise JobCanceled(f"job {self.job.id} canceled")
+
+    def feedback(self, message: str, kind: str = "message") -> None:
+        self.queue._append_log(self.job, self.index, kind, message)
+
+
+class Processor(Protocol):
+    def __call__(self, ctx: JobContext, op: O.OpCode) -> Any: ...
+
+
+def error_result(err: BaseException) -> list[Any]:
+    """Ganeti's encoded error: [class name, [message, ...]]."""
+    kind = getattr(err, "ganeti_class", None) or type(err).__name__
+    args = getattr(err, "ganeti_args", None) or [str(err)]
+    return [kind, list(args)]
+
+
+class JobQueue:
+    def __init__(self, directory: Path, processor: Processor, *, workers: int = 8) -> None:
+        self.directory = Path(directory)
+        self.processor = processor
+        self.workers = workers
+        self._jobs: dict[int, Job] = {}
+        self._heap: list[tuple[int, int]] = []  # (priority, job id)
+        self._cond = threading.Condition()  # guards everything; notified on every change
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self._next_id = 1
+        self._cancel_tokens: dict[int, L.CancelToken] = {}
+
+    # --- persistence ----------------------------------------------------------------------------
+
+    def _path(self, job_id: int) -> Path:
+        return self.directory / f"job-{job_id}.json"
+
+    def _save(self, job: Job) -> None:
+        atomic_write(self._path(job.id), msgspec.json.encode(job))
+
+    def recover(self) -> dict[str, list[int]]:
+        """Load every job on disk and settle the ones a dead master left behind."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        outcome: dict[str, list[int]] = {"requeued": [], "failed": [], "canceled": [],
+                                         "finished": []}
+        decoder = msgspec.json.Decoder(Job)
+        highest = 0
+        for path in sorted(self.directory.glob("job-*.json")):
+            try:
+                job = decoder.decode(path.read_bytes())
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
+                log.error("unreadable job file %s (%s); moved aside", path, err)
+                with contextlib.suppress(OSError):
+                    path.rename(path.with_suffix(".corrupt"))
+                continue
+            highest = max(highest, job.id)
+            self._jobs[job.id] = job
+            if job.finished:
+                outcome["finished"].append(job.id)
+                continue
+            changed = False
+            if any(op.status in (OpStatus.RUNNING,) for op in job.ops):
+                failed = False
+                for op in job.ops:
+                    if op.status == OpStatus.RUNNING:
+                        op.status, op.result = OpStatus.ERROR, list(RESTART_ERROR)
+                        op.end_timestamp = timestamp()
+                        failed = True
+                    elif failed and op.status not in FINAL:
+                        op.status, op.result = OpStatus.ERROR, list(NOT_RUN_ERROR)
+                job.end_timestamp = timestamp()
+                outcome["failed"].append(job.id)
+                changed = True
+            elif any(op.status == OpStatus.CANCELING for op in job.ops):
+                for op in job.ops:
+                    if op.status not in FINAL:
+                        op.status = OpStatus.CANCELED
+                job.end_timestamp = timestamp()
+                outcome["canceled"].append(job.id)
+                changed = True
+            else:
+                for op in job.ops:
+                    if op.status == OpStatus.WAITING:
+                        op.status = OpStatus.QUEUED
+                        changed = True
+                heapq.heappush(self._heap, (job.priority, job.id))
+                outcome["requeued"].append(job.id)
+            if changed:
+                self._save(job)
+        for path in self.directory.glob("job-*.corrupt"):  # never reuse a set-aside id
+            with contextlib.suppress(ValueError):
+                highest = max(highest, int(path.stem.removeprefix("job-")))
+        self._next_id = highest + 1
+        return outcome
+
+    # --- workers --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping = False
+        for index in range(self.workers):
+            thread = threading.Thread(target=self._worker, name=f"jobqueue-worker-{index}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    def _worker(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                _, job_id = heapq.heappop(self._heap)
+                job = self._jobs.get(job_id)
+                if job is None or job.finished:
+                    continue
+            try:
+                self._run(job)
+            except Exception:  # a processor bug must not kill the worker
+                log.exception("job %s: unexpected failure", job_id)
+
+    def _run(self, job: Job) -> None:
+        token = L.CancelToken()
+        with self._cond:
+            if job.start_timestamp is None:
+                job.start_timestamp = timestamp()
+            self._cancel_tokens[job.id] = token
+        try:
+            self._run_ops(job, token)
+        finally:
+            with self._cond:
+                self._cancel_tokens.pop(job.id, None)
+
+    def _run_ops(self, job: Job, token: L.CancelToken) -> None:
+        for index, qop in enumerate(job.ops):
+            if qop.status in FINAL:
+                continue
+            with self._cond:
+                if qop.status == OpStatus.CANCELING:
+                    self._finish_canceled(job)
+                    return
+                qop.start_timestamp = timestamp()
+            ctx = JobContext(self, job, index, token)
+            try:
+                result = self.processor(ctx, qop.opcode)
+            except JobCanceled:
+                with self._cond:
+                    self._finish_canceled(job)
+                return
+            except Exception as err:
+                if not isinstance(err, HerderError):
+                    log.exception("job %s opcode %s crashed", job.id, index)
+                with self._cond:
+                    qop.status, qop.result = OpStatus.ERROR, error_result(err)
+                    qop.end_timestamp = timestamp()
+                    for later in job.ops[index + 1:]:
+                        later.status, later.result = OpStatus.ERROR, list(NOT_RUN_ERROR)
+                    job.end_timestamp = timestamp()
+                    self._changed(job)
+                return
+            with self._cond:
+                qop.status, qop.result = OpStatus.SUCCESS, result
+                qop.end_timestamp = timestamp()
+                if index == len(job.ops) - 1:
+                    job.end_timestamp = timestamp()
+                self._changed(job)
+
+    def _finish_canceled(self, job: Job) -> None:
+        for op in job.ops:
+            if op.status not in FINAL:
+                op.status = OpStatus.CANCELED
+                op.end_timestamp = timestamp()
+        job.end_timestamp = timestamp()
+        self._changed(job)
+
+    def _changed(self, job: Job) -> None:
+        """Persist, then tell waiters (caller holds the condition)."""
+        self._save(job)
+        self._cond.notify_all()
+
+    def _set_op_status(self, job: Job, index: int, status: OpStatus) -> None:
+        with self._cond:
+            qop = job.ops[index]
+            if qop.status == OpStatus.CANCELING:
+                raise JobCanceled(f"job {job.id} canceled")
+            if qop.status == status:
+                return
+            qop.status = status
+            if status == OpStatus.RUNNING:
+                qop.exec_timestamp = timestamp()
+            self._changed(job)
+
+    def _append_log(self, job: Job, index: int, kind: str, message: str) -> None:
+        with self._cond:
+            job.log_serial += 1
+            job.ops[index].log.append([job.log_serial, timestamp(), kind, message])
+            self._changed(job)
+
+    # --- the API --------------------------------------------------------------------------------
+
+    def submit(self, ops: Sequence[dict[str, Any] | O.OpCode], *,
+               reason: Iterable[list[Any]] = ()) -> int:
+        """Queue a job; every opcode is validated first (nothing is queued if one is bad)."""
+        if not ops:
+            raise O.OpcodeError("a job needs at least one opcode")
+        parsed = [O.parse(op) for op in ops]
+        with self._cond:
+            if self._stopping:
+                raise HerderError("the job queue is shutting down")
+            job_id = self._next_id  # job files are kept, so the highest on disk + 1 is next
+            self._next_id += 1
+            queued = []
+            for index, op in enumerate(parsed):
+                trail = [*op.reason, *[list(r) for r in reason],
+                         R.entry(O.opcode_reason_source(op), f"job={job_id};index={index}")]
+                data = op.to_dict()
+                data["reason"] = trail
+                queued.append(QueuedOpCode(input=data, priority=op.priority))
+            job = Job(id=job_id, ops=queued, received_timestamp=timestamp())
+            self._jobs[job_id] = job
+            self._save(job)
+            heapq.heappush(self._heap, (job.priority, job_id))
+            self._cond.notify_all()
+        return job_id
+
+    def get(self, job_id: int) -> Job:
+        with self._cond:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} not found")
+        return job
+
+    def job_ids(self) -> list[int]:
+        with self._cond:
+            return sorted(self._jobs)
+
+    def cancel(self, job_id: int) -> tuple[bool, str]:
+        """Cancel a queued or waiting job; Ganeti's (success, message) answer."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFoundError(f"job {job_id} not found")
+            status = job.status
+            if status == OpStatus.QUEUED:
+                self._finish_canceled(job)
+                return True, f"Job {job_id} canceled"
+            if status == OpStatus.WAITING:
+                for op in job.ops:
+                    if op.status not in FINAL:
+                        op.status = OpStatus.CANCELING
+                self._changed(job)
+                token = self._cancel_tokens.get(job_id)
+                if token is not None:
+                    token.cancel()  # its lock waits end now
+                return True, f"Job {job_id} will be canceled"
+            if status == OpStatus.CANCELING:
+                return True, f"Job {job_id} is already being canceled"
+            if status in FINAL:
+                return False, f"Job {job_id} is finished ({status})"
+            return False, f"Job {job_id} is running and can no longer be canceled"
+
+    def info(self, job_id: int, fields: Sequence[str] = JOB_FIELDS) -> dict[str, Any]:
+        with self._cond:
+            return job_fields(self.get(job_id), fields)
+
+    def wait_for_change(self, job_id: int, fields: Sequence[str], prev_info: Any,
+                        prev_serial: int | None, timeout: float) -> dict[str, Any] | None:
+        """Block until the job's `fields` differ from `prev_info`, a log entry newer than
+        `prev_serial` appears, or the job is finished; None after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                job = self._jobs.get(job_id)
+                if job is None:
+                    raise NotFoundError(f"job {job_id} not found")
+                info = [job_fields(job, [f])[f] for f in fields]
+                serial = prev_serial or 0
+                entries = [e for op in job.ops for e in op.log if e[0] > serial]
+                if info != prev_info or entries or job.finished:
+                    return {"job_info": info, "log_entries": entries}
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        """Block until the job is finished (tests, CLI)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                job = self.get(job_id)
+                if job.finished:
+                    return job
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"job {job_id} not finished after {timeout}s")
+                self._cond.wait(remaining)
+
+
+def job_fields(job: Job, fields: Sequence[str]) -> dict[str, Any]:
+    """Ganeti's job query fields."""
+    values: dict[str, Any] = {}
+    for field in fields:
+        if field == "id":
+            values[field] = job.id
+        elif field == "status":
+            values[field] = str(job.status)
+        elif field == "ops":
+            values[field] = [op.input for op in job.ops]
+        elif field == "opresult":
+            values[field] = [op.result for op in job.ops]
+        elif field == "opstatus":
+            values[field] = [str(op.status) for op in job.ops]
+        elif field == "oplog":
+            values[field] = [op.log for op in job.ops]
+        elif field == "received_ts":
+            values[field] = job.received_timestamp
+        elif field == "start_ts":
+            values[field] = job.start_timestamp
+        elif field == "end_ts":
+            values[field] = job.end_timestamp
+        elif field == "summary":
+            values[field] = job.summary()
+        elif field == "priority":
+            values[field] = job.priority
+        elif field == "opstart":
+            values[field] = [op.start_timestamp for op in job.ops]
+        elif field == "opexec":
+            values[field] = [op.exec_timestamp for op in job.ops]
+        elif field == "opend":
+            values[field] = [op.end_timestamp for op in job.ops]
+        else:
+            raise O.OpcodeError(f"unknown job field {field!r} "
+                                f"(known: {', '.join(JOB_FIELDS)}, opstart, opexec, opend)")
+    return values
+
+
+ProcessorFn = Callable[[JobContext, O.OpCode], Any]

@@ -1,0 +1,1 @@
+"""masterd: the master daemon. Owns the config store and the job queue; serves Ganeti's RAPI v2."""

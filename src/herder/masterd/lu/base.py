@@ -1,0 +1,76 @@
+"""The logical-unit interface and the environment LUs run in.
+
+An LU declares the locks it needs (`declare_locks`, given a snapshot of the config), checks its
+prerequisites against the config as it is once the locks are held (`check`), and then acts
+(`execute`). Config changes go through `env.store.update()`, so they are atomic and validated;
+an LU that fails changes nothing. With `dry_run` only `check` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from herder.core import locking as L
+from herder.core import model as M
+from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
+from herder.core.jobs import opcodes as O
+from herder.core.noderpc import NodeRpc, UnavailableRpc
+from herder.core.store import FileStore
+
+
+@dataclass
+class MasterEnv:
+    """What every LU may use."""
+
+    store: FileStore
+    locks: L.LockManager
+    rpc: NodeRpc = field(default_factory=UnavailableRpc)
+    queue_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class LockRequest:
+    level: int
+    names: list[str] | None  # None: the whole level
+    shared: bool = False
+
+
+class LogicalUnit:
+    OP: ClassVar[type[O.OpCode]]
+    # The cluster lock exclusively (cluster-wide changes, adding objects without locks yet).
+    REQ_BGL: ClassVar[bool] = False
+
+    def __init__(self, op: O.OpCode, env: MasterEnv,
+                 feedback: Callable[[str], None] = lambda message: None) -> None:
+        self.op = op
+        self.env = env
+        self.feedback = feedback
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        return []
+
+    def check(self, config: M.ConfigData) -> None:
+        """Prerequisites; raise OpPrereqError. Must not change anything."""
+
+    def execute(self) -> Any:
+        raise NotImplementedError
+
+
+def lookup(find: Callable[[str], Any], key: str) -> Any:
+    """A name-or-UUID lookup whose failure is a prerequisite error (HTTP 400 / job error)."""
+    try:
+        return find(key)
+    except (NotFoundError, AmbiguousError) as err:
+        raise OpPrereqError(str(err), "unknown_entity") from None
+
+
+def node_uuid_or_none(config: M.ConfigData, key: str | None) -> str | None:
+    if not key:
+        return None
+    try:
+        return config.find_node(key).uuid
+    except (NotFoundError, AmbiguousError):
+        return None

@@ -1,0 +1,168 @@
+"""Cluster-level LUs: OP_CLUSTER_SET_PARAMS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from herder.core import model as M
+from herder.core import params as P
+from herder.core import uidpool
+from herder.core.errors import ConfigError, OpPrereqError
+from herder.core.jobs import opcodes as O
+from herder.masterd.lu.base import LogicalUnit
+
+VALUE_DEFAULT = "default"  # Ganeti's "reset this parameter" value
+
+
+def resets(changes: dict[str, Any]) -> dict[str, Any]:
+    """Ganeti's `"default"` value (and null) reset a parameter to the inherited value."""
+    return {k: (None if v == VALUE_DEFAULT else v) for k, v in changes.items()}
+
+
+def apply_collectors(c: M.Cluster, changes: dict[str, dict[str, Any]]) -> None:
+    """Change data collector settings; a new `interval` re-derives unset bounds."""
+    for name, settings in changes.items():
+        unknown = set(settings) - {"active", "interval", "min_interval", "max_interval"}
+        if unknown:
+            raise ConfigError(f"unknown data collector setting(s) {', '.join(sorted(unknown))} "
+                              "(known: active, interval, min_interval, max_interval)")
+        data = msgspec.to_builtins(c.data_collectors.get(name, M.CollectorSettings()))
+        for key, value in settings.items():
+            if key == "active":
+                data[key] = P.coerce(P.ParamSpec(key, "bool", True), value)
+            elif value is None:
+                data[key] = M.CollectorSettings().interval if key == "interval" else None
+            else:
+                data[key] = P.coerce(P.ParamSpec(key, "float", 0.0), value)
+        if "interval" in settings:
+            for bound in ("min_interval", "max_interval"):
+                if bound not in settings:
+                    data[bound] = None
+        try:
+            c.data_collectors[name] = msgspec.convert(data, M.CollectorSettings)
+        except msgspec.ValidationError as err:
+            raise ConfigError(f"data collector {name}: {err}") from None
+
+
+def apply_ipolicy(policy: M.IPolicy | M.IPolicyOverride, changes: dict[str, Any]) -> None:
+    for key, value in changes.items():
+        attr = key.replace("-", "_")
+        if attr not in ("minmax", "std", "disk_templates", "vcpu_ratio", "spindle_ratio") or (
+                attr == "std" and isinstance(policy, M.IPolicyOverride)):
+            raise ConfigError(f"unknown or not settable ipolicy field {key!r}")
+        if attr in ("minmax", "std") and value is not None:
+            target = list[M.MinMax] if attr == "minmax" else M.ISpec
+            try:
+                value = msgspec.convert(value, target)
+            except msgspec.ValidationError as err:
+                raise ConfigError(f"ipolicy {key}: {err}") from None
+        setattr(policy, attr, value)
+
+
+class ClusterSetParams(LogicalUnit):
+    OP = O.OpClusterSetParams
+    REQ_BGL = True
+
+    def execute(self) -> Any:
+        op: O.OpClusterSetParams = self.op  # type: ignore[assignment]
+        with self.env.store.update() as config:
+            self.apply(op, config)
+        return None
+
+    def check(self, config: M.ConfigData) -> None:
+        # Everything is validated by applying the change to a copy.
+        op: O.OpClusterSetParams = self.op  # type: ignore[assignment]
+        copy = M.decode(M.encode(config))
+        try:
+            self.apply(op, copy)
+            M.revalidate(copy)
+        except ConfigError as err:
+            raise OpPrereqError(str(err)) from None
+
+    @staticmethod
+    def apply(op: O.OpClusterSetParams, config: M.ConfigData) -> None:
+        c = config.cluster
+        if op.uid_pool is not None:
+            c.uid_pool = uidpool.normalise(op.uid_pool)
+        if op.add_uids:
+            c.uid_pool = uidpool.add(c.uid_pool, op.add_uids)
+        if op.remove_uids:
+            c.uid_pool = uidpool.remove(c.uid_pool, op.remove_uids)
+        for hv, changes in (op.hvparams or {}).items():
+            c.hvparams[hv] = P.apply_overrides(P.hv_family(hv), c.hvparams.get(hv, {}),
+                                               resets(changes))
+        for os_name, per_hv in (op.os_hvp or {}).items():
+            target = c.os_hvp.setdefault(os_name, {})
+            for hv, changes in per_hv.items():
+                target[hv] = P.apply_overrides(P.hv_family(hv), target.get(hv, {}),
+                                               resets(changes), instance_level=True)
+        if op.beparams:
+            be = op.beparams.get("default", op.beparams) if "default" in op.beparams \
+                and isinstance(op.beparams["default"], dict) else op.beparams
+            c.beparams = P.apply_overrides(P.BE_FAMILY, c.beparams, resets(be))
+        if op.nicparams:
+            nic = op.nicparams.get("default") if isinstance(op.nicparams.get("default"), dict) \
+                else op.nicparams
+            c.nicparams = P.apply_overrides(P.NIC_FAMILY, c.nicparams, resets(nic))
+        if op.ndparams:
+            c.ndparams = P.apply_overrides(P.ND_FAMILY, c.ndparams, resets(op.ndparams))
+        for dt, changes in (op.diskparams or {}).items():
+            c.diskparams[dt] = P.apply_overrides(P.disk_family(dt), c.diskparams.get(dt, {}),
+                                                 resets(changes))
+        for os_name, changes in (op.osparams or {}).items():
+            current = dict(c.osparams.get(os_name, {}))
+            for key, value in resets(changes).items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = str(value)
+            c.osparams[os_name] = current
+        if op.ipolicy:
+            apply_ipolicy(c.ipolicy, op.ipolicy)
+        if op.enabled_hypervisors is not None:
+            c.enabled_hypervisors = list(op.enabled_hypervisors)
+        if op.enabled_disk_templates is not None:
+            c.enabled_disk_templates = list(op.enabled_disk_templates)
+        if op.master_netdev is not None:
+            c.master_netdev = op.master_netdev
+        if op.candidate_pool_size is not None:
+            c.candidate_pool_size = op.candidate_pool_size
+        if op.default_iallocator is not None:
+            names = [op.default_iallocator] if op.default_iallocator else []
+            c.default_iallocators = {kind: list(names) for kind in M.IALLOCATOR_REQUEST_TYPES}
+        if op.default_iallocator_params is not None:
+            c.default_iallocator_params = dict(op.default_iallocator_params)
+        if op.default_iallocators is not None:
+            c.default_iallocators.update({k: list(v) for k, v in op.default_iallocators.items()})
+        collector_changes: dict[str, dict[str, Any]] = {}
+        for name, active in (op.enabled_data_collectors or {}).items():
+            collector_changes.setdefault(name, {})["active"] = active
+        for name, usec in (op.data_collector_interval or {}).items():
+            collector_changes.setdefault(name, {})["interval"] = float(usec) / 1e6
+        for name, settings in (op.data_collectors or {}).items():
+            collector_changes.setdefault(name, {}).update(settings)
+        apply_collectors(c, collector_changes)
+        maint = config.maintenance
+        before = msgspec.to_builtins(maint)
+        if op.maint_enabled is not None:
+            maint.enabled = op.maint_enabled
+        if op.maint_round_delay is not None:
+            maint.round_delay = op.maint_round_delay
+        if op.maint_balance is not None:
+            maint.balance = op.maint_balance
+        if op.maint_balance_threshold is not None:
+            maint.balance_threshold = op.maint_balance_threshold
+        if op.diagnose_data_collector_filename is not None:
+            if "/" in op.diagnose_data_collector_filename:
+                raise ConfigError("the diagnose command is a file name, without path separators")
+            maint.diagnose_command = op.diagnose_data_collector_filename
+        if msgspec.to_builtins(maint) != before:
+            maint.touch()
+        if op.name:
+            c.name = op.name
+        c.touch()
+
+
+LUS = [ClusterSetParams]

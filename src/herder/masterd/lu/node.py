@@ -1,0 +1,258 @@
+"""Node LUs: add, modify (flags and roles, with Ganeti's rules), remove, powercycle, and the
+node-level operations that need node daemons (evacuate, migrate)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from herder.core import locking as L
+from herder.core import model as M
+from herder.core import params as P
+from herder.core.errors import ConfigError, OpPrereqError
+from herder.core.jobs import opcodes as O
+from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.cluster import resets
+
+
+def _check_ip(value: str | None, what: str) -> None:
+    if value is None:
+        return
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise OpPrereqError(f"{what} {value!r} is not an IP address") from None
+
+
+class NodeAdd(LogicalUnit):
+    OP = O.OpNodeAdd
+    REQ_BGL = True  # the node has no lock yet
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpNodeAdd = self.op  # type: ignore[assignment]
+        if not op.primary_ip:
+            raise OpPrereqError("a new node needs its primary IP (primary_ip)")
+        _check_ip(op.primary_ip, "primary IP")
+        _check_ip(op.secondary_ip, "secondary IP")
+        for other in config.nodes.values():
+            if other.name == op.node_name and not op.readd:
+                raise OpPrereqError(f"node {op.node_name!r} already exists (uuid {other.uuid})",
+                                    "already_exists")
+            if other.primary_ip == op.primary_ip and other.name != op.node_name:
+                raise OpPrereqError(f"IP {op.primary_ip} is already node {other.name}'s "
+                                    "primary IP", "already_exists")
+        if op.readd and not any(n.name == op.node_name for n in config.nodes.values()):
+            raise OpPrereqError(f"node {op.node_name!r} is not in the cluster; cannot re-add",
+                                "unknown_entity")
+        if op.group:
+            lookup(config.find_group, op.group)
+        elif not config.nodegroups:
+            raise OpPrereqError("the cluster has no node group")
+        try:
+            P.apply_overrides(P.ND_FAMILY, {}, resets(op.ndparams or {}))
+        except ConfigError as err:
+            raise OpPrereqError(str(err)) from None
+
+    def execute(self) -> Any:
+        op: O.OpNodeAdd = self.op  # type: ignore[assignment]
+        stamp = M.now()
+        with self.env.store.update() as config:
+            if op.group:
+                group = config.find_group(op.group)
+            else:
+                group = min(config.nodegroups.values(), key=lambda g: g.ctime)
+            existing = next((n for n in config.nodes.values() if n.name == op.node_name), None)
+            if existing is not None:  # readd: keep UUID and flags, refresh addresses
+                node = existing
+                node.primary_ip = op.primary_ip or node.primary_ip
+                node.secondary_ip = op.secondary_ip or node.secondary_ip
+                node.offline = False
+                node.touch()
+            else:
+                node = M.Node(
+                    uuid=M.new_uuid(), name=op.node_name, primary_ip=op.primary_ip or "",
+                    secondary_ip=op.secondary_ip, group=group.uuid,
+                    master_capable=True if op.master_capable is None else op.master_capable,
+                    vm_capable=True if op.vm_capable is None else op.vm_capable,
+                    ndparams=P.apply_overrides(P.ND_FAMILY, {}, resets(op.ndparams or {})),
+                    ctime=stamp, mtime=stamp,
+                )
+                config.nodes[node.uuid] = node
+        if existing is None:
+            self.env.locks.add(L.LEVEL_NODE, node.uuid)
+            self.env.locks.add(L.LEVEL_NODE_RES, node.uuid)
+        self.feedback(f"node {node.name} added (uuid {node.uuid})")
+        return node.uuid
+
+
+class NodeSetParams(LogicalUnit):
+    """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
+    offline/drained nodes stop being master candidates; one change of role at a time."""
+
+    OP = O.OpNodeSetParams
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        requests = [LockRequest(L.LEVEL_NODE, [node.uuid])]
+        group = getattr(self.op, "group", None)
+        if group:
+            target = lookup(config.find_group, group)
+            requests.insert(0, LockRequest(L.LEVEL_NODEGROUP, sorted({node.group, target.uuid})))
+        return requests
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpNodeSetParams = self.op  # type: ignore[assignment]
+        node = lookup(config.find_node, op.node_name)
+        is_master = node.uuid == config.cluster.master_node
+        flags = [f for f in ("offline", "drained", "master_candidate")
+                 if getattr(op, f) is True]
+        if len(flags) > 1:
+            raise OpPrereqError(f"only one of {', '.join(flags)} can be set at a time")
+        if is_master and (op.offline or op.drained or op.master_candidate is False):
+            raise OpPrereqError("The master role can be changed only via master-failover")
+        if is_master and op.master_capable is False:
+            raise OpPrereqError("the master node must stay master capable")
+        if op.master_candidate and ((node.offline and op.offline is not False)
+                                    or (node.drained and op.drained is not False)):
+            raise OpPrereqError(f"node {node.name} is offline or drained; it cannot become a "
+                                "master candidate", "wrong_state")
+        if op.master_candidate and not (op.master_capable if op.master_capable is not None
+                                        else node.master_capable):
+            raise OpPrereqError(f"node {node.name} is not master capable", "wrong_state")
+        _check_ip(op.secondary_ip, "secondary IP")
+        if op.group:
+            lookup(config.find_group, op.group)
+        if op.new_name and op.new_name != node.name and any(
+                n.name == op.new_name for n in config.nodes.values()):
+            raise OpPrereqError(f"node {op.new_name!r} already exists", "already_exists")
+        if op.offline and any(i.primary_node == node.uuid and i.admin_state == "up"
+                              for i in config.instances.values()) and not op.force:
+            raise OpPrereqError(f"node {node.name} has running instances; use force to "
+                                "offline it anyway", "wrong_state")
+        try:
+            P.apply_overrides(P.ND_FAMILY, node.ndparams, resets(op.ndparams or {}))
+        except ConfigError as err:
+            raise OpPrereqError(str(err)) from None
+
+    def execute(self) -> Any:
+        op: O.OpNodeSetParams = self.op  # type: ignore[assignment]
+        changes: list[list[str]] = []
+        with self.env.store.update() as config:
+            node = config.find_node(op.node_name)
+            # Setting one role clears the others (Ganeti's role semantics).
+            if (op.offline is True or op.drained is True) and node.master_candidate:
+                node.master_candidate = False
+                changes.append(["master_candidate", "False"])
+            if (op.master_candidate is True or op.offline is True) and node.drained \
+                    and op.drained is not True:
+                node.drained = False
+                changes.append(["drained", "False"])
+            if (op.master_candidate is True or op.drained is True) and node.offline \
+                    and op.offline is not True:
+                node.offline = False
+                changes.append(["offline", "False"])
+            for field in ("master_candidate", "offline", "drained", "master_capable",
+                          "vm_capable", "powered"):
+                value = getattr(op, field)
+                if value is not None and getattr(node, field) != value:
+                    setattr(node, field, value)
+                    changes.append([field, str(value)])
+            if node.master_capable is False and node.master_candidate:
+                node.master_candidate = False
+                changes.append(["master_candidate", "False"])
+            if op.secondary_ip is not None:
+                node.secondary_ip = op.secondary_ip or None
+                changes.append(["secondary_ip", op.secondary_ip])
+            if op.ndparams:
+                node.ndparams = P.apply_overrides(P.ND_FAMILY, node.ndparams,
+                                                  resets(op.ndparams))
+                changes.append(["ndparams", str(op.ndparams)])
+            if op.group:
+                group = config.find_group(op.group)
+                if group.uuid != node.group:
+                    node.group = group.uuid
+                    changes.append(["group", group.name])
+            if op.new_name and op.new_name != node.name:
+                node.name = op.new_name
+                changes.append(["name", op.new_name])
+            node.touch()
+        return changes
+
+
+class NodeRemove(LogicalUnit):
+    OP = O.OpNodeRemove
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(L.LEVEL_NODE, [node.uuid]),
+                LockRequest(L.LEVEL_NODE_RES, [node.uuid])]
+
+    def check(self, config: M.ConfigData) -> None:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        if node.uuid == config.cluster.master_node:
+            raise OpPrereqError(f"node {node.name} is the master node; fail over first",
+                                "wrong_input")
+        users = sorted(i.name for i in config.instances_on(node.uuid))
+        if users:
+            raise OpPrereqError(f"node {node.name} still holds instances: {', '.join(users)}",
+                                "wrong_input")
+
+    def execute(self) -> Any:
+        with self.env.store.update() as config:
+            node = config.find_node(self.op.node_name)  # type: ignore[attr-defined]
+            del config.nodes[node.uuid]
+        self.env.locks.remove(L.LEVEL_NODE_RES, [node.uuid])
+        self.env.locks.remove(L.LEVEL_NODE, [node.uuid])
+        return None
+
+
+class NodePowercycle(LogicalUnit):
+    OP = O.OpNodePowercycle
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        return []  # Ganeti takes no locks: a broken node must be power-cyclable
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpNodePowercycle = self.op  # type: ignore[assignment]
+        node = lookup(config.find_node, op.node_name)
+        if node.uuid == config.cluster.master_node and not op.force:
+            raise OpPrereqError("the master node is power-cycled only with force")
+
+    def execute(self) -> Any:
+        node = self.env.store.load().find_node(self.op.node_name)  # type: ignore[attr-defined]
+        self.env.rpc.node_powercycle(node)
+        return node.name
+
+
+class _NodeWithInstances(LogicalUnit):
+    """Evacuate/migrate: done here when the node holds nothing; otherwise they need the node
+    daemons (cluster core II), and say so."""
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(L.LEVEL_NODE, [node.uuid], shared=True)]
+
+    def check(self, config: M.ConfigData) -> None:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        self.affected = sorted(i.name for i in config.instances_on(node.uuid))
+        self.node = node
+
+    def execute(self) -> Any:
+        if not self.affected:
+            self.feedback(f"node {self.node.name} holds no instances; nothing to do")
+            return []
+        self.env.rpc.ping(self.node)  # fails cleanly until node daemons exist
+        return self.affected
+
+
+class NodeEvacuate(_NodeWithInstances):
+    OP = O.OpNodeEvacuate
+
+
+class NodeMigrate(_NodeWithInstances):
+    OP = O.OpNodeMigrate
+
+
+LUS = [NodeAdd, NodeSetParams, NodeRemove, NodePowercycle, NodeEvacuate, NodeMigrate]

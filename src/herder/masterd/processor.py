@@ -1,0 +1,110 @@
+"""Running one opcode: find its LU, take its locks (design-2.1's retry strategy), check, act.
+
+Locks: the cluster lock (BGL) first — exclusive when the LU changes the cluster as a whole,
+else shared — then each level in Ganeti's order. A try that cannot get all of a level's locks
+within its timeout releases what it got and backs off; the timeouts grow, and the last try
+waits without limit. While waiting the opcode shows `waiting` and can be canceled. The locks are
+released when the opcode ends, whatever happens. The last, unlimited wait keeps the opcode's place
+in the lock queues; canceling the job ends it at once (through the job's cancel token).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from herder.core import locking as L
+from herder.core.errors import OpPrereqError
+from herder.core.jobs import opcodes as O
+from herder.core.jobs.queue import JobContext
+from herder.masterd import lu as lus
+from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv
+
+log = logging.getLogger("herder.masterd")
+
+
+class Processor:
+    def __init__(self, env: MasterEnv,
+                 strategy_factory: Any = L.LockAttemptTimeoutStrategy) -> None:
+        self.env = env
+        self.strategy_factory = strategy_factory
+
+    def make_lu(self, op: O.OpCode, feedback: Any = lambda message: None) -> LogicalUnit:
+        try:
+            cls = lus.registry()[op.op_id]
+        except KeyError:
+            raise O.OpcodeError(f"opcode {op.op_id} is not implemented by herder") from None
+        return cls(op, self.env, feedback)
+
+    def __call__(self, ctx: JobContext, op: O.OpCode) -> Any:
+        unit = self.make_lu(op, ctx.feedback)
+        snapshot = self.env.store.load()
+        plan = [LockRequest(L.LEVEL_CLUSTER, [L.BGL], shared=not unit.REQ_BGL),
+                *sorted(unit.declare_locks(snapshot), key=lambda r: r.level)]
+        ctx.set_waiting()
+        held: list[int] = []
+        try:
+            self._acquire_all(ctx, plan, held)
+            ctx.set_running()
+            config = self.env.store.load()  # the config as it is now that we hold the locks
+            unit.check(config)
+            if op.dry_run:
+                ctx.feedback("dry run: all checks passed, nothing changed")
+                return None
+            return unit.execute()
+        finally:
+            self._release(held)
+
+    def _release(self, held: list[int]) -> None:
+        for level in reversed(held):
+            try:
+                self.env.locks.release(level)
+            except L.LockError:  # e.g. the LU removed the locks it held
+                log.debug("release of level %s: nothing held", level)
+        held.clear()
+
+    def _ensure_names(self, request: LockRequest) -> None:
+        """Locks for objects created since the manager was built (e.g. by an offline edit).
+        Called holding the BGL and no later level, as adding locks requires."""
+        if request.names is None or request.level == L.LEVEL_CLUSTER:
+            return
+        for name in request.names:
+            with contextlib.suppress(L.LockError):  # it exists already
+                self.env.locks.add(request.level, [name])
+
+    def _try(self, request: LockRequest, timeout: float | None,
+             cancel: L.CancelToken | None = None) -> bool:
+        try:
+            got = self.env.locks.acquire(request.level, request.names, shared=request.shared,
+                                         timeout=timeout, cancel=cancel)
+        except (L.LockDeletedError, L.LockError):
+            raise OpPrereqError(f"a {L.LEVEL_NAMES[request.level]} this opcode needs was "
+                                "removed meanwhile", "unknown_entity") from None
+        return got is not None
+
+    def _acquire_all(self, ctx: JobContext, plan: list[LockRequest], held: list[int]) -> None:
+        """design-2.1's retry: each attempt takes every level within a growing timeout, or
+        drops everything and backs off; the last attempt waits (in cancelable slices)."""
+        strategy = self.strategy_factory()
+        while True:
+            ctx.check_cancel()
+            timeout = strategy.next_attempt()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            complete = True
+            for request in plan:
+                self._ensure_names(request)
+                if deadline is None:
+                    # Wait in the queue for as long as it takes (keeping our place); a cancel
+                    # of the job ends the wait at once through its token.
+                    while not self._try(request, None, ctx.cancel_token):
+                        ctx.check_cancel()
+                elif not self._try(request, max(0.0, deadline - time.monotonic())):
+                    complete = False
+                    break
+                held.append(request.level)
+            if complete:
+                return
+            self._release(held)
+            time.sleep(strategy.backoff())

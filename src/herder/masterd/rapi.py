@@ -1,0 +1,599 @@
+"""A subset of Ganeti's RAPI version 2, served by masterd (same paths, bodies, job semantics).
+
+Reads answer from the config; writes submit a job and answer its id, exactly as Ganeti's RAPI.
+Every request needs valid credentials (HTTP Basic against `rapi_users`) unless anonymous reads
+are configured; writes always need a user with the `write` option. Errors are Ganeti's JSON
+`{"code", "message", "explain"}`. herder-only routes live under `/2/herder/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from herder.core import model as M
+from herder.core.errors import (
+    AmbiguousError,
+    ConfigError,
+    HerderError,
+    NotFoundError,
+    OpPrereqError,
+)
+from herder.core.jobs import opcodes as O
+from herder.core.jobs import queue as Q
+from herder.core.jobs import reason as R
+from herder.core.store import ConfigCache
+from herder.masterd import views
+from herder.masterd.auth import REALM, User, UsersFile
+
+JSON = "application/json"
+WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
+FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-migrate-reqv1",
+            "node-evac-res1"]
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass
+class RapiContext:
+    config: ConfigCache
+    queue: Q.JobQueue
+    users: UsersFile
+    anonymous_reads: bool = False
+
+
+CTX_KEY = web.AppKey("rapi", RapiContext)
+
+
+class RapiHttpError(Exception):
+    def __init__(self, status: int, explain: str) -> None:
+        super().__init__(explain)
+        self.status = status
+        self.explain = explain
+
+
+MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 409: "Conflict", 500: "Internal Server Error",
+            501: "Not Implemented", 503: "Service Unavailable"}
+
+
+def error_response(status: int, explain: str) -> web.Response:
+    headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if status == 401 else None
+    body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
+    return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
+
+
+def ok(value: Any) -> web.Response:
+    return web.Response(body=_encode(value), content_type=JSON)
+
+
+def ctx_of(request: web.Request) -> RapiContext:
+    return request.app[CTX_KEY]
+
+
+def config_of(request: web.Request) -> M.ConfigData:
+    config = ctx_of(request).config()
+    if config is None:
+        raise RapiHttpError(503, "the cluster config cannot be loaded: "
+                                 f"{ctx_of(request).config.error or 'missing'}")
+    return config
+
+
+def flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "0").lower() in ("1", "true", "yes")
+
+
+async def body_of(request: web.Request, *, default: Any = None) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        return default
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise RapiHttpError(400, f"request body is not valid JSON: {err.msg} at char {err.pos}"
+                            ) from None
+
+
+def body_dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RapiHttpError(400, "request body must be a JSON object")
+    return value
+
+
+def find(finder: Callable[[str], Any], key: str) -> Any:
+    try:
+        return finder(key)
+    except (NotFoundError, AmbiguousError) as err:
+        raise RapiHttpError(404, str(err)) from None
+
+
+async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]]) -> web.Response:
+    """Queue a job for a write request; answer its id."""
+    dry_run = flag(request, "dry-run")
+    trail = [R.rapi(resource)]
+    text = request.query.get("reason")
+    if text:
+        trail.append(R.entry(R.USER, text))
+    for op in ops:
+        if dry_run:
+            op["dry_run"] = True
+        extra = op.pop("reason", None)
+        if extra is not None:
+            try:
+                op["reason"] = R.validate(extra)
+            except ValueError as err:
+                raise RapiHttpError(400, str(err)) from None
+    queue = ctx_of(request).queue
+    try:
+        job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
+    except O.OpcodeError as err:
+        raise RapiHttpError(400, str(err)) from None
+    return ok(job_id)
+
+
+def only(body: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
+    unknown = set(body) - allowed - {"reason", "dry_run"}
+    if unknown:
+        raise RapiHttpError(400, f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
+    return body
+
+
+# --- handlers: cluster --------------------------------------------------------------------------
+
+async def version(request: web.Request) -> web.Response:
+    return ok(views.RAPI_VERSION)
+
+
+async def root(request: web.Request) -> web.Response:
+    return ok(None)
+
+
+async def features(request: web.Request) -> web.Response:
+    return ok(FEATURES)
+
+
+async def info(request: web.Request) -> web.Response:
+    return ok(views.cluster_view(config_of(request)))
+
+
+CLUSTER_FIELDS = {f for f in O.OpClusterSetParams.__struct_fields__
+                  if f not in ("dry_run", "debug_level", "priority", "depends", "comment")}
+
+
+async def cluster_modify(request: web.Request) -> web.Response:
+    body = body_dict(await body_of(request, default={}))
+    only(body, CLUSTER_FIELDS, "cluster modify")
+    return await submit(request, "modify", [{"OP_ID": "OP_CLUSTER_SET_PARAMS", **body}])
+
+
+# --- tags (cluster, nodes, groups, instances) -------------------------------------------------
+
+def tag_target(request: web.Request) -> tuple[str, str | None, list[str]]:
+    kind = request.match_info.get("kind", "cluster")
+    config = config_of(request)
+    if kind == "cluster":
+        return "cluster", None, list(config.cluster.tags)
+    name = request.match_info["name"]
+    finder = {"nodes": config.find_node, "instances": config.find_instance,
+              "groups": config.find_group}[kind]
+    obj = find(finder, name)
+    return {"nodes": "node", "instances": "instance", "groups": "nodegroup"}[kind], obj.name, \
+        list(obj.tags)
+
+
+async def tags_get(request: web.Request) -> web.Response:
+    return ok(tag_target(request)[2])
+
+
+async def tags_change(request: web.Request) -> web.Response:
+    kind, name, _ = tag_target(request)
+    tags = request.query.getall("tag", [])
+    if not tags:
+        raise RapiHttpError(400, "give the tags as ?tag=...&tag=...")
+    op_id = "OP_TAGS_SET" if request.method == "PUT" else "OP_TAGS_DEL"
+    resource = "tags" if kind == "cluster" else f"{request.match_info['kind']}_name_tags"
+    return await submit(request, resource, [{"OP_ID": op_id, "kind": kind, "name": name,
+                                             "tags": tags}])
+
+
+# --- nodes --------------------------------------------------------------------------------------
+
+def listing(items: list[str], prefix: str, key: str = "id") -> list[dict[str, str]]:
+    """Ganeti's non-bulk lists: `id` (nodes, instances) or `name` (groups) plus `uri`."""
+    return [{key: name, "uri": f"{prefix}/{name}"} for name in items]
+
+
+async def nodes(request: web.Request) -> web.Response:
+    config = config_of(request)
+    ordered = sorted(config.nodes.values(), key=lambda n: n.name)
+    if flag(request, "bulk"):
+        return ok([views.node_view(config, n) for n in ordered])
+    return ok(listing([n.name for n in ordered], "/2/nodes"))
+
+
+async def node(request: web.Request) -> web.Response:
+    config = config_of(request)
+    return ok(views.node_view(config, find(config.find_node, request.match_info["name"])))
+
+
+async def node_role_get(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    return ok(views.NODE_ROLES[views.node_role(config, target)])
+
+
+ROLE_FIELDS = {
+    "master-candidate": {"master_candidate": True, "offline": False, "drained": False},
+    "regular": {"master_candidate": False, "offline": False, "drained": False},
+    "drained": {"drained": True},
+    "offline": {"offline": True},
+}
+
+
+async def node_role_set(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    role = await body_of(request)
+    if role == "master":
+        raise RapiHttpError(400, "the master role can be changed only via master-failover")
+    if role not in ROLE_FIELDS:
+        raise RapiHttpError(400, f"unknown node role {role!r} "
+                                 f"(one of {', '.join(ROLE_FIELDS)})")
+    op = {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": target.name, "node_uuid": target.uuid,
+          "force": flag(request, "force"), "auto_promote": flag(request, "auto-promote"),
+          **ROLE_FIELDS[role]}
+    return await submit(request, "nodes_name_role", [op])
+
+
+NODE_MODIFY_FIELDS = {"master_candidate", "offline", "drained", "master_capable", "vm_capable",
+                      "secondary_ip", "ndparams", "powered", "auto_promote", "force", "group",
+                      "new_name"}
+
+
+async def node_modify(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    body = only(body_dict(await body_of(request, default={})), NODE_MODIFY_FIELDS, "node modify")
+    if flag(request, "force"):
+        body["force"] = True
+    return await submit(request, "nodes_name_modify", [
+        {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": target.name, "node_uuid": target.uuid,
+         **body}])
+
+
+async def node_evacuate(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    body = only(body_dict(await body_of(request, default={})),
+                {"mode", "iallocator", "remote_node", "early_release", "ignore_soft_errors"},
+                "node evacuate")
+    return await submit(request, "nodes_name_evacuate", [
+        {"OP_ID": "OP_NODE_EVACUATE", "node_name": target.name, "node_uuid": target.uuid,
+         **body}])
+
+
+async def node_migrate(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    body = only(body_dict(await body_of(request, default={})),
+                {"mode", "live", "target_node", "iallocator", "allow_runtime_changes",
+                 "ignore_ipolicy"}, "node migrate")
+    if "mode" in request.query:
+        body["mode"] = request.query["mode"]
+    return await submit(request, "nodes_name_migrate", [
+        {"OP_ID": "OP_NODE_MIGRATE", "node_name": target.name, "node_uuid": target.uuid,
+         **body}])
+
+
+async def node_powercycle(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    return await submit(request, "nodes_name_powercycle", [
+        {"OP_ID": "OP_NODE_POWERCYCLE", "node_name": target.name, "node_uuid": target.uuid,
+         "force": flag(request, "force")}])
+
+
+# --- groups -------------------------------------------------------------------------------------
+
+async def groups(request: web.Request) -> web.Response:
+    config = config_of(request)
+    ordered = sorted(config.nodegroups.values(), key=lambda g: g.name)
+    if flag(request, "bulk"):
+        return ok([views.group_view(config, g) for g in ordered])
+    return ok(listing([g.name for g in ordered], "/2/groups", key="name"))
+
+
+async def group(request: web.Request) -> web.Response:
+    config = config_of(request)
+    return ok(views.group_view(config, find(config.find_group, request.match_info["name"])))
+
+
+GROUP_FIELDS = {"group_name", "name", "alloc_policy", "ndparams", "diskparams", "ipolicy",
+                "hv_state", "disk_state"}
+
+
+async def group_add(request: web.Request) -> web.Response:
+    body = only(body_dict(await body_of(request, default={})), GROUP_FIELDS, "group add")
+    name = body.pop("group_name", None) or body.pop("name", None)
+    if not name:
+        raise RapiHttpError(400, "group add needs group_name")
+    return await submit(request, "groups", [{"OP_ID": "OP_GROUP_ADD", "group_name": name,
+                                             **body}])
+
+
+async def group_modify(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_group, request.match_info["name"])
+    body = only(body_dict(await body_of(request, default={})),
+                GROUP_FIELDS - {"group_name", "name"}, "group modify")
+    return await submit(request, "groups_name_modify", [
+        {"OP_ID": "OP_GROUP_SET_PARAMS", "group_name": target.name, **body}])
+
+
+async def group_rename(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_group, request.match_info["name"])
+    body = body_dict(await body_of(request, default={}))
+    new_name = body.get("new_name")
+    if not isinstance(new_name, str) or not new_name:
+        raise RapiHttpError(400, "group rename needs new_name")
+    return await submit(request, "groups_name_rename", [
+        {"OP_ID": "OP_GROUP_RENAME", "group_name": target.name, "new_name": new_name}])
+
+
+async def group_delete(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_group, request.match_info["name"])
+    return await submit(request, "groups_name", [{"OP_ID": "OP_GROUP_REMOVE",
+                                                  "group_name": target.name}])
+
+
+# --- instances ----------------------------------------------------------------------------------
+
+async def instances(request: web.Request) -> web.Response:
+    config = config_of(request)
+    ordered = sorted(config.instances.values(), key=lambda i: i.name)
+    if flag(request, "bulk"):
+        return ok([views.instance_view(config, i) for i in ordered])
+    return ok(listing([i.name for i in ordered], "/2/instances"))
+
+
+async def instance_create(request: web.Request) -> web.Response:
+    raise RapiHttpError(501, "instance creation needs the node daemons (herder cluster core "
+                             "II); not available in this version")
+
+
+async def instance(request: web.Request) -> web.Response:
+    config = config_of(request)
+    return ok(views.instance_view(config,
+                                  find(config.find_instance, request.match_info["name"])))
+
+
+def _instance_name(request: web.Request) -> M.Instance:
+    config = config_of(request)
+    return find(config.find_instance, request.match_info["name"])
+
+
+async def instance_info(request: web.Request) -> web.Response:
+    inst = _instance_name(request)
+    return await submit(request, "instances_name_info", [
+        {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": [inst.name],
+         "static": flag(request, "static")}])
+
+
+async def instance_delete(request: web.Request) -> web.Response:
+    inst = _instance_name(request)
+    return await submit(request, "instances_name", [
+        {"OP_ID": "OP_INSTANCE_REMOVE", "instance_name": inst.name}])
+
+
+def _instance_op(op_id: str, resource: str, fields: set[str],
+                 query_flags: tuple[str, ...] = ()) -> Callable[[web.Request],
+                                                                Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        inst = _instance_name(request)
+        body = only(body_dict(await body_of(request, default={})), fields, resource)
+        for name in query_flags:
+            if name in request.query:
+                body[name.replace("-", "_")] = flag(request, name)
+        if "type" in request.query and "reboot_type" in fields:
+            body["reboot_type"] = request.query["type"]
+        return await submit(request, resource, [{"OP_ID": op_id, "instance_name": inst.name,
+                                                 **body}])
+
+    return handler
+
+
+async def instance_rename(request: web.Request) -> web.Response:
+    inst = _instance_name(request)
+    body = only(body_dict(await body_of(request, default={})),
+                {"new_name", "ip_check", "name_check"}, "instance rename")
+    if not isinstance(body.get("new_name"), str) or not body["new_name"]:
+        raise RapiHttpError(400, "instance rename needs new_name")
+    return await submit(request, "instances_name_rename", [
+        {"OP_ID": "OP_INSTANCE_RENAME", "instance_name": inst.name, **body}])
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+def _job_id(request: web.Request) -> int:
+    try:
+        return int(request.match_info["job_id"])
+    except ValueError:
+        raise RapiHttpError(400, f"invalid job id {request.match_info['job_id']!r}") from None
+
+
+async def jobs(request: web.Request) -> web.Response:
+    queue = ctx_of(request).queue
+    ids = queue.job_ids()
+    if flag(request, "bulk"):
+        return ok([queue.info(i) for i in ids])
+    return ok([{"id": i, "uri": f"/2/jobs/{i}"} for i in ids])
+
+
+async def job(request: web.Request) -> web.Response:
+    try:
+        return ok(ctx_of(request).queue.info(_job_id(request)))
+    except NotFoundError as err:
+        raise RapiHttpError(404, str(err)) from None
+
+
+async def job_cancel(request: web.Request) -> web.Response:
+    try:
+        return ok(list(ctx_of(request).queue.cancel(_job_id(request))))
+    except NotFoundError as err:
+        raise RapiHttpError(404, str(err)) from None
+
+
+async def job_wait(request: web.Request) -> web.Response:
+    job_id = _job_id(request)
+    body = body_dict(await body_of(request, default={}))
+    fields = body.get("fields")
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise RapiHttpError(400, "wait needs 'fields': a list of job field names")
+    prev_info = body.get("previous_job_info")
+    prev_serial = body.get("previous_log_serial")
+    if prev_serial is not None and not isinstance(prev_serial, int):
+        raise RapiHttpError(400, "previous_log_serial must be an integer or null")
+    try:
+        result = await asyncio.to_thread(ctx_of(request).queue.wait_for_change, job_id, fields,
+                                         prev_info, prev_serial, WAIT_TIMEOUT)
+    except NotFoundError as err:
+        raise RapiHttpError(404, str(err)) from None
+    return ok(result)
+
+
+# --- herder extensions --------------------------------------------------------------------------
+
+async def herder_maintenance(request: web.Request) -> web.Response:
+    return ok(views.maintenance_view(config_of(request)))
+
+
+MAINT_FIELDS = {"enabled": "maint_enabled", "roundDelay": "maint_round_delay",
+                "balance": "maint_balance", "balanceThreshold": "maint_balance_threshold",
+                "diagnoseCommand": "diagnose_data_collector_filename"}
+
+
+async def herder_maintenance_set(request: web.Request) -> web.Response:
+    body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
+                "maintenance settings")
+    op = {"OP_ID": "OP_CLUSTER_SET_PARAMS"}
+    op.update({MAINT_FIELDS[k]: v for k, v in body.items() if k in MAINT_FIELDS})
+    return await submit(request, "herder_maintenance", [op])
+
+
+async def herder_jobs_submit(request: web.Request) -> web.Response:
+    """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
+    body = body_dict(await body_of(request, default={}))
+    ops = body.get("ops")
+    if not isinstance(ops, list) or not ops or not all(isinstance(o, dict) for o in ops):
+        raise RapiHttpError(400, "give 'ops': a non-empty list of opcode objects")
+    return await submit(request, "herder_jobs", [dict(o) for o in ops])
+
+
+# --- plumbing -----------------------------------------------------------------------------------
+
+WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
+
+
+@web.middleware
+async def rapi_middleware(request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                          ) -> web.StreamResponse:
+    ctx = ctx_of(request)
+    user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
+    if user is None and (request.method in WRITE_METHODS or not ctx.anonymous_reads
+                         or "Authorization" in request.headers):
+        return error_response(401, "valid credentials are required")
+    if request.method in WRITE_METHODS and (user is None or not user.can_write):
+        return error_response(403, f"user {user.name if user else '?'} may not make changes")
+    try:
+        return await handler(request)
+    except RapiHttpError as err:
+        return error_response(err.status, err.explain)
+    except web.HTTPMethodNotAllowed:
+        return error_response(405, f"{request.method} is not supported on {request.path}")
+    except web.HTTPNotFound:
+        return error_response(404, f"Nothing matches the given URI: {request.path}")
+    except OpPrereqError as err:
+        return error_response(400, str(err))
+    except (ConfigError, O.OpcodeError) as err:
+        return error_response(400, str(err))
+    except HerderError as err:
+        return error_response(500, str(err))
+
+
+def make_app(ctx: RapiContext) -> web.Application:
+    app = web.Application(middlewares=[rapi_middleware], client_max_size=4 * 1024 * 1024)
+    app[CTX_KEY] = ctx
+    r = app.router
+    r.add_get("/", root)
+    r.add_get("/version", version)
+    r.add_get("/2/features", features)
+    r.add_get("/2/info", info)
+    r.add_put("/2/modify", cluster_modify)
+    for prefix in ("/2/tags",):
+        r.add_get(prefix, tags_get)
+        r.add_put(prefix, tags_change)
+        r.add_delete(prefix, tags_change)
+    for kind in ("nodes", "instances", "groups"):
+        path = f"/2/{{kind:{kind}}}/{{name}}/tags"
+        r.add_get(path, tags_get)
+        r.add_put(path, tags_change)
+        r.add_delete(path, tags_change)
+    r.add_get("/2/nodes", nodes)
+    r.add_get("/2/nodes/{name}", node)
+    r.add_get("/2/nodes/{name}/role", node_role_get)
+    r.add_put("/2/nodes/{name}/role", node_role_set)
+    r.add_post("/2/nodes/{name}/modify", node_modify)
+    r.add_post("/2/nodes/{name}/evacuate", node_evacuate)
+    r.add_post("/2/nodes/{name}/migrate", node_migrate)
+    r.add_post("/2/nodes/{name}/powercycle", node_powercycle)
+    r.add_get("/2/groups", groups)
+    r.add_post("/2/groups", group_add)
+    r.add_get("/2/groups/{name}", group)
+    r.add_delete("/2/groups/{name}", group_delete)
+    r.add_put("/2/groups/{name}/modify", group_modify)
+    r.add_put("/2/groups/{name}/rename", group_rename)
+    r.add_get("/2/instances", instances)
+    r.add_post("/2/instances", instance_create)
+    r.add_get("/2/instances/{name}", instance)
+    r.add_delete("/2/instances/{name}", instance_delete)
+    r.add_get("/2/instances/{name}/info", instance_info)
+    r.add_put("/2/instances/{name}/rename", instance_rename)
+    r.add_put("/2/instances/{name}/modify", _instance_op(
+        "OP_INSTANCE_SET_PARAMS", "instances_name_modify",
+        {"hvparams", "beparams", "osparams", "os_name", "offline", "force", "force_variant"}))
+    r.add_put("/2/instances/{name}/startup", _instance_op(
+        "OP_INSTANCE_STARTUP", "instances_name_startup",
+        {"force", "ignore_offline_nodes", "hvparams", "beparams", "no_remember",
+         "startup_paused"}, ("force", "no_remember")))
+    r.add_put("/2/instances/{name}/shutdown", _instance_op(
+        "OP_INSTANCE_SHUTDOWN", "instances_name_shutdown",
+        {"timeout", "ignore_offline_nodes", "no_remember", "force"}, ("no_remember",)))
+    r.add_post("/2/instances/{name}/reboot", _instance_op(
+        "OP_INSTANCE_REBOOT", "instances_name_reboot",
+        {"reboot_type", "ignore_secondaries", "shutdown_timeout"}, ("ignore_secondaries",)))
+    r.add_put("/2/instances/{name}/migrate", _instance_op(
+        "OP_INSTANCE_MIGRATE", "instances_name_migrate",
+        {"mode", "live", "cleanup", "target_node", "iallocator", "allow_failover",
+         "allow_runtime_changes", "ignore_ipolicy"}))
+    r.add_put("/2/instances/{name}/failover", _instance_op(
+        "OP_INSTANCE_FAILOVER", "instances_name_failover",
+        {"ignore_consistency", "target_node", "iallocator", "shutdown_timeout",
+         "ignore_ipolicy", "cleanup"}))
+    r.add_get("/2/jobs", jobs)
+    r.add_get("/2/jobs/{job_id}", job)
+    r.add_delete("/2/jobs/{job_id}", job_cancel)
+    r.add_get("/2/jobs/{job_id}/wait", job_wait)
+    r.add_post("/2/herder/jobs", herder_jobs_submit)
+    r.add_get("/2/herder/maintenance", herder_maintenance)
+    r.add_put("/2/herder/maintenance", herder_maintenance_set)
+    return app

@@ -1,0 +1,153 @@
+"""How config objects look on Ganeti's RAPI v2 (field names as Ganeti 3.0 serves them)."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+from herder import __version__
+from herder.core import model as M
+from herder.core import params as P
+
+RAPI_VERSION = 2
+CONFIG_VERSION = 3000000  # the Ganeti config version whose RAPI shapes herder speaks
+PROTOCOL_VERSION = 3000000
+OS_API_VERSION = 20
+EXPORT_VERSION = 0
+
+NODE_ROLES = {"M": "master", "C": "master-candidate", "R": "regular", "D": "drained",
+              "O": "offline"}
+
+
+def node_role(config: M.ConfigData, node: M.Node) -> str:
+    """Ganeti's one-letter role: master, candidate, drained, offline, regular."""
+    if node.uuid == config.cluster.master_node:
+        return "M"
+    if node.master_candidate:
+        return "C"
+    if node.drained:
+        return "D"
+    if node.offline:
+        return "O"
+    return "R"
+
+
+def node_view(config: M.ConfigData, node: M.Node) -> dict[str, Any]:
+    primaries = sorted(i.name for i in config.instances.values() if i.primary_node == node.uuid)
+    secondaries = sorted(i.name for i in config.instances.values()
+                         if node.uuid in i.secondary_nodes)
+    return {
+        "name": node.name, "uuid": node.uuid, "pip": node.primary_ip,
+        "sip": node.secondary_ip or node.primary_ip,
+        "secondary_ip": node.secondary_ip or node.primary_ip,
+        "master_candidate": node.master_candidate, "master_capable": node.master_capable,
+        "vm_capable": node.vm_capable, "offline": node.offline, "drained": node.drained,
+        "role": node_role(config, node), "group.uuid": node.group,
+        "pinst_cnt": len(primaries), "pinst_list": primaries,
+        "sinst_cnt": len(secondaries), "sinst_list": secondaries,
+        "ndparams": config.filled_ndparams(node), "tags": list(node.tags),
+        "serial_no": node.serial_no, "ctime": node.ctime, "mtime": node.mtime,
+        # Live figures come from the node daemons (cluster core II); unknown until then.
+        "mtotal": None, "mnode": None, "mfree": None, "dtotal": None, "dfree": None,
+        "ctotal": None, "cnodes": None, "csockets": None, "cnos": None,
+        "spfree": None, "sptotal": None,
+    }
+
+
+def group_view(config: M.ConfigData, group: M.NodeGroup) -> dict[str, Any]:
+    members = sorted(n.name for n in config.nodes.values() if n.group == group.uuid)
+    return {
+        "name": group.name, "uuid": group.uuid, "alloc_policy": group.alloc_policy,
+        "node_cnt": len(members), "node_list": members,
+        "ipolicy": M.to_builtins(config.filled_ipolicy(group)),
+        "custom_ipolicy": M.to_builtins(group.ipolicy),
+        "ndparams": P.fill(P.ND_FAMILY.defaults(), config.cluster.ndparams, group.ndparams),
+        "custom_ndparams": dict(group.ndparams),
+        "diskparams": {dt: config.filled_diskparams(dt, group) for dt in sorted(P.DISK_TEMPLATES)},
+        "custom_diskparams": dict(group.diskparams),
+        "tags": list(group.tags), "serial_no": group.serial_no,
+        "ctime": group.ctime, "mtime": group.mtime,
+    }
+
+
+def instance_view(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
+    group = config.instance_group(inst)
+    nics = [config.filled_nicparams(nic, group) for nic in inst.nics]
+    be = config.filled_beparams(inst)
+    return {
+        "name": inst.name, "uuid": inst.uuid, "admin_state": inst.admin_state,
+        "admin_state_source": inst.admin_state_source, "admin_up": inst.admin_state == "up",
+        "oper_state": None, "status": _status(inst), "oper_ram": None, "oper_vcpus": None,
+        "pnode": config.node_name(inst.primary_node),
+        "snodes": [config.node_name(n) for n in inst.secondary_nodes],
+        "disk_template": inst.disk_template, "os": inst.os, "hypervisor": inst.hypervisor,
+        "hvparams": config.filled_hvparams(inst), "custom_hvparams": dict(inst.hvparams),
+        "beparams": be, "custom_beparams": dict(inst.beparams),
+        "osparams": config.filled_osparams(inst), "custom_osparams": dict(inst.osparams),
+        "disk.sizes": [d.size for d in inst.disks],
+        "disk.spindles": [d.spindles for d in inst.disks],
+        "disk.names": [d.name for d in inst.disks], "disk.uuids": [d.uuid for d in inst.disks],
+        "disk_usage": sum(d.size for d in inst.disks),
+        "nic.ips": [n.ip for n in inst.nics], "nic.macs": [n.mac for n in inst.nics],
+        "nic.modes": [p["mode"] for p in nics], "nic.links": [p["link"] for p in nics],
+        "nic.bridges": [p["link"] if p["mode"] == P.NIC_MODE_BRIDGED else None for p in nics],
+        "nic.networks": [n.network for n in inst.nics],
+        "nic.networks.names": [config.networks[n.network].name
+                               if n.network in config.networks else None for n in inst.nics],
+        "nic.names": [n.name for n in inst.nics], "nic.uuids": [n.uuid for n in inst.nics],
+        "network_port": None, "disks_active": inst.disks_active,
+        "tags": list(inst.tags), "serial_no": inst.serial_no,
+        "ctime": inst.ctime, "mtime": inst.mtime,
+    }
+
+
+def _status(inst: M.Instance) -> str:
+    """Ganeti's status field from the admin state (the run state needs the node daemons)."""
+    return {"up": "ADMIN_up", "down": "ADMIN_down", "offline": "ADMIN_offline"}[inst.admin_state]
+
+
+def cluster_view(config: M.ConfigData) -> dict[str, Any]:
+    c = config.cluster
+    default_hv = c.enabled_hypervisors[0] if c.enabled_hypervisors else None
+    allocate = c.default_iallocators.get("allocate", [])
+    return {
+        "name": c.name, "uuid": c.uuid, "master": config.node_name(c.master_node),
+        "architecture": [platform.architecture()[0], platform.machine()],
+        "software_version": f"herder-{__version__}", "vcs_version": f"herder {__version__}",
+        "protocol_version": PROTOCOL_VERSION, "config_version": CONFIG_VERSION,
+        "os_api_version": OS_API_VERSION, "export_version": EXPORT_VERSION,
+        "default_hypervisor": default_hv, "enabled_hypervisors": list(c.enabled_hypervisors),
+        "hvparams": {hv: P.fill(P.hv_family(hv).defaults(), c.hvparams.get(hv))
+                     for hv in sorted(P.HYPERVISORS)},
+        "os_hvp": c.os_hvp, "osparams": c.osparams,
+        "beparams": {"default": P.fill(P.BE_FAMILY.defaults(), c.beparams)},
+        "nicparams": {"default": P.fill(P.NIC_FAMILY.defaults(), c.nicparams)},
+        "ndparams": P.fill(P.ND_FAMILY.defaults(), c.ndparams),
+        "diskparams": {dt: config.filled_diskparams(dt) for dt in sorted(P.DISK_TEMPLATES)},
+        "ipolicy": M.to_builtins(c.ipolicy), "candidate_pool_size": c.candidate_pool_size,
+        "master_netdev": c.master_netdev, "master_netmask": c.master_netmask,
+        "uid_pool": [list(r) for r in c.uid_pool],
+        "default_iallocator": allocate[0] if allocate else "",
+        "default_iallocator_params": dict(c.default_iallocator_params),
+        "reserved_lvs": list(c.reserved_lvs), "blacklisted_os": list(c.blacklisted_os),
+        "hidden_os": list(c.hidden_os), "mac_prefix": c.mac_prefix,
+        "volume_group_name": c.volume_group_name, "vg_name": c.volume_group_name,
+        "file_storage_dir": c.file_storage_dir,
+        "shared_file_storage_dir": c.shared_file_storage_dir,
+        "drbd_usermode_helper": c.drbd_usermode_helper, "drbd_helper": c.drbd_usermode_helper,
+        "enabled_disk_templates": list(c.enabled_disk_templates),
+        "primary_ip_version": c.primary_ip_family,
+        "enabled_data_collectors": {n: s.active for n, s in c.data_collectors.items()},
+        "data_collector_interval": {n: int(s.interval * 1e6)
+                                    for n, s in c.data_collectors.items()},
+        "maintain_node_health": False, "prealloc_wipe_disks": False,
+        "tags": list(c.tags), "ctime": c.ctime, "mtime": config.mtime,
+        # herder's own fields
+        "default_iallocators": {k: c.default_iallocators.get(k, [])
+                                for k in M.IALLOCATOR_REQUEST_TYPES},
+        "serial_no": config.serial_no,
+    }
+
+
+def maintenance_view(config: M.ConfigData) -> dict[str, Any]:
+    return M.to_builtins(config.maintenance)

@@ -1,0 +1,210 @@
+"""The real masterd process over HTTPS: RAPI, authentication, errors, and kill -9 recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from herder.core.rapi import RapiClient, RapiError
+from herder.core.store import FileStore
+from tests.system.masterd_fixture import spawn, start_masterd
+
+
+def wait_status(client: RapiClient, job_id: int, wanted: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while client.get_job_status(job_id)["status"] != wanted:
+        assert time.monotonic() < deadline, client.get_job_status(job_id)["status"]
+        time.sleep(0.05)
+
+
+def test_rapi_reads_and_writes(tmp_path: Path) -> None:
+    with start_masterd(tmp_path) as master:
+        client = master.client
+        assert client.get_version() == 2
+        info = client.get_info()
+        assert info["name"] == "cluster.example.com" and info["master"] == "node1.example.com"
+        assert client.get_nodes() == [
+            "node1.example.com", "node2.example.com", "node3.example.com"]
+        bulk = {n["name"]: n for n in client.get_nodes(bulk=True)}
+        assert bulk["node1.example.com"]["role"] == "M"
+        uuid = bulk["node2.example.com"]["uuid"]
+        assert client.get_node(uuid)["name"] == "node2.example.com"  # name or UUID
+        job = client.set_node_role("node2", "drained")
+        assert client.wait_for_job(job)["status"] == "success"
+        assert client.get_node_role("node2.example.com") == "drained"
+        assert FileStore(master.config_path).load().find_node("node2").drained
+        job = client.add_cluster_tags(["env:test"])
+        client.wait_for_job(job)
+        assert client.get_cluster_tags() == ["env:test"]
+        job = client.create_group("rack2")
+        client.wait_for_job(job)
+        assert set(client.get_groups()) == {"default", "rack2"}
+        failing = client.set_node_role("node1", "drained")
+        result = client.wait_for_job(failing)
+        assert result["status"] == "error"
+        assert "master-failover" in result["opresult"][0][1][0]
+
+
+def test_requests_without_valid_credentials_get_401(tmp_path: Path) -> None:
+    with start_masterd(tmp_path) as master:
+        for auth in (None, ("admin", "wrong"), ("nobody", "x")):
+            with httpx.Client(verify=False, auth=auth) as raw:
+                response = raw.get(f"{master.url}/2/info")
+                assert response.status_code == 401
+                assert response.json()["code"] == 401
+                assert "Basic" in response.headers["WWW-Authenticate"]
+                assert raw.put(f"{master.url}/2/tags?tag=x").status_code == 401
+        with pytest.raises(RapiError) as err:
+            RapiClient(master.url, "admin", "wrong", verify=False).get_info()
+        assert err.value.status == 401
+
+
+def test_read_only_user_cannot_write_and_anonymous_reads(tmp_path: Path) -> None:
+    with start_masterd(tmp_path, ("--anonymous-reads",)) as master:
+        users = master.config_path.parent / "rapi_users"
+        users.write_text(users.read_text() + "reader secret\n")
+        reader = RapiClient(master.url, "reader", "secret", verify=False)
+        assert reader.get_info()["name"] == "cluster.example.com"
+        with pytest.raises(RapiError) as err:
+            reader.add_cluster_tags(["nope"])
+        assert err.value.status == 403
+        with httpx.Client(verify=False) as anonymous:
+            assert anonymous.get(f"{master.url}/2/nodes").status_code == 200
+            assert anonymous.put(f"{master.url}/2/tags?tag=x").status_code == 401
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "fragment"), [
+    ("GET", "/2/nodes/nosuch", None, 404, "node 'nosuch' not found"),
+    ("GET", "/2/nosuch", None, 404, "Nothing matches"),
+    ("PUT", "/2/nodes/node2/role", "boss", 400, "unknown node role 'boss'"),
+    ("PUT", "/2/nodes/node2/role", "{not json", 400, "not valid JSON"),
+    ("POST", "/2/nodes/node2/modify", {"colour": 1}, 400, "unknown field(s) colour"),
+    ("PUT", "/2/tags", None, 400, "give the tags"),
+    ("GET", "/2/jobs/abc", None, 400, "invalid job id"),
+    ("GET", "/2/jobs/999", None, 404, "job 999 not found"),
+    ("GET", "/2/jobs/1/wait", {"fields": "status"}, 400, "needs 'fields'"),
+    ("DELETE", "/2/info", None, 405, "not supported"),
+    ("POST", "/2/groups", {}, 400, "needs group_name"),
+    ("PUT", "/2/modify", {"beparams": {"vcpus": 1}, "bogus": 2}, 400, "unknown field(s) bogus"),
+])
+def test_malformed_requests_get_4xx_with_a_message(tmp_path: Path, method: str, path: str,
+                                                   body: object, status: int,
+                                                   fragment: str) -> None:
+    with start_masterd(tmp_path) as master:
+        client = master.client
+        if path.startswith("/2/jobs/1"):
+            client.wait_for_job(client.add_cluster_tags(["x"]))
+        content = body.encode() if isinstance(body, str) and body.startswith("{") else None
+        with pytest.raises(RapiError) as err:
+            if content is not None:
+                raw = client._http.request(method, path, content=content)
+                raise RapiError(raw.json()["explain"], status=raw.status_code)
+            client.request(method, path, None, body)
+        assert err.value.status == status
+        assert fragment in str(err.value)
+
+
+def test_kill_9_with_jobs_queued_and_running(tmp_path: Path) -> None:
+    """kill -9 the master with jobs running, waiting and queued; after a restart every job is
+    accounted for and the config is intact."""
+    with start_masterd(tmp_path, ("--workers", "2")) as master:
+        client = master.client
+        done = client.add_cluster_tags(["before"])
+        client.wait_for_job(done)
+        delay = {"OP_ID": "OP_TEST_DELAY", "duration": 30, "on_nodes": ["node2.example.com"]}
+        queue = master.proc  # the process we will kill
+        running = _submit_delay(client, master, delay)
+        wait_status(client, running, "running")
+        waiting = _submit_delay(client, master, {**delay, "duration": 0.1})
+        wait_status(client, waiting, "waiting")
+        queued = client.add_cluster_tags(["after"])
+        time.sleep(0.2)
+        assert client.get_job_status(queued)["status"] == "queued"  # both workers busy
+        serial = FileStore(master.config_path).load().serial_no
+        queue.kill()
+        queue.wait(10)
+        proc, url = spawn(master.config_path, ("--workers", "2"))
+        try:
+            again = RapiClient.for_herder_cluster(master.config_path.parent, url)
+            failed = again.get_job_status(running)
+            assert failed["status"] == "error"
+            assert "master daemon stopped while this opcode was running" in \
+                failed["opresult"][0][1][0]
+            assert again.wait_for_job(waiting, timeout=30)["status"] == "success"
+            assert again.wait_for_job(queued, timeout=30)["status"] == "success"
+            assert again.wait_for_job(done)["status"] == "success"
+            config = FileStore(master.config_path).load()  # intact
+            assert config.cluster.tags == ["before", "after"]
+            assert config.serial_no == serial + 1  # only the queued tag job changed it
+            ids = [int(j) for j in again.get_jobs()]
+            assert {done, running, waiting, queued} <= set(ids)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def _submit_delay(client: RapiClient, master, op: dict) -> int:
+    """OP_TEST_DELAY has no Ganeti RAPI route: submit it through herder's raw-job route."""
+    return int(client.request("POST", "/2/herder/jobs", None, {"ops": [op]}))
+
+
+def _cli(config: Path, url: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
+    env["HERDER_CONFIG"] = str(config)
+    if url:
+        env["HERDER_MASTERD"] = url
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_changes_go_through_masterd_as_jobs(tmp_path: Path) -> None:
+    with start_masterd(tmp_path) as master:
+        done = _cli(master.config_path, master.url, "node", "modify", "node2", "--drained",
+                    "yes")
+        assert done.returncode == 0, done.stderr
+        assert "drained -> True" in done.stdout
+        done = _cli(master.config_path, master.url, "tags", "add", "cluster", "via-rapi")
+        assert done.returncode == 0, done.stderr
+        done = _cli(master.config_path, master.url, "cluster", "modify", "--add-uids", "5-9")
+        assert done.returncode == 0, done.stderr
+        config = FileStore(master.config_path).load()
+        assert config.find_node("node2").drained and config.cluster.tags == ["via-rapi"]
+        assert config.cluster.uid_pool == [(5, 9)]
+        listed = json.loads(_cli(master.config_path, master.url, "job", "list", "--json").stdout)
+        summaries = [j["summary"][0] for j in listed]
+        assert summaries == ["NODE_SET_PARAMS(node2.example.com)", "TAGS_SET",
+                             "CLUSTER_SET_PARAMS"]
+        info = _cli(master.config_path, master.url, "job", "info", str(listed[0]["id"]))
+        assert "OP_NODE_SET_PARAMS -> success" in info.stdout
+        assert "reason: gnt:library:rlib2:nodes_name_modify" in info.stdout
+        refused = _cli(master.config_path, master.url, "node", "modify", "node1", "--offline",
+                       "yes")
+        assert refused.returncode == 1
+        line = refused.stderr.strip()
+        assert "\n" not in line and line.startswith("herder: error: job ")
+        assert "The master role can be changed only via master-failover" in line
+        waited = _cli(master.config_path, master.url, "job", "wait", str(listed[0]["id"]))
+        assert waited.returncode == 0 and "success" in waited.stdout
+        cancel = _cli(master.config_path, master.url, "job", "cancel", str(listed[0]["id"]))
+        assert cancel.returncode == 1 and "is finished" in cancel.stderr
+
+
+def test_cli_without_masterd_says_what_to_do(tmp_path: Path) -> None:
+    from tests.system.masterd_fixture import make_cluster
+
+    config = make_cluster(tmp_path / "cluster")
+    done = _cli(config, "https://127.0.0.1:9", "node", "modify", "node2", "--drained", "yes")
+    assert done.returncode == 1
+    line = done.stderr.strip()
+    assert "cannot reach" in line and "--offline" in line and "\n" not in line
+    offline = _cli(config, "https://127.0.0.1:9", "--offline", "node", "modify", "node2",
+                   "--drained", "yes")
+    assert offline.returncode == 0, offline.stderr
+    assert FileStore(config).load().find_node("node2").drained

@@ -1,0 +1,336 @@
+"""The job queue with the real processor, locks and config store (in-process)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from herder.core import locking as L
+from herder.core.errors import NotFoundError
+from herder.core.jobs import opcodes as O
+from herder.core.jobs.queue import JobQueue, OpStatus, job_fields
+from herder.core.store import FileStore
+from herder.masterd.lu.base import MasterEnv
+from herder.masterd.processor import Processor
+from tests.conftest import build_config
+
+
+class Master:
+    def __init__(self, tmp_path: Path, workers: int = 4, strategy=None) -> None:
+        self.store = FileStore(tmp_path / "config.json")
+        if not self.store.exists():
+            self.store.create(build_config(nodes=4))
+        config = self.store.load()
+        self.env = MasterEnv(store=self.store, locks=L.LockManager(
+            nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances))
+        processor = Processor(self.env, strategy) if strategy else Processor(self.env)
+        self.queue = JobQueue(tmp_path / "queue", processor, workers=workers)
+        self.recovered = self.queue.recover()
+        self.queue.start()
+
+    def run(self, *ops: dict, timeout: float = 10) -> dict:
+        job_id = self.queue.submit(list(ops))
+        self.queue.wait(job_id, timeout)
+        return self.queue.info(job_id)
+
+
+@pytest.fixture
+def master(tmp_path: Path):
+    m = Master(tmp_path)
+    yield m
+    m.queue.stop()
+
+
+def delay(node: str, seconds: float) -> dict:
+    return {"OP_ID": "OP_TEST_DELAY", "duration": seconds, "on_nodes": [node]}
+
+
+def test_config_opcodes_change_the_config(master: Master) -> None:
+    info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "node2",
+                       "tags": ["rack:a1"]})
+    assert info["status"] == "success"
+    assert master.store.load().find_node("node2").tags == ["rack:a1"]
+    info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node2", "drained": True})
+    assert info["opresult"] == [[["master_candidate", "False"], ["drained", "True"]]]
+    info = master.run({"OP_ID": "OP_GROUP_ADD", "group_name": "rack2"},
+                      {"OP_ID": "OP_GROUP_RENAME", "group_name": "rack2", "new_name": "rack3"})
+    assert info["opstatus"] == ["success", "success"]
+    assert master.store.load().find_group("rack3")
+    info = master.run({"OP_ID": "OP_CLUSTER_SET_PARAMS", "add_uids": [[1000, 1009]],
+                       "beparams": {"vcpus": 2}, "maint_round_delay": 60})
+    config = master.store.load()
+    assert config.cluster.uid_pool == [(1000, 1009)]
+    assert config.cluster.beparams == {"vcpus": 2}
+    assert config.maintenance.round_delay == 60
+
+
+def test_master_rules_and_errors_are_job_errors(master: Master) -> None:
+    before = master.store.path.read_bytes()
+    info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node1", "offline": True})
+    assert info["status"] == "error"
+    assert info["opresult"][0] == ["OpPrereqError", [
+        "The master role can be changed only via master-failover", "wrong_input"]]
+    info = master.run({"OP_ID": "OP_CLUSTER_SET_PARAMS", "beparams": {"colour": "red"}})
+    assert info["status"] == "error" and "unknown backend parameter" in info["opresult"][0][1][0]
+    info = master.run({"OP_ID": "OP_GROUP_REMOVE", "group_name": "default"})
+    assert info["status"] == "error" and "still has nodes" in info["opresult"][0][1][0]
+    assert master.store.path.read_bytes() == before  # nothing written by failed opcodes
+
+
+def test_later_opcodes_are_not_run_after_a_failure(master: Master) -> None:
+    info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["bad tag"]},
+                      {"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["good"]})
+    assert info["opstatus"] == ["error", "error"]
+    assert info["opresult"][1][1][0].startswith("not run")
+    assert master.store.load().cluster.tags == []
+
+
+def test_dry_run_changes_nothing(master: Master) -> None:
+    before = master.store.load().serial_no
+    info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node2", "drained": True,
+                       "dry_run": True})
+    assert info["status"] == "success" and info["opresult"] == [None]
+    assert master.store.load().serial_no == before
+    info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node1", "drained": True,
+                       "dry_run": True})
+    assert info["status"] == "error"  # the checks still run
+
+
+def test_reason_trail_is_recorded(master: Master) -> None:
+    job_id = master.queue.submit(
+        [{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["t"],
+          "reason": [["gnt:daemon:maintd", "incident 1", 5]]}],
+        reason=[["gnt:client:test", "because", 6]])
+    master.queue.wait(job_id, 10)
+    trail = master.queue.info(job_id, ["ops"])["ops"][0]["reason"]
+    assert trail[0] == ["gnt:daemon:maintd", "incident 1", 5]
+    assert trail[1] == ["gnt:client:test", "because", 6]
+    assert trail[2][0] == "gnt:opcode:tags_set" and trail[2][1] == f"job={job_id};index=0"
+
+
+def _interval(info: dict) -> tuple[float, float]:
+    """When the (single) opcode ran: from holding its locks to its end."""
+    start, end = info["opexec"][0], info["opend"][0]
+    return start[0] + start[1] / 1e6, end[0] + end[1] / 1e6
+
+
+def test_non_conflicting_jobs_overlap_conflicting_ones_do_not(master: Master) -> None:
+    a = master.queue.submit([delay("node2", 0.6)])
+    b = master.queue.submit([delay("node3", 0.6)])
+    c = master.queue.submit([delay("node2", 0.6)])
+    for job_id in (a, b, c):
+        master.queue.wait(job_id, 15)
+    ia, ib, ic = (_interval(master.queue.info(j, ["opexec", "opend"])) for j in (a, b, c))
+    def overlap(x: tuple[float, float], y: tuple[float, float]) -> bool:
+        return x[0] < y[1] - 0.05 and y[0] < x[1] - 0.05
+
+    assert not overlap(ia, ic)  # same node: one after the other
+    first = ia if ia[0] < ic[0] else ic
+    assert overlap(ib, first)  # another node: at the same time
+
+
+def test_blocked_job_shows_waiting_and_can_be_canceled(master: Master) -> None:
+    holder = master.queue.submit([delay("node2", 1.5)])
+    deadline = time.monotonic() + 5
+    while master.queue.get(holder).status != OpStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    blocked = master.queue.submit([delay("node2", 0.1)])
+    while master.queue.get(blocked).status != OpStatus.WAITING:
+        assert time.monotonic() < deadline, master.queue.get(blocked).status
+        time.sleep(0.02)
+    ok, message = master.queue.cancel(blocked)
+    assert ok and "will be canceled" in message
+    job = master.queue.wait(blocked, 10)
+    assert job.status == OpStatus.CANCELED
+    assert master.queue.wait(holder, 10).status == OpStatus.SUCCESS
+    assert master.queue.cancel(holder) == (False, f"Job {holder} is finished (success)")
+
+
+def test_cancel_ends_an_unlimited_lock_wait_at_once(tmp_path: Path) -> None:
+    """In the final, blocking phase a waiting job keeps its place in the lock queue; a cancel
+    still ends the wait immediately."""
+    m = Master(tmp_path, strategy=lambda: L.LockAttemptTimeoutStrategy(timeouts=[]))
+    try:
+        holder = m.queue.submit([delay("node2", 3)])
+        deadline = time.monotonic() + 5
+        while m.queue.get(holder).status != OpStatus.RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        blocked = m.queue.submit([delay("node2", 0.1)])
+        while m.queue.get(blocked).status != OpStatus.WAITING:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        started = time.monotonic()
+        assert m.queue.cancel(blocked)[0]
+        assert m.queue.wait(blocked, 5).status == OpStatus.CANCELED
+        assert time.monotonic() - started < 1.0  # not after the holder's 3 s
+        assert m.queue.get(holder).status == OpStatus.RUNNING
+    finally:
+        m.queue.stop()
+
+
+def test_cancel_queued_job(tmp_path: Path) -> None:
+    m = Master(tmp_path, workers=1)
+    try:
+        busy = m.queue.submit([delay("node2", 0.8)])
+        queued = m.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["x"]}])
+        assert m.queue.get(queued).status == OpStatus.QUEUED
+        assert m.queue.cancel(queued) == (True, f"Job {queued} canceled")
+        assert m.queue.get(queued).status == OpStatus.CANCELED
+        m.queue.wait(busy, 10)
+        time.sleep(0.2)
+        assert m.store.load().cluster.tags == []  # never ran
+    finally:
+        m.queue.stop()
+
+
+def test_priority_orders_queued_jobs(tmp_path: Path) -> None:
+    m = Master(tmp_path, workers=1)
+    try:
+        m.queue.submit([delay("node2", 0.5)])  # occupies the only worker
+        low = m.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["low"],
+                               "priority": 10}])
+        high = m.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["high"],
+                                "priority": -10}])
+        m.queue.wait(low, 10)
+        m.queue.wait(high, 10)
+        assert m.store.load().cluster.tags == ["high", "low"]
+    finally:
+        m.queue.stop()
+
+
+def test_wait_for_change(master: Master) -> None:
+    job_id = master.queue.submit([delay("node2", 0.5)])
+    first = master.queue.wait_for_change(job_id, ["status"], None, None, 5)
+    assert first is not None
+    seen = [first["job_info"][0]]
+    while seen[-1] not in ("success", "error"):
+        nxt = master.queue.wait_for_change(job_id, ["status"], [seen[-1]], None, 5)
+        assert nxt is not None
+        seen.append(nxt["job_info"][0])
+    assert seen[-1] == "success"
+    assert master.queue.wait_for_change(job_id, ["status"], ["success"], None, 0.1) == {
+        "job_info": ["success"], "log_entries": []}  # finished: answers at once
+    unfinished = master.queue.submit([delay("node3", 2)])
+    deadline = time.monotonic() + 5
+    while master.queue.get(unfinished).status != OpStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    started = time.monotonic()
+    assert master.queue.wait_for_change(unfinished, ["status"], ["running"], None, 0.3) is None
+    assert time.monotonic() - started >= 0.25
+    with pytest.raises(NotFoundError):
+        master.queue.wait_for_change(99999, ["status"], None, None, 0.1)
+
+
+def test_log_entries_reach_waiters(master: Master) -> None:
+    info = master.run({"OP_ID": "OP_NODE_EVACUATE", "node_name": "node4"})
+    assert info["status"] == "success"
+    entries = master.queue.wait_for_change(info["id"], ["status"], None, 0, 1)["log_entries"]
+    assert entries and "holds no instances" in entries[0][3]
+    assert entries[0][0] == 1 and len(entries[0][1]) == 2
+
+
+def test_node_rpc_failure_is_a_clear_job_error(master: Master) -> None:
+    before = master.store.path.read_bytes()
+    info = master.run({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "plain0"})
+    assert info["status"] == "error"
+    assert "cannot call instance_start" in info["opresult"][0][1][0]
+    assert master.store.path.read_bytes() == before
+
+
+def test_bad_submissions_queue_nothing(master: Master) -> None:
+    before = master.queue.job_ids()
+    with pytest.raises(O.OpcodeError, match="unknown opcode 'OP_NOPE'"):
+        master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"]},
+                             {"OP_ID": "OP_NOPE"}])
+    with pytest.raises(O.OpcodeError, match="at least one opcode"):
+        master.queue.submit([])
+    with pytest.raises(O.OpcodeError, match="unknown field `colour`"):
+        master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"],
+                              "colour": 1}])
+    with pytest.raises(O.OpcodeError, match="priority"):
+        master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"],
+                              "priority": 99}])
+    assert master.queue.job_ids() == before
+
+
+def test_restart_recovers_every_job(tmp_path: Path) -> None:
+    """A master that stops with jobs queued, waiting and running: after restart every job is
+    accounted for — queued ones run, the running one is an error that says why."""
+    m = Master(tmp_path, workers=1)
+    running = m.queue.submit([delay("node2", 30)])
+    deadline = time.monotonic() + 5
+    while m.queue.get(running).status != OpStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    queued = m.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["later"]}])
+    # Simulate the master dying: the worker threads are abandoned mid-job (daemon threads),
+    # and a new queue loads the same directory.
+    m.queue._stopping = True
+    files = {p.name: json.loads(p.read_text()) for p in (tmp_path / "queue").glob("job-*.json")}
+    assert files[f"job-{running}.json"]["ops"][0]["status"] == "running"
+    m2 = Master(tmp_path, workers=2)
+    try:
+        assert m2.recovered["failed"] == [running]
+        assert m2.recovered["requeued"] == [queued]
+        failed = m2.queue.info(running)
+        assert failed["status"] == "error"
+        assert "master daemon stopped while this opcode was running" in \
+            failed["opresult"][0][1][0]
+        assert m2.queue.wait(queued, 10).status == OpStatus.SUCCESS
+        assert m2.store.load().cluster.tags == ["later"]
+        assert m2.queue.submit([delay("node3", 0)]) > queued  # ids keep growing
+    finally:
+        m2.queue.stop()
+
+
+def test_job_fields_match_ganeti_names(master: Master) -> None:
+    info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["f"]})
+    assert set(info) == {"id", "status", "ops", "opresult", "opstatus", "oplog", "received_ts",
+                         "start_ts", "end_ts", "summary", "priority"}
+    assert info["summary"] == ["TAGS_SET"]
+    assert all(len(info[k]) == 2 for k in ("received_ts", "start_ts", "end_ts"))
+    with pytest.raises(O.OpcodeError, match="unknown job field"):
+        job_fields(master.queue.get(info["id"]), ["nope"])
+
+
+def test_many_parallel_submitters(master: Master) -> None:
+    ids: list[int] = []
+    lock = threading.Lock()
+
+    def submit(n: int) -> None:
+        for i in range(10):
+            job_id = master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster",
+                                           "tags": [f"t{n}-{i}"]}])
+            with lock:
+                ids.append(job_id)
+
+    threads = [threading.Thread(target=submit, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 40
+    for job_id in ids:
+        assert master.queue.wait(job_id, 30).status == OpStatus.SUCCESS
+    assert len(master.store.load().cluster.tags) == 40
+
+
+def test_corrupt_job_file_is_set_aside_and_its_id_not_reused(tmp_path: Path) -> None:
+    m = Master(tmp_path)
+    first = m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"]})["id"]
+    m.queue.stop()
+    (tmp_path / "queue" / "job-7.json").write_text('{"id": 7, "ops": [')  # torn garbage
+    m2 = Master(tmp_path)
+    try:
+        assert (tmp_path / "queue" / "job-7.corrupt").exists()
+        assert m2.queue.job_ids() == [first]
+        assert m2.queue.submit([delay("node3", 0)]) == 8
+    finally:
+        m2.queue.stop()
