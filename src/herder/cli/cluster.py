@@ -450,3 +450,41 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
         f"Imported cluster {config.cluster.name}: {len(config.nodes)} nodes, "
         f"{len(config.instances)} instances, {len(config.nodegroups)} groups -> {store.path}"
     )
+
+
+# --- simulate -----------------------------------------------------------------------------------
+
+
+@cluster.command()
+@click.option("--nodes", type=click.IntRange(1, 200), default=3, show_default=True)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/tmp/herder-sim"), show_default=True,
+              help="Where the cluster's config, logs and node state go.")
+@click.option("--stop", "stop_it", is_flag=True, help="Tear the simulated cluster down.")
+@click.option("--no-mond", is_flag=True, help="Do not start a monitoring agent per node.")
+@click.option("--first-ip", type=click.IntRange(1, 254), default=11, show_default=True,
+              help="Last octet of node 1's address 127.0.0.N (the others follow).")
+def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, first_ip: int) -> None:
+    """Bring up a whole herder cluster on this machine, every daemon its own process.
+
+    Node i gets the loopback address 127.0.0.(10+i) with the standard ports (noded 1811,
+    mond 1815, masterd 5080 on node 1), its own libvirtd serving libvirt's test driver, and a
+    demo OS (debootstrap+default, debootstrap+minimal). Afterwards the CLI drives it:
+
+    \b
+      export HERDER_CONFIG=/tmp/herder-sim/cluster/config.json
+      herder instance add web1 -t drbd -o debootstrap+default --disk 1G
+      herder node evacuate node2.sim.herder.test
+      herder cluster simulate --stop
+    """
+    from herder.sim import cluster as sim
+
+    if stop_it:
+        click.echo("Stopped the simulated cluster" if sim.stop(directory)
+                   else f"No simulated cluster is running in {directory}")
+        return
+    state = sim.start(directory, nodes, mond=not no_mond, first_ip=first_ip,
+                      progress=click.echo)
+    click.echo(f"Simulated cluster of {nodes} node(s) is up; RAPI at {state.masterd_url}")
+    click.echo(f"  export HERDER_CONFIG={state.config}")
+    click.echo(f"  stop it with: herder cluster simulate --stop --dir {directory}")

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from herder.cli import remote
 from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
 from herder.core import model as M
+from herder.core import params as P
 from herder.core.store import FileStore
 
 
 @click.group()
 def instance() -> None:
-    """List and show instances. INSTANCE is a name, a unique short name or a UUID."""
+    """Create, run, move and remove instances. INSTANCE is a name, a unique short name or a
+    UUID. Changes are jobs through masterd (or --offline)."""
 
 
 @instance.command("list")
@@ -64,3 +69,92 @@ def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
     for data in out:
         click.echo(f"Instance {data.pop('name')}:")
         print_mapping(data, 1)
+
+
+@instance.command()
+@click.argument("name")
+@click.option("-t", "--disk-template", required=True,
+              type=click.Choice(["drbd", "plain", "file", "sharedfile", "diskless"]))
+@click.option("-o", "--os-type", help="OS as name+variant (e.g. debootstrap+default).")
+@click.option("--disk", "disks", multiple=True, metavar="SIZE",
+              help="A disk of SIZE (e.g. 1G, 512M); repeatable.")
+@click.option("--net", "nics", multiple=True, metavar="KEY=VALUE[,...]",
+              help="A NIC: ip=, mac=, mode=, link=, network=; repeatable.")
+@click.option("-n", "--node", "nodes", help="PRIMARY[:SECONDARY] (default: the iallocators).")
+@click.option("-I", "--iallocator", help="Placement by this iallocator (`herder`, `hail`...).")
+@click.option("-B", "--backend-parameters", "be", multiple=True,
+              help="e.g. vcpus=2,maxmem=1G")
+@click.option("-H", "--hypervisor-parameters", "hv", multiple=True, help="KEY=VALUE[,...]")
+@click.option("--no-start", is_flag=True)
+@click.option("--no-install", is_flag=True)
+@click.option("--force-variant", is_flag=True, help="Accept an OS variant it does not list.")
+@click.option("--dry-run", is_flag=True, help="Run every check and show the chosen nodes.")
+@click.pass_context
+def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
+        disks: tuple[str, ...], nics: tuple[str, ...], nodes: str | None,
+        iallocator: str | None, be: tuple[str, ...], hv: tuple[str, ...], no_start: bool,
+        no_install: bool, force_variant: bool, dry_run: bool) -> None:
+    """Create instance NAME: placed by explicit nodes, or by the iallocators (the cluster's
+    defaults for `allocate`, tried in order); the selected nodes are printed."""
+    body: dict[str, Any] = {
+        "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
+        "disks": [{"size": size} for size in disks],
+        "nics": [dict(P.parse_assignments([spec])) for spec in nics] or [{}],
+        "start": not no_start, "no_install": no_install, "force_variant": force_variant,
+        "beparams": P.parse_assignments(be) if be else {},
+        "hvparams": P.parse_assignments(hv) if hv else {},
+    }
+    if nodes:
+        primary, _, secondary = nodes.partition(":")
+        body["pnode"] = primary
+        if secondary:
+            body["snode"] = secondary
+    if iallocator:
+        body["iallocator"] = iallocator
+    op = {"OP_ID": "OP_INSTANCE_CREATE", "instance_name": name, "dry_run": dry_run,
+          **{k: v for k, v in body.items() if k not in ("__version__", "name")}}
+    (chosen,) = remote.run(ctx, [op], rapi=lambda api: api.request(
+        "POST", "/2/instances", [("dry-run", "1")] if dry_run else None, body))
+    where = ", ".join(chosen or [])
+    click.echo(f"Dry run: {name} would be placed on {where}" if dry_run
+               else f"Created instance {name} on {where}")
+
+
+def _simple(op_id: str, verb: str, **extra: Any) -> Any:
+    def command(ctx: click.Context, name: str, **options: Any) -> None:
+        fields = {k: v for k, v in options.items() if v is not None}
+        remote.run(ctx, [{"OP_ID": op_id, "instance_name": name, **extra, **fields}])
+        click.echo(f"{verb} {name}")
+
+    return command
+
+
+def _register(name: str, help_text: str, op_id: str, verb: str,
+              options: list[Any] | None = None) -> None:
+    fn = _simple(op_id, verb)
+    fn.__doc__ = help_text
+    decorated = click.pass_context(fn)
+    for option in reversed(options or []):
+        decorated = option(decorated)
+    decorated = click.argument("name", metavar="INSTANCE")(decorated)
+    instance.command(name)(decorated)
+
+
+_register("start", "Start an instance on its primary node (OP_INSTANCE_STARTUP).",
+          "OP_INSTANCE_STARTUP", "Started")
+_register("shutdown", "Shut an instance down (OP_INSTANCE_SHUTDOWN); destroyed after the "
+          "timeout.", "OP_INSTANCE_SHUTDOWN", "Stopped",
+          [click.option("--timeout", type=int, help="Seconds before a hard stop.")])
+_register("reboot", "Reboot an instance (OP_INSTANCE_REBOOT).", "OP_INSTANCE_REBOOT",
+          "Rebooted", [click.option("--type", "reboot_type",
+                                    type=click.Choice(["soft", "hard", "full"]))])
+_register("migrate", "Live-migrate an instance to its secondary node (OP_INSTANCE_MIGRATE).",
+          "OP_INSTANCE_MIGRATE", "Migrated",
+          [click.option("--target-node", help="For shared storage: where to.")])
+_register("failover", "Fail an instance over to its secondary node (OP_INSTANCE_FAILOVER), "
+          "also when its primary is down.", "OP_INSTANCE_FAILOVER", "Failed over",
+          [click.option("--ignore-consistency", is_flag=True, default=None,
+                        help="The primary is dead: do not try to stop it there.")])
+_register("remove", "Remove an instance: its domain and disks on every node "
+          "(OP_INSTANCE_REMOVE).", "OP_INSTANCE_REMOVE", "Removed",
+          [click.option("--ignore-failures", is_flag=True, default=None)])

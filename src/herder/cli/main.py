@@ -29,7 +29,9 @@ COMMANDS: dict[str, str] = {
     "collect": "herder.cli.collect:collect",
     "mond": "herder.cli.mond:mond",
     "masterd": "herder.cli.masterd:masterd",
+    "noded": "herder.cli.noded:noded",
     "job": "herder.cli.job:job",
+    "confd": "herder.cli.confd:confd",
 }
 
 

@@ -25,10 +25,15 @@ from herder.masterd.daemon import DEFAULT_PORT, MasterDaemon, MasterSettings
 @click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True, help="Where the pid file goes.")
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True,
+              help="Port of the node daemons.")
+@click.option("--iallocator-path", multiple=True, type=click.Path(path_type=Path),
+              help="Where to look for iallocator scripts (repeatable; Ganeti's defaults).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
-            no_tls: bool, run_dir: Path, debug: bool) -> None:
+            no_tls: bool, run_dir: Path, noded_port: int, iallocator_path: tuple[Path, ...],
+            debug: bool) -> None:
     """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
 
     Runs in the foreground until SIGTERM/SIGINT. HTTPS with the cluster certificate
@@ -46,7 +51,9 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     config_path = Path((ctx.find_root().obj or {}).get("config_path") or default_config_path())
     daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
                                          workers=workers, anonymous_reads=anonymous_reads,
-                                         tls=not no_tls, run_dir=run_dir))
+                                         tls=not no_tls, run_dir=run_dir,
+                                         noded_port=noded_port,
+                                         iallocator_path=iallocator_path))
     recovered = daemon.recovered
     if recovered["failed"] or recovered["requeued"] or recovered["canceled"]:
         click.echo(f"herder masterd: recovered jobs: requeued {recovered['requeued']}, "

@@ -195,3 +195,48 @@ def remove(ctx: click.Context, name: str) -> None:
     """Remove a node that holds no instances and is not the master (OP_NODE_REMOVE)."""
     remote.run(ctx, [{"OP_ID": "OP_NODE_REMOVE", "node_name": name}])
     click.echo(f"Removed node {name}")
+
+
+@node.command()
+@click.argument("name", metavar="NODE")
+@click.option("--mode", type=click.Choice(["primary-only", "secondary-only", "all"]),
+              default="all", show_default=True)
+@click.option("-I", "--iallocator", help="Where new secondaries go (default: the cluster's "
+                                         "relocate iallocators, else herder's).")
+@click.option("--new-secondary", "remote_node", help="Put every new secondary here.")
+@click.option("--dry-run", is_flag=True, help="List what would move.")
+@click.pass_context
+def evacuate(ctx: click.Context, name: str, mode: str, iallocator: str | None,
+             remote_node: str | None, dry_run: bool) -> None:
+    """Move every instance off a node: primaries to their secondaries, secondaries to nodes the
+    allocator picks (OP_NODE_EVACUATE)."""
+    body: dict[str, Any] = {"mode": mode}
+    if iallocator:
+        body["iallocator"] = iallocator
+    if remote_node:
+        body["remote_node"] = remote_node
+    (moved,) = remote.run(ctx, [{"OP_ID": "OP_NODE_EVACUATE", "node_name": name,
+                                 "dry_run": dry_run, **body}])
+    click.echo(("Would move: " if dry_run else "Moved: ") + (", ".join(moved or []) or "nothing"))
+
+
+@node.command()
+@click.argument("name", metavar="NODE")
+@click.option("--non-live", is_flag=True, help="Stop and start instead of live migration.")
+@click.pass_context
+def migrate(ctx: click.Context, name: str, non_live: bool) -> None:
+    """Migrate every primary instance of a node to its secondary (OP_NODE_MIGRATE)."""
+    (moved,) = remote.run(ctx, [{"OP_ID": "OP_NODE_MIGRATE", "node_name": name,
+                                 "mode": "non-live" if non_live else "live"}])
+    click.echo("Migrated: " + (", ".join(moved or []) or "nothing"))
+
+
+@node.command()
+@click.argument("name", metavar="NODE")
+@click.option("--force", is_flag=True, help="Also the master node.")
+@click.pass_context
+def powercycle(ctx: click.Context, name: str, force: bool) -> None:
+    """Power-cycle a node through its node daemon (OP_NODE_POWERCYCLE)."""
+    (result,) = remote.run(ctx, [{"OP_ID": "OP_NODE_POWERCYCLE", "node_name": name,
+                                  "force": force}])
+    click.echo(f"Power-cycle of {name}: {result}")

@@ -1,47 +1,99 @@
-"""What the master asks of a node: the node-RPC client interface.
+"""What the master asks of a node: the node-RPC client interface and its transports.
 
-LUs call these methods; the transport (TLS to each node's `herder noded`) plugs in behind
-`NodeRpc`. Until a node daemon transport is configured, `UnavailableRpc` fails every call with a
-clear error, so opcodes that need a node fail cleanly and leave the config consistent.
-Instance-affecting calls carry the reason trail and the config version of the instance they
-act on (design-monitoring-agent "Instance status").
+LUs call `rpc.call(node, method, args)`; `HttpNodeRpc` carries it to the node's `herder noded`
+(HTTPS with the cluster certificate, every request signed with the cluster HMAC key).
+`UnavailableRpc` fails every call with a clear reason (no node daemons configured).
+Instance-affecting calls carry the reason trail and the config version (`serial_no`) of the
+instance they act on (design-monitoring-agent "Instance status"), and calls that create or use
+backend storage carry the instance (design "Instance disk status propagation").
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
+
 from herder.core import model as M
+from herder.core import rpcauth
 from herder.core.errors import RpcError
+
+DEFAULT_NODED_PORT = 1811
 
 
 class NodeRpc(Protocol):
-    def ping(self, node: M.Node) -> dict[str, Any]: ...
-
-    def instance_start(self, node: M.Node, instance: M.Instance, reason: list[Any]) -> None: ...
-
-    def instance_shutdown(self, node: M.Node, instance: M.Instance, reason: list[Any],
-                          timeout: float) -> None: ...
-
-    def instance_reboot(self, node: M.Node, instance: M.Instance, reboot_type: str,
-                        reason: list[Any]) -> None: ...
-
-    def instance_migrate(self, source: M.Node, target: M.Node, instance: M.Instance,
-                         live: bool, reason: list[Any]) -> None: ...
-
-    def instance_list(self, node: M.Node) -> list[str]: ...
-
-    def node_powercycle(self, node: M.Node) -> None: ...
+    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any: ...
 
 
 class UnavailableRpc:
-    """The transport before node daemons exist: every call fails with the reason."""
+    """The transport when no node daemon transport is configured: every call fails."""
 
     def __init__(self, reason: str = "no node daemon transport is configured") -> None:
         self.reason = reason
 
-    def __getattr__(self, name: str) -> Any:
-        def fail(node: M.Node, *args: Any, **kwargs: Any) -> Any:
-            raise RpcError(f"node {node.name}: cannot call {name}: {self.reason}")
+    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        raise RpcError(f"node {node.name}: cannot call {method}: {self.reason}")
 
-        return fail
+
+class HttpNodeRpc:
+    """Node RPC over HTTPS to each node's noded at its primary IP."""
+
+    def __init__(self, hmac_key: bytes, certificate: Path | None, *,
+                 port: int = DEFAULT_NODED_PORT, timeout: float = 120.0,
+                 connect_timeout: float = 5.0) -> None:
+        self.key = hmac_key
+        self.port = port
+        self.timeout = timeout
+        verify: Any = False
+        if certificate is not None:
+            import ssl
+
+            context = ssl.create_default_context(cafile=str(certificate))
+            context.check_hostname = False  # the cluster certificate names the cluster
+            verify = context
+        self.scheme = "https" if certificate is not None else "http"
+        self._http = httpx.Client(verify=verify,
+                                  timeout=httpx.Timeout(timeout, connect=connect_timeout))
+
+    def url(self, node: M.Node, method: str) -> str:
+        host = f"[{node.primary_ip}]" if ":" in node.primary_ip else node.primary_ip
+        return f"{self.scheme}://{host}:{self.port}/rpc/{method}"
+
+    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        body = rpcauth.sign_call(self.key, args or {})
+        try:
+            response = self._http.post(self.url(node, method), content=body,
+                                       timeout=timeout or self.timeout)
+        except httpx.HTTPError as err:
+            raise RpcError(f"node {node.name}: {method} failed: cannot reach its node daemon "
+                           f"at {node.primary_ip}:{self.port} ({err})") from None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {"error": response.text.strip()[:200]}
+        if response.status_code != 200:
+            raise RpcError(f"node {node.name}: {method} failed: "
+                           f"{answer.get('error', response.status_code)}")
+        return answer.get("result")
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def instance_payload(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
+    """What a node needs to define and run an instance."""
+    be = config.filled_beparams(inst)
+    group = config.instance_group(inst)
+    return {
+        "name": inst.name, "uuid": inst.uuid, "memory": be["maxmem"], "vcpus": be["vcpus"],
+        "hypervisor": inst.hypervisor, "os": inst.os,
+        "disks": [{"uuid": d.uuid, "size": d.size, "template": d.dev_type} for d in inst.disks],
+        "nics": [{"mac": n.mac, "ip": n.ip, **config.filled_nicparams(n, group)}
+                 for n in inst.nics],
+        "hvparams": config.filled_hvparams(inst), "beparams": config.filled_beparams(inst),
+        "osparams": config.filled_osparams(inst),
+    }

@@ -207,6 +207,8 @@ _ND_TABLE: dict[str, tuple[str, Any]] = {
     "ovs_name": ("maybe-string", "switch1"),
     "spindle_count": ("int", 1),
     "ssh_port": ("int", 22),
+    # herder: the node's libvirt URI (noded's hypervisor connection)
+    "libvirt_uri": ("string", "qemu:///system"),
 }
 
 NIC_MODES = frozenset({"bridged", "routed", "openvswitch", "pool"})

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from aiohttp import web
 
+from herder.core import envelope
 from herder.core import locking as L
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
-from herder.core.noderpc import NodeRpc, UnavailableRpc
+from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.store import ConfigCache, FileStore, atomic_write
 from herder.masterd.auth import UsersFile
 from herder.masterd.lu.base import MasterEnv
@@ -37,6 +38,8 @@ class MasterSettings:
     anonymous_reads: bool = False
     tls: bool = True
     run_dir: Path = Path("/run/herder")
+    noded_port: int = 1811
+    iallocator_path: tuple[Path, ...] = ()
 
 
 def lock_manager_for(store: FileStore) -> L.LockManager:
@@ -51,9 +54,12 @@ class MasterDaemon:
         self.store = FileStore(settings.config_path)
         self.store.load()  # refuse to start on a missing or broken config, with the reason
         self.secrets = SecretPaths.beside(self.store.path)
-        self.env = MasterEnv(store=self.store, locks=lock_manager_for(self.store),
-                             rpc=rpc or UnavailableRpc(),
-                             queue_dir=self.store.directory / "queue")
+        if rpc is None:
+            rpc = HttpNodeRpc(envelope.load_key(self.secrets.hmac_key), self.secrets.certificate,
+                              port=settings.noded_port)
+        self.env = MasterEnv(store=self.store, locks=lock_manager_for(self.store), rpc=rpc,
+                             queue_dir=self.store.directory / "queue",
+                             iallocator_path=settings.iallocator_path)
         assert self.env.queue_dir is not None
         self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers)
         self.recovered = self.queue.recover()

@@ -31,7 +31,7 @@ def run_offline(store: FileStore, ops: Sequence[dict[str, Any] | O.OpCode],
         for op in parsed:
             unit = processor.make_lu(op, feedback)
             unit.check(store.load())
-            results.append(None if op.dry_run else unit.execute())
+            results.append(unit.dry_run_result() if op.dry_run else unit.execute())
     finally:
         locks.release(L.LEVEL_CLUSTER)
     return results

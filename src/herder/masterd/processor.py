@@ -52,7 +52,7 @@ class Processor:
             unit.check(config)
             if op.dry_run:
                 ctx.feedback("dry run: all checks passed, nothing changed")
-                return None
+                return unit.dry_run_result()
             return unit.execute()
         finally:
             self._release(held)

@@ -365,9 +365,24 @@ async def instances(request: web.Request) -> web.Response:
     return ok(listing([i.name for i in ordered], "/2/instances"))
 
 
+CREATE_FIELDS = {f for f in O.OpInstanceCreate.__struct_fields__
+                 if f not in ("debug_level", "priority", "depends", "comment")}
+
+
 async def instance_create(request: web.Request) -> web.Response:
-    raise RapiHttpError(501, "instance creation needs the node daemons (herder cluster core "
-                             "II); not available in this version")
+    """Ganeti's instance-create-reqv1 body: `__version__: 1`, `name`, `disk_template`, ..."""
+    body = body_dict(await body_of(request, default={}))
+    version = body.pop("__version__", None)
+    if version != 1:
+        raise RapiHttpError(400, "instance creation needs the request body version "
+                                 "(__version__: 1)")
+    name = body.pop("name", None) or body.pop("instance_name", None)
+    if not isinstance(name, str) or not name:
+        raise RapiHttpError(400, "instance creation needs the instance name (name)")
+    body.pop("mode", None)
+    only(body, CREATE_FIELDS, "instance create")
+    return await submit(request, "instances", [{"OP_ID": "OP_INSTANCE_CREATE",
+                                                "instance_name": name, **body}])
 
 
 async def instance(request: web.Request) -> web.Response:

@@ -202,6 +202,29 @@ class OpNodePowercycle(OpCode, **_op("OP_NODE_POWERCYCLE")):
 
 # --- instances ----------------------------------------------------------------------------------
 
+class OpInstanceCreate(OpCode, **_op("OP_INSTANCE_CREATE")):
+    instance_name: str
+    os_type: str | None = None
+    disk_template: str
+    disks: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    nics: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    pnode: str | None = None
+    snode: str | None = None
+    iallocator: str | None = None
+    hypervisor: str | None = None
+    beparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    hvparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    osparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    start: bool = True
+    no_install: bool = False
+    force_variant: bool = False
+    ip_check: bool = False
+    name_check: bool = False
+    wait_for_sync: bool = True
+    tags: list[str] = msgspec.field(default_factory=list)
+    mode: str = "create"
+
+
 class OpInstanceRename(OpCode, **_op("OP_INSTANCE_RENAME")):
     instance_name: str
     instance_uuid: str | None = None
@@ -328,7 +351,7 @@ class OpTestDelay(OpCode, **_op("OP_TEST_DELAY")):
 ALL_OPCODES: tuple[type[OpCode], ...] = (
     OpClusterSetParams, OpGroupAdd, OpGroupSetParams, OpGroupRename, OpGroupRemove,
     OpNodeAdd, OpNodeSetParams, OpNodeRemove, OpNodeEvacuate, OpNodeMigrate, OpNodePowercycle,
-    OpInstanceRename, OpInstanceSetParams, OpInstanceQueryData, OpInstanceStartup,
+    OpInstanceCreate, OpInstanceRename, OpInstanceSetParams, OpInstanceQueryData, OpInstanceStartup,
     OpInstanceShutdown, OpInstanceReboot, OpInstanceMigrate, OpInstanceFailover,
     OpInstanceRemove, OpTagsSet, OpTagsDel, OpTestDelay,
 )

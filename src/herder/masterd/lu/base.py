@@ -29,6 +29,7 @@ class MasterEnv:
     locks: L.LockManager
     rpc: NodeRpc = field(default_factory=UnavailableRpc)
     queue_dir: Path | None = None
+    iallocator_path: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ class LogicalUnit:
 
     def execute(self) -> Any:
         raise NotImplementedError
+
+    def dry_run_result(self) -> Any:
+        """What a dry run answers once every check passed (e.g. the chosen nodes)."""
+        return None
 
 
 def lookup(find: Callable[[str], Any], key: str) -> Any:

@@ -8,8 +8,9 @@ from typing import Any
 from herder.core import locking as L
 from herder.core import model as M
 from herder.core import params as P
-from herder.core.errors import ConfigError, OpPrereqError
+from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes as O
+from herder.core.noderpc import instance_payload
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -132,6 +133,7 @@ class _NodeAction(LogicalUnit):
                                nodes=True)
 
     def check(self, config: M.ConfigData) -> None:
+        self.config = config
         self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
         self.node = config.nodes.get(self.inst.primary_node)
         if self.node is None:
@@ -139,8 +141,12 @@ class _NodeAction(LogicalUnit):
         if self.inst.admin_state == "offline" and self.new_admin_state == "up":
             raise OpPrereqError(f"instance {self.inst.name} is offline; mark it online first",
                                 "wrong_state")
-        if self.node.offline:
+        if self.node.offline and not getattr(self.op, "ignore_offline_nodes", False):
             raise OpPrereqError(f"node {self.node.name} is offline", "wrong_state")
+
+    def rpc_args(self) -> dict[str, Any]:
+        return {"reason": self.op.reason, "version": self.inst.serial_no,
+                "instance": instance_payload(self.config, self.inst), "name": self.inst.name}
 
     def act(self) -> None:
         raise NotImplementedError
@@ -152,6 +158,7 @@ class _NodeAction(LogicalUnit):
                 inst = config.instances[self.inst.uuid]
                 inst.admin_state = self.new_admin_state  # type: ignore[assignment]
                 inst.admin_state_source = "admin"
+                inst.disks_active = self.new_admin_state == "up" or inst.disks_active
                 inst.touch()
         return None
 
@@ -161,7 +168,7 @@ class InstanceStartup(_NodeAction):
     new_admin_state = "up"
 
     def act(self) -> None:
-        self.env.rpc.instance_start(self.node, self.inst, self.op.reason)
+        self.env.rpc.call(self.node, "instance_start", self.rpc_args())
 
 
 class InstanceShutdown(_NodeAction):
@@ -169,38 +176,148 @@ class InstanceShutdown(_NodeAction):
     new_admin_state = "down"
 
     def act(self) -> None:
-        self.env.rpc.instance_shutdown(self.node, self.inst, self.op.reason,
-                                       self.op.timeout)  # type: ignore[attr-defined]
+        self.env.rpc.call(self.node, "instance_shutdown",
+                          {**self.rpc_args(), "timeout": self.op.timeout})  # type: ignore
 
 
 class InstanceReboot(_NodeAction):
     OP = O.OpInstanceReboot
 
     def act(self) -> None:
-        self.env.rpc.instance_reboot(self.node, self.inst,
-                                     self.op.reboot_type, self.op.reason)  # type: ignore
+        self.env.rpc.call(self.node, "instance_reboot",
+                          {**self.rpc_args(), "type": self.op.reboot_type})  # type: ignore
+
+
+def move_instance(env: Any, config: M.ConfigData, inst: M.Instance, target: M.Node, *,
+                  live: bool, reason: list[Any], ignore_source: bool = False) -> None:
+    """Move an instance's domain from its primary node to `target` with libvirt's own calls
+    (prepare on the source, accept on the target, finish on the source), then update the
+    config: new primary, and for DRBD the target first in the logical id."""
+    source = config.nodes[inst.primary_node]
+    payload = instance_payload(config, inst)
+    running = inst.admin_state == "up"
+    args = {"name": inst.name, "reason": reason, "version": inst.serial_no}
+    try:
+        prepared = env.rpc.call(source, "migrate_prepare", args)
+        xml = prepared["xml"]
+        if not live and running:
+            env.rpc.call(source, "instance_shutdown", {**args, "timeout": 30})
+    except HerderError:
+        if not ignore_source:
+            raise
+        xml = None  # the source is dead: define afresh on the target (failover)
+    if xml is None:
+        env.rpc.call(target, "instance_start" if running else "instance_define",
+                     {**args, "instance": payload})
+    else:
+        env.rpc.call(target, "migrate_accept", {**args, "instance": payload, "xml": xml,
+                                                "start": running})
+        try:
+            env.rpc.call(source, "migrate_finish", args)
+        except HerderError:
+            if not ignore_source:
+                raise
+    with env.store.update() as fresh:
+        moved = fresh.instances[inst.uuid]
+        moved.primary_node = target.uuid
+        for disk in moved.disks:
+            lid = disk.logical_id
+            if isinstance(lid, M.DrbdId) and lid.nodes[0] != target.uuid:
+                lid.nodes.reverse()
+                lid.minors.reverse()
+        moved.touch()
+
+
+def pick_target(config: M.ConfigData, inst: M.Instance, target_node: str | None) -> M.Node:
+    if inst.disk_template == "drbd":
+        secondary = inst.secondary_nodes
+        if not secondary:
+            raise OpPrereqError(f"instance {inst.name} has no secondary node")
+        target = config.nodes[secondary[0]]
+        if target_node and lookup(config.find_node, target_node).uuid != target.uuid:
+            raise OpPrereqError("a DRBD instance can only move to its secondary node")
+        return target
+    if inst.disk_template in ("sharedfile", "rbd", "ext", "diskless", "blockdev"):
+        if not target_node:
+            raise OpPrereqError(f"instance {inst.name}: give a target node")
+        return lookup(config.find_node, target_node)
+    raise OpPrereqError(f"instance {inst.name} has disk template {inst.disk_template}, which "
+                        "cannot move between nodes", "wrong_input")
 
 
 class InstanceMigrate(_NodeAction):
     OP = O.OpInstanceMigrate
+    live = True
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+        nodes = set(inst.all_nodes)
+        target = getattr(self.op, "target_node", None)
+        if target:
+            nodes.add(lookup(config.find_node, target).uuid)
+        return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(L.LEVEL_NODE, sorted(nodes))]
+
+    def check(self, config: M.ConfigData) -> None:
+        super().check(config)
+        self.target = pick_target(config, self.inst,
+                                  getattr(self.op, "target_node", None))  # type: ignore
+        if self.target.offline:
+            raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
     def act(self) -> None:
-        self.env.rpc.ping(self.node)
+        move_instance(self.env, self.config, self.inst, self.target,
+                      live=self.live and self.op.mode != "non-live",  # type: ignore
+                      reason=self.op.reason)
 
 
-class InstanceFailover(_NodeAction):
+class InstanceFailover(InstanceMigrate):
     OP = O.OpInstanceFailover
+    live = False
+
+    def check(self, config: M.ConfigData) -> None:
+        self.config = config
+        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.node = config.nodes[self.inst.primary_node]
+        self.target = pick_target(config, self.inst, self.op.target_node)  # type: ignore
+        if self.target.offline:
+            raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
     def act(self) -> None:
-        self.env.rpc.ping(self.node)
+        move_instance(self.env, self.config, self.inst, self.target, live=False,
+                      reason=self.op.reason,
+                      ignore_source=self.node.offline or
+                      self.op.ignore_consistency)  # type: ignore[attr-defined]
 
 
 class InstanceRemove(_NodeAction):
     OP = O.OpInstanceRemove
 
+    def check(self, config: M.ConfigData) -> None:
+        self.config = config
+        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.node = config.nodes.get(self.inst.primary_node)
+
     def act(self) -> None:
-        self.env.rpc.instance_shutdown(self.node, self.inst, self.op.reason,
-                                       self.op.shutdown_timeout)  # type: ignore[attr-defined]
+        disks = [d.uuid for d in self.inst.disks]
+        for node_uuid in self.inst.all_nodes:
+            node = self.config.nodes.get(node_uuid)
+            if node is None:
+                continue
+            try:
+                self.env.rpc.call(node, "instance_remove", {"name": self.inst.name,
+                                                            "disks": disks})
+            except HerderError:
+                if not self.op.ignore_failures:  # type: ignore[attr-defined]
+                    raise
+                self.feedback(f"could not clean up on {node.name}; ignored")
+
+    def execute(self) -> Any:
+        self.act()
+        with self.env.store.update() as config:
+            del config.instances[self.inst.uuid]
+        self.env.locks.remove(L.LEVEL_INSTANCE, [self.inst.uuid])
+        return None
 
 
 LUS = [InstanceRename, InstanceSetParams, InstanceQueryData, InstanceStartup, InstanceShutdown,

@@ -9,8 +9,9 @@ from typing import Any
 from herder.core import locking as L
 from herder.core import model as M
 from herder.core import params as P
-from herder.core.errors import ConfigError, OpPrereqError
+from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes as O
+from herder.core.noderpc import instance_payload
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -221,38 +222,130 @@ class NodePowercycle(LogicalUnit):
 
     def execute(self) -> Any:
         node = self.env.store.load().find_node(self.op.node_name)  # type: ignore[attr-defined]
-        self.env.rpc.node_powercycle(node)
-        return node.name
+        return self.env.rpc.call(node, "node_powercycle", {}, timeout=30)
+
+
+def change_secondary(env: Any, config: M.ConfigData, inst: M.Instance, new: M.Node,
+                     reason: list[Any], feedback: Any) -> None:
+    """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n): create the
+    mirror's disks there, point the config at it, drop the old copies where reachable."""
+    from herder.masterd.lu.create import free_minor
+
+    old_uuid = inst.secondary_nodes[0]
+    payload = instance_payload(config, inst)
+    env.rpc.call(new, "blockdev_create", {"disks": payload["disks"], "instance": inst.name})
+    with env.store.update() as fresh:
+        target = fresh.instances[inst.uuid]
+        for disk in target.disks:
+            lid = disk.logical_id
+            if isinstance(lid, M.DrbdId) and old_uuid in lid.nodes:
+                index = lid.nodes.index(old_uuid)
+                lid.nodes[index] = new.uuid
+                lid.minors[index] = free_minor(fresh, new.uuid, set())
+        target.touch()
+    old = config.nodes.get(old_uuid)
+    if old is not None and not old.offline:
+        try:
+            env.rpc.call(old, "blockdev_remove", {"disks": [d["uuid"] for d in payload["disks"]]})
+        except HerderError as err:
+            feedback(f"old secondary {old.name} not cleaned up: {err}")
+    feedback(f"{inst.name}: secondary moved to {new.name}")
+
+
+def choose_secondary(env: Any, config: M.ConfigData, inst: M.Instance, op: Any,
+                     feedback: Any) -> M.Node:
+    if getattr(op, "remote_node", None):
+        return lookup(config.find_node, op.remote_node)
+    from herder.masterd import iallocator
+    from herder.masterd.lu.create import node_info
+
+    names = [op.iallocator] if getattr(op, "iallocator", None) else \
+        config.cluster.default_iallocators.get("relocate", []) or [iallocator.BUILTIN]
+    request = {"type": "relocate", "name": inst.name, "required_nodes": 1,
+               "disk_space_total": iallocator.disk_space_total(
+                   inst.disk_template, [d.size for d in inst.disks]),
+               "relocate_from": [config.node_name(n) for n in inst.secondary_nodes]}
+    _, nodes = iallocator.allocate_nodes(config, names, request,
+                                         node_info(env, config, feedback),
+                                         env.iallocator_path or iallocator.DEFAULT_SEARCH_PATH)
+    return config.find_node(nodes[0])
 
 
 class _NodeWithInstances(LogicalUnit):
-    """Evacuate/migrate: done here when the node holds nothing; otherwise they need the node
-    daemons (cluster core II), and say so."""
+    """Moving everything off a node: primaries to their DRBD secondaries (live migration,
+    or failover), and — for evacuation — secondaries to new nodes chosen by the allocator."""
+
+    live = True
+    modes = ("primary",)
 
     def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
-                LockRequest(L.LEVEL_NODE, [node.uuid], shared=True)]
+        return [LockRequest(L.LEVEL_INSTANCE, None),
+                LockRequest(L.LEVEL_NODE, None)]
 
     def check(self, config: M.ConfigData) -> None:
         node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        self.affected = sorted(i.name for i in config.instances_on(node.uuid))
-        self.node = node
+        self.node, self.config = node, config
+        self.primaries = sorted((i for i in config.instances.values()
+                                 if i.primary_node == node.uuid), key=lambda i: i.name)
+        self.secondaries = sorted((i for i in config.instances.values()
+                                   if node.uuid in i.secondary_nodes), key=lambda i: i.name)
+        if "primary" in self.modes:
+            stuck = [i.name for i in self.primaries if i.disk_template != "drbd"]
+            if stuck:
+                raise OpPrereqError(f"instances on {node.name} cannot move (not mirrored): "
+                                    f"{', '.join(stuck)}", "wrong_input")
+        self.affected = [i.name for i in self.primaries] * ("primary" in self.modes) + \
+            [i.name for i in self.secondaries] * ("secondary" in self.modes)
+
+    def dry_run_result(self) -> Any:
+        return self.affected
 
     def execute(self) -> Any:
+        from herder.masterd.lu.instance import move_instance
+
         if not self.affected:
             self.feedback(f"node {self.node.name} holds no instances; nothing to do")
             return []
-        self.env.rpc.ping(self.node)  # fails cleanly until node daemons exist
-        return self.affected
+        moved = []
+        if "primary" in self.modes:
+            for inst in self.primaries:
+                config = self.env.store.load()
+                fresh = config.instances[inst.uuid]
+                target = config.nodes[fresh.secondary_nodes[0]]
+                move_instance(self.env, config, fresh, target, live=self.live,
+                              reason=self.op.reason, ignore_source=self.node.offline)
+                self.feedback(f"{inst.name}: now runs on {target.name}")
+                moved.append(inst.name)
+        if "secondary" in self.modes:
+            # From the config as it is now: moving a primary away makes this node its secondary.
+            current = self.env.store.load()
+            for inst in sorted(current.instances.values(), key=lambda i: i.name):
+                config = self.env.store.load()
+                fresh = config.instances[inst.uuid]
+                if self.node.uuid not in fresh.secondary_nodes:
+                    continue
+                new = choose_secondary(self.env, config, fresh, self.op, self.feedback)
+                change_secondary(self.env, config, fresh, new, self.op.reason, self.feedback)
+                moved.append(inst.name)
+        return list(dict.fromkeys(moved))
 
 
 class NodeEvacuate(_NodeWithInstances):
     OP = O.OpNodeEvacuate
 
+    def check(self, config: M.ConfigData) -> None:
+        mode = self.op.mode  # type: ignore[attr-defined]
+        self.modes = {"primary-only": ("primary",), "secondary-only": ("secondary",),
+                      "all": ("primary", "secondary")}[mode]
+        super().check(config)
+
 
 class NodeMigrate(_NodeWithInstances):
     OP = O.OpNodeMigrate
+
+    def check(self, config: M.ConfigData) -> None:
+        self.live = self.op.mode != "non-live" and self.op.live is not False  # type: ignore
+        super().check(config)
 
 
 LUS = [NodeAdd, NodeSetParams, NodeRemove, NodePowercycle, NodeEvacuate, NodeMigrate]

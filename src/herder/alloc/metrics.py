@@ -1,0 +1,276 @@
+"""The cluster score: a weighted sum of per-node statistics, kept incrementally.
+
+Lower is better. Each online node contributes a vector of values (free memory fraction, disk
+fraction, vCPU ratio, instance counts as load, ...). Most components enter as the population
+standard deviation over online nodes, a few as plain sums; offline nodes only count the
+instances still on them. ``Stats`` keeps per-component sums and sums of squares so the score
+after changing a handful of nodes costs O(components), never a pass over the cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from herder.alloc.model import Node
+
+# Components of the per-node vector, in this order.
+#  0 free memory   1 free disk   2 N+1 failure count   3 reserved memory   4 vcpu ratio
+#  5 cpu load      6 mem load    7 disk load           8 net load          9 exclusion tags
+# 10 spindles     11 mem forth  12 disk forth         13 vcpu forth       14 spindles forth
+# 15 location     16 reserved memory (sum)
+NCOMP = 17
+STD = (0, 1, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14)
+SUM = (2, 9, 15, 16)
+# (kind, index, weight) in the order the terms are added up.
+TERMS: tuple[tuple[str, int, float], ...] = (
+    ("std", 0, 0.5), ("std", 1, 0.5), ("sum", 2, 1.0), ("std", 3, 1.0),
+    ("off_all", 0, 4.0), ("off_pri", 0, 16.0), ("std", 4, 0.5), ("std", 5, 1.0),
+    ("std", 6, 1.0), ("std", 7, 1.0), ("std", 8, 1.0), ("sum", 9, 2.0), ("std", 10, 0.5),
+    ("std", 11, 0.5), ("std", 12, 0.5), ("std", 13, 0.5), ("std", 14, 0.5),
+    ("sum", 15, 1.0), ("locx", 0, 1.0), ("sum", 16, 0.25),
+)
+TERM_NAMES = (
+    "free_mem_cv", "free_disk_cv", "n1_cnt", "reserved_mem_cv", "offline_all_cnt",
+    "offline_pri_cnt", "vcpu_ratio_cv", "cpu_load_cv", "mem_load_cv", "disk_load_cv",
+    "net_load_cv", "pri_tags_score", "spindles_cv", "free_mem_cv_forth", "free_disk_cv_forth",
+    "vcpu_ratio_cv_forth", "spindles_cv_forth", "location_score", "location_exclusion_score",
+    "reserved_mem_rtotal",
+)
+
+Vec = tuple[float, ...]
+
+
+def _frac(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def node_vec(n: Node) -> Vec:
+    """The per-node values of an online node."""
+    t_mem = n.t_mem
+    if n.excl:
+        p_dsk = _frac(n.f_spindles, n.t_spindles) if n.t_spindles else 1.0
+        p_dsk_f = p_dsk
+    else:
+        p_dsk = _frac(n.f_dsk, n.t_dsk) if n.t_dsk else 1.0
+        p_dsk_f = _frac(n.f_dsk_forth, n.t_dsk) if n.t_dsk else 1.0
+    speed = n.cpu_speed or 1.0
+    p_rem = _frac(n.r_mem, t_mem)
+    ptags = 0
+    for c in n.ptags.values():
+        if c > 1:
+            ptags += c - 1
+    ld = n.load
+    return (
+        _frac(n.unalloc, t_mem),
+        p_dsk,
+        float(len(n.plist) + len(n.slist)) if n.fail_n1 else 0.0,
+        p_rem,
+        _frac(n.u_cpu, n.t_cpu) / speed,
+        ld[0], ld[1], ld[2], ld[3],
+        float(ptags),
+        _frac(n.inst_spindles, n.hi_spindles),
+        _frac(n.f_mem_forth, t_mem),
+        p_dsk_f,
+        _frac(n.u_cpu_forth, n.t_cpu) / speed,
+        _frac(n.inst_spindles_forth, n.hi_spindles),
+        float(n.loc_score),
+        p_rem,
+    )
+
+
+class Stats:
+    """Aggregates of the node vectors of a set of nodes; scores them and changes of them."""
+
+    __slots__ = ("keys", "maps", "n", "off_all", "off_pri", "offc", "q", "s", "shift", "total",
+                 "vecs")
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.s = [0.0] * NCOMP
+        self.q = [0.0] * NCOMP
+        self.n = 0
+        self.off_all = 0
+        self.off_pri = 0
+        self.vecs: dict[int, Vec] = {}
+        self.offc: dict[int, tuple[int, int]] = {}
+        self.maps: dict[int, dict[tuple[str, str], int]] = {}
+        # location-exclusion map: (location tag, exclusion tag) -> count
+        self.total: dict[tuple[str, str], int] = {}
+        self.keys = 0
+        # Sums are kept around a per-component shift (the mean at build time) so the variance
+        # does not come from subtracting two large, nearly equal numbers.
+        nodes = list(nodes)
+        self.shift = [0.0] * NCOMP
+        online = [node_vec(n) for n in nodes if not n.offline]
+        if online:
+            for k in STD:
+                self.shift[k] = sum(v[k] for v in online) / len(online)
+        for node in nodes:
+            self.add_node(node)
+
+    def add_node(self, node: Node) -> None:
+        if node.offline:
+            a, p = len(node.plist) + len(node.slist), len(node.plist)
+            self.off_all += a
+            self.off_pri += p
+            self.offc[node.idx] = (a, p)
+            return
+        v = node_vec(node)
+        self.vecs[node.idx] = v
+        self.n += 1
+        s, q, c = self.s, self.q, self.shift
+        for k in range(NCOMP):
+            x = v[k] - c[k]
+            s[k] += x
+            q[k] += x * x
+        if node.inst_map:
+            self.maps[node.idx] = dict(node.inst_map)
+            for key, c in node.inst_map.items():
+                old = self.total.get(key, 0)
+                self.total[key] = old + c
+                if old <= 0 < old + c:
+                    self.keys += 1
+
+    def remove_node(self, node: Node) -> None:
+        """Take out a node as it was when last added."""
+        if node.idx in self.offc:
+            a, p = self.offc.pop(node.idx)
+            self.off_all -= a
+            self.off_pri -= p
+            return
+        v = self.vecs.pop(node.idx)
+        self.n -= 1
+        s, q, c = self.s, self.q, self.shift
+        for k in range(NCOMP):
+            x = v[k] - c[k]
+            s[k] -= x
+            q[k] -= x * x
+        for key, c in self.maps.pop(node.idx, {}).items():
+            old = self.total.get(key, 0)
+            self.total[key] = old - c
+            if old > 0 >= old - c:
+                self.keys -= 1
+
+    def update(self, node: Node) -> None:
+        """Re-read a node after it changed."""
+        self.remove_node(node)
+        self.add_node(node)
+
+    def delta(self, old: Vec, new: Vec) -> tuple[list[float], list[float]]:
+        """One node's change as (sum, sum-of-squares) increments, for ``score_pair``."""
+        c = self.shift
+        ds = [0.0] * NCOMP
+        dq = [0.0] * NCOMP
+        for k in range(NCOMP):
+            a = old[k] - c[k]
+            b = new[k] - c[k]
+            ds[k] = b - a
+            dq[k] = b * b - a * a
+        return ds, dq
+
+    def score_pair(self, d1: tuple[list[float], list[float]],
+                   d2: tuple[list[float], list[float]], extra: float) -> float:
+        """Score after two precomputed node changes (the hot loop of pair placement)."""
+        s, q, n = self.s, self.q, self.n
+        ds1, dq1 = d1
+        ds2, dq2 = d2
+        total = 0.0
+        nn = n * n
+        for kind, k, w in TERMS:
+            if kind == "std":
+                if n:
+                    sk = s[k] + ds1[k] + ds2[k]
+                    var = (n * (q[k] + dq1[k] + dq2[k]) - sk * sk) / nn
+                    if var > 1e-24:
+                        total += w * math.sqrt(var)
+            elif kind == "sum":
+                total += w * (s[k] + ds1[k] + ds2[k])
+            elif kind == "off_all":
+                total += w * self.off_all
+            elif kind == "off_pri":
+                total += w * self.off_pri
+            else:
+                total += w * (self.locx() + extra)
+        return total
+
+    def locx(self) -> float:
+        total = 0
+        for c in self.total.values():
+            total += c
+        return float(total - self.keys)
+
+    def score(self) -> float:
+        return self.score_delta(())
+
+    def score_delta(self, changes: Sequence[tuple[Vec, Vec]], locx_delta: float = 0.0,
+                    off_delta: tuple[int, int] = (0, 0)) -> float:
+        """The score after replacing some online nodes' vectors (old, new)."""
+        s = self.s
+        q = self.q
+        n = self.n
+        if changes:
+            s = list(s)
+            q = list(q)
+            c = self.shift
+            for old, new in changes:
+                for k in range(NCOMP):
+                    a = old[k]
+                    b = new[k]
+                    if a != b:
+                        a -= c[k]
+                        b -= c[k]
+                        s[k] += b - a
+                        q[k] += b * b - a * a
+        total = 0.0
+        for kind, k, w in TERMS:
+            if kind == "std":
+                if n:
+                    var = (n * q[k] - s[k] * s[k]) / (n * n)
+                    total += w * (math.sqrt(var) if var > 1e-24 else 0.0)
+            elif kind == "sum":
+                total += w * s[k]
+            elif kind == "off_all":
+                total += w * (self.off_all + off_delta[0])
+            elif kind == "off_pri":
+                total += w * (self.off_pri + off_delta[1])
+            else:
+                total += w * (self.locx() + locx_delta)
+        return total
+
+    def detail(self) -> list[tuple[str, float, float]]:
+        """(name, value, weight) of every term — what ``hbal -v -v -v`` calls coefficients."""
+        out = []
+        n = self.n
+        for name, (kind, k, w) in zip(TERM_NAMES, TERMS, strict=True):
+            if kind == "std":
+                var = (n * self.q[k] - self.s[k] ** 2) / (n * n) if n else 0.0
+                val = math.sqrt(var) if var > 1e-24 else 0.0
+            elif kind == "sum":
+                val = self.s[k]
+            elif kind == "off_all":
+                val = float(self.off_all)
+            elif kind == "off_pri":
+                val = float(self.off_pri)
+            else:
+                val = self.locx()
+            out.append((name, val, w))
+        return out
+
+
+def locx_delta_pri(stats: Stats, node: Node, excl_tags: Sequence[str], sign: int) -> float:
+    """Change of the location-exclusion term when an instance joins (+1)/leaves (-1) a node."""
+    if not excl_tags or not node.loc_tags:
+        return 0.0
+    delta = 0.0
+    for loc in node.loc_tags:
+        for tag in excl_tags:
+            cur = stats.total.get((loc, tag), 0)
+            if sign > 0:
+                delta += 0.0 if cur == 0 else 1.0
+            else:
+                delta -= 0.0 if cur <= 1 else 1.0
+    return delta
+
+
+def full_score(nodes: Iterable[Node]) -> float:
+    return Stats(nodes).score()

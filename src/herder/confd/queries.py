@@ -1,0 +1,461 @@
+"""Answers to confd queries, computed from a config: one pure function per query type.
+
+Each handler takes (config, query) and returns (status, answer, serial). Semantics follow Ganeti
+3.0's Haskell confd as observed (docs/compat.md rows C*):
+
+- serial: the cluster's `serial_no` for cluster-scoped answers; node-scoped answers (node_drbd,
+  node_instances) carry that node's serial, instance_disks the instance's; ping answers the
+  config version (`CONFIG_VERSION`, 3000000) with serial 0; every error answer carries serial 0.
+- errors: status 1 with `ERROR_UNKNOWN_ENTRY` (0), `ERROR_INTERNAL` (1) or `ERROR_ARGUMENT` (2),
+  or Ganeti's message text where Ganeti answers one (unknown node or instance).
+- objects (node_instances, instance_disks) in Ganeti's config.data shapes: logical ids as lists,
+  disks by UUID in instances, NIC `ip` omitted when unset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from herder.core import confd as C
+from herder.core import model as M
+from herder.core import params as P
+from herder.core.errors import AmbiguousError, NotFoundError
+
+Answer = tuple[int, Any, int]
+Handler = Callable[[M.ConfigData, Any], Answer]
+
+
+def _ok(answer: Any, serial: int) -> Answer:
+    return C.REPL_STATUS_OK, answer, serial
+
+
+def _error(answer: Any) -> Answer:
+    return C.REPL_STATUS_ERROR, answer, 0
+
+
+ARGUMENT_ERROR: Answer = (C.REPL_STATUS_ERROR, C.ERROR_ARGUMENT, 0)
+
+
+class _Index:
+    """Data derived from one config, computed once per loaded config."""
+
+    def __init__(self, config: M.ConfigData) -> None:
+        self.config = config
+        self.node_by_name = {n.name: n for n in config.nodes.values()}
+        self.instance_by_name = {i.name: i for i in config.instances.values()}
+        # link -> ip -> instance, with NIC parameters filled (cluster < network < NIC).
+        self.ips: dict[str, dict[str, M.Instance]] = {}
+        for inst in config.instances.values():
+            group = config.instance_group(inst)
+            for nic in inst.nics:
+                if nic.ip:
+                    link = str(config.filled_nicparams(nic, group)["link"])
+                    self.ips.setdefault(link, {})[nic.ip] = inst
+        self.default_link = str(
+            P.fill(P.NIC_FAMILY.defaults(), config.cluster.nicparams)["link"]
+        )
+        self._view: Any = None
+
+    @property
+    def view(self) -> dict[str, Any]:
+        """The document as JSON builtins, with Ganeti's names where they differ."""
+        if self._view is None:
+            view = msgspec.to_builtins(self.config)
+            view["cluster"]["cluster_name"] = self.config.cluster.name
+            self._view = view
+        return self._view
+
+    def node(self, key: Any) -> M.Node | None:
+        if not isinstance(key, str):
+            return None
+        found = self.node_by_name.get(key) or self.config.nodes.get(key)
+        if found is None:
+            try:
+                found = self.config.find_node(key)
+            except (NotFoundError, AmbiguousError):
+                return None
+        return found
+
+    def instance(self, key: Any) -> M.Instance | None:
+        if not isinstance(key, str):
+            return None
+        found = self.instance_by_name.get(key) or self.config.instances.get(key)
+        if found is None:
+            try:
+                found = self.config.find_instance(key)
+            except (NotFoundError, AmbiguousError):
+                return None
+        return found
+
+
+_last: _Index | None = None
+
+
+def index(config: M.ConfigData) -> _Index:
+    global _last
+    if _last is None or _last.config is not config:
+        _last = _Index(config)
+    return _last
+
+
+def _node_not_found(name: Any) -> str:
+    return f'OpPrereqError "Node name {name} not found" ECodeNoEnt'
+
+
+def _instance_not_found(name: Any) -> str:
+    return f'OpPrereqError "Instance name {name} not found" ECodeNoEnt'
+
+
+# --- Ganeti's object shapes --------------------------------------------------------------------
+
+
+def ganeti_logical_id(lid: M.LogicalId | None) -> list[Any] | None:
+    if isinstance(lid, M.PlainId):
+        return [lid.vg, lid.lv]
+    if isinstance(lid, M.DrbdId):
+        return [lid.nodes[0], lid.nodes[1], lid.port, lid.minors[0], lid.minors[1], lid.secret]
+    if isinstance(lid, M.FileId):
+        return [lid.driver, lid.path]
+    if isinstance(lid, M.ExtId):
+        return [lid.provider, lid.name]
+    return None
+
+
+def ganeti_disk(disk: M.Disk, nodes: list[str]) -> dict[str, Any]:
+    """A disk as Ganeti 3.0's config.data (and confd) writes it."""
+    if isinstance(disk.logical_id, M.DrbdId):
+        nodes = list(disk.logical_id.nodes)
+    data: dict[str, Any] = {
+        "children": [ganeti_disk(child, nodes) for child in disk.children],
+        "ctime": disk.ctime,
+        "dev_type": disk.dev_type,
+        "iv_name": disk.iv_name,
+    }
+    lid = ganeti_logical_id(disk.logical_id)
+    if lid is not None:
+        data["logical_id"] = lid
+    data.update({"mode": disk.mode, "mtime": disk.mtime, "nodes": nodes,
+                 "params": dict(disk.params), "serial_no": disk.serial_no, "size": disk.size,
+                 "uuid": disk.uuid})
+    if disk.name is not None:
+        data["name"] = disk.name
+    if disk.spindles is not None:
+        data["spindles"] = disk.spindles
+    return data
+
+
+def ganeti_nic(nic: M.NIC) -> dict[str, Any]:
+    data: dict[str, Any] = {"mac": nic.mac}
+    if nic.ip:
+        data["ip"] = nic.ip
+    data["nicparams"] = dict(nic.nicparams)
+    if nic.network:
+        data["network"] = nic.network
+    if nic.name is not None:
+        data["name"] = nic.name
+    data["uuid"] = nic.uuid
+    return data
+
+
+def ganeti_instance(inst: M.Instance) -> dict[str, Any]:
+    """An instance as Ganeti 3.0's config.data writes it (disks by UUID)."""
+    return {
+        "name": inst.name, "primary_node": inst.primary_node, "os": inst.os,
+        "hypervisor": inst.hypervisor, "hvparams": dict(inst.hvparams),
+        "beparams": dict(inst.beparams), "osparams": dict(inst.osparams),
+        "osparams_private": {}, "admin_state": inst.admin_state,
+        "admin_state_source": inst.admin_state_source,
+        "nics": [ganeti_nic(nic) for nic in inst.nics],
+        "disks": [disk.uuid for disk in inst.disks], "disks_active": inst.disks_active,
+        "ctime": inst.ctime, "mtime": inst.mtime, "uuid": inst.uuid,
+        "serial_no": inst.serial_no, "tags": list(inst.tags),
+    }
+
+
+# --- Ganeti's query types ----------------------------------------------------------------------
+
+
+def ping(config: M.ConfigData, query: Any) -> Answer:
+    """0: the config version, serial 0; the query is ignored (Ganeti 3.0)."""
+    return _ok(C.CONFIG_VERSION, 0)
+
+
+def node_role(node: M.Node, config: M.ConfigData) -> int:
+    """Ganeti 3.0's precedence: master > drained > offline > candidate > regular."""
+    if node.uuid == config.cluster.master_node:
+        return C.NODE_ROLE_MASTER
+    if node.drained:
+        return C.NODE_ROLE_DRAINED
+    if node.offline:
+        return C.NODE_ROLE_OFFLINE
+    if node.master_candidate:
+        return C.NODE_ROLE_CANDIDATE
+    return C.NODE_ROLE_REGULAR
+
+
+def node_role_byname(config: M.ConfigData, query: Any) -> Answer:
+    """1: a node's role (name, short name or UUID); cluster serial."""
+    if not isinstance(query, str):
+        return ARGUMENT_ERROR
+    node = index(config).node(query)
+    if node is None:
+        return _error("Failure: prerequisites not met for this operation:\n"
+                      f"error type: ECodeNoEnt, error details:\nNode name {query} not found")
+    return _ok(node_role(node, config), config.cluster.serial_no)
+
+
+def _primary_ip_of(config: M.ConfigData, inst: M.Instance | None) -> tuple[int, Any]:
+    if inst is None:
+        return C.REPL_STATUS_ERROR, C.ERROR_UNKNOWN_ENTRY
+    node = config.nodes.get(inst.primary_node)
+    if node is None or not node.primary_ip:
+        return C.REPL_STATUS_ERROR, C.ERROR_INTERNAL
+    return C.REPL_STATUS_OK, node.primary_ip
+
+
+def node_pip_by_instance_ip(config: M.ConfigData, query: Any) -> Answer:
+    """2: the primary IP of the node running the instance with an IP, on a link.
+
+    Query {"1": ip} → the IP; {"2": [ips]} → [[status, answer, serial], ...] per IP; "0" picks
+    the link (default: the cluster's default NIC link). A plain string is an argument error.
+    """
+    if not isinstance(query, dict):
+        return ARGUMENT_ERROR
+    idx = index(config)
+    link = query.get(C.REQQ_LINK)
+    if link is None:
+        link = idx.default_link
+    if not isinstance(link, str):
+        return ARGUMENT_ERROR
+    by_ip = idx.ips.get(link, {})
+    serial = config.cluster.serial_no
+    if C.REQQ_IP in query:
+        ip = query[C.REQQ_IP]
+        if not isinstance(ip, str):
+            return ARGUMENT_ERROR
+        status, answer = _primary_ip_of(config, by_ip.get(ip))
+        return (status, answer, serial if status == C.REPL_STATUS_OK else 0)
+    if C.REQQ_IPLIST in query:
+        ips = query[C.REQQ_IPLIST]
+        if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
+            return ARGUMENT_ERROR
+        items = []
+        for ip in ips:
+            status, answer = _primary_ip_of(config, by_ip.get(ip))
+            items.append([status, answer, serial if status == C.REPL_STATUS_OK else 0])
+        return _ok(items, serial)
+    return ARGUMENT_ERROR
+
+
+_FIELD_IDS = {C.REQFIELD_NAME, C.REQFIELD_IP, C.REQFIELD_MNODE_PIP}
+
+
+def _field_id(value: Any) -> int | None:
+    """A cluster_master field id: an int (Ganeti 3.0) or a digit string (2.1, confd-client)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value in _FIELD_IDS else None
+
+
+def cluster_master(config: M.ConfigData, query: Any) -> Answer:
+    """3: the master node's name, or {"3": [field ids]} → [values] (name, master IP, master
+    node's primary IP). Field ids may be ints or strings."""
+    master = config.master
+    if master is None:
+        return _error(C.ERROR_INTERNAL)
+    serial = config.cluster.serial_no
+    if not query:
+        return _ok(master.name, serial)
+    if not isinstance(query, dict) or not isinstance(query.get(C.REQQ_FIELDS), list):
+        return ARGUMENT_ERROR
+    values = []
+    for raw in query[C.REQQ_FIELDS]:
+        field = _field_id(raw)
+        if field is None:
+            return ARGUMENT_ERROR
+        if field == C.REQFIELD_NAME:
+            values.append(master.name)
+        elif field == C.REQFIELD_IP:
+            values.append(config.cluster.master_ip)
+        else:
+            values.append(master.primary_ip)
+    return _ok(values, serial)
+
+
+def _reverse_uuid_order(nodes: Any) -> list[M.Node]:
+    """Ganeti 3.0 lists nodes in reverse UUID order."""
+    return sorted(nodes, key=lambda n: n.uuid, reverse=True)
+
+
+def node_pip_list(config: M.ConfigData, query: Any) -> Answer:
+    """4: every node's primary IP (reverse UUID order); query ignored; cluster serial."""
+    nodes = _reverse_uuid_order(config.nodes.values())
+    return _ok([n.primary_ip for n in nodes], config.cluster.serial_no)
+
+
+def mc_pip_list(config: M.ConfigData, query: Any) -> Answer:
+    """5: the master candidates' primary IPs (reverse UUID order); cluster serial."""
+    nodes = _reverse_uuid_order(n for n in config.nodes.values() if n.master_candidate)
+    return _ok([n.primary_ip for n in nodes], config.cluster.serial_no)
+
+
+def instances_ips_list(config: M.ConfigData, query: Any) -> Answer:
+    """6: the IPs of instance NICs on a link (None: the default link), sorted; unknown link
+    → []. Cluster serial."""
+    idx = index(config)
+    if query is None:
+        query = idx.default_link
+    if not isinstance(query, str):
+        return ARGUMENT_ERROR
+    return _ok(sorted(idx.ips.get(query, {})), config.cluster.serial_no)
+
+
+def drbd_minors(config: M.ConfigData, node: M.Node) -> list[list[Any]]:
+    """[node name, minor, instance name, iv_name, "primary"|"secondary", peer node name] for
+    every DRBD disk with a minor on `node` (what mond's DRBD collector pairs with)."""
+    rows: list[tuple[int, str, list[Any]]] = []
+
+    def walk(inst: M.Instance, disk: M.Disk, iv_name: str) -> None:
+        lid = disk.logical_id
+        if isinstance(lid, M.DrbdId) and node.uuid in lid.nodes:
+            mine = lid.nodes.index(node.uuid)
+            peer = lid.nodes[1 - mine]
+            role = "primary" if inst.primary_node == node.uuid else "secondary"
+            rows.append((lid.minors[mine], inst.name,
+                         [node.name, lid.minors[mine], inst.name, iv_name, role,
+                          config.node_name(peer)]))
+        for child in disk.children:
+            walk(inst, child, child.iv_name or iv_name)
+
+    for inst in config.instances.values():
+        for number, disk in enumerate(inst.disks):
+            walk(inst, disk, disk.iv_name or f"disk/{number}")
+    rows.sort(key=lambda row: (row[0], row[1]))
+    return [row[2] for row in rows]
+
+
+def node_drbd(config: M.ConfigData, query: Any) -> Answer:
+    """7: a node's DRBD minors (see `drbd_minors`); the node's serial."""
+    node = index(config).node(query)
+    if node is None:
+        return ARGUMENT_ERROR if not isinstance(query, str) else _error(_node_not_found(query))
+    return _ok(drbd_minors(config, node), node.serial_no)
+
+
+def node_instances(config: M.ConfigData, query: Any) -> Answer:
+    """8: [[primary instances], [secondary instances]] of a node, as Ganeti instance objects;
+    the node's serial. (Ganeti's Python client refuses to send this type; its server answers.)"""
+    node = index(config).node(query)
+    if node is None:
+        if not isinstance(query, str):
+            return ARGUMENT_ERROR
+        return _error(f"Node not found in the configuration: {_node_not_found(query)}")
+    insts = sorted(config.instances.values(), key=lambda i: i.name)
+    primary = [ganeti_instance(i) for i in insts if i.primary_node == node.uuid]
+    secondary = [ganeti_instance(i) for i in insts if node.uuid in i.secondary_nodes]
+    return _ok([primary, secondary], node.serial_no)
+
+
+def instance_disks(config: M.ConfigData, query: Any) -> Answer:
+    """9: an instance's disks as Ganeti disk objects; the instance's serial."""
+    inst = index(config).instance(query)
+    if inst is None:
+        if not isinstance(query, str):
+            return ARGUMENT_ERROR
+        return _error(f"Instance not found in the configuration: {_instance_not_found(query)}")
+    default_nodes = [inst.primary_node]
+    return _ok([ganeti_disk(d, default_nodes) for d in inst.disks], inst.serial_no)
+
+
+def config_query(config: M.ConfigData, query: Any) -> Answer:
+    """10: the value at a path of the config document, e.g. "/cluster/master_node".
+
+    Paths address herder's document (JSON field names; nodes and instances by UUID); Ganeti's
+    `/cluster/cluster_name` is an alias of `/cluster/name`. A bad path is an argument error.
+    """
+    if not isinstance(query, str) or not query.startswith("/") or query == "/":
+        return ARGUMENT_ERROR
+    value: Any = index(config).view
+    for part in query[1:].split("/"):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return ARGUMENT_ERROR
+    return _ok(value, config.cluster.serial_no)
+
+
+def data_collectors(config: M.ConfigData, query: Any) -> Answer:
+    """11: {collector: {"active": bool, "interval": microseconds}}; cluster serial."""
+    answer = {
+        name: {"active": s.active, "interval": round(s.interval * 1_000_000)}
+        for name, s in sorted(config.cluster.data_collectors.items())
+    }
+    return _ok(answer, config.cluster.serial_no)
+
+
+# --- herder's additions (design-2.1's list) ----------------------------------------------------
+
+
+def mc_list(config: M.ConfigData, query: Any) -> Answer:
+    """100: the master candidates' names, sorted; cluster serial."""
+    names = sorted(n.name for n in config.nodes.values() if n.master_candidate)
+    return _ok(names, config.cluster.serial_no)
+
+
+def offline_nodes(config: M.ConfigData, query: Any) -> Answer:
+    """101: the offline nodes' names, sorted; cluster serial."""
+    names = sorted(n.name for n in config.nodes.values() if n.offline)
+    return _ok(names, config.cluster.serial_no)
+
+
+def instance_list(config: M.ConfigData, query: Any) -> Answer:
+    """102: every instance's name, sorted; cluster serial."""
+    return _ok(sorted(i.name for i in config.instances.values()), config.cluster.serial_no)
+
+
+def instance_primary_node(config: M.ConfigData, query: Any) -> Answer:
+    """103: an instance's primary node name (the instance's serial); without a query, every
+    instance → its primary node name (cluster serial)."""
+    if query is None:
+        mapping = {i.name: config.node_name(i.primary_node)
+                   for i in sorted(config.instances.values(), key=lambda i: i.name)}
+        return _ok(mapping, config.cluster.serial_no)
+    inst = index(config).instance(query)
+    if inst is None:
+        if not isinstance(query, str):
+            return ARGUMENT_ERROR
+        return _error(C.ERROR_UNKNOWN_ENTRY)
+    return _ok(config.node_name(inst.primary_node), inst.serial_no)
+
+
+HANDLERS: dict[int, Handler] = {
+    C.REQ_PING: ping,
+    C.REQ_NODE_ROLE_BYNAME: node_role_byname,
+    C.REQ_NODE_PIP_BY_INSTANCE_IP: node_pip_by_instance_ip,
+    C.REQ_CLUSTER_MASTER: cluster_master,
+    C.REQ_NODE_PIP_LIST: node_pip_list,
+    C.REQ_MC_PIP_LIST: mc_pip_list,
+    C.REQ_INSTANCES_IPS_LIST: instances_ips_list,
+    C.REQ_NODE_DRBD: node_drbd,
+    C.REQ_NODE_INSTANCES: node_instances,
+    C.REQ_INSTANCE_DISKS: instance_disks,
+    C.REQ_CONFIG_QUERY: config_query,
+    C.REQ_DATA_COLLECTORS: data_collectors,
+    C.REQ_MC_LIST: mc_list,
+    C.REQ_OFFLINE_NODES: offline_nodes,
+    C.REQ_INSTANCE_LIST: instance_list,
+    C.REQ_INSTANCE_PRIMARY_NODE: instance_primary_node,
+}
+
+
+def answer(config: M.ConfigData, req_type: int, query: Any) -> Answer | None:
+    """The answer to one query, or None for an unknown type (the server stays silent)."""
+    handler = HANDLERS.get(req_type)
+    return None if handler is None else handler(config, query)

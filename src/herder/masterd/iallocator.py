@@ -1,0 +1,180 @@
+"""Asking an iallocator: build the iallocator v2 input message from the config, run a script
+found in the search path (Ganeti's `hail` works) or herder's built-in allocator, read the answer.
+
+design-2.1 "Default iallocator names": for each request type the cluster lists allocators to try
+in order; `herder` names the built-in one (the same engine as `herder alloc`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from herder.core import model as M
+from herder.core.errors import OpPrereqError
+
+BUILTIN = "herder"
+DEFAULT_SEARCH_PATH = (Path("/usr/lib/herder/iallocators"), Path("/usr/lib/ganeti/iallocators"),
+                       Path("/usr/local/lib/ganeti/iallocators"))
+RUN_TIMEOUT = 300.0
+
+
+def _instance_entry(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
+    be = config.filled_beparams(inst)
+    group = config.instance_group(inst)
+    nics = []
+    for nic in inst.nics:
+        params = config.filled_nicparams(nic, group)
+        nics.append({"ip": nic.ip, "mac": nic.mac, "mode": params["mode"],
+                     "link": params["link"],
+                     "bridge": params["link"] if params["mode"] == "bridged" else None,
+                     "network": nic.network})
+    return {
+        "disks": [{"size": d.size, "mode": d.mode, "spindles": d.spindles or 1}
+                  for d in inst.disks],
+        "disk_space_total": disk_space_total(inst.disk_template, [d.size for d in inst.disks]),
+        "disk_template": inst.disk_template, "hypervisor": inst.hypervisor,
+        "tags": list(inst.tags), "nics": nics, "vcpus": be["vcpus"], "memory": be["maxmem"],
+        "spindle_use": be["spindle_use"], "os": inst.os, "admin_state": inst.admin_state,
+        "admin_state_source": inst.admin_state_source,
+        "nodes": [config.node_name(n) for n in inst.all_nodes],
+    }
+
+
+def disk_space_total(template: str, sizes: Sequence[int]) -> int:
+    """Disk space on each node: DRBD adds 128 MiB of metadata per disk (as Ganeti)."""
+    if template == "drbd":
+        return sum(sizes) + 128 * len(sizes)
+    if template in ("plain", "file"):
+        return sum(sizes)
+    return 0
+
+
+def build_message(config: M.ConfigData, request: Mapping[str, Any],
+                  node_info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The iallocator v2 input message. `node_info`: node UUID -> live figures (total/free
+    memory and disk, cpus) reported by the node daemons; nodes without are marked offline."""
+    c = config.cluster
+    groups = {
+        g.uuid: {"name": g.name, "alloc_policy": g.alloc_policy,
+                 "networks": sorted(g.networks), "tags": list(g.tags),
+                 "ipolicy": M.to_builtins(config.filled_ipolicy(g))}
+        for g in config.nodegroups.values()
+    }
+    nodes: dict[str, Any] = {}
+    for node in config.nodes.values():
+        live = node_info.get(node.uuid)
+        primaries = [i for i in config.instances.values() if i.primary_node == node.uuid]
+        nd = config.filled_ndparams(node)
+        entry: dict[str, Any] = {
+            "primary_ip": node.primary_ip, "secondary_ip": node.secondary_ip or node.primary_ip,
+            "tags": list(node.tags), "master_candidate": node.master_candidate,
+            "master_capable": node.master_capable, "vm_capable": node.vm_capable,
+            "drained": node.drained, "offline": node.offline or live is None,
+            "group": node.group,
+            "ndparams": {"spindle_count": nd["spindle_count"],
+                         "exclusive_storage": nd["exclusive_storage"],
+                         "oob_program": nd["oob_program"] or None},
+            "i_pri_memory": sum(config.filled_beparams(i)["maxmem"] for i in primaries),
+            "i_pri_up_memory": sum(config.filled_beparams(i)["maxmem"] for i in primaries
+                                   if i.admin_state == "up"),
+        }
+        if live is not None:
+            entry.update({
+                "total_memory": int(live["total_memory"]), "free_memory": int(live["free_memory"]),
+                "reserved_memory": int(live.get("reserved_memory", 0)),
+                "total_disk": int(live["total_disk"]), "free_disk": int(live["free_disk"]),
+                "total_cpus": int(live["total_cpus"]), "reserved_cpus": 1,
+                "total_spindles": nd["spindle_count"], "free_spindles": nd["spindle_count"],
+            })
+        nodes[node.name] = entry
+    return {
+        "version": 2, "cluster_name": c.name, "cluster_tags": list(c.tags),
+        "enabled_hypervisors": list(c.enabled_hypervisors),
+        "ipolicy": M.to_builtins(c.ipolicy), "nodegroups": groups, "nodes": nodes,
+        "instances": {i.name: _instance_entry(config, i) for i in config.instances.values()},
+        "request": dict(request),
+    }
+
+
+def find_script(name: str, search_path: Sequence[Path]) -> Path | None:
+    if "/" in name:
+        return None
+    for directory in search_path:
+        candidate = directory / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def run(name: str, message: Mapping[str, Any],
+        search_path: Sequence[Path] = DEFAULT_SEARCH_PATH) -> dict[str, Any]:
+    """The allocator's answer {success, info, result}; OpPrereqError when it cannot be run or
+    fails (exit code non-zero, unusable output), as Ganeti reports it."""
+    if name == BUILTIN:
+        from herder.alloc import InputError, answer_message  # the allocator is a library
+
+        try:
+            return json.loads(answer_message(dict(message)).to_json())
+        except InputError as err:
+            raise OpPrereqError(f"iallocator {name}: {err}") from None
+    script = find_script(name, search_path)
+    if script is None:
+        raise OpPrereqError(f"iallocator {name!r} not found in "
+                            f"{', '.join(str(p) for p in search_path)}", "unknown_entity")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(message, fh)
+        path = fh.name
+    try:
+        proc = subprocess.run([str(script), path], capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise OpPrereqError(f"iallocator {name} did not answer within {RUN_TIMEOUT:g}s") \
+            from None
+    finally:
+        os.unlink(path)
+    if proc.returncode != 0:
+        raise OpPrereqError(f"iallocator {name} failed (exit {proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+    try:
+        reply = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise OpPrereqError(f"iallocator {name} printed no JSON: {proc.stdout[:200]!r}") \
+            from None
+    if not isinstance(reply, dict) or "success" not in reply:
+        raise OpPrereqError(f"iallocator {name}: answer lacks 'success'")
+    if "result" not in reply and "nodes" in reply:
+        reply["result"] = reply["nodes"]
+    return reply
+
+
+def allocate_nodes(config: M.ConfigData, names: Sequence[str], request: Mapping[str, Any],
+                   node_info: Mapping[str, Mapping[str, Any]],
+                   search_path: Sequence[Path] = DEFAULT_SEARCH_PATH) -> tuple[str, list[str]]:
+    """Try each iallocator in order (design-2.1); the first successful answer wins.
+    Returns (allocator name, node names)."""
+    if not names:
+        raise OpPrereqError("no nodes given and no iallocator: give nodes, --iallocator, or "
+                            "set the cluster's default iallocators")
+    message = build_message(config, request, node_info)
+    failures = []
+    for name in names:
+        try:
+            reply = run(name, message, search_path)
+        except OpPrereqError as err:
+            failures.append(str(err))
+            continue
+        if reply.get("success"):
+            result = reply.get("result") or []
+            if len(result) != int(request.get("required_nodes", len(result))):
+                failures.append(f"iallocator {name} returned {len(result)} node(s), "
+                                f"{request.get('required_nodes')} were needed")
+                continue
+            return name, [str(n) for n in result]
+        failures.append(f"iallocator {name}: {reply.get('info') or 'no placement'}")
+    raise OpPrereqError("; ".join(failures), "insufficient_resources")

@@ -1,0 +1,249 @@
+"""OP_INSTANCE_CREATE: place (explicit nodes, or iallocators tried in order), create the disks on
+the nodes, define and install the instance, start it. Any failure after the config recorded
+the instance undoes everything (disks, domain, config entry)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from herder.core import locking as L
+from herder.core import model as M
+from herder.core import params as P
+from herder.core.errors import ConfigError, HerderError, OpPrereqError
+from herder.core.jobs import opcodes as O
+from herder.core.noderpc import instance_payload
+from herder.masterd import iallocator
+from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+
+MIRRORED = {"drbd"}
+DRBD_META_MIB = 128
+
+
+def new_mac(config: M.ConfigData, taken: set[str]) -> str:
+    prefix = config.cluster.mac_prefix
+    for _ in range(1000):
+        mac = prefix + ":" + ":".join(f"{b:02x}" for b in secrets.token_bytes(3))
+        if mac not in taken:
+            taken.add(mac)
+            return mac
+    raise OpPrereqError("cannot find a free MAC address", "insufficient_resources")
+
+
+def free_minor(config: M.ConfigData, node_uuid: str, extra: set[int]) -> int:
+    used = set(extra)
+    for inst in config.instances.values():
+        for disk in inst.disks:
+            lid = disk.logical_id
+            if isinstance(lid, M.DrbdId):
+                for n, minor in zip(lid.nodes, lid.minors, strict=True):
+                    if n == node_uuid:
+                        used.add(minor)
+    minor = 0
+    while minor in used:
+        minor += 1
+    return minor
+
+
+def free_port(config: M.ConfigData, extra: set[int]) -> int:
+    used = set(extra)
+    for inst in config.instances.values():
+        for disk in inst.disks:
+            if isinstance(disk.logical_id, M.DrbdId):
+                used.add(disk.logical_id.port)
+    port = max(config.cluster.highest_used_port, 11000) + 1
+    while port in used:
+        port += 1
+    return port
+
+
+def node_info(env: Any, config: M.ConfigData, feedback: Any) -> dict[str, dict[str, Any]]:
+    """Live figures of every node that answers (an unreachable node counts as offline)."""
+    info: dict[str, dict[str, Any]] = {}
+    for node in config.nodes.values():
+        if node.offline or not node.vm_capable:
+            continue
+        try:
+            info[node.uuid] = env.rpc.call(node, "node_info", {}, timeout=15)
+        except HerderError as err:
+            feedback(f"node {node.name} left out of the placement: {err}")
+    return info
+
+
+class InstanceCreate(LogicalUnit):
+    OP = O.OpInstanceCreate
+    REQ_BGL = True  # placement looks at every node; creations are serialized
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        return []
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpInstanceCreate = self.op  # type: ignore[assignment]
+        c = config.cluster
+        if any(i.name == op.instance_name for i in config.instances.values()):
+            raise OpPrereqError(f"instance {op.instance_name!r} already exists",
+                                "already_exists")
+        if op.disk_template not in c.enabled_disk_templates:
+            raise OpPrereqError(f"disk template {op.disk_template} is not enabled on the "
+                                "cluster", "wrong_input")
+        hypervisor = op.hypervisor or (c.enabled_hypervisors[0] if c.enabled_hypervisors
+                                       else None)
+        if hypervisor not in c.enabled_hypervisors:
+            raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
+        if not op.os_type and not op.no_install:
+            raise OpPrereqError("give the OS (os_type), or no_install")
+        if op.disk_template != "diskless" and not op.disks:
+            raise OpPrereqError(f"a {op.disk_template} instance needs at least one disk")
+        try:
+            self.beparams = P.validate(P.BE_FAMILY, op.beparams)
+            self.hvparams = P.validate(P.hv_family(hypervisor), op.hvparams, instance_level=True)
+            self.sizes = [P.parse_size(d.get("size")) for d in op.disks]
+        except (ConfigError, ValueError) as err:
+            raise OpPrereqError(str(err)) from None
+        self.hypervisor = hypervisor
+        required = 2 if op.disk_template in MIRRORED else 1
+        if op.pnode:
+            nodes = [lookup(config.find_node, op.pnode).name]
+            if required == 2:
+                if not op.snode:
+                    raise OpPrereqError("a drbd instance needs a secondary node (snode)")
+                nodes.append(lookup(config.find_node, op.snode).name)
+            self.allocator = None
+        else:
+            names = [op.iallocator] if op.iallocator else \
+                c.default_iallocators.get("allocate", [])
+            filled = P.fill(P.BE_FAMILY.defaults(), c.beparams, self.beparams)
+            request = {
+                "type": "allocate", "name": op.instance_name, "required_nodes": required,
+                "disk_template": op.disk_template, "os": op.os_type or "",
+                "tags": list(op.tags), "hypervisor": hypervisor,
+                "memory": filled["maxmem"], "vcpus": filled["vcpus"],
+                "spindle_use": filled["spindle_use"],
+                "disks": [{"size": s, "mode": d.get("mode", "rw"), "spindles": 1}
+                          for s, d in zip(self.sizes, op.disks, strict=True)],
+                "disk_space_total": iallocator.disk_space_total(op.disk_template, self.sizes),
+                "nics": [{"ip": n.get("ip"), "mac": n.get("mac", "auto"),
+                          "bridge": n.get("link")} for n in (op.nics or [{}])],
+            }
+            live = node_info(self.env, config, self.feedback)
+            self.allocator, nodes = iallocator.allocate_nodes(
+                config, names, request, live, self.env.iallocator_path or
+                iallocator.DEFAULT_SEARCH_PATH)
+        chosen = [lookup(config.find_node, n) for n in nodes]
+        for node in chosen:
+            if node.offline or node.drained or not node.vm_capable:
+                raise OpPrereqError(f"node {node.name} is offline, drained or not vm capable",
+                                    "wrong_state")
+        if len({n.uuid for n in chosen}) != len(chosen):
+            raise OpPrereqError("primary and secondary node must differ")
+        self.nodes = chosen
+
+    def dry_run_result(self) -> Any:
+        return [n.name for n in self.nodes]
+
+    def _build(self, config: M.ConfigData) -> M.Instance:
+        op: O.OpInstanceCreate = self.op  # type: ignore[assignment]
+        stamp = M.now()
+        inst_uuid = M.new_uuid()
+        vg = config.cluster.volume_group_name or "xenvg"
+        disks: list[M.Disk] = []
+        minors_taken: dict[str, set[int]] = {n.uuid: set() for n in self.nodes}
+        ports_taken: set[int] = set()
+        for index, (size, spec) in enumerate(zip(self.sizes, op.disks, strict=True)):
+            disk_uuid = M.new_uuid()
+            common = {"uuid": disk_uuid, "size": size, "mode": spec.get("mode", "rw"),
+                      "iv_name": f"disk/{index}", "name": spec.get("name"),
+                      "ctime": stamp, "mtime": stamp}
+            if op.disk_template == "drbd":
+                p, s = self.nodes
+                minor_p = free_minor(config, p.uuid, minors_taken[p.uuid])
+                minor_s = free_minor(config, s.uuid, minors_taken[s.uuid])
+                minors_taken[p.uuid].add(minor_p)
+                minors_taken[s.uuid].add(minor_s)
+                port = free_port(config, ports_taken)
+                ports_taken.add(port)
+                children = [
+                    M.Disk(uuid=M.new_uuid(), dev_type="plain", size=size,
+                           logical_id=M.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_data")),
+                    M.Disk(uuid=M.new_uuid(), dev_type="plain", size=DRBD_META_MIB,
+                           logical_id=M.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_meta")),
+                ]
+                disks.append(M.Disk(dev_type="drbd", children=children, logical_id=M.DrbdId(
+                    nodes=[p.uuid, s.uuid], port=port, minors=[minor_p, minor_s],
+                    secret=secrets.token_hex(20)), **common))
+                config.cluster.highest_used_port = max(config.cluster.highest_used_port, port)
+            elif op.disk_template == "plain":
+                disks.append(M.Disk(dev_type="plain", logical_id=M.PlainId(
+                    vg=vg, lv=f"{disk_uuid}.disk{index}"), **common))
+            elif op.disk_template in ("file", "sharedfile"):
+                base = config.cluster.file_storage_dir if op.disk_template == "file" \
+                    else config.cluster.shared_file_storage_dir
+                disks.append(M.Disk(dev_type=op.disk_template, logical_id=M.FileId(
+                    driver="loop", path=f"{base}/{op.instance_name}/disk{index}"), **common))
+            else:
+                disks.append(M.Disk(dev_type=op.disk_template, **common))
+        taken = {n.mac for i in config.instances.values() for n in i.nics}
+        nics = []
+        for spec in op.nics or [{}]:
+            mac = spec.get("mac")
+            if not mac or mac in ("auto", "generate"):
+                mac = new_mac(config, taken)
+            nicparams = {k: spec[k] for k in ("mode", "link", "vlan") if spec.get(k)}
+            nics.append(M.NIC(uuid=M.new_uuid(), mac=mac, ip=spec.get("ip"),
+                              network=spec.get("network"), nicparams=nicparams,
+                              name=spec.get("name")))
+        return M.Instance(
+            uuid=inst_uuid, name=op.instance_name, primary_node=self.nodes[0].uuid,
+            os=op.os_type or "none", hypervisor=self.hypervisor, admin_state="down",
+            disks=disks, nics=nics, hvparams=self.hvparams, beparams=self.beparams,
+            osparams={k: str(v) for k, v in op.osparams.items()}, tags=list(op.tags),
+            ctime=stamp, mtime=stamp,
+        )
+
+    def execute(self) -> Any:
+        op: O.OpInstanceCreate = self.op  # type: ignore[assignment]
+        with self.env.store.update() as config:
+            inst = self._build(config)
+            config.instances[inst.uuid] = inst
+        self.env.locks.add(L.LEVEL_INSTANCE, inst.uuid)
+        if self.allocator:
+            self.feedback(f"iallocator {self.allocator} chose "
+                          f"{', '.join(n.name for n in self.nodes)}")
+        config = self.env.store.load()
+        inst = config.instances[inst.uuid]
+        payload = instance_payload(config, inst)
+        args = {"instance": payload, "name": inst.name, "reason": op.reason,
+                "version": inst.serial_no}
+        try:
+            for node in self.nodes:
+                self.env.rpc.call(node, "blockdev_create", {"disks": payload["disks"],
+                                                            "instance": inst.name})
+            self.env.rpc.call(self.nodes[0], "instance_define", args)
+            if not op.no_install:
+                self.env.rpc.call(self.nodes[0], "instance_os_add",
+                                  {**args, "force_variant": op.force_variant}, timeout=900)
+            if op.start:
+                self.env.rpc.call(self.nodes[0], "instance_start", args)
+        except HerderError:
+            self._undo(inst)
+            raise
+        if op.start:
+            with self.env.store.update() as fresh:
+                fresh.instances[inst.uuid].admin_state = "up"
+                fresh.instances[inst.uuid].disks_active = True
+        return [n.name for n in self.nodes]
+
+    def _undo(self, inst: M.Instance) -> None:
+        self.feedback(f"creation of {inst.name} failed; removing what was created")
+        for node in self.nodes:
+            try:
+                self.env.rpc.call(node, "instance_remove", {
+                    "name": inst.name, "disks": [d.uuid for d in inst.disks]})
+            except HerderError as err:
+                self.feedback(f"cleanup on {node.name} failed: {err}")
+        with self.env.store.update() as config:
+            config.instances.pop(inst.uuid, None)
+        self.env.locks.remove(L.LEVEL_INSTANCE, [inst.uuid])
+
+
+LUS = [InstanceCreate]

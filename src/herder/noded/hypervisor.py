@@ -1,0 +1,295 @@
+"""The node's hypervisor, through libvirt: define, start, shut down, reboot, destroy, migrate,
+list and query domains.
+
+noded holds one connection for its whole life (libvirt's test driver keeps domains only while a
+client is connected) and re-opens it when libvirtd restarts. Every domain it defines is also
+recorded in its state directory, so after a libvirtd restart (which resets the test driver) the
+node's domains are defined again.
+
+Migration is done with libvirt's own calls and works on every driver, the test driver included
+(which cannot live-migrate): the source hands out the domain's XML, the target defines and starts
+the same domain (same UUID), then the source destroys and undefines its copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import libvirt
+
+from herder.core.errors import HerderError
+from herder.core.store import atomic_write
+
+log = logging.getLogger("herder.noded")
+T = TypeVar("T")
+
+STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff",
+          6: "crashed", 7: "pmsuspended"}
+RUNNING = {1, 2, 3}
+
+
+class HypervisorError(HerderError):
+    """A hypervisor operation failed (the message says which and why)."""
+
+
+def _quiet(_ctx: object, _err: object) -> None:
+    """libvirt prints every error to stderr by default; herder reports them itself."""
+
+
+libvirt.registerErrorHandler(_quiet, None)
+
+
+@dataclass
+class DomainSpec:
+    """What noded needs to define an instance's domain."""
+
+    name: str
+    uuid: str
+    memory: int  # MiB
+    vcpus: int
+    disks: list[str]  # paths, in order
+    nics: list[dict[str, str]]  # mac, mode, link
+
+    def xml(self, domain_type: str) -> str:
+        root = ET.Element("domain", type=domain_type)
+        ET.SubElement(root, "name").text = self.name
+        ET.SubElement(root, "uuid").text = self.uuid
+        ET.SubElement(root, "memory", unit="MiB").text = str(self.memory)
+        ET.SubElement(root, "vcpu").text = str(self.vcpus)
+        os_el = ET.SubElement(root, "os")
+        ET.SubElement(os_el, "type").text = "hvm"
+        devices = ET.SubElement(root, "devices")
+        for index, path in enumerate(self.disks):
+            disk = ET.SubElement(devices, "disk", type="file", device="disk")
+            ET.SubElement(disk, "source", file=path)
+            ET.SubElement(disk, "target", dev=f"vd{chr(ord('a') + index)}", bus="virtio")
+        for nic in self.nics:
+            if nic.get("mode") == "routed":
+                iface = ET.SubElement(devices, "interface", type="ethernet")
+            else:
+                iface = ET.SubElement(devices, "interface", type="bridge")
+                ET.SubElement(iface, "source", bridge=nic.get("link") or "br0")
+            ET.SubElement(iface, "mac", address=nic["mac"])
+        return ET.tostring(root, encoding="unicode")
+
+
+def domain_type_for(uri: str) -> str:
+    scheme = uri.split(":", 1)[0].split("+", 1)[0]
+    return {"test": "test", "qemu": "kvm", "xen": "xen", "lxc": "lxc"}.get(scheme, "kvm")
+
+
+class Hypervisor:
+    def __init__(self, uri: str, state_dir: Path) -> None:
+        self.uri = uri
+        self.domain_type = domain_type_for(uri)
+        self.defs_dir = state_dir / "domains"
+        self.defs_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn: libvirt.virConnect | None = None
+
+    # --- the connection -------------------------------------------------------------------------
+
+    def _connect(self) -> libvirt.virConnect:
+        if self._conn is not None:
+            try:
+                if self._conn.isAlive():
+                    return self._conn
+            except libvirt.libvirtError:
+                pass
+            self._conn = None
+        try:
+            self._conn = libvirt.open(self.uri)
+        except libvirt.libvirtError as err:
+            raise HypervisorError(f"libvirt unreachable at {self.uri}: "
+                                  f"{err.get_error_message()}") from None
+        self._restore_definitions(self._conn)
+        return self._conn
+
+    def call(self, fn: Callable[[libvirt.virConnect], T]) -> T:
+        """Run `fn` on a live connection; retried once on a fresh one if libvirtd restarted."""
+        with self._lock:
+            for attempt in (1, 2):
+                conn = self._connect()
+                try:
+                    return fn(conn)
+                except libvirt.libvirtError as err:
+                    code = err.get_error_code()
+                    if attempt == 1 and code in (libvirt.VIR_ERR_SYSTEM_ERROR,
+                                                 libvirt.VIR_ERR_INTERNAL_ERROR,
+                                                 libvirt.VIR_ERR_RPC,
+                                                 libvirt.VIR_ERR_NO_CONNECT):
+                        self._conn = None
+                        continue
+                    raise HypervisorError(err.get_error_message() or str(err)) from None
+            raise HypervisorError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(libvirt.libvirtError):
+                    self._conn.close()
+                self._conn = None
+
+    def check(self) -> bool:
+        """Keep the connection alive; re-define domains after a libvirtd restart."""
+        try:
+            self.call(lambda conn: conn.getLibVersion())
+            return True
+        except HypervisorError:
+            return False
+
+    # --- the record of defined domains ---------------------------------------------------------
+
+    def _record(self, name: str, xml: str) -> None:
+        atomic_write(self.defs_dir / f"{name}.xml", xml.encode(), 0o600)
+
+    def _forget(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.defs_dir / f"{name}.xml").unlink()
+
+    def recorded(self) -> list[str]:
+        return sorted(p.stem for p in self.defs_dir.glob("*.xml"))
+
+    def _restore_definitions(self, conn: libvirt.virConnect) -> None:
+        """Define every recorded domain libvirt does not know (e.g. after a libvirtd restart)."""
+        known = {d.name() for d in conn.listAllDomains()}
+        for path in sorted(self.defs_dir.glob("*.xml")):
+            if path.stem in known:
+                continue
+            try:
+                conn.defineXML(path.read_text())
+                log.info("re-defined domain %s after a libvirt restart", path.stem)
+            except (libvirt.libvirtError, OSError) as err:
+                log.error("cannot re-define domain %s: %s", path.stem, err)
+
+    # --- operations -----------------------------------------------------------------------------
+
+    def _lookup(self, conn: libvirt.virConnect, name: str) -> libvirt.virDomain | None:
+        try:
+            return conn.lookupByName(name)
+        except libvirt.libvirtError as err:
+            if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise
+
+    def define(self, spec: DomainSpec) -> None:
+        xml = spec.xml(self.domain_type)
+        self.define_xml(spec.name, xml)
+
+    def define_xml(self, name: str, xml: str) -> None:
+        def run(conn: libvirt.virConnect) -> None:
+            conn.defineXML(xml)
+
+        self.call(run)
+        self._record(name, xml)
+
+    def start(self, name: str) -> None:
+        def run(conn: libvirt.virConnect) -> None:
+            dom = self._lookup(conn, name)
+            if dom is None:
+                raise HypervisorError(f"no domain {name} is defined on this node")
+            if dom.state()[0] not in RUNNING:
+                dom.create()
+
+        self.call(run)
+
+    def shutdown(self, name: str, timeout: float) -> None:
+        """Ask the guest to shut down; destroy it when it has not stopped after `timeout`."""
+        def ask(conn: libvirt.virConnect) -> bool:
+            dom = self._lookup(conn, name)
+            if dom is None or dom.state()[0] not in RUNNING:
+                return False
+            try:
+                dom.shutdown()
+            except libvirt.libvirtError:
+                dom.destroy()
+            return True
+
+        if not self.call(ask):
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.state(name) not in ("running", "blocked", "paused"):
+                return
+            time.sleep(0.1)
+        self.destroy(name)
+
+    def destroy(self, name: str) -> None:
+        def run(conn: libvirt.virConnect) -> None:
+            dom = self._lookup(conn, name)
+            if dom is not None and dom.state()[0] in RUNNING:
+                dom.destroy()
+
+        self.call(run)
+
+    def reboot(self, name: str, hard: bool) -> None:
+        def run(conn: libvirt.virConnect) -> None:
+            dom = self._lookup(conn, name)
+            if dom is None:
+                raise HypervisorError(f"no domain {name} on this node")
+            if hard or dom.state()[0] not in RUNNING:
+                if dom.state()[0] in RUNNING:
+                    dom.destroy()
+                dom.create()
+            else:
+                dom.reboot()
+
+        self.call(run)
+
+    def undefine(self, name: str) -> None:
+        def run(conn: libvirt.virConnect) -> None:
+            dom = self._lookup(conn, name)
+            if dom is None:
+                return
+            if dom.state()[0] in RUNNING:
+                dom.destroy()
+            dom.undefine()
+
+        self.call(run)
+        self._forget(name)
+
+    def state(self, name: str) -> str | None:
+        def run(conn: libvirt.virConnect) -> str | None:
+            dom = self._lookup(conn, name)
+            return None if dom is None else STATES.get(dom.state()[0], "nostate")
+
+        return self.call(run)
+
+    def xml_of(self, name: str) -> str:
+        def run(conn: libvirt.virConnect) -> str:
+            dom = self._lookup(conn, name)
+            if dom is None:
+                raise HypervisorError(f"no domain {name} on this node")
+            return dom.XMLDesc()
+
+        return self.call(run)
+
+    def list_domains(self) -> dict[str, str]:
+        """name -> state of every domain libvirt knows on this node."""
+        return self.call(lambda conn: {d.name(): STATES.get(d.state()[0], "nostate")
+                                       for d in conn.listAllDomains()})
+
+    def node_info(self) -> dict[str, Any]:
+        def run(conn: libvirt.virConnect) -> dict[str, Any]:
+            model, memory_mib, cpus, mhz, numa, sockets, cores, threads = conn.getInfo()
+            used = sum(d.info()[2] // 1024 for d in conn.listAllDomains()
+                       if d.state()[0] in RUNNING)
+            if self.domain_type == "test":
+                # The test driver's free memory is a constant; account for its domains instead.
+                free = max(0, memory_mib - used)
+            else:
+                free = max(0, conn.getFreeMemory() // (1024 * 1024))
+            return {"total_memory": memory_mib, "free_memory": free,
+                    "total_cpus": cpus, "cpu_mhz": mhz, "cpu_model": model,
+                    "cpu_sockets": sockets, "cpu_cores": cores, "cpu_threads": threads,
+                    "numa_nodes": numa, "hypervisor_uri": self.uri}
+
+        return self.call(run)

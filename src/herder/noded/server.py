@@ -1,0 +1,358 @@
+"""noded's RPC server: POST /rpc/<method> over HTTPS with the cluster certificate; every body is
+signed with the cluster HMAC key (`herder.core.rpcauth`), anything else gets 403.
+
+Instance-affecting calls carry the reason trail and the config version of the instance; the node
+records the expected state, reason and version (`<run_dir>/instance-reason/<name>` and
+`<state_dir>/instances/<name>.json`), which mond's instance-status collector reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from herder import __version__
+from herder.core import rpcauth
+from herder.core.errors import HerderError, SignatureError
+from herder.core.store import atomic_write
+from herder.noded.hypervisor import DomainSpec, Hypervisor
+
+log = logging.getLogger("herder.noded")
+_encode = msgspec.json.Encoder().encode
+DEFAULT_PORT = 1811
+
+
+class RpcFailure(HerderError):
+    """A node RPC could not be carried out; the message goes back to the master."""
+
+
+@dataclass
+class NodeSettings:
+    node_name: str
+    state_dir: Path
+    run_dir: Path
+    hmac_key: bytes
+    libvirt_uri: str
+    repair_dir: Path = Path("/etc/ganeti/node-repair-commands")
+    powercycle_action: str = "reboot"  # or "simulate" (tests, simulated clusters)
+    os_path: tuple[Path, ...] = (Path("/srv/herder/os"),)
+    os_timeout: float = 900.0
+    # Disk space herder may use on this node (MiB); None: the whole filesystem of its disks.
+    disk_capacity: int | None = None
+    repair_timeout: float = 300.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class NodeDaemon:
+    """The node's state and the implementation of every RPC (blocking; run in threads)."""
+
+    def __init__(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        self.disks_dir = settings.state_dir / "disks"
+        self.instances_dir = settings.state_dir / "instances"
+        self.reason_dir = settings.run_dir / "instance-reason"
+        for directory in (self.disks_dir, self.instances_dir, self.reason_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.hv = Hypervisor(settings.libvirt_uri, settings.state_dir)
+        self.started = time.time()
+        self.powercycled: list[float] = []
+        self._lock = threading.Lock()
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def disk_path(self, disk_uuid: str) -> Path:
+        if "/" in disk_uuid or disk_uuid.startswith("."):
+            raise RpcFailure(f"invalid disk id {disk_uuid!r}")
+        return self.disks_dir / f"{disk_uuid}.img"
+
+    def record(self, name: str, expected: str, reason: list[Any] | None,
+               version: int | None) -> None:
+        """What noded was asked to do to an instance, for mond's instance-status collector."""
+        trail = list(reason or [])
+        atomic_write(self.reason_dir / name, json.dumps(trail).encode(), 0o644)
+        atomic_write(self.instances_dir / f"{name}.json", json.dumps({
+            "name": name, "expected_state": expected, "reason": trail,
+            "config_version": version, "changed": time.time()}).encode(), 0o644)
+
+    def forget(self, name: str) -> None:
+        for path in (self.reason_dir / name, self.instances_dir / f"{name}.json"):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    # --- RPCs -----------------------------------------------------------------------------------
+
+    def rpc_ping(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"node": self.settings.node_name, "version": __version__, "time": time.time(),
+                "uptime": time.time() - self.started, "hypervisor": self.hv.check()}
+
+    def rpc_node_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        info = self.hv.node_info()
+        usage = shutil.disk_usage(self.disks_dir)
+        used_by_disks = sum(p.stat().st_size for p in self.disks_dir.glob("*.img")) // 2**20
+        # Report the space for instance disks as a pool of its own, so that total - free is
+        # what herder's disks use (the allocator checks that arithmetic).
+        total = self.settings.disk_capacity or (usage.free // 2**20 + used_by_disks)
+        free = max(0, min(total - used_by_disks, usage.free // 2**20))
+        info.update({"total_disk": total, "free_disk": free, "used_by_disks": used_by_disks,
+                     "vm_lock_kb": vm_locked_kb()})
+        return info
+
+    def rpc_blockdev_create(self, args: dict[str, Any]) -> list[str]:
+        paths = []
+        for disk in args.get("disks", []):
+            path = self.disk_path(str(disk["uuid"]))
+            if not path.exists():
+                with open(path, "wb") as fh:  # sparse: the size is reserved, not written
+                    fh.truncate(int(disk["size"]) * 2**20)
+            paths.append(str(path))
+        return paths
+
+    def rpc_blockdev_remove(self, args: dict[str, Any]) -> None:
+        for disk_uuid in args.get("disks", []):
+            with contextlib.suppress(FileNotFoundError):
+                self.disk_path(str(disk_uuid)).unlink()
+
+    def _spec(self, inst: dict[str, Any]) -> DomainSpec:
+        disks = self.rpc_blockdev_create({"disks": inst.get("disks", [])})
+        return DomainSpec(name=inst["name"], uuid=inst["uuid"], memory=int(inst["memory"]),
+                          vcpus=int(inst["vcpus"]), disks=disks, nics=inst.get("nics", []))
+
+    def rpc_instance_define(self, args: dict[str, Any]) -> None:
+        inst = args["instance"]
+        self.hv.define(self._spec(inst))
+        self.record(inst["name"], "down", args.get("reason"), args.get("version"))
+
+    def rpc_instance_start(self, args: dict[str, Any]) -> None:
+        inst = args["instance"]
+        if inst["name"] not in self.hv.recorded() or self.hv.state(inst["name"]) is None:
+            self.hv.define(self._spec(inst))
+        self.hv.start(inst["name"])
+        self.record(inst["name"], "up", args.get("reason"), args.get("version"))
+
+    def rpc_instance_shutdown(self, args: dict[str, Any]) -> None:
+        name = args["name"]
+        self.hv.shutdown(name, float(args.get("timeout", 120)))
+        self.record(name, "down", args.get("reason"), args.get("version"))
+
+    def rpc_instance_reboot(self, args: dict[str, Any]) -> None:
+        name = args["name"]
+        self.hv.reboot(name, hard=args.get("type", "hard") != "soft")
+        self.record(name, "up", args.get("reason"), args.get("version"))
+
+    def rpc_instance_remove(self, args: dict[str, Any]) -> None:
+        name = args["name"]
+        self.hv.undefine(name)
+        self.rpc_blockdev_remove({"disks": args.get("disks", [])})
+        self.forget(name)
+
+    def rpc_instance_list(self, args: dict[str, Any]) -> dict[str, str]:
+        return self.hv.list_domains()
+
+    def rpc_migrate_prepare(self, args: dict[str, Any]) -> dict[str, Any]:
+        name = args["name"]
+        return {"xml": self.hv.xml_of(name), "state": self.hv.state(name)}
+
+    def rpc_migrate_accept(self, args: dict[str, Any]) -> None:
+        inst = args["instance"]
+        self.rpc_blockdev_create({"disks": inst.get("disks", [])})
+        self.hv.define_xml(inst["name"], args["xml"])
+        if args.get("start", True):
+            self.hv.start(inst["name"])
+        self.record(inst["name"], "up" if args.get("start", True) else "down",
+                    args.get("reason"), args.get("version"))
+
+    def rpc_migrate_finish(self, args: dict[str, Any]) -> None:
+        name = args["name"]
+        self.hv.undefine(name)
+        if args.get("remove_disks"):
+            self.rpc_blockdev_remove({"disks": args.get("disks", [])})
+        self.forget(name)
+
+    def rpc_instance_os_add(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Install the instance's OS: the OS definition's `create` script (OS API 10/15/20),
+        with the documented environment; an unknown variant is refused unless forced."""
+        from herder.noded import osdef
+
+        inst = args["instance"]
+        try:
+            definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
+                                       list(self.settings.os_path))
+            osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
+            paths = self.rpc_blockdev_create({"disks": inst.get("disks", [])})
+            data = osdef.OsInstanceData(
+                name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
+                disks=[osdef.OsDisk(path=p) for p in paths],
+                nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"), mode=n.get("mode", "bridged"),
+                                  link=n.get("link") or "") for n in inst.get("nics", [])],
+                hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
+                osparams=inst.get("osparams", {}))
+            env = osdef.os_environment(definition, data)
+            env.update(osdef.script_variables("create"))
+            log_dir = self.settings.state_dir / "os-logs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            result = osdef.run_os_script(definition, "create", env, self.settings.os_timeout,
+                                         log_dir / f"add-{inst['name']}.log")
+        except osdef.OsError as err:
+            raise RpcFailure(f"OS {inst['os']!r} for {inst['name']}: {err}") from None
+        return {"os": inst["os"], "log": str(getattr(result, "log_file", ""))}
+
+    def rpc_os_list(self, args: dict[str, Any]) -> list[str]:
+        from herder.noded import osdef
+
+        return osdef.os_names_with_variants(osdef.list_oses(list(self.settings.os_path)))
+
+    def rpc_node_powercycle(self, args: dict[str, Any]) -> str:
+        self.powercycled.append(time.time())
+        marker = self.settings.state_dir / "powercycle.log"
+        with open(marker, "a") as fh:
+            fh.write(f"{time.time():.3f} powercycle requested\n")
+        if self.settings.powercycle_action == "simulate":
+            return "simulated"
+        threading.Thread(target=_hard_reboot, daemon=True).start()
+        return "rebooting"
+
+    def rpc_repair_command(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A white-listed repair command, with the diagnose object on stdin (live-repair)."""
+        name = str(args.get("command", ""))
+        path = whitelisted(self.settings.repair_dir, name)
+        try:
+            proc = subprocess.run([str(path)], input=json.dumps(args.get("input")), text=True,
+                                  capture_output=True, timeout=self.settings.repair_timeout,
+                                  env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"},
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            raise RpcFailure(f"repair command {name} did not finish within "
+                             f"{self.settings.repair_timeout:g}s") from None
+        if proc.returncode != 0:
+            raise RpcFailure(f"repair command {name} failed with exit code {proc.returncode}: "
+                             f"{proc.stderr.strip()[-200:]}")
+        return {"stdout": proc.stdout, "exit_code": proc.returncode}
+
+    def rpc_storage_list(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """Storage units of a type (design-2.1): lvm-pv, lvm-vg, or file directories."""
+        from herder.noded import storage
+
+        kind = str(args.get("type", "lvm-vg"))
+        try:
+            unit_type = storage.get_storage(kind, list(args.get("dirs", []))) \
+                if kind == "file" else storage.get_storage(kind)
+            return unit_type.list_units(args.get("name"))
+        except HerderError as err:
+            raise RpcFailure(f"storage {kind}: {err}") from None
+
+    def rpc_storage_modify(self, args: dict[str, Any]) -> None:
+        from herder.noded import storage
+
+        if args.get("type") != "lvm-pv" or "allocatable" not in args:
+            raise RpcFailure("only lvm-pv units can be modified (allocatable)")
+        try:
+            storage.set_pv_allocatable(str(args["name"]), bool(args["allocatable"]))
+        except HerderError as err:
+            raise RpcFailure(f"storage lvm-pv {args['name']}: {err}") from None
+
+    def dispatch(self, method: str, args: dict[str, Any]) -> Any:
+        handler = getattr(self, f"rpc_{method}", None)
+        if handler is None:
+            raise RpcFailure(f"unknown RPC {method!r}")
+        with self._lock if method in _SERIAL else _nolock():
+            return handler(args)
+
+
+_SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
+           "migrate_finish", "blockdev_create", "blockdev_remove"}
+
+
+class _nolock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def whitelisted(directory: Path, name: str) -> Path:
+    """Only a regular, root-owned file not writable by group/others, executable, in the
+    white-list directory, named without path separators, may run."""
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        raise RpcFailure(f"invalid repair command name {name!r}")
+    path = directory / name
+    try:
+        st = path.stat()
+    except OSError:
+        raise RpcFailure(f"repair command {path} does not exist") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 \
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_ISUID | stat.S_ISGID) \
+            or not st.st_mode & stat.S_IXUSR:
+        raise RpcFailure(f"repair command {path} is not white-listed (regular, root-owned, "
+                         "not writable by group/others, executable)")
+    return path
+
+
+def vm_locked_kb() -> int:
+    """VmLck of this process (non-zero once mlockall worked)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmLck:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _hard_reboot() -> None:  # pragma: no cover - reboots the machine
+    time.sleep(1)
+    os.sync()
+    with open("/proc/sysrq-trigger", "w") as fh:
+        fh.write("b")
+
+
+def make_app(daemon: NodeDaemon) -> web.Application:
+    async def rpc(request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            args = rpcauth.check_call(daemon.settings.hmac_key, body)
+        except SignatureError as err:
+            log.warning("refused RPC from %s: %s", request.remote, err)
+            return web.Response(status=403, body=_encode({"error": f"refused: {err}"}),
+                                content_type="application/json")
+        method = request.match_info["method"]
+        if not isinstance(args, dict):
+            return web.Response(status=400, body=_encode({"error": "arguments must be an "
+                                                                   "object"}),
+                                content_type="application/json")
+        try:
+            result = await asyncio.to_thread(daemon.dispatch, method, args)
+        except (HerderError, KeyError, ValueError, OSError) as err:
+            message = str(err) if not isinstance(err, KeyError) else f"missing argument {err}"
+            log.warning("RPC %s failed: %s", method, message)
+            return web.Response(status=500, body=_encode({"error": message}),
+                                content_type="application/json")
+        return web.Response(body=_encode({"result": result}), content_type="application/json")
+
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app.router.add_post("/rpc/{method}", rpc)
+    return app
+
+
+async def keep_hypervisor(daemon: NodeDaemon, stop: asyncio.Event,
+                          every: float = 2.0) -> None:
+    """Hold the libvirt connection; after a libvirtd restart, re-define the node's domains."""
+    while not stop.is_set():
+        await asyncio.to_thread(daemon.hv.check)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every)
+

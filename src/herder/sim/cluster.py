@@ -1,0 +1,260 @@
+"""`herder cluster simulate`: a real herder cluster on this machine.
+
+Each node gets its own loopback address (127.0.0.11, .12, ...: Linux accepts binds to any 127/8
+address), its own libvirtd serving the test driver on a private socket, its own `herder noded`
+(port 1811) and `herder mond` (1815); node 1 is the master and also runs `herder masterd`
+(5080). Every daemon is a separate process; the state file `sim.json` lists them so `--stop`
+tears everything down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from herder.core.errors import HerderError
+from herder.sim.libvirtd import LibvirtdUnavailable, start_libvirtd
+
+DOMAIN = "sim.herder.test"
+STATE_FILE = "sim.json"
+PORTS = {"noded": 1811, "mond": 1815, "masterd": 5080}
+DEMO_OS = "debootstrap"
+DEMO_VARIANTS = ("default", "minimal")
+SIM_DISK_MIB = 100 * 1024  # each simulated node offers 100 GiB of (sparse) instance disks
+
+
+@dataclass
+class SimNode:
+    name: str
+    ip: str
+    libvirt_uri: str = ""
+    libvirtd_pid: int = 0
+    libvirtd_dir: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SimState:
+    directory: str
+    config: str
+    nodes: list[SimNode]
+    masterd_url: str
+
+    def save(self) -> None:
+        path = Path(self.directory) / STATE_FILE
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, directory: Path) -> SimState | None:
+        try:
+            data = json.loads((directory / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        data["nodes"] = [SimNode(**n) for n in data["nodes"]]
+        return cls(**data)
+
+
+def herder(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HERDER_CONFIG": str(config), "HERDER_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    if check and done.returncode != 0:
+        raise HerderError(f"herder {' '.join(args)} failed: {done.stderr.strip()}")
+    return done
+
+
+def write_demo_os(directory: Path) -> Path:
+    """A small OS definition (API 15/20, with variants) whose create script writes a marker
+    on the instance's first disk."""
+    os_dir = directory / "os" / DEMO_OS
+    os_dir.mkdir(parents=True, exist_ok=True)
+    (os_dir / "ganeti_api_version").write_text("20\n15\n")
+    (os_dir / "variants.list").write_text("\n".join(DEMO_VARIANTS) + "\n")
+    (os_dir / "parameters.list").write_text("packages extra packages to install\n")
+    scripts = {
+        "create": '#!/bin/sh\nset -e\n[ -n "$DISK_0_PATH" ] && '
+                  'printf "herder-demo-os %s %s\\n" "$OS_VARIANT" "$INSTANCE_NAME" '
+                  '| dd of="$DISK_0_PATH" conv=notrunc status=none\nexit 0\n',
+        "export": "#!/bin/sh\nexit 0\n", "import": "#!/bin/sh\nexit 0\n",
+        "rename": "#!/bin/sh\nexit 0\n", "verify": "#!/bin/sh\nexit 0\n",
+    }
+    for name, body in scripts.items():
+        path = os_dir / name
+        path.write_text(body)
+        path.chmod(0o755)
+    return directory / "os"
+
+
+READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on"}
+
+
+def _wait_ready(daemon: str, ip: str, port: int, proc: subprocess.Popen[bytes], log: Path,
+                timeout: float = 30.0) -> None:
+    """Until the daemon says it listens (its log line, not just an open port: another program
+    could hold the address)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if proc.poll() is not None:
+            tail = text.strip().splitlines()[-3:]
+            raise HerderError(f"{daemon} for {ip}:{port} exited: {' | '.join(tail)}")
+        if f"{READY[daemon]}" in text and f"{ip}:{port}" in text:
+            return
+        time.sleep(0.05)
+    raise HerderError(f"{daemon} did not listen on {ip}:{port} within {timeout:g}s")
+
+
+def _remove_default_domain(uri: str) -> None:
+    """The test driver starts with a running domain "test" that is no instance of ours; noded
+    holds a connection now, so removing it lasts."""
+    import libvirt
+
+    conn = libvirt.open(uri)
+    try:
+        for dom in conn.listAllDomains():
+            if dom.name() == "test":
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefine()
+    finally:
+        conn.close()
+
+
+def _spawn(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HERDER_CONFIG": str(config)}
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int = 11,
+          progress: object = None) -> SimState:
+    """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there)."""
+    if not 1 <= nodes <= 200:
+        raise HerderError("a simulated cluster has 1 to 200 nodes")
+    if first_ip + nodes > 255:
+        raise HerderError("not enough loopback addresses for that many nodes")
+    stop(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    config = directory / "cluster" / "config.json"
+    say = progress if callable(progress) else (lambda message: None)
+    sim_nodes = [SimNode(f"node{i}.{DOMAIN}", f"127.0.0.{first_ip + i - 1}")
+                 for i in range(1, nodes + 1)]
+    master = sim_nodes[0]
+    herder(config, "cluster", "init", f"cluster.{DOMAIN}", "--master-node", master.name,
+           "--primary-ip", master.ip, "--enabled-disk-templates", "drbd,plain,file,diskless",
+           "--enabled-hypervisors", "fake",
+           "--default-iallocator", "herder")
+    for node in sim_nodes[1:]:
+        herder(config, "node", "add", node.name, "--ip", node.ip, "--secondary-ip", node.ip)
+    for node in sim_nodes[1:3]:
+        herder(config, "node", "modify", node.name, "--master-candidate", "yes")
+    storage = directory / "storage"
+    for kind in ("file", "shared-file"):
+        (storage / kind).mkdir(parents=True)
+    # herder has no cluster option for the storage dirs yet: set them in the fresh config.
+    from herder.core.store import FileStore
+
+    with FileStore(config).update() as cfg:
+        cfg.cluster.file_storage_dir = str(storage / "file")
+        cfg.cluster.shared_file_storage_dir = str(storage / "shared-file")
+    os_path = write_demo_os(directory)
+    state = SimState(str(directory), str(config), sim_nodes,
+                     f"https://{master.ip}:{PORTS['masterd']}")
+    try:
+        for node in sim_nodes:
+            node_dir = directory / "nodes" / node.name
+            node_dir.mkdir(parents=True)
+            try:
+                libvirtd = start_libvirtd()
+            except LibvirtdUnavailable as err:
+                raise HerderError(f"cannot start a libvirtd for {node.name}: {err}") from None
+            assert libvirtd.proc is not None
+            node.libvirt_uri, node.libvirtd_pid = libvirtd.uri, libvirtd.proc.pid
+            node.libvirtd_dir = str(libvirtd.workdir)
+            state.save()
+            herder(config, "node", "modify", node.name, "--node-parameters",
+                   f"libvirt_uri={node.libvirt_uri}")
+            noded_log = node_dir / "noded.log"
+            proc = _spawn(config, noded_log, "noded", "--bind", node.ip, "--port",
+                          str(PORTS["noded"]), "--node", node.name, "--libvirt-uri",
+                          node.libvirt_uri, "--state-dir", str(node_dir / "noded"), "--run-dir",
+                          str(node_dir / "run"), "--powercycle-action", "simulate",
+                          "--os-path", str(os_path), "--repair-dir", str(node_dir / "repair"),
+                          "--disk-capacity", str(SIM_DISK_MIB))
+            node.pids["noded"] = proc.pid
+            state.save()
+            _wait_ready("noded", node.ip, PORTS["noded"], proc, noded_log)
+            _remove_default_domain(node.libvirt_uri)
+            say(f"{node.name}: noded on {node.ip}:{PORTS['noded']}, libvirt {node.libvirt_uri}")
+            if mond:
+                mond_log = node_dir / "mond.log"
+                proc = _spawn(config, mond_log, "mond", "--bind", node.ip, "--port",
+                              str(PORTS["mond"]), "--node", node.name, "--run-dir",
+                              str(node_dir / "run"), "--libvirt-uri", node.libvirt_uri,
+                              "--plugin-dir", str(node_dir / "plugins"), "--diagnose-dir",
+                              str(node_dir / "diagnose"))
+                node.pids["mond"] = proc.pid
+                state.save()
+                _wait_ready("mond", node.ip, PORTS["mond"], proc, mond_log)
+        master_dir = directory / "nodes" / master.name
+        masterd_log = master_dir / "masterd.log"
+        proc = _spawn(config, masterd_log, "masterd", "--bind", master.ip, "--port",
+                      str(PORTS["masterd"]), "--run-dir", str(master_dir / "run"))
+        master.pids["masterd"] = proc.pid
+        state.save()
+        _wait_ready("masterd", master.ip, PORTS["masterd"], proc, masterd_log)
+        say(f"{master.name}: masterd on {state.masterd_url}")
+    except BaseException:
+        stop(directory)
+        raise
+    return state
+
+
+def _kill(pid: int, group: bool = False) -> None:
+    if pid <= 0:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, signal.SIGTERM)
+        else:
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+
+
+def stop(directory: Path) -> bool:
+    """Stop every process of the simulation in `directory`; True if one was running."""
+    state = SimState.load(directory)
+    if state is None:
+        return False
+    for node in state.nodes:
+        for pid in node.pids.values():
+            _kill(pid, group=True)
+    for node in state.nodes:
+        _kill(node.libvirtd_pid, group=True)
+        if node.libvirtd_dir:
+            shutil.rmtree(node.libvirtd_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (directory / STATE_FILE).unlink()
+    return True
