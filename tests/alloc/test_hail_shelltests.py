@@ -17,8 +17,6 @@ from shelltests import check_expectations, make_fixtures, run, simu_fixtures, to
 # Cases herder's CLI cannot express, with the reason (see docs/compat.md for deviations).
 SKIP = {
     112: "asserts Haskell debug output of -v -v (runSt = StatusDown)",
-    132: "compares hail -S pre/post save files (not implemented)",
-    137: "compares hail -S pre/post save files (not implemented)",
 }
 
 CASES = reference_cases("htools-hail.test")

@@ -3,6 +3,7 @@ serving the test driver, each node on its own loopback address."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -160,12 +161,7 @@ def test_dead_node_fails_cleanly_and_a_restarted_noded_rejoins(sim) -> None:
     assert Path(sim.config).read_bytes() == before  # config consistent: nothing written
     from herder.sim import cluster
 
-    node_dir = Path(sim.directory) / "nodes" / victim.name
-    proc = cluster._spawn(Path(sim.config), node_dir / "noded.log", "noded", "--bind",
-                          victim.ip, "--port", "1811", "--node", victim.name, "--libvirt-uri",
-                          victim.libvirt_uri, "--state-dir", str(node_dir / "noded"),
-                          "--run-dir", str(node_dir / "run"), "--powercycle-action", "simulate",
-                          "--os-path", str(Path(sim.directory) / "os"))
+    proc = cluster.spawn_noded(Path(sim.directory), Path(sim.config), victim)
     victim.pids["noded"] = proc.pid
     import json
     from dataclasses import asdict
@@ -207,3 +203,95 @@ def test_powercycle_is_simulated_and_recorded(sim) -> None:
     assert "simulated" in done.stdout
     log = Path(sim.directory) / "nodes" / node.name / "noded" / "powercycle.log"
     assert "powercycle requested" in log.read_text()
+
+
+def test_os_list_shows_variants(sim) -> None:
+    listed = herder(sim, "os", "list", "--json")
+    offered = json.loads(listed.stdout)
+    names = {n.name for n in sim.nodes}
+    assert set(offered["debootstrap+default"]) == names
+    assert set(offered["debootstrap+minimal"]) == names
+
+
+def test_reinstall_with_another_variant_and_activate_disks(sim) -> None:
+    cfg = config(sim)
+    db = cfg.find_instance("db1")
+    herder(sim, "instance", "shutdown", "db1")
+    herder(sim, "instance", "reinstall", "db1", "-o", "debootstrap+default")
+    disk = (Path(sim.directory) / "nodes" / cfg.node_name(db.primary_node) / "noded" / "disks"
+            / f"{db.disks[0].uuid}.img")
+    assert disk.read_bytes()[:40].startswith(b"herder-demo-os default db1")
+    assert config(sim).find_instance("db1").os == "debootstrap+default"
+    herder(sim, "instance", "start", "db1")
+    refused = herder(sim, "instance", "reinstall", "db1", check=False)
+    assert refused.returncode == 1 and "shut it down first" in refused.stderr
+    herder(sim, "instance", "activate-disks", "db1")
+    assert config(sim).find_instance("db1").disks_active
+
+
+def test_replace_disks_moves_the_mirror(sim) -> None:
+    cfg = config(sim)
+    web = cfg.find_instance("web1")
+    spare = next(n for n in cfg.nodes.values() if n.uuid not in web.all_nodes)
+    herder(sim, "instance", "replace-disks", "web1", "-n", spare.name)
+    assert config(sim).find_instance("web1").secondary_nodes == [spare.uuid]
+    disk = (Path(sim.directory) / "nodes" / spare.name / "noded" / "disks"
+            / f"{web.disks[0].uuid}.img")
+    assert disk.exists()
+
+
+def test_repair_command_runs_white_listed_with_stdin(sim) -> None:
+    node = sim.nodes[1]
+    repair_dir = Path(sim.directory) / "nodes" / node.name / "repair"
+    repair_dir.mkdir(exist_ok=True)
+    script = repair_dir / "fix-disk"
+    script.write_text('#!/bin/sh\necho "fixed: $(cat)"\n')
+    script.chmod(0o755)
+    data = Path(sim.directory) / "diag.json"
+    data.write_text('{"status": "live-repair", "command": "fix-disk"}')
+    done = herder(sim, "node", "repair-command", node.name, "fix-disk", "--input", str(data))
+    assert done.stdout.startswith("fixed: ")
+    assert json.loads(done.stdout.removeprefix("fixed: ")) == {"status": "live-repair",
+                                                                "command": "fix-disk"}
+    script.chmod(0o777)  # writable by others: no longer white-listed
+    refused = herder(sim, "node", "repair-command", node.name, "fix-disk", check=False)
+    assert refused.returncode == 1 and "not white-listed" in refused.stderr
+
+
+def test_storage_units_are_listed(sim) -> None:
+    done = herder(sim, "storage", "list", "-t", "file", "--json")
+    rows = json.loads(done.stdout)
+    assert {r["node"] for r in rows} == {n.name for n in sim.nodes}
+    assert all(r["size"] > 0 for r in rows)
+
+
+def test_libvirtd_restart_is_survived(sim) -> None:
+    """The test driver forgets every domain when libvirtd restarts; noded defines them again
+    (and the instance can be started again)."""
+    cfg = config(sim)
+    db = cfg.find_instance("db1")
+    node = next(n for n in sim.nodes if n.name == cfg.node_name(db.primary_node))
+    from herder.sim.libvirtd import PrivateLibvirtd
+
+    os.killpg(node.libvirtd_pid, signal.SIGKILL)
+    time.sleep(0.3)
+    home = Path(node.libvirtd_dir)
+    daemon = PrivateLibvirtd(home, Path(node.libvirt_uri.split("socket=")[1]),
+                             ["/usr/sbin/libvirtd"], {})
+    import shutil as _shutil
+
+    from herder.sim.libvirtd import _session_command
+
+    _shutil.rmtree(home / "home", ignore_errors=True)
+    argv, env, sock = _session_command(home)
+    daemon.argv, daemon.env, daemon.socket = argv, env, sock
+    daemon.start()
+    assert daemon.proc is not None
+    node.libvirtd_pid = daemon.proc.pid
+    node.libvirt_uri = daemon.uri
+    deadline = time.monotonic() + 15
+    while "db1" not in domains(node.libvirt_uri) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "db1" in domains(node.libvirt_uri)  # defined again by noded
+    herder(sim, "instance", "start", "db1")
+    assert where(sim, "db1") == [node.name]

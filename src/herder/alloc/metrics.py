@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from herder.alloc.model import Node
+from herder.alloc.model import Instance, Node, inst_loc_score
 
 # Components of the per-node vector, in this order.
 #  0 free memory   1 free disk   2 N+1 failure count   3 reserved memory   4 vcpu ratio
@@ -274,3 +274,90 @@ def locx_delta_pri(stats: Stats, node: Node, excl_tags: Sequence[str], sign: int
 
 def full_score(nodes: Iterable[Node]) -> float:
     return Stats(nodes).score()
+
+
+def _vec_of(n: Node, *, unalloc: float, f_dsk: float, f_dsk_forth: float, f_spindles: float,
+            n1: bool, count: int, r_mem: float, u_cpu: float, u_cpu_forth: float,
+            load: Sequence[float], ptags: int, isp: float, isp_forth: float,
+            f_mem_forth: float, loc: float) -> Vec:
+    t_mem = n.t_mem
+    if n.excl:
+        p_dsk = _frac(f_spindles, n.t_spindles) if n.t_spindles else 1.0
+        p_dsk_f = p_dsk
+    else:
+        p_dsk = _frac(f_dsk, n.t_dsk) if n.t_dsk else 1.0
+        p_dsk_f = _frac(f_dsk_forth, n.t_dsk) if n.t_dsk else 1.0
+    speed = n.cpu_speed or 1.0
+    p_rem = _frac(r_mem, t_mem)
+    return (
+        _frac(unalloc, t_mem), p_dsk, float(count) if n1 else 0.0, p_rem,
+        _frac(u_cpu, n.t_cpu) / speed, load[0], load[1], load[2], load[3], float(ptags),
+        _frac(isp, n.hi_spindles), _frac(f_mem_forth, t_mem), p_dsk_f,
+        _frac(u_cpu_forth, n.t_cpu) / speed, _frac(isp_forth, n.hi_spindles), loc, p_rem,
+    )
+
+
+def _ptags_score(ptags: dict[str, int], extra: Sequence[str] = ()) -> int:
+    total = 0
+    for tag, c in ptags.items():
+        if tag in extra:
+            c += extra.count(tag)
+        if c > 1:
+            total += c - 1
+    for tag in set(extra):
+        if tag not in ptags:
+            c = extra.count(tag)
+            if c > 1:
+                total += c - 1
+    return total
+
+
+def pri_vec(n: Node, inst: Instance) -> Vec:
+    """``node_vec`` of ``n`` after ``add_pri(n, inst)``, without copying the node."""
+    unalloc = n.unalloc - (inst.mem if inst.uses_memory else 0)
+    f_dsk, f_dsk_forth, f_sp = n.f_dsk, n.f_dsk_forth, n.f_spindles
+    isp, isp_f = n.inst_spindles, n.inst_spindles_forth
+    if inst.local:
+        f_dsk -= inst.dsk
+        f_dsk_forth -= inst.dsk
+        if n.excl:
+            f_sp -= max(0, inst.disk_spindles)
+        else:
+            isp += 0 if inst.forthcoming else inst.spindle_use
+            isp_f += inst.spindle_use
+    vcpus = 0 if inst.offline else inst.vcpus
+    u = inst.util
+    ld = n.load
+    return _vec_of(
+        n, unalloc=unalloc, f_dsk=f_dsk, f_dsk_forth=f_dsk_forth, f_spindles=f_sp,
+        n1=unalloc <= n.r_mem, count=len(n.plist) + len(n.slist) + 1, r_mem=n.r_mem,
+        u_cpu=n.u_cpu + (0 if inst.forthcoming else vcpus), u_cpu_forth=n.u_cpu_forth + vcpus,
+        load=(ld[0] + u[0], ld[1] + u[1], ld[2] + u[2], ld[3] + u[3]),
+        ptags=_ptags_score(n.ptags, inst.excl_tags), isp=isp, isp_forth=isp_f,
+        f_mem_forth=n.f_mem_forth - inst.mem,
+        loc=float(n.loc_score + inst_loc_score(inst, n, None)),
+    )
+
+
+def sec_vec(n: Node, inst: Instance, pidx: int) -> Vec:
+    """``node_vec`` of ``n`` after ``add_sec(n, inst, pidx)``, without copying the node."""
+    r_mem = n.r_mem
+    if inst.uses_sec_mem and not inst.forthcoming:
+        r_mem = max(r_mem, n.peers.get(pidx, 0) + inst.mem)
+    f_dsk_forth = n.f_dsk_forth - (0 if inst.forthcoming else inst.dsk)
+    f_sp = n.f_spindles
+    isp, isp_f = n.inst_spindles, n.inst_spindles_forth
+    if n.excl:
+        f_sp -= max(0, inst.disk_spindles)
+    elif inst.local:
+        isp += 0 if inst.forthcoming else inst.spindle_use
+        isp_f += inst.spindle_use
+    ld = n.load
+    return _vec_of(
+        n, unalloc=n.unalloc, f_dsk=n.f_dsk - inst.dsk, f_dsk_forth=f_dsk_forth, f_spindles=f_sp,
+        n1=n.unalloc <= r_mem, count=len(n.plist) + len(n.slist) + 1, r_mem=r_mem,
+        u_cpu=n.u_cpu, u_cpu_forth=n.u_cpu_forth,
+        load=(ld[0], ld[1], ld[2] + inst.util[2], ld[3]),
+        ptags=_ptags_score(n.ptags), isp=isp, isp_forth=isp_f, f_mem_forth=n.f_mem_forth,
+        loc=float(n.loc_score),
+    )

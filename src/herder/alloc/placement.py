@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from herder.alloc.metrics import Stats, locx_delta_pri, node_vec
+from herder.alloc.metrics import Stats, locx_delta_pri, pri_vec, sec_vec
 from herder.alloc.model import (
     LOCAL_STORAGE,
     SHARED_FAILOVER,
@@ -183,15 +183,11 @@ def placement_n1_ok(cl: Cluster, inst: Instance, nodes: tuple[int, ...],
 
 
 def _pri_trial(p: Node, inst: Instance, stats: Stats) -> tuple[tuple[float, ...], float]:
-    q = p.copy()
-    add_pri(q, inst, None)
-    return node_vec(q), locx_delta_pri(stats, p, inst.excl_tags, +1)
+    return pri_vec(p, inst), locx_delta_pri(stats, p, inst.excl_tags, +1)
 
 
 def _sec_trial(s: Node, inst: Instance, pidx: int) -> tuple[float, ...]:
-    q = s.copy()
-    add_sec(q, inst, pidx)
-    return node_vec(q)
+    return sec_vec(s, inst, pidx)
 
 
 def try_alloc(cl: Cluster, inst: Instance, req: int, cands: Sequence[Node], stats: Stats,

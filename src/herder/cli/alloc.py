@@ -66,11 +66,19 @@ def _text_cluster(path: str | None, simulate: tuple[str, ...],
               help="Take the cluster from a simulated spec: policy,count,disk,mem,cpu.")
 @click.option("--ignore-dynu", is_flag=True, help="Ignore dynamic utilisation (with -t).")
 @click.option("--dry-run", is_flag=True, help="Accepted for symmetry; allocation never commits.")
+@click.option("-S", "--save", "save", default=None, metavar="FILE",
+              help="Write the cluster before/after to FILE.pre-ialloc / FILE.post-ialloc.")
+@click.option("-p", "print_default", is_flag=True, help="Print node tables to stderr.")
+@click.option("--print-nodes", "print_nodes", default=None, metavar="FIELDS",
+              help="Print node tables with these fields (e.g. name,pcnt) to stderr.")
 @click.option("-v", "--verbose", count=True, help="Accepted for hail compatibility.")
 def alloc(request: str, ignore_soft_errors: bool, no_capacity_checks: bool, restrict: str | None,
           static_kvm_node_memory: int, text_data: str | None, simulate: tuple[str, ...],
-          ignore_dynu: bool, dry_run: bool, verbose: int) -> None:
+          ignore_dynu: bool, dry_run: bool, save: str | None, print_default: bool,
+          print_nodes: str | None, verbose: int) -> None:
     """Answer an iallocator request (Ganeti protocol version 2) read from FILE or stdin."""
+    if print_default and print_nodes is None:
+        print_nodes = ""
     from herder.alloc import answer
 
     opts = Options(
@@ -84,9 +92,29 @@ def alloc(request: str, ignore_soft_errors: bool, no_capacity_checks: bool, rest
     except OSError as err:
         _fail(f"cannot read {request}: {err.strerror}")
     try:
-        response = answer(data, opts, cluster)
+        if save is None and print_nodes is None:
+            response = answer(data, opts, cluster)
+        else:
+            from herder.alloc import answer_message
+            from herder.alloc.protocol import build_cluster, parse_message
+            from herder.alloc.textdata import serialize
+
+            msg = parse_message(data)
+            if cluster is None:
+                cluster = build_cluster(msg, opts)
+            if save:
+                with open(f"{save}.pre-ialloc", "w") as fh:
+                    fh.write(serialize(cluster))
+            _print_nodes("Initial cluster status", cluster, cluster.nodes, print_nodes)
+            response = answer_message(msg, opts, cluster)
+            _print_nodes("Final cluster status", cluster, cluster.nodes, print_nodes)
+            if save:
+                with open(f"{save}.post-ialloc", "w") as fh:
+                    fh.write(serialize(cluster))
     except InputError as err:
         _fail(str(err))
+    except OSError as err:
+        _fail(f"cannot write {save}: {err.strerror}")
     click.echo(response.to_json())
 
 

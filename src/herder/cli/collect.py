@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from herder.cli.mond import confd_settings
 from herder.core.store import default_config_path
 from herder.mond import registry
 from herder.mond.collector import MondSettings
@@ -39,11 +40,16 @@ def parse_inputs(values: tuple[str, ...], declared: list[str]) -> dict[str, Path
 @click.option("--plugin-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--diagnose-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--libvirt-uri", help="libvirt URI for instance/hypervisor collectors.")
+@click.option("--confd", "confd_peers", multiple=True, metavar="HOST[:PORT]",
+              help="Without a cluster config, ask this confd (repeatable), e.g. for DRBD minors.")
+@click.option("--confd-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="confd's HMAC key file (default: hmac.key beside the config path).")
 @click.option("--list", "list_only", is_flag=True, help="List the collectors and their inputs.")
 @click.pass_context
 def collect(ctx: click.Context, name: str | None, verbose: bool, inputs: tuple[str, ...],
             node_name: str | None, plugin_dir: Path | None, diagnose_dir: Path | None,
-            libvirt_uri: str | None, list_only: bool) -> None:
+            libvirt_uri: str | None, confd_peers: tuple[str, ...], confd_key: Path | None,
+            list_only: bool) -> None:
     """Run the data collector NAME once, stand-alone and uncached, and print its report.
 
     The output is the same report object the mond daemon serves at
@@ -55,6 +61,7 @@ def collect(ctx: click.Context, name: str | None, verbose: bool, inputs: tuple[s
       herder collect node-os
       herder collect drbd --verbose --input proc_drbd=/tmp/proc_drbd.txt
       herder collect diskstats --input /proc/diskstats
+      herder collect drbd --verbose --confd 192.0.2.1 --confd-key /var/lib/ganeti/hmac.key
     """
     collectors = registry.builtin_collectors()
     if list_only or not name:
@@ -75,6 +82,8 @@ def collect(ctx: click.Context, name: str | None, verbose: bool, inputs: tuple[s
         settings.diagnose_dir = diagnose_dir
     if libvirt_uri:
         settings.libvirt_uri = libvirt_uri
+    settings.confd_peers = confd_settings(confd_peers)
+    settings.confd_key_file = confd_key
     config_path = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
     context = make_context(config_path, node_name=node_name, settings=settings,
                            inputs=parse_inputs(inputs, list(cls.inputs)))

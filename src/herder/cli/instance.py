@@ -158,3 +158,17 @@ _register("failover", "Fail an instance over to its secondary node (OP_INSTANCE_
 _register("remove", "Remove an instance: its domain and disks on every node "
           "(OP_INSTANCE_REMOVE).", "OP_INSTANCE_REMOVE", "Removed",
           [click.option("--ignore-failures", is_flag=True, default=None)])
+_register("activate-disks", "Make an instance's disks available on its nodes "
+          "(OP_INSTANCE_ACTIVATE_DISKS).", "OP_INSTANCE_ACTIVATE_DISKS", "Activated disks of")
+_register("reinstall", "Reinstall the OS of a stopped instance, optionally another OS "
+          "(OP_INSTANCE_REINSTALL).", "OP_INSTANCE_REINSTALL", "Reinstalled",
+          [click.option("-o", "--os-type", help="New OS (name+variant)."),
+           click.option("--force-variant", is_flag=True, default=None)])
+_register("replace-disks", "Recreate an instance's disks on its primary (-p, repair), or move "
+          "its mirror to a new secondary (-n NODE / -I ALLOC) (OP_INSTANCE_REPLACE_DISKS).",
+          "OP_INSTANCE_REPLACE_DISKS", "Replaced disks of",
+          [click.option("-p", "--on-primary", "mode", flag_value="replace_on_primary",
+                        default=None),
+           click.option("-s", "--on-secondary", "mode", flag_value="replace_on_secondary"),
+           click.option("-n", "--new-secondary", "remote_node"),
+           click.option("-I", "--iallocator")])

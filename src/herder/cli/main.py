@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "mond": "herder.cli.mond:mond",
     "masterd": "herder.cli.masterd:masterd",
     "noded": "herder.cli.noded:noded",
+    "storage": "herder.cli.storage:storage",
+    "os": "herder.cli.storage:os_group",
     "job": "herder.cli.job:job",
     "confd": "herder.cli.confd:confd",
 }

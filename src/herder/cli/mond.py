@@ -35,16 +35,27 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 @click.option("--libvirt-uri", help="libvirt URI (default: libvirt's default for this host).")
 @click.option("--collector-timeout", type=click.FloatRange(0.1), default=30.0,
               show_default=True, help="Seconds after which a running collector counts as hung.")
+@click.option("--confd", "confd_peers", multiple=True, metavar="HOST[:PORT]",
+              help="On a node without the cluster config, ask this confd (herder's or "
+                   "Ganeti's; repeatable) for collector settings and DRBD minors.")
+@click.option("--confd-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="confd's HMAC key file (default: hmac.key beside the config path; "
+                   "Ganeti: /var/lib/ganeti/hmac.key).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin_dir: Path,
          diagnose_dir: Path, run_dir: Path, libvirt_uri: str | None, collector_timeout: float,
-         debug: bool) -> None:
+         confd_peers: tuple[str, ...], confd_key: Path | None, debug: bool) -> None:
     """The node monitoring agent: JSON over HTTP (protocol v1, port 1815).
 
     Without a subcommand, runs the agent in the foreground until SIGTERM/SIGINT. Every
     collector runs on its own (adaptive) interval from the cluster config's data_collectors;
-    requests are answered from the cache.
+    requests are answered from the cache. On a node without the config, --confd names confd
+    servers to ask instead (answers cached 15 s), e.g. an existing Ganeti cluster's.
+
+    \b
+    On a Ganeti node:  herder mond --node $(hostname -f) --confd MASTER_IP
+                       --confd-key /var/lib/ganeti/hmac.key
 
     \b
     Routes: /  /1  /1/list/collectors  /1/report/all  /1/report/CATEGORY/NAME[?verbose=1]
@@ -60,10 +71,14 @@ def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = MondSettings(plugin_dir=plugin_dir, diagnose_dir=diagnose_dir, run_dir=run_dir,
-                            libvirt_uri=libvirt_uri, collector_timeout=collector_timeout)
+                            libvirt_uri=libvirt_uri, collector_timeout=collector_timeout,
+                            confd_peers=confd_settings(confd_peers), confd_key_file=confd_key)
     config_path = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
     context = make_context(config_path, node_name=node_name, settings=settings)
     agent = Agent(context)
+    source = f"config {config_path}"
+    if settings.confd_peers:
+        source += f", else confd {', '.join(settings.confd_peers)}"
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -73,7 +88,7 @@ def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin
 
         def ready(bound: int) -> None:
             click.echo(f"herder mond: node {context.node_name}, listening on "
-                       f"http://{bind}:{bound}/ (config {config_path})", err=True)
+                       f"http://{bind}:{bound}/ ({source})", err=True)
 
         await serve(agent, bind, port, ready=ready, stop=stop)
 
@@ -81,6 +96,20 @@ def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin
         asyncio.run(main())
     except OSError as err:
         raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+
+
+def confd_settings(peers: tuple[str, ...]) -> list[str]:
+    """`--confd` values, checked: HOST, HOST:PORT, [V6]:PORT or a bare IPv6 address."""
+    from herder.core.confd import parse_peer
+
+    for peer in peers:
+        try:
+            host, port = parse_peer(peer)
+        except ValueError:
+            raise click.BadParameter(f"{peer!r} is not HOST[:PORT]", param_hint="--confd") from None
+        if not host or not 0 < port < 65536:
+            raise click.BadParameter(f"{peer!r} is not HOST[:PORT]", param_hint="--confd")
+    return list(peers)
 
 
 def _get(url: str) -> object:

@@ -240,3 +240,20 @@ def powercycle(ctx: click.Context, name: str, force: bool) -> None:
     (result,) = remote.run(ctx, [{"OP_ID": "OP_NODE_POWERCYCLE", "node_name": name,
                                   "force": force}])
     click.echo(f"Power-cycle of {name}: {result}")
+
+
+@node.command("repair-command")
+@click.argument("name", metavar="NODE")
+@click.argument("command")
+@click.option("--input", "input_file", type=click.File("r"),
+              help="JSON given to the command on stdin (e.g. a diagnose object).")
+@click.pass_context
+def repair_command(ctx: click.Context, name: str, command: str, input_file: Any) -> None:
+    """Run a white-listed repair command on a node (OP_REPAIR_COMMAND), as maintd's
+    live-repair does."""
+    import json
+
+    data = json.load(input_file) if input_file else None
+    (out,) = remote.run(ctx, [{"OP_ID": "OP_REPAIR_COMMAND", "node_name": name,
+                               "command": command, "input": data}])
+    click.echo(out, nl=False)

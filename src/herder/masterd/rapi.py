@@ -300,6 +300,41 @@ async def node_powercycle(request: web.Request) -> web.Response:
          "force": flag(request, "force")}])
 
 
+async def node_storage(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    kind = request.query.get("storage_type", "lvm-vg")
+    fields = [f for f in request.query.get("output_fields", "name,size,used,free,"
+                                           "allocatable").split(",") if f]
+    return await submit(request, "nodes_name_storage", [
+        {"OP_ID": "OP_NODE_QUERY_STORAGE", "nodes": [target.name], "storage_type": kind,
+         "output_fields": fields, "name": request.query.get("name")}])
+
+
+async def node_storage_modify(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    if "name" not in request.query or "allocatable" not in request.query:
+        raise RapiHttpError(400, "give ?storage_type=lvm-pv&name=PV&allocatable=0|1")
+    return await submit(request, "nodes_name_storage_modify", [
+        {"OP_ID": "OP_NODE_MODIFY_STORAGE", "node_name": target.name,
+         "storage_type": request.query.get("storage_type", "lvm-pv"),
+         "name": request.query["name"],
+         "changes": {"allocatable": flag(request, "allocatable")}}])
+
+
+async def node_storage_repair(request: web.Request) -> web.Response:
+    config = config_of(request)
+    target = find(config.find_node, request.match_info["name"])
+    if "name" not in request.query:
+        raise RapiHttpError(400, "give ?storage_type=lvm-vg&name=VG")
+    return await submit(request, "nodes_name_storage_repair", [
+        {"OP_ID": "OP_REPAIR_NODE_STORAGE", "node_name": target.name,
+         "storage_type": request.query.get("storage_type", "lvm-vg"),
+         "name": request.query["name"],
+         "ignore_consistency": flag(request, "ignore_consistency")}])
+
+
 # --- groups -------------------------------------------------------------------------------------
 
 async def groups(request: web.Request) -> web.Response:
@@ -434,6 +469,20 @@ async def instance_rename(request: web.Request) -> web.Response:
         raise RapiHttpError(400, "instance rename needs new_name")
     return await submit(request, "instances_name_rename", [
         {"OP_ID": "OP_INSTANCE_RENAME", "instance_name": inst.name, **body}])
+
+
+async def instance_reinstall(request: web.Request) -> web.Response:
+    """Ganeti's reinstall body: `os`, `osparams`, `start` (then a startup opcode follows)."""
+    inst = _instance_name(request)
+    body = only(body_dict(await body_of(request, default={})),
+                {"os", "os_type", "osparams", "start", "force_variant"}, "instance reinstall")
+    ops: list[dict[str, Any]] = [{
+        "OP_ID": "OP_INSTANCE_REINSTALL", "instance_name": inst.name,
+        "os_type": body.get("os_type") or body.get("os") or request.query.get("os"),
+        "osparams": body.get("osparams"), "force_variant": bool(body.get("force_variant"))}]
+    if body.get("start", not flag(request, "nostartup")):
+        ops.append({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": inst.name})
+    return await submit(request, "instances_name_reinstall", ops)
 
 
 # --- jobs ---------------------------------------------------------------------------------------
@@ -571,6 +620,9 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_post("/2/nodes/{name}/evacuate", node_evacuate)
     r.add_post("/2/nodes/{name}/migrate", node_migrate)
     r.add_post("/2/nodes/{name}/powercycle", node_powercycle)
+    r.add_get("/2/nodes/{name}/storage", node_storage)
+    r.add_put("/2/nodes/{name}/storage/modify", node_storage_modify)
+    r.add_put("/2/nodes/{name}/storage/repair", node_storage_repair)
     r.add_get("/2/groups", groups)
     r.add_post("/2/groups", group_add)
     r.add_get("/2/groups/{name}", group)
@@ -604,6 +656,13 @@ def make_app(ctx: RapiContext) -> web.Application:
         "OP_INSTANCE_FAILOVER", "instances_name_failover",
         {"ignore_consistency", "target_node", "iallocator", "shutdown_timeout",
          "ignore_ipolicy", "cleanup"}))
+    r.add_put("/2/instances/{name}/activate-disks", _instance_op(
+        "OP_INSTANCE_ACTIVATE_DISKS", "instances_name_activate_disks", {"ignore_size"},
+        ("ignore_size",)))
+    r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
+    r.add_post("/2/instances/{name}/replace-disks", _instance_op(
+        "OP_INSTANCE_REPLACE_DISKS", "instances_name_replace_disks",
+        {"mode", "disks", "remote_node", "iallocator", "early_release"}))
     r.add_get("/2/jobs", jobs)
     r.add_get("/2/jobs/{job_id}", job)
     r.add_delete("/2/jobs/{job_id}", job_cancel)

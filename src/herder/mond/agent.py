@@ -68,11 +68,11 @@ class Unit:
     last_duration: float = 0.0
 
 
-def _settings_for(config: M.ConfigData | None, name: str,
+def _settings_for(ctx: CollectContext, name: str,
                   default_interval: float) -> M.CollectorSettings:
-    if config is not None and name in config.cluster.data_collectors:
-        return config.cluster.data_collectors[name]
-    return M.CollectorSettings(interval=default_interval)
+    """The config's data_collectors entry, else confd's (on a node without the config), else
+    the defaults. Never blocks on a stale confd answer (it is refreshed in the background)."""
+    return ctx.collector_settings(name, default_interval, wait=False)
 
 
 def _placeholder(collector: Collector) -> CachedReport:
@@ -124,8 +124,13 @@ class Agent:
 
     def _sync_builtins(self, config: M.ConfigData | None) -> None:
         changed = False
+        if config is None and self.ctx.cluster_source() == "confd":
+            # confd's answers may change without a config change: look again once the cache
+            # has aged (instead of after 60 s).
+            ttl = max(1.0, self.ctx.settings.confd_cache_seconds)
+            self._builtins_checked -= max(0.0, 60.0 - ttl)
         for name, cls in self.collectors.items():
-            settings = _settings_for(config, name, cls.default_interval)
+            settings = _settings_for(self.ctx, name, cls.default_interval)
             unit = self.units.get(name)
             if not settings.active:
                 if unit is not None:

@@ -15,22 +15,34 @@ lists them in a module-level `COLLECTORS`; the registry finds them. A collector:
   (no DRBD module, no libvirt), and it is then not offered at all.
 
 Parsing is pure (module-level functions over text); `collect()` only reads and calls them.
+
+Where the cluster's view comes from (`CollectContext.cluster_source()`): the cluster config when
+this node has one; else confd (herder's or Ganeti's, `MondSettings.confd_peers`), as
+design-monitoring-agent plans for nodes without the config. confd answers are cached for
+`confd_cache_seconds` (15 s, like Ganeti's mond); a confd failure never reaches the agent: the
+collector settings fall back to the defaults and collectors to their no-config behaviour.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from herder.core import confd as C
+from herder.core import envelope
 from herder.core import model as M
 from herder.core.errors import HerderError
 from herder.mond.report import Kind
+
+log = logging.getLogger("herder.mond")
 
 
 class CollectorError(HerderError):
@@ -49,6 +61,127 @@ class MondSettings:
     diagnose_timeout: float = 30.0
     collector_timeout: float = 30.0  # a run still going after this is reported as hung
     libvirt_uri: str | None = None  # None: libvirt's default for this host
+    # confd peers (`HOST` or `HOST:PORT`) asked when this node has no cluster config.
+    confd_peers: list[str] = field(default_factory=list)
+    confd_port: int = C.DEFAULT_PORT
+    confd_key_file: Path | None = None  # None: the cluster's key beside the config path
+    confd_timeout: float = 2.0  # seconds one confd query may take
+    confd_cache_seconds: float = 15.0  # how long a confd answer is reused (Ganeti's mond: 15)
+
+
+CONFD_ERROR_RETRY = 5.0  # seconds before a failed confd query is asked again (at most the TTL)
+_Key = tuple[str, str | None]
+
+
+@dataclass
+class _Cached:
+    when: float
+    value: Any
+    error: str | None
+
+
+class ConfdSource:
+    """confd answers for mond, decoded and cached; thread-safe (collectors run in threads).
+
+    Each `get` returns a fresh-enough answer from the cache, else asks confd. With
+    `wait=False` a stale answer (or error) is returned at once and refreshed in the
+    background, so the agent's event loop only blocks on the very first query. Failures are
+    cached too (for at most `CONFD_ERROR_RETRY` seconds) and raised as `C.ConfdError`.
+    """
+
+    def __init__(self, peers: list[str], key_loader: Callable[[], bytes | None], *,
+                 port: int = C.DEFAULT_PORT, timeout: float = 2.0, ttl: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.peers = list(peers)
+        self.port = port
+        self.timeout = timeout
+        self.ttl = ttl
+        self.clock = clock
+        self.key_loader = key_loader
+        self._lock = threading.Lock()
+        self._cache: dict[_Key, _Cached] = {}
+        self._refreshing: set[_Key] = set()
+        self._client: C.ConfdClient | None = None
+        self.queries = 0  # confd queries made (tests and debugging)
+
+    def describe(self) -> str:
+        return ", ".join(self.peers) + f" (default port {self.port})"
+
+    def client(self) -> C.ConfdClient:
+        key = self.key_loader()
+        if key is None:
+            raise C.ConfdError("no HMAC key to sign confd queries with (give --confd-key)")
+        with self._lock:
+            if self._client is None or self._client.hmac_key != key:
+                self._client = C.ConfdClient(self.peers, key, port=self.port,
+                                             timeout=self.timeout)
+            return self._client
+
+    def get(self, what: str, arg: str | None, fetch: Callable[[C.ConfdClient], Any], *,
+            wait: bool = True) -> Any:
+        key = (what, arg)
+        with self._lock:
+            entry = self._cache.get(key)
+        if entry is not None:
+            age = self.clock() - entry.when
+            ttl = self.ttl if entry.error is None else min(self.ttl, CONFD_ERROR_RETRY)
+            if age >= ttl:
+                if wait:
+                    entry = self._refresh(key, fetch)
+                else:
+                    self._refresh_in_background(key, fetch)
+        else:
+            entry = self._refresh(key, fetch)
+        if entry.error is not None:
+            raise C.ConfdError(entry.error)
+        return entry.value
+
+    def _refresh(self, key: _Key, fetch: Callable[[C.ConfdClient], Any]) -> _Cached:
+        try:
+            self.queries += 1
+            entry = _Cached(self.clock(), fetch(self.client()), None)
+        except Exception as err:  # whatever confd does (or sends), mond carries on
+            what = key[0] + (f" {key[1]}" if key[1] is not None else "")
+            text = str(err) if isinstance(err, C.ConfdError) else f"confd {what}: {err!r}"
+            entry = _Cached(self.clock(), None, text)
+        with self._lock:
+            self._cache[key] = entry
+        return entry
+
+    def _refresh_in_background(self, key: _Key, fetch: Callable[[C.ConfdClient], Any]) -> None:
+        with self._lock:
+            if key in self._refreshing:
+                return
+            self._refreshing.add(key)
+
+        def run() -> None:
+            try:
+                self._refresh(key, fetch)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(key)
+
+        threading.Thread(target=run, name="confd-refresh", daemon=True).start()
+
+    # --- what mond asks (each raises C.ConfdError) ---------------------------------------------
+
+    def data_collectors(self, *, wait: bool = True) -> dict[str, tuple[bool, float]]:
+        """Type 11: collector name -> (active, interval in seconds)."""
+        return dict(self.get("data_collectors", None, lambda c: c.data_collectors(), wait=wait))
+
+    def node_drbd(self, node: str, *, wait: bool = True) -> list[list[Any]]:
+        """Type 7: Ganeti's pairing rows [node, minor, instance, disk, role, peer]."""
+        return list(self.get("node_drbd", node, lambda c: c.node_drbd(node), wait=wait))
+
+    def node_instances(self, node: str, *, wait: bool = True
+                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Type 8: (primary, secondary) instances of a node, as Ganeti objects."""
+        return self.get("node_instances", node, lambda c: c.node_instances(node), wait=wait)
+
+    def instance_disks(self, instance: str, *, wait: bool = True) -> list[dict[str, Any]]:
+        """Type 9: an instance's disks, as Ganeti objects."""
+        return list(self.get("instance_disks", instance,
+                             lambda c: c.instance_disks(instance), wait=wait))
 
 
 @dataclass
@@ -62,6 +195,8 @@ class CollectContext:
     config_loader: Callable[[], M.ConfigData | None] = lambda: None
     hmac_key_loader: Callable[[], bytes | None] = lambda: None
     clock: Callable[[], float] = time.time
+    _confd: ConfdSource | None = field(default=None, init=False, repr=False, compare=False)
+    _confd_warned: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def config(self) -> M.ConfigData | None:
         """The latest cluster config, or None when this node has none."""
@@ -69,6 +204,75 @@ class CollectContext:
 
     def hmac_key(self) -> bytes | None:
         return self.hmac_key_loader()
+
+    # --- the cluster's view: the config, else confd --------------------------------------------
+
+    def confd(self) -> ConfdSource | None:
+        """The (cached) confd source, or None when no confd peer is configured."""
+        settings = self.settings
+        if not settings.confd_peers:
+            return None
+        if self._confd is None:
+            self._confd = ConfdSource(
+                settings.confd_peers, self._confd_key, port=settings.confd_port,
+                timeout=settings.confd_timeout, ttl=settings.confd_cache_seconds,
+            )
+        return self._confd
+
+    def _confd_key(self) -> bytes | None:
+        if self.settings.confd_key_file is not None:
+            try:
+                return envelope.load_key(self.settings.confd_key_file)
+            except HerderError:
+                return None
+        return self.hmac_key()
+
+    def cluster_source(self) -> str:
+        """"config" (this node has the cluster config), "confd" (peers given) or "none"."""
+        if self.config() is not None:
+            return "config"
+        return "confd" if self.settings.confd_peers else "none"
+
+    def collector_settings(self, name: str, default_interval: float, *,
+                           wait: bool = True) -> M.CollectorSettings:
+        """How to schedule collector `name`: the config's data_collectors entry, else confd's
+        (type 11: active and interval), else the defaults. Never raises: a confd failure is
+        logged (once per distinct error) and the defaults apply."""
+        default = M.CollectorSettings(interval=default_interval)
+        config = self.config()
+        if config is not None:
+            return config.cluster.data_collectors.get(name, default)
+        source = self.confd()
+        if source is None:
+            return default
+        try:
+            answer = source.data_collectors(wait=wait)
+        except C.ConfdError as err:
+            if str(err) != self._confd_warned:
+                self._confd_warned = str(err)
+                log.warning("collector settings from confd unavailable, using defaults: %s",
+                            err)
+            return default
+        self._confd_warned = None
+        if name not in answer:
+            return default
+        active, interval = answer[name]
+        try:
+            return M.CollectorSettings(active=active, interval=interval)
+        except ValueError:  # a zero or negative interval: keep the default schedule
+            return M.CollectorSettings(active=active, interval=default_interval)
+
+    def drbd_pairing(self) -> list[list[Any]]:
+        """This node's DRBD minors from confd (type 7), in Ganeti's pairing format
+        `[node, minor, instance, disk, role, peer]`; [] when no confd peer is configured.
+        Raises CollectorError when confd fails (the caller falls back and says why)."""
+        source = self.confd()
+        if source is None:
+            return []
+        try:
+            return source.node_drbd(self.node_name)
+        except C.ConfdError as err:
+            raise CollectorError(str(err)) from None
 
     def this_node(self) -> M.Node | None:
         config = self.config()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -253,6 +254,15 @@ class NodeDaemon:
             return unit_type.list_units(args.get("name"))
         except HerderError as err:
             raise RpcFailure(f"storage {kind}: {err}") from None
+
+    def rpc_storage_repair(self, args: dict[str, Any]) -> dict[str, Any]:
+        from herder.noded import storage
+
+        try:
+            result = storage.repair_vg(str(args["name"]), remove_partial_lvs=True)
+            return dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result
+        except HerderError as err:
+            raise RpcFailure(f"repair of volume group {args['name']}: {err}") from None
 
     def rpc_storage_modify(self, args: dict[str, Any]) -> None:
         from herder.noded import storage

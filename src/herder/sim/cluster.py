@@ -112,6 +112,17 @@ def _wait_ready(daemon: str, ip: str, port: int, proc: subprocess.Popen[bytes], 
     raise HerderError(f"{daemon} did not listen on {ip}:{port} within {timeout:g}s")
 
 
+def spawn_noded(directory: Path, config: Path, node: SimNode) -> subprocess.Popen[bytes]:
+    """Start (or restart) a simulated node's noded."""
+    node_dir = directory / "nodes" / node.name
+    return _spawn(config, node_dir / "noded.log", "noded", "--bind", node.ip, "--port",
+                  str(PORTS["noded"]), "--node", node.name, "--libvirt-uri", node.libvirt_uri,
+                  "--state-dir", str(node_dir / "noded"), "--run-dir", str(node_dir / "run"),
+                  "--powercycle-action", "simulate", "--os-path", str(directory / "os"),
+                  "--repair-dir", str(node_dir / "repair"), "--disk-capacity",
+                  str(SIM_DISK_MIB))
+
+
 def _remove_default_domain(uri: str) -> None:
     """The test driver starts with a running domain "test" that is no instance of ours; noded
     holds a connection now, so removing it lasts."""
@@ -168,7 +179,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int =
     with FileStore(config).update() as cfg:
         cfg.cluster.file_storage_dir = str(storage / "file")
         cfg.cluster.shared_file_storage_dir = str(storage / "shared-file")
-    os_path = write_demo_os(directory)
+    write_demo_os(directory)
     state = SimState(str(directory), str(config), sim_nodes,
                      f"https://{master.ip}:{PORTS['masterd']}")
     try:
@@ -185,13 +196,8 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int =
             state.save()
             herder(config, "node", "modify", node.name, "--node-parameters",
                    f"libvirt_uri={node.libvirt_uri}")
+            proc = spawn_noded(directory, config, node)
             noded_log = node_dir / "noded.log"
-            proc = _spawn(config, noded_log, "noded", "--bind", node.ip, "--port",
-                          str(PORTS["noded"]), "--node", node.name, "--libvirt-uri",
-                          node.libvirt_uri, "--state-dir", str(node_dir / "noded"), "--run-dir",
-                          str(node_dir / "run"), "--powercycle-action", "simulate",
-                          "--os-path", str(os_path), "--repair-dir", str(node_dir / "repair"),
-                          "--disk-capacity", str(SIM_DISK_MIB))
             node.pids["noded"] = proc.pid
             state.save()
             _wait_ready("noded", node.ip, PORTS["noded"], proc, noded_log)

@@ -15,6 +15,7 @@ from herder.alloc.placement import (
     GroupResult,
     alloc_in_group,
     alloc_multi_group,
+    commit,
     describe,
 )
 from herder.alloc.protocol import Options, Response, get, request_instance
@@ -63,4 +64,8 @@ def handle(cl: Cluster, req: dict[str, Any], opts: Options) -> Response:
         return Response(False, str(err))
     if best is None or best.best is None:
         return Response(False, info)
-    return Response(True, info, [cl.nodes[i].name for i in best.best.nodes])
+    nodes = [cl.nodes[i].name for i in best.best.nodes]
+    if not opts.dry_run:
+        # the cluster object now shows the answer (what `herder alloc -S` saves)
+        commit(cl, inst, best.best.nodes)
+    return Response(True, info, nodes)

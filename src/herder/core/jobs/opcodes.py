@@ -200,6 +200,44 @@ class OpNodePowercycle(OpCode, **_op("OP_NODE_POWERCYCLE")):
     force: bool = False
 
 
+class OpNodeQueryStorage(OpCode, **_op("OP_NODE_QUERY_STORAGE")):
+    nodes: list[str] = msgspec.field(default_factory=list)
+    storage_type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
+    name: str | None = None
+    output_fields: list[str] | None = None
+
+
+class OpNodeModifyStorage(OpCode, **_op("OP_NODE_MODIFY_STORAGE")):
+    node_name: str
+    node_uuid: str | None = None
+    storage_type: Literal["lvm-pv"] = "lvm-pv"
+    name: str
+    changes: dict[str, Any]
+
+
+class OpRepairNodeStorage(OpCode, **_op("OP_REPAIR_NODE_STORAGE")):
+    node_name: str
+    node_uuid: str | None = None
+    storage_type: Literal["lvm-vg"] = "lvm-vg"
+    name: str
+    ignore_consistency: bool = False
+
+
+class OpRepairCommand(OpCode, **_op("OP_REPAIR_COMMAND")):
+    """Run a white-listed repair command on a node with `input` on its stdin (Ganeti 2.17)."""
+
+    node_name: str
+    command: str
+    input: Any = None
+
+
+class OpOsDiagnose(OpCode, **_op("OP_OS_DIAGNOSE")):
+    """The OS definitions on the nodes, each with its variants (`name+variant`)."""
+
+    output_fields: list[str] = msgspec.field(default_factory=lambda: ["name", "variants"])
+    names: list[str] = msgspec.field(default_factory=list)
+
+
 # --- instances ----------------------------------------------------------------------------------
 
 class OpInstanceCreate(OpCode, **_op("OP_INSTANCE_CREATE")):
@@ -244,6 +282,33 @@ class OpInstanceSetParams(OpCode, **_op("OP_INSTANCE_SET_PARAMS")):
     force: bool = False
     force_variant: bool = False
     wait_for_sync: bool = True
+
+
+class OpInstanceActivateDisks(OpCode, **_op("OP_INSTANCE_ACTIVATE_DISKS")):
+    instance_name: str
+    instance_uuid: str | None = None
+    ignore_size: bool = False
+    wait_for_sync: bool = False
+
+
+class OpInstanceReinstall(OpCode, **_op("OP_INSTANCE_REINSTALL")):
+    instance_name: str
+    instance_uuid: str | None = None
+    os_type: str | None = None
+    force_variant: bool = False
+    osparams: dict[str, Any] | None = None
+
+
+class OpInstanceReplaceDisks(OpCode, **_op("OP_INSTANCE_REPLACE_DISKS")):
+    instance_name: str
+    instance_uuid: str | None = None
+    mode: Literal["replace_on_primary", "replace_on_secondary", "replace_new_secondary",
+                  "replace_auto"] = "replace_auto"
+    disks: list[int] = msgspec.field(default_factory=list)
+    remote_node: str | None = None
+    iallocator: str | None = None
+    early_release: bool = False
+    ignore_ipolicy: bool = False
 
 
 class OpInstanceQueryData(OpCode, **_op("OP_INSTANCE_QUERY_DATA")):
@@ -351,6 +416,8 @@ class OpTestDelay(OpCode, **_op("OP_TEST_DELAY")):
 ALL_OPCODES: tuple[type[OpCode], ...] = (
     OpClusterSetParams, OpGroupAdd, OpGroupSetParams, OpGroupRename, OpGroupRemove,
     OpNodeAdd, OpNodeSetParams, OpNodeRemove, OpNodeEvacuate, OpNodeMigrate, OpNodePowercycle,
+    OpNodeQueryStorage, OpNodeModifyStorage, OpRepairNodeStorage, OpRepairCommand,
+    OpInstanceActivateDisks, OpInstanceReinstall, OpInstanceReplaceDisks, OpOsDiagnose,
     OpInstanceCreate, OpInstanceRename, OpInstanceSetParams, OpInstanceQueryData, OpInstanceStartup,
     OpInstanceShutdown, OpInstanceReboot, OpInstanceMigrate, OpInstanceFailover,
     OpInstanceRemove, OpTagsSet, OpTagsDel, OpTestDelay,

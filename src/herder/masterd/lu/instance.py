@@ -320,5 +320,93 @@ class InstanceRemove(_NodeAction):
         return None
 
 
+class InstanceActivateDisks(_NodeAction):
+    """Make an instance's disks available on its nodes (herder's watcher-style repair of
+    running instances whose disks are inactive)."""
+
+    OP = O.OpInstanceActivateDisks
+
+    def act(self) -> None:
+        payload = instance_payload(self.config, self.inst)
+        for node_uuid in self.inst.all_nodes:
+            node = self.config.nodes[node_uuid]
+            self.env.rpc.call(node, "blockdev_create", {"disks": payload["disks"],
+                                                        "instance": self.inst.name})
+
+    def execute(self) -> Any:
+        self.act()
+        with self.env.store.update() as config:
+            config.instances[self.inst.uuid].disks_active = True
+        return [[self.config.node_name(n), d.iv_name, d.uuid] for n in self.inst.all_nodes
+                for d in self.inst.disks]
+
+
+class InstanceReinstall(_NodeAction):
+    """Recreate the OS on the instance's disks (it must be down); the OS may change."""
+
+    OP = O.OpInstanceReinstall
+
+    def check(self, config: M.ConfigData) -> None:
+        super().check(config)
+        if self.inst.admin_state == "up":
+            raise OpPrereqError(f"instance {self.inst.name} is running; shut it down first",
+                                "wrong_state")
+
+    def act(self) -> None:
+        op: O.OpInstanceReinstall = self.op  # type: ignore[assignment]
+        payload = instance_payload(self.config, self.inst)
+        if op.os_type:
+            payload["os"] = op.os_type
+        self.env.rpc.call(self.node, "instance_os_add", {
+            "instance": payload, "name": self.inst.name, "reason": op.reason,
+            "version": self.inst.serial_no, "force_variant": op.force_variant}, timeout=900)
+
+    def execute(self) -> Any:
+        op: O.OpInstanceReinstall = self.op  # type: ignore[assignment]
+        self.act()
+        if op.os_type and op.os_type != self.inst.os:
+            with self.env.store.update() as config:
+                config.instances[self.inst.uuid].os = op.os_type
+                config.instances[self.inst.uuid].touch()
+        return None
+
+
+class InstanceReplaceDisks(_NodeAction):
+    """replace-disks: recreate the disks on the primary (-p, the "repair instance" of design
+    2.1), on the secondary, or move the mirror to a new secondary (remote node / iallocator)."""
+
+    OP = O.OpInstanceReplaceDisks
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+        return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]), LockRequest(L.LEVEL_NODE, None)]
+
+    def check(self, config: M.ConfigData) -> None:
+        self.config = config
+        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.node = config.nodes[self.inst.primary_node]
+        if self.inst.disk_template != "drbd":
+            raise OpPrereqError(f"instance {self.inst.name} is not DRBD-mirrored; "
+                                "replace-disks needs a mirror", "wrong_input")
+
+    def act(self) -> None:
+        from herder.masterd.lu.node import change_secondary, choose_secondary
+
+        op: O.OpInstanceReplaceDisks = self.op  # type: ignore[assignment]
+        payload = instance_payload(self.config, self.inst)
+        if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
+            new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)
+            change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback)
+            return
+        targets = [self.inst.primary_node] if op.mode in ("replace_on_primary", "replace_auto") \
+            else self.inst.secondary_nodes
+        for node_uuid in targets:
+            self.env.rpc.call(self.config.nodes[node_uuid], "blockdev_create",
+                              {"disks": payload["disks"], "instance": self.inst.name})
+            self.feedback(f"{self.inst.name}: disks checked/recreated on "
+                          f"{self.config.node_name(node_uuid)}")
+
+
 LUS = [InstanceRename, InstanceSetParams, InstanceQueryData, InstanceStartup, InstanceShutdown,
-       InstanceReboot, InstanceMigrate, InstanceFailover, InstanceRemove]
+       InstanceReboot, InstanceMigrate, InstanceFailover, InstanceRemove, InstanceActivateDisks,
+       InstanceReinstall, InstanceReplaceDisks]

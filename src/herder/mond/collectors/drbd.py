@@ -13,6 +13,11 @@ input is overridden). Inputs:
   this node; every entry is used, as `mon-collector drbd --drbd-pairing` does). Objects with
   `minor` and `instance` keys are accepted too.
 
+Without a pairing input the minors are mapped to instances from the cluster config, or, on a
+node without it, from confd's answer for this node (type 7, the same rows; herder's or Ganeti's
+confd). When confd fails or does not know this node, `instance` stays null and the status
+message says why (the code is not raised: the devices' health is known).
+
 `data` uses Ganeti's JSON field names (`mon-collector drbd`): `status`, `versionInfo`
 (`version`, `api`, `proto`, `srcversion`, `gitHash`, `buildBy`, only those present) and
 `deviceInfos`, one object per minor (`minor`, `connectionState`, `localRole`, `remoteRole`,
@@ -471,6 +476,11 @@ def parse_pairing(text: str) -> dict[int, str]:
         entries = json.loads(text)
     except json.JSONDecodeError as err:
         raise CollectorError(f"pairing file is not JSON: {err.msg}") from None
+    return pairing_from_entries(entries)
+
+
+def pairing_from_entries(entries: Any) -> dict[int, str]:
+    """`parse_pairing` on decoded data (e.g. confd's type 7 answer)."""
     if not isinstance(entries, list):
         raise CollectorError("pairing file must hold a JSON list")
     result: dict[int, str] = {}
@@ -519,8 +529,9 @@ def _drbd9_or_later(version_info: Mapping[str, str]) -> bool:
 def build_data(version_info: Mapping[str, str], devices: list[dict[str, Any]],
                problems: Mapping[int, list[str]] | None = None,
                unparsed: Iterable[str] = (), pairing: Mapping[int, str] | None = None,
-               ) -> dict[str, Any]:
-    """The verbose `data`: instances filled in, the status computed, Ganeti's key order."""
+               pairing_error: str | None = None) -> dict[str, Any]:
+    """The verbose `data`: instances filled in, the status computed, Ganeti's key order.
+    `pairing_error` (why the minors could not be mapped) is added to the status message."""
     problems = problems or {}
     pairing = pairing or {}
     statuses: list[dict[str, Any]] = []
@@ -533,6 +544,8 @@ def build_data(version_info: Mapping[str, str], devices: list[dict[str, Any]],
         statuses.append(report.status(
             Status.UNKNOWN, f"{len(unparsed)} unrecognised line(s) in the DRBD status"
         ))
+    if pairing_error:
+        statuses.append(report.status(Status.OK, f"instances unknown: {pairing_error}"))
     data: dict[str, Any] = {"versionInfo": dict(version_info), "deviceInfos": devices}
     if unparsed or problems:
         data["unparsedLines"] = unparsed + [
@@ -559,13 +572,25 @@ class DrbdCollector(Collector):
         return self.ctx.input_path("proc_drbd", PROC_DRBD).exists()
 
     def pairing(self) -> dict[int, str]:
+        return self.pairing_and_error()[0]
+
+    def pairing_and_error(self) -> tuple[dict[int, str], str | None]:
+        """minor -> instance: from the pairing input, the config, or confd (no config); and
+        why it is empty when confd could not say."""
         if "pairing" in self.ctx.inputs:
-            return parse_pairing(self.ctx.read_input("pairing", ""))
+            return parse_pairing(self.ctx.read_input("pairing", "")), None
         config = self.ctx.config()
+        if config is None:
+            if self.ctx.cluster_source() != "confd":
+                return {}, None
+            try:
+                return pairing_from_entries(self.ctx.drbd_pairing()), None
+            except CollectorError as err:
+                return {}, str(err)
         node = self.ctx.this_node()
-        if config is None or node is None:
-            return {}
-        return instance_minors(config, node.uuid)
+        if node is None:
+            return {}, None
+        return instance_minors(config, node.uuid), None
 
     def collect(self) -> dict[str, Any]:
         have_json = "drbd_status_json" in self.ctx.inputs
@@ -580,7 +605,9 @@ class DrbdCollector(Collector):
                 self.ctx.run(DRBDSETUP_STATUS, input_name="drbd_status_json")
             )
             problems = {}
-        return build_data(proc.version_info, devices, problems, proc.unparsed, self.pairing())
+        pairing, pairing_error = self.pairing_and_error()
+        return build_data(proc.version_info, devices, problems, proc.unparsed, pairing,
+                          pairing_error)
 
 
 COLLECTORS = [DrbdCollector]

@@ -1,0 +1,151 @@
+"""Storage and repair LUs (design-2.1 "Automated disk repairs infrastructure"): list storage
+units (PVs, VGs, file dirs), stop allocation on a PV, fix a node's volume group (only when it is
+safe), and run a white-listed repair command on a node (maintd's live-repair)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herder.core import locking as L
+from herder.core import model as M
+from herder.core.errors import HerderError, OpPrereqError
+from herder.core.jobs import opcodes as O
+from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+
+FIELDS = ("name", "size", "used", "free", "allocatable")
+
+
+class NodeQueryStorage(LogicalUnit):
+    OP = O.OpNodeQueryStorage
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpNodeQueryStorage = self.op  # type: ignore[assignment]
+        self.config = config
+        nodes = [lookup(config.find_node, n) for n in op.nodes] if op.nodes else \
+            sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
+                   key=lambda n: n.name)
+        self.nodes = nodes
+        self.fields = list(op.output_fields or ("node", *FIELDS))
+
+    def execute(self) -> Any:
+        op: O.OpNodeQueryStorage = self.op  # type: ignore[assignment]
+        c = self.config.cluster
+        args: dict[str, Any] = {"type": op.storage_type, "name": op.name}
+        if op.storage_type == "file":
+            args["dirs"] = [c.file_storage_dir, c.shared_file_storage_dir]
+        rows: list[list[Any]] = []
+        for node in self.nodes:
+            try:
+                units = self.env.rpc.call(node, "storage_list", args, timeout=60)
+            except HerderError as err:
+                self.feedback(f"node {node.name}: {err}")
+                continue
+            for unit in units:
+                unit = {**unit, "node": node.name}
+                rows.append([unit.get(f) for f in self.fields])
+        return rows
+
+
+class NodeModifyStorage(LogicalUnit):
+    OP = O.OpNodeModifyStorage
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        return [LockRequest(L.LEVEL_NODE, [node.uuid])]
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpNodeModifyStorage = self.op  # type: ignore[assignment]
+        self.node = lookup(config.find_node, op.node_name)
+        unknown = set(op.changes) - {"allocatable"}
+        if unknown:
+            raise OpPrereqError(f"storage units of type {op.storage_type} can only change "
+                                f"'allocatable' (not {', '.join(sorted(unknown))})")
+
+    def execute(self) -> Any:
+        op: O.OpNodeModifyStorage = self.op  # type: ignore[assignment]
+        self.env.rpc.call(self.node, "storage_modify", {
+            "type": op.storage_type, "name": op.name,
+            "allocatable": bool(op.changes["allocatable"])})
+        return None
+
+
+class RepairNodeStorage(LogicalUnit):
+    """Fix a node's VG (remove missing PVs) — only when every node sharing instances with it is
+    healthy and every instance on it has a good copy elsewhere ("Fix node volume group")."""
+
+    OP = O.OpRepairNodeStorage
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(L.LEVEL_NODE, None, shared=True)]
+
+    def check(self, config: M.ConfigData) -> None:
+        from herder.noded.storage import vg_repair_allowed
+
+        op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
+        self.node = lookup(config.find_node, op.node_name)
+        health: dict[str, bool] = {}
+        for node in config.nodes.values():
+            if node.offline:
+                health[node.uuid] = False
+                continue
+            try:
+                self.env.rpc.call(node, "ping", {}, timeout=10)
+                health[node.uuid] = True
+            except HerderError:
+                health[node.uuid] = False
+        allowed, reason = vg_repair_allowed(config, self.node.uuid, health, op.name)
+        if not allowed and not op.ignore_consistency:
+            raise OpPrereqError(f"repairing {op.name} on {self.node.name} is not safe: {reason}",
+                                "wrong_state")
+
+    def execute(self) -> Any:
+        op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
+        return self.env.rpc.call(self.node, "storage_repair", {"type": op.storage_type,
+                                                                "name": op.name}, timeout=600)
+
+
+class RepairCommand(LogicalUnit):
+    OP = O.OpRepairCommand
+
+    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        return [LockRequest(L.LEVEL_NODE, [node.uuid], shared=True)]
+
+    def check(self, config: M.ConfigData) -> None:
+        op: O.OpRepairCommand = self.op  # type: ignore[assignment]
+        self.node = lookup(config.find_node, op.node_name)
+        if not op.command or "/" in op.command:
+            raise OpPrereqError("the repair command is a file name in the node's white-list "
+                                "directory, without path separators")
+
+    def execute(self) -> Any:
+        op: O.OpRepairCommand = self.op  # type: ignore[assignment]
+        result = self.env.rpc.call(self.node, "repair_command",
+                                   {"command": op.command, "input": op.input}, timeout=900)
+        self.feedback(f"repair command {op.command} on {self.node.name} succeeded")
+        return result.get("stdout", "") if isinstance(result, dict) else result
+
+
+class OsDiagnose(LogicalUnit):
+    OP = O.OpOsDiagnose
+
+    def check(self, config: M.ConfigData) -> None:
+        self.nodes = sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
+                            key=lambda n: n.name)
+
+    def execute(self) -> Any:
+        """{"os+variant": [nodes offering it]}: an OS is usable where every node has it."""
+        offered: dict[str, list[str]] = {}
+        for node in self.nodes:
+            try:
+                names = self.env.rpc.call(node, "os_list", {}, timeout=30)
+            except HerderError as err:
+                self.feedback(f"node {node.name}: {err}")
+                continue
+            for name in names:
+                offered.setdefault(name, []).append(node.name)
+        return {name: sorted(nodes) for name, nodes in sorted(offered.items())}
+
+
+LUS = [NodeQueryStorage, NodeModifyStorage, RepairNodeStorage, RepairCommand, OsDiagnose]
