@@ -96,4 +96,5 @@ def instance_payload(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
                  for n in inst.nics],
         "hvparams": config.filled_hvparams(inst), "beparams": config.filled_beparams(inst),
         "osparams": config.filled_osparams(inst),
+        "uid_pool": [list(r) for r in config.cluster.uid_pool],
     }

@@ -57,6 +57,7 @@ class DomainSpec:
     vcpus: int
     disks: list[str]  # paths, in order
     nics: list[dict[str, str]]  # mac, mode, link
+    uid: int | None = None  # run the instance's processes as this uid (design-2.1 uid pool)
 
     def xml(self, domain_type: str) -> str:
         root = ET.Element("domain", type=domain_type)
@@ -78,6 +79,10 @@ class DomainSpec:
                 iface = ET.SubElement(devices, "interface", type="bridge")
                 ET.SubElement(iface, "source", bridge=nic.get("link") or "br0")
             ET.SubElement(iface, "mac", address=nic["mac"])
+        if self.uid is not None:
+            # libvirt's DAC driver starts the domain's processes as this user and group.
+            label = ET.SubElement(root, "seclabel", type="static", model="dac", relabel="yes")
+            ET.SubElement(label, "label").text = f"+{self.uid}:+{self.uid}"
         return ET.tostring(root, encoding="unicode")
 
 

@@ -90,7 +90,14 @@ class NodeDaemon:
             "config_version": version, "changed": time.time()}).encode(), 0o644)
 
     def forget(self, name: str) -> None:
-        for path in (self.reason_dir / name, self.instances_dir / f"{name}.json"):
+        uid_record = self.instances_dir / f"{name}.uid"
+        if uid_record.exists():
+            from herder.noded import uidpool
+
+            with contextlib.suppress(HerderError, ValueError, OSError):
+                uidpool.release_uid(int(uid_record.read_text()),
+                                    self.settings.state_dir / "uid-pool")
+        for path in (self.reason_dir / name, self.instances_dir / f"{name}.json", uid_record):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
@@ -130,7 +137,26 @@ class NodeDaemon:
     def _spec(self, inst: dict[str, Any]) -> DomainSpec:
         disks = self.rpc_blockdev_create({"disks": inst.get("disks", [])})
         return DomainSpec(name=inst["name"], uuid=inst["uuid"], memory=int(inst["memory"]),
-                          vcpus=int(inst["vcpus"]), disks=disks, nics=inst.get("nics", []))
+                          vcpus=int(inst["vcpus"]), disks=disks, nics=inst.get("nics", []),
+                          uid=self._pool_uid(inst))
+
+    def _pool_uid(self, inst: dict[str, Any]) -> int | None:
+        """A uid from the cluster's uid pool for the instance's processes (design-2.1), when
+        the pool is set and the hypervisor runs processes (not the test driver). The uid is
+        reserved by its lock file until the instance is removed."""
+        pool = [tuple(r) for r in inst.get("uid_pool") or []]
+        if not pool or self.hv.domain_type == "test":
+            return None
+        from herder.core.uidpool import expand
+        from herder.noded import uidpool
+
+        record = self.instances_dir / f"{inst['name']}.uid"
+        if record.exists():
+            return int(record.read_text())
+        locked = uidpool.request_unused_uid(expand(pool), self.settings.state_dir / "uid-pool")
+        atomic_write(record, str(locked.uid).encode(), 0o644)
+        locked.unlock()  # the lock file stays: the uid is taken until released
+        return locked.uid
 
     def rpc_instance_define(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
