@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -224,10 +225,10 @@ def test_cache_ttl_and_background_refresh() -> None:
     # wait=False: the stale answer at once, the new one after the background refresh
     assert source.data_collectors(wait=False)["drbd"] == (False, 1.0)
     deadline = time.monotonic() + 5
-    while source.queries < 3 and time.monotonic() < deadline:
+    while source.data_collectors(wait=False)["drbd"] != (True, 9.0):
+        assert time.monotonic() < deadline, "no background refresh"
         time.sleep(0.01)
-    time.sleep(0.05)
-    assert source.data_collectors(wait=False)["drbd"] == (True, 9.0)
+    assert source.queries == 3
     # failures are cached for a short while only, then asked again
     client.fail = True
     now[0] += 20
@@ -260,54 +261,49 @@ def test_collect_cli_with_confd(herder_confd: tuple[str, Path, Path], tmp_path: 
 
 GROOT = Path(os.environ.get("GROOT", "/tmp/groot"))
 PEER_ROOT = Path(os.environ.get("PEER_ROOT", "/tmp/gpeers/node1.example.com"))
-GANETI_KEY = PEER_ROOT / "var/lib/ganeti/hmac.key"
 CONFD_SH = SHARED / "peers" / "confd.sh"
-CONFD_PID = PEER_ROOT / "var/run/ganeti/ganeti-confd.pid"
-
-
-def _running_confd_port() -> int | None:
-    """The UDP port of an already running Ganeti confd (another test's), from its command."""
-    try:
-        argv = Path(f"/proc/{int(CONFD_PID.read_text())}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    if b"-p" in argv[:-1]:
-        text = argv[argv.index(b"-p") + 1]
-        return int(text) if text.isdigit() else None
-    return None
 
 
 @pytest.fixture(scope="module")
-def ganeti_confd() -> Iterator[int]:
-    """Ganeti's ganeti-confd on a free port (or the one already running)."""
+def ganeti_node(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of Ganeti's virtual node (peers/mkcluster.sh): its own pid file, so this
+    module's ganeti-confd never collides with another test's."""
     if not CONFD_SH.is_file() or not GROOT.is_dir():
         pytest.skip("Ganeti peers absent (../shared/peers, /tmp/groot)")
+    if not (PEER_ROOT / "var/lib/ganeti/config.data").is_file():
+        pytest.skip(f"Ganeti's virtual node is absent ({PEER_ROOT}; run peers/mkcluster.sh)")
+    root = tmp_path_factory.mktemp("gpeer") / PEER_ROOT.name
+    for sub in ("etc", "var/lib"):
+        shutil.copytree(PEER_ROOT / sub, root / sub)
+    (root / "var/run/ganeti/socket").mkdir(parents=True)
+    (root / "var/log/ganeti").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ganeti_confd(ganeti_node: Path) -> Iterator[tuple[int, Path]]:
+    """Ganeti's ganeti-confd serving the copy on a free port: (port, HMAC key file)."""
     port = free_udp_port()
-    env = {**os.environ, "CONFD_PORT": str(port)}
+    env = {**os.environ, "CONFD_PORT": str(port), "PEER_ROOT": str(ganeti_node)}
     proc = subprocess.run(["bash", str(CONFD_SH), "start"], capture_output=True, text=True,
-                          env=env, timeout=300)
-    if "already running" in proc.stdout:
-        running = _running_confd_port()
-        if running is None:
-            pytest.skip("Ganeti's confd is already running on an unknown port")
-        yield running  # someone else's: leave it running
-        return
-    if proc.returncode or not GANETI_KEY.is_file():
+                          env=env, timeout=120)
+    if proc.returncode or f"127.0.0.1:{port}" not in proc.stdout:
         pytest.skip(f"Ganeti's confd did not start: {proc.stdout[-300:]}")
     try:
-        yield port
+        yield port, ganeti_node / "var/lib/ganeti/hmac.key"
     finally:
         subprocess.run(["bash", str(CONFD_SH), "stop"], capture_output=True, env=env,
                        timeout=60)
 
 
 @pytest.mark.peer
-def test_mond_on_a_ganeti_cluster(ganeti_confd: int, tmp_path: Path) -> None:
+def test_mond_on_a_ganeti_cluster(ganeti_confd: tuple[int, Path], tmp_path: Path) -> None:
     """herder mond with no herder config, pointed at Ganeti's confd: Ganeti's collector settings
     schedule it and its DRBD report names Ganeti's instance."""
+    port, key_file = ganeti_confd
     proc = tmp_path / "proc_drbd"
     proc.write_text(proc_drbd([0, 1]))
-    ctx = confd_context([f"127.0.0.1:{ganeti_confd}"], GANETI_KEY, tmp_path, proc_drbd=proc)
+    ctx = confd_context([f"127.0.0.1:{port}"], key_file, tmp_path, proc_drbd=proc)
     source = ctx.confd()
     assert source is not None
     ganeti = source.data_collectors()
@@ -329,13 +325,14 @@ def test_mond_on_a_ganeti_cluster(ganeti_confd: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.peer
-def test_collect_cli_on_a_ganeti_cluster(ganeti_confd: int, tmp_path: Path,
+def test_collect_cli_on_a_ganeti_cluster(ganeti_confd: tuple[int, Path], tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
+    port, key_file = ganeti_confd
     proc = tmp_path / "proc_drbd"
     proc.write_text(proc_drbd([0]))
     rc = main(["--config", str(tmp_path / "absent.json"), "collect", "drbd", "--verbose",
                "--node", "node3.example.com", "--input", f"proc_drbd={proc}",
-               "--confd", f"127.0.0.1:{ganeti_confd}", "--confd-key", str(GANETI_KEY)])
+               "--confd", f"127.0.0.1:{port}", "--confd-key", str(key_file)])
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["data"]["deviceInfos"][0]["instance"] == "instance1.example.com"

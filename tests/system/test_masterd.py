@@ -208,3 +208,22 @@ def test_cli_without_masterd_says_what_to_do(tmp_path: Path) -> None:
                    "--drained", "yes")
     assert offline.returncode == 0, offline.stderr
     assert FileStore(config).load().find_node("node2").drained
+
+
+def test_maintenance_state_route(tmp_path: Path) -> None:
+    with start_masterd(tmp_path) as master:
+        client = master.client
+        node = client.get_node("node2")["uuid"]
+        incident = {"uuid": "5b0c0f00-0000-4000-8000-000000000001", "node": node,
+                    "original": {"status": "evacuate"}, "action": "evacuate", "jobs": [3],
+                    "repair-status": "pending", "tag": ""}
+        answer = client.put_herder("maintenance/state", {"incidents": [incident], "jobs": [3]})
+        assert answer["incidents"][0]["repair-status"] == "pending" and answer["jobs"] == [3]
+        assert FileStore(master.config_path).load().maintenance.incidents[0].node == node
+        assert client.get_herder("maintenance")["jobs"] == [3]
+        with pytest.raises(RapiError) as err:
+            client.put_herder("maintenance/state", {"incidents": [{"uuid": "x"}]})
+        assert err.value.status == 400 and "node" in str(err.value)
+        with pytest.raises(RapiError) as err:
+            client.put_herder("maintenance/state", {"round": 1})
+        assert err.value.status == 400

@@ -97,6 +97,16 @@ def test_create_with_the_allocator_and_move(sim) -> None:
     assert config(sim).find_instance("web1").primary_node == web.secondary_nodes[0]
     herder(sim, "instance", "failover", "web1")
     assert where(sim, "web1") == [cfg.node_name(web.primary_node)]
+    # Each node knows which instance its disks belong to (the creating RPCs named it).
+    from herder.core import envelope as E
+    from herder.core.noderpc import HttpNodeRpc
+
+    rpc = HttpNodeRpc(E.load_key(Path(sim.config).parent / "hmac.key"),
+                      Path(sim.config).parent / "server.pem")
+    primary = cfg.nodes[web.primary_node]
+    disk_map = rpc.call(primary, "disk_map", {})
+    assert disk_map[web.disks[0].uuid]["instance"] == "web1"
+    rpc.close()
     # The OS install really ran on the instance's disk.
     node_dir = Path(sim.directory) / "nodes" / cfg.node_name(db.primary_node) / "noded"
     disk = node_dir / "disks" / f"{db.disks[0].uuid}.img"

@@ -65,7 +65,8 @@ def _text_cluster(path: str | None, simulate: tuple[str, ...],
 @click.option("--simulate", "--simu", "simulate", multiple=True, metavar="SPEC",
               help="Take the cluster from a simulated spec: policy,count,disk,mem,cpu.")
 @click.option("--ignore-dynu", is_flag=True, help="Ignore dynamic utilisation (with -t).")
-@click.option("--dry-run", is_flag=True, help="Accepted for symmetry; allocation never commits.")
+@click.option("--dry-run", is_flag=True,
+              help="Leave the in-memory model untouched (matters with -S).")
 @click.option("-S", "--save", "save", default=None, metavar="FILE",
               help="Write the cluster before/after to FILE.pre-ialloc / FILE.post-ialloc.")
 @click.option("-p", "print_default", is_flag=True, help="Print node tables to stderr.")

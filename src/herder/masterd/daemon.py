@@ -65,7 +65,8 @@ class MasterDaemon:
         self.recovered = self.queue.recover()
         self.rapi = RapiContext(config=ConfigCache(self.store.path), queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
-                                anonymous_reads=settings.anonymous_reads)
+                                anonymous_reads=settings.anonymous_reads,
+                                store=self.store)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.settings.tls:

@@ -28,7 +28,7 @@ from herder.core.errors import (
 from herder.core.jobs import opcodes as O
 from herder.core.jobs import queue as Q
 from herder.core.jobs import reason as R
-from herder.core.store import ConfigCache
+from herder.core.store import ConfigCache, FileStore
 from herder.masterd import views
 from herder.masterd.auth import REALM, User, UsersFile
 
@@ -45,6 +45,7 @@ class RapiContext:
     queue: Q.JobQueue
     users: UsersFile
     anonymous_reads: bool = False
+    store: FileStore | None = None  # for herder's direct state routes
 
 
 CTX_KEY = web.AppKey("rapi", RapiContext)
@@ -553,6 +554,35 @@ async def herder_maintenance_set(request: web.Request) -> web.Response:
     return await submit(request, "herder_maintenance", [op])
 
 
+STATE_FIELDS = {"incidents", "jobs", "evacuated"}
+
+
+async def herder_maintenance_state(request: web.Request) -> web.Response:
+    """maintd's state (incidents, jobs of the current round, evacuated instances): replaced as
+    given, validated, written atomically to the config (not a job: maintd's bookkeeping, like
+    Ganeti's WConfd maintenance RPCs). Answers the whole maintenance section."""
+    body = only(body_dict(await body_of(request, default={})), STATE_FIELDS,
+                "maintenance state")
+    if not body:
+        raise RapiHttpError(400, f"give one of {', '.join(sorted(STATE_FIELDS))}")
+    store = ctx_of(request).store
+    if store is None:
+        raise RapiHttpError(503, "this server has no config store")
+
+    def update() -> dict[str, Any]:
+        with store.update() as config:
+            current = M.to_builtins(config.maintenance)
+            current.update(body)
+            try:
+                config.maintenance = msgspec.convert(current, M.Maintenance)
+            except msgspec.ValidationError as err:
+                raise RapiHttpError(400, f"maintenance state: {err}") from None
+            config.maintenance.touch()
+            return M.to_builtins(config.maintenance)
+
+    return ok(await asyncio.to_thread(update))
+
+
 async def herder_jobs_submit(request: web.Request) -> web.Response:
     """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
     body = body_dict(await body_of(request, default={}))
@@ -670,4 +700,5 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_post("/2/herder/jobs", herder_jobs_submit)
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
+    r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
     return app

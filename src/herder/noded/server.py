@@ -72,6 +72,7 @@ class NodeDaemon:
         self.started = time.time()
         self.powercycled: list[float] = []
         self._lock = threading.Lock()
+        self._map_lock = threading.Lock()
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -120,22 +121,53 @@ class NodeDaemon:
         return info
 
     def rpc_blockdev_create(self, args: dict[str, Any]) -> list[str]:
+        """Create (or find) the disks; calls that create or use storage name the instance, so
+        the node knows which instance each disk belongs to (design-monitoring-agent)."""
         paths = []
-        for disk in args.get("disks", []):
-            path = self.disk_path(str(disk["uuid"]))
-            if not path.exists():
-                with open(path, "wb") as fh:  # sparse: the size is reserved, not written
-                    fh.truncate(int(disk["size"]) * 2**20)
-            paths.append(str(path))
+        owner = args.get("instance")
+        changed = False
+        with self._map_lock:
+            disk_map = self.disk_map()
+            for disk in args.get("disks", []):
+                path = self.disk_path(str(disk["uuid"]))
+                if not path.exists():
+                    with open(path, "wb") as fh:  # sparse: the size is reserved, not written
+                        fh.truncate(int(disk["size"]) * 2**20)
+                if owner and disk_map.get(str(disk["uuid"]), {}).get("instance") != owner:
+                    disk_map[str(disk["uuid"])] = {"instance": owner, "size": disk.get("size"),
+                                                   "path": str(path)}
+                    changed = True
+                paths.append(str(path))
+            if changed:
+                self._save_map(disk_map)
         return paths
 
     def rpc_blockdev_remove(self, args: dict[str, Any]) -> None:
-        for disk_uuid in args.get("disks", []):
-            with contextlib.suppress(FileNotFoundError):
-                self.disk_path(str(disk_uuid)).unlink()
+        with self._map_lock:
+            disk_map = self.disk_map()
+            for disk_uuid in args.get("disks", []):
+                with contextlib.suppress(FileNotFoundError):
+                    self.disk_path(str(disk_uuid)).unlink()
+                disk_map.pop(str(disk_uuid), None)
+            self._save_map(disk_map)
+
+    def disk_map(self) -> dict[str, dict[str, Any]]:
+        """disk UUID -> {instance, size, path}: which instance each local disk belongs to."""
+        try:
+            return json.loads((self.settings.state_dir / "disk-map.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save_map(self, disk_map: dict[str, dict[str, Any]]) -> None:
+        atomic_write(self.settings.state_dir / "disk-map.json",
+                     json.dumps(disk_map, sort_keys=True).encode(), 0o644)
+
+    def rpc_disk_map(self, args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return self.disk_map()
 
     def _spec(self, inst: dict[str, Any]) -> DomainSpec:
-        disks = self.rpc_blockdev_create({"disks": inst.get("disks", [])})
+        disks = self.rpc_blockdev_create({"disks": inst.get("disks", []),
+                                          "instance": inst["name"]})
         return DomainSpec(name=inst["name"], uuid=inst["uuid"], memory=int(inst["memory"]),
                           vcpus=int(inst["vcpus"]), disks=disks, nics=inst.get("nics", []),
                           uid=self._pool_uid(inst))
@@ -195,7 +227,7 @@ class NodeDaemon:
 
     def rpc_migrate_accept(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
-        self.rpc_blockdev_create({"disks": inst.get("disks", [])})
+        self.rpc_blockdev_create({"disks": inst.get("disks", []), "instance": inst["name"]})
         self.hv.define_xml(inst["name"], args["xml"])
         if args.get("start", True):
             self.hv.start(inst["name"])
@@ -219,7 +251,8 @@ class NodeDaemon:
             definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
                                        list(self.settings.os_path))
             osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
-            paths = self.rpc_blockdev_create({"disks": inst.get("disks", [])})
+            paths = self.rpc_blockdev_create({"disks": inst.get("disks", []),
+                                              "instance": inst["name"]})
             data = osdef.OsInstanceData(
                 name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
                 disks=[osdef.OsDisk(path=p) for p in paths],
