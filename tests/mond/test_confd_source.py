@@ -22,15 +22,18 @@ import pytest
 from herder.cli.main import main
 from herder.core import confd as C
 from herder.core import model as M
+from herder.core.ganeti_import import import_ganeti_file
 from herder.core.store import FileStore
 from herder.mond.agent import Agent
 from herder.mond.collector import CollectContext, Collector, ConfdSource, MondSettings
 from herder.mond.collectors.drbd import DrbdCollector, instance_minors
+from herder.mond.collectors.lvm import LvCollector, PlainCollector, lv_owners
 from herder.mond.report import Kind, status
 from herder.mond.runner import collect_once, render
 from tests.confd.confd_support import KEY, Servers, file_processor
 from tests.conftest import SHARED, build_config
 from tests.mond.agent_fixture import running_mond
+from tests.mond.test_lvm import LVS, VGS
 
 NODE = "node1.example.com"
 
@@ -197,6 +200,34 @@ def test_confd_failure_falls_back(herder_confd: tuple[str, Path, Path], tmp_path
     assert "instances unknown: confd node_drbd query failed" in message["message"]
 
 
+def test_lv_owners_through_confd(herder_confd: tuple[str, Path, Path], tmp_path: Path) -> None:
+    peer, path, key_file = herder_confd
+    config = FileStore(path).load()
+    for node in config.nodes.values():
+        ctx = confd_context([peer], key_file, tmp_path)
+        ctx.node_name = node.name
+        assert ctx.instance_lvs() == lv_owners(config, node.uuid), node.name
+    lvs, vgs = tmp_path / "lvs", tmp_path / "vgs"
+    lvs.write_text(LVS)
+    vgs.write_text(VGS)
+    ctx = confd_context([peer], key_file, tmp_path, lvs=lvs, vgs=vgs)
+    lv = render(LvCollector(ctx), collect_once(LvCollector(ctx)), verbose=True)["data"]
+    assert {r["name"]: r["instance"] for r in lv} == {
+        "d0.disk0_data": "drbd0.example.com", "d0.disk0_meta": "drbd0.example.com",
+        "p0.disk0": "plain0.example.com", "other": None}
+    plain = PlainCollector(ctx)
+    data = render(plain, collect_once(plain), verbose=True)["data"]
+    assert {v["name"]: v["instance"] for v in data["lvs"]}["p0.disk0"] == "plain0.example.com"
+    assert "instances unknown" not in data["status"]["message"]
+    # confd down: no instances, and the plain status says why
+    silent = confd_context([f"127.0.0.1:{free_udp_port()}"], key_file, tmp_path, timeout=0.2,
+                           lvs=lvs, vgs=vgs)
+    plain = PlainCollector(silent)
+    data = render(plain, collect_once(plain), verbose=True)["data"]
+    assert all(v["instance"] is None for v in data["lvs"])
+    assert "instances unknown: no confd answer" in data["status"]["message"]
+
+
 class FakeClient:
     def __init__(self) -> None:
         self.answer: dict[str, tuple[bool, float]] = {"drbd": (True, 1.0)}
@@ -312,6 +343,7 @@ def test_mond_on_a_ganeti_cluster(ganeti_confd: tuple[int, Path], tmp_path: Path
                   "node-os": fake("node-os", 10.0)}
     with running_mond(ctx, collectors=collectors) as mond:
         agent = mond.agent
+        mond.wait_for(lambda: set(agent.units) == set(collectors))
         assert agent.units["lv"].schedule.interval == 5.0  # Ganeti's, not herder's 30 s
         assert agent.units["node-os"].schedule.interval == 10.0  # Ganeti has no setting
         mond.wait_for(lambda: agent.units["drbd"].runs > 0)
@@ -322,6 +354,19 @@ def test_mond_on_a_ganeti_cluster(ganeti_confd: tuple[int, Path], tmp_path: Path
     minors = {d["minor"]: d["instance"] for d in rep["data"]["deviceInfos"]}
     assert minors == {0: "instance1.example.com", 1: None}
     assert rep["data"]["status"] == {"code": 0, "message": ""}
+
+
+@pytest.mark.peer
+def test_lv_owners_from_a_ganeti_cluster(ganeti_confd: tuple[int, Path],
+                                         tmp_path: Path) -> None:
+    """The LV -> instance map from Ganeti's confd equals the one from its config file."""
+    port, key_file = ganeti_confd
+    config, _ = import_ganeti_file(key_file.parent / "config.data")
+    for node in config.nodes.values():
+        ctx = confd_context([f"127.0.0.1:{port}"], key_file, tmp_path)
+        ctx.node_name = node.name
+        owners = ctx.instance_lvs()
+        assert owners and owners == lv_owners(config, node.uuid), node.name
 
 
 @pytest.mark.peer

@@ -123,9 +123,11 @@ def test_writers_in_several_processes_lose_no_update(store: FileStore) -> None:
     assert len(final.cluster.tags) == 60
 
 
-def _write_forever(path: str) -> None:
+def _write_forever(path: str, ready=None) -> None:
     """Child body: bump the document as fast as possible until killed."""
     store = FileStore(path)
+    if ready is not None:
+        ready.send(b"r")
     while True:
         with store.update() as config:
             config.cluster.candidate_pool_size = config.serial_no % 50 + 1
@@ -140,12 +142,22 @@ def test_kill_9_never_leaves_a_broken_config(tmp_path: Path) -> None:
     store.create(build_config(nodes=200, drbd_instances=400, plain_instances=200))
     ctx = multiprocessing.get_context("fork")
     rng = random.Random(1815)
+    # One write cycle here and now (load, validate, encode, write, fsync, rename): kills are
+    # spread over a few cycles, so they land in every phase whatever the machine's load.
+    started = time.perf_counter()
+    for _ in range(3):
+        with store.update():
+            pass
+    cycle = (time.perf_counter() - started) / 3
     left_temporaries = 0
     last_serial = store.load().serial_no
     for _ in range(500):
-        child = ctx.Process(target=_write_forever, args=(str(store.path),))
+        parent, child_end = ctx.Pipe()
+        child = ctx.Process(target=_write_forever, args=(str(store.path), child_end))
         child.start()
-        time.sleep(rng.uniform(0.0, 0.03))
+        assert parent.poll(30)
+        parent.recv()
+        time.sleep(rng.uniform(0.0, 3 * cycle))
         os.kill(child.pid, signal.SIGKILL)
         child.join()
         assert child.exitcode == -signal.SIGKILL

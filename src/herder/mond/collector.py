@@ -283,6 +283,35 @@ class CollectContext:
                 return node
         return None
 
+    def instance_lvs(self) -> dict[tuple[str, str], str]:
+        """(vg, lv) -> instance name for the instances on this node (primary or secondary),
+        plain disks and DRBD children alike, from confd (types 8 and 9); {} when no confd peer
+        is configured. Raises CollectorError when confd fails."""
+        source = self.confd()
+        if source is None:
+            return {}
+        owners: dict[tuple[str, str], str] = {}
+
+        def walk(disks: Any, instance: str) -> None:
+            for disk in disks if isinstance(disks, list) else ():
+                if not isinstance(disk, Mapping):
+                    continue
+                lid = disk.get("logical_id")
+                if (disk.get("dev_type") in ("plain", "lvm") and isinstance(lid, list)
+                        and len(lid) == 2 and all(isinstance(x, str) for x in lid)):
+                    owners[(lid[0], lid[1])] = instance
+                walk(disk.get("children"), instance)
+
+        try:
+            primary, secondary = source.node_instances(self.node_name)
+            for inst in [*primary, *secondary]:
+                name = inst.get("name") if isinstance(inst, Mapping) else None
+                if isinstance(name, str):
+                    walk(source.instance_disks(name), name)
+        except (C.ConfdError, TypeError, ValueError) as err:
+            raise CollectorError(str(err)) from None
+        return owners
+
     def input_path(self, name: str, default: str | os.PathLike[str]) -> Path:
         return Path(self.inputs.get(name, default))
 

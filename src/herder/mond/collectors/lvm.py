@@ -15,6 +15,9 @@ Ganeti's bytes and field names so existing consumers parse it.
   vg_uuid, vg_name, segtype, seg_start, seg_start_pe, seg_size, seg_tags, seg_pe_ranges, devices,
   instance), every VG.
 
+The LV -> instance mapping comes from the cluster config, or, on a node without it, from confd
+(the node's instances, type 8, and their disks, type 9), as Ganeti's `lv` collector does.
+
 Parsers are pure and accept captured outputs, including LVM's warnings mixed in (`2>&1`), the
 `|` or `;` separators, sizes with or without a unit suffix, and `vgs`' default column layout
 (`VG #PV #LV #SN Attr VSize VFree`, as in Ganeti's `vgs-missing-pvs-*.txt` samples).
@@ -394,6 +397,18 @@ def _node_uuid(ctx: CollectContext) -> str | None:
     return node.uuid if node is not None else None
 
 
+def owners_of(ctx: CollectContext) -> tuple[dict[tuple[str, str], str], str | None]:
+    """(vg, lv) -> instance from the cluster config, or from confd on a node without it; and
+    why the mapping is empty when confd could not say."""
+    config = ctx.config()
+    if config is None and ctx.cluster_source() == "confd":
+        try:
+            return ctx.instance_lvs(), None
+        except CollectorError as err:
+            return {}, str(err)
+    return lv_owners(config, _node_uuid(ctx)), None
+
+
 class PlainCollector(Collector):
     """LVM volume groups and logical volumes (storage type `plain`)."""
 
@@ -424,8 +439,12 @@ class PlainCollector(Collector):
                 raise CollectorError(lvs_failure)
             lv_messages.append(lvs_failure)
         all_messages = list(dict.fromkeys([*messages, *lv_messages]))
-        return plain_data(groups, rows, all_messages, lv_owners(config, _node_uuid(self.ctx)),
-                          volume_group)
+        owners, owners_error = owners_of(self.ctx)
+        data = plain_data(groups, rows, all_messages, owners, volume_group)
+        if owners_error:
+            data["status"] = merge_statuses(
+                [data["status"], status(Status.OK, f"instances unknown: {owners_error}")])
+        return data
 
     def summary(self, data: Any) -> Any:
         return {key: data[key] for key in ("status", "free", "used", "total") if key in data}
@@ -453,7 +472,7 @@ class LvCollector(Collector):
         if failure:
             raise CollectorError(failure)
         rows, _messages = parse_lvs(text)
-        return ganeti_lvs(rows, lv_owners(self.ctx.config(), _node_uuid(self.ctx)))
+        return ganeti_lvs(rows, owners_of(self.ctx)[0])  # no room for a note in Ganeti's list
 
 
 COLLECTORS = [PlainCollector, LvCollector]
