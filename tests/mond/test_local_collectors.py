@@ -65,6 +65,13 @@ def test_command_line_recognition() -> None:
     assert D.is_daemon_process(["python", "-m", "herder.cli.main", "noded"], "noded")
     assert not D.is_daemon_process(["herder", "mond", "report", "all"], "mond")
     assert not D.is_daemon_process(["herder", "confd"], "mond")
+    # Only the daemon of the same run directory (simulated nodes share a machine).
+    assert D.is_daemon_process(["herder", "mond", "--run-dir", "/tmp/n1/run"], "mond",
+                               "/tmp/n1/run")
+    assert not D.is_daemon_process(["herder", "mond", "--run-dir", "/tmp/n2/run"], "mond",
+                                   "/tmp/n1/run")
+    assert D.is_daemon_process(["herder", "mond"], "mond", "/run/herder")
+    assert not D.is_daemon_process(["herder", "mond"], "mond", "/tmp/n1/run")
 
 
 def daemon_ctx(tmp_path: Path, config: M.ConfigData | None, node: str) -> CollectContext:

@@ -173,12 +173,7 @@ def test_dead_node_fails_cleanly_and_a_restarted_noded_rejoins(sim) -> None:
 
     proc = cluster.spawn_noded(Path(sim.directory), Path(sim.config), victim)
     victim.pids["noded"] = proc.pid
-    import json
-    from dataclasses import asdict
-
-    from herder.core.store import atomic_write  # keep sim.json right for the teardown
-
-    atomic_write(Path(sim.directory) / "sim.json", json.dumps(asdict(sim)).encode())
+    sim.save()  # keep sim.json right for the teardown
     deadline = time.monotonic() + 20
     while True:
         done = herder(sim, "instance", "reboot", "web1", check=False)
@@ -299,6 +294,7 @@ def test_libvirtd_restart_is_survived(sim) -> None:
     assert daemon.proc is not None
     node.libvirtd_pid = daemon.proc.pid
     node.libvirt_uri = daemon.uri
+    sim.save()  # so the teardown stops this libvirtd too
     deadline = time.monotonic() + 15
     while "db1" not in domains(node.libvirt_uri) and time.monotonic() < deadline:
         time.sleep(0.2)

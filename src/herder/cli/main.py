@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "os": "herder.cli.storage:os_group",
     "job": "herder.cli.job:job",
     "confd": "herder.cli.confd:confd",
+    "maintd": "herder.cli.maintd:maintd",
 }
 
 

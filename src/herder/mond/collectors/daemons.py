@@ -47,13 +47,29 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def is_daemon_process(cmdline: list[str], daemon: str) -> bool:
-    """`herder <daemon>` or `python -m herder.cli.main <daemon>`, not `herder <daemon> report`."""
+DEFAULT_RUN_DIR = "/run/herder"
+
+
+def is_daemon_process(cmdline: list[str], daemon: str,
+                      run_dir: str | None = None) -> bool:
+    """`herder <daemon>` or `python -m herder.cli.main <daemon>`, not `herder <daemon> report`;
+    with `run_dir`, only a daemon of that run directory (its `--run-dir`, else the default):
+    several simulated nodes share one machine."""
     for index, arg in enumerate(cmdline):
         base = arg.rsplit("/", 1)[-1]
         if base in ("herder", "herder.cli.main") and index + 1 < len(cmdline):
             rest = cmdline[index + 1 :]
-            return rest[0] == daemon and (len(rest) == 1 or rest[1].startswith("-"))
+            if rest[0] != daemon or (len(rest) > 1 and not rest[1].startswith("-")):
+                return False
+            if run_dir is None:
+                return True
+            theirs = DEFAULT_RUN_DIR
+            for position, option in enumerate(rest):
+                if option == "--run-dir" and position + 1 < len(rest):
+                    theirs = rest[position + 1]
+                elif option.startswith("--run-dir="):
+                    theirs = option.split("=", 1)[1]
+            return theirs.rstrip("/") == run_dir.rstrip("/")
     return False
 
 
@@ -68,7 +84,7 @@ def find_process(run_dir: Path, daemon: str) -> psutil.Process | None:
             pass
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if cmdline and is_daemon_process(cmdline, daemon):
+        if cmdline and is_daemon_process(cmdline, daemon, str(run_dir)):
             return proc
     return None
 
