@@ -5,14 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import click
 
 from herder.core import model as M
-from herder.core.errors import HerderError
 from herder.core.store import FileStore, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,10 +78,6 @@ def timestamp(value: float) -> str:
     return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def fail(message: str) -> None:
-    raise HerderError(message)
-
-
 def report_error(err: BaseException) -> int:
     """One clear line on stderr; the exit code."""
     click.echo(f"herder: error: {err}", err=True)
@@ -99,13 +93,3 @@ def yes_no(value: str | None) -> bool | None:
 YES_NO = click.Choice(["yes", "no"], case_sensitive=False)
 
 
-def bump(obj: M.Base) -> None:
-    obj.touch()
-
-
-def echo_err(message: str) -> None:
-    click.echo(message, err=True)
-
-
-def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()
