@@ -3,9 +3,9 @@
 Locks: the cluster lock (BGL) first — exclusive when the LU changes the cluster as a whole,
 else shared — then each level in Ganeti's order. A try that cannot get all of a level's locks
 within its timeout releases what it got and backs off; the timeouts grow, and the last try
-waits without limit. While waiting the opcode shows `waiting` and can be canceled. The locks are
-released when the opcode ends, whatever happens. The last, unlimited wait keeps the opcode's place
-in the lock queues; canceling the job ends it at once (through the job's cancel token).
+waits without limit, keeping its place in the lock queues. While waiting the opcode shows
+`waiting`; canceling the job ends the wait at once (the job's cancel token). The locks are
+released when the opcode ends, whatever happens.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ class Processor:
 
     def _acquire_all(self, ctx: JobContext, plan: list[LockRequest], held: list[int]) -> None:
         """design-2.1's retry: each attempt takes every level within a growing timeout, or
-        drops everything and backs off; the last attempt waits (in cancelable slices)."""
+        drops everything and backs off; the last attempt waits until it gets them or the job is
+        canceled."""
         strategy = self.strategy_factory()
         while True:
             ctx.check_cancel()
