@@ -28,7 +28,20 @@ echo
 echo "== live migration, then evacuating node 2 (primaries and secondaries move)"
 "$H" instance migrate web1
 "$H" node evacuate node2.sim.herder.test
-"$H" node modify node2.sim.herder.test --drained yes
+"$H" instance list
+"$H" node list
+
+echo
+echo "== maintd heals a node: node 3's self-diagnose starts reporting 'evacuate'"
+echo "   (status page: http://127.0.0.11:1816/status.html)"
+"$H" cluster simulate --dir "$DIR" --break node3 evacuate
+for _ in $(seq 60); do
+  sleep 2
+  if "$H" maintd status --url http://127.0.0.11:1816 2>/dev/null | grep -qE "completed|failed"; then
+    break
+  fi
+done
+"$H" maintd status --url http://127.0.0.11:1816
 "$H" instance list
 "$H" node list
 
@@ -45,5 +58,7 @@ echo
 echo "The cluster keeps running. Try:"
 echo "  export HERDER_CONFIG=$HERDER_CONFIG"
 echo "  $H instance failover web1        # or: node evacuate, instance reboot, job list, ..."
+echo "  $H tags remove node node3.sim.herder.test maintd:repairready:...   # then:"
+echo "  $H cluster simulate --dir $DIR --break node3 Ok    # the incident is forgotten"
 echo "  curl -s http://127.0.0.11:1815/1/report/all | python3 -m json.tool"
 echo "Stop it with: $H cluster simulate --stop --dir $DIR"

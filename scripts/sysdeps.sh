@@ -3,8 +3,9 @@
 # - libvirt-dev, pkg-config, gcc: to build libvirt-python
 # - libvirt-daemon: a real libvirtd (test driver) for system tests
 # - lvm2: real LVM on loop devices for the storage collectors' tests
+# - chromium: the browser maintd's status page is tested in (driven by Playwright)
 set -euo pipefail
-PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl)
+PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()

@@ -8,7 +8,7 @@ unusable.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -30,12 +30,11 @@ def _fail(msg: str) -> NoReturn:
 
 def _text_cluster(path: str | None, simulate: tuple[str, ...],
                   ignore_dynu: bool = False) -> Cluster | None:
-    from herder.alloc.textdata import parse_text
-    from herder.alloc.textdata import simulate as simu
-
     if path and simulate:
         _fail("Only one of the data file and --simulate options should be given.")
     if path:
+        from herder.alloc.textdata import parse_text
+
         try:
             text = _read(path).decode()
         except OSError as err:
@@ -45,11 +44,52 @@ def _text_cluster(path: str | None, simulate: tuple[str, ...],
         except InputError as err:
             _fail(f"failed to load data, aborting: {err}")
     if simulate:
+        from herder.alloc.textdata import simulate as simu
+
         try:
             return simu(list(simulate))
         except InputError as err:
             _fail(str(err))
     return None
+
+
+def _apply_mond(cl: Cluster, mond: str, data_path: str | None, xen: bool, ignore_dynu: bool,
+                port: int, exit_on_missing: bool) -> None:
+    """hail/hbal's MonD step: cpu load from the agents (or a mock file) into ``cl``."""
+    if mond != "yes":
+        return
+    from herder.alloc.mond import MondOptions, apply_mond, parse_mond_data
+
+    data = None
+    if data_path is not None:
+        try:
+            with open(data_path) as fh:
+                text = fh.read()
+        except OSError as err:
+            _fail(f"can't parse MonD data: {data_path}: {err.strerror}")
+        try:
+            data = parse_mond_data(text)
+        except InputError as err:
+            _fail(f"can't parse MonD data: {err}")
+    opts = MondOptions(enabled=True, data=data, xen=xen, ignore_dynu=ignore_dynu, port=port)
+    ok = apply_mond(cl, opts, lambda msg: click.echo(msg, err=True))
+    if exit_on_missing and not ok:
+        _fail("Not all required data available")
+
+
+def _mond_options(func: Any) -> Any:
+    """The MonD options shared by ``alloc`` and ``balance``."""
+    func = click.option(
+        "--mond", type=click.Choice(["yes", "no"]), is_flag=False, flag_value="yes",
+        default="no", help="Query every node's monitoring daemon for its cpu load (yes/no).",
+    )(func)
+    func = click.option("--mond-data", "mond_data", default=None, metavar="FILE",
+                        help="Take MonD reports from FILE ([{node, reports}]) instead.")(func)
+    func = click.option("--mond-xen", "mond_xen", is_flag=True,
+                        help="Use the per-instance xen-cpu-avg-load collector.")(func)
+    func = click.option("--mond-port", "mond_port", type=int, default=1815, show_default=True,
+                        help="The agents' port (herder extension).")(func)
+    return func
 
 
 @click.command("alloc", context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,10 +113,12 @@ def _text_cluster(path: str | None, simulate: tuple[str, ...],
 @click.option("--print-nodes", "print_nodes", default=None, metavar="FIELDS",
               help="Print node tables with these fields (e.g. name,pcnt) to stderr.")
 @click.option("-v", "--verbose", count=True, help="Accepted for hail compatibility.")
+@_mond_options
 def alloc(request: str, ignore_soft_errors: bool, no_capacity_checks: bool, restrict: str | None,
           static_kvm_node_memory: int, text_data: str | None, simulate: tuple[str, ...],
           ignore_dynu: bool, dry_run: bool, save: str | None, print_default: bool,
-          print_nodes: str | None, verbose: int) -> None:
+          print_nodes: str | None, verbose: int, mond: str, mond_data: str | None,
+          mond_xen: bool, mond_port: int) -> None:
     """Answer an iallocator request (Ganeti protocol version 2) read from FILE or stdin."""
     if print_default and print_nodes is None:
         print_nodes = ""
@@ -93,6 +135,13 @@ def alloc(request: str, ignore_soft_errors: bool, no_capacity_checks: bool, rest
     except OSError as err:
         _fail(f"cannot read {request}: {err.strerror}")
     try:
+        if mond == "yes":
+            from herder.alloc.protocol import build_cluster, parse_message
+
+            msg = parse_message(data)
+            if cluster is None:
+                cluster = build_cluster(msg, opts)
+            _apply_mond(cluster, mond, mond_data, mond_xen, ignore_dynu, mond_port, False)
         if save is None and print_nodes is None:
             response = answer(data, opts, cluster)
         else:
@@ -224,6 +273,9 @@ def _load_any(text_data: str | None, simulate: tuple[str, ...], request: str | N
 @click.option("--prio", default=None, help="Accepted for compatibility.")
 @click.option("-v", "--verbose", count=True)
 @click.option("--print-instances", is_flag=True, help="Accepted for compatibility.")
+@click.option("--exit-on-missing-mond-data", "exit_on_missing", is_flag=True,
+              help="Fail when MonD data is incomplete.")
+@_mond_options
 def balance(text_data: str | None, request: str | None, simulate: tuple[str, ...],
             group: str | None, offline: tuple[str, ...], max_length: int, min_score: float,
             min_gain: float, min_gain_limit: float, ignore_soft_errors: bool, ignore_dynu: bool,
@@ -231,7 +283,8 @@ def balance(text_data: str | None, request: str | None, simulate: tuple[str, ...
             no_instance_moves: bool, exclusion_tags: str | None, exclude_instances: str | None,
             select_instances: str | None, util_file: str | None, print_commands: str | None,
             print_nodes: str | None, save: str | None, execute: bool, prio: str | None,
-            verbose: int, print_instances: bool) -> None:
+            verbose: int, print_instances: bool, exit_on_missing: bool, mond: str,
+            mond_data: str | None, mond_xen: bool, mond_port: int) -> None:
     """Propose the moves that balance a node group (hbal-compatible output)."""
     from herder.alloc.balance import (
         BalanceOptions,
@@ -265,6 +318,7 @@ def balance(text_data: str | None, request: str | None, simulate: tuple[str, ...
                 inst.movable = False
     if util_file:
         _load_util(cl, util_file)
+    _apply_mond(cl, mond, mond_data, mond_xen, ignore_dynu, mond_port, exit_on_missing)
     for spec in offline:
         for name in spec.split(","):
             if name not in cl.node_by_name:

@@ -329,6 +329,7 @@ def verify(store: FileStore, as_json: bool) -> None:
 @click.option("--maintenance", "maintenance_on", type=YES_NO, help="Enable the maintenance daemon.")
 @click.option("--maintenance-interval", type=click.IntRange(0),
               help="Seconds between maintenance rounds.")
+@click.option("--maintd-harep", type=YES_NO, help="Let maintd do harep-style instance repairs.")
 @click.option("--auto-balance-cluster", type=YES_NO, help="Let maintd balance the cluster.")
 @click.option("--auto-balance-threshold", type=float, help="Minimum score gain to balance.")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
@@ -344,7 +345,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            default_iallocator: tuple[str, ...], data_collector: tuple[str, ...],
            ipolicy_vcpu_ratio: float | None, ipolicy_spindle_ratio: float | None,
            ipolicy_disk_templates: str | None, maintenance_on: str | None,
-           maintenance_interval: int | None, auto_balance_cluster: str | None,
+           maintenance_interval: int | None, maintd_harep: str | None,
+           auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, diagnose_command: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
@@ -397,6 +399,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_enabled"] = bool(yes_no(maintenance_on))
     if maintenance_interval is not None:
         fields["maint_round_delay"] = maintenance_interval
+    if maintd_harep is not None:
+        fields["maint_harep"] = bool(yes_no(maintd_harep))
     if auto_balance_cluster is not None:
         fields["maint_balance"] = bool(yes_no(auto_balance_cluster))
     if auto_balance_threshold is not None:
@@ -462,9 +466,14 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
               help="Where the cluster's config, logs and node state go.")
 @click.option("--stop", "stop_it", is_flag=True, help="Tear the simulated cluster down.")
 @click.option("--no-mond", is_flag=True, help="Do not start a monitoring agent per node.")
+@click.option("--no-maintd", is_flag=True, help="Do not start the maintenance daemon.")
 @click.option("--first-ip", type=click.IntRange(1, 254), default=11, show_default=True,
               help="Last octet of node 1's address 127.0.0.N (the others follow).")
-def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, first_ip: int) -> None:
+@click.option("--break", "break_it", nargs=2, metavar="NODE STATUS",
+              help="Make NODE's self-diagnose report STATUS (Ok, live-repair, evacuate, "
+                   "evacuate-failover) in the running simulated cluster; Ok heals it.")
+def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
+             first_ip: int, break_it: tuple[str, str] | None) -> None:
     """Bring up a whole herder cluster on this machine, every daemon its own process.
 
     Node i gets the loopback address 127.0.0.(10+i) with the standard ports (noded 1811,
@@ -475,16 +484,22 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, first_ip
       export HERDER_CONFIG=/tmp/herder-sim/cluster/config.json
       herder instance add web1 -t drbd -o debootstrap+default --disk 1G
       herder node evacuate node2.sim.herder.test
+      herder cluster simulate --break node3 evacuate   # maintd drains and evacuates it
       herder cluster simulate --stop
     """
     from herder.sim import cluster as sim
 
+    if break_it:
+        sim.break_node(directory, break_it[0], break_it[1])
+        click.echo(f"{break_it[0]}'s self-diagnose now reports {break_it[1]}; watch maintd "
+                   "act on it (herder maintd status, or its status page)")
+        return
     if stop_it:
         click.echo("Stopped the simulated cluster" if sim.stop(directory)
                    else f"No simulated cluster is running in {directory}")
         return
-    state = sim.start(directory, nodes, mond=not no_mond, first_ip=first_ip,
-                      progress=click.echo)
+    state = sim.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
+                      first_ip=first_ip, progress=click.echo)
     click.echo(f"Simulated cluster of {nodes} node(s) is up; RAPI at {state.masterd_url}")
     click.echo(f"  export HERDER_CONFIG={state.config}")
     click.echo(f"  stop it with: herder cluster simulate --stop --dir {directory}")

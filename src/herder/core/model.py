@@ -436,10 +436,20 @@ class Incident(Base, kw_only=True):
     tag: str = ""
 
 
+class MaintdIntent(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A job maintd is about to submit (written before submitting, so a crash in between is
+    recognised and the job is never submitted twice)."""
+
+    key: str
+    event: str
+    step: str
+
+
 class Maintenance(Base, kw_only=True):
     """The maintenance daemon's persistent state (keys as in Ganeti's config `maintenance`)."""
 
     enabled: bool = True
+    harep: bool = False  # herder: harep-style instance repairs in maintd's rounds
     round_delay: int = msgspec.field(name="roundDelay", default=300)
     jobs: list[int] = msgspec.field(default_factory=list)
     balance: bool = False
@@ -447,6 +457,9 @@ class Maintenance(Base, kw_only=True):
     evacuated: list[str] = msgspec.field(default_factory=list)
     incidents: list[Incident] = msgspec.field(default_factory=list)
     diagnose_command: str = msgspec.field(name="diagnoseCommand", default="")
+    intents: list[MaintdIntent] = msgspec.field(default_factory=list)
+    # node UUID -> [timestamp_ns, hmac] of the newest diagnose report accepted (replay check)
+    seen: dict[str, tuple[int, str]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.round_delay < 0:

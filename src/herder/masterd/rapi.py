@@ -541,7 +541,8 @@ async def herder_maintenance(request: web.Request) -> web.Response:
     return ok(views.maintenance_view(config_of(request)))
 
 
-MAINT_FIELDS = {"enabled": "maint_enabled", "roundDelay": "maint_round_delay",
+MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
+                "roundDelay": "maint_round_delay",
                 "balance": "maint_balance", "balanceThreshold": "maint_balance_threshold",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
@@ -554,7 +555,7 @@ async def herder_maintenance_set(request: web.Request) -> web.Response:
     return await submit(request, "herder_maintenance", [op])
 
 
-STATE_FIELDS = {"incidents", "jobs", "evacuated"}
+STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen"}
 
 
 async def herder_maintenance_state(request: web.Request) -> web.Response:

@@ -54,5 +54,6 @@ class Schedule:
             return
         self.interval, self.min_interval, self.max_interval = interval, min_interval, max_interval
         self.adaptive = adaptive
+        self.next_due = 0.0  # run soon: a new interval must not wait for the old one to pass
         self.current = interval if not adaptive else min(max_interval,
                                                            max(min_interval, self.current))

@@ -25,7 +25,9 @@ from herder.sim.libvirtd import LibvirtdUnavailable, start_libvirtd
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
-PORTS = {"noded": 1811, "mond": 1815, "masterd": 5080}
+PORTS = {"noded": 1811, "mond": 1815, "maintd": 1816, "masterd": 5080}
+BREAK_SCRIPT = "herder-sim-diagnose"  # the diagnose command a simulated node runs
+DIAGNOSE_INTERVAL = 2.0
 DEMO_OS = "debootstrap"
 DEMO_VARIANTS = ("default", "minimal")
 SIM_DISK_MIB = 100 * 1024  # each simulated node offers 100 GiB of (sparse) instance disks
@@ -93,7 +95,8 @@ def write_demo_os(directory: Path) -> Path:
     return directory / "os"
 
 
-READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on"}
+READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
+         "maintd": "listening on"}
 
 
 def _wait_ready(daemon: str, ip: str, port: int, proc: subprocess.Popen[bytes], log: Path,
@@ -147,8 +150,41 @@ def _spawn(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
                                 start_new_session=True)
 
 
-def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int = 11,
-          progress: object = None) -> SimState:
+def write_diagnose(directory: Path, node: str, status: str = "Ok",
+                   command: str = "") -> Path:
+    """The simulated node's self-diagnose script (white-listed: root-owned, mode 755): it
+    prints `status`. `herder cluster simulate --break NODE evacuate` uses it."""
+    diag_dir = directory / "nodes" / node / "diagnose"
+    diag_dir.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"status": status, "command": command,
+                       "details": {"simulated": True, "since": int(time.time())}
+                       if status != "Ok" else {}})
+    script = diag_dir / BREAK_SCRIPT
+    tmp = diag_dir / f".{BREAK_SCRIPT}.tmp"
+    tmp.write_text(f"#!/bin/sh\ncat <<'EOF'\n{body}\nEOF\n")
+    tmp.chmod(0o755)
+    tmp.replace(script)
+    return script
+
+
+def break_node(directory: Path, node: str, status: str, command: str = "") -> None:
+    state = SimState.load(directory)
+    if state is None:
+        raise HerderError(f"no simulated cluster is running in {directory}")
+    names = {n.name: n for n in state.nodes}
+    match = names.get(node) or next((n for n in state.nodes if n.name.split(".")[0] == node),
+                                    None)
+    if match is None:
+        raise HerderError(f"no node {node!r} in the simulated cluster "
+                          f"({', '.join(sorted(names))})")
+    allowed = ("Ok", "live-repair", "evacuate", "evacuate-failover")
+    if status not in allowed:
+        raise HerderError(f"status must be one of {', '.join(allowed)}")
+    write_diagnose(directory, match.name, status, command)
+
+
+def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
+          first_ip: int = 11, progress: object = None) -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there)."""
     if not 1 <= nodes <= 200:
         raise HerderError("a simulated cluster has 1 to 200 nodes")
@@ -180,12 +216,17 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int =
         cfg.cluster.file_storage_dir = str(storage / "file")
         cfg.cluster.shared_file_storage_dir = str(storage / "shared-file")
     write_demo_os(directory)
+    if mond:
+        for node in sim_nodes:
+            write_diagnose(directory, node.name)
+        herder(config, "cluster", "modify", "--diagnose-data-collector-filename", BREAK_SCRIPT,
+               "--data-collector", f"diagnose:interval={DIAGNOSE_INTERVAL}")
     state = SimState(str(directory), str(config), sim_nodes,
                      f"https://{master.ip}:{PORTS['masterd']}")
     try:
         for node in sim_nodes:
             node_dir = directory / "nodes" / node.name
-            node_dir.mkdir(parents=True)
+            node_dir.mkdir(parents=True, exist_ok=True)
             try:
                 libvirtd = start_libvirtd()
             except LibvirtdUnavailable as err:
@@ -209,7 +250,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int =
                               str(PORTS["mond"]), "--node", node.name, "--run-dir",
                               str(node_dir / "run"), "--libvirt-uri", node.libvirt_uri,
                               "--plugin-dir", str(node_dir / "plugins"), "--diagnose-dir",
-                              str(node_dir / "diagnose"))
+                              str(node_dir / "diagnose"), "--collector-timeout", "10")
                 node.pids["mond"] = proc.pid
                 state.save()
                 _wait_ready("mond", node.ip, PORTS["mond"], proc, mond_log)
@@ -221,6 +262,15 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, first_ip: int =
         state.save()
         _wait_ready("masterd", master.ip, PORTS["masterd"], proc, masterd_log)
         say(f"{master.name}: masterd on {state.masterd_url}")
+        if maintd and mond:
+            maintd_log = master_dir / "maintd.log"
+            proc = _spawn(config, maintd_log, "maintd", "--bind", master.ip, "--port",
+                          str(PORTS["maintd"]), "--node", master.name, "--round-delay", "1",
+                          "--poll-interval", "1")
+            master.pids["maintd"] = proc.pid
+            state.save()
+            _wait_ready("maintd", master.ip, PORTS["maintd"], proc, maintd_log)
+            say(f"{master.name}: maintd on http://{master.ip}:{PORTS['maintd']}/status.html")
     except BaseException:
         stop(directory)
         raise

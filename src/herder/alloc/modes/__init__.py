@@ -11,34 +11,25 @@ from herder.alloc.protocol import Options, Response
 Handler = Callable[[Cluster, dict[str, Any], Options], Response]
 
 
-def _registry() -> dict[str, Handler]:
-    from herder.alloc.modes import (
-        allocate,
-        allocate_secondary,
-        balance,
-        capacity,
-        change_group,
-        multi_allocate,
-        node_evacuate,
-        relocate,
-    )
-
-    return {
-        "allocate": allocate.handle,
-        "relocate": relocate.handle,
-        "node-evacuate": node_evacuate.handle,
-        "change-group": change_group.handle,
-        "multi-allocate": multi_allocate.handle,
-        "allocate-secondary": allocate_secondary.handle,
-        "balance": balance.handle,
-        "capacity": capacity.handle,
-    }
-
-
+# request type -> module of herder.alloc.modes (imported only when that type is asked for)
+MODULES = {
+    "allocate": "allocate",
+    "relocate": "relocate",
+    "node-evacuate": "node_evacuate",
+    "change-group": "change_group",
+    "multi-allocate": "multi_allocate",
+    "allocate-secondary": "allocate_secondary",
+    "balance": "balance",
+    "capacity": "capacity",
+}
 REGISTRY: dict[str, Handler] = {}
 
 
 def handler(kind: str) -> Handler | None:
-    if not REGISTRY:
-        REGISTRY.update(_registry())
-    return REGISTRY.get(kind)
+    found = REGISTRY.get(kind)
+    if found is None and kind in MODULES:
+        import importlib
+
+        module = importlib.import_module(f"herder.alloc.modes.{MODULES[kind]}")
+        found = REGISTRY[kind] = module.handle
+    return found

@@ -93,6 +93,7 @@ class OpClusterSetParams(OpCode, **_op("OP_CLUSTER_SET_PARAMS")):
     data_collectors: dict[str, dict[str, Any]] | None = None
     # maintenance daemon (Ganeti 2.17 names)
     maint_enabled: bool | None = None
+    maint_harep: bool | None = None
     maint_round_delay: int | None = None
     maint_balance: bool | None = None
     maint_balance_threshold: float | None = None

@@ -148,6 +148,8 @@ class ClusterSetParams(LogicalUnit):
         before = msgspec.to_builtins(maint)
         if op.maint_enabled is not None:
             maint.enabled = op.maint_enabled
+        if op.maint_harep is not None:
+            maint.harep = op.maint_harep
         if op.maint_round_delay is not None:
             maint.round_delay = op.maint_round_delay
         if op.maint_balance is not None:

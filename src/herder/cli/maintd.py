@@ -1,0 +1,190 @@
+"""`herder maintd`: run the maintenance daemon on the master, or ask a running one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+
+from herder.core.errors import HerderError
+
+DEFAULT_PORT = 1816
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+EXIT_NOTMASTER = 11
+
+
+@click.group(invoke_without_command=True)
+@click.option("--bind", help="Address to listen on (default: the cluster's master IP, else the "
+                             "master node's primary IP).")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="TCP port (0: any free port, printed at start).")
+@click.option("--node", "node_name", help="This node's name (default: FQDN); maintd exits "
+                                          "with code 11 unless it is the master.")
+@click.option("--state", "state_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Keep the state in this JSON file instead of the cluster config.")
+@click.option("--mond-port", type=click.IntRange(1, 65535), default=1815, show_default=True)
+@click.option("--round-delay", type=click.FloatRange(0), help="Seconds between the end of a "
+              "round and the next one (default: the cluster's maintenance roundDelay).")
+@click.option("--poll-interval", type=click.FloatRange(0.05), default=10.0, show_default=True,
+              help="Seconds between two polls of the agents.")
+@click.option("--harep", is_flag=True, help="Also do harep's instance repairs (policy from "
+              "the ganeti:watcher:autorepair:* tags; until the cluster config has a setting).")
+@click.option("--debug", is_flag=True, help="Log at debug level.")
+@click.pass_context
+def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | None,
+           state_file: Path | None, mond_port: int, round_delay: float | None,
+           poll_interval: float, harep: bool, debug: bool) -> None:
+    """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
+
+    Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
+    node's mond (`/1/report/node/diagnose`, HMAC-checked), keeps incidents, and submits the
+    repair jobs round by round through masterd's RAPI.
+
+    \b
+    Routes (port 1816): /  /1/status  /1/jobs  /1/evacuated  /1/reports  /1/overview
+            POST /1/cancel/UUID   /status.html (live status page)
+    Ask a running daemon:  herder maintd status | herder maintd cancel UUID
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from herder.cli import remote
+    from herder.cli.common import store_from
+    from herder.core import envelope
+    from herder.core.cluster_secrets import HMAC_KEY_FILE
+    from herder.maintd.daemon import Maintd, RapiCluster
+    from herder.maintd.server import make_app
+    from herder.maintd.sources import DiagnoseSource
+    from herder.maintd.state import FileState, RapiState, StateStore
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)
+    store = store_from(ctx)
+    client = remote.client(ctx)
+    me = node_name or socket.getfqdn()
+    try:
+        info = client.get_info()
+        master = info.get("master")
+        maint = client.get_herder("maintenance")
+        nodes = client.get_nodes(bulk=True)
+    except Exception as err:
+        raise HerderError(f"cannot ask masterd: {err}") from None
+    if master != me:
+        click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
+        sys.exit(EXIT_NOTMASTER)
+    if bind is None:
+        cluster_ip = store.load().cluster.master_ip if store.exists() else None
+        master_pip = next((n.get("pip") for n in nodes if n.get("name") == me), None)
+        bind = _bindable(cluster_ip) or master_pip or "0.0.0.0"
+    key_path = store.directory / HMAC_KEY_FILE
+
+    def key() -> bytes | None:
+        try:
+            return envelope.load_key(key_path)
+        except (OSError, ValueError):
+            return None
+
+    state: StateStore
+    if state_file is not None:
+        state = FileState(state_file)
+    else:
+        state = RapiState(client, FileState(store.directory / "maintd-state.json"))
+    delay = float(maint.get("roundDelay", 300)) if round_delay is None else round_delay
+    daemon = Maintd(RapiCluster(client), state, [DiagnoseSource(key, port=mond_port)],
+                    round_delay=delay, interval=poll_interval,
+                    enabled=bool(maint.get("enabled", True)),
+                    harep=harep or bool(maint.get("harep", False)))
+
+    async def main() -> None:
+        from aiohttp import web
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await daemon.start()
+        runner = web.AppRunner(make_app(daemon), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, bind, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        click.echo(f"herder maintd: listening on http://{bind}:{bound}/ "
+                   f"(status page http://{bind}:{bound}/status.html)", err=True)
+        task = asyncio.create_task(daemon.run())
+        try:
+            await stop.wait()
+        finally:
+            task.cancel()
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except OSError as err:
+        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+
+
+def _bindable(address: str | None) -> str | None:
+    if not address:
+        return None
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))
+    except OSError:
+        return None
+    return address
+
+
+def _call(url: str, method: str = "GET") -> Any:
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        body = err.read().decode(errors="replace")
+        try:
+            message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            message = body
+        raise HerderError(f"{url}: HTTP {err.code}: {message}") from None
+    except (TimeoutError, urllib.error.URLError, ConnectionError) as err:
+        reason = getattr(err, "reason", err)
+        raise HerderError(f"cannot reach maintd at {url}: {reason}") from None
+
+
+url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
+                          help="Base URL of maintd.")
+
+
+@maintd.command()
+@url_option
+@click.option("--json", "as_json", is_flag=True, help="Print /1/status as JSON.")
+def status(url: str, as_json: bool) -> None:
+    """List a running maintd's incidents."""
+    incidents = _call(f"{url.rstrip('/')}/1/status")
+    if as_json:
+        click.echo(json.dumps(incidents, indent=1))
+        return
+    for inc in incidents:
+        jobs = ",".join(str(j) for j in inc.get("jobs", [])) or "-"
+        click.echo(f"{inc['uuid']}  {inc['node']:20} {inc['action']:18} "
+                   f"{inc['repair-status']:10} jobs {jobs}  {inc['tag']}")
+
+
+@maintd.command()
+@click.argument("uuid")
+@url_option
+def cancel(uuid: str, url: str) -> None:
+    """Cancel an incident: nothing more is done for it; it is forgotten once no longer
+    observed."""
+    answer = _call(f"{url.rstrip('/')}/1/cancel/{uuid}", "POST")
+    click.echo(f"{answer['uuid']}: {answer['repair-status']}")

@@ -1,0 +1,1 @@
+"""maintd: the maintenance daemon turning node self-diagnoses into safe, tracked repairs."""

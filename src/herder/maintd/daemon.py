@@ -1,0 +1,369 @@
+"""The maintenance loop (design-maintd "Mode of operation").
+
+Every `interval` seconds: read the cluster (through the RAPI client), poll the incident
+sources, merge observations into incidents, forget acknowledged ones, check the running
+round's jobs; when they have all finished (and `round_delay` has passed since the last round),
+plan the next round and submit all its jobs at once.
+
+A failed (or vanished) job fails its incident: no further jobs, the node is tagged
+`maintd:repairfailed:<event>`. The final step's success completes it (seen in the cluster: the
+node offline and tagged, or the live-repair's tag present).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from herder.core import model as M
+from herder.core.jobs import reason as R
+from herder.maintd import incidents as I
+from herder.maintd.rounds import Instance, Job, Node, Plan, failure_tag_job, plan_round
+from herder.maintd.sources import IncidentSource, Observation
+from herder.maintd.state import MaintState, StateStore, intent_key
+
+log = logging.getLogger("herder.maintd")
+
+FINISHED_OK = "success"
+UNFINISHED = ("queued", "waiting", "running", "canceling")
+SEEN_SAVE_INTERVAL = 5.0  # seconds between saves of only the replay-protection stamps
+
+
+class Cluster(Protocol):
+    """What maintd needs of the cluster (sync; called in a thread)."""
+
+    def nodes(self) -> list[Node]: ...
+
+    def instances(self) -> list[Instance]: ...
+
+    def submit(self, ops: list[dict[str, Any]]) -> int: ...
+
+    def job_status(self, job_id: int) -> str | None: ...  # None: unknown job
+
+    def maintd_jobs(self) -> dict[int, set[str]]: ...  # job id -> event uuids in its reasons
+
+    def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]: ...  # cluster, per group
+
+
+class RapiCluster:
+    """`Cluster` through `herder.core.rapi.RapiClient`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def nodes(self) -> list[Node]:
+        return [Node.from_rapi(d) for d in self.client.get_nodes(bulk=True)]
+
+    def instances(self) -> list[Instance]:
+        return [Instance.from_rapi(d) for d in self.client.get_instances(bulk=True)]
+
+    def submit(self, ops: list[dict[str, Any]]) -> int:
+        return int(self.client.request("POST", "/2/herder/jobs", None, {"ops": ops}))
+
+    def job_status(self, job_id: int) -> str | None:
+        try:
+            return str(self.client.get_job_status(job_id).get("status"))
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+
+    def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]:
+        groups = {g["uuid"]: list(g.get("tags") or []) for g in self.client.get_groups(bulk=True)}
+        return list(self.client.get_cluster_tags()), groups
+
+    def maintd_jobs(self) -> dict[int, set[str]]:
+        found: dict[int, set[str]] = {}
+        for job in self.client.get_jobs(bulk=True):
+            events = {r[1] for op in job.get("ops") or [] for r in op.get("reason") or []
+                      if isinstance(r, list) and len(r) == 3 and r[0] == R.MAINTD}
+            if events:
+                found[int(job["id"])] = events
+        return found
+
+
+class Maintd:
+    def __init__(self, cluster: Cluster, store: StateStore, sources: Sequence[IncidentSource],
+                 round_delay: float = 0.0, interval: float = 5.0, enabled: bool = True,
+                 harep: bool = False) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.sources = list(sources)
+        self.round_delay = round_delay
+        self.interval = interval
+        self.enabled = enabled
+        self.harep = harep
+        self.state = MaintState()
+        self.observations: dict[str, Observation] = {}
+        self.nodes: list[Node] = []
+        self.notes: list[str] = []
+        self.rounds = 0
+        self.last_round_end = 0.0
+        self.last_tick = 0.0
+        self.last_error = ""
+        self.round_cpu: list[float] = []
+        self._started = False
+        self._seen_saved = 0.0
+        self._wake = asyncio.Event()
+
+    # --- state ---------------------------------------------------------------------------------
+
+    async def _save(self) -> None:
+        await asyncio.to_thread(self.store.save, self.state)
+
+    async def start(self) -> None:
+        self.state = await asyncio.to_thread(self.store.load)
+        for source in self.sources:
+            restore = getattr(source, "restore", None)
+            if restore is not None:
+                restore(self.state.seen)
+        if self.state.intents:
+            await self._adopt()
+        self._started = True
+
+    async def _adopt(self) -> None:
+        """After a crash: jobs submitted for an intent whose id was never recorded."""
+        known = {j for inc in self.state.incidents for j in inc.jobs}
+        queue = await asyncio.to_thread(self.cluster.maintd_jobs)
+        for intent in self.state.intents:
+            inc = self.state.incident(intent["event"])
+            for job_id, events in sorted(queue.items()):
+                if intent["event"] not in events or job_id in known:
+                    continue
+                if inc is None and job_id in self.state.jobs:
+                    continue
+                log.warning("adopting job %d of event %s (submitted before a crash)",
+                            job_id, intent["event"])
+                known.add(job_id)
+                if job_id not in self.state.jobs:
+                    self.state.jobs.append(job_id)  # the next round waits for it
+                if inc is not None:  # (None: a harep repair, tracked by its tags)
+                    inc.jobs.append(job_id)
+                    if I.is_active(inc):
+                        I.set_status(inc, "pending")
+        self.state.intents = []
+        await self._save()
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        if not self._started:
+            await self.start()
+        while True:
+            try:
+                await self.tick()
+                self.last_error = ""
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # keep running; show it on the page
+                self.last_error = f"{type(err).__name__}: {err}"
+                log.exception("maintenance tick failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def observe(self, nodes: list[Node]) -> None:
+        merged: dict[str, Observation] = {}
+        for source in self.sources:
+            merged.update(await source.poll(nodes))
+        self.observations = merged
+
+    async def tick(self) -> Plan | None:
+        """One pass; returns the plan when a round was started."""
+        if not self._started:
+            await self.start()
+        self.last_tick = time.time()
+        nodes = await asyncio.to_thread(self.cluster.nodes)
+        instances = await asyncio.to_thread(self.cluster.instances)
+        self.nodes = nodes
+        await self.observe(nodes)
+        cpu0 = time.process_time()
+        busy = await self._check_jobs(nodes)
+        st = self.state
+        changed = False
+        data = {u: o.data for u, o in self.observations.items() if o.data is not None}
+        seen = self._seen()
+        seen_changed = seen != st.seen
+        st.seen = seen
+        created = I.observe(st.incidents, data)
+        for inc in created:
+            log.info("new incident %s on node %s: %s", inc.uuid, inc.node, inc.action)
+        changed |= bool(created)
+        tags = {n.uuid: n.tags for n in nodes}
+        dropped = I.forget(st.incidents, data, tags, st.jobs)
+        for inc in dropped:
+            log.info("forgetting incident %s (%s)", inc.uuid, inc.repair_status)
+        changed |= bool(dropped)
+        plan = None
+        if (not busy and self.enabled
+                and time.time() - self.last_round_end >= self.round_delay):
+            plan = plan_round(nodes, instances, st.incidents)
+            self.notes = plan.notes
+            if self.harep:
+                plan.jobs.extend(await self._harep_jobs(nodes, instances, plan))
+            if plan.jobs or plan.completed or plan.failed:
+                await self._execute(plan, nodes)
+                changed = True
+            else:
+                plan = None
+        if changed:
+            await self._save()
+        elif seen_changed and time.monotonic() - self._seen_saved >= SEEN_SAVE_INTERVAL:
+            # only the replay-protection stamps changed: the local file suffices
+            await asyncio.to_thread(getattr(self.store, "save_local", self.store.save), st)
+            self._seen_saved = time.monotonic()
+        self.round_cpu.append(time.process_time() - cpu0)
+        del self.round_cpu[:-100]
+        return plan
+
+    async def _harep_jobs(self, nodes: list[Node], instances: list[Instance],
+                          plan: Plan) -> list[Job]:
+        from herder.maintd import harep as H
+
+        cluster_tags, group_tags = await asyncio.to_thread(self.cluster.policy_tags)
+        pending = [s for i in instances
+                   for s in (H.parse_state_tag(t) for t in i.tags)
+                   if s is not None and s.kind == "pending"]
+        event_jobs: dict[str, list[int]] = {}
+        if any(not s.jobs for s in pending):
+            queue = await asyncio.to_thread(self.cluster.maintd_jobs)
+            for job_id, events in queue.items():
+                for event in events:
+                    event_jobs.setdefault(event, []).append(job_id)
+        ids = {j for s in pending for j in (s.jobs or event_jobs.get(s.uuid, ()))}
+        status = {j: await asyncio.to_thread(self.cluster.job_status, j) for j in ids}
+        names = {n.uuid: n.name for n in nodes}
+        affected = {names[u] for u in I.leading(self.state.incidents) if u in names}
+        return H.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
+                            event_jobs, affected)
+
+    async def _check_jobs(self, nodes: list[Node]) -> bool:
+        """Whether the running round's jobs still run; handles their end."""
+        st = self.state
+        if not st.jobs:
+            return False
+        statuses = {j: await asyncio.to_thread(self.cluster.job_status, j) for j in st.jobs}
+        if any(s in UNFINISHED for s in statuses.values()):
+            return True
+        names = {n.uuid: n.name for n in nodes}
+        failures: list[Job] = []
+        for job_id, status in statuses.items():
+            if status == FINISHED_OK:
+                continue
+            for inc in st.incidents:
+                if job_id in inc.jobs and I.is_active(inc):
+                    log.warning("job %d of incident %s ended %s: incident failed", job_id,
+                                inc.uuid, status or "unknown")
+                    self._fail(inc)
+                    if inc.node in names:
+                        failures.append(failure_tag_job(inc, names[inc.node]))
+        st.jobs = []
+        self.last_round_end = time.time()
+        if failures:
+            await self._submit(failures)
+        await self._save()
+        return bool(failures)
+
+    def _seen(self) -> dict[str, list[Any]]:
+        seen: dict[str, list[Any]] = dict(self.state.seen)
+        for source in self.sources:
+            last = getattr(source, "last", None)
+            if isinstance(last, dict):
+                seen.update({k: list(v) for k, v in last.items()})
+        return seen
+
+    def _fail(self, inc: M.Incident) -> None:
+        I.set_status(inc, "failed")
+        inc.tag = I.failed_tag(inc.uuid)
+
+    async def _execute(self, plan: Plan, nodes: list[Node]) -> None:
+        st = self.state
+        names = {n.uuid: n.name for n in nodes}
+        for event in plan.completed:
+            inc = st.incident(event)
+            if inc is not None:
+                log.info("incident %s completed", event)
+                I.set_status(inc, "completed")
+        extra: list[Job] = []
+        for event in plan.failed:
+            inc = st.incident(event)
+            if inc is not None:
+                log.warning("incident %s cannot be handled (live-repair without command)", event)
+                self._fail(inc)
+                if inc.node in names:
+                    extra.append(failure_tag_job(inc, names[inc.node]))
+        jobs = plan.jobs + extra
+        if jobs:
+            self.rounds += 1
+            await self._submit(jobs)
+
+    async def _submit(self, jobs: Iterable[Job]) -> None:
+        """Intent first, then submit, then the job id (crash-safe; see `state`)."""
+        st = self.state
+        jobs = list(jobs)
+        keys = [intent_key(j.event, j.step, self.rounds) for j in jobs]
+        st.intents.extend({"key": k, "event": j.event, "step": j.step}
+                          for k, j in zip(keys, jobs, strict=True))
+        for job in jobs:
+            inc = st.incident(job.event)
+            if inc is not None and inc.repair_status == "noted":
+                I.set_status(inc, "pending")
+        await self._save()
+        for key, job in zip(keys, jobs, strict=True):
+            try:
+                job_id = await asyncio.to_thread(self.cluster.submit, job.ops)
+            except Exception as err:
+                log.error("submitting %s job for %s failed: %s", job.step, job.event, err)
+                inc = st.incident(job.event)
+                if inc is not None and I.is_active(inc):
+                    self._fail(inc)
+                st.intents = [i for i in st.intents if i["key"] != key]
+                await self._save()
+                continue
+            log.info("submitted job %d (%s) for incident %s", job_id, job.step, job.event)
+            inc = st.incident(job.event)
+            if inc is not None:
+                inc.jobs.append(job_id)
+            st.jobs.append(job_id)
+            st.intents = [i for i in st.intents if i["key"] != key]
+            await self._save()
+
+    # --- views and commands --------------------------------------------------------------------
+
+    async def cancel(self, event: str) -> M.Incident:
+        """Cancel an incident (KeyError if unknown): nothing more is done for it."""
+        inc = I.cancel(self.state.incidents, event)
+        await self._save()
+        return inc
+
+    def status(self) -> list[dict[str, Any]]:
+        return [M.to_builtins(i) for i in self.state.incidents]
+
+    def reports(self) -> list[dict[str, Any]]:
+        by_uuid = {n.uuid: n for n in self.nodes}
+        out = []
+        for node_uuid, obs in sorted(self.observations.items()):
+            node = by_uuid.get(node_uuid)
+            out.append({"node": node_uuid, "name": node.name if node else node_uuid,
+                        "data": obs.data, "error": obs.error, "timestamp": obs.timestamp,
+                        "drained": bool(node and node.drained),
+                        "offline": bool(node and node.offline)})
+        return out
+
+    def overview(self) -> dict[str, Any]:
+        return {"incidents": self.status(), "jobs": list(self.state.jobs),
+                "evacuated": list(self.state.evacuated), "reports": self.reports(),
+                "notes": list(self.notes), "rounds": self.rounds, "error": self.last_error,
+                "last_tick": self.last_tick}
+
+
+def observations_of(reports: Mapping[str, Any]) -> dict[str, Observation]:
+    """Test helper: node UUID -> diagnose object as accepted observations."""
+    return {u: Observation(u, d) for u, d in reports.items()}

@@ -1,0 +1,148 @@
+"""An in-memory cluster and incident source for maintd tests."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from herder.maintd.daemon import Maintd
+from herder.maintd.rounds import Instance, Node
+from herder.maintd.server import make_app
+from herder.maintd.sources import Observation
+
+
+class FakeCluster:
+    def __init__(self, n: int = 4, instances: Sequence[Instance] = ()) -> None:
+        self._nodes = {f"node{i}": Node(name=f"node{i}", uuid=f"u{i}", ip=f"127.0.0.{i}",
+                                        master=(i == 1)) for i in range(1, n + 1)}
+        self._instances = {i.name: i for i in instances}
+        self.submitted: list[tuple[int, list[dict[str, Any]]]] = []
+        self.status: dict[int, str] = {}
+        self.fail_ops: set[str] = set()  # OP_IDs whose jobs fail
+        self.next_id = 100
+        self.cluster_tags: list[str] = []
+        self.group_tags: dict[str, list[str]] = {}
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    def instances(self) -> list[Instance]:
+        return list(self._instances.values())
+
+    def submit(self, ops: list[dict[str, Any]]) -> int:
+        self.next_id += 1
+        self.submitted.append((self.next_id, ops))
+        self.status[self.next_id] = "queued"
+        return self.next_id
+
+    def job_status(self, job_id: int) -> str | None:
+        return self.status.get(job_id)
+
+    def maintd_jobs(self) -> dict[int, set[str]]:
+        return {jid: {r[1] for op in ops for r in op.get("reason", [])} for jid, ops in
+                self.submitted}
+
+    def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]:
+        return list(self.cluster_tags), dict(self.group_tags)
+
+    def instance_tags(self, name: str) -> tuple[str, ...]:
+        return self._instances[name].tags
+
+    def node(self, name: str, **kw: Any) -> None:
+        self._nodes[name] = dataclasses.replace(self._nodes[name], **kw)
+
+    def run_all(self) -> None:
+        """Finish every queued job, applying its effect (or failing it)."""
+        for jid, ops in self.submitted:
+            if self.status[jid] != "queued":
+                continue
+            if any(op["OP_ID"] in self.fail_ops for op in ops):
+                for op in ops:  # the opcodes before the failing one ran
+                    if op["OP_ID"] in self.fail_ops:
+                        break
+                    self.apply(op)
+                self.status[jid] = "error"
+                continue
+            for op in ops:
+                self.apply(op)
+            self.status[jid] = "success"
+
+    def apply(self, op: dict[str, Any]) -> None:
+        kind = op["OP_ID"]
+        if kind == "OP_NODE_SET_PARAMS":
+            fields = {k: op[k] for k in ("drained", "offline") if k in op}
+            self.node(op["node_name"], **fields)
+        elif kind == "OP_TAGS_SET" and op["kind"] == "instance":
+            inst = self._instances[op["name"]]
+            self._instances[inst.name] = dataclasses.replace(inst, tags=inst.tags + tuple(
+                op["tags"]))
+        elif kind == "OP_TAGS_DEL" and op["kind"] == "instance":
+            inst = self._instances[op["name"]]
+            self._instances[inst.name] = dataclasses.replace(inst, tags=tuple(
+                t for t in inst.tags if t not in op["tags"]))
+        elif kind == "OP_TAGS_SET":
+            n = self._nodes[op["name"]]
+            self.node(op["name"], tags=n.tags + tuple(op["tags"]))
+        elif kind in ("OP_INSTANCE_MIGRATE", "OP_INSTANCE_FAILOVER"):
+            inst = self._instances[op["instance_name"]]
+            if inst.snodes:
+                new = Instance(inst.name, inst.snodes[0], (inst.pnode,), inst.disk_template,
+                               inst.tags)
+            else:
+                new = dataclasses.replace(inst, pnode=op["target_node"])
+            self._instances[inst.name] = new
+        elif kind == "OP_INSTANCE_REPLACE_DISKS":
+            inst = self._instances[op["instance_name"]]
+            self._instances[inst.name] = dataclasses.replace(inst, snodes=(op["remote_node"],))
+        elif kind == "OP_INSTANCE_REINSTALL":
+            pass
+
+
+class FakeSource:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    async def poll(self, nodes: Sequence[Node]) -> dict[str, Observation]:
+        return {n.uuid: Observation(n.uuid, self.data.get(n.uuid, {"status": "Ok"}))
+                for n in nodes}
+
+
+class Server:
+    """maintd's HTTP app on a free port of 127.0.0.1, in a thread with its own loop."""
+
+    def __init__(self, daemon: Maintd) -> None:
+        self.daemon = daemon
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.runner = web.AppRunner(make_app(self.daemon))
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = self.runner.addresses[0][1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        assert self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.call(self.runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
