@@ -78,6 +78,9 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         nodes = client.get_nodes(bulk=True)
     except Exception as err:
         raise HerderError(f"cannot ask masterd: {err}") from None
+    voted = master_vote(store, me)
+    if voted is not None:
+        master = voted
     if master != me:
         click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
         sys.exit(EXIT_NOTMASTER)
@@ -188,3 +191,37 @@ def cancel(uuid: str, url: str) -> None:
     observed."""
     answer = _call(f"{url.rstrip('/')}/1/cancel/{uuid}", "POST")
     click.echo(f"{answer['uuid']}: {answer['repair-status']}")
+
+
+def master_vote(store, me: str) -> str | None:
+    """Ask the master candidates' confd who the master is; a majority of the candidates must
+    name the same node. None when no confd answers (then masterd's own answer is used)."""
+    import logging
+
+    from herder.core import confd as C
+    from herder.core import envelope
+    from herder.core.cluster_secrets import HMAC_KEY_FILE
+
+    log = logging.getLogger("herder.maintd")
+    if not store.exists():
+        return None
+    config = store.load()
+    peers = C.peers_from_config(config)
+    try:
+        client = C.ConfdClient(peers, envelope.load_key(store.directory / HMAC_KEY_FILE),
+                               timeout=2.0)
+        result = client.query(C.REQ_CLUSTER_MASTER, None, coverage=-1)
+    except Exception as err:  # no confd anywhere: fall back to masterd
+        log.warning("master vote: no confd answered (%s); trusting masterd", err)
+        return None
+    votes: dict[str, int] = {}
+    for reply in result.replies.values():
+        if reply.status == 0 and isinstance(reply.answer, str):
+            votes[reply.answer] = votes.get(reply.answer, 0) + 1
+    winner, count = max(votes.items(), key=lambda kv: kv[1], default=(None, 0))
+    if winner is None or count * 2 <= len(peers):
+        raise HerderError(f"master vote: no majority of the {len(peers)} master candidates "
+                          f"agrees on a master ({votes or 'no answers'})")
+    if winner != me:
+        log.warning("master vote: %d of %d master candidates name %s", count, len(peers), winner)
+    return winner

@@ -25,7 +25,7 @@ from herder.sim.libvirtd import LibvirtdUnavailable, start_libvirtd
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
-PORTS = {"noded": 1811, "mond": 1815, "maintd": 1816, "masterd": 5080}
+PORTS = {"noded": 1811, "confd": 1814, "mond": 1815, "maintd": 1816, "masterd": 5080}
 BREAK_SCRIPT = "herder-sim-diagnose"  # the diagnose command a simulated node runs
 DIAGNOSE_INTERVAL = 2.0
 DEMO_OS = "debootstrap"
@@ -96,7 +96,7 @@ def write_demo_os(directory: Path) -> Path:
 
 
 READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
-         "maintd": "listening on"}
+         "maintd": "listening on", "confd": "listening on udp"}
 
 
 def _wait_ready(daemon: str, ip: str, port: int, proc: subprocess.Popen[bytes], log: Path,
@@ -254,6 +254,14 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
                 node.pids["mond"] = proc.pid
                 state.save()
                 _wait_ready("mond", node.ip, PORTS["mond"], proc, mond_log)
+        for node in sim_nodes[:3]:  # the master candidates run confd (design-2.1)
+            node_dir = directory / "nodes" / node.name
+            confd_log = node_dir / "confd.log"
+            proc = _spawn(config, confd_log, "confd", "--bind", node.ip, "--port",
+                          str(PORTS["confd"]))
+            node.pids["confd"] = proc.pid
+            state.save()
+            _wait_ready("confd", node.ip, PORTS["confd"], proc, confd_log)
         master_dir = directory / "nodes" / master.name
         masterd_log = master_dir / "masterd.log"
         proc = _spawn(config, masterd_log, "masterd", "--bind", master.ip, "--port",
