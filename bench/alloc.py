@@ -182,6 +182,8 @@ def main() -> int:
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--balance-moves", type=int, default=5)
     ap.add_argument("--capacity-limit", type=int, default=50)
+    ap.add_argument("--alloc-entry", choices=("herder", "module"), default="herder",
+                    help="iallocator requests via `herder alloc` or `python -m herder.alloc`")
     args = ap.parse_args()
     hail = GROOT / "bin" / "hail"
     hbal = GROOT / "bin" / "hbal"
@@ -208,7 +210,9 @@ def main() -> int:
                     continue
                 path = work / f"{name}-{n}-{g}.json"
                 path.write_text(json.dumps(req))
-                jobs.append((name, [HERDER, "alloc", str(path)],
+                entry = ([HERDER, "alloc"] if args.alloc_entry == "herder"
+                         else [sys.executable, "-m", "herder.alloc"])
+                jobs.append((name, [*entry, str(path)],
                              [str(hail), str(path)] if peers else None, alloc_score))
             if g == 1 and ("balance" in cases or "capacity" in cases):
                 unbalanced = make_cluster(n, 1, fill=0.5)

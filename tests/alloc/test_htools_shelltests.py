@@ -35,8 +35,6 @@ def _skip_reason(rec: dict[str, Any]) -> str | None:
     for tool in NO_EQUIVALENT:
         if f"./test/hs/{tool}" in cmd:
             return f"{tool} has no herder equivalent"
-    if rec["file"] == "htools-hspace.test" and "hspace-tiered-mixed" in cmd:
-        return "known gap: free-spindle accounting on mixed exclusive-storage clusters"
     return None
 
 

@@ -200,7 +200,7 @@ def test_cli_mond_data_matches_hbal(tmp_path: Path, extra: list[str]) -> None:
 
 
 @contextmanager
-def agents(loads: dict[str, float]) -> Iterator[int]:
+def agents(loads: dict[str, float], base: Path) -> Iterator[int]:
     """One herder mond per address (127.0.0.x), all on the same port, reporting ``loads``."""
     from herder.mond.agent import Agent
     from herder.mond.collector import CollectContext, Collector, MondSettings
@@ -220,7 +220,7 @@ def agents(loads: dict[str, float]) -> Iterator[int]:
     stops: list[tuple[asyncio.AbstractEventLoop, asyncio.Event, threading.Thread]] = []
     try:
         for host, total in loads.items():
-            run_dir = Path(f"/tmp/herder-alloc-mond-{host}-{id(loads)}")
+            run_dir = base / f"mond-{host}"
             run_dir.mkdir(exist_ok=True)
             ctx = CollectContext(node_name=host,
                                  settings=MondSettings(plugin_dir=run_dir, run_dir=run_dir))
@@ -261,7 +261,7 @@ def test_live_agents_change_balancing_like_hbal(tmp_path: Path) -> None:
     data = tmp_path / "c.data"
     data.write_text(cluster_text(names, INSTS))
     try:
-        ctx = agents(LIVE)
+        ctx = agents(LIVE, tmp_path)
         port = ctx.__enter__()
     except OSError as err:
         pytest.skip(f"cannot bind the loopback addresses: {err}")
@@ -292,7 +292,7 @@ def test_unreachable_agents_are_ignored(tmp_path: Path) -> None:
     names = ["127.0.0.1", "127.0.0.2"]
     data = tmp_path / "c.data"
     data.write_text(cluster_text(names, [("a", 1, 0, 1), ("b", 1, 1, 0)]))
-    with agents({"127.0.0.1": 1.0}) as port:  # nothing listens on 127.0.0.2
+    with agents({"127.0.0.1": 1.0}, tmp_path) as port:  # nothing listens on 127.0.0.2
         proc = herder("balance", "-t", str(data), "--mond=yes", "--mond-port", str(port))
     plain = herder("balance", "-t", str(data))
     assert proc.returncode == 0
@@ -305,7 +305,10 @@ def test_unreachable_agents_are_ignored(tmp_path: Path) -> None:
 def test_alloc_accepts_mond(tmp_path: Path) -> None:
     req = CONF / "htools" / "hail-alloc-drbd.json"
     base = herder("alloc", str(req))
-    with_mond = herder("alloc", "--mond=yes", "--mond-port", "9", str(req))
+    with_mond = herder("alloc", "--mond-port", "9", "--mond", str(req))  # bare: yes, not FILE
     assert base.returncode == with_mond.returncode == 0
     assert with_mond.stdout == base.stdout  # no agent answers: data ignored
     assert "data will be ignored" in with_mond.stderr
+    module = subprocess.run([sys.executable, "-m", "herder.alloc", "--mond=no", str(req)],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert module.returncode == 0 and module.stdout == base.stdout and not module.stderr

@@ -351,6 +351,8 @@ def add_pri(node: Node, inst: Instance, snode: Node | None = None) -> None:
         else:
             node.inst_spindles += 0 if inst.forthcoming else inst.spindle_use
             node.inst_spindles_forth += inst.spindle_use
+    if not node.excl:
+        node.f_spindles = 0  # Ganeti's calcNewFreeSpindles: 0 on non-exclusive nodes
     _set_pri_common(node, inst, snode, +1)
 
 
@@ -367,6 +369,8 @@ def remove_pri(node: Node, inst: Instance, snode: Node | None = None) -> None:
         else:
             node.inst_spindles -= 0 if inst.forthcoming else inst.spindle_use
             node.inst_spindles_forth -= inst.spindle_use
+    if not node.excl:
+        node.f_spindles = 0
     _set_pri_common(node, inst, snode, -1)
 
 
@@ -414,9 +418,11 @@ def add_sec(node: Node, inst: Instance, pidx: int) -> None:
         node.f_dsk_forth -= inst.dsk
     if node.excl:
         node.f_spindles -= max(0, inst.disk_spindles)
-    elif inst.local:
-        node.inst_spindles += 0 if inst.forthcoming else inst.spindle_use
-        node.inst_spindles_forth += inst.spindle_use
+    else:
+        node.f_spindles = 0
+        if inst.local:
+            node.inst_spindles += 0 if inst.forthcoming else inst.spindle_use
+            node.inst_spindles_forth += inst.spindle_use
     node.load[2] += inst.util[2]
 
 
@@ -435,9 +441,11 @@ def remove_sec(node: Node, inst: Instance, pidx: int) -> None:
         node.f_dsk_forth += inst.dsk
     if node.excl:
         node.f_spindles += max(0, inst.disk_spindles)
-    elif inst.local:
-        node.inst_spindles -= 0 if inst.forthcoming else inst.spindle_use
-        node.inst_spindles_forth -= inst.spindle_use
+    else:
+        node.f_spindles = 0
+        if inst.local:
+            node.inst_spindles -= 0 if inst.forthcoming else inst.spindle_use
+            node.inst_spindles_forth -= inst.spindle_use
     node.load[2] -= inst.util[2]
 
 

@@ -77,11 +77,25 @@ def _apply_mond(cl: Cluster, mond: str, data_path: str | None, xen: bool, ignore
         _fail("Not all required data available")
 
 
+class _MondCommand(click.Command):
+    """A command whose bare ``--mond`` means ``--mond=yes`` (getopt's optional argument: a
+    following word is never taken as its value)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        for k, arg in enumerate(args):
+            if arg == "--":
+                out.extend(args[k:])
+                break
+            out.append("--mond=yes" if arg == "--mond" else arg)
+        return super().parse_args(ctx, out)
+
+
 def _mond_options(func: Any) -> Any:
     """The MonD options shared by ``alloc`` and ``balance``."""
     func = click.option(
-        "--mond", type=click.Choice(["yes", "no"]), is_flag=False, flag_value="yes",
-        default="no", help="Query every node's monitoring daemon for its cpu load (yes/no).",
+        "--mond", type=click.Choice(["yes", "no"]), default="no", metavar="[=yes|no]",
+        help="Query every node's monitoring daemon for its cpu load (bare --mond: yes).",
     )(func)
     func = click.option("--mond-data", "mond_data", default=None, metavar="FILE",
                         help="Take MonD reports from FILE ([{node, reports}]) instead.")(func)
@@ -92,7 +106,8 @@ def _mond_options(func: Any) -> Any:
     return func
 
 
-@click.command("alloc", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("alloc", cls=_MondCommand,
+               context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("request", metavar="FILE|-")
 @click.option("--ignore-soft-errors", is_flag=True, help="Apply only the hard resource checks.")
 @click.option("--no-capacity-checks", is_flag=True, help="Skip the global N+1 check.")
@@ -241,7 +256,8 @@ def _load_any(text_data: str | None, simulate: tuple[str, ...], request: str | N
     return cl
 
 
-@click.command("balance", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("balance", cls=_MondCommand,
+               context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-t", "--text-data", "text_data", default=None, metavar="FILE",
               help="The cluster in htools text format.")
 @click.option("--request", "request", default=None, metavar="FILE",

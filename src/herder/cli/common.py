@@ -78,12 +78,6 @@ def timestamp(value: float) -> str:
     return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def report_error(err: BaseException) -> int:
-    """One clear line on stderr; the exit code."""
-    click.echo(f"herder: error: {err}", err=True)
-    return 1
-
-
 def yes_no(value: str | None) -> bool | None:
     if value is None:
         return None

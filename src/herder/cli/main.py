@@ -13,7 +13,6 @@ import sys
 import click
 
 from herder import __version__
-from herder.cli.common import report_error
 from herder.core.errors import HerderError
 
 # name -> "module:attribute" of a click command or group. Add a line per command group.
@@ -113,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("Aborted.", err=True)
         return 1
     except HerderError as err:
-        return report_error(err)
+        click.echo(f"herder: error: {err}", err=True)  # one clear line
+        return 1
     except BrokenPipeError:
         return 0
     return 0
