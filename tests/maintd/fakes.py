@@ -27,6 +27,10 @@ class FakeCluster:
         self.next_id = 100
         self.cluster_tags: list[str] = []
         self.group_tags: dict[str, list[str]] = {}
+        self.settings: dict[str, Any] = {}  # GET /2/herder/maintenance
+        self.actual: dict[str, str] = {}  # instance -> actual state on its primary's agent
+        self.crashing: set[str] = set()  # instances that do not stay up when started
+        self.starts: list[str] = []
 
     def nodes(self) -> list[Node]:
         return list(self._nodes.values())
@@ -91,8 +95,7 @@ class FakeCluster:
         elif kind in ("OP_INSTANCE_MIGRATE", "OP_INSTANCE_FAILOVER"):
             inst = self._instances[op["instance_name"]]
             if inst.snodes:
-                new = Instance(inst.name, inst.snodes[0], (inst.pnode,), inst.disk_template,
-                               inst.tags)
+                new = dataclasses.replace(inst, pnode=inst.snodes[0], snodes=(inst.pnode,))
             else:
                 new = dataclasses.replace(inst, pnode=op["target_node"])
             self._instances[inst.name] = new
@@ -101,6 +104,34 @@ class FakeCluster:
             self._instances[inst.name] = dataclasses.replace(inst, snodes=(op["remote_node"],))
         elif kind == "OP_INSTANCE_REINSTALL":
             pass
+        elif kind == "OP_INSTANCE_ACTIVATE_DISKS":
+            inst = self._instances[op["instance_name"]]
+            self._instances[inst.name] = dataclasses.replace(inst, disks_active=True)
+        elif kind == "OP_INSTANCE_STARTUP":
+            self.starts.append(op["instance_name"])
+            if op["instance_name"] not in self.crashing:
+                self.actual[op["instance_name"]] = "up"
+
+    def maintenance(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+
+class FakeInstanceStatus:
+    """The nodes' inst-status reports from `FakeCluster.actual` (missing: up)."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    async def poll(self, nodes: Sequence[Node]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for n in nodes:
+            if n.offline or n.drained:
+                continue
+            out[n.name] = {"data": {"instances": [
+                {"name": i.name, "uuid": i.uuid, "admin_state": i.admin_state,
+                 "actual_state": self.cluster.actual.get(i.name, "up"), "status": {}}
+                for i in self.cluster.instances() if i.pnode == n.name]}}
+        return out
 
 
 class FakeSource:

@@ -169,8 +169,13 @@ def test_evacuate_heals_the_cluster(sim) -> None:
         node = cfg.find_node(victim)
         assert node.offline and inc["tag"] in node.tags  # (offline replaces drained)
         assert inc["tag"] == f"maintd:repairready:{inc['uuid']}"
-        # the state went through masterd into the config's maintenance section
-        (saved,) = cfg.maintenance.incidents
+        # the state went through masterd into the config's maintenance section (saved at the
+        # end of the tick that completed it: the page may show it a moment earlier)
+        def saved_completed():
+            incs = FileStore(sim.config).load().maintenance.incidents
+            return incs if incs and incs[0].repair_status == "completed" else None
+
+        (saved,) = wait_for(saved_completed, 30, "the completed incident in the config")
         assert saved.uuid == inc["uuid"] and saved.repair_status == "completed"
         assert not any(victim_uuid in i.all_nodes for i in cfg.instances.values())
         victim_uri = next(n.libvirt_uri for n in sim.nodes if n.name == victim)

@@ -5,6 +5,10 @@ sources, merge observations into incidents, forget acknowledged ones, check the 
 round's jobs; when they have all finished (and `round_delay` has passed since the last round),
 plan the next round and submit all its jobs at once.
 
+After the incidents' jobs a round gets harep's repairs (when enabled), the watcher's
+(`watcher`: activate disks, restart instances that are down) and balancing moves (`balance`,
+when the cluster's maintenance setting `balance` is true), each on the nodes the others leave.
+
 A failed (or vanished) job fails its incident: no further jobs, the node is tagged
 `maintd:repairfailed:<event>`. The final step's success completes it (seen in the cluster: the
 node offline and tagged, or the live-repair's tag present).
@@ -22,8 +26,9 @@ from typing import Any, Protocol
 from herder.core import model as M
 from herder.core.jobs import reason as R
 from herder.maintd import incidents as I
+from herder.maintd import watcher as W
 from herder.maintd.rounds import Instance, Job, Node, Plan, failure_tag_job, plan_round
-from herder.maintd.sources import IncidentSource, Observation
+from herder.maintd.sources import DiagnoseSource, IncidentSource, Observation
 from herder.maintd.state import MaintState, StateStore, intent_key
 
 log = logging.getLogger("herder.maintd")
@@ -72,6 +77,12 @@ class RapiCluster:
                 return None
             raise
 
+    def maintenance(self) -> dict[str, Any]:
+        return dict(self.client.get_herder("maintenance"))
+
+    def node_figures(self) -> dict[str, dict[str, Any]]:
+        return {d["name"]: d for d in self.client.get_nodes(bulk=True)}
+
     def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]:
         groups = {g["uuid"]: list(g.get("tags") or []) for g in self.client.get_groups(bulk=True)}
         return list(self.client.get_cluster_tags()), groups
@@ -89,7 +100,10 @@ class RapiCluster:
 class Maintd:
     def __init__(self, cluster: Cluster, store: StateStore, sources: Sequence[IncidentSource],
                  round_delay: float = 0.0, interval: float = 5.0, enabled: bool = True,
-                 harep: bool = False) -> None:
+                 harep: bool = False, watcher: bool = True, instance_status: Any = None,
+                 balance: bool | None = None, balance_threshold: float | None = None,
+                 restart_budget: int = W.BUDGET, restart_window: float = W.WINDOW,
+                 restart_settle: float = W.SETTLE) -> None:
         self.cluster = cluster
         self.store = store
         self.sources = list(sources)
@@ -97,6 +111,21 @@ class Maintd:
         self.interval = interval
         self.enabled = enabled
         self.harep = harep
+        self.watcher = watcher
+        if instance_status is None and watcher:
+            # the agents polled for diagnoses also report the instances' states
+            diag = next((s for s in self.sources if isinstance(s, DiagnoseSource)), None)
+            if diag is not None:
+                instance_status = W.InstanceStatusSource(diag.port, diag.timeout, diag.address)
+        self.instance_status = instance_status
+        self.balance = balance  # None: the cluster's maintenance setting `balance`
+        self.balance_threshold = balance_threshold  # None: the setting `balanceThreshold`
+        self.settings: dict[str, Any] = {}
+        self.restart_budget = restart_budget
+        self.restart_window = restart_window
+        self.restart_settle = restart_settle
+        self.restarts: dict[str, list[float]] = {}  # instance -> restart submissions (memory)
+        self.last_balance: dict[str, Any] = {}
         self.state = MaintState()
         self.observations: dict[str, Observation] = {}
         self.nodes: list[Node] = []
@@ -208,6 +237,9 @@ class Maintd:
             self.notes = plan.notes
             if self.harep:
                 plan.jobs.extend(await self._harep_jobs(nodes, instances, plan))
+            if self.watcher:
+                plan.jobs.extend(await self._watcher_jobs(nodes, instances, plan))
+            plan.jobs.extend(await self._balance_jobs(nodes, instances, plan))
             if plan.jobs or plan.completed or plan.failed:
                 await self._execute(plan, nodes)
                 changed = True
@@ -243,6 +275,71 @@ class Maintd:
         affected = {names[u] for u in I.leading(self.state.incidents) if u in names}
         return H.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
                             event_jobs, affected)
+
+    def _affected(self, nodes: list[Node], failed: bool = False) -> set[str]:
+        """Names of nodes with an active incident (`failed`: or a failed one, or tagged so)."""
+        names = {n.uuid: n.name for n in nodes}
+        out = {names[u] for u in I.leading(self.state.incidents) if u in names}
+        if failed:
+            out |= {names[i.node] for i in self.state.incidents
+                    if i.repair_status == "failed" and i.node in names}
+            out |= {n.name for n in nodes if any(t.startswith(I.FAILED_PREFIX) for t in n.tags)}
+        return out
+
+    async def _watcher_jobs(self, nodes: list[Node], instances: list[Instance],
+                            plan: Plan) -> list[Job]:
+        reports: dict[str, Any] = {}
+        if self.instance_status is not None and any(i.admin_state == "up" for i in instances):
+            try:
+                reports = await self.instance_status.poll(nodes)
+            except Exception as err:  # no states: no restarts, disks are still activated
+                log.warning("cannot poll the instances' states: %s", err)
+        states = W.states_of(reports, instances)
+        now = time.time()
+        for name in list(self.restarts):
+            self.restarts[name] = [t for t in self.restarts[name]
+                                   if now - t < self.restart_window]
+            if not self.restarts[name]:
+                del self.restarts[name]
+        res = W.plan_watcher(nodes, instances, plan, states, self.restarts,
+                             self._affected(nodes), now, self.restart_budget,
+                             self.restart_window, self.restart_settle)
+        for name in res.restarted:
+            log.info("restarting instance %s: it should run but is down", name)
+            self.restarts.setdefault(name, []).append(now)
+        plan.notes.extend(res.notes)
+        return res.jobs
+
+    async def _balance_jobs(self, nodes: list[Node], instances: list[Instance],
+                            plan: Plan) -> list[Job]:
+        from herder.maintd import balance as B
+
+        getter = getattr(self.cluster, "maintenance", None)
+        if getter is not None and (self.balance is None or self.balance_threshold is None):
+            try:
+                self.settings = dict(await asyncio.to_thread(getter) or {})
+            except Exception as err:  # keep the last known settings
+                log.warning("cannot read the maintenance settings: %s", err)
+        enabled = (bool(self.settings.get("balance", False)) if self.balance is None
+                   else self.balance)
+        if not enabled:
+            return []
+        threshold = self.balance_threshold
+        if threshold is None:
+            try:
+                threshold = float(self.settings.get("balanceThreshold", 0.1))
+            except (TypeError, ValueError):
+                threshold = 0.1
+        figures_of = getattr(self.cluster, "node_figures", None)
+        figures = await asyncio.to_thread(figures_of) if figures_of is not None else None
+        cpu0 = time.process_time()
+        res = await asyncio.to_thread(B.plan_balance, nodes, instances, plan, threshold,
+                                      self._affected(nodes, failed=True), figures)
+        self.last_balance = {"initial_score": res.initial_score,
+                             "final_score": res.final_score, "jobs": len(res.jobs),
+                             "cpu": round(time.process_time() - cpu0, 4)}
+        plan.notes.extend(res.notes)
+        return res.jobs
 
     async def _check_jobs(self, nodes: list[Node]) -> bool:
         """Whether the running round's jobs still run; handles their end."""
@@ -361,7 +458,9 @@ class Maintd:
         return {"incidents": self.status(), "jobs": list(self.state.jobs),
                 "evacuated": list(self.state.evacuated), "reports": self.reports(),
                 "notes": list(self.notes), "rounds": self.rounds, "error": self.last_error,
-                "last_tick": self.last_tick}
+                "last_tick": self.last_tick,
+                "restarts": {k: len(v) for k, v in sorted(self.restarts.items())},
+                "balance": dict(self.last_balance)}
 
 
 def observations_of(reports: Mapping[str, Any]) -> dict[str, Observation]:

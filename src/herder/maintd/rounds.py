@@ -59,12 +59,25 @@ class Instance:
     snodes: tuple[str, ...] = ()
     disk_template: str = "drbd"
     tags: tuple[str, ...] = ()
+    admin_state: str = "up"  # up | down | offline
+    disks_active: bool = True
+    memory: int = 0  # MiB (beparams maxmem)
+    vcpus: int = 1
+    disks: tuple[int, ...] = ()  # disk sizes, MiB
+    uuid: str = ""
 
     @classmethod
     def from_rapi(cls, d: Mapping[str, Any]) -> Instance:
+        be = d.get("beparams") or {}
         return cls(name=d["name"], pnode=d["pnode"], snodes=tuple(d.get("snodes") or ()),
                    disk_template=d.get("disk_template") or "diskless",
-                   tags=tuple(d.get("tags") or ()))
+                   tags=tuple(d.get("tags") or ()),
+                   admin_state=d.get("admin_state") or ("up" if d.get("admin_up") else "down"),
+                   disks_active=d.get("disks_active") is not False,
+                   memory=int(be.get("maxmem") or be.get("memory") or 0),
+                   vcpus=int(be.get("vcpus") or 1),
+                   disks=tuple(int(s or 0) for s in d.get("disk.sizes") or ()),
+                   uuid=d.get("uuid") or "")
 
 
 @dataclass

@@ -1,0 +1,184 @@
+"""Balancing steps of a round (issue 7, design-maintd "Mode of operation"): pure.
+
+When the cluster's maintenance setting `balance` is true, after the repairs: ask the allocator
+library (`herder.alloc`, request type `balance`) for the moves that lower the cluster score,
+and take the first set of moves that can run in parallel (as Ganeti's maintd). Every step must
+gain at least `balanceThreshold` unless the score is at least ten times that (Ganeti's
+`algMinGain`/`algMinGainLimit`). Only healthy nodes take part — not offline, drained or part of
+an incident (active or failed), with the instances living on them alone (Ganeti's
+`algAllowedNodes`) — and a move is left out when a node it touches is used by another job of
+the round. The next round plans again from the cluster as it then is.
+
+The iallocator message is built from RAPI data. masterd's RAPI has no live node figures yet
+(`mtotal`, `mfree`, `dtotal`, `dfree` are null): when a node's figures are null, every node is
+given the same capacity — twice the memory (disk) all instances of the cluster use, at
+least 1 GiB (10 GiB), and 64 CPUs, so that N+1 checks never bind on made-up figures — and its
+free figures follow from the instances' sizes
+(memory of primaries; disk of primaries and secondaries). The score then balances what the
+instances use, which is what matters on a uniform cluster (compat row D-balance). No dynamic
+(agent) load is used yet.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from herder.maintd.rounds import Instance, Job, Node, Plan, annotate
+
+DEFAULT_GROUP = "00000000-0000-0000-0000-000000000000"
+DRBD_META = 128  # MiB per disk, as Ganeti
+
+
+@dataclass
+class BalanceResult:
+    jobs: list[Job] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    initial_score: float = 0.0
+    final_score: float = 0.0
+
+
+def disk_total(inst: Instance) -> int:
+    return sum(inst.disks) + (DRBD_META * len(inst.disks) if inst.disk_template == "drbd" else 0)
+
+
+def build_message(nodes: Sequence[Node], instances: Sequence[Instance],
+                  figures: Mapping[str, Mapping[str, Any]] | None = None,
+                  request: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An iallocator v2 message (`request` default: balance) from maintd's view.
+
+    `figures`: node name -> RAPI node dict; its `mtotal/mfree/dtotal/dfree/ctotal` are used
+    when no node's are null, otherwise the uniform capacity of the module doc."""
+    figures = figures or {}
+    mem_used = {n.name: 0 for n in nodes}
+    dsk_used = {n.name: 0 for n in nodes}
+    for inst in instances:
+        if inst.pnode in mem_used:
+            mem_used[inst.pnode] += inst.memory
+            dsk_used[inst.pnode] += disk_total(inst)
+        for s in inst.snodes:
+            if s in dsk_used:
+                dsk_used[s] += disk_total(inst)
+    # the whole cluster's use fits on any node: the N+1 checks never bind on assumed figures
+    t_mem = max(1024, 2 * sum(i.memory for i in instances))
+    t_dsk = max(10240, 2 * sum(dsk_used.values()))
+    groups = {n.group or DEFAULT_GROUP for n in nodes}
+    keys = ("mtotal", "mfree", "dtotal", "dfree")
+    # all nodes' live figures or none (a mix of real and assumed capacities scores nonsense)
+    live = all(isinstance((figures.get(n.name) or {}).get(k), int | float)
+               for n in nodes for k in keys)
+    out_nodes: dict[str, Any] = {}
+    for n in nodes:
+        f = figures.get(n.name) or {}
+        entry: dict[str, Any] = {
+            "primary_ip": n.ip, "secondary_ip": n.ip, "tags": list(n.tags),
+            "master_candidate": n.master, "master_capable": True, "vm_capable": n.vm_capable,
+            "drained": n.drained, "offline": n.offline, "group": n.group or DEFAULT_GROUP,
+            "ndparams": {"spindle_count": 1, "exclusive_storage": False},
+        }
+        if live:
+            entry.update(total_memory=int(f["mtotal"]), free_memory=int(f["mfree"]),
+                         reserved_memory=int(f.get("mnode") or 0), total_disk=int(f["dtotal"]),
+                         free_disk=int(f["dfree"]), total_cpus=int(f.get("ctotal") or 64),
+                         reserved_cpus=1)
+        else:
+            entry.update(total_memory=t_mem, free_memory=t_mem - mem_used[n.name],
+                         reserved_memory=0, total_disk=t_dsk,
+                         free_disk=t_dsk - dsk_used[n.name], total_cpus=64, reserved_cpus=1)
+        entry.update(total_spindles=1, free_spindles=1)
+        out_nodes[n.name] = entry
+    insts = {}
+    for i in instances:
+        insts[i.name] = {
+            "disks": [{"size": s, "mode": "rw", "spindles": 1} for s in i.disks],
+            "disk_space_total": disk_total(i), "disk_template": i.disk_template,
+            "tags": list(i.tags), "nics": [], "vcpus": i.vcpus, "memory": i.memory,
+            "spindle_use": 1, "admin_state": i.admin_state if i.admin_state in (
+                "up", "down", "offline") else "up",
+            "nodes": [i.pnode, *i.snodes],
+        }
+    return {
+        "version": 2, "cluster_name": "maintd", "cluster_tags": [],
+        "enabled_hypervisors": [],  # no static KVM node memory on assumed figures
+        "nodegroups": {g: {"name": g, "alloc_policy": "preferred", "networks": [], "tags": []}
+                       for g in sorted(groups)},
+        "nodes": out_nodes, "instances": insts,
+        "request": dict(request or {"type": "balance"}),
+    }
+
+
+def first_job_set(msg: Mapping[str, Any], threshold: float,
+                  max_moves: int = -1) -> tuple[float, float, list[tuple[str, list[str], list[
+                      str], list[dict[str, Any]]]]]:
+    """hbal's greedy balancing of every node group of `msg`, stopped at the first move that
+    touches a node an earlier move touches: (initial score, score after the set, moves as
+    (instance, old nodes, new nodes, opcodes)). The set is the first of the allocator's
+    `balance` answer (`job_sets` of its moves), without computing the moves after it."""
+    from herder.alloc.balance import BalanceOptions, Balancer, move_opcodes, optimal_score
+    from herder.alloc.metrics import Stats
+    from herder.alloc.protocol import Options, build_cluster
+
+    cl = build_cluster(dict(msg), Options())
+    opts = BalanceOptions(min_gain=threshold, min_gain_limit=10 * threshold)
+    ini = Stats(cl.nodes).score()
+    out = []
+    for gidx in sorted({n.group for n in cl.nodes}):
+        bal = Balancer(cl, gidx, opts)
+        cur = bal.score()
+        optimal = optimal_score(bal.nodes)
+        used: set[int] = set()
+        while cur > optimal + opts.min_score and (max_moves < 0 or len(out) < max_moves):
+            mv = bal.best_move(cur)
+            if mv is None or not mv.score < cur - 1e-9 or mv.nodes & used:
+                break
+            if not (cur > opts.min_gain_limit or cur - mv.score >= opts.min_gain):
+                break
+            ops = move_opcodes(cl, mv)
+            bal.apply(mv)
+            cur = bal.score()
+            used |= mv.nodes
+            out.append((mv.instance, [cl.nodes[i].name for i in mv.old if i >= 0],
+                        [cl.nodes[i].name for i in mv.new if i >= 0], ops))
+    return ini, Stats(cl.nodes).score(), out
+
+
+def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Plan,
+                 threshold: float, excluded: Iterable[str] = (),
+                 figures: Mapping[str, Mapping[str, Any]] | None = None,
+                 max_moves: int = -1,
+                 new_uuid: Callable[[], str] | None = None) -> BalanceResult:
+    """The balancing jobs of this round (see the module doc). `excluded`: names of nodes of
+    active or failed incidents; every job is its own event (`new_uuid`) in the reason trail."""
+    from herder.alloc import InputError
+
+    new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
+    out = BalanceResult()
+    # Ganeti's algAllowedNodes: only the healthy nodes and the instances living on them alone
+    bad = set(excluded) | {n.name for n in nodes if n.offline or n.drained or not n.vm_capable}
+    ok_nodes = [n for n in nodes if n.name not in bad]
+    known = {n.name for n in ok_nodes}
+    insts = [i for i in instances if i.pnode in known and all(s in known for s in i.snodes)]
+    if len(ok_nodes) < 2 or not insts:
+        return out
+    msg = build_message(ok_nodes, insts, figures)
+    try:
+        out.initial_score, out.final_score, moves = first_job_set(msg, threshold, max_moves)
+    except InputError as err:
+        out.notes.append(f"balance: the allocator refused the cluster: {err}")
+        return out
+    busy = {n for j in plan.jobs for n in j.nodes}
+    used = {i for j in plan.jobs for i in j.instances}
+    for name, old, new, ops in moves:
+        touched = frozenset((*old, *new))
+        if name in used or touched & busy:
+            out.notes.append(f"balance: move of {name} waits ({', '.join(sorted(touched))} "
+                             "busy)")
+            continue
+        event = new_uuid()
+        out.jobs.append(Job(event, "balance", [annotate(dict(op), event) for op in ops],
+                            nodes=touched, instances=frozenset((name,))))
+        used.add(name)
+        busy |= touched
+    return out

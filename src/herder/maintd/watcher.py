@@ -1,0 +1,175 @@
+"""Watcher-style instance repairs of maintd's own (issue 7): pure planning plus the source of
+the instances' actual states.
+
+After the incidents' (and harep's) jobs of a round, on nodes without an active incident:
+
+* `OP_INSTANCE_ACTIVATE_DISKS` for every instance that should run (admin state up) whose
+  disks are inactive (`disks_active` false in the RAPI view);
+* `OP_INSTANCE_STARTUP` for every instance that should run but whose primary node's agent
+  reports it `down` (Ganeti's ERROR_down) — not when the primary is offline or drained, not
+  while an earlier restart of it has not settled (`settle` seconds after it was submitted: the
+  agent's report may still be the old one), and at most `budget` restarts per `window` seconds
+  per instance (a crash loop is not restarted forever; the status page notes it).
+
+The RAPI instance view has no run state (`oper_state` is null): the actual state comes from
+every primary node's mond, `GET /1/report/instance/inst-status?verbose=1`
+(`data.instances: [{name, uuid, admin_state, actual_state, status}]`).
+
+Every job is its own event (a fresh uuid) in the reason trail, so a crash between submit and
+recording the id is adopted as for harep's repairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from herder.maintd.rounds import Instance, Job, Node, Plan, annotate
+
+log = logging.getLogger("herder.maintd.watcher")
+
+INST_STATUS_PATH = "/1/report/instance/inst-status?verbose=1"
+BUDGET = 3  # restarts per instance ...
+WINDOW = 3600.0  # ... per this many seconds
+SETTLE = 60.0  # seconds after a restart during which a "down" report is not believed
+
+
+@dataclass
+class WatcherResult:
+    jobs: list[Job] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)  # instance names restarted this round
+
+
+def plan_watcher(nodes: Sequence[Node], instances: Sequence[Instance], plan: Plan,
+                 states: Mapping[str, str], restarts: Mapping[str, Sequence[float]],
+                 affected: Iterable[str] = (), now: float | None = None,
+                 budget: int = BUDGET, window: float = WINDOW, settle: float = SETTLE,
+                 new_uuid: Callable[[], str] | None = None) -> WatcherResult:
+    """The watcher's jobs for this round, after `plan`'s jobs.
+
+    `states`: instance name -> actual state reported by its primary node's agent (missing: not
+    known, no restart); `restarts`: instance name -> times of earlier restarts (submissions);
+    `affected`: names of nodes with an active incident. No job uses an instance or touches a
+    node already used by the round's other jobs."""
+    now = time.time() if now is None else now
+    new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
+    by_name = {n.name: n for n in nodes}
+    # every node a job of the round touches is left alone (stricter than the pair rule)
+    busy_nodes = set(affected) | {n for j in plan.jobs for n in j.nodes}
+    used = {i for j in plan.jobs for i in j.instances}
+    out = WatcherResult()
+    for inst in sorted(instances, key=lambda i: i.name):
+        if inst.admin_state != "up" or inst.name in used:
+            continue
+        pnode = by_name.get(inst.pnode)
+        if pnode is None or pnode.offline or pnode.drained or not pnode.vm_capable:
+            continue
+        involved = {inst.pnode, *inst.snodes}
+        if involved & busy_nodes:
+            continue
+        if any((n := by_name.get(s)) is None or n.offline for s in inst.snodes):
+            continue  # a mirrored disk without its secondary: harep's or an incident's job
+        if not inst.disks_active and inst.disk_template != "diskless":
+            event = new_uuid()
+            op = {"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS", "instance_name": inst.name}
+            out.jobs.append(Job(event, "activate-disks", [annotate(op, event)],
+                                nodes=frozenset((inst.pnode,)),
+                                instances=frozenset((inst.name,))))
+            used.add(inst.name)
+            continue
+        if states.get(inst.name) != "down":
+            continue
+        recent = [t for t in restarts.get(inst.name, ()) if now - t < window]
+        if recent and now - max(recent) < settle:
+            continue
+        if len(recent) >= budget:
+            out.notes.append(f"watcher: {inst.name} is down and was restarted {len(recent)} "
+                             f"times in the last {window:g}s; not restarting it again")
+            continue
+        event = new_uuid()
+        op = {"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": inst.name, "force": False}
+        out.jobs.append(Job(event, "restart", [annotate(op, event)],
+                            nodes=frozenset((inst.pnode,)), instances=frozenset((inst.name,))))
+        out.restarted.append(inst.name)
+        used.add(inst.name)
+    return out
+
+
+def states_of(reports: Mapping[str, Any], instances: Sequence[Instance]) -> dict[str, str]:
+    """Instance name -> actual state, from node name -> inst-status report (or its data).
+
+    Only an instance's primary node's report counts (a migrated instance is not "down" on its
+    old node); entries are matched by uuid when both sides have one, else by name."""
+    by_node: dict[str, dict[str, str]] = {}
+    for node, report in reports.items():
+        data = report.get("data", report) if isinstance(report, Mapping) else None
+        entries = data.get("instances") if isinstance(data, Mapping) else None
+        if not isinstance(entries, list):
+            continue
+        seen: dict[str, str] = {}
+        for e in entries:
+            if not isinstance(e, Mapping) or not isinstance(e.get("actual_state"), str):
+                continue
+            for key in (e.get("uuid"), e.get("name")):
+                if isinstance(key, str) and key:
+                    seen[key] = e["actual_state"]
+        by_node[node] = seen
+    out: dict[str, str] = {}
+    for inst in instances:
+        seen = by_node.get(inst.pnode)
+        if seen is None:
+            continue
+        state = seen.get(inst.uuid) if inst.uuid else None
+        state = state or seen.get(inst.name)
+        if state is not None:
+            out[inst.name] = state
+    return out
+
+
+class InstanceStatusSource:
+    """Polls the inst-status collector of every online, undrained node's mond."""
+
+    def __init__(self, port: int = 1815, timeout: float = 5.0,
+                 address: Callable[[Node], str] | None = None) -> None:
+        self.port = port
+        self.timeout = timeout
+        self.address = address or (lambda n: n.ip or n.name)
+        self.errors: dict[str, str] = {}
+
+    def url(self, node: Node) -> str:
+        host = self.address(node)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}{INST_STATUS_PATH}"
+
+    async def _one(self, session: aiohttp.ClientSession, node: Node) -> tuple[str, Any]:
+        try:
+            async with session.get(self.url(node)) as resp:
+                if resp.status != 200:
+                    self.errors[node.name] = f"mond answered {resp.status}"
+                    return node.name, None
+                report = await resp.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as err:
+            self.errors[node.name] = f"unreachable: {type(err).__name__} {err}"
+            log.info("no inst-status report from %s: %s", node.name, err)
+            return node.name, None
+        self.errors.pop(node.name, None)
+        return node.name, report
+
+    async def poll(self, nodes: Sequence[Node]) -> dict[str, Any]:
+        """Node name -> inst-status report (nodes that did not answer are left out)."""
+        live = [n for n in nodes if not n.offline and not n.drained and n.vm_capable]
+        if not live:
+            return {}
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            results = await asyncio.gather(*(self._one(session, n) for n in live))
+        return {name: report for name, report in results if report is not None}

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+from herder.alloc import Options, answer_message
+from herder.core.jobs import reason as R
+from herder.maintd import balance as B
+from herder.maintd.daemon import Maintd
+from herder.maintd.rounds import Instance, Job, Node, Plan
+from herder.maintd.state import FileState
+
+from .fakes import FakeCluster, FakeSource
+
+
+def nodes(n: int = 4, **kw: dict[str, bool]) -> list[Node]:
+    return [Node(f"node{i}", f"u{i}", f"127.0.0.{i}", master=i == 1, **kw.get(f"node{i}", {}))
+            for i in range(1, n + 1)]
+
+
+def crowded(k: int = 6) -> list[Instance]:
+    """Every instance on node2 with its secondary on node3; node1 and node4 empty."""
+    return [Instance(f"i{j}", "node2", ("node3",), memory=1024, vcpus=1, disks=(2048,))
+            for j in range(k)]
+
+
+def uuids():
+    counter = itertools.count()
+    return lambda: f"bal{next(counter)}"
+
+
+def test_message_is_accepted_by_the_allocator() -> None:
+    msg = B.build_message(nodes(), crowded(), request={"type": "balance", "max_moves": 0})
+    assert msg["nodes"]["node2"]["free_memory"] == msg["nodes"]["node2"]["total_memory"] - 6144
+    assert msg["nodes"]["node3"]["free_disk"] == msg["nodes"]["node3"]["total_disk"] - 6 * 2176
+    assert msg["instances"]["i0"]["nodes"] == ["node2", "node3"]
+    resp = answer_message(msg, Options(dry_run=True))
+    assert resp.success and resp.result["moves"] == []
+
+
+def test_live_figures_are_used_when_present() -> None:
+    figs = {f"node{i}": {"mtotal": 8192, "mfree": 4096, "dtotal": 100_000, "dfree": 50_000,
+                         "ctotal": 8} for i in range(1, 5)}
+    msg = B.build_message(nodes(), crowded(), figs)
+    n = msg["nodes"]["node1"]
+    assert (n["total_memory"], n["free_memory"], n["total_disk"], n["total_cpus"]) == (
+        8192, 4096, 100_000, 8)
+    figs["node3"]["mfree"] = None  # one node without: the assumed figures for all
+    msg = B.build_message(nodes(), crowded(), figs)
+    assert msg["nodes"]["node1"]["total_memory"] == 2 * 6144
+
+
+def test_imbalanced_cluster_gets_moves() -> None:
+    res = B.plan_balance(nodes(), crowded(), Plan(), 0.1, new_uuid=uuids())
+    assert res.initial_score - res.final_score >= 0.1
+    assert res.jobs, res.notes
+    for job in res.jobs:
+        assert job.step == "balance" and len(job.instances) == 1
+        assert {op["OP_ID"] for op in job.ops} <= {"OP_INSTANCE_MIGRATE",
+                                                   "OP_INSTANCE_REPLACE_DISKS"}
+        assert all(op["reason"][-1][:2] == [R.MAINTD, job.event] for op in job.ops)
+    # the jobs of one round touch disjoint nodes
+    touched = [n for j in res.jobs for n in j.nodes]
+    assert len(touched) == len(set(touched))
+    assert len({j.event for j in res.jobs}) == len(res.jobs)
+
+
+def test_threshold_stops_small_gains() -> None:
+    # initial score ~11.6 < 10 x 5 and no single move gains 5: nothing to do (Ganeti's rule)
+    res = B.plan_balance(nodes(), crowded(), Plan(), 5.0)
+    assert res.jobs == [] and res.initial_score == res.final_score > 0
+    # a score above 10 x threshold lets smaller steps through
+    assert B.plan_balance(nodes(), crowded(), Plan(), 1.0).jobs
+
+
+def test_instances_of_excluded_nodes_stay() -> None:
+    insts = [*crowded(4), Instance("x", "node4", ("node2",), memory=1024, disks=(2048,))]
+    res = B.plan_balance(nodes(), insts, Plan(), 0.1, excluded={"node4"})
+    assert res.jobs and all("node4" not in j.nodes and "x" not in j.instances
+                            for j in res.jobs)
+
+
+def test_balanced_cluster_has_nothing_to_do() -> None:
+    insts = [Instance(f"i{p}{s}", f"node{p}", (f"node{s}",), memory=1024, disks=(1024,))
+             for p in range(1, 5) for s in range(1, 5) if p != s]
+    res = B.plan_balance(nodes(), insts, Plan(), 0.0)
+    assert res.jobs == [] and res.notes == []
+
+
+def test_excluded_busy_and_used_are_left_alone() -> None:
+    # node1 and node4 both excluded: no move can land anywhere useful
+    res = B.plan_balance(nodes(), crowded(), Plan(), 0.1, excluded={"node1", "node4"})
+    assert all(not ({"node1", "node4"} & j.nodes) for j in res.jobs)
+    other = Plan(jobs=[Job("x", "drain", [], nodes=frozenset(("node2",)))])
+    res = B.plan_balance(nodes(), crowded(), other, 0.1)
+    assert res.jobs == [] and any("waits" in n for n in res.notes)
+    res = B.plan_balance(nodes(node4={"drained": True}, node1={"offline": True}), crowded(),
+                         Plan(), 0.1)
+    assert all(not ({"node1", "node4"} & j.nodes) for j in res.jobs)
+
+
+# --- the daemon --------------------------------------------------------------------------------
+
+def load(cluster: FakeCluster) -> dict[str, int]:
+    out = {n.name: 0 for n in cluster.nodes()}
+    for i in cluster.instances():
+        out[i.pnode] += 1
+    return out
+
+
+def drive(d: Maintd, cluster: FakeCluster, n: int) -> list[list[str]]:
+    out: list[list[str]] = []
+
+    async def go() -> None:
+        for _ in range(n):
+            before = len(cluster.submitted)
+            await d.tick()
+            new = cluster.submitted[before:]
+            if new:
+                out.append([ops[0]["OP_ID"] for _, ops in new])
+            cluster.run_all()
+    asyncio.run(go())
+    return out
+
+
+def test_daemon_balances_when_enabled(tmp_path: Path) -> None:
+    cluster = FakeCluster(4, crowded())
+    d = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()])
+    assert drive(d, cluster, 2) == []  # balance defaults to false
+    cluster.settings = {"balance": True, "balanceThreshold": 0.1}
+    rounds = drive(d, cluster, 12)
+    assert rounds and all(set(r) <= {"OP_INSTANCE_MIGRATE", "OP_INSTANCE_REPLACE_DISKS"}
+                          for r in rounds)
+    assert max(load(cluster).values()) <= 3  # was 6 on node2
+    assert d.overview()["balance"]["final_score"] <= d.overview()["balance"]["initial_score"]
+    # and it settles: no more moves
+    assert drive(d, cluster, 3) == []
+
+
+def test_daemon_does_not_balance_onto_a_failed_node(tmp_path: Path) -> None:
+    cluster = FakeCluster(4, crowded())
+    cluster.node("node4", tags=("maintd:repairfailed:e1",))
+    cluster.settings = {"balance": True}
+    d = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()])
+    drive(d, cluster, 10)
+    assert all("node4" not in (i.pnode, *i.snodes) for i in cluster.instances())
+    assert load(cluster)["node2"] < 6
+
+
+def test_first_job_set_is_the_allocators_first_set() -> None:
+    ns = [Node(f"node{i}", f"u{i}") for i in range(1, 9)]
+    insts = [Instance(f"{p}{j}", a, (b,), memory=1024, disks=(2048,))
+             for p, a, b in (("a", "node1", "node2"), ("b", "node3", "node4")) for j in range(4)]
+    msg = B.build_message(ns, insts, request={"type": "balance", "min_gain": 0.1,
+                                              "min_gain_limit": 1.0})
+    full = answer_message(msg, Options(dry_run=True)).result
+    ini, _, moves = B.first_job_set(msg, 0.1)
+    assert abs(ini - full["initial_score"]) < 1e-6
+    assert [ops for *_, ops in moves] == full["jobs"][0]
+    assert len(moves) == 2  # disjoint moves run in parallel
+    res = B.plan_balance(ns, insts, Plan(), 0.1)
+    assert [sorted(j.instances) for j in res.jobs] == [[m[0]] for m in moves]
