@@ -117,15 +117,27 @@ class FakeCluster:
 
 
 class FakeInstanceStatus:
-    """The nodes' inst-status reports from `FakeCluster.actual` (missing: up)."""
+    """The nodes' inst-status reports from `FakeCluster.actual` (missing: up) and their
+    cpu-avg-load reports from `cpu_load` (a node missing there does not answer)."""
 
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
+        self.cpu_load: dict[str, float] = {}  # node -> cpu_total of its cpu-avg-load report
+        self.paths: list[str] = []
 
-    async def poll(self, nodes: Sequence[Node]) -> dict[str, Any]:
+    async def poll(self, nodes: Sequence[Node], path: str = "inst-status") -> dict[str, Any]:
+        self.paths.append(path)
         out: dict[str, Any] = {}
         for n in nodes:
             if n.offline or n.drained:
+                continue
+            if "cpu-avg-load" in path:
+                if n.name in self.cpu_load:
+                    load = self.cpu_load[n.name]
+                    out[n.name] = {"name": "cpu-avg-load", "version": "B", "format_version": 1,
+                                   "timestamp": 0, "category": None, "kind": 0,
+                                   "data": {"cpu_number": 4, "cpus": [load / 4] * 4,
+                                            "cpu_total": load}}
                 continue
             out[n.name] = {"data": {"instances": [
                 {"name": i.name, "uuid": i.uuid, "admin_state": i.admin_state,

@@ -11,7 +11,7 @@ from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Job, Node, Plan
 from herder.maintd.state import FileState
 
-from .fakes import FakeCluster, FakeSource
+from .fakes import FakeCluster, FakeInstanceStatus, FakeSource
 
 
 def nodes(n: int = 4, **kw: dict[str, bool]) -> list[Node]:
@@ -161,3 +161,53 @@ def test_first_job_set_is_the_allocators_first_set() -> None:
     assert len(moves) == 2  # disjoint moves run in parallel
     res = B.plan_balance(ns, insts, Plan(), 0.1)
     assert [sorted(j.instances) for j in res.jobs] == [[m[0]] for m in moves]
+
+
+def test_without_disk_moves_only_primaries_move() -> None:
+    with_disks = B.plan_balance(nodes(), crowded(), Plan(), 0.1)
+    assert any(op["OP_ID"] == "OP_INSTANCE_REPLACE_DISKS" for j in with_disks.jobs
+               for op in j.ops)
+    res = B.plan_balance(nodes(), crowded(), Plan(), 0.1, disk_moves=False)
+    assert res.jobs
+    for job in res.jobs:  # only failovers/migrations between primary and secondary
+        assert {op["OP_ID"] for op in job.ops} == {"OP_INSTANCE_MIGRATE"}
+        assert job.nodes == {"node2", "node3"}
+
+
+def cpu_reports(loads: dict[str, float]) -> dict[str, list[dict[str, object]]]:
+    return {n: [{"name": "cpu-avg-load", "version": "B", "format_version": 1, "timestamp": 0,
+                 "category": None, "kind": 0,
+                 "data": {"cpu_number": 1, "cpus": [v], "cpu_total": v}}]
+            for n, v in loads.items()}
+
+
+def test_dynamic_load_enters_the_score_only_from_every_node() -> None:
+    static = B.plan_balance(nodes(), crowded(), Plan(), 0.1)
+    assert not static.dynamic_load
+    assert [sorted(j.nodes) for j in static.jobs] == [["node1", "node2", "node3"]]
+    # node1 is busy with something else: the move goes to the idle node4 instead
+    loads = {"node1": 8.0, "node2": 0.1, "node3": 0.1, "node4": 0.1}
+    res = B.plan_balance(nodes(), crowded(), Plan(), 0.1, mond_data=cpu_reports(loads))
+    assert res.dynamic_load and res.initial_score > static.initial_score
+    assert [sorted(j.nodes) for j in res.jobs] == [["node2", "node3", "node4"]]
+    # one agent silent: Ganeti's rule, nobody's load is used, and a note says so
+    del loads["node3"]
+    res = B.plan_balance(nodes(), crowded(), Plan(), 0.1, mond_data=cpu_reports(loads))
+    assert not res.dynamic_load and res.initial_score == static.initial_score
+    assert [sorted(j.nodes) for j in res.jobs] == [["node1", "node2", "node3"]]
+    assert any("Didn't receive an answer by all MonDs" in n for n in res.notes)
+
+
+def test_daemon_uses_the_settings_for_disk_moves_and_dynamic_load(tmp_path: Path) -> None:
+    cluster = FakeCluster(4, crowded())
+    agents = FakeInstanceStatus(cluster)
+    agents.cpu_load = {f"node{i}": 0.5 for i in range(1, 5)}
+    d = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()], instance_status=agents)
+    cluster.settings = {"balance": True, "balanceDiskMoves": False, "balanceDynamicLoad": True}
+    rounds = drive(d, cluster, 6)
+    assert rounds and all(set(r) == {"OP_INSTANCE_MIGRATE"} for r in rounds)
+    assert B.CPU_LOAD_PATH in agents.paths
+    assert d.overview()["balance"]["dynamic_load"] is True
+    assert d.overview()["balance"]["disk_moves"] is False
+    # primaries only: every instance still lives on node2 and node3
+    assert {n for i in cluster.instances() for n in (i.pnode, *i.snodes)} == {"node2", "node3"}

@@ -122,6 +122,21 @@ def test_modify_parameters_and_serial(cluster) -> None:
     assert FileStore(cluster.config_path).load().cluster.beparams == {"maxmem": 1024}
 
 
+def test_modify_maintenance_balance_settings(cluster) -> None:
+    maint = FileStore(cluster.config_path).load().maintenance
+    assert (maint.balance, maint.balance_disk_moves, maint.balance_dynamic_load) == (
+        False, True, False)  # the default: no balancing
+    result = cluster("cluster", "modify", "--auto-balance-cluster", "yes",
+                     "--auto-balance-threshold", "0.3", "--auto-balance-disk-moves", "no",
+                     "--auto-balance-dynamic-load", "yes")
+    assert result.code == 0, result.err
+    maint = FileStore(cluster.config_path).load().maintenance
+    assert (maint.balance, maint.balance_threshold, maint.balance_disk_moves,
+            maint.balance_dynamic_load) == (True, 0.3, False, True)
+    out = cluster("cluster", "info").out
+    assert "balance disk moves: N" in out and "balance dynamic load: Y" in out
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("-B", "colour=red"), "unknown backend parameter 'colour'"),
     (("-H", "kvm:bogus=1"), "unknown hypervisor kvm parameter 'bogus'"),

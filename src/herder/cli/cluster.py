@@ -252,6 +252,8 @@ def cluster_info(config: M.ConfigData) -> dict[str, Any]:
             "round delay": config.maintenance.round_delay,
             "auto balance": config.maintenance.balance,
             "balance threshold": config.maintenance.balance_threshold,
+            "balance disk moves": config.maintenance.balance_disk_moves,
+            "balance dynamic load": config.maintenance.balance_dynamic_load,
             "incidents": len(config.maintenance.incidents),
         },
     }
@@ -332,6 +334,10 @@ def verify(store: FileStore, as_json: bool) -> None:
 @click.option("--maintd-harep", type=YES_NO, help="Let maintd do harep-style instance repairs.")
 @click.option("--auto-balance-cluster", type=YES_NO, help="Let maintd balance the cluster.")
 @click.option("--auto-balance-threshold", type=float, help="Minimum score gain to balance.")
+@click.option("--auto-balance-disk-moves", type=YES_NO,
+              help="Let balancing move secondaries (default yes; no: primaries only).")
+@click.option("--auto-balance-dynamic-load", type=YES_NO,
+              help="Balance with the agents' cpu-avg-load as dynamic load (hbal --mond).")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
 @click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
@@ -347,7 +353,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            ipolicy_disk_templates: str | None, maintenance_on: str | None,
            maintenance_interval: int | None, maintd_harep: str | None,
            auto_balance_cluster: str | None,
-           auto_balance_threshold: float | None, diagnose_command: str | None,
+           auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
+           auto_balance_dynamic_load: str | None, diagnose_command: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
 
@@ -405,6 +412,10 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_balance"] = bool(yes_no(auto_balance_cluster))
     if auto_balance_threshold is not None:
         fields["maint_balance_threshold"] = auto_balance_threshold
+    if auto_balance_disk_moves is not None:
+        fields["maint_balance_disk_moves"] = bool(yes_no(auto_balance_disk_moves))
+    if auto_balance_dynamic_load is not None:
+        fields["maint_balance_dynamic_load"] = bool(yes_no(auto_balance_dynamic_load))
     if diagnose_command is not None:
         fields["diagnose_data_collector_filename"] = diagnose_command
     if new_name:

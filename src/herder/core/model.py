@@ -454,6 +454,10 @@ class Maintenance(Base, kw_only=True):
     jobs: list[int] = msgspec.field(default_factory=list)
     balance: bool = False
     balance_threshold: float = msgspec.field(name="balanceThreshold", default=0.1)
+    # herder: balancing may move secondaries (hbal's default) or only swap/migrate primaries
+    balance_disk_moves: bool = msgspec.field(name="balanceDiskMoves", default=True)
+    # herder: use the agents' cpu-avg-load as dynamic load in the balance score (hbal --mond)
+    balance_dynamic_load: bool = msgspec.field(name="balanceDynamicLoad", default=False)
     evacuated: list[str] = msgspec.field(default_factory=list)
     incidents: list[Incident] = msgspec.field(default_factory=list)
     diagnose_command: str = msgspec.field(name="diagnoseCommand", default="")

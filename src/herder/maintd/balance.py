@@ -15,8 +15,11 @@ given the same capacity — twice the memory (disk) all instances of the cluster
 least 1 GiB (10 GiB), and 64 CPUs, so that N+1 checks never bind on made-up figures — and its
 free figures follow from the instances' sizes
 (memory of primaries; disk of primaries and secondaries). The score then balances what the
-instances use, which is what matters on a uniform cluster (compat row D-balance). No dynamic
-(agent) load is used yet.
+instances use, which is what matters on a uniform cluster (compat row D-balance).
+
+Settings `balanceDiskMoves` (false: hbal --no-disk-moves, primaries only) and
+`balanceDynamicLoad` (true: hbal --mond — every node's agent is asked for cpu-avg-load; as in
+Ganeti, the load is used only when every node answered, else a note says why it was ignored).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ class BalanceResult:
     notes: list[str] = field(default_factory=list)
     initial_score: float = 0.0
     final_score: float = 0.0
+    dynamic_load: bool = False  # whether the agents' cpu load entered the score
+
+
+CPU_LOAD_PATH = "/1/report/default/cpu-avg-load"
 
 
 def disk_total(inst: Instance) -> int:
@@ -110,18 +117,27 @@ def build_message(nodes: Sequence[Node], instances: Sequence[Instance],
 
 
 def first_job_set(msg: Mapping[str, Any], threshold: float,
-                  max_moves: int = -1) -> tuple[float, float, list[tuple[str, list[str], list[
+                  max_moves: int = -1, disk_moves: bool = True,
+                  mond_data: Mapping[str, list[dict[str, Any]]] | None = None,
+                  warn: Callable[[str], None] | None = None,
+                  ) -> tuple[float, float, list[tuple[str, list[str], list[
                       str], list[dict[str, Any]]]]]:
     """hbal's greedy balancing of every node group of `msg`, stopped at the first move that
     touches a node an earlier move touches: (initial score, score after the set, moves as
     (instance, old nodes, new nodes, opcodes)). The set is the first of the allocator's
-    `balance` answer (`job_sets` of its moves), without computing the moves after it."""
+    `balance` answer (`job_sets` of its moves), without computing the moves after it.
+    `disk_moves` False: primaries only (hbal --no-disk-moves); `mond_data`: node name ->
+    reports with cpu-avg-load (hbal --mond-data; ignored unless every node has one)."""
     from herder.alloc.balance import BalanceOptions, Balancer, move_opcodes, optimal_score
     from herder.alloc.metrics import Stats
+    from herder.alloc.mond import MondOptions, apply_mond
     from herder.alloc.protocol import Options, build_cluster
 
     cl = build_cluster(dict(msg), Options())
-    opts = BalanceOptions(min_gain=threshold, min_gain_limit=10 * threshold)
+    if mond_data is not None:
+        apply_mond(cl, MondOptions(enabled=True, data=dict(mond_data)), warn)
+    opts = BalanceOptions(min_gain=threshold, min_gain_limit=10 * threshold,
+                          disk_moves=disk_moves)
     ini = Stats(cl.nodes).score()
     out = []
     for gidx in sorted({n.group for n in cl.nodes}):
@@ -148,7 +164,9 @@ def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
                  threshold: float, excluded: Iterable[str] = (),
                  figures: Mapping[str, Mapping[str, Any]] | None = None,
                  max_moves: int = -1,
-                 new_uuid: Callable[[], str] | None = None) -> BalanceResult:
+                 new_uuid: Callable[[], str] | None = None, disk_moves: bool = True,
+                 mond_data: Mapping[str, list[dict[str, Any]]] | None = None,
+                 ) -> BalanceResult:
     """The balancing jobs of this round (see the module doc). `excluded`: names of nodes of
     active or failed incidents; every job is its own event (`new_uuid`) in the reason trail."""
     from herder.alloc import InputError
@@ -164,7 +182,11 @@ def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
         return out
     msg = build_message(ok_nodes, insts, figures)
     try:
-        out.initial_score, out.final_score, moves = first_job_set(msg, threshold, max_moves)
+        warnings: list[str] = []
+        out.initial_score, out.final_score, moves = first_job_set(
+            msg, threshold, max_moves, disk_moves, mond_data, warnings.append)
+        out.dynamic_load = mond_data is not None and not warnings
+        out.notes.extend(f"balance: {w}" for w in warnings)
     except InputError as err:
         out.notes.append(f"balance: the allocator refused the cluster: {err}")
         return out

@@ -112,12 +112,12 @@ class Maintd:
         self.enabled = enabled
         self.harep = harep
         self.watcher = watcher
-        if instance_status is None and watcher:
-            # the agents polled for diagnoses also report the instances' states
-            diag = next((s for s in self.sources if isinstance(s, DiagnoseSource)), None)
-            if diag is not None:
-                instance_status = W.InstanceStatusSource(diag.port, diag.timeout, diag.address)
-        self.instance_status = instance_status
+        # the agents polled for diagnoses also report the instances' states and cpu load
+        diag = next((s for s in self.sources if isinstance(s, DiagnoseSource)), None)
+        self.agents = instance_status or (
+            W.InstanceStatusSource(diag.port, diag.timeout, diag.address)
+            if diag is not None else None)
+        self.instance_status = self.agents if watcher else instance_status
         self.balance = balance  # None: the cluster's maintenance setting `balance`
         self.balance_threshold = balance_threshold  # None: the setting `balanceThreshold`
         self.settings: dict[str, Any] = {}
@@ -332,11 +332,19 @@ class Maintd:
                 threshold = 0.1
         figures_of = getattr(self.cluster, "node_figures", None)
         figures = await asyncio.to_thread(figures_of) if figures_of is not None else None
+        disk_moves = self.settings.get("balanceDiskMoves", True) is not False
+        mond_data = None
+        if self.settings.get("balanceDynamicLoad") is True and self.agents is not None:
+            # hbal --mond: every node's cpu-avg-load, or (Ganeti's rule) none is used
+            reports = await self.agents.poll(nodes, B.CPU_LOAD_PATH)
+            mond_data = {name: [rep] for name, rep in reports.items()}
         cpu0 = time.process_time()
         res = await asyncio.to_thread(B.plan_balance, nodes, instances, plan, threshold,
-                                      self._affected(nodes, failed=True), figures)
+                                      self._affected(nodes, failed=True), figures,
+                                      disk_moves=disk_moves, mond_data=mond_data)
         self.last_balance = {"initial_score": res.initial_score,
                              "final_score": res.final_score, "jobs": len(res.jobs),
+                             "disk_moves": disk_moves, "dynamic_load": res.dynamic_load,
                              "cpu": round(time.process_time() - cpu0, 4)}
         plan.notes.extend(res.notes)
         return res.jobs

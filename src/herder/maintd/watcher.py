@@ -144,32 +144,34 @@ class InstanceStatusSource:
         self.address = address or (lambda n: n.ip or n.name)
         self.errors: dict[str, str] = {}
 
-    def url(self, node: Node) -> str:
+    def url(self, node: Node, path: str = INST_STATUS_PATH) -> str:
         host = self.address(node)
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}{INST_STATUS_PATH}"
+        return f"http://{host}:{self.port}{path}"
 
-    async def _one(self, session: aiohttp.ClientSession, node: Node) -> tuple[str, Any]:
+    async def _one(self, session: aiohttp.ClientSession, node: Node,
+                   path: str) -> tuple[str, Any]:
         try:
-            async with session.get(self.url(node)) as resp:
+            async with session.get(self.url(node, path)) as resp:
                 if resp.status != 200:
                     self.errors[node.name] = f"mond answered {resp.status}"
                     return node.name, None
                 report = await resp.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as err:
             self.errors[node.name] = f"unreachable: {type(err).__name__} {err}"
-            log.info("no inst-status report from %s: %s", node.name, err)
+            log.info("no report %s from %s: %s", path, node.name, err)
             return node.name, None
         self.errors.pop(node.name, None)
         return node.name, report
 
-    async def poll(self, nodes: Sequence[Node]) -> dict[str, Any]:
-        """Node name -> inst-status report (nodes that did not answer are left out)."""
+    async def poll(self, nodes: Sequence[Node], path: str = INST_STATUS_PATH) -> dict[str, Any]:
+        """Node name -> the report at `path` (default inst-status; nodes that did not answer
+        are left out)."""
         live = [n for n in nodes if not n.offline and not n.drained and n.vm_capable]
         if not live:
             return {}
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            results = await asyncio.gather(*(self._one(session, n) for n in live))
+            results = await asyncio.gather(*(self._one(session, n, path) for n in live))
         return {name: report for name, report in results if report is not None}

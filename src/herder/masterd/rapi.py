@@ -544,6 +544,8 @@ async def herder_maintenance(request: web.Request) -> web.Response:
 MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
                 "roundDelay": "maint_round_delay",
                 "balance": "maint_balance", "balanceThreshold": "maint_balance_threshold",
+                "balanceDiskMoves": "maint_balance_disk_moves",
+                "balanceDynamicLoad": "maint_balance_dynamic_load",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
 

@@ -97,6 +97,8 @@ class OpClusterSetParams(OpCode, **_op("OP_CLUSTER_SET_PARAMS")):
     maint_round_delay: int | None = None
     maint_balance: bool | None = None
     maint_balance_threshold: float | None = None
+    maint_balance_disk_moves: bool | None = None  # herder
+    maint_balance_dynamic_load: bool | None = None  # herder
     diagnose_data_collector_filename: str | None = None
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
 

@@ -156,6 +156,10 @@ class ClusterSetParams(LogicalUnit):
             maint.balance = op.maint_balance
         if op.maint_balance_threshold is not None:
             maint.balance_threshold = op.maint_balance_threshold
+        if op.maint_balance_disk_moves is not None:
+            maint.balance_disk_moves = op.maint_balance_disk_moves
+        if op.maint_balance_dynamic_load is not None:
+            maint.balance_dynamic_load = op.maint_balance_dynamic_load
         if op.diagnose_data_collector_filename is not None:
             if "/" in op.diagnose_data_collector_filename:
                 raise ConfigError("the diagnose command is a file name, without path separators")
