@@ -317,3 +317,43 @@ def test_live_repair_and_a_broken_script(sim) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
+    """A job made to fail (the white-listed repair command exits 3): the incident is `failed`,
+    the node gets `maintd:repairfailed:<event>`, and no further job is submitted for it."""
+    cfg = FileStore(sim.config).load()
+    master = cfg.node_name(cfg.cluster.master_node)
+    node = next(n.name for n in cfg.nodes.values() if not n.offline and n.name != master)
+    node_dir = Path(sim.directory) / "nodes" / node
+    repair_dir = node_dir / "repair"
+    repair_dir.mkdir(exist_ok=True)
+    (repair_dir / "fail-nic").write_text("#!/bin/sh\necho 'no such nic' >&2\nexit 3\n")
+    (repair_dir / "fail-nic").chmod(0o755)
+    diag = {"status": "live-repair", "command": "fail-nic", "details": {"nic": "eth9"}}
+    (node_dir / "diagnose" / "diag").write_text(f"#!/bin/sh\necho '{json.dumps(diag)}'\n")
+    master_ip = next(n.ip for n in sim.nodes if n.name == master)
+    base = f"http://{master_ip}:1816"
+    log = open(Path(sim.directory) / "maintd4.log", "w")  # noqa: SIM115
+    proc = spawn_maintd(sim, master, master_ip, log)
+    try:
+        def done():
+            mine = [i for i in get(base, "/1/status") or [] if i["original"] == diag]
+            return mine and mine[0]["repair-status"] in ("completed", "failed") and mine[0]
+        inc = wait_for(done, 60, "the failing repair")
+        assert inc["repair-status"] == "failed", Path(log.name).read_text()[-3000:]
+        assert inc["tag"] == f"maintd:repairfailed:{inc['uuid']}"
+        assert inc["tag"] in FileStore(sim.config).load().find_node(node).tags
+        jobs = list(inc["jobs"])  # the repair job, then the job that tags the node
+        info = json.loads(herder(sim, "job", "info", *map(str, jobs), "--json").stdout)
+        assert [j["status"] for j in info] == ["error", "success"], info
+        time.sleep(5)  # ten poll intervals, rounds without delay: still nothing more for it
+        again = [i for i in get(base, "/1/status") or [] if i["uuid"] == inc["uuid"]]
+        assert again and again[0]["repair-status"] == "failed" and again[0]["jobs"] == jobs
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
