@@ -343,9 +343,18 @@ def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
         inc = wait_for(done, 60, "the failing repair")
         assert inc["repair-status"] == "failed", Path(log.name).read_text()[-3000:]
         assert inc["tag"] == f"maintd:repairfailed:{inc['uuid']}"
-        assert inc["tag"] in FileStore(sim.config).load().find_node(node).tags
-        jobs = list(inc["jobs"])  # the repair job, then the job that tags the node
-        info = json.loads(herder(sim, "job", "info", *map(str, jobs), "--json").stdout)
+        # the incident fails at once; the job that tags the node follows
+        wait_for(lambda: inc["tag"] in FileStore(sim.config).load().find_node(node).tags, 30,
+                 "the repairfailed tag")
+        def jobs_done():
+            now = [i for i in get(base, "/1/status") or [] if i["uuid"] == inc["uuid"]]
+            jobs = now[0]["jobs"] if now else []
+            info = json.loads(herder(sim, "job", "info", *map(str, jobs), "--json").stdout
+                              ) if jobs else []
+            return (info and all(j["status"] in ("success", "error", "canceled") for j in info)
+                    and (jobs, info))
+        jobs, info = wait_for(jobs_done, 30, "the incident's jobs to finish")
+        # the repair job failed; the job that tags the node succeeded
         assert [j["status"] for j in info] == ["error", "success"], info
         time.sleep(5)  # ten poll intervals, rounds without delay: still nothing more for it
         again = [i for i in get(base, "/1/status") or [] if i["uuid"] == inc["uuid"]]
