@@ -87,7 +87,8 @@ def spawn_maintd(sim, master: str, master_ip: str, log) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
     env["HERDER_CONFIG"] = sim.config
     return subprocess.Popen([sys.executable, "-m", "herder.cli.main", "maintd", "--node", master,
-                             "--bind", master_ip, "--round-delay", "0", "--poll-interval", "0.5"],
+                             "--bind", master_ip, "--round-delay", "0", "--poll-interval", "0.5",
+                             "--run-dir", str(Path(sim.directory) / "nodes" / master / "run")],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -141,7 +142,8 @@ def test_evacuate_heals_the_cluster(sim) -> None:
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 11, done.stderr
     proc = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "maintd", "--node", master,
-                             "--bind", master_ip, "--round-delay", "0", "--poll-interval", "0.5"],
+                             "--bind", master_ip, "--round-delay", "0", "--poll-interval", "0.5",
+                             "--run-dir", str(Path(sim.directory) / "nodes" / master / "run")],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://{master_ip}:1816"
     try:
@@ -366,3 +368,35 @@ def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def test_mond_finds_confd_and_maintd_by_their_pid_files(sim) -> None:
+    """The simulated nodes' confd and maintd write `<run dir>/<daemon>.pid`, so each node's
+    mond daemon collectors find them (and not another node's)."""
+    from herder.mond.collectors.daemons import find_process
+
+    cfg = FileStore(sim.config).load()
+    master = cfg.node_name(cfg.cluster.master_node)
+    for node in sim.nodes:
+        if "confd" not in node.pids:
+            continue
+        run = Path(sim.directory) / "nodes" / node.name / "run"
+        assert int((run / "confd.pid").read_text()) == node.pids["confd"]
+        proc = find_process(run, "confd")
+        assert proc is not None and proc.pid == node.pids["confd"]
+    master_ip = next(n.ip for n in sim.nodes if n.name == master)
+    run = Path(sim.directory) / "nodes" / master / "run"
+    log = open(Path(sim.directory) / "maintd5.log", "w")  # noqa: SIM115
+    proc = spawn_maintd(sim, master, master_ip, log)
+    try:
+        wait_for(lambda: get(f"http://{master_ip}:1816", "/") == [1], 30, "maintd up")
+        found = wait_for(lambda: find_process(run, "maintd"), 10, "maintd's pid file")
+        assert found.pid == proc.pid == int((run / "maintd.pid").read_text())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    assert not (run / "maintd.pid").exists()  # removed on a clean exit

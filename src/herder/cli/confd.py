@@ -15,6 +15,7 @@ from herder.core import confd as C
 from herder.core import envelope
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
+from herder.core.pidfile import pid_file
 from herder.core.store import ConfigCache, default_config_path
 
 
@@ -35,10 +36,13 @@ def _key(ctx: click.Context, hmac_key: Path | None) -> bytes:
               help="Cluster HMAC key file (default: hmac.key beside the config).")
 @click.option("--max-clock-skew", type=click.FloatRange(0), default=C.MAX_CLOCK_SKEW,
               show_default=True, help="Seconds a request's timestamp may be off.")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/run/herder"), show_default=True,
+              help="Directory of confd.pid (where mond's daemon collector looks).")
 @click.option("--debug", is_flag=True, help="Log at debug level (every dropped packet).")
 @click.pass_context
 def confd(ctx: click.Context, binds: tuple[str, ...], port: int, hmac_key: Path | None,
-          max_clock_skew: float, debug: bool) -> None:
+          max_clock_skew: float, run_dir: Path, debug: bool) -> None:
     """The configuration query daemon (Ganeti's confd protocol, UDP port 1814).
 
     Without a subcommand, runs the daemon in the foreground until SIGTERM/SIGINT, answering
@@ -74,7 +78,8 @@ def confd(ctx: click.Context, binds: tuple[str, ...], port: int, hmac_key: Path 
             click.echo(f"herder confd: listening on udp {where} (config {config_path})",
                        err=True)
 
-        await serve(processor, addresses, stop=stop, ready=ready)
+        with pid_file(run_dir, "confd"):
+            await serve(processor, addresses, stop=stop, ready=ready)
 
     try:
         asyncio.run(main())

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from herder.core.errors import HerderError
+from herder.core.pidfile import pid_file
 
 DEFAULT_PORT = 1816
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
@@ -38,11 +39,14 @@ EXIT_NOTMASTER = 11
               help="Seconds between two polls of the agents.")
 @click.option("--harep", is_flag=True, help="Also do harep's instance repairs (policy from "
               "the ganeti:watcher:autorepair:* tags; until the cluster config has a setting).")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/run/herder"), show_default=True,
+              help="Directory of maintd.pid (where mond's daemon collector looks).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | None,
            state_file: Path | None, mond_port: int, round_delay: float | None,
-           poll_interval: float, harep: bool, debug: bool) -> None:
+           poll_interval: float, harep: bool, run_dir: Path, debug: bool) -> None:
     """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
 
     Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
@@ -124,7 +128,8 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
                    f"(status page http://{bind}:{bound}/status.html)", err=True)
         task = asyncio.create_task(daemon.run())
         try:
-            await stop.wait()
+            with pid_file(run_dir, "maintd"):
+                await stop.wait()
         finally:
             task.cancel()
             await runner.cleanup()

@@ -258,7 +258,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             node_dir = directory / "nodes" / node.name
             confd_log = node_dir / "confd.log"
             proc = _spawn(config, confd_log, "confd", "--bind", node.ip, "--port",
-                          str(PORTS["confd"]))
+                          str(PORTS["confd"]), "--run-dir", str(node_dir / "run"))
             node.pids["confd"] = proc.pid
             state.save()
             _wait_ready("confd", node.ip, PORTS["confd"], proc, confd_log)
@@ -274,7 +274,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             maintd_log = master_dir / "maintd.log"
             proc = _spawn(config, maintd_log, "maintd", "--bind", master.ip, "--port",
                           str(PORTS["maintd"]), "--node", master.name, "--round-delay", "1",
-                          "--poll-interval", "1")
+                          "--poll-interval", "1", "--run-dir", str(master_dir / "run"))
             master.pids["maintd"] = proc.pid
             state.save()
             _wait_ready("maintd", master.ip, PORTS["maintd"], proc, maintd_log)
