@@ -92,6 +92,16 @@ def spawn_maintd(sim, master: str, master_ip: str, log) -> subprocess.Popen:
                             env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def stop_daemon(proc: subprocess.Popen, log) -> None:
+    """SIGTERM (a clean exit), SIGKILL after 10 s; then close its log."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
 def get(base: str, path: str):
     try:
         return httpx.get(base + path, timeout=5).json()
@@ -196,12 +206,7 @@ def test_evacuate_heals_the_cluster(sim) -> None:
         page = httpx.get(base + "/status.html", timeout=5)
         assert page.status_code == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_daemon(proc, log)
 
 
 def test_kill_9_mid_evacuation_loses_nothing_and_submits_nothing_twice(sim) -> None:
@@ -262,12 +267,7 @@ def test_kill_9_mid_evacuation_loses_nothing_and_submits_nothing_twice(sim) -> N
         assert cfg.find_node(victim).offline
         assert not any(victim_uuid in i.all_nodes for i in cfg.instances.values())
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_daemon(proc, log)
 
 
 def test_live_repair_and_a_broken_script(sim) -> None:
@@ -313,12 +313,7 @@ def test_live_repair_and_a_broken_script(sim) -> None:
                         FileStore(sim.config).load().find_node(other[0]).uuid
                         and i["repair-status"] in ("noted", "pending")]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_daemon(proc, log)
 
 
 def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
@@ -362,12 +357,7 @@ def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
         again = [i for i in get(base, "/1/status") or [] if i["uuid"] == inc["uuid"]]
         assert again and again[0]["repair-status"] == "failed" and again[0]["jobs"] == jobs
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_daemon(proc, log)
 
 
 def test_mond_finds_confd_and_maintd_by_their_pid_files(sim) -> None:
@@ -393,10 +383,5 @@ def test_mond_finds_confd_and_maintd_by_their_pid_files(sim) -> None:
         found = wait_for(lambda: find_process(run, "maintd"), 10, "maintd's pid file")
         assert found.pid == proc.pid == int((run / "maintd.pid").read_text())
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_daemon(proc, log)
     assert not (run / "maintd.pid").exists()  # removed on a clean exit

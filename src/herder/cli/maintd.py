@@ -8,13 +8,11 @@ import logging
 import signal
 import socket
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import click
 
+from herder.cli.httpjson import call
 from herder.core.errors import HerderError
 from herder.core.pidfile import pid_file
 
@@ -152,23 +150,6 @@ def _bindable(address: str | None) -> str | None:
     return address
 
 
-def _call(url: str, method: str = "GET") -> Any:
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        body = err.read().decode(errors="replace")
-        try:
-            message = json.loads(body).get("message", body)
-        except (ValueError, AttributeError):
-            message = body
-        raise HerderError(f"{url}: HTTP {err.code}: {message}") from None
-    except (TimeoutError, urllib.error.URLError, ConnectionError) as err:
-        reason = getattr(err, "reason", err)
-        raise HerderError(f"cannot reach maintd at {url}: {reason}") from None
-
-
 url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
                           help="Base URL of maintd.")
 
@@ -178,7 +159,7 @@ url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
 @click.option("--json", "as_json", is_flag=True, help="Print /1/status as JSON.")
 def status(url: str, as_json: bool) -> None:
     """List a running maintd's incidents."""
-    incidents = _call(f"{url.rstrip('/')}/1/status")
+    incidents = call(f"{url.rstrip('/')}/1/status", "maintd")
     if as_json:
         click.echo(json.dumps(incidents, indent=1))
         return
@@ -194,7 +175,7 @@ def status(url: str, as_json: bool) -> None:
 def cancel(uuid: str, url: str) -> None:
     """Cancel an incident: nothing more is done for it; it is forgotten once no longer
     observed."""
-    answer = _call(f"{url.rstrip('/')}/1/cancel/{uuid}", "POST")
+    answer = call(f"{url.rstrip('/')}/1/cancel/{uuid}", "maintd", "POST")
     click.echo(f"{answer['uuid']}: {answer['repair-status']}")
 
 

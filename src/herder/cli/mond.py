@@ -6,12 +6,11 @@ import asyncio
 import json
 import logging
 import signal
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import click
 
+from herder.cli.httpjson import call
 from herder.core.errors import HerderError
 from herder.core.store import default_config_path
 from herder.mond.collector import MondSettings
@@ -112,22 +111,6 @@ def confd_settings(peers: tuple[str, ...]) -> list[str]:
     return list(peers)
 
 
-def _get(url: str) -> object:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        body = err.read().decode(errors="replace")
-        try:
-            message = json.loads(body).get("message", body)
-        except (ValueError, AttributeError):
-            message = body
-        raise HerderError(f"{url}: HTTP {err.code}: {message}") from None
-    except (TimeoutError, urllib.error.URLError, ConnectionError) as err:
-        reason = getattr(err, "reason", err)
-        raise HerderError(f"cannot reach the agent at {url}: {reason}") from None
-
-
 url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
                           help="Base URL of the agent.")
 
@@ -136,7 +119,7 @@ url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
 @url_option
 def list_(url: str) -> None:
     """List a running agent's active collectors: name, category, kind."""
-    for name, category, kind in _get(f"{url.rstrip('/')}/1/list/collectors"):  # type: ignore[union-attr]
+    for name, category, kind in call(f"{url.rstrip('/')}/1/list/collectors", "the agent"):
         click.echo(f"{name:24} {category:11} {kind}")
 
 
@@ -155,7 +138,7 @@ def report(category: str, name: str | None, verbose: bool, url: str) -> None:
     else:
         path = f"/1/report/{category}/{name}"
     query = "?verbose=1" if verbose else ""
-    click.echo(json.dumps(_get(f"{url.rstrip('/')}{path}{query}"), indent=2))
+    click.echo(json.dumps(call(f"{url.rstrip('/')}{path}{query}", "the agent"), indent=2))
 
 
 def _summarise(data: object) -> tuple[str, str]:
@@ -178,7 +161,7 @@ def _summarise(data: object) -> tuple[str, str]:
 @url_option
 def status(url: str) -> None:
     """One line per report of a running agent: category/name, kind, status, message."""
-    reports = _get(f"{url.rstrip('/')}/1/report/all")
+    reports = call(f"{url.rstrip('/')}/1/report/all", "the agent")
     assert isinstance(reports, list)
     for rep in reports:
         code, what = _summarise(rep.get("data"))

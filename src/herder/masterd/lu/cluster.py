@@ -61,6 +61,11 @@ def apply_ipolicy(policy: M.IPolicy | M.IPolicyOverride, changes: dict[str, Any]
         setattr(policy, attr, value)
 
 
+# maintenance settings an opcode field maint_<name> changes
+MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_threshold",
+                  "balance_disk_moves", "balance_dynamic_load")
+
+
 class ClusterSetParams(LogicalUnit):
     OP = O.OpClusterSetParams
     REQ_BGL = True
@@ -146,20 +151,10 @@ class ClusterSetParams(LogicalUnit):
         apply_collectors(c, collector_changes)
         maint = config.maintenance
         before = msgspec.to_builtins(maint)
-        if op.maint_enabled is not None:
-            maint.enabled = op.maint_enabled
-        if op.maint_harep is not None:
-            maint.harep = op.maint_harep
-        if op.maint_round_delay is not None:
-            maint.round_delay = op.maint_round_delay
-        if op.maint_balance is not None:
-            maint.balance = op.maint_balance
-        if op.maint_balance_threshold is not None:
-            maint.balance_threshold = op.maint_balance_threshold
-        if op.maint_balance_disk_moves is not None:
-            maint.balance_disk_moves = op.maint_balance_disk_moves
-        if op.maint_balance_dynamic_load is not None:
-            maint.balance_dynamic_load = op.maint_balance_dynamic_load
+        for field in MAINT_SETTINGS:
+            value = getattr(op, f"maint_{field}")
+            if value is not None:
+                setattr(maint, field, value)
         if op.diagnose_data_collector_filename is not None:
             if "/" in op.diagnose_data_collector_filename:
                 raise ConfigError("the diagnose command is a file name, without path separators")
