@@ -317,3 +317,39 @@ def test_installed_entry_point_runs(tmp_path: Path) -> None:
                          env=env, timeout=60)
     assert bad.returncode == 1
     assert bad.stderr.strip() == "herder: error: node 'ghost' not found (give a name or a UUID)"
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("maintd", "status", "--url", "http://127.0.0.1:1"), "cannot reach maintd at"),
+    (("maintd", "cancel", "--url", "http://127.0.0.1:1", "x"), "cannot reach maintd at"),
+    (("mond", "status", "--url", "http://127.0.0.1:1"), "cannot reach the agent at"),
+])
+def test_status_commands_without_their_daemon_fail_in_one_line(herder, args,
+                                                                fragment: str) -> None:
+    assert_one_line_error(herder(*args), fragment)
+
+
+def test_status_command_reports_the_daemons_http_error_in_one_line(herder) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuses(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = b'{"message": "no incident abc"}'
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert_one_line_error(herder("maintd", "cancel", "--url", url, "abc"),
+                              "HTTP 404: no incident abc")
+    finally:
+        server.shutdown()
+        server.server_close()
