@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "job": "herder.cli.job:job",
     "confd": "herder.cli.confd:confd",
     "maintd": "herder.cli.maintd:maintd",
+    "instmon": "herder.cli.instmon:instmon",
 }
 
 

@@ -27,7 +27,7 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import rpcauth
+from herder.core import ordered, rpcauth
 from herder.core.errors import HerderError, SignatureError
 from herder.core.store import atomic_write
 from herder.noded.hypervisor import DomainSpec, Hypervisor
@@ -204,17 +204,21 @@ class NodeDaemon:
 
     def rpc_instance_shutdown(self, args: dict[str, Any]) -> None:
         name = args["name"]
-        self.hv.shutdown(name, float(args.get("timeout", 120)))
+        timeout = float(args.get("timeout", 120))
+        with ordered.expect(self.settings.run_dir, name, "shutdown", timeout):
+            self.hv.shutdown(name, timeout)
         self.record(name, "down", args.get("reason"), args.get("version"))
 
     def rpc_instance_reboot(self, args: dict[str, Any]) -> None:
         name = args["name"]
-        self.hv.reboot(name, hard=args.get("type", "hard") != "soft")
+        with ordered.expect(self.settings.run_dir, name, "reboot", 120):
+            self.hv.reboot(name, hard=args.get("type", "hard") != "soft")
         self.record(name, "up", args.get("reason"), args.get("version"))
 
     def rpc_instance_remove(self, args: dict[str, Any]) -> None:
         name = args["name"]
-        self.hv.undefine(name)
+        with ordered.expect(self.settings.run_dir, name, "remove", 60):
+            self.hv.undefine(name)
         self.rpc_blockdev_remove({"disks": args.get("disks", [])})
         self.forget(name)
 
@@ -236,7 +240,8 @@ class NodeDaemon:
 
     def rpc_migrate_finish(self, args: dict[str, Any]) -> None:
         name = args["name"]
-        self.hv.undefine(name)
+        with ordered.expect(self.settings.run_dir, name, "migrate", 60):
+            self.hv.undefine(name)
         if args.get("remove_disks"):
             self.rpc_blockdev_remove({"disks": args.get("disks", [])})
         self.forget(name)

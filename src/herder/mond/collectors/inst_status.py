@@ -29,6 +29,10 @@ reports every libvirt domain. Per instance:
   or while an instance that should be down shuts down; 2 when the state is unknown. Without a
   config only faults count (hung, faulty pause, unknown).
 
+- `instmon`: what this node's instance monitor saw of the domain — `last_event` and
+  `last_failure` (`{event, detail, key, time, generated_time, ...}`: the last notification it
+  sent, e.g. LIFECYCLE/STOPPED_FAILED) — or null when instmon does not run or never saw it.
+
 `other_domains` lists active domains that match no instance this node is primary for. The
 collector's status merges the instances' (0 only if every one is 0; the message names the bad
 ones).
@@ -57,6 +61,7 @@ from herder.mond.report import Kind, Status, merge_statuses, status
 
 UP, DOWN, HUNG, PAUSED, UNKNOWN = "up", "down", "hung", "paused", "unknown"
 ABSENT = "absent"  # domain_state when libvirt has no domain for the instance
+INSTMON_STATE = "instmon.json"  # instmon's state file in the run dir
 
 # virDomainState -> actual state (before the hung check).
 _BASE_STATE = {0: UNKNOWN, 1: UP, 2: UP, 3: PAUSED, 4: UP, 5: DOWN, 6: DOWN, 7: PAUSED}
@@ -151,6 +156,20 @@ def read_reason_trail(path: Path) -> list[list[Any]] | None:
             return None
         trail.append(list(entry))
     return trail
+
+
+def read_instmon(path: Path) -> dict[str, dict[str, Any]]:
+    """Domain uuid -> what instmon saw of it (`last_event`, `last_failure`), from the state
+    file instmon keeps in the run dir; empty when instmon does not run here."""
+    try:
+        data = json.loads(path.read_text())
+        domains = data["domains"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(domains, dict):
+        return {}
+    return {str(u).lower(): {k: rec.get(k) for k in ("last_event", "last_failure")}
+            for u, rec in domains.items() if isinstance(rec, dict)}
 
 
 def actual_state(snap: DomainSnapshot | None, hung: bool) -> str:
@@ -331,10 +350,15 @@ class InstStatusCollector(Collector):
 
         instances: list[dict[str, Any]] = []
         keys: set[str] = set()
+        seen = read_instmon(self.ctx.settings.run_dir / INSTMON_STATE)
         for inst, dom in pairs:
             key = inst.uuid if inst is not None else f"domain:{dom.uuid if dom else ''}"
             keys.add(key)
-            instances.append(self._report(key, inst, dom, now, start_hint(dom)))
+            entry = self._report(key, inst, dom, now, start_hint(dom))
+            uuids = {u.lower() for u in (inst.uuid if inst else None, dom.uuid if dom else None)
+                     if u}
+            entry["instmon"] = next((seen[u] for u in uuids if u in seen), None)
+            instances.append(entry)
         self.tracker.forget_others(keys)
         return {
             "status": merge_statuses(i["status"] for i in instances),
