@@ -11,7 +11,8 @@ The filter maps keys to `notify` or `drop`. A rule names a key or a prefix with 
 `ID.TYPE.*`, `ID.*`, `ID`, `*`), else the default. A rule from the file replaces the
 preset's rows it covers (`"WATCHDOG.*" = "drop"` drops every watchdog event). The
 `masakari` preset is masakari's monitor table (its 19 rows, ../shared/reference/masakari.md
-§1.3); `recovery` is only what masakari's engine acts on; `none` starts empty. A TOML file changes it without code:
+§1.3); `recovery` is only what masakari's engine acts on; `none` starts empty. A TOML file
+changes it without code:
 
     [filter]
     preset = "masakari"        # masakari | recovery | none

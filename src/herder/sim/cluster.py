@@ -2,9 +2,10 @@
 
 Each node gets its own loopback address (127.0.0.11, .12, ...: Linux accepts binds to any 127/8
 address), its own libvirtd serving the test driver on a private socket, its own `herder noded`
-(port 1811) and `herder mond` (1815); node 1 is the master and also runs `herder masterd`
-(5080). Every daemon is a separate process; the state file `sim.json` lists them so `--stop`
-tears everything down.
+(port 1811), `herder mond` (1815) and `herder instmon` (notifying maintd on the master's
+port 1817); node 1 is the master and also runs `herder masterd` (5080) and `herder maintd`.
+Every daemon is a separate process; the state file `sim.json` lists them so `--stop` tears
+everything down.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from herder.sim.libvirtd import LibvirtdUnavailable, start_libvirtd
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
 PORTS = {"noded": 1811, "confd": 1814, "mond": 1815, "maintd": 1816, "masterd": 5080}
+NOTIFY_PORT = 1817  # maintd's HTTPS port for instmon's notifications
 BREAK_SCRIPT = "herder-sim-diagnose"  # the diagnose command a simulated node runs
 DIAGNOSE_INTERVAL = 2.0
 DEMO_OS = "debootstrap"
@@ -124,6 +126,35 @@ def spawn_noded(directory: Path, config: Path, node: SimNode) -> subprocess.Pope
                   "--powercycle-action", "simulate", "--os-path", str(directory / "os"),
                   "--repair-dir", str(node_dir / "repair"), "--disk-capacity",
                   str(SIM_DISK_MIB))
+
+
+def spawn_instmon(directory: Path, config: Path, node: SimNode,
+                  master: SimNode) -> subprocess.Popen[bytes]:
+    """Start (or restart) a simulated node's instance monitor; it notifies the master's maintd
+    over HTTPS (the cluster certificate, the token derived from the HMAC key)."""
+    node_dir = directory / "nodes" / node.name
+    return _spawn(config, node_dir / "instmon.log", "instmon", "--node", node.name,
+                  "--libvirt-uri", node.libvirt_uri, "--run-dir", str(node_dir / "run"),
+                  "--spool-dir", str(node_dir / "instmon-spool"), "--notify-url",
+                  f"https://{master.ip}:{NOTIFY_PORT}/1/notifications")
+
+
+def _wait_instmon(run_dir: Path, proc: subprocess.Popen[bytes], log: Path,
+                  timeout: float = 30.0) -> None:
+    """Until instmon says (in its state file) that it is connected to libvirt."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise HerderError(f"instmon exited: {' | '.join(tail)}")
+        try:
+            state = json.loads((run_dir / "instmon.json").read_text())
+        except (OSError, ValueError):
+            state = {}
+        if state.get("pid") == proc.pid and state.get("connected"):
+            return
+        time.sleep(0.05)
+    raise HerderError(f"instmon did not connect to libvirt within {timeout:g}s")
 
 
 def _remove_default_domain(uri: str) -> None:
@@ -254,6 +285,11 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
                 node.pids["mond"] = proc.pid
                 state.save()
                 _wait_ready("mond", node.ip, PORTS["mond"], proc, mond_log)
+            if mond and maintd:
+                proc = spawn_instmon(directory, config, node, master)
+                node.pids["instmon"] = proc.pid
+                state.save()
+                _wait_instmon(node_dir / "run", proc, node_dir / "instmon.log")
         for node in sim_nodes[:3]:  # the master candidates run confd (design-2.1)
             node_dir = directory / "nodes" / node.name
             confd_log = node_dir / "confd.log"
