@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: herder's main job on its embedded default — a whole cluster on this machine.
 # `herder cluster simulate` brings up 3 nodes (each on its own loopback address, with its own
-# libvirtd serving libvirt's test driver, its own noded and mond; masterd on node 1). Then
-# instances are placed by the allocator, moved and evacuated through masterd's jobs, and the
-# monitoring agents report. The cluster keeps running for you to drive; the last lines say how
+# libvirtd serving libvirt's test driver, its own noded, mond and instmon; masterd and maintd on
+# node 1). Then instances are placed by the allocator, moved and evacuated through masterd's
+# jobs, maintd heals a failing node and a crashed VM, and the monitoring agents report. The cluster keeps running for you to drive; the last lines say how
 # to stop it.
 set -euo pipefail
 DIR=${1:-/tmp/herder-demo}
@@ -46,6 +46,19 @@ done
 "$H" node list
 
 echo
+echo "== instmon sees a VM crash (web2 destroyed behind herder's back); maintd starts it again"
+"$H" cluster simulate --dir "$DIR" --crash web2
+for _ in $(seq 30); do
+  sleep 1
+  if "$H" maintd status --url http://127.0.0.11:1816 2>/dev/null | grep -E "restart|relocate" \
+      | grep -qE "completed|failed"; then
+    break
+  fi
+done
+"$H" maintd status --url http://127.0.0.11:1816 | grep -E "restart|relocate" || true
+"$H" instance list
+
+echo
 echo "== the job queue (masterd, Ganeti's RAPI v2 at https://127.0.0.11:5080)"
 "$H" job list
 
@@ -60,5 +73,6 @@ echo "  export HERDER_CONFIG=$HERDER_CONFIG"
 echo "  $H instance failover web1        # or: node evacuate, instance reboot, job list, ..."
 echo "  $H tags remove node node3.sim.herder.test maintd:repairready:...   # then:"
 echo "  $H cluster simulate --dir $DIR --break node3 Ok    # the incident is forgotten"
+echo "  $H cluster simulate --dir $DIR --crash web1        # instmon -> maintd restarts it"
 echo "  curl -s http://127.0.0.11:1815/1/report/all | python3 -m json.tool"
 echo "Stop it with: $H cluster simulate --stop --dir $DIR"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,15 @@ class FakeCluster:
         self.actual: dict[str, str] = {}  # instance -> actual state on its primary's agent
         self.crashing: set[str] = set()  # instances that do not stay up when started
         self.starts: list[str] = []
+        self.ends: dict[int, float] = {}  # job id -> when it finished
+        self.other_jobs: list[Any] = []  # JobInfo of jobs not submitted by maintd
+
+    def jobs(self) -> list[Any]:
+        from herder.maintd.instances import JobInfo
+
+        mine = [JobInfo.from_ops(jid, self.status[jid], self.ends.get(jid), ops)
+                for jid, ops in self.submitted]
+        return mine + list(self.other_jobs)
 
     def nodes(self) -> list[Node]:
         return list(self._nodes.values())
@@ -71,10 +81,12 @@ class FakeCluster:
                         break
                     self.apply(op)
                 self.status[jid] = "error"
+                self.ends[jid] = time.time()
                 continue
             for op in ops:
                 self.apply(op)
             self.status[jid] = "success"
+            self.ends[jid] = time.time()
 
     def apply(self, op: dict[str, Any]) -> None:
         kind = op["OP_ID"]
@@ -96,8 +108,12 @@ class FakeCluster:
             inst = self._instances[op["instance_name"]]
             if inst.snodes:
                 new = dataclasses.replace(inst, pnode=inst.snodes[0], snodes=(inst.pnode,))
-            else:
+            elif op.get("target_node"):
                 new = dataclasses.replace(inst, pnode=op["target_node"])
+            else:  # the iallocator: the first other node that takes instances
+                target = next(n.name for n in self._nodes.values() if n.name != inst.pnode
+                              and not n.drained and not n.offline and not n.master)
+                new = dataclasses.replace(inst, pnode=target)
             self._instances[inst.name] = new
         elif kind == "OP_INSTANCE_REPLACE_DISKS":
             inst = self._instances[op["instance_name"]]

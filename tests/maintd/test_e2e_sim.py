@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from herder.core.store import FileStore
+from tests.simhelpers import domains, herder, running_sim, wait_for, worker_offset
 
 pytestmark = pytest.mark.slow
 
@@ -24,46 +25,15 @@ if not Path("/usr/sbin/libvirtd").exists():
 
 
 def first_ip() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return 160 + 10 * (int(worker.removeprefix("gw") or 0) % 8)
-
-
-def herder(state, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
-    env["HERDER_CONFIG"] = state.config
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
-    if check:
-        assert done.returncode == 0, f"{args}: {done.stderr}"
-    return done
-
-
-def domains(uri: str) -> dict[str, bool]:
-    import libvirt
-
-    conn = libvirt.openReadOnly(uri)
-    try:
-        return {d.name(): bool(d.isActive()) for d in conn.listAllDomains()}
-    finally:
-        conn.close()
+    return 160 + worker_offset(10, 4)
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    from herder.sim import cluster
-
-    directory = tmp_path_factory.mktemp("maintd-sim")
-    try:
-        # mond is started by the test once the diagnose collector is configured (a running
-        # mond applies a new collector interval only after its current one ran out, 60 s)
-        state = cluster.start(directory, 3, mond=False, first_ip=first_ip())
-    except Exception as err:
-        cluster.stop(directory)
-        pytest.skip(f"cannot start a simulated cluster here: {err}")
-    try:
-        yield state
-    finally:
-        cluster.stop(directory)
+    # mond is started by the test once the diagnose collector is configured (a running
+    # mond applies a new collector interval only after its current one ran out, 60 s)
+    yield from running_sim(tmp_path_factory.mktemp("maintd-sim"), 3, mond=False,
+                           first_ip=first_ip())
 
 
 def start_monds(sim) -> None:
@@ -109,15 +79,6 @@ def get(base: str, path: str):
         return None
 
 
-def wait_for(predicate, timeout: float = 90.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
 
 def test_evacuate_heals_the_cluster(sim) -> None:

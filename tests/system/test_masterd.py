@@ -227,3 +227,135 @@ def test_maintenance_state_route(tmp_path: Path) -> None:
         with pytest.raises(RapiError) as err:
             client.put_herder("maintenance/state", {"round": 1})
         assert err.value.status == 400
+
+
+def test_maintenance_state_route_takes_instance_incidents(tmp_path: Path) -> None:
+    """maintd's instance incidents (instmon) pass masterd's validation and round-trip."""
+    with start_masterd(tmp_path) as master:
+        client = master.client
+        node = client.get_node("node2")["uuid"]
+        incident = {"uuid": "5b0c0f00-0000-4000-8000-000000000002", "node": node,
+                    "instance": "6c0c0f00-0000-4000-8000-000000000003",
+                    "original": {"type": "VM", "hostname": "node2.example.com",
+                                 "payload": {"event": "LIFECYCLE"}, "kind": "crash"},
+                    "action": "relocate", "jobs": [], "repair-status": "noted", "tag": ""}
+        answer = client.put_herder("maintenance/state", {"incidents": [incident]})
+        assert answer["incidents"][0]["instance"] == incident["instance"]
+        assert answer["incidents"][0]["action"] == "relocate"
+        stored = FileStore(master.config_path).load().maintenance.incidents[0]
+        assert stored.instance == incident["instance"] and stored.action == "relocate"
+        for action in ("restart", "drain-relocate"):
+            answer = client.put_herder("maintenance/state",
+                                       {"incidents": [{**incident, "action": action}]})
+            assert answer["incidents"][0]["action"] == action
+        with pytest.raises(RapiError) as err:
+            client.put_herder("maintenance/state",
+                              {"incidents": [{**incident, "action": "reboot"}]})
+        assert err.value.status == 400
+
+
+class _AllocRpc:
+    """Node daemons for the failover tests: live figures, and every instance call recorded."""
+
+    def __init__(self, dead: set[str] = frozenset()) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.dead = set(dead)
+
+    def call(self, node, method, args=None, timeout=None):
+        from herder.core.errors import RpcError
+
+        self.calls.append((node.name, method))
+        if node.name in self.dead:
+            raise RpcError(f"node {node.name}: unreachable")
+        if method == "node_info":
+            free = 8192 if node.name == "node4.example.com" else 4096
+            return {"total_memory": 16384, "free_memory": free, "total_disk": 100000,
+                    "free_disk": 90000, "total_cpus": 8}
+        if method == "migrate_prepare":
+            return {"xml": "<domain/>"}
+        return None
+
+
+def _alloc_master(tmp_path: Path, rpc: _AllocRpc, templates: tuple[str, ...]):
+    from herder.core import locking as L
+    from herder.core import model as M
+    from herder.core.jobs.queue import JobQueue
+    from herder.masterd.lu.base import MasterEnv
+    from herder.masterd.processor import Processor
+    from tests.conftest import build_config
+
+    config = build_config(nodes=4)
+    node2 = config.find_node("node2.example.com")
+    for template in templates:
+        disks = [] if template == "diskless" else [M.Disk(
+            uuid=M.new_uuid(), dev_type=template, size=1024,
+            logical_id=M.FileId(driver="loop", path=f"/srv/shared/{template}.disk0"))]
+        inst = M.Instance(uuid=M.new_uuid(), name=f"{template}.example.com",
+                          primary_node=node2.uuid, os="debootstrap", hypervisor="kvm",
+                          admin_state="up", disks=disks,
+                          beparams={"maxmem": 512, "minmem": 512, "vcpus": 1})
+        config.instances[inst.uuid] = inst
+    store = FileStore(tmp_path / "config.json")
+    store.create(config)
+    env = MasterEnv(store=store, rpc=rpc, locks=L.LockManager(
+        nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances))
+    queue = JobQueue(tmp_path / "queue", Processor(env), workers=2)
+    queue.recover()
+    queue.start()
+    return store, queue
+
+
+@pytest.mark.parametrize("op_id", ["OP_INSTANCE_FAILOVER", "OP_INSTANCE_MIGRATE"])
+@pytest.mark.parametrize("template", ["sharedfile", "diskless"])
+def test_move_of_shared_instance_asks_the_iallocator(tmp_path: Path, op_id: str,
+                                                     template: str) -> None:
+    """No target node, iallocator herder: a relocate request away from the primary; the
+    allocator's node (the emptiest, node4) becomes the primary."""
+    rpc = _AllocRpc()
+    store, queue = _alloc_master(tmp_path, rpc, (template,))
+    try:
+        name = f"{template}.example.com"
+        op = {"OP_ID": op_id, "instance_name": name, "iallocator": "herder"}
+        if op_id == "OP_INSTANCE_FAILOVER":
+            op["ignore_consistency"] = True
+        job = queue.submit([op])
+        queue.wait(job, 20)
+        info = queue.info(job)
+        assert info["status"] == "success", info["opresult"]
+        moved = store.load().find_instance(name)
+        assert store.load().node_name(moved.primary_node) == "node4.example.com"
+        assert any("iallocator herder chose node4" in m[3] for log in info["oplog"]
+                   for m in log), info["oplog"]
+        assert ("node4.example.com", "migrate_accept") in rpc.calls
+        # neither target nor iallocator: the cluster's default (here none: herder's own)
+        job = queue.submit([{"OP_ID": op_id, "instance_name": name}])
+        queue.wait(job, 20)
+        info = queue.info(job)
+        assert info["status"] == "success", info["opresult"]
+        assert store.load().find_instance(name).primary_node != moved.primary_node
+        job = queue.submit([{"OP_ID": op_id, "instance_name": name, "iallocator": "herder",
+                             "target_node": "node3.example.com"}])
+        queue.wait(job, 20)
+        info = queue.info(job)
+        assert info["status"] == "error" and "not both" in str(info["opresult"])
+    finally:
+        queue.stop()
+
+
+def test_failover_with_iallocator_from_a_dead_node(tmp_path: Path) -> None:
+    """maintd's relocate of an instance whose node died: the failover defines it afresh on
+    the allocator's node (ignore_consistency), never on the dead one."""
+    rpc = _AllocRpc(dead={"node2.example.com"})
+    store, queue = _alloc_master(tmp_path, rpc, ("sharedfile",))
+    try:
+        job = queue.submit([{"OP_ID": "OP_INSTANCE_FAILOVER",
+                             "instance_name": "sharedfile.example.com",
+                             "ignore_consistency": True, "iallocator": "herder"}])
+        queue.wait(job, 20)
+        info = queue.info(job)
+        assert info["status"] == "success", info["opresult"]
+        inst = store.load().find_instance("sharedfile.example.com")
+        assert store.load().node_name(inst.primary_node) == "node4.example.com"
+        assert ("node4.example.com", "instance_start") in rpc.calls
+    finally:
+        queue.stop()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 from herder.core import envelope, rpcauth
 from herder.core.store import FileStore
+from tests.simhelpers import domains, herder, running_sim, worker_offset
 
 # The tests share one simulated cluster and build on each other (pytest runs with
 # --dist loadfile, so they stay on one worker, in order).
@@ -27,44 +26,13 @@ if not Path("/usr/sbin/libvirtd").exists():
 
 def worker_first_ip() -> int:
     """Distinct addresses per xdist worker (and away from the vcluster's 127.0.0.10-13)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return 100 + 10 * int(worker.removeprefix("gw") or 0) % 150
+    return 100 + worker_offset(10, 6)
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    from herder.sim import cluster
-
-    directory = tmp_path_factory.mktemp("sim")
-    try:
-        state = cluster.start(directory, 3, mond=False, first_ip=worker_first_ip())
-    except Exception as err:
-        cluster.stop(directory)
-        pytest.skip(f"cannot start a simulated cluster here: {err}")
-    try:
-        yield state
-    finally:
-        cluster.stop(directory)
-
-
-def herder(state, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
-    env["HERDER_CONFIG"] = state.config
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
-    if check:
-        assert done.returncode == 0, f"{args}: {done.stderr}"
-    return done
-
-
-def domains(uri: str) -> dict[str, bool]:
-    import libvirt
-
-    conn = libvirt.openReadOnly(uri)
-    try:
-        return {d.name(): bool(d.isActive()) for d in conn.listAllDomains()}
-    finally:
-        conn.close()
+    yield from running_sim(tmp_path_factory.mktemp("sim"), 3, mond=False,
+                           first_ip=worker_first_ip())
 
 
 def where(state, name: str) -> list[str]:

@@ -483,8 +483,11 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 @click.option("--break", "break_it", nargs=2, metavar="NODE STATUS",
               help="Make NODE's self-diagnose report STATUS (Ok, live-repair, evacuate, "
                    "evacuate-failover) in the running simulated cluster; Ok heals it.")
+@click.option("--crash", "crash_it", metavar="INSTANCE",
+              help="Destroy INSTANCE's domain behind herder's back (what a crashed VM looks "
+                   "like to libvirt's test driver); instmon reports it, maintd recovers it.")
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
-             first_ip: int, break_it: tuple[str, str] | None) -> None:
+             first_ip: int, break_it: tuple[str, str] | None, crash_it: str | None) -> None:
     """Bring up a whole herder cluster on this machine, every daemon its own process.
 
     Node i gets the loopback address 127.0.0.(10+i) with the standard ports (noded 1811,
@@ -496,10 +499,16 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
       herder instance add web1 -t drbd -o debootstrap+default --disk 1G
       herder node evacuate node2.sim.herder.test
       herder cluster simulate --break node3 evacuate   # maintd drains and evacuates it
+      herder cluster simulate --crash web1             # maintd starts it again
       herder cluster simulate --stop
     """
     from herder.sim import cluster as sim
 
+    if crash_it:
+        node = sim.crash_instance(directory, crash_it)
+        click.echo(f"{crash_it} crashed on {node}; instmon reports it to maintd, which starts "
+                   "it again (herder maintd status)")
+        return
     if break_it:
         sim.break_node(directory, break_it[0], break_it[1])
         click.echo(f"{break_it[0]}'s self-diagnose now reports {break_it[1]}; watch maintd "

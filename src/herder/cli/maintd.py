@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from herder.core.errors import HerderError
 from herder.core.pidfile import pid_file
 
 DEFAULT_PORT = 1816
+DEFAULT_NOTIFY_PORT = 1817
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 EXIT_NOTMASTER = 11
 
@@ -40,20 +42,40 @@ EXIT_NOTMASTER = 11
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True,
               help="Directory of maintd.pid (where mond's daemon collector looks).")
+@click.option("--notify-port", type=click.IntRange(0, 65535), default=DEFAULT_NOTIFY_PORT,
+              show_default=True, help="HTTPS port (cluster certificate) of POST "
+              "/1/notifications, instmon's failure notifications (0: no HTTPS listener).")
+@click.option("--notify-insecure", is_flag=True, help="Also accept notifications on the plain "
+              "HTTP port (else 403 there).")
+@click.option("--failure-table", type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML file: which notified events are failures ([failures] "
+                   "\"EVENT.VIR_DOMAIN_EVENT\" = \"crash\"|\"io-error\"|\"stop\"|\"ignore\"; "
+                   "replace = true drops the defaults).")
+@click.option("--failure-window", type=click.FloatRange(0), default=600.0, show_default=True,
+              help="Seconds: a second failure of an instance within them relocates it "
+                   "instead of restarting it in place.")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | None,
            state_file: Path | None, mond_port: int, round_delay: float | None,
-           poll_interval: float, harep: bool, run_dir: Path, debug: bool) -> None:
+           poll_interval: float, harep: bool, run_dir: Path, notify_port: int,
+           notify_insecure: bool, failure_table: Path | None, failure_window: float,
+           debug: bool) -> None:
     """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
 
     Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
     node's mond (`/1/report/node/diagnose`, HMAC-checked), keeps incidents, and submits the
     repair jobs round by round through masterd's RAPI.
 
+    Instance failures: `herder instmon` on every node POSTs masakari-format notifications
+    (token derived from the cluster HMAC key) to the HTTPS port; a failure of an admin-up
+    instance becomes an instance incident (restart, relocate or drain-relocate) unless the
+    instance is tagged herder:instmon:norecover.
+
     \b
     Routes (port 1816): /  /1/status  /1/jobs  /1/evacuated  /1/reports  /1/overview
-            POST /1/cancel/UUID   /status.html (live status page)
+            /1/notifications  POST /1/cancel/UUID   /status.html (live status page)
+    HTTPS (port 1817): the same, plus POST /1/notifications
     Ask a running daemon:  herder maintd status | herder maintd cancel UUID
     """
     if ctx.invoked_subcommand is not None:
@@ -61,15 +83,20 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
     from herder.cli import remote
     from herder.cli.common import store_from
     from herder.core import envelope
-    from herder.core.cluster_secrets import HMAC_KEY_FILE
+    from herder.core import notification as N
+    from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
     from herder.maintd.daemon import Maintd, RapiCluster
-    from herder.maintd.server import make_app
+    from herder.maintd.server import NotifySettings, make_app
     from herder.maintd.sources import DiagnoseSource
     from herder.maintd.state import FileState, RapiState, StateStore
 
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)
+    try:
+        table = N.load_failure_table(failure_table)
+    except N.NotificationError as err:
+        raise HerderError(str(err).replace("\n", " ")) from None
     store = store_from(ctx)
     client = remote.client(ctx)
     me = node_name or socket.getfqdn()
@@ -107,7 +134,19 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
     daemon = Maintd(RapiCluster(client), state, [DiagnoseSource(key, port=mond_port)],
                     round_delay=delay, interval=poll_interval,
                     enabled=bool(maint.get("enabled", True)),
-                    harep=harep or bool(maint.get("harep", False)))
+                    harep=harep or bool(maint.get("harep", False)),
+                    failure_table=table, failure_window=failure_window)
+    context = None
+    if notify_port:
+        cert = store.directory / CERT_FILE
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(cert)
+        except (OSError, ssl.SSLError) as err:
+            raise HerderError(f"cannot load the cluster certificate {cert} for the "
+                              f"notification port: {err} (--notify-port 0 disables it)") \
+                from None
+    settings = NotifySettings(key, https_port=notify_port, insecure=notify_insecure)
 
     async def main() -> None:
         from aiohttp import web
@@ -117,13 +156,23 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await daemon.start()
-        runner = web.AppRunner(make_app(daemon), access_log=None)
+        runner = web.AppRunner(make_app(daemon, settings), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, bind, port)
         await site.start()
         bound = runner.addresses[0][1]
+        if context is not None:
+            try:
+                await web.TCPSite(runner, bind, notify_port, ssl_context=context).start()
+            except OSError as err:
+                raise HerderError(f"cannot listen on {bind}:{notify_port} (--notify-port): "
+                                  f"{err.strerror}") from None
+            settings.https_port = runner.addresses[-1][1]
         click.echo(f"herder maintd: listening on http://{bind}:{bound}/ "
                    f"(status page http://{bind}:{bound}/status.html)", err=True)
+        if context is not None:
+            click.echo(f"herder maintd: notifications: listening on "
+                       f"https://{bind}:{settings.https_port}/1/notifications", err=True)
         task = asyncio.create_task(daemon.run())
         try:
             with pid_file(run_dir, "maintd"):
@@ -165,8 +214,9 @@ def status(url: str, as_json: bool) -> None:
         return
     for inc in incidents:
         jobs = ",".join(str(j) for j in inc.get("jobs", [])) or "-"
+        what = f"  instance {inc['instance']}" if inc.get("instance") else ""
         click.echo(f"{inc['uuid']}  {inc['node']:20} {inc['action']:18} "
-                   f"{inc['repair-status']:10} jobs {jobs}  {inc['tag']}")
+                   f"{inc['repair-status']:10} jobs {jobs}  {inc['tag']}{what}")
 
 
 @maintd.command()

@@ -420,7 +420,10 @@ def default_data_collectors() -> dict[str, CollectorSettings]:
     }
 
 
-RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover"]
+# the last three: herder's instance incidents (instmon's failure notifications; see
+# herder.maintd.instances)
+RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover", "restart",
+                       "relocate", "drain-relocate"]
 RepairStatus = Literal["noted", "pending", "canceled", "failed", "completed"]
 
 
@@ -434,6 +437,9 @@ class Incident(Base, kw_only=True):
     jobs: list[int] = msgspec.field(default_factory=list)
     repair_status: RepairStatus = msgspec.field(name="repair-status", default="noted")
     tag: str = ""
+    # herder: the instance (UUID) of an instance incident; None for a node incident (then
+    # `node` is the node to repair; for an instance incident it is the node it failed on)
+    instance: str | None = None
 
 
 class MaintdIntent(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

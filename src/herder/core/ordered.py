@@ -4,7 +4,9 @@ stops they cause as failures.
 Before noded shuts down, reboots, destroys or removes a domain (a shutdown job, a migration's
 source side, a failover, an instance removal) it writes `<run_dir>/instmon-ordered/<domain>`
 (`{"op": ..., "until": epoch}`); when the operation ends the marker is cut to a short grace
-(libvirt delivers its events asynchronously, a few milliseconds later). instmon drops events
+(libvirt delivers its events asynchronously, a few milliseconds later); when noded starts the
+domain again the marker is removed. Only lifecycle events are matched against markers: an I/O
+error or a watchdog is never herder's doing. instmon drops events
 of a domain while its marker is valid and says so in its state. Both daemons run on the same
 node with the same `--run-dir`.
 """
@@ -31,6 +33,12 @@ def mark(run_dir: Path, domain: str, op: str, seconds: float) -> None:
     path = _path(run_dir, domain)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps({"op": op, "until": time.time() + seconds}).encode(), 0o644)
+
+
+def clear(run_dir: Path, domain: str) -> None:
+    """The domain runs here again: earlier orders to stop it are over."""
+    with contextlib.suppress(OSError):
+        _path(run_dir, domain).unlink()
 
 
 def ordered(run_dir: Path, domain: str, now: float | None = None) -> str | None:

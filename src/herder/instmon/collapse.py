@@ -46,7 +46,7 @@ class Held:
 
 
 class Collapser:
-    def __init__(self, delay: float = 0.2, window: float = 2.0) -> None:
+    def __init__(self, delay: float = 0.1, window: float = 2.0) -> None:
         self.delay = delay
         self.window = window
         self.held: dict[tuple[str, str], Held] = {}

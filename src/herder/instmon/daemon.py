@@ -62,7 +62,7 @@ class Settings:
     ca_file: Path | None = None
     check_hostname: bool = False
     filter: E.EventFilter = field(default_factory=E.EventFilter.preset)
-    collapse_delay: float = 0.2
+    collapse_delay: float = 0.1
     collapse_window: float = 2.0
     spool_max_entries: int = 10000
     spool_max_bytes: int = 64 * 2**20
@@ -146,7 +146,9 @@ class InstanceMonitor:
             self.counts["synthetic"] += 1
         if event.event_id == E.LIFECYCLE and event.type in RESET_TYPES:
             self.collapser.reset(event.uuid)
-        op = ordered.ordered(self.settings.run_dir, event.name, when) if event.name else None
+        # only lifecycle events can be herder's doing; an I/O error or a watchdog never is
+        op = ordered.ordered(self.settings.run_dir, event.name, when) \
+            if event.name and event.event_id == E.LIFECYCLE else None
         if op is not None:
             self.counts["ordered"] += 1
             self._record(event, when, f"ordered:{op}")

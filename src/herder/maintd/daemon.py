@@ -12,6 +12,11 @@ when the cluster's maintenance setting `balance` is true), each on the nodes the
 A failed (or vanished) job fails its incident: no further jobs, the node is tagged
 `maintd:repairfailed:<event>`. The final step's success completes it (seen in the cluster: the
 node offline and tagged, or the live-repair's tag present).
+
+Instance incidents (`notify`: instmon's failure notifications, `herder.maintd.instances`) are
+decided when the notification arrives and planned right after the node incidents' jobs, also
+before `round_delay` has passed (a crashed instance does not wait for the pacing of
+evacuations); their job's success completes them, a failure tags the instance.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from herder.core import model as M
+from herder.core import notification as N
 from herder.core.jobs import reason as R
 from herder.maintd import incidents as I
+from herder.maintd import instances as IN
 from herder.maintd import watcher as W
 from herder.maintd.rounds import Instance, Job, Node, Plan, failure_tag_job, plan_round
 from herder.maintd.sources import DiagnoseSource, IncidentSource, Observation
@@ -36,6 +44,8 @@ log = logging.getLogger("herder.maintd")
 FINISHED_OK = "success"
 UNFINISHED = ("queued", "waiting", "running", "canceling")
 SEEN_SAVE_INTERVAL = 5.0  # seconds between saves of only the replay-protection stamps
+RECEIVED_KEEP = 1000  # notifications remembered for the duplicate check
+NOTIFICATIONS_SHOWN = 200  # ... of which /1/notifications and /1/overview show the newest
 
 
 class Cluster(Protocol):
@@ -52,6 +62,8 @@ class Cluster(Protocol):
     def maintd_jobs(self) -> dict[int, set[str]]: ...  # job id -> event uuids in its reasons
 
     def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]: ...  # cluster, per group
+
+    # optional: def jobs(self) -> list[IN.JobInfo] (the queue, for the ordered-stop check)
 
 
 class RapiCluster:
@@ -87,6 +99,9 @@ class RapiCluster:
         groups = {g["uuid"]: list(g.get("tags") or []) for g in self.client.get_groups(bulk=True)}
         return list(self.client.get_cluster_tags()), groups
 
+    def jobs(self) -> list[IN.JobInfo]:
+        return [IN.JobInfo.from_rapi(j) for j in self.client.get_jobs(bulk=True)]
+
     def maintd_jobs(self) -> dict[int, set[str]]:
         found: dict[int, set[str]] = {}
         for job in self.client.get_jobs(bulk=True):
@@ -103,7 +118,10 @@ class Maintd:
                  harep: bool = False, watcher: bool = True, instance_status: Any = None,
                  balance: bool | None = None, balance_threshold: float | None = None,
                  restart_budget: int = W.BUDGET, restart_window: float = W.WINDOW,
-                 restart_settle: float = W.SETTLE) -> None:
+                 restart_settle: float = W.SETTLE,
+                 failure_table: Mapping[tuple[str, str], str] | None = None,
+                 failure_window: float = IN.FAILURE_WINDOW,
+                 ordered_grace: float = IN.ORDERED_GRACE) -> None:
         self.cluster = cluster
         self.store = store
         self.sources = list(sources)
@@ -135,14 +153,23 @@ class Maintd:
         self.last_tick = 0.0
         self.last_error = ""
         self.round_cpu: list[float] = []
+        self.failure_table = dict(N.DEFAULT_FAILURES if failure_table is None
+                                  else failure_table)
+        self.failure_window = failure_window
+        self.ordered_grace = ordered_grace
+        # notification key -> the record answered (duplicates: 409); the newest RECEIVED_KEEP
+        self.received: dict[Any, dict[str, Any]] = {}
         self._started = False
         self._seen_saved = 0.0
         self._wake = asyncio.Event()
+        self._save_lock = asyncio.Lock()
+        self._notify_lock = asyncio.Lock()
 
     # --- state ---------------------------------------------------------------------------------
 
     async def _save(self) -> None:
-        await asyncio.to_thread(self.store.save, self.state)
+        async with self._save_lock:  # in order: the tick and the notification route both save
+            await asyncio.to_thread(self.store.save, self.state)
 
     async def start(self) -> None:
         self.state = await asyncio.to_thread(self.store.load)
@@ -214,7 +241,7 @@ class Maintd:
         self.nodes = nodes
         await self.observe(nodes)
         cpu0 = time.process_time()
-        busy = await self._check_jobs(nodes)
+        busy = await self._check_jobs(nodes, instances)
         st = self.state
         changed = False
         data = {u: o.data for u, o in self.observations.items() if o.data is not None}
@@ -230,11 +257,28 @@ class Maintd:
         for inc in dropped:
             log.info("forgetting incident %s (%s)", inc.uuid, inc.repair_status)
         changed |= bool(dropped)
+        inst_tags = {i.uuid: i.tags for i in instances if i.uuid}
+        dropped = IN.forget(st.incidents, inst_tags, window=self.failure_window,
+                            busy_jobs=st.jobs)
+        for inc in dropped:
+            log.info("forgetting instance incident %s (%s)", inc.uuid, inc.repair_status)
+        changed |= bool(dropped)
         plan = None
-        if (not busy and self.enabled
-                and time.time() - self.last_round_end >= self.round_delay):
+        paced = time.time() - self.last_round_end >= self.round_delay
+        if not busy and self.enabled and not paced and IN.recovering(st.incidents):
+            # only the instance incidents: they do not wait for the round delay
+            plan = Plan()
+            changed |= self._instance_jobs(nodes, instances, plan)
+            self.notes = plan.notes
+            if plan.jobs:
+                await self._execute(plan, nodes)
+                changed = True
+            else:
+                plan = None
+        elif not busy and self.enabled and paced:
             plan = plan_round(nodes, instances, st.incidents)
             self.notes = plan.notes
+            changed |= self._instance_jobs(nodes, instances, plan)
             if self.harep:
                 plan.jobs.extend(await self._harep_jobs(nodes, instances, plan))
             if self.watcher:
@@ -276,13 +320,26 @@ class Maintd:
         return H.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
                             event_jobs, affected)
 
+    def _instance_jobs(self, nodes: list[Node], instances: list[Instance], plan: Plan) -> bool:
+        """Adds the instance incidents' jobs to `plan`; whether an incident changed."""
+        res = IN.plan_instances(nodes, instances, self.state.incidents, plan)
+        for event in res.canceled:
+            inc = self.state.incident(event)
+            if inc is not None:
+                log.info("instance incident %s: nothing left to do", event)
+                I.set_status(inc, "canceled")
+        plan.jobs.extend(res.jobs)
+        plan.notes.extend(res.notes)
+        return bool(res.canceled)
+
     def _affected(self, nodes: list[Node], failed: bool = False) -> set[str]:
         """Names of nodes with an active incident (`failed`: or a failed one, or tagged so)."""
         names = {n.uuid: n.name for n in nodes}
         out = {names[u] for u in I.leading(self.state.incidents) if u in names}
         if failed:
             out |= {names[i.node] for i in self.state.incidents
-                    if i.repair_status == "failed" and i.node in names}
+                    if i.repair_status == "failed" and i.node in names
+                    and I.is_node_incident(i)}
             out |= {n.name for n in nodes if any(t.startswith(I.FAILED_PREFIX) for t in n.tags)}
         return out
 
@@ -301,9 +358,12 @@ class Maintd:
                                    if now - t < self.restart_window]
             if not self.restarts[name]:
                 del self.restarts[name]
+        skip = IN.recovering(self.state.incidents)
         res = W.plan_watcher(nodes, instances, plan, states, self.restarts,
                              self._affected(nodes), now, self.restart_budget,
-                             self.restart_window, self.restart_settle)
+                             self.restart_window, self.restart_settle,
+                             skip={i.name for i in instances
+                                   if i.uuid in skip or IN.OPTOUT_TAG in i.tags})
         for name in res.restarted:
             log.info("restarting instance %s: it should run but is down", name)
             self.restarts.setdefault(name, []).append(now)
@@ -349,7 +409,8 @@ class Maintd:
         plan.notes.extend(res.notes)
         return res.jobs
 
-    async def _check_jobs(self, nodes: list[Node]) -> bool:
+    async def _check_jobs(self, nodes: list[Node],
+                          instances: Sequence[Instance] = ()) -> bool:
         """Whether the running round's jobs still run; handles their end."""
         st = self.state
         if not st.jobs:
@@ -358,16 +419,24 @@ class Maintd:
         if any(s in UNFINISHED for s in statuses.values()):
             return True
         names = {n.uuid: n.name for n in nodes}
+        inst_names = {i.uuid: i.name for i in instances if i.uuid}
         failures: list[Job] = []
         for job_id, status in statuses.items():
             if status == FINISHED_OK:
+                for inc in st.incidents:
+                    if job_id in inc.jobs and I.is_active(inc) and IN.is_instance_incident(inc):
+                        log.info("instance incident %s completed (job %d)", inc.uuid, job_id)
+                        I.set_status(inc, "completed")
                 continue
             for inc in st.incidents:
                 if job_id in inc.jobs and I.is_active(inc):
                     log.warning("job %d of incident %s ended %s: incident failed", job_id,
                                 inc.uuid, status or "unknown")
                     self._fail(inc)
-                    if inc.node in names:
+                    if IN.is_instance_incident(inc):
+                        if inc.instance in inst_names:
+                            failures.append(IN.failure_tag_job(inc, inst_names[inc.instance]))
+                    elif inc.node in names:
                         failures.append(failure_tag_job(inc, names[inc.node]))
         st.jobs = []
         self.last_round_end = time.time()
@@ -448,6 +517,62 @@ class Maintd:
         await self._save()
         return inc
 
+    async def notify(self, note: N.Notification) -> tuple[int, dict[str, Any]]:
+        """A validated failure notification (`POST /1/notifications`): (HTTP status, body).
+
+        409 for a notification received before (masakari's duplicate: the sender drops it);
+        else 202 with the notification, its `notification_uuid` and `status` "new" (an
+        instance incident was created) or "ignored", with the `reason`."""
+        async with self._notify_lock:  # one at a time, like masakari's per-host lock
+            if note.key in self.received or any(
+                    IN.same_notification(i.original, note) for i in self.state.incidents
+                    if IN.is_instance_incident(i)):
+                return 409, {"error": "conflict", "message": "duplicate notification"}
+            kind = N.failure_kind(note, self.failure_table)
+            record: dict[str, Any] = {**note.to_body()["notification"],
+                                      "notification_uuid": str(uuidlib.uuid4()),
+                                      "kind": kind, "received": time.time()}
+            try:
+                verdict = await self._decide(note, kind, record["notification_uuid"])
+            except Exception as err:  # the cluster could not be read: the sender retries
+                log.warning("notification %s: cannot decide: %s", note.key, err)
+                return 503, {"error": "unavailable",
+                             "message": f"cannot read the cluster: {err}"}
+            record.update(status=verdict.status, reason=verdict.reason,
+                          incident=verdict.incident.uuid if verdict.incident else None)
+            self.received[note.key] = record
+            while len(self.received) > RECEIVED_KEEP:
+                del self.received[next(iter(self.received))]
+            if verdict.incident is not None:
+                log.info("notification from %s: new instance incident %s: %s", note.hostname,
+                         verdict.incident.uuid, verdict.reason)
+                self.state.incidents.append(verdict.incident)
+                await self._save()
+                self.wake()
+            else:
+                log.info("notification from %s (%s/%s) ignored: %s", note.hostname,
+                         note.event, note.detail, verdict.reason)
+            return 202, {"notification": dict(record)}
+
+    async def _decide(self, note: N.Notification, kind: str | None,
+                      notification_uuid: str) -> IN.Verdict:
+        if kind is None:  # no need to read the cluster
+            return IN.decide(note, kind, [], [], self.state.incidents)
+        nodes = await asyncio.to_thread(self.cluster.nodes)
+        instances = await asyncio.to_thread(self.cluster.instances)
+        jobs: list[IN.JobInfo] = []
+        getter = getattr(self.cluster, "jobs", None)
+        if kind == N.STOP and getter is not None:
+            jobs = await asyncio.to_thread(getter)
+        diagnoses = {u: o.data for u, o in self.observations.items() if o.data is not None}
+        return IN.decide(note, kind, nodes, instances, self.state.incidents, jobs, diagnoses,
+                         grace=self.ordered_grace, window=self.failure_window,
+                         notification_uuid=notification_uuid)
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """The newest notifications received (oldest first) with their verdicts."""
+        return [dict(r) for r in list(self.received.values())[-NOTIFICATIONS_SHOWN:]]
+
     def status(self) -> list[dict[str, Any]]:
         return [M.to_builtins(i) for i in self.state.incidents]
 
@@ -468,7 +593,7 @@ class Maintd:
                 "notes": list(self.notes), "rounds": self.rounds, "error": self.last_error,
                 "last_tick": self.last_tick,
                 "restarts": {k: len(v) for k, v in sorted(self.restarts.items())},
-                "balance": dict(self.last_balance)}
+                "balance": dict(self.last_balance), "notifications": self.notifications()}
 
 
 def observations_of(reports: Mapping[str, Any]) -> dict[str, Observation]:

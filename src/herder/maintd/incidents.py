@@ -35,6 +35,10 @@ def is_active(inc: M.Incident) -> bool:
     return inc.repair_status in ACTIVE
 
 
+def is_node_incident(inc: M.Incident) -> bool:
+    return inc.instance is None
+
+
 def action_of(original: Any) -> str | None:
     """The recommended action of a diagnose object, None when it is not a valid one."""
     if not isinstance(original, Mapping):
@@ -55,7 +59,7 @@ def new_incident(node: str, original: Any, when: float | None = None) -> M.Incid
 
 def find(incidents: Iterable[M.Incident], node: str, original: Any) -> M.Incident | None:
     for inc in incidents:
-        if inc.node == node and inc.original == original:
+        if is_node_incident(inc) and inc.node == node and inc.original == original:
             return inc
     return None
 
@@ -87,11 +91,11 @@ def supersede(incidents: list[M.Incident], when: float | None = None) -> list[M.
     """Cancel active incidents with a milder action than another active one on the same node."""
     worst: dict[str, int] = {}
     for inc in incidents:
-        if is_active(inc):
+        if is_active(inc) and is_node_incident(inc):
             worst[inc.node] = max(worst.get(inc.node, 0), SEVERITY[inc.action])
     canceled = []
     for inc in incidents:
-        if is_active(inc) and SEVERITY[inc.action] < worst[inc.node]:
+        if is_active(inc) and is_node_incident(inc) and SEVERITY[inc.action] < worst[inc.node]:
             set_status(inc, "canceled", when)
             canceled.append(inc)
     return canceled
@@ -101,7 +105,7 @@ def leading(incidents: Iterable[M.Incident]) -> dict[str, M.Incident]:
     """Per node the active incident to act on: the most invasive, the oldest on ties."""
     best: dict[str, M.Incident] = {}
     for inc in incidents:
-        if not is_active(inc):
+        if not is_active(inc) or not is_node_incident(inc):
             continue
         cur = best.get(inc.node)
         if cur is None or (SEVERITY[inc.action], -inc.ctime) > (SEVERITY[cur.action], -cur.ctime):
@@ -134,6 +138,8 @@ def forget(incidents: list[M.Incident], observed: Mapping[str, Any],
     busy = set(busy_jobs)
     dropped = []
     for inc in list(incidents):
+        if not is_node_incident(inc):
+            continue
         seen = inc.node in observed and observed[inc.node] == inc.original
         tags = node_tags.get(inc.node)
         status = inc.repair_status

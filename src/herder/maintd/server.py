@@ -5,18 +5,41 @@ jobs, tag, ctime, mtime, serial_no); `/1/jobs` -> the running round's job ids; `
 herder extensions: `/1/reports` (the last diagnose observation per node, with errors),
 `/1/overview` (all of it, for the page), `POST /1/cancel/<uuid>`, and the status page
 `/status.html`, which fetches `/1/overview` every second (no reload).
+
+Instance failure notifications (issue instmon; a herder extension to the design's GET-only
+API): `POST /1/notifications` takes masakari's body (`herder.core.notification`) with the token
+`X-Auth-Token: notification.token_for(<cluster HMAC key>)`, over HTTPS only (the plain port
+answers 403 unless `insecure`): 400 bad body, 401 no or wrong token, 409 the same notification
+again, else 202 with its verdict. `GET /1/notifications`: the newest ones received.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from herder.core import notification as N
 from herder.maintd.daemon import Maintd
 
+MAX_NOTIFICATION = 64 * 1024  # bytes
+
+
+@dataclass
+class NotifySettings:
+    """How `POST /1/notifications` is checked."""
+
+    key: Callable[[], bytes | None]  # the cluster HMAC key (None: not readable)
+    https_port: int = 0  # the HTTPS listener's port, named in the plain port's 403
+    insecure: bool = False  # also accept notifications over plain HTTP
+
+
 DAEMON = web.AppKey("maintd", Maintd)
+NOTIFY = web.AppKey("maintd-notify", NotifySettings)
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -64,6 +87,41 @@ async def cancel(request: web.Request) -> web.Response:
     return _json({"uuid": inc.uuid, "repair-status": inc.repair_status})
 
 
+async def notifications(request: web.Request) -> web.Response:
+    return _json(_d(request).notifications())
+
+
+async def notify(request: web.Request) -> web.Response:
+    settings = request.app.get(NOTIFY)
+    if settings is None:
+        return _json({"error": "unavailable", "message": "this maintd takes no notifications"},
+                     503)
+    if not request.secure and not settings.insecure:
+        where = f"use the HTTPS port {settings.https_port}" if settings.https_port else \
+            "this maintd has no HTTPS listener (--notify-port)"
+        return _json({"error": "forbidden", "message": f"notifications over plain HTTP are "
+                      f"refused: {where}"}, 403)
+    key = settings.key()
+    if key is None:
+        return _json({"error": "unavailable", "message": "maintd cannot read the cluster HMAC "
+                      "key to check the token"}, 503)
+    token = request.headers.get(N.TOKEN_HEADER)
+    if not token:
+        return _json({"error": "unauthorized", "message": f"no {N.TOKEN_HEADER} header"}, 401)
+    if not hmac.compare_digest(token.encode(), N.token_for(key).encode()):
+        return _json({"error": "unauthorized", "message": f"wrong {N.TOKEN_HEADER} (not the "
+                      "cluster's notification token)"}, 401)
+    if request.content_length is not None and request.content_length > MAX_NOTIFICATION:
+        return _json({"error": "bad request", "message": "body too large"}, 413)
+    body = await request.read()
+    try:
+        note = N.parse(body)
+    except N.NotificationError as err:
+        return _json({"error": "bad request", "message": str(err)}, 400)
+    code, answer = await _d(request).notify(note)
+    return _json(answer, code)
+
+
 async def page(request: web.Request) -> web.Response:
     return web.Response(text=STATUS_PAGE, content_type="text/html")
 
@@ -72,9 +130,11 @@ async def not_found(request: web.Request) -> web.Response:
     return _json({"error": "not found", "message": "Resource not found"}, 404)
 
 
-def make_app(daemon: Maintd) -> web.Application:
-    app = web.Application()
+def make_app(daemon: Maintd, notify_settings: NotifySettings | None = None) -> web.Application:
+    app = web.Application(client_max_size=MAX_NOTIFICATION)
     app[DAEMON] = daemon
+    if notify_settings is not None:
+        app[NOTIFY] = notify_settings
     app.router.add_get("/", root)
     app.router.add_get("/1", version)
     app.router.add_get("/1/", version)
@@ -84,6 +144,8 @@ def make_app(daemon: Maintd) -> web.Application:
     app.router.add_get("/1/reports", reports)
     app.router.add_get("/1/overview", overview)
     app.router.add_post("/1/cancel/{uuid}", cancel)
+    app.router.add_get("/1/notifications", notifications)
+    app.router.add_post("/1/notifications", notify)
     app.router.add_get("/status.html", page)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
@@ -108,6 +170,9 @@ th{background:#eee} code{font-size:90%}
 <h2>Node reports</h2>
 <table id="reports"><thead><tr><th>node</th><th>status</th><th>state</th><th>error</th>
 </tr></thead><tbody></tbody></table>
+<h2>Notifications</h2>
+<table id="notifications"><thead><tr><th>received</th><th>from</th><th>instance</th>
+<th>event</th><th>status</th><th>reason</th></tr></thead><tbody></tbody></table>
 <h2>Notes</h2><ul id="notes"></ul>
 <script>
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;',
@@ -123,7 +188,8 @@ async function refresh(){
   const names={};o.reports.forEach(r=>names[r.node]=r.name);
   document.querySelector('#incidents tbody').innerHTML=o.incidents.map(i=>
     '<tr id="inc-'+esc(i.uuid)+'"><td><code>'+esc(i.uuid)+'</code></td><td>'+
-    esc(names[i.node]||i.node)+'</td><td>'+esc(i.action)+'</td><td class="status '+
+    esc(names[i.node]||i.node)+'</td><td>'+esc(i.action)+(i.instance?' instance <code>'+
+    esc(i.instance)+'</code>':'')+'</td><td class="status '+
     esc(i['repair-status'])+'">'+esc(i['repair-status'])+'</td><td>'+esc(i.jobs.join(', '))+
     '</td><td><code>'+esc(i.tag)+'</code></td><td><code>'+esc(JSON.stringify(i.original))+
     '</code></td><td>'+(['noted','pending'].includes(i['repair-status'])?
@@ -133,6 +199,11 @@ async function refresh(){
     '<tr><td>'+esc(r.name)+'</td><td>'+esc(r.data&&r.data.status!==undefined?r.data.status:
     '-')+'</td><td>'+(r.offline?'offline':r.drained?'drained':'online')+
     '</td><td class="err">'+esc(r.error||'')+'</td></tr>').join('');
+  document.querySelector('#notifications tbody').innerHTML=(o.notifications||[]).slice()
+    .reverse().map(n=>'<tr><td>'+esc(n.generated_time)+'</td><td>'+esc(n.hostname)+
+    '</td><td><code>'+esc(n.payload.instance_uuid||'')+'</code></td><td>'+
+    esc((n.payload.event||'')+'/'+(n.payload.vir_domain_event||''))+'</td><td>'+
+    esc(n.status)+'</td><td>'+esc(n.reason)+'</td></tr>').join('');
   document.getElementById('notes').innerHTML=o.notes.map(n=>'<li>'+esc(n)+'</li>').join('');
 }
 refresh();setInterval(refresh,1000);

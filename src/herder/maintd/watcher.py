@@ -52,19 +52,21 @@ def plan_watcher(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
                  states: Mapping[str, str], restarts: Mapping[str, Sequence[float]],
                  affected: Iterable[str] = (), now: float | None = None,
                  budget: int = BUDGET, window: float = WINDOW, settle: float = SETTLE,
-                 new_uuid: Callable[[], str] | None = None) -> WatcherResult:
+                 new_uuid: Callable[[], str] | None = None,
+                 skip: Iterable[str] = ()) -> WatcherResult:
     """The watcher's jobs for this round, after `plan`'s jobs.
 
     `states`: instance name -> actual state reported by its primary node's agent (missing: not
     known, no restart); `restarts`: instance name -> times of earlier restarts (submissions);
-    `affected`: names of nodes with an active incident. No job uses an instance or touches a
-    node already used by the round's other jobs."""
+    `affected`: names of nodes with an active incident; `skip`: names of instances left alone
+    (an active instance incident handles them). No job uses an instance or touches a node
+    already used by the round's other jobs."""
     now = time.time() if now is None else now
     new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
     by_name = {n.name: n for n in nodes}
     # every node a job of the round touches is left alone (stricter than the pair rule)
     busy_nodes = set(affected) | {n for j in plan.jobs for n in j.nodes}
-    used = {i for j in plan.jobs for i in j.instances}
+    used = {i for j in plan.jobs for i in j.instances} | set(skip)
     out = WatcherResult()
     for inst in sorted(instances, key=lambda i: i.name):
         if inst.admin_state != "up" or inst.name in used:

@@ -200,6 +200,7 @@ class NodeDaemon:
         if inst["name"] not in self.hv.recorded() or self.hv.state(inst["name"]) is None:
             self.hv.define(self._spec(inst))
         self.hv.start(inst["name"])
+        ordered.clear(self.settings.run_dir, inst["name"])
         self.record(inst["name"], "up", args.get("reason"), args.get("version"))
 
     def rpc_instance_shutdown(self, args: dict[str, Any]) -> None:
@@ -235,6 +236,7 @@ class NodeDaemon:
         self.hv.define_xml(inst["name"], args["xml"])
         if args.get("start", True):
             self.hv.start(inst["name"])
+            ordered.clear(self.settings.run_dir, inst["name"])
         self.record(inst["name"], "up" if args.get("start", True) else "down",
                     args.get("reason"), args.get("version"))
 

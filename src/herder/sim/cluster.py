@@ -214,6 +214,33 @@ def break_node(directory: Path, node: str, status: str, command: str = "") -> No
     write_diagnose(directory, match.name, status, command)
 
 
+def crash_instance(directory: Path, name: str) -> str:
+    """Destroy an instance's domain on its primary node from outside herder (a crash, as far
+    as libvirt's test driver can show one); returns the node's name."""
+    import libvirt
+
+    from herder.core.store import FileStore
+
+    state = SimState.load(directory)
+    if state is None:
+        raise HerderError(f"no simulated cluster is running in {directory}")
+    config = FileStore(Path(state.config)).load()
+    inst = config.find_instance(name)  # NotFound (a HerderError) names what is missing
+    pnode = config.nodes[inst.primary_node].name
+    node = next(n for n in state.nodes if n.name == pnode)
+    conn = libvirt.open(node.libvirt_uri)
+    try:
+        dom = conn.lookupByName(inst.name)
+        if not dom.isActive():
+            raise HerderError(f"{inst.name} is not running on {pnode}")
+        dom.destroy()
+    except libvirt.libvirtError as err:
+        raise HerderError(f"cannot crash {inst.name}: {err.get_error_message()}") from None
+    finally:
+        conn.close()
+    return pnode
+
+
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
           first_ip: int = 11, progress: object = None) -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there)."""

@@ -228,6 +228,42 @@ def move_instance(env: Any, config: M.ConfigData, inst: M.Instance, target: M.No
         moved.touch()
 
 
+ALLOCATED = ("sharedfile", "rbd", "ext", "diskless", "blockdev")  # any node can take them
+
+
+def uses_allocator(inst: M.Instance, op: Any) -> bool:
+    """Whether a migration/failover asks an iallocator for the target: a shared-storage or
+    diskless instance with `iallocator`, or with neither it nor a target node (Ganeti's
+    externally mirrored instances)."""
+    return inst.disk_template in ALLOCATED and (
+        bool(getattr(op, "iallocator", None)) or not getattr(op, "target_node", None))
+
+
+def allocate_target(env: Any, config: M.ConfigData, inst: M.Instance, op: Any,
+                    feedback: Any) -> M.Node:
+    """The allocator's node for a shared-storage instance: a `relocate` request with
+    `relocate_from: [primary]`, as Ganeti asks for externally mirrored instances (the op's
+    iallocator, else the cluster's default relocate allocators, else herder's own)."""
+    from herder.masterd import iallocator
+    from herder.masterd.lu.create import node_info
+
+    names = [op.iallocator] if getattr(op, "iallocator", None) else \
+        config.cluster.default_iallocators.get("relocate", []) or [iallocator.BUILTIN]
+    request = {"type": "relocate", "name": inst.name, "required_nodes": 1,
+               "disk_space_total": iallocator.disk_space_total(
+                   inst.disk_template, [d.size for d in inst.disks]),
+               "relocate_from": [config.node_name(inst.primary_node)]}
+    name, nodes = iallocator.allocate_nodes(config, names, request,
+                                            node_info(env, config, feedback),
+                                            env.iallocator_path or iallocator.DEFAULT_SEARCH_PATH)
+    target = lookup(config.find_node, nodes[0])
+    if target.uuid == inst.primary_node:
+        raise OpPrereqError(f"iallocator {name} chose the instance's own node {target.name}",
+                            "insufficient_resources")
+    feedback(f"{inst.name}: iallocator {name} chose {target.name}")
+    return target
+
+
 def pick_target(config: M.ConfigData, inst: M.Instance, target_node: str | None) -> M.Node:
     if inst.disk_template == "drbd":
         secondary = inst.secondary_nodes
@@ -237,7 +273,7 @@ def pick_target(config: M.ConfigData, inst: M.Instance, target_node: str | None)
         if target_node and lookup(config.find_node, target_node).uuid != target.uuid:
             raise OpPrereqError("a DRBD instance can only move to its secondary node")
         return target
-    if inst.disk_template in ("sharedfile", "rbd", "ext", "diskless", "blockdev"):
+    if inst.disk_template in ALLOCATED:
         if not target_node:
             raise OpPrereqError(f"instance {inst.name}: give a target node")
         return lookup(config.find_node, target_node)
@@ -251,6 +287,8 @@ class InstanceMigrate(_NodeAction):
 
     def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
         inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+        if uses_allocator(inst, self.op):  # the allocator may choose any node: lock them all
+            return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]), LockRequest(L.LEVEL_NODE, None)]
         nodes = set(inst.all_nodes)
         target = getattr(self.op, "target_node", None)
         if target:
@@ -258,10 +296,17 @@ class InstanceMigrate(_NodeAction):
         return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]),
                 LockRequest(L.LEVEL_NODE, sorted(nodes))]
 
+    def _target(self, config: M.ConfigData) -> M.Node:
+        op = self.op
+        if getattr(op, "iallocator", None) and getattr(op, "target_node", None):
+            raise OpPrereqError("give a target node or an iallocator, not both", "wrong_input")
+        if uses_allocator(self.inst, op):
+            return allocate_target(self.env, config, self.inst, op, self.feedback)
+        return pick_target(config, self.inst, getattr(op, "target_node", None))
+
     def check(self, config: M.ConfigData) -> None:
         super().check(config)
-        self.target = pick_target(config, self.inst,
-                                  getattr(self.op, "target_node", None))  # type: ignore
+        self.target = self._target(config)
         if self.target.offline:
             raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
@@ -279,7 +324,7 @@ class InstanceFailover(InstanceMigrate):
         self.config = config
         self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
         self.node = config.nodes[self.inst.primary_node]
-        self.target = pick_target(config, self.inst, self.op.target_node)  # type: ignore
+        self.target = self._target(config)
         if self.target.offline:
             raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
