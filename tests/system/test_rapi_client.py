@@ -384,6 +384,10 @@ VCLUSTER_CERT = Path("/tmp/vcluster/nodes/node1.vcluster.test/var/lib/ganeti/rap
 
 def vcluster_client(timeout: float = 60.0) -> RapiClient:
     """A client for the running vcluster, or a pytest skip when it does not answer."""
+    from tests.ganeti.vcluster import in_use
+
+    if in_use():
+        pytest.skip("the vcluster is in use by an end-to-end test module")
     try:
         password = VCLUSTER_PASSWORD.read_text().strip()
     except OSError:

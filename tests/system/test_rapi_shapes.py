@@ -131,6 +131,10 @@ def test_snapshot_holds_the_whole_sequence() -> None:
 
 
 def _vcluster() -> RapiClient:
+    from tests.ganeti.vcluster import in_use
+
+    if in_use():
+        pytest.skip("the vcluster is in use by an end-to-end test module")
     try:
         password = VCLUSTER_PASSWORD.read_text().strip()
     except OSError:

@@ -2,12 +2,17 @@
 
 ``herder alloc FILE|-`` is a drop-in iallocator script (hail-compatible): it prints the JSON
 response and exits 0 whenever it answered, 1 with a one-line reason on stderr when the input is
-unusable.
+unusable. ``herder alloc install`` writes the script Ganeti runs (``DIR/herder``) so that
+``gnt-instance add -I herder`` uses it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
 import sys
+import tempfile
 from typing import Any, NoReturn
 
 import click
@@ -106,8 +111,117 @@ def _mond_options(func: Any) -> Any:
     return func
 
 
-@click.command("alloc", cls=_MondCommand,
-               context_settings={"help_option_names": ["-h", "--help"]})
+# Ganeti 3.0's IALLOCATOR_SEARCH_PATH is /usr/local/lib/ganeti/iallocators then this one (where
+# Debian's package puts hail); herder's masterd also searches it.
+DEFAULT_IALLOCATOR_DIR = "/usr/lib/ganeti/iallocators"
+
+
+def iallocator_script(python: str | None = None) -> str:
+    """The iallocator script that runs this herder's ``herder alloc``.
+
+    Ganeti (``backend.IAllocatorRunner``) runs ``SCRIPT INPUT_FILE [--param=value...]`` on the
+    master node and reads the JSON answer on stdout; every argument goes to ``herder alloc``.
+    """
+    if python is None and not sys.executable:
+        _fail("cannot tell which Python runs herder (sys.executable is empty)")
+    # the venv's interpreter as invoked (not resolved: the symlink is what selects the venv)
+    py = python or os.path.abspath(sys.executable)
+    return ("#!/bin/sh\n"
+            "# herder's allocator as a Ganeti iallocator (written by `herder alloc install`).\n"
+            "# Ganeti runs: SCRIPT INPUT_FILE [--param=value...] and reads JSON on stdout.\n"
+            f"exec {shlex.quote(py)} -m herder.cli.main alloc \"$@\"\n")
+
+
+def _install(directory: str, name: str, force: bool) -> tuple[str, bool]:
+    """Write the script atomically as DIR/NAME (mode 0755); (path, changed)."""
+    if not name or "/" in name or name in (".", ".."):
+        _fail(f"invalid iallocator name {name!r}: a plain file name is needed")
+    if not os.path.isdir(directory):
+        _fail(f"no such directory: {directory} (is Ganeti installed here? choose one with --dir)")
+    path = os.path.join(directory, name)
+    text = iallocator_script()
+    if os.path.lexists(path):
+        same = False
+        if os.path.isfile(path) and not os.path.islink(path):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    same = fh.read() == text
+            except OSError:
+                same = False
+        if same and (os.stat(path).st_mode & 0o7777) == 0o755:
+            return path, False
+        if not same and not force:
+            _fail(f"{path} exists and is not this herder's script (use --force to replace it)")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o755)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as err:
+        _fail(f"cannot write {path}: {err.strerror or err}")
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return path, True
+
+
+@click.command("install", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--dir", "directory", default=DEFAULT_IALLOCATOR_DIR, show_default=True,
+              metavar="DIR", help="Where Ganeti looks for iallocators.")
+@click.option("--name", default="herder", show_default=True,
+              help="The iallocator's name (gnt-instance add -I NAME).")
+@click.option("--force", is_flag=True, help="Replace an existing file that differs.")
+@click.option("--print", "print_only", is_flag=True,
+              help="Print the script on stdout instead of writing it.")
+def alloc_install(directory: str, name: str, force: bool, print_only: bool) -> None:
+    """Install herder's allocator as Ganeti's iallocator NAME (script DIR/NAME).
+
+    Install it on every master candidate: Ganeti runs iallocators on the master node.
+    """
+    if print_only:
+        click.echo(iallocator_script(), nl=False)
+        return
+    path, changed = _install(directory, name, force)
+    py = os.path.abspath(sys.executable)
+    if changed:
+        click.echo(f"installed {path}: runs {py} -m herder.cli.main alloc")
+    else:
+        click.echo(f"{path} is already this herder's script (unchanged)")
+    click.echo(f"Use it per job with -I {name} (e.g. gnt-instance add -I {name} ...) "
+               "or make it the cluster's default:")
+    click.echo(f"  gnt-cluster modify --default-iallocator {name}")
+
+
+class _AllocCommand(_MondCommand):
+    """``herder alloc FILE|-`` plus its ``herder alloc install`` subcommand.
+
+    The request file is a positional argument, so ``alloc`` stays a plain command: a first
+    argument ``install`` selects the subcommand (a request file of that name: ``./install``).
+    """
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if args and args[0] == "install":
+            name = f"{info_name} install" if info_name else "install"
+            return alloc_install.make_context(name, list(args[1:]), parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.command is not self:
+            return ctx.command.invoke(ctx)
+        return super().invoke(ctx)
+
+
+@click.command("alloc", cls=_AllocCommand,
+               context_settings={"help_option_names": ["-h", "--help"]},
+               epilog="herder alloc install [--dir DIR] [--name NAME] [--force] [--print]: "
+                      "install this command as Ganeti's iallocator (see its --help).")
 @click.argument("request", metavar="FILE|-")
 @click.option("--ignore-soft-errors", is_flag=True, help="Apply only the hard resource checks.")
 @click.option("--no-capacity-checks", is_flag=True, help="Skip the global N+1 check.")

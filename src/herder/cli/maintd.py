@@ -10,6 +10,7 @@ import socket
 import ssl
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,6 +22,8 @@ DEFAULT_PORT = 1816
 DEFAULT_NOTIFY_PORT = 1817
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 EXIT_NOTMASTER = 11
+GANETI_DATA = "/var/lib/ganeti"
+GANETI_STATE = "/var/lib/herder/maintd-state.json"
 
 
 @click.group(invoke_without_command=True)
@@ -54,13 +57,32 @@ EXIT_NOTMASTER = 11
 @click.option("--failure-window", type=click.FloatRange(0), default=600.0, show_default=True,
               help="Seconds: a second failure of an instance within them relocates it "
                    "instead of restarting it in place.")
+@click.option("--ganeti-rapi", metavar="URL", help="Maintain a Ganeti cluster through its "
+              "RAPI (e.g. https://MASTER:5080) instead of herder's masterd; state in --state "
+              f"(default {GANETI_STATE}).")
+@click.option("--rapi-user", default="admin", show_default=True, help="Ganeti RAPI user.")
+@click.option("--rapi-password-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="File with the RAPI user's password (Ganeti mode).")
+@click.option("--rapi-ca", type=click.Path(dir_okay=False, path_type=Path),
+              help="Pin Ganeti's RAPI certificate (default "
+                   f"{GANETI_DATA}/rapi.pem when readable; the host name is not checked).")
+@click.option("--hmac-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="Cluster HMAC key (herder: hmac.key beside the config; Ganeti mode: "
+                   f"{GANETI_DATA}/hmac.key).")
+@click.option("--cert", "cert_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Key and certificate (one PEM) of the HTTPS port (herder: server.pem beside "
+                   f"the config; Ganeti mode: {GANETI_DATA}/server.pem).")
+@click.option("--watcher/--no-watcher", default=None, help="Restart down instances and "
+              "activate disks (default: on for herder, off for Ganeti, whose watcher does it).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | None,
            state_file: Path | None, mond_port: int, round_delay: float | None,
            poll_interval: float, harep: bool, run_dir: Path, notify_port: int,
            notify_insecure: bool, failure_table: Path | None, failure_window: float,
-           debug: bool) -> None:
+           ganeti_rapi: str | None, rapi_user: str, rapi_password_file: Path | None,
+           rapi_ca: Path | None, hmac_key: Path | None, cert_file: Path | None,
+           watcher: bool | None, debug: bool) -> None:
     """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
 
     Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
@@ -77,6 +99,10 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
             /1/notifications  POST /1/cancel/UUID   /status.html (live status page)
     HTTPS (port 1817): the same, plus POST /1/notifications
     Ask a running daemon:  herder maintd status | herder maintd cancel UUID
+
+    On a Ganeti cluster (docs/ganeti.md), on its master:
+      herder maintd --ganeti-rapi https://MASTER:5080 --rapi-password-file FILE
+                    --mond-port 1825   (herder mond beside Ganeti's)
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -97,27 +123,54 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         table = N.load_failure_table(failure_table)
     except N.NotificationError as err:
         raise HerderError(str(err).replace("\n", " ")) from None
-    store = store_from(ctx)
-    client = remote.client(ctx)
-    me = node_name or socket.getfqdn()
-    try:
-        info = client.get_info()
+    if ganeti_rapi:
+        from herder.maintd.ganeti import GanetiCluster, repair_via_mond
+
+        client = ganeti_client(ganeti_rapi, rapi_user, rapi_password_file, rapi_ca)
+        me = node_name or socket.getfqdn()
+        try:
+            info = client.get_info()
+            nodes = client.get_nodes(bulk=True)
+        except Exception as err:
+            raise HerderError(f"cannot ask Ganeti's RAPI at {ganeti_rapi}: "
+                              f"{_rapi_problem(err, rapi_user)}") from None
         master = info.get("master")
-        maint = client.get_herder("maintenance")
-        nodes = client.get_nodes(bulk=True)
-    except Exception as err:
-        raise HerderError(f"cannot ask masterd: {err}") from None
-    voted = master_vote(store, me)
-    if voted is not None:
-        master = voted
-    if master != me:
-        click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
-        sys.exit(EXIT_NOTMASTER)
-    if bind is None:
-        cluster_ip = store.load().cluster.master_ip if store.exists() else None
-        master_pip = next((n.get("pip") for n in nodes if n.get("name") == me), None)
-        bind = _bindable(cluster_ip) or master_pip or "0.0.0.0"
-    key_path = store.directory / HMAC_KEY_FILE
+        if master != me:
+            click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
+            sys.exit(EXIT_NOTMASTER)
+        if bind is None:
+            bind = next((n.get("pip") for n in nodes if n.get("name") == me), None) or "0.0.0.0"
+        key_path = hmac_key or Path(GANETI_DATA) / "hmac.key"
+        cert = cert_file or Path(GANETI_DATA) / "server.pem"
+        maint: dict = {}
+        state: StateStore = FileState(state_file or Path(GANETI_STATE))
+    else:
+        store = store_from(ctx)
+        client = remote.client(ctx)
+        me = node_name or socket.getfqdn()
+        try:
+            info = client.get_info()
+            master = info.get("master")
+            maint = client.get_herder("maintenance")
+            nodes = client.get_nodes(bulk=True)
+        except Exception as err:
+            raise HerderError(f"cannot ask masterd: {err}") from None
+        voted = master_vote(store, me)
+        if voted is not None:
+            master = voted
+        if master != me:
+            click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
+            sys.exit(EXIT_NOTMASTER)
+        if bind is None:
+            cluster_ip = store.load().cluster.master_ip if store.exists() else None
+            master_pip = next((n.get("pip") for n in nodes if n.get("name") == me), None)
+            bind = _bindable(cluster_ip) or master_pip or "0.0.0.0"
+        key_path = hmac_key or store.directory / HMAC_KEY_FILE
+        cert = cert_file or store.directory / CERT_FILE
+        if state_file is not None:
+            state = FileState(state_file)
+        else:
+            state = RapiState(client, FileState(store.directory / "maintd-state.json"))
 
     def key() -> bytes | None:
         try:
@@ -125,20 +178,17 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         except (OSError, ValueError):
             return None
 
-    state: StateStore
-    if state_file is not None:
-        state = FileState(state_file)
-    else:
-        state = RapiState(client, FileState(store.directory / "maintd-state.json"))
     delay = float(maint.get("roundDelay", 300)) if round_delay is None else round_delay
-    daemon = Maintd(RapiCluster(client), state, [DiagnoseSource(key, port=mond_port)],
+    cluster = GanetiCluster(client, repair=repair_via_mond(key, mond_port)) if ganeti_rapi \
+        else RapiCluster(client)
+    daemon = Maintd(cluster, state, [DiagnoseSource(key, port=mond_port)],
                     round_delay=delay, interval=poll_interval,
                     enabled=bool(maint.get("enabled", True)),
                     harep=harep or bool(maint.get("harep", False)),
+                    watcher=(not ganeti_rapi) if watcher is None else watcher,
                     failure_table=table, failure_window=failure_window)
     context = None
     if notify_port:
-        cert = store.directory / CERT_FILE
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(cert)
@@ -185,6 +235,34 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         asyncio.run(main())
     except OSError as err:
         raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+
+
+def ganeti_client(url: str, user: str, password_file: Path | None, ca: Path | None) -> Any:
+    """A RAPI client for a Ganeti cluster: its users file's credentials, its pinned
+    certificate (the host name is not checked: Ganeti's certificate names the cluster)."""
+    from herder.core.rapi import RapiClient
+
+    if password_file is None:
+        raise HerderError("--ganeti-rapi needs --rapi-password-file (the RAPI user's password)")
+    try:
+        password = password_file.read_text().strip()
+    except OSError as err:
+        raise HerderError(f"cannot read {password_file}: {err.strerror}") from None
+    if ca is None and Path(GANETI_DATA, "rapi.pem").is_file():
+        ca = Path(GANETI_DATA, "rapi.pem")
+    verify: Any = str(ca) if ca is not None else True
+    if ca is not None and not ca.is_file():
+        raise HerderError(f"RAPI certificate {ca} does not exist")
+    return RapiClient(url, user, password, verify=verify, check_hostname=ca is None,
+                      timeout=60.0)
+
+
+def _rapi_problem(err: Exception, user: str) -> str:
+    status = getattr(err, "status", None)
+    if status in (401, 403):
+        return (f"the credentials of RAPI user {user!r} were refused ({status}); check "
+                "--rapi-user and --rapi-password-file against Ganeti's rapi/users file")
+    return str(err)
 
 
 def _bindable(address: str | None) -> str | None:

@@ -9,18 +9,25 @@ import signal
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from herder.cli.httpjson import call
 from herder.core.errors import HerderError
 from herder.core.store import default_config_path
 from herder.mond.collector import MondSettings
+from herder.mond.localconf import DEFAULT_BIND
 from herder.mond.server import DEFAULT_PORT
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
 @click.group(invoke_without_command=True)
-@click.option("--bind", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--config", "local_config", type=click.Path(dir_okay=False, path_type=Path),
+              help="mond's local TOML config (e.g. /etc/herder/mond.toml; not the cluster "
+                   "config): node, bind, port, diagnose_command, diagnose_dir, "
+                   "diagnose_interval, hmac_key, confd, confd_key, libvirt_uri, run_dir, "
+                   "[repair] enabled/commands_dir/timeout/max_skew. Flags override it.")
+@click.option("--bind", default=DEFAULT_BIND, show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="TCP port (0: any free port, printed at start).")
 @click.option("--node", "node_name", help="This node's name in the cluster (default: FQDN).")
@@ -30,7 +37,8 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
               default=MondSettings.diagnose_dir, show_default=True,
               help="White-list directory of self-diagnose commands.")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=MondSettings.run_dir, show_default=True, help="Where pid files live.")
+              default=MondSettings.run_dir, show_default=True,
+              help="Where pid files (and the last repair timestamp) live.")
 @click.option("--libvirt-uri", help="libvirt URI (default: libvirt's default for this host).")
 @click.option("--collector-timeout", type=click.FloatRange(0.1), default=30.0,
               show_default=True, help="Seconds after which a running collector counts as hung.")
@@ -38,46 +46,78 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
               help="On a node without the cluster config, ask this confd (herder's or "
                    "Ganeti's; repeatable) for collector settings and DRBD minors.")
 @click.option("--confd-key", type=click.Path(dir_okay=False, path_type=Path),
-              help="confd's HMAC key file (default: hmac.key beside the config path; "
-                   "Ganeti: /var/lib/ganeti/hmac.key).")
+              help="confd's HMAC key file (default: the cluster key, --hmac-key).")
+@click.option("--hmac-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="The cluster HMAC key: signs the diagnose report, verifies POST /1/repair "
+                   "(default: hmac.key beside the cluster config; Ganeti: "
+                   "/var/lib/ganeti/hmac.key).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
-def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin_dir: Path,
-         diagnose_dir: Path, run_dir: Path, libvirt_uri: str | None, collector_timeout: float,
-         confd_peers: tuple[str, ...], confd_key: Path | None, debug: bool) -> None:
+def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
+         node_name: str | None, plugin_dir: Path, diagnose_dir: Path, run_dir: Path,
+         libvirt_uri: str | None, collector_timeout: float, confd_peers: tuple[str, ...],
+         confd_key: Path | None, hmac_key: Path | None, debug: bool) -> None:
     """The node monitoring agent: JSON over HTTP (protocol v1, port 1815).
 
     Without a subcommand, runs the agent in the foreground until SIGTERM/SIGINT. Every
     collector runs on its own (adaptive) interval from the cluster config's data_collectors;
     requests are answered from the cache. On a node without the config, --confd names confd
-    servers to ask instead (answers cached 15 s), e.g. an existing Ganeti cluster's.
+    servers to ask instead (answers cached 15 s), e.g. an existing Ganeti cluster's; what
+    Ganeti's config has no field for (the diagnose command, the repair route) comes from
+    --config FILE. A bad file (unknown key, wrong type) stops mond before it starts.
 
     \b
-    On a Ganeti node:  herder mond --node $(hostname -f) --confd MASTER_IP
-                       --confd-key /var/lib/ganeti/hmac.key
+    On a Ganeti node:  herder mond --config /etc/herder/mond.toml
+        node = "node1.example.com"
+        confd = ["MASTER_IP"]
+        hmac_key = "/var/lib/ganeti/hmac.key"
+        diagnose_command = "check-node"
+        [repair]
+        enabled = true
 
     \b
     Routes: /  /1  /1/list/collectors  /1/report/all  /1/report/CATEGORY/NAME[?verbose=1]
             /metrics (Prometheus)  /openapi.json
+            POST /1/repair  (herder extension, off unless [repair] enabled = true): run a
+              white-listed repair command from [repair] commands_dir for maintd; body
+              HMAC-signed with the cluster key (herder.core.envelope), message
+              {command, input, event, timestamp (int ns)}; 403 disabled/bad signature/
+              replay, 400 malformed, 404 unknown command, 409 busy; 200 {event, command,
+              exit_code, stdout, stderr, duration, timed_out}
     Ask a running agent:  herder mond list | herder mond report storage drbd --verbose
     """
     if ctx.invoked_subcommand is not None:
         return
+    from herder.mond import localconf
     from herder.mond.agent import Agent
     from herder.mond.context import make_context
     from herder.mond.server import serve
 
+    file_config = localconf.load(local_config) if local_config is not None else None
+    flag_values = {"node": node_name, "bind": bind, "port": port, "diagnose_dir": diagnose_dir,
+                   "run_dir": run_dir, "libvirt_uri": libvirt_uri,
+                   "confd": confd_settings(confd_peers), "confd_key": confd_key,
+                   "hmac_key": hmac_key}
+    param_of = {"node": "node_name", "confd": "confd_peers"}
+    flags = {key: value for key, value in flag_values.items()
+             if _given(ctx, param_of.get(key, key))}
+    resolved = localconf.resolve(
+        file_config, MondSettings(plugin_dir=plugin_dir, collector_timeout=collector_timeout),
+        flags, default_port=DEFAULT_PORT, default_bind=DEFAULT_BIND)
+    settings, bind, port = resolved.settings, resolved.bind, resolved.port
+
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    settings = MondSettings(plugin_dir=plugin_dir, diagnose_dir=diagnose_dir, run_dir=run_dir,
-                            libvirt_uri=libvirt_uri, collector_timeout=collector_timeout,
-                            confd_peers=confd_settings(confd_peers), confd_key_file=confd_key)
     config_path = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
-    context = make_context(config_path, node_name=node_name, settings=settings)
+    context = make_context(config_path, node_name=resolved.node, settings=settings)
     agent = Agent(context)
     source = f"config {config_path}"
     if settings.confd_peers:
         source += f", else confd {', '.join(settings.confd_peers)}"
+    if local_config is not None:
+        source += f"; local config {local_config}"
+    if settings.repair.enabled:
+        source += f"; repair enabled ({settings.repair.commands_dir})"
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -95,6 +135,13 @@ def mond(ctx: click.Context, bind: str, port: int, node_name: str | None, plugin
         asyncio.run(main())
     except OSError as err:
         raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+
+
+def _given(ctx: click.Context, param: str) -> bool:
+    """Whether a flag was given (command line or environment), not left at its default."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source not in (ParameterSource.DEFAULT,
+                                                 ParameterSource.DEFAULT_MAP)
 
 
 def confd_settings(peers: tuple[str, ...]) -> list[str]:

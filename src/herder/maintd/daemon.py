@@ -147,8 +147,10 @@ class Maintd:
         self.state = MaintState()
         self.observations: dict[str, Observation] = {}
         self.nodes: list[Node] = []
+        self._instances: list[Instance] = []
         self.notes: list[str] = []
         self.rounds = 0
+        self.ticks = 0  # polls of the cluster and the agents
         self.last_round_end = 0.0
         self.last_tick = 0.0
         self.last_error = ""
@@ -236,9 +238,11 @@ class Maintd:
         if not self._started:
             await self.start()
         self.last_tick = time.time()
+        self.ticks += 1
         nodes = await asyncio.to_thread(self.cluster.nodes)
         instances = await asyncio.to_thread(self.cluster.instances)
         self.nodes = nodes
+        self._instances = instances
         await self.observe(nodes)
         cpu0 = time.process_time()
         busy = await self._check_jobs(nodes, instances)
@@ -276,7 +280,8 @@ class Maintd:
             else:
                 plan = None
         elif not busy and self.enabled and paced:
-            plan = plan_round(nodes, instances, st.incidents)
+            plan = plan_round(nodes, instances, st.incidents,
+                              try_unmovable=getattr(self.cluster, "delegates_checks", False))
             self.notes = plan.notes
             changed |= self._instance_jobs(nodes, instances, plan)
             if self.harep:
@@ -438,6 +443,11 @@ class Maintd:
                             failures.append(IN.failure_tag_job(inc, inst_names[inc.instance]))
                     elif inc.node in names:
                         failures.append(failure_tag_job(inc, names[inc.node]))
+                elif (job_id in inc.jobs and inc.repair_status == "failed"
+                      and job_id == inc.jobs[-1]):
+                    log.warning("the repairfailed tag job %d of incident %s ended %s",
+                                job_id, inc.uuid, status or "unknown")
+                    inc.tag = ""  # not tagged: see incidents.forget
         st.jobs = []
         self.last_round_end = time.time()
         if failures:
@@ -478,9 +488,11 @@ class Maintd:
             self.rounds += 1
             await self._submit(jobs)
 
-    async def _submit(self, jobs: Iterable[Job]) -> None:
-        """Intent first, then submit, then the job id (crash-safe; see `state`)."""
+    async def _submit(self, jobs: Iterable[Job], tag_failures: bool = True) -> None:
+        """Intent first, then submit, then the job id (crash-safe; see `state`). A job the
+        cluster refuses at submission fails its incident, which is tagged as failed too."""
         st = self.state
+        refused: list[Job] = []
         jobs = list(jobs)
         keys = [intent_key(j.event, j.step, self.rounds) for j in jobs]
         st.intents.extend({"key": k, "event": j.event, "step": j.step}
@@ -498,6 +510,10 @@ class Maintd:
                 inc = st.incident(job.event)
                 if inc is not None and I.is_active(inc):
                     self._fail(inc)
+                    if tag_failures and job.step != "failtag":
+                        refused.append(self._failure_tag(inc))
+                if inc is not None and job.step == "failtag":
+                    inc.tag = ""  # not tagged: see incidents.forget
                 st.intents = [i for i in st.intents if i["key"] != key]
                 await self._save()
                 continue
@@ -508,6 +524,18 @@ class Maintd:
             st.jobs.append(job_id)
             st.intents = [i for i in st.intents if i["key"] != key]
             await self._save()
+        tags = [j for j in refused if j is not None]
+        if tags:
+            await self._submit(tags, tag_failures=False)
+
+    def _failure_tag(self, inc: M.Incident) -> Job | None:
+        """The job tagging a failed incident's node (or, for an instance incident, its
+        instance) `maintd:repairfailed:<event>`; None when it is gone."""
+        if IN.is_instance_incident(inc):
+            inst = next((i for i in self._instances if i.uuid == inc.instance), None)
+            return IN.failure_tag_job(inc, inst.name) if inst is not None else None
+        node = next((n for n in self.nodes if n.uuid == inc.node), None)
+        return failure_tag_job(inc, node.name) if node is not None else None
 
     # --- views and commands --------------------------------------------------------------------
 
@@ -590,7 +618,10 @@ class Maintd:
     def overview(self) -> dict[str, Any]:
         return {"incidents": self.status(), "jobs": list(self.state.jobs),
                 "evacuated": list(self.state.evacuated), "reports": self.reports(),
-                "notes": list(self.notes), "rounds": self.rounds, "error": self.last_error,
+                "notes": list(self.notes), "rounds": self.rounds, "ticks": self.ticks,
+                # requests to the cluster's API so far (the Ganeti adapter counts them)
+                "cluster_calls": getattr(self.cluster, "calls", None),
+                "error": self.last_error,
                 "last_tick": self.last_tick,
                 "restarts": {k: len(v) for k, v in sorted(self.restarts.items())},
                 "balance": dict(self.last_balance), "notifications": self.notifications()}

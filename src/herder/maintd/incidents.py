@@ -132,7 +132,8 @@ def forget(incidents: list[M.Incident], observed: Mapping[str, Any],
     `node_tags`: node UUID -> tags (a node absent is gone); `busy_jobs`: unfinished jobs.
     - canceled: once no longer observed;
     - completed: once its repairready tag is removed and it is no longer observed;
-    - failed: once its repairfailed tag is removed (its tagging job finished), at once;
+    - failed: once its repairfailed tag is removed (its tagging job finished), at once; when
+      the tag could not be set (`tag` empty), once no longer observed (no retry loop);
     - finalized on a node that no longer exists: at once.
     """
     busy = set(busy_jobs)
@@ -150,6 +151,8 @@ def forget(incidents: list[M.Incident], observed: Mapping[str, Any],
             drop = not seen
         elif status == "completed":
             drop = inc.tag not in set(tags or ()) and not seen
+        elif status == "failed" and not inc.tag:
+            drop = not seen  # its tag could not be set: kept until no longer observed
         elif status == "failed":
             drop = inc.tag not in set(tags or ()) and not busy.intersection(inc.jobs)
         if drop:

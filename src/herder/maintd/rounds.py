@@ -117,8 +117,13 @@ def _ops(event: str, *ops: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
-               incidents: Iterable[M.Incident], busy: bool = False) -> Plan:
-    """The next round's jobs; nothing while a previous round's jobs still run (`busy`)."""
+               incidents: Iterable[M.Incident], busy: bool = False,
+               try_unmovable: bool = False) -> Plan:
+    """The next round's jobs; nothing while a previous round's jobs still run (`busy`).
+
+    `try_unmovable`: submit a migration (to the least loaded healthy node) even for an
+    instance whose disk template cannot move, and let the cluster refuse it (Ganeti does,
+    failing the incident visibly) instead of waiting with a note (herder's own clusters)."""
     plan = Plan()
     if busy:
         return plan
@@ -194,7 +199,8 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
         prim = primaries.get(node.name, [])
         sec = secondaries.get(node.name, [])
         if prim:
-            _plan_primaries(plan, inc, node, prim, healthy, free, take, pick_target)
+            _plan_primaries(plan, inc, node, prim, healthy, free, take, pick_target,
+                            try_unmovable)
             continue
         if sec:
             for inst in sec:
@@ -229,7 +235,8 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
 
 
 def _plan_primaries(plan: Plan, inc: M.Incident, node: Node, prim: list[Instance],
-                    healthy: Any, free: Any, take: Any, pick_target: Any) -> None:
+                    healthy: Any, free: Any, take: Any, pick_target: Any,
+                    try_unmovable: bool = False) -> None:
     ev = inc.uuid
     failover = inc.action == "evacuate-failover"
     for inst in prim:
@@ -254,7 +261,7 @@ def _plan_primaries(plan: Plan, inc: M.Incident, node: Node, prim: list[Instance
             if not free(inst, node.name, target):
                 continue
             op: dict[str, Any] = {"instance_name": inst.name}
-        elif inst.disk_template in MOVABLE:
+        elif inst.disk_template in MOVABLE or try_unmovable:
             picked = pick_target(inst, node.name)
             if picked is None:
                 plan.notes.append(f"{ev}: no target node for {inst.name} this round")

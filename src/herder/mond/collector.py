@@ -50,6 +50,16 @@ class CollectorError(HerderError):
 
 
 @dataclass
+class RepairSettings:
+    """The live-repair route `POST /1/repair` (herder extension; off unless enabled)."""
+
+    enabled: bool = False
+    commands_dir: Path = Path("/etc/ganeti/node-repair-commands")  # the white-list directory
+    timeout: float = 300.0  # seconds a repair command may run before its group is killed
+    max_skew: float = 300.0  # seconds a request's timestamp may differ from this node's clock
+
+
+@dataclass
 class MondSettings:
     """Node-local settings of the agent (not in the cluster config)."""
 
@@ -64,9 +74,19 @@ class MondSettings:
     # confd peers (`HOST` or `HOST:PORT`) asked when this node has no cluster config.
     confd_peers: list[str] = field(default_factory=list)
     confd_port: int = C.DEFAULT_PORT
-    confd_key_file: Path | None = None  # None: the cluster's key beside the config path
+    confd_key_file: Path | None = None  # None: the cluster's key (`hmac_key_file`)
+    # The cluster HMAC key: signs the diagnose report, verifies `POST /1/repair`.
+    # None: hmac.key beside the cluster config path (Ganeti: /var/lib/ganeti/hmac.key).
+    hmac_key_file: Path | None = None
     confd_timeout: float = 2.0  # seconds one confd query may take
     confd_cache_seconds: float = 15.0  # how long a confd answer is reused (Ganeti's mond: 15)
+    # The diagnose command's file name when this node has no cluster config (Ganeti's config
+    # has no field for it); the cluster config's `maintenance.diagnoseCommand` wins.
+    diagnose_command: str = ""
+    # Default intervals (seconds) by collector name, used when neither the cluster config nor
+    # confd names one (the local config's `diagnose_interval`).
+    default_intervals: dict[str, float] = field(default_factory=dict)
+    repair: RepairSettings = field(default_factory=RepairSettings)
 
 
 CONFD_ERROR_RETRY = 5.0  # seconds before a failed confd query is asked again (at most the TTL)
@@ -238,6 +258,7 @@ class CollectContext:
         """How to schedule collector `name`: the config's data_collectors entry, else confd's
         (type 11: active and interval), else the defaults. Never raises: a confd failure is
         logged (once per distinct error) and the defaults apply."""
+        default_interval = self.settings.default_intervals.get(name, default_interval)
         default = M.CollectorSettings(interval=default_interval)
         config = self.config()
         if config is not None:

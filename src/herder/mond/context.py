@@ -33,10 +33,14 @@ def make_context(
     inputs: Mapping[str, Path] | None = None,
 ) -> CollectContext:
     path = Path(config_path) if config_path is not None else None
+    settings = settings or MondSettings()
+    key_file = settings.hmac_key_file
+    if key_file is None and path is not None:
+        key_file = path.parent / HMAC_KEY_FILE
     return CollectContext(
         node_name=node_name or socket.getfqdn(),
-        settings=settings or MondSettings(),
+        settings=settings,
         inputs=dict(inputs or {}),
         config_loader=ConfigCache(path),
-        hmac_key_loader=KeyCache(path.parent / HMAC_KEY_FILE if path else None),
+        hmac_key_loader=KeyCache(key_file),
     )

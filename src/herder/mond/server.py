@@ -1,11 +1,19 @@
 """mond's HTTP API, protocol v1 (design "Format of the query"), served from the agent's cache.
 
-GET only: `/` -> `[1]`; `/1` -> `null`; `/1/list/collectors` -> `[[name, category, kind], ...]`
+GET: `/` -> `[1]`; `/1` -> `null`; `/1/list/collectors` -> `[[name, category, kind], ...]`
 (Ganeti's order inside the triples); `/1/report/all`; `/1/report/<category>/<name>`
 (`default` for collectors without a category); `?verbose=1` gives status collectors' full data.
 Also `/metrics` (Prometheus text) and `/openapi.json`. Unknown resources get a JSON 404 whose
 message differs for "unknown collector" and "unknown path" (as Ganeti's agent); other methods a
 JSON 405. Every JSON answer has a JSON content type.
+
+POST `/1/repair` (herder extension, off unless the local config's `[repair] enabled = true`):
+maintd's live-repair. An HMAC-signed (cluster key, `herder.core.envelope`) request
+`{"command", "input", "event", "timestamp" (int ns)}` runs the white-listed command `command` from
+`[repair] commands_dir` with `input` as JSON on stdin and `HERDER_REPAIR_EVENT=<event>`, one at a
+time, with a timeout; 200 `{"event", "command", "exit_code", "stdout", "stderr", "duration",
+"timed_out"}`. Refusals: 403 disabled / bad or missing signature / replay / unsafe command, 400
+malformed, 404 unknown command, 409 busy. Details in `herder.mond.repair`.
 """
 
 from __future__ import annotations
@@ -23,12 +31,14 @@ from aiohttp import web
 
 from herder.mond import metrics
 from herder.mond.agent import Agent
+from herder.mond.repair import Repairer
 from herder.mond.report import CATEGORIES, DEFAULT_CATEGORY
 
 log = logging.getLogger("herder.mond")
 JSON = "application/json"
 DEFAULT_PORT = 1815
 AGENT_KEY = web.AppKey("agent", Agent)
+REPAIR_KEY = web.AppKey("repair", Repairer)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -97,11 +107,13 @@ async def json_errors(request: web.Request,
                       ) -> web.StreamResponse:
     try:
         return await handler(request)
-    except web.HTTPMethodNotAllowed:
+    except web.HTTPMethodNotAllowed as err:
+        allowed = "POST" if "POST" in err.allowed_methods else "GET"
         return web.Response(
             body=_encode({"error": "method not allowed",
-                          "message": f"{request.method} is not supported; use GET"}),
-            status=405, content_type=JSON, headers={"Allow": "GET, HEAD"},
+                          "message": f"{request.method} is not supported; use {allowed}"}),
+            status=405, content_type=JSON,
+            headers={"Allow": "POST" if allowed == "POST" else "GET, HEAD"},
         )
     except web.HTTPNotFound:
         return _error(404, "unknown path", f"Resource not found: {request.path}")
@@ -120,6 +132,15 @@ def make_app(agent: Agent) -> web.Application:
     ]
     for path, handler in routes:
         app.router.add_get(path, handler)
+    settings = agent.ctx.settings
+    repairer = Repairer(settings.repair, agent.ctx.hmac_key, state_dir=settings.run_dir)
+    app[REPAIR_KEY] = repairer
+    app.router.add_post("/1/repair", repairer.handle)
+
+    async def kill_repair(app: web.Application) -> None:
+        app[REPAIR_KEY].kill()
+
+    app.on_shutdown.append(kill_repair)
     return app
 
 
@@ -204,6 +225,22 @@ OPENAPI: dict[str, Any] = {
                         "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
         "/metrics": {"get": {"summary": "The cached data in Prometheus text format",
                              "responses": {"200": {"description": "text/plain"}}}},
+        "/1/repair": {"post": {
+            "summary": "herder extension: run a white-listed live-repair command (maintd); "
+                       "off unless [repair] enabled = true in mond's config",
+            "requestBody": {"required": True, "content": {JSON: {"schema": {
+                "$ref": "#/components/schemas/SignedEnvelope"}}}},
+            "responses": {
+                "200": {"description": "the command ran", "content": {JSON: {"schema": {
+                    "$ref": "#/components/schemas/RepairResult"}}}},
+                **{code: {"description": what, "content": {JSON: {"schema": {
+                    "$ref": "#/components/schemas/Error"}}}}
+                   for code, what in (
+                       ("400", "malformed request"),
+                       ("403", "disabled, bad or missing signature, replay, unsafe command"),
+                       ("404", "command not in the white-list"),
+                       ("409", "a repair is already running"),
+                       ("503", "no HMAC key on this node"))}}}},
     },
     "components": {
         "parameters": {"verbose": {
@@ -224,6 +261,25 @@ OPENAPI: dict[str, Any] = {
                            "data": {},
                            "signature": {"type": "object", "nullable": True,
                                          "description": "diagnose only: HMAC over data"}}},
+            "SignedEnvelope": {
+                "type": "object", "required": ["msg", "salt", "hmac"],
+                "description": "msg: JSON text of {command, input, event (uuid), timestamp "
+                               "(int ns since the epoch)}; hmac: hex HMAC-SHA1(cluster key, "
+                               "salt + msg)",
+                "properties": {"msg": {"type": "string"}, "salt": {"type": "string"},
+                               "hmac": {"type": "string"}}},
+            "RepairResult": {
+                "type": "object",
+                "required": ["event", "command", "exit_code", "stdout", "stderr", "duration",
+                             "timed_out"],
+                "properties": {
+                    "event": {"type": "string"}, "command": {"type": "string"},
+                    "exit_code": {"type": "integer", "nullable": True,
+                                  "description": "negative: killed by that signal"},
+                    "stdout": {"type": "string", "description": "last 4 KiB"},
+                    "stderr": {"type": "string", "description": "last 4 KiB"},
+                    "duration": {"type": "number", "description": "seconds"},
+                    "timed_out": {"type": "boolean"}}},
             "Error": {"type": "object", "required": ["error", "message"],
                       "properties": {"error": {"type": "string"},
                                      "message": {"type": "string"}}},

@@ -185,17 +185,21 @@ def write_diagnose(directory: Path, node: str, status: str = "Ok",
                    command: str = "") -> Path:
     """The simulated node's self-diagnose script (white-listed: root-owned, mode 755): it
     prints `status`. `herder cluster simulate --break NODE evacuate` uses it."""
-    diag_dir = directory / "nodes" / node / "diagnose"
-    diag_dir.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"status": status, "command": command,
-                       "details": {"simulated": True, "since": int(time.time())}
-                       if status != "Ok" else {}})
-    script = diag_dir / BREAK_SCRIPT
-    tmp = diag_dir / f".{BREAK_SCRIPT}.tmp"
-    tmp.write_text(f"#!/bin/sh\ncat <<'EOF'\n{body}\nEOF\n")
+    return diagnose_script(directory / "nodes" / node / "diagnose" / BREAK_SCRIPT,
+                           {"status": status, "command": command,
+                            "details": {"simulated": True, "since": int(time.time())}
+                            if status != "Ok" else {}})
+
+
+def diagnose_script(path: Path, data: dict[str, object]) -> Path:
+    """Replace `path` (atomically) with a self-diagnose command printing `data` as JSON, mode
+    0755 (white-listed when its owner is root, as the writer is here)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(data)}\nEOF\n")
     tmp.chmod(0o755)
-    tmp.replace(script)
-    return script
+    tmp.replace(path)
+    return path
 
 
 def break_node(directory: Path, node: str, status: str, command: str = "") -> None:

@@ -3,10 +3,11 @@
 Category node, kind 1, served at /1/report/node/diagnose. Its `data` is the diagnose
 command's JSON object verbatim (design-maintd's protocol, not the `{code, message}` rule of
 other status collectors). The command name comes from the cluster config
-(`maintenance.diagnoseCommand`); only a file in the white-list directory that is a regular
-file, owned by root, not writable by group or others, executable and without setuid/setgid
-bits may run, with no arguments, empty stdin, a minimal environment and a timeout. The empty
-name is the built-in "all is well".
+(`maintenance.diagnoseCommand`), else (a node without it, e.g. Ganeti's) from mond's local
+config file (`diagnose_command`, `MondSettings.diagnose_command`); only a file in the white-list
+directory that is a regular file, owned by root, not writable by group or others, executable
+and without setuid/setgid bits may run, with no arguments, empty stdin, a minimal environment
+and a timeout. The empty name is the built-in "all is well".
 
 When the command is missing, refused, too slow or prints garbage, `data` is
 `{"status": "Ok", "command": "", "details": {"diagnose-error": REASON}}`: a broken script never
@@ -39,29 +40,30 @@ def fallback(reason: str) -> dict[str, Any]:
     return {"status": "Ok", "command": "", "details": {"diagnose-error": reason}}
 
 
-def check_command(directory: Path, name: str) -> Path:
-    """The path of a white-listed diagnose command; CollectorError says why one is refused."""
+def check_command(directory: Path, name: str, what: str = "diagnose command") -> Path:
+    """The path of a white-listed command (`what`: how messages name it; mond's repair route
+    uses the same rules); CollectorError says why one is refused."""
     if "\0" in name or name in (".", ".."):
-        raise CollectorError(f"invalid diagnose command name {name!r}")
+        raise CollectorError(f"invalid {what} name {name!r}")
     if "/" in name or os.sep in name:
-        raise CollectorError(f"diagnose command {name!r} must be a file name, not a path")
+        raise CollectorError(f"{what} {name!r} must be a file name, not a path")
     path = directory / name
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise CollectorError(f"diagnose command {path} does not exist") from None
+        raise CollectorError(f"{what} {path} does not exist") from None
     except OSError as err:
-        raise CollectorError(f"cannot inspect diagnose command {path}: {err.strerror}") from None
+        raise CollectorError(f"cannot inspect {what} {path}: {err.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise CollectorError(f"diagnose command {path} is not a regular file")
+        raise CollectorError(f"{what} {path} is not a regular file")
     if st.st_uid != 0:
-        raise CollectorError(f"diagnose command {path} must be owned by root (uid {st.st_uid})")
+        raise CollectorError(f"{what} {path} must be owned by root (uid {st.st_uid})")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise CollectorError(f"diagnose command {path} is writable by group or others")
+        raise CollectorError(f"{what} {path} is writable by group or others")
     if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-        raise CollectorError(f"diagnose command {path} must not be setuid or setgid")
+        raise CollectorError(f"{what} {path} must not be setuid or setgid")
     if not st.st_mode & stat.S_IXUSR:
-        raise CollectorError(f"diagnose command {path} is not executable")
+        raise CollectorError(f"{what} {path} is not executable")
     return path
 
 
@@ -103,7 +105,9 @@ class DiagnoseCollector(Collector):
 
     def command_name(self) -> str:
         config = self.ctx.config()
-        return config.maintenance.diagnose_command if config is not None else ""
+        if config is not None:
+            return config.maintenance.diagnose_command
+        return self.ctx.settings.diagnose_command  # a node without the config (Ganeti's)
 
     def collect(self) -> dict[str, Any]:
         name = self.command_name()

@@ -1,0 +1,98 @@
+"""Client of mond's live-repair route `POST /1/repair` (herder extension), for maintd.
+
+The request is an envelope signed with the cluster HMAC key (`herder.core.envelope`) around
+`{"command", "input", "event", "timestamp"}`, `timestamp` in integer nanoseconds since the epoch
+(strictly increasing per node: mond refuses one not newer than the last it accepted, or more
+than its `max_skew` from its clock). The salt is the timestamp as text.
+
+`run_repair` returns mond's answer `{"event", "command", "exit_code", "stdout", "stderr",
+"duration", "timed_out"}` (the command ran: a non-zero exit code is an answer, not an error). A
+refusal raises `RepairRefusedError` (HTTP status and mond's message); a failure to reach mond or
+read its answer raises `RepairTransportError`. Both are `RepairError`, a `HerderError`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from herder.core import envelope
+from herder.core.errors import HerderError
+
+REPAIR_PATH = "/1/repair"
+_last_lock = threading.Lock()
+_last_ns = 0
+
+
+class RepairError(HerderError):
+    """A live-repair request did not run."""
+
+
+class RepairRefusedError(RepairError):
+    """mond answered with a refusal (403 disabled/signature/replay, 400, 404, 409, ...)."""
+
+    def __init__(self, url: str, status: int, message: str) -> None:
+        super().__init__(f"repair refused by {url} (HTTP {status}): {message}")
+        self.url, self.status, self.message = url, status, message
+
+
+class RepairTransportError(RepairError):
+    """mond could not be reached, or its answer could not be read."""
+
+
+def _timestamp() -> int:
+    """Now in ns, strictly increasing within this process (two requests in one clock tick)."""
+    global _last_ns
+    with _last_lock:
+        _last_ns = max(time.time_ns(), _last_ns + 1)
+        return _last_ns
+
+
+def repair_url(url: str) -> str:
+    """mond's base URL (or the route's full URL) -> the route's URL."""
+    url = url.rstrip("/")
+    return url if url.endswith(REPAIR_PATH) else url + REPAIR_PATH
+
+
+def build_request(key: bytes, command: str, input: Any, event: str,
+                  timestamp: int | None = None) -> bytes:
+    """The signed request body."""
+    ts = _timestamp() if timestamp is None else timestamp
+    message = {"command": command, "input": input, "event": event, "timestamp": ts}
+    return envelope.sign_data(message, key, str(ts))
+
+
+def run_repair(url: str, key: bytes, command: str, input: Any, event: str,
+               timeout: float = 330) -> dict[str, Any]:
+    """Run white-listed repair `command` on the node whose mond is at `url` (e.g.
+    `http://node1:1815`), with `input` as JSON on its stdin and `event` (a uuid) in
+    `HERDER_REPAIR_EVENT`; wait up to `timeout` seconds (mond's own default limit is 300)."""
+    target = repair_url(url)
+    body = build_request(key, command, input, event)
+    req = urllib.request.Request(target, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as err:
+        try:
+            detail = json.loads(err.read() or b"null")
+        except (ValueError, OSError):
+            detail = None
+        message = (detail.get("message") if isinstance(detail, dict) else None) or err.reason
+        raise RepairRefusedError(target, err.code, str(message)) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        reason = getattr(err, "reason", err)
+        raise RepairTransportError(f"cannot reach mond at {target}: {reason}") from None
+    try:
+        answer = json.loads(raw)
+    except ValueError as err:
+        raise RepairTransportError(f"mond at {target} sent an invalid answer: {err}") from None
+    if not isinstance(answer, dict) or "exit_code" not in answer:
+        raise RepairTransportError(f"mond at {target} sent an unexpected answer: {raw[:200]!r}")
+    return answer

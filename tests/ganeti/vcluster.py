@@ -1,0 +1,201 @@
+"""The real Ganeti 3.0.2 cluster of ../shared/peers/vcluster for end-to-end tests: brought up
+from scratch (about 15 s) by the first test module that needs it, under an exclusive file lock
+so that test modules on other xdist workers wait instead of sharing it, and stopped again by
+that module. Tests skip cleanly when ../shared, Debian's Ganeti binaries or root are missing,
+or when it does not come up.
+
+Nodes node1..3.vcluster.test = 127.0.0.11-13 (node1 is the master; RAPI on :5080, user admin,
+password in /tmp/vcluster/rapi-password); `vc(node, *cmd)` runs a command as that node inside
+the cluster's mount namespace (gnt-* tools, Ganeti's paths)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VCDIR = REPO.parent / "shared" / "peers" / "vcluster"
+VC = Path(os.environ.get("VC", "/tmp/vcluster"))
+GROOT = Path(os.environ.get("GROOT", "/tmp/groot"))
+LOCK = Path("/tmp/herder-vcluster.lock")
+NODES = ("node1.vcluster.test", "node2.vcluster.test", "node3.vcluster.test")
+IPS = {"node1.vcluster.test": "127.0.0.11", "node2.vcluster.test": "127.0.0.12",
+       "node3.vcluster.test": "127.0.0.13"}
+RAPI_URL = "https://127.0.0.11:5080"
+MASTER_DATA = VC / "nodes" / NODES[0] / "var" / "lib" / "ganeti"
+
+
+@dataclass
+class VCluster:
+    url: str = RAPI_URL
+    user: str = "admin"
+
+    @property
+    def password(self) -> str:
+        return (VC / "rapi-password").read_text().strip()
+
+    @property
+    def rapi_cert(self) -> Path:
+        return MASTER_DATA / "rapi.pem"
+
+    @property
+    def hmac_key(self) -> Path:
+        return MASTER_DATA / "hmac.key"
+
+    def data_dir(self, node: str) -> Path:
+        return VC / "nodes" / node / "var" / "lib" / "ganeti"
+
+    def vc(self, node: str, *cmd: str, check: bool = True,
+           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run `cmd` as virtual node `node` (inside the cluster's namespace)."""
+        done = subprocess.run([str(VC / "bin" / "vc"), node, *cmd], capture_output=True,
+                              text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"vc {node} {' '.join(cmd)}: exit {done.returncode}: "
+                                 f"{done.stderr.strip() or done.stdout.strip()}")
+        return done
+
+
+def _why_not() -> str | None:
+    if not (VCDIR / "vcluster-up.sh").is_file():
+        return f"{VCDIR} is absent"
+    if os.geteuid() != 0:
+        return "the vcluster needs root"
+    if not (GROOT / "usr" / "lib" / "ganeti").exists() and not (GROOT / "bin" / "hail").exists():
+        return f"Debian's Ganeti binaries are not unpacked in {GROOT} (scripts/peers.sh)"
+    return None
+
+
+@contextlib.contextmanager
+def running_vcluster() -> Iterator[VCluster]:
+    """Exclusive use of a freshly started vcluster (skip when it cannot start)."""
+    reason = _why_not()
+    if reason:
+        pytest.skip(f"no vcluster: {reason}")
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            up = subprocess.run(["bash", str(VCDIR / "vcluster-up.sh")], capture_output=True,
+                                text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
+                           timeout=120)
+            pytest.skip("the vcluster did not come up within 300 s")
+        if up.returncode != 0:
+            subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
+                           timeout=120)
+            tail = " | ".join((up.stderr or up.stdout).strip().splitlines()[-3:])
+            pytest.skip(f"the vcluster did not come up: {tail}")
+        try:
+            yield VCluster()
+        finally:
+            subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
+                           timeout=120)
+
+
+# ---- herder's daemons beside Ganeti's ----
+
+HERDER_MOND_PORT = 1825  # Ganeti's own mond has 1815 on every node
+DIAGNOSE = "herder-diagnose"
+
+
+def write_diagnose(directory: Path, status: str = "Ok") -> Path:
+    """A white-listed self-diagnose command (root-owned, 0755) printing `status`."""
+    from herder.sim.cluster import diagnose_script
+
+    return diagnose_script(directory / DIAGNOSE, {
+        "status": status, "command": "", "details": {"test": True} if status != "Ok" else {}})
+
+
+def spawn(log: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    import sys
+
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "herder.cli.main", *args],
+                                env={**os.environ, "HERDER_CONFIG": str(log.parent / "none"),
+                                     **(env or {})},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def start_monds(vcl: VCluster, work: Path, interval: float = 1.0
+                ) -> dict[str, subprocess.Popen[bytes]]:
+    """herder mond on every vcluster node (port 1825), configured by a local file: the
+    diagnose command, the cluster's HMAC key; collector settings from Ganeti's confd."""
+    import time
+
+    procs = {}
+    for node in NODES:
+        ndir = work / node
+        ndir.mkdir(parents=True, exist_ok=True)
+        write_diagnose(ndir / "diagnose")
+        key = vcl.data_dir(node) / "hmac.key"
+        config = ndir / "mond.toml"
+        config.write_text(
+            f'node = "{node}"\nbind = "{IPS[node]}"\nport = {HERDER_MOND_PORT}\n'
+            f'diagnose_command = "{DIAGNOSE}"\ndiagnose_dir = "{ndir / "diagnose"}"\n'
+            f"diagnose_interval = {interval}\n"
+            f'hmac_key = "{key}"\nconfd = ["{IPS[NODES[0]]}"]\nconfd_key = "{key}"\n'
+            f'run_dir = "{ndir / "run"}"\n')
+        procs[node] = spawn(ndir / "mond.log", "mond", "--config", str(config),
+                            "--plugin-dir", str(ndir / "plugins"))
+    import httpx
+
+    deadline = time.monotonic() + 30
+    for node, proc in procs.items():
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"herder mond on {node} exited: "
+                                     f"{(work / node / 'mond.log').read_text()[-1500:]}")
+            try:
+                httpx.get(f"http://{IPS[node]}:{HERDER_MOND_PORT}/", timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"herder mond on {node} does not answer") from None
+                time.sleep(0.1)
+    return procs
+
+
+def maintd_args(vcl: VCluster, work: Path, password_file: Path | None = None) -> list[str]:
+    return ["maintd", "--ganeti-rapi", vcl.url, "--rapi-password-file",
+            str(password_file or VC / "rapi-password"), "--rapi-ca", str(vcl.rapi_cert),
+            "--hmac-key", str(vcl.hmac_key), "--node", NODES[0], "--bind", IPS[NODES[0]],
+            "--notify-port", "0", "--mond-port", str(HERDER_MOND_PORT), "--round-delay", "0",
+            "--poll-interval", "0.5", "--state", str(work / "maintd-state.json"),
+            "--run-dir", str(work / "maintd-run")]
+
+
+def stop(procs: Any) -> None:
+    import signal
+
+    for proc in (procs.values() if isinstance(procs, dict) else procs):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def in_use() -> bool:
+    """Whether a test module holds the vcluster now (tests that only use a running vcluster
+    skip then: it is being changed under them)."""
+    try:
+        with open(LOCK, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False

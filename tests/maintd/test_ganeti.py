@@ -1,0 +1,93 @@
+"""maintd's Ganeti adapter without a cluster: which RAPI call each opcode becomes, the reason
+text Ganeti records, reading maintd's events back from Ganeti's job reason trails, and running a
+job of several opcodes one Ganeti job after another (against a recording fake RAPI client; the
+real thing is tests/ganeti/test_vcluster_maintd.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from herder.maintd import ganeti as G
+from herder.maintd.rounds import annotate
+
+
+def test_every_maintd_opcode_has_its_ganeti_route() -> None:
+    ops = [
+        {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "n2", "drained": True, "force": True,
+         "auto_promote": True},
+        {"OP_ID": "OP_INSTANCE_MIGRATE", "instance_name": "i1", "target_node": "n3",
+         "mode": "live", "allow_failover": False},
+        {"OP_ID": "OP_INSTANCE_FAILOVER", "instance_name": "i1", "iallocator": "hail",
+         "ignore_consistency": True, "target_node": None},
+        {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": "i1",
+         "mode": "replace_new_secondary", "remote_node": "n3"},
+        {"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "i1", "force": False},
+        {"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS", "instance_name": "i1"},
+        {"OP_ID": "OP_INSTANCE_REINSTALL", "instance_name": "i1"},
+        {"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "n2", "tags": ["a:b"]},
+        {"OP_ID": "OP_TAGS_SET", "kind": "instance", "name": "i1", "tags": ["x"]},
+        {"OP_ID": "OP_TAGS_DEL", "kind": "cluster", "tags": ["y"]},
+        {"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2", "command": "fix"},
+    ]
+    assert G.split_steps(ops) == [
+        "POST /2/nodes/n2/modify", "PUT /2/instances/i1/migrate", "PUT /2/instances/i1/failover",
+        "POST /2/instances/i1/replace-disks", "PUT /2/instances/i1/startup",
+        "PUT /2/instances/i1/activate-disks", "POST /2/instances/i1/reinstall",
+        "PUT /2/nodes/n2/tags",
+        "PUT /2/instances/i1/tags", "DELETE /2/tags", "mond POST /1/repair"]
+    assert G.route(ops[0])[3] == {"drained": True, "force": True, "auto_promote": True}
+    assert G.route(ops[2])[3] == {"iallocator": "hail", "ignore_consistency": True}
+    assert G.route(ops[6])[3] == {"__version__": 1}
+    assert G.route(ops[7])[2] == [("tag", "a:b")]
+    with pytest.raises(G.UnsupportedOp, match="OP_CLUSTER_VERIFY"):
+        G.route({"OP_ID": "OP_CLUSTER_VERIFY"})
+
+
+def test_the_reason_names_the_event_and_is_read_back() -> None:
+    op = annotate({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "i1"}, "ev-1")
+    op["reason"].insert(0, ["gnt:daemon:instmon", "LIFECYCLE/STOPPED_FAILED on n1 at t", 1])
+    text = G.reason_text(op)
+    assert text == "gnt:daemon:maintd ev-1; gnt:daemon:instmon LIFECYCLE/STOPPED_FAILED on n1 at t"
+    job = {"ops": [{"reason": [["gnt:user", text, 5], ["gnt:opcode:x", "", 6]]}]}
+    assert G.events_of(job) == {"ev-1"}
+    assert G.events_of({"ops": [{"reason": [["gnt:user", "someone else", 1]]}]}) == set()
+
+
+class FakeRapi:
+    """Records requests; jobs get ids 1, 2, ...; `fail` lists ids that end in error."""
+
+    def __init__(self, fail: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        self.sent: list[tuple[str, str, Any, Any]] = []
+        self.fail = fail
+
+    def request(self, method: str, path: str, query: Any = None, body: Any = None) -> int:
+        self.sent.append((method, path, query, body))
+        return len(self.sent)
+
+    def wait_for_job(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
+        return {"status": "error" if job_id in self.fail else "success"}
+
+
+def test_a_job_of_several_opcodes_runs_them_in_order_and_stops_at_a_failure() -> None:
+    ops = [annotate({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "n2", "offline": True}, "e"),
+           annotate({"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "n2",
+                     "tags": ["maintd:repairready:e"]}, "e")]
+    rapi = FakeRapi()
+    cluster = G.GanetiCluster(rapi)
+    assert cluster.submit(ops) == 2
+    assert [(m, p) for m, p, _q, _b in rapi.sent] == [("POST", "/2/nodes/n2/modify"),
+                                                      ("PUT", "/2/nodes/n2/tags")]
+    assert all(("reason", "gnt:daemon:maintd e") in q for _m, _p, q, _b in rapi.sent)
+    assert ("tag", "maintd:repairready:e") in rapi.sent[1][2]
+    assert cluster.calls == 2
+    failing = FakeRapi(fail={1})
+    assert G.GanetiCluster(failing).submit(ops) == 1  # the failed step's job: maintd sees it
+    assert len(failing.sent) == 1
+
+
+def test_a_repair_without_a_route_is_a_failed_local_job() -> None:
+    cluster = G.GanetiCluster(FakeRapi())
+    job = cluster.submit([{"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2", "command": "x"}])
+    assert job < 0 and cluster.job_status(job) == "error"
