@@ -91,3 +91,40 @@ def test_a_repair_without_a_route_is_a_failed_local_job() -> None:
     cluster = G.GanetiCluster(FakeRapi())
     job = cluster.submit([{"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2", "command": "x"}])
     assert job < 0 and cluster.job_status(job) == "error"
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="white-list checks need root")
+def test_a_live_repair_runs_through_herder_monds_signed_route(tmp_path) -> None:
+    """OP_REPAIR_COMMAND on a Ganeti cluster: the adapter signs a request to the node's herder
+    mond (a real one, repair enabled), which runs the white-listed command with the diagnose
+    object on stdin; exit 0 is a successful local job, anything else a failed one."""
+    import json
+
+    from herder.maintd.rounds import Node
+    from tests.mond.agent_fixture import running_mond
+    from tests.mond.test_repair_route import KEY, make_ctx, script
+
+    whitelist = tmp_path / "repair-commands"
+    whitelist.mkdir()
+    seen = tmp_path / "seen.json"
+    event = "6f1c2a34-9a1e-4a43-8b1e-0c1f2b3a4d5e"
+    script(whitelist, "fix", f'cat > {seen}; test "$HERDER_REPAIR_EVENT" = {event}')
+    script(whitelist, "broken", "exit 3")
+    diagnose = {"status": "live-repair", "command": "fix", "details": {"disk": "sdb"}}
+    with running_mond(make_ctx(tmp_path, whitelist), {}) as mond:
+        port = int(mond.url.rsplit(":", 1)[1])
+        repair = G.repair_via_mond(lambda: KEY, port, address=lambda n: "127.0.0.1")
+
+        class Nodes(G.GanetiCluster):
+            def nodes(self) -> list[Node]:
+                return [Node("n2", "u2", "127.0.0.1")]
+
+        cluster = Nodes(FakeRapi(), repair=repair)
+        good = cluster.submit([annotate({"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2",
+                                         "command": "fix", "input": diagnose}, event)])
+        assert cluster.job_status(good) == "success"
+        assert json.loads(seen.read_text()) == diagnose
+        bad = cluster.submit([annotate({"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2",
+                                        "command": "broken", "input": diagnose},
+                                       "0d9b7e1c-2f6a-4f0e-9d51-3b2a1c0e9f88")])
+        assert cluster.job_status(bad) == "error"
