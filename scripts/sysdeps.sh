@@ -4,8 +4,9 @@
 # - libvirt-daemon: a real libvirtd (test driver) for system tests
 # - lvm2: real LVM on loop devices for the storage collectors' tests
 # - chromium: the browser maintd's status page is tested in (driven by Playwright)
+# - etcd-server: a real etcd 3.4 cluster for the etcd backend's tests (tests/ha)
 set -euo pipefail
-PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium)
+PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()

@@ -222,6 +222,7 @@ def cluster_info(config: M.ConfigData) -> dict[str, Any]:
         "created": timestamp(c.ctime),
         "modified": timestamp(config.mtime),
         "master node": config.node_name(c.master_node),
+        "master epoch": c.master_epoch,
         "master ip": c.master_ip,
         "master netdev": c.master_netdev,
         "master netmask": c.master_netmask,
@@ -467,6 +468,161 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
     )
 
 
+# --- master failover ----------------------------------------------------------------------------
+
+
+def _vote_rpc(store: FileStore, epoch: int | None, noded_port: int) -> Any:
+    from herder.core import envelope
+    from herder.core.noderpc import HttpNodeRpc
+
+    secrets = cluster_secrets.SecretPaths.beside(store.path)
+    return HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
+                       port=noded_port, epoch=epoch, timeout=15.0, connect_timeout=3.0)
+
+
+def _masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True, "masterd answers"
+    except OSError as err:
+        return False, err.strerror or str(err)
+
+
+def master_vote(store: FileStore, config: M.ConfigData, me: M.Node, *, masterd_port: int,
+                noded_port: int) -> tuple[int, int, list[str]]:
+    """Ask every online node (this one directly, the others through their noded's
+    `master_vote`) whether the master's masterd is reachable. Returns (votes that it is gone,
+    voters, one line per node). A node that does not answer does not vote for a failover."""
+    c = config.cluster
+    voters = [n for n in config.nodes.values() if not n.offline]
+    gone, lines = 0, []
+    reachable, detail = _masterd_reachable(c.master_ip, masterd_port)
+    gone += not reachable
+    lines.append(f"{me.name}: master {'reachable' if reachable else 'gone'} ({detail})")
+    rpc = _vote_rpc(store, c.master_epoch, noded_port)
+    try:
+        for node in sorted(voters, key=lambda n: n.name):
+            if node.uuid == me.uuid:
+                continue
+            try:
+                answer = rpc.call(node, "master_vote", {
+                    "master": config.node_name(c.master_node), "address": c.master_ip,
+                    "port": masterd_port, "timeout": 2.0}, timeout=15.0)
+            except HerderError as err:
+                lines.append(f"{node.name}: no answer ({err})")
+                continue
+            gone += not answer.get("reachable", True)
+            lines.append(f"{node.name}: master "
+                         f"{'reachable' if answer.get('reachable', True) else 'gone'} "
+                         f"({answer.get('detail', '')})")
+    finally:
+        rpc.close()
+    return gone, len(voters), lines
+
+
+def announce_epoch(store: FileStore, config: M.ConfigData, noded_port: int) -> list[str]:
+    """Tell every node the new master epoch (any call carrying it raises the node's)."""
+    rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port)
+    lines = []
+    try:
+        for node in sorted(config.nodes.values(), key=lambda n: n.name):
+            try:
+                answer = rpc.call(node, "master_epoch", {}, timeout=15.0)
+                lines.append(f"{node.name}: epoch {answer.get('epoch')}")
+            except HerderError as err:
+                lines.append(f"{node.name}: not told ({err}); it learns the epoch from the "
+                             "new master's first call")
+    finally:
+        rpc.close()
+    return lines
+
+
+@cluster.command("master-failover")
+@click.option("--node", "node_name", help="The master candidate that takes over (default: this "
+              "host's FQDN): run it there.")
+@click.option("--no-voting", is_flag=True, help="Skip the vote of the nodes (a cluster that "
+              "lost its majority); you make sure the old master is really gone.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation with --no-voting.")
+@click.option("--masterd-port", type=click.IntRange(1, 65535), default=remote.DEFAULT_PORT,
+              show_default=True)
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@json_option
+@pass_store
+def master_failover(store: FileStore, node_name: str | None, no_voting: bool, yes: bool,
+                    masterd_port: int, noded_port: int, as_json: bool) -> None:
+    """Make this master candidate the master (Ganeti's gnt-cluster master-failover).
+
+    \b
+    1. The vote: this node and every other online node (through its noded) try to reach the
+       master's masterd at the cluster's master IP; a majority of the online nodes, this one
+       counted, must find it gone. An old master whose masterd is stopped consents that way
+       (its noded still answers). --no-voting skips the vote, with a warning.
+    2. In the config, in one change: master_node = this node, master_epoch + 1, and the
+       master IP moves along when it was the old master's primary IP.
+    3. Every reachable node is told the new epoch; from then on nodes refuse the old
+       master's calls, and an old masterd exits with code 11 (also when started again).
+    Then start masterd (and maintd) here: they continue the job queue and maintd's state.
+    """
+    config = store.load()
+    me_name = node_name or local_fqdn()
+    try:
+        me = config.find_node(me_name)
+    except HerderError:
+        raise HerderError(f"this node ({me_name}) is not a node of the cluster; run it on a "
+                          "master candidate or give --node") from None
+    c = config.cluster
+    old = config.node_name(c.master_node)
+    if me.uuid == c.master_node:
+        raise HerderError(f"{me.name} is already the master (epoch {c.master_epoch})")
+    if not me.master_candidate:
+        raise HerderError(f"{me.name} is not a master candidate; only a master candidate can "
+                          "become the master (herder node modify NODE --master-candidate yes)")
+    if me.offline or me.drained:
+        raise HerderError(f"{me.name} is offline or drained; it cannot become the master")
+    report: dict[str, Any] = {"old_master": old, "new_master": me.name,
+                              "voting": not no_voting}
+    if no_voting:
+        click.echo("WARNING: --no-voting: the nodes are not asked whether the master "
+                   f"{old} is gone; if it still runs, it is stopped only by the epoch "
+                   "check", err=True)
+        if not yes:
+            click.confirm(f"Make {me.name} the master without a vote?", abort=True, err=True)
+    else:
+        gone, voters, lines = master_vote(store, config, me, masterd_port=masterd_port,
+                                          noded_port=noded_port)
+        report["votes"] = {"gone": gone, "voters": voters, "nodes": lines}
+        if not as_json:
+            click.echo(f"Vote on whether the master {old} is gone:")
+            for line in lines:
+                click.echo(f"  {line}")
+        if gone * 2 <= voters:
+            raise HerderError(f"only {gone} of {voters} nodes find the master {old} gone, no "
+                              "majority; stop its masterd first, or use --no-voting if the "
+                              "cluster lost its majority")
+    with store.update() as cfg:
+        cc = cfg.cluster
+        if cc.master_node != c.master_node or cc.master_epoch != c.master_epoch:
+            raise HerderError("the master changed meanwhile (another failover?); nothing done")
+        new = cfg.nodes[me.uuid]
+        if cc.master_ip == cfg.nodes[c.master_node].primary_ip:
+            cc.master_ip = new.primary_ip  # no separate floating IP: the master IP moves along
+        cc.master_node = new.uuid
+        cc.master_epoch += 1
+    config = store.load()
+    report.update({"epoch": config.cluster.master_epoch, "master_ip": config.cluster.master_ip,
+                   "serial_no": config.serial_no,
+                   "nodes": announce_epoch(store, config, noded_port)})
+    if as_json:
+        print_json(report)
+        return
+    click.echo(f"{me.name} is the master now (was {old}), master epoch "
+               f"{config.cluster.master_epoch}, master IP {config.cluster.master_ip}")
+    for line in report["nodes"]:
+        click.echo(f"  {line}")
+    click.echo(f"Start masterd (and maintd) on {me.name}; they continue the job queue and "
+               "maintd's state.")
+
+
 # --- simulate -----------------------------------------------------------------------------------
 
 
@@ -486,8 +642,14 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 @click.option("--crash", "crash_it", metavar="INSTANCE",
               help="Destroy INSTANCE's domain behind herder's back (what a crashed VM looks "
                    "like to libvirt's test driver); instmon reports it, maintd recovers it.")
+@click.option("--failover", "failover_to", metavar="NODE",
+              help="Master failover to NODE (a master candidate, node2 or node3) in the running "
+                   "simulated cluster: the vote, the config change, then masterd and maintd on "
+                   "NODE (kill the old masterd first, else the vote refuses).")
+@click.option("--no-voting", is_flag=True, help="With --failover: skip the vote.")
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
-             first_ip: int, break_it: tuple[str, str] | None, crash_it: str | None) -> None:
+             first_ip: int, break_it: tuple[str, str] | None, crash_it: str | None,
+             failover_to: str | None, no_voting: bool) -> None:
     """Bring up a whole herder cluster on this machine, every daemon its own process.
 
     Node i gets the loopback address 127.0.0.(10+i) with the standard ports (noded 1811,
@@ -500,9 +662,17 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
       herder node evacuate node2.sim.herder.test
       herder cluster simulate --break node3 evacuate   # maintd drains and evacuates it
       herder cluster simulate --crash web1             # maintd starts it again
+      kill -9 $(cat /tmp/herder-sim/nodes/node1.sim.herder.test/run/masterd.pid)
+      herder cluster simulate --failover node2         # node2 becomes the master
       herder cluster simulate --stop
     """
     from herder.sim import cluster as sim
+
+    if failover_to:
+        state, _ = sim.failover(directory, failover_to, voting=not no_voting,
+                                progress=click.echo)
+        click.echo(f"{failover_to} is the master now; RAPI at {state.masterd_url}")
+        return
 
     if crash_it:
         node = sim.crash_instance(directory, crash_it)

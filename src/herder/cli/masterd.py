@@ -5,13 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from pathlib import Path
 
 import click
 
 from herder.core.errors import HerderError
 from herder.core.store import default_config_path
-from herder.masterd.daemon import DEFAULT_PORT, MasterDaemon, MasterSettings
+from herder.masterd.daemon import (
+    DEFAULT_PORT,
+    EXIT_NOTMASTER,
+    MasterDaemon,
+    MasterSettings,
+    NotMaster,
+)
 
 
 @click.command()
@@ -29,17 +36,23 @@ from herder.masterd.daemon import DEFAULT_PORT, MasterDaemon, MasterSettings
               help="Port of the node daemons.")
 @click.option("--iallocator-path", multiple=True, type=click.Path(path_type=Path),
               help="Where to look for iallocator scripts (repeatable; Ganeti's defaults).")
+@click.option("--node", "node_name", help="This node's name (default: FQDN); masterd exits with "
+              "code 11 unless it is the config's master.")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
             no_tls: bool, run_dir: Path, noded_port: int, iallocator_path: tuple[Path, ...],
-            debug: bool) -> None:
+            node_name: str | None, debug: bool) -> None:
     """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
 
     Runs in the foreground until SIGTERM/SIGINT. HTTPS with the cluster certificate
     (server.pem beside the config); users and passwords from rapi_users beside the config
     (`user password write`). Jobs survive a restart: queued ones run, ones that were running are
     marked failed with the reason.
+
+    Only the master runs it: exit code 11 when this node (--node, default FQDN) is not the
+    config's master, and later once a master failover moved the master or its epoch on (every
+    node RPC carries the epoch; nodes refuse an older one).
 
     \b
     Routes (Ganeti RAPI v2 subset): /2/info /2/nodes[?bulk=1] /2/nodes/NODE[/role|/modify|
@@ -49,11 +62,16 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config_path = Path((ctx.find_root().obj or {}).get("config_path") or default_config_path())
-    daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
-                                         workers=workers, anonymous_reads=anonymous_reads,
-                                         tls=not no_tls, run_dir=run_dir,
-                                         noded_port=noded_port,
-                                         iallocator_path=iallocator_path))
+    try:
+        daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
+                                             workers=workers, anonymous_reads=anonymous_reads,
+                                             tls=not no_tls, run_dir=run_dir,
+                                             noded_port=noded_port,
+                                             iallocator_path=iallocator_path,
+                                             node_name=node_name))
+    except NotMaster as err:
+        click.echo(f"herder masterd: {err}", err=True)
+        sys.exit(EXIT_NOTMASTER)
     recovered = daemon.recovered
     if recovered["failed"] or recovered["requeued"] or recovered["canceled"]:
         click.echo(f"herder masterd: recovered jobs: requeued {recovered['requeued']}, "
@@ -77,3 +95,6 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
         asyncio.run(main())
     except OSError as err:
         raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+    if daemon.deposed is not None:
+        click.echo(f"herder masterd: no longer the master: {daemon.deposed}", err=True)
+        sys.exit(EXIT_NOTMASTER)

@@ -481,6 +481,9 @@ class Cluster(Base, kw_only=True):
     name: str
     tags: list[str] = msgspec.field(default_factory=list)
     master_node: str  # node UUID
+    # Raised by every master failover; masterd signs its node RPCs with it and nodes refuse an
+    # older one, so a former master cannot act on the nodes (docs/ha.md "Master failover").
+    master_epoch: int = 0
     master_ip: str
     master_netdev: str = "eth0"
     master_netmask: int = 32
@@ -548,6 +551,8 @@ class Cluster(Base, kw_only=True):
                 raise ValueError(f"bad uid pool range {lo}-{hi}")
         if self.candidate_pool_size < 1:
             raise ValueError("candidate_pool_size must be at least 1")
+        if self.master_epoch < 0:
+            raise ValueError("master_epoch must not be negative")
 
 
 class ConfigData(Base, kw_only=True):

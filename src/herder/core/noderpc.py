@@ -6,10 +6,16 @@ LUs call `rpc.call(node, method, args)`; `HttpNodeRpc` carries it to the node's 
 Instance-affecting calls carry the reason trail and the config version (`serial_no`) of the
 instance they act on (design-monitoring-agent "Instance status"), and calls that create or use
 backend storage carry the instance (design "Instance disk status propagation").
+
+Master epochs (docs/ha.md "Master failover"): a master's calls carry its `master_epoch` in the
+signed body (`EPOCH_KEY`); a node keeps the highest epoch it has accepted and refuses an older
+one with 409 "stale master epoch N < M" (`StaleEpochError` here), so a former master cannot act
+on the nodes after a failover.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +26,12 @@ from herder.core import rpcauth
 from herder.core.errors import RpcError
 
 DEFAULT_NODED_PORT = 1811
+EPOCH_KEY = "_master_epoch"  # in the signed arguments; noded takes it out before dispatch
+STALE_EPOCH = "stale master epoch"
+
+
+class StaleEpochError(RpcError):
+    """A node refused the call: it has accepted a newer master epoch (a failover happened)."""
 
 
 class NodeRpc(Protocol):
@@ -43,8 +55,13 @@ class HttpNodeRpc:
 
     def __init__(self, hmac_key: bytes, certificate: Path | None, *,
                  port: int = DEFAULT_NODED_PORT, timeout: float = 120.0,
-                 connect_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 5.0, epoch: int | None = None,
+                 on_stale: Callable[[StaleEpochError], None] | None = None) -> None:
+        """`epoch`: the master epoch every call carries (None: none, a tool that is no master);
+        `on_stale` is told when a node refuses it as stale."""
         self.key = hmac_key
+        self.epoch = epoch
+        self.on_stale = on_stale
         self.port = port
         self.timeout = timeout
         verify: Any = False
@@ -64,7 +81,10 @@ class HttpNodeRpc:
 
     def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
-        body = rpcauth.sign_call(self.key, args or {})
+        payload = dict(args or {})
+        if self.epoch is not None:
+            payload[EPOCH_KEY] = self.epoch
+        body = rpcauth.sign_call(self.key, payload)
         try:
             response = self._http.post(self.url(node, method), content=body,
                                        timeout=timeout or self.timeout)
@@ -75,6 +95,11 @@ class HttpNodeRpc:
             answer = response.json()
         except ValueError:
             answer = {"error": response.text.strip()[:200]}
+        if response.status_code == 409 and STALE_EPOCH in str(answer.get("error", "")):
+            stale = StaleEpochError(f"node {node.name}: {method} refused: {answer['error']}")
+            if self.on_stale is not None:
+                self.on_stale(stale)
+            raise stale
         if response.status_code != 200:
             raise RpcError(f"node {node.name}: {method} failed: "
                            f"{answer.get('error', response.status_code)}")

@@ -219,4 +219,11 @@ def default_config_path() -> Path:
 
 
 def open_store(path: str | os.PathLike[str] | None = None) -> FileStore:
+    """The store at `path` (default: HERDER_CONFIG, else /var/lib/herder/config.json); a
+    location `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` opens the etcd backend instead."""
+    location = path if path is not None else os.environ.get("HERDER_CONFIG")
+    if isinstance(location, str) and location.startswith("etcd://"):
+        from herder.core.store_etcd import EtcdStore  # only when used (keeps httpx out)
+
+        return EtcdStore.from_location(location)  # type: ignore[return-value]
     return FileStore(path if path is not None else default_config_path())

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from herder.core.notification import Notification, NotificationError, failure_kind, parse
-from herder.core.store import atomic_write, fsync_directory
+from herder.core.store import atomic_write, fsync_directory, pid_alive
 
 log = logging.getLogger("herder.instmon.spool")
 
@@ -56,16 +56,6 @@ class _Entry:
         self.size = size
         self.failure = failure
         self.note = note  # only when the file could not be written
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Spool:
@@ -249,7 +239,7 @@ class Spool:
                 found.append((int(match.group(1)), path))
                 continue
             tmp = _TMP_RE.match(path.name)
-            if tmp and not _pid_alive(int(tmp.group(1))):
+            if tmp and not pid_alive(int(tmp.group(1))):
                 # A write interrupted before its rename: that put never returned.
                 with contextlib.suppress(OSError):
                     path.unlink()

@@ -1,4 +1,10 @@
-"""The master daemon: config store + locks + job queue + RAPI over HTTPS."""
+"""The master daemon: config store + locks + job queue + RAPI over HTTPS.
+
+Only the master runs it (docs/ha.md "Master failover"): it refuses to start (`NotMaster`, exit
+code 11) when this node is a cluster node other than the config's master, signs every node RPC
+with the config's `master_epoch` as it was at start, and stops (exit code 11) once the config
+names another master or a newer epoch, or a node refuses its epoch as stale.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +22,7 @@ from aiohttp import web
 
 from herder.core import envelope
 from herder.core import locking as L
+from herder.core import model as M
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
@@ -40,6 +48,30 @@ class MasterSettings:
     run_dir: Path = Path("/run/herder")
     noded_port: int = 1811
     iallocator_path: tuple[Path, ...] = ()
+    # This node's name (None: the host's FQDN; a host that is no node of the cluster, e.g. a
+    # test, then skips the name check and only watches the epoch).
+    node_name: str | None = None
+    check_interval: float = 2.0  # seconds between two checks that this is still the master
+
+
+EXIT_NOTMASTER = 11
+
+
+class NotMaster(HerderError):
+    """This node is not (or no longer) the cluster's master."""
+
+
+def master_problem(config: M.ConfigData, me: str, *, explicit: bool) -> str | None:
+    """Why a masterd on node `me` must not act as master; None when it may."""
+    master = config.node_name(config.cluster.master_node)
+    node = next((n for n in config.nodes.values()
+                 if n.name == me or n.name.split(".")[0] == me), None)
+    if node is None:
+        return f"this node ({me}) is not a node of the cluster" if explicit else None
+    if node.uuid != config.cluster.master_node:
+        return (f"this node ({node.name}) is not the master ({master}, epoch "
+                f"{config.cluster.master_epoch})")
+    return None
 
 
 def lock_manager_for(store: FileStore) -> L.LockManager:
@@ -52,11 +84,21 @@ class MasterDaemon:
     def __init__(self, settings: MasterSettings, rpc: NodeRpc | None = None) -> None:
         self.settings = settings
         self.store = FileStore(settings.config_path)
-        self.store.load()  # refuse to start on a missing or broken config, with the reason
+        config = self.store.load()  # refuse a missing or broken config, with the reason
+        self.me = settings.node_name or socket.getfqdn()
+        problem = master_problem(config, self.me, explicit=settings.node_name is not None)
+        if problem is not None:
+            raise NotMaster(problem)
+        self.epoch = config.cluster.master_epoch
+        self.master_uuid = config.cluster.master_node
+        self.deposed: str | None = None  # why this masterd stopped acting as master
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
         self.secrets = SecretPaths.beside(self.store.path)
         if rpc is None:
             rpc = HttpNodeRpc(envelope.load_key(self.secrets.hmac_key), self.secrets.certificate,
-                              port=settings.noded_port)
+                              port=settings.noded_port, epoch=self.epoch,
+                              on_stale=lambda err: self.depose(str(err)))
         self.env = MasterEnv(store=self.store, locks=lock_manager_for(self.store), rpc=rpc,
                              queue_dir=self.store.directory / "queue",
                              iallocator_path=settings.iallocator_path)
@@ -79,9 +121,44 @@ class MasterDaemon:
                               f"{err}") from None
         return context
 
+    def depose(self, reason: str) -> None:
+        """Stop acting as master (thread-safe): serve() returns, the CLI exits with code 11."""
+        if self.deposed is None:
+            self.deposed = reason
+            log.error("no longer the master: %s; stopping", reason)
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                self._loop.call_soon_threadsafe(self._stop.set)
+
+    def still_master(self) -> str | None:
+        """None while the config still names this masterd's master and epoch, else why not."""
+        config = self.store.load()
+        c = config.cluster
+        if c.master_epoch != self.epoch or c.master_node != self.master_uuid:
+            return (f"the config names {config.node_name(c.master_node)} as master at epoch "
+                    f"{c.master_epoch} (this masterd: epoch {self.epoch})")
+        return None
+
+    async def _watch_master(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.check_interval)
+            if stop.is_set():
+                return
+            try:
+                reason = await asyncio.to_thread(self.still_master)
+            except (HerderError, OSError, ValueError) as err:
+                log.warning("cannot check the master in the config: %s", err)
+                continue
+            if reason is not None:
+                self.depose(reason)
+
     async def serve(self, *, ready: Callable[[int], None] | None = None,
                     stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
+        self._loop, self._stop = asyncio.get_running_loop(), stop
+        if self.deposed is not None:
+            stop.set()
         context = self.ssl_context()
         self.queue.start()
         runner = web.AppRunner(make_app(self.rapi), access_log=None, handle_signals=False)
@@ -89,6 +166,7 @@ class MasterDaemon:
         site = web.TCPSite(runner, self.settings.bind, self.settings.port, ssl_context=context,
                            reuse_address=True, backlog=256)
         pid_file: Path | None = None
+        watcher = asyncio.create_task(self._watch_master(stop))
         try:
             await site.start()
             bound = self.settings.port
@@ -100,6 +178,9 @@ class MasterDaemon:
                 ready(bound)
             await stop.wait()
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             await runner.cleanup()
             await asyncio.to_thread(self.queue.stop)
             if pid_file is not None:

@@ -4,6 +4,10 @@ signed with the cluster HMAC key (`herder.core.rpcauth`), anything else gets 403
 Instance-affecting calls carry the reason trail and the config version of the instance; the node
 records the expected state, reason and version (`<run_dir>/instance-reason/<name>` and
 `<state_dir>/instances/<name>.json`), which mond's instance-status collector reports.
+
+Master epochs: a call may carry the sender's master epoch (`noderpc.EPOCH_KEY`); the node keeps
+the highest one it has accepted in `<state_dir>/master-epoch` (written atomically) and refuses an
+older one with 409 "stale master epoch N < M", so a former master cannot act here.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from aiohttp import web
 from herder import __version__
 from herder.core import ordered, rpcauth
 from herder.core.errors import HerderError, SignatureError
+from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import atomic_write
 from herder.noded.hypervisor import DomainSpec, Hypervisor
 
@@ -39,6 +44,10 @@ DEFAULT_PORT = 1811
 
 class RpcFailure(HerderError):
     """A node RPC could not be carried out; the message goes back to the master."""
+
+
+class StaleEpoch(HerderError):
+    """The call carries an older master epoch than this node has accepted."""
 
 
 @dataclass
@@ -73,6 +82,9 @@ class NodeDaemon:
         self.powercycled: list[float] = []
         self._lock = threading.Lock()
         self._map_lock = threading.Lock()
+        self._epoch_lock = threading.Lock()
+        self.epoch_file = settings.state_dir / "master-epoch"
+        self.master_epoch = self._load_epoch()
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -102,11 +114,52 @@ class NodeDaemon:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
+    def _load_epoch(self) -> int:
+        try:
+            return max(0, int(self.epoch_file.read_text().strip() or 0))
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as err:
+            log.warning("cannot read %s (%s); master epoch 0", self.epoch_file, err)
+            return 0
+
+    def accept_epoch(self, epoch: Any) -> None:
+        """Refuse a call of an older master (StaleEpoch); remember a newer epoch."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise StaleEpoch(f"invalid master epoch {epoch!r}")
+        with self._epoch_lock:
+            if epoch < self.master_epoch:
+                raise StaleEpoch(f"stale master epoch {epoch} < {self.master_epoch}")
+            if epoch > self.master_epoch:
+                atomic_write(self.epoch_file, f"{epoch}\n".encode(), 0o644)
+                log.info("master epoch %d -> %d", self.master_epoch, epoch)
+                self.master_epoch = epoch
+
     # --- RPCs -----------------------------------------------------------------------------------
 
     def rpc_ping(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"node": self.settings.node_name, "version": __version__, "time": time.time(),
                 "uptime": time.time() - self.started, "hypervisor": self.hv.check()}
+
+    def rpc_master_epoch(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The highest master epoch this node has accepted (a call carrying a newer one has
+        already raised it)."""
+        return {"node": self.settings.node_name, "epoch": self.master_epoch}
+
+    def rpc_master_vote(self, args: dict[str, Any]) -> dict[str, Any]:
+        """For a master failover's vote: can this node reach the master's masterd (a TCP
+        connect to `address`:`port`)? `reachable` false is a vote that the master is gone."""
+        import socket
+
+        address, port = str(args["address"]), int(args["port"])
+        timeout = float(args.get("timeout", 2.0))
+        try:
+            with socket.create_connection((address, port), timeout=timeout):
+                reachable, detail = True, "masterd answers"
+        except OSError as err:
+            reachable, detail = False, err.strerror or str(err)
+        return {"node": self.settings.node_name, "master": args.get("master"),
+                "reachable": reachable, "detail": detail, "epoch": self.master_epoch}
 
     def rpc_node_info(self, args: dict[str, Any]) -> dict[str, Any]:
         info = self.hv.node_info()
@@ -410,6 +463,17 @@ def make_app(daemon: NodeDaemon) -> web.Application:
             return web.Response(status=400, body=_encode({"error": "arguments must be an "
                                                                    "object"}),
                                 content_type="application/json")
+        if EPOCH_KEY in args:
+            try:
+                daemon.accept_epoch(args.pop(EPOCH_KEY))
+            except StaleEpoch as err:
+                log.warning("refused RPC %s from %s: %s", method, request.remote, err)
+                return web.Response(status=409, body=_encode({"error": str(err)}),
+                                    content_type="application/json")
+            except OSError as err:
+                return web.Response(status=500, body=_encode({
+                    "error": f"cannot record the master epoch: {err}"}),
+                    content_type="application/json")
         try:
             result = await asyncio.to_thread(daemon.dispatch, method, args)
         except (HerderError, KeyError, ValueError, OSError) as err:

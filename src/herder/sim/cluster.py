@@ -5,7 +5,9 @@ address), its own libvirtd serving the test driver on a private socket, its own 
 (port 1811), `herder mond` (1815) and `herder instmon` (notifying maintd on the master's
 port 1817); node 1 is the master and also runs `herder masterd` (5080) and `herder maintd`.
 Every daemon is a separate process; the state file `sim.json` lists them so `--stop` tears
-everything down.
+everything down. Nodes 1-3 are master candidates; `failover` makes another one the master
+(`herder cluster master-failover` as that node, then masterd and maintd there). All nodes share
+the config directory, so the new master continues the same job queue and maintd state.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from herder.core.errors import HerderError
+from herder.core.store import pid_alive
 from herder.sim.libvirtd import LibvirtdUnavailable, start_libvirtd
 
 DOMAIN = "sim.herder.test"
@@ -206,12 +210,7 @@ def break_node(directory: Path, node: str, status: str, command: str = "") -> No
     state = SimState.load(directory)
     if state is None:
         raise HerderError(f"no simulated cluster is running in {directory}")
-    names = {n.name: n for n in state.nodes}
-    match = names.get(node) or next((n for n in state.nodes if n.name.split(".")[0] == node),
-                                    None)
-    if match is None:
-        raise HerderError(f"no node {node!r} in the simulated cluster "
-                          f"({', '.join(sorted(names))})")
+    match = _sim_node(state, node)
     allowed = ("Ok", "live-repair", "evacuate", "evacuate-failover")
     if status not in allowed:
         raise HerderError(f"status must be one of {', '.join(allowed)}")
@@ -329,27 +328,98 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             node.pids["confd"] = proc.pid
             state.save()
             _wait_ready("confd", node.ip, PORTS["confd"], proc, confd_log)
-        master_dir = directory / "nodes" / master.name
-        masterd_log = master_dir / "masterd.log"
-        proc = _spawn(config, masterd_log, "masterd", "--bind", master.ip, "--port",
-                      str(PORTS["masterd"]), "--run-dir", str(master_dir / "run"))
-        master.pids["masterd"] = proc.pid
-        state.save()
-        _wait_ready("masterd", master.ip, PORTS["masterd"], proc, masterd_log)
-        say(f"{master.name}: masterd on {state.masterd_url}")
-        if maintd and mond:
-            maintd_log = master_dir / "maintd.log"
-            proc = _spawn(config, maintd_log, "maintd", "--bind", master.ip, "--port",
-                          str(PORTS["maintd"]), "--node", master.name, "--round-delay", "1",
-                          "--poll-interval", "1", "--run-dir", str(master_dir / "run"))
-            master.pids["maintd"] = proc.pid
-            state.save()
-            _wait_ready("maintd", master.ip, PORTS["maintd"], proc, maintd_log)
-            say(f"{master.name}: maintd on http://{master.ip}:{PORTS['maintd']}/status.html")
+        start_master_daemons(state, master, maintd=maintd and mond, say=say)
     except BaseException:
         stop(directory)
         raise
     return state
+
+
+def spawn_masterd(directory: Path, config: Path, node: SimNode) -> subprocess.Popen[bytes]:
+    """Start masterd as `node` (it exits with code 11 unless the config names it master)."""
+    node_dir = directory / "nodes" / node.name
+    return _spawn(config, node_dir / "masterd.log", "masterd", "--bind", node.ip, "--port",
+                  str(PORTS["masterd"]), "--run-dir", str(node_dir / "run"), "--node", node.name)
+
+
+def start_master_daemons(state: SimState, master: SimNode, *, maintd: bool,
+                         say: Any = None) -> None:
+    """masterd (and maintd) on the master node; the RAPI URL becomes the master's."""
+    say = say if callable(say) else (lambda message: None)
+    directory, config = Path(state.directory), Path(state.config)
+    master_dir = directory / "nodes" / master.name
+    proc = spawn_masterd(directory, config, master)
+    master.pids["masterd"] = proc.pid
+    state.masterd_url = f"https://{master.ip}:{PORTS['masterd']}"
+    state.save()
+    _wait_ready("masterd", master.ip, PORTS["masterd"], proc, master_dir / "masterd.log")
+    say(f"{master.name}: masterd on {state.masterd_url}")
+    if maintd:
+        maintd_log = master_dir / "maintd.log"
+        proc = _spawn(config, maintd_log, "maintd", "--bind", master.ip, "--port",
+                      str(PORTS["maintd"]), "--node", master.name, "--round-delay", "1",
+                      "--poll-interval", "1", "--run-dir", str(master_dir / "run"))
+        master.pids["maintd"] = proc.pid
+        state.save()
+        _wait_ready("maintd", master.ip, PORTS["maintd"], proc, maintd_log)
+        say(f"{master.name}: maintd on http://{master.ip}:{PORTS['maintd']}/status.html")
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False  # our child, now reaped
+    return pid_alive(pid)
+
+
+def failover(directory: Path, node: str, *, voting: bool = True,
+             progress: Any = None) -> tuple[SimState, str]:
+    """Master failover in the simulated cluster: `herder cluster master-failover` as `node`
+    (with the nodes' vote unless `voting` is false), then masterd (and maintd, when the old
+    master ran one) on `node`; the old master's maintd is stopped, every instmon is pointed at
+    the new master, and sim.json updated. Returns the state and the command's output."""
+    say = progress if callable(progress) else (lambda message: None)
+    state = SimState.load(directory)
+    if state is None:
+        raise HerderError(f"no simulated cluster is running in {directory}")
+    new = _sim_node(state, node)
+    config = Path(state.config)
+    old = next((n for n in state.nodes if "masterd" in n.pids or "maintd" in n.pids), None)
+    args = ["cluster", "master-failover", "--node", new.name, "--yes"]
+    if not voting:
+        args.append("--no-voting")
+    done = herder(config, *args)
+    output = (done.stdout + done.stderr).strip()
+    say(output)
+    had_maintd = old is not None and "maintd" in old.pids
+    if old is not None and old is not new:
+        if "maintd" in old.pids:
+            _kill(old.pids.pop("maintd"), group=True)
+        if "masterd" in old.pids and not _alive(old.pids["masterd"]):
+            old.pids.pop("masterd")  # its successor (if restarted) exits with code 11
+        state.save()
+    start_master_daemons(state, new, maintd=had_maintd, say=say)
+    for sim_node in state.nodes:
+        if "instmon" in sim_node.pids:
+            _kill(sim_node.pids["instmon"], group=True)
+            proc = spawn_instmon(directory, config, sim_node, new)
+            sim_node.pids["instmon"] = proc.pid
+            state.save()
+            node_dir = directory / "nodes" / sim_node.name
+            _wait_instmon(node_dir / "run", proc, node_dir / "instmon.log")
+    return state, output
+
+
+def _sim_node(state: SimState, node: str) -> SimNode:
+    names = {n.name: n for n in state.nodes}
+    match = names.get(node) or next((n for n in state.nodes if n.name.split(".")[0] == node),
+                                    None)
+    if match is None:
+        raise HerderError(f"no node {node!r} in the simulated cluster "
+                          f"({', '.join(sorted(names))})")
+    return match
 
 
 def _kill(pid: int, group: bool = False) -> None:
