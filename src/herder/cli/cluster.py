@@ -429,6 +429,67 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
                else "Modified the cluster")
 
 
+@cluster.command("redist-conf")
+@click.option("--json", "as_json", is_flag=True, help="Per node what was sent, as JSON.")
+@click.pass_context
+def redist_conf(ctx: click.Context, as_json: bool) -> None:
+    """Push the config and job queue (master candidates), the ssconf files (every node) and the
+    files that must agree cluster-wide, with the cluster secrets, to every online node now
+    (OP_CLUSTER_REDIST_CONF through masterd; docs/ha.md "Redistribution")."""
+    results = remote.run(ctx, [{"OP_ID": "OP_CLUSTER_REDIST_CONF"}])
+    report = results[0] if results and isinstance(results[0], dict) else {}
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        for name, result in sorted(report.items()):
+            errors = result.get("errors") or []
+            click.echo(f"{name}: sent {len(result.get('sent') or [])} item(s)"
+                       + (f", {len(errors)} error(s)" if errors else ""))
+            for item in result.get("sent") or []:
+                click.echo(f"  sent {item}")
+            for error in errors:
+                click.echo(f"  error: {error}")
+    if any(r.get("errors") for r in report.values()):
+        raise SystemExit(1)
+
+
+# --- merge -------------------------------------------------------------------------------------
+
+
+@cluster.command()
+@click.argument("others", metavar="OTHER...", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--groups", type=click.Choice(["refuse", "merge", "rename"]), default="refuse",
+              show_default=True, help="A node group name in both clusters: refuse the merge, "
+              "put their nodes in our group of that name, or rename theirs.")
+@click.option("--dry-run", is_flag=True, help="Only the checks and the plan.")
+@pass_store
+def merge(store: FileStore, others: tuple[Path, ...], groups: str, dry_run: bool) -> None:
+    """Merge other herder clusters into this one (design-2.1 "Cluster Merger").
+
+    OTHER is the other cluster's config path (e.g. /tmp/sim2/cluster/config.json); its
+    directory holds its key, certificate and RAPI users. Their nodes join as non-master
+    candidates, their instances are stopped and started again, DRBD ports are reallocated.
+    A failing step rolls back until the configs are merged (the point of no return). Only
+    simulated clusters can be merged for now (their daemons are stopped and re-pointed).
+    """
+    from herder.masterd import merge as merging
+    from herder.sim.cluster import MergeControl
+
+    for other in others:
+        if not dry_run and not (other.resolve().parent.parent / "sim.json").exists():
+            raise HerderError(f"{other}: only simulated clusters can be merged for now (herder "
+                              "cannot stop another cluster's daemons on real nodes yet)")
+        control = MergeControl(store.load().cluster.master_ip)
+        job = merging.Merge(store.path, other.resolve(), control, groups=groups, say=click.echo)
+        if dry_run:
+            for line in job.plan():
+                click.echo(f"plan: {line}")
+            continue
+        job.run()
+        click.echo(f"merged {other} into {store.load().cluster.name}")
+
+
 # --- import-ganeti ------------------------------------------------------------------------------
 
 
@@ -647,9 +708,11 @@ def master_failover(store: FileStore, node_name: str | None, no_voting: bool, ye
                    "simulated cluster: the vote, the config change, then masterd and maintd on "
                    "NODE (kill the old masterd first, else the vote refuses).")
 @click.option("--no-voting", is_flag=True, help="With --failover: skip the vote.")
+@click.option("--domain", default="sim.herder.test", show_default=True,
+              help="DNS domain of the cluster and node names (clusters to merge differ).")
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
              first_ip: int, break_it: tuple[str, str] | None, crash_it: str | None,
-             failover_to: str | None, no_voting: bool) -> None:
+             failover_to: str | None, no_voting: bool, domain: str) -> None:
     """Bring up a whole herder cluster on this machine, every daemon its own process.
 
     Node i gets the loopback address 127.0.0.(10+i) with the standard ports (noded 1811,
@@ -689,7 +752,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
                    else f"No simulated cluster is running in {directory}")
         return
     state = sim.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
-                      first_ip=first_ip, progress=click.echo)
+                      first_ip=first_ip, progress=click.echo, domain=domain)
     click.echo(f"Simulated cluster of {nodes} node(s) is up; RAPI at {state.masterd_url}")
     click.echo(f"  export HERDER_CONFIG={state.config}")
     click.echo(f"  stop it with: herder cluster simulate --stop --dir {directory}")

@@ -38,11 +38,16 @@ from herder.masterd.daemon import (
               help="Where to look for iallocator scripts (repeatable; Ganeti's defaults).")
 @click.option("--node", "node_name", help="This node's name (default: FQDN); masterd exits with "
               "code 11 unless it is the config's master.")
+@click.option("--lease-ttl", type=click.IntRange(2, 3600), default=10, show_default=True,
+              help="etcd backend: TTL of the master lease in seconds (a dead master is replaced "
+              "within about this long).")
+@click.option("--local-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="etcd backend: the directory of the cluster secrets (default /var/lib/herder).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
             no_tls: bool, run_dir: Path, noded_port: int, iallocator_path: tuple[Path, ...],
-            node_name: str | None, debug: bool) -> None:
+            node_name: str | None, lease_ttl: int, local_dir: Path | None, debug: bool) -> None:
     """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
 
     Runs in the foreground until SIGTERM/SIGINT. HTTPS with the cluster certificate
@@ -54,6 +59,10 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     config's master, and later once a master failover moved the master or its epoch on (every
     node RPC carries the epoch; nodes refuse an older one).
 
+    With the etcd backend (--config / HERDER_CONFIG etcd://HOST:PORT,.../CLUSTER) every node may
+    run it: it waits as a standby, without RAPI, until it holds the master lease (--lease-ttl),
+    then makes itself the config's master and serves; exit code 11 once the lease is lost.
+
     \b
     Routes (Ganeti RAPI v2 subset): /2/info /2/nodes[?bulk=1] /2/nodes/NODE[/role|/modify|
       /evacuate|/migrate|/tags] /2/instances[...] /2/groups[...] /2/jobs[/ID[/wait]] /2/tags
@@ -61,14 +70,17 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     """
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config_path = Path((ctx.find_root().obj or {}).get("config_path") or default_config_path())
+    location = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
+    etcd = str(location).startswith("etcd://")
+    config_path: Path | str = str(location) if etcd else Path(location)
     try:
         daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
                                              workers=workers, anonymous_reads=anonymous_reads,
                                              tls=not no_tls, run_dir=run_dir,
                                              noded_port=noded_port,
                                              iallocator_path=iallocator_path,
-                                             node_name=node_name))
+                                             node_name=node_name, lease_ttl=lease_ttl,
+                                             local_dir=local_dir))
     except NotMaster as err:
         click.echo(f"herder masterd: {err}", err=True)
         sys.exit(EXIT_NOTMASTER)
@@ -89,6 +101,9 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
             click.echo(f"herder masterd: serving RAPI on {scheme}://{bind}:{bound}/ "
                        f"(config {config_path})", err=True)
 
+        if etcd:
+            click.echo(f"herder masterd: standby, campaigning for the master lease of {config_path}"
+                       f" as {daemon.me} (ttl {lease_ttl} s)", err=True)
         await daemon.serve(ready=ready, stop=stop)
 
     try:

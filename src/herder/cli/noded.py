@@ -38,6 +38,9 @@ from herder.noded.server import DEFAULT_PORT, NodeDaemon, NodeSettings
               help="Space for instance disks on this node (default: its filesystem's).")
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Log file; when it cannot be written, logs go to the console.")
+@click.option("--file-root", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/"), show_default=True,
+              help="Where files the master distributes land (their absolute path under it).")
 @click.option("--no-mlock", is_flag=True, help="Do not lock noded's memory (tests).")
 @click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
 @click.option("--debug", is_flag=True)
@@ -45,7 +48,7 @@ from herder.noded.server import DEFAULT_PORT, NodeDaemon, NodeSettings
 def noded(ctx: click.Context, bind: str, port: int, node_name: str | None,
           libvirt_uri: str | None, state_dir: Path, run_dir: Path, repair_dir: Path,
           powercycle_action: str, os_path: tuple[Path, ...], disk_capacity: int | None,
-          log_file: Path | None,
+          log_file: Path | None, file_root: Path,
           no_mlock: bool, no_tls: bool, debug: bool) -> None:
     """The node daemon: serves the master's node RPCs over TLS (cluster certificate) and
     answers only requests signed with the cluster HMAC key.
@@ -75,7 +78,8 @@ def noded(ctx: click.Context, bind: str, port: int, node_name: str | None,
                                      repair_dir=repair_dir,
                                      powercycle_action=powercycle_action,
                                      os_path=os_path or (Path("/srv/herder/os"),),
-                                     disk_capacity=disk_capacity))
+                                     disk_capacity=disk_capacity, file_root=file_root,
+                                     config_dir=config_path.parent))
 
     async def main() -> None:
         stop = asyncio.Event()

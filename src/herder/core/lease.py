@@ -39,6 +39,20 @@ class Fence:
     epoch: int
 
 
+def resolve_fence(fence: Fence | MasterLease | None, what: str) -> Fence | None:
+    """The fence a write must carry: a given Fence, the lease's current one, or None (no
+    fence); StoreError when a lease has no current epoch (this node is not the master)."""
+    if fence is None or isinstance(fence, Fence):
+        return fence
+    current = fence.fence()
+    if current is None:
+        from herder.core.errors import StoreError
+
+        raise StoreError(f"{what}: {fence.node_name} is not the master (no current epoch); "
+                         "nothing written")
+    return current
+
+
 def master_key(cluster: str) -> str:
     return f"/herder/{cluster}/master"
 

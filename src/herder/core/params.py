@@ -186,6 +186,9 @@ _HV_TABLE: dict[str, dict[str, tuple[str, Any]]] = {
     },
     "fake": {
         "migration_mode": ("string", 'live'),
+        # herder: as kvm's (design-2.1 "VNC Console Password"), so simulated clusters can test
+        # the redistribution of the password files.
+        "vnc_password_file": ("string", ''),
     },
 }
 

@@ -35,7 +35,7 @@ from herder.core import etcd as E
 from herder.core import model as M
 from herder.core import upgrade
 from herder.core.errors import ConfigError, StoreError
-from herder.core.lease import Fence, MasterLease, master_key
+from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
 
 SCHEME = "etcd://"
 DEFAULT_LOCK_TTL = 5
@@ -172,17 +172,7 @@ class EtcdStore:
                 self.client.lease_revoke(lease.id)  # deletes the lock key with it
 
     def _fence(self) -> Fence | None:
-        if self.fence is None:
-            return None
-        if isinstance(self.fence, MasterLease):
-            fence = self.fence.fence()
-            if fence is None:
-                raise StoreError(
-                    f"{self.location}: {self.fence.node_name} is not the master "
-                    "(no current epoch); nothing written"
-                )
-            return fence
-        return self.fence
+        return resolve_fence(self.fence, self.location)
 
     def _put(self, data: bytes, compare: list[dict[str, object]], what: str) -> None:
         """Put the document if `compare` (and the fence) hold; explain a refusal."""

@@ -17,6 +17,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -28,10 +29,14 @@ from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.store import ConfigCache, FileStore, atomic_write
+from herder.masterd import redist
 from herder.masterd.auth import UsersFile
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import RapiContext, make_app
+
+if TYPE_CHECKING:
+    from herder.core.lease import MasterLease
 
 log = logging.getLogger("herder.masterd")
 DEFAULT_PORT = 5080
@@ -39,7 +44,7 @@ DEFAULT_PORT = 5080
 
 @dataclass
 class MasterSettings:
-    config_path: Path
+    config_path: Path | str  # a file, or an etcd location etcd://HOST:PORT,.../CLUSTER
     bind: str = "0.0.0.0"
     port: int = DEFAULT_PORT
     workers: int = 8
@@ -52,6 +57,8 @@ class MasterSettings:
     # test, then skips the name check and only watches the epoch).
     node_name: str | None = None
     check_interval: float = 2.0  # seconds between two checks that this is still the master
+    lease_ttl: int = 10  # etcd backend: the master lease's TTL (seconds)
+    local_dir: Path | None = None  # etcd backend: the secrets' directory (default /var/lib/herder)
 
 
 EXIT_NOTMASTER = 11
@@ -83,10 +90,24 @@ def lock_manager_for(store: FileStore) -> L.LockManager:
 class MasterDaemon:
     def __init__(self, settings: MasterSettings, rpc: NodeRpc | None = None) -> None:
         self.settings = settings
-        self.store = FileStore(settings.config_path)
-        config = self.store.load()  # refuse a missing or broken config, with the reason
         self.me = settings.node_name or socket.getfqdn()
-        problem = master_problem(config, self.me, explicit=settings.node_name is not None)
+        self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
+        job_storage = None
+        if str(settings.config_path).startswith("etcd://"):
+            from herder.masterd import etcd_master as masterd_etcd  # only when used
+
+            self.store, self.lease, job_storage = masterd_etcd.open_etcd(
+                str(settings.config_path), self.me, ttl=settings.lease_ttl,
+                local_dir=settings.local_dir)
+        else:
+            self.store = FileStore(settings.config_path)
+        config = self.store.load()  # refuse a missing or broken config, with the reason
+        if self.lease is not None:  # any node may campaign; the lease decides
+            if masterd_etcd.find_me(config, self.me) is None:
+                raise NotMaster(f"this node ({self.me}) is not a node of the cluster")
+            problem = None
+        else:
+            problem = master_problem(config, self.me, explicit=settings.node_name is not None)
         if problem is not None:
             raise NotMaster(problem)
         self.epoch = config.cluster.master_epoch
@@ -103,9 +124,14 @@ class MasterDaemon:
                              queue_dir=self.store.directory / "queue",
                              iallocator_path=settings.iallocator_path)
         assert self.env.queue_dir is not None
-        self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers)
-        self.recovered = self.queue.recover()
-        self.rapi = RapiContext(config=ConfigCache(self.store.path), queue=self.queue,
+        self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers,
+                              storage=job_storage)
+        # on etcd the queue is recovered once elected (masterd_etcd.take_over)
+        self.recovered = (self.queue.recover() if self.lease is None else
+                          {"requeued": [], "failed": [], "canceled": [], "finished": []})
+        cache = (ConfigCache(self.store.path) if self.lease is None  # type: ignore[arg-type]
+                 else masterd_etcd.EtcdConfigCache(self.store))
+        self.rapi = RapiContext(config=cache, queue=self.queue,  # type: ignore[arg-type]
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store)
@@ -160,6 +186,17 @@ class MasterDaemon:
         if self.deposed is not None:
             stop.set()
         context = self.ssl_context()
+        if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
+            from herder.masterd.etcd_master import await_election
+
+            elected = False
+            try:
+                elected = await await_election(self, stop)
+            finally:
+                if not elected:
+                    await asyncio.to_thread(self.lease.resign)
+            if not elected:
+                return
         self.queue.start()
         runner = web.AppRunner(make_app(self.rapi), access_log=None, handle_signals=False)
         await runner.setup()
@@ -167,6 +204,7 @@ class MasterDaemon:
                            reuse_address=True, backlog=256)
         pid_file: Path | None = None
         watcher = asyncio.create_task(self._watch_master(stop))
+        redistributor = asyncio.create_task(redist.watch(self, stop))  # docs/ha.md
         try:
             await site.start()
             bound = self.settings.port
@@ -179,10 +217,15 @@ class MasterDaemon:
             await stop.wait()
         finally:
             watcher.cancel()
+            redistributor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await redistributor
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
             await runner.cleanup()
             await asyncio.to_thread(self.queue.stop)
+            if self.lease is not None:  # a clean stop hands over at once
+                await asyncio.to_thread(self.lease.resign)
             if pid_file is not None:
                 with contextlib.suppress(OSError):
                     pid_file.unlink()

@@ -64,6 +64,10 @@ class NodeSettings:
     # Disk space herder may use on this node (MiB); None: the whole filesystem of its disks.
     disk_capacity: int | None = None
     repair_timeout: float = 300.0
+    # Redistribution: uploaded absolute paths land under `file_root` (a simulated node: its own
+    # directory); `config_dir` names the cluster secrets a node may receive.
+    file_root: Path = Path("/")
+    config_dir: Path = Path("/var/lib/herder")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -392,6 +396,98 @@ class NodeDaemon:
             storage.set_pv_allocatable(str(args["name"]), bool(args["allocatable"]))
         except HerderError as err:
             raise RpcFailure(f"storage lvm-pv {args['name']}: {err}") from None
+
+    # --- redistribution (docs/ha.md "Redistribution") -------------------------------------------
+
+    @property
+    def ssconf_dir(self) -> Path:
+        return self.settings.state_dir / "ssconf"
+
+    @property
+    def config_copy_dir(self) -> Path:
+        return self.settings.state_dir / "config"
+
+    def upload_allowed(self) -> set[str]:
+        """The white-list of upload_file: the cluster secrets and the user list beside the
+        config, and the files the master listed in ssconf `redist_files`."""
+        from herder.core.cluster_secrets import SecretPaths
+        from herder.masterd.redist import REDIST_FILES, UPLOAD_LIST
+
+        secrets = SecretPaths.beside(self.settings.config_dir / "config.json")
+        allowed = {str(p) for p in secrets.all()}
+        allowed.add(str(self.settings.config_dir / REDIST_FILES))
+        with contextlib.suppress(OSError):
+            listed = (self.ssconf_dir / f"ssconf_{UPLOAD_LIST}").read_text().splitlines()
+            allowed.update(line.strip() for line in listed if line.strip())
+        return allowed
+
+    def rpc_upload_file(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Write a white-listed file (absolute `path`, base64 `data`, `mode`, optional
+        `uid`/`gid`) atomically under the file root."""
+        import base64
+
+        path = str(args["path"])
+        parts = Path(path).parts
+        if not path.startswith("/") or ".." in parts or "\0" in path \
+                or (len(parts) > 1 and parts[1] in ("proc", "sys", "dev")):
+            raise RpcFailure(f"refusing to upload to {path!r}: not a plain absolute path")
+        if path not in self.upload_allowed():
+            raise RpcFailure(f"refusing to upload {path}: not a file the cluster distributes")
+        target = self.settings.file_root / path.lstrip("/")
+        data = base64.b64decode(str(args["data"]), validate=True)
+        mode = int(args.get("mode", 0o600)) & 0o777
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, data, mode)
+        os.chmod(target, mode)  # atomic_write's mode is filtered by the umask
+        if args.get("uid") is not None or args.get("gid") is not None:
+            os.chown(target, int(args.get("uid", -1)), int(args.get("gid", -1)))
+        return {"path": str(target), "size": len(data)}
+
+    def rpc_write_ssconf(self, args: dict[str, Any]) -> list[str]:
+        """Write `ssconf_<name>` files (Ganeti's ssconf) atomically into `<state_dir>/ssconf`."""
+        values = args["values"]
+        if not isinstance(values, dict):
+            raise RpcFailure("values must be an object")
+        self.ssconf_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, text in sorted(values.items()):
+            if not name or not all(ch.isalnum() or ch == "_" for ch in name):
+                raise RpcFailure(f"invalid ssconf name {name!r}")
+            atomic_write(self.ssconf_dir / f"ssconf_{name}", str(text).encode(), 0o644)
+            written.append(name)
+        return written
+
+    def rpc_write_config(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A master candidate's copy of the config and the job queue in `<state_dir>/config`;
+        an older serial than the copy's is refused."""
+        import base64
+
+        serial = int(args["serial"])
+        document = str(args["config"]).encode()
+        with self._map_lock:
+            directory = self.config_copy_dir
+            queue_dir = directory / "queue"
+            queue_dir.mkdir(parents=True, exist_ok=True)
+            current = directory / "config.json"
+            have = None
+            with contextlib.suppress(OSError, ValueError):
+                have = int(json.loads(current.read_bytes()).get("serial_no"))
+            if have is not None and serial < have:
+                raise RpcFailure(f"refusing config serial {serial}: this node has {have}")
+            atomic_write(current, document, 0o600)
+            queue = args.get("queue") or {}
+            for name, data in sorted((queue.get("files") or {}).items()):
+                if "/" in name or name.startswith(".") or not name.endswith(".json"):
+                    raise RpcFailure(f"invalid job queue file name {name!r}")
+                atomic_write(queue_dir / name, base64.b64decode(data, validate=True), 0o600)
+            names = queue.get("names")
+            if names is not None:
+                keep = set(names)
+                for path in queue_dir.glob("*.json"):
+                    if path.name not in keep:
+                        with contextlib.suppress(FileNotFoundError):
+                            path.unlink()
+        return {"serial": serial, "previous": have}
 
     def dispatch(self, method: str, args: dict[str, Any]) -> Any:
         handler = getattr(self, f"rpc_{method}", None)

@@ -129,7 +129,7 @@ def spawn_noded(directory: Path, config: Path, node: SimNode) -> subprocess.Pope
                   "--state-dir", str(node_dir / "noded"), "--run-dir", str(node_dir / "run"),
                   "--powercycle-action", "simulate", "--os-path", str(directory / "os"),
                   "--repair-dir", str(node_dir / "repair"), "--disk-capacity",
-                  str(SIM_DISK_MIB))
+                  str(SIM_DISK_MIB), "--file-root", str(node_dir / "root"))
 
 
 def spawn_instmon(directory: Path, config: Path, node: SimNode,
@@ -245,8 +245,9 @@ def crash_instance(directory: Path, name: str) -> str:
 
 
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
-          first_ip: int = 11, progress: object = None) -> SimState:
-    """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there)."""
+          first_ip: int = 11, progress: object = None, domain: str = DOMAIN) -> SimState:
+    """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
+    `domain` names the cluster and its nodes (two clusters to merge need different ones)."""
     if not 1 <= nodes <= 200:
         raise HerderError("a simulated cluster has 1 to 200 nodes")
     if first_ip + nodes > 255:
@@ -256,10 +257,10 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
     directory.mkdir(parents=True)
     config = directory / "cluster" / "config.json"
     say = progress if callable(progress) else (lambda message: None)
-    sim_nodes = [SimNode(f"node{i}.{DOMAIN}", f"127.0.0.{first_ip + i - 1}")
+    sim_nodes = [SimNode(f"node{i}.{domain}", f"127.0.0.{first_ip + i - 1}")
                  for i in range(1, nodes + 1)]
     master = sim_nodes[0]
-    herder(config, "cluster", "init", f"cluster.{DOMAIN}", "--master-node", master.name,
+    herder(config, "cluster", "init", f"cluster.{domain}", "--master-node", master.name,
            "--primary-ip", master.ip, "--enabled-disk-templates", "drbd,plain,file,diskless",
            "--enabled-hypervisors", "fake",
            "--default-iallocator", "herder")
@@ -459,3 +460,84 @@ def stop(directory: Path) -> bool:
     with contextlib.suppress(OSError):
         (directory / STATE_FILE).unlink()
     return True
+
+
+class MergeControl:
+    """The simulator's daemons for `herder cluster merge` (`herder.masterd.merge.Control`): the
+    other cluster is a simulation whose `sim.json` lies beside its `cluster/` directory."""
+
+    def __init__(self, master_ip: str) -> None:
+        self.master_ip = master_ip  # the merging (this) cluster's master: instmon notifies it
+        self.had_maintd = False
+
+    @staticmethod
+    def _state(other_config: Path) -> SimState:
+        state = SimState.load(Path(other_config).parent.parent)
+        if state is None:
+            raise HerderError(f"{other_config} is not the config of a running simulated cluster")
+        return state
+
+    def stop_master_daemons(self, other_config: Path) -> list[str]:
+        state = self._state(other_config)
+        stopped = []
+        for node in state.nodes:
+            for daemon in ("maintd", "masterd"):
+                if daemon in node.pids:
+                    self.had_maintd = self.had_maintd or daemon == "maintd"
+                    _kill(node.pids.pop(daemon), group=True)
+                    stopped.append(f"{daemon} on {node.name}")
+        state.save()
+        return stopped
+
+    def start_master_daemons(self, other_config: Path) -> None:
+        from herder.core.store import FileStore
+
+        state = self._state(other_config)
+        current = FileStore(other_config).load().master
+        if current is None:
+            raise HerderError(f"{other_config} names no master node")
+        master = _sim_node(state, current.name)
+        for daemon in ("masterd", "maintd"):  # the ready lines to wait for are the new ones
+            log = Path(state.directory) / "nodes" / master.name / f"{daemon}.log"
+            with contextlib.suppress(OSError):
+                log.replace(log.with_name(f"{daemon}.log.before-merge"))
+        start_master_daemons(state, master, maintd=self.had_maintd)
+
+    def adopt_nodes(self, other_config: Path, config: Path) -> None:
+        """Restart the other cluster's noded, mond and instmon with `config` (this cluster's
+        key and certificate; the node's master epoch record starts afresh, as on a node that
+        joins), and stop its confd (its nodes are no master candidates here)."""
+        state = self._state(other_config)
+        directory = Path(state.directory)
+        master = SimNode("master", self.master_ip)
+        for node in state.nodes:
+            node_dir = directory / "nodes" / node.name
+            for daemon in ("confd", "noded"):  # mond and instmon keep libvirt's test driver
+                if daemon in node.pids:           # alive (it resets without a connection)
+                    _kill(node.pids[daemon], group=True)
+            node.pids.pop("confd", None)
+            with contextlib.suppress(OSError):
+                (node_dir / "noded" / "master-epoch").unlink()
+            with contextlib.suppress(OSError):  # the ready line to wait for is the new one
+                (node_dir / "noded.log").replace(node_dir / "noded.log.before-merge")
+            proc = spawn_noded(directory, config, node)
+            node.pids["noded"] = proc.pid
+            state.save()
+            _wait_ready("noded", node.ip, PORTS["noded"], proc, node_dir / "noded.log")
+            _remove_default_domain(node.libvirt_uri)
+            if "mond" in node.pids:
+                _kill(node.pids["mond"], group=True)
+                proc = _spawn(config, node_dir / "mond.log", "mond", "--bind", node.ip,
+                              "--port", str(PORTS["mond"]), "--node", node.name, "--run-dir",
+                              str(node_dir / "run"), "--libvirt-uri", node.libvirt_uri,
+                              "--plugin-dir", str(node_dir / "plugins"), "--diagnose-dir",
+                              str(node_dir / "diagnose"), "--collector-timeout", "10")
+                node.pids["mond"] = proc.pid
+                state.save()
+            if "instmon" in node.pids:
+                _kill(node.pids["instmon"], group=True)
+                proc = spawn_instmon(directory, config, node, master)
+                node.pids["instmon"] = proc.pid
+                state.save()
+        state.config = str(config)
+        state.save()

@@ -103,6 +103,11 @@ class OpClusterSetParams(OpCode, **_op("OP_CLUSTER_SET_PARAMS")):
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
 
 
+class OpClusterRedistConf(OpCode, **_op("OP_CLUSTER_REDIST_CONF")):
+    """Push the config, job queue, ssconf and cluster-wide files to the nodes now (docs/ha.md
+    "Redistribution")."""
+
+
 # --- node groups --------------------------------------------------------------------------------
 
 class OpGroupAdd(OpCode, **_op("OP_GROUP_ADD")):
@@ -417,7 +422,8 @@ class OpTestDelay(OpCode, **_op("OP_TEST_DELAY")):
 
 
 ALL_OPCODES: tuple[type[OpCode], ...] = (
-    OpClusterSetParams, OpGroupAdd, OpGroupSetParams, OpGroupRename, OpGroupRemove,
+    OpClusterSetParams, OpClusterRedistConf, OpGroupAdd, OpGroupSetParams, OpGroupRename,
+    OpGroupRemove,
     OpNodeAdd, OpNodeSetParams, OpNodeRemove, OpNodeEvacuate, OpNodeMigrate, OpNodePowercycle,
     OpNodeQueryStorage, OpNodeModifyStorage, OpRepairNodeStorage, OpRepairCommand,
     OpInstanceActivateDisks, OpInstanceReinstall, OpInstanceReplaceDisks, OpOsDiagnose,

@@ -5,9 +5,11 @@ waiting (for locks), running, success, error, canceling, canceled — computed f
 as Ganeti does. Workers take the queued job of highest priority (lowest number), oldest first;
 jobs that do not conflict run in parallel, guarded by the locks the processor takes.
 
-Every change of a job is written to `<dir>/job-<id>.json` atomically before anyone is told of
-it. On start, `recover()` accounts for every job found: queued and waiting jobs are queued
-again; an opcode that was running when the master died is marked as an error saying so (it is
+Every change of a job is written to its storage before anyone is told of it: by default
+`<dir>/job-<id>.json`, atomically (`FileJobStorage`); with the etcd backend one key per job
+(`herder.core.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). On start,
+`recover()` accounts for every job found: queued and waiting jobs are queued again; an opcode
+that was running when the master died is marked as an error saying so (it is
 never run twice), and the opcodes after it as not run.
 """
 
@@ -157,9 +159,61 @@ def error_result(err: BaseException) -> list[Any]:
     return [kind, list(args)]
 
 
-class JobQueue:
-    def __init__(self, directory: Path, processor: Processor, *, workers: int = 8) -> None:
+class JobStorage(Protocol):
+    """Where jobs are kept: every write is durable before it returns (or it raises)."""
+
+    def load(self) -> tuple[list[Job], int]:
+        """Every readable job (unreadable ones set aside) and the highest job id ever used."""
+        ...
+
+    def save(self, job: Job) -> None: ...
+
+    def reserve_id(self, candidate: int) -> int:
+        """A job id never used before; `candidate` is the queue's own next id."""
+        ...
+
+
+class FileJobStorage:
+    """One file per job, `<directory>/job-<id>.json`, written atomically (the default)."""
+
+    def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+
+    def _path(self, job_id: int) -> Path:
+        return self.directory / f"job-{job_id}.json"
+
+    def save(self, job: Job) -> None:
+        atomic_write(self._path(job.id), msgspec.json.encode(job))
+
+    def reserve_id(self, candidate: int) -> int:
+        return candidate  # job files are kept, so the highest on disk + 1 is next
+
+    def load(self) -> tuple[list[Job], int]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        decoder = msgspec.json.Decoder(Job)
+        jobs: list[Job] = []
+        highest = 0
+        for path in sorted(self.directory.glob("job-*.json")):
+            try:
+                job = decoder.decode(path.read_bytes())
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
+                log.error("unreadable job file %s (%s); moved aside", path, err)
+                with contextlib.suppress(OSError):
+                    path.rename(path.with_suffix(".corrupt"))
+                continue
+            highest = max(highest, job.id)
+            jobs.append(job)
+        for path in self.directory.glob("job-*.corrupt"):  # never reuse a set-aside id
+            with contextlib.suppress(ValueError):
+                highest = max(highest, int(path.stem.removeprefix("job-")))
+        return jobs, highest
+
+
+class JobQueue:
+    def __init__(self, directory: Path, processor: Processor, *, workers: int = 8,
+                 storage: JobStorage | None = None) -> None:
+        self.directory = Path(directory)
+        self.storage: JobStorage = storage if storage is not None else FileJobStorage(directory)
         self.processor = processor
         self.workers = workers
         self._jobs: dict[int, Job] = {}
@@ -172,27 +226,15 @@ class JobQueue:
 
     # --- persistence ----------------------------------------------------------------------------
 
-    def _path(self, job_id: int) -> Path:
-        return self.directory / f"job-{job_id}.json"
-
     def _save(self, job: Job) -> None:
-        atomic_write(self._path(job.id), msgspec.json.encode(job))
+        self.storage.save(job)
 
     def recover(self) -> dict[str, list[int]]:
-        """Load every job on disk and settle the ones a dead master left behind."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Load every stored job and settle the ones a dead master left behind."""
         outcome: dict[str, list[int]] = {"requeued": [], "failed": [], "canceled": [],
                                          "finished": []}
-        decoder = msgspec.json.Decoder(Job)
-        highest = 0
-        for path in sorted(self.directory.glob("job-*.json")):
-            try:
-                job = decoder.decode(path.read_bytes())
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
-                log.error("unreadable job file %s (%s); moved aside", path, err)
-                with contextlib.suppress(OSError):
-                    path.rename(path.with_suffix(".corrupt"))
-                continue
+        jobs, highest = self.storage.load()
+        for job in jobs:
             highest = max(highest, job.id)
             self._jobs[job.id] = job
             if job.finished:
@@ -227,9 +269,6 @@ class JobQueue:
                 outcome["requeued"].append(job.id)
             if changed:
                 self._save(job)
-        for path in self.directory.glob("job-*.corrupt"):  # never reuse a set-aside id
-            with contextlib.suppress(ValueError):
-                highest = max(highest, int(path.stem.removeprefix("job-")))
         self._next_id = highest + 1
         return outcome
 
@@ -355,8 +394,8 @@ class JobQueue:
         with self._cond:
             if self._stopping:
                 raise HerderError("the job queue is shutting down")
-            job_id = self._next_id  # job files are kept, so the highest on disk + 1 is next
-            self._next_id += 1
+            job_id = self.storage.reserve_id(self._next_id)
+            self._next_id = job_id + 1
             queued = []
             for index, op in enumerate(parsed):
                 trail = [*op.reason, *[list(r) for r in reason],
@@ -365,8 +404,8 @@ class JobQueue:
                 data["reason"] = trail
                 queued.append(QueuedOpCode(input=data, priority=op.priority))
             job = Job(id=job_id, ops=queued, received_timestamp=timestamp())
+            self._save(job)  # not kept (nor run) when it cannot be stored
             self._jobs[job_id] = job
-            self._save(job)
             heapq.heappush(self._heap, (job.priority, job_id))
             self._cond.notify_all()
         return job_id

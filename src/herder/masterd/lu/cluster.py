@@ -1,7 +1,8 @@
-"""Cluster-level LUs: OP_CLUSTER_SET_PARAMS."""
+"""Cluster-level LUs: OP_CLUSTER_SET_PARAMS, OP_CLUSTER_REDIST_CONF."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -166,4 +167,32 @@ class ClusterSetParams(LogicalUnit):
         c.touch()
 
 
-LUS = [ClusterSetParams]
+def redistribute(env: Any, config: M.ConfigData, *, full: bool,
+                 only: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Push to the nodes (docs/ha.md "Redistribution"); per node name what was sent and the
+    errors. Never raises for a node's failure."""
+    from herder.masterd import redist
+
+    location = str(getattr(env.store, "path", "") or "")
+    # a store that is no file (etcd): the secrets live in the default directory
+    config_path = Path(location if location.endswith(".json") and "://" not in location
+                       else "/var/lib/herder/config.json")
+    pusher = redist.Redistributor(env.rpc, config_path, env.queue_dir)
+    return redist.report(pusher.push(config, full=full, only=only))
+
+
+class ClusterRedistConf(LogicalUnit):
+    """Ganeti's LUClusterRedistConf: push everything (with the cluster secrets) to every
+    online node now."""
+
+    OP = O.OpClusterRedistConf
+
+    def execute(self) -> Any:
+        results = redistribute(self.env, self.env.store.load(), full=True)
+        for name, result in results.items():
+            for error in result["errors"]:
+                self.feedback(f"{name}: {error}")
+        return results
+
+
+LUS = [ClusterSetParams, ClusterRedistConf]

@@ -11,7 +11,7 @@ from herder.core import model as M
 from herder.core import params as P
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes as O
-from herder.core.noderpc import instance_payload
+from herder.core.noderpc import UnavailableRpc, instance_payload
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -177,6 +177,14 @@ class NodeSetParams(LogicalUnit):
                 node.name = op.new_name
                 changes.append(["name", op.new_name])
             node.touch()
+        if ["master_candidate", "True"] in changes and \
+                not isinstance(self.env.rpc, UnavailableRpc):
+            # a new master candidate receives everything (design-2.1 "Redistribute Config")
+            from herder.masterd.lu.cluster import redistribute
+
+            pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
+            for error in pushed.get(node.name, {}).get("errors", []):
+                self.feedback(f"{node.name}: {error}")
         return changes
 
 

@@ -1,0 +1,134 @@
+"""The job queue in etcd: `EtcdJobStorage`, the `JobStorage` of a masterd on the etcd backend.
+
+Keys (beside the config document, `/herder/<cluster>/config`):
+- `/herder/<cluster>/jobs/<id>`: one per job, the job encoded as the file queue's
+  `job-<id>.json` would be;
+- `/herder/<cluster>/job_serial`: the highest job id ever handed out, advanced by a
+  compare-and-swap transaction (compare its mod_revision), so no id is used twice, even by two
+  masters one after the other.
+
+Every write is **fenced** by the master lease (a `herder.core.lease.MasterLease` or `Fence`): the
+same transaction compares the master key's value and create_revision with the writer's node and
+epoch, so an old master cannot write a job (or take an id) once another one was elected, however
+late its write arrives; it gets a `StoreError` "not the master" and nothing is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import msgspec
+
+from herder.core import etcd as E
+from herder.core.errors import StoreError
+from herder.core.jobs.queue import Job
+from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
+
+log = logging.getLogger("herder.jobs")
+
+
+class EtcdJobStorage:
+    """Jobs under `/herder/<cluster>/jobs/`, fenced by the master lease."""
+
+    def __init__(self, client: E.EtcdClient, cluster: str, *,
+                 fence: Fence | MasterLease | None = None) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.fence = fence
+        self.prefix = f"/herder/{cluster}/jobs/"
+        self.serial_key = f"/herder/{cluster}/job_serial"
+        self.master_key = master_key(cluster)
+
+    def __repr__(self) -> str:
+        return f"EtcdJobStorage({self.client.endpoints!r}, {self.cluster!r})"
+
+    def key(self, job_id: int) -> str:
+        return f"{self.prefix}{job_id}"
+
+    def _fence(self) -> Fence | None:
+        return resolve_fence(self.fence, f"job storage {self.cluster}")
+
+    def _checks(self, fence: Fence | None) -> list[dict[str, object]]:
+        if fence is None:
+            return []
+        return [E.cmp_value(self.master_key, fence.node_name),
+                E.cmp_create(self.master_key, fence.epoch)]
+
+    def _refused(self, fence: Fence | None, result: E.TxnResult) -> StoreError | None:
+        """The "not the master" error when the fence is what failed, else None."""
+        if fence is None:
+            return None
+        master = result.ranges[-1].first if result.ranges else None
+        if (master is not None and master.value.decode() == fence.node_name
+                and master.create_revision == fence.epoch):
+            return None
+        now = f"{master.value.decode()} (epoch {master.create_revision})" if master else "nobody"
+        return StoreError(f"{fence.node_name} is not the master (epoch {fence.epoch}); the "
+                          f"master is {now}; job not written")
+
+    # --- JobStorage -----------------------------------------------------------------------------
+
+    def load(self) -> tuple[list[Job], int]:
+        decoder = msgspec.json.Decoder(Job)
+        jobs: list[Job] = []
+        highest = 0
+        for kv in self.client.range(self.prefix, prefix=True).kvs:
+            name = kv.key.decode()[len(self.prefix):]
+            try:
+                job = decoder.decode(kv.value)
+            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+                log.error("unreadable job %s in etcd (%s); ignored", kv.key.decode(), err)
+                if name.isdigit():
+                    highest = max(highest, int(name))
+                continue
+            highest = max(highest, job.id)
+            jobs.append(job)
+        serial = self.client.get(self.serial_key)
+        if serial is not None and serial.value.isdigit():
+            highest = max(highest, int(serial.value))
+        jobs.sort(key=lambda job: job.id)
+        return jobs, highest
+
+    def save(self, job: Job) -> None:
+        fence = self._fence()
+        try:
+            result = self.client.txn(self._checks(fence),
+                                     [E.op_put(self.key(job.id), msgspec.json.encode(job))],
+                                     [E.op_range(self.master_key)])
+        except E.EtcdError as err:
+            raise StoreError(f"job {job.id}: write to etcd failed: {err}") from None
+        if not result.succeeded:
+            raise self._refused(fence, result) or StoreError(f"job {job.id}: not written")
+
+    def reserve_id(self, candidate: int) -> int:
+        """The next id after the stored serial (and at least `candidate`), taken by CAS."""
+        delay = 0.005
+        for _ in range(100):
+            fence = self._fence()
+            kv = self.client.get(self.serial_key)
+            current = int(kv.value) if kv is not None and kv.value.isdigit() else 0
+            job_id = max(current + 1, candidate)
+            compare = ([E.cmp_mod(self.serial_key, kv.mod_revision)] if kv is not None
+                       else [E.cmp_create(self.serial_key, 0)])
+            try:
+                result = self.client.txn(compare + self._checks(fence),
+                                         [E.op_put(self.serial_key, str(job_id))],
+                                         [E.op_range(self.serial_key),
+                                          E.op_range(self.master_key)])
+            except E.EtcdError as err:
+                raise StoreError(f"cannot take a job id in etcd: {err}") from None
+            if result.succeeded:
+                return job_id
+            refused = self._refused(fence, result)
+            if refused is not None:
+                raise refused
+            now = result.ranges[0].first if result.ranges else None
+            if now is not None and now.value == str(job_id).encode() and fence is not None:
+                # our own transaction, applied before its reply was lost (ids are only ever
+                # taken by the fenced master, so nobody else wrote this value)
+                return job_id
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)
+        raise StoreError("cannot take a job id in etcd: too many concurrent writers")

@@ -1,0 +1,132 @@
+"""masterd on the etcd backend: the master is whoever holds the master lease (docs/ha.md).
+
+With a config location `etcd://HOST:PORT,.../CLUSTER`, every node may run `herder masterd`: each
+campaigns with a `MasterLease` and waits as a **standby** (no RAPI port open) until it is
+elected. The winner then, in order:
+1. writes itself into the config as master (`master_node`, `master_ip` when it moved with the
+   master, `master_epoch` = the lease's epoch), a write fenced by the lease;
+2. signs every node RPC with that epoch, so noded's epoch check refuses the old master too;
+3. recovers the job queue from etcd (jobs that were running under the old master are marked
+   failed with the reason) and serves RAPI.
+When the lease is lost it stops acting at once (its etcd writes, config and jobs, are fenced and
+refused from that moment), and masterd exits with code 11 so the supervisor restarts it as a
+standby candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from herder.core import etcd as E
+from herder.core import model as M
+from herder.core.errors import HerderError
+from herder.core.jobs.store_etcd import EtcdJobStorage
+from herder.core.lease import MasterLease
+from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, parse_location
+
+if TYPE_CHECKING:
+    from herder.masterd.daemon import MasterDaemon
+
+log = logging.getLogger("herder.masterd")
+DEFAULT_LEASE_TTL = 10
+
+
+def open_etcd(location: str, node_name: str, *, ttl: int = DEFAULT_LEASE_TTL,
+              local_dir: str | os.PathLike[str] | None = None
+              ) -> tuple[EtcdStore, MasterLease, EtcdJobStorage]:
+    """The config store, master lease (not started) and job storage, all fenced by the lease."""
+    endpoints, cluster = parse_location(location)
+    client = E.EtcdClient(endpoints)
+    lease = MasterLease(client, cluster, node_name, ttl=ttl)
+    store = EtcdStore(client, cluster, fence=lease,
+                      local_dir=Path(local_dir) if local_dir is not None else DEFAULT_LOCAL_DIR)
+    return store, lease, EtcdJobStorage(client, cluster, fence=lease)
+
+
+def find_me(config: M.ConfigData, me: str) -> M.Node | None:
+    return next((n for n in config.nodes.values()
+                 if n.name == me or n.name.split(".")[0] == me), None)
+
+
+class EtcdConfigCache:
+    """The RAPI's view of the config in etcd: decoded again only when its revision changes.
+
+    Called from the RAPI's event loop: its own client gives up quickly (the last good config
+    is kept and answered meanwhile), so a dead etcd member never stalls the server for long.
+    """
+
+    def __init__(self, store: EtcdStore) -> None:
+        self.store = store
+        self.client = E.EtcdClient(store.client.endpoints, timeout=0.5, retry_for=1.0)
+        self._revision: int | None = None
+        self._config: M.ConfigData | None = None
+        self.error: str | None = None
+
+    def __call__(self) -> M.ConfigData | None:
+        try:
+            kv = self.client.get(self.store.key)
+            if kv is None:
+                self._config, self._revision = None, None
+                return None
+            if kv.mod_revision != self._revision:
+                self._config = self.store._decode(kv.value)
+                self._revision = kv.mod_revision
+            self.error = None
+        except HerderError as err:  # keep the last good config; say why
+            self.error = str(err)
+        return self._config
+
+
+def take_over(daemon: MasterDaemon, epoch: int) -> None:
+    """Elected: become the config's master (fenced write), then recover the job queue."""
+    from herder.masterd.daemon import lock_manager_for
+
+    with daemon.store.update() as config:
+        node = find_me(config, daemon.me)
+        if node is None:
+            raise HerderError(f"this node ({daemon.me}) is not a node of the cluster")
+        c = config.cluster
+        old = config.nodes.get(c.master_node)
+        if old is not None and c.master_ip == old.primary_ip:
+            c.master_ip = node.primary_ip  # no separate floating IP: it moves with the master
+        c.master_node = node.uuid
+        # the lease's epoch (an etcd revision: it grows with every election); a config that
+        # came from the file backend may already carry a larger one: stay above it
+        c.master_epoch = epoch if epoch > c.master_epoch else c.master_epoch + 1
+        written = c.master_epoch
+    daemon.epoch = written
+    daemon.master_uuid = node.uuid
+    if hasattr(daemon.env.rpc, "epoch"):
+        daemon.env.rpc.epoch = written
+    daemon.env.locks = lock_manager_for(daemon.store)  # the config as it is now
+    daemon.recovered = daemon.queue.recover()
+    log.info("master on etcd: %s took over at epoch %d (lease epoch %d); jobs %s",
+             daemon.me, written, epoch, daemon.recovered)
+
+
+async def await_election(daemon: MasterDaemon, stop: asyncio.Event) -> bool:
+    """Standby until elected (then take over) or stopped; False when stopped first."""
+    lease = daemon.lease
+    assert lease is not None
+    lease.on_lost = daemon.depose
+    lease.start()
+    log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", daemon.me, lease.ttl)
+    while not stop.is_set():
+        if await asyncio.to_thread(lease.wait_elected, 0.2):
+            epoch = lease.epoch
+            if epoch is None:  # lost again at once
+                continue
+            try:
+                await asyncio.to_thread(take_over, daemon, epoch)
+            except HerderError as err:  # e.g. the fenced write lost to a newer master
+                daemon.depose(f"cannot take over as master: {err}")
+                return False
+            return not stop.is_set()
+        if lease.lost_reason is not None:
+            daemon.depose(lease.lost_reason)
+            return False
+    return False

@@ -1,0 +1,511 @@
+"""Cluster merge (issue 10, design-2.1 "Automated Ganeti Cluster Merger"): take another herder
+cluster's node groups, nodes and instances into this one.
+
+The merge is a list of steps, each with a `do` and an `undo`, run in order. When a step fails
+before the point of no return, the steps already done are undone in reverse order, which leaves
+the other cluster as it was (its nodes, instances and maintenance settings; its instances running
+again, its daemons running again; only its config serial moves on). The point of no return is the
+step `merge`: it writes the merged config and points the other cluster's node daemons at this
+cluster ("until nodes are re-added" in the design). A failure after it is reported with what is
+left to do by hand; nothing is rolled back.
+
+Steps (design-2.1's list, adapted to herder):
+
+  key       the other cluster's HMAC key (the "temporary key", design-2.1's borrowed ssh key):
+            every node of the other cluster must answer a signed node RPC with it
+  pause     the other cluster's maintd paused (maintenance `enabled=false` in its config)
+  stop      the other cluster's running instances stopped through its masterd (recorded)
+  daemons   the other cluster's master daemons stopped (masterd, maintd)
+  merge     point of no return: one `FileStore.update` of this config adds the other cluster's
+            node groups, nodes (never master candidates) and instances, every DRBD port of theirs
+            reallocated from this cluster's ports; then the other cluster's node daemons serve
+            this cluster (this cluster's key and certificate)
+  start     the recorded instances started through this cluster's masterd
+  forget    the temporary key removed again: the other cluster's `hmac.key` is deleted and its
+            config renamed to `config.json.merged`, so nothing acts as that cluster any more
+  verify    nodes and instances after == this cluster's before + the other's before (names and
+            UUIDs), DRBD ports unique, `herder cluster verify` has no error
+
+DRBD minors are per node and the other cluster's DRBD disks only use its own nodes, so minors
+never collide and are kept.
+
+Test hook: `HERDER_MERGE_FAIL_AT=<step>` makes that step fail before it does anything (to test
+the rollback). It is read only here.
+
+How the other cluster's daemons are stopped, started and re-pointed is the caller's `Control`
+(the simulator provides one: `herder.sim.cluster.MergeControl`); this module imports no other
+component.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from herder.core import model as M
+from herder.core.errors import HerderError
+from herder.core.store import FileStore
+from herder.core.verify import verify as verify_config
+
+FAIL_ENV = "HERDER_MERGE_FAIL_AT"
+MASTERD_PORT = 5080
+FINAL_JOB = {"success", "error", "canceled"}
+STEPS = ("key", "pause", "stop", "daemons", "merge", "start", "forget", "verify")
+POINT_OF_NO_RETURN = "merge"
+GROUP_MODES = ("refuse", "merge", "rename")
+
+
+class MergeError(HerderError):
+    """The merge was refused or failed (rolled back unless said otherwise)."""
+
+
+class Control(Protocol):
+    """Starting and stopping the other cluster's daemons (an adapter per deployment)."""
+
+    def stop_master_daemons(self, other_config: Path) -> list[str]:
+        """Stop the other cluster's masterd and maintd; what was stopped, for the log."""
+        ...
+
+    def start_master_daemons(self, other_config: Path) -> None:
+        """Start them again (rollback)."""
+        ...
+
+    def adopt_nodes(self, other_config: Path, config: Path) -> None:
+        """Make the other cluster's node daemons serve the cluster whose config is `config`."""
+        ...
+
+
+# --- the pure part: checks, port reallocation, the merged config ---------------------------------
+
+
+def listing(config: M.ConfigData) -> dict[str, dict[str, str]]:
+    """Node and instance names by UUID (what the final verify compares)."""
+    return {"nodes": {n.uuid: n.name for n in config.nodes.values()},
+            "instances": {i.uuid: i.name for i in config.instances.values()}}
+
+
+def _collide(kind: str, ours: Iterable[str], theirs: Iterable[str]) -> list[str]:
+    both = sorted(set(ours) & set(theirs))
+    return [f"{kind} {value} exists in both clusters" for value in both]
+
+
+def _disks(disks: Iterable[M.Disk]) -> Iterable[M.Disk]:
+    for disk in disks:
+        yield disk
+        yield from _disks(disk.children)
+
+
+def check(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse") -> list[str]:
+    """Why `other` cannot be merged into `ours` (empty: it can)."""
+    problems: list[str] = []
+    if other.version != ours.version:
+        problems.append(f"config format {other.version} differs from this cluster's "
+                        f"{ours.version}")
+    if other.cluster.uuid == ours.cluster.uuid:
+        problems.append("the other cluster is this cluster")
+        return problems
+    problems += _collide("cluster name", [ours.cluster.name], [other.cluster.name])
+    problems += _collide("node name", (n.name for n in ours.nodes.values()),
+                         (n.name for n in other.nodes.values()))
+    problems += _collide("node UUID", ours.nodes, other.nodes)
+    problems += _collide("node IP", (ip for n in ours.nodes.values()
+                                     for ip in {n.primary_ip, n.secondary_ip} if ip),
+                         (ip for n in other.nodes.values()
+                          for ip in {n.primary_ip, n.secondary_ip} if ip))
+    problems += _collide("instance name", (i.name for i in ours.instances.values()),
+                         (i.name for i in other.instances.values()))
+    problems += _collide("instance UUID", ours.instances, other.instances)
+    problems += _collide("disk UUID", (d.uuid for i in ours.instances.values()
+                                       for d in _disks(i.disks)),
+                         (d.uuid for i in other.instances.values() for d in _disks(i.disks)))
+    problems += _collide("NIC MAC", (n.mac for i in ours.instances.values() for n in i.nics),
+                         (n.mac for i in other.instances.values() for n in i.nics))
+    problems += _collide("NIC IP", (n.ip for i in ours.instances.values() for n in i.nics
+                                    if n.ip),
+                         (n.ip for i in other.instances.values() for n in i.nics if n.ip))
+    problems += _collide("node group UUID", ours.nodegroups, other.nodegroups)
+    if groups == "refuse":
+        problems += [p + " (--groups merge or rename)" for p in _collide(
+            "node group", (g.name for g in ours.nodegroups.values()),
+            (g.name for g in other.nodegroups.values()))]
+    problems += _collide("network name", (n.name for n in ours.networks.values()),
+                         (n.name for n in other.networks.values()))
+    problems += _collide("network UUID", ours.networks, other.networks)
+    for inst in sorted(other.instances.values(), key=lambda i: i.name):
+        if inst.hypervisor not in ours.cluster.enabled_hypervisors:
+            problems.append(f"instance {inst.name}: hypervisor {inst.hypervisor} is not "
+                            "enabled in this cluster")
+        template = inst.disk_template
+        if template != "diskless" and template not in ours.cluster.enabled_disk_templates:
+            problems.append(f"instance {inst.name}: disk template {template} is not enabled "
+                            "in this cluster")
+    return problems
+
+
+def reallocate_ports(ours: M.ConfigData, other: M.ConfigData) -> dict[str, tuple[int, int]]:
+    """New DRBD ports for every DRBD disk of `other`, from this cluster's ports (the unused
+    ports of its `tcpudp_port_pool` first, then above `highest_used_port`), unique across both
+    clusters: disk UUID -> (old port, new port)."""
+    used = {d.logical_id.port for i in ours.instances.values() for d in _disks(i.disks)
+            if isinstance(d.logical_id, M.DrbdId)}
+    pool = sorted(p for p in ours.cluster.tcpudp_port_pool if p not in used)
+    nxt = max(ours.cluster.highest_used_port, 11000)
+    moves: dict[str, tuple[int, int]] = {}
+    for inst in sorted(other.instances.values(), key=lambda i: i.name):
+        for disk in _disks(inst.disks):
+            if not isinstance(disk.logical_id, M.DrbdId):
+                continue
+            if pool:
+                port = pool.pop(0)
+            else:
+                nxt += 1
+                while nxt in used:
+                    nxt += 1
+                port = nxt
+            used.add(port)
+            moves[disk.uuid] = (disk.logical_id.port, port)
+    return moves
+
+
+def _group_map(ours: M.ConfigData, other: M.ConfigData, groups: str) -> dict[str, M.NodeGroup]:
+    """The other cluster's group UUID -> the group its nodes join here (theirs, ours, or a
+    renamed copy of theirs)."""
+    by_name = {g.name: g for g in ours.nodegroups.values()}
+    result: dict[str, M.NodeGroup] = {}
+    for uuid, group in other.nodegroups.items():
+        mine = by_name.get(group.name)
+        if mine is None:
+            result[uuid] = copy.deepcopy(group)
+        elif groups == "merge":
+            result[uuid] = mine
+        else:  # rename
+            renamed = copy.deepcopy(group)
+            base = f"{group.name}-{other.cluster.name.split('.')[0]}"
+            name, n = base, 1
+            while name in by_name or any(g.name == name for g in result.values()):
+                n += 1
+                name = f"{base}{n}"
+            renamed.name = name
+            result[uuid] = renamed
+    return result
+
+
+def merge_into(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse",
+               ports: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Add `other`'s groups, nodes (not master candidates) and instances (DRBD ports moved) to
+    `ours`, in place; a summary."""
+    problems = check(ours, other, groups)
+    if problems:
+        raise MergeError("cannot merge: " + "; ".join(problems))
+    ports = reallocate_ports(ours, other) if ports is None else ports
+    group_map = _group_map(ours, other, groups)
+    for uuid, group in group_map.items():
+        if group.uuid in ours.nodegroups:  # merged into ours: keep their network links too
+            for net, link in other.nodegroups[uuid].networks.items():
+                group.networks.setdefault(net, copy.deepcopy(link))
+        else:
+            ours.nodegroups[group.uuid] = group
+    for net in other.networks.values():
+        ours.networks[net.uuid] = copy.deepcopy(net)
+    for node in other.nodes.values():
+        new = copy.deepcopy(node)
+        new.group = group_map[node.group].uuid if node.group in group_map else node.group
+        new.master_candidate = False
+        ours.nodes[new.uuid] = new
+    for inst in other.instances.values():
+        new = copy.deepcopy(inst)
+        for disk in _disks(new.disks):
+            if isinstance(disk.logical_id, M.DrbdId) and disk.uuid in ports:
+                disk.logical_id.port = ports[disk.uuid][1]
+        ours.instances[new.uuid] = new
+    if ports:
+        highest = max(new for _, new in ports.values())
+        ours.cluster.highest_used_port = max(ours.cluster.highest_used_port, highest)
+    return {"groups": sorted(g.name for g in group_map.values()),
+            "nodes": sorted(n.name for n in other.nodes.values()),
+            "instances": sorted(i.name for i in other.instances.values()),
+            "ports": {d: list(p) for d, p in ports.items()}}
+
+
+def drbd_ports(config: M.ConfigData) -> list[int]:
+    return [d.logical_id.port for i in config.instances.values() for d in _disks(i.disks)
+            if isinstance(d.logical_id, M.DrbdId)]
+
+
+def final_check(before_ours: dict[str, dict[str, str]], before_other: dict[str, dict[str, str]],
+                after: M.ConfigData) -> list[str]:
+    """The final verify: the lists after == ours before + theirs before, DRBD ports unique,
+    no verify error."""
+    problems: list[str] = []
+    now = listing(after)
+    for kind in ("nodes", "instances"):
+        want = {**before_ours[kind], **before_other[kind]}
+        missing = sorted(name for uuid, name in want.items() if now[kind].get(uuid) != name)
+        extra = sorted(name for uuid, name in now[kind].items() if uuid not in want)
+        if missing:
+            problems.append(f"{kind} missing after the merge: {', '.join(missing)}")
+        if extra:
+            problems.append(f"{kind} that should not be there: {', '.join(extra)}")
+    ports = drbd_ports(after)
+    dupes = sorted({p for p in ports if ports.count(p) > 1})
+    if dupes:
+        problems.append(f"DRBD ports used twice: {', '.join(map(str, dupes))}")
+    problems += [str(f) for f in verify_config(after) if f.severity == "error"]
+    return problems
+
+
+# --- the steps ------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    name: str
+    title: str
+    do: Callable[[], str | None]
+    undo: Callable[[], str | None] | None = None
+    undo_on_failure: bool = False  # a failure midway may have done part: undo it too
+
+
+@dataclass
+class Merge:
+    """One other cluster merged into this one (`config`: this cluster's config path)."""
+
+    config: Path
+    other_config: Path
+    control: Control
+    groups: str = "refuse"
+    masterd_url: str | None = None  # this cluster's RAPI (default: its master IP, port 5080)
+    say: Callable[[str], None] = print
+    job_timeout: float = 300.0
+    # filled as the steps run
+    ours_before: M.ConfigData | None = None
+    other_before: M.ConfigData | None = None
+    running: list[str] = field(default_factory=list)
+    maintenance_was: bool | None = None
+    stopped_daemons: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    done: list[Step] = field(default_factory=list)
+    written: bool = False  # the merged config is written: no rollback any more
+
+    # --- planning ---------------------------------------------------------------------------
+
+    def plan(self) -> list[str]:
+        """Read both configs, run the checks (MergeError with every problem), try the merge in
+        memory; the plan, one line per step."""
+        self.ours_before = FileStore(self.config).load()
+        self.other_before = FileStore(self.other_config).load()
+        ours, other = self.ours_before, self.other_before
+        if self.groups not in GROUP_MODES:
+            raise MergeError(f"--groups must be one of {', '.join(GROUP_MODES)}")
+        problems = check(ours, other, self.groups)
+        if problems:
+            raise MergeError(f"cannot merge {other.cluster.name}: " + "; ".join(problems))
+        trial = copy.deepcopy(ours)
+        summary = merge_into(trial, copy.deepcopy(other), self.groups)
+        try:
+            M.revalidate(trial)
+        except HerderError as err:
+            raise MergeError(f"the merged config would be invalid: {err}") from None
+        up = sorted(i.name for i in other.instances.values() if i.admin_state == "up")
+        moves = ", ".join(f"{old}->{new}" for old, new in summary["ports"].values()) or "none"
+        return [
+            f"merge {other.cluster.name} ({len(other.nodes)} nodes, {len(other.instances)} "
+            f"instances) into {ours.cluster.name}",
+            f"key: reach {', '.join(sorted(n.name for n in other.nodes.values()))} with "
+            f"{other.cluster.name}'s key",
+            f"pause: maintd of {other.cluster.name} disabled",
+            f"stop: instances {', '.join(up) or '(none running)'}",
+            f"daemons: masterd and maintd of {other.cluster.name} stopped",
+            f"merge (point of no return): groups {', '.join(summary['groups'])}; nodes as "
+            f"non-master-candidates; DRBD ports {moves}",
+            f"start: instances {', '.join(up) or '(none)'}",
+            f"forget: {other.cluster.name}'s key and config retired",
+            "verify: node and instance lists, DRBD ports, cluster verify",
+        ]
+
+    # --- the other cluster, through its masterd ------------------------------------------------
+
+    def _other_api(self) -> Any:
+        from herder.core.rapi import RapiClient
+
+        assert self.other_before is not None
+        url = f"https://{self.other_before.cluster.master_ip}:{MASTERD_PORT}"
+        return RapiClient.for_herder_cluster(self.other_config.parent, url)
+
+    def _our_api(self) -> Any:
+        from herder.core.rapi import RapiClient
+
+        url = self.masterd_url or os.environ.get("HERDER_MASTERD")
+        if not url:
+            url = f"https://{FileStore(self.config).load().cluster.master_ip}:{MASTERD_PORT}"
+        return RapiClient.for_herder_cluster(self.config.parent, url)
+
+    def check_other_idle(self) -> None:
+        with self._other_api() as api:
+            busy = [str(j.get("id")) for j in api.get_jobs(bulk=True)
+                    if j.get("status") not in FINAL_JOB]
+        if busy:
+            raise MergeError(f"the other cluster has running jobs: {', '.join(busy)}")
+
+    def _instances(self, api: Any, names: list[str], action: str) -> None:
+        jobs = []
+        for name in names:
+            job = (api.shutdown_instance(name) if action == "stop"
+                   else api.startup_instance(name))
+            jobs.append((name, job))
+        for name, job in jobs:
+            api.wait_for_job(job, timeout=self.job_timeout, raise_on_error=True)
+            self.say(f"  {name}: {'stopped' if action == 'stop' else 'started'}")
+
+    # --- step bodies --------------------------------------------------------------------------
+
+    def _key_do(self) -> str:
+        from herder.core import envelope
+        from herder.core.noderpc import HttpNodeRpc
+
+        assert self.other_before is not None
+        directory = self.other_config.parent
+        rpc = HttpNodeRpc(envelope.load_key(directory / "hmac.key"), directory / "server.pem",
+                          timeout=20)
+        epochs = []
+        for node in sorted(self.other_before.nodes.values(), key=lambda n: n.name):
+            if node.offline:
+                raise MergeError(f"node {node.name} of the other cluster is offline")
+            answer = rpc.call(node, "master_epoch", {})
+            epochs.append(f"{node.name} (epoch {answer.get('epoch')})")
+        return "reached " + ", ".join(epochs)
+
+    def _pause_do(self) -> str:
+        with FileStore(self.other_config).update() as cfg:
+            self.maintenance_was = cfg.maintenance.enabled
+            cfg.maintenance.enabled = False
+        return f"maintenance enabled={self.maintenance_was} -> False"
+
+    def _pause_undo(self) -> str:
+        with FileStore(self.other_config).update() as cfg:
+            cfg.maintenance.enabled = bool(self.maintenance_was)
+        return f"maintenance enabled={self.maintenance_was} again"
+
+    def _stop_do(self) -> str:
+        self.check_other_idle()
+        current = FileStore(self.other_config).load()
+        self.running = sorted(i.name for i in current.instances.values()
+                              if i.admin_state == "up")  # recorded first: a failure midway
+        with self._other_api() as api:
+            self._instances(api, self.running, "stop")
+        return f"stopped {', '.join(self.running) or 'nothing'}"
+
+    def _stop_undo(self) -> str:
+        with self._other_api() as api:
+            self._instances(api, self.running, "start")
+        return f"started {', '.join(self.running) or 'nothing'} again"
+
+    def _daemons_do(self) -> str:
+        self.stopped_daemons = self.control.stop_master_daemons(self.other_config)
+        return f"stopped {', '.join(self.stopped_daemons) or 'nothing'}"
+
+    def _daemons_undo(self) -> str:
+        self.control.start_master_daemons(self.other_config)
+        return "master daemons started again"
+
+    def _merge_do(self) -> str:
+        other = FileStore(self.other_config).load()  # as it is now: instances stopped
+        with FileStore(self.config).update() as cfg:
+            self.summary = merge_into(cfg, other, self.groups)
+        self.written = True
+        self.say(f"  config merged: {len(other.nodes)} nodes, {len(other.instances)} "
+                 "instances; point of no return passed")
+        self.control.adopt_nodes(self.other_config, self.config)
+        moves = ", ".join(f"{o}->{n}" for o, n in self.summary["ports"].values()) or "none"
+        return f"nodes re-pointed at this cluster; DRBD ports {moves}"
+
+    def _start_do(self) -> str:
+        with self._our_api() as api:
+            self._instances(api, self.running, "start")
+        return f"started {', '.join(self.running) or 'nothing'}"
+
+    def _forget_do(self) -> str:
+        directory = self.other_config.parent
+        (directory / "hmac.key").unlink(missing_ok=True)
+        retired = self.other_config.with_name(self.other_config.name + ".merged")
+        self.other_config.replace(retired)
+        return f"removed {directory / 'hmac.key'}; config kept as {retired}"
+
+    def _verify_do(self) -> str:
+        assert self.ours_before is not None and self.other_before is not None
+        after = FileStore(self.config).load()
+        problems = final_check(listing(self.ours_before), listing(self.other_before), after)
+        if problems:
+            raise MergeError("; ".join(problems))
+        return (f"{len(after.nodes)} nodes, {len(after.instances)} instances, "
+                f"{len(drbd_ports(after))} DRBD ports, all unique; verify clean")
+
+    def steps(self) -> list[Step]:
+        return [
+            Step("key", "borrow the other cluster's key", self._key_do),
+            Step("pause", "pause the other cluster's maintd", self._pause_do, self._pause_undo),
+            Step("stop", "stop the other cluster's instances", self._stop_do, self._stop_undo,
+                 undo_on_failure=True),
+            Step("daemons", "stop the other cluster's master daemons", self._daemons_do,
+                 self._daemons_undo),
+            Step("merge", "merge the configs, re-point the nodes", self._merge_do),
+            Step("start", "start the instances again", self._start_do),
+            Step("forget", "remove the temporary key", self._forget_do),
+            Step("verify", "verify the merged cluster", self._verify_do),
+        ]
+
+    # --- running --------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Plan, then run every step; roll back before the point of no return."""
+        for line in self.plan():
+            self.say(f"plan: {line}")
+        fail_at = os.environ.get(FAIL_ENV, "")
+        past = False
+        for step in self.steps():
+            self.say(f"{step.name}: {step.title}")
+            try:
+                if fail_at == step.name:
+                    raise MergeError(f"step {step.name} failed ({FAIL_ENV}={fail_at})")
+                result = step.do()
+            except Exception as err:
+                if past or self.written:
+                    raise MergeError(
+                        f"step {step.name} failed after the point of no return "
+                        f"({err}); nothing rolled back: finish by hand (start the instances "
+                        f"{', '.join(self.running) or '(none)'}, remove "
+                        f"{self.other_config.parent / 'hmac.key'}, "
+                        "herder cluster verify)") from err
+                self.say(f"{step.name}: failed: {err}")
+                if step.undo_on_failure:
+                    self.done.append(step)
+                self.rollback()
+                raise MergeError(f"merge failed at step {step.name}: {err}; rolled back") \
+                    from err
+            self.say(f"  {result}" if result else "  done")
+            self.done.append(step)
+            if step.name == POINT_OF_NO_RETURN:
+                past = True
+        return {**self.summary, "running": self.running, "stopped_daemons": self.stopped_daemons}
+
+    def rollback(self) -> None:
+        """Undo the done steps in reverse order; an undo that fails is reported and the rest
+        still run."""
+        errors = []
+        for step in reversed(self.done):
+            if step.undo is None:
+                continue
+            self.say(f"rollback {step.name}")
+            try:
+                result = step.undo()
+                self.say(f"  {result}" if result else "  done")
+            except Exception as err:  # keep undoing the rest
+                errors.append(f"{step.name}: {err}")
+                self.say(f"  rollback of {step.name} failed: {err}")
+        self.done.clear()
+        if errors:
+            raise MergeError("rollback incomplete: " + "; ".join(errors))

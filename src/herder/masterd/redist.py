@@ -1,0 +1,327 @@
+"""Redistribution (issue 10 "High availability", design-2.1 "Redistribute Config"): what the
+master pushes to which node, and the pushing.
+
+After every config write the master pushes, through the node daemons (signed, epoch-checked):
+
+- to every online node: the per-node read-only facts (Ganeti's ssconf: `ssconf_<name>` files
+  with the cluster name, master, node lists, uid pool, ...), `write_ssconf`;
+- to every master candidate: the config document and the job queue files, `write_config`;
+- the files that must agree cluster-wide, `upload_file`: the remote API certificate and users
+  file (master candidates), for every enabled hypervisor the files its parameters name
+  (`vnc_password_file`, `spice_password_file`: the cluster default to every VM-capable node,
+  an instance's value to every node that can run it), and the files named in the
+  user-maintained list `redist-files` beside the config (one absolute path per line) to
+  every node;
+- on a full push (`herder cluster redist-conf`, a promotion to master candidate) also the
+  cluster HMAC key and certificate (what a new node needs).
+
+`plan` is pure (the config in, per node what goes there); `Redistributor` does the I/O, in
+parallel, collecting per-node errors: a failed push never fails the config write.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from herder import __version__
+from herder.core import model as M
+from herder.core import params as P
+from herder.core import uidpool
+from herder.core.cluster_secrets import SecretPaths
+from herder.core.errors import HerderError
+
+log = logging.getLogger("herder.masterd.redist")
+
+REDIST_FILES = "redist-files"  # beside the config: the user-maintained list
+# Hypervisor parameters that name a file every node that can run the instance needs.
+HV_FILE_PARAMS = ("vnc_password_file", "spice_password_file")
+# The ssconf value listing every file a node may receive through upload_file (its white-list).
+UPLOAD_LIST = "redist_files"
+
+
+@dataclass
+class NodePlan:
+    """What one node receives."""
+
+    name: str
+    uuid: str
+    ssconf: dict[str, str]
+    candidate: bool  # gets the config and the job queue
+    files: list[str] = field(default_factory=list)  # absolute paths, as on the master
+
+
+def read_user_list(path: Path) -> list[str]:
+    """The user-maintained list: absolute paths, one a line; blank lines and # comments skipped.
+    A relative path is ignored (logged)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    paths = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not line.startswith("/") or ".." in Path(line).parts:
+            log.warning("%s: ignoring %r (not an absolute path)", path, line)
+            continue
+        paths.append(line)
+    return paths
+
+
+def _lines(values: Iterable[str]) -> str:
+    return "".join(f"{v}\n" for v in values)
+
+
+def ssconf_values(config: M.ConfigData, upload_files: Iterable[str] = ()) -> dict[str, str]:
+    """Ganeti's ssconf values (one file `ssconf_<name>` each), plus herder's `redist_files`."""
+    c = config.cluster
+    nodes = sorted(config.nodes.values(), key=lambda n: n.name)
+    candidates = [n for n in nodes if n.master_candidate or n.uuid == c.master_node]
+    groups = sorted(config.nodegroups.values(), key=lambda g: g.name)
+    return {
+        "cluster_name": f"{c.name}\n",
+        "cluster_tags": _lines(sorted(c.tags)),
+        "config_serial": f"{config.serial_no}\n",
+        "enabled_disk_templates": _lines(c.enabled_disk_templates),
+        "enabled_hypervisors": _lines(c.enabled_hypervisors),
+        "file_storage_dir": f"{c.file_storage_dir}\n",
+        "hypervisor_list": _lines(c.enabled_hypervisors),
+        "instance_list": _lines(sorted(i.name for i in config.instances.values())),
+        "master_candidates": _lines(n.name for n in candidates),
+        "master_candidates_ips": _lines(n.primary_ip for n in candidates),
+        "master_ip": f"{c.master_ip}\n",
+        "master_netdev": f"{c.master_netdev}\n",
+        "master_netmask": f"{c.master_netmask}\n",
+        "master_node": f"{config.node_name(c.master_node)}\n",
+        "networks": _lines(sorted(f"{n.uuid} {n.name}" for n in config.networks.values())),
+        "node_list": _lines(n.name for n in nodes),
+        "node_primary_ips": _lines(f"{n.name} {n.primary_ip}" for n in nodes),
+        "node_secondary_ips": _lines(f"{n.name} {n.secondary_ip or n.primary_ip}"
+                                     for n in nodes),
+        "nodegroups": _lines(f"{g.uuid} {g.name}" for g in groups),
+        "offline_nodes": _lines(n.name for n in nodes if n.offline),
+        "online_nodes": _lines(n.name for n in nodes if not n.offline),
+        "primary_ip_family": f"{c.primary_ip_family}\n",
+        "release_version": f"{__version__}\n",
+        "shared_file_storage_dir": f"{c.shared_file_storage_dir}\n",
+        "uid_pool": _lines(uidpool.format_range(r) for r in c.uid_pool),
+        "vm_capable_nodes": _lines(n.name for n in nodes if n.vm_capable),
+        UPLOAD_LIST: _lines(sorted(set(upload_files))),
+    }
+
+
+def _can_run(inst: M.Instance, node: M.Node) -> bool:
+    """Whether `node` can run `inst`: VM-capable, and a node of the instance or any node when
+    its disks are externally mirrored (shared storage, diskless)."""
+    if not node.vm_capable:
+        return False
+    template = inst.disk_template if inst.disks else "diskless"
+    return template in P.DTS_EXT_MIRROR or node.uuid in inst.all_nodes
+
+
+def hypervisor_files(config: M.ConfigData, node: M.Node) -> list[str]:
+    """The files the enabled hypervisors' parameters name that `node` needs: the cluster
+    defaults on every VM-capable node, an instance's value on the nodes that can run it."""
+    c = config.cluster
+    wanted: set[str] = set()
+    if not node.vm_capable:
+        return []
+    for hv in c.enabled_hypervisors:
+        names = [p for p in HV_FILE_PARAMS if p in P.hv_family(hv).specs] \
+            if hv in P.HYPERVISORS else []
+        filled = P.fill(P.hv_family(hv).defaults(), c.hvparams.get(hv)) if names else {}
+        wanted.update(str(filled[p]) for p in names if filled.get(p))
+    for inst in config.instances.values():
+        if inst.hypervisor not in c.enabled_hypervisors or not _can_run(inst, node):
+            continue
+        filled = config.filled_hvparams(inst)
+        wanted.update(str(filled[p]) for p in HV_FILE_PARAMS if filled.get(p))
+    return sorted(p for p in wanted if p.startswith("/"))
+
+
+def plan(config: M.ConfigData, config_path: Path, *, user_files: Iterable[str] = (),
+         full: bool = False, only: Iterable[str] | None = None) -> dict[str, NodePlan]:
+    """Per online node (by name) what it receives. `full`: also the cluster secrets (HMAC key,
+    certificate: what a new node or a new master candidate needs). `only`: these node names."""
+    secrets = SecretPaths.beside(config_path)
+    user_list = [str(config_path.parent / REDIST_FILES), *user_files]
+    rapi = [str(secrets.certificate), str(secrets.rapi_users)]
+    everything = set(user_list) | set(rapi) | {str(secrets.hmac_key)}
+    for node in config.nodes.values():
+        everything.update(hypervisor_files(config, node))
+    ssconf = ssconf_values(config, everything)
+    wanted = set(only) if only is not None else None
+    plans: dict[str, NodePlan] = {}
+    for node in sorted(config.nodes.values(), key=lambda n: n.name):
+        if node.offline or (wanted is not None and node.name not in wanted):
+            continue
+        candidate = node.master_candidate or node.uuid == config.cluster.master_node
+        files = list(user_list)
+        files += hypervisor_files(config, node)
+        if candidate:
+            files += [str(secrets.rapi_users)]
+        if full:
+            files += [str(secrets.hmac_key), str(secrets.certificate)]
+        seen: set[str] = set()
+        plans[node.name] = NodePlan(node.name, node.uuid, dict(ssconf), candidate,
+                                    [f for f in files if not (f in seen or seen.add(f))])
+    return plans
+
+
+def queue_state(queue_dir: Path | None) -> dict[str, tuple[int, int]]:
+    """Job queue file name -> (mtime_ns, size): what changed since a push."""
+    if queue_dir is None or not queue_dir.is_dir():
+        return {}
+    state = {}
+    for path in queue_dir.glob("*.json"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            state[path.name] = (st.st_mtime_ns, st.st_size)
+    return state
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@dataclass
+class PushResult:
+    sent: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sent": self.sent, "errors": self.errors}
+
+
+class Redistributor:
+    """Pushes the plan through noded. Remembers per node the config serial and job files it
+    sent, so the push after a config write sends the job files that changed only."""
+
+    def __init__(self, rpc: Any, config_path: Path, queue_dir: Path | None,
+                 workers: int = 16) -> None:
+        self.rpc = rpc
+        self.config_path = config_path
+        self.queue_dir = queue_dir
+        self.workers = workers
+        self._sent_queue: dict[str, dict[str, tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+
+    def push(self, config: M.ConfigData, *, full: bool = False,
+             only: Iterable[str] | None = None) -> dict[str, PushResult]:
+        """Push to every online node (or `only` these names); per node what was sent and the
+        errors. Never raises for a node's failure."""
+        user_files = read_user_list(self.config_path.parent / REDIST_FILES)
+        plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
+        document = M.encode(config)
+        contents: dict[str, tuple[bytes, int] | str] = {}
+        for p in {f for np in plans.values() for f in np.files}:
+            try:
+                path = Path(p)
+                contents[p] = (path.read_bytes(), path.stat().st_mode & 0o7777)
+            except OSError as err:
+                contents[p] = err.strerror or str(err)
+        queue_now = queue_state(self.queue_dir)
+        if not plans:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(plans))) as pool:
+            futures = {name: pool.submit(self._push_node, config, np, document, contents,
+                                         queue_now, full)
+                       for name, np in plans.items()}
+            return {name: future.result() for name, future in futures.items()}
+
+    def _push_node(self, config: M.ConfigData, np: NodePlan, document: bytes,
+                   contents: dict[str, tuple[bytes, int] | str],
+                   queue_now: dict[str, tuple[int, int]], full: bool) -> PushResult:
+        result = PushResult()
+        node = config.nodes[np.uuid]
+        try:
+            self.rpc.call(node, "write_ssconf", {"values": np.ssconf}, timeout=30)
+            result.sent.append(f"ssconf ({len(np.ssconf)} values)")
+        except HerderError as err:
+            result.errors.append(f"ssconf: {err}")
+            return result  # its upload white-list is in the ssconf: nothing else can land
+        for path in np.files:
+            content = contents.get(path)
+            if isinstance(content, str) or content is None:
+                if not path.endswith("/" + REDIST_FILES):  # the user list is optional
+                    result.errors.append(f"{path}: cannot read it on the master: {content}")
+                continue
+            data, mode = content
+            try:
+                self.rpc.call(node, "upload_file", {"path": path, "data": _b64(data),
+                                                    "mode": mode}, timeout=30)
+                result.sent.append(path)
+            except HerderError as err:
+                result.errors.append(f"{path}: {err}")
+        if np.candidate:
+            with self._lock:
+                before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
+            changed = {name for name, st in queue_now.items() if before.get(name) != st}
+            files = {}
+            assert self.queue_dir is not None or not changed
+            for name in sorted(changed):
+                with contextlib.suppress(OSError):
+                    files[name] = _b64((self.queue_dir / name).read_bytes())  # type: ignore
+            try:
+                self.rpc.call(node, "write_config", {
+                    "config": document.decode(), "serial": config.serial_no,
+                    "queue": {"files": files, "names": sorted(queue_now)}}, timeout=60)
+                result.sent.append(f"config (serial {config.serial_no}), "
+                                   f"{len(files)} job file(s)")
+                with self._lock:
+                    self._sent_queue[np.uuid] = queue_now
+            except HerderError as err:
+                result.errors.append(f"config: {err}")
+                with self._lock:
+                    self._sent_queue.pop(np.uuid, None)
+        return result
+
+
+def report(results: dict[str, PushResult]) -> dict[str, dict[str, Any]]:
+    return {name: r.to_dict() for name, r in sorted(results.items())}
+
+
+async def watch(daemon: Any, stop: Any, interval: float | None = None,
+                retry: float = 10.0) -> None:
+    """masterd's trigger: every `interval` seconds (its master check interval), when the
+    config serial or the job queue changed since the last push, push (not full). A push with
+    errors is retried after `retry` seconds; errors are logged, never raised."""
+    import asyncio
+    import time
+
+    if getattr(daemon, "lease", None) is not None:
+        # etcd backend: the config and the job queue live in etcd, replicated by it; the
+        # files of a file-backed master are not there to push (docs/ha.md)
+        log.info("etcd backend: the config and the job queue are replicated by etcd")
+        return
+    every = interval if interval is not None else daemon.settings.check_interval
+    pusher = Redistributor(daemon.env.rpc, daemon.secrets.hmac_key.parent / "config.json",
+                           daemon.env.queue_dir)
+    last: Any = None
+    retry_at = 0.0
+    while not stop.is_set():
+        try:
+            config = await asyncio.to_thread(daemon.store.load)
+            key = (config.serial_no, await asyncio.to_thread(queue_state, daemon.env.queue_dir))
+            if daemon.deposed is None and (key != last or (retry_at and
+                                                           time.monotonic() >= retry_at)):
+                results = await asyncio.to_thread(pusher.push, config)
+                last, retry_at = key, 0.0
+                failed = {n: r.errors for n, r in results.items() if r.errors}
+                if failed:
+                    retry_at = time.monotonic() + retry
+                    log.warning("redistribution of config serial %d: %s", config.serial_no,
+                                "; ".join(f"{n}: {', '.join(e)}" for n, e in failed.items()))
+        except Exception as err:  # never let the trigger stop masterd
+            log.warning("redistribution failed: %s", err)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every)

@@ -1,0 +1,223 @@
+"""masterd on the etcd backend: two real masterd processes, a real 3-member etcd cluster.
+
+A is elected and serves RAPI; kill -9 A and the etcd raft leader; B (a standby until then) is
+elected within the lease TTL + 2 s, takes over the config and the job queue, and serves; A's old
+lease can no longer write; no config write is lost or applied twice.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from herder.core import etcd as E
+from herder.core.errors import StoreError
+from herder.core.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
+from herder.core.jobs.store_etcd import EtcdJobStorage
+from herder.core.lease import Fence, master_key
+from herder.core.rapi import RapiClient
+from herder.core.store import FileStore
+from herder.core.store_etcd import EtcdStore
+from tests.ha.test_etcd import ETCD, EtcdCluster
+from tests.system.masterd_fixture import make_cluster
+
+pytestmark = [pytest.mark.skipif(not os.path.exists(ETCD), reason="etcd is not installed"),
+              pytest.mark.slow]
+
+TTL = 3
+CLUSTER = "ha"
+A, B = "node1.example.com", "node2.example.com"
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    (tmp_path / "etcd").mkdir()
+    cluster = EtcdCluster(tmp_path / "etcd")
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+class Masterd:
+    """A `herder masterd` process on the etcd backend; its stderr lines, time-stamped."""
+
+    def __init__(self, location: str, secrets: Path, node: str, bind: str) -> None:
+        env = {**os.environ, "HERDER_CONFIG": location}
+        self.node, self.bind = node, bind
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "herder.cli.main", "masterd", "--bind", bind, "--port", "0",
+             "--run-dir", str(secrets / f"run-{node}"), "--node", node, "--local-dir",
+             str(secrets), "--lease-ttl", str(TTL)],
+            stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put((time.monotonic(), line))
+
+    def wait_for(self, pattern: str, timeout: float) -> tuple[float, re.Match[str]] | None:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                when, line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            self.log.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return when, match
+        return None
+
+    def serving(self, timeout: float) -> tuple[float, str] | None:
+        got = self.wait_for(rf"serving RAPI on (https://{re.escape(self.bind)}:\d+)/", timeout)
+        return (got[0], got[1].group(1)) if got else None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def tags_of(store: EtcdStore) -> tuple[int, list[str]]:
+    config = store.load()
+    return config.serial_no, list(config.cluster.tags)
+
+
+def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> None:
+    secrets = make_cluster(tmp_path / "cluster").parent  # hmac key, certificate, rapi_users
+    config = FileStore(secrets / "config.json").load()
+    client = E.EtcdClient(etcd_cluster.client_urls)
+    store = EtcdStore(client, CLUSTER)  # an observer: reads, and writes nothing unfenced
+    store.create(config)
+    location = f"etcd://{etcd_cluster.hostports}/{CLUSTER}"
+
+    masterd_a = Masterd(location, secrets, A, "127.0.0.2")
+    masterd_b: Masterd | None = None
+    clients: list[RapiClient] = []
+    try:
+        started = masterd_a.serving(30)
+        assert started, f"A did not start: {''.join(masterd_a.log)}"
+        url_a = started[1]
+        epoch_a = config_epoch = store.load().cluster.master_epoch
+        kv = client.get(master_key(CLUSTER))
+        assert kv is not None and kv.value.decode() == A and kv.create_revision == epoch_a
+        assert store.load().nodes[store.load().cluster.master_node].name == A
+        serial_a0 = store.load().serial_no
+
+        masterd_b = Masterd(location, secrets, B, "127.0.0.3")
+        assert masterd_b.wait_for("standby", 30), f"B: {''.join(masterd_b.log)}"
+        assert masterd_b.serving(1.5) is None  # a standby serves no RAPI while A holds the lease
+
+        rapi_a = RapiClient.for_herder_cluster(secrets, url_a, timeout=10)
+        clients.append(rapi_a)
+        job_a = rapi_a.add_cluster_tags(["from-a"])
+        assert rapi_a.wait_for_job(job_a, timeout=30)["status"] == "success"
+        serial_a1, tags = tags_of(store)
+        assert tags == ["from-a"] and serial_a1 == serial_a0 + 1
+
+        # a job A was running when it died (written with A's fence, as A's queue would)
+        jobs_a = EtcdJobStorage(client, CLUSTER, fence=Fence(A, epoch_a))
+        running_id = jobs_a.reserve_id(1)
+        assert running_id > int(job_a)
+        jobs_a.save(Job(id=running_id, received_timestamp=timestamp(), ops=[QueuedOpCode(
+            input={"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["never"]},
+            status=OpStatus.RUNNING)]))
+
+        leader = etcd_cluster.leader()
+        masterd_a.proc.send_signal(signal.SIGKILL)
+        etcd_cluster.kill(leader)
+        killed = time.monotonic()
+        masterd_a.proc.wait(10)
+
+        elected = masterd_b.wait_for(rf"master lease: {re.escape(B)} is master", TTL + 15)
+        assert elected, f"B was not elected: {''.join(masterd_b.log)}"
+        took_over = masterd_b.serving(10)
+        assert took_over, f"B did not take over: {''.join(masterd_b.log)}"
+        took, serving = elected[0] - killed, took_over[0] - killed
+        print(f"B elected {took:.2f} s, serving RAPI {serving:.2f} s after the kills "
+              f"(lease ttl {TTL} s)")
+        assert took <= TTL + 2  # the acceptance bound
+        assert serving <= TTL + 3  # takeover (fenced config write, queue recovery) included
+
+        # B is the master: in etcd, in the config, with a newer epoch
+        kv = client.get(master_key(CLUSTER))
+        assert kv is not None and kv.value.decode() == B
+        after = store.load()
+        epoch_b = after.cluster.master_epoch
+        assert epoch_b == kv.create_revision and epoch_b > epoch_a == config_epoch
+        assert after.nodes[after.cluster.master_node].name == B
+        assert after.serial_no == serial_a1 + 1 and after.cluster.tags == ["from-a"]
+
+        rapi_b = RapiClient.for_herder_cluster(secrets, took_over[1], timeout=10)
+        clients.append(rapi_b)
+        # A's jobs are in B's queue: the finished one as it was, the running one failed
+        assert rapi_b.get_job_status(job_a)["status"] == "success"
+        failed = rapi_b.get_job_status(running_id)
+        assert failed["status"] == "error"
+        assert "master daemon stopped" in str(failed["opresult"])
+
+        # the cluster keeps working: a new job through B, with an id never used before
+        job_b = rapi_b.add_cluster_tags(["from-b"])
+        assert int(job_b) > running_id
+        assert rapi_b.wait_for_job(job_b, timeout=30)["status"] == "success"
+        serial_b, tags = tags_of(store)
+        assert tags == ["from-a", "from-b"] and serial_b == serial_a1 + 2
+
+        # A's old lease writes nothing: not the config, not a job, not a job id
+        with pytest.raises(StoreError, match=rf"{A} is not the master"), \
+                EtcdStore(client, CLUSTER, fence=Fence(A, epoch_a)).update() as stale:
+            stale.cluster.tags.append("stale-a")
+        with pytest.raises(StoreError, match=rf"{A} is not the master"):
+            jobs_a.save(Job(id=running_id, received_timestamp=timestamp(), ops=[]))
+        with pytest.raises(StoreError, match=rf"{A} is not the master"):
+            jobs_a.reserve_id(1)
+        final = store.load()
+        assert final.serial_no == serial_b and final.cluster.tags == ["from-a", "from-b"]
+        assert rapi_b.get_job_status(running_id)["status"] == "error"  # untouched
+
+        # a clean stop of B hands the lease back at once (SIGTERM: exit 0, lease revoked)
+        masterd_b.stop()
+        assert masterd_b.proc.returncode == 0
+        assert client.get(master_key(CLUSTER)) is None
+    finally:
+        for rapi in clients:
+            rapi.close()
+        for daemon in (masterd_a, masterd_b):
+            if daemon is not None:
+                daemon.stop()
+        client.close()
+
+
+def test_masterd_exits_11_when_its_lease_is_taken(tmp_path: Path,
+                                                   etcd_cluster: EtcdCluster) -> None:
+    """Mastership lost (here: the master key deleted under it): exit code 11 at once."""
+    secrets = make_cluster(tmp_path / "cluster").parent
+    client = E.EtcdClient(etcd_cluster.client_urls)
+    EtcdStore(client, CLUSTER).create(FileStore(secrets / "config.json").load())
+    masterd_a = Masterd(f"etcd://{etcd_cluster.hostports}/{CLUSTER}", secrets, A, "127.0.0.2")
+    try:
+        assert masterd_a.serving(30), f"A did not start: {''.join(masterd_a.log)}"
+        client.delete(master_key(CLUSTER))
+        assert masterd_a.proc.wait(TTL + 10) == 11
+    finally:
+        masterd_a.stop()
+        client.close()

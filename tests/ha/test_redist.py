@@ -1,0 +1,283 @@
+"""Redistribution (issue 10, design-2.1 "Redistribute Config" and "VNC Console Password"): what
+goes where (pure), noded's receiving RPCs, and on a simulated cluster: a VNC password file set
+on an instance is on every node that can run it after `herder cluster redist-conf`, ssconf files
+are on every node, the config copy on every master candidate, and a config change reaches the
+candidates' copies without redist-conf."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.core import model as M
+from herder.core.errors import RpcError
+from herder.masterd import redist
+from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
+from tests.conftest import build_config
+
+CONFIG = Path("/var/lib/herder/config.json")
+
+
+def names(config: M.ConfigData) -> list[str]:
+    return sorted(n.name for n in config.nodes.values())
+
+
+def instance(config: M.ConfigData, name: str) -> M.Instance:
+    return next(i for i in config.instances.values() if i.name == name)
+
+
+def node(config: M.ConfigData, name: str) -> M.Node:
+    return next(n for n in config.nodes.values() if n.name == name)
+
+
+# --- what goes where -----------------------------------------------------------------------------
+
+def test_ssconf_values_have_ganetis_names():
+    config = build_config(4)
+    node(config, "node4.example.com").offline = True
+    config.cluster.uid_pool = [(1000, 1009), (2000, 2000)]
+    values = redist.ssconf_values(config)
+    for key in ("cluster_name", "master_node", "master_ip", "node_list", "node_primary_ips",
+                "node_secondary_ips", "master_candidates", "master_candidates_ips",
+                "online_nodes", "offline_nodes", "vm_capable_nodes", "uid_pool",
+                "release_version", "hypervisor_list", "enabled_disk_templates"):
+        assert key in values, key
+    assert values["cluster_name"] == "cluster.example.com\n"
+    assert values["master_node"] == "node1.example.com\n"
+    assert values["node_list"].splitlines() == names(config)
+    assert "node1.example.com 192.0.2.11" in values["node_primary_ips"].splitlines()
+    assert "node2.example.com 198.51.100.12" in values["node_secondary_ips"].splitlines()
+    assert values["offline_nodes"] == "node4.example.com\n"
+    assert values["uid_pool"] == "1000-1009\n2000\n"
+    assert values["master_candidates"].splitlines() == ["node1.example.com",
+                                                         "node2.example.com"]
+
+
+def test_vnc_password_files_go_to_the_nodes_that_can_run_the_instance():
+    config = build_config(4, drbd_instances=1, plain_instances=1)
+    drbd, plain = instance(config, "drbd0.example.com"), instance(config, "plain0.example.com")
+    drbd.hvparams["vnc_password_file"] = "/etc/herder/vnc/drbd0.pw"
+    plain.hvparams["vnc_password_file"] = "/etc/herder/vnc/plain0.pw"
+    plans = redist.plan(config, CONFIG)
+    holders = {p: sorted(n for n, np in plans.items() if p in np.files)
+               for p in ("/etc/herder/vnc/drbd0.pw", "/etc/herder/vnc/plain0.pw")}
+    assert holders["/etc/herder/vnc/drbd0.pw"] == [config.node_name(u) for u in drbd.all_nodes]
+    assert holders["/etc/herder/vnc/plain0.pw"] == [config.node_name(plain.primary_node)]
+    # a diskless instance can run anywhere: every VM-capable node; the white-list has them all
+    plain.disks = []
+    node(config, "node4.example.com").vm_capable = False
+    plans = redist.plan(config, CONFIG)
+    assert sorted(n for n, np in plans.items() if "/etc/herder/vnc/plain0.pw" in np.files) \
+        == ["node1.example.com", "node2.example.com", "node3.example.com"]
+    allowed = plans["node4.example.com"].ssconf[redist.UPLOAD_LIST].splitlines()
+    assert {"/etc/herder/vnc/drbd0.pw", "/etc/herder/vnc/plain0.pw"} <= set(allowed)
+
+
+def test_cluster_default_reaches_every_vm_capable_node_of_an_enabled_hypervisor():
+    config = build_config(3, drbd_instances=0, plain_instances=0)
+    config.cluster.hvparams["kvm"] = {"vnc_password_file": "/etc/herder/vnc-cluster.pw"}
+    node(config, "node3.example.com").vm_capable = False
+    plans = redist.plan(config, CONFIG)
+    assert [n for n, np in plans.items() if "/etc/herder/vnc-cluster.pw" in np.files] \
+        == ["node1.example.com", "node2.example.com"]
+    config.cluster.enabled_hypervisors = ["fake"]
+    plans = redist.plan(config, CONFIG)
+    assert not any("/etc/herder/vnc-cluster.pw" in np.files for np in plans.values())
+
+
+def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
+    config = build_config(4, drbd_instances=0, plain_instances=0)
+    node(config, "node4.example.com").offline = True
+    config_path = tmp_path / "config.json"
+    (tmp_path / redist.REDIST_FILES).write_text(
+        "# shipped everywhere\n/etc/xen/xend.conf\n\nrelative/ignored\n/etc/../shadow\n")
+    user = redist.read_user_list(tmp_path / redist.REDIST_FILES)
+    assert user == ["/etc/xen/xend.conf"]
+    plans = redist.plan(config, config_path, user_files=user)
+    assert sorted(plans) == ["node1.example.com", "node2.example.com", "node3.example.com"]
+    assert [n for n, p in plans.items() if p.candidate] == ["node1.example.com",
+                                                            "node2.example.com"]
+    for np in plans.values():
+        assert "/etc/xen/xend.conf" in np.files
+        assert str(tmp_path / redist.REDIST_FILES) in np.files
+        assert str(tmp_path / "hmac.key") not in np.files  # secrets on a full push only
+    assert str(tmp_path / "rapi_users") in plans["node2.example.com"].files
+    assert str(tmp_path / "rapi_users") not in plans["node3.example.com"].files
+    full = redist.plan(config, config_path, full=True, only=["node3.example.com"])
+    assert list(full) == ["node3.example.com"]
+    assert {str(tmp_path / "hmac.key"), str(tmp_path / "server.pem")} \
+        <= set(full["node3.example.com"].files)
+
+
+class RecordingRpc:
+    def __init__(self, failing: str = "") -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.failing = failing
+
+    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        if node.name == self.failing:
+            raise RpcError(f"node {node.name}: cannot reach its node daemon")
+        self.calls.append((node.name, method, dict(args or {})))
+        return None
+
+
+def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path):
+    config = build_config(3, drbd_instances=0, plain_instances=0)
+    (tmp_path / "queue").mkdir()
+    (tmp_path / "queue" / "job-1.json").write_text("{}")
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    rpc = RecordingRpc(failing="node3.example.com")
+    pusher = redist.Redistributor(rpc, tmp_path / "config.json", tmp_path / "queue")
+    results = pusher.push(config)
+    assert results["node3.example.com"].errors and not results["node1.example.com"].errors
+    configs = [c for c in rpc.calls if c[1] == "write_config"]
+    assert sorted(c[0] for c in configs) == ["node1.example.com", "node2.example.com"]
+    assert all(set(c[2]["queue"]["files"]) == {"job-1.json"} for c in configs)
+    rpc.calls.clear()
+    pusher.push(config)
+    assert all(c[2]["queue"]["files"] == {} for c in rpc.calls if c[1] == "write_config")
+    pusher.push(config, full=True)
+    assert all(set(c[2]["queue"]["files"]) == {"job-1.json"}
+               for c in rpc.calls[-3:] if c[1] == "write_config")
+
+
+# --- noded's side ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def noded(tmp_path) -> NodeDaemon:
+    return NodeDaemon(NodeSettings(node_name="node2", state_dir=tmp_path / "state",
+                                   run_dir=tmp_path / "run", hmac_key=b"k" * 40,
+                                   libvirt_uri="test:///default", file_root=tmp_path / "root",
+                                   config_dir=Path("/var/lib/herder")))
+
+
+def upload(daemon: NodeDaemon, path: str, data: bytes = b"secret\n") -> Any:
+    return daemon.rpc_upload_file({"path": path, "data": base64.b64encode(data).decode(),
+                                   "mode": 0o640})
+
+
+def test_noded_upload_is_white_listed_and_lands_under_its_root(noded, tmp_path):
+    with pytest.raises(RpcFailure, match="not a file the cluster distributes"):
+        upload(noded, "/etc/herder/vnc/web1.pw")
+    for bad in ("relative/path", "/etc/../etc/passwd", "/proc/sys/kernel/x"):
+        with pytest.raises(RpcFailure):
+            upload(noded, bad)
+    noded.rpc_write_ssconf({"values": {"cluster_name": "c\n",
+                                       redist.UPLOAD_LIST: "/etc/herder/vnc/web1.pw\n"}})
+    assert (tmp_path / "state" / "ssconf" / "ssconf_cluster_name").read_text() == "c\n"
+    upload(noded, "/etc/herder/vnc/web1.pw", b"pw\n")
+    target = tmp_path / "root" / "etc" / "herder" / "vnc" / "web1.pw"
+    assert target.read_bytes() == b"pw\n" and target.stat().st_mode & 0o777 == 0o640
+    upload(noded, "/var/lib/herder/hmac.key")  # the cluster secrets are always allowed
+    assert (tmp_path / "root" / "var" / "lib" / "herder" / "hmac.key").exists()
+    with pytest.raises(RpcFailure, match="invalid ssconf name"):
+        noded.rpc_write_ssconf({"values": {"../x": ""}})
+
+
+def test_noded_config_copy_refuses_an_older_serial(noded, tmp_path):
+    def write(serial: int, files: dict[str, bytes], names: list[str]) -> Any:
+        return noded.rpc_write_config({
+            "config": json.dumps({"serial_no": serial}), "serial": serial,
+            "queue": {"files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+                      "names": names}})
+
+    copy = tmp_path / "state" / "config"
+    write(5, {"job-1.json": b"{}", "job-2.json": b"{}"}, ["job-1.json", "job-2.json"])
+    assert json.loads((copy / "config.json").read_text())["serial_no"] == 5
+    write(6, {}, ["job-2.json"])
+    assert sorted(p.name for p in (copy / "queue").iterdir()) == ["job-2.json"]
+    with pytest.raises(RpcFailure, match="refusing config serial 4"):
+        write(4, {}, ["job-2.json"])
+    with pytest.raises(RpcFailure, match="invalid job queue file name"):
+        write(7, {"../x.json": b""}, [])
+
+
+# --- on a simulated cluster ---------------------------------------------------------------------
+
+def first_ip() -> int:
+    """127.0.0.190-198: away from the addresses of the other simulated-cluster tests."""
+    from tests.simhelpers import worker_offset
+
+    return 190 + worker_offset(3, 3)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    if not Path("/usr/sbin/libvirtd").exists():
+        pytest.skip("libvirtd is not installed")
+    from tests.simhelpers import running_sim
+
+    yield from running_sim(tmp_path_factory.mktemp("redist-sim"), 3, first_ip=first_ip(),
+                           mond=False, maintd=False)
+
+
+@pytest.mark.slow
+def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
+    from herder.core.rapi import RapiClient
+    from herder.core.store import FileStore
+    from tests.simhelpers import herder, wait_for
+
+    directory = Path(sim.directory)
+    # The master's file (not the test host's /etc: the simulated master is this host).
+    password = directory / "master-etc" / "herder" / "vnc" / "web1.pw"
+    password.parent.mkdir(parents=True)
+    password.write_bytes(b"s3cret-vnc\n")
+    password.chmod(0o640)
+    herder(sim, "instance", "add", "web1", "-t", "diskless", "-o", "debootstrap+default",
+           "--no-install", "--no-start", "-H", f"vnc_password_file={password}")
+    done = herder(sim, "cluster", "redist-conf")
+    for n in sim.nodes:
+        assert f"{n.name}: sent" in done.stdout and "error" not in done.stdout, done.stdout
+
+    config = FileStore(sim.config).load()
+
+    def node_dir(name: str) -> Path:
+        return directory / "nodes" / name
+
+    vm_capable = [n.name for n in config.nodes.values() if n.vm_capable]
+    assert len(vm_capable) == 3
+    for name in vm_capable:
+        copy = node_dir(name) / "root" / str(password).lstrip("/")
+        assert copy.read_bytes() == b"s3cret-vnc\n", name
+        assert copy.stat().st_mode & 0o777 == 0o640
+        # a full push also ships the cluster secrets
+        assert (node_dir(name) / "root" / str(Path(sim.config).parent / "hmac.key")
+                .lstrip("/")).read_bytes() == (Path(sim.config).parent / "hmac.key").read_bytes()
+    for n in config.nodes.values():
+        ssconf = node_dir(n.name) / "noded" / "ssconf"
+        assert (ssconf / "ssconf_master_node").read_text() == f"{sim.nodes[0].name}\n"
+        assert (ssconf / "ssconf_node_list").read_text().split() == \
+            sorted(x.name for x in config.nodes.values())
+    candidates = [n.name for n in config.nodes.values() if n.master_candidate
+                  or n.uuid == config.cluster.master_node]
+
+    def copies() -> dict[str, M.ConfigData]:
+        out = {}
+        for name in candidates:
+            with contextlib.suppress(OSError, ValueError):
+                out[name] = M.decode((node_dir(name) / "noded" / "config" / "config.json")
+                                     .read_bytes())
+        return out
+
+    assert {name: c.serial_no for name, c in copies().items()} == \
+        {name: config.serial_no for name in candidates}
+    queue = node_dir(candidates[-1]) / "noded" / "config" / "queue"
+    assert any(queue.glob("job-*.json"))
+
+    # a config change reaches the candidates' copies without redist-conf
+    with RapiClient.for_herder_cluster(Path(sim.config).parent, sim.masterd_url) as api:
+        api.wait_for_job(api.add_cluster_tags(["redist:auto"]))
+    serial = FileStore(sim.config).load().serial_no
+    wait_for(lambda: all(c.serial_no >= serial and "redist:auto" in c.cluster.tags
+                         for c in copies().values()) and len(copies()) == len(candidates),
+             timeout=15, what="the tagged config on every master candidate")
+    for n in config.nodes.values():
+        wait_for(lambda n=n: "redist:auto" in (node_dir(n.name) / "noded" / "ssconf"
+                                               / "ssconf_cluster_tags").read_text(),
+                 timeout=15, what=f"the cluster tags in {n.name}'s ssconf")
