@@ -1,12 +1,41 @@
 """``python -m herder.alloc FILE|-``: the iallocator entry point without the full herder CLI.
 
-Same options and behaviour as ``herder alloc``; it skips loading the rest of herder, so it
-starts faster when Ganeti runs it for every allocation.
+Same options and behaviour as ``herder alloc``. Ganeti runs an iallocator once per allocation,
+so start-up counts: the plain call (one request file or ``-``, no options — how Ganeti calls
+it without default iallocator parameters) is answered without importing click (about 12 ms of
+a ~60 ms run); anything else goes through the click command.
 """
 
 from __future__ import annotations
 
-from herder.cli.alloc import alloc
+import sys
+
+
+def _plain(argv: list[str]) -> int | None:
+    """Answer `argv` = [FILE|-] directly; None when the click command must handle it."""
+    if len(argv) != 1 or (argv[0].startswith("-") and argv[0] != "-") or argv[0] == "install":
+        return None
+    from herder.alloc import InputError, answer
+
+    path = argv[0]
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115
+    except OSError as err:
+        print(f"Error: cannot read {path}: {err.strerror}", file=sys.stderr)
+        return 1
+    try:
+        response = answer(data)
+    except InputError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
+    sys.stdout.write(response.to_json() + "\n")
+    return 0
+
 
 if __name__ == "__main__":
+    code = _plain(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from herder.cli.alloc import alloc
+
     alloc(prog_name="herder-alloc")
