@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import stat
 import subprocess
 import threading
 import time
@@ -31,7 +30,7 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import ordered, rpcauth
+from herder.core import ordered, rpcauth, whitelist
 from herder.core.errors import HerderError, SignatureError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import atomic_write
@@ -510,21 +509,11 @@ class _nolock:
 
 
 def whitelisted(directory: Path, name: str) -> Path:
-    """Only a regular, root-owned file not writable by group/others, executable, in the
-    white-list directory, named without path separators, may run."""
-    if not name or "/" in name or "\0" in name or name in (".", ".."):
-        raise RpcFailure(f"invalid repair command name {name!r}")
-    path = directory / name
+    """The repair command `name`, when white-listed (`herder.core.whitelist`)."""
     try:
-        st = path.stat()
-    except OSError:
-        raise RpcFailure(f"repair command {path} does not exist") from None
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 \
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_ISUID | stat.S_ISGID) \
-            or not st.st_mode & stat.S_IXUSR:
-        raise RpcFailure(f"repair command {path} is not white-listed (regular, root-owned, "
-                         "not writable by group/others, executable)")
-    return path
+        return whitelist.check_command(directory, name, "repair command")
+    except whitelist.NotWhitelisted as err:
+        raise RpcFailure(f"not white-listed: {err}") from None
 
 
 def vm_locked_kb() -> int:

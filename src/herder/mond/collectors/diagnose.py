@@ -22,12 +22,10 @@ can refuse forged and replayed reports (design-maintd "Result forging").
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
-from herder.core import envelope
+from herder.core import envelope, whitelist
 from herder.mond.collector import Collector, CollectorError, run_command
 from herder.mond.report import Kind
 
@@ -41,30 +39,12 @@ def fallback(reason: str) -> dict[str, Any]:
 
 
 def check_command(directory: Path, name: str, what: str = "diagnose command") -> Path:
-    """The path of a white-listed command (`what`: how messages name it; mond's repair route
-    uses the same rules); CollectorError says why one is refused."""
-    if "\0" in name or name in (".", ".."):
-        raise CollectorError(f"invalid {what} name {name!r}")
-    if "/" in name or os.sep in name:
-        raise CollectorError(f"{what} {name!r} must be a file name, not a path")
-    path = directory / name
+    """The path of a white-listed command (`herder.core.whitelist`; `what`: how messages name
+    it; mond's repair route uses the same rules); CollectorError says why one is refused."""
     try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise CollectorError(f"{what} {path} does not exist") from None
-    except OSError as err:
-        raise CollectorError(f"cannot inspect {what} {path}: {err.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CollectorError(f"{what} {path} is not a regular file")
-    if st.st_uid != 0:
-        raise CollectorError(f"{what} {path} must be owned by root (uid {st.st_uid})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise CollectorError(f"{what} {path} is writable by group or others")
-    if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-        raise CollectorError(f"{what} {path} must not be setuid or setgid")
-    if not st.st_mode & stat.S_IXUSR:
-        raise CollectorError(f"{what} {path} is not executable")
-    return path
+        return whitelist.check_command(directory, name, what)
+    except whitelist.NotWhitelisted as err:
+        raise CollectorError(str(err)) from None
 
 
 def parse_output(text: str) -> dict[str, Any]:
