@@ -22,6 +22,12 @@ DEFAULT_RUN_DIR = Path("/run/herder")
 DEFAULT_SPOOL = Path("/var/lib/herder/instmon-spool")
 NOTIFY_PORT = 1817
 CONFIG_KEYS = {"hostname", "libvirt_uri", "notify", "filter", "spool", "collapse"}
+TABLE_KEYS = {  # the [filter] table is checked by the filter itself
+    "notify": {"url", "ca_file", "check_hostname", "token", "token_file", "backoff_base",
+               "backoff_max"},
+    "spool": {"dir", "max_entries", "max_bytes"},
+    "collapse": {"delay", "window"},
+}
 
 
 def load_config(path: Path | None) -> dict[str, Any]:
@@ -36,6 +42,14 @@ def load_config(path: Path | None) -> dict[str, Any]:
     if unknown:
         raise HerderError(f"{path}: unknown keys {', '.join(sorted(unknown))} "
                           f"(known: {', '.join(sorted(CONFIG_KEYS))})")
+    for table, known in TABLE_KEYS.items():
+        section = data.get(table, {})
+        if not isinstance(section, dict):
+            raise HerderError(f"{path}: [{table}] must be a table")
+        unknown = set(section) - known
+        if unknown:
+            raise HerderError(f"{path}: unknown keys {', '.join(sorted(unknown))} in "
+                              f"[{table}] (known: {', '.join(sorted(known))})")
     return data
 
 

@@ -1,0 +1,56 @@
+"""`herder instmon` refuses bad input in one line, before it starts anything."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def instmon(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HERDER_CONFIG": str(tmp_path / "no-cluster.json")}
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", "instmon", *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ('colour = "blue"\n[notify]\nurl = "http://127.0.0.1:9/"\n', "unknown keys colour"),
+    ('[notify]\nurl = "http://127.0.0.1:9/"\nretries = 3\n', "unknown keys retries in [notify]"),
+    ('[spool]\ncap = 3\n', "unknown keys cap in [spool]"),
+    ('[filter]\npreset = "nova"\n', "unknown filter preset"),
+    ('[filter.rules]\n"LIFECYCLE.STOPPED.NOPE" = "notify"\n', "unknown lifecycle event"),
+    ('hostname = \n', "cannot read"),
+    ('[notify]\nurl = "https://x:1817/"\nca_file = "/nonexistent.pem"\n',
+     "CA file /nonexistent.pem does not exist"),
+    ('[spool]\nmax_entries = "many"\n', "bad setting"),
+])
+def test_a_bad_config_is_one_line_and_nothing_starts(tmp_path: Path, config: str,
+                                                     message: str) -> None:
+    path = tmp_path / "instmon.toml"
+    path.write_text('[notify]\nurl = "http://127.0.0.1:9/"\n' + config
+                    if "[notify]" not in config else config)
+    run = tmp_path / "run"
+    done = instmon(tmp_path, "--config", str(path), "--run-dir", str(run), "--spool-dir",
+                   str(tmp_path / "spool"))
+    assert done.returncode == 1, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (run / "instmon.pid").exists()
+
+
+def test_no_notification_url_without_a_cluster_is_one_line(tmp_path: Path) -> None:
+    done = instmon(tmp_path, "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "no notification URL: give --notify-url or [notify] url" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["status"], ["inject", "IO_ERROR.REPORT", "vm1"]])
+def test_asking_an_instmon_that_does_not_run_is_one_line(tmp_path: Path,
+                                                         args: list[str]) -> None:
+    done = instmon(tmp_path, *args, "--run-dir", str(tmp_path))
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert f"no instmon answers at {tmp_path}/instmon.sock" in done.stderr
