@@ -12,7 +12,7 @@ import logging
 import sys
 import time
 
-import world  # noqa: E402  (this directory is on PYTHONPATH)
+import world
 
 request = json.load(sys.stdin)
 WORLD = world.World(request["state"])
@@ -27,7 +27,7 @@ class FakeResult:
         self.stderr = err
         self.output = out + err
         self.failed = code != 0
-        self.fail_reason = "exited with exit code %s" % code
+        self.fail_reason = f"exited with exit code {code}"
         self.signal = None
 
 
@@ -49,8 +49,9 @@ process.RunCmd = fake_run
 from ganeti import utils  # noqa: E402
 
 utils.RunCmd = fake_run
-from ganeti import backend, objects  # noqa: E402
 from ganeti.storage import drbd, drbd_info  # noqa: E402
+
+from ganeti import backend, objects  # noqa: E402
 
 logging.disable(logging.CRITICAL)
 drbd_info.DRBD8Info.CreateFromFile = staticmethod(
@@ -108,7 +109,8 @@ for name, *args in request["calls"]:
         results.append(value if isinstance(value, (str, int, float, list, tuple, type(None)))
                        else str(value))
     except Exception as err:  # Ganeti's RPCFail and BlockDeviceError alike
-        errors.append("%s: %s" % (type(err).__name__, err))
+        errors.append(f"{type(err).__name__}: {err}")
         results.append(None)
 json.dump({"commands": WORLD.commands, "errors": errors, "results": results,
-           "state": WORLD.state}, sys.stdout)
+           "state": WORLD.state}, sys.stdout,
+          default=lambda value: value.Get() if hasattr(value, "Get") else str(value))

@@ -211,7 +211,7 @@ class World:
 
     @staticmethod
     def _address(text: str) -> list[Any]:
-        family, rest = text.split(":", 1)
+        _family, rest = text.split(":", 1)
         host, port = rest.rsplit(":", 1)
         return [host, int(port)]
 
@@ -286,7 +286,8 @@ class World:
         if minor["laddr"]:
             text += ("    net {\n        cram-hmac-alg           \"md5\";\n"
                      "        after-sb-0pri           discard-zero-changes;\n    }\n")
-            text += f"    _remote_host {{\n        address                 {addr(minor['raddr'])};\n    }}\n"
+            text += ("    _remote_host {\n"
+                     f"        address                 {addr(minor['raddr'])};\n    }}\n")
         text += "    _this_host {\n"
         if minor["laddr"]:
             text += f"        address                 {addr(minor['laddr'])};\n"
@@ -294,7 +295,9 @@ class World:
         if minor["disk"]:
             text += f"            disk                        \"{minor['disk']}\";\n"
             text += f"            meta-disk                   \"{minor['meta']}\";\n"
-            text += "            disk {\n                size                    2097152s; # bytes\n            }\n"
+            text += ("            disk {\n"
+                     "                size                    2097152s; # bytes\n"
+                     "            }\n")
         text += "        }\n    }\n}\n"
         return text
 

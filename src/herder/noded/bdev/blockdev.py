@@ -22,6 +22,8 @@ def check_adoptable(host: Host, path: str) -> None:
     root = str(host.dev_disk_root)
     if not os.path.isabs(path) or not is_below_dir(root, os.path.abspath(path)):
         raise BlockDevError(f"Device node {path} lies outside {root}/ and cannot be adopted")
+    if not os.path.exists(path):
+        raise BlockDevError(f"{path}: no such device on this node")
     real = os.path.realpath(path)
     if not real.startswith("/dev/"):
         raise BlockDevError(f"Full path '{real}' of {path} lies outside /dev")

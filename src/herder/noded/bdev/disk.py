@@ -157,7 +157,7 @@ def decode_disk(data: Any) -> Disk:
     try:
         if isinstance(data, bytes | str):
             return _DECODER.decode(data)
-        return msgspec.convert(data, Disk, strict=False)
+        return msgspec.convert(data, Disk)
     except msgspec.ValidationError as err:
         raise BlockDevError(f"invalid disk object: {err}") from None
     except msgspec.DecodeError as err:

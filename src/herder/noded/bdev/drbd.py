@@ -357,13 +357,14 @@ class Drbd8(BlockDev):
         if minor is None:
             raise BlockDevError(f"Invalid dynamic params for drbd device {disk.iv_name}:"
                                 " no local minor")
+        # Without device-mapper the LVs below have no device nodes: nothing to build on.
+        if host.lv_device_nodes_required and not all(
+                host.exists(child.dev_path or "") for child in children if child is not None):
+            raise BlockDevError(NO_DEVICE_MAPPER)
         info = kernel_info(host)
         check_drbd8(info)  # before anything is written (Ganeti checks after create-md)
         if info.has_minor(minor) and info.state(minor).is_in_use:
             raise BlockDevError(f"drbd{minor}: minor is already in use at Create() time")
-        if host.lv_device_nodes_required and not all(
-                host.exists(child.dev_path or "") for child in children if child is not None):
-            raise BlockDevError(NO_DEVICE_MAPPER)
         meta = children[1]
         assert meta is not None
         meta.assemble()
