@@ -1,10 +1,11 @@
-"""Run Ganeti 3.0.2's own node storage code on a `World`, recording its commands.
+"""Run Ganeti 3.0.2's own node storage code on `World`s, recording its commands.
 
 Run with Debian's /usr/bin/python3 and PYTHONPATH=/tmp/groot/usr/share/ganeti/3.0 (and this
-directory). Reads `{"state": ..., "calls": [[name, args...], ...]}` on stdin; prints
-`{"commands": [[argv...], ...], "errors": [message or null per call]}`. Command execution
-(utils.RunCmd), /proc/drbd, the meta-device read check, the device cache, the instance-disk
-symlinks and sleeping are replaced; everything else is Ganeti's code as shipped.
+directory). Reads a list of jobs `[{"state": ..., "calls": [[name, args...], ...]}, ...]` on
+stdin; prints, per job, `{"commands": [[argv...], ...], "errors": [message or null per call],
+"results": [...], "state": ...}`. Command execution (utils.RunCmd), /proc/drbd, the
+meta-device read check, the device cache, the instance-disk symlinks and sleeping are
+replaced; everything else is Ganeti's code as shipped.
 """
 
 import json
@@ -14,8 +15,8 @@ import time
 
 import world
 
-request = json.load(sys.stdin)
-WORLD = world.World(request["state"])
+JOBS = json.load(sys.stdin)
+WORLD = world.World(world.new_state())
 CLOCK = [1_000_000.0]
 
 
@@ -94,9 +95,19 @@ CALLS = {
     "wipe": lambda d, offset, size: backend.BlockdevWipe(disk(d), offset, size),
 }
 
-errors = []
-results = []
-for name, *args in request["calls"]:
+
+def run_job(job):
+    global WORLD
+    WORLD = world.World(job["state"])
+    errors = []
+    results = []
+    for name, *args in job["calls"]:
+        run_call(name, args, errors, results)
+    return {"commands": WORLD.commands, "errors": errors, "results": results,
+            "state": WORLD.state}
+
+
+def run_call(name, args, errors, results):
     try:
         value = CALLS[name](*args)
         errors.append(None)
@@ -111,6 +122,7 @@ for name, *args in request["calls"]:
     except Exception as err:  # Ganeti's RPCFail and BlockDeviceError alike
         errors.append(f"{type(err).__name__}: {err}")
         results.append(None)
-json.dump({"commands": WORLD.commands, "errors": errors, "results": results,
-           "state": WORLD.state}, sys.stdout,
+
+
+json.dump([run_job(job) for job in JOBS], sys.stdout,
           default=lambda value: value.Get() if hasattr(value, "Get") else str(value))

@@ -145,13 +145,20 @@ def ganeti_available() -> bool:
     return (GROOT / "ganeti" / "backend.py").is_file() and DEBIAN_PYTHON.is_file()
 
 
-def run_ganeti(state: dict[str, Any], calls: Sequence[Sequence[Any]]) -> dict[str, Any]:
+def run_ganeti_jobs(jobs: Sequence[tuple[dict[str, Any], Sequence[Sequence[Any]]]]
+                    ) -> list[dict[str, Any]]:
+    """Ganeti's results for many (state, calls) jobs, in one subprocess (its imports are slow)."""
     if not ganeti_available():
         pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{GROOT}:{HERE}", "LC_ALL": "C"}
+    payload = [{"state": state, "calls": calls} for state, calls in jobs]
     proc = subprocess.run([str(DEBIAN_PYTHON), str(HERE / "ganeti_driver.py")],
-                          input=json.dumps({"state": state, "calls": calls}), env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+                          input=json.dumps(payload), env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
     if proc.returncode != 0:
         raise AssertionError(f"Ganeti's code did not run: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout)
+
+
+def run_ganeti(state: dict[str, Any], calls: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    return run_ganeti_jobs([(state, calls)])[0]

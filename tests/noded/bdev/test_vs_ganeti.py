@@ -162,9 +162,25 @@ def drbd_scenarios(version: str) -> dict[str, tuple[Any, list[list[Any]]]]:
     }
 
 
-def _compare(state: dict[str, Any], calls: list[list[Any]]) -> dict[str, Any]:
-    theirs = harness.run_ganeti(state, calls)
-    ours = harness.run_herder(state, calls)
+ALL_SCENARIOS: dict[str, tuple[Any, list[list[Any]]]] = {
+    **{f"plain: {name}": scenario for name, scenario in PLAIN_SCENARIOS.items()},
+    **{f"drbd {version}: {name}": scenario
+       for version in ("8.4", "8.3") for name, scenario in drbd_scenarios(version).items()},
+}
+
+
+@pytest.fixture(scope="module")
+def ganeti_results() -> dict[str, dict[str, Any]]:
+    """Ganeti's commands for every scenario, from one run of its code."""
+    names = list(ALL_SCENARIOS)
+    results = harness.run_ganeti_jobs([ALL_SCENARIOS[name] for name in names])
+    return dict(zip(names, results, strict=True))
+
+
+@pytest.mark.parametrize("name", list(ALL_SCENARIOS))
+def test_commands_equal_ganeti(name: str, ganeti_results: dict[str, dict[str, Any]]) -> None:
+    theirs = ganeti_results[name]
+    ours = harness.run_herder(*ALL_SCENARIOS[name])
     assert ours["commands"] == theirs["commands"]
     assert [e is None for e in ours["errors"]] == [e is None for e in theirs["errors"]], (
         ours["errors"], theirs["errors"])
@@ -172,20 +188,6 @@ def _compare(state: dict[str, Any], calls: list[list[Any]]) -> dict[str, Any]:
         if isinstance(mine, list) and isinstance(their, list):
             assert mine == their
     assert ours["state"] == theirs["state"]
-    return ours
-
-
-@pytest.mark.parametrize("name", list(PLAIN_SCENARIOS))
-def test_plain_commands_equal_ganeti(name: str) -> None:
-    state, calls = PLAIN_SCENARIOS[name]
-    _compare(state, calls)
-
-
-@pytest.mark.parametrize("version", ["8.4", "8.3"])
-@pytest.mark.parametrize("name", list(drbd_scenarios("8.4")))
-def test_drbd_commands_equal_ganeti(version: str, name: str) -> None:
-    state, calls = drbd_scenarios(version)[name]
-    _compare(state, calls)
 
 
 def test_plain_scenarios_run_what_they_say() -> None:
