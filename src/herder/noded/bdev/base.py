@@ -19,7 +19,7 @@ import stat
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -207,11 +207,10 @@ def check(result: CommandResult, what: str) -> CommandResult:
     return result
 
 
-def retry(host: Host, attempt: object, *, delay: float, timeout: float,
+def retry(host: Host, attempt: Callable[[], bool], *, delay: float, timeout: float,
           factor: float = 1.0, max_delay: float | None = None) -> bool:
     """Call `attempt()` until it returns True or `timeout` seconds passed (Ganeti's Retry);
     the delay grows by `factor` up to `max_delay`. True when it succeeded."""
-    assert callable(attempt)
     end = host.monotonic() + timeout
     wait = delay
     while True:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from herder.core import drbd_status
 from herder.core.drbd_status import DrbdKernelInfo, MinorState, ShowInfo
@@ -324,8 +324,7 @@ class Drbd8(BlockDev):
                                 " retries")
 
     @staticmethod
-    def _try(action: object) -> bool:
-        assert callable(action)
+    def _try(action: Callable[[], None]) -> bool:
         try:
             action()
         except BlockDevError as err:
