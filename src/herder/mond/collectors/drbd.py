@@ -31,9 +31,8 @@ Ganeti's connection-state table, extended with the local and remote disk states.
 collector's status is the worst over all minors; the message has one line per minor that is
 not OK, in minor order, naming the minor (and its instance).
 
-Parsing is pure (the DRBD texts: `herder.core.drbd_status`, shared with noded): `parse_pairing`,
-`instance_minors`
-and `device_status` work on text and plain data.
+Parsing is pure: the DRBD texts in `herder.core.drbd_status` (shared with noded);
+`parse_pairing`, `instance_minors` and `device_status` work on text and plain data.
 """
 
 from __future__ import annotations
@@ -91,6 +90,7 @@ RESYNC_TO_LOCAL = frozenset(
 RESYNC_TO_PEER = frozenset(
     {"SyncSource", "PausedSyncS", "StartingSyncS", "WFBitMapS", "WFSyncUUID", "Ahead"}
 )
+
 
 def connection_code(state: str) -> tuple[Status, str]:
     return CONNECTION_STATES.get(state, (Status.UNKNOWN, "unknown connection state"))
@@ -156,7 +156,6 @@ def device_status(device: Mapping[str, Any], problems: Iterable[str] = ()) -> di
     if device.get("instance"):
         who += f" ({device['instance']})"
     return report.status(code, f"{who}: " + "; ".join(reasons))
-
 
 
 # --- parsing: herder.core.drbd_status, with mond's error type ---------------------------------
