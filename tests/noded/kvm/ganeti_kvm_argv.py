@@ -12,8 +12,9 @@ import json
 import os
 import sys
 
-from ganeti import objects, utils
 from ganeti.hypervisor import hv_kvm
+
+from ganeti import objects, utils
 
 
 class _Result:
@@ -65,7 +66,8 @@ def main() -> None:
         name=request["name"], uuid=request["uuid"], hypervisor="kvm",
         hvparams=request["hvparams"], beparams=request["beparams"], nics=nics,
         network_port=request["network_port"], disks=disks, os="herder-guest")
-    block_devices = [(disk, spec["path"], None) for disk, spec in zip(disks, request["disks"])]
+    block_devices = [(disk, spec["path"], None)
+                     for disk, spec in zip(disks, request["disks"], strict=True)]
     kvmhelp = listings["help"]
     runtime = hypervisor._GenerateKVMRuntime(instance, block_devices, False, kvmhelp)
     hypervisor._ExecuteKVMRuntime(instance, runtime, kvmhelp)

@@ -17,7 +17,6 @@ import pytest
 
 from herder.core import params
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec, domain_xml
-
 from tests.noded.kvm.qemu_argv import summarize_ganeti, summarize_libvirt
 
 GROOT = Path(os.environ.get("GROOT", "/tmp/groot"))
