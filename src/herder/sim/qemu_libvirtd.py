@@ -220,7 +220,13 @@ class QemuLibvirtd:
         for pidfile in (self.workdir / "run" / "qemu").glob("*.pid"):
             with contextlib.suppress(OSError, ValueError):
                 pids.append(int(pidfile.read_text().strip()))
-        return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+        alive = []
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                # a stale pid file may name a recycled pid: only QEMU processes count
+                if b"qemu" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    alive.append(pid)
+        return alive
 
     def stop(self) -> None:
         """Destroy the domains, stop the daemon, kill leftover QEMUs, remove the directory."""
