@@ -88,11 +88,15 @@ def main() -> None:
                 result = migration.migrate(conns[src.name], NAME, uri, settings, timeout=600)
                 total, downtime = result.total_ms, result.downtime_ms or 0
             else:
+                # as `virsh migrate-setmaxdowntime` (virsh migrate has no downtime option)
+                conns[src.name].lookupByName(NAME).migrateSetMaxDowntime(settings.downtime_ms)
                 argv = ["virsh", "-c", src.uri, "migrate", "--live", "--p2p", "--tunnelled",
-                        "--unsafe", "--downtime", str(settings.downtime_ms), NAME, uri]
+                        "--unsafe", NAME, uri]
                 if args.bandwidth:
-                    argv[6:6] = ["--bandwidth", str(args.bandwidth)]
-                subprocess.run(argv, check=True, capture_output=True, text=True)
+                    argv += ["--bandwidth", str(args.bandwidth)]
+                done = subprocess.run(argv, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise SystemExit(f"virsh migrate failed: {done.stderr.strip()}")
                 stats = _completed_stats(conns[dst.name])
                 total, downtime = int(stats["time_elapsed"]), int(stats.get("downtime", 0))
             results[method].append((time.monotonic() - wall, total, downtime))
