@@ -5,8 +5,12 @@
 # - lvm2: real LVM on loop devices for the storage collectors' tests
 # - chromium: the browser maintd's status page is tested in (driven by Playwright)
 # - etcd-server: a real etcd 3.4 cluster for the etcd backend's tests (tests/ha)
+# - qemu-system-x86, libvirt-clients: real QEMU guests under libvirtd's QEMU driver (noded.kvm),
+#   virsh for the by-hand migration beside bench/migrate.py
+# - linux-image-amd64, busybox-static: the simulated cluster's tiny guest (herder.sim.guest)
 set -euo pipefail
-PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server)
+PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
+      qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()
