@@ -447,7 +447,7 @@ def test_client_asks_a_random_subset(servers: Servers) -> None:
 
 def test_client_helpers_for_mond(addr: tuple[str, int]) -> None:
     client = C.ConfdClient([addr], KEY)
-    assert client.data_collectors()["lv"] == (True, 30.0)
+    assert client.data_collectors()["lv"] == (True, M.DEFAULT_COLLECTOR_INTERVALS["lv"])
     rows = client.node_drbd("node2.example.com")
     assert [r[2] for r in rows] == ["drbd0.example.com", "drbd1.example.com"]
     primary, secondary = client.node_instances("node2.example.com")

@@ -406,7 +406,6 @@ class PlainCollector(Collector):
     category = "storage"
     kind = Kind.STATUS
     inputs = {"vgs": " ".join(VGS_ARGV), "lvs": " ".join(LVS_ARGV)}
-    default_interval = 30.0
 
     def available(self) -> bool:
         return _lvm_available(self.ctx, self.inputs)
