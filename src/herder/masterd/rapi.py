@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from herder.core import model as M
+from herder.core import roles
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -227,7 +228,7 @@ async def node(request: web.Request) -> web.Response:
 async def node_role_get(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
-    return ok(views.NODE_ROLES[views.node_role(config, target)])
+    return ok(roles.NAMES[roles.node_role(target, config.cluster.master_node)])
 
 
 ROLE_FIELDS = {
