@@ -146,5 +146,3 @@ class OsDiagnose(LogicalUnit):
                 offered.setdefault(name, []).append(node.name)
         return {name: sorted(nodes) for name, nodes in sorted(offered.items())}
 
-
-LUS = [NodeQueryStorage, NodeModifyStorage, RepairNodeStorage, RepairCommand, OsDiagnose]
