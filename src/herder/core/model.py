@@ -373,7 +373,7 @@ class Instance(Named, kw_only=True):
 
 
 # Ganeti's default data collector interval (constants.MOND_TIME_INTERVAL, seconds): what a new
-# Ganeti cluster gives every collector, and herder a collector outside the table below.
+# Ganeti cluster gives every collector, and what herder gives one outside the table below.
 MOND_TIME_INTERVAL = 5.0
 
 

@@ -10,8 +10,8 @@ Two conventions exist, and each caller names its own:
   (``1.31t`` is 1.31 TiB, ``2K`` is 2000 bytes); ``b``/``B`` is a byte, ``s``/``S`` a 512-byte
   sector (LVM).
 
-The result is exact (a float in the unit asked for); rounding is the caller's choice: the
-command line rounds to whole MiB, LVM to bytes, htools truncates as Ganeti does.
+The result is not rounded (a float in the unit asked for); rounding is the caller's choice:
+the command line rounds to whole MiB, LVM to bytes, htools truncates as Ganeti does.
 """
 
 from __future__ import annotations

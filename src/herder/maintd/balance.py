@@ -3,12 +3,12 @@
 When the cluster's maintenance setting `balance` is true, after the repairs: ask the allocator
 (its request/answer API `herder.alloc.answer_message`, request type `balance` with
 `first_set_only`) for the first set of moves that lower the cluster score and can run in
-parallel (as Ganeti's maintd). Every step must
-gain at least `balanceThreshold` unless the score is at least ten times that (Ganeti's
-`algMinGain`/`algMinGainLimit`). Only healthy nodes take part — not offline, drained or part of
-an incident (active or failed), with the instances living on them alone (Ganeti's
-`algAllowedNodes`) — and a move is left out when a node it touches is used by another job of
-the round. The next round plans again from the cluster as it then is.
+parallel (as Ganeti's maintd). Every step must gain at least `balanceThreshold` unless the
+score is at least ten times that (Ganeti's `algMinGain`/`algMinGainLimit`). Only healthy nodes
+take part — not offline, drained or part of an incident (active or failed), with the instances
+living on them alone (Ganeti's `algAllowedNodes`) — and a move is left out when a node it
+touches is used by another job of the round. The next round plans again from the cluster as
+it then is.
 
 The iallocator message is built from RAPI data. masterd's RAPI has no live node figures yet
 (`mtotal`, `mfree`, `dtotal`, `dfree` are null): when a node's figures are null, every node is

@@ -156,7 +156,7 @@ def body_fields(op: type[O.OpCode], *, fixed: Iterable[str] = (),
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-_SUBMITS: dict[Handler, tuple[type[O.OpCode], ...]] = {}
+_SUBMITS: dict[Callable[..., Any], tuple[type[O.OpCode], ...]] = {}
 
 # Opcodes without a RAPI route of their own (clients submit them through /2/herder/jobs),
 # and why: tests/unit/test_opcode_registry.py checks that every other opcode has one.
@@ -185,7 +185,7 @@ def opcode_routes(app: web.Application) -> dict[str, list[str]]:
     """OP_ID -> the routes ("METHOD /path") of `app` whose jobs carry it."""
     found: dict[str, list[str]] = {}
     for route in app.router.routes():
-        for op in _SUBMITS.get(route.handler, ()):  # type: ignore[arg-type]
+        for op in _SUBMITS.get(route.handler, ()):
             found.setdefault(O.op_id_of(op), []).append(
                 f"{route.method} {route.resource.canonical if route.resource else '?'}")
     return found
