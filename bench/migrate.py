@@ -23,9 +23,9 @@ from typing import Any
 import libvirt
 
 from herder.core import params
+from herder.core.libvirtd_conf import tls_uri
 from herder.noded.kvm import migration
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, domain_xml
-from herder.noded.kvm.libvirtd_conf import tls_uri
 from herder.sim import guest
 from herder.sim.qemu_libvirtd import QemuLibvirtd, start_pair
 

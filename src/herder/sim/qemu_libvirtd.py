@@ -4,7 +4,7 @@ A system-mode libvirtd (root) in its own mount namespace (`unshare -m`): per-dae
 directories under its work directory are bind-mounted over /etc/libvirt, /run/libvirt,
 /var/lib/libvirt, /var/cache/libvirt and /var/log/libvirt, so several daemons run side by side
 and the host's own libvirt is untouched. Its configuration is the production one
-(`herder.noded.kvm.libvirtd_conf`): TLS on `<address>:<port>` with certificates of a cluster CA,
+(`herder.core.libvirtd_conf`): TLS on `<address>:<port>` with certificates of a cluster CA,
 the unix socket in the work directory for local clients. QEMU processes outlive a killed
 libvirtd, as on a real host; `stop()` destroys the domains and kills what is left of them.
 
@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from herder.noded.kvm import libvirtd_conf
-from herder.noded.kvm.libvirtd_conf import LibvirtPki
+from herder.core import libvirtd_conf
+from herder.core.libvirtd_conf import LibvirtPki
 from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, _ensure_system_accounts
 
 START_TIMEOUT = 30.0

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from herder.noded.kvm import libvirtd_conf, migration
-from herder.noded.kvm.libvirtd_conf import LibvirtPki
+from herder.core import libvirtd_conf
+from herder.core.libvirtd_conf import LibvirtPki
+from herder.noded.kvm import migration
 
 
 def test_tls_only_with_the_cluster_nodes() -> None:

@@ -1,5 +1,5 @@
 """True live migration of a running domain between two nodes' libvirtds, with libvirt's own
-migration: peer-to-peer and tunnelled over `qemu+tls://` (see `libvirtd_conf`).
+migration: peer-to-peer and tunnelled over `qemu+tls://` (see `herder.core.libvirtd_conf`).
 
 The source libvirtd connects to the target's TLS port with its node certificate, QEMU's
 migration stream travels inside that connection, the guest's memory moves while it runs (or
