@@ -27,7 +27,7 @@ import inspect
 import os
 import signal
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -36,7 +36,7 @@ from herder.core.errors import HerderError
 from herder.core.pidfile import pid_file
 
 T = TypeVar("T")
-Task = Callable[[asyncio.Event], Awaitable[Any]]  # a background task; returns when stop is set
+Task = Callable[[asyncio.Event], Coroutine[Any, Any, Any]]  # a background task
 Hook = Callable[[], Any]  # a start/stop hook; may return an awaitable, which is awaited
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
