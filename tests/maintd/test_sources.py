@@ -37,17 +37,19 @@ def test_check_report_verdicts() -> None:
     assert check_report(KEY, "junk", None) == Verdict.MALFORMED
 
 
+ASKED = "/1/report/all 1 node/diagnose,instance/inst-status,default/cpu-avg-load"
 STATUS = {"name": "inst-status", "category": "instance", "kind": 1, "data": {"instances": []}}
 
 
 def test_poll_accepts_and_refuses(caplog: pytest.LogCaptureFixture) -> None:
-    """One GET of /1/report/all?verbose=1 per node and poll; the diagnose source takes its
-    report from that answer."""
+    """One GET of /1/report/all?verbose=1 per node and poll, for the reports maintd uses; the
+    diagnose source takes its report from that answer."""
     reports: dict[str, Any] = {}
     asked: list[str] = []
 
     async def handler(request: web.Request) -> web.Response:
-        asked.append(request.path_qs)
+        asked.append(f"{request.path} {request.query.get('verbose')} "
+                     f"{request.query.get('only')}")
         if reports.get("body") is None:
             return web.Response(status=500, text="boom")
         return web.json_response([STATUS, reports["body"]])
@@ -71,7 +73,7 @@ def test_poll_accepts_and_refuses(caplog: pytest.LogCaptureFixture) -> None:
             reports["body"] = signed(EVAC, 100)
             obs = (await poll([node]))["u1"]
             assert obs.data == EVAC and obs.error == ""
-            assert asked == ["/1/report/all?verbose=1"]
+            assert asked == [ASKED]
             reports["body"] = signed(EVAC, 100)  # served again from mond's cache
             assert (await poll([node]))["u1"].data == EVAC
             reports["body"] = signed({"status": "Ok"}, 50)  # replay of an older report
@@ -99,7 +101,7 @@ def test_poll_accepts_and_refuses(caplog: pytest.LogCaptureFixture) -> None:
                                     "127.255.255.254")
             obs = (await poll([other], elsewhere))["u9"]
             assert obs.data is None and obs.error.startswith("unreachable")
-            assert asked == ["/1/report/all?verbose=1"] * 8  # one request per poll
+            assert asked == [ASKED] * 8  # one request per poll
         finally:
             await runner.cleanup()
 

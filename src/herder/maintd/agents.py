@@ -2,8 +2,9 @@
 the self-diagnose source (`sources`), the watcher's instance states (`watcher`) and balancing's
 CPU load (`balance`, hbal --mond).
 
-One `GET http://<node ip>:<port>/1/report/all?verbose=1` per node, all nodes at once (drained
-and offline ones too: an evacuated node is offline but still observed), over httpx.
+One `GET http://<node ip>:<port>/1/report/all?verbose=1&only=...` per node (`only`: herder
+mond's selection of the reports used), all nodes at once (drained and offline ones too: an
+evacuated node is offline but still observed), over httpx.
 The answer is split into reports by (category, name) as mond's report paths name them
 (`default` for a report without a category). Each user picks its report: `AgentRound.report`.
 """
@@ -23,11 +24,13 @@ from herder.maintd.rounds import Node
 
 log = logging.getLogger("herder.maintd.agents")
 
-ALL_REPORTS_PATH = "/1/report/all?verbose=1"
 DEFAULT_CATEGORY = "default"  # mond's path category of reports without one
 DIAGNOSE = ("node", "diagnose")
 INST_STATUS = ("instance", "inst-status")
 CPU_LOAD = (DEFAULT_CATEGORY, "cpu-avg-load")
+USED = (DIAGNOSE, INST_STATUS, CPU_LOAD)  # the reports maintd's users take
+# herder mond sends only these; an agent without `only` (Ganeti's) sends all, split the same
+REPORTS_PATH = f"/1/report/all?verbose=1&only={','.join(f'{c}/{n}' for c, n in USED)}"
 
 ReportKey = tuple[str, str]  # (category, name)
 
@@ -104,7 +107,7 @@ class AgentPoller:
         return f"http://{host}:{self.port}"
 
     def url(self, node: Node) -> str:
-        return self.base_url(node) + ALL_REPORTS_PATH
+        return self.base_url(node) + REPORTS_PATH
 
     def _client(self, base: str) -> httpx.AsyncClient:
         client = self._clients.get(base)
@@ -118,9 +121,9 @@ class AgentPoller:
         client = self._client(self.base_url(node))
         try:
             try:
-                resp = await client.get(ALL_REPORTS_PATH)
+                resp = await client.get(REPORTS_PATH)
             except httpx.RemoteProtocolError:  # the agent closed the kept-alive connection
-                resp = await client.get(ALL_REPORTS_PATH)
+                resp = await client.get(REPORTS_PATH)
             if resp.status_code != 200:
                 return AgentReports(node.uuid, error=f"mond answered {resp.status_code}: "
                                                      f"{resp.text[:200]}")
