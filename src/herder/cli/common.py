@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.store import FileStore, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,7 +36,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(M.to_builtins(value), indent=2, sort_keys=True))
+    click.echo(json.dumps(model.to_builtins(value), indent=2, sort_keys=True))
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -75,7 +75,7 @@ def print_mapping(data: dict[str, Any], indent: int = 0) -> None:
 def timestamp(value: float) -> str:
     if not value:
         return "-"
-    return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.datetime.fromtimestamp(value, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def yes_no(value: str | None) -> bool | None:

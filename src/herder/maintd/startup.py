@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herder.core import confd, envelope, serve
-from herder.core import notification as N
+from herder.core import confd, envelope, notification, serve
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
@@ -47,7 +46,7 @@ class Prepared:
 def prepare(settings: MaintdSettings) -> Prepared:
     """Everything before listening: the failure table, the cluster, the master check, the
     state, the daemon. HerderError (one line) or NotMaster when it cannot run here."""
-    table = N.load_failure_table(settings.failure_table)
+    table = notification.load_failure_table(settings.failure_table)
     me = settings.node_name or socket.getfqdn()
     bind = settings.bind
     maint: dict[str, Any] = {}

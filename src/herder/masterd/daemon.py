@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, serve
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import envelope, locking, model, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
@@ -65,7 +63,7 @@ class NotMaster(HerderError):
     """This node is not (or no longer) the cluster's master."""
 
 
-def master_problem(config: M.ConfigData, me: str, *, explicit: bool) -> str | None:
+def master_problem(config: model.ConfigData, me: str, *, explicit: bool) -> str | None:
     """Why a masterd on node `me` must not act as master; None when it may."""
     master = config.node_name(config.cluster.master_node)
     node = next((n for n in config.nodes.values()
@@ -78,10 +76,10 @@ def master_problem(config: M.ConfigData, me: str, *, explicit: bool) -> str | No
     return None
 
 
-def lock_manager_for(store: FileStore) -> L.LockManager:
+def lock_manager_for(store: FileStore) -> locking.LockManager:
     config = store.load()
-    return L.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
-                         instances=config.instances, networks=config.networks)
+    return locking.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
+                               instances=config.instances, networks=config.networks)
 
 
 class MasterDaemon:

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond import plugins, registry, report
 from herder.mond.collector import CollectContext, Collector
 from herder.mond.report import Kind
@@ -69,7 +69,7 @@ class Unit:
 
 
 def _settings_for(ctx: CollectContext, name: str,
-                  default_interval: float) -> M.CollectorSettings:
+                  default_interval: float) -> model.CollectorSettings:
     """The config's data_collectors entry, else confd's (on a node without the config), else
     the defaults. Never blocks on a stale confd answer (it is refreshed in the background)."""
     return ctx.collector_settings(name, default_interval, wait=False)
@@ -122,7 +122,7 @@ class Agent:
             self._plugins_checked = now
             self._sync_plugins()
 
-    def _sync_builtins(self, config: M.ConfigData | None) -> None:
+    def _sync_builtins(self, config: model.ConfigData | None) -> None:
         changed = False
         if config is None and self.ctx.cluster_source() == "confd":
             # confd's answers may change without a config change: look again once the cache

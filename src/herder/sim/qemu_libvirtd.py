@@ -14,7 +14,7 @@ libvirtd, as on a real host; `stop()` destroys the domains and kills what is lef
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
+import datetime
 import ipaddress
 import os
 import shutil
@@ -51,12 +51,12 @@ class TestPki:
         directory.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"herder CA {cluster_name}")])
-        now = dt.datetime.now(dt.UTC)
+        now = datetime.datetime.now(datetime.UTC)
         self._ca = (
             x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
                                          key_encipherment=False, data_encipherment=False,
@@ -81,7 +81,7 @@ class TestPki:
 
         signer = issuer or self
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
+        now = datetime.datetime.now(datetime.UTC)
         alt_names: list[x509.GeneralName] = [x509.DNSName(name)]
         alt_names += [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
         cert = (
@@ -89,8 +89,8 @@ class TestPki:
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
             .issuer_name(signer._ca.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
                                          key_encipherment=True, data_encipherment=False,

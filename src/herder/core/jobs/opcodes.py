@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from herder.core.errors import HerderError
-from herder.core.jobs import reason as R
+from herder.core.jobs import reason
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
 
@@ -36,7 +36,7 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
             raise ValueError(f"priority must be between {PRIORITY_HIGHEST} and "
                              f"{PRIORITY_LOWEST}")
         try:
-            self.reason = R.validate(self.reason)
+            self.reason = reason.validate(self.reason)
         except ValueError as err:
             raise ValueError(str(err)) from None
 
@@ -459,4 +459,4 @@ def parse(data: Any) -> OpCode:
 
 def opcode_reason_source(op: OpCode) -> str:
     """`gnt:opcode:tags_set` for OP_TAGS_SET, as Ganeti adds when it queues an opcode."""
-    return f"{R.OPCODE_PREFIX}:{re.sub(r'^OP_', '', op.op_id).lower()}"
+    return f"{reason.OPCODE_PREFIX}:{re.sub(r'^OP_', '', op.op_id).lower()}"

@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LogicalUnit
 
 
@@ -28,20 +28,20 @@ def registry() -> dict[str, type[LogicalUnit]]:
     two, or an LU names something not an opcode."""
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
-    claims: dict[type[O.OpCode], list[type[LogicalUnit]]] = {}
+    claims: dict[type[opcodes.OpCode], list[type[LogicalUnit]]] = {}
     for cls in _units(LogicalUnit):
         op = vars(cls).get("OP")
         if op is not None:
             claims.setdefault(op, []).append(cls)
-    strays = [cls.__name__ for op, units in claims.items() if op not in O.ALL_OPCODES
+    strays = [cls.__name__ for op, units in claims.items() if op not in opcodes.ALL_OPCODES
               for cls in units]
     if strays:
         raise RuntimeError(f"logical units for unknown opcodes: {', '.join(strays)}")
     found: dict[str, type[LogicalUnit]] = {}
-    for op in O.ALL_OPCODES:
+    for op in opcodes.ALL_OPCODES:
         units = claims.get(op, [])
         if len(units) != 1:
             names = ", ".join(cls.__name__ for cls in units) or "none"
-            raise RuntimeError(f"{O.op_id_of(op)} needs one logical unit (found: {names})")
-        found[O.op_id_of(op)] = units[0]
+            raise RuntimeError(f"{opcodes.op_id_of(op)} needs one logical unit (found: {names})")
+        found[opcodes.op_id_of(op)] = units[0]
     return found

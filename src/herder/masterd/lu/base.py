@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import locking, model
 from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.noderpc import NodeRpc, UnavailableRpc
 from herder.core.store import FileStore
 
@@ -26,7 +25,7 @@ class MasterEnv:
     """What every LU may use."""
 
     store: FileStore
-    locks: L.LockManager
+    locks: locking.LockManager
     rpc: NodeRpc = field(default_factory=UnavailableRpc)
     queue_dir: Path | None = None
     iallocator_path: tuple[Path, ...] = ()
@@ -40,20 +39,20 @@ class LockRequest:
 
 
 class LogicalUnit:
-    OP: ClassVar[type[O.OpCode]]
+    OP: ClassVar[type[opcodes.OpCode]]
     # The cluster lock exclusively (cluster-wide changes, adding objects without locks yet).
     REQ_BGL: ClassVar[bool] = False
 
-    def __init__(self, op: O.OpCode, env: MasterEnv,
+    def __init__(self, op: opcodes.OpCode, env: MasterEnv,
                  feedback: Callable[[str], None] = lambda message: None) -> None:
         self.op = op
         self.env = env
         self.feedback = feedback
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         """Prerequisites; raise OpPrereqError. Must not change anything."""
 
     def execute(self) -> Any:
@@ -72,7 +71,7 @@ def lookup(find: Callable[[str], Any], key: str) -> Any:
         raise OpPrereqError(str(err), "unknown_entity") from None
 
 
-def node_uuid_or_none(config: M.ConfigData, key: str | None) -> str | None:
+def node_uuid_or_none(config: model.ConfigData, key: str | None) -> str | None:
     if not key:
         return None
     try:

@@ -4,61 +4,62 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking as L
-from herder.core import model as M
-from herder.core import params as P
+from herder.core import locking, model, params
 from herder.core.errors import ConfigError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import apply_ipolicy, resets
 
 
-def _group_changes(group: M.NodeGroup, op: O.OpGroupAdd | O.OpGroupSetParams) -> None:
+def _group_changes(group: model.NodeGroup,
+                   op: opcodes.OpGroupAdd | opcodes.OpGroupSetParams) -> None:
     if op.alloc_policy is not None:
         group.alloc_policy = op.alloc_policy
     if op.ndparams:
-        group.ndparams = P.apply_overrides(P.ND_FAMILY, group.ndparams, resets(op.ndparams))
+        group.ndparams = params.apply_overrides(params.ND_FAMILY, group.ndparams,
+                                                resets(op.ndparams))
     for dt, changes in (op.diskparams or {}).items():
-        group.diskparams[dt] = P.apply_overrides(P.disk_family(dt), group.diskparams.get(dt, {}),
-                                                 resets(changes))
+        group.diskparams[dt] = params.apply_overrides(params.disk_family(dt),
+                                                      group.diskparams.get(dt, {}),
+                                                      resets(changes))
     if op.ipolicy:
         apply_ipolicy(group.ipolicy, op.ipolicy)
 
 
 class GroupAdd(LogicalUnit):
-    OP = O.OpGroupAdd
+    OP = opcodes.OpGroupAdd
     REQ_BGL = True  # the group has no lock yet
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpGroupAdd = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op: opcodes.OpGroupAdd = self.op  # type: ignore[assignment]
         if any(g.name == op.group_name for g in config.nodegroups.values()):
             raise OpPrereqError(f"node group {op.group_name!r} already exists", "already_exists")
         try:
-            _group_changes(M.NodeGroup(uuid="check", name=op.group_name), op)
+            _group_changes(model.NodeGroup(uuid="check", name=op.group_name), op)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
-        op: O.OpGroupAdd = self.op  # type: ignore[assignment]
-        stamp = M.now()
-        group = M.NodeGroup(uuid=M.new_uuid(), name=op.group_name, ctime=stamp, mtime=stamp)
+        op: opcodes.OpGroupAdd = self.op  # type: ignore[assignment]
+        stamp = model.now()
+        group = model.NodeGroup(uuid=model.new_uuid(), name=op.group_name, ctime=stamp, mtime=stamp)
         _group_changes(group, op)
         with self.env.store.update() as config:
             config.nodegroups[group.uuid] = group
-        self.env.locks.add(L.LEVEL_NODEGROUP, group.uuid)
+        self.env.locks.add(locking.LEVEL_NODEGROUP, group.uuid)
         return group.uuid
 
 
 class GroupSetParams(LogicalUnit):
-    OP = O.OpGroupSetParams
+    OP = opcodes.OpGroupSetParams
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODEGROUP, [group.uuid])]
+        return [LockRequest(locking.LEVEL_NODEGROUP, [group.uuid])]
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
-        copy = M.decode(M.encode(config)).nodegroups[group.uuid]
+        copy = model.decode(model.encode(config)).nodegroups[group.uuid]
         try:
             _group_changes(copy, self.op)  # type: ignore[arg-type]
         except ConfigError as err:
@@ -78,20 +79,20 @@ class GroupSetParams(LogicalUnit):
 
 
 class GroupRename(LogicalUnit):
-    OP = O.OpGroupRename
+    OP = opcodes.OpGroupRename
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODEGROUP, [group.uuid])]
+        return [LockRequest(locking.LEVEL_NODEGROUP, [group.uuid])]
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpGroupRename = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op: opcodes.OpGroupRename = self.op  # type: ignore[assignment]
         lookup(config.find_group, op.group_name)
         if any(g.name == op.new_name for g in config.nodegroups.values()):
             raise OpPrereqError(f"node group {op.new_name!r} already exists", "already_exists")
 
     def execute(self) -> Any:
-        op: O.OpGroupRename = self.op  # type: ignore[assignment]
+        op: opcodes.OpGroupRename = self.op  # type: ignore[assignment]
         with self.env.store.update() as config:
             group = config.find_group(op.group_name)
             group.name = op.new_name
@@ -100,14 +101,14 @@ class GroupRename(LogicalUnit):
 
 
 class GroupRemove(LogicalUnit):
-    OP = O.OpGroupRemove
+    OP = opcodes.OpGroupRemove
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODEGROUP, [group.uuid]),
-                LockRequest(L.LEVEL_NODE, None, shared=True)]
+        return [LockRequest(locking.LEVEL_NODEGROUP, [group.uuid]),
+                LockRequest(locking.LEVEL_NODE, None, shared=True)]
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
         members = sorted(n.name for n in config.nodes.values() if n.group == group.uuid)
         if members:
@@ -120,6 +121,6 @@ class GroupRemove(LogicalUnit):
         with self.env.store.update() as config:
             group = config.find_group(self.op.group_name)  # type: ignore[attr-defined]
             del config.nodegroups[group.uuid]
-        self.env.locks.remove(L.LEVEL_NODEGROUP, [group.uuid])
+        self.env.locks.remove(locking.LEVEL_NODEGROUP, [group.uuid])
         return None
 

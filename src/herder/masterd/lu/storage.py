@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import locking, model
 from herder.core.errors import HerderError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.vg_repair import vg_repair_allowed
 
@@ -17,10 +16,10 @@ FIELDS = ("name", "size", "used", "free", "allocatable")
 
 
 class NodeQueryStorage(LogicalUnit):
-    OP = O.OpNodeQueryStorage
+    OP = opcodes.OpNodeQueryStorage
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodeQueryStorage = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op: opcodes.OpNodeQueryStorage = self.op  # type: ignore[assignment]
         self.config = config
         nodes = [lookup(config.find_node, n) for n in op.nodes] if op.nodes else \
             sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
@@ -29,7 +28,7 @@ class NodeQueryStorage(LogicalUnit):
         self.fields = list(op.output_fields or ("node", *FIELDS))
 
     def execute(self) -> Any:
-        op: O.OpNodeQueryStorage = self.op  # type: ignore[assignment]
+        op: opcodes.OpNodeQueryStorage = self.op  # type: ignore[assignment]
         c = self.config.cluster
         args: dict[str, Any] = {"type": op.storage_type, "name": op.name}
         if op.storage_type == "file":
@@ -48,14 +47,14 @@ class NodeQueryStorage(LogicalUnit):
 
 
 class NodeModifyStorage(LogicalUnit):
-    OP = O.OpNodeModifyStorage
+    OP = opcodes.OpNodeModifyStorage
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODE, [node.uuid])]
+        return [LockRequest(locking.LEVEL_NODE, [node.uuid])]
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodeModifyStorage = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op: opcodes.OpNodeModifyStorage = self.op  # type: ignore[assignment]
         self.node = lookup(config.find_node, op.node_name)
         unknown = set(op.changes) - {"allocatable"}
         if unknown:
@@ -63,7 +62,7 @@ class NodeModifyStorage(LogicalUnit):
                                 f"'allocatable' (not {', '.join(sorted(unknown))})")
 
     def execute(self) -> Any:
-        op: O.OpNodeModifyStorage = self.op  # type: ignore[assignment]
+        op: opcodes.OpNodeModifyStorage = self.op  # type: ignore[assignment]
         self.env.rpc.call(self.node, "storage_modify", {
             "type": op.storage_type, "name": op.name,
             "allocatable": bool(op.changes["allocatable"])})
@@ -74,14 +73,14 @@ class RepairNodeStorage(LogicalUnit):
     """Fix a node's VG (remove missing PVs) — only when every node sharing instances with it is
     healthy and every instance on it has a good copy elsewhere ("Fix node volume group")."""
 
-    OP = O.OpRepairNodeStorage
+    OP = opcodes.OpRepairNodeStorage
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
-                LockRequest(L.LEVEL_NODE, None, shared=True)]
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(locking.LEVEL_NODE, None, shared=True)]
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op: opcodes.OpRepairNodeStorage = self.op  # type: ignore[assignment]
         self.node = lookup(config.find_node, op.node_name)
         health: dict[str, bool] = {}
         for node in config.nodes.values():
@@ -99,27 +98,27 @@ class RepairNodeStorage(LogicalUnit):
                                 "wrong_state")
 
     def execute(self) -> Any:
-        op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
+        op: opcodes.OpRepairNodeStorage = self.op  # type: ignore[assignment]
         return self.env.rpc.call(self.node, "storage_repair", {"type": op.storage_type,
                                                                 "name": op.name}, timeout=600)
 
 
 class RepairCommand(LogicalUnit):
-    OP = O.OpRepairCommand
+    OP = opcodes.OpRepairCommand
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODE, [node.uuid], shared=True)]
+        return [LockRequest(locking.LEVEL_NODE, [node.uuid], shared=True)]
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpRepairCommand = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op: opcodes.OpRepairCommand = self.op  # type: ignore[assignment]
         self.node = lookup(config.find_node, op.node_name)
         if not op.command or "/" in op.command:
             raise OpPrereqError("the repair command is a file name in the node's white-list "
                                 "directory, without path separators")
 
     def execute(self) -> Any:
-        op: O.OpRepairCommand = self.op  # type: ignore[assignment]
+        op: opcodes.OpRepairCommand = self.op  # type: ignore[assignment]
         result = self.env.rpc.call(self.node, "repair_command",
                                    {"command": op.command, "input": op.input}, timeout=900)
         self.feedback(f"repair command {op.command} on {self.node.name} succeeded")
@@ -127,9 +126,9 @@ class RepairCommand(LogicalUnit):
 
 
 class OsDiagnose(LogicalUnit):
-    OP = O.OpOsDiagnose
+    OP = opcodes.OpOsDiagnose
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         self.nodes = sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
                             key=lambda n: n.name)
 
