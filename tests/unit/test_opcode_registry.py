@@ -26,6 +26,17 @@ def test_every_opcode_has_exactly_one_logical_unit() -> None:
         assert unit.OP is opcodes.BY_ID[op_id], op_id
 
 
+def test_an_lu_executes_the_opcode_of_its_base_class() -> None:
+    """`OP` comes from the opcode in the LU's base class; a generic helper base (its opcode a
+    type variable) executes none, and its concrete subclasses each their own."""
+    from herder.masterd.lu import instance
+
+    assert instance.InstanceStartup.OP is opcodes.OpInstanceStartup
+    assert instance.InstanceMigrate.OP is opcodes.OpInstanceMigrate
+    assert instance.InstanceFailover.OP is opcodes.OpInstanceFailover
+    assert "OP" not in vars(instance._NodeAction) and "OP" not in vars(instance._InstanceMove)
+
+
 def test_every_opcode_has_a_rapi_route_or_a_reason() -> None:
     routes = rapi.opcode_routes(rapi.make_app(cast(rapi.RapiContext, None)))
     assert set(routes) <= set(opcodes.BY_ID)

@@ -745,14 +745,14 @@ def to_builtins(obj: Any) -> Any:
     return msgspec.to_builtins(obj)
 
 
-def tags_add(obj: Named, tags: Iterable[str]) -> None:
+def tags_add(obj: Named | Cluster, tags: Iterable[str]) -> None:
     for tag in tags:
         check_tag(tag)
         if tag not in obj.tags:
             obj.tags.append(tag)
 
 
-def tags_remove(obj: Named, tags: Iterable[str]) -> None:
+def tags_remove(obj: Named | Cluster, tags: Iterable[str]) -> None:
     missing = [t for t in tags if t not in obj.tags]
     if missing:
         raise NotFoundError(f"tag(s) not present: {', '.join(missing)}")

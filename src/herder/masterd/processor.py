@@ -31,7 +31,7 @@ class Processor:
         self.env = env
         self.strategy_factory = strategy_factory
 
-    def make_lu(self, op: opcodes.OpCode, feedback: Any = lambda message: None) -> LogicalUnit:
+    def make_lu(self, op: opcodes.OpCode, feedback: Any = lambda message: None) -> LogicalUnit[Any]:
         try:
             cls = lu.registry()[op.op_id]
         except KeyError:

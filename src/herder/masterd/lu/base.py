@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from herder.core import locking, model
 from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
@@ -38,12 +38,26 @@ class LockRequest:
     shared: bool = False
 
 
-class LogicalUnit:
+OpT = TypeVar("OpT", bound=opcodes.OpCode)
+
+
+class LogicalUnit(Generic[OpT]):
+    """Executes one opcode: a concrete LU subclasses `LogicalUnit[opcodes.OpX]` (or a generic
+    helper base the same way), which makes `self.op` an `OpX` for the type checker and sets
+    `OP`, the opcode class the registry maps to this LU."""
+
     OP: ClassVar[type[opcodes.OpCode]]
     # The cluster lock exclusively (cluster-wide changes, adding objects without locks yet).
     REQ_BGL: ClassVar[bool] = False
 
-    def __init__(self, op: opcodes.OpCode, env: MasterEnv,
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            for arg in get_args(base):
+                if isinstance(arg, type) and issubclass(arg, opcodes.OpCode):
+                    cls.OP = arg
+
+    def __init__(self, op: OpT, env: MasterEnv,
                  feedback: Callable[[str], None] = lambda message: None) -> None:
         self.op = op
         self.env = env

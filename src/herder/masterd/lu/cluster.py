@@ -65,19 +65,18 @@ MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_thresho
                   "balance_disk_moves", "balance_dynamic_load")
 
 
-class ClusterSetParams(LogicalUnit):
-    OP = opcodes.OpClusterSetParams
+class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
     REQ_BGL = True
 
     def execute(self) -> Any:
-        op: opcodes.OpClusterSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             self.apply(op, config)
         return None
 
     def check(self, config: model.ConfigData) -> None:
         # Everything is validated by applying the change to a copy.
-        op: opcodes.OpClusterSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         copy = model.decode(model.encode(config))
         try:
             self.apply(op, copy)
@@ -107,8 +106,8 @@ class ClusterSetParams(LogicalUnit):
                 and isinstance(op.beparams["default"], dict) else op.beparams
             c.beparams = params.apply_overrides(params.BE_FAMILY, c.beparams, resets(be))
         if op.nicparams:
-            nic = op.nicparams.get("default") if isinstance(op.nicparams.get("default"), dict) \
-                else op.nicparams
+            default = op.nicparams.get("default")
+            nic = default if isinstance(default, dict) else op.nicparams
             c.nicparams = params.apply_overrides(params.NIC_FAMILY, c.nicparams, resets(nic))
         if op.ndparams:
             c.ndparams = params.apply_overrides(params.ND_FAMILY, c.ndparams, resets(op.ndparams))
@@ -180,11 +179,9 @@ def redistribute(env: Any, config: model.ConfigData, *, full: bool,
     return redist.report(pusher.push(config, full=full, only=only))
 
 
-class ClusterRedistConf(LogicalUnit):
+class ClusterRedistConf(LogicalUnit[opcodes.OpClusterRedistConf]):
     """Ganeti's LUClusterRedistConf: push everything (with the cluster secrets) to every
     online node now."""
-
-    OP = opcodes.OpClusterRedistConf
 
     def execute(self) -> Any:
         results = redistribute(self.env, self.env.store.load(), full=True)

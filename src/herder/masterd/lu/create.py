@@ -68,15 +68,14 @@ def node_info(env: Any, config: model.ConfigData, feedback: Any) -> dict[str, di
     return info
 
 
-class InstanceCreate(LogicalUnit):
-    OP = opcodes.OpInstanceCreate
+class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     REQ_BGL = True  # placement looks at every node; creations are serialized
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpInstanceCreate = self.op  # type: ignore[assignment]
+        op = self.op
         c = config.cluster
         if any(i.name == op.instance_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.instance_name!r} already exists",
@@ -141,7 +140,7 @@ class InstanceCreate(LogicalUnit):
         return [n.name for n in self.nodes]
 
     def _build(self, config: model.ConfigData) -> model.Instance:
-        op: opcodes.OpInstanceCreate = self.op  # type: ignore[assignment]
+        op = self.op
         stamp = model.now()
         inst_uuid = model.new_uuid()
         vg = config.cluster.volume_group_name or "xenvg"
@@ -200,7 +199,7 @@ class InstanceCreate(LogicalUnit):
         )
 
     def execute(self) -> Any:
-        op: opcodes.OpInstanceCreate = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
             config.instances[inst.uuid] = inst

@@ -26,12 +26,11 @@ def _group_changes(group: model.NodeGroup,
         apply_ipolicy(group.ipolicy, op.ipolicy)
 
 
-class GroupAdd(LogicalUnit):
-    OP = opcodes.OpGroupAdd
+class GroupAdd(LogicalUnit[opcodes.OpGroupAdd]):
     REQ_BGL = True  # the group has no lock yet
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpGroupAdd = self.op  # type: ignore[assignment]
+        op = self.op
         if any(g.name == op.group_name for g in config.nodegroups.values()):
             raise OpPrereqError(f"node group {op.group_name!r} already exists", "already_exists")
         try:
@@ -40,7 +39,7 @@ class GroupAdd(LogicalUnit):
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
-        op: opcodes.OpGroupAdd = self.op  # type: ignore[assignment]
+        op = self.op
         stamp = model.now()
         group = model.NodeGroup(uuid=model.new_uuid(), name=op.group_name, ctime=stamp, mtime=stamp)
         _group_changes(group, op)
@@ -50,26 +49,24 @@ class GroupAdd(LogicalUnit):
         return group.uuid
 
 
-class GroupSetParams(LogicalUnit):
-    OP = opcodes.OpGroupSetParams
-
+class GroupSetParams(LogicalUnit[opcodes.OpGroupSetParams]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
+        group = lookup(config.find_group, self.op.group_name)
         return [LockRequest(locking.LEVEL_NODEGROUP, [group.uuid])]
 
     def check(self, config: model.ConfigData) -> None:
-        group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
+        group = lookup(config.find_group, self.op.group_name)
         copy = model.decode(model.encode(config)).nodegroups[group.uuid]
         try:
-            _group_changes(copy, self.op)  # type: ignore[arg-type]
+            _group_changes(copy, self.op)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
         result: list[list[Any]] = []
         with self.env.store.update() as config:
-            group = config.find_group(self.op.group_name)  # type: ignore[attr-defined]
-            _group_changes(group, self.op)  # type: ignore[arg-type]
+            group = config.find_group(self.op.group_name)
+            _group_changes(group, self.op)
             group.touch()
             for key in ("alloc_policy", "ndparams", "diskparams", "ipolicy"):
                 value = getattr(self.op, key)
@@ -78,21 +75,19 @@ class GroupSetParams(LogicalUnit):
         return result
 
 
-class GroupRename(LogicalUnit):
-    OP = opcodes.OpGroupRename
-
+class GroupRename(LogicalUnit[opcodes.OpGroupRename]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
+        group = lookup(config.find_group, self.op.group_name)
         return [LockRequest(locking.LEVEL_NODEGROUP, [group.uuid])]
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpGroupRename = self.op  # type: ignore[assignment]
+        op = self.op
         lookup(config.find_group, op.group_name)
         if any(g.name == op.new_name for g in config.nodegroups.values()):
             raise OpPrereqError(f"node group {op.new_name!r} already exists", "already_exists")
 
     def execute(self) -> Any:
-        op: opcodes.OpGroupRename = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             group = config.find_group(op.group_name)
             group.name = op.new_name
@@ -100,16 +95,14 @@ class GroupRename(LogicalUnit):
         return op.new_name
 
 
-class GroupRemove(LogicalUnit):
-    OP = opcodes.OpGroupRemove
-
+class GroupRemove(LogicalUnit[opcodes.OpGroupRemove]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
+        group = lookup(config.find_group, self.op.group_name)
         return [LockRequest(locking.LEVEL_NODEGROUP, [group.uuid]),
                 LockRequest(locking.LEVEL_NODE, None, shared=True)]
 
     def check(self, config: model.ConfigData) -> None:
-        group = lookup(config.find_group, self.op.group_name)  # type: ignore[attr-defined]
+        group = lookup(config.find_group, self.op.group_name)
         members = sorted(n.name for n in config.nodes.values() if n.group == group.uuid)
         if members:
             raise OpPrereqError(f"node group {group.name} still has nodes: "
@@ -119,7 +112,7 @@ class GroupRemove(LogicalUnit):
 
     def execute(self) -> Any:
         with self.env.store.update() as config:
-            group = config.find_group(self.op.group_name)  # type: ignore[attr-defined]
+            group = config.find_group(self.op.group_name)
             del config.nodegroups[group.uuid]
         self.env.locks.remove(locking.LEVEL_NODEGROUP, [group.uuid])
         return None

@@ -3,7 +3,7 @@ act on a node through the node RPC (start, shutdown, reboot, migrate, failover, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from herder.core import locking, model, params
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
@@ -23,20 +23,18 @@ def _instance_locks(config: model.ConfigData, name: str, *, nodes: bool = False,
     return requests
 
 
-class InstanceRename(LogicalUnit):
-    OP = opcodes.OpInstanceRename
-
+class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name)  # type: ignore[attr-defined]
+        return _instance_locks(config, self.op.instance_name)
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpInstanceRename = self.op  # type: ignore[assignment]
+        op = self.op
         lookup(config.find_instance, op.instance_name)
         if any(i.name == op.new_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.new_name!r} already exists", "already_exists")
 
     def execute(self) -> Any:
-        op: opcodes.OpInstanceRename = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             inst = config.find_instance(op.instance_name)
             inst.name = op.new_name
@@ -44,14 +42,12 @@ class InstanceRename(LogicalUnit):
         return op.new_name
 
 
-class InstanceSetParams(LogicalUnit):
-    OP = opcodes.OpInstanceSetParams
-
+class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name)  # type: ignore[attr-defined]
+        return _instance_locks(config, self.op.instance_name)
 
     def _apply(self, inst: model.Instance) -> list[list[str]]:
-        op: opcodes.OpInstanceSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         changes: list[list[str]] = []
         if op.hvparams:
             inst.hvparams = params.apply_overrides(params.hv_family(inst.hypervisor), inst.hvparams,
@@ -80,7 +76,7 @@ class InstanceSetParams(LogicalUnit):
         return changes
 
     def check(self, config: model.ConfigData) -> None:
-        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+        inst = lookup(config.find_instance, self.op.instance_name)
         copy = model.decode(model.encode(config)).instances[inst.uuid]
         try:
             self._apply(copy)
@@ -89,17 +85,15 @@ class InstanceSetParams(LogicalUnit):
 
     def execute(self) -> Any:
         with self.env.store.update() as config:
-            inst = config.find_instance(self.op.instance_name)  # type: ignore[attr-defined]
+            inst = config.find_instance(self.op.instance_name)
             changes = self._apply(inst)
             inst.touch()
         return changes
 
 
-class InstanceQueryData(LogicalUnit):
-    OP = opcodes.OpInstanceQueryData
-
+class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
     def execute(self) -> Any:
-        op: opcodes.OpInstanceQueryData = self.op  # type: ignore[assignment]
+        op = self.op
         config = self.env.store.load()
         wanted = [lookup(config.find_instance, n) for n in op.instances] if op.instances \
             else list(config.instances.values())
@@ -123,21 +117,28 @@ class InstanceQueryData(LogicalUnit):
         return result
 
 
-class _NodeAction(LogicalUnit):
+InstanceOpT = TypeVar("InstanceOpT", bound=opcodes.InstanceOpCode)
+
+
+class _NodeAction(LogicalUnit[InstanceOpT]):
     """An instance operation carried out by the node daemon of its primary node."""
 
-    new_admin_state: str | None = None
+    new_admin_state: model.AdminState | None = None
+    # set by check()
+    config: model.ConfigData
+    inst: model.Instance
+    node: model.Node  # the primary
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name,  # type: ignore[attr-defined]
-                               nodes=True)
+        return _instance_locks(config, self.op.instance_name, nodes=True)
 
     def check(self, config: model.ConfigData) -> None:
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
-        self.node = config.nodes.get(self.inst.primary_node)
-        if self.node is None:
+        self.inst = lookup(config.find_instance, self.op.instance_name)
+        node = config.nodes.get(self.inst.primary_node)
+        if node is None:
             raise OpPrereqError(f"instance {self.inst.name}: its primary node is unknown")
+        self.node = node
         if self.inst.admin_state == "offline" and self.new_admin_state == "up":
             raise OpPrereqError(f"instance {self.inst.name} is offline; mark it online first",
                                 "wrong_state")
@@ -156,36 +157,32 @@ class _NodeAction(LogicalUnit):
         if self.new_admin_state and not getattr(self.op, "no_remember", False):
             with self.env.store.update() as config:
                 inst = config.instances[self.inst.uuid]
-                inst.admin_state = self.new_admin_state  # type: ignore[assignment]
+                inst.admin_state = self.new_admin_state
                 inst.admin_state_source = "admin"
                 inst.disks_active = self.new_admin_state == "up" or inst.disks_active
                 inst.touch()
         return None
 
 
-class InstanceStartup(_NodeAction):
-    OP = opcodes.OpInstanceStartup
+class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
     new_admin_state = "up"
 
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_start", self.rpc_args())
 
 
-class InstanceShutdown(_NodeAction):
-    OP = opcodes.OpInstanceShutdown
+class InstanceShutdown(_NodeAction[opcodes.OpInstanceShutdown]):
     new_admin_state = "down"
 
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_shutdown",
-                          {**self.rpc_args(), "timeout": self.op.timeout})  # type: ignore
+                          {**self.rpc_args(), "timeout": self.op.timeout})
 
 
-class InstanceReboot(_NodeAction):
-    OP = opcodes.OpInstanceReboot
-
+class InstanceReboot(_NodeAction[opcodes.OpInstanceReboot]):
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_reboot",
-                          {**self.rpc_args(), "type": self.op.reboot_type})  # type: ignore
+                          {**self.rpc_args(), "type": self.op.reboot_type})
 
 
 def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node, *,
@@ -282,29 +279,33 @@ def pick_target(config: model.ConfigData, inst: model.Instance,
                         "cannot move between nodes", "wrong_input")
 
 
-class InstanceMigrate(_NodeAction):
-    OP = opcodes.OpInstanceMigrate
+MoveOpT = TypeVar("MoveOpT", opcodes.OpInstanceMigrate, opcodes.OpInstanceFailover)
+
+
+class _InstanceMove(_NodeAction[MoveOpT]):
+    """Moving an instance to another node: to its DRBD secondary, or where the allocator (or
+    the operator) says for shared storage."""
+
     live = True
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+        inst = lookup(config.find_instance, self.op.instance_name)
         if uses_allocator(inst, self.op):  # the allocator may choose any node: lock them all
             return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
                     LockRequest(locking.LEVEL_NODE, None)]
         nodes = set(inst.all_nodes)
-        target = getattr(self.op, "target_node", None)
-        if target:
-            nodes.add(lookup(config.find_node, target).uuid)
+        if self.op.target_node:
+            nodes.add(lookup(config.find_node, self.op.target_node).uuid)
         return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
                 LockRequest(locking.LEVEL_NODE, sorted(nodes))]
 
     def _target(self, config: model.ConfigData) -> model.Node:
         op = self.op
-        if getattr(op, "iallocator", None) and getattr(op, "target_node", None):
+        if op.iallocator and op.target_node:
             raise OpPrereqError("give a target node or an iallocator, not both", "wrong_input")
         if uses_allocator(self.inst, op):
             return allocate_target(self.env, config, self.inst, op, self.feedback)
-        return pick_target(config, self.inst, getattr(op, "target_node", None))
+        return pick_target(config, self.inst, op.target_node)
 
     def check(self, config: model.ConfigData) -> None:
         super().check(config)
@@ -312,19 +313,19 @@ class InstanceMigrate(_NodeAction):
         if self.target.offline:
             raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
+
+class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
     def act(self) -> None:
         move_instance(self.env, self.config, self.inst, self.target,
-                      live=self.live and self.op.mode != "non-live",  # type: ignore
-                      reason=self.op.reason)
+                      live=self.live and self.op.mode != "non-live", reason=self.op.reason)
 
 
-class InstanceFailover(InstanceMigrate):
-    OP = opcodes.OpInstanceFailover
+class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
     live = False
 
     def check(self, config: model.ConfigData) -> None:
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.inst = lookup(config.find_instance, self.op.instance_name)
         self.node = config.nodes[self.inst.primary_node]
         self.target = self._target(config)
         if self.target.offline:
@@ -333,17 +334,14 @@ class InstanceFailover(InstanceMigrate):
     def act(self) -> None:
         move_instance(self.env, self.config, self.inst, self.target, live=False,
                       reason=self.op.reason,
-                      ignore_source=self.node.offline or
-                      self.op.ignore_consistency)  # type: ignore[attr-defined]
+                      ignore_source=self.node.offline or self.op.ignore_consistency)
 
 
-class InstanceRemove(_NodeAction):
-    OP = opcodes.OpInstanceRemove
-
+class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
     def check(self, config: model.ConfigData) -> None:
+        # no node check: a removal cleans up what it can reach (ignore_failures)
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
-        self.node = config.nodes.get(self.inst.primary_node)
+        self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
         disks = [d.uuid for d in self.inst.disks]
@@ -355,7 +353,7 @@ class InstanceRemove(_NodeAction):
                 self.env.rpc.call(node, "instance_remove", {"name": self.inst.name,
                                                             "disks": disks})
             except HerderError:
-                if not self.op.ignore_failures:  # type: ignore[attr-defined]
+                if not self.op.ignore_failures:
                     raise
                 self.feedback(f"could not clean up on {node.name}; ignored")
 
@@ -367,11 +365,9 @@ class InstanceRemove(_NodeAction):
         return None
 
 
-class InstanceActivateDisks(_NodeAction):
+class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
     """Make an instance's disks available on its nodes (herder's watcher-style repair of
     running instances whose disks are inactive)."""
-
-    OP = opcodes.OpInstanceActivateDisks
 
     def act(self) -> None:
         payload = instance_payload(self.config, self.inst)
@@ -388,10 +384,8 @@ class InstanceActivateDisks(_NodeAction):
                 for d in self.inst.disks]
 
 
-class InstanceReinstall(_NodeAction):
+class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
     """Recreate the OS on the instance's disks (it must be down); the OS may change."""
-
-    OP = opcodes.OpInstanceReinstall
 
     def check(self, config: model.ConfigData) -> None:
         super().check(config)
@@ -400,7 +394,7 @@ class InstanceReinstall(_NodeAction):
                                 "wrong_state")
 
     def act(self) -> None:
-        op: opcodes.OpInstanceReinstall = self.op  # type: ignore[assignment]
+        op = self.op
         payload = instance_payload(self.config, self.inst)
         if op.os_type:
             payload["os"] = op.os_type
@@ -409,7 +403,7 @@ class InstanceReinstall(_NodeAction):
             "version": self.inst.serial_no, "force_variant": op.force_variant}, timeout=900)
 
     def execute(self) -> Any:
-        op: opcodes.OpInstanceReinstall = self.op  # type: ignore[assignment]
+        op = self.op
         self.act()
         if op.os_type and op.os_type != self.inst.os:
             with self.env.store.update() as config:
@@ -418,20 +412,18 @@ class InstanceReinstall(_NodeAction):
         return None
 
 
-class InstanceReplaceDisks(_NodeAction):
+class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
     """replace-disks: recreate the disks on the primary (-p, the "repair instance" of design
     2.1), on the secondary, or move the mirror to a new secondary (remote node / iallocator)."""
 
-    OP = opcodes.OpInstanceReplaceDisks
-
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+        inst = lookup(config.find_instance, self.op.instance_name)
         return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
                 LockRequest(locking.LEVEL_NODE, None)]
 
     def check(self, config: model.ConfigData) -> None:
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.inst = lookup(config.find_instance, self.op.instance_name)
         self.node = config.nodes[self.inst.primary_node]
         if self.inst.disk_template != "drbd":
             raise OpPrereqError(f"instance {self.inst.name} is not DRBD-mirrored; "
@@ -440,7 +432,7 @@ class InstanceReplaceDisks(_NodeAction):
     def act(self) -> None:
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
-        op: opcodes.OpInstanceReplaceDisks = self.op  # type: ignore[assignment]
+        op = self.op
         payload = instance_payload(self.config, self.inst)
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
             new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)

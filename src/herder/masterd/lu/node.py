@@ -4,7 +4,7 @@ node-level operations that need node daemons (evacuate, migrate)."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import Any, TypeVar
 
 from herder.core import locking, model, params
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
@@ -23,12 +23,11 @@ def _check_ip(value: str | None, what: str) -> None:
         raise OpPrereqError(f"{what} {value!r} is not an IP address") from None
 
 
-class NodeAdd(LogicalUnit):
-    OP = opcodes.OpNodeAdd
+class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
     REQ_BGL = True  # the node has no lock yet
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpNodeAdd = self.op  # type: ignore[assignment]
+        op = self.op
         if not op.primary_ip:
             raise OpPrereqError("a new node needs its primary IP (primary_ip)")
         _check_ip(op.primary_ip, "primary IP")
@@ -53,7 +52,7 @@ class NodeAdd(LogicalUnit):
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
-        op: opcodes.OpNodeAdd = self.op  # type: ignore[assignment]
+        op = self.op
         stamp = model.now()
         with self.env.store.update() as config:
             if op.group:
@@ -85,14 +84,12 @@ class NodeAdd(LogicalUnit):
         return node.uuid
 
 
-class NodeSetParams(LogicalUnit):
+class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
     """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
     offline/drained nodes stop being master candidates; one change of role at a time."""
 
-    OP = opcodes.OpNodeSetParams
-
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        node = lookup(config.find_node, self.op.node_name)
         requests = [LockRequest(locking.LEVEL_NODE, [node.uuid])]
         group = getattr(self.op, "group", None)
         if group:
@@ -102,7 +99,7 @@ class NodeSetParams(LogicalUnit):
         return requests
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpNodeSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         node = lookup(config.find_node, op.node_name)
         is_master = node.uuid == config.cluster.master_node
         flags = [f for f in ("offline", "drained", "master_candidate")
@@ -136,7 +133,7 @@ class NodeSetParams(LogicalUnit):
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
-        op: opcodes.OpNodeSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         changes: list[list[str]] = []
         with self.env.store.update() as config:
             node = config.find_node(op.node_name)
@@ -188,17 +185,15 @@ class NodeSetParams(LogicalUnit):
         return changes
 
 
-class NodeRemove(LogicalUnit):
-    OP = opcodes.OpNodeRemove
-
+class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        node = lookup(config.find_node, self.op.node_name)
         return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
                 LockRequest(locking.LEVEL_NODE, [node.uuid]),
                 LockRequest(locking.LEVEL_NODE_RES, [node.uuid])]
 
     def check(self, config: model.ConfigData) -> None:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        node = lookup(config.find_node, self.op.node_name)
         if node.uuid == config.cluster.master_node:
             raise OpPrereqError(f"node {node.name} is the master node; fail over first",
                                 "wrong_input")
@@ -209,27 +204,25 @@ class NodeRemove(LogicalUnit):
 
     def execute(self) -> Any:
         with self.env.store.update() as config:
-            node = config.find_node(self.op.node_name)  # type: ignore[attr-defined]
+            node = config.find_node(self.op.node_name)
             del config.nodes[node.uuid]
         self.env.locks.remove(locking.LEVEL_NODE_RES, [node.uuid])
         self.env.locks.remove(locking.LEVEL_NODE, [node.uuid])
         return None
 
 
-class NodePowercycle(LogicalUnit):
-    OP = opcodes.OpNodePowercycle
-
+class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []  # Ganeti takes no locks: a broken node must be power-cyclable
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpNodePowercycle = self.op  # type: ignore[assignment]
+        op = self.op
         node = lookup(config.find_node, op.node_name)
         if node.uuid == config.cluster.master_node and not op.force:
             raise OpPrereqError("the master node is power-cycled only with force")
 
     def execute(self) -> Any:
-        node = self.env.store.load().find_node(self.op.node_name)  # type: ignore[attr-defined]
+        node = self.env.store.load().find_node(self.op.node_name)
         return self.env.rpc.call(node, "node_powercycle", {}, timeout=30)
 
 
@@ -279,19 +272,22 @@ def choose_secondary(env: Any, config: model.ConfigData, inst: model.Instance, o
     return config.find_node(nodes[0])
 
 
-class _NodeWithInstances(LogicalUnit):
+NodeMoveOpT = TypeVar("NodeMoveOpT", opcodes.OpNodeEvacuate, opcodes.OpNodeMigrate)
+
+
+class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
     """Moving everything off a node: primaries to their DRBD secondaries (live migration,
     or failover), and — for evacuation — secondaries to new nodes chosen by the allocator."""
 
     live = True
-    modes = ("primary",)
+    modes: tuple[str, ...] = ("primary",)
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return [LockRequest(locking.LEVEL_INSTANCE, None),
                 LockRequest(locking.LEVEL_NODE, None)]
 
     def check(self, config: model.ConfigData) -> None:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+        node = lookup(config.find_node, self.op.node_name)
         self.node, self.config = node, config
         self.primaries = sorted((i for i in config.instances.values()
                                  if i.primary_node == node.uuid), key=lambda i: i.name)
@@ -338,20 +334,16 @@ class _NodeWithInstances(LogicalUnit):
         return list(dict.fromkeys(moved))
 
 
-class NodeEvacuate(_NodeWithInstances):
-    OP = opcodes.OpNodeEvacuate
-
+class NodeEvacuate(_NodeWithInstances[opcodes.OpNodeEvacuate]):
     def check(self, config: model.ConfigData) -> None:
-        mode = self.op.mode  # type: ignore[attr-defined]
+        mode = self.op.mode
         self.modes = {"primary-only": ("primary",), "secondary-only": ("secondary",),
                       "all": ("primary", "secondary")}[mode]
         super().check(config)
 
 
-class NodeMigrate(_NodeWithInstances):
-    OP = opcodes.OpNodeMigrate
-
+class NodeMigrate(_NodeWithInstances[opcodes.OpNodeMigrate]):
     def check(self, config: model.ConfigData) -> None:
-        self.live = self.op.mode != "non-live" and self.op.live is not False  # type: ignore
+        self.live = self.op.mode != "non-live" and self.op.live is not False
         super().check(config)
 

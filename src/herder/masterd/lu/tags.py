@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from herder.core import locking, model
 from herder.core.errors import ConfigError, NotFoundError, OpPrereqError
@@ -23,15 +23,18 @@ def _target(config: model.ConfigData, kind: str, name: str | None) -> model.Name
     return lookup(finder, name)
 
 
-class _Tags(LogicalUnit):
+TagsOpT = TypeVar("TagsOpT", bound=opcodes.TagsOpCode)
+
+
+class _Tags(LogicalUnit[TagsOpT]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        op: opcodes.OpTagsSet = self.op  # type: ignore[assignment]
+        op = self.op
         if op.kind == "cluster":
             return []
         return [LockRequest(_LEVELS[op.kind], [_target(config, op.kind, op.name).uuid])]
 
     def check(self, config: model.ConfigData) -> None:
-        op: opcodes.OpTagsSet = self.op  # type: ignore[assignment]
+        op = self.op
         obj = _target(config, op.kind, op.name)
         try:
             self.change(obj, list(op.tags))
@@ -42,7 +45,7 @@ class _Tags(LogicalUnit):
         raise NotImplementedError
 
     def execute(self) -> Any:
-        op: opcodes.OpTagsSet = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             obj = _target(config, op.kind, op.name)
             self.change(obj, list(op.tags))
@@ -50,16 +53,12 @@ class _Tags(LogicalUnit):
         return None
 
 
-class TagsSet(_Tags):
-    OP = opcodes.OpTagsSet
-
+class TagsSet(_Tags[opcodes.OpTagsSet]):
     def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
-        model.tags_add(obj, tags)  # type: ignore[arg-type]
+        model.tags_add(obj, tags)
 
 
-class TagsDel(_Tags):
-    OP = opcodes.OpTagsDel
-
+class TagsDel(_Tags[opcodes.OpTagsDel]):
     def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
-        model.tags_remove(obj, tags)  # type: ignore[arg-type]
+        model.tags_remove(obj, tags)
 

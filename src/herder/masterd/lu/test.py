@@ -10,18 +10,16 @@ from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 
-class TestDelay(LogicalUnit):
-    OP = opcodes.OpTestDelay
-
+class TestDelay(LogicalUnit[opcodes.OpTestDelay]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        op: opcodes.OpTestDelay = self.op  # type: ignore[assignment]
+        op = self.op
         if op.no_locks or not op.on_nodes:
             return []
         uuids = sorted(lookup(config.find_node, n).uuid for n in op.on_nodes)
         return [LockRequest(locking.LEVEL_NODE, uuids)]
 
     def execute(self) -> Any:
-        op: opcodes.OpTestDelay = self.op  # type: ignore[assignment]
+        op = self.op
         for _ in range(op.repeat + 1):
             time.sleep(op.duration)
         return None
