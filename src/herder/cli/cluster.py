@@ -21,7 +21,7 @@ from herder.cli.common import (
 )
 from herder.core import cluster_secrets, model, params, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 from herder.core.verify import verify as verify_config
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
@@ -262,7 +262,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
 @cluster.command()
 @json_option
 @pass_store
-def info(store: FileStore, as_json: bool) -> None:
+def info(store: ConfigStore, as_json: bool) -> None:
     """Show the cluster's settings and filled (effective) parameters."""
     config = store.load()
     if as_json:
@@ -282,7 +282,7 @@ def info(store: FileStore, as_json: bool) -> None:
 @cluster.command()
 @json_option
 @pass_store
-def verify(store: FileStore, as_json: bool) -> None:
+def verify(store: ConfigStore, as_json: bool) -> None:
     """Check the config for inconsistencies; exit 1 if any error is found.
 
     Reports instances on unknown nodes, duplicate names, MACs, IPs and DRBD ports/minors,
@@ -463,7 +463,7 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
               "put their nodes in our group of that name, or rename theirs.")
 @click.option("--dry-run", is_flag=True, help="Only the checks and the plan.")
 @pass_store
-def merge(store: FileStore, others: tuple[Path, ...], groups: str, dry_run: bool) -> None:
+def merge(store: ConfigStore, others: tuple[Path, ...], groups: str, dry_run: bool) -> None:
     """Merge other herder clusters into this one (design-2.1 "Cluster Merger").
 
     OTHER is the other cluster's config path (e.g. /tmp/sim2/cluster/config.json); its
@@ -531,7 +531,7 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 # --- master failover ----------------------------------------------------------------------------
 
 
-def _vote_rpc(store: FileStore, epoch: int | None, noded_port: int) -> Any:
+def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int) -> Any:
     from herder.core import envelope
     from herder.core.noderpc import HttpNodeRpc
 
@@ -548,7 +548,7 @@ def _masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[b
         return False, err.strerror or str(err)
 
 
-def master_vote(store: FileStore, config: model.ConfigData, me: model.Node, *, masterd_port: int,
+def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *, masterd_port: int,
                 noded_port: int) -> tuple[int, int, list[str]]:
     """Ask every online node (this one directly, the others through their noded's
     `master_vote`) whether the master's masterd is reachable. Returns (votes that it is gone,
@@ -580,7 +580,7 @@ def master_vote(store: FileStore, config: model.ConfigData, me: model.Node, *, m
     return gone, len(voters), lines
 
 
-def announce_epoch(store: FileStore, config: model.ConfigData, noded_port: int) -> list[str]:
+def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int) -> list[str]:
     """Tell every node the new master epoch (any call carrying it raises the node's)."""
     rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port)
     lines = []
@@ -608,7 +608,7 @@ def announce_epoch(store: FileStore, config: model.ConfigData, noded_port: int) 
 @click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
 @json_option
 @pass_store
-def master_failover(store: FileStore, node_name: str | None, no_voting: bool, yes: bool,
+def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, yes: bool,
                     masterd_port: int, noded_port: int, as_json: bool) -> None:
     """Make this master candidate the master (Ganeti's gnt-cluster master-failover).
 

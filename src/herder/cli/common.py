@@ -6,30 +6,31 @@ import datetime
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import click
 
 from herder.core import model
-from herder.core.store import FileStore, open_store
+from herder.core.store import ConfigStore, open_store
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def store_from(ctx: click.Context) -> FileStore:
+def store_from(ctx: click.Context) -> ConfigStore:
     root = ctx.find_root()
     path = (root.obj or {}).get("config_path")
     return open_store(path)
 
 
-def pass_store(func: F) -> F:
+def pass_store(func: Callable[Concatenate[ConfigStore, P], R]) -> Callable[P, R]:
     """Give the command the cluster's config store as its first argument."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         return func(store_from(click.get_current_context()), *args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -10,7 +10,7 @@ from herder.cli import remote
 from herder.cli.cluster import PARAM_HELP, parse_disk_options
 from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
 from herder.core import model, params
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 ALLOC_POLICIES = click.Choice(["preferred", "last_resort", "unallocable"])
 
@@ -23,7 +23,7 @@ def group() -> None:
 @group.command("list")
 @json_option
 @pass_store
-def list_(store: FileStore, as_json: bool) -> None:
+def list_(store: ConfigStore, as_json: bool) -> None:
     """List node groups with their allocation policy and sizes."""
     config = store.load()
     rows = []
@@ -44,7 +44,7 @@ def list_(store: FileStore, as_json: bool) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="GROUP...")
 @json_option
 @pass_store
-def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
+def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show a group with its filled node parameters and instance policy."""
     config = store.load()
     out = []

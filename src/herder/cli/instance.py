@@ -9,7 +9,7 @@ import click
 from herder.cli import remote
 from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
 from herder.core import model, params
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 
 @click.group()
@@ -21,7 +21,7 @@ def instance() -> None:
 @instance.command("list")
 @json_option
 @pass_store
-def list_(store: FileStore, as_json: bool) -> None:
+def list_(store: ConfigStore, as_json: bool) -> None:
     """List instances with their state, nodes, template and OS."""
     config = store.load()
     rows = []
@@ -46,7 +46,7 @@ def list_(store: FileStore, as_json: bool) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="INSTANCE...")
 @json_option
 @pass_store
-def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
+def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show an instance: placement, disks (with DRBD ids), NICs and filled parameters."""
     config = store.load()
     out = []

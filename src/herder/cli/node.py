@@ -20,7 +20,7 @@ from herder.cli.common import (
 )
 from herder.core import model, params, roles
 from herder.core.errors import ConfigError
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
 
@@ -59,7 +59,7 @@ def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
 @node.command("list")
 @json_option
 @pass_store
-def list_(store: FileStore, as_json: bool) -> None:
+def list_(store: ConfigStore, as_json: bool) -> None:
     """List nodes with their role, group, IPs, flags and instance counts."""
     config = store.load()
     rows = [node_row(config, n) for n in sorted(config.nodes.values(), key=lambda n: n.name)]
@@ -79,7 +79,7 @@ def list_(store: FileStore, as_json: bool) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="NODE...")
 @json_option
 @pass_store
-def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
+def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show everything about one or more nodes, with their filled node parameters."""
     config = store.load()
     nodes = [config.find_node(name) for name in names]

@@ -8,7 +8,7 @@ from herder.cli import remote
 from herder.cli.common import json_option, pass_store, print_json
 from herder.core import model
 from herder.core.errors import HerderError
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 KINDS = ("cluster", "group", "node", "instance")
 
@@ -42,7 +42,7 @@ def tags() -> None:
 @click.argument("name", required=False)
 @json_option
 @pass_store
-def list_(store: FileStore, kind: str, name: str | None, as_json: bool) -> None:
+def list_(store: ConfigStore, kind: str, name: str | None, as_json: bool) -> None:
     """List the tags of the cluster, or of the group/node/instance NAME."""
     config = store.load()
     obj, _ = _target(config, kind, (name,) if name else ())

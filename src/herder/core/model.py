@@ -82,7 +82,8 @@ class ISpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     spindle_use: int = msgspec.field(name="spindle-use")
 
     def as_dict(self) -> dict[str, int]:
-        return msgspec.to_builtins(self)
+        fields: dict[str, int] = msgspec.to_builtins(self)
+        return fields
 
     def __post_init__(self) -> None:
         for key, value in self.as_dict().items():

@@ -31,7 +31,22 @@ _TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
 
 
 class ConfigStore(Protocol):
-    """Where the cluster config lives. Every change goes through `update`."""
+    """Where the cluster config lives (`FileStore`, `store_etcd.EtcdStore`). Every change goes
+    through `update`."""
+
+    @property
+    def path(self) -> Path:
+        """The document's path, or for a remote backend the local anchor beside which the
+        secrets and certificates live."""
+        ...
+
+    @property
+    def directory(self) -> Path:
+        """The local directory of the secrets and certificates."""
+        ...
+
+    def exists(self) -> bool:
+        ...
 
     def load(self) -> model.ConfigData:
         """The current document, validated (and upgraded in memory if older)."""
@@ -43,6 +58,14 @@ class ConfigStore(Protocol):
 
     def update(self) -> contextlib.AbstractContextManager[model.ConfigData]:
         """Lock, load, let the caller change the document, validate, bump serial, write."""
+        ...
+
+    def replace(self, config: model.ConfigData) -> None:
+        """Overwrite the document with `config` (validated); for imports and restores."""
+        ...
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the writers' lock (blocks until other writers are done)."""
         ...
 
 
@@ -217,12 +240,12 @@ def default_config_path() -> Path:
     return Path(env) if env else DEFAULT_CONFIG_PATH
 
 
-def open_store(path: str | os.PathLike[str] | None = None) -> FileStore:
+def open_store(path: str | os.PathLike[str] | None = None) -> ConfigStore:
     """The store at `path` (default: HERDER_CONFIG, else /var/lib/herder/config.json); a
     location `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` opens the etcd backend instead."""
     location = path if path is not None else os.environ.get("HERDER_CONFIG")
     if isinstance(location, str) and location.startswith("etcd://"):
         from herder.core.store_etcd import EtcdStore  # only when used (keeps httpx out)
 
-        return EtcdStore.from_location(location)  # type: ignore[return-value]
+        return EtcdStore.from_location(location)
     return FileStore(path if path is not None else default_config_path())

@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from herder.core import etcd, model, upgrade
 from herder.core.errors import ConfigError, StoreError
@@ -84,9 +85,10 @@ class EtcdStore:
         self._local_dir = Path(local_dir)
 
     @classmethod
-    def from_location(cls, location: str, **kwargs: object) -> EtcdStore:
+    def from_location(cls, location: str, **kwargs: Any) -> EtcdStore:
+        """The store at `location`; `kwargs` as for the constructor."""
         endpoints, cluster = parse_location(location)
-        return cls(etcd.EtcdClient(endpoints), cluster, **kwargs)  # type: ignore[arg-type]
+        return cls(etcd.EtcdClient(endpoints), cluster, **kwargs)
 
     @property
     def location(self) -> str:

@@ -506,7 +506,7 @@ class Maintd:
         """Intent first, then submit, then the job id (crash-safe; see `state`). A job the
         cluster refuses at submission fails its incident, which is tagged as failed too."""
         st = self.state
-        refused: list[Job] = []
+        refused: list[Job | None] = []  # their failure-tag jobs (None: the object is gone)
         jobs = list(jobs)
         keys = [intent_key(j.event, j.step, self.rounds) for j in jobs]
         st.intents.extend({"key": k, "event": j.event, "step": j.step}

@@ -51,7 +51,7 @@ class UnsupportedOp(Exception):
 
 def reason_text(op: Mapping[str, Any]) -> str:
     """The `reason` query text for an opcode: maintd's event, then instmon's when present."""
-    parts = []
+    parts: list[str] = []
     for entry in op.get("reason") or []:
         if isinstance(entry, list | tuple) and len(entry) >= 2:
             if entry[0] == reason.MAINTD:
@@ -94,8 +94,8 @@ def route(op: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
         body = {k: v for k, v in fields.items() if v is not None}
         return "POST", f"/2/instances/{_seg(inst)}/replace-disks", None, body
     if kind == "OP_INSTANCE_STARTUP":
-        query = {"force": 1} if fields.get("force") else None
-        return "PUT", f"/2/instances/{_seg(inst)}/startup", query, None
+        force = {"force": 1} if fields.get("force") else None
+        return "PUT", f"/2/instances/{_seg(inst)}/startup", force, None
     if kind == "OP_INSTANCE_SHUTDOWN":
         return "PUT", f"/2/instances/{_seg(inst)}/shutdown", None, None
     if kind == "OP_INSTANCE_REINSTALL":  # harep's "reinstall" (RAPI body version 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from herder.core import model
 
@@ -39,12 +39,16 @@ def is_node_incident(inc: model.Incident) -> bool:
     return inc.instance is None
 
 
-def action_of(original: Any) -> str | None:
+def _is_node_action(status: Any) -> TypeGuard[model.RepairAction]:
+    return isinstance(status, str) and status in SEVERITY
+
+
+def action_of(original: Any) -> model.RepairAction | None:
     """The recommended action of a diagnose object, None when it is not a valid one."""
     if not isinstance(original, Mapping):
         return None
     status = original.get("status")
-    return status if isinstance(status, str) and status in SEVERITY else None
+    return status if _is_node_action(status) else None
 
 
 def new_incident(node: str, original: Any, when: float | None = None) -> model.Incident:
@@ -53,7 +57,7 @@ def new_incident(node: str, original: Any, when: float | None = None) -> model.I
         raise ValueError(f"no repair needed for diagnose {original!r}")
     event = str(uuidlib.uuid4())
     stamp = time.time() if when is None else when
-    return model.Incident(uuid=event, node=node, original=original, action=action,  # type: ignore[arg-type]
+    return model.Incident(uuid=event, node=node, original=original, action=action,
                           repair_status="noted", tag=ready_tag(event), ctime=stamp, mtime=stamp)
 
 
@@ -64,9 +68,10 @@ def find(incidents: Iterable[model.Incident], node: str, original: Any) -> model
     return None
 
 
-def set_status(inc: model.Incident, status: str, when: float | None = None) -> None:
+def set_status(inc: model.Incident, status: model.RepairStatus,
+               when: float | None = None) -> None:
     if inc.repair_status != status:
-        inc.repair_status = status  # type: ignore[assignment]
+        inc.repair_status = status
         inc.touch(when)
 
 

@@ -31,7 +31,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from herder.core import model, notification
 from herder.core.jobs import reason
@@ -39,9 +39,9 @@ from herder.maintd import incidents as incident_lifecycle
 from herder.maintd.rounds import MIRRORED, Instance, Job, Node, Plan, annotate
 
 OPTOUT_TAG = "herder:instmon:norecover"
-RESTART = "restart"
-RELOCATE = "relocate"
-DRAIN_RELOCATE = "drain-relocate"
+RESTART: Final = "restart"
+RELOCATE: Final = "relocate"
+DRAIN_RELOCATE: Final = "drain-relocate"
 ACTIONS = (RESTART, RELOCATE, DRAIN_RELOCATE)
 # opcodes during which a stop of their instance is herder's own doing
 IN_PLACE = frozenset({"OP_INSTANCE_SHUTDOWN", "OP_INSTANCE_REBOOT", "OP_INSTANCE_REINSTALL",
@@ -189,6 +189,7 @@ def decide(note: notification.Notification, kind: str | None, nodes: Sequence[No
                        kind)
     node = next((n for n in nodes if n.name == inst.pnode), None)
     node_uuid = node.uuid if node is not None else inst.pnode
+    action: model.RepairAction
     if kind == notification.IO_ERROR:
         action, why = DRAIN_RELOCATE, "its storage failed"
     else:
@@ -204,7 +205,7 @@ def decide(note: notification.Notification, kind: str | None, nodes: Sequence[No
     event = str(uuidlib.uuid4())
     original = original_of(note, kind, notification_uuid)
     inc = model.Incident(uuid=event, node=node_uuid, instance=inst.uuid, original=original,
-                         action=action, repair_status="noted", tag="",  # type: ignore[arg-type]
+                         action=action, repair_status="noted", tag="",
                          ctime=now, mtime=now)
     return Verdict(NEW, f"{kind} of {inst.name}: {action} ({why})", kind, inc)
 
@@ -215,7 +216,9 @@ def decide(note: notification.Notification, kind: str | None, nodes: Sequence[No
 def instmon_reason(original: Any) -> list[Any]:
     """The reason-trail entry naming the notified event (stamped with its generated_time)."""
     o = original if isinstance(original, Mapping) else {}
-    payload = o.get("payload") if isinstance(o.get("payload"), Mapping) else {}
+    payload = o.get("payload")
+    if not isinstance(payload, Mapping):
+        payload = {}
     when = str(o.get("generated_time", ""))
     text = (f"{payload.get('event', '?')}/{payload.get('vir_domain_event', '?')} on "
             f"{o.get('hostname', '?')} at {when}")

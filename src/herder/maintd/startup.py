@@ -22,7 +22,7 @@ from herder.core import confd, envelope, notification, serve
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
-from herder.core.store import FileStore, open_store
+from herder.core.store import ConfigStore, open_store
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
 from herder.maintd.server import NotifySettings, make_app
@@ -197,7 +197,7 @@ def _bindable(address: str | None) -> str | None:
     return address
 
 
-def master_vote(store: FileStore, me: str) -> str | None:
+def master_vote(store: ConfigStore, me: str) -> str | None:
     """Ask the master candidates' confd who the master is; a majority of the candidates must
     name the same node. None when no confd answers (then masterd's own answer is used)."""
     if not store.exists():

@@ -206,23 +206,23 @@ def merge_into(ours: model.ConfigData, other: model.ConfigData, groups: str = "r
     group_map = _group_map(ours, other, groups)
     for uuid, group in group_map.items():
         if group.uuid in ours.nodegroups:  # merged into ours: keep their network links too
-            for net, link in other.nodegroups[uuid].networks.items():
-                group.networks.setdefault(net, copy.deepcopy(link))
+            for net_uuid, link in other.nodegroups[uuid].networks.items():
+                group.networks.setdefault(net_uuid, copy.deepcopy(link))
         else:
             ours.nodegroups[group.uuid] = group
     for net in other.networks.values():
         ours.networks[net.uuid] = copy.deepcopy(net)
     for node in other.nodes.values():
-        new = copy.deepcopy(node)
-        new.group = group_map[node.group].uuid if node.group in group_map else node.group
-        new.master_candidate = False
-        ours.nodes[new.uuid] = new
+        new_node = copy.deepcopy(node)
+        new_node.group = group_map[node.group].uuid if node.group in group_map else node.group
+        new_node.master_candidate = False
+        ours.nodes[new_node.uuid] = new_node
     for inst in other.instances.values():
-        new = copy.deepcopy(inst)
-        for disk in _disks(new.disks):
+        new_inst = copy.deepcopy(inst)
+        for disk in _disks(new_inst.disks):
             if isinstance(disk.logical_id, model.DrbdId) and disk.uuid in ports:
                 disk.logical_id.port = ports[disk.uuid][1]
-        ours.instances[new.uuid] = new
+        ours.instances[new_inst.uuid] = new_inst
     if ports:
         highest = max(new for _, new in ports.values())
         ours.cluster.highest_used_port = max(ours.cluster.highest_used_port, highest)

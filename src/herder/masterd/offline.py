@@ -12,12 +12,12 @@ from typing import Any
 
 from herder.core import locking
 from herder.core.jobs import opcodes
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 
 
-def run_offline(store: FileStore, ops: Sequence[dict[str, Any] | opcodes.OpCode],
+def run_offline(store: ConfigStore, ops: Sequence[dict[str, Any] | opcodes.OpCode],
                 feedback: Callable[[str], None] = lambda message: None) -> list[Any]:
     """Check and run each opcode in order; the first failure raises (later ones do not run)."""
     parsed = [opcodes.parse(op) for op in ops]

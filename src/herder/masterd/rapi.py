@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
@@ -27,7 +27,7 @@ from herder.core.errors import (
 )
 from herder.core.jobs import opcodes, reason
 from herder.core.jobs import queue as job_queue
-from herder.core.store import ConfigCache, FileStore
+from herder.core.store import ConfigStore
 from herder.masterd import views
 from herder.masterd.auth import REALM, User, UsersFile
 
@@ -38,13 +38,23 @@ FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-migrate-r
 _encode = msgspec.json.Encoder().encode
 
 
+class ConfigView(Protocol):
+    """The config as the RAPI answers it: the last good one (None when there is none), and
+    why the current one did not load (`store.ConfigCache`, `etcd_master.EtcdConfigCache`)."""
+
+    error: str | None
+
+    def __call__(self) -> model.ConfigData | None:
+        ...
+
+
 @dataclass
 class RapiContext:
-    config: ConfigCache
+    config: ConfigView
     queue: job_queue.JobQueue
     users: UsersFile
     anonymous_reads: bool = False
-    store: FileStore | None = None  # for herder's direct state routes
+    store: ConfigStore | None = None  # for herder's direct state routes
 
 
 CTX_KEY = web.AppKey("rapi", RapiContext)

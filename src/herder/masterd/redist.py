@@ -167,9 +167,8 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
             files += [str(secrets.rapi_users)]
         if full:
             files += [str(secrets.hmac_key), str(secrets.certificate)]
-        seen: set[str] = set()
         plans[node.name] = NodePlan(node.name, node.uuid, dict(ssconf), candidate,
-                                    [f for f in files if not (f in seen or seen.add(f))])
+                                    list(dict.fromkeys(files)))  # each once, in order
     return plans
 
 
@@ -262,11 +261,13 @@ class Redistributor:
             with self._lock:
                 before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
             changed = {name for name, st in queue_now.items() if before.get(name) != st}
-            files = {}
-            assert self.queue_dir is not None or not changed
-            for name in sorted(changed):
-                with contextlib.suppress(OSError):
-                    files[name] = _b64((self.queue_dir / name).read_bytes())  # type: ignore
+            files: dict[str, str] = {}
+            if changed:
+                queue_dir = self.queue_dir
+                assert queue_dir is not None  # queue files are only seen in a queue directory
+                for name in sorted(changed):
+                    with contextlib.suppress(OSError):
+                        files[name] = _b64((queue_dir / name).read_bytes())
             try:
                 self.rpc.call(node, "write_config", {
                     "config": document.decode(), "serial": config.serial_no,

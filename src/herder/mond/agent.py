@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
@@ -182,6 +183,7 @@ class Agent:
     def start(self, unit: Unit, now: float) -> Future[Any]:
         unit.started = now
         unit.hung_reported = False
+        future: Future[Any]
         if unit.collector is not None:
             future = self.executor.submit(collect_once, unit.collector)
         else:
@@ -279,8 +281,7 @@ class Agent:
                 self.check_hung(now)
                 for unit in self.due_units(now):
                     future = self.start(unit, now)
-                    future.add_done_callback(
-                        lambda f, u=unit: self._call_soon(loop, u, f))
+                    future.add_done_callback(functools.partial(self._call_soon, loop, unit))
             except Exception:  # the scheduler must survive anything a unit does
                 log.exception("mond scheduling round failed")
             with contextlib.suppress(TimeoutError):

@@ -25,10 +25,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from herder.core import libvirtd_conf
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, _ensure_system_accounts
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 START_TIMEOUT = 30.0
 MOUNTED = ("etc", "run", "lib", "cache", "log")
@@ -67,10 +71,10 @@ class TestPki:
         self.ca_pem = self._pem(self._ca)
 
     @staticmethod
-    def _pem(cert: object) -> bytes:
+    def _pem(cert: x509.Certificate) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
-        return cert.public_bytes(serialization.Encoding.PEM)  # type: ignore[attr-defined]
+        return cert.public_bytes(serialization.Encoding.PEM)
 
     def node(self, name: str, addresses: list[str], issuer: TestPki | None = None) -> LibvirtPki:
         """A node's pkipath directory; `issuer` signs with another CA (a stranger's cert)."""

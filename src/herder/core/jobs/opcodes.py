@@ -42,7 +42,7 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
 
     @property
     def op_id(self) -> str:
-        return type(self).__struct_config__.tag  # type: ignore[return-value]
+        return op_id_of(type(self))
 
     def summary(self) -> str:
         """Ganeti's job summary: OP_ID without the prefix, with the main object's name."""
@@ -58,7 +58,8 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
+        fields: dict[str, Any] = msgspec.to_builtins(self)
+        return fields
 
 
 # --- cluster ------------------------------------------------------------------------------------

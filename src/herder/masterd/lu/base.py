@@ -17,14 +17,14 @@ from herder.core import locking, model
 from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import NodeRpc, UnavailableRpc
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 
 @dataclass
 class MasterEnv:
     """What every LU may use."""
 
-    store: FileStore
+    store: ConfigStore
     locks: locking.LockManager
     rpc: NodeRpc = field(default_factory=UnavailableRpc)
     queue_dir: Path | None = None

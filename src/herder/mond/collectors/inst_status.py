@@ -335,11 +335,11 @@ class InstStatusCollector(Collector):
             by_name = {d.name: d for d in domains}
             used: set[str] = set()
             pairs = []
-            for inst in mine:
-                dom = by_uuid.get(inst.uuid.lower()) or by_name.get(inst.name)
+            for own in mine:
+                dom = by_uuid.get(own.uuid.lower()) or by_name.get(own.name)
                 if dom is not None:
                     used.add(dom.uuid)
-                pairs.append((inst, dom))
+                pairs.append((own, dom))
             others = [d for d in domains if d.uuid not in used and d.active]
 
         def start_hint(dom: DomainSnapshot | None) -> Callable[[], float | None]:
