@@ -11,8 +11,10 @@ Control protocol: one JSON line per connection, `{"op": "publish", "target": "19
 with the listening socket attached, `{"op": "retarget", "listen": "127.0.0.11:5080", "target":
 ...}`, `{"op": "unpublish", "listen": ...}`, `{"op": "list"}`; the answer is one JSON line
 `{"ok": true, "ports": {"127.0.0.11:5080": "198.18.1.2:5080", ...}}` or `{"ok": false,
-"error": ...}`. At most `MAX_CONNECTIONS` connections are forwarded at once (more are closed at
-once); SIGTERM closes every socket and ends the process.
+"error": ...}`. At most `MAX_CONNECTIONS` connections (or the second argument) are forwarded
+at once (more are closed at once); SIGTERM closes every socket and ends the process.
+
+    python -m herder.sim.forward CONTROL_SOCKET [MAX_CONNECTIONS]
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ class Reply(msgspec.Struct, frozen=True):
     ports: dict[str, str] = {}
 
 
-def split_address(text: str) -> tuple[str, int]:
+def split_address(text: str, *, any_port: bool = False) -> tuple[str, int]:
+    """IP:PORT -> (IP, PORT); `any_port`: port 0 (any free one) is fine."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:
         raise HerderError(f"{text!r} is not IP:PORT")
     return host.strip("[]"), int(port)
 
@@ -76,8 +79,9 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 class Forwarder:
-    def __init__(self, control_path: Path) -> None:
+    def __init__(self, control_path: Path, max_connections: int = MAX_CONNECTIONS) -> None:
         self.control_path = control_path
+        self.max_connections = max_connections
         self.servers: dict[str, asyncio.Server] = {}
         self.targets: dict[str, str] = {}
         self.connections: set[asyncio.Task[None]] = set()
@@ -89,8 +93,9 @@ class Forwarder:
                        client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self.connections) >= MAX_CONNECTIONS:
-            log.warning("%s: %d connections already, refusing one", key, MAX_CONNECTIONS)
+        if len(self.connections) >= self.max_connections:
+            log.warning("%s: %d connections already, refusing one", key,
+                        self.max_connections)
             client_writer.close()
             return
         self.connections.add(task)
@@ -110,6 +115,7 @@ class Forwarder:
                     writer.close()
 
     async def publish(self, sock: socket.socket, target: str) -> str:
+        """Serve `sock` (it is the forwarder's from now on, also when this fails)."""
         split_address(target)
         if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET,
                                                                   socket.AF_INET6):
@@ -140,26 +146,34 @@ class Forwarder:
         loop = asyncio.get_running_loop()
         try:
             data, fds = await _receive(loop, conn)
+            sock = None
             try:
-                reply = await self._handle(msgspec.json.decode(data, type=Request), fds)
+                request = msgspec.json.decode(data, type=Request)
+                if request.op == "publish" and fds:
+                    sock = socket.socket(fileno=fds.pop(0))  # the socket to listen on
+                reply = await self._handle(request, sock)
+                sock = None  # the listener owns it now
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
                 reply = Reply(ok=False, error=f"bad request: {err}")
             except HerderError as err:
                 reply = Reply(ok=False, error=str(err))
+            finally:
+                if sock is not None:
+                    sock.close()
+                for fd in fds:  # sent with a request that has no use for them
+                    os.close(fd)
             await loop.sock_sendall(conn, msgspec.json.encode(reply) + b"\n")
         except OSError as err:
             log.info("control: %s", err)
         finally:
             conn.close()
 
-    async def _handle(self, request: Request, fds: list[int]) -> Reply:
-        extra = fds if request.op != "publish" else fds[1:]
-        for fd in extra:
-            os.close(fd)
+    async def _handle(self, request: Request, sock: socket.socket | None) -> Reply:
         if request.op == "publish":
-            if not fds:
+            split_address(request.target)
+            if sock is None:
                 raise HerderError("publish: no socket attached")
-            await self.publish(socket.socket(fileno=fds[0]), request.target)
+            await self.publish(sock, request.target)
         elif request.op == "retarget":
             split_address(request.target)
             if request.listen not in self.targets:
@@ -278,8 +292,9 @@ def request(control_path: Path, op: str, *, listen: str = "", target: str = "",
 
 
 def listening_socket(listen: str) -> socket.socket:
-    """A TCP socket listening on IP:PORT in this process's network namespace."""
-    host, port = split_address(listen)
+    """A TCP socket listening on IP:PORT in this process's network namespace (port 0: any
+    free one)."""
+    host, port = split_address(listen, any_port=True)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -301,11 +316,12 @@ def publish(control_path: Path, listen: str, target: str) -> Reply:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        raise SystemExit("usage: python -m herder.sim.forward CONTROL_SOCKET")
+    if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
+        raise SystemExit("usage: python -m herder.sim.forward CONTROL_SOCKET [MAX_CONNECTIONS]")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s forward %(levelname)s %(message)s")
-    asyncio.run(Forwarder(Path(argv[1])).run())
+    limit = int(argv[2]) if len(argv) == 3 else MAX_CONNECTIONS
+    asyncio.run(Forwarder(Path(argv[1]), limit).run())
 
 
 if __name__ == "__main__":

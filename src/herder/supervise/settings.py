@@ -64,7 +64,7 @@ class SuperviseSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True)
 
 class DaemonSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     enabled: bool = False
-    command: list[_Text] | None = None
+    command: Annotated[list[_Text], msgspec.Meta(min_length=1)] | None = None
     args: list[str] = []
     environment: dict[str, str] = {}
     output: _AbsolutePath | None = None
@@ -90,10 +90,10 @@ _AT = re.compile(r" - at `\$\.?([^`]*)`$")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 
 
-def _one_line(path: Path, err: msgspec.ValidationError) -> str:
+def _one_line(path: Path, err: msgspec.ValidationError, table: str = "") -> str:
     text = str(err)
     match = _AT.search(text)
-    where = match.group(1) if match else ""
+    where = ".".join(p for p in (table, match.group(1) if match else "") if p)
     text = _AT.sub("", text)
     unknown = _UNKNOWN.fullmatch(text)
     if unknown:
@@ -117,10 +117,20 @@ def parse(text: str, path: Path) -> NodeSettings:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise HerderError(f"node settings {path}: not valid TOML: {err}") from None
+    daemons = data.pop("daemons", {})
     try:
         settings = msgspec.convert(data, NodeSettings)
     except msgspec.ValidationError as err:
         raise HerderError(_one_line(path, err)) from None
+    if not isinstance(daemons, dict):
+        raise HerderError(f"node settings {path}: daemons: expected a table of daemons")
+    converted = {}
+    for name, table in daemons.items():
+        try:
+            converted[name] = msgspec.convert(table, DaemonSettings)
+        except msgspec.ValidationError as err:
+            raise HerderError(_one_line(path, err, f"daemons.{name}")) from None
+    settings = msgspec.structs.replace(settings, daemons=converted)
     sup = settings.supervise
     if sup.restart_delay > sup.restart_delay_max:
         raise HerderError(f"node settings {path}: supervise: restart_delay "
