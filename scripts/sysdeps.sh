@@ -5,8 +5,11 @@
 # - lvm2: real LVM on loop devices for the storage collectors' tests
 # - chromium: the browser maintd's status page is tested in (driven by Playwright)
 # - etcd-server: a real etcd 3.4 cluster for the etcd backend's tests (tests/ha)
+# - iproute2, e2fsprogs, iputils-arping: the simulator's namespaced hosts (ip, mkfs.ext4) and
+#   daemon-util's master IP (arping: duplicate address check, gratuitous ARP)
 set -euo pipefail
-PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server)
+PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server iproute2 e2fsprogs
+      iputils-arping)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()

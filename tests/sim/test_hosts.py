@@ -17,15 +17,23 @@ from pathlib import Path
 
 import pytest
 
+from herder.core.errors import HerderError
+from herder.core.supervise_control import (
+    NOT_MY_ROLE,
+    RUNNING,
+    STOPPED,
+    DaemonStatus,
+)
 from herder.sim import hostfiles, hoststate, loopdev
 from herder.sim.host import (
     FILE_STORAGE,
     PRIVATE_DIRS,
     SHARED_FILE_STORAGE,
+    HostConfig,
     HostSimulation,
     SimHost,
+    run_on,
 )
-from herder.supervise import control
 from tests.sim.hosts_fixture import (
     can_connect,
     connect,
@@ -57,8 +65,11 @@ def hosts(sim: HostSimulation) -> list[SimHost]:
     return found
 
 
-def test_each_host_has_its_name(hosts: list[SimHost]) -> None:
+def test_each_host_has_its_name(sim: HostSimulation, hosts: list[SimHost]) -> None:
     for host in hosts:
+        short = host.name.split(".")[0]
+        done = run_on(sim.directory, short, ["sh", "-c", "hostname; exit 3"])
+        assert (done.returncode, done.stdout) == (3, f"{host.name}\n")
         assert host.run(["hostname"], check=True).stdout.strip() == host.name
         fqdn = host.run(["python3", "-c", "import socket; print(socket.getfqdn())"])
         assert fqdn.stdout.strip() == host.name
@@ -168,15 +179,15 @@ def test_a_published_port_reaches_a_host_from_the_loopback(sim: HostSimulation,
 def test_the_supervisor_restarts_a_killed_daemon(hosts: list[SimHost]) -> None:
     host = hosts[0]
     before = host.supervisor("status", ["sleeper"]).daemons[0]
-    assert before.state == control.RUNNING and before.pid
+    assert before.state == RUNNING and before.pid
     host.run(["kill", "-9", str(before.pid)], check=True)
 
-    def restarted() -> control.DaemonStatus | None:
+    def restarted() -> DaemonStatus | None:
         now = host.supervisor("status", ["sleeper"]).daemons[0]
-        return now if now.state == control.RUNNING and now.pid != before.pid else None
+        return now if now.state == RUNNING and now.pid != before.pid else None
 
     after = wait_for(restarted, 30, "sleeper restarted")
-    assert isinstance(after, control.DaemonStatus)
+    assert isinstance(after, DaemonStatus)
     assert after.restarts == before.restarts + 1 and after.last_exit == -9
     # The killed process was reaped by the supervisor (PID 1): no zombie left.
     states = host.run(["sh", "-c", "cat /proc/[0-9]*/stat"]).stdout
@@ -187,7 +198,7 @@ def test_exit_code_11_is_not_restarted(hosts: list[SimHost]) -> None:
     for host in hosts:
         status = host.supervisor("status", ["notmine"]).daemons[0]
         assert (status.state, status.last_exit, status.restarts) == (
-            control.NOT_MY_ROLE, 11, 0)
+            NOT_MY_ROLE, 11, 0)
 
 
 def test_daemon_util_master_role_and_master_ip(sim: HostSimulation,
@@ -220,14 +231,14 @@ def test_daemon_util_master_role_and_master_ip(sim: HostSimulation,
         # On a node that is not the master, masterd exits with 11 and stays down.
         other.herder("daemon-util", "start-master", check=True)
         wait_for(lambda: other.supervisor("status", ["masterd"]).daemons[0].state
-                 == control.NOT_MY_ROLE, 60, "masterd on a non-master exits 11")
+                 == NOT_MY_ROLE, 60, "masterd on a non-master exits 11")
         check = other.herder("daemon-util", "check", "masterd")
         assert check.returncode == 1 and "not-my-role" in check.stdout
     finally:
         master.herder("daemon-util", "stop-master", check=True)
         other.herder("daemon-util", "stop-master", check=True)
     states = {d.name: d.state for d in master.supervisor("status", ["masterd", "maintd"]).daemons}
-    assert states == {"masterd": control.STOPPED, "maintd": control.STOPPED}
+    assert states == {"masterd": STOPPED, "maintd": STOPPED}
     assert master.herder("daemon-util", "check", "masterd").returncode == 1
     out = master.herder("daemon-util", "deactivate-master-ip", check=True).stdout
     assert "deactivated" in out and not has_master_ip(master)
@@ -310,7 +321,25 @@ def test_power_cycle(sim: HostSimulation, hosts: list[SimHost]) -> None:
     assert "xenvg" in host.run(["vgs", "--noheadings", "-o", "vg_name"]).stdout
     start_name_server(host, NAME_PORT)
     assert connect(hosts[0], host.name, NAME_PORT) == host.name
-    assert host.supervisor("status", ["sleeper"]).daemons[0].state == control.RUNNING
+    assert host.supervisor("status", ["sleeper"]).daemons[0].state == RUNNING
+
+
+def test_a_host_that_fails_to_boot_leaves_nothing(sim: HostSimulation) -> None:
+    before = set(sim.hosts)
+    loops_before = loopdev.list_loops()
+    config = HostConfig("broken.sim.herder.test", sim.address(99),
+                        node_settings="[supervise\n", vg_mib=256, file_storage_mib=64)
+    with pytest.raises(HerderError, match="broken.sim.herder.test stopped while booting: .*"
+                       "node settings /etc/herder/node.toml: not valid TOML"):
+        sim.add_hosts([config])
+    assert set(sim.hosts) == before
+    assert set(loopdev.list_loops()) <= set(loops_before)
+    assert not (sim.directory / "nodes" / config.name).exists()
+    assert "broken" not in sim.hosts_file.read_text()
+    with pytest.raises(HerderError, match="is no host address of this simulation"):
+        sim.add_hosts([HostConfig("elsewhere.sim.herder.test", "192.0.2.9")])
+    with pytest.raises(HerderError, match="exists already"):
+        sim.add_hosts([HostConfig(next(iter(before)), sim.address(98))])
 
 
 # --- teardown, also after the simulator crashed ---------------------------------------------

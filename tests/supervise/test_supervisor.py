@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from herder.core.errors import HerderError
-from herder.supervise import control
+from herder.core.supervise_control import (
+    BACKOFF,
+    NOT_MY_ROLE,
+    RUNNING,
+    STOPPED,
+    DaemonStatus,
+    Reply,
+    request,
+)
 
 
 @dataclass
@@ -27,10 +35,10 @@ class Running:
     socket: Path
     logs: Path
 
-    def ask(self, command: str, *daemons: str) -> control.Reply:
-        return control.request(self.socket, command, daemons, timeout=30)
+    def ask(self, command: str, *daemons: str) -> Reply:
+        return request(self.socket, command, daemons, timeout=30)
 
-    def status(self, name: str) -> control.DaemonStatus:
+    def status(self, name: str) -> DaemonStatus:
         return self.ask("status", name).daemons[0]
 
     def herder(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -117,9 +125,9 @@ stop_timeout = 1.0
 
 def test_enabled_daemons_start_and_others_wait(running: Running) -> None:
     states = {d.name: d.state for d in running.ask("status").daemons}
-    assert states["sleeper"] == control.RUNNING
-    assert states["parent"] == control.RUNNING
-    assert states["stubborn"] == states["masterd"] == control.STOPPED
+    assert states["sleeper"] == RUNNING
+    assert states["parent"] == RUNNING
+    assert states["stubborn"] == states["masterd"] == STOPPED
     assert set(states) >= {"noded", "mond", "confd", "instmon", "masterd", "maintd", "libvirtd"}
 
 
@@ -127,7 +135,7 @@ def test_a_killed_daemon_is_restarted(running: Running) -> None:
     before = running.status("sleeper")
     assert before.pid
     os.kill(before.pid, signal.SIGKILL)
-    wait_for(lambda: (s := running.status("sleeper")).state == control.RUNNING
+    wait_for(lambda: (s := running.status("sleeper")).state == RUNNING
              and s.pid != before.pid, 10, "restart")
     after = running.status("sleeper")
     assert (after.restarts, after.last_exit) == (1, -signal.SIGKILL)
@@ -136,20 +144,20 @@ def test_a_killed_daemon_is_restarted(running: Running) -> None:
 def test_a_crashing_daemon_is_retried_with_backoff(running: Running) -> None:
     wait_for(lambda: running.status("crasher").restarts >= 3, 20, "three restarts")
     status = running.status("crasher")
-    assert status.last_exit == 3 and status.state in (control.BACKOFF, control.RUNNING)
+    assert status.last_exit == 3 and status.state in (BACKOFF, RUNNING)
     assert (running.logs / "crasher.log").read_text().count("crashing") >= 3
     running.ask("stop", "crasher")
     stopped = running.status("crasher")
     time.sleep(1.2)  # longer than restart_delay_max: a pending restart would have happened
-    assert running.status("crasher") == stopped and stopped.state == control.STOPPED
+    assert running.status("crasher") == stopped and stopped.state == STOPPED
 
 
 def test_exit_code_11_means_not_my_role(running: Running) -> None:
     time.sleep(1.0)  # longer than restart_delay_max
     status = running.status("notmine")
-    assert (status.state, status.last_exit, status.restarts) == (control.NOT_MY_ROLE, 11, 0)
+    assert (status.state, status.last_exit, status.restarts) == (NOT_MY_ROLE, 11, 0)
     running.ask("start", "notmine")  # started on request, it ends the same way
-    wait_for(lambda: running.status("notmine").state == control.NOT_MY_ROLE, 10)
+    wait_for(lambda: running.status("notmine").state == NOT_MY_ROLE, 10)
 
 
 def test_stop_kills_what_ignores_sigterm(running: Running) -> None:
@@ -162,23 +170,23 @@ def test_stop_kills_what_ignores_sigterm(running: Running) -> None:
     reply = running.ask("stop", "stubborn")
     assert time.monotonic() - started >= 0.9  # stop_timeout, then SIGKILL
     assert (reply.daemons[0].state, reply.daemons[0].last_exit) == (
-        control.STOPPED, -signal.SIGKILL)
+        STOPPED, -signal.SIGKILL)
     assert pid_gone(pid)
 
 
 def test_restart_and_environment_and_output(running: Running) -> None:
     old = running.status("sleeper").pid
     reply = running.ask("restart", "sleeper")
-    assert reply.daemons[0].state == control.RUNNING and reply.daemons[0].pid != old
+    assert reply.daemons[0].state == RUNNING and reply.daemons[0].pid != old
     running.ask("start", "envshow")
     wait_for(lambda: running.status("envshow").last_exit == 0, 10, "envshow ran")
-    assert running.status("envshow").state == control.STOPPED  # exit 0: not restarted
+    assert running.status("envshow").state == STOPPED  # exit 0: not restarted
     assert (running.logs / "envshow.log").read_text() == "value=yes\n"
 
 
 def test_a_program_that_cannot_run_is_retried(running: Running) -> None:
     status = running.ask("start", "missing").daemons[0]
-    assert status.state == control.BACKOFF
+    assert status.state == BACKOFF
     assert "cannot run /nonexistent/program" in status.message
 
 
@@ -224,9 +232,9 @@ def test_daemon_util_through_the_supervisor(running: Running) -> None:
     stopped = running.herder(*socket, "check", "masterd")
     assert (stopped.returncode, stopped.stdout) == (1, "masterd: stopped\n")
     assert running.herder(*socket, "stop", "herder-sleeper").returncode == 0
-    assert running.status("sleeper").state == control.STOPPED
+    assert running.status("sleeper").state == STOPPED
     assert running.herder(*socket, "start", "sleeper").returncode == 0
-    assert running.status("sleeper").state == control.RUNNING
+    assert running.status("sleeper").state == RUNNING
     bad = running.herder(*socket, "start", "no_such")
     assert bad.returncode == 1 and "'no_such' is not a daemon name" in bad.stderr
     status = running.herder("supervise", "--socket", str(running.socket), "status", "sleeper")

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
+from herder.core import supervise_control
 from herder.core.errors import HerderError
-from herder.supervise import control
 from herder.supervise.settings import DEFAULT_PATH, DEFAULT_SOCKET
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def supervise(ctx: click.Context, settings_path: Path, socket_path: Path | None,
     serve(settings)
 
 
-def _print_status(reply: control.Reply) -> None:
+def _print_status(reply: supervise_control.Reply) -> None:
     rows = [("DAEMON", "STATE", "PID", "SINCE", "RESTARTS", "LAST EXIT", "")]
     for entry in reply.daemons:
         since = time.strftime("%H:%M:%S", time.localtime(entry.since)) if entry.since else "-"
@@ -73,7 +73,7 @@ def _print_status(reply: control.Reply) -> None:
 
 
 def _request(ctx: click.Context, command: str, daemons: tuple[str, ...]) -> None:
-    _print_status(control.request(ctx.obj["supervise_socket"], command, daemons))
+    _print_status(supervise_control.request(ctx.obj["supervise_socket"], command, daemons))
 
 
 @supervise.command("status")
@@ -156,7 +156,7 @@ def util_check(ctx: click.Context, daemon: str) -> None:
 
     name = check_names([daemon])[0]
     state = ctx.obj["daemon_backend"].state(name)
-    if state != control.RUNNING:
+    if state != supervise_control.RUNNING:
         click.echo(f"{name}: {state}")
         sys.exit(1)  # (click's Exit would be swallowed by herder's main in non-standalone mode)
 

@@ -37,11 +37,12 @@ from typing import Any
 
 import msgspec
 
+import herder
+from herder.core import supervise_control
 from herder.core.errors import HerderError
 from herder.sim import forward, hostfiles, hoststate, loopdev, netns
 from herder.sim.hostinit import HostSpec, Mount
 from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
-from herder.supervise import control
 
 # The host's private directories, bind-mounted in this order.
 PRIVATE_DIRS = ("/run", "/tmp", "/var/lib/herder", "/etc/herder", "/var/log/herder", "/srv",
@@ -105,11 +106,13 @@ class HostLayout:
 
 def node_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of processes on a host: a plain root login's, with this herder on
-    PATH (and the PYTHONPATH it was started with, so the code under test runs)."""
+    PATH and its package first on PYTHONPATH (so the code under test runs there)."""
     env = {"PATH": f"{os.path.dirname(sys.executable)}:{PATH}", "LANG": "C.UTF-8",
            "HOME": "/root", "LVM_SUPPRESS_FD_WARNINGS": "1"}
-    if os.environ.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    # The hosts run the simulator's own herder, wherever it was imported from.
+    paths = [str(Path(herder.__file__).resolve().parents[1])]
+    paths += [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and p not in paths]
+    env["PYTHONPATH"] = ":".join(paths)
     return {**env, **(extra or {})}
 
 
@@ -177,34 +180,6 @@ def _run(argv: Sequence[str], what: str) -> str:
     if done.returncode != 0:
         raise HerderError(f"{what}: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout
-
-
-def _signal(process: hoststate.ProcessRecord | None, signum: int) -> None:
-    if hoststate.alive(process):
-        assert process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signum)
-
-
-def _wait_gone(process: hoststate.ProcessRecord | None, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while hoststate.alive(process):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def _end_process(process: hoststate.ProcessRecord | None, grace: float) -> None:
-    """SIGTERM, and SIGKILL after `grace` (at once when `grace` is 0)."""
-    if grace > 0:
-        _signal(process, signal.SIGTERM)
-        if _wait_gone(process, grace):
-            return
-    _signal(process, signal.SIGKILL)
-    if not _wait_gone(process, 10.0):
-        assert process is not None
-        raise HerderError(f"process {process.pid} does not end")
 
 
 class SimHost:
@@ -292,10 +267,10 @@ class SimHost:
         return self.run(herder_argv(*args), timeout=timeout, check=check)
 
     def supervisor(self, command: str, daemons: Sequence[str] = (),
-                   timeout: float = 120.0) -> control.Reply:
+                   timeout: float = 120.0) -> supervise_control.Reply:
         """Ask the host's supervisor (start/stop/restart/status), from the machine."""
-        return control.request(Path(f"/proc/{self.pid}/root{SUPERVISE_SOCKET}"), command,
-                               daemons, timeout)
+        return supervise_control.request(Path(f"/proc/{self.pid}/root{SUPERVISE_SOCKET}"),
+                                         command, daemons, timeout)
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -370,13 +345,23 @@ class SimHost:
             init = hoststate.process_record(self._init_pid(self._unshare, timeout))
             with hoststate.update(self.sim.index) as record:
                 record.hosts[self.name].init = init
-            netns.plug(self.sim.index, self.record.slot, init.pid, self.address)
+            try:
+                netns.plug(self.sim.index, self.record.slot, init.pid, self.address)
+            except HerderError:
+                if not hoststate.alive(init):
+                    raise HerderError(f"host {self.name} stopped while booting: "
+                                      f"{_console_tail(layout)}") from None
+                raise
             os.write(ready_write, b"go")
         finally:
             if ready_read >= 0:
                 os.close(ready_read)
-            os.close(ready_write)
-        self._wait_ready(init, timeout)
+            os.close(ready_write)  # without "go" first, hostinit gives up: the host ends
+        try:
+            self._wait_ready(init, timeout)
+        except HerderError:
+            self.power_off(grace=0)
+            raise
 
     def _init_pid(self, unshare: subprocess.Popen[bytes], timeout: float) -> int:
         """The host's PID 1: unshare's only child."""
@@ -414,12 +399,12 @@ class SimHost:
         """Shut the host down: SIGTERM to its supervisor (which stops its daemons), SIGKILL
         after `grace` seconds (at once with 0: a power failure). Its disks stay attached."""
         record = self.record
-        _end_process(record.init, grace)
+        hoststate.end_process(record.init, grace)
         if self._unshare is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._unshare.wait(timeout=10)
             self._unshare = None
-        _end_process(record.unshare, 0)
+        hoststate.end_process(record.unshare, 0)
         with hoststate.update(self.sim.index) as updated:
             updated.hosts[self.name].init = None
             updated.hosts[self.name].unshare = None
@@ -491,9 +476,14 @@ class HostSimulation:
             return dict(self._hosts)
 
     def host(self, name: str) -> SimHost:
-        found = self.hosts.get(name)
+        """A host by its name, or by the first label of it when that is unique."""
+        hosts = self.hosts
+        found = hosts.get(name)
         if found is None:
-            raise HerderError(f"no simulated host {name}")
+            matches = [h for n, h in hosts.items() if n.split(".")[0] == name]
+            found = matches[0] if len(matches) == 1 else None
+        if found is None:
+            raise HerderError(f"no simulated host {name} (hosts: {', '.join(sorted(hosts))})")
         return found
 
     def write_hosts(self, extra: Iterable[tuple[str, Sequence[str]]] = ()) -> None:
@@ -551,12 +541,15 @@ class HostSimulation:
             raise HerderError(f"{address} belongs to another host already")
 
     def remove_hosts(self, names: Iterable[str], *, grace: float = 0) -> None:
-        """Power hosts off for good and take their loop devices and records away."""
+        """Power hosts off for good; remove their loop devices, directories and records."""
         names = list(names)
         record = self.record
         gone = [record.hosts[n] for n in names if n in record.hosts]
         _power_off_all(gone, grace)
-        _detach_loops(gone, [])
+        directories = [Path(h.directory) for h in gone if Path(h.directory).is_dir()]
+        _detach_loops(gone, directories)
+        for directory in directories:
+            shutil.rmtree(directory)
         with hoststate.update(self.index) as updated:
             for name in names:
                 updated.hosts.pop(name, None)
@@ -633,8 +626,11 @@ class HostSimulation:
 
 def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float) -> None:
     def off(host: hoststate.HostRecord) -> None:
-        _end_process(host.init, grace)
-        _end_process(host.unshare, 0)
+        # A simulator that died between starting `unshare` and recording the host's PID 1
+        # leaves only `unshare` in the record: its child is that PID 1.
+        for init in [host.init] if host.init is not None else hoststate.children(host.unshare):
+            hoststate.end_process(init, grace)
+        hoststate.end_process(host.unshare, 0)
 
     if hosts:
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
@@ -654,13 +650,24 @@ def _detach_loops(hosts: Sequence[hoststate.HostRecord], directories: Sequence[P
 def teardown_record(record: hoststate.SimRecord, *, grace: float = STOP_GRACE) -> None:
     """Remove whatever `record` names, whether its simulator runs or crashed; the record
     goes last (a failure leaves it for another try)."""
-    _end_process(record.forwarder, 2.0)
+    hoststate.end_process(record.forwarder, 2.0)
     hosts = list(record.hosts.values())
     _power_off_all(hosts, grace)
     directory = Path(record.directory)
     _detach_loops(hosts, [directory] if directory.is_dir() else [])
+    for process in netns.processes(record.index):  # e.g. a forwarder started, not recorded
+        hoststate.end_process(process, 0)
     netns.destroy(record.index)
     hoststate.remove(record.index)
+
+
+def run_on(directory: Path, node: str, argv: Sequence[str], *, input: str | None = None,
+           timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
+    """`herder cluster simulate --exec NODE -- COMMAND...`: run COMMAND on NODE (its full
+    name or its first label) of the simulation in `directory`, inside its namespaces as ssh
+    would; its exit code and output. (An interactive caller can rather `os.execvpe` the
+    host's `nsenter_argv(argv)` with `node_environment()`: the terminal stays attached.)"""
+    return HostSimulation.open(directory).host(node).run(argv, input=input, timeout=timeout)
 
 
 def teardown(directory: Path, *, grace: float = STOP_GRACE) -> bool:

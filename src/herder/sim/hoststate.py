@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +165,48 @@ def process_record(pid: int) -> ProcessRecord:
 
 def alive(process: ProcessRecord | None) -> bool:
     return process is not None and start_time(process.pid) == process.start_time
+
+
+def children(process: ProcessRecord | None) -> list[ProcessRecord]:
+    """The children of a live process."""
+    if not alive(process):
+        return []
+    assert process is not None
+    try:
+        pids = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        with contextlib.suppress(HerderError):
+            found.append(process_record(int(pid)))
+    return found
+
+
+def _signal(process: ProcessRecord | None, signum: int) -> None:
+    if alive(process):
+        assert process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signum)
+
+
+def _wait_gone(process: ProcessRecord | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(process):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def end_process(process: ProcessRecord | None, grace: float) -> None:
+    """SIGTERM, and SIGKILL after `grace` seconds (at once when `grace` is 0); a process that
+    is gone (or whose PID now belongs to another) is left alone."""
+    if grace > 0:
+        _signal(process, signal.SIGTERM)
+        if _wait_gone(process, grace):
+            return
+    _signal(process, signal.SIGKILL)
+    if not _wait_gone(process, 10.0):
+        assert process is not None
+        raise HerderError(f"process {process.pid} does not end")

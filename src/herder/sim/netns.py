@@ -13,10 +13,12 @@ leaves it. The published ports' forwarder (`herder.sim.forward`) is the only way
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
 from pathlib import Path
 
 from herder.core.errors import HerderError
+from herder.sim.hoststate import ProcessRecord, process_record
 
 BRIDGE = "br0"
 SIMULATOR_HOST = 1  # the simulator's address on its bridge: 198.18.<index>.1
@@ -75,6 +77,26 @@ def _sysctl_off(prefix: list[str]) -> None:
                           timeout=30)
     if done.returncode != 0:
         raise HerderError(f"cannot switch forwarding off: {done.stderr.strip()}")
+
+
+def processes(index: int) -> list[ProcessRecord]:
+    """The processes inside the simulator's namespace."""
+    try:
+        handle = os.stat(Path("/run/netns", namespace(index)))
+    except OSError:
+        return []
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            inside = os.stat(entry / "ns" / "net")
+            if (inside.st_dev, inside.st_ino) != (handle.st_dev, handle.st_ino):
+                continue
+            found.append(process_record(int(entry.name)))
+        except (OSError, HerderError):
+            continue
+    return found
 
 
 def destroy(index: int) -> None:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from herder.core import supervise_control
 from herder.core.errors import HerderError
-from herder.supervise import control
 from herder.supervise.masterip import Runner, run_command
 from herder.supervise.settings import DEFAULT_SOCKET, MASTER_DAEMONS, NAME
 
@@ -74,7 +74,7 @@ class Systemd:
     def state(self, daemon: str) -> str:
         out = self._systemctl("show", "--property=ActiveState", unit(daemon)).strip()
         state = out.removeprefix("ActiveState=")
-        return control.RUNNING if state == "active" else state
+        return supervise_control.RUNNING if state == "active" else state
 
 
 class Supervisor:
@@ -84,13 +84,13 @@ class Supervisor:
         self.socket = socket
 
     def start(self, daemons: Sequence[str]) -> None:
-        control.request(self.socket, "start", daemons)
+        supervise_control.request(self.socket, "start", daemons)
 
     def stop(self, daemons: Sequence[str]) -> None:
-        control.request(self.socket, "stop", daemons)
+        supervise_control.request(self.socket, "stop", daemons)
 
     def state(self, daemon: str) -> str:
-        reply = control.request(self.socket, "status", [daemon])
+        reply = supervise_control.request(self.socket, "status", [daemon])
         return reply.daemons[0].state
 
 

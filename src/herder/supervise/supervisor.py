@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from herder.supervise import control
+from herder.core import supervise_control
 from herder.supervise.settings import DaemonSpec, NodeSettings, daemon_specs
 
 log = logging.getLogger("herder.supervise")
@@ -52,7 +52,7 @@ def describe_exit(code: int) -> str:
 @dataclass
 class Daemon:
     spec: DaemonSpec
-    state: str = control.STOPPED
+    state: str = supervise_control.STOPPED
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0  # monotonic time of the last spawn
     since: float = field(default_factory=time.time)
@@ -69,8 +69,8 @@ class Daemon:
         self.state = state
         self.since = time.time()
 
-    def status(self) -> control.DaemonStatus:
-        return control.DaemonStatus(
+    def status(self) -> supervise_control.DaemonStatus:
+        return supervise_control.DaemonStatus(
             name=self.spec.name, state=self.state, enabled=self.spec.enabled,
             pid=self.proc.pid if self.proc is not None else None, since=self.since,
             restarts=self.restarts, last_exit=self.last_exit, message=self.message)
@@ -106,7 +106,7 @@ class Supervisor:
         daemon.proc = proc
         daemon.started = time.monotonic()
         daemon.message = ""
-        daemon.set_state(control.RUNNING)
+        daemon.set_state(supervise_control.RUNNING)
         self.by_pid[proc.pid] = daemon
         log.info("%s: started (pid %d)", spec.name, proc.pid)
 
@@ -115,14 +115,15 @@ class Supervisor:
         daemon.crashes += 1
         delay = restart_delay(daemon.crashes, self.settings.supervise.restart_delay,
                               self.settings.supervise.restart_delay_max)
-        daemon.set_state(control.BACKOFF)
+        daemon.set_state(supervise_control.BACKOFF)
         log.warning("%s: restart in %gs", daemon.spec.name, delay)
         daemon.restart_timer = asyncio.get_running_loop().call_later(
             delay, self._restart_after_backoff, daemon)
 
     def _restart_after_backoff(self, daemon: Daemon) -> None:
         daemon.restart_timer = None
-        if daemon.wanted and daemon.state == control.BACKOFF and not self.stopping.is_set():
+        backing_off = daemon.state == supervise_control.BACKOFF
+        if daemon.wanted and backing_off and not self.stopping.is_set():
             daemon.restarts += 1
             self._spawn(daemon)
 
@@ -149,15 +150,15 @@ class Supervisor:
         daemon.exited.set()
         name = daemon.spec.name
         if not daemon.wanted or self.stopping.is_set():
-            daemon.set_state(control.STOPPED)
+            daemon.set_state(supervise_control.STOPPED)
             log.info("%s: stopped (%s)", name, describe_exit(code))
-        elif code == control.EXIT_NOT_MY_ROLE:
+        elif code == supervise_control.EXIT_NOT_MY_ROLE:
             daemon.wanted = False
-            daemon.set_state(control.NOT_MY_ROLE)
+            daemon.set_state(supervise_control.NOT_MY_ROLE)
             log.info("%s: exited with %d (not my role): stopped, not restarted", name, code)
         elif code == 0:
             daemon.wanted = False
-            daemon.set_state(control.STOPPED)
+            daemon.set_state(supervise_control.STOPPED)
             log.info("%s: exited with 0: stopped", name)
         else:
             if time.monotonic() - daemon.started >= STABLE_AFTER:
@@ -191,8 +192,8 @@ class Supervisor:
             daemon.wanted = False
             self._cancel_restart(daemon)
             if daemon.proc is None:
-                if daemon.state == control.BACKOFF:
-                    daemon.set_state(control.STOPPED)
+                if daemon.state == supervise_control.BACKOFF:
+                    daemon.set_state(supervise_control.STOPPED)
                 return
             self._signal_group(daemon, signal.SIGTERM)
             try:
@@ -209,15 +210,15 @@ class Supervisor:
         await self.stop(daemon)
         await self.start(daemon)
 
-    async def handle(self, request: control.Request) -> control.Reply:
+    async def handle(self, request: supervise_control.Request) -> supervise_control.Reply:
         unknown = [n for n in request.daemons if n not in self.daemons]
         if unknown:
-            return control.Reply(ok=False, error=f"unknown daemon {unknown[0]!r} "
+            return supervise_control.Reply(ok=False, error=f"unknown daemon {unknown[0]!r} "
                                  f"(known: {', '.join(self.daemons)})")
         if request.command != "status" and not request.daemons:
-            return control.Reply(ok=False, error=f"{request.command}: name the daemons")
+            return supervise_control.Reply(ok=False, error=f"{request.command}: name the daemons")
         if self.stopping.is_set() and request.command in ("start", "restart"):
-            return control.Reply(ok=False, error="the supervisor is shutting down")
+            return supervise_control.Reply(ok=False, error="the supervisor is shutting down")
         chosen = [self.daemons[n] for n in request.daemons] or list(self.daemons.values())
         if request.command == "start":
             for daemon in chosen:
@@ -227,17 +228,17 @@ class Supervisor:
         elif request.command == "restart":
             for daemon in chosen:
                 await self.restart(daemon)
-        return control.Reply(ok=True, daemons=[d.status() for d in chosen])
+        return supervise_control.Reply(ok=True, daemons=[d.status() for d in chosen])
 
     async def _serve_client(self, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
             try:
-                reply = await self.handle(control.decode_request(line))
+                reply = await self.handle(supervise_control.decode_request(line))
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                reply = control.Reply(ok=False, error=f"bad request: {err}")
-            writer.write(control.encode(reply))
+                reply = supervise_control.Reply(ok=False, error=f"bad request: {err}")
+            writer.write(supervise_control.encode(reply))
             await writer.drain()
         except (ConnectionError, ValueError) as err:
             log.debug("control connection: %s", err)
@@ -262,7 +263,7 @@ class Supervisor:
         try:
             server = await asyncio.start_unix_server(self._serve_client,
                                                      path=str(self.socket_path),
-                                                     limit=control.MAX_LINE)
+                                                     limit=supervise_control.MAX_LINE)
         finally:
             os.umask(old_umask)
         log.info("control socket %s", self.socket_path)
