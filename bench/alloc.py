@@ -196,8 +196,9 @@ def main() -> int:
     ap.add_argument("--balance-moves", type=int, default=5)
     ap.add_argument("--capacity-limit", type=int, default=50)
     ap.add_argument("--alloc-entry", choices=("herder", "module"), default="module",
-                    help="iallocator requests via `herder alloc` or `python -m herder.alloc` "
-                         "(what `herder alloc install` gives Ganeti)")
+                    help="iallocator requests via `herder alloc` or "
+                         "`python -m herder.cli.iallocator` (what `herder alloc install` gives "
+                         "Ganeti)")
     args = ap.parse_args()
     hail = GROOT / "bin" / "hail"
     hbal = GROOT / "bin" / "hbal"
@@ -225,7 +226,7 @@ def main() -> int:
                 path = work / f"{name}-{n}-{g}.json"
                 path.write_text(json.dumps(req))
                 entry = ([HERDER, "alloc"] if args.alloc_entry == "herder"
-                         else [sys.executable, "-m", "herder.alloc"])
+                         else [sys.executable, "-m", "herder.cli.iallocator"])
                 jobs.append((name, [*entry, str(path)],
                              [str(hail), str(path)] if peers else None, alloc_score))
             if g == 1 and ("balance" in cases or "capacity" in cases):

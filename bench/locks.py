@@ -1,20 +1,28 @@
 """Benchmark of herder.core.locking: acquire/release throughput.
 
-    .venv/bin/python bench/locks.py [--duration 1.0]
+    .venv/bin/python bench/locks.py [--duration 1.0] [--jobs 200]
+    .venv/bin/python bench/locks.py --stress 30
 
 Prints operations per second (one operation = acquire + release) for a SharedLock uncontended
 (exclusive and shared), under contention from 2, 8 and 32 threads (exclusive, shared, mixed),
 a LockSet acquiring 10 of 100 names, and a LockManager two-level acquisition (BGL shared, then
 3 of 100 instances). `bench_locks()` returns the figures for other benches to print.
+
+`--stress SECONDS` runs instead the long form of the lock stress test (tests/lockstress.py: 64
+threads over a LockManager; the test suite runs it for a few seconds): it prints what ran and
+the worst wait against its bound, and exits 1 when a promise broke (deadlock, a wait beyond its
+bound, locks left held).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from herder.core import locking as L
 
@@ -110,7 +118,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=1.0, help="seconds per scenario")
     parser.add_argument("--jobs", type=int, default=200, help="jobs per queue scenario")
+    parser.add_argument("--stress", type=float, default=0.0, metavar="SECONDS",
+                        help="run the lock stress for SECONDS (e.g. 30) instead")
     args = parser.parse_args()
+    if args.stress > 0:
+        sys.exit(stress(args.stress))
     print(f"{'scenario':<48} {'ops/s':>12}")
     for label, rate in bench_locks(args.duration):
         print(f"{label:<48} {rate:>12,.0f}")
@@ -118,12 +130,23 @@ def main() -> None:
         print(f"{label:<48} {rate:>12,.1f}")
 
 
+def stress(duration: float) -> int:
+    """The long lock stress run; 0 when every promise held."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.lockstress
+    from tests.lockstress import problems, report, run_stress
+
+    result = run_stress(duration)
+    print(report(result))
+    found = problems(result)
+    for problem in found:
+        print(problem, file=sys.stderr)
+    return 1 if found else 0
+
+
 def bench_jobs(count: int) -> list[tuple[str, float]]:
     """Jobs per second through the real queue (persisted jobs, locks, config writes with
     fsync) for config-only opcodes: one submitter, then several in parallel."""
-    import sys
     import tempfile
-    from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.conftest
 

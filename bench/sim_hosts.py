@@ -27,10 +27,10 @@ from herder.sim.host import HostConfig, HostSimulation, unsupported  # noqa: E40
 def one_run(hosts: int) -> dict[str, float]:
     directory = Path(tempfile.mkdtemp(prefix="hbench-", dir="/tmp"))
     times: dict[str, float] = {}
+    started = time.perf_counter()
+    sim = HostSimulation.create(directory)
+    times["create"] = time.perf_counter() - started
     try:
-        started = time.perf_counter()
-        sim = HostSimulation.create(directory)
-        times["create"] = time.perf_counter() - started
         started = time.perf_counter()
         booted = sim.add_hosts([HostConfig(f"node{i}.sim.herder.test", sim.address(10 + i))
                                 for i in range(1, hosts + 1)])
@@ -39,10 +39,10 @@ def one_run(hosts: int) -> dict[str, float]:
         for host in booted:
             host.run(["hostname"], check=True)
         times["exec (each)"] = (time.perf_counter() - started) / hosts
+    finally:
         started = time.perf_counter()
         sim.teardown()
         times["teardown"] = time.perf_counter() - started
-    finally:
         shutil.rmtree(directory, ignore_errors=True)
     return times
 

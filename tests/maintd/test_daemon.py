@@ -86,6 +86,35 @@ def test_failed_job_fails_incident_and_stops(tmp_path: Path) -> None:
     assert [i.uuid for i in d.state.incidents] != [inc.uuid]
 
 
+class JobsEndWhileReading(FakeCluster):
+    """Jobs end between maintd's read of the nodes and its look at the jobs (a real cluster:
+    the repairfailed tag job finishes during the round's RAPI calls)."""
+
+    def job_status(self, job_id: int) -> str | None:
+        self.run_all()
+        return super().job_status(job_id)
+
+
+def test_a_failed_incident_stays_when_its_tag_job_ends_during_the_tick(tmp_path: Path) -> None:
+    """The tag job ended after the node list was read: maintd reads the nodes again rather
+    than take the tag's absence for the operator's removal (it forgot the incident, and the
+    node, still failing, got a new incident and the refused jobs again)."""
+    cluster = JobsEndWhileReading(4, [Instance("a", "node2", ("node3",))])
+    cluster.fail_ops = {"OP_INSTANCE_MIGRATE"}
+    d, src = make(tmp_path, cluster)
+    src.data["u2"] = EVAC
+
+    async def ticks() -> None:
+        for _ in range(10):
+            await d.tick()  # jobs end only while maintd asks for their status
+
+    run(ticks())
+    steps = [ops[-1]["OP_ID"] for _, ops in cluster.submitted]
+    assert steps == ["OP_NODE_SET_PARAMS", "OP_INSTANCE_MIGRATE", "OP_TAGS_SET"]
+    (inc,) = d.state.incidents
+    assert inc.repair_status == "failed"
+
+
 def test_live_repair(tmp_path: Path) -> None:
     cluster = FakeCluster(3)
     d, src = make(tmp_path, cluster)

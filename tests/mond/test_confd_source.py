@@ -344,7 +344,7 @@ def test_mond_on_a_ganeti_cluster(ganeti_confd: tuple[int, Path], tmp_path: Path
     with running_mond(ctx, collectors=collectors) as mond:
         agent = mond.agent
         mond.wait_for(lambda: set(agent.units) == set(collectors))
-        assert agent.units["lv"].schedule.interval == 5.0  # Ganeti's, not herder's 30 s
+        assert agent.units["lv"].schedule.interval == 5.0  # Ganeti's, not the class's 30 s
         assert agent.units["node-os"].schedule.interval == 10.0  # Ganeti has no setting
         mond.wait_for(lambda: agent.units["drbd"].runs > 0)
         code, listing, _ = mond.get("/1/list/collectors")

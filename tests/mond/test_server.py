@@ -19,7 +19,7 @@ FAST = {n: fakes.ALL[n] for n in ("steady", "perf", "raising", "refusing", "unav
 @pytest.fixture
 def ctx(tmp_path: Path) -> CollectContext:
     settings = MondSettings(plugin_dir=tmp_path / "plugins", run_dir=tmp_path / "run",
-                            collector_timeout=0.5, plugin_timeout=1.0)
+                            collector_timeout=2.0, plugin_timeout=3.0)
     settings.plugin_dir.mkdir()
     return CollectContext(node_name="node1.example.com", settings=settings)
 
@@ -89,7 +89,7 @@ def test_hanging_collector_is_reported_and_others_go_on(ctx: CollectContext) -> 
             code, rep, _ = mond.get("/1/report/daemon/hanging")
             assert code == 200
             assert rep["data"]["status"]["code"] == 4
-            assert "did not finish within 0.5s" in rep["data"]["status"]["message"]
+            assert "did not finish within 2s" in rep["data"]["status"]["message"]
             before = mond.agent.units["perf"].runs
             mond.wait_for(lambda: mond.agent.units["perf"].runs > before + 2)
             fakes.RELEASE.set()  # it finally answers: its real report replaces the hang report
@@ -177,7 +177,7 @@ def test_plugins(ctx: CollectContext) -> None:
         assert "output is not JSON" in problem("garbage")
         assert "needs data.status" in problem("nostatus")
         assert "clashes with a built-in collector" in problem("shadow")
-        assert "did not finish within 1s" in problem("slow")
+        assert "did not finish within 3s" in problem("slow")
         assert "exit code 3: oops" in problem("failing")
         assert "plugin:notes.txt" not in reports
         assert reports["steady"]["version"] == "B"  # the built-in is not shadowed

@@ -1,6 +1,6 @@
 """Storage units: parsing Ganeti's captured LVM output, fake-runner tests, real LVM on loop
-devices (root only; this kernel has no device-mapper, so LVs are created unactivated), the VG
-repair safety check, and file storage directories."""
+devices (root only; this kernel has no device-mapper, so LVs are created unactivated) and file
+storage directories."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
 from herder.noded import storage as S
 from tests.conftest import build_config
 
@@ -77,8 +76,9 @@ def test_vg_inconsistency_partial_attr() -> None:
 def test_parse_size() -> None:
     assert S.parse_size("60.00") == 60
     assert S.parse_size(" 1023.60 ") == 1024
+    assert S.parse_size("1.5g") == 1536  # a unit LVM printed is honoured (lower case: GiB)
     with pytest.raises(S.StorageError, match="cannot parse"):
-        S.parse_size("1.2t")
+        S.parse_size("1.2x")
 
 
 # --- fake runner -------------------------------------------------------------------------------
@@ -191,65 +191,6 @@ def test_run_command_errors() -> None:
     assert result.returncode == 3 and result.stdout.strip() == "C" and "err" in result.output
     with pytest.raises(S.StorageCommandError, match="exit code 3"):
         S.check(result, "testing")
-
-
-# --- vg_repair_allowed -------------------------------------------------------------------------
-
-
-def _drbd_only_config() -> M.ConfigData:
-    return build_config(nodes=3, drbd_instances=3, plain_instances=0)
-
-
-def test_repair_allowed_when_all_peers_healthy() -> None:
-    config = _drbd_only_config()
-    node = next(iter(config.nodes))
-    health = dict.fromkeys(config.nodes, True)
-    health[node] = False  # the node being repaired is the broken one
-    allowed, reason = S.vg_repair_allowed(config, node, health)
-    assert allowed, reason
-    assert "healthy mirror" in reason
-
-
-def test_repair_refused_when_a_peer_is_unhealthy_or_unknown() -> None:
-    config = _drbd_only_config()
-    nodes = list(config.nodes)
-    health = dict.fromkeys(nodes, True)
-    health[nodes[1]] = False
-    allowed, reason = S.vg_repair_allowed(config, nodes[0], health)
-    assert not allowed and "node2.example.com is unhealthy" in reason
-    del health[nodes[1]]
-    allowed, reason = S.vg_repair_allowed(config, nodes[0], health)
-    assert not allowed and "no health report" in reason
-    health[nodes[1]] = True
-    config.nodes[nodes[1]].offline = True
-    allowed, reason = S.vg_repair_allowed(config, nodes[0], health)
-    assert not allowed and "offline" in reason
-
-
-def test_repair_refused_with_plain_instances() -> None:
-    config = build_config(nodes=2, drbd_instances=1, plain_instances=1)
-    node = next(i.primary_node for i in config.instances.values() if i.disk_template == "plain")
-    allowed, reason = S.vg_repair_allowed(config, node, dict.fromkeys(config.nodes, True))
-    assert not allowed and "non-mirrored (plain)" in reason
-    # A plain instance in another VG does not block repairing this one.
-    allowed, _ = S.vg_repair_allowed(config, node, dict.fromkeys(config.nodes, True),
-                                     vg_name="othervg")
-    assert allowed
-
-
-def test_repair_ignores_non_lvm_instances_and_unknown_node() -> None:
-    config = build_config(nodes=2, drbd_instances=0, plain_instances=0)
-    node = next(iter(config.nodes))
-    inst = M.Instance(
-        uuid=M.new_uuid(), name="file.example.com", primary_node=node, os="x", hypervisor="kvm",
-        disks=[M.Disk(uuid=M.new_uuid(), dev_type="file", size=10,
-                      logical_id=M.FileId(driver="loop", path="/srv/f/d0"))],
-    )
-    config.instances[inst.uuid] = inst
-    allowed, reason = S.vg_repair_allowed(config, node, {})
-    assert allowed and "all 0 instance(s)" in reason
-    allowed, reason = S.vg_repair_allowed(config, "no-such-node", {})
-    assert not allowed and "not in the cluster" in reason
 
 
 # --- file storage ------------------------------------------------------------------------------

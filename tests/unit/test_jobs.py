@@ -168,7 +168,7 @@ def test_cancel_ends_an_unlimited_lock_wait_at_once(tmp_path: Path) -> None:
         started = time.monotonic()
         assert m.queue.cancel(blocked)[0]
         assert m.queue.wait(blocked, 5).status == OpStatus.CANCELED
-        assert time.monotonic() - started < 1.0  # not after the holder's 3 s
+        assert time.monotonic() - started < 2.0  # not after the holder's 3 s
         assert m.queue.get(holder).status == OpStatus.RUNNING
     finally:
         m.queue.stop()

@@ -46,6 +46,9 @@ class BalanceOptions:
     restricted_migration: bool = False
     disk_moves: bool = True
     instance_moves: bool = True
+    # stop at the first move touching a node an earlier move touches: only the first set of
+    # moves that can run in parallel (a caller that plans again after running them)
+    first_set_only: bool = False
 
 
 @dataclass
@@ -254,12 +257,16 @@ class Balancer:
         optimal = optimal_score(self.nodes)
         cur = ini
         moves: list[Move] = []
+        touched: set[int] = set()
         while (o.max_moves < 0 or len(moves) < o.max_moves) and cur > optimal + o.min_score:
             mv = self.best_move(cur)
             if mv is None or not mv.score < cur - EPS:
                 break
             if not (cur > o.min_gain_limit or cur - mv.score >= o.min_gain):
                 break
+            if o.first_set_only and mv.nodes & touched:
+                break
+            touched |= mv.nodes
             self.apply(mv)
             cur = self.stats.score()
             mv.score = cur

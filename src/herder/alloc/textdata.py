@@ -6,8 +6,6 @@ policies. Fields are ``|``-separated; see docs/allocator.md for every column.
 
 from __future__ import annotations
 
-import re
-
 from herder.alloc.model import (
     DISK_TEMPLATES,
     Cluster,
@@ -19,6 +17,7 @@ from herder.alloc.model import (
     finish_load,
 )
 from herder.alloc.protocol import InputError
+from herder.core import sizes
 
 TEXT_DEFAULT_POLICY = IPolicy(
     disk_templates=("diskless", "file", "sharedfile", "plain", "blockdev", "drbd", "rbd", "ext",
@@ -158,15 +157,13 @@ def parse_text(text: str, ignore_dynu: bool = False) -> Cluster:
     return cl
 
 
-_UNITS = {"": 1.0, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024, "M": 1e6 / 2**20,
-          "G": 1e9 / 2**20, "T": 1e12 / 2**20}
-
-
 def _size(text: str) -> int:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([mgtMGT]?)", text)
-    if not m:
-        raise InputError(f"Invalid size '{text}'")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+    """htools' sizes in MiB: lower-case units binary, upper-case SI, truncated (Ganeti's
+    parseUnit)."""
+    try:
+        return int(sizes.parse_size(text, "m", si_upper=True))
+    except ValueError:
+        raise InputError(f"Invalid size '{text}'") from None
 
 
 def simulate(specs: list[str]) -> Cluster:

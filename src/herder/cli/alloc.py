@@ -129,7 +129,7 @@ def iallocator_script(python: str | None = None) -> str:
     return ("#!/bin/sh\n"
             "# herder's allocator as a Ganeti iallocator (written by `herder alloc install`).\n"
             "# Ganeti runs: SCRIPT INPUT_FILE [--param=value...] and reads JSON on stdout.\n"
-            f"exec {shlex.quote(py)} -m herder.alloc \"$@\"\n")
+            f"exec {shlex.quote(py)} -m herder.cli.iallocator \"$@\"\n")
 
 
 def _install(directory: str, name: str, force: bool) -> tuple[str, bool]:
@@ -190,7 +190,7 @@ def alloc_install(directory: str, name: str, force: bool, print_only: bool) -> N
     path, changed = _install(directory, name, force)
     py = os.path.abspath(sys.executable)
     if changed:
-        click.echo(f"installed {path}: runs {py} -m herder.alloc")
+        click.echo(f"installed {path}: runs {py} -m herder.cli.iallocator")
     else:
         click.echo(f"{path} is already this herder's script (unchanged)")
     click.echo(f"Use it per job with -I {name} (e.g. gnt-instance add -I {name} ...) "

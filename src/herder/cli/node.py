@@ -20,6 +20,7 @@ from herder.cli.common import (
 )
 from herder.core import model as M
 from herder.core import params as P
+from herder.core import roles
 from herder.core.errors import ConfigError
 from herder.core.store import FileStore
 
@@ -40,16 +41,8 @@ def _check_ip(value: str | None, what: str) -> None:
         raise ConfigError(f"{what} {value!r} is not an IP address") from None
 
 
-def _roles(config: M.ConfigData, n: M.Node) -> str:
-    if n.uuid == config.cluster.master_node:
-        return "master"
-    if n.master_candidate:
-        return "candidate"
-    if n.offline:
-        return "offline"
-    if n.drained:
-        return "drained"
-    return "regular"
+def _role(config: M.ConfigData, n: M.Node) -> str:
+    return roles.NAMES[roles.node_role(n, config.cluster.master_node)]
 
 
 def node_row(config: M.ConfigData, n: M.Node) -> dict[str, object]:
@@ -57,7 +50,7 @@ def node_row(config: M.ConfigData, n: M.Node) -> dict[str, object]:
     primaries = sum(1 for i in config.instances.values() if i.primary_node == n.uuid)
     secondaries = sum(1 for i in config.instances.values() if n.uuid in i.secondary_nodes)
     return {
-        "name": n.name, "uuid": n.uuid, "role": _roles(config, n),
+        "name": n.name, "uuid": n.uuid, "role": _role(config, n),
         "group": group.name if group else n.group, "primary_ip": n.primary_ip,
         "secondary_ip": n.secondary_ip, "master_candidate": n.master_candidate,
         "master_capable": n.master_capable, "vm_capable": n.vm_capable, "offline": n.offline,
@@ -95,7 +88,7 @@ def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
     out = []
     for n in nodes:
         data = M.to_builtins(n)
-        data["role"] = _roles(config, n)
+        data["role"] = _role(config, n)
         data["group_name"] = config.nodegroups[n.group].name if n.group in config.nodegroups \
             else None
         data["filled_ndparams"] = config.filled_ndparams(n)

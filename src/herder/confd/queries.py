@@ -22,6 +22,7 @@ import msgspec
 from herder.core import confd as C
 from herder.core import model as M
 from herder.core import params as P
+from herder.core import roles
 from herder.core.errors import AmbiguousError, NotFoundError
 
 Answer = tuple[int, Any, int]
@@ -183,17 +184,15 @@ def ping(config: M.ConfigData, query: Any) -> Answer:
     return _ok(C.CONFIG_VERSION, 0)
 
 
+_CONFD_ROLES = {roles.MASTER: C.NODE_ROLE_MASTER, roles.CANDIDATE: C.NODE_ROLE_CANDIDATE,
+                roles.DRAINED: C.NODE_ROLE_DRAINED, roles.OFFLINE: C.NODE_ROLE_OFFLINE,
+                roles.REGULAR: C.NODE_ROLE_REGULAR}
+
+
 def node_role(node: M.Node, config: M.ConfigData) -> int:
-    """Ganeti 3.0's precedence: master > drained > offline > candidate > regular."""
-    if node.uuid == config.cluster.master_node:
-        return C.NODE_ROLE_MASTER
-    if node.drained:
-        return C.NODE_ROLE_DRAINED
-    if node.offline:
-        return C.NODE_ROLE_OFFLINE
-    if node.master_candidate:
-        return C.NODE_ROLE_CANDIDATE
-    return C.NODE_ROLE_REGULAR
+    """Ganeti 3.0 confd's role (its precedence: master > drained > offline > candidate >
+    regular; see herder.core.roles)."""
+    return _CONFD_ROLES[roles.confd_node_role(node, config.cluster.master_node)]
 
 
 def node_role_byname(config: M.ConfigData, query: Any) -> Answer:

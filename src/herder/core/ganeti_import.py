@@ -553,7 +553,7 @@ class _Importer:
         for name, raw in _dict(value, "cluster data_collectors").items():
             where = f"cluster data collector {name!r}"
             settings = _dict(raw, where)
-            entry = dict(result.get(name, {"active": True, "interval": 5.0}))
+            entry = dict(result.get(name, {"active": True, "interval": M.MOND_TIME_INTERVAL}))
             entry["active"] = bool(settings.get("active", entry["active"]))
             interval = settings.get("interval")
             if isinstance(interval, int | float) and not isinstance(interval, bool):

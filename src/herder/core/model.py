@@ -372,6 +372,11 @@ class Instance(Named, kw_only=True):
 # --- cluster-level settings -------------------------------------------------------------------
 
 
+# Ganeti's default data collector interval (constants.MOND_TIME_INTERVAL, seconds): what a new
+# Ganeti cluster gives every collector, and what herder gives one outside the table below.
+MOND_TIME_INTERVAL = 5.0
+
+
 class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How mond schedules one data collector. Intervals in seconds.
 
@@ -380,7 +385,7 @@ class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     """
 
     active: bool = True
-    interval: float = 5.0
+    interval: float = MOND_TIME_INTERVAL
     min_interval: float | None = None
     max_interval: float | None = None
 
@@ -397,19 +402,24 @@ class CollectorSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             )
 
 
-# Collectors herder's mond offers, with their default interval (seconds).
+# Collectors herder's mond offers, with their default interval (seconds): the one source of
+# these defaults — a new cluster config is filled from it (and so what masterd's RAPI and confd
+# answer), and mond's collectors use it on a node without the config or a confd answer. The
+# collectors Ganeti also has keep its default (MOND_TIME_INTERVAL); herder's own storage ones
+# run less often (LVM and ceph queries), the static ones (node-os, hypervisor, one per herder
+# daemon) too.
 DEFAULT_COLLECTOR_INTERVALS: dict[str, float] = {
     "node-os": 10.0,
-    "cpu-avg-load": 5.0,
-    "diskstats": 5.0,
-    "drbd": 5.0,
-    "lv": 30.0,
+    "cpu-avg-load": MOND_TIME_INTERVAL,
+    "diskstats": MOND_TIME_INTERVAL,
+    "drbd": MOND_TIME_INTERVAL,
+    "lv": MOND_TIME_INTERVAL,
     "plain": 30.0,
     "file": 30.0,
     "rbd": 60.0,
-    "inst-status": 5.0,
+    "inst-status": MOND_TIME_INTERVAL,
     "hypervisor": 10.0,
-    "daemons": 10.0,
+    **dict.fromkeys(("mond", "masterd", "noded", "confd", "maintd", "instmon"), 10.0),
     "diagnose": 60.0,
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from herder.core import sizes
 from herder.core.errors import ParameterError
 
 Params = dict[str, Any]
@@ -316,12 +317,9 @@ def disk_family(template: str) -> ParamFamily:
         ) from None
 
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtKMGT]?)(?:i?[bB])?\s*$")
-_SIZE_FACTOR = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-
-
 def parse_size(value: Any) -> int:
-    """A size in MiB from an int or a string such as "512", "512M", "2G", "1.5T"."""
+    """A size in whole MiB from an int or a string such as "512", "512M", "2G", "1.5T"
+    (`herder.core.sizes`, the command line's convention); a non-zero size is at least 1."""
     if isinstance(value, bool):
         raise ValueError("a size, not a boolean")
     if isinstance(value, int):
@@ -329,10 +327,11 @@ def parse_size(value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if match:
-            number, unit = match.groups()
-            mib = float(number) * _SIZE_FACTOR[unit.lower()]
+        try:
+            mib = sizes.parse_size(value, "m")
+        except ValueError:
+            pass
+        else:
             return round(mib) if mib >= 1 or mib == 0 else 1
     raise ValueError(f"not a size: {value!r} (use e.g. 512, 512M, 2G)")
 

@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 import httpx
 
+from herder.core import roles
 from herder.core.errors import HerderError
 
 RAPI_VERSION = 2
@@ -54,7 +55,7 @@ JOB_STATUS_CANCELED = "canceled"
 JOB_STATUS_FINAL = frozenset({JOB_STATUS_SUCCESS, JOB_STATUS_ERROR, JOB_STATUS_CANCELED})
 
 # Node roles as `GET/PUT /2/nodes/<name>/role` spell them.
-NODE_ROLES = ("master", "master-candidate", "regular", "drained", "offline")
+NODE_ROLES = tuple(roles.NAMES.values())
 
 QPARAM_DRY_RUN = "dry-run"
 QPARAM_FORCE = "force"

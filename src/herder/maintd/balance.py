@@ -1,13 +1,14 @@
 """Balancing steps of a round (issue 7, design-maintd "Mode of operation"): pure.
 
 When the cluster's maintenance setting `balance` is true, after the repairs: ask the allocator
-library (`herder.alloc`, request type `balance`) for the moves that lower the cluster score,
-and take the first set of moves that can run in parallel (as Ganeti's maintd). Every step must
-gain at least `balanceThreshold` unless the score is at least ten times that (Ganeti's
-`algMinGain`/`algMinGainLimit`). Only healthy nodes take part — not offline, drained or part of
-an incident (active or failed), with the instances living on them alone (Ganeti's
-`algAllowedNodes`) — and a move is left out when a node it touches is used by another job of
-the round. The next round plans again from the cluster as it then is.
+(its request/answer API `herder.alloc.answer_message`, request type `balance` with
+`first_set_only`) for the first set of moves that lower the cluster score and can run in
+parallel (as Ganeti's maintd). Every step must gain at least `balanceThreshold` unless the
+score is at least ten times that (Ganeti's `algMinGain`/`algMinGainLimit`). Only healthy nodes
+take part — not offline, drained or part of an incident (active or failed), with the instances
+living on them alone (Ganeti's `algAllowedNodes`) — and a move is left out when a node it
+touches is used by another job of the round. The next round plans again from the cluster as
+it then is.
 
 The iallocator message is built from RAPI data. masterd's RAPI has no live node figures yet
 (`mtotal`, `mfree`, `dtotal`, `dfree` are null): when a node's figures are null, every node is
@@ -116,48 +117,46 @@ def build_message(nodes: Sequence[Node], instances: Sequence[Instance],
     }
 
 
+Move = tuple[str, list[str], list[str], list[dict[str, Any]]]
+
+
+class BalanceRefused(Exception):
+    """The allocator could not use the request (its reason is the message)."""
+
+
 def first_job_set(msg: Mapping[str, Any], threshold: float,
                   max_moves: int = -1, disk_moves: bool = True,
                   mond_data: Mapping[str, list[dict[str, Any]]] | None = None,
                   warn: Callable[[str], None] | None = None,
-                  ) -> tuple[float, float, list[tuple[str, list[str], list[
-                      str], list[dict[str, Any]]]]]:
+                  ) -> tuple[float, float, list[Move]]:
     """hbal's greedy balancing of every node group of `msg`, stopped at the first move that
     touches a node an earlier move touches: (initial score, score after the set, moves as
-    (instance, old nodes, new nodes, opcodes)). The set is the first of the allocator's
-    `balance` answer (`job_sets` of its moves), without computing the moves after it.
+    (instance, old nodes, new nodes, opcodes)). Asked of the allocator through its `balance`
+    request (`first_set_only`), so the moves after the set are not computed.
     `disk_moves` False: primaries only (hbal --no-disk-moves); `mond_data`: node name ->
-    reports with cpu-avg-load (hbal --mond-data; ignored unless every node has one)."""
-    from herder.alloc.balance import BalanceOptions, Balancer, move_opcodes, optimal_score
-    from herder.alloc.metrics import Stats
-    from herder.alloc.mond import MondOptions, apply_mond
-    from herder.alloc.protocol import Options, build_cluster
+    reports with cpu-avg-load (hbal --mond-data; ignored unless every node has one, `warn`
+    says why). Raises BalanceRefused when the allocator refuses the request."""
+    from herder.alloc import InputError, answer_message
 
-    cl = build_cluster(dict(msg), Options())
+    request: dict[str, Any] = {
+        "type": "balance", "max_moves": max_moves, "min_gain": threshold,
+        "min_gain_limit": 10 * threshold, "disk_moves": disk_moves, "first_set_only": True}
     if mond_data is not None:
-        apply_mond(cl, MondOptions(enabled=True, data=dict(mond_data)), warn)
-    opts = BalanceOptions(min_gain=threshold, min_gain_limit=10 * threshold,
-                          disk_moves=disk_moves)
-    ini = Stats(cl.nodes).score()
-    out = []
-    for gidx in sorted({n.group for n in cl.nodes}):
-        bal = Balancer(cl, gidx, opts)
-        cur = bal.score()
-        optimal = optimal_score(bal.nodes)
-        used: set[int] = set()
-        while cur > optimal + opts.min_score and (max_moves < 0 or len(out) < max_moves):
-            mv = bal.best_move(cur)
-            if mv is None or not mv.score < cur - 1e-9 or mv.nodes & used:
-                break
-            if not (cur > opts.min_gain_limit or cur - mv.score >= opts.min_gain):
-                break
-            ops = move_opcodes(cl, mv)
-            bal.apply(mv)
-            cur = bal.score()
-            used |= mv.nodes
-            out.append((mv.instance, [cl.nodes[i].name for i in mv.old if i >= 0],
-                        [cl.nodes[i].name for i in mv.new if i >= 0], ops))
-    return ini, Stats(cl.nodes).score(), out
+        request["mond_data"] = {name: list(reports) for name, reports in mond_data.items()}
+    try:
+        response = answer_message({**msg, "request": request})
+    except InputError as err:
+        raise BalanceRefused(str(err)) from None
+    if not response.success:
+        raise BalanceRefused(response.info)
+    result = response.result
+    for warning in result["warnings"]:
+        if warn is not None:
+            warn(warning)
+    [opcodes] = result["jobs"] or [[]]  # first_set_only: one set of parallel moves at most
+    moves = [(move["instance"], move["from"], move["to"], ops)
+             for move, ops in zip(result["moves"], opcodes, strict=True)]
+    return result["initial_score"], result["final_score"], moves
 
 
 def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Plan,
@@ -169,8 +168,6 @@ def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
                  ) -> BalanceResult:
     """The balancing jobs of this round (see the module doc). `excluded`: names of nodes of
     active or failed incidents; every job is its own event (`new_uuid`) in the reason trail."""
-    from herder.alloc import InputError
-
     new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
     out = BalanceResult()
     # Ganeti's algAllowedNodes: only the healthy nodes and the instances living on them alone
@@ -187,7 +184,7 @@ def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
             msg, threshold, max_moves, disk_moves, mond_data, warnings.append)
         out.dynamic_load = mond_data is not None and not warnings
         out.notes.extend(f"balance: {w}" for w in warnings)
-    except InputError as err:
+    except BalanceRefused as err:
         out.notes.append(f"balance: the allocator refused the cluster: {err}")
         return out
     busy = {n for j in plan.jobs for n in j.nodes}

@@ -245,7 +245,15 @@ class Maintd:
         self._instances = instances
         await self.observe(nodes)
         cpu0 = time.process_time()
+        jobs_before = list(self.state.jobs)
         busy = await self._check_jobs(nodes, instances)
+        if jobs_before and self.state.jobs != jobs_before:
+            # Jobs ended after the nodes were read: read them again, so that what those jobs
+            # did (a repairfailed tag) is seen before an incident is forgotten for its absence.
+            nodes = await asyncio.to_thread(self.cluster.nodes)
+            instances = await asyncio.to_thread(self.cluster.instances)
+            self.nodes = nodes
+            self._instances = instances
         st = self.state
         changed = False
         data = {u: o.data for u, o in self.observations.items() if o.data is not None}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from herder.core import model as M
+from herder.core import roles
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -139,8 +140,59 @@ async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]])
     return ok(job_id)
 
 
-def only(body: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
-    unknown = set(body) - allowed - {"reason", "dry_run"}
+# Opcode fields no request body sets: the job's plumbing (the queue's; dry-run and reason come
+# from the query string or are checked by `submit`)
+_PLUMBING = frozenset({"debug_level", "priority", "depends", "comment"})
+NODE_TARGET = ("node_name", "node_uuid")
+INSTANCE_TARGET = ("instance_name", "instance_uuid")
+
+
+def body_fields(op: type[O.OpCode], *, fixed: Iterable[str] = (),
+                extra: Iterable[str] = ()) -> frozenset[str]:
+    """What a request body may set on `op` (as Ganeti's baserlib.FillOpcode): the opcode's own
+    fields, less the job's plumbing and `fixed` (what the URL names), plus `extra` (keys of
+    the body the route translates)."""
+    return (frozenset(op.__struct_fields__) - _PLUMBING - frozenset(fixed)) | frozenset(extra)
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+_SUBMITS: dict[Callable[..., Any], tuple[type[O.OpCode], ...]] = {}
+
+# Opcodes without a RAPI route of their own (clients submit them through /2/herder/jobs),
+# and why: tests/unit/test_opcode_registry.py checks that every other opcode has one.
+NO_ROUTE = {
+    "OP_NODE_ADD": "Ganeti's RAPI cannot add a node either (gnt-node add); herder node add",
+    "OP_NODE_REMOVE": "Ganeti's RAPI cannot remove a node either (gnt-node remove); "
+                      "herder node remove",
+    "OP_REPAIR_COMMAND": "Ganeti 3.0's RAPI has no route for it (compat M2); herder node "
+                         "repair-command and maintd",
+    "OP_OS_DIAGNOSE": "Ganeti's GET /2/os waits for this job inside the request; herder os list "
+                      "submits it and waits as a client",
+    "OP_TEST_DELAY": "a test opcode (Ganeti's RAPI has no route for it); tests and benchmarks",
+}
+
+
+def submits(*ops: type[O.OpCode]) -> Callable[[Handler], Handler]:
+    """Marks a route's handler with the opcodes its jobs carry (see `opcode_routes`)."""
+    def mark(handler: Handler) -> Handler:
+        _SUBMITS[handler] = ops
+        return handler
+
+    return mark
+
+
+def opcode_routes(app: web.Application) -> dict[str, list[str]]:
+    """OP_ID -> the routes ("METHOD /path") of `app` whose jobs carry it."""
+    found: dict[str, list[str]] = {}
+    for route in app.router.routes():
+        for op in _SUBMITS.get(route.handler, ()):
+            found.setdefault(O.op_id_of(op), []).append(
+                f"{route.method} {route.resource.canonical if route.resource else '?'}")
+    return found
+
+
+def only(body: dict[str, Any], allowed: Iterable[str], what: str) -> dict[str, Any]:
+    unknown = set(body) - set(allowed) - {"reason", "dry_run"}
     if unknown:
         raise RapiHttpError(400, f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
     return body
@@ -164,14 +216,19 @@ async def info(request: web.Request) -> web.Response:
     return ok(views.cluster_view(config_of(request)))
 
 
-CLUSTER_FIELDS = {f for f in O.OpClusterSetParams.__struct_fields__
-                  if f not in ("dry_run", "debug_level", "priority", "depends", "comment")}
+CLUSTER_FIELDS = body_fields(O.OpClusterSetParams)
 
 
+@submits(O.OpClusterSetParams)
 async def cluster_modify(request: web.Request) -> web.Response:
     body = body_dict(await body_of(request, default={}))
     only(body, CLUSTER_FIELDS, "cluster modify")
     return await submit(request, "modify", [{"OP_ID": "OP_CLUSTER_SET_PARAMS", **body}])
+
+
+@submits(O.OpClusterRedistConf)
+async def redistribute_config(request: web.Request) -> web.Response:
+    return await submit(request, "redist_config", [{"OP_ID": "OP_CLUSTER_REDIST_CONF"}])
 
 
 # --- tags (cluster, nodes, groups, instances) -------------------------------------------------
@@ -193,6 +250,7 @@ async def tags_get(request: web.Request) -> web.Response:
     return ok(tag_target(request)[2])
 
 
+@submits(O.OpTagsSet, O.OpTagsDel)
 async def tags_change(request: web.Request) -> web.Response:
     kind, name, _ = tag_target(request)
     tags = request.query.getall("tag", [])
@@ -227,7 +285,7 @@ async def node(request: web.Request) -> web.Response:
 async def node_role_get(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
-    return ok(views.NODE_ROLES[views.node_role(config, target)])
+    return ok(roles.NAMES[roles.node_role(target, config.cluster.master_node)])
 
 
 ROLE_FIELDS = {
@@ -238,6 +296,7 @@ ROLE_FIELDS = {
 }
 
 
+@submits(O.OpNodeSetParams)
 async def node_role_set(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -253,11 +312,10 @@ async def node_role_set(request: web.Request) -> web.Response:
     return await submit(request, "nodes_name_role", [op])
 
 
-NODE_MODIFY_FIELDS = {"master_candidate", "offline", "drained", "master_capable", "vm_capable",
-                      "secondary_ip", "ndparams", "powered", "auto_promote", "force", "group",
-                      "new_name"}
+NODE_MODIFY_FIELDS = body_fields(O.OpNodeSetParams, fixed=NODE_TARGET)
 
 
+@submits(O.OpNodeSetParams)
 async def node_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -269,23 +327,23 @@ async def node_modify(request: web.Request) -> web.Response:
          **body}])
 
 
+@submits(O.OpNodeEvacuate)
 async def node_evacuate(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})),
-                {"mode", "iallocator", "remote_node", "early_release", "ignore_soft_errors"},
-                "node evacuate")
+                body_fields(O.OpNodeEvacuate, fixed=NODE_TARGET), "node evacuate")
     return await submit(request, "nodes_name_evacuate", [
         {"OP_ID": "OP_NODE_EVACUATE", "node_name": target.name, "node_uuid": target.uuid,
          **body}])
 
 
+@submits(O.OpNodeMigrate)
 async def node_migrate(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})),
-                {"mode", "live", "target_node", "iallocator", "allow_runtime_changes",
-                 "ignore_ipolicy"}, "node migrate")
+                body_fields(O.OpNodeMigrate, fixed=NODE_TARGET), "node migrate")
     if "mode" in request.query:
         body["mode"] = request.query["mode"]
     return await submit(request, "nodes_name_migrate", [
@@ -293,6 +351,7 @@ async def node_migrate(request: web.Request) -> web.Response:
          **body}])
 
 
+@submits(O.OpNodePowercycle)
 async def node_powercycle(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -301,6 +360,7 @@ async def node_powercycle(request: web.Request) -> web.Response:
          "force": flag(request, "force")}])
 
 
+@submits(O.OpNodeQueryStorage)
 async def node_storage(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -312,6 +372,7 @@ async def node_storage(request: web.Request) -> web.Response:
          "output_fields": fields, "name": request.query.get("name")}])
 
 
+@submits(O.OpNodeModifyStorage)
 async def node_storage_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -324,6 +385,7 @@ async def node_storage_modify(request: web.Request) -> web.Response:
          "changes": {"allocatable": flag(request, "allocatable")}}])
 
 
+@submits(O.OpRepairNodeStorage)
 async def node_storage_repair(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -351,10 +413,10 @@ async def group(request: web.Request) -> web.Response:
     return ok(views.group_view(config, find(config.find_group, request.match_info["name"])))
 
 
-GROUP_FIELDS = {"group_name", "name", "alloc_policy", "ndparams", "diskparams", "ipolicy",
-                "hv_state", "disk_state"}
+GROUP_FIELDS = body_fields(O.OpGroupAdd, extra=("name",))  # Ganeti's alias of group_name
 
 
+@submits(O.OpGroupAdd)
 async def group_add(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), GROUP_FIELDS, "group add")
     name = body.pop("group_name", None) or body.pop("name", None)
@@ -364,15 +426,17 @@ async def group_add(request: web.Request) -> web.Response:
                                              **body}])
 
 
+@submits(O.OpGroupSetParams)
 async def group_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})),
-                GROUP_FIELDS - {"group_name", "name"}, "group modify")
+                body_fields(O.OpGroupSetParams, fixed=("group_name",)), "group modify")
     return await submit(request, "groups_name_modify", [
         {"OP_ID": "OP_GROUP_SET_PARAMS", "group_name": target.name, **body}])
 
 
+@submits(O.OpGroupRename)
 async def group_rename(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -384,6 +448,7 @@ async def group_rename(request: web.Request) -> web.Response:
         {"OP_ID": "OP_GROUP_RENAME", "group_name": target.name, "new_name": new_name}])
 
 
+@submits(O.OpGroupRemove)
 async def group_delete(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -401,10 +466,10 @@ async def instances(request: web.Request) -> web.Response:
     return ok(listing([i.name for i in ordered], "/2/instances"))
 
 
-CREATE_FIELDS = {f for f in O.OpInstanceCreate.__struct_fields__
-                 if f not in ("debug_level", "priority", "depends", "comment")}
+CREATE_FIELDS = body_fields(O.OpInstanceCreate)
 
 
+@submits(O.OpInstanceCreate)
 async def instance_create(request: web.Request) -> web.Response:
     """Ganeti's instance-create-reqv1 body: `__version__: 1`, `name`, `disk_template`, ..."""
     body = body_dict(await body_of(request, default={}))
@@ -432,6 +497,7 @@ def _instance_name(request: web.Request) -> M.Instance:
     return find(config.find_instance, request.match_info["name"])
 
 
+@submits(O.OpInstanceQueryData)
 async def instance_info(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     return await submit(request, "instances_name_info", [
@@ -439,15 +505,21 @@ async def instance_info(request: web.Request) -> web.Response:
          "static": flag(request, "static")}])
 
 
+@submits(O.OpInstanceRemove)
 async def instance_delete(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     return await submit(request, "instances_name", [
         {"OP_ID": "OP_INSTANCE_REMOVE", "instance_name": inst.name}])
 
 
-def _instance_op(op_id: str, resource: str, fields: set[str],
-                 query_flags: tuple[str, ...] = ()) -> Callable[[web.Request],
-                                                                Awaitable[web.Response]]:
+def _instance_op(op: type[O.OpCode], resource: str,
+                 query_flags: tuple[str, ...] = ()) -> Handler:
+    """A route submitting `op` for the instance of the URL, with the opcode's fields from the
+    body and `query_flags` from the query string."""
+    op_id = O.op_id_of(op)
+    fields = body_fields(op, fixed=INSTANCE_TARGET)
+
+    @submits(op)
     async def handler(request: web.Request) -> web.Response:
         inst = _instance_name(request)
         body = only(body_dict(await body_of(request, default={})), fields, resource)
@@ -462,21 +534,24 @@ def _instance_op(op_id: str, resource: str, fields: set[str],
     return handler
 
 
+@submits(O.OpInstanceRename)
 async def instance_rename(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     body = only(body_dict(await body_of(request, default={})),
-                {"new_name", "ip_check", "name_check"}, "instance rename")
+                body_fields(O.OpInstanceRename, fixed=INSTANCE_TARGET), "instance rename")
     if not isinstance(body.get("new_name"), str) or not body["new_name"]:
         raise RapiHttpError(400, "instance rename needs new_name")
     return await submit(request, "instances_name_rename", [
         {"OP_ID": "OP_INSTANCE_RENAME", "instance_name": inst.name, **body}])
 
 
+@submits(O.OpInstanceReinstall, O.OpInstanceStartup)
 async def instance_reinstall(request: web.Request) -> web.Response:
     """Ganeti's reinstall body: `os`, `osparams`, `start` (then a startup opcode follows)."""
     inst = _instance_name(request)
     body = only(body_dict(await body_of(request, default={})),
-                {"os", "os_type", "osparams", "start", "force_variant"}, "instance reinstall")
+                body_fields(O.OpInstanceReinstall, fixed=INSTANCE_TARGET, extra=("os", "start")),
+                "instance reinstall")
     ops: list[dict[str, Any]] = [{
         "OP_ID": "OP_INSTANCE_REINSTALL", "instance_name": inst.name,
         "os_type": body.get("os_type") or body.get("os") or request.query.get("os"),
@@ -549,6 +624,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
 
+@submits(O.OpClusterSetParams)
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
@@ -636,6 +712,7 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/features", features)
     r.add_get("/2/info", info)
     r.add_put("/2/modify", cluster_modify)
+    r.add_put("/2/redistribute-config", redistribute_config)
     for prefix in ("/2/tags",):
         r.add_get(prefix, tags_get)
         r.add_put(prefix, tags_change)
@@ -669,33 +746,22 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/instances/{name}/info", instance_info)
     r.add_put("/2/instances/{name}/rename", instance_rename)
     r.add_put("/2/instances/{name}/modify", _instance_op(
-        "OP_INSTANCE_SET_PARAMS", "instances_name_modify",
-        {"hvparams", "beparams", "osparams", "os_name", "offline", "force", "force_variant"}))
+        O.OpInstanceSetParams, "instances_name_modify"))
     r.add_put("/2/instances/{name}/startup", _instance_op(
-        "OP_INSTANCE_STARTUP", "instances_name_startup",
-        {"force", "ignore_offline_nodes", "hvparams", "beparams", "no_remember",
-         "startup_paused"}, ("force", "no_remember")))
+        O.OpInstanceStartup, "instances_name_startup", ("force", "no_remember")))
     r.add_put("/2/instances/{name}/shutdown", _instance_op(
-        "OP_INSTANCE_SHUTDOWN", "instances_name_shutdown",
-        {"timeout", "ignore_offline_nodes", "no_remember", "force"}, ("no_remember",)))
+        O.OpInstanceShutdown, "instances_name_shutdown", ("no_remember",)))
     r.add_post("/2/instances/{name}/reboot", _instance_op(
-        "OP_INSTANCE_REBOOT", "instances_name_reboot",
-        {"reboot_type", "ignore_secondaries", "shutdown_timeout"}, ("ignore_secondaries",)))
+        O.OpInstanceReboot, "instances_name_reboot", ("ignore_secondaries",)))
     r.add_put("/2/instances/{name}/migrate", _instance_op(
-        "OP_INSTANCE_MIGRATE", "instances_name_migrate",
-        {"mode", "live", "cleanup", "target_node", "iallocator", "allow_failover",
-         "allow_runtime_changes", "ignore_ipolicy"}))
+        O.OpInstanceMigrate, "instances_name_migrate"))
     r.add_put("/2/instances/{name}/failover", _instance_op(
-        "OP_INSTANCE_FAILOVER", "instances_name_failover",
-        {"ignore_consistency", "target_node", "iallocator", "shutdown_timeout",
-         "ignore_ipolicy", "cleanup"}))
+        O.OpInstanceFailover, "instances_name_failover"))
     r.add_put("/2/instances/{name}/activate-disks", _instance_op(
-        "OP_INSTANCE_ACTIVATE_DISKS", "instances_name_activate_disks", {"ignore_size"},
-        ("ignore_size",)))
+        O.OpInstanceActivateDisks, "instances_name_activate_disks", ("ignore_size",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
-        "OP_INSTANCE_REPLACE_DISKS", "instances_name_replace_disks",
-        {"mode", "disks", "remote_node", "iallocator", "early_release"}))
+        O.OpInstanceReplaceDisks, "instances_name_replace_disks"))
     r.add_get("/2/jobs", jobs)
     r.add_get("/2/jobs/{job_id}", job)
     r.add_delete("/2/jobs/{job_id}", job_cancel)

@@ -37,14 +37,12 @@ from herder.core import params as P
 from herder.core import uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
+from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 
 log = logging.getLogger("herder.masterd.redist")
 
-REDIST_FILES = "redist-files"  # beside the config: the user-maintained list
 # Hypervisor parameters that name a file every node that can run the instance needs.
 HV_FILE_PARAMS = ("vnc_password_file", "spice_password_file")
-# The ssconf value listing every file a node may receive through upload_file (its white-list).
-UPLOAD_LIST = "redist_files"
 
 
 @dataclass

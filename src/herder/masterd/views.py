@@ -8,29 +8,13 @@ from typing import Any
 from herder import __version__
 from herder.core import model as M
 from herder.core import params as P
+from herder.core import roles
 
 RAPI_VERSION = 2
 CONFIG_VERSION = 3000000  # the Ganeti config version whose RAPI shapes herder speaks
 PROTOCOL_VERSION = 3000000
 OS_API_VERSION = 20
 EXPORT_VERSION = 0
-
-NODE_ROLES = {"M": "master", "C": "master-candidate", "R": "regular", "D": "drained",
-              "O": "offline"}
-
-
-def node_role(config: M.ConfigData, node: M.Node) -> str:
-    """Ganeti's one-letter role: master, candidate, drained, offline, regular."""
-    if node.uuid == config.cluster.master_node:
-        return "M"
-    if node.master_candidate:
-        return "C"
-    if node.drained:
-        return "D"
-    if node.offline:
-        return "O"
-    return "R"
-
 
 def node_view(config: M.ConfigData, node: M.Node) -> dict[str, Any]:
     primaries = sorted(i.name for i in config.instances.values() if i.primary_node == node.uuid)
@@ -42,7 +26,7 @@ def node_view(config: M.ConfigData, node: M.Node) -> dict[str, Any]:
         "secondary_ip": node.secondary_ip or node.primary_ip,
         "master_candidate": node.master_candidate, "master_capable": node.master_capable,
         "vm_capable": node.vm_capable, "offline": node.offline, "drained": node.drained,
-        "role": node_role(config, node), "group.uuid": node.group,
+        "role": roles.node_role(node, config.cluster.master_node), "group.uuid": node.group,
         "pinst_cnt": len(primaries), "pinst_list": primaries,
         "sinst_cnt": len(secondaries), "sinst_list": secondaries,
         "ndparams": config.filled_ndparams(node), "tags": list(node.tags),

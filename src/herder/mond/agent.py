@@ -130,7 +130,7 @@ class Agent:
             ttl = max(1.0, self.ctx.settings.confd_cache_seconds)
             self._builtins_checked -= max(0.0, 60.0 - ttl)
         for name, cls in self.collectors.items():
-            settings = _settings_for(self.ctx, name, cls.default_interval)
+            settings = _settings_for(self.ctx, name, cls.interval_default())
             unit = self.units.get(name)
             if not settings.active:
                 if unit is not None:

@@ -385,8 +385,16 @@ class Collector:
     inputs: ClassVar[Mapping[str, str]] = {}
     # Whether the scheduler may stretch/shrink the interval (diagnose: no).
     adaptive: ClassVar[bool] = True
-    # Default interval (seconds) when the cluster config names none.
-    default_interval: ClassVar[float] = 5.0
+    # Default interval (seconds) when neither the cluster config nor confd names one: a
+    # built-in collector's comes from core's table (model.DEFAULT_COLLECTOR_INTERVALS, also
+    # what new cluster configs get), so it is not set here; another collector may set its own.
+    default_interval: ClassVar[float | None] = None
+
+    @classmethod
+    def interval_default(cls) -> float:
+        if cls.default_interval is not None:
+            return cls.default_interval
+        return M.DEFAULT_COLLECTOR_INTERVALS.get(cls.name, M.MOND_TIME_INTERVAL)
 
     def __init__(self, ctx: CollectContext) -> None:
         self.ctx = ctx

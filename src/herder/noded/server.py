@@ -410,7 +410,7 @@ class NodeDaemon:
         """The white-list of upload_file: the cluster secrets and the user list beside the
         config, and the files the master listed in ssconf `redist_files`."""
         from herder.core.cluster_secrets import SecretPaths
-        from herder.masterd.redist import REDIST_FILES, UPLOAD_LIST
+        from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 
         secrets = SecretPaths.beside(self.settings.config_dir / "config.json")
         allowed = {str(p) for p in secrets.all()}

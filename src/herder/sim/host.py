@@ -38,7 +38,7 @@ from typing import Any
 import msgspec
 
 import herder
-from herder.core import supervise_control
+from herder.core import libvirtd_conf, supervise_control
 from herder.core.errors import HerderError
 from herder.sim import forward, hostfiles, hoststate, loopdev, netns
 from herder.sim.hostinit import HostSpec, Mount
@@ -288,7 +288,7 @@ class SimHost:
             (root / sticky).chmod(0o1777)
         layout.source(NODE_SETTINGS).write_text(config.node_settings)
         layout.source("/etc/libvirt/libvirtd.conf").write_text(hostfiles.libvirtd_conf())
-        layout.source("/etc/libvirt/qemu.conf").write_text(hostfiles.qemu_conf())
+        layout.source("/etc/libvirt/qemu.conf").write_text(libvirtd_conf.qemu_conf())
         layout.vg_image.parent.mkdir(parents=True, exist_ok=True)
         for image, size in ((layout.vg_image, config.vg_mib),
                             (layout.file_storage_image, config.file_storage_mib)):

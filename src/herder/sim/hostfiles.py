@@ -3,10 +3,10 @@
 - `/etc/lvm/lvm.conf`: LVM sees only the host's own loop device (its filter) and never asks
   device-mapper for anything (`activation = 0`: no device-mapper on the machines this runs on,
   see docs/real-nodes.md §2), without udev, lvmetad or a devices file.
-- `/etc/libvirt/libvirtd.conf`: system mode on the unix sockets only, for root only; no TCP.
-- `/etc/libvirt/qemu.conf`: the QEMU driver without virtlogd (no socket activation without
-  systemd: QEMU's output goes to files) and without cgroups (the machine's cgroup tree is
-  shared by every simulated host, so two hosts' guests of the same name would collide there).
+- `/etc/libvirt/libvirtd.conf`: system mode on the unix sockets only, for root only; no TCP,
+  no TLS: what a host has before it has joined a cluster (its node certificate then makes the
+  production configuration, `herder.core.libvirtd_conf`, possible). Its qemu.conf is the
+  production one (`core.libvirtd_conf.qemu_conf`).
 - `/etc/hosts`: the cluster's names, shared by every host.
 - `/etc/herder/node.toml`: what the host's supervisor runs.
 """
@@ -66,15 +66,6 @@ unix_sock_admin_perms = "0700"
 auth_unix_ro = "none"
 auth_unix_rw = "none"
 log_outputs = "3:stderr"
-"""
-
-
-def qemu_conf() -> str:
-    return """\
-# A simulated herder host: no virtlogd (nothing socket-activates it), no cgroups (the
-# machine's cgroup tree is shared by every simulated host).
-stdio_handler = "file"
-cgroup_controllers = [ ]
 """
 
 

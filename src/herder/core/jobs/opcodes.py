@@ -421,18 +421,24 @@ class OpTestDelay(OpCode, **_op("OP_TEST_DELAY")):
             raise ValueError("duration must not be negative")
 
 
-ALL_OPCODES: tuple[type[OpCode], ...] = (
-    OpClusterSetParams, OpClusterRedistConf, OpGroupAdd, OpGroupSetParams, OpGroupRename,
-    OpGroupRemove,
-    OpNodeAdd, OpNodeSetParams, OpNodeRemove, OpNodeEvacuate, OpNodeMigrate, OpNodePowercycle,
-    OpNodeQueryStorage, OpNodeModifyStorage, OpRepairNodeStorage, OpRepairCommand,
-    OpInstanceActivateDisks, OpInstanceReinstall, OpInstanceReplaceDisks, OpOsDiagnose,
-    OpInstanceCreate, OpInstanceRename, OpInstanceSetParams, OpInstanceQueryData, OpInstanceStartup,
-    OpInstanceShutdown, OpInstanceReboot, OpInstanceMigrate, OpInstanceFailover,
-    OpInstanceRemove, OpTagsSet, OpTagsDel, OpTestDelay,
-)
-BY_ID: dict[str, type[OpCode]] = {cls.__struct_config__.tag: cls  # type: ignore[misc]
-                                  for cls in ALL_OPCODES}
+def _defined(base: type[OpCode]) -> list[type[OpCode]]:
+    """Every opcode class below `base` (the ones with an OP_ID tag), in definition order."""
+    found: list[type[OpCode]] = []
+    for cls in base.__subclasses__():
+        if op_id_of(cls).startswith("OP_"):
+            found.append(cls)
+        found.extend(_defined(cls))
+    return found
+
+
+def op_id_of(cls: type[OpCode]) -> str:
+    """OP_INSTANCE_STARTUP for OpInstanceStartup."""
+    return str(cls.__struct_config__.tag)
+
+
+# Every opcode defined above: what a job may contain (masterd's LU registry is built from it).
+ALL_OPCODES: tuple[type[OpCode], ...] = tuple(_defined(OpCode))
+BY_ID: dict[str, type[OpCode]] = {op_id_of(cls): cls for cls in ALL_OPCODES}
 
 
 def parse(data: Any) -> OpCode:

@@ -1,4 +1,8 @@
-"""Logical units: one module per opcode family, each listing its classes in `LUS`."""
+"""Logical units: one module per opcode family; each LU names the opcode it executes (`OP`).
+
+The registry is built from the opcodes (`opcodes.ALL_OPCODES`): each one's LU is the class of
+these modules that declares it, exactly one per opcode.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,38 @@ import importlib
 import pkgutil
 from functools import cache
 
+from herder.core.jobs import opcodes as O
 from herder.masterd.lu.base import LogicalUnit
+
+
+def _units(base: type[LogicalUnit]) -> list[type[LogicalUnit]]:
+    found: list[type[LogicalUnit]] = []
+    for cls in base.__subclasses__():
+        found.append(cls)
+        found.extend(_units(cls))
+    return found
 
 
 @cache
 def registry() -> dict[str, type[LogicalUnit]]:
-    """OP_ID -> logical unit class."""
-    found: dict[str, type[LogicalUnit]] = {}
+    """OP_ID -> logical unit class, for every opcode. RuntimeError when an opcode has no LU or
+    two, or an LU names something not an opcode."""
     for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for cls in getattr(module, "LUS", ()):
-            op_id = cls.OP.__struct_config__.tag
-            if op_id in found:
-                raise RuntimeError(f"two logical units for {op_id}")
-            found[op_id] = cls
+        importlib.import_module(f"{__name__}.{info.name}")
+    claims: dict[type[O.OpCode], list[type[LogicalUnit]]] = {}
+    for cls in _units(LogicalUnit):
+        op = vars(cls).get("OP")
+        if op is not None:
+            claims.setdefault(op, []).append(cls)
+    strays = [cls.__name__ for op, units in claims.items() if op not in O.ALL_OPCODES
+              for cls in units]
+    if strays:
+        raise RuntimeError(f"logical units for unknown opcodes: {', '.join(strays)}")
+    found: dict[str, type[LogicalUnit]] = {}
+    for op in O.ALL_OPCODES:
+        units = claims.get(op, [])
+        if len(units) != 1:
+            names = ", ".join(cls.__name__ for cls in units) or "none"
+            raise RuntimeError(f"{O.op_id_of(op)} needs one logical unit (found: {names})")
+        found[O.op_id_of(op)] = units[0]
     return found

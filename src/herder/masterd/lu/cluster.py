@@ -194,5 +194,3 @@ class ClusterRedistConf(LogicalUnit):
                 self.feedback(f"{name}: {error}")
         return results
 
-
-LUS = [ClusterSetParams, ClusterRedistConf]

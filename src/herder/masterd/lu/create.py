@@ -245,5 +245,3 @@ class InstanceCreate(LogicalUnit):
             config.instances.pop(inst.uuid, None)
         self.env.locks.remove(L.LEVEL_INSTANCE, [inst.uuid])
 
-
-LUS = [InstanceCreate]

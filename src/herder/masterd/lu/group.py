@@ -123,5 +123,3 @@ class GroupRemove(LogicalUnit):
         self.env.locks.remove(L.LEVEL_NODEGROUP, [group.uuid])
         return None
 
-
-LUS = [GroupAdd, GroupSetParams, GroupRename, GroupRemove]

@@ -451,7 +451,3 @@ class InstanceReplaceDisks(_NodeAction):
             self.feedback(f"{self.inst.name}: disks checked/recreated on "
                           f"{self.config.node_name(node_uuid)}")
 
-
-LUS = [InstanceRename, InstanceSetParams, InstanceQueryData, InstanceStartup, InstanceShutdown,
-       InstanceReboot, InstanceMigrate, InstanceFailover, InstanceRemove, InstanceActivateDisks,
-       InstanceReinstall, InstanceReplaceDisks]

@@ -355,5 +355,3 @@ class NodeMigrate(_NodeWithInstances):
         self.live = self.op.mode != "non-live" and self.op.live is not False  # type: ignore
         super().check(config)
 
-
-LUS = [NodeAdd, NodeSetParams, NodeRemove, NodePowercycle, NodeEvacuate, NodeMigrate]

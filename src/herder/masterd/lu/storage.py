@@ -11,6 +11,7 @@ from herder.core import model as M
 from herder.core.errors import HerderError, OpPrereqError
 from herder.core.jobs import opcodes as O
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.vg_repair import vg_repair_allowed
 
 FIELDS = ("name", "size", "used", "free", "allocatable")
 
@@ -80,8 +81,6 @@ class RepairNodeStorage(LogicalUnit):
                 LockRequest(L.LEVEL_NODE, None, shared=True)]
 
     def check(self, config: M.ConfigData) -> None:
-        from herder.noded.storage import vg_repair_allowed
-
         op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
         self.node = lookup(config.find_node, op.node_name)
         health: dict[str, bool] = {}
@@ -147,5 +146,3 @@ class OsDiagnose(LogicalUnit):
                 offered.setdefault(name, []).append(node.name)
         return {name: sorted(nodes) for name, nodes in sorted(offered.items())}
 
-
-LUS = [NodeQueryStorage, NodeModifyStorage, RepairNodeStorage, RepairCommand, OsDiagnose]

@@ -64,5 +64,3 @@ class TagsDel(_Tags):
     def change(self, obj: M.Named | M.Cluster, tags: list[str]) -> None:
         M.tags_remove(obj, tags)  # type: ignore[arg-type]
 
-
-LUS = [TagsSet, TagsDel]

@@ -27,5 +27,3 @@ class TestDelay(LogicalUnit):
             time.sleep(op.duration)
         return None
 
-
-LUS = [TestDelay]

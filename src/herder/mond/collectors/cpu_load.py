@@ -126,7 +126,6 @@ class CpuAvgLoadCollector(Collector):
     category = None
     kind = Kind.PERFORMANCE
     inputs = {"proc_stat": "/proc/stat"}
-    default_interval = 5.0
 
     def __init__(self, ctx: CollectContext) -> None:
         super().__init__(ctx)

@@ -94,7 +94,6 @@ class DaemonCollector(Collector):
 
     category = "daemon"
     kind = Kind.STATUS
-    default_interval = 10.0
 
     def __init__(self, ctx: CollectContext) -> None:
         super().__init__(ctx)

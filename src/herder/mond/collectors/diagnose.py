@@ -81,7 +81,6 @@ class DiagnoseCollector(Collector):
     category = "node"
     kind = Kind.STATUS
     adaptive = False  # maintd polls at the configured interval
-    default_interval = 60.0
 
     def command_name(self) -> str:
         config = self.ctx.config()

@@ -87,7 +87,6 @@ class FileStorageCollector(Collector):
     name = "file"
     category = "storage"
     kind = Kind.STATUS
-    default_interval = 30.0
 
     def available(self) -> bool:
         return bool(storage_dirs(self.ctx.config()))

@@ -164,7 +164,6 @@ class HypervisorCollector(Collector):
     name: ClassVar[str] = "hypervisor"
     category: ClassVar[str | None] = "hypervisor"
     kind: ClassVar[Kind] = Kind.PERFORMANCE
-    default_interval: ClassVar[float] = 10.0
 
     def __init__(self, ctx: CollectContext) -> None:
         super().__init__(ctx)

@@ -292,7 +292,6 @@ class InstStatusCollector(Collector):
     name: ClassVar[str] = "inst-status"
     category: ClassVar[str | None] = "instance"
     kind: ClassVar[Kind] = Kind.STATUS
-    default_interval: ClassVar[float] = 5.0
     # A running domain whose CPU time stands still this long (across two collections) is hung.
     hung_after: ClassVar[float] = 1.0
     qemu_pid_dir: ClassVar[Path] = Path("/run/libvirt/qemu")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from herder.core import model as M
+from herder.core import sizes
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.report import Kind, Status, merge_statuses, status
 
@@ -73,7 +74,6 @@ _VGS_DEFAULT = re.compile(
     r"^\s*(?P<name>\S+)\s+(?P<pvs>\d+)\s+(?P<lvs>\d+)\s+\d+\s+(?P<attr>[-a-z]{6,})\s+"
     r"(?P<size>\S+)\s+(?P<free>\S+)\s*$"
 )
-_SIZE = re.compile(r"^<?\s*(?P<num>\d+(?:\.\d*)?)\s*(?P<unit>[bBsSkKmMgGtTpPeE]?)$")
 _MISSING_UUID = re.compile(r"Couldn't find device with uuid '?([A-Za-z0-9-]+?)'?\.?\s*$")
 _VG_MISSING_PV = re.compile(r"VG (\S+) is missing PV ([A-Za-z0-9-]+)")
 _VG_INCOMPLETE = re.compile(r"Couldn't find all physical volumes for volume group (\S+?)\.?\s*$")
@@ -82,20 +82,10 @@ _VG_NOT_FOUND = re.compile(r"Volume group \"?(\S+?)\"? not found")
 
 def parse_size(text: str, default_unit: str = "b") -> int:
     """An LVM size in bytes: `123`, `123B`, `65536.00k`, `<1.31t` (lower case: powers of
-    1024; upper case K..E: powers of 1000; b/B bytes; s/S 512-byte sectors)."""
-    match = _SIZE.match(text.strip())
-    if match is None:
-        raise ValueError(f"not a size: {text!r}")
-    unit = match["unit"] or default_unit
-    number = float(match["num"]) if "." in match["num"] else int(match["num"])
-    if unit in "bB":
-        factor = 1
-    elif unit in "sS":
-        factor = 512
-    else:
-        power = "kmgtpe".index(unit.lower()) + 1
-        factor = (1024 if unit.islower() else 1000) ** power
-    return round(number * factor)
+    1024; upper case K..E: powers of 1000; b/B bytes; s/S 512-byte sectors; a bare number is
+    in `default_unit`). LVM marks a rounded size with a leading `<`."""
+    return round(sizes.parse_size(text.strip().removeprefix("<"), "b",
+                                  default_unit=default_unit, si_upper=True))
 
 
 def _int(text: str) -> int:
@@ -416,7 +406,6 @@ class PlainCollector(Collector):
     category = "storage"
     kind = Kind.STATUS
     inputs = {"vgs": " ".join(VGS_ARGV), "lvs": " ".join(LVS_ARGV)}
-    default_interval = 30.0
 
     def available(self) -> bool:
         return _lvm_available(self.ctx, self.inputs)

@@ -60,7 +60,6 @@ class NodeOsCollector(Collector):
     category = None
     kind = Kind.PERFORMANCE
     inputs = {"proc_drbd": "/proc/drbd"}
-    default_interval = 10.0
 
     def __init__(self, ctx: CollectContext) -> None:
         super().__init__(ctx)

@@ -185,7 +185,6 @@ class RbdCollector(Collector):
     category = "storage"
     kind = Kind.STATUS
     inputs = {"ceph_df": " ".join(CEPH_DF_ARGV), "rbd_showmapped": " ".join(RBD_SHOWMAPPED_ARGV)}
-    default_interval = 30.0
 
     def available(self) -> bool:
         return (any(name in self.ctx.inputs for name in self.inputs)

@@ -1,9 +1,11 @@
-"""``python -m herder.alloc FILE|-``: the iallocator entry point without the full herder CLI.
+"""``python -m herder.cli.iallocator FILE|-``: the iallocator script's entry point (what
+``herder alloc install`` makes Ganeti run), without the full herder CLI.
 
 Same options and behaviour as ``herder alloc``. Ganeti runs an iallocator once per allocation,
 so start-up counts: the plain call (one request file or ``-``, no options — how Ganeti calls
-it without default iallocator parameters) is answered without importing click (about 12 ms of
-a ~60 ms run); anything else goes through the click command.
+it without default iallocator parameters) is answered through the allocator's library API
+without importing click (about 12 ms of a ~60 ms run); anything else goes through the click
+command. It lives in the CLI because the allocator itself imports no front end.
 """
 
 from __future__ import annotations

@@ -1,0 +1,164 @@
+"""Benchmark of herder.noded.bdev: create + remove of many disks per device type that runs here.
+
+    PYTHONPATH=src .venv/bin/python bench/storage.py [--count 100] [--size 64]
+
+For each type, `count` disks of `size` MiB are created (Ganeti's blockdev_create on the
+primary: create, assemble, open, set info) and then removed (blockdev_remove), through
+`bdev.operations` with the real runner. Types: file and sharedfile (sparse files in instance
+directories), blockdev (adopting loop devices linked under a stand-in /dev/disk: create and
+remove touch nothing, so this is the cost of the checks), ext with the `sharedimg` provider
+(an image and a loop device per disk, one provider script per step), plain on LVM metadata
+only (a VG on a loop device with activation off: `pvs`, `lvcreate`, `lvs`, `lvchange`,
+`lvremove` per disk). Prints, per type, the total and the per-disk time of each phase.
+Needs root, losetup and LVM for blockdev, ext and plain (skipped, with the reason, otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from herder.noded.bdev import file as file_storage
+from herder.noded.bdev import operations
+from herder.noded.bdev.base import Host, SubprocessRunner
+from herder.noded.bdev.disk import Disk, decode_disk
+
+EXTSTORAGE = Path(__file__).resolve().parents[1] / "src/herder/sim/extstorage"
+LVM_CONF = """devices {{ filter = [ "a|^{loop}$|", "r|.*|" ] global_filter = [ "a|^{loop}$|",
+"r|.*|" ] obtain_device_list_from_udev = 0 use_devicesfile = 0 }}
+global {{ activation = 0 }}
+activation {{ udev_sync = 0 udev_rules = 0 monitoring = 0 }}
+backup {{ backup = 0 archive = 0 }}
+"""
+
+
+def _disk(raw: dict[str, object]) -> Disk:
+    return decode_disk({"params": {}, "iv_name": "disk/0", "mode": "rw", **raw})
+
+
+def _loop(image: Path, size_mib: int) -> str:
+    with image.open("wb") as handle:
+        handle.truncate(size_mib * 1024 * 1024)
+    return subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def _detach(loop: str) -> None:
+    subprocess.run(["losetup", "-d", loop], check=False)
+
+
+Setup = Iterator[tuple[Host, list[Disk]]]
+
+
+@contextmanager
+def file_setup(work: Path, count: int, size: int, dev_type: str) -> Setup:
+    work.mkdir(parents=True)
+    root = work / dev_type
+    root.mkdir()
+    (work / "paths").write_text(f"{root}\n")
+    host = Host(file_storage_paths_file=work / "paths")
+    file_storage.create_storage_dir(host, str(root / "inst"))
+    yield host, [_disk({"dev_type": dev_type, "logical_id": ["loop", f"{root}/inst/d{i}"],
+                        "size": size, "uuid": f"u{i}"}) for i in range(count)]
+
+
+@contextmanager
+def blockdev_setup(work: Path, count: int, size: int) -> Setup:
+    work.mkdir(parents=True)
+    links = work / "dev-disk" / "by-id"
+    links.mkdir(parents=True)
+    loops = []
+    try:
+        for i in range(count):
+            loops.append(_loop(work / f"adopt{i}.img", size))
+            (links / f"disk{i}").symlink_to(loops[-1])
+        yield Host(dev_disk_root=work / "dev-disk"), [
+            _disk({"dev_type": "blockdev", "logical_id": ["manual", str(links / f"disk{i}")],
+                   "size": size, "uuid": f"u{i}"}) for i in range(count)]
+    finally:
+        for loop in loops:
+            _detach(loop)
+
+
+@contextmanager
+def ext_setup(work: Path, count: int, size: int) -> Setup:
+    work.mkdir(parents=True)
+    images = work / "images"
+    images.mkdir()
+    yield Host(es_search_path=(EXTSTORAGE,)), [
+        _disk({"dev_type": "ext", "logical_id": ["sharedimg", f"vol{i}"], "size": size,
+               "uuid": f"u{i}", "params": {"access": "kernelspace", "dir": str(images)}})
+        for i in range(count)]
+
+
+@contextmanager
+def plain_setup(work: Path, count: int, size: int) -> Setup:
+    work.mkdir(parents=True)
+    loop = _loop(work / "pv.img", count * size + 256)
+    conf = work / "lvm"
+    conf.mkdir()
+    (conf / "lvm.conf").write_text(LVM_CONF.format(loop=loop))
+    env = {"LVM_SYSTEM_DIR": str(conf), "LVM_SUPPRESS_FD_WARNINGS": "1"}
+    vg = f"herderbench{uuid.uuid4().hex[:6]}"
+    full_env = {**os.environ, **env}
+    try:
+        subprocess.run(["vgcreate", vg, loop], env=full_env, capture_output=True, check=True)
+        host = Host(runner=SubprocessRunner(extra_env=env), lv_device_nodes_required=False)
+        yield host, [_disk({"dev_type": "plain", "logical_id": [vg, f"d{i}"], "size": size,
+                            "uuid": f"u{i}", "params": {"stripes": 1}})
+                     for i in range(count)]
+    finally:
+        subprocess.run(["vgremove", "-f", vg], env=full_env, capture_output=True, check=False)
+        _detach(loop)
+
+
+def measure(name: str, setup: Callable[[], object], on_primary: bool = True) -> None:
+    with setup() as (host, disks):  # type: ignore[attr-defined]
+        started = time.perf_counter()
+        for disk in disks:
+            operations.blockdev_create(host, disk, "inst", on_primary, "originstname+inst")
+        created = time.perf_counter()
+        for disk in disks:
+            operations.blockdev_remove(host, disk)
+        removed = time.perf_counter()
+    count = len(disks)
+    create, remove = created - started, removed - created
+    print(f"{name:<22} {count:>5} {create:>9.2f} s {remove:>9.2f} s"
+          f" {create / count * 1000:>9.1f} ms {remove / count * 1000:>9.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--size", type=int, default=64, help="MiB per disk")
+    args = parser.parse_args()
+    count, size = args.count, args.size
+    real = os.geteuid() == 0 and bool(shutil.which("losetup")) and bool(shutil.which("vgcreate"))
+    print(f"{'type':<22} {'disks':>5} {'create':>11} {'remove':>11} {'per create':>12}"
+          f" {'per remove':>12}")
+    with tempfile.TemporaryDirectory(prefix="herder-bench-storage-") as tmp:
+        work = Path(tmp)
+        cases: list[tuple[str, Callable[[], object], bool]] = [
+            ("file", lambda: file_setup(work / "f", count, size, "file"), False),
+            ("sharedfile", lambda: file_setup(work / "s", count, size, "sharedfile"), False),
+            ("blockdev (loop)", lambda: blockdev_setup(work / "b", count, size), True),
+            ("ext sharedimg", lambda: ext_setup(work / "e", count, size), True),
+            ("plain (metadata only)", lambda: plain_setup(work / "p", count, size), True),
+        ]
+        for name, setup, needs_root in cases:
+            if needs_root and not real:
+                print(f"{name:<22} skipped: needs root, losetup and LVM")
+                continue
+            measure(name, setup)
+
+
+if __name__ == "__main__":
+    main()

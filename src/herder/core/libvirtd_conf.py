@@ -1,0 +1,138 @@
+"""libvirtd's configuration on a node: TLS only, certificates of the cluster CA (pure).
+
+libvirt is never open on the network: libvirtd listens on its TLS port only (`listen_tcp = 0`,
+no SASL-less TCP socket), requires a client certificate signed by the cluster CA
+(`tls_no_verify_certificate = 0`) whose subject is one of the cluster's nodes
+(`tls_allowed_dn_list`); local clients (noded) use the unix socket. Node-to-node migration is
+peer-to-peer and tunnelled: the source libvirtd connects to the target's TLS port with its own
+node certificate (the `pkipath` of the destination URI) and QEMU's migration stream travels
+inside that connection, so no QEMU migration port is opened either.
+
+File layout of a node's libvirt PKI directory (`LibvirtPki`), as libvirt's `pkipath` expects:
+`cacert.pem` (the cluster CA), `servercert.pem`/`serverkey.pem` and `clientcert.pem`/
+`clientkey.pem` (the node's own certificate and key, used both ways).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+LIBVIRT_TLS_PORT = 16514
+PKI_DIR = Path("/var/lib/herder/libvirt-pki")
+TLS_DN_PREFIX = "CN="
+
+
+@dataclass(frozen=True)
+class LibvirtPki:
+    """A directory in the layout of libvirt's `pkipath`."""
+
+    directory: Path = PKI_DIR
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "cacert.pem"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.directory / "servercert.pem"
+
+    @property
+    def server_key(self) -> Path:
+        return self.directory / "serverkey.pem"
+
+    @property
+    def client_cert(self) -> Path:
+        return self.directory / "clientcert.pem"
+
+    @property
+    def client_key(self) -> Path:
+        return self.directory / "clientkey.pem"
+
+
+def _quote(value: str) -> str:
+    """libvirt's configuration syntax: a double-quoted string."""
+    if '"' in value or "\n" in value:
+        raise ValueError(f"cannot put {value!r} in a libvirt configuration file")
+    return f'"{value}"'
+
+
+def _render(settings: Mapping[str, str | int | list[str]]) -> str:
+    lines = ["# written by herder; changes are overwritten"]
+    for key, value in settings.items():
+        if isinstance(value, bool):
+            raise TypeError(f"{key}: libvirt wants 0 or 1, not a bool")
+        if isinstance(value, int):
+            lines.append(f"{key} = {value}")
+        elif isinstance(value, list):
+            lines.append(f"{key} = [{', '.join(_quote(item) for item in value)}]")
+        else:
+            lines.append(f"{key} = {_quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def allowed_dns(node_names: Iterable[str]) -> list[str]:
+    """`tls_allowed_dn_list`: the certificate subjects of the cluster's nodes."""
+    return sorted({f"{TLS_DN_PREFIX}{name}" for name in node_names})
+
+
+def libvirtd_conf(*, listen_address: str, pki: LibvirtPki, node_names: Iterable[str],
+                  tls_port: int = LIBVIRT_TLS_PORT, unix_sock_dir: Path | None = None,
+                  host_uuid: str | None = None, log_file: Path | None = None) -> str:
+    """libvirtd.conf of a node (libvirtd must run with `--listen` to open the TLS port)."""
+    settings: dict[str, str | int | list[str]] = {
+        "listen_tls": 1,
+        "listen_tcp": 0,
+        "listen_addr": listen_address,
+        "tls_port": str(tls_port),
+        "auth_tls": "none",  # the client certificate is the authentication
+        "tls_no_verify_certificate": 0,
+        "tls_no_sanity_certificate": 0,
+        "tls_allowed_dn_list": allowed_dns(node_names),
+        "ca_file": str(pki.ca_cert),
+        "cert_file": str(pki.server_cert),
+        "key_file": str(pki.server_key),
+        # root on the unix socket only (noded); no read-only socket for other local users
+        "unix_sock_ro_perms": "0700",
+        "unix_sock_rw_perms": "0700",
+        "auth_unix_ro": "none",
+        "auth_unix_rw": "none",
+        "keepalive_interval": 5,
+        "keepalive_count": 5,
+    }
+    if unix_sock_dir is not None:
+        settings["unix_sock_dir"] = str(unix_sock_dir)
+    if host_uuid is not None:
+        # Several libvirtds on one machine (the simulator) would share the SMBIOS UUID, and
+        # libvirt refuses to migrate "to the same host".
+        settings["host_uuid"] = host_uuid
+    if log_file is not None:
+        settings["log_outputs"] = f"3:file:{log_file}"
+    return _render(settings)
+
+
+def qemu_conf(*, run_as_root: bool = True, log_stdio_to_file: bool = True) -> str:
+    """qemu.conf of a node.
+
+    QEMU runs as root unless a domain's `<seclabel model='dac'>` names a uid-pool user
+    (Ganeti's security_model=pool/user). `stdio_handler = "file"`: QEMU writes its own log and
+    the serial log file, no virtlogd needed (hosts without systemd, the simulator).
+    """
+    settings: dict[str, str | int | list[str]] = {}
+    if run_as_root:
+        settings["user"] = "root"
+        settings["group"] = "root"
+    if log_stdio_to_file:
+        settings["stdio_handler"] = "file"
+    return _render(settings)
+
+
+def tls_uri(address: str, port: int = LIBVIRT_TLS_PORT, pki: LibvirtPki | None = None) -> str:
+    """The URI of a node's libvirtd over TLS, as the source of a migration connects to it."""
+    host = f"[{address}]" if ":" in address else address
+    uri = f"qemu+tls://{host}:{port}/system"
+    if pki is not None:
+        uri += f"?pkipath={quote(str(pki.directory), safe='/')}"
+    return uri

@@ -1,0 +1,149 @@
+"""`rbd`: a Ceph RADOS block device image (logical id `[driver, image]`, the pool from the
+disk parameter `pool`), through the `rbd` tool with Ganeti 3.0.2's command lines.
+
+create: `rbd create -p POOL NAME --size MIB`; attach: find the mapping (`rbd showmapped
+--format json`, falling back to the plain listing `rbd showmapped -p POOL`) or `rbd map -p POOL
+NAME`; shutdown: `rbd unmap DEV`; remove: unmap, `rbd rm -p POOL NAME`; grow: `rbd resize`.
+QEMU can read the image itself (`rbd:POOL/NAME`).
+
+One deviation: with the disk parameter `access=userspace` nothing is mapped (a node without
+the rbd kernel module, such as this project's test machines, can still serve the image to QEMU
+through librbd); attach then checks the image with `rbd info`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from herder.noded.bdev.base import BlockDev, BlockDevError, Host, check
+from herder.noded.bdev.disk import Disk
+
+RBD = "rbd"
+
+
+def parse_showmapped_json(output: str, pool: str, image: str) -> str | None:
+    """The device of `pool/image` in `rbd showmapped --format json`, or None."""
+    try:
+        devices = json.loads(output)
+    except ValueError as err:
+        raise BlockDevError(f"Unable to parse rbd showmapped JSON: {err}") from None
+    if isinstance(devices, dict):
+        devices = list(devices.values())
+    found = None
+    for entry in devices:
+        if "name" not in entry or "pool" not in entry:
+            raise BlockDevError(f"'name' or 'pool' key missing from rbd showmapped entry"
+                                f" {entry}")
+        if entry["name"] == image and entry["pool"] == pool:
+            if found is not None:
+                raise BlockDevError(f"rbd volume {image} is mapped more than once")
+            found = entry["device"]
+    return found
+
+
+def parse_showmapped_plain(output: str, image: str) -> str | None:
+    """The device of `image` in the plain `rbd showmapped` table (id pool image snap device)."""
+    rows = [line.split() for line in output.splitlines()]
+    if not rows:
+        return None
+    if len(rows[0]) != 5:
+        rows = [line.split("\t") for line in output.splitlines()]
+        if len(rows[0]) != 5:
+            raise BlockDevError(f"Cannot parse rbd showmapped output: expected 5 fields,"
+                                f" found {len(rows[0])}")
+    matches = [row for row in rows if len(row) == 5 and row[2] == image]
+    if len(matches) > 1:
+        raise BlockDevError(f"rbd volume {image} mapped more than once")
+    return matches[0][4] if matches else None
+
+
+class RadosBlockDevice(BlockDev):
+    dev_type = "rbd"
+
+    def __init__(self, disk: Disk, children: Sequence[BlockDev | None], host: Host) -> None:
+        super().__init__(disk, children, host)
+        self.image = disk.ext_id.name
+        self.pool = str(disk.params.get("pool", "rbd"))
+        self.userspace = disk.params.get("access") == "userspace"
+        self.attach()
+
+    @classmethod
+    def create(cls, disk: Disk, children: Sequence[BlockDev | None], host: Host, *,
+               excl_stor: bool = False) -> RadosBlockDevice:
+        if excl_stor:
+            raise BlockDevError("RBD disks cannot be used with exclusive storage")
+        pool = str(disk.params.get("pool", "rbd"))
+        check(host.run([RBD, "create", "-p", pool, disk.ext_id.name, "--size", str(disk.size)]),
+              "rbd creation failed")
+        try:
+            return cls(disk, children, host)
+        except BlockDevError:
+            host.run([RBD, "rm", "-p", pool, disk.ext_id.name])  # nothing half-created
+            raise
+
+    def _mapped_device(self) -> str | None:
+        result = self.host.run([RBD, "showmapped", "--format", "json"])
+        if not result.failed:
+            return parse_showmapped_json(result.stdout, self.pool, self.image)
+        result = check(self.host.run([RBD, "showmapped", "-p", self.pool]),
+                       "rbd showmapped failed")
+        return parse_showmapped_plain(result.stdout, self.image)
+
+    def attach(self) -> bool:
+        self.attached = False
+        if self.userspace:
+            self.dev_path = None
+            self.attached = not self.host.run([RBD, "info", "-p", self.pool,
+                                               self.image]).failed
+            return self.attached
+        device = self._mapped_device()
+        if device is None:
+            check(self.host.run([RBD, "map", "-p", self.pool, self.image]), "rbd map failed")
+            device = self._mapped_device()
+            if device is None:
+                raise BlockDevError(f"rbd map succeeded, but could not find the rbd block"
+                                    f" device in output of showmapped, for volume: {self.image}")
+        self.dev_path = device
+        numbers = self.host.block_device_numbers(device)
+        if numbers is None:
+            return False
+        self.major, self.minor = numbers
+        self.attached = True
+        return True
+
+    def shutdown(self) -> None:
+        if self.userspace:
+            return
+        if not self.minor and not self.attach():
+            return
+        device = self._mapped_device()
+        if device:
+            check(self.host.run([RBD, "unmap", device]), "rbd unmap failed")
+        self.minor = None
+        self.dev_path = None
+
+    def remove(self) -> None:
+        if not self.minor and not self.attach():
+            return
+        self.shutdown()
+        check(self.host.run([RBD, "rm", "-p", self.pool, self.image]),
+              "Can't remove Volume from cluster with rbd rm")
+
+    def rename(self, new_logical_id: Sequence[object]) -> None:
+        """RBD images keep their names (as in Ganeti)."""
+
+    def grow(self, amount: int, *, dryrun: bool, backingstore: bool, excl_stor: bool) -> None:
+        if not backingstore:
+            return
+        if not self.attach():
+            raise BlockDevError(f"Can't attach to rbd device {self.image} during grow")
+        if dryrun:
+            return
+        check(self.host.run([RBD, "resize", "-p", self.pool, self.image, "--size",
+                             str(self.size + amount)]), "rbd resize failed")
+
+    def userspace_uri(self, hypervisor: str) -> str:
+        if hypervisor != "kvm":
+            raise BlockDevError(f"Hypervisor {hypervisor} doesn't support RBD userspace access")
+        return f"rbd:{self.pool}/{self.image}"

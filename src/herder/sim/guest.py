@@ -1,0 +1,318 @@
+"""The simulated cluster's guest: a Debian kernel and a busybox initramfs, built on this machine.
+
+Inputs are Debian's `linux-image-amd64` (the newest `/boot/vmlinuz-*` and its modules) and
+`busybox-static` (`/bin/busybox`); nothing is downloaded. The result is cached under
+`/var/cache/herder/guest/<key>/` (`vmlinuz`, `initrd.img`), where the key hashes the inputs'
+paths, sizes and times and the init script, so a new kernel or a changed script builds anew.
+
+The guest's `/init` loads the few modules its disks need (virtio-blk, IDE/SATA through
+ata_piix, virtio-scsi), ACPI power-button handling (so libvirt's clean shutdown works) and the
+balloon driver, then prints one heartbeat line a second on its console:
+
+    herder-guest boot_id=<the kernel's random boot id> uptime=<s> disk=<sha256 of 1st MiB>
+
+`disk=none` when the guest has no disk. The boot id is the kernel's own (`/proc/sys/kernel/
+random/boot_id`): fixed for one boot, different after any reboot, carried along by a live
+migration (the memory travels).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import io
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from herder.core.errors import HerderError
+
+CACHE_DIR = Path("/var/cache/herder/guest")
+BUSYBOX = Path("/bin/busybox")
+BOOT_DIR = Path("/boot")
+MODULES_DIR = Path("/lib/modules")
+BUILDER_VERSION = "1"
+
+# What the guest needs beyond the kernel's built-ins (Debian builds these as modules).
+GUEST_MODULES = (
+    "virtio_pci", "virtio_blk", "virtio_scsi", "virtio_balloon",  # paravirtual disks, balloon
+    "ata_piix", "sd_mod",  # IDE/SATA disks (disk_type=ide) and SCSI disks
+    "button", "evdev",  # the ACPI power button, as an input device busybox's acpid reads
+)
+
+# The kernel command line the guest needs (Ganeti's serial_console adds console=ttyS0,<speed>).
+GUEST_KERNEL_ARGS = "quiet panic=-1"
+
+HEARTBEAT_RE = re.compile(
+    r"herder-guest boot_id=(?P<boot_id>[0-9a-f-]+) uptime=(?P<uptime>[0-9.]+) "
+    r"disk=(?P<disk>[0-9a-f]{64}|none)")
+
+INIT_SCRIPT = r"""#!/bin/busybox sh
+# herder-guest: the simulated cluster's tiny guest (built by herder.sim.guest)
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+while read -r module; do insmod "/lib/modules/$module" 2>/dev/null; done < /etc/modules.order
+# A clean shutdown (libvirt's virDomainShutdown = ACPI power button) powers the guest off.
+mkdir -p /etc/acpi/PWRF
+printf '#!/bin/sh\nsync\npoweroff -f\n' > /etc/acpi/PWRF/00000080
+chmod +x /etc/acpi/PWRF/00000080
+acpid -c /etc/acpi 2>/dev/null
+boot_id=$(cat /proc/sys/kernel/random/boot_id)
+disk=""
+for attempt in 1 2 3 4 5 6 7 8 9 10; do
+  for candidate in /dev/vda /dev/sda /dev/hda; do
+    if [ -b "$candidate" ]; then disk=$candidate; break 2; fi
+  done
+  sleep 0.2
+done
+while true; do
+  if [ -n "$disk" ]; then
+    hash=$(dd if="$disk" bs=1048576 count=1 iflag=direct 2>/dev/null | sha256sum)
+    hash=${hash%% *}
+  else
+    hash=none
+  fi
+  read -r uptime idle < /proc/uptime
+  echo "herder-guest boot_id=$boot_id uptime=$uptime disk=$hash"
+  sleep 1
+done
+"""
+
+
+class GuestBuildError(HerderError):
+    """The guest cannot be built on this machine (what is missing is in the message)."""
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """A built guest: pass `kernel`, `initrd` and `kernel_args` to the domain."""
+
+    kernel: Path
+    initrd: Path
+    kernel_args: str = GUEST_KERNEL_ARGS
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    boot_id: str
+    uptime: float
+    disk: str  # hex sha256 of the first MiB of the first disk, or "none"
+
+
+def parse_heartbeats(text: str) -> list[Heartbeat]:
+    """Every heartbeat line in a serial log, in order."""
+    return [Heartbeat(m["boot_id"], float(m["uptime"]), m["disk"])
+            for m in HEARTBEAT_RE.finditer(text)]
+
+
+def last_heartbeat(log: Path) -> Heartbeat | None:
+    try:
+        beats = parse_heartbeats(log.read_text(errors="replace"))
+    except FileNotFoundError:
+        return None
+    return beats[-1] if beats else None
+
+
+def _kernel_version(vmlinuz: Path) -> str:
+    return vmlinuz.name.removeprefix("vmlinuz-")
+
+
+def find_kernel(boot_dir: Path = BOOT_DIR, modules_dir: Path = MODULES_DIR) -> Path:
+    """The newest Debian kernel that has its modules installed."""
+    def version_key(path: Path) -> list[int | str]:
+        return [int(part) if part.isdigit() else part
+                for part in re.split(r"[.-]", _kernel_version(path))]
+
+    kernels = sorted((path for path in boot_dir.glob("vmlinuz-*")
+                      if (modules_dir / _kernel_version(path) / "modules.dep").exists()),
+                     key=version_key)
+    if not kernels:
+        raise GuestBuildError(f"no kernel with modules in {boot_dir} (apt-get install "
+                              "linux-image-amd64)")
+    return kernels[-1]
+
+
+def module_load_order(modules_dep: Path, wanted: Iterable[str]) -> list[str]:
+    """Module files (relative to the modules directory) to load, dependencies first."""
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in modules_dep.read_text().splitlines():
+        if ":" not in line:
+            continue
+        module, _, rest = line.partition(":")
+        deps[module] = rest.split()
+        name = Path(module).name.split(".ko")[0].replace("-", "_")
+        by_name[name] = module
+    order: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in order:
+            return
+        # modules.dep lists every transitive dependency; each has its own line to recurse on.
+        for dependency in deps.get(module, []):
+            visit(dependency)
+        order.append(module)
+
+    for name in wanted:
+        module = by_name.get(name.replace("-", "_"))
+        if module is not None:  # built into this kernel: nothing to load
+            visit(module)
+    return order
+
+
+def _inputs_key(kernel: Path, busybox: Path, modules: list[Path]) -> str:
+    digest = hashlib.sha256(f"{BUILDER_VERSION}\n{INIT_SCRIPT}\n{GUEST_MODULES}".encode())
+    for path in (kernel, busybox, *modules):
+        info = path.stat()
+        digest.update(f"{path}:{info.st_size}:{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+class _Newc:
+    """A cpio archive in the "newc" format the kernel unpacks as its initramfs."""
+
+    def __init__(self) -> None:
+        self.out = io.BytesIO()
+        self.inode = 1
+
+    def _entry(self, name: str, mode: int, data: bytes = b"") -> None:
+        encoded = name.encode() + b"\0"
+        fields = (self.inode, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(encoded), 0)
+        self.inode += 1
+        header = b"070701" + b"".join(b"%08X" % value for value in fields)
+        self.out.write(header + encoded)
+        self.out.write(b"\0" * (-(len(header) + len(encoded)) % 4))
+        self.out.write(data)
+        self.out.write(b"\0" * (-len(data) % 4))
+
+    def directory(self, name: str) -> None:
+        self._entry(name, stat.S_IFDIR | 0o755)
+
+    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        self._entry(name, stat.S_IFREG | mode, data)
+
+    def finish(self) -> bytes:
+        self._entry("TRAILER!!!", 0)
+        return self.out.getvalue()
+
+
+def build_initramfs(busybox: Path, modules_root: Path, modules: list[str]) -> bytes:
+    """The gzip-compressed initramfs: busybox, /init, the modules and their load order."""
+    archive = _Newc()
+    for directory in ("bin", "dev", "proc", "sys", "etc", "tmp", "lib", "lib/modules"):
+        archive.directory(directory)
+    archive.file("bin/busybox", busybox.read_bytes(), 0o755)
+    archive.file("init", INIT_SCRIPT.encode(), 0o755)
+    names = []
+    for module in modules:
+        name = Path(module).name
+        archive.file(f"lib/modules/{name}", (modules_root / module).read_bytes())
+        names.append(name)
+    archive.file("etc/modules.order", "".join(f"{name}\n" for name in names).encode())
+    return gzip.compress(archive.finish(), compresslevel=6, mtime=0)
+
+
+def ensure_guest(cache_dir: Path = CACHE_DIR, boot_dir: Path = BOOT_DIR,
+                 modules_dir: Path = MODULES_DIR, busybox: Path = BUSYBOX) -> GuestImage:
+    """The cached guest, built first when missing or when an input changed."""
+    if not busybox.exists():
+        raise GuestBuildError(f"{busybox} is missing (apt-get install busybox-static)")
+    kernel = find_kernel(boot_dir, modules_dir)
+    modules_root = modules_dir / _kernel_version(kernel)
+    modules = module_load_order(modules_root / "modules.dep", GUEST_MODULES)
+    key = _inputs_key(kernel, busybox, [modules_root / module for module in modules])
+    target = cache_dir / key
+    image = GuestImage(target / "vmlinuz", target / "initrd.img")
+    if image.initrd.exists():
+        return image
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others find it built
+        if image.initrd.exists():
+            return image
+        staging = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
+        try:
+            shutil.copyfile(kernel, staging / "vmlinuz")
+            (staging / "initrd.img").write_bytes(build_initramfs(busybox, modules_root, modules))
+            (staging / "inputs").write_text(f"kernel {kernel}\nbusybox {busybox}\n")
+            for path in staging.iterdir():
+                os.chmod(path, 0o644)
+            os.chmod(staging, 0o755)
+            os.rename(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        for old in cache_dir.iterdir():  # builds of older inputs
+            if old.name != key and not old.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(old)
+    return image
+
+
+# --- the OS definition `herder-guest` (Ganeti OS API 20) ---------------------------------------
+
+OS_NAME = "herder-guest"
+PATTERN_BLOCKS = 1024  # 1 MiB of 1 KiB blocks: what the heartbeat hashes
+
+_OS_CREATE = r"""#!/bin/bash
+# herder-guest: write a recognizable pattern over the first MiB of the first disk; the guest's
+# kernel and initramfs come from the hvparams kernel_path/initrd_path (herder.sim.guest).
+set -euo pipefail
+[ "${DISK_COUNT:-0}" -ge 1 ] || { echo "herder-guest: the instance has no disk" >&2; exit 1; }
+for ((block = 0; block < 1024; block++)); do
+  printf '%-1024s' "herder-guest $INSTANCE_NAME block $block"
+done | dd of="$DISK_0_PATH" bs=1M count=1 iflag=fullblock conv=notrunc,fsync status=none
+"""
+
+_OS_IMPORT = r"""#!/bin/bash
+# herder-guest: the first disk's content arrives on stdin
+set -euo pipefail
+dd of="$DISK_0_PATH" bs=1M conv=notrunc,fsync status=none
+"""
+
+_OS_EXPORT = r"""#!/bin/bash
+# herder-guest: the first disk's content to stdout
+set -euo pipefail
+dd if="$EXPORT_DEVICE" bs=1M status=none
+"""
+
+_OS_SCRIPTS = {
+    "create": _OS_CREATE,
+    "import": _OS_IMPORT,
+    "export": _OS_EXPORT,
+    "rename": "#!/bin/sh\n# herder-guest: nothing in the guest knows its name\nexit 0\n",
+    "verify": "#!/bin/sh\n# herder-guest: no OS parameters to check\nexit 0\n",
+}
+
+
+def disk_pattern(instance_name: str) -> bytes:
+    """What `create` writes over the first MiB of the first disk."""
+    return b"".join(f"herder-guest {instance_name} block {block}".ljust(1024).encode()
+                    for block in range(PATTERN_BLOCKS))
+
+
+def disk_pattern_hash(instance_name: str) -> str:
+    """The `disk=` a freshly created guest's heartbeat shows."""
+    return hashlib.sha256(disk_pattern(instance_name)).hexdigest()
+
+
+def install_os_definition(search_dir: Path) -> Path:
+    """Write the `herder-guest` OS into an OS search directory (e.g. /srv/herder/os)."""
+    target = search_dir / OS_NAME
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "ganeti_api_version").write_text("20\n")
+    (target / "parameters.list").write_text("")
+    for name, text in _OS_SCRIPTS.items():
+        path = target / name
+        path.write_text(text)
+        os.chmod(path, 0o755)
+    return target

@@ -1,0 +1,42 @@
+"""libvirtd's configuration: TLS only, client certificates of the cluster's nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from herder.core import libvirtd_conf
+from herder.core.libvirtd_conf import LibvirtPki
+from herder.noded.kvm import migration
+
+
+def test_tls_only_with_the_cluster_nodes() -> None:
+    text = libvirtd_conf.libvirtd_conf(
+        listen_address="198.18.0.1", pki=LibvirtPki(Path("/var/lib/herder/libvirt-pki")),
+        node_names=["node2.example.com", "node1.example.com"], host_uuid="u-1")
+    lines = set(text.splitlines())
+    assert {"listen_tls = 1", "listen_tcp = 0", 'listen_addr = "198.18.0.1"',
+            "tls_no_verify_certificate = 0", 'auth_tls = "none"',
+            'tls_allowed_dn_list = ["CN=node1.example.com", "CN=node2.example.com"]',
+            'ca_file = "/var/lib/herder/libvirt-pki/cacert.pem"',
+            'host_uuid = "u-1"'} <= lines
+    assert not any(line.startswith("listen_tcp = 1") for line in lines)
+
+
+def test_destination_uri_names_the_pki_directory() -> None:
+    pki = LibvirtPki(Path("/var/lib/herder/libvirt-pki"))
+    assert libvirtd_conf.tls_uri("198.18.0.2", pki=pki) == \
+        "qemu+tls://198.18.0.2:16514/system?pkipath=/var/lib/herder/libvirt-pki"
+    assert libvirtd_conf.tls_uri("2001:db8::2").startswith("qemu+tls://[2001:db8::2]:16514/")
+
+
+def test_migration_settings_follow_ganeti_hvparams() -> None:
+    hvparams = {"migration_mode": "non-live", "migration_bandwidth": 64,
+                "migration_downtime": 100}
+    settings = migration.MigrationSettings.from_hvparams(hvparams)
+    assert settings == migration.MigrationSettings(False, 64, 100)
+    assert migration.MigrationSettings.from_hvparams(hvparams, live=True).live
+    import libvirt
+
+    flags = migration.migration_flags(settings, persist=False)
+    assert flags & libvirt.VIR_MIGRATE_TUNNELLED and flags & libvirt.VIR_MIGRATE_PEER2PEER
+    assert not flags & libvirt.VIR_MIGRATE_LIVE
