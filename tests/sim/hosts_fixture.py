@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from herder.sim.host import HostConfig, HostSimulation, SimHost, terminate, unsupported
+from tests.simhelpers import wait_for
 
 DOMAIN = "sim.herder.test"
 # A server for reachability tests: answers every connection with the host's name.
@@ -47,17 +47,6 @@ def running_hosts(directory: Path, configs: Callable[[HostSimulation], Sequence[
         sim.teardown(grace=5.0)
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout:g}s: {what}")
-        time.sleep(0.05)
-
-
 def connect(host: SimHost, address: str, port: int) -> str:
     """What connecting from `host` to address:port gives (the peer's name or the error)."""
     return host.run(["python3", "-c", CONNECT, address, str(port)]).stdout.strip()
@@ -74,7 +63,7 @@ def start_name_server(host: SimHost, port: int) -> None:
     proc = host.popen(["python3", "-c", NAME_SERVER, str(port)])
     try:
         wait_for(lambda: connect(host, "127.0.0.1", port) == host.name, 30,
-                 f"name server on {host.name}")
+                 f"name server on {host.name}", interval=0.05)
     except BaseException:
         terminate(proc)
         raise

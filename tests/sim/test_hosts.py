@@ -40,8 +40,8 @@ from tests.sim.hosts_fixture import (
     host_configs,
     running_hosts,
     start_name_server,
-    wait_for,
 )
+from tests.simhelpers import wait_for
 
 NAME_PORT = 7000
 SETTINGS = hostfiles.node_toml(

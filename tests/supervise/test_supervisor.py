@@ -27,6 +27,7 @@ from herder.core.supervise_control import (
     Reply,
     request,
 )
+from tests import simhelpers
 
 
 @dataclass
@@ -47,11 +48,7 @@ class Running:
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout:g}s: {what}")
-        time.sleep(0.02)
+    simhelpers.wait_for(condition, timeout, what, interval=0.02)
 
 
 def pid_gone(pid: int) -> bool:

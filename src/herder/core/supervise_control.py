@@ -9,16 +9,16 @@ have exited.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from herder.core import unixline
 from herder.core.errors import HerderError
 
 COMMANDS = ("start", "stop", "restart", "status")
-MAX_LINE = 1 << 20
+MAX_LINE = unixline.MAX_LINE
 # Daemon states.
 RUNNING = "running"
 STOPPED = "stopped"
@@ -61,25 +61,8 @@ def request(path: Path, command: str, daemons: list[str] | tuple[str, ...] = (),
             timeout: float = 120.0) -> Reply:
     """Send one request; HerderError (one line) when the supervisor cannot be reached or
     refuses."""
-    message = encode(Request(command=command, daemons=list(daemons)))  # type: ignore[arg-type]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(str(path))
-            conn.sendall(message)
-            data = bytearray()
-            while not data.endswith(b"\n") and len(data) < MAX_LINE:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-    except OSError as err:
-        reason = err.strerror or str(err) or type(err).__name__
-        raise HerderError(f"cannot reach the supervisor at {path}: {reason}") from None
-    try:
-        reply = msgspec.json.decode(bytes(data), type=Reply)
-    except msgspec.DecodeError:
-        raise HerderError(f"the supervisor at {path} sent no valid answer") from None
+    message = Request(command=command, daemons=list(daemons))  # type: ignore[arg-type]
+    reply = unixline.exchange(path, message, Reply, who="the supervisor", timeout=timeout)
     if not reply.ok:
         raise HerderError(f"supervisor: {reply.error}")
     return reply

@@ -33,6 +33,7 @@ from typing import Literal
 
 import msgspec
 
+from herder.core import unixline
 from herder.core.errors import HerderError
 
 log = logging.getLogger("herder.sim.forward")
@@ -264,28 +265,11 @@ def _set_ready(future: asyncio.Future[None]) -> Callable[[], None]:
 
 def request(control_path: Path, op: str, *, listen: str = "", target: str = "",
             sock: socket.socket | None = None, timeout: float = 30.0) -> Reply:
-    message = msgspec.json.encode(Request(op=op, listen=listen, target=target))  # type: ignore[arg-type]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(str(control_path))
-            if sock is not None:
-                socket.send_fds(conn, [message + b"\n"], [sock.fileno()])
-            else:
-                conn.sendall(message + b"\n")
-            data = bytearray()
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-    except OSError as err:
-        raise HerderError(f"cannot reach the port forwarder at {control_path}: "
-                          f"{err.strerror or err}") from None
-    try:
-        reply = msgspec.json.decode(bytes(data), type=Reply)
-    except msgspec.DecodeError:
-        raise HerderError(f"the port forwarder at {control_path} sent no valid answer") from None
+    """One request to the forwarder (with a listening socket to publish)."""
+    message = Request(op=op, listen=listen, target=target)  # type: ignore[arg-type]
+    reply = unixline.exchange(control_path, message, Reply, who="the port forwarder",
+                              fds=[sock.fileno()] if sock is not None else [],
+                              timeout=timeout)
     if not reply.ok:
         raise HerderError(f"port forwarder: {reply.error}")
     return reply
