@@ -2,12 +2,13 @@
 
     .venv/bin/python bench/maintd.py [--nodes 120] [--interval 0.2] [--changes 5]
 
-The agents are one separate lightweight process serving a signed diagnose report per node
-(each on its own loopback address 127.0.1.X, as mond would), whose data can be switched over
-a control route. maintd runs in this process with an in-memory cluster (N nodes, 4 DRBD
-instances per node) standing in for masterd. Prints the time from a diagnose change on the
-agent to the drain job being submitted, and maintd's CPU and wall time per tick (a poll of
-all agents plus the planning).
+The agents are one separate lightweight process serving per node (each on its own loopback
+address 127.0.1.X, as mond would) `/1/report/all`: a signed diagnose report, whose data can be
+switched over a control route, an inst-status report (4 instances) and a cpu-avg-load report.
+maintd runs in this process with an in-memory cluster (N nodes, 4 DRBD instances per node)
+standing in for masterd. Prints the time from a diagnose change on the agent to the drain job
+being submitted, and maintd's CPU and wall time per tick (one poll of all agents plus the
+planning).
 """
 
 from __future__ import annotations
@@ -35,12 +36,22 @@ from herder.core import envelope
 KEY = bytes.fromhex(sys.argv[3])
 n, port = int(sys.argv[1]), int(sys.argv[2])
 data = {i: {"status": "Ok", "command": "", "details": {}} for i in range(1, n + 1)}
+def instances(i):
+    return [{"name": f"i{i}-{j}", "uuid": f"u{i}-{j}", "admin_state": "up", "actual_state": "up",
+             "status": {"code": 0, "message": ""}} for j in range(4)]
 async def report(request):
+    assert request.query.get("verbose") == "1"
     i = request.app["i"]
     ts = time.time_ns()
     d = data[i]
-    return web.json_response({"name": "diagnose", "timestamp": ts, "data": d, "signature": {
-        "timestamp": ts, "hmac": envelope.compute_hmac(KEY, str(ts), envelope.dumps(d))}})
+    diagnose = {"name": "diagnose", "category": "node", "kind": 1, "timestamp": ts, "data": d,
+                "signature": {"timestamp": ts,
+                              "hmac": envelope.compute_hmac(KEY, str(ts), envelope.dumps(d))}}
+    status = {"name": "inst-status", "category": "instance", "kind": 1, "timestamp": ts,
+              "data": {"status": {"code": 0, "message": ""}, "instances": instances(i)}}
+    load = {"name": "cpu-avg-load", "category": None, "kind": 0, "timestamp": ts,
+            "data": {"cpu_number": 4, "cpus": [0.1] * 4, "cpu_total": 0.4}}
+    return web.json_response([load, diagnose, status])
 async def control(request):
     body = await request.json()
     data[int(body["node"])] = body["data"]
@@ -49,7 +60,7 @@ async def main():
     for i in range(1, n + 1):
         app = web.Application()
         app["i"] = i
-        app.router.add_get("/1/report/node/diagnose", report)
+        app.router.add_get("/1/report/all", report)
         app.router.add_post("/control", control)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -63,6 +74,7 @@ asyncio.run(main())
 async def bench(nodes: int, interval: float, changes: int) -> None:
     import httpx
 
+    from herder.maintd.agents import AgentPoller
     from herder.maintd.daemon import Maintd
     from herder.maintd.rounds import Instance
     from herder.maintd.sources import DiagnoseSource
@@ -78,10 +90,10 @@ async def bench(nodes: int, interval: float, changes: int) -> None:
         cluster = FakeCluster(nodes, insts)
         for k in range(1, nodes + 1):
             cluster.node(f"node{k}", ip=f"127.0.1.{k}")
-        source = DiagnoseSource(lambda: KEY, port=PORT, timeout=5)
+        source = DiagnoseSource(lambda: KEY)
         with tempfile.TemporaryDirectory() as tmp:
             d = Maintd(cluster, FileState(Path(tmp) / "state.json"), [source],
-                       interval=interval)
+                       agents=AgentPoller(port=PORT, timeout=5), interval=interval)
             ticks: list[tuple[float, float]] = []
 
             async def tick() -> None:

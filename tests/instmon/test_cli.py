@@ -17,27 +17,37 @@ def instmon(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ('colour = "blue"\n[notify]\nurl = "http://127.0.0.1:9/"\n', "unknown keys colour"),
-    ('[notify]\nurl = "http://127.0.0.1:9/"\nretries = 3\n', "unknown keys retries in [notify]"),
-    ('[spool]\ncap = 3\n', "unknown keys cap in [spool]"),
+    ('colour = "blue"\n[notify]\nurl = "http://127.0.0.1:9/"\n', "unknown key 'colour' (known: "),
+    ('[notify]\nurl = "http://127.0.0.1:9/"\nretries = 3\n',
+     "unknown key 'retries' in [notify] (known: url, "),
+    ('[spool]\ncap = 3\n', "unknown key 'cap' in [spool]"),
     ('[filter]\npreset = "nova"\n', "unknown filter preset"),
+    ('[filter]\ncolour = "red"\n', "unknown key 'colour' in [filter]"),
     ('[filter.rules]\n"LIFECYCLE.STOPPED.NOPE" = "notify"\n', "unknown lifecycle event"),
-    ('hostname = \n', "cannot read"),
+    ('[filter.rules]\n"REBOOT" = true\n', "filter.rules[...]: expected `str`, got `bool`"),
+    ('hostname = \n', "not valid TOML"),
+    ('hostname = 7\n', "hostname: expected `str`, got `int`"),
     ('[notify]\nurl = "https://x:1817/"\nca_file = "/nonexistent.pem"\n',
      "CA file /nonexistent.pem does not exist"),
-    ('[spool]\nmax_entries = "many"\n', "bad setting"),
+    ('[notify]\nurl = "http://127.0.0.1:9/"\ncheck_hostname = "yes"\n',
+     "notify.check_hostname: expected `bool`, got `str`"),
+    ('[notify]\nurl = "http://127.0.0.1:9/"\nbackoff_max = 0\n',
+     "notify.backoff_max: expected `float` > 0.0"),
+    ('[spool]\nmax_entries = "many"\n', "spool.max_entries: expected `int`, got `str`"),
+    ('[collapse]\ndelay = -1\n', "collapse.delay: expected `float` >= 0.0"),
+    ('notify = "http://127.0.0.1:9/"\n', "notify: expected `table`, got `str`"),
 ])
 def test_a_bad_config_is_one_line_and_nothing_starts(tmp_path: Path, config: str,
                                                      message: str) -> None:
     path = tmp_path / "instmon.toml"
-    path.write_text('[notify]\nurl = "http://127.0.0.1:9/"\n' + config
-                    if "[notify]" not in config else config)
+    path.write_text(config + '\n[notify]\nurl = "http://127.0.0.1:9/"\n'
+                    if "notify" not in config else config)
     run = tmp_path / "run"
     done = instmon(tmp_path, "--config", str(path), "--run-dir", str(run), "--spool-dir",
                    str(tmp_path / "spool"))
     assert done.returncode == 1, done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert not (run / "instmon.pid").exists()
+    assert not (run / "instmon.pid").exists() and not (tmp_path / "spool").exists()
 
 
 def test_no_notification_url_without_a_cluster_is_one_line(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentReports, AgentRound
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Node
 from herder.maintd.server import make_app
@@ -132,34 +133,31 @@ class FakeCluster:
         return dict(self.settings)
 
 
-class FakeInstanceStatus:
-    """The nodes' inst-status reports from `FakeCluster.actual` (missing: up) and their
-    cpu-avg-load reports from `cpu_load` (a node missing there does not answer)."""
+class FakeAgents:
+    """The nodes' agents, polled once per tick: inst-status reports from `FakeCluster.actual`
+    (missing: up) and cpu-avg-load reports from `cpu_load` (a node missing there has none)."""
 
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.cpu_load: dict[str, float] = {}  # node -> cpu_total of its cpu-avg-load report
-        self.paths: list[str] = []
+        self.polls = 0
 
-    async def poll(self, nodes: Sequence[Node], path: str = "inst-status") -> dict[str, Any]:
-        self.paths.append(path)
-        out: dict[str, Any] = {}
+    async def poll(self, nodes: Sequence[Node]) -> AgentRound:
+        self.polls += 1
+        agents: dict[str, AgentReports] = {}
         for n in nodes:
-            if n.offline or n.drained:
-                continue
-            if "cpu-avg-load" in path:
-                if n.name in self.cpu_load:
-                    load = self.cpu_load[n.name]
-                    out[n.name] = {"name": "cpu-avg-load", "version": "B", "format_version": 1,
-                                   "timestamp": 0, "category": None, "kind": 0,
-                                   "data": {"cpu_number": 4, "cpus": [load / 4] * 4,
-                                            "cpu_total": load}}
-                continue
-            out[n.name] = {"data": {"instances": [
+            reports: dict[tuple[str, str], Any] = {INST_STATUS: {"data": {"instances": [
                 {"name": i.name, "uuid": i.uuid, "admin_state": i.admin_state,
                  "actual_state": self.cluster.actual.get(i.name, "up"), "status": {}}
-                for i in self.cluster.instances() if i.pnode == n.name]}}
-        return out
+                for i in self.cluster.instances() if i.pnode == n.name]}}}
+            if n.name in self.cpu_load:
+                load = self.cpu_load[n.name]
+                reports[CPU_LOAD] = {"name": "cpu-avg-load", "version": "B", "format_version": 1,
+                                     "timestamp": 0, "category": None, "kind": 0,
+                                     "data": {"cpu_number": 4, "cpus": [load / 4] * 4,
+                                              "cpu_total": load}}
+            agents[n.uuid] = AgentReports(n.uuid, reports)
+        return AgentRound(agents)
 
 
 class FakeSource:
@@ -168,7 +166,7 @@ class FakeSource:
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}
 
-    async def poll(self, nodes: Sequence[Node]) -> dict[str, Observation]:
+    async def poll(self, nodes: Sequence[Node], agents: AgentRound) -> dict[str, Observation]:
         return {n.uuid: Observation(n.uuid, self.data.get(n.uuid, {"status": "Ok"}))
                 for n in nodes}
 

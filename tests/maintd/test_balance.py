@@ -11,7 +11,7 @@ from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Job, Node, Plan
 from herder.maintd.state import FileState
 
-from .fakes import FakeCluster, FakeInstanceStatus, FakeSource
+from .fakes import FakeAgents, FakeCluster, FakeSource
 
 
 def nodes(n: int = 4, **kw: dict[str, bool]) -> list[Node]:
@@ -200,13 +200,13 @@ def test_dynamic_load_enters_the_score_only_from_every_node() -> None:
 
 def test_daemon_uses_the_settings_for_disk_moves_and_dynamic_load(tmp_path: Path) -> None:
     cluster = FakeCluster(4, crowded())
-    agents = FakeInstanceStatus(cluster)
+    agents = FakeAgents(cluster)
     agents.cpu_load = {f"node{i}": 0.5 for i in range(1, 5)}
-    d = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()], instance_status=agents)
+    d = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()], agents=agents)
     cluster.settings = {"balance": True, "balanceDiskMoves": False, "balanceDynamicLoad": True}
     rounds = drive(d, cluster, 6)
     assert rounds and all(set(r) == {"OP_INSTANCE_MIGRATE"} for r in rounds)
-    assert B.CPU_LOAD_PATH in agents.paths
+    assert agents.polls == 6  # one poll per tick served the sources, the watcher and balancing
     assert d.overview()["balance"]["dynamic_load"] is True
     assert d.overview()["balance"]["disk_moves"] is False
     # primaries only: every instance still lives on node2 and node3

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -163,14 +166,36 @@ def test_instmon_style_sender_verifying_the_cluster_certificate(tmp_path: Path) 
     asyncio.run(go())
 
 
-def test_cli_refuses_a_bad_failure_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize(("table", "message"), [
+    ('[failures]\n"LIFECYCLE.STOPPED_FAILED" = "explode"\n',
+     'failures."LIFECYCLE.STOPPED_FAILED": \'explode\': the kind must be one of crash, io-error'),
+    ('[failures]\n"LIFECYCLE" = "crash"\n', "key 'LIFECYCLE' is not EVENT.VIR_DOMAIN_EVENT"),
+    ('replace = "yes"\n', "replace: expected `bool`, got `str`"),
+    ('replaced = true\n', "unknown key 'replaced' (known: replace, failures)"),
+    ('failures = 3\n', "failures: expected `table`, got `int`"),
+    ('[failures]\n"IO_ERROR.IO_ERROR_REPORT" = 1\n',
+     "failures[...]: expected `str`, got `int`"),
+    ('[failures\n', "not valid TOML"),
+])
+def test_cli_refuses_a_bad_failure_table(tmp_path: Path, table: str, message: str) -> None:
+    """One line on stderr, exit code 1, before maintd asks anything or starts anything."""
+    bad = tmp_path / "failures.toml"
+    bad.write_text(table)
+    run = tmp_path / "run"
+    env = {**os.environ, "HERDER_CONFIG": str(tmp_path / "no-cluster" / "config.json")}
+    done = subprocess.run([sys.executable, "-m", "herder.cli.main", "maintd", "--failure-table",
+                           str(bad), "--run-dir", str(run), "--port", "0"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    err = done.stderr.strip()
+    assert done.returncode == 1, err
+    assert err.startswith(f"herder: error: the failure table {bad}: ") and message in err, err
+    assert "\n" not in err and not run.exists()
+
+
+def test_cli_refuses_a_missing_failure_table(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
     from herder.cli.main import main
 
-    bad = tmp_path / "failures.toml"
-    bad.write_text('[failures]\n"LIFECYCLE.STOPPED_FAILED" = "explode"\n')
-    assert main(["maintd", "--failure-table", str(bad)]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("herder: error:") and "explode" in err and "\n" not in err
     assert main(["maintd", "--failure-table", str(tmp_path / "missing.toml")]) == 1
     err = capsys.readouterr().err.strip()
     assert "cannot read the failure table" in err and "\n" not in err

@@ -5,15 +5,13 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from aiohttp import web
-
 from herder.core.jobs import reason as R
 from herder.maintd import watcher as W
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Job, Node, Plan
 from herder.maintd.state import FileState
 
-from .fakes import FakeCluster, FakeInstanceStatus, FakeSource
+from .fakes import FakeAgents, FakeCluster, FakeSource
 
 
 def nodes(n: int = 4, **kw: dict[str, bool]) -> list[Node]:
@@ -109,29 +107,10 @@ def test_states_of_uses_the_primarys_report() -> None:
     assert W.states_of(reports, insts) == {"a": "down", "b": "paused"}
 
 
-def test_instance_status_source_polls_live_nodes() -> None:
-    async def go() -> dict:
-        async def handler(request: web.Request) -> web.Response:
-            assert request.query.get("verbose") == "1"
-            return web.json_response({"data": {"instances": [
-                {"name": "a", "actual_state": "down"}]}})
-
-        app = web.Application()
-        app.router.add_get("/1/report/instance/inst-status", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            src = W.InstanceStatusSource(port, timeout=2, address=lambda n: "127.0.0.1")
-            ns = [Node("n1", "u1"), Node("n2", "u2", offline=True)]
-            return await src.poll(ns)
-        finally:
-            await runner.cleanup()
-
-    got = asyncio.run(go())
-    assert list(got) == ["n1"] and got["n1"]["data"]["instances"][0]["actual_state"] == "down"
+def test_only_live_nodes_report_instance_states() -> None:
+    nodes = [Node("n1", "u1"), Node("n2", "u2", offline=True), Node("n3", "u3", drained=True),
+             Node("n4", "u4", vm_capable=False)]
+    assert [n.name for n in W.live_nodes(nodes)] == ["n1"]
 
 
 # --- the daemon --------------------------------------------------------------------------------
@@ -139,7 +118,7 @@ def test_instance_status_source_polls_live_nodes() -> None:
 def setup(tmp_path: Path, insts: list[Instance]) -> tuple[Maintd, FakeCluster]:
     cluster = FakeCluster(4, insts)
     d = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()],
-               instance_status=FakeInstanceStatus(cluster), restart_settle=0)
+               agents=FakeAgents(cluster), restart_settle=0)
     return d, cluster
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from herder.core import model as M
+from herder.core.errors import HerderError
 from herder.mond import localconf as L
 from herder.mond.collector import CollectContext, MondSettings, RepairSettings
 from herder.mond.collectors import diagnose as D
@@ -127,7 +128,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
 ])
 def test_refused(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "mond.toml", text)
-    with pytest.raises(L.HerderError) as err:
+    with pytest.raises(HerderError) as err:
         L.load(path)
     assert str(err.value).startswith(f"mond config {path}: ")
     assert message in str(err.value)

@@ -66,6 +66,19 @@ def test_verbose_switch(ctx: CollectContext) -> None:
         assert "count" in mond.get("/1/report/default/perf")[1]["data"]
 
 
+def test_report_all_only_the_named_reports(ctx: CollectContext) -> None:
+    """herder extension: `/1/report/all?only=CATEGORY/NAME,...` (maintd's one poll)."""
+    with running_mond(ctx, FAST) as mond:
+        mond.wait_for(lambda: ready(mond))
+        code, reports, ctype = mond.get(
+            "/1/report/all?verbose=1&only=default/perf,storage/steady,storage/nope,x")
+        assert code == 200 and ctype.startswith("application/json")
+        assert [r["name"] for r in reports] == ["perf", "steady"]
+        assert reports[1]["data"]["total"] == 15  # verbose
+        assert "total" not in mond.get("/1/report/all?only=storage/steady")[1][0]["data"]
+        assert mond.get("/1/report/all?only=")[:2] == (200, [])
+
+
 def test_failing_collectors_are_isolated(ctx: CollectContext) -> None:
     with running_mond(ctx, FAST) as mond:
         mond.wait_for(lambda: ready(mond))

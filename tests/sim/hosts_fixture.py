@@ -27,8 +27,10 @@ CONNECT = ("import socket, sys\n"
            "    print(type(err).__name__, err.errno)\n")
 
 
-def host_configs(sim: HostSimulation, count: int, **kwargs: object) -> list[HostConfig]:
-    return [HostConfig(f"node{i}.{DOMAIN}", sim.address(10 + i), **kwargs)  # type: ignore[arg-type]
+def host_configs(sim: HostSimulation, count: int, *, node_settings: str, vg_mib: int,
+                 file_storage_mib: int) -> list[HostConfig]:
+    return [HostConfig(f"node{i}.{DOMAIN}", sim.address(10 + i), node_settings=node_settings,
+                       vg_mib=vg_mib, file_storage_mib=file_storage_mib)
             for i in range(1, count + 1)]
 
 

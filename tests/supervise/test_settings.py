@@ -47,7 +47,7 @@ output = "/var/log/agent.log"
 
 @pytest.mark.parametrize(("text", "message"), [
     ("nodes = 1", "unknown key 'nodes'"),
-    ("[supervise]\nsockets = 'x'", "unknown key 'sockets' in [supervise]"),
+    ("[supervise]\nsockets = 'x'", "unknown key 'sockets' in [supervise] (known: socket,"),
     ("[daemons.noded]\nenable = true", "unknown key 'enable' in [daemons.noded]"),
     ("[daemons.noded]\nenabled = 'yes'", "daemons.noded.enabled: expected `bool`"),
     ("[supervise]\nrestart_delay = 0", "supervise.restart_delay: expected `float` > 0"),
@@ -55,8 +55,8 @@ output = "/var/log/agent.log"
     ("[supervise]\nrestart_delay = 9\nrestart_delay_max = 2", "is above restart_delay_max"),
     ("[daemons.agent]\nenabled = true", "not one of herder's daemons"),
     ("[daemons.Agent]\ncommand = ['x']", "'Agent' is not a daemon name"),
-    ("[daemons.agent]\ncommand = []", "daemons.agent.command: expected `array` of length"),
-    ("daemons = 3", "daemons: expected a table"),
+    ("[daemons.agent]\ncommand = []", "daemons.agent.command: expected `array (list)` of length"),
+    ("daemons = 3", "daemons: expected `table`, got `int`"),
     ("[daemons]\nnoded = 3", "daemons.noded: expected `table`, got `int`"),
     ("[supervise", "not valid TOML"),
 ])

@@ -126,7 +126,7 @@ def _instance_map(report: dict[str, Any] | None) -> dict[str, float] | None:
 def fetch_report(host: str, collector: str, port: int = DEFAULT_PORT,
                  timeout: float = 2.0) -> tuple[dict[str, Any] | None, bool]:
     """GET one report from a node's agent: (report or None, whether the agent answered)."""
-    import http.client
+    import http.client  # not httpx: the allocator's script entry starts fast on the stdlib
 
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:

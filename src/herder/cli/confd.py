@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +11,9 @@ import click
 
 from herder.core import confd as C
 from herder.core import envelope
+from herder.core import serve as serve_helper
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
-from herder.core.pidfile import pid_file
 from herder.core.store import ConfigCache, default_config_path
 
 
@@ -67,24 +65,12 @@ def confd(ctx: click.Context, binds: tuple[str, ...], port: int, hmac_key: Path 
                                error_source=lambda: cache.error)
     addresses = [(b, port) for b in binds] if binds else default_binds(port)
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    def ready(bound: list[tuple[str, int]]) -> None:
+        where = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in bound)
+        click.echo(f"herder confd: listening on udp {where} (config {config_path})", err=True)
 
-        def ready(bound: list[tuple[str, int]]) -> None:
-            where = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in bound)
-            click.echo(f"herder confd: listening on udp {where} (config {config_path})",
-                       err=True)
-
-        with pid_file(run_dir, "confd"):
-            await serve(processor, addresses, stop=stop, ready=ready)
-
-    try:
-        asyncio.run(main())
-    except OSError as err:
-        raise HerderError(f"cannot listen on udp port {port}: {err.strerror}") from None
+    serve_helper.run(lambda stop: serve(processor, addresses, stop=stop, ready=ready,
+                                        run_dir=run_dir))
 
 
 def _parse_arg(text: str | None) -> Any:

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import signal
-import socket
-import ssl
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from herder.cli.httpjson import call
-from herder.core.errors import HerderError
-from herder.core.pidfile import pid_file
+from herder.maintd.settings import (
+    DEFAULT_NOTIFY_PORT,
+    DEFAULT_PORT,
+    EXIT_NOTMASTER,
+    GANETI_DATA,
+    GANETI_STATE,
+    MaintdSettings,
+    NotMaster,
+)
 
-DEFAULT_PORT = 1816
-DEFAULT_NOTIFY_PORT = 1817
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
-EXIT_NOTMASTER = 11
-GANETI_DATA = "/var/lib/ganeti"
-GANETI_STATE = "/var/lib/herder/maintd-state.json"
 
 
 @click.group(invoke_without_command=True)
@@ -107,174 +104,25 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
     if ctx.invoked_subcommand is not None:
         return
     from herder.cli import remote
-    from herder.cli.common import store_from
-    from herder.core import envelope
-    from herder.core import notification as N
-    from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
-    from herder.maintd.daemon import Maintd, RapiCluster
-    from herder.maintd.server import NotifySettings, make_app
-    from herder.maintd.sources import DiagnoseSource
-    from herder.maintd.state import FileState, RapiState, StateStore
+    from herder.maintd.startup import run
 
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)
+    settings = MaintdSettings(
+        config_path=(ctx.find_root().obj or {}).get("config_path"),
+        masterd_url=None if ganeti_rapi else remote.masterd_url(ctx),
+        bind=bind, port=port, node_name=node_name, state_file=state_file, mond_port=mond_port,
+        round_delay=round_delay, poll_interval=poll_interval, harep=harep, run_dir=run_dir,
+        notify_port=notify_port, notify_insecure=notify_insecure, failure_table=failure_table,
+        failure_window=failure_window, ganeti_rapi=ganeti_rapi, rapi_user=rapi_user,
+        rapi_password_file=rapi_password_file, rapi_ca=rapi_ca, hmac_key=hmac_key,
+        cert_file=cert_file, watcher=watcher)
     try:
-        table = N.load_failure_table(failure_table)
-    except N.NotificationError as err:
-        raise HerderError(str(err).replace("\n", " ")) from None
-    if ganeti_rapi:
-        from herder.maintd.ganeti import GanetiCluster, repair_via_mond
-
-        client = ganeti_client(ganeti_rapi, rapi_user, rapi_password_file, rapi_ca)
-        me = node_name or socket.getfqdn()
-        try:
-            info = client.get_info()
-            nodes = client.get_nodes(bulk=True)
-        except Exception as err:
-            raise HerderError(f"cannot ask Ganeti's RAPI at {ganeti_rapi}: "
-                              f"{_rapi_problem(err, rapi_user)}") from None
-        master = info.get("master")
-        if master != me:
-            click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
-            sys.exit(EXIT_NOTMASTER)
-        if bind is None:
-            bind = next((n.get("pip") for n in nodes if n.get("name") == me), None) or "0.0.0.0"
-        key_path = hmac_key or Path(GANETI_DATA) / "hmac.key"
-        cert = cert_file or Path(GANETI_DATA) / "server.pem"
-        maint: dict = {}
-        state: StateStore = FileState(state_file or Path(GANETI_STATE))
-    else:
-        store = store_from(ctx)
-        client = remote.client(ctx)
-        me = node_name or socket.getfqdn()
-        try:
-            info = client.get_info()
-            master = info.get("master")
-            maint = client.get_herder("maintenance")
-            nodes = client.get_nodes(bulk=True)
-        except Exception as err:
-            raise HerderError(f"cannot ask masterd: {err}") from None
-        voted = master_vote(store, me)
-        if voted is not None:
-            master = voted
-        if master != me:
-            click.echo(f"herder maintd: this node ({me}) is not the master ({master})", err=True)
-            sys.exit(EXIT_NOTMASTER)
-        if bind is None:
-            cluster_ip = store.load().cluster.master_ip if store.exists() else None
-            master_pip = next((n.get("pip") for n in nodes if n.get("name") == me), None)
-            bind = _bindable(cluster_ip) or master_pip or "0.0.0.0"
-        key_path = hmac_key or store.directory / HMAC_KEY_FILE
-        cert = cert_file or store.directory / CERT_FILE
-        if state_file is not None:
-            state = FileState(state_file)
-        else:
-            state = RapiState(client, FileState(store.directory / "maintd-state.json"))
-
-    def key() -> bytes | None:
-        try:
-            return envelope.load_key(key_path)
-        except (OSError, ValueError):
-            return None
-
-    delay = float(maint.get("roundDelay", 300)) if round_delay is None else round_delay
-    cluster = GanetiCluster(client, repair=repair_via_mond(key, mond_port)) if ganeti_rapi \
-        else RapiCluster(client)
-    daemon = Maintd(cluster, state, [DiagnoseSource(key, port=mond_port)],
-                    round_delay=delay, interval=poll_interval,
-                    enabled=bool(maint.get("enabled", True)),
-                    harep=harep or bool(maint.get("harep", False)),
-                    watcher=(not ganeti_rapi) if watcher is None else watcher,
-                    failure_table=table, failure_window=failure_window)
-    context = None
-    if notify_port:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            context.load_cert_chain(cert)
-        except (OSError, ssl.SSLError) as err:
-            raise HerderError(f"cannot load the cluster certificate {cert} for the "
-                              f"notification port: {err} (--notify-port 0 disables it)") \
-                from None
-    settings = NotifySettings(key, https_port=notify_port, insecure=notify_insecure)
-
-    async def main() -> None:
-        from aiohttp import web
-
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await daemon.start()
-        runner = web.AppRunner(make_app(daemon, settings), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, bind, port)
-        await site.start()
-        bound = runner.addresses[0][1]
-        if context is not None:
-            try:
-                await web.TCPSite(runner, bind, notify_port, ssl_context=context).start()
-            except OSError as err:
-                raise HerderError(f"cannot listen on {bind}:{notify_port} (--notify-port): "
-                                  f"{err.strerror}") from None
-            settings.https_port = runner.addresses[-1][1]
-        click.echo(f"herder maintd: listening on http://{bind}:{bound}/ "
-                   f"(status page http://{bind}:{bound}/status.html)", err=True)
-        if context is not None:
-            click.echo(f"herder maintd: notifications: listening on "
-                       f"https://{bind}:{settings.https_port}/1/notifications", err=True)
-        task = asyncio.create_task(daemon.run())
-        try:
-            with pid_file(run_dir, "maintd"):
-                await stop.wait()
-        finally:
-            task.cancel()
-            await runner.cleanup()
-
-    try:
-        asyncio.run(main())
-    except OSError as err:
-        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
-
-
-def ganeti_client(url: str, user: str, password_file: Path | None, ca: Path | None) -> Any:
-    """A RAPI client for a Ganeti cluster: its users file's credentials, its pinned
-    certificate (the host name is not checked: Ganeti's certificate names the cluster)."""
-    from herder.core.rapi import RapiClient
-
-    if password_file is None:
-        raise HerderError("--ganeti-rapi needs --rapi-password-file (the RAPI user's password)")
-    try:
-        password = password_file.read_text().strip()
-    except OSError as err:
-        raise HerderError(f"cannot read {password_file}: {err.strerror}") from None
-    if ca is None and Path(GANETI_DATA, "rapi.pem").is_file():
-        ca = Path(GANETI_DATA, "rapi.pem")
-    verify: Any = str(ca) if ca is not None else True
-    if ca is not None and not ca.is_file():
-        raise HerderError(f"RAPI certificate {ca} does not exist")
-    return RapiClient(url, user, password, verify=verify, check_hostname=ca is None,
-                      timeout=60.0)
-
-
-def _rapi_problem(err: Exception, user: str) -> str:
-    status = getattr(err, "status", None)
-    if status in (401, 403):
-        return (f"the credentials of RAPI user {user!r} were refused ({status}); check "
-                "--rapi-user and --rapi-password-file against Ganeti's rapi/users file")
-    return str(err)
-
-
-def _bindable(address: str | None) -> str | None:
-    if not address:
-        return None
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((address, 0))
-    except OSError:
-        return None
-    return address
+        run(settings, say=lambda line: click.echo(line, err=True))
+    except NotMaster as err:
+        click.echo(f"herder maintd: {err}", err=True)
+        sys.exit(EXIT_NOTMASTER)
 
 
 url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
@@ -305,37 +153,3 @@ def cancel(uuid: str, url: str) -> None:
     observed."""
     answer = call(f"{url.rstrip('/')}/1/cancel/{uuid}", "maintd", "POST")
     click.echo(f"{answer['uuid']}: {answer['repair-status']}")
-
-
-def master_vote(store, me: str) -> str | None:
-    """Ask the master candidates' confd who the master is; a majority of the candidates must
-    name the same node. None when no confd answers (then masterd's own answer is used)."""
-    import logging
-
-    from herder.core import confd as C
-    from herder.core import envelope
-    from herder.core.cluster_secrets import HMAC_KEY_FILE
-
-    log = logging.getLogger("herder.maintd")
-    if not store.exists():
-        return None
-    config = store.load()
-    peers = C.peers_from_config(config)
-    try:
-        client = C.ConfdClient(peers, envelope.load_key(store.directory / HMAC_KEY_FILE),
-                               timeout=2.0)
-        result = client.query(C.REQ_CLUSTER_MASTER, None, coverage=-1)
-    except Exception as err:  # no confd anywhere: fall back to masterd
-        log.warning("master vote: no confd answered (%s); trusting masterd", err)
-        return None
-    votes: dict[str, int] = {}
-    for reply in result.replies.values():
-        if reply.status == 0 and isinstance(reply.answer, str):
-            votes[reply.answer] = votes.get(reply.answer, 0) + 1
-    winner, count = max(votes.items(), key=lambda kv: kv[1], default=(None, 0))
-    if winner is None or count * 2 <= len(peers):
-        raise HerderError(f"master vote: no majority of the {len(peers)} master candidates "
-                          f"agrees on a master ({votes or 'no answers'})")
-    if winner != me:
-        log.warning("master vote: %d of %d master candidates name %s", count, len(peers), winner)
-    return winner

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 
 import click
 
-from herder.core.errors import HerderError
+from herder.core import serve
 from herder.core.store import default_config_path
 from herder.masterd.daemon import (
     DEFAULT_PORT,
@@ -90,26 +88,16 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
                    f"failed (were running) {recovered['failed']}, "
                    f"canceled {recovered['canceled']}", err=True)
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        scheme = "http" if no_tls else "https"
+    scheme = "http" if no_tls else "https"
 
-        def ready(bound: int) -> None:
-            click.echo(f"herder masterd: serving RAPI on {scheme}://{bind}:{bound}/ "
-                       f"(config {config_path})", err=True)
+    def ready(bound: int) -> None:
+        click.echo(f"herder masterd: serving RAPI on {scheme}://{bind}:{bound}/ "
+                   f"(config {config_path})", err=True)
 
-        if etcd:
-            click.echo(f"herder masterd: standby, campaigning for the master lease of {config_path}"
-                       f" as {daemon.me} (ttl {lease_ttl} s)", err=True)
-        await daemon.serve(ready=ready, stop=stop)
-
-    try:
-        asyncio.run(main())
-    except OSError as err:
-        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+    if etcd:
+        click.echo(f"herder masterd: standby, campaigning for the master lease of {config_path}"
+                   f" as {daemon.me} (ttl {lease_ttl} s)", err=True)
+    serve.run(lambda stop: daemon.serve(ready=ready, stop=stop))
     if daemon.deposed is not None:
         click.echo(f"herder masterd: no longer the master: {daemon.deposed}", err=True)
         sys.exit(EXIT_NOTMASTER)

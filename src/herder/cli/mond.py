@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import signal
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
 from herder.cli.httpjson import call
-from herder.core.errors import HerderError
 from herder.core.store import default_config_path
 from herder.mond.collector import MondSettings
 from herder.mond.localconf import DEFAULT_BIND
@@ -89,9 +86,7 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
     if ctx.invoked_subcommand is not None:
         return
     from herder.mond import localconf
-    from herder.mond.agent import Agent
-    from herder.mond.context import make_context
-    from herder.mond.server import serve
+    from herder.mond.server import run
 
     file_config = localconf.load(local_config) if local_config is not None else None
     flag_values = {"node": node_name, "bind": bind, "port": port, "diagnose_dir": diagnose_dir,
@@ -104,37 +99,10 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
     resolved = localconf.resolve(
         file_config, MondSettings(plugin_dir=plugin_dir, collector_timeout=collector_timeout),
         flags, default_port=DEFAULT_PORT, default_bind=DEFAULT_BIND)
-    settings, bind, port = resolved.settings, resolved.bind, resolved.port
-
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config_path = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
-    context = make_context(config_path, node_name=resolved.node, settings=settings)
-    agent = Agent(context)
-    source = f"config {config_path}"
-    if settings.confd_peers:
-        source += f", else confd {', '.join(settings.confd_peers)}"
-    if local_config is not None:
-        source += f"; local config {local_config}"
-    if settings.repair.enabled:
-        source += f"; repair enabled ({settings.repair.commands_dir})"
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-
-        def ready(bound: int) -> None:
-            click.echo(f"herder mond: node {context.node_name}, listening on "
-                       f"http://{bind}:{bound}/ ({source})", err=True)
-
-        await serve(agent, bind, port, ready=ready, stop=stop)
-
-    try:
-        asyncio.run(main())
-    except OSError as err:
-        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+    run(resolved, (ctx.find_root().obj or {}).get("config_path") or default_config_path(),
+        local_config, say=lambda line: click.echo(line, err=True))
 
 
 def _given(ctx: click.Context, param: str) -> bool:

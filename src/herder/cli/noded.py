@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import socket
 from pathlib import Path
 
 import click
 
-from herder.core import envelope
-from herder.core.cluster_secrets import SecretPaths
-from herder.core.errors import HerderError
-from herder.core.store import FileStore, default_config_path
-from herder.noded.server import DEFAULT_PORT, NodeDaemon, NodeSettings
+from herder.core.store import default_config_path
+from herder.noded.server import DEFAULT_PORT
 
 
 @click.command()
@@ -57,46 +51,14 @@ def noded(ctx: click.Context, bind: str, port: int, node_name: str | None,
     power-cycled, and logs to the console when its log file cannot be written. It holds one
     libvirt connection and re-defines its domains after a libvirtd restart.
     """
-    from herder.noded.daemon import lock_memory, serve, setup_logging
+    from herder.noded.daemon import NodedOptions, run, setup_logging
 
     setup_logging(log_file, debug)
-    config_path = Path((ctx.find_root().obj or {}).get("config_path") or default_config_path())
-    secrets = SecretPaths.beside(config_path)
-    key = envelope.load_key(secrets.hmac_key)
-    name = node_name or socket.getfqdn()
-    if libvirt_uri is None:
-        libvirt_uri = "qemu:///system"
-        store = FileStore(config_path)
-        if store.exists():
-            config = store.load()
-            node = next((n for n in config.nodes.values() if n.name == name), None)
-            if node is not None:
-                libvirt_uri = config.filled_ndparams(node).get("libvirt_uri") or libvirt_uri
-    locked = False if no_mlock else lock_memory()
-    daemon = NodeDaemon(NodeSettings(node_name=name, state_dir=state_dir, run_dir=run_dir,
-                                     hmac_key=key, libvirt_uri=libvirt_uri,
-                                     repair_dir=repair_dir,
-                                     powercycle_action=powercycle_action,
-                                     os_path=os_path or (Path("/srv/herder/os"),),
-                                     disk_capacity=disk_capacity, file_root=file_root,
-                                     config_dir=config_path.parent))
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-
-        def ready(bound: int) -> None:
-            scheme = "http" if no_tls else "https"
-            click.echo(f"herder noded: node {name}, serving RPC on {scheme}://{bind}:{bound}/ "
-                       f"(libvirt {libvirt_uri}, memory {'locked' if locked else 'not locked'})",
-                       err=True)
-
-        await serve(daemon, bind, port, None if no_tls else secrets.certificate, ready=ready,
-                    stop=stop)
-
-    try:
-        asyncio.run(main())
-    except OSError as err:
-        raise HerderError(f"cannot listen on {bind}:{port}: {err.strerror}") from None
+    run(NodedOptions(
+        config_path=Path((ctx.find_root().obj or {}).get("config_path")
+                         or default_config_path()),
+        bind=bind, port=port, node_name=node_name, libvirt_uri=libvirt_uri,
+        state_dir=state_dir, run_dir=run_dir, repair_dir=repair_dir,
+        powercycle_action=powercycle_action, os_path=os_path or (Path("/srv/herder/os"),),
+        disk_capacity=disk_capacity, file_root=file_root, mlock=not no_mlock, tls=not no_tls),
+        say=lambda line: click.echo(line, err=True))

@@ -3,7 +3,6 @@ daemon-util` (start/stop/check daemons, the master role and the master IP)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 import time
@@ -72,7 +71,8 @@ def _print_status(reply: supervise_control.Reply) -> None:
                    + ("  " + row[-1] if row[-1] else ""))
 
 
-def _request(ctx: click.Context, command: str, daemons: tuple[str, ...]) -> None:
+def _request(ctx: click.Context, command: supervise_control.Command,
+             daemons: tuple[str, ...]) -> None:
     _print_status(supervise_control.request(ctx.obj["supervise_socket"], command, daemons))
 
 
@@ -199,20 +199,23 @@ def _master_network(ctx: click.Context, ip: str | None, netmask: int | None,
     from herder.core.store import default_config_path
     from herder.supervise.masterip import MasterNetwork, from_config, from_ssconf
 
-    given = {key: value for key, value in (("ip", ip), ("netmask", netmask),
-                                           ("netdev", netdev)) if value is not None}
-    if family is not None:
-        given["family"] = int(family)
-    if {"ip", "netdev"} <= given.keys():
-        return MasterNetwork(**{"netmask": 32, "family": 4, **given})
-    base = from_ssconf()
-    if base is None:
-        config = Path((ctx.find_root().obj or {}).get("config_path") or default_config_path())
-        if not config.exists():
-            raise HerderError("no master IP given (--ip, --netdev) and neither ssconf nor the "
-                              f"cluster config ({config}) on this node")
-        base = from_config(config)
-    return dataclasses.replace(base, **given)
+    version = int(family) if family is not None else None
+    if ip is not None and netdev is not None:
+        base = MasterNetwork(ip, netmask if netmask is not None else 32, netdev, version or 4)
+    else:
+        found = from_ssconf()
+        if found is None:
+            config = Path((ctx.find_root().obj or {}).get("config_path")
+                          or default_config_path())
+            if not config.exists():
+                raise HerderError("no master IP given (--ip, --netdev) and neither ssconf nor "
+                                  f"the cluster config ({config}) on this node")
+            found = from_config(config)
+        base = found
+    return MasterNetwork(ip if ip is not None else base.ip,
+                         netmask if netmask is not None else base.netmask,
+                         netdev if netdev is not None else base.netdev,
+                         version if version is not None else base.family)
 
 
 @daemon_util.command("activate-master-ip")

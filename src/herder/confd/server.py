@@ -19,6 +19,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, cast
 
 import msgspec
@@ -26,7 +27,9 @@ import msgspec
 from herder.confd import queries
 from herder.core import confd as C
 from herder.core import model as M
+from herder.core import serve as serve_helper
 from herder.core.errors import HerderError
+from herder.core.serve import Address, os_reason
 
 log = logging.getLogger("herder.confd")
 
@@ -190,27 +193,46 @@ def default_binds(port: int) -> list[tuple[str, int]]:
     return binds
 
 
-async def serve(processor: ConfdProcessor, binds: Iterable[tuple[str, int]], *,
-                stop: asyncio.Event | None = None,
-                ready: Callable[[list[tuple[str, int]]], None] | None = None) -> None:
-    """Serve on every (host, port) until `stop` is set. With port 0 the IPv4 and IPv6 sockets
-    of one call share the first socket's port. `ready` gets the bound addresses."""
-    loop = asyncio.get_running_loop()
-    transports: list[asyncio.DatagramTransport] = []
-    bound: list[tuple[str, int]] = []
-    shared_port = 0
-    try:
-        for host, port in binds:
-            sock = open_socket(host, port or shared_port)
+class UdpEndpoint:
+    """confd's sockets, one per (host, port), for `core.serve`. With port 0 the IPv4 and IPv6
+    sockets share the first socket's port."""
+
+    def __init__(self, processor: ConfdProcessor, binds: Iterable[tuple[str, int]]) -> None:
+        self.processor = processor
+        self.binds = list(binds)
+        self.transports: list[asyncio.DatagramTransport] = []
+
+    async def open(self) -> list[Address]:
+        loop = asyncio.get_running_loop()
+        bound: list[Address] = []
+        shared_port = 0
+        for host, port in self.binds:
+            try:
+                sock = open_socket(host, port or shared_port)
+            except OSError as err:
+                raise HerderError(f"cannot listen on udp port {port}: "
+                                  f"{os_reason(err)}") from None
             name = sock.getsockname()
             shared_port = shared_port or name[1]
             transport, _ = await loop.create_datagram_endpoint(
-                lambda: _Protocol(processor), sock=sock)
-            transports.append(transport)
-            bound.append((name[0], name[1]))
-        if ready is not None:
-            ready(bound)
-        await (stop or asyncio.Event()).wait()
-    finally:
-        for transport in transports:
+                lambda: _Protocol(self.processor), sock=sock)
+            self.transports.append(transport)
+            bound.append(Address(name[0], name[1]))
+        return bound
+
+    async def close(self) -> None:
+        for transport in self.transports:
             transport.close()
+        self.transports = []
+
+
+async def serve(processor: ConfdProcessor, binds: Iterable[tuple[str, int]], *,
+                stop: asyncio.Event | None = None,
+                ready: Callable[[list[tuple[str, int]]], None] | None = None,
+                run_dir: Path | None = None) -> None:
+    """Serve on every (host, port) until `stop` is set. `ready` gets the bound addresses;
+    `run_dir`: where confd.pid goes (None: no pid file)."""
+    await serve_helper.serve(
+        "confd", run_dir, endpoints=[UdpEndpoint(processor, binds)],
+        ready=None if ready is None else lambda bound: ready([(a.host, a.port) for a in bound]),
+        stop=stop)

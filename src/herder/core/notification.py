@@ -30,6 +30,8 @@ from typing import Any
 
 import msgspec
 
+from herder.core import settingsfile
+
 TYPES = ("VM", "COMPUTE_HOST", "PROCESS")
 HOSTNAME_RE = re.compile(r"^[a-zA-Z0-9-._]{1,255}$")
 PAYLOAD_KEY_RE = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
@@ -169,33 +171,38 @@ def parse(body: bytes | str | Mapping[str, Any]) -> Notification:
     return Notification(kind, hostname, when, dict(payload))
 
 
+class FailureTableFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`herder maintd --failure-table FILE`: TOML, both keys optional."""
+
+    replace: bool = False  # true: the file's table replaces DEFAULT_FAILURES
+    failures: dict[str, str] = {}  # "EVENT.VIR_DOMAIN_EVENT" -> a kind of KINDS or "ignore"
+
+
+FAILURE_TABLE = "the failure table"
+
+
 def load_failure_table(path: str | Path | None) -> dict[tuple[str, str], str]:
     """The failure table: DEFAULT_FAILURES, or a TOML file's `[failures]` section mapping
     "EVENT.VIR_DOMAIN_EVENT" to a kind or "ignore" (`replace = true` drops the defaults).
-    Raises NotificationError on a bad file."""
+    Raises HerderError (one line) on a bad file: unknown keys, wrong types, bad entries."""
     if path is None:
         return dict(DEFAULT_FAILURES)
-    import tomllib
-
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise NotificationError(f"cannot read the failure table {path}: {err}") from None
-    section = data.get("failures", {})
-    if not isinstance(section, dict):
-        raise NotificationError(f"{path}: [failures] must be a table")
-    table = {} if data.get("replace") is True else dict(DEFAULT_FAILURES)
-    for key, kind in section.items():
+    path = Path(path)
+    data = settingsfile.load(path, FailureTableFile, FAILURE_TABLE)
+    table = {} if data.replace else dict(DEFAULT_FAILURES)
+    for key, kind in data.failures.items():
         event, sep, detail = key.partition(".")
         if not sep or not event or not detail:
-            raise NotificationError(f"{path}: key {key!r} is not EVENT.VIR_DOMAIN_EVENT")
+            raise settingsfile.problem(path, FAILURE_TABLE, "failures",
+                                       f"key {key!r} is not EVENT.VIR_DOMAIN_EVENT")
         if kind == "ignore":
             table.pop((event, detail), None)
         elif kind in KINDS:
             table[(event, detail)] = kind
         else:
-            raise NotificationError(f"{path}: {key} = {kind!r}: the kind must be one of "
-                                    f"{', '.join(KINDS)} or ignore")
+            raise settingsfile.problem(path, FAILURE_TABLE, f'failures."{key}"',
+                                       f"{kind!r}: the kind must be one of {', '.join(KINDS)} "
+                                       "or ignore")
     return table
 
 

@@ -13,13 +13,11 @@ read its answer raises `RepairTransportError`. Both are `RepairError`, a `Herder
 
 from __future__ import annotations
 
-import http.client
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
+
+import httpx
 
 from herder.core import envelope
 from herder.core.errors import HerderError
@@ -74,25 +72,24 @@ def run_repair(url: str, key: bytes, command: str, input: Any, event: str,
     `HERDER_REPAIR_EVENT`; wait up to `timeout` seconds (mond's own default limit is 300)."""
     target = repair_url(url)
     body = build_request(key, command, input, event)
-    req = urllib.request.Request(target, data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as err:
+    try:  # no proxy from the environment: maintd talks to the node directly
+        resp = httpx.post(target, content=body, timeout=timeout, trust_env=False,
+                          headers={"Content-Type": "application/json"})
+    except httpx.HTTPError as err:
+        raise RepairTransportError(f"cannot reach mond at {target}: {err}") from None
+    if resp.status_code >= 400:
         try:
-            detail = json.loads(err.read() or b"null")
-        except (ValueError, OSError):
+            detail = resp.json()
+        except ValueError:
             detail = None
-        message = (detail.get("message") if isinstance(detail, dict) else None) or err.reason
-        raise RepairRefusedError(target, err.code, str(message)) from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-        reason = getattr(err, "reason", err)
-        raise RepairTransportError(f"cannot reach mond at {target}: {reason}") from None
+        message = (detail.get("message") if isinstance(detail, dict) else None) \
+            or resp.reason_phrase
+        raise RepairRefusedError(target, resp.status_code, str(message))
     try:
-        answer = json.loads(raw)
+        answer = resp.json()
     except ValueError as err:
         raise RepairTransportError(f"mond at {target} sent an invalid answer: {err}") from None
     if not isinstance(answer, dict) or "exit_code" not in answer:
-        raise RepairTransportError(f"mond at {target} sent an unexpected answer: {raw[:200]!r}")
+        raise RepairTransportError(f"mond at {target} sent an unexpected answer: "
+                                   f"{resp.content[:200]!r}")
     return answer

@@ -9,6 +9,7 @@ have exited.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -17,7 +18,6 @@ import msgspec
 from herder.core import unixline
 from herder.core.errors import HerderError
 
-COMMANDS = ("start", "stop", "restart", "status")
 MAX_LINE = unixline.MAX_LINE
 # Daemon states.
 RUNNING = "running"
@@ -27,8 +27,11 @@ NOT_MY_ROLE = "not-my-role"  # exited with code 11: stopped, not restarted
 EXIT_NOT_MY_ROLE = 11
 
 
+Command = Literal["start", "stop", "restart", "status"]
+
+
 class Request(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    command: Literal["start", "stop", "restart", "status"]
+    command: Command
     daemons: list[str] = []
 
 
@@ -57,11 +60,11 @@ def decode_request(line: bytes) -> Request:
     return msgspec.json.decode(line, type=Request)
 
 
-def request(path: Path, command: str, daemons: list[str] | tuple[str, ...] = (),
+def request(path: Path, command: Command, daemons: Sequence[str] = (),
             timeout: float = 120.0) -> Reply:
     """Send one request; HerderError (one line) when the supervisor cannot be reached or
     refuses."""
-    message = Request(command=command, daemons=list(daemons))  # type: ignore[arg-type]
+    message = Request(command=command, daemons=list(daemons))
     reply = unixline.exchange(path, message, Reply, who="the supervisor", timeout=timeout)
     if not reply.ok:
         raise HerderError(f"supervisor: {reply.error}")

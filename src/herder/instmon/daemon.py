@@ -24,6 +24,7 @@ through the same filter (libvirt's test driver cannot produce I/O errors or watc
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -33,43 +34,22 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from herder.core import notification as N
-from herder.core import ordered
+from herder.core import ordered, serve
 from herder.core.store import atomic_write
 from herder.instmon import events as E
 from herder.instmon.collapse import Collapser
+from herder.instmon.config import Settings
 
 log = logging.getLogger("herder.instmon")
 
 STATE_FILE = "instmon.json"
 SOCKET_FILE = "instmon.sock"
 RESET_TYPES = (E.STARTED, E.RESUMED)
-
-
-@dataclass
-class Settings:
-    hostname: str
-    libvirt_uri: str
-    notify_url: str
-    run_dir: Path
-    spool_dir: Path
-    token: str | None = None
-    ca_file: Path | None = None
-    check_hostname: bool = False
-    filter: E.EventFilter = field(default_factory=E.EventFilter.preset)
-    collapse_delay: float = 0.1
-    collapse_window: float = 2.0
-    spool_max_entries: int = 10000
-    spool_max_bytes: int = 64 * 2**20
-    state_interval: float = 0.5
-    backoff_base: float = 0.5
-    backoff_max: float = 60.0
-    control_socket: bool = True
 
 
 class InstanceMonitor:
@@ -360,3 +340,18 @@ def control(run_dir: Path, request: Mapping[str, Any], timeout: float = 5.0) -> 
     if not isinstance(answer, dict):
         raise ValueError("instmon answered something that is not an object")
     return answer
+
+
+def run(settings: Settings, say: Callable[[str], None]) -> None:
+    """Run the monitor until SIGTERM/SIGINT (`core.serve`: the pid file, the signals); `say`
+    prints the line that tells it runs."""
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    monitor = InstanceMonitor(settings)
+
+    def ready(_bound: list[serve.Address]) -> None:
+        say(f"herder instmon: watching {settings.libvirt_uri} as {settings.hostname}; "
+            f"notifying {settings.notify_url}")
+
+    serve.run(lambda stop: serve.serve(
+        "instmon", settings.run_dir, on_start=[monitor.start],
+        on_stop=[lambda: asyncio.to_thread(monitor.stop)], ready=ready, stop=stop))

@@ -1,7 +1,8 @@
 """The maintenance loop (design-maintd "Mode of operation").
 
-Every `interval` seconds: read the cluster (through the RAPI client), poll the incident
-sources, merge observations into incidents, forget acknowledged ones, check the running
+Every `interval` seconds: read the cluster (through the RAPI client), poll every node's agent
+once (`agents`: its reports serve the incident sources, the watcher and balancing), ask the
+incident sources, merge observations into incidents, forget acknowledged ones, check the running
 round's jobs; when they have all finished (and `round_delay` has passed since the last round),
 plan the next round and submit all its jobs at once.
 
@@ -35,8 +36,9 @@ from herder.core.jobs import reason as R
 from herder.maintd import incidents as I
 from herder.maintd import instances as IN
 from herder.maintd import watcher as W
+from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentRound
 from herder.maintd.rounds import Instance, Job, Node, Plan, failure_tag_job, plan_round
-from herder.maintd.sources import DiagnoseSource, IncidentSource, Observation
+from herder.maintd.sources import IncidentSource, Observation
 from herder.maintd.state import MaintState, StateStore, intent_key
 
 log = logging.getLogger("herder.maintd")
@@ -46,6 +48,12 @@ UNFINISHED = ("queued", "waiting", "running", "canceling")
 SEEN_SAVE_INTERVAL = 5.0  # seconds between saves of only the replay-protection stamps
 RECEIVED_KEEP = 1000  # notifications remembered for the duplicate check
 NOTIFICATIONS_SHOWN = 200  # ... of which /1/notifications and /1/overview show the newest
+
+
+class Agents(Protocol):
+    """The nodes' agents (`herder.maintd.agents.AgentPoller`)."""
+
+    async def poll(self, nodes: Sequence[Node]) -> AgentRound: ...
 
 
 class Cluster(Protocol):
@@ -115,7 +123,7 @@ class RapiCluster:
 class Maintd:
     def __init__(self, cluster: Cluster, store: StateStore, sources: Sequence[IncidentSource],
                  round_delay: float = 0.0, interval: float = 5.0, enabled: bool = True,
-                 harep: bool = False, watcher: bool = True, instance_status: Any = None,
+                 harep: bool = False, watcher: bool = True, agents: Agents | None = None,
                  balance: bool | None = None, balance_threshold: float | None = None,
                  restart_budget: int = W.BUDGET, restart_window: float = W.WINDOW,
                  restart_settle: float = W.SETTLE,
@@ -130,12 +138,9 @@ class Maintd:
         self.enabled = enabled
         self.harep = harep
         self.watcher = watcher
-        # the agents polled for diagnoses also report the instances' states and cpu load
-        diag = next((s for s in self.sources if isinstance(s, DiagnoseSource)), None)
-        self.agents = instance_status or (
-            W.InstanceStatusSource(diag.port, diag.timeout, diag.address)
-            if diag is not None else None)
-        self.instance_status = self.agents if watcher else instance_status
+        # every node's mond, polled once per tick: diagnoses, instance states, cpu load
+        self.agents = agents
+        self.agent_round = AgentRound()
         self.balance = balance  # None: the cluster's maintenance setting `balance`
         self.balance_threshold = balance_threshold  # None: the setting `balanceThreshold`
         self.settings: dict[str, Any] = {}
@@ -228,9 +233,10 @@ class Maintd:
         self._wake.set()
 
     async def observe(self, nodes: list[Node]) -> None:
+        self.agent_round = await self.agents.poll(nodes) if self.agents else AgentRound()
         merged: dict[str, Observation] = {}
         for source in self.sources:
-            merged.update(await source.poll(nodes))
+            merged.update(await source.poll(nodes, self.agent_round))
         self.observations = merged
 
     async def tick(self) -> Plan | None:
@@ -358,13 +364,9 @@ class Maintd:
 
     async def _watcher_jobs(self, nodes: list[Node], instances: list[Instance],
                             plan: Plan) -> list[Job]:
-        reports: dict[str, Any] = {}
-        if self.instance_status is not None and any(i.admin_state == "up" for i in instances):
-            try:
-                reports = await self.instance_status.poll(nodes)
-            except Exception as err:  # no states: no restarts, disks are still activated
-                log.warning("cannot poll the instances' states: %s", err)
-        states = W.states_of(reports, instances)
+        # an agent that did not answer: no states, no restarts there; disks are still activated
+        states = W.states_of(self.agent_round.by_name(W.live_nodes(nodes), INST_STATUS),
+                             instances)
         now = time.time()
         for name in list(self.restarts):
             self.restarts[name] = [t for t in self.restarts[name]
@@ -409,7 +411,7 @@ class Maintd:
         mond_data = None
         if self.settings.get("balanceDynamicLoad") is True and self.agents is not None:
             # hbal --mond: every node's cpu-avg-load, or (Ganeti's rule) none is used
-            reports = await self.agents.poll(nodes, B.CPU_LOAD_PATH)
+            reports = self.agent_round.by_name(W.live_nodes(nodes), CPU_LOAD)
             mond_data = {name: [rep] for name, rep in reports.items()}
         cpu0 = time.process_time()
         res = await asyncio.to_thread(B.plan_balance, nodes, instances, plan, threshold,

@@ -2,9 +2,9 @@
 
 A source answers, per node UUID, an `Observation`: the diagnose object it currently reports
 (or None) and an error text to show when the node could not be observed or its report was
-refused. The self-diagnose source is the first one: it polls every node's mond (drained and
-offline nodes too: an evacuated node is offline but still observed) at
-`GET http://<node ip>:<port>/1/report/node/diagnose` and accepts a report only when its
+refused; it reads the agents' reports of the tick (`herder.maintd.agents`: one poll of every
+node's mond, drained and offline nodes too). The self-diagnose source is the first one: it takes
+each node's `node/diagnose` report and accepts it only when its
 signature is the cluster HMAC (`herder.core.envelope.compute_hmac`, salt = the signature's
 timestamp, message = the data as `envelope.dumps`) and its timestamp is newer than the last
 one accepted for that node. Forged, unsigned and replayed reports are logged and refused. The
@@ -14,21 +14,17 @@ brings nothing new.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
-
 from herder.core import envelope
+from herder.maintd.agents import DIAGNOSE, AgentRound
 from herder.maintd.rounds import Node
 
 log = logging.getLogger("herder.maintd.sources")
-
-DIAGNOSE_PATH = "/1/report/node/diagnose"
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,8 @@ class Observation:
 class IncidentSource(Protocol):
     name: str
 
-    async def poll(self, nodes: Sequence[Node]) -> dict[str, Observation]: ...
+    async def poll(self, nodes: Sequence[Node], agents: AgentRound
+                   ) -> dict[str, Observation]: ...
 
 
 class Verdict:
@@ -89,16 +86,12 @@ def diagnose_error(data: Any) -> str:
 
 
 class DiagnoseSource:
-    """Polls the self-diagnose collector of every node's mond."""
+    """The self-diagnose collector of every node's mond, from the tick's `AgentRound`."""
 
     name = "diagnose"
 
-    def __init__(self, key_loader: Callable[[], bytes | None], port: int = 1815,
-                 timeout: float = 5.0, address: Callable[[Node], str] | None = None) -> None:
+    def __init__(self, key_loader: Callable[[], bytes | None]) -> None:
         self.key_loader = key_loader
-        self.port = port
-        self.timeout = timeout
-        self.address = address or (lambda n: n.ip or n.name)
         self.last: dict[str, tuple[int, str]] = {}
         self.current: dict[str, Observation] = {}
         self.rejected: dict[str, int] = {}
@@ -109,12 +102,6 @@ class DiagnoseSource:
             if (isinstance(value, list | tuple) and len(value) == 2
                     and isinstance(value[0], int) and isinstance(value[1], str)):
                 self.last.setdefault(node, (value[0], value[1]))
-
-    def url(self, node: Node) -> str:
-        host = self.address(node)
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}{DIAGNOSE_PATH}"
 
     def accept(self, node: Node, report: Any, key: bytes | None) -> Observation:
         verdict = check_report(key, report, self.last.get(node.uuid))
@@ -134,22 +121,11 @@ class DiagnoseSource:
         self.current[node.uuid] = obs
         return obs
 
-    async def _one(self, session: aiohttp.ClientSession, node: Node,
-                   key: bytes | None) -> Observation:
-        try:
-            async with session.get(self.url(node)) as resp:
-                if resp.status != 200:
-                    text = (await resp.text())[:200]
-                    return Observation(node.uuid, None, f"mond answered {resp.status}: {text}")
-                report = await resp.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as err:
-            log.info("no diagnose report from %s: %s", node.name, err)
-            return Observation(node.uuid, None, f"unreachable: {type(err).__name__} {err}")
-        return self.accept(node, report, key)
-
-    async def poll(self, nodes: Sequence[Node]) -> dict[str, Observation]:
+    async def poll(self, nodes: Sequence[Node], agents: AgentRound) -> dict[str, Observation]:
         key = self.key_loader()
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            results = await asyncio.gather(*(self._one(session, n, key) for n in nodes))
-        return {o.node: o for o in results}
+        out = {}
+        for node in nodes:
+            report, error = agents.report(node, DIAGNOSE)
+            out[node.uuid] = (Observation(node.uuid, None, error) if report is None
+                              else self.accept(node, report, key))
+        return out

@@ -12,8 +12,9 @@ After the incidents' (and harep's) jobs of a round, on nodes without an active i
   per instance (a crash loop is not restarted forever; the status page notes it).
 
 The RAPI instance view has no run state (`oper_state` is null): the actual state comes from
-every primary node's mond, `GET /1/report/instance/inst-status?verbose=1`
-(`data.instances: [{name, uuid, admin_state, actual_state, status}]`).
+every live primary node's mond, its verbose `instance/inst-status` report (`data.instances:
+[{name, uuid, admin_state, actual_state, status}]`) in the tick's one poll of the agents
+(`herder.maintd.agents`).
 
 Every job is its own event (a fresh uuid) in the reason trail, so a crash between submit and
 recording the id is adopted as for harep's repairs.
@@ -21,7 +22,6 @@ recording the id is adopted as for harep's repairs.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid as uuidlib
@@ -29,13 +29,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from herder.maintd.rounds import Instance, Job, Node, Plan, annotate
 
 log = logging.getLogger("herder.maintd.watcher")
 
-INST_STATUS_PATH = "/1/report/instance/inst-status?verbose=1"
 BUDGET = 3  # restarts per instance ...
 WINDOW = 3600.0  # ... per this many seconds
 SETTLE = 60.0  # seconds after a restart during which a "down" report is not believed
@@ -136,44 +133,6 @@ def states_of(reports: Mapping[str, Any], instances: Sequence[Instance]) -> dict
     return out
 
 
-class InstanceStatusSource:
-    """Polls the inst-status collector of every online, undrained node's mond."""
-
-    def __init__(self, port: int = 1815, timeout: float = 5.0,
-                 address: Callable[[Node], str] | None = None) -> None:
-        self.port = port
-        self.timeout = timeout
-        self.address = address or (lambda n: n.ip or n.name)
-        self.errors: dict[str, str] = {}
-
-    def url(self, node: Node, path: str = INST_STATUS_PATH) -> str:
-        host = self.address(node)
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}{path}"
-
-    async def _one(self, session: aiohttp.ClientSession, node: Node,
-                   path: str) -> tuple[str, Any]:
-        try:
-            async with session.get(self.url(node, path)) as resp:
-                if resp.status != 200:
-                    self.errors[node.name] = f"mond answered {resp.status}"
-                    return node.name, None
-                report = await resp.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as err:
-            self.errors[node.name] = f"unreachable: {type(err).__name__} {err}"
-            log.info("no report %s from %s: %s", path, node.name, err)
-            return node.name, None
-        self.errors.pop(node.name, None)
-        return node.name, report
-
-    async def poll(self, nodes: Sequence[Node], path: str = INST_STATUS_PATH) -> dict[str, Any]:
-        """Node name -> the report at `path` (default inst-status; nodes that did not answer
-        are left out)."""
-        live = [n for n in nodes if not n.offline and not n.drained and n.vm_capable]
-        if not live:
-            return {}
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            results = await asyncio.gather(*(self._one(session, n, path) for n in live))
-        return {name: report for name, report in results if report is not None}
+def live_nodes(nodes: Sequence[Node]) -> list[Node]:
+    """The nodes whose agents' instance reports count: online, undrained, vm-capable."""
+    return [n for n in nodes if not n.offline and not n.drained and n.vm_capable]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -19,16 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
-from herder.core import envelope
+from herder.core import envelope, serve
 from herder.core import locking as L
 from herder.core import model as M
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
-from herder.core.store import ConfigCache, FileStore, atomic_write
+from herder.core.store import ConfigCache, FileStore
 from herder.masterd import redist
 from herder.masterd.auth import UsersFile
 from herder.masterd.lu.base import MasterEnv
@@ -137,15 +134,7 @@ class MasterDaemon:
                                 store=self.store)
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        if not self.settings.tls:
-            return None
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            context.load_cert_chain(self.secrets.certificate)
-        except (OSError, ssl.SSLError) as err:
-            raise HerderError(f"cannot load the cluster certificate {self.secrets.certificate}: "
-                              f"{err}") from None
-        return context
+        return serve.server_tls(self.secrets.certificate) if self.settings.tls else None
 
     def depose(self, reason: str) -> None:
         """Stop acting as master (thread-safe): serve() returns, the CLI exits with code 11."""
@@ -197,45 +186,15 @@ class MasterDaemon:
                     await asyncio.to_thread(self.lease.resign)
             if not elected:
                 return
-        self.queue.start()
-        runner = web.AppRunner(make_app(self.rapi), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.bind, self.settings.port, ssl_context=context,
-                           reuse_address=True, backlog=256)
-        pid_file: Path | None = None
-        watcher = asyncio.create_task(self._watch_master(stop))
-        redistributor = asyncio.create_task(redist.watch(self, stop))  # docs/ha.md
-        try:
-            await site.start()
-            bound = self.settings.port
-            server = site._server  # aiohttp exposes the bound sockets only here
-            if server is not None and getattr(server, "sockets", None):
-                bound = server.sockets[0].getsockname()[1]
-            pid_file = self._write_pid()
-            if ready is not None:
-                ready(bound)
-            await stop.wait()
-        finally:
-            watcher.cancel()
-            redistributor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await redistributor
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            await runner.cleanup()
-            await asyncio.to_thread(self.queue.stop)
-            if self.lease is not None:  # a clean stop hands over at once
-                await asyncio.to_thread(self.lease.resign)
-            if pid_file is not None:
-                with contextlib.suppress(OSError):
-                    pid_file.unlink()
+        await serve.serve(
+            "masterd", self.settings.run_dir,
+            endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(
+                self.settings.bind, self.settings.port, tls=context, backlog=256)])],
+            tasks=[self._watch_master, lambda stop: redist.watch(self, stop)],  # docs/ha.md
+            on_start=[self.queue.start],
+            on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign],
+            ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
-    def _write_pid(self) -> Path | None:
-        try:
-            self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-            path = self.settings.run_dir / "masterd.pid"
-            atomic_write(path, f"{os.getpid()}\n".encode(), 0o644)
-            return path
-        except OSError as err:
-            log.warning("cannot write pid file in %s: %s", self.settings.run_dir, err)
-            return None
+    async def _resign(self) -> None:
+        if self.lease is not None:  # a clean stop hands over at once
+            await asyncio.to_thread(self.lease.resign)

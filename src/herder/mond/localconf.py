@@ -21,15 +21,13 @@ TOML, every key optional::
     timeout = 300                     # seconds
     max_skew = 300                    # seconds
 
-The file is validated once, here, into `LocalConfig`; an unknown key, a wrong type or a bad
-value is a `HerderError` with a one-line message naming the file and the key. Command-line
-flags override the file (`resolve`).
+The file is validated once, here, into `LocalConfig` (`core.settingsfile`); an unknown key, a
+wrong type or a bad value is a `HerderError` with a one-line message naming the file and the key.
+Command-line flags override the file (`resolve`).
 """
 
 from __future__ import annotations
 
-import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,8 +35,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from herder.core import settingsfile
 from herder.core.confd import parse_peer
-from herder.core.errors import HerderError
 from herder.mond.collector import MondSettings, RepairSettings
 
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -70,62 +68,33 @@ class LocalConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     repair: RepairConfig = RepairConfig()
 
 
-KEYS = tuple(LocalConfig.__struct_fields__)
-REPAIR_KEYS = tuple(RepairConfig.__struct_fields__)
-_AT = re.compile(r" - at `\$\.?([^`]*)`$")
-_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
-
-
-def _one_line(path: Path, err: msgspec.ValidationError) -> str:
-    text = str(err)
-    match = _AT.search(text)
-    where = match.group(1) if match else ""
-    text = _AT.sub("", text)
-    unknown = _UNKNOWN.fullmatch(text)
-    if unknown:
-        known = REPAIR_KEYS if where == "repair" else KEYS
-        table = f" in [{where}]" if where else ""
-        return (f"mond config {path}: unknown key {unknown.group(1)!r}{table} "
-                f"(known: {', '.join(known)})")
-    # TOML words, not JSON's: no null; arrays and tables
-    text = (text.replace(" | null`", "`").replace("`object`", "`table`")
-            .replace("`array`", "`array (list)`"))
-    return f"mond config {path}: {where or 'the file'}: {text[0].lower()}{text[1:]}"
+WHAT = "mond config"
 
 
 def parse(text: str, path: Path) -> LocalConfig:
     """Validate a config file's text; HerderError (one line) when it is unusable."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise HerderError(f"mond config {path}: not valid TOML: {err}") from None
-    try:
-        config = msgspec.convert(data, LocalConfig)
-    except msgspec.ValidationError as err:
-        raise HerderError(_one_line(path, err)) from None
+    return _checked(settingsfile.decode(text, path, LocalConfig, WHAT), path)
+
+
+def load(path: str | Path) -> LocalConfig:
+    path = Path(path)
+    return _checked(settingsfile.load(path, LocalConfig, WHAT), path)
+
+
+def _checked(config: LocalConfig, path: Path) -> LocalConfig:
+    """What the types do not say: the diagnose command is a file name, confd peers parse."""
     if config.diagnose_command and ("/" in config.diagnose_command
                                     or config.diagnose_command in (".", "..")):
-        raise HerderError(f"mond config {path}: diagnose_command: "
-                          f"{config.diagnose_command!r} must be a file name, not a path")
+        raise settingsfile.problem(path, WHAT, "diagnose_command",
+                                   f"{config.diagnose_command!r} must be a file name, not a path")
     for peer in config.confd or ():
         try:
             host, port = parse_peer(peer)
         except ValueError:
             host, port = "", 0
         if not host or not 0 < port < 65536:
-            raise HerderError(f"mond config {path}: confd: {peer!r} is not HOST[:PORT]")
+            raise settingsfile.problem(path, WHAT, "confd", f"{peer!r} is not HOST[:PORT]")
     return config
-
-
-def load(path: str | Path) -> LocalConfig:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise HerderError(f"cannot read mond config {path}: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise HerderError(f"mond config {path}: not UTF-8 text") from None
-    return parse(text, path)
 
 
 def _path(value: str | None) -> Path | None:

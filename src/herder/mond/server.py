@@ -1,7 +1,8 @@
 """mond's HTTP API, protocol v1 (design "Format of the query"), served from the agent's cache.
 
 GET: `/` -> `[1]`; `/1` -> `null`; `/1/list/collectors` -> `[[name, category, kind], ...]`
-(Ganeti's order inside the triples); `/1/report/all`; `/1/report/<category>/<name>`
+(Ganeti's order inside the triples); `/1/report/all` (herder extension: `?only=CATEGORY/NAME,...`
+gives only those reports, in that order); `/1/report/<category>/<name>`
 (`default` for collectors without a category); `?verbose=1` gives status collectors' full data.
 Also `/metrics` (Prometheus text) and `/openapi.json`. Unknown resources get a JSON 404 whose
 message differs for "unknown collector" and "unknown path" (as Ganeti's agent); other methods a
@@ -19,9 +20,7 @@ malformed, 404 unknown command, 409 busy. Details in `herder.mond.repair`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from herder.core import serve as serve_helper
 from herder.mond import metrics
 from herder.mond.agent import Agent
+from herder.mond.context import make_context
+from herder.mond.localconf import Resolved
 from herder.mond.repair import Repairer
 from herder.mond.report import CATEGORIES, DEFAULT_CATEGORY
 
@@ -68,7 +70,16 @@ async def list_collectors(request: web.Request) -> web.Response:
 
 async def report_all(request: web.Request) -> web.Response:
     agent = request.app[AGENT_KEY]
-    return _json(agent.all_verbose if _verbose(request) else agent.all_summary)
+    verbose = _verbose(request)
+    only = request.query.get("only")
+    if only is None:
+        return _json(agent.all_verbose if verbose else agent.all_summary)
+    # herder extension: only the named reports (CATEGORY/NAME,...), in that order; unknown
+    # ones are left out. maintd's one poll per tick asks for the three it uses.
+    found = [agent.by_path.get((category, name)) for category, _, name in
+             (path.partition("/") for path in only.split(","))]
+    bodies = [r.verbose if verbose else r.summary for r in found if r is not None]
+    return _json(b"[" + b",".join(bodies) + b"]")
 
 
 async def report_one(request: web.Request) -> web.Response:
@@ -144,48 +155,38 @@ def make_app(agent: Agent) -> web.Application:
     return app
 
 
-def write_pid_file(run_dir: Path) -> Path | None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / "mond.pid"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{os.getpid()}\n")
-        tmp.replace(path)
-        return path
-    except OSError as err:
-        log.warning("cannot write pid file in %s: %s", run_dir, err)
-        return None
-
-
 async def serve(agent: Agent, host: str, port: int, *, ready: Callable[[int], None] | None = None,
                 stop: asyncio.Event | None = None) -> None:
     """Run the agent and the HTTP server until `stop` is set (or the task is cancelled)."""
-    stop = stop or asyncio.Event()
-    app = make_app(agent)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
-    await site.start()
-    bound = port
-    server = site._server  # aiohttp exposes the bound sockets only here
-    if server is not None and getattr(server, "sockets", None):
-        bound = server.sockets[0].getsockname()[1]
-    pid_file = write_pid_file(agent.ctx.settings.run_dir)
-    loop_task = asyncio.create_task(agent.run(stop))
-    if ready is not None:
-        ready(bound)
-    try:
-        await stop.wait()
-    finally:
-        stop.set()
-        loop_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await loop_task
-        await runner.cleanup()
-        agent.close()
-        if pid_file is not None:
-            with contextlib.suppress(OSError):
-                pid_file.unlink()
+    await serve_helper.serve(
+        "mond", agent.ctx.settings.run_dir,
+        endpoints=[serve_helper.Http(make_app(agent), [serve_helper.Listener(host, port,
+                                                                             backlog=1024)])],
+        tasks=[agent.run], on_stop=[agent.close],
+        ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
+
+
+def run(resolved: Resolved, config_path: str | Path, local_config: Path | None,
+        say: Callable[[str], None]) -> None:
+    """Build the agent from the resolved settings and serve it until SIGTERM/SIGINT; `say`
+    prints the line that tells it listens (and where its settings come from)."""
+    settings = resolved.settings
+    context = make_context(config_path, node_name=resolved.node, settings=settings)
+    agent = Agent(context)
+    source = f"config {config_path}"
+    if settings.confd_peers:
+        source += f", else confd {', '.join(settings.confd_peers)}"
+    if local_config is not None:
+        source += f"; local config {local_config}"
+    if settings.repair.enabled:
+        source += f"; repair enabled ({settings.repair.commands_dir})"
+
+    def ready(bound: int) -> None:
+        say(f"herder mond: node {context.node_name}, listening on "
+            f"http://{resolved.bind}:{bound}/ ({source})")
+
+    serve_helper.run(lambda stop: serve(agent, resolved.bind, resolved.port, ready=ready,
+                                        stop=stop))
 
 
 OPENAPI: dict[str, Any] = {
@@ -207,7 +208,13 @@ OPENAPI: dict[str, Any] = {
                 "type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3}}}}}}}},
         "/1/report/all": {"get": {
             "summary": "Every active collector's report",
-            "parameters": [{"$ref": "#/components/parameters/verbose"}],
+            "parameters": [
+                {"$ref": "#/components/parameters/verbose"},
+                {"name": "only", "in": "query", "required": False,
+                 "description": "herder extension: only these reports, comma-separated "
+                                "CATEGORY/NAME ('default' for no category), in that order; "
+                                "unknown ones are left out",
+                 "schema": {"type": "string"}}],
             "responses": {"200": {"description": "reports", "content": {JSON: {"schema": {
                 "type": "array", "items": {"$ref": "#/components/schemas/Report"}}}}}}}},
         "/1/report/{category}/{name}": {"get": {

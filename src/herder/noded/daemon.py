@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
-import ssl
+import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
-from herder.core.errors import HerderError
-from herder.core.store import atomic_write
-from herder.noded.server import NodeDaemon, keep_hypervisor, make_app
+from herder.core import envelope
+from herder.core import serve as serve_helper
+from herder.core.cluster_secrets import SecretPaths
+from herder.core.store import FileStore
+from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
 
 log = logging.getLogger("herder.noded")
 MCL_CURRENT, MCL_FUTURE = 1, 2
@@ -72,36 +72,65 @@ def setup_logging(log_file: Path | None, debug: bool) -> None:
 async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | None, *,
                 ready: Callable[[int], None] | None = None,
                 stop: asyncio.Event | None = None) -> None:
-    stop = stop or asyncio.Event()
-    context = None
-    if certificate is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            context.load_cert_chain(certificate)
-        except (OSError, ssl.SSLError) as err:
-            raise HerderError(f"cannot load the cluster certificate {certificate}: {err}") \
-                from None
-    runner = web.AppRunner(make_app(daemon), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)
-    pid_file = daemon.settings.run_dir / "noded.pid"
-    watcher = asyncio.create_task(keep_hypervisor(daemon, stop))
-    try:
-        await site.start()
-        bound = port
-        server = site._server  # aiohttp exposes the bound sockets only here
-        if server is not None and getattr(server, "sockets", None):
-            bound = server.sockets[0].getsockname()[1]
-        atomic_write(pid_file, f"{os.getpid()}\n".encode(), 0o644)
-        if ready is not None:
-            ready(bound)
-        await stop.wait()
-    finally:
-        stop.set()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        await runner.cleanup()
-        daemon.hv.close()
-        with contextlib.suppress(OSError):
-            pid_file.unlink()
+    """Serve the node RPCs (TLS with `certificate`, None: plain HTTP) until `stop` is set."""
+    tls = serve_helper.server_tls(certificate) if certificate is not None else None
+    await serve_helper.serve(
+        "noded", daemon.settings.run_dir,
+        endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)])],
+        tasks=[lambda stop: keep_hypervisor(daemon, stop)], on_stop=[daemon.hv.close],
+        ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
+
+
+@dataclass(frozen=True)
+class NodedOptions:
+    """`herder noded`'s options."""
+
+    config_path: Path  # the cluster config: the secrets beside it, this node's parameters
+    bind: str
+    port: int
+    node_name: str | None  # None: this host's FQDN
+    libvirt_uri: str | None  # None: the node's libvirt_uri parameter, else qemu:///system
+    state_dir: Path
+    run_dir: Path
+    repair_dir: Path
+    powercycle_action: str
+    os_path: tuple[Path, ...]
+    disk_capacity: int | None
+    file_root: Path
+    mlock: bool = True
+    tls: bool = True
+
+
+def run(options: NodedOptions, say: Callable[[str], None]) -> None:
+    """Lock the memory, build the daemon, serve until SIGTERM/SIGINT; `say` prints the line
+    that tells it serves."""
+    secrets = SecretPaths.beside(options.config_path)
+    key = envelope.load_key(secrets.hmac_key)
+    name = options.node_name or socket.getfqdn()
+    libvirt_uri = options.libvirt_uri
+    if libvirt_uri is None:
+        libvirt_uri = "qemu:///system"
+        store = FileStore(options.config_path)
+        if store.exists():
+            config = store.load()
+            node = next((n for n in config.nodes.values() if n.name == name), None)
+            if node is not None:
+                libvirt_uri = config.filled_ndparams(node).get("libvirt_uri") or libvirt_uri
+    locked = lock_memory() if options.mlock else False
+    daemon = NodeDaemon(NodeSettings(node_name=name, state_dir=options.state_dir,
+                                     run_dir=options.run_dir, hmac_key=key,
+                                     libvirt_uri=libvirt_uri, repair_dir=options.repair_dir,
+                                     powercycle_action=options.powercycle_action,
+                                     os_path=options.os_path,
+                                     disk_capacity=options.disk_capacity,
+                                     file_root=options.file_root,
+                                     config_dir=options.config_path.parent))
+
+    def ready(bound: int) -> None:
+        scheme = "https" if options.tls else "http"
+        say(f"herder noded: node {name}, serving RPC on {scheme}://{options.bind}:{bound}/ "
+            f"(libvirt {libvirt_uri}, memory {'locked' if locked else 'not locked'})")
+
+    certificate = secrets.certificate if options.tls else None
+    serve_helper.run(lambda stop: serve(daemon, options.bind, options.port, certificate,
+                                        ready=ready, stop=stop))

@@ -44,8 +44,11 @@ CHUNK = 65536
 MAX_LINE = 65536
 
 
+Op = Literal["publish", "retarget", "unpublish", "list"]
+
+
 class Request(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    op: Literal["publish", "retarget", "unpublish", "list"]
+    op: Op
     listen: str = ""
     target: str = ""
 
@@ -263,10 +266,10 @@ def _set_ready(future: asyncio.Future[None]) -> Callable[[], None]:
 # --- the client (in the machine's own namespace) -----------------------------------------
 
 
-def request(control_path: Path, op: str, *, listen: str = "", target: str = "",
+def request(control_path: Path, op: Op, *, listen: str = "", target: str = "",
             sock: socket.socket | None = None, timeout: float = 30.0) -> Reply:
     """One request to the forwarder (with a listening socket to publish)."""
-    message = Request(op=op, listen=listen, target=target)  # type: ignore[arg-type]
+    message = Request(op=op, listen=listen, target=target)
     reply = unixline.exchange(control_path, message, Reply, who="the port forwarder",
                               fds=[sock.fileno()] if sock is not None else [],
                               timeout=timeout)

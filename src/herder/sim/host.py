@@ -266,7 +266,7 @@ class SimHost:
         """`herder ARGS` on the host."""
         return self.run(herder_argv(*args), timeout=timeout, check=check)
 
-    def supervisor(self, command: str, daemons: Sequence[str] = (),
+    def supervisor(self, command: supervise_control.Command, daemons: Sequence[str] = (),
                    timeout: float = 120.0) -> supervise_control.Reply:
         """Ask the host's supervisor (start/stop/restart/status), from the machine."""
         return supervise_control.request(Path(f"/proc/{self.pid}/root{SUPERVISE_SOCKET}"),

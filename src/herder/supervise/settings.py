@@ -22,23 +22,23 @@ TOML, every key optional::
 `enabled` daemons start with the supervisor; every known daemon (and every one in the file)
 can be started later through the control socket (`herder daemon-util start-master` starts
 masterd and maintd that way). The file is validated once, here: an unknown key, a wrong type or
-a bad value is a `HerderError` with one line naming the file and the key.
+a bad value is a `HerderError` with one line naming the file and the key (`core.settingsfile`).
 """
 
 from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
-from herder.core.errors import HerderError
+from herder.core import settingsfile
 
 DEFAULT_PATH = Path("/etc/herder/node.toml")
+WHAT = "node settings"
 DEFAULT_SOCKET = Path("/run/herder/supervise.sock")
 LIBVIRTD = "/usr/sbin/libvirtd"
 # herder's own daemons, started as `herder <name>` with the supervisor's own interpreter.
@@ -86,23 +86,6 @@ class DaemonSpec:
     enabled: bool
 
 
-_AT = re.compile(r" - at `\$\.?([^`]*)`$")
-_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
-
-
-def _one_line(path: Path, err: msgspec.ValidationError, table: str = "") -> str:
-    text = str(err)
-    match = _AT.search(text)
-    where = ".".join(p for p in (table, match.group(1) if match else "") if p)
-    text = _AT.sub("", text)
-    unknown = _UNKNOWN.fullmatch(text)
-    if unknown:
-        table = f" in [{where}]" if where else ""
-        return f"node settings {path}: unknown key {unknown.group(1)!r}{table}"
-    text = text.replace(" | null`", "`").replace("`object`", "`table`")
-    return f"node settings {path}: {where or 'the file'}: {text[0].lower()}{text[1:]}"
-
-
 def default_command(name: str) -> list[str]:
     """The command of a known daemon: herder's through this interpreter (the installed herder),
     libvirtd in the foreground in system mode."""
@@ -111,52 +94,55 @@ def default_command(name: str) -> list[str]:
     return [sys.executable, "-m", "herder.cli.main", name]
 
 
-def parse(text: str, path: Path) -> NodeSettings:
-    """Validate the file's text; HerderError (one line) when it is unusable."""
+class _File(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The file as read: the daemons' tables are checked one by one (so errors name them)."""
+
+    supervise: SuperviseSettings = SuperviseSettings()
+    daemons: dict[str, Any] = {}
+
+
+def _daemons(path: Path, tables: dict[str, Any]) -> dict[str, DaemonSettings]:
+    """Each [daemons.NAME] table validated, under its own name in an error."""
+    fields = [(f"daemon{i}", DaemonSettings) for i in range(len(tables))]
+    names = {f"daemon{i}": name for i, name in enumerate(tables)}
+    each = msgspec.defstruct("Daemons", fields, forbid_unknown_fields=True, rename=names)
+    wrapper = msgspec.defstruct("NodeDaemons", [("daemons", each)], forbid_unknown_fields=True)
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise HerderError(f"node settings {path}: not valid TOML: {err}") from None
-    daemons = data.pop("daemons", {})
-    try:
-        settings = msgspec.convert(data, NodeSettings)
+        decoded = msgspec.structs.asdict(msgspec.convert({"daemons": tables}, wrapper))
     except msgspec.ValidationError as err:
-        raise HerderError(_one_line(path, err)) from None
-    if not isinstance(daemons, dict):
-        raise HerderError(f"node settings {path}: daemons: expected a table of daemons")
-    converted = {}
-    for name, table in daemons.items():
-        try:
-            converted[name] = msgspec.convert(table, DaemonSettings)
-        except msgspec.ValidationError as err:
-            raise HerderError(_one_line(path, err, f"daemons.{name}")) from None
-    settings = msgspec.structs.replace(settings, daemons=converted)
+        raise settingsfile.one_line(path, WHAT, wrapper, err) from None
+    return {name: getattr(decoded["daemons"], field) for field, name in names.items()}
+
+
+def _checked(path: Path, read: _File) -> NodeSettings:
+    for name in read.daemons:
+        if not NAME.fullmatch(name):
+            raise settingsfile.problem(path, WHAT, "daemons", f"{name!r} is not a daemon name "
+                                       "(lower-case letters, digits and '-', at most 32)")
+    settings = NodeSettings(supervise=read.supervise, daemons=_daemons(path, read.daemons))
     sup = settings.supervise
     if sup.restart_delay > sup.restart_delay_max:
-        raise HerderError(f"node settings {path}: supervise: restart_delay "
-                          f"({sup.restart_delay:g}) is above restart_delay_max "
-                          f"({sup.restart_delay_max:g})")
+        raise settingsfile.problem(path, WHAT, "supervise", f"restart_delay "
+                                   f"({sup.restart_delay:g}) is above restart_delay_max "
+                                   f"({sup.restart_delay_max:g})")
     for name, daemon in settings.daemons.items():
-        if not NAME.fullmatch(name):
-            raise HerderError(f"node settings {path}: daemons: {name!r} is not a daemon name "
-                              "(lower-case letters, digits and '-', at most 32)")
         if name not in KNOWN_DAEMONS and daemon.command is None:
-            raise HerderError(f"node settings {path}: daemons.{name}: not one of herder's "
-                              f"daemons ({', '.join(KNOWN_DAEMONS)}), so it needs a command")
+            raise settingsfile.problem(path, WHAT, f"daemons.{name}", "not one of herder's "
+                                       f"daemons ({', '.join(KNOWN_DAEMONS)}), so it needs a "
+                                       "command")
     return settings
+
+
+def parse(text: str, path: Path) -> NodeSettings:
+    """Validate the file's text; HerderError (one line) when it is unusable."""
+    return _checked(path, settingsfile.decode(text, path, _File, WHAT))
 
 
 def load(path: Path = DEFAULT_PATH) -> NodeSettings:
     """The host's settings; a missing file means the defaults (nothing enabled)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists():
         return NodeSettings()
-    except OSError as err:
-        raise HerderError(f"cannot read node settings {path}: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise HerderError(f"node settings {path}: not UTF-8 text") from None
-    return parse(text, path)
+    return _checked(path, settingsfile.load(path, _File, WHAT))
 
 
 def daemon_specs(settings: NodeSettings) -> list[DaemonSpec]:

@@ -1,0 +1,225 @@
+"""Starting maintd (`herder maintd`): its settings, the master check, the cluster it maintains
+(herder's masterd, or a Ganeti cluster through its RAPI), the daemon and its two listeners.
+
+`run(settings)` (`herder.maintd.settings`) refuses to start on a node that is not the master
+(`NotMaster`: the CLI exits with code 11), then serves through `core.serve` until SIGTERM or
+SIGINT: HTTP on `port` (status, status page, cancel) and, unless `notify_port` is 0, HTTPS with
+the cluster certificate on `notify_port` for instmon's notifications.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from herder.core import confd, envelope, serve
+from herder.core import notification as N
+from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
+from herder.core.errors import HerderError
+from herder.core.rapi import RapiClient
+from herder.core.store import FileStore, open_store
+from herder.maintd.agents import AgentPoller
+from herder.maintd.daemon import Maintd, RapiCluster
+from herder.maintd.server import NotifySettings, make_app
+from herder.maintd.settings import GANETI_DATA, GANETI_STATE, MaintdSettings, NotMaster
+from herder.maintd.sources import DiagnoseSource
+from herder.maintd.state import FileState, RapiState, StateStore
+
+log = logging.getLogger("herder.maintd")
+
+@dataclass
+class Prepared:
+    """A maintd ready to serve: the daemon, where it listens, how notifications are checked."""
+
+    daemon: Maintd
+    bind: str
+    notify: NotifySettings
+    tls: ssl.SSLContext | None  # of the HTTPS listener (None: none)
+    agents: AgentPoller
+
+
+def prepare(settings: MaintdSettings) -> Prepared:
+    """Everything before listening: the failure table, the cluster, the master check, the
+    state, the daemon. HerderError (one line) or NotMaster when it cannot run here."""
+    table = N.load_failure_table(settings.failure_table)
+    me = settings.node_name or socket.getfqdn()
+    bind = settings.bind
+    maint: dict[str, Any] = {}
+    cluster: Any
+    if settings.ganeti_rapi:
+        from herder.maintd.ganeti import GanetiCluster, repair_via_mond
+
+        client = ganeti_client(settings.ganeti_rapi, settings.rapi_user,
+                               settings.rapi_password_file, settings.rapi_ca)
+        try:
+            info = client.get_info()
+            nodes = client.get_nodes(bulk=True)
+        except Exception as err:
+            raise HerderError(f"cannot ask Ganeti's RAPI at {settings.ganeti_rapi}: "
+                              f"{_rapi_problem(err, settings.rapi_user)}") from None
+        master = info.get("master")
+        if master != me:
+            raise NotMaster(f"this node ({me}) is not the master ({master})")
+        if bind is None:
+            bind = next((n.get("pip") for n in nodes if n.get("name") == me), None) or "0.0.0.0"
+        key_path = settings.hmac_key or Path(GANETI_DATA) / "hmac.key"
+        cert = settings.cert_file or Path(GANETI_DATA) / "server.pem"
+        state: StateStore = FileState(settings.state_file or Path(GANETI_STATE))
+    else:
+        store = open_store(settings.config_path)
+        client = RapiClient.for_herder_cluster(store.directory, settings.masterd_url)
+        try:
+            info = client.get_info()
+            master = info.get("master")
+            maint = client.get_herder("maintenance")
+            nodes = client.get_nodes(bulk=True)
+        except Exception as err:
+            raise HerderError(f"cannot ask masterd: {err}") from None
+        voted = master_vote(store, me)
+        if voted is not None:
+            master = voted
+        if master != me:
+            raise NotMaster(f"this node ({me}) is not the master ({master})")
+        if bind is None:
+            cluster_ip = store.load().cluster.master_ip if store.exists() else None
+            master_pip = next((n.get("pip") for n in nodes if n.get("name") == me), None)
+            bind = _bindable(cluster_ip) or master_pip or "0.0.0.0"
+        key_path = settings.hmac_key or store.directory / HMAC_KEY_FILE
+        cert = settings.cert_file or store.directory / CERT_FILE
+        if settings.state_file is not None:
+            state = FileState(settings.state_file)
+        else:
+            state = RapiState(client, FileState(store.directory / "maintd-state.json"))
+
+    def key() -> bytes | None:
+        try:
+            return envelope.load_key(key_path)
+        except (OSError, ValueError):
+            return None
+
+    if settings.ganeti_rapi:
+        cluster = GanetiCluster(client, repair=repair_via_mond(key, settings.mond_port))
+    else:
+        cluster = RapiCluster(client)
+    delay = (float(maint.get("roundDelay", 300)) if settings.round_delay is None
+             else settings.round_delay)
+    agents = AgentPoller(port=settings.mond_port)
+    daemon = Maintd(cluster, state, [DiagnoseSource(key)], agents=agents,
+                    round_delay=delay, interval=settings.poll_interval,
+                    enabled=bool(maint.get("enabled", True)),
+                    harep=settings.harep or bool(maint.get("harep", False)),
+                    watcher=(not settings.ganeti_rapi) if settings.watcher is None
+                    else settings.watcher,
+                    failure_table=table, failure_window=settings.failure_window)
+    tls = None
+    if settings.notify_port:
+        tls = serve.server_tls(cert, purpose=" for the notification port",
+                               hint=" (--notify-port 0 disables it)")
+    notify = NotifySettings(key, https_port=settings.notify_port,
+                            insecure=settings.notify_insecure)
+    return Prepared(daemon, bind, notify, tls, agents)
+
+
+async def serve_maintd(settings: MaintdSettings, prepared: Prepared,
+                       say: Callable[[str], None], stop: asyncio.Event | None = None) -> None:
+    """Serve until `stop` is set; `say` prints the lines the operator (and the simulator)
+    waits for."""
+    bind, notify = prepared.bind, prepared.notify
+    listeners = [serve.Listener(bind, settings.port)]
+    if prepared.tls is not None:
+        listeners.append(serve.Listener(bind, settings.notify_port, tls=prepared.tls,
+                                        what=" (--notify-port)"))
+
+    def ready(bound: list[serve.Address]) -> None:
+        plain = next(a.port for a in bound if not a.secure)
+        say(f"herder maintd: listening on http://{bind}:{plain}/ "
+            f"(status page http://{bind}:{plain}/status.html)")
+        secure = [a.port for a in bound if a.secure]
+        if secure:
+            notify.https_port = secure[0]
+            say(f"herder maintd: notifications: listening on "
+                f"https://{bind}:{notify.https_port}/1/notifications")
+
+    daemon = prepared.daemon
+    await serve.serve("maintd", settings.run_dir,
+                      endpoints=[serve.Http(make_app(daemon, notify), listeners)],
+                      tasks=[lambda stop: daemon.run()], on_start=[daemon.start],
+                      on_stop=[prepared.agents.close], ready=ready, stop=stop)
+
+
+def run(settings: MaintdSettings, say: Callable[[str], None]) -> None:
+    """Check, prepare and serve maintd until SIGTERM/SIGINT (NotMaster, HerderError)."""
+    prepared = prepare(settings)
+    serve.run(lambda stop: serve_maintd(settings, prepared, say, stop))
+
+
+def ganeti_client(url: str, user: str, password_file: Path | None,
+                  ca: Path | None) -> RapiClient:
+    """A RAPI client for a Ganeti cluster: its users file's credentials, its pinned
+    certificate (the host name is not checked: Ganeti's certificate names the cluster)."""
+    if password_file is None:
+        raise HerderError("--ganeti-rapi needs --rapi-password-file (the RAPI user's password)")
+    try:
+        password = password_file.read_text().strip()
+    except OSError as err:
+        raise HerderError(f"cannot read {password_file}: {err.strerror}") from None
+    if ca is None and Path(GANETI_DATA, "rapi.pem").is_file():
+        ca = Path(GANETI_DATA, "rapi.pem")
+    verify: Any = str(ca) if ca is not None else True
+    if ca is not None and not ca.is_file():
+        raise HerderError(f"RAPI certificate {ca} does not exist")
+    return RapiClient(url, user, password, verify=verify, check_hostname=ca is None,
+                      timeout=60.0)
+
+
+def _rapi_problem(err: Exception, user: str) -> str:
+    status = getattr(err, "status", None)
+    if status in (401, 403):
+        return (f"the credentials of RAPI user {user!r} were refused ({status}); check "
+                "--rapi-user and --rapi-password-file against Ganeti's rapi/users file")
+    return str(err)
+
+
+def _bindable(address: str | None) -> str | None:
+    if not address:
+        return None
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))
+    except OSError:
+        return None
+    return address
+
+
+def master_vote(store: FileStore, me: str) -> str | None:
+    """Ask the master candidates' confd who the master is; a majority of the candidates must
+    name the same node. None when no confd answers (then masterd's own answer is used)."""
+    if not store.exists():
+        return None
+    config = store.load()
+    peers = confd.peers_from_config(config)
+    try:
+        client = confd.ConfdClient(peers, envelope.load_key(store.directory / HMAC_KEY_FILE),
+                                   timeout=2.0)
+        result = client.query(confd.REQ_CLUSTER_MASTER, None, coverage=-1)
+    except Exception as err:  # no confd anywhere: fall back to masterd
+        log.warning("master vote: no confd answered (%s); trusting masterd", err)
+        return None
+    votes: dict[str, int] = {}
+    for reply in result.replies.values():
+        if reply.status == 0 and isinstance(reply.answer, str):
+            votes[reply.answer] = votes.get(reply.answer, 0) + 1
+    winner, count = max(votes.items(), key=lambda kv: kv[1], default=(None, 0))
+    if winner is None or count * 2 <= len(peers):
+        raise HerderError(f"master vote: no majority of the {len(peers)} master candidates "
+                          f"agrees on a master ({votes or 'no answers'})")
+    if winner != me:
+        log.warning("master vote: %d of %d master candidates name %s", count, len(peers), winner)
+    return winner
