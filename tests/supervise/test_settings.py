@@ -70,6 +70,9 @@ def test_bad_files_are_refused_in_one_line(text: str, message: str) -> None:
 def test_a_missing_file_enables_nothing(tmp_path: Path) -> None:
     parsed = settings.load(tmp_path / "absent.toml")
     assert not any(s.enabled for s in settings.daemon_specs(parsed))
+    assert settings.control_socket(tmp_path / "absent.toml") == settings.DEFAULT_SOCKET
+    (tmp_path / "node.toml").write_text('[supervise]\nsocket = "/run/x/s.sock"\n')
+    assert settings.control_socket(tmp_path / "node.toml") == Path("/run/x/s.sock")
 
 
 def test_the_simulators_files_are_valid() -> None:

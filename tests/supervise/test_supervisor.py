@@ -35,6 +35,7 @@ class Running:
     proc: subprocess.Popen[bytes]
     socket: Path
     logs: Path
+    settings: Path
 
     def ask(self, command: str, *daemons: str) -> Reply:
         return request(self.socket, command, daemons, timeout=30)
@@ -105,7 +106,7 @@ stop_timeout = 1.0
         proc = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "supervise",
                                  "--settings", str(settings)], stdout=out,
                                 stderr=subprocess.STDOUT)
-    sup = Running(proc, directory / "s.sock", directory / "log")
+    sup = Running(proc, directory / "s.sock", directory / "log", settings)
     try:
         wait_for(sup.socket.exists, 30, "the control socket")
         yield sup
@@ -234,7 +235,9 @@ def test_daemon_util_through_the_supervisor(running: Running) -> None:
     assert running.status("sleeper").state == RUNNING
     bad = running.herder(*socket, "start", "no_such")
     assert bad.returncode == 1 and "'no_such' is not a daemon name" in bad.stderr
-    status = running.herder("supervise", "--socket", str(running.socket), "status", "sleeper")
+    # Without --socket: the one the settings name.
+    status = running.herder("supervise", "--settings", str(running.settings), "status",
+                            "sleeper")
     assert status.returncode == 0 and "sleeper" in status.stdout and "running" in status.stdout
     gone = running.herder(*["daemon-util", "--socket", "/nonexistent.sock"], "check", "noded")
     assert gone.returncode == 1 and "cannot reach the supervisor" in gone.stderr

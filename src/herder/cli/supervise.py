@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from herder.supervise.masterip import MasterNetwork
 
 _SOCKET = click.option("--socket", "socket_path", type=click.Path(path_type=Path),
-                       help=f"The supervisor's control socket (default: {DEFAULT_SOCKET}, or "
-                            "[supervise] socket of the settings when running it).")
+                       help="The supervisor's control socket (default: [supervise] socket of "
+                            f"the settings, else {DEFAULT_SOCKET}).")
 
 
 @click.group(invoke_without_command=True)
@@ -41,11 +41,12 @@ def supervise(ctx: click.Context, settings_path: Path, socket_path: Path | None,
     stop every daemon at the end. `herder daemon-util` and the subcommands talk to it through
     its control socket.
     """
-    ctx.ensure_object(dict)
-    ctx.obj["supervise_socket"] = socket_path or DEFAULT_SOCKET
-    if ctx.invoked_subcommand is not None:
-        return
     from herder.supervise import settings as node_settings
+
+    ctx.ensure_object(dict)
+    if ctx.invoked_subcommand is not None:
+        ctx.obj["supervise_socket"] = socket_path or node_settings.control_socket(settings_path)
+        return
     from herder.supervise.supervisor import serve
 
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
@@ -124,7 +125,7 @@ def daemon_util(ctx: click.Context, socket_path: Path | None) -> None:
     from herder.supervise.daemon_util import backend
 
     ctx.ensure_object(dict)
-    ctx.obj["daemon_backend"] = backend(socket_path or DEFAULT_SOCKET)
+    ctx.obj["daemon_backend"] = backend(socket_path)
 
 
 @daemon_util.command("start")

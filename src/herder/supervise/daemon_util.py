@@ -19,7 +19,7 @@ from typing import Protocol
 from herder.core import supervise_control
 from herder.core.errors import HerderError
 from herder.supervise.masterip import Runner, run_command
-from herder.supervise.settings import DEFAULT_SOCKET, MASTER_DAEMONS, NAME
+from herder.supervise.settings import DEFAULT_SOCKET, MASTER_DAEMONS, NAME, control_socket
 
 SYSTEMD_RUNTIME = Path("/run/systemd/system")
 TARGET = "herder.target"
@@ -104,8 +104,12 @@ def systemd_runs_herder(run: Runner = run_command) -> bool:
     return done.returncode == 0 and done.stdout.strip() == "LoadState=loaded"
 
 
-def backend(socket: Path = DEFAULT_SOCKET, run: Runner = run_command) -> Backend:
-    return Systemd(run) if systemd_runs_herder(run) else Supervisor(socket)
+def backend(socket: Path | None = None, run: Runner = run_command) -> Backend:
+    """systemd where it runs herder's units, else the supervisor at `socket` (default: the
+    one /etc/herder/node.toml names)."""
+    if systemd_runs_herder(run):
+        return Systemd(run)
+    return Supervisor(socket if socket is not None else control_socket())
 
 
 def start_master(target: Backend) -> None:

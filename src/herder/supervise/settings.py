@@ -145,6 +145,11 @@ def load(path: Path = DEFAULT_PATH) -> NodeSettings:
     return _checked(path, settingsfile.load(path, _File, WHAT))
 
 
+def control_socket(path: Path = DEFAULT_PATH) -> Path:
+    """Where the supervisor of this host listens: the settings' `[supervise] socket`."""
+    return Path(load(path).supervise.socket)
+
+
 def daemon_specs(settings: NodeSettings) -> list[DaemonSpec]:
     """Every daemon the supervisor knows, in start order: herder's (configured or not), then
     the file's others in the file's order."""

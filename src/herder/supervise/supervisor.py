@@ -212,13 +212,15 @@ class Supervisor:
 
     async def handle(self, request: supervise_control.Request) -> supervise_control.Reply:
         unknown = [n for n in request.daemons if n not in self.daemons]
+        error = ""
         if unknown:
-            return supervise_control.Reply(ok=False, error=f"unknown daemon {unknown[0]!r} "
-                                 f"(known: {', '.join(self.daemons)})")
-        if request.command != "status" and not request.daemons:
-            return supervise_control.Reply(ok=False, error=f"{request.command}: name the daemons")
-        if self.stopping.is_set() and request.command in ("start", "restart"):
-            return supervise_control.Reply(ok=False, error="the supervisor is shutting down")
+            error = f"unknown daemon {unknown[0]!r} (known: {', '.join(self.daemons)})"
+        elif request.command != "status" and not request.daemons:
+            error = f"{request.command}: name the daemons"
+        elif self.stopping.is_set() and request.command in ("start", "restart"):
+            error = "the supervisor is shutting down"
+        if error:
+            return supervise_control.Reply(ok=False, error=error)
         chosen = [self.daemons[n] for n in request.daemons] or list(self.daemons.values())
         if request.command == "start":
             for daemon in chosen:
