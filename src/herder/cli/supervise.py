@@ -81,7 +81,8 @@ def _request(ctx: click.Context, command: supervise_control.Command,
 @click.argument("daemons", nargs=-1)
 @click.pass_context
 def supervise_status(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """The state of the daemons (all without names)."""
+    """Show the state of the named daemons (all of them without names): running, stopped,
+    backoff (waiting to be restarted after a crash) or not-my-role (exited with 11)."""
     _request(ctx, "status", daemons)
 
 
@@ -89,7 +90,7 @@ def supervise_status(ctx: click.Context, daemons: tuple[str, ...]) -> None:
 @click.argument("daemons", nargs=-1, required=True)
 @click.pass_context
 def supervise_start(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Start daemons (also ones the settings do not enable)."""
+    """Start the named daemons now (also ones the settings do not enable at boot)."""
     _request(ctx, "start", daemons)
 
 
@@ -97,7 +98,8 @@ def supervise_start(ctx: click.Context, daemons: tuple[str, ...]) -> None:
 @click.argument("daemons", nargs=-1, required=True)
 @click.pass_context
 def supervise_stop(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Stop daemons (they stay stopped until started again)."""
+    """Stop the named daemons (SIGTERM, SIGKILL after stop_timeout); they stay stopped
+    until started again."""
     _request(ctx, "stop", daemons)
 
 
@@ -105,7 +107,7 @@ def supervise_stop(ctx: click.Context, daemons: tuple[str, ...]) -> None:
 @click.argument("daemons", nargs=-1, required=True)
 @click.pass_context
 def supervise_restart(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Stop and start daemons."""
+    """Stop and start the named daemons again (the crash backoff starts over)."""
     _request(ctx, "restart", daemons)
 
 
@@ -132,7 +134,7 @@ def daemon_util(ctx: click.Context, socket_path: Path | None) -> None:
 @click.argument("daemons", nargs=-1, required=True)
 @click.pass_context
 def util_start(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Start daemons."""
+    """Start the named daemons (systemd units or the supervisor's daemons)."""
     from herder.supervise.daemon_util import check_names
 
     ctx.obj["daemon_backend"].start(check_names(daemons))
@@ -142,7 +144,7 @@ def util_start(ctx: click.Context, daemons: tuple[str, ...]) -> None:
 @click.argument("daemons", nargs=-1, required=True)
 @click.pass_context
 def util_stop(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Stop daemons."""
+    """Stop the named daemons (systemd units or the supervisor's daemons)."""
     from herder.supervise.daemon_util import check_names
 
     ctx.obj["daemon_backend"].stop(check_names(daemons))
