@@ -77,38 +77,33 @@ def _request(ctx: click.Context, command: supervise_control.Command,
     _print_status(supervise_control.request(ctx.obj["supervise_socket"], command, daemons))
 
 
-@supervise.command("status")
-@click.argument("daemons", nargs=-1)
-@click.pass_context
-def supervise_status(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Show the state of the named daemons (all of them without names): running, stopped,
-    backoff (waiting to be restarted after a crash) or not-my-role (exited with 11)."""
-    _request(ctx, "status", daemons)
+# The control socket's commands, one subcommand each: (command, names required, help).
+_CONTROL_COMMANDS: tuple[tuple[supervise_control.Command, bool, str], ...] = (
+    ("status", False, "Show the state of the named daemons (all of them without names): "
+                      "running, stopped, backoff (waiting to be restarted after a crash) or "
+                      "not-my-role (exited with 11)."),
+    ("start", True, "Start the named daemons now (also ones the settings do not enable at "
+                    "boot)."),
+    ("stop", True, "Stop the named daemons (SIGTERM, SIGKILL after stop_timeout); they stay "
+                   "stopped until started again."),
+    ("restart", True, "Stop and start the named daemons again (the crash backoff starts "
+                      "over)."),
+)
 
 
-@supervise.command("start")
-@click.argument("daemons", nargs=-1, required=True)
-@click.pass_context
-def supervise_start(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Start the named daemons now (also ones the settings do not enable at boot)."""
-    _request(ctx, "start", daemons)
+def _control_command(command: supervise_control.Command, required: bool,
+                     text: str) -> click.Command:
+    @supervise.command(command, help=text)
+    @click.argument("daemons", nargs=-1, required=required)
+    @click.pass_context
+    def control(ctx: click.Context, daemons: tuple[str, ...]) -> None:
+        _request(ctx, command, daemons)
+
+    return control
 
 
-@supervise.command("stop")
-@click.argument("daemons", nargs=-1, required=True)
-@click.pass_context
-def supervise_stop(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Stop the named daemons (SIGTERM, SIGKILL after stop_timeout); they stay stopped
-    until started again."""
-    _request(ctx, "stop", daemons)
-
-
-@supervise.command("restart")
-@click.argument("daemons", nargs=-1, required=True)
-@click.pass_context
-def supervise_restart(ctx: click.Context, daemons: tuple[str, ...]) -> None:
-    """Stop and start the named daemons again (the crash backoff starts over)."""
-    _request(ctx, "restart", daemons)
+for _command, _required, _text in _CONTROL_COMMANDS:
+    _control_command(_command, _required, _text)
 
 
 # --- daemon-util -------------------------------------------------------------------------
