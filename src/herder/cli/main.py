@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "confd": "herder.cli.confd:confd",
     "maintd": "herder.cli.maintd:maintd",
     "instmon": "herder.cli.instmon:instmon",
+    "supervise": "herder.cli.supervise:supervise",
+    "daemon-util": "herder.cli.supervise:daemon_util",
 }
 
 
