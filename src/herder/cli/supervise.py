@@ -156,7 +156,7 @@ def util_check(ctx: click.Context, daemon: str) -> None:
     state = ctx.obj["daemon_backend"].state(name)
     if state != supervise_control.RUNNING:
         click.echo(f"{name}: {state}")
-        sys.exit(1)  # (click's Exit would be swallowed by herder's main in non-standalone mode)
+        sys.exit(1)
 
 
 @daemon_util.command("start-master")
