@@ -8,9 +8,12 @@
 # - qemu-system-x86, libvirt-clients: real QEMU guests under libvirtd's QEMU driver (noded.kvm),
 #   virsh for the by-hand migration beside bench/migrate.py
 # - linux-image-amd64, busybox-static: the simulated cluster's tiny guest (herder.sim.guest)
+# - iproute2, e2fsprogs, iputils-arping: the simulator's namespaced hosts (ip, mkfs.ext4) and
+#   daemon-util's master IP (arping: duplicate address check, gratuitous ARP)
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
-      qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static)
+      qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static
+      iproute2 e2fsprogs iputils-arping)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()

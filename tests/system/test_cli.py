@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+import msgspec
 import pytest
 
 from herder.cli.main import COMMANDS, cli
@@ -353,3 +354,17 @@ def test_status_command_reports_the_daemons_http_error_in_one_line(herder) -> No
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_verify_exits_1_when_it_finds_an_error(cluster) -> None:
+    """The exit code of a command that fails without an exception (click's Exit) reaches the
+    shell: herder's main runs click without standalone mode, where click returns that code."""
+    assert cluster("cluster", "verify").code == 0
+    with FileStore(cluster.config_path).update() as config:
+        master = config.nodes[config.cluster.master_node]
+        twin = msgspec.structs.replace(master, uuid="00000000-0000-4000-8000-000000000002",
+                                       name="node2.example.com")
+        config.nodes[twin.uuid] = twin
+    result = cluster("cluster", "verify")
+    assert result.code == 1, result.out
+    assert "duplicate-ip" in result.out or "192.0.2.11" in result.out

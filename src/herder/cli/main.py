@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "confd": "herder.cli.confd:confd",
     "maintd": "herder.cli.maintd:maintd",
     "instmon": "herder.cli.instmon:instmon",
+    "supervise": "herder.cli.supervise:supervise",
+    "daemon-util": "herder.cli.supervise:daemon_util",
 }
 
 
@@ -103,7 +105,9 @@ def cli(ctx: click.Context, config_path: str | None, offline: bool,
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the process exit code. herder's own errors print one line."""
     try:
-        cli.main(args=argv, prog_name="herder", standalone_mode=False)
+        # Without standalone mode click *returns* the code of `ctx.exit(N)` /
+        # `raise click.exceptions.Exit(N)` instead of raising it: keep it.
+        result = cli.main(args=argv, prog_name="herder", standalone_mode=False)
     except click.exceptions.Exit as exit_:
         return exit_.exit_code
     except click.ClickException as err:
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
-    return 0
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def run() -> None:

@@ -158,7 +158,7 @@ def _session_command(workdir: Path) -> tuple[list[str], dict[str, str], Path]:
     return argv, env, home / "run" / "libvirt" / "libvirt-sock"
 
 
-def _ensure_system_accounts() -> None:
+def ensure_system_accounts() -> None:
     """System-mode libvirtd refuses to start without these (its QEMU driver looks them up)."""
     import grp
 
@@ -175,7 +175,7 @@ def _ensure_system_accounts() -> None:
 
 def _namespace_command(workdir: Path) -> tuple[list[str], dict[str, str], Path]:
     """System-mode libvirtd (root) in its own mount namespace; sockets under `workdir`."""
-    _ensure_system_accounts()
+    ensure_system_accounts()
     sockdir = workdir / "sock"
     sockdir.mkdir()
     conf = workdir / "libvirtd.conf"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from herder.core import libvirtd_conf
 from herder.core.libvirtd_conf import LibvirtPki
-from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, _ensure_system_accounts
+from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, ensure_system_accounts
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -275,7 +275,7 @@ def start_pair(addresses: tuple[str, str] = ("127.0.0.61", "127.0.0.62"),
         raise LibvirtdUnavailable(f"{LIBVIRTD} is not installed")
     if not shutil.which("qemu-system-x86_64"):
         raise LibvirtdUnavailable("qemu-system-x86_64 is not installed (scripts/sysdeps.sh)")
-    _ensure_system_accounts()  # the QEMU driver resolves its default user even when unused
+    ensure_system_accounts()  # the QEMU driver resolves its default user even when unused
     root = Path(tempfile.mkdtemp(prefix="hqlv-", dir="/tmp"))
     os.chmod(root, 0o755)
     pki = TestPki(root / "pki")
