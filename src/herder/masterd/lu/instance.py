@@ -339,7 +339,7 @@ class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
 
 class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
     def check(self, config: model.ConfigData) -> None:
-        # no node check: a removal cleans up what it can reach (ignore_failures)
+        # no primary-node checks: act() cleans up on every node of the instance
         self.config = config
         self.inst = lookup(config.find_instance, self.op.instance_name)
 
