@@ -27,10 +27,12 @@ run: venv
 test: venv
 	@bash scripts/peers.sh || true
 	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n auto -q
 
 lint: venv
 	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR)

@@ -28,9 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from herder.core import confd as C  # noqa: E402
-from herder.core import envelope as E  # noqa: E402
-from herder.core import model as M  # noqa: E402
+from herder.core import confd, envelope, model  # noqa: E402
 
 SHARED = REPO.parent / "shared"
 PEERS = SHARED / "peers"
@@ -39,17 +37,17 @@ GANETI_DATA = Path(os.environ.get("PEER_ROOT", "/tmp/gpeers/node1.example.com"))
     "var/lib/ganeti"
 
 QUERIES: list[tuple[str, int, Any]] = [
-    ("ping", C.REQ_PING, None),
-    ("cluster_master", C.REQ_CLUSTER_MASTER, {"3": [0, 1, 2]}),
-    ("node_drbd", C.REQ_NODE_DRBD, "node1.example.com"),
-    ("instance_disks", C.REQ_INSTANCE_DISKS, "instance1.example.com"),
+    ("ping", confd.REQ_PING, None),
+    ("cluster_master", confd.REQ_CLUSTER_MASTER, {"3": [0, 1, 2]}),
+    ("node_drbd", confd.REQ_NODE_DRBD, "node1.example.com"),
+    ("instance_disks", confd.REQ_INSTANCE_DISKS, "instance1.example.com"),
 ]
 
 
 def load(port: int, key: bytes, rtype: int, query: Any, requests: int, window: int,
          timeout: float = 2.0) -> dict[str, float]:
     """Send `requests` queries with at most `window` outstanding; count verified answers."""
-    packets = [C.build_request(rtype, query, key) for _ in range(requests)]
+    packets = [confd.build_request(rtype, query, key) for _ in range(requests)]
     dest = ("127.0.0.1", port)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
@@ -71,7 +69,7 @@ def load(port: int, key: bytes, rtype: int, query: Any, requests: int, window: i
             data = sock.recv(65536)
             now = time.perf_counter()
             try:
-                reply, rsalt = C.parse_reply(data, key)
+                reply, rsalt = confd.parse_reply(data, key)
             except Exception:
                 errors += 1
                 continue
@@ -79,7 +77,7 @@ def load(port: int, key: bytes, rtype: int, query: Any, requests: int, window: i
             if began is None:
                 continue
             latencies.append(now - began)
-            if reply.status != C.REPL_STATUS_OK:
+            if reply.status != confd.REPL_STATUS_OK:
                 errors += 1
             if nxt < requests:
                 rsalt, pkt = packets[nxt]
@@ -109,15 +107,15 @@ def cluster(tmp: Path) -> tuple[Path, bytes, bool]:
         from herder.core.ganeti_import import import_ganeti_file
 
         config, _ = import_ganeti_file(GANETI_DATA / "config.data")
-        key = E.load_key(GANETI_DATA / "hmac.key")
+        key = envelope.load_key(GANETI_DATA / "hmac.key")
         same = True
     else:
         from tests.conftest import build_config
 
         config = build_config()
-        key = E.generate_key()
+        key = envelope.generate_key()
         same = False
-    path.write_bytes(M.encode(config))
+    path.write_bytes(model.encode(config))
     (tmp / "hmac.key").write_bytes(key)
     return path, key, same
 
@@ -143,7 +141,7 @@ def free_port() -> int:
 
 def run_all(port: int, key: bytes, requests: int, windows: list[int],
             queries: list[tuple[str, int, Any]]) -> dict[tuple[str, int], dict[str, float]]:
-    load(port, key, C.REQ_PING, None, 200, 4)  # warm up
+    load(port, key, confd.REQ_PING, None, 200, 4)  # warm up
     return {(name, w): load(port, key, rtype, query, requests, w)
             for name, rtype, query in queries for w in windows}
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from tests.ganeti import vcluster as V  # noqa: E402
+from tests.ganeti import vcluster  # noqa: E402
 
 
 def overview(base: str) -> dict[str, Any]:
@@ -39,20 +39,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--instances", type=int, default=2)
     args = ap.parse_args()
-    n1, n2, _n3 = V.NODES
-    base = f"http://{V.IPS[n1]}:1816"
+    n1, n2, _n3 = vcluster.NODES
+    base = f"http://{vcluster.IPS[n1]}:1816"
     import pytest
 
     try:
-        ctx = V.running_vcluster()
+        ctx = vcluster.running_vcluster()
         vcl = ctx.__enter__()
     except pytest.skip.Exception as err:
         raise SystemExit(f"bench/ganeti.py: {err}") from None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-ganeti-") as tmpname:
             work = Path(tmpname)
-            monds = V.start_monds(vcl, work)
-            maintd = V.spawn(work / "maintd.log", *V.maintd_args(vcl, work))
+            monds = vcluster.start_monds(vcl, work)
+            maintd = vcluster.spawn(work / "maintd.log", *vcluster.maintd_args(vcl, work))
             try:
                 deadline = time.monotonic() + 60
                 while "listening on" not in (work / "maintd.log").read_text():
@@ -81,7 +81,7 @@ def main() -> None:
                                name)
                     before = overview(base)
                     t0 = time.monotonic()
-                    V.write_diagnose(work / n2 / "diagnose", "evacuate")
+                    vcluster.write_diagnose(work / n2 / "diagnose", "evacuate")
                     marks: dict[str, float] = {}
                     from herder.core.rapi import RapiClient
 
@@ -110,7 +110,7 @@ def main() -> None:
                     if "done" not in marks:
                         raise SystemExit("the node was not evacuated within 300 s")
                     vcl.vc(n1, "gnt-node", "remove-tags", n2, tag)
-                    V.write_diagnose(work / n2 / "diagnose", "Ok")
+                    vcluster.write_diagnose(work / n2 / "diagnose", "Ok")
                     time.sleep(3)
                     # back to a regular node (the RAPI role route: `gnt-node modify
                     # --offline no` exits 1 without a word on the vcluster)
@@ -119,8 +119,8 @@ def main() -> None:
                         client.wait_for_job(client.set_node_role(n2, "regular", force=True))
                     time.sleep(2)
             finally:
-                V.stop([maintd])
-                V.stop(monds)
+                vcluster.stop([maintd])
+                vcluster.stop(monds)
     finally:
         ctx.__exit__(None, None, None)
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from herder.core import locking as L
+from herder.core import locking
 
 Op = Callable[[random.Random], None]
 
@@ -58,7 +58,7 @@ def _run(make_op: Callable[[], Op], threads: int, duration: float) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
-def _shared_lock_op(lock: L.SharedLock, shared: bool | None) -> Callable[[], Op]:
+def _shared_lock_op(lock: locking.SharedLock, shared: bool | None) -> Callable[[], Op]:
     def make() -> Op:
         def op(rng: random.Random) -> None:
             mode = rng.random() < 0.5 if shared is None else shared
@@ -75,20 +75,20 @@ def bench_locks(duration: float = 1.0) -> list[tuple[str, float]]:
     results: list[tuple[str, float]] = []
     for shared in (False, True):
         mode = "shared" if shared else "exclusive"
-        lock = L.SharedLock("bench")
+        lock = locking.SharedLock("bench")
         results.append((f"SharedLock {mode}, uncontended",
                         _run(_shared_lock_op(lock, shared), 1, duration)))
     for threads in (2, 8, 32):
         for shared, mode in ((False, "exclusive"), (True, "shared"), (None, "mixed")):
-            lock = L.SharedLock("bench")
+            lock = locking.SharedLock("bench")
             results.append((f"SharedLock {mode}, {threads} threads",
                             _run(_shared_lock_op(lock, shared), threads, duration)))
 
     names = [f"inst{i:03d}" for i in range(100)]
     for threads in (1, 8):
-        lockset = L.LockSet(names, "instance")
+        lockset = locking.LockSet(names, "instance")
 
-        def make_set_op(lockset: L.LockSet = lockset) -> Op:
+        def make_set_op(lockset: locking.LockSet = lockset) -> Op:
             def op(rng: random.Random) -> None:
                 lockset.acquire(rng.sample(names, 10), shared=rng.random() < 0.5)
                 lockset.release()
@@ -99,12 +99,12 @@ def bench_locks(duration: float = 1.0) -> list[tuple[str, float]]:
                         _run(make_set_op, threads, duration)))
 
     for threads in (1, 8):
-        glm = L.LockManager(nodes=[f"node{i:02d}" for i in range(20)], instances=names)
+        glm = locking.LockManager(nodes=[f"node{i:02d}" for i in range(20)], instances=names)
 
-        def make_glm_op(glm: L.LockManager = glm) -> Op:
+        def make_glm_op(glm: locking.LockManager = glm) -> Op:
             def op(rng: random.Random) -> None:
-                glm.acquire(L.LEVEL_CLUSTER, [L.BGL], shared=True)
-                glm.acquire(L.LEVEL_INSTANCE, rng.sample(names, 3))
+                glm.acquire(locking.LEVEL_CLUSTER, [locking.BGL], shared=True)
+                glm.acquire(locking.LEVEL_INSTANCE, rng.sample(names, 3))
                 glm.release_all()
 
             return op
@@ -161,8 +161,8 @@ def bench_jobs(count: int) -> list[tuple[str, float]]:
         store = FileStore(Path(tmp) / "config.json")
         config = build_config(nodes=8)
         store.create(config)
-        locks = L.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
-                              instances=config.instances)
+        locks = locking.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
+                                    instances=config.instances)
         queue = JobQueue(Path(tmp) / "queue", Processor(MasterEnv(store=store, locks=locks)),
                          workers=8)
         queue.recover()

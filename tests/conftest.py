@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -24,54 +24,55 @@ def shared() -> Path:
     return SHARED
 
 
-def build_config(nodes: int = 3, drbd_instances: int = 2, plain_instances: int = 1) -> M.ConfigData:
+def build_config(nodes: int = 3, drbd_instances: int = 2,
+                 plain_instances: int = 1) -> model.ConfigData:
     """A small but complete cluster: one group, `nodes` nodes, DRBD and plain instances."""
     stamp = 1_700_000_000.0
-    group = M.NodeGroup(uuid=M.new_uuid(), name="default", ctime=stamp, mtime=stamp)
+    group = model.NodeGroup(uuid=model.new_uuid(), name="default", ctime=stamp, mtime=stamp)
     node_list = [
-        M.Node(
-            uuid=M.new_uuid(), name=f"node{i}.example.com", primary_ip=f"192.0.2.{10 + i}",
+        model.Node(
+            uuid=model.new_uuid(), name=f"node{i}.example.com", primary_ip=f"192.0.2.{10 + i}",
             secondary_ip=f"198.51.100.{10 + i}", group=group.uuid, master_candidate=i < 3,
             ctime=stamp, mtime=stamp,
         )
         for i in range(1, nodes + 1)
     ]
-    instances: list[M.Instance] = []
+    instances: list[model.Instance] = []
     for i in range(drbd_instances):
         pnode, snode = node_list[i % nodes], node_list[(i + 1) % nodes]
-        data = M.Disk(uuid=M.new_uuid(), dev_type="plain", size=10240,
-                      logical_id=M.PlainId(vg="xenvg", lv=f"d{i}.disk0_data"))
-        meta = M.Disk(uuid=M.new_uuid(), dev_type="plain", size=128,
-                      logical_id=M.PlainId(vg="xenvg", lv=f"d{i}.disk0_meta"))
-        disk = M.Disk(
-            uuid=M.new_uuid(), dev_type="drbd", size=10240, iv_name="disk/0",
-            logical_id=M.DrbdId(nodes=[pnode.uuid, snode.uuid], port=11000 + i,
-                                minors=[i, i], secret=f"secret{i}"),
+        data = model.Disk(uuid=model.new_uuid(), dev_type="plain", size=10240,
+                          logical_id=model.PlainId(vg="xenvg", lv=f"d{i}.disk0_data"))
+        meta = model.Disk(uuid=model.new_uuid(), dev_type="plain", size=128,
+                          logical_id=model.PlainId(vg="xenvg", lv=f"d{i}.disk0_meta"))
+        disk = model.Disk(
+            uuid=model.new_uuid(), dev_type="drbd", size=10240, iv_name="disk/0",
+            logical_id=model.DrbdId(nodes=[pnode.uuid, snode.uuid], port=11000 + i,
+                                    minors=[i, i], secret=f"secret{i}"),
             children=[data, meta],
         )
-        instances.append(M.Instance(
-            uuid=M.new_uuid(), name=f"drbd{i}.example.com", primary_node=pnode.uuid,
+        instances.append(model.Instance(
+            uuid=model.new_uuid(), name=f"drbd{i}.example.com", primary_node=pnode.uuid,
             os="debootstrap+default", hypervisor="kvm", admin_state="up", disks=[disk],
-            nics=[M.NIC(uuid=M.new_uuid(), mac=f"aa:00:00:00:00:{i:02x}",
-                        ip=f"203.0.113.{i + 1}")],
+            nics=[model.NIC(uuid=model.new_uuid(), mac=f"aa:00:00:00:00:{i:02x}",
+                            ip=f"203.0.113.{i + 1}")],
             beparams={"maxmem": 1024, "minmem": 512, "vcpus": 2},
             ctime=stamp, mtime=stamp,
         ))
     for i in range(plain_instances):
         pnode = node_list[i % nodes]
-        instances.append(M.Instance(
-            uuid=M.new_uuid(), name=f"plain{i}.example.com", primary_node=pnode.uuid,
+        instances.append(model.Instance(
+            uuid=model.new_uuid(), name=f"plain{i}.example.com", primary_node=pnode.uuid,
             os="debootstrap", hypervisor="kvm",
-            disks=[M.Disk(uuid=M.new_uuid(), dev_type="plain", size=2048,
-                          logical_id=M.PlainId(vg="xenvg", lv=f"p{i}.disk0"))],
-            nics=[M.NIC(uuid=M.new_uuid(), mac=f"aa:00:00:01:00:{i:02x}")],
+            disks=[model.Disk(uuid=model.new_uuid(), dev_type="plain", size=2048,
+                              logical_id=model.PlainId(vg="xenvg", lv=f"p{i}.disk0"))],
+            nics=[model.NIC(uuid=model.new_uuid(), mac=f"aa:00:00:01:00:{i:02x}")],
             ctime=stamp, mtime=stamp,
         ))
-    cluster = M.Cluster(
-        uuid=M.new_uuid(), name="cluster.example.com", master_node=node_list[0].uuid,
+    cluster = model.Cluster(
+        uuid=model.new_uuid(), name="cluster.example.com", master_node=node_list[0].uuid,
         master_ip="192.0.2.1", nicparams={"link": "br0"}, ctime=stamp, mtime=stamp,
     )
-    return M.ConfigData(
+    return model.ConfigData(
         cluster=cluster, nodegroups={group.uuid: group},
         nodes={n.uuid: n for n in node_list}, instances={i.uuid: i for i in instances},
         ctime=stamp, mtime=stamp,
@@ -79,7 +80,7 @@ def build_config(nodes: int = 3, drbd_instances: int = 2, plain_instances: int =
 
 
 @pytest.fixture
-def config() -> M.ConfigData:
+def config() -> model.ConfigData:
     return build_config()
 
 

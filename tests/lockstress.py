@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from herder.core import locking as L
+from herder.core import locking
 
 THREADS = 64
 WATCHDOG_GRACE = 60.0  # after DURATION, every thread must stop within this
@@ -73,13 +73,13 @@ def _pick(rng: random.Random, names: list[str], most: int) -> list[str] | None:
     return rng.sample(names, rng.randint(1, min(most, len(names))))
 
 
-def _plan(rng: random.Random, glm: L.LockManager) -> list[tuple[int, list[str] | None, bool]]:
+def _plan(rng: random.Random, glm: locking.LockManager) -> list[tuple[int, list[str] | None, bool]]:
     """Levels (in order) with names and mode for one operation, BGL first."""
     plan: list[tuple[int, list[str] | None, bool]] = [
-        (L.LEVEL_CLUSTER, [L.BGL], rng.random() > 0.005)]
-    for level, most, p in ((L.LEVEL_INSTANCE, 5, 0.8), (L.LEVEL_NODEGROUP, 2, 0.3),
-                           (L.LEVEL_NODE, 4, 0.6), (L.LEVEL_NODE_RES, 3, 0.3),
-                           (L.LEVEL_NETWORK, 1, 0.2)):
+        (locking.LEVEL_CLUSTER, [locking.BGL], rng.random() > 0.005)]
+    for level, most, p in ((locking.LEVEL_INSTANCE, 5, 0.8), (locking.LEVEL_NODEGROUP, 2, 0.3),
+                           (locking.LEVEL_NODE, 4, 0.6), (locking.LEVEL_NODE_RES, 3, 0.3),
+                           (locking.LEVEL_NETWORK, 1, 0.2)):
         if rng.random() < p:
             names = sorted(glm.names(level))
             if names:
@@ -87,7 +87,7 @@ def _plan(rng: random.Random, glm: L.LockManager) -> list[tuple[int, list[str] |
     return plan
 
 
-def _attempt(glm: L.LockManager, plan: list[tuple[int, list[str] | None, bool]],
+def _attempt(glm: locking.LockManager, plan: list[tuple[int, list[str] | None, bool]],
              timeout: float | None) -> bool | None:
     """One attempt over every level with one budget; None on timeout (caller releases)."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -98,22 +98,23 @@ def _attempt(glm: L.LockManager, plan: list[tuple[int, list[str] | None, bool]],
     return True
 
 
-def _worker(index: int, glm: L.LockManager, stop: threading.Event, recorder: Recorder,
+def _worker(index: int, glm: locking.LockManager, stop: threading.Event, recorder: Recorder,
             counts: list[int], errors: list[BaseException]) -> None:
     rng = random.Random(index)
-    L.set_wait_recorder(recorder)
+    locking.set_wait_recorder(recorder)
     retrying = index % 2 == 1
     try:
         while not stop.is_set():
             plan = _plan(rng, glm)
             try:
                 if retrying:
-                    strategy = L.LockAttemptTimeoutStrategy(timeouts=[0.005, 0.01, 0.02, 0.05])
-                    L.acquire_with_retry(lambda t, plan=plan: _attempt(glm, plan, t),
-                                         glm.release_all, strategy)
+                    strategy = locking.LockAttemptTimeoutStrategy(
+                        timeouts=[0.005, 0.01, 0.02, 0.05])
+                    locking.acquire_with_retry(lambda t, plan=plan: _attempt(glm, plan, t),
+                                               glm.release_all, strategy)
                 else:
                     _attempt(glm, plan, None)
-            except L.LockError:
+            except locking.LockError:
                 # an instance removed by the churn thread meanwhile
                 glm.release_all()
                 continue
@@ -124,21 +125,21 @@ def _worker(index: int, glm: L.LockManager, stop: threading.Event, recorder: Rec
     except BaseException as exc:
         errors.append(exc)
     finally:
-        L.set_wait_recorder(None)
+        locking.set_wait_recorder(None)
 
 
-def _churn(glm: L.LockManager, stop: threading.Event, recorder: Recorder, counts: list[int],
+def _churn(glm: locking.LockManager, stop: threading.Event, recorder: Recorder, counts: list[int],
            errors: list[BaseException]) -> None:
     """Add an instance (acquired), hold it briefly, remove it, as instance create/remove do."""
-    L.set_wait_recorder(recorder)
+    locking.set_wait_recorder(recorder)
     i = 0
     try:
         while not stop.is_set():
             name = f"tmp{i:05d}"
-            glm.acquire(L.LEVEL_CLUSTER, [L.BGL], shared=True)
-            glm.add(L.LEVEL_INSTANCE, name, acquired=True)
+            glm.acquire(locking.LEVEL_CLUSTER, [locking.BGL], shared=True)
+            glm.add(locking.LEVEL_INSTANCE, name, acquired=True)
             time.sleep(0.001)
-            assert glm.remove(L.LEVEL_INSTANCE, [name]) == [name]
+            assert glm.remove(locking.LEVEL_INSTANCE, [name]) == [name]
             glm.release_all()
             counts[-1] += 1
             i += 1
@@ -146,12 +147,12 @@ def _churn(glm: L.LockManager, stop: threading.Event, recorder: Recorder, counts
     except BaseException as exc:
         errors.append(exc)
     finally:
-        L.set_wait_recorder(None)
+        locking.set_wait_recorder(None)
 
 
 @dataclass
 class StressResult:
-    glm: L.LockManager
+    glm: locking.LockManager
     elapsed: float
     counts: list[int]
     errors: list[BaseException]
@@ -163,8 +164,8 @@ class StressResult:
 
 def run_stress(duration: float, threads: int = THREADS) -> StressResult:
     """`threads` - 1 workers and the churn thread for `duration` seconds."""
-    glm = L.LockManager(nodes=NODES, nodegroups=NODEGROUPS, instances=INSTANCES,
-                        networks=NETWORKS)
+    glm = locking.LockManager(nodes=NODES, nodegroups=NODEGROUPS, instances=INSTANCES,
+                              networks=NETWORKS)
     stop = threading.Event()
     errors: list[BaseException] = []
     counts = [0] * threads
@@ -208,7 +209,7 @@ def problems(result: StressResult) -> list[str]:
     idle = [c for c in result.counts if c == 0]
     if idle:
         found.append(f"{len(idle)} threads made no progress: {result.counts}")
-    for level in L.LEVELS:
+    for level in locking.LEVELS:
         lockset = result.glm._sets[level]
         if lockset._owners:
             found.append(f"level {level}: owners left {lockset._owners}")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from herder.confd.server import ConfdProcessor, serve
-from herder.core import model as M
+from herder.core import model
 from herder.core.store import ConfigCache, FileStore
 from tests.conftest import build_config
 
@@ -70,7 +70,7 @@ class Servers:
         self.loop.close()
 
 
-def write_config(directory: Path, config: M.ConfigData | None = None) -> Path:
+def write_config(directory: Path, config: model.ConfigData | None = None) -> Path:
     path = directory / "config.json"
     FileStore(path).create(config if config is not None else build_config())
     (directory / "hmac.key").write_bytes(KEY)
@@ -82,9 +82,9 @@ def file_processor(path: Path, key: bytes = KEY, **kwargs: object) -> ConfdProce
     return ConfdProcessor(cache, key, error_source=lambda: cache.error, **kwargs)  # type: ignore[arg-type]
 
 
-def static_processor(config: M.ConfigData | None, key: bytes = KEY,
+def static_processor(config: model.ConfigData | None, key: bytes = KEY,
                      **kwargs: object) -> ConfdProcessor:
-    source: Callable[[], M.ConfigData | None] = lambda: config  # noqa: E731
+    source: Callable[[], model.ConfigData | None] = lambda: config  # noqa: E731
     return ConfdProcessor(source, key, **kwargs)  # type: ignore[arg-type]
 
 

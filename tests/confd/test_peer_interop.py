@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import confd as C
-from herder.core import envelope as E
-from herder.core import model as M
+from herder.core import confd, envelope, model
 from herder.core.ganeti_import import import_ganeti_file
 from tests.confd.confd_support import Servers, static_processor
 from tests.conftest import SHARED
@@ -39,7 +37,7 @@ def _free_udp_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def peer_cluster() -> tuple[M.ConfigData, bytes]:
+def peer_cluster() -> tuple[model.ConfigData, bytes]:
     """Ganeti's virtual node (peers/mkcluster.sh): its config imported, and its HMAC key."""
     if not SHARED.is_dir() or not GROOT.is_dir() or not Path(PYTHON).exists():
         pytest.skip("Ganeti peers absent (../shared/peers, /tmp/groot)")
@@ -49,11 +47,11 @@ def peer_cluster() -> tuple[M.ConfigData, bytes]:
         if proc.returncode or not (GANETI_DATA / "config.data").exists():
             pytest.skip("peers/mkcluster.sh failed")
     config, _ = import_ganeti_file(GANETI_DATA / "config.data")
-    return config, E.load_key(GANETI_DATA / "hmac.key")
+    return config, envelope.load_key(GANETI_DATA / "hmac.key")
 
 
 @pytest.fixture(scope="module")
-def herder_confd(peer_cluster: tuple[M.ConfigData, bytes]) -> Iterator[int]:
+def herder_confd(peer_cluster: tuple[model.ConfigData, bytes]) -> Iterator[int]:
     config, key = peer_cluster
     servers = Servers()
     (addr,) = servers.start(static_processor(config, key))
@@ -62,7 +60,7 @@ def herder_confd(peer_cluster: tuple[M.ConfigData, bytes]) -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def ganeti_confd(peer_cluster: tuple[M.ConfigData, bytes]) -> Iterator[int]:
+def ganeti_confd(peer_cluster: tuple[model.ConfigData, bytes]) -> Iterator[int]:
     """Ganeti's ganeti-confd on a free port; skipped when another instance already runs."""
     port = _free_udp_port()
     env = {**os.environ, "CONFD_PORT": str(port)}
@@ -102,7 +100,7 @@ def herder_suite(herder_confd: int, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def test_ganeti_client_gets_correct_answers_from_herder(
-        herder_suite: dict[str, Any], peer_cluster: tuple[M.ConfigData, bytes]) -> None:
+        herder_suite: dict[str, Any], peer_cluster: tuple[model.ConfigData, bytes]) -> None:
     config, _ = peer_cluster
     s = herder_suite
     assert len(s) == 31 and not [n for n, r in s.items() if "error" in r]
@@ -142,7 +140,7 @@ def test_ganeti_client_gets_correct_answers_from_herder(
 
 
 def test_raw_type_8_refused_by_ganeti_client_is_answered(
-        herder_confd: int, peer_cluster: tuple[M.ConfigData, bytes]) -> None:
+        herder_confd: int, peer_cluster: tuple[model.ConfigData, bytes]) -> None:
     out = json.loads(ganeti_client(herder_confd, GANETI_DATA / "hmac.key", "--raw", "8",
                                    "node3.example.com"))
     assert out["_salt_matches"] and out["status"] == 0
@@ -168,7 +166,7 @@ def test_same_answers_as_ganeti_confd(herder_suite: dict[str, Any], ganeti_confd
 
 
 def test_herder_client_decodes_every_ganeti_answer(
-        ganeti_confd: int, herder_confd: int, peer_cluster: tuple[M.ConfigData, bytes]) -> None:
+        ganeti_confd: int, herder_confd: int, peer_cluster: tuple[model.ConfigData, bytes]) -> None:
     _, key = peer_cluster
     queries: list[tuple[int, Any]] = [
         (0, None), (1, "node2.example.com"), (2, {"1": "198.51.100.12"}),
@@ -178,31 +176,31 @@ def test_herder_client_decodes_every_ganeti_answer(
         (9, "instance2.example.com"), (10, "/cluster/cluster_name"), (10, "/cluster/master_ip"),
         (11, None), (1, "nosuch"), (9, "nosuch"),
     ]
-    ganeti = C.ConfdClient(["127.0.0.1"], key, port=ganeti_confd, timeout=2)
-    ours = C.ConfdClient([("127.0.0.1", herder_confd)], key, timeout=2)
+    ganeti = confd.ConfdClient(["127.0.0.1"], key, port=ganeti_confd, timeout=2)
+    ours = confd.ConfdClient([("127.0.0.1", herder_confd)], key, timeout=2)
     for rtype, query in queries:
         theirs = ganeti.query(rtype, query)
         assert theirs.received == 1 and theirs.consistent, (rtype, query)
         mine = ours.query(rtype, query)
-        if rtype == C.REQ_DATA_COLLECTORS:
+        if rtype == confd.REQ_DATA_COLLECTORS:
             assert {k: mine.answer[k] for k in theirs.answer} == theirs.answer
         else:
             assert (mine.status, mine.answer, mine.serial) == (
                 theirs.status, theirs.answer, theirs.serial), (rtype, query)
     # both at once: same serial and answer, so consistent
-    both = C.ConfdClient([("127.0.0.1", ganeti_confd), ("127.0.0.1", herder_confd)], key)
-    result = both.query(C.REQ_NODE_DRBD, "node1.example.com", coverage=-1)
+    both = confd.ConfdClient([("127.0.0.1", ganeti_confd), ("127.0.0.1", herder_confd)], key)
+    result = both.query(confd.REQ_NODE_DRBD, "node1.example.com", coverage=-1)
     assert result.received == 2 and result.consistent
     # herder's own types: Ganeti stays silent
-    with pytest.raises(C.ConfdTimeoutError):
-        ganeti.query(C.REQ_MC_LIST, timeout=0.3)
+    with pytest.raises(confd.ConfdTimeoutError):
+        ganeti.query(confd.REQ_MC_LIST, timeout=0.3)
 
 
 def test_mond_view_of_a_ganeti_cluster(ganeti_confd: int,
-                                       peer_cluster: tuple[M.ConfigData, bytes]) -> None:
+                                       peer_cluster: tuple[model.ConfigData, bytes]) -> None:
     """What herder's mond asks when it has no config: collector settings, DRBD minors mapped to
     instances, a node's instances and an instance's disks, straight from Ganeti's confd."""
-    client = C.ConfdClient(["127.0.0.1"], peer_cluster[1], port=ganeti_confd, timeout=2)
+    client = confd.ConfdClient(["127.0.0.1"], peer_cluster[1], port=ganeti_confd, timeout=2)
     collectors = client.data_collectors()
     assert collectors["drbd"] == (True, 5.0) and "lv" in collectors
     assert client.node_drbd("node3.example.com") == [
@@ -212,5 +210,5 @@ def test_mond_view_of_a_ganeti_cluster(ganeti_confd: int,
     assert [i["name"] for i in primary] == ["instance1.example.com"] and secondary == []
     (disk,) = client.instance_disks("instance1.example.com")
     assert disk["dev_type"] == "drbd" and disk["logical_id"][3:5] == [0, 0]
-    with pytest.raises(C.ConfdError, match="not found"):
+    with pytest.raises(confd.ConfdError, match="not found"):
         client.node_drbd("nosuch.example.com")

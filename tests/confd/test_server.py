@@ -16,9 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from herder.core import confd as C
-from herder.core import envelope as E
-from herder.core import model as M
+from herder.core import confd, envelope, model
 from herder.core.errors import SignatureError
 from herder.core.store import FileStore
 from tests.confd.confd_support import (
@@ -55,12 +53,12 @@ def addr(servers: Servers, config_path: Path) -> tuple[str, int]:
     return servers.start(file_processor(config_path), binds)[0]
 
 
-def ping(addr: tuple[str, int], key: bytes = KEY) -> C.Reply | None:
-    rsalt, packet = C.build_request(C.REQ_PING, None, key)
+def ping(addr: tuple[str, int], key: bytes = KEY) -> confd.Reply | None:
+    rsalt, packet = confd.build_request(confd.REQ_PING, None, key)
     data = exchange(packet, addr)
     if data is None:
         return None
-    reply, salt = C.parse_reply(data, key)
+    reply, salt = confd.parse_reply(data, key)
     assert salt == rsalt
     return reply
 
@@ -68,7 +66,7 @@ def ping(addr: tuple[str, int], key: bytes = KEY) -> C.Reply | None:
 def signed(body: object, key: bytes = KEY, salt: str | None = None) -> bytes:
     msg = body if isinstance(body, str) else json.dumps(body)
     stamp = salt if salt is not None else str(int(time.time()))
-    return E.MAGIC + json.dumps(E.sign(msg, key, stamp)).encode()
+    return envelope.MAGIC + json.dumps(envelope.sign(msg, key, stamp)).encode()
 
 
 # --- packets: Ganeti's vectors and captures --------------------------------------------------
@@ -80,29 +78,30 @@ def test_parses_ganeti_21_request_and_reply_packets() -> None:
         b'\\"rsalt\\": \\"9aa6ce92-8336-11de-af38-001d093e835f\\", \\"type\\": 0}\\n", '
         b'"salt": "1254213006"}\n'
     )
-    req = C.parse_request(ping_wire, KEY21, now=1254213006.5)
+    req = confd.parse_request(ping_wire, KEY21, now=1254213006.5)
     assert (req.type, req.query, req.rsalt) == (0, None, RSALT21)
-    with pytest.raises(C.ConfdError, match="window"):
-        C.parse_request(ping_wire, KEY21)  # 2009: far outside the window today
+    with pytest.raises(confd.ConfdError, match="window"):
+        confd.parse_request(ping_wire, KEY21)  # 2009: far outside the window today
     reply_wire = (
         b'plj0{"hmac": "1629b59f06b73915b957bb5910374ef94aba81ad", "msg": "{\\"answer\\": \\"ok\\",'
         b' \\"protocol\\": 1, \\"serial\\": 42, \\"status\\": 0}\\n", '
         b'"salt": "9aa6ce92-8336-11de-af38-001d093e835f"}\n'
     )
-    assert C.parse_reply(reply_wire, KEY21) == (C.Reply(status=0, answer="ok", serial=42), RSALT21)
+    assert confd.parse_reply(reply_wire, KEY21) == (confd.Reply(status=0, answer="ok", serial=42),
+                                                    RSALT21)
     # NODE_ROLE_BYNAME request and reply of §1.10, framed by hand
     msg = ('{"protocol": 1, "query": "node1.example.com", '
            '"rsalt": "9aa6ce92-8336-11de-af38-001d093e835f", "type": 1}\n')
     packet = signed(msg, KEY21, "1254213006")
     assert b"5b52f39cc6e74541c828e9984b1419fd26389ecd" in packet
-    req = C.parse_request(packet, KEY21, now=1254213006)
+    req = confd.parse_request(packet, KEY21, now=1254213006)
     assert (req.type, req.query) == (1, "node1.example.com")
     rep = signed('{"answer": 0, "protocol": 1, "serial": 42, "status": 0}\n', KEY21, RSALT21)
     assert b"4d9f2bcae72328e8fd731aad706dc75996a24517" in rep
-    assert C.parse_reply(rep, KEY21)[0] == C.Reply(status=0, answer=0, serial=42)
+    assert confd.parse_reply(rep, KEY21)[0] == confd.Reply(status=0, answer=0, serial=42)
 
 
-def ganeti_like_config() -> M.ConfigData:
+def ganeti_like_config() -> model.ConfigData:
     """The node names, IPs, UUIDs and serial of the cluster the capture was taken from."""
     config = build_config(nodes=3, drbd_instances=0, plain_instances=0)
     ids = {"node1.example.com": ("9a12d554-75c0-4cb1-8064-103365145db0", "127.0.0.1"),
@@ -116,7 +115,7 @@ def ganeti_like_config() -> M.ConfigData:
     config.nodes = nodes
     config.cluster.master_node = ids["node1.example.com"][0]
     config.cluster.serial_no = 3189
-    return M.revalidate(config)
+    return model.revalidate(config)
 
 
 def test_answers_captured_ganeti_requests_byte_for_byte() -> None:
@@ -126,61 +125,62 @@ def test_answers_captured_ganeti_requests_byte_for_byte() -> None:
     for packet in capture["packets"]:
         request, reply = packet["request"].encode(), packet["reply"].encode()
         stamp = int(json.loads(request[4:])["salt"])
-        req = C.parse_request(request, key, now=stamp + 1)
+        req = confd.parse_request(request, key, now=stamp + 1)
         assert req.type == packet["type"]
-        ganeti_reply, salt = C.parse_reply(reply, key)
+        ganeti_reply, salt = confd.parse_reply(reply, key)
         assert salt == req.rsalt
         processor = static_processor(config, key, clock=lambda s=stamp: s + 1.0)
         ours = processor.process(request)
         assert ours is not None
-        assert C.parse_reply(ours, key) == (ganeti_reply, salt)
+        assert confd.parse_reply(ours, key) == (ganeti_reply, salt)
         assert ours == reply  # same key order, same compact JSON: the same bytes
 
 
 def test_build_and_parse_roundtrip() -> None:
-    rsalt, packet = C.build_request(C.REQ_CLUSTER_MASTER, {"3": [0, 1]}, KEY, now=1_700_000_000)
+    rsalt, packet = confd.build_request(confd.REQ_CLUSTER_MASTER, {"3": [0, 1]}, KEY,
+                                        now=1_700_000_000)
     outer = json.loads(packet[4:])
     assert list(outer) == ["hmac", "msg", "salt"] and outer["salt"] == "1700000000"
-    req = C.parse_request(packet, KEY, now=1_700_000_100)
+    req = confd.parse_request(packet, KEY, now=1_700_000_100)
     assert (req.type, req.query, req.rsalt) == (3, {"3": [0, 1]}, rsalt)
-    assert "query" not in json.loads(json.loads(C.build_request(0, None, KEY)[1][4:])["msg"])
+    assert "query" not in json.loads(json.loads(confd.build_request(0, None, KEY)[1][4:])["msg"])
     with pytest.raises(SignatureError):
-        C.parse_request(packet, b"other key\n", now=1_700_000_000)
-    reply = C.build_reply(C.reply_message(0, "x", 7), KEY, rsalt)
-    assert C.parse_reply(reply, KEY) == (C.Reply(0, "x", 7), rsalt)
+        confd.parse_request(packet, b"other key\n", now=1_700_000_000)
+    reply = confd.build_reply(confd.reply_message(0, "x", 7), KEY, rsalt)
+    assert confd.parse_reply(reply, KEY) == (confd.Reply(0, "x", 7), rsalt)
     assert json.loads(json.loads(reply[4:])["msg"]) == {
         "protocol": 1, "status": 0, "answer": "x", "serial": 7}
 
 
 def test_needed_replies_and_coverage() -> None:
-    assert [C.needed_replies(n) for n in range(1, 9)] == [1, 2, 2, 3, 3, 4, 4, 5]
-    assert C.coverage_count(0, 9) == 6 and C.coverage_count(0, 2) == 2
-    assert C.coverage_count(-1, 9) == 9 and C.coverage_count(3, 9) == 3
-    with pytest.raises(C.ConfdError, match="not enough"):
-        C.coverage_count(15, 9)
-    with pytest.raises(C.ConfdError):
-        C.coverage_count(0, 0)
-    assert C.request_type("node-drbd") == 7 and C.request_type("8") == 8
-    with pytest.raises(C.ConfdError):
-        C.request_type("nosuch")
-    assert C.parse_peer("::1") == ("::1", 1814)
-    assert C.parse_peer("[::1]:99") == ("::1", 99)
-    assert C.parse_peer("h:5") == ("h", 5)
+    assert [confd.needed_replies(n) for n in range(1, 9)] == [1, 2, 2, 3, 3, 4, 4, 5]
+    assert confd.coverage_count(0, 9) == 6 and confd.coverage_count(0, 2) == 2
+    assert confd.coverage_count(-1, 9) == 9 and confd.coverage_count(3, 9) == 3
+    with pytest.raises(confd.ConfdError, match="not enough"):
+        confd.coverage_count(15, 9)
+    with pytest.raises(confd.ConfdError):
+        confd.coverage_count(0, 0)
+    assert confd.request_type("node-drbd") == 7 and confd.request_type("8") == 8
+    with pytest.raises(confd.ConfdError):
+        confd.request_type("nosuch")
+    assert confd.parse_peer("::1") == ("::1", 1814)
+    assert confd.parse_peer("[::1]:99") == ("::1", 99)
+    assert confd.parse_peer("h:5") == ("h", 5)
 
 
 def test_pick_best() -> None:
-    a, b, c = C.Reply(0, "a", 5), C.Reply(0, "b", 5), C.Reply(0, "c", 7)
-    assert C.pick_best({"p1": a, "p2": b, "p3": c}) == ("p3", c, True)
-    assert C.pick_best({"p1": a, "p2": b}) == ("p1", a, False)
-    assert C.pick_best({"p1": a, "p2": C.Reply(0, "a", 5)}) == ("p1", a, True)
-    assert C.pick_best({"p1": a, "p2": C.Reply(1, "a", 5)})[2] is False
-    with pytest.raises(C.ConfdError):
-        C.pick_best({})
+    a, b, c = confd.Reply(0, "a", 5), confd.Reply(0, "b", 5), confd.Reply(0, "c", 7)
+    assert confd.pick_best({"p1": a, "p2": b, "p3": c}) == ("p3", c, True)
+    assert confd.pick_best({"p1": a, "p2": b}) == ("p1", a, False)
+    assert confd.pick_best({"p1": a, "p2": confd.Reply(0, "a", 5)}) == ("p1", a, True)
+    assert confd.pick_best({"p1": a, "p2": confd.Reply(1, "a", 5)})[2] is False
+    with pytest.raises(confd.ConfdError):
+        confd.pick_best({})
 
 
 def test_peers_from_config() -> None:
     config = build_config(nodes=4)
-    assert C.peers_from_config(config) == ["192.0.2.11", "192.0.2.12"]
+    assert confd.peers_from_config(config) == ["192.0.2.11", "192.0.2.12"]
 
 
 # --- the server over UDP ----------------------------------------------------------------------
@@ -190,18 +190,18 @@ def test_answers_over_ipv4_and_ipv6(servers: Servers, config_path: Path) -> None
     binds = [("127.0.0.1", 0)] + ([("::1", 0)] if has_ipv6() else [])
     bound = servers.start(file_processor(config_path), binds)
     for host, port in bound:
-        client = C.ConfdClient([host], KEY, port=port, timeout=2)
+        client = confd.ConfdClient([host], KEY, port=port, timeout=2)
         result = client.query("cluster_master", {"3": [0, 1, 2]})
         assert result.answer == ["node1.example.com", "192.0.2.1", "192.0.2.11"]
         assert result.ok and result.consistent and not result.timed_out
-        assert client.query(C.REQ_PING).answer == C.CONFIG_VERSION
+        assert client.query(confd.REQ_PING).answer == confd.CONFIG_VERSION
     if not has_ipv6():
         pytest.skip("no IPv6 loopback here: only IPv4 tested")
     assert len(bound) == 2 and bound[0][1] == bound[1][1]
 
 
 def test_string_and_int_field_ids(addr: tuple[str, int]) -> None:
-    client = C.ConfdClient([addr], KEY)
+    client = confd.ConfdClient([addr], KEY)
     a = client.query(3, {"3": ["0", "2"]}).answer
     assert a == client.query(3, {"3": [0, 2]}).answer == ["node1.example.com", "192.0.2.11"]
 
@@ -209,7 +209,7 @@ def test_string_and_int_field_ids(addr: tuple[str, int]) -> None:
 def _drops(addr: tuple[str, int]) -> list[tuple[str, bytes]]:
     now = int(time.time())
     good = {"protocol": 1, "type": 0, "rsalt": "r-1"}
-    _, valid = C.build_request(C.REQ_PING, None, KEY)
+    _, valid = confd.build_request(confd.REQ_PING, None, KEY)
     big = signed({**good, "query": "x" * 62000})
     return [
         ("empty", b""),
@@ -218,7 +218,7 @@ def _drops(addr: tuple[str, int]) -> list[tuple[str, bytes]]:
         ("no magic", valid[4:]),
         ("not json", b"plj0{not json"),
         ("json list", b"plj0[1,2]"),
-        ("no hmac", E.MAGIC + json.dumps({"msg": "{}", "salt": str(now)}).encode()),
+        ("no hmac", envelope.MAGIC + json.dumps({"msg": "{}", "salt": str(now)}).encode()),
         ("truncated", valid[:-5]),
         ("wrong key", signed(good, key=b"another key\n")),
         ("key without newline", signed(good, key=KEY.strip())),
@@ -247,14 +247,14 @@ def _drops(addr: tuple[str, int]) -> list[tuple[str, bytes]]:
 def test_drops_silently_and_keeps_serving(addr: tuple[str, int]) -> None:
     # All bad packets, then a valid ping, on one socket: the server handles datagrams in order,
     # so an answer to any bad packet would arrive before the ping's.
-    rsalt, valid = C.build_request(C.REQ_PING, None, KEY)
+    rsalt, valid = confd.build_request(confd.REQ_PING, None, KEY)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(2)
         for _, packet in _drops(addr):
             sock.sendto(packet, addr)
         sock.sendto(valid, addr)
         data = sock.recvfrom(65536)[0]
-        assert C.parse_reply(data, KEY)[1] == rsalt
+        assert confd.parse_reply(data, KEY)[1] == rsalt
         sock.settimeout(0.1)
         with pytest.raises(TimeoutError):
             sock.recvfrom(65536)
@@ -270,11 +270,11 @@ def test_skew_window_is_inclusive(addr: tuple[str, int]) -> None:
         body = {"protocol": 1, "type": 0, "rsalt": f"r{delta}"}
         data = exchange(signed(body, salt=str(now + delta)), addr)
         assert data is not None, delta
-        assert C.parse_reply(data, KEY)[1] == f"r{delta}"
+        assert confd.parse_reply(data, KEY)[1] == f"r{delta}"
 
 
 def test_replayed_request_is_not_answered_again(addr: tuple[str, int]) -> None:
-    _, packet = C.build_request(C.REQ_PING, None, KEY)
+    _, packet = confd.build_request(confd.REQ_PING, None, KEY)
     assert exchange(packet, addr) is not None
     assert exchange(packet, addr, timeout=0.2) is None
     assert ping(addr) is not None
@@ -288,7 +288,7 @@ def test_garbage_burst_then_valid(addr: tuple[str, int]) -> None:
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         for _ in range(300):
             size = rng.choice([0, 1, 4, 10, 100, 1000, 61440])
-            sock.sendto(E.MAGIC + rng.randbytes(size), addr)
+            sock.sendto(envelope.MAGIC + rng.randbytes(size), addr)
     assert ping(addr) is not None
 
 
@@ -296,10 +296,10 @@ def test_garbage_burst_then_valid(addr: tuple[str, int]) -> None:
 @given(data=st.data())
 def test_fuzz_mutated_packets_never_answered_unless_still_authentic(data: st.DataObject) -> None:
     processor = static_processor(build_config())
-    req_type = data.draw(st.sampled_from(sorted(C.REQ_NAMES)))
+    req_type = data.draw(st.sampled_from(sorted(confd.REQ_NAMES)))
     query = data.draw(st.one_of(st.none(), st.text(max_size=20),
                                 st.dictionaries(st.sampled_from("0123"), st.integers())))
-    _, packet = C.build_request(req_type, query, KEY)
+    _, packet = confd.build_request(req_type, query, KEY)
     kind = data.draw(st.sampled_from(["flip", "truncate", "extend", "random", "splice"]))
     if kind == "flip":
         pos = data.draw(st.integers(0, len(packet) - 1))
@@ -322,7 +322,7 @@ def test_fuzz_mutated_packets_never_answered_unless_still_authentic(data: st.Dat
     original = msgspec.json.decode(packet[4:])
     changed = msgspec.json.decode(mutated[4:])
     assert (changed["msg"], changed["salt"]) == (original["msg"], original["salt"])
-    assert E.verify(reply[4:], KEY)
+    assert envelope.verify(reply[4:], KEY)
 
 
 def _containers(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
@@ -346,21 +346,21 @@ def test_fuzz_any_signed_body_never_crashes(body: object) -> None:
         processor._seen.clear()
         reply = processor.process(signed(wrapped))
         if reply is not None:
-            parsed, salt = C.parse_reply(reply, KEY)
+            parsed, salt = confd.parse_reply(reply, KEY)
             assert salt == "r" and parsed.status in (0, 1)
     assert processor.stats["errors"] == 0
 
 
 def test_config_change_visible_within_a_second(addr: tuple[str, int], config_path: Path) -> None:
-    client = C.ConfdClient([addr], KEY, timeout=1)
-    before = client.query(C.REQ_CLUSTER_MASTER, {"3": [C.REQFIELD_IP]})
+    client = confd.ConfdClient([addr], KEY, timeout=1)
+    before = client.query(confd.REQ_CLUSTER_MASTER, {"3": [confd.REQFIELD_IP]})
     assert before.answer == ["192.0.2.1"]
     with FileStore(config_path).update() as config:
         config.cluster.master_ip = "192.0.2.254"
         config.cluster.touch()
     changed = time.monotonic()
     while True:
-        after = client.query(C.REQ_CLUSTER_MASTER, {"3": [C.REQFIELD_IP]})
+        after = client.query(confd.REQ_CLUSTER_MASTER, {"3": [confd.REQFIELD_IP]})
         if after.answer == ["192.0.2.254"]:
             break
         # confd looks at the config every 0.25 s; 5 s leaves room for a loaded machine
@@ -380,7 +380,7 @@ def test_too_big_reply_is_not_sent() -> None:
     config = build_config(drbd_instances=0, plain_instances=0)
     config.cluster.tags = [f"t{i:05d}" + "x" * 100 for i in range(700)]
     processor = static_processor(config)
-    _, packet = C.build_request(C.REQ_CONFIG_QUERY, "/cluster/tags", KEY)
+    _, packet = confd.build_request(confd.REQ_CONFIG_QUERY, "/cluster/tags", KEY)
     assert processor.process(packet) is None
     assert processor.stats["too_big"] == 1
 
@@ -388,7 +388,7 @@ def test_too_big_reply_is_not_sent() -> None:
 # --- the client against several servers -------------------------------------------------------
 
 
-def _with_serial(serial: int, master_ip: str = "192.0.2.1") -> M.ConfigData:
+def _with_serial(serial: int, master_ip: str = "192.0.2.1") -> model.ConfigData:
     config = build_config(drbd_instances=0, plain_instances=0)
     config.cluster.serial_no = serial
     config.cluster.master_ip = master_ip
@@ -399,63 +399,63 @@ def test_client_keeps_highest_serial_and_flags_inconsistency(servers: Servers) -
     # two peers: both must answer (2 → 2), the newer one wins
     peers = [servers.start(static_processor(cfg))[0] for cfg in (
         _with_serial(5, "192.0.2.5"), _with_serial(7, "192.0.2.7"))]
-    client = C.ConfdClient(peers, KEY, timeout=2)
+    client = confd.ConfdClient(peers, KEY, timeout=2)
     for _ in range(3):
-        result = client.query(C.REQ_CLUSTER_MASTER, {"3": [1]})
+        result = client.query(confd.REQ_CLUSTER_MASTER, {"3": [1]})
         assert result.answer == ["192.0.2.7"] and result.serial == 7
         assert result.consistent and result.sent == 2 == result.needed == result.received
     # three peers: two answers are enough (3 → 2); the best of those is kept
     peers.append(servers.start(static_processor(_with_serial(6, "192.0.2.6")))[0])
-    result = C.ConfdClient(peers, KEY).query(C.REQ_CLUSTER_MASTER, {"3": [1]}, coverage=-1)
+    result = confd.ConfdClient(peers, KEY).query(confd.REQ_CLUSTER_MASTER, {"3": [1]}, coverage=-1)
     assert result.sent == 3 and result.needed == 2 and result.received >= 2
     assert result.serial == max(r.serial for r in result.replies.values())
     # same serial, different answers: inconsistent
     peers = [servers.start(static_processor(cfg))[0] for cfg in (
         _with_serial(9, "192.0.2.1"), _with_serial(9, "192.0.2.2"))]
-    result = C.ConfdClient(peers, KEY).query(C.REQ_CLUSTER_MASTER, {"3": [1]}, coverage=-1)
+    result = confd.ConfdClient(peers, KEY).query(confd.REQ_CLUSTER_MASTER, {"3": [1]}, coverage=-1)
     assert result.serial == 9 and not result.consistent and result.received == 2
 
 
 def test_client_drops_bad_hmac_and_times_out(servers: Servers) -> None:
     good = servers.start(static_processor(_with_serial(3)))[0]
     bad = servers.start(static_processor(_with_serial(99), key=b"wrong\n"))[0]
-    client = C.ConfdClient([good, bad], KEY, timeout=2.0)  # good's answer must come in time
-    result = client.query(C.REQ_PING, coverage=-1)
+    client = confd.ConfdClient([good, bad], KEY, timeout=2.0)  # good's answer must come in time
+    result = client.query(confd.REQ_PING, coverage=-1)
     assert result.received == 1 and result.needed == 2 and result.timed_out
     assert list(result.replies) == [f"127.0.0.1:{good[1]}"]
-    with pytest.raises(C.ConfdTimeoutError, match="no confd answer"):
-        C.ConfdClient([bad], KEY, timeout=0.2).query(C.REQ_PING)
+    with pytest.raises(confd.ConfdTimeoutError, match="no confd answer"):
+        confd.ConfdClient([bad], KEY, timeout=0.2).query(confd.REQ_PING)
     # a port where nothing listens: a clean timeout too
-    with pytest.raises(C.ConfdTimeoutError):
-        C.ConfdClient([("127.0.0.1", 9)], KEY, timeout=0.2).query(C.REQ_PING)
-    with pytest.raises(C.ConfdError, match="not enough"):
-        client.query(C.REQ_PING, coverage=3)
+    with pytest.raises(confd.ConfdTimeoutError):
+        confd.ConfdClient([("127.0.0.1", 9)], KEY, timeout=0.2).query(confd.REQ_PING)
+    with pytest.raises(confd.ConfdError, match="not enough"):
+        client.query(confd.REQ_PING, coverage=3)
 
 
 def test_client_asks_a_random_subset(servers: Servers) -> None:
     peers = [servers.start(static_processor(_with_serial(1)))[0] for _ in range(7)]
-    client = C.ConfdClient(peers, KEY, timeout=2)
+    client = confd.ConfdClient(peers, KEY, timeout=2)
     seen: set[str] = set()
     for _ in range(60):  # random subsets: every peer is asked sooner or later
-        result = client.query(C.REQ_PING)
+        result = client.query(confd.REQ_PING)
         assert result.sent == 6 and result.needed == 4 and result.received >= 4
         seen |= set(result.replies)
         if len(seen) == 7:
             break
     assert len(seen) == 7
-    assert client.query(C.REQ_PING, coverage=1).sent == 1
+    assert client.query(confd.REQ_PING, coverage=1).sent == 1
 
 
 def test_client_helpers_for_mond(addr: tuple[str, int]) -> None:
-    client = C.ConfdClient([addr], KEY)
-    assert client.data_collectors()["lv"] == (True, M.DEFAULT_COLLECTOR_INTERVALS["lv"])
+    client = confd.ConfdClient([addr], KEY)
+    assert client.data_collectors()["lv"] == (True, model.DEFAULT_COLLECTOR_INTERVALS["lv"])
     rows = client.node_drbd("node2.example.com")
     assert [r[2] for r in rows] == ["drbd0.example.com", "drbd1.example.com"]
     primary, secondary = client.node_instances("node2.example.com")
     assert [i["name"] for i in primary] == ["drbd1.example.com"]
     assert [i["name"] for i in secondary] == ["drbd0.example.com"]
     assert client.instance_disks("plain0.example.com")[0]["dev_type"] == "plain"
-    with pytest.raises(C.ConfdError, match="not found"):
+    with pytest.raises(confd.ConfdError, match="not found"):
         client.instance_disks("nosuch")
 
 
@@ -490,7 +490,7 @@ def test_cli_daemon(tmp_path: Path) -> None:
         line = proc.stderr.readline()
         match = re.search(r"127\.0\.0\.1:(\d+)", line)
         assert match, line
-        client = C.ConfdClient(["127.0.0.1"], KEY, port=int(match[1]), timeout=2)
+        client = confd.ConfdClient(["127.0.0.1"], KEY, port=int(match[1]), timeout=2)
         assert client.query("mc_list").answer == ["node1.example.com", "node2.example.com"]
     finally:
         proc.terminate()

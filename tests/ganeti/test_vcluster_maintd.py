@@ -22,18 +22,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.ganeti import vcluster as V
+from tests.ganeti import vcluster
 from tests.simhelpers import wait_for
 
 pytestmark = pytest.mark.slow
 
-N1, N2, N3 = V.NODES
+N1, N2, N3 = vcluster.NODES
 
 
 @pytest.fixture(scope="module")
-def vcl(tmp_path_factory) -> Iterator[tuple[V.VCluster, Path]]:
+def vcl(tmp_path_factory) -> Iterator[tuple[vcluster.VCluster, Path]]:
     work = tmp_path_factory.mktemp("vc-maintd")
-    with V.running_vcluster() as cluster:
+    with vcluster.running_vcluster() as cluster:
         add = ["gnt-instance", "add", "-o", "noop+default", "--no-ip-check", "--no-name-check",
                "-B", "memory=128"]
         cluster.vc(N1, *add, "-t", "diskless", "-n", N2, "inst1.vcluster.test")
@@ -41,36 +41,36 @@ def vcl(tmp_path_factory) -> Iterator[tuple[V.VCluster, Path]]:
                    "inst2.vcluster.test")
         cluster.vc(N1, *add, "-t", "file", "--disk", "0:size=256M", "-n", N3,
                    "inst3.vcluster.test")
-        procs = V.start_monds(cluster, work)
+        procs = vcluster.start_monds(cluster, work)
         try:
             yield cluster, work
         finally:
-            V.stop(procs)
+            vcluster.stop(procs)
 
 
-def rapi(vcl: V.VCluster) -> Any:
+def rapi(vcl: vcluster.VCluster) -> Any:
     from herder.core.rapi import RapiClient
 
     return RapiClient(vcl.url, vcl.user, vcl.password, verify=str(vcl.rapi_cert),
                       check_hostname=False)
 
 
-def instances(vcl: V.VCluster) -> dict[str, str]:
+def instances(vcl: vcluster.VCluster) -> dict[str, str]:
     with rapi(vcl) as client:
         return {i["name"]: i["pnode"] for i in client.get_instances(bulk=True)}
 
 
-def node(vcl: V.VCluster, name: str) -> dict[str, Any]:
+def node(vcl: vcluster.VCluster, name: str) -> dict[str, Any]:
     with rapi(vcl) as client:
         return client.get_node(name)
 
 
-def job_count(vcl: V.VCluster) -> int:
+def job_count(vcl: vcluster.VCluster) -> int:
     with rapi(vcl) as client:
         return len(client.get_jobs())
 
 
-def maintd_jobs(vcl: V.VCluster, after: int = 0) -> list[str]:
+def maintd_jobs(vcl: vcluster.VCluster, after: int = 0) -> list[str]:
     """maintd's jobs (its reason trail entry) with ids above `after`: "id summary status"."""
     out = []
     with rapi(vcl) as client:
@@ -97,7 +97,7 @@ def test_wrong_rapi_credentials_are_a_clear_error_and_nothing_is_done(vcl) -> No
     wrong.write_text("not-the-password\n")
     before = job_count(cluster)
     done = subprocess.run([sys.executable, "-m", "herder.cli.main",
-                           *V.maintd_args(cluster, work, wrong)], capture_output=True,
+                           *vcluster.maintd_args(cluster, work, wrong)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 1
     assert "credentials of RAPI user 'admin' were refused (401)" in done.stderr, done.stderr
@@ -108,8 +108,8 @@ def test_wrong_rapi_credentials_are_a_clear_error_and_nothing_is_done(vcl) -> No
 def test_maintd_evacuates_a_failing_node_and_fails_visibly_on_a_refusal(vcl) -> None:
     cluster, work = vcl
     log = work / "maintd.log"
-    maintd = V.spawn(log, *V.maintd_args(cluster, work))
-    base = f"http://{V.IPS[N1]}:1816"
+    maintd = vcluster.spawn(log, *vcluster.maintd_args(cluster, work))
+    base = f"http://{vcluster.IPS[N1]}:1816"
     try:
         wait_for(lambda: maintd.poll() is not None or "listening on" in log.read_text(),
                  timeout=60, what="maintd to listen")
@@ -118,7 +118,7 @@ def test_maintd_evacuates_a_failing_node_and_fails_visibly_on_a_refusal(vcl) -> 
         assert status(base) == []  # every node says Ok
 
         # node2 fails: drained, its instances migrated, offlined, tagged
-        V.write_diagnose(work / N2 / "diagnose", "evacuate")
+        vcluster.write_diagnose(work / N2 / "diagnose", "evacuate")
         [inc] = wait_for(lambda: [i for i in status(base) if i["node"] == node(cluster, N2)
                                   ["uuid"] and i["repair-status"] == "completed"],
                          timeout=180, what="the evacuation to complete")
@@ -138,12 +138,12 @@ def test_maintd_evacuates_a_failing_node_and_fails_visibly_on_a_refusal(vcl) -> 
 
         # the tag removed and the script fixed: the incident is forgotten
         cluster.vc(N1, "gnt-node", "remove-tags", N2, tag)
-        V.write_diagnose(work / N2 / "diagnose", "Ok")
+        vcluster.write_diagnose(work / N2 / "diagnose", "Ok")
         wait_for(lambda: not [i for i in status(base) if i["uuid"] == inc["uuid"]],
                  timeout=60, what="the incident to be forgotten")
 
         # node3 holds a file-based instance: Ganeti refuses its migration
-        V.write_diagnose(work / N3 / "diagnose", "evacuate")
+        vcluster.write_diagnose(work / N3 / "diagnose", "evacuate")
         [failed] = wait_for(lambda: [i for i in status(base) if i["node"] == node(cluster, N3)
                                      ["uuid"] and i["repair-status"] == "failed"],
                             timeout=180, what="the incident to fail")
@@ -162,7 +162,7 @@ def test_maintd_evacuates_a_failing_node_and_fails_visibly_on_a_refusal(vcl) -> 
         assert [i["repair-status"] for i in status(base) if i["uuid"] == failed["uuid"]] == \
             ["failed"]
     finally:
-        V.stop([maintd])
+        vcluster.stop([maintd])
 
 
 def test_herder_mond_on_a_ganeti_node_follows_the_clusters_collector_settings(vcl) -> None:
@@ -170,8 +170,8 @@ def test_herder_mond_on_a_ganeti_node_follows_the_clusters_collector_settings(vc
     Ganeti's confd serves (a collector Ganeti disables disappears; an interval Ganeti sets is
     used)."""
     cluster, _work = vcl
-    ip = V.IPS[N3]
-    herder_url, ganeti_url = f"http://{ip}:{V.HERDER_MOND_PORT}", f"http://{ip}:1815"
+    ip = vcluster.IPS[N3]
+    herder_url, ganeti_url = f"http://{ip}:{vcluster.HERDER_MOND_PORT}", f"http://{ip}:1815"
     assert httpx.get(f"{herder_url}/", timeout=5).json() == [1]
     ganeti = {tuple(c[:2]) for c in httpx.get(f"{ganeti_url}/1/list/collectors",
                                               timeout=5).json()}

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from herder.core import etcd as E
+from herder.core import etcd
 from herder.core.errors import ConfigError, StoreError
 from herder.core.lease import Fence, MasterLease
 from herder.core.store import open_store
@@ -133,15 +133,15 @@ def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
 
 
 @pytest.fixture
-def client(etcd_cluster: EtcdCluster) -> Iterator[E.EtcdClient]:
-    with E.EtcdClient(etcd_cluster.client_urls) as c:
+def client(etcd_cluster: EtcdCluster) -> Iterator[etcd.EtcdClient]:
+    with etcd.EtcdClient(etcd_cluster.client_urls) as c:
         yield c
 
 
 # --- the client -------------------------------------------------------------------------------
 
 
-def test_client_crud_and_txn(client: E.EtcdClient) -> None:
+def test_client_crud_and_txn(client: etcd.EtcdClient) -> None:
     rev = client.put("/t/a", b"one")
     kv = client.get("/t/a")
     assert kv is not None and kv.value == b"one" and kv.mod_revision == rev
@@ -150,14 +150,16 @@ def test_client_crud_and_txn(client: E.EtcdClient) -> None:
     assert [k.key for k in client.range("/t/", prefix=True).kvs] == [b"/t/a", b"/t/b"]
     assert client.get("/t/missing") is None
 
-    ok = client.txn([E.cmp_mod("/t/a", rev)], [E.op_put("/t/a", "uno")], [E.op_range("/t/a")])
+    ok = client.txn([etcd.cmp_mod("/t/a", rev)], [etcd.op_put("/t/a", "uno")],
+                    [etcd.op_range("/t/a")])
     assert ok.succeeded
-    stale = client.txn([E.cmp_mod("/t/a", rev)], [E.op_put("/t/a", "x")], [E.op_range("/t/a")])
+    stale = client.txn([etcd.cmp_mod("/t/a", rev)], [etcd.op_put("/t/a", "x")],
+                       [etcd.op_range("/t/a")])
     assert not stale.succeeded and stale.ranges[0].kvs[0].value == b"uno"
-    created = client.txn([E.cmp_create("/t/c", 0)], [E.op_put("/t/c", "c")])
+    created = client.txn([etcd.cmp_create("/t/c", 0)], [etcd.op_put("/t/c", "c")])
     assert created.succeeded
-    assert not client.txn([E.cmp_create("/t/c", 0)], [E.op_put("/t/c", "again")]).succeeded
-    assert client.txn([E.cmp_value("/t/c", "c")], [E.op_delete("/t/c")]).succeeded
+    assert not client.txn([etcd.cmp_create("/t/c", 0)], [etcd.op_put("/t/c", "again")]).succeeded
+    assert client.txn([etcd.cmp_value("/t/c", "c")], [etcd.op_delete("/t/c")]).succeeded
     assert client.get("/t/c") is None
     assert client.delete("/t/", prefix=True) == 2
 
@@ -170,26 +172,26 @@ def test_client_crud_and_txn(client: E.EtcdClient) -> None:
     assert client.lease_keepalive(lease.id).ttl <= 0
     client.lease_revoke(lease.id)  # already gone: fine
 
-    with pytest.raises(E.EtcdError, match="lease not found"):
+    with pytest.raises(etcd.EtcdError, match="lease not found"):
         client.put("/t/x", "v", lease=12345)
 
 
 def test_client_survives_a_killed_member(etcd_cluster: EtcdCluster) -> None:
-    with E.EtcdClient(etcd_cluster.client_urls) as c:
+    with etcd.EtcdClient(etcd_cluster.client_urls) as c:
         c.put("/k", "before")
         etcd_cluster.kill(0)  # the client's first endpoint
         c.put("/k", "after")
         kv = c.get("/k")
         assert kv is not None and kv.value == b"after"
-    with E.EtcdClient([etcd_cluster.client_urls[0]], retry_for=0.5) as dead, \
-            pytest.raises(E.EtcdError, match="no member answered"):
+    with etcd.EtcdClient([etcd_cluster.client_urls[0]], retry_for=0.5) as dead, \
+            pytest.raises(etcd.EtcdError, match="no member answered"):
         dead.get("/k")
 
 
 # --- the store --------------------------------------------------------------------------------
 
 
-def test_store_create_load_update(client: E.EtcdClient) -> None:
+def test_store_create_load_update(client: etcd.EtcdClient) -> None:
     store = EtcdStore(client, "c1")
     assert not store.exists()
     with pytest.raises(StoreError, match="no cluster config"):
@@ -220,7 +222,7 @@ def test_store_create_load_update(client: E.EtcdClient) -> None:
     assert not EtcdStore(client, "c2").exists()
 
 
-def test_lost_cas_writes_nothing(client: E.EtcdClient) -> None:
+def test_lost_cas_writes_nothing(client: etcd.EtcdClient) -> None:
     store = EtcdStore(client, "c1")
     store.create(build_config())
     with pytest.raises(StoreError, match="concurrent write"), store.update() as cfg:
@@ -248,10 +250,10 @@ def test_etcd_location_opens_an_etcd_store(
 
 WRITER = textwrap.dedent("""
     import sys
-    from herder.core import etcd as E
+    from herder.core import etcd
     from herder.core.store_etcd import EtcdStore
     endpoints, who, count = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3])
-    store = EtcdStore(E.EtcdClient(endpoints, retry_for=15), "cw", lock_wait=60)
+    store = EtcdStore(etcd.EtcdClient(endpoints, retry_for=15), "cw", lock_wait=60)
     for i in range(count):
         with store.update() as cfg:
             cfg.cluster.tags.append(f"{who}-{i}")
@@ -259,7 +261,8 @@ WRITER = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_concurrent_writers_lose_nothing(etcd_cluster: EtcdCluster, client: E.EtcdClient) -> None:
+def test_concurrent_writers_lose_nothing(etcd_cluster: EtcdCluster,
+                                         client: etcd.EtcdClient) -> None:
     store = EtcdStore(client, "cw")
     store.create(build_config())
     initial = store.load().serial_no
@@ -283,7 +286,7 @@ def test_concurrent_writers_lose_nothing(etcd_cluster: EtcdCluster, client: E.Et
 # --- the master lease -------------------------------------------------------------------------
 
 
-def test_lease_basics(client: E.EtcdClient) -> None:
+def test_lease_basics(client: etcd.EtcdClient) -> None:
     lost: list[str] = []
     a = MasterLease(client, "lc", "A", ttl=3, on_lost=lost.append).start()
     assert a.wait_elected(5)
@@ -307,9 +310,9 @@ def test_lease_basics(client: E.EtcdClient) -> None:
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from herder.core import etcd as E
+    from herder.core import etcd
     from herder.core.lease import MasterLease
-    lease = MasterLease(E.EtcdClient(sys.argv[1].split(",")), "ha", "A", ttl=int(sys.argv[2]))
+    lease = MasterLease(etcd.EtcdClient(sys.argv[1].split(",")), "ha", "A", ttl=int(sys.argv[2]))
     lease.start()
     assert lease.wait_elected(10)
     print(lease.epoch, flush=True)
@@ -320,7 +323,7 @@ HOLDER = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_failover_kill_master_and_an_etcd_member(
-    etcd_cluster: EtcdCluster, client: E.EtcdClient
+    etcd_cluster: EtcdCluster, client: etcd.EtcdClient
 ) -> None:
     ttl = 3
     EtcdStore(client, "ha").create(build_config())

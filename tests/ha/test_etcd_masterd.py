@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import etcd as E
+from herder.core import etcd
 from herder.core.errors import StoreError
 from herder.core.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
 from herder.core.jobs.store_etcd import EtcdJobStorage
@@ -105,7 +105,7 @@ def tags_of(store: EtcdStore) -> tuple[int, list[str]]:
 def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> None:
     secrets = make_cluster(tmp_path / "cluster").parent  # hmac key, certificate, rapi_users
     config = FileStore(secrets / "config.json").load()
-    client = E.EtcdClient(etcd_cluster.client_urls)
+    client = etcd.EtcdClient(etcd_cluster.client_urls)
     store = EtcdStore(client, CLUSTER)  # an observer: reads, and writes nothing unfenced
     store.create(config)
     location = f"etcd://{etcd_cluster.hostports}/{CLUSTER}"
@@ -211,7 +211,7 @@ def test_masterd_exits_11_when_its_lease_is_taken(tmp_path: Path,
                                                    etcd_cluster: EtcdCluster) -> None:
     """Mastership lost (here: the master key deleted under it): exit code 11 at once."""
     secrets = make_cluster(tmp_path / "cluster").parent
-    client = E.EtcdClient(etcd_cluster.client_urls)
+    client = etcd.EtcdClient(etcd_cluster.client_urls)
     EtcdStore(client, CLUSTER).create(FileStore(secrets / "config.json").load())
     masterd_a = Masterd(f"etcd://{etcd_cluster.hostports}/{CLUSTER}", secrets, A, "127.0.0.2")
     try:

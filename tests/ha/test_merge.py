@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.masterd import merge
 from tests.conftest import build_config
 
 
-def other_config() -> M.ConfigData:
+def other_config() -> model.ConfigData:
     """A second cluster like `build_config`'s, with its own names, addresses and MACs (its DRBD
     ports are the same: 11000, 11001)."""
     cfg = build_config(nodes=3, drbd_instances=2, plain_instances=1)
@@ -33,7 +33,7 @@ def other_config() -> M.ConfigData:
             nic.ip = nic.ip.replace("203.0.113.", "203.0.113.1") if nic.ip else None
     for group in cfg.nodegroups.values():
         group.name = "other"
-    return M.revalidate(cfg)
+    return model.revalidate(cfg)
 
 
 def test_clean_pair_has_no_problems() -> None:
@@ -56,7 +56,7 @@ def test_collisions_are_all_listed() -> None:
     same = copy.deepcopy(ours)
     assert merge.check(ours, same) == ["the other cluster is this cluster"]
     uuids = copy.deepcopy(ours)
-    uuids.cluster.uuid = M.new_uuid()
+    uuids.cluster.uuid = model.new_uuid()
     text = "\n".join(merge.check(ours, uuids))
     assert "node UUID" in text and "instance UUID" in text and "disk UUID" in text
 
@@ -83,7 +83,7 @@ def test_merge_into_and_final_check() -> None:
     ours, other = build_config(), other_config()
     before_ours, before_other = merge.listing(ours), merge.listing(other)
     summary = merge.merge_into(ours, copy.deepcopy(other))
-    merged = M.revalidate(ours)
+    merged = model.revalidate(ours)
     assert summary["nodes"] == sorted(n.name for n in other.nodes.values())
     ports = merge.drbd_ports(merged)
     assert len(ports) == len(set(ports)) == 4
@@ -99,7 +99,7 @@ def test_merge_into_and_final_check() -> None:
                                                                    lost))
     dup = copy.deepcopy(merged)
     drbd = [d for i in dup.instances.values() for d in i.disks
-            if isinstance(d.logical_id, M.DrbdId)]
+            if isinstance(d.logical_id, model.DrbdId)]
     drbd[0].logical_id.port = drbd[-1].logical_id.port
     assert any("DRBD ports used twice" in p for p in merge.final_check(before_ours,
                                                                        before_other, dup))
@@ -234,7 +234,7 @@ def populate(state, suffix: str) -> None:
         "--disk", "1G")
 
 
-def load(path) -> M.ConfigData:
+def load(path) -> model.ConfigData:
     from herder.core.store import FileStore
 
     return FileStore(path).load()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import RpcError
 from herder.masterd import redist
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
@@ -23,15 +23,15 @@ from tests.conftest import build_config
 CONFIG = Path("/var/lib/herder/config.json")
 
 
-def names(config: M.ConfigData) -> list[str]:
+def names(config: model.ConfigData) -> list[str]:
     return sorted(n.name for n in config.nodes.values())
 
 
-def instance(config: M.ConfigData, name: str) -> M.Instance:
+def instance(config: model.ConfigData, name: str) -> model.Instance:
     return next(i for i in config.instances.values() if i.name == name)
 
 
-def node(config: M.ConfigData, name: str) -> M.Node:
+def node(config: model.ConfigData, name: str) -> model.Node:
     return next(n for n in config.nodes.values() if n.name == name)
 
 
@@ -119,7 +119,7 @@ class RecordingRpc:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.failing = failing
 
-    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
         if node.name == self.failing:
             raise RpcError(f"node {node.name}: cannot reach its node daemon")
@@ -257,12 +257,12 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     candidates = [n.name for n in config.nodes.values() if n.master_candidate
                   or n.uuid == config.cluster.master_node]
 
-    def copies() -> dict[str, M.ConfigData]:
+    def copies() -> dict[str, model.ConfigData]:
         out = {}
         for name in candidates:
             with contextlib.suppress(OSError, ValueError):
-                out[name] = M.decode((node_dir(name) / "noded" / "config" / "config.json")
-                                     .read_bytes())
+                out[name] = model.decode((node_dir(name) / "noded" / "config" / "config.json")
+                                         .read_bytes())
         return out
 
     assert {name: c.serial_no for name, c in copies().items()} == \

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from herder.core import ordered
-from herder.instmon import events as E
+from herder.instmon import events
 from herder.instmon.collapse import Collapser
 from herder.instmon.daemon import InstanceMonitor, Settings, control
 from tests.instmon.receiver import Receiver
@@ -50,14 +50,14 @@ MASAKARI_VECTORS: list[tuple[tuple[int, int, int], tuple[str, str] | None]] = [
 ]
 
 
-def ev(vector: tuple[int, int, int], uuid: str = "u1", name: str = "vm1") -> E.RawEvent:
-    return E.RawEvent(*vector, uuid=uuid, name=name)
+def ev(vector: tuple[int, int, int], uuid: str = "u1", name: str = "vm1") -> events.RawEvent:
+    return events.RawEvent(*vector, uuid=uuid, name=name)
 
 
 @pytest.mark.parametrize(("vector", "expected"), MASAKARI_VECTORS)
 def test_the_masakari_preset_is_masakaris_table(vector: tuple[int, int, int],
                                                 expected: tuple[str, str] | None) -> None:
-    filt = E.EventFilter.preset("masakari")
+    filt = events.EventFilter.preset("masakari")
     event = ev(vector)
     assert filt.notifies(event) == (expected is not None)
     if expected is not None:
@@ -65,19 +65,19 @@ def test_the_masakari_preset_is_masakaris_table(vector: tuple[int, int, int],
 
 
 def test_keys_round_trip_and_name_every_lifecycle_event() -> None:
-    for t, (tname, details) in E.LIFECYCLE_TYPES.items():
+    for t, (tname, details) in events.LIFECYCLE_TYPES.items():
         for d, dname in enumerate(details):
             event = ev((0, t, d))
             assert event.key == f"LIFECYCLE.{tname}.{dname}"
-            assert E.parse_key(event.key) == (0, t, d)
+            assert events.parse_key(event.key) == (0, t, d)
     assert ev((3, 1, -1)).key == "WATCHDOG.PAUSE"
     assert ev((6, 2, -1)).key == "IO_ERROR_REASON.REPORT"
-    assert E.parse_key("IO_ERROR.REPORT") == (4, 2, -1)
-    assert E.parse_key("reboot") == (1, -1, -1)
-    with pytest.raises(E.FilterError, match="unknown lifecycle"):
-        E.parse_key("LIFECYCLE.STOPPED.NOPE")
-    with pytest.raises(E.FilterError, match="unknown libvirt event"):
-        E.parse_key("EXPLODED")
+    assert events.parse_key("IO_ERROR.REPORT") == (4, 2, -1)
+    assert events.parse_key("reboot") == (1, -1, -1)
+    with pytest.raises(events.FilterError, match="unknown lifecycle"):
+        events.parse_key("LIFECYCLE.STOPPED.NOPE")
+    with pytest.raises(events.FilterError, match="unknown libvirt event"):
+        events.parse_key("EXPLODED")
 
 
 def test_a_config_changes_the_filter_without_code(tmp_path: Path) -> None:
@@ -92,15 +92,15 @@ preset = "masakari"
 "WATCHDOG.*" = "drop"
 "WATCHDOG.POWEROFF" = "notify"
 """
-    filt = E.EventFilter.from_config(tomllib.loads(text)["filter"])
+    filt = events.EventFilter.from_config(tomllib.loads(text)["filter"])
     assert filt.notifies(ev((0, 8, 0)))  # a guest kernel panic, which masakari drops
     assert not filt.notifies(ev((1, -1, -1)))
     assert not filt.notifies(ev((3, 1, -1)))
     assert filt.notifies(ev((3, 3, -1)))  # the exact rule beats the wildcard
     assert filt.notifies(ev((0, 5, 5)))  # the preset's rows stay
-    everything = E.EventFilter.from_config({"preset": "none", "default": "notify"})
+    everything = events.EventFilter.from_config({"preset": "none", "default": "notify"})
     assert everything.notifies(ev((9, -1, -1)))
-    recovery = E.EventFilter.from_config({"preset": "recovery"})
+    recovery = events.EventFilter.from_config({"preset": "recovery"})
     assert [v for v, _ in MASAKARI_VECTORS if recovery.notifies(ev(v))] == \
         [(0, 5, 5), (4, 2, -1)]
 
@@ -116,8 +116,8 @@ preset = "masakari"
 ])
 def test_bad_filter_configs_are_refused_with_the_reason(section: dict[str, Any],
                                                         message: str) -> None:
-    with pytest.raises(E.FilterError, match=message):
-        E.EventFilter.from_config(section)
+    with pytest.raises(events.FilterError, match=message):
+        events.EventFilter.from_config(section)
 
 
 def test_one_io_error_is_one_notification_with_the_most_telling_event() -> None:

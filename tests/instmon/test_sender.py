@@ -5,7 +5,7 @@ across a sender restart (nothing lost, nothing twice), and TLS pinned to a CA fi
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
+import datetime
 import logging
 import os
 import random
@@ -33,7 +33,7 @@ from herder.core.notification import (
 from herder.instmon.sender import Sender
 from herder.instmon.spool import Spool
 
-T0 = dt.datetime(2026, 11, 22, 0, 0, 0)
+T0 = datetime.datetime(2026, 11, 22, 0, 0, 0)
 FAST = {"backoff_base": 0.05, "backoff_max": 0.2, "timeout": 5.0}
 LOGGER = "herder.instmon.sender"
 
@@ -43,7 +43,7 @@ Answer = tuple[int, str] | None
 
 def note(i: int) -> Notification:
     return vm_notification("node1", str(uuid.UUID(int=i)), "LIFECYCLE", "STOPPED_FAILED",
-                           when=T0 + dt.timedelta(microseconds=i))
+                           when=T0 + datetime.timedelta(microseconds=i))
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import logging
 import threading
 import tracemalloc
@@ -16,14 +16,14 @@ from herder.core.notification import Notification, failure_kind, vm_notification
 from herder.instmon import spool as spool_mod
 from herder.instmon.spool import Spool
 
-T0 = dt.datetime(2026, 11, 22, 0, 0, 0)
+T0 = datetime.datetime(2026, 11, 22, 0, 0, 0)
 
 
 def note(i: int, failure: bool = False) -> Notification:
     """Notification number i: a crash (failure) or a resume (not a failure)."""
     detail = ("LIFECYCLE", "STOPPED_FAILED") if failure else ("LIFECYCLE", "RESUMED_UNPAUSED")
     n = vm_notification("node1", str(uuid.UUID(int=i)), *detail,
-                        when=T0 + dt.timedelta(microseconds=i))
+                        when=T0 + datetime.timedelta(microseconds=i))
     assert (failure_kind(n) is not None) is failure
     return n
 

@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from herder.core.jobs import reason as R
+from herder.core.jobs import reason
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
@@ -55,7 +55,7 @@ def test_evacuation_round_by_round(tmp_path: Path) -> None:
     assert node2.offline and node2.drained and inc.tag in node2.tags
     assert all("node2" not in (i.pnode, *i.snodes) for i in cluster.instances())
     for _, ops in cluster.submitted:
-        assert all([R.MAINTD, inc.uuid] == op["reason"][-1][:2] for op in ops)
+        assert all([reason.MAINTD, inc.uuid] == op["reason"][-1][:2] for op in ops)
     # persisted
     assert FileState(tmp_path / "state.json").load().incidents[0].repair_status == "completed"
     # tag removed while still observed: kept; fixed script -> forgotten

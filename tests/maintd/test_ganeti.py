@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from herder.maintd import ganeti as G
+from herder.maintd import ganeti
 from herder.maintd.rounds import annotate
 
 
@@ -31,28 +31,28 @@ def test_every_maintd_opcode_has_its_ganeti_route() -> None:
         {"OP_ID": "OP_TAGS_DEL", "kind": "cluster", "tags": ["y"]},
         {"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2", "command": "fix"},
     ]
-    assert G.split_steps(ops) == [
+    assert ganeti.split_steps(ops) == [
         "POST /2/nodes/n2/modify", "PUT /2/instances/i1/migrate", "PUT /2/instances/i1/failover",
         "POST /2/instances/i1/replace-disks", "PUT /2/instances/i1/startup",
         "PUT /2/instances/i1/activate-disks", "POST /2/instances/i1/reinstall",
         "PUT /2/nodes/n2/tags",
         "PUT /2/instances/i1/tags", "DELETE /2/tags", "mond POST /1/repair"]
-    assert G.route(ops[0])[3] == {"drained": True, "force": True, "auto_promote": True}
-    assert G.route(ops[2])[3] == {"iallocator": "hail", "ignore_consistency": True}
-    assert G.route(ops[6])[3] == {"__version__": 1}
-    assert G.route(ops[7])[2] == [("tag", "a:b")]
-    with pytest.raises(G.UnsupportedOp, match="OP_CLUSTER_VERIFY"):
-        G.route({"OP_ID": "OP_CLUSTER_VERIFY"})
+    assert ganeti.route(ops[0])[3] == {"drained": True, "force": True, "auto_promote": True}
+    assert ganeti.route(ops[2])[3] == {"iallocator": "hail", "ignore_consistency": True}
+    assert ganeti.route(ops[6])[3] == {"__version__": 1}
+    assert ganeti.route(ops[7])[2] == [("tag", "a:b")]
+    with pytest.raises(ganeti.UnsupportedOp, match="OP_CLUSTER_VERIFY"):
+        ganeti.route({"OP_ID": "OP_CLUSTER_VERIFY"})
 
 
 def test_the_reason_names_the_event_and_is_read_back() -> None:
     op = annotate({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "i1"}, "ev-1")
     op["reason"].insert(0, ["gnt:daemon:instmon", "LIFECYCLE/STOPPED_FAILED on n1 at t", 1])
-    text = G.reason_text(op)
+    text = ganeti.reason_text(op)
     assert text == "gnt:daemon:maintd ev-1; gnt:daemon:instmon LIFECYCLE/STOPPED_FAILED on n1 at t"
     job = {"ops": [{"reason": [["gnt:user", text, 5], ["gnt:opcode:x", "", 6]]}]}
-    assert G.events_of(job) == {"ev-1"}
-    assert G.events_of({"ops": [{"reason": [["gnt:user", "someone else", 1]]}]}) == set()
+    assert ganeti.events_of(job) == {"ev-1"}
+    assert ganeti.events_of({"ops": [{"reason": [["gnt:user", "someone else", 1]]}]}) == set()
 
 
 class FakeRapi:
@@ -75,7 +75,7 @@ def test_a_job_of_several_opcodes_runs_them_in_order_and_stops_at_a_failure() ->
            annotate({"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "n2",
                      "tags": ["maintd:repairready:e"]}, "e")]
     rapi = FakeRapi()
-    cluster = G.GanetiCluster(rapi)
+    cluster = ganeti.GanetiCluster(rapi)
     assert cluster.submit(ops) == 2
     assert [(m, p) for m, p, _q, _b in rapi.sent] == [("POST", "/2/nodes/n2/modify"),
                                                       ("PUT", "/2/nodes/n2/tags")]
@@ -83,12 +83,12 @@ def test_a_job_of_several_opcodes_runs_them_in_order_and_stops_at_a_failure() ->
     assert ("tag", "maintd:repairready:e") in rapi.sent[1][2]
     assert cluster.calls == 2
     failing = FakeRapi(fail={1})
-    assert G.GanetiCluster(failing).submit(ops) == 1  # the failed step's job: maintd sees it
+    assert ganeti.GanetiCluster(failing).submit(ops) == 1  # the failed step's job: maintd sees it
     assert len(failing.sent) == 1
 
 
 def test_a_repair_without_a_route_is_a_failed_local_job() -> None:
-    cluster = G.GanetiCluster(FakeRapi())
+    cluster = ganeti.GanetiCluster(FakeRapi())
     job = cluster.submit([{"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2", "command": "x"}])
     assert job < 0 and cluster.job_status(job) == "error"
 
@@ -113,9 +113,9 @@ def test_a_live_repair_runs_through_herder_monds_signed_route(tmp_path) -> None:
     diagnose = {"status": "live-repair", "command": "fix", "details": {"disk": "sdb"}}
     with running_mond(make_ctx(tmp_path, whitelist), {}) as mond:
         port = int(mond.url.rsplit(":", 1)[1])
-        repair = G.repair_via_mond(lambda: KEY, port, address=lambda n: "127.0.0.1")
+        repair = ganeti.repair_via_mond(lambda: KEY, port, address=lambda n: "127.0.0.1")
 
-        class Nodes(G.GanetiCluster):
+        class Nodes(ganeti.GanetiCluster):
             def nodes(self) -> list[Node]:
                 return [Node("n2", "u2", "127.0.0.1")]
 

@@ -3,14 +3,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from herder.maintd import harep as H
+from herder.maintd import harep
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
 
 from .fakes import FakeCluster, FakeSource
 
-P = H.PREFIX
+P = harep.PREFIX
 
 
 def setup(tmp_path: Path, tags: list[str], **offline: bool) -> tuple[Maintd, FakeCluster]:
@@ -46,7 +46,7 @@ def test_fix_storage_then_result_success(tmp_path: Path) -> None:
     assert rounds(d, cluster) == [[("OP_TAGS_SET", "OP_INSTANCE_REPLACE_DISKS")],
                                   [("OP_TAGS_SET", "OP_TAGS_DEL")]]
     (tag,) = tags_of(cluster)
-    state = H.parse_state_tag(tag)
+    state = harep.parse_state_tag(tag)
     assert state is not None and state.outcome == "success" and state.repair == "fix-storage"
     assert state.jobs == (cluster.submitted[0][0],)
     assert cluster.instances()[0].snodes[0] not in ("node2", "node3")
@@ -60,14 +60,14 @@ def test_failed_repair_is_recorded_and_not_retried(tmp_path: Path) -> None:
     cluster.fail_ops = {"OP_INSTANCE_REPLACE_DISKS"}
     assert rounds(d, cluster) == [[("OP_TAGS_SET", "OP_INSTANCE_REPLACE_DISKS")],
                                   [("OP_TAGS_SET", "OP_TAGS_DEL")]]
-    assert H.repair_state(tags_of(cluster))[0] == "failed"
+    assert harep.repair_state(tags_of(cluster))[0] == "failed"
 
 
 def test_not_allowed_gives_one_enoperm(tmp_path: Path) -> None:
     d, cluster = setup(tmp_path, [P + "fix-storage"], node2=True)  # needs failover
     assert rounds(d, cluster) == [[("OP_TAGS_SET",)]]
     (tag,) = tags_of(cluster)
-    assert H.parse_state_tag(tag).outcome == "enoperm"
+    assert harep.parse_state_tag(tag).outcome == "enoperm"
 
 
 def test_disabled_or_suspended_does_nothing(tmp_path: Path) -> None:
@@ -121,4 +121,4 @@ def test_crash_after_submitting_a_harep_job_does_not_repeat_it(tmp_path: Path) -
     assert len(cluster.submitted) == 1 and d2.state.jobs == [cluster.submitted[0][0]]
     steps = rounds(d2, cluster)
     assert steps == [[("OP_TAGS_SET", "OP_TAGS_DEL")]]
-    assert H.repair_state(tags_of(cluster))[0] == "healthy"
+    assert harep.repair_state(tags_of(cluster))[0] == "healthy"

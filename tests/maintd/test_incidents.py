@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from herder.maintd import incidents as I
+from herder.maintd import incidents
 
 EVAC = {"status": "evacuate", "command": "", "details": {"disk": "sdb"}}
 LIVE = {"status": "live-repair", "command": "fix", "details": {}}
@@ -11,18 +11,18 @@ FAIL = {"status": "evacuate-failover", "command": "", "details": {}}
 
 def test_same_object_same_incident() -> None:
     incs: list = []
-    created = I.observe(incs, {"n1": EVAC}, when=1.0)
+    created = incidents.observe(incs, {"n1": EVAC}, when=1.0)
     assert len(created) == 1 and created[0].repair_status == "noted"
     inc = created[0]
     assert inc.tag == f"maintd:repairready:{inc.uuid}" and inc.action == "evacuate"
-    assert I.observe(incs, {"n1": dict(EVAC)}, when=2.0) == []
+    assert incidents.observe(incs, {"n1": dict(EVAC)}, when=2.0) == []
     assert len(incs) == 1
 
 
 def test_different_details_new_incident_and_other_node() -> None:
     incs: list = []
-    I.observe(incs, {"n1": EVAC, "n2": EVAC})
-    I.observe(incs, {"n1": {**EVAC, "details": {"disk": "sdc"}}})
+    incidents.observe(incs, {"n1": EVAC, "n2": EVAC})
+    incidents.observe(incs, {"n1": {**EVAC, "details": {"disk": "sdc"}}})
     assert len(incs) == 3
     assert len({i.uuid for i in incs}) == 3
 
@@ -31,73 +31,73 @@ def test_different_details_new_incident_and_other_node() -> None:
                                   {"status": 3}])
 def test_ok_and_invalid_create_nothing(data: object) -> None:
     incs: list = []
-    assert I.observe(incs, {"n1": data}) == []
+    assert incidents.observe(incs, {"n1": data}) == []
 
 
 def test_more_invasive_supersedes_milder() -> None:
     incs: list = []
-    (live,) = I.observe(incs, {"n1": LIVE}, when=1.0)
-    (evac,) = I.observe(incs, {"n1": EVAC}, when=2.0)
+    (live,) = incidents.observe(incs, {"n1": LIVE}, when=1.0)
+    (evac,) = incidents.observe(incs, {"n1": EVAC}, when=2.0)
     assert live.repair_status == "canceled" and evac.repair_status == "noted"
-    (fo,) = I.observe(incs, {"n1": FAIL}, when=3.0)
+    (fo,) = incidents.observe(incs, {"n1": FAIL}, when=3.0)
     assert evac.repair_status == "canceled" and fo.repair_status == "noted"
     # milder one later does not supersede the invasive one
-    (live2,) = I.observe(incs, {"n1": {**LIVE, "details": 1}}, when=4.0)
+    (live2,) = incidents.observe(incs, {"n1": {**LIVE, "details": 1}}, when=4.0)
     assert live2.repair_status == "canceled" and fo.repair_status == "noted"
-    assert I.leading(incs)["n1"] is fo
+    assert incidents.leading(incs)["n1"] is fo
 
 
 def test_leading_picks_most_invasive_then_oldest() -> None:
     incs: list = []
-    I.observe(incs, {"n1": EVAC}, when=5.0)
-    I.observe(incs, {"n2": EVAC}, when=1.0)
-    lead = I.leading(incs)
+    incidents.observe(incs, {"n1": EVAC}, when=5.0)
+    incidents.observe(incs, {"n2": EVAC}, when=1.0)
+    lead = incidents.leading(incs)
     assert set(lead) == {"n1", "n2"}
-    a = I.new_incident("n3", EVAC, when=2.0)
-    b = I.new_incident("n3", {**EVAC, "details": 2}, when=1.0)
-    assert I.leading([a, b])["n3"] is b
+    a = incidents.new_incident("n3", EVAC, when=2.0)
+    b = incidents.new_incident("n3", {**EVAC, "details": 2}, when=1.0)
+    assert incidents.leading([a, b])["n3"] is b
 
 
 def test_cancel() -> None:
     incs: list = []
-    (inc,) = I.observe(incs, {"n1": EVAC})
-    I.cancel(incs, inc.uuid)
+    (inc,) = incidents.observe(incs, {"n1": EVAC})
+    incidents.cancel(incs, inc.uuid)
     assert inc.repair_status == "canceled"
     with pytest.raises(KeyError):
-        I.cancel(incs, "nope")
-    done = I.new_incident("n2", EVAC)
-    I.set_status(done, "completed")
-    I.cancel([done], done.uuid)
+        incidents.cancel(incs, "nope")
+    done = incidents.new_incident("n2", EVAC)
+    incidents.set_status(done, "completed")
+    incidents.cancel([done], done.uuid)
     assert done.repair_status == "completed"
 
 
 def test_forget_rules() -> None:
     incs: list = []
-    (c,) = I.observe(incs, {"n1": EVAC})
-    (d,) = I.observe(incs, {"n2": EVAC})
-    (f,) = I.observe(incs, {"n3": EVAC})
-    (a,) = I.observe(incs, {"n4": EVAC})
-    I.set_status(c, "canceled")
-    I.set_status(d, "completed")
-    I.set_status(f, "failed")
-    f.tag = I.failed_tag(f.uuid)
+    (c,) = incidents.observe(incs, {"n1": EVAC})
+    (d,) = incidents.observe(incs, {"n2": EVAC})
+    (f,) = incidents.observe(incs, {"n3": EVAC})
+    (a,) = incidents.observe(incs, {"n4": EVAC})
+    incidents.set_status(c, "canceled")
+    incidents.set_status(d, "completed")
+    incidents.set_status(f, "failed")
+    f.tag = incidents.failed_tag(f.uuid)
     f.jobs = [7]
     observed = {"n1": EVAC, "n2": EVAC, "n3": EVAC, "n4": EVAC}
     tags = {"n1": [], "n2": [d.tag], "n3": [], "n4": []}
     # canceled observed: kept; completed tagged: kept; failed but tag job busy: kept
-    assert I.forget(incs, observed, tags, busy_jobs=[7]) == []
+    assert incidents.forget(incs, observed, tags, busy_jobs=[7]) == []
     # the failed one's tag job ended, tag absent -> forgotten at once although observed
-    assert I.forget(incs, observed, tags) == [f]
+    assert incidents.forget(incs, observed, tags) == [f]
     # tag removed but still observed: completed kept
     tags["n2"] = []
-    assert I.forget(incs, observed, tags) == []
+    assert incidents.forget(incs, observed, tags) == []
     # no longer observed -> canceled and completed forgotten; active never
-    assert I.forget(incs, {"n4": EVAC}, tags) == [c, d]
-    assert I.forget(incs, {}, {}) == [] and incs == [a]
+    assert incidents.forget(incs, {"n4": EVAC}, tags) == [c, d]
+    assert incidents.forget(incs, {}, {}) == [] and incs == [a]
 
 
 def test_forget_finalized_on_gone_node() -> None:
-    inc = I.new_incident("gone", EVAC)
-    I.set_status(inc, "completed")
+    inc = incidents.new_incident("gone", EVAC)
+    incidents.set_status(inc, "completed")
     incs = [inc]
-    assert I.forget(incs, {"gone": EVAC}, {}) == [inc]
+    assert incidents.forget(incs, {"gone": EVAC}, {}) == [inc]

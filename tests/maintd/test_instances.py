@@ -10,11 +10,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from herder.core import model as M
-from herder.core import notification as N
-from herder.core.jobs import reason as R
-from herder.maintd import incidents as I
-from herder.maintd import instances as IN
+from herder.core import model, notification
+from herder.core.jobs import reason
+from herder.maintd import incidents as incident_lifecycle
+from herder.maintd import instances as instance_incidents
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Job, Node, Plan
 from herder.maintd.state import FileState, MaintState
@@ -35,15 +34,17 @@ def inst(name: str = "a", uuid: str = U_A, pnode: str = "node2", **kw) -> Instan
 
 
 def note(detail: str = "STOPPED_FAILED", event: str = "LIFECYCLE", host: str = "node2",
-         uuid: str = U_A, when: str = "2027-01-15T08:00:00.000001") -> N.Notification:
-    return N.Notification("VM", host, when, {"event": event, "instance_uuid": uuid,
-                                             "vir_domain_event": detail})
+         uuid: str = U_A, when: str = "2027-01-15T08:00:00.000001") -> notification.Notification:
+    return notification.Notification("VM", host, when, {"event": event, "instance_uuid": uuid,
+                                                        "vir_domain_event": detail})
 
 
-def decide(n: N.Notification, instances=None, incidents=(), nodes=NODES, **kw) -> IN.Verdict:
-    kind = N.failure_kind(n)
-    return IN.decide(n, kind, nodes, instances if instances is not None else [inst()],
-                     list(incidents), now=NOW, **kw)
+def decide(n: notification.Notification, instances=None, incidents=(), nodes=NODES,
+           **kw) -> instance_incidents.Verdict:
+    kind = notification.failure_kind(n)
+    return instance_incidents.decide(n, kind, nodes,
+                                     instances if instances is not None else [inst()],
+                                     list(incidents), now=NOW, **kw)
 
 
 # --- the decision table -------------------------------------------------------------------------
@@ -51,7 +52,7 @@ def decide(n: N.Notification, instances=None, incidents=(), nodes=NODES, **kw) -
 
 def test_crash_restarts_in_place() -> None:
     v = decide(note())
-    assert v.status == "new" and v.kind == N.CRASH
+    assert v.status == "new" and v.kind == notification.CRASH
     inc = v.incident
     assert inc is not None and inc.action == "restart" and inc.instance == U_A
     assert inc.node == "u2" and inc.repair_status == "noted" and inc.ctime == NOW
@@ -61,7 +62,7 @@ def test_crash_restarts_in_place() -> None:
 
 def test_io_error_drains_and_relocates() -> None:
     v = decide(note("IO_ERROR_REPORT", "IO_ERROR"))
-    assert v.kind == N.IO_ERROR and v.incident is not None
+    assert v.kind == notification.IO_ERROR and v.incident is not None
     assert v.incident.action == "drain-relocate"
 
 
@@ -82,12 +83,12 @@ def test_second_failure_within_the_window_relocates() -> None:
 @pytest.mark.parametrize("change", ["drained", "offline", "incident", "diagnose"])
 def test_unhealthy_node_relocates(change: str) -> None:
     nodes = list(NODES)
-    incidents: list[M.Incident] = []
+    incidents: list[model.Incident] = []
     diagnoses = {}
     if change in ("drained", "offline"):
         nodes[1] = dataclasses.replace(nodes[1], **{change: True})
     elif change == "incident":
-        incidents.append(I.new_incident("u2", {"status": "evacuate"}, NOW - 5))
+        incidents.append(incident_lifecycle.new_incident("u2", {"status": "evacuate"}, NOW - 5))
     else:
         diagnoses["u2"] = {"status": "live-repair", "command": "x"}
     v = decide(note(), incidents=incidents, nodes=nodes, diagnoses=diagnoses)
@@ -97,7 +98,7 @@ def test_unhealthy_node_relocates(change: str) -> None:
 
 def test_stop_of_an_admin_up_instance_without_an_order_restarts() -> None:
     v = decide(note("STOPPED_DESTROYED"))
-    assert v.kind == N.STOP and v.incident is not None and v.incident.action == "restart"
+    assert v.kind == notification.STOP and v.incident is not None and v.incident.action == "restart"
 
 
 @pytest.mark.parametrize("case, why", [
@@ -105,7 +106,7 @@ def test_stop_of_an_admin_up_instance_without_an_order_restarts() -> None:
     ("unknown", "no instance has the UUID"),
     ("admin-down", "administratively down"),
     ("moved", "primary node is node3"),
-    ("optout", IN.OPTOUT_TAG),
+    ("optout", instance_incidents.OPTOUT_TAG),
     ("running-job", "job 7 stopping or moving a is running"),
     ("node-job", "job 5 stopping or moving a is running"),
     ("recent-job", "job 8 stopping a ended 10s ago"),
@@ -114,8 +115,8 @@ def test_stop_of_an_admin_up_instance_without_an_order_restarts() -> None:
 def test_ignored(case: str, why: str) -> None:
     n = note("STOPPED_SHUTDOWN")
     instances = [inst()]
-    incidents: list[M.Incident] = []
-    jobs: list[IN.JobInfo] = []
+    incidents: list[model.Incident] = []
+    jobs: list[instance_incidents.JobInfo] = []
     if case == "not-a-failure":
         n = note("STARTED_BOOTED", "LIFECYCLE")
     elif case == "unknown":
@@ -125,14 +126,15 @@ def test_ignored(case: str, why: str) -> None:
     elif case == "moved":
         instances = [inst(pnode="node3")]
     elif case == "optout":
-        instances = [inst(tags=("x", IN.OPTOUT_TAG))]
+        instances = [inst(tags=("x", instance_incidents.OPTOUT_TAG))]
     elif case == "running-job":
-        jobs = [IN.JobInfo(6, "running", None, frozenset({"b"})),
-                IN.JobInfo(7, "running", None, frozenset({"a"}))]
+        jobs = [instance_incidents.JobInfo(6, "running", None, frozenset({"b"})),
+                instance_incidents.JobInfo(7, "running", None, frozenset({"a"}))]
     elif case == "node-job":
-        jobs = [IN.JobInfo(5, "running", None, nodes=frozenset({"node2"}))]
+        jobs = [instance_incidents.JobInfo(5, "running", None, nodes=frozenset({"node2"}))]
     elif case == "recent-job":
-        jobs = [IN.JobInfo(8, "success", NOW - 10, frozenset({"a"}), frozenset({"a"}))]
+        jobs = [instance_incidents.JobInfo(8, "success", NOW - 10, frozenset({"a"}),
+                                           frozenset({"a"}))]
     elif case == "collapse":
         first = decide(note(when="2027-01-15T07:59:00.000001")).incident
         assert first is not None
@@ -143,49 +145,52 @@ def test_ignored(case: str, why: str) -> None:
 
 
 def test_an_ordered_job_long_ago_or_a_crash_during_a_job_is_a_failure() -> None:
-    old = [IN.JobInfo(8, "success", NOW - 31, frozenset({"a"}), frozenset({"a"}))]
+    old = [instance_incidents.JobInfo(8, "success", NOW - 31, frozenset({"a"}), frozenset({"a"}))]
     assert decide(note("STOPPED_SHUTDOWN"), jobs=old).status == "new"
     # a job that created or started it, or a finished migration, is no order to stop
-    recent = [IN.JobInfo.from_ops(9, "success", NOW - 1, [
+    recent = [instance_incidents.JobInfo.from_ops(9, "success", NOW - 1, [
         {"OP_ID": "OP_INSTANCE_CREATE", "instance_name": "a"},
         {"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "a"},
         {"OP_ID": "OP_INSTANCE_MIGRATE", "instance_name": "a"}])]
     assert decide(note("STOPPED_DESTROYED"), jobs=recent).status == "new"
-    running = [IN.JobInfo(7, "running", None, frozenset({"a"}))]
+    running = [instance_incidents.JobInfo(7, "running", None, frozenset({"a"}))]
     assert decide(note("STOPPED_FAILED"), jobs=running).status == "new"  # crash, not stop
 
 
 def test_job_info_from_rapi() -> None:
-    j = IN.JobInfo.from_rapi({"id": 3, "status": "success", "end_ts": [100, 500000],
-                              "ops": [{"OP_ID": "OP_INSTANCE_SHUTDOWN", "instance_name": "a"},
-                                      {"OP_ID": "OP_TEST_DELAY"}]})
-    assert j == IN.JobInfo(3, "success", 100.5, frozenset({"a"}), frozenset({"a"}))
-    m = IN.JobInfo.from_rapi({"id": 5, "status": "running", "ops": [
+    j = instance_incidents.JobInfo.from_rapi({
+        "id": 3, "status": "success", "end_ts": [100, 500000],
+        "ops": [{"OP_ID": "OP_INSTANCE_SHUTDOWN", "instance_name": "a"},
+                {"OP_ID": "OP_TEST_DELAY"}]})
+    assert j == instance_incidents.JobInfo(3, "success", 100.5, frozenset({"a"}), frozenset({"a"}))
+    m = instance_incidents.JobInfo.from_rapi({"id": 5, "status": "running", "ops": [
         {"OP_ID": "OP_INSTANCE_MIGRATE", "instance_name": "b"},
         {"OP_ID": "OP_NODE_EVACUATE", "node_name": "node2"}]})
     assert (m.instances, m.lingering, m.nodes) == ({"b"}, frozenset(), {"node2"})
-    assert IN.JobInfo.from_rapi({"id": 4, "status": "running", "end_ts": None}).end is None
+    unended = instance_incidents.JobInfo.from_rapi({"id": 4, "status": "running", "end_ts": None})
+    assert unended.end is None
 
 
 # --- planning -------------------------------------------------------------------------------------
 
 
-def incident(action: str, node: str = "u2", uuid: str = U_A, **kw) -> M.Incident:
+def incident(action: str, node: str = "u2", uuid: str = U_A, **kw) -> model.Incident:
     n = note()
-    return M.Incident(uuid=f"ev-{action}", node=node, instance=uuid, action=action,
-                      original=IN.original_of(n, "crash", "nu"), ctime=NOW, mtime=NOW, **kw)
+    return model.Incident(uuid=f"ev-{action}", node=node, instance=uuid, action=action,
+                          original=instance_incidents.original_of(n, "crash", "nu"), ctime=NOW,
+                          mtime=NOW, **kw)
 
 
 def check_reasons(op: dict, event: str) -> None:
     (instmon, maintd) = op["reason"]
-    assert instmon[0] == R.INSTMON
+    assert instmon[0] == reason.INSTMON
     assert instmon[1] == "LIFECYCLE/STOPPED_FAILED on node2 at 2027-01-15T08:00:00.000001"
     assert isinstance(instmon[2], int) and isinstance(maintd[2], int)
-    assert maintd[0] == R.MAINTD and maintd[1] == event
+    assert maintd[0] == reason.MAINTD and maintd[1] == event
 
 
 def test_plan_restart() -> None:
-    res = IN.plan_instances(NODES, [inst()], [incident("restart")], Plan())
+    res = instance_incidents.plan_instances(NODES, [inst()], [incident("restart")], Plan())
     (job,) = res.jobs
     assert job.step == "restart" and job.final and job.instances == {"a"}
     (op,) = job.ops
@@ -195,16 +200,17 @@ def test_plan_restart() -> None:
 
 
 def test_instmon_reason_is_stamped_with_the_generated_time() -> None:
-    entry = IN.instmon_reason(IN.original_of(note(), "crash", "x"))
-    import datetime as dt
-    expected = dt.datetime(2027, 1, 15, 8, 0, 0, 1, tzinfo=dt.UTC).timestamp()
+    entry = instance_incidents.instmon_reason(instance_incidents.original_of(note(), "crash", "x"))
+    import datetime
+    expected = datetime.datetime(2027, 1, 15, 8, 0, 0, 1, tzinfo=datetime.UTC).timestamp()
     assert entry[2] == round(expected * 1e6) * 1000
 
 
 @pytest.mark.parametrize("template", ["sharedfile", "rbd", "diskless", "blockdev", "ext"])
 def test_plan_relocate_shared_asks_the_allocator(template: str) -> None:
-    res = IN.plan_instances(NODES, [inst(disk_template=template)], [incident("relocate")],
-                            Plan())
+    res = instance_incidents.plan_instances(NODES, [inst(disk_template=template)],
+                                            [incident("relocate")],
+                                            Plan())
     (job,) = res.jobs
     (op,) = job.ops
     assert op["OP_ID"] == "OP_INSTANCE_FAILOVER" and op["iallocator"] == "herder"
@@ -213,8 +219,8 @@ def test_plan_relocate_shared_asks_the_allocator(template: str) -> None:
 
 
 def test_plan_relocate_drbd_to_its_secondary() -> None:
-    res = IN.plan_instances(NODES, [inst(disk_template="drbd", snodes=("node3",))],
-                            [incident("relocate")], Plan())
+    res = instance_incidents.plan_instances(NODES, [inst(disk_template="drbd", snodes=("node3",))],
+                                            [incident("relocate")], Plan())
     (op,) = res.jobs[0].ops
     assert op["OP_ID"] == "OP_INSTANCE_FAILOVER" and "iallocator" not in op
     assert "target_node" not in op and op["ignore_consistency"] is True
@@ -223,15 +229,16 @@ def test_plan_relocate_drbd_to_its_secondary() -> None:
 
 @pytest.mark.parametrize("template", ["plain", "file"])
 def test_plan_relocate_of_an_unmovable_template_restarts_in_place(template: str) -> None:
-    res = IN.plan_instances(NODES, [inst(disk_template=template)], [incident("relocate")],
-                            Plan())
+    res = instance_incidents.plan_instances(NODES, [inst(disk_template=template)],
+                                            [incident("relocate")],
+                                            Plan())
     (op,) = res.jobs[0].ops
     assert op["OP_ID"] == "OP_INSTANCE_STARTUP"
     assert any("cannot move" in n for n in res.notes)
 
 
 def test_plan_drain_relocate_is_one_job() -> None:
-    res = IN.plan_instances(NODES, [inst()], [incident("drain-relocate")], Plan())
+    res = instance_incidents.plan_instances(NODES, [inst()], [incident("drain-relocate")], Plan())
     (job,) = res.jobs
     drain, failover = job.ops
     assert drain["OP_ID"] == "OP_NODE_SET_PARAMS" and drain["node_name"] == "node2"
@@ -241,46 +248,50 @@ def test_plan_drain_relocate_is_one_job() -> None:
         check_reasons(op, "ev-drain-relocate")
     # the node already drained: only the failover
     nodes = [dataclasses.replace(n, drained=n.name == "node2") for n in NODES]
-    (job,) = IN.plan_instances(nodes, [inst()], [incident("drain-relocate")], Plan()).jobs
+    (job,) = instance_incidents.plan_instances(nodes, [inst()], [incident("drain-relocate")],
+                                               Plan()).jobs
     assert [op["OP_ID"] for op in job.ops] == ["OP_INSTANCE_FAILOVER"]
 
 
 def test_plan_waits_for_the_node_incidents_jobs_and_skips_planned_ones() -> None:
     plan = Plan(jobs=[Job("ev-node", "drain", [], nodes=frozenset({"node2"}))])
-    res = IN.plan_instances(NODES, [inst()], [incident("restart")], plan)
+    res = instance_incidents.plan_instances(NODES, [inst()], [incident("restart")], plan)
     assert res.jobs == [] and "busy" in res.notes[0]
     done = incident("restart", jobs=[5], repair_status="pending")
-    assert IN.plan_instances(NODES, [inst()], [done], Plan()).jobs == []
+    assert instance_incidents.plan_instances(NODES, [inst()], [done], Plan()).jobs == []
 
 
 def test_plan_cancels_when_nothing_is_left_to_do() -> None:
-    res = IN.plan_instances(NODES, [inst(admin_state="down")], [incident("restart")], Plan())
+    res = instance_incidents.plan_instances(NODES, [inst(admin_state="down")],
+                                            [incident("restart")], Plan())
     assert res.jobs == [] and res.canceled == ["ev-restart"]
-    res = IN.plan_instances(NODES, [], [incident("restart")], Plan())
+    res = instance_incidents.plan_instances(NODES, [], [incident("restart")], Plan())
     assert res.canceled == ["ev-restart"]
 
 
 def test_node_incident_logic_ignores_instance_incidents() -> None:
     incs = [incident("relocate"), incident("restart", uuid=U_B)]
-    assert I.leading(incs) == {}
-    assert I.supersede(incs) == []
-    assert I.observe(incs, {"u2": {"status": "Ok"}}) == []
+    assert incident_lifecycle.leading(incs) == {}
+    assert incident_lifecycle.supersede(incs) == []
+    assert incident_lifecycle.observe(incs, {"u2": {"status": "Ok"}}) == []
     incs[0].repair_status = "completed"
-    assert I.forget(incs, {}, {}) == []
+    assert incident_lifecycle.forget(incs, {}, {}) == []
 
 
 def test_forget_keeps_finished_instance_incidents_for_the_window() -> None:
     done = incident("restart", repair_status="completed")
-    failed = incident("relocate", repair_status="failed", tag=I.failed_tag("ev-relocate"))
+    failed = incident("relocate", repair_status="failed",
+                      tag=incident_lifecycle.failed_tag("ev-relocate"))
     active = incident("drain-relocate")
     incs = [done, failed, active]
     tags = {U_A: (failed.tag,)}
-    assert IN.forget(incs, tags, now=NOW + 100) == []
-    assert IN.forget(incs, tags, now=NOW + 700) == [done]  # failed: its tag is still there
-    assert IN.forget(incs, {U_A: ()}, now=NOW + 700) == [failed]
+    assert instance_incidents.forget(incs, tags, now=NOW + 100) == []
+    # failed: its tag is still there
+    assert instance_incidents.forget(incs, tags, now=NOW + 700) == [done]
+    assert instance_incidents.forget(incs, {U_A: ()}, now=NOW + 700) == [failed]
     assert incs == [active]
     gone = incident("restart", repair_status="canceled")
-    assert IN.forget([gone], {}, now=NOW) == [gone]
+    assert instance_incidents.forget([gone], {}, now=NOW) == [gone]
 
 
 # --- the daemon: notification to job, completion, failure, state ----------------------------------
@@ -323,9 +334,10 @@ def test_daemon_restart_then_relocate_then_failure_tags_the_instance(tmp_path: P
         assert second.repair_status == "failed"
         tag_ops = cluster.submitted[-1][1]
         assert tag_ops[0]["OP_ID"] == "OP_TAGS_SET" and tag_ops[0]["kind"] == "instance"
-        assert tag_ops[0]["name"] == "a" and tag_ops[0]["tags"] == [I.failed_tag(second.uuid)]
+        assert tag_ops[0]["name"] == "a"
+        assert tag_ops[0]["tags"] == [incident_lifecycle.failed_tag(second.uuid)]
         cluster.run_all()
-        assert I.failed_tag(second.uuid) in cluster.instance_tags("a")
+        assert incident_lifecycle.failed_tag(second.uuid) in cluster.instance_tags("a")
         assert not any(t.startswith("maintd:") for n in cluster.nodes() for t in n.tags)
 
     asyncio.run(go())
@@ -355,10 +367,10 @@ def test_daemon_drain_relocate_and_the_watcher_skips_recovering(tmp_path: Path) 
 
 
 def test_watcher_skips_instances_with_an_active_instance_incident() -> None:
-    from herder.maintd import watcher as W
+    from herder.maintd import watcher
 
-    res = W.plan_watcher(NODES, [inst(), inst("b", U_B)], Plan(), {"a": "down", "b": "down"},
-                         {}, now=NOW, skip={"a"})
+    res = watcher.plan_watcher(NODES, [inst(), inst("b", U_B)], Plan(), {"a": "down", "b": "down"},
+                               {}, now=NOW, skip={"a"})
     assert [j.instances for j in res.jobs] == [frozenset({"b"})]
 
 
@@ -380,15 +392,15 @@ def test_daemon_ignores_ordered_stops(tmp_path: Path) -> None:
 
 
 def test_state_round_trip_with_instance_incidents(tmp_path: Path) -> None:
-    node_inc = I.new_incident("u3", {"status": "evacuate"}, NOW)
+    node_inc = incident_lifecycle.new_incident("u3", {"status": "evacuate"}, NOW)
     st = MaintState(incidents=[incident("relocate"), node_inc])
     FileState(tmp_path / "s.json").save(st)
     loaded = FileState(tmp_path / "s.json").load()
     assert loaded.incidents == st.incidents
     assert loaded.incidents[0].instance == U_A and loaded.incidents[1].instance is None
     # what masterd's PUT /2/herder/maintenance/state validates
-    maint = msgspec.convert({"incidents": M.to_builtins(st.incidents)}, M.Maintenance)
+    maint = msgspec.convert({"incidents": model.to_builtins(st.incidents)}, model.Maintenance)
     assert maint.incidents == st.incidents
     with pytest.raises(msgspec.ValidationError):
-        msgspec.convert({"incidents": [{**M.to_builtins(st.incidents[0]), "action": "x"}]},
-                        M.Maintenance)
+        msgspec.convert({"incidents": [{**model.to_builtins(st.incidents[0]), "action": "x"}]},
+                        model.Maintenance)

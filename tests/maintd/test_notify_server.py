@@ -18,7 +18,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from herder.core import notification as N
+from herder.core import notification
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
@@ -29,7 +29,7 @@ from .fakes import FakeCluster, FakeSource
 
 KEY = b"k" * 32
 U_A = "11111111-1111-4111-8111-111111111111"
-GOOD = N.vm_notification("node2", U_A, "LIFECYCLE", "STOPPED_FAILED").to_body()
+GOOD = notification.vm_notification("node2", U_A, "LIFECYCLE", "STOPPED_FAILED").to_body()
 
 
 @dataclass
@@ -64,7 +64,7 @@ async def serve(tmp_path: Path, insecure: bool = False,
 
 
 def headers(key: bytes = KEY) -> dict[str, str]:
-    return {N.TOKEN_HEADER: N.token_for(key)}
+    return {notification.TOKEN_HEADER: notification.token_for(key)}
 
 
 BAD_BODIES: list[Any] = [
@@ -96,7 +96,7 @@ def test_https_route_answers_like_masakari(tmp_path: Path) -> None:
                 assert r.status_code == 400, (body, r.text)
                 assert r.json()["error"] == "bad request" and r.json()["message"]
             r = await c.post("/1/notifications", json=GOOD)
-            assert r.status_code == 401 and N.TOKEN_HEADER in r.json()["message"]
+            assert r.status_code == 401 and notification.TOKEN_HEADER in r.json()["message"]
             r = await c.post("/1/notifications", json=GOOD, headers=headers(b"x" * 32))
             assert r.status_code == 401 and "wrong" in r.json()["message"]
             r = await c.post("/1/notifications", json=GOOD, headers=headers())
@@ -108,7 +108,8 @@ def test_https_route_answers_like_masakari(tmp_path: Path) -> None:
             r = await c.post("/1/notifications", json=GOOD, headers=headers())
             assert r.status_code == 409
             assert r.json() == {"error": "conflict", "message": "duplicate notification"}
-            started = N.vm_notification("node2", U_A, "LIFECYCLE", "STARTED_BOOTED").to_body()
+            started = notification.vm_notification("node2", U_A, "LIFECYCLE",
+                                                   "STARTED_BOOTED").to_body()
             r = await c.post("/1/notifications", json=started, headers=headers())
             assert r.status_code == 202 and r.json()["notification"]["status"] == "ignored"
             listed = (await c.get("/1/notifications")).json()
@@ -159,7 +160,7 @@ def test_instmon_style_sender_verifying_the_cluster_certificate(tmp_path: Path) 
             ctx = ssl.create_default_context(cafile=str(tmp_path / "server.pem"))
             ctx.check_hostname = False
             async with httpx.AsyncClient(base_url=ep.https, verify=ctx) as c:
-                r = await c.post("/1/notifications", content=N.parse(GOOD).to_json(),
+                r = await c.post("/1/notifications", content=notification.parse(GOOD).to_json(),
                                  headers={**headers(), "Content-Type": "application/json"})
                 assert r.status_code == 202
 

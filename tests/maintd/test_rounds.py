@@ -6,8 +6,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herder.core.jobs import reason as R
-from herder.maintd import incidents as I
+from herder.core.jobs import reason
+from herder.maintd import incidents
 from herder.maintd.rounds import Instance, Job, Node, Plan, plan_round
 
 EVAC = {"status": "evacuate", "command": "", "details": {}}
@@ -20,7 +20,7 @@ def cluster(n: int = 4) -> list[Node]:
 
 
 def incident(node: str, data: dict, when: float = 1.0):
-    return I.new_incident(node, data, when=when)
+    return incidents.new_incident(node, data, when=when)
 
 
 def replace(nodes: list[Node], name: str, **kw) -> list[Node]:
@@ -48,7 +48,7 @@ def check_no_conflicts(plan: Plan) -> None:
 
 
 def reasons_ok(job: Job) -> bool:
-    return all(any(r[0] == R.MAINTD and r[1] == job.event for r in op["reason"])
+    return all(any(r[0] == reason.MAINTD and r[1] == job.event for r in op["reason"])
                for op in job.ops)
 
 
@@ -132,8 +132,8 @@ def test_live_repair_without_command_fails() -> None:
 
 def test_finalized_and_canceled_ignored() -> None:
     a, b = incident("u2", EVAC), incident("u3", EVAC)
-    I.set_status(a, "canceled")
-    I.set_status(b, "failed")
+    incidents.set_status(a, "canceled")
+    incidents.set_status(b, "failed")
     assert plan_round(cluster(), [], [a, b]).jobs == []
 
 

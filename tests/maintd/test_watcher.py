@@ -5,8 +5,8 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from herder.core.jobs import reason as R
-from herder.maintd import watcher as W
+from herder.core.jobs import reason
+from herder.maintd import watcher
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Job, Node, Plan
 from herder.maintd.state import FileState
@@ -27,12 +27,12 @@ def uuids():
     return lambda: f"ev{next(counter)}"
 
 
-def plan(insts, states=None, restarts=None, ns=None, p=None, **kw) -> W.WatcherResult:
-    return W.plan_watcher(ns or nodes(), insts, p or Plan(), states or {}, restarts or {},
-                          now=10_000.0, new_uuid=uuids(), **kw)
+def plan(insts, states=None, restarts=None, ns=None, p=None, **kw) -> watcher.WatcherResult:
+    return watcher.plan_watcher(ns or nodes(), insts, p or Plan(), states or {}, restarts or {},
+                                now=10_000.0, new_uuid=uuids(), **kw)
 
 
-def ids(res: W.WatcherResult) -> list[tuple[str, str]]:
+def ids(res: watcher.WatcherResult) -> list[tuple[str, str]]:
     return [(j.ops[0]["OP_ID"], j.ops[0]["instance_name"]) for j in res.jobs]
 
 
@@ -45,7 +45,7 @@ def test_activate_disks_of_running_instances_only() -> None:
     assert ids(res) == [("OP_INSTANCE_ACTIVATE_DISKS", "a")]
     job = res.jobs[0]
     assert job.step == "activate-disks" and job.nodes == {"node2"}
-    assert job.ops[0]["reason"][-1][:2] == [R.MAINTD, "ev0"]
+    assert job.ops[0]["reason"][-1][:2] == [reason.MAINTD, "ev0"]
 
 
 def test_restart_down_instances_of_admin_up() -> None:
@@ -104,13 +104,13 @@ def test_states_of_uses_the_primarys_report() -> None:
                                          {"name": "b", "actual_state": "paused"}]}},
         "node4": {"data": {"error": "x"}},
     }
-    assert W.states_of(reports, insts) == {"a": "down", "b": "paused"}
+    assert watcher.states_of(reports, insts) == {"a": "down", "b": "paused"}
 
 
 def test_only_live_nodes_report_instance_states() -> None:
     nodes = [Node("n1", "u1"), Node("n2", "u2", offline=True), Node("n3", "u3", drained=True),
              Node("n4", "u4", vm_capable=False)]
-    assert [n.name for n in W.live_nodes(nodes)] == ["n1"]
+    assert [n.name for n in watcher.live_nodes(nodes)] == ["n1"]
 
 
 # --- the daemon --------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_daemon_activates_disks_then_restarts(tmp_path: Path) -> None:
     assert cluster.actual == {"a": "up", "b": "up"}
     assert d.restarts.keys() == {"a", "b"} and d.state.jobs == []
     for _, ops in cluster.submitted:
-        assert ops[0]["reason"][-1][0] == R.MAINTD
+        assert ops[0]["reason"][-1][0] == reason.MAINTD
 
 
 def test_daemon_crash_loop_stops_after_the_budget(tmp_path: Path) -> None:

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from herder.cli.main import main
-from herder.core import confd as C
-from herder.core import model as M
+from herder.core import confd, model
 from herder.core.ganeti_import import import_ganeti_file
 from herder.core.store import FileStore
 from herder.mond.agent import Agent
@@ -74,10 +73,10 @@ def free_udp_port() -> int:
 # --- herder's own confd -----------------------------------------------------------------------
 
 
-def herder_config() -> M.ConfigData:
+def herder_config() -> model.ConfigData:
     config = build_config()
-    config.cluster.data_collectors["drbd"] = M.CollectorSettings(interval=2.0)
-    config.cluster.data_collectors["lv"] = M.CollectorSettings(active=False, interval=30.0)
+    config.cluster.data_collectors["drbd"] = model.CollectorSettings(interval=2.0)
+    config.cluster.data_collectors["lv"] = model.CollectorSettings(active=False, interval=30.0)
     return config
 
 
@@ -138,8 +137,8 @@ def test_agent_schedules_from_confd(herder_confd: tuple[str, Path, Path],
         # the cluster changes its settings: seen at the next look (the answer is refreshed in
         # the background, so the scheduler never waits on confd)
         with FileStore(path).update() as config:
-            config.cluster.data_collectors["drbd"] = M.CollectorSettings(active=False)
-            config.cluster.data_collectors["lv"] = M.CollectorSettings(interval=3.0)
+            config.cluster.data_collectors["drbd"] = model.CollectorSettings(active=False)
+            config.cluster.data_collectors["lv"] = model.CollectorSettings(interval=3.0)
         deadline = time.monotonic() + 10
         now = 0.0
         while time.monotonic() < deadline and set(agent.units) != {"lv", "node-os"}:
@@ -236,7 +235,7 @@ class FakeClient:
 
     def data_collectors(self) -> dict[str, tuple[bool, float]]:
         if self.fail:
-            raise C.ConfdTimeoutError("no confd answer")
+            raise confd.ConfdTimeoutError("no confd answer")
         return dict(self.answer)
 
 
@@ -263,11 +262,11 @@ def test_cache_ttl_and_background_refresh() -> None:
     # failures are cached for a short while only, then asked again
     client.fail = True
     now[0] += 20
-    with pytest.raises(C.ConfdError, match="no confd answer"):
+    with pytest.raises(confd.ConfdError, match="no confd answer"):
         source.data_collectors()
     client.fail = False
     now[0] += 4
-    with pytest.raises(C.ConfdError):
+    with pytest.raises(confd.ConfdError):
         source.data_collectors()
     now[0] += 2
     assert source.data_collectors()["drbd"] == (True, 9.0)

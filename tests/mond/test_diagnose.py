@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import envelope
-from herder.core import model as M
+from herder.core import envelope, model
 from herder.mond.collector import CollectContext, MondSettings
-from herder.mond.collectors import diagnose as D
+from herder.mond.collectors import diagnose
 from herder.mond.runner import collect_once, render
 
 KEY = b"0123456789abcdef0123456789abcdef01234567\n"
@@ -26,7 +25,7 @@ def whitelist(tmp_path: Path) -> Path:
     return directory
 
 
-def make_ctx(whitelist: Path, command: str, config: M.ConfigData, key: bytes | None = KEY,
+def make_ctx(whitelist: Path, command: str, config: model.ConfigData, key: bytes | None = KEY,
              timeout: float = 5.0) -> CollectContext:
     config.maintenance.diagnose_command = command
     return CollectContext(
@@ -44,18 +43,18 @@ def script(directory: Path, name: str, body: str, mode: int = 0o755) -> Path:
 
 
 def run(ctx: CollectContext) -> dict:
-    collector = D.DiagnoseCollector(ctx)
+    collector = diagnose.DiagnoseCollector(ctx)
     return render(collector, collect_once(collector), verbose=False)
 
 
-def test_builtin_all_is_well(whitelist: Path, config: M.ConfigData) -> None:
+def test_builtin_all_is_well(whitelist: Path, config: model.ConfigData) -> None:
     rep = run(make_ctx(whitelist, "", config))
     assert (rep["name"], rep["category"], rep["kind"]) == ("diagnose", "node", 1)
     assert rep["data"] == {"status": "Ok", "command": "", "details": {}}
 
 
 @needs_root
-def test_script_output_is_reported_verbatim(whitelist: Path, config: M.ConfigData) -> None:
+def test_script_output_is_reported_verbatim(whitelist: Path, config: model.ConfigData) -> None:
     out = {"status": "evacuate", "command": "", "details": {"disk": "sdb", "smart": [5, 197]}}
     script(whitelist, "check-disks", f"echo '{json.dumps(out)}'")
     rep = run(make_ctx(whitelist, "check-disks", config))
@@ -78,7 +77,7 @@ def test_script_output_is_reported_verbatim(whitelist: Path, config: M.ConfigDat
      "'panic' is not one of Ok, live-repair"),
     (lambda d: script(d, "fails", "echo broken >&2; exit 2"), "fails", "exit code 2: broken"),
 ])
-def test_refusals_and_garbage_fall_back_to_ok(whitelist: Path, config: M.ConfigData, setup,
+def test_refusals_and_garbage_fall_back_to_ok(whitelist: Path, config: model.ConfigData, setup,
                                               name: str, reason: str) -> None:
     setup(whitelist)
     data = run(make_ctx(whitelist, name, config))["data"]
@@ -87,7 +86,7 @@ def test_refusals_and_garbage_fall_back_to_ok(whitelist: Path, config: M.ConfigD
 
 
 @needs_root
-def test_wrong_owner_is_refused(whitelist: Path, config: M.ConfigData) -> None:
+def test_wrong_owner_is_refused(whitelist: Path, config: model.ConfigData) -> None:
     path = script(whitelist, "notroot", "echo '{\"status\": \"evacuate\"}'")
     os.chown(path, 65534, 65534)
     data = run(make_ctx(whitelist, "notroot", config))["data"]
@@ -96,7 +95,7 @@ def test_wrong_owner_is_refused(whitelist: Path, config: M.ConfigData) -> None:
 
 
 @needs_root
-def test_slow_script_times_out(whitelist: Path, config: M.ConfigData) -> None:
+def test_slow_script_times_out(whitelist: Path, config: model.ConfigData) -> None:
     script(whitelist, "slow", "sleep 10; echo '{\"status\": \"evacuate\"}'")
     started = time.monotonic()
     data = run(make_ctx(whitelist, "slow", config, timeout=0.5))["data"]
@@ -105,28 +104,29 @@ def test_slow_script_times_out(whitelist: Path, config: M.ConfigData) -> None:
 
 
 @needs_root
-def test_script_gets_no_arguments_and_empty_stdin(whitelist: Path, config: M.ConfigData) -> None:
+def test_script_gets_no_arguments_and_empty_stdin(whitelist: Path,
+                                                  config: model.ConfigData) -> None:
     script(whitelist, "args", 'n=$#; in=$(cat); echo "{\\"status\\": \\"Ok\\", '
                               '\\"details\\": {\\"argc\\": $n, \\"stdin\\": \\"$in\\"}}"')
     data = run(make_ctx(whitelist, "args", config))["data"]
     assert data["details"] == {"argc": 0, "stdin": ""}
 
 
-def test_signature_verifies_and_detects_forgery(whitelist: Path, config: M.ConfigData) -> None:
+def test_signature_verifies_and_detects_forgery(whitelist: Path, config: model.ConfigData) -> None:
     rep = run(make_ctx(whitelist, "", config))
     sig = rep["signature"]
     assert sig["timestamp"] == rep["timestamp"]
     assert sig["hmac"] == envelope.compute_hmac(KEY, str(rep["timestamp"]),
                                                 envelope.dumps(rep["data"]))
-    assert D.verify_signature(KEY, rep)
-    assert not D.verify_signature(b"other key\n", rep)
+    assert diagnose.verify_signature(KEY, rep)
+    assert not diagnose.verify_signature(b"other key\n", rep)
     forged = {**rep, "data": {"status": "evacuate", "command": "", "details": {}}}
-    assert not D.verify_signature(KEY, forged)
+    assert not diagnose.verify_signature(KEY, forged)
     replayed = {**rep, "timestamp": rep["timestamp"] + 10**9}  # fresh time, old signature
-    assert not D.verify_signature(KEY, replayed)
+    assert not diagnose.verify_signature(KEY, replayed)
     wire = json.loads(json.dumps(rep))  # survives a trip through any JSON library
-    assert D.verify_signature(KEY, wire)
+    assert diagnose.verify_signature(KEY, wire)
 
 
-def test_no_key_no_signature(whitelist: Path, config: M.ConfigData) -> None:
+def test_no_key_no_signature(whitelist: Path, config: model.ConfigData) -> None:
     assert run(make_ctx(whitelist, "", config, key=None))["signature"] is None

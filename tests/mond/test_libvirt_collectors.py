@@ -19,13 +19,11 @@ import pytest
 
 libvirt = pytest.importorskip("libvirt")
 
-from herder.core import model as M  # noqa: E402
+from herder.core import model  # noqa: E402
 from herder.core.store import FileStore  # noqa: E402
-from herder.mond import libvirt_conn as LC  # noqa: E402
-from herder.mond import registry  # noqa: E402
+from herder.mond import libvirt_conn, registry  # noqa: E402
 from herder.mond.collector import CollectContext, MondSettings  # noqa: E402
-from herder.mond.collectors import hypervisor as HV  # noqa: E402
-from herder.mond.collectors import inst_status as IS  # noqa: E402
+from herder.mond.collectors import hypervisor, inst_status  # noqa: E402
 from herder.mond.context import make_context  # noqa: E402
 from herder.mond.runner import collect_once, render  # noqa: E402
 from tests.conftest import build_config  # noqa: E402
@@ -117,20 +115,20 @@ def domains() -> Iterator[Domains]:
 
 
 def make_config(*instances: tuple[str, str, int], uuids: dict[str, str] | None = None
-                ) -> M.ConfigData:
+                ) -> model.ConfigData:
     """build_config's nodes with the given (name, admin_state, primary node index) instances."""
     config = build_config(drbd_instances=0, plain_instances=0)
     nodes = sorted(config.nodes.values(), key=lambda n: n.name)
     for name, admin, primary in instances:
-        inst = M.Instance(
-            uuid=(uuids or {}).get(name) or M.new_uuid(), name=name,
+        inst = model.Instance(
+            uuid=(uuids or {}).get(name) or model.new_uuid(), name=name,
             primary_node=nodes[primary].uuid, os="debootstrap", hypervisor="kvm",
             admin_state=admin, ctime=1_700_000_000.0, mtime=1_700_000_100.0)  # type: ignore[arg-type]
         config.instances[inst.uuid] = inst
     return config
 
 
-def make_ctx(config: M.ConfigData | None, *, uri: str = TEST_URI, clock: Clock | None = None,
+def make_ctx(config: model.ConfigData | None, *, uri: str = TEST_URI, clock: Clock | None = None,
              run_dir: Path | None = None) -> CollectContext:
     return CollectContext(
         node_name=NODE,
@@ -167,7 +165,7 @@ def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 ])
 def test_instance_status_table(admin: str | None, actual: str, dstate: str,
                                reason: str | None, code: int) -> None:
-    st = IS.instance_status("vm1", admin, actual, dstate, reason)
+    st = inst_status.instance_status("vm1", admin, actual, dstate, reason)
     assert st["code"] == code
     assert (st["message"] == "") == (code == 0)
     if code:
@@ -175,54 +173,56 @@ def test_instance_status_table(admin: str | None, actual: str, dstate: str,
 
 
 def test_pure_helpers() -> None:
-    assert LC.version_string(9_000_000) == "9.0.0"
-    assert LC.version_string(8_002_017) == "8.2.17"
-    assert LC.state_name(3) == "paused" and LC.reason_name(3, 5) == "ioerror"
-    assert LC.state_name(42) == "state-42" and LC.reason_name(1, 99) == "reason-99"
-    devs = LC.parse_domain_devices(domain_xml("a"))
+    assert libvirt_conn.version_string(9_000_000) == "9.0.0"
+    assert libvirt_conn.version_string(8_002_017) == "8.2.17"
+    assert libvirt_conn.state_name(3) == "paused" and libvirt_conn.reason_name(3, 5) == "ioerror"
+    assert libvirt_conn.state_name(42) == "state-42"
+    assert libvirt_conn.reason_name(1, 99) == "reason-99"
+    devs = libvirt_conn.parse_domain_devices(domain_xml("a"))
     assert devs["disks"] == [{"target": "vda", "device": "disk", "source": "/srv/a.img"}]
     assert devs["nics"] == [{"target": None, "mac": "aa:00:00:00:00:01", "type": "network",
                              "source": "default"}]
-    assert LC.parse_domain_devices("<domain/>") == {"disks": [], "nics": []}
-    with pytest.raises(LC.CollectorError, match="unparsable domain XML"):
-        LC.parse_domain_devices("<domain>")
-    node = HV.node_info(["x86_64", 4096, 8, 2400, 1, 1, 4, 2], 1024 * 1024)
+    assert libvirt_conn.parse_domain_devices("<domain/>") == {"disks": [], "nics": []}
+    with pytest.raises(libvirt_conn.CollectorError, match="unparsable domain XML"):
+        libvirt_conn.parse_domain_devices("<domain>")
+    node = hypervisor.node_info(["x86_64", 4096, 8, 2400, 1, 1, 4, 2], 1024 * 1024)
     assert node["memory_kib"] == 4096 * 1024 and node["memory_free_kib"] == 1024
-    assert HV.node_info([], None)["model"] is None
+    assert hypervisor.node_info([], None)["model"] is None
 
 
 def test_reason_trail_file(tmp_path: Path) -> None:
     good = tmp_path / "good"
     good.write_text('[["gnt:client", "user shutdown", 1700000000000000000]]')
-    assert IS.read_reason_trail(good) == [["gnt:client", "user shutdown", 1700000000000000000]]
+    assert inst_status.read_reason_trail(good) == [["gnt:client", "user shutdown",
+                                                    1700000000000000000]]
     for bad in ('{"a": 1}', '[["x", "y"]]', '[[1, "y", 2]]', "not json", '[["a", "b", true]]'):
         good.write_text(bad)
-        assert IS.read_reason_trail(good) is None
-    assert IS.read_reason_trail(tmp_path / "absent") is None
+        assert inst_status.read_reason_trail(good) is None
+    assert inst_status.read_reason_trail(tmp_path / "absent") is None
 
 
 def test_local_qemu_and_process_start(tmp_path: Path) -> None:
-    assert IS.is_local_qemu("qemu:///system", "QEMU")
-    assert not IS.is_local_qemu("qemu+ssh://host/system", "QEMU")
-    assert not IS.is_local_qemu("test:///default", "TEST")
+    assert inst_status.is_local_qemu("qemu:///system", "QEMU")
+    assert not inst_status.is_local_qemu("qemu+ssh://host/system", "QEMU")
+    assert not inst_status.is_local_qemu("test:///default", "TEST")
     pid_file = tmp_path / "x.pid"
     pid_file.write_text(f"{os.getpid()}\n")
-    assert IS.process_start(pid_file) == psutil.Process().create_time()
+    assert inst_status.process_start(pid_file) == psutil.Process().create_time()
     pid_file.write_text("garbage")
-    assert IS.process_start(pid_file) is None
-    assert IS.process_start(tmp_path / "absent.pid") is None
+    assert inst_status.process_start(pid_file) is None
+    assert inst_status.process_start(tmp_path / "absent.pid") is None
 
 
 def test_tracker_hung_needs_two_collections_and_time() -> None:
-    tracker = IS.InstanceTracker(hung_after=1.0)
-    snap = IS.DomainSnapshot("a", "u", 3, 1, 1, cpu_time=100)
+    tracker = inst_status.InstanceTracker(hung_after=1.0)
+    snap = inst_status.DomainSnapshot("a", "u", 3, 1, 1, cpu_time=100)
     assert tracker.hung("k", snap, 10.0) == (False, 0.0)  # never seen
     tracker.observe("k", snap, "up", "running", 10.0, baseline=None, start_hint=lambda: None)
     assert tracker.hung("k", snap, 10.5)[0] is False  # too soon to tell
     assert tracker.hung("k", snap, 15.0) == (True, 5.0)
-    moved = IS.DomainSnapshot("a", "u", 3, 1, 1, cpu_time=101)
+    moved = inst_status.DomainSnapshot("a", "u", 3, 1, 1, cpu_time=101)
     assert tracker.hung("k", moved, 15.0)[0] is False
-    restarted = IS.DomainSnapshot("a", "u", 4, 1, 1, cpu_time=100)  # new domain id
+    restarted = inst_status.DomainSnapshot("a", "u", 4, 1, 1, cpu_time=100)  # new domain id
     assert tracker.hung("k", restarted, 15.0)[0] is False
 
 
@@ -233,7 +233,7 @@ def test_running_instance_matches_admin_up(domains: Domains) -> None:
     domains.define(name)
     config = make_config((name, "up", 0), ("elsewhere.example.com", "up", 1))
     clock = Clock()
-    collector = IS.InstStatusCollector(make_ctx(config, clock=clock))
+    collector = inst_status.InstStatusCollector(make_ctx(config, clock=clock))
     assert collector.available()
     data = collector.collect()
     assert data["status"] == {"code": 0, "message": ""}
@@ -262,11 +262,11 @@ def test_uptime_from_the_qemu_process(domains: Domains, tmp_path: Path,
     name = domains.unique("qemu")
     domains.define(name)
     (tmp_path / f"{name}.pid").write_text(str(os.getpid()))
-    monkeypatch.setattr(IS, "is_local_qemu", lambda uri, hv_type: True)
-    monkeypatch.setattr(IS.InstStatusCollector, "qemu_pid_dir", tmp_path)
+    monkeypatch.setattr(inst_status, "is_local_qemu", lambda uri, hv_type: True)
+    monkeypatch.setattr(inst_status.InstStatusCollector, "qemu_pid_dir", tmp_path)
     clock = Clock()
     started = psutil.Process().create_time()
-    inst = by_name(IS.InstStatusCollector(make_ctx(None, clock=clock)).collect())[name]
+    inst = by_name(inst_status.InstStatusCollector(make_ctx(None, clock=clock)).collect())[name]
     assert inst["uptime_source"] == "process"
     assert inst["uptime"] == int(clock.now - started)
     assert inst["last_change"] == started  # no config: the process start is the last change
@@ -276,7 +276,7 @@ def test_destroyed_domain_is_reported_down(domains: Domains) -> None:
     name = domains.unique("db")
     dom = domains.define(name)
     clock = Clock()
-    collector = IS.InstStatusCollector(make_ctx(make_config((name, "up", 0)), clock=clock))
+    collector = inst_status.InstStatusCollector(make_ctx(make_config((name, "up", 0)), clock=clock))
     assert collector.collect()["status"]["code"] == 0
     dom.destroy()
     clock.now += 7
@@ -303,7 +303,7 @@ def test_admin_down_and_offline(domains: Domains) -> None:
     domains.define(offline_running)
     config = make_config((running, "down", 0), (stopped, "down", 0), (offline, "offline", 0),
                          (offline_running, "offline", 0))
-    data = IS.InstStatusCollector(make_ctx(config)).collect()
+    data = inst_status.InstStatusCollector(make_ctx(config)).collect()
     insts = by_name(data)
     assert insts[running]["status"]["code"] == 4
     assert "admin state is down" in insts[running]["status"]["message"]
@@ -318,7 +318,7 @@ def test_admin_down_and_offline(domains: Domains) -> None:
 def test_paused_domain(domains: Domains) -> None:
     name = domains.unique("pz")
     dom = domains.define(name)
-    collector = IS.InstStatusCollector(make_ctx(make_config((name, "up", 0))))
+    collector = inst_status.InstStatusCollector(make_ctx(make_config((name, "up", 0))))
     collector.collect()
     dom.suspend()
     data = collector.collect()
@@ -334,13 +334,14 @@ def test_hung_domain(domains: Domains, monkeypatch: pytest.MonkeyPatch) -> None:
     name = domains.unique("hang")
     domains.define(name)
     clock = Clock()
-    collector = IS.InstStatusCollector(make_ctx(make_config((name, "up", 0)), clock=clock))
+    collector = inst_status.InstStatusCollector(make_ctx(make_config((name, "up", 0)), clock=clock))
     # The test driver's CPU time is the wall clock: it always advances, never hung by itself.
     collector.collect()
     clock.now += 5
     assert by_name(collector.collect())[name]["actual_state"] == "up"
-    real = IS.cpu_time
-    monkeypatch.setattr(IS, "cpu_time", lambda dom: 42 if dom.name() == name else real(dom))
+    real = inst_status.cpu_time
+    monkeypatch.setattr(inst_status, "cpu_time",
+                        lambda dom: 42 if dom.name() == name else real(dom))
     collector.collect()  # the frozen value is new here: not hung yet
     clock.now += 5
     data = collector.collect()
@@ -348,7 +349,7 @@ def test_hung_domain(domains: Domains, monkeypatch: pytest.MonkeyPatch) -> None:
     assert inst["actual_state"] == "hung" and inst["domain_state"] == "running"
     assert data["status"]["code"] == 4
     assert "appears to be hung" in data["status"]["message"] and "5s" in data["status"]["message"]
-    monkeypatch.setattr(IS, "cpu_time", real)
+    monkeypatch.setattr(inst_status, "cpu_time", real)
     clock.now += 5
     back = by_name(collector.collect())[name]
     assert back["actual_state"] == "up" and back["reason"][0][1].endswith("-> up (running)")
@@ -358,7 +359,7 @@ def test_no_config_reports_every_domain(domains: Domains) -> None:
     up, down = domains.unique("any"), domains.unique("anydown")
     domains.define(up)
     domains.define(down, start=False)
-    data = IS.InstStatusCollector(make_ctx(None)).collect()
+    data = inst_status.InstStatusCollector(make_ctx(None)).collect()
     insts = by_name(data)
     assert {up, down, "test"} <= set(insts)
     assert insts[up]["admin_state"] is None and insts[up]["actual_state"] == "up"
@@ -376,13 +377,14 @@ def test_match_by_uuid_and_recorded_reason(domains: Domains, tmp_path: Path) -> 
     (tmp_path / "instance-reason").mkdir()
     trail = [["gnt:opcode:startup", "started by admin", 1_700_000_000_000_000_000]]
     (tmp_path / "instance-reason" / name).write_text(json.dumps(trail))
-    inst = by_name(IS.InstStatusCollector(make_ctx(config, run_dir=tmp_path)).collect())[name]
+    collector = inst_status.InstStatusCollector(make_ctx(config, run_dir=tmp_path))
+    inst = by_name(collector.collect())[name]
     assert inst["actual_state"] == "up" and inst["uuid"] == inst_uuid
     assert inst["reason"] == trail
 
 
 def test_node_missing_from_config() -> None:
-    collector = IS.InstStatusCollector(make_ctx(make_config()))
+    collector = inst_status.InstStatusCollector(make_ctx(make_config()))
     collector.ctx.node_name = "stranger.example.com"
     sample = collect_once(collector)
     assert sample.failed
@@ -393,8 +395,8 @@ def test_node_missing_from_config() -> None:
 
 def test_unreachable_libvirt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     uri = f"test+unix:///default?socket={tmp_path}/no-such-sock"
-    inst = IS.InstStatusCollector(make_ctx(None, uri=uri))
-    hyp = HV.HypervisorCollector(make_ctx(None, uri=uri))
+    inst = inst_status.InstStatusCollector(make_ctx(None, uri=uri))
+    hyp = hypervisor.HypervisorCollector(make_ctx(None, uri=uri))
     opened: list[str | None] = []
     real_open = libvirt.openReadOnly
     monkeypatch.setattr(libvirt, "openReadOnly", lambda u: (opened.append(u), real_open(u))[1])
@@ -411,7 +413,7 @@ def test_unreachable_libvirt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_connection_is_cached_and_reopened(domains: Domains) -> None:
-    collector = IS.InstStatusCollector(make_ctx(None))
+    collector = inst_status.InstStatusCollector(make_ctx(None))
     collector.collect()
     first = collector.libvirt._conn
     collector.collect()
@@ -427,14 +429,14 @@ def test_hypervisor_report(domains: Domains) -> None:
     running, stopped = domains.unique("hv"), domains.unique("hvoff")
     domains.define(running)
     domains.define(stopped, start=False)
-    collector = HV.HypervisorCollector(make_ctx(None))
+    collector = hypervisor.HypervisorCollector(make_ctx(None))
     assert collector.available()
     report = render(collector, collect_once(collector), verbose=False)
     assert report["category"] == "hypervisor" and report["kind"] == 0
     data = report["data"]
     assert data["uri"] == TEST_URI and data["hypervisor"]["type"] == "TEST"
     assert data["libvirt_version"].count(".") == 2
-    assert data["libvirt_client_version"] == LC.version_string(libvirt.getVersion())
+    assert data["libvirt_client_version"] == libvirt_conn.version_string(libvirt.getVersion())
     node = data["node"]
     conn = libvirt.open(TEST_URI)
     info = conn.getInfo()
@@ -451,9 +453,9 @@ def test_hypervisor_report(domains: Domains) -> None:
     assert run["cpu_time_ns"] > 0
     [disk] = run["disks"]
     assert disk["target"] == "vda" and disk["source"] == f"/srv/{running}.img"
-    assert set(disk["stats"]) == set(HV.BLOCK_FIELDS)
+    assert set(disk["stats"]) == set(hypervisor.BLOCK_FIELDS)
     [nic] = run["nics"]
-    assert nic["mac"] == "aa:00:00:00:00:01" and set(nic["stats"]) == set(HV.NIC_FIELDS)
+    assert nic["mac"] == "aa:00:00:00:00:01" and set(nic["stats"]) == set(hypervisor.NIC_FIELDS)
     assert run["memory_stats"] == {}  # no balloon device
     assert "rss" in doms["test"]["memory_stats"]  # the driver's own domain has one
     off = doms[stopped]
@@ -467,15 +469,15 @@ def test_hypervisor_one_bad_domain_does_not_break_the_report(
         domains: Domains, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = domains.unique("bad")
     domains.define(bad)
-    real = HV.read_domain
+    real = hypervisor.read_domain
 
     def flaky(dom: Any) -> dict[str, Any]:
         if dom.name() == bad:
             raise libvirt.libvirtError("simulated per-domain failure")
         return real(dom)
 
-    monkeypatch.setattr(HV, "read_domain", flaky)
-    data = HV.HypervisorCollector(make_ctx(None)).collect()
+    monkeypatch.setattr(hypervisor, "read_domain", flaky)
+    data = hypervisor.HypervisorCollector(make_ctx(None)).collect()
     doms = {d["name"]: d for d in data["domains"]}
     assert doms[bad] == {"name": bad, "uuid": doms[bad]["uuid"],
                          "error": "simulated per-domain failure"}
@@ -484,8 +486,8 @@ def test_hypervisor_one_bad_domain_does_not_break_the_report(
 
 def test_registered_and_listed() -> None:
     collectors = registry.builtin_collectors()
-    assert collectors["inst-status"] is IS.InstStatusCollector
-    assert collectors["hypervisor"] is HV.HypervisorCollector
+    assert collectors["inst-status"] is inst_status.InstStatusCollector
+    assert collectors["hypervisor"] is hypervisor.HypervisorCollector
     names = list(collectors)
     assert names.index("inst-status") < names.index("hypervisor")
 
@@ -518,7 +520,7 @@ def test_collector_watches_changes_made_by_another_process(libvirtd: PrivateLibv
     name = "ext1.example.com"
     clock = Clock()
     config = make_config((name, "up", 0), ("test", "up", 0))
-    collector = IS.InstStatusCollector(make_ctx(config, uri=libvirtd.uri, clock=clock))
+    collector = inst_status.InstStatusCollector(make_ctx(config, uri=libvirtd.uri, clock=clock))
     assert collector.available()
     data = collector.collect()
     assert by_name(data)[name]["domain_state"] == "absent" and data["status"]["code"] == 4
@@ -544,7 +546,7 @@ def test_collector_watches_changes_made_by_another_process(libvirtd: PrivateLibv
 
 def test_reconnects_after_libvirtd_restart(libvirtd: PrivateLibvirtd) -> None:
     libvirtd.restart()
-    collector = IS.InstStatusCollector(make_ctx(None, uri=libvirtd.uri))
+    collector = inst_status.InstStatusCollector(make_ctx(None, uri=libvirtd.uri))
     rw = libvirt.open(libvirtd.uri)
     rw.defineXML(domain_xml("gone.example.com"))
     assert "gone.example.com" in by_name(collector.collect())
@@ -554,7 +556,7 @@ def test_reconnects_after_libvirtd_restart(libvirtd: PrivateLibvirtd) -> None:
     data = collector.collect()
     assert set(by_name(data)) == {"test"}
     assert collector.libvirt._conn is not first
-    hyp = HV.HypervisorCollector(make_ctx(None, uri=libvirtd.uri))
+    hyp = hypervisor.HypervisorCollector(make_ctx(None, uri=libvirtd.uri))
     assert [d["name"] for d in hyp.collect()["domains"]] == ["test"]
     libvirtd.kill()
     try:

@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.store import FileStore
 from herder.mond.collector import CollectContext, MondSettings
-from herder.mond.collectors import daemons as D
+from herder.mond.collectors import daemons
 from herder.mond.collectors.node_os import NodeOsCollector, drbd_version
 from herder.mond.context import make_context
 from tests.mond.agent_fixture import running_mond
@@ -48,42 +48,42 @@ def test_drbd_version_from_proc_drbd(shared: Path) -> None:
     assert drbd_version("nothing here") is None
 
 
-def test_expected_daemons_follow_roles(config: M.ConfigData) -> None:
+def test_expected_daemons_follow_roles(config: model.ConfigData) -> None:
     master = config.nodes[config.cluster.master_node]
-    assert D.expected_daemons(config, master) == {
+    assert daemons.expected_daemons(config, master) == {
         "mond", "noded", "instmon", "confd", "masterd", "maintd"}
     plain = config.find_node("node3")
-    assert D.expected_daemons(config, plain) == {"mond", "noded", "instmon"}
+    assert daemons.expected_daemons(config, plain) == {"mond", "noded", "instmon"}
     candidate = config.find_node("node2")
-    assert "confd" in D.expected_daemons(config, candidate)
-    assert D.expected_daemons(None, None) == {"mond"}
+    assert "confd" in daemons.expected_daemons(config, candidate)
+    assert daemons.expected_daemons(None, None) == {"mond"}
 
 
 def test_command_line_recognition() -> None:
-    assert D.is_daemon_process(["/venv/bin/python", "/venv/bin/herder", "mond", "--port", "1"],
-                               "mond")
-    assert D.is_daemon_process(["python", "-m", "herder.cli.main", "noded"], "noded")
-    assert not D.is_daemon_process(["herder", "mond", "report", "all"], "mond")
-    assert not D.is_daemon_process(["herder", "confd"], "mond")
+    assert daemons.is_daemon_process(
+        ["/venv/bin/python", "/venv/bin/herder", "mond", "--port", "1"], "mond")
+    assert daemons.is_daemon_process(["python", "-m", "herder.cli.main", "noded"], "noded")
+    assert not daemons.is_daemon_process(["herder", "mond", "report", "all"], "mond")
+    assert not daemons.is_daemon_process(["herder", "confd"], "mond")
     # Only the daemon of the same run directory (simulated nodes share a machine).
-    assert D.is_daemon_process(["herder", "mond", "--run-dir", "/tmp/n1/run"], "mond",
-                               "/tmp/n1/run")
-    assert not D.is_daemon_process(["herder", "mond", "--run-dir", "/tmp/n2/run"], "mond",
-                                   "/tmp/n1/run")
-    assert D.is_daemon_process(["herder", "mond"], "mond", "/run/herder")
-    assert not D.is_daemon_process(["herder", "mond"], "mond", "/tmp/n1/run")
+    assert daemons.is_daemon_process(["herder", "mond", "--run-dir", "/tmp/n1/run"], "mond",
+                                     "/tmp/n1/run")
+    assert not daemons.is_daemon_process(["herder", "mond", "--run-dir", "/tmp/n2/run"], "mond",
+                                         "/tmp/n1/run")
+    assert daemons.is_daemon_process(["herder", "mond"], "mond", "/run/herder")
+    assert not daemons.is_daemon_process(["herder", "mond"], "mond", "/tmp/n1/run")
 
 
-def daemon_ctx(tmp_path: Path, config: M.ConfigData | None, node: str) -> CollectContext:
+def daemon_ctx(tmp_path: Path, config: model.ConfigData | None, node: str) -> CollectContext:
     return CollectContext(node_name=node, settings=MondSettings(run_dir=tmp_path),
                           config_loader=lambda: config)
 
 
-def test_daemon_running_is_measured(tmp_path: Path, config: M.ConfigData) -> None:
+def test_daemon_running_is_measured(tmp_path: Path, config: model.ConfigData) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         (tmp_path / "noded.pid").write_text(f"{proc.pid}\n")
-        collector = D.COLLECTORS[D.DAEMONS.index("noded")](
+        collector = daemons.COLLECTORS[daemons.DAEMONS.index("noded")](
             daemon_ctx(tmp_path, config, "node3.example.com"))
         data = collector.collect()
         assert data["running"] and data["pid"] == proc.pid and data["expected"]
@@ -100,8 +100,8 @@ def test_daemon_running_is_measured(tmp_path: Path, config: M.ConfigData) -> Non
 
 
 def test_daemon_not_expected_and_not_running_is_fine(tmp_path: Path,
-                                                     config: M.ConfigData) -> None:
-    collector = D.COLLECTORS[D.DAEMONS.index("masterd")](
+                                                     config: model.ConfigData) -> None:
+    collector = daemons.COLLECTORS[daemons.DAEMONS.index("masterd")](
         daemon_ctx(tmp_path, config, "node3.example.com"))
     data = collector.collect()
     assert data["expected"] is False and data["running"] is False
@@ -111,7 +111,7 @@ def test_daemon_not_expected_and_not_running_is_fine(tmp_path: Path,
 def test_mond_daemon_collector_sees_the_running_agent(tmp_path: Path) -> None:
     settings = MondSettings(run_dir=tmp_path, plugin_dir=tmp_path / "none")
     ctx = CollectContext(node_name="n", settings=settings)
-    mond_cls = D.COLLECTORS[D.DAEMONS.index("mond")]
+    mond_cls = daemons.COLLECTORS[daemons.DAEMONS.index("mond")]
     with running_mond(ctx, {"mond": mond_cls}) as mond:
         mond.wait_for(lambda: "mond" in mond.agent.units and mond.agent.units["mond"].runs > 0)
         rep = mond.get("/1/report/daemon/mond?verbose=1")[1]
@@ -125,7 +125,7 @@ def _cli_collect(*args: str, env: dict[str, str]) -> dict:
     return json.loads(done.stdout)
 
 
-def test_standalone_equals_daemon_report(tmp_path: Path, config: M.ConfigData) -> None:
+def test_standalone_equals_daemon_report(tmp_path: Path, config: model.ConfigData) -> None:
     """`herder collect` prints what the daemon serves for the same input (timestamps aside)."""
     path = tmp_path / "cluster" / "config.json"
     config.maintenance.diagnose_command = ""

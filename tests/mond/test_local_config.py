@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import HerderError
-from herder.mond import localconf as L
+from herder.mond import localconf
 from herder.mond.collector import CollectContext, MondSettings, RepairSettings
-from herder.mond.collectors import diagnose as D
+from herder.mond.collectors import diagnose
 from herder.mond.context import make_context
 from tests.mond.agent_fixture import running_mond
 
@@ -54,16 +54,16 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_every_key(tmp_path: Path) -> None:
-    config = L.load(write(tmp_path / "mond.toml", FULL))
-    assert config == L.LocalConfig(
+    config = localconf.load(write(tmp_path / "mond.toml", FULL))
+    assert config == localconf.LocalConfig(
         node="node7.example.com", bind="127.0.0.1", port=1999, diagnose_command="check-node",
         diagnose_dir="/srv/diag", diagnose_interval=42.0, hmac_key="/var/lib/ganeti/hmac.key",
         confd=["192.0.2.1", "192.0.2.2:1815", "[2001:db8::1]:1814"], confd_key="/etc/confd.key",
         libvirt_uri="test:///default", run_dir="/srv/run",
-        repair=L.RepairConfig(enabled=True, commands_dir="/srv/repair", timeout=120.0,
-                              max_skew=30.5))
+        repair=localconf.RepairConfig(enabled=True, commands_dir="/srv/repair", timeout=120.0,
+                                      max_skew=30.5))
     base = MondSettings(plugin_dir=Path("/srv/plugins"), collector_timeout=7.0)
-    got = L.resolve(config, base, {}, default_port=1815)
+    got = localconf.resolve(config, base, {}, default_port=1815)
     assert (got.node, got.bind, got.port) == ("node7.example.com", "127.0.0.1", 1999)
     s = got.settings
     assert s.diagnose_command == "check-node" and s.diagnose_dir == Path("/srv/diag")
@@ -79,8 +79,8 @@ def test_every_key(tmp_path: Path) -> None:
 
 
 def test_empty_file_means_defaults(tmp_path: Path) -> None:
-    got = L.resolve(L.load(write(tmp_path / "mond.toml", "")), MondSettings(), {},
-                    default_port=1815)
+    got = localconf.resolve(localconf.load(write(tmp_path / "mond.toml", "")), MondSettings(), {},
+                            default_port=1815)
     assert (got.node, got.bind, got.port) == (None, "0.0.0.0", 1815)
     assert got.settings == MondSettings()
     assert got.settings.repair.enabled is False
@@ -89,12 +89,12 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:
-    config = L.load(write(tmp_path / "mond.toml", FULL))
+    config = localconf.load(write(tmp_path / "mond.toml", FULL))
     flags = {"node": "cli.example.com", "bind": "::1", "port": 0,
              "diagnose_dir": Path("/cli/diag"), "run_dir": Path("/cli/run"),
              "libvirt_uri": "qemu:///system", "confd": ["198.51.100.1"],
              "confd_key": Path("/cli/confd.key"), "hmac_key": Path("/cli/hmac.key")}
-    got = L.resolve(config, MondSettings(), flags, default_port=1815)
+    got = localconf.resolve(config, MondSettings(), flags, default_port=1815)
     assert (got.node, got.bind, got.port) == ("cli.example.com", "::1", 0)
     s = got.settings
     assert (s.diagnose_dir, s.run_dir, s.libvirt_uri, s.confd_peers, s.confd_key_file,
@@ -103,7 +103,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     # keys no flag gives stay the file's
     assert s.diagnose_command == "check-node" and s.repair.enabled
     # only the flags given override: one flag leaves the other keys to the file
-    got = L.resolve(config, MondSettings(), {"port": 2000}, default_port=1815)
+    got = localconf.resolve(config, MondSettings(), {"port": 2000}, default_port=1815)
     assert (got.node, got.bind, got.port) == ("node7.example.com", "127.0.0.1", 2000)
 
 
@@ -129,20 +129,21 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
 def test_refused(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "mond.toml", text)
     with pytest.raises(HerderError) as err:
-        L.load(path)
+        localconf.load(path)
     assert str(err.value).startswith(f"mond config {path}: ")
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 
-def test_diagnose_interval_is_the_default(tmp_path: Path, config: M.ConfigData) -> None:
-    settings = L.resolve(L.parse("diagnose_interval = 42", tmp_path), MondSettings(), {},
-                         default_port=1815).settings
+def test_diagnose_interval_is_the_default(tmp_path: Path, config: model.ConfigData) -> None:
+    settings = localconf.resolve(localconf.parse("diagnose_interval = 42", tmp_path),
+                                 MondSettings(), {},
+                                 default_port=1815).settings
     ctx = CollectContext(settings=settings)
     assert ctx.collector_settings("diagnose", 60.0).interval == 42.0
     assert ctx.collector_settings("lv", 5.0).interval == 5.0  # only diagnose
     # the cluster config's data_collectors entry still wins
-    config.cluster.data_collectors["diagnose"] = M.CollectorSettings(interval=10.0)
+    config.cluster.data_collectors["diagnose"] = model.CollectorSettings(interval=10.0)
     ctx = CollectContext(settings=settings, config_loader=lambda: config)
     assert ctx.collector_settings("diagnose", 60.0).interval == 10.0
 
@@ -150,8 +151,9 @@ def test_diagnose_interval_is_the_default(tmp_path: Path, config: M.ConfigData) 
 def test_hmac_key_file_is_the_signing_key(tmp_path: Path) -> None:
     (tmp_path / "ganeti").mkdir()
     key_file = write(tmp_path / "ganeti" / "hmac.key", KEY.decode())
-    settings = L.resolve(L.parse(f"hmac_key = '{key_file}'", tmp_path), MondSettings(), {},
-                         default_port=1815).settings
+    settings = localconf.resolve(localconf.parse(f"hmac_key = '{key_file}'", tmp_path),
+                                 MondSettings(), {},
+                                 default_port=1815).settings
     ctx = make_context(tmp_path / "no-cluster" / "config.json", settings=settings)
     assert ctx.hmac_key() == KEY
     assert ctx._confd_key() == KEY  # confd's key defaults to it
@@ -169,25 +171,25 @@ def diagnose_script(directory: Path) -> None:
 
 
 @needs_root
-def test_diagnose_command_from_the_file_runs(tmp_path: Path, config: M.ConfigData) -> None:
+def test_diagnose_command_from_the_file_runs(tmp_path: Path, config: model.ConfigData) -> None:
     diag = tmp_path / "diag"
     diagnose_script(diag)
     key_file = write(tmp_path / "hmac.key", KEY.decode())
-    local = L.parse(f"diagnose_command = 'check-node'\ndiagnose_dir = '{diag}'\n"
-                    f"hmac_key = '{key_file}'\nrun_dir = '{tmp_path / 'run'}'", tmp_path)
-    settings = L.resolve(local, MondSettings(plugin_dir=tmp_path / "plugins"), {},
-                         default_port=1815).settings
+    local = localconf.parse(f"diagnose_command = 'check-node'\ndiagnose_dir = '{diag}'\n"
+                            f"hmac_key = '{key_file}'\nrun_dir = '{tmp_path / 'run'}'", tmp_path)
+    settings = localconf.resolve(local, MondSettings(plugin_dir=tmp_path / "plugins"), {},
+                                 default_port=1815).settings
     ctx = make_context(tmp_path / "no-cluster" / "config.json", node_name="n1",
                        settings=settings)
-    with running_mond(ctx, {"diagnose": D.DiagnoseCollector}) as m:
+    with running_mond(ctx, {"diagnose": diagnose.DiagnoseCollector}) as m:
         m.wait_for(lambda: "diagnose" in m.agent.units and m.agent.units["diagnose"].runs > 0)
         code, rep, _ = m.get("/1/report/node/diagnose")
     assert code == 200 and rep["data"] == DIAGNOSIS
-    assert D.verify_signature(KEY, rep)
+    assert diagnose.verify_signature(KEY, rep)
     # a node with the cluster config: the config's diagnose command wins
     config.maintenance.diagnose_command = ""
     ctx = CollectContext(settings=settings, config_loader=lambda: config)
-    assert D.DiagnoseCollector(ctx).command_name() == ""
+    assert diagnose.DiagnoseCollector(ctx).command_name() == ""
 
 
 # --- the real command line ------------------------------------------------------------------
@@ -266,7 +268,7 @@ commands_dir = "{tmp_path / 'repair'}"
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/1/report/node/diagnose",
                                         timeout=5) as resp:
                 rep = json.loads(resp.read())
-        assert D.verify_signature(KEY, rep)  # signed with the file's hmac_key
+        assert diagnose.verify_signature(KEY, rep)  # signed with the file's hmac_key
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from herder.cli.main import main
-from herder.core import model as M
+from herder.core import model
 from herder.core.store import FileStore
 from herder.mond.collector import CollectContext, CollectorError
 from herder.mond.collectors.lvm import (
@@ -71,7 +71,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def context(inputs: dict[str, Path], config: M.ConfigData | None = None,
+def context(inputs: dict[str, Path], config: model.ConfigData | None = None,
             node: str = "node1.example.com") -> CollectContext:
     return CollectContext(node_name=node, inputs=inputs, config_loader=lambda: config)
 
@@ -344,14 +344,16 @@ def test_standalone_equals_runner(tmp_path: Path, capsys: pytest.CaptureFixture[
 # --- the peer: Ganeti's mon-collector lv ---------------------------------------------------------
 
 
-def ganeti_like_config() -> M.ConfigData:
+def ganeti_like_config() -> model.ConfigData:
     """build_config() with drbd0 renamed and its LVs named as in Ganeti's instance-disks.txt."""
     config = build_config()
     inst = config.find_instance("drbd0.example.com")
     inst.name = "instance1.example.com"
     data, meta = inst.disks[0].children
-    data.logical_id = M.PlainId(vg="xenvg", lv="df9ff3f6-a833-48ff-8bd5-bff2eaeab759.disk0_data")
-    meta.logical_id = M.PlainId(vg="xenvg", lv="df9ff3f6-a833-48ff-8bd5-bff2eaeab759.disk0_meta")
+    data.logical_id = model.PlainId(vg="xenvg",
+                                    lv="df9ff3f6-a833-48ff-8bd5-bff2eaeab759.disk0_data")
+    meta.logical_id = model.PlainId(vg="xenvg",
+                                    lv="df9ff3f6-a833-48ff-8bd5-bff2eaeab759.disk0_meta")
     return config
 
 
@@ -464,11 +466,11 @@ def broken_vg(tmp_path: Path) -> Iterator[LoopVg]:
         vg.cleanup()
 
 
-def real_config(vg: str) -> M.ConfigData:
+def real_config(vg: str) -> model.ConfigData:
     config = build_config()
     config.cluster.volume_group_name = vg
     disk = config.find_instance("plain0.example.com").disks[0]
-    disk.logical_id = M.PlainId(vg=vg, lv="p0.disk0")
+    disk.logical_id = model.PlainId(vg=vg, lv="p0.disk0")
     return config
 
 

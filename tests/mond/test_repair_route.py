@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import envelope
-from herder.core import repair_client as RC
+from herder.core import envelope, repair_client
 from herder.mond.collector import CollectContext, MondSettings, RepairSettings
 from tests.mond.agent_fixture import running_mond
 
@@ -63,7 +62,7 @@ def post(url: str, body: bytes, timeout: float = 30) -> tuple[int, Any]:
 
 def signed(command: str, *, input: Any = DIAGNOSE, event: str | None = None,
            timestamp: int | None = None, key: bytes = KEY) -> bytes:
-    return RC.build_request(key, command, input, event or str(uuid.uuid4()), timestamp)
+    return repair_client.build_request(key, command, input, event or str(uuid.uuid4()), timestamp)
 
 
 def sign_message(message: Any, key: bytes = KEY) -> bytes:
@@ -307,20 +306,21 @@ def test_client_round_trip(tmp_path: Path, whitelist: Path) -> None:
     script(whitelist, "fix-disk", 'cat; echo "$HERDER_REPAIR_EVENT" >&2; exit 2')
     event = str(uuid.uuid4())
     with running_mond(make_ctx(tmp_path, whitelist), {}) as m:
-        answer = RC.run_repair(m.url, KEY, "fix-disk", DIAGNOSE, event, timeout=30)
+        answer = repair_client.run_repair(m.url, KEY, "fix-disk", DIAGNOSE, event, timeout=30)
         assert answer["exit_code"] == 2 and answer["event"] == event
         assert json.loads(answer["stdout"]) == DIAGNOSE and answer["stderr"] == f"{event}\n"
         # two requests back to back: timestamps strictly increase
-        assert RC.run_repair(m.url + "/1/repair", KEY, "fix-disk", None, event)["exit_code"] == 2
-        with pytest.raises(RC.RepairRefusedError) as refused:
-            RC.run_repair(m.url, KEY, "nope", DIAGNOSE, event)
+        answer = repair_client.run_repair(m.url + "/1/repair", KEY, "fix-disk", None, event)
+        assert answer["exit_code"] == 2
+        with pytest.raises(repair_client.RepairRefusedError) as refused:
+            repair_client.run_repair(m.url, KEY, "nope", DIAGNOSE, event)
         assert refused.value.status == 404
         assert refused.value.message.startswith("repair command 'nope' is not in the white-list")
         assert "(HTTP 404)" in str(refused.value)
-        with pytest.raises(RC.RepairRefusedError) as refused:
-            RC.run_repair(m.url, OTHER_KEY, "fix-disk", DIAGNOSE, event)
+        with pytest.raises(repair_client.RepairRefusedError) as refused:
+            repair_client.run_repair(m.url, OTHER_KEY, "fix-disk", DIAGNOSE, event)
         assert refused.value.status == 403 and "bad signature" in refused.value.message
         url = m.url
-    with pytest.raises(RC.RepairTransportError, match="cannot reach mond at"):
-        RC.run_repair(url, KEY, "fix-disk", DIAGNOSE, event, timeout=5)
-    assert issubclass(RC.RepairRefusedError, RC.RepairError)
+    with pytest.raises(repair_client.RepairTransportError, match="cannot reach mond at"):
+        repair_client.run_repair(url, KEY, "fix-disk", DIAGNOSE, event, timeout=5)
+    assert issubclass(repair_client.RepairRefusedError, repair_client.RepairError)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond.collector import CollectContext, MondSettings
 from tests.mond import fakes
 from tests.mond.agent_fixture import running_mond
@@ -129,8 +129,8 @@ def test_errors_are_json_with_messages(ctx: CollectContext) -> None:
             assert code == 405 and "use GET" in body["message"]
 
 
-def test_deactivated_collector_disappears(ctx: CollectContext, config: M.ConfigData) -> None:
-    config.cluster.data_collectors["perf"] = M.CollectorSettings(active=False, interval=1)
+def test_deactivated_collector_disappears(ctx: CollectContext, config: model.ConfigData) -> None:
+    config.cluster.data_collectors["perf"] = model.CollectorSettings(active=False, interval=1)
     ctx.config_loader = lambda: config
     with running_mond(ctx, FAST) as mond:
         mond.wait_for(lambda: ready(mond, ["steady", "raising", "refusing"]))
@@ -138,8 +138,8 @@ def test_deactivated_collector_disappears(ctx: CollectContext, config: M.ConfigD
         assert mond.get("/1/report/default/perf")[0] == 404
 
 
-def test_configured_interval_is_used(ctx: CollectContext, config: M.ConfigData) -> None:
-    config.cluster.data_collectors["steady"] = M.CollectorSettings(
+def test_configured_interval_is_used(ctx: CollectContext, config: model.ConfigData) -> None:
+    config.cluster.data_collectors["steady"] = model.CollectorSettings(
         interval=300, min_interval=200, max_interval=400)
     ctx.config_loader = lambda: config
     with running_mond(ctx, FAST) as mond:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond.collector import CollectContext, CollectorError, MondSettings
 from herder.mond.collectors import file_storage, rbd
 from herder.mond.collectors.file_storage import FileStorageCollector, file_data, storage_dirs
@@ -55,7 +55,7 @@ CEPH_DF_OLD = {"stats": {"total_bytes": 1000 * 1024, "total_used_bytes": 400 * 1
                                     "max_avail": 500 * 1024, "objects": 3}}]}
 
 
-def ctx_with(config: M.ConfigData | None, inputs: dict[str, Path] | None = None,
+def ctx_with(config: model.ConfigData | None, inputs: dict[str, Path] | None = None,
              timeout: float = 10.0) -> CollectContext:
     return CollectContext(node_name="node1.example.com", inputs=inputs or {},
                           config_loader=lambda: config,
@@ -65,7 +65,7 @@ def ctx_with(config: M.ConfigData | None, inputs: dict[str, Path] | None = None,
 # --- file ----------------------------------------------------------------------------------------
 
 
-def file_config(file_dir: Path | str, shared_dir: Path | str, *templates: str) -> M.ConfigData:
+def file_config(file_dir: Path | str, shared_dir: Path | str, *templates: str) -> model.ConfigData:
     config = build_config()
     config.cluster.file_storage_dir = str(file_dir)
     config.cluster.shared_file_storage_dir = str(shared_dir)
@@ -207,14 +207,14 @@ def test_parse_ceph_df_garbage(garbage: str) -> None:
 # --- rbd: pools, instances, status ---------------------------------------------------------------
 
 
-def rbd_config(pool: str | None = None) -> M.ConfigData:
+def rbd_config(pool: str | None = None) -> model.ConfigData:
     config = build_config()
     config.cluster.enabled_disk_templates = ["drbd", "plain", "rbd"]
     if pool is not None:
         config.cluster.diskparams = {"rbd": {"pool": pool}}
     inst = config.find_instance("plain0.example.com")
-    inst.disks = [M.Disk(uuid=M.new_uuid(), dev_type="rbd", size=1024,
-                         logical_id=M.ExtId(provider="rbd", name=IMAGE1))]
+    inst.disks = [model.Disk(uuid=model.new_uuid(), dev_type="rbd", size=1024,
+                             logical_id=model.ExtId(provider="rbd", name=IMAGE1))]
     return config
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
-from herder.noded import osdef as O
+from herder.core import model
+from herder.noded import osdef as os_definitions
 from tests.conftest import build_config
 
 DUMP_ENV = """#!/bin/sh
@@ -44,20 +44,22 @@ def make_os(tmp_path: Path) -> OsFactory:
     return make
 
 
-def _inst(**changes: object) -> O.OsInstanceData:
+def _inst(**changes: object) -> os_definitions.OsInstanceData:
     base: dict[str, object] = dict(
         name="vm1.example.com", os="debian+squeeze", hypervisor="kvm",
-        disks=[O.OsDisk("/dev/drbd0"), O.OsDisk("/dev/xenvg/disk1", access="ro")],
-        nics=[O.OsNic(mac="aa:00:00:00:00:01", ip="192.0.2.5", mode="bridged", link="br0"),
-              O.OsNic(mac="aa:00:00:00:00:02", mode="routed", link="rt1"),
-              O.OsNic(mac="aa:00:00:00:00:03", mode="openvswitch")],
+        disks=[os_definitions.OsDisk("/dev/drbd0"),
+               os_definitions.OsDisk("/dev/xenvg/disk1", access="ro")],
+        nics=[os_definitions.OsNic(mac="aa:00:00:00:00:01", ip="192.0.2.5", mode="bridged",
+                                   link="br0"),
+              os_definitions.OsNic(mac="aa:00:00:00:00:02", mode="routed", link="rt1"),
+              os_definitions.OsNic(mac="aa:00:00:00:00:03", mode="openvswitch")],
         hvparams={"kernel_path": "/boot/vmlinuz", "disk_type": "paravirtual",
                   "nic_type": "e1000", "acpi": True},
         beparams={"maxmem": 1024, "vcpus": 2},
         osparams={"dhcp-timeout": "30", "root_size": "10G"},
     )
     base.update(changes)
-    return O.OsInstanceData(**base)  # type: ignore[arg-type]
+    return os_definitions.OsInstanceData(**base)  # type: ignore[arg-type]
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -65,7 +67,7 @@ def _inst(**changes: object) -> O.OsInstanceData:
 
 def test_find_os_with_variants(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("debian", api="10\n15\n", variants="squeeze\n\n# comment\nwheezy\nsqueeze\n")
-    osdef = O.find_os("debian+wheezy", tmp_path / "os")
+    osdef = os_definitions.find_os("debian+wheezy", tmp_path / "os")
     assert osdef.name == "debian"
     assert osdef.api_versions == (10, 15)
     assert osdef.api_version == 15
@@ -78,10 +80,10 @@ def test_search_path_order_and_not_found(make_os: OsFactory, tmp_path: Path) -> 
     make_os("debian", api="15\n", search="second")
     make_os("centos", api="15\n", search="second")
     path = [tmp_path / "missing", tmp_path / "first", tmp_path / "second"]
-    assert O.find_os("debian", path).api_versions == (10,)
-    assert O.find_os("centos", path).path == tmp_path / "second" / "centos"
-    with pytest.raises(O.OsNotFoundError, match="'nope' not found"):
-        O.find_os("nope", path)
+    assert os_definitions.find_os("debian", path).api_versions == (10,)
+    assert os_definitions.find_os("centos", path).path == tmp_path / "second" / "centos"
+    with pytest.raises(os_definitions.OsNotFoundError, match="'nope' not found"):
+        os_definitions.find_os("nope", path)
 
 
 @pytest.mark.parametrize(
@@ -101,16 +103,16 @@ def test_invalid_definitions(make_os: OsFactory, tmp_path: Path, setup: Callable
                              message: str) -> None:
     path = make_os("broken")
     setup(path)
-    with pytest.raises(O.InvalidOsError, match=message):
-        O.find_os("broken", tmp_path / "os")
+    with pytest.raises(os_definitions.InvalidOsError, match=message):
+        os_definitions.find_os("broken", tmp_path / "os")
 
 
 def test_api20_needs_verify(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("new", api="20\n")
-    with pytest.raises(O.InvalidOsError, match="verify"):
-        O.find_os("new", tmp_path / "os")
+    with pytest.raises(os_definitions.InvalidOsError, match="verify"):
+        os_definitions.find_os("new", tmp_path / "os")
     make_os("new2", api="20\n", with_verify=True, parameters="root_size size of /\ndhcp-timeout\n")
-    osdef = O.find_os("new2", tmp_path / "os")
+    osdef = os_definitions.find_os("new2", tmp_path / "os")
     assert osdef.api_version == 20
     assert osdef.parameters == (("root_size", "size of /"), ("dhcp-timeout", ""))
     assert osdef.script_path("verify").name == "verify"
@@ -123,14 +125,15 @@ def test_list_oses_with_variants(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("debian", api="10\n", search="other")  # shadowed by the first directory
     (tmp_path / "os" / "not-a-dir").write_text("")
     path = [tmp_path / "os", tmp_path / "other"]
-    oses = O.list_oses(path)
+    oses = os_definitions.list_oses(path)
     assert [o.name for o in oses] == ["debian", "plain"]
-    assert O.os_names_with_variants(oses) == ["debian+squeeze", "debian+wheezy", "plain"]
-    diag = {d.name: d for d in O.diagnose_oses(path)}
+    assert os_definitions.os_names_with_variants(oses) == ["debian+squeeze", "debian+wheezy",
+                                                           "plain"]
+    diag = {d.name: d for d in os_definitions.diagnose_oses(path)}
     assert set(diag) == {"broken", "debian", "plain"}
     assert diag["broken"].os is None and "not supported" in (diag["broken"].error or "")
     assert diag["debian"].path == tmp_path / "os" / "debian"
-    assert O.list_oses(tmp_path / "nowhere") == []
+    assert os_definitions.list_oses(tmp_path / "nowhere") == []
 
 
 # --- variants ----------------------------------------------------------------------------------
@@ -139,31 +142,32 @@ def test_list_oses_with_variants(make_os: OsFactory, tmp_path: Path) -> None:
 def test_check_variant(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("debian", variants="squeeze\nwheezy\n")
     make_os("plain", api="10\n")
-    debian = O.find_os("debian", tmp_path / "os")
-    plain = O.find_os("plain", tmp_path / "os")
-    assert O.check_variant(debian, "debian+wheezy") == "wheezy"
-    with pytest.raises(O.OsVariantError, match="unsupported OS variant 'sid'.*force-variant"):
-        O.check_variant(debian, "debian+sid")
-    assert O.check_variant(debian, "debian+sid", force=True) == "sid"
-    with pytest.raises(O.OsVariantError, match="must include a variant"):
-        O.check_variant(debian, "debian")
-    assert O.check_variant(debian, "debian", force=True) is None
-    with pytest.raises(O.OsVariantError, match="empty variant"):
-        O.check_variant(debian, "debian+")
-    with pytest.raises(O.OsVariantError, match="does not refer"):
-        O.check_variant(debian, "plain+squeeze")
-    assert O.check_variant(plain, "plain") is None
-    with pytest.raises(O.OsVariantError, match="does not support variants"):
-        O.check_variant(plain, "plain+x")
-    assert O.check_variant(plain, "plain+x", force=True) == "x"
+    debian = os_definitions.find_os("debian", tmp_path / "os")
+    plain = os_definitions.find_os("plain", tmp_path / "os")
+    assert os_definitions.check_variant(debian, "debian+wheezy") == "wheezy"
+    with pytest.raises(os_definitions.OsVariantError,
+                       match="unsupported OS variant 'sid'.*force-variant"):
+        os_definitions.check_variant(debian, "debian+sid")
+    assert os_definitions.check_variant(debian, "debian+sid", force=True) == "sid"
+    with pytest.raises(os_definitions.OsVariantError, match="must include a variant"):
+        os_definitions.check_variant(debian, "debian")
+    assert os_definitions.check_variant(debian, "debian", force=True) is None
+    with pytest.raises(os_definitions.OsVariantError, match="empty variant"):
+        os_definitions.check_variant(debian, "debian+")
+    with pytest.raises(os_definitions.OsVariantError, match="does not refer"):
+        os_definitions.check_variant(debian, "plain+squeeze")
+    assert os_definitions.check_variant(plain, "plain") is None
+    with pytest.raises(os_definitions.OsVariantError, match="does not support variants"):
+        os_definitions.check_variant(plain, "plain+x")
+    assert os_definitions.check_variant(plain, "plain+x", force=True) == "x"
 
 
 def test_check_os_params(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("new", api="20\n", with_verify=True, parameters="root_size size\n")
-    osdef = O.find_os("new", tmp_path / "os")
-    O.check_os_params(osdef, {"root_size": "1G"})
-    with pytest.raises(O.OsParameterError, match="bogus.*declared: root_size"):
-        O.check_os_params(osdef, {"root_size": "1G", "bogus": "x"})
+    osdef = os_definitions.find_os("new", tmp_path / "os")
+    os_definitions.check_os_params(osdef, {"root_size": "1G"})
+    with pytest.raises(os_definitions.OsParameterError, match="bogus.*declared: root_size"):
+        os_definitions.check_os_params(osdef, {"root_size": "1G", "bogus": "x"})
 
 
 # --- environment -------------------------------------------------------------------------------
@@ -176,8 +180,8 @@ COMMON = {
 
 def test_environment_api15(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("debian", api="10\n15\n", variants="squeeze\nwheezy\n")
-    osdef = O.find_os("debian", tmp_path / "os")
-    env = O.os_environment(osdef, _inst(), debug=1)
+    osdef = os_definitions.find_os("debian", tmp_path / "os")
+    env = os_definitions.os_environment(osdef, _inst(), debug=1)
     assert set(env) >= COMMON
     assert env["OS_API_VERSION"] == "15"
     assert env["OS_NAME"] == "debian"
@@ -206,8 +210,8 @@ def test_environment_api15(make_os: OsFactory, tmp_path: Path) -> None:
 
 def test_environment_api10_hides_newer_variables(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("old", api="10\n")
-    osdef = O.find_os("old", tmp_path / "os")
-    env = O.os_environment(osdef, _inst(os="old"))
+    osdef = os_definitions.find_os("old", tmp_path / "os")
+    env = os_definitions.os_environment(osdef, _inst(os="old"))
     assert env["OS_API_VERSION"] == "10"
     for newer in ("OS_VARIANT", "OS_NAME", "INSTANCE_HYPERVISOR"):
         assert newer not in env
@@ -218,65 +222,65 @@ def test_environment_api10_hides_newer_variables(make_os: OsFactory, tmp_path: P
 
 def test_environment_explicit_version(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("both", api="10\n15\n", variants="a\n")
-    osdef = O.find_os("both", tmp_path / "os")
-    assert "OS_VARIANT" not in O.os_environment(osdef, _inst(os="both+a"), 10)
-    assert O.os_environment(osdef, _inst(os="both+a"), 15)["OS_VARIANT"] == "a"
-    with pytest.raises(O.OsError, match="does not support API version 20"):
-        O.os_environment(osdef, _inst(), 20)
+    osdef = os_definitions.find_os("both", tmp_path / "os")
+    assert "OS_VARIANT" not in os_definitions.os_environment(osdef, _inst(os="both+a"), 10)
+    assert os_definitions.os_environment(osdef, _inst(os="both+a"), 15)["OS_VARIANT"] == "a"
+    with pytest.raises(os_definitions.OsError, match="does not support API version 20"):
+        os_definitions.os_environment(osdef, _inst(), 20)
 
 
 def test_environment_api20_os_parameters(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("new", api="15\n20\n", with_verify=True)
-    osdef = O.find_os("new", tmp_path / "os")
-    env = O.os_environment(osdef, _inst(os="new"))
+    osdef = os_definitions.find_os("new", tmp_path / "os")
+    env = os_definitions.os_environment(osdef, _inst(os="new"))
     assert env["OS_API_VERSION"] == "20"
     assert env["OSP_DHCP_TIMEOUT"] == "30" and env["OSP_ROOT_SIZE"] == "10G"
     assert env["OS_VARIANT"] == ""  # no variants declared, none given
-    assert "OSP_ROOT_SIZE" not in O.os_environment(osdef, _inst(os="new"), 15)
+    assert "OSP_ROOT_SIZE" not in os_definitions.os_environment(osdef, _inst(os="new"), 15)
 
 
 def test_forced_variant_is_passed_through(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("debian", variants="squeeze\n")
-    osdef = O.find_os("debian", tmp_path / "os")
-    assert O.os_environment(osdef, _inst(os="debian+sid"))["OS_VARIANT"] == "sid"
+    osdef = os_definitions.find_os("debian", tmp_path / "os")
+    assert os_definitions.os_environment(osdef, _inst(os="debian+sid"))["OS_VARIANT"] == "sid"
 
 
 def test_script_variables() -> None:
-    assert O.script_variables("create") == {}
-    assert O.script_variables("create", reinstall=True) == {"INSTANCE_REINSTALL": "1"}
-    assert O.script_variables("rename", old_name="old.example.com") == {
+    assert os_definitions.script_variables("create") == {}
+    assert os_definitions.script_variables("create", reinstall=True) == {"INSTANCE_REINSTALL": "1"}
+    assert os_definitions.script_variables("rename", old_name="old.example.com") == {
         "OLD_INSTANCE_NAME": "old.example.com"}
-    assert O.script_variables("import", disk_index=1, disk_path="/dev/x") == {
+    assert os_definitions.script_variables("import", disk_index=1, disk_path="/dev/x") == {
         "IMPORT_DEVICE": "/dev/x", "IMPORT_INDEX": "1"}
-    assert O.script_variables("export", disk_index=0, disk_path="/dev/y") == {
+    assert os_definitions.script_variables("export", disk_index=0, disk_path="/dev/y") == {
         "EXPORT_DEVICE": "/dev/y", "EXPORT_INDEX": "0"}
-    with pytest.raises(O.OsError, match="old instance name"):
-        O.script_variables("rename")
-    with pytest.raises(O.OsError, match="disk index"):
-        O.script_variables("import")
+    with pytest.raises(os_definitions.OsError, match="old instance name"):
+        os_definitions.script_variables("rename")
+    with pytest.raises(os_definitions.OsError, match="disk index"):
+        os_definitions.script_variables("import")
 
 
 def test_instance_data_from_model() -> None:
     config = build_config(nodes=2, drbd_instances=1, plain_instances=1)
     inst = next(i for i in config.instances.values() if i.disk_template == "drbd")
     inst.hvparams = {"kernel_path": "/boot/custom"}
-    data = O.OsInstanceData.from_model(config, inst, ["/dev/drbd0"])
+    data = os_definitions.OsInstanceData.from_model(config, inst, ["/dev/drbd0"])
     assert data.name == inst.name and data.os == inst.os and data.hypervisor == "kvm"
-    assert data.disks == [O.OsDisk("/dev/drbd0", "rw", "block")]
+    assert data.disks == [os_definitions.OsDisk("/dev/drbd0", "rw", "block")]
     assert data.nics[0].mac == inst.nics[0].mac and data.nics[0].link == "br0"
     assert data.nics[0].mode == "bridged" and data.nics[0].ip == inst.nics[0].ip
     assert data.hvparams["kernel_path"] == "/boot/custom"
     assert data.beparams["maxmem"] == 1024
-    with pytest.raises(O.OsError, match="1 disks"):
-        O.OsInstanceData.from_model(config, inst, [])
-    file_inst = M.Instance(
-        uuid=M.new_uuid(), name="f.example.com", primary_node=inst.primary_node, os="x",
+    with pytest.raises(os_definitions.OsError, match="1 disks"):
+        os_definitions.OsInstanceData.from_model(config, inst, [])
+    file_inst = model.Instance(
+        uuid=model.new_uuid(), name="f.example.com", primary_node=inst.primary_node, os="x",
         hypervisor="kvm",
-        disks=[M.Disk(uuid=M.new_uuid(), dev_type="file", size=10,
-                      logical_id=M.FileId(driver="loop", path="/srv/f/disk0"))],
+        disks=[model.Disk(uuid=model.new_uuid(), dev_type="file", size=10,
+                          logical_id=model.FileId(driver="loop", path="/srv/f/disk0"))],
     )
     config.instances[file_inst.uuid] = file_inst
-    fdata = O.OsInstanceData.from_model(config, file_inst, ["/srv/f/disk0"])
+    fdata = os_definitions.OsInstanceData.from_model(config, file_inst, ["/srv/f/disk0"])
     assert fdata.disks[0].backend_type == "file:loop"
 
 
@@ -292,11 +296,12 @@ def test_scripts_see_exactly_the_api_variables(make_os: OsFactory, tmp_path: Pat
                                                api: str) -> None:
     make_os("dump", api=f"{api}\n", variants="v1\nv2\n", with_verify=api == "20",
             parameters="root_size x\n" if api == "20" else None)
-    osdef = O.find_os("dump", tmp_path / "os")
-    env = O.os_environment(osdef, _inst(os="dump+v2"))
+    osdef = os_definitions.find_os("dump", tmp_path / "os")
+    env = os_definitions.os_environment(osdef, _inst(os="dump+v2"))
     dump = tmp_path / "env.txt"
-    result = O.run_os_script(osdef, "create", {**env, "DUMP_TO": str(dump)}, timeout=10,
-                             log_file=tmp_path / "logs" / "create.log")
+    result = os_definitions.run_os_script(osdef, "create", {**env, "DUMP_TO": str(dump)},
+                                          timeout=10,
+                                          log_file=tmp_path / "logs" / "create.log")
     assert result.returncode == 0 and result.script == "create"
     seen = _env_file(dump)
     assert seen["OS_API_VERSION"] == api
@@ -313,10 +318,11 @@ def test_scripts_see_exactly_the_api_variables(make_os: OsFactory, tmp_path: Pat
 
 def test_script_failure_is_reported_with_log_tail(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("fails", scripts={"create": "#!/bin/sh\necho starting\necho 'no space' >&2\nexit 3\n"})
-    osdef = O.find_os("fails", tmp_path / "os")
+    osdef = os_definitions.find_os("fails", tmp_path / "os")
     log = tmp_path / "create.log"
-    with pytest.raises(O.OsScriptError, match=r"create script failed \(exit code 3\)") as info:
-        O.run_os_script(osdef, "create", {}, timeout=10, log_file=log)
+    with pytest.raises(os_definitions.OsScriptError,
+                       match=r"create script failed \(exit code 3\)") as info:
+        os_definitions.run_os_script(osdef, "create", {}, timeout=10, log_file=log)
     assert info.value.returncode == 3 and info.value.log_file == log
     assert "no space" in str(info.value)
     text = log.read_text()
@@ -326,10 +332,11 @@ def test_script_failure_is_reported_with_log_tail(make_os: OsFactory, tmp_path: 
 def test_script_timeout_kills_the_process_group(make_os: OsFactory, tmp_path: Path) -> None:
     marker = tmp_path / "pid"
     make_os("slow", scripts={"create": f"#!/bin/sh\nsleep 30 &\necho $! > {marker}\nwait\n"})
-    osdef = O.find_os("slow", tmp_path / "os")
+    osdef = os_definitions.find_os("slow", tmp_path / "os")
     started = time.monotonic()
-    with pytest.raises(O.OsScriptTimeoutError, match="timed out after 0.5s"):
-        O.run_os_script(osdef, "create", {}, timeout=0.5, log_file=tmp_path / "slow.log")
+    with pytest.raises(os_definitions.OsScriptTimeoutError, match="timed out after 0.5s"):
+        os_definitions.run_os_script(osdef, "create", {}, timeout=0.5,
+                                     log_file=tmp_path / "slow.log")
     assert time.monotonic() - started < 5
     child = int(marker.read_text())
     deadline = time.monotonic() + 5
@@ -349,21 +356,21 @@ def test_script_timeout_kills_the_process_group(make_os: OsFactory, tmp_path: Pa
 
 def test_missing_script_is_a_clear_error(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("gone")
-    osdef = O.find_os("gone", tmp_path / "os")
+    osdef = os_definitions.find_os("gone", tmp_path / "os")
     (osdef.path / "export").unlink()
-    with pytest.raises(O.OsScriptError, match="no executable export script"):
-        O.run_os_script(osdef, "export", {}, timeout=5, log_file=tmp_path / "x.log")
+    with pytest.raises(os_definitions.OsScriptError, match="no executable export script"):
+        os_definitions.run_os_script(osdef, "export", {}, timeout=5, log_file=tmp_path / "x.log")
 
 
 def test_export_stdout_goes_to_the_stream(make_os: OsFactory, tmp_path: Path) -> None:
     make_os("exp", scripts={"export": "#!/bin/sh\nprintf 'DATA:%s' \"$EXPORT_DEVICE\"\n"
                                       "echo progress >&2\n"})
-    osdef = O.find_os("exp", tmp_path / "os")
+    osdef = os_definitions.find_os("exp", tmp_path / "os")
     out_path = tmp_path / "stream"
-    env = {**O.os_environment(osdef, _inst(os="exp")),
-           **O.script_variables("export", disk_index=0, disk_path="/dev/drbd0")}
+    env = {**os_definitions.os_environment(osdef, _inst(os="exp")),
+           **os_definitions.script_variables("export", disk_index=0, disk_path="/dev/drbd0")}
     with open(out_path, "wb") as out:
-        O.run_os_script(osdef, "export", env, timeout=10, log_file=tmp_path / "e.log",
-                        stdout=out)
+        os_definitions.run_os_script(osdef, "export", env, timeout=10, log_file=tmp_path / "e.log",
+                                     stdout=out)
     assert out_path.read_bytes() == b"DATA:/dev/drbd0"
     assert "progress" in (tmp_path / "e.log").read_text()

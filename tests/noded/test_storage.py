@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from herder.noded import storage as S
+from herder.noded import storage as storage_units
 from tests.conftest import build_config
 
 # --- parse-only: Ganeti's captured outputs -----------------------------------------------------
@@ -24,20 +24,20 @@ def _ganeti(shared: Path, name: str) -> str:
 
 
 def test_vgreduce_old_version_ok(shared: Path) -> None:
-    out = S.parse_vgreduce(_ganeti(shared, "vgreduce-removemissing-2.02.02.txt"))
+    out = storage_units.parse_vgreduce(_ganeti(shared, "vgreduce-removemissing-2.02.02.txt"))
     assert out.consistent and not out.needs_force
     assert out.missing_pvs == ("gg4cmC-4lrT-EN1v-39OA-6S2b-6eEI-wWlJJJ",)
     assert out.partial_lvs == ()
 
 
 def test_vgreduce_new_version_ok(shared: Path) -> None:
-    out = S.parse_vgreduce(_ganeti(shared, "vgreduce-removemissing-2.02.66-ok.txt"))
+    out = storage_units.parse_vgreduce(_ganeti(shared, "vgreduce-removemissing-2.02.66-ok.txt"))
     assert out.consistent and not out.needs_force
     assert out.missing_pvs == ("NzfYON-F7ky-1Szf-aGf1-v8Xa-Bt1W-8V3bou",)
 
 
 def test_vgreduce_new_version_needs_force(shared: Path) -> None:
-    out = S.parse_vgreduce(_ganeti(shared, "vgreduce-removemissing-2.02.66-fail.txt"))
+    out = storage_units.parse_vgreduce(_ganeti(shared, "vgreduce-removemissing-2.02.66-fail.txt"))
     assert not out.consistent and out.needs_force
     assert len(out.partial_lvs) == 30
     assert out.partial_lvs[0] == "4ba7abfa-8459-43b6-b00f-c016244980f0.disk0"
@@ -46,57 +46,60 @@ def test_vgreduce_new_version_needs_force(shared: Path) -> None:
 
 def test_vgs_missing_pvs_old_version(shared: Path) -> None:
     text = _ganeti(shared, "vgs-missing-pvs-2.02.02.txt")
-    result = S.CommandResult(("vgs",), 5, "", text)
-    assert "failed" in (S.vg_inconsistency("xenvg", result) or "")
+    result = storage_units.CommandResult(("vgs",), 5, "", text)
+    assert "failed" in (storage_units.vg_inconsistency("xenvg", result) or "")
     # Even with a zero exit the "not found" line is enough.
-    assert "not found" in (S.vg_inconsistency("xenvg", S.CommandResult((), 0, "", text)) or "")
+    zero_exit = storage_units.CommandResult((), 0, "", text)
+    assert "not found" in (storage_units.vg_inconsistency("xenvg", zero_exit) or "")
 
 
 def test_vgs_missing_pvs_new_version_exits_zero(shared: Path) -> None:
     text = _ganeti(shared, "vgs-missing-pvs-2.02.66.txt")
-    result = S.CommandResult(("vgs",), 0, text, "")
-    reason = S.vg_inconsistency("xenvg", result)
+    result = storage_units.CommandResult(("vgs",), 0, text, "")
+    reason = storage_units.vg_inconsistency("xenvg", result)
     assert reason is not None and "bHRa26-svpL-ihJX-e0S4-2HNz-wAAi-AlBFtl" in reason
 
 
 def test_lvs_rows(shared: Path) -> None:
-    rows = S.parse_rows(_ganeti(shared, "lvs_lv.txt"), 20, separator=";")
+    rows = storage_units.parse_rows(_ganeti(shared, "lvs_lv.txt"), 20, separator=";")
     assert [r[1] for r in rows] == ["df9ff3f6-a833-48ff-8bd5-bff2eaeab759.disk0_data",
                                     "df9ff3f6-a833-48ff-8bd5-bff2eaeab759.disk0_meta"]
     assert rows[0][12] == "xenvg"
-    assert S.parse_rows(_ganeti(shared, "lvs_lv.txt"), 7, separator=";") == []
+    assert storage_units.parse_rows(_ganeti(shared, "lvs_lv.txt"), 7, separator=";") == []
 
 
 def test_vg_inconsistency_partial_attr() -> None:
-    ok = S.CommandResult(("vgs",), 0, "  xenvg|wz--n-\n", "")
-    assert S.vg_inconsistency("xenvg", ok, "wz--n-") is None
-    assert "partial" in (S.vg_inconsistency("xenvg", ok, "wz-pn-") or "")
+    ok = storage_units.CommandResult(("vgs",), 0, "  xenvg|wz--n-\n", "")
+    assert storage_units.vg_inconsistency("xenvg", ok, "wz--n-") is None
+    assert "partial" in (storage_units.vg_inconsistency("xenvg", ok, "wz-pn-") or "")
 
 
 def test_parse_size() -> None:
-    assert S.parse_size("60.00") == 60
-    assert S.parse_size(" 1023.60 ") == 1024
-    assert S.parse_size("1.5g") == 1536  # a unit LVM printed is honoured (lower case: GiB)
-    with pytest.raises(S.StorageError, match="cannot parse"):
-        S.parse_size("1.2x")
+    assert storage_units.parse_size("60.00") == 60
+    assert storage_units.parse_size(" 1023.60 ") == 1024
+    # a unit LVM printed is honoured (lower case: GiB)
+    assert storage_units.parse_size("1.5g") == 1536
+    with pytest.raises(storage_units.StorageError, match="cannot parse"):
+        storage_units.parse_size("1.2x")
 
 
 # --- fake runner -------------------------------------------------------------------------------
 
 
 class FakeRunner:
-    def __init__(self, responses: dict[str, S.CommandResult | tuple[int, str, str]]) -> None:
+    def __init__(self,
+                 responses: dict[str, storage_units.CommandResult | tuple[int, str, str]]) -> None:
         self.responses = responses
         self.calls: list[list[str]] = []
 
-    def __call__(self, argv: Sequence[str], timeout: float) -> S.CommandResult:
+    def __call__(self, argv: Sequence[str], timeout: float) -> storage_units.CommandResult:
         self.calls.append(list(argv))
         for prefix, resp in self.responses.items():
             if " ".join(argv).startswith(prefix):
-                if isinstance(resp, S.CommandResult):
+                if isinstance(resp, storage_units.CommandResult):
                     return resp
                 rc, out, err = resp
-                return S.CommandResult(tuple(argv), rc, out, err)
+                return storage_units.CommandResult(tuple(argv), rc, out, err)
         raise AssertionError(f"unexpected command {argv}")
 
 
@@ -108,7 +111,7 @@ PVS_OUT = """  /dev/sda5|1000.50|200.00|800.50|a--
 
 def test_pv_list_units_fields_and_command() -> None:
     runner = FakeRunner({"pvs": (0, PVS_OUT, "")})
-    pv = S.get_storage("lvm-pv", runner=runner)
+    pv = storage_units.get_storage("lvm-pv", runner=runner)
     units = pv.list_units()
     assert runner.calls[0] == [
         "pvs", "--noheadings", "--units=m", "--nosuffix", "--separator=|",
@@ -126,7 +129,7 @@ def test_pv_list_units_fields_and_command() -> None:
 
 def test_vg_list_units_used_is_size_minus_free() -> None:
     runner = FakeRunner({"vgs": (0, "  xenvg|1000.00|250.00\n", "")})
-    vg = S.get_storage("lvm-vg", runner=runner)
+    vg = storage_units.get_storage("lvm-vg", runner=runner)
     assert vg.list_units() == [
         {"name": "xenvg", "size": 1000, "used": 750, "free": 250, "allocatable": True}]
     assert runner.calls[0][-1] == "--options=vg_name,vg_size,vg_free"
@@ -137,27 +140,28 @@ def test_vg_list_units_used_is_size_minus_free() -> None:
 
 def test_list_failures_and_unknown_fields() -> None:
     runner = FakeRunner({"pvs": (5, "", "  Failed to find physical volume \"/dev/x\".")})
-    pv = S.LvmPvStorage(runner=runner)
-    with pytest.raises(S.StorageCommandError, match="exit code 5.*Failed to find") as info:
+    pv = storage_units.LvmPvStorage(runner=runner)
+    with pytest.raises(storage_units.StorageCommandError,
+                       match="exit code 5.*Failed to find") as info:
         pv.list_units("/dev/x")
     assert info.value.returncode == 5
-    with pytest.raises(S.StorageError, match="unknown storage field"):
+    with pytest.raises(storage_units.StorageError, match="unknown storage field"):
         pv.list_units(fields=["name", "colour"])
-    with pytest.raises(S.StorageError, match="unknown storage type 'zfs'"):
-        S.get_storage("zfs")
+    with pytest.raises(storage_units.StorageError, match="unknown storage type 'zfs'"):
+        storage_units.get_storage("zfs")
 
 
 def test_modify_and_execute_dispatch() -> None:
     runner = FakeRunner({"pvchange": (0, "  Physical volume changed\n", "")})
-    pv = S.LvmPvStorage(runner=runner)
+    pv = storage_units.LvmPvStorage(runner=runner)
     pv.modify("/dev/sda5", {"allocatable": False})
     assert runner.calls[-1] == ["pvchange", "--allocatable=n", "/dev/sda5"]
-    with pytest.raises(S.StorageError, match="size cannot be modified"):
+    with pytest.raises(storage_units.StorageError, match="size cannot be modified"):
         pv.modify("/dev/sda5", {"size": 1})
-    with pytest.raises(S.StorageError, match="no operation 'fix-consistency'"):
+    with pytest.raises(storage_units.StorageError, match="no operation 'fix-consistency'"):
         pv.execute("/dev/sda5", "fix-consistency")
-    with pytest.raises(S.StorageError, match="cannot be modified"):
-        S.LvmVgStorage(runner=runner).modify("xenvg", {"allocatable": True})
+    with pytest.raises(storage_units.StorageError, match="cannot be modified"):
+        storage_units.LvmVgStorage(runner=runner).modify("xenvg", {"allocatable": True})
 
 
 def test_repair_vg_fake_runner(shared: Path) -> None:
@@ -167,30 +171,30 @@ def test_repair_vg_fake_runner(shared: Path) -> None:
         "vgreduce --removemissing": (5, "", fail),
         "vgs": (0, "  xenvg|wz--n-\n", ""),
     })
-    with pytest.raises(S.VgRepairError, match="partial LVs.*remove_partial_lvs"):
-        S.repair_vg("xenvg", runner=runner)
+    with pytest.raises(storage_units.VgRepairError, match="partial LVs.*remove_partial_lvs"):
+        storage_units.repair_vg("xenvg", runner=runner)
     assert not any("--force" in c for c in runner.calls)
-    vg_storage = S.LvmVgStorage(runner=runner)
-    with pytest.raises(S.VgRepairError, match="partial LVs"):
+    vg_storage = storage_units.LvmVgStorage(runner=runner)
+    with pytest.raises(storage_units.VgRepairError, match="partial LVs"):
         vg_storage.execute("xenvg", "fix-consistency")
     result = vg_storage.execute("xenvg", "fix-consistency", remove_partial_lvs=True)
     assert result.forced and len(result.removed_lvs) == 30
     assert runner.calls[-2] == ["vgreduce", "--removemissing", "--force", "xenvg"]
     runner.responses["vgs"] = (0, _ganeti(shared, "vgs-missing-pvs-2.02.66.txt"), "")
     runner.responses["vgreduce --removemissing"] = (0, "  Wrote out consistent volume group", "")
-    with pytest.raises(S.VgRepairError, match="still not consistent.*misses PV"):
-        S.repair_vg("xenvg", runner=runner)
+    with pytest.raises(storage_units.VgRepairError, match="still not consistent.*misses PV"):
+        storage_units.repair_vg("xenvg", runner=runner)
 
 
 def test_run_command_errors() -> None:
-    with pytest.raises(S.StorageCommandError, match="cannot run"):
-        S.run_command(["/nonexistent/tool"])
-    with pytest.raises(S.StorageCommandError, match="timed out after 0.2s"):
-        S.run_command(["sleep", "5"], timeout=0.2)
-    result = S.run_command(["sh", "-c", "echo $LC_ALL; echo err >&2; exit 3"])
+    with pytest.raises(storage_units.StorageCommandError, match="cannot run"):
+        storage_units.run_command(["/nonexistent/tool"])
+    with pytest.raises(storage_units.StorageCommandError, match="timed out after 0.2s"):
+        storage_units.run_command(["sleep", "5"], timeout=0.2)
+    result = storage_units.run_command(["sh", "-c", "echo $LC_ALL; echo err >&2; exit 3"])
     assert result.returncode == 3 and result.stdout.strip() == "C" and "err" in result.output
-    with pytest.raises(S.StorageCommandError, match="exit code 3"):
-        S.check(result, "testing")
+    with pytest.raises(storage_units.StorageCommandError, match="exit code 3"):
+        storage_units.check(result, "testing")
 
 
 # --- file storage ------------------------------------------------------------------------------
@@ -201,7 +205,7 @@ def test_file_storage_list_and_status(tmp_path: Path) -> None:
     (base / "inst1").mkdir(parents=True)
     (base / "inst1" / "disk0").write_bytes(b"\0" * (3 * 1048576))
     (base / "inst1" / "link").symlink_to("/etc/passwd")
-    fs = S.get_storage("file", [base])
+    fs = storage_units.get_storage("file", [base])
     (unit,) = fs.list_units()
     assert unit["name"] == str(base) and unit["allocatable"] is True
     assert unit["used"] == 3
@@ -211,7 +215,7 @@ def test_file_storage_list_and_status(tmp_path: Path) -> None:
     assert status["ok"] and status["is_dir"] and status["used"] == 3
     missing = fs.unit_status(str(tmp_path / "nope"))
     assert not missing["ok"] and not missing["exists"]
-    with pytest.raises(S.FileStorageError, match="cannot stat"):
+    with pytest.raises(storage_units.FileStorageError, match="cannot stat"):
         fs.list_units(str(tmp_path / "nope"), ["size"])
 
 
@@ -219,38 +223,38 @@ def test_file_storage_dirs_restricted_to_bases(tmp_path: Path) -> None:
     base = tmp_path / "file-storage"
     base.mkdir()
     bases = [base, tmp_path / "shared"]
-    made = S.create_dir(base / "inst1" / "sub", bases)
+    made = storage_units.create_dir(base / "inst1" / "sub", bases)
     assert made.is_dir()
-    assert S.create_dir(base / "inst1" / "sub", bases) == made  # idempotent
-    with pytest.raises(S.FileStorageError, match="not below an allowed"):
-        S.create_dir(tmp_path / "elsewhere", bases)
-    with pytest.raises(S.FileStorageError, match="not below an allowed"):
-        S.create_dir(base / ".." / "escape", bases)
-    with pytest.raises(S.FileStorageError, match="not below an allowed"):
-        S.create_dir(base, bases)  # the base itself is not a unit to create or remove
-    with pytest.raises(S.FileStorageError, match="absolute"):
-        S.create_dir("relative/dir", bases)
+    assert storage_units.create_dir(base / "inst1" / "sub", bases) == made  # idempotent
+    with pytest.raises(storage_units.FileStorageError, match="not below an allowed"):
+        storage_units.create_dir(tmp_path / "elsewhere", bases)
+    with pytest.raises(storage_units.FileStorageError, match="not below an allowed"):
+        storage_units.create_dir(base / ".." / "escape", bases)
+    with pytest.raises(storage_units.FileStorageError, match="not below an allowed"):
+        storage_units.create_dir(base, bases)  # the base itself is not a unit to create or remove
+    with pytest.raises(storage_units.FileStorageError, match="absolute"):
+        storage_units.create_dir("relative/dir", bases)
     (base / "evil").symlink_to(tmp_path)
-    with pytest.raises(S.FileStorageError, match="not below an allowed"):
-        S.create_dir(base / "evil" / "x", bases)
+    with pytest.raises(storage_units.FileStorageError, match="not below an allowed"):
+        storage_units.create_dir(base / "evil" / "x", bases)
     (base / "afile").write_text("")
-    with pytest.raises(S.FileStorageError, match="not a directory"):
-        S.create_dir(base / "afile", bases)
-    with pytest.raises(S.FileStorageError, match="must be empty"):
-        S.remove_dir(base / "inst1", bases)
-    S.remove_dir(base / "inst1" / "sub", bases)
-    S.remove_dir(base / "inst1", bases)
+    with pytest.raises(storage_units.FileStorageError, match="not a directory"):
+        storage_units.create_dir(base / "afile", bases)
+    with pytest.raises(storage_units.FileStorageError, match="must be empty"):
+        storage_units.remove_dir(base / "inst1", bases)
+    storage_units.remove_dir(base / "inst1" / "sub", bases)
+    storage_units.remove_dir(base / "inst1", bases)
     assert not (base / "inst1").exists()
-    S.remove_dir(base / "inst1", bases)  # already gone: fine
-    with pytest.raises(S.FileStorageError, match="not a directory"):
-        S.remove_dir(base / "afile", bases)
-    with pytest.raises(S.FileStorageError, match="not below an allowed"):
-        S.remove_dir(tmp_path, bases)
+    storage_units.remove_dir(base / "inst1", bases)  # already gone: fine
+    with pytest.raises(storage_units.FileStorageError, match="not a directory"):
+        storage_units.remove_dir(base / "afile", bases)
+    with pytest.raises(storage_units.FileStorageError, match="not below an allowed"):
+        storage_units.remove_dir(tmp_path, bases)
 
 
 def test_allowed_dirs_from_cluster() -> None:
     config = build_config(nodes=1, drbd_instances=0, plain_instances=0)
-    assert S.allowed_file_storage_dirs(config.cluster) == [
+    assert storage_units.allowed_file_storage_dirs(config.cluster) == [
         Path("/srv/herder/file-storage"), Path("/srv/herder/shared-file-storage")]
 
 
@@ -310,25 +314,25 @@ def _vg(loop_pvs: Callable[[int], list[str]], devices: list[str]) -> str:
 def test_real_pv_listing_status_and_allocatable(loop_pvs) -> None:
     (dev,) = loop_pvs(1)
     vg = _vg(loop_pvs, [dev])
-    pv = S.LvmPvStorage()
+    pv = storage_units.LvmPvStorage()
     (unit,) = pv.list_units(dev)
     assert unit["name"] == dev and unit["allocatable"] is True
     assert unit["size"] == 60 and unit["used"] == 0 and unit["free"] == 60
     assert any(u["name"] == dev for u in pv.list_units())
     status = pv.unit_status(dev)
     assert status["vg"] == vg and status["ok"] and not status["missing"]
-    S.set_pv_allocatable(dev, False)
+    storage_units.set_pv_allocatable(dev, False)
     assert pv.list_units(dev, ["allocatable"]) == [{"allocatable": False}]
     pv.modify(dev, {"allocatable": True})
     assert pv.unit_status(dev)["allocatable"] is True
-    with pytest.raises(S.StorageCommandError, match="cannot modify physical volume"):
-        S.set_pv_allocatable("/dev/hdrtest-no-such-pv", False)
+    with pytest.raises(storage_units.StorageCommandError, match="cannot modify physical volume"):
+        storage_units.set_pv_allocatable("/dev/hdrtest-no-such-pv", False)
 
 
 def test_real_vg_listing_and_status(loop_pvs) -> None:
     devs = loop_pvs(2)
     vg = _vg(loop_pvs, devs)
-    storage = S.LvmVgStorage()
+    storage = storage_units.LvmVgStorage()
     assert storage.list_units(vg) == [
         {"name": vg, "size": 120, "used": 0, "free": 120, "allocatable": True}]
     _sh("lvcreate", "--driverloaded", "n", "-an", "-Zn", "-L", "8m", "-n", "lv1", vg)
@@ -336,7 +340,7 @@ def test_real_vg_listing_and_status(loop_pvs) -> None:
     status = storage.unit_status(vg)
     assert status["ok"] and status["pv_count"] == 2 and status["lv_count"] == 1
     assert not status["partial"]
-    with pytest.raises(S.StorageCommandError):
+    with pytest.raises(storage_units.StorageCommandError):
         storage.unit_status("hdrtest-no-such-vg")
 
 
@@ -344,11 +348,11 @@ def test_real_repair_vg_with_missing_pv(loop_pvs) -> None:
     devs = loop_pvs(2)
     vg = _vg(loop_pvs, devs)
     _sh("losetup", "-d", devs[1])  # the disk "dies"
-    status = S.LvmVgStorage().unit_status(vg)
+    status = storage_units.LvmVgStorage().unit_status(vg)
     assert not status["ok"] and status["partial"]
-    result = S.repair_vg(vg)
+    result = storage_units.repair_vg(vg)
     assert not result.forced and len(result.missing_pvs) == 1
-    status = S.LvmVgStorage().unit_status(vg)
+    status = storage_units.LvmVgStorage().unit_status(vg)
     assert status["ok"] and status["pv_count"] == 1
 
 
@@ -358,12 +362,12 @@ def test_real_repair_vg_with_partial_lv_needs_permission(loop_pvs) -> None:
     _sh("lvcreate", "--driverloaded", "n", "-an", "-Zn", "-L", "8m", "-n", "lost", vg, devs[1])
     _sh("lvcreate", "--driverloaded", "n", "-an", "-Zn", "-L", "8m", "-n", "kept", vg, devs[0])
     _sh("losetup", "-d", devs[1])
-    with pytest.raises(S.VgRepairError, match="partial LVs \\(lost\\)"):
-        S.repair_vg(vg)
-    assert S.LvmVgStorage().unit_status(vg)["lv_count"] == 2  # nothing removed
-    with pytest.raises(S.VgRepairError):  # the generic entry point refuses too
-        S.LvmVgStorage().execute(vg, "fix-consistency")
-    repaired = S.repair_vg(vg, remove_partial_lvs=True)
+    with pytest.raises(storage_units.VgRepairError, match="partial LVs \\(lost\\)"):
+        storage_units.repair_vg(vg)
+    assert storage_units.LvmVgStorage().unit_status(vg)["lv_count"] == 2  # nothing removed
+    with pytest.raises(storage_units.VgRepairError):  # the generic entry point refuses too
+        storage_units.LvmVgStorage().execute(vg, "fix-consistency")
+    repaired = storage_units.repair_vg(vg, remove_partial_lvs=True)
     assert repaired.forced and repaired.removed_lvs == ("lost",)
-    status = S.LvmVgStorage().unit_status(vg)
+    status = storage_units.LvmVgStorage().unit_status(vg)
     assert status["ok"] and status["lv_count"] == 1 and status["pv_count"] == 1

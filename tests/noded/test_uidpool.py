@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from herder.core import uidpool as core_uidpool
-from herder.noded import uidpool as U
+from herder.noded import uidpool
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def _free_uids(count: int) -> list[int]:
 
 def test_request_returns_locked_uid_and_creates_file(lock_dir: Path) -> None:
     uids = _free_uids(3)
-    locked = U.request_unused_uid(uids, lock_dir)
+    locked = uidpool.request_unused_uid(uids, lock_dir)
     assert locked.uid in uids
     assert locked.locked
     assert (lock_dir / str(locked.uid)).is_file()
@@ -43,33 +43,33 @@ def test_request_returns_locked_uid_and_creates_file(lock_dir: Path) -> None:
 def test_works_with_core_pool_expansion(lock_dir: Path) -> None:
     base = _free_uids(1)[0]
     pool = core_uidpool.parse_pool(f"{base}-{base + 4}")
-    locked = U.request_unused_uid(core_uidpool.expand(pool), lock_dir)
+    locked = uidpool.request_unused_uid(core_uidpool.expand(pool), lock_dir)
     assert base <= locked.uid <= base + 4
     locked.unlock()
 
 
 def test_same_process_second_request_conflicts(lock_dir: Path) -> None:
     uid = _free_uids(1)
-    first = U.request_unused_uid(uid, lock_dir)
-    with pytest.raises(U.UidPoolExhaustedError, match="no unused user-id"):
-        U.request_unused_uid(uid, lock_dir)
+    first = uidpool.request_unused_uid(uid, lock_dir)
+    with pytest.raises(uidpool.UidPoolExhaustedError, match="no unused user-id"):
+        uidpool.request_unused_uid(uid, lock_dir)
     first.unlock()
-    again = U.request_unused_uid(uid, lock_dir)  # no process runs under it: grantable again
+    again = uidpool.request_unused_uid(uid, lock_dir)  # no process runs under it: grantable again
     assert again.uid == uid[0]
     again.unlock()
 
 
 def test_empty_pool_is_a_clear_error(lock_dir: Path) -> None:
-    with pytest.raises(U.UidPoolExhaustedError, match="empty"):
-        U.request_unused_uid([], lock_dir)
+    with pytest.raises(uidpool.UidPoolExhaustedError, match="empty"):
+        uidpool.request_unused_uid([], lock_dir)
 
 
 def test_exhausted_pool(lock_dir: Path) -> None:
     uids = _free_uids(4)
-    held = [U.request_unused_uid(uids, lock_dir) for _ in uids]
+    held = [uidpool.request_unused_uid(uids, lock_dir) for _ in uids]
     assert sorted(h.uid for h in held) == uids
-    with pytest.raises(U.UidPoolExhaustedError, match=r"4 uids"):
-        U.request_unused_uid(uids, lock_dir)
+    with pytest.raises(uidpool.UidPoolExhaustedError, match=r"4 uids"):
+        uidpool.request_unused_uid(uids, lock_dir)
     for h in held:
         h.unlock()
 
@@ -79,28 +79,28 @@ def test_unused_uids_are_preferred_to_leftover_files(lock_dir: Path) -> None:
     lock_dir.mkdir()
     (lock_dir / str(uids[0])).touch()  # left behind by a running instance
     for _ in range(10):
-        locked = U.request_unused_uid(uids, lock_dir)
+        locked = uidpool.request_unused_uid(uids, lock_dir)
         assert locked.uid == uids[1]
-        U.release_uid(locked, lock_dir)
+        uidpool.release_uid(locked, lock_dir)
 
 
 def test_own_uid_is_in_use(lock_dir: Path) -> None:
-    assert U.uid_in_use(os.getuid())
-    with pytest.raises(U.UidPoolExhaustedError):
-        U.request_unused_uid([os.getuid()], lock_dir)
+    assert uidpool.uid_in_use(os.getuid())
+    with pytest.raises(uidpool.UidPoolExhaustedError):
+        uidpool.request_unused_uid([os.getuid()], lock_dir)
 
 
 def test_lock_dir_that_is_a_file(tmp_path: Path) -> None:
     bad = tmp_path / "file"
     bad.write_text("")
-    with pytest.raises(U.UidPoolError, match="not a directory|cannot create"):
-        U.request_unused_uid(_free_uids(1), bad)
+    with pytest.raises(uidpool.UidPoolError, match="not a directory|cannot create"):
+        uidpool.request_unused_uid(_free_uids(1), bad)
 
 
 def test_non_numeric_files_are_ignored(lock_dir: Path) -> None:
     lock_dir.mkdir()
     (lock_dir / "README").write_text("x")
-    locked = U.request_unused_uid(_free_uids(1), lock_dir)
+    locked = uidpool.request_unused_uid(_free_uids(1), lock_dir)
     locked.unlock()
 
 
@@ -115,7 +115,7 @@ def running_as():
         proc = subprocess.Popen(["sleep", "60"], user=uid, group=uid)
         procs.append(proc)
         deadline = time.monotonic() + 5
-        while not U.uid_in_use(uid):
+        while not uidpool.uid_in_use(uid):
             assert time.monotonic() < deadline, "child did not show up under its uid"
             time.sleep(0.01)
         return proc
@@ -129,47 +129,47 @@ def running_as():
 def test_uid_with_running_process_is_skipped(lock_dir: Path, running_as) -> None:
     busy, free = _free_uids(2)
     running_as(busy)
-    assert U.uid_in_use(busy)
-    with pytest.raises(U.UidPoolExhaustedError):
-        U.request_unused_uid([busy], lock_dir)
+    assert uidpool.uid_in_use(busy)
+    with pytest.raises(uidpool.UidPoolExhaustedError):
+        uidpool.request_unused_uid([busy], lock_dir)
     for _ in range(10):
-        locked = U.request_unused_uid([busy, free], lock_dir)
+        locked = uidpool.request_unused_uid([busy, free], lock_dir)
         assert locked.uid == free
         locked.unlock()
 
 
 def test_released_uid_is_reusable(lock_dir: Path, running_as) -> None:
     (uid,) = _free_uids(1)
-    locked = U.request_unused_uid([uid], lock_dir)
+    locked = uidpool.request_unused_uid([uid], lock_dir)
     proc = running_as(uid)  # the "instance" starts under the uid ...
     locked.unlock()  # ... so the lock is dropped, the file stays
     assert (lock_dir / str(uid)).exists()
-    with pytest.raises(U.UidPoolExhaustedError):
-        U.request_unused_uid([uid], lock_dir)
+    with pytest.raises(uidpool.UidPoolExhaustedError):
+        uidpool.request_unused_uid([uid], lock_dir)
     proc.kill()
     proc.wait()
-    U.release_uid(uid, lock_dir)
+    uidpool.release_uid(uid, lock_dir)
     assert not (lock_dir / str(uid)).exists()
-    again = U.request_unused_uid([uid], lock_dir)
+    again = uidpool.request_unused_uid([uid], lock_dir)
     assert again.uid == uid
-    U.release_uid(again, lock_dir)
+    uidpool.release_uid(again, lock_dir)
     assert not again.locked
     assert not (lock_dir / str(uid)).exists()
 
 
 def test_release_missing_file_is_fine(lock_dir: Path) -> None:
     lock_dir.mkdir()
-    U.release_uid(12345, lock_dir)
+    uidpool.release_uid(12345, lock_dir)
 
 
 def test_release_refused_while_someone_holds_the_lock(lock_dir: Path) -> None:
     (uid,) = _free_uids(1)
-    locked = U.request_unused_uid([uid], lock_dir)
-    with pytest.raises(U.UidPoolError, match="holds its lock"):
-        U.release_uid(uid, lock_dir)
+    locked = uidpool.request_unused_uid([uid], lock_dir)
+    with pytest.raises(uidpool.UidPoolError, match="holds its lock"):
+        uidpool.release_uid(uid, lock_dir)
     assert (lock_dir / str(uid)).exists()
     locked.unlock()
-    U.release_uid(uid, lock_dir)
+    uidpool.release_uid(uid, lock_dir)
     assert not (lock_dir / str(uid)).exists()
 
 
@@ -179,16 +179,16 @@ def test_exec_with_unused_uid_success_keeps_file(lock_dir: Path) -> None:
 
     def start(uid: int, label: str, *, extra: int) -> str:
         # While fn runs the uid is still locked: nobody else can take it.
-        with pytest.raises(U.UidPoolExhaustedError):
-            U.request_unused_uid([uid], lock_dir)
+        with pytest.raises(uidpool.UidPoolExhaustedError):
+            uidpool.request_unused_uid([uid], lock_dir)
         seen.append((uid, label, extra))
         return f"started {label}"
 
-    assert U.exec_with_unused_uid(start, uids, lock_dir, "vm1", extra=7) == "started vm1"
+    assert uidpool.exec_with_unused_uid(start, uids, lock_dir, "vm1", extra=7) == "started vm1"
     (uid, label, extra) = seen[0]
     assert uid in uids and label == "vm1" and extra == 7
     assert (lock_dir / str(uid)).exists()
-    U.request_unused_uid([uid], lock_dir).unlock()  # unlocked afterwards
+    uidpool.request_unused_uid([uid], lock_dir).unlock()  # unlocked afterwards
 
 
 def test_exec_with_unused_uid_failure_releases(lock_dir: Path) -> None:
@@ -198,9 +198,9 @@ def test_exec_with_unused_uid_failure_releases(lock_dir: Path) -> None:
         raise RuntimeError("kvm failed")
 
     with pytest.raises(RuntimeError, match="kvm failed"):
-        U.exec_with_unused_uid(boom, [uid], lock_dir)
+        uidpool.exec_with_unused_uid(boom, [uid], lock_dir)
     assert not (lock_dir / str(uid)).exists()
-    U.request_unused_uid([uid], lock_dir).unlock()
+    uidpool.request_unused_uid([uid], lock_dir).unlock()
 
 
 # --- concurrency ------------------------------------------------------------------------------
@@ -218,12 +218,12 @@ def test_concurrent_threads_never_share_a_uid(lock_dir: Path, pool_size: int,
 
     def worker() -> None:
         barrier.wait()
-        held: U.LockedUid | None = None
+        held: uidpool.LockedUid | None = None
         try:
-            held = U.request_unused_uid(uids, lock_dir)
+            held = uidpool.request_unused_uid(uids, lock_dir)
             with mutex:
                 granted.append(held.uid)
-        except U.UidPoolExhaustedError as err:
+        except uidpool.UidPoolExhaustedError as err:
             with mutex:
                 failures.append(err)
         done.wait()  # keep the lock until everybody has tried (the start-up window)
@@ -244,8 +244,8 @@ def _process_worker(uids: list[int], lock_dir: str, start: multiprocessing.synch
                     done: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue) -> None:
     start.wait()
     try:
-        held = U.request_unused_uid(uids, Path(lock_dir))
-    except U.UidPoolExhaustedError:
+        held = uidpool.request_unused_uid(uids, Path(lock_dir))
+    except uidpool.UidPoolExhaustedError:
         out.put(None)
         done.wait()
         return
@@ -279,20 +279,20 @@ def _churn_worker(uids: list[int], lock_dir: str, rounds: int, out: multiprocess
     overlaps = 0
     for _ in range(rounds):
         try:
-            held = U.request_unused_uid(uids, Path(lock_dir))
-        except U.UidPoolExhaustedError:
+            held = uidpool.request_unused_uid(uids, Path(lock_dir))
+        except uidpool.UidPoolExhaustedError:
             continue
         marker = Path(lock_dir) / f"owner-{held.uid}"
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             overlaps += 1
-            U.release_uid(held, Path(lock_dir))
+            uidpool.release_uid(held, Path(lock_dir))
             continue
         os.close(fd)
         time.sleep(0.001)
         marker.unlink()
-        U.release_uid(held, Path(lock_dir))  # unlink under the lock, then unlock
+        uidpool.release_uid(held, Path(lock_dir))  # unlink under the lock, then unlock
     out.put(overlaps)
 
 

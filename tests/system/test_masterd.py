@@ -277,8 +277,7 @@ class _AllocRpc:
 
 
 def _alloc_master(tmp_path: Path, rpc: _AllocRpc, templates: tuple[str, ...]):
-    from herder.core import locking as L
-    from herder.core import model as M
+    from herder.core import locking, model
     from herder.core.jobs.queue import JobQueue
     from herder.masterd.lu.base import MasterEnv
     from herder.masterd.processor import Processor
@@ -287,17 +286,17 @@ def _alloc_master(tmp_path: Path, rpc: _AllocRpc, templates: tuple[str, ...]):
     config = build_config(nodes=4)
     node2 = config.find_node("node2.example.com")
     for template in templates:
-        disks = [] if template == "diskless" else [M.Disk(
-            uuid=M.new_uuid(), dev_type=template, size=1024,
-            logical_id=M.FileId(driver="loop", path=f"/srv/shared/{template}.disk0"))]
-        inst = M.Instance(uuid=M.new_uuid(), name=f"{template}.example.com",
-                          primary_node=node2.uuid, os="debootstrap", hypervisor="kvm",
-                          admin_state="up", disks=disks,
-                          beparams={"maxmem": 512, "minmem": 512, "vcpus": 1})
+        disks = [] if template == "diskless" else [model.Disk(
+            uuid=model.new_uuid(), dev_type=template, size=1024,
+            logical_id=model.FileId(driver="loop", path=f"/srv/shared/{template}.disk0"))]
+        inst = model.Instance(uuid=model.new_uuid(), name=f"{template}.example.com",
+                              primary_node=node2.uuid, os="debootstrap", hypervisor="kvm",
+                              admin_state="up", disks=disks,
+                              beparams={"maxmem": 512, "minmem": 512, "vcpus": 1})
         config.instances[inst.uuid] = inst
     store = FileStore(tmp_path / "config.json")
     store.create(config)
-    env = MasterEnv(store=store, rpc=rpc, locks=L.LockManager(
+    env = MasterEnv(store=store, rpc=rpc, locks=locking.LockManager(
         nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances))
     queue = JobQueue(tmp_path / "queue", Processor(env), workers=2)
     queue.recover()

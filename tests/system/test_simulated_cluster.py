@@ -66,10 +66,9 @@ def test_create_with_the_allocator_and_move(sim) -> None:
     herder(sim, "instance", "failover", "web1")
     assert where(sim, "web1") == [cfg.node_name(web.primary_node)]
     # Each node knows which instance its disks belong to (the creating RPCs named it).
-    from herder.core import envelope as E
     from herder.core.noderpc import HttpNodeRpc
 
-    rpc = HttpNodeRpc(E.load_key(Path(sim.config).parent / "hmac.key"),
+    rpc = HttpNodeRpc(envelope.load_key(Path(sim.config).parent / "hmac.key"),
                       Path(sim.config).parent / "server.pem")
     primary = cfg.nodes[web.primary_node]
     disk_map = rpc.call(primary, "disk_map", {})

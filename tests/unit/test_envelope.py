@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import envelope as E
+from herder.core import envelope as envelope_signing
 from herder.core.errors import SignatureError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -42,27 +42,27 @@ PING_WIRE = (
 
 @pytest.mark.parametrize(("salt", "msg", "expected"), VECTORS)
 def test_hmac_matches_ganeti_vectors(salt: str, msg: str, expected: str) -> None:
-    assert E.compute_hmac(KEY, salt, msg) == expected
-    assert E.sign(msg, KEY, salt)["hmac"] == expected
-    assert E.verify(E.sign(msg, KEY, salt), KEY) == (msg, salt)
+    assert envelope_signing.compute_hmac(KEY, salt, msg) == expected
+    assert envelope_signing.sign(msg, KEY, salt)["hmac"] == expected
+    assert envelope_signing.verify(envelope_signing.sign(msg, KEY, salt), KEY) == (msg, salt)
 
 
 def test_verifies_ganeti_21_wire_bytes() -> None:
     assert len(PING_WIRE) == 175
-    data, salt = E.verify_data(E.unpack(PING_WIRE), KEY)
+    data, salt = envelope_signing.verify_data(envelope_signing.unpack(PING_WIRE), KEY)
     assert salt == "1254213006"
     assert data == {"protocol": 1, "rsalt": RSALT, "type": 0}
 
 
 def test_verification_uses_the_received_text_not_a_reserialisation() -> None:
     odd = '{ "type":0,  "protocol":1 }'  # formatting no serialiser of ours would produce
-    envelope = E.sign(odd, KEY, "1")
-    assert E.verify(envelope, KEY) == (odd, "1")
+    envelope = envelope_signing.sign(odd, KEY, "1")
+    assert envelope_signing.verify(envelope, KEY) == (odd, "1")
 
 
 def test_round_trip_of_our_own_messages() -> None:
-    raw = E.sign_data({"b": [1, 2], "a": "x"}, KEY, "salt")
-    data, salt = E.verify_data(raw, KEY)
+    raw = envelope_signing.sign_data({"b": [1, 2], "a": "x"}, KEY, "salt")
+    data, salt = envelope_signing.verify_data(raw, KEY)
     assert (data, salt) == ({"a": "x", "b": [1, 2]}, "salt")
     assert json.loads(raw)["msg"] == '{"a":"x","b":[1,2]}'
 
@@ -79,35 +79,35 @@ def test_round_trip_of_our_own_messages() -> None:
     ],
 )
 def test_tampering_is_detected(mutate, message: str) -> None:
-    envelope = E.sign('{"a":1}', KEY, "1")
+    envelope = envelope_signing.sign('{"a":1}', KEY, "1")
     with pytest.raises(SignatureError, match=message):
-        E.verify(mutate(envelope), KEY)
+        envelope_signing.verify(mutate(envelope), KEY)
 
 
 def test_wrong_key_and_garbage_are_rejected() -> None:
-    envelope = E.sign('{"a":1}', KEY, "1")
+    envelope = envelope_signing.sign('{"a":1}', KEY, "1")
     with pytest.raises(SignatureError, match="invalid signature"):
-        E.verify(envelope, KEY + b"\n")  # the newline is part of the key
+        envelope_signing.verify(envelope, KEY + b"\n")  # the newline is part of the key
     with pytest.raises(SignatureError, match="not valid JSON"):
-        E.verify(b"{nope", KEY)
+        envelope_signing.verify(b"{nope", KEY)
     with pytest.raises(SignatureError, match="bad magic"):
-        E.unpack(b"plj")
+        envelope_signing.unpack(b"plj")
     with pytest.raises(SignatureError, match="bad magic"):
-        E.unpack(b"xxxx{}")
+        envelope_signing.unpack(b"xxxx{}")
 
 
 def test_key_file_is_used_with_its_newline(tmp_path: Path) -> None:
-    key = E.generate_key()
+    key = envelope_signing.generate_key()
     assert len(key) == 41 and key.endswith(b"\n")
     int(key[:40], 16)
     path = tmp_path / "hmac.key"
     path.write_bytes(key)
-    assert E.load_key(path) == key
+    assert envelope_signing.load_key(path) == key
     (tmp_path / "empty").write_bytes(b"")
     with pytest.raises(SignatureError, match="is empty"):
-        E.load_key(tmp_path / "empty")
+        envelope_signing.load_key(tmp_path / "empty")
     with pytest.raises(SignatureError, match="cannot read"):
-        E.load_key(tmp_path / "missing")
+        envelope_signing.load_key(tmp_path / "missing")
 
 
 def test_verifies_packets_captured_from_ganeti_confd() -> None:
@@ -116,8 +116,10 @@ def test_verifies_packets_captured_from_ganeti_confd() -> None:
     key = bytes.fromhex(capture["hmac_key_hex"])
     assert key.endswith(b"\n")
     for packet in capture["packets"]:
-        request, request_salt = E.verify_data(E.unpack(packet["request"].encode()), key)
-        reply, reply_salt = E.verify_data(E.unpack(packet["reply"].encode()), key)
+        request, request_salt = envelope_signing.verify_data(
+            envelope_signing.unpack(packet["request"].encode()), key)
+        reply, reply_salt = envelope_signing.verify_data(
+            envelope_signing.unpack(packet["reply"].encode()), key)
         assert reply_salt == request["rsalt"]  # replies are signed with the request's rsalt
         assert reply["protocol"] == 1 and reply["status"] == 0
         assert request["type"] == packet["type"]
@@ -154,18 +156,19 @@ def test_live_ganeti_confd_accepts_our_signature_and_we_verify_its_reply(live_co
     port, key = live_confd
     rsalt = str(uuid.uuid4())
     request = {"protocol": 1, "type": 3, "rsalt": rsalt}  # cluster_master
-    packet = E.pack(E.sign_data(request, key, str(int(time.time()))))
+    packet = envelope_signing.pack(envelope_signing.sign_data(request, key, str(int(time.time()))))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(5)
         sock.sendto(packet, ("127.0.0.1", port))
-        reply_bytes, _ = sock.recvfrom(E.MAX_UDP_DATA_SIZE)
-    reply, salt = E.verify_data(E.unpack(reply_bytes), key)
+        reply_bytes, _ = sock.recvfrom(envelope_signing.MAX_UDP_DATA_SIZE)
+    reply, salt = envelope_signing.verify_data(envelope_signing.unpack(reply_bytes), key)
     assert salt == rsalt
     assert reply["status"] == 0 and reply["answer"] == "node1.example.com"
     # A packet signed with another key gets no answer at all (Ganeti drops it).
-    forged = E.pack(E.sign_data(request, b"not the key\n", str(int(time.time()))))
+    forged = envelope_signing.pack(envelope_signing.sign_data(request, b"not the key\n",
+                                                              str(int(time.time()))))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(1)
         sock.sendto(forged, ("127.0.0.1", port))
         with pytest.raises(TimeoutError):
-            sock.recvfrom(E.MAX_UDP_DATA_SIZE)
+            sock.recvfrom(envelope_signing.MAX_UDP_DATA_SIZE)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import ConfigError
 from herder.core.ganeti_import import import_ganeti, import_ganeti_file
 
@@ -35,7 +35,7 @@ def _load(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(params=SAMPLES)
-def sample(request: pytest.FixtureRequest) -> tuple[dict[str, Any], M.ConfigData, list[str]]:
+def sample(request: pytest.FixtureRequest) -> tuple[dict[str, Any], model.ConfigData, list[str]]:
     path = _sample_path(request.param)
     raw = json.loads(path.read_text())
     config, notes = import_ganeti_file(path)
@@ -54,7 +54,7 @@ def _drbd_instance(raw: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, 
 # --- the samples --------------------------------------------------------------------------------
 
 
-def test_counts_match_the_file(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_counts_match_the_file(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, _ = sample
     assert len(config.nodes) == len(raw["nodes"])
     assert len(config.instances) == len(raw["instances"])
@@ -63,7 +63,7 @@ def test_counts_match_the_file(sample: tuple[dict[str, Any], M.ConfigData, list[
     assert config.serial_no == raw["serial_no"]
 
 
-def test_cluster_values(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_cluster_values(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, _ = sample
     rc, c = raw["cluster"], config.cluster
     assert c.uuid == rc["uuid"]
@@ -84,36 +84,36 @@ def test_cluster_values(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) 
     assert c.nicparams == rc["nicparams"]["default"]
     assert c.ndparams == rc["ndparams"]
     assert c.diskparams["drbd"] == rc["diskparams"]["drbd"]
-    assert M.to_builtins(c.ipolicy) == rc["ipolicy"]
+    assert model.to_builtins(c.ipolicy) == rc["ipolicy"]
     assert c.hvparams["xen-pvm"] == rc["hvparams"]["xen-pvm"]
     assert c.os_hvp == rc["os_hvp"]
 
 
 def test_default_iallocator_for_every_request_type(
-    sample: tuple[dict[str, Any], M.ConfigData, list[str]],
+    sample: tuple[dict[str, Any], model.ConfigData, list[str]],
 ) -> None:
     raw, config, notes = sample
     name = raw["cluster"]["default_iallocator"]
     expected = [name] if name else []
-    assert set(config.cluster.default_iallocators) == set(M.IALLOCATOR_REQUEST_TYPES)
+    assert set(config.cluster.default_iallocators) == set(model.IALLOCATOR_REQUEST_TYPES)
     assert all(v == expected for v in config.cluster.default_iallocators.values())
     assert any("iallocator" in n for n in notes)
 
 
 def test_data_collectors_in_seconds(
-    sample: tuple[dict[str, Any], M.ConfigData, list[str]],
+    sample: tuple[dict[str, Any], model.ConfigData, list[str]],
 ) -> None:
     raw, config, _ = sample
     collectors = config.cluster.data_collectors
     for name, settings in raw["cluster"]["data_collectors"].items():
         assert collectors[name].active == settings["active"]
         assert collectors[name].interval == pytest.approx(settings["interval"] / 1e6)
-    for name, interval in M.DEFAULT_COLLECTOR_INTERVALS.items():
+    for name, interval in model.DEFAULT_COLLECTOR_INTERVALS.items():
         if name not in raw["cluster"]["data_collectors"]:
             assert collectors[name].interval == interval
 
 
-def test_nodes(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_nodes(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, _ = sample
     for node_uuid, rn in raw["nodes"].items():
         node = config.nodes[node_uuid]
@@ -132,7 +132,7 @@ def test_nodes(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
         assert node.tags == rn["tags"]
 
 
-def test_groups(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_groups(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, _ = sample
     for group_uuid, rg in raw["nodegroups"].items():
         group = config.nodegroups[group_uuid]
@@ -142,13 +142,13 @@ def test_groups(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
         assert group.serial_no == rg["serial_no"]
     another = config.find_group("another")
     raw_another = raw["nodegroups"][another.uuid]
-    assert M.to_builtins(another.ipolicy) == raw_another["ipolicy"]
+    assert model.to_builtins(another.ipolicy) == raw_another["ipolicy"]
     assert another.ipolicy.vcpu_ratio == raw_another["ipolicy"]["vcpu-ratio"]
     assert another.ipolicy.spindle_ratio == raw_another["ipolicy"]["spindle-ratio"]
-    assert "std" not in M.to_builtins(another.ipolicy)  # cluster-wide: inherited
+    assert "std" not in model.to_builtins(another.ipolicy)  # cluster-wide: inherited
 
 
-def test_instances_disks_nics(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_instances_disks_nics(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, _ = sample
     for inst_uuid, ri in raw["instances"].items():
         inst = config.instances[inst_uuid]
@@ -172,19 +172,19 @@ def test_instances_disks_nics(sample: tuple[dict[str, Any], M.ConfigData, list[s
             assert disk.iv_name == rd["iv_name"]
             assert len(disk.children) == len(rd.get("children", []))
             if rd["dev_type"] == "plain":
-                assert isinstance(disk.logical_id, M.PlainId)
+                assert isinstance(disk.logical_id, model.PlainId)
                 assert [disk.logical_id.vg, disk.logical_id.lv] == rd["logical_id"]
         assert [n.uuid for n in inst.nics] == [n["uuid"] for n in ri["nics"]]
         assert [n.mac for n in inst.nics] == [n["mac"] for n in ri["nics"]]
 
 
-def test_drbd_disk(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_drbd_disk(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, _ = sample
     inst_uuid, ri, rd = _drbd_instance(raw)
     inst = config.instances[inst_uuid]
     node_a, node_b, port, minor_a, minor_b, secret = rd["logical_id"]
     lid = inst.disks[0].logical_id
-    assert isinstance(lid, M.DrbdId)
+    assert isinstance(lid, model.DrbdId)
     assert lid.nodes == [node_a, node_b]
     assert lid.port == port
     assert lid.minors == [minor_a, minor_b]
@@ -193,13 +193,13 @@ def test_drbd_disk(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> No
     assert inst.secondary_nodes == [n for n in (node_a, node_b) if n != ri["primary_node"]]
     children = inst.disks[0].children
     for child, rc in zip(children, rd["children"], strict=True):
-        assert isinstance(child.logical_id, M.PlainId)
+        assert isinstance(child.logical_id, model.PlainId)
         assert [child.logical_id.vg, child.logical_id.lv] == rc["logical_id"]
         assert child.size == rc["size"]
     assert len({c.uuid for c in children}) == len(children)  # generated, distinct
 
 
-def test_networks(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_networks(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     raw, config, notes = sample
     for net_uuid, rn in raw["networks"].items():
         net = config.networks[net_uuid]
@@ -210,7 +210,7 @@ def test_networks(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> Non
 
 
 def test_notes_name_what_was_dropped(
-    sample: tuple[dict[str, Any], M.ConfigData, list[str]],
+    sample: tuple[dict[str, Any], model.ConfigData, list[str]],
 ) -> None:
     _, _, notes = sample
     text = "\n".join(notes)
@@ -221,15 +221,15 @@ def test_notes_name_what_was_dropped(
     assert all(isinstance(n, str) and n for n in notes)
 
 
-def test_round_trip(sample: tuple[dict[str, Any], M.ConfigData, list[str]]) -> None:
+def test_round_trip(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) -> None:
     _, config, _ = sample
-    assert M.decode(M.encode(config)) == config
-    assert M.revalidate(config) == config
+    assert model.decode(model.encode(config)) == config
+    assert model.revalidate(config) == config
 
 
 def test_import_is_deterministic() -> None:
     path = _sample_path(SAMPLES[0])
-    assert M.encode(import_ganeti_file(path)[0]) == M.encode(import_ganeti_file(path)[0])
+    assert model.encode(import_ganeti_file(path)[0]) == model.encode(import_ganeti_file(path)[0])
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_private_osparams_dropped_with_a_note() -> None:
     config, notes = import_ganeti(data)
     assert config.instances[inst_uuid].osparams == {"dhcp": "yes"}
     assert any("osparams_private" in n for n in notes)
-    assert "hunter2-private" not in M.encode(config).decode()
+    assert "hunter2-private" not in model.encode(config).decode()
 
 
 def test_drbd_node_names_become_uuids() -> None:
@@ -347,7 +347,7 @@ def test_drbd_node_names_become_uuids() -> None:
     disk["logical_id"][:2] = [data["nodes"][u]["name"] for u in uuids]
     config, _ = import_ganeti(data)
     lid = config.instances[inst_uuid].disks[0].logical_id
-    assert isinstance(lid, M.DrbdId)
+    assert isinstance(lid, model.DrbdId)
     assert lid.nodes == uuids
 
 

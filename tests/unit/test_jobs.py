@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import locking as L
+from herder.core import locking
 from herder.core.errors import NotFoundError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.core.store import FileStore
 from herder.masterd.lu.base import MasterEnv
@@ -25,7 +25,7 @@ class Master:
         if not self.store.exists():
             self.store.create(build_config(nodes=4))
         config = self.store.load()
-        self.env = MasterEnv(store=self.store, locks=L.LockManager(
+        self.env = MasterEnv(store=self.store, locks=locking.LockManager(
             nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances))
         processor = Processor(self.env, strategy) if strategy else Processor(self.env)
         self.queue = JobQueue(tmp_path / "queue", processor, workers=workers)
@@ -154,7 +154,7 @@ def test_blocked_job_shows_waiting_and_can_be_canceled(master: Master) -> None:
 def test_cancel_ends_an_unlimited_lock_wait_at_once(tmp_path: Path) -> None:
     """In the final, blocking phase a waiting job keeps its place in the lock queue; a cancel
     still ends the wait immediately."""
-    m = Master(tmp_path, strategy=lambda: L.LockAttemptTimeoutStrategy(timeouts=[]))
+    m = Master(tmp_path, strategy=lambda: locking.LockAttemptTimeoutStrategy(timeouts=[]))
     try:
         holder = m.queue.submit([delay("node2", 3)])
         deadline = time.monotonic() + 5
@@ -246,15 +246,15 @@ def test_node_rpc_failure_is_a_clear_job_error(master: Master) -> None:
 
 def test_bad_submissions_queue_nothing(master: Master) -> None:
     before = master.queue.job_ids()
-    with pytest.raises(O.OpcodeError, match="unknown opcode 'OP_NOPE'"):
+    with pytest.raises(opcodes.OpcodeError, match="unknown opcode 'OP_NOPE'"):
         master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"]},
                              {"OP_ID": "OP_NOPE"}])
-    with pytest.raises(O.OpcodeError, match="at least one opcode"):
+    with pytest.raises(opcodes.OpcodeError, match="at least one opcode"):
         master.queue.submit([])
-    with pytest.raises(O.OpcodeError, match="unknown field `colour`"):
+    with pytest.raises(opcodes.OpcodeError, match="unknown field `colour`"):
         master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"],
                               "colour": 1}])
-    with pytest.raises(O.OpcodeError, match="priority"):
+    with pytest.raises(opcodes.OpcodeError, match="priority"):
         master.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["a"],
                               "priority": 99}])
     assert master.queue.job_ids() == before
@@ -296,7 +296,7 @@ def test_job_fields_match_ganeti_names(master: Master) -> None:
                          "start_ts", "end_ts", "summary", "priority"}
     assert info["summary"] == ["TAGS_SET"]
     assert all(len(info[k]) == 2 for k in ("received_ts", "start_ts", "end_ts"))
-    with pytest.raises(O.OpcodeError, match="unknown job field"):
+    with pytest.raises(opcodes.OpcodeError, match="unknown job field"):
         job_fields(master.queue.get(info["id"]), ["nope"])
 
 

@@ -17,7 +17,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from herder.core import locking as L
+from herder.core import locking
 from herder.core.errors import HerderError
 
 WAIT = 5.0  # generous bound for anything that must happen "soon"
@@ -88,7 +88,7 @@ def outcome(fn: Callable[[], Any], tag: str) -> Callable[[], str]:
     def run() -> str:
         try:
             fn()
-        except L.LockDeletedError:
+        except locking.LockDeletedError:
             return "ERR"
         return tag
 
@@ -99,12 +99,12 @@ def outcome(fn: Callable[[], Any], tag: str) -> Callable[[], str]:
 
 
 def test_errors_are_herder_errors() -> None:
-    assert issubclass(L.LockDeletedError, L.LockError)
-    assert issubclass(L.LockError, HerderError)
+    assert issubclass(locking.LockDeletedError, locking.LockError)
+    assert issubclass(locking.LockError, HerderError)
 
 
 def test_sequence_and_ownership() -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     assert lock.name == "x"
     assert not lock.is_owned()
     assert lock.acquire(shared=True) is True
@@ -123,30 +123,30 @@ def test_sequence_and_ownership() -> None:
 @pytest.mark.parametrize(("first", "second"), [(True, False), (False, True), (True, True),
                                                (False, False)])
 def test_double_acquire_refused(first: bool, second: bool) -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=first)
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         lock.acquire(shared=second)
     assert lock.is_owned(shared=first)
 
 
 def test_release_by_non_owner_fails(actors: Callable[[], Actor]) -> None:
-    lock = L.SharedLock("x")
-    with pytest.raises(L.LockError):
+    lock = locking.SharedLock("x")
+    with pytest.raises(locking.LockError):
         lock.release()
     other = actors()
     other.call(lock.acquire)
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         lock.release()
     other.call(lock.release)
     other.call(lock.acquire, shared=True)
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         lock.release()
     other.call(lock.release)
 
 
 def test_sharers_coexist(actors: Callable[[], Actor]) -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=True)
     others = [actors() for _ in range(3)]
     assert all(a.call(lock.acquire, shared=True, timeout=0) for a in others)
@@ -163,7 +163,7 @@ def test_sharers_coexist(actors: Callable[[], Actor]) -> None:
 def test_holder_blocks_waiter(actors: Callable[[], Actor], holder_shared: bool,
                               waiter: str) -> None:
     """exclusive blocks exclusive/sharer/delete; a sharer blocks exclusive/delete."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=holder_shared)
     actor = actors()
     call = {"exclusive": lambda: lock.acquire(), "shared": lambda: lock.acquire(shared=True),
@@ -180,27 +180,27 @@ def test_holder_blocks_waiter(actors: Callable[[], Actor], holder_shared: bool,
 
 
 def test_delete() -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     assert lock.delete() is True
     assert lock.deleted
     for call in (lock.acquire, lambda: lock.acquire(shared=True), lock.delete,
                  lambda: lock.acquire(timeout=0)):
-        with pytest.raises(L.LockDeletedError):
+        with pytest.raises(locking.LockDeletedError):
             call()
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         lock.release()
-    held = L.SharedLock("y")
+    held = locking.SharedLock("y")
     held.acquire()
     assert held.delete() is True
     assert not held.is_owned() and held.owner_count() == 0
 
 
 def test_delete_timeout_on_free_lock() -> None:
-    assert L.SharedLock("x").delete(timeout=60) is True
+    assert locking.SharedLock("x").delete(timeout=60) is True
 
 
 def test_delete_timeout_fails_against_holder(actors: Callable[[], Actor]) -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     actor = actors()
     actor.call(lock.acquire, shared=True)
     assert lock.delete(timeout=0.05) is False
@@ -211,9 +211,9 @@ def test_delete_timeout_fails_against_holder(actors: Callable[[], Actor]) -> Non
 
 
 def test_no_delete_while_shared() -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=True)
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         lock.delete()
     assert not lock.deleted and lock.is_owned(shared=True)
     lock.release()
@@ -222,7 +222,7 @@ def test_no_delete_while_shared() -> None:
 @pytest.mark.parametrize("holder_deletes", [True, False])
 def test_delete_with_pending_waiters(actors: Callable[[], Actor], holder_deletes: bool) -> None:
     """Every pending acquirer (shared, exclusive, timed) and deleter gets LockDeletedError."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     calls: list[Callable[[], Any]] = [
         lambda: lock.acquire(shared=True), lambda: lock.acquire(),
@@ -246,7 +246,7 @@ def test_delete_with_pending_waiters(actors: Callable[[], Actor], holder_deletes
 
 
 def test_exclusive_acquire_timeout_succeeds_after_release(actors: Callable[[], Actor]) -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=True)
     actor = actors()
     fut = actor.submit(lock.acquire, timeout=60)
@@ -257,7 +257,7 @@ def test_exclusive_acquire_timeout_succeeds_after_release(actors: Callable[[], A
 
 
 def test_expiring_timeouts_return_false_holding_nothing(actors: Callable[[], Actor]) -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     actor = actors()
     for i in range(11):
@@ -273,7 +273,7 @@ def test_expiring_timeouts_return_false_holding_nothing(actors: Callable[[], Act
 
 
 def test_exclusive_waiters_are_fifo(actors: Callable[[], Actor]) -> None:
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     order: list[int] = []
 
@@ -295,7 +295,7 @@ def test_exclusive_waiters_are_fifo(actors: Callable[[], Actor]) -> None:
 def test_shared_skip_exclusive_acquires(actors: Callable[[], Actor]) -> None:
     """Ganeti's testSharedSkipExclusiveAcquires: queued 5S 3X 7S 9S 2S 3X behind an exclusive
     holder; the sharers are one queue entry, so all 23 go first, then the exclusives in order."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     done: queue.SimpleQueue[str] = queue.SimpleQueue()
 
@@ -324,7 +324,7 @@ def test_shared_skip_exclusive_acquires(actors: Callable[[], Actor]) -> None:
 
 def test_waiting_exclusive_blocks_new_sharer(actors: Callable[[], Actor]) -> None:
     """A sharer arriving while an exclusive waits queues behind it (no starvation)."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=True)
     exc, shr = actors(), actors()
     fut_exc = exc.submit(lock.acquire)
@@ -345,7 +345,7 @@ def test_waiting_exclusive_blocks_new_sharer(actors: Callable[[], Actor]) -> Non
 def test_notified_shared_group_closes(actors: Callable[[], Actor]) -> None:
     """Once the shared group at the head is notified, later sharers form a new entry at the tail
     (behind the exclusive that was queued after the group)."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     s1, s2, x1, s3 = actors(), actors(), actors(), actors()
     futs = [s1.submit(lock.acquire, shared=True), s2.submit(lock.acquire, shared=True)]
@@ -373,7 +373,7 @@ def test_notified_shared_group_closes(actors: Callable[[], Actor]) -> None:
 def test_notified_shared_entry_swaps(actors: Callable[[], Actor]) -> None:
     """White-box: notifying the shared entry at the head makes the other shared entry active at
     once, so sharers arriving before the notified ones have even woken cannot join them."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     s1, x1 = actors(), actors()
     fut_s1 = s1.submit(lock.acquire, shared=True)
@@ -397,7 +397,7 @@ def test_notified_shared_entry_swaps(actors: Callable[[], Actor]) -> None:
 def test_mixed_acquire_timeout(actors: Callable[[], Actor]) -> None:
     """Ganeti's testMixedAcquireTimeout: with sharers holding, a timed exclusive fails and leaves
     no queue entry; a blocking exclusive waits; later sharers wait behind it."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     holders = [actors() for _ in range(3)]
     for h in holders:
         h.call(lock.acquire, shared=True)
@@ -426,7 +426,7 @@ def test_mixed_acquire_timeout(actors: Callable[[], Actor]) -> None:
 
 def test_timed_out_head_wakes_next(actors: Callable[[], Actor]) -> None:
     """An exclusive waiter at the head that times out lets the sharers behind it in."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=True)
     x, s = actors(), actors()
     fut_x = x.submit(lock.acquire, timeout=0.2)
@@ -443,7 +443,7 @@ def test_timed_out_head_wakes_next(actors: Callable[[], Actor]) -> None:
 def test_timeout_with_spurious_notifications(actors: Callable[[], Actor]) -> None:
     """Ganeti master's testAcquireTimeoutWithSpuriousNotifications: wake-ups that do not grant
     the lock make a timed waiter wait again for the rest of its timeout, not give up early."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire(shared=True)
     actor = actors()
     started = time.monotonic()
@@ -462,7 +462,7 @@ def test_timeout_with_spurious_notifications(actors: Callable[[], Actor]) -> Non
 
 def test_blocked_waiter_uses_no_cpu(actors: Callable[[], Actor]) -> None:
     """Waiting is an OS-level wait, not polling: a blocked thread burns (almost) no CPU."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
     actor = actors()
     fut = actor.submit(lambda: (time.thread_time(), lock.acquire(timeout=0.5), time.thread_time()))
@@ -475,9 +475,9 @@ def test_blocked_waiter_uses_no_cpu(actors: Callable[[], Actor]) -> None:
 def test_cancel_wakes_blocking_waiter(actors: Callable[[], Actor]) -> None:
     """herder's CancelToken: a blocking waiter returns False at once, holding nothing, and its
     queue entry is gone; other waiters keep their places."""
-    lock = L.SharedLock("x")
+    lock = locking.SharedLock("x")
     lock.acquire()
-    token = L.CancelToken()
+    token = locking.CancelToken()
     canceled, other = actors(), actors()
     fut = canceled.submit(lock.acquire, cancel=token)
     wait_until(lambda: lock.pending_count() == 1)
@@ -488,29 +488,29 @@ def test_cancel_wakes_blocking_waiter(actors: Callable[[], Actor]) -> None:
     assert not canceled.call(lock.is_owned)
     assert lock.pending_count() == 1 and not fut_other.done()
     assert canceled.call(lock.acquire, cancel=token) is False  # canceled for good
-    assert L.SharedLock("free").acquire(cancel=token) is False
+    assert locking.SharedLock("free").acquire(cancel=token) is False
     lock.release()
     assert fut_other.result(WAIT)
     other.call(lock.release)
 
 
 def test_cancel_lockset_and_manager(actors: Callable[[], Actor]) -> None:
-    glm = L.LockManager(instances=["i1", "i2", "i3"])
+    glm = locking.LockManager(instances=["i1", "i2", "i3"])
     holder, waiter = actors(), actors()
-    holder.call(glm.acquire, L.LEVEL_CLUSTER, None, shared=True)
-    holder.call(glm.acquire, L.LEVEL_INSTANCE, ["i3"])
-    token = L.CancelToken()
+    holder.call(glm.acquire, locking.LEVEL_CLUSTER, None, shared=True)
+    holder.call(glm.acquire, locking.LEVEL_INSTANCE, ["i3"])
+    token = locking.CancelToken()
 
     def run() -> set[str] | None:
-        glm.acquire(L.LEVEL_CLUSTER, None, shared=True)
-        return glm.acquire(L.LEVEL_INSTANCE, ["i1", "i2", "i3"], cancel=token)
+        glm.acquire(locking.LEVEL_CLUSTER, None, shared=True)
+        return glm.acquire(locking.LEVEL_INSTANCE, ["i1", "i2", "i3"], cancel=token)
 
     fut = waiter.submit(run)
-    lock_i3 = glm._sets[L.LEVEL_INSTANCE]._locks["i3"]
+    lock_i3 = glm._sets[locking.LEVEL_INSTANCE]._locks["i3"]
     wait_until(lambda: lock_i3.pending_count() == 1)
     token.cancel()
     assert fut.result(WAIT) is None
-    assert waiter.call(glm.list_owned, L.LEVEL_INSTANCE) == set()  # i1, i2 released
+    assert waiter.call(glm.list_owned, locking.LEVEL_INSTANCE) == set()  # i1, i2 released
     waiter.call(glm.release_all)
     holder.call(glm.release_all)
     assert lock_i3.pending_count() == 0
@@ -522,18 +522,18 @@ RESOURCES = ["one", "two", "three"]
 
 
 @pytest.fixture
-def ls() -> L.LockSet:
-    return L.LockSet(RESOURCES, "test")
+def ls() -> locking.LockSet:
+    return locking.LockSet(RESOURCES, "test")
 
 
-def test_lockset_resources(ls: L.LockSet) -> None:
+def test_lockset_resources(ls: locking.LockSet) -> None:
     assert ls.names() == set(RESOURCES)
-    assert L.LockSet([], "empty").names() == set()
-    with pytest.raises(L.LockError):
-        L.LockSet(["a", "a"], "dup")
+    assert locking.LockSet([], "empty").names() == set()
+    with pytest.raises(locking.LockError):
+        locking.LockSet(["a", "a"], "dup")
 
 
-def test_lockset_acquire_release(ls: L.LockSet) -> None:
+def test_lockset_acquire_release(ls: locking.LockSet) -> None:
     assert ls.acquire("one") == {"one"}
     assert ls.list_owned() == {"one"} and ls.is_owned()
     ls.release()
@@ -550,30 +550,30 @@ def test_lockset_acquire_release(ls: L.LockSet) -> None:
     ls.release()
 
 
-def test_lockset_no_double_acquire(ls: L.LockSet) -> None:
+def test_lockset_no_double_acquire(ls: locking.LockSet) -> None:
     ls.acquire("one")
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         ls.acquire("two")
     ls.release()
     ls.acquire(["one", "three"])
     ls.release("one")
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         ls.acquire(["two"])
     ls.release("three")
 
 
-def test_lockset_no_wrong_release(ls: L.LockSet) -> None:
-    with pytest.raises(L.LockError):
+def test_lockset_no_wrong_release(ls: locking.LockSet) -> None:
+    with pytest.raises(locking.LockError):
         ls.release()
     ls.acquire(["one", "two"])
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         ls.release(["one", "three"])
     assert ls.list_owned() == {"one", "two"}
     ls.release()
 
 
-def test_lockset_unknown_name(ls: L.LockSet, actors: Callable[[], Actor]) -> None:
-    with pytest.raises(L.LockError):
+def test_lockset_unknown_name(ls: locking.LockSet, actors: Callable[[], Actor]) -> None:
+    with pytest.raises(locking.LockError):
         ls.acquire(["one", "zzz"])
     assert not ls.is_owned()
     assert actors().call(ls.acquire, ["one"], timeout=0) == {"one"}  # "one" was released
@@ -581,7 +581,7 @@ def test_lockset_unknown_name(ls: L.LockSet, actors: Callable[[], Actor]) -> Non
 
 def test_lockset_sorted_acquisition(actors: Callable[[], Actor]) -> None:
     names = ["d", "b", "a", "c", "b", "e"]
-    lockset = L.LockSet(names[:2] + names[2:4] + names[5:], "s")
+    lockset = locking.LockSet(names[:2] + names[2:4] + names[5:], "s")
     got: list[str] = []
 
     class Recorder:
@@ -593,11 +593,11 @@ def test_lockset_sorted_acquisition(actors: Callable[[], Actor]) -> None:
             pass
 
     def run() -> set[str] | None:
-        L.set_wait_recorder(Recorder())
+        locking.set_wait_recorder(Recorder())
         try:
             return lockset.acquire(names, shared=True)
         finally:
-            L.set_wait_recorder(None)
+            locking.set_wait_recorder(None)
 
     actor = actors()
     assert actor.call(run) == set(names)  # repetitions are fine
@@ -605,21 +605,21 @@ def test_lockset_sorted_acquisition(actors: Callable[[], Actor]) -> None:
     actor.call(lockset.release)
 
 
-def test_lockset_add_remove(ls: L.LockSet) -> None:
+def test_lockset_add_remove(ls: locking.LockSet) -> None:
     ls.add("four")
     assert ls.names() == {"one", "two", "three", "four"}
     ls.add(["five", "six", "seven"], acquired=True)
     assert ls.list_owned() == {"five", "six", "seven"}
     assert ls.remove(["five", "six"]) == ["five", "six"]
     assert ls.list_owned() == {"seven"}
-    with pytest.raises(L.LockError):  # adding while owning some elements
+    with pytest.raises(locking.LockError):  # adding while owning some elements
         ls.add("eight", acquired=True)
     ls.release()
     assert ls.remove("seven") == ["seven"]  # not owned: deleted after acquiring it
     assert ls.remove(["seven"]) == []  # already gone
     assert ls.names() == {"one", "two", "three", "four"}
     assert ls.acquire(None, shared=True) == {"one", "two", "three", "four"}
-    with pytest.raises(L.LockError):  # the set lock is held shared
+    with pytest.raises(locking.LockError):  # the set lock is held shared
         ls.add("eight")
     ls.release()
     assert ls.acquire(None) == {"one", "two", "three", "four"}
@@ -631,57 +631,57 @@ def test_lockset_add_remove(ls: L.LockSet) -> None:
     assert ls.names() == {"two", "four", "eight", "nine"}
 
 
-def test_lockset_remove_non_blocking(ls: L.LockSet) -> None:
+def test_lockset_remove_non_blocking(ls: locking.LockSet) -> None:
     ls.acquire(["one", "two"])
     assert ls.remove(["one", "two"]) == ["one", "two"]
     assert not ls.is_owned()
     assert ls.names() == {"three"}
 
 
-def test_lockset_no_double_add(ls: L.LockSet) -> None:
-    with pytest.raises(L.LockError):
+def test_lockset_no_double_add(ls: locking.LockSet) -> None:
+    with pytest.raises(locking.LockError):
         ls.add("two")
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         ls.add(["four", "four"])
     ls.add("four")
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         ls.add("four")
     assert not ls.is_owned()
 
 
-def test_lockset_no_wrong_removes(ls: L.LockSet) -> None:
+def test_lockset_no_wrong_removes(ls: locking.LockSet) -> None:
     ls.acquire(["one", "three"], shared=True)
-    with pytest.raises(L.LockError):  # not held while holding others
+    with pytest.raises(locking.LockError):  # not held while holding others
         ls.remove(["two"])
-    with pytest.raises(L.LockError):  # held shared
+    with pytest.raises(locking.LockError):  # held shared
         ls.remove(["one"])
     assert ls.names() == set(RESOURCES)
     ls.release()
 
 
-def test_lockset_acquire_set_lock(ls: L.LockSet) -> None:
-    assert ls.acquire(L.ALL_SET) == set(RESOURCES)
+def test_lockset_acquire_set_lock(ls: locking.LockSet) -> None:
+    assert ls.acquire(locking.ALL_SET) == set(RESOURCES)
     assert ls.owns_set_lock(shared=False)
     assert ls.remove(["two"]) == ["two"]
     ls.add("four", acquired=True)
     assert ls.list_owned() == {"one", "three", "four"}
     ls.release()
     assert not ls.owns_set_lock()
-    assert ls.acquire(L.ALL_SET, shared=True) == {"one", "three", "four"}
-    with pytest.raises(L.LockError):
+    assert ls.acquire(locking.ALL_SET, shared=True) == {"one", "three", "four"}
+    with pytest.raises(locking.LockError):
         ls.add("five")
     ls.release()
 
 
-def test_lockset_empty_acquire(ls: L.LockSet, actors: Callable[[], Actor]) -> None:
+def test_lockset_empty_acquire(ls: locking.LockSet, actors: Callable[[], Actor]) -> None:
     assert ls.acquire([]) == set()
     assert not ls.is_owned()
     actors().call(ls.add, "four")
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         ls.release()
 
 
-def test_lockset_concurrent_shared_and_exclusive(ls: L.LockSet,
+def test_lockset_concurrent_shared_and_exclusive(ls: locking.LockSet,
                                                  actors: Callable[[], Actor]) -> None:
     ls.acquire(["one", "two"], shared=True)
     other = actors()
@@ -691,8 +691,8 @@ def test_lockset_concurrent_shared_and_exclusive(ls: L.LockSet,
     assert other.call(ls.acquire, ["three"], timeout=0) == {"three"}
     other.call(ls.release)
     assert other.call(ls.acquire, ["two"], timeout=0) is None
-    assert other.call(ls.acquire, L.ALL_SET, timeout=0) is None
-    assert other.call(ls.acquire, L.ALL_SET, shared=True, timeout=0) == set(RESOURCES)
+    assert other.call(ls.acquire, locking.ALL_SET, timeout=0) is None
+    assert other.call(ls.acquire, locking.ALL_SET, shared=True, timeout=0) == set(RESOURCES)
     other.call(ls.release)
     fut = other.submit(ls.acquire, ["one"])
     settle()
@@ -703,7 +703,7 @@ def test_lockset_concurrent_shared_and_exclusive(ls: L.LockSet,
 
 
 @pytest.mark.parametrize("which", [["one"], None, ["three"]])
-def test_lockset_simple_timeout_expiring(ls: L.LockSet, actors: Callable[[], Actor],
+def test_lockset_simple_timeout_expiring(ls: locking.LockSet, actors: Callable[[], Actor],
                                          which: list[str] | None) -> None:
     """A timed acquire against a holder of the first, any or the last lock returns None and
     leaves nothing held by the caller."""
@@ -725,7 +725,7 @@ def test_lockset_one_overall_timeout(actors: Callable[[], Actor]) -> None:
     lock would get them all; the call gives up after 1 s, well before the last release (the
     margins hold on a loaded machine: a late wake-up only makes the call return later)."""
     names = ["a", "b", "c", "d"]
-    lockset = L.LockSet(names, "s")
+    lockset = locking.LockSet(names, "s")
     holder = actors()
     holder.call(lockset.acquire, names)
 
@@ -748,7 +748,7 @@ def test_lockset_one_overall_timeout(actors: Callable[[], Actor]) -> None:
     acquirer.call(lockset.release)
 
 
-def test_lockset_whole_set_blocks_add_and_remove(ls: L.LockSet,
+def test_lockset_whole_set_blocks_add_and_remove(ls: locking.LockSet,
                                                  actors: Callable[[], Actor]) -> None:
     holder = actors()
     assert holder.call(ls.acquire, None, shared=True) == set(RESOURCES)
@@ -772,7 +772,7 @@ def test_lockset_whole_set_blocks_add_and_remove(ls: L.LockSet,
     assert ls.names() == {"two", "three", "four"}
 
 
-def test_lockset_exclusive_set_lock_blocks_everything(ls: L.LockSet,
+def test_lockset_exclusive_set_lock_blocks_everything(ls: locking.LockSet,
                                                       actors: Callable[[], Actor]) -> None:
     ls.acquire(None)
     others = [actors() for _ in range(4)]
@@ -793,7 +793,7 @@ def test_lockset_exclusive_set_lock_blocks_everything(ls: L.LockSet,
 
 
 def test_lockset_empty_set_lock_still_blocks(actors: Callable[[], Actor]) -> None:
-    lockset = L.LockSet([], "empty")
+    lockset = locking.LockSet([], "empty")
     assert lockset.acquire(None) == set()
     assert lockset.is_owned()
     other = actors()
@@ -806,7 +806,7 @@ def test_lockset_empty_set_lock_still_blocks(actors: Callable[[], Actor]) -> Non
     assert lockset.names() == {"x"}
 
 
-def test_lockset_concurrent_remove(ls: L.LockSet, actors: Callable[[], Actor]) -> None:
+def test_lockset_concurrent_remove(ls: locking.LockSet, actors: Callable[[], Actor]) -> None:
     """A pending acquire of a removed lock fails with LockError (what it got is released); one
     pending on another lock proceeds; concurrent removes each report only what they removed."""
     ls.acquire(["one", "two"])
@@ -816,7 +816,7 @@ def test_lockset_concurrent_remove(ls: L.LockSet, actors: Callable[[], Actor]) -
     wait_until(lambda: all(ls._locks[n].waiter_count() == 1 for n in ("one", "two")))
     assert ls._locks["three"].owner_count() == 1  # w1 got "three" first (sorted order)
     assert ls.remove(["two"]) == ["two"]
-    with pytest.raises(L.LockError):
+    with pytest.raises(locking.LockError):
         fut1.result(WAIT)
     assert not w1.call(ls.is_owned)
     assert ls._locks["three"].owner_count() == 0
@@ -837,7 +837,7 @@ def test_lockset_concurrent_remove(ls: L.LockSet, actors: Callable[[], Actor]) -
 def test_lockset_add_remove_under_contention() -> None:
     """Workers acquire random subsets (with retries) while one thread adds and removes names."""
     base = [f"n{i:02d}" for i in range(20)]
-    lockset = L.LockSet(base, "s")
+    lockset = locking.LockSet(base, "s")
     stop = threading.Event()
     errors: list[BaseException] = []
     done = [0]
@@ -849,12 +849,12 @@ def test_lockset_add_remove_under_contention() -> None:
                 names = rng.sample(sorted(lockset.names()), 3)
                 shared = rng.random() < 0.5
                 try:
-                    got = L.acquire_with_retry(
+                    got = locking.acquire_with_retry(
                         lambda t, names=names, shared=shared: lockset.acquire(
                             names, shared=shared, timeout=t),
                         lambda: lockset.release() if lockset.is_owned() else None,
-                        L.LockAttemptTimeoutStrategy(timeouts=[0.01, 0.02, 0.05]))
-                except L.LockError:
+                        locking.LockAttemptTimeoutStrategy(timeouts=[0.01, 0.02, 0.05]))
+                except locking.LockError:
                     assert not lockset.is_owned()
                     continue
                 assert got == set(names)
@@ -897,139 +897,140 @@ def test_lockset_add_remove_under_contention() -> None:
 
 
 @pytest.fixture
-def glm() -> L.LockManager:
-    return L.LockManager(nodes=["n1", "n2"], instances=["i1", "i2", "i3"],
-                         nodegroups=["g1"], networks=["net1"])
+def glm() -> locking.LockManager:
+    return locking.LockManager(nodes=["n1", "n2"], instances=["i1", "i2", "i3"],
+                               nodegroups=["g1"], networks=["net1"])
 
 
 def test_levels_constants() -> None:
-    assert list(range(6)) == L.LEVELS
-    assert [L.LEVEL_CLUSTER, L.LEVEL_INSTANCE, L.LEVEL_NODEGROUP, L.LEVEL_NODE,
-            L.LEVEL_NODE_RES, L.LEVEL_NETWORK] == L.LEVELS
-    assert L.LEVEL_NAMES[L.LEVEL_CLUSTER] == "cluster"
-    assert len(set(L.LEVEL_NAMES.values())) == 6
-    assert L.LEVEL_CLUSTER not in L.LEVELS_MOD
-    assert L.BGL == "BGL"
+    assert list(range(6)) == locking.LEVELS
+    assert [locking.LEVEL_CLUSTER, locking.LEVEL_INSTANCE, locking.LEVEL_NODEGROUP,
+            locking.LEVEL_NODE, locking.LEVEL_NODE_RES, locking.LEVEL_NETWORK] == locking.LEVELS
+    assert locking.LEVEL_NAMES[locking.LEVEL_CLUSTER] == "cluster"
+    assert len(set(locking.LEVEL_NAMES.values())) == 6
+    assert locking.LEVEL_CLUSTER not in locking.LEVELS_MOD
+    assert locking.BGL == "BGL"
 
 
-def test_glm_init_and_resources(glm: L.LockManager) -> None:
-    assert glm.names(L.LEVEL_CLUSTER) == {"BGL"}
-    assert glm.names(L.LEVEL_INSTANCE) == {"i1", "i2", "i3"}
-    assert glm.names(L.LEVEL_NODE) == glm.names(L.LEVEL_NODE_RES) == {"n1", "n2"}
-    assert glm.names(L.LEVEL_NODEGROUP) == {"g1"}
-    assert glm.names(L.LEVEL_NETWORK) == {"net1"}
-    empty = L.LockManager()
-    assert empty.names(L.LEVEL_CLUSTER) == {"BGL"} and empty.names(L.LEVEL_NODE) == set()
-    with pytest.raises(L.LockError):
+def test_glm_init_and_resources(glm: locking.LockManager) -> None:
+    assert glm.names(locking.LEVEL_CLUSTER) == {"BGL"}
+    assert glm.names(locking.LEVEL_INSTANCE) == {"i1", "i2", "i3"}
+    assert glm.names(locking.LEVEL_NODE) == glm.names(locking.LEVEL_NODE_RES) == {"n1", "n2"}
+    assert glm.names(locking.LEVEL_NODEGROUP) == {"g1"}
+    assert glm.names(locking.LEVEL_NETWORK) == {"net1"}
+    empty = locking.LockManager()
+    assert empty.names(locking.LEVEL_CLUSTER) == {"BGL"}
+    assert empty.names(locking.LEVEL_NODE) == set()
+    with pytest.raises(locking.LockError):
         glm.acquire(17, None)
 
 
-def test_glm_acquire_release(glm: L.LockManager) -> None:
-    assert glm.acquire(L.LEVEL_CLUSTER, ["BGL"], shared=True) == {"BGL"}
-    assert glm.acquire(L.LEVEL_INSTANCE, ["i1"]) == {"i1"}
-    assert glm.acquire(L.LEVEL_NODE, ["n1", "n2"], shared=True) == {"n1", "n2"}
-    assert glm.list_owned(L.LEVEL_INSTANCE) == {"i1"}
-    glm.release(L.LEVEL_NODE, ["n2"])
-    assert glm.list_owned(L.LEVEL_NODE) == {"n1"}
-    glm.release(L.LEVEL_NODE)
-    glm.release(L.LEVEL_INSTANCE)
-    assert not glm.is_owned(L.LEVEL_NODE) and not glm.is_owned(L.LEVEL_INSTANCE)
-    with pytest.raises(L.LockError):
-        glm.acquire(L.LEVEL_INSTANCE, ["i5"])
-    assert not glm.is_owned(L.LEVEL_INSTANCE)
-    glm.release(L.LEVEL_CLUSTER)
-    assert not glm.is_owned(L.LEVEL_CLUSTER)
+def test_glm_acquire_release(glm: locking.LockManager) -> None:
+    assert glm.acquire(locking.LEVEL_CLUSTER, ["BGL"], shared=True) == {"BGL"}
+    assert glm.acquire(locking.LEVEL_INSTANCE, ["i1"]) == {"i1"}
+    assert glm.acquire(locking.LEVEL_NODE, ["n1", "n2"], shared=True) == {"n1", "n2"}
+    assert glm.list_owned(locking.LEVEL_INSTANCE) == {"i1"}
+    glm.release(locking.LEVEL_NODE, ["n2"])
+    assert glm.list_owned(locking.LEVEL_NODE) == {"n1"}
+    glm.release(locking.LEVEL_NODE)
+    glm.release(locking.LEVEL_INSTANCE)
+    assert not glm.is_owned(locking.LEVEL_NODE) and not glm.is_owned(locking.LEVEL_INSTANCE)
+    with pytest.raises(locking.LockError):
+        glm.acquire(locking.LEVEL_INSTANCE, ["i5"])
+    assert not glm.is_owned(locking.LEVEL_INSTANCE)
+    glm.release(locking.LEVEL_CLUSTER)
+    assert not glm.is_owned(locking.LEVEL_CLUSTER)
 
 
-def test_glm_acquire_whole_sets(glm: L.LockManager) -> None:
-    glm.acquire(L.LEVEL_CLUSTER, None, shared=True)
-    assert glm.acquire(L.LEVEL_INSTANCE, None) == {"i1", "i2", "i3"}
-    assert glm.acquire(L.LEVEL_NODEGROUP, None) == {"g1"}
-    assert glm.acquire(L.LEVEL_NODE, None, shared=True) == {"n1", "n2"}
-    assert glm.acquire(L.LEVEL_NODE_RES, None) == {"n1", "n2"}
-    assert glm.acquire(L.LEVEL_NETWORK, None) == {"net1"}
+def test_glm_acquire_whole_sets(glm: locking.LockManager) -> None:
+    glm.acquire(locking.LEVEL_CLUSTER, None, shared=True)
+    assert glm.acquire(locking.LEVEL_INSTANCE, None) == {"i1", "i2", "i3"}
+    assert glm.acquire(locking.LEVEL_NODEGROUP, None) == {"g1"}
+    assert glm.acquire(locking.LEVEL_NODE, None, shared=True) == {"n1", "n2"}
+    assert glm.acquire(locking.LEVEL_NODE_RES, None) == {"n1", "n2"}
+    assert glm.acquire(locking.LEVEL_NETWORK, None) == {"net1"}
     glm.release_all()
-    assert not any(glm.is_owned(level) for level in L.LEVELS)
+    assert not any(glm.is_owned(level) for level in locking.LEVELS)
 
 
-def test_glm_acquire_whole_and_partial(glm: L.LockManager) -> None:
-    glm.acquire(L.LEVEL_CLUSTER, ["BGL"], shared=True)
-    assert glm.acquire(L.LEVEL_INSTANCE, None) == {"i1", "i2", "i3"}
-    assert glm.acquire(L.LEVEL_NODE, ["n2"], shared=True) == {"n2"}
+def test_glm_acquire_whole_and_partial(glm: locking.LockManager) -> None:
+    glm.acquire(locking.LEVEL_CLUSTER, ["BGL"], shared=True)
+    assert glm.acquire(locking.LEVEL_INSTANCE, None) == {"i1", "i2", "i3"}
+    assert glm.acquire(locking.LEVEL_NODE, ["n2"], shared=True) == {"n2"}
     glm.release_all()
 
 
-def test_glm_bgl_dependency(glm: L.LockManager) -> None:
-    for level in L.LEVELS[1:]:
-        with pytest.raises(L.LockError):
+def test_glm_bgl_dependency(glm: locking.LockManager) -> None:
+    for level in locking.LEVELS[1:]:
+        with pytest.raises(locking.LockError):
             glm.acquire(level, None)
-    glm.acquire(L.LEVEL_CLUSTER, None, shared=True)
-    glm.acquire(L.LEVEL_NODE, ["n1"])
-    with pytest.raises(L.LockError):
-        glm.release(L.LEVEL_CLUSTER)
-    glm.release(L.LEVEL_NODE)
-    glm.acquire(L.LEVEL_INSTANCE, ["i1"])
-    with pytest.raises(L.LockError):
-        glm.release(L.LEVEL_CLUSTER)
-    glm.release(L.LEVEL_INSTANCE)
-    glm.release(L.LEVEL_CLUSTER)
+    glm.acquire(locking.LEVEL_CLUSTER, None, shared=True)
+    glm.acquire(locking.LEVEL_NODE, ["n1"])
+    with pytest.raises(locking.LockError):
+        glm.release(locking.LEVEL_CLUSTER)
+    glm.release(locking.LEVEL_NODE)
+    glm.acquire(locking.LEVEL_INSTANCE, ["i1"])
+    with pytest.raises(locking.LockError):
+        glm.release(locking.LEVEL_CLUSTER)
+    glm.release(locking.LEVEL_INSTANCE)
+    glm.release(locking.LEVEL_CLUSTER)
 
 
-def test_glm_wrong_order(glm: L.LockManager) -> None:
-    glm.acquire(L.LEVEL_CLUSTER, None, shared=True)
-    glm.acquire(L.LEVEL_NODE, ["n1"])
-    with pytest.raises(L.LockError):  # same level twice
-        glm.acquire(L.LEVEL_NODE, ["n2"])
-    with pytest.raises(L.LockError):  # lower level after a higher one
-        glm.acquire(L.LEVEL_INSTANCE, ["i1"])
-    with pytest.raises(L.LockError):
-        glm.acquire(L.LEVEL_NODEGROUP, ["g1"])
-    assert glm.acquire(L.LEVEL_NETWORK, ["net1"]) == {"net1"}  # a later level is fine
-    glm.release(L.LEVEL_NODE)  # releasing a lower level while holding a later one: allowed
-    assert glm.list_owned(L.LEVEL_NETWORK) == {"net1"}
+def test_glm_wrong_order(glm: locking.LockManager) -> None:
+    glm.acquire(locking.LEVEL_CLUSTER, None, shared=True)
+    glm.acquire(locking.LEVEL_NODE, ["n1"])
+    with pytest.raises(locking.LockError):  # same level twice
+        glm.acquire(locking.LEVEL_NODE, ["n2"])
+    with pytest.raises(locking.LockError):  # lower level after a higher one
+        glm.acquire(locking.LEVEL_INSTANCE, ["i1"])
+    with pytest.raises(locking.LockError):
+        glm.acquire(locking.LEVEL_NODEGROUP, ["g1"])
+    assert glm.acquire(locking.LEVEL_NETWORK, ["net1"]) == {"net1"}  # a later level is fine
+    glm.release(locking.LEVEL_NODE)  # releasing a lower level while holding a later one: allowed
+    assert glm.list_owned(locking.LEVEL_NETWORK) == {"net1"}
     glm.release_all()
 
 
-def test_glm_add_remove_rules(glm: L.LockManager) -> None:
-    with pytest.raises(L.LockError):  # no BGL
-        glm.add(L.LEVEL_INSTANCE, "i4")
-    glm.acquire(L.LEVEL_CLUSTER, None)
-    with pytest.raises(L.LockError):  # the cluster level is not modifiable
-        glm.add(L.LEVEL_CLUSTER, "BGL2")
-    with pytest.raises(L.LockError):
-        glm.remove(L.LEVEL_CLUSTER, "BGL")
-    glm.add(L.LEVEL_INSTANCE, "i4")
-    glm.acquire(L.LEVEL_NODE, ["n1"])
-    with pytest.raises(L.LockError):  # holding a later level
-        glm.add(L.LEVEL_INSTANCE, "i5")
-    with pytest.raises(L.LockError):
-        glm.remove(L.LEVEL_INSTANCE, "i4")
-    assert glm.remove(L.LEVEL_NODE, ["n1"]) == ["n1"]  # owned level
-    assert glm.names(L.LEVEL_NODE_RES) == {"n1", "n2"}  # the other node level is separate
-    glm.add(L.LEVEL_NODE, "n3", acquired=True)
-    assert glm.list_owned(L.LEVEL_NODE) == {"n3"}
+def test_glm_add_remove_rules(glm: locking.LockManager) -> None:
+    with pytest.raises(locking.LockError):  # no BGL
+        glm.add(locking.LEVEL_INSTANCE, "i4")
+    glm.acquire(locking.LEVEL_CLUSTER, None)
+    with pytest.raises(locking.LockError):  # the cluster level is not modifiable
+        glm.add(locking.LEVEL_CLUSTER, "BGL2")
+    with pytest.raises(locking.LockError):
+        glm.remove(locking.LEVEL_CLUSTER, "BGL")
+    glm.add(locking.LEVEL_INSTANCE, "i4")
+    glm.acquire(locking.LEVEL_NODE, ["n1"])
+    with pytest.raises(locking.LockError):  # holding a later level
+        glm.add(locking.LEVEL_INSTANCE, "i5")
+    with pytest.raises(locking.LockError):
+        glm.remove(locking.LEVEL_INSTANCE, "i4")
+    assert glm.remove(locking.LEVEL_NODE, ["n1"]) == ["n1"]  # owned level
+    assert glm.names(locking.LEVEL_NODE_RES) == {"n1", "n2"}  # the other node level is separate
+    glm.add(locking.LEVEL_NODE, "n3", acquired=True)
+    assert glm.list_owned(locking.LEVEL_NODE) == {"n3"}
     glm.release_all()
-    glm.acquire(L.LEVEL_CLUSTER, None, shared=True)
-    assert glm.remove(L.LEVEL_INSTANCE, ["i4", "i9"]) == ["i4"]
+    glm.acquire(locking.LEVEL_CLUSTER, None, shared=True)
+    assert glm.remove(locking.LEVEL_INSTANCE, ["i4", "i9"]) == ["i4"]
     glm.release_all()
 
 
-def test_glm_concurrency(glm: L.LockManager, actors: Callable[[], Actor]) -> None:
+def test_glm_concurrency(glm: locking.LockManager, actors: Callable[[], Actor]) -> None:
     a, b = actors(), actors()
-    a.call(glm.acquire, L.LEVEL_CLUSTER, None, shared=True)
-    b.call(glm.acquire, L.LEVEL_CLUSTER, None, shared=True)
-    assert a.call(glm.acquire, L.LEVEL_INSTANCE, ["i1"]) == {"i1"}
-    assert b.call(glm.acquire, L.LEVEL_INSTANCE, ["i2"]) == {"i2"}  # no conflict
-    b.call(glm.release, L.LEVEL_INSTANCE)
-    fut = b.submit(glm.acquire, L.LEVEL_INSTANCE, ["i1", "i2"])
+    a.call(glm.acquire, locking.LEVEL_CLUSTER, None, shared=True)
+    b.call(glm.acquire, locking.LEVEL_CLUSTER, None, shared=True)
+    assert a.call(glm.acquire, locking.LEVEL_INSTANCE, ["i1"]) == {"i1"}
+    assert b.call(glm.acquire, locking.LEVEL_INSTANCE, ["i2"]) == {"i2"}  # no conflict
+    b.call(glm.release, locking.LEVEL_INSTANCE)
+    fut = b.submit(glm.acquire, locking.LEVEL_INSTANCE, ["i1", "i2"])
     settle()
     assert not fut.done()
     # an exclusive BGL waits for the sharers
     c = actors()
-    fut_c = c.submit(glm.acquire, L.LEVEL_CLUSTER, None)
-    a.call(glm.release, L.LEVEL_INSTANCE)
+    fut_c = c.submit(glm.acquire, locking.LEVEL_CLUSTER, None)
+    a.call(glm.release, locking.LEVEL_INSTANCE)
     assert fut.result(WAIT) == {"i1", "i2"}
-    a.call(glm.release, L.LEVEL_CLUSTER)
+    a.call(glm.release, locking.LEVEL_CLUSTER)
     settle()
     assert not fut_c.done()
     b.call(glm.release_all)
@@ -1041,7 +1042,7 @@ def test_glm_concurrency(glm: L.LockManager, actors: Callable[[], Actor]) -> Non
 
 
 def test_default_attempt_timeouts() -> None:
-    timeouts = L.LockAttemptTimeoutStrategy.DEFAULT_TIMEOUTS
+    timeouts = locking.LockAttemptTimeoutStrategy.DEFAULT_TIMEOUTS
     assert len(timeouts) == 24 and sum(timeouts) >= 150
     assert list(timeouts) == sorted(timeouts)
     assert timeouts[0] == 1.0 and max(timeouts) == 10.0
@@ -1049,16 +1050,16 @@ def test_default_attempt_timeouts() -> None:
 
 
 def test_strategy_sequence_then_block() -> None:
-    strategy = L.LockAttemptTimeoutStrategy(random_fn=lambda: 0.5)
+    strategy = locking.LockAttemptTimeoutStrategy(random_fn=lambda: 0.5)
     values = [strategy.next_attempt() for _ in range(24)]
-    assert values == list(L.LockAttemptTimeoutStrategy.DEFAULT_TIMEOUTS)
+    assert values == list(locking.LockAttemptTimeoutStrategy.DEFAULT_TIMEOUTS)
     assert strategy.attempt == 24
     assert [strategy.next_attempt() for _ in range(10)] == [None] * 10
-    jittered = L.LockAttemptTimeoutStrategy(attempt=3, random_fn=lambda: 1.0)
+    jittered = locking.LockAttemptTimeoutStrategy(attempt=3, random_fn=lambda: 1.0)
     value = jittered.next_attempt()
     assert value is not None
-    assert value == pytest.approx(L.LockAttemptTimeoutStrategy.DEFAULT_TIMEOUTS[3] * 1.05)
-    expo = L.LockAttemptTimeoutStrategy.exponential(4)
+    assert value == pytest.approx(locking.LockAttemptTimeoutStrategy.DEFAULT_TIMEOUTS[3] * 1.05)
+    expo = locking.LockAttemptTimeoutStrategy.exponential(4)
     expo.jitter = 0.0
     assert [expo.next_attempt() for _ in range(5)] == [1.0, 2.0, 4.0, 8.0, None]
 
@@ -1072,10 +1073,10 @@ def test_acquire_with_retry_grows_then_blocks() -> None:
         calls.append(timeout)
         return "got" if timeout is None else None
 
-    strategy = L.LockAttemptTimeoutStrategy(timeouts=[0.1, 0.2, 0.4], random_fn=lambda: 0.5)
-    assert L.acquire_with_retry(acquire, lambda: events.append("release"), strategy,
-                                on_wait=lambda: events.append("wait"),
-                                sleep=sleeps.append) == "got"
+    strategy = locking.LockAttemptTimeoutStrategy(timeouts=[0.1, 0.2, 0.4], random_fn=lambda: 0.5)
+    assert locking.acquire_with_retry(acquire, lambda: events.append("release"), strategy,
+                                      on_wait=lambda: events.append("wait"),
+                                      sleep=sleeps.append) == "got"
     assert calls == [0.1, 0.2, 0.4, None]
     assert events == ["release", "wait"] * 3
     assert len(sleeps) == 3 and all(0 <= s <= 0.5 for s in sleeps)
@@ -1085,11 +1086,11 @@ def test_retry_design_demonstration(actors: Callable[[], Actor]) -> None:
     """design-2.1's example: A holds inst4; B wants inst1..inst4 and retries (releasing what it
     got); C then gets inst1 without waiting for A to finish."""
     names = ["inst1", "inst2", "inst3", "inst4"]
-    lockset = L.LockSet(names, "instance")
+    lockset = locking.LockSet(names, "instance")
     a, b, c = actors(), actors(), actors()
     a.call(lockset.acquire, ["inst4"])
-    strategy = L.LockAttemptTimeoutStrategy(timeouts=[0.05] * 200)
-    fut_b = b.submit(L.acquire_with_retry,
+    strategy = locking.LockAttemptTimeoutStrategy(timeouts=[0.05] * 200)
+    fut_b = b.submit(locking.acquire_with_retry,
                      lambda t: lockset.acquire(names, timeout=t),
                      lambda: lockset.release() if lockset.is_owned() else None, strategy)
     wait_until(lambda: strategy.attempt >= 2)
@@ -1126,7 +1127,7 @@ class LockSetMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pool = _actor_pool()
-        self.lockset = L.LockSet(LOCK_NAMES[:3], "m")
+        self.lockset = locking.LockSet(LOCK_NAMES[:3], "m")
         self.exclusive: dict[str, int | None] = {n: None for n in LOCK_NAMES[:3]}
         self.sharers: dict[str, set[int]] = {n: set() for n in LOCK_NAMES[:3]}
         self.set_lock: dict[int, bool] = {}  # actor -> shared?
@@ -1152,7 +1153,7 @@ class LockSetMachine(RuleBasedStateMachine):
           shared=st.booleans())
     def acquire(self, actor: int, names: set[str], shared: bool) -> None:
         if self.owns(actor):
-            with pytest.raises(L.LockError):
+            with pytest.raises(locking.LockError):
                 self.run(actor, self.lockset.acquire, sorted(names), shared=shared, timeout=0)
             return
         expect: str = "ok"
@@ -1164,7 +1165,7 @@ class LockSetMachine(RuleBasedStateMachine):
                 expect = "timeout"
                 break
         if expect == "error":
-            with pytest.raises(L.LockError):
+            with pytest.raises(locking.LockError):
                 self.run(actor, self.lockset.acquire, sorted(names), shared=shared, timeout=0)
             return
         result = self.run(actor, self.lockset.acquire, sorted(names), shared=shared, timeout=0)
@@ -1185,10 +1186,10 @@ class LockSetMachine(RuleBasedStateMachine):
     @rule(actor=st.integers(0, N_ACTORS - 1), shared=st.booleans())
     def acquire_all(self, actor: int, shared: bool) -> None:
         if self.owns(actor):
-            with pytest.raises(L.LockError):
-                self.run(actor, self.lockset.acquire, L.ALL_SET, shared=shared, timeout=0)
+            with pytest.raises(locking.LockError):
+                self.run(actor, self.lockset.acquire, locking.ALL_SET, shared=shared, timeout=0)
             return
-        result = self.run(actor, self.lockset.acquire, L.ALL_SET, shared=shared, timeout=0)
+        result = self.run(actor, self.lockset.acquire, locking.ALL_SET, shared=shared, timeout=0)
         names = set(self.exclusive)
         if self.set_lock_free_for(shared) and all(self.free_for(n, shared) for n in names):
             assert result == names
@@ -1200,7 +1201,7 @@ class LockSetMachine(RuleBasedStateMachine):
     @rule(actor=st.integers(0, N_ACTORS - 1), data=st.data())
     def release(self, actor: int, data: st.DataObject) -> None:
         if not self.owns(actor):
-            with pytest.raises(L.LockError):
+            with pytest.raises(locking.LockError):
                 self.run(actor, self.lockset.release)
             return
         owned = sorted(self.owned[actor])
@@ -1221,11 +1222,11 @@ class LockSetMachine(RuleBasedStateMachine):
         if others_hold_set:
             return  # add would block on the set lock
         if (self.owns(actor) and self.set_lock.get(actor) is not False):
-            with pytest.raises(L.LockError):
+            with pytest.raises(locking.LockError):
                 self.run(actor, self.lockset.add, name)
             return
         if name in self.exclusive:
-            with pytest.raises(L.LockError):
+            with pytest.raises(locking.LockError):
                 self.run(actor, self.lockset.add, name)
             return
         self.run(actor, self.lockset.add, name)
@@ -1238,11 +1239,11 @@ class LockSetMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(sorted(self.exclusive)))
         if self.owns(actor):
             if name not in self.owned[actor]:
-                with pytest.raises(L.LockError):
+                with pytest.raises(locking.LockError):
                     self.run(actor, self.lockset.remove, [name])
                 return
             if actor in self.sharers[name]:
-                with pytest.raises(L.LockError):
+                with pytest.raises(locking.LockError):
                     self.run(actor, self.lockset.remove, [name])
                 return
         elif not self.free_for(name, shared=False):

@@ -7,30 +7,30 @@ import json
 import msgspec
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 from tests.conftest import build_config
 
 
-def test_round_trip_is_lossless(config: M.ConfigData) -> None:
-    encoded = M.encode(config)
-    decoded = M.decode(encoded)
+def test_round_trip_is_lossless(config: model.ConfigData) -> None:
+    encoded = model.encode(config)
+    decoded = model.decode(encoded)
     assert decoded == config
-    assert M.encode(decoded) == encoded  # stable, sorted output
+    assert model.encode(decoded) == encoded  # stable, sorted output
 
 
-def test_round_trip_keeps_drbd_logical_id(config: M.ConfigData) -> None:
-    decoded = M.decode(M.encode(config))
+def test_round_trip_keeps_drbd_logical_id(config: model.ConfigData) -> None:
+    decoded = model.decode(model.encode(config))
     inst = decoded.find_instance("drbd0.example.com")
     lid = inst.disks[0].logical_id
-    assert isinstance(lid, M.DrbdId)
+    assert isinstance(lid, model.DrbdId)
     original = config.find_instance("drbd0.example.com").disks[0].logical_id
     assert lid == original
     assert [c.dev_type for c in inst.disks[0].children] == ["plain", "plain"]
 
 
-def test_every_object_has_uuid_serial_and_times(config: M.ConfigData) -> None:
-    raw = json.loads(M.encode(config))
+def test_every_object_has_uuid_serial_and_times(config: model.ConfigData) -> None:
+    raw = json.loads(model.encode(config))
     for table in ("nodegroups", "nodes", "instances"):
         for key, obj in raw[table].items():
             assert obj["uuid"] == key
@@ -40,7 +40,7 @@ def test_every_object_has_uuid_serial_and_times(config: M.ConfigData) -> None:
     assert {"uuid", "serial_no", "ctime", "mtime"} <= disk.keys()
 
 
-def test_lookup_by_name_short_name_and_uuid(config: M.ConfigData) -> None:
+def test_lookup_by_name_short_name_and_uuid(config: model.ConfigData) -> None:
     node = next(iter(config.nodes.values()))
     assert config.find_node(node.uuid) is node
     assert config.find_node(node.name) is node
@@ -51,11 +51,11 @@ def test_lookup_by_name_short_name_and_uuid(config: M.ConfigData) -> None:
     assert config.find_group(group.uuid) is group
 
 
-def test_lookup_errors_are_clear(config: M.ConfigData) -> None:
+def test_lookup_errors_are_clear(config: model.ConfigData) -> None:
     with pytest.raises(NotFoundError, match="node 'nosuch' not found"):
         config.find_node("nosuch")
     twin = msgspec.structs.replace(
-        config.find_node("node1"), uuid=M.new_uuid(), name="node1.other.org",
+        config.find_node("node1"), uuid=model.new_uuid(), name="node1.other.org",
         primary_ip="192.0.2.99", master_candidate=False,
     )
     config.nodes[twin.uuid] = twin
@@ -64,22 +64,22 @@ def test_lookup_errors_are_clear(config: M.ConfigData) -> None:
     assert config.find_node("node1.other.org") is twin  # the full name still works
 
 
-def test_rename_keeps_uuid_and_references(config: M.ConfigData) -> None:
+def test_rename_keeps_uuid_and_references(config: model.ConfigData) -> None:
     inst = config.find_instance("drbd0")
     node = config.nodes[inst.primary_node]
     node_uuid, inst_uuid = node.uuid, inst.uuid
     node.name = "renamed.example.com"
     inst.name = "web.example.com"
-    reloaded = M.decode(M.encode(M.revalidate(config)))
+    reloaded = model.decode(model.encode(model.revalidate(config)))
     assert reloaded.find_node("renamed.example.com").uuid == node_uuid
     assert reloaded.find_instance("web").uuid == inst_uuid
     assert reloaded.find_instance(inst_uuid).primary_node == node_uuid
 
 
-def test_secondary_nodes_and_template_come_from_disks(config: M.ConfigData) -> None:
+def test_secondary_nodes_and_template_come_from_disks(config: model.ConfigData) -> None:
     drbd = config.find_instance("drbd0")
     lid = drbd.disks[0].logical_id
-    assert isinstance(lid, M.DrbdId)
+    assert isinstance(lid, model.DrbdId)
     assert drbd.disk_template == "drbd"
     assert drbd.secondary_nodes == [lid.nodes[1]]
     plain = config.find_instance("plain0")
@@ -95,7 +95,7 @@ def test_os_variant_is_parsed() -> None:
     assert cfg.find_instance("plain0").os_variant is None
 
 
-def test_touch_increments_serial_and_mtime(config: M.ConfigData) -> None:
+def test_touch_increments_serial_and_mtime(config: model.ConfigData) -> None:
     node = config.find_node("node2")
     before = node.serial_no
     node.touch(123.0)
@@ -115,103 +115,103 @@ def test_touch_increments_serial_and_mtime(config: M.ConfigData) -> None:
     ],
 )
 def test_invalid_documents_are_refused_with_the_reason(
-    config: M.ConfigData, path: tuple[str, ...], value: object, message: str
+    config: model.ConfigData, path: tuple[str, ...], value: object, message: str
 ) -> None:
-    raw = json.loads(M.encode(config))
+    raw = json.loads(model.encode(config))
     target = raw
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
     with pytest.raises(ConfigError, match=message):
-        M.decode(json.dumps(raw))
+        model.decode(json.dumps(raw))
 
 
-def test_unknown_fields_are_refused(config: M.ConfigData) -> None:
-    raw = json.loads(M.encode(config))
+def test_unknown_fields_are_refused(config: model.ConfigData) -> None:
+    raw = json.loads(model.encode(config))
     next(iter(raw["nodes"].values()))["colour"] = "blue"
     with pytest.raises(ConfigError, match="unknown field `colour`"):
-        M.decode(json.dumps(raw))
+        model.decode(json.dumps(raw))
 
 
-def test_object_filed_under_wrong_key_is_refused(config: M.ConfigData) -> None:
-    raw = json.loads(M.encode(config))
+def test_object_filed_under_wrong_key_is_refused(config: model.ConfigData) -> None:
+    raw = json.loads(model.encode(config))
     key, node = next(iter(raw["nodes"].items()))
     raw["nodes"]["other-key"] = raw["nodes"].pop(key)
     with pytest.raises(ConfigError, match=f"node '{node['name']}' is filed under 'other-key'"):
-        M.decode(json.dumps(raw))
+        model.decode(json.dumps(raw))
 
 
 def test_drbd_disk_needs_two_distinct_nodes() -> None:
     with pytest.raises(ValueError, match="two nodes must differ"):
-        M.DrbdId(nodes=["a", "a"], port=11000, minors=[0, 1], secret="s")
+        model.DrbdId(nodes=["a", "a"], port=11000, minors=[0, 1], secret="s")
     with pytest.raises(ValueError, match="exactly two nodes"):
-        M.DrbdId(nodes=["a"], port=11000, minors=[0], secret="s")
+        model.DrbdId(nodes=["a"], port=11000, minors=[0], secret="s")
     with pytest.raises(ValueError, match="drbd logical id"):
-        M.Disk(uuid="d", dev_type="drbd", size=1, logical_id=M.PlainId(vg="v", lv="l"))
+        model.Disk(uuid="d", dev_type="drbd", size=1, logical_id=model.PlainId(vg="v", lv="l"))
 
 
 def test_node_flag_combinations_are_checked() -> None:
     with pytest.raises(ValueError, match="offline node cannot be a master candidate"):
-        M.Node(uuid="n", name="n", primary_ip="1.1.1.1", group="g", offline=True,
-               master_candidate=True)
+        model.Node(uuid="n", name="n", primary_ip="1.1.1.1", group="g", offline=True,
+                   master_candidate=True)
     with pytest.raises(ValueError, match="must be master capable"):
-        M.Node(uuid="n", name="n", primary_ip="1.1.1.1", group="g", master_capable=False,
-               master_candidate=True)
+        model.Node(uuid="n", name="n", primary_ip="1.1.1.1", group="g", master_capable=False,
+                   master_candidate=True)
 
 
 def test_ipolicy_ranges_are_checked() -> None:
-    policy = M.default_ipolicy()
-    data = M.to_builtins(policy)
+    policy = model.default_ipolicy()
+    data = model.to_builtins(policy)
     data["std"]["memory-size"] = 10**9
     with pytest.raises(ValueError, match="std spec lies outside"):
-        msgspec.convert(data, M.IPolicy).check_std()
-    raw = json.loads(M.encode(build_config()))
+        msgspec.convert(data, model.IPolicy).check_std()
+    raw = json.loads(model.encode(build_config()))
     raw["cluster"]["ipolicy"] = data
     with pytest.raises(ConfigError, match="std spec lies outside"):
-        M.decode(json.dumps(raw))
-    data = M.to_builtins(policy)
+        model.decode(json.dumps(raw))
+    data = model.to_builtins(policy)
     data["disk-templates"] = ["floppy"]
     with pytest.raises(msgspec.ValidationError, match="unknown disk template 'floppy'"):
-        msgspec.convert(data, M.IPolicy)
+        msgspec.convert(data, model.IPolicy)
 
 
-def test_group_ipolicy_override_is_filled_from_cluster(config: M.ConfigData) -> None:
+def test_group_ipolicy_override_is_filled_from_cluster(config: model.ConfigData) -> None:
     group = config.find_group("default")
-    group.ipolicy = M.IPolicyOverride(vcpu_ratio=2.5, disk_templates=["plain"])
+    group.ipolicy = model.IPolicyOverride(vcpu_ratio=2.5, disk_templates=["plain"])
     filled = config.filled_ipolicy(group)
     assert filled.vcpu_ratio == 2.5
     assert filled.disk_templates == ["plain"]
     assert filled.spindle_ratio == config.cluster.ipolicy.spindle_ratio
     assert filled.minmax == config.cluster.ipolicy.minmax
-    raw = json.loads(M.encode(config))
+    raw = json.loads(model.encode(config))
     assert raw["nodegroups"][group.uuid]["ipolicy"] == {
         "disk-templates": ["plain"], "vcpu-ratio": 2.5
     }
 
 
 def test_collector_settings_default_bounds_from_interval() -> None:
-    settings = M.CollectorSettings(interval=10.0)
+    settings = model.CollectorSettings(interval=10.0)
     assert (settings.min_interval, settings.max_interval) == (5.0, 40.0)
     with pytest.raises(ValueError, match="min_interval <= interval <= max_interval"):
-        M.CollectorSettings(interval=10.0, min_interval=20.0)
-    assert set(M.default_data_collectors()) >= {"drbd", "diagnose", "inst-status", "diskstats"}
+        model.CollectorSettings(interval=10.0, min_interval=20.0)
+    assert set(model.default_data_collectors()) >= {"drbd", "diagnose", "inst-status", "diskstats"}
 
 
-def test_default_iallocators_per_request_type(config: M.ConfigData) -> None:
+def test_default_iallocators_per_request_type(config: model.ConfigData) -> None:
     config.cluster.default_iallocators = {"allocate": ["hail", "backup"], "relocate": []}
-    again = M.decode(M.encode(M.revalidate(config)))
+    again = model.decode(model.encode(model.revalidate(config)))
     assert again.cluster.default_iallocators["allocate"] == ["hail", "backup"]
 
 
-def test_tags_follow_ganeti_rules(config: M.ConfigData) -> None:
+def test_tags_follow_ganeti_rules(config: model.ConfigData) -> None:
     node = config.find_node("node1")
-    M.tags_add(node, ["rack:a1", "ssd", "ssd"])
+    model.tags_add(node, ["rack:a1", "ssd", "ssd"])
     assert node.tags == ["rack:a1", "ssd"]
     with pytest.raises(ConfigError, match="only letters"):
-        M.tags_add(node, ["bad tag"])
+        model.tags_add(node, ["bad tag"])
     with pytest.raises(ConfigError, match="1 to 128"):
-        M.tags_add(node, ["x" * 129])
+        model.tags_add(node, ["x" * 129])
     with pytest.raises(NotFoundError, match="not present: nosuch"):
-        M.tags_remove(node, ["nosuch"])
-    M.tags_remove(node, ["ssd"])
+        model.tags_remove(node, ["nosuch"])
+    model.tags_remove(node, ["ssd"])
     assert node.tags == ["rack:a1"]

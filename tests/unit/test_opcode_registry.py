@@ -5,33 +5,45 @@ from __future__ import annotations
 
 from typing import cast
 
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd import lu, rapi
 
 
 def test_all_opcodes_are_the_classes_defined_with_an_op_id() -> None:
-    defined = {cls for cls in vars(O).values()
-               if isinstance(cls, type) and issubclass(cls, O.OpCode) and cls is not O.OpCode
-               and O.op_id_of(cls).startswith("OP_")}
-    assert set(O.ALL_OPCODES) == defined
-    assert O.OpInstanceStartup in O.ALL_OPCODES  # below an intermediate base class
-    assert len(O.BY_ID) == len(O.ALL_OPCODES)
+    defined = {cls for cls in vars(opcodes).values()
+               if isinstance(cls, type) and issubclass(cls, opcodes.OpCode)
+               and cls is not opcodes.OpCode
+               and opcodes.op_id_of(cls).startswith("OP_")}
+    assert set(opcodes.ALL_OPCODES) == defined
+    assert opcodes.OpInstanceStartup in opcodes.ALL_OPCODES  # below an intermediate base class
+    assert len(opcodes.BY_ID) == len(opcodes.ALL_OPCODES)
 
 
 def test_every_opcode_has_exactly_one_logical_unit() -> None:
     registry = lu.registry()
-    assert set(registry) == set(O.BY_ID)
+    assert set(registry) == set(opcodes.BY_ID)
     for op_id, unit in registry.items():
-        assert unit.OP is O.BY_ID[op_id], op_id
+        assert unit.OP is opcodes.BY_ID[op_id], op_id
+
+
+def test_an_lu_executes_the_opcode_of_its_base_class() -> None:
+    """`OP` comes from the opcode in the LU's base class; a generic helper base (its opcode a
+    type variable) executes none, and its concrete subclasses each their own."""
+    from herder.masterd.lu import instance
+
+    assert instance.InstanceStartup.OP is opcodes.OpInstanceStartup
+    assert instance.InstanceMigrate.OP is opcodes.OpInstanceMigrate
+    assert instance.InstanceFailover.OP is opcodes.OpInstanceFailover
+    assert "OP" not in vars(instance._NodeAction) and "OP" not in vars(instance._InstanceMove)
 
 
 def test_every_opcode_has_a_rapi_route_or_a_reason() -> None:
     routes = rapi.opcode_routes(rapi.make_app(cast(rapi.RapiContext, None)))
-    assert set(routes) <= set(O.BY_ID)
-    assert set(rapi.NO_ROUTE) <= set(O.BY_ID)
+    assert set(routes) <= set(opcodes.BY_ID)
+    assert set(rapi.NO_ROUTE) <= set(opcodes.BY_ID)
     both = set(routes) & set(rapi.NO_ROUTE)
     assert not both, f"routed, yet listed without a route: {both}"
-    missing = set(O.BY_ID) - set(routes) - set(rapi.NO_ROUTE)
+    missing = set(opcodes.BY_ID) - set(routes) - set(rapi.NO_ROUTE)
     assert not missing, f"opcodes without a RAPI route or a reason: {sorted(missing)}"
     assert routes["OP_CLUSTER_REDIST_CONF"] == ["PUT /2/redistribute-config"]
     assert "PUT /2/instances/{name}/startup" in routes["OP_INSTANCE_STARTUP"]
@@ -41,9 +53,9 @@ def test_rapi_bodies_take_the_opcodes_fields() -> None:
     """The fields a route accepts come from its opcode: a field of the opcode is accepted
     (less the URL's object and the job's plumbing), and the maintenance settings map onto
     the cluster opcode's fields."""
-    node_modify = set(O.OpNodeSetParams.__struct_fields__) - {
+    node_modify = set(opcodes.OpNodeSetParams.__struct_fields__) - {
         "node_name", "node_uuid", "debug_level", "priority", "depends", "comment"}
     assert set(rapi.NODE_MODIFY_FIELDS) == node_modify
-    assert set(rapi.MAINT_FIELDS.values()) <= set(O.OpClusterSetParams.__struct_fields__)
-    group_add = set(O.OpGroupAdd.__struct_fields__) - rapi._PLUMBING | {"name"}
+    assert set(rapi.MAINT_FIELDS.values()) <= set(opcodes.OpClusterSetParams.__struct_fields__)
+    group_add = set(opcodes.OpGroupAdd.__struct_fields__) - rapi._PLUMBING | {"name"}
     assert set(rapi.GROUP_FIELDS) == group_add

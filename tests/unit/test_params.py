@@ -6,22 +6,21 @@ import json
 
 import pytest
 
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import upgrade
+from herder.core import model, upgrade
+from herder.core import params as parameters
 from herder.core.errors import ConfigError, ParameterError
 
 
 def test_every_declared_default_has_its_declared_type() -> None:
-    families = [*P.HV_FAMILIES.values(), P.BE_FAMILY, P.ND_FAMILY, P.NIC_FAMILY,
-                *P.DISK_FAMILIES.values()]
+    families = [*parameters.HV_FAMILIES.values(), parameters.BE_FAMILY, parameters.ND_FAMILY,
+                parameters.NIC_FAMILY, *parameters.DISK_FAMILIES.values()]
     for family in families:
         for spec in family.specs.values():
-            assert spec.kind in P.KINDS
-            assert P.coerce(spec, spec.default) == spec.default, (family.owner, spec.name)
+            assert spec.kind in parameters.KINDS
+            assert parameters.coerce(spec, spec.default) == spec.default, (family.owner, spec.name)
 
 
-def test_hypervisor_params_fill_defaults_cluster_os_instance(config: M.ConfigData) -> None:
+def test_hypervisor_params_fill_defaults_cluster_os_instance(config: model.ConfigData) -> None:
     inst = config.find_instance("drbd0")
     assert config.filled_hvparams(inst)["kernel_args"] == "ro"  # declared default
     config.cluster.hvparams["kvm"] = {"kernel_args": "console=ttyS0", "acpi": False}
@@ -34,7 +33,7 @@ def test_hypervisor_params_fill_defaults_cluster_os_instance(config: M.ConfigDat
     assert config.filled_hvparams(config.find_instance("plain0"))["acpi"] is False
 
 
-def test_backend_params_fill(config: M.ConfigData) -> None:
+def test_backend_params_fill(config: model.ConfigData) -> None:
     config.cluster.beparams = {"vcpus": 4, "auto_balance": False}
     inst = config.find_instance("drbd0")  # overrides vcpus=2, maxmem=1024
     filled = config.filled_beparams(inst)
@@ -42,7 +41,7 @@ def test_backend_params_fill(config: M.ConfigData) -> None:
     assert config.filled_beparams(config.find_instance("plain0"))["vcpus"] == 4
 
 
-def test_node_params_fill_cluster_group_node(config: M.ConfigData) -> None:
+def test_node_params_fill_cluster_group_node(config: model.ConfigData) -> None:
     group = config.find_group("default")
     node = config.find_node("node2")
     config.cluster.ndparams = {"spindle_count": 4, "ssh_port": 2222}
@@ -56,7 +55,7 @@ def test_node_params_fill_cluster_group_node(config: M.ConfigData) -> None:
     assert config.filled_ndparams(config.find_node("node1"))["spindle_count"] == 8
 
 
-def test_disk_params_fill_per_template(config: M.ConfigData) -> None:
+def test_disk_params_fill_per_template(config: model.ConfigData) -> None:
     group = config.find_group("default")
     config.cluster.diskparams = {"drbd": {"resync-rate": 1024}, "plain": {"stripes": 2}}
     group.diskparams = {"drbd": {"protocol": "B"}}
@@ -66,7 +65,7 @@ def test_disk_params_fill_per_template(config: M.ConfigData) -> None:
     assert config.filled_diskparams("drbd")["protocol"] == "C"
 
 
-def test_bridged_nic_link_defaults_to_the_clusters(config: M.ConfigData) -> None:
+def test_bridged_nic_link_defaults_to_the_clusters(config: model.ConfigData) -> None:
     inst = config.find_instance("plain0")
     group = config.instance_group(inst)
     filled = config.filled_nicparams(inst.nics[0], group)
@@ -75,78 +74,83 @@ def test_bridged_nic_link_defaults_to_the_clusters(config: M.ConfigData) -> None
     assert config.filled_nicparams(inst.nics[0], group)["link"] == "br7"
 
 
-def test_nic_on_a_network_takes_the_groups_link(config: M.ConfigData) -> None:
-    net = M.Network(uuid=M.new_uuid(), name="public", network="203.0.113.0/24")
+def test_nic_on_a_network_takes_the_groups_link(config: model.ConfigData) -> None:
+    net = model.Network(uuid=model.new_uuid(), name="public", network="203.0.113.0/24")
     config.networks[net.uuid] = net
     group = config.find_group("default")
-    group.networks[net.uuid] = M.NetworkLink(mode="routed", link="rt100")
+    group.networks[net.uuid] = model.NetworkLink(mode="routed", link="rt100")
     nic = config.find_instance("drbd0").nics[0]
     nic.network = net.uuid
     assert config.filled_nicparams(nic, group) == {"mode": "routed", "link": "rt100", "vlan": ""}
 
 
-def test_routed_nic_without_ip_is_refused(config: M.ConfigData) -> None:
+def test_routed_nic_without_ip_is_refused(config: model.ConfigData) -> None:
     inst = config.find_instance("plain0")
     assert inst.nics[0].ip is None
     inst.nics[0].nicparams = {"mode": "routed", "link": "table100"}
     with pytest.raises(ConfigError, match="NIC 0 is in routed mode and needs an IP"):
-        M.revalidate(config)
+        model.revalidate(config)
     inst.nics[0].ip = "203.0.113.50"
-    M.revalidate(config)  # now fine
+    model.revalidate(config)  # now fine
 
 
-def test_cluster_wide_routed_default_requires_ips(config: M.ConfigData) -> None:
+def test_cluster_wide_routed_default_requires_ips(config: model.ConfigData) -> None:
     config.cluster.nicparams = {"mode": "routed", "link": "main"}
     with pytest.raises(ConfigError, match="plain0.example.com: NIC 0 is in routed mode"):
-        M.revalidate(config)
+        model.revalidate(config)
 
 
 @pytest.mark.parametrize(
     ("family", "params", "message"),
     [
-        (P.BE_FAMILY, {"colour": "red"}, "unknown backend parameter 'colour'"),
-        (P.BE_FAMILY, {"vcpus": "many"}, "'vcpus': expected an integer"),
-        (P.BE_FAMILY, {"vcpus": True}, "'vcpus': expected an integer"),
-        (P.BE_FAMILY, {"auto_balance": "maybe"}, "expected a boolean"),
-        (P.BE_FAMILY, {"maxmem": "lots"}, "not a size"),
-        (P.ND_FAMILY, {"cpu_speed": "fast"}, "'cpu_speed'"),
-        (P.NIC_FAMILY, {"mode": "tunnel"}, "'tunnel' is not one of bridged"),
-        (P.HV_FAMILIES["kvm"], {"no_such": 1}, "unknown hypervisor kvm parameter 'no_such'"),
-        (P.HV_FAMILIES["kvm"], {"migration_mode": "teleport"}, "not one of live, non-live"),
-        (P.DISK_FAMILIES["drbd"], {"stripes": 2}, "unknown disk template drbd parameter"),
-        (P.DISK_FAMILIES["drbd"], {"protocol": "D"}, "not one of A, B, C"),
+        (parameters.BE_FAMILY, {"colour": "red"}, "unknown backend parameter 'colour'"),
+        (parameters.BE_FAMILY, {"vcpus": "many"}, "'vcpus': expected an integer"),
+        (parameters.BE_FAMILY, {"vcpus": True}, "'vcpus': expected an integer"),
+        (parameters.BE_FAMILY, {"auto_balance": "maybe"}, "expected a boolean"),
+        (parameters.BE_FAMILY, {"maxmem": "lots"}, "not a size"),
+        (parameters.ND_FAMILY, {"cpu_speed": "fast"}, "'cpu_speed'"),
+        (parameters.NIC_FAMILY, {"mode": "tunnel"}, "'tunnel' is not one of bridged"),
+        (parameters.HV_FAMILIES["kvm"], {"no_such": 1},
+         "unknown hypervisor kvm parameter 'no_such'"),
+        (parameters.HV_FAMILIES["kvm"], {"migration_mode": "teleport"},
+         "not one of live, non-live"),
+        (parameters.DISK_FAMILIES["drbd"], {"stripes": 2}, "unknown disk template drbd parameter"),
+        (parameters.DISK_FAMILIES["drbd"], {"protocol": "D"}, "not one of A, B, C"),
     ],
 )
-def test_bad_parameters_are_refused(family: P.ParamFamily, params: dict, message: str) -> None:
+def test_bad_parameters_are_refused(family: parameters.ParamFamily, params: dict,
+                                    message: str) -> None:
     with pytest.raises(ParameterError, match=message):
-        P.validate(family, params)
+        parameters.validate(family, params)
 
 
 def test_strings_from_the_command_line_are_converted() -> None:
-    assert P.validate(P.BE_FAMILY, {"vcpus": "4", "maxmem": "2G", "auto_balance": "no"}) == {
+    assert parameters.validate(parameters.BE_FAMILY,
+                               {"vcpus": "4", "maxmem": "2G", "auto_balance": "no"}) == {
         "vcpus": 4, "maxmem": 2048, "auto_balance": False,
     }
-    assert P.validate(P.ND_FAMILY, {"cpu_speed": "1.5"}) == {"cpu_speed": 1.5}
-    assert P.parse_size("512") == 512
-    assert P.parse_size("1.5T") == 1.5 * 1024 * 1024
-    assert P.parse_size("2048K") == 2
+    assert parameters.validate(parameters.ND_FAMILY, {"cpu_speed": "1.5"}) == {"cpu_speed": 1.5}
+    assert parameters.parse_size("512") == 512
+    assert parameters.parse_size("1.5T") == 1.5 * 1024 * 1024
+    assert parameters.parse_size("2048K") == 2
 
 
-def test_global_hypervisor_params_refused_on_instances(config: M.ConfigData) -> None:
-    for name in sorted(P.HV_GLOBAL_PARAMS & set(P.HV_FAMILIES["kvm"].specs)):
+def test_global_hypervisor_params_refused_on_instances(config: model.ConfigData) -> None:
+    for name in sorted(parameters.HV_GLOBAL_PARAMS & set(parameters.HV_FAMILIES["kvm"].specs)):
         with pytest.raises(ParameterError, match=f"'{name}' is cluster-wide only"):
-            P.validate(P.HV_FAMILIES["kvm"], {name: P.HV_FAMILIES["kvm"].specs[name].default},
-                       instance_level=True)
+            parameters.validate(parameters.HV_FAMILIES["kvm"],
+                                {name: parameters.HV_FAMILIES["kvm"].specs[name].default},
+                                instance_level=True)
     # ... but fine at cluster level
-    P.validate(P.HV_FAMILIES["kvm"], {"migration_port": 9000})
-    raw = json.loads(M.encode(config))
+    parameters.validate(parameters.HV_FAMILIES["kvm"], {"migration_port": 9000})
+    raw = json.loads(model.encode(config))
     next(iter(raw["instances"].values()))["hvparams"] = {"migration_port": 9000}
     with pytest.raises(ConfigError, match="cluster-wide only"):
-        M.decode(json.dumps(raw))
+        model.decode(json.dumps(raw))
     raw["cluster"]["os_hvp"] = {"debian": {"kvm": {"migration_mode": "live"}}}
     next(iter(raw["instances"].values()))["hvparams"] = {}
     with pytest.raises(ConfigError, match="cluster-wide only"):
-        M.decode(json.dumps(raw))
+        model.decode(json.dumps(raw))
 
 
 def test_global_hypervisor_params_dropped_from_instances_on_upgrade() -> None:
@@ -165,17 +169,19 @@ def test_global_hypervisor_params_dropped_from_instances_on_upgrade() -> None:
 
 
 def test_parse_assignments_resets_and_booleans() -> None:
-    assert P.parse_assignments(["vcpus=2,maxmem=1G", "acpi=default", "-kernel_path", "no_acpi"]) \
+    assert parameters.parse_assignments(
+        ["vcpus=2,maxmem=1G", "acpi=default", "-kernel_path", "no_acpi"]) \
         == {"vcpus": "2", "maxmem": "1G", "acpi": "false", "kernel_path": None}
     with pytest.raises(ParameterError, match="expected key=value"):
-        P.parse_assignments(["justaword"])
+        parameters.parse_assignments(["justaword"])
     with pytest.raises(ParameterError, match="missing parameter name"):
-        P.parse_assignments(["=3"])
+        parameters.parse_assignments(["=3"])
 
 
 def test_apply_overrides_resets_to_inherited() -> None:
     current = {"vcpus": 2, "maxmem": 1024}
-    updated = P.apply_overrides(P.BE_FAMILY, current, {"vcpus": None, "minmem": "512"})
+    updated = parameters.apply_overrides(parameters.BE_FAMILY, current,
+                                         {"vcpus": None, "minmem": "512"})
     assert updated == {"maxmem": 1024, "minmem": 512}
     with pytest.raises(ParameterError, match="unknown backend parameter 'bogus'"):
-        P.apply_overrides(P.BE_FAMILY, current, {"bogus": None})
+        parameters.apply_overrides(parameters.BE_FAMILY, current, {"bogus": None})

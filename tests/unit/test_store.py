@@ -13,20 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import ConfigError, StoreError
 from herder.core.store import FileStore
 from tests.conftest import build_config
 
 
 @pytest.fixture
-def store(tmp_path: Path, config: M.ConfigData) -> FileStore:
+def store(tmp_path: Path, config: model.ConfigData) -> FileStore:
     s = FileStore(tmp_path / "config.json")
     s.create(config)
     return s
 
 
-def test_create_refuses_to_overwrite(store: FileStore, config: M.ConfigData) -> None:
+def test_create_refuses_to_overwrite(store: FileStore, config: model.ConfigData) -> None:
     with pytest.raises(StoreError, match="already exists"):
         store.create(config)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.store import FileStore
 
 OLD = {
@@ -37,7 +37,7 @@ def test_uuidless_config_is_upgraded_on_load(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(OLD))
     config = FileStore(path).load()
-    assert config.version == M.FORMAT_VERSION
+    assert config.version == model.FORMAT_VERSION
     assert config.serial_no == 41
     node1 = config.find_node("node1.example.com")
     node2 = config.find_node("node2")
@@ -50,7 +50,7 @@ def test_uuidless_config_is_upgraded_on_load(tmp_path: Path) -> None:
     assert inst.primary_node == node1.uuid
     assert inst.secondary_nodes == [node2.uuid]
     lid = inst.disks[0].logical_id
-    assert isinstance(lid, M.DrbdId) and lid.nodes == [node1.uuid, node2.uuid]
+    assert isinstance(lid, model.DrbdId) and lid.nodes == [node1.uuid, node2.uuid]
     assert lid.port == 11000 and lid.secret == "s3cr3t"
     assert inst.beparams == {"maxmem": 512, "minmem": 512}
     assert config.cluster.beparams == {"maxmem": 256, "minmem": 256}
@@ -73,7 +73,7 @@ def test_upgraded_document_is_written_in_the_new_format(tmp_path: Path) -> None:
     with store.update() as config:
         config.find_node("node2").tags.append("upgraded")
     raw = json.loads(path.read_text())
-    assert raw["version"] == M.FORMAT_VERSION
+    assert raw["version"] == model.FORMAT_VERSION
     assert set(raw["nodes"]) == {n.uuid for n in before.nodes.values()}
     assert store.load().find_node(before.find_node("node2").uuid).tags == ["upgraded"]
     assert store.load().serial_no == 42

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import msgspec
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.verify import verify
 
 
-def codes(config: M.ConfigData) -> dict[str, list[str]]:
+def codes(config: model.ConfigData) -> dict[str, list[str]]:
     result: dict[str, list[str]] = {}
     for finding in verify(config):
         result.setdefault(finding.code, []).append(f"{finding.object}: {finding.message}")
     return result
 
 
-def test_a_consistent_cluster_has_no_findings(config: M.ConfigData) -> None:
+def test_a_consistent_cluster_has_no_findings(config: model.ConfigData) -> None:
     assert verify(config) == []
 
 
-def test_instance_on_unknown_node(config: M.ConfigData) -> None:
+def test_instance_on_unknown_node(config: model.ConfigData) -> None:
     inst = config.find_instance("plain0")
     inst.primary_node = "4c1b0c5e-0000-0000-0000-000000000000"
     found = codes(config)
@@ -28,10 +28,10 @@ def test_instance_on_unknown_node(config: M.ConfigData) -> None:
     ]
 
 
-def test_unknown_secondary_and_group(config: M.ConfigData) -> None:
+def test_unknown_secondary_and_group(config: model.ConfigData) -> None:
     inst = config.find_instance("drbd0")
     lid = inst.disks[0].logical_id
-    assert isinstance(lid, M.DrbdId)
+    assert isinstance(lid, model.DrbdId)
     del config.nodes[lid.nodes[1]]
     config.find_node("node1").group = "nogroup"
     found = codes(config)
@@ -39,14 +39,14 @@ def test_unknown_secondary_and_group(config: M.ConfigData) -> None:
     assert found["dangling-group"] == ["node node1.example.com: unknown group nogroup"]
 
 
-def test_duplicates(config: M.ConfigData) -> None:
+def test_duplicates(config: model.ConfigData) -> None:
     a, b = config.find_instance("drbd0"), config.find_instance("drbd1")
     b.nics[0].mac = a.nics[0].mac
     b.nics[0].ip = a.nics[0].ip
     lid_a, lid_b = a.disks[0].logical_id, b.disks[0].logical_id
-    assert isinstance(lid_a, M.DrbdId) and isinstance(lid_b, M.DrbdId)
+    assert isinstance(lid_a, model.DrbdId) and isinstance(lid_b, model.DrbdId)
     lid_b.port = lid_a.port
-    twin = msgspec.structs.replace(config.find_node("node3"), uuid=M.new_uuid(),
+    twin = msgspec.structs.replace(config.find_node("node3"), uuid=model.new_uuid(),
                                    master_candidate=False)
     config.nodes[twin.uuid] = twin
     found = codes(config)
@@ -56,23 +56,23 @@ def test_duplicates(config: M.ConfigData) -> None:
     assert "node3.example.com" in found["duplicate-name"][0]
 
 
-def test_same_ip_on_different_links_is_fine(config: M.ConfigData) -> None:
+def test_same_ip_on_different_links_is_fine(config: model.ConfigData) -> None:
     a, b = config.find_instance("drbd0"), config.find_instance("drbd1")
     b.nics[0].ip = a.nics[0].ip
     b.nics[0].nicparams = {"link": "br-other"}
     assert "duplicate-ip" not in codes(config)
 
 
-def test_drbd_minor_reused_on_a_node(config: M.ConfigData) -> None:
+def test_drbd_minor_reused_on_a_node(config: model.ConfigData) -> None:
     a, b = config.find_instance("drbd0"), config.find_instance("drbd1")
     lid_a, lid_b = a.disks[0].logical_id, b.disks[0].logical_id
-    assert isinstance(lid_a, M.DrbdId) and isinstance(lid_b, M.DrbdId)
+    assert isinstance(lid_a, model.DrbdId) and isinstance(lid_b, model.DrbdId)
     # drbd0 is on node1+node2, drbd1 on node2+node3: give drbd1 node2's minor of drbd0
     lid_b.minors[0] = lid_a.minors[1]
     assert "duplicate-drbd-minor" in codes(config)
 
 
-def test_policy_violations(config: M.ConfigData) -> None:
+def test_policy_violations(config: model.ConfigData) -> None:
     inst = config.find_instance("drbd0")
     inst.beparams["maxmem"] = 10**6
     inst.beparams["vcpus"] = 64
@@ -84,7 +84,7 @@ def test_policy_violations(config: M.ConfigData) -> None:
     assert any("disk template drbd is not allowed" in m for m in messages)
 
 
-def test_disabled_hypervisor_and_template(config: M.ConfigData) -> None:
+def test_disabled_hypervisor_and_template(config: model.ConfigData) -> None:
     config.cluster.enabled_hypervisors = ["xen-pvm"]
     config.cluster.enabled_disk_templates = ["plain"]
     found = codes(config)
@@ -92,6 +92,6 @@ def test_disabled_hypervisor_and_template(config: M.ConfigData) -> None:
     assert len(found["template-disabled"]) == 2  # the two DRBD instances
 
 
-def test_master_checks(config: M.ConfigData) -> None:
+def test_master_checks(config: model.ConfigData) -> None:
     config.cluster.master_node = "gone"
     assert "dangling-master" in codes(config)

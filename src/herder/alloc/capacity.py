@@ -222,13 +222,13 @@ def shrink(inst: Instance, mode: Fail, excl: bool) -> Instance | None:
 
 
 def tspec(placed: Sequence[Placed]) -> str:
-    runs: list[list[object]] = []
+    runs: list[tuple[tuple[int, int, int, int], int]] = []  # (spec, how many in a row)
     for p in placed:
         if runs and runs[-1][0] == p.spec:
-            runs[-1][1] = int(runs[-1][1]) + 1  # type: ignore[call-overload]
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
         else:
-            runs.append([p.spec, 1])
-    return " ".join(f"{','.join(map(str, spec))}={count}" for spec, count in runs)  # type: ignore[call-overload]
+            runs.append((p.spec, 1))
+    return " ".join(f"{','.join(map(str, spec))}={count}" for spec, count in runs)
 
 
 def standard_spec(spec: ISpec) -> tuple[int, int, int, int]:

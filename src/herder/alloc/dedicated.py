@@ -133,13 +133,13 @@ def dedicated_multi_group(cl: Cluster, inst: Instance, req: int, opts: Options,
             continue
         results.append(try_dedicated(cl, inst, req, gidx, opts, restrict))
     msgs.extend(describe(cl, r) for r in results)
-    ok = [r for r in results if r.best is not None
+    ok = [(r, r.best) for r in results if r.best is not None
           and cl.groups[r.group].alloc_policy != "unallocable"]
     if not ok:
         return None, msgs
     ok.reverse()
-    ok.sort(key=lambda r: (cl.groups[r.group].policy_rank, r.best.key))  # type: ignore[union-attr]
-    return ok[0], msgs
+    ok.sort(key=lambda pair: (cl.groups[pair[0].group].policy_rank, pair[1].key))
+    return ok[0][0], msgs
 
 
 __all__ = ["Fail", "dedicated_multi_group", "is_dedicated", "relevant_groups", "try_dedicated"]

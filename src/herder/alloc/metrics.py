@@ -125,10 +125,10 @@ class Stats:
             q[k] += x * x
         if node.inst_map:
             self.maps[node.idx] = dict(node.inst_map)
-            for key, c in node.inst_map.items():
+            for key, count in node.inst_map.items():
                 old = self.total.get(key, 0)
-                self.total[key] = old + c
-                if old <= 0 < old + c:
+                self.total[key] = old + count
+                if old <= 0 < old + count:
                     self.keys += 1
 
     def remove_node(self, node: Node) -> None:
@@ -145,10 +145,10 @@ class Stats:
             x = v[k] - c[k]
             s[k] -= x
             q[k] -= x * x
-        for key, c in self.maps.pop(node.idx, {}).items():
+        for key, count in self.maps.pop(node.idx, {}).items():
             old = self.total.get(key, 0)
-            self.total[key] = old - c
-            if old > 0 >= old - c:
+            self.total[key] = old - count
+            if old > 0 >= old - count:
                 self.keys -= 1
 
     def update(self, node: Node) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from herder.alloc.model import Cluster
 from herder.alloc.protocol import InputError
@@ -110,7 +110,7 @@ def _cpu_total(report: dict[str, Any] | None) -> float | None:
     return float(total)
 
 
-def _is_num(x: Any) -> bool:
+def _is_num(x: Any) -> TypeGuard[int | float]:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 

@@ -264,19 +264,24 @@ def _pairs(cl: Cluster, inst: Instance, cands: Sequence[Node], stats: Stats, str
             sec_generic[s.idx] = bad if bad is not None else _sec_trial(s, inst, -1)
         big = len(nodes) > EXHAUSTIVE_PAIRS and only_primary is None
         if big:
-            okp = [p for p in nodes if not isinstance(pri[p.idx], Fail)]
-            oks = [s for s in nodes if not isinstance(sec_generic[s.idx], Fail)]
+            # the trials that passed, by node index (narrowed once for the type checker)
+            pri_ok = {i: t for i, t in pri.items() if not isinstance(t, Fail)}
+            sec_ok = {i: t for i, t in sec_generic.items() if not isinstance(t, Fail)}
+            okp = [p for p in nodes if p.idx in pri_ok]
+            oks = [s for s in nodes if s.idx in sec_ok]
             for p in nodes:
-                if isinstance(pri[p.idx], Fail):
-                    res.fails[pri[p.idx]] += len(nodes) - 1  # type: ignore[index]
+                pri_fail = pri[p.idx]
+                if isinstance(pri_fail, Fail):
+                    res.fails[pri_fail] += len(nodes) - 1
             for s in nodes:
-                if isinstance(sec_generic[s.idx], Fail):
-                    res.fails[sec_generic[s.idx]] += len(okp) - (s in okp)  # type: ignore[index]
+                sec_fail = sec_generic[s.idx]
+                if isinstance(sec_fail, Fail):
+                    res.fails[sec_fail] += len(okp) - (s in okp)
 
-            pkey = {p.idx: stats.score_delta(((stats.vecs[p.idx], pri[p.idx][0]),),
-                                             pri[p.idx][1]) for p in okp}  # type: ignore[index]
-            skey = {s.idx: stats.score_delta(((stats.vecs[s.idx], sec_generic[s.idx]),))
-                    for s in oks}  # type: ignore[arg-type]
+            pkey = {p.idx: stats.score_delta(((stats.vecs[p.idx], pri_ok[p.idx][0]),),
+                                             pri_ok[p.idx][1]) for p in okp}
+            skey = {s.idx: stats.score_delta(((stats.vecs[s.idx], sec_ok[s.idx]),))
+                    for s in oks}
 
             okp.sort(key=lambda n: (pkey[n.idx], -n.idx))
             oks.sort(key=lambda n: (skey[n.idx], -n.idx))
@@ -285,8 +290,8 @@ def _pairs(cl: Cluster, inst: Instance, cands: Sequence[Node], stats: Stats, str
         else:
             prims = [p for p in nodes if p.idx in pri]
             secs = list(nodes)
-        sdelta = {s.idx: stats.delta(stats.vecs[s.idx], sec_generic[s.idx])  # type: ignore[arg-type]
-                  for s in secs if not isinstance(sec_generic[s.idx], Fail)}
+        sdelta = {s.idx: stats.delta(stats.vecs[s.idx], trial) for s in secs
+                  if not isinstance(trial := sec_generic[s.idx], Fail)}
         for p in prims:
             ptrial = pri[p.idx]
             if isinstance(ptrial, Fail):
@@ -366,13 +371,13 @@ def group_results(cl: Cluster, inst: Instance, req: int, opts: Options,
 
 
 def choose_group(cl: Cluster, results: list[GroupResult]) -> GroupResult | None:
-    ok = [r for r in results if r.best is not None and r.error is None
+    ok = [(r, r.best) for r in results if r.best is not None and r.error is None
           and cl.groups[r.group].alloc_policy != "unallocable"]
     if not ok:
         return None
     ok.reverse()
-    ok.sort(key=lambda r: (cl.groups[r.group].policy_rank, r.best.score))  # type: ignore[union-attr]
-    return ok[0]
+    ok.sort(key=lambda pair: (cl.groups[pair[0].group].policy_rank, pair[1].score))
+    return ok[0][0]
 
 
 def alloc_multi_group(cl: Cluster, inst: Instance, req: int, opts: Options,

@@ -86,7 +86,7 @@ def parse_message(data: bytes | str) -> dict[str, Any]:
 
 # --- typed field access with hail-like messages ----------------------------------------------
 
-_KINDS = {
+_KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "obj": (dict, "JSObject"), "str": (str, "String"), "list": (list, "JSArray"),
     "bool": (bool, "Bool"), "int": (int, "Int"), "num": ((int, float), "Double"),
 }
@@ -118,7 +118,8 @@ def _get_checked(obj: dict[str, Any], key: str, kind: str, ctx: str, default: An
         return round(val) if kind == "int" else float(val)
     if not isinstance(val, typ):
         raise InputError(f"{ctx}: key '{key}': Unable to read {label}")
-    if kind == "list" and val and key.endswith("tags") and not all(isinstance(x, str) for x in val):
+    if isinstance(val, list) and val and key.endswith("tags") \
+            and not all(isinstance(x, str) for x in val):
         raise InputError(f"{ctx}: key '{key}': Unable to read String")
     return val
 

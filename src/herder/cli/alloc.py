@@ -49,10 +49,10 @@ def _text_cluster(path: str | None, simulate: tuple[str, ...],
         except InputError as err:
             _fail(f"failed to load data, aborting: {err}")
     if simulate:
-        from herder.alloc.textdata import simulate as simu
+        from herder.alloc.textdata import simulate as simulated_cluster
 
         try:
-            return simu(list(simulate))
+            return simulated_cluster(list(simulate))
         except InputError as err:
             _fail(str(err))
     return None

@@ -19,11 +19,9 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
-from herder.core import cluster_secrets, uidpool
-from herder.core import model as M
-from herder.core import params as P
+from herder.core import cluster_secrets, model, params, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 from herder.core.verify import verify as verify_config
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
@@ -44,8 +42,8 @@ def parse_hv_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         hv, sep, rest = value.partition(":")
         if not sep or not hv:
             raise ParameterError(f"expected HYPERVISOR:KEY=VALUE[,...], got {value!r}")
-        P.hv_family(hv)
-        result.setdefault(hv, {}).update(P.parse_assignments([rest]))
+        params.hv_family(hv)
+        result.setdefault(hv, {}).update(params.parse_assignments([rest]))
     return result
 
 
@@ -56,8 +54,8 @@ def parse_disk_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         dt, sep, rest = value.partition(":")
         if not sep or not dt:
             raise ParameterError(f"expected TEMPLATE:KEY=VALUE[,...], got {value!r}")
-        P.disk_family(dt)
-        result.setdefault(dt, {}).update(P.parse_assignments([rest]))
+        params.disk_family(dt)
+        result.setdefault(dt, {}).update(params.parse_assignments([rest]))
     return result
 
 
@@ -67,14 +65,14 @@ def parse_default_iallocators(values: tuple[str, ...]) -> dict[str, list[str]]:
     for value in values:
         kind, sep, names = value.partition("=")
         if sep:
-            if kind not in M.IALLOCATOR_REQUEST_TYPES:
+            if kind not in model.IALLOCATOR_REQUEST_TYPES:
                 raise ConfigError(
                     f"unknown iallocator request type {kind!r} "
-                    f"(known: {', '.join(M.IALLOCATOR_REQUEST_TYPES)})"
+                    f"(known: {', '.join(model.IALLOCATOR_REQUEST_TYPES)})"
                 )
             result[kind] = [n for n in names.split(",") if n]
         else:
-            for kind in M.IALLOCATOR_REQUEST_TYPES:
+            for kind in model.IALLOCATOR_REQUEST_TYPES:
                 result[kind] = [n for n in value.split(",") if n]
     return result
 
@@ -86,7 +84,7 @@ def parse_collector_options(values: tuple[str, ...]) -> dict[str, dict[str, str]
         name, sep, rest = value.partition(":")
         if not sep or not name:
             raise ParameterError(f"expected NAME:KEY=VALUE[,...], got {value!r}")
-        changes = P.parse_assignments([rest])
+        changes = params.parse_assignments([rest])
         unknown = set(changes) - {"active", "interval", "min_interval", "max_interval"}
         if unknown:
             raise ParameterError(
@@ -164,40 +162,41 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
     paths = cluster_secrets.SecretPaths.beside(store.path)
     node_name = master_node or local_fqdn()
     ip = primary_ip or local_ip(node_name)
-    stamp = M.now()
-    group = M.NodeGroup(uuid=M.new_uuid(), name="default", ctime=stamp, mtime=stamp)
-    node = M.Node(
-        uuid=M.new_uuid(), name=node_name, primary_ip=ip, secondary_ip=secondary_ip,
+    stamp = model.now()
+    group = model.NodeGroup(uuid=model.new_uuid(), name="default", ctime=stamp, mtime=stamp)
+    node = model.Node(
+        uuid=model.new_uuid(), name=node_name, primary_ip=ip, secondary_ip=secondary_ip,
         group=group.uuid, master_candidate=True, ctime=stamp, mtime=stamp,
     )
     hv_changes = parse_hv_options(hv)
     disk_changes = parse_disk_options(disk)
     hypervisors = [h for h in enabled_hypervisors.split(",") if h]
-    c = M.Cluster(
-        uuid=M.new_uuid(), name=name, master_node=node.uuid, master_ip=master_ip or ip,
+    c = model.Cluster(
+        uuid=model.new_uuid(), name=name, master_node=node.uuid, master_ip=master_ip or ip,
         master_netdev=master_netdev, master_netmask=master_netmask,
         enabled_hypervisors=hypervisors,
         enabled_disk_templates=[t for t in enabled_disk_templates.split(",") if t],
         volume_group_name=vg_name or None, mac_prefix=mac_prefix,
         hvparams={
-            h: P.apply_overrides(P.hv_family(h), {}, hv_changes.get(h, {}))
+            h: params.apply_overrides(params.hv_family(h), {}, hv_changes.get(h, {}))
             for h in sorted(set(hypervisors) | set(hv_changes))
         },
-        beparams=P.apply_overrides(P.BE_FAMILY, {}, P.parse_assignments(be)),
-        nicparams=P.apply_overrides(P.NIC_FAMILY, {}, P.parse_assignments(nic)),
-        ndparams=P.apply_overrides(P.ND_FAMILY, {}, P.parse_assignments(nd)),
+        beparams=params.apply_overrides(params.BE_FAMILY, {}, params.parse_assignments(be)),
+        nicparams=params.apply_overrides(params.NIC_FAMILY, {}, params.parse_assignments(nic)),
+        ndparams=params.apply_overrides(params.ND_FAMILY, {}, params.parse_assignments(nd)),
         diskparams={
-            t: P.apply_overrides(P.disk_family(t), {}, ch) for t, ch in disk_changes.items()
+            t: params.apply_overrides(params.disk_family(t), {}, ch)
+            for t, ch in disk_changes.items()
         },
         uid_pool=uidpool.normalise(uidpool.parse_pool(uid_pool)) if uid_pool else [],
         default_iallocators=parse_default_iallocators(default_iallocator),
         ctime=stamp, mtime=stamp,
     )
-    config = M.ConfigData(
+    config = model.ConfigData(
         cluster=c, nodegroups={group.uuid: group}, nodes={node.uuid: node},
         ctime=stamp, mtime=stamp,
     )
-    config = M.revalidate(config)  # every check before anything touches the disk
+    config = model.revalidate(config)  # every check before anything touches the disk
     hmac_key = Path(hmac_key_file).read_bytes() if hmac_key_file else None
     cluster_secrets.create_all(paths, name, hmac_key)
     store.create(config)
@@ -213,7 +212,7 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
 # --- info ---------------------------------------------------------------------------------------
 
 
-def cluster_info(config: M.ConfigData) -> dict[str, Any]:
+def cluster_info(config: model.ConfigData) -> dict[str, Any]:
     c = config.cluster
     return {
         "name": c.name,
@@ -237,17 +236,17 @@ def cluster_info(config: M.ConfigData) -> dict[str, Any]:
         "candidate pool size": c.candidate_pool_size,
         "uid pool": uidpool.format_pool(c.uid_pool),
         "default iallocators": {k: c.default_iallocators.get(k, [])
-                                for k in M.IALLOCATOR_REQUEST_TYPES},
+                                for k in model.IALLOCATOR_REQUEST_TYPES},
         "hypervisor parameters": {
-            hv: P.fill(P.hv_family(hv).defaults(), c.hvparams.get(hv))
+            hv: params.fill(params.hv_family(hv).defaults(), c.hvparams.get(hv))
             for hv in c.enabled_hypervisors
         },
-        "backend parameters": P.fill(P.BE_FAMILY.defaults(), c.beparams),
-        "nic parameters": P.fill(P.NIC_FAMILY.defaults(), c.nicparams),
-        "node parameters": P.fill(P.ND_FAMILY.defaults(), c.ndparams),
+        "backend parameters": params.fill(params.BE_FAMILY.defaults(), c.beparams),
+        "nic parameters": params.fill(params.NIC_FAMILY.defaults(), c.nicparams),
+        "node parameters": params.fill(params.ND_FAMILY.defaults(), c.ndparams),
         "disk parameters": {dt: config.filled_diskparams(dt) for dt in c.enabled_disk_templates},
-        "instance policy": M.to_builtins(c.ipolicy),
-        "data collectors": M.to_builtins(c.data_collectors),
+        "instance policy": model.to_builtins(c.ipolicy),
+        "data collectors": model.to_builtins(c.data_collectors),
         "maintenance": {
             "enabled": config.maintenance.enabled,
             "round delay": config.maintenance.round_delay,
@@ -263,11 +262,11 @@ def cluster_info(config: M.ConfigData) -> dict[str, Any]:
 @cluster.command()
 @json_option
 @pass_store
-def info(store: FileStore, as_json: bool) -> None:
+def info(store: ConfigStore, as_json: bool) -> None:
     """Show the cluster's settings and filled (effective) parameters."""
     config = store.load()
     if as_json:
-        data = M.to_builtins(config.cluster)
+        data = model.to_builtins(config.cluster)
         data["uid_pool_text"] = uidpool.format_pool(config.cluster.uid_pool)
         data["serial_no_config"] = config.serial_no
         data["counts"] = {"nodes": len(config.nodes), "node_groups": len(config.nodegroups),
@@ -283,7 +282,7 @@ def info(store: FileStore, as_json: bool) -> None:
 @cluster.command()
 @json_option
 @pass_store
-def verify(store: FileStore, as_json: bool) -> None:
+def verify(store: ConfigStore, as_json: bool) -> None:
     """Check the config for inconsistencies; exit 1 if any error is found.
 
     Reports instances on unknown nodes, duplicate names, MACs, IPs and DRBD ports/minors,
@@ -379,7 +378,7 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["hvparams"] = parse_hv_options(hv)
     for key, values in (("beparams", be), ("nicparams", nic), ("ndparams", nd)):
         if values:
-            fields[key] = P.parse_assignments(values)
+            fields[key] = params.parse_assignments(values)
     if disk:
         fields["diskparams"] = parse_disk_options(disk)
     if enabled_hypervisors is not None:
@@ -464,7 +463,7 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
               "put their nodes in our group of that name, or rename theirs.")
 @click.option("--dry-run", is_flag=True, help="Only the checks and the plan.")
 @pass_store
-def merge(store: FileStore, others: tuple[Path, ...], groups: str, dry_run: bool) -> None:
+def merge(store: ConfigStore, others: tuple[Path, ...], groups: str, dry_run: bool) -> None:
     """Merge other herder clusters into this one (design-2.1 "Cluster Merger").
 
     OTHER is the other cluster's config path (e.g. /tmp/sim2/cluster/config.json); its
@@ -532,7 +531,7 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 # --- master failover ----------------------------------------------------------------------------
 
 
-def _vote_rpc(store: FileStore, epoch: int | None, noded_port: int) -> Any:
+def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int) -> Any:
     from herder.core import envelope
     from herder.core.noderpc import HttpNodeRpc
 
@@ -549,7 +548,7 @@ def _masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[b
         return False, err.strerror or str(err)
 
 
-def master_vote(store: FileStore, config: M.ConfigData, me: M.Node, *, masterd_port: int,
+def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *, masterd_port: int,
                 noded_port: int) -> tuple[int, int, list[str]]:
     """Ask every online node (this one directly, the others through their noded's
     `master_vote`) whether the master's masterd is reachable. Returns (votes that it is gone,
@@ -581,7 +580,7 @@ def master_vote(store: FileStore, config: M.ConfigData, me: M.Node, *, masterd_p
     return gone, len(voters), lines
 
 
-def announce_epoch(store: FileStore, config: M.ConfigData, noded_port: int) -> list[str]:
+def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int) -> list[str]:
     """Tell every node the new master epoch (any call carrying it raises the node's)."""
     rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port)
     lines = []
@@ -609,7 +608,7 @@ def announce_epoch(store: FileStore, config: M.ConfigData, noded_port: int) -> l
 @click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
 @json_option
 @pass_store
-def master_failover(store: FileStore, node_name: str | None, no_voting: bool, yes: bool,
+def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, yes: bool,
                     masterd_port: int, noded_port: int, as_json: bool) -> None:
     """Make this master candidate the master (Ganeti's gnt-cluster master-failover).
 
@@ -729,30 +728,30 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
       herder cluster simulate --failover node2         # node2 becomes the master
       herder cluster simulate --stop
     """
-    from herder.sim import cluster as sim
+    from herder.sim import cluster as sim_cluster
 
     if failover_to:
-        state, _ = sim.failover(directory, failover_to, voting=not no_voting,
-                                progress=click.echo)
+        state, _ = sim_cluster.failover(directory, failover_to, voting=not no_voting,
+                                        progress=click.echo)
         click.echo(f"{failover_to} is the master now; RAPI at {state.masterd_url}")
         return
 
     if crash_it:
-        node = sim.crash_instance(directory, crash_it)
+        node = sim_cluster.crash_instance(directory, crash_it)
         click.echo(f"{crash_it} crashed on {node}; instmon reports it to maintd, which starts "
                    "it again (herder maintd status)")
         return
     if break_it:
-        sim.break_node(directory, break_it[0], break_it[1])
+        sim_cluster.break_node(directory, break_it[0], break_it[1])
         click.echo(f"{break_it[0]}'s self-diagnose now reports {break_it[1]}; watch maintd "
                    "act on it (herder maintd status, or its status page)")
         return
     if stop_it:
-        click.echo("Stopped the simulated cluster" if sim.stop(directory)
+        click.echo("Stopped the simulated cluster" if sim_cluster.stop(directory)
                    else f"No simulated cluster is running in {directory}")
         return
-    state = sim.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
-                      first_ip=first_ip, progress=click.echo, domain=domain)
+    state = sim_cluster.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
+                              first_ip=first_ip, progress=click.echo, domain=domain)
     click.echo(f"Simulated cluster of {nodes} node(s) is up; RAPI at {state.masterd_url}")
     click.echo(f"  export HERDER_CONFIG={state.config}")
     click.echo(f"  stop it with: herder cluster simulate --stop --dir {directory}")

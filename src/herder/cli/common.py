@@ -2,41 +2,42 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import click
 
-from herder.core import model as M
-from herder.core.store import FileStore, open_store
+from herder.core import model
+from herder.core.store import ConfigStore, open_store
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def store_from(ctx: click.Context) -> FileStore:
+def store_from(ctx: click.Context) -> ConfigStore:
     root = ctx.find_root()
     path = (root.obj or {}).get("config_path")
     return open_store(path)
 
 
-def pass_store(func: F) -> F:
+def pass_store(func: Callable[Concatenate[ConfigStore, P], R]) -> Callable[P, R]:
     """Give the command the cluster's config store as its first argument."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         return func(store_from(click.get_current_context()), *args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(M.to_builtins(value), indent=2, sort_keys=True))
+    click.echo(json.dumps(model.to_builtins(value), indent=2, sort_keys=True))
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -75,7 +76,7 @@ def print_mapping(data: dict[str, Any], indent: int = 0) -> None:
 def timestamp(value: float) -> str:
     if not value:
         return "-"
-    return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.datetime.fromtimestamp(value, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def yes_no(value: str | None) -> bool | None:

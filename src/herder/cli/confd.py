@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from herder.core import confd as C
+from herder.core import confd as confd_protocol
 from herder.core import envelope
 from herder.core import serve as serve_helper
 from herder.core.cluster_secrets import SecretPaths
@@ -28,11 +28,12 @@ def _key(ctx: click.Context, hmac_key: Path | None) -> bytes:
 @click.group(invoke_without_command=True)
 @click.option("--bind", "binds", multiple=True, metavar="ADDR",
               help="Address to listen on (repeatable; default: every IPv4 and IPv6 address).")
-@click.option("--port", type=click.IntRange(0, 65535), default=C.DEFAULT_PORT, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=confd_protocol.DEFAULT_PORT,
+              show_default=True,
               help="UDP port (0: any free port, printed at start).")
 @click.option("--hmac-key", type=click.Path(dir_okay=False, path_type=Path),
               help="Cluster HMAC key file (default: hmac.key beside the config).")
-@click.option("--max-clock-skew", type=click.FloatRange(0), default=C.MAX_CLOCK_SKEW,
+@click.option("--max-clock-skew", type=click.FloatRange(0), default=confd_protocol.MAX_CLOCK_SKEW,
               show_default=True, help="Seconds a request's timestamp may be off.")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True,
@@ -92,7 +93,7 @@ def _parse_arg(text: str | None) -> Any:
 @click.option("--all", "ask_all", is_flag=True, help="Ask every peer (coverage -1).")
 @click.option("--coverage", type=int, default=0, show_default=True,
               help="How many peers to ask (0: up to 6, -1: all).")
-@click.option("--port", type=click.IntRange(1, 65535), default=C.DEFAULT_PORT,
+@click.option("--port", type=click.IntRange(1, 65535), default=confd_protocol.DEFAULT_PORT,
               show_default=True, help="Port of peers given without one.")
 @click.option("--timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
               help="Seconds to wait for answers.")
@@ -115,15 +116,15 @@ def query(ctx: click.Context, query_type: str, arg: str | None, peers: tuple[str
               config_query /cluster/master_ip
     Keeps the answer with the highest serial; exits 1 on an error answer or no answer.
     """
-    rtype = C.request_type(query_type)
+    rtype = confd_protocol.request_type(query_type)
     peer_list: list[str] = list(peers)
     if not peer_list:
         from herder.core.store import FileStore
 
-        peer_list = C.peers_from_config(FileStore(_config_path(ctx)).load())
+        peer_list = confd_protocol.peers_from_config(FileStore(_config_path(ctx)).load())
         if not peer_list:
             raise HerderError("no master candidates in the config; give --peer")
-    client = C.ConfdClient(peer_list, _key(ctx, hmac_key), port=port, timeout=timeout)
+    client = confd_protocol.ConfdClient(peer_list, _key(ctx, hmac_key), port=port, timeout=timeout)
     result = client.query(rtype, _parse_arg(arg), coverage=-1 if ask_all else coverage)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True))

@@ -9,9 +9,8 @@ import click
 from herder.cli import remote
 from herder.cli.cluster import PARAM_HELP, parse_disk_options
 from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
-from herder.core import model as M
-from herder.core import params as P
-from herder.core.store import FileStore
+from herder.core import model, params
+from herder.core.store import ConfigStore
 
 ALLOC_POLICIES = click.Choice(["preferred", "last_resort", "unallocable"])
 
@@ -24,7 +23,7 @@ def group() -> None:
 @group.command("list")
 @json_option
 @pass_store
-def list_(store: FileStore, as_json: bool) -> None:
+def list_(store: ConfigStore, as_json: bool) -> None:
     """List node groups with their allocation policy and sizes."""
     config = store.load()
     rows = []
@@ -45,17 +44,17 @@ def list_(store: FileStore, as_json: bool) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="GROUP...")
 @json_option
 @pass_store
-def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
+def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show a group with its filled node parameters and instance policy."""
     config = store.load()
     out = []
     for name in names:
         g = config.find_group(name)
-        data = M.to_builtins(g)
+        data = model.to_builtins(g)
         data["nodes"] = sorted(n.name for n in config.nodes.values() if n.group == g.uuid)
-        data["filled_ipolicy"] = M.to_builtins(config.filled_ipolicy(g))
-        data["filled_ndparams"] = P.fill(P.ND_FAMILY.defaults(), config.cluster.ndparams,
-                                         g.ndparams)
+        data["filled_ipolicy"] = model.to_builtins(config.filled_ipolicy(g))
+        data["filled_ndparams"] = params.fill(params.ND_FAMILY.defaults(), config.cluster.ndparams,
+                                              g.ndparams)
         out.append(data)
     if as_json:
         print_json(out)
@@ -76,7 +75,7 @@ def add(ctx: click.Context, name: str, alloc_policy: str, nd: tuple[str, ...],
     """Add a node group (OP_GROUP_ADD)."""
     body: dict[str, Any] = {"group_name": name, "alloc_policy": alloc_policy}
     if nd:
-        body["ndparams"] = P.parse_assignments(nd)
+        body["ndparams"] = params.parse_assignments(nd)
     if disk:
         body["diskparams"] = parse_disk_options(disk)
     (uuid,) = remote.run(ctx, [{"OP_ID": "OP_GROUP_ADD", **body}],
@@ -103,7 +102,7 @@ def modify(ctx: click.Context, name: str, alloc_policy: str | None, nd: tuple[st
     if alloc_policy:
         body["alloc_policy"] = alloc_policy
     if nd:
-        body["ndparams"] = P.parse_assignments(nd)
+        body["ndparams"] = params.parse_assignments(nd)
     if disk:
         body["diskparams"] = parse_disk_options(disk)
     ipolicy: dict[str, Any] = {}

@@ -8,9 +8,8 @@ import click
 
 from herder.cli import remote
 from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
-from herder.core import model as M
-from herder.core import params as P
-from herder.core.store import FileStore
+from herder.core import model, params
+from herder.core.store import ConfigStore
 
 
 @click.group()
@@ -22,7 +21,7 @@ def instance() -> None:
 @instance.command("list")
 @json_option
 @pass_store
-def list_(store: FileStore, as_json: bool) -> None:
+def list_(store: ConfigStore, as_json: bool) -> None:
     """List instances with their state, nodes, template and OS."""
     config = store.load()
     rows = []
@@ -47,14 +46,14 @@ def list_(store: FileStore, as_json: bool) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="INSTANCE...")
 @json_option
 @pass_store
-def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
+def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show an instance: placement, disks (with DRBD ids), NICs and filled parameters."""
     config = store.load()
     out = []
     for name in names:
         i = config.find_instance(name)
         group = config.instance_group(i)
-        data = M.to_builtins(i)
+        data = model.to_builtins(i)
         data["disk_template"] = i.disk_template
         data["primary_node_name"] = config.node_name(i.primary_node)
         data["secondary_node_names"] = [config.node_name(n) for n in i.secondary_nodes]
@@ -99,10 +98,10 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
     body: dict[str, Any] = {
         "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
         "disks": [{"size": size} for size in disks],
-        "nics": [dict(P.parse_assignments([spec])) for spec in nics] or [{}],
+        "nics": [dict(params.parse_assignments([spec])) for spec in nics] or [{}],
         "start": not no_start, "no_install": no_install, "force_variant": force_variant,
-        "beparams": P.parse_assignments(be) if be else {},
-        "hvparams": P.parse_assignments(hv) if hv else {},
+        "beparams": params.parse_assignments(be) if be else {},
+        "hvparams": params.parse_assignments(hv) if hv else {},
     }
     if nodes:
         primary, _, secondary = nodes.partition(":")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import json
 from typing import Any
 
@@ -24,7 +24,7 @@ def _api(ctx: click.Context) -> RapiClient:
 def _when(ts: Any) -> str:
     if not ts:
         return "-"
-    return dt.datetime.fromtimestamp(ts[0] + ts[1] / 1e6, dt.UTC).strftime("%H:%M:%S")
+    return datetime.datetime.fromtimestamp(ts[0] + ts[1] / 1e6, datetime.UTC).strftime("%H:%M:%S")
 
 
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:

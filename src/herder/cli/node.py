@@ -18,11 +18,9 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import roles
+from herder.core import model, params, roles
 from herder.core.errors import ConfigError
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
 
@@ -41,11 +39,11 @@ def _check_ip(value: str | None, what: str) -> None:
         raise ConfigError(f"{what} {value!r} is not an IP address") from None
 
 
-def _role(config: M.ConfigData, n: M.Node) -> str:
+def _role(config: model.ConfigData, n: model.Node) -> str:
     return roles.NAMES[roles.node_role(n, config.cluster.master_node)]
 
 
-def node_row(config: M.ConfigData, n: M.Node) -> dict[str, object]:
+def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
     group = config.nodegroups.get(n.group)
     primaries = sum(1 for i in config.instances.values() if i.primary_node == n.uuid)
     secondaries = sum(1 for i in config.instances.values() if n.uuid in i.secondary_nodes)
@@ -61,7 +59,7 @@ def node_row(config: M.ConfigData, n: M.Node) -> dict[str, object]:
 @node.command("list")
 @json_option
 @pass_store
-def list_(store: FileStore, as_json: bool) -> None:
+def list_(store: ConfigStore, as_json: bool) -> None:
     """List nodes with their role, group, IPs, flags and instance counts."""
     config = store.load()
     rows = [node_row(config, n) for n in sorted(config.nodes.values(), key=lambda n: n.name)]
@@ -81,13 +79,13 @@ def list_(store: FileStore, as_json: bool) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="NODE...")
 @json_option
 @pass_store
-def info(store: FileStore, names: tuple[str, ...], as_json: bool) -> None:
+def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show everything about one or more nodes, with their filled node parameters."""
     config = store.load()
     nodes = [config.find_node(name) for name in names]
     out = []
     for n in nodes:
-        data = M.to_builtins(n)
+        data = model.to_builtins(n)
         data["role"] = _role(config, n)
         data["group_name"] = config.nodegroups[n.group].name if n.group in config.nodegroups \
             else None
@@ -123,7 +121,7 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
     op = {"OP_ID": "OP_NODE_ADD", "node_name": name, "primary_ip": primary_ip,
           "secondary_ip": secondary_ip, "group": group_name, "master_capable": master_capable,
           "vm_capable": vm_capable, "readd": readd,
-          "ndparams": P.parse_assignments(nd) if nd else None}
+          "ndparams": params.parse_assignments(nd) if nd else None}
     (uuid,) = remote.run(ctx, [op])
     click.echo(f"Added node {name} (uuid {uuid})")
 
@@ -163,7 +161,7 @@ def modify(ctx: click.Context, name: str, offline: str | None, drained: str | No
     if group_name:
         fields["group"] = group_name
     if nd:
-        fields["ndparams"] = P.parse_assignments(nd)
+        fields["ndparams"] = params.parse_assignments(nd)
     if new_name:
         fields["new_name"] = new_name
     if force:

@@ -6,15 +6,15 @@ import click
 
 from herder.cli import remote
 from herder.cli.common import json_option, pass_store, print_json
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import HerderError
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 KINDS = ("cluster", "group", "node", "instance")
 
 
-def _target(config: M.ConfigData, kind: str, args: tuple[str, ...]) -> tuple[M.Named | M.Cluster,
-                                                                             list[str]]:
+def _target(config: model.ConfigData, kind: str,
+            args: tuple[str, ...]) -> tuple[model.Named | model.Cluster, list[str]]:
     """The tagged object and the remaining arguments."""
     if kind == "cluster":
         return config.cluster, list(args)
@@ -42,7 +42,7 @@ def tags() -> None:
 @click.argument("name", required=False)
 @json_option
 @pass_store
-def list_(store: FileStore, kind: str, name: str | None, as_json: bool) -> None:
+def list_(store: ConfigStore, kind: str, name: str | None, as_json: bool) -> None:
     """List the tags of the cluster, or of the group/node/instance NAME."""
     config = store.load()
     obj, _ = _target(config, kind, (name,) if name else ())
@@ -62,7 +62,7 @@ def _change(ctx: click.Context, op_id: str, kind: str, args: tuple[str, ...]) ->
     if not tag_list:
         raise HerderError("give at least one tag")
     for tag in tag_list:
-        M.check_tag(tag)
+        model.check_tag(tag)
     method = "PUT" if op_id == "OP_TAGS_SET" else "DELETE"
     path = "/2/tags" if kind == "cluster" else f"/2/{RAPI_KINDS[kind]}/{name}/tags"
     remote.run(ctx, [{"OP_ID": op_id, "kind": OP_KINDS[kind], "name": name, "tags": tag_list}],

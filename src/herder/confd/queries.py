@@ -19,36 +19,33 @@ from typing import Any
 
 import msgspec
 
-from herder.core import confd as C
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import roles
+from herder.core import confd, model, params, roles
 from herder.core.errors import AmbiguousError, NotFoundError
 
 Answer = tuple[int, Any, int]
-Handler = Callable[[M.ConfigData, Any], Answer]
+Handler = Callable[[model.ConfigData, Any], Answer]
 
 
 def _ok(answer: Any, serial: int) -> Answer:
-    return C.REPL_STATUS_OK, answer, serial
+    return confd.REPL_STATUS_OK, answer, serial
 
 
 def _error(answer: Any) -> Answer:
-    return C.REPL_STATUS_ERROR, answer, 0
+    return confd.REPL_STATUS_ERROR, answer, 0
 
 
-ARGUMENT_ERROR: Answer = (C.REPL_STATUS_ERROR, C.ERROR_ARGUMENT, 0)
+ARGUMENT_ERROR: Answer = (confd.REPL_STATUS_ERROR, confd.ERROR_ARGUMENT, 0)
 
 
 class _Index:
     """Data derived from one config, computed once per loaded config."""
 
-    def __init__(self, config: M.ConfigData) -> None:
+    def __init__(self, config: model.ConfigData) -> None:
         self.config = config
         self.node_by_name = {n.name: n for n in config.nodes.values()}
         self.instance_by_name = {i.name: i for i in config.instances.values()}
         # link -> ip -> instance, with NIC parameters filled (cluster < network < NIC).
-        self.ips: dict[str, dict[str, M.Instance]] = {}
+        self.ips: dict[str, dict[str, model.Instance]] = {}
         for inst in config.instances.values():
             group = config.instance_group(inst)
             for nic in inst.nics:
@@ -56,7 +53,7 @@ class _Index:
                     link = str(config.filled_nicparams(nic, group)["link"])
                     self.ips.setdefault(link, {})[nic.ip] = inst
         self.default_link = str(
-            P.fill(P.NIC_FAMILY.defaults(), config.cluster.nicparams)["link"]
+            params.fill(params.NIC_FAMILY.defaults(), config.cluster.nicparams)["link"]
         )
         self._view: Any = None
 
@@ -69,7 +66,7 @@ class _Index:
             self._view = view
         return self._view
 
-    def node(self, key: Any) -> M.Node | None:
+    def node(self, key: Any) -> model.Node | None:
         if not isinstance(key, str):
             return None
         found = self.node_by_name.get(key) or self.config.nodes.get(key)
@@ -80,7 +77,7 @@ class _Index:
                 return None
         return found
 
-    def instance(self, key: Any) -> M.Instance | None:
+    def instance(self, key: Any) -> model.Instance | None:
         if not isinstance(key, str):
             return None
         found = self.instance_by_name.get(key) or self.config.instances.get(key)
@@ -95,7 +92,7 @@ class _Index:
 _last: _Index | None = None
 
 
-def index(config: M.ConfigData) -> _Index:
+def index(config: model.ConfigData) -> _Index:
     global _last
     if _last is None or _last.config is not config:
         _last = _Index(config)
@@ -113,21 +110,21 @@ def _instance_not_found(name: Any) -> str:
 # --- Ganeti's object shapes --------------------------------------------------------------------
 
 
-def ganeti_logical_id(lid: M.LogicalId | None) -> list[Any] | None:
-    if isinstance(lid, M.PlainId):
+def ganeti_logical_id(lid: model.LogicalId | None) -> list[Any] | None:
+    if isinstance(lid, model.PlainId):
         return [lid.vg, lid.lv]
-    if isinstance(lid, M.DrbdId):
+    if isinstance(lid, model.DrbdId):
         return [lid.nodes[0], lid.nodes[1], lid.port, lid.minors[0], lid.minors[1], lid.secret]
-    if isinstance(lid, M.FileId):
+    if isinstance(lid, model.FileId):
         return [lid.driver, lid.path]
-    if isinstance(lid, M.ExtId):
+    if isinstance(lid, model.ExtId):
         return [lid.provider, lid.name]
     return None
 
 
-def ganeti_disk(disk: M.Disk, nodes: list[str]) -> dict[str, Any]:
+def ganeti_disk(disk: model.Disk, nodes: list[str]) -> dict[str, Any]:
     """A disk as Ganeti 3.0's config.data (and confd) writes it."""
-    if isinstance(disk.logical_id, M.DrbdId):
+    if isinstance(disk.logical_id, model.DrbdId):
         nodes = list(disk.logical_id.nodes)
     data: dict[str, Any] = {
         "children": [ganeti_disk(child, nodes) for child in disk.children],
@@ -148,7 +145,7 @@ def ganeti_disk(disk: M.Disk, nodes: list[str]) -> dict[str, Any]:
     return data
 
 
-def ganeti_nic(nic: M.NIC) -> dict[str, Any]:
+def ganeti_nic(nic: model.NIC) -> dict[str, Any]:
     data: dict[str, Any] = {"mac": nic.mac}
     if nic.ip:
         data["ip"] = nic.ip
@@ -161,7 +158,7 @@ def ganeti_nic(nic: M.NIC) -> dict[str, Any]:
     return data
 
 
-def ganeti_instance(inst: M.Instance) -> dict[str, Any]:
+def ganeti_instance(inst: model.Instance) -> dict[str, Any]:
     """An instance as Ganeti 3.0's config.data writes it (disks by UUID)."""
     return {
         "name": inst.name, "primary_node": inst.primary_node, "os": inst.os,
@@ -179,23 +176,23 @@ def ganeti_instance(inst: M.Instance) -> dict[str, Any]:
 # --- Ganeti's query types ----------------------------------------------------------------------
 
 
-def ping(config: M.ConfigData, query: Any) -> Answer:
+def ping(config: model.ConfigData, query: Any) -> Answer:
     """0: the config version, serial 0; the query is ignored (Ganeti 3.0)."""
-    return _ok(C.CONFIG_VERSION, 0)
+    return _ok(confd.CONFIG_VERSION, 0)
 
 
-_CONFD_ROLES = {roles.MASTER: C.NODE_ROLE_MASTER, roles.CANDIDATE: C.NODE_ROLE_CANDIDATE,
-                roles.DRAINED: C.NODE_ROLE_DRAINED, roles.OFFLINE: C.NODE_ROLE_OFFLINE,
-                roles.REGULAR: C.NODE_ROLE_REGULAR}
+_CONFD_ROLES = {roles.MASTER: confd.NODE_ROLE_MASTER, roles.CANDIDATE: confd.NODE_ROLE_CANDIDATE,
+                roles.DRAINED: confd.NODE_ROLE_DRAINED, roles.OFFLINE: confd.NODE_ROLE_OFFLINE,
+                roles.REGULAR: confd.NODE_ROLE_REGULAR}
 
 
-def node_role(node: M.Node, config: M.ConfigData) -> int:
+def node_role(node: model.Node, config: model.ConfigData) -> int:
     """Ganeti 3.0 confd's role (its precedence: master > drained > offline > candidate >
     regular; see herder.core.roles)."""
     return _CONFD_ROLES[roles.confd_node_role(node, config.cluster.master_node)]
 
 
-def node_role_byname(config: M.ConfigData, query: Any) -> Answer:
+def node_role_byname(config: model.ConfigData, query: Any) -> Answer:
     """1: a node's role (name, short name or UUID); cluster serial."""
     if not isinstance(query, str):
         return ARGUMENT_ERROR
@@ -206,16 +203,16 @@ def node_role_byname(config: M.ConfigData, query: Any) -> Answer:
     return _ok(node_role(node, config), config.cluster.serial_no)
 
 
-def _primary_ip_of(config: M.ConfigData, inst: M.Instance | None) -> tuple[int, Any]:
+def _primary_ip_of(config: model.ConfigData, inst: model.Instance | None) -> tuple[int, Any]:
     if inst is None:
-        return C.REPL_STATUS_ERROR, C.ERROR_UNKNOWN_ENTRY
+        return confd.REPL_STATUS_ERROR, confd.ERROR_UNKNOWN_ENTRY
     node = config.nodes.get(inst.primary_node)
     if node is None or not node.primary_ip:
-        return C.REPL_STATUS_ERROR, C.ERROR_INTERNAL
-    return C.REPL_STATUS_OK, node.primary_ip
+        return confd.REPL_STATUS_ERROR, confd.ERROR_INTERNAL
+    return confd.REPL_STATUS_OK, node.primary_ip
 
 
-def node_pip_by_instance_ip(config: M.ConfigData, query: Any) -> Answer:
+def node_pip_by_instance_ip(config: model.ConfigData, query: Any) -> Answer:
     """2: the primary IP of the node running the instance with an IP, on a link.
 
     Query {"1": ip} → the IP; {"2": [ips]} → [[status, answer, serial], ...] per IP; "0" picks
@@ -224,32 +221,32 @@ def node_pip_by_instance_ip(config: M.ConfigData, query: Any) -> Answer:
     if not isinstance(query, dict):
         return ARGUMENT_ERROR
     idx = index(config)
-    link = query.get(C.REQQ_LINK)
+    link = query.get(confd.REQQ_LINK)
     if link is None:
         link = idx.default_link
     if not isinstance(link, str):
         return ARGUMENT_ERROR
     by_ip = idx.ips.get(link, {})
     serial = config.cluster.serial_no
-    if C.REQQ_IP in query:
-        ip = query[C.REQQ_IP]
+    if confd.REQQ_IP in query:
+        ip = query[confd.REQQ_IP]
         if not isinstance(ip, str):
             return ARGUMENT_ERROR
         status, answer = _primary_ip_of(config, by_ip.get(ip))
-        return (status, answer, serial if status == C.REPL_STATUS_OK else 0)
-    if C.REQQ_IPLIST in query:
-        ips = query[C.REQQ_IPLIST]
+        return (status, answer, serial if status == confd.REPL_STATUS_OK else 0)
+    if confd.REQQ_IPLIST in query:
+        ips = query[confd.REQQ_IPLIST]
         if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
             return ARGUMENT_ERROR
         items = []
         for ip in ips:
             status, answer = _primary_ip_of(config, by_ip.get(ip))
-            items.append([status, answer, serial if status == C.REPL_STATUS_OK else 0])
+            items.append([status, answer, serial if status == confd.REPL_STATUS_OK else 0])
         return _ok(items, serial)
     return ARGUMENT_ERROR
 
 
-_FIELD_IDS = {C.REQFIELD_NAME, C.REQFIELD_IP, C.REQFIELD_MNODE_PIP}
+_FIELD_IDS = {confd.REQFIELD_NAME, confd.REQFIELD_IP, confd.REQFIELD_MNODE_PIP}
 
 
 def _field_id(value: Any) -> int | None:
@@ -261,49 +258,49 @@ def _field_id(value: Any) -> int | None:
     return value if isinstance(value, int) and value in _FIELD_IDS else None
 
 
-def cluster_master(config: M.ConfigData, query: Any) -> Answer:
+def cluster_master(config: model.ConfigData, query: Any) -> Answer:
     """3: the master node's name, or {"3": [field ids]} → [values] (name, master IP, master
     node's primary IP). Field ids may be ints or strings."""
     master = config.master
     if master is None:
-        return _error(C.ERROR_INTERNAL)
+        return _error(confd.ERROR_INTERNAL)
     serial = config.cluster.serial_no
     if not query:
         return _ok(master.name, serial)
-    if not isinstance(query, dict) or not isinstance(query.get(C.REQQ_FIELDS), list):
+    if not isinstance(query, dict) or not isinstance(query.get(confd.REQQ_FIELDS), list):
         return ARGUMENT_ERROR
     values = []
-    for raw in query[C.REQQ_FIELDS]:
+    for raw in query[confd.REQQ_FIELDS]:
         field = _field_id(raw)
         if field is None:
             return ARGUMENT_ERROR
-        if field == C.REQFIELD_NAME:
+        if field == confd.REQFIELD_NAME:
             values.append(master.name)
-        elif field == C.REQFIELD_IP:
+        elif field == confd.REQFIELD_IP:
             values.append(config.cluster.master_ip)
         else:
             values.append(master.primary_ip)
     return _ok(values, serial)
 
 
-def _reverse_uuid_order(nodes: Any) -> list[M.Node]:
+def _reverse_uuid_order(nodes: Any) -> list[model.Node]:
     """Ganeti 3.0 lists nodes in reverse UUID order."""
     return sorted(nodes, key=lambda n: n.uuid, reverse=True)
 
 
-def node_pip_list(config: M.ConfigData, query: Any) -> Answer:
+def node_pip_list(config: model.ConfigData, query: Any) -> Answer:
     """4: every node's primary IP (reverse UUID order); query ignored; cluster serial."""
     nodes = _reverse_uuid_order(config.nodes.values())
     return _ok([n.primary_ip for n in nodes], config.cluster.serial_no)
 
 
-def mc_pip_list(config: M.ConfigData, query: Any) -> Answer:
+def mc_pip_list(config: model.ConfigData, query: Any) -> Answer:
     """5: the master candidates' primary IPs (reverse UUID order); cluster serial."""
     nodes = _reverse_uuid_order(n for n in config.nodes.values() if n.master_candidate)
     return _ok([n.primary_ip for n in nodes], config.cluster.serial_no)
 
 
-def instances_ips_list(config: M.ConfigData, query: Any) -> Answer:
+def instances_ips_list(config: model.ConfigData, query: Any) -> Answer:
     """6: the IPs of instance NICs on a link (None: the default link), sorted; unknown link
     → []. Cluster serial."""
     idx = index(config)
@@ -314,14 +311,14 @@ def instances_ips_list(config: M.ConfigData, query: Any) -> Answer:
     return _ok(sorted(idx.ips.get(query, {})), config.cluster.serial_no)
 
 
-def drbd_minors(config: M.ConfigData, node: M.Node) -> list[list[Any]]:
+def drbd_minors(config: model.ConfigData, node: model.Node) -> list[list[Any]]:
     """[node name, minor, instance name, iv_name, "primary"|"secondary", peer node name] for
     every DRBD disk with a minor on `node` (what mond's DRBD collector pairs with)."""
     rows: list[tuple[int, str, list[Any]]] = []
 
-    def walk(inst: M.Instance, disk: M.Disk, iv_name: str) -> None:
+    def walk(inst: model.Instance, disk: model.Disk, iv_name: str) -> None:
         lid = disk.logical_id
-        if isinstance(lid, M.DrbdId) and node.uuid in lid.nodes:
+        if isinstance(lid, model.DrbdId) and node.uuid in lid.nodes:
             mine = lid.nodes.index(node.uuid)
             peer = lid.nodes[1 - mine]
             role = "primary" if inst.primary_node == node.uuid else "secondary"
@@ -338,7 +335,7 @@ def drbd_minors(config: M.ConfigData, node: M.Node) -> list[list[Any]]:
     return [row[2] for row in rows]
 
 
-def node_drbd(config: M.ConfigData, query: Any) -> Answer:
+def node_drbd(config: model.ConfigData, query: Any) -> Answer:
     """7: a node's DRBD minors (see `drbd_minors`); the node's serial."""
     node = index(config).node(query)
     if node is None:
@@ -346,7 +343,7 @@ def node_drbd(config: M.ConfigData, query: Any) -> Answer:
     return _ok(drbd_minors(config, node), node.serial_no)
 
 
-def node_instances(config: M.ConfigData, query: Any) -> Answer:
+def node_instances(config: model.ConfigData, query: Any) -> Answer:
     """8: [[primary instances], [secondary instances]] of a node, as Ganeti instance objects;
     the node's serial. (Ganeti's Python client refuses to send this type; its server answers.)"""
     node = index(config).node(query)
@@ -360,7 +357,7 @@ def node_instances(config: M.ConfigData, query: Any) -> Answer:
     return _ok([primary, secondary], node.serial_no)
 
 
-def instance_disks(config: M.ConfigData, query: Any) -> Answer:
+def instance_disks(config: model.ConfigData, query: Any) -> Answer:
     """9: an instance's disks as Ganeti disk objects; the instance's serial."""
     inst = index(config).instance(query)
     if inst is None:
@@ -371,7 +368,7 @@ def instance_disks(config: M.ConfigData, query: Any) -> Answer:
     return _ok([ganeti_disk(d, default_nodes) for d in inst.disks], inst.serial_no)
 
 
-def config_query(config: M.ConfigData, query: Any) -> Answer:
+def config_query(config: model.ConfigData, query: Any) -> Answer:
     """10: the value at a path of the config document, e.g. "/cluster/master_node".
 
     Paths address herder's document (JSON field names; nodes and instances by UUID); Ganeti's
@@ -390,7 +387,7 @@ def config_query(config: M.ConfigData, query: Any) -> Answer:
     return _ok(value, config.cluster.serial_no)
 
 
-def data_collectors(config: M.ConfigData, query: Any) -> Answer:
+def data_collectors(config: model.ConfigData, query: Any) -> Answer:
     """11: {collector: {"active": bool, "interval": microseconds}}; cluster serial."""
     answer = {
         name: {"active": s.active, "interval": round(s.interval * 1_000_000)}
@@ -402,24 +399,24 @@ def data_collectors(config: M.ConfigData, query: Any) -> Answer:
 # --- herder's additions (design-2.1's list) ----------------------------------------------------
 
 
-def mc_list(config: M.ConfigData, query: Any) -> Answer:
+def mc_list(config: model.ConfigData, query: Any) -> Answer:
     """100: the master candidates' names, sorted; cluster serial."""
     names = sorted(n.name for n in config.nodes.values() if n.master_candidate)
     return _ok(names, config.cluster.serial_no)
 
 
-def offline_nodes(config: M.ConfigData, query: Any) -> Answer:
+def offline_nodes(config: model.ConfigData, query: Any) -> Answer:
     """101: the offline nodes' names, sorted; cluster serial."""
     names = sorted(n.name for n in config.nodes.values() if n.offline)
     return _ok(names, config.cluster.serial_no)
 
 
-def instance_list(config: M.ConfigData, query: Any) -> Answer:
+def instance_list(config: model.ConfigData, query: Any) -> Answer:
     """102: every instance's name, sorted; cluster serial."""
     return _ok(sorted(i.name for i in config.instances.values()), config.cluster.serial_no)
 
 
-def instance_primary_node(config: M.ConfigData, query: Any) -> Answer:
+def instance_primary_node(config: model.ConfigData, query: Any) -> Answer:
     """103: an instance's primary node name (the instance's serial); without a query, every
     instance → its primary node name (cluster serial)."""
     if query is None:
@@ -430,31 +427,31 @@ def instance_primary_node(config: M.ConfigData, query: Any) -> Answer:
     if inst is None:
         if not isinstance(query, str):
             return ARGUMENT_ERROR
-        return _error(C.ERROR_UNKNOWN_ENTRY)
+        return _error(confd.ERROR_UNKNOWN_ENTRY)
     return _ok(config.node_name(inst.primary_node), inst.serial_no)
 
 
 HANDLERS: dict[int, Handler] = {
-    C.REQ_PING: ping,
-    C.REQ_NODE_ROLE_BYNAME: node_role_byname,
-    C.REQ_NODE_PIP_BY_INSTANCE_IP: node_pip_by_instance_ip,
-    C.REQ_CLUSTER_MASTER: cluster_master,
-    C.REQ_NODE_PIP_LIST: node_pip_list,
-    C.REQ_MC_PIP_LIST: mc_pip_list,
-    C.REQ_INSTANCES_IPS_LIST: instances_ips_list,
-    C.REQ_NODE_DRBD: node_drbd,
-    C.REQ_NODE_INSTANCES: node_instances,
-    C.REQ_INSTANCE_DISKS: instance_disks,
-    C.REQ_CONFIG_QUERY: config_query,
-    C.REQ_DATA_COLLECTORS: data_collectors,
-    C.REQ_MC_LIST: mc_list,
-    C.REQ_OFFLINE_NODES: offline_nodes,
-    C.REQ_INSTANCE_LIST: instance_list,
-    C.REQ_INSTANCE_PRIMARY_NODE: instance_primary_node,
+    confd.REQ_PING: ping,
+    confd.REQ_NODE_ROLE_BYNAME: node_role_byname,
+    confd.REQ_NODE_PIP_BY_INSTANCE_IP: node_pip_by_instance_ip,
+    confd.REQ_CLUSTER_MASTER: cluster_master,
+    confd.REQ_NODE_PIP_LIST: node_pip_list,
+    confd.REQ_MC_PIP_LIST: mc_pip_list,
+    confd.REQ_INSTANCES_IPS_LIST: instances_ips_list,
+    confd.REQ_NODE_DRBD: node_drbd,
+    confd.REQ_NODE_INSTANCES: node_instances,
+    confd.REQ_INSTANCE_DISKS: instance_disks,
+    confd.REQ_CONFIG_QUERY: config_query,
+    confd.REQ_DATA_COLLECTORS: data_collectors,
+    confd.REQ_MC_LIST: mc_list,
+    confd.REQ_OFFLINE_NODES: offline_nodes,
+    confd.REQ_INSTANCE_LIST: instance_list,
+    confd.REQ_INSTANCE_PRIMARY_NODE: instance_primary_node,
 }
 
 
-def answer(config: M.ConfigData, req_type: int, query: Any) -> Answer | None:
+def answer(config: model.ConfigData, req_type: int, query: Any) -> Answer | None:
     """The answer to one query, or None for an unknown type (the server stays silent)."""
     handler = HANDLERS.get(req_type)
     return None if handler is None else handler(config, query)

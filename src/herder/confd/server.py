@@ -25,15 +25,14 @@ from typing import Any, cast
 import msgspec
 
 from herder.confd import queries
-from herder.core import confd as C
-from herder.core import model as M
+from herder.core import confd, model
 from herder.core import serve as serve_helper
 from herder.core.errors import HerderError
 from herder.core.serve import Address, os_reason
 
 log = logging.getLogger("herder.confd")
 
-ConfigSource = Callable[[], M.ConfigData | None]
+ConfigSource = Callable[[], model.ConfigData | None]
 
 # Answers are cached per (type, query) while the config object stays the same.
 ANSWER_CACHE_SIZE = 4096
@@ -45,7 +44,7 @@ class ConfdProcessor:
     """Turns one request packet into one reply packet, or None (drop). Never raises."""
 
     def __init__(self, config_source: ConfigSource, hmac_key: bytes, *,
-                 max_skew: float = C.MAX_CLOCK_SKEW, reload_interval: float = 0.25,
+                 max_skew: float = confd.MAX_CLOCK_SKEW, reload_interval: float = 0.25,
                  clock: Callable[[], float] = time.time,
                  error_source: Callable[[], str | None] | None = None) -> None:
         self.config_source = config_source
@@ -54,14 +53,14 @@ class ConfdProcessor:
         self.reload_interval = reload_interval
         self.clock = clock
         self.error_source = error_source
-        self._config: M.ConfigData | None = None
+        self._config: model.ConfigData | None = None
         self._checked = -1e18
         self._answers: dict[tuple[int, bytes], str] = {}
         self._seen: dict[str, float] = {}
         self._seen_order: collections.deque[tuple[float, str]] = collections.deque()
         self.stats = collections.Counter[str]()
 
-    def config(self) -> M.ConfigData | None:
+    def config(self) -> model.ConfigData | None:
         now = time.monotonic()
         if now - self._checked >= self.reload_interval:
             self._checked = now
@@ -88,19 +87,19 @@ class ConfdProcessor:
         order.append((expiry, mac))
         return False
 
-    def _message(self, req: C.Request) -> str | None:
+    def _message(self, req: confd.Request) -> str | None:
         config = self.config()
         if config is None:
             reason = (self.error_source() if self.error_source else None) or "no config file"
-            return C.reply_message(C.REPL_STATUS_ERROR, f"cannot load the configuration: "
-                                   f"{reason}", 0)
+            return confd.reply_message(confd.REPL_STATUS_ERROR, f"cannot load the configuration: "
+                                       f"{reason}", 0)
         key = (req.type, msgspec.json.encode(req.query))
         msg = self._answers.get(key)
         if msg is None:
             result = queries.answer(config, req.type, req.query)
             if result is None:
                 return None
-            msg = C.reply_message(*result)
+            msg = confd.reply_message(*result)
             if len(self._answers) >= ANSWER_CACHE_SIZE:
                 self._answers.clear()
             self._answers[key] = msg
@@ -110,7 +109,7 @@ class ConfdProcessor:
         try:
             now = self.clock()
             try:
-                req = C.parse_request(payload, self.hmac_key, now=now, max_skew=self.max_skew)
+                req = confd.parse_request(payload, self.hmac_key, now=now, max_skew=self.max_skew)
             except HerderError as err:
                 self.stats["dropped"] += 1
                 log.debug("dropped request: %s", err)
@@ -126,8 +125,8 @@ class ConfdProcessor:
             msg = self._message(req)
             if msg is None:
                 return None
-            reply = C.build_reply(msg, self.hmac_key, req.rsalt)
-            if len(reply) > C.MAX_UDP_DATA_SIZE:
+            reply = confd.build_reply(msg, self.hmac_key, req.rsalt)
+            if len(reply) > confd.MAX_UDP_DATA_SIZE:
                 self.stats["too_big"] += 1
                 log.warning("reply to a type %d query too big for one UDP packet", req.type)
                 return None
@@ -148,7 +147,7 @@ class _Protocol(asyncio.DatagramProtocol):
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        if len(data) > C.MAX_UDP_DATA_SIZE:
+        if len(data) > confd.MAX_UDP_DATA_SIZE:
             self.processor.stats["dropped"] += 1
             return
         reply = self.processor.process(data)

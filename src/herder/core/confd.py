@@ -28,7 +28,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -189,7 +189,7 @@ def build_reply(msg: str, key: bytes, rsalt: str) -> bytes:
     return envelope.pack(_sign_text(msg, key, rsalt))
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import uidpool
+from herder.core import model, params, uidpool
 from herder.core.errors import ConfigError, ParameterError
 from herder.core.upgrade import stable_uuid
 
@@ -91,7 +89,7 @@ _INCIDENT_KEYS = frozenset(
 )
 
 
-def import_ganeti(data: Mapping[str, Any]) -> tuple[M.ConfigData, list[str]]:
+def import_ganeti(data: Mapping[str, Any]) -> tuple[model.ConfigData, list[str]]:
     """Convert a parsed Ganeti config.data; return the herder config and a list of human-readable
     notes about what was dropped or adapted (e.g. unknown parameters dropped, 'filters' ignored).
 
@@ -109,13 +107,13 @@ def import_ganeti(data: Mapping[str, Any]) -> tuple[M.ConfigData, list[str]]:
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ConfigError(f"Ganeti config cannot be imported: malformed data ({err!r})") from None
     try:
-        config = M.from_builtins(doc)
+        config = model.from_builtins(doc)
     except ConfigError as err:
         raise ConfigError(f"Ganeti config cannot be imported: {err}") from None
     return config, importer.result_notes()
 
 
-def import_ganeti_file(path: str | os.PathLike[str]) -> tuple[M.ConfigData, list[str]]:
+def import_ganeti_file(path: str | os.PathLike[str]) -> tuple[model.ConfigData, list[str]]:
     """Read and import a Ganeti config.data file (see `import_ganeti`)."""
     file = Path(path)
     try:
@@ -221,7 +219,7 @@ class _Importer:
 
     def params(
         self,
-        family: P.ParamFamily,
+        family: params.ParamFamily,
         values: Any,
         where: str,
         *,
@@ -240,7 +238,7 @@ class _Importer:
                 global_only.append(name)
                 continue
             try:
-                result[name] = P.coerce(spec, value)
+                result[name] = params.coerce(spec, value)
             except ParameterError as err:
                 self.note(f"{where}: dropped {family.owner} parameter {name!r}: {err}")
         if unknown:
@@ -258,11 +256,11 @@ class _Importer:
     def per_template(self, values: Any, where: str) -> dict[str, dict[str, Any]]:
         result: dict[str, dict[str, Any]] = {}
         for template, per in _dict(values, where).items():
-            if template not in P.DISK_TEMPLATES:
+            if template not in params.DISK_TEMPLATES:
                 self.note(f"{where}: dropped parameters of unknown disk template {template!r}")
                 continue
             result[template] = self.params(
-                P.disk_family(template), per, f"{where} ({template})"
+                params.disk_family(template), per, f"{where} ({template})"
             )
         return result
 
@@ -271,11 +269,11 @@ class _Importer:
     ) -> dict[str, dict[str, Any]]:
         result: dict[str, dict[str, Any]] = {}
         for hv, per in _dict(values, where).items():
-            if hv not in P.HYPERVISORS:
+            if hv not in params.HYPERVISORS:
                 self.note(f"{where}: dropped parameters of unknown hypervisor {hv!r}")
                 continue
             result[hv] = self.params(
-                P.hv_family(hv), per, f"{where} ({hv})", instance_level=instance_level
+                params.hv_family(hv), per, f"{where} ({hv})", instance_level=instance_level
             )
         return result
 
@@ -343,7 +341,7 @@ class _Importer:
         base: dict[str, Any] = (
             dict(cluster_policy)
             if cluster_policy is not None
-            else M.to_builtins(M.default_ipolicy())
+            else model.to_builtins(model.default_ipolicy())
         )
         result: dict[str, Any] = {}
         if "minmax" in policy or ("min" in policy and "max" in policy):
@@ -354,7 +352,7 @@ class _Importer:
             self.note(f"{where}: dropped the group's std spec (the standard spec is cluster-wide)")
         if "disk-templates" in policy:
             result["disk-templates"] = self.known_names(
-                policy["disk-templates"], P.DISK_TEMPLATES, f"{where} disk-templates",
+                policy["disk-templates"], params.DISK_TEMPLATES, f"{where} disk-templates",
                 "disk template(s)",
             )
         for key in ("vcpu-ratio", "spindle-ratio"):
@@ -418,7 +416,7 @@ class _Importer:
             self.note(f"disks: dropped disk(s) no instance uses: {', '.join(orphans)}")
 
         doc: dict[str, Any] = {
-            "version": M.FORMAT_VERSION,
+            "version": model.FORMAT_VERSION,
             **_stamps(data),
             "cluster": cluster,
             "nodegroups": groups,
@@ -441,15 +439,16 @@ class _Importer:
     def cluster(self, c: dict[str, Any]) -> dict[str, Any]:
         where = "cluster"
         hypervisors = self.known_names(
-            c.get("enabled_hypervisors"), P.HYPERVISORS, "cluster enabled_hypervisors",
+            c.get("enabled_hypervisors"), params.HYPERVISORS, "cluster enabled_hypervisors",
             "hypervisor(s)",
         )
         templates = self.known_names(
-            c.get("enabled_disk_templates"), P.DISK_TEMPLATES, "cluster enabled_disk_templates",
+            c.get("enabled_disk_templates"), params.DISK_TEMPLATES,
+            "cluster enabled_disk_templates",
             "disk template(s)",
         )
         self.cluster_nicparams = self.params(
-            P.NIC_FAMILY, _default_layer(c.get("nicparams"), "cluster nicparams"),
+            params.NIC_FAMILY, _default_layer(c.get("nicparams"), "cluster nicparams"),
             "cluster nicparams",
         )
         family = c.get("primary_ip_family", 2)
@@ -472,7 +471,7 @@ class _Importer:
                 for os_name, per_hv in _dict(c.get("os_hvp"), "cluster os_hvp").items()
             },
             "beparams": self.params(
-                P.BE_FAMILY, _default_layer(c.get("beparams"), "cluster beparams"),
+                params.BE_FAMILY, _default_layer(c.get("beparams"), "cluster beparams"),
                 "cluster beparams",
             ),
             "osparams": {
@@ -481,11 +480,11 @@ class _Importer:
             },
             "diskparams": self.per_template(c.get("diskparams"), "cluster diskparams"),
             "nicparams": self.cluster_nicparams,
-            "ndparams": self.params(P.ND_FAMILY, c.get("ndparams"), "cluster ndparams"),
+            "ndparams": self.params(params.ND_FAMILY, c.get("ndparams"), "cluster ndparams"),
             "ipolicy": self.ipolicy(c.get("ipolicy"), "cluster ipolicy", None),
         }
         tags = _tags(c, where)
-        if "tags" in M.Cluster.__struct_fields__:
+        if "tags" in model.Cluster.__struct_fields__:
             result["tags"] = tags
         elif tags:
             self.note(
@@ -533,7 +532,7 @@ class _Importer:
         if name:
             self.note(
                 f"cluster: Ganeti's default iallocator {name!r} is the default for every "
-                f"request type ({', '.join(M.IALLOCATOR_REQUEST_TYPES)})"
+                f"request type ({', '.join(model.IALLOCATOR_REQUEST_TYPES)})"
             )
         params = {
             str(k): v if isinstance(v, str) else json.dumps(v)
@@ -542,18 +541,19 @@ class _Importer:
             ).items()
         }
         return {
-            "default_iallocators": {kind: list(chosen) for kind in M.IALLOCATOR_REQUEST_TYPES},
+            "default_iallocators": {kind: list(chosen) for kind in model.IALLOCATOR_REQUEST_TYPES},
             "default_iallocator_params": params,
         }
 
     def collectors(self, value: Any) -> dict[str, Any]:
         result: dict[str, Any] = {
-            name: M.to_builtins(settings) for name, settings in M.default_data_collectors().items()
+            name: model.to_builtins(settings)
+            for name, settings in model.default_data_collectors().items()
         }
         for name, raw in _dict(value, "cluster data_collectors").items():
             where = f"cluster data collector {name!r}"
             settings = _dict(raw, where)
-            entry = dict(result.get(name, {"active": True, "interval": M.MOND_TIME_INTERVAL}))
+            entry = dict(result.get(name, {"active": True, "interval": model.MOND_TIME_INTERVAL}))
             entry["active"] = bool(settings.get("active", entry["active"]))
             interval = settings.get("interval")
             if isinstance(interval, int | float) and not isinstance(interval, bool):
@@ -578,9 +578,9 @@ class _Importer:
                 self.note(f"{where} network {net!r}: dropped NIC parameter(s) {', '.join(extra)}")
             networks[self.network_uuids.get(net, net)] = {
                 "mode": link.get("mode") or self.cluster_nicparams.get("mode")
-                or P.NIC_FAMILY.specs["mode"].default,
+                or params.NIC_FAMILY.specs["mode"].default,
                 "link": link.get("link") or self.cluster_nicparams.get("link")
-                or P.NIC_FAMILY.specs["link"].default,
+                or params.NIC_FAMILY.specs["link"].default,
             }
         self.ignored(g, _GROUP_KEYS, where)
         result: dict[str, Any] = {
@@ -588,7 +588,7 @@ class _Importer:
             "name": name,
             **_stamps(g),
             "tags": _tags(g, where),
-            "ndparams": self.params(P.ND_FAMILY, g.get("ndparams"), f"{where} ndparams"),
+            "ndparams": self.params(params.ND_FAMILY, g.get("ndparams"), f"{where} ndparams"),
             "diskparams": self.per_template(g.get("diskparams"), f"{where} diskparams"),
             "ipolicy": self.ipolicy(g.get("ipolicy"), f"{where} ipolicy", self.cluster_policy),
             "networks": networks,
@@ -613,7 +613,7 @@ class _Importer:
             "primary_ip": str(_required(n, "primary_ip", where)),
             "secondary_ip": n.get("secondary_ip") or None,
             "group": self.group_uuids[group],
-            "ndparams": self.params(P.ND_FAMILY, n.get("ndparams"), f"{where} ndparams"),
+            "ndparams": self.params(params.ND_FAMILY, n.get("ndparams"), f"{where} ndparams"),
         }
         for flag in ("master_candidate", "master_capable", "vm_capable", "offline", "drained",
                      "powered"):
@@ -649,10 +649,10 @@ class _Importer:
         where = f"instance {name!r}"
         inst_uuid = str(i.get("uuid") or key)
         hypervisor = _required(i, "hypervisor", where)
-        if hypervisor not in P.HYPERVISORS:
+        if hypervisor not in params.HYPERVISORS:
             raise ConfigError(
                 f"Ganeti config: {where} uses hypervisor {hypervisor!r}, which herder does "
-                f"not support (known: {', '.join(sorted(P.HYPERVISORS))})"
+                f"not support (known: {', '.join(sorted(params.HYPERVISORS))})"
             )
         disks: list[dict[str, Any]] = []
         for index, ref in enumerate(_list(i.get("disks"), f"{where} disks")):
@@ -688,10 +688,10 @@ class _Importer:
             "disks": disks,
             "nics": nics,
             "hvparams": self.params(
-                P.hv_family(hypervisor), i.get("hvparams"), f"{where} hvparams",
+                params.hv_family(hypervisor), i.get("hvparams"), f"{where} hvparams",
                 instance_level=True,
             ),
-            "beparams": self.params(P.BE_FAMILY, beparams_raw, f"{where} beparams"),
+            "beparams": self.params(params.BE_FAMILY, beparams_raw, f"{where} beparams"),
             "osparams": self.osparams(i.get("osparams"), f"{where} osparams"),
         }
         if "admin_state" in i:
@@ -740,7 +740,7 @@ class _Importer:
         disk_uuid = str(d.get("uuid") or fallback_uuid)
         raw_type = d.get("dev_type")
         dev_type = _DEV_TYPE_ALIASES.get(raw_type, raw_type) if isinstance(raw_type, str) else None
-        if dev_type not in P.DISK_TEMPLATES:
+        if dev_type not in params.DISK_TEMPLATES:
             raise ConfigError(
                 f"Ganeti config: {where} has device type {d.get('dev_type')!r}, which herder "
                 "does not support"
@@ -759,7 +759,7 @@ class _Importer:
                 for index, child in enumerate(_list(d.get("children"), f"{where} children"))
             ],
             "iv_name": d.get("iv_name") or "",
-            "params": self.params(P.disk_family(dev_type), d.get("params"), f"{where} params"),
+            "params": self.params(params.disk_family(dev_type), d.get("params"), f"{where} params"),
         }
         if d.get("name"):
             result["name"] = d["name"]
@@ -780,7 +780,7 @@ class _Importer:
             "mac": str(_required(n, "mac", where)),
             "ip": n.get("ip") or None,
             "network": network,
-            "nicparams": self.params(P.NIC_FAMILY, n.get("nicparams"), f"{where} nicparams"),
+            "nicparams": self.params(params.NIC_FAMILY, n.get("nicparams"), f"{where} nicparams"),
         }
         if n.get("name"):
             result["name"] = n["name"]

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from herder.core import etcd as E
+from herder.core import etcd
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class MasterLease:
 
     def __init__(
         self,
-        client: E.EtcdClient,
+        client: etcd.EtcdClient,
         cluster: str,
         node_name: str,
         ttl: int = 10,
@@ -81,7 +81,7 @@ class MasterLease:
         self.on_elected = on_elected
         self.poll = poll if poll is not None else min(0.1, ttl / 8)
         # calls must give up well within the TTL, so the loss is noticed in time
-        self.client = E.EtcdClient(
+        self.client = etcd.EtcdClient(
             client.endpoints, timeout=min(client.timeout, ttl / 4), retry_for=ttl / 4
         )
         self._lock = threading.Lock()
@@ -89,7 +89,7 @@ class MasterLease:
         self._elected = threading.Event()
         self._epoch: int | None = None
         self._valid_until = 0.0  # monotonic: mastership is certain only before this
-        self._lease: E.Lease | None = None
+        self._lease: etcd.Lease | None = None
         self._thread: threading.Thread | None = None
         self.lost_reason: str | None = None
         self.elected_at: float | None = None  # monotonic
@@ -145,7 +145,7 @@ class MasterLease:
         if lease is not None:
             try:
                 self.client.lease_revoke(lease.id)
-            except E.EtcdError as err:  # it expires by itself
+            except etcd.EtcdError as err:  # it expires by itself
                 log.warning("master lease: revoke failed: %s", err)
         self.client.close()
 
@@ -196,7 +196,7 @@ class MasterLease:
                     with self._lock:
                         self._valid_until = lease_valid_until
                     checked = True
-            except E.EtcdError as err:
+            except etcd.EtcdError as err:
                 log.warning("master lease (%s): %s", self.node_name, err)
             if self._epoch is not None and time.monotonic() >= lease_valid_until:
                 self._lose(f"could not renew the lease within its TTL ({self.ttl} s)")
@@ -206,9 +206,9 @@ class MasterLease:
     def _campaign(self, lease_valid_until: float) -> None:
         assert self._lease is not None
         result = self.client.txn(
-            [E.cmp_create(self.key, 0)],
-            [E.op_put(self.key, self.node_name, self._lease.id)],
-            [E.op_range(self.key)],
+            [etcd.cmp_create(self.key, 0)],
+            [etcd.op_put(self.key, self.node_name, self._lease.id)],
+            [etcd.op_range(self.key)],
         )
         epoch: int | None = None
         if result.succeeded:

@@ -749,7 +749,7 @@ class LockAttemptTimeoutStrategy:
 
     def backoff(self) -> float:
         """Seconds to pause (holding nothing) after a failed attempt: small, growing, jittered."""
-        return min(0.01 * 2**self.attempt, 0.5) * self._random()
+        return min(0.01 * 2.0**self.attempt, 0.5) * self._random()
 
 
 def acquire_with_retry(acquire: Callable[[float | None], T | None],

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import params as P
+from herder.core import params
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
@@ -82,7 +82,8 @@ class ISpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     spindle_use: int = msgspec.field(name="spindle-use")
 
     def as_dict(self) -> dict[str, int]:
-        return msgspec.to_builtins(self)
+        fields: dict[str, int] = msgspec.to_builtins(self)
+        return fields
 
     def __post_init__(self) -> None:
         for key, value in self.as_dict().items():
@@ -114,7 +115,7 @@ class IPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if not self.minmax:
             raise ValueError("ipolicy minmax needs at least one min/max pair")
         for dt in self.disk_templates:
-            if dt not in P.DISK_TEMPLATES:
+            if dt not in params.DISK_TEMPLATES:
                 raise ValueError(f"ipolicy names unknown disk template {dt!r}")
         if self.vcpu_ratio <= 0 or self.spindle_ratio <= 0:
             raise ValueError("ipolicy vcpu-ratio and spindle-ratio must be positive")
@@ -234,7 +235,7 @@ class Disk(Base, kw_only=True):
     params: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.dev_type not in P.DISK_TEMPLATES:
+        if self.dev_type not in params.DISK_TEMPLATES:
             raise ValueError(f"disk {self.uuid}: unknown disk template {self.dev_type!r}")
         if self.size < 0:
             raise ValueError(f"disk {self.uuid}: negative size")
@@ -242,7 +243,7 @@ class Disk(Base, kw_only=True):
             raise ValueError(f"disk {self.uuid}: negative spindles")
         if self.dev_type == "drbd" and not isinstance(self.logical_id, DrbdId):
             raise ValueError(f"disk {self.uuid}: a drbd disk needs a drbd logical id")
-        self.params = P.validate(P.disk_family(self.dev_type), self.params)
+        self.params = params.validate(params.disk_family(self.dev_type), self.params)
 
 
 class NIC(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -254,7 +255,7 @@ class NIC(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     nicparams: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.nicparams = P.validate(P.NIC_FAMILY, self.nicparams)
+        self.nicparams = params.validate(params.NIC_FAMILY, self.nicparams)
         self.mac = self.mac.lower()
 
 
@@ -274,7 +275,7 @@ class Node(Named, kw_only=True):
     ndparams: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ndparams = P.validate(P.ND_FAMILY, self.ndparams)
+        self.ndparams = params.validate(params.ND_FAMILY, self.ndparams)
         if self.offline and self.master_candidate:
             raise ValueError(f"node {self.name}: an offline node cannot be a master candidate")
         if self.drained and self.master_candidate:
@@ -290,7 +291,7 @@ class NetworkLink(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     link: str
 
     def __post_init__(self) -> None:
-        if self.mode not in P.NIC_MODES:
+        if self.mode not in params.NIC_MODES:
             raise ValueError(f"unknown NIC mode {self.mode!r}")
 
 
@@ -302,9 +303,10 @@ class NodeGroup(Named, kw_only=True):
     networks: dict[str, NetworkLink] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ndparams = P.validate(P.ND_FAMILY, self.ndparams)
+        self.ndparams = params.validate(params.ND_FAMILY, self.ndparams)
         self.diskparams = {
-            dt: P.validate(P.disk_family(dt), values) for dt, values in self.diskparams.items()
+            dt: params.validate(params.disk_family(dt), values)
+            for dt, values in self.diskparams.items()
         }
 
 
@@ -330,10 +332,10 @@ class Instance(Named, kw_only=True):
     osparams: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.hvparams = P.validate(
-            P.hv_family(self.hypervisor), self.hvparams, instance_level=True
+        self.hvparams = params.validate(
+            params.hv_family(self.hypervisor), self.hvparams, instance_level=True
         )
-        self.beparams = P.validate(P.BE_FAMILY, self.beparams)
+        self.beparams = params.validate(params.BE_FAMILY, self.beparams)
         templates = {d.dev_type for d in self.disks}
         if len(templates) > 1:
             raise ValueError(
@@ -531,24 +533,26 @@ class Cluster(Base, kw_only=True):
     def __post_init__(self) -> None:
         self.ipolicy.check_std()
         for hv in self.enabled_hypervisors:
-            P.hv_family(hv)
+            params.hv_family(hv)
         for dt in self.enabled_disk_templates:
-            P.disk_family(dt)
+            params.disk_family(dt)
         self.hvparams = {
-            hv: P.validate(P.hv_family(hv), values) for hv, values in self.hvparams.items()
+            hv: params.validate(params.hv_family(hv), values)
+            for hv, values in self.hvparams.items()
         }
         self.os_hvp = {
             os_name: {
-                hv: P.validate(P.hv_family(hv), values, instance_level=True)
+                hv: params.validate(params.hv_family(hv), values, instance_level=True)
                 for hv, values in per_hv.items()
             }
             for os_name, per_hv in self.os_hvp.items()
         }
-        self.beparams = P.validate(P.BE_FAMILY, self.beparams)
-        self.ndparams = P.validate(P.ND_FAMILY, self.ndparams)
-        self.nicparams = P.validate(P.NIC_FAMILY, self.nicparams)
+        self.beparams = params.validate(params.BE_FAMILY, self.beparams)
+        self.ndparams = params.validate(params.ND_FAMILY, self.ndparams)
+        self.nicparams = params.validate(params.NIC_FAMILY, self.nicparams)
         self.diskparams = {
-            dt: P.validate(P.disk_family(dt), values) for dt, values in self.diskparams.items()
+            dt: params.validate(params.disk_family(dt), values)
+            for dt, values in self.diskparams.items()
         }
         for kind in self.default_iallocators:
             if kind not in IALLOCATOR_REQUEST_TYPES:
@@ -622,48 +626,49 @@ class ConfigData(Base, kw_only=True):
 
     # --- filled (resolved) parameters ---------------------------------------------------------
 
-    def filled_hvparams(self, inst: Instance) -> P.Params:
+    def filled_hvparams(self, inst: Instance) -> params.Params:
         c = self.cluster
-        return P.fill(
-            P.hv_family(inst.hypervisor).defaults(),
+        return params.fill(
+            params.hv_family(inst.hypervisor).defaults(),
             c.hvparams.get(inst.hypervisor),
             c.os_hvp.get(inst.os_name, {}).get(inst.hypervisor),
             inst.hvparams,
         )
 
-    def filled_beparams(self, inst: Instance) -> P.Params:
-        return P.fill(P.BE_FAMILY.defaults(), self.cluster.beparams, inst.beparams)
+    def filled_beparams(self, inst: Instance) -> params.Params:
+        return params.fill(params.BE_FAMILY.defaults(), self.cluster.beparams, inst.beparams)
 
-    def filled_osparams(self, inst: Instance) -> P.Params:
-        return P.fill(
+    def filled_osparams(self, inst: Instance) -> params.Params:
+        return params.fill(
             self.cluster.osparams.get(inst.os_name, {}),
             self.cluster.osparams.get(inst.os, {}),
             inst.osparams,
         )
 
-    def filled_ndparams(self, node: Node) -> P.Params:
+    def filled_ndparams(self, node: Node) -> params.Params:
         group = self.nodegroups.get(node.group)
-        return P.fill(
-            P.ND_FAMILY.defaults(),
+        return params.fill(
+            params.ND_FAMILY.defaults(),
             self.cluster.ndparams,
             group.ndparams if group else None,
             node.ndparams,
         )
 
-    def filled_diskparams(self, template: str, group: NodeGroup | None = None) -> P.Params:
-        return P.fill(
-            P.disk_family(template).defaults(),
+    def filled_diskparams(self, template: str, group: NodeGroup | None = None) -> params.Params:
+        return params.fill(
+            params.disk_family(template).defaults(),
             self.cluster.diskparams.get(template),
             group.diskparams.get(template) if group else None,
         )
 
-    def filled_nicparams(self, nic: NIC, group: NodeGroup | None = None) -> P.Params:
+    def filled_nicparams(self, nic: NIC, group: NodeGroup | None = None) -> params.Params:
         """NIC parameters: defaults < cluster < the network's link in the group < the NIC."""
         net_layer: Mapping[str, Any] | None = None
         if nic.network and group is not None and nic.network in group.networks:
             link = group.networks[nic.network]
             net_layer = {"mode": link.mode, "link": link.link}
-        return P.fill(P.NIC_FAMILY.defaults(), self.cluster.nicparams, net_layer, nic.nicparams)
+        return params.fill(params.NIC_FAMILY.defaults(), self.cluster.nicparams, net_layer,
+                           nic.nicparams)
 
     def filled_ipolicy(self, group: NodeGroup | None) -> IPolicy:
         return fill_ipolicy(self.cluster.ipolicy, group.ipolicy if group else None)
@@ -679,7 +684,7 @@ def check_nics(config: ConfigData) -> None:
         group = config.instance_group(inst)
         for index, nic in enumerate(inst.nics):
             filled = config.filled_nicparams(nic, group)
-            if filled["mode"] == P.NIC_MODE_ROUTED and not nic.ip:
+            if filled["mode"] == params.NIC_MODE_ROUTED and not nic.ip:
                 raise ValueError(
                     f"instance {inst.name}: NIC {index} is in routed mode and needs an IP"
                 )
@@ -741,14 +746,14 @@ def to_builtins(obj: Any) -> Any:
     return msgspec.to_builtins(obj)
 
 
-def tags_add(obj: Named, tags: Iterable[str]) -> None:
+def tags_add(obj: Named | Cluster, tags: Iterable[str]) -> None:
     for tag in tags:
         check_tag(tag)
         if tag not in obj.tags:
             obj.tags.append(tag)
 
 
-def tags_remove(obj: Named, tags: Iterable[str]) -> None:
+def tags_remove(obj: Named | Cluster, tags: Iterable[str]) -> None:
     missing = [t for t in tags if t not in obj.tags]
     if missing:
         raise NotFoundError(f"tag(s) not present: {', '.join(missing)}")

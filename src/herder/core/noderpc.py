@@ -21,8 +21,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from herder.core import model as M
-from herder.core import rpcauth
+from herder.core import model, rpcauth
 from herder.core.errors import RpcError
 
 DEFAULT_NODED_PORT = 1811
@@ -35,7 +34,7 @@ class StaleEpochError(RpcError):
 
 
 class NodeRpc(Protocol):
-    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any: ...
 
 
@@ -45,7 +44,7 @@ class UnavailableRpc:
     def __init__(self, reason: str = "no node daemon transport is configured") -> None:
         self.reason = reason
 
-    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
         raise RpcError(f"node {node.name}: cannot call {method}: {self.reason}")
 
@@ -75,11 +74,11 @@ class HttpNodeRpc:
         self._http = httpx.Client(verify=verify,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout))
 
-    def url(self, node: M.Node, method: str) -> str:
+    def url(self, node: model.Node, method: str) -> str:
         host = f"[{node.primary_ip}]" if ":" in node.primary_ip else node.primary_ip
         return f"{self.scheme}://{host}:{self.port}/rpc/{method}"
 
-    def call(self, node: M.Node, method: str, args: dict[str, Any] | None = None,
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
         payload = dict(args or {})
         if self.epoch is not None:
@@ -109,7 +108,7 @@ class HttpNodeRpc:
         self._http.close()
 
 
-def instance_payload(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
+def instance_payload(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
     """What a node needs to define and run an instance."""
     be = config.filled_beparams(inst)
     group = config.instance_group(inst)

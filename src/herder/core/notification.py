@@ -18,7 +18,7 @@ notification delivered again (a retry whose first answer was lost).
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import hashlib
 import hmac
 import re
@@ -94,16 +94,16 @@ class Notification:
         return msgspec.json.encode(self.to_body())
 
 
-def generated_time(when: dt.datetime | None = None) -> str:
+def generated_time(when: datetime.datetime | None = None) -> str:
     """masakari's format: naive UTC, ISO 8601, always with microseconds."""
-    when = when or dt.datetime.now(dt.UTC)
+    when = when or datetime.datetime.now(datetime.UTC)
     if when.tzinfo is not None:
-        when = when.astimezone(dt.UTC).replace(tzinfo=None)
+        when = when.astimezone(datetime.UTC).replace(tzinfo=None)
     return when.isoformat(timespec="microseconds")
 
 
 def vm_notification(hostname: str, instance_uuid: str, event: str, detail: str,
-                    when: dt.datetime | None = None) -> Notification:
+                    when: datetime.datetime | None = None) -> Notification:
     return Notification("VM", hostname, generated_time(when),
                         {"event": event, "instance_uuid": instance_uuid,
                          "vir_domain_event": detail})
@@ -113,7 +113,7 @@ def _check_time(value: Any) -> str:
     if not isinstance(value, str):
         raise NotificationError("notification.generated_time must be a date-time string")
     try:
-        dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise NotificationError(f"notification.generated_time {value!r} is not an ISO 8601 "
                                 "date-time") from None

@@ -366,7 +366,7 @@ class RapiClient:
             response = self._http.request(
                 method.upper(),
                 path,
-                params=params or None,
+                params=tuple(params) or None,
                 content=content,
                 headers=headers,
                 timeout=timeout if timeout is not None else self.timeout,

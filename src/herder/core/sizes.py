@@ -33,7 +33,7 @@ def _bytes_per(unit: str, si_upper: bool) -> int:
     if unit in "sS":
         return _SECTOR
     base = 1000 if si_upper and unit.isupper() else 1024
-    return base ** (_POWERS.index(unit.lower()) + 1)
+    return int(base ** (_POWERS.index(unit.lower()) + 1))
 
 
 def parse_size(text: str, unit: str = "m", *, default_unit: str | None = None,

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from herder.core import model as M
-from herder.core import upgrade
+from herder.core import model, upgrade
 from herder.core.errors import ConfigError, HerderError, StoreError
 
 DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
@@ -32,18 +31,41 @@ _TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
 
 
 class ConfigStore(Protocol):
-    """Where the cluster config lives. Every change goes through `update`."""
+    """Where the cluster config lives (`FileStore`, `store_etcd.EtcdStore`). Every change goes
+    through `update`."""
 
-    def load(self) -> M.ConfigData:
+    @property
+    def path(self) -> Path:
+        """The document's path, or for a remote backend the local anchor beside which the
+        secrets and certificates live."""
+        ...
+
+    @property
+    def directory(self) -> Path:
+        """The local directory of the secrets and certificates."""
+        ...
+
+    def exists(self) -> bool:
+        ...
+
+    def load(self) -> model.ConfigData:
         """The current document, validated (and upgraded in memory if older)."""
         ...
 
-    def create(self, config: M.ConfigData) -> None:
+    def create(self, config: model.ConfigData) -> None:
         """Write the first document; refuses if one exists."""
         ...
 
-    def update(self) -> contextlib.AbstractContextManager[M.ConfigData]:
+    def update(self) -> contextlib.AbstractContextManager[model.ConfigData]:
         """Lock, load, let the caller change the document, validate, bump serial, write."""
+        ...
+
+    def replace(self, config: model.ConfigData) -> None:
+        """Overwrite the document with `config` (validated); for imports and restores."""
+        ...
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the writers' lock (blocks until other writers are done)."""
         ...
 
 
@@ -77,7 +99,7 @@ class FileStore:
         except OSError as err:
             raise StoreError(f"cannot read {self.path}: {err.strerror}") from None
 
-    def load(self) -> M.ConfigData:
+    def load(self) -> model.ConfigData:
         raw = self.read_bytes()
         if not raw.strip():
             raise ConfigError(f"{self.path}: the config file is empty (truncated?)")
@@ -99,35 +121,35 @@ class FileStore:
         finally:
             os.close(fd)  # closing drops the flock
 
-    def create(self, config: M.ConfigData) -> None:
+    def create(self, config: model.ConfigData) -> None:
         with self.locked():
             if self.path.exists():
                 raise StoreError(f"{self.path} already exists; refusing to overwrite it")
-            config = M.revalidate(config)
+            config = model.revalidate(config)
             self._write(config)
 
     @contextlib.contextmanager
-    def update(self) -> Iterator[M.ConfigData]:
+    def update(self) -> Iterator[model.ConfigData]:
         """Change the document: nothing is written if the block raises or validation fails."""
         with self.locked():
             config = self.load()
             yield config
-            stamp = M.now()
+            stamp = model.now()
             config.touch(stamp)
             try:
-                checked = M.revalidate(config)
+                checked = model.revalidate(config)
             except ConfigError as err:
                 raise ConfigError(f"change refused, nothing written: {err}") from None
             self._write(checked)
 
-    def replace(self, config: M.ConfigData) -> None:
+    def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
         with self.locked():
-            self._write(M.revalidate(config))
+            self._write(model.revalidate(config))
 
-    def _write(self, config: M.ConfigData) -> None:
+    def _write(self, config: model.ConfigData) -> None:
         self._remove_stale_temporaries()
-        atomic_write(self.path, M.encode(config), CONFIG_MODE)
+        atomic_write(self.path, model.encode(config), CONFIG_MODE)
 
     def _remove_stale_temporaries(self) -> None:
         """Remove temporary files left by writers that died mid-write."""
@@ -191,10 +213,10 @@ class ConfigCache:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._stamp: tuple[int, int, int] | None = None
-        self._config: M.ConfigData | None = None
+        self._config: model.ConfigData | None = None
         self.error: str | None = None
 
-    def __call__(self) -> M.ConfigData | None:
+    def __call__(self) -> model.ConfigData | None:
         if self.path is None:
             return None
         try:
@@ -218,12 +240,12 @@ def default_config_path() -> Path:
     return Path(env) if env else DEFAULT_CONFIG_PATH
 
 
-def open_store(path: str | os.PathLike[str] | None = None) -> FileStore:
+def open_store(path: str | os.PathLike[str] | None = None) -> ConfigStore:
     """The store at `path` (default: HERDER_CONFIG, else /var/lib/herder/config.json); a
     location `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` opens the etcd backend instead."""
     location = path if path is not None else os.environ.get("HERDER_CONFIG")
     if isinstance(location, str) and location.startswith("etcd://"):
         from herder.core.store_etcd import EtcdStore  # only when used (keeps httpx out)
 
-        return EtcdStore.from_location(location)  # type: ignore[return-value]
+        return EtcdStore.from_location(location)
     return FileStore(path if path is not None else default_config_path())

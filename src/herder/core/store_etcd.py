@@ -30,10 +30,9 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from herder.core import etcd as E
-from herder.core import model as M
-from herder.core import upgrade
+from herder.core import etcd, model, upgrade
 from herder.core.errors import ConfigError, StoreError
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
 
@@ -67,7 +66,7 @@ class EtcdStore:
 
     def __init__(
         self,
-        client: E.EtcdClient,
+        client: etcd.EtcdClient,
         cluster: str,
         *,
         fence: Fence | MasterLease | None = None,
@@ -86,9 +85,10 @@ class EtcdStore:
         self._local_dir = Path(local_dir)
 
     @classmethod
-    def from_location(cls, location: str, **kwargs: object) -> EtcdStore:
+    def from_location(cls, location: str, **kwargs: Any) -> EtcdStore:
+        """The store at `location`; `kwargs` as for the constructor."""
         endpoints, cluster = parse_location(location)
-        return cls(E.EtcdClient(endpoints), cluster, **kwargs)  # type: ignore[arg-type]
+        return cls(etcd.EtcdClient(endpoints), cluster, **kwargs)
 
     @property
     def location(self) -> str:
@@ -113,7 +113,7 @@ class EtcdStore:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def _read(self) -> E.KeyValue:
+    def _read(self) -> etcd.KeyValue:
         kv = self.client.get(self.key)
         if kv is None:
             raise StoreError(
@@ -122,7 +122,7 @@ class EtcdStore:
             )
         return kv
 
-    def _decode(self, raw: bytes) -> M.ConfigData:
+    def _decode(self, raw: bytes) -> model.ConfigData:
         if not raw.strip():
             raise ConfigError(f"{self.location}: the config document is empty")
         try:
@@ -130,10 +130,10 @@ class EtcdStore:
         except ConfigError as err:
             raise ConfigError(f"{self.location}: {err}") from None
 
-    def load(self) -> M.ConfigData:
+    def load(self) -> model.ConfigData:
         return self._decode(self._read().value)
 
-    def load_with_revision(self) -> tuple[M.ConfigData, int]:
+    def load_with_revision(self) -> tuple[model.ConfigData, int]:
         kv = self._read()
         return self._decode(kv.value), kv.mod_revision
 
@@ -149,9 +149,9 @@ class EtcdStore:
         try:
             while True:
                 result = self.client.txn(
-                    [E.cmp_create(self.lock_key, 0)],
-                    [E.op_put(self.lock_key, token, lease.id)],
-                    [E.op_range(self.lock_key)],
+                    [etcd.cmp_create(self.lock_key, 0)],
+                    [etcd.op_put(self.lock_key, token, lease.id)],
+                    [etcd.op_range(self.lock_key)],
                 )
                 if result.succeeded:
                     break
@@ -168,7 +168,7 @@ class EtcdStore:
                 delay = min(delay * 2, 0.1)
             yield
         finally:
-            with contextlib.suppress(E.EtcdError):
+            with contextlib.suppress(etcd.EtcdError):
                 self.client.lease_revoke(lease.id)  # deletes the lock key with it
 
     def _fence(self) -> Fence | None:
@@ -180,13 +180,13 @@ class EtcdStore:
         checks = list(compare)
         if fence is not None:
             checks += [
-                E.cmp_value(self.master_key, fence.node_name),
-                E.cmp_create(self.master_key, fence.epoch),
+                etcd.cmp_value(self.master_key, fence.node_name),
+                etcd.cmp_create(self.master_key, fence.epoch),
             ]
         try:
-            result = self.client.txn(checks, [E.op_put(self.key, data)],
-                                     [E.op_range(self.key), E.op_range(self.master_key)])
-        except E.EtcdError as err:
+            result = self.client.txn(checks, [etcd.op_put(self.key, data)],
+                                     [etcd.op_range(self.key), etcd.op_range(self.master_key)])
+        except etcd.EtcdError as err:
             raise StoreError(f"{self.location}: {what} failed, maybe not written: {err}") from None
         if result.succeeded:
             return
@@ -206,30 +206,31 @@ class EtcdStore:
             )
         raise StoreError(f"{self.location}: concurrent write during {what}; nothing written")
 
-    def create(self, config: M.ConfigData) -> None:
-        config = M.revalidate(config)
+    def create(self, config: model.ConfigData) -> None:
+        config = model.revalidate(config)
         with self.locked():
             if self.exists():
                 raise StoreError(f"{self.location} already exists; refusing to overwrite it")
-            self._put(M.encode(config), [E.cmp_create(self.key, 0)], "create")
+            self._put(model.encode(config), [etcd.cmp_create(self.key, 0)], "create")
 
     @contextlib.contextmanager
-    def update(self) -> Iterator[M.ConfigData]:
+    def update(self) -> Iterator[model.ConfigData]:
         """Change the document: nothing is written if the block raises or validation fails."""
         with self.locked():
             config, revision = self.load_with_revision()
             yield config
-            config.touch(M.now())
+            config.touch(model.now())
             try:
-                checked = M.revalidate(config)
+                checked = model.revalidate(config)
             except ConfigError as err:
                 raise ConfigError(f"change refused, nothing written: {err}") from None
-            self._put(M.encode(checked), [E.cmp_mod(self.key, revision)], "update")
+            self._put(model.encode(checked), [etcd.cmp_mod(self.key, revision)], "update")
 
-    def replace(self, config: M.ConfigData) -> None:
+    def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
-        data = M.encode(M.revalidate(config))
+        data = model.encode(model.revalidate(config))
         with self.locked():
             kv = self.client.get(self.key)
-            compare = [E.cmp_mod(self.key, kv.mod_revision)] if kv else [E.cmp_create(self.key, 0)]
+            compare = ([etcd.cmp_mod(self.key, kv.mod_revision)] if kv
+                       else [etcd.cmp_create(self.key, 0)])
             self._put(data, compare, "replace")

@@ -16,8 +16,7 @@ from typing import Any
 
 import msgspec
 
-from herder.core import model as M
-from herder.core import params as P
+from herder.core import model, params
 from herder.core.errors import ConfigError
 
 _NAMESPACE = uuid_mod.UUID("6f1f3c2e-5b8a-4d0e-9a61-2f1e0c7d9b41")
@@ -27,10 +26,10 @@ def stable_uuid(kind: str, name: str) -> str:
     return str(uuid_mod.uuid5(_NAMESPACE, f"{kind}:{name}"))
 
 
-def load_document(raw: bytes) -> M.ConfigData:
+def load_document(raw: bytes) -> model.ConfigData:
     """Decode a document of the current format, or upgrade an older one."""
     try:
-        return M.decode(raw)
+        return model.decode(raw)
     except ConfigError as typed_error:
         try:
             doc = msgspec.json.decode(raw)
@@ -39,14 +38,14 @@ def load_document(raw: bytes) -> M.ConfigData:
         if not isinstance(doc, dict):
             raise ConfigError("config is not a JSON object") from None
         version = doc.get("version", 0)
-        if version == M.FORMAT_VERSION:
+        if version == model.FORMAT_VERSION:
             raise typed_error from None
-        if not isinstance(version, int) or version > M.FORMAT_VERSION:
+        if not isinstance(version, int) or version > model.FORMAT_VERSION:
             raise ConfigError(
                 f"config format version {version!r} is newer than this herder "
-                f"(reads up to {M.FORMAT_VERSION})"
+                f"(reads up to {model.FORMAT_VERSION})"
             ) from None
-        return M.from_builtins(upgrade_document(doc))
+        return model.from_builtins(upgrade_document(doc))
 
 
 def upgrade_document(doc: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +101,7 @@ def _upgrade_v0(doc: dict[str, Any]) -> dict[str, Any]:
         node["group"] = _ref(node.get("group"), groups)
     for inst in doc["instances"].values():
         inst["primary_node"] = _ref(inst.get("primary_node"), nodes)
-        inst["hvparams"] = P.drop_global_hv_params(inst.get("hvparams", {}))
+        inst["hvparams"] = params.drop_global_hv_params(inst.get("hvparams", {}))
         be = inst.setdefault("beparams", {})
         if "memory" in be:
             memory = be.pop("memory")
@@ -118,5 +117,5 @@ def _upgrade_v0(doc: dict[str, Any]) -> dict[str, Any]:
         memory = be.pop("memory")
         be.setdefault("maxmem", memory)
         be.setdefault("minmem", memory)
-    doc["version"] = M.FORMAT_VERSION
+    doc["version"] = model.FORMAT_VERSION
     return doc

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from herder.core import model as M
+from herder.core import model
 
 Severity = Literal["error", "warning"]
 
@@ -28,7 +28,7 @@ class Finding:
         return f"{self.severity.upper()}: {self.object}: {self.message}"
 
 
-def verify(config: M.ConfigData) -> list[Finding]:
+def verify(config: model.ConfigData) -> list[Finding]:
     findings: list[Finding] = []
     findings += _references(config)
     findings += _duplicates(config)
@@ -37,7 +37,7 @@ def verify(config: M.ConfigData) -> list[Finding]:
     return findings
 
 
-def _references(config: M.ConfigData) -> Iterable[Finding]:
+def _references(config: model.ConfigData) -> Iterable[Finding]:
     c = config.cluster
     if c.master_node not in config.nodes:
         yield Finding("error", "dangling-master", "cluster", f"master node {c.master_node} unknown")
@@ -95,7 +95,7 @@ def _dupes(kind: str, code: str, items: Iterable[tuple[str, str]]) -> Iterable[F
             )
 
 
-def _duplicates(config: M.ConfigData) -> Iterable[Finding]:
+def _duplicates(config: model.ConfigData) -> Iterable[Finding]:
     yield from _dupes("nodes", "duplicate-name", ((n.name, n.uuid) for n in config.nodes.values()))
     yield from _dupes(
         "instances", "duplicate-name", ((i.name, i.uuid) for i in config.instances.values())
@@ -122,13 +122,13 @@ def _duplicates(config: M.ConfigData) -> Iterable[Finding]:
     yield from _dupes("NICs", "duplicate-ip", ips)
 
 
-def _drbd(config: M.ConfigData) -> Iterable[Finding]:
+def _drbd(config: model.ConfigData) -> Iterable[Finding]:
     ports: list[tuple[str, str]] = []
     minors: list[tuple[str, str]] = []
     for inst in config.instances.values():
         for index, disk in enumerate(inst.disks):
             lid = disk.logical_id
-            if not isinstance(lid, M.DrbdId):
+            if not isinstance(lid, model.DrbdId):
                 continue
             ports.append((str(lid.port), f"{inst.name}/disk{index}"))
             for node_uuid, minor in zip(lid.nodes, lid.minors, strict=True):
@@ -143,7 +143,7 @@ def _drbd(config: M.ConfigData) -> Iterable[Finding]:
     yield from _dupes("DRBD", "duplicate-drbd-minor", minors)
 
 
-def instance_spec(config: M.ConfigData, inst: M.Instance) -> dict[str, int]:
+def instance_spec(config: model.ConfigData, inst: model.Instance) -> dict[str, int]:
     be = config.filled_beparams(inst)
     return {
         "memory-size": be["maxmem"],
@@ -154,7 +154,7 @@ def instance_spec(config: M.ConfigData, inst: M.Instance) -> dict[str, int]:
     }
 
 
-def policy_violations(policy: M.IPolicy, spec: dict[str, int], disk_sizes: list[int],
+def policy_violations(policy: model.IPolicy, spec: dict[str, int], disk_sizes: list[int],
                       template: str) -> list[str]:
     """What of an instance's spec breaks the policy; empty when it complies."""
     problems: list[str] = []
@@ -180,7 +180,7 @@ def policy_violations(policy: M.IPolicy, spec: dict[str, int], disk_sizes: list[
     return problems + (best or [])
 
 
-def _policy(config: M.ConfigData) -> Iterable[Finding]:
+def _policy(config: model.ConfigData) -> Iterable[Finding]:
     for inst in config.instances.values():
         group = config.instance_group(inst)
         if group is None:

@@ -38,10 +38,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from herder.core import notification as N
-from herder.core import ordered, serve
+from herder.core import notification, ordered, serve
 from herder.core.store import atomic_write
-from herder.instmon import events as E
+from herder.instmon import events
 from herder.instmon.collapse import Collapser
 from herder.instmon.config import Settings
 
@@ -49,7 +48,7 @@ log = logging.getLogger("herder.instmon")
 
 STATE_FILE = "instmon.json"
 SOCKET_FILE = "instmon.sock"
-RESET_TYPES = (E.STARTED, E.RESUMED)
+RESET_TYPES = (events.STARTED, events.RESUMED)
 
 
 class InstanceMonitor:
@@ -58,7 +57,7 @@ class InstanceMonitor:
         from herder.instmon.spool import Spool
 
         self.settings = settings
-        self.queue: queue.Queue[tuple[float, E.RawEvent] | None] = queue.Queue()
+        self.queue: queue.Queue[tuple[float, events.RawEvent] | None] = queue.Queue()
         self.collapser = Collapser(settings.collapse_delay, settings.collapse_window)
         self.spool = Spool(settings.spool_dir, max_entries=settings.spool_max_entries,
                            max_bytes=settings.spool_max_bytes)
@@ -87,17 +86,17 @@ class InstanceMonitor:
 
     # --- input ---------------------------------------------------------------------------------
 
-    def submit(self, event: E.RawEvent) -> None:
+    def submit(self, event: events.RawEvent) -> None:
         """Hand an event over (any thread): the moment it arrives is its notification time."""
         self.queue.put((time.time(), event))
 
-    def inject(self, key: str, domain: str) -> E.RawEvent:
+    def inject(self, key: str, domain: str) -> events.RawEvent:
         """Replay an event through the same filter (ValueError/FilterError when unusable)."""
-        eid, etype, detail = E.parse_key(key)
+        eid, etype, detail = events.parse_key(key)
         found = self.source.lookup(domain) if hasattr(self.source, "lookup") else None
         if found is None:
             raise ValueError(f"no domain {domain!r} on this node")
-        event = E.RawEvent(eid, etype, detail, found[0], found[1], {"injected": True})
+        event = events.RawEvent(eid, etype, detail, found[0], found[1], {"injected": True})
         self.counts["injected"] += 1
         note = getattr(self.source, "note", None)
         if note is not None:
@@ -107,7 +106,7 @@ class InstanceMonitor:
 
     # --- the processor -------------------------------------------------------------------------
 
-    def _record(self, event: E.RawEvent, when: float, verdict: str) -> None:
+    def _record(self, event: events.RawEvent, when: float, verdict: str) -> None:
         last = {"key": event.key, "event": event.masakari[0], "detail": event.masakari[1],
                 "time": when, "verdict": verdict}
         if event.synthetic:
@@ -119,16 +118,16 @@ class InstanceMonitor:
             rec["last_event"] = last
         self._dirty = True
 
-    def handle(self, when: float, event: E.RawEvent) -> str:
+    def handle(self, when: float, event: events.RawEvent) -> str:
         """One event; returns its verdict (ordered:OP, drop, notify, collapsed)."""
         self.counts["events"] += 1
         if event.synthetic:
             self.counts["synthetic"] += 1
-        if event.event_id == E.LIFECYCLE and event.type in RESET_TYPES:
+        if event.event_id == events.LIFECYCLE and event.type in RESET_TYPES:
             self.collapser.reset(event.uuid)
         # only lifecycle events can be herder's doing; an I/O error or a watchdog never is
         op = ordered.ordered(self.settings.run_dir, event.name, when) \
-            if event.name and event.event_id == E.LIFECYCLE else None
+            if event.name and event.event_id == events.LIFECYCLE else None
         if op is not None:
             self.counts["ordered"] += 1
             self._record(event, when, f"ordered:{op}")
@@ -152,8 +151,8 @@ class InstanceMonitor:
         for held in self.collapser.due(now):
             ev = held.event
             event_name, detail = ev.masakari
-            note = N.vm_notification(self.settings.hostname, ev.uuid, event_name, detail,
-                                     _utc(held.when))
+            note = notification.vm_notification(self.settings.hostname, ev.uuid, event_name, detail,
+                                                _utc(held.when))
             self.spool.put(note)
             sent += 1
             self.counts["notified"] += 1
@@ -276,7 +275,7 @@ class InstanceMonitor:
                         answer = {"ok": True, "state": monitor.state()}
                     else:
                         raise ValueError("unknown request: use inject or status")
-                except (ValueError, E.FilterError) as err:
+                except (ValueError, events.FilterError) as err:
                     answer = {"ok": False, "error": str(err)}
                 self.wfile.write(json.dumps(answer, default=str).encode() + b"\n")
 
@@ -318,9 +317,9 @@ class InstanceMonitor:
 
 
 def _utc(epoch: float) -> Any:
-    import datetime as dt
+    import datetime
 
-    return dt.datetime.fromtimestamp(epoch, dt.UTC)
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
 
 
 def control(run_dir: Path, request: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any]:

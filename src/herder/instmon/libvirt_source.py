@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from herder.instmon import events as E
+from herder.instmon import events
 
 log = logging.getLogger("herder.instmon.libvirt")
 
@@ -62,13 +62,13 @@ def start_event_loop() -> None:
         _loop_started = True
 
 
-def state_after(event: E.RawEvent) -> str | None:
+def state_after(event: events.RawEvent) -> str | None:
     """The domain state an event implies ("active"/"inactive"/"absent"), None if none."""
-    if event.event_id != E.LIFECYCLE:
+    if event.event_id != events.LIFECYCLE:
         return None
-    if event.type in (E.STARTED, E.RESUMED, E.SUSPENDED, 7):
+    if event.type in (events.STARTED, events.RESUMED, events.SUSPENDED, 7):
         return "active"
-    if event.type in (E.STOPPED, 8):
+    if event.type in (events.STOPPED, 8):
         return "inactive"
     if event.type == 1:
         return "absent"
@@ -80,7 +80,7 @@ def state_after(event: E.RawEvent) -> str | None:
 class LibvirtSource:
     """Feeds `sink` with every domain event of `uri`'s hypervisor, across reconnects."""
 
-    def __init__(self, uri: str, sink: Callable[[E.RawEvent], None],
+    def __init__(self, uri: str, sink: Callable[[events.RawEvent], None],
                  known: Mapping[str, Mapping[str, Any]] | None = None,
                  on_connect: Callable[[bool], None] | None = None) -> None:
         self.uri = uri
@@ -106,11 +106,11 @@ class LibvirtSource:
             uuid, name = dom.UUIDString(), dom.name()
         except Exception:  # the domain went away under us: still report what we have
             uuid, name = "", ""
-        event = E.RawEvent(event_id, etype, detail, uuid, name, dict(extra or {}))
+        event = events.RawEvent(event_id, etype, detail, uuid, name, dict(extra or {}))
         self.note(event)
         self.sink(event)
 
-    def note(self, event: E.RawEvent) -> None:
+    def note(self, event: events.RawEvent) -> None:
         """Keep the known state in step with an event (also for injected ones)."""
         state = state_after(event)
         if state is None or not event.uuid:
@@ -125,20 +125,20 @@ class LibvirtSource:
         emit = self._emit
 
         def generic(eid: int) -> Callable[..., None]:
-            return lambda conn, dom, *rest: emit(dom, eid, E.DUMMY, E.DUMMY)
+            return lambda conn, dom, *rest: emit(dom, eid, events.DUMMY, events.DUMMY)
 
-        cbs: dict[int, Callable[..., None]] = {eid: generic(eid) for eid in E.EVENT_IDS}
-        cbs[E.LIFECYCLE] = lambda conn, dom, event, detail, opaque: emit(
-            dom, E.LIFECYCLE, event, detail)
-        cbs[E.WATCHDOG] = lambda conn, dom, action, opaque: emit(
-            dom, E.WATCHDOG, action, E.DUMMY)
-        cbs[E.IO_ERROR] = lambda conn, dom, src, alias, action, opaque: emit(
-            dom, E.IO_ERROR, action, E.DUMMY, {"path": src, "device": alias})
-        cbs[E.IO_ERROR_REASON] = lambda conn, dom, src, alias, action, reason, opaque: emit(
-            dom, E.IO_ERROR_REASON, action, E.DUMMY,
+        cbs: dict[int, Callable[..., None]] = {eid: generic(eid) for eid in events.EVENT_IDS}
+        cbs[events.LIFECYCLE] = lambda conn, dom, event, detail, opaque: emit(
+            dom, events.LIFECYCLE, event, detail)
+        cbs[events.WATCHDOG] = lambda conn, dom, action, opaque: emit(
+            dom, events.WATCHDOG, action, events.DUMMY)
+        cbs[events.IO_ERROR] = lambda conn, dom, src, alias, action, opaque: emit(
+            dom, events.IO_ERROR, action, events.DUMMY, {"path": src, "device": alias})
+        cbs[events.IO_ERROR_REASON] = lambda conn, dom, src, alias, action, reason, opaque: emit(
+            dom, events.IO_ERROR_REASON, action, events.DUMMY,
             {"path": src, "device": alias, "reason": reason})
-        cbs[E.GRAPHICS] = lambda conn, dom, phase, *rest: emit(
-            dom, E.GRAPHICS, E.DUMMY, phase)
+        cbs[events.GRAPHICS] = lambda conn, dom, phase, *rest: emit(
+            dom, events.GRAPHICS, events.DUMMY, phase)
         return cbs
 
     def _on_close(self, conn: Any, reason: int, opaque: Any) -> None:
@@ -173,7 +173,7 @@ class LibvirtSource:
             try:
                 self.registered.append(conn.domainEventRegisterAny(None, eid, cb, None))
             except (libvirt.libvirtError, AttributeError, TypeError) as err:
-                log.debug("event %s not offered: %s", E.EVENT_IDS.get(eid), err)
+                log.debug("event %s not offered: %s", events.EVENT_IDS.get(eid), err)
         return conn
 
     def _disconnect(self, conn: Any) -> None:
@@ -233,7 +233,7 @@ class LibvirtSource:
             if not self._stop.is_set():
                 self._stop.wait(0.25)
 
-    def resync(self, conn: Any) -> list[E.RawEvent]:
+    def resync(self, conn: Any) -> list[events.RawEvent]:
         """Compare libvirt's domains with the known states; report the ones that died unseen."""
         now: dict[str, dict[str, Any]] = {}
         for dom in conn.listAllDomains():
@@ -252,10 +252,10 @@ class LibvirtSource:
                 if after is not None and after["active"]:
                     continue
                 seen = after["state"] if after is not None else "absent"
-                died.append(E.RawEvent(E.LIFECYCLE, E.STOPPED, E.STOPPED_FAILED, uuid,
-                                       str(before.get("name") or (after or {}).get("name", "")),
-                                       {"seen": seen},
-                                       synthetic=f"resync: active -> {seen}"))
+                name = str(before.get("name") or (after or {}).get("name", ""))
+                died.append(events.RawEvent(events.LIFECYCLE, events.STOPPED,
+                                            events.STOPPED_FAILED, uuid, name, {"seen": seen},
+                                            synthetic=f"resync: active -> {seen}"))
             self.known = {u: {"name": d["name"], "active": d["active"]} for u, d in now.items()}
         for event in died:
             log.warning("domain %s (%s) died while unobserved (now %s)", event.name, event.uuid,

@@ -30,12 +30,11 @@ import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from herder.core import model as M
-from herder.core import notification as N
-from herder.core.jobs import reason as R
-from herder.maintd import incidents as I
-from herder.maintd import instances as IN
-from herder.maintd import watcher as W
+from herder.core import model, notification
+from herder.core.jobs import reason
+from herder.maintd import incidents
+from herder.maintd import instances as instance_incidents
+from herder.maintd import watcher as watcher_repairs
 from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentRound
 from herder.maintd.rounds import Instance, Job, Node, Plan, failure_tag_job, plan_round
 from herder.maintd.sources import IncidentSource, Observation
@@ -71,7 +70,8 @@ class Cluster(Protocol):
 
     def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]: ...  # cluster, per group
 
-    # optional: def jobs(self) -> list[IN.JobInfo] (the queue, for the ordered-stop check)
+    # optional: def jobs(self) -> list[instance_incidents.JobInfo] (the queue, for the
+    # ordered-stop check)
 
 
 class RapiCluster:
@@ -107,14 +107,14 @@ class RapiCluster:
         groups = {g["uuid"]: list(g.get("tags") or []) for g in self.client.get_groups(bulk=True)}
         return list(self.client.get_cluster_tags()), groups
 
-    def jobs(self) -> list[IN.JobInfo]:
-        return [IN.JobInfo.from_rapi(j) for j in self.client.get_jobs(bulk=True)]
+    def jobs(self) -> list[instance_incidents.JobInfo]:
+        return [instance_incidents.JobInfo.from_rapi(j) for j in self.client.get_jobs(bulk=True)]
 
     def maintd_jobs(self) -> dict[int, set[str]]:
         found: dict[int, set[str]] = {}
         for job in self.client.get_jobs(bulk=True):
             events = {r[1] for op in job.get("ops") or [] for r in op.get("reason") or []
-                      if isinstance(r, list) and len(r) == 3 and r[0] == R.MAINTD}
+                      if isinstance(r, list) and len(r) == 3 and r[0] == reason.MAINTD}
             if events:
                 found[int(job["id"])] = events
         return found
@@ -125,11 +125,12 @@ class Maintd:
                  round_delay: float = 0.0, interval: float = 5.0, enabled: bool = True,
                  harep: bool = False, watcher: bool = True, agents: Agents | None = None,
                  balance: bool | None = None, balance_threshold: float | None = None,
-                 restart_budget: int = W.BUDGET, restart_window: float = W.WINDOW,
-                 restart_settle: float = W.SETTLE,
+                 restart_budget: int = watcher_repairs.BUDGET,
+                 restart_window: float = watcher_repairs.WINDOW,
+                 restart_settle: float = watcher_repairs.SETTLE,
                  failure_table: Mapping[tuple[str, str], str] | None = None,
-                 failure_window: float = IN.FAILURE_WINDOW,
-                 ordered_grace: float = IN.ORDERED_GRACE) -> None:
+                 failure_window: float = instance_incidents.FAILURE_WINDOW,
+                 ordered_grace: float = instance_incidents.ORDERED_GRACE) -> None:
         self.cluster = cluster
         self.store = store
         self.sources = list(sources)
@@ -160,7 +161,7 @@ class Maintd:
         self.last_tick = 0.0
         self.last_error = ""
         self.round_cpu: list[float] = []
-        self.failure_table = dict(N.DEFAULT_FAILURES if failure_table is None
+        self.failure_table = dict(notification.DEFAULT_FAILURES if failure_table is None
                                   else failure_table)
         self.failure_window = failure_window
         self.ordered_grace = ordered_grace
@@ -206,8 +207,8 @@ class Maintd:
                     self.state.jobs.append(job_id)  # the next round waits for it
                 if inc is not None:  # (None: a harep repair, tracked by its tags)
                     inc.jobs.append(job_id)
-                    if I.is_active(inc):
-                        I.set_status(inc, "pending")
+                    if incidents.is_active(inc):
+                        incidents.set_status(inc, "pending")
         self.state.intents = []
         await self._save()
 
@@ -266,24 +267,24 @@ class Maintd:
         seen = self._seen()
         seen_changed = seen != st.seen
         st.seen = seen
-        created = I.observe(st.incidents, data)
+        created = incidents.observe(st.incidents, data)
         for inc in created:
             log.info("new incident %s on node %s: %s", inc.uuid, inc.node, inc.action)
         changed |= bool(created)
         tags = {n.uuid: n.tags for n in nodes}
-        dropped = I.forget(st.incidents, data, tags, st.jobs)
+        dropped = incidents.forget(st.incidents, data, tags, st.jobs)
         for inc in dropped:
             log.info("forgetting incident %s (%s)", inc.uuid, inc.repair_status)
         changed |= bool(dropped)
         inst_tags = {i.uuid: i.tags for i in instances if i.uuid}
-        dropped = IN.forget(st.incidents, inst_tags, window=self.failure_window,
-                            busy_jobs=st.jobs)
+        dropped = instance_incidents.forget(st.incidents, inst_tags, window=self.failure_window,
+                                            busy_jobs=st.jobs)
         for inc in dropped:
             log.info("forgetting instance incident %s (%s)", inc.uuid, inc.repair_status)
         changed |= bool(dropped)
         plan = None
         paced = time.time() - self.last_round_end >= self.round_delay
-        if not busy and self.enabled and not paced and IN.recovering(st.incidents):
+        if not busy and self.enabled and not paced and instance_incidents.recovering(st.incidents):
             # only the instance incidents: they do not wait for the round delay
             plan = Plan()
             changed |= self._instance_jobs(nodes, instances, plan)
@@ -320,11 +321,11 @@ class Maintd:
 
     async def _harep_jobs(self, nodes: list[Node], instances: list[Instance],
                           plan: Plan) -> list[Job]:
-        from herder.maintd import harep as H
+        from herder.maintd import harep
 
         cluster_tags, group_tags = await asyncio.to_thread(self.cluster.policy_tags)
         pending = [s for i in instances
-                   for s in (H.parse_state_tag(t) for t in i.tags)
+                   for s in (harep.parse_state_tag(t) for t in i.tags)
                    if s is not None and s.kind == "pending"]
         event_jobs: dict[str, list[int]] = {}
         if any(not s.jobs for s in pending):
@@ -335,18 +336,18 @@ class Maintd:
         ids = {j for s in pending for j in (s.jobs or event_jobs.get(s.uuid, ()))}
         status = {j: await asyncio.to_thread(self.cluster.job_status, j) for j in ids}
         names = {n.uuid: n.name for n in nodes}
-        affected = {names[u] for u in I.leading(self.state.incidents) if u in names}
-        return H.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
-                            event_jobs, affected)
+        affected = {names[u] for u in incidents.leading(self.state.incidents) if u in names}
+        return harep.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
+                                event_jobs, affected)
 
     def _instance_jobs(self, nodes: list[Node], instances: list[Instance], plan: Plan) -> bool:
         """Adds the instance incidents' jobs to `plan`; whether an incident changed."""
-        res = IN.plan_instances(nodes, instances, self.state.incidents, plan)
+        res = instance_incidents.plan_instances(nodes, instances, self.state.incidents, plan)
         for event in res.canceled:
             inc = self.state.incident(event)
             if inc is not None:
                 log.info("instance incident %s: nothing left to do", event)
-                I.set_status(inc, "canceled")
+                incidents.set_status(inc, "canceled")
         plan.jobs.extend(res.jobs)
         plan.notes.extend(res.notes)
         return bool(res.canceled)
@@ -354,31 +355,32 @@ class Maintd:
     def _affected(self, nodes: list[Node], failed: bool = False) -> set[str]:
         """Names of nodes with an active incident (`failed`: or a failed one, or tagged so)."""
         names = {n.uuid: n.name for n in nodes}
-        out = {names[u] for u in I.leading(self.state.incidents) if u in names}
+        out = {names[u] for u in incidents.leading(self.state.incidents) if u in names}
         if failed:
             out |= {names[i.node] for i in self.state.incidents
                     if i.repair_status == "failed" and i.node in names
-                    and I.is_node_incident(i)}
-            out |= {n.name for n in nodes if any(t.startswith(I.FAILED_PREFIX) for t in n.tags)}
+                    and incidents.is_node_incident(i)}
+            out |= {n.name for n in nodes
+                    if any(t.startswith(incidents.FAILED_PREFIX) for t in n.tags)}
         return out
 
     async def _watcher_jobs(self, nodes: list[Node], instances: list[Instance],
                             plan: Plan) -> list[Job]:
         # an agent that did not answer: no states, no restarts there; disks are still activated
-        states = W.states_of(self.agent_round.by_name(W.live_nodes(nodes), INST_STATUS),
-                             instances)
+        reports = self.agent_round.by_name(watcher_repairs.live_nodes(nodes), INST_STATUS)
+        states = watcher_repairs.states_of(reports, instances)
         now = time.time()
         for name in list(self.restarts):
             self.restarts[name] = [t for t in self.restarts[name]
                                    if now - t < self.restart_window]
             if not self.restarts[name]:
                 del self.restarts[name]
-        skip = IN.recovering(self.state.incidents)
-        res = W.plan_watcher(nodes, instances, plan, states, self.restarts,
-                             self._affected(nodes), now, self.restart_budget,
-                             self.restart_window, self.restart_settle,
-                             skip={i.name for i in instances
-                                   if i.uuid in skip or IN.OPTOUT_TAG in i.tags})
+        skip = instance_incidents.recovering(self.state.incidents)
+        res = watcher_repairs.plan_watcher(nodes, instances, plan, states, self.restarts,
+                                           self._affected(nodes), now, self.restart_budget,
+                                           self.restart_window, self.restart_settle,
+                                           skip={i.name for i in instances if i.uuid in skip
+                                                 or instance_incidents.OPTOUT_TAG in i.tags})
         for name in res.restarted:
             log.info("restarting instance %s: it should run but is down", name)
             self.restarts.setdefault(name, []).append(now)
@@ -387,7 +389,7 @@ class Maintd:
 
     async def _balance_jobs(self, nodes: list[Node], instances: list[Instance],
                             plan: Plan) -> list[Job]:
-        from herder.maintd import balance as B
+        from herder.maintd import balance
 
         getter = getattr(self.cluster, "maintenance", None)
         if getter is not None and (self.balance is None or self.balance_threshold is None):
@@ -411,10 +413,10 @@ class Maintd:
         mond_data = None
         if self.settings.get("balanceDynamicLoad") is True and self.agents is not None:
             # hbal --mond: every node's cpu-avg-load, or (Ganeti's rule) none is used
-            reports = self.agent_round.by_name(W.live_nodes(nodes), CPU_LOAD)
+            reports = self.agent_round.by_name(watcher_repairs.live_nodes(nodes), CPU_LOAD)
             mond_data = {name: [rep] for name, rep in reports.items()}
         cpu0 = time.process_time()
-        res = await asyncio.to_thread(B.plan_balance, nodes, instances, plan, threshold,
+        res = await asyncio.to_thread(balance.plan_balance, nodes, instances, plan, threshold,
                                       self._affected(nodes, failed=True), figures,
                                       disk_moves=disk_moves, mond_data=mond_data)
         self.last_balance = {"initial_score": res.initial_score,
@@ -439,18 +441,20 @@ class Maintd:
         for job_id, status in statuses.items():
             if status == FINISHED_OK:
                 for inc in st.incidents:
-                    if job_id in inc.jobs and I.is_active(inc) and IN.is_instance_incident(inc):
+                    if (job_id in inc.jobs and incidents.is_active(inc)
+                            and instance_incidents.is_instance_incident(inc)):
                         log.info("instance incident %s completed (job %d)", inc.uuid, job_id)
-                        I.set_status(inc, "completed")
+                        incidents.set_status(inc, "completed")
                 continue
             for inc in st.incidents:
-                if job_id in inc.jobs and I.is_active(inc):
+                if job_id in inc.jobs and incidents.is_active(inc):
                     log.warning("job %d of incident %s ended %s: incident failed", job_id,
                                 inc.uuid, status or "unknown")
                     self._fail(inc)
-                    if IN.is_instance_incident(inc):
+                    if instance_incidents.is_instance_incident(inc):
                         if inc.instance in inst_names:
-                            failures.append(IN.failure_tag_job(inc, inst_names[inc.instance]))
+                            failures.append(instance_incidents.failure_tag_job(
+                                inc, inst_names[inc.instance]))
                     elif inc.node in names:
                         failures.append(failure_tag_job(inc, names[inc.node]))
                 elif (job_id in inc.jobs and inc.repair_status == "failed"
@@ -473,9 +477,9 @@ class Maintd:
                 seen.update({k: list(v) for k, v in last.items()})
         return seen
 
-    def _fail(self, inc: M.Incident) -> None:
-        I.set_status(inc, "failed")
-        inc.tag = I.failed_tag(inc.uuid)
+    def _fail(self, inc: model.Incident) -> None:
+        incidents.set_status(inc, "failed")
+        inc.tag = incidents.failed_tag(inc.uuid)
 
     async def _execute(self, plan: Plan, nodes: list[Node]) -> None:
         st = self.state
@@ -484,7 +488,7 @@ class Maintd:
             inc = st.incident(event)
             if inc is not None:
                 log.info("incident %s completed", event)
-                I.set_status(inc, "completed")
+                incidents.set_status(inc, "completed")
         extra: list[Job] = []
         for event in plan.failed:
             inc = st.incident(event)
@@ -502,7 +506,7 @@ class Maintd:
         """Intent first, then submit, then the job id (crash-safe; see `state`). A job the
         cluster refuses at submission fails its incident, which is tagged as failed too."""
         st = self.state
-        refused: list[Job] = []
+        refused: list[Job | None] = []  # their failure-tag jobs (None: the object is gone)
         jobs = list(jobs)
         keys = [intent_key(j.event, j.step, self.rounds) for j in jobs]
         st.intents.extend({"key": k, "event": j.event, "step": j.step}
@@ -510,7 +514,7 @@ class Maintd:
         for job in jobs:
             inc = st.incident(job.event)
             if inc is not None and inc.repair_status == "noted":
-                I.set_status(inc, "pending")
+                incidents.set_status(inc, "pending")
         await self._save()
         for key, job in zip(keys, jobs, strict=True):
             try:
@@ -518,7 +522,7 @@ class Maintd:
             except Exception as err:
                 log.error("submitting %s job for %s failed: %s", job.step, job.event, err)
                 inc = st.incident(job.event)
-                if inc is not None and I.is_active(inc):
+                if inc is not None and incidents.is_active(inc):
                     self._fail(inc)
                     if tag_failures and job.step != "failtag":
                         refused.append(self._failure_tag(inc))
@@ -538,24 +542,24 @@ class Maintd:
         if tags:
             await self._submit(tags, tag_failures=False)
 
-    def _failure_tag(self, inc: M.Incident) -> Job | None:
+    def _failure_tag(self, inc: model.Incident) -> Job | None:
         """The job tagging a failed incident's node (or, for an instance incident, its
         instance) `maintd:repairfailed:<event>`; None when it is gone."""
-        if IN.is_instance_incident(inc):
+        if instance_incidents.is_instance_incident(inc):
             inst = next((i for i in self._instances if i.uuid == inc.instance), None)
-            return IN.failure_tag_job(inc, inst.name) if inst is not None else None
+            return instance_incidents.failure_tag_job(inc, inst.name) if inst is not None else None
         node = next((n for n in self.nodes if n.uuid == inc.node), None)
         return failure_tag_job(inc, node.name) if node is not None else None
 
     # --- views and commands --------------------------------------------------------------------
 
-    async def cancel(self, event: str) -> M.Incident:
+    async def cancel(self, event: str) -> model.Incident:
         """Cancel an incident (KeyError if unknown): nothing more is done for it."""
-        inc = I.cancel(self.state.incidents, event)
+        inc = incidents.cancel(self.state.incidents, event)
         await self._save()
         return inc
 
-    async def notify(self, note: N.Notification) -> tuple[int, dict[str, Any]]:
+    async def notify(self, note: notification.Notification) -> tuple[int, dict[str, Any]]:
         """A validated failure notification (`POST /1/notifications`): (HTTP status, body).
 
         409 for a notification received before (masakari's duplicate: the sender drops it);
@@ -563,10 +567,11 @@ class Maintd:
         instance incident was created) or "ignored", with the `reason`."""
         async with self._notify_lock:  # one at a time, like masakari's per-host lock
             if note.key in self.received or any(
-                    IN.same_notification(i.original, note) for i in self.state.incidents
-                    if IN.is_instance_incident(i)):
+                    instance_incidents.same_notification(i.original, note)
+                    for i in self.state.incidents
+                    if instance_incidents.is_instance_incident(i)):
                 return 409, {"error": "conflict", "message": "duplicate notification"}
-            kind = N.failure_kind(note, self.failure_table)
+            kind = notification.failure_kind(note, self.failure_table)
             record: dict[str, Any] = {**note.to_body()["notification"],
                                       "notification_uuid": str(uuidlib.uuid4()),
                                       "kind": kind, "received": time.time()}
@@ -592,27 +597,28 @@ class Maintd:
                          note.event, note.detail, verdict.reason)
             return 202, {"notification": dict(record)}
 
-    async def _decide(self, note: N.Notification, kind: str | None,
-                      notification_uuid: str) -> IN.Verdict:
+    async def _decide(self, note: notification.Notification, kind: str | None,
+                      notification_uuid: str) -> instance_incidents.Verdict:
         if kind is None:  # no need to read the cluster
-            return IN.decide(note, kind, [], [], self.state.incidents)
+            return instance_incidents.decide(note, kind, [], [], self.state.incidents)
         nodes = await asyncio.to_thread(self.cluster.nodes)
         instances = await asyncio.to_thread(self.cluster.instances)
-        jobs: list[IN.JobInfo] = []
+        jobs: list[instance_incidents.JobInfo] = []
         getter = getattr(self.cluster, "jobs", None)
-        if kind == N.STOP and getter is not None:
+        if kind == notification.STOP and getter is not None:
             jobs = await asyncio.to_thread(getter)
         diagnoses = {u: o.data for u, o in self.observations.items() if o.data is not None}
-        return IN.decide(note, kind, nodes, instances, self.state.incidents, jobs, diagnoses,
-                         grace=self.ordered_grace, window=self.failure_window,
-                         notification_uuid=notification_uuid)
+        return instance_incidents.decide(note, kind, nodes, instances, self.state.incidents,
+                                         jobs, diagnoses,
+                                         grace=self.ordered_grace, window=self.failure_window,
+                                         notification_uuid=notification_uuid)
 
     def notifications(self) -> list[dict[str, Any]]:
         """The newest notifications received (oldest first) with their verdicts."""
         return [dict(r) for r in list(self.received.values())[-NOTIFICATIONS_SHOWN:]]
 
     def status(self) -> list[dict[str, Any]]:
-        return [M.to_builtins(i) for i in self.state.incidents]
+        return [model.to_builtins(i) for i in self.state.incidents]
 
     def reports(self) -> list[dict[str, Any]]:
         by_uuid = {n.uuid: n for n in self.nodes}

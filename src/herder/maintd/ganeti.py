@@ -33,14 +33,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from herder.core.jobs import reason as R
+from herder.core.jobs import reason
 from herder.maintd.daemon import RapiCluster
 from herder.maintd.instances import JobInfo
 from herder.maintd.rounds import Node
 
 log = logging.getLogger("herder.maintd.ganeti")
 
-REASON_PREFIX = f"{R.MAINTD} "  # gnt:daemon:maintd <event>
+REASON_PREFIX = f"{reason.MAINTD} "  # gnt:daemon:maintd <event>
 FINAL = ("success", "error", "canceled")
 UNSUPPORTED = "unsupported"
 
@@ -51,13 +51,13 @@ class UnsupportedOp(Exception):
 
 def reason_text(op: Mapping[str, Any]) -> str:
     """The `reason` query text for an opcode: maintd's event, then instmon's when present."""
-    parts = []
+    parts: list[str] = []
     for entry in op.get("reason") or []:
         if isinstance(entry, list | tuple) and len(entry) >= 2:
-            if entry[0] == R.MAINTD:
-                parts.insert(0, f"{R.MAINTD} {entry[1]}")
-            elif entry[0] == R.INSTMON:
-                parts.append(f"{R.INSTMON} {entry[1]}")
+            if entry[0] == reason.MAINTD:
+                parts.insert(0, f"{reason.MAINTD} {entry[1]}")
+            elif entry[0] == reason.INSTMON:
+                parts.append(f"{reason.INSTMON} {entry[1]}")
     return "; ".join(parts)
 
 
@@ -68,7 +68,7 @@ def events_of(job: Mapping[str, Any]) -> set[str]:
         for entry in (op or {}).get("reason") or []:
             if not isinstance(entry, list | tuple) or len(entry) < 2:
                 continue
-            if entry[0] == R.MAINTD:
+            if entry[0] == reason.MAINTD:
                 found.add(str(entry[1]))
             elif isinstance(entry[1], str) and entry[1].startswith(REASON_PREFIX):
                 found.add(entry[1][len(REASON_PREFIX):].split(";")[0].split()[0])
@@ -94,8 +94,8 @@ def route(op: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
         body = {k: v for k, v in fields.items() if v is not None}
         return "POST", f"/2/instances/{_seg(inst)}/replace-disks", None, body
     if kind == "OP_INSTANCE_STARTUP":
-        query = {"force": 1} if fields.get("force") else None
-        return "PUT", f"/2/instances/{_seg(inst)}/startup", query, None
+        force = {"force": 1} if fields.get("force") else None
+        return "PUT", f"/2/instances/{_seg(inst)}/startup", force, None
     if kind == "OP_INSTANCE_SHUTDOWN":
         return "PUT", f"/2/instances/{_seg(inst)}/shutdown", None, None
     if kind == "OP_INSTANCE_REINSTALL":  # harep's "reinstall" (RAPI body version 1)
@@ -234,7 +234,7 @@ def repair_via_mond(key_loader: Callable[[], bytes | None], port: int,
         if ":" in host:
             host = f"[{host}]"
         event = next((str(e[1]) for e in op.get("reason") or []
-                      if isinstance(e, list | tuple) and e and e[0] == R.MAINTD), "")
+                      if isinstance(e, list | tuple) and e and e[0] == reason.MAINTD), "")
         return run_repair(f"http://{host}:{port}", key, str(op.get("command")),
                           op.get("input"), event)
 

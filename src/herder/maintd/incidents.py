@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
-from herder.core import model as M
+from herder.core import model
 
 ACTIONS = ("Ok", "live-repair", "evacuate", "evacuate-failover")
 SEVERITY = {name: rank for rank, name in enumerate(ACTIONS)}
@@ -31,51 +31,56 @@ def failed_tag(event: str) -> str:
     return FAILED_PREFIX + event
 
 
-def is_active(inc: M.Incident) -> bool:
+def is_active(inc: model.Incident) -> bool:
     return inc.repair_status in ACTIVE
 
 
-def is_node_incident(inc: M.Incident) -> bool:
+def is_node_incident(inc: model.Incident) -> bool:
     return inc.instance is None
 
 
-def action_of(original: Any) -> str | None:
+def _is_node_action(status: Any) -> TypeGuard[model.RepairAction]:
+    return isinstance(status, str) and status in SEVERITY
+
+
+def action_of(original: Any) -> model.RepairAction | None:
     """The recommended action of a diagnose object, None when it is not a valid one."""
     if not isinstance(original, Mapping):
         return None
     status = original.get("status")
-    return status if isinstance(status, str) and status in SEVERITY else None
+    return status if _is_node_action(status) else None
 
 
-def new_incident(node: str, original: Any, when: float | None = None) -> M.Incident:
+def new_incident(node: str, original: Any, when: float | None = None) -> model.Incident:
     action = action_of(original)
     if action is None or action == "Ok":
         raise ValueError(f"no repair needed for diagnose {original!r}")
     event = str(uuidlib.uuid4())
     stamp = time.time() if when is None else when
-    return M.Incident(uuid=event, node=node, original=original, action=action,  # type: ignore[arg-type]
-                      repair_status="noted", tag=ready_tag(event), ctime=stamp, mtime=stamp)
+    return model.Incident(uuid=event, node=node, original=original, action=action,
+                          repair_status="noted", tag=ready_tag(event), ctime=stamp, mtime=stamp)
 
 
-def find(incidents: Iterable[M.Incident], node: str, original: Any) -> M.Incident | None:
+def find(incidents: Iterable[model.Incident], node: str, original: Any) -> model.Incident | None:
     for inc in incidents:
         if is_node_incident(inc) and inc.node == node and inc.original == original:
             return inc
     return None
 
 
-def set_status(inc: M.Incident, status: str, when: float | None = None) -> None:
+def set_status(inc: model.Incident, status: model.RepairStatus,
+               when: float | None = None) -> None:
     if inc.repair_status != status:
-        inc.repair_status = status  # type: ignore[assignment]
+        inc.repair_status = status
         inc.touch(when)
 
 
-def observe(incidents: list[M.Incident], reports: Mapping[str, Any],
-            when: float | None = None) -> list[M.Incident]:
+def observe(incidents: list[model.Incident], reports: Mapping[str, Any],
+            when: float | None = None) -> list[model.Incident]:
     """Merge one poll's diagnose objects (node UUID -> data) into `incidents` (in place).
 
     Returns the incidents created. Ok and invalid objects create nothing."""
-    created: list[M.Incident] = []
+    created: list[model.Incident] = []
     for node, original in reports.items():
         action = action_of(original)
         if action is None or action == "Ok" or find(incidents, node, original) is not None:
@@ -87,7 +92,7 @@ def observe(incidents: list[M.Incident], reports: Mapping[str, Any],
     return created
 
 
-def supersede(incidents: list[M.Incident], when: float | None = None) -> list[M.Incident]:
+def supersede(incidents: list[model.Incident], when: float | None = None) -> list[model.Incident]:
     """Cancel active incidents with a milder action than another active one on the same node."""
     worst: dict[str, int] = {}
     for inc in incidents:
@@ -101,9 +106,9 @@ def supersede(incidents: list[M.Incident], when: float | None = None) -> list[M.
     return canceled
 
 
-def leading(incidents: Iterable[M.Incident]) -> dict[str, M.Incident]:
+def leading(incidents: Iterable[model.Incident]) -> dict[str, model.Incident]:
     """Per node the active incident to act on: the most invasive, the oldest on ties."""
-    best: dict[str, M.Incident] = {}
+    best: dict[str, model.Incident] = {}
     for inc in incidents:
         if not is_active(inc) or not is_node_incident(inc):
             continue
@@ -113,7 +118,8 @@ def leading(incidents: Iterable[M.Incident]) -> dict[str, M.Incident]:
     return best
 
 
-def cancel(incidents: Iterable[M.Incident], event: str, when: float | None = None) -> M.Incident:
+def cancel(incidents: Iterable[model.Incident], event: str,
+           when: float | None = None) -> model.Incident:
     """Cancel an incident by uuid (KeyError if unknown). Finalized ones stay as they are."""
     for inc in incidents:
         if inc.uuid == event:
@@ -123,9 +129,9 @@ def cancel(incidents: Iterable[M.Incident], event: str, when: float | None = Non
     raise KeyError(event)
 
 
-def forget(incidents: list[M.Incident], observed: Mapping[str, Any],
+def forget(incidents: list[model.Incident], observed: Mapping[str, Any],
            node_tags: Mapping[str, Iterable[str]],
-           busy_jobs: Iterable[int] = ()) -> list[M.Incident]:
+           busy_jobs: Iterable[int] = ()) -> list[model.Incident]:
     """Drop the incidents the life cycle says to forget (in place); returns them.
 
     `observed`: node UUID -> last diagnose object (a node absent was not observed);

@@ -3,7 +3,7 @@
 `herder instmon` on every node sends a masakari-format notification when a domain stops
 (`herder.core.notification`); maintd's `POST /1/notifications` hands it to `decide`, which
 either ignores it (with the reason, answered to the sender and shown on the page) or creates an
-instance incident: an `M.Incident` with `instance` set (the instance UUID) and `node` the UUID of
+instance incident: a `model.Incident` with `instance` set (the instance UUID) and `node` the UUID of
 the node it failed on. Its action:
 
 * `restart`: start it again on the same node (OP_INSTANCE_STARTUP);
@@ -26,23 +26,22 @@ failed one also while its tag is on the instance), so the relocate rule survives
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import time
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from herder.core import model as M
-from herder.core import notification as N
-from herder.core.jobs import reason as R
-from herder.maintd import incidents as I
+from herder.core import model, notification
+from herder.core.jobs import reason
+from herder.maintd import incidents as incident_lifecycle
 from herder.maintd.rounds import MIRRORED, Instance, Job, Node, Plan, annotate
 
 OPTOUT_TAG = "herder:instmon:norecover"
-RESTART = "restart"
-RELOCATE = "relocate"
-DRAIN_RELOCATE = "drain-relocate"
+RESTART: Final = "restart"
+RELOCATE: Final = "relocate"
+DRAIN_RELOCATE: Final = "drain-relocate"
 ACTIONS = (RESTART, RELOCATE, DRAIN_RELOCATE)
 # opcodes during which a stop of their instance is herder's own doing
 IN_PLACE = frozenset({"OP_INSTANCE_SHUTDOWN", "OP_INSTANCE_REBOOT", "OP_INSTANCE_REINSTALL",
@@ -104,28 +103,31 @@ class Verdict:
     status: str  # "new" (an incident was created) | "ignored"
     reason: str
     kind: str | None = None
-    incident: M.Incident | None = None
+    incident: model.Incident | None = None
 
 
-def is_instance_incident(inc: M.Incident) -> bool:
+def is_instance_incident(inc: model.Incident) -> bool:
     return inc.instance is not None
 
 
-def active_for(incidents: Iterable[M.Incident], instance_uuid: str) -> M.Incident | None:
-    return next((i for i in incidents if i.instance == instance_uuid and I.is_active(i)), None)
+def active_for(incidents: Iterable[model.Incident], instance_uuid: str) -> model.Incident | None:
+    return next((i for i in incidents
+                 if i.instance == instance_uuid and incident_lifecycle.is_active(i)), None)
 
 
-def recovering(incidents: Iterable[M.Incident]) -> set[str]:
+def recovering(incidents: Iterable[model.Incident]) -> set[str]:
     """UUIDs of the instances with an active instance incident."""
-    return {i.instance for i in incidents if i.instance is not None and I.is_active(i)}
+    return {i.instance for i in incidents
+            if i.instance is not None and incident_lifecycle.is_active(i)}
 
 
-def original_of(note: N.Notification, kind: str | None, notification_uuid: str) -> dict[str, Any]:
+def original_of(note: notification.Notification, kind: str | None,
+                notification_uuid: str) -> dict[str, Any]:
     return {**note.to_body()["notification"], "kind": kind,
             "notification_uuid": notification_uuid}
 
 
-def same_notification(original: Any, note: N.Notification) -> bool:
+def same_notification(original: Any, note: notification.Notification) -> bool:
     """Whether an incident's original is this notification (a delivery again)."""
     if not isinstance(original, Mapping):
         return False
@@ -134,7 +136,7 @@ def same_notification(original: Any, note: N.Notification) -> bool:
             and original.get("payload") == note.payload)
 
 
-def node_unhealthy(node: Node, incidents: Iterable[M.Incident],
+def node_unhealthy(node: Node, incidents: Iterable[model.Incident],
                    diagnoses: Mapping[str, Any]) -> str | None:
     """Why a node is unhealthy (None: it is not): drained, offline, an active node incident,
     or its last diagnose observation is not Ok (`diagnoses`: node UUID -> diagnose object)."""
@@ -142,7 +144,7 @@ def node_unhealthy(node: Node, incidents: Iterable[M.Incident],
         return "offline"
     if node.drained:
         return "drained"
-    if node.uuid in I.leading(incidents):
+    if node.uuid in incident_lifecycle.leading(incidents):
         return "an active node incident"
     diag = diagnoses.get(node.uuid)
     if isinstance(diag, Mapping) and diag.get("status", "Ok") != "Ok":
@@ -150,8 +152,8 @@ def node_unhealthy(node: Node, incidents: Iterable[M.Incident],
     return None
 
 
-def decide(note: N.Notification, kind: str | None, nodes: Sequence[Node],
-           instances: Sequence[Instance], incidents: Sequence[M.Incident],
+def decide(note: notification.Notification, kind: str | None, nodes: Sequence[Node],
+           instances: Sequence[Instance], incidents: Sequence[model.Incident],
            jobs: Sequence[JobInfo] = (), diagnoses: Mapping[str, Any] | None = None,
            now: float | None = None, grace: float = ORDERED_GRACE,
            window: float = FAILURE_WINDOW, notification_uuid: str = "") -> Verdict:
@@ -171,7 +173,7 @@ def decide(note: N.Notification, kind: str | None, nodes: Sequence[Node],
                                 f"{note.hostname} (it moved)", kind)
     if OPTOUT_TAG in inst.tags:
         return Verdict(IGNORED, f"{inst.name} is tagged {OPTOUT_TAG}", kind)
-    if kind == N.STOP:
+    if kind == notification.STOP:
         for job in jobs:
             if job.status in UNFINISHED and (inst.name in job.instances
                                              or note.hostname in job.nodes):
@@ -187,7 +189,8 @@ def decide(note: N.Notification, kind: str | None, nodes: Sequence[Node],
                        kind)
     node = next((n for n in nodes if n.name == inst.pnode), None)
     node_uuid = node.uuid if node is not None else inst.pnode
-    if kind == N.IO_ERROR:
+    action: model.RepairAction
+    if kind == notification.IO_ERROR:
         action, why = DRAIN_RELOCATE, "its storage failed"
     else:
         earlier = [i for i in incidents if i.instance == inst.uuid and now - i.ctime < window]
@@ -201,9 +204,9 @@ def decide(note: N.Notification, kind: str | None, nodes: Sequence[Node],
             action, why = RESTART, "first failure on a healthy node"
     event = str(uuidlib.uuid4())
     original = original_of(note, kind, notification_uuid)
-    inc = M.Incident(uuid=event, node=node_uuid, instance=inst.uuid, original=original,
-                     action=action, repair_status="noted", tag="",  # type: ignore[arg-type]
-                     ctime=now, mtime=now)
+    inc = model.Incident(uuid=event, node=node_uuid, instance=inst.uuid, original=original,
+                         action=action, repair_status="noted", tag="",
+                         ctime=now, mtime=now)
     return Verdict(NEW, f"{kind} of {inst.name}: {action} ({why})", kind, inc)
 
 
@@ -213,21 +216,23 @@ def decide(note: N.Notification, kind: str | None, nodes: Sequence[Node],
 def instmon_reason(original: Any) -> list[Any]:
     """The reason-trail entry naming the notified event (stamped with its generated_time)."""
     o = original if isinstance(original, Mapping) else {}
-    payload = o.get("payload") if isinstance(o.get("payload"), Mapping) else {}
+    payload = o.get("payload")
+    if not isinstance(payload, Mapping):
+        payload = {}
     when = str(o.get("generated_time", ""))
     text = (f"{payload.get('event', '?')}/{payload.get('vir_domain_event', '?')} on "
             f"{o.get('hostname', '?')} at {when}")
     try:
-        stamp = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        stamp = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
         if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=dt.UTC)
+            stamp = stamp.replace(tzinfo=datetime.UTC)
         ns = int(stamp.timestamp() * 1_000_000) * 1000
     except ValueError:
         ns = time.time_ns()
-    return [R.INSTMON, text, ns]
+    return [reason.INSTMON, text, ns]
 
 
-def _ops(inc: M.Incident, *ops: dict[str, Any]) -> list[dict[str, Any]]:
+def _ops(inc: model.Incident, *ops: dict[str, Any]) -> list[dict[str, Any]]:
     trail = instmon_reason(inc.original)
     return [annotate({**op, "reason": [list(trail)]}, inc.uuid) for op in ops]
 
@@ -248,7 +253,7 @@ def failover_op(inst: Instance) -> dict[str, Any]:
 
 
 def plan_instances(nodes: Sequence[Node], instances: Sequence[Instance],
-                   incidents: Iterable[M.Incident], plan: Plan) -> InstancePlan:
+                   incidents: Iterable[model.Incident], plan: Plan) -> InstancePlan:
     """The jobs of the active instance incidents without jobs, after `plan`'s jobs (an
     instance used by them, or whose nodes they touch, waits for the next round)."""
     out = InstancePlan()
@@ -257,8 +262,9 @@ def plan_instances(nodes: Sequence[Node], instances: Sequence[Instance],
     insts = {i.uuid: i for i in instances if i.uuid}
     busy_nodes = {n for j in plan.jobs for n in j.nodes}
     used = {i for j in plan.jobs for i in j.instances}
-    for inc in sorted((i for i in incidents if is_instance_incident(i) and I.is_active(i)
-                       and not i.jobs), key=lambda i: (i.ctime, i.uuid)):
+    for inc in sorted((i for i in incidents if is_instance_incident(i)
+                       and incident_lifecycle.is_active(i) and not i.jobs),
+                      key=lambda i: (i.ctime, i.uuid)):
         ev = inc.uuid
         inst = insts.get(inc.instance or "")
         if inst is None:
@@ -323,17 +329,17 @@ def plan_instances(nodes: Sequence[Node], instances: Sequence[Instance],
     return out
 
 
-def failure_tag_job(inc: M.Incident, instance_name: str) -> Job:
+def failure_tag_job(inc: model.Incident, instance_name: str) -> Job:
     """The job tagging a failed instance incident's instance `maintd:repairfailed:<event>`."""
     op = {"OP_ID": "OP_TAGS_SET", "kind": "instance", "name": instance_name,
-          "tags": [I.failed_tag(inc.uuid)]}
+          "tags": [incident_lifecycle.failed_tag(inc.uuid)]}
     return Job(inc.uuid, "failtag", [annotate(op, inc.uuid)],
                instances=frozenset((instance_name,)))
 
 
-def forget(incidents: list[M.Incident], instance_tags: Mapping[str, Iterable[str]],
+def forget(incidents: list[model.Incident], instance_tags: Mapping[str, Iterable[str]],
            now: float | None = None, window: float = FAILURE_WINDOW,
-           busy_jobs: Iterable[int] = ()) -> list[M.Incident]:
+           busy_jobs: Iterable[int] = ()) -> list[model.Incident]:
     """Drop finished instance incidents (in place); returns them. `instance_tags`: instance
     UUID -> tags (absent: the instance is gone, its finished incidents go at once). Kept for
     `window` seconds after they ended; a failed one also while its instance carries its tag or
@@ -342,7 +348,7 @@ def forget(incidents: list[M.Incident], instance_tags: Mapping[str, Iterable[str
     busy = set(busy_jobs)
     dropped = []
     for inc in list(incidents):
-        if not is_instance_incident(inc) or inc.repair_status not in I.FINAL:
+        if not is_instance_incident(inc) or inc.repair_status not in incident_lifecycle.FINAL:
             continue
         tags = instance_tags.get(inc.instance or "")
         if tags is None:

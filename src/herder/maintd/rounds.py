@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from herder.core import model as M
-from herder.core.jobs import reason as R
-from herder.maintd import incidents as I
+from herder.core import model
+from herder.core.jobs import reason
+from herder.maintd import incidents as incident_lifecycle
 
 MIRRORED = ("drbd",)
 SHARED = ("sharedfile", "rbd", "ext", "gluster", "blockdev")
@@ -108,7 +108,7 @@ class Plan:
 def annotate(op: dict[str, Any], event: str, when_ns: int | None = None) -> dict[str, Any]:
     op = dict(op)
     op["reason"] = [*op.get("reason", []),
-                    [R.MAINTD, event, time.time_ns() if when_ns is None else when_ns]]
+                    [reason.MAINTD, event, time.time_ns() if when_ns is None else when_ns]]
     return op
 
 
@@ -117,7 +117,7 @@ def _ops(event: str, *ops: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
-               incidents: Iterable[M.Incident], busy: bool = False,
+               incidents: Iterable[model.Incident], busy: bool = False,
                try_unmovable: bool = False) -> Plan:
     """The next round's jobs; nothing while a previous round's jobs still run (`busy`).
 
@@ -129,7 +129,7 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
         return plan
     by_name = {n.name: n for n in nodes}
     by_uuid = {n.uuid: n for n in nodes}
-    lead = I.leading(incidents)
+    lead = incident_lifecycle.leading(incidents)
     evacuating = {by_uuid[u].name for u, inc in lead.items()
                   if u in by_uuid and inc.action in ("evacuate", "evacuate-failover")}
     affected = {by_uuid[u].name for u in lead if u in by_uuid}
@@ -234,7 +234,7 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
     return plan
 
 
-def _plan_primaries(plan: Plan, inc: M.Incident, node: Node, prim: list[Instance],
+def _plan_primaries(plan: Plan, inc: model.Incident, node: Node, prim: list[Instance],
                     healthy: Any, free: Any, take: Any, pick_target: Any,
                     try_unmovable: bool = False) -> None:
     ev = inc.uuid
@@ -282,9 +282,9 @@ def _plan_primaries(plan: Plan, inc: M.Incident, node: Node, prim: list[Instance
                  instances=frozenset((inst.name,))))
 
 
-def failure_tag_job(inc: M.Incident, node_name: str) -> Job:
+def failure_tag_job(inc: model.Incident, node_name: str) -> Job:
     """The job tagging a failed incident's node `maintd:repairfailed:<event>`."""
+    tag = incident_lifecycle.failed_tag(inc.uuid)
     return Job(inc.uuid, "failtag", _ops(inc.uuid, {"OP_ID": "OP_TAGS_SET", "kind": "node",
-                                                    "name": node_name,
-                                                    "tags": [I.failed_tag(inc.uuid)]}),
+                                                    "name": node_name, "tags": [tag]}),
                nodes=frozenset((node_name,)))

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from herder.core import notification as N
+from herder.core import notification
 from herder.maintd.daemon import Maintd
 
 MAX_NOTIFICATION = 64 * 1024  # bytes
@@ -105,18 +105,20 @@ async def notify(request: web.Request) -> web.Response:
     if key is None:
         return _json({"error": "unavailable", "message": "maintd cannot read the cluster HMAC "
                       "key to check the token"}, 503)
-    token = request.headers.get(N.TOKEN_HEADER)
+    token = request.headers.get(notification.TOKEN_HEADER)
     if not token:
-        return _json({"error": "unauthorized", "message": f"no {N.TOKEN_HEADER} header"}, 401)
-    if not hmac.compare_digest(token.encode(), N.token_for(key).encode()):
-        return _json({"error": "unauthorized", "message": f"wrong {N.TOKEN_HEADER} (not the "
+        return _json({"error": "unauthorized", "message": f"no {notification.TOKEN_HEADER} header"},
+                     401)
+    if not hmac.compare_digest(token.encode(), notification.token_for(key).encode()):
+        return _json({"error": "unauthorized",
+                      "message": f"wrong {notification.TOKEN_HEADER} (not the "
                       "cluster's notification token)"}, 401)
     if request.content_length is not None and request.content_length > MAX_NOTIFICATION:
         return _json({"error": "bad request", "message": "body too large"}, 413)
     body = await request.read()
     try:
-        note = N.parse(body)
-    except N.NotificationError as err:
+        note = notification.parse(body)
+    except notification.NotificationError as err:
         return _json({"error": "bad request", "message": str(err)}, 400)
     code, answer = await _d(request).notify(note)
     return _json(answer, code)

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herder.core import confd, envelope, serve
-from herder.core import notification as N
+from herder.core import confd, envelope, notification, serve
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
-from herder.core.store import FileStore, open_store
+from herder.core.store import ConfigStore, open_store
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
 from herder.maintd.server import NotifySettings, make_app
@@ -47,7 +46,7 @@ class Prepared:
 def prepare(settings: MaintdSettings) -> Prepared:
     """Everything before listening: the failure table, the cluster, the master check, the
     state, the daemon. HerderError (one line) or NotMaster when it cannot run here."""
-    table = N.load_failure_table(settings.failure_table)
+    table = notification.load_failure_table(settings.failure_table)
     me = settings.node_name or socket.getfqdn()
     bind = settings.bind
     maint: dict[str, Any] = {}
@@ -198,7 +197,7 @@ def _bindable(address: str | None) -> str | None:
     return address
 
 
-def master_vote(store: FileStore, me: str) -> str | None:
+def master_vote(store: ConfigStore, me: str) -> str | None:
     """Ask the master candidates' confd who the master is; a majority of the candidates must
     name the same node. None when no confd answers (then masterd's own answer is used)."""
     if not store.exists():

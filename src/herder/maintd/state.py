@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.store import atomic_write
 
 log = logging.getLogger("herder.maintd.state")
@@ -29,7 +29,7 @@ log = logging.getLogger("herder.maintd.state")
 
 @dataclass
 class MaintState:
-    incidents: list[M.Incident] = field(default_factory=list)
+    incidents: list[model.Incident] = field(default_factory=list)
     jobs: list[int] = field(default_factory=list)  # the running round's jobs
     evacuated: list[str] = field(default_factory=list)
     intents: list[dict[str, Any]] = field(default_factory=list)  # {"key","event","step"}
@@ -38,19 +38,19 @@ class MaintState:
     seen: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"incidents": M.to_builtins(self.incidents), "jobs": list(self.jobs),
+        return {"incidents": model.to_builtins(self.incidents), "jobs": list(self.jobs),
                 "evacuated": list(self.evacuated), "intents": list(self.intents),
                 "seen": dict(self.seen)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MaintState:
-        return cls(incidents=msgspec.convert(d.get("incidents") or [], list[M.Incident]),
+        return cls(incidents=msgspec.convert(d.get("incidents") or [], list[model.Incident]),
                    jobs=[int(j) for j in d.get("jobs") or []],
                    evacuated=[str(e) for e in d.get("evacuated") or []],
                    intents=list(d.get("intents") or []),
                    seen={str(k): list(v) for k, v in (d.get("seen") or {}).items()})
 
-    def incident(self, event: str) -> M.Incident | None:
+    def incident(self, event: str) -> model.Incident | None:
         return next((i for i in self.incidents if i.uuid == event), None)
 
 
@@ -114,9 +114,9 @@ class RapiState:
         self.fallback.save(state)
         if not self.routes:
             return
-        body = {"incidents": M.to_builtins(state.incidents), "jobs": state.jobs,
-                "evacuated": state.evacuated, "intents": M.to_builtins(state.intents),
-                "seen": M.to_builtins(state.seen)}
+        body = {"incidents": model.to_builtins(state.incidents), "jobs": state.jobs,
+                "evacuated": state.evacuated, "intents": model.to_builtins(state.intents),
+                "seen": model.to_builtins(state.seen)}
         try:
             self.client.put_herder("maintenance/state", body)
         except Exception as err:

@@ -78,7 +78,8 @@ def plan_watcher(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
             continue  # a mirrored disk without its secondary: harep's or an incident's job
         if not inst.disks_active and inst.disk_template != "diskless":
             event = new_uuid()
-            op = {"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS", "instance_name": inst.name}
+            op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS",
+                                  "instance_name": inst.name}
             out.jobs.append(Job(event, "activate-disks", [annotate(op, event)],
                                 nodes=frozenset((inst.pnode,)),
                                 instances=frozenset((inst.name,))))
@@ -123,11 +124,11 @@ def states_of(reports: Mapping[str, Any], instances: Sequence[Instance]) -> dict
         by_node[node] = seen
     out: dict[str, str] = {}
     for inst in instances:
-        seen = by_node.get(inst.pnode)
-        if seen is None:
+        primary_states = by_node.get(inst.pnode)
+        if primary_states is None:
             continue
-        state = seen.get(inst.uuid) if inst.uuid else None
-        state = state or seen.get(inst.name)
+        state = primary_states.get(inst.uuid) if inst.uuid else None
+        state = state or primary_states.get(inst.name)
         if state is not None:
             out[inst.name] = state
     return out

@@ -18,22 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, serve
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import envelope, locking, model, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
-from herder.core.store import ConfigCache, FileStore
+from herder.core.store import ConfigCache, ConfigStore, FileStore
 from herder.masterd import redist
 from herder.masterd.auth import UsersFile
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.masterd.rapi import RapiContext, make_app
+from herder.masterd.rapi import ConfigView, RapiContext, make_app
 
 if TYPE_CHECKING:
     from herder.core.lease import MasterLease
+    from herder.core.store_etcd import EtcdStore
 
 log = logging.getLogger("herder.masterd")
 DEFAULT_PORT = 5080
@@ -65,7 +64,7 @@ class NotMaster(HerderError):
     """This node is not (or no longer) the cluster's master."""
 
 
-def master_problem(config: M.ConfigData, me: str, *, explicit: bool) -> str | None:
+def master_problem(config: model.ConfigData, me: str, *, explicit: bool) -> str | None:
     """Why a masterd on node `me` must not act as master; None when it may."""
     master = config.node_name(config.cluster.master_node)
     node = next((n for n in config.nodes.values()
@@ -78,10 +77,10 @@ def master_problem(config: M.ConfigData, me: str, *, explicit: bool) -> str | No
     return None
 
 
-def lock_manager_for(store: FileStore) -> L.LockManager:
+def lock_manager_for(store: ConfigStore) -> locking.LockManager:
     config = store.load()
-    return L.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
-                         instances=config.instances, networks=config.networks)
+    return locking.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
+                               instances=config.instances, networks=config.networks)
 
 
 class MasterDaemon:
@@ -89,13 +88,16 @@ class MasterDaemon:
         self.settings = settings
         self.me = settings.node_name or socket.getfqdn()
         self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
+        self.store: ConfigStore
+        etcd_store: EtcdStore | None = None
         job_storage = None
         if str(settings.config_path).startswith("etcd://"):
             from herder.masterd import etcd_master as masterd_etcd  # only when used
 
-            self.store, self.lease, job_storage = masterd_etcd.open_etcd(
+            etcd_store, self.lease, job_storage = masterd_etcd.open_etcd(
                 str(settings.config_path), self.me, ttl=settings.lease_ttl,
                 local_dir=settings.local_dir)
+            self.store = etcd_store
         else:
             self.store = FileStore(settings.config_path)
         config = self.store.load()  # refuse a missing or broken config, with the reason
@@ -126,9 +128,9 @@ class MasterDaemon:
         # on etcd the queue is recovered once elected (masterd_etcd.take_over)
         self.recovered = (self.queue.recover() if self.lease is None else
                           {"requeued": [], "failed": [], "canceled": [], "finished": []})
-        cache = (ConfigCache(self.store.path) if self.lease is None  # type: ignore[arg-type]
-                 else masterd_etcd.EtcdConfigCache(self.store))
-        self.rapi = RapiContext(config=cache, queue=self.queue,  # type: ignore[arg-type]
+        cache: ConfigView = (ConfigCache(self.store.path) if etcd_store is None
+                             else masterd_etcd.EtcdConfigCache(etcd_store))
+        self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store)

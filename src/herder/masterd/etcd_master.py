@@ -21,8 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import etcd as E
-from herder.core import model as M
+from herder.core import etcd, model
 from herder.core.errors import HerderError
 from herder.core.jobs.store_etcd import EtcdJobStorage
 from herder.core.lease import MasterLease
@@ -40,14 +39,14 @@ def open_etcd(location: str, node_name: str, *, ttl: int = DEFAULT_LEASE_TTL,
               ) -> tuple[EtcdStore, MasterLease, EtcdJobStorage]:
     """The config store, master lease (not started) and job storage, all fenced by the lease."""
     endpoints, cluster = parse_location(location)
-    client = E.EtcdClient(endpoints)
+    client = etcd.EtcdClient(endpoints)
     lease = MasterLease(client, cluster, node_name, ttl=ttl)
     store = EtcdStore(client, cluster, fence=lease,
                       local_dir=Path(local_dir) if local_dir is not None else DEFAULT_LOCAL_DIR)
     return store, lease, EtcdJobStorage(client, cluster, fence=lease)
 
 
-def find_me(config: M.ConfigData, me: str) -> M.Node | None:
+def find_me(config: model.ConfigData, me: str) -> model.Node | None:
     return next((n for n in config.nodes.values()
                  if n.name == me or n.name.split(".")[0] == me), None)
 
@@ -61,12 +60,12 @@ class EtcdConfigCache:
 
     def __init__(self, store: EtcdStore) -> None:
         self.store = store
-        self.client = E.EtcdClient(store.client.endpoints, timeout=0.5, retry_for=1.0)
+        self.client = etcd.EtcdClient(store.client.endpoints, timeout=0.5, retry_for=1.0)
         self._revision: int | None = None
-        self._config: M.ConfigData | None = None
+        self._config: model.ConfigData | None = None
         self.error: str | None = None
 
-    def __call__(self) -> M.ConfigData | None:
+    def __call__(self) -> model.ConfigData | None:
         try:
             kv = self.client.get(self.store.key)
             if kv is None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import OpPrereqError
 
 BUILTIN = "herder"
@@ -24,7 +24,7 @@ DEFAULT_SEARCH_PATH = (Path("/usr/lib/herder/iallocators"), Path("/usr/lib/ganet
 RUN_TIMEOUT = 300.0
 
 
-def _instance_entry(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
+def _instance_entry(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
     be = config.filled_beparams(inst)
     group = config.instance_group(inst)
     nics = []
@@ -55,7 +55,7 @@ def disk_space_total(template: str, sizes: Sequence[int]) -> int:
     return 0
 
 
-def build_message(config: M.ConfigData, request: Mapping[str, Any],
+def build_message(config: model.ConfigData, request: Mapping[str, Any],
                   node_info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The iallocator v2 input message. `node_info`: node UUID -> live figures (total/free
     memory and disk, cpus) reported by the node daemons; nodes without are marked offline."""
@@ -63,7 +63,7 @@ def build_message(config: M.ConfigData, request: Mapping[str, Any],
     groups = {
         g.uuid: {"name": g.name, "alloc_policy": g.alloc_policy,
                  "networks": sorted(g.networks), "tags": list(g.tags),
-                 "ipolicy": M.to_builtins(config.filled_ipolicy(g))}
+                 "ipolicy": model.to_builtins(config.filled_ipolicy(g))}
         for g in config.nodegroups.values()
     }
     nodes: dict[str, Any] = {}
@@ -96,7 +96,7 @@ def build_message(config: M.ConfigData, request: Mapping[str, Any],
     return {
         "version": 2, "cluster_name": c.name, "cluster_tags": list(c.tags),
         "enabled_hypervisors": list(c.enabled_hypervisors),
-        "ipolicy": M.to_builtins(c.ipolicy), "nodegroups": groups, "nodes": nodes,
+        "ipolicy": model.to_builtins(c.ipolicy), "nodegroups": groups, "nodes": nodes,
         "instances": {i.name: _instance_entry(config, i) for i in config.instances.values()},
         "request": dict(request),
     }
@@ -153,7 +153,7 @@ def run(name: str, message: Mapping[str, Any],
     return reply
 
 
-def allocate_nodes(config: M.ConfigData, names: Sequence[str], request: Mapping[str, Any],
+def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapping[str, Any],
                    node_info: Mapping[str, Mapping[str, Any]],
                    search_path: Sequence[Path] = DEFAULT_SEARCH_PATH) -> tuple[str, list[str]]:
     """Try each iallocator in order (design-2.1); the first successful answer wins.

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from herder.core import model as M
+from herder.core import model
 from herder.core.errors import HerderError
 from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
@@ -82,7 +82,7 @@ class Control(Protocol):
 # --- the pure part: checks, port reallocation, the merged config ---------------------------------
 
 
-def listing(config: M.ConfigData) -> dict[str, dict[str, str]]:
+def listing(config: model.ConfigData) -> dict[str, dict[str, str]]:
     """Node and instance names by UUID (what the final verify compares)."""
     return {"nodes": {n.uuid: n.name for n in config.nodes.values()},
             "instances": {i.uuid: i.name for i in config.instances.values()}}
@@ -93,13 +93,13 @@ def _collide(kind: str, ours: Iterable[str], theirs: Iterable[str]) -> list[str]
     return [f"{kind} {value} exists in both clusters" for value in both]
 
 
-def _disks(disks: Iterable[M.Disk]) -> Iterable[M.Disk]:
+def _disks(disks: Iterable[model.Disk]) -> Iterable[model.Disk]:
     for disk in disks:
         yield disk
         yield from _disks(disk.children)
 
 
-def check(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse") -> list[str]:
+def check(ours: model.ConfigData, other: model.ConfigData, groups: str = "refuse") -> list[str]:
     """Why `other` cannot be merged into `ours` (empty: it can)."""
     problems: list[str] = []
     if other.version != ours.version:
@@ -146,18 +146,18 @@ def check(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse") -> li
     return problems
 
 
-def reallocate_ports(ours: M.ConfigData, other: M.ConfigData) -> dict[str, tuple[int, int]]:
+def reallocate_ports(ours: model.ConfigData, other: model.ConfigData) -> dict[str, tuple[int, int]]:
     """New DRBD ports for every DRBD disk of `other`, from this cluster's ports (the unused
     ports of its `tcpudp_port_pool` first, then above `highest_used_port`), unique across both
     clusters: disk UUID -> (old port, new port)."""
     used = {d.logical_id.port for i in ours.instances.values() for d in _disks(i.disks)
-            if isinstance(d.logical_id, M.DrbdId)}
+            if isinstance(d.logical_id, model.DrbdId)}
     pool = sorted(p for p in ours.cluster.tcpudp_port_pool if p not in used)
     nxt = max(ours.cluster.highest_used_port, 11000)
     moves: dict[str, tuple[int, int]] = {}
     for inst in sorted(other.instances.values(), key=lambda i: i.name):
         for disk in _disks(inst.disks):
-            if not isinstance(disk.logical_id, M.DrbdId):
+            if not isinstance(disk.logical_id, model.DrbdId):
                 continue
             if pool:
                 port = pool.pop(0)
@@ -171,11 +171,12 @@ def reallocate_ports(ours: M.ConfigData, other: M.ConfigData) -> dict[str, tuple
     return moves
 
 
-def _group_map(ours: M.ConfigData, other: M.ConfigData, groups: str) -> dict[str, M.NodeGroup]:
+def _group_map(ours: model.ConfigData, other: model.ConfigData,
+               groups: str) -> dict[str, model.NodeGroup]:
     """The other cluster's group UUID -> the group its nodes join here (theirs, ours, or a
     renamed copy of theirs)."""
     by_name = {g.name: g for g in ours.nodegroups.values()}
-    result: dict[str, M.NodeGroup] = {}
+    result: dict[str, model.NodeGroup] = {}
     for uuid, group in other.nodegroups.items():
         mine = by_name.get(group.name)
         if mine is None:
@@ -194,7 +195,7 @@ def _group_map(ours: M.ConfigData, other: M.ConfigData, groups: str) -> dict[str
     return result
 
 
-def merge_into(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse",
+def merge_into(ours: model.ConfigData, other: model.ConfigData, groups: str = "refuse",
                ports: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
     """Add `other`'s groups, nodes (not master candidates) and instances (DRBD ports moved) to
     `ours`, in place; a summary."""
@@ -205,23 +206,23 @@ def merge_into(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse",
     group_map = _group_map(ours, other, groups)
     for uuid, group in group_map.items():
         if group.uuid in ours.nodegroups:  # merged into ours: keep their network links too
-            for net, link in other.nodegroups[uuid].networks.items():
-                group.networks.setdefault(net, copy.deepcopy(link))
+            for net_uuid, link in other.nodegroups[uuid].networks.items():
+                group.networks.setdefault(net_uuid, copy.deepcopy(link))
         else:
             ours.nodegroups[group.uuid] = group
     for net in other.networks.values():
         ours.networks[net.uuid] = copy.deepcopy(net)
     for node in other.nodes.values():
-        new = copy.deepcopy(node)
-        new.group = group_map[node.group].uuid if node.group in group_map else node.group
-        new.master_candidate = False
-        ours.nodes[new.uuid] = new
+        new_node = copy.deepcopy(node)
+        new_node.group = group_map[node.group].uuid if node.group in group_map else node.group
+        new_node.master_candidate = False
+        ours.nodes[new_node.uuid] = new_node
     for inst in other.instances.values():
-        new = copy.deepcopy(inst)
-        for disk in _disks(new.disks):
-            if isinstance(disk.logical_id, M.DrbdId) and disk.uuid in ports:
+        new_inst = copy.deepcopy(inst)
+        for disk in _disks(new_inst.disks):
+            if isinstance(disk.logical_id, model.DrbdId) and disk.uuid in ports:
                 disk.logical_id.port = ports[disk.uuid][1]
-        ours.instances[new.uuid] = new
+        ours.instances[new_inst.uuid] = new_inst
     if ports:
         highest = max(new for _, new in ports.values())
         ours.cluster.highest_used_port = max(ours.cluster.highest_used_port, highest)
@@ -231,13 +232,13 @@ def merge_into(ours: M.ConfigData, other: M.ConfigData, groups: str = "refuse",
             "ports": {d: list(p) for d, p in ports.items()}}
 
 
-def drbd_ports(config: M.ConfigData) -> list[int]:
+def drbd_ports(config: model.ConfigData) -> list[int]:
     return [d.logical_id.port for i in config.instances.values() for d in _disks(i.disks)
-            if isinstance(d.logical_id, M.DrbdId)]
+            if isinstance(d.logical_id, model.DrbdId)]
 
 
 def final_check(before_ours: dict[str, dict[str, str]], before_other: dict[str, dict[str, str]],
-                after: M.ConfigData) -> list[str]:
+                after: model.ConfigData) -> list[str]:
     """The final verify: the lists after == ours before + theirs before, DRBD ports unique,
     no verify error."""
     problems: list[str] = []
@@ -282,8 +283,8 @@ class Merge:
     say: Callable[[str], None] = print
     job_timeout: float = 300.0
     # filled as the steps run
-    ours_before: M.ConfigData | None = None
-    other_before: M.ConfigData | None = None
+    ours_before: model.ConfigData | None = None
+    other_before: model.ConfigData | None = None
     running: list[str] = field(default_factory=list)
     maintenance_was: bool | None = None
     stopped_daemons: list[str] = field(default_factory=list)
@@ -307,7 +308,7 @@ class Merge:
         trial = copy.deepcopy(ours)
         summary = merge_into(trial, copy.deepcopy(other), self.groups)
         try:
-            M.revalidate(trial)
+            model.revalidate(trial)
         except HerderError as err:
             raise MergeError(f"the merged config would be invalid: {err}") from None
         up = sorted(i.name for i in other.instances.values() if i.admin_state == "up")

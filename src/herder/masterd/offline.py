@@ -10,28 +10,29 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from herder.core import locking as L
-from herder.core.jobs import opcodes as O
-from herder.core.store import FileStore
+from herder.core import locking
+from herder.core.jobs import opcodes
+from herder.core.store import ConfigStore
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 
 
-def run_offline(store: FileStore, ops: Sequence[dict[str, Any] | O.OpCode],
+def run_offline(store: ConfigStore, ops: Sequence[dict[str, Any] | opcodes.OpCode],
                 feedback: Callable[[str], None] = lambda message: None) -> list[Any]:
     """Check and run each opcode in order; the first failure raises (later ones do not run)."""
-    parsed = [O.parse(op) for op in ops]
+    parsed = [opcodes.parse(op) for op in ops]
     config = store.load()
-    locks = L.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
-                          instances=config.instances, networks=config.networks)
+    locks = locking.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
+                                instances=config.instances, networks=config.networks)
     processor = Processor(MasterEnv(store=store, locks=locks))
     results = []
-    locks.acquire(L.LEVEL_CLUSTER, L.BGL)  # LUs may add and remove locks; that needs the BGL
+    # LUs may add and remove locks; that needs the BGL
+    locks.acquire(locking.LEVEL_CLUSTER, locking.BGL)
     try:
         for op in parsed:
             unit = processor.make_lu(op, feedback)
             unit.check(store.load())
             results.append(unit.dry_run_result() if op.dry_run else unit.execute())
     finally:
-        locks.release(L.LEVEL_CLUSTER)
+        locks.release(locking.LEVEL_CLUSTER)
     return results

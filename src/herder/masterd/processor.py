@@ -15,11 +15,11 @@ import logging
 import time
 from typing import Any
 
-from herder.core import locking as L
+from herder.core import locking
 from herder.core.errors import OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.jobs.queue import JobContext
-from herder.masterd import lu as lus
+from herder.masterd import lu
 from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv
 
 log = logging.getLogger("herder.masterd")
@@ -27,21 +27,21 @@ log = logging.getLogger("herder.masterd")
 
 class Processor:
     def __init__(self, env: MasterEnv,
-                 strategy_factory: Any = L.LockAttemptTimeoutStrategy) -> None:
+                 strategy_factory: Any = locking.LockAttemptTimeoutStrategy) -> None:
         self.env = env
         self.strategy_factory = strategy_factory
 
-    def make_lu(self, op: O.OpCode, feedback: Any = lambda message: None) -> LogicalUnit:
+    def make_lu(self, op: opcodes.OpCode, feedback: Any = lambda message: None) -> LogicalUnit[Any]:
         try:
-            cls = lus.registry()[op.op_id]
+            cls = lu.registry()[op.op_id]
         except KeyError:
-            raise O.OpcodeError(f"opcode {op.op_id} is not implemented by herder") from None
+            raise opcodes.OpcodeError(f"opcode {op.op_id} is not implemented by herder") from None
         return cls(op, self.env, feedback)
 
-    def __call__(self, ctx: JobContext, op: O.OpCode) -> Any:
+    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any:
         unit = self.make_lu(op, ctx.feedback)
         snapshot = self.env.store.load()
-        plan = [LockRequest(L.LEVEL_CLUSTER, [L.BGL], shared=not unit.REQ_BGL),
+        plan = [LockRequest(locking.LEVEL_CLUSTER, [locking.BGL], shared=not unit.REQ_BGL),
                 *sorted(unit.declare_locks(snapshot), key=lambda r: r.level)]
         ctx.set_waiting()
         held: list[int] = []
@@ -61,26 +61,26 @@ class Processor:
         for level in reversed(held):
             try:
                 self.env.locks.release(level)
-            except L.LockError:  # e.g. the LU removed the locks it held
+            except locking.LockError:  # e.g. the LU removed the locks it held
                 log.debug("release of level %s: nothing held", level)
         held.clear()
 
     def _ensure_names(self, request: LockRequest) -> None:
         """Locks for objects created since the manager was built (e.g. by an offline edit).
         Called holding the BGL and no later level, as adding locks requires."""
-        if request.names is None or request.level == L.LEVEL_CLUSTER:
+        if request.names is None or request.level == locking.LEVEL_CLUSTER:
             return
         for name in request.names:
-            with contextlib.suppress(L.LockError):  # it exists already
+            with contextlib.suppress(locking.LockError):  # it exists already
                 self.env.locks.add(request.level, [name])
 
     def _try(self, request: LockRequest, timeout: float | None,
-             cancel: L.CancelToken | None = None) -> bool:
+             cancel: locking.CancelToken | None = None) -> bool:
         try:
             got = self.env.locks.acquire(request.level, request.names, shared=request.shared,
                                          timeout=timeout, cancel=cancel)
-        except (L.LockDeletedError, L.LockError):
-            raise OpPrereqError(f"a {L.LEVEL_NAMES[request.level]} this opcode needs was "
+        except (locking.LockDeletedError, locking.LockError):
+            raise OpPrereqError(f"a {locking.LEVEL_NAMES[request.level]} this opcode needs was "
                                 "removed meanwhile", "unknown_entity") from None
         return got is not None
 

@@ -12,13 +12,12 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
 
-from herder.core import model as M
-from herder.core import roles
+from herder.core import model, roles
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -26,10 +25,9 @@ from herder.core.errors import (
     NotFoundError,
     OpPrereqError,
 )
-from herder.core.jobs import opcodes as O
-from herder.core.jobs import queue as Q
-from herder.core.jobs import reason as R
-from herder.core.store import ConfigCache, FileStore
+from herder.core.jobs import opcodes, reason
+from herder.core.jobs import queue as job_queue
+from herder.core.store import ConfigStore
 from herder.masterd import views
 from herder.masterd.auth import REALM, User, UsersFile
 
@@ -40,13 +38,23 @@ FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-migrate-r
 _encode = msgspec.json.Encoder().encode
 
 
+class ConfigView(Protocol):
+    """The config as the RAPI answers it: the last good one (None when there is none), and
+    why the current one did not load (`store.ConfigCache`, `etcd_master.EtcdConfigCache`)."""
+
+    error: str | None
+
+    def __call__(self) -> model.ConfigData | None:
+        ...
+
+
 @dataclass
 class RapiContext:
-    config: ConfigCache
-    queue: Q.JobQueue
+    config: ConfigView
+    queue: job_queue.JobQueue
     users: UsersFile
     anonymous_reads: bool = False
-    store: FileStore | None = None  # for herder's direct state routes
+    store: ConfigStore | None = None  # for herder's direct state routes
 
 
 CTX_KEY = web.AppKey("rapi", RapiContext)
@@ -78,7 +86,7 @@ def ctx_of(request: web.Request) -> RapiContext:
     return request.app[CTX_KEY]
 
 
-def config_of(request: web.Request) -> M.ConfigData:
+def config_of(request: web.Request) -> model.ConfigData:
     config = ctx_of(request).config()
     if config is None:
         raise RapiHttpError(503, "the cluster config cannot be loaded: "
@@ -119,23 +127,23 @@ def find(finder: Callable[[str], Any], key: str) -> Any:
 async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]]) -> web.Response:
     """Queue a job for a write request; answer its id."""
     dry_run = flag(request, "dry-run")
-    trail = [R.rapi(resource)]
+    trail = [reason.rapi(resource)]
     text = request.query.get("reason")
     if text:
-        trail.append(R.entry(R.USER, text))
+        trail.append(reason.entry(reason.USER, text))
     for op in ops:
         if dry_run:
             op["dry_run"] = True
         extra = op.pop("reason", None)
         if extra is not None:
             try:
-                op["reason"] = R.validate(extra)
+                op["reason"] = reason.validate(extra)
             except ValueError as err:
                 raise RapiHttpError(400, str(err)) from None
     queue = ctx_of(request).queue
     try:
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
-    except O.OpcodeError as err:
+    except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
     return ok(job_id)
 
@@ -147,7 +155,7 @@ NODE_TARGET = ("node_name", "node_uuid")
 INSTANCE_TARGET = ("instance_name", "instance_uuid")
 
 
-def body_fields(op: type[O.OpCode], *, fixed: Iterable[str] = (),
+def body_fields(op: type[opcodes.OpCode], *, fixed: Iterable[str] = (),
                 extra: Iterable[str] = ()) -> frozenset[str]:
     """What a request body may set on `op` (as Ganeti's baserlib.FillOpcode): the opcode's own
     fields, less the job's plumbing and `fixed` (what the URL names), plus `extra` (keys of
@@ -156,7 +164,7 @@ def body_fields(op: type[O.OpCode], *, fixed: Iterable[str] = (),
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-_SUBMITS: dict[Callable[..., Any], tuple[type[O.OpCode], ...]] = {}
+_SUBMITS: dict[Callable[..., Any], tuple[type[opcodes.OpCode], ...]] = {}
 
 # Opcodes without a RAPI route of their own (clients submit them through /2/herder/jobs),
 # and why: tests/unit/test_opcode_registry.py checks that every other opcode has one.
@@ -172,7 +180,7 @@ NO_ROUTE = {
 }
 
 
-def submits(*ops: type[O.OpCode]) -> Callable[[Handler], Handler]:
+def submits(*ops: type[opcodes.OpCode]) -> Callable[[Handler], Handler]:
     """Marks a route's handler with the opcodes its jobs carry (see `opcode_routes`)."""
     def mark(handler: Handler) -> Handler:
         _SUBMITS[handler] = ops
@@ -186,7 +194,7 @@ def opcode_routes(app: web.Application) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for route in app.router.routes():
         for op in _SUBMITS.get(route.handler, ()):
-            found.setdefault(O.op_id_of(op), []).append(
+            found.setdefault(opcodes.op_id_of(op), []).append(
                 f"{route.method} {route.resource.canonical if route.resource else '?'}")
     return found
 
@@ -216,17 +224,17 @@ async def info(request: web.Request) -> web.Response:
     return ok(views.cluster_view(config_of(request)))
 
 
-CLUSTER_FIELDS = body_fields(O.OpClusterSetParams)
+CLUSTER_FIELDS = body_fields(opcodes.OpClusterSetParams)
 
 
-@submits(O.OpClusterSetParams)
+@submits(opcodes.OpClusterSetParams)
 async def cluster_modify(request: web.Request) -> web.Response:
     body = body_dict(await body_of(request, default={}))
     only(body, CLUSTER_FIELDS, "cluster modify")
     return await submit(request, "modify", [{"OP_ID": "OP_CLUSTER_SET_PARAMS", **body}])
 
 
-@submits(O.OpClusterRedistConf)
+@submits(opcodes.OpClusterRedistConf)
 async def redistribute_config(request: web.Request) -> web.Response:
     return await submit(request, "redist_config", [{"OP_ID": "OP_CLUSTER_REDIST_CONF"}])
 
@@ -250,7 +258,7 @@ async def tags_get(request: web.Request) -> web.Response:
     return ok(tag_target(request)[2])
 
 
-@submits(O.OpTagsSet, O.OpTagsDel)
+@submits(opcodes.OpTagsSet, opcodes.OpTagsDel)
 async def tags_change(request: web.Request) -> web.Response:
     kind, name, _ = tag_target(request)
     tags = request.query.getall("tag", [])
@@ -296,7 +304,7 @@ ROLE_FIELDS = {
 }
 
 
-@submits(O.OpNodeSetParams)
+@submits(opcodes.OpNodeSetParams)
 async def node_role_set(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -312,10 +320,10 @@ async def node_role_set(request: web.Request) -> web.Response:
     return await submit(request, "nodes_name_role", [op])
 
 
-NODE_MODIFY_FIELDS = body_fields(O.OpNodeSetParams, fixed=NODE_TARGET)
+NODE_MODIFY_FIELDS = body_fields(opcodes.OpNodeSetParams, fixed=NODE_TARGET)
 
 
-@submits(O.OpNodeSetParams)
+@submits(opcodes.OpNodeSetParams)
 async def node_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -327,23 +335,23 @@ async def node_modify(request: web.Request) -> web.Response:
          **body}])
 
 
-@submits(O.OpNodeEvacuate)
+@submits(opcodes.OpNodeEvacuate)
 async def node_evacuate(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})),
-                body_fields(O.OpNodeEvacuate, fixed=NODE_TARGET), "node evacuate")
+                body_fields(opcodes.OpNodeEvacuate, fixed=NODE_TARGET), "node evacuate")
     return await submit(request, "nodes_name_evacuate", [
         {"OP_ID": "OP_NODE_EVACUATE", "node_name": target.name, "node_uuid": target.uuid,
          **body}])
 
 
-@submits(O.OpNodeMigrate)
+@submits(opcodes.OpNodeMigrate)
 async def node_migrate(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})),
-                body_fields(O.OpNodeMigrate, fixed=NODE_TARGET), "node migrate")
+                body_fields(opcodes.OpNodeMigrate, fixed=NODE_TARGET), "node migrate")
     if "mode" in request.query:
         body["mode"] = request.query["mode"]
     return await submit(request, "nodes_name_migrate", [
@@ -351,7 +359,7 @@ async def node_migrate(request: web.Request) -> web.Response:
          **body}])
 
 
-@submits(O.OpNodePowercycle)
+@submits(opcodes.OpNodePowercycle)
 async def node_powercycle(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -360,7 +368,7 @@ async def node_powercycle(request: web.Request) -> web.Response:
          "force": flag(request, "force")}])
 
 
-@submits(O.OpNodeQueryStorage)
+@submits(opcodes.OpNodeQueryStorage)
 async def node_storage(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -372,7 +380,7 @@ async def node_storage(request: web.Request) -> web.Response:
          "output_fields": fields, "name": request.query.get("name")}])
 
 
-@submits(O.OpNodeModifyStorage)
+@submits(opcodes.OpNodeModifyStorage)
 async def node_storage_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -385,7 +393,7 @@ async def node_storage_modify(request: web.Request) -> web.Response:
          "changes": {"allocatable": flag(request, "allocatable")}}])
 
 
-@submits(O.OpRepairNodeStorage)
+@submits(opcodes.OpRepairNodeStorage)
 async def node_storage_repair(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -413,10 +421,10 @@ async def group(request: web.Request) -> web.Response:
     return ok(views.group_view(config, find(config.find_group, request.match_info["name"])))
 
 
-GROUP_FIELDS = body_fields(O.OpGroupAdd, extra=("name",))  # Ganeti's alias of group_name
+GROUP_FIELDS = body_fields(opcodes.OpGroupAdd, extra=("name",))  # Ganeti's alias of group_name
 
 
-@submits(O.OpGroupAdd)
+@submits(opcodes.OpGroupAdd)
 async def group_add(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), GROUP_FIELDS, "group add")
     name = body.pop("group_name", None) or body.pop("name", None)
@@ -426,17 +434,17 @@ async def group_add(request: web.Request) -> web.Response:
                                              **body}])
 
 
-@submits(O.OpGroupSetParams)
+@submits(opcodes.OpGroupSetParams)
 async def group_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})),
-                body_fields(O.OpGroupSetParams, fixed=("group_name",)), "group modify")
+                body_fields(opcodes.OpGroupSetParams, fixed=("group_name",)), "group modify")
     return await submit(request, "groups_name_modify", [
         {"OP_ID": "OP_GROUP_SET_PARAMS", "group_name": target.name, **body}])
 
 
-@submits(O.OpGroupRename)
+@submits(opcodes.OpGroupRename)
 async def group_rename(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -448,7 +456,7 @@ async def group_rename(request: web.Request) -> web.Response:
         {"OP_ID": "OP_GROUP_RENAME", "group_name": target.name, "new_name": new_name}])
 
 
-@submits(O.OpGroupRemove)
+@submits(opcodes.OpGroupRemove)
 async def group_delete(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -466,10 +474,10 @@ async def instances(request: web.Request) -> web.Response:
     return ok(listing([i.name for i in ordered], "/2/instances"))
 
 
-CREATE_FIELDS = body_fields(O.OpInstanceCreate)
+CREATE_FIELDS = body_fields(opcodes.OpInstanceCreate)
 
 
-@submits(O.OpInstanceCreate)
+@submits(opcodes.OpInstanceCreate)
 async def instance_create(request: web.Request) -> web.Response:
     """Ganeti's instance-create-reqv1 body: `__version__: 1`, `name`, `disk_template`, ..."""
     body = body_dict(await body_of(request, default={}))
@@ -492,12 +500,12 @@ async def instance(request: web.Request) -> web.Response:
                                   find(config.find_instance, request.match_info["name"])))
 
 
-def _instance_name(request: web.Request) -> M.Instance:
+def _instance_name(request: web.Request) -> model.Instance:
     config = config_of(request)
     return find(config.find_instance, request.match_info["name"])
 
 
-@submits(O.OpInstanceQueryData)
+@submits(opcodes.OpInstanceQueryData)
 async def instance_info(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     return await submit(request, "instances_name_info", [
@@ -505,18 +513,18 @@ async def instance_info(request: web.Request) -> web.Response:
          "static": flag(request, "static")}])
 
 
-@submits(O.OpInstanceRemove)
+@submits(opcodes.OpInstanceRemove)
 async def instance_delete(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     return await submit(request, "instances_name", [
         {"OP_ID": "OP_INSTANCE_REMOVE", "instance_name": inst.name}])
 
 
-def _instance_op(op: type[O.OpCode], resource: str,
+def _instance_op(op: type[opcodes.OpCode], resource: str,
                  query_flags: tuple[str, ...] = ()) -> Handler:
     """A route submitting `op` for the instance of the URL, with the opcode's fields from the
     body and `query_flags` from the query string."""
-    op_id = O.op_id_of(op)
+    op_id = opcodes.op_id_of(op)
     fields = body_fields(op, fixed=INSTANCE_TARGET)
 
     @submits(op)
@@ -534,23 +542,24 @@ def _instance_op(op: type[O.OpCode], resource: str,
     return handler
 
 
-@submits(O.OpInstanceRename)
+@submits(opcodes.OpInstanceRename)
 async def instance_rename(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     body = only(body_dict(await body_of(request, default={})),
-                body_fields(O.OpInstanceRename, fixed=INSTANCE_TARGET), "instance rename")
+                body_fields(opcodes.OpInstanceRename, fixed=INSTANCE_TARGET), "instance rename")
     if not isinstance(body.get("new_name"), str) or not body["new_name"]:
         raise RapiHttpError(400, "instance rename needs new_name")
     return await submit(request, "instances_name_rename", [
         {"OP_ID": "OP_INSTANCE_RENAME", "instance_name": inst.name, **body}])
 
 
-@submits(O.OpInstanceReinstall, O.OpInstanceStartup)
+@submits(opcodes.OpInstanceReinstall, opcodes.OpInstanceStartup)
 async def instance_reinstall(request: web.Request) -> web.Response:
     """Ganeti's reinstall body: `os`, `osparams`, `start` (then a startup opcode follows)."""
     inst = _instance_name(request)
     body = only(body_dict(await body_of(request, default={})),
-                body_fields(O.OpInstanceReinstall, fixed=INSTANCE_TARGET, extra=("os", "start")),
+                body_fields(opcodes.OpInstanceReinstall, fixed=INSTANCE_TARGET,
+                            extra=("os", "start")),
                 "instance reinstall")
     ops: list[dict[str, Any]] = [{
         "OP_ID": "OP_INSTANCE_REINSTALL", "instance_name": inst.name,
@@ -624,7 +633,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
 
-@submits(O.OpClusterSetParams)
+@submits(opcodes.OpClusterSetParams)
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
@@ -650,14 +659,14 @@ async def herder_maintenance_state(request: web.Request) -> web.Response:
 
     def update() -> dict[str, Any]:
         with store.update() as config:
-            current = M.to_builtins(config.maintenance)
+            current = model.to_builtins(config.maintenance)
             current.update(body)
             try:
-                config.maintenance = msgspec.convert(current, M.Maintenance)
+                config.maintenance = msgspec.convert(current, model.Maintenance)
             except msgspec.ValidationError as err:
                 raise RapiHttpError(400, f"maintenance state: {err}") from None
             config.maintenance.touch()
-            return M.to_builtins(config.maintenance)
+            return model.to_builtins(config.maintenance)
 
     return ok(await asyncio.to_thread(update))
 
@@ -697,7 +706,7 @@ async def rapi_middleware(request: web.Request,
         return error_response(404, f"Nothing matches the given URI: {request.path}")
     except OpPrereqError as err:
         return error_response(400, str(err))
-    except (ConfigError, O.OpcodeError) as err:
+    except (ConfigError, opcodes.OpcodeError) as err:
         return error_response(400, str(err))
     except HerderError as err:
         return error_response(500, str(err))
@@ -746,22 +755,22 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/instances/{name}/info", instance_info)
     r.add_put("/2/instances/{name}/rename", instance_rename)
     r.add_put("/2/instances/{name}/modify", _instance_op(
-        O.OpInstanceSetParams, "instances_name_modify"))
+        opcodes.OpInstanceSetParams, "instances_name_modify"))
     r.add_put("/2/instances/{name}/startup", _instance_op(
-        O.OpInstanceStartup, "instances_name_startup", ("force", "no_remember")))
+        opcodes.OpInstanceStartup, "instances_name_startup", ("force", "no_remember")))
     r.add_put("/2/instances/{name}/shutdown", _instance_op(
-        O.OpInstanceShutdown, "instances_name_shutdown", ("no_remember",)))
+        opcodes.OpInstanceShutdown, "instances_name_shutdown", ("no_remember",)))
     r.add_post("/2/instances/{name}/reboot", _instance_op(
-        O.OpInstanceReboot, "instances_name_reboot", ("ignore_secondaries",)))
+        opcodes.OpInstanceReboot, "instances_name_reboot", ("ignore_secondaries",)))
     r.add_put("/2/instances/{name}/migrate", _instance_op(
-        O.OpInstanceMigrate, "instances_name_migrate"))
+        opcodes.OpInstanceMigrate, "instances_name_migrate"))
     r.add_put("/2/instances/{name}/failover", _instance_op(
-        O.OpInstanceFailover, "instances_name_failover"))
+        opcodes.OpInstanceFailover, "instances_name_failover"))
     r.add_put("/2/instances/{name}/activate-disks", _instance_op(
-        O.OpInstanceActivateDisks, "instances_name_activate_disks", ("ignore_size",)))
+        opcodes.OpInstanceActivateDisks, "instances_name_activate_disks", ("ignore_size",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
-        O.OpInstanceReplaceDisks, "instances_name_replace_disks"))
+        opcodes.OpInstanceReplaceDisks, "instances_name_replace_disks"))
     r.add_get("/2/jobs", jobs)
     r.add_get("/2/jobs/{job_id}", job)
     r.add_delete("/2/jobs/{job_id}", job_cancel)

@@ -32,9 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from herder import __version__
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import uidpool
+from herder.core import model, params, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -79,7 +77,7 @@ def _lines(values: Iterable[str]) -> str:
     return "".join(f"{v}\n" for v in values)
 
 
-def ssconf_values(config: M.ConfigData, upload_files: Iterable[str] = ()) -> dict[str, str]:
+def ssconf_values(config: model.ConfigData, upload_files: Iterable[str] = ()) -> dict[str, str]:
     """Ganeti's ssconf values (one file `ssconf_<name>` each), plus herder's `redist_files`."""
     c = config.cluster
     nodes = sorted(config.nodes.values(), key=lambda n: n.name)
@@ -117,16 +115,16 @@ def ssconf_values(config: M.ConfigData, upload_files: Iterable[str] = ()) -> dic
     }
 
 
-def _can_run(inst: M.Instance, node: M.Node) -> bool:
+def _can_run(inst: model.Instance, node: model.Node) -> bool:
     """Whether `node` can run `inst`: VM-capable, and a node of the instance or any node when
     its disks are externally mirrored (shared storage, diskless)."""
     if not node.vm_capable:
         return False
     template = inst.disk_template if inst.disks else "diskless"
-    return template in P.DTS_EXT_MIRROR or node.uuid in inst.all_nodes
+    return template in params.DTS_EXT_MIRROR or node.uuid in inst.all_nodes
 
 
-def hypervisor_files(config: M.ConfigData, node: M.Node) -> list[str]:
+def hypervisor_files(config: model.ConfigData, node: model.Node) -> list[str]:
     """The files the enabled hypervisors' parameters name that `node` needs: the cluster
     defaults on every VM-capable node, an instance's value on the nodes that can run it."""
     c = config.cluster
@@ -134,9 +132,9 @@ def hypervisor_files(config: M.ConfigData, node: M.Node) -> list[str]:
     if not node.vm_capable:
         return []
     for hv in c.enabled_hypervisors:
-        names = [p for p in HV_FILE_PARAMS if p in P.hv_family(hv).specs] \
-            if hv in P.HYPERVISORS else []
-        filled = P.fill(P.hv_family(hv).defaults(), c.hvparams.get(hv)) if names else {}
+        names = [p for p in HV_FILE_PARAMS if p in params.hv_family(hv).specs] \
+            if hv in params.HYPERVISORS else []
+        filled = params.fill(params.hv_family(hv).defaults(), c.hvparams.get(hv)) if names else {}
         wanted.update(str(filled[p]) for p in names if filled.get(p))
     for inst in config.instances.values():
         if inst.hypervisor not in c.enabled_hypervisors or not _can_run(inst, node):
@@ -146,7 +144,7 @@ def hypervisor_files(config: M.ConfigData, node: M.Node) -> list[str]:
     return sorted(p for p in wanted if p.startswith("/"))
 
 
-def plan(config: M.ConfigData, config_path: Path, *, user_files: Iterable[str] = (),
+def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[str] = (),
          full: bool = False, only: Iterable[str] | None = None) -> dict[str, NodePlan]:
     """Per online node (by name) what it receives. `full`: also the cluster secrets (HMAC key,
     certificate: what a new node or a new master candidate needs). `only`: these node names."""
@@ -169,9 +167,8 @@ def plan(config: M.ConfigData, config_path: Path, *, user_files: Iterable[str] =
             files += [str(secrets.rapi_users)]
         if full:
             files += [str(secrets.hmac_key), str(secrets.certificate)]
-        seen: set[str] = set()
         plans[node.name] = NodePlan(node.name, node.uuid, dict(ssconf), candidate,
-                                    [f for f in files if not (f in seen or seen.add(f))])
+                                    list(dict.fromkeys(files)))  # each once, in order
     return plans
 
 
@@ -213,13 +210,13 @@ class Redistributor:
         self._sent_queue: dict[str, dict[str, tuple[int, int]]] = {}
         self._lock = threading.Lock()
 
-    def push(self, config: M.ConfigData, *, full: bool = False,
+    def push(self, config: model.ConfigData, *, full: bool = False,
              only: Iterable[str] | None = None) -> dict[str, PushResult]:
         """Push to every online node (or `only` these names); per node what was sent and the
         errors. Never raises for a node's failure."""
         user_files = read_user_list(self.config_path.parent / REDIST_FILES)
         plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
-        document = M.encode(config)
+        document = model.encode(config)
         contents: dict[str, tuple[bytes, int] | str] = {}
         for p in {f for np in plans.values() for f in np.files}:
             try:
@@ -236,7 +233,7 @@ class Redistributor:
                        for name, np in plans.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    def _push_node(self, config: M.ConfigData, np: NodePlan, document: bytes,
+    def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes,
                    contents: dict[str, tuple[bytes, int] | str],
                    queue_now: dict[str, tuple[int, int]], full: bool) -> PushResult:
         result = PushResult()
@@ -264,11 +261,13 @@ class Redistributor:
             with self._lock:
                 before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
             changed = {name for name, st in queue_now.items() if before.get(name) != st}
-            files = {}
-            assert self.queue_dir is not None or not changed
-            for name in sorted(changed):
-                with contextlib.suppress(OSError):
-                    files[name] = _b64((self.queue_dir / name).read_bytes())  # type: ignore
+            files: dict[str, str] = {}
+            if changed:
+                queue_dir = self.queue_dir
+                assert queue_dir is not None  # queue files are only seen in a queue directory
+                for name in sorted(changed):
+                    with contextlib.suppress(OSError):
+                        files[name] = _b64((queue_dir / name).read_bytes())
             try:
                 self.rpc.call(node, "write_config", {
                     "config": document.decode(), "serial": config.serial_no,

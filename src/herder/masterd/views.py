@@ -6,9 +6,7 @@ import platform
 from typing import Any
 
 from herder import __version__
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import roles
+from herder.core import model, params, roles
 
 RAPI_VERSION = 2
 CONFIG_VERSION = 3000000  # the Ganeti config version whose RAPI shapes herder speaks
@@ -16,7 +14,7 @@ PROTOCOL_VERSION = 3000000
 OS_API_VERSION = 20
 EXPORT_VERSION = 0
 
-def node_view(config: M.ConfigData, node: M.Node) -> dict[str, Any]:
+def node_view(config: model.ConfigData, node: model.Node) -> dict[str, Any]:
     primaries = sorted(i.name for i in config.instances.values() if i.primary_node == node.uuid)
     secondaries = sorted(i.name for i in config.instances.values()
                          if node.uuid in i.secondary_nodes)
@@ -38,23 +36,25 @@ def node_view(config: M.ConfigData, node: M.Node) -> dict[str, Any]:
     }
 
 
-def group_view(config: M.ConfigData, group: M.NodeGroup) -> dict[str, Any]:
+def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, Any]:
     members = sorted(n.name for n in config.nodes.values() if n.group == group.uuid)
     return {
         "name": group.name, "uuid": group.uuid, "alloc_policy": group.alloc_policy,
         "node_cnt": len(members), "node_list": members,
-        "ipolicy": M.to_builtins(config.filled_ipolicy(group)),
-        "custom_ipolicy": M.to_builtins(group.ipolicy),
-        "ndparams": P.fill(P.ND_FAMILY.defaults(), config.cluster.ndparams, group.ndparams),
+        "ipolicy": model.to_builtins(config.filled_ipolicy(group)),
+        "custom_ipolicy": model.to_builtins(group.ipolicy),
+        "ndparams": params.fill(params.ND_FAMILY.defaults(), config.cluster.ndparams,
+                                group.ndparams),
         "custom_ndparams": dict(group.ndparams),
-        "diskparams": {dt: config.filled_diskparams(dt, group) for dt in sorted(P.DISK_TEMPLATES)},
+        "diskparams": {dt: config.filled_diskparams(dt, group)
+                       for dt in sorted(params.DISK_TEMPLATES)},
         "custom_diskparams": dict(group.diskparams),
         "tags": list(group.tags), "serial_no": group.serial_no,
         "ctime": group.ctime, "mtime": group.mtime,
     }
 
 
-def instance_view(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
+def instance_view(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
     group = config.instance_group(inst)
     nics = [config.filled_nicparams(nic, group) for nic in inst.nics]
     be = config.filled_beparams(inst)
@@ -74,7 +74,7 @@ def instance_view(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
         "disk_usage": sum(d.size for d in inst.disks),
         "nic.ips": [n.ip for n in inst.nics], "nic.macs": [n.mac for n in inst.nics],
         "nic.modes": [p["mode"] for p in nics], "nic.links": [p["link"] for p in nics],
-        "nic.bridges": [p["link"] if p["mode"] == P.NIC_MODE_BRIDGED else None for p in nics],
+        "nic.bridges": [p["link"] if p["mode"] == params.NIC_MODE_BRIDGED else None for p in nics],
         "nic.networks": [n.network for n in inst.nics],
         "nic.networks.names": [config.networks[n.network].name
                                if n.network in config.networks else None for n in inst.nics],
@@ -85,12 +85,12 @@ def instance_view(config: M.ConfigData, inst: M.Instance) -> dict[str, Any]:
     }
 
 
-def _status(inst: M.Instance) -> str:
+def _status(inst: model.Instance) -> str:
     """Ganeti's status field from the admin state (the run state needs the node daemons)."""
     return {"up": "ADMIN_up", "down": "ADMIN_down", "offline": "ADMIN_offline"}[inst.admin_state]
 
 
-def cluster_view(config: M.ConfigData) -> dict[str, Any]:
+def cluster_view(config: model.ConfigData) -> dict[str, Any]:
     c = config.cluster
     default_hv = c.enabled_hypervisors[0] if c.enabled_hypervisors else None
     allocate = c.default_iallocators.get("allocate", [])
@@ -101,14 +101,14 @@ def cluster_view(config: M.ConfigData) -> dict[str, Any]:
         "protocol_version": PROTOCOL_VERSION, "config_version": CONFIG_VERSION,
         "os_api_version": OS_API_VERSION, "export_version": EXPORT_VERSION,
         "default_hypervisor": default_hv, "enabled_hypervisors": list(c.enabled_hypervisors),
-        "hvparams": {hv: P.fill(P.hv_family(hv).defaults(), c.hvparams.get(hv))
-                     for hv in sorted(P.HYPERVISORS)},
+        "hvparams": {hv: params.fill(params.hv_family(hv).defaults(), c.hvparams.get(hv))
+                     for hv in sorted(params.HYPERVISORS)},
         "os_hvp": c.os_hvp, "osparams": c.osparams,
-        "beparams": {"default": P.fill(P.BE_FAMILY.defaults(), c.beparams)},
-        "nicparams": {"default": P.fill(P.NIC_FAMILY.defaults(), c.nicparams)},
-        "ndparams": P.fill(P.ND_FAMILY.defaults(), c.ndparams),
-        "diskparams": {dt: config.filled_diskparams(dt) for dt in sorted(P.DISK_TEMPLATES)},
-        "ipolicy": M.to_builtins(c.ipolicy), "candidate_pool_size": c.candidate_pool_size,
+        "beparams": {"default": params.fill(params.BE_FAMILY.defaults(), c.beparams)},
+        "nicparams": {"default": params.fill(params.NIC_FAMILY.defaults(), c.nicparams)},
+        "ndparams": params.fill(params.ND_FAMILY.defaults(), c.ndparams),
+        "diskparams": {dt: config.filled_diskparams(dt) for dt in sorted(params.DISK_TEMPLATES)},
+        "ipolicy": model.to_builtins(c.ipolicy), "candidate_pool_size": c.candidate_pool_size,
         "master_netdev": c.master_netdev, "master_netmask": c.master_netmask,
         "uid_pool": [list(r) for r in c.uid_pool],
         "default_iallocator": allocate[0] if allocate else "",
@@ -128,10 +128,10 @@ def cluster_view(config: M.ConfigData) -> dict[str, Any]:
         "tags": list(c.tags), "ctime": c.ctime, "mtime": config.mtime,
         # herder's own fields
         "default_iallocators": {k: c.default_iallocators.get(k, [])
-                                for k in M.IALLOCATOR_REQUEST_TYPES},
+                                for k in model.IALLOCATOR_REQUEST_TYPES},
         "serial_no": config.serial_no,
     }
 
 
-def maintenance_view(config: M.ConfigData) -> dict[str, Any]:
-    return M.to_builtins(config.maintenance)
+def maintenance_view(config: model.ConfigData) -> dict[str, Any]:
+    return model.to_builtins(config.maintenance)

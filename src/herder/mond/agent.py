@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
@@ -24,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond import plugins, registry, report
 from herder.mond.collector import CollectContext, Collector
 from herder.mond.report import Kind
@@ -69,7 +70,7 @@ class Unit:
 
 
 def _settings_for(ctx: CollectContext, name: str,
-                  default_interval: float) -> M.CollectorSettings:
+                  default_interval: float) -> model.CollectorSettings:
     """The config's data_collectors entry, else confd's (on a node without the config), else
     the defaults. Never blocks on a stale confd answer (it is refreshed in the background)."""
     return ctx.collector_settings(name, default_interval, wait=False)
@@ -122,7 +123,7 @@ class Agent:
             self._plugins_checked = now
             self._sync_plugins()
 
-    def _sync_builtins(self, config: M.ConfigData | None) -> None:
+    def _sync_builtins(self, config: model.ConfigData | None) -> None:
         changed = False
         if config is None and self.ctx.cluster_source() == "confd":
             # confd's answers may change without a config change: look again once the cache
@@ -182,6 +183,7 @@ class Agent:
     def start(self, unit: Unit, now: float) -> Future[Any]:
         unit.started = now
         unit.hung_reported = False
+        future: Future[Any]
         if unit.collector is not None:
             future = self.executor.submit(collect_once, unit.collector)
         else:
@@ -279,8 +281,7 @@ class Agent:
                 self.check_hung(now)
                 for unit in self.due_units(now):
                     future = self.start(unit, now)
-                    future.add_done_callback(
-                        lambda f, u=unit: self._call_soon(loop, u, f))
+                    future.add_done_callback(functools.partial(self._call_soon, loop, unit))
             except Exception:  # the scheduler must survive anything a unit does
                 log.exception("mond scheduling round failed")
             with contextlib.suppress(TimeoutError):

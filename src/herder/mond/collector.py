@@ -36,9 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from herder.core import confd as C
-from herder.core import envelope
-from herder.core import model as M
+from herder.core import confd, envelope, model
 from herder.core.errors import HerderError
 from herder.mond.report import Kind
 
@@ -73,7 +71,7 @@ class MondSettings:
     libvirt_uri: str | None = None  # None: libvirt's default for this host
     # confd peers (`HOST` or `HOST:PORT`) asked when this node has no cluster config.
     confd_peers: list[str] = field(default_factory=list)
-    confd_port: int = C.DEFAULT_PORT
+    confd_port: int = confd.DEFAULT_PORT
     confd_key_file: Path | None = None  # None: the cluster's key (`hmac_key_file`)
     # The cluster HMAC key: signs the diagnose report, verifies `POST /1/repair`.
     # None: hmac.key beside the cluster config path (Ganeti: /var/lib/ganeti/hmac.key).
@@ -106,11 +104,11 @@ class ConfdSource:
     Each `get` returns a fresh-enough answer from the cache, else asks confd. With
     `wait=False` a stale answer (or error) is returned at once and refreshed in the
     background, so the agent's event loop only blocks on the very first query. Failures are
-    cached too (for at most `CONFD_ERROR_RETRY` seconds) and raised as `C.ConfdError`.
+    cached too (for at most `CONFD_ERROR_RETRY` seconds) and raised as `confd.ConfdError`.
     """
 
     def __init__(self, peers: list[str], key_loader: Callable[[], bytes | None], *,
-                 port: int = C.DEFAULT_PORT, timeout: float = 2.0, ttl: float = 15.0,
+                 port: int = confd.DEFAULT_PORT, timeout: float = 2.0, ttl: float = 15.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.peers = list(peers)
         self.port = port
@@ -121,23 +119,23 @@ class ConfdSource:
         self._lock = threading.Lock()
         self._cache: dict[_Key, _Cached] = {}
         self._refreshing: set[_Key] = set()
-        self._client: C.ConfdClient | None = None
+        self._client: confd.ConfdClient | None = None
         self.queries = 0  # confd queries made (tests and debugging)
 
     def describe(self) -> str:
         return ", ".join(self.peers) + f" (default port {self.port})"
 
-    def client(self) -> C.ConfdClient:
+    def client(self) -> confd.ConfdClient:
         key = self.key_loader()
         if key is None:
-            raise C.ConfdError("no HMAC key to sign confd queries with (give --confd-key)")
+            raise confd.ConfdError("no HMAC key to sign confd queries with (give --confd-key)")
         with self._lock:
             if self._client is None or self._client.hmac_key != key:
-                self._client = C.ConfdClient(self.peers, key, port=self.port,
-                                             timeout=self.timeout)
+                self._client = confd.ConfdClient(self.peers, key, port=self.port,
+                                                 timeout=self.timeout)
             return self._client
 
-    def get(self, what: str, arg: str | None, fetch: Callable[[C.ConfdClient], Any], *,
+    def get(self, what: str, arg: str | None, fetch: Callable[[confd.ConfdClient], Any], *,
             wait: bool = True) -> Any:
         key = (what, arg)
         with self._lock:
@@ -153,22 +151,22 @@ class ConfdSource:
         else:
             entry = self._refresh(key, fetch)
         if entry.error is not None:
-            raise C.ConfdError(entry.error)
+            raise confd.ConfdError(entry.error)
         return entry.value
 
-    def _refresh(self, key: _Key, fetch: Callable[[C.ConfdClient], Any]) -> _Cached:
+    def _refresh(self, key: _Key, fetch: Callable[[confd.ConfdClient], Any]) -> _Cached:
         try:
             self.queries += 1
             entry = _Cached(self.clock(), fetch(self.client()), None)
         except Exception as err:  # whatever confd does (or sends), mond carries on
             what = key[0] + (f" {key[1]}" if key[1] is not None else "")
-            text = str(err) if isinstance(err, C.ConfdError) else f"confd {what}: {err!r}"
+            text = str(err) if isinstance(err, confd.ConfdError) else f"confd {what}: {err!r}"
             entry = _Cached(self.clock(), None, text)
         with self._lock:
             self._cache[key] = entry
         return entry
 
-    def _refresh_in_background(self, key: _Key, fetch: Callable[[C.ConfdClient], Any]) -> None:
+    def _refresh_in_background(self, key: _Key, fetch: Callable[[confd.ConfdClient], Any]) -> None:
         with self._lock:
             if key in self._refreshing:
                 return
@@ -183,7 +181,7 @@ class ConfdSource:
 
         threading.Thread(target=run, name="confd-refresh", daemon=True).start()
 
-    # --- what mond asks (each raises C.ConfdError) ---------------------------------------------
+    # --- what mond asks (each raises confd.ConfdError) -----------------------------------------
 
     def data_collectors(self, *, wait: bool = True) -> dict[str, tuple[bool, float]]:
         """Type 11: collector name -> (active, interval in seconds)."""
@@ -212,13 +210,13 @@ class CollectContext:
     settings: MondSettings = field(default_factory=MondSettings)
     # Overrides of a collector's named inputs (captured files, in tests and stand-alone runs).
     inputs: Mapping[str, Path] = field(default_factory=dict)
-    config_loader: Callable[[], M.ConfigData | None] = lambda: None
+    config_loader: Callable[[], model.ConfigData | None] = lambda: None
     hmac_key_loader: Callable[[], bytes | None] = lambda: None
     clock: Callable[[], float] = time.time
     _confd: ConfdSource | None = field(default=None, init=False, repr=False, compare=False)
     _confd_warned: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    def config(self) -> M.ConfigData | None:
+    def config(self) -> model.ConfigData | None:
         """The latest cluster config, or None when this node has none."""
         return self.config_loader()
 
@@ -254,12 +252,12 @@ class CollectContext:
         return "confd" if self.settings.confd_peers else "none"
 
     def collector_settings(self, name: str, default_interval: float, *,
-                           wait: bool = True) -> M.CollectorSettings:
+                           wait: bool = True) -> model.CollectorSettings:
         """How to schedule collector `name`: the config's data_collectors entry, else confd's
         (type 11: active and interval), else the defaults. Never raises: a confd failure is
         logged (once per distinct error) and the defaults apply."""
         default_interval = self.settings.default_intervals.get(name, default_interval)
-        default = M.CollectorSettings(interval=default_interval)
+        default = model.CollectorSettings(interval=default_interval)
         config = self.config()
         if config is not None:
             return config.cluster.data_collectors.get(name, default)
@@ -268,7 +266,7 @@ class CollectContext:
             return default
         try:
             answer = source.data_collectors(wait=wait)
-        except C.ConfdError as err:
+        except confd.ConfdError as err:
             if str(err) != self._confd_warned:
                 self._confd_warned = str(err)
                 log.warning("collector settings from confd unavailable, using defaults: %s",
@@ -279,9 +277,9 @@ class CollectContext:
             return default
         active, interval = answer[name]
         try:
-            return M.CollectorSettings(active=active, interval=interval)
+            return model.CollectorSettings(active=active, interval=interval)
         except ValueError:  # a zero or negative interval: keep the default schedule
-            return M.CollectorSettings(active=active, interval=default_interval)
+            return model.CollectorSettings(active=active, interval=default_interval)
 
     def drbd_pairing(self) -> list[list[Any]]:
         """This node's DRBD minors from confd (type 7), in Ganeti's pairing format
@@ -292,10 +290,10 @@ class CollectContext:
             return []
         try:
             return source.node_drbd(self.node_name)
-        except C.ConfdError as err:
+        except confd.ConfdError as err:
             raise CollectorError(str(err)) from None
 
-    def this_node(self) -> M.Node | None:
+    def this_node(self) -> model.Node | None:
         config = self.config()
         if config is None:
             return None
@@ -329,7 +327,7 @@ class CollectContext:
                 name = inst.get("name") if isinstance(inst, Mapping) else None
                 if isinstance(name, str):
                     walk(source.instance_disks(name), name)
-        except (C.ConfdError, TypeError, ValueError) as err:
+        except (confd.ConfdError, TypeError, ValueError) as err:
             raise CollectorError(str(err)) from None
         return owners
 
@@ -394,7 +392,7 @@ class Collector:
     def interval_default(cls) -> float:
         if cls.default_interval is not None:
             return cls.default_interval
-        return M.DEFAULT_COLLECTOR_INTERVALS.get(cls.name, M.MOND_TIME_INTERVAL)
+        return model.DEFAULT_COLLECTOR_INTERVALS.get(cls.name, model.MOND_TIME_INTERVAL)
 
     def __init__(self, ctx: CollectContext) -> None:
         self.ctx = ctx

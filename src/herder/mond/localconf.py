@@ -152,8 +152,9 @@ def resolve(config: LocalConfig | None, settings: MondSettings, flags: Mapping[s
         raise ValueError(f"not local-config keys: {', '.join(sorted(unknown))}")
     config = config or LocalConfig()
     merged = apply(config, settings)
-    changes = {_SETTING_OF[k]: (list(v) if k == "confd" else v)
-               for k, v in flags.items() if k in _SETTING_OF}
+    # values of several MondSettings types, by field name
+    changes: dict[str, Any] = {_SETTING_OF[k]: (list(v) if k == "confd" else v)
+                               for k, v in flags.items() if k in _SETTING_OF}
     merged = replace(merged, **changes)
     return Resolved(
         node=flags.get("node", config.node),

@@ -27,7 +27,7 @@ def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
             yield from flatten(item, f"{prefix}.{key}" if prefix else str(key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            label = index
+            label: object = index
             if isinstance(item, dict):
                 label = item.get("name", item.get("minor", index))
             yield from flatten(item, f"{prefix}.{label}" if prefix else str(label))

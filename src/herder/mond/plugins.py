@@ -21,8 +21,9 @@ from herder.mond import report
 from herder.mond.collector import CollectorError, run_command
 from herder.mond.report import Kind
 
-_REQUIRED = {"name": str, "version": str, "format_version": int, "category": (str, type(None)),
-             "kind": int}
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "name": str, "version": str, "format_version": int, "category": (str, type(None)),
+    "kind": int}
 
 
 def discover(directory: Path) -> list[Path]:

@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
-    from herder.core import model as M
+    from herder.core import model
 
 DEFAULT_SEARCH_PATH: tuple[Path, ...] = (Path("/srv/herder/os"),)
 
@@ -328,7 +328,7 @@ class OsInstanceData:
     osparams: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_model(cls, config: M.ConfigData, inst: M.Instance,
+    def from_model(cls, config: model.ConfigData, inst: model.Instance,
                    disk_paths: Sequence[str]) -> OsInstanceData:
         """Build from the model; `disk_paths[i]` is where disk i is assembled on this node."""
         if len(disk_paths) != len(inst.disks):

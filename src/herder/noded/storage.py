@@ -33,7 +33,7 @@ from herder.core import sizes
 from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
-    from herder.core import model as M
+    from herder.core import model
 
 ST_LVM_PV = "lvm-pv"
 ST_LVM_VG = "lvm-vg"
@@ -503,7 +503,7 @@ def repair_vg(vg: str, *, remove_partial_lvs: bool = False, runner: Runner = run
 # --- file storage directories ------------------------------------------------------------------
 
 
-def allowed_file_storage_dirs(cluster: M.Cluster) -> list[Path]:
+def allowed_file_storage_dirs(cluster: model.Cluster) -> list[Path]:
     """The base directories file storage directories may be created under."""
     bases = [cluster.file_storage_dir, cluster.shared_file_storage_dir]
     return [Path(b) for b in dict.fromkeys(bases) if b]

@@ -164,9 +164,9 @@ def module_load_order(modules_dep: Path, wanted: Iterable[str]) -> list[str]:
         order.append(module)
 
     for name in wanted:
-        module = by_name.get(name.replace("-", "_"))
-        if module is not None:  # built into this kernel: nothing to load
-            visit(module)
+        wanted_module = by_name.get(name.replace("-", "_"))
+        if wanted_module is not None:  # else built into this kernel: nothing to load
+            visit(wanted_module)
     return order
 
 

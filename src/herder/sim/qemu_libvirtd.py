@@ -14,7 +14,7 @@ libvirtd, as on a real host; `stop()` destroys the domains and kills what is lef
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
+import datetime
 import ipaddress
 import os
 import shutil
@@ -25,10 +25,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from herder.core import libvirtd_conf
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, ensure_system_accounts
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 START_TIMEOUT = 30.0
 MOUNTED = ("etc", "run", "lib", "cache", "log")
@@ -51,12 +55,12 @@ class TestPki:
         directory.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"herder CA {cluster_name}")])
-        now = dt.datetime.now(dt.UTC)
+        now = datetime.datetime.now(datetime.UTC)
         self._ca = (
             x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
                                          key_encipherment=False, data_encipherment=False,
@@ -67,10 +71,10 @@ class TestPki:
         self.ca_pem = self._pem(self._ca)
 
     @staticmethod
-    def _pem(cert: object) -> bytes:
+    def _pem(cert: x509.Certificate) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
-        return cert.public_bytes(serialization.Encoding.PEM)  # type: ignore[attr-defined]
+        return cert.public_bytes(serialization.Encoding.PEM)
 
     def node(self, name: str, addresses: list[str], issuer: TestPki | None = None) -> LibvirtPki:
         """A node's pkipath directory; `issuer` signs with another CA (a stranger's cert)."""
@@ -81,7 +85,7 @@ class TestPki:
 
         signer = issuer or self
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
+        now = datetime.datetime.now(datetime.UTC)
         alt_names: list[x509.GeneralName] = [x509.DNSName(name)]
         alt_names += [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
         cert = (
@@ -89,8 +93,8 @@ class TestPki:
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
             .issuer_name(signer._ca.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
                                          key_encipherment=True, data_encipherment=False,

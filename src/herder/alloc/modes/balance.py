@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.alloc.balance import BalanceOptions, Balancer, job_sets, move_opcodes
+from herder.alloc.balance import BalanceOptions, Balancer, Move, job_sets, move_opcodes
 from herder.alloc.metrics import Stats
 from herder.alloc.model import Cluster
 from herder.alloc.mond import MondOptions, apply_mond
@@ -54,7 +54,7 @@ def handle(cl: Cluster, req: dict[str, Any], opts: Options) -> Response:
     else:
         groups = sorted({n.group for n in cl.nodes})
     ini = Stats(cl.nodes).score()
-    moves = []
+    moves: list[Move] = []
     for gidx in groups:
         left = -1 if max_moves < 0 else max_moves - len(moves)
         if left == 0:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from herder.core.errors import HerderError
-from herder.core.jobs import reason as R
+from herder.core.jobs import reason
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
 
@@ -36,13 +36,13 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
             raise ValueError(f"priority must be between {PRIORITY_HIGHEST} and "
                              f"{PRIORITY_LOWEST}")
         try:
-            self.reason = R.validate(self.reason)
+            self.reason = reason.validate(self.reason)
         except ValueError as err:
             raise ValueError(str(err)) from None
 
     @property
     def op_id(self) -> str:
-        return type(self).__struct_config__.tag  # type: ignore[return-value]
+        return op_id_of(type(self))
 
     def summary(self) -> str:
         """Ganeti's job summary: OP_ID without the prefix, with the main object's name."""
@@ -58,16 +58,13 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
-
-
-def _op(op_id: str) -> dict[str, Any]:
-    return {"tag": op_id, "kw_only": True}
+        fields: dict[str, Any] = msgspec.to_builtins(self)
+        return fields
 
 
 # --- cluster ------------------------------------------------------------------------------------
 
-class OpClusterSetParams(OpCode, **_op("OP_CLUSTER_SET_PARAMS")):
+class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     hvparams: dict[str, dict[str, Any]] | None = None
     os_hvp: dict[str, dict[str, dict[str, Any]]] | None = None
     beparams: dict[str, Any] | None = None
@@ -103,14 +100,14 @@ class OpClusterSetParams(OpCode, **_op("OP_CLUSTER_SET_PARAMS")):
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
 
 
-class OpClusterRedistConf(OpCode, **_op("OP_CLUSTER_REDIST_CONF")):
+class OpClusterRedistConf(OpCode, tag="OP_CLUSTER_REDIST_CONF", kw_only=True):
     """Push the config, job queue, ssconf and cluster-wide files to the nodes now (docs/ha.md
     "Redistribution")."""
 
 
 # --- node groups --------------------------------------------------------------------------------
 
-class OpGroupAdd(OpCode, **_op("OP_GROUP_ADD")):
+class OpGroupAdd(OpCode, tag="OP_GROUP_ADD", kw_only=True):
     group_name: str
     alloc_policy: Literal["preferred", "last_resort", "unallocable"] | None = None
     ndparams: dict[str, Any] | None = None
@@ -120,7 +117,7 @@ class OpGroupAdd(OpCode, **_op("OP_GROUP_ADD")):
     disk_state: dict[str, Any] | None = None
 
 
-class OpGroupSetParams(OpCode, **_op("OP_GROUP_SET_PARAMS")):
+class OpGroupSetParams(OpCode, tag="OP_GROUP_SET_PARAMS", kw_only=True):
     group_name: str
     alloc_policy: Literal["preferred", "last_resort", "unallocable"] | None = None
     ndparams: dict[str, Any] | None = None
@@ -130,18 +127,18 @@ class OpGroupSetParams(OpCode, **_op("OP_GROUP_SET_PARAMS")):
     disk_state: dict[str, Any] | None = None
 
 
-class OpGroupRename(OpCode, **_op("OP_GROUP_RENAME")):
+class OpGroupRename(OpCode, tag="OP_GROUP_RENAME", kw_only=True):
     group_name: str
     new_name: str
 
 
-class OpGroupRemove(OpCode, **_op("OP_GROUP_REMOVE")):
+class OpGroupRemove(OpCode, tag="OP_GROUP_REMOVE", kw_only=True):
     group_name: str
 
 
 # --- nodes --------------------------------------------------------------------------------------
 
-class OpNodeAdd(OpCode, **_op("OP_NODE_ADD")):
+class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     node_name: str
     primary_ip: str | None = None
     secondary_ip: str | None = None
@@ -155,7 +152,7 @@ class OpNodeAdd(OpCode, **_op("OP_NODE_ADD")):
     disk_state: dict[str, Any] | None = None
 
 
-class OpNodeSetParams(OpCode, **_op("OP_NODE_SET_PARAMS")):
+class OpNodeSetParams(OpCode, tag="OP_NODE_SET_PARAMS", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     force: bool = False
@@ -174,12 +171,12 @@ class OpNodeSetParams(OpCode, **_op("OP_NODE_SET_PARAMS")):
     disk_state: dict[str, Any] | None = None
 
 
-class OpNodeRemove(OpCode, **_op("OP_NODE_REMOVE")):
+class OpNodeRemove(OpCode, tag="OP_NODE_REMOVE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
 
 
-class OpNodeEvacuate(OpCode, **_op("OP_NODE_EVACUATE")):
+class OpNodeEvacuate(OpCode, tag="OP_NODE_EVACUATE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     mode: Literal["primary-only", "secondary-only", "all"] = "all"
@@ -190,7 +187,7 @@ class OpNodeEvacuate(OpCode, **_op("OP_NODE_EVACUATE")):
     ignore_soft_errors: bool = False
 
 
-class OpNodeMigrate(OpCode, **_op("OP_NODE_MIGRATE")):
+class OpNodeMigrate(OpCode, tag="OP_NODE_MIGRATE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     mode: Literal["live", "non-live"] | None = None
@@ -202,20 +199,20 @@ class OpNodeMigrate(OpCode, **_op("OP_NODE_MIGRATE")):
     ignore_ipolicy: bool = False
 
 
-class OpNodePowercycle(OpCode, **_op("OP_NODE_POWERCYCLE")):
+class OpNodePowercycle(OpCode, tag="OP_NODE_POWERCYCLE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     force: bool = False
 
 
-class OpNodeQueryStorage(OpCode, **_op("OP_NODE_QUERY_STORAGE")):
+class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
     nodes: list[str] = msgspec.field(default_factory=list)
     storage_type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
     name: str | None = None
     output_fields: list[str] | None = None
 
 
-class OpNodeModifyStorage(OpCode, **_op("OP_NODE_MODIFY_STORAGE")):
+class OpNodeModifyStorage(OpCode, tag="OP_NODE_MODIFY_STORAGE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     storage_type: Literal["lvm-pv"] = "lvm-pv"
@@ -223,7 +220,7 @@ class OpNodeModifyStorage(OpCode, **_op("OP_NODE_MODIFY_STORAGE")):
     changes: dict[str, Any]
 
 
-class OpRepairNodeStorage(OpCode, **_op("OP_REPAIR_NODE_STORAGE")):
+class OpRepairNodeStorage(OpCode, tag="OP_REPAIR_NODE_STORAGE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     storage_type: Literal["lvm-vg"] = "lvm-vg"
@@ -231,7 +228,7 @@ class OpRepairNodeStorage(OpCode, **_op("OP_REPAIR_NODE_STORAGE")):
     ignore_consistency: bool = False
 
 
-class OpRepairCommand(OpCode, **_op("OP_REPAIR_COMMAND")):
+class OpRepairCommand(OpCode, tag="OP_REPAIR_COMMAND", kw_only=True):
     """Run a white-listed repair command on a node with `input` on its stdin (Ganeti 2.17)."""
 
     node_name: str
@@ -239,7 +236,7 @@ class OpRepairCommand(OpCode, **_op("OP_REPAIR_COMMAND")):
     input: Any = None
 
 
-class OpOsDiagnose(OpCode, **_op("OP_OS_DIAGNOSE")):
+class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
     """The OS definitions on the nodes, each with its variants (`name+variant`)."""
 
     output_fields: list[str] = msgspec.field(default_factory=lambda: ["name", "variants"])
@@ -248,7 +245,7 @@ class OpOsDiagnose(OpCode, **_op("OP_OS_DIAGNOSE")):
 
 # --- instances ----------------------------------------------------------------------------------
 
-class OpInstanceCreate(OpCode, **_op("OP_INSTANCE_CREATE")):
+class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     instance_name: str
     os_type: str | None = None
     disk_template: str
@@ -271,17 +268,20 @@ class OpInstanceCreate(OpCode, **_op("OP_INSTANCE_CREATE")):
     mode: str = "create"
 
 
-class OpInstanceRename(OpCode, **_op("OP_INSTANCE_RENAME")):
+class InstanceOpCode(OpCode, kw_only=True):
+    """An operation on one existing instance (LUs of such opcodes share their lookups)."""
+
     instance_name: str
     instance_uuid: str | None = None
+
+
+class OpInstanceRename(InstanceOpCode, tag="OP_INSTANCE_RENAME", kw_only=True):
     new_name: str
     ip_check: bool = False
     name_check: bool = False
 
 
-class OpInstanceSetParams(OpCode, **_op("OP_INSTANCE_SET_PARAMS")):
-    instance_name: str
-    instance_uuid: str | None = None
+class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=True):
     hvparams: dict[str, Any] | None = None
     beparams: dict[str, Any] | None = None
     osparams: dict[str, Any] | None = None
@@ -292,24 +292,18 @@ class OpInstanceSetParams(OpCode, **_op("OP_INSTANCE_SET_PARAMS")):
     wait_for_sync: bool = True
 
 
-class OpInstanceActivateDisks(OpCode, **_op("OP_INSTANCE_ACTIVATE_DISKS")):
-    instance_name: str
-    instance_uuid: str | None = None
+class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", kw_only=True):
     ignore_size: bool = False
     wait_for_sync: bool = False
 
 
-class OpInstanceReinstall(OpCode, **_op("OP_INSTANCE_REINSTALL")):
-    instance_name: str
-    instance_uuid: str | None = None
+class OpInstanceReinstall(InstanceOpCode, tag="OP_INSTANCE_REINSTALL", kw_only=True):
     os_type: str | None = None
     force_variant: bool = False
     osparams: dict[str, Any] | None = None
 
 
-class OpInstanceReplaceDisks(OpCode, **_op("OP_INSTANCE_REPLACE_DISKS")):
-    instance_name: str
-    instance_uuid: str | None = None
+class OpInstanceReplaceDisks(InstanceOpCode, tag="OP_INSTANCE_REPLACE_DISKS", kw_only=True):
     mode: Literal["replace_on_primary", "replace_on_secondary", "replace_new_secondary",
                   "replace_auto"] = "replace_auto"
     disks: list[int] = msgspec.field(default_factory=list)
@@ -319,18 +313,13 @@ class OpInstanceReplaceDisks(OpCode, **_op("OP_INSTANCE_REPLACE_DISKS")):
     ignore_ipolicy: bool = False
 
 
-class OpInstanceQueryData(OpCode, **_op("OP_INSTANCE_QUERY_DATA")):
+class OpInstanceQueryData(OpCode, tag="OP_INSTANCE_QUERY_DATA", kw_only=True):
     instances: list[str] = msgspec.field(default_factory=list)
     static: bool = False
     use_locking: bool = False
 
 
-class _InstanceOp(OpCode, kw_only=True):
-    instance_name: str
-    instance_uuid: str | None = None
-
-
-class OpInstanceStartup(_InstanceOp, **_op("OP_INSTANCE_STARTUP")):
+class OpInstanceStartup(InstanceOpCode, tag="OP_INSTANCE_STARTUP", kw_only=True):
     force: bool = False
     ignore_offline_nodes: bool = False
     hvparams: dict[str, Any] | None = None
@@ -339,7 +328,7 @@ class OpInstanceStartup(_InstanceOp, **_op("OP_INSTANCE_STARTUP")):
     startup_paused: bool = False
 
 
-class OpInstanceShutdown(_InstanceOp, **_op("OP_INSTANCE_SHUTDOWN")):
+class OpInstanceShutdown(InstanceOpCode, tag="OP_INSTANCE_SHUTDOWN", kw_only=True):
     force: bool = False
     ignore_offline_nodes: bool = False
     timeout: int = 120
@@ -347,13 +336,13 @@ class OpInstanceShutdown(_InstanceOp, **_op("OP_INSTANCE_SHUTDOWN")):
     admin_state_source: str | None = None
 
 
-class OpInstanceReboot(_InstanceOp, **_op("OP_INSTANCE_REBOOT")):
+class OpInstanceReboot(InstanceOpCode, tag="OP_INSTANCE_REBOOT", kw_only=True):
     reboot_type: Literal["soft", "hard", "full"] = "hard"
     ignore_secondaries: bool = False
     shutdown_timeout: int = 120
 
 
-class OpInstanceMigrate(_InstanceOp, **_op("OP_INSTANCE_MIGRATE")):
+class OpInstanceMigrate(InstanceOpCode, tag="OP_INSTANCE_MIGRATE", kw_only=True):
     mode: Literal["live", "non-live"] | None = None
     live: bool | None = None
     cleanup: bool = False
@@ -365,7 +354,7 @@ class OpInstanceMigrate(_InstanceOp, **_op("OP_INSTANCE_MIGRATE")):
     ignore_hvversions: bool = False
 
 
-class OpInstanceFailover(_InstanceOp, **_op("OP_INSTANCE_FAILOVER")):
+class OpInstanceFailover(InstanceOpCode, tag="OP_INSTANCE_FAILOVER", kw_only=True):
     ignore_consistency: bool = False
     target_node: str | None = None
     iallocator: str | None = None
@@ -374,7 +363,7 @@ class OpInstanceFailover(_InstanceOp, **_op("OP_INSTANCE_FAILOVER")):
     cleanup: bool = False
 
 
-class OpInstanceRemove(_InstanceOp, **_op("OP_INSTANCE_REMOVE")):
+class OpInstanceRemove(InstanceOpCode, tag="OP_INSTANCE_REMOVE", kw_only=True):
     ignore_failures: bool = False
     shutdown_timeout: int = 120
 
@@ -384,7 +373,9 @@ class OpInstanceRemove(_InstanceOp, **_op("OP_INSTANCE_REMOVE")):
 TagKind = Literal["cluster", "node", "instance", "nodegroup", "network"]
 
 
-class OpTagsSet(OpCode, **_op("OP_TAGS_SET")):
+class TagsOpCode(OpCode, kw_only=True):
+    """Adding or removing tags of one object (`name` is None for the cluster)."""
+
     kind: TagKind
     name: str | None = None
     tags: list[str]
@@ -393,18 +384,17 @@ class OpTagsSet(OpCode, **_op("OP_TAGS_SET")):
         return self.name
 
 
-class OpTagsDel(OpCode, **_op("OP_TAGS_DEL")):
-    kind: TagKind
-    name: str | None = None
-    tags: list[str]
+class OpTagsSet(TagsOpCode, tag="OP_TAGS_SET", kw_only=True):
+    pass
 
-    def summary_target(self) -> str | None:
-        return self.name
+
+class OpTagsDel(TagsOpCode, tag="OP_TAGS_DEL", kw_only=True):
+    pass
 
 
 # --- testing ------------------------------------------------------------------------------------
 
-class OpTestDelay(OpCode, **_op("OP_TEST_DELAY")):
+class OpTestDelay(OpCode, tag="OP_TEST_DELAY", kw_only=True):
     """Sleep while holding locks (Ganeti's test opcode): `on_nodes` names the node locks taken
     exclusively; `on_master` sleeps on the master."""
 
@@ -459,4 +449,4 @@ def parse(data: Any) -> OpCode:
 
 def opcode_reason_source(op: OpCode) -> str:
     """`gnt:opcode:tags_set` for OP_TAGS_SET, as Ganeti adds when it queues an opcode."""
-    return f"{R.OPCODE_PREFIX}:{re.sub(r'^OP_', '', op.op_id).lower()}"
+    return f"{reason.OPCODE_PREFIX}:{re.sub(r'^OP_', '', op.op_id).lower()}"

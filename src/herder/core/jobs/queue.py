@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 import msgspec
 
-from herder.core import locking as L
+from herder.core import locking
 from herder.core.errors import HerderError, NotFoundError
-from herder.core.jobs import opcodes as O
-from herder.core.jobs import reason as R
+from herder.core.jobs import opcodes
+from herder.core.jobs import reason as reason_trail
 from herder.core.store import atomic_write
 
 log = logging.getLogger("herder.jobs")
@@ -67,14 +67,14 @@ class QueuedOpCode(msgspec.Struct, kw_only=True):
     status: OpStatus = OpStatus.QUEUED
     result: Any = None
     log: list[list[Any]] = msgspec.field(default_factory=list)
-    priority: int = O.PRIORITY_NORMAL
+    priority: int = opcodes.PRIORITY_NORMAL
     start_timestamp: list[int] | None = None
     exec_timestamp: list[int] | None = None
     end_timestamp: list[int] | None = None
 
     @property
-    def opcode(self) -> O.OpCode:
-        return O.parse(self.input)
+    def opcode(self) -> opcodes.OpCode:
+        return opcodes.parse(self.input)
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -105,7 +105,7 @@ class Job(msgspec.Struct, kw_only=True):
     @property
     def priority(self) -> int:
         pending = [op.priority for op in self.ops if op.status not in FINAL]
-        return min(pending) if pending else O.PRIORITY_NORMAL
+        return min(pending) if pending else opcodes.PRIORITY_NORMAL
 
     @property
     def finished(self) -> bool:
@@ -123,12 +123,12 @@ class JobContext:
     """What the processor sees of the job it runs one opcode of."""
 
     def __init__(self, queue: JobQueue, job: Job, index: int,
-                 cancel_token: L.CancelToken | None = None) -> None:
+                 cancel_token: locking.CancelToken | None = None) -> None:
         self.queue = queue
         self.job = job
         self.index = index
         # Lock waits made with this token end at once when the job is canceled.
-        self.cancel_token = cancel_token or L.CancelToken()
+        self.cancel_token = cancel_token or locking.CancelToken()
 
     @property
     def job_id(self) -> int:
@@ -149,7 +149,7 @@ class JobContext:
 
 
 class Processor(Protocol):
-    def __call__(self, ctx: JobContext, op: O.OpCode) -> Any: ...
+    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any: ...
 
 
 def error_result(err: BaseException) -> list[Any]:
@@ -222,7 +222,7 @@ class JobQueue:
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._next_id = 1
-        self._cancel_tokens: dict[int, L.CancelToken] = {}
+        self._cancel_tokens: dict[int, locking.CancelToken] = {}
 
     # --- persistence ----------------------------------------------------------------------------
 
@@ -307,7 +307,7 @@ class JobQueue:
                 log.exception("job %s: unexpected failure", job_id)
 
     def _run(self, job: Job) -> None:
-        token = L.CancelToken()
+        token = locking.CancelToken()
         with self._cond:
             if job.start_timestamp is None:
                 job.start_timestamp = timestamp()
@@ -318,7 +318,7 @@ class JobQueue:
             with self._cond:
                 self._cancel_tokens.pop(job.id, None)
 
-    def _run_ops(self, job: Job, token: L.CancelToken) -> None:
+    def _run_ops(self, job: Job, token: locking.CancelToken) -> None:
         for index, qop in enumerate(job.ops):
             if qop.status in FINAL:
                 continue
@@ -385,12 +385,12 @@ class JobQueue:
 
     # --- the API --------------------------------------------------------------------------------
 
-    def submit(self, ops: Sequence[dict[str, Any] | O.OpCode], *,
+    def submit(self, ops: Sequence[dict[str, Any] | opcodes.OpCode], *,
                reason: Iterable[list[Any]] = ()) -> int:
         """Queue a job; every opcode is validated first (nothing is queued if one is bad)."""
         if not ops:
-            raise O.OpcodeError("a job needs at least one opcode")
-        parsed = [O.parse(op) for op in ops]
+            raise opcodes.OpcodeError("a job needs at least one opcode")
+        parsed = [opcodes.parse(op) for op in ops]
         with self._cond:
             if self._stopping:
                 raise HerderError("the job queue is shutting down")
@@ -399,7 +399,8 @@ class JobQueue:
             queued = []
             for index, op in enumerate(parsed):
                 trail = [*op.reason, *[list(r) for r in reason],
-                         R.entry(O.opcode_reason_source(op), f"job={job_id};index={index}")]
+                         reason_trail.entry(opcodes.opcode_reason_source(op),
+                                            f"job={job_id};index={index}")]
                 data = op.to_dict()
                 data["reason"] = trail
                 queued.append(QueuedOpCode(input=data, priority=op.priority))
@@ -517,9 +518,9 @@ def job_fields(job: Job, fields: Sequence[str]) -> dict[str, Any]:
         elif field == "opend":
             values[field] = [op.end_timestamp for op in job.ops]
         else:
-            raise O.OpcodeError(f"unknown job field {field!r} "
-                                f"(known: {', '.join(JOB_FIELDS)}, opstart, opexec, opend)")
+            raise opcodes.OpcodeError(f"unknown job field {field!r} "
+                                      f"(known: {', '.join(JOB_FIELDS)}, opstart, opexec, opend)")
     return values
 
 
-ProcessorFn = Callable[[JobContext, O.OpCode], Any]
+ProcessorFn = Callable[[JobContext, opcodes.OpCode], Any]

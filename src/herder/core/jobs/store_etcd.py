@@ -21,7 +21,7 @@ import time
 
 import msgspec
 
-from herder.core import etcd as E
+from herder.core import etcd
 from herder.core.errors import StoreError
 from herder.core.jobs.queue import Job
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
@@ -32,7 +32,7 @@ log = logging.getLogger("herder.jobs")
 class EtcdJobStorage:
     """Jobs under `/herder/<cluster>/jobs/`, fenced by the master lease."""
 
-    def __init__(self, client: E.EtcdClient, cluster: str, *,
+    def __init__(self, client: etcd.EtcdClient, cluster: str, *,
                  fence: Fence | MasterLease | None = None) -> None:
         self.client = client
         self.cluster = cluster
@@ -53,10 +53,10 @@ class EtcdJobStorage:
     def _checks(self, fence: Fence | None) -> list[dict[str, object]]:
         if fence is None:
             return []
-        return [E.cmp_value(self.master_key, fence.node_name),
-                E.cmp_create(self.master_key, fence.epoch)]
+        return [etcd.cmp_value(self.master_key, fence.node_name),
+                etcd.cmp_create(self.master_key, fence.epoch)]
 
-    def _refused(self, fence: Fence | None, result: E.TxnResult) -> StoreError | None:
+    def _refused(self, fence: Fence | None, result: etcd.TxnResult) -> StoreError | None:
         """The "not the master" error when the fence is what failed, else None."""
         if fence is None:
             return None
@@ -95,9 +95,9 @@ class EtcdJobStorage:
         fence = self._fence()
         try:
             result = self.client.txn(self._checks(fence),
-                                     [E.op_put(self.key(job.id), msgspec.json.encode(job))],
-                                     [E.op_range(self.master_key)])
-        except E.EtcdError as err:
+                                     [etcd.op_put(self.key(job.id), msgspec.json.encode(job))],
+                                     [etcd.op_range(self.master_key)])
+        except etcd.EtcdError as err:
             raise StoreError(f"job {job.id}: write to etcd failed: {err}") from None
         if not result.succeeded:
             raise self._refused(fence, result) or StoreError(f"job {job.id}: not written")
@@ -110,14 +110,14 @@ class EtcdJobStorage:
             kv = self.client.get(self.serial_key)
             current = int(kv.value) if kv is not None and kv.value.isdigit() else 0
             job_id = max(current + 1, candidate)
-            compare = ([E.cmp_mod(self.serial_key, kv.mod_revision)] if kv is not None
-                       else [E.cmp_create(self.serial_key, 0)])
+            compare = ([etcd.cmp_mod(self.serial_key, kv.mod_revision)] if kv is not None
+                       else [etcd.cmp_create(self.serial_key, 0)])
             try:
                 result = self.client.txn(compare + self._checks(fence),
-                                         [E.op_put(self.serial_key, str(job_id))],
-                                         [E.op_range(self.serial_key),
-                                          E.op_range(self.master_key)])
-            except E.EtcdError as err:
+                                         [etcd.op_put(self.serial_key, str(job_id))],
+                                         [etcd.op_range(self.serial_key),
+                                          etcd.op_range(self.master_key)])
+            except etcd.EtcdError as err:
                 raise StoreError(f"cannot take a job id in etcd: {err}") from None
             if result.succeeded:
                 return job_id

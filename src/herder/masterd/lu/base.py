@@ -11,22 +11,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import locking, model
 from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.noderpc import NodeRpc, UnavailableRpc
-from herder.core.store import FileStore
+from herder.core.store import ConfigStore
 
 
 @dataclass
 class MasterEnv:
     """What every LU may use."""
 
-    store: FileStore
-    locks: L.LockManager
+    store: ConfigStore
+    locks: locking.LockManager
     rpc: NodeRpc = field(default_factory=UnavailableRpc)
     queue_dir: Path | None = None
     iallocator_path: tuple[Path, ...] = ()
@@ -39,21 +38,35 @@ class LockRequest:
     shared: bool = False
 
 
-class LogicalUnit:
-    OP: ClassVar[type[O.OpCode]]
+OpT = TypeVar("OpT", bound=opcodes.OpCode)
+
+
+class LogicalUnit(Generic[OpT]):
+    """Executes one opcode: a concrete LU subclasses `LogicalUnit[opcodes.OpX]` (or a generic
+    helper base the same way), which makes `self.op` an `OpX` for the type checker and sets
+    `OP`, the opcode class the registry maps to this LU."""
+
+    OP: ClassVar[type[opcodes.OpCode]]
     # The cluster lock exclusively (cluster-wide changes, adding objects without locks yet).
     REQ_BGL: ClassVar[bool] = False
 
-    def __init__(self, op: O.OpCode, env: MasterEnv,
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            for arg in get_args(base):
+                if isinstance(arg, type) and issubclass(arg, opcodes.OpCode):
+                    cls.OP = arg
+
+    def __init__(self, op: OpT, env: MasterEnv,
                  feedback: Callable[[str], None] = lambda message: None) -> None:
         self.op = op
         self.env = env
         self.feedback = feedback
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         """Prerequisites; raise OpPrereqError. Must not change anything."""
 
     def execute(self) -> Any:
@@ -72,7 +85,7 @@ def lookup(find: Callable[[str], Any], key: str) -> Any:
         raise OpPrereqError(str(err), "unknown_entity") from None
 
 
-def node_uuid_or_none(config: M.ConfigData, key: str | None) -> str | None:
+def node_uuid_or_none(config: model.ConfigData, key: str | None) -> str | None:
     if not key:
         return None
     try:

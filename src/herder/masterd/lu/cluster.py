@@ -7,11 +7,9 @@ from typing import Any
 
 import msgspec
 
-from herder.core import model as M
-from herder.core import params as P
-from herder.core import uidpool
+from herder.core import model, params, uidpool
 from herder.core.errors import ConfigError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LogicalUnit
 
 VALUE_DEFAULT = "default"  # Ganeti's "reset this parameter" value
@@ -22,39 +20,39 @@ def resets(changes: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if v == VALUE_DEFAULT else v) for k, v in changes.items()}
 
 
-def apply_collectors(c: M.Cluster, changes: dict[str, dict[str, Any]]) -> None:
+def apply_collectors(c: model.Cluster, changes: dict[str, dict[str, Any]]) -> None:
     """Change data collector settings; a new `interval` re-derives unset bounds."""
     for name, settings in changes.items():
         unknown = set(settings) - {"active", "interval", "min_interval", "max_interval"}
         if unknown:
             raise ConfigError(f"unknown data collector setting(s) {', '.join(sorted(unknown))} "
                               "(known: active, interval, min_interval, max_interval)")
-        data = msgspec.to_builtins(c.data_collectors.get(name, M.CollectorSettings()))
+        data = msgspec.to_builtins(c.data_collectors.get(name, model.CollectorSettings()))
         for key, value in settings.items():
             if key == "active":
-                data[key] = P.coerce(P.ParamSpec(key, "bool", True), value)
+                data[key] = params.coerce(params.ParamSpec(key, "bool", True), value)
             elif value is None:
-                data[key] = M.CollectorSettings().interval if key == "interval" else None
+                data[key] = model.CollectorSettings().interval if key == "interval" else None
             else:
-                data[key] = P.coerce(P.ParamSpec(key, "float", 0.0), value)
+                data[key] = params.coerce(params.ParamSpec(key, "float", 0.0), value)
         if "interval" in settings:
             for bound in ("min_interval", "max_interval"):
                 if bound not in settings:
                     data[bound] = None
         try:
-            c.data_collectors[name] = msgspec.convert(data, M.CollectorSettings)
+            c.data_collectors[name] = msgspec.convert(data, model.CollectorSettings)
         except msgspec.ValidationError as err:
             raise ConfigError(f"data collector {name}: {err}") from None
 
 
-def apply_ipolicy(policy: M.IPolicy | M.IPolicyOverride, changes: dict[str, Any]) -> None:
+def apply_ipolicy(policy: model.IPolicy | model.IPolicyOverride, changes: dict[str, Any]) -> None:
     for key, value in changes.items():
         attr = key.replace("-", "_")
         if attr not in ("minmax", "std", "disk_templates", "vcpu_ratio", "spindle_ratio") or (
-                attr == "std" and isinstance(policy, M.IPolicyOverride)):
+                attr == "std" and isinstance(policy, model.IPolicyOverride)):
             raise ConfigError(f"unknown or not settable ipolicy field {key!r}")
         if attr in ("minmax", "std") and value is not None:
-            target = list[M.MinMax] if attr == "minmax" else M.ISpec
+            target = list[model.MinMax] if attr == "minmax" else model.ISpec
             try:
                 value = msgspec.convert(value, target)
             except msgspec.ValidationError as err:
@@ -67,28 +65,27 @@ MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_thresho
                   "balance_disk_moves", "balance_dynamic_load")
 
 
-class ClusterSetParams(LogicalUnit):
-    OP = O.OpClusterSetParams
+class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
     REQ_BGL = True
 
     def execute(self) -> Any:
-        op: O.OpClusterSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             self.apply(op, config)
         return None
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         # Everything is validated by applying the change to a copy.
-        op: O.OpClusterSetParams = self.op  # type: ignore[assignment]
-        copy = M.decode(M.encode(config))
+        op = self.op
+        copy = model.decode(model.encode(config))
         try:
             self.apply(op, copy)
-            M.revalidate(copy)
+            model.revalidate(copy)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
     @staticmethod
-    def apply(op: O.OpClusterSetParams, config: M.ConfigData) -> None:
+    def apply(op: opcodes.OpClusterSetParams, config: model.ConfigData) -> None:
         c = config.cluster
         if op.uid_pool is not None:
             c.uid_pool = uidpool.normalise(op.uid_pool)
@@ -97,26 +94,27 @@ class ClusterSetParams(LogicalUnit):
         if op.remove_uids:
             c.uid_pool = uidpool.remove(c.uid_pool, op.remove_uids)
         for hv, changes in (op.hvparams or {}).items():
-            c.hvparams[hv] = P.apply_overrides(P.hv_family(hv), c.hvparams.get(hv, {}),
-                                               resets(changes))
+            c.hvparams[hv] = params.apply_overrides(params.hv_family(hv), c.hvparams.get(hv, {}),
+                                                    resets(changes))
         for os_name, per_hv in (op.os_hvp or {}).items():
             target = c.os_hvp.setdefault(os_name, {})
             for hv, changes in per_hv.items():
-                target[hv] = P.apply_overrides(P.hv_family(hv), target.get(hv, {}),
-                                               resets(changes), instance_level=True)
+                target[hv] = params.apply_overrides(params.hv_family(hv), target.get(hv, {}),
+                                                    resets(changes), instance_level=True)
         if op.beparams:
             be = op.beparams.get("default", op.beparams) if "default" in op.beparams \
                 and isinstance(op.beparams["default"], dict) else op.beparams
-            c.beparams = P.apply_overrides(P.BE_FAMILY, c.beparams, resets(be))
+            c.beparams = params.apply_overrides(params.BE_FAMILY, c.beparams, resets(be))
         if op.nicparams:
-            nic = op.nicparams.get("default") if isinstance(op.nicparams.get("default"), dict) \
-                else op.nicparams
-            c.nicparams = P.apply_overrides(P.NIC_FAMILY, c.nicparams, resets(nic))
+            default = op.nicparams.get("default")
+            nic = default if isinstance(default, dict) else op.nicparams
+            c.nicparams = params.apply_overrides(params.NIC_FAMILY, c.nicparams, resets(nic))
         if op.ndparams:
-            c.ndparams = P.apply_overrides(P.ND_FAMILY, c.ndparams, resets(op.ndparams))
+            c.ndparams = params.apply_overrides(params.ND_FAMILY, c.ndparams, resets(op.ndparams))
         for dt, changes in (op.diskparams or {}).items():
-            c.diskparams[dt] = P.apply_overrides(P.disk_family(dt), c.diskparams.get(dt, {}),
-                                                 resets(changes))
+            c.diskparams[dt] = params.apply_overrides(params.disk_family(dt),
+                                                      c.diskparams.get(dt, {}),
+                                                      resets(changes))
         for os_name, changes in (op.osparams or {}).items():
             current = dict(c.osparams.get(os_name, {}))
             for key, value in resets(changes).items():
@@ -137,7 +135,7 @@ class ClusterSetParams(LogicalUnit):
             c.candidate_pool_size = op.candidate_pool_size
         if op.default_iallocator is not None:
             names = [op.default_iallocator] if op.default_iallocator else []
-            c.default_iallocators = {kind: list(names) for kind in M.IALLOCATOR_REQUEST_TYPES}
+            c.default_iallocators = {kind: list(names) for kind in model.IALLOCATOR_REQUEST_TYPES}
         if op.default_iallocator_params is not None:
             c.default_iallocator_params = dict(op.default_iallocator_params)
         if op.default_iallocators is not None:
@@ -167,7 +165,7 @@ class ClusterSetParams(LogicalUnit):
         c.touch()
 
 
-def redistribute(env: Any, config: M.ConfigData, *, full: bool,
+def redistribute(env: Any, config: model.ConfigData, *, full: bool,
                  only: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Push to the nodes (docs/ha.md "Redistribution"); per node name what was sent and the
     errors. Never raises for a node's failure."""
@@ -181,11 +179,9 @@ def redistribute(env: Any, config: M.ConfigData, *, full: bool,
     return redist.report(pusher.push(config, full=full, only=only))
 
 
-class ClusterRedistConf(LogicalUnit):
+class ClusterRedistConf(LogicalUnit[opcodes.OpClusterRedistConf]):
     """Ganeti's LUClusterRedistConf: push everything (with the cluster secrets) to every
     online node now."""
-
-    OP = O.OpClusterRedistConf
 
     def execute(self) -> Any:
         results = redistribute(self.env, self.env.store.load(), full=True)

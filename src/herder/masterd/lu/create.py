@@ -7,11 +7,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from herder.core import locking as L
-from herder.core import model as M
-from herder.core import params as P
+from herder.core import locking, model, params
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
@@ -20,7 +18,7 @@ MIRRORED = {"drbd"}
 DRBD_META_MIB = 128
 
 
-def new_mac(config: M.ConfigData, taken: set[str]) -> str:
+def new_mac(config: model.ConfigData, taken: set[str]) -> str:
     prefix = config.cluster.mac_prefix
     for _ in range(1000):
         mac = prefix + ":" + ":".join(f"{b:02x}" for b in secrets.token_bytes(3))
@@ -30,12 +28,12 @@ def new_mac(config: M.ConfigData, taken: set[str]) -> str:
     raise OpPrereqError("cannot find a free MAC address", "insufficient_resources")
 
 
-def free_minor(config: M.ConfigData, node_uuid: str, extra: set[int]) -> int:
+def free_minor(config: model.ConfigData, node_uuid: str, extra: set[int]) -> int:
     used = set(extra)
     for inst in config.instances.values():
         for disk in inst.disks:
             lid = disk.logical_id
-            if isinstance(lid, M.DrbdId):
+            if isinstance(lid, model.DrbdId):
                 for n, minor in zip(lid.nodes, lid.minors, strict=True):
                     if n == node_uuid:
                         used.add(minor)
@@ -45,11 +43,11 @@ def free_minor(config: M.ConfigData, node_uuid: str, extra: set[int]) -> int:
     return minor
 
 
-def free_port(config: M.ConfigData, extra: set[int]) -> int:
+def free_port(config: model.ConfigData, extra: set[int]) -> int:
     used = set(extra)
     for inst in config.instances.values():
         for disk in inst.disks:
-            if isinstance(disk.logical_id, M.DrbdId):
+            if isinstance(disk.logical_id, model.DrbdId):
                 used.add(disk.logical_id.port)
     port = max(config.cluster.highest_used_port, 11000) + 1
     while port in used:
@@ -57,7 +55,7 @@ def free_port(config: M.ConfigData, extra: set[int]) -> int:
     return port
 
 
-def node_info(env: Any, config: M.ConfigData, feedback: Any) -> dict[str, dict[str, Any]]:
+def node_info(env: Any, config: model.ConfigData, feedback: Any) -> dict[str, dict[str, Any]]:
     """Live figures of every node that answers (an unreachable node counts as offline)."""
     info: dict[str, dict[str, Any]] = {}
     for node in config.nodes.values():
@@ -70,15 +68,14 @@ def node_info(env: Any, config: M.ConfigData, feedback: Any) -> dict[str, dict[s
     return info
 
 
-class InstanceCreate(LogicalUnit):
-    OP = O.OpInstanceCreate
+class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     REQ_BGL = True  # placement looks at every node; creations are serialized
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpInstanceCreate = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         c = config.cluster
         if any(i.name == op.instance_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.instance_name!r} already exists",
@@ -95,9 +92,10 @@ class InstanceCreate(LogicalUnit):
         if op.disk_template != "diskless" and not op.disks:
             raise OpPrereqError(f"a {op.disk_template} instance needs at least one disk")
         try:
-            self.beparams = P.validate(P.BE_FAMILY, op.beparams)
-            self.hvparams = P.validate(P.hv_family(hypervisor), op.hvparams, instance_level=True)
-            self.sizes = [P.parse_size(d.get("size")) for d in op.disks]
+            self.beparams = params.validate(params.BE_FAMILY, op.beparams)
+            self.hvparams = params.validate(params.hv_family(hypervisor), op.hvparams,
+                                            instance_level=True)
+            self.sizes = [params.parse_size(d.get("size")) for d in op.disks]
         except (ConfigError, ValueError) as err:
             raise OpPrereqError(str(err)) from None
         self.hypervisor = hypervisor
@@ -112,7 +110,7 @@ class InstanceCreate(LogicalUnit):
         else:
             names = [op.iallocator] if op.iallocator else \
                 c.default_iallocators.get("allocate", [])
-            filled = P.fill(P.BE_FAMILY.defaults(), c.beparams, self.beparams)
+            filled = params.fill(params.BE_FAMILY.defaults(), c.beparams, self.beparams)
             request = {
                 "type": "allocate", "name": op.instance_name, "required_nodes": required,
                 "disk_template": op.disk_template, "os": op.os_type or "",
@@ -141,16 +139,16 @@ class InstanceCreate(LogicalUnit):
     def dry_run_result(self) -> Any:
         return [n.name for n in self.nodes]
 
-    def _build(self, config: M.ConfigData) -> M.Instance:
-        op: O.OpInstanceCreate = self.op  # type: ignore[assignment]
-        stamp = M.now()
-        inst_uuid = M.new_uuid()
+    def _build(self, config: model.ConfigData) -> model.Instance:
+        op = self.op
+        stamp = model.now()
+        inst_uuid = model.new_uuid()
         vg = config.cluster.volume_group_name or "xenvg"
-        disks: list[M.Disk] = []
+        disks: list[model.Disk] = []
         minors_taken: dict[str, set[int]] = {n.uuid: set() for n in self.nodes}
         ports_taken: set[int] = set()
         for index, (size, spec) in enumerate(zip(self.sizes, op.disks, strict=True)):
-            disk_uuid = M.new_uuid()
+            disk_uuid = model.new_uuid()
             common = {"uuid": disk_uuid, "size": size, "mode": spec.get("mode", "rw"),
                       "iv_name": f"disk/{index}", "name": spec.get("name"),
                       "ctime": stamp, "mtime": stamp}
@@ -163,25 +161,25 @@ class InstanceCreate(LogicalUnit):
                 port = free_port(config, ports_taken)
                 ports_taken.add(port)
                 children = [
-                    M.Disk(uuid=M.new_uuid(), dev_type="plain", size=size,
-                           logical_id=M.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_data")),
-                    M.Disk(uuid=M.new_uuid(), dev_type="plain", size=DRBD_META_MIB,
-                           logical_id=M.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_meta")),
+                    model.Disk(uuid=model.new_uuid(), dev_type="plain", size=size,
+                               logical_id=model.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_data")),
+                    model.Disk(uuid=model.new_uuid(), dev_type="plain", size=DRBD_META_MIB,
+                               logical_id=model.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_meta")),
                 ]
-                disks.append(M.Disk(dev_type="drbd", children=children, logical_id=M.DrbdId(
+                disks.append(model.Disk(dev_type="drbd", children=children, logical_id=model.DrbdId(
                     nodes=[p.uuid, s.uuid], port=port, minors=[minor_p, minor_s],
                     secret=secrets.token_hex(20)), **common))
                 config.cluster.highest_used_port = max(config.cluster.highest_used_port, port)
             elif op.disk_template == "plain":
-                disks.append(M.Disk(dev_type="plain", logical_id=M.PlainId(
+                disks.append(model.Disk(dev_type="plain", logical_id=model.PlainId(
                     vg=vg, lv=f"{disk_uuid}.disk{index}"), **common))
             elif op.disk_template in ("file", "sharedfile"):
                 base = config.cluster.file_storage_dir if op.disk_template == "file" \
                     else config.cluster.shared_file_storage_dir
-                disks.append(M.Disk(dev_type=op.disk_template, logical_id=M.FileId(
+                disks.append(model.Disk(dev_type=op.disk_template, logical_id=model.FileId(
                     driver="loop", path=f"{base}/{op.instance_name}/disk{index}"), **common))
             else:
-                disks.append(M.Disk(dev_type=op.disk_template, **common))
+                disks.append(model.Disk(dev_type=op.disk_template, **common))
         taken = {n.mac for i in config.instances.values() for n in i.nics}
         nics = []
         for spec in op.nics or [{}]:
@@ -189,10 +187,10 @@ class InstanceCreate(LogicalUnit):
             if not mac or mac in ("auto", "generate"):
                 mac = new_mac(config, taken)
             nicparams = {k: spec[k] for k in ("mode", "link", "vlan") if spec.get(k)}
-            nics.append(M.NIC(uuid=M.new_uuid(), mac=mac, ip=spec.get("ip"),
-                              network=spec.get("network"), nicparams=nicparams,
-                              name=spec.get("name")))
-        return M.Instance(
+            nics.append(model.NIC(uuid=model.new_uuid(), mac=mac, ip=spec.get("ip"),
+                                  network=spec.get("network"), nicparams=nicparams,
+                                  name=spec.get("name")))
+        return model.Instance(
             uuid=inst_uuid, name=op.instance_name, primary_node=self.nodes[0].uuid,
             os=op.os_type or "none", hypervisor=self.hypervisor, admin_state="down",
             disks=disks, nics=nics, hvparams=self.hvparams, beparams=self.beparams,
@@ -201,11 +199,11 @@ class InstanceCreate(LogicalUnit):
         )
 
     def execute(self) -> Any:
-        op: O.OpInstanceCreate = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
             config.instances[inst.uuid] = inst
-        self.env.locks.add(L.LEVEL_INSTANCE, inst.uuid)
+        self.env.locks.add(locking.LEVEL_INSTANCE, inst.uuid)
         if self.allocator:
             self.feedback(f"iallocator {self.allocator} chose "
                           f"{', '.join(n.name for n in self.nodes)}")
@@ -233,7 +231,7 @@ class InstanceCreate(LogicalUnit):
                 fresh.instances[inst.uuid].disks_active = True
         return [n.name for n in self.nodes]
 
-    def _undo(self, inst: M.Instance) -> None:
+    def _undo(self, inst: model.Instance) -> None:
         self.feedback(f"creation of {inst.name} failed; removing what was created")
         for node in self.nodes:
             try:
@@ -243,5 +241,5 @@ class InstanceCreate(LogicalUnit):
                 self.feedback(f"cleanup on {node.name} failed: {err}")
         with self.env.store.update() as config:
             config.instances.pop(inst.uuid, None)
-        self.env.locks.remove(L.LEVEL_INSTANCE, [inst.uuid])
+        self.env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
 

@@ -3,41 +3,38 @@ act on a node through the node RPC (start, shutdown, reboot, migrate, failover, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from herder.core import locking as L
-from herder.core import model as M
-from herder.core import params as P
+from herder.core import locking, model, params
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
 
-def _instance_locks(config: M.ConfigData, name: str, *, nodes: bool = False,
+def _instance_locks(config: model.ConfigData, name: str, *, nodes: bool = False,
                     shared_nodes: bool = True) -> list[LockRequest]:
     inst = lookup(config.find_instance, name)
-    requests = [LockRequest(L.LEVEL_INSTANCE, [inst.uuid])]
+    requests = [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid])]
     if nodes:
-        requests.append(LockRequest(L.LEVEL_NODE, sorted(inst.all_nodes), shared=shared_nodes))
+        requests.append(LockRequest(locking.LEVEL_NODE, sorted(inst.all_nodes),
+                                    shared=shared_nodes))
     return requests
 
 
-class InstanceRename(LogicalUnit):
-    OP = O.OpInstanceRename
+class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return _instance_locks(config, self.op.instance_name)
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name)  # type: ignore[attr-defined]
-
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpInstanceRename = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         lookup(config.find_instance, op.instance_name)
         if any(i.name == op.new_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.new_name!r} already exists", "already_exists")
 
     def execute(self) -> Any:
-        op: O.OpInstanceRename = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             inst = config.find_instance(op.instance_name)
             inst.name = op.new_name
@@ -45,21 +42,20 @@ class InstanceRename(LogicalUnit):
         return op.new_name
 
 
-class InstanceSetParams(LogicalUnit):
-    OP = O.OpInstanceSetParams
+class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return _instance_locks(config, self.op.instance_name)
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name)  # type: ignore[attr-defined]
-
-    def _apply(self, inst: M.Instance) -> list[list[str]]:
-        op: O.OpInstanceSetParams = self.op  # type: ignore[assignment]
+    def _apply(self, inst: model.Instance) -> list[list[str]]:
+        op = self.op
         changes: list[list[str]] = []
         if op.hvparams:
-            inst.hvparams = P.apply_overrides(P.hv_family(inst.hypervisor), inst.hvparams,
-                                              resets(op.hvparams), instance_level=True)
+            inst.hvparams = params.apply_overrides(params.hv_family(inst.hypervisor), inst.hvparams,
+                                                   resets(op.hvparams), instance_level=True)
             changes += [[f"hv/{k}", str(v)] for k, v in op.hvparams.items()]
         if op.beparams:
-            inst.beparams = P.apply_overrides(P.BE_FAMILY, inst.beparams, resets(op.beparams))
+            inst.beparams = params.apply_overrides(params.BE_FAMILY, inst.beparams,
+                                                   resets(op.beparams))
             changes += [[f"be/{k}", str(v)] for k, v in op.beparams.items()]
         if op.osparams:
             for key, value in resets(op.osparams).items():
@@ -79,9 +75,9 @@ class InstanceSetParams(LogicalUnit):
             changes.append(["admin_state", inst.admin_state])
         return changes
 
-    def check(self, config: M.ConfigData) -> None:
-        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
-        copy = M.decode(M.encode(config)).instances[inst.uuid]
+    def check(self, config: model.ConfigData) -> None:
+        inst = lookup(config.find_instance, self.op.instance_name)
+        copy = model.decode(model.encode(config)).instances[inst.uuid]
         try:
             self._apply(copy)
         except ConfigError as err:
@@ -89,17 +85,15 @@ class InstanceSetParams(LogicalUnit):
 
     def execute(self) -> Any:
         with self.env.store.update() as config:
-            inst = config.find_instance(self.op.instance_name)  # type: ignore[attr-defined]
+            inst = config.find_instance(self.op.instance_name)
             changes = self._apply(inst)
             inst.touch()
         return changes
 
 
-class InstanceQueryData(LogicalUnit):
-    OP = O.OpInstanceQueryData
-
+class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
     def execute(self) -> Any:
-        op: O.OpInstanceQueryData = self.op  # type: ignore[assignment]
+        op = self.op
         config = self.env.store.load()
         wanted = [lookup(config.find_instance, n) for n in op.instances] if op.instances \
             else list(config.instances.values())
@@ -116,28 +110,35 @@ class InstanceQueryData(LogicalUnit):
                 "be_instance": inst.beparams, "be_actual": config.filled_beparams(inst),
                 "os_instance": inst.osparams, "os_actual": config.filled_osparams(inst),
                 "network_port": None, "tags": inst.tags,
-                "disks": [M.to_builtins(d) for d in inst.disks],
-                "nics": [M.to_builtins(n) for n in inst.nics],
+                "disks": [model.to_builtins(d) for d in inst.disks],
+                "nics": [model.to_builtins(n) for n in inst.nics],
                 "ctime": inst.ctime, "mtime": inst.mtime, "serial_no": inst.serial_no,
             }
         return result
 
 
-class _NodeAction(LogicalUnit):
+InstanceOpT = TypeVar("InstanceOpT", bound=opcodes.InstanceOpCode)
+
+
+class _NodeAction(LogicalUnit[InstanceOpT]):
     """An instance operation carried out by the node daemon of its primary node."""
 
-    new_admin_state: str | None = None
+    new_admin_state: model.AdminState | None = None
+    # set by check()
+    config: model.ConfigData
+    inst: model.Instance
+    node: model.Node  # the primary
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name,  # type: ignore[attr-defined]
-                               nodes=True)
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return _instance_locks(config, self.op.instance_name, nodes=True)
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
-        self.node = config.nodes.get(self.inst.primary_node)
-        if self.node is None:
+        self.inst = lookup(config.find_instance, self.op.instance_name)
+        node = config.nodes.get(self.inst.primary_node)
+        if node is None:
             raise OpPrereqError(f"instance {self.inst.name}: its primary node is unknown")
+        self.node = node
         if self.inst.admin_state == "offline" and self.new_admin_state == "up":
             raise OpPrereqError(f"instance {self.inst.name} is offline; mark it online first",
                                 "wrong_state")
@@ -156,39 +157,35 @@ class _NodeAction(LogicalUnit):
         if self.new_admin_state and not getattr(self.op, "no_remember", False):
             with self.env.store.update() as config:
                 inst = config.instances[self.inst.uuid]
-                inst.admin_state = self.new_admin_state  # type: ignore[assignment]
+                inst.admin_state = self.new_admin_state
                 inst.admin_state_source = "admin"
                 inst.disks_active = self.new_admin_state == "up" or inst.disks_active
                 inst.touch()
         return None
 
 
-class InstanceStartup(_NodeAction):
-    OP = O.OpInstanceStartup
+class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
     new_admin_state = "up"
 
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_start", self.rpc_args())
 
 
-class InstanceShutdown(_NodeAction):
-    OP = O.OpInstanceShutdown
+class InstanceShutdown(_NodeAction[opcodes.OpInstanceShutdown]):
     new_admin_state = "down"
 
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_shutdown",
-                          {**self.rpc_args(), "timeout": self.op.timeout})  # type: ignore
+                          {**self.rpc_args(), "timeout": self.op.timeout})
 
 
-class InstanceReboot(_NodeAction):
-    OP = O.OpInstanceReboot
-
+class InstanceReboot(_NodeAction[opcodes.OpInstanceReboot]):
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_reboot",
-                          {**self.rpc_args(), "type": self.op.reboot_type})  # type: ignore
+                          {**self.rpc_args(), "type": self.op.reboot_type})
 
 
-def move_instance(env: Any, config: M.ConfigData, inst: M.Instance, target: M.Node, *,
+def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node, *,
                   live: bool, reason: list[Any], ignore_source: bool = False) -> None:
     """Move an instance's domain from its primary node to `target` with libvirt's own calls
     (prepare on the source, accept on the target, finish on the source), then update the
@@ -222,7 +219,7 @@ def move_instance(env: Any, config: M.ConfigData, inst: M.Instance, target: M.No
         moved.primary_node = target.uuid
         for disk in moved.disks:
             lid = disk.logical_id
-            if isinstance(lid, M.DrbdId) and lid.nodes[0] != target.uuid:
+            if isinstance(lid, model.DrbdId) and lid.nodes[0] != target.uuid:
                 lid.nodes.reverse()
                 lid.minors.reverse()
         moved.touch()
@@ -231,7 +228,7 @@ def move_instance(env: Any, config: M.ConfigData, inst: M.Instance, target: M.No
 ALLOCATED = ("sharedfile", "rbd", "ext", "diskless", "blockdev")  # any node can take them
 
 
-def uses_allocator(inst: M.Instance, op: Any) -> bool:
+def uses_allocator(inst: model.Instance, op: Any) -> bool:
     """Whether a migration/failover asks an iallocator for the target: a shared-storage or
     diskless instance with `iallocator`, or with neither it nor a target node (Ganeti's
     externally mirrored instances)."""
@@ -239,8 +236,8 @@ def uses_allocator(inst: M.Instance, op: Any) -> bool:
         bool(getattr(op, "iallocator", None)) or not getattr(op, "target_node", None))
 
 
-def allocate_target(env: Any, config: M.ConfigData, inst: M.Instance, op: Any,
-                    feedback: Any) -> M.Node:
+def allocate_target(env: Any, config: model.ConfigData, inst: model.Instance, op: Any,
+                    feedback: Any) -> model.Node:
     """The allocator's node for a shared-storage instance: a `relocate` request with
     `relocate_from: [primary]`, as Ganeti asks for externally mirrored instances (the op's
     iallocator, else the cluster's default relocate allocators, else herder's own)."""
@@ -264,7 +261,8 @@ def allocate_target(env: Any, config: M.ConfigData, inst: M.Instance, op: Any,
     return target
 
 
-def pick_target(config: M.ConfigData, inst: M.Instance, target_node: str | None) -> M.Node:
+def pick_target(config: model.ConfigData, inst: model.Instance,
+                target_node: str | None) -> model.Node:
     if inst.disk_template == "drbd":
         secondary = inst.secondary_nodes
         if not secondary:
@@ -281,48 +279,53 @@ def pick_target(config: M.ConfigData, inst: M.Instance, target_node: str | None)
                         "cannot move between nodes", "wrong_input")
 
 
-class InstanceMigrate(_NodeAction):
-    OP = O.OpInstanceMigrate
+MoveOpT = TypeVar("MoveOpT", opcodes.OpInstanceMigrate, opcodes.OpInstanceFailover)
+
+
+class _InstanceMove(_NodeAction[MoveOpT]):
+    """Moving an instance to another node: to its DRBD secondary, or where the allocator (or
+    the operator) says for shared storage."""
+
     live = True
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)
         if uses_allocator(inst, self.op):  # the allocator may choose any node: lock them all
-            return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]), LockRequest(L.LEVEL_NODE, None)]
+            return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                    LockRequest(locking.LEVEL_NODE, None)]
         nodes = set(inst.all_nodes)
-        target = getattr(self.op, "target_node", None)
-        if target:
-            nodes.add(lookup(config.find_node, target).uuid)
-        return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]),
-                LockRequest(L.LEVEL_NODE, sorted(nodes))]
+        if self.op.target_node:
+            nodes.add(lookup(config.find_node, self.op.target_node).uuid)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, sorted(nodes))]
 
-    def _target(self, config: M.ConfigData) -> M.Node:
+    def _target(self, config: model.ConfigData) -> model.Node:
         op = self.op
-        if getattr(op, "iallocator", None) and getattr(op, "target_node", None):
+        if op.iallocator and op.target_node:
             raise OpPrereqError("give a target node or an iallocator, not both", "wrong_input")
         if uses_allocator(self.inst, op):
             return allocate_target(self.env, config, self.inst, op, self.feedback)
-        return pick_target(config, self.inst, getattr(op, "target_node", None))
+        return pick_target(config, self.inst, op.target_node)
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         super().check(config)
         self.target = self._target(config)
         if self.target.offline:
             raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
+
+class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
     def act(self) -> None:
         move_instance(self.env, self.config, self.inst, self.target,
-                      live=self.live and self.op.mode != "non-live",  # type: ignore
-                      reason=self.op.reason)
+                      live=self.live and self.op.mode != "non-live", reason=self.op.reason)
 
 
-class InstanceFailover(InstanceMigrate):
-    OP = O.OpInstanceFailover
+class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
     live = False
 
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.inst = lookup(config.find_instance, self.op.instance_name)
         self.node = config.nodes[self.inst.primary_node]
         self.target = self._target(config)
         if self.target.offline:
@@ -331,17 +334,14 @@ class InstanceFailover(InstanceMigrate):
     def act(self) -> None:
         move_instance(self.env, self.config, self.inst, self.target, live=False,
                       reason=self.op.reason,
-                      ignore_source=self.node.offline or
-                      self.op.ignore_consistency)  # type: ignore[attr-defined]
+                      ignore_source=self.node.offline or self.op.ignore_consistency)
 
 
-class InstanceRemove(_NodeAction):
-    OP = O.OpInstanceRemove
-
-    def check(self, config: M.ConfigData) -> None:
+class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
+    def check(self, config: model.ConfigData) -> None:
+        # no primary-node checks: act() cleans up on every node of the instance
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
-        self.node = config.nodes.get(self.inst.primary_node)
+        self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
         disks = [d.uuid for d in self.inst.disks]
@@ -353,7 +353,7 @@ class InstanceRemove(_NodeAction):
                 self.env.rpc.call(node, "instance_remove", {"name": self.inst.name,
                                                             "disks": disks})
             except HerderError:
-                if not self.op.ignore_failures:  # type: ignore[attr-defined]
+                if not self.op.ignore_failures:
                     raise
                 self.feedback(f"could not clean up on {node.name}; ignored")
 
@@ -361,15 +361,13 @@ class InstanceRemove(_NodeAction):
         self.act()
         with self.env.store.update() as config:
             del config.instances[self.inst.uuid]
-        self.env.locks.remove(L.LEVEL_INSTANCE, [self.inst.uuid])
+        self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
         return None
 
 
-class InstanceActivateDisks(_NodeAction):
+class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
     """Make an instance's disks available on its nodes (herder's watcher-style repair of
     running instances whose disks are inactive)."""
-
-    OP = O.OpInstanceActivateDisks
 
     def act(self) -> None:
         payload = instance_payload(self.config, self.inst)
@@ -386,19 +384,17 @@ class InstanceActivateDisks(_NodeAction):
                 for d in self.inst.disks]
 
 
-class InstanceReinstall(_NodeAction):
+class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
     """Recreate the OS on the instance's disks (it must be down); the OS may change."""
 
-    OP = O.OpInstanceReinstall
-
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         super().check(config)
         if self.inst.admin_state == "up":
             raise OpPrereqError(f"instance {self.inst.name} is running; shut it down first",
                                 "wrong_state")
 
     def act(self) -> None:
-        op: O.OpInstanceReinstall = self.op  # type: ignore[assignment]
+        op = self.op
         payload = instance_payload(self.config, self.inst)
         if op.os_type:
             payload["os"] = op.os_type
@@ -407,7 +403,7 @@ class InstanceReinstall(_NodeAction):
             "version": self.inst.serial_no, "force_variant": op.force_variant}, timeout=900)
 
     def execute(self) -> Any:
-        op: O.OpInstanceReinstall = self.op  # type: ignore[assignment]
+        op = self.op
         self.act()
         if op.os_type and op.os_type != self.inst.os:
             with self.env.store.update() as config:
@@ -416,19 +412,18 @@ class InstanceReinstall(_NodeAction):
         return None
 
 
-class InstanceReplaceDisks(_NodeAction):
+class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
     """replace-disks: recreate the disks on the primary (-p, the "repair instance" of design
     2.1), on the secondary, or move the mirror to a new secondary (remote node / iallocator)."""
 
-    OP = O.OpInstanceReplaceDisks
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, None)]
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_INSTANCE, [inst.uuid]), LockRequest(L.LEVEL_NODE, None)]
-
-    def check(self, config: M.ConfigData) -> None:
+    def check(self, config: model.ConfigData) -> None:
         self.config = config
-        self.inst = lookup(config.find_instance, self.op.instance_name)  # type: ignore
+        self.inst = lookup(config.find_instance, self.op.instance_name)
         self.node = config.nodes[self.inst.primary_node]
         if self.inst.disk_template != "drbd":
             raise OpPrereqError(f"instance {self.inst.name} is not DRBD-mirrored; "
@@ -437,7 +432,7 @@ class InstanceReplaceDisks(_NodeAction):
     def act(self) -> None:
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
-        op: O.OpInstanceReplaceDisks = self.op  # type: ignore[assignment]
+        op = self.op
         payload = instance_payload(self.config, self.inst)
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
             new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)

@@ -4,13 +4,11 @@ node-level operations that need node daemons (evacuate, migrate)."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import Any, TypeVar
 
-from herder.core import locking as L
-from herder.core import model as M
-from herder.core import params as P
+from herder.core import locking, model, params
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc, instance_payload
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
@@ -25,12 +23,11 @@ def _check_ip(value: str | None, what: str) -> None:
         raise OpPrereqError(f"{what} {value!r} is not an IP address") from None
 
 
-class NodeAdd(LogicalUnit):
-    OP = O.OpNodeAdd
+class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
     REQ_BGL = True  # the node has no lock yet
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodeAdd = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         if not op.primary_ip:
             raise OpPrereqError("a new node needs its primary IP (primary_ip)")
         _check_ip(op.primary_ip, "primary IP")
@@ -50,13 +47,13 @@ class NodeAdd(LogicalUnit):
         elif not config.nodegroups:
             raise OpPrereqError("the cluster has no node group")
         try:
-            P.apply_overrides(P.ND_FAMILY, {}, resets(op.ndparams or {}))
+            params.apply_overrides(params.ND_FAMILY, {}, resets(op.ndparams or {}))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
-        op: O.OpNodeAdd = self.op  # type: ignore[assignment]
-        stamp = M.now()
+        op = self.op
+        stamp = model.now()
         with self.env.store.update() as config:
             if op.group:
                 group = config.find_group(op.group)
@@ -70,39 +67,39 @@ class NodeAdd(LogicalUnit):
                 node.offline = False
                 node.touch()
             else:
-                node = M.Node(
-                    uuid=M.new_uuid(), name=op.node_name, primary_ip=op.primary_ip or "",
+                node = model.Node(
+                    uuid=model.new_uuid(), name=op.node_name, primary_ip=op.primary_ip or "",
                     secondary_ip=op.secondary_ip, group=group.uuid,
                     master_capable=True if op.master_capable is None else op.master_capable,
                     vm_capable=True if op.vm_capable is None else op.vm_capable,
-                    ndparams=P.apply_overrides(P.ND_FAMILY, {}, resets(op.ndparams or {})),
+                    ndparams=params.apply_overrides(params.ND_FAMILY, {},
+                                                    resets(op.ndparams or {})),
                     ctime=stamp, mtime=stamp,
                 )
                 config.nodes[node.uuid] = node
         if existing is None:
-            self.env.locks.add(L.LEVEL_NODE, node.uuid)
-            self.env.locks.add(L.LEVEL_NODE_RES, node.uuid)
+            self.env.locks.add(locking.LEVEL_NODE, node.uuid)
+            self.env.locks.add(locking.LEVEL_NODE_RES, node.uuid)
         self.feedback(f"node {node.name} added (uuid {node.uuid})")
         return node.uuid
 
 
-class NodeSetParams(LogicalUnit):
+class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
     """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
     offline/drained nodes stop being master candidates; one change of role at a time."""
 
-    OP = O.OpNodeSetParams
-
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        requests = [LockRequest(L.LEVEL_NODE, [node.uuid])]
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)
+        requests = [LockRequest(locking.LEVEL_NODE, [node.uuid])]
         group = getattr(self.op, "group", None)
         if group:
             target = lookup(config.find_group, group)
-            requests.insert(0, LockRequest(L.LEVEL_NODEGROUP, sorted({node.group, target.uuid})))
+            requests.insert(0,
+                            LockRequest(locking.LEVEL_NODEGROUP, sorted({node.group, target.uuid})))
         return requests
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodeSetParams = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         node = lookup(config.find_node, op.node_name)
         is_master = node.uuid == config.cluster.master_node
         flags = [f for f in ("offline", "drained", "master_candidate")
@@ -131,12 +128,12 @@ class NodeSetParams(LogicalUnit):
             raise OpPrereqError(f"node {node.name} has running instances; use force to "
                                 "offline it anyway", "wrong_state")
         try:
-            P.apply_overrides(P.ND_FAMILY, node.ndparams, resets(op.ndparams or {}))
+            params.apply_overrides(params.ND_FAMILY, node.ndparams, resets(op.ndparams or {}))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
-        op: O.OpNodeSetParams = self.op  # type: ignore[assignment]
+        op = self.op
         changes: list[list[str]] = []
         with self.env.store.update() as config:
             node = config.find_node(op.node_name)
@@ -165,8 +162,8 @@ class NodeSetParams(LogicalUnit):
                 node.secondary_ip = op.secondary_ip or None
                 changes.append(["secondary_ip", op.secondary_ip])
             if op.ndparams:
-                node.ndparams = P.apply_overrides(P.ND_FAMILY, node.ndparams,
-                                                  resets(op.ndparams))
+                node.ndparams = params.apply_overrides(params.ND_FAMILY, node.ndparams,
+                                                       resets(op.ndparams))
                 changes.append(["ndparams", str(op.ndparams)])
             if op.group:
                 group = config.find_group(op.group)
@@ -188,17 +185,15 @@ class NodeSetParams(LogicalUnit):
         return changes
 
 
-class NodeRemove(LogicalUnit):
-    OP = O.OpNodeRemove
+class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(locking.LEVEL_NODE, [node.uuid]),
+                LockRequest(locking.LEVEL_NODE_RES, [node.uuid])]
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
-                LockRequest(L.LEVEL_NODE, [node.uuid]),
-                LockRequest(L.LEVEL_NODE_RES, [node.uuid])]
-
-    def check(self, config: M.ConfigData) -> None:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+    def check(self, config: model.ConfigData) -> None:
+        node = lookup(config.find_node, self.op.node_name)
         if node.uuid == config.cluster.master_node:
             raise OpPrereqError(f"node {node.name} is the master node; fail over first",
                                 "wrong_input")
@@ -209,31 +204,29 @@ class NodeRemove(LogicalUnit):
 
     def execute(self) -> Any:
         with self.env.store.update() as config:
-            node = config.find_node(self.op.node_name)  # type: ignore[attr-defined]
+            node = config.find_node(self.op.node_name)
             del config.nodes[node.uuid]
-        self.env.locks.remove(L.LEVEL_NODE_RES, [node.uuid])
-        self.env.locks.remove(L.LEVEL_NODE, [node.uuid])
+        self.env.locks.remove(locking.LEVEL_NODE_RES, [node.uuid])
+        self.env.locks.remove(locking.LEVEL_NODE, [node.uuid])
         return None
 
 
-class NodePowercycle(LogicalUnit):
-    OP = O.OpNodePowercycle
-
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
+class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []  # Ganeti takes no locks: a broken node must be power-cyclable
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodePowercycle = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         node = lookup(config.find_node, op.node_name)
         if node.uuid == config.cluster.master_node and not op.force:
             raise OpPrereqError("the master node is power-cycled only with force")
 
     def execute(self) -> Any:
-        node = self.env.store.load().find_node(self.op.node_name)  # type: ignore[attr-defined]
+        node = self.env.store.load().find_node(self.op.node_name)
         return self.env.rpc.call(node, "node_powercycle", {}, timeout=30)
 
 
-def change_secondary(env: Any, config: M.ConfigData, inst: M.Instance, new: M.Node,
+def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, new: model.Node,
                      reason: list[Any], feedback: Any) -> None:
     """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n): create the
     mirror's disks there, point the config at it, drop the old copies where reachable."""
@@ -246,7 +239,7 @@ def change_secondary(env: Any, config: M.ConfigData, inst: M.Instance, new: M.No
         target = fresh.instances[inst.uuid]
         for disk in target.disks:
             lid = disk.logical_id
-            if isinstance(lid, M.DrbdId) and old_uuid in lid.nodes:
+            if isinstance(lid, model.DrbdId) and old_uuid in lid.nodes:
                 index = lid.nodes.index(old_uuid)
                 lid.nodes[index] = new.uuid
                 lid.minors[index] = free_minor(fresh, new.uuid, set())
@@ -260,8 +253,8 @@ def change_secondary(env: Any, config: M.ConfigData, inst: M.Instance, new: M.No
     feedback(f"{inst.name}: secondary moved to {new.name}")
 
 
-def choose_secondary(env: Any, config: M.ConfigData, inst: M.Instance, op: Any,
-                     feedback: Any) -> M.Node:
+def choose_secondary(env: Any, config: model.ConfigData, inst: model.Instance, op: Any,
+                     feedback: Any) -> model.Node:
     if getattr(op, "remote_node", None):
         return lookup(config.find_node, op.remote_node)
     from herder.masterd import iallocator
@@ -279,19 +272,22 @@ def choose_secondary(env: Any, config: M.ConfigData, inst: M.Instance, op: Any,
     return config.find_node(nodes[0])
 
 
-class _NodeWithInstances(LogicalUnit):
+NodeMoveOpT = TypeVar("NodeMoveOpT", opcodes.OpNodeEvacuate, opcodes.OpNodeMigrate)
+
+
+class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
     """Moving everything off a node: primaries to their DRBD secondaries (live migration,
     or failover), and — for evacuation — secondaries to new nodes chosen by the allocator."""
 
     live = True
-    modes = ("primary",)
+    modes: tuple[str, ...] = ("primary",)
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        return [LockRequest(L.LEVEL_INSTANCE, None),
-                LockRequest(L.LEVEL_NODE, None)]
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return [LockRequest(locking.LEVEL_INSTANCE, None),
+                LockRequest(locking.LEVEL_NODE, None)]
 
-    def check(self, config: M.ConfigData) -> None:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
+    def check(self, config: model.ConfigData) -> None:
+        node = lookup(config.find_node, self.op.node_name)
         self.node, self.config = node, config
         self.primaries = sorted((i for i in config.instances.values()
                                  if i.primary_node == node.uuid), key=lambda i: i.name)
@@ -338,20 +334,16 @@ class _NodeWithInstances(LogicalUnit):
         return list(dict.fromkeys(moved))
 
 
-class NodeEvacuate(_NodeWithInstances):
-    OP = O.OpNodeEvacuate
-
-    def check(self, config: M.ConfigData) -> None:
-        mode = self.op.mode  # type: ignore[attr-defined]
+class NodeEvacuate(_NodeWithInstances[opcodes.OpNodeEvacuate]):
+    def check(self, config: model.ConfigData) -> None:
+        mode = self.op.mode
         self.modes = {"primary-only": ("primary",), "secondary-only": ("secondary",),
                       "all": ("primary", "secondary")}[mode]
         super().check(config)
 
 
-class NodeMigrate(_NodeWithInstances):
-    OP = O.OpNodeMigrate
-
-    def check(self, config: M.ConfigData) -> None:
-        self.live = self.op.mode != "non-live" and self.op.live is not False  # type: ignore
+class NodeMigrate(_NodeWithInstances[opcodes.OpNodeMigrate]):
+    def check(self, config: model.ConfigData) -> None:
+        self.live = self.op.mode != "non-live" and self.op.live is not False
         super().check(config)
 

@@ -6,21 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import locking, model
 from herder.core.errors import HerderError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.vg_repair import vg_repair_allowed
 
 FIELDS = ("name", "size", "used", "free", "allocatable")
 
 
-class NodeQueryStorage(LogicalUnit):
-    OP = O.OpNodeQueryStorage
-
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodeQueryStorage = self.op  # type: ignore[assignment]
+class NodeQueryStorage(LogicalUnit[opcodes.OpNodeQueryStorage]):
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         self.config = config
         nodes = [lookup(config.find_node, n) for n in op.nodes] if op.nodes else \
             sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
@@ -29,7 +26,7 @@ class NodeQueryStorage(LogicalUnit):
         self.fields = list(op.output_fields or ("node", *FIELDS))
 
     def execute(self) -> Any:
-        op: O.OpNodeQueryStorage = self.op  # type: ignore[assignment]
+        op = self.op
         c = self.config.cluster
         args: dict[str, Any] = {"type": op.storage_type, "name": op.name}
         if op.storage_type == "file":
@@ -47,15 +44,13 @@ class NodeQueryStorage(LogicalUnit):
         return rows
 
 
-class NodeModifyStorage(LogicalUnit):
-    OP = O.OpNodeModifyStorage
+class NodeModifyStorage(LogicalUnit[opcodes.OpNodeModifyStorage]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)
+        return [LockRequest(locking.LEVEL_NODE, [node.uuid])]
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODE, [node.uuid])]
-
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpNodeModifyStorage = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         self.node = lookup(config.find_node, op.node_name)
         unknown = set(op.changes) - {"allocatable"}
         if unknown:
@@ -63,25 +58,23 @@ class NodeModifyStorage(LogicalUnit):
                                 f"'allocatable' (not {', '.join(sorted(unknown))})")
 
     def execute(self) -> Any:
-        op: O.OpNodeModifyStorage = self.op  # type: ignore[assignment]
+        op = self.op
         self.env.rpc.call(self.node, "storage_modify", {
             "type": op.storage_type, "name": op.name,
             "allocatable": bool(op.changes["allocatable"])})
         return None
 
 
-class RepairNodeStorage(LogicalUnit):
+class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
     """Fix a node's VG (remove missing PVs) — only when every node sharing instances with it is
     healthy and every instance on it has a good copy elsewhere ("Fix node volume group")."""
 
-    OP = O.OpRepairNodeStorage
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(locking.LEVEL_NODE, None, shared=True)]
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        return [LockRequest(L.LEVEL_INSTANCE, None, shared=True),
-                LockRequest(L.LEVEL_NODE, None, shared=True)]
-
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         self.node = lookup(config.find_node, op.node_name)
         health: dict[str, bool] = {}
         for node in config.nodes.values():
@@ -99,37 +92,33 @@ class RepairNodeStorage(LogicalUnit):
                                 "wrong_state")
 
     def execute(self) -> Any:
-        op: O.OpRepairNodeStorage = self.op  # type: ignore[assignment]
+        op = self.op
         return self.env.rpc.call(self.node, "storage_repair", {"type": op.storage_type,
                                                                 "name": op.name}, timeout=600)
 
 
-class RepairCommand(LogicalUnit):
-    OP = O.OpRepairCommand
+class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        node = lookup(config.find_node, self.op.node_name)
+        return [LockRequest(locking.LEVEL_NODE, [node.uuid], shared=True)]
 
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        node = lookup(config.find_node, self.op.node_name)  # type: ignore[attr-defined]
-        return [LockRequest(L.LEVEL_NODE, [node.uuid], shared=True)]
-
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpRepairCommand = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         self.node = lookup(config.find_node, op.node_name)
         if not op.command or "/" in op.command:
             raise OpPrereqError("the repair command is a file name in the node's white-list "
                                 "directory, without path separators")
 
     def execute(self) -> Any:
-        op: O.OpRepairCommand = self.op  # type: ignore[assignment]
+        op = self.op
         result = self.env.rpc.call(self.node, "repair_command",
                                    {"command": op.command, "input": op.input}, timeout=900)
         self.feedback(f"repair command {op.command} on {self.node.name} succeeded")
         return result.get("stdout", "") if isinstance(result, dict) else result
 
 
-class OsDiagnose(LogicalUnit):
-    OP = O.OpOsDiagnose
-
-    def check(self, config: M.ConfigData) -> None:
+class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
+    def check(self, config: model.ConfigData) -> None:
         self.nodes = sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
                             key=lambda n: n.name)
 

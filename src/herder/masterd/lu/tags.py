@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from herder.core import locking as L
-from herder.core import model as M
+from herder.core import locking, model
 from herder.core.errors import ConfigError, NotFoundError, OpPrereqError
-from herder.core.jobs import opcodes as O
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
-_LEVELS = {"instance": L.LEVEL_INSTANCE, "nodegroup": L.LEVEL_NODEGROUP, "node": L.LEVEL_NODE,
-           "network": L.LEVEL_NETWORK}
+_LEVELS = {"instance": locking.LEVEL_INSTANCE, "nodegroup": locking.LEVEL_NODEGROUP,
+           "node": locking.LEVEL_NODE, "network": locking.LEVEL_NETWORK}
 
 
-def _target(config: M.ConfigData, kind: str, name: str | None) -> M.Named | M.Cluster:
+def _target(config: model.ConfigData, kind: str, name: str | None) -> model.Named | model.Cluster:
     if kind == "cluster":
         return config.cluster
     if not name:
@@ -24,26 +23,29 @@ def _target(config: M.ConfigData, kind: str, name: str | None) -> M.Named | M.Cl
     return lookup(finder, name)
 
 
-class _Tags(LogicalUnit):
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        op: O.OpTagsSet = self.op  # type: ignore[assignment]
+TagsOpT = TypeVar("TagsOpT", bound=opcodes.TagsOpCode)
+
+
+class _Tags(LogicalUnit[TagsOpT]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        op = self.op
         if op.kind == "cluster":
             return []
         return [LockRequest(_LEVELS[op.kind], [_target(config, op.kind, op.name).uuid])]
 
-    def check(self, config: M.ConfigData) -> None:
-        op: O.OpTagsSet = self.op  # type: ignore[assignment]
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
         obj = _target(config, op.kind, op.name)
         try:
             self.change(obj, list(op.tags))
         except (ConfigError, NotFoundError) as err:
             raise OpPrereqError(str(err)) from None
 
-    def change(self, obj: M.Named | M.Cluster, tags: list[str]) -> None:
+    def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
         raise NotImplementedError
 
     def execute(self) -> Any:
-        op: O.OpTagsSet = self.op  # type: ignore[assignment]
+        op = self.op
         with self.env.store.update() as config:
             obj = _target(config, op.kind, op.name)
             self.change(obj, list(op.tags))
@@ -51,16 +53,12 @@ class _Tags(LogicalUnit):
         return None
 
 
-class TagsSet(_Tags):
-    OP = O.OpTagsSet
-
-    def change(self, obj: M.Named | M.Cluster, tags: list[str]) -> None:
-        M.tags_add(obj, tags)  # type: ignore[arg-type]
+class TagsSet(_Tags[opcodes.OpTagsSet]):
+    def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
+        model.tags_add(obj, tags)
 
 
-class TagsDel(_Tags):
-    OP = O.OpTagsDel
-
-    def change(self, obj: M.Named | M.Cluster, tags: list[str]) -> None:
-        M.tags_remove(obj, tags)  # type: ignore[arg-type]
+class TagsDel(_Tags[opcodes.OpTagsDel]):
+    def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
+        model.tags_remove(obj, tags)
 

@@ -5,24 +5,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from herder.core import locking as L
-from herder.core import model as M
-from herder.core.jobs import opcodes as O
+from herder.core import locking, model
+from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 
-class TestDelay(LogicalUnit):
-    OP = O.OpTestDelay
-
-    def declare_locks(self, config: M.ConfigData) -> list[LockRequest]:
-        op: O.OpTestDelay = self.op  # type: ignore[assignment]
+class TestDelay(LogicalUnit[opcodes.OpTestDelay]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        op = self.op
         if op.no_locks or not op.on_nodes:
             return []
         uuids = sorted(lookup(config.find_node, n).uuid for n in op.on_nodes)
-        return [LockRequest(L.LEVEL_NODE, uuids)]
+        return [LockRequest(locking.LEVEL_NODE, uuids)]
 
     def execute(self) -> Any:
-        op: O.OpTestDelay = self.op  # type: ignore[assignment]
+        op = self.op
         for _ in range(op.repeat + 1):
             time.sleep(op.duration)
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond.collector import CollectContext, Collector
 from herder.mond.report import Kind, Status, status
 
@@ -26,7 +26,7 @@ DAEMONS = ("mond", "masterd", "noded", "confd", "maintd", "instmon")
 MEMORY_LIMIT_MIB = 1024  # above this a daemon is reported as leaking
 
 
-def expected_daemons(config: M.ConfigData | None, node: M.Node | None) -> set[str]:
+def expected_daemons(config: model.ConfigData | None, node: model.Node | None) -> set[str]:
     """Which daemons should run on `node` (mond alone when the node has no config)."""
     if config is None or node is None:
         return {"mond"}

@@ -42,8 +42,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from herder.core import drbd_status
-from herder.core import model as M
+from herder.core import drbd_status, model
 from herder.core.drbd_status import PROC_DRBD, ProcDrbd
 from herder.mond import report
 from herder.mond.collector import Collector, CollectorError
@@ -208,14 +207,14 @@ def pairing_from_entries(entries: Any) -> dict[int, str]:
     return result
 
 
-def instance_minors(config: M.ConfigData, node_uuid: str) -> dict[int, str]:
+def instance_minors(config: model.ConfigData, node_uuid: str) -> dict[int, str]:
     """minor -> instance name for the DRBD disks of `node_uuid`, from the cluster config: the
     minor at that node's index in each DRBD disk's logical id (children included)."""
     result: dict[int, str] = {}
 
-    def walk(disk: M.Disk, instance: str) -> None:
+    def walk(disk: model.Disk, instance: str) -> None:
         lid = disk.logical_id
-        if isinstance(lid, M.DrbdId) and node_uuid in lid.nodes:
+        if isinstance(lid, model.DrbdId) and node_uuid in lid.nodes:
             result[lid.minors[lid.nodes.index(node_uuid)]] = instance
         for child in disk.children:
             walk(child, instance)

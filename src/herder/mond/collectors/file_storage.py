@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond.collector import Collector
 from herder.mond.report import Kind, Status, merge_statuses, status
 
@@ -25,7 +25,7 @@ KIB = 1024
 TEMPLATE_DIRS = (("file", "file_storage_dir"), ("sharedfile", "shared_file_storage_dir"))
 
 
-def storage_dirs(config: M.ConfigData | None) -> list[tuple[str, str]]:
+def storage_dirs(config: model.ConfigData | None) -> list[tuple[str, str]]:
     """(template, directory) for every enabled file-based template, in a fixed order."""
     if config is None:
         return []

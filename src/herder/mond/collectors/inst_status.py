@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.libvirt_conn import (
     LibvirtConnection,
@@ -320,7 +320,7 @@ class InstStatusCollector(Collector):
         now = self.ctx.clock()
         config = self.ctx.config()
         # (instance or None, matching domain or None), in report order
-        pairs: list[tuple[M.Instance | None, DomainSnapshot | None]]
+        pairs: list[tuple[model.Instance | None, DomainSnapshot | None]]
         others: list[DomainSnapshot] = []
         if config is None:
             pairs = [(None, d) for d in sorted(domains, key=lambda d: (d.name, d.uuid))]
@@ -335,11 +335,11 @@ class InstStatusCollector(Collector):
             by_name = {d.name: d for d in domains}
             used: set[str] = set()
             pairs = []
-            for inst in mine:
-                dom = by_uuid.get(inst.uuid.lower()) or by_name.get(inst.name)
+            for own in mine:
+                dom = by_uuid.get(own.uuid.lower()) or by_name.get(own.name)
                 if dom is not None:
                     used.add(dom.uuid)
-                pairs.append((inst, dom))
+                pairs.append((own, dom))
             others = [d for d in domains if d.uuid not in used and d.active]
 
         def start_hint(dom: DomainSnapshot | None) -> Callable[[], float | None]:
@@ -368,7 +368,7 @@ class InstStatusCollector(Collector):
             ],
         }
 
-    def _report(self, key: str, inst: M.Instance | None, dom: DomainSnapshot | None,
+    def _report(self, key: str, inst: model.Instance | None, dom: DomainSnapshot | None,
                 now: float, start_hint: Callable[[], float | None]) -> dict[str, Any]:
         hung, still = self.tracker.hung(key, dom, now)
         actual = actual_state(dom, hung)

@@ -33,8 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from herder.core import model as M
-from herder.core import sizes
+from herder.core import model, sizes
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.report import Kind, Status, merge_statuses, status
 
@@ -228,16 +227,16 @@ def pv_problems(messages: Iterable[str]) -> PvProblems:
     return result
 
 
-def lv_owners(config: M.ConfigData | None, node_uuid: str | None) -> dict[tuple[str, str], str]:
+def lv_owners(config: model.ConfigData | None, node_uuid: str | None) -> dict[tuple[str, str], str]:
     """(vg, lv) -> instance name, for the instances on this node (primary or secondary; every
     instance when this node is not in the config), plain disks and DRBD children alike."""
     owners: dict[tuple[str, str], str] = {}
     if config is None:
         return owners
 
-    def walk(disks: Sequence[M.Disk], name: str) -> None:
+    def walk(disks: Sequence[model.Disk], name: str) -> None:
         for disk in disks:
-            if isinstance(disk.logical_id, M.PlainId):
+            if isinstance(disk.logical_id, model.PlainId):
                 owners[(disk.logical_id.vg, disk.logical_id.lv)] = name
             walk(disk.children, name)
 
@@ -275,7 +274,7 @@ def _vg_health(vg: VolumeGroup, problems: PvProblems) -> tuple[int, dict[str, An
                                        f"{missing} physical volume{plural} missing{detail}")
 
 
-def cluster_vg(config: M.ConfigData | None) -> str | None:
+def cluster_vg(config: model.ConfigData | None) -> str | None:
     """The cluster's volume group, when the cluster uses LVM (plain or drbd enabled)."""
     if config is None or not config.cluster.volume_group_name:
         return None

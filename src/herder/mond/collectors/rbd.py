@@ -21,7 +21,7 @@ import re
 import shutil
 from typing import Any
 
-from herder.core import model as M
+from herder.core import model
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.report import Kind, Status, merge_statuses, status
 
@@ -115,7 +115,7 @@ def parse_showmapped(text: str) -> list[dict[str, Any]]:
     return result
 
 
-def rbd_pools(config: M.ConfigData | None) -> list[str]:
+def rbd_pools(config: model.ConfigData | None) -> list[str]:
     """The pools the cluster's rbd disks use (cluster default and per-disk `pool`)."""
     if config is None:
         return []
@@ -128,12 +128,12 @@ def rbd_pools(config: M.ConfigData | None) -> list[str]:
     return pools
 
 
-def _rbd_disks(config: M.ConfigData) -> list[tuple[M.Instance, M.Disk]]:
+def _rbd_disks(config: model.ConfigData) -> list[tuple[model.Instance, model.Disk]]:
     return [(inst, disk) for inst in config.instances.values() for disk in inst.disks
             if disk.dev_type == "rbd"]
 
 
-def image_owners(config: M.ConfigData | None) -> dict[tuple[str, str], str]:
+def image_owners(config: model.ConfigData | None) -> dict[tuple[str, str], str]:
     """(pool, image) -> instance name for the config's rbd disks."""
     owners: dict[tuple[str, str], str] = {}
     if config is None:

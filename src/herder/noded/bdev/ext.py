@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from herder.noded.bdev.base import BlockDev, BlockDevError, CommandResult, Host
 from herder.noded.bdev.disk import Disk
@@ -100,7 +101,7 @@ def environment(volume: str, params: Mapping[str, object], *, size: int | None =
 
 
 def run_action(host: Host, action: str, provider_name: str, volume: str,
-               params: Mapping[str, object], **env_values: object) -> CommandResult | None:
+               params: Mapping[str, object], **env_values: Any) -> CommandResult | None:
     """Run one provider script; None when an optional script is absent."""
     provider = find_provider(host, provider_name)
     script = provider.scripts.get(action)
@@ -109,7 +110,7 @@ def run_action(host: Host, action: str, provider_name: str, volume: str,
             log.info("provider %s has no %s script, skipping", provider_name, action)
             return None
         raise BlockDevError(f"'{action}' is not an ExtStorage action")
-    env = environment(volume, params, **env_values)  # type: ignore[arg-type]
+    env = environment(volume, params, **env_values)  # env_values: environment()'s keywords
     result = host.run([str(script)], env=env, timeout=host.ext_timeout, cwd=str(provider.path))
     if action != "attach":
         _log_output(host, action, provider_name, volume, result)

@@ -291,9 +291,9 @@ def cleanup(source: libvirt.virConnect, target: libvirt.virConnect | None, name:
     if src.active and (src.running or src.paused_by_migration) and target_running:
         raise MigrationError(f"instance {name} runs on both nodes; not touching either")
     if src.active:
-        if dst is not None and dst.active:
+        if target is not None and dst is not None and dst.active:
             try:
-                target.lookupByName(name).destroy()  # type: ignore[union-attr]
+                target.lookupByName(name).destroy()
             except libvirt.libvirtError as err:
                 raise MigrationError(f"cannot remove the incoming copy of {name} on the "
                                      f"target: {_message(err)}") from None
@@ -304,10 +304,10 @@ def cleanup(source: libvirt.virConnect, target: libvirt.virConnect | None, name:
                 raise MigrationError(f"cannot resume {name} on the source: "
                                      f"{_message(err)}") from None
         return "source"
-    if dst is not None and dst.active:
+    if target is not None and dst is not None and dst.active:  # (dst is None without target)
         if dst.paused_by_migration:
             try:
-                target.lookupByName(name).resume()  # type: ignore[union-attr]
+                target.lookupByName(name).resume()
             except libvirt.libvirtError as err:
                 raise MigrationError(f"cannot resume {name} on the target: "
                                      f"{_message(err)}") from None
