@@ -185,11 +185,14 @@ def test_changing_calls_make_the_figures_stale(config) -> None:
 
 
 def test_fresh_readers_get_answers_asked_after_they_asked(config) -> None:
-    nodes = Nodes()
-    cache = LiveCache(nodes, ttl=60)
+    nodes = Nodes(dead={"node3.example.com"})
+    cache = LiveCache(nodes, ttl=60, timeout=0.5)
     cache.snapshot(config)
-    cache.snapshot(config, fresh=True)
-    assert all(nodes.count(n) == 2 for n in names(config))
+    live = cache.snapshot(config, fresh=True)
+    assert nodes.count("node1.example.com") == nodes.count("node2.example.com") == 2
+    # ... but a node that failed within the ttl is not asked (waited for) again
+    assert nodes.count("node3.example.com") == 1
+    assert live.info(config.find_node("node3").uuid) is None
     cache.close()
 
 

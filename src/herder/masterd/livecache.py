@@ -6,14 +6,16 @@ the node daemons (`node_info` with `instances`, `herder.core.livefigures`).
   its figures turn stale, so readers rarely wait); `idle` seconds after the last read the
   background asking stops.
 - At most `concurrency` calls run at once, each with `timeout`; a reader waits at most
-  `timeout` for the nodes it needs, all asked in parallel, so one dead node costs a reader at
-  most its timeout, once: its failure is kept like an answer, for `ttl`.
+  `timeout` (and `GRACE` more, for a call that timed out to record its failure) for the nodes
+  it needs, all asked in parallel, so one dead node costs a reader at most its timeout, once:
+  its failure is kept like an answer, for `ttl`.
 - Concurrent readers share one call per node; a call that changes a node (anything but the
   read-only RPCs, see `InvalidatingRpc`) makes its cached figures stale at once.
 - Offline nodes are not asked, nor nodes that cannot host instances (Ganeti's live node fields
   are unavailable there).
 - Logical units ask `fresh`: only answers to calls started after they asked count (Ganeti's
-  queries ask the nodes every time).
+  queries ask the nodes every time), except that a node that failed to answer within the
+  last `ttl` is not waited for again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ TIMEOUT = 3.0
 CONCURRENCY = 16
 IDLE = 60.0
 TICK = 0.5
+# how much longer than its calls' timeout a reader waits: a call that timed out ends just after
+# its timeout, and its failure must reach that reader (else the next one waits for it again)
+GRACE = 0.5
 # RPCs that change nothing on a node (calls of any other method make its figures stale)
 READ_ONLY = frozenset({"node_info", "ping", "master_epoch", "master_vote", "os_list",
                        "storage_list", "disk_map", "migrate_prepare", "instance_list"})
@@ -133,14 +138,17 @@ class LiveCache:
 
     def _collect(self, nodes: list[model.Node], since: float, timeout: float
                  ) -> tuple[dict[str, NodeAnswer], dict[str, Future[NodeAnswer]]]:
-        """Answers good enough (asked at or after `since`) and calls to wait for, starting the
-        calls that are needed (under the lock: concurrent readers share them)."""
+        """Answers good enough (asked at or after `since`; a failure within the ttl in any
+        case: a dead node costs its timeout once) and calls to wait for, starting the calls
+        that are needed (under the lock: concurrent readers share them)."""
         ready: dict[str, NodeAnswer] = {}
         waiting: dict[str, Future[NodeAnswer]] = {}
+        failed_since = self.clock() - self.ttl
         with self._lock:
             for node in nodes:
-                limit = self._since(node.uuid, since)
                 answer = self._answers.get(node.uuid)
+                failed = answer is not None and answer.info is None
+                limit = self._since(node.uuid, min(since, failed_since) if failed else since)
                 if answer is not None and answer.asked >= limit:
                     ready[node.uuid] = answer
                     continue
@@ -172,7 +180,7 @@ class LiveCache:
         nodes = wanted(config)
         ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
         if waiting:
-            wait_futures(list(waiting.values()), timeout=timeout)
+            wait_futures(list(waiting.values()), timeout=timeout + GRACE)
         return self._finish(nodes, ready, waiting)
 
     async def asnapshot(self, config: model.ConfigData, *, fresh: bool = False,
@@ -183,7 +191,7 @@ class LiveCache:
         ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
         if waiting:
             await asyncio.wait([asyncio.wrap_future(f) for f in waiting.values()],
-                               timeout=timeout)
+                               timeout=timeout + GRACE)
         return self._finish(nodes, ready, waiting)
 
     @staticmethod
