@@ -343,3 +343,31 @@ def test_no_signed_message_of_one_protocol_is_taken_by_another(noded, mond, main
     token_body = json.dumps({"msg": "{}", "salt": "1",
                              "hmac": notification.token_for(KEY)}).encode()
     assert processor.process(envelope.pack(token_body)) is None
+
+
+# --- docs/security.md covers every route ---------------------------------------------------------
+
+
+def test_security_md_names_every_route_with_its_rule(masterd, noded, mond, maintd) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    rows: dict[str, dict[str, str]] = {}  # daemon (its "### " section) -> route -> rule
+    section = ""
+    for line in text.splitlines():
+        if line.startswith("### "):
+            section = line.removeprefix("### ").split()[0]
+        elif line.startswith("| `") and section:
+            cells = line.split("|")
+            rows.setdefault(section, {})[cells[1].strip()] = cells[2].strip()
+    missing = []
+    for daemon in (masterd[0], noded[0], mond[0], maintd[0]):
+        table = rows.get(daemon.name, {})
+        for route in routes(daemon.app, daemon.table):
+            key = f"`{route.method} {route.canonical}`"
+            assert route.rule is not None
+            if table.get(key) != route.rule.name:
+                missing.append(f"{daemon.name}: {key} ({route.rule.name}): "
+                               f"{table.get(key, 'no row')}")
+    assert not missing, "docs/security.md's tables lack or misstate:\n" + "\n".join(missing)
+    node = noded[1]
+    for method in (m for m in dir(node) if m.startswith("rpc_")):
+        assert f"`{method}`" in text, f"docs/security.md does not name noded's {method}"
