@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from herder.core import model
+from herder.core import access, model
 from herder.masterd import livefields, views
 from herder.masterd.livecache import Snapshot
 
@@ -179,6 +179,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
                      f"not {name!r}")
         return name
 
+    # Ganeti lets readers query with GET and PUT; herder's rule for every method but GET is
+    # rapi-write (docs/security.md), so readers query with GET
+    @rapi.ROUTES.allow(access.RAPI_READ)
     async def query_get(request: web.Request) -> web.Response:
         resource = resource_of(request)
         if "fields" not in request.query:
@@ -187,6 +190,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
         return rapi.ok(answer(config, resource, split_fields(request.query["fields"]),
                               await rapi.live_of(request, config)))
 
+    @rapi.ROUTES.allow(access.RAPI_WRITE)
     async def query_put(request: web.Request) -> web.Response:
         resource = resource_of(request)
         body = rapi.body_dict(await rapi.body_of(request, default={}))
@@ -203,6 +207,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
         config = rapi.config_of(request)
         return rapi.ok(answer(config, resource, fields, await rapi.live_of(request, config)))
 
+    @rapi.ROUTES.allow(access.RAPI_READ)
     async def query_fields(request: web.Request) -> web.Response:
         resource = resource_of(request)
         table = RESOURCES[resource][0]
