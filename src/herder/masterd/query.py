@@ -8,7 +8,7 @@ status (`livefields.RS_*`): a live figure of an offline node is RS_OFFLINE, of a
 not answer RS_NODATA, an unknown field RS_UNKNOWN (its definition's kind `unknown`). The fields
 are those of the bulk answers (Ganeti's `N_FIELDS`, `I_FIELDS`) and a few more (`bootid`,
 `master`, `group`, ...); Ganeti's per-parameter fields (`be/…`, `hv/…`, `ndp/…`) and
-per-index ones (`disk.size/0`, `nic.ip/0`) are not offered, nor query filters (compat row).
+per-index ones (`disk.size/0`, `nic.ip/0`) are not offered, nor query filters (compat row 47).
 """
 
 from __future__ import annotations
