@@ -407,8 +407,9 @@ def field_kinds(answer: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def load_live_snapshot(path: Path = LIVE_SNAPSHOT) -> dict[str, Any]:
-    """Ganeti's live answers (tests/data/ganeti_live_figures.json: its `how` says how the
-    cluster was set up for each step)."""
+    """Ganeti's live answers (tests/data/ganeti_live_figures.json, written by
+    tests/system/capture_live_figures.py: its `how` says how the cluster was set up for each
+    step)."""
     return dict(json.loads(path.read_text())["steps"])
 
 

@@ -9,8 +9,9 @@ offline. Its instances cover Ganeti's statuses: running, ADMIN_down, ADMIN_offli
 (its domain destroyed), ERROR_up (a stopped instance's domain started), ERROR_wrongnode
 (running on n2 instead of n1), ERROR_nodedown (on n3), ERROR_nodeoffline (on n4).
 
-Ganeti's answers come from the snapshot `tests/data/ganeti_live_figures.json`, and live from
-the vcluster (`../shared/peers/vcluster`, marked `peer`, skipped without it).
+Ganeti's answers come from the snapshot `tests/data/ganeti_live_figures.json` (taken with
+`python -m tests.system.capture_live_figures`), and live from the vcluster
+(`../shared/peers/vcluster`, marked `peer`, skipped without it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
 from tests.simhelpers import wait_for
 from tests.system.rapi_shapes import (
+    LIVE_SNAPSHOT,
     compare_answers,
     field_kinds,
     live_problems,
@@ -329,6 +331,33 @@ def test_query_resource_gives_ganetis_result_statuses(live: LiveCluster) -> None
     assert rows["away"] == [[0, "ERROR_nodeoffline"], [2, None], [4, None]]
 
 
+def test_query_result_statuses_are_ganetis_in_the_same_situations(live: LiveCluster) -> None:
+    """Ganeti's rows (snapshot) where its node daemon was killed or its node marked offline,
+    against herder's for the same situations: values and result statuses alike."""
+    ganeti = load_live_snapshot()
+    fields = json.loads(LIVE_SNAPSHOT.read_text())["query_fields"]
+
+    def rows(answer: dict[str, Any]) -> dict[str, list[Any]]:
+        return {row[0][1]: row[1:] for row in answer["data"]}
+
+    def ours(resource: str, step: str) -> dict[str, list[Any]]:
+        return rows(live.client.request("GET", f"/2/query/{resource}",
+                                        {"fields": fields[step]}))
+
+    nodedown, offline = rows(ganeti["query_instance_nodedown"]), \
+        rows(ganeti["query_instance_offline"])
+    insts = ours("instance", "query_instance_nodedown")
+    assert insts["lost"] == nodedown["inst1.vcluster.test"]  # primary's daemon gone
+    assert insts["retired"] == nodedown["inst4.vcluster.test"]  # admin offline
+    assert ours("instance", "query_instance_offline")["away"] == \
+        offline["inst2.vcluster.test"]  # primary offline
+    nodes, theirs = ours("node", "query_node_offline"), rows(ganeti["query_node_offline"])
+    assert nodes["n3.live.test"] == theirs["node2.vcluster.test"]  # no answer
+    assert nodes["n4.live.test"] == theirs["node3.vcluster.test"]  # offline
+    assert [cell[0] for cell in nodes["n1.live.test"]] == \
+        [cell[0] for cell in theirs["node1.vcluster.test"]]
+
+
 def test_placement_uses_the_live_figures(live: LiveCluster) -> None:
     """After `big`, n1 keeps 1316 MiB free, n2 2816 (n3 does not answer and n4 is offline, so
     neither is a candidate): the allocator places `placed` on n2, and refuses an instance that
@@ -392,7 +421,7 @@ def test_live_answers_match_ganetis_snapshot(live: LiveCluster) -> None:
         *ganeti["instances_bulk"], *ganeti["instances_states"], *ganeti["instances_nodedown"],
         *ganeti["instances_nodeoffline"]]}) == []
     # every status herder gave here, Ganeti gave for the same situation (but for wrongnode:
-    # Ganeti asks only nodes that are some instance's primary, compat row)
+    # Ganeti asks only nodes that are some instance's primary, compat row 46)
     seen = {i["status"] for step in ("instances_bulk", "instances_states",
                                      "instances_nodedown", "instances_nodeoffline")
             for i in ganeti[step]}

@@ -89,8 +89,8 @@ def info(memory_free: int = 3000, runs: dict[str, livefigures.InstanceRun] | Non
          units: tuple[livefigures.StorageUnit, ...] | None = None,
          memory_total: int = 4096) -> livefigures.NodeInfo:
     return livefigures.NodeInfo(
-        bootid="b0", memory_total=memory_total, memory_free=memory_free, memory_dom0=200, cpu_total=8,
-        cpu_dom0=8, cpu_nodes=2, cpu_sockets=2,
+        bootid="b0", memory_total=memory_total, memory_free=memory_free, memory_dom0=200,
+        cpu_total=8, cpu_dom0=8, cpu_nodes=2, cpu_sockets=2,
         storage=units if units is not None else (
             livefigures.StorageUnit("file", "/var/lib/herder/noded/disks", 50_000, 40_000),),
         instances=runs or {})
