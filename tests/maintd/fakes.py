@@ -22,6 +22,25 @@ from herder.maintd.server import NotifySettings, make_app
 from herder.maintd.sources import Observation
 
 
+def uniform_figures(nodes: Sequence[Node], instances: Sequence[Instance]
+                    ) -> dict[str, dict[str, Any]]:
+    """RAPI node figures of a uniform cluster whose every node could hold all instances twice
+    over (memory, disk), 64 CPUs; memory as nodes report it with no instance running (the
+    admin-up ones reserve theirs in the allocator's input), disk less what instances use."""
+    from herder.maintd.balance import disk_total
+
+    used = {n.name: 0 for n in nodes}
+    for inst in instances:
+        for name in (inst.pnode, *inst.snodes):
+            if name in used:
+                used[name] += disk_total(inst)
+    memory = max(1024, 2 * sum(i.memory for i in instances))
+    disk = max(10240, 2 * sum(used.values()))
+    return {n.name: {"name": n.name, "mtotal": memory, "mnode": 0, "mfree": memory,
+                     "dtotal": disk, "dfree": disk - used[n.name], "ctotal": 64, "cnos": 1}
+            for n in nodes}
+
+
 class FakeCluster:
     def __init__(self, n: int = 4, instances: Sequence[Instance] = ()) -> None:
         self._nodes = {f"node{i}": Node(name=f"node{i}", uuid=f"u{i}", ip=f"127.0.0.{i}",
@@ -52,6 +71,9 @@ class FakeCluster:
 
     def instances(self) -> list[Instance]:
         return list(self._instances.values())
+
+    def node_figures(self) -> dict[str, dict[str, Any]]:
+        return uniform_figures(self.nodes(), self.instances())
 
     def submit(self, ops: list[dict[str, Any]]) -> int:
         self.next_id += 1

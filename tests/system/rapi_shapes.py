@@ -329,6 +329,90 @@ def run_sequence(client: RapiClient, node: str) -> dict[str, Any]:
     return out
 
 
+# ---- live figures and run states ----
+
+LIVE_SNAPSHOT = SNAPSHOT.parent / "ganeti_live_figures.json"
+NODE_QUERY = ("name,mtotal,mnode,mfree,dtotal,dfree,ctotal,cnos,cnodes,csockets,spfree,sptotal,"
+              "bootid,pinst_cnt,nosuchfield")
+INSTANCE_QUERY = "name,status,oper_state,oper_ram,oper_vcpus,admin_state,nosuchfield"
+# Ganeti's instance status values (constants.INSTST_ALL)
+STATUSES = frozenset({"running", "ADMIN_down", "ADMIN_offline", "ERROR_down", "ERROR_up",
+                      "ERROR_nodedown", "ERROR_nodeoffline", "ERROR_wrongnode", "USER_down"})
+NODE_FIGURES = ("mtotal", "mnode", "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes",
+                "csockets")
+
+
+def run_live_sequence(client: RapiClient, node: str, instance: str) -> dict[str, Any]:
+    """The answers that carry live figures and run states: bulk and single nodes and
+    instances, Ganeti's query resource for both, and its field definitions."""
+    return {
+        "nodes_bulk": client.request("GET", "/2/nodes", {"bulk": 1}),
+        "node": client.request("GET", f"/2/nodes/{node}"),
+        "instances_bulk": client.request("GET", "/2/instances", {"bulk": 1}),
+        "instance": client.request("GET", f"/2/instances/{instance}"),
+        "query_node": client.request("GET", "/2/query/node", {"fields": NODE_QUERY}),
+        "query_instance": client.request("GET", "/2/query/instance",
+                                         {"fields": INSTANCE_QUERY}),
+        "query_node_fields": client.request("GET", "/2/query/node/fields",
+                                            {"fields": "name,mfree,bogus"}),
+        "query_instance_fields": client.request(
+            "GET", "/2/query/instance/fields",
+            {"fields": "name,status,oper_state,oper_ram,oper_vcpus,admin_state,bogus"}),
+    }
+
+
+def live_problems(answers: dict[str, Any]) -> list[str]:
+    """What in a live sequence's answers breaks Ganeti's units and rules: figures are whole
+    MiB or counts (ints, free within total), statuses are Ganeti's, a running instance has its
+    memory, a stopped one none."""
+    problems: list[str] = []
+    for node in [*answers["nodes_bulk"], answers["node"]]:
+        name = node.get("name")
+        present = [k for k in NODE_FIGURES if node.get(k) is not None]
+        if present and len(present) != len(NODE_FIGURES):
+            problems.append(f"node {name}: only some figures: {present}")
+        for key in present:
+            if not isinstance(node[key], int) or isinstance(node[key], bool) or node[key] < 0:
+                problems.append(f"node {name}: {key} = {node[key]!r} is no count of MiB/CPUs")
+        if present and not (node["mfree"] <= node["mtotal"] and node["dfree"] <= node["dtotal"]
+                            and node["cnos"] <= node["ctotal"]):
+            problems.append(f"node {name}: free above total")
+    for inst in [*answers["instances_bulk"], answers["instance"]]:
+        name, status = inst.get("name"), inst.get("status")
+        if status not in STATUSES:
+            problems.append(f"instance {name}: status {status!r} is none of Ganeti's")
+        running = status in ("running", "ERROR_up", "ERROR_wrongnode")
+        if running and not (inst.get("oper_state") is True
+                            and isinstance(inst.get("oper_ram"), int)
+                            and isinstance(inst.get("oper_vcpus"), int)):
+            problems.append(f"instance {name}: {status} without its memory and vCPUs")
+        if status in ("ADMIN_down", "ADMIN_offline", "ERROR_down") and (
+                inst.get("oper_state") is not False or inst.get("oper_ram") is not None):
+            problems.append(f"instance {name}: {status} yet running or with memory")
+    for step, fields in (("query_node", NODE_QUERY), ("query_instance", INSTANCE_QUERY)):
+        answer = answers[step]
+        if [f["name"] for f in answer["fields"]] != fields.split(","):
+            problems.append(f"{step}: fields {[f['name'] for f in answer['fields']]}")
+        for row in answer["data"]:
+            if not all(isinstance(c, list) and len(c) == 2 and c[0] in range(5) for c in row):
+                problems.append(f"{step}: row {row} is not [status, value] pairs")
+            if row[-1] != [1, None]:  # nosuchfield: unknown
+                problems.append(f"{step}: an unknown field gives {row[-1]}")
+    return problems
+
+
+def field_kinds(answer: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """name -> (title, kind) of a `/2/query/.../fields` or query answer."""
+    return {f["name"]: (f["title"], f["kind"]) for f in answer["fields"]}
+
+
+def load_live_snapshot(path: Path = LIVE_SNAPSHOT) -> dict[str, Any]:
+    """Ganeti's live answers (tests/data/ganeti_live_figures.json, written by
+    tests/system/capture_live_figures.py: its `how` says how the cluster was set up for each
+    step)."""
+    return dict(json.loads(path.read_text())["steps"])
+
+
 # ---- the snapshot ----
 
 _SECRET_WORDS = ("password", "secret", "passwd", "hmac")

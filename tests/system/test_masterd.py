@@ -269,8 +269,11 @@ class _AllocRpc:
             raise RpcError(f"node {node.name}: unreachable")
         if method == "node_info":
             free = 8192 if node.name == "node4.example.com" else 4096
-            return {"total_memory": 16384, "free_memory": free, "total_disk": 100000,
-                    "free_disk": 90000, "total_cpus": 8}
+            return {"bootid": "boot", "memory_total": 16384, "memory_free": free,
+                    "memory_dom0": 0, "cpu_total": 8, "cpu_dom0": 1, "cpu_nodes": 1,
+                    "cpu_sockets": 1, "instances": {},
+                    "storage": [{"type": "file", "name": "/srv", "storage_size": 100000,
+                                 "storage_free": 90000}]}
         if method == "migrate_prepare":
             return {"xml": "<domain/>"}
         return None

@@ -40,9 +40,6 @@ VCLUSTER_NODE = "node3.vcluster.test"
 # depth, other entries are glob patterns over paths like `info.hvparams.kvm`. Shrink this as
 # masterd grows; never add a field just to make a real regression pass.
 HERDER_SHAPE_IGNORE: tuple[str, ...] = (
-    # Live node resources: reported by the node daemons, which come with a later issue.
-    "dtotal", "dfree", "mtotal", "mnode", "mfree", "ctotal", "cnos", "cnodes", "csockets",
-    "sptotal", "spfree",
     # Build facts of a Ganeti installation that herder has no equivalent of.
     "info.vcs_version", "info.architecture", "info.os_api_version", "info.export_version",
     # Parameter dicts keyed by hypervisor / OS / disk template: herder's set of hypervisors and

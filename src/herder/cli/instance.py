@@ -7,8 +7,15 @@ from typing import Any
 import click
 
 from herder.cli import remote
-from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
-from herder.core import model, params
+from herder.cli.common import (
+    json_option,
+    pass_store,
+    print_json,
+    print_mapping,
+    print_table,
+    store_from,
+)
+from herder.core import model, params, sizes
 from herder.core.store import ConfigStore
 
 
@@ -18,28 +25,42 @@ def instance() -> None:
     UUID. Changes are jobs through masterd (or --offline)."""
 
 
+LIVE_FIELDS = ("status", "oper_state", "oper_ram", "oper_vcpus")
+
+
 @instance.command("list")
 @json_option
-@pass_store
-def list_(store: ConfigStore, as_json: bool) -> None:
-    """List instances with their state, nodes, template and OS."""
-    config = store.load()
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List instances with their status (Ganeti's: running, ADMIN_down, ERROR_down, ...; from
+    masterd, `-` when it cannot say), state, nodes, template, OS and memory (MaxMem configured,
+    Memory in use while it runs)."""
+    config = store_from(ctx).load()
+    live, why = remote.live_bulk(ctx, "instances")
+    if why:
+        click.echo(f"no live run states: {why}", err=True)
     rows = []
     for i in sorted(config.instances.values(), key=lambda i: i.name):
         be = config.filled_beparams(i)
+        figures = live.get(i.name, {})
         rows.append({
             "name": i.name, "uuid": i.uuid, "admin_state": i.admin_state,
             "primary_node": config.node_name(i.primary_node),
             "secondary_nodes": [config.node_name(n) for n in i.secondary_nodes],
             "disk_template": i.disk_template, "os": i.os, "hypervisor": i.hypervisor,
             "vcpus": be["vcpus"], "maxmem": be["maxmem"], "tags": i.tags,
+            **{key: figures.get(key) for key in LIVE_FIELDS},
         })
     if as_json:
         print_json(rows)
         return
-    print_table(["Instance", "Admin", "Primary", "Secondary", "Template", "OS", "VCPUs", "Memory"],
-                [[r["name"], r["admin_state"], r["primary_node"], r["secondary_nodes"],
-                  r["disk_template"], r["os"], r["vcpus"], r["maxmem"]] for r in rows])
+    print_table(["Instance", "Status", "Admin", "Primary", "Secondary", "Template", "OS",
+                 "VCPUs", "MaxMem", "Memory"],
+                [[r["name"], r["status"], r["admin_state"], r["primary_node"],
+                  r["secondary_nodes"], r["disk_template"], r["os"], r["vcpus"],
+                  sizes.format_mib(r["maxmem"]),
+                  sizes.format_mib(r["oper_ram"]) if isinstance(r["oper_ram"], int) else None]
+                 for r in rows])
 
 
 @instance.command()

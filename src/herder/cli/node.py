@@ -15,10 +15,11 @@ from herder.cli.common import (
     print_json,
     print_mapping,
     print_table,
+    store_from,
     timestamp,
     yes_no,
 )
-from herder.core import model, params, roles
+from herder.core import model, params, roles, sizes
 from herder.core.errors import ConfigError
 from herder.core.store import ConfigStore
 
@@ -56,21 +57,40 @@ def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
     }
 
 
+# the live figures of masterd's bulk answer a node's row carries (Ganeti's names, MiB)
+LIVE_FIELDS = ("mtotal", "mnode", "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes",
+               "csockets", "sptotal", "spfree")
+
+
+def size_cell(mib: Any) -> str | None:
+    return sizes.format_mib(mib) if isinstance(mib, int | float) else None
+
+
 @node.command("list")
 @json_option
-@pass_store
-def list_(store: ConfigStore, as_json: bool) -> None:
-    """List nodes with their role, group, IPs, flags and instance counts."""
-    config = store.load()
-    rows = [node_row(config, n) for n in sorted(config.nodes.values(), key=lambda n: n.name)]
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List nodes with their role, group, IPs, flags, instance counts and live figures
+    (memory and disk free/total, from masterd; `-` when it cannot give them)."""
+    config = store_from(ctx).load()
+    live, why = remote.live_bulk(ctx, "nodes")
+    if why:
+        click.echo(f"no live figures: {why}", err=True)
+    rows = []
+    for n in sorted(config.nodes.values(), key=lambda n: n.name):
+        row = node_row(config, n)
+        figures = live.get(n.name, {})
+        row.update({key: figures.get(key) for key in LIVE_FIELDS})
+        rows.append(row)
     if as_json:
         print_json(rows)
         return
     print_table(
-        ["Node", "Role", "Group", "PrimaryIP", "SecondaryIP", "MC", "Off", "Drain", "Pinst",
-         "Sinst"],
-        [[r["name"], r["role"], r["group"], r["primary_ip"], r["secondary_ip"],
-          r["master_candidate"], r["offline"], r["drained"], r["pinst"], r["sinst"]]
+        ["Node", "Role", "Group", "PrimaryIP", "MC", "Off", "Drain", "MFree", "MTotal",
+         "DFree", "DTotal", "Pinst", "Sinst"],
+        [[r["name"], r["role"], r["group"], r["primary_ip"], r["master_candidate"],
+          r["offline"], r["drained"], size_cell(r["mfree"]), size_cell(r["mtotal"]),
+          size_cell(r["dfree"]), size_cell(r["dtotal"]), r["pinst"], r["sinst"]]
          for r in rows],
     )
 

@@ -36,9 +36,9 @@ def masterd_url(ctx: click.Context) -> str:
     return f"https://{host}:{DEFAULT_PORT}"
 
 
-def client(ctx: click.Context) -> RapiClient:
+def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:
     store = store_from(ctx)
-    return RapiClient.for_herder_cluster(store.directory, masterd_url(ctx))
+    return RapiClient.for_herder_cluster(store.directory, masterd_url(ctx), timeout=timeout)
 
 
 def echo_log(entry: Any) -> None:
@@ -73,3 +73,21 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
         if job.get("status") != "success":
             raise HerderError(f"job {job_id} {job.get('status')}: {job_error_message(job)}")
         return list(job.get("opresult") or [])
+
+
+LIVE_TIMEOUT = 20.0  # seconds a list waits for masterd's live figures
+
+
+def live_bulk(ctx: click.Context, resource: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """masterd's bulk answer of `resource` ("nodes" or "instances") by name: the live figures
+    and run states the lists show. ({}, None) with --offline; ({}, why) when masterd cannot
+    give them (the lists then show what the config says)."""
+    if offline(ctx):
+        return {}, None
+    try:
+        with client(ctx, timeout=LIVE_TIMEOUT) as api:
+            items = api.get_nodes(bulk=True) if resource == "nodes" else \
+                api.get_instances(bulk=True)
+    except (RapiError, HerderError, OSError) as err:
+        return {}, str(err)
+    return {str(item["name"]): item for item in items if isinstance(item, dict)}, None

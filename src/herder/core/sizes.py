@@ -56,3 +56,14 @@ def parse_size(text: str, unit: str = "m", *, default_unit: str | None = None,
     if match is None or letter is None:
         raise ValueError(f"not a size: {text!r}")
     return float(match["num"]) * _bytes_per(letter, si_upper) / _bytes_per(unit, False)
+
+
+def format_mib(mib: int | float) -> str:
+    """A size in MiB as people read it, by Ganeti's human rule (`gnt-node list`'s default
+    units): below 1 GiB whole MiB (`512M`), below 1 TiB GiB with one decimal (`2.5G`), else
+    TiB (`1.2T`)."""
+    if mib < 1024:
+        return f"{int(mib)}M"
+    if mib < 1024 * 1024:
+        return f"{mib / 1024:.1f}G"
+    return f"{mib / (1024 * 1024):.1f}T"

@@ -10,13 +10,12 @@ living on them alone (Ganeti's `algAllowedNodes`) — and a move is left out whe
 touches is used by another job of the round. The next round plans again from the cluster as
 it then is.
 
-The iallocator message is built from RAPI data. masterd's RAPI has no live node figures yet
-(`mtotal`, `mfree`, `dtotal`, `dfree` are null): when a node's figures are null, every node is
-given the same capacity — twice the memory (disk) all instances of the cluster use, at
-least 1 GiB (10 GiB), and 64 CPUs, so that N+1 checks never bind on made-up figures — and its
-free figures follow from the instances' sizes
-(memory of primaries; disk of primaries and secondaries). The score then balances what the
-instances use, which is what matters on a uniform cluster (compat row D-balance).
+The iallocator message is built from RAPI data: the nodes' live figures (`mtotal`, `mnode`,
+`mfree`, `dtotal`, `dfree`, `ctotal`, `cnos`) and the instances' run states (`status`,
+`oper_ram`), as Ganeti's masterd builds its iallocator input: a node's free memory less what its
+admin-up primaries may still take (`herder.core.livefigures.free_memory_for_allocation`). A node
+without figures (its daemon did not answer) is left out with its instances, as an unhealthy
+one, and a note says so.
 
 Settings `balanceDiskMoves` (false: hbal --no-disk-moves, primaries only) and
 `balanceDynamicLoad` (true: hbal --mond — every node's agent is asked for cpu-avg-load; as in
@@ -30,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from herder.core import livefigures
 from herder.maintd.rounds import Instance, Job, Node, Plan, annotate
 
 DEFAULT_GROUP = "00000000-0000-0000-0000-000000000000"
@@ -52,51 +52,48 @@ def disk_total(inst: Instance) -> int:
     return sum(inst.disks) + (DRBD_META * len(inst.disks) if inst.disk_template == "drbd" else 0)
 
 
+# the node figures a node needs to take part (hbal's RAPI loader needs them of a live node)
+REQUIRED = ("mtotal", "mfree", "ctotal")
+# statuses in which an instance runs on its primary (its `oper_ram` is memory used there)
+RUNS_ON_PRIMARY = frozenset({"running", "ERROR_up"})
+
+
+def has_figures(figures: Mapping[str, Mapping[str, Any]], node: str) -> bool:
+    f = figures.get(node) or {}
+    return all(isinstance(f.get(k), int | float) and not isinstance(f.get(k), bool)
+               for k in REQUIRED)
+
+
+def _int(f: Mapping[str, Any], key: str) -> int:
+    value = f.get(key)
+    return int(value) if isinstance(value, int | float) else 0
+
+
 def build_message(nodes: Sequence[Node], instances: Sequence[Instance],
-                  figures: Mapping[str, Mapping[str, Any]] | None = None,
+                  figures: Mapping[str, Mapping[str, Any]],
                   request: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An iallocator v2 message (`request` default: balance) from maintd's view.
 
-    `figures`: node name -> RAPI node dict; its `mtotal/mfree/dtotal/dfree/ctotal` are used
-    when no node's are null, otherwise the uniform capacity of the module doc."""
-    figures = figures or {}
-    mem_used = {n.name: 0 for n in nodes}
-    dsk_used = {n.name: 0 for n in nodes}
-    for inst in instances:
-        if inst.pnode in mem_used:
-            mem_used[inst.pnode] += inst.memory
-            dsk_used[inst.pnode] += disk_total(inst)
-        for s in inst.snodes:
-            if s in dsk_used:
-                dsk_used[s] += disk_total(inst)
-    # the whole cluster's use fits on any node: the N+1 checks never bind on assumed figures
-    t_mem = max(1024, 2 * sum(i.memory for i in instances))
-    t_dsk = max(10240, 2 * sum(dsk_used.values()))
+    `figures`: node name -> RAPI node dict with the live figures (every node of `nodes` must
+    have them: `has_figures`)."""
     groups = {n.group or DEFAULT_GROUP for n in nodes}
-    keys = ("mtotal", "mfree", "dtotal", "dfree")
-    # all nodes' live figures or none (a mix of real and assumed capacities scores nonsense)
-    live = all(isinstance((figures.get(n.name) or {}).get(k), int | float)
-               for n in nodes for k in keys)
     out_nodes: dict[str, Any] = {}
     for n in nodes:
-        f = figures.get(n.name) or {}
-        entry: dict[str, Any] = {
+        f = figures[n.name]
+        primaries = [(i.memory, i.admin_state == "up",
+                      i.oper_ram if i.status in RUNS_ON_PRIMARY else None)
+                     for i in instances if i.pnode == n.name]
+        out_nodes[n.name] = {
             "primary_ip": n.ip, "secondary_ip": n.ip, "tags": list(n.tags),
             "master_candidate": n.master, "master_capable": True, "vm_capable": n.vm_capable,
             "drained": n.drained, "offline": n.offline, "group": n.group or DEFAULT_GROUP,
             "ndparams": {"spindle_count": 1, "exclusive_storage": False},
+            "total_memory": _int(f, "mtotal"), "reserved_memory": _int(f, "mnode"),
+            "free_memory": livefigures.free_memory_for_allocation(_int(f, "mfree"), primaries),
+            "total_disk": _int(f, "dtotal"), "free_disk": _int(f, "dfree"),
+            "total_cpus": _int(f, "ctotal"), "reserved_cpus": _int(f, "cnos"),
+            "total_spindles": 1, "free_spindles": 1,
         }
-        if live:
-            entry.update(total_memory=int(f["mtotal"]), free_memory=int(f["mfree"]),
-                         reserved_memory=int(f.get("mnode") or 0), total_disk=int(f["dtotal"]),
-                         free_disk=int(f["dfree"]), total_cpus=int(f.get("ctotal") or 64),
-                         reserved_cpus=1)
-        else:
-            entry.update(total_memory=t_mem, free_memory=t_mem - mem_used[n.name],
-                         reserved_memory=0, total_disk=t_dsk,
-                         free_disk=t_dsk - dsk_used[n.name], total_cpus=64, reserved_cpus=1)
-        entry.update(total_spindles=1, free_spindles=1)
-        out_nodes[n.name] = entry
     insts = {}
     for i in instances:
         insts[i.name] = {
@@ -109,7 +106,8 @@ def build_message(nodes: Sequence[Node], instances: Sequence[Instance],
         }
     return {
         "version": 2, "cluster_name": "maintd", "cluster_tags": [],
-        "enabled_hypervisors": [],  # no static KVM node memory on assumed figures
+        # the node memory is what each node reports (mnode), not hbal's static KVM figure
+        "enabled_hypervisors": [],
         "nodegroups": {g: {"name": g, "alloc_policy": "preferred", "networks": [], "tags": []}
                        for g in sorted(groups)},
         "nodes": out_nodes, "instances": insts,
@@ -170,8 +168,15 @@ def plan_balance(nodes: Sequence[Node], instances: Sequence[Instance], plan: Pla
     active or failed incidents; every job is its own event (`new_uuid`) in the reason trail."""
     new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
     out = BalanceResult()
+    figures = figures or {}
     # Ganeti's algAllowedNodes: only the healthy nodes and the instances living on them alone
     bad = set(excluded) | {n.name for n in nodes if n.offline or n.drained or not n.vm_capable}
+    silent = sorted(n.name for n in nodes
+                    if n.name not in bad and not has_figures(figures, n.name))
+    if silent:
+        out.notes.append(f"balance: no live figures from {', '.join(silent)} (node daemon "
+                         "not answering); left out with their instances")
+        bad |= set(silent)
     ok_nodes = [n for n in nodes if n.name not in bad]
     known = {n.name for n in ok_nodes}
     insts = [i for i in instances if i.pnode in known and all(s in known for s in i.snodes)]

@@ -65,6 +65,8 @@ class Instance:
     vcpus: int = 1
     disks: tuple[int, ...] = ()  # disk sizes, MiB
     uuid: str = ""
+    status: str = ""  # Ganeti's run status (`running`, `ERROR_down`, ...; "" unknown)
+    oper_ram: int | None = None  # MiB the running instance has (None: not running / unknown)
 
     @classmethod
     def from_rapi(cls, d: Mapping[str, Any]) -> Instance:
@@ -77,7 +79,8 @@ class Instance:
                    memory=int(be.get("maxmem") or be.get("memory") or 0),
                    vcpus=int(be.get("vcpus") or 1),
                    disks=tuple(int(s or 0) for s in d.get("disk.sizes") or ()),
-                   uuid=d.get("uuid") or "")
+                   uuid=d.get("uuid") or "", status=d.get("status") or "",
+                   oper_ram=d["oper_ram"] if isinstance(d.get("oper_ram"), int) else None)
 
 
 @dataclass

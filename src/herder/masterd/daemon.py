@@ -26,6 +26,7 @@ from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, ConfigStore, FileStore
 from herder.masterd import redist
+from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import ConfigView, RapiContext, make_app
@@ -119,9 +120,12 @@ class MasterDaemon:
             rpc = HttpNodeRpc(envelope.load_key(self.secrets.hmac_key), self.secrets.certificate,
                               port=settings.noded_port, epoch=self.epoch,
                               on_stale=lambda err: self.depose(str(err)))
-        self.env = MasterEnv(store=self.store, locks=lock_manager_for(self.store), rpc=rpc,
+        # the nodes' live figures (RAPI reads, placement); the LUs' calls keep it current
+        self.live = LiveCache(rpc)
+        self.env = MasterEnv(store=self.store, locks=lock_manager_for(self.store),
+                             rpc=InvalidatingRpc(rpc, self.live),
                              queue_dir=self.store.directory / "queue",
-                             iallocator_path=settings.iallocator_path)
+                             iallocator_path=settings.iallocator_path, live=self.live)
         assert self.env.queue_dir is not None
         self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers,
                               storage=job_storage)
@@ -133,7 +137,7 @@ class MasterDaemon:
         self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
-                                store=self.store)
+                                store=self.store, live=self.live)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None
@@ -192,9 +196,11 @@ class MasterDaemon:
             "masterd", self.settings.run_dir,
             endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(
                 self.settings.bind, self.settings.port, tls=context, backlog=256)])],
-            tasks=[self._watch_master, lambda stop: redist.watch(self, stop)],  # docs/ha.md
+            tasks=[self._watch_master, lambda stop: redist.watch(self, stop),  # docs/ha.md
+                   lambda stop: self.live.keep_fresh(self.rapi.config, stop)],
             on_start=[self.queue.start],
-            on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign],
+            on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign,
+                     self.live.close],
             ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
     async def _resign(self) -> None:

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from herder.core import model
+from herder.core import livefigures, model
 from herder.core.errors import OpPrereqError
+from herder.masterd.livecache import Snapshot
 
 BUILTIN = "herder"
 DEFAULT_SEARCH_PATH = (Path("/usr/lib/herder/iallocators"), Path("/usr/lib/ganeti/iallocators"),
@@ -55,11 +56,53 @@ def disk_space_total(template: str, sizes: Sequence[int]) -> int:
     return 0
 
 
+def request_template(config: model.ConfigData, request: Mapping[str, Any]) -> str | None:
+    """The disk template whose storage the node figures describe: the request's, else the
+    relocated instance's, else the cluster's first (as Ganeti's iallocator input)."""
+    template = request.get("disk_template")
+    if isinstance(template, str):
+        return template
+    name = request.get("name")
+    inst = next((i for i in config.instances.values() if i.name == name), None)
+    if inst is not None:
+        return inst.disk_template
+    templates = config.cluster.enabled_disk_templates
+    return templates[0] if templates else None
+
+
+def node_figures(config: model.ConfigData, node: model.Node, info: livefigures.NodeInfo,
+                 template: str | None) -> dict[str, int]:
+    """A node's dynamic iallocator data from its live figures, as Ganeti's masterd computes it:
+    free memory less what its admin-up primaries may still take (maxmem − what each uses now,
+    `core.livefigures.free_memory_for_allocation`), the storage unit of the request's disk
+    template (0 when that template reports no space), the node OS's memory and CPUs as
+    reserved."""
+    runs = info.instances or {}
+    primaries = [i for i in config.instances.values() if i.primary_node == node.uuid]
+    free_memory = livefigures.free_memory_for_allocation(info.memory_free, [
+        (config.filled_beparams(i)["maxmem"], i.admin_state == "up",
+         runs[i.name].memory if i.name in runs else None) for i in primaries])
+    unit = livefigures.unit_for_template(info.storage, template) if template else \
+        livefigures.default_unit(info.storage)
+    nd = config.filled_ndparams(node)
+    pv = livefigures.spindles(info.storage) if nd["exclusive_storage"] else None
+    return {
+        "total_memory": info.memory_total, "reserved_memory": info.memory_dom0,
+        "free_memory": free_memory,
+        "total_disk": unit.storage_size if unit else 0,
+        "free_disk": unit.storage_free if unit else 0,
+        "total_cpus": info.cpu_total, "reserved_cpus": info.cpu_dom0,
+        "total_spindles": pv.storage_size if pv else nd["spindle_count"],
+        "free_spindles": pv.storage_free if pv else nd["spindle_count"],
+    }
+
+
 def build_message(config: model.ConfigData, request: Mapping[str, Any],
-                  node_info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The iallocator v2 input message. `node_info`: node UUID -> live figures (total/free
-    memory and disk, cpus) reported by the node daemons; nodes without are marked offline."""
+                  live: Snapshot) -> dict[str, Any]:
+    """The iallocator v2 input message. `live`: the node daemons' figures and run states
+    (masterd.livecache); a node without is marked offline."""
     c = config.cluster
+    template = request_template(config, request)
     groups = {
         g.uuid: {"name": g.name, "alloc_policy": g.alloc_policy,
                  "networks": sorted(g.networks), "tags": list(g.tags),
@@ -68,14 +111,14 @@ def build_message(config: model.ConfigData, request: Mapping[str, Any],
     }
     nodes: dict[str, Any] = {}
     for node in config.nodes.values():
-        live = node_info.get(node.uuid)
+        info = live.info(node.uuid)
         primaries = [i for i in config.instances.values() if i.primary_node == node.uuid]
         nd = config.filled_ndparams(node)
         entry: dict[str, Any] = {
             "primary_ip": node.primary_ip, "secondary_ip": node.secondary_ip or node.primary_ip,
             "tags": list(node.tags), "master_candidate": node.master_candidate,
             "master_capable": node.master_capable, "vm_capable": node.vm_capable,
-            "drained": node.drained, "offline": node.offline or live is None,
+            "drained": node.drained, "offline": node.offline or info is None,
             "group": node.group,
             "ndparams": {"spindle_count": nd["spindle_count"],
                          "exclusive_storage": nd["exclusive_storage"],
@@ -84,14 +127,8 @@ def build_message(config: model.ConfigData, request: Mapping[str, Any],
             "i_pri_up_memory": sum(config.filled_beparams(i)["maxmem"] for i in primaries
                                    if i.admin_state == "up"),
         }
-        if live is not None:
-            entry.update({
-                "total_memory": int(live["total_memory"]), "free_memory": int(live["free_memory"]),
-                "reserved_memory": int(live.get("reserved_memory", 0)),
-                "total_disk": int(live["total_disk"]), "free_disk": int(live["free_disk"]),
-                "total_cpus": int(live["total_cpus"]), "reserved_cpus": 1,
-                "total_spindles": nd["spindle_count"], "free_spindles": nd["spindle_count"],
-            })
+        if info is not None:
+            entry.update(node_figures(config, node, info, template))
         nodes[node.name] = entry
     return {
         "version": 2, "cluster_name": c.name, "cluster_tags": list(c.tags),
@@ -154,14 +191,14 @@ def run(name: str, message: Mapping[str, Any],
 
 
 def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapping[str, Any],
-                   node_info: Mapping[str, Mapping[str, Any]],
+                   live: Snapshot,
                    search_path: Sequence[Path] = DEFAULT_SEARCH_PATH) -> tuple[str, list[str]]:
     """Try each iallocator in order (design-2.1); the first successful answer wins.
     Returns (allocator name, node names)."""
     if not names:
         raise OpPrereqError("no nodes given and no iallocator: give nodes, --iallocator, or "
                             "set the cluster's default iallocators")
-    message = build_message(config, request, node_info)
+    message = build_message(config, request, live)
     failures = []
     for name in names:
         try:

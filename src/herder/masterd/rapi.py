@@ -36,6 +36,7 @@ from herder.core.jobs import queue as job_queue
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
+from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 
 JSON = "application/json"
 WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
@@ -62,6 +63,7 @@ class RapiContext:
     users: UsersFile
     anonymous_reads: bool = False
     store: ConfigStore | None = None  # for herder's direct state routes
+    live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -104,6 +106,12 @@ def config_of(request: web.Request) -> model.ConfigData:
         raise RapiHttpError(503, "the cluster config cannot be loaded: "
                                  f"{ctx_of(request).config.error or 'missing'}")
     return config
+
+
+async def live_of(request: web.Request, config: model.ConfigData) -> Snapshot:
+    """The nodes' live figures for a read (none without node daemons)."""
+    cache = ctx_of(request).live
+    return EMPTY if cache is None else await cache.asnapshot(config)
 
 
 def flag(request: web.Request, name: str) -> bool:
@@ -306,14 +314,16 @@ async def nodes(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.nodes.values(), key=lambda n: n.name)
     if flag(request, "bulk"):
-        return ok([views.node_view(config, n) for n in ordered])
+        live = await live_of(request, config)
+        return ok([views.node_view(config, n, live) for n in ordered])
     return ok(listing([n.name for n in ordered], "/2/nodes"))
 
 
 @ROUTES.allow(access.RAPI_READ)
 async def node(request: web.Request) -> web.Response:
     config = config_of(request)
-    return ok(views.node_view(config, find(config.find_node, request.match_info["name"])))
+    target = find(config.find_node, request.match_info["name"])
+    return ok(views.node_view(config, target, await live_of(request, config)))
 
 
 @ROUTES.allow(access.RAPI_READ)
@@ -516,7 +526,8 @@ async def instances(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.instances.values(), key=lambda i: i.name)
     if flag(request, "bulk"):
-        return ok([views.instance_view(config, i) for i in ordered])
+        live = await live_of(request, config)
+        return ok([views.instance_view(config, i, live) for i in ordered])
     return ok(listing([i.name for i in ordered], "/2/instances"))
 
 
@@ -544,8 +555,8 @@ async def instance_create(request: web.Request) -> web.Response:
 @ROUTES.allow(access.RAPI_READ)
 async def instance(request: web.Request) -> web.Response:
     config = config_of(request)
-    return ok(views.instance_view(config,
-                                  find(config.find_instance, request.match_info["name"])))
+    target = find(config.find_instance, request.match_info["name"])
+    return ok(views.instance_view(config, target, await live_of(request, config)))
 
 
 def _instance_name(request: web.Request) -> model.Instance:
@@ -869,4 +880,7 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
+    from herder.masterd import query  # Ganeti's /2/query resource (nodes, instances)
+
+    query.add_routes(r)
     return app

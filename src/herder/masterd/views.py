@@ -7,6 +7,8 @@ from typing import Any
 
 from herder import __version__
 from herder.core import model, params, roles
+from herder.masterd import livefields
+from herder.masterd.livecache import EMPTY, Snapshot
 
 RAPI_VERSION = 2
 CONFIG_VERSION = 3000000  # the Ganeti config version whose RAPI shapes herder speaks
@@ -14,7 +16,10 @@ PROTOCOL_VERSION = 3000000
 OS_API_VERSION = 20
 EXPORT_VERSION = 0
 
-def node_view(config: model.ConfigData, node: model.Node) -> dict[str, Any]:
+def node_view(config: model.ConfigData, node: model.Node,
+              live: Snapshot = EMPTY) -> dict[str, Any]:
+    """Ganeti's N_FIELDS; the live figures from `live` (null where Ganeti's would be: node
+    offline, not answering, or a figure it does not report)."""
     primaries = sorted(i.name for i in config.instances.values() if i.primary_node == node.uuid)
     secondaries = sorted(i.name for i in config.instances.values()
                          if node.uuid in i.secondary_nodes)
@@ -29,11 +34,14 @@ def node_view(config: model.ConfigData, node: model.Node) -> dict[str, Any]:
         "sinst_cnt": len(secondaries), "sinst_list": secondaries,
         "ndparams": config.filled_ndparams(node), "tags": list(node.tags),
         "serial_no": node.serial_no, "ctime": node.ctime, "mtime": node.mtime,
-        # Live figures come from the node daemons (cluster core II); unknown until then.
-        "mtotal": None, "mnode": None, "mfree": None, "dtotal": None, "dfree": None,
-        "ctotal": None, "cnodes": None, "csockets": None, "cnos": None,
-        "spfree": None, "sptotal": None,
+        **_node_figures(config, node, live),
     }
+
+
+def _node_figures(config: model.ConfigData, node: model.Node, live: Snapshot) -> dict[str, Any]:
+    figures = livefields.values(livefields.node_fields(config, node, live))
+    figures.pop("bootid")  # a query field, not one of the bulk answers' N_FIELDS
+    return figures
 
 
 def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, Any]:
@@ -54,19 +62,23 @@ def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, An
     }
 
 
-def instance_view(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
+def instance_view(config: model.ConfigData, inst: model.Instance,
+                  live: Snapshot = EMPTY) -> dict[str, Any]:
+    """Ganeti's I_FIELDS (and a few more); the run state from `live`."""
     group = config.instance_group(inst)
     nics = [config.filled_nicparams(nic, group) for nic in inst.nics]
     be = config.filled_beparams(inst)
     return {
         "name": inst.name, "uuid": inst.uuid, "admin_state": inst.admin_state,
         "admin_state_source": inst.admin_state_source, "admin_up": inst.admin_state == "up",
-        "oper_state": None, "status": _status(inst), "oper_ram": None, "oper_vcpus": None,
+        **livefields.values(livefields.instance_fields(config, inst, live)),
         "pnode": config.node_name(inst.primary_node),
         "snodes": [config.node_name(n) for n in inst.secondary_nodes],
         "disk_template": inst.disk_template, "os": inst.os, "hypervisor": inst.hypervisor,
         "hvparams": config.filled_hvparams(inst), "custom_hvparams": dict(inst.hvparams),
-        "beparams": be, "custom_beparams": dict(inst.beparams),
+        # RAPI's beparams also carry `memory` (= maxmem), as Ganeti's rlib2 adds it
+        "beparams": {**be, "memory": be["maxmem"]}, "custom_beparams": dict(inst.beparams),
+        "custom_nicparams": [dict(n.nicparams) for n in inst.nics],
         "osparams": config.filled_osparams(inst), "custom_osparams": dict(inst.osparams),
         "disk.sizes": [d.size for d in inst.disks],
         "disk.spindles": [d.spindles for d in inst.disks],
@@ -83,11 +95,6 @@ def instance_view(config: model.ConfigData, inst: model.Instance) -> dict[str, A
         "tags": list(inst.tags), "serial_no": inst.serial_no,
         "ctime": inst.ctime, "mtime": inst.mtime,
     }
-
-
-def _status(inst: model.Instance) -> str:
-    """Ganeti's status field from the admin state (the run state needs the node daemons)."""
-    return {"up": "ADMIN_up", "down": "ADMIN_down", "offline": "ADMIN_offline"}[inst.admin_state]
 
 
 def cluster_view(config: model.ConfigData) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import libvirt
 
@@ -45,6 +45,22 @@ def _quiet(_ctx: object, _err: object) -> None:
 
 
 libvirt.registerErrorHandler(_quiet, None)
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    memory_total: int  # MiB
+    cpu_total: int
+    cpu_nodes: int  # NUMA domains
+    cpu_sockets: int
+    domains_memory: int  # MiB that running domains have
+
+
+@dataclass(frozen=True)
+class DomainInfo:
+    state: str  # libvirt's word (STATES)
+    memory: int  # MiB the domain has now
+    vcpus: int
 
 
 @dataclass
@@ -282,19 +298,28 @@ class Hypervisor:
         return self.call(lambda conn: {d.name(): STATES.get(d.state()[0], "nostate")
                                        for d in conn.listAllDomains()})
 
-    def node_info(self) -> dict[str, Any]:
-        def run(conn: libvirt.virConnect) -> dict[str, Any]:
-            model, memory_mib, cpus, mhz, numa, sockets, cores, threads = conn.getInfo()
-            used = sum(d.info()[2] // 1024 for d in conn.listAllDomains()
-                       if d.state()[0] in RUNNING)
-            if self.domain_type == "test":
-                # The test driver's free memory is a constant; account for its domains instead.
-                free = max(0, memory_mib - used)
-            else:
-                free = max(0, conn.getFreeMemory() // (1024 * 1024))
-            return {"total_memory": memory_mib, "free_memory": free,
-                    "total_cpus": cpus, "cpu_mhz": mhz, "cpu_model": model,
-                    "cpu_sockets": sockets, "cpu_cores": cores, "cpu_threads": threads,
-                    "numa_nodes": numa, "hypervisor_uri": self.uri}
+    def host_info(self) -> HostInfo:
+        """The host as the hypervisor sees it: memory, CPUs, NUMA domains, sockets, and the
+        memory its running domains have now."""
+        def run(conn: libvirt.virConnect) -> HostInfo:
+            _model, memory_mib, cpus, _mhz, numa, sockets, _cores, _threads = conn.getInfo()
+            running = sum(d.info()[2] // 1024 for d in conn.listAllDomains()
+                          if d.state()[0] in RUNNING)
+            return HostInfo(memory_total=int(memory_mib), cpu_total=int(cpus),
+                            cpu_nodes=max(1, int(numa)),
+                            cpu_sockets=max(1, int(numa)) * max(1, int(sockets)),
+                            domains_memory=running)
+
+        return self.call(run)
+
+    def domains_info(self) -> dict[str, DomainInfo]:
+        """name -> state (libvirt's word), memory (MiB) and vCPUs of every domain."""
+        def run(conn: libvirt.virConnect) -> dict[str, DomainInfo]:
+            found = {}
+            for dom in conn.listAllDomains():
+                state, _max_kib, memory_kib, vcpus, _cpu_time = dom.info()
+                found[dom.name()] = DomainInfo(STATES.get(state, "nostate"),
+                                               int(memory_kib) // 1024, int(vcpus))
+            return found
 
         return self.call(run)

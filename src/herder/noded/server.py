@@ -19,7 +19,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -145,7 +144,8 @@ class NodeDaemon:
 
     def rpc_ping(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"node": self.settings.node_name, "version": __version__, "time": time.time(),
-                "uptime": time.time() - self.started, "hypervisor": self.hv.check()}
+                "uptime": time.time() - self.started, "hypervisor": self.hv.check(),
+                "vm_lock_kb": vm_locked_kb()}
 
     def rpc_master_epoch(self, args: dict[str, Any]) -> dict[str, Any]:
         """The highest master epoch this node has accepted (a call carrying a newer one has
@@ -168,16 +168,14 @@ class NodeDaemon:
                 "reachable": reachable, "detail": detail, "epoch": self.master_epoch}
 
     def rpc_node_info(self, args: dict[str, Any]) -> dict[str, Any]:
-        info = self.hv.node_info()
-        usage = shutil.disk_usage(self.disks_dir)
-        used_by_disks = sum(p.stat().st_size for p in self.disks_dir.glob("*.img")) // 2**20
-        # Report the space for instance disks as a pool of its own, so that total - free is
-        # what herder's disks use (the allocator checks that arithmetic).
-        total = self.settings.disk_capacity or (usage.free // 2**20 + used_by_disks)
-        free = max(0, min(total - used_by_disks, usage.free // 2**20))
-        info.update({"total_disk": total, "free_disk": free, "used_by_disks": used_by_disks,
-                     "vm_lock_kb": vm_locked_kb()})
-        return info
+        """The node's live figures (`herder.core.livefigures.NodeInfo`, noded/figures.py);
+        with `instances: true` also every live instance's run state."""
+        from herder.noded import figures
+
+        info = figures.node_info(self.hv, self.disks_dir, self.instances_dir,
+                                 self.settings.disk_capacity,
+                                 with_instances=bool(args.get("instances")))
+        return msgspec.to_builtins(info)
 
     def rpc_blockdev_create(self, args: dict[str, Any]) -> list[str]:
         """Create (or find) the disks; calls that create or use storage name the instance, so

@@ -18,6 +18,7 @@ from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import NodeRpc, UnavailableRpc
 from herder.core.store import ConfigStore
+from herder.masterd.livecache import LiveCache
 
 
 @dataclass
@@ -29,6 +30,8 @@ class MasterEnv:
     rpc: NodeRpc = field(default_factory=UnavailableRpc)
     queue_dir: Path | None = None
     iallocator_path: tuple[Path, ...] = ()
+    # the nodes' live figures (masterd.livecache); None: asked afresh for each placement
+    live: LiveCache | None = None
 
 
 @dataclass(frozen=True)

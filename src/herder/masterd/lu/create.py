@@ -12,6 +12,7 @@ from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator
+from herder.masterd.livecache import LiveCache, Snapshot
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 MIRRORED = {"drbd"}
@@ -55,17 +56,24 @@ def free_port(config: model.ConfigData, extra: set[int]) -> int:
     return port
 
 
-def node_info(env: Any, config: model.ConfigData, feedback: Any) -> dict[str, dict[str, Any]]:
-    """Live figures of every node that answers (an unreachable node counts as offline)."""
-    info: dict[str, dict[str, Any]] = {}
-    for node in config.nodes.values():
-        if node.offline or not node.vm_capable:
-            continue
-        try:
-            info[node.uuid] = env.rpc.call(node, "node_info", {}, timeout=15)
-        except HerderError as err:
-            feedback(f"node {node.name} left out of the placement: {err}")
-    return info
+PLACEMENT_TIMEOUT = 15.0  # seconds every node has to report its figures for a placement
+
+
+def live_figures(env: Any, config: model.ConfigData, feedback: Any) -> Snapshot:
+    """Fresh live figures of every online node, asked in parallel (as Ganeti's iallocator
+    input: the nodes are asked for each placement); a node that does not answer is left out
+    (counts as offline)."""
+    cache = env.live or LiveCache(env.rpc)
+    try:
+        live = cache.snapshot(config, fresh=True, timeout=PLACEMENT_TIMEOUT)
+    finally:
+        if cache is not env.live:
+            cache.close()
+    for node in sorted(config.nodes.values(), key=lambda n: n.name):
+        problem = live.error(node.uuid)
+        if problem is not None:
+            feedback(f"node {node.name} left out of the placement: {problem}")
+    return live
 
 
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
@@ -123,7 +131,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 "nics": [{"ip": n.get("ip"), "mac": n.get("mac", "auto"),
                           "bridge": n.get("link")} for n in (op.nics or [{}])],
             }
-            live = node_info(self.env, config, self.feedback)
+            live = live_figures(self.env, config, self.feedback)
             self.allocator, nodes = iallocator.allocate_nodes(
                 config, names, request, live, self.env.iallocator_path or
                 iallocator.DEFAULT_SEARCH_PATH)

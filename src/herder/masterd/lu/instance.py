@@ -242,7 +242,7 @@ def allocate_target(env: Any, config: model.ConfigData, inst: model.Instance, op
     `relocate_from: [primary]`, as Ganeti asks for externally mirrored instances (the op's
     iallocator, else the cluster's default relocate allocators, else herder's own)."""
     from herder.masterd import iallocator
-    from herder.masterd.lu.create import node_info
+    from herder.masterd.lu.create import live_figures
 
     names = [op.iallocator] if getattr(op, "iallocator", None) else \
         config.cluster.default_iallocators.get("relocate", []) or [iallocator.BUILTIN]
@@ -251,7 +251,7 @@ def allocate_target(env: Any, config: model.ConfigData, inst: model.Instance, op
                    inst.disk_template, [d.size for d in inst.disks]),
                "relocate_from": [config.node_name(inst.primary_node)]}
     name, nodes = iallocator.allocate_nodes(config, names, request,
-                                            node_info(env, config, feedback),
+                                            live_figures(env, config, feedback),
                                             env.iallocator_path or iallocator.DEFAULT_SEARCH_PATH)
     target = lookup(config.find_node, nodes[0])
     if target.uuid == inst.primary_node:

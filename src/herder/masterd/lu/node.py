@@ -258,7 +258,7 @@ def choose_secondary(env: Any, config: model.ConfigData, inst: model.Instance, o
     if getattr(op, "remote_node", None):
         return lookup(config.find_node, op.remote_node)
     from herder.masterd import iallocator
-    from herder.masterd.lu.create import node_info
+    from herder.masterd.lu.create import live_figures
 
     names = [op.iallocator] if getattr(op, "iallocator", None) else \
         config.cluster.default_iallocators.get("relocate", []) or [iallocator.BUILTIN]
@@ -267,7 +267,7 @@ def choose_secondary(env: Any, config: model.ConfigData, inst: model.Instance, o
                    inst.disk_template, [d.size for d in inst.disks]),
                "relocate_from": [config.node_name(n) for n in inst.secondary_nodes]}
     _, nodes = iallocator.allocate_nodes(config, names, request,
-                                         node_info(env, config, feedback),
+                                         live_figures(env, config, feedback),
                                          env.iallocator_path or iallocator.DEFAULT_SEARCH_PATH)
     return config.find_node(nodes[0])
 

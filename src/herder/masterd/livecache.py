@@ -1,0 +1,259 @@
+"""masterd's short-lived cache of the nodes' live figures and instance run states, asked from
+the node daemons (`node_info` with `instances`, `herder.core.livefigures`).
+
+- Figures are served while they are at most `ttl` seconds old; older ones are asked again on
+  demand, and in the background while the cache is in use (every node is asked again before
+  its figures turn stale, so readers rarely wait); `idle` seconds after the last read the
+  background asking stops.
+- At most `concurrency` calls run at once, each with `timeout`; a reader waits at most
+  `timeout` (and `GRACE` more, for a call that timed out to record its failure) for the nodes
+  it needs, all asked in parallel, so one dead node costs a reader at most its timeout, once:
+  its failure is kept like an answer, for `ttl`.
+- Concurrent readers share one call per node; a call that changes a node (anything but the
+  read-only RPCs, see `InvalidatingRpc`) makes its cached figures stale at once.
+- Offline nodes are not asked, nor nodes that cannot host instances (Ganeti's live node fields
+  are unavailable there).
+- Logical units ask `fresh`: only answers to calls started after they asked count (Ganeti's
+  queries ask the nodes every time), except that a node that failed to answer within the
+  last `ttl` is not waited for again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from typing import Any
+
+from herder.core import livefigures, model
+from herder.core.errors import HerderError
+from herder.core.noderpc import NodeRpc
+
+log = logging.getLogger("herder.masterd")
+
+TTL = 10.0
+TIMEOUT = 3.0
+CONCURRENCY = 16
+IDLE = 60.0
+TICK = 0.5
+# how much longer than its calls' timeout a reader waits: a call that timed out ends just after
+# its timeout, and its failure must reach that reader (else the next one waits for it again)
+GRACE = 0.5
+# RPCs that change nothing on a node (calls of any other method make its figures stale)
+READ_ONLY = frozenset({"node_info", "ping", "master_epoch", "master_vote", "os_list",
+                       "storage_list", "disk_map", "migrate_prepare", "instance_list"})
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    """What one node's daemon answered (or why it did not)."""
+
+    asked: float  # clock time the call started
+    answered: float  # clock time it ended
+    info: livefigures.NodeInfo | None  # None: the call failed
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The figures a reader got: node UUID -> answer, for every node that was asked. A node
+    that was asked and has no answer did not answer within the reader's timeout."""
+
+    asked: frozenset[str]
+    answers: Mapping[str, NodeAnswer]
+
+    def info(self, uuid: str) -> livefigures.NodeInfo | None:
+        answer = self.answers.get(uuid)
+        return None if answer is None else answer.info
+
+    def error(self, uuid: str) -> str | None:
+        """Why a node that was asked has no figures; None when it has, or was not asked."""
+        if uuid not in self.asked:
+            return None
+        answer = self.answers.get(uuid)
+        if answer is None:
+            return "no answer yet"
+        return answer.error
+
+    def runs(self, uuid: str) -> Mapping[str, livefigures.InstanceRun] | None:
+        """The node's live instances; None when it gave no answer."""
+        info = self.info(uuid)
+        return None if info is None else (info.instances or {})
+
+
+EMPTY = Snapshot(frozenset(), {})
+
+
+def wanted(config: model.ConfigData) -> list[model.Node]:
+    """The nodes whose figures exist: online nodes that can host instances."""
+    return [n for n in config.nodes.values() if not n.offline and n.vm_capable]
+
+
+class LiveCache:
+    def __init__(self, rpc: NodeRpc, *, ttl: float = TTL, timeout: float = TIMEOUT,
+                 concurrency: int = CONCURRENCY, idle: float = IDLE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rpc = rpc
+        self.ttl = ttl
+        self.timeout = timeout
+        self.idle = idle
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=concurrency,
+                                        thread_name_prefix="live-figures")
+        self._lock = threading.Lock()
+        self._answers: dict[str, NodeAnswer] = {}
+        self._inflight: dict[str, tuple[float, Future[NodeAnswer]]] = {}
+        self._stale_before: dict[str, float] = {}
+        self.last_read = float("-inf")
+        self.calls = 0  # node_info calls started (for tests and the status of the cache)
+
+    # --- asking -------------------------------------------------------------------------------
+
+    def _ask(self, node: model.Node, asked: float, timeout: float) -> NodeAnswer:
+        try:
+            raw = self.rpc.call(node, "node_info", {"instances": True}, timeout=timeout)
+            info = livefigures.decode_node_info(raw)
+            answer = NodeAnswer(asked, self.clock(), info)
+        except (HerderError, ValueError, OSError) as err:
+            answer = NodeAnswer(asked, self.clock(), None, str(err))
+        with self._lock:
+            current = self._answers.get(node.uuid)
+            if current is None or current.asked <= asked:
+                self._answers[node.uuid] = answer
+            flight = self._inflight.get(node.uuid)
+            if flight is not None and flight[0] == asked:
+                del self._inflight[node.uuid]
+        if answer.info is None:
+            log.info("no live figures from %s: %s", node.name, answer.error)
+        return answer
+
+    def _since(self, uuid: str, since: float) -> float:
+        return max(since, self._stale_before.get(uuid, float("-inf")))
+
+    def _collect(self, nodes: list[model.Node], since: float, timeout: float
+                 ) -> tuple[dict[str, NodeAnswer], dict[str, Future[NodeAnswer]]]:
+        """Answers good enough (asked at or after `since`; a failure within the ttl in any
+        case: a dead node costs its timeout once) and calls to wait for, starting the calls
+        that are needed (under the lock: concurrent readers share them)."""
+        ready: dict[str, NodeAnswer] = {}
+        waiting: dict[str, Future[NodeAnswer]] = {}
+        failed_since = self.clock() - self.ttl
+        with self._lock:
+            for node in nodes:
+                answer = self._answers.get(node.uuid)
+                failed = answer is not None and answer.info is None
+                limit = self._since(node.uuid, min(since, failed_since) if failed else since)
+                if answer is not None and answer.asked >= limit:
+                    ready[node.uuid] = answer
+                    continue
+                flight = self._inflight.get(node.uuid)
+                if flight is None or flight[0] < limit:
+                    flight = self._start(node, timeout)
+                waiting[node.uuid] = flight[1]
+        return ready, waiting
+
+    def _start(self, node: model.Node, timeout: float) -> tuple[float, Future[NodeAnswer]]:
+        """(called with the lock held)"""
+        asked = self.clock()
+        future = self._pool.submit(self._ask, node, asked, timeout)
+        self._inflight[node.uuid] = (asked, future)
+        self.calls += 1
+        return asked, future
+
+    def _since_for(self, fresh: bool) -> float:
+        now = self.clock()
+        self.last_read = now
+        return now if fresh else now - self.ttl
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def snapshot(self, config: model.ConfigData, *, fresh: bool = False,
+                 timeout: float | None = None) -> Snapshot:
+        """The figures of every wanted node (blocking; waits at most `timeout`)."""
+        timeout = self.timeout if timeout is None else timeout
+        nodes = wanted(config)
+        ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
+        if waiting:
+            wait_futures(list(waiting.values()), timeout=timeout + GRACE)
+        return self._finish(nodes, ready, waiting)
+
+    async def asnapshot(self, config: model.ConfigData, *, fresh: bool = False,
+                        timeout: float | None = None) -> Snapshot:
+        """`snapshot` for the event loop (waits without holding a thread)."""
+        timeout = self.timeout if timeout is None else timeout
+        nodes = wanted(config)
+        ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
+        if waiting:
+            await asyncio.wait([asyncio.wrap_future(f) for f in waiting.values()],
+                               timeout=timeout + GRACE)
+        return self._finish(nodes, ready, waiting)
+
+    @staticmethod
+    def _finish(nodes: list[model.Node], ready: dict[str, NodeAnswer],
+                waiting: dict[str, Future[NodeAnswer]]) -> Snapshot:
+        answers = dict(ready)
+        for uuid, future in waiting.items():
+            if future.done() and not future.cancelled():
+                answers[uuid] = future.result()
+        return Snapshot(frozenset(n.uuid for n in nodes), answers)
+
+    def invalidate(self, uuid: str) -> None:
+        """The node changed: its cached figures, and calls already under way, are stale."""
+        with self._lock:
+            self._stale_before[uuid] = self.clock()
+
+    # --- in the background --------------------------------------------------------------------
+
+    def refresh_due(self, config: model.ConfigData) -> int:
+        """Ask the nodes whose figures would turn stale before a new call could end (while the
+        cache is in use); the number of calls started."""
+        now = self.clock()
+        if now - self.last_read > self.idle:
+            return 0
+        due = now - max(0.0, self.ttl - self.timeout - TICK)
+        started = 0
+        with self._lock:
+            for node in wanted(config):
+                if node.uuid in self._inflight:
+                    continue
+                answer = self._answers.get(node.uuid)
+                if answer is None or answer.asked < self._since(node.uuid, due):
+                    self._start(node, self.timeout)
+                    started += 1
+        return started
+
+    async def keep_fresh(self, config: Callable[[], model.ConfigData | None],
+                         stop: asyncio.Event) -> None:
+        """The background task: every TICK, ask the nodes that are due."""
+        while not stop.is_set():
+            current = config()
+            if current is not None:
+                self.refresh_due(current)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=TICK)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class InvalidatingRpc:
+    """The node RPC transport of the logical units: every call that may change a node makes
+    the cache's figures of that node stale, so the next reader sees the change."""
+
+    def __init__(self, rpc: NodeRpc, cache: LiveCache) -> None:
+        self.rpc = rpc
+        self.cache = cache
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        try:
+            return self.rpc.call(node, method, args, timeout=timeout)
+        finally:
+            if method not in READ_ONLY:
+                self.cache.invalidate(node.uuid)

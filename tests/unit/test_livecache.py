@@ -1,0 +1,247 @@
+"""masterd's cache of the nodes' live figures: what is asked when, how long a reader waits.
+
+The node daemons are stood in for by an in-process transport (the cache's own boundary, the
+`NodeRpc` interface): each node answers a well-formed `node_info`, hangs (a dead node: no answer
+until the caller's timeout), or refuses. The whole path with real node daemons is
+tests/system/test_live_figures.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from herder.core import model
+from herder.core.errors import RpcError
+from herder.masterd.livecache import InvalidatingRpc, LiveCache
+from tests.conftest import build_config
+
+
+def answer(node: model.Node, memory_free: int = 1000) -> dict[str, Any]:
+    return {"bootid": f"boot-{node.name}", "memory_total": 4096, "memory_free": memory_free,
+            "memory_dom0": 100, "cpu_total": 4, "cpu_dom0": 4, "cpu_nodes": 1,
+            "cpu_sockets": 1, "instances": {},
+            "storage": [{"type": "file", "name": "/d", "storage_size": 10, "storage_free": 5}]}
+
+
+class Nodes:
+    """The node daemons: `dead` ones hang until the call's timeout, `stuck` ones 3 s whatever
+    the timeout, `broken` ones answer garbage; every call is counted per node and method, and
+    the calls at once are tracked."""
+
+    def __init__(self, dead: set[str] = frozenset(), delay: float = 0.0) -> None:
+        self.dead = set(dead)
+        self.stuck: set[str] = set()
+        self.broken: set[str] = set()
+        self.delay = delay
+        self.calls: dict[tuple[str, str], int] = {}
+        self.running = self.most_at_once = 0
+        self.lock = threading.Lock()
+        self.memory_free = 1000
+
+    def count(self, node: str, method: str = "node_info") -> int:
+        return self.calls.get((node, method), 0)
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        with self.lock:
+            self.calls[(node.name, method)] = self.calls.get((node.name, method), 0) + 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            if node.name in self.dead:
+                time.sleep(timeout or 1.0)
+                raise RpcError(f"node {node.name}: {method} failed: timed out")
+            time.sleep(3.0 if node.name in self.stuck else self.delay)
+            if method != "node_info":
+                return None
+            if node.name in self.broken:
+                return {"bootid": 3}
+            assert args == {"instances": True}
+            return answer(node, self.memory_free)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def config() -> model.ConfigData:
+    return build_config(nodes=3)
+
+
+def names(config: model.ConfigData) -> list[str]:
+    return sorted(n.name for n in config.nodes.values())
+
+
+def test_figures_are_served_while_fresh_and_asked_again_once_stale(config) -> None:
+    nodes, clock = Nodes(), Clock()
+    cache = LiveCache(nodes, ttl=10, timeout=2, clock=clock)
+    first = cache.snapshot(config)
+    assert all(first.info(n.uuid).memory_free == 1000 for n in config.nodes.values())
+    nodes.memory_free = 500
+    clock.now += 9
+    assert all(cache.snapshot(config).info(u).memory_free == 1000 for u in config.nodes)
+    assert all(nodes.count(n) == 1 for n in names(config))
+    clock.now += 2  # older than the ttl: asked again
+    assert all(cache.snapshot(config).info(u).memory_free == 500 for u in config.nodes)
+    assert all(nodes.count(n) == 2 for n in names(config))
+    cache.close()
+
+
+def test_a_dead_node_costs_a_reader_its_timeout_once(config) -> None:
+    dead = "node2.example.com"
+    nodes = Nodes(dead={dead})
+    cache = LiveCache(nodes, ttl=30, timeout=1.0)
+    started = time.monotonic()
+    first = cache.snapshot(config)
+    waited = time.monotonic() - started
+    assert 0.9 <= waited < 10, waited  # all nodes in parallel: one timeout, not one per node
+    uuid = config.find_node(dead).uuid
+    assert first.info(uuid) is None and "timed out" in (first.error(uuid) or "")
+    assert first.info(config.find_node("node1").uuid) is not None
+    # the failure is remembered like an answer: the next reader does not wait for it again
+    second = cache.snapshot(config)
+    assert nodes.count(dead) == 1 and second.error(uuid) == first.error(uuid)
+    cache.close()
+
+
+def test_a_reader_waits_at_most_its_timeout(config) -> None:
+    nodes = Nodes()
+    nodes.stuck.add("node3.example.com")  # answers only after 3 s
+    cache = LiveCache(nodes, ttl=30)
+    started = time.monotonic()
+    live = cache.snapshot(config, timeout=0.5)
+    assert time.monotonic() - started < 2.5
+    assert live.error(config.find_node("node3").uuid) == "no answer yet"
+    assert live.info(config.find_node("node1").uuid) is not None
+    cache.close()
+
+
+def test_offline_nodes_and_nodes_without_instances_are_not_asked(config) -> None:
+    config.find_node("node2").offline = True
+    config.find_node("node3").vm_capable = False
+    nodes = Nodes()
+    cache = LiveCache(nodes)
+    live = cache.snapshot(config)
+    assert nodes.calls == {("node1.example.com", "node_info"): 1}
+    assert live.asked == {config.find_node("node1").uuid}
+    assert live.error(config.find_node("node2").uuid) is None  # not asked: no error either
+    cache.close()
+
+
+def test_concurrent_readers_share_one_call_per_node(config) -> None:
+    nodes = Nodes(delay=0.3)
+    cache = LiveCache(nodes)
+    results = []
+    readers = [threading.Thread(target=lambda: results.append(cache.snapshot(config)))
+               for _ in range(8)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(30)
+    assert len(results) == 8 and all(len(r.answers) == 3 for r in results)
+    assert all(nodes.count(n) == 1 for n in names(config))
+    cache.close()
+
+
+def test_calls_at_once_are_bounded(config) -> None:
+    config = build_config(nodes=12, drbd_instances=0, plain_instances=0)
+    nodes = Nodes(delay=0.2)
+    cache = LiveCache(nodes, concurrency=3)
+    live = cache.snapshot(config, timeout=30)
+    assert len(live.answers) == 12 and nodes.most_at_once == 3
+    cache.close()
+
+
+def test_changing_calls_make_the_figures_stale(config) -> None:
+    nodes, clock = Nodes(), Clock()
+    cache = LiveCache(nodes, ttl=60, clock=clock)
+    rpc = InvalidatingRpc(nodes, cache)
+    node1 = config.find_node("node1")
+    cache.snapshot(config)
+    rpc.call(node1, "node_info", {"instances": True})  # read-only: nothing goes stale
+    rpc.call(node1, "ping")
+    clock.now += 1
+    cache.snapshot(config)
+    assert nodes.count("node1.example.com") == 2  # one by the cache, one by `rpc` above
+    rpc.call(node1, "instance_start", {"instance": {}})
+    clock.now += 1
+    cache.snapshot(config)
+    assert nodes.count("node1.example.com") == 3
+    assert nodes.count("node2.example.com") == 1
+    cache.close()
+
+
+def test_fresh_readers_get_answers_asked_after_they_asked(config) -> None:
+    nodes = Nodes(dead={"node3.example.com"})
+    cache = LiveCache(nodes, ttl=60, timeout=0.5)
+    cache.snapshot(config)
+    live = cache.snapshot(config, fresh=True)
+    assert nodes.count("node1.example.com") == nodes.count("node2.example.com") == 2
+    # ... but a node that failed within the ttl is not asked (waited for) again
+    assert nodes.count("node3.example.com") == 1
+    assert live.info(config.find_node("node3").uuid) is None
+    cache.close()
+
+
+def test_malformed_answers_count_as_failures(config) -> None:
+    nodes = Nodes()
+    nodes.broken.add("node1.example.com")
+    cache = LiveCache(nodes)
+    live = cache.snapshot(config)
+    uuid = config.find_node("node1").uuid
+    assert live.info(uuid) is None and "malformed node_info answer" in (live.error(uuid) or "")
+    cache.close()
+
+
+def test_background_refresh_while_in_use_only(config) -> None:
+    nodes, clock = Nodes(), Clock()
+    cache = LiveCache(nodes, ttl=10, timeout=3, idle=60, clock=clock)
+    assert cache.refresh_due(config) == 0  # never read: nothing to keep fresh
+    cache.snapshot(config)
+    clock.now += 6  # ttl - timeout - tick = 6.5: not due yet
+    assert cache.refresh_due(config) == 0
+    clock.now += 1  # due: asked before the figures turn stale, so readers need not wait
+    assert cache.refresh_due(config) == 3
+    deadline = time.monotonic() + 10
+    while not all(nodes.count(n) == 2 for n in names(config)):
+        assert time.monotonic() < deadline, nodes.calls
+        time.sleep(0.01)
+    clock.now += 61  # not read for longer than `idle`: the background asking stops
+    assert cache.refresh_due(config) == 0
+    cache.close()
+
+
+def test_the_event_loop_reader_does_not_block_the_loop(config) -> None:
+    nodes = Nodes(dead={"node3.example.com"})
+    cache = LiveCache(nodes, timeout=1.0)
+
+    async def read() -> tuple[int, int]:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        live = await cache.asnapshot(config)
+        ticker.cancel()
+        return ticks, len(live.answers)
+
+    ticks, answered = asyncio.run(read())
+    assert answered >= 2 and ticks >= 5  # the loop kept running while the reader waited
+    cache.close()
