@@ -146,6 +146,8 @@ def test_a_source_dying_before_the_finish_leaves_exactly_one_copy(cluster) -> No
     assert nodes.running() == {SOURCE: "running"}
     config = store.load()
     assert config.node_name(config.find_instance(NAME).primary_node) == SOURCE
+    # verify while the source's noded is down: it says so, and no stray anywhere
+    assert [(f["code"], f["object"]) for f in verify(queue)] == [("node-rpc", f"node {SOURCE}")]
     nodes.dead.clear()
     assert verify(queue) == []
 
