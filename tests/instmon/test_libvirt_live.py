@@ -295,3 +295,99 @@ def test_a_receiver_with_a_certificate_from_the_wrong_ca_gets_nothing(
         mon.stop()
         receiver.stop()
         conn.close()
+
+
+class DiesAfterListing:
+    """A real libvirt connection whose libvirtd is killed right after it listed the domains:
+    the resync's next calls meet a dropped connection (issue 18, item 10)."""
+
+    def __init__(self, real, daemon: PrivateLibvirtd) -> None:
+        self.real = real
+        self.daemon = daemon
+
+    def listAllDomains(self, *flags):  # libvirt's name
+        listed = self.real.listAllDomains(*flags)
+        self.daemon.kill()
+        return listed
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def running_domains(conn, count: int, uuids: list[str] | None = None) -> list[str]:
+    """Define and start vm0.. on `conn` (the test driver keeps them while it stays open)."""
+    made = []
+    for index in range(count):
+        dom = conn.defineXML(domain_xml(f"vm{index}", uuids[index] if uuids else None))
+        dom.create()
+        made.append(dom.UUIDString())
+    return made
+
+
+def test_a_connection_lost_during_resync_is_no_evidence_that_a_domain_died(
+        lvd: PrivateLibvirtd) -> None:
+    from herder.instmon.libvirt_source import LibvirtSource, ResyncIncomplete
+
+    holder = libvirt.open(lvd.uri)
+    uuids = running_domains(holder, 3)
+    reported: list = []
+    source = LibvirtSource(lvd.uri, reported.append,
+                           known={u: {"name": f"vm{i}", "active": True}
+                                  for i, u in enumerate(uuids)})
+    reader = libvirt.openReadOnly(lvd.uri)
+    with pytest.raises(ResyncIncomplete, match="cannot read the state of a domain"):
+        source.resync(DiesAfterListing(reader, lvd))
+    assert reported == []  # before the fix: three false STOPPED_FAILED
+    assert all(source.known[u]["active"] for u in uuids)
+    # libvirtd back (QEMU domains outlive a libvirtd restart; the test driver's must be made
+    # again, with the same UUIDs): the resync on the new connection finds them all running
+    lvd.start()
+    holder = libvirt.open(lvd.uri)
+    running_domains(holder, 3, uuids)
+    fresh = libvirt.openReadOnly(lvd.uri)
+    try:
+        assert source.resync(fresh) == [] and reported == []
+        # a domain that really died is still reported
+        holder.lookupByUUIDString(uuids[0]).destroy()
+        (died,) = source.resync(fresh)
+        assert died.uuid == uuids[0] and reported == [died]
+    finally:
+        fresh.close()
+        holder.close()
+
+
+def test_the_source_reconnects_after_a_failed_resync_and_resyncs_then(
+        lvd: PrivateLibvirtd) -> None:
+    from herder.instmon.libvirt_source import LibvirtSource
+
+    holder = libvirt.open(lvd.uri)
+    uuids = running_domains(holder, 2)
+
+    class KilledDuringFirstResync(LibvirtSource):
+        def resync(self, conn):
+            return super().resync(DiesAfterListing(conn, lvd) if self.connects == 1 else conn)
+
+    reported: list = []
+    source = KilledDuringFirstResync(lvd.uri, reported.append,
+                                     known={u: {"name": f"vm{i}", "active": True}
+                                            for i, u in enumerate(uuids)})
+    source.start()
+    try:
+        deadline = time.monotonic() + 20
+        while lvd.proc is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the first resync killed libvirtd
+        assert lvd.proc is None
+        lvd.start()
+        holder = libvirt.open(lvd.uri)
+        running_domains(holder, 2, uuids)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (source.connected and source.connects >= 2
+                                                   and not source.last_error):
+            time.sleep(0.05)
+        assert source.connects >= 2, source.last_error
+        time.sleep(0.5)  # the second resync ran right after the connect
+        assert reported == []
+        assert all(source.snapshot()[u]["active"] for u in uuids)
+    finally:
+        source.stop()
+        holder.close()

@@ -58,6 +58,9 @@ class FakeCluster:
         self.starts: list[str] = []
         self.ends: dict[int, float] = {}  # job id -> when it finished
         self.other_jobs: list[Any] = []  # JobInfo of jobs not submitted by maintd
+        self.reasons: dict[str, str] = {}  # instance -> its agent's domain_state_reason
+        self.strays: dict[str, set[str]] = {}  # node -> instances with a copy there (not primary)
+        self.reboots: list[str] = []
 
     def jobs(self) -> list[Any]:
         from herder.maintd.instances import JobInfo
@@ -150,6 +153,12 @@ class FakeCluster:
         elif kind == "OP_INSTANCE_ACTIVATE_DISKS":
             inst = self._instances[op["instance_name"]]
             self._instances[inst.name] = dataclasses.replace(inst, disks_active=True)
+        elif kind == "OP_INSTANCE_REBOOT":
+            self.reboots.append(op["instance_name"])
+            self.actual[op["instance_name"]] = "up"
+            self.reasons.pop(op["instance_name"], None)
+        elif kind == "OP_INSTANCE_STOP_STRAY":
+            self.strays.get(op["node_name"], set()).discard(op["instance_name"])
         elif kind == "OP_INSTANCE_STARTUP":
             self.starts.append(op["instance_name"])
             if op["instance_name"] not in self.crashing:
@@ -174,8 +183,13 @@ class FakeAgents:
         for n in nodes:
             reports: dict[tuple[str, str], Any] = {INST_STATUS: {"data": {"instances": [
                 {"name": i.name, "uuid": i.uuid, "admin_state": i.admin_state,
-                 "actual_state": self.cluster.actual.get(i.name, "up"), "status": {}}
-                for i in self.cluster.instances() if i.pnode == n.name]}}}
+                 "actual_state": self.cluster.actual.get(i.name, "up"),
+                 "domain_state_reason": self.cluster.reasons.get(i.name), "status": {}}
+                for i in self.cluster.instances() if i.pnode == n.name],
+                "other_domains": [
+                    {"name": name, "instance": name, "status": {
+                        "code": 4, "message": f"{name} runs here, but its primary is elsewhere"}}
+                    for name in sorted(self.cluster.strays.get(n.name, ()))]}}}
             if n.name in self.cpu_load:
                 load = self.cpu_load[n.name]
                 reports[CPU_LOAD] = {"name": "cpu-avg-load", "version": "B", "format_version": 1,

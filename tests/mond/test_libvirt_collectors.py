@@ -256,6 +256,24 @@ def test_running_instance_matches_admin_up(domains: Domains) -> None:
     assert report["category"] == "instance" and report["kind"] == 1
 
 
+def test_a_copy_of_an_instance_whose_primary_is_another_node_is_flagged(
+        domains: Domains) -> None:
+    """Issue 18: the extra copy a failed move leaves used to be listed under other_domains with
+    code 0; it is a stray (code 4, with the reason), a domain no instance owns stays 0."""
+    stray = domains.unique("stray")
+    domains.define(stray)
+    config = make_config((stray, "up", 1))  # its primary is the second node
+    primary = sorted(config.nodes.values(), key=lambda n: n.name)[1].name
+    data = inst_status.InstStatusCollector(make_ctx(config)).collect()
+    others = {d["name"]: d for d in data["other_domains"]}
+    assert others[stray]["instance"] == stray and others[stray]["primary_node"] == primary
+    assert others[stray]["status"]["code"] == 4
+    assert others[stray]["status"]["message"] == (
+        f"{stray} runs here (running), but its primary node is {primary}")
+    assert data["status"]["code"] == 4 and stray in data["status"]["message"]
+    assert others["test"]["instance"] is None and others["test"]["status"]["code"] == 0
+
+
 def test_uptime_from_the_qemu_process(domains: Domains, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """On a local QEMU driver the uptime is the age of the domain's QEMU process."""

@@ -16,12 +16,14 @@ from herder.cli.common import (
     pass_store,
     print_json,
     print_mapping,
+    store_from,
     timestamp,
     yes_no,
 )
 from herder.core import cluster_secrets, model, params, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
 from herder.core.store import ConfigStore
+from herder.core.verify import Finding
 from herder.core.verify import verify as verify_config
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
@@ -154,8 +156,6 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
       herder --config /tmp/c/config.json cluster init cluster.example.com \\
           --master-node node1.example.com --primary-ip 192.0.2.10 --uid-pool 2000-2099
     """
-    from herder.cli.common import store_from
-
     store = store_from(ctx)
     if store.exists():
         raise HerderError(f"{store.path} already exists; refusing to overwrite it")
@@ -281,15 +281,23 @@ def info(store: ConfigStore, as_json: bool) -> None:
 
 @cluster.command()
 @json_option
-@pass_store
-def verify(store: ConfigStore, as_json: bool) -> None:
-    """Check the config for inconsistencies; exit 1 if any error is found.
+@click.option("--config-only", is_flag=True,
+              help="Only check the config file; do not ask the node daemons.")
+@click.pass_context
+def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
+    """Check the config and the nodes for inconsistencies; exit 1 if any error is found.
 
     Reports instances on unknown nodes, duplicate names, MACs, IPs and DRBD ports/minors,
     disabled hypervisors or templates, and instances outside their group's instance policy.
+    Then, through masterd (one OP_CLUSTER_VERIFY_GROUP per node group), what runs where: an
+    instance running on a node that is not its primary, an admin-up instance not running on
+    its primary, a node daemon that does not answer. Without masterd (or with --offline) the
+    node checks are skipped with a warning.
     """
-    config = store.load()
+    config = store_from(ctx).load()
     findings = verify_config(config)
+    if not config_only:
+        findings += node_findings(ctx, config)
     if as_json:
         print_json([
             {"severity": f.severity, "code": f.code, "object": f.object, "message": f.message}
@@ -302,6 +310,22 @@ def verify(store: ConfigStore, as_json: bool) -> None:
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)")
     if any(f.severity == "error" for f in findings):
         raise click.exceptions.Exit(1)
+
+
+def node_findings(ctx: click.Context, config: model.ConfigData) -> list[Finding]:
+    """What the node daemons report, judged by masterd; a warning when they cannot be asked."""
+    if remote.offline(ctx):
+        return [Finding("warning", "nodes-not-checked", "cluster",
+                        "the node daemons were not asked (--offline)")]
+    ops = [{"OP_ID": "OP_CLUSTER_VERIFY_GROUP", "group_name": group.name}
+           for group in sorted(config.nodegroups.values(), key=lambda g: g.name)]
+    try:
+        results = remote.run(ctx, ops)
+    except HerderError as err:
+        return [Finding("warning", "nodes-not-checked", "cluster",
+                        f"the node daemons were not asked: {err}")]
+    return [Finding(f["severity"], f["code"], f["object"], f["message"])
+            for result in results for f in result or []]
 
 
 # --- modify -------------------------------------------------------------------------------------

@@ -55,7 +55,9 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 @click.option("--failure-table", type=click.Path(dir_okay=False, path_type=Path),
               help="TOML file: which notified events are failures ([failures] "
                    "\"EVENT.VIR_DOMAIN_EVENT\" = \"crash\"|\"io-error\"|\"stop\"|\"ignore\"; "
-                   "replace = true drops the defaults).")
+                   "replace = true drops the defaults; [actions] \"hung\" and "
+                   "\"paused-io-error\" = \"restart\"|\"failover\"|\"notify\"; hung_polls = N "
+                   "reports).")
 @click.option("--failure-window", type=click.FloatRange(0), default=600.0, show_default=True,
               help="Seconds: a second failure of an instance within them relocates it "
                    "instead of restarting it in place.")

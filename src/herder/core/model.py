@@ -432,10 +432,11 @@ def default_data_collectors() -> dict[str, CollectorSettings]:
     }
 
 
-# the last three: herder's instance incidents (instmon's failure notifications; see
-# herder.maintd.instances)
-RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover", "restart",
-                       "relocate", "drain-relocate"]
+# herder's: "notify" (a node incident only shown to the operator, e.g. failed storage),
+# then the instance incidents' (instmon's failure notifications and unwell instances mond
+# reports; see herder.maintd.instances and herder.maintd.vmhealth)
+RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover", "notify",
+                       "restart", "relocate", "drain-relocate", "stop-stray"]
 RepairStatus = Literal["noted", "pending", "canceled", "failed", "completed"]
 
 

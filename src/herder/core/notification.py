@@ -168,24 +168,69 @@ def parse(body: bytes | str | Mapping[str, Any]) -> Notification:
     return Notification(kind, hostname, when, dict(payload))
 
 
+# What maintd does about an instance that runs but is not well (mond's inst-status reports):
+HUNG = "hung"  # running, its CPU time standing still over several collections
+PAUSED_IO_ERROR = "paused-io-error"  # paused by an I/O error of its disks
+RESTART, FAILOVER, NOTIFY = "restart", "failover", "notify"
+RECOVERY_ACTIONS = (RESTART, FAILOVER, NOTIFY)
+# hung: restart it on its node; paused on an I/O error: fail it over to another node (where its
+# disks are mirrored or shared; otherwise notify and open a node incident for the storage)
+DEFAULT_ACTIONS: dict[str, str] = {HUNG: RESTART, PAUSED_IO_ERROR: FAILOVER}
+HUNG_POLLS = 3  # consecutive inst-status reports that must show an instance hung
+
+
 class FailureTableFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """`herder maintd --failure-table FILE`: TOML, both keys optional."""
+    """`herder maintd --failure-table FILE`: TOML, every key optional."""
 
     replace: bool = False  # true: the file's table replaces DEFAULT_FAILURES
     failures: dict[str, str] = {}  # "EVENT.VIR_DOMAIN_EVENT" -> a kind of KINDS or "ignore"
+    # "hung" / "paused-io-error" -> restart | failover | notify
+    actions: dict[str, str] = {}
+    hung_polls: int = HUNG_POLLS
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """maintd's recovery settings: the failure table (instmon's notifications) and the actions
+    on unwell instances mond reports."""
+
+    failures: dict[tuple[str, str], str]
+    actions: dict[str, str]
+    hung_polls: int = HUNG_POLLS
 
 
 FAILURE_TABLE = "the failure table"
 
 
 def load_failure_table(path: str | Path | None) -> dict[tuple[str, str], str]:
-    """The failure table: DEFAULT_FAILURES, or a TOML file's `[failures]` section mapping
-    "EVENT.VIR_DOMAIN_EVENT" to a kind or "ignore" (`replace = true` drops the defaults).
+    """The failure table of `load_recovery`."""
+    return load_recovery(path).failures
+
+
+def load_recovery(path: str | Path | None) -> Recovery:
+    """maintd's recovery settings: DEFAULT_FAILURES, DEFAULT_ACTIONS and HUNG_POLLS, or a TOML
+    file's `[failures]` section mapping "EVENT.VIR_DOMAIN_EVENT" to a kind or "ignore"
+    (`replace = true` drops the defaults), its `[actions]` section mapping "hung" and
+    "paused-io-error" to restart, failover or notify, and `hung_polls`.
     Raises HerderError (one line) on a bad file: unknown keys, wrong types, bad entries."""
     if path is None:
-        return dict(DEFAULT_FAILURES)
+        return Recovery(dict(DEFAULT_FAILURES), dict(DEFAULT_ACTIONS))
     path = Path(path)
     data = settingsfile.load(path, FailureTableFile, FAILURE_TABLE)
+    actions = dict(DEFAULT_ACTIONS)
+    for key, action in data.actions.items():
+        if key not in DEFAULT_ACTIONS:
+            raise settingsfile.problem(path, FAILURE_TABLE, "actions",
+                                       f"unknown condition {key!r} (known: "
+                                       f"{', '.join(DEFAULT_ACTIONS)})")
+        if action not in RECOVERY_ACTIONS:
+            raise settingsfile.problem(path, FAILURE_TABLE, f'actions."{key}"',
+                                       f"{action!r}: the action must be one of "
+                                       f"{', '.join(RECOVERY_ACTIONS)}")
+        actions[key] = action
+    if data.hung_polls < 2:
+        raise settingsfile.problem(path, FAILURE_TABLE, "hung_polls",
+                                   f"{data.hung_polls}: at least 2 reports must agree")
     table = {} if data.replace else dict(DEFAULT_FAILURES)
     for key, kind in data.failures.items():
         event, sep, detail = key.partition(".")
@@ -200,7 +245,7 @@ def load_failure_table(path: str | Path | None) -> dict[tuple[str, str], str]:
             raise settingsfile.problem(path, FAILURE_TABLE, f'failures."{key}"',
                                        f"{kind!r}: the kind must be one of {', '.join(KINDS)} "
                                        "or ignore")
-    return table
+    return Recovery(table, actions, data.hung_polls)
 
 
 def failure_kind(note: Notification,

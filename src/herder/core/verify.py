@@ -3,12 +3,17 @@
 Loading already refuses what is malformed in one object (types, parameters, a routed NIC without
 an IP). What is checked here spans objects: dangling references, duplicates that must be unique
 cluster-wide, and instances that break their group's instance policy.
+
+`running` checks what the node daemons report against the config (masterd's
+OP_CLUSTER_VERIFY_GROUP asks them; the checks stay pure): a domain running on a node that is not
+its instance's primary (Ganeti's "instance should not run on node"), an admin-up instance not
+running on its primary, a domain no instance owns, a node that could not be asked.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -190,3 +195,44 @@ def _policy(config: model.ConfigData) -> Iterable[Finding]:
         sizes = [d.size for d in inst.disks]
         for problem in policy_violations(policy, spec, sizes, inst.disk_template):
             yield Finding("warning", "policy-violation", f"instance {inst.name}", problem)
+
+
+RUNNING_STATES = frozenset({"running", "blocked", "paused"})  # noded's instance_list words
+
+
+def running(config: model.ConfigData, answers: Mapping[str, Mapping[str, str] | str],
+            instances: Iterable[model.Instance] | None = None) -> list[Finding]:
+    """Findings from the node daemons' domain lists: `answers` maps a node UUID to its
+    `instance_list` answer (domain name -> state) or to why it could not be asked. Only the
+    nodes in `answers` are judged; `instances` (default: all) are those whose primary's answer
+    is checked for "not running"."""
+    findings: list[Finding] = []
+    by_name = {i.name: i for i in config.instances.values()}
+    for node_uuid, answer in sorted(answers.items(), key=lambda kv: config.node_name(kv[0])):
+        node = config.node_name(node_uuid)
+        if isinstance(answer, str):
+            findings.append(Finding("error", "node-rpc", f"node {node}",
+                                    f"while contacting the node daemon: {answer}"))
+            continue
+        for name, state in sorted(answer.items()):
+            if state not in RUNNING_STATES:
+                continue
+            inst = by_name.get(name)
+            if inst is None:
+                findings.append(Finding("warning", "node-unknown-domain", f"node {node}",
+                                        f"node is running unknown domain {name}"))
+            elif inst.primary_node != node_uuid:
+                findings.append(Finding(
+                    "error", "instance-wrong-node", f"instance {name}",
+                    f"instance should not run on node {node} (its primary node is "
+                    f"{config.node_name(inst.primary_node)})"))
+    for inst in sorted(config.instances.values() if instances is None else instances,
+                       key=lambda i: i.name):
+        listed = answers.get(inst.primary_node)
+        if inst.admin_state != "up" or not isinstance(listed, Mapping):
+            continue
+        if listed.get(inst.name) not in RUNNING_STATES:
+            findings.append(Finding(
+                "error", "instance-down", f"instance {inst.name}",
+                f"instance not running on its primary node {config.node_name(inst.primary_node)}"))
+    return findings

@@ -12,7 +12,10 @@ Resync (masakari has none, ../shared/reference/masakari.md §3.2): libvirt does 
 events, so after every connect the source lists all domains and compares them with the states
 it knew (also those saved before a restart of instmon): a domain that was active and now is
 not — shut off, crashed, or gone — died unseen, and is reported as LIFECYCLE.STOPPED.FAILED,
-marked synthetic with what was seen.
+marked synthetic with what was seen. Only libvirt's VIR_ERR_NO_DOMAIN means a domain is gone;
+any other error while reading the domains (the connection dropped in the middle) leaves the known
+states as they were, closes the connection and resyncs after the reconnect: a failed read is no
+evidence that a VM died.
 """
 
 from __future__ import annotations
@@ -60,6 +63,18 @@ def start_event_loop() -> None:
 
         threading.Thread(target=run, name="libvirt-event-loop", daemon=True).start()
         _loop_started = True
+
+
+class ResyncIncomplete(Exception):
+    """Reading the domains failed (not because one is gone): nothing was concluded."""
+
+
+def is_no_domain(err: BaseException) -> bool:
+    """Whether a libvirt error says the domain does not exist (VIR_ERR_NO_DOMAIN)."""
+    import libvirt
+
+    getter = getattr(err, "get_error_code", None)
+    return callable(getter) and getter() == libvirt.VIR_ERR_NO_DOMAIN
 
 
 def state_after(event: events.RawEvent) -> str | None:
@@ -219,7 +234,11 @@ class LibvirtSource:
             try:
                 self.resync(conn)
             except Exception as err:
-                log.error("resync with %s failed: %s", self.uri, _text(err))
+                # Nothing concluded: reconnect and resync then (a dropped connection is no
+                # evidence that a domain died).
+                self.last_error = f"resync with {self.uri} failed: {_text(err)}"
+                log.error("%s; reconnecting to resync", self.last_error)
+                self._closed.set()
             while not self._stop.is_set() and not self._closed.is_set():
                 if not self._alive(conn):
                     break
@@ -234,15 +253,29 @@ class LibvirtSource:
                 self._stop.wait(0.25)
 
     def resync(self, conn: Any) -> list[events.RawEvent]:
-        """Compare libvirt's domains with the known states; report the ones that died unseen."""
+        """Compare libvirt's domains with the known states; report the ones that died unseen.
+
+        Raises ResyncIncomplete (the known states untouched, nothing reported) when a domain's
+        state cannot be read for any reason but its absence."""
         now: dict[str, dict[str, Any]] = {}
         for dom in conn.listAllDomains():
             try:
                 state = dom.state()[0]
                 now[dom.UUIDString()] = {"name": dom.name(), "active": state in ACTIVE_STATES,
                                          "state": STATE_NAMES.get(state, "nostate")}
-            except Exception:  # vanished while listing: absent
-                continue
+            except Exception as err:
+                if is_no_domain(err):  # undefined since the listing: absent
+                    continue
+                if not self._alive(conn):
+                    raise ResyncIncomplete(f"cannot read the state of a domain: "
+                                           f"{_text(err)}") from None
+                # the domain exists but would not say its state: keep what was known of it
+                uuid = self._uuid_of(dom)
+                with self.lock:
+                    before = self.known.get(uuid) if uuid else None
+                if before is not None:
+                    now[uuid] = {**before, "state": "unknown"}
+                log.warning("cannot read the state of domain %s: %s", uuid or "?", _text(err))
         died = []
         with self.lock:
             for uuid, before in self.known.items():
@@ -262,6 +295,13 @@ class LibvirtSource:
                         event.extra.get("seen"))
             self.sink(event)
         return died
+
+    @staticmethod
+    def _uuid_of(dom: Any) -> str:
+        try:
+            return str(dom.UUIDString())
+        except Exception:
+            return ""
 
     def lookup(self, domain: str) -> tuple[str, str] | None:
         """(uuid, name) of a known domain by name or uuid."""

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from herder.core import model, notification
 from herder.core.jobs import reason
-from herder.maintd import incidents
+from herder.maintd import incidents, vmhealth
 from herder.maintd import instances as instance_incidents
 from herder.maintd import watcher as watcher_repairs
 from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentRound
@@ -130,7 +130,8 @@ class Maintd:
                  restart_settle: float = watcher_repairs.SETTLE,
                  failure_table: Mapping[tuple[str, str], str] | None = None,
                  failure_window: float = instance_incidents.FAILURE_WINDOW,
-                 ordered_grace: float = instance_incidents.ORDERED_GRACE) -> None:
+                 ordered_grace: float = instance_incidents.ORDERED_GRACE,
+                 recovery: notification.Recovery | None = None) -> None:
         self.cluster = cluster
         self.store = store
         self.sources = list(sources)
@@ -163,6 +164,10 @@ class Maintd:
         self.round_cpu: list[float] = []
         self.failure_table = dict(notification.DEFAULT_FAILURES if failure_table is None
                                   else failure_table)
+        # what to do about hung and paused instances (mond's reports; herder.maintd.vmhealth)
+        self.recovery = recovery or notification.Recovery(self.failure_table,
+                                                          dict(notification.DEFAULT_ACTIONS))
+        self.sightings = vmhealth.SightingCounter()
         self.failure_window = failure_window
         self.ordered_grace = ordered_grace
         # notification key -> the record answered (duplicates: 409); the newest RECEIVED_KEEP
@@ -271,6 +276,7 @@ class Maintd:
         for inc in created:
             log.info("new incident %s on node %s: %s", inc.uuid, inc.node, inc.action)
         changed |= bool(created)
+        changed |= await self._health(nodes, instances)
         tags = {n.uuid: n.tags for n in nodes}
         dropped = incidents.forget(st.incidents, data, tags, st.jobs)
         for inc in dropped:
@@ -318,6 +324,41 @@ class Maintd:
         self.round_cpu.append(time.process_time() - cpu0)
         del self.round_cpu[:-100]
         return plan
+
+    async def _health(self, nodes: list[Node], instances: list[Instance]) -> bool:
+        """Incidents for the unwell instances this tick's inst-status reports show (hung,
+        paused on an I/O error, stray copies: `vmhealth`); whether the state changed."""
+        reports = self.agent_round.by_name(nodes, INST_STATUS)
+        found = vmhealth.sightings(reports, instances)
+        counts = self.sightings.update(found, reports)
+        busy: set[str] = set()
+        jobs = getattr(self.cluster, "jobs", None)
+        if found and jobs is not None:
+            try:
+                queue = await asyncio.to_thread(jobs)
+            except Exception as err:  # no evidence that no job moves them: no stray stopped
+                log.warning("cannot read the job queue: %s", err)
+                busy = {s.instance for s in found}
+            else:
+                busy = {name for job in queue if job.status in UNFINISHED
+                        for name in job.instances | job.lingering}
+        result = vmhealth.assess(
+            found, counts, nodes, instances, self.state.incidents, self.recovery.actions,
+            polled=reports, busy=busy,
+            strays_allowed=not getattr(self.cluster, "delegates_checks", False),
+            hung_polls=self.recovery.hung_polls, window=self.failure_window)
+        for note in result.notes:
+            log.warning("%s", note)
+        for inc in result.incidents + result.node_incidents:
+            log.info("new incident %s (%s): %s", inc.uuid, vmhealth.kind_of(inc) or "storage",
+                     inc.action)
+        self.state.incidents.extend(result.incidents + result.node_incidents)
+        for event in result.resolved:
+            well = self.state.incident(event)
+            if well is not None:
+                log.info("incident %s: its instance is well again", event)
+                incidents.set_status(well, "completed")
+        return bool(result.incidents or result.node_incidents or result.resolved)
 
     async def _harep_jobs(self, nodes: list[Node], instances: list[Instance],
                           plan: Plan) -> list[Job]:
@@ -447,6 +488,9 @@ class Maintd:
                         incidents.set_status(inc, "completed")
                 continue
             for inc in st.incidents:
+                if job_id in inc.jobs and incidents.is_active(inc) and self._fall_back(
+                        inc, job_id, status, nodes, instances):
+                    continue
                 if job_id in inc.jobs and incidents.is_active(inc):
                     log.warning("job %d of incident %s ended %s: incident failed", job_id,
                                 inc.uuid, status or "unknown")
@@ -468,6 +512,22 @@ class Maintd:
             await self._submit(failures)
         await self._save()
         return bool(failures)
+
+    def _fall_back(self, inc: model.Incident, job_id: int, status: str | None,
+                   nodes: Sequence[Node], instances: Sequence[Instance]) -> bool:
+        """A failed restart of an instance that can move: the incident is planned again as a
+        relocation (the spec's "then on a different host"); whether it was."""
+        if not instance_incidents.is_instance_incident(inc):
+            return False
+        inst = next((i for i in instances if i.uuid == inc.instance), None)
+        step = instance_incidents.fallback(inc, inst, nodes)
+        if step is None:
+            return False
+        inc.action, why = step
+        log.warning("job %d of incident %s ended %s: %s", job_id, inc.uuid,
+                    status or "unknown", why)
+        incidents.set_status(inc, "noted")
+        return True
 
     def _seen(self) -> dict[str, list[Any]]:
         seen: dict[str, list[Any]] = dict(self.state.seen)

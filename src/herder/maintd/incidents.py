@@ -4,6 +4,11 @@ An incident is keyed by (node UUID, diagnose object): the same object on the sam
 same incident. A more invasive recommendation for a node supersedes its milder active incidents
 (they become `canceled`: nothing more is done for them, and they are forgotten once no longer
 observed). Statuses: noted -> pending -> completed | failed; any active -> canceled.
+
+herder's `notify` node incidents (`notify_incident`: maintd opens one when a node's storage
+failed an instance and nothing can move it) plan no job: they mark the node as unhealthy and
+are shown until the operator cancels them; a diagnose cannot recommend `notify`, and no other
+incident supersedes one.
 """
 
 from __future__ import annotations
@@ -11,12 +16,13 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from herder.core import model
 
-ACTIONS = ("Ok", "live-repair", "evacuate", "evacuate-failover")
-SEVERITY = {name: rank for rank, name in enumerate(ACTIONS)}
+ACTIONS = ("Ok", "live-repair", "evacuate", "evacuate-failover")  # a diagnose's statuses
+NOTIFY: Final = "notify"
+SEVERITY = {name: rank for rank, name in enumerate(("Ok", NOTIFY, *ACTIONS[1:]))}
 ACTIVE = ("noted", "pending")
 FINAL = ("canceled", "failed", "completed")
 READY_PREFIX = "maintd:repairready:"
@@ -40,7 +46,7 @@ def is_node_incident(inc: model.Incident) -> bool:
 
 
 def _is_node_action(status: Any) -> TypeGuard[model.RepairAction]:
-    return isinstance(status, str) and status in SEVERITY
+    return isinstance(status, str) and status in ACTIONS
 
 
 def action_of(original: Any) -> model.RepairAction | None:
@@ -59,6 +65,14 @@ def new_incident(node: str, original: Any, when: float | None = None) -> model.I
     stamp = time.time() if when is None else when
     return model.Incident(uuid=event, node=node, original=original, action=action,
                           repair_status="noted", tag=ready_tag(event), ctime=stamp, mtime=stamp)
+
+
+def notify_incident(node: str, original: Any, when: float | None = None) -> model.Incident:
+    """A node incident that only tells the operator (`original` says what happened)."""
+    stamp = time.time() if when is None else when
+    return model.Incident(uuid=str(uuidlib.uuid4()), node=node, original=original,
+                          action=NOTIFY, repair_status="noted", tag="", ctime=stamp,
+                          mtime=stamp)
 
 
 def find(incidents: Iterable[model.Incident], node: str, original: Any) -> model.Incident | None:
@@ -100,7 +114,8 @@ def supersede(incidents: list[model.Incident], when: float | None = None) -> lis
             worst[inc.node] = max(worst.get(inc.node, 0), SEVERITY[inc.action])
     canceled = []
     for inc in incidents:
-        if is_active(inc) and is_node_incident(inc) and SEVERITY[inc.action] < worst[inc.node]:
+        if (is_active(inc) and is_node_incident(inc) and inc.action != NOTIFY
+                and SEVERITY[inc.action] < worst[inc.node]):
             set_status(inc, "canceled", when)
             canceled.append(inc)
     return canceled

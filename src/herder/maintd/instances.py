@@ -19,9 +19,16 @@ relocate when the same instance failed within `FAILURE_WINDOW` seconds or its no
 (drained, offline, an active node incident, or its last diagnose is not Ok).
 
 `plan_instances` adds a round's jobs (after the node incidents', before harep and the watcher);
-job success completes the incident, failure fails it and tags the INSTANCE
-`maintd:repairfailed:<event>`. Finished instance incidents are kept `FAILURE_WINDOW` seconds (a
-failed one also while its tag is on the instance), so the relocate rule survives a restart.
+job success completes the incident. When a restart fails and the instance can move (its disks
+are mirrored with an online secondary, or shared or absent), the incident falls back to
+relocating it (`fallback`: the spec's "then on a different host if it fails to restart");
+otherwise, and when that fails too, the incident fails and its INSTANCE is tagged
+`maintd:repairfailed:<event>`. The incidents of unwell instances mond reports
+(`herder.maintd.vmhealth`: hung, paused on an I/O error, stray copies) are planned here too:
+a restart of a hung or paused instance is a hard reboot (OP_INSTANCE_REBOOT), a stray is
+stopped on its node (OP_INSTANCE_STOP_STRAY), and `notify` plans no job. Finished instance
+incidents are kept `FAILURE_WINDOW` seconds (a failed one also while its tag is on the
+instance), so the relocate rule survives a restart.
 """
 
 from __future__ import annotations
@@ -42,7 +49,11 @@ OPTOUT_TAG = "herder:instmon:norecover"
 RESTART: Final = "restart"
 RELOCATE: Final = "relocate"
 DRAIN_RELOCATE: Final = "drain-relocate"
-ACTIONS = (RESTART, RELOCATE, DRAIN_RELOCATE)
+STOP_STRAY: Final = "stop-stray"
+NOTIFY: Final = "notify"
+ACTIONS = (RESTART, RELOCATE, DRAIN_RELOCATE, STOP_STRAY, NOTIFY)
+# the kinds (original["kind"]) of mond's unwell-but-running instances: restarted by a reboot
+REBOOTED_KINDS = frozenset({notification.HUNG, notification.PAUSED_IO_ERROR})
 # opcodes during which a stop of their instance is herder's own doing
 IN_PLACE = frozenset({"OP_INSTANCE_SHUTDOWN", "OP_INSTANCE_REBOOT", "OP_INSTANCE_REINSTALL",
                       "OP_INSTANCE_RENAME", "OP_INSTANCE_RECREATE_DISKS",
@@ -111,8 +122,32 @@ def is_instance_incident(inc: model.Incident) -> bool:
 
 
 def active_for(incidents: Iterable[model.Incident], instance_uuid: str) -> model.Incident | None:
-    return next((i for i in incidents
-                 if i.instance == instance_uuid and incident_lifecycle.is_active(i)), None)
+    """The instance's active incident that acts (a `notify` one does not block another)."""
+    return next((i for i in incidents if i.instance == instance_uuid and i.action != NOTIFY
+                 and incident_lifecycle.is_active(i)), None)
+
+
+def movable(inst: Instance, nodes: Mapping[str, Node]) -> bool:
+    """Whether a failover can start the instance on another node: shared or no disks (the
+    allocator picks the node), or mirrored with its secondary online."""
+    if inst.disk_template in ALLOCATED:
+        return True
+    if inst.disk_template in MIRRORED and inst.snodes:
+        secondary = nodes.get(inst.snodes[0])
+        return secondary is not None and not secondary.offline
+    return False
+
+
+def fallback(inc: model.Incident, inst: Instance | None,
+             nodes: Sequence[Node]) -> tuple[model.RepairAction, str] | None:
+    """After the incident's restart job failed: relocate instead (and why), when the instance
+    should still run and can move; None: the incident fails."""
+    if inc.action != RESTART or inst is None or inst.admin_state != "up":
+        return None
+    if not movable(inst, {n.name: n for n in nodes}):
+        return None
+    return RELOCATE, (f"restarting {inst.name} on {inst.pnode} failed; starting it on another "
+                      "node")
 
 
 def recovering(incidents: Iterable[model.Incident]) -> set[str]:
@@ -232,9 +267,28 @@ def instmon_reason(original: Any) -> list[Any]:
     return [reason.INSTMON, text, ns]
 
 
+def mond_reason(inc: model.Incident) -> list[Any]:
+    """The reason-trail entry naming what mond reported (an unwell instance's incident)."""
+    o = inc.original if isinstance(inc.original, Mapping) else {}
+    text = (f"{o.get('kind', '?')} {o.get('instance', '?')} on {o.get('hostname', '?')}: "
+            f"{o.get('detail', '')}").rstrip(": ")
+    return [reason.MOND, text, int(inc.ctime * 1e9)]
+
+
 def _ops(inc: model.Incident, *ops: dict[str, Any]) -> list[dict[str, Any]]:
-    trail = instmon_reason(inc.original)
+    o = inc.original if isinstance(inc.original, Mapping) else {}
+    trail = mond_reason(inc) if "payload" not in o and "kind" in o else instmon_reason(o)
     return [annotate({**op, "reason": [list(trail)]}, inc.uuid) for op in ops]
+
+
+def restart_op(inst: Instance, inc: model.Incident) -> dict[str, Any]:
+    """Start it again where it is: a stopped instance is started, a hung or paused one (still
+    active) is rebooted hard."""
+    o = inc.original if isinstance(inc.original, Mapping) else {}
+    if o.get("kind") in REBOOTED_KINDS:
+        return {"OP_ID": "OP_INSTANCE_REBOOT", "instance_name": inst.name,
+                "reboot_type": "hard"}
+    return {"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": inst.name, "force": False}
 
 
 @dataclass
@@ -262,14 +316,34 @@ def plan_instances(nodes: Sequence[Node], instances: Sequence[Instance],
     insts = {i.uuid: i for i in instances if i.uuid}
     busy_nodes = {n for j in plan.jobs for n in j.nodes}
     used = {i for j in plan.jobs for i in j.instances}
+    # not yet submitted (no job), or back to `noted` for a next step (a fallback)
     for inc in sorted((i for i in incidents if is_instance_incident(i)
-                       and incident_lifecycle.is_active(i) and not i.jobs),
+                       and incident_lifecycle.is_active(i) and i.action != NOTIFY
+                       and (not i.jobs or i.repair_status == "noted")),
                       key=lambda i: (i.ctime, i.uuid)):
         ev = inc.uuid
         inst = insts.get(inc.instance or "")
         if inst is None:
             out.notes.append(f"{ev}: instance {inc.instance} is gone; nothing to do")
             out.canceled.append(ev)
+            continue
+        if inc.action == STOP_STRAY:
+            stray = by_uuid.get(inc.node)
+            if stray is None or stray.offline or stray.name == inst.pnode:
+                out.notes.append(f"{ev}: the copy of {inst.name} is on no other online node "
+                                 "now; nothing to do")
+                out.canceled.append(ev)
+                continue
+            if inst.name in used or {inst.pnode, stray.name} & busy_nodes:
+                out.notes.append(f"{ev}: {inst.name} waits: its nodes are busy this round")
+                continue
+            op = {"OP_ID": "OP_INSTANCE_STOP_STRAY", "instance_name": inst.name,
+                  "node_name": stray.name}
+            out.jobs.append(Job(ev, "stop-stray", _ops(inc, op),
+                                nodes=frozenset((inst.pnode, stray.name)),
+                                instances=frozenset((inst.name,)), final=True))
+            used.add(inst.name)
+            busy_nodes |= {inst.pnode, stray.name}
             continue
         if inst.admin_state != "up":
             out.notes.append(f"{ev}: {inst.name} is no longer admin-up; nothing to do")
@@ -299,10 +373,7 @@ def plan_instances(nodes: Sequence[Node], instances: Sequence[Instance],
                             "drained": True, "force": True, "auto_promote": True})
                 nodes_touched.add(failed_on.name)
         if action in (RELOCATE, DRAIN_RELOCATE):
-            movable = inst.disk_template in ALLOCATED or (
-                inst.disk_template in MIRRORED and inst.snodes
-                and (s := by_name.get(inst.snodes[0])) is not None and not s.offline)
-            if movable:
+            if movable(inst, by_name):
                 ops.append(failover_op(inst))
                 step = "relocate"
             elif pnode is not None and pnode.offline:
@@ -312,12 +383,10 @@ def plan_instances(nodes: Sequence[Node], instances: Sequence[Instance],
             else:
                 note = (f"{inst.name} ({inst.disk_template}) cannot move to another node; "
                         "restarting it in place")
-                ops.append({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": inst.name,
-                            "force": False})
+                ops.append(restart_op(inst, inc))
                 step = "restart"
         else:
-            ops.append({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": inst.name,
-                        "force": False})
+            ops.append(restart_op(inst, inc))
             step = "restart"
         if note:
             out.notes.append(f"{ev}: {step} {inst.name}: {note}")

@@ -174,6 +174,9 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
             plan.notes.append(f"{inc.uuid}: node {node_uuid} is not in the cluster")
             continue
         ev = inc.uuid
+        if inc.action == incident_lifecycle.NOTIFY:
+            plan.notes.append(f"{ev}: {node.name} needs the operator: {inc.original}")
+            continue
         if inc.action == "live-repair":
             if inc.jobs:
                 if inc.tag in node.tags:

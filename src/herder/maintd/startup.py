@@ -48,7 +48,7 @@ class Prepared:
 def prepare(settings: MaintdSettings) -> Prepared:
     """Everything before listening: the failure table, the cluster, the master check, the
     state, the daemon. HerderError (one line) or NotMaster when it cannot run here."""
-    table = notification.load_failure_table(settings.failure_table)
+    recovery = notification.load_recovery(settings.failure_table)
     me = settings.node_name or socket.getfqdn()
     bind = settings.bind
     maint: dict[str, Any] = {}
@@ -119,7 +119,8 @@ def prepare(settings: MaintdSettings) -> Prepared:
                     harep=settings.harep or bool(maint.get("harep", False)),
                     watcher=(not settings.ganeti_rapi) if settings.watcher is None
                     else settings.watcher,
-                    failure_table=table, failure_window=settings.failure_window)
+                    failure_table=recovery.failures, failure_window=settings.failure_window,
+                    recovery=recovery)
     tls = None
     if settings.notify_port:
         tls = serve.server_tls(cert, purpose=" for the notification port",

@@ -201,6 +201,10 @@ NO_ROUTE = {
     "OP_OS_DIAGNOSE": "Ganeti's GET /2/os waits for this job inside the request; herder os list "
                       "submits it and waits as a client",
     "OP_TEST_DELAY": "a test opcode (Ganeti's RAPI has no route for it); tests and benchmarks",
+    "OP_CLUSTER_VERIFY_GROUP": "Ganeti's RAPI has no verify route either (gnt-cluster verify); "
+                               "herder cluster verify submits it",
+    "OP_INSTANCE_STOP_STRAY": "herder's own, for maintd's stray copies (issue 18); through "
+                              "POST /2/herder/jobs",
 }
 
 

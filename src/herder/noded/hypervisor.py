@@ -115,6 +115,9 @@ class Hypervisor:
         self.defs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._conn: libvirt.virConnect | None = None
+        # Why a recorded domain must not be defined again after a libvirtd restart (None: it
+        # may); noded's guard says so for the domains this node is not the primary of.
+        self.may_restore: Callable[[str], str | None] = lambda name: None
 
     # --- the connection -------------------------------------------------------------------------
 
@@ -184,6 +187,11 @@ class Hypervisor:
         known = {d.name() for d in conn.listAllDomains()}
         for path in sorted(self.defs_dir.glob("*.xml")):
             if path.stem in known:
+                continue
+            why = self.may_restore(path.stem)
+            if why is not None:
+                log.warning("not re-defining domain %s after a libvirt restart: %s", path.stem,
+                            why)
                 continue
             try:
                 conn.defineXML(path.read_text())

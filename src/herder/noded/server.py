@@ -6,6 +6,11 @@ Instance-affecting calls carry the reason trail and the config version of the in
 records the expected state, reason and version (`<run_dir>/instance-reason/<name>` and
 `<state_dir>/instances/<name>.json`), which mond's instance-status collector reports.
 
+The primary guard (`herder.noded.guard`): calls that may start or define a domain carry the
+instance's claim (primary node, config version, master epoch; `herder.core.vmclaim`), and the
+node refuses to run a domain it is not the primary of, except as the target of a move the master
+is running; so does the re-definition of domains after a libvirtd restart.
+
 Master epochs: a call may carry the sender's master epoch (`noderpc.EPOCH_KEY`); the node keeps
 the highest one it has accepted in `<state_dir>/master-epoch` (written atomically) and refuses an
 older one with 409 "stale master epoch N < M", so a former master cannot act here.
@@ -30,11 +35,12 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import access, ordered, storage_units, whitelist
+from herder.core import access, ordered, storage_units, vmclaim, whitelist
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import atomic_write
 from herder.noded import rpccheck
+from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
 
 log = logging.getLogger("herder.noded")
@@ -83,6 +89,8 @@ class NodeDaemon:
         for directory in (self.disks_dir, self.instances_dir, self.reason_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self.hv = Hypervisor(settings.libvirt_uri, settings.state_dir)
+        self.guard = InstanceGuard(settings.state_dir, settings.node_name)
+        self.hv.may_restore = self.guard.may_restore
         self.started = time.time()
         self.powercycled: list[float] = []
         self._lock = threading.Lock()
@@ -247,13 +255,47 @@ class NodeDaemon:
         locked.unlock()  # the lock file stays: the uid is taken until released
         return locked.uid
 
+    # --- the primary guard (herder.noded.guard) ---------------------------------------------
+
+    @staticmethod
+    def claim_of(args: dict[str, Any], inst: dict[str, Any] | None = None) -> vmclaim.Claim:
+        try:
+            claim = vmclaim.parse_claim(args)
+        except vmclaim.ClaimError as err:
+            raise RpcFailure(str(err)) from None
+        if inst is not None and str(inst.get("uuid")) != claim.uuid:
+            raise RpcFailure(f"the claim names instance {claim.uuid}, the call carries "
+                             f"{inst.get('uuid')}")
+        return claim
+
+    @staticmethod
+    def move_of(args: dict[str, Any]) -> vmclaim.Move | None:
+        try:
+            return vmclaim.parse_move(args)
+        except vmclaim.ClaimError as err:
+            raise RpcFailure(str(err)) from None
+
+    def admit_run(self, args: dict[str, Any], inst: dict[str, Any]) -> None:
+        """Refuse (guard.Refused) to start or define a domain this node is not the primary of,
+        before anything is created."""
+        self.guard.admit_run(str(inst["name"]), self.claim_of(args, inst), self.move_of(args))
+
+    def note_claim(self, name: str, args: dict[str, Any]) -> None:
+        """A call that starts nothing: remember a newer claim when it carries one."""
+        if vmclaim.CLAIM_KEY in args:
+            self.guard.note(name, self.claim_of(args))
+
+    # --- instances ------------------------------------------------------------------------------
+
     def rpc_instance_define(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
+        self.admit_run(args, inst)
         self.hv.define(self._spec(inst))
         self.record(inst["name"], "down", args.get("reason"), args.get("version"))
 
     def rpc_instance_start(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
+        self.admit_run(args, inst)
         if inst["name"] not in self.hv.recorded() or self.hv.state(inst["name"]) is None:
             self.hv.define(self._spec(inst))
         self.hv.start(inst["name"])
@@ -263,12 +305,15 @@ class NodeDaemon:
     def rpc_instance_shutdown(self, args: dict[str, Any]) -> None:
         name = args["name"]
         timeout = float(args.get("timeout", 120))
+        self.note_claim(name, args)
         with ordered.expect(self.settings.run_dir, name, "shutdown", timeout):
             self.hv.shutdown(name, timeout)
         self.record(name, "down", args.get("reason"), args.get("version"))
 
     def rpc_instance_reboot(self, args: dict[str, Any]) -> None:
         name = args["name"]
+        # a reboot starts the domain again: only on its primary
+        self.guard.admit_run(name, self.claim_of(args), None)
         with ordered.expect(self.settings.run_dir, name, "reboot", 120):
             self.hv.reboot(name, hard=args.get("type", "hard") != "soft")
         self.record(name, "up", args.get("reason"), args.get("version"))
@@ -279,16 +324,34 @@ class NodeDaemon:
             self.hv.undefine(name)
         self.rpc_blockdev_remove({"disks": args.get("disks", [])})
         self.forget(name)
+        self.guard.forget(name)
+
+    def rpc_instance_stop_stray(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Destroy and undefine this node's copy of an instance whose primary is another node
+        (the claim says which): a copy left by a failed or interrupted move. Refused when the
+        claim names this node as the primary. The disks stay (a DRBD secondary needs them)."""
+        name = args["name"]
+        self.guard.not_mine(name, self.claim_of(args))
+        before = self.hv.state(name)
+        with ordered.expect(self.settings.run_dir, name, "stray", 60):
+            self.hv.undefine(name)
+        self.forget(name)
+        log.warning("stopped the stray copy of %s (it was %s)", name, before or "absent")
+        return {"node": self.settings.node_name, "name": name, "was": before}
 
     def rpc_instance_list(self, args: dict[str, Any]) -> dict[str, str]:
         return self.hv.list_domains()
 
     def rpc_migrate_prepare(self, args: dict[str, Any]) -> dict[str, Any]:
         name = args["name"]
+        self.note_claim(name, args)
         return {"xml": self.hv.xml_of(name), "state": self.hv.state(name)}
 
     def rpc_migrate_accept(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
+        if self.move_of(args) is None:
+            raise RpcFailure(f"migrate_accept of {inst['name']} names no move")
+        self.admit_run(args, inst)
         self.rpc_blockdev_create({"disks": inst.get("disks", []), "instance": inst["name"]})
         self.hv.define_xml(inst["name"], args["xml"])
         if args.get("start", True):
@@ -299,6 +362,9 @@ class NodeDaemon:
 
     def rpc_migrate_finish(self, args: dict[str, Any]) -> None:
         name = args["name"]
+        move = self.move_of(args)
+        if move is not None:  # from now on the old claim cannot start it here
+            self.guard.moved_away(name, self.claim_of(args), move)
         with ordered.expect(self.settings.run_dir, name, "migrate", 60):
             self.hv.undefine(name)
         if args.get("remove_disks"):
@@ -504,7 +570,7 @@ class NodeDaemon:
 
 
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
-           "migrate_finish", "blockdev_create", "blockdev_remove"}
+           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray"}
 
 
 class _nolock:

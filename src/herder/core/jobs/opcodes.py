@@ -105,6 +105,21 @@ class OpClusterRedistConf(OpCode, tag="OP_CLUSTER_REDIST_CONF", kw_only=True):
     "Redistribution")."""
 
 
+class OpClusterVerifyGroup(OpCode, tag="OP_CLUSTER_VERIFY_GROUP", kw_only=True):
+    """Ganeti's per-group verification, the part that asks the nodes: which domains run where
+    (an instance running on a node that is not its primary, Ganeti's "instance should not run
+    on node"; an admin-up instance not running on its primary; a node that does not answer).
+    herder's result is the list of findings (`core.verify.Finding` as dicts), Ganeti's a bool."""
+
+    group_name: str
+    debug_simulate_errors: bool = False
+    error_codes: bool = False
+    skip_checks: list[str] = msgspec.field(default_factory=list)
+    ignore_errors: list[str] = msgspec.field(default_factory=list)
+    verbose: bool = False
+    verify_clutter: bool = False
+
+
 # --- node groups --------------------------------------------------------------------------------
 
 class OpGroupAdd(OpCode, tag="OP_GROUP_ADD", kw_only=True):
@@ -366,6 +381,14 @@ class OpInstanceFailover(InstanceOpCode, tag="OP_INSTANCE_FAILOVER", kw_only=Tru
 class OpInstanceRemove(InstanceOpCode, tag="OP_INSTANCE_REMOVE", kw_only=True):
     ignore_failures: bool = False
     shutdown_timeout: int = 120
+
+
+class OpInstanceStopStray(InstanceOpCode, tag="OP_INSTANCE_STOP_STRAY", kw_only=True):
+    """herder: stop and undefine the copy of an instance running on `node_name`, a node that
+    is not its primary (left by a failed or interrupted move), after checking that the copy on
+    its primary runs (maintd's stray incidents; issue 18)."""
+
+    node_name: str
 
 
 # --- tags ---------------------------------------------------------------------------------------

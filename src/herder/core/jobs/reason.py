@@ -18,6 +18,7 @@ DAEMON_PREFIX = "gnt:daemon"
 USER = "gnt:user"
 MAINTD = f"{DAEMON_PREFIX}:maintd"
 INSTMON = f"{DAEMON_PREFIX}:instmon"
+MOND = f"{DAEMON_PREFIX}:mond"  # herder: what maintd acts on from mond's reports
 
 
 def entry(source: str, reason: str = "") -> list[Any]:

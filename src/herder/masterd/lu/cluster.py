@@ -1,16 +1,17 @@
-"""Cluster-level LUs: OP_CLUSTER_SET_PARAMS, OP_CLUSTER_REDIST_CONF."""
+"""Cluster-level LUs: OP_CLUSTER_SET_PARAMS, OP_CLUSTER_REDIST_CONF, OP_CLUSTER_VERIFY_GROUP."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from herder.core import model, params, uidpool
-from herder.core.errors import ConfigError, OpPrereqError
+from herder.core import locking, model, params, uidpool, verify
+from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
-from herder.masterd.lu.base import LogicalUnit
+from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 VALUE_DEFAULT = "default"  # Ganeti's "reset this parameter" value
 
@@ -190,3 +191,42 @@ class ClusterRedistConf(LogicalUnit[opcodes.OpClusterRedistConf]):
                 self.feedback(f"{name}: {error}")
         return results
 
+
+
+class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
+    """Ganeti's LUClusterVerifyGroup, the part that asks the node daemons: every online
+    VM-capable node of the group lists its domains (`instance_list`), and `core.verify.running`
+    judges them against the config. Instances and nodes are locked shared, so a move the master
+    is running finishes first (its target's copy is not reported)."""
+
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        lookup(config.find_group, self.op.group_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(locking.LEVEL_NODE, None, shared=True)]
+
+    def check(self, config: model.ConfigData) -> None:
+        self.group = lookup(config.find_group, self.op.group_name)
+
+    def _list(self, node: model.Node) -> dict[str, str] | str:
+        """The node's domains (name -> state), or why it could not be asked."""
+        try:
+            listed = self.env.rpc.call(node, "instance_list", {}, timeout=30)
+        except HerderError as err:
+            return str(err)
+        if not isinstance(listed, dict):
+            return f"unexpected answer {listed!r:.80}"
+        return {str(k): str(v) for k, v in listed.items()}
+
+    def execute(self) -> Any:
+        config = self.env.store.load()
+        asked = [n for n in sorted(config.nodes.values(), key=lambda n: n.name)
+                 if n.group == self.group.uuid and not n.offline and n.vm_capable]
+        # all nodes at once, as Ganeti's multi-node RPC: a dead node costs one timeout
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(asked)))) as pool:
+            answers: dict[str, dict[str, str] | str] = dict(zip(
+                (n.uuid for n in asked), pool.map(self._list, asked), strict=True))
+        mine = [i for i in config.instances.values()
+                if (g := config.instance_group(i)) is not None and g.uuid == self.group.uuid]
+        findings = verify.running(config, answers, mine)
+        return [{"severity": f.severity, "code": f.code, "object": f.object,
+                 "message": f.message} for f in findings]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from herder.core import locking, model, params
+from herder.core import locking, model, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
@@ -219,7 +219,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         inst = config.instances[inst.uuid]
         payload = instance_payload(config, inst)
         args = {"instance": payload, "name": inst.name, "reason": op.reason,
-                "version": inst.serial_no}
+                "version": inst.serial_no, vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
         try:
             for node in self.nodes:
                 self.env.rpc.call(node, "blockdev_create", {"disks": payload["disks"],

@@ -3,12 +3,14 @@ act on a node through the node RPC (start, shutdown, reboot, migrate, failover, 
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
-from herder.core import locking, model, params
-from herder.core.errors import ConfigError, HerderError, OpPrereqError
+from herder.core import locking, model, params, vmclaim
+from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
+from herder.masterd.lu import handover
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -147,7 +149,8 @@ class _NodeAction(LogicalUnit[InstanceOpT]):
 
     def rpc_args(self) -> dict[str, Any]:
         return {"reason": self.op.reason, "version": self.inst.serial_no,
-                "instance": instance_payload(self.config, self.inst), "name": self.inst.name}
+                "instance": instance_payload(self.config, self.inst), "name": self.inst.name,
+                vmclaim.CLAIM_KEY: vmclaim.claim_for(self.config, self.inst)}
 
     def act(self) -> None:
         raise NotImplementedError
@@ -186,34 +189,54 @@ class InstanceReboot(_NodeAction[opcodes.OpInstanceReboot]):
 
 
 def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node, *,
-                  live: bool, reason: list[Any], ignore_source: bool = False) -> None:
+                  live: bool, reason: list[Any], ignore_source: bool = False,
+                  feedback: Callable[[str], None] | None = None) -> None:
     """Move an instance's domain from its primary node to `target` with libvirt's own calls
     (prepare on the source, accept on the target, finish on the source), then update the
-    config: new primary, and for DRBD the target first in the logical id."""
+    config: new primary, and for DRBD the target first in the logical id.
+
+    Every call carries the instance's claim, the target's and the finish also the move (the
+    target's guard admits it only so). When the move fails half way, the nodes are asked
+    where the instance runs and exactly one copy is kept (`handover`): the target's copy is
+    stopped and the instance stays on the source, or (the source's copy is gone) the move is
+    completed; OpExecError says which."""
+    say = feedback or (lambda message: None)
     source = config.nodes[inst.primary_node]
     payload = instance_payload(config, inst)
     running = inst.admin_state == "up"
-    args = {"name": inst.name, "reason": reason, "version": inst.serial_no}
+    claim = vmclaim.claim_for(config, inst)
+    args = {"name": inst.name, "reason": reason, "version": inst.serial_no,
+            vmclaim.CLAIM_KEY: claim}
+    move = {**args, vmclaim.MOVE_KEY: vmclaim.move_for(config, inst, target)}
+    source_stopped = False  # the source's copy was shut down for a non-live move
     try:
         prepared = env.rpc.call(source, "migrate_prepare", args)
         xml = prepared["xml"]
         if not live and running:
             env.rpc.call(source, "instance_shutdown", {**args, "timeout": 30})
+            source_stopped = True
     except HerderError:
         if not ignore_source:
             raise
         xml = None  # the source is dead: define afresh on the target (failover)
-    if xml is None:
-        env.rpc.call(target, "instance_start" if running else "instance_define",
-                     {**args, "instance": payload})
-    else:
-        env.rpc.call(target, "migrate_accept", {**args, "instance": payload, "xml": xml,
-                                                "start": running})
+    say(f"{inst.name}: prepared on {source.name}, handing over to {target.name}")
+    try:
+        if xml is None:
+            env.rpc.call(target, "instance_start" if running else "instance_define",
+                         {**move, "instance": payload})
+        else:
+            env.rpc.call(target, "migrate_accept", {**move, "instance": payload, "xml": xml,
+                                                    "start": running})
+    except HerderError as err:
+        _abandon_move(env, inst, source, target, args, err,
+                      restart_source=source_stopped, say=say)
+    if xml is not None:
         try:
-            env.rpc.call(source, "migrate_finish", args)
-        except HerderError:
+            env.rpc.call(source, "migrate_finish", move)
+        except HerderError as err:
             if not ignore_source:
-                raise
+                _settle_failed_finish(env, inst, source, target, args, move, err,
+                                      source_stopped=source_stopped, say=say)
     with env.store.update() as fresh:
         moved = fresh.instances[inst.uuid]
         moved.primary_node = target.uuid
@@ -223,6 +246,71 @@ def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, targ
                 lid.nodes.reverse()
                 lid.minors.reverse()
         moved.touch()
+
+
+def _stop_copy(env: Any, node: model.Node, args: dict[str, Any]) -> str:
+    """Stop the copy on a node that is not the instance's primary; "" or why it failed."""
+    try:
+        env.rpc.call(node, "instance_stop_stray", args)
+    except HerderError as err:
+        return str(err)
+    return ""
+
+
+def _abandon_move(env: Any, inst: model.Instance, source: model.Node, target: model.Node,
+                  args: dict[str, Any], err: HerderError, *, restart_source: bool,
+                  say: Callable[[str], None]) -> NoReturn:
+    """The target did not take the instance: remove whatever it started, start the source's
+    copy again when it was shut down for the move, and fail."""
+    notes = []
+    problem = _stop_copy(env, target, args)
+    if problem:
+        notes.append(f"a copy may remain on {target.name} ({problem}); cluster verify reports "
+                     "it and maintd stops it")
+    if restart_source:
+        try:
+            env.rpc.call(source, "instance_start", {**args, "instance": instance_payload(
+                env.store.load(), inst)})
+        except HerderError as again:
+            notes.append(f"restarting it on {source.name} failed too: {again}")
+    say(f"{inst.name}: the move to {target.name} failed; it stays on {source.name}")
+    raise OpExecError(f"moving {inst.name} to {target.name} failed: {err}; it stays on "
+                      f"{source.name}" + "".join(f"; {n}" for n in notes))
+
+
+def _settle_failed_finish(env: Any, inst: model.Instance, source: model.Node,
+                          target: model.Node, args: dict[str, Any], move: dict[str, Any],
+                          err: HerderError, *, source_stopped: bool,
+                          say: Callable[[str], None]) -> None:
+    """The target runs the instance, the source's finish failed: keep exactly one copy. Returns
+    when the move is to be completed (the source's copy is gone); raises OpExecError when the
+    instance stays on the source (the target's copy stopped)."""
+    def copy_on(node: model.Node) -> handover.Copy:
+        try:
+            return handover.Copy.from_domains(env.rpc.call(node, "instance_list", {},
+                                                           timeout=30), inst.name)
+        except HerderError:
+            return handover.UNKNOWN
+
+    source_copy = handover.Copy(known=True) if source_stopped else copy_on(source)
+    keeper = handover.keeper(source_copy, copy_on(target), handover.RESTART)
+    if keeper == handover.TARGET:
+        say(f"{inst.name}: finishing on {source.name} failed ({err}), but its copy there no "
+            f"longer runs: the move to {target.name} is completed")
+        try:  # best effort: undefine the stopped copy, the source records the move
+            env.rpc.call(source, "migrate_finish", move)
+        except HerderError as again:
+            say(f"{inst.name}: cleaning up on {source.name} failed: {again}")
+        return
+    problem = _stop_copy(env, target, args)
+    where = ("it stays on" if source_copy.known else "its copy there could not be checked; the "
+             "config keeps it on")
+    raise OpExecError(
+        f"moving {inst.name} to {target.name} failed when finishing on {source.name}: {err}; "
+        f"{where} {source.name}" + (
+            f"; stopping the copy on {target.name} failed too ({problem}): cluster verify "
+            "reports it and maintd stops it" if problem else
+            f"; the copy on {target.name} was stopped"))
 
 
 ALLOCATED = ("sharedfile", "rbd", "ext", "diskless", "blockdev")  # any node can take them
@@ -317,7 +405,8 @@ class _InstanceMove(_NodeAction[MoveOpT]):
 class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
     def act(self) -> None:
         move_instance(self.env, self.config, self.inst, self.target,
-                      live=self.live and self.op.mode != "non-live", reason=self.op.reason)
+                      live=self.live and self.op.mode != "non-live", reason=self.op.reason,
+                      feedback=self.feedback)
 
 
 class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
@@ -334,7 +423,8 @@ class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
     def act(self) -> None:
         move_instance(self.env, self.config, self.inst, self.target, live=False,
                       reason=self.op.reason,
-                      ignore_source=self.node.offline or self.op.ignore_consistency)
+                      ignore_source=self.node.offline or self.op.ignore_consistency,
+                      feedback=self.feedback)
 
 
 class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
@@ -363,6 +453,48 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
             del config.instances[self.inst.uuid]
         self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
         return None
+
+
+class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):
+    """Stop the copy of an instance on a node that is not its primary (issue 18): only after
+    the primary's node daemon confirmed that the primary's copy runs, so the only running copy
+    is never the one stopped. Nothing to do when the node has become the primary meanwhile
+    (a move finished before this job got the instance's lock)."""
+
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)
+        node = lookup(config.find_node, self.op.node_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, sorted({inst.primary_node, node.uuid}))]
+
+    def check(self, config: model.ConfigData) -> None:
+        self.config = config
+        self.inst = lookup(config.find_instance, self.op.instance_name)
+        self.node = lookup(config.find_node, self.op.node_name)
+        primary = config.nodes.get(self.inst.primary_node)
+        if primary is None:
+            raise OpPrereqError(f"instance {self.inst.name}: its primary node is unknown")
+        self.primary = primary
+        if self.node.uuid != primary.uuid and primary.offline:
+            raise OpPrereqError(f"the primary node {primary.name} of {self.inst.name} is "
+                                "offline: its copy cannot be confirmed", "wrong_state")
+
+    def execute(self) -> Any:
+        inst, node, primary = self.inst, self.node, self.primary
+        if node.uuid == primary.uuid:
+            self.feedback(f"{node.name} is the primary node of {inst.name} now; nothing to stop")
+            return None
+        listed = self.env.rpc.call(primary, "instance_list", {}, timeout=30)
+        state = listed.get(inst.name) if isinstance(listed, dict) else None
+        if state not in handover.RUNNING_STATES:
+            raise OpExecError(f"the copy of {inst.name} on its primary node {primary.name} is "
+                              f"not running ({state or 'absent'}); not stopping the copy on "
+                              f"{node.name}, which may be the only one")
+        self.feedback(f"{inst.name} runs on its primary node {primary.name} ({state}); "
+                      f"stopping the copy on {node.name}")
+        return self.env.rpc.call(node, "instance_stop_stray", {
+            "name": inst.name, "reason": self.op.reason, "version": inst.serial_no,
+            vmclaim.CLAIM_KEY: vmclaim.claim_for(self.config, inst)})
 
 
 class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):

@@ -317,7 +317,8 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                 fresh = config.instances[inst.uuid]
                 target = config.nodes[fresh.secondary_nodes[0]]
                 move_instance(self.env, config, fresh, target, live=self.live,
-                              reason=self.op.reason, ignore_source=self.node.offline)
+                              reason=self.op.reason, ignore_source=self.node.offline,
+                              feedback=self.feedback)
                 self.feedback(f"{inst.name}: now runs on {target.name}")
                 moved.append(inst.name)
         if "secondary" in self.modes:

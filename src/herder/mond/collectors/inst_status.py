@@ -33,9 +33,14 @@ reports every libvirt domain. Per instance:
   `last_failure` (`{event, detail, key, time, generated_time, ...}`: the last notification it
   sent, e.g. LIFECYCLE/STOPPED_FAILED) — or null when instmon does not run or never saw it.
 
-`other_domains` lists active domains that match no instance this node is primary for. The
-collector's status merges the instances' (0 only if every one is 0; the message names the bad
-ones).
+`other_domains` lists active domains that match no instance this node is primary for, each
+with `name`, `uuid`, `domain_state`, `instance` (the name of the cluster's instance it is a copy
+of, matched by UUID, else name; null for a domain no instance owns), `primary_node` (that
+instance's primary) and `status`: 4 for a copy of an instance whose primary is another node
+("web1 runs here, but its primary node is node2": a stray left by a failed or interrupted move,
+Ganeti's "instance should not run on node"), 1 while such a copy is paused for an incoming
+migration, 0 for a domain no instance owns. The collector's status merges the instances' and
+the other domains' (0 only if every one is 0; the message names the bad ones).
 """
 
 from __future__ import annotations
@@ -321,7 +326,7 @@ class InstStatusCollector(Collector):
         config = self.ctx.config()
         # (instance or None, matching domain or None), in report order
         pairs: list[tuple[model.Instance | None, DomainSnapshot | None]]
-        others: list[DomainSnapshot] = []
+        other_entries: list[dict[str, Any]] = []  # active domains not ours (with a config)
         if config is None:
             pairs = [(None, d) for d in sorted(domains, key=lambda d: (d.name, d.uuid))]
         else:
@@ -340,7 +345,9 @@ class InstStatusCollector(Collector):
                 if dom is not None:
                     used.add(dom.uuid)
                 pairs.append((own, dom))
-            others = [d for d in domains if d.uuid not in used and d.active]
+            others = sorted((d for d in domains if d.uuid not in used and d.active),
+                            key=lambda d: d.name)
+            other_entries = [self._other(config, d) for d in others]
 
         def start_hint(dom: DomainSnapshot | None) -> Callable[[], float | None]:
             if not local_qemu or dom is None:
@@ -360,13 +367,33 @@ class InstStatusCollector(Collector):
             instances.append(entry)
         self.tracker.forget_others(keys)
         return {
-            "status": merge_statuses(i["status"] for i in instances),
+            "status": merge_statuses([i["status"] for i in instances]
+                                     + [o["status"] for o in other_entries]),
             "instances": instances,
-            "other_domains": [
-                {"name": d.name, "uuid": d.uuid, "domain_state": state_name(d.state or 0)}
-                for d in sorted(others, key=lambda d: d.name)
-            ],
+            "other_domains": other_entries,
         }
+
+    def _other(self, config: model.ConfigData, dom: DomainSnapshot) -> dict[str, Any]:
+        """An active domain this node is not the primary of: a stray copy of an instance whose
+        primary is another node (code 4), or a domain no instance owns (code 0)."""
+        inst = next((i for i in config.instances.values() if i.uuid.lower() == dom.uuid.lower()),
+                    None) or next((i for i in config.instances.values() if i.name == dom.name),
+                                  None)
+        dstate = state_name(dom.state or 0)
+        entry: dict[str, Any] = {"name": dom.name, "uuid": dom.uuid, "domain_state": dstate,
+                                 "instance": None, "primary_node": None,
+                                 "status": status(Status.OK)}
+        if inst is None:
+            return entry
+        primary = config.node_name(inst.primary_node)
+        entry.update(instance=inst.name, primary_node=primary)
+        if dom.state == 3 and reason_name(3, dom.reason) in TRANSIENT_PAUSES:
+            entry["status"] = status(Status.TEMP_BAD, f"{inst.name} is arriving here by a "
+                                                      f"migration from {primary}")
+        else:
+            entry["status"] = status(Status.BAD, f"{inst.name} runs here ({dstate}), but its "
+                                                 f"primary node is {primary}")
+        return entry
 
     def _report(self, key: str, inst: model.Instance | None, dom: DomainSnapshot | None,
                 now: float, start_hint: Callable[[], float | None]) -> dict[str, Any]:
