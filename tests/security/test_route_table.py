@@ -233,7 +233,7 @@ def test_noded_refuses_every_unsigned_call(noded) -> None:
 
 @needs_root
 def test_mond_refuses_every_unsigned_change(mond) -> None:
-    daemon, agent = mond
+    daemon, _agent = mond
     with serving(daemon.app) as served:
         for route in routes(daemon.app, daemon.table):
             if route.rule is not None and route.rule.changes:
