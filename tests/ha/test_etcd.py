@@ -6,11 +6,12 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from herder.core.lease import Fence, MasterLease
 from herder.core.store import open_store
 from herder.core.store_etcd import EtcdStore, parse_location
 from tests.conftest import build_config
+from tests.ha.etcd_pki import EtcdPki
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 REPO = Path(__file__).resolve().parents[2]
@@ -42,16 +44,30 @@ def free_ports(count: int) -> list[int]:
 
 
 class EtcdCluster:
-    """Three etcd members on free 127.0.0.1 ports; members can be killed and restarted."""
+    """Three etcd members on free 127.0.0.1 ports; members can be killed and restarted.
 
-    def __init__(self, base: Path, size: int = 3) -> None:
+    With `pki` the client port is HTTPS with client certificates (`--client-cert-auth`); the
+    helpers' own requests (health, status) present the administrator's certificate. Peers talk
+    plain HTTP on loopback (their TLS is etcd's business, not herder's)."""
+
+    def __init__(self, base: Path, size: int = 3, *, pki: EtcdPki | None = None,
+                 extra_args: Sequence[str] = ()) -> None:
         ports = free_ports(2 * size)
         self.base = base
         self.names = [f"m{i}" for i in range(size)]
-        self.client_urls = [f"http://127.0.0.1:{ports[2 * i]}" for i in range(size)]
+        scheme = "https" if pki is not None else "http"
+        self.client_urls = [f"{scheme}://127.0.0.1:{ports[2 * i]}" for i in range(size)]
         self.peer_urls = [f"http://127.0.0.1:{ports[2 * i + 1]}" for i in range(size)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * size
         self.initial = ",".join(f"{n}={u}" for n, u in zip(self.names, self.peer_urls, strict=True))
+        self.extra_args = list(extra_args)
+        self.verify: ssl.SSLContext | bool = True
+        if pki is not None:
+            self.extra_args += ["--cert-file", str(pki.server.cert), "--key-file",
+                                str(pki.server.key), "--trusted-ca-file", str(pki.ca),
+                                "--client-cert-auth"]
+            self.verify = ssl.create_default_context(cafile=str(pki.ca))
+            self.verify.load_cert_chain(str(pki.root.cert), str(pki.root.key))
 
     @property
     def hostports(self) -> str:
@@ -70,6 +86,7 @@ class EtcdCluster:
                 "--initial-cluster-token", f"herder-test-{os.getpid()}",
                 # faster failure detection than the defaults (100 ms / 1000 ms); fine on loopback
                 "--heartbeat-interval", "25", "--election-timeout", "250",
+                *self.extra_args,
             ],
             stdout=log, stderr=subprocess.STDOUT,
         )
@@ -86,7 +103,8 @@ class EtcdCluster:
         while pending:
             for i in list(pending):
                 try:
-                    r = httpx.get(self.client_urls[i] + "/health", timeout=0.5)
+                    r = httpx.get(self.client_urls[i] + "/health", timeout=0.5,
+                                  verify=self.verify)
                     if r.status_code == 200 and r.json().get("health") == "true":
                         pending.discard(i)
                 except (httpx.HTTPError, ValueError):
@@ -103,7 +121,8 @@ class EtcdCluster:
         for i, url in enumerate(self.client_urls):
             if self.procs[i] is None:
                 continue
-            doc = httpx.post(url + "/v3/maintenance/status", json={}, timeout=1).json()
+            doc = httpx.post(url + "/v3/maintenance/status", json={}, timeout=1,
+                             verify=self.verify).json()
             ids[doc["header"]["member_id"]] = i
             leader = doc["leader"]
         assert leader in ids

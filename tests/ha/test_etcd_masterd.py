@@ -28,6 +28,7 @@ from herder.core.lease import Fence, master_key
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore
+from herder.masterd.daemon import EXIT_LEASE_LOST
 from tests.ha.test_etcd import ETCD, EtcdCluster
 from tests.system.masterd_fixture import make_cluster
 
@@ -207,9 +208,10 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
         client.close()
 
 
-def test_masterd_exits_11_when_its_lease_is_taken(tmp_path: Path,
+def test_masterd_exits_75_when_its_lease_is_taken(tmp_path: Path,
                                                    etcd_cluster: EtcdCluster) -> None:
-    """Mastership lost (here: the master key deleted under it): exit code 11 at once."""
+    """Mastership lost (here: the master key deleted under it): exit code 75 at once, which
+    its supervisor restarts (a standby again), unlike 11 ("not my role")."""
     secrets = make_cluster(tmp_path / "cluster").parent
     client = etcd.EtcdClient(etcd_cluster.client_urls)
     EtcdStore(client, CLUSTER).create(FileStore(secrets / "config.json").load())
@@ -217,7 +219,7 @@ def test_masterd_exits_11_when_its_lease_is_taken(tmp_path: Path,
     try:
         assert masterd_a.serving(30), f"A did not start: {''.join(masterd_a.log)}"
         client.delete(master_key(CLUSTER))
-        assert masterd_a.proc.wait(TTL + 10) == 11
+        assert masterd_a.proc.wait(TTL + 10) == EXIT_LEASE_LOST == 75
     finally:
         masterd_a.stop()
         client.close()

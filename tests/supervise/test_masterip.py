@@ -122,13 +122,6 @@ def test_systemd_backend_commands() -> None:
     ]
 
 
-def test_the_units_daemon_util_names_exist() -> None:
-    units = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
-    for name in ("noded", "confd", "mond", "instmon", "masterd", "maintd"):
-        assert (units / daemon_util.unit(name)).is_file()
-    assert (units / daemon_util.TARGET).is_file()
-
-
 def test_without_systemd_the_supervisor_is_used(tmp_path: Path) -> None:
     if daemon_util.SYSTEMD_RUNTIME.is_dir():
         pytest.skip("this machine runs systemd")

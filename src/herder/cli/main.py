@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "instmon": "herder.cli.instmon:instmon",
     "supervise": "herder.cli.supervise:supervise",
     "daemon-util": "herder.cli.supervise:daemon_util",
+    "etcd": "herder.cli.etcd:etcd",
 }
 
 

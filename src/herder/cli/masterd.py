@@ -9,9 +9,10 @@ from pathlib import Path
 import click
 
 from herder.core import serve
-from herder.core.store import default_config_path
+from herder.core.store import default_config_path, is_etcd_location
 from herder.masterd.daemon import (
     DEFAULT_PORT,
+    EXIT_LEASE_LOST,
     EXIT_NOTMASTER,
     MasterDaemon,
     MasterSettings,
@@ -57,9 +58,10 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     config's master, and later once a master failover moved the master or its epoch on (every
     node RPC carries the epoch; nodes refuse an older one).
 
-    With the etcd backend (--config / HERDER_CONFIG etcd://HOST:PORT,.../CLUSTER) every node may
+    With the etcd backend (--config / HERDER_CONFIG etcds://HOST:PORT,.../CLUSTER) every node may
     run it: it waits as a standby, without RAPI, until it holds the master lease (--lease-ttl),
-    then makes itself the config's master and serves; exit code 11 once the lease is lost.
+    then makes itself the config's master and serves; exit code 75 once the lease is lost (its
+    supervisor restarts it, a standby again); exit code 11 on a node that is not in the config.
 
     \b
     Routes (Ganeti RAPI v2 subset): /2/info /2/nodes[?bulk=1] /2/nodes/NODE[/role|/modify|
@@ -69,7 +71,7 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     location = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
-    etcd = str(location).startswith("etcd://")
+    etcd = is_etcd_location(str(location))
     config_path: Path | str = str(location) if etcd else Path(location)
     try:
         daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
@@ -100,4 +102,5 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     serve.run(lambda stop: daemon.serve(ready=ready, stop=stop))
     if daemon.deposed is not None:
         click.echo(f"herder masterd: no longer the master: {daemon.deposed}", err=True)
-        sys.exit(EXIT_NOTMASTER)
+        # on etcd every candidate stays a standby: the supervisor restarts this one as such
+        sys.exit(EXIT_LEASE_LOST if etcd else EXIT_NOTMASTER)

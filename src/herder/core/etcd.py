@@ -11,6 +11,14 @@ leader", "leader changed") is tried on the next one, round-robin, until `retry_f
 passed, so a killed member does not stop the client. A request that timed out may still have been
 applied: callers that write make their writes conditional (a transaction's compare) and check the
 result, so a retry never applies a change twice.
+
+A secured etcd (docs/ha.md "etcd with TLS and authentication"): `EtcdTls` (HTTPS, the CA that
+signed the members' certificates, this client's certificate for etcd's `--client-cert-auth`) and
+`EtcdAuth` (etcd's user and password: a token from `/v3/auth/authenticate`, sent in the
+`Authorization` header and fetched again whenever etcd says it is no longer valid, i.e. expired
+or older than the last change of etcd's users and roles). A TLS failure (an untrusted server, a
+refused client certificate) and refused credentials are not member trouble: they fail at once,
+in one line, instead of being retried on the next member.
 """
 
 from __future__ import annotations
@@ -18,10 +26,12 @@ from __future__ import annotations
 import base64
 import json
 import random
+import ssl
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,10 +44,21 @@ DEFAULT_RETRY_FOR = 8.0
 # gRPC codes that mean "this member cannot answer now; another one may"
 _RETRY_CODES = {4, 14}  # DEADLINE_EXCEEDED, UNAVAILABLE
 _RETRY_MESSAGES = ("no leader", "leader changed", "timed out", "not capable", "stopped")
+# etcd's answers when a token is no longer good: expired (or unknown), or issued before the last
+# change of its users and roles; a new token fixes both
+_STALE_TOKEN_MESSAGES = ("invalid auth token", "revision of auth store is old")
+_UNAUTHENTICATED = 16
+_AUTHENTICATE = "/v3/auth/authenticate"
+_AUTH_NOT_ENABLED = "authentication is not enabled"
+_REAUTH_LIMIT = 3  # fresh tokens one request may ask for before giving up
 
 
 class EtcdError(HerderError):
     """etcd refused a request, or no endpoint could answer."""
+
+
+class _MemberTrouble(Exception):
+    """This member cannot answer now (another one may): try the next."""
 
 
 def b64(data: bytes | str) -> str:
@@ -143,6 +164,109 @@ def _range_result(doc: dict[str, Any]) -> RangeResult:
     )
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """HTTPS to etcd: the CA that signed the members' certificates, and this client's
+    certificate and key (etcd's `--client-cert-auth`; None: present none)."""
+
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The client's TLS context: the members' certificates checked against `ca`, host
+        names included (they must name the address each endpoint is given as)."""
+        try:
+            context = ssl.create_default_context(cafile=str(self.ca))
+        except (OSError, ssl.SSLError) as err:
+            raise EtcdError(f"etcd CA {self.ca}: {_ssl_reason(err)}") from None
+        if self.cert is not None:
+            try:
+                context.load_cert_chain(str(self.cert), str(self.key) if self.key else None)
+            except (OSError, ssl.SSLError) as err:
+                raise EtcdError(f"etcd client certificate {self.cert} (key {self.key}): "
+                                f"{_ssl_reason(err)}") from None
+        return context
+
+
+class EtcdAuth:
+    """etcd's user and password authentication, shared by a client and its clones: one token at
+    a time, fetched from `/v3/auth/authenticate` when there is none and again when etcd says it
+    is stale (`invalidate`).
+
+    `required`: refuse an etcd whose authentication is off (herder's own clients: a cluster set
+    up for a user must not silently run without one); `herder etcd setup`, which turns it on,
+    says False.
+    """
+
+    def __init__(self, user: str, password: str, *, source: str = "",
+                 required: bool = True) -> None:
+        self.user = user
+        self._password = password
+        self.source = source  # where the password came from, for messages
+        self.required = required
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self.authentications = 0  # tokens fetched so far
+
+    def __repr__(self) -> str:
+        return f"EtcdAuth({self.user!r})"
+
+    @property
+    def password(self) -> str:
+        return self._password
+
+    def token(self) -> str | None:
+        """The current token ("": etcd's authentication is off), None when there is none."""
+        with self._lock:
+            return self._token
+
+    def store(self, token: str) -> None:
+        with self._lock:
+            self._token = token
+            self.authentications += 1
+
+    def invalidate(self, token: str | None = None) -> None:
+        """Forget the token (only if it is still `token`, when given: another thread may have
+        fetched a fresh one meanwhile)."""
+        with self._lock:
+            if token is None or self._token == token:
+                self._token = None
+
+
+def _retryable(code: object, message: str) -> bool:
+    """etcd's answer means "this member cannot answer now; another one may"."""
+    return code in _RETRY_CODES or any(m in message for m in _RETRY_MESSAGES)
+
+
+def _ssl_error(err: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a transport error (httpx wraps httpcore's, which carries it)."""
+    pending: list[BaseException] = [err]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLError):
+            return current
+        pending += [e for e in (current.__cause__, current.__context__, *current.args)
+                    if isinstance(e, BaseException)]
+    return None
+
+
+def _ssl_reason(err: BaseException) -> str:
+    """An SSL (or file) error in words: "certificate verify failed: unable to get local issuer
+    certificate", "sslv3 alert bad certificate", "No such file or directory"."""
+    if isinstance(err, ssl.SSLCertVerificationError) and err.verify_message:
+        return f"certificate verify failed: {err.verify_message}"
+    if isinstance(err, ssl.SSLError) and err.reason:
+        return str(err.reason).replace("_", " ").lower()
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return str(err)
+
+
 class EtcdClient:
     """The v3 API of an etcd cluster, through whichever member answers."""
 
@@ -152,16 +276,34 @@ class EtcdClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         retry_for: float = DEFAULT_RETRY_FOR,
+        tls: EtcdTls | None = None,
+        auth: EtcdAuth | None = None,
+        _context: ssl.SSLContext | None = None,
     ) -> None:
         if not endpoints:
             raise EtcdError("no etcd endpoints given")
-        self.endpoints = [e if "://" in e else f"http://{e}" for e in endpoints]
+        scheme = "https" if tls is not None else "http"
+        self.endpoints = [e if "://" in e else f"{scheme}://{e}" for e in endpoints]
         self.endpoints = [e.rstrip("/") for e in self.endpoints]
+        if tls is None and any(e.startswith("https://") for e in self.endpoints):
+            raise EtcdError("https:// etcd endpoints need TLS settings (a CA)")
         self.timeout = timeout
         self.retry_for = retry_for
+        self.tls = tls
+        self.auth = auth
+        self._context = _context if _context is not None or tls is None else tls.context()
         self._current = 0
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, verify=self._context or True)
+
+    def clone(self, *, timeout: float, retry_for: float) -> EtcdClient:
+        """The same cluster, TLS settings and credentials (one token shared), other patience."""
+        return EtcdClient(self.endpoints, timeout=timeout, retry_for=retry_for, tls=self.tls,
+                          auth=self.auth, _context=self._context)
+
+    @property
+    def secure(self) -> bool:
+        return self.tls is not None
 
     def __repr__(self) -> str:
         return f"EtcdClient({self.endpoints!r})"
@@ -182,14 +324,21 @@ class EtcdClient:
         deadline = time.monotonic() + self.retry_for
         problems: list[str] = []
         attempt = 0
+        fresh_tokens = 0
         while True:
             with self._lock:
                 index = self._current
             endpoint = self.endpoints[index]
+            token: str | None = None
             try:
-                reply = self._http.post(endpoint + path, json=body)
+                token = self._token(endpoint)
+                headers = {"Authorization": token} if token else {}
+                reply = self._http.post(endpoint + path, json=body, headers=headers)
             except (httpx.TransportError, httpx.TimeoutException) as err:
+                self._refuse_tls(endpoint, err)
                 problem = f"{endpoint}: {type(err).__name__}: {err}"
+            except _MemberTrouble as err:
+                problem = f"{endpoint}: {err}"
             else:
                 doc = self._decode(endpoint, path, reply)
                 error = doc.get("error") or doc.get("message")
@@ -199,9 +348,14 @@ class EtcdClient:
                     return doc
                 code = doc.get("code")
                 message = str(error or f"HTTP {reply.status_code}")
-                retryable = code in _RETRY_CODES or any(m in message for m in _RETRY_MESSAGES)
-                if not retryable:
-                    raise EtcdError(f"etcd {path} at {endpoint}: {message}")
+                if self.auth is not None and (code == _UNAUTHENTICATED or any(
+                        m in message for m in _STALE_TOKEN_MESSAGES)):
+                    self.auth.invalidate(token)  # expired or outdated: fetch a new one
+                    fresh_tokens += 1
+                    if fresh_tokens <= _REAUTH_LIMIT:
+                        continue
+                if not _retryable(code, message):
+                    raise EtcdError(self._refusal(endpoint, path, message))
                 problem = f"{endpoint}: {message}"
             problems.append(problem)
             with self._lock:
@@ -216,8 +370,66 @@ class EtcdClient:
             if attempt % len(self.endpoints) == 0:  # every member tried: wait a little
                 time.sleep(min(0.5, 0.05 * attempt) * (0.5 + random.random()))
 
+    def _refusal(self, endpoint: str, path: str, message: str) -> str:
+        """etcd's refusal of a request, in one line; what to do about it where herder knows."""
+        message = message.removeprefix("etcdserver: ")
+        if "user name is empty" in message:
+            return (f"etcd at {endpoint} requires authentication and this client has no user "
+                    "(an etcds:// location and its client settings file: docs/ha.md)")
+        if "permission denied" in message and self.auth is not None:
+            return (f"etcd {path} at {endpoint}: permission denied for user "
+                    f"{self.auth.user!r}")
+        return f"etcd {path} at {endpoint}: {message}"
+
+    def _token(self, endpoint: str) -> str | None:
+        """The Authorization header's token (None: no header), authenticating when needed."""
+        if self.auth is None:
+            return None
+        token = self.auth.token()
+        if token is not None:
+            return token
+        reply = self._http.post(endpoint + _AUTHENTICATE,
+                                json={"name": self.auth.user, "password": self.auth.password})
+        doc = self._decode(endpoint, _AUTHENTICATE, reply)
+        if reply.status_code == 200 and doc.get("token"):
+            token = str(doc["token"])
+        else:
+            message = str(doc.get("error") or doc.get("message") or f"HTTP {reply.status_code}")
+            message = message.removeprefix("etcdserver: ")
+            if _retryable(doc.get("code"), message):  # e.g. no leader during an election
+                raise _MemberTrouble(message)
+            if _AUTH_NOT_ENABLED not in message:
+                source = f" (password from {self.auth.source})" if self.auth.source else ""
+                raise EtcdError(f"etcd at {endpoint} refused user {self.auth.user!r}: "
+                                f"{message}{source}")
+            if self.auth.required:
+                raise EtcdError(f"etcd at {endpoint} has authentication turned off; herder "
+                                f"expects user {self.auth.user!r} (herder etcd setup)")
+            token = ""  # authentication is off: no header
+        self.auth.store(token)
+        return token
+
+    def _refuse_tls(self, endpoint: str, err: Exception) -> None:
+        """A refused TLS handshake is no member trouble (every member would refuse alike): one
+        line, now. Other TLS errors (a member dying mid-stream: an unexpected EOF) are."""
+        failure = _ssl_error(err)
+        if failure is None or self.tls is None:
+            return
+        if isinstance(failure, ssl.SSLCertVerificationError):
+            raise EtcdError(f"etcd at {endpoint}: TLS: the server's certificate is not trusted "
+                            f"with CA {self.tls.ca} ({_ssl_reason(failure)})") from None
+        if "ALERT" in str(failure.reason or ""):  # the server ended the handshake: it refused
+            mine = (f"certificate {self.tls.cert}" if self.tls.cert is not None  # our cert
+                    else "no client certificate")
+            raise EtcdError(f"etcd at {endpoint}: TLS: the server refused this client "
+                            f"({mine}): {_ssl_reason(failure)}") from None
+
     @staticmethod
     def _decode(endpoint: str, path: str, reply: httpx.Response) -> dict[str, Any]:
+        if reply.status_code == 400 and "CommonName of client" in reply.text:
+            raise EtcdError(
+                f"etcd at {endpoint} refuses client certificates that carry a CommonName on its "
+                "JSON gateway while authentication is on: issue herder's without one (docs/ha.md)")
         try:
             doc = reply.json()
         except ValueError:

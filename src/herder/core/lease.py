@@ -81,9 +81,7 @@ class MasterLease:
         self.on_elected = on_elected
         self.poll = poll if poll is not None else min(0.1, ttl / 8)
         # calls must give up well within the TTL, so the loss is noticed in time
-        self.client = etcd.EtcdClient(
-            client.endpoints, timeout=min(client.timeout, ttl / 4), retry_for=ttl / 4
-        )
+        self.client = client.clone(timeout=min(client.timeout, ttl / 4), retry_for=ttl / 4)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._elected = threading.Event()

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from herder.core import model, upgrade
 from herder.core.errors import ConfigError, HerderError, StoreError
@@ -26,6 +26,9 @@ from herder.core.errors import ConfigError, HerderError, StoreError
 DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
 DEFAULT_CONFIG_PATH = DEFAULT_CONFIG_DIR / "config.json"
 CONFIG_MODE = 0o600  # the document holds DRBD secrets
+# The config locations of the etcd backend (store_etcd): TLS and authentication, or plain HTTP
+# (tests on loopback only).
+ETCD_SCHEMES = ("etcds://", "etcd://")
 
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
 
@@ -235,6 +238,11 @@ class ConfigCache:
         return self._config
 
 
+def is_etcd_location(location: object) -> TypeGuard[str]:
+    """Whether a config location names the etcd backend (else it is a file)."""
+    return isinstance(location, str) and location.startswith(ETCD_SCHEMES)
+
+
 def default_config_path() -> Path:
     env = os.environ.get("HERDER_CONFIG")
     return Path(env) if env else DEFAULT_CONFIG_PATH
@@ -242,9 +250,10 @@ def default_config_path() -> Path:
 
 def open_store(path: str | os.PathLike[str] | None = None) -> ConfigStore:
     """The store at `path` (default: HERDER_CONFIG, else /var/lib/herder/config.json); a
-    location `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` opens the etcd backend instead."""
+    location `etcds://HOST:PORT[,HOST:PORT...]/CLUSTER` (or `etcd://` without TLS, for tests)
+    opens the etcd backend instead."""
     location = path if path is not None else os.environ.get("HERDER_CONFIG")
-    if isinstance(location, str) and location.startswith("etcd://"):
+    if is_etcd_location(location):
         from herder.core.store_etcd import EtcdStore  # only when used (keeps httpx out)
 
         return EtcdStore.from_location(location)

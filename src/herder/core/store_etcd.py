@@ -1,10 +1,12 @@
 """The config store in etcd: `EtcdStore`, the same `ConfigStore` interface as `FileStore`.
 
-Switching is one setting: a config location `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` (in
-`--config` or `HERDER_CONFIG`) opens an `EtcdStore` (see `herder.core.store.open_store`); any other
-location is a file, as before. The document is stored at `/herder/<CLUSTER>/config`, encoded as
-the file would be. Secrets (the HMAC key, certificates) are not in etcd: they stay in the local
-directory (`directory`, default /var/lib/herder).
+Switching is one setting: a config location `etcds://HOST:PORT[,HOST:PORT...]/CLUSTER` (in
+`--config` or `HERDER_CONFIG`) opens an `EtcdStore` (see `herder.core.store.open_store`), over
+HTTPS with a client certificate and etcd's authentication, as the client settings file says
+(`herder.core.etcd_settings`); `etcd://` is the same over plain HTTP without authentication, for
+tests on loopback only. Any other location is a file, as before. The document is stored at
+`/herder/<CLUSTER>/config`, encoded as the file would be. Secrets (the HMAC key, certificates)
+are not in etcd: they stay in the local directory (`directory`, default /var/lib/herder).
 
 A change is made in three layers:
 - **lock**: writers serialize on `/herder/<CLUSTER>/lock`, created if absent and attached to a
@@ -32,33 +34,44 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from herder.core import etcd, model, upgrade
+from herder.core import etcd, etcd_settings, model, upgrade
 from herder.core.errors import ConfigError, StoreError
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
+from herder.core.store import ETCD_SCHEMES, is_etcd_location
 
-SCHEME = "etcd://"
+SECURE, PLAIN = ETCD_SCHEMES  # etcds://: TLS and authentication; etcd://: tests only
 DEFAULT_LOCK_TTL = 5
 DEFAULT_LOCK_WAIT = 30.0
 DEFAULT_LOCAL_DIR = Path("/var/lib/herder")
-
-
-def is_etcd_location(location: object) -> bool:
-    return isinstance(location, str) and location.startswith(SCHEME)
+_FORM = "etcds://HOST:PORT[,HOST:PORT...]/CLUSTER"
 
 
 def parse_location(location: str) -> tuple[list[str], str]:
-    """`etcd://h1:2379,h2:2379/cluster` -> (["http://h1:2379", "http://h2:2379"], "cluster")."""
-    if not location.startswith(SCHEME):
-        raise StoreError(f"{location!r} is not an etcd location (etcd://HOST:PORT,.../CLUSTER)")
-    rest = location[len(SCHEME):]
+    """`etcds://h1:2379,h2:2379/cluster` -> (["https://h1:2379", "https://h2:2379"], "cluster");
+    `etcd://...` gives http:// endpoints."""
+    if not is_etcd_location(location):
+        raise StoreError(f"{location!r} is not an etcd location ({_FORM})")
+    scheme = SECURE if location.startswith(SECURE) else PLAIN
+    rest = location[len(scheme):]
     hosts, sep, cluster = rest.partition("/")
     cluster = cluster.strip("/")
     endpoints = [h.strip() for h in hosts.split(",") if h.strip()]
     if not sep or not cluster or "/" in cluster or not endpoints:
-        raise StoreError(
-            f"bad etcd location {location!r}: expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER"
-        )
-    return [f"http://{h}" for h in endpoints], cluster
+        raise StoreError(f"bad etcd location {location!r}: expected {_FORM} (or etcd:// for "
+                         "plain HTTP)")
+    http = "https" if scheme == SECURE else "http"
+    return [f"{http}://{h}" for h in endpoints], cluster
+
+
+def open_client(location: str, *, client_settings: Path | None = None,
+                **options: Any) -> tuple[etcd.EtcdClient, str]:
+    """The client of an etcd location and its cluster name: an `etcds://` one with the TLS
+    settings and credentials of its client settings file (`client_settings`, default
+    HERDER_ETCD_CLIENT or /etc/herder/etcd-client.toml); `options` as for `EtcdClient`."""
+    endpoints, cluster = parse_location(location)
+    if location.startswith(SECURE):
+        return etcd_settings.client(endpoints, client_settings, **options), cluster
+    return etcd.EtcdClient(endpoints, **options), cluster
 
 
 class EtcdStore:
@@ -87,13 +100,13 @@ class EtcdStore:
     @classmethod
     def from_location(cls, location: str, **kwargs: Any) -> EtcdStore:
         """The store at `location`; `kwargs` as for the constructor."""
-        endpoints, cluster = parse_location(location)
-        return cls(etcd.EtcdClient(endpoints), cluster, **kwargs)
+        client, cluster = open_client(location)
+        return cls(client, cluster, **kwargs)
 
     @property
     def location(self) -> str:
         hosts = ",".join(e.split("://", 1)[-1] for e in self.client.endpoints)
-        return f"{SCHEME}{hosts}/{self.cluster}"
+        return f"{SECURE if self.client.secure else PLAIN}{hosts}/{self.cluster}"
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.location!r})"

@@ -24,7 +24,7 @@ from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FIL
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
 from herder.core.rapi_users import UsersFile
-from herder.core.store import ConfigStore, open_store
+from herder.core.store import ConfigStore, FileStore, open_store
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
 from herder.maintd.server import NotifySettings, make_app
@@ -75,6 +75,9 @@ def prepare(settings: MaintdSettings) -> Prepared:
         state: StateStore = FileState(settings.state_file or Path(GANETI_STATE))
     else:
         store = open_store(settings.config_path)
+        problem = local_master_problem(store, me)  # before asking anybody
+        if problem is not None:
+            raise NotMaster(problem)
         client = RapiClient.for_herder_cluster(store.directory, settings.masterd_url)
         try:
             info = client.get_info()
@@ -200,6 +203,23 @@ def _bindable(address: str | None) -> str | None:
     except OSError:
         return None
     return address
+
+
+def local_master_problem(store: ConfigStore, me: str) -> str | None:
+    """Why this node's own view already rules it out as the master, so maintd stops (exit 11)
+    without asking masterd, which may be down: no config here (only the master and the master
+    candidates have one), or a config naming another master. None: ask masterd and the vote."""
+    if isinstance(store, FileStore) and not store.exists():
+        return f"no cluster config at {store.path} (the master and the master candidates have one)"
+    config = store.load()
+    try:
+        node = config.find_node(me)
+    except HerderError:  # not a node of this cluster (tests on one machine): the vote decides
+        return None
+    if node.uuid != config.cluster.master_node:
+        return (f"this node ({node.name}) is not the master "
+                f"({config.node_name(config.cluster.master_node)})")
+    return None
 
 
 def master_vote(store: ConfigStore, me: str) -> str | None:

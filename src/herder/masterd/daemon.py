@@ -24,7 +24,7 @@ from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
-from herder.core.store import ConfigCache, ConfigStore, FileStore
+from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
 from herder.masterd import redist
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
@@ -41,7 +41,7 @@ DEFAULT_PORT = 5080
 
 @dataclass
 class MasterSettings:
-    config_path: Path | str  # a file, or an etcd location etcd://HOST:PORT,.../CLUSTER
+    config_path: Path | str  # a file, or an etcd location etcds://HOST:PORT,.../CLUSTER
     bind: str = "0.0.0.0"
     port: int = DEFAULT_PORT
     workers: int = 8
@@ -58,7 +58,10 @@ class MasterSettings:
     local_dir: Path | None = None  # etcd backend: the secrets' directory (default /var/lib/herder)
 
 
-EXIT_NOTMASTER = 11
+EXIT_NOTMASTER = 11  # not my role: stopped for good (systemd: RestartPreventExitStatus=11)
+# etcd backend: mastership lost, restart me as a standby candidate (sysexits' EX_TEMPFAIL; any
+# code but 0 and 11 makes systemd's Restart=on-failure and the supervisor start it again)
+EXIT_LEASE_LOST = 75
 
 
 class NotMaster(HerderError):
@@ -92,7 +95,7 @@ class MasterDaemon:
         self.store: ConfigStore
         etcd_store: EtcdStore | None = None
         job_storage = None
-        if str(settings.config_path).startswith("etcd://"):
+        if is_etcd_location(str(settings.config_path)):
             from herder.masterd import etcd_master as masterd_etcd  # only when used
 
             etcd_store, self.lease, job_storage = masterd_etcd.open_etcd(
@@ -101,7 +104,10 @@ class MasterDaemon:
             self.store = etcd_store
         else:
             self.store = FileStore(settings.config_path)
-        config = self.store.load()  # refuse a missing or broken config, with the reason
+            if not self.store.exists():  # a node that holds no config cannot be the master
+                raise NotMaster(f"no cluster config at {settings.config_path} (the master and "
+                                "the master candidates have one)")
+        config = self.store.load()  # refuse a broken config, with the reason
         if self.lease is not None:  # any node may campaign; the lease decides
             if masterd_etcd.find_me(config, self.me) is None:
                 raise NotMaster(f"this node ({self.me}) is not a node of the cluster")

@@ -1,16 +1,17 @@
 """masterd on the etcd backend: the master is whoever holds the master lease (docs/ha.md).
 
-With a config location `etcd://HOST:PORT,.../CLUSTER`, every node may run `herder masterd`: each
-campaigns with a `MasterLease` and waits as a **standby** (no RAPI port open) until it is
-elected. The winner then, in order:
+With a config location `etcds://HOST:PORT,.../CLUSTER` (or `etcd://`), every node may run
+`herder masterd`: each campaigns with a `MasterLease` and waits as a **standby** (no RAPI port
+open) until it is elected. The winner then, in order:
 1. writes itself into the config as master (`master_node`, `master_ip` when it moved with the
    master, `master_epoch` = the lease's epoch), a write fenced by the lease;
 2. signs every node RPC with that epoch, so noded's epoch check refuses the old master too;
 3. recovers the job queue from etcd (jobs that were running under the old master are marked
    failed with the reason) and serves RAPI.
 When the lease is lost it stops acting at once (its etcd writes, config and jobs, are fenced and
-refused from that moment), and masterd exits with code 11 so the supervisor restarts it as a
-standby candidate.
+refused from that moment), and masterd exits with code 75 (`EXIT_LEASE_LOST`), which its
+supervisor (systemd's `Restart=on-failure`, `herder supervise`) restarts: as a standby
+candidate again. Only a node that is no node of the cluster exits 11 ("not my role").
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import etcd, model
+from herder.core import model
 from herder.core.errors import HerderError
 from herder.core.jobs.store_etcd import EtcdJobStorage
 from herder.core.lease import MasterLease
-from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, parse_location
+from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
 
 if TYPE_CHECKING:
     from herder.masterd.daemon import MasterDaemon
@@ -38,8 +39,7 @@ def open_etcd(location: str, node_name: str, *, ttl: int = DEFAULT_LEASE_TTL,
               local_dir: str | os.PathLike[str] | None = None
               ) -> tuple[EtcdStore, MasterLease, EtcdJobStorage]:
     """The config store, master lease (not started) and job storage, all fenced by the lease."""
-    endpoints, cluster = parse_location(location)
-    client = etcd.EtcdClient(endpoints)
+    client, cluster = open_client(location)
     lease = MasterLease(client, cluster, node_name, ttl=ttl)
     store = EtcdStore(client, cluster, fence=lease,
                       local_dir=Path(local_dir) if local_dir is not None else DEFAULT_LOCAL_DIR)
@@ -60,7 +60,7 @@ class EtcdConfigCache:
 
     def __init__(self, store: EtcdStore) -> None:
         self.store = store
-        self.client = etcd.EtcdClient(store.client.endpoints, timeout=0.5, retry_for=1.0)
+        self.client = store.client.clone(timeout=0.5, retry_for=1.0)
         self._revision: int | None = None
         self._config: model.ConfigData | None = None
         self.error: str | None = None

@@ -3,7 +3,8 @@
 supervisor (`herder supervise`, control socket `/run/herder/supervise.sock`).
 
 As Ganeti's, systemd counts only when it is PID 1 (`/run/systemd/system` exists) and knows
-herder (`herder.target` is loaded); units are `herder-<daemon>.service` (contrib/systemd).
+herder (`herder.target` is loaded); units are `herder-<daemon>.service` (contrib/systemd;
+libvirtd's is Debian's `libvirtd.service`).
 The master role is masterd and maintd: `start-master` starts them in that order, `stop-master`
 stops them in the reverse one.
 """
@@ -23,10 +24,13 @@ from herder.supervise.settings import DEFAULT_SOCKET, MASTER_DAEMONS, NAME, cont
 
 SYSTEMD_RUNTIME = Path("/run/systemd/system")
 TARGET = "herder.target"
+# Daemons that are not herder's own keep their distribution's unit (Debian's libvirtd).
+FOREIGN_UNITS = {"libvirtd": "libvirtd.service"}
 
 
 def unit(daemon: str) -> str:
-    return f"herder-{daemon}.service"
+    """The systemd unit of a daemon: herder's (contrib/systemd) or a foreign one's."""
+    return FOREIGN_UNITS.get(daemon, f"herder-{daemon}.service")
 
 
 def check_names(daemons: Sequence[str]) -> list[str]:
