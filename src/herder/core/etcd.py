@@ -16,7 +16,6 @@ result, so a retry never applies a change twice.
 from __future__ import annotations
 
 import base64
-import json
 import random
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from herder.core import untrusted
 from herder.core.errors import HerderError
 
 DEFAULT_TIMEOUT = 2.0
@@ -219,12 +219,12 @@ class EtcdClient:
     @staticmethod
     def _decode(endpoint: str, path: str, reply: httpx.Response) -> dict[str, Any]:
         try:
-            doc = reply.json()
+            doc = untrusted.loads(reply.content)
         except ValueError:
             # keepalive streams one JSON object per line; the first is what we asked for
             text = reply.text.strip().splitlines()
             try:
-                doc = json.loads(text[0]) if text else {}
+                doc = untrusted.loads(text[0]) if text else {}
             except ValueError:
                 raise EtcdError(
                     f"etcd {path} at {endpoint}: HTTP {reply.status_code}, not JSON: "
@@ -307,6 +307,7 @@ class EtcdClient:
         """Whether one member answers its health check (and has a leader)."""
         try:
             reply = self._http.get(endpoint.rstrip("/") + "/health", timeout=1.0)
-            return reply.status_code == 200 and reply.json().get("health") == "true"
-        except (httpx.HTTPError, ValueError):
+            return reply.status_code == 200 and \
+                untrusted.loads(reply.content).get("health") == "true"
+        except (httpx.HTTPError, ValueError, AttributeError):
             return False
