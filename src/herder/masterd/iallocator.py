@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from herder.core import model
+from herder.core import model, paths
 from herder.core.errors import OpPrereqError
 
 BUILTIN = "herder"
@@ -103,10 +103,11 @@ def build_message(config: model.ConfigData, request: Mapping[str, Any],
 
 
 def find_script(name: str, search_path: Sequence[Path]) -> Path | None:
-    if "/" in name:
-        return None
     for directory in search_path:
-        candidate = directory / name
+        try:
+            candidate = paths.child(directory, name, what="iallocator name")
+        except paths.UnsafeName:
+            return None
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
