@@ -21,6 +21,7 @@ from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
 
 CONFIG = Path("/var/lib/herder/config.json")
+HV_DIR = "/var/lib/herder/hypervisor"  # core.hvfiles: beside CONFIG
 
 
 def names(config: model.ConfigData) -> list[str]:
@@ -61,33 +62,35 @@ def test_ssconf_values_have_ganetis_names():
 def test_vnc_password_files_go_to_the_nodes_that_can_run_the_instance():
     config = build_config(4, drbd_instances=1, plain_instances=1)
     drbd, plain = instance(config, "drbd0.example.com"), instance(config, "plain0.example.com")
-    drbd.hvparams["vnc_password_file"] = "/etc/herder/vnc/drbd0.pw"
-    plain.hvparams["vnc_password_file"] = "/etc/herder/vnc/plain0.pw"
+    drbd_pw, plain_pw = f"{HV_DIR}/drbd0.pw", f"{HV_DIR}/plain0.pw"
+    drbd.hvparams["vnc_password_file"] = drbd_pw
+    plain.hvparams["vnc_password_file"] = plain_pw
     plans = redist.plan(config, CONFIG)
     holders = {p: sorted(n for n, np in plans.items() if p in np.files)
-               for p in ("/etc/herder/vnc/drbd0.pw", "/etc/herder/vnc/plain0.pw")}
-    assert holders["/etc/herder/vnc/drbd0.pw"] == [config.node_name(u) for u in drbd.all_nodes]
-    assert holders["/etc/herder/vnc/plain0.pw"] == [config.node_name(plain.primary_node)]
+               for p in (drbd_pw, plain_pw)}
+    assert holders[drbd_pw] == [config.node_name(u) for u in drbd.all_nodes]
+    assert holders[plain_pw] == [config.node_name(plain.primary_node)]
     # a diskless instance can run anywhere: every VM-capable node; the white-list has them all
     plain.disks = []
     node(config, "node4.example.com").vm_capable = False
     plans = redist.plan(config, CONFIG)
-    assert sorted(n for n, np in plans.items() if "/etc/herder/vnc/plain0.pw" in np.files) \
+    assert sorted(n for n, np in plans.items() if plain_pw in np.files) \
         == ["node1.example.com", "node2.example.com", "node3.example.com"]
     allowed = plans["node4.example.com"].ssconf[redist.UPLOAD_LIST].splitlines()
-    assert {"/etc/herder/vnc/drbd0.pw", "/etc/herder/vnc/plain0.pw"} <= set(allowed)
+    assert {drbd_pw, plain_pw} <= set(allowed)
 
 
 def test_cluster_default_reaches_every_vm_capable_node_of_an_enabled_hypervisor():
     config = build_config(3, drbd_instances=0, plain_instances=0)
-    config.cluster.hvparams["kvm"] = {"vnc_password_file": "/etc/herder/vnc-cluster.pw"}
+    cluster_pw = f"{HV_DIR}/vnc-cluster.pw"
+    config.cluster.hvparams["kvm"] = {"vnc_password_file": cluster_pw}
     node(config, "node3.example.com").vm_capable = False
     plans = redist.plan(config, CONFIG)
-    assert [n for n, np in plans.items() if "/etc/herder/vnc-cluster.pw" in np.files] \
+    assert [n for n, np in plans.items() if cluster_pw in np.files] \
         == ["node1.example.com", "node2.example.com"]
     config.cluster.enabled_hypervisors = ["fake"]
     plans = redist.plan(config, CONFIG)
-    assert not any("/etc/herder/vnc-cluster.pw" in np.files for np in plans.values())
+    assert not any(cluster_pw in np.files for np in plans.values())
 
 
 def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
@@ -224,9 +227,9 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     from tests.simhelpers import herder, wait_for
 
     directory = Path(sim.directory)
-    # The master's file (not the test host's /etc: the simulated master is this host).
-    password = directory / "master-etc" / "herder" / "vnc" / "web1.pw"
-    password.parent.mkdir(parents=True)
+    # In the master's hypervisor file directory, beside its config (core.hvfiles).
+    password = Path(sim.config).parent / "hypervisor" / "web1.pw"
+    password.parent.mkdir(parents=True, exist_ok=True)
     password.write_bytes(b"s3cret-vnc\n")
     password.chmod(0o640)
     herder(sim, "instance", "add", "web1", "-t", "diskless", "-o", "debootstrap+default",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import time
 from pathlib import Path
 
@@ -154,15 +155,19 @@ def test_dead_node_fails_cleanly_and_a_restarted_noded_rejoins(sim) -> None:
 def test_noded_refuses_requests_without_the_secret_and_locks_memory(sim) -> None:
     node = sim.nodes[1]
     url = f"https://{node.ip}:1811/rpc/ping"
-    with httpx.Client(verify=False) as http:
+    cluster_pem = Path(sim.config).parent / "server.pem"
+    tls = ssl.create_default_context(cafile=str(cluster_pem))
+    tls.check_hostname = False
+    tls.load_cert_chain(cluster_pem)  # noded takes only clients with the cluster certificate
+    with httpx.Client(verify=tls) as http:
         assert http.post(url, content=b'{"msg": "{}", "salt": "1", "hmac": "x"}').status_code \
             == 403
-        forged = rpcauth.sign_call(b"wrong key\n", {})
+        forged = rpcauth.sign_call(b"wrong key\n", "ping", node.name, {})
         assert http.post(url, content=forged).status_code == 403
         key = envelope.load_key(Path(sim.config).parent / "hmac.key")
-        old = rpcauth.sign_call(key, {}, now=time.time() - 3600)
+        old = rpcauth.sign_call(key, "ping", node.name, {}, now=time.time() - 3600)
         assert http.post(url, content=old).status_code == 403
-        ok = http.post(url, content=rpcauth.sign_call(key, {}))
+        ok = http.post(url, content=rpcauth.sign_call(key, "ping", node.name, {}))
         assert ok.status_code == 200 and ok.json()["result"]["node"] == node.name
     status = Path(f"/proc/{node.pids['noded']}/status").read_text()
     vmlck = int(next(line for line in status.splitlines() if line.startswith("VmLck:")).split()[1])
