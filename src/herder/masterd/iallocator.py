@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from herder.core import model, paths
+from herder.core import model, paths, untrusted
 from herder.core.errors import OpPrereqError
 
 BUILTIN = "herder"
@@ -143,10 +143,9 @@ def run(name: str, message: Mapping[str, Any],
         raise OpPrereqError(f"iallocator {name} failed (exit {proc.returncode}): "
                             f"{(proc.stderr or proc.stdout).strip()[-300:]}")
     try:
-        reply = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise OpPrereqError(f"iallocator {name} printed no JSON: {proc.stdout[:200]!r}") \
-            from None
+        reply = untrusted.loads(proc.stdout, what=f"iallocator {name}'s answer")
+    except untrusted.BadDocument as err:
+        raise OpPrereqError(f"{err}: {proc.stdout[:200]!r}") from None
     if not isinstance(reply, dict) or "success" not in reply:
         raise OpPrereqError(f"iallocator {name}: answer lacks 'success'")
     if "result" not in reply and "nodes" in reply:
