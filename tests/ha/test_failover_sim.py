@@ -75,8 +75,8 @@ def test_master_failover(sim) -> None:
     directory = Path(sim.directory)
     # Work through the first master: an instance, a tag, and a maintd incident (node3's
     # self-diagnose asks for a live repair whose command does not exist).
-    herder(sim, "instance", "add", "web1", "-t", "plain", "-o", "debootstrap+default",
-           "--disk", "1G")
+    herder(sim, "instance", "add", "web1", "--no-name-check",
+           "-t", "plain", "-o", "debootstrap+default", "--disk", "1G")
     with RapiClient.for_herder_cluster(Path(sim.config).parent, sim.masterd_url) as api:
         api.wait_for_job(api.add_cluster_tags(["ha:tag-before"]))
     cluster.break_node(directory, node3.name, "live-repair", "no-such-repair")
@@ -123,8 +123,8 @@ def test_master_failover(sim) -> None:
     assert "ha:tag-before" in after.cluster.tags
     assert set(incidents) <= {i.uuid for i in after.maintenance.incidents}
     # New jobs run through the new master (the CLI finds it by the moved master IP).
-    herder(state, "instance", "add", "web2", "-t", "plain", "-o", "debootstrap+minimal",
-           "--disk", "1G")
+    herder(state, "instance", "add", "web2", "--no-name-check",
+           "-t", "plain", "-o", "debootstrap+minimal", "--disk", "1G")
     with RapiClient.for_herder_cluster(Path(state.config).parent, state.masterd_url) as api:
         assert api.get_info()["master"] == node2.name
         result = api.wait_for_job(api.add_cluster_tags(["ha:tag-after"]))
@@ -177,6 +177,6 @@ def test_no_voting_deposes_a_running_master(sim) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert config(state).cluster.master_epoch == 2
-    herder(state, "instance", "add", "web3", "-t", "plain", "-o", "debootstrap+default",
-           "--disk", "1G")
+    herder(state, "instance", "add", "web3", "--no-name-check",
+           "-t", "plain", "-o", "debootstrap+default", "--disk", "1G")
     assert config(state).find_instance("web3").name == "web3"

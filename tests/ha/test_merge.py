@@ -228,10 +228,10 @@ def run(state, *args: str, fail_at: str | None = None, check: bool = True):
 
 
 def populate(state, suffix: str) -> None:
-    run(state, "instance", "add", f"web-{suffix}", "-t", "drbd", "-o", "debootstrap+default",
-        "--disk", "1G")
-    run(state, "instance", "add", f"db-{suffix}", "-t", "plain", "-o", "debootstrap+default",
-        "--disk", "1G")
+    run(state, "instance", "add", f"web-{suffix}", "--no-name-check",
+        "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
+    run(state, "instance", "add", f"db-{suffix}", "--no-name-check",
+        "-t", "plain", "-o", "debootstrap+default", "--disk", "1G")
 
 
 def load(path) -> model.ConfigData:

@@ -232,7 +232,8 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     password.parent.mkdir(parents=True, exist_ok=True)
     password.write_bytes(b"s3cret-vnc\n")
     password.chmod(0o640)
-    herder(sim, "instance", "add", "web1", "-t", "diskless", "-o", "debootstrap+default",
+    herder(sim, "instance", "add", "web1", "--no-name-check",
+           "-t", "diskless", "-o", "debootstrap+default",
            "--no-install", "--no-start", "-H", f"vnc_password_file={password}")
     done = herder(sim, "cluster", "redist-conf")
     for n in sim.nodes:

@@ -104,10 +104,10 @@ def job_reasons(sim, job_id: int) -> list[list[Any]]:
 
 
 def test_instance_failures_are_recovered_through_maintd(sim) -> None:
-    herder(sim, "instance", "add", "web1", "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G")
-    herder(sim, "instance", "add", "keep1", "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G")
+    herder(sim, "instance", "add", "web1", "--no-name-check",
+           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
+    herder(sim, "instance", "add", "keep1", "--no-name-check",
+           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
     herder(sim, "tags", "add", "instance", "keep1", OPTOUT)
     pname, web = primary(sim, "web1")
     pnode = node_of(sim, pname)
@@ -159,7 +159,8 @@ def test_instance_failures_are_recovered_through_maintd(sim) -> None:
     # an I/O error: the node is drained and the instance moved (not on the master: draining
     # the master is refused, as in Ganeti)
     io_node, other = sim.nodes[1], sim.nodes[2]
-    herder(sim, "instance", "add", "io1", "-t", "drbd", "-o", "debootstrap+default",
+    herder(sim, "instance", "add", "io1", "--no-name-check",
+           "-t", "drbd", "-o", "debootstrap+default",
            "--disk", "1G", "-n", f"{io_node.name}:{other.name}")
     io1 = config(sim).find_instance("io1")
     herder(sim, "instmon", "inject", "IO_ERROR.REPORT", "io1", "--run-dir",

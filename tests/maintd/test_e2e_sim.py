@@ -82,8 +82,8 @@ def get(base: str, path: str):
 
 
 def test_evacuate_heals_the_cluster(sim) -> None:
-    herder(sim, "instance", "add", "web1", "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G")
+    herder(sim, "instance", "add", "web1", "--no-name-check",
+           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
     cfg = FileStore(sim.config).load()
     master = cfg.node_name(cfg.cluster.master_node)
     web = cfg.find_instance("web1")
@@ -181,8 +181,8 @@ def test_kill_9_mid_evacuation_loses_nothing_and_submits_nothing_twice(sim) -> N
         herder(sim, "node", "modify", name, "--offline", "no")
     victim = next(n.name for n in sim.nodes if n.name != master and n.name not in offline)
     victim_uuid = cfg.find_node(victim).uuid
-    herder(sim, "instance", "add", "db2", "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G", "-n", f"{victim}:{master}")
+    herder(sim, "instance", "add", "db2", "--no-name-check",
+           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G", "-n", f"{victim}:{master}")
     master_ip = next(n.ip for n in sim.nodes if n.name == master)
     base = f"http://{master_ip}:1816"
     ddir = Path(sim.directory) / "nodes" / victim / "diagnose"

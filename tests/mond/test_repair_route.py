@@ -170,7 +170,7 @@ def test_malformed_requests(tmp_path: Path, whitelist: Path) -> None:
             assert words in answer["message"]
         code, answer = post(m.url, json.dumps(envelope.sign(
             "{nope", repair_client.repair_key(KEY), "s")).encode())
-        assert code == 400 and "not JSON" in answer["message"]
+        assert code == 400 and "not valid JSON" in answer["message"]
 
 
 def test_no_key_on_the_node(tmp_path: Path, whitelist: Path) -> None:

@@ -45,15 +45,15 @@ def config(state):
 
 
 def test_create_with_the_allocator_and_move(sim) -> None:
-    dry = herder(sim, "instance", "add", "web1", "-t", "drbd", "-o", "debootstrap+default",
-                 "--disk", "1G", "--dry-run")
+    dry = herder(sim, "instance", "add", "web1", "--no-name-check",
+                 "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G", "--dry-run")
     assert "would be placed on" in dry.stdout
     assert "web1" not in {i.name for i in config(sim).instances.values()}  # nothing changed
     assert not any(domains(n.libvirt_uri) for n in sim.nodes)
-    herder(sim, "instance", "add", "web1", "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G")
-    herder(sim, "instance", "add", "db1", "-t", "plain", "-o", "debootstrap+minimal",
-           "--disk", "1G")
+    herder(sim, "instance", "add", "web1", "--no-name-check",
+           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
+    herder(sim, "instance", "add", "db1", "--no-name-check",
+           "-t", "plain", "-o", "debootstrap+minimal", "--disk", "1G")
     cfg = config(sim)
     web, db = cfg.find_instance("web1"), cfg.find_instance("db1")
     assert web.admin_state == "up" and web.disk_template == "drbd"
@@ -97,8 +97,8 @@ def test_evacuate_a_node(sim) -> None:
 
 
 def test_unknown_os_variant_is_refused_and_nothing_is_left(sim) -> None:
-    done = herder(sim, "instance", "add", "bad1", "-t", "plain", "-o", "debootstrap+nosuch",
-                  "--disk", "1G", check=False)
+    done = herder(sim, "instance", "add", "bad1", "--no-name-check",
+                  "-t", "plain", "-o", "debootstrap+nosuch", "--disk", "1G", check=False)
     assert done.returncode == 1
     assert "unsupported OS variant 'nosuch'" in done.stderr and "--force-variant" in done.stderr
     assert "bad1" not in {i.name for i in config(sim).instances.values()}
@@ -117,9 +117,9 @@ def test_external_iallocator_matches_the_builtin(sim, tmp_path: Path) -> None:
         wrapper.write_text(f"#!/bin/sh\nexec {hail_sh} \"$@\"\n")
         wrapper.chmod(0o755)
     try:
-        builtin = herder(sim, "instance", "add", "x1", "-t", "drbd", "-o",
+        builtin = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd", "-o",
                          "debootstrap+default", "--disk", "1G", "--dry-run", "-I", "herder")
-        external = herder(sim, "instance", "add", "x1", "-t", "drbd", "-o",
+        external = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd", "-o",
                           "debootstrap+default", "--disk", "1G", "--dry-run", "-I", "hail")
         assert builtin.stdout == external.stdout
     finally:

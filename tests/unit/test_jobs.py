@@ -74,15 +74,15 @@ def test_master_rules_and_errors_are_job_errors(master: Master) -> None:
     assert info["status"] == "error"
     assert info["opresult"][0] == ["OpPrereqError", [
         "The master role can be changed only via master-failover", "wrong_input"]]
-    info = master.run({"OP_ID": "OP_CLUSTER_SET_PARAMS", "beparams": {"colour": "red"}})
-    assert info["status"] == "error" and "unknown backend parameter" in info["opresult"][0][1][0]
+    info = master.run({"OP_ID": "OP_CLUSTER_SET_PARAMS", "beparams": {"minmem": 4096}})
+    assert info["status"] == "error" and "must not exceed maxmem" in info["opresult"][0][1][0]
     info = master.run({"OP_ID": "OP_GROUP_REMOVE", "group_name": "default"})
     assert info["status"] == "error" and "still has nodes" in info["opresult"][0][1][0]
     assert master.store.path.read_bytes() == before  # nothing written by failed opcodes
 
 
 def test_later_opcodes_are_not_run_after_a_failure(master: Master) -> None:
-    info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["bad tag"]},
+    info = master.run({"OP_ID": "OP_TAGS_DEL", "kind": "cluster", "tags": ["absent"]},
                       {"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["good"]})
     assert info["opstatus"] == ["error", "error"]
     assert info["opresult"][1][1][0].startswith("not run")

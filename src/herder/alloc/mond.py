@@ -29,6 +29,7 @@ from typing import Any, TypeGuard
 
 from herder.alloc.model import Cluster
 from herder.alloc.protocol import InputError
+from herder.core import untrusted
 
 CPU_AVG_LOAD = "cpu-avg-load"
 XEN_CPU_AVG_LOAD = "xen-cpu-avg-load"
@@ -59,7 +60,7 @@ def _keys_of(obj: dict[str, Any]) -> str:
 def parse_mond_data(text: str) -> dict[str, list[dict[str, Any]]]:
     """Parse a MonD mock file; raises InputError with hbal's texts (without its prefix)."""
     try:
-        top = json.loads(text)
+        top = untrusted.loads(text)
     except ValueError:
         raise InputError("Parsing MonD's answer: Invalid JSON: a JSON text a serialized "
                          "object or array at the top level.") from None
@@ -138,7 +139,7 @@ def fetch_report(host: str, collector: str, port: int = DEFAULT_PORT,
     finally:
         conn.close()
     try:
-        obj = json.loads(body)
+        obj = untrusted.loads(body)
     except ValueError:
         return None, True
     if not isinstance(obj, dict) or any(k not in obj for k in _REPORT_KEYS if k != "category"):

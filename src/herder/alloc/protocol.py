@@ -23,6 +23,7 @@ from herder.alloc.model import (
     Node,
     finish_load,
 )
+from herder.core import untrusted
 
 
 class InputError(Exception):
@@ -65,6 +66,10 @@ def _no_constant(name: str) -> Any:
 def parse_message(data: bytes | str) -> dict[str, Any]:
     obj: Any = None
     decoded = False
+    try:
+        untrusted.check(data, what="input", max_bytes=len(data))
+    except untrusted.BadDocument as err:
+        raise InputError(f"Parsing input IAllocator message: {err}") from None
     if len(data) < STDLIB_JSON_MAX:
         try:
             text = data.decode("utf-8") if isinstance(data, bytes) else data

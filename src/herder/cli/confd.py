@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from herder.core import confd as confd_protocol
-from herder.core import envelope
+from herder.core import envelope, untrusted
 from herder.core import serve as serve_helper
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
@@ -79,8 +79,8 @@ def _parse_arg(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return untrusted.loads(text)
+    except untrusted.BadDocument:
         return text
 
 

@@ -3,11 +3,11 @@ status commands start fast); every failure becomes a one-line HerderError."""
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.request
 from typing import Any
 
+from herder.core import untrusted
 from herder.core.errors import HerderError
 
 
@@ -17,11 +17,13 @@ def call(url: str, daemon: str, method: str = "GET") -> Any:
     request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
+            return untrusted.loads(response.read(), what=f"{daemon}'s answer")
+    except untrusted.BadDocument as err:
+        raise HerderError(f"{url}: {err}") from None
     except urllib.error.HTTPError as err:
         body = err.read().decode(errors="replace")
         try:
-            message = json.loads(body).get("message", body)
+            message = untrusted.loads(body).get("message", body)
         except (ValueError, AttributeError):
             message = body
         raise HerderError(f"{url}: HTTP {err.code}: {message}") from None

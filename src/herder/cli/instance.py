@@ -108,14 +108,23 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--no-start", is_flag=True)
 @click.option("--no-install", is_flag=True)
 @click.option("--force-variant", is_flag=True, help="Accept an OS variant it does not list.")
+@click.option("--no-name-check", is_flag=True,
+              help="Do not require NAME to resolve (and so do not check its IP either).")
+@click.option("--no-ip-check", is_flag=True,
+              help="Do not check that the address NAME resolves to is unused.")
 @click.option("--dry-run", is_flag=True, help="Run every check and show the chosen nodes.")
 @click.pass_context
 def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         disks: tuple[str, ...], nics: tuple[str, ...], nodes: str | None,
         iallocator: str | None, be: tuple[str, ...], hv: tuple[str, ...], no_start: bool,
-        no_install: bool, force_variant: bool, dry_run: bool) -> None:
+        no_install: bool, force_variant: bool, no_name_check: bool, no_ip_check: bool,
+        dry_run: bool) -> None:
     """Create instance NAME: placed by explicit nodes, or by the iallocators (the cluster's
-    defaults for `allocate`, tried in order); the selected nodes are printed."""
+    defaults for `allocate`, tried in order); the selected nodes are printed.
+
+    NAME is a host name and must resolve (the resolved name is kept), and the address it
+    resolves to must not answer yet, unless --no-name-check / --no-ip-check (as Ganeti's
+    gnt-instance add)."""
     body: dict[str, Any] = {
         "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
         "disks": [{"size": size} for size in disks],
@@ -123,6 +132,7 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         "start": not no_start, "no_install": no_install, "force_variant": force_variant,
         "beparams": params.parse_assignments(be) if be else {},
         "hvparams": params.parse_assignments(hv) if hv else {},
+        "name_check": not no_name_check, "ip_check": not (no_name_check or no_ip_check),
     }
     if nodes:
         primary, _, secondary = nodes.partition(":")

@@ -262,9 +262,12 @@ def powercycle(ctx: click.Context, name: str, force: bool) -> None:
 def repair_command(ctx: click.Context, name: str, command: str, input_file: Any) -> None:
     """Run a white-listed repair command on a node (OP_REPAIR_COMMAND), as maintd's
     live-repair does."""
-    import json
+    from herder.core import untrusted
 
-    data = json.load(input_file) if input_file else None
+    try:
+        data = untrusted.loads(input_file.read(), what="--input") if input_file else None
+    except untrusted.BadDocument as err:
+        raise click.ClickException(str(err)) from None
     (out,) = remote.run(ctx, [{"OP_ID": "OP_REPAIR_COMMAND", "node_name": name,
                                "command": command, "input": data}])
     click.echo(out, nl=False)

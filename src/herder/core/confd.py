@@ -32,7 +32,7 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from herder.core import envelope
+from herder.core import envelope, untrusted
 from herder.core.errors import HerderError, SignatureError
 
 # --- constants (Ganeti 3.0 values) ------------------------------------------------------------
@@ -205,9 +205,9 @@ def parse_request(payload: bytes, key: bytes, now: float | None = None,
         raise ConfdError("packet too big")
     raw = envelope.unpack(payload)
     try:
-        outer = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise SignatureError("envelope is not valid JSON") from None
+        outer = untrusted.decode(raw, what="envelope")
+    except untrusted.BadDocument as err:
+        raise SignatureError(str(err)) from None
     msg, salt = envelope.verify(outer, key)
     if not salt.isascii() or not salt.lstrip("-").isdigit():
         raise ConfdError(f"non-integer timestamp {salt[:40]!r}")
@@ -216,9 +216,9 @@ def parse_request(payload: bytes, key: bytes, now: float | None = None,
     if abs(current - stamp) > max_skew:
         raise ConfdError(f"timestamp {stamp} outside the ±{max_skew:g} s window")
     try:
-        body = msgspec.json.decode(msg)
-    except msgspec.DecodeError:
-        raise ConfdError("request body is not valid JSON") from None
+        body = untrusted.decode(msg, what="request body")
+    except untrusted.BadDocument as err:
+        raise ConfdError(str(err)) from None
     if not isinstance(body, dict):
         raise ConfdError("request body is not a JSON object")
     if body.get("protocol") != PROTOCOL_VERSION or not _is_int(body.get("protocol")):

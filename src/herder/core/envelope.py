@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from herder.core import untrusted
 from herder.core.errors import SignatureError
 
 # confd's framing: a four-character code before the envelope ("plain json 0").
@@ -53,9 +54,9 @@ def verify(envelope: Mapping[str, Any] | bytes | str, key: bytes) -> tuple[str, 
     """Check an envelope; return (msg text, salt). Raises SignatureError with the reason."""
     if isinstance(envelope, bytes | str):
         try:
-            envelope = msgspec.json.decode(envelope)
-        except msgspec.DecodeError as err:
-            raise SignatureError(f"signed message is not valid JSON: {err}") from None
+            envelope = untrusted.decode(envelope, what="signed message")
+        except untrusted.BadDocument as err:
+            raise SignatureError(str(err)) from None
     if not isinstance(envelope, Mapping):
         raise SignatureError("invalid signed message: not a JSON object")
     msg, salt, mac = envelope.get("msg"), envelope.get("salt"), envelope.get("hmac")
@@ -70,9 +71,9 @@ def verify_data(envelope: Mapping[str, Any] | bytes | str, key: bytes) -> tuple[
     """Like `verify`, and decode the message: return (data, salt)."""
     msg, salt = verify(envelope, key)
     try:
-        return msgspec.json.decode(msg), salt
-    except msgspec.DecodeError as err:
-        raise SignatureError(f"signed message body is not valid JSON: {err}") from None
+        return untrusted.decode(msg, what="signed message body"), salt
+    except untrusted.BadDocument as err:
+        raise SignatureError(str(err)) from None
 
 
 def pack(envelope_json: bytes) -> bytes:

@@ -24,7 +24,6 @@ in one line, instead of being retried on the next member.
 from __future__ import annotations
 
 import base64
-import json
 import random
 import ssl
 import threading
@@ -36,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from herder.core import untrusted
 from herder.core.errors import HerderError
 
 DEFAULT_TIMEOUT = 2.0
@@ -431,12 +431,12 @@ class EtcdClient:
                 f"etcd at {endpoint} refuses client certificates that carry a CommonName on its "
                 "JSON gateway while authentication is on: issue herder's without one (docs/ha.md)")
         try:
-            doc = reply.json()
+            doc = untrusted.loads(reply.content)
         except ValueError:
             # keepalive streams one JSON object per line; the first is what we asked for
             text = reply.text.strip().splitlines()
             try:
-                doc = json.loads(text[0]) if text else {}
+                doc = untrusted.loads(text[0]) if text else {}
             except ValueError:
                 raise EtcdError(
                     f"etcd {path} at {endpoint}: HTTP {reply.status_code}, not JSON: "
@@ -519,6 +519,7 @@ class EtcdClient:
         """Whether one member answers its health check (and has a leader)."""
         try:
             reply = self._http.get(endpoint.rstrip("/") + "/health", timeout=1.0)
-            return reply.status_code == 200 and reply.json().get("health") == "true"
-        except (httpx.HTTPError, ValueError):
+            return reply.status_code == 200 and \
+                untrusted.loads(reply.content).get("health") == "true"
+        except (httpx.HTTPError, ValueError, AttributeError):
             return False

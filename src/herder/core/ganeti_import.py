@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from herder.core import model, params, uidpool
+from herder.core import model, params, uidpool, untrusted
 from herder.core.errors import ConfigError, ParameterError
 from herder.core.upgrade import stable_uuid
 
@@ -121,7 +121,10 @@ def import_ganeti_file(path: str | os.PathLike[str]) -> tuple[model.ConfigData, 
     except OSError as err:
         raise ConfigError(f"cannot read Ganeti config {str(file)!r}: {err.strerror}") from None
     try:
+        untrusted.check(raw, what=f"Ganeti config {str(file)!r}")
         data = json.loads(raw)
+    except untrusted.BadDocument as err:
+        raise ConfigError(str(err)) from None
     except UnicodeDecodeError:
         raise ConfigError(f"Ganeti config {str(file)!r} is not UTF-8 JSON") from None
     except json.JSONDecodeError as err:

@@ -11,15 +11,16 @@ Ganeti `config.data` into it. JSON field names follow Ganeti where Ganeti tools 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import time
 import uuid as uuid_mod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import params
+from herder.core import names, params, untrusted
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
@@ -66,6 +67,12 @@ class Named(Base, kw_only=True):
     uuid: str
     name: str
     tags: list[str] = msgspec.field(default_factory=list)
+
+    def check_name_and_tags(self, rule: Callable[[str, str], str], what: str) -> None:
+        """The object's name by its rule (`herder.core.names`) and its tags (Ganeti's)."""
+        rule(self.name, f"{what} name")
+        for tag in self.tags:
+            check_tag(tag)
 
 
 # --- instance policy --------------------------------------------------------------------------
@@ -165,6 +172,45 @@ def default_ipolicy() -> IPolicy:
     )
 
 
+IPOLICY_FIELDS = ("minmax", "std", "disk_templates", "vcpu_ratio", "spindle_ratio")
+
+
+def ipolicy_field(key: str, *, group: bool) -> str:
+    """The attribute a change of `key` (Ganeti's dashed name, or the underscored one) sets;
+    ConfigError for a key no policy has (and `std` for a group's, which has none)."""
+    attr = key.replace("-", "_") if isinstance(key, str) else ""
+    if attr not in IPOLICY_FIELDS or (group and attr == "std"):
+        raise ConfigError(f"unknown or not settable ipolicy field {key!r}")
+    return attr
+
+
+def check_ipolicy_changes(changes: Mapping[str, Any], *, group: bool) -> None:
+    """The edge's check of an ipolicy change (Ganeti's InstancePolicy.CheckParameterSyntax on
+    what is given): known keys, ispecs of non-negative integers with min <= max, known disk
+    templates, positive finite ratios. None resets a group's field. ConfigError otherwise."""
+    for key, value in changes.items():
+        attr = ipolicy_field(key, group=group)
+        if value is None:
+            if not group:
+                raise ConfigError(f"ipolicy {key}: the cluster's policy cannot be unset")
+            continue
+        target: Any = {"minmax": list[MinMax], "std": ISpec, "disk_templates": list[str],
+                       "vcpu_ratio": float, "spindle_ratio": float}[attr]
+        try:
+            converted = msgspec.convert(value, target)
+        except msgspec.ValidationError as err:
+            raise ConfigError(f"ipolicy {key}: {err}") from None
+        if attr == "minmax" and not converted:
+            raise ConfigError("ipolicy minmax needs at least one min/max pair")
+        if attr == "disk_templates":
+            unknown = [dt for dt in converted if dt not in params.DISK_TEMPLATES]
+            if unknown:
+                raise ConfigError(f"ipolicy names unknown disk template(s) {', '.join(unknown)}")
+        if attr in ("vcpu_ratio", "spindle_ratio") and not (converted > 0
+                                                             and converted < float("inf")):
+            raise ConfigError(f"ipolicy {key} must be a positive number, got {value!r}")
+
+
 def fill_ipolicy(cluster: IPolicy, group: IPolicyOverride | None) -> IPolicy:
     if group is None:
         return cluster
@@ -237,6 +283,7 @@ class Disk(Base, kw_only=True):
     def __post_init__(self) -> None:
         if self.dev_type not in params.DISK_TEMPLATES:
             raise ValueError(f"disk {self.uuid}: unknown disk template {self.dev_type!r}")
+        names.device_name(self.name, "disk")
         if self.size < 0:
             raise ValueError(f"disk {self.uuid}: negative size")
         if self.spindles is not None and self.spindles < 0:
@@ -257,6 +304,14 @@ class NIC(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         self.nicparams = params.validate(params.NIC_FAMILY, self.nicparams)
         self.mac = self.mac.lower()
+        if not re.fullmatch(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", self.mac):
+            raise ValueError(f"NIC {self.uuid}: invalid MAC address {self.mac!r}")
+        if self.ip is not None:
+            try:
+                ipaddress.ip_address(self.ip)
+            except ValueError:
+                raise ValueError(f"NIC {self.uuid}: invalid IP address {self.ip!r}") from None
+        names.device_name(self.name, "NIC")
 
 
 # --- nodes, groups, instances, networks -------------------------------------------------------
@@ -275,6 +330,7 @@ class Node(Named, kw_only=True):
     ndparams: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.check_name_and_tags(names.hostname, "node")
         self.ndparams = params.validate(params.ND_FAMILY, self.ndparams)
         if self.offline and self.master_candidate:
             raise ValueError(f"node {self.name}: an offline node cannot be a master candidate")
@@ -303,6 +359,7 @@ class NodeGroup(Named, kw_only=True):
     networks: dict[str, NetworkLink] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.check_name_and_tags(names.object_name, "node group")
         self.ndparams = params.validate(params.ND_FAMILY, self.ndparams)
         self.diskparams = {
             dt: params.validate(params.disk_family(dt), values)
@@ -316,6 +373,9 @@ class Network(Named, kw_only=True):
     network6: str | None = None
     gateway6: str | None = None
     mac_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        self.check_name_and_tags(names.object_name, "network")
 
 
 class Instance(Named, kw_only=True):
@@ -332,6 +392,9 @@ class Instance(Named, kw_only=True):
     osparams: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.check_name_and_tags(names.hostname, "instance")
+        if self.os != "none":
+            names.os_name(self.os, f"instance {self.name}: OS")
         self.hvparams = params.validate(
             params.hv_family(self.hypervisor), self.hvparams, instance_level=True
         )
@@ -532,6 +595,12 @@ class Cluster(Base, kw_only=True):
     hidden_os: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
+        names.hostname(self.name, "cluster name")
+        for tag in self.tags:
+            check_tag(tag)
+        if not params.is_interface_name(self.master_netdev):
+            raise ValueError(f"master_netdev {self.master_netdev!r} is not a network interface "
+                             "name")
         self.ipolicy.check_std()
         for hv in self.enabled_hypervisors:
             params.hv_family(hv)
@@ -714,6 +783,7 @@ def _find(kind: str, table: Mapping[str, _T], key: str) -> _T:
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _DECODER = msgspec.json.Decoder(ConfigData)
+CONFIG_MAX_BYTES = 1 << 30  # a config of tens of thousands of instances is tens of MiB
 
 
 def encode(config: ConfigData) -> bytes:
@@ -724,7 +794,10 @@ def encode(config: ConfigData) -> bytes:
 def decode(raw: bytes | str) -> ConfigData:
     """Decode and validate a document; any problem is a ConfigError naming it."""
     try:
+        untrusted.check(raw, what="config", max_bytes=CONFIG_MAX_BYTES)
         return _DECODER.decode(raw)
+    except untrusted.BadDocument as err:
+        raise ConfigError(str(err)) from None
     except msgspec.ValidationError as err:
         raise ConfigError(f"invalid config: {err}") from None
     except msgspec.DecodeError as err:

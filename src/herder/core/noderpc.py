@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from herder.core import model, rpcauth
+from herder.core import model, rpcauth, untrusted
 from herder.core.errors import RpcError
 
 DEFAULT_NODED_PORT = 1811
@@ -103,8 +103,10 @@ class HttpNodeRpc:
             raise RpcError(f"node {node.name}: {method} failed: cannot reach its node daemon "
                            f"at {node.primary_ip}:{self.port} ({err})") from None
         try:
-            answer = response.json()
+            answer = untrusted.loads(response.content)
         except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
             answer = {"error": response.text.strip()[:200]}
         if response.status_code == 409 and STALE_EPOCH in str(answer.get("error", "")):
             stale = StaleEpochError(f"node {node.name}: {method} refused: {answer['error']}")

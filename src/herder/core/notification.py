@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from herder.core import purpose_keys, settingsfile
+from herder.core import purpose_keys, settingsfile, untrusted
 
 TYPES = ("VM", "COMPUTE_HOST", "PROCESS")
 HOSTNAME_RE = re.compile(r"^[a-zA-Z0-9-._]{1,255}$")
@@ -121,9 +121,9 @@ def parse(body: bytes | str | Mapping[str, Any]) -> Notification:
     """A validated notification from a request body (NotificationError when refused)."""
     if isinstance(body, bytes | str):
         try:
-            data = msgspec.json.decode(body)
-        except msgspec.DecodeError as err:
-            raise NotificationError(f"body is not JSON: {err}") from None
+            data = untrusted.decode(body, what="body")
+        except untrusted.BadDocument as err:
+            raise NotificationError(str(err)) from None
     else:
         data = body
     if not isinstance(data, Mapping) or set(data) != {"notification"}:

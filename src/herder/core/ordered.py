@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from herder.core import paths
 from herder.core.store import atomic_write
 
 DIRECTORY = "instmon-ordered"
@@ -26,7 +27,7 @@ GRACE = 5.0  # seconds a marker stays valid after the operation ended
 
 
 def _path(run_dir: Path, domain: str) -> Path:
-    return Path(run_dir) / DIRECTORY / domain.replace("/", "_")
+    return paths.child(Path(run_dir) / DIRECTORY, domain, what="domain name")
 
 
 def mark(run_dir: Path, domain: str, op: str, seconds: float) -> None:
@@ -37,7 +38,7 @@ def mark(run_dir: Path, domain: str, op: str, seconds: float) -> None:
 
 def clear(run_dir: Path, domain: str) -> None:
     """The domain runs here again: earlier orders to stop it are over."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a name no marker can have
         _path(run_dir, domain).unlink()
 
 

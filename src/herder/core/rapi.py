@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import httpx
 
-from herder.core import roles
+from herder.core import roles, untrusted
 from herder.core.errors import HerderError
 
 RAPI_VERSION = 2
@@ -124,7 +124,7 @@ def error_message(status: int, reason: str, content: bytes) -> tuple[str, Any]:
     """
     text = content.decode("utf-8", errors="replace").strip()
     try:
-        body: Any = json.loads(text) if text else None
+        body: Any = untrusted.loads(text) if text else None
     except ValueError:
         body = text
     if isinstance(body, dict) and ("message" in body or "error" in body or "explain" in body):
@@ -151,7 +151,7 @@ def parse_answer(method: str, path: str, status: int, reason: str, content: byte
         if not content.strip():
             return None
         try:
-            return json.loads(content)
+            return untrusted.loads(content)
         except ValueError:
             raise RapiError(
                 f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from herder.core import envelope, purpose_keys
+from herder.core import envelope, purpose_keys, untrusted
 from herder.core.errors import HerderError
 
 REPAIR_PATH = "/1/repair"
@@ -90,14 +90,14 @@ def run_repair(url: str, key: bytes, command: str, input: Any, event: str,
         raise RepairTransportError(f"cannot reach mond at {target}: {err}") from None
     if resp.status_code >= 400:
         try:
-            detail = resp.json()
+            detail = untrusted.loads(resp.content)
         except ValueError:
             detail = None
         message = (detail.get("message") if isinstance(detail, dict) else None) \
             or resp.reason_phrase
         raise RepairRefusedError(target, resp.status_code, str(message))
     try:
-        answer = resp.json()
+        answer = untrusted.loads(resp.content)
     except ValueError as err:
         raise RepairTransportError(f"mond at {target} sent an invalid answer: {err}") from None
     if not isinstance(answer, dict) or "exit_code" not in answer:

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from herder.core import purpose_keys
+from herder.core import purpose_keys, untrusted
 from herder.core.errors import SignatureError
 
 MAX_SKEW = 300  # seconds between the signer's clock and the receiver's
@@ -113,14 +113,14 @@ def check_call(key: bytes, body: bytes, *, method: str, node: str, replay: Repla
     the body is unsigned, forged, for another method or node, outside the window or replayed.
     `replay` None: no replay check (tools checking a body they hold)."""
     try:
-        outer = msgspec.json.decode(body, type=_Envelope)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        outer = untrusted.decode(body, _Envelope, what="node RPC request")
+    except (untrusted.BadDocument, msgspec.ValidationError):
         raise SignatureError("not a signed node RPC request") from None
     if not hmac.compare_digest(_mac(key, outer.salt, outer.msg), outer.hmac.lower()):
         raise SignatureError("invalid signature")
     try:
-        call = msgspec.json.decode(outer.msg, type=SignedCall)
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        call = untrusted.decode(outer.msg, SignedCall, what="signed call")
+    except (untrusted.BadDocument, msgspec.ValidationError) as err:
         raise SignatureError(f"malformed signed call: {err}") from None
     if call.nonce != outer.salt or not call.nonce:
         raise SignatureError("malformed signed call: the nonce is not the salt")

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from herder.core import untrusted
 from herder.core.errors import HerderError
 
 S = TypeVar("S", bound=msgspec.Struct)
@@ -78,7 +79,10 @@ def one_line(path: Path, what: str, schema: type[msgspec.Struct],
 def decode(text: str, path: Path, schema: type[S], what: str) -> S:
     """A settings file's text, validated into `schema`."""
     try:
+        untrusted.check_toml(text, what=f"{what} {path}")
         data = tomllib.loads(text)
+    except untrusted.BadDocument as err:
+        raise HerderError(str(err)) from None
     except tomllib.TOMLDecodeError as err:
         raise HerderError(f"{what} {path}: not valid TOML: {err}".replace("\n", " ")) from None
     try:

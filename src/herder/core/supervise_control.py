@@ -15,7 +15,7 @@ from typing import Literal
 
 import msgspec
 
-from herder.core import unixline
+from herder.core import unixline, untrusted
 from herder.core.errors import HerderError
 
 MAX_LINE = unixline.MAX_LINE
@@ -57,7 +57,9 @@ def encode(message: Request | Reply) -> bytes:
 
 
 def decode_request(line: bytes) -> Request:
-    return msgspec.json.decode(line, type=Request)
+    """A request line (msgspec's ValidationError, or untrusted.BadDocument, when bad)."""
+    decoded: Request = untrusted.decode(line, Request, what="request")
+    return decoded
 
 
 def request(path: Path, command: Command, daemons: Sequence[str] = (),

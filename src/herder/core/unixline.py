@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from herder.core import untrusted
 from herder.core.errors import HerderError
 
 MAX_LINE = 1 << 20
@@ -39,8 +40,9 @@ def exchange(path: Path, request: Any, reply_type: type[T], *, who: str,
         reason = err.strerror or str(err) or type(err).__name__
         raise HerderError(f"cannot reach {who} at {path}: {reason}") from None
     try:
-        return msgspec.json.decode(bytes(data), type=reply_type)
+        answer: T = untrusted.decode(bytes(data), reply_type, what="answer")
+        return answer
     except msgspec.ValidationError as err:
         raise HerderError(f"{who} at {path} sent no valid answer: {err}") from None
-    except msgspec.DecodeError:
-        raise HerderError(f"{who} at {path} sent no valid answer") from None
+    except untrusted.BadDocument as err:
+        raise HerderError(f"{who} at {path} sent no valid answer: {err}") from None

@@ -14,9 +14,7 @@ from __future__ import annotations
 import uuid as uuid_mod
 from typing import Any
 
-import msgspec
-
-from herder.core import model, params
+from herder.core import model, params, untrusted
 from herder.core.errors import ConfigError
 
 _NAMESPACE = uuid_mod.UUID("6f1f3c2e-5b8a-4d0e-9a61-2f1e0c7d9b41")
@@ -32,8 +30,8 @@ def load_document(raw: bytes) -> model.ConfigData:
         return model.decode(raw)
     except ConfigError as typed_error:
         try:
-            doc = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+            doc = untrusted.decode(raw, what="config", max_bytes=model.CONFIG_MAX_BYTES)
+        except untrusted.BadDocument:
             raise typed_error from None
         if not isinstance(doc, dict):
             raise ConfigError("config is not a JSON object") from None

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from herder.core import notification, ordered, serve
+from herder.core import notification, ordered, serve, untrusted
 from herder.core.store import atomic_write
 from herder.instmon import events
 from herder.instmon.collapse import Collapser
@@ -263,7 +263,7 @@ class InstanceMonitor:
             def handle(self) -> None:
                 line = self.rfile.readline(65536)
                 try:
-                    request = json.loads(line)
+                    request = untrusted.loads(line, what="request")
                     if not isinstance(request, dict):
                         raise ValueError("send one JSON object")
                     if "inject" in request:
@@ -335,7 +335,7 @@ def control(run_dir: Path, request: Mapping[str, Any], timeout: float = 5.0) -> 
             if not chunk:
                 break
             data += chunk
-    answer = json.loads(data)
+    answer = untrusted.loads(data, what="instmon's answer")
     if not isinstance(answer, dict):
         raise ValueError("instmon answered something that is not an object")
     return answer

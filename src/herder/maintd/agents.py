@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from herder.core import untrusted
 from herder.maintd.rounds import Node
 
 log = logging.getLogger("herder.maintd.agents")
@@ -127,7 +128,7 @@ class AgentPoller:
             if resp.status_code != 200:
                 return AgentReports(node.uuid, error=f"mond answered {resp.status_code}: "
                                                      f"{resp.text[:200]}")
-            return AgentReports(node.uuid, split_reports(resp.json()))
+            return AgentReports(node.uuid, split_reports(untrusted.loads(resp.content)))
         except (httpx.HTTPError, ValueError, OSError) as err:
             log.info("no reports from %s: %s", node.name, err)
             return AgentReports(node.uuid, error=f"unreachable: {type(err).__name__} {err}")

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from herder.core import livefigures, model
+from herder.core import livefigures, model, paths, untrusted
 from herder.core.errors import OpPrereqError
 from herder.masterd.livecache import Snapshot
 
@@ -140,10 +140,11 @@ def build_message(config: model.ConfigData, request: Mapping[str, Any],
 
 
 def find_script(name: str, search_path: Sequence[Path]) -> Path | None:
-    if "/" in name:
-        return None
     for directory in search_path:
-        candidate = directory / name
+        try:
+            candidate = paths.child(directory, name, what="iallocator name")
+        except paths.UnsafeName:
+            return None
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -179,10 +180,9 @@ def run(name: str, message: Mapping[str, Any],
         raise OpPrereqError(f"iallocator {name} failed (exit {proc.returncode}): "
                             f"{(proc.stderr or proc.stdout).strip()[-300:]}")
     try:
-        reply = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise OpPrereqError(f"iallocator {name} printed no JSON: {proc.stdout[:200]!r}") \
-            from None
+        reply = untrusted.loads(proc.stdout, what=f"iallocator {name}'s answer")
+    except untrusted.BadDocument as err:
+        raise OpPrereqError(f"{err}: {proc.stdout[:200]!r}") from None
     if not isinstance(reply, dict) or "success" not in reply:
         raise OpPrereqError(f"iallocator {name}: answer lacks 'success'")
     if "result" not in reply and "nodes" in reply:

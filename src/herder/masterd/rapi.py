@@ -14,7 +14,7 @@ herder-only routes live under `/2/herder/`.
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
-from herder.core import access, hvfiles, model, roles, storage_units
+from herder.core import access, hvfiles, model, roles, storage_units, untrusted
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -38,8 +38,10 @@ from herder.core.store import ConfigStore
 from herder.masterd import views
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 
+log = logging.getLogger("herder.rapi")
 JSON = "application/json"
 WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
+MAX_BODY = 4 * 1024 * 1024  # bytes of a request body
 FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-migrate-reqv1",
             "node-evac-res1"]
 _encode = msgspec.json.Encoder().encode
@@ -82,8 +84,8 @@ class RapiHttpError(Exception):
 
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 409: "Conflict", 500: "Internal Server Error",
-            501: "Not Implemented", 503: "Service Unavailable"}
+            405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
+            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
 
 
 def error_response(status: int, explain: str) -> web.Response:
@@ -119,14 +121,18 @@ def flag(request: web.Request, name: str) -> bool:
 
 
 async def body_of(request: web.Request, *, default: Any = None) -> Any:
-    raw = await request.read()
+    """The request's JSON body (`herder.core.untrusted`: size and depth limited); 400 in
+    Ganeti's error shape for anything else, 413 for a body over the server's limit."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as err:
+        raise RapiHttpError(413, f"request body too large ({err.text})") from None
     if not raw.strip():
         return default
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise RapiHttpError(400, f"request body is not valid JSON: {err.msg} at char {err.pos}"
-                            ) from None
+        return untrusted.loads(raw, what="request body", max_bytes=MAX_BODY)
+    except untrusted.BadDocument as err:
+        raise RapiHttpError(400, str(err)) from None
 
 
 def body_dict(value: Any) -> dict[str, Any]:
@@ -351,6 +357,8 @@ async def node_role_set(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
     role = await body_of(request)
+    if not isinstance(role, str):
+        raise RapiHttpError(400, "the body must be a node role (a JSON string)")
     if role == "master":
         raise RapiHttpError(400, "the master role can be changed only via master-failover")
     if role not in ROLE_FIELDS:
@@ -815,10 +823,14 @@ async def rapi_middleware(request: web.Request,
         return error_response(400, str(err))
     except HerderError as err:
         return error_response(500, str(err))
+    except Exception:  # a bug: logged with its traceback; the client gets Ganeti's error shape
+        log.exception("RAPI %s %s failed", request.method, request.path)
+        return error_response(500, f"internal error handling {request.method} {request.path}; "
+                                   "see the master daemon's log")
 
 
 def make_app(ctx: RapiContext) -> web.Application:
-    app = web.Application(middlewares=[rapi_middleware], client_max_size=4 * 1024 * 1024)
+    app = web.Application(middlewares=[rapi_middleware], client_max_size=MAX_BODY)
     app[CTX_KEY] = ctx
     r = app.router
     r.add_get("/", root)

@@ -56,7 +56,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from herder.core import envelope, purpose_keys
+from herder.core import envelope, purpose_keys, untrusted
 from herder.core.errors import SignatureError
 from herder.mond.collector import CollectorError, RepairSettings
 from herder.mond.collectors.diagnose import check_command
@@ -142,9 +142,9 @@ class Repairer:
             raise Refused(503, "unavailable", "this node has no HMAC key to verify repair "
                           "requests with (hmac_key in mond's config)")
         try:
-            outer = msgspec.json.decode(body)
-        except msgspec.DecodeError as err:
-            raise Refused(400, "bad request", f"request body is not JSON: {err}") from None
+            outer = untrusted.decode(body, what="request body")
+        except untrusted.BadDocument as err:
+            raise Refused(400, "bad request", str(err)) from None
         if not isinstance(outer, dict):
             raise Refused(400, "bad request", "request body must be a JSON object "
                           "(a signed envelope {msg, salt, hmac})")
@@ -163,11 +163,11 @@ class Repairer:
                 why = f"missing or malformed signature: {why}"
             raise Refused(403, "forbidden", why) from None
         try:
-            req = msgspec.json.decode(msg, type=RepairRequest)
+            req = untrusted.decode(msg, RepairRequest, what="signed message")
         except msgspec.ValidationError as err:
             raise Refused(400, "bad request", f"malformed repair request: {err}") from None
-        except msgspec.DecodeError as err:
-            raise Refused(400, "bad request", f"signed message is not JSON: {err}") from None
+        except untrusted.BadDocument as err:
+            raise Refused(400, "bad request", str(err)) from None
         if not req.command:
             raise Refused(400, "bad request", "malformed repair request: empty command")
         if req.node is not None and self.node_name is not None and req.node != self.node_name:

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import libvirt
 
+from herder.core import paths
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
 
@@ -172,12 +173,15 @@ class Hypervisor:
 
     # --- the record of defined domains ---------------------------------------------------------
 
+    def _definition(self, name: str) -> Path:
+        return paths.child(self.defs_dir, name, suffix=".xml", what="domain name")
+
     def _record(self, name: str, xml: str) -> None:
-        atomic_write(self.defs_dir / f"{name}.xml", xml.encode(), 0o600)
+        atomic_write(self._definition(name), xml.encode(), 0o600)
 
     def _forget(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            (self.defs_dir / f"{name}.xml").unlink()
+            self._definition(name).unlink()
 
     def recorded(self) -> list[str]:
         return sorted(p.stem for p in self.defs_dir.glob("*.xml"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from herder.core import paths
 from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
@@ -207,7 +208,10 @@ def find_os(name: str, search_path: Sequence[Path | str] | Path | str | None = N
     base, _ = split_os_name(name)
     dirs = _as_paths(search_path)
     for directory in dirs:
-        candidate = directory / base
+        try:
+            candidate = paths.child(directory, base, what="OS name")
+        except paths.UnsafeName as err:
+            raise OsNotFoundError(str(err)) from None
         if candidate.is_dir():
             return load_os(base, candidate)
     raise OsNotFoundError(

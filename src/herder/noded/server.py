@@ -35,11 +35,11 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import access, ordered, storage_units, vmclaim, whitelist
+from herder.core import access, ordered, paths, storage_units, vmclaim, whitelist
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import atomic_write
-from herder.noded import rpccheck
+from herder.noded import rpcargs, rpccheck
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
 
@@ -102,28 +102,32 @@ class NodeDaemon:
     # --- helpers --------------------------------------------------------------------------------
 
     def disk_path(self, disk_uuid: str) -> Path:
-        if "/" in disk_uuid or disk_uuid.startswith("."):
+        if disk_uuid.startswith("."):
             raise RpcFailure(f"invalid disk id {disk_uuid!r}")
-        return self.disks_dir / f"{disk_uuid}.img"
+        return paths.child(self.disks_dir, disk_uuid, suffix=".img", what="disk id")
 
     def record(self, name: str, expected: str, reason: list[Any] | None,
                version: int | None) -> None:
         """What noded was asked to do to an instance, for mond's instance-status collector."""
         trail = list(reason or [])
-        atomic_write(self.reason_dir / name, json.dumps(trail).encode(), 0o644)
-        atomic_write(self.instances_dir / f"{name}.json", json.dumps({
-            "name": name, "expected_state": expected, "reason": trail,
-            "config_version": version, "changed": time.time()}).encode(), 0o644)
+        atomic_write(paths.child(self.reason_dir, name, what="instance name"),
+                     json.dumps(trail).encode(), 0o644)
+        atomic_write(paths.child(self.instances_dir, name, suffix=".json", what="instance name"),
+                     json.dumps({"name": name, "expected_state": expected, "reason": trail,
+                                 "config_version": version, "changed": time.time()}).encode(),
+                     0o644)
 
     def forget(self, name: str) -> None:
-        uid_record = self.instances_dir / f"{name}.uid"
+        uid_record = paths.child(self.instances_dir, name, suffix=".uid", what="instance name")
         if uid_record.exists():
             from herder.noded import uidpool
 
             with contextlib.suppress(HerderError, ValueError, OSError):
                 uidpool.release_uid(int(uid_record.read_text()),
                                     self.settings.state_dir / "uid-pool")
-        for path in (self.reason_dir / name, self.instances_dir / f"{name}.json", uid_record):
+        for path in (paths.child(self.reason_dir, name, what="instance name"),
+                     paths.child(self.instances_dir, name, suffix=".json", what="instance name"),
+                     uid_record):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
@@ -247,7 +251,8 @@ class NodeDaemon:
         from herder.core.uidpool import expand
         from herder.noded import uidpool
 
-        record = self.instances_dir / f"{inst['name']}.uid"
+        record = paths.child(self.instances_dir, inst["name"], suffix=".uid",
+                             what="instance name")
         if record.exists():
             return int(record.read_text())
         locked = uidpool.request_unused_uid(expand(pool), self.settings.state_dir / "uid-pool")
@@ -381,11 +386,11 @@ class NodeDaemon:
             definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
                                        list(self.settings.os_path))
             osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
-            paths = self.rpc_blockdev_create({"disks": inst.get("disks", []),
-                                              "instance": inst["name"]})
+            disk_paths = self.rpc_blockdev_create({"disks": inst.get("disks", []),
+                                                   "instance": inst["name"]})
             data = osdef.OsInstanceData(
                 name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
-                disks=[osdef.OsDisk(path=p) for p in paths],
+                disks=[osdef.OsDisk(path=p) for p in disk_paths],
                 nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"), mode=n.get("mode", "bridged"),
                                   link=n.get("link") or "") for n in inst.get("nics", [])],
                 hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
@@ -395,7 +400,8 @@ class NodeDaemon:
             log_dir = self.settings.state_dir / "os-logs"
             log_dir.mkdir(parents=True, exist_ok=True)
             result = osdef.run_os_script(definition, "create", env, self.settings.os_timeout,
-                                         log_dir / f"add-{inst['name']}.log")
+                                         paths.child(log_dir, inst["name"], prefix="add-",
+                                                     suffix=".log", what="instance name"))
         except osdef.OsError as err:
             raise RpcFailure(f"OS {inst['os']!r} for {inst['name']}: {err}") from None
         return {"os": inst["os"], "log": str(getattr(result, "log_file", ""))}
@@ -607,6 +613,22 @@ def _hard_reboot() -> None:  # pragma: no cover - reboots the machine
         fh.write("b")
 
 
+def refuse_arguments(daemon: NodeDaemon, method: str, args: dict[str, Any]
+                     ) -> web.Response | None:
+    """404 for a method the node does not have, 400 for arguments its schema refuses
+    (`herder.noded.rpcargs`); None when the call may run."""
+    if not method.isidentifier() or not callable(getattr(daemon, f"rpc_{method}", None)):
+        return web.Response(status=404, body=_encode({"error": f"unknown RPC {method[:64]!r}"}),
+                            content_type="application/json")
+    try:
+        rpcargs.check(method, args)
+    except rpcargs.BadArguments as err:
+        log.warning("refused RPC %s: %s", method, err)
+        return web.Response(status=400, body=_encode({"error": str(err)}),
+                            content_type="application/json")
+    return None
+
+
 def make_app(daemon: NodeDaemon) -> web.Application:
     checker = rpccheck.RequestChecker(daemon.settings.hmac_key, daemon.settings.node_name)
 
@@ -619,6 +641,9 @@ def make_app(daemon: NodeDaemon) -> web.Application:
             log.warning("refused RPC %s from %s: %s", method, request.remote, err.message)
             return web.Response(status=err.status, body=_encode({"error": err.message}),
                                 content_type="application/json")
+        refused = refuse_arguments(daemon, method, args)
+        if refused is not None:
+            return refused
         if EPOCH_KEY in args:
             try:
                 daemon.accept_epoch(args.pop(EPOCH_KEY))
@@ -637,6 +662,11 @@ def make_app(daemon: NodeDaemon) -> web.Application:
             log.warning("RPC %s failed: %s", method, message)
             return web.Response(status=500, body=_encode({"error": message}),
                                 content_type="application/json")
+        except Exception:  # a bug: logged with its traceback, one line to the master
+            log.exception("RPC %s failed", method)
+            return web.Response(status=500, body=_encode({
+                "error": f"internal error in {method}; see the node daemon's log"}),
+                content_type="application/json")
         return web.Response(body=_encode({"result": result}), content_type="application/json")
 
     app = web.Application(client_max_size=16 * 1024 * 1024)

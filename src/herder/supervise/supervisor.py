@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from herder.core import supervise_control
+from herder.core import supervise_control, untrusted
 from herder.supervise.settings import DaemonSpec, NodeSettings, daemon_specs
 
 log = logging.getLogger("herder.supervise")
@@ -238,7 +238,7 @@ class Supervisor:
             line = await reader.readline()
             try:
                 reply = await self.handle(supervise_control.decode_request(line))
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            except (untrusted.BadDocument, msgspec.ValidationError) as err:
                 reply = supervise_control.Reply(ok=False, error=f"bad request: {err}")
             writer.write(supervise_control.encode(reply))
             await writer.drain()

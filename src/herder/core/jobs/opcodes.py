@@ -3,19 +3,31 @@
 Each opcode is a msgspec Struct tagged by `OP_ID`, validated once when a job is submitted
 (`parse`): unknown OP_IDs and unknown fields are refused with a message. Every opcode carries
 the common fields (`dry_run`, `debug_level`, `priority`, `depends`, `comment`, `reason`).
+
+Submission is the edge every change passes (RAPI routes, herder's job route, the CLI through
+either, `--offline` through the same queue code), so each opcode also checks its values there
+(`__post_init__`): parameters with their types, ranges and relations (`herder.core.params`),
+new names by their rules (`herder.core.names`), timeouts, indices and ports by Ganeti's ranges.
+A refused opcode is never queued; what needs the config (the instance's own hypervisor, the
+inherited parameters) its LU checks before it changes anything.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import re
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core.errors import HerderError
+from herder.core import model, names, params, uidpool
+from herder.core.errors import ConfigError, HerderError
 from herder.core.jobs import reason
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
+_V = TypeVar("_V")
 
 
 class OpcodeError(HerderError):
@@ -35,6 +47,7 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
         if not PRIORITY_HIGHEST <= self.priority <= PRIORITY_LOWEST:
             raise ValueError(f"priority must be between {PRIORITY_HIGHEST} and "
                              f"{PRIORITY_LOWEST}")
+        _at_least("debug_level", self.debug_level, 0)
         try:
             self.reason = reason.validate(self.reason)
         except ValueError as err:
@@ -60,6 +73,171 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
     def to_dict(self) -> dict[str, Any]:
         fields: dict[str, Any] = msgspec.to_builtins(self)
         return fields
+
+
+# --- the edge's checks of values (each raises a ValueError naming the field) ---------------------
+
+def _at_least(field: str, value: float | None, lowest: float) -> None:
+    if value is not None and not value >= lowest:
+        raise ValueError(f"{field} must be at least {lowest:g}, got {value!r}")
+
+
+def _finite(field: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"{field} must be a finite number, got {value!r}")
+
+
+def _ip(field: str, value: str | None) -> None:
+    if value is None:
+        return
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{field} {value!r} is not an IP address") from None
+
+
+def _iallocator(value: str | None) -> None:
+    if value:
+        names.plain_name(value, "iallocator name")
+
+
+def _name_and_ip_checks(name_check: bool, ip_check: bool) -> None:
+    if ip_check and not name_check:
+        raise ValueError("Cannot do IP address check without a name check (ip_check needs "
+                         "name_check)")
+
+
+def _per_key(kind: str, value: Mapping[str, _V], known: Iterable[str]) -> Mapping[str, _V]:
+    """`value`, when all its keys are in `known` (hypervisors, disk templates)."""
+    allowed = set(known)
+    for key in value:
+        if key not in allowed:
+            raise ValueError(f"unknown {kind} {key!r} (known: {', '.join(sorted(allowed))})")
+    return value
+
+
+def _default_layer(changes: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Cluster-level beparams/nicparams may come as Ganeti's {"default": {...}}."""
+    if changes is not None and isinstance(changes.get("default"), dict):
+        inner: dict[str, Any] = changes["default"]
+        return inner
+    return changes
+
+
+def _disk_params(value: dict[str, dict[str, Any]] | None) -> None:
+    for template, changes in _per_key("disk template", value or {},
+                                      params.DISK_TEMPLATES).items():
+        params.check_changes(params.disk_family(template), changes)
+
+
+def _tags(tags: Iterable[str]) -> None:
+    for tag in tags:
+        model.check_tag(tag)
+
+
+def _uid_ranges(field: str, ranges: list[tuple[int, int]] | None) -> None:
+    for lo, hi in ranges or []:
+        if not 0 <= lo <= hi <= uidpool.MAX_UID:
+            raise ValueError(f"{field}: bad user-id range {lo}-{hi} (0-{uidpool.MAX_UID}, "
+                             "lower first)")
+
+
+COLLECTOR_SETTINGS = ("active", "interval", "min_interval", "max_interval")
+
+
+def _collector_settings(collector: str, settings: Mapping[str, Any]) -> None:
+    """herder's data collector settings: known keys, a boolean, positive finite intervals
+    (None re-derives a bound)."""
+    unknown = set(settings) - set(COLLECTOR_SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown data collector setting(s) {', '.join(sorted(unknown))} of "
+                         f"{collector} (known: {', '.join(COLLECTOR_SETTINGS)})")
+    for key, value in settings.items():
+        if key == "active":
+            params.coerce(params.ParamSpec(f"{collector} active", "bool", True), value)
+        elif value is not None and not params.coerce(
+                params.ParamSpec(f"{collector} {key}", "float", 1.0), value) > 0:
+            raise ValueError(f"data collector {collector}: {key} must be positive")
+
+
+# Ganeti's IDISK_PARAMS_TYPES and INIC_PARAMS_TYPES: what a disk or NIC of a new instance says
+DISK_SPEC_FIELDS = frozenset({"access", "adopt", "dev_type", "metavg", "mode", "name",
+                              "provider", "size", "spindles", "vg"})
+NIC_SPEC_FIELDS = frozenset({"bridge", "ip", "link", "mac", "mode", "name", "network", "vlan"})
+_MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", re.IGNORECASE)
+NIC_IP_SPECIAL = frozenset({"none", "auto", "pool"})
+
+
+def check_disk_specs(disks: list[dict[str, Any]]) -> None:
+    """The disks of an instance creation, as Ganeti's _CheckDiskArguments and
+    ValidateDeviceNames; ValueError naming the disk."""
+    seen: set[str] = set()
+    for index, disk in enumerate(disks):
+        where = f"disk {index}"
+        unknown = set(disk) - DISK_SPEC_FIELDS
+        if unknown:
+            raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
+                             f" (known: {', '.join(sorted(DISK_SPEC_FIELDS))})")
+        if "size" not in disk:
+            raise ValueError(f"{where}: missing size")
+        try:
+            size = params.parse_size(disk["size"])
+        except ValueError as err:
+            raise ValueError(f"{where}: size: {err}") from None
+        if size < 1:
+            raise ValueError(f"{where}: size must be at least 1 MiB")
+        if disk.get("mode", "rw") not in ("rw", "ro"):
+            raise ValueError(f"{where}: mode {disk.get('mode')!r} is not one of ro, rw")
+        spindles = disk.get("spindles")
+        if spindles is not None and (isinstance(spindles, bool) or not isinstance(spindles, int)
+                                     or spindles < 0):
+            raise ValueError(f"{where}: spindles must be a non-negative integer")
+        for key in ("vg", "metavg"):
+            if disk.get(key) is not None and not params.VG_NAME.passes(disk[key]):
+                raise ValueError(f"{where}: {key} {disk[key]!r} is not a volume group name")
+        if disk.get("provider") is not None:
+            names.plain_name(disk["provider"], f"{where} provider")
+        for key in ("access", "adopt", "dev_type"):
+            if disk.get(key) is not None and not isinstance(disk[key], str):
+                raise ValueError(f"{where}: {key} must be a string")
+        name = names.device_name(disk.get("name"), "disk")
+        if name is not None:
+            if name in seen:
+                raise ValueError(f"disk name {name!r} already used")
+            seen.add(name)
+
+
+def check_nic_specs(nics: list[dict[str, Any]]) -> None:
+    """The NICs of an instance creation, as Ganeti's ComputeNics and _CheckVLANArguments."""
+    seen: set[str] = set()
+    for index, nic in enumerate(nics):
+        where = f"NIC {index}"
+        unknown = set(nic) - NIC_SPEC_FIELDS
+        if unknown:
+            raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
+                             f" (known: {', '.join(sorted(NIC_SPEC_FIELDS))})")
+        for key, value in nic.items():
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{where}: {key} must be a string, got {value!r}")
+        mac = nic.get("mac")
+        if mac and mac not in ("auto", "generate") and not _MAC.fullmatch(mac):
+            raise ValueError(f"{where}: invalid MAC address {mac!r}")
+        ip = nic.get("ip")
+        if ip and ip.lower() not in NIC_IP_SPECIAL:
+            _ip(f"{where}: ip", ip)
+        if nic.get("network") and nic["network"].lower() != "none":
+            names.object_name(nic["network"], f"{where} network")
+        nicparams = {key: nic[key] for key in ("mode", "link", "vlan")
+                     if nic.get(key) not in (None, "", "auto")}
+        try:
+            params.validate(params.NIC_FAMILY, nicparams)
+        except ConfigError as err:
+            raise ValueError(f"{where}: {err}") from None
+        name = names.device_name(nic.get("name"), "NIC")
+        if name is not None:
+            if name in seen:
+                raise ValueError(f"NIC name {name!r} already used")
+            seen.add(name)
 
 
 # --- cluster ------------------------------------------------------------------------------------
@@ -99,6 +277,55 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     diagnose_data_collector_filename: str | None = None
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for hv, changes in _per_key("hypervisor", self.hvparams or {},
+                                    params.HYPERVISORS).items():
+            params.check_changes(params.hv_family(hv), changes)
+        for os_name, per_hv in (self.os_hvp or {}).items():
+            names.os_name(os_name)
+            for hv, changes in _per_key("hypervisor", per_hv, params.HYPERVISORS).items():
+                params.check_changes(params.hv_family(hv), changes, instance_level=True)
+        params.check_changes(params.BE_FAMILY, _default_layer(self.beparams))
+        params.check_changes(params.NIC_FAMILY, _default_layer(self.nicparams))
+        params.check_changes(params.ND_FAMILY, self.ndparams)
+        _disk_params(self.diskparams)
+        for os_name, osparams in (self.osparams or {}).items():
+            names.os_name(os_name)
+            params.check_osparams(osparams)
+        if self.ipolicy is not None:
+            model.check_ipolicy_changes(self.ipolicy, group=False)
+        _per_key("hypervisor", dict.fromkeys(self.enabled_hypervisors or []), params.HYPERVISORS)
+        _per_key("disk template", dict.fromkeys(self.enabled_disk_templates or []),
+                 params.DISK_TEMPLATES)
+        for field in ("uid_pool", "add_uids", "remove_uids"):
+            _uid_ranges(field, getattr(self, field))
+        if self.master_netdev is not None and not params.is_interface_name(self.master_netdev):
+            raise ValueError(f"master_netdev {self.master_netdev!r} is not a network "
+                             "interface name")
+        _at_least("candidate_pool_size", self.candidate_pool_size, 1)
+        _iallocator(self.default_iallocator)
+        for allocators in _per_key("iallocator request type", self.default_iallocators or {},
+                                   model.IALLOCATOR_REQUEST_TYPES).values():
+            for allocator in allocators:
+                _iallocator(allocator)
+        for collector in [*(self.enabled_data_collectors or {}),
+                          *(self.data_collector_interval or {}), *(self.data_collectors or {})]:
+            names.plain_name(collector, "data collector name")
+        for collector, settings in (self.data_collectors or {}).items():
+            _collector_settings(collector, settings)
+        for collector, interval in (self.data_collector_interval or {}).items():
+            _finite(f"data_collector_interval {collector}", interval)
+            if not interval > 0:
+                raise ValueError(f"data_collector_interval {collector} must be positive")
+        _at_least("maint_round_delay", self.maint_round_delay, 0)
+        _finite("maint_balance_threshold", self.maint_balance_threshold)
+        _at_least("maint_balance_threshold", self.maint_balance_threshold, 0)
+        if self.diagnose_data_collector_filename:
+            names.plain_name(self.diagnose_data_collector_filename, "diagnose command")
+        if self.name is not None:
+            self.name = names.hostname(self.name, "cluster name")
+
 
 class OpClusterRedistConf(OpCode, tag="OP_CLUSTER_REDIST_CONF", kw_only=True):
     """Push the config, job queue, ssconf and cluster-wide files to the nodes now (docs/ha.md
@@ -131,6 +358,11 @@ class OpGroupAdd(OpCode, tag="OP_GROUP_ADD", kw_only=True):
     hv_state: dict[str, Any] | None = None
     disk_state: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names.object_name(self.group_name, "node group name")
+        _check_group_params(self)
+
 
 class OpGroupSetParams(OpCode, tag="OP_GROUP_SET_PARAMS", kw_only=True):
     group_name: str
@@ -141,10 +373,25 @@ class OpGroupSetParams(OpCode, tag="OP_GROUP_SET_PARAMS", kw_only=True):
     hv_state: dict[str, Any] | None = None
     disk_state: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_group_params(self)
+
+
+def _check_group_params(op: OpGroupAdd | OpGroupSetParams) -> None:
+    params.check_changes(params.ND_FAMILY, op.ndparams)
+    _disk_params(op.diskparams)
+    if op.ipolicy is not None:
+        model.check_ipolicy_changes(op.ipolicy, group=True)
+
 
 class OpGroupRename(OpCode, tag="OP_GROUP_RENAME", kw_only=True):
     group_name: str
     new_name: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names.object_name(self.new_name, "node group name")
 
 
 class OpGroupRemove(OpCode, tag="OP_GROUP_REMOVE", kw_only=True):
@@ -166,6 +413,13 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     hv_state: dict[str, Any] | None = None
     disk_state: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.node_name = names.hostname(self.node_name, "node name")
+        _ip("primary_ip", self.primary_ip)
+        _ip("secondary_ip", self.secondary_ip)
+        params.check_changes(params.ND_FAMILY, self.ndparams)
+
 
 class OpNodeSetParams(OpCode, tag="OP_NODE_SET_PARAMS", kw_only=True):
     node_name: str
@@ -185,6 +439,13 @@ class OpNodeSetParams(OpCode, tag="OP_NODE_SET_PARAMS", kw_only=True):
     hv_state: dict[str, Any] | None = None
     disk_state: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _ip("secondary_ip", self.secondary_ip)
+        params.check_changes(params.ND_FAMILY, self.ndparams)
+        if self.new_name is not None:
+            self.new_name = names.hostname(self.new_name, "node name")
+
 
 class OpNodeRemove(OpCode, tag="OP_NODE_REMOVE", kw_only=True):
     node_name: str
@@ -201,6 +462,10 @@ class OpNodeEvacuate(OpCode, tag="OP_NODE_EVACUATE", kw_only=True):
     early_release: bool = False
     ignore_soft_errors: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
+
 
 class OpNodeMigrate(OpCode, tag="OP_NODE_MIGRATE", kw_only=True):
     node_name: str
@@ -212,6 +477,10 @@ class OpNodeMigrate(OpCode, tag="OP_NODE_MIGRATE", kw_only=True):
     iallocator: str | None = None
     allow_runtime_changes: bool = True
     ignore_ipolicy: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
 
 
 class OpNodePowercycle(OpCode, tag="OP_NODE_POWERCYCLE", kw_only=True):
@@ -234,6 +503,10 @@ class OpNodeModifyStorage(OpCode, tag="OP_NODE_MODIFY_STORAGE", kw_only=True):
     name: str
     changes: dict[str, Any]
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _storage_unit(self.name)
+
 
 class OpRepairNodeStorage(OpCode, tag="OP_REPAIR_NODE_STORAGE", kw_only=True):
     node_name: str
@@ -241,6 +514,17 @@ class OpRepairNodeStorage(OpCode, tag="OP_REPAIR_NODE_STORAGE", kw_only=True):
     storage_type: Literal["lvm-vg"] = "lvm-vg"
     name: str
     ignore_consistency: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _storage_unit(self.name)
+
+
+def _storage_unit(name: str) -> None:
+    """A storage unit's name (a PV's device path, a VG's name) goes to LVM's commands as an
+    argument: never an option, never several lines."""
+    if not name or name.startswith("-") or any(ch in name for ch in "\0\n\r"):
+        raise ValueError(f"invalid storage unit name {name!r}")
 
 
 class OpRepairCommand(OpCode, tag="OP_REPAIR_COMMAND", kw_only=True):
@@ -250,12 +534,21 @@ class OpRepairCommand(OpCode, tag="OP_REPAIR_COMMAND", kw_only=True):
     command: str
     input: Any = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names.plain_name(self.command, "repair command")
+
 
 class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
     """The OS definitions on the nodes, each with its variants (`name+variant`)."""
 
     output_fields: list[str] = msgspec.field(default_factory=lambda: ["name", "variants"])
     names: list[str] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for os_name in self.names:
+            names.os_name(os_name)
 
 
 # --- instances ----------------------------------------------------------------------------------
@@ -276,11 +569,28 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     start: bool = True
     no_install: bool = False
     force_variant: bool = False
-    ip_check: bool = False
-    name_check: bool = False
+    ip_check: bool = True
+    name_check: bool = True
     wait_for_sync: bool = True
     tags: list[str] = msgspec.field(default_factory=list)
-    mode: str = "create"
+    mode: Literal["create", "import", "remote-import"] = "create"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.instance_name = names.hostname(self.instance_name, "instance name")
+        _name_and_ip_checks(self.name_check, self.ip_check)
+        if self.os_type is not None:
+            names.os_name(self.os_type)
+        params.disk_family(self.disk_template)
+        if self.hypervisor is not None:
+            params.hv_family(self.hypervisor)
+        params.check_changes(params.BE_FAMILY, self.beparams)
+        params.check_hv_changes(self.hvparams, self.hypervisor)
+        params.check_osparams(self.osparams)
+        check_disk_specs(self.disks)
+        check_nic_specs(self.nics)
+        _iallocator(self.iallocator)
+        _tags(self.tags)
 
 
 class InstanceOpCode(OpCode, kw_only=True):
@@ -292,8 +602,13 @@ class InstanceOpCode(OpCode, kw_only=True):
 
 class OpInstanceRename(InstanceOpCode, tag="OP_INSTANCE_RENAME", kw_only=True):
     new_name: str
-    ip_check: bool = False
-    name_check: bool = False
+    ip_check: bool = True
+    name_check: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.new_name = names.hostname(self.new_name, "instance name")
+        _name_and_ip_checks(self.name_check, self.ip_check)
 
 
 class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=True):
@@ -306,6 +621,14 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
     force_variant: bool = False
     wait_for_sync: bool = True
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        params.check_hv_changes(self.hvparams)
+        params.check_changes(params.BE_FAMILY, self.beparams)
+        params.check_osparams(self.osparams)
+        if self.os_name is not None:
+            names.os_name(self.os_name)
+
 
 class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", kw_only=True):
     ignore_size: bool = False
@@ -317,6 +640,12 @@ class OpInstanceReinstall(InstanceOpCode, tag="OP_INSTANCE_REINSTALL", kw_only=T
     force_variant: bool = False
     osparams: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.os_type is not None:
+            names.os_name(self.os_type)
+        params.check_osparams(self.osparams)
+
 
 class OpInstanceReplaceDisks(InstanceOpCode, tag="OP_INSTANCE_REPLACE_DISKS", kw_only=True):
     mode: Literal["replace_on_primary", "replace_on_secondary", "replace_new_secondary",
@@ -326,6 +655,13 @@ class OpInstanceReplaceDisks(InstanceOpCode, tag="OP_INSTANCE_REPLACE_DISKS", kw
     iallocator: str | None = None
     early_release: bool = False
     ignore_ipolicy: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for index in self.disks:
+            if not 0 <= index < 16:
+                raise ValueError(f"disk index {index} out of range (0-15)")
+        _iallocator(self.iallocator)
 
 
 class OpInstanceQueryData(OpCode, tag="OP_INSTANCE_QUERY_DATA", kw_only=True):
@@ -342,19 +678,32 @@ class OpInstanceStartup(InstanceOpCode, tag="OP_INSTANCE_STARTUP", kw_only=True)
     no_remember: bool = False
     startup_paused: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        params.check_hv_changes(self.hvparams)
+        params.check_changes(params.BE_FAMILY, self.beparams)
+
 
 class OpInstanceShutdown(InstanceOpCode, tag="OP_INSTANCE_SHUTDOWN", kw_only=True):
     force: bool = False
     ignore_offline_nodes: bool = False
     timeout: int = 120
     no_remember: bool = False
-    admin_state_source: str | None = None
+    admin_state_source: Literal["admin", "user"] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("timeout", self.timeout, 0)
 
 
 class OpInstanceReboot(InstanceOpCode, tag="OP_INSTANCE_REBOOT", kw_only=True):
     reboot_type: Literal["soft", "hard", "full"] = "hard"
     ignore_secondaries: bool = False
     shutdown_timeout: int = 120
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("shutdown_timeout", self.shutdown_timeout, 0)
 
 
 class OpInstanceMigrate(InstanceOpCode, tag="OP_INSTANCE_MIGRATE", kw_only=True):
@@ -368,6 +717,10 @@ class OpInstanceMigrate(InstanceOpCode, tag="OP_INSTANCE_MIGRATE", kw_only=True)
     ignore_ipolicy: bool = False
     ignore_hvversions: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
+
 
 class OpInstanceFailover(InstanceOpCode, tag="OP_INSTANCE_FAILOVER", kw_only=True):
     ignore_consistency: bool = False
@@ -377,10 +730,19 @@ class OpInstanceFailover(InstanceOpCode, tag="OP_INSTANCE_FAILOVER", kw_only=Tru
     ignore_ipolicy: bool = False
     cleanup: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("shutdown_timeout", self.shutdown_timeout, 0)
+        _iallocator(self.iallocator)
+
 
 class OpInstanceRemove(InstanceOpCode, tag="OP_INSTANCE_REMOVE", kw_only=True):
     ignore_failures: bool = False
     shutdown_timeout: int = 120
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("shutdown_timeout", self.shutdown_timeout, 0)
 
 
 class OpInstanceStopStray(InstanceOpCode, tag="OP_INSTANCE_STOP_STRAY", kw_only=True):
@@ -408,7 +770,9 @@ class TagsOpCode(OpCode, kw_only=True):
 
 
 class OpTagsSet(TagsOpCode, tag="OP_TAGS_SET", kw_only=True):
-    pass
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _tags(self.tags)
 
 
 class OpTagsDel(TagsOpCode, tag="OP_TAGS_DEL", kw_only=True):
@@ -430,8 +794,10 @@ class OpTestDelay(OpCode, tag="OP_TEST_DELAY", kw_only=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _finite("duration", self.duration)
         if self.duration < 0:
             raise ValueError("duration must not be negative")
+        _at_least("repeat", self.repeat, 0)
 
 
 def _defined(base: type[OpCode]) -> list[type[OpCode]]:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from herder.core import locking
+from herder.core import locking, untrusted
 from herder.core.errors import HerderError, NotFoundError
 from herder.core.jobs import opcodes
 from herder.core.jobs import reason as reason_trail
@@ -196,8 +196,10 @@ class FileJobStorage:
         highest = 0
         for path in sorted(self.directory.glob("job-*.json")):
             try:
-                job = decoder.decode(path.read_bytes())
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
+                raw = path.read_bytes()
+                untrusted.check(raw, what="job file")
+                job = decoder.decode(raw)
+            except (OSError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as err:
                 log.error("unreadable job file %s (%s); moved aside", path, err)
                 with contextlib.suppress(OSError):
                     path.rename(path.with_suffix(".corrupt"))

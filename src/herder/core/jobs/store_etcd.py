@@ -21,7 +21,7 @@ import time
 
 import msgspec
 
-from herder.core import etcd
+from herder.core import etcd, untrusted
 from herder.core.errors import StoreError
 from herder.core.jobs.queue import Job
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
@@ -77,8 +77,9 @@ class EtcdJobStorage:
         for kv in self.client.range(self.prefix, prefix=True).kvs:
             name = kv.key.decode()[len(self.prefix):]
             try:
+                untrusted.check(kv.value, what="job")
                 job = decoder.decode(kv.value)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as err:
                 log.error("unreadable job %s in etcd (%s); ignored", kv.key.decode(), err)
                 if name.isdigit():
                     highest = max(highest, int(name))

@@ -13,21 +13,16 @@ from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
-VALUE_DEFAULT = "default"  # Ganeti's "reset this parameter" value
-
 
 def resets(changes: dict[str, Any]) -> dict[str, Any]:
     """Ganeti's `"default"` value (and null) reset a parameter to the inherited value."""
-    return {k: (None if v == VALUE_DEFAULT else v) for k, v in changes.items()}
+    return {k: (None if v == params.VALUE_DEFAULT else v) for k, v in changes.items()}
 
 
 def apply_collectors(c: model.Cluster, changes: dict[str, dict[str, Any]]) -> None:
-    """Change data collector settings; a new `interval` re-derives unset bounds."""
+    """Change data collector settings (checked at submission); a new `interval` re-derives
+    unset bounds."""
     for name, settings in changes.items():
-        unknown = set(settings) - {"active", "interval", "min_interval", "max_interval"}
-        if unknown:
-            raise ConfigError(f"unknown data collector setting(s) {', '.join(sorted(unknown))} "
-                              "(known: active, interval, min_interval, max_interval)")
         data = msgspec.to_builtins(c.data_collectors.get(name, model.CollectorSettings()))
         for key, value in settings.items():
             if key == "active":
@@ -48,10 +43,7 @@ def apply_collectors(c: model.Cluster, changes: dict[str, dict[str, Any]]) -> No
 
 def apply_ipolicy(policy: model.IPolicy | model.IPolicyOverride, changes: dict[str, Any]) -> None:
     for key, value in changes.items():
-        attr = key.replace("-", "_")
-        if attr not in ("minmax", "std", "disk_templates", "vcpu_ratio", "spindle_ratio") or (
-                attr == "std" and isinstance(policy, model.IPolicyOverride)):
-            raise ConfigError(f"unknown or not settable ipolicy field {key!r}")
+        attr = model.ipolicy_field(key, group=isinstance(policy, model.IPolicyOverride))
         if attr in ("minmax", "std") and value is not None:
             target = list[model.MinMax] if attr == "minmax" else model.ISpec
             try:
@@ -82,8 +74,24 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
         try:
             self.apply(op, copy)
             model.revalidate(copy)
+            self.check_relations(op, copy.cluster)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+
+    @staticmethod
+    def check_relations(op: opcodes.OpClusterSetParams, c: model.Cluster) -> None:
+        """The relations between parameters (Ganeti's CheckParameterSyntax) of the families
+        this change touches, on the cluster's new filled values."""
+        for hv in op.hvparams or {}:
+            params.check_relations(params.hv_family(hv), c.hvparams.get(hv, {}))
+        for os_name, per_hv in (op.os_hvp or {}).items():
+            for hv in per_hv:
+                params.check_relations(params.hv_family(hv), params.fill(
+                    c.hvparams.get(hv, {}), c.os_hvp.get(os_name, {}).get(hv)))
+        if op.beparams:
+            params.check_relations(params.BE_FAMILY, c.beparams)
+        if op.nicparams:
+            params.check_relations(params.NIC_FAMILY, c.nicparams)
 
     @staticmethod
     def apply(op: opcodes.OpClusterSetParams, config: model.ConfigData) -> None:

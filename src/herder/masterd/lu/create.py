@@ -7,13 +7,14 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from herder.core import locking, model, params, vmclaim
+from herder.core import locking, model, params, paths, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator
 from herder.masterd.livecache import LiveCache, Snapshot
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.instance import checked_new_name
 
 MIRRORED = {"drbd"}
 DRBD_META_MIB = 128
@@ -85,6 +86,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         c = config.cluster
+        op.instance_name = checked_new_name(op.instance_name, name_check=op.name_check,
+                                            ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.instance_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.instance_name!r} already exists",
                                 "already_exists")
@@ -104,6 +107,16 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             self.hvparams = params.validate(params.hv_family(hypervisor), op.hvparams,
                                             instance_level=True)
             self.sizes = [params.parse_size(d.get("size")) for d in op.disks]
+            # what the instance will run with: the request meets the inherited values
+            params.check_relations(params.BE_FAMILY, params.fill(c.beparams, self.beparams))
+            params.check_relations(params.hv_family(hypervisor), params.fill(
+                c.hvparams.get(hypervisor, {}),
+                c.os_hvp.get((op.os_type or "").split("+", 1)[0], {}).get(hypervisor),
+                self.hvparams))
+            for nic in op.nics:
+                params.check_relations(params.NIC_FAMILY, params.fill(
+                    c.nicparams, {k: v for k, v in nic.items()
+                                  if k in ("mode", "link", "vlan") and v}))
         except (ConfigError, ValueError) as err:
             raise OpPrereqError(str(err)) from None
         self.hypervisor = hypervisor
@@ -184,8 +197,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             elif op.disk_template in ("file", "sharedfile"):
                 base = config.cluster.file_storage_dir if op.disk_template == "file" \
                     else config.cluster.shared_file_storage_dir
+                path = paths.child(base, op.instance_name, f"disk{index}", what="instance name")
                 disks.append(model.Disk(dev_type=op.disk_template, logical_id=model.FileId(
-                    driver="loop", path=f"{base}/{op.instance_name}/disk{index}"), **common))
+                    driver="loop", path=str(path)), **common))
             else:
                 disks.append(model.Disk(dev_type=op.disk_template, **common))
         taken = {n.mac for i in config.instances.values() for n in i.nics}

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from herder.core import locking, model, params, vmclaim
+from herder.core import locking, model, names, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
-from herder.core.noderpc import instance_payload
+from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
 from herder.masterd.lu import handover
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
@@ -25,6 +25,24 @@ def _instance_locks(config: model.ConfigData, name: str, *, nodes: bool = False,
     return requests
 
 
+def checked_new_name(name: str, *, name_check: bool, ip_check: bool,
+                     feedback: Callable[[str], None]) -> str:
+    """A new instance name after Ganeti's name and IP checks: resolved (the resolved fully
+    qualified name is the one kept) and its address not in use; OpPrereqError otherwise."""
+    if not name_check:
+        return name
+    try:
+        resolved = names.resolve(name)
+    except names.BadName as err:
+        raise OpPrereqError(str(err), "resolver_error") from None
+    if resolved.name != name:
+        feedback(f"Resolved given name '{name}' to '{resolved.name}'")
+    if ip_check and names.address_answers(resolved.ip, DEFAULT_NODED_PORT):
+        raise OpPrereqError(f"IP {resolved.ip} of instance {resolved.name} already in use",
+                            "already_exists")
+    return resolved.name
+
+
 class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return _instance_locks(config, self.op.instance_name)
@@ -32,6 +50,8 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         lookup(config.find_instance, op.instance_name)
+        op.new_name = checked_new_name(op.new_name, name_check=op.name_check,
+                                       ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.new_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.new_name!r} already exists", "already_exists")
 
@@ -82,6 +102,12 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         copy = model.decode(model.encode(config)).instances[inst.uuid]
         try:
             self._apply(copy)
+            # what the instance will run with: the change meets the inherited values
+            if self.op.hvparams:
+                params.check_relations(params.hv_family(copy.hypervisor),
+                                       config.filled_hvparams(copy))
+            if self.op.beparams:
+                params.check_relations(params.BE_FAMILY, config.filled_beparams(copy))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 

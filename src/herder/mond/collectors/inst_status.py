@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from herder.core import model
+from herder.core import model, paths
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.libvirt_conn import (
     LibvirtConnection,
@@ -141,6 +141,15 @@ def process_start(pid_file: Path) -> float | None:
         pid = int(pid_file.read_text().split()[0])
         return float(psutil.Process(pid).create_time())
     except (OSError, ValueError, IndexError, psutil.Error):
+        return None
+
+
+def _child_or_none(directory: Path, name: str, suffix: str = "") -> Path | None:
+    """The file of a domain or instance `name` in `directory`; None for a name that is no
+    plain file name (nothing to read for it)."""
+    try:
+        return paths.child(directory, name, suffix=suffix, what="domain name")
+    except paths.UnsafeName:
         return None
 
 
@@ -352,7 +361,8 @@ class InstStatusCollector(Collector):
         def start_hint(dom: DomainSnapshot | None) -> Callable[[], float | None]:
             if not local_qemu or dom is None:
                 return lambda: None
-            return lambda: process_start(self.qemu_pid_dir / f"{dom.name}.pid")
+            pid_file = _child_or_none(self.qemu_pid_dir, dom.name, ".pid")
+            return (lambda: process_start(pid_file)) if pid_file else (lambda: None)
 
         instances: list[dict[str, Any]] = []
         keys: set[str] = set()
@@ -416,7 +426,8 @@ class InstStatusCollector(Collector):
             detail = dom.error
         admin: str | None = inst.admin_state if inst is not None else None
         active = actual in (UP, HUNG, PAUSED) and entry.started is not None
-        trail = read_reason_trail(self.ctx.settings.run_dir / "instance-reason" / name)
+        trail_file = _child_or_none(self.ctx.settings.run_dir / "instance-reason", name)
+        trail = read_reason_trail(trail_file) if trail_file else None
         if trail is None:
             trail = [entry.observed] if entry.observed is not None else []
         return {

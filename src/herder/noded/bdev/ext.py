@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herder.core import paths
 from herder.noded.bdev.base import BlockDev, BlockDevError, CommandResult, Host
 from herder.noded.bdev.disk import Disk
 
@@ -129,9 +130,12 @@ def _log_output(host: Host, action: str, provider: str, volume: str,
     if host.es_log_dir is None:
         return
     stamp = time.strftime("%Y-%m-%d_%H_%M_%S")
-    path = host.es_log_dir / f"{action}-{provider}-{volume}-{stamp}.log"
     try:
+        path = paths.child(host.es_log_dir, f"{action}-{provider}-{volume}-{stamp}",
+                           suffix=".log", what="ExtStorage volume")
         path.write_text(result.stdout + result.stderr)
+    except paths.UnsafeName as err:
+        log.warning("output of %s not kept: %s", action, err)
     except OSError as err:
         log.warning("cannot write %s: %s", path, err.strerror)
 

@@ -14,6 +14,7 @@ import ipaddress
 import os
 from collections.abc import Sequence
 
+from herder.core import paths
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host, check
 from herder.noded.bdev.disk import Disk
 from herder.noded.bdev.file import MIB
@@ -58,6 +59,15 @@ def _volume(host: Host, disk: Disk) -> GlusterVolume:
                          int(params.get("port", 24007)), str(params.get("volume", "gv0")))
 
 
+def _inside(mount_point: str, path: str) -> str:
+    """The disk file `path` (relative to the volume) under its mount point, never outside."""
+    try:
+        return str(paths.child(mount_point, *[part for part in path.split("/") if part],
+                               what="gluster disk path"))
+    except paths.UnsafeName as err:
+        raise BlockDevError(str(err)) from None
+
+
 class GlusterStorage(BlockDev):
     dev_type = "gluster"
 
@@ -67,7 +77,7 @@ class GlusterStorage(BlockDev):
         super().__init__(disk, children, host)
         self.path = disk.path_id.path
         self.volume = _volume(host, disk)
-        self.full_path = os.path.join(self.volume.mount_point, self.path.lstrip("/"))
+        self.full_path = _inside(self.volume.mount_point, self.path)
         self.attach()
 
     @classmethod
@@ -77,7 +87,7 @@ class GlusterStorage(BlockDev):
             raise BlockDevError("Gluster disks cannot be used with exclusive storage")
         volume = _volume(host, disk)
         volume.mount()
-        full_path = os.path.join(volume.mount_point, disk.path_id.path.lstrip("/"))
+        full_path = _inside(volume.mount_point, disk.path_id.path)
         os.makedirs(os.path.dirname(full_path), exist_ok=True)
         try:
             fd = os.open(full_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from herder.core import paths
 from herder.core.errors import HerderError
 
 VNC_BASE_PORT = 5900  # Ganeti's constants.VNC_BASE_PORT: display = port - 5900
@@ -492,7 +493,11 @@ def _add_graphics(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any
     if vnc_bind:
         graphics = _sub(devices, "graphics", type="vnc")
         if vnc_bind.startswith("/"):
-            _sub(graphics, "listen", type="socket", socket=f"{vnc_bind}/{spec.name}.vnc")
+            try:
+                socket = paths.child(vnc_bind, spec.name, suffix=".vnc", what="instance name")
+            except paths.UnsafeName as err:
+                raise DomainError(str(err)) from None
+            _sub(graphics, "listen", type="socket", socket=str(socket))
         else:
             if display_of(spec.network_port) is None:
                 raise DomainError(f"network_port {spec.network_port} is not a VNC display "

@@ -1,0 +1,275 @@
+"""What each node RPC takes: its arguments' types and ranges, checked before the call runs.
+
+A signed call is the master's, but its arguments are still checked at the door, so a bug (or a
+confused master) gets a 400 with one line naming the argument instead of a half-done action or
+a traceback: names are what the cluster allows (`herder.core.names`), anything that becomes a
+file name is one plain component (`herder.core.paths`), numbers are in range. Arguments a
+method does not declare are ignored (newer masters may send more). Every `rpc_<method>` of
+`herder.noded.server.NodeDaemon` has an entry in `SCHEMAS` (a test insists).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from herder.core import names, paths
+from herder.core.errors import HerderError
+
+MAX_DISK_MIB = 1 << 40  # far beyond any disk; keeps sizes in what files and LVM can hold
+
+
+class BadArguments(HerderError):
+    """The arguments of a node RPC are malformed (400)."""
+
+
+class Args(msgspec.Struct, kw_only=True):
+    """Common to every call: what the master may add to any of them."""
+
+    reason: list[Any] | None = None
+    version: int | None = None
+
+    def check(self) -> None:
+        """Checks beyond the types (ValueError naming the argument)."""
+
+
+def _instance_name(name: str, what: str = "name") -> None:
+    names.hostname(name, f"instance {what}")
+    paths.check_component(name, f"instance {what}")
+
+
+def _disk_uuid(uuid: str) -> None:
+    paths.check_component(uuid, "disk id")
+    if uuid.startswith("."):
+        raise ValueError(f"invalid disk id {uuid!r}")
+
+
+class DiskArg(msgspec.Struct, kw_only=True):
+    uuid: str
+    size: int = 0
+    template: str | None = None
+
+    def __post_init__(self) -> None:
+        _disk_uuid(self.uuid)
+        if not 0 <= self.size <= MAX_DISK_MIB:
+            raise ValueError(f"disk {self.uuid}: size {self.size} out of range")
+
+
+class NicArg(msgspec.Struct, kw_only=True):
+    mac: str
+    ip: str | None = None
+    mode: str | None = None
+    link: str | None = None
+
+
+class InstancePayload(msgspec.Struct, kw_only=True):
+    """`herder.core.noderpc.instance_payload`."""
+
+    name: str
+    uuid: str
+    memory: int
+    vcpus: int
+    hypervisor: str = "kvm"
+    os: str = "none"
+    disks: list[DiskArg] = msgspec.field(default_factory=list)
+    nics: list[NicArg] = msgspec.field(default_factory=list)
+    hvparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    beparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    osparams: dict[str, Any] = msgspec.field(default_factory=dict)
+    uid_pool: list[tuple[int, int]] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _instance_name(self.name)
+        paths.check_component(self.uuid, "instance uuid")
+        if not 1 <= self.memory <= MAX_DISK_MIB or not 1 <= self.vcpus <= 4096:
+            raise ValueError(f"instance {self.name}: memory or vcpus out of range")
+        if self.os != "none":
+            names.os_name(self.os)
+        for key, value in self.osparams.items():
+            if not isinstance(value, str | int | float | bool) or "\0" in str(value):
+                raise ValueError(f"OS parameter {key!r} must be a plain string")
+
+
+class NoArgs(Args, kw_only=True):
+    pass
+
+
+class MasterVote(Args, kw_only=True):
+    address: str
+    port: int
+    timeout: float = 2.0
+    master: str | None = None
+
+    def check(self) -> None:
+        if not 0 < self.port < 65536 or not 0 < self.timeout <= 60:
+            raise ValueError("port or timeout out of range")
+
+
+class BlockdevCreate(Args, kw_only=True):
+    disks: list[DiskArg] = msgspec.field(default_factory=list)
+    instance: str | None = None
+
+    def check(self) -> None:
+        if self.instance is not None:
+            _instance_name(self.instance, "instance")
+
+
+class DiskIds(Args, kw_only=True):
+    disks: list[str] = msgspec.field(default_factory=list)
+
+    def check(self) -> None:
+        for uuid in self.disks:
+            _disk_uuid(uuid)
+
+
+class WithInstance(Args, kw_only=True):
+    instance: InstancePayload
+    name: str | None = None
+
+    def check(self) -> None:
+        if self.name is not None:
+            _instance_name(self.name)
+
+
+class OsAdd(WithInstance, kw_only=True):
+    force_variant: bool = False
+
+
+class MigrateAccept(WithInstance, kw_only=True):
+    xml: str
+    start: bool = True
+
+
+class Named(Args, kw_only=True):
+    name: str
+
+    def check(self) -> None:
+        _instance_name(self.name)
+
+
+class Shutdown(Named, kw_only=True):
+    timeout: float = 120
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.timeout <= 86400:
+            raise ValueError(f"timeout {self.timeout} out of range (0-86400 s)")
+
+
+class Reboot(Named, kw_only=True):
+    type: Literal["soft", "hard", "full"] = "hard"
+
+
+class Remove(Named, kw_only=True):
+    disks: list[str] = msgspec.field(default_factory=list)
+
+    def check(self) -> None:
+        super().check()
+        for uuid in self.disks:
+            _disk_uuid(uuid)
+
+
+class MigrateFinish(Remove, kw_only=True):
+    remove_disks: bool = False
+
+
+class RepairCommand(Args, kw_only=True):
+    command: str
+    input: Any = None
+
+    def check(self) -> None:
+        names.plain_name(self.command, "repair command")
+
+
+def _unit_name(name: str) -> None:
+    """A PV's device path or a VG's name, handed to LVM as one argument."""
+    if not name or name.startswith("-") or any(ch in name for ch in "\0\n\r"):
+        raise ValueError(f"invalid storage unit name {name!r}")
+
+
+class StorageList(Args, kw_only=True):
+    type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
+    dirs: list[str] = msgspec.field(default_factory=list)
+    name: str | None = None
+
+    def check(self) -> None:
+        if self.name is not None:
+            _unit_name(self.name)
+
+
+class StorageRepair(Args, kw_only=True):
+    name: str
+    type: Literal["lvm-vg"] = "lvm-vg"
+
+    def check(self) -> None:
+        _unit_name(self.name)
+
+
+class StorageModify(Args, kw_only=True):
+    name: str
+    type: str
+    allocatable: bool | None = None
+
+    def check(self) -> None:
+        _unit_name(self.name)
+
+
+class UploadFile(Args, kw_only=True):
+    path: str
+    data: str
+    mode: int = 0o600
+    uid: int | None = None
+    gid: int | None = None
+
+    def check(self) -> None:
+        if not 0 <= self.mode <= 0o7777:
+            raise ValueError(f"mode {self.mode} out of range")
+        for ident in (self.uid, self.gid):
+            if ident is not None and not -1 <= ident < 2**32 - 1:
+                raise ValueError(f"uid/gid {ident} out of range")
+
+
+class WriteSsconf(Args, kw_only=True):
+    values: dict[str, str | int | float | bool | None]
+
+
+class QueueCopy(msgspec.Struct, kw_only=True):
+    files: dict[str, str] = msgspec.field(default_factory=dict)
+    names: list[str] | None = None
+
+
+class WriteConfig(Args, kw_only=True):
+    serial: int
+    config: str
+    queue: QueueCopy | None = None
+
+
+# method -> its arguments (every rpc_<method> of the node daemon)
+SCHEMAS: dict[str, type[Args]] = {
+    "ping": NoArgs, "master_epoch": NoArgs, "node_info": NoArgs, "disk_map": NoArgs,
+    "instance_list": NoArgs, "os_list": NoArgs, "node_powercycle": NoArgs,
+    "master_vote": MasterVote,
+    "blockdev_create": BlockdevCreate, "blockdev_remove": DiskIds,
+    "instance_define": WithInstance, "instance_start": WithInstance,
+    "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
+    "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
+    "migrate_prepare": Named, "migrate_finish": MigrateFinish,
+    "repair_command": RepairCommand,
+    "storage_list": StorageList, "storage_repair": StorageRepair,
+    "storage_modify": StorageModify,
+    "upload_file": UploadFile, "write_ssconf": WriteSsconf, "write_config": WriteConfig,
+}
+
+
+def check(method: str, args: dict[str, Any]) -> None:
+    """BadArguments (one line, naming the argument) unless `args` fit `method`'s schema."""
+    schema = SCHEMAS.get(method)
+    if schema is None:
+        return
+    try:
+        msgspec.convert(args, schema).check()
+    except msgspec.ValidationError as err:
+        raise BadArguments(f"{method}: bad arguments: {err}") from None
+    except (ValueError, TypeError) as err:
+        raise BadArguments(f"{method}: bad arguments: {err}") from None
