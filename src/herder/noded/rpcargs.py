@@ -254,7 +254,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "instance_define": WithInstance, "instance_start": WithInstance,
     "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
-    "migrate_prepare": Named, "migrate_finish": MigrateFinish,
+    "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,
     "repair_command": RepairCommand,
     "storage_list": StorageList, "storage_repair": StorageRepair,
     "storage_modify": StorageModify,
