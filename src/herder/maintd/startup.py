@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herder.core import confd, envelope, notification, serve
+from herder.core import confd, envelope, notification, serve, ssconf
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
-from herder.core.store import ConfigStore, open_store
+from herder.core.store import ConfigStore, FileStore, open_store
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
 from herder.maintd.server import NotifySettings, make_app
@@ -72,6 +72,9 @@ def prepare(settings: MaintdSettings) -> Prepared:
         state: StateStore = FileState(settings.state_file or Path(GANETI_STATE))
     else:
         store = open_store(settings.config_path)
+        known = local_master(store)
+        if known is not None and known != me:  # before asking anyone: a node at boot
+            raise NotMaster(f"this node ({me}) is not the master ({known})")
         client = RapiClient.for_herder_cluster(store.directory, settings.masterd_url)
         try:
             info = client.get_info()
@@ -195,6 +198,20 @@ def _bindable(address: str | None) -> str | None:
     except OSError:
         return None
     return address
+
+
+def local_master(store: ConfigStore) -> str | None:
+    """The master as this node knows it: its config copy (a master candidate), else its ssconf
+    (any node); None when it has neither (not a node of a cluster, or another backend)."""
+    if isinstance(store, FileStore):
+        if store.exists():
+            try:
+                config = store.load()
+            except HerderError:
+                return None
+            return config.node_name(config.cluster.master_node)
+        return ssconf.master_node(store.directory)
+    return None
 
 
 def master_vote(store: ConfigStore, me: str) -> str | None:

@@ -100,7 +100,10 @@ class MasterDaemon:
             self.store = etcd_store
         else:
             self.store = FileStore(settings.config_path)
-        config = self.store.load()  # refuse a missing or broken config, with the reason
+            if not self.store.exists():  # a node that is no master candidate has no copy
+                raise NotMaster(f"this node ({self.me}) has no cluster config at "
+                                f"{settings.config_path}: it is no master candidate")
+        config = self.store.load()  # refuse a broken config, with the reason
         if self.lease is not None:  # any node may campaign; the lease decides
             if masterd_etcd.find_me(config, self.me) is None:
                 raise NotMaster(f"this node ({self.me}) is not a node of the cluster")

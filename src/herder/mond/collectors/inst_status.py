@@ -1,8 +1,9 @@
 """inst-status: the state of this node's instances as libvirt sees them (category instance, kind 1).
 
-With a cluster config it reports every instance this node is primary for, matched to a libvirt
-domain by UUID (a domain defined with the instance's UUID) or else by name; without a config it
-reports every libvirt domain. Per instance:
+With the cluster's view (the node's config copy, else confd's answer for this node's primary
+instances) it reports every instance this node is primary for, matched to a libvirt domain by
+UUID (a domain defined with the instance's UUID) or else by name; without either it reports every
+libvirt domain. Per instance:
 
 - `name`, `uuid` (herder's instance UUID; the domain's UUID without a config);
 - `admin_state`: up/down/offline from the config (null without one);
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from herder.core import model
+from herder.core import confd, model
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.libvirt_conn import (
     LibvirtConnection,
@@ -288,6 +289,28 @@ class InstanceTracker:
             del self.seen[key]
 
 
+@dataclass(frozen=True)
+class InstanceView:
+    """What the report needs of an instance, from the config or a confd answer."""
+
+    name: str
+    uuid: str
+    admin_state: str
+    mtime: float
+    serial_no: int
+
+    @classmethod
+    def of(cls, inst: model.Instance) -> InstanceView:
+        return cls(inst.name, inst.uuid, inst.admin_state, inst.mtime, inst.serial_no)
+
+    @classmethod
+    def from_ganeti(cls, data: dict[str, Any]) -> InstanceView:
+        """From a Ganeti instance object (confd's node_instances)."""
+        return cls(str(data.get("name", "?")), str(data.get("uuid", "")),
+                   str(data.get("admin_state", "down")), float(data.get("mtime") or 0.0),
+                   int(data.get("serial_no") or 0))
+
+
 class InstStatusCollector(Collector):
     name: ClassVar[str] = "inst-status"
     category: ClassVar[str | None] = "instance"
@@ -303,7 +326,7 @@ class InstStatusCollector(Collector):
         self._local_qemu: tuple[Any, bool] | None = None  # (connection, whether local QEMU)
 
     def available(self) -> bool:
-        return bool(self.libvirt.available(self.ctx.settings.libvirt_uri))
+        return bool(self.libvirt.available(self.ctx.libvirt_uri()))
 
     def _read(self, conn: Any) -> tuple[list[DomainSnapshot], bool]:
         domains = read_domains(conn)
@@ -316,21 +339,15 @@ class InstStatusCollector(Collector):
         return domains, self._local_qemu[1]
 
     def collect(self) -> dict[str, Any]:
-        domains, local_qemu = self.libvirt.call(self.ctx.settings.libvirt_uri, self._read)
+        domains, local_qemu = self.libvirt.call(self.ctx.libvirt_uri(), self._read)
         now = self.ctx.clock()
-        config = self.ctx.config()
+        mine = self._my_instances()
         # (instance or None, matching domain or None), in report order
-        pairs: list[tuple[model.Instance | None, DomainSnapshot | None]]
+        pairs: list[tuple[InstanceView | None, DomainSnapshot | None]]
         others: list[DomainSnapshot] = []
-        if config is None:
+        if mine is None:
             pairs = [(None, d) for d in sorted(domains, key=lambda d: (d.name, d.uuid))]
         else:
-            node = self.ctx.this_node()
-            if node is None:
-                raise CollectorError(
-                    f"node {self.ctx.node_name} is not in the cluster configuration")
-            mine = sorted((i for i in config.instances.values() if i.primary_node == node.uuid),
-                          key=lambda i: i.name)
             by_uuid = {d.uuid.lower(): d for d in domains}
             by_name = {d.name: d for d in domains}
             used: set[str] = set()
@@ -368,7 +385,28 @@ class InstStatusCollector(Collector):
             ],
         }
 
-    def _report(self, key: str, inst: model.Instance | None, dom: DomainSnapshot | None,
+    def _my_instances(self) -> list[InstanceView] | None:
+        """This node's primary instances: from the config copy, else from confd (type 8);
+        None when neither is there."""
+        config = self.ctx.config()
+        if config is not None:
+            node = self.ctx.this_node()
+            if node is None:
+                raise CollectorError(
+                    f"node {self.ctx.node_name} is not in the cluster configuration")
+            return sorted((InstanceView.of(i) for i in config.instances.values()
+                           if i.primary_node == node.uuid), key=lambda i: i.name)
+        source = self.ctx.confd()
+        if source is None:
+            return None
+        try:
+            primary, _ = source.node_instances(self.ctx.node_name)
+        except confd.ConfdError as err:
+            raise CollectorError(f"this node's instances from confd: {err}") from None
+        return sorted((InstanceView.from_ganeti(i) for i in primary if isinstance(i, dict)),
+                      key=lambda i: i.name)
+
+    def _report(self, key: str, inst: InstanceView | None, dom: DomainSnapshot | None,
                 now: float, start_hint: Callable[[], float | None]) -> dict[str, Any]:
         hung, still = self.tracker.hung(key, dom, now)
         actual = actual_state(dom, hung)
