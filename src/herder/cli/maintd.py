@@ -125,16 +125,33 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         sys.exit(EXIT_NOTMASTER)
 
 
-url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
-                          help="Base URL of maintd.")
+url_option = click.option("--url", help="Base URL of maintd (default: the client profile's "
+                          "maintd, else the cluster's master address, port "
+                          f"{DEFAULT_PORT}).")
+
+
+def maintd_url(ctx: click.Context, url: str | None) -> str:
+    """maintd runs on the master and listens on its master IP: found from the cluster."""
+    if url:
+        return url.rstrip("/")
+    from herder.cli import remote
+
+    found = remote.profile().maintd
+    if found:
+        return found.rstrip("/")
+    host = remote.master_address(ctx)
+    if host is None:
+        return DEFAULT_URL
+    return f"http://{f'[{host}]' if ':' in host else host}:{DEFAULT_PORT}"
 
 
 @maintd.command()
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print /1/status as JSON.")
-def status(url: str, as_json: bool) -> None:
+@click.pass_context
+def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
     """List a running maintd's incidents."""
-    incidents = call(f"{url.rstrip('/')}/1/status", "maintd")
+    incidents = call(f"{maintd_url(ctx, url)}/1/status", "maintd")
     if as_json:
         click.echo(json.dumps(incidents, indent=1))
         return
@@ -148,8 +165,9 @@ def status(url: str, as_json: bool) -> None:
 @maintd.command()
 @click.argument("uuid")
 @url_option
-def cancel(uuid: str, url: str) -> None:
+@click.pass_context
+def cancel(ctx: click.Context, uuid: str, url: str | None) -> None:
     """Cancel an incident: nothing more is done for it; it is forgotten once no longer
     observed."""
-    answer = call(f"{url.rstrip('/')}/1/cancel/{uuid}", "maintd", "POST")
+    answer = call(f"{maintd_url(ctx, url)}/1/cancel/{uuid}", "maintd", "POST")
     click.echo(f"{answer['uuid']}: {answer['repair-status']}")
