@@ -304,8 +304,9 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
         assert (ssconf_dir / "ssconf_master_node").read_text() == f"{sim.nodes[0].name}\n"
         assert (ssconf_dir / "ssconf_node_list").read_text().split() == \
             sorted(x.name for x in cfg.nodes.values())
-    candidates = [n.name for n in cfg.nodes.values() if n.master_candidate]
+    candidates = sorted(n.name for n in cfg.nodes.values() if n.master_candidate)
     assert len(candidates) == 3 and sim.nodes[3].name not in candidates
+    assert candidates[0] == sim.nodes[0].name  # the master; the others hold copies
 
     def copies() -> dict[str, model.ConfigData]:
         out = {}

@@ -536,13 +536,16 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 # --- master failover ----------------------------------------------------------------------------
 
 
-def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int) -> Any:
+def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int,
+              timeout: float = 15.0) -> Any:
+    """The node RPC client of a failover: a node that is gone costs the connect timeout (3 s),
+    so the calls keep the client's timeouts (a per-call timeout would replace both)."""
     from herder.core import envelope
     from herder.core.noderpc import HttpNodeRpc
 
     secrets = cluster_secrets.SecretPaths.beside(store.path)
     return HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
-                       port=noded_port, epoch=epoch, timeout=15.0, connect_timeout=3.0)
+                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=3.0)
 
 
 def _masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
@@ -572,7 +575,7 @@ def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *,
             try:
                 answer = rpc.call(node, "master_vote", {
                     "master": config.node_name(c.master_node), "address": c.master_ip,
-                    "port": masterd_port, "timeout": 2.0}, timeout=15.0)
+                    "port": masterd_port, "timeout": 2.0})
             except HerderError as err:
                 lines.append(f"{node.name}: no answer ({err})")
                 continue
@@ -592,7 +595,7 @@ def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int
     try:
         for node in sorted(config.nodes.values(), key=lambda n: n.name):
             try:
-                answer = rpc.call(node, "master_epoch", {}, timeout=15.0)
+                answer = rpc.call(node, "master_epoch", {})
                 lines.append(f"{node.name}: epoch {answer.get('epoch')}")
             except HerderError as err:
                 lines.append(f"{node.name}: not told ({err}); it learns the epoch from the "
@@ -613,7 +616,7 @@ def move_master_role(store: ConfigStore, config: model.ConfigData, before: model
     """Ganeti's master failover, through the node daemons: on the old master the master IP
     down and the master daemons stopped (a warning each when it cannot be done: the old master
     may be gone), then on the new master the master IP up and the master daemons started."""
-    rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port)
+    rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port, timeout=150.0)
     lines: list[str] = []
     old, new = config.nodes.get(old_uuid), config.nodes[config.cluster.master_node]
     # A master IP that is the old master's own primary IP (no floating IP) stays where it is.
@@ -629,7 +632,7 @@ def move_master_role(store: ConfigStore, config: model.ConfigData, before: model
             if node is None:
                 continue
             try:
-                rpc.call(node, method, args, timeout=150.0)
+                rpc.call(node, method, args)
                 lines.append(f"{node.name}: {done}")
             except HerderError as err:  # the old master may be gone; the new one must work
                 level = "WARNING" if node is old else "ERROR"

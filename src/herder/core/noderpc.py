@@ -63,6 +63,7 @@ class HttpNodeRpc:
         self.on_stale = on_stale
         self.port = port
         self.timeout = timeout
+        self.connect_timeout = connect_timeout  # kept by every call: a dead node costs this
         verify: Any = False
         if certificate is not None:
             import ssl
@@ -86,7 +87,8 @@ class HttpNodeRpc:
         body = rpcauth.sign_call(self.key, payload)
         try:
             response = self._http.post(self.url(node, method), content=body,
-                                       timeout=timeout or self.timeout)
+                                       timeout=httpx.Timeout(timeout or self.timeout,
+                                                             connect=self.connect_timeout))
         except httpx.HTTPError as err:
             raise RpcError(f"node {node.name}: {method} failed: cannot reach its node daemon "
                            f"at {node.primary_ip}:{self.port} ({err})") from None
