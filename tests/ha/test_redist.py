@@ -22,6 +22,7 @@ from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
 
 CONFIG = Path("/var/lib/herder/config.json")
+HV_DIR = "/var/lib/herder/hypervisor"  # core.hvfiles: beside CONFIG
 
 
 def names(config: model.ConfigData) -> list[str]:
@@ -65,38 +66,40 @@ def test_ssconf_values_have_ganetis_names():
 def test_vnc_password_files_go_to_the_nodes_that_can_run_the_instance():
     config = build_config(4, drbd_instances=1, plain_instances=1)
     drbd, plain = instance(config, "drbd0.example.com"), instance(config, "plain0.example.com")
-    drbd.hvparams["vnc_password_file"] = "/etc/herder/vnc/drbd0.pw"
-    plain.hvparams["vnc_password_file"] = "/etc/herder/vnc/plain0.pw"
+    drbd_pw, plain_pw = f"{HV_DIR}/drbd0.pw", f"{HV_DIR}/plain0.pw"
+    drbd.hvparams["vnc_password_file"] = drbd_pw
+    plain.hvparams["vnc_password_file"] = plain_pw
     plans = redist.plan(config, CONFIG)
     holders = {p: sorted(n for n, np in plans.items() if p in np.files)
-               for p in ("/etc/herder/vnc/drbd0.pw", "/etc/herder/vnc/plain0.pw")}
+               for p in (drbd_pw, plain_pw)}
     master = config.cluster.master_node  # it has the file: it is the master's
 
     def others(uuids: list[str]) -> list[str]:
         return sorted(config.node_name(u) for u in uuids if u != master)
 
-    assert holders["/etc/herder/vnc/drbd0.pw"] == others(drbd.all_nodes)
-    assert holders["/etc/herder/vnc/plain0.pw"] == others([plain.primary_node])
+    assert holders[drbd_pw] == others(drbd.all_nodes)
+    assert holders[plain_pw] == others([plain.primary_node])
     # a diskless instance can run anywhere: every VM-capable node; the white-list has them all
     plain.disks = []
     node(config, "node4.example.com").vm_capable = False
     plans = redist.plan(config, CONFIG)
-    assert sorted(n for n, np in plans.items() if "/etc/herder/vnc/plain0.pw" in np.files) \
+    assert sorted(n for n, np in plans.items() if plain_pw in np.files) \
         == ["node2.example.com", "node3.example.com"]
     allowed = plans["node4.example.com"].ssconf[redist.UPLOAD_LIST].splitlines()
-    assert {"/etc/herder/vnc/drbd0.pw", "/etc/herder/vnc/plain0.pw"} <= set(allowed)
+    assert {drbd_pw, plain_pw} <= set(allowed)
 
 
 def test_cluster_default_reaches_every_vm_capable_node_of_an_enabled_hypervisor():
     config = build_config(3, drbd_instances=0, plain_instances=0)
-    config.cluster.hvparams["kvm"] = {"vnc_password_file": "/etc/herder/vnc-cluster.pw"}
+    cluster_pw = f"{HV_DIR}/vnc-cluster.pw"
+    config.cluster.hvparams["kvm"] = {"vnc_password_file": cluster_pw}
     node(config, "node3.example.com").vm_capable = False
     plans = redist.plan(config, CONFIG)
-    assert [n for n, np in plans.items() if "/etc/herder/vnc-cluster.pw" in np.files] \
+    assert [n for n, np in plans.items() if cluster_pw in np.files] \
         == ["node2.example.com"]  # node1 is the master: it has the original
     config.cluster.enabled_hypervisors = ["fake"]
     plans = redist.plan(config, CONFIG)
-    assert not any("/etc/herder/vnc-cluster.pw" in np.files for np in plans.values())
+    assert not any(cluster_pw in np.files for np in plans.values())
 
 
 def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
@@ -273,11 +276,12 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     from tests.simhelpers import config, herder, on, wait_for
 
     master = sim.host("node1")
-    # The master's file, made on the master (as an operator would)
-    password = "/etc/herder/vnc/web1.pw"
+    # The master's file, made on the master (as an operator would), in its hypervisor file
+    # directory beside its config (core.hvfiles)
+    password = "/var/lib/herder/hypervisor/web1.pw"
     on(sim, "node1", "instance", "list")  # the CLI works on the master
-    made = master.run(["sh", "-c", f"mkdir -p /etc/herder/vnc && printf 's3cret-vnc\\n' > "
-                                   f"{password} && chmod 640 {password}"])
+    made = master.run(["sh", "-c", f"mkdir -p /var/lib/herder/hypervisor && printf "
+                                   f"'s3cret-vnc\\n' > {password} && chmod 640 {password}"])
     assert made.returncode == 0, made.stderr
     herder(sim, "instance", "add", "web1", "-t", "diskless", "-o", "debootstrap+default",
            "--no-install", "--no-start", "-H", f"vnc_password_file={password}")

@@ -7,14 +7,18 @@ import dataclasses
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from herder.core import serve
+from herder.core.cluster_secrets import self_signed_certificate
+from herder.core.rapi_users import UsersFile
 from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentReports, AgentRound
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Node
-from herder.maintd.server import make_app
+from herder.maintd.server import NotifySettings, make_app
 from herder.maintd.sources import Observation
 
 
@@ -171,23 +175,43 @@ class FakeSource:
                 for n in nodes}
 
 
-class Server:
-    """maintd's HTTP app on a free port of 127.0.0.1, in a thread with its own loop."""
+WRITER, READER = ("admin", "s3cret"), ("viewer", "l00k")  # of Server's users file
 
-    def __init__(self, daemon: Maintd) -> None:
+
+class Server:
+    """maintd's HTTP app on a free port of 127.0.0.1, in a thread with its own loop. With
+    `secrets` (a directory), also HTTPS (`https_port`) with a fresh certificate
+    (`certificate`) and a users file with a write user (WRITER) and a read-only one (READER)."""
+
+    def __init__(self, daemon: Maintd, secrets: Path | None = None) -> None:
         self.daemon = daemon
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.port = 0
+        self.https_port = 0
+        self.secrets = secrets
+        self.certificate: Path | None = None
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(make_app(self.daemon))
+        settings = tls = None
+        if self.secrets is not None:
+            self.certificate = self.secrets / "server.pem"
+            self.certificate.write_bytes(self_signed_certificate("127.0.0.1"))
+            users = self.secrets / "rapi_users"
+            users.write_text(f"{WRITER[0]} {WRITER[1]} write\n{READER[0]} {READER[1]}\n")
+            settings = NotifySettings(lambda: None, users=UsersFile(users))
+            tls = serve.server_tls(self.certificate)
+        self.runner = web.AppRunner(make_app(self.daemon, settings))
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         self.loop.run_until_complete(site.start())
         self.port = self.runner.addresses[0][1]
+        if tls is not None and settings is not None:
+            secure = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=tls)
+            self.loop.run_until_complete(secure.start())
+            self.https_port = settings.https_port = self.runner.addresses[1][1]
         self.ready.set()
         self.loop.run_forever()
 

@@ -115,16 +115,18 @@ def test_a_live_repair_runs_through_herder_monds_signed_route(tmp_path) -> None:
         port = int(mond.url.rsplit(":", 1)[1])
         repair = ganeti.repair_via_mond(lambda: KEY, port, address=lambda n: "127.0.0.1")
 
+        name = "node1.example.com"  # mond's node: a request signed for another is refused
+
         class Nodes(ganeti.GanetiCluster):
             def nodes(self) -> list[Node]:
-                return [Node("n2", "u2", "127.0.0.1")]
+                return [Node(name, "u2", "127.0.0.1")]
 
         cluster = Nodes(FakeRapi(), repair=repair)
-        good = cluster.submit([annotate({"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2",
+        good = cluster.submit([annotate({"OP_ID": "OP_REPAIR_COMMAND", "node_name": name,
                                          "command": "fix", "input": diagnose}, event)])
         assert cluster.job_status(good) == "success"
         assert json.loads(seen.read_text()) == diagnose
-        bad = cluster.submit([annotate({"OP_ID": "OP_REPAIR_COMMAND", "node_name": "n2",
+        bad = cluster.submit([annotate({"OP_ID": "OP_REPAIR_COMMAND", "node_name": name,
                                         "command": "broken", "input": diagnose},
                                        "0d9b7e1c-2f6a-4f0e-9d51-3b2a1c0e9f88")])
         assert cluster.job_status(bad) == "error"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from pathlib import Path
 
 import httpx
@@ -47,21 +48,52 @@ def test_routes(tmp_path: Path) -> None:
                 assert over["incidents"][0]["uuid"] == inc["uuid"]
                 page = await c.get("/status.html")
                 assert page.status_code == 200 and "/1/overview" in page.text
-                assert (await c.post("/1/cancel/nope")).status_code == 404
+                # the plain port serves reads only: a cancel is refused, nothing changes
                 r = await c.post(f"/1/cancel/{inc['uuid']}")
-                assert r.json() == {"uuid": inc["uuid"], "repair-status": "canceled"}
-                assert (await c.get("/1/status")).json()[0]["repair-status"] == "canceled"
+                assert r.status_code == 403 and "plain HTTP" in r.json()["message"]
+                assert (await c.get("/1/status")).json()[0]["repair-status"] == "pending"
                 assert (await c.get("/nope")).status_code == 404
         finally:
             await runner.cleanup()
 
     asyncio.run(go())
+    assert FileState(tmp_path / "s.json").load().incidents[0].repair_status == "pending"
+
+
+def test_cancel_needs_https_and_a_write_user(tmp_path: Path) -> None:
+    """Issue 18: maintd's cancel was open to anyone on the plain port. Now: only over HTTPS,
+    only a RAPI user with the write option; every refusal leaves the incident as it was."""
+    from .fakes import READER, WRITER, Server
+
+    cluster = FakeCluster(4, [Instance("a", "node2", ("node3",))])
+    src = FakeSource()
+    src.data["u2"] = EVAC
+    d = Maintd(cluster, FileState(tmp_path / "s.json"), [src], interval=0.01)
+    with Server(d, secrets=tmp_path) as server:
+        server.call(d.tick())
+        (inc,) = d.state.incidents
+        plain = f"http://127.0.0.1:{server.port}/1/cancel/{inc.uuid}"
+        secure = f"https://127.0.0.1:{server.https_port}/1/cancel/{inc.uuid}"
+        verify = ssl.create_default_context(cafile=str(server.certificate))
+        verify.check_hostname = False  # the cluster certificate names the cluster
+        for url, auth, status in [(plain, None, 403), (plain, WRITER, 403),
+                                  (secure, None, 401), (secure, ("admin", "wrong"), 401),
+                                  (secure, READER, 403)]:
+            r = httpx.post(url, auth=auth, verify=verify)
+            assert r.status_code == status, (url, auth, r.text)
+            assert inc.repair_status == "pending"
+        assert httpx.post(secure, verify=verify).headers["WWW-Authenticate"].startswith("Basic")
+        nope = f"https://127.0.0.1:{server.https_port}/1/cancel/nope"
+        assert httpx.post(nope, auth=WRITER, verify=verify).status_code == 404
+        r = httpx.post(secure, auth=WRITER, verify=verify)
+        assert r.json() == {"uuid": inc.uuid, "repair-status": "canceled"}
     assert FileState(tmp_path / "s.json").load().incidents[0].repair_status == "canceled"
 
 
 def test_cli_status_and_cancel(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
+    from herder.cli.main import cli
     from herder.cli.maintd import maintd
 
     from .fakes import Server
@@ -70,17 +102,25 @@ def test_cli_status_and_cancel(tmp_path: Path) -> None:
     src = FakeSource()
     src.data["u3"] = EVAC
     d = Maintd(cluster, FileState(tmp_path / "s.json"), [src])
-    with Server(d) as server:
+    secrets = tmp_path / "cluster"
+    secrets.mkdir()
+    with Server(d, secrets=secrets) as server:
         server.call(d.tick())
         url = f"http://127.0.0.1:{server.port}"
+        https = f"https://127.0.0.1:{server.https_port}"
         runner = CliRunner()
         out = runner.invoke(maintd, ["status", "--url", url])
         assert out.exit_code == 0, out.output
         inc = d.state.incidents[0]
         assert inc.uuid in out.output and "pending" in out.output
-        out = runner.invoke(maintd, ["cancel", inc.uuid, "--url", url])
-        assert out.exit_code == 0 and out.output.strip() == f"{inc.uuid}: canceled"
-        out = runner.invoke(maintd, ["cancel", "nope", "--url", url])
+        # the credentials of the cluster's rapi_users (its first write user), over HTTPS
+        config = ["--config", str(secrets / "config.json")]
+        out = runner.invoke(cli, [*config, "maintd", "cancel", inc.uuid, "--url", https])
+        assert out.exit_code == 0 and out.output.strip() == f"{inc.uuid}: canceled", out.output
+        out = runner.invoke(cli, [*config, "maintd", "cancel", "nope", "--url", https])
         assert out.exit_code != 0 and "no incident nope" in str(out.exception or out.output)
+        out = runner.invoke(cli, [*config, "maintd", "cancel", "nope", "--url", https,
+                                   "--rapi-user", "viewer"])
+        assert out.exit_code != 0 and "may not make changes" in str(out.exception or out.output)
         out = runner.invoke(maintd, ["status", "--json", "--url", url])
         assert '"repair-status": "canceled"' in out.output

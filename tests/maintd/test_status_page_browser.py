@@ -12,7 +12,7 @@ from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
 
-from .fakes import FakeCluster, FakeSource, Server
+from .fakes import WRITER, FakeCluster, FakeSource, Server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -26,11 +26,14 @@ def test_page_updates_without_reload(tmp_path: Path) -> None:
     cluster = FakeCluster(4, [Instance("a", "node2", ("node3",))])
     src = FakeSource()
     d = Maintd(cluster, FileState(tmp_path / "s.json"), [src], interval=0.01)
-    with Server(d) as server, sync_api.sync_playwright() as pw:
+    with Server(d, secrets=tmp_path) as server, sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{server.port}/status.html")
+            # over HTTPS as a write user: the page's cancel button works (the plain port
+            # serves reads only, its page has no button)
+            page = browser.new_page(ignore_https_errors=True, http_credentials={
+                "username": WRITER[0], "password": WRITER[1]})
+            page.goto(f"https://127.0.0.1:{server.https_port}/status.html")
             page.wait_for_selector("#summary:has-text('round')")
             assert page.locator("#incidents tbody tr").count() == 0
             src.data["u2"] = EVAC
@@ -58,5 +61,13 @@ def test_page_updates_without_reload(tmp_path: Path) -> None:
                                                                        timeout=5000)
             assert d.state.incidents[1].repair_status == "canceled"
             sync_api.expect(page.locator("#reports tbody tr")).to_have_count(4)
+            src.data["u4"] = {**EVAC, "details": {"disk": "sdd"}}
+            server.call(d.tick())
+            plain = browser.new_page()
+            plain.goto(f"http://127.0.0.1:{server.port}/status.html")
+            third = plain.locator("#incidents tbody tr", has_text="sdd")
+            third.wait_for(timeout=5000)
+            assert third.locator("button").count() == 0
+            sync_api.expect(plain.locator("#cancelhow")).to_be_visible()
         finally:
             browser.close()

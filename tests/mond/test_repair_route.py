@@ -66,7 +66,7 @@ def signed(command: str, *, input: Any = DIAGNOSE, event: str | None = None,
 
 
 def sign_message(message: Any, key: bytes = KEY) -> bytes:
-    return envelope.sign_data(message, key, "salt")
+    return envelope.sign_data(message, repair_client.repair_key(key), "salt")
 
 
 def wait_for_file(path: Path, timeout: float = 10.0) -> None:
@@ -168,7 +168,8 @@ def test_malformed_requests(tmp_path: Path, whitelist: Path) -> None:
             code, answer = post(m.url, sign_message(broken))
             assert code == 400, broken
             assert words in answer["message"]
-        code, answer = post(m.url, json.dumps(envelope.sign("{nope", KEY, "s")).encode())
+        code, answer = post(m.url, json.dumps(envelope.sign(
+            "{nope", repair_client.repair_key(KEY), "s")).encode())
         assert code == 400 and "not JSON" in answer["message"]
 
 

@@ -266,31 +266,39 @@ def test_dead_node_daemon_fails_cleanly_and_rejoins(sim) -> None:
 PROBE = """
 import json, ssl, sys, time, urllib.error, urllib.request
 from herder.core import envelope, rpcauth
+address, name = sys.argv[1:3]
 key = envelope.load_key("/var/lib/herder/hmac.key")
-context = ssl.create_default_context()
-context.check_hostname = False
-context.verify_mode = ssl.CERT_NONE
-def post(body):
-    request = urllib.request.Request(f"https://{sys.argv[1]}:1811/rpc/ping", data=body)
+def context(client_certificate):
+    made = ssl.create_default_context(cafile="/var/lib/herder/server.pem")
+    made.check_hostname = False
+    if client_certificate:  # noded takes only clients with the cluster certificate
+        made.load_cert_chain("/var/lib/herder/server.pem")
+    return made
+def post(body, client_certificate=True):
+    request = urllib.request.Request(f"https://{address}:1811/rpc/ping", data=body)
     try:
-        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        with urllib.request.urlopen(request, context=context(client_certificate),
+                                    timeout=10) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as err:
         return err.code, None
+    except (urllib.error.URLError, OSError):
+        return "refused", None
 print(json.dumps([
+    post(rpcauth.sign_call(key, "ping", name, {}), client_certificate=False)[0],
     post(b'{"msg": "{}", "salt": "1", "hmac": "x"}')[0],
-    post(rpcauth.sign_call(b"wrong key\\n", {}))[0],
-    post(rpcauth.sign_call(key, {}, now=time.time() - 3600))[0],
-    post(rpcauth.sign_call(key, {}))]))
+    post(rpcauth.sign_call(b"wrong key\\n", "ping", name, {}))[0],
+    post(rpcauth.sign_call(key, "ping", name, {}, now=time.time() - 3600))[0],
+    post(rpcauth.sign_call(key, "ping", name, {}))]))
 """
 
 
 def test_noded_refuses_requests_without_the_secret_and_locks_memory(sim) -> None:
     target = sim.nodes[1]
-    done = sim.host("node1").run([sys.executable, "-c", PROBE, target.address])
+    done = sim.host("node1").run([sys.executable, "-c", PROBE, target.address, target.name])
     assert done.returncode == 0, done.stderr
-    bad, forged, old, (status, answer) = json.loads(done.stdout)
-    assert (bad, forged, old, status) == (403, 403, 403, 200)
+    bare, bad, forged, old, (status, answer) = json.loads(done.stdout)
+    assert (bare, bad, forged, old, status) == ("refused", 403, 403, 403, 200)
     assert answer["result"]["node"] == target.name
     host = sim.host(target.name)
     noded = next(d for d in host.supervisor("status", ["noded"]).daemons)

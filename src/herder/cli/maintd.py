@@ -6,10 +6,12 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from herder.cli.httpjson import call
+from herder.core.errors import HerderError
 from herder.maintd.settings import (
     DEFAULT_NOTIFY_PORT,
     DEFAULT_PORT,
@@ -19,6 +21,9 @@ from herder.maintd.settings import (
     MaintdSettings,
     NotMaster,
 )
+
+if TYPE_CHECKING:
+    from herder.core.rapi import RapiClient
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
@@ -69,6 +74,10 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 @click.option("--cert", "cert_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Key and certificate (one PEM) of the HTTPS port (herder: server.pem beside "
                    f"the config; Ganeti mode: {GANETI_DATA}/server.pem).")
+@click.option("--rapi-users", type=click.Path(dir_okay=False, path_type=Path),
+              help="RAPI users file: its users with the write option may cancel incidents "
+                   "over HTTPS (default: rapi_users beside the config; Ganeti mode: "
+                   f"{GANETI_DATA}/rapi/users).")
 @click.option("--watcher/--no-watcher", default=None, help="Restart down instances and "
               "activate disks (default: on for herder, off for Ganeti, whose watcher does it).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
@@ -79,7 +88,7 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
            notify_insecure: bool, failure_table: Path | None, failure_window: float,
            ganeti_rapi: str | None, rapi_user: str, rapi_password_file: Path | None,
            rapi_ca: Path | None, hmac_key: Path | None, cert_file: Path | None,
-           watcher: bool | None, debug: bool) -> None:
+           rapi_users: Path | None, watcher: bool | None, debug: bool) -> None:
     """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
 
     Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
@@ -93,8 +102,9 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
 
     \b
     Routes (port 1816): /  /1/status  /1/jobs  /1/evacuated  /1/reports  /1/overview
-            /1/notifications  POST /1/cancel/UUID   /status.html (live status page)
-    HTTPS (port 1817): the same, plus POST /1/notifications
+            /1/notifications   /status.html (live status page)   (reads only)
+    HTTPS (port 1817): the same, plus POST /1/notifications (instmon's token) and
+            POST /1/cancel/UUID (a RAPI user that may write)
     Ask a running daemon:  herder maintd status | herder maintd cancel UUID
 
     On a Ganeti cluster (docs/ganeti.md), on its master:
@@ -117,7 +127,7 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         notify_port=notify_port, notify_insecure=notify_insecure, failure_table=failure_table,
         failure_window=failure_window, ganeti_rapi=ganeti_rapi, rapi_user=rapi_user,
         rapi_password_file=rapi_password_file, rapi_ca=rapi_ca, hmac_key=hmac_key,
-        cert_file=cert_file, watcher=watcher)
+        cert_file=cert_file, watcher=watcher, rapi_users=rapi_users)
     try:
         run(settings, say=lambda line: click.echo(line, err=True))
     except NotMaster as err:
@@ -164,10 +174,61 @@ def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
 
 @maintd.command()
 @click.argument("uuid")
-@url_option
+@click.option("--url", help="maintd's HTTPS base URL (default: https://MASTER_IP:"
+                            f"{DEFAULT_NOTIFY_PORT}, the master's address as masterd's).")
+@click.option("--rapi-user", help="RAPI user that may write (default: the first such user of "
+                                  "the cluster's rapi_users).")
+@click.option("--rapi-password-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="File with --rapi-user's password (a Ganeti cluster: its rapi/users user).")
+@click.option("--rapi-ca", type=click.Path(dir_okay=False, path_type=Path),
+              help="maintd's certificate to trust (default: the cluster's server.pem; with "
+                   f"--rapi-password-file {GANETI_DATA}/server.pem).")
 @click.pass_context
-def cancel(ctx: click.Context, uuid: str, url: str | None) -> None:
+def cancel(ctx: click.Context, uuid: str, url: str | None, rapi_user: str | None,
+           rapi_password_file: Path | None, rapi_ca: Path | None) -> None:
     """Cancel an incident: nothing more is done for it; it is forgotten once no longer
-    observed."""
-    answer = call(f"{maintd_url(ctx, url)}/1/cancel/{uuid}", "maintd", "POST")
+    observed.
+
+    A change: over HTTPS (maintd's notification port) as a RAPI user with the write option,
+    whose credentials come from the client profile, else the cluster's rapi_users file (or
+    --rapi-user and --rapi-password-file)."""
+    from herder.core.rapi import RapiError
+
+    with _writer_client(ctx, url, rapi_user, rapi_password_file, rapi_ca) as client:
+        try:
+            answer = client.request("POST", f"/1/cancel/{uuid}")
+        except RapiError as err:  # the RAPI client's words, about maintd's HTTPS port
+            raise HerderError(str(err).replace("RAPI", "maintd", 1)) from None
     click.echo(f"{answer['uuid']}: {answer['repair-status']}")
+
+
+def _writer_client(ctx: click.Context, url: str | None, user: str | None,
+                   password_file: Path | None, ca: Path | None) -> RapiClient:
+    """A client of maintd's HTTPS port with the credentials of a RAPI user that may write."""
+    from herder.cli import remote
+    from herder.cli.common import store_from
+    from herder.core.rapi import RapiClient
+
+    store = store_from(ctx)
+    if url is None:  # maintd follows the master IP: found as masterd is
+        host = remote.master_address(ctx) or "127.0.0.1"
+        url = f"https://{f'[{host}]' if ':' in host else host}:{DEFAULT_NOTIFY_PORT}"
+    found = remote.profile()
+    if password_file is None and found.has_credentials and user in (None, found.user):
+        assert found.ca is not None  # a machine with a client profile: its user
+        return RapiClient(url, found.user or "admin", found.password(),
+                          verify=str(ca or found.ca), check_hostname=False, timeout=30.0)
+    if password_file is not None:
+        try:
+            password = password_file.read_text().strip()
+        except OSError as err:
+            raise HerderError(f"cannot read {password_file}: {err.strerror}") from None
+        return RapiClient(url, user or "admin", password,
+                          verify=str(ca or Path(GANETI_DATA) / "server.pem"),
+                          check_hostname=False, timeout=30.0)
+    client = RapiClient.for_herder_cluster(store.directory, url, user=user, timeout=30.0)
+    if ca is not None:
+        client.close()
+        raise HerderError("--rapi-ca needs --rapi-password-file (herder's credentials come "
+                          "with the cluster's own certificate)")
+    return client

@@ -1,7 +1,9 @@
 """What the master asks of a node: the node-RPC client interface and its transports.
 
 LUs call `rpc.call(node, method, args)`; `HttpNodeRpc` carries it to the node's `herder noded`
-(HTTPS with the cluster certificate, every request signed with the cluster HMAC key).
+over HTTPS: the node's certificate is checked against the cluster certificate, the client shows
+its own (by default the cluster's `server.pem`, which noded requires), and every request is
+signed for its method and node with the node-RPC key (`core.rpcauth`).
 `UnavailableRpc` fails every call with a clear reason (no node daemons configured).
 Instance-affecting calls carry the reason trail and the config version (`serial_no`) of the
 instance they act on (design-monitoring-agent "Instance status"), and calls that create or use
@@ -55,9 +57,13 @@ class HttpNodeRpc:
     def __init__(self, hmac_key: bytes, certificate: Path | None, *,
                  port: int = DEFAULT_NODED_PORT, timeout: float = 120.0,
                  connect_timeout: float = 5.0, epoch: int | None = None,
-                 on_stale: Callable[[StaleEpochError], None] | None = None) -> None:
-        """`epoch`: the master epoch every call carries (None: none, a tool that is no master);
-        `on_stale` is told when a node refuses it as stale."""
+                 on_stale: Callable[[StaleEpochError], None] | None = None,
+                 client_certificate: Path | None = None) -> None:
+        """`certificate`: what the nodes' certificates are checked against (None: plain HTTP,
+        tests); `client_certificate`: the key and certificate (one PEM) shown to the nodes,
+        by default `certificate` (the cluster's server.pem). `epoch`: the master epoch every
+        call carries (None: none, a tool that is no master); `on_stale` is told when a node
+        refuses it as stale."""
         self.key = hmac_key
         self.epoch = epoch
         self.on_stale = on_stale
@@ -70,6 +76,12 @@ class HttpNodeRpc:
 
             context = ssl.create_default_context(cafile=str(certificate))
             context.check_hostname = False  # the cluster certificate names the cluster
+            shown = client_certificate or certificate
+            try:
+                context.load_cert_chain(shown)
+            except (OSError, ssl.SSLError) as err:
+                raise RpcError(f"cannot load the client certificate {shown} for node RPC: "
+                               f"{err}") from None
             verify = context
         self.scheme = "https" if certificate is not None else "http"
         self._http = httpx.Client(verify=verify,
@@ -84,7 +96,7 @@ class HttpNodeRpc:
         payload = dict(args or {})
         if self.epoch is not None:
             payload[EPOCH_KEY] = self.epoch
-        body = rpcauth.sign_call(self.key, payload)
+        body = rpcauth.sign_call(self.key, method, node.name, payload)
         try:
             response = self._http.post(self.url(node, method), content=body,
                                        timeout=httpx.Timeout(timeout or self.timeout,

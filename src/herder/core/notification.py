@@ -19,8 +19,6 @@ notification delivered again (a retry whose first answer was lost).
 from __future__ import annotations
 
 import datetime
-import hashlib
-import hmac
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
@@ -30,14 +28,13 @@ from typing import Any
 
 import msgspec
 
-from herder.core import settingsfile
+from herder.core import purpose_keys, settingsfile
 
 TYPES = ("VM", "COMPUTE_HOST", "PROCESS")
 HOSTNAME_RE = re.compile(r"^[a-zA-Z0-9-._]{1,255}$")
 PAYLOAD_KEY_RE = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
 VM_KEYS = ("event", "instance_uuid", "vir_domain_event")
 TOKEN_HEADER = "X-Auth-Token"  # masakari's (keystone) token header
-TOKEN_LABEL = b"herder-instmon-notify-token"
 
 # Failure kinds maintd acts on; any other notified event is recorded and ignored.
 CRASH = "crash"  # the VM died: restart it (same node first)
@@ -215,6 +212,8 @@ def failure_kind(note: Notification,
 
 
 def token_for(key: bytes) -> str:
-    """The token instmon sends and maintd expects, derived from the cluster HMAC key (so every
-    node that has the key has the token, with nothing more to distribute)."""
-    return hmac.new(key, TOKEN_LABEL, hashlib.sha256).hexdigest()
+    """The token instmon sends and maintd expects: the notification key, derived from the
+    cluster HMAC key for this purpose alone (`core.purpose_keys`; every node that has the
+    cluster key has the token, with nothing more to distribute, and no signature of another
+    protocol is the token)."""
+    return purpose_keys.derive(key, purpose_keys.NOTIFICATION).hex()

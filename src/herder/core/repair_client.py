@@ -1,9 +1,12 @@
 """Client of mond's live-repair route `POST /1/repair` (herder extension), for maintd.
 
-The request is an envelope signed with the cluster HMAC key (`herder.core.envelope`) around
-`{"command", "input", "event", "timestamp"}`, `timestamp` in integer nanoseconds since the epoch
-(strictly increasing per node: mond refuses one not newer than the last it accepted, or more
-than its `max_skew` from its clock). The salt is the timestamp as text.
+The request is an envelope (`herder.core.envelope`'s format) signed with the repair key, which
+is derived from the cluster HMAC key for this protocol alone (`core.purpose_keys`: no confd
+packet or node RPC verifies here), around `{"command", "input", "event", "timestamp", "node"}`,
+`timestamp` in integer nanoseconds since the epoch (strictly increasing per node: mond refuses
+one not newer than the last it accepted, or more than its `max_skew` from its clock), `node` the
+name of the node it is meant for (mond refuses a request for another node). The salt is the
+timestamp as text.
 
 `run_repair` returns mond's answer `{"event", "command", "exit_code", "stdout", "stderr",
 "duration", "timed_out"}` (the command ran: a non-zero exit code is an answer, not an error). A
@@ -19,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from herder.core import envelope
+from herder.core import envelope, purpose_keys
 from herder.core.errors import HerderError
 
 REPAIR_PATH = "/1/repair"
@@ -57,21 +60,29 @@ def repair_url(url: str) -> str:
     return url if url.endswith(REPAIR_PATH) else url + REPAIR_PATH
 
 
+def repair_key(cluster_key: bytes) -> bytes:
+    """The key repair requests are signed with."""
+    return purpose_keys.derive(cluster_key, purpose_keys.MOND_REPAIR)
+
+
 def build_request(key: bytes, command: str, input: Any, event: str,
-                  timestamp: int | None = None) -> bytes:
-    """The signed request body."""
+                  timestamp: int | None = None, node: str | None = None) -> bytes:
+    """The signed request body (`key`: the cluster HMAC key); `node`: the node it is for."""
     ts = _timestamp() if timestamp is None else timestamp
     message = {"command": command, "input": input, "event": event, "timestamp": ts}
-    return envelope.sign_data(message, key, str(ts))
+    if node is not None:
+        message["node"] = node
+    return envelope.sign_data(message, repair_key(key), str(ts))
 
 
 def run_repair(url: str, key: bytes, command: str, input: Any, event: str,
-               timeout: float = 330) -> dict[str, Any]:
+               timeout: float = 330, node: str | None = None) -> dict[str, Any]:
     """Run white-listed repair `command` on the node whose mond is at `url` (e.g.
     `http://node1:1815`), with `input` as JSON on its stdin and `event` (a uuid) in
-    `HERDER_REPAIR_EVENT`; wait up to `timeout` seconds (mond's own default limit is 300)."""
+    `HERDER_REPAIR_EVENT`; wait up to `timeout` seconds (mond's own default limit is 300).
+    `node`: that node's name (the request is refused by any other node)."""
     target = repair_url(url)
-    body = build_request(key, command, input, event)
+    body = build_request(key, command, input, event, node=node)
     try:  # no proxy from the environment: maintd talks to the node directly
         resp = httpx.post(target, content=body, timeout=timeout, trust_env=False,
                           headers={"Content-Type": "application/json"})

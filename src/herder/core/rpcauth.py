@@ -1,33 +1,136 @@
-"""Signing node RPC requests with the cluster HMAC key (the envelope module), and checking them.
+"""Signing node RPC requests (the master) and checking them (noded).
 
-A request body is an envelope: `msg` = the call's JSON, `salt` = the sender's unix time,
-`hmac` over both. The receiver refuses a bad signature or a time outside ±`MAX_SKEW` seconds,
-so only holders of the cluster secret can call a node, and an old request cannot be replayed
-later than the window.
+A request body is a signed envelope of the call, with the node-RPC key (`core.purpose_keys`,
+derived from the cluster HMAC key: no confd packet, repair request or diagnose report
+verifies here, and no node RPC verifies there):
+
+    {"msg": <JSON text>, "salt": <nonce>, "hmac": hex(HMAC-SHA256(node-RPC key, salt + msg))}
+    msg = {"method": "instance_start", "node": "node2.example.com", "time": 1767225600.25,
+           "nonce": "<32 hex digits>", "args": {...}}
+
+The receiver refuses (`SignatureError`) a bad signature, a call signed for another method or
+another node, a time outside ±`MAX_SKEW` seconds of its clock, and a nonce it has seen within
+that window (`ReplayCache`): a captured request cannot be replayed, redirected to another node
+or turned into another call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import hmac
+import secrets
+import threading
 import time
 from typing import Any
 
-from herder.core import envelope
+import msgspec
+
+from herder.core import purpose_keys
 from herder.core.errors import SignatureError
 
-MAX_SKEW = 300
+MAX_SKEW = 300  # seconds between the signer's clock and the receiver's
+REPLAY_CAPACITY = 65536  # nonces remembered at most (about 100 calls a second over the window)
+
+_compact = msgspec.json.Encoder(order="sorted")
 
 
-def sign_call(key: bytes, args: Any, now: float | None = None) -> bytes:
-    return envelope.sign_data(args, key, str(int(time.time() if now is None else now)))
+class SignedCall(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """What the signature covers."""
+
+    method: str
+    node: str
+    time: float
+    nonce: str
+    args: Any
 
 
-def check_call(key: bytes, body: bytes, now: float | None = None) -> Any:
-    """The call's arguments; SignatureError when unsigned, forged or outside the window."""
-    data, salt = envelope.verify_data(body, key)
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    msg: str
+    salt: str
+    hmac: str
+
+
+def _mac(key: bytes, salt: str, msg: str) -> str:
+    node_key = purpose_keys.derive(key, purpose_keys.NODE_RPC)
+    return hmac.new(node_key, (salt + msg).encode(), hashlib.sha256).hexdigest()
+
+
+def sign_call(key: bytes, method: str, node: str, args: Any, *, now: float | None = None,
+              nonce: str | None = None) -> bytes:
+    """The body of a call of `method` on `node` (its name in the config); `key` is the
+    cluster HMAC key."""
+    nonce = nonce or secrets.token_hex(16)
+    msg = _compact.encode({"method": method, "node": node,
+                           "time": time.time() if now is None else now,
+                           "nonce": nonce, "args": args}).decode()
+    return _compact.encode({"msg": msg, "salt": nonce, "hmac": _mac(key, nonce, msg)})
+
+
+class ReplayCache:
+    """The nonces accepted within the time window, in bounded memory.
+
+    A nonce is kept until its call's time leaves the window (the time check refuses it then).
+    When `capacity` nonces are kept, the oldest is dropped and calls signed at or before its
+    time are refused from then on (`floor`), so a dropped nonce cannot be replayed either.
+    `floor` starts at the daemon's start: a call signed before it may have been accepted by
+    an earlier run of the daemon, whose nonces are gone.
+    """
+
+    def __init__(self, *, window: float = MAX_SKEW, capacity: int = REPLAY_CAPACITY,
+                 floor: float | None = None) -> None:
+        self.window = window
+        self.capacity = capacity
+        self.floor = time.time() if floor is None else floor
+        self._seen: set[str] = set()
+        self._by_time: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def admit(self, nonce: str, sent: float, now: float) -> None:
+        """Remember a call's nonce; SignatureError when it was seen or cannot be told apart."""
+        with self._lock:
+            while self._by_time and self._by_time[0][0] < now - self.window:
+                self._seen.discard(heapq.heappop(self._by_time)[1])
+            if sent <= self.floor:
+                raise SignatureError("request signed before this daemon started or older than "
+                                     "the calls it remembers (replay protection)")
+            if nonce in self._seen:
+                raise SignatureError("replayed request (nonce already used)")
+            self._seen.add(nonce)
+            heapq.heappush(self._by_time, (sent, nonce))
+            while len(self._seen) > self.capacity:
+                oldest, dropped = heapq.heappop(self._by_time)
+                self._seen.discard(dropped)
+                self.floor = max(self.floor, oldest)
+
+
+def check_call(key: bytes, body: bytes, *, method: str, node: str, replay: ReplayCache | None,
+               now: float | None = None) -> Any:
+    """The arguments of a call of `method` signed for `node`; SignatureError (the reason) when
+    the body is unsigned, forged, for another method or node, outside the window or replayed.
+    `replay` None: no replay check (tools checking a body they hold)."""
     try:
-        sent = int(salt)
-    except ValueError:
-        raise SignatureError("request salt is not a timestamp") from None
-    if abs((time.time() if now is None else now) - sent) > MAX_SKEW:
+        outer = msgspec.json.decode(body, type=_Envelope)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise SignatureError("not a signed node RPC request") from None
+    if not hmac.compare_digest(_mac(key, outer.salt, outer.msg), outer.hmac.lower()):
+        raise SignatureError("invalid signature")
+    try:
+        call = msgspec.json.decode(outer.msg, type=SignedCall)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise SignatureError(f"malformed signed call: {err}") from None
+    if call.nonce != outer.salt or not call.nonce:
+        raise SignatureError("malformed signed call: the nonce is not the salt")
+    if call.method != method:
+        raise SignatureError(f"request signed for method {call.method!r}, not {method!r}")
+    if call.node != node:
+        raise SignatureError(f"request signed for node {call.node!r}, not this node ({node})")
+    current = time.time() if now is None else now
+    if abs(current - call.time) > MAX_SKEW:
         raise SignatureError("request timestamp outside the allowed window")
-    return data
+    if replay is not None:
+        replay.admit(call.nonce, call.time, current)
+    return call.args

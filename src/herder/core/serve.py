@@ -72,16 +72,27 @@ class Endpoint(Protocol):
     async def close(self) -> None: ...
 
 
-def server_tls(certificate: Path, *, purpose: str = "", hint: str = "") -> ssl.SSLContext:
+def server_tls(certificate: Path, *, purpose: str = "", hint: str = "",
+               client_cas: Sequence[Path] = ()) -> ssl.SSLContext:
     """A TLS server context with the key and certificate in one PEM file (the cluster's
     server.pem); a file that cannot be loaded is one line: "cannot load the cluster certificate
-    PATH{purpose}: REASON{hint}"."""
+    PATH{purpose}: REASON{hint}". With `client_cas`, every client must show a certificate
+    issued by one of them (a self-signed CA certificate, such as the cluster's, accepts
+    itself): the handshake fails otherwise."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(certificate)
     except (OSError, ssl.SSLError) as err:
         raise HerderError(f"cannot load the cluster certificate {certificate}{purpose}: "
                           f"{err}{hint}") from None
+    for authority in client_cas:
+        try:
+            context.load_verify_locations(cafile=str(authority))
+        except (OSError, ssl.SSLError) as err:
+            raise HerderError(f"cannot load the client certificate authority {authority}"
+                              f"{purpose}: {err}{hint}") from None
+    if client_cas:
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 

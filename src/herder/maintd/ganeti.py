@@ -236,7 +236,7 @@ def repair_via_mond(key_loader: Callable[[], bytes | None], port: int,
         event = next((str(e[1]) for e in op.get("reason") or []
                       if isinstance(e, list | tuple) and e and e[0] == reason.MAINTD), "")
         return run_repair(f"http://{host}:{port}", key, str(op.get("command")),
-                          op.get("input"), event)
+                          op.get("input"), event, node=node.name)
 
     return run
 

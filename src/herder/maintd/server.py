@@ -6,6 +6,12 @@ herder extensions: `/1/reports` (the last diagnose observation per node, with er
 `/1/overview` (all of it, for the page), `POST /1/cancel/<uuid>`, and the status page
 `/status.html`, which fetches `/1/overview` every second (no reload).
 
+Who may call what (`ROUTES`, docs/security.md): the reads are open to anyone; the plain HTTP
+port serves nothing else. `POST /1/cancel/<uuid>` is for a RAPI user with the write option
+(HTTP Basic against the RAPI users file: herder's `rapi_users`, or Ganeti's on a Ganeti
+cluster) over HTTPS only: 403 over plain HTTP, 401 without valid credentials, 403 for a
+read-only user, 503 when maintd has no users file; nothing is changed by a refused request.
+
 Instance failure notifications (issue instmon; a herder extension to the design's GET-only
 API): `POST /1/notifications` takes masakari's body (`herder.core.notification`) with the token
 `X-Auth-Token: notification.token_for(<cluster HMAC key>)`, over HTTPS only (the plain port
@@ -23,19 +29,23 @@ from typing import Any
 
 from aiohttp import web
 
-from herder.core import notification
+from herder.core import access, notification
+from herder.core.rapi_users import REALM, UsersFile
 from herder.maintd.daemon import Maintd
 
 MAX_NOTIFICATION = 64 * 1024  # bytes
+ROUTES = access.Routes("maintd")  # who may call each route (tests/security walks the router)
 
 
 @dataclass
 class NotifySettings:
-    """How `POST /1/notifications` is checked."""
+    """How the routes that change something are checked (`POST /1/notifications`, `POST
+    /1/cancel/<uuid>`)."""
 
     key: Callable[[], bytes | None]  # the cluster HMAC key (None: not readable)
     https_port: int = 0  # the HTTPS listener's port, named in the plain port's 403
     insecure: bool = False  # also accept notifications over plain HTTP
+    users: UsersFile | None = None  # the RAPI users: who may cancel (write users, HTTPS)
 
 
 DAEMON = web.AppKey("maintd", Maintd)
@@ -50,35 +60,69 @@ def _d(request: web.Request) -> Maintd:
     return request.app[DAEMON]
 
 
+@ROUTES.allow(access.ANYONE)
 async def root(request: web.Request) -> web.Response:
     return _json([1])
 
 
+@ROUTES.allow(access.ANYONE)
 async def version(request: web.Request) -> web.Response:
     return _json(None)
 
 
+@ROUTES.allow(access.ANYONE)
 async def status(request: web.Request) -> web.Response:
     return _json(_d(request).status())
 
 
+@ROUTES.allow(access.ANYONE)
 async def jobs(request: web.Request) -> web.Response:
     return _json(list(_d(request).state.jobs))
 
 
+@ROUTES.allow(access.ANYONE)
 async def evacuated(request: web.Request) -> web.Response:
     return _json(list(_d(request).state.evacuated))
 
 
+@ROUTES.allow(access.ANYONE)
 async def reports(request: web.Request) -> web.Response:
     return _json(_d(request).reports())
 
 
+@ROUTES.allow(access.ANYONE)
 async def overview(request: web.Request) -> web.Response:
     return _json(_d(request).overview())
 
 
+def _writer_refusal(request: web.Request) -> web.Response | None:
+    """Why this request may not change anything (None: it may): HTTPS and a RAPI write user."""
+    settings = request.app.get(NOTIFY)
+    if not request.secure:
+        where = f"use the HTTPS port {settings.https_port}" if settings and settings.https_port \
+            else "this maintd has no HTTPS listener (--notify-port)"
+        return _json({"error": "forbidden", "message": f"changes over plain HTTP are refused: "
+                      f"{where} with a RAPI user that may write"}, 403)
+    if settings is None or settings.users is None:
+        return _json({"error": "unavailable", "message": "this maintd has no RAPI users file "
+                      "to check the credentials with"}, 503)
+    user = settings.users.authenticate(request.headers.get("Authorization"))
+    if user is None:
+        return web.Response(text=json.dumps({"error": "unauthorized", "message": "valid RAPI "
+                                             "credentials are required"}),
+                            status=401, content_type="application/json",
+                            headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
+    if not user.can_write:
+        return _json({"error": "forbidden", "message": f"user {user.name} may not make "
+                      "changes"}, 403)
+    return None
+
+
+@ROUTES.allow(access.RAPI_WRITE)
 async def cancel(request: web.Request) -> web.Response:
+    refusal = _writer_refusal(request)
+    if refusal is not None:
+        return refusal
     event = request.match_info["uuid"]
     try:
         inc = await _d(request).cancel(event)
@@ -87,10 +131,12 @@ async def cancel(request: web.Request) -> web.Response:
     return _json({"uuid": inc.uuid, "repair-status": inc.repair_status})
 
 
+@ROUTES.allow(access.ANYONE)
 async def notifications(request: web.Request) -> web.Response:
     return _json(_d(request).notifications())
 
 
+@ROUTES.allow(access.NOTIFICATION)
 async def notify(request: web.Request) -> web.Response:
     settings = request.app.get(NOTIFY)
     if settings is None:
@@ -124,10 +170,12 @@ async def notify(request: web.Request) -> web.Response:
     return _json(answer, code)
 
 
+@ROUTES.allow(access.ANYONE)
 async def page(request: web.Request) -> web.Response:
     return web.Response(text=STATUS_PAGE, content_type="text/html")
 
 
+@ROUTES.allow(access.ANYONE)
 async def not_found(request: web.Request) -> web.Response:
     return _json({"error": "not found", "message": "Resource not found"}, 404)
 
@@ -166,6 +214,8 @@ th{background:#eee} code{font-size:90%}
 <h1>herder maintd</h1>
 <p id="summary">loading&hellip;</p>
 <h2>Incidents</h2>
+<p id="cancelhow">Canceling an incident needs this page over HTTPS (the notification port) and
+a RAPI user that may write, or <code>herder maintd cancel UUID</code>.</p>
 <table id="incidents"><thead><tr><th>uuid</th><th>node</th><th>action</th>
 <th>repair-status</th><th>jobs</th><th>tag</th><th>details</th><th></th></tr></thead>
 <tbody></tbody></table>
@@ -179,7 +229,9 @@ th{background:#eee} code{font-size:90%}
 <script>
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;',
 '"':'&quot;'}[c]));}
-async function cancelIncident(id){await fetch('/1/cancel/'+id,{method:'POST'});refresh();}
+const secure=location.protocol==='https:';
+async function cancelIncident(id){const r=await fetch('/1/cancel/'+id,{method:'POST'});
+if(!r.ok){alert('cancel refused: '+((await r.json()).message||r.status));}refresh();}
 async function refresh(){
   let o;
   try{o=await (await fetch('/1/overview',{cache:'no-store'})).json();}
@@ -194,7 +246,7 @@ async function refresh(){
     esc(i.instance)+'</code>':'')+'</td><td class="status '+
     esc(i['repair-status'])+'">'+esc(i['repair-status'])+'</td><td>'+esc(i.jobs.join(', '))+
     '</td><td><code>'+esc(i.tag)+'</code></td><td><code>'+esc(JSON.stringify(i.original))+
-    '</code></td><td>'+(['noted','pending'].includes(i['repair-status'])?
+    '</code></td><td>'+(secure&&['noted','pending'].includes(i['repair-status'])?
     '<button onclick="cancelIncident(\\''+esc(i.uuid)+'\\')">cancel</button>':'')+
     '</td></tr>').join('');
   document.querySelector('#reports tbody').innerHTML=o.reports.map(r=>
@@ -208,6 +260,7 @@ async function refresh(){
     esc(n.status)+'</td><td>'+esc(n.reason)+'</td></tr>').join('');
   document.getElementById('notes').innerHTML=o.notes.map(n=>'<li>'+esc(n)+'</li>').join('');
 }
+if(secure){document.getElementById('cancelhow').hidden=true;}
 refresh();setInterval(refresh,1000);
 </script></body></html>
 """

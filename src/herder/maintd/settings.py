@@ -45,3 +45,6 @@ class MaintdSettings:
     hmac_key: Path | None = None
     cert_file: Path | None = None
     watcher: bool | None = None  # None: on for herder, off for Ganeti
+    # who may cancel over HTTPS (None: herder's rapi_users beside the config, Ganeti's
+    # rapi/users on a Ganeti cluster)
+    rapi_users: Path | None = None

@@ -3,8 +3,9 @@
 
 `run(settings)` (`herder.maintd.settings`) refuses to start on a node that is not the master
 (`NotMaster`: the CLI exits with code 11), then serves through `core.serve` until SIGTERM or
-SIGINT: HTTP on `port` (status, status page, cancel) and, unless `notify_port` is 0, HTTPS with
-the cluster certificate on `notify_port` for instmon's notifications.
+SIGINT: HTTP on `port` (reads: status, status page) and, unless `notify_port` is 0, HTTPS with
+the cluster certificate on `notify_port`: the same reads, instmon's notifications and the
+incidents' cancel (RAPI write users, `maintd.server`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from herder.core import confd, envelope, notification, serve, ssconf
-from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
+from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
+from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigStore, FileStore, open_store
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
@@ -69,6 +71,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
             bind = next((n.get("pip") for n in nodes if n.get("name") == me), None) or "0.0.0.0"
         key_path = settings.hmac_key or Path(GANETI_DATA) / "hmac.key"
         cert = settings.cert_file or Path(GANETI_DATA) / "server.pem"
+        users_path = settings.rapi_users or Path(GANETI_DATA) / "rapi" / "users"
         state: StateStore = FileState(settings.state_file or Path(GANETI_STATE))
     else:
         store = open_store(settings.config_path)
@@ -94,6 +97,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
             bind = _bindable(cluster_ip) or master_pip or "0.0.0.0"
         key_path = settings.hmac_key or store.directory / HMAC_KEY_FILE
         cert = settings.cert_file or store.directory / CERT_FILE
+        users_path = settings.rapi_users or store.directory / RAPI_USERS_FILE
         if settings.state_file is not None:
             state = FileState(settings.state_file)
         else:
@@ -124,7 +128,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
         tls = serve.server_tls(cert, purpose=" for the notification port",
                                hint=" (--notify-port 0 disables it)")
     notify = NotifySettings(key, https_port=settings.notify_port,
-                            insecure=settings.notify_insecure)
+                            insecure=settings.notify_insecure, users=UsersFile(users_path))
     return Prepared(daemon, bind, notify, tls, agents)
 
 

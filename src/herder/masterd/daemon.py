@@ -23,9 +23,9 @@ from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
+from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, ConfigStore, FileStore
 from herder.masterd import redist
-from herder.masterd.auth import UsersFile
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import ConfigView, RapiContext, make_app

@@ -1,9 +1,14 @@
 """A subset of Ganeti's RAPI version 2, served by masterd (same paths, bodies, job semantics).
 
 Reads answer from the config; writes submit a job and answer its id, exactly as Ganeti's RAPI.
-Every request needs valid credentials (HTTP Basic against `rapi_users`) unless anonymous reads
-are configured; writes always need a user with the `write` option. Errors are Ganeti's JSON
-`{"code", "message", "explain"}`. herder-only routes live under `/2/herder/`.
+Every handler declares who may call it (`ROUTES`, `core.access`), and the middleware enforces
+it before the handler runs: reads need valid credentials (HTTP Basic against `rapi_users`)
+unless anonymous reads are configured; writes, and as in Ganeti's rlib2 the reads that run a
+job with locks or block (`GET /2/nodes/N/storage`, `GET /2/jobs/ID/wait`), need a user with
+the `write` option (401 without credentials, 403 for a read-only user). A parameter naming a
+file herder would read and distribute must lie in the cluster's hypervisor file directory
+(`core.hvfiles`, 400 otherwise). Errors are Ganeti's JSON `{"code", "message", "explain"}`.
+herder-only routes live under `/2/herder/`.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
 
-from herder.core import model, roles
+from herder.core import access, hvfiles, model, roles, storage_units
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -27,15 +33,16 @@ from herder.core.errors import (
 )
 from herder.core.jobs import opcodes, reason
 from herder.core.jobs import queue as job_queue
+from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
-from herder.masterd.auth import REALM, User, UsersFile
 
 JSON = "application/json"
 WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
 FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-migrate-reqv1",
             "node-evac-res1"]
 _encode = msgspec.json.Encoder().encode
+ROUTES = access.Routes("masterd")  # who may call each route: enforced by the middleware
 
 
 class ConfigView(Protocol):
@@ -55,6 +62,11 @@ class RapiContext:
     users: UsersFile
     anonymous_reads: bool = False
     store: ConfigStore | None = None  # for herder's direct state routes
+
+    @property
+    def hv_files_dir(self) -> Path | None:
+        """Where files named by hypervisor parameters must lie (None: no store, none may)."""
+        return hvfiles.directory(self.store.directory) if self.store is not None else None
 
 
 CTX_KEY = web.AppKey("rapi", RapiContext)
@@ -140,7 +152,11 @@ async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]])
                 op["reason"] = reason.validate(extra)
             except ValueError as err:
                 raise RapiHttpError(400, str(err)) from None
-    queue = ctx_of(request).queue
+    ctx = ctx_of(request)
+    refused = hvfiles.problems(ops, ctx.hv_files_dir)
+    if refused:
+        raise RapiHttpError(400, "; ".join(refused))
+    queue = ctx.queue
     try:
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
     except opcodes.OpcodeError as err:
@@ -208,18 +224,22 @@ def only(body: dict[str, Any], allowed: Iterable[str], what: str) -> dict[str, A
 
 # --- handlers: cluster --------------------------------------------------------------------------
 
+@ROUTES.allow(access.RAPI_READ)
 async def version(request: web.Request) -> web.Response:
     return ok(views.RAPI_VERSION)
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def root(request: web.Request) -> web.Response:
     return ok(None)
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def features(request: web.Request) -> web.Response:
     return ok(FEATURES)
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def info(request: web.Request) -> web.Response:
     return ok(views.cluster_view(config_of(request)))
 
@@ -228,6 +248,7 @@ CLUSTER_FIELDS = body_fields(opcodes.OpClusterSetParams)
 
 
 @submits(opcodes.OpClusterSetParams)
+@ROUTES.allow(access.RAPI_WRITE)
 async def cluster_modify(request: web.Request) -> web.Response:
     body = body_dict(await body_of(request, default={}))
     only(body, CLUSTER_FIELDS, "cluster modify")
@@ -235,6 +256,7 @@ async def cluster_modify(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpClusterRedistConf)
+@ROUTES.allow(access.RAPI_WRITE)
 async def redistribute_config(request: web.Request) -> web.Response:
     return await submit(request, "redist_config", [{"OP_ID": "OP_CLUSTER_REDIST_CONF"}])
 
@@ -254,11 +276,13 @@ def tag_target(request: web.Request) -> tuple[str, str | None, list[str]]:
         list(obj.tags)
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def tags_get(request: web.Request) -> web.Response:
     return ok(tag_target(request)[2])
 
 
 @submits(opcodes.OpTagsSet, opcodes.OpTagsDel)
+@ROUTES.allow(access.RAPI_WRITE)
 async def tags_change(request: web.Request) -> web.Response:
     kind, name, _ = tag_target(request)
     tags = request.query.getall("tag", [])
@@ -277,6 +301,7 @@ def listing(items: list[str], prefix: str, key: str = "id") -> list[dict[str, st
     return [{key: name, "uri": f"{prefix}/{name}"} for name in items]
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def nodes(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.nodes.values(), key=lambda n: n.name)
@@ -285,11 +310,13 @@ async def nodes(request: web.Request) -> web.Response:
     return ok(listing([n.name for n in ordered], "/2/nodes"))
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def node(request: web.Request) -> web.Response:
     config = config_of(request)
     return ok(views.node_view(config, find(config.find_node, request.match_info["name"])))
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def node_role_get(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -305,6 +332,7 @@ ROLE_FIELDS = {
 
 
 @submits(opcodes.OpNodeSetParams)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_role_set(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -324,6 +352,7 @@ NODE_MODIFY_FIELDS = body_fields(opcodes.OpNodeSetParams, fixed=NODE_TARGET)
 
 
 @submits(opcodes.OpNodeSetParams)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -336,6 +365,7 @@ async def node_modify(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpNodeEvacuate)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_evacuate(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -347,6 +377,7 @@ async def node_evacuate(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpNodeMigrate)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_migrate(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -360,6 +391,7 @@ async def node_migrate(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpNodePowercycle)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_powercycle(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -369,18 +401,24 @@ async def node_powercycle(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpNodeQueryStorage)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_storage(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
     kind = request.query.get("storage_type", "lvm-vg")
     fields = [f for f in request.query.get("output_fields", "name,size,used,free,"
                                            "allocatable").split(",") if f]
+    name = request.query.get("name")
+    problem = storage_units.query_problem(config, kind, name) if name is not None else None
+    if problem:  # only the node's configured storage units (issue 18)
+        raise RapiHttpError(400, f"cannot query storage unit: {problem}")
     return await submit(request, "nodes_name_storage", [
         {"OP_ID": "OP_NODE_QUERY_STORAGE", "nodes": [target.name], "storage_type": kind,
-         "output_fields": fields, "name": request.query.get("name")}])
+         "output_fields": fields, "name": name}])
 
 
 @submits(opcodes.OpNodeModifyStorage)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_storage_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -394,6 +432,7 @@ async def node_storage_modify(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpRepairNodeStorage)
+@ROUTES.allow(access.RAPI_WRITE)
 async def node_storage_repair(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -408,6 +447,7 @@ async def node_storage_repair(request: web.Request) -> web.Response:
 
 # --- groups -------------------------------------------------------------------------------------
 
+@ROUTES.allow(access.RAPI_READ)
 async def groups(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.nodegroups.values(), key=lambda g: g.name)
@@ -416,6 +456,7 @@ async def groups(request: web.Request) -> web.Response:
     return ok(listing([g.name for g in ordered], "/2/groups", key="name"))
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def group(request: web.Request) -> web.Response:
     config = config_of(request)
     return ok(views.group_view(config, find(config.find_group, request.match_info["name"])))
@@ -425,6 +466,7 @@ GROUP_FIELDS = body_fields(opcodes.OpGroupAdd, extra=("name",))  # Ganeti's alia
 
 
 @submits(opcodes.OpGroupAdd)
+@ROUTES.allow(access.RAPI_WRITE)
 async def group_add(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), GROUP_FIELDS, "group add")
     name = body.pop("group_name", None) or body.pop("name", None)
@@ -435,6 +477,7 @@ async def group_add(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpGroupSetParams)
+@ROUTES.allow(access.RAPI_WRITE)
 async def group_modify(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -445,6 +488,7 @@ async def group_modify(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpGroupRename)
+@ROUTES.allow(access.RAPI_WRITE)
 async def group_rename(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -457,6 +501,7 @@ async def group_rename(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpGroupRemove)
+@ROUTES.allow(access.RAPI_WRITE)
 async def group_delete(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_group, request.match_info["name"])
@@ -466,6 +511,7 @@ async def group_delete(request: web.Request) -> web.Response:
 
 # --- instances ----------------------------------------------------------------------------------
 
+@ROUTES.allow(access.RAPI_READ)
 async def instances(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.instances.values(), key=lambda i: i.name)
@@ -478,6 +524,7 @@ CREATE_FIELDS = body_fields(opcodes.OpInstanceCreate)
 
 
 @submits(opcodes.OpInstanceCreate)
+@ROUTES.allow(access.RAPI_WRITE)
 async def instance_create(request: web.Request) -> web.Response:
     """Ganeti's instance-create-reqv1 body: `__version__: 1`, `name`, `disk_template`, ..."""
     body = body_dict(await body_of(request, default={}))
@@ -494,6 +541,7 @@ async def instance_create(request: web.Request) -> web.Response:
                                                 "instance_name": name, **body}])
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def instance(request: web.Request) -> web.Response:
     config = config_of(request)
     return ok(views.instance_view(config,
@@ -506,6 +554,7 @@ def _instance_name(request: web.Request) -> model.Instance:
 
 
 @submits(opcodes.OpInstanceQueryData)
+@ROUTES.allow(access.RAPI_READ)
 async def instance_info(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     return await submit(request, "instances_name_info", [
@@ -514,6 +563,7 @@ async def instance_info(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpInstanceRemove)
+@ROUTES.allow(access.RAPI_WRITE)
 async def instance_delete(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     return await submit(request, "instances_name", [
@@ -528,6 +578,7 @@ def _instance_op(op: type[opcodes.OpCode], resource: str,
     fields = body_fields(op, fixed=INSTANCE_TARGET)
 
     @submits(op)
+    @ROUTES.allow(access.RAPI_WRITE)
     async def handler(request: web.Request) -> web.Response:
         inst = _instance_name(request)
         body = only(body_dict(await body_of(request, default={})), fields, resource)
@@ -543,6 +594,7 @@ def _instance_op(op: type[opcodes.OpCode], resource: str,
 
 
 @submits(opcodes.OpInstanceRename)
+@ROUTES.allow(access.RAPI_WRITE)
 async def instance_rename(request: web.Request) -> web.Response:
     inst = _instance_name(request)
     body = only(body_dict(await body_of(request, default={})),
@@ -554,6 +606,7 @@ async def instance_rename(request: web.Request) -> web.Response:
 
 
 @submits(opcodes.OpInstanceReinstall, opcodes.OpInstanceStartup)
+@ROUTES.allow(access.RAPI_WRITE)
 async def instance_reinstall(request: web.Request) -> web.Response:
     """Ganeti's reinstall body: `os`, `osparams`, `start` (then a startup opcode follows)."""
     inst = _instance_name(request)
@@ -579,6 +632,7 @@ def _job_id(request: web.Request) -> int:
         raise RapiHttpError(400, f"invalid job id {request.match_info['job_id']!r}") from None
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def jobs(request: web.Request) -> web.Response:
     queue = ctx_of(request).queue
     ids = queue.job_ids()
@@ -587,6 +641,7 @@ async def jobs(request: web.Request) -> web.Response:
     return ok([{"id": i, "uri": f"/2/jobs/{i}"} for i in ids])
 
 
+@ROUTES.allow(access.RAPI_READ)
 async def job(request: web.Request) -> web.Response:
     try:
         return ok(ctx_of(request).queue.info(_job_id(request)))
@@ -594,6 +649,7 @@ async def job(request: web.Request) -> web.Response:
         raise RapiHttpError(404, str(err)) from None
 
 
+@ROUTES.allow(access.RAPI_WRITE)
 async def job_cancel(request: web.Request) -> web.Response:
     try:
         return ok(list(ctx_of(request).queue.cancel(_job_id(request))))
@@ -601,6 +657,7 @@ async def job_cancel(request: web.Request) -> web.Response:
         raise RapiHttpError(404, str(err)) from None
 
 
+@ROUTES.allow(access.RAPI_WRITE)
 async def job_wait(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     body = body_dict(await body_of(request, default={}))
@@ -611,9 +668,9 @@ async def job_wait(request: web.Request) -> web.Response:
     prev_serial = body.get("previous_log_serial")
     if prev_serial is not None and not isinstance(prev_serial, int):
         raise RapiHttpError(400, "previous_log_serial must be an integer or null")
-    try:
-        result = await asyncio.to_thread(ctx_of(request).queue.wait_for_change, job_id, fields,
-                                         prev_info, prev_serial, WAIT_TIMEOUT)
+    try:  # awaited, not in a thread: waiters hold no worker thread (issue 18)
+        result = await ctx_of(request).queue.wait_for_change_async(
+            job_id, fields, prev_info, prev_serial, WAIT_TIMEOUT)
     except NotFoundError as err:
         raise RapiHttpError(404, str(err)) from None
     return ok(result)
@@ -621,6 +678,7 @@ async def job_wait(request: web.Request) -> web.Response:
 
 # --- herder extensions --------------------------------------------------------------------------
 
+@ROUTES.allow(access.RAPI_READ)
 async def herder_maintenance(request: web.Request) -> web.Response:
     return ok(views.maintenance_view(config_of(request)))
 
@@ -634,6 +692,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
 
 
 @submits(opcodes.OpClusterSetParams)
+@ROUTES.allow(access.RAPI_WRITE)
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
@@ -645,6 +704,7 @@ async def herder_maintenance_set(request: web.Request) -> web.Response:
 STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen"}
 
 
+@ROUTES.allow(access.RAPI_WRITE)
 async def herder_maintenance_state(request: web.Request) -> web.Response:
     """maintd's state (incidents, jobs of the current round, evacuated instances): replaced as
     given, validated, written atomically to the config (not a job: maintd's bookkeeping, like
@@ -671,16 +731,15 @@ async def herder_maintenance_state(request: web.Request) -> web.Response:
     return ok(await asyncio.to_thread(update))
 
 
+@ROUTES.allow(access.RAPI_WRITE)
 async def herder_config(request: web.Request) -> web.Response:
     """The whole cluster config, as masterd holds it (herder's CLI reads it from a machine
     without a copy: `node list`, `instance info`, ...). It carries the DRBD secrets: for users
-    with the `write` option only."""
-    user = ctx_of(request).users.authenticate(request.headers.get("Authorization"))
-    if user is None or not user.can_write:
-        raise RapiHttpError(403, "the cluster config is for users with the write option")
+    with the `write` option only (the access rule)."""
     return web.Response(body=model.encode(config_of(request)), content_type=JSON)
 
 
+@ROUTES.allow(access.RAPI_WRITE)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
     """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
     body = body_dict(await body_of(request, default={}))
@@ -695,17 +754,46 @@ async def herder_jobs_submit(request: web.Request) -> web.Response:
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 
+def route_rule(request: web.Request) -> access.Rule | None:
+    """Who may call the matched route (its handler's declaration; None: undeclared). A path
+    or method no route serves (a 404 or 405 follows) goes by the method, as Ganeti's."""
+    info = request.match_info
+    if info.http_exception is not None:
+        return access.RAPI_WRITE if request.method in WRITE_METHODS else access.RAPI_READ
+    return ROUTES.rule(info.handler)
+
+
+def access_refusal(request: web.Request) -> web.Response | None:
+    """The answer refusing this request (None: the caller may), before any handler runs:
+    as Ganeti's RAPI, 401 without valid credentials (reads: unless anonymous reads are
+    allowed), 403 for a user without the write option on a route for writers."""
+    rule = route_rule(request)
+    if rule is None:
+        return error_response(500, f"{request.method} {request.path}: the route declares no "
+                                   "access rule")
+    ctx = ctx_of(request)
+    user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
+    if rule == access.RAPI_READ:
+        if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
+            return error_response(401, "valid credentials are required")
+        return None
+    if rule != access.RAPI_WRITE:
+        return error_response(500, f"{request.method} {request.path}: access rule {rule.name} "
+                                   "is not a RAPI rule")
+    if user is None:
+        return error_response(401, "valid credentials are required")
+    if not user.can_write:
+        return error_response(403, f"user {user.name} may not make changes")
+    return None
+
+
 @web.middleware
 async def rapi_middleware(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                           ) -> web.StreamResponse:
-    ctx = ctx_of(request)
-    user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
-    if user is None and (request.method in WRITE_METHODS or not ctx.anonymous_reads
-                         or "Authorization" in request.headers):
-        return error_response(401, "valid credentials are required")
-    if request.method in WRITE_METHODS and (user is None or not user.can_write):
-        return error_response(403, f"user {user.name if user else '?'} may not make changes")
+    refusal = access_refusal(request)
+    if refusal is not None:
+        return refusal
     try:
         return await handler(request)
     except RapiHttpError as err:

@@ -11,7 +11,8 @@ After every config write the master pushes, through the node daemons (signed, ep
 - the files that must agree cluster-wide, `upload_file`: the remote API certificate and users
   file (master candidates), for every enabled hypervisor the files its parameters name
   (`vnc_password_file`, `spice_password_file`: the cluster default to every VM-capable node,
-  an instance's value to every node that can run it), and the files named in the
+  an instance's value to every node that can run it; only files in the cluster's hypervisor
+  file directory, `core.hvfiles`), and the files named in the
   user-maintained list `redist-files` beside the config (one absolute path per line) to
   every node;
 - on a full push (`herder cluster redist-conf`, a promotion to master candidate) also the
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from herder import __version__
-from herder.core import model, params, ssconf, uidpool
+from herder.core import hvfiles, model, params, ssconf, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -45,7 +46,7 @@ from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 log = logging.getLogger("herder.masterd.redist")
 
 # Hypervisor parameters that name a file every node that can run the instance needs.
-HV_FILE_PARAMS = ("vnc_password_file", "spice_password_file")
+HV_FILE_PARAMS = hvfiles.FILE_PARAMS
 
 
 @dataclass
@@ -131,9 +132,12 @@ def _can_run(inst: model.Instance, node: model.Node) -> bool:
     return template in params.DTS_EXT_MIRROR or node.uuid in inst.all_nodes
 
 
-def hypervisor_files(config: model.ConfigData, node: model.Node) -> list[str]:
+def hypervisor_files(config: model.ConfigData, node: model.Node,
+                     where: Path | None = None) -> list[str]:
     """The files the enabled hypervisors' parameters name that `node` needs: the cluster
-    defaults on every VM-capable node, an instance's value on the nodes that can run it."""
+    defaults on every VM-capable node, an instance's value on the nodes that can run it. Only
+    files in `where`, the cluster's hypervisor file directory (`core.hvfiles`; None: none at
+    all), are the cluster's: a parameter naming any other file sends nothing."""
     c = config.cluster
     wanted: set[str] = set()
     if not node.vm_capable:
@@ -148,7 +152,8 @@ def hypervisor_files(config: model.ConfigData, node: model.Node) -> list[str]:
             continue
         filled = config.filled_hvparams(inst)
         wanted.update(str(filled[p]) for p in HV_FILE_PARAMS if filled.get(p))
-    return sorted(p for p in wanted if p.startswith("/"))
+    return sorted(p for p in wanted
+                  if where is not None and hvfiles.path_problem(p, where) is None)
 
 
 def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[str] = (),
@@ -159,8 +164,9 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
     user_list = [str(config_path.parent / REDIST_FILES), *user_files]
     rapi = [str(secrets.certificate), str(secrets.rapi_users)]
     everything = set(user_list) | set(rapi) | {str(secrets.hmac_key)}
+    hv_dir = hvfiles.directory(config_path.parent)
     for node in config.nodes.values():
-        everything.update(hypervisor_files(config, node))
+        everything.update(hypervisor_files(config, node, hv_dir))
     facts = ssconf_values(config, everything)
     wanted = set(only) if only is not None else None
     plans: dict[str, NodePlan] = {}
@@ -172,7 +178,7 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
             continue
         candidate = node.master_candidate
         files = list(user_list)
-        files += hypervisor_files(config, node)
+        files += hypervisor_files(config, node, hv_dir)
         if candidate:
             files += [str(secrets.rapi_users)]
         if full:
@@ -228,7 +234,11 @@ class Redistributor:
         plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
         document = model.encode(config)
         contents: dict[str, tuple[bytes, int] | str] = {}
+        hv_dir = hvfiles.directory(self.config_path.parent)
         for p in {f for np in plans.values() for f in np.files}:
+            if hvfiles.path_problem(p, hv_dir) is None and hvfiles.readable(p, hv_dir) is None:
+                contents[p] = "not a regular file inside the hypervisor file directory"
+                continue  # (a link out of it, say): never read for a parameter
             try:
                 path = Path(p)
                 contents[p] = (path.read_bytes(), path.stat().st_mode & 0o7777)

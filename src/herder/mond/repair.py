@@ -4,12 +4,16 @@ Ganeti 3.0 has no opcode to run a repair command on a node, so maintd (on the ma
 node's mond. Off unless the local config says `[repair] enabled = true` (403 "repair is disabled
 on this node" otherwise).
 
-The body is a signed envelope (`herder.core.envelope`, confd's format):
-`{"msg": <JSON text>, "salt": <any string>, "hmac": hex HMAC-SHA1(cluster key, salt + msg)}`;
-the message is
+The body is a signed envelope (`herder.core.envelope`, confd's format) with the repair key,
+derived from the cluster key for this protocol alone (`core.purpose_keys`, so no confd packet or
+node RPC verifies here): `{"msg": <JSON text>, "salt": <any string>, "hmac": hex
+HMAC-SHA1(repair key, salt + msg)}`; the message is
 
     {"command": NAME, "input": <any JSON: the diagnose object>, "event": "<uuid>",
-     "timestamp": <int, ns since the epoch>}
+     "timestamp": <int, ns since the epoch>, "node": "<the node's name>" (optional)}
+
+A request naming another node is refused (403), so one signed for a node cannot be replayed on
+another.
 
 Refusals, each logged, each a JSON `{"error", "message"}`:
 
@@ -52,7 +56,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from herder.core import envelope
+from herder.core import envelope, purpose_keys
 from herder.core.errors import SignatureError
 from herder.mond.collector import CollectorError, RepairSettings
 from herder.mond.collectors.diagnose import check_command
@@ -72,6 +76,7 @@ class RepairRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     input: Any
     event: str
     timestamp: int  # ns since the epoch
+    node: str | None = None  # the node it is meant for (maintd always names it)
 
 
 class Refused(Exception):
@@ -93,9 +98,10 @@ class Repairer:
 
     def __init__(self, settings: RepairSettings, key_loader: Callable[[], bytes | None], *,
                  state_dir: Path | None = None,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns, node_name: str | None = None) -> None:
         self.settings = settings
         self.key_loader = key_loader
+        self.node_name = node_name  # None: requests naming any node are taken (tests)
         self.state_file = state_dir / STATE_FILE if state_dir is not None else None
         self.clock = clock
         self.last_timestamp = self._load_last()
@@ -146,11 +152,13 @@ class Repairer:
             raise Refused(403, "forbidden", "missing signature: the body must be a signed "
                           "envelope {msg, salt, hmac} (herder.core.envelope)")
         try:
-            msg, _salt = envelope.verify(outer, key)
+            repair_key = purpose_keys.derive(key, purpose_keys.MOND_REPAIR)
+            msg, _salt = envelope.verify(outer, repair_key)
         except SignatureError as err:
             why = str(err)
             if why == "invalid signature":
-                why = "bad signature: the HMAC does not verify with this node's cluster key"
+                why = ("bad signature: the HMAC does not verify with the repair key derived "
+                       "from this node's cluster key")
             else:
                 why = f"missing or malformed signature: {why}"
             raise Refused(403, "forbidden", why) from None
@@ -162,6 +170,9 @@ class Repairer:
             raise Refused(400, "bad request", f"signed message is not JSON: {err}") from None
         if not req.command:
             raise Refused(400, "bad request", "malformed repair request: empty command")
+        if req.node is not None and self.node_name is not None and req.node != self.node_name:
+            raise Refused(403, "forbidden", f"request signed for node {req.node!r}, not this "
+                          f"node ({self.node_name})")
         try:
             uuid.UUID(req.event)
         except ValueError:

@@ -9,8 +9,9 @@ message differs for "unknown collector" and "unknown path" (as Ganeti's agent); 
 JSON 405. Every JSON answer has a JSON content type.
 
 POST `/1/repair` (herder extension, off unless the local config's `[repair] enabled = true`):
-maintd's live-repair. An HMAC-signed (cluster key, `herder.core.envelope`) request
-`{"command", "input", "event", "timestamp" (int ns)}` runs the white-listed command `command` from
+maintd's live-repair. An HMAC-signed (the repair key, derived from the cluster key:
+`herder.core.envelope`'s format) request `{"command", "input", "event", "timestamp" (int ns),
+"node"}` runs the white-listed command `command` from
 `[repair] commands_dir` with `input` as JSON on stdin and `HERDER_REPAIR_EVENT=<event>`, one at a
 time, with a timeout; 200 `{"event", "command", "exit_code", "stdout", "stderr", "duration",
 "timed_out"}`. Refusals: 403 disabled / bad or missing signature / replay / unsafe command, 400
@@ -28,6 +29,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from herder.core import access
 from herder.core import serve as serve_helper
 from herder.mond import metrics
 from herder.mond.agent import Agent
@@ -42,6 +44,7 @@ DEFAULT_PORT = 1815
 AGENT_KEY = web.AppKey("agent", Agent)
 REPAIR_KEY = web.AppKey("repair", Repairer)
 _encode = msgspec.json.Encoder().encode
+ROUTES = access.Routes("mond")  # who may call each route (tests/security walks the router)
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
@@ -56,18 +59,22 @@ def _verbose(request: web.Request) -> bool:
     return request.query.get("verbose", "0").lower() in ("1", "true", "yes")
 
 
+@ROUTES.allow(access.ANYONE)
 async def root(request: web.Request) -> web.Response:
     return _json(b"[1]")
 
 
+@ROUTES.allow(access.ANYONE)
 async def version1(request: web.Request) -> web.Response:
     return _json(b"null")
 
 
+@ROUTES.allow(access.ANYONE)
 async def list_collectors(request: web.Request) -> web.Response:
     return _json(request.app[AGENT_KEY].listing)
 
 
+@ROUTES.allow(access.ANYONE)
 async def report_all(request: web.Request) -> web.Response:
     agent = request.app[AGENT_KEY]
     verbose = _verbose(request)
@@ -82,6 +89,7 @@ async def report_all(request: web.Request) -> web.Response:
     return _json(b"[" + b",".join(bodies) + b"]")
 
 
+@ROUTES.allow(access.ANYONE)
 async def report_one(request: web.Request) -> web.Response:
     agent = request.app[AGENT_KEY]
     category, name = request.match_info["category"], request.match_info["name"]
@@ -96,18 +104,21 @@ async def report_one(request: web.Request) -> web.Response:
     return _json(cached.verbose if _verbose(request) else cached.summary)
 
 
+@ROUTES.allow(access.ANYONE)
 async def report_bad_path(request: web.Request) -> web.Response:
     return _error(404, "unknown collector",
                   "Unable to produce a report for the requested resource: use "
                   "/1/report/all or /1/report/<category>/<name>")
 
 
+@ROUTES.allow(access.ANYONE)
 async def prometheus(request: web.Request) -> web.Response:
     body = metrics.exposition(request.app[AGENT_KEY])
     return web.Response(body=body, content_type="text/plain", charset="utf-8",
                         headers={"X-Content-Type-Options": "nosniff"})
 
 
+@ROUTES.allow(access.ANYONE)
 async def openapi(request: web.Request) -> web.Response:
     return _json(OPENAPI_BODY)
 
@@ -144,9 +155,10 @@ def make_app(agent: Agent) -> web.Application:
     for path, handler in routes:
         app.router.add_get(path, handler)
     settings = agent.ctx.settings
-    repairer = Repairer(settings.repair, agent.ctx.hmac_key, state_dir=settings.run_dir)
+    repairer = Repairer(settings.repair, agent.ctx.hmac_key, state_dir=settings.run_dir,
+                        node_name=agent.ctx.node_name)
     app[REPAIR_KEY] = repairer
-    app.router.add_post("/1/repair", repairer.handle)
+    app.router.add_post("/1/repair", ROUTES.declare(repairer.handle, access.MOND_REPAIR))
 
     async def kill_repair(app: web.Application) -> None:
         app[REPAIR_KEY].kill()

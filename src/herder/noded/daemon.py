@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,9 +70,16 @@ def setup_logging(log_file: Path | None, debug: bool) -> None:
 
 async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | None, *,
                 ready: Callable[[int], None] | None = None,
-                stop: asyncio.Event | None = None) -> None:
-    """Serve the node RPCs (TLS with `certificate`, None: plain HTTP) until `stop` is set."""
-    tls = serve_helper.server_tls(certificate) if certificate is not None else None
+                stop: asyncio.Event | None = None,
+                client_cas: Sequence[Path] | None = None) -> None:
+    """Serve the node RPCs (TLS with `certificate`, None: plain HTTP) until `stop` is set.
+    Callers must show a certificate issued by one of `client_cas` (default: the cluster
+    certificate itself, which every herder client of noded shows; node certificates signed
+    by a cluster CA need only that CA in this list)."""
+    tls = None
+    if certificate is not None:
+        tls = serve_helper.server_tls(certificate, client_cas=list(
+            client_cas if client_cas is not None else [certificate]))
     await serve_helper.serve(
         "noded", daemon.settings.run_dir,
         endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)])],

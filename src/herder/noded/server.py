@@ -1,5 +1,6 @@
-"""noded's RPC server: POST /rpc/<method> over HTTPS with the cluster certificate; every body is
-signed with the cluster HMAC key (`herder.core.rpcauth`), anything else gets 403.
+"""noded's RPC server: POST /rpc/<method> over HTTPS; the caller shows a certificate of the
+cluster (`noded.daemon`), every body is signed for its method and this node with the node-RPC
+key, within the time window and never replayed (`noded.rpccheck`); anything else gets 403.
 
 Instance-affecting calls carry the reason trail and the config version of the instance; the node
 records the expected state, reason and version (`<run_dir>/instance-reason/<name>` and
@@ -30,17 +31,18 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import ordered, rpcauth, whitelist
-from herder.core.errors import HerderError, SignatureError
+from herder.core import access, ordered, storage_units, whitelist
+from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
-from herder.noded import nodeparams, powercycle
+from herder.noded import nodeparams, powercycle, rpccheck
 from herder.noded.hypervisor import DomainSpec, Hypervisor
 from herder.noded.node_role import RoleRpcs
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
 DEFAULT_PORT = 1811
+ROUTES = access.Routes("noded")  # who may call each route (tests/security walks the router)
 
 
 class RpcFailure(HerderError):
@@ -394,10 +396,16 @@ class NodeDaemon(RoleRpcs):
         from herder.noded import storage
 
         kind = str(args.get("type", "lvm-vg"))
+        dirs = [str(d) for d in args.get("dirs", []) if d]
+        name = args.get("name")
+        if name is not None:
+            problem = storage_units.unit_name_problem(kind, str(name), dirs)
+            if problem:
+                raise RpcFailure(f"storage {kind}: {problem}")
         try:
-            unit_type = storage.get_storage(kind, list(args.get("dirs", []))) \
-                if kind == "file" else storage.get_storage(kind)
-            return unit_type.list_units(args.get("name"))
+            unit_type = storage.get_storage(kind, dirs) if kind == "file" \
+                else storage.get_storage(kind)
+            return unit_type.list_units(name)
         except HerderError as err:
             raise RpcFailure(f"storage {kind}: {err}") from None
 
@@ -551,18 +559,16 @@ def vm_locked_kb() -> int:
 
 
 def make_app(daemon: NodeDaemon) -> web.Application:
+    checker = rpccheck.RequestChecker(daemon.settings.hmac_key, daemon.settings.node_name)
+
     async def rpc(request: web.Request) -> web.Response:
         body = await request.read()
-        try:
-            args = rpcauth.check_call(daemon.settings.hmac_key, body)
-        except SignatureError as err:
-            log.warning("refused RPC from %s: %s", request.remote, err)
-            return web.Response(status=403, body=_encode({"error": f"refused: {err}"}),
-                                content_type="application/json")
         method = request.match_info["method"]
-        if not isinstance(args, dict):
-            return web.Response(status=400, body=_encode({"error": "arguments must be an "
-                                                                   "object"}),
+        try:
+            args = checker.check(method, body)
+        except rpccheck.Refused as err:
+            log.warning("refused RPC %s from %s: %s", method, request.remote, err.message)
+            return web.Response(status=err.status, body=_encode({"error": err.message}),
                                 content_type="application/json")
         if EPOCH_KEY in args:
             try:
@@ -586,6 +592,7 @@ def make_app(daemon: NodeDaemon) -> web.Application:
 
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app.router.add_post("/rpc/{method}", rpc)
+    ROUTES.declare(rpc, access.NODE_RPC)
     return app
 
 

@@ -15,6 +15,7 @@ never run twice), and the opcodes after it as not run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 import logging
@@ -223,6 +224,8 @@ class JobQueue:
         self._stopping = False
         self._next_id = 1
         self._cancel_tokens: dict[int, locking.CancelToken] = {}
+        # job id -> wake-ups of the event-loop waiters (`wait_for_change_async`)
+        self._watchers: dict[int, set[Callable[[], None]]] = {}
 
     # --- persistence ----------------------------------------------------------------------------
 
@@ -364,6 +367,8 @@ class JobQueue:
         """Persist, then tell waiters (caller holds the condition)."""
         self._save(job)
         self._cond.notify_all()
+        for wake in self._watchers.get(job.id, ()):
+            wake()
 
     def _set_op_status(self, job: Job, index: int, status: OpStatus) -> None:
         with self._cond:
@@ -451,6 +456,19 @@ class JobQueue:
         with self._cond:
             return job_fields(self.get(job_id), fields)
 
+    def _change_since(self, job_id: int, fields: Sequence[str], prev_info: Any,
+                      prev_serial: int | None) -> dict[str, Any] | None:
+        """What changed since the caller's view (caller holds the condition); None: nothing."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} not found")
+        info = [job_fields(job, [f])[f] for f in fields]
+        serial = prev_serial or 0
+        entries = [e for op in job.ops for e in op.log if e[0] > serial]
+        if info != prev_info or entries or job.finished:
+            return {"job_info": info, "log_entries": entries}
+        return None
+
     def wait_for_change(self, job_id: int, fields: Sequence[str], prev_info: Any,
                         prev_serial: int | None, timeout: float) -> dict[str, Any] | None:
         """Block until the job's `fields` differ from `prev_info`, a log entry newer than
@@ -458,18 +476,49 @@ class JobQueue:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                job = self._jobs.get(job_id)
-                if job is None:
-                    raise NotFoundError(f"job {job_id} not found")
-                info = [job_fields(job, [f])[f] for f in fields]
-                serial = prev_serial or 0
-                entries = [e for op in job.ops for e in op.log if e[0] > serial]
-                if info != prev_info or entries or job.finished:
-                    return {"job_info": info, "log_entries": entries}
+                change = self._change_since(job_id, fields, prev_info, prev_serial)
+                if change is not None:
+                    return change
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self._cond.wait(remaining)
+
+    async def wait_for_change_async(self, job_id: int, fields: Sequence[str], prev_info: Any,
+                                    prev_serial: int | None,
+                                    timeout: float) -> dict[str, Any] | None:
+        """`wait_for_change` for an event loop: the waiter holds no thread while it waits (the
+        thread that changes the job wakes it through the loop), so any number of waiters
+        leave the threads to the requests that need them."""
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+
+        def wake() -> None:  # in the thread that changed the job, holding the condition
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(changed.set)
+
+        deadline = loop.time() + timeout
+        with self._cond:
+            self._watchers.setdefault(job_id, set()).add(wake)
+        try:
+            while True:
+                changed.clear()  # before looking: a change after the look sets it again
+                with self._cond:
+                    change = self._change_since(job_id, fields, prev_info, prev_serial)
+                if change is not None:
+                    return change
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+        finally:
+            with self._cond:
+                watchers = self._watchers.get(job_id)
+                if watchers is not None:
+                    watchers.discard(wake)
+                    if not watchers:
+                        del self._watchers[job_id]
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is finished (tests, CLI)."""

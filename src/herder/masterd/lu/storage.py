@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking, model
+from herder.core import locking, model, storage_units
 from herder.core.errors import HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
@@ -24,6 +24,10 @@ class NodeQueryStorage(LogicalUnit[opcodes.OpNodeQueryStorage]):
                    key=lambda n: n.name)
         self.nodes = nodes
         self.fields = list(op.output_fields or ("node", *FIELDS))
+        if op.name is not None:
+            problem = storage_units.query_problem(config, op.storage_type, op.name)
+            if problem:
+                raise OpPrereqError(f"cannot query storage unit: {problem}")
 
     def execute(self) -> Any:
         op = self.op

@@ -3,6 +3,7 @@
 Each line: `user password [option,...]`; `#` starts a comment. A password is plain text,
 `{CLEARTEXT}text`, or `{HA1}hex` = md5("user:Ganeti Remote API:password"). The option `write`
 allows changes; without it a user may only read. The file is re-read when it changes.
+masterd's RAPI and maintd's HTTPS changes (the incidents' cancel) check their callers with it.
 """
 
 from __future__ import annotations
