@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # `make run`: herder's main job on its embedded default — a whole cluster on this machine.
-# `herder cluster simulate` brings up 3 nodes (each on its own loopback address, with its own
-# libvirtd serving libvirt's test driver, its own noded, mond and instmon; masterd and maintd on
-# node 1). Then instances are placed by the allocator, moved and evacuated through masterd's
-# jobs, maintd heals a failing node and a crashed VM, and the monitoring agents report. The cluster keeps running for you to drive; the last lines say how
-# to stop it.
+# `herder cluster simulate` brings up 3 nodes, each a host of its own (its own processes,
+# network, mounts and libvirtd serving libvirt's test driver), whose supervisor runs herder's
+# daemons with a real host's defaults; node1 runs `herder cluster init`, the others are added
+# with `herder node add`. This shell reaches the cluster as an operator's workstation does:
+# through the published ports and the client profile simulate writes (no config file here).
+# Then instances are placed by the allocator, moved and evacuated through masterd's jobs,
+# maintd heals a failing node and a crashed VM, and the monitoring agents report. The cluster
+# keeps running for you to drive; the last lines say how and how to stop it.
 set -euo pipefail
 DIR=${1:-/tmp/herder-demo}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 H="$HERE/.venv/bin/herder"
-export HERDER_CONFIG="$DIR/cluster/config.json"
-unset HERDER_OFFLINE HERDER_MASTERD
+unset HERDER_CONFIG HERDER_OFFLINE HERDER_MASTERD HERDER_RAPI_CA HERDER_RAPI_USER \
+  HERDER_RAPI_PASSWORD_FILE
+export HERDER_CLIENT="$DIR/client/client.toml"
 
-echo "== herder cluster simulate: 3 nodes, every daemon its own process"
+echo "== herder cluster simulate: 3 nodes, each a host of its own"
 "$H" cluster simulate --nodes 3 --dir "$DIR"
 
 echo
+echo "== the cluster as node1 sees it (herder cluster simulate --exec node1 -- ...)"
+"$H" cluster simulate --dir "$DIR" --exec node1 -- herder cluster info | sed -n 1,8p  # all of it read: no SIGPIPE under pipefail
+
+echo
 echo "== instances placed by the allocator (the cluster's default iallocator: herder's own)"
-"$H" instance add web1 -t drbd -o debootstrap+default --disk 1G --dry-run
-"$H" instance add web1 -t drbd -o debootstrap+default --disk 1G
-"$H" instance add web2 -t drbd -o debootstrap+minimal --disk 2G -B maxmem=256
-"$H" instance add db1 -t plain -o debootstrap+default --disk 1G -n node1.sim.herder.test
-"$H" instance add bad1 -t plain -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
+"$H" instance add web1 --no-name-check -t drbd -o debootstrap+default --disk 1G --dry-run
+"$H" instance add web1 --no-name-check -t drbd -o debootstrap+default --disk 1G
+"$H" instance add web2 --no-name-check -t drbd -o debootstrap+minimal --disk 2G -B maxmem=256
+"$H" instance add db1 --no-name-check -t plain -o debootstrap+default --disk 1G -n node1.sim.herder.test
+"$H" instance add bad1 --no-name-check -t plain -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
 "$H" instance list
 
 echo
@@ -37,11 +45,11 @@ echo "   (status page: http://127.0.0.11:1816/status.html)"
 "$H" cluster simulate --dir "$DIR" --break node3 evacuate
 for _ in $(seq 60); do
   sleep 2
-  if "$H" maintd status --url http://127.0.0.11:1816 2>/dev/null | grep -qE "completed|failed"; then
+  if "$H" maintd status 2>/dev/null | grep -qE "completed|failed"; then
     break
   fi
 done
-"$H" maintd status --url http://127.0.0.11:1816
+"$H" maintd status
 "$H" instance list
 "$H" node list
 
@@ -50,29 +58,31 @@ echo "== instmon sees a VM crash (web2 destroyed behind herder's back); maintd s
 "$H" cluster simulate --dir "$DIR" --crash web2
 for _ in $(seq 30); do
   sleep 1
-  if "$H" maintd status --url http://127.0.0.11:1816 2>/dev/null | grep -E "restart|relocate" \
-      | grep -qE "completed|failed"; then
+  if "$H" maintd status 2>/dev/null | grep -E "restart|relocate" | grep -qE "completed|failed"
+  then
     break
   fi
 done
-"$H" maintd status --url http://127.0.0.11:1816 | grep -E "restart|relocate" || true
+"$H" maintd status | grep -E "restart|relocate" || true
 "$H" instance list
 
 echo
-echo "== the job queue (masterd, Ganeti's RAPI v2 at https://127.0.0.11:5080)"
+echo "== the job queue (masterd, Ganeti's RAPI v2, published at https://127.0.0.11:5080)"
 "$H" job list
 
 echo
-echo "== the monitoring agent of node 1 (Ganeti's protocol v1 at http://127.0.0.11:1815)"
+echo "== the monitoring agent of node 2 (Ganeti's protocol v1, published at 127.0.0.13:1815)"
 sleep 1
-"$H" mond status --url http://127.0.0.11:1815
+"$H" mond status --node node2
 
 echo
-echo "The cluster keeps running. Try:"
-echo "  export HERDER_CONFIG=$HERDER_CONFIG"
+echo "The cluster keeps running. Drive it from a shell of this machine with:"
+echo "  export HERDER_CLIENT=$HERDER_CLIENT"
+echo "  unset HERDER_CONFIG HERDER_MASTERD HERDER_OFFLINE"
 echo "  $H instance failover web1        # or: node evacuate, instance reboot, job list, ..."
 echo "  $H tags remove node node3.sim.herder.test maintd:repairready:...   # then:"
 echo "  $H cluster simulate --dir $DIR --break node3 Ok    # the incident is forgotten"
 echo "  $H cluster simulate --dir $DIR --crash web1        # instmon -> maintd restarts it"
-echo "  curl -s http://127.0.0.11:1815/1/report/all | python3 -m json.tool"
+echo "  $H cluster simulate --dir $DIR --exec node2 -- herder supervise status"
+echo "  curl -s http://127.0.0.12:1815/1/report/all | python3 -m json.tool   # node1's mond"
 echo "Stop it with: $H cluster simulate --stop --dir $DIR"

@@ -1,6 +1,7 @@
-"""Helpers shared by the tests that run a simulated cluster (`herder.sim.cluster`): a
-module-scoped cluster that skips cleanly when it cannot start, the CLI against it, libvirt's view
-of a node, and waiting for a condition."""
+"""Helpers shared by the tests that run a simulated cluster (`herder.sim.cluster`: every node a
+namespaced host): a module-scoped cluster that skips cleanly when it cannot start, the CLI
+against it from this machine (its client profile) or on a node (`--exec`), the config through
+masterd, libvirt's view of a node, and waiting for a condition."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from typing import Any, TypeVar
 import pytest
 
 T = TypeVar("T")
+LIBVIRT_URI = "test+unix:///default"
+# Variables that would point the CLI elsewhere than the simulated cluster's profile.
+FOREIGN = ("HERDER_CONFIG", "HERDER_OFFLINE", "HERDER_MASTERD", "HERDER_CLIENT",
+           "HERDER_RAPI_CA", "HERDER_RAPI_USER", "HERDER_RAPI_PASSWORD_FILE")
 
 
 def worker_offset(span: int, slots: int) -> int:
@@ -23,11 +28,23 @@ def worker_offset(span: int, slots: int) -> int:
     return span * (int(worker.removeprefix("gw") or 0) % slots)
 
 
+def cannot_simulate() -> str | None:
+    """Why a simulated cluster cannot run here (None: it can)."""
+    if not Path("/usr/sbin/libvirtd").exists():
+        return "libvirtd is not installed"
+    from herder.sim.host import unsupported
+
+    return unsupported()
+
+
 def running_sim(directory: Path, nodes: int = 3, **kw: Any) -> Iterator[Any]:
     """Body of a sim fixture: start the cluster (skip the test when it cannot start here),
     yield its state, always stop it."""
     from herder.sim import cluster
 
+    reason = cannot_simulate()
+    if reason:
+        pytest.skip(reason)
     try:
         state = cluster.start(directory, nodes, **kw)
     except Exception as err:
@@ -39,27 +56,58 @@ def running_sim(directory: Path, nodes: int = 3, **kw: Any) -> Iterator[Any]:
         cluster.stop(directory)
 
 
+def client_env(state: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN}
+    env.update(state.client_environment())
+    return env
+
+
 def herder(state: Any, *args: str, check: bool = True,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the herder CLI against the simulated cluster (through masterd)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
-    env["HERDER_CONFIG"] = state.config
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    """Run the herder CLI against the simulated cluster from this machine (the operator's
+    workstation: its client profile, no config file)."""
+    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=client_env(state),
+                          capture_output=True, text=True, timeout=timeout, cwd="/")
     if check:
-        assert done.returncode == 0, f"{args}: {done.stderr}"
+        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
     return done
 
 
-def domains(uri: str) -> dict[str, bool]:
-    """Domain name -> active, as the node's libvirt sees it."""
-    import libvirt
+def on(state: Any, node: str, *args: str, check: bool = True,
+       timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `herder ARGS` on a node (as `simulate --exec NODE -- herder ARGS` does)."""
+    done = state.host(node).herder(*args, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"{node}: {args}: {done.stdout}\n{done.stderr}"
+    return done
 
-    conn = libvirt.openReadOnly(uri)
-    try:
-        return {d.name(): bool(d.isActive()) for d in conn.listAllDomains()}
-    finally:
-        conn.close()
+
+def config(state: Any) -> Any:
+    """The cluster config as masterd holds it (through RAPI, as the CLI reads it here)."""
+    import json
+
+    from herder.core import model
+
+    with state.rapi() as api:
+        return model.decode(json.dumps(api.request("GET", "/2/herder/config")))
+
+
+def domains(state: Any, node: str) -> dict[str, bool]:
+    """Domain name -> active, as the node's libvirt sees it (virsh on the node)."""
+    done = state.host(node).run(["virsh", "-q", "-c", LIBVIRT_URI, "list", "--all"],
+                                timeout=60)
+    assert done.returncode == 0, done.stderr
+    found = {}
+    for line in done.stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 3:
+            found[parts[1]] = parts[2].strip() == "running"
+    return found
+
+
+def where(state: Any, name: str) -> list[str]:
+    """The nodes on which domain `name` runs."""
+    return [n.name for n in state.nodes if domains(state, n.name).get(name)]
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 90.0, what: str = "",

@@ -1,13 +1,14 @@
 """Cluster merge (issue 10, design-2.1 "Automated Ganeti Cluster Merger"): the checks, the DRBD
-port reallocation and the merged config on in-memory configs; then two simulated clusters merged
-(every node and instance present, DRBD ports unique, instances running, merged nodes no master
-candidates, the other cluster gone as a cluster) and a merge failed at a step after the
-instances were stopped, rolled back (the other cluster as before, this one unchanged)."""
+port reallocation and the merged config on in-memory configs; then two simulated clusters of
+separate namespaced hosts on one network, merged through the other cluster's RAPI and node
+daemons only: a merge failed at a step after the instances were stopped, rolled back (the other
+cluster as before, this one unchanged), then the merge (every node and instance present, DRBD
+ports unique, instances running, merged nodes no master candidates, the other cluster gone as a
+cluster: no config, no master daemons, its nodes answer this cluster's key)."""
 
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -123,30 +124,43 @@ class FakeControl:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def stop_master_daemons(self, other_config: Path) -> list[str]:
+    def stop_master_daemons(self, other: merge.OtherCluster,
+                            config: model.ConfigData) -> list[str]:
         self.calls.append("stop")
         return ["masterd"]
 
-    def start_master_daemons(self, other_config: Path) -> None:
+    def start_master_daemons(self, other: merge.OtherCluster, config: model.ConfigData) -> None:
         self.calls.append("start")
 
-    def adopt_nodes(self, other_config: Path, config: Path) -> None:
+    def adopt_nodes(self, other: merge.OtherCluster, config: model.ConfigData,
+                    ours: Path) -> None:
         self.calls.append("adopt")
 
 
-def test_rollback_undoes_done_steps_in_reverse(tmp_path, monkeypatch) -> None:
+@pytest.fixture
+def offline_other(monkeypatch) -> model.ConfigData:
+    """The other cluster without a network: its config is this `other_config()`."""
+    theirs = other_config()
+    monkeypatch.setattr(merge.OtherCluster, "check", lambda self: None)
+    monkeypatch.setattr(merge.OtherCluster, "load_config", lambda self: copy.deepcopy(theirs))
+    return theirs
+
+
+def test_rollback_undoes_done_steps_in_reverse(tmp_path, monkeypatch, offline_other) -> None:
     """Steps run in order; a failing step rolls back the done ones, newest first, and the
     other cluster's maintenance setting is restored (no daemons needed: the remote steps are
     replaced)."""
     from herder.core.store import FileStore
 
-    ours, other = tmp_path / "a" / "config.json", tmp_path / "b" / "config.json"
+    ours = tmp_path / "a" / "config.json"
     FileStore(ours).create(build_config())
-    FileStore(other).create(other_config())
     control = FakeControl()
     log: list[str] = []
-    job = merge.Merge(ours, other, control, say=log.append)
+    maintenance: list[bool] = []
+    job = merge.Merge(ours, merge.OtherCluster("other.example.com", tmp_path / "b"), control,
+                      say=log.append)
     monkeypatch.setattr(job, "_key_do", lambda: "borrowed")
+    monkeypatch.setattr(job, "_set_other_maintenance", maintenance.append)
     monkeypatch.setattr(job, "_stop_do", lambda: "stopped")
     monkeypatch.setattr(job, "_stop_undo", lambda: "started")
     monkeypatch.setenv(merge.FAIL_ENV, "merge")
@@ -155,127 +169,174 @@ def test_rollback_undoes_done_steps_in_reverse(tmp_path, monkeypatch) -> None:
     assert control.calls == ["stop", "start"]
     assert [line for line in log if line.startswith("rollback")] == [
         "rollback daemons", "rollback stop", "rollback pause"]
-    assert FileStore(other).load().maintenance.enabled is True
+    assert maintenance == [False, True]  # paused, then as it was (enabled)
     assert len(FileStore(ours).load().nodes) == 3  # this cluster unchanged
 
 
-def test_cli_dry_run_and_refusals(tmp_path) -> None:
+def test_plan_and_refusals(tmp_path, offline_other) -> None:
     from herder.core.store import FileStore
-    from tests.conftest import run_cli
 
-    ours, other = tmp_path / "a" / "config.json", tmp_path / "b" / "config.json"
+    ours = tmp_path / "a" / "config.json"
     FileStore(ours).create(build_config())
-    FileStore(other).create(other_config())
-    dry = run_cli("cluster", "merge", str(other), "--dry-run", config=ours)
-    assert dry.code == 0, dry.err
-    assert "plan: merge (point of no return)" in dry.out and "11000->11002" in dry.out
-    real = run_cli("cluster", "merge", str(other), config=ours)
-    assert real.code == 1 and "only simulated clusters" in real.err
-    clash = run_cli("cluster", "merge", str(ours), "--dry-run", config=ours)
-    assert clash.code == 1 and "the other cluster is this cluster" in clash.err
+    other = merge.OtherCluster("other.example.com", tmp_path / "b")
+    plan = merge.Merge(ours, other, FakeControl(), say=lambda line: None).plan()
+    assert any("merge (point of no return)" in line and "11000->11002" in line
+               for line in plan)
+    same = tmp_path / "same" / "config.json"
+    FileStore(same).create(offline_other)
+    with pytest.raises(merge.MergeError, match="the other cluster is this cluster"):
+        merge.Merge(same, other, FakeControl(), say=lambda line: None).plan()
     assert len(FileStore(ours).load().nodes) == 3
 
 
-# --- two simulated clusters ------------------------------------------------------------------
+def test_cli_needs_the_borrowed_secrets_and_the_master(tmp_path) -> None:
+    from herder.core.store import FileStore
+    from tests.conftest import run_cli
 
-LIBVIRTD = Path("/usr/sbin/libvirtd").exists()
+    ours = tmp_path / "a" / "config.json"
+    FileStore(ours).create(build_config())
+    missing = run_cli("cluster", "merge", "other.example.com", "--secrets-dir",
+                      str(tmp_path / "none"), "--dry-run", config=ours)
+    assert missing.code == 1 and "copy hmac.key, server.pem, rapi_users" in missing.err
+    elsewhere = run_cli("cluster", "merge", "other.example.com", "--dry-run",
+                        config=tmp_path / "nothing" / "config.json",
+                        env={"HERDER_MASTERD": "https://127.0.0.1:1"})
+    assert elsewhere.code == 1 and "on this cluster's master" in elsewhere.err
+    assert len(FileStore(ours).load().nodes) == 3
+
+
+# --- two simulated clusters, one network ---------------------------------------------------
 
 
 def first_ips() -> tuple[int, int]:
-    """127.0.0.180-183 for xdist worker 0 (two clusters of 2 nodes), 184-187 for worker 1: away
-    from 100-179 (system, maintd), 190-199 (redist) and 200-255 (instmon, ha failover)."""
+    """127.0.0.180-185 for xdist worker 0 (two clusters of 2 nodes: 3 addresses each),
+    186-191 for worker 1: away from 100-179 (system, maintd), 190-199 (redist) and 200-255
+    (instmon, ha failover)."""
     from tests.simhelpers import worker_offset
 
-    base = 180 + worker_offset(4, 2)
-    return base, base + 2
+    base = 180 + worker_offset(6, 2)
+    return base, base + 3
 
 
-@pytest.fixture
-def pair(tmp_path):
-    if not LIBVIRTD:
-        pytest.skip("libvirtd is not installed")
-    from tests.simhelpers import running_sim
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    from herder.sim import cluster
+    from tests.simhelpers import cannot_simulate
 
+    reason = cannot_simulate()
+    if reason:
+        pytest.skip(reason)
     a_ip, b_ip = first_ips()
-    first = running_sim(tmp_path / "a", 2, first_ip=a_ip, domain="a.sim.herder.test")
-    second = running_sim(tmp_path / "b", 2, first_ip=b_ip, domain="b.sim.herder.test")
-    a = next(first)
+    a_dir, b_dir = tmp_path_factory.mktemp("merge-a"), tmp_path_factory.mktemp("merge-b")
     try:
-        b = next(second)
-        try:
-            yield a, b
-        finally:
-            second.close()
+        a = cluster.start(a_dir, 2, first_ip=a_ip, domain="a.sim.herder.test")
+        b = cluster.start(b_dir, 2, first_ip=b_ip, domain="b.sim.herder.test", network=a_dir)
+    except Exception as err:
+        cluster.stop(b_dir)
+        cluster.stop(a_dir)
+        pytest.skip(f"cannot start two simulated clusters here: {err}")
+    try:
+        yield a, b
     finally:
-        first.close()
-
-
-def run(state, *args: str, fail_at: str | None = None, check: bool = True):
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("HERDER_OFFLINE", "HERDER_MASTERD", merge.FAIL_ENV)}
-    env["HERDER_CONFIG"] = state.config
-    if fail_at:
-        env[merge.FAIL_ENV] = fail_at
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=240)
-    if check:
-        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
-    return done
+        cluster.stop(b_dir)
+        cluster.stop(a_dir)
 
 
 def populate(state, suffix: str) -> None:
-    run(state, "instance", "add", f"web-{suffix}", "--no-name-check",
-        "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
-    run(state, "instance", "add", f"db-{suffix}", "--no-name-check",
-        "-t", "plain", "-o", "debootstrap+default", "--disk", "1G")
+    from tests.simhelpers import herder
 
-
-def load(path) -> model.ConfigData:
-    from herder.core.store import FileStore
-
-    return FileStore(path).load()
+    herder(state, "instance", "add", f"web-{suffix}", "--no-name-check", "-t", "drbd", "-o",
+           "debootstrap+default", "--disk", "1G")
+    herder(state, "instance", "add", f"db-{suffix}", "--no-name-check", "-t", "plain", "-o",
+           "debootstrap+default", "--disk", "1G")
 
 
 def running_on(states) -> dict[str, str]:
-    """Instance name -> node name, for every running domain of these simulated clusters."""
+    """Instance name -> node name, for every running domain on these clusters' nodes but the
+    test driver's own "test": it comes back when all of a node's libvirt clients go at once, as
+    node_adopt restarts them (libvirt's test driver keeps its state only while one is
+    connected)."""
     from tests.simhelpers import domains
 
     where = {}
     for state in states:
         for node in state.nodes:
-            for name, active in domains(node.libvirt_uri).items():
-                if active:
+            for name, active in domains(state, node.name).items():
+                if active and name != "test":
                     where[name] = node.name
     return where
 
 
-def sim_pids(state) -> dict[str, dict[str, int]]:
-    data = json.loads((Path(state.directory) / "sim.json").read_text())
-    return {n["name"]: n["pids"] for n in data["nodes"]}
+def borrow_secrets(a, b) -> str:
+    """What the operator does first: copy the other master's secrets to this master."""
+    from herder.sim import cluster
+
+    target = f"/var/lib/herder/merge/{b.cluster_name}"
+    for name in ("hmac.key", "server.pem", "rapi_users"):
+        cluster.copy_file(b.host("node1"), f"/var/lib/herder/{name}", a.host("node1"),
+                          f"{target}/{name}")
+    return target
+
+
+def merge_on_a(a, b, *args: str, fail_at: str | None = None):
+    from herder.sim.host import herder_argv
+
+    env = {merge.FAIL_ENV: fail_at} if fail_at else None
+    return a.host("node1").run(herder_argv("cluster", "merge", b.cluster_name, *args),
+                               env=env, timeout=300)
+
+
+def master_daemons(state, node: str = "node1") -> dict[str, str]:
+    return {d.name: d.state for d in state.host(node).supervisor(
+        "status", ["masterd", "maintd"]).daemons}
 
 
 @pytest.mark.slow
-def test_merge_two_simulated_clusters(pair) -> None:
-    from tests.simhelpers import wait_for
+def test_failed_merge_rolls_back(pair) -> None:
+    from tests.simhelpers import config, wait_for
 
     a, b = pair
     populate(a, "a")
     populate(b, "b")
-    cfg_a, cfg_b = load(a.config), load(b.config)
+    cfg_a, cfg_b = config(a), config(b)
     assert set(merge.drbd_ports(cfg_a)) == set(merge.drbd_ports(cfg_b))  # they collide
-    dry = run(a, "cluster", "merge", b.config, "--dry-run", check=False)
+    borrow_secrets(a, b)
+    dry = merge_on_a(a, b, "--dry-run")
     assert dry.returncode == 1
     assert "node group default exists in both clusters" in dry.stderr  # refused: groups
-    dry = run(a, "cluster", "merge", b.config, "--groups", "merge", "--dry-run")
-    assert "point of no return" in dry.stdout and "11001->" in dry.stdout
-    assert load(a.config).serial_no == cfg_a.serial_no  # a dry run changes nothing
-    done = run(a, "cluster", "merge", b.config, "--groups", "merge")
+    dry = merge_on_a(a, b, "--groups", "merge", "--dry-run")
+    assert "point of no return" in dry.stdout and "11001->" in dry.stdout, dry.stderr
+    assert config(a).serial_no == cfg_a.serial_no  # a dry run changes nothing
+
+    failed = merge_on_a(a, b, "--groups", "merge", fail_at="merge")
+    assert failed.returncode != 0
+    out = failed.stdout + failed.stderr
+    assert "rollback daemons" in out and "rollback stop" in out and "rollback pause" in out
+    assert "rolled back" in out
+    after_a, after_b = config(a), config(b)
+    assert merge.listing(after_a) == merge.listing(cfg_a)
+    assert after_a.serial_no == cfg_a.serial_no  # this cluster unchanged
+    assert merge.listing(after_b) == merge.listing(cfg_b)
+    assert after_b.maintenance.enabled is True
+    assert merge.drbd_ports(after_b) == merge.drbd_ports(cfg_b)
+    assert all(n.master_candidate == cfg_b.nodes[n.uuid].master_candidate
+               for n in after_b.nodes.values())
+    assert all(i.admin_state == "up" for i in after_b.instances.values())
+    wait_for(lambda: {"web-b", "db-b"} <= set(running_on([b])), 60, "b's instances running")
+    assert master_daemons(b) == {"masterd": "running", "maintd": "running"}
+
+
+@pytest.mark.slow
+def test_merge_two_simulated_clusters(pair) -> None:
+    from tests.simhelpers import config, herder, wait_for
+
+    a, b = pair
+    cfg_a, cfg_b = config(a), config(b)
+    secrets = borrow_secrets(a, b)
+    done = merge_on_a(a, b, "--groups", "merge")
+    assert done.returncode == 0, done.stdout + done.stderr
     assert "verify:" in done.stdout and "all unique" in done.stdout, done.stdout
-    merged = load(a.config)
+    merged = config(a)
     assert {n.uuid: n.name for n in merged.nodes.values()} == {
         **merge.listing(cfg_a)["nodes"], **merge.listing(cfg_b)["nodes"]}
     assert {i.uuid: i.name for i in merged.instances.values()} == {
@@ -292,51 +353,20 @@ def test_merge_two_simulated_clusters(pair) -> None:
         return len(seen[0]) == 4
 
     try:
-        wait_for(all_running, 30, "all four instances running")
+        wait_for(all_running, 60, "all four instances running")
     except AssertionError:
         raise AssertionError(f"running: {seen[0]}") from None
-    where = seen[0]
     for inst in merged.instances.values():
-        assert where[inst.name] == merged.node_name(inst.primary_node)
-    # The other cluster is no cluster any more: no masterd, no config, no key; its nodes
-    # answer this cluster's signed RPCs.
-    assert not Path(b.config).exists() and Path(b.config + ".merged").exists()
-    assert not (Path(b.config).parent / "hmac.key").exists()
-    assert not any("masterd" in p or "maintd" in p for p in sim_pids(b).values())
-    run(a, "cluster", "verify")
-    listed = run(a, "node", "list").stdout
+        assert seen[0][inst.name] == merged.node_name(inst.primary_node)
+    # The other cluster is no cluster any more: no master daemons, no config copy on its
+    # nodes, the borrowed secrets gone; its nodes answer this cluster's calls.
+    assert set(master_daemons(b).values()) <= {"stopped", "not-my-role"}
+    for node in b.nodes:
+        assert not b.host(node.name).path("/var/lib/herder/config.json").exists()
+    assert a.host("node1").run(["test", "-e", secrets]).returncode == 1
+    herder(a, "cluster", "verify")
+    listed = herder(a, "node", "list").stdout
     assert all(n.name.split(".")[0] in listed for n in cfg_b.nodes.values())
     # This cluster's masterd drives the merged instances.
-    run(a, "instance", "shutdown", "web-b")
+    herder(a, "instance", "shutdown", "web-b")
     assert "web-b" not in running_on([a, b])
-
-
-@pytest.mark.slow
-def test_failed_merge_rolls_back(pair) -> None:
-    from herder.core.rapi import RapiClient
-    from tests.simhelpers import wait_for
-
-    a, b = pair
-    populate(b, "b")
-    cfg_a, cfg_b = load(a.config), load(b.config)
-    failed = run(a, "cluster", "merge", b.config, "--groups", "merge", fail_at="merge",
-                 check=False)
-    assert failed.returncode != 0
-    out = failed.stdout + failed.stderr
-    assert "rollback daemons" in out and "rollback stop" in out and "rollback pause" in out
-    assert "rolled back" in out
-    after_a, after_b = load(a.config), load(b.config)
-    assert merge.listing(after_a) == merge.listing(cfg_a)
-    assert after_a.serial_no == cfg_a.serial_no  # this cluster unchanged
-    assert merge.listing(after_b) == merge.listing(cfg_b)
-    assert after_b.maintenance.enabled is True
-    assert merge.drbd_ports(after_b) == merge.drbd_ports(cfg_b)
-    assert all(n.master_candidate == cfg_b.nodes[n.uuid].master_candidate
-               for n in after_b.nodes.values())
-    assert all(i.admin_state == "up" for i in after_b.instances.values())
-    wait_for(lambda: {"web-b", "db-b"} <= set(running_on([b])), 60, "b's instances running")
-    assert any("masterd" in p for p in sim_pids(b).values())
-    assert any("maintd" in p for p in sim_pids(b).values())
-    with RapiClient.for_herder_cluster(Path(b.config).parent, b.masterd_url) as api:
-        assert {i["name"] for i in api.get_instances(bulk=True)} >= {"web-b", "db-b"}
-    assert (Path(b.config).parent / "hmac.key").exists()

@@ -1,7 +1,8 @@
 """Redistribution (issue 10, design-2.1 "Redistribute Config" and "VNC Console Password"): what
-goes where (pure), noded's receiving RPCs, and on a simulated cluster: a VNC password file set
-on an instance is on every node that can run it after `herder cluster redist-conf`, ssconf files
-are on every node, the config copy on every master candidate, and a config change reaches the
+goes where (pure), noded's receiving RPCs, and on a simulated cluster of namespaced hosts: a VNC
+password file set on an instance is on every node that can run it after `herder cluster
+redist-conf`, ssconf files are on every node, the config copy (and the job queue) on every master
+candidate where its readers find it (/var/lib/herder), and a config change reaches the
 candidates' copies without redist-conf."""
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def test_ssconf_values_have_ganetis_names():
     assert values["uid_pool"] == "1000-1009\n2000\n"
     assert values["master_candidates"].splitlines() == ["node1.example.com",
                                                          "node2.example.com"]
+    rows = [json.loads(line) for line in values["herder_ndparams"].splitlines()]
+    assert [r["name"] for r in rows] == names(config)
+    assert all(r["ndparams"]["libvirt_uri"] == "qemu:///system" for r in rows)
 
 
 def test_vnc_password_files_go_to_the_nodes_that_can_run_the_instance():
@@ -68,14 +72,19 @@ def test_vnc_password_files_go_to_the_nodes_that_can_run_the_instance():
     plans = redist.plan(config, CONFIG)
     holders = {p: sorted(n for n, np in plans.items() if p in np.files)
                for p in (drbd_pw, plain_pw)}
-    assert holders[drbd_pw] == [config.node_name(u) for u in drbd.all_nodes]
-    assert holders[plain_pw] == [config.node_name(plain.primary_node)]
+    master = config.cluster.master_node  # it has the file: it is the master's
+
+    def others(uuids: list[str]) -> list[str]:
+        return sorted(config.node_name(u) for u in uuids if u != master)
+
+    assert holders[drbd_pw] == others(drbd.all_nodes)
+    assert holders[plain_pw] == others([plain.primary_node])
     # a diskless instance can run anywhere: every VM-capable node; the white-list has them all
     plain.disks = []
     node(config, "node4.example.com").vm_capable = False
     plans = redist.plan(config, CONFIG)
     assert sorted(n for n, np in plans.items() if plain_pw in np.files) \
-        == ["node1.example.com", "node2.example.com", "node3.example.com"]
+        == ["node2.example.com", "node3.example.com"]
     allowed = plans["node4.example.com"].ssconf[redist.UPLOAD_LIST].splitlines()
     assert {drbd_pw, plain_pw} <= set(allowed)
 
@@ -87,7 +96,7 @@ def test_cluster_default_reaches_every_vm_capable_node_of_an_enabled_hypervisor(
     node(config, "node3.example.com").vm_capable = False
     plans = redist.plan(config, CONFIG)
     assert [n for n, np in plans.items() if cluster_pw in np.files] \
-        == ["node1.example.com", "node2.example.com"]
+        == ["node2.example.com"]  # node1 is the master: it has the original
     config.cluster.enabled_hypervisors = ["fake"]
     plans = redist.plan(config, CONFIG)
     assert not any(cluster_pw in np.files for np in plans.values())
@@ -103,9 +112,12 @@ def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
     assert user == ["/etc/xen/xend.conf"]
     plans = redist.plan(config, config_path, user_files=user)
     assert sorted(plans) == ["node1.example.com", "node2.example.com", "node3.example.com"]
-    assert [n for n, p in plans.items() if p.candidate] == ["node1.example.com",
-                                                            "node2.example.com"]
-    for np in plans.values():
+    # the master keeps the originals: its ssconf only, no config copy, no files
+    assert [n for n, p in plans.items() if p.candidate] == ["node2.example.com"]
+    assert plans["node1.example.com"].files == [] and plans["node1.example.com"].ssconf
+    for name, np in plans.items():
+        if name == "node1.example.com":
+            continue
         assert "/etc/xen/xend.conf" in np.files
         assert str(tmp_path / redist.REDIST_FILES) in np.files
         assert str(tmp_path / "hmac.key") not in np.files  # secrets on a full push only
@@ -140,7 +152,7 @@ def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path
     results = pusher.push(config)
     assert results["node3.example.com"].errors and not results["node1.example.com"].errors
     configs = [c for c in rpc.calls if c[1] == "write_config"]
-    assert sorted(c[0] for c in configs) == ["node1.example.com", "node2.example.com"]
+    assert sorted(c[0] for c in configs) == ["node2.example.com"]  # not the master itself
     assert all(set(c[2]["queue"]["files"]) == {"job-1.json"} for c in configs)
     rpc.calls.clear()
     pusher.push(config)
@@ -148,16 +160,23 @@ def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path
     pusher.push(config, full=True)
     assert all(set(c[2]["queue"]["files"]) == {"job-1.json"}
                for c in rpc.calls[-3:] if c[1] == "write_config")
+    assert {c[0] for c in rpc.calls if c[1] == "write_ssconf"} == {"node1.example.com",
+                                                                    "node2.example.com"}
 
 
 # --- noded's side ---------------------------------------------------------------------------------
 
 @pytest.fixture
 def noded(tmp_path) -> NodeDaemon:
+    # the node's "/" is tmp_path/root: the test's files never touch this machine's
     return NodeDaemon(NodeSettings(node_name="node2", state_dir=tmp_path / "state",
                                    run_dir=tmp_path / "run", hmac_key=b"k" * 40,
                                    libvirt_uri="test:///default", file_root=tmp_path / "root",
                                    config_dir=Path("/var/lib/herder")))
+
+
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "root" / "var" / "lib" / "herder"
 
 
 def upload(daemon: NodeDaemon, path: str, data: bytes = b"secret\n") -> Any:
@@ -173,7 +192,7 @@ def test_noded_upload_is_white_listed_and_lands_under_its_root(noded, tmp_path):
             upload(noded, bad)
     noded.rpc_write_ssconf({"values": {"cluster_name": "c\n",
                                        redist.UPLOAD_LIST: "/etc/herder/vnc/web1.pw\n"}})
-    assert (tmp_path / "state" / "ssconf" / "ssconf_cluster_name").read_text() == "c\n"
+    assert (data_dir(tmp_path) / "ssconf_cluster_name").read_text() == "c\n"
     upload(noded, "/etc/herder/vnc/web1.pw", b"pw\n")
     target = tmp_path / "root" / "etc" / "herder" / "vnc" / "web1.pw"
     assert target.read_bytes() == b"pw\n" and target.stat().st_mode & 0o777 == 0o640
@@ -190,7 +209,7 @@ def test_noded_config_copy_refuses_an_older_serial(noded, tmp_path):
             "queue": {"files": {k: base64.b64encode(v).decode() for k, v in files.items()},
                       "names": names}})
 
-    copy = tmp_path / "state" / "config"
+    copy = data_dir(tmp_path)  # where confd, mond and a new master's masterd read it
     write(5, {"job-1.json": b"{}", "job-2.json": b"{}"}, ["job-1.json", "job-2.json"])
     assert json.loads((copy / "config.json").read_text())["serial_no"] == 5
     write(6, {}, ["job-2.json"])
@@ -199,6 +218,40 @@ def test_noded_config_copy_refuses_an_older_serial(noded, tmp_path):
         write(4, {}, ["job-2.json"])
     with pytest.raises(RpcFailure, match="invalid job queue file name"):
         write(7, {"../x.json": b""}, [])
+
+
+def test_noded_follows_its_node_parameters(noded, tmp_path):
+    """What differs between nodes (the libvirt URI) reaches a node as data: ssconf."""
+    from herder.core import ssconf
+
+    assert noded.hv.uri == "test:///default"
+    noded.rpc_write_ssconf({"values": {ssconf.NDPARAMS: ssconf.format_ndparams([
+        ("node1", {"libvirt_uri": "test:///node1"}), ("node2", {"libvirt_uri": "test:///own"})])}})
+    assert noded.hv.uri == "test:///own"
+
+
+def test_noded_config_copy_waits_for_the_writers_lock(noded, tmp_path):
+    """The copy is written under the config's writer lock (a failover's `master-failover`
+    writes the same file there)."""
+    import threading
+    import time
+
+    from herder.core.store import FileStore
+
+    store = FileStore(data_dir(tmp_path) / "config.json")
+    done = threading.Event()
+
+    def push() -> None:
+        noded.rpc_write_config({"config": json.dumps({"serial_no": 1}), "serial": 1})
+        done.set()
+
+    with store.locked():
+        worker = threading.Thread(target=push)
+        worker.start()
+        time.sleep(0.3)
+        assert not done.is_set()
+    worker.join(10)
+    assert done.is_set() and json.loads(store.path.read_text())["serial_no"] == 1
 
 
 # --- on a simulated cluster ---------------------------------------------------------------------
@@ -212,26 +265,24 @@ def first_ip() -> int:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    if not Path("/usr/sbin/libvirtd").exists():
-        pytest.skip("libvirtd is not installed")
     from tests.simhelpers import running_sim
 
-    yield from running_sim(tmp_path_factory.mktemp("redist-sim"), 3, first_ip=first_ip(),
+    yield from running_sim(tmp_path_factory.mktemp("redist-sim"), 4, first_ip=first_ip(),
                            mond=False, maintd=False)
 
 
 @pytest.mark.slow
 def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
-    from herder.core.rapi import RapiClient
-    from herder.core.store import FileStore
-    from tests.simhelpers import herder, wait_for
+    from tests.simhelpers import config, herder, on, wait_for
 
-    directory = Path(sim.directory)
-    # In the master's hypervisor file directory, beside its config (core.hvfiles).
-    password = Path(sim.config).parent / "hypervisor" / "web1.pw"
-    password.parent.mkdir(parents=True, exist_ok=True)
-    password.write_bytes(b"s3cret-vnc\n")
-    password.chmod(0o640)
+    master = sim.host("node1")
+    # The master's file, made on the master (as an operator would), in its hypervisor file
+    # directory beside its config (core.hvfiles)
+    password = "/var/lib/herder/hypervisor/web1.pw"
+    on(sim, "node1", "instance", "list")  # the CLI works on the master
+    made = master.run(["sh", "-c", f"mkdir -p /var/lib/herder/hypervisor && printf "
+                                   f"'s3cret-vnc\\n' > {password} && chmod 640 {password}"])
+    assert made.returncode == 0, made.stderr
     herder(sim, "instance", "add", "web1", "--no-name-check",
            "-t", "diskless", "-o", "debootstrap+default",
            "--no-install", "--no-start", "-H", f"vnc_password_file={password}")
@@ -239,49 +290,54 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     for n in sim.nodes:
         assert f"{n.name}: sent" in done.stdout and "error" not in done.stdout, done.stdout
 
-    config = FileStore(sim.config).load()
+    cfg = config(sim)
 
-    def node_dir(name: str) -> Path:
-        return directory / "nodes" / name
+    def node_path(name: str, path: str) -> Path:
+        return sim.host(name).path(path)
 
-    vm_capable = [n.name for n in config.nodes.values() if n.vm_capable]
-    assert len(vm_capable) == 3
+    vm_capable = [n.name for n in cfg.nodes.values() if n.vm_capable]
+    assert len(vm_capable) == 4
+    key = node_path("node1", "/var/lib/herder/hmac.key").read_bytes()
     for name in vm_capable:
-        copy = node_dir(name) / "root" / str(password).lstrip("/")
+        copy = node_path(name, password)
         assert copy.read_bytes() == b"s3cret-vnc\n", name
         assert copy.stat().st_mode & 0o777 == 0o640
         # a full push also ships the cluster secrets
-        assert (node_dir(name) / "root" / str(Path(sim.config).parent / "hmac.key")
-                .lstrip("/")).read_bytes() == (Path(sim.config).parent / "hmac.key").read_bytes()
-    for n in config.nodes.values():
-        ssconf = node_dir(n.name) / "noded" / "ssconf"
-        assert (ssconf / "ssconf_master_node").read_text() == f"{sim.nodes[0].name}\n"
-        assert (ssconf / "ssconf_node_list").read_text().split() == \
-            sorted(x.name for x in config.nodes.values())
-    candidates = [n.name for n in config.nodes.values() if n.master_candidate
-                  or n.uuid == config.cluster.master_node]
+        assert node_path(name, "/var/lib/herder/hmac.key").read_bytes() == key
+    for n in cfg.nodes.values():
+        ssconf_dir = node_path(n.name, "/var/lib/herder")
+        assert (ssconf_dir / "ssconf_master_node").read_text() == f"{sim.nodes[0].name}\n"
+        assert (ssconf_dir / "ssconf_node_list").read_text().split() == \
+            sorted(x.name for x in cfg.nodes.values())
+    candidates = sorted(n.name for n in cfg.nodes.values() if n.master_candidate)
+    assert len(candidates) == 3 and sim.nodes[3].name not in candidates
+    assert candidates[0] == sim.nodes[0].name  # the master; the others hold copies
 
     def copies() -> dict[str, model.ConfigData]:
         out = {}
         for name in candidates:
             with contextlib.suppress(OSError, ValueError):
-                out[name] = model.decode((node_dir(name) / "noded" / "config" / "config.json")
+                out[name] = model.decode(node_path(name, "/var/lib/herder/config.json")
                                          .read_bytes())
         return out
 
     assert {name: c.serial_no for name, c in copies().items()} == \
-        {name: config.serial_no for name in candidates}
-    queue = node_dir(candidates[-1]) / "noded" / "config" / "queue"
-    assert any(queue.glob("job-*.json"))
+        {name: cfg.serial_no for name in candidates}
+    assert any(node_path(candidates[-1], "/var/lib/herder/queue").glob("job-*.json"))
+    assert not node_path(sim.nodes[3].name, "/var/lib/herder/config.json").exists()
 
     # a config change reaches the candidates' copies without redist-conf
-    with RapiClient.for_herder_cluster(Path(sim.config).parent, sim.masterd_url) as api:
-        api.wait_for_job(api.add_cluster_tags(["redist:auto"]))
-    serial = FileStore(sim.config).load().serial_no
+    herder(sim, "tags", "add", "cluster", "redist:auto")
+    serial = config(sim).serial_no
     wait_for(lambda: all(c.serial_no >= serial and "redist:auto" in c.cluster.tags
                          for c in copies().values()) and len(copies()) == len(candidates),
              timeout=15, what="the tagged config on every master candidate")
-    for n in config.nodes.values():
-        wait_for(lambda n=n: "redist:auto" in (node_dir(n.name) / "noded" / "ssconf"
-                                               / "ssconf_cluster_tags").read_text(),
+    for n in cfg.nodes.values():
+        wait_for(lambda n=n: "redist:auto" in node_path(n.name, "/var/lib/herder/"
+                                                        "ssconf_cluster_tags").read_text(),
                  timeout=15, what=f"the cluster tags in {n.name}'s ssconf")
+
+    # a demoted candidate's copy goes (Ganeti's node_demote_from_mc)
+    herder(sim, "node", "modify", candidates[-1], "--master-candidate", "no")
+    assert not node_path(candidates[-1], "/var/lib/herder/config.json").exists()
+    assert node_path(candidates[-1], "/var/lib/herder/config.json.demoted").exists()

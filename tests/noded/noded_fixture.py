@@ -46,12 +46,11 @@ def client_context(ca: Path, shown: Path | None) -> ssl.SSLContext:
 
 
 @contextmanager
-def running_noded(directory: Path, name: str = "node1.example.com", *, key: bytes = KEY,
-                  certificate: Path | None = None) -> Iterator[Running]:
-    daemon = NodeDaemon(NodeSettings(
-        node_name=name, state_dir=directory / "state", run_dir=directory / "run", hmac_key=key,
-        libvirt_uri="test:///default", powercycle_action="simulate",
-        file_root=directory / "root", config_dir=directory / "cluster"))
+def serving(daemon: NodeDaemon, host: str = "127.0.0.1", port: int = 0,
+            certificate: Path | None = None) -> Iterator[str]:
+    """Serve `daemon` (noded's real server) in a background thread on `host`:`port`; yields
+    its URL. For tests that need several node daemons on one machine (a node's name is its
+    host's name, so `herder noded` itself runs one per host)."""
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
     bound: list[int] = []
@@ -61,7 +60,7 @@ def running_noded(directory: Path, name: str = "node1.example.com", *, key: byte
     def run() -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(serve(daemon, "127.0.0.1", 0, certificate,
+            loop.run_until_complete(serve(daemon, host, port, certificate,
                                           ready=lambda port: (bound.append(port), ready.set()),
                                           stop=stop))
         except BaseException as err:  # reported to the test below
@@ -75,8 +74,19 @@ def running_noded(directory: Path, name: str = "node1.example.com", *, key: byte
         raise failure[0]
     scheme = "https" if certificate is not None else "http"
     try:
-        yield Running(f"{scheme}://127.0.0.1:{bound[0]}", daemon)
+        yield f"{scheme}://{host}:{bound[0]}"
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(30)
         loop.close()
+
+
+@contextmanager
+def running_noded(directory: Path, name: str = "node1.example.com", *, key: bytes = KEY,
+                  certificate: Path | None = None) -> Iterator[Running]:
+    daemon = NodeDaemon(NodeSettings(
+        node_name=name, state_dir=directory / "state", run_dir=directory / "run", hmac_key=key,
+        libvirt_uri="test:///default",
+        file_root=directory / "root", config_dir=directory / "cluster"))
+    with serving(daemon, certificate=certificate) as url:
+        yield Running(url, daemon)

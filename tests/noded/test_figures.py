@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -60,10 +61,9 @@ def test_disk_pool_is_what_herders_disks_may_use(tmp_path: Path) -> None:
     disks.mkdir()
     with open(disks / "d1.img", "wb") as fh:
         fh.truncate(300 * 2**20)  # sparse, as noded creates them
-    pool = figures.disk_pool(disks, capacity=1000)
-    assert pool == livefigures.StorageUnit("file", str(disks), 1000, 700)
-    whole = figures.disk_pool(disks, capacity=None)  # the filesystem's free space + the disks
-    assert whole.storage_size - whole.storage_free == 300
+    pool = figures.disk_pool(disks)  # the filesystem's free space + the disks
+    assert pool.storage_size - pool.storage_free == 300
+    assert pool.storage_free == shutil.disk_usage(disks).free // 2**20
 
 
 @pytest.fixture
@@ -84,19 +84,20 @@ def test_node_info_on_the_test_driver(hv: Hypervisor, tmp_path: Path) -> None:
     hv.start("web")
     (records / "web.json").write_text(json.dumps({"expected_state": "up",
                                                   "changed": time.time() - 30}))
-    info = figures.node_info(hv, disks, records, 5000, with_instances=True)
+    info = figures.node_info(hv, disks, records, with_instances=True)
     # the test driver's host: 3 GiB, 16 CPUs in 2 NUMA cells of 2 sockets; its own domain
     # "test" (2 GiB) and "web" run, "idle" is only defined
     assert (info.memory_total, info.memory_free, info.memory_dom0) == (3072, 3072 - 2048 - 256, 0)
     assert (info.cpu_total, info.cpu_dom0, info.cpu_nodes, info.cpu_sockets) == (16, 16, 2, 4)
     assert info.bootid == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    assert info.storage == (livefigures.StorageUnit("file", str(disks), 5000, 5000),)
+    (pool,) = info.storage
+    assert (pool.type, pool.name, pool.storage_size - pool.storage_free) == ("file", str(disks), 0)
     assert info.instances is not None and set(info.instances) == {"test", "web"}
     web = info.instances["web"]
     assert (web.state, web.memory, web.vcpus) == ("running", 256, 2)
     assert web.uptime is not None and 29 <= web.uptime < 300
     assert info.instances["test"].uptime is None  # not started by noded
-    assert figures.node_info(hv, disks, records, None).instances is None  # not asked
+    assert figures.node_info(hv, disks, records).instances is None  # not asked
 
 
 def test_node_info_of_a_real_host_reads_proc_meminfo(hv: Hypervisor, tmp_path: Path) -> None:
@@ -104,7 +105,7 @@ def test_node_info_of_a_real_host_reads_proc_meminfo(hv: Hypervisor, tmp_path: P
     meminfo.write_text(MEMINFO)
     hv.domain_type = "kvm"  # what noded reads for a host whose memory is real
     (tmp_path / "disks").mkdir()
-    info = figures.node_info(hv, tmp_path / "disks", tmp_path, None, meminfo=meminfo)
+    info = figures.node_info(hv, tmp_path / "disks", tmp_path, meminfo=meminfo)
     assert (info.memory_total, info.memory_free, info.memory_dom0) == \
         figures.parse_meminfo(MEMINFO)
 

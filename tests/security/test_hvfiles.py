@@ -37,11 +37,15 @@ def test_a_parameter_naming_a_file_outside_the_directory_sends_nothing(tmp_path:
     web, other = sorted(config.instances.values(), key=lambda i: i.name)
     web.hvparams["vnc_password_file"] = "/etc/hostname"
     other.hvparams["spice_password_file"] = str(sneaky)
+    # on a node that is not the master (the master has the originals: nothing is sent to it)
+    other.primary_node = next(uuid for uuid in config.nodes if uuid != config.cluster.master_node)
     plans = redist.plan(config, config_path)
+    master = config.node_name(config.cluster.master_node)  # it has the originals
     for plan in plans.values():
         assert "/etc/hostname" not in plan.files
         assert "/etc/hostname" not in plan.ssconf[redist.UPLOAD_LIST].splitlines()
-        assert str(good) in plan.files  # the cluster default: every VM-capable node
+        # the cluster default: every VM-capable node but the master
+        assert (str(good) in plan.files) == (plan.name != master)
     rpc = RecordingRpc()
     results = redist.Redistributor(rpc, config_path, None).push(config)
     uploads = [args for _, method, args in rpc.calls if method == "upload_file"]

@@ -101,7 +101,7 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi.RapiContext]]:
 def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
     daemon = NodeDaemon(NodeSettings(
         node_name=NODE, state_dir=tmp_path / "noded" / "state", run_dir=tmp_path / "noded" / "run",
-        hmac_key=KEY, libvirt_uri="test:///default", powercycle_action="simulate",
+        hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
                  frozenset({access.NODE_RPC})), daemon

@@ -1,47 +1,54 @@
-"""End to end on a simulated cluster: separate noded/masterd processes, one libvirtd per node
-serving the test driver, each node on its own loopback address."""
+"""End to end on a simulated cluster of namespaced hosts: every node its own processes, network,
+mounts and libvirtd (the test driver), its daemons started by its supervisor with the defaults
+of a real host; the CLI runs on this machine through the client profile, as an operator's
+workstation, or on a node (`--exec`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import ssl
+import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from herder.core import envelope, rpcauth
-from herder.core.store import FileStore
-from tests.simhelpers import domains, herder, running_sim, worker_offset
+from herder.sim import cluster
+from herder.sim.host import SimHost
+from tests.simhelpers import (
+    config,
+    domains,
+    herder,
+    on,
+    running_sim,
+    wait_for,
+    where,
+    worker_offset,
+)
 
 # The tests share one simulated cluster and build on each other (pytest runs with
 # --dist loadfile, so they stay on one worker, in order).
 pytestmark = pytest.mark.slow
 
-if not Path("/usr/sbin/libvirtd").exists():
-    pytest.skip("libvirtd is not installed", allow_module_level=True)
-
 
 def worker_first_ip() -> int:
-    """Distinct addresses per xdist worker (and away from the vcluster's 127.0.0.10-13)."""
+    """Distinct loopback addresses per xdist worker (and away from the vcluster's 10-13)."""
     return 100 + worker_offset(10, 6)
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    yield from running_sim(tmp_path_factory.mktemp("sim"), 3, mond=False,
-                           first_ip=worker_first_ip())
+    # four nodes: nodes 1-3 master candidates, node 4 a node without a config copy
+    yield from running_sim(tmp_path_factory.mktemp("sim"), 4, first_ip=worker_first_ip())
 
 
-def where(state, name: str) -> list[str]:
-    return [n.name for n in state.nodes if domains(n.libvirt_uri).get(name)]
+def node_file(sim, node: str, path: str) -> Path:
+    """Where the machine sees a file of a node (the test looks; no node does)."""
+    return sim.host(node).path(path)
 
 
-def config(state):
-    return FileStore(state.config).load()
+def disk_image(sim, node: str, disk_uuid: str) -> Path:
+    return node_file(sim, node, f"/var/lib/herder/noded/disks/{disk_uuid}.img")
 
 
 def test_create_with_the_allocator_and_move(sim) -> None:
@@ -49,11 +56,13 @@ def test_create_with_the_allocator_and_move(sim) -> None:
                  "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G", "--dry-run")
     assert "would be placed on" in dry.stdout
     assert "web1" not in {i.name for i in config(sim).instances.values()}  # nothing changed
-    assert not any(domains(n.libvirt_uri) for n in sim.nodes)
+    assert not any(domains(sim, n.name) for n in sim.nodes)
     herder(sim, "instance", "add", "web1", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
+           "-t", "drbd", "-o", "debootstrap+default",
+           "--disk", "1G")
     herder(sim, "instance", "add", "db1", "--no-name-check",
-           "-t", "plain", "-o", "debootstrap+minimal", "--disk", "1G")
+           "-t", "plain", "-o", "debootstrap+minimal",
+           "--disk", "1G")
     cfg = config(sim)
     web, db = cfg.find_instance("web1"), cfg.find_instance("db1")
     assert web.admin_state == "up" and web.disk_template == "drbd"
@@ -67,33 +76,138 @@ def test_create_with_the_allocator_and_move(sim) -> None:
     herder(sim, "instance", "failover", "web1")
     assert where(sim, "web1") == [cfg.node_name(web.primary_node)]
     # Each node knows which instance its disks belong to (the creating RPCs named it).
-    from herder.core.noderpc import HttpNodeRpc
-
-    rpc = HttpNodeRpc(envelope.load_key(Path(sim.config).parent / "hmac.key"),
-                      Path(sim.config).parent / "server.pem")
-    primary = cfg.nodes[web.primary_node]
-    disk_map = rpc.call(primary, "disk_map", {})
+    disk_map = json.loads(node_file(sim, cfg.node_name(web.primary_node),
+                                    "/var/lib/herder/noded/disk-map.json").read_text())
     assert disk_map[web.disks[0].uuid]["instance"] == "web1"
-    rpc.close()
-    # The OS install really ran on the instance's disk.
-    node_dir = Path(sim.directory) / "nodes" / cfg.node_name(db.primary_node) / "noded"
-    disk = node_dir / "disks" / f"{db.disks[0].uuid}.img"
-    assert disk.read_bytes()[:40].startswith(b"herder-demo-os minimal db1")
+    # The OS install really ran on the instance's disk, on its node.
+    assert disk_image(sim, cfg.node_name(db.primary_node), db.disks[0].uuid) \
+        .read_bytes()[:40].startswith(b"herder-demo-os minimal db1")
 
 
-def test_evacuate_a_node(sim) -> None:
-    cfg = config(sim)
-    web = cfg.find_instance("web1")
-    node = cfg.node_name(web.secondary_nodes[0])
-    before = {i.name for i in cfg.instances.values()}
-    herder(sim, "node", "evacuate", node)
-    cfg = config(sim)
-    node_uuid = cfg.find_node(node).uuid
-    assert {i.name for i in cfg.instances.values()} == before
-    assert not any(node_uuid in i.all_nodes for i in cfg.instances.values())
-    for inst in cfg.instances.values():
-        assert where(sim, inst.name) == [cfg.node_name(inst.primary_node)]
-    assert not domains(next(n for n in sim.nodes if n.name == node).libvirt_uri)
+def test_read_commands_work_from_this_machine_without_a_config(sim) -> None:
+    """The workstation has no config file: lists and infos come through masterd."""
+    listed = herder(sim, "node", "list")
+    assert all(n.name in listed.stdout for n in sim.nodes)
+    info = json.loads(herder(sim, "instance", "info", "web1", "--json").stdout)
+    assert info[0]["name"] == "web1"
+    assert herder(sim, "job", "list").stdout.strip()
+    assert herder(sim, "cluster", "info").stdout.startswith("name: cluster.")
+    offline = herder(sim, "--offline", "node", "modify", sim.nodes[3].name, "--drained",
+                     "yes", check=False)
+    assert offline.returncode == 1 and "run it on the master" in offline.stderr
+    # the same on the master node, where the config is
+    assert "web1" in on(sim, "node1", "instance", "list").stdout
+
+
+def test_mond_on_a_node_without_the_config_knows_its_instances(sim) -> None:
+    """node4 is no master candidate: no config copy, its mond asks the candidates' confd."""
+    node4 = sim.nodes[3]
+    assert not node_file(sim, node4.name, "/var/lib/herder/config.json").exists()
+    herder(sim, "instance", "add", "app4", "--no-name-check",
+           "-t", "plain", "-o", "debootstrap+default",
+           "--disk", "1G", "-n", node4.name)
+
+    def reported():
+        done = herder(sim, "mond", "report", "instance", "inst-status", "--verbose",
+                      "--node", node4.name, check=False)
+        if done.returncode != 0:
+            return None
+        found = {i["name"]: i for i in json.loads(done.stdout)["data"].get("instances", [])}
+        return found.get("app4")
+
+    app4 = wait_for(reported, 60, "app4 in node4's inst-status")
+    assert app4["admin_state"] == "up" and app4["actual_state"] == "up"
+    daemons = json.loads(herder(sim, "mond", "report", "all", "--verbose", "--node",
+                                node4.name).stdout)
+    expected = {r["name"]: r["data"]["expected"] for r in daemons
+                if r["category"] == "daemon"}
+    assert expected["noded"] and expected["mond"] and not expected["confd"]
+    assert not expected["masterd"]
+
+
+def test_config_copies_are_what_each_candidates_confd_answers(sim) -> None:
+    herder(sim, "tags", "add", "cluster", "copy:check")
+    serial = config(sim).serial_no
+    candidates = [n for n in sim.nodes[:3]]
+
+    def copy(node) -> dict:
+        try:
+            return json.loads(node_file(sim, node.name, "/var/lib/herder/config.json")
+                              .read_text())
+        except (OSError, ValueError):
+            return {"serial_no": -1}
+
+    wait_for(lambda: all(copy(n)["serial_no"] >= serial for n in candidates), 30,
+             "the tagged config on every master candidate")
+    for node in candidates:
+        # ask this candidate's confd alone, from node4 (which has no copy of its own)
+        done = on(sim, sim.nodes[3].name, "confd", "query", "config_query", "/cluster/tags",
+                  "--peer", node.address, "--json")
+        answer = json.loads(done.stdout)
+        assert "copy:check" in answer["answer"], answer
+        assert answer["peer"].startswith(node.address)
+        assert answer["serial"] == copy(node)["cluster"]["serial_no"]
+    # node4's confd has no copy: it answers nothing that a client would keep
+    lone = on(sim, "node1", "confd", "query", "ping", "--peer", sim.nodes[3].address,
+              "--timeout", "1", check=False)
+    assert lone.returncode != 0
+
+
+def machine_pids_of(host: SimHost) -> list[int]:
+    """Every process of the host's PID namespace, as the machine numbers them."""
+    namespace = os.readlink(f"/proc/{host.pid}/ns/pid")
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "pid") == namespace:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_no_node_touches_another_nodes_tree(sim) -> None:
+    """Every daemon's open files and working directory are its own host's (or the shared NFS
+    stand-in, or the machine's system files), never another host's or the simulator's."""
+    hosts = {n.name: sim.host(n.name) for n in sim.nodes}
+    owner: dict[tuple[int, int], str] = {}
+    for name, host in hosts.items():
+        for path in host.layout.directory.rglob("*"):
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            owner[(st.st_dev, st.st_ino)] = name
+        storage = os.stat(f"/proc/{host.pid}/root/srv/herder/file-storage")
+        owner[(storage.st_dev, 0)] = name  # the device of its own file storage
+    machine_side = [Path(sim.directory) / "client", Path(sim.directory) / "sim.json"]
+    machine_inodes = {(p.stat().st_dev, p.stat().st_ino) for p in machine_side if p.exists()}
+    checked = 0
+    for name, host in hosts.items():
+        pids = machine_pids_of(host)
+        assert len(pids) >= 5, f"{name}: {pids}"  # supervisor, libvirtd, noded, mond, ...
+        for pid in pids:
+            links = [Path(f"/proc/{pid}/cwd")]
+            try:
+                links += list(Path(f"/proc/{pid}/fd").iterdir())
+            except OSError:
+                continue  # ended meanwhile
+            for link in links:
+                try:
+                    st = os.stat(link)
+                    target = os.readlink(link)
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                where_from = owner.get(key) or owner.get((st.st_dev, 0))
+                assert where_from in (None, name), \
+                    f"{name} pid {pid} has {target} open, a file of {where_from}"
+                assert key not in machine_inodes, f"{name} pid {pid} has {target} open"
+                if target != str(host.layout.console):  # PID 1's output: the host's console
+                    assert str(sim.directory) not in target, f"{name} pid {pid}: {target}"
+                checked += 1
+    assert checked > 50
 
 
 def test_unknown_os_variant_is_refused_and_nothing_is_left(sim) -> None:
@@ -102,19 +216,24 @@ def test_unknown_os_variant_is_refused_and_nothing_is_left(sim) -> None:
     assert done.returncode == 1
     assert "unsupported OS variant 'nosuch'" in done.stderr and "--force-variant" in done.stderr
     assert "bad1" not in {i.name for i in config(sim).instances.values()}
-    assert not any(domains(n.libvirt_uri).get("bad1") for n in sim.nodes)
+    assert not where(sim, "bad1")
 
 
-def test_external_iallocator_matches_the_builtin(sim, tmp_path: Path) -> None:
-    hail = Path("/tmp/groot/bin/hail")
-    hail_sh = Path(__file__).resolve().parents[3] / "shared" / "peers" / "hail.sh"
-    if not hail.exists() or not hail_sh.exists():
+def test_external_iallocator_matches_the_builtin(sim) -> None:
+    htools = Path("/tmp/groot/usr/lib/ganeti/3.0/usr/bin/htools")
+    if not htools.exists():
         pytest.skip("Ganeti's hail is not installed (../shared/peers/setup.sh)")
+    # installed on the master as a package would be: the binary on the node, the iallocator
+    # wrapper in the search path
+    master = sim.host("node1")
+    binary = master.path("/srv/herder/hail")
+    binary.write_bytes(htools.read_bytes())
+    binary.chmod(0o755)
     wrapper = Path("/usr/lib/herder/iallocators/hail")
     created = not wrapper.exists()
     if created:
         wrapper.parent.mkdir(parents=True, exist_ok=True)
-        wrapper.write_text(f"#!/bin/sh\nexec {hail_sh} \"$@\"\n")
+        wrapper.write_text("#!/bin/sh\nexec /srv/herder/hail \"$@\"\n")
         wrapper.chmod(0o755)
     try:
         builtin = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd", "-o",
@@ -127,64 +246,98 @@ def test_external_iallocator_matches_the_builtin(sim, tmp_path: Path) -> None:
             wrapper.unlink()
 
 
-def test_dead_node_fails_cleanly_and_a_restarted_noded_rejoins(sim) -> None:
+def test_dead_node_daemon_fails_cleanly_and_rejoins(sim) -> None:
     cfg = config(sim)
     web = cfg.find_instance("web1")
-    victim = next(n for n in sim.nodes if n.name == cfg.node_name(web.primary_node))
-    os.killpg(victim.pids["noded"], signal.SIGKILL)
-    time.sleep(0.3)
-    before = Path(sim.config).read_bytes()
+    victim = cfg.node_name(web.primary_node)
+    on(sim, victim, "daemon-util", "stop", "noded")
+    before = config(sim).serial_no
     done = herder(sim, "instance", "reboot", "web1", check=False)
     assert done.returncode == 1 and "cannot reach its node daemon" in done.stderr
-    assert Path(sim.config).read_bytes() == before  # config consistent: nothing written
-    from herder.sim import cluster
-
-    proc = cluster.spawn_noded(Path(sim.directory), Path(sim.config), victim)
-    victim.pids["noded"] = proc.pid
-    sim.save()  # keep sim.json right for the teardown
-    deadline = time.monotonic() + 20
+    assert config(sim).serial_no == before  # config consistent: nothing written
+    on(sim, victim, "daemon-util", "start", "noded")
+    deadline = time.monotonic() + 30
     while True:
         done = herder(sim, "instance", "reboot", "web1", check=False)
         if done.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     assert done.returncode == 0, done.stderr
-    assert where(sim, "web1") == [victim.name]
+    assert where(sim, "web1") == [victim]
+
+
+PROBE = """
+import json, ssl, sys, time, urllib.error, urllib.request
+from herder.core import envelope, rpcauth
+address, name = sys.argv[1:3]
+key = envelope.load_key("/var/lib/herder/hmac.key")
+def context(client_certificate):
+    made = ssl.create_default_context(cafile="/var/lib/herder/server.pem")
+    made.check_hostname = False
+    if client_certificate:  # noded takes only clients with the cluster certificate
+        made.load_cert_chain("/var/lib/herder/server.pem")
+    return made
+def post(body, client_certificate=True):
+    request = urllib.request.Request(f"https://{address}:1811/rpc/ping", data=body)
+    try:
+        with urllib.request.urlopen(request, context=context(client_certificate),
+                                    timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, None
+    except (urllib.error.URLError, OSError):
+        return "refused", None
+print(json.dumps([
+    post(rpcauth.sign_call(key, "ping", name, {}), client_certificate=False)[0],
+    post(b'{"msg": "{}", "salt": "1", "hmac": "x"}')[0],
+    post(rpcauth.sign_call(b"wrong key\\n", "ping", name, {}))[0],
+    post(rpcauth.sign_call(key, "ping", name, {}, now=time.time() - 3600))[0],
+    post(rpcauth.sign_call(key, "ping", name, {}))]))
+"""
 
 
 def test_noded_refuses_requests_without_the_secret_and_locks_memory(sim) -> None:
-    node = sim.nodes[1]
-    url = f"https://{node.ip}:1811/rpc/ping"
-    cluster_pem = Path(sim.config).parent / "server.pem"
-    tls = ssl.create_default_context(cafile=str(cluster_pem))
-    tls.check_hostname = False
-    tls.load_cert_chain(cluster_pem)  # noded takes only clients with the cluster certificate
-    with httpx.Client(verify=tls) as http:
-        assert http.post(url, content=b'{"msg": "{}", "salt": "1", "hmac": "x"}').status_code \
-            == 403
-        forged = rpcauth.sign_call(b"wrong key\n", "ping", node.name, {})
-        assert http.post(url, content=forged).status_code == 403
-        key = envelope.load_key(Path(sim.config).parent / "hmac.key")
-        old = rpcauth.sign_call(key, "ping", node.name, {}, now=time.time() - 3600)
-        assert http.post(url, content=old).status_code == 403
-        ok = http.post(url, content=rpcauth.sign_call(key, "ping", node.name, {}))
-        assert ok.status_code == 200 and ok.json()["result"]["node"] == node.name
-    status = Path(f"/proc/{node.pids['noded']}/status").read_text()
-    vmlck = int(next(line for line in status.splitlines() if line.startswith("VmLck:")).split()[1])
+    target = sim.nodes[1]
+    done = sim.host("node1").run([sys.executable, "-c", PROBE, target.address, target.name])
+    assert done.returncode == 0, done.stderr
+    bare, bad, forged, old, (status, answer) = json.loads(done.stdout)
+    assert (bare, bad, forged, old, status) == ("refused", 403, 403, 403, 200)
+    assert answer["result"]["node"] == target.name
+    host = sim.host(target.name)
+    noded = next(d for d in host.supervisor("status", ["noded"]).daemons)
+    status_text = host.run(["cat", f"/proc/{noded.pid}/status"]).stdout
+    vmlck = int(next(line for line in status_text.splitlines()
+                     if line.startswith("VmLck:")).split()[1])
     assert vmlck > 0
 
 
-def test_powercycle_is_simulated_and_recorded(sim) -> None:
-    node = sim.nodes[2]
+def test_powercycle_reboots_the_node_and_only_it(sim) -> None:
+    """noded's real power cycle: reboot(2) ends the host's PID namespace; the simulation's
+    keeper boots it again, and its daemons come back from node.toml."""
+    node = sim.nodes[3]
+    host = sim.host(node.name)
+    before = host.pid
+    others = {n.name: sim.host(n.name).pid for n in sim.nodes if n is not node}
+    machine_init = os.stat("/proc/1").st_ctime
     done = herder(sim, "node", "powercycle", node.name)
-    assert "simulated" in done.stdout
-    log = Path(sim.directory) / "nodes" / node.name / "noded" / "powercycle.log"
+    assert "rebooting" in done.stdout
+    wait_for(lambda: sim.host(node.name).running and sim.host(node.name).pid != before, 60,
+             f"{node.name} booted again")
+    assert {n: sim.host(n).pid for n in others} == others  # the others ran on
+    assert os.stat("/proc/1").st_ctime == machine_init
+    log = node_file(sim, node.name, "/var/lib/herder/noded/powercycle.log")
     assert "powercycle requested" in log.read_text()
+
+    def node_daemon_back() -> bool:
+        listed = herder(sim, "os", "list", "--json", check=False)
+        return listed.returncode == 0 and \
+            node.name in json.loads(listed.stdout).get("debootstrap+default", [])
+
+    wait_for(node_daemon_back, 60, f"{node.name}'s noded answering again")
 
 
 def test_os_list_shows_variants(sim) -> None:
-    listed = herder(sim, "os", "list", "--json")
-    offered = json.loads(listed.stdout)
+    offered = json.loads(herder(sim, "os", "list", "--json").stdout)
     names = {n.name for n in sim.nodes}
     assert set(offered["debootstrap+default"]) == names
     assert set(offered["debootstrap+minimal"]) == names
@@ -195,8 +348,7 @@ def test_reinstall_with_another_variant_and_activate_disks(sim) -> None:
     db = cfg.find_instance("db1")
     herder(sim, "instance", "shutdown", "db1")
     herder(sim, "instance", "reinstall", "db1", "-o", "debootstrap+default")
-    disk = (Path(sim.directory) / "nodes" / cfg.node_name(db.primary_node) / "noded" / "disks"
-            / f"{db.disks[0].uuid}.img")
+    disk = disk_image(sim, cfg.node_name(db.primary_node), db.disks[0].uuid)
     assert disk.read_bytes()[:40].startswith(b"herder-demo-os default db1")
     assert config(sim).find_instance("db1").os == "debootstrap+default"
     herder(sim, "instance", "start", "db1")
@@ -212,19 +364,16 @@ def test_replace_disks_moves_the_mirror(sim) -> None:
     spare = next(n for n in cfg.nodes.values() if n.uuid not in web.all_nodes)
     herder(sim, "instance", "replace-disks", "web1", "-n", spare.name)
     assert config(sim).find_instance("web1").secondary_nodes == [spare.uuid]
-    disk = (Path(sim.directory) / "nodes" / spare.name / "noded" / "disks"
-            / f"{web.disks[0].uuid}.img")
-    assert disk.exists()
+    assert disk_image(sim, spare.name, web.disks[0].uuid).exists()
 
 
-def test_repair_command_runs_white_listed_with_stdin(sim) -> None:
+def test_repair_command_runs_white_listed_with_stdin(sim, tmp_path: Path) -> None:
     node = sim.nodes[1]
-    repair_dir = Path(sim.directory) / "nodes" / node.name / "repair"
-    repair_dir.mkdir(exist_ok=True)
-    script = repair_dir / "fix-disk"
+    script = node_file(sim, node.name, "/etc/ganeti/node-repair-commands/fix-disk")
+    script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text('#!/bin/sh\necho "fixed: $(cat)"\n')
     script.chmod(0o755)
-    data = Path(sim.directory) / "diag.json"
+    data = tmp_path / "diag.json"
     data.write_text('{"status": "live-repair", "command": "fix-disk"}')
     done = herder(sim, "node", "repair-command", node.name, "fix-disk", "--input", str(data))
     assert done.stdout.startswith("fixed: ")
@@ -236,8 +385,7 @@ def test_repair_command_runs_white_listed_with_stdin(sim) -> None:
 
 
 def test_storage_units_are_listed(sim) -> None:
-    done = herder(sim, "storage", "list", "-t", "file", "--json")
-    rows = json.loads(done.stdout)
+    rows = json.loads(herder(sim, "storage", "list", "-t", "file", "--json").stdout)
     assert {r["node"] for r in rows} == {n.name for n in sim.nodes}
     assert all(r["size"] > 0 for r in rows)
 
@@ -247,29 +395,10 @@ def test_libvirtd_restart_is_survived(sim) -> None:
     (and the instance can be started again)."""
     cfg = config(sim)
     db = cfg.find_instance("db1")
-    node = next(n for n in sim.nodes if n.name == cfg.node_name(db.primary_node))
-    from herder.sim.libvirtd import PrivateLibvirtd
-
-    os.killpg(node.libvirtd_pid, signal.SIGKILL)
-    time.sleep(0.3)
-    home = Path(node.libvirtd_dir)
-    daemon = PrivateLibvirtd(home, Path(node.libvirt_uri.split("socket=")[1]),
-                             ["/usr/sbin/libvirtd"], {})
-    import shutil as _shutil
-
-    from herder.sim.libvirtd import _session_command
-
-    _shutil.rmtree(home / "home", ignore_errors=True)
-    argv, env, sock = _session_command(home)
-    daemon.argv, daemon.env, daemon.socket = argv, env, sock
-    daemon.start()
-    assert daemon.proc is not None
-    node.libvirtd_pid = daemon.proc.pid
-    node.libvirt_uri = daemon.uri
-    sim.save()  # so the teardown stops this libvirtd too
-    deadline = time.monotonic() + 15
-    while "db1" not in domains(node.libvirt_uri) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert "db1" in domains(node.libvirt_uri)  # defined again by noded
+    node = cfg.node_name(db.primary_node)
+    on(sim, node, "daemon-util", "stop", "libvirtd")
+    on(sim, node, "daemon-util", "start", "libvirtd")
+    cluster.remove_default_domain(sim.host(node))
+    wait_for(lambda: "db1" in domains(sim, node), 30, "db1 defined again by noded")
     herder(sim, "instance", "start", "db1")
-    assert where(sim, "db1") == [node.name]
+    assert where(sim, "db1") == [node]

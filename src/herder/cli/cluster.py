@@ -22,7 +22,7 @@ from herder.cli.common import (
 )
 from herder.core import cluster_secrets, model, params, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
-from herder.core.store import ConfigStore
+from herder.core.store import ConfigStore, FileStore
 from herder.core.verify import Finding
 from herder.core.verify import verify as verify_config
 
@@ -480,37 +480,42 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
 
 
 @cluster.command()
-@click.argument("others", metavar="OTHER...", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("others", metavar="OTHER...", nargs=-1, required=True)
+@click.option("--secrets-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("/var/lib/herder/merge"), show_default=True,
+              help="Where the copies of each other cluster's secrets are: "
+                   "DIR/OTHER/{hmac.key,server.pem,rapi_users} (from its master).")
 @click.option("--groups", type=click.Choice(["refuse", "merge", "rename"]), default="refuse",
               show_default=True, help="A node group name in both clusters: refuse the merge, "
               "put their nodes in our group of that name, or rename theirs.")
 @click.option("--dry-run", is_flag=True, help="Only the checks and the plan.")
 @pass_store
-def merge(store: ConfigStore, others: tuple[Path, ...], groups: str, dry_run: bool) -> None:
-    """Merge other herder clusters into this one (design-2.1 "Cluster Merger").
+def merge(store: ConfigStore, others: tuple[str, ...], secrets_dir: Path, groups: str,
+          dry_run: bool) -> None:
+    """Merge other herder clusters into this one (design-2.1 "Cluster Merger"); run it on
+    this cluster's master.
 
-    OTHER is the other cluster's config path (e.g. /tmp/sim2/cluster/config.json); its
-    directory holds its key, certificate and RAPI users. Their nodes join as non-master
-    candidates, their instances are stopped and started again, DRBD ports are reallocated.
-    A failing step rolls back until the configs are merged (the point of no return). Only
-    simulated clusters can be merged for now (their daemons are stopped and re-pointed).
+    OTHER is the other cluster's name (it resolves to its master IP). First copy the other
+    master's /var/lib/herder/{hmac.key,server.pem,rapi_users} to --secrets-dir/OTHER/ (the
+    borrowed key; removed again at the end). The other cluster is reached through its RAPI and
+    its node daemons only. Its nodes join as non-master candidates, its instances are stopped
+    and started again, DRBD ports are reallocated. A failing step rolls back until the configs
+    are merged (the point of no return).
     """
     from herder.masterd import merge as merging
-    from herder.sim.cluster import MergeControl
 
-    for other in others:
-        if not dry_run and not (other.resolve().parent.parent / "sim.json").exists():
-            raise HerderError(f"{other}: only simulated clusters can be merged for now (herder "
-                              "cannot stop another cluster's daemons on real nodes yet)")
-        control = MergeControl(store.load().cluster.master_ip)
-        job = merging.Merge(store.path, other.resolve(), control, groups=groups, say=click.echo)
+    if not isinstance(store, FileStore) or not store.exists():
+        raise HerderError("run the merge on this cluster's master (it changes the config file)")
+    for name in others:
+        other = merging.OtherCluster(name, secrets_dir / name)
+        job = merging.Merge(store.path, other, merging.RpcControl(), groups=groups,
+                            say=click.echo)
         if dry_run:
             for line in job.plan():
                 click.echo(f"plan: {line}")
             continue
         job.run()
-        click.echo(f"merged {other} into {store.load().cluster.name}")
+        click.echo(f"merged {name} into {store.load().cluster.name}")
 
 
 # --- import-ganeti ------------------------------------------------------------------------------
@@ -555,13 +560,16 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 # --- master failover ----------------------------------------------------------------------------
 
 
-def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int) -> Any:
+def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int,
+              timeout: float = 15.0) -> Any:
+    """The node RPC client of a failover: a node that is gone costs the connect timeout (3 s),
+    so the calls keep the client's timeouts (a per-call timeout would replace both)."""
     from herder.core import envelope
     from herder.core.noderpc import HttpNodeRpc
 
     secrets = cluster_secrets.SecretPaths.beside(store.path)
     return HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
-                       port=noded_port, epoch=epoch, timeout=15.0, connect_timeout=3.0)
+                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=3.0)
 
 
 def _masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
@@ -591,7 +599,7 @@ def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *,
             try:
                 answer = rpc.call(node, "master_vote", {
                     "master": config.node_name(c.master_node), "address": c.master_ip,
-                    "port": masterd_port, "timeout": 2.0}, timeout=15.0)
+                    "port": masterd_port, "timeout": 2.0})
             except HerderError as err:
                 lines.append(f"{node.name}: no answer ({err})")
                 continue
@@ -611,11 +619,48 @@ def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int
     try:
         for node in sorted(config.nodes.values(), key=lambda n: n.name):
             try:
-                answer = rpc.call(node, "master_epoch", {}, timeout=15.0)
+                answer = rpc.call(node, "master_epoch", {})
                 lines.append(f"{node.name}: epoch {answer.get('epoch')}")
             except HerderError as err:
                 lines.append(f"{node.name}: not told ({err}); it learns the epoch from the "
                              "new master's first call")
+    finally:
+        rpc.close()
+    return lines
+
+
+def master_network(cluster: model.Cluster) -> dict[str, Any]:
+    """The master IP's parameters as the node RPCs carry them (Ganeti's master_params)."""
+    return {"ip": cluster.master_ip, "netmask": cluster.master_netmask,
+            "netdev": cluster.master_netdev, "ip_family": cluster.primary_ip_family}
+
+
+def move_master_role(store: ConfigStore, config: model.ConfigData, before: model.Cluster, *,
+                     old_uuid: str, noded_port: int) -> list[str]:
+    """Ganeti's master failover, through the node daemons: on the old master the master IP
+    down and the master daemons stopped (a warning each when it cannot be done: the old master
+    may be gone), then on the new master the master IP up and the master daemons started."""
+    rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port, timeout=150.0)
+    lines: list[str] = []
+    old, new = config.nodes.get(old_uuid), config.nodes[config.cluster.master_node]
+    # A master IP that is the old master's own primary IP (no floating IP) stays where it is.
+    floating = old is None or before.master_ip != old.primary_ip
+    steps = [(old, "node_deactivate_master_ip", master_network(before), "master IP down"),
+             (old, "node_stop_master", {}, "master daemons stopped"),
+             (new, "node_activate_master_ip", master_network(config.cluster), "master IP up"),
+             (new, "node_start_master_daemons", {}, "masterd and maintd started")]
+    if not floating:
+        steps = [step for step in steps if "master_ip" not in step[1]]
+    try:
+        for node, method, args, done in steps:
+            if node is None:
+                continue
+            try:
+                rpc.call(node, method, args)
+                lines.append(f"{node.name}: {done}")
+            except HerderError as err:  # the old master may be gone; the new one must work
+                level = "WARNING" if node is old else "ERROR"
+                lines.append(f"{level}: {node.name}: {method}: {err}")
     finally:
         rpc.close()
     return lines
@@ -630,10 +675,12 @@ def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int
 @click.option("--masterd-port", type=click.IntRange(1, 65535), default=remote.DEFAULT_PORT,
               show_default=True)
 @click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@click.option("--no-start", is_flag=True, help="Do not move the master IP nor start the "
+              "master daemons here (only the config change and the epoch).")
 @json_option
 @pass_store
 def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, yes: bool,
-                    masterd_port: int, noded_port: int, as_json: bool) -> None:
+                    masterd_port: int, noded_port: int, no_start: bool, as_json: bool) -> None:
     """Make this master candidate the master (Ganeti's gnt-cluster master-failover).
 
     \b
@@ -645,7 +692,12 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
        master IP moves along when it was the old master's primary IP.
     3. Every reachable node is told the new epoch; from then on nodes refuse the old
        master's calls, and an old masterd exits with code 11 (also when started again).
-    Then start masterd (and maintd) here: they continue the job queue and maintd's state.
+    4. Through the node daemons, as Ganeti does: the old master's master IP goes down on its
+       master_netdev and its master daemons stop (node_deactivate_master_ip,
+       node_stop_master: warnings when it cannot be reached); then this node's master IP goes
+       up and its masterd and maintd start (node_activate_master_ip,
+       node_start_master_daemons), continuing from this node's copy of the config and job
+       queue. --no-start leaves the last step to you.
     """
     config = store.load()
     me_name = node_name or local_fqdn()
@@ -696,6 +748,9 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
     report.update({"epoch": config.cluster.master_epoch, "master_ip": config.cluster.master_ip,
                    "serial_no": config.serial_no,
                    "nodes": announce_epoch(store, config, noded_port)})
+    if not no_start:
+        report["roles"] = move_master_role(store, config, c, old_uuid=c.master_node,
+                                           noded_port=noded_port)
     if as_json:
         print_json(report)
         return
@@ -703,63 +758,96 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
                f"{config.cluster.master_epoch}, master IP {config.cluster.master_ip}")
     for line in report["nodes"]:
         click.echo(f"  {line}")
-    click.echo(f"Start masterd (and maintd) on {me.name}; they continue the job queue and "
-               "maintd's state.")
+    if no_start:
+        click.echo(f"Start masterd (and maintd) on {me.name}; they continue the job queue and "
+                   "maintd's state.")
+        return
+    for line in report["roles"]:
+        click.echo(f"  {line}")
+    if any(line.startswith("ERROR") for line in report["roles"]):
+        raise click.exceptions.Exit(1)
 
 
 # --- simulate -----------------------------------------------------------------------------------
 
 
-@cluster.command()
+@cluster.command(context_settings={"allow_interspersed_args": False})
 @click.option("--nodes", type=click.IntRange(1, 200), default=3, show_default=True)
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/tmp/herder-sim"), show_default=True,
-              help="Where the cluster's config, logs and node state go.")
+              help="Where the hosts' directories, the client profile and the logs go.")
 @click.option("--stop", "stop_it", is_flag=True, help="Tear the simulated cluster down.")
-@click.option("--no-mond", is_flag=True, help="Do not start a monitoring agent per node.")
-@click.option("--no-maintd", is_flag=True, help="Do not start the maintenance daemon.")
+@click.option("--no-mond", is_flag=True, help="Do not run a monitoring agent per node.")
+@click.option("--no-maintd", is_flag=True, help="Do not run the maintenance daemon.")
 @click.option("--first-ip", type=click.IntRange(1, 254), default=11, show_default=True,
-              help="Last octet of node 1's address 127.0.0.N (the others follow).")
+              help="The cluster is published on 127.0.0.N, node i's mond on 127.0.0.(N+i).")
+@click.option("--domain", default="sim.herder.test", show_default=True,
+              help="DNS domain of the cluster and node names (clusters to merge differ).")
+@click.option("--network", type=click.Path(file_okay=False, path_type=Path),
+              help="Build the cluster in the network of the simulated cluster in this "
+                   "directory (two clusters whose nodes reach each other: cluster merge).")
+@click.option("--exec", "exec_on", metavar="NODE",
+              help="Run COMMAND on NODE (inside its namespaces, as ssh would): its output "
+                   "and exit code.")
 @click.option("--break", "break_it", nargs=2, metavar="NODE STATUS",
               help="Make NODE's self-diagnose report STATUS (Ok, live-repair, evacuate, "
                    "evacuate-failover) in the running simulated cluster; Ok heals it.")
 @click.option("--crash", "crash_it", metavar="INSTANCE",
-              help="Destroy INSTANCE's domain behind herder's back (what a crashed VM looks "
-                   "like to libvirt's test driver); instmon reports it, maintd recovers it.")
+              help="Destroy INSTANCE's domain behind herder's back (virsh on its node: what "
+                   "a crashed VM looks like to libvirt's test driver); instmon reports it, "
+                   "maintd recovers it.")
 @click.option("--failover", "failover_to", metavar="NODE",
-              help="Master failover to NODE (a master candidate, node2 or node3) in the running "
-                   "simulated cluster: the vote, the config change, then masterd and maintd on "
-                   "NODE (kill the old masterd first, else the vote refuses).")
+              help="Master failover to NODE (a master candidate): `herder cluster "
+                   "master-failover` run on NODE (the vote, then the master IP and the master "
+                   "daemons move through the node daemons).")
 @click.option("--no-voting", is_flag=True, help="With --failover: skip the vote.")
-@click.option("--domain", default="sim.herder.test", show_default=True,
-              help="DNS domain of the cluster and node names (clusters to merge differ).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
-             first_ip: int, break_it: tuple[str, str] | None, crash_it: str | None,
-             failover_to: str | None, no_voting: bool, domain: str) -> None:
-    """Bring up a whole herder cluster on this machine, every daemon its own process.
+             first_ip: int, domain: str, network: Path | None, exec_on: str | None,
+             break_it: tuple[str, str] | None, crash_it: str | None, failover_to: str | None,
+             no_voting: bool, command: tuple[str, ...]) -> None:
+    """Bring up a whole herder cluster on this machine: every node a host of its own.
 
-    Node i gets the loopback address 127.0.0.(10+i) with the standard ports (noded 1811,
-    mond 1815, masterd 5080 on node 1), its own libvirtd serving libvirt's test driver, and a
-    demo OS (debootstrap+default, debootstrap+minimal). Afterwards the CLI drives it:
+    Each node is a set of namespaces (its own processes, network, mounts and host name) whose
+    supervisor runs herder's daemons with the defaults of a real host; its own libvirtd
+    serves libvirt's test driver. node1 runs `herder cluster init`, the others are added with
+    `herder node add`; node1 is the master, nodes 1-3 are master candidates. From this
+    machine the cluster is reached through published ports (masterd and maintd on
+    127.0.0.11, node i's mond on 127.0.0.(11+i)) with the client profile it prints:
 
     \b
-      export HERDER_CONFIG=/tmp/herder-sim/cluster/config.json
+      export HERDER_CLIENT=/tmp/herder-sim/client/client.toml
       herder instance add web1 -t drbd -o debootstrap+default --disk 1G
       herder node evacuate node2.sim.herder.test
+      herder maintd status; herder mond status --node node2
+      herder cluster simulate --exec node1 -- herder cluster info
       herder cluster simulate --break node3 evacuate   # maintd drains and evacuates it
       herder cluster simulate --crash web1             # maintd starts it again
-      kill -9 $(cat /tmp/herder-sim/nodes/node1.sim.herder.test/run/masterd.pid)
+      herder cluster simulate --exec node1 -- herder daemon-util stop-master
       herder cluster simulate --failover node2         # node2 becomes the master
       herder cluster simulate --stop
     """
     from herder.sim import cluster as sim_cluster
 
+    if command and not exec_on:
+        raise click.UsageError("COMMAND needs --exec NODE")
+    if exec_on:
+        if not command:
+            raise click.UsageError("give the command to run: --exec NODE -- COMMAND...")
+        import os
+
+        from herder.sim.host import node_environment
+
+        host = sim_cluster.load_state(directory).host(exec_on)
+        argv = host.nsenter_argv(list(command))
+        os.chdir("/")
+        os.execvpe(argv[0], argv, node_environment())
     if failover_to:
         state, _ = sim_cluster.failover(directory, failover_to, voting=not no_voting,
                                         progress=click.echo)
-        click.echo(f"{failover_to} is the master now; RAPI at {state.masterd_url}")
+        click.echo(f"{failover_to} is the master now; RAPI at {state.masterd_url} (the "
+                   "cluster's address follows the master IP)")
         return
-
     if crash_it:
         node = sim_cluster.crash_instance(directory, crash_it)
         click.echo(f"{crash_it} crashed on {node}; instmon reports it to maintd, which starts "
@@ -775,7 +863,13 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
                    else f"No simulated cluster is running in {directory}")
         return
     state = sim_cluster.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
-                              first_ip=first_ip, progress=click.echo, domain=domain)
-    click.echo(f"Simulated cluster of {nodes} node(s) is up; RAPI at {state.masterd_url}")
-    click.echo(f"  export HERDER_CONFIG={state.config}")
-    click.echo(f"  stop it with: herder cluster simulate --stop --dir {directory}")
+                              first_ip=first_ip, progress=click.echo, domain=domain,
+                              network=network)
+    click.echo(f"Simulated cluster {state.cluster_name} of {nodes} node(s) is up; RAPI at "
+               f"{state.masterd_url}, maintd at {state.maintd_url}/status.html")
+    click.echo("Drive it from this shell with:")
+    for name, value in state.client_environment().items():
+        click.echo(f"  export {name}={value}")
+    click.echo("  unset HERDER_CONFIG HERDER_MASTERD HERDER_OFFLINE")
+    click.echo(f"On a node: herder cluster simulate --dir {directory} --exec node1 -- COMMAND")
+    click.echo(f"Stop it with: herder cluster simulate --stop --dir {directory}")

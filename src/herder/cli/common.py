@@ -24,11 +24,14 @@ def store_from(ctx: click.Context) -> ConfigStore:
 
 
 def pass_store(func: Callable[Concatenate[ConfigStore, P], R]) -> Callable[P, R]:
-    """Give the command the cluster's config store as its first argument."""
+    """Give the command the cluster's config store as its first argument: the local file, or
+    on a machine without one the config read through masterd (`remote.config_source`)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        return func(store_from(click.get_current_context()), *args, **kwargs)
+        from herder.cli.remote import config_source
+
+        return func(config_source(click.get_current_context()), *args, **kwargs)
 
     return wrapper
 

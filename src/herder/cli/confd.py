@@ -89,7 +89,7 @@ def _parse_arg(text: str | None) -> Any:
 @click.argument("arg", required=False)
 @click.option("--peer", "peers", multiple=True, metavar="HOST[:PORT]",
               help="A confd server to ask (repeatable; default: the master candidates in the "
-                   "local config).")
+                   "local config, else in this node's ssconf).")
 @click.option("--all", "ask_all", is_flag=True, help="Ask every peer (coverage -1).")
 @click.option("--coverage", type=int, default=0, show_default=True,
               help="How many peers to ask (0: up to 6, -1: all).")
@@ -119,11 +119,14 @@ def query(ctx: click.Context, query_type: str, arg: str | None, peers: tuple[str
     rtype = confd_protocol.request_type(query_type)
     peer_list: list[str] = list(peers)
     if not peer_list:
+        from herder.core import ssconf
         from herder.core.store import FileStore
 
-        peer_list = confd_protocol.peers_from_config(FileStore(_config_path(ctx)).load())
+        store = FileStore(_config_path(ctx))
+        peer_list = (confd_protocol.peers_from_config(store.load()) if store.exists()
+                     else ssconf.master_candidates_ips(store.directory))
         if not peer_list:
-            raise HerderError("no master candidates in the config; give --peer")
+            raise HerderError("no master candidates in the config or ssconf; give --peer")
     client = confd_protocol.ConfdClient(peer_list, _key(ctx, hmac_key), port=port, timeout=timeout)
     result = client.query(rtype, _parse_arg(arg), coverage=-1 if ask_all else coverage)
     if as_json:

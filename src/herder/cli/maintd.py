@@ -137,16 +137,33 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         sys.exit(EXIT_NOTMASTER)
 
 
-url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
-                          help="Base URL of maintd.")
+url_option = click.option("--url", help="Base URL of maintd (default: the client profile's "
+                          "maintd, else the cluster's master address, port "
+                          f"{DEFAULT_PORT}).")
+
+
+def maintd_url(ctx: click.Context, url: str | None) -> str:
+    """maintd runs on the master and listens on its master IP: found from the cluster."""
+    if url:
+        return url.rstrip("/")
+    from herder.cli import remote
+
+    found = remote.profile().maintd
+    if found:
+        return found.rstrip("/")
+    host = remote.master_address(ctx)
+    if host is None:
+        return DEFAULT_URL
+    return f"http://{f'[{host}]' if ':' in host else host}:{DEFAULT_PORT}"
 
 
 @maintd.command()
 @url_option
 @click.option("--json", "as_json", is_flag=True, help="Print /1/status as JSON.")
-def status(url: str, as_json: bool) -> None:
+@click.pass_context
+def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
     """List a running maintd's incidents."""
-    incidents = call(f"{url.rstrip('/')}/1/status", "maintd")
+    incidents = call(f"{maintd_url(ctx, url)}/1/status", "maintd")
     if as_json:
         click.echo(json.dumps(incidents, indent=1))
         return
@@ -160,7 +177,7 @@ def status(url: str, as_json: bool) -> None:
 @maintd.command()
 @click.argument("uuid")
 @click.option("--url", help="maintd's HTTPS base URL (default: https://MASTER_IP:"
-                            f"{DEFAULT_NOTIFY_PORT}, the cluster's master IP).")
+                            f"{DEFAULT_NOTIFY_PORT}, the master's address as masterd's).")
 @click.option("--rapi-user", help="RAPI user that may write (default: the first such user of "
                                   "the cluster's rapi_users).")
 @click.option("--rapi-password-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -175,8 +192,8 @@ def cancel(ctx: click.Context, uuid: str, url: str | None, rapi_user: str | None
     observed.
 
     A change: over HTTPS (maintd's notification port) as a RAPI user with the write option,
-    whose credentials come from the cluster's rapi_users file (or --rapi-user and
-    --rapi-password-file)."""
+    whose credentials come from the client profile, else the cluster's rapi_users file (or
+    --rapi-user and --rapi-password-file)."""
     from herder.core.rapi import RapiError
 
     with _writer_client(ctx, url, rapi_user, rapi_password_file, rapi_ca) as client:
@@ -190,13 +207,19 @@ def cancel(ctx: click.Context, uuid: str, url: str | None, rapi_user: str | None
 def _writer_client(ctx: click.Context, url: str | None, user: str | None,
                    password_file: Path | None, ca: Path | None) -> RapiClient:
     """A client of maintd's HTTPS port with the credentials of a RAPI user that may write."""
+    from herder.cli import remote
     from herder.cli.common import store_from
     from herder.core.rapi import RapiClient
 
     store = store_from(ctx)
-    if url is None:
-        host = store.load().cluster.master_ip if store.exists() else "127.0.0.1"
-        url = f"https://{host}:{DEFAULT_NOTIFY_PORT}"
+    if url is None:  # maintd follows the master IP: found as masterd is
+        host = remote.master_address(ctx) or "127.0.0.1"
+        url = f"https://{f'[{host}]' if ':' in host else host}:{DEFAULT_NOTIFY_PORT}"
+    found = remote.profile()
+    if password_file is None and found.has_credentials and user in (None, found.user):
+        assert found.ca is not None  # a machine with a client profile: its user
+        return RapiClient(url, found.user or "admin", found.password(),
+                          verify=str(ca or found.ca), check_hostname=False, timeout=30.0)
     if password_file is not None:
         try:
             password = password_file.read_text().strip()

@@ -10,6 +10,7 @@ import click
 from click.core import ParameterSource
 
 from herder.cli.httpjson import call
+from herder.core import ssconf
 from herder.core.store import default_config_path
 from herder.mond.collector import MondSettings
 from herder.mond.localconf import DEFAULT_BIND
@@ -126,15 +127,41 @@ def confd_settings(peers: tuple[str, ...]) -> list[str]:
     return list(peers)
 
 
-url_option = click.option("--url", default=DEFAULT_URL, show_default=True,
-                          help="Base URL of the agent.")
+def url_option(func: click.decorators.FC) -> click.decorators.FC:
+    func = click.option("--node", "node_name", metavar="NODE",
+                        help="Ask this node's agent (found from the cluster: its primary IP, "
+                             "or the client profile's address for it).")(func)
+    return click.option("--url", help="Base URL of the agent (default: --node's; without it "
+                        "this node's when it is a cluster node, else the master's).")(func)
+
+
+def agent_url(ctx: click.Context, url: str | None, node: str | None) -> str:
+    """The agent to ask: --url, else --node's address, else this node's (a node of a
+    cluster), else the master's (a machine outside the cluster, e.g. with a client profile)."""
+    if url:
+        return url.rstrip("/")
+    from herder.cli import remote
+
+    if node is not None:
+        config = remote.config_source(ctx).load()
+        found = config.find_node(node)
+        address = remote.profile().node_address(found.name, found.primary_ip)
+    else:
+        store = remote.store_from(ctx)
+        here = store.exists() or ssconf.master_node(store.directory) is not None
+        address = "127.0.0.1" if here else remote.master_address(ctx)
+    if not address:
+        return DEFAULT_URL
+    return f"http://{f'[{address}]' if ':' in address else address}:{DEFAULT_PORT}"
 
 
 @mond.command("list")
 @url_option
-def list_(url: str) -> None:
+@click.pass_context
+def list_(ctx: click.Context, url: str | None, node_name: str | None) -> None:
     """List a running agent's active collectors: name, category, kind."""
-    for name, category, kind in call(f"{url.rstrip('/')}/1/list/collectors", "the agent"):
+    base = agent_url(ctx, url, node_name)
+    for name, category, kind in call(f"{base}/1/list/collectors", "the agent"):
         click.echo(f"{name:24} {category:11} {kind}")
 
 
@@ -143,7 +170,9 @@ def list_(url: str) -> None:
 @click.argument("name", required=False)
 @click.option("--verbose", is_flag=True, help="Status collectors: all data, not just status.")
 @url_option
-def report(category: str, name: str | None, verbose: bool, url: str) -> None:
+@click.pass_context
+def report(ctx: click.Context, category: str, name: str | None, verbose: bool,
+           url: str | None, node_name: str | None) -> None:
     """Print a running agent's report: `report all`, or `report CATEGORY NAME`
     (category `default` for collectors without one)."""
     if category == "all":
@@ -153,7 +182,8 @@ def report(category: str, name: str | None, verbose: bool, url: str) -> None:
     else:
         path = f"/1/report/{category}/{name}"
     query = "?verbose=1" if verbose else ""
-    click.echo(json.dumps(call(f"{url.rstrip('/')}{path}{query}", "the agent"), indent=2))
+    base = agent_url(ctx, url, node_name)
+    click.echo(json.dumps(call(f"{base}{path}{query}", "the agent"), indent=2))
 
 
 def _summarise(data: object) -> tuple[str, str]:
@@ -174,9 +204,10 @@ def _summarise(data: object) -> tuple[str, str]:
 
 @mond.command()
 @url_option
-def status(url: str) -> None:
+@click.pass_context
+def status(ctx: click.Context, url: str | None, node_name: str | None) -> None:
     """One line per report of a running agent: category/name, kind, status, message."""
-    reports = call(f"{url.rstrip('/')}/1/report/all", "the agent")
+    reports = call(f"{agent_url(ctx, url, node_name)}/1/report/all", "the agent")
     assert isinstance(reports, list)
     for rep in reports:
         code, what = _summarise(rep.get("data"))

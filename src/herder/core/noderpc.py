@@ -35,6 +35,11 @@ class StaleEpochError(RpcError):
     """A node refused the call: it has accepted a newer master epoch (a failover happened)."""
 
 
+class UnreachableError(RpcError):
+    """No connection to the node daemon came about, so the call never reached it (the node
+    is unchanged); a timeout after the request went out is a plain RpcError."""
+
+
 class NodeRpc(Protocol):
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any: ...
@@ -69,6 +74,7 @@ class HttpNodeRpc:
         self.on_stale = on_stale
         self.port = port
         self.timeout = timeout
+        self.connect_timeout = connect_timeout  # kept by every call: a dead node costs this
         verify: Any = False
         if certificate is not None:
             import ssl
@@ -98,10 +104,13 @@ class HttpNodeRpc:
         body = rpcauth.sign_call(self.key, method, node.name, payload)
         try:
             response = self._http.post(self.url(node, method), content=body,
-                                       timeout=timeout or self.timeout)
+                                       timeout=httpx.Timeout(timeout or self.timeout,
+                                                             connect=self.connect_timeout))
         except httpx.HTTPError as err:
-            raise RpcError(f"node {node.name}: {method} failed: cannot reach its node daemon "
-                           f"at {node.primary_ip}:{self.port} ({err})") from None
+            unsent = isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout))
+            raise (UnreachableError if unsent else RpcError)(
+                f"node {node.name}: {method} failed: cannot reach its node daemon "
+                f"at {node.primary_ip}:{self.port} ({err})") from None
         try:
             answer = untrusted.loads(response.content)
         except ValueError:

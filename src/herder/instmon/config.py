@@ -164,30 +164,42 @@ def resolve(options: Options) -> Settings:
 
 
 def cluster_defaults(location: str | None, hostname: str | None) -> dict[str, Any]:
-    """What the cluster config (when there is one here) says: this node's libvirt URI, the
-    master's maintd, its certificate and the token derived from the HMAC key."""
-    from herder.core import envelope
+    """What this node knows of its cluster: its config copy (a master candidate), else its
+    ssconf files (any node): this node's libvirt URI, the master's maintd (at the master IP),
+    the cluster certificate and the token derived from the HMAC key."""
+    from herder.core import envelope, ssconf
     from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
     from herder.core.notification import token_for
-    from herder.core.store import open_store
+    from herder.core.store import FileStore, open_store
 
     try:
         store = open_store(location)
-        if not store.exists():
-            return {}
-        cfg = store.load()
-    except Exception:  # no usable cluster config here: nothing to default from
+    except Exception:  # no usable cluster location here: nothing to default from
         return {}
-    out: dict[str, Any] = {}
     name = hostname or socket.getfqdn()
-    node = cfg.find_node(name) if hasattr(cfg, "find_node") else None
-    if node is not None:
-        out["hostname"] = node.name
-        uri = (node.ndparams or {}).get("libvirt_uri")
-        if uri:
-            out["libvirt_uri"] = uri
-    master = cfg.nodes.get(cfg.cluster.master_node)
-    ip = cfg.cluster.master_ip or (master.primary_ip if master else None)
+    out: dict[str, Any] = {}
+    ip: str | None = None
+    if store.exists():
+        try:
+            cfg = store.load()
+        except Exception:  # a broken copy: nothing to default from
+            return {}
+        node = next((n for n in cfg.nodes.values()
+                     if n.name == name or n.name.split(".")[0] == name), None)
+        if node is not None:
+            out["hostname"] = node.name
+            uri = cfg.filled_ndparams(node).get("libvirt_uri")
+            if uri:
+                out["libvirt_uri"] = uri
+        master = cfg.nodes.get(cfg.cluster.master_node)
+        ip = cfg.cluster.master_ip or (master.primary_ip if master else None)
+    elif isinstance(store, FileStore):
+        values = ssconf.node_params(name, store.directory)
+        if values is not None and values.get("libvirt_uri"):
+            out["libvirt_uri"] = values["libvirt_uri"]
+        ip = ssconf.master_ip(store.directory)
+    if not out and ip is None:
+        return {}
     if ip:
         host = f"[{ip}]" if ":" in ip else ip
         out["notify_url"] = f"https://{host}:{NOTIFY_PORT}/1/notifications"

@@ -33,7 +33,7 @@ from typing import Any
 
 from herder.core import livefigures, model
 from herder.core.errors import HerderError
-from herder.core.noderpc import NodeRpc
+from herder.core.noderpc import NodeRpc, UnreachableError
 
 log = logging.getLogger("herder.masterd")
 
@@ -253,7 +253,13 @@ class InvalidatingRpc:
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
         try:
-            return self.rpc.call(node, method, args, timeout=timeout)
-        finally:
+            answer = self.rpc.call(node, method, args, timeout=timeout)
+        except UnreachableError:
+            raise  # the call never reached the node: nothing changed there
+        except BaseException:
             if method not in READ_ONLY:
                 self.cache.invalidate(node.uuid)
+            raise
+        if method not in READ_ONLY:
+            self.cache.invalidate(node.uuid)
+        return answer

@@ -1,11 +1,17 @@
 """Cluster merge (issue 10, design-2.1 "Automated Ganeti Cluster Merger"): take another herder
 cluster's node groups, nodes and instances into this one.
 
+It runs on this cluster's master and reaches the other cluster only over the network, as
+design-2.1's merger reaches it over ssh: through the other cluster's RAPI (its config, its jobs)
+and its node daemons (node RPCs signed with its key). The operator copies the other master's
+`hmac.key`, `server.pem` and `rapi_users` here first (`<secrets dir>/<other cluster name>/`:
+design-2.1's borrowed key); the other cluster's name resolves to its master IP.
+
 The merge is a list of steps, each with a `do` and an `undo`, run in order. When a step fails
 before the point of no return, the steps already done are undone in reverse order, which leaves
 the other cluster as it was (its nodes, instances and maintenance settings; its instances running
 again, its daemons running again; only its config serial moves on). The point of no return is the
-step `merge`: it writes the merged config and points the other cluster's node daemons at this
+step `merge`: it writes the merged config and hands the other cluster's nodes over to this
 cluster ("until nodes are re-added" in the design). A failure after it is reported with what is
 left to do by hand; nothing is rolled back.
 
@@ -13,16 +19,21 @@ Steps (design-2.1's list, adapted to herder):
 
   key       the other cluster's HMAC key (the "temporary key", design-2.1's borrowed ssh key):
             every node of the other cluster must answer a signed node RPC with it
-  pause     the other cluster's maintd paused (maintenance `enabled=false` in its config)
+  pause     the other cluster's maintd paused (maintenance `enabled=false`, a job through its
+            masterd)
   stop      the other cluster's running instances stopped through its masterd (recorded)
-  daemons   the other cluster's master daemons stopped (masterd, maintd)
+  daemons   the other cluster's master daemons stopped and its master IP taken down, through
+            its master's node daemon (node_stop_master, node_deactivate_master_ip)
   merge     point of no return: one `FileStore.update` of this config adds the other cluster's
             node groups, nodes (never master candidates) and instances, every DRBD port of theirs
-            reallocated from this cluster's ports; then the other cluster's node daemons serve
-            this cluster (this cluster's key and certificate)
+            reallocated from this cluster's ports; then every node of the other cluster is handed
+            over (node_adopt, signed with its old key: this cluster's key and certificate, its
+            config copy and ssconf gone, its daemons restarted) and receives this cluster's
+            files and ssconf
   start     the recorded instances started through this cluster's masterd
-  forget    the temporary key removed again: the other cluster's `hmac.key` is deleted and its
-            config renamed to `config.json.merged`, so nothing acts as that cluster any more
+  forget    the temporary key removed again: the copies of the other cluster's secrets here
+            are deleted (its nodes dropped theirs when handed over), so nothing acts as that
+            cluster any more
   verify    nodes and instances after == this cluster's before + the other's before (names and
             UUIDs), DRBD ports unique, `herder cluster verify` has no error
 
@@ -32,22 +43,29 @@ never collide and are kept.
 Test hook: `HERDER_MERGE_FAIL_AT=<step>` makes that step fail before it does anything (to test
 the rollback). It is read only here.
 
-How the other cluster's daemons are stopped, started and re-pointed is the caller's `Control`
-(the simulator provides one: `herder.sim.cluster.MergeControl`); this module imports no other
-component.
+How the other cluster's daemons are stopped, started and handed over is a `Control`
+(`RpcControl`: through the node daemons; tests give their own).
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import os
+import shutil
+import socket
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from herder.core import model
+from herder.core import envelope, model
+from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE, SecretPaths
 from herder.core.errors import HerderError
+from herder.core.noderpc import HttpNodeRpc
+from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
 
@@ -63,20 +81,155 @@ class MergeError(HerderError):
     """The merge was refused or failed (rolled back unless said otherwise)."""
 
 
-class Control(Protocol):
-    """Starting and stopping the other cluster's daemons (an adapter per deployment)."""
+@dataclass(frozen=True)
+class OtherCluster:
+    """The cluster to merge in, as this master reaches it: its name (it resolves to its master
+    IP) and the copies of its secrets the operator put here."""
 
-    def stop_master_daemons(self, other_config: Path) -> list[str]:
+    name: str
+    secrets_dir: Path  # hmac.key, server.pem, rapi_users of the other cluster
+
+    @property
+    def address(self) -> str:
+        try:
+            return socket.gethostbyname(self.name)
+        except OSError as err:
+            raise MergeError(f"the other cluster's name {self.name} does not resolve: "
+                             f"{err.strerror or err}") from None
+
+    def check(self) -> None:
+        missing = [f for f in (HMAC_KEY_FILE, CERT_FILE, RAPI_USERS_FILE)
+                   if not (self.secrets_dir / f).is_file()]
+        if missing:
+            raise MergeError(f"copy {', '.join(missing)} of {self.name}'s master to "
+                             f"{self.secrets_dir} first (its /var/lib/herder)")
+
+    def rapi(self) -> RapiClient:
+        return RapiClient.for_herder_cluster(self.secrets_dir,
+                                             f"https://{self.address}:{MASTERD_PORT}")
+
+    def rpc(self) -> HttpNodeRpc:
+        return HttpNodeRpc(envelope.load_key(self.secrets_dir / HMAC_KEY_FILE),
+                           self.secrets_dir / CERT_FILE, timeout=30)
+
+    def load_config(self) -> model.ConfigData:
+        """The other cluster's config, through its masterd."""
+        try:
+            with self.rapi() as api:
+                document = api.request("GET", "/2/herder/config")
+        except RapiError as err:
+            raise MergeError(f"cannot read {self.name}'s config through its masterd: "
+                             f"{err}") from None
+        return model.decode(json.dumps(document))
+
+
+class Control(Protocol):
+    """Stopping, starting and handing over the other cluster's daemons."""
+
+    def stop_master_daemons(self, other: OtherCluster, config: model.ConfigData) -> list[str]:
         """Stop the other cluster's masterd and maintd; what was stopped, for the log."""
         ...
 
-    def start_master_daemons(self, other_config: Path) -> None:
+    def start_master_daemons(self, other: OtherCluster, config: model.ConfigData) -> None:
         """Start them again (rollback)."""
         ...
 
-    def adopt_nodes(self, other_config: Path, config: Path) -> None:
-        """Make the other cluster's node daemons serve the cluster whose config is `config`."""
+    def adopt_nodes(self, other: OtherCluster, config: model.ConfigData,
+                    ours: Path) -> None:
+        """Hand the other cluster's nodes over to this cluster (config at `ours`)."""
         ...
+
+
+def master_network(cluster: model.Cluster) -> dict[str, Any]:
+    return {"ip": cluster.master_ip, "netmask": cluster.master_netmask,
+            "netdev": cluster.master_netdev, "ip_family": cluster.primary_ip_family}
+
+
+class RpcControl:
+    """The other cluster's daemons through its node daemons, signed with its borrowed key."""
+
+    def __init__(self, adopt_timeout: float = 120.0) -> None:
+        self.adopt_timeout = adopt_timeout
+
+    def _master(self, config: model.ConfigData) -> model.Node:
+        return config.nodes[config.cluster.master_node]
+
+    def stop_master_daemons(self, other: OtherCluster, config: model.ConfigData) -> list[str]:
+        rpc = other.rpc()
+        master = self._master(config)
+        try:
+            rpc.call(master, "node_stop_master", {}, timeout=150)
+            done = [f"masterd and maintd on {master.name}"]
+            if config.cluster.master_ip != master.primary_ip:
+                rpc.call(master, "node_deactivate_master_ip", master_network(config.cluster),
+                         timeout=60)
+                done.append(f"master IP {config.cluster.master_ip}")
+            return done
+        finally:
+            rpc.close()
+
+    def start_master_daemons(self, other: OtherCluster, config: model.ConfigData) -> None:
+        rpc = other.rpc()
+        master = self._master(config)
+        try:
+            if config.cluster.master_ip != master.primary_ip:
+                rpc.call(master, "node_activate_master_ip", master_network(config.cluster),
+                         timeout=60)
+            rpc.call(master, "node_start_master_daemons", {}, timeout=150)
+        finally:
+            rpc.close()
+        deadline = time.monotonic() + 60
+        while True:  # until its masterd answers again
+            try:
+                with other.rapi() as api:
+                    api.get_info()
+                return
+            except RapiError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def adopt_nodes(self, other: OtherCluster, config: model.ConfigData,
+                    ours: Path) -> None:
+        """node_adopt on every node of the other cluster (signed with its key), then wait
+        until each answers this cluster's signed calls, then push this cluster's files and
+        ssconf to them (what a new node receives)."""
+        from herder.masterd import redist
+
+        secrets = SecretPaths.beside(ours)
+        payload = {"hmac_key": base64.b64encode(secrets.hmac_key.read_bytes()).decode(),
+                   "certificate": base64.b64encode(secrets.certificate.read_bytes()).decode()}
+        nodes = sorted(config.nodes.values(), key=lambda n: n.name)
+        theirs = other.rpc()
+        try:
+            for node in nodes:
+                theirs.call(node, "node_adopt", payload, timeout=60)
+        finally:
+            theirs.close()
+        ours_rpc = HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
+                               epoch=FileStore(ours).load().cluster.master_epoch, timeout=30,
+                               connect_timeout=3.0)
+        try:
+            deadline = time.monotonic() + self.adopt_timeout
+            for node in nodes:
+                while True:
+                    try:
+                        ours_rpc.call(node, "master_epoch", {}, timeout=10)
+                        break
+                    except HerderError as err:
+                        if time.monotonic() > deadline:
+                            raise MergeError(f"{node.name} does not answer this cluster's "
+                                             f"calls after the handover: {err}") from None
+                        time.sleep(0.3)
+            merged = FileStore(ours).load()
+            pusher = redist.Redistributor(ours_rpc, ours, None)
+            results = pusher.push(merged, full=True, only=[n.name for n in nodes])
+            errors = [f"{name}: {e}" for name, r in results.items() for e in r.errors]
+            if errors:
+                raise MergeError("pushing this cluster's files to the handed-over nodes: "
+                                 + "; ".join(errors))
+        finally:
+            ours_rpc.close()
 
 
 # --- the pure part: checks, port reallocation, the merged config ---------------------------------
@@ -276,7 +429,7 @@ class Merge:
     """One other cluster merged into this one (`config`: this cluster's config path)."""
 
     config: Path
-    other_config: Path
+    other: OtherCluster
     control: Control
     groups: str = "refuse"
     masterd_url: str | None = None  # this cluster's RAPI (default: its master IP, port 5080)
@@ -285,6 +438,7 @@ class Merge:
     # filled as the steps run
     ours_before: model.ConfigData | None = None
     other_before: model.ConfigData | None = None
+    other_stopped: model.ConfigData | None = None  # with its instances stopped
     running: list[str] = field(default_factory=list)
     maintenance_was: bool | None = None
     stopped_daemons: list[str] = field(default_factory=list)
@@ -297,8 +451,9 @@ class Merge:
     def plan(self) -> list[str]:
         """Read both configs, run the checks (MergeError with every problem), try the merge in
         memory; the plan, one line per step."""
+        self.other.check()
         self.ours_before = FileStore(self.config).load()
-        self.other_before = FileStore(self.other_config).load()
+        self.other_before = self.other.load_config()
         ours, other = self.ours_before, self.other_before
         if self.groups not in GROUP_MODES:
             raise MergeError(f"--groups must be one of {', '.join(GROUP_MODES)}")
@@ -331,15 +486,9 @@ class Merge:
     # --- the other cluster, through its masterd ------------------------------------------------
 
     def _other_api(self) -> Any:
-        from herder.core.rapi import RapiClient
-
-        assert self.other_before is not None
-        url = f"https://{self.other_before.cluster.master_ip}:{MASTERD_PORT}"
-        return RapiClient.for_herder_cluster(self.other_config.parent, url)
+        return self.other.rapi()
 
     def _our_api(self) -> Any:
-        from herder.core.rapi import RapiClient
-
         url = self.masterd_url or os.environ.get("HERDER_MASTERD")
         if not url:
             url = f"https://{FileStore(self.config).load().cluster.master_ip}:{MASTERD_PORT}"
@@ -365,39 +514,42 @@ class Merge:
     # --- step bodies --------------------------------------------------------------------------
 
     def _key_do(self) -> str:
-        from herder.core import envelope
-        from herder.core.noderpc import HttpNodeRpc
-
         assert self.other_before is not None
-        directory = self.other_config.parent
-        rpc = HttpNodeRpc(envelope.load_key(directory / "hmac.key"), directory / "server.pem",
-                          timeout=20)
+        rpc = self.other.rpc()
         epochs = []
-        for node in sorted(self.other_before.nodes.values(), key=lambda n: n.name):
-            if node.offline:
-                raise MergeError(f"node {node.name} of the other cluster is offline")
-            answer = rpc.call(node, "master_epoch", {})
-            epochs.append(f"{node.name} (epoch {answer.get('epoch')})")
+        try:
+            for node in sorted(self.other_before.nodes.values(), key=lambda n: n.name):
+                if node.offline:
+                    raise MergeError(f"node {node.name} of the other cluster is offline")
+                answer = rpc.call(node, "master_epoch", {})
+                epochs.append(f"{node.name} (epoch {answer.get('epoch')})")
+        finally:
+            rpc.close()
         return "reached " + ", ".join(epochs)
 
+    def _set_other_maintenance(self, enabled: bool) -> None:
+        with self._other_api() as api:
+            job = api.put_herder("maintenance", {"enabled": enabled})
+            api.wait_for_job(job, timeout=self.job_timeout, raise_on_error=True)
+
     def _pause_do(self) -> str:
-        with FileStore(self.other_config).update() as cfg:
-            self.maintenance_was = cfg.maintenance.enabled
-            cfg.maintenance.enabled = False
+        assert self.other_before is not None
+        self.maintenance_was = self.other_before.maintenance.enabled
+        self._set_other_maintenance(False)
         return f"maintenance enabled={self.maintenance_was} -> False"
 
     def _pause_undo(self) -> str:
-        with FileStore(self.other_config).update() as cfg:
-            cfg.maintenance.enabled = bool(self.maintenance_was)
+        self._set_other_maintenance(bool(self.maintenance_was))
         return f"maintenance enabled={self.maintenance_was} again"
 
     def _stop_do(self) -> str:
         self.check_other_idle()
-        current = FileStore(self.other_config).load()
+        current = self.other.load_config()
         self.running = sorted(i.name for i in current.instances.values()
                               if i.admin_state == "up")  # recorded first: a failure midway
         with self._other_api() as api:
             self._instances(api, self.running, "stop")
+        self.other_stopped = self.other.load_config()  # what the merge takes over
         return f"stopped {', '.join(self.running) or 'nothing'}"
 
     def _stop_undo(self) -> str:
@@ -406,23 +558,26 @@ class Merge:
         return f"started {', '.join(self.running) or 'nothing'} again"
 
     def _daemons_do(self) -> str:
-        self.stopped_daemons = self.control.stop_master_daemons(self.other_config)
+        assert self.other_before is not None
+        self.stopped_daemons = self.control.stop_master_daemons(self.other, self.other_before)
         return f"stopped {', '.join(self.stopped_daemons) or 'nothing'}"
 
     def _daemons_undo(self) -> str:
-        self.control.start_master_daemons(self.other_config)
+        assert self.other_before is not None
+        self.control.start_master_daemons(self.other, self.other_before)
         return "master daemons started again"
 
     def _merge_do(self) -> str:
-        other = FileStore(self.other_config).load()  # as it is now: instances stopped
+        other = self.other_stopped or self.other_before  # its instances stopped
+        assert other is not None
         with FileStore(self.config).update() as cfg:
-            self.summary = merge_into(cfg, other, self.groups)
+            self.summary = merge_into(cfg, copy.deepcopy(other), self.groups)
         self.written = True
         self.say(f"  config merged: {len(other.nodes)} nodes, {len(other.instances)} "
                  "instances; point of no return passed")
-        self.control.adopt_nodes(self.other_config, self.config)
+        self.control.adopt_nodes(self.other, other, self.config)
         moves = ", ".join(f"{o}->{n}" for o, n in self.summary["ports"].values()) or "none"
-        return f"nodes re-pointed at this cluster; DRBD ports {moves}"
+        return f"nodes handed over to this cluster; DRBD ports {moves}"
 
     def _start_do(self) -> str:
         with self._our_api() as api:
@@ -430,11 +585,8 @@ class Merge:
         return f"started {', '.join(self.running) or 'nothing'}"
 
     def _forget_do(self) -> str:
-        directory = self.other_config.parent
-        (directory / "hmac.key").unlink(missing_ok=True)
-        retired = self.other_config.with_name(self.other_config.name + ".merged")
-        self.other_config.replace(retired)
-        return f"removed {directory / 'hmac.key'}; config kept as {retired}"
+        shutil.rmtree(self.other.secrets_dir)
+        return f"removed the copies of {self.other.name}'s secrets ({self.other.secrets_dir})"
 
     def _verify_do(self) -> str:
         assert self.ours_before is not None and self.other_before is not None
@@ -479,8 +631,7 @@ class Merge:
                         f"step {step.name} failed after the point of no return "
                         f"({err}); nothing rolled back: finish by hand (start the instances "
                         f"{', '.join(self.running) or '(none)'}, remove "
-                        f"{self.other_config.parent / 'hmac.key'}, "
-                        "herder cluster verify)") from err
+                        f"{self.other.secrets_dir}, herder cluster verify)") from err
                 self.say(f"{step.name}: failed: {err}")
                 if step.undo_on_failure:
                     self.done.append(step)

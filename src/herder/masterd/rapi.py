@@ -755,6 +755,14 @@ async def herder_maintenance_state(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+async def herder_config(request: web.Request) -> web.Response:
+    """The whole cluster config, as masterd holds it (herder's CLI reads it from a machine
+    without a copy: `node list`, `instance info`, ...). It carries the DRBD secrets: for users
+    with the `write` option only (the access rule)."""
+    return web.Response(body=model.encode(config_of(request)), content_type=JSON)
+
+
+@ROUTES.allow(access.RAPI_WRITE)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
     """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
     body = body_dict(await body_of(request, default={}))
@@ -893,6 +901,7 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_delete("/2/jobs/{job_id}", job_cancel)
     r.add_get("/2/jobs/{job_id}/wait", job_wait)
     r.add_post("/2/herder/jobs", herder_jobs_submit)
+    r.add_get("/2/herder/config", herder_config)
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)

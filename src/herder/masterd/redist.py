@@ -5,7 +5,9 @@ After every config write the master pushes, through the node daemons (signed, ep
 
 - to every online node: the per-node read-only facts (Ganeti's ssconf: `ssconf_<name>` files
   with the cluster name, master, node lists, uid pool, ...), `write_ssconf`;
-- to every master candidate: the config document and the job queue files, `write_config`;
+- to every master candidate but the master itself: the config document and the job queue
+  files, `write_config` (they land where the candidate's confd, mond and, after a failover,
+  masterd read them: `/var/lib/herder/config.json` and `queue/`);
 - the files that must agree cluster-wide, `upload_file`: the remote API certificate and users
   file (master candidates), for every enabled hypervisor the files its parameters name
   (`vnc_password_file`, `spice_password_file`: the cluster default to every VM-capable node,
@@ -15,6 +17,9 @@ After every config write the master pushes, through the node daemons (signed, ep
   every node;
 - on a full push (`herder cluster redist-conf`, a promotion to master candidate) also the
   cluster HMAC key and certificate (what a new node needs).
+
+The master keeps the originals: it receives its ssconf files only (Ganeti's redistribution skips
+the master too).
 
 `plan` is pure (the config in, per node what goes there); `Redistributor` does the I/O, in
 parallel, collecting per-node errors: a failed push never fails the config write.
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from herder import __version__
-from herder.core import hvfiles, model, params, uidpool
+from herder.core import hvfiles, model, params, ssconf, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -51,7 +56,7 @@ class NodePlan:
     name: str
     uuid: str
     ssconf: dict[str, str]
-    candidate: bool  # gets the config and the job queue
+    candidate: bool  # gets the config and the job queue (never the master: it has them)
     files: list[str] = field(default_factory=list)  # absolute paths, as on the master
 
 
@@ -113,6 +118,8 @@ def ssconf_values(config: model.ConfigData, upload_files: Iterable[str] = ()) ->
         "uid_pool": _lines(uidpool.format_range(r) for r in c.uid_pool),
         "vm_capable_nodes": _lines(n.name for n in nodes if n.vm_capable),
         UPLOAD_LIST: _lines(sorted(set(upload_files))),
+        ssconf.NDPARAMS: ssconf.format_ndparams((n.name, config.filled_ndparams(n))
+                                                for n in nodes),
     }
 
 
@@ -160,20 +167,23 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
     hv_dir = hvfiles.directory(config_path.parent)
     for node in config.nodes.values():
         everything.update(hypervisor_files(config, node, hv_dir))
-    ssconf = ssconf_values(config, everything)
+    facts = ssconf_values(config, everything)
     wanted = set(only) if only is not None else None
     plans: dict[str, NodePlan] = {}
     for node in sorted(config.nodes.values(), key=lambda n: n.name):
         if node.offline or (wanted is not None and node.name not in wanted):
             continue
-        candidate = node.master_candidate or node.uuid == config.cluster.master_node
+        if node.uuid == config.cluster.master_node:  # the master has the originals
+            plans[node.name] = NodePlan(node.name, node.uuid, dict(facts), False, [])
+            continue
+        candidate = node.master_candidate
         files = list(user_list)
         files += hypervisor_files(config, node, hv_dir)
         if candidate:
             files += [str(secrets.rapi_users)]
         if full:
             files += [str(secrets.hmac_key), str(secrets.certificate)]
-        plans[node.name] = NodePlan(node.name, node.uuid, dict(ssconf), candidate,
+        plans[node.name] = NodePlan(node.name, node.uuid, dict(facts), candidate,
                                     list(dict.fromkeys(files)))  # each once, in order
     return plans
 

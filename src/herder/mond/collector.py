@@ -17,8 +17,10 @@ lists them in a module-level `COLLECTORS`; the registry finds them. A collector:
 Parsing is pure (module-level functions over text); `collect()` only reads and calls them.
 
 Where the cluster's view comes from (`CollectContext.cluster_source()`): the cluster config when
-this node has one; else confd (herder's or Ganeti's, `MondSettings.confd_peers`), as
-design-monitoring-agent plans for nodes without the config. confd answers are cached for
+this node has one (a master candidate's copy); else confd (herder's or Ganeti's,
+`MondSettings.confd_peers`, by default the master candidates this node's ssconf names), as
+design-monitoring-agent plans for nodes without the config. This node's role (which daemons it
+should run) comes from its ssconf files when it has no config. confd answers are cached for
 `confd_cache_seconds` (15 s, like Ganeti's mond); a confd failure never reaches the agent: the
 collector settings fall back to the defaults and collectors to their no-config behaviour.
 """
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from herder.core import confd, envelope, model
+from herder.core import confd, envelope, model, ssconf
 from herder.core.errors import HerderError
 from herder.mond.report import Kind
 
@@ -87,6 +89,8 @@ class MondSettings:
     repair: RepairSettings = field(default_factory=RepairSettings)
 
 
+# Where herder's config document keeps the cluster's self-diagnose command (confd type 10).
+DIAGNOSE_COMMAND_PATH = "/maintenance/diagnoseCommand"
 CONFD_ERROR_RETRY = 5.0  # seconds before a failed confd query is asked again (at most the TTL)
 _Key = tuple[str, str | None]
 
@@ -196,6 +200,12 @@ class ConfdSource:
         """Type 8: (primary, secondary) instances of a node, as Ganeti objects."""
         return self.get("node_instances", node, lambda c: c.node_instances(node), wait=wait)
 
+    def config_value(self, path: str, *, wait: bool = True) -> Any:
+        """Type 10: the value at a path of the config document (herder's confd; Ganeti's
+        answers an argument error for herder's own sections)."""
+        return self.get("config_query", path,
+                        lambda c: c.query(confd.REQ_CONFIG_QUERY, path).value(), wait=wait)
+
     def instance_disks(self, instance: str, *, wait: bool = True) -> list[dict[str, Any]]:
         """Type 9: an instance's disks, as Ganeti objects."""
         return list(self.get("instance_disks", instance,
@@ -213,6 +223,8 @@ class CollectContext:
     config_loader: Callable[[], model.ConfigData | None] = lambda: None
     hmac_key_loader: Callable[[], bytes | None] = lambda: None
     clock: Callable[[], float] = time.time
+    # The node's ssconf files (its data directory; None: none are read).
+    ssconf_dir: Path | None = None
     _confd: ConfdSource | None = field(default=None, init=False, repr=False, compare=False)
     _confd_warned: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -225,14 +237,24 @@ class CollectContext:
 
     # --- the cluster's view: the config, else confd --------------------------------------------
 
+    def confd_peers(self) -> list[str]:
+        """The confd servers to ask: the configured ones, else the master candidates of this
+        node's ssconf (they follow the cluster's changes)."""
+        if self.settings.confd_peers:
+            return list(self.settings.confd_peers)
+        if self.ssconf_dir is None:
+            return []
+        return ssconf.master_candidates_ips(self.ssconf_dir)
+
     def confd(self) -> ConfdSource | None:
-        """The (cached) confd source, or None when no confd peer is configured."""
+        """The (cached) confd source, or None when there is no confd peer to ask."""
         settings = self.settings
-        if not settings.confd_peers:
+        peers = self.confd_peers()
+        if not peers:
             return None
-        if self._confd is None:
+        if self._confd is None or self._confd.peers != peers:
             self._confd = ConfdSource(
-                settings.confd_peers, self._confd_key, port=settings.confd_port,
+                peers, self._confd_key, port=settings.confd_port,
                 timeout=settings.confd_timeout, ttl=settings.confd_cache_seconds,
             )
         return self._confd
@@ -249,7 +271,7 @@ class CollectContext:
         """"config" (this node has the cluster config), "confd" (peers given) or "none"."""
         if self.config() is not None:
             return "config"
-        return "confd" if self.settings.confd_peers else "none"
+        return "confd" if self.confd_peers() else "none"
 
     def collector_settings(self, name: str, default_interval: float, *,
                            wait: bool = True) -> model.CollectorSettings:
@@ -281,6 +303,23 @@ class CollectContext:
         except ValueError:  # a zero or negative interval: keep the default schedule
             return model.CollectorSettings(active=active, interval=default_interval)
 
+    def diagnose_command(self) -> str:
+        """The self-diagnose command's file name: the config's, else the cluster's through
+        confd (a node that is no master candidate has no config copy), else this node's
+        setting (a Ganeti cluster's confd has none to give). Never raises."""
+        config = self.config()
+        if config is not None:
+            return config.maintenance.diagnose_command
+        source = self.confd()
+        if source is not None:
+            try:
+                answer = source.config_value(DIAGNOSE_COMMAND_PATH)
+            except confd.ConfdError:
+                answer = None
+            if isinstance(answer, str):
+                return answer
+        return self.settings.diagnose_command
+
     def drbd_pairing(self) -> list[list[Any]]:
         """This node's DRBD minors from confd (type 7), in Ganeti's pairing format
         `[node, minor, instance, disk, role, peer]`; [] when no confd peer is configured.
@@ -292,6 +331,31 @@ class CollectContext:
             return source.node_drbd(self.node_name)
         except confd.ConfdError as err:
             raise CollectorError(str(err)) from None
+
+    def libvirt_uri(self) -> str | None:
+        """The hypervisor to watch: mond's own setting, else this node's `libvirt_uri` node
+        parameter (its config copy, else its ssconf), else libvirt's default (None)."""
+        if self.settings.libvirt_uri:
+            return self.settings.libvirt_uri
+        config, node = self.config(), self.this_node()
+        if config is not None and node is not None:
+            return str(config.filled_ndparams(node).get("libvirt_uri") or "") or None
+        if self.ssconf_dir is not None:
+            values = ssconf.node_params(self.node_name, self.ssconf_dir) or {}
+            return str(values.get("libvirt_uri") or "") or None
+        return None
+
+    def role_from_ssconf(self) -> tuple[bool, bool, bool] | None:
+        """(master, master candidate, VM-capable) from this node's ssconf; None without it."""
+        if self.ssconf_dir is None:
+            return None
+        master = ssconf.master_node(self.ssconf_dir)
+        if master is None:
+            return None
+        candidates = ssconf.read_lines("master_candidates", self.ssconf_dir) or []
+        vm_capable = ssconf.read_lines("vm_capable_nodes", self.ssconf_dir) or []
+        return (master == self.node_name, self.node_name in candidates,
+                self.node_name in vm_capable)
 
     def this_node(self) -> model.Node | None:
         config = self.config()

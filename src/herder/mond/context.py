@@ -43,4 +43,5 @@ def make_context(
         inputs=dict(inputs or {}),
         config_loader=ConfigCache(path),
         hmac_key_loader=KeyCache(key_file),
+        ssconf_dir=path.parent if path is not None else None,
     )

@@ -16,7 +16,6 @@ from pathlib import Path
 from herder.core import envelope
 from herder.core import serve as serve_helper
 from herder.core.cluster_secrets import SecretPaths
-from herder.core.store import FileStore
 from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
 
 log = logging.getLogger("herder.noded")
@@ -95,17 +94,11 @@ class NodedOptions:
     config_path: Path  # the cluster config: the secrets beside it, this node's parameters
     bind: str
     port: int
-    node_name: str | None  # None: this host's FQDN
-    libvirt_uri: str | None  # None: the node's libvirt_uri parameter, else qemu:///system
     state_dir: Path
     run_dir: Path
     repair_dir: Path
-    powercycle_action: str
     os_path: tuple[Path, ...]
-    disk_capacity: int | None
-    file_root: Path
     mlock: bool = True
-    tls: bool = True
 
 
 def run(options: NodedOptions, say: Callable[[str], None]) -> None:
@@ -113,31 +106,16 @@ def run(options: NodedOptions, say: Callable[[str], None]) -> None:
     that tells it serves."""
     secrets = SecretPaths.beside(options.config_path)
     key = envelope.load_key(secrets.hmac_key)
-    name = options.node_name or socket.getfqdn()
-    libvirt_uri = options.libvirt_uri
-    if libvirt_uri is None:
-        libvirt_uri = "qemu:///system"
-        store = FileStore(options.config_path)
-        if store.exists():
-            config = store.load()
-            node = next((n for n in config.nodes.values() if n.name == name), None)
-            if node is not None:
-                libvirt_uri = config.filled_ndparams(node).get("libvirt_uri") or libvirt_uri
+    name = socket.getfqdn()
     locked = lock_memory() if options.mlock else False
     daemon = NodeDaemon(NodeSettings(node_name=name, state_dir=options.state_dir,
                                      run_dir=options.run_dir, hmac_key=key,
-                                     libvirt_uri=libvirt_uri, repair_dir=options.repair_dir,
-                                     powercycle_action=options.powercycle_action,
-                                     os_path=options.os_path,
-                                     disk_capacity=options.disk_capacity,
-                                     file_root=options.file_root,
+                                     repair_dir=options.repair_dir, os_path=options.os_path,
                                      config_dir=options.config_path.parent))
 
     def ready(bound: int) -> None:
-        scheme = "https" if options.tls else "http"
-        say(f"herder noded: node {name}, serving RPC on {scheme}://{options.bind}:{bound}/ "
-            f"(libvirt {libvirt_uri}, memory {'locked' if locked else 'not locked'})")
+        say(f"herder noded: node {name}, serving RPC on https://{options.bind}:{bound}/ "
+            f"(libvirt {daemon.hv.uri}, memory {'locked' if locked else 'not locked'})")
 
-    certificate = secrets.certificate if options.tls else None
-    serve_helper.run(lambda stop: serve(daemon, options.bind, options.port, certificate,
+    serve_helper.run(lambda stop: serve(daemon, options.bind, options.port, secrets.certificate,
                                         ready=ready, stop=stop))

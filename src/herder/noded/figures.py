@@ -11,10 +11,10 @@ sockets come from libvirt; the node OS counts as using every CPU (Ganeti's KVM r
 `cpu_dom0`).
 
 Storage: the pool noded keeps instance disks in (image files in its state directory) is one
-`file` unit named after that directory; its size is `--disk-capacity`, or the filesystem's free
-space plus what the disks already take, and free = size − the disks (so size − free is what
-herder's disks use, as hail checks). Volume groups become `lvm-vg` units once noded's block
-devices are wired (noded.bdev's `plain.vg_info`).
+`file` unit named after that directory; its size is the filesystem's free space plus what the
+disks already take (the node's real disk, no configured figure), and free = size − the disks
+(so size − free is what herder's disks use, as hail checks). Volume groups become `lvm-vg`
+units once noded's block devices are wired (noded.bdev's `plain.vg_info`).
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ def boot_id(path: Path = BOOT_ID) -> str:
         return ""
 
 
-def disk_pool(disks_dir: Path, capacity: int | None) -> livefigures.StorageUnit:
+def disk_pool(disks_dir: Path) -> livefigures.StorageUnit:
     """The `file` unit of noded's instance-disk pool (see the module doc)."""
     usage = shutil.disk_usage(disks_dir)
     used = sum(p.stat().st_size for p in disks_dir.glob("*.img")) // 2**20
     fs_free = usage.free // 2**20
-    size = capacity or (fs_free + used)
+    size = fs_free + used
     return livefigures.StorageUnit(type=livefigures.STORAGE_FILE, name=str(disks_dir),
                                    storage_size=size,
                                    storage_free=max(0, min(size - used, fs_free)))
@@ -95,7 +95,7 @@ def _uptime(record: Path, now: float) -> float | None:
     return max(0.0, now - changed) if isinstance(changed, int | float) else None
 
 
-def node_info(hv: Hypervisor, disks_dir: Path, instances_dir: Path, capacity: int | None, *,
+def node_info(hv: Hypervisor, disks_dir: Path, instances_dir: Path, *,
               with_instances: bool = False, meminfo: Path = MEMINFO) -> livefigures.NodeInfo:
     host = hv.host_info()
     if hv.domain_type == "test":
@@ -106,5 +106,5 @@ def node_info(hv: Hypervisor, disks_dir: Path, instances_dir: Path, capacity: in
     return livefigures.NodeInfo(
         bootid=boot_id(), memory_total=total, memory_free=free, memory_dom0=node,
         cpu_total=host.cpu_total, cpu_dom0=host.cpu_total, cpu_nodes=host.cpu_nodes,
-        cpu_sockets=host.cpu_sockets, storage=(disk_pool(disks_dir, capacity),),
+        cpu_sockets=host.cpu_sockets, storage=(disk_pool(disks_dir),),
         instances=instance_runs(hv, instances_dir) if with_instances else None)

@@ -156,6 +156,14 @@ class Hypervisor:
                     raise HypervisorError(err.get_error_message() or str(err)) from None
             raise HypervisorError("unreachable")  # pragma: no cover
 
+    def set_uri(self, uri: str) -> None:
+        """Talk to another hypervisor from now on (the node's parameters changed); the next
+        call connects there and defines the recorded domains it does not know."""
+        with self._lock:
+            self.close()
+            self.uri = uri
+            self.domain_type = domain_type_for(uri)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:

@@ -38,10 +38,11 @@ from herder import __version__
 from herder.core import access, ordered, paths, storage_units, vmclaim, whitelist
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
-from herder.core.store import atomic_write
-from herder.noded import rpcargs, rpccheck
+from herder.core.store import CONFIG_MODE, FileStore, atomic_write
+from herder.noded import nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
+from herder.noded.node_role import RoleRpcs
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
@@ -63,22 +64,22 @@ class NodeSettings:
     state_dir: Path
     run_dir: Path
     hmac_key: bytes
-    libvirt_uri: str
+    # Until the node's parameters name one (ssconf `herder_ndparams`, or the config copy of a
+    # master candidate): libvirt's URI for this host.
+    libvirt_uri: str = "qemu:///system"
     repair_dir: Path = Path("/etc/ganeti/node-repair-commands")
-    powercycle_action: str = "reboot"  # or "simulate" (tests, simulated clusters)
     os_path: tuple[Path, ...] = (Path("/srv/herder/os"),)
     os_timeout: float = 900.0
-    # Disk space herder may use on this node (MiB); None: the whole filesystem of its disks.
-    disk_capacity: int | None = None
     repair_timeout: float = 300.0
-    # Redistribution: uploaded absolute paths land under `file_root` (a simulated node: its own
-    # directory); `config_dir` names the cluster secrets a node may receive.
-    file_root: Path = Path("/")
+    # The data directory as the master names it: the cluster secrets, the config copy of a
+    # master candidate (and its job queue), the ssconf files.
     config_dir: Path = Path("/var/lib/herder")
+    # Where absolute paths land on this node: "/" (tests give a directory of their own).
+    file_root: Path = Path("/")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class NodeDaemon:
+class NodeDaemon(RoleRpcs):
     """The node's state and the implementation of every RPC (blocking; run in threads)."""
 
     def __init__(self, settings: NodeSettings) -> None:
@@ -88,7 +89,9 @@ class NodeDaemon:
         self.reason_dir = settings.run_dir / "instance-reason"
         for directory in (self.disks_dir, self.instances_dir, self.reason_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        self.hv = Hypervisor(settings.libvirt_uri, settings.state_dir)
+        self.hv = Hypervisor(nodeparams.libvirt_uri(settings.node_name,
+                                                    self.local(settings.config_dir),
+                                                    settings.libvirt_uri), settings.state_dir)
         self.guard = InstanceGuard(settings.state_dir, settings.node_name)
         self.hv.may_restore = self.guard.may_restore
         self.started = time.time()
@@ -98,6 +101,24 @@ class NodeDaemon:
         self._epoch_lock = threading.Lock()
         self.epoch_file = settings.state_dir / "master-epoch"
         self.master_epoch = self._load_epoch()
+        self.data_dir = self.local(settings.config_dir)
+
+    def local(self, path: str | Path) -> Path:
+        """Where an absolute path of this node is (under the file root)."""
+        return self.settings.file_root / str(path).lstrip("/")
+
+    def wanted_libvirt_uri(self) -> str:
+        """This node's `libvirt_uri` node parameter: from ssconf, else the config copy of a
+        master candidate, else the default."""
+        return nodeparams.libvirt_uri(self.settings.node_name, self.data_dir,
+                                      self.settings.libvirt_uri)
+
+    def follow_node_params(self) -> None:
+        """Connect to the hypervisor the node parameters name (they changed, or arrived)."""
+        uri = self.wanted_libvirt_uri()
+        if uri != self.hv.uri:
+            log.info("libvirt URI %s -> %s (node parameters)", self.hv.uri, uri)
+            self.hv.set_uri(uri)
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -185,7 +206,6 @@ class NodeDaemon:
         from herder.noded import figures
 
         info = figures.node_info(self.hv, self.disks_dir, self.instances_dir,
-                                 self.settings.disk_capacity,
                                  with_instances=bool(args.get("instances")))
         return msgspec.to_builtins(info)
 
@@ -412,13 +432,15 @@ class NodeDaemon:
         return osdef.os_names_with_variants(osdef.list_oses(list(self.settings.os_path)))
 
     def rpc_node_powercycle(self, args: dict[str, Any]) -> str:
+        """Reboot at once (herder.noded.powercycle: reboot(2), refused where it would reboot
+        a machine that is not this node)."""
+        why_not = powercycle.refusal()
+        if why_not is not None:
+            raise RpcFailure(f"refusing to power-cycle: {why_not}")
         self.powercycled.append(time.time())
-        marker = self.settings.state_dir / "powercycle.log"
-        with open(marker, "a") as fh:
+        with open(self.settings.state_dir / "powercycle.log", "a") as fh:
             fh.write(f"{time.time():.3f} powercycle requested\n")
-        if self.settings.powercycle_action == "simulate":
-            return "simulated"
-        threading.Thread(target=_hard_reboot, daemon=True).start()
+        powercycle.reboot_soon()
         return "rebooting"
 
     def rpc_repair_command(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -479,11 +501,8 @@ class NodeDaemon:
 
     @property
     def ssconf_dir(self) -> Path:
-        return self.settings.state_dir / "ssconf"
-
-    @property
-    def config_copy_dir(self) -> Path:
-        return self.settings.state_dir / "config"
+        """Ganeti's place: `ssconf_<name>` files in the data directory."""
+        return self.data_dir
 
     def upload_allowed(self) -> set[str]:
         """The white-list of upload_file: the cluster secrets and the user list beside the
@@ -511,7 +530,7 @@ class NodeDaemon:
             raise RpcFailure(f"refusing to upload to {path!r}: not a plain absolute path")
         if path not in self.upload_allowed():
             raise RpcFailure(f"refusing to upload {path}: not a file the cluster distributes")
-        target = self.settings.file_root / path.lstrip("/")
+        target = self.local(path)
         data = base64.b64decode(str(args["data"]), validate=True)
         mode = int(args.get("mode", 0o600)) & 0o777
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -522,7 +541,7 @@ class NodeDaemon:
         return {"path": str(target), "size": len(data)}
 
     def rpc_write_ssconf(self, args: dict[str, Any]) -> list[str]:
-        """Write `ssconf_<name>` files (Ganeti's ssconf) atomically into `<state_dir>/ssconf`."""
+        """Write `ssconf_<name>` files (Ganeti's ssconf) atomically into the data directory."""
         values = args["values"]
         if not isinstance(values, dict):
             raise RpcFailure("values must be an object")
@@ -533,26 +552,28 @@ class NodeDaemon:
                 raise RpcFailure(f"invalid ssconf name {name!r}")
             atomic_write(self.ssconf_dir / f"ssconf_{name}", str(text).encode(), 0o644)
             written.append(name)
+        self.follow_node_params()
         return written
 
     def rpc_write_config(self, args: dict[str, Any]) -> dict[str, Any]:
-        """A master candidate's copy of the config and the job queue in `<state_dir>/config`;
-        an older serial than the copy's is refused."""
+        """A master candidate's copy of the config and the job queue where its readers find
+        them (`<data dir>/config.json`, `<data dir>/queue/`: confd, mond, and masterd after a
+        failover): written atomically under the config's writer lock, and only forward (an
+        older serial than the copy's is refused)."""
         import base64
 
         serial = int(args["serial"])
         document = str(args["config"]).encode()
-        with self._map_lock:
-            directory = self.config_copy_dir
-            queue_dir = directory / "queue"
-            queue_dir.mkdir(parents=True, exist_ok=True)
-            current = directory / "config.json"
+        current = self.data_dir / "config.json"
+        queue_dir = self.data_dir / "queue"
+        with self._map_lock, FileStore(current).locked():
             have = None
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
                 have = int(json.loads(current.read_bytes()).get("serial_no"))
             if have is not None and serial < have:
                 raise RpcFailure(f"refusing config serial {serial}: this node has {have}")
-            atomic_write(current, document, 0o600)
+            queue_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(current, document, CONFIG_MODE)
             queue = args.get("queue") or {}
             for name, data in sorted((queue.get("files") or {}).items()):
                 if "/" in name or name.startswith(".") or not name.endswith(".json"):
@@ -604,13 +625,6 @@ def vm_locked_kb() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
-
-
-def _hard_reboot() -> None:  # pragma: no cover - reboots the machine
-    time.sleep(1)
-    os.sync()
-    with open("/proc/sysrq-trigger", "w") as fh:
-        fh.write("b")
 
 
 def refuse_arguments(daemon: NodeDaemon, method: str, args: dict[str, Any]
@@ -679,6 +693,7 @@ async def keep_hypervisor(daemon: NodeDaemon, stop: asyncio.Event,
                           every: float = 2.0) -> None:
     """Hold the libvirt connection; after a libvirtd restart, re-define the node's domains."""
     while not stop.is_set():
+        await asyncio.to_thread(daemon.follow_node_params)
         await asyncio.to_thread(daemon.hv.check)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=every)

@@ -1,64 +1,113 @@
-"""`herder cluster simulate`: a real herder cluster on this machine.
+"""`herder cluster simulate`: a real herder cluster on this machine, every node a host of its own.
 
-Each node gets its own loopback address (127.0.0.11, .12, ...: Linux accepts binds to any 127/8
-address), its own libvirtd serving the test driver on a private socket, its own `herder noded`
-(port 1811), `herder mond` (1815) and `herder instmon` (notifying maintd on the master's
-port 1817); node 1 is the master and also runs `herder masterd` (5080) and `herder maintd`.
-Every daemon is a separate process; the state file `sim.json` lists them so `--stop` tears
-everything down. Nodes 1-3 are master candidates; `failover` makes another one the master
-(`herder cluster master-failover` as that node, then masterd and maintd there). All nodes share
-the config directory, so the new master continues the same job queue and maintd state.
+Each node is a namespaced host (`herder.sim.host`: its own PID, mount, network and UTS
+namespaces, its own /var/lib/herder, /etc/herder, /run, /var/log/herder, /srv, LVM and libvirt
+directories), whose supervisor runs herder's daemons from /etc/herder/node.toml with the same
+default paths, ports and options as on a real host. What differs between nodes is the cluster's
+data (node names = host names, addresses, node parameters), never a daemon option. Each host's
+own libvirtd serves libvirt's test driver (`test+unix:///default`, the cluster's `libvirt_uri`
+node parameter).
+
+The cluster is built as an operator builds one (docs/real-nodes.md "The simulated cluster"):
+
+1. the hosts boot with libvirtd;
+2. on node 1: `herder cluster init` (its config and secrets in /var/lib/herder, the master IP a
+   floating address on `br0`), `daemon-util activate-master-ip`, the node daemons and masterd;
+3. every other node gets the cluster's HMAC key and certificate by a copy command, as an
+   operator would copy them (`cat` on node 1, written on the node; the node join with
+   certificates replaces this), and starts noded;
+4. on node 1: `herder node add` for each (masterd pushes ssconf and files to the new node),
+   `herder node modify --master-candidate yes` for nodes 2 and 3 (they receive the config and
+   the job queue by redistribution);
+5. mond, instmon and confd on every node; node.toml enables them (and masterd and maintd,
+   which exit 11 where they are not the master) for the next boot.
+
+The machine reaches the cluster only through published ports (`herder.sim.forward`): the
+cluster's address `127.0.0.<first>` forwards to the master IP (masterd 5080, mond 1815, maintd
+1816 and 1817), so a master failover changes nothing for the operator; node i's mond is on
+`127.0.0.<first + i>`. A client profile (`<dir>/client/client.toml`) holds the cluster
+certificate, the RAPI credentials and these addresses; `export HERDER_CLIENT=...` is all a shell
+needs. `--exec NODE -- COMMAND` runs a command on a node, as ssh would.
+
+A node that power-cycles itself (noded's `node_powercycle`: reboot(2) ends its PID namespace)
+is booted again by the simulation's keeper (`herder.sim.keeper`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from herder.core import client_profile, supervise_control
+from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
-from herder.core.store import pid_alive
-from herder.sim.libvirtd import LibvirtdUnavailable, start_libvirtd
+from herder.core.rapi import RapiClient, RapiError, tls_context
+from herder.sim import hostfiles
+from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
 PORTS = {"noded": 1811, "confd": 1814, "mond": 1815, "maintd": 1816, "masterd": 5080}
 NOTIFY_PORT = 1817  # maintd's HTTPS port for instmon's notifications
 BREAK_SCRIPT = "herder-sim-diagnose"  # the diagnose command a simulated node runs
+DIAGNOSE_DIR = "/etc/ganeti/node-diagnose-commands"
 DIAGNOSE_INTERVAL = 2.0
+MAINTENANCE_INTERVAL = 1  # seconds between maintd's rounds
 DEMO_OS = "debootstrap"
 DEMO_VARIANTS = ("default", "minimal")
-SIM_DISK_MIB = 100 * 1024  # each simulated node offers 100 GiB of (sparse) instance disks
+OS_DIR = "/srv/herder/os"
+DATA_DIR = Path("/var/lib/herder")
+LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
+CANDIDATES = 3  # nodes 1-3 are master candidates (design-2.1's pool of 10 is more than needed)
+MASTER_SLOTS = range(2, 10)  # the cluster's master IP: 198.18.<n>.<2..9>
+FIRST_NODE = 11  # node addresses from 198.18.<n>.11
+READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
+         "maintd": "listening on", "confd": "listening on udp"}
+START_TIMEOUT = 60.0
+
+Say = Callable[[str], None]
 
 
 @dataclass
 class SimNode:
     name: str
-    ip: str
-    libvirt_uri: str = ""
-    libvirtd_pid: int = 0
-    libvirtd_dir: str = ""
-    pids: dict[str, int] = field(default_factory=dict)
+    address: str  # in the cluster's network
+    published: str  # 127.0.0.x: its mond, from the machine
 
 
 @dataclass
 class SimState:
+    """The simulator's record of a cluster (`<dir>/sim.json`, the machine's side)."""
+
     directory: str
-    config: str
+    cluster_name: str
+    master_ip: str  # the floating master IP, in the cluster's network
+    published: str  # 127.0.0.x: the cluster (masterd, maintd, the master's mond)
     nodes: list[SimNode]
-    masterd_url: str
+    network: str  # the directory of the host simulation (this one, or another cluster's)
+    profile: str = ""  # the client profile (HERDER_CLIENT)
+
+    @property
+    def masterd_url(self) -> str:
+        return f"https://{self.published}:{PORTS['masterd']}"
+
+    @property
+    def maintd_url(self) -> str:
+        return f"http://{self.published}:{PORTS['maintd']}"
+
+    @property
+    def client_dir(self) -> Path:
+        return Path(self.directory) / "client"
 
     def save(self) -> None:
-        path = Path(self.directory) / STATE_FILE
-        path.write_text(json.dumps(asdict(self), indent=1))
+        (Path(self.directory) / STATE_FILE).write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
     def load(cls, directory: Path) -> SimState | None:
@@ -66,23 +115,53 @@ class SimState:
             data = json.loads((directory / STATE_FILE).read_text())
         except (OSError, ValueError):
             return None
-        data["nodes"] = [SimNode(**n) for n in data["nodes"]]
-        return cls(**data)
+        try:
+            data["nodes"] = [SimNode(**n) for n in data["nodes"]]
+            return cls(**data)
+        except TypeError:  # a record of an older simulator
+            return None
+
+    def node(self, name: str) -> SimNode:
+        """A node by its name, or by its first label."""
+        found = next((n for n in self.nodes if n.name == name), None) or next(
+            (n for n in self.nodes if n.name.split(".")[0] == name), None)
+        if found is None:
+            raise HerderError(f"no node {name!r} in the simulated cluster "
+                              f"({', '.join(n.name for n in self.nodes)})")
+        return found
+
+    def simulation(self) -> HostSimulation:
+        return HostSimulation.open(Path(self.network))
+
+    def host(self, name: str) -> SimHost:
+        return self.simulation().host(self.node(name).name)
+
+    def client_environment(self) -> dict[str, str]:
+        """What a shell of the machine needs to drive the cluster (`export` lines)."""
+        return {client_profile.ENV_FILE: self.profile}
+
+    def rapi(self, timeout: float = 60.0) -> RapiClient:
+        """A RAPI client of the cluster's masterd, from the machine (the client profile)."""
+        profile = client_profile.load({client_profile.ENV_FILE: self.profile})
+        assert profile.ca is not None and profile.user is not None
+        return RapiClient(self.masterd_url, profile.user, profile.password(),
+                          verify=tls_context(profile.ca, check_hostname=False), timeout=timeout)
 
 
-def herder(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HERDER_CONFIG": str(config), "HERDER_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
-    if check and done.returncode != 0:
-        raise HerderError(f"herder {' '.join(args)} failed: {done.stderr.strip()}")
-    return done
+def load_state(directory: Path) -> SimState:
+    state = SimState.load(directory)
+    if state is None:
+        raise HerderError(f"no simulated cluster is running in {directory}")
+    return state
 
 
-def write_demo_os(directory: Path) -> Path:
-    """A small OS definition (API 15/20, with variants) whose create script writes a marker
-    on the instance's first disk."""
-    os_dir = directory / "os" / DEMO_OS
+# --- files an operator installs on a node ------------------------------------------------------
+
+
+def write_demo_os(root: Path) -> Path:
+    """A small OS definition (API 15/20, with variants) under `root` (a node's /srv/herder/os)
+    whose create script writes a marker on the instance's first disk."""
+    os_dir = root / DEMO_OS
     os_dir.mkdir(parents=True, exist_ok=True)
     (os_dir / "ganeti_api_version").write_text("20\n15\n")
     (os_dir / "variants.list").write_text("\n".join(DEMO_VARIANTS) + "\n")
@@ -98,101 +177,7 @@ def write_demo_os(directory: Path) -> Path:
         path = os_dir / name
         path.write_text(body)
         path.chmod(0o755)
-    return directory / "os"
-
-
-READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
-         "maintd": "listening on", "confd": "listening on udp"}
-
-
-def _wait_ready(daemon: str, ip: str, port: int, proc: subprocess.Popen[bytes], log: Path,
-                timeout: float = 30.0) -> None:
-    """Until the daemon says it listens (its log line, not just an open port: another program
-    could hold the address)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if proc.poll() is not None:
-            tail = text.strip().splitlines()[-3:]
-            raise HerderError(f"{daemon} for {ip}:{port} exited: {' | '.join(tail)}")
-        if f"{READY[daemon]}" in text and f"{ip}:{port}" in text:
-            return
-        time.sleep(0.05)
-    raise HerderError(f"{daemon} did not listen on {ip}:{port} within {timeout:g}s")
-
-
-def spawn_noded(directory: Path, config: Path, node: SimNode) -> subprocess.Popen[bytes]:
-    """Start (or restart) a simulated node's noded."""
-    node_dir = directory / "nodes" / node.name
-    return _spawn(config, node_dir / "noded.log", "noded", "--bind", node.ip, "--port",
-                  str(PORTS["noded"]), "--node", node.name, "--libvirt-uri", node.libvirt_uri,
-                  "--state-dir", str(node_dir / "noded"), "--run-dir", str(node_dir / "run"),
-                  "--powercycle-action", "simulate", "--os-path", str(directory / "os"),
-                  "--repair-dir", str(node_dir / "repair"), "--disk-capacity",
-                  str(SIM_DISK_MIB), "--file-root", str(node_dir / "root"))
-
-
-def spawn_instmon(directory: Path, config: Path, node: SimNode,
-                  master: SimNode) -> subprocess.Popen[bytes]:
-    """Start (or restart) a simulated node's instance monitor; it notifies the master's maintd
-    over HTTPS (the cluster certificate, the token derived from the HMAC key)."""
-    node_dir = directory / "nodes" / node.name
-    return _spawn(config, node_dir / "instmon.log", "instmon", "--node", node.name,
-                  "--libvirt-uri", node.libvirt_uri, "--run-dir", str(node_dir / "run"),
-                  "--spool-dir", str(node_dir / "instmon-spool"), "--notify-url",
-                  f"https://{master.ip}:{NOTIFY_PORT}/1/notifications")
-
-
-def _wait_instmon(run_dir: Path, proc: subprocess.Popen[bytes], log: Path,
-                  timeout: float = 30.0) -> None:
-    """Until instmon says (in its state file) that it is connected to libvirt."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise HerderError(f"instmon exited: {' | '.join(tail)}")
-        try:
-            state = json.loads((run_dir / "instmon.json").read_text())
-        except (OSError, ValueError):
-            state = {}
-        if state.get("pid") == proc.pid and state.get("connected"):
-            return
-        time.sleep(0.05)
-    raise HerderError(f"instmon did not connect to libvirt within {timeout:g}s")
-
-
-def _remove_default_domain(uri: str) -> None:
-    """The test driver starts with a running domain "test" that is no instance of ours; noded
-    holds a connection now, so removing it lasts."""
-    import libvirt
-
-    conn = libvirt.open(uri)
-    try:
-        for dom in conn.listAllDomains():
-            if dom.name() == "test":
-                if dom.isActive():
-                    dom.destroy()
-                dom.undefine()
-    finally:
-        conn.close()
-
-
-def _spawn(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HERDER_CONFIG": str(config)}
-    with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def write_diagnose(directory: Path, node: str, status: str = "Ok",
-                   command: str = "") -> Path:
-    """The simulated node's self-diagnose script (white-listed: root-owned, mode 755): it
-    prints `status`. `herder cluster simulate --break NODE evacuate` uses it."""
-    return diagnose_script(directory / "nodes" / node / "diagnose" / BREAK_SCRIPT,
-                           {"status": status, "command": command,
-                            "details": {"simulated": True, "since": int(time.time())}
-                            if status != "Ok" else {}})
+    return root
 
 
 def diagnose_script(path: Path, data: dict[str, object]) -> Path:
@@ -206,338 +191,404 @@ def diagnose_script(path: Path, data: dict[str, object]) -> Path:
     return path
 
 
-def break_node(directory: Path, node: str, status: str, command: str = "") -> None:
-    state = SimState.load(directory)
-    if state is None:
-        raise HerderError(f"no simulated cluster is running in {directory}")
-    match = _sim_node(state, node)
-    allowed = ("Ok", "live-repair", "evacuate", "evacuate-failover")
-    if status not in allowed:
-        raise HerderError(f"status must be one of {', '.join(allowed)}")
-    write_diagnose(directory, match.name, status, command)
+def write_diagnose(host: SimHost, status: str = "Ok", command: str = "") -> Path:
+    """The node's self-diagnose script in its white-list directory: it prints `status`."""
+    return diagnose_script(host.path(f"{DIAGNOSE_DIR}/{BREAK_SCRIPT}"), {
+        "status": status, "command": command,
+        "details": {"simulated": True, "since": int(time.time())} if status != "Ok" else {}})
 
 
-def crash_instance(directory: Path, name: str) -> str:
-    """Destroy an instance's domain on its primary node from outside herder (a crash, as far
-    as libvirt's test driver can show one); returns the node's name."""
-    import libvirt
+# --- commands on the nodes -----------------------------------------------------------------
 
-    from herder.core.store import FileStore
 
-    state = SimState.load(directory)
-    if state is None:
-        raise HerderError(f"no simulated cluster is running in {directory}")
-    config = FileStore(Path(state.config)).load()
-    inst = config.find_instance(name)  # NotFound (a HerderError) names what is missing
-    pnode = config.nodes[inst.primary_node].name
-    node = next(n for n in state.nodes if n.name == pnode)
-    conn = libvirt.open(node.libvirt_uri)
+def on_node(host: SimHost, *args: str, timeout: float = 180.0) -> str:
+    """`herder ARGS` on a node; its output, HerderError (with its last words) when it fails."""
+    done = host.herder(*args, timeout=timeout)
+    if done.returncode != 0:
+        tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
+        raise HerderError(f"{host.name}: herder {' '.join(args)} failed: {' | '.join(tail)}")
+    return done.stdout
+
+
+def copy_file(source: SimHost, path: str, target: SimHost, target_path: str | None = None,
+              mode: str = "600") -> None:
+    """Copy a file from one node to another as an operator does over ssh: `cat` on one, write
+    it on the other (never through the machine's view of their directories)."""
+    read = source.run(["cat", path], timeout=60)
+    if read.returncode != 0:
+        raise HerderError(f"{source.name}: cannot read {path}: {read.stderr.strip()}")
+    where = target_path or path
+    write = target.run(["sh", "-c", 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1" && '
+                        'chmod "$2" "$1"', "copy", where, mode], input=read.stdout, timeout=60)
+    if write.returncode != 0:
+        raise HerderError(f"{target.name}: cannot write {where}: {write.stderr.strip()}")
+
+
+def _log_size(host: SimHost, daemon: str) -> int:
+    with contextlib.suppress(OSError):
+        return host.path(f"/var/log/herder/{daemon}.log").stat().st_size
+    return 0
+
+
+def start_daemons(host: SimHost, daemons: Sequence[str], timeout: float = START_TIMEOUT) -> None:
+    """`daemon-util start DAEMONS` on the node (its supervisor), then wait until each says it
+    serves (its log line), or fail with the end of its log."""
+    if not daemons:
+        return
+    offsets = {d: _log_size(host, d) for d in daemons}
+    on_node(host, "daemon-util", "start", *daemons)
+    for daemon in daemons:
+        wait_ready(host, daemon, offsets[daemon], timeout)
+
+
+def wait_ready(host: SimHost, daemon: str, offset: int = 0,
+               timeout: float = START_TIMEOUT) -> None:
+    log = host.path(f"/var/log/herder/{daemon}.log")
+    marker = READY.get(daemon)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = ""
+        with contextlib.suppress(OSError), open(log, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+        if marker is None or marker in text:
+            return
+        state = host.supervisor("status", [daemon]).daemons[0]
+        if state.state in (supervise_control.STOPPED, supervise_control.NOT_MY_ROLE):
+            tail = " | ".join(text.strip().splitlines()[-3:])
+            raise HerderError(f"{host.name}: {daemon} {state.state}: {tail or state.message}")
+        time.sleep(0.05)
+    raise HerderError(f"{host.name}: {daemon} did not serve within {timeout:g}s")
+
+
+# libvirt's test driver starts with a running domain "test" that is no instance. Its state
+# lives while a client is connected: removed until it stays removed (noded, mond and instmon
+# hold connections by then). A node runs this at every boot (node.toml's `sim-testdriver`, a
+# one-shot unit of the simulated hosts), and the simulator once when the node joins.
+TEST_DOMAIN_SCRIPT = (
+    f"u={LIBVIRT_URI}; end=$(( $(date +%s) + 60 )); "
+    "while [ $(date +%s) -lt $end ]; do "
+    "virsh -q -c $u destroy test >/dev/null 2>&1; "
+    "virsh -q -c $u undefine test >/dev/null 2>&1; sleep 0.3; "
+    "virsh -q -c $u dominfo test >/dev/null 2>&1 || exit 0; done; exit 1")
+
+
+def remove_default_domain(host: SimHost) -> None:
+    done = host.run(["sh", "-c", TEST_DOMAIN_SCRIPT], timeout=120)
+    if done.returncode != 0:
+        raise HerderError(f"{host.name}: the test driver's domain 'test' keeps coming back "
+                          "(does noded hold a libvirt connection?)")
+
+
+def parallel(hosts: Iterable[SimHost], action: Callable[[SimHost], Any]) -> None:
+    chosen = list(hosts)
+    if chosen:
+        with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
+            list(pool.map(action, chosen))
+
+
+# --- bringing a cluster up ---------------------------------------------------------------------
+
+
+def node_settings(*, mond: bool, maintd: bool, joined: bool) -> str:
+    """A node's /etc/herder/node.toml: libvirtd only until the node has joined; then every
+    daemon of a node (masterd and maintd exit 11 where they are not the master, confd idles
+    where there is no config copy)."""
+    daemons = ["libvirtd"]
+    if joined:
+        daemons += ["noded", "confd", *(["mond"] if mond else []),
+                    *(["instmon"] if mond and maintd else []), "masterd",
+                    *(["maintd"] if maintd else []), "sim-testdriver"]
+    # maintd polls the agents every second (its default: 10), so the demo and the tests see
+    # it act at once
+    return hostfiles.node_toml(daemons, args={"maintd": ["--poll-interval", "1"]},
+                               commands={"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]},
+                               restart_delay=0.5, restart_delay_max=10.0)
+
+
+def _free_addresses(sim: HostSimulation, count: int) -> tuple[str, list[str]]:
+    """A master IP and `count` node addresses nobody uses in the simulation's network."""
+    used = {h.address for h in sim.record.hosts.values()}
+    used |= {target.rsplit(":", 1)[0] for target in sim.record.published.values()}
+    master = next((sim.address(i) for i in MASTER_SLOTS if sim.address(i) not in used), None)
+    if master is None:
+        raise HerderError("no free master IP left in the simulation's network")
+    nodes = [sim.address(i) for i in range(FIRST_NODE, 255) if sim.address(i) not in used]
+    if len(nodes) < count:
+        raise HerderError(f"only {len(nodes)} free addresses left for {count} nodes")
+    return master, nodes[:count]
+
+
+CLUSTERS_FILE = "clusters.json"
+
+
+def register_cluster(sim: HostSimulation, state: SimState | None, *,
+                     forget: str | None = None) -> None:
+    """The clusters of a simulation's network (`<network>/clusters.json`: name -> master IP)
+    and the shared /etc/hosts with them: every host, and each cluster's name at its master
+    IP (a cluster's name resolves to its master, as Ganeti's does)."""
+    path = sim.directory / CLUSTERS_FILE
     try:
-        dom = conn.lookupByName(inst.name)
-        if not dom.isActive():
-            raise HerderError(f"{inst.name} is not running on {pnode}")
-        dom.destroy()
-    except libvirt.libvirtError as err:
-        raise HerderError(f"cannot crash {inst.name}: {err.get_error_message()}") from None
-    finally:
-        conn.close()
-    return pnode
+        clusters = json.loads(path.read_text())
+    except (OSError, ValueError):
+        clusters = {}
+    if forget is not None:
+        clusters.pop(forget, None)
+    if state is not None:
+        clusters[state.cluster_name] = state.master_ip
+    path.write_text(json.dumps(clusters, indent=1, sort_keys=True))
+    sim.write_hosts([(ip, [name]) for name, ip in sorted(clusters.items())])
 
 
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
-          first_ip: int = 11, progress: object = None, domain: str = DOMAIN) -> SimState:
+          first_ip: int = 11, progress: Say | None = None, domain: str = DOMAIN,
+          network: Path | None = None) -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
-    `domain` names the cluster and its nodes (two clusters to merge need different ones)."""
+    `domain` names the cluster and its nodes; `network`: the directory of another simulated
+    cluster whose network (and host simulation) this one joins (clusters to merge)."""
     if not 1 <= nodes <= 200:
         raise HerderError("a simulated cluster has 1 to 200 nodes")
     if first_ip + nodes > 255:
         raise HerderError("not enough loopback addresses for that many nodes")
+    reason = unsupported()
+    if reason:
+        raise HerderError(f"cannot simulate a cluster here: {reason}")
+    say = progress or (lambda message: None)
     stop(directory)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    config = directory / "cluster" / "config.json"
-    say = progress if callable(progress) else (lambda message: None)
-    sim_nodes = [SimNode(f"node{i}.{domain}", f"127.0.0.{first_ip + i - 1}")
-                 for i in range(1, nodes + 1)]
-    master = sim_nodes[0]
-    herder(config, "cluster", "init", f"cluster.{domain}", "--master-node", master.name,
-           "--primary-ip", master.ip, "--enabled-disk-templates", "drbd,plain,file,diskless",
-           "--enabled-hypervisors", "fake",
-           "--default-iallocator", "herder")
-    for node in sim_nodes[1:]:
-        herder(config, "node", "add", node.name, "--ip", node.ip, "--secondary-ip", node.ip)
-    for node in sim_nodes[1:3]:
-        herder(config, "node", "modify", node.name, "--master-candidate", "yes")
-    storage = directory / "storage"
-    for kind in ("file", "shared-file"):
-        (storage / kind).mkdir(parents=True)
-    # herder has no cluster option for the storage dirs yet: set them in the fresh config.
-    from herder.core.store import FileStore
-
-    with FileStore(config).update() as cfg:
-        cfg.cluster.file_storage_dir = str(storage / "file")
-        cfg.cluster.shared_file_storage_dir = str(storage / "shared-file")
-    write_demo_os(directory)
-    if mond:
-        for node in sim_nodes:
-            write_diagnose(directory, node.name)
-        herder(config, "cluster", "modify", "--diagnose-data-collector-filename", BREAK_SCRIPT,
-               "--data-collector", f"diagnose:interval={DIAGNOSE_INTERVAL}")
-    state = SimState(str(directory), str(config), sim_nodes,
-                     f"https://{master.ip}:{PORTS['masterd']}")
+    if network is not None:
+        sim = load_state(network).simulation()
+    else:
+        sim = HostSimulation.create(directory)
     try:
-        for node in sim_nodes:
-            node_dir = directory / "nodes" / node.name
-            node_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                libvirtd = start_libvirtd()
-            except LibvirtdUnavailable as err:
-                raise HerderError(f"cannot start a libvirtd for {node.name}: {err}") from None
-            assert libvirtd.proc is not None
-            node.libvirt_uri, node.libvirtd_pid = libvirtd.uri, libvirtd.proc.pid
-            node.libvirtd_dir = str(libvirtd.workdir)
-            state.save()
-            herder(config, "node", "modify", node.name, "--node-parameters",
-                   f"libvirt_uri={node.libvirt_uri}")
-            proc = spawn_noded(directory, config, node)
-            noded_log = node_dir / "noded.log"
-            node.pids["noded"] = proc.pid
-            state.save()
-            _wait_ready("noded", node.ip, PORTS["noded"], proc, noded_log)
-            _remove_default_domain(node.libvirt_uri)
-            say(f"{node.name}: noded on {node.ip}:{PORTS['noded']}, libvirt {node.libvirt_uri}")
-            if mond:
-                mond_log = node_dir / "mond.log"
-                proc = _spawn(config, mond_log, "mond", "--bind", node.ip, "--port",
-                              str(PORTS["mond"]), "--node", node.name, "--run-dir",
-                              str(node_dir / "run"), "--libvirt-uri", node.libvirt_uri,
-                              "--plugin-dir", str(node_dir / "plugins"), "--diagnose-dir",
-                              str(node_dir / "diagnose"), "--collector-timeout", "10")
-                node.pids["mond"] = proc.pid
-                state.save()
-                _wait_ready("mond", node.ip, PORTS["mond"], proc, mond_log)
-            if mond and maintd:
-                proc = spawn_instmon(directory, config, node, master)
-                node.pids["instmon"] = proc.pid
-                state.save()
-                _wait_instmon(node_dir / "run", proc, node_dir / "instmon.log")
-        for node in sim_nodes[:3]:  # the master candidates run confd (design-2.1)
-            node_dir = directory / "nodes" / node.name
-            confd_log = node_dir / "confd.log"
-            proc = _spawn(config, confd_log, "confd", "--bind", node.ip, "--port",
-                          str(PORTS["confd"]), "--run-dir", str(node_dir / "run"))
-            node.pids["confd"] = proc.pid
-            state.save()
-            _wait_ready("confd", node.ip, PORTS["confd"], proc, confd_log)
-        start_master_daemons(state, master, maintd=maintd and mond, say=say)
+        master_ip, addresses = _free_addresses(sim, nodes)
+        state = SimState(
+            directory=str(directory.resolve()), cluster_name=f"cluster.{domain}",
+            master_ip=master_ip, published=f"127.0.0.{first_ip}",
+            nodes=[SimNode(f"node{i}.{domain}", addresses[i - 1], f"127.0.0.{first_ip + i}")
+                   for i in range(1, nodes + 1)],
+            network=str(sim.directory), profile=str(directory.resolve() / "client" /
+                                                     "client.toml"))
+        state.save()
+        _bring_up(sim, state, mond=mond, maintd=maintd, say=say)
     except BaseException:
         stop(directory)
         raise
     return state
 
 
-def spawn_masterd(directory: Path, config: Path, node: SimNode) -> subprocess.Popen[bytes]:
-    """Start masterd as `node` (it exits with code 11 unless the config names it master)."""
-    node_dir = directory / "nodes" / node.name
-    return _spawn(config, node_dir / "masterd.log", "masterd", "--bind", node.ip, "--port",
-                  str(PORTS["masterd"]), "--run-dir", str(node_dir / "run"), "--node", node.name)
+def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
+              say: Say) -> None:
+    say(f"booting {len(state.nodes)} hosts (network {sim.netns}, "
+        f"{sim.address(1).rsplit('.', 1)[0]}.0/24)")
+    configs = [HostConfig(n.name, n.address,
+                          node_settings=node_settings(mond=mond, maintd=maintd, joined=False))
+               for n in state.nodes]
+    hosts = sim.add_hosts(configs)
+    register_cluster(sim, state)
+    for host in hosts:
+        write_demo_os(host.path(OS_DIR))
+        write_diagnose(host)
+    master = hosts[0]
+    others = hosts[1:]
+    secrets = SecretPaths.beside(DATA_DIR / "config.json")
 
+    # The first node: the cluster, the master IP, the node daemons, masterd.
+    on_node(master, "cluster", "init", state.cluster_name, "--master-netdev", "br0",
+            "--master-ip", state.master_ip, "--master-netmask", "24",
+            "--enabled-disk-templates", "drbd,plain,file,diskless",
+            "--enabled-hypervisors", "fake", "--default-iallocator", "herder",
+            "--node-parameters", f"libvirt_uri={LIBVIRT_URI}")
+    on_node(master, "--offline", "cluster", "modify", "--diagnose-data-collector-filename",
+            BREAK_SCRIPT, "--data-collector", f"diagnose:interval={DIAGNOSE_INTERVAL}",
+            "--maintenance-interval", str(MAINTENANCE_INTERVAL))
+    on_node(master, "daemon-util", "activate-master-ip")
+    say(f"{master.name}: cluster {state.cluster_name} initialised, master IP "
+        f"{state.master_ip} on br0")
+    start_daemons(master, ["noded", "confd", "masterd"])
+    _publish(sim, state)
+    _write_profile(master, state)
 
-def start_master_daemons(state: SimState, master: SimNode, *, maintd: bool,
-                         say: Any = None) -> None:
-    """masterd (and maintd) on the master node; the RAPI URL becomes the master's."""
-    say = say if callable(say) else (lambda message: None)
-    directory, config = Path(state.directory), Path(state.config)
-    master_dir = directory / "nodes" / master.name
-    proc = spawn_masterd(directory, config, master)
-    master.pids["masterd"] = proc.pid
-    state.masterd_url = f"https://{master.ip}:{PORTS['masterd']}"
-    state.save()
-    _wait_ready("masterd", master.ip, PORTS["masterd"], proc, master_dir / "masterd.log")
-    say(f"{master.name}: masterd on {state.masterd_url}")
+    # The other nodes: the secrets by a copy command, noded; then added to the cluster.
+    def join(host: SimHost) -> None:
+        for path in (secrets.hmac_key, secrets.certificate):
+            copy_file(master, str(path), host)
+        start_daemons(host, ["noded"])
+
+    parallel(others, join)
+    for host in others:
+        on_node(master, "node", "add", host.name, "--ip", host.address)
+    for host in others[:CANDIDATES - 1]:
+        on_node(master, "node", "modify", host.name, "--master-candidate", "yes")
+    say(f"{master.name}: added {', '.join(h.name for h in others) or 'no other nodes'}")
+
+    # Every node: its other daemons; node.toml for the next boot.
+    extra = [*(["mond"] if mond else []), *(["instmon"] if mond and maintd else [])]
+
+    def finish(host: SimHost) -> None:
+        start_daemons(host, ([] if host is master else ["confd"]) + extra)
+        remove_default_domain(host)
+        host.layout.source("/etc/herder/node.toml").write_text(
+            node_settings(mond=mond, maintd=maintd, joined=True))
+
+    parallel(hosts, finish)
     if maintd:
-        maintd_log = master_dir / "maintd.log"
-        proc = _spawn(config, maintd_log, "maintd", "--bind", master.ip, "--port",
-                      str(PORTS["maintd"]), "--node", master.name, "--round-delay", "1",
-                      "--poll-interval", "1", "--run-dir", str(master_dir / "run"))
-        master.pids["maintd"] = proc.pid
-        state.save()
-        _wait_ready("maintd", master.ip, PORTS["maintd"], proc, maintd_log)
-        say(f"{master.name}: maintd on http://{master.ip}:{PORTS['maintd']}/status.html")
+        start_daemons(master, ["maintd"])
+    for node in state.nodes:
+        say(f"{node.name}: {node.address} (mond at http://{node.published}:{PORTS['mond']})")
+    sim.keep_powered()
+    state.save()
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False  # our child, now reaped
-    return pid_alive(pid)
+def _publish(sim: HostSimulation, state: SimState) -> None:
+    """The cluster's ports on the machine's loopback: masterd, maintd and the master's mond on
+    the cluster's address (forwarded to the master IP), each node's mond on its own."""
+    for port in (PORTS["masterd"], PORTS["maintd"], NOTIFY_PORT, PORTS["mond"]):
+        sim.publish(f"{state.published}:{port}", f"{state.master_ip}:{port}")
+    for node in state.nodes:
+        sim.publish(f"{node.published}:{PORTS['mond']}", f"{node.address}:{PORTS['mond']}")
+
+
+def _write_profile(master: SimHost, state: SimState) -> None:
+    """The operator's client profile: the cluster certificate (its public part), a RAPI user's
+    password (from the master's users file), masterd's and maintd's published addresses and
+    where each node's mond is reached."""
+    client_dir = state.client_dir
+    client_dir.mkdir(parents=True, exist_ok=True)
+    secrets = SecretPaths.beside(DATA_DIR / "config.json")
+    pem = master.run(["cat", str(secrets.certificate)], timeout=60).stdout
+    certificate = "".join(block for block in _pem_blocks(pem) if "CERTIFICATE" in block)
+    if not certificate:
+        raise HerderError(f"{master.name}: no certificate in {secrets.certificate}")
+    (client_dir / "cluster.pem").write_text(certificate)
+    users = master.run(["cat", str(secrets.rapi_users)], timeout=60).stdout
+    user, password = _write_user(users)
+    password_file = client_dir / "rapi-password"
+    password_file.write_text(password + "\n")
+    password_file.chmod(0o600)
+    client_profile.write(Path(state.profile), client_profile.Profile(
+        masterd=state.masterd_url, ca=client_dir / "cluster.pem", user=user,
+        password_file=password_file, maintd=state.maintd_url,
+        nodes={n.name: n.published for n in state.nodes}))
+    _wait_masterd(state)
+
+
+def _pem_blocks(text: str) -> list[str]:
+    blocks, current = [], []
+    for line in text.splitlines(keepends=True):
+        current.append(line)
+        if line.startswith("-----END "):
+            blocks.append("".join(current))
+            current = []
+    return blocks
+
+
+def _write_user(users: str) -> tuple[str, str]:
+    """The first user with the write option of a RAPI users file (and its clear password)."""
+    for raw in users.splitlines():
+        parts = raw.split()
+        if len(parts) >= 3 and not parts[0].startswith("#") and "write" in parts[2].split(","):
+            password = parts[1]
+            if password.upper().startswith("{CLEARTEXT}"):
+                password = password[len("{CLEARTEXT}"):]
+            return parts[0], password
+    raise HerderError("the master's RAPI users file has no user with the write option")
+
+
+def _wait_masterd(state: SimState, timeout: float = START_TIMEOUT) -> None:
+    """Until masterd answers through the published port."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with state.rapi(timeout=5.0) as api:
+                api.get_info()
+                return
+        except (RapiError, HerderError) as err:
+            last = str(err)
+        time.sleep(0.1)
+    raise HerderError(f"masterd did not answer at {state.masterd_url} within {timeout:g}s: "
+                      f"{last}")
+
+
+# --- running clusters ----------------------------------------------------------------------
+
+
+def break_node(directory: Path, node: str, status: str, command: str = "") -> None:
+    allowed = ("Ok", "live-repair", "evacuate", "evacuate-failover")
+    if status not in allowed:
+        raise HerderError(f"status must be one of {', '.join(allowed)}")
+    write_diagnose(load_state(directory).host(node), status, command)
+
+
+def primary_node(state: SimState, instance: str) -> str:
+    with state.rapi() as api:
+        try:
+            return str(api.get_instance(instance)["pnode"])
+        except RapiError as err:
+            raise HerderError(f"cannot find instance {instance}: {err}") from None
+
+
+def crash_instance(directory: Path, name: str) -> str:
+    """Destroy an instance's domain on its primary node behind herder's back (a crash, as far
+    as libvirt's test driver can show one), with virsh on that node; returns the node."""
+    state = load_state(directory)
+    pnode = primary_node(state, name)
+    host = state.host(pnode)
+    state_now = host.run(["virsh", "-q", "-c", LIBVIRT_URI, "domstate", name], timeout=60)
+    if state_now.returncode != 0:
+        raise HerderError(f"cannot crash {name}: {state_now.stderr.strip()}")
+    if state_now.stdout.strip() != "running":
+        raise HerderError(f"{name} is not running on {pnode}")
+    done = host.run(["virsh", "-q", "-c", LIBVIRT_URI, "destroy", name], timeout=60)
+    if done.returncode != 0:
+        raise HerderError(f"cannot crash {name}: {done.stderr.strip()}")
+    return pnode
 
 
 def failover(directory: Path, node: str, *, voting: bool = True,
-             progress: Any = None) -> tuple[SimState, str]:
-    """Master failover in the simulated cluster: `herder cluster master-failover` as `node`
-    (with the nodes' vote unless `voting` is false), then masterd (and maintd, when the old
-    master ran one) on `node`; the old master's maintd is stopped, every instmon is pointed at
-    the new master, and sim.json updated. Returns the state and the command's output."""
-    say = progress if callable(progress) else (lambda message: None)
-    state = SimState.load(directory)
-    if state is None:
-        raise HerderError(f"no simulated cluster is running in {directory}")
-    new = _sim_node(state, node)
-    config = Path(state.config)
-    old = next((n for n in state.nodes if "masterd" in n.pids or "maintd" in n.pids), None)
-    args = ["cluster", "master-failover", "--node", new.name, "--yes"]
+             progress: Say | None = None) -> tuple[SimState, str]:
+    """Master failover as Ganeti's operator does it: `herder cluster master-failover` run on
+    the new master (the vote, the config change, then through the node daemons the master IP
+    and the master daemons moved). Returns the state and the command's output."""
+    say = progress or (lambda message: None)
+    state = load_state(directory)
+    host = state.host(node)
+    args = ["cluster", "master-failover", "--yes"]
     if not voting:
         args.append("--no-voting")
-    done = herder(config, *args)
+    done = host.herder(*args, timeout=300)
     output = (done.stdout + done.stderr).strip()
     say(output)
-    had_maintd = old is not None and "maintd" in old.pids
-    if old is not None and old is not new:
-        if "maintd" in old.pids:
-            _kill(old.pids.pop("maintd"), group=True)
-        if "masterd" in old.pids and not _alive(old.pids["masterd"]):
-            old.pids.pop("masterd")  # its successor (if restarted) exits with code 11
-        state.save()
-    start_master_daemons(state, new, maintd=had_maintd, say=say)
-    for sim_node in state.nodes:
-        if "instmon" in sim_node.pids:
-            _kill(sim_node.pids["instmon"], group=True)
-            proc = spawn_instmon(directory, config, sim_node, new)
-            sim_node.pids["instmon"] = proc.pid
-            state.save()
-            node_dir = directory / "nodes" / sim_node.name
-            _wait_instmon(node_dir / "run", proc, node_dir / "instmon.log")
+    if done.returncode != 0:
+        raise HerderError(f"master-failover on {host.name} failed: "
+                          f"{' | '.join(output.splitlines()[-3:])}")
+    _wait_masterd(state)
     return state, output
 
 
-def _sim_node(state: SimState, node: str) -> SimNode:
-    names = {n.name: n for n in state.nodes}
-    match = names.get(node) or next((n for n in state.nodes if n.name.split(".")[0] == node),
-                                    None)
-    if match is None:
-        raise HerderError(f"no node {node!r} in the simulated cluster "
-                          f"({', '.join(sorted(names))})")
-    return match
-
-
-def _kill(pid: int, group: bool = False) -> None:
-    if pid <= 0:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if group:
-            os.killpg(pid, signal.SIGTERM)
-        else:
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
-
-
 def stop(directory: Path) -> bool:
-    """Stop every process of the simulation in `directory`; True if one was running."""
+    """Tear the simulated cluster in `directory` down; True if there was one. A cluster that
+    shares another's network removes its own hosts and ports only."""
     state = SimState.load(directory)
     if state is None:
-        return False
-    for node in state.nodes:
-        for pid in node.pids.values():
-            _kill(pid, group=True)
-    for node in state.nodes:
-        _kill(node.libvirtd_pid, group=True)
-        if node.libvirtd_dir:
-            shutil.rmtree(node.libvirtd_dir, ignore_errors=True)
+        from herder.sim.host import teardown
+
+        return teardown(directory, grace=5.0)
+    if Path(state.network).resolve() != Path(state.directory).resolve():
+        with contextlib.suppress(HerderError):
+            sim = state.simulation()
+            for port in [state.published, *(n.published for n in state.nodes)]:
+                for listen in [p for p in sim.published() if p.startswith(port + ":")]:
+                    sim.unpublish(listen)
+            sim.remove_hosts([n.name for n in state.nodes if n.name in sim.record.hosts])
+            register_cluster(sim, None, forget=state.cluster_name)
+    else:
+        from herder.sim.host import teardown
+
+        teardown(Path(state.network), grace=5.0)
     with contextlib.suppress(OSError):
         (directory / STATE_FILE).unlink()
     return True
 
-
-class MergeControl:
-    """The simulator's daemons for `herder cluster merge` (`herder.masterd.merge.Control`): the
-    other cluster is a simulation whose `sim.json` lies beside its `cluster/` directory."""
-
-    def __init__(self, master_ip: str) -> None:
-        self.master_ip = master_ip  # the merging (this) cluster's master: instmon notifies it
-        self.had_maintd = False
-
-    @staticmethod
-    def _state(other_config: Path) -> SimState:
-        state = SimState.load(Path(other_config).parent.parent)
-        if state is None:
-            raise HerderError(f"{other_config} is not the config of a running simulated cluster")
-        return state
-
-    def stop_master_daemons(self, other_config: Path) -> list[str]:
-        state = self._state(other_config)
-        stopped = []
-        for node in state.nodes:
-            for daemon in ("maintd", "masterd"):
-                if daemon in node.pids:
-                    self.had_maintd = self.had_maintd or daemon == "maintd"
-                    _kill(node.pids.pop(daemon), group=True)
-                    stopped.append(f"{daemon} on {node.name}")
-        state.save()
-        return stopped
-
-    def start_master_daemons(self, other_config: Path) -> None:
-        from herder.core.store import FileStore
-
-        state = self._state(other_config)
-        current = FileStore(other_config).load().master
-        if current is None:
-            raise HerderError(f"{other_config} names no master node")
-        master = _sim_node(state, current.name)
-        for daemon in ("masterd", "maintd"):  # the ready lines to wait for are the new ones
-            log = Path(state.directory) / "nodes" / master.name / f"{daemon}.log"
-            with contextlib.suppress(OSError):
-                log.replace(log.with_name(f"{daemon}.log.before-merge"))
-        start_master_daemons(state, master, maintd=self.had_maintd)
-
-    def adopt_nodes(self, other_config: Path, config: Path) -> None:
-        """Restart the other cluster's noded, mond and instmon with `config` (this cluster's
-        key and certificate; the node's master epoch record starts afresh, as on a node that
-        joins), and stop its confd (its nodes are no master candidates here)."""
-        state = self._state(other_config)
-        directory = Path(state.directory)
-        master = SimNode("master", self.master_ip)
-        for node in state.nodes:
-            node_dir = directory / "nodes" / node.name
-            for daemon in ("confd", "noded"):  # mond and instmon keep libvirt's test driver
-                if daemon in node.pids:           # alive (it resets without a connection)
-                    _kill(node.pids[daemon], group=True)
-            node.pids.pop("confd", None)
-            with contextlib.suppress(OSError):
-                (node_dir / "noded" / "master-epoch").unlink()
-            with contextlib.suppress(OSError):  # the ready line to wait for is the new one
-                (node_dir / "noded.log").replace(node_dir / "noded.log.before-merge")
-            proc = spawn_noded(directory, config, node)
-            node.pids["noded"] = proc.pid
-            state.save()
-            _wait_ready("noded", node.ip, PORTS["noded"], proc, node_dir / "noded.log")
-            _remove_default_domain(node.libvirt_uri)
-            if "mond" in node.pids:
-                _kill(node.pids["mond"], group=True)
-                proc = _spawn(config, node_dir / "mond.log", "mond", "--bind", node.ip,
-                              "--port", str(PORTS["mond"]), "--node", node.name, "--run-dir",
-                              str(node_dir / "run"), "--libvirt-uri", node.libvirt_uri,
-                              "--plugin-dir", str(node_dir / "plugins"), "--diagnose-dir",
-                              str(node_dir / "diagnose"), "--collector-timeout", "10")
-                node.pids["mond"] = proc.pid
-                state.save()
-            if "instmon" in node.pids:
-                _kill(node.pids["instmon"], group=True)
-                proc = spawn_instmon(directory, config, node, master)
-                node.pids["instmon"] = proc.pid
-                state.save()
-        state.config = str(config)
-        state.save()

@@ -47,7 +47,7 @@ from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
 # The host's private directories, bind-mounted in this order.
 PRIVATE_DIRS = ("/run", "/tmp", "/var/lib/herder", "/etc/herder", "/var/log/herder", "/srv",
                 "/etc/lvm", "/etc/libvirt", "/var/lib/libvirt", "/var/cache/libvirt",
-                "/var/log/libvirt", "/dev/disk")
+                "/var/log/libvirt", "/dev/disk", "/etc/ganeti")
 # Inside the private /run: herder's, LVM's and libvirt's runtime directories, lock files.
 RUN_DIRS = ("herder", "lvm", "libvirt", "lock", "lock/lvm")
 FILE_STORAGE = "/srv/herder/file-storage"
@@ -144,7 +144,8 @@ def prepare_machine() -> None:
     the ones a herder host has anyway (/etc/herder, /var/lib/herder, /var/log/herder,
     /dev/disk) are created, empty, as installing herder would, and never removed again
     (removing a directory that is a mount point in a running host's namespace would unmount it
-    there). A system-mode libvirtd needs the accounts of Debian's QEMU driver."""
+    there). /etc/ganeti holds the white-lists of Ganeti's paths herder keeps (the self-diagnose
+    and repair commands). A system-mode libvirtd needs the accounts of Debian's QEMU driver."""
     for path in PRIVATE_DIRS:
         os.makedirs(path, exist_ok=True)
     if os.access(LIBVIRTD, os.X_OK):
@@ -325,6 +326,10 @@ class SimHost:
         """Boot the host: namespaces, mounts, network; returns once its supervisor answers."""
         if self.running:
             return
+        if self._unshare is not None and self._unshare.poll() is not None:
+            self._unshare = None  # reaped: the host ended its namespace itself
+        with hoststate.update(self.sim.index) as wished:
+            wished.hosts[self.name].powered = True
         layout = self.layout
         ready_read, ready_write = os.pipe()
         try:
@@ -398,6 +403,8 @@ class SimHost:
     def power_off(self, *, grace: float = STOP_GRACE) -> None:
         """Shut the host down: SIGTERM to its supervisor (which stops its daemons), SIGKILL
         after `grace` seconds (at once with 0: a power failure). Its disks stay attached."""
+        with hoststate.update(self.sim.index) as wished:  # first: the keeper leaves it off
+            wished.hosts[self.name].powered = False
         record = self.record
         hoststate.end_process(record.init, grace)
         if self._unshare is not None:
@@ -419,6 +426,7 @@ class HostSimulation:
         self._hosts: dict[str, SimHost] = {}
         self._lock = threading.Lock()
         self._forwarder: subprocess.Popen[bytes] | None = None
+        self._keeper: subprocess.Popen[bytes] | None = None
 
     @classmethod
     def create(cls, directory: Path) -> HostSimulation:
@@ -545,7 +553,7 @@ class HostSimulation:
         names = list(names)
         record = self.record
         gone = [record.hosts[n] for n in names if n in record.hosts]
-        _power_off_all(gone, grace)
+        _power_off_all(gone, grace, self.index)
         directories = [Path(h.directory) for h in gone if Path(h.directory).is_dir()]
         _detach_loops(gone, directories)
         for directory in directories:
@@ -613,18 +621,43 @@ class HostSimulation:
             return {}
         return self._save_ports(forward.request(self.forward_socket, "list"))
 
+    # --- hosts that reboot themselves -------------------------------------------------------
+
+    def keep_powered(self) -> None:
+        """Start the keeper (`herder.sim.keeper`, once per simulation): a host that ends its
+        own PID namespace (noded's power cycle: reboot(2) there) is booted again, as a real
+        machine comes back after a reboot."""
+        if hoststate.alive(self.record.keeper):
+            return
+        with open(self.directory / "keeper.log", "ab") as out:
+            self._keeper = subprocess.Popen(
+                [sys.executable, "-m", "herder.sim.keeper", str(self.directory)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, env=node_environment(), cwd="/")
+        process = hoststate.process_record(self._keeper.pid)
+        with hoststate.update(self.index) as record:
+            record.keeper = process
+
     # --- the end ----------------------------------------------------------------------
 
     def teardown(self, *, grace: float = STOP_GRACE) -> None:
         """Remove everything: hosts, loop devices, forwarder, network, record."""
         teardown_record(self.record, grace=grace)
-        for proc in [self._forwarder, *(h._unshare for h in self._hosts.values())]:
+        for proc in [self._forwarder, self._keeper,
+                     *(h._unshare for h in self._hosts.values())]:
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
 
 
-def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float) -> None:
+def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float,
+                   index: int | None = None) -> None:
+    if index is not None:  # first: the keeper must not boot them again
+        with contextlib.suppress(HerderError), hoststate.update(index) as wished:
+            for host in hosts:
+                if host.name in wished.hosts:
+                    wished.hosts[host.name].powered = False
+
     def off(host: hoststate.HostRecord) -> None:
         # A simulator that died between starting `unshare` and recording the host's PID 1
         # leaves only `unshare` in the record: its child is that PID 1.
@@ -650,6 +683,7 @@ def _detach_loops(hosts: Sequence[hoststate.HostRecord], directories: Sequence[P
 def teardown_record(record: hoststate.SimRecord, *, grace: float = STOP_GRACE) -> None:
     """Remove whatever `record` names, whether its simulator runs or crashed; the record
     goes last (a failure leaves it for another try)."""
+    hoststate.end_process(record.keeper, 2.0)  # first: it would boot the hosts again
     hoststate.end_process(record.forwarder, 2.0)
     hosts = list(record.hosts.values())
     _power_off_all(hosts, grace)

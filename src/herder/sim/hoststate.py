@@ -41,6 +41,9 @@ class HostRecord(msgspec.Struct):
     directory: str
     volume_group: str = "xenvg"
     init: ProcessRecord | None = None  # PID 1 of the host's PID namespace (as the machine sees it)
+    # The simulator's wish: True from power_on until power_off. A host whose PID 1 ended while
+    # this is True rebooted itself (reboot(2) in its PID namespace): the keeper boots it again.
+    powered: bool = False
     unshare: ProcessRecord | None = None  # its parent, `unshare`
     loops: list[str] = []  # loop devices attached for it
     images: list[tuple[int, int, int]] = []  # (major, minor, inode) of its image files
@@ -51,6 +54,7 @@ class SimRecord(msgspec.Struct):
     directory: str
     hosts: dict[str, HostRecord] = {}
     forwarder: ProcessRecord | None = None
+    keeper: ProcessRecord | None = None  # boots hosts that rebooted themselves (sim.keeper)
     published: dict[str, str] = {}  # "127.0.0.11:5080" -> "198.18.1.2:5080"
 
     @property

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herder.core import ssconf
 from herder.core.errors import HerderError
 
-# Where a node's ssconf files are: the design's place (/var/lib/herder/ssconf_*), then where
-# noded writes them today.
-SSCONF_DIRS = (Path("/var/lib/herder"), Path("/var/lib/herder/noded/ssconf"))
+# Where a node's ssconf files are (noded writes them there: /var/lib/herder/ssconf_*).
+SSCONF_DIRS = (ssconf.DEFAULT_DIR,)
 ALREADY_UP = "Master IP address already configured on this machine. Doing nothing."
 NOT_HERE = "Master IP address not configured on this machine. Doing nothing."
 

@@ -81,6 +81,13 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             self.env.locks.add(locking.LEVEL_NODE, node.uuid)
             self.env.locks.add(locking.LEVEL_NODE_RES, node.uuid)
         self.feedback(f"node {node.name} added (uuid {node.uuid})")
+        if not isinstance(self.env.rpc, UnavailableRpc):
+            # as Ganeti's node add: the new node receives its files and ssconf at once
+            from herder.masterd.lu.cluster import redistribute
+
+            pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
+            for error in pushed.get(node.name, {}).get("errors", []):
+                self.feedback(f"{node.name}: {error}")
         return node.uuid
 
 
@@ -182,6 +189,13 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
+        if ["master_candidate", "False"] in changes and not node.offline and \
+                not isinstance(self.env.rpc, UnavailableRpc):
+            # Ganeti's DemoteFromMC: the node's config copy goes, nothing there reads it again
+            try:
+                self.env.rpc.call(node, "node_demote_from_mc", {}, timeout=30)
+            except HerderError as err:
+                self.feedback(f"{node.name}: its config copy was not removed: {err}")
         return changes
 
 

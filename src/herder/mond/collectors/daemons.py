@@ -1,10 +1,11 @@
 """Daemon collectors: one per herder daemon (design "Ganeti daemons status").
 
 Category daemon, kind 1. Each reports whether its daemon runs, its memory (with unit), uptime
-and CPU use. Whether a daemon is *expected* on this node follows from the cluster config:
-masterd and maintd on the master, confd on master candidates, noded and instmon on VM-capable
-nodes, mond everywhere. A daemon that is expected but not running is status 4; one over its
-memory limit is status 4 too; one that is neither expected nor running is simply absent (0).
+and CPU use. Whether a daemon is *expected* on this node follows from the cluster config (a
+master candidate's copy) or, on other nodes, from the node's ssconf: masterd and maintd on the
+master, confd on master candidates, noded and instmon on VM-capable nodes, mond everywhere. A
+daemon that is expected but not running is status 4; one over its memory limit is status 4
+too; one that is neither expected nor running is simply absent (0).
 
 A daemon is found by its pid file (`<run_dir>/<daemon>.pid`, written by every herder daemon),
 else by its command line (`herder <daemon> ...`).
@@ -30,14 +31,29 @@ def expected_daemons(config: model.ConfigData | None, node: model.Node | None) -
     """Which daemons should run on `node` (mond alone when the node has no config)."""
     if config is None or node is None:
         return {"mond"}
+    return expected_for_role(node.uuid == config.cluster.master_node, node.master_candidate,
+                             node.vm_capable)
+
+
+def expected_for_role(master: bool, candidate: bool, vm_capable: bool) -> set[str]:
     expected = {"mond"}
-    if node.vm_capable:
+    if vm_capable:
         expected |= {"noded", "instmon"}
-    if node.master_candidate:
+    if candidate or master:
         expected.add("confd")
-    if node.uuid == config.cluster.master_node:
-        expected |= {"masterd", "maintd", "confd"}
+    if master:
+        expected |= {"masterd", "maintd"}
     return expected
+
+
+def expected_here(ctx: CollectContext) -> set[str]:
+    """This node's expected daemons: from its config copy, else from its ssconf (a node that
+    is no master candidate), else mond alone."""
+    config = ctx.config()
+    if config is not None:
+        return expected_daemons(config, ctx.this_node())
+    role = ctx.role_from_ssconf()
+    return expected_for_role(*role) if role is not None else {"mond"}
 
 
 def read_pid(path: Path) -> int | None:
@@ -101,7 +117,7 @@ class DaemonCollector(Collector):
 
     def collect(self) -> dict[str, Any]:
         daemon = self.name
-        expected = daemon in expected_daemons(self.ctx.config(), self.ctx.this_node())
+        expected = daemon in expected_here(self.ctx)
         proc = self._process
         try:
             if proc is None or not proc.is_running():

@@ -170,10 +170,10 @@ class HypervisorCollector(Collector):
         self.libvirt = LibvirtConnection()
 
     def available(self) -> bool:
-        return bool(self.libvirt.available(self.ctx.settings.libvirt_uri))
+        return bool(self.libvirt.available(self.ctx.libvirt_uri()))
 
     def collect(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.libvirt.call(self.ctx.settings.libvirt_uri, read_report)
+        result: dict[str, Any] = self.libvirt.call(self.ctx.libvirt_uri(), read_report)
         return result
 
 

@@ -1,8 +1,9 @@
 """inst-status: the state of this node's instances as libvirt sees them (category instance, kind 1).
 
-With a cluster config it reports every instance this node is primary for, matched to a libvirt
-domain by UUID (a domain defined with the instance's UUID) or else by name; without a config it
-reports every libvirt domain. Per instance:
+With the cluster's view (the node's config copy, else confd's answer for this node's primary
+instances) it reports every instance this node is primary for, matched to a libvirt domain by
+UUID (a domain defined with the instance's UUID) or else by name; without either it reports every
+libvirt domain. Per instance:
 
 - `name`, `uuid` (herder's instance UUID; the domain's UUID without a config);
 - `admin_state`: up/down/offline from the config (null without one);
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from herder.core import model, paths
+from herder.core import confd, model, paths
 from herder.mond.collector import CollectContext, Collector, CollectorError
 from herder.mond.libvirt_conn import (
     LibvirtConnection,
@@ -302,6 +303,28 @@ class InstanceTracker:
             del self.seen[key]
 
 
+@dataclass(frozen=True)
+class InstanceView:
+    """What the report needs of an instance, from the config or a confd answer."""
+
+    name: str
+    uuid: str
+    admin_state: str
+    mtime: float
+    serial_no: int
+
+    @classmethod
+    def of(cls, inst: model.Instance) -> InstanceView:
+        return cls(inst.name, inst.uuid, inst.admin_state, inst.mtime, inst.serial_no)
+
+    @classmethod
+    def from_ganeti(cls, data: dict[str, Any]) -> InstanceView:
+        """From a Ganeti instance object (confd's node_instances)."""
+        return cls(str(data.get("name", "?")), str(data.get("uuid", "")),
+                   str(data.get("admin_state", "down")), float(data.get("mtime") or 0.0),
+                   int(data.get("serial_no") or 0))
+
+
 class InstStatusCollector(Collector):
     name: ClassVar[str] = "inst-status"
     category: ClassVar[str | None] = "instance"
@@ -317,7 +340,7 @@ class InstStatusCollector(Collector):
         self._local_qemu: tuple[Any, bool] | None = None  # (connection, whether local QEMU)
 
     def available(self) -> bool:
-        return bool(self.libvirt.available(self.ctx.settings.libvirt_uri))
+        return bool(self.libvirt.available(self.ctx.libvirt_uri()))
 
     def _read(self, conn: Any) -> tuple[list[DomainSnapshot], bool]:
         domains = read_domains(conn)
@@ -330,21 +353,15 @@ class InstStatusCollector(Collector):
         return domains, self._local_qemu[1]
 
     def collect(self) -> dict[str, Any]:
-        domains, local_qemu = self.libvirt.call(self.ctx.settings.libvirt_uri, self._read)
+        domains, local_qemu = self.libvirt.call(self.ctx.libvirt_uri(), self._read)
         now = self.ctx.clock()
-        config = self.ctx.config()
+        mine, owners = self._my_instances()
         # (instance or None, matching domain or None), in report order
-        pairs: list[tuple[model.Instance | None, DomainSnapshot | None]]
+        pairs: list[tuple[InstanceView | None, DomainSnapshot | None]]
         other_entries: list[dict[str, Any]] = []  # active domains not ours (with a config)
-        if config is None:
+        if mine is None:
             pairs = [(None, d) for d in sorted(domains, key=lambda d: (d.name, d.uuid))]
         else:
-            node = self.ctx.this_node()
-            if node is None:
-                raise CollectorError(
-                    f"node {self.ctx.node_name} is not in the cluster configuration")
-            mine = sorted((i for i in config.instances.values() if i.primary_node == node.uuid),
-                          key=lambda i: i.name)
             by_uuid = {d.uuid.lower(): d for d in domains}
             by_name = {d.name: d for d in domains}
             used: set[str] = set()
@@ -356,7 +373,7 @@ class InstStatusCollector(Collector):
                 pairs.append((own, dom))
             others = sorted((d for d in domains if d.uuid not in used and d.active),
                             key=lambda d: d.name)
-            other_entries = [self._other(config, d) for d in others]
+            other_entries = [self._other(owners, d) for d in others]
 
         def start_hint(dom: DomainSnapshot | None) -> Callable[[], float | None]:
             if not local_qemu or dom is None:
@@ -383,29 +400,61 @@ class InstStatusCollector(Collector):
             "other_domains": other_entries,
         }
 
-    def _other(self, config: model.ConfigData, dom: DomainSnapshot) -> dict[str, Any]:
+    def _other(self, owners: dict[str, tuple[str, str]], dom: DomainSnapshot) -> dict[str, Any]:
         """An active domain this node is not the primary of: a stray copy of an instance whose
-        primary is another node (code 4), or a domain no instance owns (code 0)."""
-        inst = next((i for i in config.instances.values() if i.uuid.lower() == dom.uuid.lower()),
-                    None) or next((i for i in config.instances.values() if i.name == dom.name),
-                                  None)
+        primary is another node (code 4), or a domain no instance owns (code 0). `owners`:
+        instance UUID (lower case) and name -> (instance name, its primary node)."""
+        owner = owners.get(dom.uuid.lower()) or owners.get(dom.name)
         dstate = state_name(dom.state or 0)
         entry: dict[str, Any] = {"name": dom.name, "uuid": dom.uuid, "domain_state": dstate,
                                  "instance": None, "primary_node": None,
                                  "status": status(Status.OK)}
-        if inst is None:
+        if owner is None:
             return entry
-        primary = config.node_name(inst.primary_node)
-        entry.update(instance=inst.name, primary_node=primary)
+        name, primary = owner
+        entry.update(instance=name, primary_node=primary)
         if dom.state == 3 and reason_name(3, dom.reason) in TRANSIENT_PAUSES:
-            entry["status"] = status(Status.TEMP_BAD, f"{inst.name} is arriving here by a "
+            entry["status"] = status(Status.TEMP_BAD, f"{name} is arriving here by a "
                                                       f"migration from {primary}")
         else:
-            entry["status"] = status(Status.BAD, f"{inst.name} runs here ({dstate}), but its "
+            entry["status"] = status(Status.BAD, f"{name} runs here ({dstate}), but its "
                                                  f"primary node is {primary}")
         return entry
 
-    def _report(self, key: str, inst: model.Instance | None, dom: DomainSnapshot | None,
+    def _my_instances(self) -> tuple[list[InstanceView] | None, dict[str, tuple[str, str]]]:
+        """This node's primary instances (from the config copy, else from confd, type 8; None
+        when neither is there) and the other instances it may find copies of, by UUID and name
+        -> (name, primary node): every other instance with a config copy; without one, the
+        instances this node is the secondary of (all confd tells a node about)."""
+        config = self.ctx.config()
+        if config is not None:
+            node = self.ctx.this_node()
+            if node is None:
+                raise CollectorError(
+                    f"node {self.ctx.node_name} is not in the cluster configuration")
+            owners: dict[str, tuple[str, str]] = {}
+            for inst in config.instances.values():
+                if inst.primary_node != node.uuid:
+                    owner = (inst.name, config.node_name(inst.primary_node))
+                    owners[inst.uuid.lower()] = owners[inst.name] = owner
+            return sorted((InstanceView.of(i) for i in config.instances.values()
+                           if i.primary_node == node.uuid), key=lambda i: i.name), owners
+        source = self.ctx.confd()
+        if source is None:
+            return None, {}
+        try:
+            primary, secondary = source.node_instances(self.ctx.node_name)
+        except confd.ConfdError as err:
+            raise CollectorError(f"this node's instances from confd: {err}") from None
+        owners = {}
+        for data in secondary:
+            if isinstance(data, dict) and data.get("name"):
+                owner = (str(data["name"]), str(data.get("primary_node") or "?"))
+                owners[str(data.get("uuid", "")).lower()] = owners[owner[0]] = owner
+        return sorted((InstanceView.from_ganeti(i) for i in primary if isinstance(i, dict)),
+                      key=lambda i: i.name), owners
+
+    def _report(self, key: str, inst: InstanceView | None, dom: DomainSnapshot | None,
                 now: float, start_hint: Callable[[], float | None]) -> dict[str, Any]:
         hung, still = self.tracker.hung(key, dom, now)
         actual = actual_state(dom, hung)
