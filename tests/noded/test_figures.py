@@ -115,9 +115,10 @@ def test_the_rpc_answers_the_wire_format(tmp_path: Path) -> None:
                                      run_dir=tmp_path / "run", hmac_key=b"k" * 40,
                                      libvirt_uri="test:///default"))
     try:
+        uuid = "8f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a"
         daemon.rpc_instance_start({"instance": {
-            "name": "db", "uuid": "8f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a", "memory": 128,
-            "vcpus": 1, "disks": [], "nics": []}})
+            "name": "db", "uuid": uuid, "memory": 128, "vcpus": 1, "disks": [], "nics": []},
+            "claim": {"uuid": uuid, "primary": "node1", "serial": 1, "epoch": 0}})
         raw = daemon.dispatch("node_info", {"instances": True})
         info = livefigures.decode_node_info(json.loads(json.dumps(raw)))
         assert info.instances is not None and info.instances["db"].memory == 128

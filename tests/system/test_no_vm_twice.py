@@ -55,7 +55,7 @@ class Nodes:
             host.write_text(TEST_NODE_XML)
         return NodeDaemon(NodeSettings(
             node_name=name, state_dir=base / "state", run_dir=base / "run", hmac_key=b"k" * 32,
-            libvirt_uri=f"test://{host}", powercycle_action="simulate", file_root=base))
+            libvirt_uri=f"test://{host}", file_root=base))
 
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:

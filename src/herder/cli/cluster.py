@@ -294,7 +294,7 @@ def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
     its primary, a node daemon that does not answer. Without masterd (or with --offline) the
     node checks are skipped with a warning.
     """
-    config = store_from(ctx).load()
+    config = remote.config_source(ctx).load()
     findings = verify_config(config)
     if not config_only:
         findings += node_findings(ctx, config)

@@ -13,7 +13,6 @@ from herder.cli.common import (
     print_json,
     print_mapping,
     print_table,
-    store_from,
 )
 from herder.core import model, params, sizes
 from herder.core.store import ConfigStore
@@ -35,7 +34,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     """List instances with their status (Ganeti's: running, ADMIN_down, ERROR_down, ...; from
     masterd, `-` when it cannot say), state, nodes, template, OS and memory (MaxMem configured,
     Memory in use while it runs)."""
-    config = store_from(ctx).load()
+    config = remote.config_source(ctx).load()
     live, why = remote.live_bulk(ctx, "instances")
     if why:
         click.echo(f"no live run states: {why}", err=True)

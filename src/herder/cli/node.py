@@ -15,7 +15,6 @@ from herder.cli.common import (
     print_json,
     print_mapping,
     print_table,
-    store_from,
     timestamp,
     yes_no,
 )
@@ -72,7 +71,7 @@ def size_cell(mib: Any) -> str | None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """List nodes with their role, group, IPs, flags, instance counts and live figures
     (memory and disk free/total, from masterd; `-` when it cannot give them)."""
-    config = store_from(ctx).load()
+    config = remote.config_source(ctx).load()
     live, why = remote.live_bulk(ctx, "nodes")
     if why:
         click.echo(f"no live figures: {why}", err=True)

@@ -10,6 +10,7 @@ method does not declare are ignored (newer masters may send more). Every `rpc_<m
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Literal
 
 import msgspec
@@ -245,6 +246,32 @@ class WriteConfig(Args, kw_only=True):
     queue: QueueCopy | None = None
 
 
+class MasterIp(Args, kw_only=True):
+    """Ganeti's master_params (what the master leaves out comes from the node's ssconf);
+    they become daemon-util's options, so each must be what it says."""
+
+    ip: str | None = None
+    netmask: int | None = None
+    netdev: str | None = None
+    ip_family: int | None = None
+
+    def check(self) -> None:
+        if self.ip:
+            ipaddress.ip_address(self.ip)  # ValueError names the value
+        if self.netmask is not None and not 0 <= self.netmask <= 128:
+            raise ValueError(f"netmask {self.netmask} out of range")
+        if self.netdev and (len(self.netdev) > 15 or self.netdev.startswith("-")
+                            or any(ch in self.netdev for ch in "/ \0\n")):
+            raise ValueError(f"invalid network device {self.netdev!r}")
+        if self.ip_family not in (None, 4, 6):
+            raise ValueError(f"ip_family {self.ip_family} is neither 4 nor 6")
+
+
+class NodeAdopt(Args, kw_only=True):
+    hmac_key: str
+    certificate: str
+
+
 # method -> its arguments (every rpc_<method> of the node daemon)
 SCHEMAS: dict[str, type[Args]] = {
     "ping": NoArgs, "master_epoch": NoArgs, "node_info": NoArgs, "disk_map": NoArgs,
@@ -259,6 +286,9 @@ SCHEMAS: dict[str, type[Args]] = {
     "storage_list": StorageList, "storage_repair": StorageRepair,
     "storage_modify": StorageModify,
     "upload_file": UploadFile, "write_ssconf": WriteSsconf, "write_config": WriteConfig,
+    "node_start_master_daemons": NoArgs, "node_stop_master": NoArgs,
+    "node_activate_master_ip": MasterIp, "node_deactivate_master_ip": MasterIp,
+    "node_demote_from_mc": NoArgs, "node_adopt": NodeAdopt,
 }
 
 

@@ -98,7 +98,7 @@ class PrivateLibvirtd:
 
     def kill(self) -> None:
         """Stop the daemon (its whole process group, which we created); keep the directory."""
-        proc, self.proc = self.proc, None
+        proc = self.proc
         if proc is None:
             return
         if proc.poll() is None:
@@ -112,6 +112,7 @@ class PrivateLibvirtd:
                 proc.wait(timeout=5)
         with contextlib.suppress(OSError):
             self.socket.unlink()
+        self.proc = None  # only now: whoever waits for None may start a new one at once
 
     def restart(self, timeout: float = START_TIMEOUT) -> None:
         """Kill and start again on the same socket: the test driver is back to its default."""
