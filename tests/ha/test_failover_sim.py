@@ -142,7 +142,12 @@ def test_master_failover(sim) -> None:
     latest = config(state)
     assert {"web1", "web2"} <= {i.name for i in latest.instances.values()}
     assert max(jobs(state)) > max(jobs_before)
-    status = json.loads(herder(state, "maintd", "status", "--json").stdout)
+    # maintd on node2 starts once the candidates' confd agree on the new master (each copy
+    # caught up); until then it exits and its supervisor starts it again
+    answered = wait_for(lambda: (done := herder(state, "maintd", "status", "--json",
+                                                check=False)).returncode == 0 and done,
+                        90, "maintd on the new master")
+    status = json.loads(answered.stdout)
     assert any(i["uuid"] in incidents for i in status)  # maintd on node2 carries them on
 
     # The old master boots again with its stale copy: its masterd and maintd do not act as
