@@ -198,7 +198,9 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
     )
     config = model.revalidate(config)  # every check before anything touches the disk
     hmac_key = Path(hmac_key_file).read_bytes() if hmac_key_file else None
-    cluster_secrets.create_all(paths, name, hmac_key)
+    master_digest = cluster_secrets.create_all(paths, name, hmac_key, node_name=node.name)
+    if master_digest is not None:
+        config.cluster.node_certs[node.uuid] = master_digest
     store.create(config)
     if as_json:
         print_json({"config": str(store.path), "cluster": c.name, "uuid": c.uuid,

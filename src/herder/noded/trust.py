@@ -1,0 +1,137 @@
+"""What noded trusts and what it shows (docs/real-nodes.md "noded authenticates callers").
+
+All of it lives beside the config (`/var/lib/herder`), the files the master pushes:
+
+- `hmac.key`: the cluster key (the node-RPC key is derived from it). A node without it has not
+  joined: noded then serves the join steps only (`noded.join`), with a bootstrap certificate
+  (`join.pem`) whose digest is in the join token (`join-token`, mode 0600).
+- `node.pem`: this node's key and certificate, signed by the cluster CA: what noded shows.
+  A node set up before node certificates (none there) shows the cluster certificate.
+- `server.pem`: the cluster CA; a caller's certificate must be issued by it.
+- ssconf `herder_node_certs`: the digests of the cluster's node certificates; a caller's must be
+  listed (a removed node's is not). A node that never received the list (set up by hand
+  before node certificates) accepts any certificate the CA issued.
+
+One TLS context serves all along: when the node joins, it gets the node certificate, the CA
+and `CERT_REQUIRED` in place (OpenSSL applies them to the next handshakes), so noded keeps its
+socket. A CA once loaded stays in the context until noded restarts, but no certificate of a
+retired CA is listed, so none is accepted.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from pathlib import Path
+
+from herder.core import envelope, node_certs, ssconf
+from herder.core.cluster_secrets import SecretPaths, write_secret
+from herder.core.errors import HerderError
+
+log = logging.getLogger("herder.noded")
+
+
+class NodeTrust:
+    def __init__(self, config_dir: Path) -> None:
+        self.config_dir = config_dir
+        self.secrets = SecretPaths.beside(config_dir / "config.json")
+        self.node_certificate = config_dir / node_certs.NODE_CERT_FILE
+        self.join_certificate = config_dir / node_certs.JOIN_CERT_FILE
+        self.join_token = config_dir / node_certs.JOIN_TOKEN_FILE
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def joined(self) -> bool:
+        return self.secrets.hmac_key.exists()
+
+    def keys(self) -> list[bytes]:
+        """The HMAC keys a call may be signed with (none before the node joined)."""
+        if not self.joined():
+            return []
+        return [envelope.load_key(self.secrets.hmac_key)]
+
+    def shown_certificate(self) -> Path:
+        if not self.joined():
+            return self.join_certificate
+        return self.node_certificate if self.node_certificate.exists() \
+            else self.secrets.certificate
+
+    def prepare_join(self, node_name: str) -> str | None:
+        """On a node that has not joined: the bootstrap certificate and the join token (made
+        once, kept across restarts); returns the token. None when the node has joined."""
+        if self.joined():
+            return None
+        from herder.core.cluster_secrets import self_signed_certificate
+
+        if not self.join_certificate.exists():
+            write_secret(self.join_certificate, self_signed_certificate(node_name))
+        if not self.join_token.exists():
+            write_secret(self.join_token, (node_certs.make_token(
+                self.join_certificate.read_bytes()) + "\n").encode())
+        return self.join_token.read_text().strip()
+
+    def token_secret(self) -> tuple[str, str] | None:
+        """(secret, pinned digest) of the join token, None when there is none."""
+        try:
+            return node_certs.parse_token(self.join_token.read_text())
+        except (OSError, HerderError):
+            return None
+
+    def forget_join(self) -> None:
+        """The join is done: the bootstrap certificate and the token go."""
+        for path in (self.join_token, self.join_certificate):
+            path.unlink(missing_ok=True)
+
+    # --- TLS ----------------------------------------------------------------------------------
+
+    def server_context(self) -> ssl.SSLContext:
+        """The one context noded serves with (built on first use, updated by `refresh`)."""
+        with self._lock:
+            if self._context is None:
+                self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                self._load(self._context)
+            return self._context
+
+    def refresh(self) -> None:
+        """Apply the files as they are now (after the join, a rotation) to the next handshakes."""
+        with self._lock:
+            if self._context is not None:
+                self._load(self._context)
+
+    def _load(self, context: ssl.SSLContext) -> None:
+        shown = self.shown_certificate()
+        try:
+            context.load_cert_chain(shown)
+            if self.joined():
+                context.load_verify_locations(cafile=str(self.secrets.certificate))
+        except (OSError, ssl.SSLError) as err:
+            raise HerderError(f"cannot load noded's certificates ({shown}, "
+                              f"{self.secrets.certificate}): {err}") from None
+        # Before the join nobody can show a certificate of the cluster: the join steps prove
+        # the caller by the token instead (noded.join).
+        context.verify_mode = ssl.CERT_REQUIRED if self.joined() else ssl.CERT_NONE
+
+    # --- callers --------------------------------------------------------------------------------
+
+    def accepted(self) -> dict[str, str] | None:
+        """digest -> node name of the cluster's node certificates; None: no list here."""
+        text = ssconf.read(node_certs.SSCONF_NAME, self.config_dir)
+        return None if text is None else node_certs.parse_list(text)
+
+    def refusal(self, peer_der: bytes | None) -> str | None:
+        """Why a caller showing this certificate (DER) is refused; None: accepted. The TLS
+        handshake already checked it was issued by the cluster CA."""
+        if not self.joined():
+            return "this node has not joined a cluster"
+        if peer_der is None:
+            return "no client certificate"
+        listed = self.accepted()
+        if listed is None:
+            return None
+        if node_certs.digest_der(peer_der) not in listed:
+            return "client certificate is not one of the cluster's node certificates " \
+                   "(revoked or unknown)"
+        return None

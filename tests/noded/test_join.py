@@ -1,0 +1,213 @@
+"""Joining a node with a token, and noded's callers by node certificate (docs/real-nodes.md
+"Joining a node", "noded authenticates callers"): a real noded in-process on loopback, with
+the TLS it serves in production (`noded.trust`), and the master's join (`masterd.join`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from herder.core import node_certs, ssconf
+from herder.core.cluster_secrets import self_signed_certificate
+from herder.core.errors import RpcError
+from herder.core.noderpc import HttpNodeRpc
+from herder.masterd import join
+from herder.noded.daemon import serve
+from herder.noded.server import NodeDaemon, NodeSettings
+
+from .noded_fixture import KEY, node
+
+NEW = "node2.example.com"
+
+
+@dataclass
+class Cluster:
+    """The master's side: the CA (server.pem), the key, the master's node certificate."""
+
+    directory: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.directory / "server.pem"
+
+    @property
+    def node_pem(self) -> Path:
+        return self.directory / "node.pem"
+
+    def material(self) -> join.JoinMaterial:
+        return join.JoinMaterial(self.ca.read_bytes(), KEY)
+
+    def listing(self, *extra: tuple[str, str]) -> dict[str, str]:
+        rows = [("node1.example.com", node_certs.digest(self.node_pem.read_bytes())), *extra]
+        return {"cluster_name": "cluster.example.com\n",
+                node_certs.SSCONF_NAME: node_certs.format_list(rows)}
+
+    def rpc(self, port: int, shown: Path | None = None) -> HttpNodeRpc:
+        return HttpNodeRpc(KEY, self.ca, port=port, client_certificate=shown, timeout=20,
+                           connect_timeout=5)
+
+
+def make_cluster(directory: Path) -> Cluster:
+    directory.mkdir(parents=True)
+    cluster = Cluster(directory)
+    cluster.ca.write_bytes(self_signed_certificate("cluster.example.com"))
+    cluster.node_pem.write_bytes(node_certs.issue(cluster.ca.read_bytes(), "node1.example.com"))
+    return cluster
+
+
+@dataclass
+class Fresh:
+    port: int
+    daemon: NodeDaemon
+
+    @property
+    def token(self) -> str:
+        return self.daemon.trust.join_token.read_text().strip()
+
+
+@contextmanager
+def fresh_noded(directory: Path, name: str = NEW) -> Iterator[Fresh]:
+    """noded as `herder noded` runs it on a node without the cluster's secrets."""
+    daemon = NodeDaemon(NodeSettings(
+        node_name=name, state_dir=directory / "state", run_dir=directory / "run",
+        libvirt_uri="test:///default", file_root=directory / "root",
+        config_dir=Path("/var/lib/herder")))
+    daemon.trust.prepare_join(name)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    bound: list[int] = []
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(serve(daemon, "127.0.0.1", 0, None,
+                                      tls=daemon.trust.server_context(),
+                                      ready=lambda port: (bound.append(port), ready.set()),
+                                      stop=stop))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(30), "noded did not start"
+    try:
+        yield Fresh(bound[0], daemon)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
+        daemon.hv.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    return make_cluster(tmp_path / "master")
+
+
+def joined_files(daemon: NodeDaemon) -> list[str]:
+    return sorted(p.name for p in daemon.trust.config_dir.iterdir())
+
+
+def test_a_fresh_node_joins_with_its_token_and_then_takes_the_masters_calls(
+        tmp_path: Path, cluster: Cluster) -> None:
+    with fresh_noded(tmp_path / "n2") as fresh:
+        token = fresh.token
+        assert (fresh.daemon.trust.join_token.stat().st_mode & 0o777) == 0o600
+        secret, pinned = node_certs.parse_token(token)
+        assert pinned == node_certs.digest(fresh.daemon.trust.join_certificate.read_bytes())
+        before = cluster.rpc(fresh.port)
+        with pytest.raises(RpcError, match="certificate verify failed"):
+            before.call(node(NEW), "ping")  # it shows no certificate of the cluster yet
+        before.close()
+        digest = join.join(NEW, "127.0.0.1", fresh.port, token, cluster.material(),
+                           ssconf=lambda d: cluster.listing((NEW, d)))
+        trust = fresh.daemon.trust
+        assert trust.joined() and not trust.join_token.exists()
+        assert node_certs.digest(trust.node_certificate.read_bytes()) == digest
+        assert node_certs.is_issued_by(trust.node_certificate.read_bytes(),
+                                       cluster.ca.read_bytes())
+        assert (trust.node_certificate.stat().st_mode & 0o777) == 0o600
+        assert ssconf.read("cluster_name", trust.config_dir) == "cluster.example.com"
+        # the master's client, showing its node certificate, is taken at once
+        rpc = cluster.rpc(fresh.port)
+        assert rpc.call(node(NEW), "ping")["node"] == NEW
+        rpc.close()
+        # a certificate the CA issued but the cluster does not list is refused
+        stray = tmp_path / "stray.pem"
+        stray.write_bytes(node_certs.issue(cluster.ca.read_bytes(), "node9.example.com"))
+        stranger = cluster.rpc(fresh.port, shown=stray)
+        with pytest.raises(RpcError, match="not one of the cluster's node certificates"):
+            stranger.call(node(NEW), "ping")
+        stranger.close()
+        # nor is the token good a second time: the node belongs to a cluster now
+        with pytest.raises(join.JoinError, match="already belongs to a cluster"):
+            join.join(NEW, "127.0.0.1", fresh.port, token, cluster.material(),
+                      ssconf=lambda d: cluster.listing((NEW, d)))
+        del secret
+
+
+def test_a_wrong_token_changes_nothing_on_the_node(tmp_path: Path, cluster: Cluster) -> None:
+    with fresh_noded(tmp_path / "n2") as fresh:
+        secret, pinned = node_certs.parse_token(fresh.token)
+        files = joined_files(fresh.daemon)
+        wrong_pin = f"{secret}.{'0' * 64}"
+        with pytest.raises(join.JoinError, match="wrong join token"):
+            join.join(NEW, "127.0.0.1", fresh.port, wrong_pin, cluster.material(),
+                      ssconf=cluster.listing)
+        wrong_secret = f"x{secret}.{pinned}"
+        with pytest.raises(join.JoinError, match="refused.*wrong join token"):
+            join.join(NEW, "127.0.0.1", fresh.port, wrong_secret, cluster.material(),
+                      ssconf=cluster.listing)
+        assert joined_files(fresh.daemon) == files and not fresh.daemon.trust.joined()
+        # the right token still works afterwards
+        join.join(NEW, "127.0.0.1", fresh.port, fresh.token, cluster.material(),
+                  ssconf=lambda d: cluster.listing((NEW, d)))
+        assert fresh.daemon.trust.joined()
+
+
+def test_an_unreachable_node_is_one_line(cluster: Cluster) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    token = f"secret.{'a' * 64}"
+    with pytest.raises(join.JoinError, match="cannot be reached") as caught:
+        join.join(NEW, "127.0.0.1", port, token, cluster.material(), ssconf=cluster.listing)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_node_of_another_cluster_is_refused(tmp_path: Path, cluster: Cluster) -> None:
+    other = make_cluster(tmp_path / "other")
+    with fresh_noded(tmp_path / "n2") as fresh:
+        token = fresh.token
+        join.join(NEW, "127.0.0.1", fresh.port, token, other.material(),
+                  ssconf=lambda d: other.listing((NEW, d)))
+        with pytest.raises(join.JoinError, match="already belongs to a cluster"):
+            join.join(NEW, "127.0.0.1", fresh.port, token, cluster.material(),
+                      ssconf=lambda d: cluster.listing((NEW, d)))
+        # still the other cluster's node
+        assert node_certs.is_issued_by(fresh.daemon.trust.node_certificate.read_bytes(),
+                                       other.ca.read_bytes())
+
+
+def test_a_certificate_taken_off_the_list_is_refused(tmp_path: Path, cluster: Cluster) -> None:
+    """What `node remove` does to the removed node's certificate on every other node."""
+    third = tmp_path / "node3.pem"
+    third.write_bytes(node_certs.issue(cluster.ca.read_bytes(), "node3.example.com"))
+    third_digest = node_certs.digest(third.read_bytes())
+    with fresh_noded(tmp_path / "n2") as fresh:
+        join.join(NEW, "127.0.0.1", fresh.port, fresh.token, cluster.material(),
+                  ssconf=lambda d: cluster.listing((NEW, d), ("node3.example.com",
+                                                             third_digest)))
+        rpc = cluster.rpc(fresh.port, shown=third)
+        assert rpc.call(node(NEW), "ping")["node"] == NEW
+        listing = cluster.listing()  # node3 removed
+        fresh.daemon.rpc_write_ssconf({"values": listing})
+        with pytest.raises(RpcError, match="revoked or unknown"):
+            rpc.call(node(NEW), "ping")
+        rpc.close()
