@@ -19,7 +19,7 @@ from herder.core import envelope
 from herder.core.store import FileStore
 
 INIT = ("cluster", "init", "cluster.example.com", "--master-node", "node1.example.com",
-        "--primary-ip", "192.0.2.11", "--uid-pool", "1000-1009,2000")
+        "--primary-ip", "192.0.2.11", "--force", "--uid-pool", "1000-1009,2000")
 
 
 @pytest.fixture
@@ -371,3 +371,18 @@ def test_verify_exits_1_when_it_finds_an_error(cluster) -> None:
     result = cluster("cluster", "verify")
     assert result.code == 1, result.out
     assert "duplicate-ip" in result.out or "192.0.2.11" in result.out
+
+
+def test_init_refuses_a_name_that_does_not_resolve_or_is_loopback(herder, tmp_path) -> None:
+    """Ganeti's init: the cluster's name must resolve, and not to a loopback address; no
+    silent fall-back to 127.0.0.1 (--force for a cluster on one machine)."""
+    base = ("cluster", "init", "--master-node", "node1.example.com", "--primary-ip",
+            "192.0.2.11")
+    unresolved = herder(*base[:2], "no-such-name.invalid", *base[2:])
+    assert_one_line_error(unresolved, "does not resolve")
+    loopback = herder(*base[:2], "localhost", *base[2:])
+    assert_one_line_error(loopback, "loopback")
+    directory = tmp_path / "cluster"
+    assert not directory.exists() or not list(directory.iterdir())  # nothing was created
+    forced = herder(*base[:2], "localhost", *base[2:], "--force")
+    assert forced.code == 0, forced.err

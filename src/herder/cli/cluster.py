@@ -99,11 +99,37 @@ def local_fqdn() -> str:
     return socket.getfqdn() or socket.gethostname()
 
 
-def local_ip(name: str) -> str:
+def resolve(name: str) -> str | None:
+    """The first address `name` resolves to (None: it does not)."""
     try:
-        return socket.gethostbyname(name)
-    except OSError:
-        return "127.0.0.1"
+        found = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return None
+    return str(found[0][4][0]) if found else None
+
+
+def is_loopback(address: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def checked_name(name: str, what: str, force: bool) -> str | None:
+    """The address of a name `cluster init` relies on; refuses (unless forced) one that does
+    not resolve or resolves to a loopback address, as Ganeti's init does."""
+    address = resolve(name)
+    if force:
+        return address
+    if address is None:
+        raise HerderError(f"{what} {name} does not resolve; add it to DNS or /etc/hosts "
+                          "(--force initialises anyway)")
+    if is_loopback(address):
+        raise HerderError(f"{what} {name} resolves to a loopback address ({address}); fix DNS "
+                          "or /etc/hosts (--force initialises anyway)")
+    return address
 
 
 # --- init ---------------------------------------------------------------------------------------
@@ -134,6 +160,9 @@ def local_ip(name: str) -> str:
               help="Default iallocator(s), for every request type or one (repeatable).")
 @click.option("--hmac-key", "hmac_key_file", type=click.Path(exists=True, dir_okay=False),
               help="Adopt this HMAC key file instead of generating one.")
+@click.option("--force", is_flag=True,
+              help="Initialise even when the cluster's name (or the master's, without "
+                   "--primary-ip) does not resolve or resolves to a loopback address.")
 @json_option
 @click.pass_context
 def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str | None,
@@ -142,7 +171,7 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
          vg_name: str, mac_prefix: str, uid_pool: str | None, hv: tuple[str, ...],
          be: tuple[str, ...], nic: tuple[str, ...], nd: tuple[str, ...],
          disk: tuple[str, ...], default_iallocator: tuple[str, ...],
-         hmac_key_file: str | None, as_json: bool) -> None:
+         hmac_key_file: str | None, force: bool, as_json: bool) -> None:
     """Create a new cluster NAME: its config, HMAC key, certificate and RAPI users file.
 
     The config goes to --config / $HERDER_CONFIG; the secrets are written beside it (mode
@@ -161,7 +190,13 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
         raise HerderError(f"{store.path} already exists; refusing to overwrite it")
     paths = cluster_secrets.SecretPaths.beside(store.path)
     node_name = master_node or local_fqdn()
-    ip = primary_ip or local_ip(node_name)
+    cluster_address = checked_name(name, "the cluster name", force)
+    ip = primary_ip or checked_name(node_name, "the master's name", force)
+    if ip is None:
+        raise HerderError(f"the master's name {node_name} does not resolve: give its "
+                          "address with --primary-ip")
+    if master_ip is None and cluster_address is not None and not is_loopback(cluster_address):
+        master_ip = cluster_address  # Ganeti's master IP: what the cluster's name resolves to
     stamp = model.now()
     group = model.NodeGroup(uuid=model.new_uuid(), name="default", ctime=stamp, mtime=stamp)
     node = model.Node(
@@ -202,6 +237,17 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
     if master_digest is not None:
         config.cluster.node_certs[node.uuid] = master_digest
     store.create(config)
+    if node.name == local_fqdn():
+        # as Ganeti's master-IP setup: the master IP comes up on the master's netdev
+        from herder.supervise import masterip
+
+        try:
+            network = masterip.MasterNetwork(c.master_ip, c.master_netmask, c.master_netdev,
+                                             c.primary_ip_family)
+            click.echo(masterip.activate(network, arping=masterip.find_arping()), err=True)
+        except HerderError as err:
+            click.echo(f"warning: the master IP is not up ({err}); `herder daemon-util "
+                       "activate-master-ip` brings it up", err=True)
     if as_json:
         print_json({"config": str(store.path), "cluster": c.name, "uuid": c.uuid,
                     "master_node": node.name, "secrets": [str(p) for p in paths.all()]})
