@@ -508,7 +508,7 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
 @click.option("--secrets-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/var/lib/herder/merge"), show_default=True,
               help="Where the copies of each other cluster's secrets are: "
-                   "DIR/OTHER/{hmac.key,server.pem,rapi_users} (from its master).")
+                   "DIR/OTHER/{hmac.key,server.pem,rapi_users,node.pem} (from its master).")
 @click.option("--groups", type=click.Choice(["refuse", "merge", "rename"]), default="refuse",
               show_default=True, help="A node group name in both clusters: refuse the merge, "
               "put their nodes in our group of that name, or rename theirs.")
@@ -520,11 +520,11 @@ def merge(store: ConfigStore, others: tuple[str, ...], secrets_dir: Path, groups
     this cluster's master.
 
     OTHER is the other cluster's name (it resolves to its master IP). First copy the other
-    master's /var/lib/herder/{hmac.key,server.pem,rapi_users} to --secrets-dir/OTHER/ (the
-    borrowed key; removed again at the end). The other cluster is reached through its RAPI and
-    its node daemons only. Its nodes join as non-master candidates, its instances are stopped
-    and started again, DRBD ports are reallocated. A failing step rolls back until the configs
-    are merged (the point of no return).
+    master's /var/lib/herder/{hmac.key,server.pem,rapi_users,node.pem} to
+    --secrets-dir/OTHER/ (the borrowed key; removed again at the end). The other cluster is
+    reached through its RAPI and its node daemons only. Its nodes join as non-master
+    candidates, its instances are stopped and started again, DRBD ports are reallocated. A
+    failing step rolls back until the configs are merged (the point of no return).
     """
     from herder.masterd import merge as merging
 
