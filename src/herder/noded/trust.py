@@ -124,9 +124,7 @@ class NodeTrust:
     def refusal(self, peer_der: bytes | None) -> str | None:
         """Why a caller showing this certificate (DER) is refused; None: accepted. The TLS
         handshake already checked it was issued by the cluster CA."""
-        if not self.joined():
-            return "this node has not joined a cluster"
-        if peer_der is None:
+        if peer_der is None:  # before the join too: nobody shows one then
             return "no client certificate"
         listed = self.accepted()
         if listed is None:
