@@ -36,10 +36,10 @@ except HerderError as err:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    # 127.0.0.164-166 (xdist worker 0) or 167-169: between maintd's (160-163, 170-173) and
-    # merge's (180-191)
+    # 127.0.0.164-167 (xdist worker 0) or 168-171: never those of a sim another worker runs
+    # at the same time (maintd: 160-163 on worker 0, 170-173 on worker 1)
     yield from running_sim(tmp_path_factory.mktemp("join"), 3,
-                           first_ip=164 + worker_offset(3, 2))
+                           first_ip=164 + worker_offset(4, 2))
 
 
 def address(sim, name: str) -> str:
