@@ -72,12 +72,12 @@ class Fresh:
 
 
 @contextmanager
-def fresh_noded(directory: Path, name: str = NEW) -> Iterator[Fresh]:
+def fresh_noded(directory: Path, name: str = NEW,
+                config_dir: Path = Path("/var/lib/herder")) -> Iterator[Fresh]:
     """noded as `herder noded` runs it on a node without the cluster's secrets."""
     daemon = NodeDaemon(NodeSettings(
         node_name=name, state_dir=directory / "state", run_dir=directory / "run",
-        libvirt_uri="test:///default", file_root=directory / "root",
-        config_dir=Path("/var/lib/herder")))
+        libvirt_uri="test:///default", file_root=directory / "root", config_dir=config_dir))
     daemon.trust.prepare_join(name)
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
@@ -211,3 +211,50 @@ def test_a_certificate_taken_off_the_list_is_refused(tmp_path: Path, cluster: Cl
         with pytest.raises(RpcError, match="revoked or unknown"):
             rpc.call(node(NEW), "ping")
         rpc.close()
+
+
+def test_node_add_joins_first_and_leaves_the_config_unchanged_when_the_join_fails(
+        tmp_path: Path, cluster: Cluster) -> None:
+    """OP_NODE_ADD with a join token, through the job processor and masterd's node RPC."""
+    from herder.core import locking
+    from herder.core.jobs.queue import JobQueue
+    from herder.core.store import FileStore
+    from herder.masterd.lu.base import MasterEnv
+    from herder.masterd.processor import Processor
+    from tests.conftest import build_config
+
+    (cluster.directory / "hmac.key").write_bytes(KEY)
+    store = FileStore(cluster.directory / "config.json")
+    config = build_config(nodes=1, drbd_instances=0, plain_instances=0)
+    master = next(iter(config.nodes.values()))
+    config.cluster.node_certs[master.uuid] = node_certs.digest(cluster.node_pem.read_bytes())
+    store.create(config)
+    with fresh_noded(tmp_path / "n2", config_dir=cluster.directory) as fresh:
+        rpc = cluster.rpc(fresh.port)
+        env = MasterEnv(store=store, rpc=rpc, locks=locking.LockManager(
+            nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances))
+        queue = JobQueue(tmp_path / "queue", Processor(env), workers=1)
+        queue.recover()
+        queue.start()
+        try:
+            def add(token: str) -> dict:
+                job = queue.submit([{"OP_ID": "OP_NODE_ADD", "node_name": NEW,
+                                     "primary_ip": "127.0.0.1", "join_token": token}])
+                queue.wait(job, 60)
+                return queue.info(job)
+
+            serial = store.load().serial_no
+            secret, pinned = node_certs.parse_token(fresh.token)
+            failed = add(f"x{secret}.{pinned}")
+            assert failed["status"] == "error" and "wrong join token" in str(failed["opresult"])
+            assert store.load().serial_no == serial and len(store.load().nodes) == 1
+            done = add(fresh.token)
+            assert done["status"] == "success", done
+            added = store.load().find_node(NEW)
+            assert store.load().cluster.node_certs[added.uuid] == node_certs.digest(
+                fresh.daemon.trust.node_certificate.read_bytes())
+            # and masterd's node RPC reaches it at once
+            assert rpc.call(added, "ping")["node"] == NEW
+        finally:
+            queue.stop()
+            rpc.close()
