@@ -73,11 +73,14 @@ class Fresh:
 
 @contextmanager
 def fresh_noded(directory: Path, name: str = NEW,
-                config_dir: Path = Path("/var/lib/herder")) -> Iterator[Fresh]:
-    """noded as `herder noded` runs it on a node without the cluster's secrets."""
+                config_dir: Path = Path("/var/lib/herder"), *, host: str = "127.0.0.1",
+                port: int = 0, file_root: Path | None = None) -> Iterator[Fresh]:
+    """noded as `herder noded` runs it (on a node without the cluster's secrets, unless
+    `config_dir` under `file_root` holds them)."""
     daemon = NodeDaemon(NodeSettings(
         node_name=name, state_dir=directory / "state", run_dir=directory / "run",
-        libvirt_uri="test:///default", file_root=directory / "root", config_dir=config_dir))
+        libvirt_uri="test:///default", file_root=file_root or directory / "root",
+        config_dir=config_dir))
     daemon.trust.prepare_join(name)
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
@@ -86,7 +89,7 @@ def fresh_noded(directory: Path, name: str = NEW,
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(serve(daemon, "127.0.0.1", 0, None,
+        loop.run_until_complete(serve(daemon, host, port, None,
                                       tls=daemon.trust.server_context(),
                                       ready=lambda port: (bound.append(port), ready.set()),
                                       stop=stop))
@@ -258,3 +261,69 @@ def test_node_add_joins_first_and_leaves_the_config_unchanged_when_the_join_fail
         finally:
             queue.stop()
             rpc.close()
+
+
+def test_renew_crypto_rotates_ca_node_certificates_and_key(tmp_path: Path,
+                                                           cluster: Cluster) -> None:
+    """The master's noded (its files are the master's) and a joined node, on one port of two
+    loopback addresses: after the rotation both show certificates of the new CA, take the
+    master's calls with the new key and certificate, and refuse the old ones."""
+    import socket
+
+    from herder.core import model
+    from herder.core.store import FileStore
+    from herder.masterd import renew
+    from tests.conftest import build_config
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.2", 0))
+        port = probe.getsockname()[1]
+    (cluster.directory / "hmac.key").write_bytes(KEY)
+    config = build_config(nodes=2, drbd_instances=0, plain_instances=0)
+    first, second = sorted(config.nodes.values(), key=lambda n: n.name)
+    first.name, first.primary_ip = "node1.example.com", "127.0.0.2"
+    second.name, second.primary_ip = NEW, "127.0.0.3"
+    config.cluster.master_node = first.uuid
+    config.cluster.node_certs[first.uuid] = node_certs.digest(cluster.node_pem.read_bytes())
+    store = FileStore(cluster.directory / "config.json")
+    store.create(config)
+    for name, text in cluster.listing().items():
+        (cluster.directory / f"ssconf_{name}").write_text(text)
+    (cluster.directory / "ssconf_master_node").write_text("node1.example.com\n")
+    old_ca = cluster.ca.read_bytes()
+    with fresh_noded(tmp_path / "n1", "node1.example.com", cluster.directory,
+                     host="127.0.0.2", port=port, file_root=Path("/")), \
+            fresh_noded(tmp_path / "n2", host="127.0.0.3", port=port) as fresh:
+        digest = join.join(NEW, "127.0.0.3", port, fresh.token, cluster.material(),
+                           ssconf=lambda d: cluster.listing((NEW, d)))
+        with store.update() as changed:
+            changed.cluster.node_certs[second.uuid] = digest
+        old_node_pem = tmp_path / "old-node.pem"
+        old_node_pem.write_bytes(cluster.node_pem.read_bytes())
+        lines: list[str] = []
+        renewed = renew.renew(store.path, lines.append, port=port)
+        new_ca = cluster.ca.read_bytes()
+        assert new_ca != old_ca and set(renewed) == {"node1.example.com", NEW}
+        assert store.load().cluster.node_certs == {first.uuid: renewed["node1.example.com"],
+                                                   second.uuid: renewed[NEW]}
+        assert node_certs.is_issued_by(fresh.daemon.trust.node_certificate.read_bytes(), new_ca)
+        assert not list(cluster.directory.glob("*.retiring"))
+        assert not list(fresh.daemon.trust.config_dir.glob("*.retiring"))
+        new_key = (cluster.directory / "hmac.key").read_bytes()
+        assert new_key != KEY
+        for target in (first, second):
+            now = HttpNodeRpc(new_key, cluster.ca, port=port, timeout=20)
+            assert now.call(model.Node(uuid="x", name=target.name,
+                                       primary_ip=target.primary_ip, group="g"),
+                            "ping")["node"] == target.name
+            now.close()
+            # the old key is refused, and so is the old certificate
+            old = HttpNodeRpc(KEY, cluster.ca, port=port, timeout=20)
+            with pytest.raises(RpcError, match="invalid signature"):
+                old.call(target, "ping")
+            old.close()
+            stale = HttpNodeRpc(new_key, cluster.ca, port=port, timeout=20,
+                                client_certificate=old_node_pem)
+            with pytest.raises(RpcError):
+                stale.call(target, "ping")
+            stale.close()

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from herder.core import node_certs
 from herder.sim.host import SimHost
-from tests.simhelpers import config, herder, on, running_sim, worker_offset
+from tests.simhelpers import config, herder, on, running_sim, wait_for, where, worker_offset
 
 pytestmark = pytest.mark.slow
 
@@ -120,4 +121,38 @@ def test_a_removed_node_is_refused_and_can_join_again_after_a_reset(sim) -> None
     uuid = next(n.uuid for n in cfg.nodes.values() if n.name == third)
     assert uuid in cfg.cluster.node_certs
     assert not host.path(f"{DATA}/join-token").exists()
+    # the other nodes learn its certificate with the next redistribution (masterd's round)
+    wait_for(lambda: ping_from(sim, third, second) == f"answer {second}", 60,
+             "the re-joined node's certificate on the other nodes")
+
+
+def test_renew_crypto_keeps_instances_running(sim) -> None:
+    first, second, third = node_names(sim)
+    herder(sim, "instance", "add", "kept1", "-t", "plain", "-o", "debootstrap+default",
+           "--disk", "1G", "-n", second)
+    assert where(sim, "kept1") == [second]
+    before = config(sim).cluster.node_certs
+    old_ca = sim.host(first).path(f"{DATA}/server.pem").read_bytes()
+    on(sim, first, "cluster", "renew-crypto", "--yes", timeout=300)
+    new_ca = sim.host(first).path(f"{DATA}/server.pem").read_bytes()
+    assert new_ca != old_ca
+    for name in node_names(sim):
+        pem = sim.host(name).path(f"{DATA}/node.pem").read_bytes()
+        assert node_certs.is_issued_by(pem, new_ca), name
+        assert not list(sim.host(name).path(DATA).glob("*.retiring")), name
+    assert where(sim, "kept1") == [second]  # the instance never stopped
+    # the operator's profile pins the new cluster certificate; masterd restarted with it
+    from herder.sim import cluster
+
+    cluster._write_profile(sim.host(first), sim)
+    after = wait_for(lambda: _certs(sim), 90, "masterd with the new secrets")
+    assert set(after) == set(before) and not set(after.values()) & set(before.values())
     assert ping_from(sim, third, second) == f"answer {second}"
+    herder(sim, "instance", "remove", "kept1")
+
+
+def _certs(sim) -> dict[str, str] | None:
+    try:
+        return dict(config(sim).cluster.node_certs)
+    except Exception:  # masterd restarting, or still the old certificate
+        return None

@@ -897,3 +897,28 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
     click.echo("  unset HERDER_CONFIG HERDER_MASTERD HERDER_OFFLINE")
     click.echo(f"On a node: herder cluster simulate --dir {directory} --exec node1 -- COMMAND")
     click.echo(f"Stop it with: herder cluster simulate --stop --dir {directory}")
+
+
+# --- renew-crypto -------------------------------------------------------------------------------
+
+
+@cluster.command("renew-crypto")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@pass_store
+def renew_crypto(store: ConfigStore, yes: bool, noded_port: int) -> None:
+    """Replace the cluster CA (server.pem, also the RAPI certificate), every node's certificate
+    and the HMAC key; run it on the master. Instances keep running: the new secrets are
+    accepted beside the old ones on every node before the old ones are retired, then the
+    daemons that read the key at start restart. Clients that pin the cluster certificate fetch
+    the new one. An offline node must join again afterwards."""
+    from herder.masterd import renew
+
+    path = getattr(store, "path", None)
+    if not isinstance(path, Path) or not path.exists():
+        raise HerderError("renew-crypto needs the config file: run it on the master")
+    if not yes:
+        click.confirm("Replace the cluster CA, the node certificates and the HMAC key?",
+                      abort=True)
+    digests = renew.renew(path, say=lambda line: click.echo(line, err=True), port=noded_port)
+    click.echo(f"Renewed the cluster CA, the HMAC key and {len(digests)} node certificates")

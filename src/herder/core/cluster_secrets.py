@@ -80,6 +80,9 @@ def self_signed_certificate(common_name: str) -> bytes:
         .not_valid_after(now + datetime.timedelta(days=CERT_VALIDITY_DAYS))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(common_name)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        # a renewed CA has the same name: certificates find theirs by the key identifier
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                       critical=False)
         .sign(key, hashes.SHA256())
     )
     key_pem = key.private_bytes(

@@ -128,6 +128,9 @@ def sign_request(ca_pem: bytes, csr_pem: bytes, node_name: str) -> bytes:
         .not_valid_after(now + datetime.timedelta(days=NODE_CERT_DAYS))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(node_name)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        # the CA by its key, not its name: a renewed CA has the same name (renew-crypto)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            ca_cert.public_key()), critical=False)  # type: ignore[arg-type]  # an EC key
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                               ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]  # the CA key is EC (ours)

@@ -130,6 +130,20 @@ class RoleRpcs:
         return {"secrets": sorted(str(p) for p in blobs), "restarting": list(ADOPT_RESTART)}
 
 
+def restart_running(daemons: tuple[str, ...], delay: float = ADOPT_DELAY) -> list[str]:
+    """`restart_later` of those of `daemons` that run here (daemon-util check); their names."""
+    running = []
+    for name in daemons:
+        try:
+            daemon_util("check", name, timeout=30)
+        except RoleFailure:
+            continue
+        running.append(name)
+    if running:
+        restart_later(tuple(running), delay)
+    return running
+
+
 def restart_later(daemons: tuple[str, ...], delay: float = ADOPT_DELAY) -> None:
     """Restart `daemons` through daemon-util after `delay` seconds, from a process of its own
     session (restarting noded ends noded's process group)."""

@@ -31,7 +31,7 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import access, ordered, storage_units, whitelist
+from herder.core import access, ordered, ssconf, storage_units, whitelist
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
@@ -529,6 +529,34 @@ class NodeDaemon(RoleRpcs):
                             path.unlink()
         return {"serial": serial, "previous": have}
 
+    def rpc_renew_crypto(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`herder cluster renew-crypto` (`masterd.renew`): stage `install` takes the new CA
+        (`ca`, base64 of server.pem), this node's new certificate (`node_certificate`, key and
+        certificate) and the new HMAC key (`hmac_key`), the old ones staying accepted; stage
+        `retire` stops accepting the old ones and restarts the daemons that read the key at
+        start (those that run). noded applies the files without a restart."""
+        import base64
+
+        stage = str(args.get("stage", ""))
+        if stage == "install":
+            try:
+                blobs = [base64.b64decode(str(args[k]), validate=True)
+                         for k in ("ca", "node_certificate", "hmac_key")]
+            except (KeyError, ValueError) as err:
+                raise RpcFailure(f"renew_crypto install needs ca, node_certificate and "
+                                 f"hmac_key: {err}") from None
+            self.trust.rotate(*blobs)
+            return {"stage": stage}
+        if stage == "retire":
+            from herder.noded.node_role import restart_running
+
+            retired = self.trust.retire()
+            master = ssconf.master_node(self.data_dir) == self.settings.node_name
+            restarting = restart_running(RENEW_RESTART + (RENEW_RESTART_MASTER if master
+                                                          else ()))
+            return {"stage": stage, "retired": retired, "restarting": restarting}
+        raise RpcFailure(f"renew_crypto: unknown stage {stage!r}")
+
     def dispatch(self, method: str, args: dict[str, Any]) -> Any:
         handler = getattr(self, f"rpc_{method}", None)
         if handler is None:
@@ -537,6 +565,9 @@ class NodeDaemon(RoleRpcs):
             return handler(args)
 
 
+# After a rotation, the daemons that read the cluster key or certificate once, at start.
+RENEW_RESTART = ("confd", "mond", "instmon")
+RENEW_RESTART_MASTER = ("masterd", "maintd")
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
            "migrate_finish", "blockdev_create", "blockdev_remove"}
 
@@ -600,6 +631,8 @@ def make_app(daemon: NodeDaemon) -> web.Application:
                     content_type="application/json")
         try:
             result = await asyncio.to_thread(daemon.dispatch, method, args)
+            if method == "renew_crypto":
+                daemon.trust.refresh()  # here, in the loop that makes the handshakes
         except (HerderError, KeyError, ValueError, OSError) as err:
             message = str(err) if not isinstance(err, KeyError) else f"missing argument {err}"
             log.warning("RPC %s failed: %s", method, message)

@@ -11,6 +11,8 @@ All of it lives beside the config (`/var/lib/herder`), the files the master push
 - ssconf `herder_node_certs`: the digests of the cluster's node certificates; a caller's must be
   listed (a removed node's is not). A node that never received the list (set up by hand
   before node certificates) accepts any certificate the CA issued.
+- During a rotation (`herder cluster renew-crypto`): `hmac.key.retiring` and
+  `server.pem.retiring`, the previous key and CA, accepted beside the new ones until retired.
 
 One TLS context serves all along: when the node joins, it gets the node certificate, the CA
 and `CERT_REQUIRED` in place (OpenSSL applies them to the next handshakes), so noded keeps its
@@ -28,8 +30,10 @@ from pathlib import Path
 from herder.core import envelope, node_certs, ssconf
 from herder.core.cluster_secrets import SecretPaths, write_secret
 from herder.core.errors import HerderError
+from herder.core.store import atomic_write
 
 log = logging.getLogger("herder.noded")
+RETIRING = ".retiring"  # beside hmac.key and server.pem during a rotation
 
 
 class NodeTrust:
@@ -47,11 +51,43 @@ class NodeTrust:
     def joined(self) -> bool:
         return self.secrets.hmac_key.exists()
 
+    def retiring(self, path: Path) -> Path:
+        """Where a rotation keeps the previous file, accepted until it is retired."""
+        return path.with_name(path.name + RETIRING)
+
     def keys(self) -> list[bytes]:
-        """The HMAC keys a call may be signed with (none before the node joined)."""
+        """The HMAC keys a call may be signed with (none before the node joined): the key,
+        and during a rotation the previous one."""
         if not self.joined():
             return []
-        return [envelope.load_key(self.secrets.hmac_key)]
+        keys = [envelope.load_key(self.secrets.hmac_key)]
+        if self.retiring(self.secrets.hmac_key).exists():
+            keys.append(envelope.load_key(self.retiring(self.secrets.hmac_key)))
+        return keys
+
+    def rotate(self, ca_pem: bytes, node_pem: bytes, hmac_key: bytes) -> None:
+        """A rotation's first half (`herder cluster renew-crypto`): the new CA, node
+        certificate and key replace the current ones, which stay accepted as retiring (the
+        caller then `refresh`es, so the next handshakes show the new certificate)."""
+        if not node_certs.is_issued_by(node_pem, ca_pem) or \
+                not node_certs.matches_key(node_pem, node_pem):
+            raise HerderError("the new node certificate is not the new CA's, or not for its key")
+        for path in (self.secrets.hmac_key, self.secrets.certificate):
+            if not self.retiring(path).exists():  # a repeated call keeps the first old one
+                atomic_write(self.retiring(path), path.read_bytes(), 0o600)
+        atomic_write(self.secrets.certificate, ca_pem, 0o600)
+        atomic_write(self.node_certificate, node_pem, 0o600)
+        atomic_write(self.secrets.hmac_key, hmac_key, 0o600)
+
+    def retire(self) -> list[str]:
+        """A rotation's second half: the previous key and CA are no longer accepted."""
+        gone = []
+        for path in (self.secrets.hmac_key, self.secrets.certificate):
+            old = self.retiring(path)
+            if old.exists():
+                old.unlink()
+                gone.append(str(old))
+        return gone
 
     def shown_certificate(self) -> Path:
         if not self.joined():
@@ -107,6 +143,9 @@ class NodeTrust:
             context.load_cert_chain(shown)
             if self.joined():
                 context.load_verify_locations(cafile=str(self.secrets.certificate))
+                retiring = self.retiring(self.secrets.certificate)
+                if retiring.exists():
+                    context.load_verify_locations(cafile=str(retiring))
         except (OSError, ssl.SSLError) as err:
             raise HerderError(f"cannot load noded's certificates ({shown}, "
                               f"{self.secrets.certificate}): {err}") from None
