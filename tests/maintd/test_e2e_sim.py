@@ -51,6 +51,16 @@ def diagnose(sim, node: str, data: dict[str, Any] | None = None, raw: str | None
         tmp.replace(path)
 
 
+def wait_with_log(sim, master: str, predicate, what: str, timeout: float = 60) -> Any:
+    """wait_for, with the tail of maintd's log and its reports in the error."""
+    try:
+        return wait_for(predicate, timeout, what)
+    except AssertionError as err:
+        log = sim.host(master).path("/var/log/herder/maintd.log")
+        tail = log.read_text()[-3000:] if log.exists() else "(no maintd.log)"
+        raise AssertionError(f"{err}\nreports: {get(sim, '/1/reports')}\n{tail}") from None
+
+
 def master_of(sim) -> str:
     cfg = config(sim)
     return cfg.node_name(cfg.cluster.master_node)
@@ -185,7 +195,7 @@ def test_live_repair_and_a_broken_script(sim) -> None:
         mine = [i for i in get(sim, "/1/status") or [] if i["original"] == diag]
         return mine and mine[0]["repair-status"] in ("completed", "failed") and mine[0]
 
-    inc = wait_for(done, 60, "the live repair")
+    inc = wait_with_log(sim, master, done, "the live repair")
     assert inc["repair-status"] == "completed", inc
     assert json.loads(sim.host(node).path("/tmp/repaired.json").read_text()) == diag
     assert inc["tag"] in config(sim).find_node(node).tags
@@ -215,7 +225,7 @@ def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
         mine = [i for i in get(sim, "/1/status") or [] if i["original"] == diag]
         return mine and mine[0]["repair-status"] in ("completed", "failed") and mine[0]
 
-    inc = wait_for(done, 60, "the failing repair")
+    inc = wait_with_log(sim, master, done, "the failing repair")
     assert inc["repair-status"] == "failed", inc
     assert inc["tag"] == f"maintd:repairfailed:{inc['uuid']}"
     # the incident fails at once; the job that tags the node follows

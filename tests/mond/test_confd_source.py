@@ -112,6 +112,21 @@ def test_settings_from_confd_without_config(herder_confd: tuple[str, Path, Path]
     assert source is not None and source.queries == 1
 
 
+def test_diagnose_command_from_confd_without_config(herder_confd: tuple[str, Path, Path],
+                                                    tmp_path: Path) -> None:
+    peer, path, key_file = herder_confd
+    with FileStore(path).update() as config:
+        config.maintenance.diagnose_command = "check-node"
+    ctx = confd_context([peer], key_file, tmp_path)
+    assert ctx.config() is None and ctx.diagnose_command() == "check-node"
+    # the config wins; without confd (or with a silent one) this node's setting
+    ctx.config_loader = lambda: build_config()
+    assert ctx.diagnose_command() == ""
+    silent = confd_context([f"127.0.0.1:{free_udp_port()}"], key_file, tmp_path, timeout=0.2)
+    silent.settings.diagnose_command = "local-check"
+    assert silent.diagnose_command() == "local-check"
+
+
 def test_config_wins_over_confd(herder_confd: tuple[str, Path, Path], tmp_path: Path) -> None:
     peer, _, key_file = herder_confd
     config = build_config()

@@ -89,6 +89,8 @@ class MondSettings:
     repair: RepairSettings = field(default_factory=RepairSettings)
 
 
+# Where herder's config document keeps the cluster's self-diagnose command (confd type 10).
+DIAGNOSE_COMMAND_PATH = "/maintenance/diagnoseCommand"
 CONFD_ERROR_RETRY = 5.0  # seconds before a failed confd query is asked again (at most the TTL)
 _Key = tuple[str, str | None]
 
@@ -198,6 +200,12 @@ class ConfdSource:
         """Type 8: (primary, secondary) instances of a node, as Ganeti objects."""
         return self.get("node_instances", node, lambda c: c.node_instances(node), wait=wait)
 
+    def config_value(self, path: str, *, wait: bool = True) -> Any:
+        """Type 10: the value at a path of the config document (herder's confd; Ganeti's
+        answers an argument error for herder's own sections)."""
+        return self.get("config_query", path,
+                        lambda c: c.query(confd.REQ_CONFIG_QUERY, path).value(), wait=wait)
+
     def instance_disks(self, instance: str, *, wait: bool = True) -> list[dict[str, Any]]:
         """Type 9: an instance's disks, as Ganeti objects."""
         return list(self.get("instance_disks", instance,
@@ -294,6 +302,23 @@ class CollectContext:
             return model.CollectorSettings(active=active, interval=interval)
         except ValueError:  # a zero or negative interval: keep the default schedule
             return model.CollectorSettings(active=active, interval=default_interval)
+
+    def diagnose_command(self) -> str:
+        """The self-diagnose command's file name: the config's, else the cluster's through
+        confd (a node that is no master candidate has no config copy), else this node's
+        setting (a Ganeti cluster's confd has none to give). Never raises."""
+        config = self.config()
+        if config is not None:
+            return config.maintenance.diagnose_command
+        source = self.confd()
+        if source is not None:
+            try:
+                answer = source.config_value(DIAGNOSE_COMMAND_PATH)
+            except confd.ConfdError:
+                answer = None
+            if isinstance(answer, str):
+                return answer
+        return self.settings.diagnose_command
 
     def drbd_pairing(self) -> list[list[Any]]:
         """This node's DRBD minors from confd (type 7), in Ganeti's pairing format

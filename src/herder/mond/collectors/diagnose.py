@@ -3,10 +3,11 @@
 Category node, kind 1, served at /1/report/node/diagnose. Its `data` is the diagnose
 command's JSON object verbatim (design-maintd's protocol, not the `{code, message}` rule of
 other status collectors). The command name comes from the cluster config
-(`maintenance.diagnoseCommand`), else (a node without it, e.g. Ganeti's) from mond's local
-config file (`diagnose_command`, `MondSettings.diagnose_command`); only a file in the white-list
-directory that is a regular file, owned by root, not writable by group or others, executable
-and without setuid/setgid bits may run, with no arguments, empty stdin, a minimal environment
+(`maintenance.diagnoseCommand`), else (a node without a copy) from confd (type 10, that path),
+else (a Ganeti cluster's confd has none) from mond's local config file (`diagnose_command`,
+`MondSettings.diagnose_command`); only a file in the white-list directory that is a regular
+file, owned by root, not writable by group or others, executable and without setuid/setgid
+bits may run, with no arguments, empty stdin, a minimal environment
 and a timeout. The empty name is the built-in "all is well".
 
 When the command is missing, refused, too slow or prints garbage, `data` is
@@ -83,10 +84,7 @@ class DiagnoseCollector(Collector):
     adaptive = False  # maintd polls at the configured interval
 
     def command_name(self) -> str:
-        config = self.ctx.config()
-        if config is not None:
-            return config.maintenance.diagnose_command
-        return self.ctx.settings.diagnose_command  # a node without the config (Ganeti's)
+        return self.ctx.diagnose_command()
 
     def collect(self) -> dict[str, Any]:
         name = self.command_name()
