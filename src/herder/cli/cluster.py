@@ -175,8 +175,11 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
     """Create a new cluster NAME: its config, HMAC key, certificate and RAPI users file.
 
     The config goes to --config / $HERDER_CONFIG; the secrets are written beside it (mode
-    0600). The first node, the master, is this host unless --master-node says otherwise.
-    Refuses to overwrite an existing config or secret.
+    0600), with the master's node certificate (node.pem). The first node, the master, is
+    this host unless --master-node says otherwise; run on it, init brings the master IP up on
+    --master-netdev. Refuses to overwrite an existing config or secret, and (unless --force)
+    a cluster name that does not resolve or resolves to a loopback address; --master-ip
+    defaults to the cluster name's address.
 
     \b
     Example:
@@ -835,9 +838,10 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
     Each node is a set of namespaces (its own processes, network, mounts and host name) whose
     supervisor runs herder's daemons with the defaults of a real host; its own libvirtd
     serves libvirt's test driver. node1 runs `herder cluster init`, the others are added with
-    `herder node add`; node1 is the master, nodes 1-3 are master candidates. From this
-    machine the cluster is reached through published ports (masterd and maintd on
-    127.0.0.11, node i's mond on 127.0.0.(11+i)) with the client profile it prints:
+    `herder node add --join-token` (each node's noded makes its token); node1 is the master,
+    nodes 1-3 are master candidates. From this machine the cluster is reached through
+    published ports (masterd and maintd on 127.0.0.11, node i's mond on 127.0.0.(11+i)) with
+    the client profile it prints:
 
     \b
       export HERDER_CLIENT=/tmp/herder-sim/client/client.toml
