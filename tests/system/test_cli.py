@@ -386,3 +386,23 @@ def test_init_refuses_a_name_that_does_not_resolve_or_is_loopback(herder, tmp_pa
     assert not directory.exists() or not list(directory.iterdir())  # nothing was created
     forced = herder(*base[:2], "localhost", *base[2:], "--force")
     assert forced.code == 0, forced.err
+
+
+def test_node_join_token_prints_the_token_of_a_node_that_has_not_joined(herder,
+                                                                       tmp_path) -> None:
+    directory = tmp_path / "cluster"
+    directory.mkdir(exist_ok=True)
+    assert_one_line_error(herder("node", "join-token"), "start noded on this node")
+    (directory / "join-token").write_text(f"s3cret.{'a' * 64}\n")
+    shown = herder("node", "join-token")
+    assert shown.code == 0 and shown.out.strip() == f"s3cret.{'a' * 64}"
+    (directory / "join-token").unlink()
+    (directory / "hmac.key").write_text("0" * 40 + "\n")
+    assert_one_line_error(herder("node", "join-token"), "has joined a cluster")
+
+
+def test_node_add_refuses_a_malformed_join_token(cluster) -> None:
+    result = cluster("node", "add", "node9.example.com", "--ip", "192.0.2.99",
+                     "--join-token", "not-a-token")
+    assert result.code != 0 and "not a join token" in result.err
+    assert "node9" not in cluster("node", "list").out
