@@ -33,6 +33,7 @@ from herder.core.store import atomic_write
 from herder.noded.trust import NodeTrust
 
 CHALLENGE_TTL = 300.0
+MAX_CHALLENGES = 64  # open at once; the oldest go first (anyone may ask for one)
 STEPS = ("hello", "request", "install")
 
 
@@ -82,7 +83,8 @@ class JoinSteps:
 
     def _challenge(self) -> str:
         now = time.monotonic()
-        self._challenges = {c: t for c, t in self._challenges.items() if t > now}
+        live = sorted(((t, c) for c, t in self._challenges.items() if t > now), reverse=True)
+        self._challenges = {c: t for t, c in live[:MAX_CHALLENGES - 1]}
         challenge = secrets.token_hex(16)
         self._challenges[challenge] = now + CHALLENGE_TTL
         return challenge
