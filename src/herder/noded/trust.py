@@ -156,9 +156,11 @@ class NodeTrust:
     # --- callers --------------------------------------------------------------------------------
 
     def accepted(self) -> dict[str, str] | None:
-        """digest -> node name of the cluster's node certificates; None: no list here."""
+        """digest -> node name of the cluster's node certificates; None: no list here, or an
+        empty one (a cluster without node certificates, e.g. imported from Ganeti: its master
+        issues none, and an empty list must not lock every caller out)."""
         text = ssconf.read(node_certs.SSCONF_NAME, self.config_dir)
-        return None if text is None else node_certs.parse_list(text)
+        return (node_certs.parse_list(text) or None) if text is not None else None
 
     def refusal(self, peer_der: bytes | None) -> str | None:
         """Why a caller showing this certificate (DER) is refused; None: accepted. The TLS
