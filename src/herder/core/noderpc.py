@@ -77,7 +77,7 @@ class HttpNodeRpc:
 
             context = ssl.create_default_context(cafile=str(certificate))
             context.check_hostname = False  # the cluster certificate names the cluster
-            beside = node_certs.node_certificate_beside(certificate)
+            beside = node_certs.node_certificate_beside(Path(certificate))
             shown = client_certificate or (beside if beside.exists() else certificate)
             try:
                 context.load_cert_chain(shown)
