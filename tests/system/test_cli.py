@@ -58,6 +58,15 @@ def test_init_certificate_works_for_tls(cluster) -> None:
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cluster.config_path.parent / "server.pem")
+    # the master's own node certificate, issued by the cluster's, listed in the config
+    from herder.core import node_certs
+
+    node_pem = (cluster.config_path.parent / "node.pem").read_bytes()
+    context.load_cert_chain(cluster.config_path.parent / "node.pem")
+    ca = (cluster.config_path.parent / "server.pem").read_bytes()
+    assert node_certs.is_issued_by(node_pem, ca)
+    config = FileStore(cluster.config_path).load()
+    assert config.cluster.node_certs == {config.cluster.master_node: node_certs.digest(node_pem)}
 
 
 def test_init_refuses_to_overwrite(cluster) -> None:
