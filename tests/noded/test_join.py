@@ -209,6 +209,17 @@ def test_a_certificate_taken_off_the_list_is_refused(tmp_path: Path, cluster: Cl
                                                              third_digest)))
         rpc = cluster.rpc(fresh.port, shown=third)
         assert rpc.call(node(NEW), "ping")["node"] == NEW
+        # only the master and the candidates make node RPCs
+        fresh.daemon.rpc_write_ssconf({"values": {
+            "master_node": "node1.example.com\n",
+            "master_candidates": "node1.example.com\nnode3.example.com\n"}})
+        assert rpc.call(node(NEW), "ping")["node"] == NEW
+        fresh.daemon.rpc_write_ssconf({"values": {"master_candidates": "node1.example.com\n"}})
+        with pytest.raises(RpcError, match="neither the master nor a master candidate"):
+            rpc.call(node(NEW), "ping")
+        master = cluster.rpc(fresh.port)
+        assert master.call(node(NEW), "ping")["node"] == NEW
+        master.close()
         listing = cluster.listing()  # node3 removed
         fresh.daemon.rpc_write_ssconf({"values": listing})
         with pytest.raises(RpcError, match="revoked or unknown"):

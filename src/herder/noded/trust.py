@@ -9,7 +9,8 @@ All of it lives beside the config (`/var/lib/herder`), the files the master push
   A node set up before node certificates (none there) shows the cluster certificate.
 - `server.pem`: the cluster CA; a caller's certificate must be issued by it.
 - ssconf `herder_node_certs`: the digests of the cluster's node certificates; a caller's must be
-  listed (a removed node's is not). A node that never received the list (set up by hand
+  listed (a removed node's is not), and be the master's or a master candidate's (ssconf
+  `master_node`, `master_candidates`). A node that never received the list (set up by hand
   before node certificates) accepts any certificate the CA issued.
 - During a rotation (`herder cluster renew-crypto`): `hmac.key.retiring` and
   `server.pem.retiring`, the previous key and CA, accepted beside the new ones until retired.
@@ -170,7 +171,14 @@ class NodeTrust:
         listed = self.accepted()
         if listed is None:
             return None
-        if node_certs.digest_der(peer_der) not in listed:
+        caller = listed.get(node_certs.digest_der(peer_der))
+        if caller is None:
             return "client certificate is not one of the cluster's node certificates " \
                    "(revoked or unknown)"
+        # Node RPCs are the master's (and, in a failover, a candidate's): not any node's
+        callers = ssconf.read_lines("master_candidates", self.config_dir)
+        master = ssconf.master_node(self.config_dir)
+        if callers is not None and master is not None and caller not in {master, *callers}:
+            return f"client certificate is node {caller}'s, which is neither the master nor " \
+                   "a master candidate"
         return None
