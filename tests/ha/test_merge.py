@@ -272,7 +272,7 @@ def borrow_secrets(a, b) -> str:
     from herder.sim import cluster
 
     target = f"/var/lib/herder/merge/{b.cluster_name}"
-    for name in ("hmac.key", "server.pem", "rapi_users"):
+    for name in ("hmac.key", "server.pem", "rapi_users", "node.pem"):
         cluster.copy_file(b.host("node1"), f"/var/lib/herder/{name}", a.host("node1"),
                           f"{target}/{name}")
     return target

@@ -104,7 +104,7 @@ def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
         hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
-                 frozenset({access.NODE_RPC})), daemon
+                 frozenset({access.NODE_RPC, access.JOIN_TOKEN})), daemon
     daemon.hv.close()
 
 
@@ -215,7 +215,8 @@ def test_noded_refuses_every_unsigned_call(noded) -> None:
     daemon, node = noded
     methods = sorted(m.removeprefix("rpc_") for m in dir(node) if m.startswith("rpc_"))
     assert "node_powercycle" in methods and "upload_file" in methods
-    (route,) = routes(daemon.app, daemon.table)
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_RPC]
+    (join_route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.JOIN_TOKEN]
     before = sorted(p.relative_to(node.settings.state_dir)
                     for p in node.settings.state_dir.rglob("*"))
     with serving(daemon.app) as served:
@@ -223,6 +224,12 @@ def test_noded_refuses_every_unsigned_call(noded) -> None:
             call = Route("POST", route.canonical, f"/rpc/{method}", route.rule)
             for body in (b"", b"{}", json.dumps({"path": "/etc/x"}).encode()):
                 assert request(served, call, content=body).status_code in REFUSED, method
+        # the join steps that change something need the token's proof (this node has none)
+        for step in ("request", "install", "no_such_step"):
+            call = Route("POST", join_route.canonical, f"/join/{step}", join_route.rule)
+            for body in (b"", b"{}", json.dumps({"challenge": "x", "proof": "y"}).encode()):
+                assert request(served, call, content=body).status_code in (*REFUSED, 404), step
+        assert not node.trust.joined()
         ping = Route("POST", route.canonical, "/rpc/ping", route.rule)
         good = rpcauth.sign_call(KEY, "ping", NODE, {})
         assert request(served, ping, content=good).status_code == 200  # the control

@@ -207,7 +207,7 @@ def test_daemon_util_master_role_and_master_ip(sim: HostSimulation,
     master_ip = sim.address(2)
     master.herder("--offline", "cluster", "init", f"cluster.{master.name.split('.', 1)[1]}",
                   "--master-netdev", "br0", "--master-ip", master_ip, "--master-netmask", "24",
-                  check=True)
+                  "--force", check=True)
     master.herder("--offline", "node", "add", other.name, "--ip", other.address, check=True)
     shutil.copytree(master.path("/var/lib/herder"), other.path("/var/lib/herder"),
                     dirs_exist_ok=True)
@@ -215,6 +215,9 @@ def test_daemon_util_master_role_and_master_ip(sim: HostSimulation,
     def has_master_ip(host: SimHost) -> bool:
         return master_ip in host.run(["ip", "-o", "address", "show", "dev", "br0"]).stdout
 
+    # cluster init on the master brought the master IP up (Ganeti's master-IP setup)
+    assert has_master_ip(master) and not has_master_ip(other)
+    master.herder("daemon-util", "deactivate-master-ip", check=True)
     # The master IP, from the cluster config (no ssconf here yet).
     out = master.herder("daemon-util", "activate-master-ip", check=True).stdout
     assert "activated on br0" in out

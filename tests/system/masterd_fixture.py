@@ -15,7 +15,7 @@ from pathlib import Path
 from herder.core.rapi import RapiClient
 
 INIT = ["cluster", "init", "cluster.example.com", "--master-node", "node1.example.com",
-        "--primary-ip", "192.0.2.11"]
+        "--primary-ip", "192.0.2.11", "--force"]
 NODES = [("node2.example.com", "192.0.2.12"), ("node3.example.com", "192.0.2.13")]
 
 

@@ -19,7 +19,7 @@ from herder.core import envelope
 from herder.core.store import FileStore
 
 INIT = ("cluster", "init", "cluster.example.com", "--master-node", "node1.example.com",
-        "--primary-ip", "192.0.2.11", "--uid-pool", "1000-1009,2000")
+        "--primary-ip", "192.0.2.11", "--force", "--uid-pool", "1000-1009,2000")
 
 
 @pytest.fixture
@@ -58,6 +58,15 @@ def test_init_certificate_works_for_tls(cluster) -> None:
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cluster.config_path.parent / "server.pem")
+    # the master's own node certificate, issued by the cluster's, listed in the config
+    from herder.core import node_certs
+
+    node_pem = (cluster.config_path.parent / "node.pem").read_bytes()
+    context.load_cert_chain(cluster.config_path.parent / "node.pem")
+    ca = (cluster.config_path.parent / "server.pem").read_bytes()
+    assert node_certs.is_issued_by(node_pem, ca)
+    config = FileStore(cluster.config_path).load()
+    assert config.cluster.node_certs == {config.cluster.master_node: node_certs.digest(node_pem)}
 
 
 def test_init_refuses_to_overwrite(cluster) -> None:
@@ -371,3 +380,38 @@ def test_verify_exits_1_when_it_finds_an_error(cluster) -> None:
     result = cluster("cluster", "verify")
     assert result.code == 1, result.out
     assert "duplicate-ip" in result.out or "192.0.2.11" in result.out
+
+
+def test_init_refuses_a_name_that_does_not_resolve_or_is_loopback(herder, tmp_path) -> None:
+    """Ganeti's init: the cluster's name must resolve, and not to a loopback address; no
+    silent fall-back to 127.0.0.1 (--force for a cluster on one machine)."""
+    base = ("cluster", "init", "--master-node", "node1.example.com", "--primary-ip",
+            "192.0.2.11")
+    unresolved = herder(*base[:2], "no-such-name.invalid", *base[2:])
+    assert_one_line_error(unresolved, "does not resolve")
+    loopback = herder(*base[:2], "localhost", *base[2:])
+    assert_one_line_error(loopback, "loopback")
+    directory = tmp_path / "cluster"
+    assert not directory.exists() or not list(directory.iterdir())  # nothing was created
+    forced = herder(*base[:2], "localhost", *base[2:], "--force")
+    assert forced.code == 0, forced.err
+
+
+def test_node_join_token_prints_the_token_of_a_node_that_has_not_joined(herder,
+                                                                       tmp_path) -> None:
+    directory = tmp_path / "cluster"
+    directory.mkdir(exist_ok=True)
+    assert_one_line_error(herder("node", "join-token"), "start noded on this node")
+    (directory / "join-token").write_text(f"s3cret.{'a' * 64}\n")
+    shown = herder("node", "join-token")
+    assert shown.code == 0 and shown.out.strip() == f"s3cret.{'a' * 64}"
+    (directory / "join-token").unlink()
+    (directory / "hmac.key").write_text("0" * 40 + "\n")
+    assert_one_line_error(herder("node", "join-token"), "has joined a cluster")
+
+
+def test_node_add_refuses_a_malformed_join_token(cluster) -> None:
+    result = cluster("node", "add", "node9.example.com", "--ip", "192.0.2.99",
+                     "--join-token", "not-a-token")
+    assert result.code != 0 and "not a join token" in result.err
+    assert "node9" not in cluster("node", "list").out

@@ -274,8 +274,8 @@ key = envelope.load_key("/var/lib/herder/hmac.key")
 def context(client_certificate):
     made = ssl.create_default_context(cafile="/var/lib/herder/server.pem")
     made.check_hostname = False
-    if client_certificate:  # noded takes only clients with the cluster certificate
-        made.load_cert_chain("/var/lib/herder/server.pem")
+    if client_certificate:  # noded takes only clients with a node certificate of the cluster
+        made.load_cert_chain("/var/lib/herder/node.pem")
     return made
 def post(body, client_certificate=True):
     request = urllib.request.Request(f"https://{address}:1811/rpc/ping", data=body)

@@ -101,11 +101,37 @@ def local_fqdn() -> str:
     return socket.getfqdn() or socket.gethostname()
 
 
-def local_ip(name: str) -> str:
+def resolve(name: str) -> str | None:
+    """The first address `name` resolves to (None: it does not)."""
     try:
-        return socket.gethostbyname(name)
-    except OSError:
-        return "127.0.0.1"
+        found = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return None
+    return str(found[0][4][0]) if found else None
+
+
+def is_loopback(address: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def checked_name(name: str, what: str, force: bool) -> str | None:
+    """The address of a name `cluster init` relies on; refuses (unless forced) one that does
+    not resolve or resolves to a loopback address, as Ganeti's init does."""
+    address = resolve(name)
+    if force:
+        return address
+    if address is None:
+        raise HerderError(f"{what} {name} does not resolve; add it to DNS or /etc/hosts "
+                          "(--force initialises anyway)")
+    if is_loopback(address):
+        raise HerderError(f"{what} {name} resolves to a loopback address ({address}); fix DNS "
+                          "or /etc/hosts (--force initialises anyway)")
+    return address
 
 
 # --- init ---------------------------------------------------------------------------------------
@@ -136,6 +162,9 @@ def local_ip(name: str) -> str:
               help="Default iallocator(s), for every request type or one (repeatable).")
 @click.option("--hmac-key", "hmac_key_file", type=click.Path(exists=True, dir_okay=False),
               help="Adopt this HMAC key file instead of generating one.")
+@click.option("--force", is_flag=True,
+              help="Initialise even when the cluster's name (or the master's, without "
+                   "--primary-ip) does not resolve or resolves to a loopback address.")
 @json_option
 @click.pass_context
 def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str | None,
@@ -144,12 +173,15 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
          vg_name: str, mac_prefix: str, uid_pool: str | None, hv: tuple[str, ...],
          be: tuple[str, ...], nic: tuple[str, ...], nd: tuple[str, ...],
          disk: tuple[str, ...], default_iallocator: tuple[str, ...],
-         hmac_key_file: str | None, as_json: bool) -> None:
+         hmac_key_file: str | None, force: bool, as_json: bool) -> None:
     """Create a new cluster NAME: its config, HMAC key, certificate and RAPI users file.
 
     The config goes to --config / $HERDER_CONFIG; the secrets are written beside it (mode
-    0600). The first node, the master, is this host unless --master-node says otherwise.
-    Refuses to overwrite an existing config or secret.
+    0600), with the master's node certificate (node.pem). The first node, the master, is
+    this host unless --master-node says otherwise; run on it, init brings the master IP up on
+    --master-netdev. Refuses to overwrite an existing config or secret, and (unless --force)
+    a cluster name that does not resolve or resolves to a loopback address; --master-ip
+    defaults to the cluster name's address.
 
     \b
     Example:
@@ -161,7 +193,13 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
         raise HerderError(f"{store.path} already exists; refusing to overwrite it")
     paths = cluster_secrets.SecretPaths.beside(store.path)
     node_name = master_node or local_fqdn()
-    ip = primary_ip or local_ip(node_name)
+    cluster_address = checked_name(name, "the cluster name", force)
+    ip = primary_ip or checked_name(node_name, "the master's name", force)
+    if ip is None:
+        raise HerderError(f"the master's name {node_name} does not resolve: give its "
+                          "address with --primary-ip")
+    if master_ip is None and cluster_address is not None and not is_loopback(cluster_address):
+        master_ip = cluster_address  # Ganeti's master IP: what the cluster's name resolves to
     stamp = model.now()
     group = model.NodeGroup(uuid=model.new_uuid(), name="default", ctime=stamp, mtime=stamp)
     node = model.Node(
@@ -198,8 +236,21 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
     )
     config = model.revalidate(config)  # every check before anything touches the disk
     hmac_key = Path(hmac_key_file).read_bytes() if hmac_key_file else None
-    cluster_secrets.create_all(paths, name, hmac_key)
+    master_digest = cluster_secrets.create_all(paths, name, hmac_key, node_name=node.name)
+    if master_digest is not None:
+        config.cluster.node_certs[node.uuid] = master_digest
     store.create(config)
+    if node.name == local_fqdn():
+        # as Ganeti's master-IP setup: the master IP comes up on the master's netdev
+        from herder.supervise import masterip
+
+        try:
+            network = masterip.MasterNetwork(c.master_ip, c.master_netmask, c.master_netdev,
+                                             c.primary_ip_family)
+            click.echo(masterip.activate(network, arping=masterip.find_arping()), err=True)
+        except HerderError as err:
+            click.echo(f"warning: the master IP is not up ({err}); `herder daemon-util "
+                       "activate-master-ip` brings it up", err=True)
     if as_json:
         print_json({"config": str(store.path), "cluster": c.name, "uuid": c.uuid,
                     "master_node": node.name, "secrets": [str(p) for p in paths.all()]})
@@ -484,7 +535,7 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
 @click.option("--secrets-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/var/lib/herder/merge"), show_default=True,
               help="Where the copies of each other cluster's secrets are: "
-                   "DIR/OTHER/{hmac.key,server.pem,rapi_users} (from its master).")
+                   "DIR/OTHER/{hmac.key,server.pem,rapi_users,node.pem} (from its master).")
 @click.option("--groups", type=click.Choice(["refuse", "merge", "rename"]), default="refuse",
               show_default=True, help="A node group name in both clusters: refuse the merge, "
               "put their nodes in our group of that name, or rename theirs.")
@@ -496,11 +547,11 @@ def merge(store: ConfigStore, others: tuple[str, ...], secrets_dir: Path, groups
     this cluster's master.
 
     OTHER is the other cluster's name (it resolves to its master IP). First copy the other
-    master's /var/lib/herder/{hmac.key,server.pem,rapi_users} to --secrets-dir/OTHER/ (the
-    borrowed key; removed again at the end). The other cluster is reached through its RAPI and
-    its node daemons only. Its nodes join as non-master candidates, its instances are stopped
-    and started again, DRBD ports are reallocated. A failing step rolls back until the configs
-    are merged (the point of no return).
+    master's /var/lib/herder/{hmac.key,server.pem,rapi_users,node.pem} to
+    --secrets-dir/OTHER/ (the borrowed key; removed again at the end). The other cluster is
+    reached through its RAPI and its node daemons only. Its nodes join as non-master
+    candidates, its instances are stopped and started again, DRBD ports are reallocated. A
+    failing step rolls back until the configs are merged (the point of no return).
     """
     from herder.masterd import merge as merging
 
@@ -811,9 +862,10 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
     Each node is a set of namespaces (its own processes, network, mounts and host name) whose
     supervisor runs herder's daemons with the defaults of a real host; its own libvirtd
     serves libvirt's test driver. node1 runs `herder cluster init`, the others are added with
-    `herder node add`; node1 is the master, nodes 1-3 are master candidates. From this
-    machine the cluster is reached through published ports (masterd and maintd on
-    127.0.0.11, node i's mond on 127.0.0.(11+i)) with the client profile it prints:
+    `herder node add --join-token` (each node's noded makes its token); node1 is the master,
+    nodes 1-3 are master candidates. From this machine the cluster is reached through
+    published ports (masterd and maintd on 127.0.0.11, node i's mond on 127.0.0.(11+i)) with
+    the client profile it prints:
 
     \b
       export HERDER_CLIENT=/tmp/herder-sim/client/client.toml
@@ -873,3 +925,28 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
     click.echo("  unset HERDER_CONFIG HERDER_MASTERD HERDER_OFFLINE")
     click.echo(f"On a node: herder cluster simulate --dir {directory} --exec node1 -- COMMAND")
     click.echo(f"Stop it with: herder cluster simulate --stop --dir {directory}")
+
+
+# --- renew-crypto -------------------------------------------------------------------------------
+
+
+@cluster.command("renew-crypto")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@pass_store
+def renew_crypto(store: ConfigStore, yes: bool, noded_port: int) -> None:
+    """Replace the cluster CA (server.pem, also the RAPI certificate), every node's certificate
+    and the HMAC key; run it on the master. Instances keep running: the new secrets are
+    accepted beside the old ones on every node before the old ones are retired, then the
+    daemons that read the key at start restart. Clients that pin the cluster certificate fetch
+    the new one. An offline node must join again afterwards."""
+    from herder.masterd import renew
+
+    path = getattr(store, "path", None)
+    if not isinstance(path, Path) or not path.exists():
+        raise HerderError("renew-crypto needs the config file: run it on the master")
+    if not yes:
+        click.confirm("Replace the cluster CA, the node certificates and the HMAC key?",
+                      abort=True)
+    digests = renew.renew(path, say=lambda line: click.echo(line, err=True), port=noded_port)
+    click.echo(f"Renewed the cluster CA, the HMAC key and {len(digests)} node certificates")

@@ -132,17 +132,62 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--vm-capable/--no-vm-capable", default=True, show_default=True)
 @click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
 @click.option("--readd", is_flag=True, help="Re-add a known node (keeps its UUID).")
+@click.option("--join-token", help="The token `herder node join-token` prints on the new node: "
+                                   "the master joins it (its certificate, the cluster's key, "
+                                   "ssconf) before adding it.")
 @click.pass_context
 def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None,
         group_name: str | None, master_capable: bool, vm_capable: bool,
-        nd: tuple[str, ...], readd: bool) -> None:
-    """Add node NAME to the cluster (OP_NODE_ADD)."""
+        nd: tuple[str, ...], readd: bool, join_token: str | None) -> None:
+    """Add node NAME to the cluster (OP_NODE_ADD).
+
+    With --join-token, the master reaches the node's noded (which runs without the cluster's
+    secrets and printed the token), checks its certificate against the token, proves it knows
+    the token's secret, signs the node's own certificate and gives it the cluster's key and
+    ssconf; only then is the node written into the config. A node that cannot be reached,
+    a wrong token or a node of another cluster is one line, and the config is unchanged.
+    """
     op = {"OP_ID": "OP_NODE_ADD", "node_name": name, "primary_ip": primary_ip,
           "secondary_ip": secondary_ip, "group": group_name, "master_capable": master_capable,
           "vm_capable": vm_capable, "readd": readd,
           "ndparams": params.parse_assignments(nd) if nd else None}
+    if join_token is not None:
+        from herder.core import node_certs
+
+        try:
+            node_certs.parse_token(join_token)
+        except node_certs.CertificateError as err:
+            raise click.UsageError(str(err)) from None
+        op["join_token"] = join_token
     (uuid,) = remote.run(ctx, [op])
     click.echo(f"Added node {name} (uuid {uuid})")
+
+
+@node.command("join-token")
+@click.pass_context
+def join_token(ctx: click.Context) -> None:
+    """Print this node's join token (run on the new node; its noded made it, since the node
+    has no cluster secrets). Give it to `herder node add NAME --join-token TOKEN` on the
+    master."""
+    from pathlib import Path
+
+    from herder.core import node_certs
+    from herder.core.errors import HerderError
+    from herder.core.store import default_config_path
+
+    directory = Path((ctx.find_root().obj or {}).get("config_path")
+                     or default_config_path()).parent
+    path = directory / node_certs.JOIN_TOKEN_FILE
+    try:
+        click.echo(path.read_text().strip())
+    except FileNotFoundError:
+        if (directory / "hmac.key").exists():
+            raise HerderError("this node has joined a cluster (it has the cluster's key); "
+                              "it has no join token") from None
+        raise HerderError(f"no join token in {path}: start noded on this node "
+                          "(`herder daemon-util start noded`); it creates one") from None
+    except OSError as err:
+        raise HerderError(f"cannot read {path}: {err.strerror}") from None
 
 
 @node.command()

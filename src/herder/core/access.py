@@ -34,7 +34,9 @@ NODE_RPC = Rule("node-rpc", True, "TLS client certificate of the cluster, and th
 MOND_REPAIR = Rule("mond-repair", True, "the body signed with the repair key, its timestamp "
                    "newer than the last accepted one")
 NOTIFICATION = Rule("notification", True, "HTTPS, and the notification token (X-Auth-Token)")
-RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION)
+JOIN_TOKEN = Rule("join-token", True, "only on a node that has not joined: TLS pinned by the "
+                  "master, and an HMAC with the join token's secret over a fresh challenge")
+RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION, JOIN_TOKEN)
 
 Handler = Callable[..., Any]
 

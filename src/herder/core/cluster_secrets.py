@@ -3,8 +3,11 @@
 - `hmac.key`: the cluster HMAC key (Ganeti's format: 40 hex digits and a newline), used by
   `herder.core.envelope` for confd, mond's diagnose report and maintd.
 - `server.pem`: a self-signed certificate and its private key, for TLS between herder daemons
-  (one PEM file with key and certificate, as Ganeti's `server.pem`).
+  (one PEM file with key and certificate, as Ganeti's `server.pem`); the cluster CA that
+  issues the node certificates.
 - `rapi_users`: the remote API users file (Ganeti's format: `user password [write]`).
+- `node.pem` (not one of the cluster-wide secrets: each node has its own): the master's node
+  certificate, issued by `server.pem` (`core.node_certs`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ def self_signed_certificate(common_name: str) -> bytes:
         .not_valid_after(now + datetime.timedelta(days=CERT_VALIDITY_DAYS))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(common_name)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        # a renewed CA has the same name: certificates find theirs by the key identifier
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                       critical=False)
         .sign(key, hashes.SHA256())
     )
     key_pem = key.private_bytes(
@@ -97,11 +103,21 @@ def rapi_users_file(user: str = "admin") -> tuple[bytes, str]:
     return content.encode(), password
 
 
-def create_all(paths: SecretPaths, cluster_name: str, hmac_key: bytes | None = None) -> None:
-    """Create every secret; refuses (before writing any) if one already exists."""
-    existing = [str(p) for p in paths.all() if p.exists()]
+def create_all(paths: SecretPaths, cluster_name: str, hmac_key: bytes | None = None,
+               node_name: str | None = None) -> str | None:
+    """Create every secret; refuses (before writing any) if one already exists. With
+    `node_name` (the master), also its node certificate (`node.pem`, issued by the cluster
+    certificate, `core.node_certs`); returns its digest."""
+    from herder.core import node_certs
+
+    node_pem = node_certs.node_certificate_beside(paths.certificate)
+    existing = [str(p) for p in (*paths.all(), node_pem) if p.exists()]
     if existing:
         raise StoreError(f"cluster secrets already exist: {', '.join(existing)}")
     write_secret(paths.hmac_key, hmac_key if hmac_key is not None else envelope.generate_key())
     write_secret(paths.certificate, self_signed_certificate(cluster_name))
     write_secret(paths.rapi_users, rapi_users_file()[0])
+    if node_name is None:
+        return None
+    write_secret(node_pem, node_certs.issue(paths.certificate.read_bytes(), node_name))
+    return node_certs.digest(node_pem.read_bytes())

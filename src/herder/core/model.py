@@ -560,6 +560,10 @@ class Cluster(Base, kw_only=True):
     # Raised by every master failover; masterd signs its node RPCs with it and nodes refuse an
     # older one, so a former master cannot act on the nodes (docs/ha.md "Master failover").
     master_epoch: int = 0
+    # Each node's certificate (node UUID -> SHA-256 of its DER form), issued by the cluster CA:
+    # noded accepts only these callers (ssconf `herder_node_certs`); `node remove` drops one
+    # (`core.node_certs`). Ganeti's `candidate_certs` lists candidates' digests only.
+    node_certs: dict[str, str] = msgspec.field(default_factory=dict)
     master_ip: str
     master_netdev: str = "eth0"
     master_netmask: int = 32

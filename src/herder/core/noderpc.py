@@ -1,9 +1,9 @@
 """What the master asks of a node: the node-RPC client interface and its transports.
 
 LUs call `rpc.call(node, method, args)`; `HttpNodeRpc` carries it to the node's `herder noded`
-over HTTPS: the node's certificate is checked against the cluster certificate, the client shows
-its own (by default the cluster's `server.pem`, which noded requires), and every request is
-signed for its method and node with the node-RPC key (`core.rpcauth`).
+over HTTPS: the node's certificate is checked against the cluster CA, the client shows this
+node's certificate (`node.pem`, whose digest noded finds in the cluster's list), and every
+request is signed for its method and node with the node-RPC key (`core.rpcauth`).
 `UnavailableRpc` fails every call with a clear reason (no node daemons configured).
 Instance-affecting calls carry the reason trail and the config version (`serial_no`) of the
 instance they act on (design-monitoring-agent "Instance status"), and calls that create or use
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from herder.core import model, rpcauth, untrusted
+from herder.core import model, node_certs, rpcauth, untrusted
 from herder.core.errors import RpcError
 
 DEFAULT_NODED_PORT = 1811
@@ -64,11 +64,12 @@ class HttpNodeRpc:
                  connect_timeout: float = 5.0, epoch: int | None = None,
                  on_stale: Callable[[StaleEpochError], None] | None = None,
                  client_certificate: Path | None = None) -> None:
-        """`certificate`: what the nodes' certificates are checked against (None: plain HTTP,
-        tests); `client_certificate`: the key and certificate (one PEM) shown to the nodes,
-        by default `certificate` (the cluster's server.pem). `epoch`: the master epoch every
-        call carries (None: none, a tool that is no master); `on_stale` is told when a node
-        refuses it as stale."""
+        """`certificate`: what the nodes' certificates are checked against, the cluster CA
+        (`server.pem`; None: plain HTTP, tests); `client_certificate`: the key and certificate
+        (one PEM) shown to the nodes, by default this node's certificate beside it
+        (`node.pem`), else `certificate` itself (a cluster set up before node certificates).
+        `epoch`: the master epoch every call carries (None: none, a tool that is no master);
+        `on_stale` is told when a node refuses it as stale."""
         self.key = hmac_key
         self.epoch = epoch
         self.on_stale = on_stale
@@ -81,7 +82,8 @@ class HttpNodeRpc:
 
             context = ssl.create_default_context(cafile=str(certificate))
             context.check_hostname = False  # the cluster certificate names the cluster
-            shown = client_certificate or certificate
+            beside = node_certs.node_certificate_beside(Path(certificate))
+            shown = client_certificate or (beside if beside.exists() else certificate)
             try:
                 context.load_cert_chain(shown)
             except (OSError, ssl.SSLError) as err:

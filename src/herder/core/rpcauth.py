@@ -22,6 +22,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -107,16 +108,19 @@ class ReplayCache:
                 self.floor = max(self.floor, oldest)
 
 
-def check_call(key: bytes, body: bytes, *, method: str, node: str, replay: ReplayCache | None,
-               now: float | None = None) -> Any:
+def check_call(key: bytes | Sequence[bytes], body: bytes, *, method: str, node: str,
+               replay: ReplayCache | None, now: float | None = None) -> Any:
     """The arguments of a call of `method` signed for `node`; SignatureError (the reason) when
     the body is unsigned, forged, for another method or node, outside the window or replayed.
+    `key`: the cluster key, or the keys accepted side by side (during a key rotation).
     `replay` None: no replay check (tools checking a body they hold)."""
     try:
         outer = untrusted.decode(body, _Envelope, what="node RPC request")
     except (untrusted.BadDocument, msgspec.ValidationError):
         raise SignatureError("not a signed node RPC request") from None
-    if not hmac.compare_digest(_mac(key, outer.salt, outer.msg), outer.hmac.lower()):
+    keys = [key] if isinstance(key, bytes) else list(key)
+    given = outer.hmac.lower()
+    if not any(hmac.compare_digest(_mac(one, outer.salt, outer.msg), given) for one in keys):
         raise SignatureError("invalid signature")
     try:
         call = untrusted.decode(outer.msg, SignedCall, what="signed call")

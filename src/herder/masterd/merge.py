@@ -4,8 +4,9 @@ cluster's node groups, nodes and instances into this one.
 It runs on this cluster's master and reaches the other cluster only over the network, as
 design-2.1's merger reaches it over ssh: through the other cluster's RAPI (its config, its jobs)
 and its node daemons (node RPCs signed with its key). The operator copies the other master's
-`hmac.key`, `server.pem` and `rapi_users` here first (`<secrets dir>/<other cluster name>/`:
-design-2.1's borrowed key); the other cluster's name resolves to its master IP.
+`hmac.key`, `server.pem`, `rapi_users` and `node.pem` here first
+(`<secrets dir>/<other cluster name>/`: design-2.1's borrowed key); the other cluster's name
+resolves to its master IP.
 
 The merge is a list of steps, each with a `do` and an `undo`, run in order. When a step fails
 before the point of no return, the steps already done are undone in reverse order, which leaves
@@ -61,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from herder.core import envelope, model
+from herder.core import envelope, model, node_certs
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE, SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
@@ -87,7 +88,7 @@ class OtherCluster:
     IP) and the copies of its secrets the operator put here."""
 
     name: str
-    secrets_dir: Path  # hmac.key, server.pem, rapi_users of the other cluster
+    secrets_dir: Path  # hmac.key, server.pem, rapi_users, node.pem of the other master
 
     @property
     def address(self) -> str:
@@ -98,7 +99,9 @@ class OtherCluster:
                              f"{err.strerror or err}") from None
 
     def check(self) -> None:
-        missing = [f for f in (HMAC_KEY_FILE, CERT_FILE, RAPI_USERS_FILE)
+        # node.pem: the other master's node certificate, the one its nodes take calls from
+        missing = [f for f in (HMAC_KEY_FILE, CERT_FILE, RAPI_USERS_FILE,
+                               node_certs.NODE_CERT_FILE)
                    if not (self.secrets_dir / f).is_file()]
         if missing:
             raise MergeError(f"copy {', '.join(missing)} of {self.name}'s master to "
@@ -197,15 +200,24 @@ class RpcControl:
         from herder.masterd import redist
 
         secrets = SecretPaths.beside(ours)
+        ca_pem = secrets.certificate.read_bytes()
         payload = {"hmac_key": base64.b64encode(secrets.hmac_key.read_bytes()).decode(),
-                   "certificate": base64.b64encode(secrets.certificate.read_bytes()).decode()}
+                   "certificate": base64.b64encode(ca_pem).decode()}
         nodes = sorted(config.nodes.values(), key=lambda n: n.name)
+        digests: dict[str, str] = {}
         theirs = other.rpc()
         try:
             for node in nodes:
-                theirs.call(node, "node_adopt", payload, timeout=60)
+                # a node certificate of this cluster's CA for each (its old one was theirs)
+                issued = node_certs.issue(ca_pem, node.name)
+                digests[node.uuid] = node_certs.digest(issued)
+                theirs.call(node, "node_adopt", {
+                    **payload, "node_certificate": base64.b64encode(issued).decode()},
+                    timeout=60)
         finally:
             theirs.close()
+        with FileStore(ours).update() as merged_config:
+            merged_config.cluster.node_certs.update(digests)
         ours_rpc = HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
                                epoch=FileStore(ours).load().cluster.master_epoch, timeout=30,
                                connect_timeout=3.0)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from herder import __version__
-from herder.core import hvfiles, model, params, ssconf, uidpool
+from herder.core import hvfiles, model, node_certs, params, ssconf, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -120,6 +120,8 @@ def ssconf_values(config: model.ConfigData, upload_files: Iterable[str] = ()) ->
         UPLOAD_LIST: _lines(sorted(set(upload_files))),
         ssconf.NDPARAMS: ssconf.format_ndparams((n.name, config.filled_ndparams(n))
                                                 for n in nodes),
+        node_certs.SSCONF_NAME: node_certs.format_list(node_certs.list_rows(
+            c.node_certs, {n.uuid: n.name for n in nodes})),
     }
 
 

@@ -8,14 +8,13 @@ import ctypes.util
 import logging
 import os
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from herder.core import envelope
 from herder.core import serve as serve_helper
-from herder.core.cluster_secrets import SecretPaths
 from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
 
 log = logging.getLogger("herder.noded")
@@ -71,13 +70,12 @@ def setup_logging(log_file: Path | None, debug: bool) -> None:
 async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | None, *,
                 ready: Callable[[int], None] | None = None,
                 stop: asyncio.Event | None = None,
-                client_cas: Sequence[Path] | None = None) -> None:
-    """Serve the node RPCs (TLS with `certificate`, None: plain HTTP) until `stop` is set.
-    Callers must show a certificate issued by one of `client_cas` (default: the cluster
-    certificate itself, which every herder client of noded shows; node certificates signed
-    by a cluster CA need only that CA in this list)."""
-    tls = None
-    if certificate is not None:
+                client_cas: Sequence[Path] | None = None,
+                tls: ssl.SSLContext | None = None) -> None:
+    """Serve the node RPCs until `stop` is set: with `tls` (noded's own, `noded.trust`: its
+    node certificate, callers of the cluster), else TLS with `certificate` requiring callers
+    issued by one of `client_cas` (default: `certificate` itself), else (None) plain HTTP."""
+    if tls is None and certificate is not None:
         tls = serve_helper.server_tls(certificate, client_cas=list(
             client_cas if client_cas is not None else [certificate]))
     await serve_helper.serve(
@@ -104,18 +102,22 @@ class NodedOptions:
 def run(options: NodedOptions, say: Callable[[str], None]) -> None:
     """Lock the memory, build the daemon, serve until SIGTERM/SIGINT; `say` prints the line
     that tells it serves."""
-    secrets = SecretPaths.beside(options.config_path)
-    key = envelope.load_key(secrets.hmac_key)
     name = socket.getfqdn()
     locked = lock_memory() if options.mlock else False
     daemon = NodeDaemon(NodeSettings(node_name=name, state_dir=options.state_dir,
-                                     run_dir=options.run_dir, hmac_key=key,
+                                     run_dir=options.run_dir,
                                      repair_dir=options.repair_dir, os_path=options.os_path,
                                      config_dir=options.config_path.parent))
+    # A node without the cluster's secrets waits to be joined (`herder node add --join-token`)
+    token = daemon.trust.prepare_join(name)
+    tls = daemon.trust.server_context()
 
     def ready(bound: int) -> None:
+        state = (f"not joined: join token in {daemon.trust.join_token} "
+                 "(herder node join-token)") if token is not None else "joined"
         say(f"herder noded: node {name}, serving RPC on https://{options.bind}:{bound}/ "
-            f"(libvirt {daemon.hv.uri}, memory {'locked' if locked else 'not locked'})")
+            f"({state}; libvirt {daemon.hv.uri}, memory "
+            f"{'locked' if locked else 'not locked'})")
 
-    serve_helper.run(lambda stop: serve(daemon, options.bind, options.port, secrets.certificate,
+    serve_helper.run(lambda stop: serve(daemon, options.bind, options.port, None, tls=tls,
                                         ready=ready, stop=stop))

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from herder.core import node_certs
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
@@ -101,12 +102,14 @@ class RoleRpcs:
 
     def rpc_node_adopt(self, args: dict[str, Any]) -> dict[str, Any]:
         """This node now belongs to the cluster whose secrets come with the call (cluster
-        merge; signed with the key of the cluster the node leaves): the new HMAC key and
-        certificate replace the old ones, the config and job queue copies and the ssconf
-        files go (the new master pushes its own), the master epoch record starts afresh, the
-        master's daemons stop, and the daemons that hold the secrets restart."""
+        merge; signed with the key of the cluster the node leaves): the new HMAC key,
+        cluster certificate and this node's certificate (issued by it) replace the old ones,
+        the config and job queue copies and the ssconf files go (the new master pushes its
+        own), the master epoch record starts afresh, the master's daemons stop, and the
+        daemons that hold the secrets restart."""
         secrets = SecretPaths.beside(self.data_dir / "config.json")
-        wanted = {"hmac_key": secrets.hmac_key, "certificate": secrets.certificate}
+        wanted = {"hmac_key": secrets.hmac_key, "certificate": secrets.certificate,
+                  "node_certificate": self.data_dir / node_certs.NODE_CERT_FILE}
         blobs: dict[Path, bytes] = {}
         for key, target in wanted.items():
             value = args.get(key)
@@ -125,6 +128,20 @@ class RoleRpcs:
             daemon_util("stop", *ADOPT_STOP)
         restart_later(ADOPT_RESTART)
         return {"secrets": sorted(str(p) for p in blobs), "restarting": list(ADOPT_RESTART)}
+
+
+def restart_running(daemons: tuple[str, ...], delay: float = ADOPT_DELAY) -> list[str]:
+    """`restart_later` of those of `daemons` that run here (daemon-util check); their names."""
+    running = []
+    for name in daemons:
+        try:
+            daemon_util("check", name, timeout=30)
+        except RoleFailure:
+            continue
+        running.append(name)
+    if running:
+        restart_later(tuple(running), delay)
+    return running
 
 
 def restart_later(daemons: tuple[str, ...], delay: float = ADOPT_DELAY) -> None:

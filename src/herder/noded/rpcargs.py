@@ -270,6 +270,20 @@ class MasterIp(Args, kw_only=True):
 class NodeAdopt(Args, kw_only=True):
     hmac_key: str
     certificate: str
+    node_certificate: str
+
+
+class RenewCrypto(Args, kw_only=True):
+    """`install` carries the new secrets (base64); `retire` none."""
+
+    stage: Literal["install", "retire"]
+    ca: str | None = None
+    node_certificate: str | None = None
+    hmac_key: str | None = None
+
+    def check(self) -> None:
+        if self.stage == "install" and not (self.ca and self.node_certificate and self.hmac_key):
+            raise ValueError("stage install needs ca, node_certificate and hmac_key")
 
 
 # method -> its arguments (every rpc_<method> of the node daemon)
@@ -288,7 +302,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "upload_file": UploadFile, "write_ssconf": WriteSsconf, "write_config": WriteConfig,
     "node_start_master_daemons": NoArgs, "node_stop_master": NoArgs,
     "node_activate_master_ip": MasterIp, "node_deactivate_master_ip": MasterIp,
-    "node_demote_from_mc": NoArgs, "node_adopt": NodeAdopt,
+    "node_demote_from_mc": NoArgs, "node_adopt": NodeAdopt, "renew_crypto": RenewCrypto,
 }
 
 

@@ -2,8 +2,8 @@
 
 Two layers, as Ganeti's node daemon plus what it lacks:
 
-- TLS (`noded.daemon.serve`): the caller must show a certificate issued by an accepted
-  authority (today the cluster certificate, which every herder client of noded shows);
+- TLS (`noded.daemon.serve`, `noded.trust`): the caller must show a certificate issued by the
+  cluster CA whose digest is in the cluster's list of node certificates;
 - the body (`RequestChecker`): signed with the node-RPC key for this method and this node,
   within the time window, its nonce never seen before (`core.rpcauth`). A refusal is 403 with
   the reason; an accepted call's arguments must be a JSON object (else 400).
@@ -11,6 +11,7 @@ Two layers, as Ganeti's node daemon plus what it lacks:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +30,17 @@ class Refused(Exception):
 
 @dataclass
 class RequestChecker:
-    key: bytes  # the cluster HMAC key (the node-RPC key is derived from it)
+    keys: Callable[[], list[bytes]]  # the cluster HMAC keys now (node-RPC keys derive from them)
     node: str  # this node's name, as the master's config names it
     replay: rpcauth.ReplayCache = field(default_factory=rpcauth.ReplayCache)
 
     def check(self, method: str, body: bytes) -> dict[str, Any]:
         """The call's arguments; Refused when it must not run."""
+        keys = self.keys()
+        if not keys:
+            raise Refused(403, "refused: this node has not joined a cluster")
         try:
-            args = rpcauth.check_call(self.key, body, method=method, node=self.node,
+            args = rpcauth.check_call(keys, body, method=method, node=self.node,
                                       replay=self.replay)
         except SignatureError as err:
             raise Refused(403, f"refused: {err}") from None

@@ -35,14 +35,15 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import access, ordered, paths, storage_units, vmclaim, whitelist
+from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
-from herder.noded import nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded import join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
 from herder.noded.node_role import RoleRpcs
+from herder.noded.trust import NodeTrust
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
@@ -63,7 +64,9 @@ class NodeSettings:
     node_name: str
     state_dir: Path
     run_dir: Path
-    hmac_key: bytes
+    # None (noded): the key file beside the config, read by `trust` (none before the node
+    # joined); in-process tests give theirs.
+    hmac_key: bytes | None = None
     # Until the node's parameters name one (ssconf `herder_ndparams`, or the config copy of a
     # master candidate): libvirt's URI for this host.
     libvirt_uri: str = "qemu:///system"
@@ -102,6 +105,13 @@ class NodeDaemon(RoleRpcs):
         self.epoch_file = settings.state_dir / "master-epoch"
         self.master_epoch = self._load_epoch()
         self.data_dir = self.local(settings.config_dir)
+        self.trust = NodeTrust(self.data_dir)
+
+    def hmac_keys(self) -> list[bytes]:
+        """The keys a node RPC may be signed with."""
+        if self.settings.hmac_key is not None:
+            return [self.settings.hmac_key]
+        return self.trust.keys()
 
     def local(self, path: str | Path) -> Path:
         """Where an absolute path of this node is (under the file root)."""
@@ -588,6 +598,34 @@ class NodeDaemon(RoleRpcs):
                             path.unlink()
         return {"serial": serial, "previous": have}
 
+    def rpc_renew_crypto(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`herder cluster renew-crypto` (`masterd.renew`): stage `install` takes the new CA
+        (`ca`, base64 of server.pem), this node's new certificate (`node_certificate`, key and
+        certificate) and the new HMAC key (`hmac_key`), the old ones staying accepted; stage
+        `retire` stops accepting the old ones and restarts the daemons that read the key at
+        start (those that run). noded applies the files without a restart."""
+        import base64
+
+        stage = str(args.get("stage", ""))
+        if stage == "install":
+            try:
+                blobs = [base64.b64decode(str(args[k]), validate=True)
+                         for k in ("ca", "node_certificate", "hmac_key")]
+            except (KeyError, ValueError) as err:
+                raise RpcFailure(f"renew_crypto install needs ca, node_certificate and "
+                                 f"hmac_key: {err}") from None
+            self.trust.rotate(*blobs)
+            return {"stage": stage}
+        if stage == "retire":
+            from herder.noded.node_role import restart_running
+
+            retired = self.trust.retire()
+            master = ssconf.master_node(self.data_dir) == self.settings.node_name
+            restarting = restart_running(RENEW_RESTART + (RENEW_RESTART_MASTER if master
+                                                          else ()))
+            return {"stage": stage, "retired": retired, "restarting": restarting}
+        raise RpcFailure(f"renew_crypto: unknown stage {stage!r}")
+
     def dispatch(self, method: str, args: dict[str, Any]) -> Any:
         handler = getattr(self, f"rpc_{method}", None)
         if handler is None:
@@ -596,6 +634,9 @@ class NodeDaemon(RoleRpcs):
             return handler(args)
 
 
+# After a rotation, the daemons that read the cluster key or certificate once, at start.
+RENEW_RESTART = ("confd", "mond", "instmon")
+RENEW_RESTART_MASTER = ("masterd", "maintd")
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
            "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray"}
 
@@ -644,12 +685,19 @@ def refuse_arguments(daemon: NodeDaemon, method: str, args: dict[str, Any]
 
 
 def make_app(daemon: NodeDaemon) -> web.Application:
-    checker = rpccheck.RequestChecker(daemon.settings.hmac_key, daemon.settings.node_name)
+    checker = rpccheck.RequestChecker(daemon.hmac_keys, daemon.settings.node_name)
+    joining = join.JoinSteps(daemon.trust, daemon.settings.node_name)
 
     async def rpc(request: web.Request) -> web.Response:
         body = await request.read()
         method = request.match_info["method"]
         try:
+            tls = request.transport.get_extra_info("ssl_object") \
+                if request.transport is not None else None
+            if tls is not None:  # plain HTTP only in in-process tests (daemon.serve: TLS)
+                refusal = daemon.trust.refusal(tls.getpeercert(binary_form=True))
+                if refusal is not None:
+                    raise rpccheck.Refused(403, f"refused: {refusal}")
             args = checker.check(method, body)
         except rpccheck.Refused as err:
             log.warning("refused RPC %s from %s: %s", method, request.remote, err.message)
@@ -671,6 +719,8 @@ def make_app(daemon: NodeDaemon) -> web.Application:
                     content_type="application/json")
         try:
             result = await asyncio.to_thread(daemon.dispatch, method, args)
+            if method == "renew_crypto":
+                daemon.trust.refresh()  # here, in the loop that makes the handshakes
         except (HerderError, KeyError, ValueError, OSError) as err:
             message = str(err) if not isinstance(err, KeyError) else f"missing argument {err}"
             log.warning("RPC %s failed: %s", method, message)
@@ -683,9 +733,31 @@ def make_app(daemon: NodeDaemon) -> web.Application:
                 content_type="application/json")
         return web.Response(body=_encode({"result": result}), content_type="application/json")
 
+    async def join_step(request: web.Request) -> web.Response:
+        """A join step (noded.join): only on a node that has not joined, the token proven."""
+        body = await request.read()
+        step = request.match_info["step"]
+        try:
+            result = joining.handle(step, body)
+        except join.JoinRefused as err:
+            log.warning("refused join step %s from %s: %s", step, request.remote, err)
+            return web.Response(status=err.status, body=_encode({"error": str(err)}),
+                                content_type="application/json")
+        except (HerderError, OSError) as err:
+            log.warning("join step %s failed: %s", step, err)
+            return web.Response(status=500, body=_encode({"error": str(err)}),
+                                content_type="application/json")
+        if step == "install":
+            daemon.trust.refresh()  # the next handshakes: node certificate, cluster callers
+            log.info("joined the cluster (node certificate %s)", result.get("digest"))
+            await asyncio.to_thread(daemon.follow_node_params)
+        return web.Response(body=_encode({"result": result}), content_type="application/json")
+
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app.router.add_post("/rpc/{method}", rpc)
     ROUTES.declare(rpc, access.NODE_RPC)
+    app.router.add_post("/join/{step}", join_step)
+    ROUTES.declare(join_step, access.JOIN_TOKEN)
     return app
 
 

@@ -13,10 +13,10 @@ The cluster is built as an operator builds one (docs/real-nodes.md "The simulate
 1. the hosts boot with libvirtd;
 2. on node 1: `herder cluster init` (its config and secrets in /var/lib/herder, the master IP a
    floating address on `br0`), `daemon-util activate-master-ip`, the node daemons and masterd;
-3. every other node gets the cluster's HMAC key and certificate by a copy command, as an
-   operator would copy them (`cat` on node 1, written on the node; the node join with
-   certificates replaces this), and starts noded;
-4. on node 1: `herder node add` for each (masterd pushes ssconf and files to the new node),
+3. every other node starts noded without the cluster's secrets: it makes a join token
+   (`herder node join-token` prints it there);
+4. on node 1: `herder node add NAME --join-token TOKEN` for each (the master joins it: its node
+   certificate, the HMAC key, ssconf; then pushes the cluster's files),
    `herder node modify --master-candidate yes` for nodes 2 and 3 (they receive the config and
    the job queue by redistribution);
 5. mond, instmon and confd on every node; node.toml enables them (and masterd and maintd,
@@ -392,7 +392,6 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
         write_diagnose(host)
     master = hosts[0]
     others = hosts[1:]
-    secrets = SecretPaths.beside(DATA_DIR / "config.json")
 
     # The first node: the cluster, the master IP, the node daemons, masterd.
     on_node(master, "cluster", "init", state.cluster_name, "--master-netdev", "br0",
@@ -410,15 +409,18 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     _publish(sim, state)
     _write_profile(master, state)
 
-    # The other nodes: the secrets by a copy command, noded; then added to the cluster.
-    def join(host: SimHost) -> None:
-        for path in (secrets.hmac_key, secrets.certificate):
-            copy_file(master, str(path), host)
-        start_daemons(host, ["noded"])
+    # The other nodes: noded without the cluster's secrets makes a join token; the master
+    # joins each with its token (node certificate, key, ssconf) as it adds it.
+    tokens: dict[str, str] = {}
 
-    parallel(others, join)
+    def fresh(host: SimHost) -> None:
+        start_daemons(host, ["noded"])
+        tokens[host.name] = on_node(host, "node", "join-token").strip()
+
+    parallel(others, fresh)
     for host in others:
-        on_node(master, "node", "add", host.name, "--ip", host.address)
+        on_node(master, "node", "add", host.name, "--ip", host.address,
+                "--join-token", tokens[host.name])
     for host in others[:CANDIDATES - 1]:
         on_node(master, "node", "modify", host.name, "--master-candidate", "yes")
     say(f"{master.name}: added {', '.join(h.name for h in others) or 'no other nodes'}")

@@ -412,6 +412,9 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     node_setup: bool = False
     hv_state: dict[str, Any] | None = None
     disk_state: dict[str, Any] | None = None
+    # herder: the join token the node's noded printed (docs/real-nodes.md "Joining a node");
+    # the master joins the node (its certificate, the HMAC key, ssconf) before adding it.
+    join_token: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

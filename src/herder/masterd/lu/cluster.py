@@ -174,17 +174,21 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
         c.touch()
 
 
+def config_path_of(env: Any) -> Path:
+    """Where the config file is (the cluster secrets beside it)."""
+    location = str(getattr(env.store, "path", "") or "")
+    # a store that is no file (etcd): the secrets live in the default directory
+    return Path(location if location.endswith(".json") and "://" not in location
+                else "/var/lib/herder/config.json")
+
+
 def redistribute(env: Any, config: model.ConfigData, *, full: bool,
                  only: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Push to the nodes (docs/ha.md "Redistribution"); per node name what was sent and the
     errors. Never raises for a node's failure."""
     from herder.masterd import redist
 
-    location = str(getattr(env.store, "path", "") or "")
-    # a store that is no file (etcd): the secrets live in the default directory
-    config_path = Path(location if location.endswith(".json") and "://" not in location
-                       else "/var/lib/herder/config.json")
-    pusher = redist.Redistributor(env.rpc, config_path, env.queue_dir)
+    pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir)
     return redist.report(pusher.push(config, full=full, only=only))
 
 

@@ -51,10 +51,58 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
+    def join(self, node_uuid: str) -> str | None:
+        """Join the node with its token (before the config changes: a failure leaves the config
+        as it was); its certificate's digest. None: no token, the node was set up by hand."""
+        op = self.op
+        if op.join_token is None:
+            return None
+        if isinstance(self.env.rpc, UnavailableRpc):
+            raise OpPrereqError("joining a node needs the node daemons (masterd's node RPC)")
+        from herder.core import envelope
+        from herder.core.cluster_secrets import SecretPaths
+        from herder.core.noderpc import DEFAULT_NODED_PORT
+        from herder.masterd import join, redist
+        from herder.masterd.lu.cluster import config_path_of
+
+        config_path = config_path_of(self.env)
+        secrets = SecretPaths.beside(config_path)
+        # the ssconf the node gets: the config as it will be, the node and its certificate in
+        planned = self.env.store.load()
+        group = planned.find_group(op.group) if op.group else \
+            min(planned.nodegroups.values(), key=lambda g: g.ctime)
+        planned.nodes[node_uuid] = model.Node(
+            uuid=node_uuid, name=op.node_name, primary_ip=op.primary_ip or "",
+            secondary_ip=op.secondary_ip, group=group.uuid,
+            ndparams=params.apply_overrides(params.ND_FAMILY, {}, resets(op.ndparams or {})))
+        try:
+            material = join.JoinMaterial(secrets.certificate.read_bytes(),
+                                         envelope.load_key(secrets.hmac_key))
+        except (OSError, HerderError) as err:
+            raise OpPrereqError(f"cannot join {op.node_name}: the cluster's secrets: "
+                                f"{err}") from None
+        port = int(getattr(self.env.rpc, "port", DEFAULT_NODED_PORT))
+
+        def values(digest: str) -> dict[str, str]:
+            planned.cluster.node_certs[node_uuid] = digest
+            return redist.ssconf_values(planned)
+
+        try:
+            return join.join(op.node_name, op.primary_ip or "", port, op.join_token, material,
+                             ssconf=values)
+        except join.JoinError as err:
+            raise OpPrereqError(str(err), "environment_error") from None
+
     def execute(self) -> Any:
         op = self.op
         stamp = model.now()
+        existing_uuid = next((n.uuid for n in self.env.store.load().nodes.values()
+                              if n.name == op.node_name), None)
+        new_uuid = existing_uuid or model.new_uuid()
+        digest = self.join(new_uuid)
         with self.env.store.update() as config:
+            if digest is not None:
+                config.cluster.node_certs[new_uuid] = digest
             if op.group:
                 group = config.find_group(op.group)
             else:
@@ -68,7 +116,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
                 node.touch()
             else:
                 node = model.Node(
-                    uuid=model.new_uuid(), name=op.node_name, primary_ip=op.primary_ip or "",
+                    uuid=new_uuid, name=op.node_name, primary_ip=op.primary_ip or "",
                     secondary_ip=op.secondary_ip, group=group.uuid,
                     master_capable=True if op.master_capable is None else op.master_capable,
                     vm_capable=True if op.vm_capable is None else op.vm_capable,
@@ -220,8 +268,18 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
         with self.env.store.update() as config:
             node = config.find_node(self.op.node_name)
             del config.nodes[node.uuid]
+            # revoked: every node refuses its certificate once it has the new list
+            config.cluster.node_certs.pop(node.uuid, None)
         self.env.locks.remove(locking.LEVEL_NODE_RES, [node.uuid])
         self.env.locks.remove(locking.LEVEL_NODE, [node.uuid])
+        if not isinstance(self.env.rpc, UnavailableRpc):
+            from herder.masterd.lu.cluster import redistribute
+
+            # now, not at the next redistribution round: the list of node certificates
+            for name, pushed in redistribute(self.env, self.env.store.load(),
+                                             full=False).items():
+                for error in pushed.get("errors", []):
+                    self.feedback(f"{name}: {error}")
         return None
 
 

@@ -1,0 +1,111 @@
+"""`herder cluster renew-crypto`: a new cluster CA, node certificates and HMAC key, without
+stopping an instance (docs/real-nodes.md "Joining a node"; Ganeti's `gnt-cluster renew-crypto
+--new-cluster-certificate --new-node-certificates --new-cluster-domain-secret`, which stops the
+cluster's daemons; herder keeps them running).
+
+Run on the master, through the node daemons, in two halves so that every call is accepted
+at every moment:
+
+1. every online node gets the list of node certificates with the old and the new digests;
+2. every node installs the new CA, its new certificate and the new key, the old ones staying
+   accepted (`noded.trust.rotate`; the master's node last). The calls of this half show the
+   old certificate and sign with the old key, and trust both CAs;
+3. the config records the new digests (`cluster.node_certs`);
+4. with the new key and the master's new certificate: every node gets the list of the new
+   digests only, then retires the old key and CA and restarts the daemons that read the key
+   at start (confd, mond, instmon; masterd and maintd on the master).
+
+The RAPI certificate is the cluster CA's (`server.pem`): clients pinning it fetch it again.
+An offline node is skipped; it must join again (its certificate is no longer listed).
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from herder.core import envelope, model, node_certs
+from herder.core.cluster_secrets import SecretPaths, self_signed_certificate
+from herder.core.errors import HerderError
+from herder.core.noderpc import DEFAULT_NODED_PORT, HttpNodeRpc, NodeRpc
+from herder.core.store import FileStore
+
+
+class RenewError(HerderError):
+    pass
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _each(rpc: NodeRpc, nodes: list[model.Node], method: str,
+          args: Callable[[model.Node], dict[str, object]], what: str) -> None:
+    for node in nodes:
+        try:
+            rpc.call(node, method, args(node), timeout=60)
+        except HerderError as err:
+            raise RenewError(f"renew-crypto stopped at {what} on {node.name}: {err} (the "
+                             "cluster accepts the old and the new secrets; run it again)") from None
+
+
+def renew(config_path: Path, say: Callable[[str], None], *,
+          port: int = DEFAULT_NODED_PORT) -> dict[str, str]:
+    """Rotate; returns node name -> its new certificate's digest."""
+    store = FileStore(config_path)
+    config = store.load()
+    secrets = SecretPaths.beside(config_path)
+    master_uuid = config.cluster.master_node
+    nodes = sorted((n for n in config.nodes.values() if not n.offline),
+                   key=lambda n: (n.uuid == master_uuid, n.name))  # the master last
+    old_ca = secrets.certificate.read_bytes()
+    old_key = envelope.load_key(secrets.hmac_key)
+    node_pem = node_certs.node_certificate_beside(secrets.certificate)
+    if not node_pem.exists():
+        raise RenewError(f"{node_pem} is missing: run renew-crypto on the master")
+    new_ca = self_signed_certificate(config.cluster.name)
+    new_key = envelope.generate_key()
+    issued = {n.uuid: node_certs.issue(new_ca, n.name) for n in nodes}
+    new_digests = {uuid: node_certs.digest(pem) for uuid, pem in issued.items()}
+    names = {n.uuid: n.name for n in config.nodes.values()}
+    old_rows = node_certs.list_rows(config.cluster.node_certs, names)
+    new_rows = node_certs.list_rows(new_digests, names)
+    epoch = config.cluster.master_epoch
+    with tempfile.TemporaryDirectory(prefix="herder-renew-") as scratch:
+        both_cas = Path(scratch) / "cas.pem"
+        both_cas.write_bytes(node_certs.certificate_pem(old_ca)
+                             + node_certs.certificate_pem(new_ca))
+        shown = Path(scratch) / "node.pem"  # the master's old certificate, replaced in step 2
+        shown.write_bytes(node_pem.read_bytes())
+        rotation = HttpNodeRpc(old_key, both_cas, client_certificate=shown, port=port,
+                               epoch=epoch, timeout=60, connect_timeout=5)
+        try:
+            both = node_certs.format_list(old_rows + new_rows)
+            _each(rotation, nodes, "write_ssconf",
+                  lambda n: {"values": {node_certs.SSCONF_NAME: both}}, "the list of both")
+            say(f"{len(nodes)} nodes accept the old and the new node certificates")
+            _each(rotation, nodes, "renew_crypto", lambda n: {
+                "stage": "install", "ca": _b64(new_ca),
+                "node_certificate": _b64(issued[n.uuid]), "hmac_key": _b64(new_key)},
+                "installing the new secrets")
+            say("every node shows its new certificate and accepts the new key")
+        finally:
+            rotation.close()
+    with store.update() as changed:
+        changed.cluster.node_certs = {uuid: digest for uuid, digest in new_digests.items()
+                                      if uuid in changed.nodes}
+    final = HttpNodeRpc(new_key, secrets.certificate, port=port, epoch=epoch, timeout=60,
+                        connect_timeout=5)
+    try:
+        only_new = node_certs.format_list(new_rows)
+        _each(final, nodes, "write_ssconf",
+              lambda n: {"values": {node_certs.SSCONF_NAME: only_new}}, "the new list")
+        _each(final, nodes, "renew_crypto", lambda n: {"stage": "retire"},
+              "retiring the old secrets")
+    finally:
+        final.close()
+    say("the old CA, node certificates and key are retired; daemons that read the key at start "
+        "restart")
+    return {names[uuid]: digest for uuid, digest in new_digests.items()}
