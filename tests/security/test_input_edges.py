@@ -70,7 +70,7 @@ def test_rapi_refuses_bad_parameters_names_and_deep_bodies(tmp_path: Path) -> No
 
 def test_cli_refuses_bad_parameters_in_one_line(herder) -> None:  # type: ignore[no-untyped-def]
     assert herder("cluster", "init", "cluster.example.com", "--master-node",
-                  "node1.example.com", "--primary-ip", "192.0.2.11").code == 0
+                  "node1.example.com", "--primary-ip", "192.0.2.11", "--force").code == 0
     before = herder.config_path.read_bytes()
     for option, value, named in [("-B", "maxmem=-100", "maxmem"), ("-B", "vcpus=0", "vcpus"),
                                  ("-H", "kvm:migration_port=70000", "migration_port")]:

@@ -184,7 +184,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     names = list(NODES)
     _herder(config, "cluster", "init", "cluster.live.test", "--master-node", names[0],
             "--primary-ip", NODES[names[0]], "--enabled-disk-templates", "diskless,file",
-            "--enabled-hypervisors", "fake", "--default-iallocator", "herder")
+            "--enabled-hypervisors", "fake", "--default-iallocator", "herder",
+            "--force")  # the test's names are in no DNS
     for name in names[1:]:
         _herder(config, "node", "add", name, "--ip", NODES[name])
     with FileStore(config).update() as cfg:  # n4 offline; an instance on n3, one on n4
