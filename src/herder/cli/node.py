@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import click
@@ -18,7 +17,7 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
-from herder.core import model, params, roles, sizes
+from herder.core import model, names, params, roles, sizes
 from herder.core.errors import ConfigError
 from herder.core.store import ConfigStore
 
@@ -34,9 +33,9 @@ def _check_ip(value: str | None, what: str) -> None:
     if value is None:
         return
     try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise ConfigError(f"{what} {value!r} is not an IP address") from None
+        names.ip_address(value, what)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _role(config: model.ConfigData, n: model.Node) -> str:

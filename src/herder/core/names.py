@@ -21,6 +21,7 @@ Every error is a `BadName` (a ConfigError, so a ValueError msgspec reports with 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from dataclasses import dataclass
@@ -35,6 +36,15 @@ _DEVICE_NAME = re.compile(r"[\x21-\x2e\x30-\x7e]{1,255}")  # printable ASCII but
 
 class BadName(ConfigError):
     """A name breaking its rule; the message names the rule."""
+
+
+def ip_address(value: str, what: str) -> str:
+    """`value` if it is an IPv4 or IPv6 address; ValueError naming `what` otherwise."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{what} {value!r} is not an IP address") from None
+    return value
 
 
 def hostname(name: object, what: str = "host name") -> str:

@@ -14,7 +14,6 @@ inherited parameters) its LU checks before it changes anything.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -88,12 +87,8 @@ def _finite(field: str, value: float | None) -> None:
 
 
 def _ip(field: str, value: str | None) -> None:
-    if value is None:
-        return
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise ValueError(f"{field} {value!r} is not an IP address") from None
+    if value is not None:
+        names.ip_address(value, field)
 
 
 def _iallocator(value: str | None) -> None:

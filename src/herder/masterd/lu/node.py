@@ -3,10 +3,9 @@ node-level operations that need node daemons (evacuate, migrate)."""
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any, TypeVar
 
-from herder.core import locking, model, params
+from herder.core import locking, model, names, params
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc, instance_payload
@@ -18,9 +17,9 @@ def _check_ip(value: str | None, what: str) -> None:
     if value is None:
         return
     try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise OpPrereqError(f"{what} {value!r} is not an IP address") from None
+        names.ip_address(value, what)
+    except ValueError as err:
+        raise OpPrereqError(str(err)) from None
 
 
 class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
