@@ -382,29 +382,18 @@ VCLUSTER_PASSWORD = Path("/tmp/vcluster/rapi-password")
 VCLUSTER_CERT = Path("/tmp/vcluster/nodes/node1.vcluster.test/var/lib/ganeti/rapi.pem")
 
 
-def vcluster_client(timeout: float = 60.0) -> RapiClient:
-    """A client for the running vcluster, or a pytest skip when it does not answer."""
-    from tests.ganeti.vcluster import in_use
-
-    if in_use():
-        pytest.skip("the vcluster is in use by an end-to-end test module")
-    try:
-        password = VCLUSTER_PASSWORD.read_text().strip()
-    except OSError:
-        pytest.skip("vcluster is not set up (no /tmp/vcluster/rapi-password)")
-    client = RapiClient(VCLUSTER_URL, "admin", password, verify=False, timeout=timeout)
-    try:
-        client.get_version()
-    except RapiError as exc:
-        pytest.skip(f"vcluster RAPI does not answer: {exc}")
-    return client
-
-
 @pytest.fixture(scope="module")
 def ganeti() -> Iterator[RapiClient]:
-    client = vcluster_client()
-    yield client
-    client.close()
+    """A client of a freshly started vcluster, this module's alone (skips without one)."""
+    from tests.ganeti.vcluster import running_vcluster
+
+    with running_vcluster() as vcl, RapiClient(vcl.url, vcl.user, vcl.password, verify=False,
+                                               timeout=60.0) as client:
+        try:
+            client.get_version()
+        except RapiError as exc:
+            pytest.skip(f"vcluster RAPI does not answer: {exc}")
+        yield client
 
 
 @pytest.fixture(scope="module")

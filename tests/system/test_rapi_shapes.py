@@ -32,8 +32,6 @@ from tests.system.rapi_shapes import (
     shape,
 )
 
-VCLUSTER_URL = "https://127.0.0.11:5080"
-VCLUSTER_PASSWORD = Path("/tmp/vcluster/rapi-password")
 VCLUSTER_NODE = "node3.vcluster.test"
 
 # What herder's answers may lack for now, each with its reason. Bare names are ignored at any
@@ -127,28 +125,17 @@ def test_snapshot_holds_the_whole_sequence() -> None:
 # ---- sources of answers ----
 
 
-def _vcluster() -> RapiClient:
-    from tests.ganeti.vcluster import in_use
-
-    if in_use():
-        pytest.skip("the vcluster is in use by an end-to-end test module")
-    try:
-        password = VCLUSTER_PASSWORD.read_text().strip()
-    except OSError:
-        pytest.skip("vcluster is not set up (no /tmp/vcluster/rapi-password)")
-    client = RapiClient(VCLUSTER_URL, "admin", password, verify=False)
-    try:
-        client.get_version()
-    except RapiError as exc:
-        pytest.skip(f"vcluster RAPI does not answer: {exc}")
-    return client
-
-
 @pytest.fixture(scope="module")
 def ganeti_answers() -> dict[str, Any]:
-    """The sequence run live against the vcluster (skips when it is down)."""
-    client = _vcluster()
-    with client:
+    """The sequence run live against a freshly started vcluster (skips without one)."""
+    from tests.ganeti.vcluster import running_vcluster
+
+    with running_vcluster() as vcl, RapiClient(vcl.url, vcl.user, vcl.password,
+                                               verify=False) as client:
+        try:
+            client.get_version()
+        except RapiError as exc:
+            pytest.skip(f"vcluster RAPI does not answer: {exc}")
         return run_sequence(client, VCLUSTER_NODE)
 
 
