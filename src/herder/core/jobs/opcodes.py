@@ -163,16 +163,20 @@ _MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", re.IGNORECASE)
 NIC_IP_SPECIAL = frozenset({"none", "auto", "pool"})
 
 
+def _refuse_unknown(where: str, spec: dict[str, Any], known: frozenset[str]) -> None:
+    unknown = set(spec) - known
+    if unknown:
+        raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
+                         f" (known: {', '.join(sorted(known))})")
+
+
 def check_disk_specs(disks: list[dict[str, Any]]) -> None:
     """The disks of an instance creation, as Ganeti's _CheckDiskArguments and
     ValidateDeviceNames; ValueError naming the disk."""
     seen: set[str] = set()
     for index, disk in enumerate(disks):
         where = f"disk {index}"
-        unknown = set(disk) - DISK_SPEC_FIELDS
-        if unknown:
-            raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
-                             f" (known: {', '.join(sorted(DISK_SPEC_FIELDS))})")
+        _refuse_unknown(where, disk, DISK_SPEC_FIELDS)
         if "size" not in disk:
             raise ValueError(f"{where}: missing size")
         try:
@@ -207,10 +211,7 @@ def check_nic_specs(nics: list[dict[str, Any]]) -> None:
     seen: set[str] = set()
     for index, nic in enumerate(nics):
         where = f"NIC {index}"
-        unknown = set(nic) - NIC_SPEC_FIELDS
-        if unknown:
-            raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
-                             f" (known: {', '.join(sorted(NIC_SPEC_FIELDS))})")
+        _refuse_unknown(where, nic, NIC_SPEC_FIELDS)
         for key, value in nic.items():
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{where}: {key} must be a string, got {value!r}")
