@@ -10,7 +10,7 @@ from herder.core import locking, model, names, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
-from herder.masterd.lu import handover
+from herder.masterd.lu import disks, handover
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -528,18 +528,13 @@ class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
     running instances whose disks are inactive)."""
 
     def act(self) -> None:
-        payload = instance_payload(self.config, self.inst)
-        for node_uuid in self.inst.all_nodes:
-            node = self.config.nodes[node_uuid]
-            self.env.rpc.call(node, "blockdev_create", {"disks": payload["disks"],
-                                                        "instance": self.inst.name})
+        self.assembled = disks.assemble_disks(self.env, self.config, self.inst)
 
     def execute(self) -> Any:
         self.act()
         with self.env.store.update() as config:
             config.instances[self.inst.uuid].disks_active = True
-        return [[self.config.node_name(n), d.iv_name, d.uuid] for n in self.inst.all_nodes
-                for d in self.inst.disks]
+        return [list(entry) for entry in self.assembled]
 
 
 class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
