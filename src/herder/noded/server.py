@@ -41,8 +41,8 @@ from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.guard import InstanceGuard
-from herder.noded.hypervisor import DomainSpec, Hypervisor
-from herder.noded.kvm.domain import DiskSpec
+from herder.noded.hypervisor import Hypervisor
+from herder.noded.kvm.domain import DiskSpec, InstanceSpec
 from herder.noded.node_role import RoleRpcs
 from herder.noded.trust import NodeTrust
 
@@ -276,18 +276,64 @@ class NodeDaemon(RoleRpcs):
                          uuid=str(disk.get("uuid", "")))
                 for disk, path in zip(inst.get("disks", []), paths, strict=False)]
 
-    def _spec(self, inst: dict[str, Any]) -> DomainSpec:
-        disks = [disk.path for disk in self.instance_disks(inst)]
-        return DomainSpec(name=inst["name"], uuid=inst["uuid"], memory=int(inst["memory"]),
-                          vcpus=int(inst["vcpus"]), disks=disks, nics=inst.get("nics", []),
-                          uid=self._pool_uid(inst))
+    def instance_spec(self, inst: dict[str, Any]) -> InstanceSpec:
+        """The instance's domain spec from the master's payload and this node's facts (its
+        disks as assembled here, the KVM probe, the uid of its processes, password files,
+        interface addresses)."""
+        from herder.noded import instance_spec
+
+        hvparams = inst.get("hvparams") or {}
+        real = self.hv.runs_guests
+        passwords = {}
+        for kind, path in instance_spec.password_files(hvparams).items():
+            try:
+                lines = self.local(path).read_text().splitlines()
+            except OSError as err:
+                raise RpcFailure(f"cannot read {kind}_password_file {path}: "
+                                 f"{err.strerror or err}") from None
+            passwords[kind] = lines[0] if lines else ""
+        addresses = {name: address for name in instance_spec.bind_interfaces(hvparams)
+                     if (address := interface_address(name)) is not None}
+        serial_log = None
+        if real and hvparams.get("serial_console", True):
+            serial_log = instance_spec.serial_log_path(str(inst["name"]))
+            self.local(serial_log).parent.mkdir(parents=True, exist_ok=True)
+        uid = self._pool_uid(inst)
+        user = hvparams.get("security_domain") if hvparams.get("security_model") == "user" \
+            else None
+        run_as = (uid, uid) if uid is not None else user_ids(str(user)) if user else None
+        try:
+            return instance_spec.from_payload(
+                inst, self.instance_disks(inst), kvm_usable=self.hv.kvm_probe().usable,
+                serial_log=serial_log, run_as=run_as, passwords=passwords,
+                interface_addresses=addresses)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RpcFailure(f"instance {inst.get('name')}: malformed payload ({err})") from None
+
+    def define_domain(self, inst: dict[str, Any]) -> None:
+        """Define the instance's domain from its config as it is now (changed parameters
+        apply, a renamed instance gets its new name), after the node's checks: a missing
+        bridge, a missing kernel, an occupied console port are refused before anything is
+        created."""
+        from herder.noded.kvm import domain, preflight
+
+        spec = self.instance_spec(inst)
+        try:
+            if self.hv.runs_guests:
+                preflight.check(spec, preflight.NodeFacts.of_this_node())
+            former = self.hv.define(spec)
+        except (domain.DomainError, preflight.PreflightError) as err:
+            raise RpcFailure(str(err)) from None
+        if former is not None:  # the instance was renamed: its old name's records go
+            self.forget(former)
+            self.guard.forget(former)
 
     def _pool_uid(self, inst: dict[str, Any]) -> int | None:
         """A uid from the cluster's uid pool for the instance's processes (design-2.1), when
         the pool is set and the hypervisor runs processes (not the test driver). The uid is
         reserved by its lock file until the instance is removed."""
         pool = [tuple(r) for r in inst.get("uid_pool") or []]
-        if not pool or self.hv.domain_type == "test":
+        if not pool or not self.hv.runs_guests:
             return None
         from herder.core.uidpool import expand
         from herder.noded import uidpool
@@ -336,14 +382,15 @@ class NodeDaemon(RoleRpcs):
     def rpc_instance_define(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
         self.admit_run(args, inst)
-        self.hv.define(self._spec(inst))
+        if self.hv.state(inst["name"]) not in RUNNING_STATES:
+            self.define_domain(inst)
         self.record(inst["name"], "down", args.get("reason"), args.get("version"))
 
     def rpc_instance_start(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
         self.admit_run(args, inst)
-        if inst["name"] not in self.hv.recorded() or self.hv.state(inst["name"]) is None:
-            self.hv.define(self._spec(inst))
+        if self.hv.state(inst["name"]) not in RUNNING_STATES:
+            self.define_domain(inst)  # from the config, at every start
         self.hv.start(inst["name"])
         ordered.clear(self.settings.run_dir, inst["name"])
         self.record(inst["name"], "up", args.get("reason"), args.get("version"))
@@ -657,6 +704,37 @@ class _nolock:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+RUNNING_STATES = ("running", "blocked", "paused")
+
+
+def interface_address(name: str) -> str | None:
+    """The first IPv4 (else IPv6) address of a network interface of this node."""
+    done = subprocess.run(["ip", "-j", "addr", "show", "dev", name], capture_output=True,
+                          text=True, timeout=10, check=False)
+    if done.returncode != 0:
+        return None
+    try:
+        infos = [a for link in json.loads(done.stdout) for a in link.get("addr_info", [])]
+    except (ValueError, AttributeError, TypeError):
+        return None
+    for family in ("inet", "inet6"):
+        for info in infos:
+            if info.get("family") == family and info.get("local"):
+                return str(info["local"])
+    return None
+
+
+def user_ids(user: str) -> tuple[int, int] | None:
+    """uid and gid of a local user (security_model=user's security_domain)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise RpcFailure(f"security_domain {user!r} is no user on this node") from None
+    return entry.pw_uid, entry.pw_gid
 
 
 def whitelisted(directory: Path, name: str) -> Path:
