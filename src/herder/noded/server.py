@@ -37,12 +37,14 @@ from aiohttp import web
 from herder import __version__
 from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
 from herder.core.errors import HerderError
+from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import Hypervisor
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec
+from herder.noded.migrations import Migrations
 from herder.noded.node_role import RoleRpcs
 from herder.noded.trust import NodeTrust
 
@@ -107,6 +109,7 @@ class NodeDaemon(RoleRpcs):
         self.master_epoch = self._load_epoch()
         self.data_dir = self.local(settings.config_dir)
         self.trust = NodeTrust(self.data_dir)
+        self._migrations: Migrations | None = None
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
@@ -464,6 +467,147 @@ class NodeDaemon(RoleRpcs):
             self.rpc_blockdev_remove({"disks": args.get("disks", [])})
         self.forget(name)
 
+    # --- live migration, Ganeti's RPC order (herder.noded.migrations) --------------------------
+
+    @property
+    def migrations(self) -> Migrations:
+        """This node's outgoing migrations (on the hypervisor it talks to now)."""
+        if self._migrations is None or self._migrations.uri != self.hv.uri:
+            self._migrations = Migrations(self.hv.uri, LibvirtPki(self.data_dir / "libvirt-pki"))
+        return self._migrations
+
+    def rpc_instance_migratable(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Whether the instance runs here and this hypervisor can migrate it live; `method`
+        "libvirt" (live migration) or "restart" (libvirt's test driver, which runs nothing:
+        the master's define-and-start stand-in)."""
+        name = args["name"]
+        self.note_claim(name, args)
+        state = self.hv.state(name)
+        running = state in RUNNING_STATES
+        if not self.hv.runs_guests:
+            return {"running": running, "state": state, "method": "restart",
+                    "reason": "libvirt's test driver cannot migrate a domain (it runs none)"}
+        return {"running": running, "state": state, "method": "libvirt",
+                "reason": "" if running else f"instance {name} is not running on "
+                f"{self.settings.node_name} ({state or 'not defined'})"}
+
+    def rpc_migration_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The source's view of the running domain (Ganeti's migration_info)."""
+        name = args["name"]
+        self.note_claim(name, args)
+        return {"xml": self.hv.xml_of(name), "state": self.hv.state(name),
+                "node": self.settings.node_name}
+
+    def rpc_accept_instance(self, args: dict[str, Any]) -> None:
+        """The target's checks before libvirt brings the guest here (Ganeti's
+        accept_instance): this node may run it during the move (the guard), its disks are
+        here, its bridges and files exist; no domain of it runs here already."""
+        from herder.noded.kvm import domain, preflight
+
+        inst = args["instance"]
+        if self.move_of(args) is None:
+            raise RpcFailure(f"accept_instance of {inst['name']} names no move")
+        self.admit_run(args, inst)
+        if self.hv.state(inst["name"]) in RUNNING_STATES:
+            raise RpcFailure(f"instance {inst['name']} already runs on "
+                             f"{self.settings.node_name}")
+        spec = self.instance_spec(inst)
+        try:
+            domain.domain_xml(spec)
+            preflight.check(spec, preflight.NodeFacts.of_this_node())
+        except (domain.DomainError, preflight.PreflightError) as err:
+            raise RpcFailure(str(err)) from None
+
+    def rpc_migrate_instance(self, args: dict[str, Any]) -> None:
+        """Start libvirt's migration of the running domain to the target node (returns at
+        once; instance_get_migration_status follows it)."""
+        from herder.noded.kvm import migration
+
+        inst = args["instance"]
+        name = inst["name"]
+        move = self.move_of(args)
+        if move is None or move.target != args["target"]:
+            raise RpcFailure(f"migrate_instance of {name} names no move to {args['target']}")
+        self.note_claim(name, args)
+        settings = migration.MigrationSettings.from_hvparams(inst.get("hvparams") or {},
+                                                             live=bool(args.get("live", True)))
+        with contextlib.suppress(OSError):
+            ordered.mark(self.settings.run_dir, name, "migrate", 3600)
+        try:
+            self.migrations.start(name, str(args["target"]), settings)
+        except HerderError as err:
+            with contextlib.suppress(OSError):
+                ordered.clear(self.settings.run_dir, name)
+            raise RpcFailure(str(err)) from None
+
+    def rpc_instance_get_migration_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.migrations.status(args["name"]))
+
+    def rpc_finalize_migration_src(self, args: dict[str, Any]) -> dict[str, Any]:
+        """After the migration: on success the domain left this node (its records go, the
+        guard notes the move); on failure it is made to run here again (a migration still
+        going is aborted, a guest paused by it resumed)."""
+        import libvirt
+
+        name = args["name"]
+        success = bool(args["success"])
+        if not success:
+            self.migrations.abort(name)
+        self.migrations.finish(name)
+        state = self.hv.state(name)
+        if success:
+            if state in RUNNING_STATES:
+                raise RpcFailure(f"instance {name} still runs on {self.settings.node_name} "
+                                 "after its migration")
+            move = self.move_of(args)
+            if move is not None:
+                self.guard.moved_away(name, self.claim_of(args), move)
+            if state is not None:
+                self.hv.undefine(name)
+            self.hv.forget_definition(name)
+            self.forget(name)
+            with contextlib.suppress(OSError):
+                ordered.mark(self.settings.run_dir, name, "migrate", ordered.GRACE)
+            return {"state": None}
+
+        def resume(conn: Any) -> None:
+            dom = conn.lookupByName(name)
+            current, reason = dom.state()
+            if current == libvirt.VIR_DOMAIN_PAUSED and reason in (
+                    libvirt.VIR_DOMAIN_PAUSED_MIGRATION, libvirt.VIR_DOMAIN_PAUSED_USER,
+                    libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED):
+                dom.resume()
+
+        if state is not None:
+            self.hv.call(resume)
+        with contextlib.suppress(OSError):
+            ordered.clear(self.settings.run_dir, name)
+        return {"state": self.hv.state(name)}
+
+    def rpc_finalize_migration_dst(self, args: dict[str, Any]) -> dict[str, Any]:
+        """After the migration: on success the domain that arrived is recorded as this node's;
+        on failure an incoming copy that never ran is removed (a running one is not: it is the
+        instance, and the master's cleanup decides)."""
+        inst = args["instance"]
+        name = inst["name"]
+        state = self.hv.state(name)
+        if args["success"]:
+            if state not in RUNNING_STATES:
+                raise RpcFailure(f"instance {name} does not run on {self.settings.node_name} "
+                                 f"after its migration ({state or 'absent'})")
+            self.hv.record_current(name)
+            ordered.clear(self.settings.run_dir, name)
+            self.record(name, "up", args.get("reason"), args.get("version"))
+            return {"state": state}
+        if state == "running":
+            raise RpcFailure(f"instance {name} runs on {self.settings.node_name}; not "
+                             "removing it (clean up the migration to settle where it runs)")
+        if state is not None:
+            with ordered.expect(self.settings.run_dir, name, "migrate", 60):
+                self.hv.undefine(name)
+        self.forget(name)
+        return {"state": None}
+
     def rpc_instance_os_add(self, args: dict[str, Any]) -> dict[str, Any]:
         """Install the instance's OS: the OS definition's `create` script (OS API 10/15/20),
         with the documented environment; an unknown variant is refused unless forced."""
@@ -695,7 +839,9 @@ class NodeDaemon(RoleRpcs):
 RENEW_RESTART = ("confd", "mond", "instmon")
 RENEW_RESTART_MASTER = ("masterd", "maintd")
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
-           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray"}
+           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray",
+           "accept_instance", "migrate_instance", "finalize_migration_src",
+           "finalize_migration_dst"}
 
 
 class _nolock:
