@@ -63,7 +63,8 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 while read -r module; do insmod "/lib/modules/$module" 2>/dev/null; done < /etc/modules.order
 # A clean shutdown (libvirt's virDomainShutdown = ACPI power button) powers the guest off.
-mkdir -p /etc/acpi/PWRF
+# (acpid needs its log and pid file's directories, or it exits at once)
+mkdir -p /etc/acpi/PWRF /var/log /var/run
 printf '#!/bin/sh\nsync\npoweroff -f\n' > /etc/acpi/PWRF/00000080
 chmod +x /etc/acpi/PWRF/00000080
 acpid -c /etc/acpi 2>/dev/null
