@@ -25,7 +25,7 @@ import pytest
 
 from tests.simhelpers import herder, running_sim, wait_for, where, worker_offset
 
-NAME = "g1"
+NAME = "g1"  # renamed to g2 by the rename test
 BOOT = 180.0  # a TCG guest boots in ~10 s idle; the machine is a loaded 2-core one
 NODE1, NODE2 = "node1.sim.herder.test", "node2.sim.herder.test"
 SHARED = "/srv/herder/shared-file-storage"
@@ -64,8 +64,8 @@ def beat(state: Any, node: str, after: float = -1.0, boot_id: str | None = None,
     return wait_for(newest, timeout, f"a heartbeat of {NAME} on {node}", interval=1.0)
 
 
-def domain_xml(state: Any, node: str, name: str = NAME) -> ET.Element:
-    done = state.host(node).run(["virsh", "-c", "qemu:///system", "dumpxml", name], timeout=60)
+def domain_xml(state: Any, node: str) -> ET.Element:
+    done = state.host(node).run(["virsh", "-c", "qemu:///system", "dumpxml", NAME], timeout=60)
     assert done.returncode == 0, done.stderr
     return ET.fromstring(done.stdout)
 
@@ -74,6 +74,15 @@ def defined(state: Any, node: str) -> list[str]:
     done = state.host(node).run(["virsh", "-q", "-c", "qemu:///system", "list", "--all",
                                  "--name"], timeout=60)
     return sorted(line for line in done.stdout.split() if line)
+
+
+def rapi_job(state: Any, submit: Any, timeout: float = 300) -> None:
+    """Run a RAPI job (`submit(api)` returns its id) to success."""
+    with state.rapi() as api:
+        job = submit(api)
+        status = wait_for(lambda: (found := api.get_job_status(job))["status"] in (
+            "success", "error", "canceled") and found, timeout, f"job {job}")
+    assert status["status"] == "success", status["opresult"]
 
 
 def shared_disk(state: Any, node: str) -> bool:
@@ -132,8 +141,9 @@ def _beats(sim: Any, node: str) -> list[Any]:
 def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> None:
     global NAME
     herder(sim, "instance", "shutdown", NAME, timeout=300)
-    herder(sim, "instance", "modify", NAME, "-B", "maxmem=160,minmem=160", timeout=120)
-    herder(sim, "instance", "rename", "--no-name-check", NAME, "g2", timeout=120)
+    rapi_job(sim, lambda api: api.modify_instance(NAME, beparams={"maxmem": 160,
+                                                                  "minmem": 160}))
+    rapi_job(sim, lambda api: api.rename_instance(NAME, "g2"))
     NAME = "g2"
     herder(sim, "instance", "start", NAME, timeout=300)
     beat(sim, NODE1)
@@ -144,7 +154,7 @@ def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> Non
 
 def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -> None:
     # slow enough to be caught half way: 1 MiB/s for the guest's 160 MiB
-    herder(sim, "instance", "modify", NAME, "-H", "migration_bandwidth=1", timeout=120)
+    rapi_job(sim, lambda api: api.modify_instance(NAME, hvparams={"migration_bandwidth": 1}))
     before = beat(sim, NODE1)
     import subprocess
     import sys
@@ -168,7 +178,8 @@ def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -
     # the target's libvirtd comes back (its supervisor) and drops the unfinished copy
     wait_for(lambda: where(sim, NAME) == [NODE1] and defined(sim, NODE2) == [], 120,
              "exactly one domain, on node1")
-    herder(sim, "instance", "modify", NAME, "-H", "migration_bandwidth=default", timeout=120)
+    rapi_job(sim, lambda api: api.modify_instance(NAME, hvparams={
+        "migration_bandwidth": "default"}))
 
 
 def test_maintd_evacuates_a_broken_node_without_rebooting_its_guest(sim: Any) -> None:
