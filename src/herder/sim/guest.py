@@ -18,7 +18,6 @@ migration (the memory travels).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gzip
 import hashlib
@@ -252,10 +251,8 @@ def ensure_guest(cache_dir: Path = CACHE_DIR, boot_dir: Path = BOOT_DIR,
             os.rename(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        for old in cache_dir.iterdir():  # builds of older inputs
-            if old.name != key and not old.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    shutil.rmtree(old)
+        # Builds of other inputs stay: a running cluster's kernel_path may name one (another
+        # checkout of herder builds another init script), and each is a few MiB.
     return image
 
 
