@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from herder.core import model, node_certs, rpcauth, untrusted
+from herder.core import diskobjects, model, node_certs, rpcauth, untrusted
 from herder.core.errors import RpcError
 
 DEFAULT_NODED_PORT = 1811
@@ -133,14 +133,16 @@ class HttpNodeRpc:
         self._http.close()
 
 
-def instance_payload(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
-    """What a node needs to define and run an instance."""
+def instance_payload(config: model.ConfigData, inst: model.Instance,
+                     node: model.Node | None = None) -> dict[str, Any]:
+    """What a node needs to define and run an instance; its disks are Ganeti's disk objects
+    for `node` (default: the primary; `core.diskobjects`)."""
     be = config.filled_beparams(inst)
     group = config.instance_group(inst)
     return {
         "name": inst.name, "uuid": inst.uuid, "memory": be["maxmem"], "vcpus": be["vcpus"],
         "hypervisor": inst.hypervisor, "os": inst.os,
-        "disks": [{"uuid": d.uuid, "size": d.size, "template": d.dev_type} for d in inst.disks],
+        "disks": diskobjects.disk_objects(config, inst, node.uuid if node else None),
         "nics": [{"mac": n.mac, "ip": n.ip, **config.filled_nicparams(n, group)}
                  for n in inst.nics],
         "hvparams": config.filled_hvparams(inst), "beparams": config.filled_beparams(inst),

@@ -893,6 +893,8 @@ def make_app(ctx: RapiContext) -> web.Application:
         opcodes.OpInstanceFailover, "instances_name_failover"))
     r.add_put("/2/instances/{name}/activate-disks", _instance_op(
         opcodes.OpInstanceActivateDisks, "instances_name_activate_disks", ("ignore_size",)))
+    r.add_put("/2/instances/{name}/deactivate-disks", _instance_op(
+        opcodes.OpInstanceDeactivateDisks, "instances_name_deactivate_disks", ("force",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
         opcodes.OpInstanceReplaceDisks, "instances_name_replace_disks"))

@@ -40,9 +40,9 @@ from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import join, nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
-from herder.noded.kvm.domain import DiskSpec
 from herder.noded.node_role import RoleRpcs
 from herder.noded.trust import NodeTrust
 
@@ -83,15 +83,14 @@ class NodeSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class NodeDaemon(RoleRpcs):
+class NodeDaemon(RoleRpcs, DiskRpcs):
     """The node's state and the implementation of every RPC (blocking; run in threads)."""
 
     def __init__(self, settings: NodeSettings) -> None:
         self.settings = settings
-        self.disks_dir = settings.state_dir / "disks"
         self.instances_dir = settings.state_dir / "instances"
         self.reason_dir = settings.run_dir / "instance-reason"
-        for directory in (self.disks_dir, self.instances_dir, self.reason_dir):
+        for directory in (self.instances_dir, self.reason_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self.hv = Hypervisor(nodeparams.libvirt_uri(settings.node_name,
                                                     self.local(settings.config_dir),
@@ -107,6 +106,7 @@ class NodeDaemon(RoleRpcs):
         self.master_epoch = self._load_epoch()
         self.data_dir = self.local(settings.config_dir)
         self.trust = NodeTrust(self.data_dir)
+        self.bdev = bdev_host(self.local)
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
@@ -133,10 +133,6 @@ class NodeDaemon(RoleRpcs):
 
     # --- helpers --------------------------------------------------------------------------------
 
-    def disk_path(self, disk_uuid: str) -> Path:
-        if disk_uuid.startswith("."):
-            raise RpcFailure(f"invalid disk id {disk_uuid!r}")
-        return paths.child(self.disks_dir, disk_uuid, suffix=".img", what="disk id")
 
     def record(self, name: str, expected: str, reason: list[Any] | None,
                version: int | None) -> None:
@@ -212,69 +208,16 @@ class NodeDaemon(RoleRpcs):
                 "reachable": reachable, "detail": detail, "epoch": self.master_epoch}
 
     def rpc_node_info(self, args: dict[str, Any]) -> dict[str, Any]:
-        """The node's live figures (`herder.core.livefigures.NodeInfo`, noded/figures.py);
-        with `instances: true` also every live instance's run state."""
+        """The node's live figures (`herder.core.livefigures.NodeInfo`, noded/figures.py):
+        the figures of the `storage_units` asked for ([type, name] pairs, Ganeti's), and with
+        `instances: true` every live instance's run state."""
         from herder.noded import figures
 
-        info = figures.node_info(self.hv, self.disks_dir, self.instances_dir,
+        wanted = [(str(kind), str(name)) for kind, name in args.get("storage_units") or []]
+        info = figures.node_info(self.hv, self.instances_dir,
+                                 storage=figures.storage_units(self.bdev, wanted),
                                  with_instances=bool(args.get("instances")))
         return msgspec.to_builtins(info)
-
-    def rpc_blockdev_create(self, args: dict[str, Any]) -> list[str]:
-        """Create (or find) the disks; calls that create or use storage name the instance, so
-        the node knows which instance each disk belongs to (design-monitoring-agent)."""
-        paths = []
-        owner = args.get("instance")
-        changed = False
-        with self._map_lock:
-            disk_map = self.disk_map()
-            for disk in args.get("disks", []):
-                path = self.disk_path(str(disk["uuid"]))
-                if not path.exists():
-                    with open(path, "wb") as fh:  # sparse: the size is reserved, not written
-                        fh.truncate(int(disk["size"]) * 2**20)
-                if owner and disk_map.get(str(disk["uuid"]), {}).get("instance") != owner:
-                    disk_map[str(disk["uuid"])] = {"instance": owner, "size": disk.get("size"),
-                                                   "path": str(path)}
-                    changed = True
-                paths.append(str(path))
-            if changed:
-                self._save_map(disk_map)
-        return paths
-
-    def rpc_blockdev_remove(self, args: dict[str, Any]) -> None:
-        with self._map_lock:
-            disk_map = self.disk_map()
-            for disk_uuid in args.get("disks", []):
-                with contextlib.suppress(FileNotFoundError):
-                    self.disk_path(str(disk_uuid)).unlink()
-                disk_map.pop(str(disk_uuid), None)
-            self._save_map(disk_map)
-
-    def disk_map(self) -> dict[str, dict[str, Any]]:
-        """disk UUID -> {instance, size, path}: which instance each local disk belongs to."""
-        try:
-            return json.loads((self.settings.state_dir / "disk-map.json").read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _save_map(self, disk_map: dict[str, dict[str, Any]]) -> None:
-        atomic_write(self.settings.state_dir / "disk-map.json",
-                     json.dumps(disk_map, sort_keys=True).encode(), 0o644)
-
-    def rpc_disk_map(self, args: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return self.disk_map()
-
-    def instance_disks(self, inst: dict[str, Any]) -> list[DiskSpec]:
-        """The instance's disks on this node as its domain uses them (Ganeti's
-        _GatherAndLinkBlockDevs): the seam between the block-device layer and the domain.
-        First version: the sparse image files of `rpc_blockdev_create` (issue "Real disks"
-        finds the devices `blockdev_assemble` made instead)."""
-        paths = self.rpc_blockdev_create({"disks": inst.get("disks", []),
-                                          "instance": inst["name"]})
-        return [DiskSpec(path=path, dev_type=str(disk.get("template") or "file"),
-                         uuid=str(disk.get("uuid", "")))
-                for disk, path in zip(inst.get("disks", []), paths, strict=False)]
 
     def _spec(self, inst: dict[str, Any]) -> DomainSpec:
         disks = [disk.path for disk in self.instance_disks(inst)]
@@ -368,7 +311,7 @@ class NodeDaemon(RoleRpcs):
         name = args["name"]
         with ordered.expect(self.settings.run_dir, name, "remove", 60):
             self.hv.undefine(name)
-        self.rpc_blockdev_remove({"disks": args.get("disks", [])})
+        self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
         self.guard.forget(name)
 
@@ -398,7 +341,7 @@ class NodeDaemon(RoleRpcs):
         if self.move_of(args) is None:
             raise RpcFailure(f"migrate_accept of {inst['name']} names no move")
         self.admit_run(args, inst)
-        self.rpc_blockdev_create({"disks": inst.get("disks", []), "instance": inst["name"]})
+        self.instance_disks(inst)  # the disks attached here before the domain comes
         self.hv.define_xml(inst["name"], args["xml"])
         if args.get("start", True):
             self.hv.start(inst["name"])
@@ -414,7 +357,7 @@ class NodeDaemon(RoleRpcs):
         with ordered.expect(self.settings.run_dir, name, "migrate", 60):
             self.hv.undefine(name)
         if args.get("remove_disks"):
-            self.rpc_blockdev_remove({"disks": args.get("disks", [])})
+            self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
 
     def rpc_instance_os_add(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -648,7 +591,9 @@ class NodeDaemon(RoleRpcs):
 RENEW_RESTART = ("confd", "mond", "instmon")
 RENEW_RESTART_MASTER = ("masterd", "maintd")
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
-           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray"}
+           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray",
+           "blockdev_rename", "blockdev_grow", "file_storage_dir_create",
+           "file_storage_dir_remove", "file_storage_dir_rename"}
 
 
 class _nolock:

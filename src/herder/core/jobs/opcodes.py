@@ -634,6 +634,11 @@ class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", 
     wait_for_sync: bool = False
 
 
+class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
+                                kw_only=True):
+    force: bool = False
+
+
 class OpInstanceReinstall(InstanceOpCode, tag="OP_INSTANCE_REINSTALL", kw_only=True):
     os_type: str | None = None
     force_variant: bool = False

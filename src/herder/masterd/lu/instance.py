@@ -460,18 +460,21 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
         self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
-        disks = [d.uuid for d in self.inst.disks]
+        """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they
+        live on (RemoveDisks), then the config entry."""
         for node_uuid in self.inst.all_nodes:
             node = self.config.nodes.get(node_uuid)
             if node is None:
                 continue
             try:
-                self.env.rpc.call(node, "instance_remove", {"name": self.inst.name,
-                                                            "disks": disks})
+                self.env.rpc.call(node, "instance_remove", {"name": self.inst.name})
             except HerderError:
                 if not self.op.ignore_failures:
                     raise
                 self.feedback(f"could not clean up on {node.name}; ignored")
+        if not disks.remove_disks(self.env, self.config, self.inst, feedback=self.feedback) \
+                and not self.op.ignore_failures:
+            raise OpExecError(f"could not remove the block devices of {self.inst.name}")
 
     def execute(self) -> Any:
         self.act()
@@ -524,17 +527,48 @@ class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):
 
 
 class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
-    """Make an instance's disks available on its nodes (herder's watcher-style repair of
-    running instances whose disks are inactive)."""
+    """Make an instance's disks available on its nodes (Ganeti's LUInstanceActivateDisks,
+    also maintd's watcher-style repair of running instances whose disks are inactive):
+    returns (node, iv_name, device path) per disk, as `gnt-instance activate-disks` prints."""
 
     def act(self) -> None:
-        self.assembled = disks.assemble_disks(self.env, self.config, self.inst)
+        self.assembled = disks.assemble_disks(self.env, self.config, self.inst,
+                                              feedback=self.feedback)
+
+    def execute(self) -> Any:
+        with self.env.store.update() as config:  # Ganeti marks them active first
+            config.instances[self.inst.uuid].disks_active = True
+        self.act()
+        return [list(entry) for entry in self.assembled]
+
+
+class InstanceDeactivateDisks(_NodeAction[opcodes.OpInstanceDeactivateDisks]):
+    """Shut an instance's disks down on its nodes (Ganeti's LUInstanceDeactivateDisks): only
+    when it does not run (`force`: also when its primary cannot be asked, and errors of the
+    primary are not fatal)."""
+
+    def check(self, config: model.ConfigData) -> None:
+        super().check(config)
+        if self.inst.admin_state == "up" and not self.op.force:
+            raise OpPrereqError(f"instance {self.inst.name} is running; shut it down before "
+                                "deactivating its disks", "wrong_state")
+
+    def act(self) -> None:
+        if not self.op.force:
+            listed = self.env.rpc.call(self.node, "instance_list", {}, timeout=30)
+            if isinstance(listed, dict) and listed.get(self.inst.name) in \
+                    handover.RUNNING_STATES:
+                raise OpExecError(f"instance {self.inst.name} runs on {self.node.name}; "
+                                  "cannot deactivate its disks")
+        if not disks.shutdown_disks(self.env, self.config, self.inst,
+                                    ignore_primary=self.op.force, feedback=self.feedback):
+            raise OpExecError(f"could not shut down every disk of {self.inst.name}")
 
     def execute(self) -> Any:
         self.act()
         with self.env.store.update() as config:
-            config.instances[self.inst.uuid].disks_active = True
-        return [list(entry) for entry in self.assembled]
+            config.instances[self.inst.uuid].disks_active = False
+        return None
 
 
 class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
@@ -586,7 +620,6 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
         op = self.op
-        payload = instance_payload(self.config, self.inst)
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
             new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)
             change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback)
@@ -594,8 +627,6 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
         targets = [self.inst.primary_node] if op.mode in ("replace_on_primary", "replace_auto") \
             else self.inst.secondary_nodes
         for node_uuid in targets:
-            self.env.rpc.call(self.config.nodes[node_uuid], "blockdev_create",
-                              {"disks": payload["disks"], "instance": self.inst.name})
-            self.feedback(f"{self.inst.name}: disks checked/recreated on "
-                          f"{self.config.node_name(node_uuid)}")
+            disks.replace_disks_only(self.env, self.config, self.inst,
+                                     self.config.nodes[node_uuid], feedback=self.feedback)
 
