@@ -201,6 +201,25 @@ _register("remove", "Remove an instance: its domain and disks on every node "
           [click.option("--ignore-failures", is_flag=True, default=None)])
 
 
+@instance.command("move")
+@click.argument("name", metavar="INSTANCE")
+@click.option("-n", "--node", "target_node", required=True, help="The node to move it to.")
+@click.option("--shutdown-timeout", type=int, default=None,
+              help="Seconds to wait for the instance to shut down.")
+@click.option("--ignore-consistency", is_flag=True, default=None,
+              help="Proceed even when it cannot be shut down on its node.")
+@click.pass_context
+def move(ctx: click.Context, name: str, target_node: str, shutdown_timeout: int | None,
+         ignore_consistency: bool | None) -> None:
+    """Move an instance with plain or file disks to another node, copying its disks over the
+    network (OP_INSTANCE_MOVE, as gnt-instance move)."""
+    fields = {k: v for k, v in (("shutdown_timeout", shutdown_timeout),
+                                ("ignore_consistency", ignore_consistency)) if v is not None}
+    remote.run(ctx, [{"OP_ID": "OP_INSTANCE_MOVE", "instance_name": name,
+                      "target_node": target_node, **fields}])
+    click.echo(f"Moved {name} to {target_node}")
+
+
 @instance.command("activate-disks")
 @click.argument("name", metavar="INSTANCE")
 @click.option("--ignore-size", is_flag=True, default=None,

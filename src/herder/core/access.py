@@ -36,7 +36,10 @@ MOND_REPAIR = Rule("mond-repair", True, "the body signed with the repair key, it
 NOTIFICATION = Rule("notification", True, "HTTPS, and the notification token (X-Auth-Token)")
 JOIN_TOKEN = Rule("join-token", True, "only on a node that has not joined: TLS pinned by the "
                   "master, and an HMAC with the join token's secret over a fresh challenge")
-RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION, JOIN_TOKEN)
+NODE_IMPORT = Rule("node-import", True, "TLS client certificate of a node of the cluster, and "
+                   "the one-time token of an import the master prepared (node RPC)")
+RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION, JOIN_TOKEN,
+         NODE_IMPORT)
 
 Handler = Callable[..., Any]
 

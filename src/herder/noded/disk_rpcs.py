@@ -19,6 +19,7 @@ from typing import Any
 
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
+from herder.noded import disk_transfer
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import operations
 from herder.noded.bdev.base import BlockDevError, Host
@@ -54,6 +55,8 @@ class DiskRpcs:
 
     settings: Any
     bdev: Host
+    imports: disk_transfer.Imports
+    trust: Any  # noded.trust.NodeTrust: this node's certificate and the cluster CA
     _map_lock: threading.Lock
 
     # --- the owner record -----------------------------------------------------------------------
@@ -260,6 +263,40 @@ class DiskRpcs:
                                             str(args["new_file_storage_dir"]))
         except BlockDevError as err:
             raise DiskFailure(str(err)) from None
+
+    # --- copying a disk to another node (noded/disk_transfer.py) -------------------------------
+
+    def _device_path(self, data: Any, owner: Any) -> tuple[Disk, str]:
+        disk = _disk(data)
+        assembled = self.rpc_blockdev_assemble({"disk": data, "instance": owner,
+                                                "as_primary": True})
+        path = assembled[0] if isinstance(assembled, list) else None
+        if not path:
+            raise DiskFailure(f"{disk.iv_name or disk.dev_type} has no device on this node")
+        return disk, str(path)
+
+    def rpc_blockdev_import_prepare(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Expect a disk's bytes from another node: its device assembled here, a one-time
+        token for `POST /import/<token>`."""
+        disk, path = self._device_path(args["disk"], args.get("instance"))
+        return {"token": self.imports.add(path, disk.size * 2**20)}
+
+    def rpc_blockdev_export(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Send a disk's bytes to another node's prepared import (`target`: address, port;
+        `token`); the bytes and checksum the target confirmed."""
+        disk, path = self._device_path(args["disk"], args.get("instance"))
+        target = args["target"]
+        address = str(target["address"])
+        host = f"[{address}]" if ":" in address else address
+        ca, own = self.trust.secrets.certificate, self.trust.node_certificate
+        context = disk_transfer.client_context(ca, own) if own.exists() else None
+        scheme = "https" if context is not None else "http"
+        url = f"{scheme}://{host}:{int(target['port'])}/import/{args['token']}"
+        try:
+            return disk_transfer.send(path, disk.size * 2**20, url, context)
+        except disk_transfer.TransferError as err:
+            raise DiskFailure(f"copying {disk.iv_name or disk.dev_type} to {address}: "
+                              f"{err}") from None
 
     # --- the seam to the domain -----------------------------------------------------------------
 

@@ -161,6 +161,25 @@ class BlockdevAssemble(OneDisk, kw_only=True):
             _instance_name(self.instance, "instance")
 
 
+class ExportTarget(msgspec.Struct, kw_only=True):
+    address: str
+    port: int
+    name: str | None = None
+
+
+class BlockdevExport(BlockdevAssemble, kw_only=True):
+    target: ExportTarget
+    token: str
+
+    def check(self) -> None:
+        super().check()
+        ipaddress.ip_address(self.target.address)
+        if not 0 < self.target.port < 65536:
+            raise ValueError(f"port {self.target.port} out of range")
+        if not self.token or not all(ch.isalnum() or ch in "-_" for ch in self.token):
+            raise ValueError("invalid import token")
+
+
 class BlockdevGrow(OneDisk, kw_only=True):
     amount: int
     dryrun: bool = False
@@ -408,6 +427,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "drbd_disconnect_net": Disks, "drbd_attach_net": Disks, "drbd_wait_sync": Disks,
     "file_storage_dir_create": StorageDir, "file_storage_dir_remove": StorageDir,
     "file_storage_dir_rename": StorageDirRename,
+    "blockdev_import_prepare": BlockdevAssemble, "blockdev_export": BlockdevExport,
     "blockdev_addchildren": DiskChildren, "blockdev_removechildren": DiskChildren,
     "instance_define": WithInstance, "instance_start": WithInstance,
     "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,

@@ -39,7 +39,7 @@ from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, 
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
-from herder.noded import join, nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded import disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
@@ -107,6 +107,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.data_dir = self.local(settings.config_dir)
         self.trust = NodeTrust(self.data_dir)
         self.bdev = bdev_host(self.local)
+        self.imports = disk_transfer.Imports()
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
@@ -708,9 +709,43 @@ def make_app(daemon: NodeDaemon) -> web.Application:
             await asyncio.to_thread(daemon.follow_node_params)
         return web.Response(body=_encode({"result": result}), content_type="application/json")
 
+    async def import_stream(request: web.Request) -> web.Response:
+        """A disk's bytes from another node of the cluster (`noded.disk_transfer`): its node
+        certificate and the token of a prepared import."""
+        tls = request.transport.get_extra_info("ssl_object") \
+            if request.transport is not None else None
+        if tls is not None:
+            refusal, _ = daemon.trust.node_refusal(tls.getpeercert(binary_form=True))
+            if refusal is not None:
+                return web.Response(status=403, body=_encode({"error": f"refused: {refusal}"}),
+                                    content_type="application/json")
+        pending = daemon.imports.take(request.match_info["token"])
+        if pending is None:
+            return web.Response(status=403, body=_encode({"error": "no such import"}),
+                                content_type="application/json")
+        try:
+            writer = await asyncio.to_thread(disk_transfer.ImportWriter, pending)
+        except OSError as err:
+            return web.Response(status=500, body=_encode({
+                "error": f"cannot open {pending.path}: {err.strerror}"}),
+                content_type="application/json")
+        try:
+            while chunk := await request.content.read(disk_transfer.CHUNK):
+                await asyncio.to_thread(writer.write, chunk)
+            result = await asyncio.to_thread(writer.close)
+        except (HerderError, OSError) as err:
+            writer.abort()
+            log.warning("import into %s failed: %s", pending.path, err)
+            return web.Response(status=500, body=_encode({"error": str(err)}),
+                                content_type="application/json")
+        log.info("imported %s bytes into %s", result["bytes"], pending.path)
+        return web.Response(body=_encode({"result": result}), content_type="application/json")
+
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app.router.add_post("/rpc/{method}", rpc)
     ROUTES.declare(rpc, access.NODE_RPC)
+    app.router.add_post("/import/{token}", import_stream)
+    ROUTES.declare(import_stream, access.NODE_IMPORT)
     app.router.add_post("/join/{step}", join_step)
     ROUTES.declare(join_step, access.JOIN_TOKEN)
     return app

@@ -634,6 +634,15 @@ class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", 
     wait_for_sync: bool = False
 
 
+class OpInstanceMove(InstanceOpCode, tag="OP_INSTANCE_MOVE", kw_only=True):
+    target_node: str
+    target_node_uuid: str | None = None
+    shutdown_timeout: int = 120
+    ignore_consistency: bool = False
+    ignore_ipolicy: bool = False
+    compress: str = "none"
+
+
 class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
                                 kw_only=True):
     force: bool = False

@@ -81,12 +81,14 @@ def create_tree(env: Any, node: model.Node, inst: model.Instance, obj: dict[str,
 
 
 def create_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
-                 disks: list[model.Disk] | None = None,
+                 disks: list[model.Disk] | None = None, target: model.Node | None = None,
                  feedback: Feedback = _quiet) -> list[tuple[model.Node, dict[str, Any]]]:
     """Make the instance's disks on its nodes (Ganeti's CreateDisks): the file-storage
-    directory on the primary, then per disk the primary first, then its other nodes. On a
-    failure what this call made is removed again and OpExecError raised. Returns what was
-    made, for `undo_create_disks`."""
+    directory on the primary, then per disk the primary first, then its other nodes; with
+    `target` (a move) on that node alone, as its primary. On a failure what this call made is
+    removed again and OpExecError raised. Returns what was made, for `undo_create_disks`."""
+    if target is not None:  # a view, never stored
+        inst = msgspec.structs.replace(inst, primary_node=target.uuid)
     disks = inst.disks if disks is None else disks
     primary = _node(config, inst.primary_node)
     created: list[tuple[model.Node, dict[str, Any]]] = []
