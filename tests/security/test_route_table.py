@@ -104,7 +104,7 @@ def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
         hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
-                 frozenset({access.NODE_RPC, access.JOIN_TOKEN})), daemon
+                 frozenset({access.NODE_RPC, access.JOIN_TOKEN, access.NODE_IMPORT})), daemon
     daemon.hv.close()
 
 

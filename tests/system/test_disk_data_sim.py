@@ -1,7 +1,7 @@
 """No data lost by any move (issue "Real disks"), end to end on a simulated cluster: a known
 pattern is written to an instance's disk on its node (at the device `activate-disks` names),
-the instance fails over / migrates / is moved / its node is evacuated, and the same pattern
-is read back on its new node, for every template that holds data here: sharedfile (the shared
+the instance fails over / migrates / is moved / its node is evacuated / its disk grows, and the
+same pattern is read back on its new node, for every template that holds data here: sharedfile (the shared
 directory), ext (the sharedimg provider: each node its own loop device on the shared image),
 file (copied by `instance move`), blockdev (a loop device adopted under /dev/disk/by-id on
 every node, as a SAN's LUN)."""
@@ -82,6 +82,16 @@ def test_sharedfile_keeps_its_data_over_failover_and_migration(sim) -> None:
     add(sim, "sf1", "sharedfile", "64M")
     write_then_check(sim, "sf1", ["instance", "failover", "sf1"])
     write_then_check(sim, "sf1", ["instance", "migrate", "sf1"])
+    node, path = device(sim, "sf1")
+    written = on_node(sim, node, READ, path)
+    grown = herder(sim, "instance", "grow-disk", "sf1", "0", "32M")
+    assert grown.stdout.strip() == "Grew disk/0 of sf1 to 96 MiB"
+    assert sim.host(node).path(path).stat().st_size == 96 << 20
+    assert config(sim).find_instance("sf1").disks[0].size == 96
+    assert on_node(sim, node, READ, path) == written
+    smaller = herder(sim, "instance", "grow-disk", "sf1", "0", "64M", "--absolute",
+                     check=False)
+    assert smaller.returncode == 1 and "smaller than the current disk size" in smaller.stderr
 
 
 def test_ext_keeps_its_data_and_each_node_has_its_own_device(sim) -> None:

@@ -220,6 +220,24 @@ def move(ctx: click.Context, name: str, target_node: str, shutdown_timeout: int 
     click.echo(f"Moved {name} to {target_node}")
 
 
+@instance.command("grow-disk")
+@click.argument("name", metavar="INSTANCE")
+@click.argument("disk", type=int)
+@click.argument("amount")
+@click.option("--absolute", is_flag=True, help="AMOUNT is the new size, not the growth.")
+@click.option("--no-wait-for-sync", is_flag=True, help="Do not wait for the mirror's resync.")
+@click.pass_context
+def grow_disk(ctx: click.Context, name: str, disk: int, amount: str, absolute: bool,
+              no_wait_for_sync: bool) -> None:
+    """Grow disk DISK of an instance by AMOUNT (e.g. 1G), or to AMOUNT with --absolute,
+    through every layer (OP_INSTANCE_GROW_DISK, as gnt-instance grow-disk)."""
+    size = params.parse_size(amount)
+    (grown,) = remote.run(ctx, [{"OP_ID": "OP_INSTANCE_GROW_DISK", "instance_name": name,
+                                 "disk": disk, "amount": size, "absolute": absolute,
+                                 "wait_for_sync": not no_wait_for_sync}])
+    click.echo(f"Grew disk/{disk} of {name} to {grown} MiB")
+
+
 @instance.command("activate-disks")
 @click.argument("name", metavar="INSTANCE")
 @click.option("--ignore-size", is_flag=True, default=None,

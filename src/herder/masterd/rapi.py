@@ -211,6 +211,8 @@ NO_ROUTE = {
                                "herder cluster verify submits it",
     "OP_INSTANCE_STOP_STRAY": "herder's own, for maintd's stray copies (issue 18); through "
                               "POST /2/herder/jobs",
+    "OP_INSTANCE_MOVE": "Ganeti's RAPI has no move route either (gnt-instance move); herder "
+                        "instance move submits it",
 }
 
 
@@ -646,6 +648,25 @@ async def instance_reinstall(request: web.Request) -> web.Response:
     return await submit(request, "instances_name_reinstall", ops)
 
 
+@submits(opcodes.OpInstanceGrowDisk)
+@ROUTES.allow(access.RAPI_WRITE)
+async def instance_grow_disk(request: web.Request) -> web.Response:
+    """Ganeti's `POST /2/instances/NAME/disk/N/grow`: body `amount` (MiB), `wait_for_sync`,
+    `absolute`."""
+    inst = _instance_name(request)
+    try:
+        index = int(request.match_info["disk"])
+    except ValueError:
+        raise RapiHttpError(400, f"invalid disk index {request.match_info['disk']!r}") from None
+    body = only(body_dict(await body_of(request, default={})),
+                body_fields(opcodes.OpInstanceGrowDisk, fixed=(*INSTANCE_TARGET, "disk")),
+                "instance disk grow")
+    if not isinstance(body.get("amount"), int) or isinstance(body.get("amount"), bool):
+        raise RapiHttpError(400, "instance disk grow needs amount (MiB, an integer)")
+    return await submit(request, "instances_name_disk_grow", [{
+        "OP_ID": "OP_INSTANCE_GROW_DISK", "instance_name": inst.name, "disk": index, **body}])
+
+
 # --- jobs ---------------------------------------------------------------------------------------
 
 def _job_id(request: web.Request) -> int:
@@ -896,6 +917,7 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_put("/2/instances/{name}/deactivate-disks", _instance_op(
         opcodes.OpInstanceDeactivateDisks, "instances_name_deactivate_disks", ("force",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
+    r.add_post("/2/instances/{name}/disk/{disk}/grow", instance_grow_disk)
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
         opcodes.OpInstanceReplaceDisks, "instances_name_replace_disks"))
     r.add_get("/2/jobs", jobs)

@@ -643,6 +643,14 @@ class OpInstanceMove(InstanceOpCode, tag="OP_INSTANCE_MOVE", kw_only=True):
     compress: str = "none"
 
 
+class OpInstanceGrowDisk(InstanceOpCode, tag="OP_INSTANCE_GROW_DISK", kw_only=True):
+    disk: int
+    amount: int  # MiB: by how much, or with `absolute` the new size
+    absolute: bool = False
+    wait_for_sync: bool = True
+    ignore_ipolicy: bool = False
+
+
 class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
                                 kw_only=True):
     force: bool = False

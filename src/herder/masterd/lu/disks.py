@@ -274,10 +274,10 @@ def _drbd_dual_primary(env: Any, config: model.ConfigData, inst: model.Instance,
     for node in (source, target):
         env.rpc.call(node, "drbd_attach_net", {"disks": _drbd_objects(config, inst, node),
                                                "instance": inst.name, "multimaster": True})
-    _wait_drbd_sync(env, config, inst, (source, target))
+    wait_drbd_sync(env, config, inst, (source, target))
 
 
-def _wait_drbd_sync(env: Any, config: model.ConfigData, inst: model.Instance,
+def wait_drbd_sync(env: Any, config: model.ConfigData, inst: model.Instance,
                     nodes: tuple[model.Node, ...]) -> None:
     import time
 
@@ -311,7 +311,7 @@ def finish_live_migration(env: Any, config: model.ConfigData, inst: model.Instan
             env.rpc.call(node, "drbd_attach_net", {"disks": _drbd_objects(config, inst, node),
                                                    "instance": inst.name,
                                                    "multimaster": False})
-        _wait_drbd_sync(env, config, inst, (source, target))
+        wait_drbd_sync(env, config, inst, (source, target))
         return
     for disk in inst.disks:
         try:
@@ -399,7 +399,7 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                     for new, child in zip(fresh, old, strict=True)]
         env.rpc.call(node, "blockdev_addchildren", {"disk": obj, "ndevs": attached})
     feedback("STEP 5/6 Sync devices")
-    _wait_drbd_sync(env, config, inst, tuple(_node(config, n) for n in inst.all_nodes))
+    wait_drbd_sync(env, config, inst, tuple(_node(config, n) for n in inst.all_nodes))
     feedback("STEP 6/6 Removing old storage")
     for old in old_renamed:
         try:
@@ -407,3 +407,8 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
         except HerderError as err:
             feedback(f"can't remove old LV {old['logical_id'][1]} on {node.name}: {err}; "
                      "remove it by hand")
+
+
+def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance) -> None:
+    """Wait until the instance's mirrors are in sync on all its nodes (Ganeti's WaitForSync)."""
+    wait_drbd_sync(env, config, inst, tuple(_node(config, n) for n in inst.all_nodes))
