@@ -1,10 +1,10 @@
 """No data lost by any move (issue "Real disks"), end to end on a simulated cluster: a known
 pattern is written to an instance's disk on its node (at the device `activate-disks` names),
 the instance fails over / migrates / is moved / its node is evacuated / its disk grows, and the
-same pattern is read back on its new node, for every template that holds data here: sharedfile (the shared
-directory), ext (the sharedimg provider: each node its own loop device on the shared image),
-file (copied by `instance move`), blockdev (a loop device adopted under /dev/disk/by-id on
-every node, as a SAN's LUN)."""
+same pattern is read back on its new node, for every template that holds data here:
+sharedfile (the shared directory), ext (the sharedimg provider: each node its own loop device
+on the shared image), file (copied by `instance move`), blockdev (a loop device adopted under
+/dev/disk/by-id on every node, as a SAN's LUN)."""
 
 from __future__ import annotations
 
