@@ -241,6 +241,36 @@ def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
     return all_done
 
 
+# --- status ------------------------------------------------------------------------------------
+
+STATUS_FIELDS = ("dev_path", "major", "minor", "sync_percent", "estimated_time",
+                 "is_degraded", "ldisk_status")
+STATUS_TIMEOUT = 10.0
+
+
+def disk_status(env: Any, config: model.ConfigData, inst: model.Instance,
+                disk: model.Disk) -> dict[str, Any]:
+    """Ganeti's instance query data per disk: `pstatus` (the primary's) and `sstatus` (the
+    DRBD secondary's) BlockDevStatus from `blockdev_find` — device path, numbers, sync
+    percent, estimated time, degraded, local-disk status — None where the disk is not
+    assembled or the node did not answer (`*_error` then says why)."""
+    found: dict[str, Any] = {"pstatus": None, "sstatus": None}
+    for key, node_uuid in zip(("pstatus", "sstatus"), disk_nodes(inst, disk), strict=False):
+        node = config.nodes.get(node_uuid)
+        if node is None or node.offline:
+            continue
+        try:
+            status = env.rpc.call(node, "blockdev_find", {
+                "disk": diskobjects.disk_object(config, inst, disk, node_uuid)},
+                timeout=STATUS_TIMEOUT)
+        except HerderError as err:
+            found[f"{key}_error"] = str(err)
+            continue
+        if isinstance(status, list) and len(status) == len(STATUS_FIELDS):
+            found[key] = dict(zip(STATUS_FIELDS, status, strict=True))
+    return found
+
+
 # --- the migration's and failover's disk steps --------------------------------------------------
 
 

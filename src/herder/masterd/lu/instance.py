@@ -138,7 +138,9 @@ class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
                 "be_instance": inst.beparams, "be_actual": config.filled_beparams(inst),
                 "os_instance": inst.osparams, "os_actual": config.filled_osparams(inst),
                 "network_port": None, "tags": inst.tags,
-                "disks": [model.to_builtins(d) for d in inst.disks],
+                "disks": [model.to_builtins(d) if op.static else
+                          {**model.to_builtins(d), **disks.disk_status(self.env, config, inst, d)}
+                          for d in inst.disks],
                 "nics": [model.to_builtins(n) for n in inst.nics],
                 "ctime": inst.ctime, "mtime": inst.mtime, "serial_no": inst.serial_no,
             }
