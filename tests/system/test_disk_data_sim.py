@@ -8,7 +8,6 @@ on the shared image), file (copied by `instance move`), blockdev (a loop device 
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -90,8 +89,9 @@ def test_sharedfile_keeps_its_data_over_failover_and_migration(sim) -> None:
     assert sim.host(node).path(path).stat().st_size == 96 << 20
     assert config(sim).find_instance("sf1").disks[0].size == 96
     assert on_node(sim, node, READ, path) == written
-    info = json.loads(herder(sim, "instance", "info", "sf1", "--json").stdout)[0]
-    status = info["disks"][0]["pstatus"]  # Ganeti's BlockDevStatus, from the primary
+    with sim.rapi() as api:  # RAPI's instance info (Ganeti's OP_INSTANCE_QUERY_DATA)
+        job = api.wait_for_job(api.get_instance_info("sf1"), timeout=60, raise_on_error=True)
+    status = job["opresult"][0]["sf1"]["disks"][0]["pstatus"]  # the primary's BlockDevStatus
     assert status["dev_path"] == path and status["is_degraded"] is False
     assert status["ldisk_status"] == 1  # okay
     smaller = herder(sim, "instance", "grow-disk", "sf1", "0", "64M", "--absolute",
