@@ -34,6 +34,10 @@ class Recorder:
             raise RpcError(f"node {node.name}: {method} failed: boom")
         if method == "blockdev_assemble":
             return ["/dev/drbd0", None] if args.get("as_primary") else True
+        if method == "blockdev_find":
+            return ["/dev/drbd0", 147, 0, None, None, False, 1]
+        if method == "drbd_wait_sync":
+            return [True, 100.0]
         return None
 
 
@@ -129,3 +133,24 @@ def test_failover_targets(config: model.ConfigData) -> None:
                                              logical_id=model.PlainId(vg="xenvg", lv="p"))])
     with pytest.raises(OpPrereqError, match="herder instance move p1.example.com"):
         disks.check_failover_target(config, local, node3)
+
+
+def test_replace_disks_on_the_secondary_in_ganetis_order(config: model.ConfigData) -> None:
+    """TLReplaceDisks._ExecDrbd8DiskOnly: check, new LVs, detach the old ones, rename old and
+    new, attach the new ones, wait for the resync, remove the old ones."""
+    rpc = Recorder()
+    inst = drbd(config)
+    node2 = config.find_node("node2.example.com")
+    disks.replace_disks_only(Env(rpc), config, inst, node2)
+    assert [(n, m) for n, m, _ in rpc.calls] == [
+        ("node1", "blockdev_find"), ("node2", "blockdev_find"),
+        ("node2", "blockdev_create"), ("node2", "blockdev_create"),
+        ("node2", "blockdev_removechildren"), ("node2", "blockdev_rename"),
+        ("node2", "blockdev_rename"), ("node2", "blockdev_addchildren"),
+        ("node1", "drbd_wait_sync"), ("node2", "drbd_wait_sync"),
+        ("node2", "blockdev_remove"), ("node2", "blockdev_remove")]
+    created = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_create"]
+    assert [lv.split(".new-")[0] for lv in created] == ["d0.disk0_data", "d0.disk0_meta"]
+    removed = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_remove"]
+    assert all(lv.startswith(("d0.disk0_data_replaced-", "d0.disk0_meta_replaced-"))
+               for lv in removed)
