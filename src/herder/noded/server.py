@@ -134,7 +134,6 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
 
     # --- helpers --------------------------------------------------------------------------------
 
-
     def record(self, name: str, expected: str, reason: list[Any] | None,
                version: int | None) -> None:
         """What noded was asked to do to an instance, for mond's instance-status collector."""
