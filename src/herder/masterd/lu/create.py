@@ -110,9 +110,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             if op.disk_template == "ext" and not spec.get("provider"):
                 raise OpPrereqError(f"disk {index}: an ext disk needs its ExtStorage provider "
                                     "(provider=NAME)", "wrong_input")
-            if spec.get("adopt") and op.disk_template not in ("blockdev", "plain"):
-                raise OpPrereqError(f"disk {index}: only plain and blockdev disks can be "
-                                    "adopted", "wrong_input")
+            if spec.get("adopt") and op.disk_template != "blockdev":
+                raise OpPrereqError(f"disk {index}: only blockdev disks can be adopted "
+                                    "(adopting existing LVs is not supported)", "wrong_input")
         try:
             self.beparams = params.validate(params.BE_FAMILY, op.beparams)
             self.hvparams = params.validate(params.hv_family(hypervisor), op.hvparams,
