@@ -284,7 +284,7 @@ def _locate(daemon: NodeDaemon, instance: str, kind: str) -> tuple[str, int] | s
 def add_routes(app: web.Application, daemon: NodeDaemon, checker: rpccheck.RequestChecker,
                routes: access.Routes) -> None:
     async def stream(request: web.Request) -> web.StreamResponse:
-        kind = request.match_info["kind"]
+        kind = request.path.rsplit("/", 1)[-1]
         instance = request.match_info["instance"]
         try:
             args = caller_args(daemon, checker, request, console.STREAM_METHODS[kind])
@@ -314,5 +314,6 @@ def add_routes(app: web.Application, daemon: NodeDaemon, checker: rpccheck.Reque
             log.info("console %s of %s closed", kind, instance)
         return ws
 
-    app.router.add_get(console.STREAM_PATH.replace("{kind}", "{kind:serial|vnc}"), stream)
-    routes.declare(stream, access.NODE_RPC)
+    for kind in console.STREAM_KINDS:
+        app.router.add_get(console.STREAM_PATH.replace("{kind}", kind), stream)
+    routes.declare(stream, access.NODE_CONSOLE)
