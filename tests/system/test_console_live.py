@@ -251,3 +251,27 @@ def test_streams_of_a_stopped_instance_are_refused(cluster: ConsoleCluster) -> N
         return 101
 
     assert asyncio.run(attempt()) == 503
+
+
+def test_create_takes_a_port_and_remove_gives_it_back(cluster: ConsoleCluster) -> None:
+    """Through the real jobs: OP_INSTANCE_CREATE (kvm, diskless, not started) gives the next
+    port; OP_INSTANCE_REMOVE puts it into the cluster's port pool, and the next create takes
+    it from there."""
+    def create(name: str) -> int:
+        job = cluster.client.request("POST", "/2/instances", None, {
+            "__version__": 1, "name": name, "disk_template": "diskless", "disks": [],
+            "nics": [], "pnode": NODE, "hypervisor": "kvm", "start": False,
+            "no_install": True, "name_check": False, "ip_check": False})
+        done = cluster.client.wait_for_job(job)
+        assert done["status"] == "success", done
+        return int(cluster.client.get_instance(name)["network_port"])
+
+    highest = FileStore(cluster.config).load().cluster.highest_used_port
+    port = create("made.console.test")
+    assert port == highest + 1
+    job = cluster.client.request("DELETE", "/2/instances/made.console.test")
+    assert cluster.client.wait_for_job(job)["status"] == "success"
+    config = FileStore(cluster.config).load()
+    assert port in config.cluster.tcpudp_port_pool
+    assert create("again.console.test") == port
+    assert port not in FileStore(cluster.config).load().cluster.tcpudp_port_pool
