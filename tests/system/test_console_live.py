@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -275,3 +276,36 @@ def test_create_takes_a_port_and_remove_gives_it_back(cluster: ConsoleCluster) -
     assert port in config.cluster.tcpudp_port_pool
     assert create("again.console.test") == port
     assert port not in FileStore(cluster.config).load().cluster.tcpudp_port_pool
+
+
+def test_interactive_console_shows_the_guest_and_ctrl_bracket_leaves(
+        cluster: ConsoleCluster) -> None:
+    """`herder instance console NAME` on a terminal (a pty): the heartbeat appears, Ctrl-]
+    ends the session and the terminal is given back."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "HERDER_CONFIG": str(cluster.config), "HERDER_MASTERD": cluster.url}
+    proc = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "instance", "console",
+                             GUEST], stdin=terminal, stdout=terminal, stderr=subprocess.PIPE,
+                            env=env)
+    os.close(terminal)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 90
+        while b"herder-guest boot_id=" not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen[-500:]
+            if select.select([controller], [], [], 1.0)[0]:
+                with contextlib.suppress(OSError):
+                    seen += os.read(controller, 4096)
+        os.write(controller, b"\x1d")
+        assert proc.wait(30) == 0
+        assert proc.stderr is not None
+        said = proc.stderr.read().decode()
+        assert f"Connected to the serial console of {GUEST}; Ctrl-] leaves." in said
+        assert f"Console of {GUEST}: left." in said
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(controller)
