@@ -389,13 +389,17 @@ class NodeDaemon(RoleRpcs):
 
     def rpc_instance_console_log(self, args: dict[str, Any]) -> str:
         """The tail of the instance's serial log (`noded.console`)."""
-        return console.tail(self.settings.serial_log_dir, args["instance"],
+        return console.tail(self.serial_log_dir, args["instance"],
                             int(args.get("lines", console_names.LOG_LINES_DEFAULT)))
+
+    @property
+    def serial_log_dir(self) -> Path:
+        return self.local(self.settings.serial_log_dir)
 
     def serial_log(self, name: str) -> Path:
         """Where the instance's domain writes its serial console (`InstanceSpec.serial_log`)."""
-        self.settings.serial_log_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
-        return console_names.serial_log(self.settings.serial_log_dir, name)
+        self.serial_log_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        return console_names.serial_log(self.serial_log_dir, name)
 
     def rpc_instance_list(self, args: dict[str, Any]) -> dict[str, str]:
         return self.hv.list_domains()
