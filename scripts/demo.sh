@@ -25,7 +25,6 @@ echo
 echo "== the cluster as node1 sees it (herder cluster simulate --exec node1 -- ...)"
 "$H" cluster simulate --dir "$DIR" --exec node1 -- herder cluster info | sed -n 1,8p  # all of it read: no SIGPIPE under pipefail
 
-echo
 # the newest heartbeat of guest $1 on node $2 (its serial log on that node)
 beat() {
   "$H" cluster simulate --dir "$DIR" --exec "$2" -- \
@@ -42,10 +41,10 @@ wait_beat() {  # until guest $1 beats on node $2 (a TCG guest boots in ~10-30 s 
 
 echo
 echo "== real guests placed by the allocator (the cluster's default iallocator: herder's own)"
-"$H" instance add web1 --no-name-check -t drbd -o herder-guest --disk 64M --dry-run
-"$H" instance add web1 --no-name-check -t drbd -o herder-guest --disk 64M
+"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 64M --dry-run
+"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 64M
 "$H" instance add db1 --no-name-check -t sharedfile -o herder-guest --disk 64M -n node1.sim.herder.test
-"$H" instance add bad1 --no-name-check -t plain -o herder-guest+nosuch --disk 64M || echo "(refused, as it should be)"
+"$H" instance add bad1 --no-name-check -t file -o debootstrap+nosuch --disk 64M || echo "(refused, as it should be)"
 "$H" instance list
 W1=$(primary web1)
 echo "web1 boots on $W1; its serial console:"
@@ -70,7 +69,7 @@ wait_beat db1 node2
 
 echo
 echo "== maintd heals a node: node 2's self-diagnose starts reporting 'evacuate'; its running"
-echo "   guests move away live (db1's boot_id stays), its disks' mirrors get new secondaries"
+echo "   running guests move away live (db1's boot_id stays: the same boot, the same disk)"
 echo "   (status page: http://127.0.0.11:1816/status.html)"
 beat db1 node2
 "$H" cluster simulate --dir "$DIR" --break node2 evacuate

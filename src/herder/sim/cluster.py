@@ -69,6 +69,11 @@ MAINTENANCE_INTERVAL = 1  # seconds between maintd's rounds
 DEMO_OS = "debootstrap"
 DEMO_VARIANTS = ("default", "minimal")
 OS_DIR = "/srv/herder/os"
+# The templates a simulated cluster enables, the default (sharedfile: the NFS stand-in) first.
+# sharedfile and ext (the sharedimg provider on shared images) move between nodes with their
+# data, file and blockdev are local; plain and drbd stay enabled so that their creation shows
+# the nodes' own one-line refusal (no device-mapper here: an LV could hold no data).
+SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless,plain,drbd"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
@@ -410,7 +415,7 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
     the nodes' br0), the libvirt URI."""
     args = ["cluster", "init", state.cluster_name, "--master-netdev", "br0",
             "--master-ip", state.master_ip, "--master-netmask", "24",
-            "--enabled-disk-templates", "drbd,plain,file,sharedfile,diskless",
+            "--enabled-disk-templates", SIM_DISK_TEMPLATES,
             "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}"]
     if image is None:
