@@ -11,14 +11,16 @@ with `--listen` (restarted; running guests are not affected).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from herder.core import libvirtd_conf, ssconf
 from herder.core.errors import HerderError
-from herder.core.store import atomic_write
+from herder.core.store import FileStore, atomic_write
 
 LIBVIRTD_CONF = Path("/etc/libvirt/libvirtd.conf")
 
@@ -45,6 +47,24 @@ def _pem_blocks(text: str, kind: str) -> str:
     return "".join(blocks)
 
 
+def _nodes(data_dir: Path) -> dict[str, str]:
+    """Node name -> primary IP: from ssconf, else the config copy of a master candidate."""
+    found = {}
+    for line in ssconf.read_lines("node_primary_ips", data_dir) or []:
+        name, _, address = line.partition(" ")
+        if name and address.strip():
+            found[name] = address.strip()
+    for name in ssconf.read_lines("node_list", data_dir) or []:
+        found.setdefault(name, "")
+    if found:
+        return found
+    store = FileStore(data_dir / "config.json")
+    with contextlib.suppress(HerderError, OSError, ValueError):
+        if store.exists():
+            return {node.name: node.primary_ip for node in store.load().nodes.values()}
+    return {}
+
+
 def host_uuid(node_name: str) -> str:
     """A stable UUID per node for libvirt (nodes sharing one machine's SMBIOS UUID, as the
     simulated ones do, could not migrate to each other)."""
@@ -67,14 +87,16 @@ def install(node_name: str, data_dir: Path = Path("/var/lib/herder"),
     if not (certificate and key and ca):
         raise HerderError(f"{data_dir / 'node.pem'} or {data_dir / 'server.pem'} lacks a key "
                           "or certificate")
-    nodes = ssconf.read_lines("node_list", data_dir) or [node_name]
+    known = _nodes(data_dir)
+    nodes = sorted(known) or [node_name]
     if listen_address is None:
-        for line in ssconf.read_lines("node_primary_ips", data_dir) or []:
-            name, _, address = line.partition(" ")
-            if name == node_name:
-                listen_address = address.strip()
-        if not listen_address:
-            raise HerderError(f"ssconf names no primary IP for {node_name}")
+        listen_address = known.get(node_name)
+    if not listen_address:
+        try:  # a node's name resolves to its primary IP (Ganeti's rule)
+            listen_address = socket.gethostbyname(node_name)
+        except OSError:
+            raise HerderError(f"no primary IP known for {node_name} (ssconf, config, "
+                              "DNS)") from None
     pki.directory.mkdir(parents=True, exist_ok=True)
     os.chmod(pki.directory, 0o700)
     atomic_write(pki.ca_cert, ca.encode(), 0o644)
