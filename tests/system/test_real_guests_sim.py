@@ -154,7 +154,8 @@ def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> Non
 
 def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -> None:
     # slow enough to be caught half way: 1 MiB/s for the guest's 160 MiB
-    rapi_job(sim, lambda api: api.modify_instance(NAME, hvparams={"migration_bandwidth": 1}))
+    # (migration_bandwidth is cluster-wide in Ganeti)
+    rapi_job(sim, lambda api: api.modify_cluster(hvparams={"kvm": {"migration_bandwidth": 1}}))
     before = beat(sim, NODE1)
     import subprocess
     import sys
@@ -178,8 +179,7 @@ def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -
     # the target's libvirtd comes back (its supervisor) and drops the unfinished copy
     wait_for(lambda: where(sim, NAME) == [NODE1] and defined(sim, NODE2) == [], 120,
              "exactly one domain, on node1")
-    rapi_job(sim, lambda api: api.modify_instance(NAME, hvparams={
-        "migration_bandwidth": "default"}))
+    rapi_job(sim, lambda api: api.modify_cluster(hvparams={"kvm": {"migration_bandwidth": 32}}))
 
 
 def test_maintd_evacuates_a_broken_node_without_rebooting_its_guest(sim: Any) -> None:
