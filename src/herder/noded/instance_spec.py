@@ -13,13 +13,8 @@ from typing import Any
 
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
 
-SERIAL_LOG_DIR = "/var/log/herder/instances"  # <name>.serial.log (docs/real-nodes.md §1)
 # Parameters naming an interface whose address the node looks up.
 BIND_PARAMS = ("vnc_bind_address", "spice_bind")
-
-
-def serial_log_path(name: str) -> str:
-    return f"{SERIAL_LOG_DIR}/{name}.serial.log"
 
 
 def nic_specs(nics: Sequence[Mapping[str, Any]]) -> tuple[NicSpec, ...]:
