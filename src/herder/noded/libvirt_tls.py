@@ -48,7 +48,12 @@ def _pem_blocks(text: str, kind: str) -> str:
 
 
 def _nodes(data_dir: Path) -> dict[str, str]:
-    """Node name -> primary IP: from ssconf, else the config copy of a master candidate."""
+    """Node name -> primary IP: from the config copy of the master or a candidate (the newest
+    view: the master's own ssconf may predate the last node add), else ssconf."""
+    store = FileStore(data_dir / "config.json")
+    with contextlib.suppress(HerderError, OSError, ValueError):
+        if store.exists():
+            return {node.name: node.primary_ip for node in store.load().nodes.values()}
     found = {}
     for line in ssconf.read_lines("node_primary_ips", data_dir) or []:
         name, _, address = line.partition(" ")
@@ -56,13 +61,7 @@ def _nodes(data_dir: Path) -> dict[str, str]:
             found[name] = address.strip()
     for name in ssconf.read_lines("node_list", data_dir) or []:
         found.setdefault(name, "")
-    if found:
-        return found
-    store = FileStore(data_dir / "config.json")
-    with contextlib.suppress(HerderError, OSError, ValueError):
-        if store.exists():
-            return {node.name: node.primary_ip for node in store.load().nodes.values()}
-    return {}
+    return found
 
 
 def host_uuid(node_name: str) -> str:
