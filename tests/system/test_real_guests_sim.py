@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.simhelpers import herder, running_sim, wait_for, where, worker_offset
+from tests.simhelpers import client_env, herder, running_sim, wait_for, where, worker_offset
 
 NAME = "g1"  # renamed to g2 by the rename test
 BOOT = 180.0  # a TCG guest boots in ~10 s idle; the machine is a loaded 2-core one
@@ -157,11 +160,6 @@ def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -
     # (migration_bandwidth is cluster-wide in Ganeti)
     rapi_job(sim, lambda api: api.modify_cluster(hvparams={"kvm": {"migration_bandwidth": 1}}))
     before = beat(sim, NODE1)
-    import subprocess
-    import sys
-
-    from tests.simhelpers import client_env
-
     job = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "instance", "migrate",
                             NAME, "--target-node", NODE2], env=client_env(sim),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -186,13 +184,13 @@ def test_maintd_evacuates_a_broken_node_without_rebooting_its_guest(sim: Any) ->
     from herder.sim import cluster
 
     before = beat(sim, NODE1)
-    # node2 is the master's partner here; break node1? its master runs there: break node2
-    # after moving the guest onto it, so maintd moves it back to node1 live
+    # node1 runs the master: the guest goes to node2, whose diagnose then says "evacuate",
+    # and maintd migrates it back to node1, live
     herder(sim, "instance", "migrate", NAME, "--target-node", NODE2, timeout=600)
-    cluster.break_node(__import__("pathlib").Path(sim.directory), NODE2, "evacuate")
+    cluster.break_node(Path(sim.directory), NODE2, "evacuate")
     try:
         wait_for(lambda: where(sim, NAME) == [NODE1], 300, "maintd moving g2 to node1")
         after = beat(sim, NODE1, after=before.uptime)
         assert after.boot_id == before.boot_id
     finally:
-        cluster.break_node(__import__("pathlib").Path(sim.directory), NODE2, "Ok")
+        cluster.break_node(Path(sim.directory), NODE2, "Ok")
