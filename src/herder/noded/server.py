@@ -366,6 +366,10 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
         self.guard.forget(name)
+        log_file = console_names.serial_log(self.serial_log_dir, name)
+        for stale in (log_file, log_file.with_name(log_file.name + ".1")):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()  # the serial log goes with the instance (a new one is another VM)
 
     def rpc_instance_stop_stray(self, args: dict[str, Any]) -> dict[str, Any]:
         """Destroy and undefine this node's copy of an instance whose primary is another node
