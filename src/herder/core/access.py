@@ -36,7 +36,10 @@ MOND_REPAIR = Rule("mond-repair", True, "the body signed with the repair key, it
 NOTIFICATION = Rule("notification", True, "HTTPS, and the notification token (X-Auth-Token)")
 JOIN_TOKEN = Rule("join-token", True, "only on a node that has not joined: TLS pinned by the "
                   "master, and an HMAC with the join token's secret over a fresh challenge")
-RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION, JOIN_TOKEN)
+WEB_LOGIN = Rule("web-login", True, "the web console's login (a RAPI user's name and password "
+                 "from this server's own origin) and logout (the session's CSRF token)")
+RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION, JOIN_TOKEN,
+         WEB_LOGIN)
 
 Handler = Callable[..., Any]
 
