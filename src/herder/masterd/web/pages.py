@@ -32,7 +32,7 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
                                "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make form posts say Origin: null
     "Cache-Control": "no-store",
 }
 WHY = {"ended": "Your session has ended; log in again.",

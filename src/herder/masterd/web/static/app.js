@@ -25,6 +25,8 @@ export function h(tag, attrs = {}, ...children) {
 
 const enc = encodeURIComponent;
 const mib = (v) => (v === null || v === undefined ? "–" : v >= 1024 ? `${(v / 1024).toFixed(1)} GiB` : `${v} MiB`);
+const ROLES = { M: "master", C: "master-candidate", R: "regular", D: "drained", O: "offline" };
+const shown = (v) => (typeof v === "boolean" ? (v ? "yes" : "no") : v);
 const when = (ts) => (Array.isArray(ts) && ts[0] ? new Date(ts[0] * 1000).toLocaleTimeString() : "");
 
 function usage(used, total) {
@@ -153,7 +155,7 @@ function nodeRows(nodes) {
     h("td", { "data-label": "Disk", class: "disk" }, usage(n.dtotal === null ? null : n.dtotal - n.dfree, n.dtotal)),
     h("td", { "data-label": "CPUs", class: "cpu" }, n.ctotal ?? "–"),
     h("td", { "data-label": "Instances" }, `${n.pinst_cnt} / ${n.sinst_cnt}`),
-    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length ? "bad" : "ok"}` },
+    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length || (n.diagnose && n.diagnose !== "Ok") ? "bad" : "ok"}` },
       n.live_error ? `unreachable: ${n.live_error}` : "",
       n.diagnose ? `diagnose ${n.diagnose}` : (n.diagnose_error ? `diagnose: ${n.diagnose_error}` : ""),
       n.incidents.map((i) => ` incident ${i["repair-status"]} (${i.action})`))));
@@ -232,11 +234,11 @@ async function nodeView(view, name) {
     ].map((spec) => actionButton({ ...spec, jobsArea }));
     body.replaceChildren(
       h("section", {}, h("h2", {}, "State"), h("table", {}, h("tbody", {},
-        [["Role", node.role], ["Offline", node.offline], ["Drained", node.drained], ["Primary IP", node.pip],
+        [["Role", ROLES[node.role] || node.role], ["Offline", node.offline], ["Drained", node.drained], ["Primary IP", node.pip],
           ["Memory", usage(node.mtotal === null ? null : node.mtotal - node.mfree, node.mtotal)],
           ["Disk", usage(node.dtotal === null ? null : node.dtotal - node.dfree, node.dtotal)],
           ["CPUs", node.ctotal ?? "–"], ["Live figures", samples.error || "ok"]]
-          .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))),
+          .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, shown(v)))))),
         h("div", { class: "actions" }, actions)),
       h("section", { id: "charts" }, h("h2", {}, "The last hour"), h("div", { class: "charts" },
         chart("Memory used", samples.samples, (s) => s.mem_used, mib),
@@ -299,7 +301,7 @@ async function instanceView(view, name) {
           ["Admin state", inst.admin_state], ["Primary node", h("a", { id: "instance-pnode", href: `#/node/${enc(inst.pnode)}` }, inst.pnode)],
           ["Secondary nodes", inst.snodes.join(", ") || "none"], ["OS", inst.os], ["Hypervisor", inst.hypervisor],
           ["Memory (oper)", inst.oper_ram ?? "–"], ["VCPUs (oper)", inst.oper_vcpus ?? "–"]]
-          .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))), actions),
+          .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, shown(v)))))), actions),
       h("section", { id: "disks" }, h("h2", {}, `Disks (${inst.disk_template})`), h("table", { class: "cards" },
         h("thead", {}, h("tr", {}, ["Disk", "Name", "Size", "Nodes", "Active"].map((t) => h("th", {}, t)))),
         h("tbody", {}, inst["disk.sizes"].map((size, i) => h("tr", {},
