@@ -74,6 +74,7 @@ def browser() -> Iterator[Any]:
 def log_in(browser: Any, sim: Any, who: tuple[str, str], **context: Any) -> Any:
     page = browser.new_context(ignore_https_errors=True, **context).new_page()
     page.set_default_timeout(WAIT)
+    page.on("pageerror", lambda err: print(f"page error: {err}"))  # shown when a test fails
     page.goto(f"{sim.masterd_url}/ui/")
     assert page.url.endswith("/ui/login")  # nothing without a login
     page.fill("#user", who[0])

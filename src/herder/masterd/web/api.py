@@ -83,11 +83,19 @@ def recent_jobs(request: web.Request, fields: list[str]) -> list[dict[str, Any]]
 
 
 async def overview_of(request: web.Request) -> dict[str, Any]:
+    """The overview; one built within OVERVIEW_EVERY / 2 seconds is shared (every open page's
+    events stream asks each second)."""
+    ctx = web_of(request)
+    now = time.monotonic()
+    if ctx.overview_last is not None and now - ctx.overview_last[0] < OVERVIEW_EVERY / 2:
+        return ctx.overview_last[1]
     config = rapi.config_of(request)
     live = await rapi.live_of(request, config)
     maintd, error = await maintd_overview(request, config)
     jobs = recent_jobs(request, ["id", "status", "summary", "received_ts"])
-    return overview.build(config, live, jobs, maintd, error)
+    built = overview.build(config, live, jobs, maintd, error)
+    ctx.overview_last = (now, built)
+    return built
 
 
 @rapi.ROUTES.allow(access.RAPI_READ)

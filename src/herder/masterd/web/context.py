@@ -18,3 +18,4 @@ class WebContext:
     maintd_url: str | None = None
     # the last answer of maintd: (monotonic time, overview or None, why none)
     maintd_last: tuple[float, dict[str, Any] | None, str | None] | None = None
+    overview_last: tuple[float, dict[str, Any]] | None = None  # (monotonic time, overview)

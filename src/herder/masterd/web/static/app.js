@@ -291,8 +291,12 @@ async function instanceView(view, name) {
   view.replaceChildren(h("h1", {}, `Instance ${name}`), jobsArea, body);
   const consoleBox = state.me.write ? consoleSection(name) : null;
   const draw = async () => {
-    const [inst, jobs] = await Promise.all([api(`/2/instances/${enc(name)}`),
-      api(`/2/herder/instances/${enc(name)}/jobs`)]);
+    const [inst, jobs, cluster] = await Promise.all([api(`/2/instances/${enc(name)}`),
+      api(`/2/herder/instances/${enc(name)}/jobs`), api("/2/herder/overview")]);
+    // each disk node's state as masterd knows it (its live figures, maintd's incidents)
+    const nodeState = Object.fromEntries(cluster.nodes.map((n) => [n.name,
+      n.state !== "online" ? n.state : n.live_error ? "unreachable" : n.incidents.length ? "incident" : "ok"]));
+    const degraded = cluster.alerts.some((a) => a.kind === "degraded-mirror" && a.subject === inst.name);
     actions = actions || h("div", { class: "actions", id: "instance-actions" }, instanceActions(name, inst, jobsArea));
     const nodes = [inst.pnode, ...inst.snodes];
     body.replaceChildren(
@@ -303,11 +307,14 @@ async function instanceView(view, name) {
           ["Memory (oper)", inst.oper_ram ?? "–"], ["VCPUs (oper)", inst.oper_vcpus ?? "–"]]
           .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, shown(v)))))), actions),
       h("section", { id: "disks" }, h("h2", {}, `Disks (${inst.disk_template})`), h("table", { class: "cards" },
-        h("thead", {}, h("tr", {}, ["Disk", "Name", "Size", "Nodes", "Active"].map((t) => h("th", {}, t)))),
+        h("thead", {}, h("tr", {}, ["Disk", "Name", "Size", "Nodes", "Mirror", "Active"].map((t) => h("th", {}, t)))),
         h("tbody", {}, inst["disk.sizes"].map((size, i) => h("tr", {},
           h("td", { "data-label": "Disk" }, `disk/${i}`), h("td", { "data-label": "Name" }, inst["disk.names"][i] || ""),
           h("td", { "data-label": "Size" }, mib(size)),
-          h("td", { "data-label": "Nodes" }, nodes.map((n, k) => `${n} (${k === 0 ? "primary" : "secondary"})`).join(", ")),
+          h("td", { "data-label": "Nodes", class: "disk-nodes" }, nodes.map((n, k) =>
+            `${n} (${k === 0 ? "primary" : "secondary"}: ${nodeState[n] || "unknown"})`).join(", ")),
+          h("td", { "data-label": "Mirror", class: degraded ? "bad" : "" },
+            inst.disk_template === "drbd" ? (degraded ? "degraded" : "both nodes reachable") : "–"),
           h("td", { "data-label": "Active" }, inst.disks_active ? "yes" : "no")))))),
       h("section", { id: "nics" }, h("h2", {}, "NICs"), h("table", { class: "cards" },
         h("thead", {}, h("tr", {}, ["NIC", "MAC", "IP", "Mode", "Link", "Network"].map((t) => h("th", {}, t)))),
