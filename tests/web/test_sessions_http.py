@@ -127,3 +127,18 @@ def test_a_session_of_a_removed_user_ends(master: RunningMaster, tmp_path: Path)
         assert client.get("/2/herder/overview").status_code == 401
     finally:
         users.write_text(text)
+
+
+def test_a_session_opens_write_routes_read_with_get_only_for_writers(
+        master: RunningMaster) -> None:
+    """The console's websockets are GETs on routes for writers (`/2/instances/NAME/console/*`):
+    a session counts there as its user, a browser's foreign Origin does not. Shown on the one
+    such route every masterd has, `GET /2/herder/config`."""
+    writer, _ = login(master, WRITER)
+    assert writer.get("/2/herder/config").status_code == 200
+    foreign = writer.get("/2/herder/config", headers={"Origin": "https://evil.example.com"})
+    assert foreign.status_code == 403
+    own = writer.get("/2/herder/config", headers={"Origin": master.url})
+    assert own.status_code == 200
+    reader, _ = login(master, READER)
+    assert reader.get("/2/herder/config").status_code == 403
