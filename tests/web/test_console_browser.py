@@ -175,7 +175,9 @@ def test_migrate_from_the_instance_page_without_reload(sim: Any, browser: Any,
     shot(page, "jobs")
     page.goto(f"{sim.masterd_url}/ui/#/node/{target}")
     sync_api.expect(page.locator("#storage")).to_be_visible()
-    sync_api.expect(page.locator("#charts svg").first).to_be_visible()  # masterd's samples
+    # masterd's samples: node_info's figures and the node's mond's (CPU load, disk I/O)
+    for chart in ("memory", "cpu", "io"):
+        sync_api.expect(page.locator(f"#charts [data-chart={chart}] svg")).to_be_visible()
     shot(page, "node")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from herder.core import livefigures, model
 from herder.masterd.livecache import NodeAnswer, Snapshot
-from herder.masterd.web import overview
+from herder.masterd.web import overview, samples
 from herder.masterd.web.samples import NodeSamples
 from herder.masterd.web.sessions import SessionStore, csrf_matches
 from tests.conftest import build_config
@@ -106,3 +106,30 @@ def test_samples_keep_an_hour_per_node() -> None:
     del config.nodes[second]
     samples.record(config, Snapshot(frozenset({first}), {first: answers[first]}), 200.0)
     assert samples.of(second) == []
+
+
+def test_mond_figures_cpu_disk_io_and_drbd_sync() -> None:
+    from herder.mond.collectors.diskstats import parse_diskstats
+
+    diskstats = parse_diskstats(
+        "   8       0 sda 100 0 2000 0 50 0 4000 0 0 0 0\n"
+        "   8       1 sda1 100 0 2000 0 50 0 4000 0 0 0 0\n"  # a partition: counted in sda
+        " 253       0 dm-0 10 0 500 0 5 0 700 0 0 0 0\n"  # an LV: counted in its PV
+        "   7       0 loop0 1 0 8 0 1 0 16 0 0 0 0\n")
+    reports = [
+        {"name": "cpu-avg-load", "category": None, "data": {"cpu_total": 1.25, "cpus": []}},
+        {"name": "diskstats", "category": "storage", "data": diskstats},
+        {"name": "drbd", "category": "storage", "data": {"deviceInfos": [
+            {"minor": 0, "syncStatus": {"percentage": 40.5}},
+            {"minor": 1, "syncStatus": {"percentage": 90.0}}, {"minor": 2}]}},
+    ]
+    figures = samples.mond_figures(reports)
+    assert figures == {"cpu_load": 1.25, "sectors_read": 2008, "sectors_written": 4016,
+                       "drbd_minors": 3, "drbd_syncing": 2, "drbd_sync_pct": 40.5}
+    assert samples.mond_figures({"not": "a list"}) == {}
+    later = {**figures, "t": 110.0, "sectors_read": 2008 + 20480, "sectors_written": 4016}
+    assert samples.io_rates({**figures, "t": 100.0}, later) == {
+        "io_read_bps": 1048576, "io_write_bps": 0}
+    rebooted = {**later, "sectors_read": 5}
+    assert samples.io_rates(later, {**rebooted, "t": 120.0})["io_read_bps"] is None
+    assert samples.io_rates(None, later) == {}

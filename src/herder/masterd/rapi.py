@@ -808,7 +808,6 @@ def access_refusal(request: web.Request) -> web.Response | None:
             refused = web_auth.session_refusal(request, caller.session)
             if refused is not None:
                 return error_response(403, refused)
-            request[web_auth.SESSION_KEY] = caller.session
             user = caller.user
         elif caller.problem is not None and not ctx.anonymous_reads:
             return error_response(401, caller.problem)

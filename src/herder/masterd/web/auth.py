@@ -20,7 +20,6 @@ from herder.core.rapi_users import User, UsersFile
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER, Session, SessionStore, csrf_matches
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-SESSION_KEY = web.RequestKey("herder_session", Session)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ const enc = encodeURIComponent;
 const mib = (v) => (v === null || v === undefined ? "–" : v >= 1024 ? `${(v / 1024).toFixed(1)} GiB` : `${v} MiB`);
 const ROLES = { M: "master", C: "master-candidate", R: "regular", D: "drained", O: "offline" };
 const shown = (v) => (typeof v === "boolean" ? (v ? "yes" : "no") : v);
+const rate = (v) => (v >= 1048576 ? `${(v / 1048576).toFixed(1)} MiB/s` : `${(v / 1024).toFixed(1)} KiB/s`);
 const when = (ts) => (Array.isArray(ts) && ts[0] ? new Date(ts[0] * 1000).toLocaleTimeString() : "");
 
 function usage(used, total) {
@@ -199,9 +200,9 @@ async function overviewView(view) {
   return null;
 }
 
-function chart(title, samples, pick, unit) {
-  const points = samples.filter((s) => !s.error).map((s) => [s.t, pick(s)]).filter(([, v]) => v !== null && v !== undefined);
-  const box = h("div", { class: "chart" }, h("h3", {}, title));
+function chart(title, samples, pick, unit, id) {
+  const points = samples.map((s) => [s.t, pick(s)]).filter(([, v]) => v !== null && v !== undefined);
+  const box = h("div", { class: "chart", "data-chart": id }, h("h3", {}, title));
   if (points.length < 1) { box.append(h("p", { class: "hint" }, "No samples yet (one every few seconds).")); return box; }
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
@@ -237,13 +238,18 @@ async function nodeView(view, name) {
         [["Role", ROLES[node.role] || node.role], ["Offline", node.offline], ["Drained", node.drained], ["Primary IP", node.pip],
           ["Memory", usage(node.mtotal === null ? null : node.mtotal - node.mfree, node.mtotal)],
           ["Disk", usage(node.dtotal === null ? null : node.dtotal - node.dfree, node.dtotal)],
-          ["CPUs", node.ctotal ?? "–"], ["Live figures", samples.error || "ok"]]
+          ["CPUs", node.ctotal ?? "–"], ["Live figures", samples.error || "ok"],
+          ["mond", (samples.samples.at(-1) || {}).mond_error || "ok"]]
           .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, shown(v)))))),
         h("div", { class: "actions" }, actions)),
       h("section", { id: "charts" }, h("h2", {}, "The last hour"), h("div", { class: "charts" },
-        chart("Memory used", samples.samples, (s) => s.mem_used, mib),
-        chart("Storage used", samples.samples, (s) => s.disk_used, mib),
-        chart("Running instances", samples.samples, (s) => s.instances, (v) => `${v}`))),
+        chart("CPU load (CPUs busy)", samples.samples, (s) => s.cpu_load, (v) => v.toFixed(2), "cpu"),
+        chart("Memory used", samples.samples, (s) => s.mem_used, mib, "memory"),
+        chart("Disk I/O (read + written)", samples.samples,
+          (s) => (s.io_read_bps === null || s.io_read_bps === undefined ? null : s.io_read_bps + s.io_write_bps), rate, "io"),
+        chart("DRBD devices resyncing", samples.samples, (s) => s.drbd_syncing, (v) => `${v}`, "drbd"),
+        chart("Storage used", samples.samples, (s) => s.disk_used, mib, "storage"),
+        chart("Running instances", samples.samples, (s) => s.instances, (v) => `${v}`, "instances"))),
       h("section", { id: "storage" }, h("h2", {}, "Storage units"), h("table", {},
         h("thead", {}, h("tr", {}, ["Type", "Name", "Size", "Free"].map((t) => h("th", {}, t)))),
         h("tbody", {}, samples.storage.map((u) => h("tr", {}, h("td", {}, u.type), h("td", {}, u.name),
