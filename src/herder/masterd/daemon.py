@@ -145,7 +145,7 @@ class MasterDaemon:
         self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
-                                store=self.store, live=self.live, web=WebContext())
+                                store=self.store, live=self.live, rpc=rpc, web=WebContext())
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None
