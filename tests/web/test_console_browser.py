@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 READER = ("viewer", "r3ad-only-pass")
 WAIT = 90_000  # ms: generous, a loaded 2-core machine runs the cluster and the browser
+sync_api.expect.set_options(timeout=WAIT)
 
 
 def first_ip() -> int:
@@ -40,10 +41,11 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     running = running_sim(tmp_path_factory.mktemp("web-sim"), 3, first_ip=first_ip())
     state = next(running)
     try:
-        # a mirrored instance to migrate, a plain one whose migration fails
-        herder(state, "instance", "add", "web1", "--no-name-check", "-t", "drbd",
+        # an instance on shared storage to migrate, one on a node's own files whose
+        # migration fails
+        herder(state, "instance", "add", "web1", "--no-name-check", "-t", "sharedfile",
                "-o", "debootstrap+default", "--disk", "1G")
-        herder(state, "instance", "add", "db1", "--no-name-check", "-t", "plain",
+        herder(state, "instance", "add", "db1", "--no-name-check", "-t", "file",
                "-o", "debootstrap+default", "--disk", "1G")
         users = state.host(state.nodes[0].name).path("/var/lib/herder/rapi_users")
         with users.open("a") as out:
@@ -185,7 +187,7 @@ def test_a_failing_job_shows_its_error_and_changes_nothing(sim: Any, browser: An
     page = log_in(browser, sim, writer)
     page.goto(f"{sim.masterd_url}/ui/#/instance/db1")
     before = config(sim).find_instance("db1")
-    page.click("[data-action=migrate]")  # a plain instance cannot migrate
+    page.click("[data-action=migrate]")  # an instance on a node's own files cannot migrate
     page.click("#confirm-ok")
     panel = page.locator(".job-panel").first
     sync_api.expect(panel.locator(".job-status")).to_have_text("error")
@@ -228,7 +230,7 @@ def test_create_form_shows_the_allocator_choice(sim: Any, browser: Any,
     page = log_in(browser, sim, writer)
     page.goto(f"{sim.masterd_url}/ui/#/create")
     page.fill("#c-name", "app1")
-    page.select_option("#c-template", "plain")
+    page.select_option("#c-template", "file")
     before = set(config(sim).instances)
     page.click("#c-preview")
     sync_api.expect(page.locator("#c-choice")).to_contain_text("would place it on")

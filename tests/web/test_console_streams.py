@@ -3,8 +3,8 @@
 (noVNC, shipped in the package) connects, both over RAPI's console websockets with the web
 console's session (docs/compat.md W6).
 
-The console routes come with the console branch: while masterd has none (its RAPI answers 404
-for them, asked in-process before any cluster starts), these tests skip, and only then."""
+They skip while masterd has no console routes (its RAPI answers 404 for them, asked in-process
+before any cluster starts) or the simulator runs no real guests (`guests="qemu"`)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ if CHROMIUM is None:
 pytestmark = pytest.mark.slow
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 WAIT = 120_000  # ms: a real guest boots under TCG on a loaded machine
+sync_api.expect.set_options(timeout=WAIT)
 HEARTBEAT = "herder-guest boot_id="  # the guest's line on its serial console (sim.guest)
 
 
@@ -60,10 +61,10 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         pytest.skip("masterd has no console routes yet (the console branch adds them)")
     from herder.sim import cluster
 
-    real_guests = ({"guests": "qemu"} if "guests" in inspect.signature(cluster.start).parameters
-                   else {})
+    if "guests" not in inspect.signature(cluster.start).parameters:
+        pytest.skip("the simulator runs no real guests yet (the vms branch adds guests=qemu)")
     running = running_sim(tmp_path_factory.mktemp("web-console-sim"), 2,
-                          first_ip=80 + worker_offset(4, 4), **real_guests)
+                          first_ip=80 + worker_offset(4, 4), guests="qemu")
     state = next(running)
     try:
         herder(state, "instance", "add", "guest1", "--no-name-check", "-t", "plain",

@@ -208,13 +208,15 @@ function chart(title, samples, pick, unit, id) {
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", "0 0 300 100");
   svg.setAttribute("preserveAspectRatio", "none");
+  if (points.length === 1) points.push([points[0][0] + 1, points[0][1]]);  // one sample: a flat line
   const t0 = Math.min(...points.map((p) => p[0])), t1 = Math.max(...points.map((p) => p[0]), t0 + 1);
   const max = Math.max(...points.map((p) => p[1]), 1);
   const line = document.createElementNS(ns, "polyline");
   line.setAttribute("points", points.map(([t, v]) => `${(300 * (t - t0)) / (t1 - t0)},${100 - (95 * v) / max}`).join(" "));
   svg.append(line);
   const last = points[points.length - 1][1];
-  box.append(svg, h("p", { class: "hint" }, `now ${unit(last)}, peak ${unit(max)}, ${points.length} samples`));
+  const count = samples.filter((s) => pick(s) !== null && pick(s) !== undefined).length;
+  box.append(svg, h("p", { class: "hint" }, `now ${unit(last)}, peak ${unit(max)}, ${count} samples`));
   return box;
 }
 
