@@ -37,7 +37,7 @@ from herder.masterd import portpool
 from herder.noded.server import NodeDaemon, NodeSettings
 from tests.noded.noded_fixture import serving
 
-NODE, NODE_IP, LIBVIRT_IP = "n1.console.test", "127.0.0.83", "127.0.0.84"
+NODE, NODE_IP, LIBVIRT_IP = "n1.console.test", "127.0.0.34", "127.0.0.35"
 GUEST, STOPPED = "guest1.console.test", "stopped.console.test"
 BOOT_DEADLINE = 180.0  # TCG on a loaded 2-core machine
 

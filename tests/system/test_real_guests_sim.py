@@ -44,7 +44,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     except guest.GuestBuildError as err:
         pytest.skip(str(err))
     yield from running_sim(tmp_path_factory.mktemp("guests"), 2, guests="qemu",
-                           first_ip=200 + worker_offset(4, 2))
+                           first_ip=140 + worker_offset(4, 2))
 
 
 def serial(state: Any, node: str) -> str:

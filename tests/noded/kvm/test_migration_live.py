@@ -49,7 +49,7 @@ def cluster() -> Iterator[dict[str, Any]]:
     except guest.GuestBuildError as err:
         pytest.skip(str(err))
     try:
-        pair = start_pair(("127.0.0.65", "127.0.0.66"))
+        pair = start_pair(("127.0.0.32", "127.0.0.33"))
     except LibvirtdUnavailable as err:
         pytest.skip(str(err))
     try:
@@ -118,7 +118,7 @@ def test_killed_target_leaves_the_guest_on_the_source(cluster: dict[str, Any]) -
         time.sleep(0.2)
     back_to.kill()  # node1's libvirtd dies; its incoming QEMU stays behind
     with pytest.raises(migration.MigrationError, match="migration of mover.example.com to "
-                       "qemu\\+tls://127.0.0.65:16514/system failed: "):
+                       "qemu\\+tls://127.0.0.32:16514/system failed: "):
         running.wait(60)
     assert running.status().status == migration.STATUS_FAILED
     assert _active_names(source) == [NAME]
