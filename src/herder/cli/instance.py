@@ -14,6 +14,7 @@ from herder.cli.common import (
     print_mapping,
     print_table,
 )
+from herder.core import console as console_names
 from herder.core import model, params, sizes
 from herder.core.store import ConfigStore
 
@@ -88,6 +89,25 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     for data in out:
         click.echo(f"Instance {data.pop('name')}:")
         print_mapping(data, 1)
+
+
+@instance.command("console")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--show-cmd", is_flag=True,
+              help="Print the command (or the VNC address and port) instead of connecting.")
+@click.option("--log", "log", is_flag=True,
+              help="Print the recent output of the serial console and exit.")
+@click.option("--lines", type=click.IntRange(1, console_names.LOG_LINES_MAX),
+              default=console_names.LOG_LINES_DEFAULT, show_default=True,
+              help="With --log: how many lines.")
+@click.pass_context
+def console_(ctx: click.Context, name: str, show_cmd: bool, log: bool, lines: int) -> None:
+    """Connect to the serial console of a running instance through masterd (Ctrl-] leaves);
+    without a serial console, print its VNC address and port (as gnt-instance console)."""
+    from herder.cli import console
+
+    with remote.client(ctx) as api:
+        console.run(api, name, show_cmd, log, lines)
 
 
 @instance.command()

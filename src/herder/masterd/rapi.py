@@ -33,6 +33,7 @@ from herder.core.errors import (
 )
 from herder.core.jobs import opcodes, reason
 from herder.core.jobs import queue as job_queue
+from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
@@ -66,6 +67,7 @@ class RapiContext:
     anonymous_reads: bool = False
     store: ConfigStore | None = None  # for herder's direct state routes
     live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
+    rpc: NodeRpc | None = None  # to the node daemons (the console routes, masterd/console.py)
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -931,7 +933,8 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
-    from herder.masterd import query  # Ganeti's /2/query resource (nodes, instances)
+    from herder.masterd import console, query  # Ganeti's /2/query resource; consoles
 
     query.add_routes(r)
+    console.add_routes(r)  # the instance consoles and their streams
     return app

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from herder.core import names, paths
+from herder.core import console, names, paths
 from herder.core.errors import HerderError
 
 MAX_DISK_MIB = 1 << 40  # far beyond any disk; keeps sizes in what files and LVM can hold
@@ -86,9 +86,12 @@ class InstancePayload(msgspec.Struct, kw_only=True):
     beparams: dict[str, Any] = msgspec.field(default_factory=dict)
     osparams: dict[str, Any] = msgspec.field(default_factory=dict)
     uid_pool: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    network_port: int | None = None  # the console's port (VNC display = port - 5900)
 
     def __post_init__(self) -> None:
         _instance_name(self.name)
+        if self.network_port is not None and not 0 < self.network_port < 65536:
+            raise ValueError(f"instance {self.name}: network_port out of range")
         paths.check_component(self.uuid, "instance uuid")
         if not 1 <= self.memory <= MAX_DISK_MIB or not 1 <= self.vcpus <= 4096:
             raise ValueError(f"instance {self.name}: memory or vcpus out of range")
@@ -414,6 +417,28 @@ class RenewCrypto(Args, kw_only=True):
             raise ValueError("stage install needs ca, node_certificate and hmac_key")
 
 
+class ConsoleStream(Args, kw_only=True):
+    """A console stream (`noded.console`) or the serial log's tail."""
+
+    instance: str
+
+    def check(self) -> None:
+        _instance_name(self.instance, "instance")
+
+
+class ConsoleLog(ConsoleStream, kw_only=True):
+    lines: int = console.LOG_LINES_DEFAULT
+
+    def check(self) -> None:
+        super().check()
+        if not 1 <= self.lines <= console.LOG_LINES_MAX:
+            raise ValueError(f"lines must be 1..{console.LOG_LINES_MAX}, got {self.lines}")
+
+
+# The console streams: calls signed like the RPCs, but websocket upgrades (`noded.console`).
+STREAM_SCHEMAS: dict[str, type[Args]] = {method: ConsoleStream
+                                         for method in console.STREAM_METHODS.values()}
+
 # method -> its arguments (every rpc_<method> of the node daemon)
 SCHEMAS: dict[str, type[Args]] = {
     "ping": NoArgs, "master_epoch": NoArgs, "node_info": NodeInfo, "disk_map": NoArgs,
@@ -440,12 +465,13 @@ SCHEMAS: dict[str, type[Args]] = {
     "node_start_master_daemons": NoArgs, "node_stop_master": NoArgs,
     "node_activate_master_ip": MasterIp, "node_deactivate_master_ip": MasterIp,
     "node_demote_from_mc": NoArgs, "node_adopt": NodeAdopt, "renew_crypto": RenewCrypto,
+    "instance_console_log": ConsoleLog,
 }
 
 
 def check(method: str, args: dict[str, Any]) -> None:
     """BadArguments (one line, naming the argument) unless `args` fit `method`'s schema."""
-    schema = SCHEMAS.get(method)
+    schema = SCHEMAS.get(method) or STREAM_SCHEMAS.get(method)
     if schema is None:
         return
     try:

@@ -36,10 +36,11 @@ from aiohttp import web
 
 from herder import __version__
 from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
+from herder.core import console as console_names
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
-from herder.noded import disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded import console, disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
@@ -78,6 +79,7 @@ class NodeSettings:
     # The data directory as the master names it: the cluster secrets, the config copy of a
     # master candidate (and its job queue), the ssconf files.
     config_dir: Path = Path("/var/lib/herder")
+    serial_log_dir: Path = console_names.SERIAL_LOG_DIR  # the instances' serial logs
     # Where absolute paths land on this node: "/" (tests give a directory of their own).
     file_root: Path = Path("/")
     extra: dict[str, Any] = field(default_factory=dict)
@@ -327,6 +329,20 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.forget(name)
         log.warning("stopped the stray copy of %s (it was %s)", name, before or "absent")
         return {"node": self.settings.node_name, "name": name, "was": before}
+
+    def rpc_instance_console_log(self, args: dict[str, Any]) -> str:
+        """The tail of the instance's serial log (`noded.console`)."""
+        return console.tail(self.serial_log_dir, args["instance"],
+                            int(args.get("lines", console_names.LOG_LINES_DEFAULT)))
+
+    @property
+    def serial_log_dir(self) -> Path:
+        return self.local(self.settings.serial_log_dir)
+
+    def serial_log(self, name: str) -> Path:
+        """Where the instance's domain writes its serial console (`InstanceSpec.serial_log`)."""
+        self.serial_log_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        return console_names.serial_log(self.serial_log_dir, name)
 
     def rpc_instance_list(self, args: dict[str, Any]) -> dict[str, str]:
         return self.hv.list_domains()
@@ -747,6 +763,7 @@ def make_app(daemon: NodeDaemon) -> web.Application:
     ROUTES.declare(import_stream, access.NODE_IMPORT)
     app.router.add_post("/join/{step}", join_step)
     ROUTES.declare(join_step, access.JOIN_TOKEN)
+    console.add_routes(app, daemon, checker, ROUTES)
     return app
 
 

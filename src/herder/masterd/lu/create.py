@@ -11,7 +11,7 @@ from herder.core import locking, model, params, paths, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
-from herder.masterd import iallocator
+from herder.masterd import iallocator, portpool
 from herder.masterd.livecache import LiveCache, Snapshot
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
@@ -47,11 +47,7 @@ def free_minor(config: model.ConfigData, node_uuid: str, extra: set[int]) -> int
 
 
 def free_port(config: model.ConfigData, extra: set[int]) -> int:
-    used = set(extra)
-    for inst in config.instances.values():
-        for disk in inst.disks:
-            if isinstance(disk.logical_id, model.DrbdId):
-                used.add(disk.logical_id.port)
+    used = set(extra) | portpool.ports_in_use(config)
     port = max(config.cluster.highest_used_port, 11000) + 1
     while port in used:
         port += 1
@@ -243,6 +239,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
+            if portpool.needs_port(inst.hypervisor):
+                inst.network_port = portpool.allocate(config)
             config.instances[inst.uuid] = inst
         self.env.locks.add(locking.LEVEL_INSTANCE, inst.uuid)
         if self.allocator:
@@ -290,6 +288,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         elif remove_disks:
             disks.remove_disks(self.env, config, inst, feedback=self.feedback)
         with self.env.store.update() as config:
-            config.instances.pop(inst.uuid, None)
+            removed = config.instances.pop(inst.uuid, None)
+            portpool.release(config, removed.network_port if removed else None)
         self.env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
 

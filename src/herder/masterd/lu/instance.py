@@ -10,6 +10,7 @@ from herder.core import locking, model, names, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
+from herder.masterd import portpool
 from herder.masterd.lu import disks, handover
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
@@ -137,7 +138,7 @@ class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
                 "hv_instance": inst.hvparams, "hv_actual": config.filled_hvparams(inst),
                 "be_instance": inst.beparams, "be_actual": config.filled_beparams(inst),
                 "os_instance": inst.osparams, "os_actual": config.filled_osparams(inst),
-                "network_port": None, "tags": inst.tags,
+                "network_port": inst.network_port, "tags": inst.tags,
                 "disks": [model.to_builtins(d) if op.static else
                           {**model.to_builtins(d), **disks.disk_status(self.env, config, inst, d)}
                           for d in inst.disks],
@@ -481,7 +482,7 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
     def execute(self) -> Any:
         self.act()
         with self.env.store.update() as config:
-            del config.instances[self.inst.uuid]
+            portpool.release(config, config.instances.pop(self.inst.uuid).network_port)
         self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
         return None
 
