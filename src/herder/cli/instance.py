@@ -271,6 +271,22 @@ def grow_disk(ctx: click.Context, name: str, disk: int, amount: str, absolute: b
     click.echo(f"Grew disk/{disk} of {name} to {grown} MiB")
 
 
+@instance.command("recreate-disks")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--disk", "indices", multiple=True, type=int,
+              help="A disk to recreate (its index); repeatable (default: all).")
+@click.option("-n", "--node", "nodes", help="New node(s): PRIMARY (the disks are made there).")
+@click.pass_context
+def recreate_disks(ctx: click.Context, name: str, indices: tuple[int, ...],
+                   nodes: str | None) -> None:
+    """Make an instance's lost disks again, empty (OP_INSTANCE_RECREATE_DISKS, as
+    gnt-instance recreate-disks); it must be stopped."""
+    remote.run(ctx, [{"OP_ID": "OP_INSTANCE_RECREATE_DISKS", "instance_name": name,
+                      "disks": list(indices),
+                      "nodes": nodes.split(":") if nodes else []}])
+    click.echo(f"Recreated disks of {name}")
+
+
 @instance.command("activate-disks")
 @click.argument("name", metavar="INSTANCE")
 @click.option("--ignore-size", is_flag=True, default=None,

@@ -935,6 +935,8 @@ def make_app(ctx: RapiContext) -> web.Application:
         opcodes.OpInstanceDeactivateDisks, "instances_name_deactivate_disks", ("force",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
     r.add_post("/2/instances/{name}/disk/{disk}/grow", instance_grow_disk)
+    r.add_post("/2/instances/{name}/recreate-disks", _instance_op(
+        opcodes.OpInstanceRecreateDisks, "instances_name_recreate_disks"))
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
         opcodes.OpInstanceReplaceDisks, "instances_name_replace_disks"))
     r.add_get("/2/jobs", jobs)
