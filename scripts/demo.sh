@@ -41,10 +41,10 @@ wait_beat() {  # until guest $1 beats on node $2 (a TCG guest boots in ~10-30 s 
 
 echo
 echo "== real guests placed by the allocator (the cluster's default iallocator: herder's own)"
-"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 64M --dry-run
-"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 64M
-"$H" instance add db1 --no-name-check -t sharedfile -o herder-guest --disk 64M -n node1.sim.herder.test
-"$H" instance add bad1 --no-name-check -t file -o debootstrap+nosuch --disk 64M || echo "(refused, as it should be)"
+"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 1G --dry-run
+"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 1G
+"$H" instance add db1 --no-name-check -t sharedfile -o herder-guest --disk 1G -n node1.sim.herder.test
+"$H" instance add bad1 --no-name-check -t file -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
 "$H" instance list
 W1=$(primary web1)
 echo "web1 boots on $W1; its serial console:"

@@ -85,6 +85,8 @@ FIRST_NODE = 11  # node addresses from 198.18.<n>.11
 READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
          "maintd": "listening on", "confd": "listening on udp"}
 START_TIMEOUT = 60.0
+LIBVIRTD_RESTART_TIMEOUT = 60.0  # a restarted libvirtd answers on its socket again
+LIVE_FIGURES_TIMEOUT = 60.0  # masterd has every node's figures (its cache: 10 s per failure)
 
 Say = Callable[[str], None]
 
@@ -430,6 +432,15 @@ def _libvirt_tls(host: SimHost) -> None:
     on_node(host, "node", "libvirt-tls")
     on_node(host, "daemon-util", "stop", "libvirtd")
     on_node(host, "daemon-util", "start", "libvirtd")
+    # the supervisor has started it, not yet its socket: wait, so that the cluster simulate
+    # hands over has every node's hypervisor answering (an allocation right after would
+    # leave a node out)
+    deadline = time.monotonic() + LIBVIRTD_RESTART_TIMEOUT
+    while host.run(["virsh", "-c", "qemu:///system", "uri"], timeout=10).returncode != 0:
+        if time.monotonic() > deadline:
+            raise HerderError(f"{host.name}: libvirtd did not come back within "
+                           f"{LIBVIRTD_RESTART_TIMEOUT:.0f} s after its TLS restart")
+        time.sleep(0.2)
 
 
 def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
@@ -490,12 +501,34 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
             node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests))
 
     parallel(hosts, finish)
+    if state.guests == "qemu":
+        _await_live_figures(state)
     if maintd:
         start_daemons(master, ["maintd"])
     for node in state.nodes:
         say(f"{node.name}: {node.address} (mond at http://{node.published}:{PORTS['mond']})")
     sim.keep_powered()
     state.save()
+
+
+def _await_live_figures(state: SimState) -> None:
+    """Until masterd has every node's live figures: the libvirtds restarted on TLS, and
+    masterd keeps a node's failed answer for its cache's lifetime, so an allocation right
+    after the start would leave those nodes out."""
+    deadline = time.monotonic() + LIVE_FIGURES_TIMEOUT
+    missing: list[str] = []
+    with state.rapi(timeout=10.0) as rapi:
+        while time.monotonic() < deadline:
+            try:
+                missing = [n["name"] for n in rapi.get_nodes(bulk=True)
+                           if n.get("mfree") is None]
+            except (RapiError, OSError) as err:
+                missing = [str(err)]
+            if not missing:
+                return
+            time.sleep(0.5)
+    raise HerderError(f"masterd has no live figures of {', '.join(missing)} "
+                      f"{LIVE_FIGURES_TIMEOUT:.0f} s after the start")
 
 
 def _publish(sim: HostSimulation, state: SimState) -> None:
