@@ -125,6 +125,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleCluster
                     "serial_console": True}
         with FileStore(config).update() as cfg:
             cfg.find_node(NODE).ndparams["libvirt_uri"] = libvirtd.uri
+            # instances made by jobs boot the same guest (noded checks the files exist)
+            cfg.cluster.hvparams.setdefault("kvm", {}).update(
+                {key: value for key, value in hvparams.items() if key != "root_path"})
             inst = _instance(cfg, GUEST, hvparams)
             _instance(cfg, STOPPED, hvparams)
             filled = dict(cfg.filled_hvparams(inst))
@@ -261,7 +264,9 @@ def test_create_takes_a_port_and_remove_gives_it_back(cluster: ConsoleCluster) -
     def create(name: str) -> int:
         job = cluster.client.request("POST", "/2/instances", None, {
             "__version__": 1, "name": name, "disk_template": "diskless", "disks": [],
-            "nics": [], "pnode": NODE, "hypervisor": "kvm", "start": False,
+            # routed: this node has no bridge (noded refuses a NIC on a missing one)
+            "nics": [{"mode": "routed", "link": "100", "ip": "192.0.2.10"}], "pnode": NODE,
+            "hypervisor": "kvm", "start": False,
             "no_install": True, "name_check": False, "ip_check": False})
         done = cluster.client.wait_for_job(job)
         assert done["status"] == "success", done
