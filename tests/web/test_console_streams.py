@@ -17,12 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-# Through the simulated cluster's master, the browser's console websocket gets a 500 from
-# masterd's bridge (the same bridge works from the CLI against an in-process node daemon:
-# tests/system/test_console_live.py); left open in issue 20 until it is found.
-pytestmark = pytest.mark.skip(reason="the console bridge answers 500 through the simulated "
-                              "cluster's master (open in issue 20)")
-
 from herder.core import client_profile
 from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
@@ -31,6 +25,12 @@ from herder.masterd import rapi
 from tests.conftest import build_config
 from tests.security.serving import serving
 from tests.simhelpers import herder, running_sim, worker_offset
+
+# Through the simulated cluster's master, the browser's console websocket gets a 500 from
+# masterd's bridge (the same bridge works from the CLI against an in-process node daemon:
+# tests/system/test_console_live.py); left open in issue 20 until it is found.
+pytestmark = pytest.mark.skip(reason="the console bridge answers 500 through the simulated "
+                              "cluster's master (open in issue 20)")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api")
