@@ -266,15 +266,7 @@ def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, targ
             if not ignore_source:
                 _settle_failed_finish(env, inst, source, target, args, move, err,
                                       source_stopped=source_stopped, say=say)
-    with env.store.update() as fresh:
-        moved = fresh.instances[inst.uuid]
-        moved.primary_node = target.uuid
-        for disk in moved.disks:
-            lid = disk.logical_id
-            if isinstance(lid, model.DrbdId) and lid.nodes[0] != target.uuid:
-                lid.nodes.reverse()
-                lid.minors.reverse()
-        moved.touch()
+    migration.set_primary(env, inst, target)
 
 
 def _stop_copy(env: Any, node: model.Node, args: dict[str, Any]) -> str:

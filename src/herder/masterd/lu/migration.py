@@ -49,7 +49,7 @@ def _call_args(config: model.ConfigData, inst: model.Instance, target: model.Nod
     return args
 
 
-def _set_primary(env: Any, inst: model.Instance, target: model.Node) -> None:
+def set_primary(env: Any, inst: model.Instance, target: model.Node) -> None:
     """The config names `target` as the primary (DRBD: the target first in the logical id)."""
     with env.store.update() as fresh:
         moved = fresh.instances[inst.uuid]
@@ -95,7 +95,7 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
                                  where_it_runs(env, inst, target), handover.LIVE)
         if keeper == handover.TARGET:
             # libvirt completed the migration after all: the target runs the guest
-            _set_primary(env, inst, target)
+            set_primary(env, inst, target)
             disks.finish_live_migration(env, config, inst, source, target, migrated=True)
             raise OpExecError(f"migration of {inst.name} reported a failure ({failure}) but "
                               f"the guest runs on {target.name}: the config follows it"
@@ -149,12 +149,12 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
         keeper = handover.keeper(where_it_runs(env, inst, source),
                                  where_it_runs(env, inst, target), handover.LIVE)
         if keeper == handover.TARGET:
-            _set_primary(env, inst, target)
+            set_primary(env, inst, target)
         where = target if keeper == handover.TARGET else source
         raise OpExecError(f"Could not finalize instance migration: {'; '.join(problems)}; "
                           f"{inst.name} runs on {where.name} (run the migration with cleanup "
                           "to settle it)")
-    _set_primary(env, inst, target)
+    set_primary(env, inst, target)
     disks.finish_live_migration(env, config, inst, source, target, migrated=True)
     say("* done")
 
@@ -179,7 +179,7 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
             f"anyway; please make sure node {source.name} is down; error details: {err}")
     say("* deactivating the instance's disks on source node")
     disks.shutdown_disks(env, config, inst, nodes=[source], ignore_primary=True)
-    _set_primary(env, inst, target)
+    set_primary(env, inst, target)
     # the source's stopped copy is no longer the instance: remove its definition (the disks
     # stay: a DRBD secondary needs them)
     fresh = env.store.load()
@@ -247,7 +247,7 @@ def cleanup(env: Any, config: model.ConfigData, inst: model.Instance, target: mo
                                                             "success": True})
         except HerderError as err:
             say(f"* {target.name} did not record the domain: {err}")
-        _set_primary(env, inst, target)
+        set_primary(env, inst, target)
         disks.finish_live_migration(env, config, inst, source, target, migrated=True)
     else:
         say(f"* instance confirmed to be running on its primary node ({source.name})")
