@@ -41,6 +41,7 @@ OSD_BLOCK_BYTES = 4 * 2**30  # each OSD's sparse BlueStore file
 START_TIMEOUT = 120.0
 COMMAND_TIMEOUT = 60.0
 CLIENT = "herder"
+POOL = "herder"
 CLIENT_KEYRING = f"/etc/ceph/ceph.client.{CLIENT}.keyring"
 
 
@@ -181,7 +182,7 @@ osd memory target = 536870912
 """
 
 
-def start(directory: Path, address: str, *, osds: int = 1, pool: str = "herder",
+def start(directory: Path, address: str, *, osds: int = 1, pool: str = POOL,
           netns: str | None = None, pgs: int = 8) -> CephCluster:
     """A fresh Ceph in `directory` (emptied) listening on `address`; `netns`: the network
     namespace the daemons and commands run in. CephError (after stopping what started)
@@ -217,6 +218,20 @@ def start(directory: Path, address: str, *, osds: int = 1, pool: str = "herder",
         raise
     cluster.start_seconds = time.monotonic() - began
     return cluster
+
+
+def attach(directory: Path, *, netns: str | None = None, pool: str = POOL) -> CephCluster:
+    """The administrator's view of a Ceph another process started in `directory` (its daemons
+    are not this object's to stop)."""
+    fsid = address = ""
+    for line in (directory / "ceph.conf").read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "fsid":
+            fsid = value.strip()
+        elif name.strip() == "public addr":
+            address = value.strip()
+    key = (directory / f"ceph.client.{CLIENT}.keyring").read_text().split("key = ", 1)[-1]
+    return CephCluster(directory, address, fsid, pool, key.strip(), netns)
 
 
 def _daemon(cluster: CephCluster, argv: list[str], name: str) -> None:
