@@ -21,6 +21,7 @@ from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NetworkSource, domai
 
 FSID = "0b0e7b3c-6c57-4d0e-8a51-6f2f3c1d9e10"
 KEY = "AQDwPgVrNynsIxAAJwUo19+wsSXPJtSzK03V2Q=="
+SECRET_UUID = "5f0e4e36-1111-5222-8333-444455556666"
 
 
 @pytest.mark.parametrize(("value", "monitors"), [
@@ -74,7 +75,7 @@ def test_secret_is_the_same_on_every_node_and_names_the_user() -> None:
 
 def test_rbd_network_disk_with_cephx_auth() -> None:
     source = NetworkSource("rbd", "herder/u1.rbd.disk0", (("198.18.3.1", 6789),),
-                           auth_username="herder", secret_uuid="5f0e4e36-1111-5222-8333-444455556666")
+                           auth_username="herder", secret_uuid=SECRET_UUID)
     spec = InstanceSpec(name="r1", uuid="6f1c3a46-1f4b-4b7e-9b0a-1a2b3c4d5e6f", maxmem=128,
                         vcpus=1, hvparams=params.hv_family("kvm").defaults(),
                         disks=(DiskSpec("", "rbd", network=source),))
@@ -83,8 +84,7 @@ def test_rbd_network_disk_with_cephx_auth() -> None:
     assert disk.find("source").attrib == {"protocol": "rbd", "name": "herder/u1.rbd.disk0"}
     assert disk.find("source/host").attrib == {"name": "198.18.3.1", "port": "6789"}
     assert disk.find("auth").get("username") == "herder"
-    assert disk.find("auth/secret").attrib == {"type": "ceph",
-                                               "uuid": "5f0e4e36-1111-5222-8333-444455556666"}
+    assert disk.find("auth/secret").attrib == {"type": "ceph", "uuid": SECRET_UUID}
     # without cephx (libvirt's test driver, which opens no disk) there is no auth element
     plain = InstanceSpec(name="r1", uuid="6f1c3a46-1f4b-4b7e-9b0a-1a2b3c4d5e6f", maxmem=128,
                          vcpus=1, hvparams=params.hv_family("kvm").defaults(),
