@@ -332,10 +332,10 @@ class DiskRpcs:
         return specs
 
     @contextlib.contextmanager
-    def os_disk_paths(self, inst: dict[str, Any]) -> Iterator[list[str]]:
-        """The paths the OS scripts write the instance's disks through: the device or file of
-        each disk, and for a userspace rbd disk (no device on this node) a sparse staging file
-        of its size, put into the image (`rbd import`) when the block ends without an error.
+    def os_disk_paths(self, inst: dict[str, Any]) -> Iterator[list[tuple[str, str | None]]]:
+        """(path, userspace URI) of each disk for the OS scripts: the device or file of each
+        disk, and for a userspace rbd disk (no device on this node) a sparse staging file of
+        its size, put into the image (`rbd import`) when the block ends without an error.
         The staging files are removed either way."""
         specs = self.instance_disks(inst)
         staged: dict[int, Path] = {}
@@ -350,7 +350,9 @@ class DiskRpcs:
                 with open(path, "wb") as staging:
                     staging.truncate(_disk(inst["disks"][index]).size * 2**20)
                 staged[index] = path
-            yield [str(staged.get(index, spec.path)) for index, spec in enumerate(specs)]
+            yield [(str(staged.get(index, spec.path)),
+                    f"rbd:{spec.network.name}" if spec.network is not None else None)
+                   for index, spec in enumerate(specs)]
             for index, path in staged.items():
                 disk = _disk(inst["disks"][index])
                 try:

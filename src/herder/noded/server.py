@@ -581,10 +581,10 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
                                        list(self.settings.os_path))
             osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
-            with self.os_disk_paths(inst) as disk_paths:
+            with self.os_disk_paths(inst) as os_disks:
                 data = osdef.OsInstanceData(
                     name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
-                    disks=[osdef.OsDisk(path=p) for p in disk_paths],
+                    disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
                     nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"),
                                       mode=n.get("mode", "bridged"), link=n.get("link") or "")
                           for n in inst.get("nics", [])],

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -190,6 +191,8 @@ def start(directory: Path, address: str, *, osds: int = 1, pool: str = POOL,
     missing = missing_packages()
     if missing:
         raise CephError(f"Ceph is not installed here (apt-get install {' '.join(missing)})")
+    if netns is None:
+        _check_free(address)
     began = time.monotonic()
     shutil.rmtree(directory, ignore_errors=True)
     for sub in ("run", "log"):
@@ -218,6 +221,17 @@ def start(directory: Path, address: str, *, osds: int = 1, pool: str = POOL,
         raise
     cluster.start_seconds = time.monotonic() - began
     return cluster
+
+
+def _check_free(address: str) -> None:
+    """The monitor's ports on `address` are free (else: a Ceph left running, one line)."""
+    for port in (MON_V2_PORT, MON_V1_PORT):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((address, port))
+            except OSError as err:
+                raise CephError(f"{address}:{port} is taken ({err.strerror}): another Ceph "
+                                "(left running?) listens there") from None
 
 
 def attach(directory: Path, *, netns: str | None = None, pool: str = POOL) -> CephCluster:

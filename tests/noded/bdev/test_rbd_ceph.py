@@ -156,3 +156,10 @@ def test_node_without_a_key_is_one_clear_line(cluster: ceph.CephCluster,
                                                       "CEPH_ARGS": "--id herder"}))
     with pytest.raises(BlockDevError, match="no cephx key for client.herder"):
         cephclient.load(keyless)
+
+
+def test_a_second_ceph_on_the_same_address_is_refused_at_once(
+        cluster: ceph.CephCluster, tmp_path: Path) -> None:
+    with pytest.raises(ceph.CephError, match=f"{ADDRESS}:3300 is taken"):
+        ceph.start(tmp_path / "second", ADDRESS)
+    assert not (tmp_path / "second").exists()  # refused before anything was made
