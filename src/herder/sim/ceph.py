@@ -227,6 +227,8 @@ def _check_free(address: str) -> None:
     """The monitor's ports on `address` are free (else: a Ceph left running, one line)."""
     for port in (MON_V2_PORT, MON_V1_PORT):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # as the monitor binds: connections of a stopped one in TIME_WAIT do not count
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((address, port))
             except OSError as err:
