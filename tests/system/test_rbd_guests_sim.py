@@ -8,7 +8,8 @@ here).
 The `herder-guest` OS writes its pattern over the image's first MiB (through a staging file and
 `rbd import`); the guest prints the SHA-256 of its disk's first MiB every second, so the image's
 bytes are seen by the guest itself on every node: after the install, a live migration (same
-boot, growing uptime) and a failover (a new boot). Removing the instance removes the image.
+boot, growing uptime), a failover (a new boot) and a failover away from a node that lost power
+with the guest running. Removing the instance removes the image.
 One cluster for the module, the tests in order.
 """
 
@@ -128,6 +129,24 @@ def test_failover_boots_the_same_bytes_on_the_other_node(sim: Any) -> None:
     after = beat(sim, NODE1, other_than=before.boot_id)
     assert where(sim, NAME) == [NODE1]
     assert after.disk == before.disk
+
+
+def test_failover_from_a_dead_node_boots_the_same_bytes(sim: Any) -> None:
+    """The primary's host loses power with the guest running (its librbd client, which held
+    the image's exclusive lock, dies with it); the failover starts it on the other node."""
+    herder(sim, "instance", "migrate", NAME, "--target-node", NODE2, timeout=600)
+    before = beat(sim, NODE2)
+    sim.host(NODE2).power_off(grace=0)
+    began = time.monotonic()
+    herder(sim, "instance", "failover", NAME, "--target-node", NODE1, "--ignore-consistency",
+           timeout=600)
+    after = beat(sim, NODE1, other_than=before.boot_id)
+    print(f"rbd failover from a dead node to a heartbeat: {time.monotonic() - began:.1f} s")
+    assert after.disk == before.disk
+    sim.host(NODE2).power_on()
+    # the node that comes back does not run it again
+    time.sleep(5)
+    assert where(sim, NAME) == [NODE1]
 
 
 def test_remove_deletes_the_image(sim: Any) -> None:

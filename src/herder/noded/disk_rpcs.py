@@ -313,12 +313,14 @@ class DiskRpcs:
         restart finds them the same way)."""
         specs = []
         for index, data in enumerate(inst.get("disks", [])):
+            disk = _disk(data)
+            # the userspace URI only where the domain uses it (rbd network disks)
+            hypervisor = inst.get("hypervisor", "kvm") if disk.dev_type == "rbd" else None
             assembled = self.rpc_blockdev_assemble({"disk": data, "instance": inst.get("name"),
                                                     "as_primary": True, "idx": index,
-                                                    "hypervisor": inst.get("hypervisor", "kvm")})
+                                                    "hypervisor": hypervisor})
             path = assembled[0] if isinstance(assembled, list) else None
             uri = assembled[1] if isinstance(assembled, list) and len(assembled) > 1 else None
-            disk = _disk(data)
             if not path and uri and disk.dev_type == "rbd":
                 specs.append(DiskSpec(path="", dev_type=disk.dev_type, uuid=disk.uuid or "",
                                       read_only=disk.mode == "ro",

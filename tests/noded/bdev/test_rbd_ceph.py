@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +24,7 @@ from herder.noded.bdev import cephclient, operations
 from herder.noded.bdev.base import BlockDevError, Host, SubprocessRunner
 from herder.noded.bdev.disk import Disk, decode_disk
 from herder.noded.bdev.rbd import RBD_SYSFS, RadosBlockDevice
+from herder.noded.disk_rpcs import DiskRpcs
 from herder.sim import ceph
 
 ADDRESS = "127.0.0.36"
@@ -163,3 +166,44 @@ def test_a_second_ceph_on_the_same_address_is_refused_at_once(
     with pytest.raises(ceph.CephError, match=f"{ADDRESS}:3300 is taken"):
         ceph.start(tmp_path / "second", ADDRESS)
     assert not (tmp_path / "second").exists()  # refused before anything was made
+
+
+class _NodeDisks(DiskRpcs):
+    """noded's disk RPCs on a node whose libvirt is the test driver (no secret defined)."""
+
+    def __init__(self, host: Host, state_dir: Path) -> None:
+        self.bdev = host
+        self.settings = SimpleNamespace(state_dir=state_dir)
+        self._map_lock = threading.Lock()
+        self.hv = SimpleNamespace(runs_guests=False)
+
+
+def test_os_install_seam_stages_and_imports_only_on_success(
+        cluster: ceph.CephCluster, node: Host, tmp_path: Path) -> None:
+    disk_data = {"dev_type": "rbd", "logical_id": ["rbd", "inst3.rbd.disk0"], "size": 8,
+                 "params": {"pool": "herder", "access": "userspace"}, "children": [],
+                 "iv_name": "disk/0", "uuid": "uuid-inst3", "mode": "rw"}
+    RadosBlockDevice.create(decode_disk(disk_data), [], node)
+    inst = {"name": "inst3", "hypervisor": "kvm", "disks": [disk_data]}
+    disks = _NodeDisks(node, tmp_path)
+
+    [spec] = disks.instance_disks(inst)
+    assert spec.network is not None and spec.path == ""
+    assert (spec.network.protocol, spec.network.name) == ("rbd", "herder/inst3.rbd.disk0")
+    assert spec.network.hosts == ((ADDRESS, ceph.MON_V1_PORT),)
+
+    # the OS script fails: nothing reaches the image, the staging file goes
+    with pytest.raises(RuntimeError), disks.os_disk_paths(inst) as [(path, uri)]:
+        assert uri == "rbd:herder/inst3.rbd.disk0"
+        assert os.path.getsize(path) == 8 * 2**20
+        Path(path).write_bytes(PATTERN)
+        raise RuntimeError("the create script failed")
+    assert not Path(path).exists()
+    assert cluster.read_image("inst3.rbd.disk0", len(PATTERN)) == bytes(len(PATTERN))
+
+    with disks.os_disk_paths(inst) as [(path, _)], open(path, "r+b") as staging:
+        staging.write(PATTERN)
+    assert not Path(path).exists()
+    assert cluster.read_image("inst3.rbd.disk0", len(PATTERN)) == PATTERN
+    assert image_size_mib(cluster, "inst3.rbd.disk0") == 8
+    operations.blockdev_remove(node, decode_disk(disk_data))
