@@ -6,7 +6,7 @@ create: `rbd create -p POOL NAME --size MIB`; attach: find the mapping (`rbd sho
 NAME`; shutdown: `rbd unmap DEV`; remove: unmap, `rbd rm -p POOL NAME`; grow: `rbd resize`.
 QEMU can read the image itself (`rbd:POOL/NAME`).
 
-Deviations (docs/compat.md B7, B50-B59): with the disk parameter `access=userspace` nothing
+Deviations (docs/compat.md B7, B50-B56): with the disk parameter `access=userspace` nothing
 is mapped (a node without the rbd kernel module, such as this project's test machines, still
 serves the image to QEMU through librbd); attach then checks the image with `rbd info`. A
 `kernelspace` map on a node without the module is refused in one line naming the cause. The
