@@ -15,6 +15,7 @@ One cluster for the module, the tests in order.
 
 from __future__ import annotations
 
+import json
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -147,6 +148,14 @@ def test_failover_from_a_dead_node_boots_the_same_bytes(sim: Any) -> None:
     # the node that comes back does not run it again
     time.sleep(5)
     assert where(sim, NAME) == [NODE1]
+
+
+def test_grow_disk_resizes_the_image(sim: Any) -> None:
+    [image] = images(sim)
+    herder(sim, "instance", "grow-disk", NAME, "0", "32M", timeout=300)
+    info = sim.ceph_admin().run(["rbd", "info", "-p", "herder", image, "--format", "json"],
+                                what="rbd info")
+    assert json.loads(info)["size"] == 96 * 2**20
 
 
 def test_remove_deletes_the_image(sim: Any) -> None:
