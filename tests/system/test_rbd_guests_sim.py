@@ -111,6 +111,15 @@ def test_an_rbd_instance_boots_from_its_image(sim: Any) -> None:
     assert secret.get("uuid") in listed.stdout
     # the key stays in libvirt: the domain holds only the secret's UUID
     assert sim.ceph_admin().client_key not in ET.tostring(disk, encoding="unicode")
+    # the running QEMU opens the image itself through librbd (Ganeti's `-drive
+    # file=rbd:herder/IMAGE`, here a -blockdev of libvirt's), with cephx and no key in argv
+    argv = sim.host(NODE1).run(["pgrep", "-a", "qemu-system"], timeout=30).stdout
+    blockdev = next(json.loads(word) for word in argv.split()
+                    if word.startswith("{") and '"driver":"rbd"' in word)
+    assert (blockdev["pool"], blockdev["image"], blockdev["user"]) == ("herder", image, "herder")
+    assert blockdev["server"] == [{"host": host.get("name"), "port": "6789"}]
+    assert "cephx" in blockdev["auth-client-required"] and blockdev["key-secret"]
+    assert sim.ceph_admin().client_key not in argv
 
 
 def test_live_migration_keeps_the_guest_and_its_bytes(sim: Any) -> None:
