@@ -26,6 +26,14 @@ def nic_specs(nics: Sequence[Mapping[str, Any]]) -> tuple[NicSpec, ...]:
                  for nic in nics)
 
 
+def network_spec(inst: Mapping[str, Any]) -> InstanceSpec:
+    """The part of the spec a NIC's configuration needs (name, UUID, NICs, tags): for the
+    routed NICs' ifup (`kvm.ifup`), where no disk is assembled."""
+    return InstanceSpec(name=str(inst["name"]), uuid=str(inst["uuid"]), maxmem=0, vcpus=0,
+                        hvparams={}, nics=nic_specs(inst.get("nics") or []),
+                        tags=tuple(str(tag) for tag in inst.get("tags") or ()))
+
+
 def password_files(hvparams: Mapping[str, Any]) -> dict[str, str]:
     """Which password files the domain needs read: {"vnc"|"spice": path}."""
     wanted = {}

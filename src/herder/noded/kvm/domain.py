@@ -21,7 +21,6 @@ from herder.core import paths
 from herder.core.errors import HerderError
 
 VNC_BASE_PORT = 5900  # Ganeti's constants.VNC_BASE_PORT: display = port - 5900
-KVM_IFUP = "/etc/herder/kvm-ifup"  # the routed NICs' hook (Ganeti's kvm-ifup), run by libvirt
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 GANETI_DEFAULT_KVM_PATH = "/usr/bin/kvm"
 
@@ -287,8 +286,8 @@ def missing_bridges(nics: Iterable[NicSpec], bridges: Iterable[str]) -> list[str
 
 
 def ifup_environment(spec: InstanceSpec, index: int) -> dict[str, str]:
-    """The variables Ganeti's kvm-ifup receives, for herder's hook of a routed NIC (libvirt
-    runs the hook with the tap name only; noded writes these beside it)."""
+    """The variables Ganeti's kvm-ifup receives (hv_base.ConfigureNIC), for a routed NIC's
+    configuration on the node (`kvm.ifup`) and the operator's hook."""
     nic = spec.nics[index]
     env = {"INSTANCE": spec.name, "INTERFACE": tap_name(spec.uuid, index),
            "INTERFACE_INDEX": str(index), "MAC": nic.mac, "MODE": nic.mode, "LINK": nic.link,
@@ -436,8 +435,9 @@ def _add_nics(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any],
     for index, nic in enumerate(spec.nics):
         if nic.mode == "routed":
             iface = _sub(devices, "interface", type="ethernet")
+            # libvirt makes the tap; noded configures it once the guest runs here
+            # (kvm.ifup: Ganeti's kvm-ifup, not at the incoming side of a migration)
             _sub(iface, "target", dev=tap_name(spec.uuid, index), managed="yes")
-            _sub(iface, "script", path=KVM_IFUP)
         elif nic.mode in ("bridged", "openvswitch"):
             if not nic.link:
                 raise DomainError(f"NIC {index} ({nic.mac}): {nic.mode} without a link")
