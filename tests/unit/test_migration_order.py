@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from herder.core.errors import OpExecError
+from herder.core import model
+from herder.core.errors import HerderError, OpExecError
 from herder.core.store import FileStore
 from herder.masterd.lu import migration
 from tests.conftest import build_config
@@ -126,3 +127,88 @@ def _not_running(call: Any) -> Any:
         return call(node, method, args, timeout)
 
     return wrapped
+
+
+# --- cleanup (OP_INSTANCE_MIGRATE cleanup=True): Ganeti's _ExecCleanup, every node asked -------
+
+class Places(Recorder):
+    """Nodes answer instance_list from `places` (node short name -> state); a node in
+    `silent` fails the call."""
+
+    def __init__(self, name: str, places: dict[str, str], silent: tuple[str, ...] = ()) -> None:
+        super().__init__([], "")
+        self.name, self.places, self.silent = name, places, silent
+
+    def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        short = node.name.split(".")[0]
+        if method == "instance_list":
+            self.calls.append((node.name, method, dict(args or {})))
+            if short in self.silent:
+                raise HerderError(f"{node.name}: connection refused")
+            return {self.name: self.places[short]} if short in self.places else {}
+        return super().call(node, method, args, timeout)
+
+
+def _shared_env(tmp_path: Path, rpc: Recorder) -> tuple[Any, Any, Any]:
+    config = build_config()
+    node1 = config.find_node("node1.example.com")
+    disk = model.Disk(uuid=model.new_uuid(), dev_type="sharedfile", size=1024,
+                      iv_name="disk/0", logical_id=model.FileId(
+                          driver="loop", path="/srv/herder/shared-file-storage/s1/disk0"))
+    inst = model.Instance(uuid=model.new_uuid(), name="s1.example.com",
+                          primary_node=node1.uuid, os="debootstrap", hypervisor="kvm",
+                          admin_state="up", disks=[disk],
+                          nics=[model.NIC(uuid=model.new_uuid(), mac="aa:00:00:02:00:01")],
+                          ctime=1.0, mtime=1.0)
+    config.instances[inst.uuid] = inst
+    store = FileStore(tmp_path / "config.json")
+    store.create(config)
+    return SimpleNamespace(rpc=rpc, store=store), config, inst
+
+
+def test_cleanup_finds_the_guest_on_a_node_the_config_does_not_name(tmp_path: Path) -> None:
+    rpc = Places("s1.example.com", {"node3": "running"})
+    env, config, inst = _shared_env(tmp_path, rpc)
+    said: list[str] = []
+    migration.cleanup(env, config, inst, None, reason=[], say=said.append)
+    # every online node was asked, the node found recorded it, the config follows it
+    assert sorted(node for node, method in rpc.vm_calls() if method == "instance_list") == [
+        "node1", "node2", "node3"]
+    assert ("node3", "finalize_migration_dst") in rpc.vm_calls()
+    fresh = env.store.load()
+    assert fresh.node_name(fresh.instances[inst.uuid].primary_node) == "node3.example.com"
+    assert any("unexpected node (node3.example.com)" in line for line in said)
+
+
+def test_cleanup_refuses_two_copies_or_a_silent_node(tmp_path: Path) -> None:
+    rpc = Places("s1.example.com", {"node1": "running", "node3": "running"})
+    env, config, inst = _shared_env(tmp_path, rpc)
+    with pytest.raises(OpExecError, match=r"runs on node1.example.com, node3.example.com, not "
+                       r"only on node1.example.com; you will have to ensure manually"):
+        migration.cleanup(env, config, inst, None, reason=[], say=lambda line: None)
+    rpc = Places("s1.example.com", {"node1": "running"}, silent=("node2",))
+    env, config, inst = _shared_env(tmp_path / "b", rpc)
+    with pytest.raises(OpExecError, match="Can't contact node node2.example.com"):
+        migration.cleanup(env, config, inst, None, reason=[], say=lambda line: None)
+    assert env.store.load().instances[inst.uuid].primary_node == inst.primary_node
+
+
+def test_cleanup_on_source_and_target_aborts_and_keeps_the_source(tmp_path: Path) -> None:
+    rpc = Places("s1.example.com", {"node1": "running", "node2": "running"})
+    env, config, inst = _shared_env(tmp_path, rpc)
+    target = config.find_node("node2.example.com")
+    original = rpc.call
+
+    def aborting(node: Any, method: str, args: dict[str, Any] | None = None,
+                 timeout: float | None = None) -> Any:
+        if method == "finalize_migration_dst" and args and args["success"] is False:
+            rpc.places.pop("node2")  # the target drops its copy
+        return original(node, method, args, timeout)
+
+    rpc.call = aborting  # type: ignore[method-assign]  # the target's abort removes its copy
+    said: list[str] = []
+    migration.cleanup(env, config, inst, target, reason=[], say=said.append)
+    assert ("node2", "finalize_migration_dst") in rpc.vm_calls()
+    assert env.store.load().instances[inst.uuid].primary_node == inst.primary_node
+    assert any("confirmed to be running on its primary node" in line for line in said)
