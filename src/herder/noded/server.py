@@ -268,7 +268,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         spec = self.instance_spec(inst)
         try:
             if self.hv.runs_guests:
-                preflight.check(spec, preflight.NodeFacts.of_this_node())
+                preflight.check(spec, preflight.NodeFacts.of_this_node(spec))
             former = self.hv.define(spec)
         except (domain.DomainError, preflight.PreflightError) as err:
             raise RpcFailure(str(err)) from None
@@ -516,7 +516,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         spec = self.instance_spec(inst)
         try:
             domain.domain_xml(spec)
-            preflight.check(spec, preflight.NodeFacts.of_this_node())
+            preflight.check(spec, preflight.NodeFacts.of_this_node(spec))
         except (domain.DomainError, preflight.PreflightError) as err:
             raise RpcFailure(str(err)) from None
 

@@ -73,13 +73,6 @@ def test_routed_nic_is_a_tap_with_ganeti_variables() -> None:
     assert env["LINK"] == "100" and env["INSTANCE"] == spec.name and env["TAGS"] == "web"
 
 
-def test_missing_bridges_helper() -> None:
-    nics = [NicSpec("aa:00:00:00:00:01", "bridged", "br0"),
-            NicSpec("aa:00:00:00:00:02", "openvswitch", "ovs0"),
-            NicSpec("aa:00:00:00:00:03", "routed", "100")]
-    assert domain.missing_bridges(nics, ["br0", "eth0"]) == ["ovs0"]
-
-
 def test_disk_sources_by_template() -> None:
     disks = (DiskSpec("/dev/drbd0", "drbd"), DiskSpec("/srv/f/disk0", "file"),
              DiskSpec("/dev/xenvg/lv", "plain"),

@@ -40,3 +40,8 @@ def test_migration_settings_follow_ganeti_hvparams() -> None:
     flags = migration.migration_flags(settings, persist=False)
     assert flags & libvirt.VIR_MIGRATE_TUNNELLED and flags & libvirt.VIR_MIGRATE_PEER2PEER
     assert not flags & libvirt.VIR_MIGRATE_LIVE
+
+
+def test_qemu_conf_bounds_the_migration_peer_connection() -> None:
+    lines = set(libvirtd_conf.qemu_conf().splitlines())
+    assert {"keepalive_interval = 5", "keepalive_count = 3", 'stdio_handler = "file"'} <= lines

@@ -1,9 +1,9 @@
 """True live migration between two private libvirtds (QEMU driver, TLS only, certificates of
 a test cluster CA), with one real guest: the heartbeat goes on on the target with the same boot
-id and the same disk. (A target libvirtd killed during a migration is tested through herder's
-own path, on namespaced nodes: tests/system/test_real_guests_sim.py. Here, with both libvirtds
-in the machine's namespace, libvirt's job-status call on the source could block for minutes
-after the kill.)"""
+id and the same disk; a receiving libvirtd killed half way through a migration back ends it
+within bounds (every job-status query bounded, the stalled job aborted), the guest never stops.
+(herder's own path through the job, on namespaced nodes: tests/system/test_real_guests_sim.py.)
+"""
 
 from __future__ import annotations
 
@@ -97,3 +97,58 @@ def test_live_migration_keeps_the_guest_running(cluster: dict[str, Any]) -> None
     assert after.boot_id == before.boot_id  # the same boot: memory travelled, no restart
     assert after.disk == before.disk == guest.disk_pattern_hash(NAME)
     assert after.uptime > before.uptime
+
+
+def test_a_killed_target_libvirtd_fails_the_migration_within_bounds(
+        cluster: dict[str, Any]) -> None:
+    """The guest (on the second libvirtd since the test above) goes back at 1 MiB/s and the
+    receiving libvirtd is killed half way: every status query answers within its bound, the
+    stalled job is aborted and reported failed, the guest never stops where it runs, and once
+    the killed libvirtd is back exactly one copy runs."""
+    libvirt, pair, log = cluster["libvirt"], cluster["pair"], cluster["log"]
+    sender_uri = pair.target.uri
+    if _active_names(cluster["target"]) != [NAME]:
+        pytest.skip("the live migration above did not leave the guest on the second node")
+    before = _wait_for_beat_after(log, -1.0, 30)
+    calls, monitor = libvirt.open(sender_uri), libvirt.open(sender_uri)
+    stall = 20.0
+    back = migration.LiveMigration(
+        calls, NAME, tls_uri(pair.source.address, pki=pair.target.pki),
+        migration.MigrationSettings(live=True, bandwidth_mib_s=1, downtime_ms=30),
+        monitor=monitor, stall_timeout=stall)
+    bound = migration.STATUS_CALL_TIMEOUT + 10  # one status answer, on a loaded machine
+
+    def timed_status() -> migration.MigrationStatus:
+        asked = time.monotonic()
+        status = back.status()
+        assert time.monotonic() - asked < bound, "a status query was not bounded"
+        return status
+
+    back.start()
+    deadline = time.monotonic() + 120
+    while (status := timed_status()).transferred_ram == 0:
+        assert status.status == migration.STATUS_ACTIVE, status
+        assert time.monotonic() < deadline, "the memory transfer never began"
+        time.sleep(0.5)
+    pair.source.kill()  # the receiving libvirtd dies; its incoming QEMU stays, as on a host
+    killed = time.monotonic()
+    while (status := timed_status()).status == migration.STATUS_ACTIVE:
+        assert time.monotonic() - killed < stall + 2 * bound + 60, "the migration never ended"
+        time.sleep(1)
+    assert status.status == migration.STATUS_FAILED and status.error, status
+    with pytest.raises(migration.MigrationError):
+        back.wait(migration.ABORT_CALL_TIMEOUT + 30)
+    # the guest never stopped on the sender: the same boot goes on there
+    assert _active_names(cluster["target"]) == [NAME]
+    after = _wait_for_beat_after(log, before.uptime, 60)
+    assert after.boot_id == before.boot_id
+    # the killed libvirtd comes back; afterwards exactly one copy runs (the sender's)
+    pair.source.start()
+    receiver = libvirt.open(pair.source.uri)
+    try:
+        assert migration.cleanup(cluster["target"], receiver, NAME) == "source"
+        assert _active_names(receiver) == [] and _active_names(cluster["target"]) == [NAME]
+    finally:
+        receiver.close()
+        for conn in (calls, monitor):
+            conn.close()

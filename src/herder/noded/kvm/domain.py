@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,13 +276,6 @@ def parse_ovs_vlan(vlan: str) -> tuple[list[int], bool, int | None]:
         return [native], False, None
     tags = ([native] if native is not None else []) + trunk_tags
     return tags, True, native
-
-
-def missing_bridges(nics: Iterable[NicSpec], bridges: Iterable[str]) -> list[str]:
-    """The links of bridged/openvswitch NICs that are not bridges on the node."""
-    present = set(bridges)
-    return sorted({nic.link for nic in nics
-                   if nic.mode in ("bridged", "openvswitch") and nic.link not in present})
 
 
 def ifup_environment(spec: InstanceSpec, index: int) -> dict[str, str]:
