@@ -51,6 +51,8 @@ def test_openvswitch_vlans() -> None:
     assert trunk.get("trunk") == "yes" and [t.get("id") for t in trunk] == ["100", "200"]
     assert [(t.get("id"), t.get("nativeMode")) for t in native] == [
         ("10", "untagged"), ("20", None), ("30", None)]
+    # Ganeti's kvm-ifup takes a bare number as the access port too
+    assert domain.parse_ovs_vlan("100") == domain.parse_ovs_vlan(".100") == ([100], False, None)
     with pytest.raises(DomainError, match="vlan"):
         domain_xml(_spec(nics=(NicSpec("aa:00:00:00:00:04", "openvswitch", "b", vlan="x"),)))
     with pytest.raises(DomainError, match="openvswitch"):

@@ -287,6 +287,11 @@ def cleanup(env: Any, config: model.ConfigData, inst: model.Instance,
             _say_warnings(say, target, answer)
         except HerderError as err:
             say(f"* {target.name} did not record the domain: {err}")
+        try:  # the source forgets its records of it (and a stopped definition)
+            env.rpc.call(source, "finalize_migration_src", {**move, "instance": payload,
+                                                            "live": True, "success": True})
+        except HerderError as err:
+            say(f"* {source.name} kept its records of the instance: {err}")
         set_primary(env, inst, target)
         disks.finish_live_migration(env, config, inst, source, target, migrated=True)
     else:

@@ -263,10 +263,12 @@ def parse_cpu_mask(mask: str, vcpus: int) -> tuple[str | None, list[str | None]]
 
 
 def parse_ovs_vlan(vlan: str) -> tuple[list[int], bool, int | None]:
-    """Ganeti's openvswitch vlan: ".100" (access), ":100:200" (trunk), ".100:200" (untagged
-    native 100 + trunk 200). Returns (tags, trunk, native tag)."""
+    """Ganeti's openvswitch vlan: ".100" or "100" (access), ":100:200" (trunk), ".100:200"
+    (untagged native 100 + trunk 200). Returns (tags, trunk, native tag)."""
     if not vlan:
         return [], False, None
+    if vlan.isdigit():  # Ganeti's kvm-ifup: a bare number is the access port too
+        vlan = "." + vlan
     match = re.fullmatch(r"(\.(\d+))?((:\d+)*)", vlan)
     if not match or (match.group(1) is None and not match.group(3)):
         raise DomainError(f"vlan {vlan!r}: expected .N, :N[:M...] or .N:M[...]")
