@@ -193,6 +193,9 @@ def test_live_migration_keeps_the_guest_running(sim: Any) -> None:
                                         "proxy_arp": False}
     if OVS_MISSING is None:
         assert ovs_port(sim, NODE2)["tag"] == "100"
+    # the serial log is kept by the node that runs it: the console shows the heartbeat
+    shown = herder(sim, "instance", "console", "--log", "--lines", "5", NAME, timeout=120)
+    assert any(line.startswith("herder-guest boot_id=") for line in shown.stdout.splitlines())
 
 
 def test_failover_starts_it_on_the_other_node(sim: Any) -> None:
@@ -229,11 +232,21 @@ def _beats(sim: Any, node: str) -> list[Any]:
 
 def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> None:
     global NAME
+    kernel = domain_xml(sim, NODE1).findtext("os/kernel", "")
     herder(sim, "instance", "shutdown", NAME, timeout=300)
     rapi_job(sim, lambda api: api.modify_instance(NAME, beparams={"maxmem": 160,
                                                                   "minmem": 160}))
     rapi_job(sim, lambda api: api.rename_instance(NAME, "g2"))
     NAME = "g2"
+    # a bad kernel path is one clear line from the node, before anything runs
+    rapi_job(sim, lambda api: api.modify_instance(
+        NAME, hvparams={"kernel_path": "/nonexistent/vmlinuz"}))
+    refused = herder(sim, "instance", "start", NAME, check=False, timeout=300)
+    assert refused.returncode != 0
+    assert "kernel_path /nonexistent/vmlinuz does not exist on this node" in \
+        refused.stdout + refused.stderr
+    assert where(sim, NAME) == []
+    rapi_job(sim, lambda api: api.modify_instance(NAME, hvparams={"kernel_path": kernel}))
     herder(sim, "instance", "start", NAME, timeout=300)
     beat(sim, NODE1)
     root = domain_xml(sim, NODE1)

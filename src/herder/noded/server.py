@@ -531,8 +531,11 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         if move is None or move.target != args["target"]:
             raise RpcFailure(f"migrate_instance of {name} names no move to {args['target']}")
         self.note_claim(name, args)
-        settings = migration.MigrationSettings.from_hvparams(inst.get("hvparams") or {},
-                                                             live=bool(args.get("live", True)))
+        try:
+            settings = migration.MigrationSettings.from_hvparams(
+                inst.get("hvparams") or {}, live=bool(args.get("live", True)))
+        except migration.MigrationError as err:
+            raise RpcFailure(str(err)) from None
         with contextlib.suppress(OSError):
             ordered.mark(self.settings.run_dir, name, "migrate", 3600)
         try:

@@ -8,6 +8,7 @@ within bounds (every job-status query bounded, the stalled job aborted), the gue
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -85,9 +86,10 @@ def cluster() -> Iterator[dict[str, Any]]:
 def test_live_migration_keeps_the_guest_running(cluster: dict[str, Any]) -> None:
     pair, source, target, log = (cluster[key] for key in ("pair", "source", "target", "log"))
     before = _wait_for_beat_after(log, cluster["first"].uptime, 30)
+    # with Ganeti's migration_caps (libvirt's compression and auto-convergence flags)
     settings = migration.MigrationSettings.from_hvparams(
-        {**cluster["hvparams"], "migration_bandwidth": 0})
-    assert settings.live
+        {**cluster["hvparams"], "migration_bandwidth": 0, "migration_caps": "xbzrle:auto-converge"})
+    assert settings.live and settings.caps == {"xbzrle", "auto-converge"}
     result = migration.migrate(source, NAME, tls_uri(pair.target.address, pki=pair.source.pki),
                                settings, timeout=300)
     assert _active_names(source) == [] and _active_names(target) == [NAME]
@@ -148,6 +150,59 @@ def test_a_killed_target_libvirtd_fails_the_migration_within_bounds(
     try:
         assert migration.cleanup(cluster["target"], receiver, NAME) == "source"
         assert _active_names(receiver) == [] and _active_names(cluster["target"]) == [NAME]
+    finally:
+        receiver.close()
+        for conn in (calls, monitor):
+            conn.close()
+
+
+def test_a_frozen_target_is_a_stall_aborted_within_bounds(cluster: dict[str, Any]) -> None:
+    """The receiving libvirtd stops answering without closing anything (SIGSTOP: a host that
+    vanished from the network): the transfer stalls, herder aborts the job after the stall
+    timeout (before libvirt's own keepalive would), the guest goes on where it runs."""
+    libvirt, pair, log = cluster["libvirt"], cluster["pair"], cluster["log"]
+    sender = cluster["target"]
+    if _active_names(sender) != [NAME]:
+        pytest.skip("the guest is not on the second libvirtd")
+    before = _wait_for_beat_after(log, -1.0, 30)
+    calls, monitor = libvirt.open(pair.target.uri), libvirt.open(pair.target.uri)
+    stall = 6.0
+    back = migration.LiveMigration(
+        calls, NAME, tls_uri(pair.source.address, pki=pair.target.pki),
+        migration.MigrationSettings(live=True, bandwidth_mib_s=1, downtime_ms=30),
+        monitor=monitor, stall_timeout=stall)
+    bound = migration.STATUS_CALL_TIMEOUT + 10
+    frozen = pair.source.proc
+    assert frozen is not None
+    try:
+        back.start()
+        deadline = time.monotonic() + 120
+        while back.status().transferred_ram == 0:
+            assert time.monotonic() < deadline, "the memory transfer never began"
+            time.sleep(0.5)
+        os.killpg(frozen.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        while True:
+            asked = time.monotonic()
+            status = back.status()
+            assert time.monotonic() - asked < bound, "a status query was not bounded"
+            if status.status != migration.STATUS_ACTIVE:
+                break
+            assert time.monotonic() - stopped < stall + 2 * bound + 60, "never aborted"
+            time.sleep(1)
+        assert status.status == migration.STATUS_FAILED
+        assert "no progress of the migration" in status.error and "aborted" in status.error
+        assert _active_names(sender) == [NAME]
+        after = _wait_for_beat_after(log, before.uptime, 60)
+        assert after.boot_id == before.boot_id
+    finally:
+        os.killpg(frozen.pid, signal.SIGCONT)
+    with pytest.raises(migration.MigrationError):
+        back.wait(migration.ABORT_CALL_TIMEOUT + 60)
+    receiver = libvirt.open(pair.source.uri)
+    try:
+        assert migration.cleanup(sender, receiver, NAME) == "source"
+        assert _active_names(receiver) == [] and _active_names(sender) == [NAME]
     finally:
         receiver.close()
         for conn in (calls, monitor):

@@ -60,8 +60,8 @@ HVPARAM_MAPPING: dict[str, str] = {
     "machine_version": "<os><type machine> (empty: libvirt's default, as QEMU's default)",
     "mem_path": "<memoryBacking><hugepages/> (the mount is qemu.conf's hugetlbfs_mount)",
     "migration_bandwidth": "migration: VIR_MIGRATE_PARAM_BANDWIDTH (MiB/s)",
-    "migration_caps": "migration flags: xbzrle=COMPRESSED, auto-converge=AUTO_CONVERGE, "
-                      "postcopy-ram=POSTCOPY",
+    "migration_caps": "migration flags: xbzrle=COMPRESSED, auto-converge=AUTO_CONVERGE; "
+                      "postcopy-ram refused (not with tunnelled migration, compat.md)",
     "migration_downtime": "migration: virDomainMigrateSetMaxDowntime (ms)",
     "migration_mode": "migration: live -> VIR_MIGRATE_LIVE, non-live -> paused",
     "migration_port": "unused: migration is tunnelled through libvirtd's TLS port (compat.md)",

@@ -54,6 +54,7 @@ class MigrationSettings:
     live: bool = True
     bandwidth_mib_s: int = 32  # migration_bandwidth, MiB/s; 0 = libvirt's unlimited
     downtime_ms: int = 30  # migration_downtime, ms
+    caps: frozenset[str] = frozenset()  # migration_caps: QEMU's capability names
 
     @classmethod
     def from_hvparams(cls, hvparams: Mapping[str, Any], live: bool | None = None
@@ -62,7 +63,30 @@ class MigrationSettings:
         if live is None:
             live = hvparams.get("migration_mode", "live") == "live"
         return cls(live=live, bandwidth_mib_s=int(hvparams.get("migration_bandwidth", 32)),
-                   downtime_ms=int(hvparams.get("migration_downtime", 30)))
+                   downtime_ms=int(hvparams.get("migration_downtime", 30)),
+                   caps=parse_caps(str(hvparams.get("migration_caps") or "")))
+
+
+# Ganeti's migration_caps (QEMU capabilities, ':'-separated) -> libvirt's migration flags
+CAPABILITY_FLAGS = {"xbzrle": "VIR_MIGRATE_COMPRESSED",
+                    "auto-converge": "VIR_MIGRATE_AUTO_CONVERGE"}
+POSTCOPY_CAPS = frozenset({"postcopy-ram", "x-postcopy-ram"})
+
+
+def parse_caps(value: str) -> frozenset[str]:
+    """migration_caps as Ganeti writes it ("xbzrle:auto-converge"); MigrationError for one
+    libvirt cannot honour here (post-copy: not with a tunnelled migration)."""
+    caps = frozenset(cap for cap in value.split(":") if cap)
+    postcopy = caps & POSTCOPY_CAPS
+    if postcopy:
+        raise MigrationError(f"migration_caps {':'.join(sorted(postcopy))}: libvirt cannot "
+                             "post-copy a tunnelled migration (herder's migrations travel "
+                             "inside libvirtd's TLS connection)")
+    unknown = caps - set(CAPABILITY_FLAGS)
+    if unknown:
+        raise MigrationError(f"migration_caps {':'.join(sorted(unknown))}: unknown (known: "
+                             f"{', '.join(sorted(CAPABILITY_FLAGS))})")
+    return caps
 
 
 @dataclass(frozen=True)
@@ -111,6 +135,8 @@ def migration_flags(settings: MigrationSettings, persist: bool) -> int:
         flags |= libvirt.VIR_MIGRATE_LIVE
     if persist:
         flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+    for cap in sorted(settings.caps):
+        flags |= int(getattr(libvirt, CAPABILITY_FLAGS[cap]))
     return flags
 
 
