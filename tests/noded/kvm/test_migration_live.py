@@ -118,7 +118,7 @@ def test_a_killed_target_libvirtd_fails_the_migration_within_bounds(
         calls, NAME, tls_uri(pair.source.address, pki=pair.target.pki),
         migration.MigrationSettings(live=True, bandwidth_mib_s=1, downtime_ms=30),
         monitor=monitor, stall_timeout=stall)
-    bound = migration.STATUS_CALL_TIMEOUT + 10  # one status answer, on a loaded machine
+    bound = migration.STATUS_CALL_TIMEOUT + migration.ABORT_CALL_TIMEOUT + 10  # loaded machine
 
     def timed_status() -> migration.MigrationStatus:
         asked = time.monotonic()
@@ -171,7 +171,7 @@ def test_a_frozen_target_is_a_stall_aborted_within_bounds(cluster: dict[str, Any
         calls, NAME, tls_uri(pair.source.address, pki=pair.target.pki),
         migration.MigrationSettings(live=True, bandwidth_mib_s=1, downtime_ms=30),
         monitor=monitor, stall_timeout=stall)
-    bound = migration.STATUS_CALL_TIMEOUT + 10
+    bound = migration.STATUS_CALL_TIMEOUT + migration.ABORT_CALL_TIMEOUT + 10  # loaded machine
     frozen = pair.source.proc
     assert frozen is not None
     try:
