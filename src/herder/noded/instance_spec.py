@@ -22,7 +22,10 @@ def nic_specs(nics: Sequence[Mapping[str, Any]]) -> tuple[NicSpec, ...]:
     return tuple(NicSpec(mac=str(nic["mac"]), mode=str(nic.get("mode") or "bridged"),
                          link=str(nic.get("link") or ""), vlan=str(nic.get("vlan") or ""),
                          ip=nic.get("ip") or None, name=nic.get("name") or None,
-                         uuid=str(nic.get("uuid") or ""), network=nic.get("network") or None)
+                         uuid=str(nic.get("uuid") or ""), network=nic.get("network") or None,
+                         network_env=tuple(sorted(
+                             (str(key), str(value))
+                             for key, value in (nic.get("network_env") or {}).items())))
                  for nic in nics)
 
 

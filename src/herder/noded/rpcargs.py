@@ -11,6 +11,7 @@ method does not declare are ignored (newer masters may send more). Every `rpc_<m
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 
 import msgspec
@@ -69,6 +70,16 @@ class NicArg(msgspec.Struct, kw_only=True):
     ip: str | None = None
     mode: str | None = None
     link: str | None = None
+    uuid: str | None = None
+    name: str | None = None
+    network: str | None = None
+    network_env: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the NETWORK_* variables become a routed NIC's hook environment (noded.kvm.ifup)
+        for key, value in self.network_env.items():
+            if not re.fullmatch(r"NETWORK_[A-Z0-9_]+", key) or "\0" in value:
+                raise ValueError(f"NIC {self.mac}: bad network variable {key!r}")
 
 
 class InstancePayload(msgspec.Struct, kw_only=True):
@@ -87,6 +98,7 @@ class InstancePayload(msgspec.Struct, kw_only=True):
     osparams: dict[str, Any] = msgspec.field(default_factory=dict)
     uid_pool: list[tuple[int, int]] = msgspec.field(default_factory=list)
     network_port: int | None = None  # the console's port (VNC display = port - 5900)
+    tags: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         _instance_name(self.name)

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from herder.noded.kvm import domain, ifup
@@ -141,3 +142,38 @@ def test_a_missing_tap_is_one_clear_line(netns: str, tmp_path: Path) -> None:
     line = done.stdout.strip()
     assert line.startswith(f"Failed to configure interface {domain.tap_name(UUID, 1)}: ip link")
     assert "\n" not in line
+
+
+def test_the_masters_payload_gives_the_hook_ganetis_nic_and_network_variables() -> None:
+    """From the config through the RPC payload to the hook's environment: the NIC's UUID and
+    name, the instance's tags, the network's HooksDict (hv_base.ConfigureNIC)."""
+    from herder.core import model
+    from herder.core.noderpc import instance_payload
+    from herder.noded import instance_spec
+    from herder.noded.rpcargs import InstancePayload
+    from tests.conftest import build_config
+
+    config = build_config()
+    net = model.Network(uuid=model.new_uuid(), name="front", network="192.0.2.0/24",
+                        gateway="192.0.2.1", mac_prefix="aa:00:02", tags=["dmz"])
+    config.networks[net.uuid] = net
+    inst = config.find_instance("drbd0.example.com")
+    inst.tags = ["web", "prod"]
+    inst.nics = [model.NIC(uuid="nic-uuid-0", name="eth-front", mac="aa:00:02:00:00:01",
+                           ip="192.0.2.7", network=net.uuid,
+                           nicparams={"mode": "routed", "link": "100"})]
+    payload = instance_payload(config, inst)
+    msgspec.convert(payload, InstancePayload)  # noded's door accepts it
+    env = ifup.hook_environment(instance_spec.network_spec(payload), 0)
+    assert {key: env.get(key) for key in (
+        "INSTANCE", "INTERFACE_UUID", "INTERFACE_NAME", "MODE", "LINK", "IP", "TAGS",
+        "NETWORK_NAME", "NETWORK_UUID", "NETWORK_SUBNET", "NETWORK_GATEWAY",
+        "NETWORK_MAC_PREFIX", "NETWORK_TAGS")} == {
+        "INSTANCE": "drbd0.example.com", "INTERFACE_UUID": "nic-uuid-0",
+        "INTERFACE_NAME": "eth-front", "MODE": "routed", "LINK": "100", "IP": "192.0.2.7",
+        "TAGS": "web prod", "NETWORK_NAME": "front", "NETWORK_UUID": net.uuid,
+        "NETWORK_SUBNET": "192.0.2.0/24", "NETWORK_GATEWAY": "192.0.2.1",
+        "NETWORK_MAC_PREFIX": "aa:00:02", "NETWORK_TAGS": "dmz"}
+    bad = {**payload, "nics": [{**payload["nics"][0], "network_env": {"PATH": "/tmp"}}]}
+    with pytest.raises(msgspec.ValidationError, match="bad network variable"):
+        msgspec.convert(bad, InstancePayload)

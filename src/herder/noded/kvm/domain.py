@@ -161,6 +161,7 @@ class NicSpec:
     name: str | None = None
     uuid: str = ""
     network: str | None = None
+    network_env: tuple[tuple[str, str], ...] = ()  # Ganeti's NETWORK_* hook variables
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,7 @@ def ifup_environment(spec: InstanceSpec, index: int) -> dict[str, str]:
         env["INTERFACE_UUID"] = nic.uuid
     if nic.network:
         env["NETWORK_NAME"] = nic.network
+    env.update(nic.network_env)
     return env
 
 
