@@ -28,6 +28,8 @@ class Recorder:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.statuses = statuses
         self.running_on = running_on
+        self.free: dict[str, int] = {}  # node short name -> free MiB (default 4096)
+        self.current = 0  # the guest's memory now (0: not reported)
 
     def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
@@ -40,6 +42,9 @@ class Recorder:
             return {"drbd0.example.com": "running"} if node.name == self.running_on else {}
         if method == "migration_info":
             return {"xml": "<domain/>"}
+        if method == "node_info":
+            return node_info(self.free.get(node.name.split(".")[0], 4096),
+                             {"drbd0.example.com": self.current} if self.current else {})
         if method == "drbd_wait_sync":
             return [True, 100.0]
         if method.startswith("blockdev_") or method.startswith("drbd_"):
@@ -49,6 +54,13 @@ class Recorder:
     def vm_calls(self) -> list[tuple[str, str]]:
         return [(node.split(".")[0], method) for node, method, _ in self.calls
                 if method in VM_RPCS]
+
+
+def node_info(free: int, instances: dict[str, int]) -> dict[str, Any]:
+    return {"bootid": "b", "memory_total": 8192, "memory_free": free, "memory_dom0": 512,
+            "cpu_total": 2, "cpu_dom0": 2, "cpu_nodes": 1, "cpu_sockets": 1,
+            "instances": {name: {"state": "running", "memory": memory, "vcpus": 2}
+                          for name, memory in instances.items()}}
 
 
 def _env(tmp_path: Path, rpc: Recorder) -> tuple[Any, Any, Any, Any]:
@@ -212,3 +224,40 @@ def test_cleanup_on_source_and_target_aborts_and_keeps_the_source(tmp_path: Path
     assert ("node2", "finalize_migration_dst") in rpc.vm_calls()
     assert env.store.load().instances[inst.uuid].primary_node == inst.primary_node
     assert any("confirmed to be running on its primary node" in line for line in said)
+
+
+def test_a_target_with_less_free_memory_gets_a_ballooned_guest(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Ganeti's _ExecMigration: the guest (1024 MiB now, minmem 512) is ballooned down to the
+    target's free 700 MiB before the migration; without allow_runtime_changes it is refused,
+    and below minmem always."""
+    monkeypatch.setattr(migration, "POLL_INTERVAL", 0)
+    rpc = Recorder([{"status": "completed"}], "node2.example.com")
+    rpc.free, rpc.current = {"node2": 700}, 1024
+    env, config, inst, target = _env(tmp_path, rpc)
+    said: list[str] = []
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=said.append)
+    balloon = [(node, args) for node, method, args in rpc.calls
+               if method == "instance_balloon_memory"]
+    assert balloon == [("node1.example.com", {**balloon[0][1], "memory": 700})]
+    assert balloon[0][1]["name"] == inst.name and "* setting instance memory to 700" in said
+    methods = [method for _, method, _ in rpc.calls]
+    assert methods.index("instance_balloon_memory") < methods.index("migration_info")
+
+    rpc = Recorder([], "node1.example.com")
+    rpc.free, rpc.current = {"node2": 700}, 1024
+    env, config, inst, target = _env(tmp_path / "b", rpc)
+    with pytest.raises(OpExecError, match="Memory ballooning not allowed and not enough free "
+                       "memory to fit instance drbd0.example.com on target node "
+                       "node2.example.com"):
+        migration.migrate_or_failover(env, config, inst, target, live=True,
+                                      allow_failover=False, allow_runtime_changes=False,
+                                      reason=[], say=lambda line: None)
+    rpc.free = {"node2": 300}
+    with pytest.raises(OpExecError, match="Not enough memory on node node2.example.com for "
+                       "migrating instance drbd0.example.com: needed 512 MiB, available 300"):
+        migration.migrate_or_failover(env, config, inst, target, live=True,
+                                      allow_failover=False, reason=[], say=lambda line: None)
+    assert "migrate_instance" not in [method for _, method, _ in rpc.calls]

@@ -305,6 +305,15 @@ class Reboot(Named, kw_only=True):
     type: Literal["soft", "hard", "full"] = "hard"
 
 
+class BalloonMemory(Named, kw_only=True):
+    memory: int  # MiB the running guest is to have (Ganeti's instance_balloon_memory)
+
+    def check(self) -> None:
+        super().check()
+        if not 1 <= self.memory <= MAX_DISK_MIB:
+            raise ValueError(f"memory {self.memory} MiB out of range")
+
+
 class Remove(Named, kw_only=True):
     disks: list[DiskObject] = msgspec.field(default_factory=list)
 
@@ -487,6 +496,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "instance_define": WithInstance, "instance_start": WithInstance,
     "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
+    "instance_balloon_memory": BalloonMemory,
     "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,
     "instance_migratable": Named, "migration_info": Named, "accept_instance": WithInstance,
     "migrate_instance": MigrateInstance, "instance_get_migration_status": Named,

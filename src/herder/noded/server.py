@@ -44,7 +44,7 @@ from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import console, disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
-from herder.noded.hypervisor import Hypervisor
+from herder.noded.hypervisor import Hypervisor, HypervisorError
 from herder.noded.kvm.domain import InstanceSpec
 from herder.noded.migrations import Migrations
 from herder.noded.node_role import RoleRpcs
@@ -365,6 +365,17 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         if hard and args.get("instance"):  # a new QEMU, new taps
             self.routed_nics_up(args["instance"])
         self.record(name, "up", args.get("reason"), args.get("version"))
+
+    def rpc_instance_balloon_memory(self, args: dict[str, Any]) -> None:
+        """Ganeti's instance_balloon_memory: the running guest's memory, through its balloon
+        (a migration to a node with less free memory, allow_runtime_changes)."""
+        name = str(args["name"])
+        self.note_claim(name, args)
+        try:
+            self.hv.balloon(name, int(args["memory"]))
+        except HypervisorError as err:
+            raise RpcFailure(f"cannot set the memory of {name} to {args['memory']} MiB: "
+                             f"{err}") from None
 
     # --- routed NICs (herder.noded.kvm.ifup, Ganeti's kvm-ifup) ---------------------------------
 

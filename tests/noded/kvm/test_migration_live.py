@@ -207,3 +207,26 @@ def test_a_frozen_target_is_a_stall_aborted_within_bounds(cluster: dict[str, Any
         receiver.close()
         for conn in (calls, monitor):
             conn.close()
+
+
+def test_balloon_sets_the_running_guests_memory(cluster: dict[str, Any], tmp_path: Path) -> None:
+    """noded's instance_balloon_memory (a migration to a node with less free memory): the
+    running guest's memory goes down to what was asked, its maximum stays."""
+    from herder.noded.hypervisor import Hypervisor, HypervisorError
+
+    pair, sender = cluster["pair"], cluster["target"]
+    if _active_names(sender) != [NAME]:
+        pytest.skip("the guest is not on the second libvirtd")
+    hv = Hypervisor(pair.target.uri, tmp_path / "noded")
+    try:
+        hv.balloon(NAME, 100)
+        # the guest's balloon driver gives the memory back (libvirt reports QEMU's "actual")
+        deadline = time.monotonic() + 60
+        while (info := sender.lookupByName(NAME).info())[2] > 100 * 1024:
+            assert time.monotonic() < deadline, f"the guest still has {info[2]} KiB"
+            time.sleep(0.5)
+        assert info[1] == 128 * 1024  # its maximum stays
+        with pytest.raises(HypervisorError, match="not running"):
+            hv.balloon("absent.example.com", 100)
+    finally:
+        hv.close()

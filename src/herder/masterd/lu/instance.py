@@ -460,6 +460,7 @@ class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
             return
         migration.migrate_or_failover(self.env, self.config, self.inst, self.target,
                                       live=self.live, allow_failover=self.op.allow_failover,
+                                      allow_runtime_changes=self.op.allow_runtime_changes,
                                       reason=self.op.reason, say=self.feedback)
 
 

@@ -71,14 +71,53 @@ def where_it_runs(env: Any, inst: model.Instance, node: model.Node) -> handover.
         return handover.UNKNOWN
 
 
+def fit_target_memory(env: Any, config: model.ConfigData, inst: model.Instance,
+                      source: model.Node, target: model.Node, *, allow_runtime_changes: bool,
+                      reason: list[Any], say: Say) -> None:
+    """Ganeti's memory check before a migration (CheckNodeFreeMemory for minmem in
+    CheckPrereq, then _ExecMigration's ballooning): the target must have the instance's
+    minmem free; when the guest has more than the target's free memory it is ballooned down
+    to that (allow_runtime_changes), else refused."""
+    from herder.core.livefigures import decode_node_info
+
+    be = config.filled_beparams(inst)
+    try:
+        src = decode_node_info(env.rpc.call(source, "node_info", {"instances": True},
+                                            timeout=60))
+        dst = decode_node_info(env.rpc.call(target, "node_info", {}, timeout=60))
+    except (HerderError, ValueError) as err:
+        raise OpExecError(f"Unable to retrieve node information: {err}") from None
+    running = (src.instances or {}).get(inst.name)
+    current = running.memory if running is not None else int(be["maxmem"])
+    free = dst.memory_free
+    if free < int(be["minmem"]):
+        raise OpExecError(f"Not enough memory on node {target.name} for migrating instance "
+                          f"{inst.name}: needed {be['minmem']} MiB, available {free} MiB")
+    if current <= free:
+        return
+    if not allow_runtime_changes:
+        raise OpExecError(f"Memory ballooning not allowed and not enough free memory to fit "
+                          f"instance {inst.name} on target node {target.name} (have {free}MB, "
+                          f"need {current}MB)")
+    say(f"* setting instance memory to {free}")
+    try:
+        env.rpc.call(source, "instance_balloon_memory",
+                     {**_call_args(config, inst, None, reason), "memory": free}, timeout=120)
+    except HerderError as err:
+        raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
+
+
 def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node,
-                 *, live: bool, reason: list[Any], say: Say) -> None:
+                 *, live: bool, reason: list[Any], say: Say,
+                 allow_runtime_changes: bool = True) -> None:
     source = config.nodes[inst.primary_node]
     payload = instance_payload(config, inst)
     args = _call_args(config, inst, None, reason)
     move = _call_args(config, inst, target, reason)
     say(f"* migrating {inst.name} from {source.name} to {target.name} "
         f"({'live' if live else 'non-live: the guest is paused while its memory moves'})")
+    fit_target_memory(env, config, inst, source, target,
+                      allow_runtime_changes=allow_runtime_changes, reason=reason, say=say)
     info = env.rpc.call(source, "migration_info", args)
     disks.prepare_live_migration(env, config, inst, source, target)
 
@@ -310,7 +349,8 @@ def _say_warnings(say: Say, node: model.Node, answer: object) -> None:
 
 def migrate_or_failover(env: Any, config: model.ConfigData, inst: model.Instance,
                         target: model.Node, *, live: bool, allow_failover: bool,
-                        reason: list[Any], say: Say, ignore_source: bool = False) -> None:
+                        reason: list[Any], say: Say, ignore_source: bool = False,
+                        allow_runtime_changes: bool = True) -> None:
     """Migrate when the instance runs and the hypervisor can; otherwise refuse, or with
     `allow_failover` fail over (explicitly). The test driver's nodes keep the stand-in."""
     from herder.masterd.lu.instance import move_instance
@@ -341,4 +381,5 @@ def migrate_or_failover(env: Any, config: model.ConfigData, inst: model.Instance
         say(f"{why}: failing it over instead (allow_failover)")
         failover(env, config, inst, target, reason=reason, say=say)
         return
-    live_migrate(env, config, inst, target, live=live, reason=reason, say=say)
+    live_migrate(env, config, inst, target, live=live, reason=reason, say=say,
+                 allow_runtime_changes=allow_runtime_changes)
