@@ -253,6 +253,13 @@ def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> Non
     assert root.findtext("name") == "g2" and defined(sim, NODE1) == ["g2"]
     assert int(root.findtext("memory", "0")) == 160 * 1024  # KiB
     assert routing(sim, NODE1, routed_tap(sim, NODE1))["route"]  # no hook any more
+    # a hard reboot is a new QEMU with a new tap: configured again
+    first = beat(sim, NODE1)
+    herder(sim, "instance", "reboot", "--type", "hard", NAME, timeout=300)
+    wait_for(lambda: next((b for b in reversed(_beats(sim, NODE1))
+                           if b.boot_id != first.boot_id), None), BOOT, "a new boot on node1")
+    assert routing(sim, NODE1, routed_tap(sim, NODE1)) == {
+        "tap": True, "route": True, "rule": True, "proxy_arp": True}
 
 
 def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -> None:
