@@ -246,6 +246,7 @@ def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
 STATUS_FIELDS = ("dev_path", "major", "minor", "sync_percent", "estimated_time",
                  "is_degraded", "ldisk_status")
 STATUS_TIMEOUT = 10.0
+LDS_OKAY = 1  # Ganeti's constants.LDS_OKAY: the local disk is in order
 
 
 def disk_status(env: Any, config: model.ConfigData, inst: model.Instance,
@@ -280,7 +281,14 @@ def prepare_live_migration(env: Any, config: model.ConfigData, inst: model.Insta
     external storage: attached on the target; DRBD: the target made secondary, both
     disconnected, reconnected dual-primary, in sync)."""
     if inst.disk_template in INT_MIRROR:
+        for index, disk in enumerate(inst.disks):
+            if not check_disk_consistency(env, config, inst, disk, target, False):
+                raise OpExecError(f"Disk {index} is degraded or not fully synchronized on "
+                                  "target node, aborting migration")
         _drbd_dual_primary(env, config, inst, source, target)
+        for node in (source, target):  # both sides primary while the memory moves
+            env.rpc.call(node, "blockdev_open", {"instance": inst.name, "exclusive": False,
+                                                 "disks": _drbd_objects(config, inst, node)})
         return
     for index, disk in enumerate(inst.disks):
         env.rpc.call(target, "blockdev_assemble", {
@@ -335,6 +343,8 @@ def finish_live_migration(env: Any, config: model.ConfigData, inst: model.Instan
     if inst.disk_template in INT_MIRROR:
         env.rpc.call(other, "blockdev_close", {"instance": inst.name,
                                                "disks": _drbd_objects(config, inst, other)})
+        if migrated:
+            wait_drbd_sync(env, config, inst, (source, target))
         for node in (source, target):
             env.rpc.call(node, "drbd_disconnect_net",
                          {"disks": _drbd_objects(config, inst, node)})
@@ -374,26 +384,84 @@ def check_failover_target(config: model.ConfigData, inst: model.Instance,
 # --- replace-disks -p/-s ------------------------------------------------------------------------
 
 
+ASSEMBLED_ON_SECONDARY = frozenset({"drbd", "plain"})  # Ganeti's Disk.AssembleOnSecondary
+
+
+def _consistent(env: Any, node: model.Node, obj: dict[str, Any], on_primary: bool,
+                ldisk: bool) -> bool:
+    """Ganeti's _CheckDiskConsistencyInner: the device (and its children) found on `node`
+    and not degraded (`ldisk`: its local disk in order)."""
+    good = True
+    if on_primary or obj["dev_type"] in ASSEMBLED_ON_SECONDARY:
+        try:
+            status = env.rpc.call(node, "blockdev_find", {"disk": obj})
+        except HerderError:
+            status = None
+        if not status:
+            good = False
+        else:
+            found = dict(zip(STATUS_FIELDS, status, strict=True))
+            good = found["ldisk_status"] == LDS_OKAY if ldisk else not found["is_degraded"]
+    for child in obj["children"]:
+        good = good and _consistent(env, node, child, on_primary, False)
+    return good
+
+
+def check_disk_consistency(env: Any, config: model.ConfigData, inst: model.Instance,
+                           disk: model.Disk, node: model.Node, on_primary: bool,
+                           ldisk: bool = False) -> bool:
+    """Ganeti's CheckDiskConsistency of one disk on one node."""
+    return _consistent(env, node, diskobjects.disk_object(config, inst, disk, node.uuid),
+                       on_primary, ldisk)
+
+
+def find_or_fail(env: Any, node: model.Node, obj: dict[str, Any], what: str) -> list[Any]:
+    try:
+        status = env.rpc.call(node, "blockdev_find", {"disk": obj})
+    except HerderError as err:
+        raise OpExecError(f"Can't find {what} on node {node.name}: {err}") from None
+    if not status:
+        raise OpExecError(f"Can't find {what} on node {node.name}: disk not found")
+    return list(status)
+
+
+def check_devices(env: Any, config: model.ConfigData, inst: model.Instance) -> None:
+    """Ganeti's TLReplaceDisks._CheckDevices: every DRBD device found on the primary and
+    not degraded."""
+    primary = _node(config, inst.primary_node)
+    for disk in inst.disks:
+        status = find_or_fail(env, primary,
+                               diskobjects.disk_object(config, inst, disk, primary.uuid),
+                               f"DRBD device {disk.iv_name}")
+        if dict(zip(STATUS_FIELDS, status, strict=True))["is_degraded"]:
+            raise OpExecError(f"DRBD device {disk.iv_name} is degraded!")
+
+
 def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                        node: model.Node, *, feedback: Feedback = _quiet) -> None:
     """Rebuild the DRBD disks' local storage on `node` (the primary for -p, the secondary for
-    -s) in Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices checked on both
-    nodes, new data and metadata LVs made, per disk the old LVs detached from the DRBD device,
-    renamed to `<lv>_replaced-<time>`, the new LVs renamed to the old names and attached, the
-    resync awaited, the old LVs removed."""
+    -s) in Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices found on the other
+    node and on `node`, the other node checked consistent, new data and metadata LVs made,
+    per disk the old LVs detached from the DRBD device, those found renamed to
+    `<lv>_replaced-<time>`, the new LVs renamed to the old names and attached, the resync
+    awaited (WaitForSync), the devices checked on the primary, the old LVs removed."""
     import time
 
     if inst.disk_template not in INT_MIRROR:
         raise OpPrereqError(f"instance {inst.name} is not DRBD-mirrored; replace-disks "
                             "needs a mirror", "wrong_input")
+    other = _node(config, next(n for n in inst.all_nodes if n != node.uuid))
     feedback("STEP 1/6 Check device existence")
-    for node_uuid in inst.all_nodes:
-        here = _node(config, node_uuid)
-        for disk in inst.disks:
-            found = env.rpc.call(here, "blockdev_find", {
-                "disk": diskobjects.disk_object(config, inst, disk, node_uuid)})
-            if not found:
-                raise OpExecError(f"can't find disk {disk.iv_name} on node {here.name}")
+    for index, disk in enumerate(inst.disks):
+        for here in (other, node):
+            find_or_fail(env, here, diskobjects.disk_object(config, inst, disk, here.uuid),
+                          f"disk/{index}")
+    feedback("STEP 2/6 Check peer consistency")
+    for disk in inst.disks:
+        if not check_disk_consistency(env, config, inst, disk, other,
+                                      other.uuid == inst.primary_node):
+            raise OpExecError(f"Node {other.name} has degraded storage, unsafe to replace "
+                              f"disks for instance {inst.name}")
     feedback("STEP 3/6 Allocate new storage")
     stamp = int(time.time())
     new_children: list[list[dict[str, Any]]] = []
@@ -420,8 +488,13 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
         env.rpc.call(node, "blockdev_removechildren", {"disk": obj, "ndevs": old})
         renames = []
         for child in old:
+            try:
+                present = env.rpc.call(node, "blockdev_find", {"disk": child})
+            except HerderError:
+                present = None
             vg, lv = child["logical_id"]
-            renames.append([child, [vg, f"{lv}_replaced-{stamp}"]])
+            if present:
+                renames.append([child, [vg, f"{lv}_replaced-{stamp}"]])
             old_renamed.append({**child, "logical_id": [vg, f"{lv}_replaced-{stamp}"]})
         env.rpc.call(node, "blockdev_rename", {"devlist": renames})
         env.rpc.call(node, "blockdev_rename", {"devlist": [
@@ -430,7 +503,8 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                     for new, child in zip(fresh, old, strict=True)]
         env.rpc.call(node, "blockdev_addchildren", {"disk": obj, "ndevs": attached})
     feedback("STEP 5/6 Sync devices")
-    wait_drbd_sync(env, config, inst, tuple(_node(config, n) for n in inst.all_nodes))
+    wait_for_sync(env, config, inst, feedback=feedback)
+    check_devices(env, config, inst)
     feedback("STEP 6/6 Removing old storage")
     for old in old_renamed:
         try:
@@ -440,6 +514,36 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                      "remove it by hand")
 
 
-def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance) -> None:
-    """Wait until the instance's mirrors are in sync on all its nodes (Ganeti's WaitForSync)."""
-    wait_drbd_sync(env, config, inst, tuple(_node(config, n) for n in inst.all_nodes))
+def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,
+                  disks: list[model.Disk] | None = None, *,
+                  feedback: Feedback = _quiet) -> bool:
+    """Ganeti's WaitForSync: ask the primary for the mirror status of the instance's
+    mirrored disks (`disks`: of these) until none resyncs; a degraded disk is asked about a
+    few more times (a passing state). False when a disk stays degraded (10 minutes at most)."""
+    import time
+
+    disks = inst.disks if disks is None else disks
+    if not inst.disks or not disks:
+        return True
+    mirrored = [d for d in disks if d.dev_type in INT_MIRROR]
+    primary = _node(config, inst.primary_node)
+    objects = [diskobjects.disk_object(config, inst, d, primary.uuid) for d in mirrored]
+    deadline = time.monotonic() + 600
+    degraded_retries = 10
+    while True:
+        statuses = env.rpc.call(primary, "blockdev_getmirrorstatus", {"disks": objects})
+        fields = [dict(zip(STATUS_FIELDS, s, strict=True)) for s in statuses or [] if s]
+        degraded = any(f["is_degraded"] and f["sync_percent"] is None for f in fields)
+        syncing = [f for f in fields if f["sync_percent"] is not None]
+        for disk, status in zip(mirrored, fields, strict=False):
+            if status["sync_percent"] is not None:
+                feedback(f"- device {disk.iv_name}: {status['sync_percent']:5.2f}% done")
+        if not syncing and degraded and degraded_retries > 0:
+            degraded_retries -= 1
+            time.sleep(1)
+            continue
+        if not syncing:
+            return not degraded
+        if time.monotonic() > deadline:
+            raise OpExecError(f"the disks of {inst.name} did not resynchronise in time")
+        time.sleep(min(60.0, max(float(f["estimated_time"] or 5) for f in syncing)))

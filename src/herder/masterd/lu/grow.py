@@ -85,8 +85,10 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
         if op.wait_for_sync:
             fresh_config = self.env.store.load()
             grown = fresh_config.instances[inst.uuid]
-            if grown.disk_template in disks.INT_MIRROR:
-                disks.wait_for_sync(self.env, fresh_config, grown)
+            if not disks.wait_for_sync(self.env, fresh_config, grown,
+                                       [grown.disks[op.disk]], feedback=self.feedback):
+                self.feedback("Disk syncing has not returned a good status; check the "
+                              "instance")
             if not grown.disks_active:
                 disks.shutdown_disks(self.env, fresh_config, grown, feedback=self.feedback)
         return self.target

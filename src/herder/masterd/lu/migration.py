@@ -167,6 +167,17 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
     start it when it is marked up."""
     source = config.nodes[inst.primary_node]
     args = _call_args(config, inst, target, reason)
+    if inst.disks_active and inst.disk_template in disks.INT_MIRROR:
+        say("* checking disk consistency between source and target")
+        for index, disk in enumerate(inst.disks):
+            if disks.check_disk_consistency(env, config, inst, disk, target, False):
+                continue
+            if source.offline:
+                say(f"Node {source.name} is offline, ignoring degraded disk {index} on "
+                    f"target node {target.name}")
+            elif not ignore_consistency:
+                raise OpExecError(f"Disk {index} is degraded on target node, aborting "
+                                  "failover")
     say(f"* shutting down instance {inst.name} on source node {source.name}")
     try:
         env.rpc.call(source, "instance_shutdown", {**args, "timeout": shutdown_timeout},
@@ -178,7 +189,8 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
         say(f"Could not shutdown instance {inst.name} on node {source.name}, proceeding "
             f"anyway; please make sure node {source.name} is down; error details: {err}")
     say("* deactivating the instance's disks on source node")
-    disks.shutdown_disks(env, config, inst, nodes=[source], ignore_primary=True)
+    if not disks.shutdown_disks(env, config, inst, ignore_primary=True):
+        raise OpExecError("Can't shut down the instance's disks")
     set_primary(env, inst, target)
     # the source's stopped copy is no longer the instance: remove its definition (the disks
     # stay: a DRBD secondary needs them)
