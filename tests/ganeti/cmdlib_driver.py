@@ -25,7 +25,7 @@ import rpc_summary
 
 time.sleep = lambda seconds: None
 
-from ganeti import config, constants, objects, rpc_defs, serializer  # noqa: E402
+from ganeti import config, constants, errors, objects, rpc_defs, serializer  # noqa: E402
 from ganeti.cmdlib import instance, instance_migration, instance_storage, instance_utils  # noqa: E402
 from ganeti.rpc import node as rpc_node  # noqa: E402
 
@@ -66,14 +66,21 @@ def answer(procedure, args):
         return {"status": constants.HV_MIGRATION_COMPLETED}
     if procedure == "vg_list":
         return {"xenvg": 20480}
-    if procedure == "instance_info":
-        return {"memory": 128, "state": "running", "vcpus": 1, "time": 1}
+    if procedure == "instance_info":  # it runs where it is marked up
+        inst = CONFIG[0].GetInstanceInfoByName(args[0])
+        if inst.admin_state == constants.ADMINST_UP:
+            return {"memory": 128, "state": "running", "vcpus": 1, "time": 1}
+        return {}
     return None
 
 
 class Recorder:
-    def __init__(self, cfg):
+    """The HTTP transport: records each request, answers it (`fail`: [procedure, node name]
+    makes the first such call fail)."""
+
+    def __init__(self, cfg, fail=None):
         self.calls = []
+        self.fail = fail
         self.by_ip = {node.primary_ip: node.name for node in cfg.GetAllNodesInfo().values()}
 
     def __call__(self, requests, lock_monitor_cb=None):
@@ -81,11 +88,16 @@ class Recorder:
             procedure = req.path.lstrip("/")
             args = serializer.LoadJson(req.post_data)
             named = dict(zip(ARG_NAMES.get(procedure, []), args, strict=False))
-            self.calls.append([procedure, self.by_ip[req.host], named])
+            node = self.by_ip[req.host]
+            self.calls.append([procedure, node, named])
             req.success = True
             req.error = None
             req.resp_status_code = 200
-            req.resp_body = serializer.DumpJson([True, answer(procedure, args)])
+            if self.fail == [procedure, node]:
+                self.fail = None
+                req.resp_body = serializer.DumpJson([False, "injected by the test"])
+            else:
+                req.resp_body = serializer.DumpJson([True, answer(procedure, args)])
 
 
 class Getents:
@@ -175,18 +187,29 @@ def _feedback(message):
     pass
 
 
+CONFIG = [None]  # the job's ConfigWriter, for the answers that depend on it
+
+
 def run_job(job, path):
     cfg = config.ConfigWriter(cfg_file=path, offline=True, _getents=Getents,
-                                accept_foreign=True)
-    recorder = Recorder(cfg)
+                              accept_foreign=True)
+    CONFIG[0] = cfg
+    recorder = Recorder(cfg, job.get("fail"))
     rpc = rpc_node.RpcRunner(cfg, None, _req_process_fn=recorder, _getents=Getents)
     minors = list(job.get("new_minors", []))
     cfg.AllocateDRBDMinor = lambda nodes, owner: [minors.pop(0) for _ in nodes]
     cfg.ReleaseDRBDMinors = lambda owner: None
     cfg._wconfd = WConfd(cfg)  # pylint: disable=protected-access
+    cfg.OutDate = lambda: None  # WConfd's changes are made on the data held in memory
     lu = FakeLU(cfg, rpc)
-    inst = cfg.GetInstanceInfoByName(job["instance"])
-    getattr(Ops, job["op"])(lu, inst, job)
+    # one read of the file for the whole job (each access would read and upgrade it again)
+    with cfg.GetConfigManager(shared=False):
+        inst = cfg.GetInstanceInfoByName(job["instance"])
+        try:
+            getattr(Ops, job["op"])(lu, inst, job)
+        except errors.GenericError:
+            if not job.get("fail"):
+                raise
     return recorder.calls
 
 
@@ -203,11 +226,24 @@ class Ops:
 
     @staticmethod
     def activate(lu, inst, job):
-        instance_storage.AssembleInstanceDisks(lu, inst)
+        activate = object.__new__(instance_storage.LUInstanceActivateDisks)
+        activate.__dict__.update(
+            cfg=lu.cfg, rpc=lu.rpc, instance=inst, LogWarning=lu.LogWarning,
+            LogInfo=lu.LogInfo, op=types.SimpleNamespace(ignore_size=False,
+                                                         wait_for_sync=False))
+        activate.Exec(_feedback)
+
+    @staticmethod
+    def start_disks(lu, inst, job):
+        instance_storage.StartInstanceDisks(lu, inst, False)
 
     @staticmethod
     def deactivate(lu, inst, job):
-        instance_storage.ShutdownInstanceDisks(lu, inst)
+        deactivate = object.__new__(instance_storage.LUInstanceDeactivateDisks)
+        deactivate.__dict__.update(
+            cfg=lu.cfg, rpc=lu.rpc, instance=inst, LogWarning=lu.LogWarning,
+            LogInfo=lu.LogInfo, op=types.SimpleNamespace(force=job.get("force", False)))
+        deactivate.Exec(_feedback)
 
     @staticmethod
     def grow(lu, inst, job):

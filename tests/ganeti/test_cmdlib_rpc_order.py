@@ -26,12 +26,15 @@ from typing import Any
 import pytest
 
 from herder.core import ganeti_import, locking, model
+from herder.core.errors import HerderError, RpcError
 from herder.core.jobs import opcodes
 from herder.core.store import FileStore
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LogicalUnit, MasterEnv
 from herder.masterd.lu.grow import InstanceGrowDisk
 from herder.masterd.lu.instance import (
+    InstanceActivateDisks,
+    InstanceDeactivateDisks,
     InstanceFailover,
     InstanceMigrate,
     InstanceRename,
@@ -46,7 +49,10 @@ DEBIAN_PYTHON = Path("/usr/bin/python3")
 CLUSTER = ROOT.parent / "shared/conformance/ganeti/cluster_config_3.0.json"
 
 DRBD, PLAIN = "instance1.example.com", "instance3.example.com"
-NEW_SECONDARY, NEW_MINOR = "node2.example.com", 0  # herder picks the first free minor
+# added to the capture (`cluster_config`): a stopped two-disk DRBD instance with its disks
+# inactive, a two-disk file instance, a sharedfile one
+DRBD2, FILE, SHARED = "instance4.example.com", "instance5.example.com", "instance6.example.com"
+NEW_SECONDARY, NEW_MINOR = "node2.example.com", 2  # the first free minor there
 
 # name -> the job for Ganeti's driver (its op, instance and arguments)
 OPERATIONS: dict[str, dict[str, Any]] = {
@@ -56,7 +62,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "remove plain": {"op": "remove", "instance": PLAIN},
     "activate-disks drbd": {"op": "activate", "instance": DRBD},
     "activate-disks plain": {"op": "activate", "instance": PLAIN},
-    "deactivate-disks drbd": {"op": "deactivate", "instance": DRBD},
+    "deactivate-disks --force drbd": {"op": "deactivate", "instance": DRBD, "force": True},
     "grow-disk drbd": {"op": "grow", "instance": DRBD, "disk": 0, "amount": 512},
     "grow-disk plain": {"op": "grow", "instance": PLAIN, "disk": 0, "amount": 512},
     "replace-disks -s": {"op": "replace_disks", "instance": DRBD,
@@ -69,7 +75,81 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "migrate drbd (role swap, dual primary)": {"op": "migrate", "instance": DRBD},
     "failover drbd (role swap)": {"op": "failover", "instance": DRBD},
     "rename plain": {"op": "rename", "instance": PLAIN, "new_name": "instance9.example.com"},
+    "create drbd, two disks": {"op": "create", "instance": DRBD2},
+    "create drbd, the secondary fails": {"op": "create", "instance": DRBD,
+                                         "fail": ["blockdev_create", "node3.example.com"]},
+    "remove drbd, two disks": {"op": "remove", "instance": DRBD2},
+    "activate-disks drbd, two disks": {"op": "activate", "instance": DRBD2},
+    "activate-disks drbd, the secondary fails": {
+        "op": "activate", "instance": DRBD,
+        "fail": ["blockdev_assemble", "node3.example.com"]},
+    "start (disks), the secondary fails": {
+        "op": "start_disks", "instance": DRBD,
+        "fail": ["blockdev_assemble", "node3.example.com"]},
+    "deactivate-disks drbd, two disks": {"op": "deactivate", "instance": DRBD2},
+    "grow-disk drbd disk/1, disks inactive": {"op": "grow", "instance": DRBD2, "disk": 1,
+                                              "amount": 256},
+    "replace-disks -s, disks inactive": {"op": "replace_disks", "instance": DRBD2,
+                                         "mode": "replace_on_secondary"},
+    "replace-disks -n, two disks": {"op": "replace_disks", "instance": DRBD2,
+                                    "mode": "replace_new_secondary",
+                                    "new_node": "node1.example.com", "new_minors": [1, 2]},
+    "failover drbd, stopped": {"op": "failover", "instance": DRBD2},
+    "create file, two disks": {"op": "create", "instance": FILE},
+    "remove file, two disks": {"op": "remove", "instance": FILE},
+    "activate-disks file": {"op": "activate", "instance": FILE},
+    "deactivate-disks file": {"op": "deactivate", "instance": FILE},
+    "grow-disk file": {"op": "grow", "instance": FILE, "disk": 0, "amount": 256},
+    "create sharedfile": {"op": "create", "instance": SHARED},
+    "remove sharedfile": {"op": "remove", "instance": SHARED},
+    "rename file": {"op": "rename", "instance": FILE, "new_name": "instance8.example.com"},
 }
+
+
+def _disk(uuid: str, dev_type: str, logical_id: list[Any], size: int, nodes: list[str],
+          index: int, children: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"uuid": uuid, "dev_type": dev_type, "logical_id": logical_id, "size": size,
+            "nodes": nodes, "iv_name": f"disk/{index}", "mode": "rw", "params": {},
+            "children": children or [], "serial_no": 1, "ctime": 1.0, "mtime": 1.0}
+
+
+def _lv(name: str, size: int, nodes: list[str]) -> dict[str, Any]:
+    return {"dev_type": "plain", "logical_id": ["xenvg", name], "size": size, "nodes": nodes,
+            "params": {}, "serial_no": 1, "ctime": 1.0, "mtime": 1.0}
+
+
+def cluster_config() -> dict[str, Any]:
+    """The captured Ganeti 3.0 config.data, with three instances more (same shapes)."""
+    data = json.loads(CLUSTER.read_text())
+    node = {n["name"].split(".")[0]: uuid for uuid, n in data["nodes"].items()}
+    template = next(i for i in data["instances"].values() if i["name"] == DRBD)
+
+    def add(name: str, uuid: str, primary: str, disks: list[dict[str, Any]],
+            **state: Any) -> None:
+        for disk in disks:
+            data["disks"][disk["uuid"]] = disk
+        data["instances"][uuid] = {
+            **template, "name": name, "uuid": uuid, "primary_node": node[primary],
+            "disks": [d["uuid"] for d in disks],
+            "nics": [{**template["nics"][0], "mac": f"aa:00:00:00:00:{uuid[-2:]}",
+                      "uuid": f"{uuid[:-2]}ff"}], **state}
+
+    pair = [node["node2"], node["node3"]]
+    add(DRBD2, "00000000-0000-4000-8000-000000000004", "node2", [
+        _disk(f"00000000-0000-4000-8000-0000000004d{i}", "drbd",
+              [*pair, 32110 + i, i, 1 + i, f"secret{i}"], 1024, pair, i,
+              [_lv(f"inst4.disk{i}_data", 1024, pair), _lv(f"inst4.disk{i}_meta", 128, pair)])
+        for i in range(2)], admin_state="down", disks_active=False)
+    add(FILE, "00000000-0000-4000-8000-000000000005", "node1", [
+        _disk(f"00000000-0000-4000-8000-0000000005d{i}", "file",
+              ["loop", f"/srv/ganeti/file-storage/{FILE}/disk{i}"], 512, [node["node1"]], i)
+        for i in range(2)], admin_state="down", disks_active=False)
+    add(SHARED, "00000000-0000-4000-8000-000000000006", "node2", [
+        _disk("00000000-0000-4000-8000-0000000006d0", "sharedfile",
+              ["loop", f"/srv/ganeti/shared-file-storage/{SHARED}/disk0"], 512,
+              [node["node2"]], 0)])
+    data["cluster"]["file_storage_dir"] = "/srv/ganeti/file-storage"
+    return data
 
 
 def ganeti_available() -> bool:
@@ -78,14 +158,16 @@ def ganeti_available() -> bool:
 
 
 @pytest.fixture(scope="module")
-def ganeti_calls() -> dict[str, list[list[Any]]]:
+def ganeti_calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list[Any]]]:
     """Ganeti's RPCs for every operation, from one run of its code."""
     if not ganeti_available():
         pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
     if not CLUSTER.is_file():
         pytest.skip(f"the Ganeti 3.0 cluster capture is absent ({CLUSTER})")
+    config_file = tmp_path_factory.mktemp("ganeti") / "config.data"
+    config_file.write_text(json.dumps(cluster_config()))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{GROOT}:{HERE}", "LC_ALL": "C"}
-    request = {"config": str(CLUSTER), "jobs": list(OPERATIONS.values())}
+    request = {"config": str(config_file), "jobs": list(OPERATIONS.values())}
     proc = subprocess.run([str(DEBIAN_PYTHON), "-O", str(HERE / "cmdlib_driver.py")],
                           input=json.dumps(request), env=env, capture_output=True, text=True,
                           timeout=120, check=False)
@@ -100,13 +182,17 @@ def ganeti_calls() -> dict[str, list[list[Any]]]:
 class RecordingRpc:
     """herder's node RPC client at its seam (`env.rpc.call`), answering as a healthy node."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail: list[str] | None = None) -> None:
         self.calls: list[list[Any]] = []
+        self.fail = fail  # [procedure, node name]: its first such call fails
 
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
         args = args or {}
         self.calls.append(rpc_summary.summary(method, node.name, args, herder=True))
+        if self.fail == [method, node.name]:
+            self.fail = None
+            raise RpcError(f"node {node.name}: {method} failed: injected by the test")
         status = ["/dev/drbd0", 147, 0, None, None, False, 1]
         answers: dict[str, Any] = {
             "blockdev_find": status,
@@ -121,11 +207,12 @@ class RecordingRpc:
         return answers.get(method)
 
 
-def herder_env(tmp_path: Path) -> tuple[MasterEnv, RecordingRpc]:
-    config, _notes = ganeti_import.import_ganeti_file(CLUSTER)
+def herder_env(tmp_path: Path, fail: list[str] | None = None
+               ) -> tuple[MasterEnv, RecordingRpc]:
+    config, _notes = ganeti_import.import_ganeti(cluster_config())
     store = FileStore(tmp_path / "config.json")
     store.create(config)
-    rpc = RecordingRpc()
+    rpc = RecordingRpc(fail)
     return MasterEnv(store=store, locks=locking.LockManager(), rpc=rpc), rpc
 
 
@@ -143,8 +230,13 @@ def _instance(env: MasterEnv, name: str) -> tuple[model.ConfigData, model.Instan
 HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
     "create": lambda env, job: disks.create_disks(env, *_instance(env, job["instance"])),
     "remove": lambda env, job: disks.remove_disks(env, *_instance(env, job["instance"])),
-    "activate": lambda env, job: disks.assemble_disks(env, *_instance(env, job["instance"])),
-    "deactivate": lambda env, job: disks.shutdown_disks(env, *_instance(env, job["instance"])),
+    "activate": lambda env, job: run_lu(env, InstanceActivateDisks,
+                                        opcodes.OpInstanceActivateDisks(
+        instance_name=job["instance"])),
+    "start_disks": lambda env, job: disks.assemble_disks(env, *_instance(env, job["instance"])),
+    "deactivate": lambda env, job: run_lu(env, InstanceDeactivateDisks,
+                                          opcodes.OpInstanceDeactivateDisks(
+        instance_name=job["instance"], force=job.get("force", False))),
     "grow": lambda env, job: run_lu(env, InstanceGrowDisk, opcodes.OpInstanceGrowDisk(
         instance_name=job["instance"], disk=job["disk"], amount=job["amount"])),
     "replace_disks": lambda env, job: run_lu(env, InstanceReplaceDisks,
@@ -189,7 +281,7 @@ def normalised(calls: list[list[Any]], known_lvs: set[str]) -> list[list[Any]]:
 
 
 def known_lvs() -> set[str]:
-    data = json.loads(CLUSTER.read_text())
+    data = cluster_config()
     names = set()
     for disk in data["disks"].values():
         for item in [disk, *disk.get("children", [])]:
@@ -199,9 +291,13 @@ def known_lvs() -> set[str]:
 
 
 def herder_calls(name: str, tmp_path: Path) -> list[list[Any]]:
-    env, rpc = herder_env(tmp_path)
     job = OPERATIONS[name]
-    HERDER_OPS[job["op"]](env, job)
+    env, rpc = herder_env(tmp_path, job.get("fail"))
+    try:
+        HERDER_OPS[job["op"]](env, job)
+    except HerderError:
+        if not job.get("fail"):
+            raise
     return rpc.calls
 
 
@@ -214,16 +310,34 @@ def without_vg_list(calls: list[list[Any]]) -> list[list[Any]]:
 def new_secondary_with_port(calls: list[list[Any]]) -> list[list[Any]]:
     """Row B15: -n creates the new secondary's DRBD device with the port it keeps, not with
     Ganeti's intermediate port-less "standalone" logical id."""
-    port = json.loads(CLUSTER.read_text())["disks"]
-    drbd_port = next(d["logical_id"][2] for d in port.values() if d["dev_type"] == "drbd")
+    port_of_secret = {d["logical_id"][5]: d["logical_id"][2]
+                      for d in cluster_config()["disks"].values() if d["dev_type"] == "drbd"}
     result = []
     for call in without_vg_list(calls):
         disk = call[2].get("disk")
         if call[0] == "blockdev_create" and disk and disk[0] == "drbd" and disk[1][2] is None:
-            disk = [disk[0], [*disk[1][:2], drbd_port, *disk[1][3:]], *disk[2:]]
+            lid = disk[1]
+            disk = [disk[0], [*lid[:2], port_of_secret[lid[5]], *lid[3:]], *disk[2:]]
             call = [call[0], call[1], {**call[2], "disk": disk}]
         result.append(call)
     return result
+
+
+def assembled_with_its_index(index: int) -> Callable[[list[list[Any]]], list[list[Any]]]:
+    """Row B43: assembling some of an instance's disks (grow-disk), herder sends each disk's
+    index in the instance; Ganeti sends its position in the list assembled (0)."""
+    def change(calls: list[list[Any]]) -> list[list[Any]]:
+        return [[c[0], c[1], {**c[2], "idx": index}] if c[0] == "blockdev_assemble" else c
+                for c in calls]
+    return change
+
+
+def activation_undone(calls: list[list[Any]]) -> list[list[Any]]:
+    """Row B44: a failed activate-disks shuts down what it assembled (as Ganeti's
+    StartInstanceDisks does); Ganeti's LUInstanceActivateDisks leaves it assembled."""
+    disk = calls[0][2]["disk"]
+    return calls + [["blockdev_shutdown", node, {"disk": disk}]
+                    for node in ("node1.example.com", "node3.example.com")]
 
 
 def primary_first_after_failover(calls: list[list[Any]]) -> list[list[Any]]:
@@ -254,12 +368,15 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "replace-disks -p": without_vg_list,
     "replace-disks -n": new_secondary_with_port,
     "failover drbd (role swap)": primary_first_after_failover,
+    "replace-disks -s, disks inactive": without_vg_list,
+    "replace-disks -n, two disks": new_secondary_with_port,
+    "grow-disk drbd disk/1, disks inactive": assembled_with_its_index(1),
+    "activate-disks drbd, the secondary fails": activation_undone,
 }
-UNDONE = {
-    "rename plain": "renaming an instance's devices is disks3's part of issue 16 (herder's "
-                    "rename changes the config only, Ganeti assembles, sets the info "
-                    "and shuts down)",
-}
+RENAME_UNDONE = ("renaming an instance's devices is disks3's part of issue 16 (herder's rename "
+                 "changes the config only; Ganeti renames the file-storage directory, "
+                 "assembles, sets the devices' info, shuts them down)")
+UNDONE = {"rename plain": RENAME_UNDONE, "rename file": RENAME_UNDONE}
 
 
 @pytest.mark.parametrize("name", [

@@ -169,19 +169,29 @@ def remove_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
 # --- assemble and shut down ----------------------------------------------------------------
 
 
+def _selected(inst: model.Instance,
+              disks: list[model.Disk] | None) -> list[tuple[int, model.Disk]]:
+    """(index in the instance, disk) of `disks` (default: all the instance's disks)."""
+    wanted = None if disks is None else {d.uuid for d in disks}
+    return [(index, disk) for index, disk in enumerate(inst.disks)
+            if wanted is None or disk.uuid in wanted]
+
+
 def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
                    primary: model.Node | None = None, ignore_secondaries: bool = False,
+                   disks: list[model.Disk] | None = None,
                    feedback: Feedback = _quiet) -> list[tuple[str, str, str]]:
-    """Make the instance's disks available (Ganeti's AssembleInstanceDisks): first on every
-    node of each disk as a secondary, then on `primary` (default: its primary node) as the
-    primary. Returns (node name, iv_name, device path) per disk, as `gnt-instance
-    activate-disks` prints them. When a disk cannot be assembled, what was assembled is shut
-    down again and OpExecError raised (Ganeti's StartInstanceDisks)."""
+    """Make the instance's disks (or `disks` of them) available (Ganeti's
+    AssembleInstanceDisks): first on every node of each disk as a secondary, then on
+    `primary` (default: its primary node) as the primary. Returns (node name, iv_name,
+    device path) per disk, as `gnt-instance activate-disks` prints them. When a disk cannot
+    be assembled, what was assembled is shut down again and OpExecError raised (Ganeti's
+    StartInstanceDisks)."""
     primary = primary or _node(config, inst.primary_node)
     if primary.uuid != inst.primary_node:  # a view, never stored: the disks' new primary
         inst = msgspec.structs.replace(inst, primary_node=primary.uuid)
     problems: list[str] = []
-    for index, disk in enumerate(inst.disks):
+    for index, disk in _selected(inst, disks):
         for node_uuid in disk_nodes(inst, disk):
             node = _node(config, node_uuid)
             try:
@@ -195,7 +205,7 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
                 if not (ignore_secondaries or offline_secondary):
                     problems.append(f"{disk.iv_name} on {node.name}: {err}")
     assembled = []
-    for index, disk in enumerate(inst.disks):
+    for index, disk in _selected(inst, disks):
         path = ""
         try:
             answer = env.rpc.call(primary, "blockdev_assemble", {
@@ -208,7 +218,7 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
             problems.append(f"{disk.iv_name} on {primary.name}: {err}")
         assembled.append((primary.name, disk.iv_name, path))
     if problems:
-        shutdown_disks(env, config, inst, ignore_primary=True, feedback=feedback)
+        shutdown_disks(env, config, inst, ignore_primary=True, disks=disks, feedback=feedback)
         raise OpExecError(f"cannot activate the block devices of {inst.name}: "
                           + "; ".join(problems))
     return assembled
@@ -216,14 +226,15 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
 
 def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
                    nodes: list[model.Node] | None = None, ignore_primary: bool = False,
+                   disks: list[model.Disk] | None = None,
                    feedback: Feedback = _quiet) -> bool:
-    """Release the instance's disks on `nodes` (default: all its nodes), e.g. the old
-    primary after a failover (Ganeti's ShutdownInstanceDisks). `ignore_primary`: errors of
-    the primary (a dead node in a failover) are not fatal. False when a disk could not be
-    shut down where it counts."""
+    """Release the instance's disks (or `disks` of them) on `nodes` (default: all its
+    nodes), e.g. the old primary after a failover (Ganeti's ShutdownInstanceDisks).
+    `ignore_primary`: errors of the primary (a dead node in a failover) are not fatal. False
+    when a disk could not be shut down where it counts."""
     wanted = None if nodes is None else {n.uuid for n in nodes}
     all_done = True
-    for disk in inst.disks:
+    for _index, disk in _selected(inst, disks):
         for node_uuid in disk_nodes(inst, disk):
             if wanted is not None and node_uuid not in wanted:
                 continue

@@ -563,7 +563,12 @@ class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
     def execute(self) -> Any:
         with self.env.store.update() as config:  # Ganeti marks them active first
             config.instances[self.inst.uuid].disks_active = True
-        self.act()
+        try:
+            self.act()
+        except HerderError:
+            with self.env.store.update() as config:  # and inactive again when that failed
+                config.instances[self.inst.uuid].disks_active = False
+            raise
         return [list(entry) for entry in self.assembled]
 
 
@@ -642,6 +647,21 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
                                 "replace-disks needs a mirror", "wrong_input")
 
     def act(self) -> None:
+        """Ganeti's TLReplaceDisks.Exec: a stopped instance's disks are assembled for the
+        replacement (secondaries' errors ignored) and shut down again afterwards."""
+        activate = not self.inst.disks_active
+        if activate:
+            disks.assemble_disks(self.env, self.config, self.inst, ignore_secondaries=True,
+                                 feedback=self.feedback)
+        try:
+            self._replace()
+        finally:
+            if activate:
+                fresh = self.env.store.load()
+                disks.shutdown_disks(self.env, fresh, fresh.instances[self.inst.uuid],
+                                     feedback=self.feedback)
+
+    def _replace(self) -> None:
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
         op = self.op
