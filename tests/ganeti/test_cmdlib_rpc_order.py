@@ -42,6 +42,8 @@ from herder.masterd.lu.instance import (
 )
 from tests.ganeti import rpc_summary
 
+pytestmark = pytest.mark.peer
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 GROOT = Path(os.environ.get("GROOT", "/tmp/groot")) / "usr/share/ganeti/3.0"
