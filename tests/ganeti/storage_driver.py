@@ -2,8 +2,10 @@
 the real LVM tools, recording every command it runs.
 
 Run with Debian's /usr/bin/python3 and PYTHONPATH=/tmp/groot/usr/share/ganeti/3.0. Reads
-`{"env": {NAME: VALUE}, "calls": [[name, args...], ...]}` on stdin (disks as Ganeti's disk
-dicts); prints `{"commands": [[argv...], ...], "errors": [message or null per call]}`.
+`{"env": {NAME: VALUE}, "calls": [[name, args...], ...]}` (and for ExtStorage
+`es_search_path`, `es_log_dir`) on stdin (disks as Ganeti's disk dicts); prints
+`{"commands": [[argv...], ...], "scripts": [[argv, cwd, env], ...], "errors": [message or
+null per call]}` (`scripts`: the commands run with an environment: provider scripts).
 Ganeti's command runner (utils.RunCmd) is replaced by one that records the argv and runs it
 for real with `env` added (an LVM configuration for a loop-device volume group), so Ganeti
 parses the real `lvs`/`vgs`/`pvs` outputs of this machine. The device cache and the
@@ -37,19 +39,29 @@ class Result:
         self.signal = None
 
 
-def run_for_real(cmd, *args, **kwargs):
+def run_for_real(cmd, env=None, cwd=None, output=None, **kwargs):
     argv = [str(arg) for arg in cmd]
     COMMANDS.append(argv)
-    env = dict(os.environ, LC_ALL="C", **REQUEST["env"])
-    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, check=False)
+    if env is not None or cwd is not None:  # a provider script: its environment counts
+        SCRIPT_RUNS.append([argv, cwd, dict(env or {})])
+    full_env = dict(os.environ, LC_ALL="C", **REQUEST["env"], **(env or {}))
+    proc = subprocess.run(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, check=False)
+    if output:
+        with open(output, "a") as log:
+            log.write(proc.stdout + proc.stderr)
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
+SCRIPT_RUNS = []
 process.RunCmd = run_for_real
 utils.RunCmd = run_for_real
 
-from ganeti import backend, objects  # noqa: E402
+from ganeti import backend, objects, pathutils  # noqa: E402
+
+if REQUEST.get("es_search_path"):  # where the ExtStorage providers are, their logs go
+    pathutils.ES_SEARCH_PATH = REQUEST["es_search_path"]
+    pathutils.LOG_ES_DIR = REQUEST["es_log_dir"]
 
 logging.disable(logging.CRITICAL)
 backend.DevCacheManager.UpdateCache = classmethod(lambda cls, *a, **k: None)
@@ -84,7 +96,7 @@ def main():
             errors.append(None)
         except Exception as err:  # Ganeti's RPCFail and BlockDeviceError alike
             errors.append(f"{type(err).__name__}: {err}")
-    json.dump({"commands": COMMANDS, "errors": errors}, sys.stdout)
+    json.dump({"commands": COMMANDS, "scripts": SCRIPT_RUNS, "errors": errors}, sys.stdout)
 
 
 main()

@@ -69,10 +69,11 @@ def scenarios(vg: str) -> dict[str, list[list[Any]]]:
     }
 
 
-def run_ganeti(env: Mapping[str, str], calls: Sequence[Sequence[Any]]) -> dict[str, Any]:
+def run_ganeti(env: Mapping[str, str], calls: Sequence[Sequence[Any]],
+               **paths: str) -> dict[str, Any]:
     proc = subprocess.run(
         [str(harness.DEBIAN_PYTHON), str(HERE / "storage_driver.py")],
-        input=json.dumps({"env": dict(env), "calls": calls}),
+        input=json.dumps({"env": dict(env), "calls": calls, **paths}),
         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(harness.GROOT),
              "LC_ALL": "C"},
         capture_output=True, text=True, timeout=120, check=False)
@@ -82,15 +83,20 @@ def run_ganeti(env: Mapping[str, str], calls: Sequence[Sequence[Any]]) -> dict[s
     return result
 
 
-def run_herder(env: Mapping[str, str], calls: Sequence[Sequence[Any]]) -> dict[str, Any]:
+def run_herder(env: Mapping[str, str], calls: Sequence[Sequence[Any]],
+               **host_paths: Any) -> dict[str, Any]:
     real = SubprocessRunner(extra_env=env)
     commands: list[list[str]] = []
+    scripts: list[list[Any]] = []
 
-    def recording(argv: Sequence[str], **kwargs: Any) -> CommandResult:
+    def recording(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                  timeout: float | None = None, cwd: str | None = None) -> CommandResult:
         commands.append([str(arg) for arg in argv])
-        return real(argv, **kwargs)
+        if env is not None or cwd is not None:
+            scripts.append([[str(arg) for arg in argv], cwd, dict(env or {})])
+        return real(argv, env=env, timeout=timeout, cwd=cwd)
 
-    host = Host(runner=recording, lv_device_nodes_required=False)
+    host = Host(runner=recording, lv_device_nodes_required=False, **host_paths)
     errors: list[str | None] = []
     for name, *args in calls:
         try:
@@ -98,7 +104,7 @@ def run_herder(env: Mapping[str, str], calls: Sequence[Sequence[Any]]) -> dict[s
             errors.append(None)
         except BlockDevError as err:
             errors.append(str(err))
-    return {"commands": commands, "errors": errors}
+    return {"commands": commands, "scripts": scripts, "errors": errors}
 
 
 def empty(vg: test_lvm_real.LoopVg) -> None:
@@ -129,3 +135,66 @@ def test_the_scenarios_reach_the_real_tools(vg: test_lvm_real.LoopVg) -> None:
     assert ours["errors"][:-1] == [None] * 8
     big = run_herder(vg.env, scenarios(vg.vg)["bigger than the volume group"])
     assert big["errors"][0].startswith(f"not enough free space in volume group '{vg.vg}'")
+
+
+# --- ext: the sharedimg provider, for real (images loop-attached) ---------------------------
+
+EXTSTORAGE = Path(__file__).resolve().parents[2] / "src/herder/sim/extstorage"
+
+
+def ext_scenario(images: Path) -> list[list[Any]]:
+    vol = {"dev_type": "ext", "logical_id": ["sharedimg", "vol-inst1-0"], "size": 4,
+           "params": {"access": "kernelspace", "dir": str(images)}, "iv_name": "disk/0",
+           "name": "disk0", "uuid": "u-3", "mode": "rw", "children": [], "spindles": None,
+           "dynamic_params": {}}
+    return [["create", vol, OWNER, True, INFO, False],
+            ["setinfo", vol, "originstname+inst1-renamed.example.com"],
+            ["find", vol],
+            ["grow", vol, 4, True, True, False],
+            ["grow", vol, 4, False, True, False],
+            ["shutdown", vol],
+            ["assemble", vol, True],
+            ["shutdown", vol],
+            ["remove", vol]]
+
+
+def detach_loops(images: Path) -> None:
+    for image in images.glob("*.img"):
+        found = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
+                               capture_output=True, text=True, check=False).stdout.split()
+        for loop in found:
+            subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
+
+
+def test_ext_scripts_and_environment_equal_ganetis(tmp_path: Path) -> None:
+    """Each provider script Ganeti runs, in its order, with the same VOL_*/EXTP_* environment
+    and working directory, for the same disk; both make, grow and remove the volume."""
+    if not harness.ganeti_available():
+        pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
+    free_loop = subprocess.run(["losetup", "-f"], capture_output=True, check=False)
+    if os.geteuid() != 0 or free_loop.returncode != 0:
+        pytest.skip("needs root and a free loop device")
+    images = tmp_path / "images"  # EXTP_DIR: the same for both sides
+    images.mkdir()
+    calls = ext_scenario(images)
+    results = {}
+    try:
+        for side in ("ganeti", "herder"):
+            logs = tmp_path / side / "logs"
+            logs.mkdir(parents=True)
+            env = {"SHAREDIMG_RUN_DIR": str(tmp_path / side / "run")}
+            if side == "ganeti":
+                results[side] = run_ganeti(env, calls, es_search_path=[str(EXTSTORAGE)],
+                                           es_log_dir=str(logs))
+            else:
+                results[side] = run_herder(env, calls, es_search_path=(EXTSTORAGE,),
+                                           es_log_dir=logs, ext_timeout=30.0)
+            assert not list(images.iterdir()), f"{side} left the volume behind"
+    finally:
+        detach_loops(images)
+    theirs, ours = results["ganeti"], results["herder"]
+    assert ours["scripts"] == theirs["scripts"]
+    assert ours["errors"] == [None] * len(calls)
+    assert theirs["errors"] == [None] * len(calls)
+    ran = [Path(argv[0]).name for argv, _cwd, _env in ours["scripts"]]
+    assert ran[:2] == ["create", "attach"] and "grow" in ran and ran[-1] == "remove"
