@@ -19,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,11 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "create drbd, two disks": {"op": "create", "instance": DRBD2},
     "create drbd, the secondary fails": {"op": "create", "instance": DRBD,
                                          "fail": ["blockdev_create", "node3.example.com"]},
+    "create drbd, no wait for sync": {"op": "create", "instance": DRBD,
+                                      "wait_for_sync": False},
+    "create drbd, degraded mirrors": {"op": "create", "instance": DRBD, "degraded": True},
+    "create plain, no wait for sync": {"op": "create", "instance": PLAIN,
+                                       "wait_for_sync": False},
     "remove drbd, two disks": {"op": "remove", "instance": DRBD2},
     "activate-disks drbd, two disks": {"op": "activate", "instance": DRBD2},
     "activate-disks drbd, the secondary fails": {
@@ -184,9 +190,10 @@ def ganeti_calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[lis
 class RecordingRpc:
     """herder's node RPC client at its seam (`env.rpc.call`), answering as a healthy node."""
 
-    def __init__(self, fail: list[str] | None = None) -> None:
+    def __init__(self, fail: list[str] | None = None, degraded: bool = False) -> None:
         self.calls: list[list[Any]] = []
         self.fail = fail  # [procedure, node name]: its first such call fails
+        self.degraded = degraded  # the mirrors report degraded
 
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
@@ -196,9 +203,10 @@ class RecordingRpc:
             self.fail = None
             raise RpcError(f"node {node.name}: {method} failed: injected by the test")
         status = ["/dev/drbd0", 147, 0, None, None, False, 1]
+        mirror = ["/dev/drbd0", 147, 0, None, None, self.degraded, 1]
         answers: dict[str, Any] = {
             "blockdev_find": status,
-            "blockdev_getmirrorstatus": [status for _ in args.get("disks", [])],
+            "blockdev_getmirrorstatus": [mirror for _ in args.get("disks", [])],
             "blockdev_assemble": ["/dev/drbd0", None],
             "drbd_wait_sync": [True, 100.0],
             "instance_migratable": {"running": True, "method": "live"},
@@ -209,12 +217,11 @@ class RecordingRpc:
         return answers.get(method)
 
 
-def herder_env(tmp_path: Path, fail: list[str] | None = None
-               ) -> tuple[MasterEnv, RecordingRpc]:
+def herder_env(tmp_path: Path, job: dict[str, Any]) -> tuple[MasterEnv, RecordingRpc]:
     config, _notes = ganeti_import.import_ganeti(cluster_config())
     store = FileStore(tmp_path / "config.json")
     store.create(config)
-    rpc = RecordingRpc(fail)
+    rpc = RecordingRpc(job.get("fail"), job.get("degraded", False))
     return MasterEnv(store=store, locks=locking.LockManager(), rpc=rpc), rpc
 
 
@@ -230,7 +237,8 @@ def _instance(env: MasterEnv, name: str) -> tuple[model.ConfigData, model.Instan
 
 
 HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
-    "create": lambda env, job: disks.create_disks(env, *_instance(env, job["instance"])),
+    "create": lambda env, job: disks.create_and_sync(env, *_instance(env, job["instance"]),
+                                                     wait=job.get("wait_for_sync", True)),
     "remove": lambda env, job: disks.remove_disks(env, *_instance(env, job["instance"])),
     "activate": lambda env, job: run_lu(env, InstanceActivateDisks,
                                         opcodes.OpInstanceActivateDisks(
@@ -294,11 +302,11 @@ def known_lvs() -> set[str]:
 
 def herder_calls(name: str, tmp_path: Path) -> list[list[Any]]:
     job = OPERATIONS[name]
-    env, rpc = herder_env(tmp_path, job.get("fail"))
+    env, rpc = herder_env(tmp_path, job)
     try:
         HERDER_OPS[job["op"]](env, job)
     except HerderError:
-        if not job.get("fail"):
+        if not (job.get("fail") or job.get("degraded")):
             raise
     return rpc.calls
 
@@ -379,6 +387,12 @@ RENAME_UNDONE = ("renaming an instance's devices is disks3's part of issue 16 (h
                  "changes the config only; Ganeti renames the file-storage directory, "
                  "assembles, sets the devices' info, shuts them down)")
 UNDONE = {"rename plain": RENAME_UNDONE, "rename file": RENAME_UNDONE}
+
+
+@pytest.fixture(autouse=True)
+def no_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits between the polls (degraded mirrors) are Ganeti's; the test does not sit them."""
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
 
 
 @pytest.mark.parametrize("name", [

@@ -117,6 +117,24 @@ def create_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
     return created
 
 
+def create_and_sync(env: Any, config: model.ConfigData, inst: model.Instance, *,
+                    wait: bool, feedback: Feedback = _quiet) -> None:
+    """A new instance's disks (Ganeti's LUInstanceCreate: CreateDisks, then
+    _RemoveDegradedDisks): made, then the mirrors awaited (`wait`) or, for DRBD, checked
+    once; degraded disks are removed again and OpExecError raised."""
+    create_disks(env, config, inst, feedback=feedback)
+    if wait:
+        healthy = wait_for_sync(env, config, inst, feedback=feedback)
+    elif inst.disk_template in INT_MIRROR:
+        feedback("* checking mirrors status")
+        healthy = wait_for_sync(env, config, inst, oneshot=True, feedback=feedback)
+    else:
+        healthy = True
+    if not healthy:
+        remove_disks(env, config, inst, feedback=feedback)
+        raise OpExecError("There are some degraded disks for this instance")
+
+
 def undo_create_disks(env: Any, inst: model.Instance,
                       created: list[tuple[model.Node, dict[str, Any]]], *,
                       feedback: Feedback = _quiet) -> None:
@@ -526,11 +544,12 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
 
 
 def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,
-                  disks: list[model.Disk] | None = None, *,
+                  disks: list[model.Disk] | None = None, *, oneshot: bool = False,
                   feedback: Feedback = _quiet) -> bool:
     """Ganeti's WaitForSync: ask the primary for the mirror status of the instance's
-    mirrored disks (`disks`: of these) until none resyncs; a degraded disk is asked about a
-    few more times (a passing state). False when a disk stays degraded (10 minutes at most)."""
+    mirrored disks (`disks`: of these) until none resyncs (`oneshot`: once; still resyncing
+    is fine then); a degraded disk is asked about a few more times (a passing state). False
+    when a disk stays degraded (10 minutes at most)."""
     import time
 
     disks = inst.disks if disks is None else disks
@@ -549,11 +568,11 @@ def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,
         for disk, status in zip(mirrored, fields, strict=False):
             if status["sync_percent"] is not None:
                 feedback(f"- device {disk.iv_name}: {status['sync_percent']:5.2f}% done")
-        if not syncing and degraded and degraded_retries > 0:
+        if (not syncing or oneshot) and degraded and degraded_retries > 0:
             degraded_retries -= 1
             time.sleep(1)
             continue
-        if not syncing:
+        if not syncing or oneshot:
             return not degraded
         if time.monotonic() > deadline:
             raise OpExecError(f"the disks of {inst.name} did not resynchronise in time")
