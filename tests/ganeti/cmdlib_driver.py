@@ -296,7 +296,9 @@ class Ops:
             instance_name=inst.name, live=True, cleanup=False, failover=failover,
             fallback=False, ignore_consistency=False, ignore_hvversions=True,
             allow_runtime_changes=True, current_mem=128, tgt_free_mem=4096,
-            shutdown_timeout=120, target_node_uuid=None)
+            shutdown_timeout=120,
+            target_node_uuid=lu.cfg.GetNodeInfoByName(job["target"]).uuid
+            if job.get("target") else None)
         task.Exec(_feedback)
 
     @staticmethod

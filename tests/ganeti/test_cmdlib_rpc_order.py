@@ -76,7 +76,13 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                          "mode": "replace_new_secondary", "new_node": NEW_SECONDARY,
                          "new_minors": [NEW_MINOR]},
     "migrate drbd (role swap, dual primary)": {"op": "migrate", "instance": DRBD},
+    "migrate drbd, the migration fails": {
+        "op": "migrate", "instance": DRBD, "fail": ["instance_migrate", "node1.example.com"],
+        "herder_fail": ["migrate_instance", "node1.example.com"]},  # herder's name for it
     "failover drbd (role swap)": {"op": "failover", "instance": DRBD},
+    "migrate sharedfile": {"op": "migrate", "instance": SHARED, "target": "node3.example.com"},
+    "failover sharedfile": {"op": "failover", "instance": SHARED,
+                            "target": "node3.example.com"},
     "rename plain": {"op": "rename", "instance": PLAIN, "new_name": "instance9.example.com"},
     "create drbd, two disks": {"op": "create", "instance": DRBD2},
     "create drbd, the secondary fails": {"op": "create", "instance": DRBD,
@@ -221,7 +227,7 @@ def herder_env(tmp_path: Path, job: dict[str, Any]) -> tuple[MasterEnv, Recordin
     config, _notes = ganeti_import.import_ganeti(cluster_config())
     store = FileStore(tmp_path / "config.json")
     store.create(config)
-    rpc = RecordingRpc(job.get("fail"), job.get("degraded", False))
+    rpc = RecordingRpc(job.get("herder_fail", job.get("fail")), job.get("degraded", False))
     return MasterEnv(store=store, locks=locking.LockManager(), rpc=rpc), rpc
 
 
@@ -253,9 +259,9 @@ HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
                                              opcodes.OpInstanceReplaceDisks(
         instance_name=job["instance"], mode=job["mode"], remote_node=job.get("new_node"))),
     "migrate": lambda env, job: run_lu(env, InstanceMigrate, opcodes.OpInstanceMigrate(
-        instance_name=job["instance"])),
+        instance_name=job["instance"], target_node=job.get("target"))),
     "failover": lambda env, job: run_lu(env, InstanceFailover, opcodes.OpInstanceFailover(
-        instance_name=job["instance"])),
+        instance_name=job["instance"], target_node=job.get("target"))),
     "rename": lambda env, job: run_lu(env, InstanceRename, opcodes.OpInstanceRename(
         instance_name=job["instance"], new_name=job["new_name"], ip_check=False,
         name_check=False)),
@@ -371,6 +377,21 @@ def primary_first_after_failover(calls: list[list[Any]]) -> list[list[Any]]:
     return result
 
 
+def shared_storage_attached_not_opened(calls: list[list[Any]]) -> list[list[Any]]:
+    """Row B45: migrating shared or external storage, herder assembles the disks on the
+    target (as its primary) before the memory moves and shuts them down on the source after;
+    Ganeti closes them on the target, opens them shared on both, closes them on the source
+    and opens them exclusively on the target."""
+    (source,) = {c[1] for c in calls if c[0] == "blockdev_open" and c[2]["exclusive"] is False
+                 and c[1] != calls[0][1]}
+    target = calls[0][1]
+    assert [c[0] for c in calls] == ["blockdev_close", "blockdev_open", "blockdev_open",
+                                     "blockdev_close", "blockdev_open"]
+    return [["blockdev_assemble", target, {"disk": disk, "on_primary": True, "idx": index}]
+            for index, disk in enumerate(calls[0][2]["disks"])] + \
+        [["blockdev_shutdown", source, {"disk": disk}] for disk in calls[0][2]["disks"]]
+
+
 # Where herder differs on purpose (docs/compat.md): operation -> a function that turns
 # Ganeti's storage RPCs into what herder must send.
 EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = {
@@ -382,6 +403,7 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "replace-disks -n, two disks": new_secondary_with_port,
     "grow-disk drbd disk/1, disks inactive": assembled_with_its_index(1),
     "activate-disks drbd, the secondary fails": activation_undone,
+    "migrate sharedfile": shared_storage_attached_not_opened,
 }
 RENAME_UNDONE = ("renaming an instance's devices is disks3's part of issue 16 (herder's rename "
                  "changes the config only; Ganeti renames the file-storage directory, "

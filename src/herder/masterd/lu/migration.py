@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from herder.core import model, vmclaim
+from herder.core import diskobjects, model, vmclaim
 from herder.core.errors import HerderError, OpExecError
 from herder.core.noderpc import instance_payload
 from herder.masterd.lu import disks, handover
@@ -188,6 +188,16 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
                               f"{source.name}: {err}") from None
         say(f"Could not shutdown instance {inst.name} on node {source.name}, proceeding "
             f"anyway; please make sure node {source.name} is down; error details: {err}")
+    if inst.disk_template in disks.EXT_MIRROR:  # shared storage: closed on the source first
+        try:
+            env.rpc.call(source, "blockdev_close", {
+                "instance": inst.name,
+                "disks": diskobjects.disk_objects(config, inst, source.uuid)})
+        except HerderError as err:
+            if not (ignore_consistency or source.offline):
+                raise OpExecError(f"Cannot close instance disks on node {source.name}: "
+                                  f"{err}") from None
+            say(f"Could not close instance disks on node {source.name}, proceeding anyway")
     say("* deactivating the instance's disks on source node")
     if not disks.shutdown_disks(env, config, inst, ignore_primary=True):
         raise OpExecError("Can't shut down the instance's disks")
