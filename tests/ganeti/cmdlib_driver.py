@@ -212,6 +212,9 @@ def run_job(job, path):
     lu = FakeLU(cfg, rpc)
     # one read of the file for the whole job (each access would read and upgrade it again)
     with cfg.GetConfigManager(shared=False):
+        for name in job.get("offline", []):  # the RPC layer answers for these itself
+            node = cfg.GetNodeInfoByName(name)
+            node.offline, node.master_candidate = True, False
         inst = cfg.GetInstanceInfoByName(job["instance"])
         try:
             getattr(Ops, job["op"])(lu, inst, job)

@@ -80,6 +80,12 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "op": "migrate", "instance": DRBD, "fail": ["instance_migrate", "node1.example.com"],
         "herder_fail": ["migrate_instance", "node1.example.com"]},  # herder's name for it
     "failover drbd (role swap)": {"op": "failover", "instance": DRBD},
+    "remove drbd, the secondary offline": {"op": "remove", "instance": DRBD,
+                                           "offline": ["node3.example.com"]},
+    "activate-disks drbd, the secondary offline": {"op": "activate", "instance": DRBD,
+                                                   "offline": ["node3.example.com"]},
+    "deactivate-disks --force drbd, the primary offline": {
+        "op": "deactivate", "instance": DRBD, "force": True, "offline": ["node1.example.com"]},
     "migrate sharedfile": {"op": "migrate", "instance": SHARED, "target": "node3.example.com"},
     "failover sharedfile": {"op": "failover", "instance": SHARED,
                             "target": "node3.example.com"},
@@ -225,6 +231,9 @@ class RecordingRpc:
 
 def herder_env(tmp_path: Path, job: dict[str, Any]) -> tuple[MasterEnv, RecordingRpc]:
     config, _notes = ganeti_import.import_ganeti(cluster_config())
+    for name in job.get("offline", []):
+        node = config.find_node(name)
+        node.offline, node.master_candidate = True, False
     store = FileStore(tmp_path / "config.json")
     store.create(config)
     rpc = RecordingRpc(job.get("herder_fail", job.get("fail")), job.get("degraded", False))

@@ -578,6 +578,11 @@ class InstanceDeactivateDisks(_NodeAction[opcodes.OpInstanceDeactivateDisks]):
     primary are not fatal)."""
 
     def check(self, config: model.ConfigData) -> None:
+        if self.op.force:  # Ganeti's: an offline primary too (its disks are skipped)
+            self.config = config
+            self.inst = lookup(config.find_instance, self.op.instance_name)
+            self.node = config.nodes[self.inst.primary_node]
+            return
         super().check(config)
         if self.inst.admin_state == "up" and not self.op.force:
             raise OpPrereqError(f"instance {self.inst.name} is running; shut it down before "
