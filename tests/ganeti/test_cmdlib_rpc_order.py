@@ -55,6 +55,7 @@ DRBD, PLAIN = "instance1.example.com", "instance3.example.com"
 # added to the capture (`cluster_config`): a stopped two-disk DRBD instance with its disks
 # inactive, a two-disk file instance, a sharedfile one
 DRBD2, FILE, SHARED = "instance4.example.com", "instance5.example.com", "instance6.example.com"
+ADOPTED = "instance7.example.com"  # a blockdev disk
 NEW_SECONDARY, NEW_MINOR = "node2.example.com", 2  # the first free minor there
 
 # name -> the job for Ganeti's driver (its op, instance and arguments)
@@ -123,6 +124,9 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "create sharedfile": {"op": "create", "instance": SHARED},
     "remove sharedfile": {"op": "remove", "instance": SHARED},
     "rename file": {"op": "rename", "instance": FILE, "new_name": "instance8.example.com"},
+    "create blockdev": {"op": "create", "instance": ADOPTED},
+    "remove blockdev": {"op": "remove", "instance": ADOPTED},
+    "activate-disks blockdev": {"op": "activate", "instance": ADOPTED},
 }
 
 
@@ -168,6 +172,10 @@ def cluster_config() -> dict[str, Any]:
         _disk("00000000-0000-4000-8000-0000000006d0", "sharedfile",
               ["loop", f"/srv/ganeti/shared-file-storage/{SHARED}/disk0"], 512,
               [node["node2"]], 0)])
+    add(ADOPTED, "00000000-0000-4000-8000-000000000007", "node1", [
+        _disk("00000000-0000-4000-8000-0000000007d0", "blockdev",
+              ["manual", "/dev/disk/by-id/scsi-adopted0"], 2048, [node["node1"]], 0)])
+    data["cluster"]["enabled_disk_templates"].append("blockdev")
     data["cluster"]["file_storage_dir"] = "/srv/ganeti/file-storage"
     return data
 
@@ -401,6 +409,20 @@ def shared_storage_attached_not_opened(calls: list[list[Any]]) -> list[list[Any]
         [["blockdev_shutdown", source, {"disk": disk}] for disk in calls[0][2]["disks"]]
 
 
+def adopted_device_assembled(calls: list[list[Any]]) -> list[list[Any]]:
+    """Row B11: an adopted device (`blockdev`) is assembled at create (both passes), where
+    Ganeti sends `blockdev_create` (which only finds the device)."""
+    result = []
+    for call in calls:
+        if call[0] == "blockdev_create":
+            disk = call[2]["disk"]
+            result += [["blockdev_assemble", call[1], {"disk": disk, "on_primary": primary,
+                                                       "idx": 0}] for primary in (False, True)]
+        else:
+            result.append(call)
+    return result
+
+
 # Where herder differs on purpose (docs/compat.md): operation -> a function that turns
 # Ganeti's storage RPCs into what herder must send.
 EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = {
@@ -413,6 +435,7 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "grow-disk drbd disk/1, disks inactive": assembled_with_its_index(1),
     "activate-disks drbd, the secondary fails": activation_undone,
     "migrate sharedfile": shared_storage_attached_not_opened,
+    "create blockdev": adopted_device_assembled,
 }
 RENAME_UNDONE = ("renaming an instance's devices is disks3's part of issue 16 (herder's rename "
                  "changes the config only; Ganeti renames the file-storage directory, "

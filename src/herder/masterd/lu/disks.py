@@ -129,8 +129,12 @@ def create_and_sync(env: Any, config: model.ConfigData, inst: model.Instance, *,
                     wait: bool, feedback: Feedback = _quiet) -> None:
     """A new instance's disks (Ganeti's LUInstanceCreate: CreateDisks, then
     _RemoveDegradedDisks): made, then the mirrors awaited (`wait`) or, for DRBD, checked
-    once; degraded disks are removed again and OpExecError raised."""
-    create_disks(env, config, inst, feedback=feedback)
+    once; degraded disks are removed again and OpExecError raised. Adopted devices
+    (`blockdev`) are assembled, not made (compat B11)."""
+    if inst.disk_template == "blockdev":
+        assemble_disks(env, config, inst, feedback=feedback)
+    else:
+        create_disks(env, config, inst, feedback=feedback)
     if wait:
         healthy = wait_for_sync(env, config, inst, feedback=feedback)
     elif inst.disk_template in INT_MIRROR:
