@@ -313,6 +313,16 @@ class Ops:
         Ops._migration(lu, inst, job, True)
 
     @staticmethod
+    def recreate(lu, inst, job):
+        recreate = object.__new__(instance_storage.LUInstanceRecreateDisks)
+        recreate.__dict__.update(
+            cfg=lu.cfg, rpc=lu.rpc, instance=inst, LogWarning=lu.LogWarning,
+            LogInfo=lu.LogInfo, owned_locks=lambda level: [],
+            disks={index: {} for index in job["disks"]},
+            op=types.SimpleNamespace(node_uuids=[]))
+        recreate.Exec(_feedback)
+
+    @staticmethod
     def rename(lu, inst, job):
         rename = object.__new__(instance.LUInstanceRename)
         rename.__dict__.update(

@@ -41,6 +41,7 @@ from herder.masterd.lu.instance import (
     InstanceRename,
     InstanceReplaceDisks,
 )
+from herder.masterd.lu.recreate import InstanceRecreateDisks
 from tests.ganeti import rpc_summary
 
 pytestmark = pytest.mark.peer
@@ -124,6 +125,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "create sharedfile": {"op": "create", "instance": SHARED},
     "remove sharedfile": {"op": "remove", "instance": SHARED},
     "rename file": {"op": "rename", "instance": FILE, "new_name": "instance8.example.com"},
+    "recreate-disks file disk/1": {"op": "recreate", "instance": FILE, "disks": [1]},
+    "recreate-disks drbd disk/0": {"op": "recreate", "instance": DRBD2, "disks": [0]},
     "create blockdev": {"op": "create", "instance": ADOPTED},
     "remove blockdev": {"op": "remove", "instance": ADOPTED},
     "activate-disks blockdev": {"op": "activate", "instance": ADOPTED},
@@ -279,6 +282,9 @@ HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
         instance_name=job["instance"], target_node=job.get("target"))),
     "failover": lambda env, job: run_lu(env, InstanceFailover, opcodes.OpInstanceFailover(
         instance_name=job["instance"], target_node=job.get("target"))),
+    "recreate": lambda env, job: run_lu(env, InstanceRecreateDisks,
+                                        opcodes.OpInstanceRecreateDisks(
+        instance_name=job["instance"], disks=job["disks"])),
     "rename": lambda env, job: run_lu(env, InstanceRename, opcodes.OpInstanceRename(
         instance_name=job["instance"], new_name=job["new_name"], ip_check=False,
         name_check=False)),
