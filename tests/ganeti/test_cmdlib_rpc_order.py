@@ -41,6 +41,7 @@ from herder.masterd.lu.instance import (
     InstanceRename,
     InstanceReplaceDisks,
 )
+from herder.masterd.lu.move import InstanceMove
 from herder.masterd.lu.recreate import InstanceRecreateDisks
 from tests.ganeti import rpc_summary
 
@@ -125,6 +126,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "create sharedfile": {"op": "create", "instance": SHARED},
     "remove sharedfile": {"op": "remove", "instance": SHARED},
     "rename file": {"op": "rename", "instance": FILE, "new_name": "instance8.example.com"},
+    "move plain": {"op": "move", "instance": PLAIN, "target": "node1.example.com"},
+    "move file, stopped": {"op": "move", "instance": FILE, "target": "node2.example.com"},
     "recreate-disks file disk/1": {"op": "recreate", "instance": FILE, "disks": [1]},
     "recreate-disks drbd disk/0": {"op": "recreate", "instance": DRBD2, "disks": [0]},
     "create blockdev": {"op": "create", "instance": ADOPTED},
@@ -236,6 +239,8 @@ class RecordingRpc:
             "migration_info": "migration-info",
             "instance_get_migration_status": {"status": "completed"},
             "instance_list": [],
+            "blockdev_import_prepare": {"token": "token"},
+            "blockdev_export": {"bytes": 1 << 20},
         }
         return answers.get(method)
 
@@ -282,6 +287,8 @@ HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
         instance_name=job["instance"], target_node=job.get("target"))),
     "failover": lambda env, job: run_lu(env, InstanceFailover, opcodes.OpInstanceFailover(
         instance_name=job["instance"], target_node=job.get("target"))),
+    "move": lambda env, job: run_lu(env, InstanceMove, opcodes.OpInstanceMove(
+        instance_name=job["instance"], target_node=job["target"])),
     "recreate": lambda env, job: run_lu(env, InstanceRecreateDisks,
                                         opcodes.OpInstanceRecreateDisks(
         instance_name=job["instance"], disks=job["disks"])),
@@ -429,6 +436,18 @@ def adopted_device_assembled(calls: list[list[Any]]) -> list[list[Any]]:
     return result
 
 
+def copied_by_the_nodes(calls: list[list[Any]]) -> list[list[Any]]:
+    """Row B16: a move copies each disk node to node (`blockdev_import_prepare` on the target,
+    `blockdev_export` on the source) where Ganeti runs its import/export daemons."""
+    made = [i for i, call in enumerate(calls) if call[0] == "blockdev_create"]
+    target = calls[made[0]][1]
+    source = next(call[1] for call in calls if call[0] == "blockdev_remove")
+    copies = [[name, node, {}] for _ in made
+              for name, node in (("blockdev_import_prepare", target),
+                                 ("blockdev_export", source))]
+    return calls[:made[-1] + 1] + copies + calls[made[-1] + 1:]
+
+
 # Where herder differs on purpose (docs/compat.md): operation -> a function that turns
 # Ganeti's storage RPCs into what herder must send.
 EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = {
@@ -442,6 +461,8 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "activate-disks drbd, the secondary fails": activation_undone,
     "migrate sharedfile": shared_storage_attached_not_opened,
     "create blockdev": adopted_device_assembled,
+    "move plain": copied_by_the_nodes,
+    "move file, stopped": copied_by_the_nodes,
 }
 RENAME_UNDONE = ("renaming an instance's devices is disks3's part of issue 16 (herder's rename "
                  "changes the config only; Ganeti renames the file-storage directory, "
