@@ -288,7 +288,7 @@ class Ops:
             lu=lu, cfg=lu.cfg, rpc=lu.rpc, instance=inst, instance_name=inst.name,
             instance_uuid=inst.uuid, mode=job["mode"], disks=list(range(len(inst.disks))),
             new_node_uuid=new, target_node_uuid=target, other_node_uuid=other,
-            early_release=False, node_secondary_ip={})
+            early_release=job.get("early_release", False), node_secondary_ip={})
         task.Exec(_feedback)
 
     @staticmethod

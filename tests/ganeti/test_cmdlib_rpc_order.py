@@ -114,6 +114,13 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                                               "amount": 256},
     "replace-disks -s, disks inactive": {"op": "replace_disks", "instance": DRBD2,
                                          "mode": "replace_on_secondary"},
+    "replace-disks -s --early-release": {"op": "replace_disks", "instance": DRBD,
+                                         "mode": "replace_on_secondary",
+                                         "early_release": True},
+    "replace-disks -n --early-release": {"op": "replace_disks", "instance": DRBD,
+                                         "mode": "replace_new_secondary",
+                                         "new_node": NEW_SECONDARY,
+                                         "new_minors": [NEW_MINOR], "early_release": True},
     "replace-disks -n, two disks": {"op": "replace_disks", "instance": DRBD2,
                                     "mode": "replace_new_secondary",
                                     "new_node": "node1.example.com", "new_minors": [1, 2]},
@@ -282,7 +289,8 @@ HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
         instance_name=job["instance"], disk=job["disk"], amount=job["amount"])),
     "replace_disks": lambda env, job: run_lu(env, InstanceReplaceDisks,
                                              opcodes.OpInstanceReplaceDisks(
-        instance_name=job["instance"], mode=job["mode"], remote_node=job.get("new_node"))),
+        instance_name=job["instance"], mode=job["mode"], remote_node=job.get("new_node"),
+        early_release=job.get("early_release", False))),
     "migrate": lambda env, job: run_lu(env, InstanceMigrate, opcodes.OpInstanceMigrate(
         instance_name=job["instance"], target_node=job.get("target"))),
     "failover": lambda env, job: run_lu(env, InstanceFailover, opcodes.OpInstanceFailover(
@@ -457,6 +465,8 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "failover drbd (role swap)": primary_first_after_failover,
     "replace-disks -s, disks inactive": without_vg_list,
     "replace-disks -n, two disks": new_secondary_with_port,
+    "replace-disks -s --early-release": without_vg_list,
+    "replace-disks -n --early-release": new_secondary_with_port,
     "grow-disk drbd disk/1, disks inactive": assembled_with_its_index(1),
     "activate-disks drbd, the secondary fails": activation_undone,
     "migrate sharedfile": shared_storage_attached_not_opened,

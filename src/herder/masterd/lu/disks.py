@@ -479,7 +479,8 @@ def check_devices(env: Any, config: model.ConfigData, inst: model.Instance) -> N
 
 
 def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
-                       node: model.Node, *, feedback: Feedback = _quiet) -> None:
+                       node: model.Node, *, early_release: bool = False,
+                       feedback: Feedback = _quiet) -> None:
     """Rebuild the DRBD disks' local storage on `node` (the primary for -p, the secondary for
     -s) in Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices found on the other
     node and on `node`, the other node checked consistent, new data and metadata LVs made,
@@ -543,16 +544,32 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
         attached = [{**new, "logical_id": child["logical_id"]}
                     for new, child in zip(fresh, old, strict=True)]
         env.rpc.call(node, "blockdev_addchildren", {"disk": obj, "ndevs": attached})
-    feedback("STEP 5/6 Sync devices")
+    finish_replacement(env, config, inst, node, old_renamed, early_release=early_release,
+                       feedback=feedback)
+
+
+def finish_replacement(env: Any, config: model.ConfigData, inst: model.Instance,
+                       node: model.Node, old_lvs: list[dict[str, Any]], *,
+                       early_release: bool, feedback: Feedback = _quiet) -> None:
+    """The end of Ganeti's replace-disks: the resync awaited (WaitForSync), the devices
+    checked on the primary, the old LVs on `node` removed — before the wait with
+    `early_release`."""
+    def remove_old() -> None:
+        feedback("Removing old storage")
+        for old in old_lvs:
+            try:
+                env.rpc.call(node, "blockdev_remove", {"disk": old})
+            except HerderError as err:
+                feedback(f"can't remove old LV {old['logical_id'][1]} on {node.name}: {err};"
+                         " remove it by hand")
+
+    if early_release:
+        remove_old()
+    feedback("Sync devices")
     wait_for_sync(env, config, inst, feedback=feedback)
     check_devices(env, config, inst)
-    feedback("STEP 6/6 Removing old storage")
-    for old in old_renamed:
-        try:
-            env.rpc.call(node, "blockdev_remove", {"disk": old})
-        except HerderError as err:
-            feedback(f"can't remove old LV {old['logical_id'][1]} on {node.name}: {err}; "
-                     "remove it by hand")
+    if not early_release:
+        remove_old()
 
 
 def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,

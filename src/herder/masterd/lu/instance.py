@@ -672,11 +672,13 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
         op = self.op
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
             new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)
-            change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback)
+            change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback,
+                             early_release=op.early_release)
             return
         targets = [self.inst.primary_node] if op.mode in ("replace_on_primary", "replace_auto") \
             else self.inst.secondary_nodes
         for node_uuid in targets:
             disks.replace_disks_only(self.env, self.config, self.inst,
-                                     self.config.nodes[node_uuid], feedback=self.feedback)
+                                     self.config.nodes[node_uuid],
+                                     early_release=op.early_release, feedback=self.feedback)
 

@@ -301,7 +301,7 @@ class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
 
 
 def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, new: model.Node,
-                     reason: list[Any], feedback: Any) -> None:
+                     reason: list[Any], feedback: Any, *, early_release: bool = False) -> None:
     """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n,
     TLReplaceDisks._ExecDrbd8Secondary): the disks found and consistent on the primary, the
     new data and metadata LVs, then the DRBD devices, on `new`, the old secondary's DRBD shut
@@ -362,15 +362,14 @@ def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, n
         env.rpc.call(node, "drbd_attach_net", {
             "disks": diskobjects.disk_objects(config, moved, node.uuid),
             "instance": inst.name, "multimaster": False})
-    disks.wait_for_sync(env, config, moved, feedback=feedback)  # STEP 5/6 Sync devices
-    disks.check_devices(env, config, moved)
-    if old is not None and not old.offline:  # STEP 6/6 Removing old storage: the old LVs
-        for disk in inst.disks:
-            for child in diskobjects.disk_object(config, inst, disk, old_uuid)["children"]:
-                try:
-                    env.rpc.call(old, "blockdev_remove", {"disk": child})
-                except HerderError as err:
-                    feedback(f"old secondary {old.name} not cleaned up: {err}")
+    old_lvs = [child for disk in inst.disks
+               for child in diskobjects.disk_object(config, inst, disk, old_uuid)["children"]]
+    if old is None or old.offline:  # nothing to remove there
+        disks.wait_for_sync(env, config, moved, feedback=feedback)
+        disks.check_devices(env, config, moved)
+    else:  # STEPS 5-6/6: the resync awaited, the old LVs removed (first: early_release)
+        disks.finish_replacement(env, config, moved, old, old_lvs,
+                                 early_release=early_release, feedback=feedback)
     feedback(f"{inst.name}: secondary moved to {new.name}")
 
 
@@ -467,7 +466,8 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                 if self.node.uuid not in fresh.secondary_nodes:
                     continue
                 new = choose_secondary(self.env, config, fresh, self.op, self.feedback)
-                change_secondary(self.env, config, fresh, new, self.op.reason, self.feedback)
+                change_secondary(self.env, config, fresh, new, self.op.reason, self.feedback,
+                                 early_release=getattr(self.op, "early_release", False))
                 moved.append(inst.name)
         return list(dict.fromkeys(moved))
 
