@@ -135,3 +135,53 @@ def test_replace_disks_names_the_new_and_the_old_lvs(config: model.ConfigData) -
     assert [lv.split(".new-")[0] for lv in created] == ["d0.disk0_data", "d0.disk0_meta"]
     removed = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_remove"]
     assert [lv.split("_replaced-")[0] for lv in removed] == ["d0.disk0_data", "d0.disk0_meta"]
+
+
+class Mirrors(Recorder):
+    """A node whose mirrors report the given (sync percent, degraded) answers in turn."""
+
+    def __init__(self, answers: list[tuple[float | None, bool]]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        answer = super().call(node, method, args, timeout)
+        if method == "blockdev_getmirrorstatus":
+            percent, degraded = self.answers.pop(0) if len(self.answers) > 1 else \
+                self.answers[0]
+            return [["/dev/drbd0", 147, 0, percent, None, degraded, 1]
+                    for _ in (args or {})["disks"]]
+        return answer
+
+
+def test_no_storage_rpc_to_a_node_marked_offline(config: model.ConfigData) -> None:
+    """Ganeti's RPC layer answers for an offline node itself: nothing is sent there, and an
+    offline secondary does not make the removal fail."""
+    inst = drbd(config)
+    config.find_node("node2.example.com").offline = True
+    rpc = Recorder()
+    assert disks.remove_disks(Env(rpc), config, inst)
+    assert [(n, m) for n, m, _ in rpc.calls] == [("node1", "blockdev_remove")]
+    assert disks.assemble_disks(Env(rpc), config, inst)[0][2] == "/dev/drbd0"
+    assert "node2" not in {n for n, _, _ in rpc.calls}
+
+
+def test_wait_for_sync_asks_the_primary_until_in_sync(config: model.ConfigData,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    rpc = Mirrors([(40.0, True), (90.0, True), (None, False)])
+    assert disks.wait_for_sync(Env(rpc), config, drbd(config))
+    assert [(n, m) for n, m, _ in rpc.calls] == [("node1", "blockdev_getmirrorstatus")] * 3
+
+
+def test_create_removes_disks_whose_mirrors_stay_degraded(
+        config: model.ConfigData, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LUInstanceCreate's _RemoveDegradedDisks: degraded after the waits -> removed again."""
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    rpc = Mirrors([(None, True)])
+    with pytest.raises(OpExecError, match="There are some degraded disks for this instance"):
+        disks.create_and_sync(Env(rpc), config, drbd(config), wait=True)
+    methods = [m for _, m, _ in rpc.calls]
+    assert methods.count("blockdev_getmirrorstatus") == 11  # the first answer and 10 retries
+    assert methods[-2:] == ["blockdev_remove", "blockdev_remove"]
