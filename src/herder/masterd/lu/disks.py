@@ -319,8 +319,9 @@ def disk_status(env: Any, config: model.ConfigData, inst: model.Instance,
 def prepare_live_migration(env: Any, config: model.ConfigData, inst: model.Instance,
                            source: model.Node, target: model.Node) -> None:
     """Before libvirt migrates the domain: the disks usable on both nodes at once (shared and
-    external storage: attached on the target; DRBD: the target made secondary, both
-    disconnected, reconnected dual-primary, in sync)."""
+    external storage: attached on the target, compat B45; DRBD as Ganeti's _ExecMigration:
+    checked consistent on the target, the target made secondary, both disconnected,
+    reconnected dual-primary, in sync, opened shared on both)."""
     if inst.disk_template in INT_MIRROR:
         for index, disk in enumerate(inst.disks):
             if not check_disk_consistency(env, config, inst, disk, target, False):
@@ -379,7 +380,8 @@ def finish_live_migration(env: Any, config: model.ConfigData, inst: model.Instan
                           source: model.Node, target: model.Node, *, migrated: bool) -> None:
     """After the migration (`migrated`) or its failure/cleanup: back to single primary on the
     node that runs the domain (target when migrated, else source); the other node's disks
-    released (shared storage) or made secondary (DRBD)."""
+    released (shared storage) or made secondary (DRBD; after a migration the resync awaited
+    first, as Ganeti's)."""
     runs, other = (target, source) if migrated else (source, target)
     if inst.disk_template in INT_MIRROR:
         env.rpc.call(other, "blockdev_close", {"instance": inst.name,
