@@ -2,15 +2,18 @@
 
 Both run on the same cluster: Ganeti's own `config.data` of a 3.0 cluster
 (`../shared/conformance/ganeti/cluster_config_3.0.json`: a DRBD instance on node1/node3, plain
-instances), read by Ganeti's `ConfigWriter` and imported into herder (`core.ganeti_import`).
-Ganeti's side runs its cmdlib functions and tasklets (CreateDisks, RemoveDisks,
-AssembleInstanceDisks, ShutdownInstanceDisks, LUInstanceGrowDisk, TLReplaceDisks,
-TLMigrateInstance, LUInstanceRename) with its real RPC runner over a recording transport
-(`cmdlib_driver.py`, Debian's python3); herder's side runs its LUs and `masterd.lu.disks`
-with the node RPC client replaced by a recorder. Both record (procedure, node, the disks and
-flags sent: `rpc_summary.py`); the storage RPCs (blockdev_*, drbd_*, file_storage_dir_*,
-vg_list) must be equal, or differ exactly as docs/compat.md says (rows B41-B49).
-Skips when Ganeti's code (/tmp/groot) or the capture (../shared) is absent.
+instances; four more added in its shapes), read by Ganeti's `ConfigWriter` and imported into
+herder (`core.ganeti_import`). Ganeti's side runs its cmdlib (CreateDisks with
+_RemoveDegradedDisks, RemoveDisks, StartInstanceDisks, LUInstanceActivateDisks,
+LUInstanceDeactivateDisks, LUInstanceGrowDisk, TLReplaceDisks, TLMigrateInstance,
+LUInstanceMove, LUInstanceRecreateDisks, LUInstanceRename) with its real RPC runner over a
+recording transport (`cmdlib_driver.py`, Debian's python3); herder's side runs its LUs and
+`masterd.lu.disks` with the node RPC client replaced by a recorder at its seam
+(`env.rpc.call`). Both record (procedure, node, the disks and flags sent: `rpc_summary.py`);
+the storage RPCs (blockdev_*, drbd_*, file_storage_dir_*, vg_list) must be equal, or differ
+exactly as docs/compat.md says (`EXPECTED_DIFFERENCES`: rows B11, B15, B16, B41-B45).
+Failures are injected on both sides alike (a node's RPC fails, mirrors stay degraded, nodes
+offline). Skips when Ganeti's code (/tmp/groot) or the capture (../shared) is absent.
 """
 
 from __future__ import annotations
@@ -43,19 +46,19 @@ from herder.masterd.lu.instance import (
 )
 from herder.masterd.lu.move import InstanceMove
 from herder.masterd.lu.recreate import InstanceRecreateDisks
+from tests.conftest import SHARED
 from tests.ganeti import rpc_summary
 
 pytestmark = pytest.mark.peer
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 GROOT = Path(os.environ.get("GROOT", "/tmp/groot")) / "usr/share/ganeti/3.0"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
-CLUSTER = ROOT.parent / "shared/conformance/ganeti/cluster_config_3.0.json"
+CLUSTER = SHARED / "conformance/ganeti/cluster_config_3.0.json"
 
 DRBD, PLAIN = "instance1.example.com", "instance3.example.com"
 # added to the capture (`cluster_config`): a stopped two-disk DRBD instance with its disks
-# inactive, a two-disk file instance, a sharedfile one
+# inactive, a stopped two-disk file instance, a sharedfile one, an adopted block device
 DRBD2, FILE, SHARED = "instance4.example.com", "instance5.example.com", "instance6.example.com"
 ADOPTED = "instance7.example.com"  # a blockdev disk
 NEW_SECONDARY, NEW_MINOR = "node2.example.com", 2  # the first free minor there
@@ -156,7 +159,7 @@ def _lv(name: str, size: int, nodes: list[str]) -> dict[str, Any]:
 
 
 def cluster_config() -> dict[str, Any]:
-    """The captured Ganeti 3.0 config.data, with three instances more (same shapes)."""
+    """The captured Ganeti 3.0 config.data, with four instances more (same shapes)."""
     data = json.loads(CLUSTER.read_text())
     node = {n["name"].split(".")[0]: uuid for uuid, n in data["nodes"].items()}
     template = next(i for i in data["instances"].values() if i["name"] == DRBD)
