@@ -47,7 +47,7 @@ def disk_nodes(inst: model.Instance, disk: model.Disk) -> list[str]:
     return [inst.primary_node]
 
 
-def _call(env: Any, node: model.Node, method: str, args: dict[str, Any]) -> Any:
+def node_call(env: Any, node: model.Node, method: str, args: dict[str, Any]) -> Any:
     """A node RPC, but none to a node marked offline: Ganeti's RPC layer answers for it
     ("node is marked offline") and the callers treat that as they treat an offline node."""
     if node.offline:
@@ -182,7 +182,7 @@ def remove_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
             node = _node(config, node_uuid)
             obj = diskobjects.disk_object(config, inst, disk, node_uuid)
             try:
-                _call(env, node, "blockdev_remove", {"disk": obj})
+                node_call(env, node, "blockdev_remove", {"disk": obj})
             except HerderError as err:
                 feedback(f"could not remove disk {disk.iv_name} on node {node.name}, "
                          f"continuing anyway: {err}")
@@ -225,7 +225,7 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
         for node_uuid in disk_nodes(inst, disk):
             node = _node(config, node_uuid)
             try:
-                _call(env, node, "blockdev_assemble", {
+                node_call(env, node, "blockdev_assemble", {
                     "disk": diskobjects.disk_object(config, inst, disk, node_uuid),
                     "instance": inst.name, "as_primary": False, "idx": index})
             except HerderError as err:
@@ -238,7 +238,7 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
     for index, disk in _selected(inst, disks):
         path = ""
         try:
-            answer = _call(env, primary, "blockdev_assemble", {
+            answer = node_call(env, primary, "blockdev_assemble", {
                 "disk": diskobjects.disk_object(config, inst, disk, primary.uuid),
                 "instance": inst.name, "as_primary": True, "idx": index})
             path = str(answer[0]) if isinstance(answer, list) and answer[0] else ""
@@ -270,7 +270,7 @@ def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
                 continue
             node = _node(config, node_uuid)
             try:
-                _call(env, node, "blockdev_shutdown", {
+                node_call(env, node, "blockdev_shutdown", {
                     "disk": diskobjects.disk_object(config, inst, disk, node_uuid)})
             except HerderError as err:
                 feedback(f"could not shutdown block device {disk.iv_name} on node "

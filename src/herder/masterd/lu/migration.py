@@ -190,7 +190,7 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
             f"anyway; please make sure node {source.name} is down; error details: {err}")
     if inst.disk_template in disks.EXT_MIRROR:  # shared storage: closed on the source first
         try:
-            env.rpc.call(source, "blockdev_close", {
+            disks.node_call(env, source, "blockdev_close", {
                 "instance": inst.name,
                 "disks": diskobjects.disk_objects(config, inst, source.uuid)})
         except HerderError as err:
