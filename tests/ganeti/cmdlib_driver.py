@@ -286,7 +286,8 @@ class Ops:
             "replace_new_secondary": (snode, pnode)}[job["mode"]]
         task.__dict__.update(
             lu=lu, cfg=lu.cfg, rpc=lu.rpc, instance=inst, instance_name=inst.name,
-            instance_uuid=inst.uuid, mode=job["mode"], disks=list(range(len(inst.disks))),
+            instance_uuid=inst.uuid, mode=job["mode"],
+            disks=job.get("disks") or list(range(len(inst.disks))),
             new_node_uuid=new, target_node_uuid=target, other_node_uuid=other,
             early_release=job.get("early_release", False), node_secondary_ip={})
         task.Exec(_feedback)

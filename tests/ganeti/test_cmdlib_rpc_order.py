@@ -122,6 +122,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                                               "amount": 256},
     "replace-disks -s, disks inactive": {"op": "replace_disks", "instance": DRBD2,
                                          "mode": "replace_on_secondary"},
+    "replace-disks -s --disks 1, two disks": {"op": "replace_disks", "instance": DRBD2,
+                                              "mode": "replace_on_secondary", "disks": [1]},
+    "replace-disks -p, two disks": {"op": "replace_disks", "instance": DRBD2,
+                                    "mode": "replace_on_primary"},
     "replace-disks -s --early-release": {"op": "replace_disks", "instance": DRBD,
                                          "mode": "replace_on_secondary",
                                          "early_release": True},
@@ -298,7 +302,7 @@ HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
     "replace_disks": lambda env, job: run_lu(env, InstanceReplaceDisks,
                                              opcodes.OpInstanceReplaceDisks(
         instance_name=job["instance"], mode=job["mode"], remote_node=job.get("new_node"),
-        early_release=job.get("early_release", False))),
+        disks=job.get("disks", []), early_release=job.get("early_release", False))),
     "migrate": lambda env, job: run_lu(env, InstanceMigrate, opcodes.OpInstanceMigrate(
         instance_name=job["instance"], target_node=job.get("target"))),
     "failover": lambda env, job: run_lu(env, InstanceFailover, opcodes.OpInstanceFailover(
@@ -475,6 +479,8 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "replace-disks -s, disks inactive": without_vg_list,
     "replace-disks -n, two disks": new_secondary_with_port,
     "replace-disks -s --early-release": without_vg_list,
+    "replace-disks -s --disks 1, two disks": without_vg_list,
+    "replace-disks -p, two disks": without_vg_list,
     "replace-disks -n --early-release": new_secondary_with_port,
     "grow-disk drbd disk/1, disks inactive": assembled_with_its_index(1),
     "activate-disks drbd, the secondary fails": activation_undone,

@@ -468,11 +468,12 @@ def find_or_fail(env: Any, node: model.Node, obj: dict[str, Any], what: str) -> 
     return list(status)
 
 
-def check_devices(env: Any, config: model.ConfigData, inst: model.Instance) -> None:
-    """Ganeti's TLReplaceDisks._CheckDevices: every DRBD device found on the primary and
-    not degraded."""
+def check_devices(env: Any, config: model.ConfigData, inst: model.Instance,
+                  disks: list[model.Disk] | None = None) -> None:
+    """Ganeti's TLReplaceDisks._CheckDevices: every DRBD device (of `disks`, default all)
+    found on the primary and not degraded."""
     primary = _node(config, inst.primary_node)
-    for disk in inst.disks:
+    for _index, disk in _selected(inst, disks):
         status = find_or_fail(env, primary,
                                diskobjects.disk_object(config, inst, disk, primary.uuid),
                                f"DRBD device {disk.iv_name}")
@@ -481,27 +482,30 @@ def check_devices(env: Any, config: model.ConfigData, inst: model.Instance) -> N
 
 
 def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
-                       node: model.Node, *, early_release: bool = False,
-                       feedback: Feedback = _quiet) -> None:
+                       node: model.Node, *, indices: list[int] | None = None,
+                       early_release: bool = False, feedback: Feedback = _quiet) -> None:
     """Rebuild the DRBD disks' local storage on `node` (the primary for -p, the secondary for
     -s) in Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices found on the other
     node and on `node`, the other node checked consistent, new data and metadata LVs made,
     per disk the old LVs detached from the DRBD device, those found renamed to
     `<lv>_replaced-<time>`, the new LVs renamed to the old names and attached, the resync
-    awaited (WaitForSync), the devices checked on the primary, the old LVs removed."""
+    awaited (WaitForSync), the devices checked on the primary, the old LVs removed.
+    `indices`: only these disks (default: all)."""
     import time
 
     if inst.disk_template not in INT_MIRROR:
         raise OpPrereqError(f"instance {inst.name} is not DRBD-mirrored; replace-disks "
                             "needs a mirror", "wrong_input")
+    chosen = [(index, disk) for index, disk in enumerate(inst.disks)
+              if indices is None or index in indices]
     other = _node(config, next(n for n in inst.all_nodes if n != node.uuid))
     feedback("STEP 1/6 Check device existence")
-    for index, disk in enumerate(inst.disks):
+    for index, disk in chosen:
         for here in (other, node):
             find_or_fail(env, here, diskobjects.disk_object(config, inst, disk, here.uuid),
                           f"disk/{index}")
     feedback("STEP 2/6 Check peer consistency")
-    for disk in inst.disks:
+    for _index, disk in chosen:
         if not check_disk_consistency(env, config, inst, disk, other,
                                       other.uuid == inst.primary_node):
             raise OpExecError(f"Node {other.name} has degraded storage, unsafe to replace "
@@ -511,7 +515,7 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
     new_children: list[list[dict[str, Any]]] = []
     created: list[tuple[model.Node, dict[str, Any]]] = []
     try:
-        for disk in inst.disks:
+        for _index, disk in chosen:
             obj = diskobjects.disk_object(config, inst, disk, node.uuid)
             fresh = []
             for child in obj["children"]:
@@ -526,7 +530,7 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
         raise OpExecError(f"allocating new storage on {node.name} failed: {err}") from None
     feedback("STEP 4/6 Changing drbd configuration")
     old_renamed: list[dict[str, Any]] = []
-    for disk, fresh in zip(inst.disks, new_children, strict=True):
+    for (_index, disk), fresh in zip(chosen, new_children, strict=True):
         obj = diskobjects.disk_object(config, inst, disk, node.uuid)
         old = obj["children"]
         env.rpc.call(node, "blockdev_removechildren", {"disk": obj, "ndevs": old})
@@ -547,15 +551,16 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                     for new, child in zip(fresh, old, strict=True)]
         env.rpc.call(node, "blockdev_addchildren", {"disk": obj, "ndevs": attached})
     finish_replacement(env, config, inst, node, old_renamed, early_release=early_release,
-                       feedback=feedback)
+                       disks=[disk for _index, disk in chosen], feedback=feedback)
 
 
 def finish_replacement(env: Any, config: model.ConfigData, inst: model.Instance,
                        node: model.Node, old_lvs: list[dict[str, Any]], *,
-                       early_release: bool, feedback: Feedback = _quiet) -> None:
-    """The end of Ganeti's replace-disks: the resync awaited (WaitForSync), the devices
-    checked on the primary, the old LVs on `node` removed — before the wait with
-    `early_release`."""
+                       early_release: bool, disks: list[model.Disk] | None = None,
+                       feedback: Feedback = _quiet) -> None:
+    """The end of Ganeti's replace-disks: the resync awaited (WaitForSync, all the
+    instance's disks), the replaced devices (`disks`, default all) checked on the primary,
+    the old LVs on `node` removed — before the wait with `early_release`."""
     def remove_old() -> None:
         feedback("Removing old storage")
         for old in old_lvs:
@@ -569,7 +574,7 @@ def finish_replacement(env: Any, config: model.ConfigData, inst: model.Instance,
         remove_old()
     feedback("Sync devices")
     wait_for_sync(env, config, inst, feedback=feedback)
-    check_devices(env, config, inst)
+    check_devices(env, config, inst, disks)
     if not early_release:
         remove_old()
 

@@ -679,6 +679,6 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
             else self.inst.secondary_nodes
         for node_uuid in targets:
             disks.replace_disks_only(self.env, self.config, self.inst,
-                                     self.config.nodes[node_uuid],
+                                     self.config.nodes[node_uuid], indices=op.disks or None,
                                      early_release=op.early_release, feedback=self.feedback)
 
