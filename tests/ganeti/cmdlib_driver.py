@@ -53,12 +53,19 @@ STATUS_OK = {"dev_path": "/dev/drbd0", "major": 147, "minor": 0, "sync_percent":
 DEGRADED = [False]  # the job's: the mirrors report degraded
 
 
-def answer(procedure, args):
+FAULTY = [{}]  # the job's: node name -> indices of its disks whose local storage failed
+
+
+def answer(procedure, args, node):
     """What a healthy node answers (the disks there, in sync, assembled)."""
     if procedure == "blockdev_find":
         return STATUS_OK
     if procedure == "blockdev_getmirrorstatus":
-        return [dict(STATUS_OK, is_degraded=DEGRADED[0]) for _ in args[0]]
+        faulty = FAULTY[0].get(node, [])
+        return [dict(STATUS_OK, is_degraded=DEGRADED[0] or index in faulty,
+                     ldisk_status=constants.LDS_FAULTY if index in faulty
+                     else constants.LDS_OKAY)
+                for index, _disk in enumerate(args[0])]
     if procedure == "blockdev_assemble":
         return ["/dev/drbd0", "/var/run/ganeti/instance-disks/disk0", None]
     if procedure == "drbd_wait_sync":
@@ -104,7 +111,7 @@ class Recorder:
                 self.fail = None
                 req.resp_body = serializer.DumpJson([False, "injected by the test"])
             else:
-                req.resp_body = serializer.DumpJson([True, answer(procedure, args)])
+                req.resp_body = serializer.DumpJson([True, answer(procedure, args, node)])
 
 
 class Getents:
@@ -202,6 +209,7 @@ def run_job(job, path):
                               accept_foreign=True)
     CONFIG[0] = cfg
     DEGRADED[0] = job.get("degraded", False)
+    FAULTY[0] = job.get("faulty", {})
     recorder = Recorder(cfg, job.get("fail"))
     rpc = rpc_node.RpcRunner(cfg, None, _req_process_fn=recorder, _getents=Getents)
     minors = list(job.get("new_minors", []))
@@ -277,19 +285,13 @@ class Ops:
 
     @staticmethod
     def replace_disks(lu, inst, job):
-        task = object.__new__(instance_storage.TLReplaceDisks)
-        pnode = inst.primary_node
-        (snode,) = lu.cfg.GetInstanceSecondaryNodes(inst.uuid)
+        """TLReplaceDisks as LUInstanceReplaceDisks makes it: CheckPrereq (the auto mode's
+        search for faulty disks), then Exec."""
         new = lu.cfg.GetNodeInfoByName(job["new_node"]).uuid if job.get("new_node") else None
-        target, other = {
-            "replace_on_primary": (pnode, snode), "replace_on_secondary": (snode, pnode),
-            "replace_new_secondary": (snode, pnode)}[job["mode"]]
-        task.__dict__.update(
-            lu=lu, cfg=lu.cfg, rpc=lu.rpc, instance=inst, instance_name=inst.name,
-            instance_uuid=inst.uuid, mode=job["mode"],
-            disks=job.get("disks") or list(range(len(inst.disks))),
-            new_node_uuid=new, target_node_uuid=target, other_node_uuid=other,
-            early_release=job.get("early_release", False), node_secondary_ip={})
+        task = instance_storage.TLReplaceDisks(
+            lu, inst.uuid, inst.name, job["mode"], None, new, job.get("disks", []),
+            job.get("early_release", False), True)
+        task.CheckPrereq()
         task.Exec(_feedback)
 
     @staticmethod

@@ -126,6 +126,14 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                                               "mode": "replace_on_secondary", "disks": [1]},
     "replace-disks -p, two disks": {"op": "replace_disks", "instance": DRBD2,
                                     "mode": "replace_on_primary"},
+    "replace-disks -a, disk/0 faulty on the secondary": {
+        "op": "replace_disks", "instance": DRBD, "mode": "replace_auto",
+        "faulty": {"node3.example.com": [0]}},
+    "replace-disks -a, disk/1 faulty on the primary, two disks": {
+        "op": "replace_disks", "instance": DRBD2, "mode": "replace_auto",
+        "faulty": {"node2.example.com": [1]}},
+    "replace-disks -a, nothing faulty": {"op": "replace_disks", "instance": DRBD,
+                                         "mode": "replace_auto"},
     "replace-disks -s --early-release": {"op": "replace_disks", "instance": DRBD,
                                          "mode": "replace_on_secondary",
                                          "early_release": True},
@@ -235,10 +243,12 @@ def ganeti_calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[lis
 class RecordingRpc:
     """herder's node RPC client at its seam (`env.rpc.call`), answering as a healthy node."""
 
-    def __init__(self, fail: list[str] | None = None, degraded: bool = False) -> None:
+    def __init__(self, fail: list[str] | None = None, degraded: bool = False,
+                 faulty: dict[str, list[int]] | None = None) -> None:
         self.calls: list[list[Any]] = []
         self.fail = fail  # [procedure, node name]: its first such call fails
         self.degraded = degraded  # the mirrors report degraded
+        self.faulty = faulty or {}  # node name -> indices of disks whose storage failed
 
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
@@ -248,10 +258,13 @@ class RecordingRpc:
             self.fail = None
             raise RpcError(f"node {node.name}: {method} failed: injected by the test")
         status = ["/dev/drbd0", 147, 0, None, None, False, 1]
-        mirror = ["/dev/drbd0", 147, 0, None, None, self.degraded, 1]
+        faulty = self.faulty.get(node.name, [])
         answers: dict[str, Any] = {
             "blockdev_find": status,
-            "blockdev_getmirrorstatus": [mirror for _ in args.get("disks", [])],
+            "blockdev_getmirrorstatus": [
+                ["/dev/drbd0", 147, 0, None, None, self.degraded or index in faulty,
+                 4 if index in faulty else 1]
+                for index, _disk in enumerate(args.get("disks", []))],
             "blockdev_assemble": ["/dev/drbd0", None],
             "drbd_wait_sync": [True, 100.0],
             "instance_migratable": {"running": True, "method": "live"},
@@ -271,7 +284,8 @@ def herder_env(tmp_path: Path, job: dict[str, Any]) -> tuple[MasterEnv, Recordin
         node.offline, node.master_candidate = True, False
     store = FileStore(tmp_path / "config.json")
     store.create(config)
-    rpc = RecordingRpc(job.get("herder_fail", job.get("fail")), job.get("degraded", False))
+    rpc = RecordingRpc(job.get("herder_fail", job.get("fail")), job.get("degraded", False),
+                       job.get("faulty"))
     return MasterEnv(store=store, locks=locking.LockManager(), rpc=rpc), rpc
 
 
@@ -479,6 +493,8 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "replace-disks -s, disks inactive": without_vg_list,
     "replace-disks -n, two disks": new_secondary_with_port,
     "replace-disks -s --early-release": without_vg_list,
+    "replace-disks -a, disk/0 faulty on the secondary": without_vg_list,
+    "replace-disks -a, disk/1 faulty on the primary, two disks": without_vg_list,
     "replace-disks -s --disks 1, two disks": without_vg_list,
     "replace-disks -p, two disks": without_vg_list,
     "replace-disks -n --early-release": new_secondary_with_port,

@@ -481,6 +481,42 @@ def check_devices(env: Any, config: model.ConfigData, inst: model.Instance,
             raise OpExecError(f"DRBD device {disk.iv_name} is degraded!")
 
 
+def disks_activated(env: Any, config: model.ConfigData, inst: model.Instance) -> bool:
+    """Ganeti's TLReplaceDisks._CheckDisksActivated: every disk found on every node of the
+    instance (an offline node is not asked)."""
+    for disk in inst.disks:
+        for node_uuid in dict.fromkeys(inst.all_nodes):
+            node = _node(config, node_uuid)
+            if node.offline:
+                continue
+            try:
+                found = env.rpc.call(node, "blockdev_find", {
+                    "disk": diskobjects.disk_object(config, inst, disk, node_uuid)})
+            except HerderError:
+                return False
+            if not found:
+                return False
+    return True
+
+
+LDS_FAULTY = 4  # Ganeti's constants.LDS_FAULTY: the local storage failed
+
+
+def faulty_disks(env: Any, config: model.ConfigData, inst: model.Instance,
+                 node: model.Node) -> list[int]:
+    """Ganeti's FindFaultyInstanceDisks: the indices of the instance's disks whose local
+    storage on `node` failed, from the node's mirror status."""
+    try:
+        statuses = env.rpc.call(node, "blockdev_getmirrorstatus", {
+            "disks": diskobjects.disk_objects(config, inst, node.uuid)})
+    except HerderError as err:
+        raise OpPrereqError(f"Failed to get disk status from node {node.name}: {err}",
+                            "environment_error") from None
+    return [index for index, status in enumerate(statuses or [])
+            if status and dict(zip(STATUS_FIELDS, status, strict=True))["ldisk_status"]
+            == LDS_FAULTY]
+
+
 def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                        node: model.Node, *, indices: list[int] | None = None,
                        early_release: bool = False, feedback: Feedback = _quiet) -> None:

@@ -651,22 +651,43 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
             raise OpPrereqError(f"instance {self.inst.name} is not DRBD-mirrored; "
                                 "replace-disks needs a mirror", "wrong_input")
 
+    def _auto(self) -> tuple[str, list[int]] | None:
+        """replace_auto (Ganeti's TLReplaceDisks.CheckPrereq): the node whose disks report
+        faulty local storage and those disks; None when no disk needs a replacement."""
+        config, inst = self.config, self.inst
+        if not disks.disks_activated(self.env, config, inst):
+            raise OpPrereqError(f"Please run activate-disks on instance {inst.name} first",
+                                "wrong_state")
+        secondary = inst.secondary_nodes[0]
+        faulty = {node_uuid: disks.faulty_disks(self.env, config, inst, config.nodes[node_uuid])
+                  for node_uuid in (inst.primary_node, secondary)}
+        if all(faulty.values()):
+            raise OpPrereqError(f"Instance {inst.name} has faulty disks on more than one node"
+                                " and can not be repaired automatically", "wrong_state")
+        return next(((node, found) for node, found in faulty.items() if found), None)
+
     def act(self) -> None:
         """Ganeti's TLReplaceDisks.Exec: a stopped instance's disks are assembled for the
         replacement (secondaries' errors ignored) and shut down again afterwards."""
+        auto = None
+        if self.op.mode == "replace_auto" and not (self.op.remote_node or self.op.iallocator):
+            auto = self._auto()
+            if auto is None:
+                self.feedback(f"No disks need replacement for instance '{self.inst.name}'")
+                return
         activate = not self.inst.disks_active
         if activate:
             disks.assemble_disks(self.env, self.config, self.inst, ignore_secondaries=True,
                                  feedback=self.feedback)
         try:
-            self._replace()
+            self._replace(auto)
         finally:
             if activate:
                 fresh = self.env.store.load()
                 disks.shutdown_disks(self.env, fresh, fresh.instances[self.inst.uuid],
                                      feedback=self.feedback)
 
-    def _replace(self) -> None:
+    def _replace(self, auto: tuple[str, list[int]] | None) -> None:
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
         op = self.op
@@ -675,10 +696,14 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
             change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback,
                              early_release=op.early_release)
             return
-        targets = [self.inst.primary_node] if op.mode in ("replace_on_primary", "replace_auto") \
-            else self.inst.secondary_nodes
-        for node_uuid in targets:
-            disks.replace_disks_only(self.env, self.config, self.inst,
-                                     self.config.nodes[node_uuid], indices=op.disks or None,
-                                     early_release=op.early_release, feedback=self.feedback)
+        indices: list[int] | None
+        if auto is not None:
+            node_uuid, indices = auto
+        else:
+            node_uuid = self.inst.primary_node if op.mode == "replace_on_primary" \
+                else self.inst.secondary_nodes[0]
+            indices = op.disks or None
+        disks.replace_disks_only(self.env, self.config, self.inst,
+                                 self.config.nodes[node_uuid], indices=indices,
+                                 early_release=op.early_release, feedback=self.feedback)
 
