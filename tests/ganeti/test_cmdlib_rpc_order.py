@@ -422,8 +422,8 @@ def activation_undone(calls: list[list[Any]]) -> list[list[Any]]:
 
 def primary_first_after_failover(calls: list[list[Any]]) -> list[list[Any]]:
     """Row B42: once the primary changed, herder's DRBD logical id lists the new primary
-    (and its minor) first, where Ganeti keeps the order the disk was made with; the first
-    (secondary) assembly pass follows the logical id, so it starts on the new primary."""
+    (and its minor) first, where Ganeti keeps the order the disk was made with; herder walks
+    a disk's nodes primary first, so the first (secondary) assembly pass starts there."""
     def swapped(disk: list[Any]) -> list[Any]:
         nodes, port, minors, secret = disk[1][:2], disk[1][2], disk[1][3:5], disk[1][5]
         return [disk[0], [nodes[1], nodes[0], port, minors[1], minors[0], secret], *disk[2:]]
