@@ -527,3 +527,15 @@ def test_storage_rpcs_equal_ganetis(name: str, ganeti_calls: dict[str, list[list
     ours = normalised(storage_only(herder_calls(name, tmp_path)), lvs)
     expected = EXPECTED_DIFFERENCES.get(name, lambda calls: calls)(theirs)
     assert ours == expected
+
+
+def test_the_comparison_sees_ganetis_rpcs(ganeti_calls: dict[str, list[list[Any]]]) -> None:
+    """Worth something only if Ganeti's side made the calls: every operation sent storage
+    RPCs, the DRBD create its six creations (data, metadata, DRBD on both nodes)."""
+    empty = [name for name, calls in ganeti_calls.items() if not storage_only(calls)]
+    assert empty == []
+    creates = [c[1] for c in ganeti_calls["create drbd"] if c[0] == "blockdev_create"]
+    assert creates == ["node1.example.com"] * 3 + ["node3.example.com"] * 3
+    migrate = [c[2].get("multimaster") for c in ganeti_calls[
+        "migrate drbd (role swap, dual primary)"] if c[0] == "drbd_attach_net"]
+    assert migrate == [True, True, False, False]
