@@ -581,21 +581,23 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
                                        list(self.settings.os_path))
             osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
-            disk_paths = [disk.path for disk in self.instance_disks(inst)]
-            data = osdef.OsInstanceData(
-                name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
-                disks=[osdef.OsDisk(path=p) for p in disk_paths],
-                nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"), mode=n.get("mode", "bridged"),
-                                  link=n.get("link") or "") for n in inst.get("nics", [])],
-                hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
-                osparams=inst.get("osparams", {}))
-            env = osdef.os_environment(definition, data)
-            env.update(osdef.script_variables("create"))
-            log_dir = self.settings.state_dir / "os-logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            result = osdef.run_os_script(definition, "create", env, self.settings.os_timeout,
-                                         paths.child(log_dir, inst["name"], prefix="add-",
-                                                     suffix=".log", what="instance name"))
+            with self.os_disk_paths(inst) as os_disks:
+                data = osdef.OsInstanceData(
+                    name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
+                    disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
+                    nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"),
+                                      mode=n.get("mode", "bridged"), link=n.get("link") or "")
+                          for n in inst.get("nics", [])],
+                    hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
+                    osparams=inst.get("osparams", {}))
+                env = osdef.os_environment(definition, data)
+                env.update(osdef.script_variables("create"))
+                log_dir = self.settings.state_dir / "os-logs"
+                log_dir.mkdir(parents=True, exist_ok=True)
+                result = osdef.run_os_script(definition, "create", env,
+                                             self.settings.os_timeout,
+                                             paths.child(log_dir, inst["name"], prefix="add-",
+                                                         suffix=".log", what="instance name"))
         except osdef.OsError as err:
             raise RpcFailure(f"OS {inst['os']!r} for {inst['name']}: {err}") from None
         return {"os": inst["os"], "log": str(getattr(result, "log_file", ""))}

@@ -127,6 +127,10 @@ class NetworkSource:
     protocol: str  # "rbd", "gluster", "http", "https"
     name: str  # rbd "pool/image", gluster "volume/path", http "/path"
     hosts: tuple[tuple[str, int | None], ...] = ()
+    # rbd with cephx: the user (without "client.") and the UUID of the node's libvirt
+    # secret holding its key (noded.ceph_secret)
+    auth_username: str | None = None
+    secret_uuid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -358,6 +362,9 @@ def _source(disk_el: ET.Element, kind: str, path: str, network: NetworkSource | 
             if port is not None:
                 attrs["port"] = str(port)
             _sub(source, "host", **attrs)
+        if network.auth_username and network.secret_uuid:
+            auth = _sub(disk_el, "auth", username=network.auth_username)
+            _sub(auth, "secret", type="ceph", uuid=network.secret_uuid)
     elif kind == "block":
         _sub(disk_el, "source", dev=path)
     else:
