@@ -1,7 +1,7 @@
 """masterd's disk steps (`masterd.lu.disks`): the disk objects each node is sent
-(`core.diskobjects`, Ganeti's shapes) and the order of the node RPCs of each operation, as
-Ganeti 3.0's cmdlib makes them (CreateDisks, _UndoCreateDisks, RemoveDisks,
-AssembleInstanceDisks, ShutdownInstanceDisks), recorded on a stand-in RPC."""
+(`core.diskobjects`, Ganeti's shapes) and what happens when a node fails, recorded on a
+stand-in RPC. The order of the RPCs of each operation is compared with Ganeti 3.0.2's own
+cmdlib in tests/ganeti/test_cmdlib_rpc_order.py."""
 
 from __future__ import annotations
 
@@ -71,17 +71,6 @@ def test_drbd_disk_objects_carry_what_each_node_needs(config: model.ConfigData) 
             ["xenvg", "d0.disk0_data"], ["xenvg", "d0.disk0_meta"]]
 
 
-def test_create_is_primary_first_children_first(config: model.ConfigData) -> None:
-    rpc = Recorder()
-    disks.create_disks(Env(rpc), config, drbd(config))
-    lvs = [("plain", ("xenvg", "d0.disk0_data")), ("plain", ("xenvg", "d0.disk0_meta"))]
-    drbd_dev = ("drbd", (config.find_node("node1.example.com").uuid,
-                         config.find_node("node2.example.com").uuid))
-    assert [(n, w) for n, m, w in rpc.calls if m == "blockdev_create"] == [
-        ("node1", lvs[0]), ("node1", lvs[1]), ("node1", drbd_dev),
-        ("node2", lvs[0]), ("node2", lvs[1]), ("node2", drbd_dev)]
-
-
 def test_a_failed_create_removes_what_was_made(config: model.ConfigData) -> None:
     rpc = Recorder(fail=("node2", "blockdev_create"))
     with pytest.raises(OpExecError, match="creating disk/0 of drbd0.example.com on node2"):
@@ -135,22 +124,64 @@ def test_failover_targets(config: model.ConfigData) -> None:
         disks.check_failover_target(config, local, node3)
 
 
-def test_replace_disks_on_the_secondary_in_ganetis_order(config: model.ConfigData) -> None:
-    """TLReplaceDisks._ExecDrbd8DiskOnly: check, new LVs, detach the old ones, rename old and
-    new, attach the new ones, wait for the resync, remove the old ones."""
+def test_replace_disks_names_the_new_and_the_old_lvs(config: model.ConfigData) -> None:
+    """The new LVs carry `.new-<time>` until they take the old names; the old ones end as
+    `<lv>_replaced-<time>` and are removed (the order: test_cmdlib_rpc_order.py)."""
     rpc = Recorder()
     inst = drbd(config)
     node2 = config.find_node("node2.example.com")
     disks.replace_disks_only(Env(rpc), config, inst, node2)
-    assert [(n, m) for n, m, _ in rpc.calls] == [
-        ("node1", "blockdev_find"), ("node2", "blockdev_find"),
-        ("node2", "blockdev_create"), ("node2", "blockdev_create"),
-        ("node2", "blockdev_removechildren"), ("node2", "blockdev_rename"),
-        ("node2", "blockdev_rename"), ("node2", "blockdev_addchildren"),
-        ("node1", "drbd_wait_sync"), ("node2", "drbd_wait_sync"),
-        ("node2", "blockdev_remove"), ("node2", "blockdev_remove")]
     created = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_create"]
     assert [lv.split(".new-")[0] for lv in created] == ["d0.disk0_data", "d0.disk0_meta"]
     removed = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_remove"]
-    assert all(lv.startswith(("d0.disk0_data_replaced-", "d0.disk0_meta_replaced-"))
-               for lv in removed)
+    assert [lv.split("_replaced-")[0] for lv in removed] == ["d0.disk0_data", "d0.disk0_meta"]
+
+
+class Mirrors(Recorder):
+    """A node whose mirrors report the given (sync percent, degraded) answers in turn."""
+
+    def __init__(self, answers: list[tuple[float | None, bool]]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        answer = super().call(node, method, args, timeout)
+        if method == "blockdev_getmirrorstatus":
+            percent, degraded = self.answers.pop(0) if len(self.answers) > 1 else \
+                self.answers[0]
+            return [["/dev/drbd0", 147, 0, percent, None, degraded, 1]
+                    for _ in (args or {})["disks"]]
+        return answer
+
+
+def test_no_storage_rpc_to_a_node_marked_offline(config: model.ConfigData) -> None:
+    """Ganeti's RPC layer answers for an offline node itself: nothing is sent there, and an
+    offline secondary does not make the removal fail."""
+    inst = drbd(config)
+    config.find_node("node2.example.com").offline = True
+    rpc = Recorder()
+    assert disks.remove_disks(Env(rpc), config, inst)
+    assert [(n, m) for n, m, _ in rpc.calls] == [("node1", "blockdev_remove")]
+    assert disks.assemble_disks(Env(rpc), config, inst)[0][2] == "/dev/drbd0"
+    assert "node2" not in {n for n, _, _ in rpc.calls}
+
+
+def test_wait_for_sync_asks_the_primary_until_in_sync(config: model.ConfigData,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    rpc = Mirrors([(40.0, True), (90.0, True), (None, False)])
+    assert disks.wait_for_sync(Env(rpc), config, drbd(config))
+    assert [(n, m) for n, m, _ in rpc.calls] == [("node1", "blockdev_getmirrorstatus")] * 3
+
+
+def test_create_removes_disks_whose_mirrors_stay_degraded(
+        config: model.ConfigData, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LUInstanceCreate's _RemoveDegradedDisks: degraded after the waits -> removed again."""
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    rpc = Mirrors([(None, True)])
+    with pytest.raises(OpExecError, match="There are some degraded disks for this instance"):
+        disks.create_and_sync(Env(rpc), config, drbd(config), wait=True)
+    methods = [m for _, m, _ in rpc.calls]
+    assert methods.count("blockdev_getmirrorstatus") == 11  # the first answer and 10 retries
+    assert methods[-2:] == ["blockdev_remove", "blockdev_remove"]

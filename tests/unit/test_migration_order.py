@@ -36,6 +36,8 @@ class Recorder:
         self.calls.append((node.name, method, dict(args or {})))
         if method == "instance_migratable":
             return {"running": True, "method": "libvirt", "reason": ""}
+        if method == "blockdev_find":  # the disks' consistency check: found, in sync
+            return ["/dev/drbd0", 147, 0, None, None, False, 1]
         if method == "instance_get_migration_status":
             return self.statuses.pop(0)
         if method == "instance_list":

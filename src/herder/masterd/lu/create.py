@@ -256,10 +256,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 "version": inst.serial_no, vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
         made = False
         try:
-            if op.disk_template == "blockdev":
-                disks.assemble_disks(self.env, config, inst, feedback=self.feedback)
-            else:
-                disks.create_disks(self.env, config, inst, feedback=self.feedback)
+            disks.create_and_sync(self.env, config, inst, wait=op.wait_for_sync,
+                                  feedback=self.feedback)
             made = True
             self.env.rpc.call(self.nodes[0], "instance_define", args)
             if not op.no_install:

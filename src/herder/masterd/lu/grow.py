@@ -2,7 +2,8 @@
 (cmdlib/instance_storage.py LUInstanceGrowDisk): the disks assembled, a dry run of the grow on
 every node of the instance, the storage grown on every node (`backingstore`), the logical
 layer on the primary (DRBD's device over its grown LVs), the new size recorded, then (with
-`wait_for_sync`) the mirror's resync awaited and disks that were not active shut down again."""
+`wait_for_sync`) the mirror's resync awaited and the disk shut down again when the instance's
+disks were not active; only the grown disk is assembled and shut down, as Ganeti's are."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
         if self.delta == 0:
             self.feedback(f"disk/{op.disk} of {inst.name} is {self.target} MiB already")
             return self.target
-        disks.assemble_disks(self.env, config, inst, feedback=self.feedback)
+        disks.assemble_disks(self.env, config, inst, disks=[inst.disks[op.disk]],
+                             feedback=self.feedback)
         self.feedback(f"growing disk/{op.disk} of {inst.name} by {self.delta} MiB to "
                       f"{self.target} MiB")
         try:
@@ -85,8 +87,11 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
         if op.wait_for_sync:
             fresh_config = self.env.store.load()
             grown = fresh_config.instances[inst.uuid]
-            if grown.disk_template in disks.INT_MIRROR:
-                disks.wait_for_sync(self.env, fresh_config, grown)
+            if not disks.wait_for_sync(self.env, fresh_config, grown,
+                                       [grown.disks[op.disk]], feedback=self.feedback):
+                self.feedback("Disk syncing has not returned a good status; check the "
+                              "instance")
             if not grown.disks_active:
-                disks.shutdown_disks(self.env, fresh_config, grown, feedback=self.feedback)
+                disks.shutdown_disks(self.env, fresh_config, grown,
+                                     disks=[grown.disks[op.disk]], feedback=self.feedback)
         return self.target

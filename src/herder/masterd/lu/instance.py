@@ -570,7 +570,12 @@ class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
     def execute(self) -> Any:
         with self.env.store.update() as config:  # Ganeti marks them active first
             config.instances[self.inst.uuid].disks_active = True
-        self.act()
+        try:
+            self.act()
+        except HerderError:
+            with self.env.store.update() as config:  # and inactive again when that failed
+                config.instances[self.inst.uuid].disks_active = False
+            raise
         return [list(entry) for entry in self.assembled]
 
 
@@ -580,6 +585,11 @@ class InstanceDeactivateDisks(_NodeAction[opcodes.OpInstanceDeactivateDisks]):
     primary are not fatal)."""
 
     def check(self, config: model.ConfigData) -> None:
+        if self.op.force:  # Ganeti's: an offline primary too (its disks are skipped)
+            self.config = config
+            self.inst = lookup(config.find_instance, self.op.instance_name)
+            self.node = config.nodes[self.inst.primary_node]
+            return
         super().check(config)
         if self.inst.admin_state == "up" and not self.op.force:
             raise OpPrereqError(f"instance {self.inst.name} is running; shut it down before "
@@ -648,17 +658,59 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
             raise OpPrereqError(f"instance {self.inst.name} is not DRBD-mirrored; "
                                 "replace-disks needs a mirror", "wrong_input")
 
+    def _auto(self) -> tuple[str, list[int]] | None:
+        """replace_auto (Ganeti's TLReplaceDisks.CheckPrereq): the node whose disks report
+        faulty local storage and those disks; None when no disk needs a replacement."""
+        config, inst = self.config, self.inst
+        if not disks.disks_activated(self.env, config, inst):
+            raise OpPrereqError(f"Please run activate-disks on instance {inst.name} first",
+                                "wrong_state")
+        secondary = inst.secondary_nodes[0]
+        faulty = {node_uuid: disks.faulty_disks(self.env, config, inst, config.nodes[node_uuid])
+                  for node_uuid in (inst.primary_node, secondary)}
+        if all(faulty.values()):
+            raise OpPrereqError(f"Instance {inst.name} has faulty disks on more than one node"
+                                " and can not be repaired automatically", "wrong_state")
+        return next(((node, found) for node, found in faulty.items() if found), None)
+
     def act(self) -> None:
+        """Ganeti's TLReplaceDisks.Exec: a stopped instance's disks are assembled for the
+        replacement (secondaries' errors ignored) and shut down again afterwards."""
+        auto = None
+        if self.op.mode == "replace_auto" and not (self.op.remote_node or self.op.iallocator):
+            auto = self._auto()
+            if auto is None:
+                self.feedback(f"No disks need replacement for instance '{self.inst.name}'")
+                return
+        activate = not self.inst.disks_active
+        if activate:
+            disks.assemble_disks(self.env, self.config, self.inst, ignore_secondaries=True,
+                                 feedback=self.feedback)
+        try:
+            self._replace(auto)
+        finally:
+            if activate:
+                fresh = self.env.store.load()
+                disks.shutdown_disks(self.env, fresh, fresh.instances[self.inst.uuid],
+                                     feedback=self.feedback)
+
+    def _replace(self, auto: tuple[str, list[int]] | None) -> None:
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
         op = self.op
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
             new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)
-            change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback)
+            change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback,
+                             early_release=op.early_release)
             return
-        targets = [self.inst.primary_node] if op.mode in ("replace_on_primary", "replace_auto") \
-            else self.inst.secondary_nodes
-        for node_uuid in targets:
-            disks.replace_disks_only(self.env, self.config, self.inst,
-                                     self.config.nodes[node_uuid], feedback=self.feedback)
+        indices: list[int] | None
+        if auto is not None:
+            node_uuid, indices = auto
+        else:
+            node_uuid = self.inst.primary_node if op.mode == "replace_on_primary" \
+                else self.inst.secondary_nodes[0]
+            indices = op.disks or None
+        disks.replace_disks_only(self.env, self.config, self.inst,
+                                 self.config.nodes[node_uuid], indices=indices,
+                                 early_release=op.early_release, feedback=self.feedback)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
-from herder.core import model, vmclaim
+from herder.core import diskobjects, model, vmclaim
 from herder.core.errors import HerderError, OpExecError
 from herder.core.noderpc import instance_payload
 from herder.masterd.lu import disks, handover
@@ -211,6 +211,17 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
     start it when it is marked up."""
     source = config.nodes[inst.primary_node]
     args = _call_args(config, inst, target, reason)
+    if inst.disks_active and inst.disk_template in disks.INT_MIRROR:
+        say("* checking disk consistency between source and target")
+        for index, disk in enumerate(inst.disks):
+            if disks.check_disk_consistency(env, config, inst, disk, target, False):
+                continue
+            if source.offline:
+                say(f"Node {source.name} is offline, ignoring degraded disk {index} on "
+                    f"target node {target.name}")
+            elif not ignore_consistency:
+                raise OpExecError(f"Disk {index} is degraded on target node, aborting "
+                                  "failover")
     say(f"* shutting down instance {inst.name} on source node {source.name}")
     try:
         env.rpc.call(source, "instance_shutdown", {**args, "timeout": shutdown_timeout,
@@ -222,8 +233,19 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
                               f"{source.name}: {err}") from None
         say(f"Could not shutdown instance {inst.name} on node {source.name}, proceeding "
             f"anyway; please make sure node {source.name} is down; error details: {err}")
+    if inst.disk_template in disks.EXT_MIRROR:  # shared storage: closed on the source first
+        try:
+            disks.node_call(env, source, "blockdev_close", {
+                "instance": inst.name,
+                "disks": diskobjects.disk_objects(config, inst, source.uuid)})
+        except HerderError as err:
+            if not (ignore_consistency or source.offline):
+                raise OpExecError(f"Cannot close instance disks on node {source.name}: "
+                                  f"{err}") from None
+            say(f"Could not close instance disks on node {source.name}, proceeding anyway")
     say("* deactivating the instance's disks on source node")
-    disks.shutdown_disks(env, config, inst, nodes=[source], ignore_primary=True)
+    if not disks.shutdown_disks(env, config, inst, ignore_primary=True):
+        raise OpExecError("Can't shut down the instance's disks")
     set_primary(env, inst, target)
     # the source's stopped copy is no longer the instance: remove its definition (the disks
     # stay: a DRBD secondary needs them)

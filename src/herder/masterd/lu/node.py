@@ -301,11 +301,12 @@ class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
 
 
 def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, new: model.Node,
-                     reason: list[Any], feedback: Any) -> None:
+                     reason: list[Any], feedback: Any, *, early_release: bool = False) -> None:
     """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n,
-    TLReplaceDisks._ExecDrbd8Secondary): the new data and metadata LVs and DRBD device on
-    `new`, the old secondary's DRBD shut down, the primary standalone, the config pointed at
-    `new`, the primary and `new` connected (a full resync), the old storage removed."""
+    TLReplaceDisks._ExecDrbd8Secondary): the disks found and consistent on the primary, the
+    new data and metadata LVs, then the DRBD devices, on `new`, the old secondary's DRBD shut
+    down, the primary standalone, the config pointed at `new`, the primary and `new`
+    connected (a full resync, awaited), the devices checked, the old LVs removed."""
     from herder.masterd.lu import disks
     from herder.masterd.lu.create import free_minor
 
@@ -324,16 +325,30 @@ def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, n
                 nodes=[new.uuid if n == old_uuid else n for n in lid.nodes], port=lid.port,
                 minors=[minor if i == index else m for i, m in enumerate(lid.minors)],
                 secret=lid.secret)
+    primary = config.nodes[inst.primary_node]
+    for index, disk in enumerate(inst.disks):  # STEP 1/6 Check device existence
+        disks.find_or_fail(env, primary,
+                           diskobjects.disk_object(config, inst, disk, primary.uuid),
+                           f"disk/{index}")
+    for disk in inst.disks:  # STEP 2/6 Check peer consistency
+        if not disks.check_disk_consistency(env, config, inst, disk, primary, True, True):
+            raise OpExecError(f"Node {primary.name} has degraded storage, unsafe to replace "
+                              f"disks for instance {inst.name}")
     created: list[tuple[model.Node, dict[str, Any]]] = []
-    try:
-        for disk in moved.disks:
-            obj = diskobjects.disk_object(config, moved, disk, new.uuid)
-            disks.create_tree(env, new, moved, obj, False, False, created)
+    try:  # STEP 3/6 the new LVs, then (4/6) the new DRBD devices on `new`
+        objs = [diskobjects.disk_object(config, moved, disk, new.uuid) for disk in moved.disks]
+        for obj in objs:
+            for child in obj["children"]:
+                disks.create_tree(env, new, moved, child, True, False, created)
+        for obj in objs:
+            env.rpc.call(new, "blockdev_create", {
+                "disk": obj, "size": obj["size"], "owner": inst.name, "on_primary": False,
+                "info": disks.info_text(inst), "excl_stor": False})
+            created.append((new, obj))
     except HerderError as err:
         disks.undo_create_disks(env, moved, created, feedback=feedback)
         raise OpExecError(f"allocating the new storage of {inst.name} on {new.name} failed: "
                           f"{err}") from None
-    primary = config.nodes[inst.primary_node]
     if old is not None and not old.offline:
         disks.shutdown_disks(env, config, inst, nodes=[old], feedback=feedback)
     env.rpc.call(primary, "drbd_disconnect_net",
@@ -347,13 +362,14 @@ def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, n
         env.rpc.call(node, "drbd_attach_net", {
             "disks": diskobjects.disk_objects(config, moved, node.uuid),
             "instance": inst.name, "multimaster": False})
-    if old is not None and not old.offline:
-        for disk in inst.disks:
-            try:
-                env.rpc.call(old, "blockdev_remove",
-                             {"disk": diskobjects.disk_object(config, inst, disk, old_uuid)})
-            except HerderError as err:
-                feedback(f"old secondary {old.name} not cleaned up: {err}")
+    old_lvs = [child for disk in inst.disks
+               for child in diskobjects.disk_object(config, inst, disk, old_uuid)["children"]]
+    if old is None or old.offline:  # nothing to remove there
+        disks.wait_for_sync(env, config, moved, feedback=feedback)
+        disks.check_devices(env, config, moved)
+    else:  # STEPS 5-6/6: the resync awaited, the old LVs removed (first: early_release)
+        disks.finish_replacement(env, config, moved, old, old_lvs,
+                                 early_release=early_release, feedback=feedback)
     feedback(f"{inst.name}: secondary moved to {new.name}")
 
 
@@ -452,7 +468,8 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                 if self.node.uuid not in fresh.secondary_nodes:
                     continue
                 new = choose_secondary(self.env, config, fresh, self.op, self.feedback)
-                change_secondary(self.env, config, fresh, new, self.op.reason, self.feedback)
+                change_secondary(self.env, config, fresh, new, self.op.reason, self.feedback,
+                                 early_release=getattr(self.op, "early_release", False))
                 moved.append(inst.name)
         return list(dict.fromkeys(moved))
 
