@@ -271,6 +271,10 @@ class RecordingRpc:
             "migration_info": "migration-info",
             "instance_get_migration_status": {"status": "completed"},
             "instance_list": [],
+            # a healthy node with room for the instance (the migration's memory check)
+            "node_info": {"bootid": "b", "memory_total": 8192, "memory_free": 8192,
+                          "memory_dom0": 512, "cpu_total": 2, "cpu_dom0": 2, "cpu_nodes": 1,
+                          "cpu_sockets": 1, "instances": {}},
             "blockdev_import_prepare": {"token": "token"},
             "blockdev_export": {"bytes": 1 << 20},
         }
