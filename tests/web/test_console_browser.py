@@ -126,7 +126,11 @@ def test_login_and_overview_with_live_figures(sim: Any, browser: Any,
         row = page.locator(f"#nodes tr[data-node='{node.name}']")
         sync_api.expect(row.locator("td.mem")).to_contain_text("iB /")  # live memory figures
         sync_api.expect(row.locator("td.cpu")).to_have_text(re.compile(r"^\d+$"))
+        # health: the self-diagnose and the daemon collectors of the node's mond
+        sync_api.expect(row.locator("td.health")).to_contain_text("diagnose Ok")
+        sync_api.expect(row.locator("td.health")).to_contain_text("daemons ok")
     sync_api.expect(page.locator("#instances tr[data-instance='web1']")).to_be_visible()
+    sync_api.expect(page.locator("#instances p")).to_contain_text("running: 2")  # per state
     shot(page, "overview")
     # a narrow screen: the same page, stacked
     narrow = log_in(browser, sim, writer, viewport={"width": 390, "height": 800})

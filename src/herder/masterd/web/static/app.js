@@ -168,9 +168,12 @@ function nodeRows(nodes) {
     h("td", { "data-label": "Disk", class: "disk" }, usage(n.dtotal === null ? null : n.dtotal - n.dfree, n.dtotal)),
     h("td", { "data-label": "CPUs", class: "cpu" }, n.ctotal ?? "–"),
     h("td", { "data-label": "Instances" }, `${n.pinst_cnt} / ${n.sinst_cnt}`),
-    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length || (n.diagnose && n.diagnose !== "Ok") ? "bad" : "ok"}` },
+    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length || (n.diagnose && n.diagnose !== "Ok") || Object.keys(n.daemons_bad || {}).length ? "bad" : "ok"}` },
       n.live_error ? `unreachable: ${n.live_error}` : "",
       n.diagnose ? `diagnose ${n.diagnose}` : (n.diagnose_error ? `diagnose: ${n.diagnose_error}` : ""),
+      n.daemons_bad === null || n.daemons_bad === undefined ? ""
+        : Object.keys(n.daemons_bad).length ? Object.entries(n.daemons_bad).map(([d, m]) => ` daemon ${d}: ${m}`)
+          : h("span", { class: "daemons" }, ", daemons ok"),
       n.incidents.map((i) => ` incident ${i["repair-status"]} (${i.action})`))));
 }
 
