@@ -66,7 +66,8 @@ try {
   await page.screenshot({ path: `${shots}/firefox-overview.png`, fullPage: true });
 
   // an instance's page: its state, primary node, actions
-  await page.goto(`${url}/ui/#/instance/${encodeURIComponent(instance)}`);
+  // a click on the instance's link, as a user would (the view changes in the page)
+  await page.click(`#instances tr[data-instance="${instance}"] a`);
   await page.waitForFunction(() => document.querySelector("#instance-pnode")?.textContent, {});
   seen.instance = {
     status: await page.$eval("#instance-status", (el) => el.textContent),
