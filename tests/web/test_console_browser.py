@@ -358,10 +358,16 @@ def test_firefox_login_overview_and_instance_page(sim: Any, writer: tuple[str, s
     assert seen["narrow"]["scroll_width"] <= 390
 
 
-def finished_panel(page: Any, status: str) -> Any:
-    panel = page.locator(".job-panel").first
-    sync_api.expect(panel.locator(".job-status")).to_have_text(status)
-    return panel
+def act(page: Any, action: str, status: str = "success", confirm: bool = True) -> Any:
+    """Click an action's button (and confirm it): the panel of its job, once it ended so."""
+    panels = page.locator(".job-panel")
+    before = panels.count()
+    page.click(f"[data-action={action}]")
+    if confirm:
+        page.click("#confirm-ok")
+    sync_api.expect(panels).to_have_count(before + 1)  # the newest comes first
+    sync_api.expect(panels.first.locator(".job-status")).to_have_text(status)
+    return panels.first
 
 
 def test_node_actions_ask_first_and_run_as_jobs(sim: Any, browser: Any,
@@ -377,14 +383,10 @@ def test_node_actions_ask_first_and_run_as_jobs(sim: Any, browser: Any,
         page.click("#confirm-cancel")
         sync_api.expect(page.locator("#confirm")).to_be_hidden()
     assert jobs(sim) == before and not config(sim).find_node(node).drained  # all declined
-    page.click("[data-action=drain]")
-    page.click("#confirm-ok")
-    finished_panel(page, "success")
+    act(page, "drain")
     assert config(sim).find_node(node).drained
     sync_api.expect(page.locator("tr", has_text="Drained")).to_contain_text("yes")
-    page.click("[data-action=undrain]")
-    page.click("#confirm-ok")
-    finished_panel(page, "success")
+    act(page, "undrain")
     assert not config(sim).find_node(node).drained
     sync_api.expect(page.locator("tr", has_text="Drained")).to_contain_text("no")
 
@@ -400,36 +402,34 @@ def test_create_then_every_instance_action(sim: Any, browser: Any,
     page.click("#c-preview")
     sync_api.expect(page.locator("#c-choice")).to_contain_text("would place it on")
     page.click("#c-create")
-    finished_panel(page, "success")
+    sync_api.expect(page.locator(".job-panel .job-status")).to_have_text("success")
     inst = config(sim).find_instance("app2")
     assert inst.admin_state == "up" and inst.disks[0].size == 1024
     page.goto(f"{sim.masterd_url}/ui/#/instance/app2")
     sync_api.expect(page.locator("#instance-status")).to_have_text("running")
     mark_no_reload(page)
-
-    def act(action: str, status: str = "success") -> Any:
-        page.click(f"[data-action={action}]")
-        if page.locator("#confirm").is_visible():
-            page.click("#confirm-ok")
-        return finished_panel(page, status)
-
-    act("shutdown")
+    act(page, "shutdown")
     sync_api.expect(page.locator("#instance-status")).to_have_text("ADMIN_down")
     assert config(sim).find_instance("app2").admin_state == "down"
-    act("start")
+    act(page, "start", confirm=False)
     sync_api.expect(page.locator("#instance-status")).to_have_text("running")
-    act("reboot")
+    act(page, "reboot")
+    panels = page.locator(".job-panel").count()
     page.click("[data-action=grow-disk]")  # its dialog has the disk and the amount
     page.fill("#grow-amount", "512")
     page.click("#confirm-ok")
-    finished_panel(page, "success")
+    sync_api.expect(page.locator(".job-panel")).to_have_count(panels + 1)
+    sync_api.expect(page.locator(".job-panel .job-status").first).to_have_text("success")
     assert config(sim).find_instance("app2").disks[0].size == 1536
     pnode = config(sim).find_instance("app2").primary_node
-    act("failover")
+    act(page, "failover")
     assert config(sim).find_instance("app2").primary_node != pnode
     # replacing the disks needs a mirror: the job fails and says why, nothing changes
-    panel = act("replace-disks", "error")
+    before = config(sim).find_instance("app2")
+    panel = act(page, "replace-disks", "error")
     sync_api.expect(panel.locator(".job-result")).to_contain_text("Failed: ")
+    after = config(sim).find_instance("app2")
+    assert (after.primary_node, after.disks) == (before.primary_node, before.disks)
     assert still_not_reloaded(page)
     page.locator("#disk-status-ask").click()
     pnode_name = config(sim).node_name(config(sim).find_instance("app2").primary_node)
@@ -437,7 +437,7 @@ def test_create_then_every_instance_action(sim: Any, browser: Any,
     sync_api.expect(status_row).to_contain_text("in sync")
     sync_api.expect(status_row).to_contain_text("ok")
     shot(page, "instance-disk-status")
-    act("remove")
+    act(page, "remove")
     wait_for(lambda: "app2" not in {i.name for i in config(sim).instances.values()}, 60,
              "app2 removed")
 
