@@ -385,10 +385,11 @@ def test_node_actions_ask_first_and_run_as_jobs(sim: Any, browser: Any,
     assert jobs(sim) == before and not config(sim).find_node(node).drained  # all declined
     act(page, "drain")
     assert config(sim).find_node(node).drained
-    sync_api.expect(page.locator("tr", has_text="Drained")).to_contain_text("yes")
+    drained = page.locator("#view tr:has(th:text-is('Drained')) td")
+    sync_api.expect(drained).to_have_text("yes")
     act(page, "undrain")
     assert not config(sim).find_node(node).drained
-    sync_api.expect(page.locator("tr", has_text="Drained")).to_contain_text("no")
+    sync_api.expect(drained).to_have_text("no")
 
 
 def test_create_then_every_instance_action(sim: Any, browser: Any,

@@ -118,15 +118,19 @@ def test_serial_console_shows_the_heartbeat(sim: Any, browser: Any) -> None:
     sync_api.expect(page.locator("#serial-status")).to_have_text("connected")
     sync_api.expect(page.locator("#serial-screen")).to_contain_text(HEARTBEAT)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "console-serial.png"), full_page=True)
+    page.locator("#console").screenshot(path=str(SHOTS / "console-serial.png"))
 
 
 def test_vnc_console_connects(sim: Any, browser: Any) -> None:
     page = log_in(sim, browser)
     page.click("#open-vnc")
     sync_api.expect(page.locator("#vnc-status")).to_have_attribute("data-state", "connected")
-    sync_api.expect(page.locator("#vnc-screen canvas")).to_be_visible()
-    page.screenshot(path=str(SHOTS / "console-vnc.png"), full_page=True)
+    canvas = page.locator("#vnc-screen canvas")
+    sync_api.expect(canvas).to_be_visible()
+    # sized by the VNC server's framebuffer (RFB's ServerInit: the guest's text console)
+    assert int(canvas.get_attribute("width") or 0) > 0
+    assert int(canvas.get_attribute("height") or 0) > 0
+    page.locator("#console").screenshot(path=str(SHOTS / "console-vnc.png"))
 
 
 def test_a_plain_request_of_a_stream_opens_nothing(sim: Any) -> None:

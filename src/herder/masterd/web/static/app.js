@@ -353,6 +353,7 @@ async function instanceView(view, name) {
   view.replaceChildren(h("h1", {}, `Instance ${name}`), jobsArea, body);
   const consoleBox = state.me.write ? consoleSection(name) : null;
   const diskStatus = diskStatusBox(name);  // kept across redraws: its answer stays
+  let paramsOpen = false;  // the parameters' list stays as the user left it across redraws
   const draw = async () => {
     const [inst, jobs, cluster] = await Promise.all([api(`/2/instances/${enc(name)}`),
       api(`/2/herder/instances/${enc(name)}/jobs`), api("/2/herder/overview")]);
@@ -384,9 +385,11 @@ async function instanceView(view, name) {
         h("tbody", {}, inst["nic.macs"].map((mac, i) => h("tr", {}, h("td", {}, `nic/${i}`), h("td", {}, mac),
           h("td", {}, inst["nic.ips"][i] || ""), h("td", {}, inst["nic.modes"][i]), h("td", {}, inst["nic.links"][i]),
           h("td", {}, inst["nic.networks.names"][i] || "")))))),
-      h("section", { id: "params" }, h("h2", {}, "Parameters"), h("table", {}, h("tbody", {},
+      h("section", { id: "params" }, h("details", { open: paramsOpen,
+        ontoggle: (event) => { paramsOpen = event.target.open; } }, h("summary", {}, h("h2", {},
+        `Parameters (${Object.keys({ ...inst.beparams, ...inst.hvparams }).length})`)), h("table", {}, h("tbody", {},
         Object.entries({ ...inst.beparams, ...inst.hvparams }).map(([k, v]) =>
-          h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))))),
+          h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v)))))))),
       consoleBox,
       h("section", { id: "history" }, h("h2", {}, "Jobs"), h("ul", {}, jobs.slice().reverse().map((j) => h("li", {},
         h("a", { href: `#/job/${j.id}` }, `Job ${j.id}`), ` ${(j.summary || []).join(", ")} `,
