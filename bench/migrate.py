@@ -38,7 +38,7 @@ def _herder(state: cluster.SimState, *args: str, timeout: float = 600) -> str:
                           capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
-    return done.stdout
+    return done.stdout + done.stderr  # the job's log lines go to stderr
 
 
 def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 600) -> str:

@@ -11,8 +11,11 @@ directories), blockdev (adopting loop devices linked under a stand-in /dev/disk:
 remove touch nothing, so this is the cost of the checks), ext with the `sharedimg` provider
 (an image and a loop device per disk, one provider script per step), plain on LVM metadata
 only (a VG on a loop device with activation off: `pvs`, `lvcreate`, `lvs`, `lvchange`,
-`lvremove` per disk). Prints, per type, the total and the per-disk time of each phase.
-Needs root, losetup and LVM for blockdev, ext and plain (skipped, with the reason, otherwise).
+`lvremove` per disk), rbd on a real local Ceph (`herder.sim.ceph` on 127.0.0.37: one
+monitor, one BlueStore OSD; userspace access: `rbd create`, `rbd info`, `rbd rm` per disk; its
+start time printed). Prints, per type, the total and the per-disk time of each phase.
+Needs root, losetup and LVM for blockdev, ext and plain, Ceph's packages for rbd (skipped, with
+the reason, otherwise).
 
 `--move`: a simulated cluster of two nodes (`herder cluster simulate`), a `file` instance with
 one disk of `--move-mib` MiB filled with random bytes on node 1, then `herder instance move` to
@@ -129,6 +132,21 @@ def plain_setup(work: Path, count: int, size: int) -> Setup:
         _detach(loop)
 
 
+@contextmanager
+def rbd_setup(work: Path, count: int, size: int) -> Setup:
+    from herder.sim import ceph
+
+    cluster = ceph.start(work, "127.0.0.37")
+    print(f"{'  (Ceph started in':<22} {cluster.start_seconds:.1f} s)")
+    try:
+        yield Host(runner=SubprocessRunner(extra_env=cluster.client_env)), [
+            _disk({"dev_type": "rbd", "logical_id": ["rbd", f"u{i}.rbd.disk0"], "size": size,
+                   "uuid": f"u{i}", "params": {"pool": cluster.pool, "access": "userspace"}})
+            for i in range(count)]
+    finally:
+        cluster.stop()
+
+
 def measure(name: str, setup: Callable[[], object], on_primary: bool = True) -> None:
     with setup() as (host, disks):  # type: ignore[attr-defined]
         started = time.perf_counter()
@@ -211,10 +229,16 @@ def main() -> None:
             ("blockdev (loop)", lambda: blockdev_setup(work / "b", count, size), True),
             ("ext sharedimg", lambda: ext_setup(work / "e", count, size), True),
             ("plain (metadata only)", lambda: plain_setup(work / "p", count, size), True),
+            ("rbd (real Ceph)", lambda: rbd_setup(work / "r", count, size), True),
         ]
+        from herder.sim import ceph
+
         for name, setup, needs_root in cases:
             if needs_root and not real:
                 print(f"{name:<22} skipped: needs root, losetup and LVM")
+                continue
+            if name.startswith("rbd") and ceph.missing_packages():
+                print(f"{name:<22} skipped: apt-get install {' '.join(ceph.missing_packages())}")
                 continue
             measure(name, setup)
 

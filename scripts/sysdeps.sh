@@ -15,10 +15,15 @@
 # - iproute2, e2fsprogs, iputils-arping: the simulator's namespaced hosts (ip, mkfs.ext4) and
 #   daemon-util's master IP (arping: duplicate address check, gratuitous ARP)
 # - systemd: `systemd-analyze verify` of herder's units (tests/supervise/test_units.py)
+# - ceph-mon, ceph-osd, ceph-common: a real local Ceph for the rbd template (herder.sim.ceph,
+#   `cluster simulate --ceph`); qemu-block-extra: QEMU's rbd driver (librbd)
+# - openvswitch-switch: openvswitch NICs on the simulated hosts (herder.sim.ovs: a userspace
+#   datapath bridge per host; no kernel module needed)
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
       qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static
-      iproute2 e2fsprogs iputils-arping systemd novnc firefox-esr)
+      iproute2 e2fsprogs iputils-arping systemd novnc firefox-esr
+      ceph-mon ceph-osd ceph-common qemu-block-extra openvswitch-switch)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()

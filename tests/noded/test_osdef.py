@@ -198,6 +198,17 @@ def test_environment_api15(make_os: OsFactory, tmp_path: Path) -> None:
     assert env["NIC_0_MAC"] == "aa:00:00:00:00:01" and env["NIC_0_IP"] == "192.0.2.5"
     assert env["NIC_0_MODE"] == "bridged"
     assert env["NIC_0_LINK"] == "br0" and env["NIC_0_BRIDGE"] == "br0"
+    assert "DISK_0_URI" not in env
+
+
+def test_environment_userspace_uri(make_os: OsFactory, tmp_path: Path) -> None:
+    """A userspace rbd disk: Ganeti's DISK_<n>_URI, and herder's staging file as the path."""
+    make_os("debian", api="10\n15\n", variants="squeeze\n")
+    osdef = os_definitions.find_os("debian", tmp_path / "os")
+    env = os_definitions.os_environment(osdef, _inst(disks=[os_definitions.OsDisk(
+        "/tmp/herder-os-install-x/disk0", uri="rbd:herder/u1.rbd.disk0")]))
+    assert env["DISK_0_URI"] == "rbd:herder/u1.rbd.disk0"
+    assert env["DISK_0_PATH"] == "/tmp/herder-os-install-x/disk0"
     assert env["NIC_1_LINK"] == "rt1" and "NIC_1_BRIDGE" not in env and "NIC_1_IP" not in env
     assert "NIC_2_LINK" not in env and env["NIC_2_MODE"] == "openvswitch"
     assert env["NIC_1_FRONTEND_TYPE"] == "e1000"

@@ -81,6 +81,10 @@ def test_the_simulators_files_are_valid() -> None:
     specs = {s.name: s for s in settings.daemon_specs(settings.parse(text, PATH))}
     assert specs["noded"].enabled and specs["noded"].argv[-1] == '--x="y"'
     assert specs["agent"].argv == ("sh", "-c", "exit 11")
+    # a daemon's environment (the simulated nodes' noded runs rbd as client.herder)
+    text = hostfiles.node_toml(["noded"], environment={"noded": {"CEPH_ARGS": "--id herder"}})
+    specs = {s.name: s for s in settings.daemon_specs(settings.parse(text, PATH))}
+    assert ("CEPH_ARGS", "--id herder") in specs["noded"].environment
 
 
 def test_restart_delay_doubles_up_to_the_maximum() -> None:

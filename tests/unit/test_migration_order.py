@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from herder.core.errors import OpExecError
+from herder.core import model
+from herder.core.errors import HerderError, OpExecError
 from herder.core.store import FileStore
 from herder.masterd.lu import migration
 from tests.conftest import build_config
@@ -27,6 +28,8 @@ class Recorder:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.statuses = statuses
         self.running_on = running_on
+        self.free: dict[str, int] = {}  # node short name -> free MiB (default 4096)
+        self.current = 0  # the guest's memory now (0: not reported)
 
     def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
@@ -39,6 +42,9 @@ class Recorder:
             return {"drbd0.example.com": "running"} if node.name == self.running_on else {}
         if method == "migration_info":
             return {"xml": "<domain/>"}
+        if method == "node_info":
+            return node_info(self.free.get(node.name.split(".")[0], 4096),
+                             {"drbd0.example.com": self.current} if self.current else {})
         if method == "drbd_wait_sync":
             return [True, 100.0]
         if method.startswith("blockdev_") or method.startswith("drbd_"):
@@ -48,6 +54,13 @@ class Recorder:
     def vm_calls(self) -> list[tuple[str, str]]:
         return [(node.split(".")[0], method) for node, method, _ in self.calls
                 if method in VM_RPCS]
+
+
+def node_info(free: int, instances: dict[str, int]) -> dict[str, Any]:
+    return {"bootid": "b", "memory_total": 8192, "memory_free": free, "memory_dom0": 512,
+            "cpu_total": 2, "cpu_dom0": 2, "cpu_nodes": 1, "cpu_sockets": 1,
+            "instances": {name: {"state": "running", "memory": memory, "vcpus": 2}
+                          for name, memory in instances.items()}}
 
 
 def _env(tmp_path: Path, rpc: Recorder) -> tuple[Any, Any, Any, Any]:
@@ -126,3 +139,125 @@ def _not_running(call: Any) -> Any:
         return call(node, method, args, timeout)
 
     return wrapped
+
+
+# --- cleanup (OP_INSTANCE_MIGRATE cleanup=True): Ganeti's _ExecCleanup, every node asked -------
+
+class Places(Recorder):
+    """Nodes answer instance_list from `places` (node short name -> state); a node in
+    `silent` fails the call."""
+
+    def __init__(self, name: str, places: dict[str, str], silent: tuple[str, ...] = ()) -> None:
+        super().__init__([], "")
+        self.name, self.places, self.silent = name, places, silent
+
+    def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        short = node.name.split(".")[0]
+        if method == "instance_list":
+            self.calls.append((node.name, method, dict(args or {})))
+            if short in self.silent:
+                raise HerderError(f"{node.name}: connection refused")
+            return {self.name: self.places[short]} if short in self.places else {}
+        return super().call(node, method, args, timeout)
+
+
+def _shared_env(tmp_path: Path, rpc: Recorder) -> tuple[Any, Any, Any]:
+    config = build_config()
+    node1 = config.find_node("node1.example.com")
+    disk = model.Disk(uuid=model.new_uuid(), dev_type="sharedfile", size=1024,
+                      iv_name="disk/0", logical_id=model.FileId(
+                          driver="loop", path="/srv/herder/shared-file-storage/s1/disk0"))
+    inst = model.Instance(uuid=model.new_uuid(), name="s1.example.com",
+                          primary_node=node1.uuid, os="debootstrap", hypervisor="kvm",
+                          admin_state="up", disks=[disk],
+                          nics=[model.NIC(uuid=model.new_uuid(), mac="aa:00:00:02:00:01")],
+                          ctime=1.0, mtime=1.0)
+    config.instances[inst.uuid] = inst
+    store = FileStore(tmp_path / "config.json")
+    store.create(config)
+    return SimpleNamespace(rpc=rpc, store=store), config, inst
+
+
+def test_cleanup_finds_the_guest_on_a_node_the_config_does_not_name(tmp_path: Path) -> None:
+    rpc = Places("s1.example.com", {"node3": "running"})
+    env, config, inst = _shared_env(tmp_path, rpc)
+    said: list[str] = []
+    migration.cleanup(env, config, inst, None, reason=[], say=said.append)
+    # every online node was asked, the node found recorded it, the config follows it
+    assert sorted(node for node, method in rpc.vm_calls() if method == "instance_list") == [
+        "node1", "node2", "node3"]
+    assert ("node3", "finalize_migration_dst") in rpc.vm_calls()
+    fresh = env.store.load()
+    assert fresh.node_name(fresh.instances[inst.uuid].primary_node) == "node3.example.com"
+    assert any("unexpected node (node3.example.com)" in line for line in said)
+
+
+def test_cleanup_refuses_two_copies_or_a_silent_node(tmp_path: Path) -> None:
+    rpc = Places("s1.example.com", {"node1": "running", "node3": "running"})
+    env, config, inst = _shared_env(tmp_path, rpc)
+    with pytest.raises(OpExecError, match=r"runs on node1.example.com, node3.example.com, not "
+                       r"only on node1.example.com; you will have to ensure manually"):
+        migration.cleanup(env, config, inst, None, reason=[], say=lambda line: None)
+    rpc = Places("s1.example.com", {"node1": "running"}, silent=("node2",))
+    env, config, inst = _shared_env(tmp_path / "b", rpc)
+    with pytest.raises(OpExecError, match="Can't contact node node2.example.com"):
+        migration.cleanup(env, config, inst, None, reason=[], say=lambda line: None)
+    assert env.store.load().instances[inst.uuid].primary_node == inst.primary_node
+
+
+def test_cleanup_on_source_and_target_aborts_and_keeps_the_source(tmp_path: Path) -> None:
+    rpc = Places("s1.example.com", {"node1": "running", "node2": "running"})
+    env, config, inst = _shared_env(tmp_path, rpc)
+    target = config.find_node("node2.example.com")
+    original = rpc.call
+
+    def aborting(node: Any, method: str, args: dict[str, Any] | None = None,
+                 timeout: float | None = None) -> Any:
+        if method == "finalize_migration_dst" and args and args["success"] is False:
+            rpc.places.pop("node2")  # the target drops its copy
+        return original(node, method, args, timeout)
+
+    rpc.call = aborting  # type: ignore[method-assign]  # the target's abort removes its copy
+    said: list[str] = []
+    migration.cleanup(env, config, inst, target, reason=[], say=said.append)
+    assert ("node2", "finalize_migration_dst") in rpc.vm_calls()
+    assert env.store.load().instances[inst.uuid].primary_node == inst.primary_node
+    assert any("confirmed to be running on its primary node" in line for line in said)
+
+
+def test_a_target_with_less_free_memory_gets_a_ballooned_guest(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Ganeti's _ExecMigration: the guest (1024 MiB now, minmem 512) is ballooned down to the
+    target's free 700 MiB before the migration; without allow_runtime_changes it is refused,
+    and below minmem always."""
+    monkeypatch.setattr(migration, "POLL_INTERVAL", 0)
+    rpc = Recorder([{"status": "completed"}], "node2.example.com")
+    rpc.free, rpc.current = {"node2": 700}, 1024
+    env, config, inst, target = _env(tmp_path, rpc)
+    said: list[str] = []
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=said.append)
+    balloon = [(node, args) for node, method, args in rpc.calls
+               if method == "instance_balloon_memory"]
+    assert balloon == [("node1.example.com", {**balloon[0][1], "memory": 700})]
+    assert balloon[0][1]["name"] == inst.name and "* setting instance memory to 700" in said
+    methods = [method for _, method, _ in rpc.calls]
+    assert methods.index("instance_balloon_memory") < methods.index("migration_info")
+
+    rpc = Recorder([], "node1.example.com")
+    rpc.free, rpc.current = {"node2": 700}, 1024
+    env, config, inst, target = _env(tmp_path / "b", rpc)
+    with pytest.raises(OpExecError, match="Memory ballooning not allowed and not enough free "
+                       "memory to fit instance drbd0.example.com on target node "
+                       "node2.example.com"):
+        migration.migrate_or_failover(env, config, inst, target, live=True,
+                                      allow_failover=False, allow_runtime_changes=False,
+                                      reason=[], say=lambda line: None)
+    rpc.free = {"node2": 300}
+    with pytest.raises(OpExecError, match="Not enough memory on node node2.example.com for "
+                       "migrating instance drbd0.example.com: needed 512 MiB, available 300"):
+        migration.migrate_or_failover(env, config, inst, target, live=True,
+                                      allow_failover=False, reason=[], say=lambda line: None)
+    assert "migrate_instance" not in [method for _, method, _ in rpc.calls]

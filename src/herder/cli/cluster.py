@@ -857,11 +857,15 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
               help="qemu: real guests (each node's libvirtd runs the QEMU driver, TLS between "
                    "the nodes; the herder-guest OS boots a tiny Linux); test: libvirt's test "
                    "driver, which runs nothing (fast).")
+@click.option("--ceph", is_flag=True,
+              help="A real Ceph (one monitor, one OSD, the pool herder) in the cluster's "
+                   "network; every node gets its client configuration and key; the rbd "
+                   "template is enabled (access=userspace: QEMU reads images through librbd).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
              first_ip: int, domain: str, network: Path | None, exec_on: str | None,
              break_it: tuple[str, str] | None, crash_it: str | None, failover_to: str | None,
-             no_voting: bool, guests: str, command: tuple[str, ...]) -> None:
+             no_voting: bool, guests: str, ceph: bool, command: tuple[str, ...]) -> None:
     """Bring up a whole herder cluster on this machine: every node a host of its own.
 
     Each node is a set of namespaces (its own processes, network, mounts and host name) whose
@@ -922,7 +926,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
         return
     state = sim_cluster.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
                               first_ip=first_ip, progress=click.echo, domain=domain,
-                              network=network, guests=guests)
+                              network=network, guests=guests, ceph=ceph)
     click.echo(f"Simulated cluster {state.cluster_name} of {nodes} node(s) is up; RAPI at "
                f"{state.masterd_url}, maintd at {state.maintd_url}/status.html")
     click.echo("Drive it from this shell with:")

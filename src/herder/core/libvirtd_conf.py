@@ -23,6 +23,8 @@ from urllib.parse import quote
 LIBVIRT_TLS_PORT = 16514
 PKI_DIR = Path("/var/lib/herder/libvirt-pki")
 TLS_DN_PREFIX = "CN="
+MIGRATION_KEEPALIVE_INTERVAL = 5  # qemu.conf: seconds between keepalives to a migration peer
+MIGRATION_KEEPALIVE_COUNT = 3  # ... unanswered ones before the connection is closed
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,18 @@ def libvirtd_conf(*, listen_address: str, pki: LibvirtPki, node_names: Iterable[
 def qemu_conf(*, run_as_root: bool = True, log_stdio_to_file: bool = True) -> str:
     """qemu.conf of a node.
 
+    `keepalive_interval`/`keepalive_count` bound the peer-to-peer migration connection.
     QEMU runs as root unless a domain's `<seclabel model='dac'>` names a uid-pool user
     (Ganeti's security_model=pool/user). `stdio_handler = "file"`: QEMU writes its own log and
     the serial log file, no virtlogd needed (hosts without systemd, the simulator).
     """
-    settings: dict[str, str | int | list[str]] = {}
+    settings: dict[str, str | int | list[str]] = {
+        # the peer-to-peer migration's connection to the target's libvirtd: a target that
+        # stops answering (killed, its host gone) ends the migration within about 5 x 3 s
+        # instead of leaving the source's job waiting
+        "keepalive_interval": MIGRATION_KEEPALIVE_INTERVAL,
+        "keepalive_count": MIGRATION_KEEPALIVE_COUNT,
+    }
     if run_as_root:
         settings["user"] = "root"
         settings["group"] = "root"

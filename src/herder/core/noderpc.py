@@ -148,6 +148,23 @@ class HttpNodeRpc:
         self._http.close()
 
 
+def network_of(config: model.ConfigData, nic: model.NIC) -> dict[str, Any]:
+    """A NIC's network for the node: its name and Ganeti's hook variables (Network.HooksDict:
+    NETWORK_NAME, _UUID, _TAGS, _SUBNET, _GATEWAY, _SUBNET6, _GATEWAY6, _MAC_PREFIX), which a
+    routed NIC's ifup passes on. {} without a network."""
+    net = config.networks.get(nic.network) if nic.network else None
+    if net is None:
+        return {}
+    env = {"NETWORK_NAME": net.name, "NETWORK_UUID": net.uuid,
+           "NETWORK_TAGS": " ".join(net.tags), "NETWORK_SUBNET": net.network}
+    for key, value in (("NETWORK_GATEWAY", net.gateway), ("NETWORK_SUBNET6", net.network6),
+                       ("NETWORK_GATEWAY6", net.gateway6),
+                       ("NETWORK_MAC_PREFIX", net.mac_prefix)):
+        if value:
+            env[key] = value
+    return {"network": net.name, "network_env": env}
+
+
 def instance_payload(config: model.ConfigData, inst: model.Instance,
                      node: model.Node | None = None) -> dict[str, Any]:
     """What a node needs to define and run an instance; its disks are Ganeti's disk objects
@@ -158,8 +175,10 @@ def instance_payload(config: model.ConfigData, inst: model.Instance,
         "name": inst.name, "uuid": inst.uuid, "memory": be["maxmem"], "vcpus": be["vcpus"],
         "hypervisor": inst.hypervisor, "os": inst.os,
         "disks": diskobjects.disk_objects(config, inst, node.uuid if node else None),
-        "nics": [{"mac": n.mac, "ip": n.ip, **config.filled_nicparams(n, group)}
+        "nics": [{"mac": n.mac, "ip": n.ip, "uuid": n.uuid, "name": n.name,
+                  **network_of(config, n), **config.filled_nicparams(n, group)}
                  for n in inst.nics],
+        "tags": list(inst.tags),
         "hvparams": config.filled_hvparams(inst), "beparams": config.filled_beparams(inst),
         "osparams": config.filled_osparams(inst),
         "uid_pool": [list(r) for r in config.cluster.uid_pool],

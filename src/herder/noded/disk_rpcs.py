@@ -11,20 +11,25 @@ device path), so the node knows which instance each disk belongs to (design-moni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
-from herder.noded import disk_transfer
+from herder.noded import ceph_secret, disk_transfer
+from herder.noded.bdev import cephclient, operations
 from herder.noded.bdev import file as file_storage
-from herder.noded.bdev import operations
 from herder.noded.bdev.base import BlockDevError, Host
 from herder.noded.bdev.disk import Disk, decode_disk
-from herder.noded.kvm.domain import DiskSpec
+from herder.noded.bdev.rbd import RadosBlockDevice
+from herder.noded.kvm.domain import DiskSpec, NetworkSource
 
 log = logging.getLogger("herder.noded")
 FILE_STORAGE_PATHS = "/etc/ganeti/file-storage-paths"  # Ganeti's allowed-paths file
@@ -57,6 +62,7 @@ class DiskRpcs:
     bdev: Host
     imports: disk_transfer.Imports
     trust: Any  # noded.trust.NodeTrust: this node's certificate and the cluster CA
+    hv: Any  # noded.hypervisor.Hypervisor: the node's libvirt (rbd disks' secrets)
     _map_lock: threading.Lock
 
     # --- the owner record -----------------------------------------------------------------------
@@ -307,16 +313,76 @@ class DiskRpcs:
         restart finds them the same way)."""
         specs = []
         for index, data in enumerate(inst.get("disks", [])):
-            assembled = self.rpc_blockdev_assemble({"disk": data, "instance": inst.get("name"),
-                                                    "as_primary": True, "idx": index})
-            path = assembled[0] if isinstance(assembled, list) else None
             disk = _disk(data)
+            # the userspace URI only where the domain uses it (rbd network disks)
+            hypervisor = inst.get("hypervisor", "kvm") if disk.dev_type == "rbd" else None
+            assembled = self.rpc_blockdev_assemble({"disk": data, "instance": inst.get("name"),
+                                                    "as_primary": True, "idx": index,
+                                                    "hypervisor": hypervisor})
+            path = assembled[0] if isinstance(assembled, list) else None
+            uri = assembled[1] if isinstance(assembled, list) and len(assembled) > 1 else None
+            if not path and uri and disk.dev_type == "rbd":
+                specs.append(DiskSpec(path="", dev_type=disk.dev_type, uuid=disk.uuid or "",
+                                      read_only=disk.mode == "ro",
+                                      network=self._rbd_network_source(str(uri))))
+                continue
             if not path:
                 raise DiskFailure(f"{inst.get('name')}: disk/{index} ({disk.dev_type}) has no "
                                   "device on this node")
             specs.append(DiskSpec(path=str(path), dev_type=disk.dev_type, uuid=disk.uuid or "",
                                   read_only=disk.mode == "ro"))
         return specs
+
+    @contextlib.contextmanager
+    def os_disk_paths(self, inst: dict[str, Any]) -> Iterator[list[tuple[str, str | None]]]:
+        """(path, userspace URI) of each disk for the OS scripts: the device or file of each
+        disk, and for a userspace rbd disk (no device on this node) a sparse staging file of
+        its size, put into the image (`rbd import`) when the block ends without an error.
+        The staging files are removed either way."""
+        specs = self.instance_disks(inst)
+        staged: dict[int, Path] = {}
+        staging_dir = None
+        try:
+            for index, spec in enumerate(specs):
+                if spec.network is None:
+                    continue
+                if staging_dir is None:
+                    staging_dir = Path(tempfile.mkdtemp(prefix="herder-os-install-"))
+                path = staging_dir / f"disk{index}"
+                with open(path, "wb") as staging:
+                    staging.truncate(_disk(inst["disks"][index]).size * 2**20)
+                staged[index] = path
+            yield [(str(staged.get(index, spec.path)),
+                    f"rbd:{spec.network.name}" if spec.network is not None else None)
+                   for index, spec in enumerate(specs)]
+            for index, path in staged.items():
+                disk = _disk(inst["disks"][index])
+                try:
+                    RadosBlockDevice(disk, [], self.bdev).install_from(str(path))
+                except BlockDevError as err:
+                    raise DiskFailure(f"installing disk/{index} into its rbd image: {err}") \
+                        from None
+        finally:
+            if staging_dir is not None:
+                shutil.rmtree(staging_dir, ignore_errors=True)
+
+    def _rbd_network_source(self, uri: str) -> NetworkSource:
+        """A userspace rbd disk (`rbd:POOL/IMAGE`, Ganeti's URI) as a libvirt network disk:
+        the node's monitors, its cephx user and the libvirt secret with the user's key."""
+        try:
+            client = cephclient.load(self.bdev)
+        except BlockDevError as err:
+            raise DiskFailure(f"rbd disk {uri}: {err}") from None
+        secret = None
+        if self.hv.runs_guests:  # libvirt's test driver opens no disk
+            try:
+                secret = ceph_secret.ensure(self.hv, client)
+            except HerderError as err:
+                raise DiskFailure(f"rbd disk {uri}: cannot define the libvirt secret of "
+                                  f"{client.entity}: {err}") from None
+        return NetworkSource("rbd", uri.removeprefix("rbd:"), client.monitors,
+                             auth_username=client.user if secret else None,
+                             secret_uuid=secret)
 
     def remove_instance_disks(self, disks: list[Any]) -> None:
         """Remove the disks given as disk objects (instance_remove, migrate_finish with

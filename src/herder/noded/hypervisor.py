@@ -312,6 +312,16 @@ class Hypervisor:
 
         self.call(run)
 
+    def balloon(self, name: str, memory_mib: int) -> None:
+        """The running guest's memory (its balloon) to `memory_mib`, not its maximum."""
+        def run(conn: libvirt.virConnect) -> None:
+            dom = self._lookup(conn, name)
+            if dom is None or dom.state()[0] not in RUNNING:
+                raise HypervisorError(f"instance {name} is not running on this node")
+            dom.setMemoryFlags(memory_mib * 1024, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+
+        self.call(run)
+
     def undefine(self, name: str) -> None:
         def run(conn: libvirt.virConnect) -> None:
             dom = self._lookup(conn, name)

@@ -22,8 +22,19 @@ def nic_specs(nics: Sequence[Mapping[str, Any]]) -> tuple[NicSpec, ...]:
     return tuple(NicSpec(mac=str(nic["mac"]), mode=str(nic.get("mode") or "bridged"),
                          link=str(nic.get("link") or ""), vlan=str(nic.get("vlan") or ""),
                          ip=nic.get("ip") or None, name=nic.get("name") or None,
-                         uuid=str(nic.get("uuid") or ""), network=nic.get("network") or None)
+                         uuid=str(nic.get("uuid") or ""), network=nic.get("network") or None,
+                         network_env=tuple(sorted(
+                             (str(key), str(value))
+                             for key, value in (nic.get("network_env") or {}).items())))
                  for nic in nics)
+
+
+def network_spec(inst: Mapping[str, Any]) -> InstanceSpec:
+    """The part of the spec a NIC's configuration needs (name, UUID, NICs, tags): for the
+    routed NICs' ifup (`kvm.ifup`), where no disk is assembled."""
+    return InstanceSpec(name=str(inst["name"]), uuid=str(inst["uuid"]), maxmem=0, vcpus=0,
+                        hvparams={}, nics=nic_specs(inst.get("nics") or []),
+                        tags=tuple(str(tag) for tag in inst.get("tags") or ()))
 
 
 def password_files(hvparams: Mapping[str, Any]) -> dict[str, str]:

@@ -5,9 +5,11 @@ finalize_migration_dst/src), carried out by libvirt's own peer-to-peer migration
 this node's certificate (`qemu+tls://<target node>/system?pkipath=<libvirt PKI>`), the guest's
 memory travels inside that connection, the target resumes the guest.
 
-Each outgoing migration has a connection of its own (libvirt's call blocks for the whole
-migration); `status` answers from its job statistics. The target's side needs no incoming QEMU
-started by herder (libvirt starts it), only its checks (`accept_instance` in noded).
+Each outgoing migration has two connections of its own: one for libvirt's migrate call (it
+blocks for the whole migration), one for the job-status queries and the abort, every wait
+bounded (`kvm.migration.LiveMigration`); `status` answers from the job statistics. The
+target's side needs no incoming QEMU started by herder (libvirt starts it), only its checks
+(`accept_instance` in noded).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from herder.core.errors import HerderError
 from herder.noded.kvm import migration
 
 log = logging.getLogger("herder.noded")
+# client-side keepalive of the migration's connections to this node's libvirtd: a libvirtd
+# that stops answering is noticed within about 5 x 3 s
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+ABORT_WAIT = 30.0  # after the abort, how long libvirt's migrate call may take to return
 
 
 class Migrations:
@@ -39,25 +46,38 @@ class Migrations:
     def target_uri(self, target_node: str) -> str:
         return libvirtd_conf.tls_uri(target_node, pki=self.pki)
 
+    def _open(self) -> libvirt.virConnect:
+        try:
+            conn = libvirt.open(self.uri)
+        except libvirt.libvirtError as err:
+            raise HerderError(f"libvirt unreachable at {self.uri}: "
+                              f"{err.get_error_message()}") from None
+        with contextlib.suppress(libvirt.libvirtError):  # local drivers have no keepalive
+            conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
+        return conn
+
     def start(self, name: str, target_node: str, settings: migration.MigrationSettings) -> None:
         with self._lock:
             if name in self._running and self._running[name][1].status().status == \
                     migration.STATUS_ACTIVE:
                 raise HerderError(f"a migration of {name} is already running")
             self._drop(name)
+            # one connection for libvirt's migrate call (it blocks for the whole migration),
+            # one for the job-status queries and the abort
+            conn = self._open()
             try:
-                conn = libvirt.open(self.uri)
-            except libvirt.libvirtError as err:
-                raise HerderError(f"libvirt unreachable at {self.uri}: "
-                                  f"{err.get_error_message()}") from None
+                monitor = self._open()
+            except HerderError:
+                _close(conn)
+                raise
             # persist on the target, undefine here: the definition moves with the guest
             outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
-                                               settings, persist=True)
+                                               settings, persist=True, monitor=monitor)
             try:
                 outgoing.start()
             except migration.MigrationError:
-                with contextlib.suppress(libvirt.libvirtError):
-                    conn.close()
+                _close(conn)
+                _close(monitor)
                 raise
             self._running[name] = (conn, outgoing)
             log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms)", name, target_node,
@@ -85,12 +105,15 @@ class Migrations:
         return answer
 
     def abort(self, name: str) -> None:
+        """Cancel the migration and wait a bounded time for libvirt's call to end."""
         with self._lock:
             entry = self._running.get(name)
         if entry is not None:
-            entry[1].abort()
+            if not entry[1].abort():
+                log.warning("libvirt did not take the abort of %s's migration within %gs",
+                            name, migration.ABORT_CALL_TIMEOUT)
             with contextlib.suppress(migration.MigrationError):
-                entry[1].wait(60)
+                entry[1].wait(ABORT_WAIT)
 
     def finish(self, name: str) -> None:
         with self._lock:
@@ -99,5 +122,14 @@ class Migrations:
     def _drop(self, name: str) -> None:
         entry = self._running.pop(name, None)
         if entry is not None:
-            with contextlib.suppress(libvirt.libvirtError):
-                entry[0].close()
+            _close(entry[0])
+            _close(entry[1].monitor)
+
+
+def _close(conn: libvirt.virConnect) -> None:
+    """Close in the background: closing a connection whose call still hangs must not hang."""
+    def close() -> None:
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.close()
+
+    threading.Thread(target=close, name="libvirt-close", daemon=True).start()

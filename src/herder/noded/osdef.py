@@ -308,6 +308,7 @@ class OsDisk:
     path: str  # the block device (or file) the script writes to
     access: Literal["rw", "ro"] = "rw"
     backend_type: str = "block"  # "block" for LV/DRBD, "file:<driver>" for file disks
+    uri: str | None = None  # the userspace access URI (Ganeti's DISK_<n>_URI), e.g. rbd:P/N
 
 
 @dataclass(frozen=True)
@@ -402,6 +403,8 @@ def os_environment(osdef: OsDefinition, inst: OsInstanceData, api_version: int |
     disk_type = inst.hvparams.get("disk_type")
     for idx, disk in enumerate(inst.disks):
         env[f"DISK_{idx}_PATH"] = disk.path
+        if disk.uri:
+            env[f"DISK_{idx}_URI"] = disk.uri
         env[f"DISK_{idx}_ACCESS"] = disk.access
         env[f"DISK_{idx}_BACKEND_TYPE"] = disk.backend_type
         if disk_type is not None:

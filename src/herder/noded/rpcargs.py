@@ -11,6 +11,7 @@ method does not declare are ignored (newer masters may send more). Every `rpc_<m
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Literal
 
 import msgspec
@@ -69,6 +70,16 @@ class NicArg(msgspec.Struct, kw_only=True):
     ip: str | None = None
     mode: str | None = None
     link: str | None = None
+    uuid: str | None = None
+    name: str | None = None
+    network: str | None = None
+    network_env: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the NETWORK_* variables become a routed NIC's hook environment (noded.kvm.ifup)
+        for key, value in self.network_env.items():
+            if not re.fullmatch(r"NETWORK_[A-Z0-9_]+", key) or "\0" in value:
+                raise ValueError(f"NIC {self.mac}: bad network variable {key!r}")
 
 
 class InstancePayload(msgspec.Struct, kw_only=True):
@@ -87,6 +98,7 @@ class InstancePayload(msgspec.Struct, kw_only=True):
     osparams: dict[str, Any] = msgspec.field(default_factory=dict)
     uid_pool: list[tuple[int, int]] = msgspec.field(default_factory=list)
     network_port: int | None = None  # the console's port (VNC display = port - 5900)
+    tags: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         _instance_name(self.name)
@@ -293,6 +305,15 @@ class Reboot(Named, kw_only=True):
     type: Literal["soft", "hard", "full"] = "hard"
 
 
+class BalloonMemory(Named, kw_only=True):
+    memory: int  # MiB the running guest is to have (Ganeti's instance_balloon_memory)
+
+    def check(self) -> None:
+        super().check()
+        if not 1 <= self.memory <= MAX_DISK_MIB:
+            raise ValueError(f"memory {self.memory} MiB out of range")
+
+
 class Remove(Named, kw_only=True):
     disks: list[DiskObject] = msgspec.field(default_factory=list)
 
@@ -475,6 +496,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "instance_define": WithInstance, "instance_start": WithInstance,
     "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
+    "instance_balloon_memory": BalloonMemory,
     "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,
     "instance_migratable": Named, "migration_info": Named, "accept_instance": WithInstance,
     "migrate_instance": MigrateInstance, "instance_get_migration_status": Named,

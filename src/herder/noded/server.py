@@ -44,7 +44,7 @@ from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import console, disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
-from herder.noded.hypervisor import Hypervisor
+from herder.noded.hypervisor import Hypervisor, HypervisorError
 from herder.noded.kvm.domain import InstanceSpec
 from herder.noded.migrations import Migrations
 from herder.noded.node_role import RoleRpcs
@@ -268,7 +268,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         spec = self.instance_spec(inst)
         try:
             if self.hv.runs_guests:
-                preflight.check(spec, preflight.NodeFacts.of_this_node())
+                preflight.check(spec, preflight.NodeFacts.of_this_node(spec))
             former = self.hv.define(spec)
         except (domain.DomainError, preflight.PreflightError) as err:
             raise RpcFailure(str(err)) from None
@@ -337,9 +337,12 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
     def rpc_instance_start(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
         self.admit_run(args, inst)
-        if self.hv.state(inst["name"]) not in RUNNING_STATES:
+        starting = self.hv.state(inst["name"]) not in RUNNING_STATES
+        if starting:
             self.define_domain(inst)  # from the config, at every start
         self.hv.start(inst["name"])
+        if starting:
+            self.routed_nics_up(inst)
         ordered.clear(self.settings.run_dir, inst["name"])
         self.record(inst["name"], "up", args.get("reason"), args.get("version"))
 
@@ -349,15 +352,62 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.note_claim(name, args)
         with ordered.expect(self.settings.run_dir, name, "shutdown", timeout):
             self.hv.shutdown(name, timeout)
+        self.routed_nics_gone(args.get("instance"))
         self.record(name, "down", args.get("reason"), args.get("version"))
 
     def rpc_instance_reboot(self, args: dict[str, Any]) -> None:
         name = args["name"]
+        hard = args.get("type", "hard") != "soft"
         # a reboot starts the domain again: only on its primary
         self.guard.admit_run(name, self.claim_of(args), None)
         with ordered.expect(self.settings.run_dir, name, "reboot", 120):
-            self.hv.reboot(name, hard=args.get("type", "hard") != "soft")
+            self.hv.reboot(name, hard=hard)
+        if hard and args.get("instance"):  # a new QEMU, new taps
+            self.routed_nics_up(args["instance"])
         self.record(name, "up", args.get("reason"), args.get("version"))
+
+    def rpc_instance_balloon_memory(self, args: dict[str, Any]) -> None:
+        """Ganeti's instance_balloon_memory: the running guest's memory, through its balloon
+        (a migration to a node with less free memory, allow_runtime_changes)."""
+        name = str(args["name"])
+        self.note_claim(name, args)
+        try:
+            self.hv.balloon(name, int(args["memory"]))
+        except HypervisorError as err:
+            raise RpcFailure(f"cannot set the memory of {name} to {args['memory']} MiB: "
+                             f"{err}") from None
+
+    # --- routed NICs (herder.noded.kvm.ifup, Ganeti's kvm-ifup) ---------------------------------
+
+    def routed_nics_up(self, inst: dict[str, Any], *, strict: bool = True) -> list[str]:
+        """Ganeti's kvm-ifup for the instance's routed NICs once its domain runs here. A
+        failure stops the domain again (strict, a start) or is a warning (the migration's
+        target, as Ganeti's FinalizeMigrationDst)."""
+        from herder.noded import instance_spec
+        from herder.noded.kvm import ifup
+
+        spec = instance_spec.network_spec(inst)
+        if not self.hv.runs_guests or not ifup.routed_nics(spec):
+            return []
+        try:
+            ifup.configure(spec, hook=self.local(ifup.HOOK))
+        except ifup.IfupError as err:
+            if not strict:
+                log.warning("%s", err)
+                return [str(err)]
+            with ordered.expect(self.settings.run_dir, spec.name, "shutdown", 60):
+                self.hv.destroy(spec.name)
+            ifup.unconfigure(spec)
+            raise RpcFailure(f"instance {spec.name} stopped again: {err}") from None
+        return []
+
+    def routed_nics_gone(self, inst: dict[str, Any] | None) -> None:
+        """After the domain's QEMU ended here: its routed taps' `ip rule`s go."""
+        from herder.noded import instance_spec
+        from herder.noded.kvm import ifup
+
+        if inst and self.hv.runs_guests:
+            ifup.unconfigure(instance_spec.network_spec(inst))
 
     def rpc_instance_remove(self, args: dict[str, Any]) -> None:
         name = args["name"]
@@ -477,7 +527,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         spec = self.instance_spec(inst)
         try:
             domain.domain_xml(spec)
-            preflight.check(spec, preflight.NodeFacts.of_this_node())
+            preflight.check(spec, preflight.NodeFacts.of_this_node(spec))
         except (domain.DomainError, preflight.PreflightError) as err:
             raise RpcFailure(str(err)) from None
 
@@ -492,8 +542,11 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         if move is None or move.target != args["target"]:
             raise RpcFailure(f"migrate_instance of {name} names no move to {args['target']}")
         self.note_claim(name, args)
-        settings = migration.MigrationSettings.from_hvparams(inst.get("hvparams") or {},
-                                                             live=bool(args.get("live", True)))
+        try:
+            settings = migration.MigrationSettings.from_hvparams(
+                inst.get("hvparams") or {}, live=bool(args.get("live", True)))
+        except migration.MigrationError as err:
+            raise RpcFailure(str(err)) from None
         with contextlib.suppress(OSError):
             ordered.mark(self.settings.run_dir, name, "migrate", 3600)
         try:
@@ -529,6 +582,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
                 self.hv.undefine(name)
             self.hv.forget_definition(name)
             self.forget(name)
+            self.routed_nics_gone(args.get("instance"))
             with contextlib.suppress(OSError):
                 ordered.mark(self.settings.run_dir, name, "migrate", ordered.GRACE)
             return {"state": None}
@@ -561,7 +615,8 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             self.hv.record_current(name)
             ordered.clear(self.settings.run_dir, name)
             self.record(name, "up", args.get("reason"), args.get("version"))
-            return {"state": state}
+            # routed NICs only now that the guest is here (Ganeti's FinalizeMigrationDst)
+            return {"state": state, "warnings": self.routed_nics_up(inst, strict=False)}
         if state == "running":
             raise RpcFailure(f"instance {name} runs on {self.settings.node_name}; not "
                              "removing it (clean up the migration to settle where it runs)")
@@ -581,21 +636,23 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
                                        list(self.settings.os_path))
             osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
-            disk_paths = [disk.path for disk in self.instance_disks(inst)]
-            data = osdef.OsInstanceData(
-                name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
-                disks=[osdef.OsDisk(path=p) for p in disk_paths],
-                nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"), mode=n.get("mode", "bridged"),
-                                  link=n.get("link") or "") for n in inst.get("nics", [])],
-                hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
-                osparams=inst.get("osparams", {}))
-            env = osdef.os_environment(definition, data)
-            env.update(osdef.script_variables("create"))
-            log_dir = self.settings.state_dir / "os-logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            result = osdef.run_os_script(definition, "create", env, self.settings.os_timeout,
-                                         paths.child(log_dir, inst["name"], prefix="add-",
-                                                     suffix=".log", what="instance name"))
+            with self.os_disk_paths(inst) as os_disks:
+                data = osdef.OsInstanceData(
+                    name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
+                    disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
+                    nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"),
+                                      mode=n.get("mode", "bridged"), link=n.get("link") or "")
+                          for n in inst.get("nics", [])],
+                    hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
+                    osparams=inst.get("osparams", {}))
+                env = osdef.os_environment(definition, data)
+                env.update(osdef.script_variables("create"))
+                log_dir = self.settings.state_dir / "os-logs"
+                log_dir.mkdir(parents=True, exist_ok=True)
+                result = osdef.run_os_script(definition, "create", env,
+                                             self.settings.os_timeout,
+                                             paths.child(log_dir, inst["name"], prefix="add-",
+                                                         suffix=".log", what="instance name"))
         except osdef.OsError as err:
             raise RpcFailure(f"OS {inst['os']!r} for {inst['name']}: {err}") from None
         return {"os": inst["os"], "log": str(getattr(result, "log_file", ""))}

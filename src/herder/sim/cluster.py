@@ -55,7 +55,8 @@ from herder.core import client_profile, supervise_control
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
-from herder.sim import guest, hostfiles
+from herder.sim import ceph as sim_ceph
+from herder.sim import guest, hostfiles, netns
 from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
 
 DOMAIN = "sim.herder.test"
@@ -110,6 +111,7 @@ class SimState:
     network: str  # the directory of the host simulation (this one, or another cluster's)
     profile: str = ""  # the client profile (HERDER_CLIENT)
     guests: str = "test"  # "qemu": real guests (QEMU driver), "test": libvirt's test driver
+    ceph: str = ""  # the directory of the cluster's Ceph (herder.sim.ceph), "" for none
 
     @property
     def libvirt_uri(self) -> str:
@@ -122,6 +124,12 @@ class SimState:
     @property
     def maintd_url(self) -> str:
         return f"http://{self.published}:{PORTS['maintd']}"
+
+    def ceph_admin(self) -> sim_ceph.CephCluster:
+        """The administrator's view of the cluster's Ceph (commands in its network)."""
+        if not self.ceph:
+            raise HerderError("this simulated cluster has no Ceph (simulate --ceph)")
+        return sim_ceph.attach(Path(self.ceph), netns=self.simulation().netns)
 
     @property
     def client_dir(self) -> Path:
@@ -311,12 +319,14 @@ def parallel(hosts: Iterable[SimHost], action: Callable[[SimHost], Any]) -> None
 # --- bringing a cluster up ---------------------------------------------------------------------
 
 
-def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test") -> str:
+def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test",
+                  ceph: bool = False) -> str:
     """A node's /etc/herder/node.toml: libvirtd only until the node has joined; then every
     daemon of a node (masterd and maintd exit 11 where they are not the master, confd idles
     where there is no config copy). With real guests libvirtd runs with `--listen`: its
     libvirtd.conf opens nothing before the join and only TLS after it (`herder node
-    libvirt-tls`)."""
+    libvirt-tls`). With a Ceph, noded's `rbd` runs as the cluster's cephx user
+    (`CEPH_ARGS`), as an operator sets it in the daemon's environment."""
     daemons = ["libvirtd"]
     if joined:
         daemons += ["noded", "confd", *(["mond"] if mond else []),
@@ -328,9 +338,11 @@ def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test
     args = {"maintd": ["--poll-interval", "1"]}
     if guests == "qemu":
         args["libvirtd"] = ["--listen"]
+    environment = {"noded": {"CEPH_ARGS": f"--id {sim_ceph.CLIENT}"}} if ceph else {}
     return hostfiles.node_toml(daemons, args=args,
                                commands={"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]},
-                               restart_delay=0.5, restart_delay_max=10.0)
+                               restart_delay=0.5, restart_delay_max=10.0,
+                               environment=environment)
 
 
 def _free_addresses(sim: HostSimulation, count: int) -> tuple[str, list[str]]:
@@ -369,13 +381,19 @@ def register_cluster(sim: HostSimulation, state: SimState | None, *,
 
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
           first_ip: int = 11, progress: Say | None = None, domain: str = DOMAIN,
-          network: Path | None = None, guests: str = "qemu") -> SimState:
+          network: Path | None = None, guests: str = "qemu", ceph: bool = False) -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
     `domain` names the cluster and its nodes; `network`: the directory of another simulated
     cluster whose network (and host simulation) this one joins (clusters to merge);
-    `guests`: "qemu" (real guests) or "test" (libvirt's test driver)."""
+    `guests`: "qemu" (real guests) or "test" (libvirt's test driver); `ceph`: a Ceph for
+    the `rbd` template in the simulation's network (herder.sim.ceph), its client
+    configuration and key on every node, the template enabled with userspace access."""
     if guests not in GUESTS:
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
+    if ceph and network is not None:
+        raise HerderError("--ceph gives a cluster a network of its own; not with --network")
+    if ceph and (missing := sim_ceph.missing_packages()):
+        raise HerderError(f"--ceph: Ceph is not installed (apt-get install {' '.join(missing)})")
     if not 1 <= nodes <= 200:
         raise HerderError("a simulated cluster has 1 to 200 nodes")
     if first_ip + nodes > 255:
@@ -402,8 +420,15 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             nodes=[SimNode(f"node{i}.{domain}", addresses[i - 1], f"127.0.0.{first_ip + i}")
                    for i in range(1, nodes + 1)],
             network=str(sim.directory), profile=str(directory.resolve() / "client" /
-                                                     "client.toml"), guests=guests)
+                                                     "client.toml"), guests=guests,
+            ceph=str(directory.resolve() / "ceph") if ceph else "")
         state.save()
+        if ceph:
+            began = time.monotonic()
+            sim_ceph.start(Path(state.ceph), sim.address(netns.SIMULATOR_HOST),
+                           netns=sim.netns)
+            say(f"Ceph: a monitor and an OSD at {sim.address(netns.SIMULATOR_HOST)}, pool "
+                f"{sim_ceph.POOL} ({time.monotonic() - began:.1f} s)")
         _bring_up(sim, state, mond=mond, maintd=maintd, say=say, image=image)
     except BaseException:
         stop(directory)
@@ -417,9 +442,12 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
     the nodes' br0), the libvirt URI."""
     args = ["cluster", "init", state.cluster_name, "--master-netdev", "br0",
             "--master-ip", state.master_ip, "--master-netmask", "24",
-            "--enabled-disk-templates", SIM_DISK_TEMPLATES,
+            "--enabled-disk-templates",
+            SIM_DISK_TEMPLATES + (",rbd" if state.ceph else ""),
             "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}"]
+    if state.ceph:  # no rbd kernel module here: QEMU reads the images through librbd
+        args += ["-D", f"rbd:pool={sim_ceph.POOL},access=userspace"]
     if image is None:
         return [*args, "--enabled-hypervisors", "fake"]
     return [*args, "--enabled-hypervisors", "kvm", "-H",
@@ -449,11 +477,18 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
         f"{sim.address(1).rsplit('.', 1)[0]}.0/24)")
     configs = [HostConfig(n.name, n.address,
                           node_settings=node_settings(mond=mond, maintd=maintd, joined=False,
-                                                      guests=state.guests))
+                                                      guests=state.guests,
+                                                      ceph=bool(state.ceph)))
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
     register_cluster(sim, state)
+    admin = state.ceph_admin() if state.ceph else None
     for host in hosts:
+        if admin is not None:  # as an operator installs a Ceph client
+            host.path("/etc/ceph/ceph.conf").write_text(admin.client_conf())
+            keyring = host.path(sim_ceph.CLIENT_KEYRING)
+            keyring.write_text(admin.client_keyring())
+            keyring.chmod(0o600)
         write_demo_os(host.path(OS_DIR))
         guest.install_os_definition(host.path(OS_DIR))
         write_diagnose(host)
@@ -498,7 +533,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
         if state.guests == "test":
             remove_default_domain(host)
         host.layout.source("/etc/herder/node.toml").write_text(
-            node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests))
+            node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests,
+                          ceph=bool(state.ceph)))
 
     parallel(hosts, finish)
     if state.guests == "qemu":

@@ -51,7 +51,7 @@ from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
 # The host's private directories, bind-mounted in this order.
 PRIVATE_DIRS = ("/run", "/tmp", "/var/lib/herder", "/etc/herder", "/var/log/herder", "/srv",
                 "/etc/lvm", "/etc/libvirt", "/var/lib/libvirt", "/var/cache/libvirt",
-                "/var/log/libvirt", "/dev/disk", "/etc/ganeti")
+                "/var/log/libvirt", "/dev/disk", "/etc/ganeti", "/etc/ceph")
 # Inside the private /run: herder's, LVM's and libvirt's runtime directories, lock files.
 RUN_DIRS = ("herder", "lvm", "libvirt", "lock", "lock/lvm")
 FILE_STORAGE = "/srv/herder/file-storage"

@@ -82,20 +82,27 @@ def hosts_file(entries: Iterable[tuple[str, Sequence[str]]]) -> str:
 def node_toml(enabled: Iterable[str] = (), *, args: Mapping[str, Sequence[str]] | None = None,
               commands: Mapping[str, Sequence[str]] | None = None,
               stop_timeout: float = DEFAULT_STOP_TIMEOUT, restart_delay: float = 1.0,
-              restart_delay_max: float = 30.0) -> str:
+              restart_delay_max: float = 30.0,
+              environment: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """A host's /etc/herder/node.toml: `enabled` daemons start with the host; `args` are
-    appended to a daemon's command; `commands` gives other programs their command."""
+    appended to a daemon's command; `commands` gives other programs their command;
+    `environment` adds variables to a daemon's environment."""
     args = args or {}
     commands = commands or {}
+    environment = environment or {}
     enabled = list(enabled)
     lines = ["[supervise]", f"stop_timeout = {stop_timeout!r}",
              f"restart_delay = {restart_delay!r}", f"restart_delay_max = {restart_delay_max!r}"]
-    for name in dict.fromkeys([*enabled, *args, *commands]):
+    for name in dict.fromkeys([*enabled, *args, *commands, *environment]):
         lines += ["", f"[daemons.{name}]", f"enabled = {'true' if name in enabled else 'false'}"]
         if name in commands:
             lines.append(f"command = [{', '.join(_toml_string(a) for a in commands[name])}]")
         if name in args:
             lines.append(f"args = [{', '.join(_toml_string(a) for a in args[name])}]")
+        if environment.get(name):
+            pairs = ", ".join(f"{_toml_string(key)} = {_toml_string(value)}"
+                              for key, value in sorted(environment[name].items()))
+            lines.append(f"environment = {{ {pairs} }}")
     return "\n".join(lines) + "\n"
 
 

@@ -40,3 +40,23 @@ def test_migration_settings_follow_ganeti_hvparams() -> None:
     flags = migration.migration_flags(settings, persist=False)
     assert flags & libvirt.VIR_MIGRATE_TUNNELLED and flags & libvirt.VIR_MIGRATE_PEER2PEER
     assert not flags & libvirt.VIR_MIGRATE_LIVE
+    assert not flags & (libvirt.VIR_MIGRATE_COMPRESSED | libvirt.VIR_MIGRATE_AUTO_CONVERGE)
+
+
+def test_migration_caps_become_libvirts_flags() -> None:
+    import libvirt
+    import pytest
+
+    settings = migration.MigrationSettings.from_hvparams(
+        {"migration_caps": "xbzrle:auto-converge"})
+    flags = migration.migration_flags(settings, persist=True)
+    assert flags & libvirt.VIR_MIGRATE_COMPRESSED and flags & libvirt.VIR_MIGRATE_AUTO_CONVERGE
+    with pytest.raises(migration.MigrationError, match="post-copy a tunnelled migration"):
+        migration.MigrationSettings.from_hvparams({"migration_caps": "xbzrle:postcopy-ram"})
+    with pytest.raises(migration.MigrationError, match="rdma-pin-all: unknown"):
+        migration.MigrationSettings.from_hvparams({"migration_caps": "rdma-pin-all"})
+
+
+def test_qemu_conf_bounds_the_migration_peer_connection() -> None:
+    lines = set(libvirtd_conf.qemu_conf().splitlines())
+    assert {"keepalive_interval = 5", "keepalive_count = 3", 'stdio_handler = "file"'} <= lines

@@ -69,3 +69,18 @@ def test_spec_from_the_payload() -> None:
                                           "spice_bind": "10.0.0.1"}) == ["eth0"]
     assert instance_spec.password_files({"vnc_bind_address": "0.0.0.0",
                                          "vnc_password_file": "/etc/pw"}) == {"vnc": "/etc/pw"}
+
+
+def test_openvswitch_links_are_open_vswitch_bridges() -> None:
+    nics = (NicSpec("aa:00:00:00:00:01", "bridged", "br0"),
+            NicSpec("aa:00:00:00:00:02", "openvswitch", "ovsbr0", ".100"),
+            NicSpec("aa:00:00:00:00:03", "routed", "100", ip="192.0.2.7"))
+    # a Linux bridge of the same name is not an Open vSwitch bridge, nor the reverse
+    assert preflight.missing_links(nics, {"br0", "ovsbr0"}, {"br0"}) == [
+        "openvswitch bridge ovsbr0 does not exist on this node"]
+    assert preflight.missing_links(nics, {"ovsbr0"}, {"br0", "ovsbr0"}) == [
+        "bridge br0 does not exist on this node"]
+    assert preflight.missing_links(nics, {"br0"}, None) == [
+        "openvswitch NICs (ovsbr0) but Open vSwitch does not run on this node "
+        "(ovs-vsctl list-br)"]
+    assert preflight.missing_links(nics, {"br0"}, {"ovsbr0"}) == []

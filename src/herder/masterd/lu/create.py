@@ -215,6 +215,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 new_disks.append(model.Disk(dev_type="ext", logical_id=model.ExtId(
                     provider=str(spec["provider"]), name=f"{disk_uuid}.ext.disk{index}"),
                     **common))
+            elif op.disk_template == "rbd":  # Ganeti's (RBD_CMD, "<uuid>.rbd.disk<i>")
+                new_disks.append(model.Disk(dev_type="rbd", logical_id=model.ExtId(
+                    provider="rbd", name=f"{disk_uuid}.rbd.disk{index}"), **common))
             else:
                 new_disks.append(model.Disk(dev_type=op.disk_template, **common))
         taken = {n.mac for i in config.instances.values() for n in i.nics}

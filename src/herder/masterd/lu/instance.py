@@ -399,7 +399,8 @@ class _InstanceMove(_NodeAction[MoveOpT]):
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         inst = lookup(config.find_instance, self.op.instance_name)
-        if uses_allocator(inst, self.op):  # the allocator may choose any node: lock them all
+        if uses_allocator(inst, self.op) or getattr(self.op, "cleanup", False):
+            # the allocator may choose any node; a cleanup may find the guest on any node
             return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
                     LockRequest(locking.LEVEL_NODE, None)]
         nodes = set(inst.all_nodes)
@@ -427,6 +428,8 @@ class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
     """Live (or paused, --non-live) migration through libvirt, Ganeti's way
     (`masterd.lu.migration`); cleanup=True settles a failed one."""
 
+    cleanup_target: model.Node | None = None  # cleanup: the node the migration went to
+
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         if op.live is not None and op.mode is not None:
@@ -434,10 +437,13 @@ class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
                                 "wrong_input")
         if op.cleanup and op.allow_failover:
             raise OpPrereqError("cleanup and allow_failover exclude each other", "wrong_input")
-        inst = lookup(config.find_instance, op.instance_name)
-        if op.cleanup and inst.disk_template in ALLOCATED and not op.target_node:
-            raise OpPrereqError(f"cleanup of {inst.name}: give the node the migration went "
-                                "to (--target-node)", "wrong_input")
+        if op.cleanup:
+            # Ganeti's _ExecCleanup asks every online node where the guest runs; the target
+            # is the DRBD secondary, the node given, or (shared storage) the one found
+            _NodeAction.check(self, config)
+            self.cleanup_target = (None if self.inst.disk_template in ALLOCATED
+                                   and not op.target_node else self._target(config))
+            return
         super().check(config)
         if op.live is not None:
             self.live = op.live
@@ -449,11 +455,12 @@ class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
 
     def act(self) -> None:
         if self.op.cleanup:
-            migration.cleanup(self.env, self.config, self.inst, self.target,
+            migration.cleanup(self.env, self.config, self.inst, self.cleanup_target,
                               reason=self.op.reason, say=self.feedback)
             return
         migration.migrate_or_failover(self.env, self.config, self.inst, self.target,
                                       live=self.live, allow_failover=self.op.allow_failover,
+                                      allow_runtime_changes=self.op.allow_runtime_changes,
                                       reason=self.op.reason, say=self.feedback)
 
 

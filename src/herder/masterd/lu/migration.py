@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 from herder.core import model, vmclaim
@@ -70,14 +71,53 @@ def where_it_runs(env: Any, inst: model.Instance, node: model.Node) -> handover.
         return handover.UNKNOWN
 
 
+def fit_target_memory(env: Any, config: model.ConfigData, inst: model.Instance,
+                      source: model.Node, target: model.Node, *, allow_runtime_changes: bool,
+                      reason: list[Any], say: Say) -> None:
+    """Ganeti's memory check before a migration (CheckNodeFreeMemory for minmem in
+    CheckPrereq, then _ExecMigration's ballooning): the target must have the instance's
+    minmem free; when the guest has more than the target's free memory it is ballooned down
+    to that (allow_runtime_changes), else refused."""
+    from herder.core.livefigures import decode_node_info
+
+    be = config.filled_beparams(inst)
+    try:
+        src = decode_node_info(env.rpc.call(source, "node_info", {"instances": True},
+                                            timeout=60))
+        dst = decode_node_info(env.rpc.call(target, "node_info", {}, timeout=60))
+    except (HerderError, ValueError) as err:
+        raise OpExecError(f"Unable to retrieve node information: {err}") from None
+    running = (src.instances or {}).get(inst.name)
+    current = running.memory if running is not None else int(be["maxmem"])
+    free = dst.memory_free
+    if free < int(be["minmem"]):
+        raise OpExecError(f"Not enough memory on node {target.name} for migrating instance "
+                          f"{inst.name}: needed {be['minmem']} MiB, available {free} MiB")
+    if current <= free:
+        return
+    if not allow_runtime_changes:
+        raise OpExecError(f"Memory ballooning not allowed and not enough free memory to fit "
+                          f"instance {inst.name} on target node {target.name} (have {free}MB, "
+                          f"need {current}MB)")
+    say(f"* setting instance memory to {free}")
+    try:
+        env.rpc.call(source, "instance_balloon_memory",
+                     {**_call_args(config, inst, None, reason), "memory": free}, timeout=120)
+    except HerderError as err:
+        raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
+
+
 def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node,
-                 *, live: bool, reason: list[Any], say: Say) -> None:
+                 *, live: bool, reason: list[Any], say: Say,
+                 allow_runtime_changes: bool = True) -> None:
     source = config.nodes[inst.primary_node]
     payload = instance_payload(config, inst)
     args = _call_args(config, inst, None, reason)
     move = _call_args(config, inst, target, reason)
     say(f"* migrating {inst.name} from {source.name} to {target.name} "
         f"({'live' if live else 'non-live: the guest is paused while its memory moves'})")
+    fit_target_memory(env, config, inst, source, target,
+                      allow_runtime_changes=allow_runtime_changes, reason=reason, say=say)
     info = env.rpc.call(source, "migration_info", args)
     disks.prepare_live_migration(env, config, inst, source, target)
 
@@ -86,7 +126,8 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
         say(f"{why}, aborting")
         notes = []
         for node, method, extra in ((target, "finalize_migration_dst", {"instance": payload}),
-                                    (source, "finalize_migration_src", {"live": live})):
+                                    (source, "finalize_migration_src",
+                                     {"instance": payload, "live": live})):
             try:
                 env.rpc.call(node, method, {**move, **extra, "success": False}, timeout=120)
             except HerderError as err:
@@ -139,10 +180,13 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
         f" ({stats.get('total_ms')} ms, downtime {stats.get('downtime_ms')} ms)"
         if stats else ""))
     problems = []
-    for node, method, extra in ((source, "finalize_migration_src", {"live": live}),
+    for node, method, extra in ((source, "finalize_migration_src",
+                                 {"instance": payload, "live": live}),
                                 (target, "finalize_migration_dst", {"instance": payload})):
         try:
-            env.rpc.call(node, method, {**move, **extra, "success": True}, timeout=120)
+            answer = env.rpc.call(node, method, {**move, **extra, "success": True},
+                                  timeout=120)
+            _say_warnings(say, node, answer)
         except HerderError as err:
             problems.append(f"{node.name}: {err}")
     if problems:
@@ -169,7 +213,8 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
     args = _call_args(config, inst, target, reason)
     say(f"* shutting down instance {inst.name} on source node {source.name}")
     try:
-        env.rpc.call(source, "instance_shutdown", {**args, "timeout": shutdown_timeout},
+        env.rpc.call(source, "instance_shutdown", {**args, "timeout": shutdown_timeout,
+                                                   "instance": instance_payload(config, inst)},
                      timeout=shutdown_timeout + 60)
     except HerderError as err:
         if not (ignore_consistency or source.offline):
@@ -209,55 +254,103 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
                           f"{err}") from None
 
 
-def cleanup(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node, *,
-            reason: list[Any], say: Say) -> None:
-    """Ganeti's _ExecCleanup after a failed or interrupted migration."""
+def find_locations(env: Any, config: model.ConfigData, inst: model.Instance,
+                   say: Say) -> list[model.Node]:
+    """Ganeti's _FindInstanceLocations: the online nodes on which the instance runs, asked
+    all at once; one that does not answer refuses the cleanup (a guess could leave two)."""
+    say("* checking where the instance actually runs (if this hangs, the hypervisor might "
+        "be in a bad state)")
+    nodes = sorted((node for node in config.nodes.values() if not node.offline),
+                   key=lambda node: node.name)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
+        copies = list(pool.map(lambda node: where_it_runs(env, inst, node), nodes))
+    silent = [node.name for node, copy in zip(nodes, copies, strict=True) if not copy.known]
+    if silent:
+        raise OpExecError(f"Can't contact node {', '.join(silent)} to find where {inst.name} "
+                          "runs; a cleanup needs every online node (mark a dead node offline)")
+    return [node for node, copy in zip(nodes, copies, strict=True) if copy.running]
+
+
+def cleanup(env: Any, config: model.ConfigData, inst: model.Instance,
+            target: model.Node | None, *, reason: list[Any], say: Say) -> None:
+    """Ganeti's _ExecCleanup after a failed or interrupted migration: every online node is
+    asked where the instance runs. On the source and the target: the migration is aborted;
+    only on the target, or only on one node the config does not name: the config follows it;
+    nowhere, or on several other nodes: refused. `target` None (shared storage without
+    --target-node): the node found, if any."""
     source = config.nodes[inst.primary_node]
     payload = instance_payload(config, inst)
-    move = _call_args(config, inst, target, reason)
-    say("* checking where the instance actually runs")
-    on_source = where_it_runs(env, inst, source)
-    on_target = where_it_runs(env, inst, target)
-    if not (on_source.known and on_target.known):
-        silent = source if not on_source.known else target
-        raise OpExecError(f"cannot ask {silent.name} where {inst.name} runs; cleanup needs "
-                          "both nodes")
-    if on_source.running and on_target.running:
+    running = find_locations(env, config, inst, say)
+    on_source = any(node.uuid == source.uuid for node in running)
+    on_target = target is not None and any(node.uuid == target.uuid for node in running)
+    if on_source and on_target and target is not None:
         say("Trying to cleanup after failed migration")
+        move = _call_args(config, inst, target, reason)
         for node, method, extra in ((target, "finalize_migration_dst", {"instance": payload}),
-                                    (source, "finalize_migration_src", {"live": True})):
+                                    (source, "finalize_migration_src",
+                                     {"instance": payload, "live": True})):
             try:
                 env.rpc.call(node, method, {**move, **extra, "success": False}, timeout=120)
             except HerderError as err:
                 raise OpExecError(f"Instance migration cleanup failed: {err}") from None
-        on_source = where_it_runs(env, inst, source)
-        on_target = where_it_runs(env, inst, target)
-        if on_source.running and on_target.running:
+        running = find_locations(env, config, inst, say)
+        on_source = any(node.uuid == source.uuid for node in running)
+        on_target = any(node.uuid == target.uuid for node in running)
+        if on_source and on_target:
             raise OpExecError("Instance seems to be running on two nodes, or the hypervisor "
                               "is confused; you will have to ensure manually that it runs "
                               "only on one and restart this operation")
-    if not (on_source.running or on_target.running):
+    elsewhere = [node for node in running
+                 if node.uuid != source.uuid and (target is None or node.uuid != target.uuid)]
+    if elsewhere and (len(running) > 1 or (inst.disk_template in disks.INT_MIRROR)):
+        raise OpExecError(f"Instance {inst.name} runs on {', '.join(n.name for n in running)}"
+                          f", not only on {source.name}"
+                          + (f" or {target.name}" if target is not None else "")
+                          + "; you will have to ensure manually that it runs only on one and "
+                          "restart this operation")
+    if elsewhere:
+        target = elsewhere[0]
+        say(f"* instance running on unexpected node ({target.name}), updating as the new "
+            "primary")
+        on_target = True
+    if not (on_source or on_target):
         raise OpExecError("Instance does not seem to be running at all; in this case it's "
                           "safer to repair by running 'herder instance shutdown' to ensure "
                           "disk shutdown, and then restarting it")
-    if on_target.running:
+    if on_target and target is not None:
         say(f"* instance running on secondary node ({target.name}), updating config")
-        try:  # the target records the domain as its own
-            env.rpc.call(target, "finalize_migration_dst", {**move, "instance": payload,
-                                                            "success": True})
+        move = _call_args(config, inst, target, reason)
+        try:  # the target records the domain as its own (and configures routed NICs)
+            answer = env.rpc.call(target, "finalize_migration_dst",
+                                  {**move, "instance": payload, "success": True})
+            _say_warnings(say, target, answer)
         except HerderError as err:
             say(f"* {target.name} did not record the domain: {err}")
+        try:  # the source forgets its records of it (and a stopped definition)
+            env.rpc.call(source, "finalize_migration_src", {**move, "instance": payload,
+                                                            "live": True, "success": True})
+        except HerderError as err:
+            say(f"* {source.name} kept its records of the instance: {err}")
         set_primary(env, inst, target)
         disks.finish_live_migration(env, config, inst, source, target, migrated=True)
     else:
         say(f"* instance confirmed to be running on its primary node ({source.name})")
-        disks.finish_live_migration(env, config, inst, source, target, migrated=False)
+        if target is not None:
+            disks.finish_live_migration(env, config, inst, source, target, migrated=False)
     say("* done")
+
+
+def _say_warnings(say: Say, node: model.Node, answer: object) -> None:
+    """A node's warnings in a finalisation's answer (e.g. a routed NIC it could not set up)."""
+    if isinstance(answer, dict):
+        for warning in answer.get("warnings") or ():
+            say(f"* warning on {node.name}: {warning}")
 
 
 def migrate_or_failover(env: Any, config: model.ConfigData, inst: model.Instance,
                         target: model.Node, *, live: bool, allow_failover: bool,
-                        reason: list[Any], say: Say, ignore_source: bool = False) -> None:
+                        reason: list[Any], say: Say, ignore_source: bool = False,
+                        allow_runtime_changes: bool = True) -> None:
     """Migrate when the instance runs and the hypervisor can; otherwise refuse, or with
     `allow_failover` fail over (explicitly). The test driver's nodes keep the stand-in."""
     from herder.masterd.lu.instance import move_instance
@@ -288,4 +381,5 @@ def migrate_or_failover(env: Any, config: model.ConfigData, inst: model.Instance
         say(f"{why}: failing it over instead (allow_failover)")
         failover(env, config, inst, target, reason=reason, say=say)
         return
-    live_migrate(env, config, inst, target, live=live, reason=reason, say=say)
+    live_migrate(env, config, inst, target, live=live, reason=reason, say=say,
+                 allow_runtime_changes=allow_runtime_changes)

@@ -438,6 +438,8 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                 else:
                     migrate_or_failover(self.env, config, fresh, target, live=self.live,
                                         allow_failover=self.allow_failover,
+                                        allow_runtime_changes=getattr(
+                                            self.op, "allow_runtime_changes", True),
                                         reason=self.op.reason, say=self.feedback)
                 self.feedback(f"{inst.name}: now runs on {target.name}")
                 moved.append(inst.name)

@@ -6,20 +6,29 @@ create: `rbd create -p POOL NAME --size MIB`; attach: find the mapping (`rbd sho
 NAME`; shutdown: `rbd unmap DEV`; remove: unmap, `rbd rm -p POOL NAME`; grow: `rbd resize`.
 QEMU can read the image itself (`rbd:POOL/NAME`).
 
-One deviation: with the disk parameter `access=userspace` nothing is mapped (a node without
-the rbd kernel module, such as this project's test machines, can still serve the image to QEMU
-through librbd); attach then checks the image with `rbd info`.
+Deviations (docs/compat.md B7, B50-B56): with the disk parameter `access=userspace` nothing
+is mapped (a node without the rbd kernel module, such as this project's test machines, still
+serves the image to QEMU through librbd); attach then checks the image with `rbd info`. A
+`kernelspace` map on a node without the module is refused in one line naming the cause. The
+OS is installed into a userspace image from a staging file (`install_from`: `rbd import` under
+a temporary name, then the image swapped in), as the OS scripts need a path to write to.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import Sequence
 
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host, check
 from herder.noded.bdev.disk import Disk
 
 RBD = "rbd"
+RBD_SYSFS = "/sys/bus/rbd"  # there when the rbd kernel module is loaded
+NO_KERNEL_MODULE = ("the rbd kernel module is not available on this node (no /sys/bus/rbd):"
+                    " use the disk parameter access=userspace (QEMU reads the image through"
+                    " librbd)")
 
 
 def parse_showmapped_json(output: str, pool: str, image: str) -> str | None:
@@ -94,12 +103,15 @@ class RadosBlockDevice(BlockDev):
         self.attached = False
         if self.userspace:
             self.dev_path = None
-            self.attached = not self.host.run([RBD, "info", "-p", self.pool,
-                                               self.image]).failed
+            self.attached = self.image_exists()
             return self.attached
         device = self._mapped_device()
         if device is None:
-            check(self.host.run([RBD, "map", "-p", self.pool, self.image]), "rbd map failed")
+            result = self.host.run([RBD, "map", "-p", self.pool, self.image])
+            if result.failed and not self.host.exists(RBD_SYSFS):
+                raise BlockDevError(f"rbd map of {self.pool}/{self.image} failed:"
+                                    f" {NO_KERNEL_MODULE}")
+            check(result, "rbd map failed")
             device = self._mapped_device()
             if device is None:
                 raise BlockDevError(f"rbd map succeeded, but could not find the rbd block"
@@ -111,6 +123,36 @@ class RadosBlockDevice(BlockDev):
         self.major, self.minor = numbers
         self.attached = True
         return True
+
+    def image_exists(self) -> bool:
+        """`rbd info`: True when the image is there, False when the pool says it is not;
+        any other failure (no monitor, no permission) is an error, never "absent"."""
+        result = self.host.run([RBD, "info", "-p", self.pool, self.image])
+        if not result.failed:
+            return True
+        if re.search(r"error opening image .*\(2\) No such file or directory", result.output):
+            return False
+        raise BlockDevError(f"rbd info of {self.pool}/{self.image} failed:"
+                            f" {result.fail_reason}: {result.last_lines()}")
+
+    def install_from(self, path: str) -> None:
+        """Put the bytes of the file `path` (what the OS scripts wrote) into the image:
+        `rbd import` under a temporary name (sparse: zero blocks are not written), then the
+        image removed and the import renamed to it. A failed import leaves the image as it
+        was."""
+        staged = f"{self.image}.import-{secrets.token_hex(4)}"
+        result = self.host.run([RBD, "import", "--no-progress", "--dest-pool", self.pool,
+                                path, staged], timeout=max(600.0, self.size / 16))  # >= 16 MiB/s
+        if result.failed:
+            self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, staged])
+            check(result, f"rbd import into {self.pool}/{self.image} failed")
+        removed = self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, self.image])
+        if removed.failed:
+            self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, staged])
+            check(removed, f"rbd rm of {self.pool}/{self.image} (to swap in its import) failed")
+        check(self.host.run([RBD, "rename", "-p", self.pool, staged, self.image]),
+              f"rbd rename of the import {self.pool}/{staged} to {self.image} failed (the"
+              " installed image is under the import's name)")
 
     def shutdown(self) -> None:
         if self.userspace:

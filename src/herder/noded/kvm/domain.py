@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,6 @@ from herder.core import paths
 from herder.core.errors import HerderError
 
 VNC_BASE_PORT = 5900  # Ganeti's constants.VNC_BASE_PORT: display = port - 5900
-KVM_IFUP = "/etc/herder/kvm-ifup"  # the routed NICs' hook (Ganeti's kvm-ifup), run by libvirt
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 GANETI_DEFAULT_KVM_PATH = "/usr/bin/kvm"
 
@@ -61,8 +60,8 @@ HVPARAM_MAPPING: dict[str, str] = {
     "machine_version": "<os><type machine> (empty: libvirt's default, as QEMU's default)",
     "mem_path": "<memoryBacking><hugepages/> (the mount is qemu.conf's hugetlbfs_mount)",
     "migration_bandwidth": "migration: VIR_MIGRATE_PARAM_BANDWIDTH (MiB/s)",
-    "migration_caps": "migration flags: xbzrle=COMPRESSED, auto-converge=AUTO_CONVERGE, "
-                      "postcopy-ram=POSTCOPY",
+    "migration_caps": "migration flags: xbzrle=COMPRESSED, auto-converge=AUTO_CONVERGE; "
+                      "postcopy-ram refused (not with tunnelled migration, compat.md)",
     "migration_downtime": "migration: virDomainMigrateSetMaxDowntime (ms)",
     "migration_mode": "migration: live -> VIR_MIGRATE_LIVE, non-live -> paused",
     "migration_port": "unused: migration is tunnelled through libvirtd's TLS port (compat.md)",
@@ -127,6 +126,10 @@ class NetworkSource:
     protocol: str  # "rbd", "gluster", "http", "https"
     name: str  # rbd "pool/image", gluster "volume/path", http "/path"
     hosts: tuple[tuple[str, int | None], ...] = ()
+    # rbd with cephx: the user (without "client.") and the UUID of the node's libvirt
+    # secret holding its key (noded.ceph_secret)
+    auth_username: str | None = None
+    secret_uuid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class NicSpec:
     name: str | None = None
     uuid: str = ""
     network: str | None = None
+    network_env: tuple[tuple[str, str], ...] = ()  # Ganeti's NETWORK_* hook variables
 
 
 @dataclass(frozen=True)
@@ -264,10 +268,12 @@ def parse_cpu_mask(mask: str, vcpus: int) -> tuple[str | None, list[str | None]]
 
 
 def parse_ovs_vlan(vlan: str) -> tuple[list[int], bool, int | None]:
-    """Ganeti's openvswitch vlan: ".100" (access), ":100:200" (trunk), ".100:200" (untagged
-    native 100 + trunk 200). Returns (tags, trunk, native tag)."""
+    """Ganeti's openvswitch vlan: ".100" or "100" (access), ":100:200" (trunk), ".100:200"
+    (untagged native 100 + trunk 200). Returns (tags, trunk, native tag)."""
     if not vlan:
         return [], False, None
+    if vlan.isdigit():  # Ganeti's kvm-ifup: a bare number is the access port too
+        vlan = "." + vlan
     match = re.fullmatch(r"(\.(\d+))?((:\d+)*)", vlan)
     if not match or (match.group(1) is None and not match.group(3)):
         raise DomainError(f"vlan {vlan!r}: expected .N, :N[:M...] or .N:M[...]")
@@ -279,16 +285,9 @@ def parse_ovs_vlan(vlan: str) -> tuple[list[int], bool, int | None]:
     return tags, True, native
 
 
-def missing_bridges(nics: Iterable[NicSpec], bridges: Iterable[str]) -> list[str]:
-    """The links of bridged/openvswitch NICs that are not bridges on the node."""
-    present = set(bridges)
-    return sorted({nic.link for nic in nics
-                   if nic.mode in ("bridged", "openvswitch") and nic.link not in present})
-
-
 def ifup_environment(spec: InstanceSpec, index: int) -> dict[str, str]:
-    """The variables Ganeti's kvm-ifup receives, for herder's hook of a routed NIC (libvirt
-    runs the hook with the tap name only; noded writes these beside it)."""
+    """The variables Ganeti's kvm-ifup receives (hv_base.ConfigureNIC), for a routed NIC's
+    configuration on the node (`kvm.ifup`) and the operator's hook."""
     nic = spec.nics[index]
     env = {"INSTANCE": spec.name, "INTERFACE": tap_name(spec.uuid, index),
            "INTERFACE_INDEX": str(index), "MAC": nic.mac, "MODE": nic.mode, "LINK": nic.link,
@@ -303,6 +302,7 @@ def ifup_environment(spec: InstanceSpec, index: int) -> dict[str, str]:
         env["INTERFACE_UUID"] = nic.uuid
     if nic.network:
         env["NETWORK_NAME"] = nic.network
+    env.update(nic.network_env)
     return env
 
 
@@ -358,6 +358,9 @@ def _source(disk_el: ET.Element, kind: str, path: str, network: NetworkSource | 
             if port is not None:
                 attrs["port"] = str(port)
             _sub(source, "host", **attrs)
+        if network.auth_username and network.secret_uuid:
+            auth = _sub(disk_el, "auth", username=network.auth_username)
+            _sub(auth, "secret", type="ceph", uuid=network.secret_uuid)
     elif kind == "block":
         _sub(disk_el, "source", dev=path)
     else:
@@ -436,8 +439,9 @@ def _add_nics(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any],
     for index, nic in enumerate(spec.nics):
         if nic.mode == "routed":
             iface = _sub(devices, "interface", type="ethernet")
+            # libvirt makes the tap; noded configures it once the guest runs here
+            # (kvm.ifup: Ganeti's kvm-ifup, not at the incoming side of a migration)
             _sub(iface, "target", dev=tap_name(spec.uuid, index), managed="yes")
-            _sub(iface, "script", path=KVM_IFUP)
         elif nic.mode in ("bridged", "openvswitch"):
             if not nic.link:
                 raise DomainError(f"NIC {index} ({nic.mac}): {nic.mode} without a link")

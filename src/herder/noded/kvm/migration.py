@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,12 @@ STATUS_FAILED = "failed"
 STATUS_CANCELLED = "cancelled"
 
 
+# Every wait of a migration is bounded (see LiveMigration):
+STATUS_CALL_TIMEOUT = 15.0  # one job-status query of libvirt
+ABORT_CALL_TIMEOUT = 20.0  # libvirt's abortJob
+STALL_TIMEOUT = 60.0  # no progress of the transfer for this long: the migration is aborted
+
+
 class MigrationError(HerderError):
     """A migration failed or cannot start; the message says why, in one line."""
 
@@ -48,6 +54,7 @@ class MigrationSettings:
     live: bool = True
     bandwidth_mib_s: int = 32  # migration_bandwidth, MiB/s; 0 = libvirt's unlimited
     downtime_ms: int = 30  # migration_downtime, ms
+    caps: frozenset[str] = frozenset()  # migration_caps: QEMU's capability names
 
     @classmethod
     def from_hvparams(cls, hvparams: Mapping[str, Any], live: bool | None = None
@@ -56,7 +63,30 @@ class MigrationSettings:
         if live is None:
             live = hvparams.get("migration_mode", "live") == "live"
         return cls(live=live, bandwidth_mib_s=int(hvparams.get("migration_bandwidth", 32)),
-                   downtime_ms=int(hvparams.get("migration_downtime", 30)))
+                   downtime_ms=int(hvparams.get("migration_downtime", 30)),
+                   caps=parse_caps(str(hvparams.get("migration_caps") or "")))
+
+
+# Ganeti's migration_caps (QEMU capabilities, ':'-separated) -> libvirt's migration flags
+CAPABILITY_FLAGS = {"xbzrle": "VIR_MIGRATE_COMPRESSED",
+                    "auto-converge": "VIR_MIGRATE_AUTO_CONVERGE"}
+POSTCOPY_CAPS = frozenset({"postcopy-ram", "x-postcopy-ram"})
+
+
+def parse_caps(value: str) -> frozenset[str]:
+    """migration_caps as Ganeti writes it ("xbzrle:auto-converge"); MigrationError for one
+    libvirt cannot honour here (post-copy: not with a tunnelled migration)."""
+    caps = frozenset(cap for cap in value.split(":") if cap)
+    postcopy = caps & POSTCOPY_CAPS
+    if postcopy:
+        raise MigrationError(f"migration_caps {':'.join(sorted(postcopy))}: libvirt cannot "
+                             "post-copy a tunnelled migration (herder's migrations travel "
+                             "inside libvirtd's TLS connection)")
+    unknown = caps - set(CAPABILITY_FLAGS)
+    if unknown:
+        raise MigrationError(f"migration_caps {':'.join(sorted(unknown))}: unknown (known: "
+                             f"{', '.join(sorted(CAPABILITY_FLAGS))})")
+    return caps
 
 
 @dataclass(frozen=True)
@@ -105,6 +135,8 @@ def migration_flags(settings: MigrationSettings, persist: bool) -> int:
         flags |= libvirt.VIR_MIGRATE_LIVE
     if persist:
         flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+    for cap in sorted(settings.caps):
+        flags |= int(getattr(libvirt, CAPABILITY_FLAGS[cap]))
     return flags
 
 
@@ -118,38 +150,97 @@ def check_migratable(domain: libvirt.virDomain) -> None:
         raise MigrationError(f"instance {domain.name()} is not running, cannot migrate")
 
 
+class BoundedCalls:
+    """libvirt calls that may block for minutes (a libvirtd whose migration peer vanished keeps
+    the domain's job, and a query waits for it) run in a thread of their own and are waited for
+    at most a deadline. One call at a time: while an earlier one still hangs, the next is not
+    even made (no pile of stuck threads); a late answer is dropped."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._hanging: threading.Thread | None = None
+
+    def run(self, call: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+        """(answered, value); libvirt's error is raised; (False, None) past the deadline."""
+        if self._hanging is not None and self._hanging.is_alive():
+            return False, None
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["value"] = call()
+            except libvirt.libvirtError as err:
+                outcome["error"] = err
+
+        worker = threading.Thread(target=work, name=self.what, daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            self._hanging = worker
+            return False, None
+        self._hanging = None
+        if "error" in outcome:
+            raise outcome["error"]
+        return True, outcome.get("value")
+
+
+def _progress(stats: Mapping[str, Any]) -> tuple[int, ...]:
+    """What grows while a migration moves: memory, disks, everything."""
+    return tuple(int(stats.get(key, 0) or 0) for key in
+                 ("memory_processed", "disk_processed", "data_processed", "memory_iteration"))
+
+
 class LiveMigration:
     """One outgoing migration, run by libvirt in a thread of this process.
 
     `start()` returns at once; `status()` answers Ganeti's instance_get_migration_status;
     `wait()` returns libvirt's statistics or raises MigrationError; `abort()` cancels it.
-    """
+
+    Every wait is bounded: libvirt's migrate call runs on its own connection (it blocks for the
+    whole migration); the job-status queries and `abortJob` go through `monitor` (a second
+    connection), each waited for at most STATUS_CALL_TIMEOUT / ABORT_CALL_TIMEOUT. When the
+    transfer makes no progress for `stall_timeout` (libvirt's statistics unchanged, or no
+    answer at all: the target's libvirtd died, the network between them broke), the job is
+    aborted and the status says failed with the reason, whether or not libvirt's migrate call
+    has returned yet (a late success still wins: `status()` answers completed, and the
+    master's hand-over logic follows the guest)."""
 
     def __init__(self, source: libvirt.virConnect, name: str, target_uri: str,
                  settings: MigrationSettings, *, dest_xml: str | None = None,
-                 persist: bool = False) -> None:
+                 persist: bool = False, monitor: libvirt.virConnect | None = None,
+                 stall_timeout: float = STALL_TIMEOUT) -> None:
         self.source = source
+        self.monitor = monitor if monitor is not None else source
         self.name = name
         self.target_uri = target_uri
         self.settings = settings
         self.dest_xml = dest_xml
         self.persist = persist
+        self.stall_timeout = stall_timeout
         self._thread: threading.Thread | None = None
         self._error: str | None = None
+        self._given_up: str | None = None
         self._result: MigrationResult | None = None
         self._done = threading.Event()
         self._domain: libvirt.virDomain | None = None
+        self._watched: libvirt.virDomain | None = None
+        self._queries = BoundedCalls(f"migration-status-{name}")
+        self._aborts = BoundedCalls(f"migration-abort-{name}")
+        self._last_progress: tuple[int, ...] = ()
+        self._progress_at = 0.0
+        self._last_status = MigrationStatus(STATUS_ACTIVE)
 
-    def _lookup(self) -> libvirt.virDomain:
+    def _lookup(self, conn: libvirt.virConnect) -> libvirt.virDomain:
         try:
-            return self.source.lookupByName(self.name)
+            return conn.lookupByName(self.name)
         except libvirt.libvirtError as err:
             raise MigrationError(f"instance {self.name}: {_message(err)}") from None
 
     def start(self) -> None:
-        domain = self._lookup()
+        domain = self._lookup(self.source)
         check_migratable(domain)
         self._domain = domain
+        self._watched = domain if self.monitor is self.source else self._lookup(self.monitor)
         try:
             # Before the job starts: QEMU's downtime limit ("downtime-limit") for this domain.
             domain.migrateSetMaxDowntime(self.settings.downtime_ms, 0)
@@ -162,7 +253,7 @@ class LiveMigration:
         if self.dest_xml is not None:
             params[libvirt.VIR_MIGRATE_PARAM_DEST_XML] = self.dest_xml
         flags = migration_flags(self.settings, self.persist)
-        self._started = time.monotonic()
+        self._started = self._progress_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, args=(domain, params, flags),
                                         name=f"migrate-{self.name}", daemon=True)
         self._thread.start()
@@ -198,34 +289,65 @@ class LiveMigration:
     def status(self) -> MigrationStatus:
         if self._done.is_set():
             if self._error is not None:
-                return MigrationStatus(STATUS_FAILED, error=self._error)
+                return MigrationStatus(STATUS_FAILED, error=self._given_up or self._error)
             return MigrationStatus(STATUS_COMPLETED)
-        if self._domain is None:
+        if self._watched is None:
             return MigrationStatus(STATUS_FAILED, error="not started")
+        if self._given_up is not None:
+            return MigrationStatus(STATUS_FAILED, error=self._given_up)
+        watched = self._watched
         try:
-            stats = self._domain.jobStats(0)
+            answered, stats = self._queries.run(lambda: watched.jobStats(0),
+                                                STATUS_CALL_TIMEOUT)
         except libvirt.libvirtError:
-            return MigrationStatus(STATUS_ACTIVE)
-        return MigrationStatus(STATUS_ACTIVE, int(stats.get("memory_processed", 0)),
-                               int(stats.get("memory_total", 0)))
+            answered, stats = False, None
+        now = time.monotonic()
+        if answered and stats:
+            progress = _progress(stats)
+            if progress != self._last_progress:
+                self._last_progress, self._progress_at = progress, now
+            self._last_status = MigrationStatus(STATUS_ACTIVE,
+                                                int(stats.get("memory_processed", 0)),
+                                                int(stats.get("memory_total", 0)))
+        if self._done.is_set():  # it ended while we asked
+            return self.status()
+        stalled = now - self._progress_at
+        if stalled > self.stall_timeout:
+            self._give_up(f"no progress of the migration for {stalled:.0f}s"
+                          + ("" if answered else " (libvirt's job status does not answer)"))
+            return self.status()
+        return self._last_status
+
+    def _give_up(self, why: str) -> None:
+        """A stalled migration is aborted (libvirt's abortJob); it has failed from now on
+        unless libvirt completed it meanwhile."""
+        self._given_up = f"{why}; aborted"
+        self.abort()
 
     def wait(self, timeout: float | None = None) -> MigrationResult:
         if self._thread is None:
             raise MigrationError("migration not started")
         if not self._done.wait(timeout):
+            if self._given_up is not None:
+                raise MigrationError(f"migration of {self.name} failed: {self._given_up}")
             raise MigrationError(f"migration of {self.name} still running after {timeout:g}s")
         if self._error is not None:
             raise MigrationError(f"migration of {self.name} to {self.target_uri.split('?')[0]} "
-                                 f"failed: {self._error}")
+                                 f"failed: {self._given_up or self._error}")
         assert self._result is not None
         return self._result
 
-    def abort(self) -> None:
-        """Cancel a running migration (the source keeps running the guest)."""
-        if self._domain is None or self._done.is_set():
-            return
-        with contextlib.suppress(libvirt.libvirtError):
-            self._domain.abortJob()
+    def abort(self) -> bool:
+        """Cancel a running migration (the source keeps running the guest); whether libvirt
+        took the abort within ABORT_CALL_TIMEOUT."""
+        if self._watched is None or self._done.is_set():
+            return True
+        watched = self._watched
+        try:
+            answered, _ = self._aborts.run(watched.abortJob, ABORT_CALL_TIMEOUT)
+        except libvirt.libvirtError:
+            return False  # no job left to abort, or libvirt refused: the status tells
+        return answered
 
 
 def migrate(source: libvirt.virConnect, name: str, target_uri: str,

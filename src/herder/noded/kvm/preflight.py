@@ -9,13 +9,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from herder.core.errors import HerderError
-from herder.noded.kvm.domain import InstanceSpec, display_of, missing_bridges
+from herder.noded.kvm.domain import InstanceSpec, NicSpec, display_of
 
 SYS_NET = Path("/sys/class/net")
 # hvparams naming a file QEMU opens (URLs of cdroms excepted)
@@ -35,6 +37,37 @@ def bridges(sys_net: Path = SYS_NET) -> set[str]:
             if (entry / "bridge").is_dir():
                 found.add(entry.name)
     return found
+
+
+def ovs_bridges() -> set[str] | None:
+    """The Open vSwitch bridges of this node (`ovs-vsctl list-br`); None when Open vSwitch is
+    not installed or its database does not answer."""
+    if shutil.which("ovs-vsctl") is None:
+        return None
+    try:
+        done = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True,
+                              text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(done.stdout.split()) if done.returncode == 0 else None
+
+
+def missing_links(nics: tuple[NicSpec, ...], bridges: set[str],
+                  ovs: set[str] | None) -> list[str]:
+    """One line per kind of absent link: Linux bridges of bridged NICs, Open vSwitch
+    bridges of openvswitch NICs (Open vSwitch itself missing: said so)."""
+    lines = []
+    linux = sorted({nic.link for nic in nics if nic.mode == "bridged" and nic.link not in bridges})
+    if linux:
+        lines.append(f"bridge {', '.join(linux)} does not exist on this node")
+    wanted = sorted({nic.link for nic in nics if nic.mode == "openvswitch"})
+    if wanted and ovs is None:
+        lines.append(f"openvswitch NICs ({', '.join(wanted)}) but Open vSwitch does not run on "
+                     "this node (ovs-vsctl list-br)")
+    elif wanted and ovs is not None and set(wanted) - ovs:
+        lines.append(f"openvswitch bridge {', '.join(sorted(set(wanted) - ovs))} does not "
+                     "exist on this node")
+    return lines
 
 
 def port_in_use(address: str, port: int) -> bool:
@@ -57,19 +90,20 @@ class NodeFacts:
     exists: Callable[[str], bool] = os.path.exists
     executable: Callable[[str], bool] = field(default=lambda path: os.access(path, os.X_OK))
     port_in_use: Callable[[str, int], bool] = port_in_use
+    ovs_bridges: set[str] | None = None  # None: no Open vSwitch here
 
     @classmethod
-    def of_this_node(cls, ovs_bridges: set[str] | None = None) -> NodeFacts:
-        return cls(bridges=bridges() | (ovs_bridges or set()))
+    def of_this_node(cls, spec: InstanceSpec | None = None) -> NodeFacts:
+        """The node's facts; Open vSwitch is asked only when `spec` has openvswitch NICs."""
+        wants_ovs = spec is not None and any(nic.mode == "openvswitch" for nic in spec.nics)
+        return cls(bridges=bridges(), ovs_bridges=ovs_bridges() if wants_ovs else None)
 
 
 def problems(spec: InstanceSpec, node: NodeFacts) -> list[str]:
     """Everything that would keep the domain from starting here, one line each."""
-    found = []
-    absent = missing_bridges(spec.nics, node.bridges)
-    if absent:
-        found.append(f"bridge {', '.join(absent)} does not exist on this node (NIC link of "
-                     f"{spec.name})")
+    found: list[str] = []
+    found.extend(f"{line} (NIC link of {spec.name})"
+                 for line in missing_links(spec.nics, node.bridges, node.ovs_bridges))
     hvp = spec.hvparams
     for key in FILE_PARAMS:
         value = str(hvp.get(key) or "")

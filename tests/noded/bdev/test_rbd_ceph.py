@@ -1,0 +1,209 @@
+"""The `rbd` device type against a real Ceph (herder.sim.ceph: one monitor and one BlueStore
+OSD on 127.0.0.36, cephx, the pool `herder`, the restricted user client.herder): create, find,
+grow and remove images with the node's `rbd` tool as Ganeti's RADOSBlockDevice does, the
+`kernelspace` map refused on a machine without the rbd module, the OS install path (`rbd
+import` of a staging file) and the node's client facts for QEMU (monitors, user, key).
+
+One Ceph for the module (about 15 s to start); skipped with the reason when Ceph's packages are
+missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from herder.noded.bdev import cephclient, operations
+from herder.noded.bdev.base import BlockDevError, Host, SubprocessRunner
+from herder.noded.bdev.disk import Disk, decode_disk
+from herder.noded.bdev.rbd import RBD_SYSFS, RadosBlockDevice
+from herder.noded.disk_rpcs import DiskRpcs
+from herder.sim import ceph
+
+ADDRESS = "127.0.0.36"
+PATTERN = b"herder-rbd-" * 372  # 4 KiB
+OFFSET = 3 * 2**20 + 512
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.CephCluster]:
+    missing = ceph.missing_packages()
+    if missing:
+        pytest.skip(f"Ceph is not installed (apt-get install {' '.join(missing)})")
+    if os.geteuid() != 0:
+        pytest.skip("the Ceph daemons run as root here")
+    started = ceph.start(tmp_path_factory.mktemp("ceph"), ADDRESS)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def node(cluster: ceph.CephCluster) -> Host:
+    """A node whose `rbd` runs as client.herder with the cluster's client configuration."""
+    return Host(runner=SubprocessRunner(extra_env=cluster.client_env))
+
+
+def rbd_disk(name: str, size: int = 64, *, access: str = "userspace",
+             pool: str = "herder") -> Disk:
+    return decode_disk({"dev_type": "rbd", "logical_id": ["rbd", name], "size": size,
+                        "params": {"pool": pool, "access": access}, "children": [],
+                        "iv_name": "disk/0", "uuid": f"uuid-{name}"})
+
+
+def image_size_mib(cluster: ceph.CephCluster, name: str) -> int:
+    info = json.loads(cluster.run(["rbd", "info", "-p", cluster.pool, name, "--format",
+                                   "json"], what="rbd info"))
+    return int(info["size"]) // 2**20
+
+
+def test_create_grow_remove(cluster: ceph.CephCluster, node: Host) -> None:
+    """The node RPCs' operations on one image, as noded runs them."""
+    disk = rbd_disk("inst1.rbd.disk0")
+    assert operations.blockdev_create(node, disk, "inst1", True, "inst1") == \
+        ["rbd", "inst1.rbd.disk0"]
+    assert "inst1.rbd.disk0" in cluster.images()
+    assert image_size_mib(cluster, "inst1.rbd.disk0") == 64
+
+    assembled = operations.blockdev_assemble(node, disk, True, "kvm")
+    # userspace: nothing mapped, QEMU gets Ganeti's URI
+    assert assembled == operations.Assembled(None, "rbd:herder/inst1.rbd.disk0")
+    status = operations.blockdev_find(node, disk)
+    assert status is not None and not status.is_degraded
+    with pytest.raises(BlockDevError, match="doesn't support RBD userspace"):
+        RadosBlockDevice(disk, [], node).userspace_uri("xen-pvm")
+
+    operations.blockdev_grow(node, disk, 32, True, True, False)  # dry run: nothing changes
+    assert image_size_mib(cluster, "inst1.rbd.disk0") == 64
+    operations.blockdev_grow(node, disk, 32, False, True, False)
+    assert image_size_mib(cluster, "inst1.rbd.disk0") == 96
+
+    operations.blockdev_remove(node, disk)
+    assert "inst1.rbd.disk0" not in cluster.images()
+    assert operations.blockdev_find(node, disk) is None
+    operations.blockdev_remove(node, disk)  # a missing image is not an error (Ganeti's)
+
+
+def test_kernelspace_without_the_module_is_refused_and_leaves_nothing(
+        cluster: ceph.CephCluster, node: Host) -> None:
+    if os.path.exists(RBD_SYSFS):
+        pytest.skip("this machine has the rbd kernel module")
+    before = cluster.images()
+    with pytest.raises(BlockDevError) as refused:
+        RadosBlockDevice.create(rbd_disk("kernel.rbd.disk0", access="kernelspace"), [], node)
+    message = str(refused.value)
+    assert "rbd kernel module is not available" in message and "access=userspace" in message
+    assert "\n" not in message
+    assert cluster.images() == before  # the image rbd create made is removed again
+
+
+def test_unreachable_cluster_is_an_error_not_a_missing_image(
+        cluster: ceph.CephCluster, tmp_path: Path) -> None:
+    conf = tmp_path / "ceph.conf"
+    conf.write_text("[global]\nmon host = 127.0.0.37:6789\nauth client required = cephx\n"
+                    "client mount timeout = 3\nrados mon op timeout = 3\n")
+    lost = Host(runner=SubprocessRunner(extra_env={"CEPH_CONF": str(conf),
+                                                   "CEPH_ARGS": "--id herder"},
+                                        default_timeout=30))
+    with pytest.raises(BlockDevError, match="rbd info of herder/x failed"):
+        RadosBlockDevice(rbd_disk("x"), [], lost)
+
+
+def test_os_install_from_a_staging_file(cluster: ceph.CephCluster, node: Host,
+                                        tmp_path: Path) -> None:
+    disk = rbd_disk("inst2.rbd.disk0", size=16)
+    device = RadosBlockDevice.create(disk, [], node)
+    staging = tmp_path / "disk0"
+    with open(staging, "wb") as image:
+        image.truncate(16 * 2**20)
+        image.seek(OFFSET)
+        image.write(PATTERN)
+    device.install_from(str(staging))
+    data = cluster.read_image("inst2.rbd.disk0", OFFSET + len(PATTERN))
+    assert data[OFFSET:] == PATTERN and data[:OFFSET] == bytes(OFFSET)
+    assert image_size_mib(cluster, "inst2.rbd.disk0") == 16
+    assert [name for name in cluster.images() if "import" in name] == []
+
+    # an import that fails (no such file) leaves the image as it was
+    with pytest.raises(BlockDevError, match="rbd import into herder/inst2.rbd.disk0 failed"):
+        device.install_from(str(tmp_path / "missing"))
+    assert cluster.read_image("inst2.rbd.disk0", OFFSET + len(PATTERN))[OFFSET:] == PATTERN
+    assert [name for name in cluster.images() if "import" in name] == []
+    device.remove()
+
+
+def test_node_client_facts(cluster: ceph.CephCluster, node: Host) -> None:
+    client = cephclient.load(node)
+    assert client.entity == "client.herder" and client.user == "herder"
+    assert client.monitors == ((ADDRESS, ceph.MON_V1_PORT),)
+    assert client.fsid == cluster.fsid
+    assert client.key == cluster.client_key
+
+    # the same key is what the cluster knows for the user
+    done = subprocess.run(["ceph", "auth", "print-key", "client.herder"], env=cluster.admin_env,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == client.key
+
+
+def test_node_without_a_key_is_one_clear_line(cluster: ceph.CephCluster,
+                                              tmp_path: Path) -> None:
+    conf = tmp_path / "ceph.conf"
+    conf.write_text(cluster.client_conf(str(tmp_path / "absent.keyring")))
+    keyless = Host(runner=SubprocessRunner(extra_env={"CEPH_CONF": str(conf),
+                                                      "CEPH_ARGS": "--id herder"}))
+    with pytest.raises(BlockDevError, match="no cephx key for client.herder"):
+        cephclient.load(keyless)
+
+
+def test_a_second_ceph_on_the_same_address_is_refused_at_once(
+        cluster: ceph.CephCluster, tmp_path: Path) -> None:
+    with pytest.raises(ceph.CephError, match=f"{ADDRESS}:3300 is taken"):
+        ceph.start(tmp_path / "second", ADDRESS)
+    assert not (tmp_path / "second").exists()  # refused before anything was made
+
+
+class _NodeDisks(DiskRpcs):
+    """noded's disk RPCs on a node whose libvirt is the test driver (no secret defined)."""
+
+    def __init__(self, host: Host, state_dir: Path) -> None:
+        self.bdev = host
+        self.settings = SimpleNamespace(state_dir=state_dir)
+        self._map_lock = threading.Lock()
+        self.hv = SimpleNamespace(runs_guests=False)
+
+
+def test_os_install_seam_stages_and_imports_only_on_success(
+        cluster: ceph.CephCluster, node: Host, tmp_path: Path) -> None:
+    disk_data = {"dev_type": "rbd", "logical_id": ["rbd", "inst3.rbd.disk0"], "size": 8,
+                 "params": {"pool": "herder", "access": "userspace"}, "children": [],
+                 "iv_name": "disk/0", "uuid": "uuid-inst3", "mode": "rw"}
+    RadosBlockDevice.create(decode_disk(disk_data), [], node)
+    inst = {"name": "inst3", "hypervisor": "kvm", "disks": [disk_data]}
+    disks = _NodeDisks(node, tmp_path)
+
+    [spec] = disks.instance_disks(inst)
+    assert spec.network is not None and spec.path == ""
+    assert (spec.network.protocol, spec.network.name) == ("rbd", "herder/inst3.rbd.disk0")
+    assert spec.network.hosts == ((ADDRESS, ceph.MON_V1_PORT),)
+
+    # the OS script fails: nothing reaches the image, the staging file goes
+    with pytest.raises(RuntimeError), disks.os_disk_paths(inst) as [(path, uri)]:
+        assert uri == "rbd:herder/inst3.rbd.disk0"
+        assert os.path.getsize(path) == 8 * 2**20
+        Path(path).write_bytes(PATTERN)
+        raise RuntimeError("the create script failed")
+    assert not Path(path).exists()
+    assert cluster.read_image("inst3.rbd.disk0", len(PATTERN)) == bytes(len(PATTERN))
+
+    with disks.os_disk_paths(inst) as [(path, _)], open(path, "r+b") as staging:
+        staging.write(PATTERN)
+    assert not Path(path).exists()
+    assert cluster.read_image("inst3.rbd.disk0", len(PATTERN)) == PATTERN
+    assert image_size_mib(cluster, "inst3.rbd.disk0") == 8
+    operations.blockdev_remove(node, decode_disk(disk_data))

@@ -1,0 +1,176 @@
+"""An `rbd` instance on a simulated cluster with a real Ceph and real guests
+(`herder cluster simulate --guests qemu --ceph`): the Ceph (one monitor, one BlueStore OSD,
+cephx) runs in the cluster's network, every node has its client configuration and the
+restricted user's key as an operator installs them, and QEMU reads the image through librbd
+(a libvirt network disk whose cephx key is a libvirt secret on the node; no rbd kernel module
+here).
+
+The `herder-guest` OS writes its pattern over the image's first MiB (through a staging file and
+`rbd import`); the guest prints the SHA-256 of its disk's first MiB every second, so the image's
+bytes are seen by the guest itself on every node: after the install, a live migration (same
+boot, growing uptime), a failover (a new boot) and a failover away from a node that lost power
+with the guest running. Removing the instance removes the image.
+One cluster for the module, the tests in order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.simhelpers import herder, running_sim, wait_for, where, worker_offset
+
+NAME = "r1"
+BOOT = 180.0  # a TCG guest boots in ~10 s idle; the machine is a loaded 2-core one
+NODE1, NODE2 = "node1.sim.herder.test", "node2.sim.herder.test"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("libvirt")
+    from herder.sim import ceph, guest
+
+    missing = ceph.missing_packages()
+    if missing:
+        pytest.skip(f"Ceph is not installed (apt-get install {' '.join(missing)})")
+    try:
+        guest.ensure_guest()
+    except guest.GuestBuildError as err:
+        pytest.skip(str(err))
+    yield from running_sim(tmp_path_factory.mktemp("rbd"), 2, guests="qemu", ceph=True,
+                           first_ip=220 + worker_offset(4, 2))
+
+
+def serial(state: Any, node: str) -> str:
+    done = state.host(node).run(["cat", f"/var/log/herder/instances/{NAME}.serial.log"],
+                                timeout=30)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def beats(state: Any, node: str) -> list[Any]:
+    from herder.sim import guest
+
+    return list(guest.parse_heartbeats(serial(state, node)))
+
+
+def beat(state: Any, node: str, *, after: float = -1.0, boot_id: str | None = None,
+         other_than: str | None = None) -> Any:
+    def newest() -> Any:
+        found = [b for b in beats(state, node) if b.uptime > after
+                 and (boot_id is None or b.boot_id == boot_id)
+                 and (other_than is None or b.boot_id != other_than)]
+        return found[-1] if found else None
+
+    return wait_for(newest, BOOT, f"a heartbeat of {NAME} on {node}", interval=1.0)
+
+
+def rbd_disk(state: Any, node: str) -> ET.Element:
+    done = state.host(node).run(["virsh", "-c", "qemu:///system", "dumpxml", NAME], timeout=60)
+    assert done.returncode == 0, done.stderr
+    disk = ET.fromstring(done.stdout).find("devices/disk")
+    assert disk is not None
+    return disk
+
+
+def images(state: Any) -> list[str]:
+    return [name for name in state.ceph_admin().images() if ".rbd.disk" in name]
+
+
+def test_an_rbd_instance_boots_from_its_image(sim: Any) -> None:
+    from herder.sim import guest
+
+    began = time.monotonic()
+    herder(sim, "instance", "add", NAME, "--no-name-check", "-t", "rbd", "-o", "herder-guest",
+           "--disk", "64M", "-n", NODE1, timeout=600)
+    print(f"rbd instance add (create, OS install by rbd import, start): "
+          f"{time.monotonic() - began:.1f} s")
+    [image] = images(sim)
+    # the OS's pattern is in the image (read back by the Ceph administrator) ...
+    pattern = guest.disk_pattern(NAME)
+    assert sim.ceph_admin().read_image(image, len(pattern)) == pattern
+    # ... and the guest reads the same bytes through librbd
+    assert beat(sim, NODE1).disk == guest.disk_pattern_hash(NAME)
+
+    disk = rbd_disk(sim, NODE1)
+    assert disk.get("type") == "network"
+    source = disk.find("source")
+    assert source is not None
+    assert (source.get("protocol"), source.get("name")) == ("rbd", f"herder/{image}")
+    host = source.find("host")
+    assert host is not None and host.get("port") == "6789"
+    auth = disk.find("auth")
+    assert auth is not None and auth.get("username") == "herder"
+    secret = auth.find("secret")
+    assert secret is not None and secret.get("type") == "ceph"
+    listed = sim.host(NODE1).run(["virsh", "-c", "qemu:///system", "secret-list"], timeout=60)
+    assert secret.get("uuid") in listed.stdout
+    # the key stays in libvirt: the domain holds only the secret's UUID
+    assert sim.ceph_admin().client_key not in ET.tostring(disk, encoding="unicode")
+    # the running QEMU opens the image itself through librbd (Ganeti's `-drive
+    # file=rbd:herder/IMAGE`, here a -blockdev of libvirt's), with cephx and no key in argv
+    argv = sim.host(NODE1).run(["pgrep", "-a", "qemu-system"], timeout=30).stdout
+    blockdev = next(json.loads(word) for word in argv.split()
+                    if word.startswith("{") and '"driver":"rbd"' in word)
+    assert (blockdev["pool"], blockdev["image"], blockdev["user"]) == ("herder", image, "herder")
+    assert blockdev["server"] == [{"host": host.get("name"), "port": "6789"}]
+    assert "cephx" in blockdev["auth-client-required"] and blockdev["key-secret"]
+    assert sim.ceph_admin().client_key not in argv
+
+
+def test_live_migration_keeps_the_guest_and_its_bytes(sim: Any) -> None:
+    before = beat(sim, NODE1)
+    began = time.monotonic()
+    herder(sim, "instance", "migrate", NAME, "--target-node", NODE2, timeout=600)
+    print(f"rbd live migration: {time.monotonic() - began:.1f} s")
+    assert where(sim, NAME) == [NODE2]
+    after = beat(sim, NODE2, after=before.uptime, boot_id=before.boot_id)
+    assert after.uptime > before.uptime  # the same boot: its memory travelled
+    assert after.disk == before.disk
+
+
+def test_failover_boots_the_same_bytes_on_the_other_node(sim: Any) -> None:
+    before = beat(sim, NODE2)
+    herder(sim, "instance", "failover", NAME, "--target-node", NODE1, timeout=600)
+    after = beat(sim, NODE1, other_than=before.boot_id)
+    assert where(sim, NAME) == [NODE1]
+    assert after.disk == before.disk
+
+
+def test_failover_from_a_dead_node_boots_the_same_bytes(sim: Any) -> None:
+    """The primary's host loses power with the guest running (its librbd client, which held
+    the image's exclusive lock, dies with it); the failover starts it on the other node."""
+    herder(sim, "instance", "migrate", NAME, "--target-node", NODE2, timeout=600)
+    before = beat(sim, NODE2)
+    sim.host(NODE2).power_off(grace=0)
+    began = time.monotonic()
+    herder(sim, "instance", "failover", NAME, "--target-node", NODE1, "--ignore-consistency",
+           timeout=600)
+    after = beat(sim, NODE1, other_than=before.boot_id)
+    print(f"rbd failover from a dead node to a heartbeat: {time.monotonic() - began:.1f} s")
+    assert after.disk == before.disk
+    sim.host(NODE2).power_on()
+    # the node that comes back does not run it again
+    time.sleep(5)
+    assert where(sim, NAME) == [NODE1]
+
+
+def test_grow_disk_resizes_the_image(sim: Any) -> None:
+    [image] = images(sim)
+    herder(sim, "instance", "grow-disk", NAME, "0", "32M", timeout=300)
+    info = sim.ceph_admin().run(["rbd", "info", "-p", "herder", image, "--format", "json"],
+                                what="rbd info")
+    assert json.loads(info)["size"] == 96 * 2**20
+
+
+def test_remove_deletes_the_image(sim: Any) -> None:
+    assert len(images(sim)) == 1
+    began = time.monotonic()
+    herder(sim, "instance", "remove", NAME, timeout=300)
+    print(f"rbd instance remove: {time.monotonic() - began:.1f} s")
+    assert images(sim) == []
+    assert where(sim, NAME) == []
