@@ -26,6 +26,7 @@ run: venv
 
 test: venv
 	@bash scripts/peers.sh || true
+	@bash scripts/webdeps.sh || true
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n auto -q

@@ -5,6 +5,8 @@
 # - lvm2: real LVM on loop devices for the storage collectors' tests
 # - chromium: the browser maintd's status page and masterd's web console are tested in (driven
 #   by Playwright)
+# - firefox-esr, and nodejs + npm when there is no node: the web console's Firefox checks
+#   (tests/web/firefox: Puppeteer over WebDriver BiDi; its npm packages: scripts/webdeps.sh)
 # - novnc: the source of the noVNC files vendored in src/herder/masterd/web/static/novnc
 # - etcd-server: a real etcd 3.4 cluster for the etcd backend's tests (tests/ha)
 # - qemu-system-x86, libvirt-clients: real QEMU guests under libvirtd's QEMU driver (noded.kvm),
@@ -20,7 +22,7 @@
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
       qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static
-      iproute2 e2fsprogs iputils-arping systemd novnc
+      iproute2 e2fsprogs iputils-arping systemd novnc firefox-esr
       ceph-mon ceph-osd ceph-common qemu-block-extra openvswitch-switch)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
@@ -29,6 +31,8 @@ for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
+# node may come from elsewhere than Debian (its npm then is not Debian's package)
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "sysdeps: apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

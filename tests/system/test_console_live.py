@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import select
 import shutil
@@ -255,6 +256,22 @@ def test_streams_of_a_stopped_instance_are_refused(cluster: ConsoleCluster) -> N
         return 101
 
     assert asyncio.run(attempt()) == 503
+
+
+def test_a_plain_get_of_a_stream_checks_and_opens_nothing(
+        cluster: ConsoleCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the upgrade (the web console's first question): noded's checks, 426 where a
+    stream could open, its reason where not; no stream is opened on the node."""
+    caplog.set_level(logging.INFO, logger="herder.noded.console")
+    for kind in ("serial", "vnc"):
+        with pytest.raises(RapiError) as answered:
+            cluster.client.request("GET", f"/2/instances/{GUEST}/console/{kind}")
+        assert answered.value.status == 426, answered.value
+    with pytest.raises(RapiError) as refused:
+        cluster.client.request("GET", f"/2/instances/{STOPPED}/console/serial")
+    assert refused.value.status == 503
+    assert f"instance {STOPPED} is not running on this node" in str(refused.value)
+    assert not [r for r in caplog.records if "opened" in r.getMessage()]
 
 
 def test_create_takes_a_port_and_remove_gives_it_back(cluster: ConsoleCluster) -> None:

@@ -1,7 +1,8 @@
 """The VM's console in the browser (Debian's chromium driven by Playwright) with a real guest
 (QEMU) in a simulated cluster: the serial console shows the guest's heartbeat, the VNC console
 (noVNC, shipped in the package) connects, both over RAPI's console websockets with the web
-console's session (docs/compat.md W6).
+console's session (docs/compat.md W6); a read-only user gets no console, neither on the page
+nor from the server; a plain request of a stream (the page's first question) opens nothing.
 
 They skip while masterd has no console routes (its RAPI answers 404 for them, asked in-process
 before any cluster starts) or the simulator runs no real guests (`guests="qemu"`)."""
@@ -26,22 +27,17 @@ from tests.conftest import build_config
 from tests.security.serving import serving
 from tests.simhelpers import herder, running_sim, worker_offset
 
-# Through the simulated cluster's master, the browser's console websocket gets a 500 from
-# masterd's bridge (the same bridge works from the CLI against an in-process node daemon:
-# tests/system/test_console_live.py); left open in issue 20 until it is found.
-CONSOLE_BRIDGE_OPEN = pytest.mark.skip(reason="the console bridge answers 500 through the "
-                                       "simulated cluster's master (open in issue 20)")
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api")
 if CHROMIUM is None:
     pytest.skip("Debian's chromium is not installed", allow_module_level=True)
 
-pytestmark = [pytest.mark.slow, CONSOLE_BRIDGE_OPEN]
+pytestmark = pytest.mark.slow
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 WAIT = 120_000  # ms: a real guest boots under TCG on a loaded machine
 sync_api.expect.set_options(timeout=WAIT)
 HEARTBEAT = "herder-guest boot_id="  # the guest's line on its serial console (sim.guest)
+READER = ("viewer", "r3ad-only-pass")
 
 
 def console_route_status(tmp_path: Path, kind: str) -> int:
@@ -73,24 +69,36 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                           first_ip=80 + worker_offset(4, 4), guests="qemu")
     state = next(running)
     try:
+        # VNC on the node's loopback (noded reaches it there; nothing else can)
         herder(state, "instance", "add", "guest1", "--no-name-check", "-t", "sharedfile",
-               "-o", "herder-guest", "--disk", "1G", timeout=600)
+               "-o", "herder-guest", "--disk", "1G", "-H", "vnc_bind_address=127.0.0.1",
+               timeout=600)
+        users = state.host(state.nodes[0].name).path("/var/lib/herder/rapi_users")
+        with users.open("a") as out:
+            out.write(f"{READER[0]} {READER[1]}\n")
         yield state
     finally:
         running.close()
 
 
-def log_in(sim: Any, browser: Any) -> Any:
+def writer(sim: Any) -> tuple[str, str]:
     profile = client_profile.load(sim.client_environment())
     assert profile.user is not None
+    return profile.user, profile.password()
+
+
+def log_in(sim: Any, browser: Any, who: tuple[str, str] | None = None) -> Any:
+    who = who or writer(sim)
     page = browser.new_context(ignore_https_errors=True).new_page()
     page.set_default_timeout(WAIT)
+    page.on("pageerror", lambda err: print(f"page error: {err}"))  # shown when a test fails
     page.goto(f"{sim.masterd_url}/ui/login")
-    page.fill("#user", profile.user)
-    page.fill("#password", profile.password())
+    page.fill("#user", who[0])
+    page.fill("#password", who[1])
     page.click("button[type=submit]")
     page.wait_for_url(f"{sim.masterd_url}/ui/")
     page.goto(f"{sim.masterd_url}/ui/#/instance/guest1")
+    sync_api.expect(page.locator("#instance-status")).to_have_text("running")
     return page
 
 
@@ -110,12 +118,56 @@ def test_serial_console_shows_the_heartbeat(sim: Any, browser: Any) -> None:
     sync_api.expect(page.locator("#serial-status")).to_have_text("connected")
     sync_api.expect(page.locator("#serial-screen")).to_contain_text(HEARTBEAT)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "console-serial.png"), full_page=True)
+    page.locator("#console").screenshot(path=str(SHOTS / "console-serial.png"))
 
 
 def test_vnc_console_connects(sim: Any, browser: Any) -> None:
     page = log_in(sim, browser)
     page.click("#open-vnc")
     sync_api.expect(page.locator("#vnc-status")).to_have_attribute("data-state", "connected")
-    sync_api.expect(page.locator("#vnc-screen canvas")).to_be_visible()
-    page.screenshot(path=str(SHOTS / "console-vnc.png"), full_page=True)
+    canvas = page.locator("#vnc-screen canvas")
+    sync_api.expect(canvas).to_be_visible()
+    # sized by the VNC server's framebuffer (RFB's ServerInit: the guest's text console)
+    assert int(canvas.get_attribute("width") or 0) > 0
+    assert int(canvas.get_attribute("height") or 0) > 0
+    page.locator("#console").screenshot(path=str(SHOTS / "console-vnc.png"))
+
+
+def test_a_plain_request_of_a_stream_opens_nothing(sim: Any) -> None:
+    """What the page asks before opening a console: the console object's checks (the instance
+    runs), then 426 (a websocket route), without opening a stream on the node."""
+    before = len(noded_console_lines(sim))
+    user, password = writer(sim)
+    with httpx.Client(verify=False, timeout=60) as client:
+        for kind in ("serial", "vnc"):
+            answer = client.get(f"{sim.masterd_url}/2/instances/guest1/console/{kind}",
+                                auth=(user, password))
+            assert answer.status_code == 426, answer.text
+            assert "websocket" in answer.json()["explain"]
+        answer = client.get(f"{sim.masterd_url}/2/instances/no-such-vm/console/serial",
+                            auth=(user, password))
+        assert answer.status_code == 404
+    assert len(noded_console_lines(sim)) == before
+
+
+def noded_console_lines(sim: Any) -> list[str]:
+    """noded's log lines about console streams on the guest's node."""
+    log = sim.host(sim.nodes[0].name).path("/var/log/herder/noded.log")
+    return [line for line in log.read_text().splitlines() if "console " in line]
+
+
+def test_read_only_user_gets_no_console(sim: Any, browser: Any) -> None:
+    page = log_in(sim, browser, READER)
+    assert page.locator("#console").count() == 0  # not on the page
+    # nor from the server: the plain request and the websocket with the reader's session
+    answer = page.evaluate("""async () => {
+        const r = await fetch('/2/instances/guest1/console/serial');
+        const opened = await new Promise((resolve) => {
+            const ws = new WebSocket(`wss://${location.host}/2/instances/guest1/console/serial`);
+            ws.onopen = () => { ws.close(); resolve(true); };
+            ws.onclose = () => resolve(false);
+        });
+        return [r.status, (await r.json()).explain, opened];
+    }""")
+    assert answer[0] == 403 and READER[0] in answer[1]
+    assert answer[2] is False

@@ -3,6 +3,8 @@ samples kept for an hour."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from herder.core import livefigures, model
 from herder.masterd.livecache import NodeAnswer, Snapshot
 from herder.masterd.web import overview, samples
@@ -133,3 +135,29 @@ def test_mond_figures_cpu_disk_io_and_drbd_sync() -> None:
     rebooted = {**later, "sectors_read": 5}
     assert samples.io_rates(later, {**rebooted, "t": 120.0})["io_read_bps"] is None
     assert samples.io_rates(None, later) == {}
+
+
+def test_daemon_collectors_give_the_nodes_health_and_alerts() -> None:
+    from herder.mond.report import Status, status
+
+    def daemon(name: str, code: Status, message: str = "") -> dict[str, Any]:
+        return {"name": name, "category": "daemon", "kind": 1,
+                "data": {"status": status(code, message), "daemon": name}}
+
+    # mond's answer to the samples' question names every daemon collector
+    assert all(f"daemon/{name}" in samples.MOND_REPORTS for name in samples.DAEMONS)
+    figures = samples.mond_figures([daemon("mond", Status.OK), daemon("confd", Status.OK),
+                                    daemon("noded", Status.BAD, "noded is not running")])
+    assert figures == {"daemons_bad": {"noded": "noded is not running"}}
+    assert "daemons_bad" not in samples.mond_figures([])  # no daemon report: not known
+    config = build_config(2, drbd_instances=0, plain_instances=0)
+    first, second = sorted(config.nodes)
+    view = overview.build(config, snapshot(config, None), [], {"incidents": []}, None,
+                          {first: figures["daemons_bad"], second: {}})
+    rows = {r["uuid"]: r for r in view["nodes"]}
+    assert rows[first]["daemons_bad"] == {"noded": "noded is not running"}
+    assert rows[second]["daemons_bad"] == {}
+    assert [(a["kind"], a["subject"]) for a in view["alerts"]] == [
+        ("daemon", config.node_name(first))]
+    assert overview.build(config, snapshot(config, None), [], {"incidents": []},
+                          None)["nodes"][0]["daemons_bad"] is None

@@ -9,7 +9,11 @@
   `/2/instances/NAME/console/vnc` (binary frames: the RFB stream of the VNC server). masterd
   bridges each to the primary node's noded (`noded.console`) over HTTPS with the node
   certificates, the upgrade carrying a call signed for that node like every node RPC; nothing
-  but noded's RPC port is reached over the network.
+  but noded's RPC port is reached over the network. A plain GET of a stream (no websocket
+  upgrade: the web console asks so first, since a failed websocket says nothing about why) is
+  passed to noded as a plain signed GET: it checks all it would check for the stream (the
+  caller, the instance running there, its serial console or VNC server) and opens nothing;
+  its refusal comes back as 503 with the reason, its consent as 426 (ask with the upgrade).
 """
 
 from __future__ import annotations
@@ -83,6 +87,24 @@ def add_routes(router: web.UrlDispatcher) -> None:
                           {"instance": inst.name, "lines": int(text)})
         return web.Response(text=str(tail), content_type="text/plain")
 
+    async def ask_only(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                       tls: Any, inst: model.Instance, node: model.Node, kind: str) -> None:
+        """Ask noded whether the stream could open, without opening it: raises 426 (it
+        could) or 503 with noded's reason."""
+        try:
+            async with session.get(url.replace("ws", "http", 1), headers=headers, ssl=tls,
+                                   timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT)) as answer:
+                status, said = answer.status, answer.headers.get(console.ERROR_HEADER)
+                reason = answer.reason
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            raise rapi.RapiHttpError(503, f"{UNAVAILABLE}: cannot reach the node daemon of "
+                                          f"{node.name}: {err or type(err).__name__}") from None
+        if status == 426:
+            raise rapi.RapiHttpError(426, f"the {kind} console of {inst.name} is a websocket: "
+                                          "ask with 'Upgrade: websocket'")
+        raise rapi.RapiHttpError(503, f"{UNAVAILABLE}: node {node.name}: "
+                                      f"{said or f'{status} {reason}'}")
+
     async def bridge(request: web.Request, kind: str) -> web.StreamResponse:
         _, inst, node = target(request)
         rpc = node_rpc(request)
@@ -91,11 +113,13 @@ def add_routes(router: web.UrlDispatcher) -> None:
         url, headers = rpc.stream(node, console.STREAM_PATH.format(instance=inst.name,
                                                                    kind=kind),
                                   console.STREAM_METHODS[kind], {"instance": inst.name})
+        tls = rpc.tls if rpc.tls is not None else True
         async with aiohttp.ClientSession() as session:
+            if not web.WebSocketResponse().can_prepare(request).ok:
+                await ask_only(session, url, headers, tls, inst, node, kind)
             try:
                 upstream = await session.ws_connect(
-                    url, headers=headers, ssl=rpc.tls if rpc.tls is not None else True,
-                    heartbeat=30.0, max_msg_size=MAX_FRAME,
+                    url, headers=headers, ssl=tls, heartbeat=30.0, max_msg_size=MAX_FRAME,
                     timeout=aiohttp.ClientWSTimeout(ws_close=10.0))
             except aiohttp.WSServerHandshakeError as err:
                 said = err.headers.get(console.ERROR_HEADER) if err.headers else None

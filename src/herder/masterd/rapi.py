@@ -90,7 +90,8 @@ class RapiHttpError(Exception):
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
-            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
+            426: "Upgrade Required", 500: "Internal Server Error", 501: "Not Implemented",
+            503: "Service Unavailable"}
 
 
 def error_response(status: int, explain: str) -> web.Response:

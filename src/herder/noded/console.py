@@ -13,7 +13,9 @@
   reports in the live definition, as `virsh console` does on the host); the VNC stream
   connects to the domain's VNC server where its definition says it listens
   (`vnc_bind_address`; a wildcard address is reached on loopback) or to its unix socket.
-  Bytes travel as binary websocket frames both ways.
+  Bytes travel as binary websocket frames both ways. The same request without the upgrade
+  (the master asks whether a stream could open) gets every check and 426, or the refusal,
+  and opens nothing.
 """
 
 from __future__ import annotations
@@ -298,6 +300,9 @@ def add_routes(app: web.Application, daemon: NodeDaemon, checker: rpccheck.Reque
         except HerderError as err:  # StaleEpoch, ConsoleUnavailable, a libvirt failure
             return _refusal(409, str(err))
         ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=4 << 20)
+        if not ws.can_prepare(request).ok:  # the master only asks whether it could open
+            return web.Response(status=426, text=f"the {kind} console of {instance} can open: "
+                                                 "ask with 'Upgrade: websocket'")
         await ws.prepare(request)
         log.info("console %s of %s opened by %s", kind, instance, request.remote)
         try:

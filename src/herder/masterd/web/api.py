@@ -93,7 +93,10 @@ async def overview_of(request: web.Request) -> dict[str, Any]:
     live = await rapi.live_of(request, config)
     maintd, error = await maintd_overview(request, config)
     jobs = recent_jobs(request, ["id", "status", "summary", "received_ts"])
-    built = overview.build(config, live, jobs, maintd, error)
+    latest = {uuid: ctx.samples.latest(uuid) for uuid in config.nodes}
+    daemons = {uuid: sample["daemons_bad"] for uuid, sample in latest.items()
+               if sample is not None and "daemons_bad" in sample}
+    built = overview.build(config, live, jobs, maintd, error, daemons)
     ctx.overview_last = (now, built)
     return built
 

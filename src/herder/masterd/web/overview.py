@@ -7,6 +7,8 @@ Alerts, each `{kind, subject, message}`:
 - `degraded-mirror`: a DRBD instance whose secondary (or primary) node is offline, drained out
   of reach, or unreachable: its mirror cannot be in sync;
 - `incident`: any other open maintd incident (a node's self-diagnose is not Ok);
+- `daemon`: a herder daemon expected on a node is not running (or over its memory limit), as
+  that node's mond's daemon collector says (masterd's latest sample of the node);
 - `maintd`: maintd cannot be asked, or its last round failed.
 """
 
@@ -24,8 +26,9 @@ OPEN_REPAIR = frozenset({"noted", "pending"})
 
 
 def node_row(config: model.ConfigData, node: model.Node, live: Snapshot,
-             incidents: list[dict[str, Any]], reports: dict[str, dict[str, Any]]
-             ) -> dict[str, Any]:
+             incidents: list[dict[str, Any]], reports: dict[str, dict[str, Any]],
+             daemons_bad: dict[str, str] | None = None) -> dict[str, Any]:
+    """`daemons_bad`: the node's daemons whose collector is not OK (None: not known)."""
     figures = livefields.values(livefields.node_fields(config, node, live))
     report = reports.get(node.uuid) or {}
     diagnose = (report.get("data") or {}).get("status") if report else None
@@ -41,6 +44,7 @@ def node_row(config: model.ConfigData, node: model.Node, live: Snapshot,
         "sinst_cnt": sum(1 for i in config.instances.values()
                          if node.uuid in i.secondary_nodes),
         "diagnose": diagnose, "diagnose_error": report.get("error") if report else None,
+        "daemons_bad": daemons_bad,
         "incidents": [i for i in incidents if i.get("node") == node.uuid
                       and i.get("repair-status") in OPEN_REPAIR | {"failed"}],
     }
@@ -74,6 +78,10 @@ def alerts(config: model.ConfigData, nodes: list[dict[str, Any]],
             found.append({"kind": "incident", "subject": subject,
                           "message": f"{subject}: maintd incident {status}, action "
                                      f"{incident.get('action')}"})
+    for row in nodes:
+        for daemon, message in sorted((row.get("daemons_bad") or {}).items()):
+            found.append({"kind": "daemon", "subject": row["name"],
+                          "message": f"{row['name']}: daemon {daemon}: {message}"})
     out_of_reach = unreachable | {n.uuid for n in config.nodes.values() if n.offline}
     for inst in sorted(config.instances.values(), key=lambda i: i.name):
         if inst.disk_template != "drbd":
@@ -89,13 +97,15 @@ def alerts(config: model.ConfigData, nodes: list[dict[str, Any]],
 
 
 def build(config: model.ConfigData, live: Snapshot, jobs: list[dict[str, Any]],
-          maintd: dict[str, Any] | None, maintd_error: str | None) -> dict[str, Any]:
+          maintd: dict[str, Any] | None, maintd_error: str | None,
+          daemons_bad: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """The overview: `cluster`, `nodes`, `instances` (rows and a count per status), running
-    `jobs`, `alerts`, `maintd` (its last tick and rounds; None when it cannot be asked)."""
+    `jobs`, `alerts`, `maintd` (its last tick and rounds; None when it cannot be asked).
+    `daemons_bad`: node UUID -> its daemons that are not OK (a node left out: not known)."""
     incidents = list((maintd or {}).get("incidents") or
                      [model.to_builtins(i) for i in config.maintenance.incidents])
     reports = {r.get("node", ""): r for r in (maintd or {}).get("reports") or []}
-    nodes = [node_row(config, n, live, incidents, reports)
+    nodes = [node_row(config, n, live, incidents, reports, (daemons_bad or {}).get(n.uuid))
              for n in sorted(config.nodes.values(), key=lambda n: n.name)]
     instances = [instance_row(config, i, live)
                  for i in sorted(config.instances.values(), key=lambda i: i.name)]

@@ -2,7 +2,8 @@
 /2/herder/nodes/NAME/samples`): masterd takes one every `INTERVAL` seconds from its live
 figures cache (`masterd.livecache`, the nodes' `node_info`: memory, storage, instances) and
 from each node's mond (`GET http://NODE:1815/1/report/all?only=...`, mond's open read API:
-`cpu-avg-load`, `diskstats`, `drbd`), and keeps `KEEP` seconds of them.
+`cpu-avg-load`, `diskstats`, `drbd`, and the daemon collectors' status for the overview's
+health), and keeps `KEEP` seconds of them.
 
 `record`, `mond_figures` and `io_rates` are pure; `sample_forever` is masterd's background task.
 """
@@ -31,7 +32,11 @@ KEEP = 3600.0  # seconds of samples kept per node
 MOND_PORT = 1815
 MOND_TIMEOUT = 3.0  # seconds for one node's mond
 MOND_CONCURRENCY = 16
-MOND_REPORTS = "/1/report/all?only=default/cpu-avg-load,storage/diskstats,storage/drbd"
+# herder's daemons, each a mond daemon collector (mond.collectors.daemons: status 0 unless
+# the daemon is expected on that node and not running, or over its memory limit)
+DAEMONS = ("mond", "masterd", "noded", "confd", "maintd", "instmon")
+MOND_REPORTS = ("/1/report/all?only=default/cpu-avg-load,storage/diskstats,storage/drbd,"
+                + ",".join(f"daemon/{name}" for name in DAEMONS))
 SECTOR = 512  # bytes: /proc/diskstats counts 512-byte sectors whatever the device's
 # devices whose I/O is counted: whole disks, not partitions (their disk counts them), nor
 # device-mapper (its LVs' I/O is their PVs'), nor RAM disks
@@ -42,8 +47,17 @@ NOT_COUNTED = re.compile(r"^(?:dm-\d+|ram\d+|zram\d+)$")
 def mond_figures(reports: Any) -> dict[str, Any]:
     """From mond's `/1/report/all` answer: `cpu_load` (CPUs busy, mond's `cpu_total`), the
     disk counters (`sectors_read`, `sectors_written`: summed over counted devices), DRBD
-    (`drbd_minors`, `drbd_syncing`, `drbd_sync_pct`: the lowest resync percentage)."""
+    (`drbd_minors`, `drbd_syncing`, `drbd_sync_pct`: the lowest resync percentage), the
+    daemon collectors' verdict (`daemons_bad`: daemon -> its status message, for each whose
+    status is not OK; absent when mond gave no daemon report)."""
     found: dict[str, Any] = {}
+    daemons = [r for r in reports if isinstance(r, dict) and r.get("category") == "daemon"
+               and isinstance(r.get("data"), dict)] if isinstance(reports, list) else []
+    if daemons:
+        found["daemons_bad"] = {
+            str(r.get("name")): str(r["data"]["status"].get("message") or "not OK")
+            for r in daemons if isinstance(r["data"].get("status"), dict)
+            and r["data"]["status"].get("code") not in (0, None)}
     by_name = {r.get("name"): r.get("data") for r in reports if isinstance(r, dict)} \
         if isinstance(reports, list) else {}
     cpu = by_name.get("cpu-avg-load")
@@ -118,6 +132,10 @@ class NodeSamples:
 
     def of(self, uuid: str, since: float = 0.0) -> list[dict[str, Any]]:
         return [s for s in self._by_node.get(uuid, ()) if s["t"] >= since]
+
+    def latest(self, uuid: str) -> dict[str, Any] | None:
+        samples = self._by_node.get(uuid)
+        return samples[-1] if samples else None
 
 
 async def ask_mond(session: aiohttp.ClientSession, node: model.Node, port: int,

@@ -96,12 +96,24 @@ function jobResult(info) {
   return errors.map((r) => (Array.isArray(r) ? r.flat(3).join(": ") : JSON.stringify(r))).join("; ");
 }
 
+// Polls a job until it ends (for short read jobs whose result the page shows).
+async function jobOutcome(jobId, tries = 240) {
+  let job = null;
+  for (let i = 0; i < tries; i++) {
+    job = await api(`/2/jobs/${jobId}`);
+    if (["success", "error", "canceled"].includes(job.status)) return job;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  return job;
+}
+
 // Follows a job through the events stream: status, log messages as they come, the result.
 export function followJob(jobId, container, onEnd) {
   const status = h("strong", { class: "job-status" }, "submitted");
   const log = h("ul", { class: "job-log" });
   const result = h("div", { class: "job-result" });
-  const cancel = h("button", { class: "writer", onclick: async () => {
+  const cancel = h("button", { class: "writer job-cancel", onclick: async () => {
+    if (!(await confirmAction(`Cancel job ${jobId}?`))) return;
     try {
       const [ok, message] = await api(`/2/jobs/${jobId}`, { method: "DELETE" });
       banner(message, ok ? "info" : "error");
@@ -156,9 +168,12 @@ function nodeRows(nodes) {
     h("td", { "data-label": "Disk", class: "disk" }, usage(n.dtotal === null ? null : n.dtotal - n.dfree, n.dtotal)),
     h("td", { "data-label": "CPUs", class: "cpu" }, n.ctotal ?? "–"),
     h("td", { "data-label": "Instances" }, `${n.pinst_cnt} / ${n.sinst_cnt}`),
-    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length || (n.diagnose && n.diagnose !== "Ok") ? "bad" : "ok"}` },
+    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length || (n.diagnose && n.diagnose !== "Ok") || Object.keys(n.daemons_bad || {}).length ? "bad" : "ok"}` },
       n.live_error ? `unreachable: ${n.live_error}` : "",
       n.diagnose ? `diagnose ${n.diagnose}` : (n.diagnose_error ? `diagnose: ${n.diagnose_error}` : ""),
+      n.daemons_bad === null || n.daemons_bad === undefined ? ""
+        : Object.keys(n.daemons_bad).length ? Object.entries(n.daemons_bad).map(([d, m]) => ` daemon ${d}: ${m}`)
+          : h("span", { class: "daemons" }, ", daemons ok"),
       n.incidents.map((i) => ` incident ${i["repair-status"]} (${i.action})`))));
 }
 
@@ -196,8 +211,7 @@ function renderOverview(data) {
 async function overviewView(view) {
   const draw = (data) => view.replaceChildren(...renderOverview(data));
   draw(await api("/2/herder/overview"));
-  state.onOverview = draw;  // the events stream redraws it
-  return null;
+  return { onOverview: draw };  // the events stream redraws it
 }
 
 function chart(title, samples, pick, unit, id) {
@@ -281,6 +295,46 @@ function instanceActions(name, inst, jobsArea) {
   ].map((spec) => actionButton({ ...spec, jobsArea }));
 }
 
+// Each disk's state on each of its nodes as the nodes see it now (Ganeti's `instance info`:
+// OP_INSTANCE_QUERY_DATA, a read job, so asked on demand, not at every redraw).
+const LOCAL_DISK = { 1: "ok", 2: "syncing", 3: "unknown", 4: "faulty" };
+
+function diskStatusCells(status, error) {
+  if (error) return [h("td", { colspan: 4, class: "bad" }, `no answer: ${error}`)];
+  if (!status) return [h("td", { colspan: 4, class: "warn" }, "not assembled on this node")];
+  const sync = status.sync_percent === null || status.sync_percent === undefined ? "in sync"
+    : `syncing ${Number(status.sync_percent).toFixed(1)}%${status.estimated_time ? `, ${status.estimated_time} s left` : ""}`;
+  return [h("td", { "data-label": "Device" }, status.dev_path || "–"),
+    h("td", { "data-label": "Sync", class: status.sync_percent === null || status.sync_percent === undefined ? "ok" : "warn" }, sync),
+    h("td", { "data-label": "Degraded", class: status.is_degraded ? "bad" : "ok" }, status.is_degraded ? "degraded" : "no"),
+    h("td", { "data-label": "Local disk", class: status.ldisk_status === 1 ? "ok" : "bad" },
+      LOCAL_DISK[status.ldisk_status] || String(status.ldisk_status))];
+}
+
+function diskStatusBox(name) {
+  const out = h("div", { id: "disk-status" });
+  const ask = h("button", { id: "disk-status-ask", onclick: async () => {
+    ask.disabled = true;
+    out.replaceChildren(h("p", { class: "hint" }, "asking the nodes…"));
+    try {
+      const job = await jobOutcome(await api(`/2/instances/${enc(name)}/info`));
+      if (job.status !== "success") throw new Error(`job ${job.id} ${job.status}: ${jobResult(job)}`);
+      const info = job.opresult[0][name];
+      const rows = info.disks.flatMap((disk, i) => [["pstatus", info.pnode, "primary"],
+        ...info.snodes.map((node) => ["sstatus", node, "secondary"])].map(([key, node, role]) =>
+        h("tr", { "data-disk": i, "data-node": node }, h("td", { "data-label": "Disk" }, `disk/${i}`),
+          h("td", { "data-label": "Node" }, `${node} (${role})`),
+          ...diskStatusCells(disk[key], disk[`${key}_error`]))));
+      out.replaceChildren(h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["Disk", "Node", "Device", "Sync", "Degraded", "Local disk"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, rows)), h("p", { class: "hint" }, `as the nodes saw it at ${new Date().toLocaleTimeString()} (job ${job.id})`));
+    } catch (err) {
+      out.replaceChildren(h("p", { class: "bad" }, `Disk status unavailable: ${err.message}`));
+    } finally { ask.disabled = false; }
+  } }, "Ask the nodes for the disks' status");
+  return h("div", {}, ask, out);
+}
+
 function consoleSection(name) {
   const out = h("div", { id: "console-out" });
   const section = h("section", { id: "console", class: "writer" }, h("h2", {}, "Console"),
@@ -298,6 +352,8 @@ async function instanceView(view, name) {
   let actions = null;
   view.replaceChildren(h("h1", {}, `Instance ${name}`), jobsArea, body);
   const consoleBox = state.me.write ? consoleSection(name) : null;
+  const diskStatus = diskStatusBox(name);  // kept across redraws: its answer stays
+  let paramsOpen = false;  // the parameters' list stays as the user left it across redraws
   const draw = async () => {
     const [inst, jobs, cluster] = await Promise.all([api(`/2/instances/${enc(name)}`),
       api(`/2/herder/instances/${enc(name)}/jobs`), api("/2/herder/overview")]);
@@ -323,15 +379,17 @@ async function instanceView(view, name) {
             `${n} (${k === 0 ? "primary" : "secondary"}: ${nodeState[n] || "unknown"})`).join(", ")),
           h("td", { "data-label": "Mirror", class: degraded ? "bad" : "" },
             inst.disk_template === "drbd" ? (degraded ? "degraded" : "both nodes reachable") : "–"),
-          h("td", { "data-label": "Active" }, inst.disks_active ? "yes" : "no")))))),
+          h("td", { "data-label": "Active" }, inst.disks_active ? "yes" : "no"))))), diskStatus),
       h("section", { id: "nics" }, h("h2", {}, "NICs"), h("table", { class: "cards" },
         h("thead", {}, h("tr", {}, ["NIC", "MAC", "IP", "Mode", "Link", "Network"].map((t) => h("th", {}, t)))),
         h("tbody", {}, inst["nic.macs"].map((mac, i) => h("tr", {}, h("td", {}, `nic/${i}`), h("td", {}, mac),
           h("td", {}, inst["nic.ips"][i] || ""), h("td", {}, inst["nic.modes"][i]), h("td", {}, inst["nic.links"][i]),
           h("td", {}, inst["nic.networks.names"][i] || "")))))),
-      h("section", { id: "params" }, h("h2", {}, "Parameters"), h("table", {}, h("tbody", {},
+      h("section", { id: "params" }, h("details", { open: paramsOpen,
+        ontoggle: (event) => { paramsOpen = event.target.open; } }, h("summary", {}, h("h2", {},
+        `Parameters (${Object.keys({ ...inst.beparams, ...inst.hvparams }).length})`)), h("table", {}, h("tbody", {},
         Object.entries({ ...inst.beparams, ...inst.hvparams }).map(([k, v]) =>
-          h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))))),
+          h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v)))))))),
       consoleBox,
       h("section", { id: "history" }, h("h2", {}, "Jobs"), h("ul", {}, jobs.slice().reverse().map((j) => h("li", {},
         h("a", { href: `#/job/${j.id}` }, `Job ${j.id}`), ` ${(j.summary || []).join(", ")} `,
@@ -422,12 +480,7 @@ async function createView(view) {
     choice.textContent = "asking the allocator…";
     try {
       const jobId = await api("/2/instances", { method: "POST", body: request(), query: { "dry-run": 1 } });
-      let job = null;
-      for (let i = 0; i < 120; i++) {
-        job = await api(`/2/jobs/${jobId}`);
-        if (["success", "error", "canceled"].includes(job.status)) break;
-        await new Promise((r) => setTimeout(r, 500));
-      }
+      const job = await jobOutcome(jobId);
       if (job.status === "success") {
         choice.textContent = `The allocator would place it on ${job.opresult[0].join(", ")}.`;
         create.disabled = false;
@@ -451,8 +504,13 @@ const ROUTES = [
   [/^#\/create$/, createView],
 ];
 
+// Each view draws into its own element: a view still loading when another is asked for (a
+// click, a typed address) draws into an element no longer shown, never over the new one.
+let routeSerial = 0;
 async function route() {
-  const view = document.getElementById("view");
+  const serial = ++routeSerial;
+  const view = h("div", { class: "page" }, h("p", {}, "Loading…"));
+  document.getElementById("view").replaceChildren(view);
   state.refresh = null;
   state.onOverview = null;
   banner("");
@@ -461,7 +519,10 @@ async function route() {
     if (!match) continue;
     const args = match.slice(1).map(decodeURIComponent);
     try {
-      state.refresh = await render(view, ...args);
+      const drawn = await render(view, ...args);
+      if (serial !== routeSerial) return;
+      if (typeof drawn === "function") state.refresh = drawn;
+      else if (drawn && drawn.onOverview) state.onOverview = drawn.onOverview;
     } catch (err) {
       view.replaceChildren(h("h1", {}, "Cannot show this page"), h("p", { class: "bad", id: "page-error" }, err.message));
     }
