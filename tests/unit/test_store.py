@@ -124,8 +124,10 @@ def test_writers_in_several_processes_lose_no_update(store: FileStore) -> None:
 
 
 def _write_forever(path: str, ready=None) -> None:
-    """Child body: bump the document as fast as possible until killed."""
+    """Child body: bump the document as fast as possible until killed (a new snapshot every
+    five journal records, so kills land in appends and in snapshot writes alike)."""
     store = FileStore(path)
+    store.COMPACT_RECORDS = 5
     if ready is not None:
         ready.send(b"r")
     while True:
@@ -144,10 +146,14 @@ def test_kill_9_never_leaves_a_broken_config(tmp_path: Path) -> None:
     rng = random.Random(1815)
     # One write cycle here and now (load, validate, encode, write, fsync, rename): kills are
     # spread over a few cycles, so they land in every phase whatever the machine's load.
+    # A child first reads the whole store, then writes: a cycle here is a fresh read and the
+    # writes up to the child's first new snapshot.
     started = time.perf_counter()
     for _ in range(3):
-        with store.update():
-            pass
+        FileStore(store.path).load()
+        for _ in range(6):
+            with store.update():
+                pass
     cycle = (time.perf_counter() - started) / 3
     left_temporaries = 0
     last_serial = store.load().serial_no

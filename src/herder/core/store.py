@@ -14,13 +14,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
+import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, TypeGuard
 
-from herder.core import model, upgrade
+import msgspec
+
+from herder.core import configdiff, model, upgrade
 from herder.core.errors import ConfigError, HerderError, StoreError
 
 DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
@@ -73,11 +78,31 @@ class ConfigStore(Protocol):
 
 
 class FileStore:
-    """The config document in one local file."""
+    """The config document in one local file, with a journal of changes beside it.
+
+    `config.json` is a whole document (a snapshot: what Ganeti import/export, the candidates
+    and every older reader know); `config.json.journal` holds the changes made since, one
+    record per write (`configdiff`: the objects it touched), each a line with its CRC, fsynced
+    before the write returns. The journal's first line names the snapshot it continues (its
+    SHA-256), so a journal left beside another snapshot (a candidate's pushed document) is
+    ignored. Every `COMPACT_RECORDS` records or once the journal outgrows a quarter of the
+    snapshot, the next write writes a new snapshot and starts a new journal.
+
+    Crash safety: a record is appended and fsynced; a torn last record (kill -9 while
+    appending) fails its CRC and is not part of the state, and the next writer cuts it off;
+    a new snapshot is renamed into place before its new journal, and the old journal does not
+    continue the new snapshot. So a kill -9 at any point leaves the old or the new state.
+
+    Readers in one process share a decoded copy per path (`snapshot()`), refreshed from the
+    journal's new records only; `update()` changes it in place and writes what changed.
+    """
+
+    COMPACT_RECORDS = 2000
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.journal_path = self.path.with_name(self.path.name + JOURNAL_SUFFIX)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -102,14 +127,80 @@ class FileStore:
         except OSError as err:
             raise StoreError(f"cannot read {self.path}: {err.strerror}") from None
 
-    def load(self) -> model.ConfigData:
-        raw = self.read_bytes()
+    def _decode_snapshot(self, raw: bytes) -> model.ConfigData:
         if not raw.strip():
             raise ConfigError(f"{self.path}: the config file is empty (truncated?)")
         try:
             return upgrade.load_document(raw)
         except ConfigError as err:
             raise ConfigError(f"{self.path}: {err}") from None
+
+    def load(self) -> model.ConfigData:
+        """The current document, read from disk: the caller's own copy (change it freely)."""
+        return self._read_state().config
+
+    def snapshot(self) -> model.ConfigData:
+        """The current document, shared by this process's readers: never change it (its
+        objects may change under a writer of this process while it is read: take `load()` or
+        `update()` for a copy of your own)."""
+        with _CACHE_LOCK:
+            state = _CACHE.get(self.path)
+        state = self._refresh(state)
+        with _CACHE_LOCK:
+            _CACHE[self.path] = state
+        return state.config
+
+    def stamp(self) -> tuple[object, ...]:
+        """Changes whenever the document does (the snapshot's and the journal's identity)."""
+        return (_file_stamp(self.path), _file_stamp(self.journal_path))
+
+    def _read_state(self) -> _State:
+        """Snapshot plus journal, from disk."""
+        for _ in range(5):  # a writer may compact between our two reads: read again
+            snap_stamp = _file_stamp(self.path)
+            raw = self.read_bytes()
+            config = self._decode_snapshot(raw)
+            journal = _read_journal(self.journal_path)
+            if _file_stamp(self.path) != snap_stamp:
+                continue
+            state = _State(snap_stamp, config, configdiff.Encoded.of(config),
+                           hashlib.sha256(raw).hexdigest(), len(raw))
+            if journal is not None and journal.header == state.digest:
+                state.journal_end = journal.header_end
+                self._replay(state, journal)
+            return state
+        raise StoreError(f"{self.path}: the config changed while being read, five times")
+
+    def _replay(self, state: _State, journal: _Journal) -> None:
+        for line_end, record in journal.records:
+            base, change = configdiff.decode_change(record)
+            if base != state.config.serial_no:
+                break  # not a continuation of this state: the rest is not ours
+            try:
+                state.config = configdiff.apply(state.config, change)
+            except ConfigError as err:
+                raise ConfigError(f"{self.journal_path}: {err}") from None
+            configdiff.remember(state.encoded, change)
+            state.records += 1
+            state.journal_end = line_end
+        state.journal_stamp = journal.stamp
+
+    def _refresh(self, state: _State | None) -> _State:
+        """`state` brought up to date with the files: the journal's new records only when the
+        snapshot and the journal file are the same, else everything again."""
+        if state is not None and _file_stamp(self.path) == state.snapshot_stamp:
+            journal_stamp = _file_stamp(self.journal_path)
+            if journal_stamp == state.journal_stamp:
+                return state
+            if (journal_stamp is not None and state.journal_stamp is not None
+                    and journal_stamp[0] == state.journal_stamp[0]  # same journal file
+                    and state.journal_end > 0):
+                journal = _read_journal(self.journal_path, start=state.journal_end)
+                if journal is not None:
+                    fresh = state.successor()
+                    self._replay(fresh, journal)
+                    return fresh
+        return self._read_state()
 
     # --- writing --------------------------------------------------------------------------------
 
@@ -133,36 +224,214 @@ class FileStore:
 
     @contextlib.contextmanager
     def update(self) -> Iterator[model.ConfigData]:
-        """Change the document: nothing is written if the block raises or validation fails."""
+        """Change the document: nothing is written if the block raises or validation fails.
+        Only what changed is checked and written (a journal record)."""
         with self.locked():
-            config = self.load()
-            yield config
-            stamp = model.now()
-            config.touch(stamp)
+            with _CACHE_LOCK:
+                state = _CACHE.get(self.path)
+            state = self._refresh(state)
+            current = state.config
+            config = _shallow_copy(current)
+            config.changing()
+            change: configdiff.ChangeSet | None = None
             try:
-                checked = model.revalidate(config)
-            except ConfigError as err:
-                raise ConfigError(f"change refused, nothing written: {err}") from None
-            self._write(checked)
+                yield config
+                config.changing(False)
+                config.touch(model.now())
+                change = configdiff.diff(state.encoded, config)
+                try:
+                    configdiff.check(config, change)
+                except ConfigError as err:
+                    raise ConfigError(f"change refused, nothing written: {err}") from None
+                new_state = self._append(state, config, change)
+            finally:
+                # the block changed `current`'s objects in place: give them back their
+                # written values, so readers of the older snapshot keep a consistent one
+                try:
+                    _restore(current, state.encoded, change if change is not None
+                             else configdiff.diff(state.encoded, config))
+                except (ConfigError, TypeError, ValueError, msgspec.EncodeError):
+                    with _CACHE_LOCK:  # cannot tell what the block did: read it again
+                        _CACHE.pop(self.path, None)
+            with _CACHE_LOCK:
+                _CACHE[self.path] = new_state
 
     def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
         with self.locked():
             self._write(model.revalidate(config))
 
-    def _write(self, config: model.ConfigData) -> None:
+    def _append(self, state: _State, config: model.ConfigData,
+                change: configdiff.ChangeSet) -> _State:
+        """Write `change` (the step from `state` to `config`); the state after it."""
+        if (state.records >= self.COMPACT_RECORDS or state.journal_end == 0
+                or state.journal_end > max(state.snapshot_size // 4, 1 << 20)):
+            return self._write(config)
+        record = configdiff.encode_change(change, state.config.serial_no)
+        line = b"%08x %s\n" % (zlib.crc32(record), record)
+        fd = os.open(self.journal_path, os.O_WRONLY)
+        try:
+            # what follows the last record of this state goes: a torn record of a killed
+            # writer (or records continuing no state of ours)
+            os.ftruncate(fd, state.journal_end)
+            os.lseek(fd, state.journal_end, os.SEEK_SET)
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fresh = state.successor()
+        fresh.config = config
+        index = state.config.__dict__.get("_index")
+        if index is not None:  # follow the change (the older snapshot builds its own anew)
+            state.config.__dict__.pop("_index", None)
+            config.keep_index(configdiff.follow(index[1], config, change))
+        configdiff.remember(fresh.encoded, change)
+        fresh.records += 1
+        fresh.journal_end = state.journal_end + len(line)
+        fresh.journal_stamp = _file_stamp(self.journal_path)
+        return fresh
+
+    def _write(self, config: model.ConfigData) -> _State:
+        """A new snapshot and an empty journal continuing it (compaction, create, replace)."""
         self._remove_stale_temporaries()
-        atomic_write(self.path, model.encode(config), CONFIG_MODE)
+        raw = model.encode(config)
+        atomic_write(self.path, raw, CONFIG_MODE)
+        digest = hashlib.sha256(raw).hexdigest()
+        header = _ENCODER.encode({"snapshot": digest}) + b"\n"
+        atomic_write(self.journal_path, header, CONFIG_MODE)
+        state = _State(_file_stamp(self.path), config, configdiff.Encoded.of(config), digest,
+                       len(raw))
+        state.journal_end = len(header)
+        state.journal_stamp = _file_stamp(self.journal_path)
+        with _CACHE_LOCK:
+            _CACHE[self.path] = state
+        return state
 
     def _remove_stale_temporaries(self) -> None:
         """Remove temporary files left by writers that died mid-write."""
+        ours = (self.path.name, self.journal_path.name)
         for entry in self.directory.iterdir():
             match = _TMP_RE.match(entry.name)
-            if not match or match["name"] != self.path.name:
+            if not match or match["name"] not in ours:
                 continue
             if not pid_alive(int(match["pid"])):
                 with contextlib.suppress(OSError):
                     entry.unlink()
+
+
+JOURNAL_SUFFIX = ".journal"
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_CACHE: dict[Path, _State] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class _State:
+    """One process's view of a store: the shared config and what its files held."""
+
+    def __init__(self, snapshot_stamp: tuple[int, int, int] | None, config: model.ConfigData,
+                 encoded: configdiff.Encoded, digest: str, snapshot_size: int) -> None:
+        self.snapshot_stamp = snapshot_stamp
+        self.config = config
+        self.encoded = encoded
+        self.digest = digest
+        self.snapshot_size = snapshot_size
+        self.journal_stamp: tuple[int, int, int] | None = None
+        # after the last record applied, where the next goes (0: no journal continues it)
+        self.journal_end = 0
+        self.records = 0
+
+    def successor(self) -> _State:
+        fresh = _State(self.snapshot_stamp, self.config, self.encoded.copy(), self.digest,
+                       self.snapshot_size)
+        fresh.journal_stamp, fresh.journal_end = self.journal_stamp, self.journal_end
+        fresh.records = self.records
+        return fresh
+
+
+class _Journal:
+    def __init__(self, header: str | None, header_end: int, records: list[tuple[int, bytes]],
+                 stamp: tuple[int, int, int] | None) -> None:
+        self.header = header  # the SHA-256 of the snapshot it continues
+        self.header_end = header_end
+        self.records = records  # (offset after the line, record)
+        self.stamp = stamp
+
+
+def _read_journal(path: Path, start: int = 0) -> _Journal | None:
+    """The journal's whole, intact lines from `start` (0: with its header); None if absent.
+    Reading stops at the first torn or damaged line."""
+    try:
+        with path.open("rb") as file:
+            stamp = os.fstat(file.fileno())
+            data = file.read() if start == 0 else (file.seek(start), file.read())[1]
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StoreError(f"cannot read {path}: {err.strerror}") from None
+    header: str | None = None
+    header_end = 0
+    records: list[tuple[int, bytes]] = []
+    offset = 0
+    if start == 0:
+        end = data.find(b"\n")
+        if end < 0:
+            return _Journal(None, 0, [], (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size))
+        try:
+            header = str(msgspec.json.decode(data[:end])["snapshot"])
+        except (msgspec.DecodeError, KeyError, TypeError):
+            header = None
+        offset = header_end = end + 1
+    while True:
+        end = data.find(b"\n", offset)
+        if end < 0:
+            break
+        line = data[offset:end]
+        crc, _, record = line.partition(b" ")
+        try:
+            if int(crc, 16) != zlib.crc32(record):
+                break
+        except ValueError:
+            break
+        offset = end + 1
+        records.append((start + offset, record))
+    return _Journal(header, header_end, records,
+                    (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size))
+
+
+def _shallow_copy(config: model.ConfigData) -> model.ConfigData:
+    """A config whose tables are new dicts holding the same objects (a writer adds and drops
+    objects in it without touching the readers' tables)."""
+    return msgspec.structs.replace(config, **{
+        name: dict(getattr(config, name)) for name in configdiff.TABLES})
+
+
+def _restore(config: model.ConfigData, encoded: configdiff.Encoded,
+             change: configdiff.ChangeSet) -> None:
+    """Give `config`'s objects that `change` touched their values as `encoded` holds them."""
+    for name, uuids in [*change.puts.items(), *change.deletes.items()]:
+        table: dict[str, object] = getattr(config, name)
+        old = encoded.tables.get(name, {})
+        for uuid in uuids:
+            if uuid in table and uuid in old:
+                table[uuid] = configdiff.decode_object(name, old[uuid])
+    for name in change.sections:
+        if name in encoded.sections:
+            setattr(config, name, configdiff.decode_object(name, encoded.sections[name]))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def atomic_write(path: Path, data: bytes, mode: int = CONFIG_MODE) -> None:
@@ -215,22 +484,22 @@ class ConfigCache:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[object, ...] | None = None
         self._config: model.ConfigData | None = None
         self.error: str | None = None
 
     def __call__(self) -> model.ConfigData | None:
+        """The shared snapshot (`FileStore.snapshot`): read it, never change it."""
         if self.path is None:
             return None
-        try:
-            st = self.path.stat()
-        except OSError:
+        store = FileStore(self.path)
+        stamp = store.stamp()
+        if stamp[0] is None:
             self._config, self._stamp = None, None
             return None
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
             try:
-                self._config = FileStore(self.path).load()
+                self._config = store.snapshot()
                 self.error = None
             except HerderError as err:  # keep the last good config; say why
                 self.error = str(err)

@@ -231,7 +231,9 @@ class EtcdStore:
         """Change the document: nothing is written if the block raises or validation fails."""
         with self.locked():
             config, revision = self.load_with_revision()
+            config.changing()
             yield config
+            config.changing(False)
             config.touch(model.now())
             try:
                 checked = model.revalidate(config)

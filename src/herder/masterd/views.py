@@ -20,9 +20,8 @@ def node_view(config: model.ConfigData, node: model.Node,
               live: Snapshot = EMPTY) -> dict[str, Any]:
     """Ganeti's N_FIELDS; the live figures from `live` (null where Ganeti's would be: node
     offline, not answering, or a figure it does not report)."""
-    primaries = sorted(i.name for i in config.instances.values() if i.primary_node == node.uuid)
-    secondaries = sorted(i.name for i in config.instances.values()
-                         if node.uuid in i.secondary_nodes)
+    primaries = [i.name for i in config.primary_instances(node.uuid)]
+    secondaries = [i.name for i in config.secondary_instances(node.uuid)]
     return {
         "name": node.name, "uuid": node.uuid, "pip": node.primary_ip,
         "sip": node.secondary_ip or node.primary_ip,
@@ -45,7 +44,7 @@ def _node_figures(config: model.ConfigData, node: model.Node, live: Snapshot) ->
 
 
 def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, Any]:
-    members = sorted(n.name for n in config.nodes.values() if n.group == group.uuid)
+    members = [n.name for n in config.group_nodes(group.uuid)]
     return {
         "name": group.name, "uuid": group.uuid, "alloc_policy": group.alloc_policy,
         "node_cnt": len(members), "node_list": members,
