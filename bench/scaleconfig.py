@@ -35,8 +35,9 @@ def scaled_ganeti(instances: int, source: Path = SOURCE) -> dict[str, Any]:
         node = copy.deepcopy(node_templates[index % len(node_templates)])
         node_uuid = _uuid("node", index)
         node.update(uuid=node_uuid, name=f"node{index}.example.com", group=group,
-                    primary_ip=f"10.{index // 250}.{index % 250}.1",
-                    secondary_ip=f"10.{128 + index // 250}.{index % 250}.1",
+                    # loopback: a push to a node without a noded is refused at once
+                    primary_ip=f"127.{10 + index // 250}.{index % 250}.1",
+                    secondary_ip=f"127.{50 + index // 250}.{index % 250}.1",
                     master_candidate=index < 10, offline=False, drained=False)
         new_nodes[node_uuid] = node
         node_uuids.append(node_uuid)

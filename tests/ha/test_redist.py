@@ -17,6 +17,7 @@ import pytest
 
 from herder.core import model
 from herder.core.errors import RpcError
+from herder.core.store import FileStore
 from herder.masterd import redist
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
@@ -317,8 +318,8 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
         out = {}
         for name in candidates:
             with contextlib.suppress(OSError, ValueError):
-                out[name] = model.decode(node_path(name, "/var/lib/herder/config.json")
-                                         .read_bytes())
+                # the store's reading: on the master, the snapshot and its journal
+                out[name] = FileStore(node_path(name, "/var/lib/herder/config.json")).load()
         return out
 
     assert {name: c.serial_no for name, c in copies().items()} == \

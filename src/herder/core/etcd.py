@@ -451,11 +451,20 @@ class EtcdClient:
     def get(self, key: bytes | str) -> KeyValue | None:
         return self.range(key).first
 
-    def range(self, key: bytes | str, *, prefix: bool = False) -> RangeResult:
+    def range(self, key: bytes | str, *, prefix: bool = False, range_end: bytes | None = None,
+              limit: int = 0, revision: int = 0) -> RangeResult:
+        """The keys from `key` (with `prefix`: every key under it; `range_end`: up to that key,
+        excluded), at most `limit` of them (0: all), as of `revision` (0: the newest)."""
         body: dict[str, Any] = {"key": b64(key)}
         if prefix:
             raw = key.encode() if isinstance(key, str) else key
             body["range_end"] = b64(prefix_end(raw))
+        elif range_end is not None:
+            body["range_end"] = b64(range_end)
+        if limit:
+            body["limit"] = str(limit)
+        if revision:
+            body["revision"] = str(revision)
         return _range_result(self.call("/v3/kv/range", body))
 
     def put(self, key: bytes | str, value: bytes | str, lease: int = 0) -> int:

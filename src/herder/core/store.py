@@ -60,6 +60,10 @@ class ConfigStore(Protocol):
         """The current document, validated (and upgraded in memory if older)."""
         ...
 
+    def snapshot(self) -> model.ConfigData:
+        """The current document, shared by this process's readers: read it, never change it."""
+        ...
+
     def create(self, config: model.ConfigData) -> None:
         """Write the first document; refuses if one exists."""
         ...
@@ -248,7 +252,7 @@ class FileStore:
                 # the block changed `current`'s objects in place: give them back their
                 # written values, so readers of the older snapshot keep a consistent one
                 try:
-                    _restore(current, state.encoded, change if change is not None
+                    restore(current, state.encoded, change if change is not None
                              else configdiff.diff(state.encoded, config))
                 except (ConfigError, TypeError, ValueError, msgspec.EncodeError):
                     with _CACHE_LOCK:  # cannot tell what the block did: read it again
@@ -413,7 +417,7 @@ def _shallow_copy(config: model.ConfigData) -> model.ConfigData:
         name: dict(getattr(config, name)) for name in configdiff.TABLES})
 
 
-def _restore(config: model.ConfigData, encoded: configdiff.Encoded,
+def restore(config: model.ConfigData, encoded: configdiff.Encoded,
              change: configdiff.ChangeSet) -> None:
     """Give `config`'s objects that `change` touched their values as `encoded` holds them."""
     for name, uuids in [*change.puts.items(), *change.deletes.items()]:

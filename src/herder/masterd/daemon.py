@@ -159,7 +159,7 @@ class MasterDaemon:
 
     def still_master(self) -> str | None:
         """None while the config still names this masterd's master and epoch, else why not."""
-        config = self.store.load()
+        config = self.store.snapshot()
         c = config.cluster
         if c.master_epoch != self.epoch or c.master_node != self.master_uuid:
             return (f"the config names {config.node_name(c.master_node)} as master at epoch "

@@ -134,12 +134,28 @@ def _can_run(inst: model.Instance, node: model.Node) -> bool:
     return template in params.DTS_EXT_MIRROR or node.uuid in inst.all_nodes
 
 
+def instance_files(config: model.ConfigData) -> dict[str, set[str]]:
+    """Instance UUID -> the files its filled hypervisor parameters name (only instances that
+    name some, of an enabled hypervisor): computed once per plan, not once per node."""
+    found: dict[str, set[str]] = {}
+    for inst in config.instances.values():
+        if inst.hypervisor not in config.cluster.enabled_hypervisors:
+            continue
+        filled = config.filled_hvparams(inst)
+        files = {str(filled[p]) for p in HV_FILE_PARAMS if filled.get(p)}
+        if files:
+            found[inst.uuid] = files
+    return found
+
+
 def hypervisor_files(config: model.ConfigData, node: model.Node,
-                     where: Path | None = None) -> list[str]:
+                     where: Path | None = None,
+                     per_instance: dict[str, set[str]] | None = None) -> list[str]:
     """The files the enabled hypervisors' parameters name that `node` needs: the cluster
     defaults on every VM-capable node, an instance's value on the nodes that can run it. Only
     files in `where`, the cluster's hypervisor file directory (`core.hvfiles`; None: none at
-    all), are the cluster's: a parameter naming any other file sends nothing."""
+    all), are the cluster's: a parameter naming any other file sends nothing. `per_instance`:
+    `instance_files(config)`, when the caller asks for many nodes."""
     c = config.cluster
     wanted: set[str] = set()
     if not node.vm_capable:
@@ -149,11 +165,11 @@ def hypervisor_files(config: model.ConfigData, node: model.Node,
             if hv in params.HYPERVISORS else []
         filled = params.fill(params.hv_family(hv).defaults(), c.hvparams.get(hv)) if names else {}
         wanted.update(str(filled[p]) for p in names if filled.get(p))
-    for inst in config.instances.values():
-        if inst.hypervisor not in c.enabled_hypervisors or not _can_run(inst, node):
-            continue
-        filled = config.filled_hvparams(inst)
-        wanted.update(str(filled[p]) for p in HV_FILE_PARAMS if filled.get(p))
+    if per_instance is None:
+        per_instance = instance_files(config)
+    for uuid, files in per_instance.items():
+        if _can_run(config.instances[uuid], node):
+            wanted.update(files)
     return sorted(p for p in wanted
                   if where is not None and hvfiles.path_problem(p, where) is None)
 
@@ -167,8 +183,9 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
     rapi = [str(secrets.certificate), str(secrets.rapi_users)]
     everything = set(user_list) | set(rapi) | {str(secrets.hmac_key)}
     hv_dir = hvfiles.directory(config_path.parent)
+    per_instance = instance_files(config)
     for node in config.nodes.values():
-        everything.update(hypervisor_files(config, node, hv_dir))
+        everything.update(hypervisor_files(config, node, hv_dir, per_instance))
     facts = ssconf_values(config, everything)
     wanted = set(only) if only is not None else None
     plans: dict[str, NodePlan] = {}
@@ -180,7 +197,7 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
             continue
         candidate = node.master_candidate
         files = list(user_list)
-        files += hypervisor_files(config, node, hv_dir)
+        files += hypervisor_files(config, node, hv_dir, per_instance)
         if candidate:
             files += [str(secrets.rapi_users)]
         if full:
@@ -329,7 +346,7 @@ async def watch(daemon: Any, stop: Any, interval: float | None = None,
     retry_at = 0.0
     while not stop.is_set():
         try:
-            config = await asyncio.to_thread(daemon.store.load)
+            config = await asyncio.to_thread(daemon.store.snapshot)
             key = (config.serial_no, await asyncio.to_thread(queue_state, daemon.env.queue_dir))
             if daemon.deposed is None and (key != last or (retry_at and
                                                            time.monotonic() >= retry_at)):
