@@ -14,6 +14,7 @@ on the changed objects.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,10 +175,20 @@ def apply(config: model.ConfigData, change: ChangeSet) -> model.ConfigData:
         section = change.sections.get(name)
         values[name] = (decode_object(name, section) if section is not None
                         else getattr(config, name))
-    new = msgspec.structs.replace(config, **values, **change.top)
+    new = with_tables(config, {**values, **change.top})
     index = config.__dict__.get("_index")
     if index is not None:  # follow the change instead of building the index again
         new.keep_index(follow(index[1], new, change))
+    return new
+
+
+def with_tables(config: model.ConfigData, values: dict[str, Any]) -> model.ConfigData:
+    """A shallow copy of `config` with `values` set, without the document's own whole-config
+    checks (`check` ran what the change needs; the rest holds already)."""
+    new = copy.copy(config)
+    new.__dict__.clear()  # the kept index and marks are the original's
+    for name, value in values.items():
+        setattr(new, name, value)
     return new
 
 

@@ -691,12 +691,20 @@ class ConfigData(Base, kw_only=True, dict=True):
               names_of: Callable[[configindex.ConfigIndex], configindex.NameTable]) -> _T:
         if key in table:
             return table[key]
-        found = _find_indexed(kind, table, key, names_of(self.index()))
-        if found is None:  # the index may predate a rename in this very change: look again
-            found = _find_indexed(kind, table, key, names_of(self.index(fresh=True)))
-        if found is None:
-            raise NotFoundError(f"{kind} {key!r} not found (give a name or a UUID)")
+        found = _find_indexed(kind, table, key, names_of(self._lookup_index()))
+        if found is None:  # the index may predate a rename in this very change: scan
+            found = _find_scan(kind, table, key)
         return found
+
+    def _lookup_index(self) -> configindex.ConfigIndex:
+        """The index for name lookups: while the config is being changed, the one of the
+        config the change started from (every hit is checked against the object, a miss
+        scans), so a lookup in a change costs no index build."""
+        if self.__dict__.get("_changing"):
+            started = self.__dict__.get("_lookup")
+            if isinstance(started, configindex.ConfigIndex):
+                return started
+        return self.index()
 
     # --- indexes ------------------------------------------------------------------------------
 
@@ -722,11 +730,16 @@ class ConfigData(Base, kw_only=True, dict=True):
                  len(self.networks), self.serial_no, id(self.nodes), id(self.instances))
         self.__dict__["_index"] = (guard, index)
 
-    def changing(self, active: bool = True) -> None:
-        """Mark the config as being changed (no kept index until the change ends)."""
+    def changing(self, active: bool = True,
+                 lookup: configindex.ConfigIndex | None = None) -> None:
+        """Mark the config as being changed (no kept index until the change ends; `lookup`:
+        the index of the config the change started from, for name lookups only)."""
         self.__dict__["_changing"] = active
+        self.__dict__.pop("_lookup", None)
         if active:
             self.__dict__.pop("_index", None)
+            if lookup is not None:
+                self.__dict__["_lookup"] = lookup
 
     def primary_instances(self, node_uuid: str) -> list[Instance]:
         """The node's primary instances, by name."""
@@ -748,7 +761,7 @@ class ConfigData(Base, kw_only=True, dict=True):
 
     def find_instance_by_name(self, name: str) -> Instance | None:
         """The instance named exactly `name` (no UUID or short name), or None."""
-        for uuid in self.index().instances.by_name.get(name, ()):
+        for uuid in self._lookup_index().instances.by_name.get(name, ()):
             inst = self.instances.get(uuid)
             if inst is not None and inst.name == name:
                 return inst
@@ -763,10 +776,10 @@ class ConfigData(Base, kw_only=True, dict=True):
         return node.name if node else node_uuid
 
     def instances_on(self, node_uuid: str) -> Iterator[Instance]:
-        """The node's primary and secondary instances, each once (in the config's order)."""
-        on = set(self.index().instance_uuids_on(node_uuid))  # a copy: see primary_instances
-        for uuid, inst in self.instances.items():
-            if uuid in on and node_uuid in inst.all_nodes:
+        """The node's primary and secondary instances, each once (primaries first)."""
+        for uuid in self.index().instance_uuids_on(node_uuid):  # a copy: see primary_instances
+            inst = self.instances.get(uuid)
+            if inst is not None and node_uuid in inst.all_nodes:
                 yield inst
 
     # --- filled (resolved) parameters ---------------------------------------------------------
@@ -841,6 +854,20 @@ def check_instance_nics(config: ConfigData, instances: Iterable[Instance]) -> No
 
 
 _T = TypeVar("_T", bound=Named)
+
+
+def _find_scan(kind: str, table: Mapping[str, _T], key: str) -> _T:
+    """Look up by exact name, or a unique short name, scanning every object."""
+    exact = [obj for obj in table.values() if obj.name == key]
+    if exact:
+        return exact[0]
+    prefix = [obj for obj in table.values() if obj.name.split(".", 1)[0] == key]
+    if len(prefix) == 1:
+        return prefix[0]
+    if len(prefix) > 1:
+        names = ", ".join(sorted(o.name for o in prefix))
+        raise AmbiguousError(f"{kind} {key!r} is ambiguous: it matches {names}")
+    raise NotFoundError(f"{kind} {key!r} not found (give a name or a UUID)")
 
 
 def _find_indexed(kind: str, table: Mapping[str, _T], key: str,

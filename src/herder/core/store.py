@@ -236,7 +236,8 @@ class FileStore:
             state = self._refresh(state)
             current = state.config
             config = _shallow_copy(current)
-            config.changing()
+            kept = current.__dict__.get("_index")
+            config.changing(lookup=kept[1] if kept is not None else None)
             change: configdiff.ChangeSet | None = None
             try:
                 yield config
@@ -413,7 +414,7 @@ def _read_journal(path: Path, start: int = 0) -> _Journal | None:
 def _shallow_copy(config: model.ConfigData) -> model.ConfigData:
     """A config whose tables are new dicts holding the same objects (a writer adds and drops
     objects in it without touching the readers' tables)."""
-    return msgspec.structs.replace(config, **{
+    return configdiff.with_tables(config, {
         name: dict(getattr(config, name)) for name in configdiff.TABLES})
 
 
