@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,7 @@ def main() -> None:
                         result = run_size(size, backend, base, etcd_hosts, source,
                                           args.concurrent)
                     except Exception as err:  # one size's failure is a figure
+                        traceback.print_exc()
                         result = {"instances": size, "backend": backend,
                                   "error": f"{type(err).__name__}: {err}"[:500]}
                     print(json.dumps(result), flush=True)

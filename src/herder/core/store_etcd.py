@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,6 +112,7 @@ class EtcdStore:
         self._local_dir = Path(local_dir)
         self.objects_root = f"/herder/{cluster}/objects/"
         self._cached: _EtcdState | None = None
+        self._writers = threading.Lock()
 
     @classmethod
     def from_location(cls, location: str, **kwargs: Any) -> EtcdStore:
@@ -226,7 +228,14 @@ class EtcdStore:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the writers' lock key (waits for other writers, up to `lock_wait` seconds)."""
+        """Hold the writers' lock key (waits for other processes' writers, up to `lock_wait`
+        seconds; this process's writers queue in turn first, so a hundred jobs of one masterd
+        do not spend their wait on each other)."""
+        with self._writers, self._locked_key():
+            yield
+
+    @contextlib.contextmanager
+    def _locked_key(self) -> Iterator[None]:
         lease = self.client.lease_grant(self.lock_ttl)
         token = f"{os.getpid()}-{lease.id:x}"
         deadline = time.monotonic() + self.lock_wait
