@@ -1,6 +1,8 @@
-"""Benchmark of herder.noded.bdev: create + remove of many disks per device type that runs here.
+"""Benchmark of herder.noded.bdev: create + remove of many disks per device type that runs here,
+and moving a disk between two simulated nodes.
 
     PYTHONPATH=src .venv/bin/python bench/storage.py [--count 100] [--size 64]
+    PYTHONPATH=src .venv/bin/python bench/storage.py --move [--move-mib 1024]
 
 For each type, `count` disks of `size` MiB are created (Ganeti's blockdev_create on the
 primary: create, assemble, open, set info) and then removed (blockdev_remove), through
@@ -11,6 +13,12 @@ remove touch nothing, so this is the cost of the checks), ext with the `sharedim
 only (a VG on a loop device with activation off: `pvs`, `lvcreate`, `lvs`, `lvchange`,
 `lvremove` per disk). Prints, per type, the total and the per-disk time of each phase.
 Needs root, losetup and LVM for blockdev, ext and plain (skipped, with the reason, otherwise).
+
+`--move`: a simulated cluster of two nodes (`herder cluster simulate`), a `file` instance with
+one disk of `--move-mib` MiB filled with random bytes on node 1, then `herder instance move` to
+node 2 (the disk streamed from node 1's noded to node 2's over HTTPS, `noded.disk_transfer`),
+timed; beside it the limits: `cp` of the same file from node 1's file storage to node 2's, and
+`dd` of it to node 2's with 1 MiB blocks, on this machine.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -135,11 +144,61 @@ def measure(name: str, setup: Callable[[], object], on_primary: bool = True) -> 
           f" {create / count * 1000:>9.1f} ms {remove / count * 1000:>9.1f} ms")
 
 
+def timed(what: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    what()
+    return time.perf_counter() - started
+
+
+def measure_move(mib: int) -> None:
+    """`herder instance move` of a file disk of `mib` MiB between two simulated nodes, beside
+    cp and dd of the same bytes."""
+    from herder.sim import cluster
+
+    directory = Path(tempfile.mkdtemp(prefix="herder-bench-move-", dir="/tmp"))
+    state = cluster.start(directory, 2, first_ip=230)
+    try:
+        env = {**os.environ, **state.client_environment()}
+
+        def herder(*args: str) -> None:
+            subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                           check=True, capture_output=True, text=True, timeout=3600)
+
+        node1, node2 = (state.host(n.name) for n in state.nodes)
+        herder("instance", "add", "big1", "--no-name-check", "-t", "file", "--no-install",
+               "--no-start", "-o", "debootstrap+default", "--disk", f"{mib}M", "-n",
+               node1.name)
+        source = node1.path("/srv/herder/file-storage/big1/disk0")
+        with open(source, "r+b") as disk:
+            for _ in range(mib):
+                disk.write(os.urandom(1 << 20))
+        copy = node2.path("/srv/herder/file-storage/bench-copy")
+        cp = timed(lambda: subprocess.run(["cp", str(source), str(copy)], check=True))
+        os.unlink(copy)
+        dd = timed(lambda: subprocess.run(["dd", f"if={source}", f"of={copy}", "bs=1M",
+                                           "conv=fsync", "status=none"], check=True))
+        os.unlink(copy)
+        move = timed(lambda: herder("instance", "move", "big1", "-n", node2.name))
+        print(f"moving {mib} MiB from {node1.name} to {node2.name}:")
+        for name, seconds in (("herder instance move", move), ("cp (the limit)", cp),
+                              ("dd bs=1M conv=fsync", dd)):
+            print(f"  {name:<22} {seconds:>8.2f} s {mib / seconds:>9.1f} MiB/s")
+    finally:
+        cluster.stop(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--size", type=int, default=64, help="MiB per disk")
+    parser.add_argument("--move", action="store_true",
+                        help="time moving a disk between two simulated nodes instead")
+    parser.add_argument("--move-mib", type=int, default=1024)
     args = parser.parse_args()
+    if args.move:
+        measure_move(args.move_mib)
+        return
     count, size = args.count, args.size
     real = os.geteuid() == 0 and bool(shutil.which("losetup")) and bool(shutil.which("vgcreate"))
     print(f"{'type':<22} {'disks':>5} {'create':>11} {'remove':>11} {'per create':>12}"

@@ -25,11 +25,11 @@ echo "== the cluster as node1 sees it (herder cluster simulate --exec node1 -- .
 
 echo
 echo "== instances placed by the allocator (the cluster's default iallocator: herder's own)"
-"$H" instance add web1 --no-name-check -t drbd -o debootstrap+default --disk 1G --dry-run
-"$H" instance add web1 --no-name-check -t drbd -o debootstrap+default --disk 1G
-"$H" instance add web2 --no-name-check -t drbd -o debootstrap+minimal --disk 2G -B maxmem=256
-"$H" instance add db1 --no-name-check -t plain -o debootstrap+default --disk 1G -n node1.sim.herder.test
-"$H" instance add bad1 --no-name-check -t plain -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
+"$H" instance add web1 --no-name-check -t sharedfile -o debootstrap+default --disk 1G --dry-run
+"$H" instance add web1 --no-name-check -t sharedfile -o debootstrap+default --disk 1G
+"$H" instance add web2 --no-name-check -t sharedfile -o debootstrap+minimal --disk 2G -B maxmem=256
+"$H" instance add db1 --no-name-check -t file -o debootstrap+default --disk 1G -n node1.sim.herder.test
+"$H" instance add bad1 --no-name-check -t file -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
 "$H" instance list
 
 echo

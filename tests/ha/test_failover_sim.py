@@ -81,7 +81,7 @@ def test_master_failover(sim) -> None:
     # Work through the first master: an instance, a tag, and a maintd incident (node3's
     # self-diagnose asks for a live repair whose command does not exist).
     herder(sim, "instance", "add", "web1", "--no-name-check",
-           "-t", "plain", "-o", "debootstrap+default",
+           "-t", "file", "-o", "debootstrap+default",
            "--disk", "1G")
     herder(sim, "tags", "add", "cluster", "ha:tag-before")
     cluster.break_node(Path(sim.directory), node3.name, "live-repair", "no-such-repair")
@@ -134,7 +134,7 @@ def test_master_failover(sim) -> None:
     assert set(incidents) <= {i.uuid for i in after.maintenance.incidents}
     # New jobs run through the new master, at the same published address.
     herder(state, "instance", "add", "web2", "--no-name-check",
-           "-t", "plain", "-o", "debootstrap+minimal",
+           "-t", "file", "-o", "debootstrap+minimal",
            "--disk", "1G", "-n", node3.name)
     with state.rapi() as api:
         assert api.get_info()["master"] == node2.name
@@ -183,5 +183,5 @@ def test_no_voting_moves_the_master_away_from_a_running_one(sim) -> None:
     assert set(states.values()) <= {"stopped", "not-my-role"}
     assert config(state).cluster.master_epoch == 2
     herder(state, "instance", "add", "web3", "--no-name-check",
-           "-t", "plain", "-o", "debootstrap+default", "--disk", "1G")
+           "-t", "file", "-o", "debootstrap+default", "--disk", "1G")
     assert config(state).find_instance("web3").name == "web3"

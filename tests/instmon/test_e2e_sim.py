@@ -78,9 +78,9 @@ def job_reasons(sim, job_id: int) -> list[list[Any]]:
 
 def test_instance_failures_are_recovered_through_maintd(sim) -> None:
     herder(sim, "instance", "add", "web1", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
+           "-t", "sharedfile", "-o", "debootstrap+default", "--disk", "1G")
     herder(sim, "instance", "add", "keep1", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G")
+           "-t", "sharedfile", "-o", "debootstrap+default", "--disk", "1G")
     herder(sim, "tags", "add", "instance", "keep1", OPTOUT)
     pname, web = primary(sim, "web1")
     pnode = node_of(sim, pname)
@@ -132,10 +132,10 @@ def test_instance_failures_are_recovered_through_maintd(sim) -> None:
 
     # an I/O error: the node is drained and the instance moved (not on the master: draining
     # the master is refused, as in Ganeti)
-    io_node, other = sim.nodes[1], sim.nodes[2]
+    io_node = sim.nodes[1]
     herder(sim, "instance", "add", "io1", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G", "-n", f"{io_node.name}:{other.name}")
+           "-t", "sharedfile", "-o", "debootstrap+default",
+           "--disk", "1G", "-n", io_node.name)
     io1 = config(sim).find_instance("io1")
     on(sim, io_node.name, "instmon", "inject", "IO_ERROR.REPORT", "io1")  # on that node
     drained = wait_for(lambda: [i for i in incidents_for(sim, io1.uuid)
@@ -143,8 +143,9 @@ def test_instance_failures_are_recovered_through_maintd(sim) -> None:
                                 and i["repair-status"] == "completed"],
                        what="a drain-relocate")
     assert config(sim).find_node(io_node.name).drained
-    assert primary(sim, "io1")[0] == other.name
-    wait_for(lambda: running(sim, other, "io1"), what="io1 running off the node")
+    moved_to = primary(sim, "io1")[0]
+    assert moved_to != io_node.name
+    wait_for(lambda: running(sim, node_of(sim, moved_to), "io1"), what="io1 running off the node")
     reasons = job_reasons(sim, drained[0]["jobs"][0])
     assert any(r[0] == "gnt:daemon:instmon" and "IO_ERROR/IO_ERROR_REPORT" in r[1]
                for r in reasons), reasons

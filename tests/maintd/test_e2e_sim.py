@@ -68,7 +68,7 @@ def master_of(sim) -> str:
 
 def test_evacuate_heals_the_cluster(sim) -> None:
     herder(sim, "instance", "add", "web1", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default",
+           "-t", "sharedfile", "-o", "debootstrap+default",
            "--disk", "1G")
     cfg = config(sim)
     master = master_of(sim)
@@ -131,8 +131,8 @@ def test_kill_9_mid_evacuation_loses_nothing_and_submits_nothing_twice(sim) -> N
     victim = next(n.name for n in sim.nodes if n.name != master and n.name not in offline)
     victim_uuid = cfg.find_node(victim).uuid
     herder(sim, "instance", "add", "db2", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default",
-           "--disk", "1G", "-n", f"{victim}:{master}")
+           "-t", "sharedfile", "-o", "debootstrap+default",
+           "--disk", "1G", "-n", victim)
     diagnose(sim, victim, {"status": "evacuate-failover", "command": "", "details": {"n": 2}})
 
     def first_job():

@@ -1,4 +1,4 @@
-"""noded's `node_info`: the node's figures (Ganeti's rules for memory), its disk pool, and the
+"""noded's `node_info`: the node's figures (Ganeti's rules for memory), its storage units, and the
 run states of its live instances, on libvirt's test driver (in process) and this machine's
 /proc; memory compared with Ganeti's own code where it is unpacked (../shared/peers)."""
 
@@ -15,6 +15,7 @@ import pytest
 
 from herder.core import livefigures
 from herder.noded import figures
+from herder.noded.bdev.base import CommandResult, Host
 from herder.noded.hypervisor import DomainSpec, Hypervisor
 from herder.noded.server import NodeDaemon, NodeSettings
 
@@ -56,14 +57,37 @@ def test_meminfo_matches_ganeti_on_this_machine(tmp_path: Path) -> None:
                                    ganeti["memory_dom0"])
 
 
-def test_disk_pool_is_what_herders_disks_may_use(tmp_path: Path) -> None:
-    disks = tmp_path / "disks"
-    disks.mkdir()
-    with open(disks / "d1.img", "wb") as fh:
-        fh.truncate(300 * 2**20)  # sparse, as noded creates them
-    pool = figures.disk_pool(disks)  # the filesystem's free space + the disks
-    assert pool.storage_size - pool.storage_free == 300
-    assert pool.storage_free == shutil.disk_usage(disks).free // 2**20
+class VgsRunner:
+    """`vgs` answering for one volume group (the command line is the block-device layer's)."""
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+
+    def __call__(self, argv, *, env=None, timeout=None, cwd=None) -> CommandResult:
+        self.argv = list(argv)
+        return CommandResult(tuple(argv), 0, "  xenvg|20480.00|wz--n-|102396.00\n")
+
+
+def test_storage_units_are_the_real_ones(tmp_path: Path) -> None:
+    runner = VgsRunner()
+    units = figures.storage_units(Host(runner=runner), [("lvm-vg", "xenvg"),
+                                                        ("file", str(tmp_path)),
+                                                        ("file", str(tmp_path / "missing"))])
+    assert runner.argv[0] == "vgs"
+    vg, directory = units  # a directory this node lacks is left out
+    assert (vg.type, vg.name, vg.storage_size, vg.storage_free) == ("lvm-vg", "xenvg", 102396,
+                                                                    20480)
+    usage = shutil.disk_usage(tmp_path)
+    assert (directory.type, directory.name) == ("file", str(tmp_path))
+    assert directory.storage_size == usage.total // 2**20
+    assert abs(directory.storage_free - usage.free // 2**20) < 64  # others write meanwhile
+
+
+def test_the_cluster_asks_for_its_templates_units() -> None:
+    assert livefigures.cluster_storage_units(
+        ["sharedfile", "plain", "file", "drbd", "diskless"], "xenvg", "/srv/fs") == [
+        ["lvm-vg", "xenvg"], ["file", "/srv/fs"]]
+    assert livefigures.cluster_storage_units(["sharedfile", "ext"], "xenvg", "/srv/fs") == []
 
 
 @pytest.fixture
@@ -84,20 +108,21 @@ def test_node_info_on_the_test_driver(hv: Hypervisor, tmp_path: Path) -> None:
     hv.start("web")
     (records / "web.json").write_text(json.dumps({"expected_state": "up",
                                                   "changed": time.time() - 30}))
-    info = figures.node_info(hv, disks, records, with_instances=True)
+    info = figures.node_info(hv, records, with_instances=True,
+                             storage=figures.storage_units(Host(), [("file", str(disks))]))
     # the test driver's host: 3 GiB, 16 CPUs in 2 NUMA cells of 2 sockets; its own domain
     # "test" (2 GiB) and "web" run, "idle" is only defined
     assert (info.memory_total, info.memory_free, info.memory_dom0) == (3072, 3072 - 2048 - 256, 0)
     assert (info.cpu_total, info.cpu_dom0, info.cpu_nodes, info.cpu_sockets) == (16, 16, 2, 4)
     assert info.bootid == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     (pool,) = info.storage
-    assert (pool.type, pool.name, pool.storage_size - pool.storage_free) == ("file", str(disks), 0)
+    assert (pool.type, pool.name) == ("file", str(disks)) and pool.storage_size > 0
     assert info.instances is not None and set(info.instances) == {"test", "web"}
     web = info.instances["web"]
     assert (web.state, web.memory, web.vcpus) == ("running", 256, 2)
     assert web.uptime is not None and 29 <= web.uptime < 300
     assert info.instances["test"].uptime is None  # not started by noded
-    assert figures.node_info(hv, disks, records).instances is None  # not asked
+    assert figures.node_info(hv, records).instances is None  # not asked
 
 
 def test_node_info_of_a_real_host_reads_proc_meminfo(hv: Hypervisor, tmp_path: Path) -> None:
@@ -105,7 +130,7 @@ def test_node_info_of_a_real_host_reads_proc_meminfo(hv: Hypervisor, tmp_path: P
     meminfo.write_text(MEMINFO)
     hv.domain_type = "kvm"  # what noded reads for a host whose memory is real
     (tmp_path / "disks").mkdir()
-    info = figures.node_info(hv, tmp_path / "disks", tmp_path, meminfo=meminfo)
+    info = figures.node_info(hv, tmp_path, meminfo=meminfo)
     assert (info.memory_total, info.memory_free, info.memory_dom0) == \
         figures.parse_meminfo(MEMINFO)
 
@@ -119,11 +144,12 @@ def test_the_rpc_answers_the_wire_format(tmp_path: Path) -> None:
         daemon.rpc_instance_start({"instance": {
             "name": "db", "uuid": uuid, "memory": 128, "vcpus": 1, "disks": [], "nics": []},
             "claim": {"uuid": uuid, "primary": "node1", "serial": 1, "epoch": 0}})
-        raw = daemon.dispatch("node_info", {"instances": True})
+        raw = daemon.dispatch("node_info", {"instances": True,
+                                            "storage_units": [["file", str(tmp_path)]]})
         info = livefigures.decode_node_info(json.loads(json.dumps(raw)))
         assert info.instances is not None and info.instances["db"].memory == 128
         assert info.instances["db"].uptime is not None
-        assert info.storage[0].name == str(tmp_path / "state" / "disks")
+        assert [(u.type, u.name) for u in info.storage] == [("file", str(tmp_path))]
         assert daemon.dispatch("node_info", {})["instances"] is None
         assert daemon.dispatch("ping", {})["vm_lock_kb"] >= 0
     finally:

@@ -18,6 +18,7 @@ confd (UDP) has no router: its one receiver is checked with every foreign messag
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import ssl
@@ -33,7 +34,15 @@ import pytest
 from aiohttp import web
 
 from herder.confd.server import ConfdProcessor
-from herder.core import access, confd, envelope, notification, repair_client, rpcauth
+from herder.core import (
+    access,
+    confd,
+    console,
+    envelope,
+    notification,
+    repair_client,
+    rpcauth,
+)
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
@@ -104,7 +113,8 @@ def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
         hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
-                 frozenset({access.NODE_RPC, access.JOIN_TOKEN})), daemon
+                 frozenset({access.NODE_RPC, access.NODE_CONSOLE, access.JOIN_TOKEN,
+                            access.NODE_IMPORT})), daemon
     daemon.hv.close()
 
 
@@ -236,6 +246,42 @@ def test_noded_refuses_every_unsigned_call(noded) -> None:
     after = sorted(p.relative_to(node.settings.state_dir)
                    for p in node.settings.state_dir.rglob("*"))
     assert node.powercycled == [] and before == after
+
+
+def test_noded_opens_a_console_stream_only_for_the_masters_signed_call(noded) -> None:
+    """The console websockets: no signed call, garbage, a call signed for the other stream,
+    another node or another instance, or a replayed one are refused (403) before anything is
+    looked up; the master's call passes the door (then: 409, the instance is not running)."""
+    daemon, _node = noded
+    found = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_CONSOLE]
+    assert sorted(r.canonical for r in found) == ["/console/{instance}/serial",
+                                                  "/console/{instance}/vnc"]
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+    def signed(method: str, node: str, instance: str) -> dict[str, str]:
+        body = rpcauth.sign_call(KEY, method, node, {"instance": instance})
+        return {**upgrade, console.SIGNED_CALL_HEADER:
+                base64.urlsafe_b64encode(body).decode()}
+
+    with serving(daemon.app) as served:
+        for route in found:
+            instance = route.path.split("/")[2]
+            kind = route.path.rsplit("/", 1)[-1]
+            other = next(k for k in console.STREAM_KINDS if k != kind)
+            method = console.STREAM_METHODS[kind]
+            good = signed(method, NODE, instance)
+            for headers in (upgrade, {**upgrade, console.SIGNED_CALL_HEADER: "!!"},
+                            signed(console.STREAM_METHODS[other], NODE, instance),
+                            signed(method, "node2.example.com", instance),
+                            signed(method, NODE, "other.example.com"),
+                            signed("ping", NODE, instance)):
+                answer = request(served, route, headers=headers)
+                assert answer.status_code == 403, (route, headers, answer.text)
+                assert answer.headers[console.ERROR_HEADER].startswith("refused")
+            answer = request(served, route, headers=good)
+            assert answer.status_code == 409 and "not running" in answer.text, answer.text
+            assert request(served, route, headers=good).status_code == 403  # a replay
 
 
 @needs_root

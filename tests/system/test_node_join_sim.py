@@ -130,7 +130,7 @@ def test_a_removed_node_is_refused_and_can_join_again_after_a_reset(sim) -> None
 
 def test_renew_crypto_keeps_instances_running(sim) -> None:
     first, second, third = node_names(sim)
-    herder(sim, "instance", "add", "kept1", "--no-name-check", "-t", "plain", "-o",
+    herder(sim, "instance", "add", "kept1", "--no-name-check", "-t", "file", "-o",
            "debootstrap+default", "--disk", "1G", "-n", second)
     assert where(sim, "kept1") == [second]
     before = config(sim).cluster.node_certs

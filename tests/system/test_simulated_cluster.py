@@ -50,41 +50,65 @@ def node_file(sim, node: str, path: str) -> Path:
     return sim.host(node).path(path)
 
 
-def disk_image(sim, node: str, disk_uuid: str) -> Path:
-    return node_file(sim, node, f"/var/lib/herder/noded/disks/{disk_uuid}.img")
+def disk_file(sim, node: str, inst: str, index: int = 0) -> Path:
+    """A file disk of an instance on its node (sharedfile ones are in the shared directory)."""
+    return node_file(sim, node, f"/srv/herder/file-storage/{inst}/disk{index}")
+
+
+NO_DEVICE_MAPPER = "LV activation is not available on this node (no device-mapper)"
 
 
 def test_create_with_the_allocator_and_move(sim) -> None:
     dry = herder(sim, "instance", "add", "web1", "--no-name-check",
-                 "-t", "drbd", "-o", "debootstrap+default", "--disk", "1G", "--dry-run")
+                 "-t", "sharedfile", "-o", "debootstrap+default", "--disk", "1G", "--dry-run")
     assert "would be placed on" in dry.stdout
     assert "web1" not in {i.name for i in config(sim).instances.values()}  # nothing changed
     assert not any(domains(sim, n.name) for n in sim.nodes)
     herder(sim, "instance", "add", "web1", "--no-name-check",
-           "-t", "drbd", "-o", "debootstrap+default",
+           "-t", "sharedfile", "-o", "debootstrap+default",
            "--disk", "1G")
     herder(sim, "instance", "add", "db1", "--no-name-check",
-           "-t", "plain", "-o", "debootstrap+minimal",
+           "-t", "file", "-o", "debootstrap+minimal",
            "--disk", "1G")
     cfg = config(sim)
     web, db = cfg.find_instance("web1"), cfg.find_instance("db1")
-    assert web.admin_state == "up" and web.disk_template == "drbd"
-    assert len(set(web.all_nodes)) == 2
+    assert web.admin_state == "up" and web.disk_template == "sharedfile"
     assert where(sim, "web1") == [cfg.node_name(web.primary_node)]
     assert where(sim, "db1") == [cfg.node_name(db.primary_node)]
-    secondary = cfg.node_name(web.secondary_nodes[0])
+    # The OS install ran on the sharedfile disk, the file every node sees.
+    shared = node_file(sim, "node1", "/srv/herder/shared-file-storage/web1/disk0")
+    assert shared.read_bytes()[:40].startswith(b"herder-demo-os default web1")
+    home = cfg.node_name(web.primary_node)
     herder(sim, "instance", "migrate", "web1")
-    assert where(sim, "web1") == [secondary]
-    assert config(sim).find_instance("web1").primary_node == web.secondary_nodes[0]
+    moved = config(sim).find_instance("web1")
+    assert moved.primary_node != web.primary_node
+    assert where(sim, "web1") == [cfg.node_name(moved.primary_node)] != [home]
     herder(sim, "instance", "failover", "web1")
-    assert where(sim, "web1") == [cfg.node_name(web.primary_node)]
-    # Each node knows which instance its disks belong to (the creating RPCs named it).
-    disk_map = json.loads(node_file(sim, cfg.node_name(web.primary_node),
+    again = config(sim).find_instance("web1")
+    assert where(sim, "web1") == [cfg.node_name(again.primary_node)]
+    assert shared.read_bytes()[:40].startswith(b"herder-demo-os default web1")
+    # Each node knows which instance its disks belong to (the assembling RPCs named it).
+    disk_map = json.loads(node_file(sim, cfg.node_name(again.primary_node),
                                     "/var/lib/herder/noded/disk-map.json").read_text())
     assert disk_map[web.disks[0].uuid]["instance"] == "web1"
-    # The OS install really ran on the instance's disk, on its node.
-    assert disk_image(sim, cfg.node_name(db.primary_node), db.disks[0].uuid) \
+    # The OS install really ran on the instance's disk, on its node, under the file storage.
+    assert disk_file(sim, cfg.node_name(db.primary_node), "db1") \
         .read_bytes()[:40].startswith(b"herder-demo-os minimal db1")
+    assert not node_file(sim, cfg.node_name(db.primary_node),
+                         "/var/lib/herder/noded/disks").exists()
+
+
+def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
+    """No device-mapper here: an LV could hold no data, and the node says so; nothing is
+    left (no instance, no LV)."""
+    for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
+        done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
+                      template, "-o", "debootstrap+default", "--disk", "64M", "-n",
+                      ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")), check=False)
+        assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
+        assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
+    listed = sim.host("node2").run(["lvs", "--noheadings", "-o", "lv_name"], timeout=60)
+    assert listed.stdout.strip() == ""
 
 
 def test_read_commands_work_from_this_machine_without_a_config(sim) -> None:
@@ -107,7 +131,7 @@ def test_mond_on_a_node_without_the_config_knows_its_instances(sim) -> None:
     node4 = sim.nodes[3]
     assert not node_file(sim, node4.name, "/var/lib/herder/config.json").exists()
     herder(sim, "instance", "add", "app4", "--no-name-check",
-           "-t", "plain", "-o", "debootstrap+default",
+           "-t", "file", "-o", "debootstrap+default",
            "--disk", "1G", "-n", node4.name)
 
     def reported():
@@ -216,11 +240,13 @@ def test_no_node_touches_another_nodes_tree(sim) -> None:
 
 def test_unknown_os_variant_is_refused_and_nothing_is_left(sim) -> None:
     done = herder(sim, "instance", "add", "bad1", "--no-name-check",
-                  "-t", "plain", "-o", "debootstrap+nosuch", "--disk", "1G", check=False)
+                  "-t", "file", "-o", "debootstrap+nosuch", "--disk", "1G", check=False)
     assert done.returncode == 1
     assert "unsupported OS variant 'nosuch'" in done.stderr and "--force-variant" in done.stderr
     assert "bad1" not in {i.name for i in config(sim).instances.values()}
     assert not where(sim, "bad1")
+    for node in sim.nodes:  # its disk and directory were removed again
+        assert not node_file(sim, node.name, "/srv/herder/file-storage/bad1").exists()
 
 
 def test_external_iallocator_matches_the_builtin(sim) -> None:
@@ -352,23 +378,26 @@ def test_reinstall_with_another_variant_and_activate_disks(sim) -> None:
     db = cfg.find_instance("db1")
     herder(sim, "instance", "shutdown", "db1")
     herder(sim, "instance", "reinstall", "db1", "-o", "debootstrap+default")
-    disk = disk_image(sim, cfg.node_name(db.primary_node), db.disks[0].uuid)
+    disk = disk_file(sim, cfg.node_name(db.primary_node), "db1")
     assert disk.read_bytes()[:40].startswith(b"herder-demo-os default db1")
     assert config(sim).find_instance("db1").os == "debootstrap+default"
     herder(sim, "instance", "start", "db1")
     refused = herder(sim, "instance", "reinstall", "db1", check=False)
     assert refused.returncode == 1 and "shut it down first" in refused.stderr
-    herder(sim, "instance", "activate-disks", "db1")
+    activated = herder(sim, "instance", "activate-disks", "db1")
+    assert activated.stdout.splitlines() == [
+        f"{cfg.node_name(db.primary_node)}:disk/0:/srv/herder/file-storage/db1/disk0"]
     assert config(sim).find_instance("db1").disks_active
+    refused = herder(sim, "instance", "deactivate-disks", "db1", check=False)
+    assert refused.returncode == 1 and "shut it down before" in refused.stderr
 
 
-def test_replace_disks_moves_the_mirror(sim) -> None:
+def test_replace_disks_needs_a_mirror(sim) -> None:
     cfg = config(sim)
     web = cfg.find_instance("web1")
     spare = next(n for n in cfg.nodes.values() if n.uuid not in web.all_nodes)
-    herder(sim, "instance", "replace-disks", "web1", "-n", spare.name)
-    assert config(sim).find_instance("web1").secondary_nodes == [spare.uuid]
-    assert disk_image(sim, spare.name, web.disks[0].uuid).exists()
+    done = herder(sim, "instance", "replace-disks", "web1", "-n", spare.name, check=False)
+    assert done.returncode == 1 and "not DRBD-mirrored" in done.stderr
 
 
 def test_repair_command_runs_white_listed_with_stdin(sim, tmp_path: Path) -> None:

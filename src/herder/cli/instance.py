@@ -14,6 +14,7 @@ from herder.cli.common import (
     print_mapping,
     print_table,
 )
+from herder.core import console as console_names
 from herder.core import model, params, sizes
 from herder.core.store import ConfigStore
 
@@ -90,13 +91,34 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
         print_mapping(data, 1)
 
 
+@instance.command("console")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--show-cmd", is_flag=True,
+              help="Print the command (or the VNC address and port) instead of connecting.")
+@click.option("--log", "log", is_flag=True,
+              help="Print the recent output of the serial console and exit.")
+@click.option("--lines", type=click.IntRange(1, console_names.LOG_LINES_MAX),
+              default=console_names.LOG_LINES_DEFAULT, show_default=True,
+              help="With --log: how many lines.")
+@click.pass_context
+def console_(ctx: click.Context, name: str, show_cmd: bool, log: bool, lines: int) -> None:
+    """Connect to the serial console of a running instance through masterd (Ctrl-] leaves);
+    without a serial console, print its VNC address and port (as gnt-instance console)."""
+    from herder.cli import console
+
+    with remote.client(ctx) as api:
+        console.run(api, name, show_cmd, log, lines)
+
+
 @instance.command()
 @click.argument("name")
 @click.option("-t", "--disk-template", required=True,
-              type=click.Choice(["drbd", "plain", "file", "sharedfile", "diskless"]))
+              type=click.Choice(["drbd", "plain", "file", "sharedfile", "blockdev", "ext",
+                                 "rbd", "gluster", "diskless"]))
 @click.option("-o", "--os-type", help="OS as name+variant (e.g. debootstrap+default).")
-@click.option("--disk", "disks", multiple=True, metavar="SIZE",
-              help="A disk of SIZE (e.g. 1G, 512M); repeatable.")
+@click.option("--disk", "disks", multiple=True, metavar="SIZE|[N:]KEY=VALUE[,...]",
+              help="A disk: its SIZE (e.g. 1G, 512M), or Ganeti's N:size=1G,provider=NAME "
+                   "(ext), N:adopt=/dev/disk/... (blockdev), mode=, name=; repeatable.")
 @click.option("--net", "nics", multiple=True, metavar="KEY=VALUE[,...]",
               help="A NIC: ip=, mac=, mode=, link=, network=; repeatable.")
 @click.option("-n", "--node", "nodes", help="PRIMARY[:SECONDARY] (default: the iallocators).")
@@ -126,7 +148,7 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
     gnt-instance add)."""
     body: dict[str, Any] = {
         "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
-        "disks": [{"size": size} for size in disks],
+        "disks": [disk_spec(spec) for spec in disks],
         "nics": [dict(params.parse_assignments([spec])) for spec in nics] or [{}],
         "start": not no_start, "no_install": no_install, "force_variant": force_variant,
         "beparams": params.parse_assignments(be) if be else {},
@@ -147,6 +169,16 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
     where = ", ".join(chosen or [])
     click.echo(f"Dry run: {name} would be placed on {where}" if dry_run
                else f"Created instance {name} on {where}")
+
+
+def disk_spec(text: str) -> dict[str, Any]:
+    """One --disk: a bare size, or Ganeti's `[N:]key=value,...` (the index is the order)."""
+    if "=" not in text:
+        return {"size": text}
+    index, sep, rest = text.partition(":")
+    if sep and index.isdigit():
+        text = rest
+    return dict(params.parse_assignments([text]))
 
 
 def _simple(op_id: str, verb: str, **extra: Any) -> Any:
@@ -187,8 +219,65 @@ _register("failover", "Fail an instance over to its secondary node (OP_INSTANCE_
 _register("remove", "Remove an instance: its domain and disks on every node "
           "(OP_INSTANCE_REMOVE).", "OP_INSTANCE_REMOVE", "Removed",
           [click.option("--ignore-failures", is_flag=True, default=None)])
-_register("activate-disks", "Make an instance's disks available on its nodes "
-          "(OP_INSTANCE_ACTIVATE_DISKS).", "OP_INSTANCE_ACTIVATE_DISKS", "Activated disks of")
+
+
+@instance.command("move")
+@click.argument("name", metavar="INSTANCE")
+@click.option("-n", "--node", "target_node", required=True, help="The node to move it to.")
+@click.option("--shutdown-timeout", type=int, default=None,
+              help="Seconds to wait for the instance to shut down.")
+@click.option("--ignore-consistency", is_flag=True, default=None,
+              help="Proceed even when it cannot be shut down on its node.")
+@click.pass_context
+def move(ctx: click.Context, name: str, target_node: str, shutdown_timeout: int | None,
+         ignore_consistency: bool | None) -> None:
+    """Move an instance with plain or file disks to another node, copying its disks over the
+    network (OP_INSTANCE_MOVE, as gnt-instance move)."""
+    fields = {k: v for k, v in (("shutdown_timeout", shutdown_timeout),
+                                ("ignore_consistency", ignore_consistency)) if v is not None}
+    remote.run(ctx, [{"OP_ID": "OP_INSTANCE_MOVE", "instance_name": name,
+                      "target_node": target_node, **fields}])
+    click.echo(f"Moved {name} to {target_node}")
+
+
+@instance.command("grow-disk")
+@click.argument("name", metavar="INSTANCE")
+@click.argument("disk", type=int)
+@click.argument("amount")
+@click.option("--absolute", is_flag=True, help="AMOUNT is the new size, not the growth.")
+@click.option("--no-wait-for-sync", is_flag=True, help="Do not wait for the mirror's resync.")
+@click.pass_context
+def grow_disk(ctx: click.Context, name: str, disk: int, amount: str, absolute: bool,
+              no_wait_for_sync: bool) -> None:
+    """Grow disk DISK of an instance by AMOUNT (e.g. 1G), or to AMOUNT with --absolute,
+    through every layer (OP_INSTANCE_GROW_DISK, as gnt-instance grow-disk)."""
+    size = params.parse_size(amount)
+    (grown,) = remote.run(ctx, [{"OP_ID": "OP_INSTANCE_GROW_DISK", "instance_name": name,
+                                 "disk": disk, "amount": size, "absolute": absolute,
+                                 "wait_for_sync": not no_wait_for_sync}])
+    click.echo(f"Grew disk/{disk} of {name} to {grown} MiB")
+
+
+@instance.command("activate-disks")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--ignore-size", is_flag=True, default=None,
+              help="Do not check the disks' sizes (Ganeti's option).")
+@click.pass_context
+def activate_disks(ctx: click.Context, name: str, ignore_size: bool | None) -> None:
+    """Make an instance's disks available on its nodes (OP_INSTANCE_ACTIVATE_DISKS); prints
+    one NODE:disk/N:PATH line per disk, as gnt-instance activate-disks."""
+    fields = {"ignore_size": ignore_size} if ignore_size is not None else {}
+    (assembled,) = remote.run(ctx, [{"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS",
+                                     "instance_name": name, **fields}])
+    for node, iv_name, path in assembled or []:
+        click.echo(f"{node}:{iv_name}:{path}")
+
+
+_register("deactivate-disks", "Shut an instance's disks down on its nodes; it must be "
+          "stopped (OP_INSTANCE_DEACTIVATE_DISKS).", "OP_INSTANCE_DEACTIVATE_DISKS",
+          "Deactivated disks of",
+          [click.option("-f", "--force", is_flag=True, default=None,
+                        help="Even when the primary cannot shut them down.")])
 _register("reinstall", "Reinstall the OS of a stopped instance, optionally another OS "
           "(OP_INSTANCE_REINSTALL).", "OP_INSTANCE_REINSTALL", "Reinstalled",
           [click.option("-o", "--os-type", help="New OS (name+variant)."),

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from herder.core import confd, model, params, roles
+from herder.core import confd, diskobjects, model, params, roles
 from herder.core.errors import AmbiguousError, NotFoundError
 
 Answer = tuple[int, Any, int]
@@ -111,15 +111,7 @@ def _instance_not_found(name: Any) -> str:
 
 
 def ganeti_logical_id(lid: model.LogicalId | None) -> list[Any] | None:
-    if isinstance(lid, model.PlainId):
-        return [lid.vg, lid.lv]
-    if isinstance(lid, model.DrbdId):
-        return [lid.nodes[0], lid.nodes[1], lid.port, lid.minors[0], lid.minors[1], lid.secret]
-    if isinstance(lid, model.FileId):
-        return [lid.driver, lid.path]
-    if isinstance(lid, model.ExtId):
-        return [lid.provider, lid.name]
-    return None
+    return None if lid is None else diskobjects.logical_id(lid)
 
 
 def ganeti_disk(disk: model.Disk, nodes: list[str]) -> dict[str, Any]:

@@ -31,12 +31,18 @@ RAPI_READ = Rule("rapi-read", False, "HTTP Basic: any RAPI user (or no credentia
 RAPI_WRITE = Rule("rapi-write", True, "HTTP Basic: a RAPI user with the write option")
 NODE_RPC = Rule("node-rpc", True, "TLS client certificate of the cluster, and the body signed "
                 "with the node-RPC key for this method and node, fresh and never replayed")
+NODE_CONSOLE = Rule("node-console", True, "TLS client certificate of the cluster, and a call "
+                   "signed with the node-RPC key for this stream, node and instance in the "
+                   "X-Herder-Signed-Call header, fresh and never replayed")
 MOND_REPAIR = Rule("mond-repair", True, "the body signed with the repair key, its timestamp "
                    "newer than the last accepted one")
 NOTIFICATION = Rule("notification", True, "HTTPS, and the notification token (X-Auth-Token)")
 JOIN_TOKEN = Rule("join-token", True, "only on a node that has not joined: TLS pinned by the "
                   "master, and an HMAC with the join token's secret over a fresh challenge")
-RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, MOND_REPAIR, NOTIFICATION, JOIN_TOKEN)
+NODE_IMPORT = Rule("node-import", True, "TLS client certificate of a node of the cluster, and "
+                   "the one-time token of an import the master prepared (node RPC)")
+RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, NODE_CONSOLE, MOND_REPAIR, NOTIFICATION,
+         JOIN_TOKEN, NODE_IMPORT)
 
 Handler = Callable[..., Any]
 

@@ -62,7 +62,8 @@ _NODE_KEYS = frozenset(
 _INSTANCE_KEYS = frozenset(
     {"uuid", "name", "serial_no", "ctime", "mtime", "tags", "primary_node", "os", "hypervisor",
      "admin_state", "admin_state_source", "admin_up", "disks", "disks_active", "nics", "hvparams",
-     "beparams", "osparams", "osparams_private", "disk_template", "secondary_nodes"}
+     "beparams", "osparams", "osparams_private", "disk_template", "secondary_nodes",
+     "network_port"}
 )
 _DISK_KEYS = frozenset(
     {"uuid", "name", "dev_type", "size", "mode", "spindles", "logical_id", "children", "iv_name",
@@ -705,6 +706,8 @@ class _Importer:
             result["admin_state_source"] = i["admin_state_source"]
         if "disks_active" in i:
             result["disks_active"] = bool(i["disks_active"])
+        if isinstance(i.get("network_port"), int) and not isinstance(i["network_port"], bool):
+            result["network_port"] = i["network_port"]
         return result
 
     def logical_id(self, dev_type: str, value: Any, where: str) -> dict[str, Any] | None:

@@ -88,13 +88,26 @@ def default_unit(units: Sequence[StorageUnit],
 
 def unit_for_template(units: Sequence[StorageUnit], template: str) -> StorageUnit | None:
     """The unit holding `template`'s disks; None when the template's storage reports no space
-    (diskless, sharedfile, rbd, ...). A node that reports no unit of the template's type (its
-    disks are image files in its own directory until volume groups are wired) offers its
-    default unit."""
+    (diskless, sharedfile, rbd, ...) or the node has no such unit."""
     wanted = TEMPLATE_STORAGE.get(template)
     if wanted not in STORAGE_REPORTING:
         return None
-    return next((u for u in units if u.type == wanted), None) or default_unit(units)
+    return next((u for u in units if u.type == wanted), None)
+
+
+def cluster_storage_units(templates: Sequence[str], volume_group: str | None,
+                          file_storage_dir: str) -> list[list[str]]:
+    """What the master asks each node's figures of (Ganeti's GetStorageUnitsOfCluster): per
+    enabled disk template, in order, its reporting unit: the volume group for plain/drbd, the
+    file-storage directory for file."""
+    units: list[list[str]] = []
+    for template in templates:
+        kind = TEMPLATE_STORAGE.get(template)
+        name = volume_group if kind == STORAGE_LVM_VG else \
+            file_storage_dir if kind == STORAGE_FILE else None
+        if kind in STORAGE_REPORTING and name and [kind, name] not in units:
+            units.append([kind, name])
+    return units
 
 
 def spindles(units: Sequence[StorageUnit]) -> StorageUnit | None:

@@ -390,6 +390,9 @@ class Instance(Named, kw_only=True):
     hvparams: dict[str, Any] = msgspec.field(default_factory=dict)
     beparams: dict[str, Any] = msgspec.field(default_factory=dict)
     osparams: dict[str, str] = msgspec.field(default_factory=dict)
+    # The console's TCP port from the cluster's port pool (Ganeti's network_port; VNC display
+    # = port - 5900); None for a hypervisor that needs none (masterd.portpool).
+    network_port: int | None = None
 
     def __post_init__(self) -> None:
         self.check_name_and_tags(names.hostname, "instance")

@@ -17,13 +17,16 @@ on the nodes after a failover.
 
 from __future__ import annotations
 
+import base64
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
-from herder.core import model, node_certs, rpcauth, untrusted
+from herder.core import diskobjects, model, node_certs, rpcauth, untrusted
+from herder.core.console import SIGNED_CALL_HEADER
 from herder.core.errors import RpcError
 
 DEFAULT_NODED_PORT = 1811
@@ -77,9 +80,8 @@ class HttpNodeRpc:
         self.timeout = timeout
         self.connect_timeout = connect_timeout  # kept by every call: a dead node costs this
         verify: Any = False
+        self.tls: ssl.SSLContext | None = None  # the context of every call and stream
         if certificate is not None:
-            import ssl
-
             context = ssl.create_default_context(cafile=str(certificate))
             context.check_hostname = False  # the cluster certificate names the cluster
             beside = node_certs.node_certificate_beside(Path(certificate))
@@ -89,7 +91,7 @@ class HttpNodeRpc:
             except (OSError, ssl.SSLError) as err:
                 raise RpcError(f"cannot load the client certificate {shown} for node RPC: "
                                f"{err}") from None
-            verify = context
+            verify = self.tls = context
         self.scheme = "https" if certificate is not None else "http"
         self._http = httpx.Client(verify=verify,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout))
@@ -129,21 +131,37 @@ class HttpNodeRpc:
                            f"{answer.get('error', response.status_code)}")
         return answer.get("result")
 
+    def stream(self, node: model.Node, path: str, method: str,
+               args: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        """The websocket URL of `path` on the node's noded and the headers that carry the call
+        signed for `method` (`core.console`); open it with `self.tls`."""
+        payload = dict(args)
+        if self.epoch is not None:
+            payload[EPOCH_KEY] = self.epoch
+        body = rpcauth.sign_call(self.key, method, node.name, payload)
+        host = f"[{node.primary_ip}]" if ":" in node.primary_ip else node.primary_ip
+        scheme = "wss" if self.scheme == "https" else "ws"
+        return (f"{scheme}://{host}:{self.port}{path}",
+                {SIGNED_CALL_HEADER: base64.urlsafe_b64encode(body).decode("ascii")})
+
     def close(self) -> None:
         self._http.close()
 
 
-def instance_payload(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
-    """What a node needs to define and run an instance."""
+def instance_payload(config: model.ConfigData, inst: model.Instance,
+                     node: model.Node | None = None) -> dict[str, Any]:
+    """What a node needs to define and run an instance; its disks are Ganeti's disk objects
+    for `node` (default: the primary; `core.diskobjects`)."""
     be = config.filled_beparams(inst)
     group = config.instance_group(inst)
     return {
         "name": inst.name, "uuid": inst.uuid, "memory": be["maxmem"], "vcpus": be["vcpus"],
         "hypervisor": inst.hypervisor, "os": inst.os,
-        "disks": [{"uuid": d.uuid, "size": d.size, "template": d.dev_type} for d in inst.disks],
+        "disks": diskobjects.disk_objects(config, inst, node.uuid if node else None),
         "nics": [{"mac": n.mac, "ip": n.ip, **config.filled_nicparams(n, group)}
                  for n in inst.nics],
         "hvparams": config.filled_hvparams(inst), "beparams": config.filled_beparams(inst),
         "osparams": config.filled_osparams(inst),
         "uid_pool": [list(r) for r in config.cluster.uid_pool],
+        "network_port": inst.network_port,
     }

@@ -23,6 +23,7 @@ async variant over `httpx.AsyncClient` can reuse everything but the method bodie
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import ssl
@@ -282,6 +283,9 @@ class RapiClient:
         else:
             tls = verify
         auth = httpx.BasicAuth(username, password or "") if username is not None else None
+        self._tls = tls
+        self._auth_header = None if username is None else "Basic " + base64.b64encode(
+            f"{username}:{password or ''}".encode()).decode("ascii")  # for websockets
         self._http = httpx.Client(
             base_url=self.base_url,
             auth=auth,
@@ -487,6 +491,35 @@ class RapiClient:
     def get_instance(self, name: str) -> dict[str, Any]:
         path = f"/2/instances/{_seg(name)}"
         return _dict(self.request("GET", path), path)
+
+    def get_instance_console(self, name: str) -> dict[str, Any]:
+        """Ganeti's console object of a running instance (kind, host, port, user, command,
+        display, message)."""
+        path = f"/2/instances/{_seg(name)}/console"
+        return _dict(self.request("GET", path), path)
+
+    def get_instance_console_log(self, name: str, lines: int) -> str:
+        """herder: the last `lines` lines of the instance's serial console log."""
+        path = f"/2/instances/{_seg(name)}/console/log"
+        try:
+            response = self._http.get(path, params={"lines": str(lines)},
+                                      headers={"Accept": "text/plain"})
+        except httpx.TransportError as exc:
+            raise RapiError(
+                f"cannot reach RAPI at {self.base_url}: {_connection_reason(exc)}"
+            ) from exc
+        if response.status_code != 200:
+            parse_answer("GET", path, response.status_code, response.reason_phrase,
+                         response.content)
+        return response.text
+
+    def websocket(self, path: str) -> tuple[str, dict[str, str], ssl.SSLContext | bool]:
+        """herder: the URL, headers (credentials) and TLS to open the websocket at `path`."""
+        url = self.base_url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+        headers = {"User-Agent": USER_AGENT}
+        if self._auth_header is not None:
+            headers["Authorization"] = self._auth_header
+        return url + path, headers, self._tls
 
     def get_instance_info(self, name: str, static: bool = False) -> JobId:
         """Submits an instance-query job (`GET .../info`); its opresult holds the details."""

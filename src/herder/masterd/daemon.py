@@ -143,7 +143,7 @@ class MasterDaemon:
         self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
-                                store=self.store, live=self.live)
+                                store=self.store, live=self.live, rpc=rpc)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None

@@ -124,12 +124,16 @@ class LiveCache:
         self._stale_before: dict[str, float] = {}
         self.last_read = float("-inf")
         self.calls = 0  # node_info calls started (for tests and the status of the cache)
+        # the storage units every node reports (the cluster's, from the last config seen)
+        self.storage_units: list[list[str]] = []
 
     # --- asking -------------------------------------------------------------------------------
 
     def _ask(self, node: model.Node, asked: float, timeout: float) -> NodeAnswer:
         try:
-            raw = self.rpc.call(node, "node_info", {"instances": True}, timeout=timeout)
+            raw = self.rpc.call(node, "node_info", {"instances": True,
+                                                    "storage_units": self.storage_units},
+                                timeout=timeout)
             info = livefigures.decode_node_info(raw)
             answer = NodeAnswer(asked, self.clock(), info)
         except (HerderError, ValueError, OSError) as err:
@@ -178,6 +182,11 @@ class LiveCache:
         self.calls += 1
         return asked, future
 
+    def _units_of(self, config: model.ConfigData) -> None:
+        cluster = config.cluster
+        self.storage_units = livefigures.cluster_storage_units(
+            cluster.enabled_disk_templates, cluster.volume_group_name, cluster.file_storage_dir)
+
     def _since_for(self, fresh: bool) -> float:
         now = self.clock()
         self.last_read = now
@@ -190,6 +199,7 @@ class LiveCache:
         """The figures of every wanted node (blocking; waits at most `timeout`)."""
         timeout = self.timeout if timeout is None else timeout
         nodes = wanted(config)
+        self._units_of(config)
         ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
         if waiting:
             wait_futures(list(waiting.values()), timeout=timeout + GRACE)
@@ -200,6 +210,7 @@ class LiveCache:
         """`snapshot` for the event loop (waits without holding a thread)."""
         timeout = self.timeout if timeout is None else timeout
         nodes = wanted(config)
+        self._units_of(config)
         ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
         if waiting:
             await asyncio.wait([asyncio.wrap_future(f) for f in waiting.values()],
@@ -229,6 +240,7 @@ class LiveCache:
         if now - self.last_read > self.idle:
             return 0
         due = now - max(0.0, self.ttl - self.timeout - TICK)
+        self._units_of(config)
         started = 0
         with self._lock:
             for node in wanted(config):

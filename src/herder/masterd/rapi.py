@@ -33,6 +33,7 @@ from herder.core.errors import (
 )
 from herder.core.jobs import opcodes, reason
 from herder.core.jobs import queue as job_queue
+from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
@@ -66,6 +67,7 @@ class RapiContext:
     anonymous_reads: bool = False
     store: ConfigStore | None = None  # for herder's direct state routes
     live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
+    rpc: NodeRpc | None = None  # to the node daemons (the console routes, masterd/console.py)
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -211,6 +213,8 @@ NO_ROUTE = {
                                "herder cluster verify submits it",
     "OP_INSTANCE_STOP_STRAY": "herder's own, for maintd's stray copies (issue 18); through "
                               "POST /2/herder/jobs",
+    "OP_INSTANCE_MOVE": "Ganeti's RAPI has no move route either (gnt-instance move); herder "
+                        "instance move submits it",
 }
 
 
@@ -646,6 +650,25 @@ async def instance_reinstall(request: web.Request) -> web.Response:
     return await submit(request, "instances_name_reinstall", ops)
 
 
+@submits(opcodes.OpInstanceGrowDisk)
+@ROUTES.allow(access.RAPI_WRITE)
+async def instance_grow_disk(request: web.Request) -> web.Response:
+    """Ganeti's `POST /2/instances/NAME/disk/N/grow`: body `amount` (MiB), `wait_for_sync`,
+    `absolute`."""
+    inst = _instance_name(request)
+    try:
+        index = int(request.match_info["disk"])
+    except ValueError:
+        raise RapiHttpError(400, f"invalid disk index {request.match_info['disk']!r}") from None
+    body = only(body_dict(await body_of(request, default={})),
+                body_fields(opcodes.OpInstanceGrowDisk, fixed=(*INSTANCE_TARGET, "disk")),
+                "instance disk grow")
+    if not isinstance(body.get("amount"), int) or isinstance(body.get("amount"), bool):
+        raise RapiHttpError(400, "instance disk grow needs amount (MiB, an integer)")
+    return await submit(request, "instances_name_disk_grow", [{
+        "OP_ID": "OP_INSTANCE_GROW_DISK", "instance_name": inst.name, "disk": index, **body}])
+
+
 # --- jobs ---------------------------------------------------------------------------------------
 
 def _job_id(request: web.Request) -> int:
@@ -893,7 +916,10 @@ def make_app(ctx: RapiContext) -> web.Application:
         opcodes.OpInstanceFailover, "instances_name_failover"))
     r.add_put("/2/instances/{name}/activate-disks", _instance_op(
         opcodes.OpInstanceActivateDisks, "instances_name_activate_disks", ("ignore_size",)))
+    r.add_put("/2/instances/{name}/deactivate-disks", _instance_op(
+        opcodes.OpInstanceDeactivateDisks, "instances_name_deactivate_disks", ("force",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
+    r.add_post("/2/instances/{name}/disk/{disk}/grow", instance_grow_disk)
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
         opcodes.OpInstanceReplaceDisks, "instances_name_replace_disks"))
     r.add_get("/2/jobs", jobs)
@@ -905,7 +931,8 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
-    from herder.masterd import query  # Ganeti's /2/query resource (nodes, instances)
+    from herder.masterd import console, query  # Ganeti's /2/query resource; consoles
 
     query.add_routes(r)
+    console.add_routes(r)  # the instance consoles and their streams
     return app

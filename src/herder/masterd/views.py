@@ -90,7 +90,7 @@ def instance_view(config: model.ConfigData, inst: model.Instance,
         "nic.networks.names": [config.networks[n.network].name
                                if n.network in config.networks else None for n in inst.nics],
         "nic.names": [n.name for n in inst.nics], "nic.uuids": [n.uuid for n in inst.nics],
-        "network_port": None, "disks_active": inst.disks_active,
+        "network_port": inst.network_port, "disks_active": inst.disks_active,
         "tags": list(inst.tags), "serial_no": inst.serial_no,
         "ctime": inst.ctime, "mtime": inst.mtime,
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herder.core import serve as serve_helper
+from herder.noded import console
 from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
 
 log = logging.getLogger("herder.noded")
@@ -81,7 +82,9 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
     await serve_helper.serve(
         "noded", daemon.settings.run_dir,
         endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)])],
-        tasks=[lambda stop: keep_hypervisor(daemon, stop)], on_stop=[daemon.hv.close],
+        tasks=[lambda stop: keep_hypervisor(daemon, stop),
+               lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop)],
+        on_stop=[daemon.hv.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
 

@@ -10,21 +10,24 @@ hypervisor subtracts its instances the same way) and no node memory. CPUs, NUMA 
 sockets come from libvirt; the node OS counts as using every CPU (Ganeti's KVM rule for
 `cpu_dom0`).
 
-Storage: the pool noded keeps instance disks in (image files in its state directory) is one
-`file` unit named after that directory; its size is the filesystem's free space plus what the
-disks already take (the node's real disk, no configured figure), and free = size − the disks
-(so size − free is what herder's disks use, as hail checks). Volume groups become `lvm-vg`
-units once noded's block devices are wired (noded.bdev's `plain.vg_info`).
+Storage: the units the master asks for (Ganeti's node_info `storage_units`: the cluster's
+volume group for plain/drbd, its file-storage directory for file), each with its real figures:
+a volume group's size and free space from `vgs` (`bdev.plain.vg_info`), a directory's from its
+filesystem (`bdev.file.space_info`). A unit this node does not have is left out (the allocator
+then offers nothing of it here).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from herder.core import livefigures
+from herder.noded.bdev import file as file_storage
+from herder.noded.bdev import plain
+from herder.noded.bdev.base import BlockDevError, Host
 from herder.noded.hypervisor import Hypervisor
 
 MEMINFO = Path("/proc/meminfo")
@@ -57,15 +60,27 @@ def boot_id(path: Path = BOOT_ID) -> str:
         return ""
 
 
-def disk_pool(disks_dir: Path) -> livefigures.StorageUnit:
-    """The `file` unit of noded's instance-disk pool (see the module doc)."""
-    usage = shutil.disk_usage(disks_dir)
-    used = sum(p.stat().st_size for p in disks_dir.glob("*.img")) // 2**20
-    fs_free = usage.free // 2**20
-    size = fs_free + used
-    return livefigures.StorageUnit(type=livefigures.STORAGE_FILE, name=str(disks_dir),
-                                   storage_size=size,
-                                   storage_free=max(0, min(size - used, fs_free)))
+def storage_units(host: Host, wanted: Sequence[tuple[str, str]]) -> tuple[
+        livefigures.StorageUnit, ...]:
+    """The real figures of the units `wanted` ((type, name): lvm-vg and its VG, file and its
+    directory); units this node lacks are left out."""
+    units = []
+    for kind, name in wanted:
+        if kind == livefigures.STORAGE_LVM_VG:
+            for free, size, vg_name in plain.vg_info(host, [name]) or []:
+                units.append(livefigures.StorageUnit(type=kind, name=vg_name,
+                                                     storage_size=int(size),
+                                                     storage_free=int(free)))
+        elif kind == livefigures.STORAGE_FILE:
+            try:
+                space = file_storage.space_info(name)
+            except BlockDevError:
+                continue
+            total, available = space["storage_size"], space["storage_free"]
+            assert isinstance(total, int) and isinstance(available, int)
+            units.append(livefigures.StorageUnit(type=kind, name=name, storage_size=total,
+                                                 storage_free=available))
+    return tuple(units)
 
 
 def instance_runs(hv: Hypervisor, instances_dir: Path,
@@ -95,7 +110,8 @@ def _uptime(record: Path, now: float) -> float | None:
     return max(0.0, now - changed) if isinstance(changed, int | float) else None
 
 
-def node_info(hv: Hypervisor, disks_dir: Path, instances_dir: Path, *,
+def node_info(hv: Hypervisor, instances_dir: Path, *,
+              storage: tuple[livefigures.StorageUnit, ...] = (),
               with_instances: bool = False, meminfo: Path = MEMINFO) -> livefigures.NodeInfo:
     host = hv.host_info()
     if hv.domain_type == "test":
@@ -106,5 +122,5 @@ def node_info(hv: Hypervisor, disks_dir: Path, instances_dir: Path, *,
     return livefigures.NodeInfo(
         bootid=boot_id(), memory_total=total, memory_free=free, memory_dom0=node,
         cpu_total=host.cpu_total, cpu_dom0=host.cpu_total, cpu_nodes=host.cpu_nodes,
-        cpu_sockets=host.cpu_sockets, storage=(disk_pool(disks_dir),),
+        cpu_sockets=host.cpu_sockets, storage=storage,
         instances=instance_runs(hv, instances_dir) if with_instances else None)

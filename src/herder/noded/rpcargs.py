@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from herder.core import names, paths
+from herder.core import console, names, paths
 from herder.core.errors import HerderError
 
 MAX_DISK_MIB = 1 << 40  # far beyond any disk; keeps sizes in what files and LVM can hold
@@ -46,15 +46,22 @@ def _disk_uuid(uuid: str) -> None:
         raise ValueError(f"invalid disk id {uuid!r}")
 
 
-class DiskArg(msgspec.Struct, kw_only=True):
-    uuid: str
-    size: int = 0
-    template: str | None = None
+def _disk_object(data: Any) -> None:
+    """A Ganeti disk object (`herder.noded.bdev.disk`): decoded with its logical id checked."""
+    from herder.noded.bdev.base import BlockDevError
+    from herder.noded.bdev.disk import decode_disk
 
-    def __post_init__(self) -> None:
-        _disk_uuid(self.uuid)
-        if not 0 <= self.size <= MAX_DISK_MIB:
-            raise ValueError(f"disk {self.uuid}: size {self.size} out of range")
+    try:
+        disk = decode_disk(data)
+    except BlockDevError as err:
+        raise ValueError(str(err)) from None
+    if disk.uuid is not None:
+        _disk_uuid(disk.uuid)
+    if disk.size > MAX_DISK_MIB:
+        raise ValueError(f"disk {disk.uuid}: size {disk.size} out of range")
+
+
+DiskObject = dict[str, Any]
 
 
 class NicArg(msgspec.Struct, kw_only=True):
@@ -73,20 +80,25 @@ class InstancePayload(msgspec.Struct, kw_only=True):
     vcpus: int
     hypervisor: str = "kvm"
     os: str = "none"
-    disks: list[DiskArg] = msgspec.field(default_factory=list)
+    disks: list[DiskObject] = msgspec.field(default_factory=list)
     nics: list[NicArg] = msgspec.field(default_factory=list)
     hvparams: dict[str, Any] = msgspec.field(default_factory=dict)
     beparams: dict[str, Any] = msgspec.field(default_factory=dict)
     osparams: dict[str, Any] = msgspec.field(default_factory=dict)
     uid_pool: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    network_port: int | None = None  # the console's port (VNC display = port - 5900)
 
     def __post_init__(self) -> None:
         _instance_name(self.name)
+        if self.network_port is not None and not 0 < self.network_port < 65536:
+            raise ValueError(f"instance {self.name}: network_port out of range")
         paths.check_component(self.uuid, "instance uuid")
         if not 1 <= self.memory <= MAX_DISK_MIB or not 1 <= self.vcpus <= 4096:
             raise ValueError(f"instance {self.name}: memory or vcpus out of range")
         if self.os != "none":
             names.os_name(self.os)
+        for disk in self.disks:
+            _disk_object(disk)
         for key, value in self.osparams.items():
             if not isinstance(value, str | int | float | bool) or "\0" in str(value):
                 raise ValueError(f"OS parameter {key!r} must be a plain string")
@@ -94,6 +106,19 @@ class InstancePayload(msgspec.Struct, kw_only=True):
 
 class NoArgs(Args, kw_only=True):
     pass
+
+
+class NodeInfo(Args, kw_only=True):
+    instances: bool = False
+    storage_units: list[tuple[Literal["lvm-vg", "file"], str]] = msgspec.field(
+        default_factory=list)
+
+    def check(self) -> None:
+        for kind, name in self.storage_units:
+            if kind == "file":
+                _storage_dir(name)
+            else:
+                _unit_name(name)
 
 
 class MasterVote(Args, kw_only=True):
@@ -107,21 +132,127 @@ class MasterVote(Args, kw_only=True):
             raise ValueError("port or timeout out of range")
 
 
-class BlockdevCreate(Args, kw_only=True):
-    disks: list[DiskArg] = msgspec.field(default_factory=list)
-    instance: str | None = None
+class OneDisk(Args, kw_only=True):
+    disk: DiskObject
 
     def check(self) -> None:
+        _disk_object(self.disk)
+
+
+class BlockdevCreate(OneDisk, kw_only=True):
+    size: int = 0
+    owner: str | None = None
+    on_primary: bool = True
+    info: str = ""
+    excl_stor: bool = False
+
+    def check(self) -> None:
+        super().check()
+        if self.owner:
+            _instance_name(self.owner, "owner")
+
+
+class BlockdevAssemble(OneDisk, kw_only=True):
+    instance: str | None = None
+    as_primary: bool = True
+    idx: int = 0
+    hypervisor: str | None = None
+
+    def check(self) -> None:
+        super().check()
         if self.instance is not None:
             _instance_name(self.instance, "instance")
 
 
-class DiskIds(Args, kw_only=True):
-    disks: list[str] = msgspec.field(default_factory=list)
+class ExportTarget(msgspec.Struct, kw_only=True):
+    address: str
+    port: int
+    name: str | None = None
+
+
+class BlockdevExport(BlockdevAssemble, kw_only=True):
+    target: ExportTarget
+    token: str
 
     def check(self) -> None:
-        for uuid in self.disks:
-            _disk_uuid(uuid)
+        super().check()
+        ipaddress.ip_address(self.target.address)
+        if not 0 < self.target.port < 65536:
+            raise ValueError(f"port {self.target.port} out of range")
+        if not self.token or not all(ch.isalnum() or ch in "-_" for ch in self.token):
+            raise ValueError("invalid import token")
+
+
+class BlockdevGrow(OneDisk, kw_only=True):
+    amount: int
+    dryrun: bool = False
+    backingstore: bool = True
+    excl_stor: bool = False
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.amount <= MAX_DISK_MIB:
+            raise ValueError(f"amount {self.amount} out of range")
+
+
+class BlockdevWipe(OneDisk, kw_only=True):
+    offset: int
+    size: int
+
+
+class BlockdevSetInfo(OneDisk, kw_only=True):
+    info: str
+
+
+class BlockdevRename(Args, kw_only=True):
+    devlist: list[tuple[DiskObject, list[Any]]]
+
+    def check(self) -> None:
+        for disk, _ in self.devlist:
+            _disk_object(disk)
+
+
+class DiskChildren(OneDisk, kw_only=True):
+    ndevs: list[DiskObject]
+
+    def check(self) -> None:
+        super().check()
+        for disk in self.ndevs:
+            _disk_object(disk)
+
+
+class Disks(Args, kw_only=True):
+    disks: list[DiskObject] = msgspec.field(default_factory=list)
+    instance: str | None = None
+    exclusive: bool = True
+    multimaster: bool = False
+
+    def check(self) -> None:
+        for disk in self.disks:
+            _disk_object(disk)
+        if self.instance is not None:
+            _instance_name(self.instance, "instance")
+
+
+def _storage_dir(path: str) -> None:
+    if not path.startswith("/") or "\0" in path or ".." in path.split("/"):
+        raise ValueError(f"invalid file storage directory {path!r}")
+
+
+class StorageDir(Args, kw_only=True):
+    file_storage_dir: str
+
+    def check(self) -> None:
+        _storage_dir(self.file_storage_dir)
+
+
+class StorageDirRename(Args, kw_only=True):
+    old_file_storage_dir: str
+    new_file_storage_dir: str
+
+    def check(self) -> None:
+        _storage_dir(self.old_file_storage_dir)
+        _storage_dir(self.new_file_storage_dir)
 
 
 class WithInstance(Args, kw_only=True):
@@ -163,12 +294,12 @@ class Reboot(Named, kw_only=True):
 
 
 class Remove(Named, kw_only=True):
-    disks: list[str] = msgspec.field(default_factory=list)
+    disks: list[DiskObject] = msgspec.field(default_factory=list)
 
     def check(self) -> None:
         super().check()
-        for uuid in self.disks:
-            _disk_uuid(uuid)
+        for disk in self.disks:
+            _disk_object(disk)
 
 
 class MigrateFinish(Remove, kw_only=True):
@@ -286,12 +417,43 @@ class RenewCrypto(Args, kw_only=True):
             raise ValueError("stage install needs ca, node_certificate and hmac_key")
 
 
+class ConsoleStream(Args, kw_only=True):
+    """A console stream (`noded.console`) or the serial log's tail."""
+
+    instance: str
+
+    def check(self) -> None:
+        _instance_name(self.instance, "instance")
+
+
+class ConsoleLog(ConsoleStream, kw_only=True):
+    lines: int = console.LOG_LINES_DEFAULT
+
+    def check(self) -> None:
+        super().check()
+        if not 1 <= self.lines <= console.LOG_LINES_MAX:
+            raise ValueError(f"lines must be 1..{console.LOG_LINES_MAX}, got {self.lines}")
+
+
+# The console streams: calls signed like the RPCs, but websocket upgrades (`noded.console`).
+STREAM_SCHEMAS: dict[str, type[Args]] = {method: ConsoleStream
+                                         for method in console.STREAM_METHODS.values()}
+
 # method -> its arguments (every rpc_<method> of the node daemon)
 SCHEMAS: dict[str, type[Args]] = {
-    "ping": NoArgs, "master_epoch": NoArgs, "node_info": NoArgs, "disk_map": NoArgs,
+    "ping": NoArgs, "master_epoch": NoArgs, "node_info": NodeInfo, "disk_map": NoArgs,
     "instance_list": NoArgs, "os_list": NoArgs, "node_powercycle": NoArgs,
     "master_vote": MasterVote,
-    "blockdev_create": BlockdevCreate, "blockdev_remove": DiskIds,
+    "blockdev_create": BlockdevCreate, "blockdev_remove": OneDisk,
+    "blockdev_assemble": BlockdevAssemble, "blockdev_shutdown": OneDisk,
+    "blockdev_find": OneDisk, "blockdev_getmirrorstatus": Disks, "blockdev_grow": BlockdevGrow,
+    "blockdev_rename": BlockdevRename, "blockdev_wipe": BlockdevWipe,
+    "blockdev_setinfo": BlockdevSetInfo, "blockdev_open": Disks, "blockdev_close": Disks,
+    "drbd_disconnect_net": Disks, "drbd_attach_net": Disks, "drbd_wait_sync": Disks,
+    "file_storage_dir_create": StorageDir, "file_storage_dir_remove": StorageDir,
+    "file_storage_dir_rename": StorageDirRename,
+    "blockdev_import_prepare": BlockdevAssemble, "blockdev_export": BlockdevExport,
+    "blockdev_addchildren": DiskChildren, "blockdev_removechildren": DiskChildren,
     "instance_define": WithInstance, "instance_start": WithInstance,
     "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
@@ -303,12 +465,13 @@ SCHEMAS: dict[str, type[Args]] = {
     "node_start_master_daemons": NoArgs, "node_stop_master": NoArgs,
     "node_activate_master_ip": MasterIp, "node_deactivate_master_ip": MasterIp,
     "node_demote_from_mc": NoArgs, "node_adopt": NodeAdopt, "renew_crypto": RenewCrypto,
+    "instance_console_log": ConsoleLog,
 }
 
 
 def check(method: str, args: dict[str, Any]) -> None:
     """BadArguments (one line, naming the argument) unless `args` fit `method`'s schema."""
-    schema = SCHEMAS.get(method)
+    schema = SCHEMAS.get(method) or STREAM_SCHEMAS.get(method)
     if schema is None:
         return
     try:

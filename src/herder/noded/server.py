@@ -36,13 +36,14 @@ from aiohttp import web
 
 from herder import __version__
 from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
+from herder.core import console as console_names
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
-from herder.noded import join, nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded import console, disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import DomainSpec, Hypervisor
-from herder.noded.kvm.domain import DiskSpec
 from herder.noded.node_role import RoleRpcs
 from herder.noded.trust import NodeTrust
 
@@ -78,20 +79,20 @@ class NodeSettings:
     # The data directory as the master names it: the cluster secrets, the config copy of a
     # master candidate (and its job queue), the ssconf files.
     config_dir: Path = Path("/var/lib/herder")
+    serial_log_dir: Path = console_names.SERIAL_LOG_DIR  # the instances' serial logs
     # Where absolute paths land on this node: "/" (tests give a directory of their own).
     file_root: Path = Path("/")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class NodeDaemon(RoleRpcs):
+class NodeDaemon(RoleRpcs, DiskRpcs):
     """The node's state and the implementation of every RPC (blocking; run in threads)."""
 
     def __init__(self, settings: NodeSettings) -> None:
         self.settings = settings
-        self.disks_dir = settings.state_dir / "disks"
         self.instances_dir = settings.state_dir / "instances"
         self.reason_dir = settings.run_dir / "instance-reason"
-        for directory in (self.disks_dir, self.instances_dir, self.reason_dir):
+        for directory in (self.instances_dir, self.reason_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self.hv = Hypervisor(nodeparams.libvirt_uri(settings.node_name,
                                                     self.local(settings.config_dir),
@@ -107,6 +108,8 @@ class NodeDaemon(RoleRpcs):
         self.master_epoch = self._load_epoch()
         self.data_dir = self.local(settings.config_dir)
         self.trust = NodeTrust(self.data_dir)
+        self.bdev = bdev_host(self.local)
+        self.imports = disk_transfer.Imports()
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
@@ -132,11 +135,6 @@ class NodeDaemon(RoleRpcs):
             self.hv.set_uri(uri)
 
     # --- helpers --------------------------------------------------------------------------------
-
-    def disk_path(self, disk_uuid: str) -> Path:
-        if disk_uuid.startswith("."):
-            raise RpcFailure(f"invalid disk id {disk_uuid!r}")
-        return paths.child(self.disks_dir, disk_uuid, suffix=".img", what="disk id")
 
     def record(self, name: str, expected: str, reason: list[Any] | None,
                version: int | None) -> None:
@@ -212,69 +210,16 @@ class NodeDaemon(RoleRpcs):
                 "reachable": reachable, "detail": detail, "epoch": self.master_epoch}
 
     def rpc_node_info(self, args: dict[str, Any]) -> dict[str, Any]:
-        """The node's live figures (`herder.core.livefigures.NodeInfo`, noded/figures.py);
-        with `instances: true` also every live instance's run state."""
+        """The node's live figures (`herder.core.livefigures.NodeInfo`, noded/figures.py):
+        the figures of the `storage_units` asked for ([type, name] pairs, Ganeti's), and with
+        `instances: true` every live instance's run state."""
         from herder.noded import figures
 
-        info = figures.node_info(self.hv, self.disks_dir, self.instances_dir,
+        wanted = [(str(kind), str(name)) for kind, name in args.get("storage_units") or []]
+        info = figures.node_info(self.hv, self.instances_dir,
+                                 storage=figures.storage_units(self.bdev, wanted),
                                  with_instances=bool(args.get("instances")))
         return msgspec.to_builtins(info)
-
-    def rpc_blockdev_create(self, args: dict[str, Any]) -> list[str]:
-        """Create (or find) the disks; calls that create or use storage name the instance, so
-        the node knows which instance each disk belongs to (design-monitoring-agent)."""
-        paths = []
-        owner = args.get("instance")
-        changed = False
-        with self._map_lock:
-            disk_map = self.disk_map()
-            for disk in args.get("disks", []):
-                path = self.disk_path(str(disk["uuid"]))
-                if not path.exists():
-                    with open(path, "wb") as fh:  # sparse: the size is reserved, not written
-                        fh.truncate(int(disk["size"]) * 2**20)
-                if owner and disk_map.get(str(disk["uuid"]), {}).get("instance") != owner:
-                    disk_map[str(disk["uuid"])] = {"instance": owner, "size": disk.get("size"),
-                                                   "path": str(path)}
-                    changed = True
-                paths.append(str(path))
-            if changed:
-                self._save_map(disk_map)
-        return paths
-
-    def rpc_blockdev_remove(self, args: dict[str, Any]) -> None:
-        with self._map_lock:
-            disk_map = self.disk_map()
-            for disk_uuid in args.get("disks", []):
-                with contextlib.suppress(FileNotFoundError):
-                    self.disk_path(str(disk_uuid)).unlink()
-                disk_map.pop(str(disk_uuid), None)
-            self._save_map(disk_map)
-
-    def disk_map(self) -> dict[str, dict[str, Any]]:
-        """disk UUID -> {instance, size, path}: which instance each local disk belongs to."""
-        try:
-            return json.loads((self.settings.state_dir / "disk-map.json").read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _save_map(self, disk_map: dict[str, dict[str, Any]]) -> None:
-        atomic_write(self.settings.state_dir / "disk-map.json",
-                     json.dumps(disk_map, sort_keys=True).encode(), 0o644)
-
-    def rpc_disk_map(self, args: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return self.disk_map()
-
-    def instance_disks(self, inst: dict[str, Any]) -> list[DiskSpec]:
-        """The instance's disks on this node as its domain uses them (Ganeti's
-        _GatherAndLinkBlockDevs): the seam between the block-device layer and the domain.
-        First version: the sparse image files of `rpc_blockdev_create` (issue "Real disks"
-        finds the devices `blockdev_assemble` made instead)."""
-        paths = self.rpc_blockdev_create({"disks": inst.get("disks", []),
-                                          "instance": inst["name"]})
-        return [DiskSpec(path=path, dev_type=str(disk.get("template") or "file"),
-                         uuid=str(disk.get("uuid", "")))
-                for disk, path in zip(inst.get("disks", []), paths, strict=False)]
 
     def _spec(self, inst: dict[str, Any]) -> DomainSpec:
         disks = [disk.path for disk in self.instance_disks(inst)]
@@ -368,7 +313,7 @@ class NodeDaemon(RoleRpcs):
         name = args["name"]
         with ordered.expect(self.settings.run_dir, name, "remove", 60):
             self.hv.undefine(name)
-        self.rpc_blockdev_remove({"disks": args.get("disks", [])})
+        self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
         self.guard.forget(name)
 
@@ -385,6 +330,20 @@ class NodeDaemon(RoleRpcs):
         log.warning("stopped the stray copy of %s (it was %s)", name, before or "absent")
         return {"node": self.settings.node_name, "name": name, "was": before}
 
+    def rpc_instance_console_log(self, args: dict[str, Any]) -> str:
+        """The tail of the instance's serial log (`noded.console`)."""
+        return console.tail(self.serial_log_dir, args["instance"],
+                            int(args.get("lines", console_names.LOG_LINES_DEFAULT)))
+
+    @property
+    def serial_log_dir(self) -> Path:
+        return self.local(self.settings.serial_log_dir)
+
+    def serial_log(self, name: str) -> Path:
+        """Where the instance's domain writes its serial console (`InstanceSpec.serial_log`)."""
+        self.serial_log_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        return console_names.serial_log(self.serial_log_dir, name)
+
     def rpc_instance_list(self, args: dict[str, Any]) -> dict[str, str]:
         return self.hv.list_domains()
 
@@ -398,7 +357,7 @@ class NodeDaemon(RoleRpcs):
         if self.move_of(args) is None:
             raise RpcFailure(f"migrate_accept of {inst['name']} names no move")
         self.admit_run(args, inst)
-        self.rpc_blockdev_create({"disks": inst.get("disks", []), "instance": inst["name"]})
+        self.instance_disks(inst)  # the disks attached here before the domain comes
         self.hv.define_xml(inst["name"], args["xml"])
         if args.get("start", True):
             self.hv.start(inst["name"])
@@ -414,7 +373,7 @@ class NodeDaemon(RoleRpcs):
         with ordered.expect(self.settings.run_dir, name, "migrate", 60):
             self.hv.undefine(name)
         if args.get("remove_disks"):
-            self.rpc_blockdev_remove({"disks": args.get("disks", [])})
+            self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
 
     def rpc_instance_os_add(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -648,7 +607,9 @@ class NodeDaemon(RoleRpcs):
 RENEW_RESTART = ("confd", "mond", "instmon")
 RENEW_RESTART_MASTER = ("masterd", "maintd")
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
-           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray"}
+           "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray",
+           "blockdev_rename", "blockdev_grow", "file_storage_dir_create",
+           "file_storage_dir_remove", "file_storage_dir_rename"}
 
 
 class _nolock:
@@ -763,11 +724,46 @@ def make_app(daemon: NodeDaemon) -> web.Application:
             await asyncio.to_thread(daemon.follow_node_params)
         return web.Response(body=_encode({"result": result}), content_type="application/json")
 
+    async def import_stream(request: web.Request) -> web.Response:
+        """A disk's bytes from another node of the cluster (`noded.disk_transfer`): its node
+        certificate and the token of a prepared import."""
+        tls = request.transport.get_extra_info("ssl_object") \
+            if request.transport is not None else None
+        if tls is not None:
+            refusal, _ = daemon.trust.node_refusal(tls.getpeercert(binary_form=True))
+            if refusal is not None:
+                return web.Response(status=403, body=_encode({"error": f"refused: {refusal}"}),
+                                    content_type="application/json")
+        pending = daemon.imports.take(request.match_info["token"])
+        if pending is None:
+            return web.Response(status=403, body=_encode({"error": "no such import"}),
+                                content_type="application/json")
+        try:
+            writer = await asyncio.to_thread(disk_transfer.ImportWriter, pending)
+        except OSError as err:
+            return web.Response(status=500, body=_encode({
+                "error": f"cannot open {pending.path}: {err.strerror}"}),
+                content_type="application/json")
+        try:
+            while chunk := await request.content.read(disk_transfer.CHUNK):
+                await asyncio.to_thread(writer.write, chunk)
+            result = await asyncio.to_thread(writer.close)
+        except (HerderError, OSError) as err:
+            writer.abort()
+            log.warning("import into %s failed: %s", pending.path, err)
+            return web.Response(status=500, body=_encode({"error": str(err)}),
+                                content_type="application/json")
+        log.info("imported %s bytes into %s", result["bytes"], pending.path)
+        return web.Response(body=_encode({"result": result}), content_type="application/json")
+
     app = web.Application(client_max_size=16 * 1024 * 1024)
     app.router.add_post("/rpc/{method}", rpc)
     ROUTES.declare(rpc, access.NODE_RPC)
+    app.router.add_post("/import/{token}", import_stream)
+    ROUTES.declare(import_stream, access.NODE_IMPORT)
     app.router.add_post("/join/{step}", join_step)
     ROUTES.declare(join_step, access.JOIN_TOKEN)
+    console.add_routes(app, daemon, checker, ROUTES)
     return app
 
 

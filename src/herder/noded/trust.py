@@ -163,18 +163,27 @@ class NodeTrust:
         text = ssconf.read(node_certs.SSCONF_NAME, self.config_dir)
         return (node_certs.parse_list(text) or None) if text is not None else None
 
-    def refusal(self, peer_der: bytes | None) -> str | None:
-        """Why a caller showing this certificate (DER) is refused; None: accepted. The TLS
-        handshake already checked it was issued by the cluster CA."""
+    def node_refusal(self, peer_der: bytes | None) -> tuple[str | None, str | None]:
+        """(why a caller showing this certificate (DER) is no node of the cluster, or None;
+        the node's name when the list names it). The TLS handshake already checked it was
+        issued by the cluster CA."""
         if peer_der is None:  # before the join too: nobody shows one then
-            return "no client certificate"
+            return "no client certificate", None
         listed = self.accepted()
         if listed is None:
-            return None
+            return None, None
         caller = listed.get(node_certs.digest_der(peer_der))
         if caller is None:
             return "client certificate is not one of the cluster's node certificates " \
-                   "(revoked or unknown)"
+                   "(revoked or unknown)", None
+        return None, caller
+
+    def refusal(self, peer_der: bytes | None) -> str | None:
+        """Why a caller of node RPCs showing this certificate (DER) is refused; None:
+        accepted."""
+        problem, caller = self.node_refusal(peer_der)
+        if problem is not None or caller is None:
+            return problem
         # Node RPCs are the master's (and, in a failover, a candidate's): not any node's
         callers = ssconf.read_lines("master_candidates", self.config_dir)
         master = ssconf.master_node(self.config_dir)

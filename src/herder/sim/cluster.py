@@ -63,6 +63,11 @@ MAINTENANCE_INTERVAL = 1  # seconds between maintd's rounds
 DEMO_OS = "debootstrap"
 DEMO_VARIANTS = ("default", "minimal")
 OS_DIR = "/srv/herder/os"
+# The templates a simulated cluster enables, the default (sharedfile: the NFS stand-in) first.
+# sharedfile and ext (the sharedimg provider on shared images) move between nodes with their
+# data, file and blockdev are local; plain and drbd stay enabled so that their creation shows
+# the nodes' own one-line refusal (no device-mapper here: an LV could hold no data).
+SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless,plain,drbd"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 CANDIDATES = 3  # nodes 1-3 are master candidates (design-2.1's pool of 10 is more than needed)
@@ -396,7 +401,7 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     # The first node: the cluster, the master IP, the node daemons, masterd.
     on_node(master, "cluster", "init", state.cluster_name, "--master-netdev", "br0",
             "--master-ip", state.master_ip, "--master-netmask", "24",
-            "--enabled-disk-templates", "drbd,plain,file,diskless",
+            "--enabled-disk-templates", SIM_DISK_TEMPLATES,
             "--enabled-hypervisors", "fake", "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={LIBVIRT_URI}")
     on_node(master, "--offline", "cluster", "modify", "--diagnose-data-collector-filename",

@@ -7,8 +7,12 @@ Private to it, bind-mounted from its directory `<sim>/nodes/<name>/root/...`: /r
 /var/log/herder, /srv, /etc/lvm, /etc/libvirt, /var/lib/libvirt, /var/cache/libvirt,
 /var/log/libvirt, /dev/disk; a tmpfs on /dev/shm; its file storage is its own ext4 on a loop
 device at /srv/herder/file-storage; its volume group lives on another loop device, which its
-LVM alone sees. Shared by all hosts: /etc/hosts (`<sim>/hosts`, the cluster's DNS) and
-/srv/herder/shared-file-storage (`<sim>/shared/file-storage`, the NFS stand-in). Nothing else
+LVM alone sees. Shared by all hosts: /etc/hosts (`<sim>/hosts`, the cluster's DNS),
+/srv/herder/shared-file-storage (`<sim>/shared/file-storage`, the NFS stand-in) and the
+`sharedimg` ExtStorage provider's images /srv/herder/sharedimg (`<sim>/shared/sharedimg`, the
+SAN stand-in; the provider itself is installed in /srv/ganeti/extstorage, and Ganeti's
+allowed-paths file /etc/ganeti/file-storage-paths names the two file-storage directories).
+Nothing else
 passes between hosts but the network (`herder.sim.netns`); the machine reaches them only through
 published ports (`herder.sim.forward`).
 
@@ -52,6 +56,11 @@ PRIVATE_DIRS = ("/run", "/tmp", "/var/lib/herder", "/etc/herder", "/var/log/herd
 RUN_DIRS = ("herder", "lvm", "libvirt", "lock", "lock/lvm")
 FILE_STORAGE = "/srv/herder/file-storage"
 SHARED_FILE_STORAGE = "/srv/herder/shared-file-storage"
+# The sharedimg ExtStorage provider's images (its default directory), shared by all hosts.
+SHARED_IMAGES = "/srv/herder/sharedimg"
+# Ganeti's allowed-paths file for file storage, and where a host's ExtStorage providers are.
+FILE_STORAGE_PATHS = "/etc/ganeti/file-storage-paths"
+EXTSTORAGE_DIR = "/srv/ganeti/extstorage"
 SUPERVISE_SOCKET = "/run/herder/supervise.sock"
 NODE_SETTINGS = "/etc/herder/node.toml"
 MIB = 1 << 20
@@ -224,6 +233,8 @@ class SimHost:
         and the shared directory, else (its file storage) through /proc/<pid 1>/root."""
         if inside == SHARED_FILE_STORAGE or inside.startswith(SHARED_FILE_STORAGE + "/"):
             return self.sim.shared_dir / inside[len(SHARED_FILE_STORAGE):].lstrip("/")
+        if inside == SHARED_IMAGES or inside.startswith(SHARED_IMAGES + "/"):
+            return self.sim.shared_images_dir / inside[len(SHARED_IMAGES):].lstrip("/")
         if inside == FILE_STORAGE or inside.startswith(FILE_STORAGE + "/"):
             return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
         if any(inside == d or inside.startswith(d + "/") for d in PRIVATE_DIRS):
@@ -283,8 +294,11 @@ class SimHost:
             layout.source(inside).mkdir(parents=True, exist_ok=True)
         for sub in RUN_DIRS:
             (root / "run" / sub).mkdir(parents=True, exist_ok=True)
-        for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, "/dev/disk/by-id"):
+        for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/dev/disk/by-id"):
             layout.source(inside).mkdir(parents=True, exist_ok=True)
+        layout.source(FILE_STORAGE_PATHS).write_text(f"{FILE_STORAGE}\n{SHARED_FILE_STORAGE}\n")
+        shutil.copytree(Path(__file__).parent / "extstorage" / "sharedimg",
+                        layout.source(f"{EXTSTORAGE_DIR}/sharedimg"), dirs_exist_ok=True)
         for sticky in ("tmp", "run/lock"):
             (root / sticky).chmod(0o1777)
         layout.source(NODE_SETTINGS).write_text(config.node_settings)
@@ -314,6 +328,7 @@ class SimHost:
         mounts += [
             Mount("bind", "/etc/hosts", str(self.sim.hosts_file)),
             Mount("bind", SHARED_FILE_STORAGE, str(self.sim.shared_dir)),
+            Mount("bind", SHARED_IMAGES, str(self.sim.shared_images_dir)),
             Mount("ext4", FILE_STORAGE, record.loops[1], "noinit_itable"),
             Mount("tmpfs", "/dev/shm", options="mode=1777"),
         ]
@@ -437,6 +452,7 @@ class HostSimulation:
         sim = cls(record)
         try:
             sim.shared_dir.mkdir(parents=True, exist_ok=True)
+            sim.shared_images_dir.mkdir(parents=True, exist_ok=True)
             (sim.directory / "nodes").mkdir(exist_ok=True)
             sim.write_hosts()
             netns.create(sim.index)
@@ -460,6 +476,11 @@ class HostSimulation:
     @property
     def shared_dir(self) -> Path:
         return self.directory / "shared" / "file-storage"
+
+    @property
+    def shared_images_dir(self) -> Path:
+        """The sharedimg provider's images (SHARED_IMAGES on every host)."""
+        return self.directory / "shared" / "sharedimg"
 
     @property
     def netns(self) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import operations
-from herder.noded.bdev.base import BlockDevError, Host
+from herder.noded.bdev.base import BlockDevError, Host, SubprocessRunner
 from herder.noded.bdev.disk import Disk, decode_disk
 
 EXTSTORAGE = Path(__file__).resolve().parents[3] / "src/herder/sim/extstorage"
@@ -54,7 +54,9 @@ def storage_host(tmp_path: Path, *roots: Path) -> Host:
     paths_file = tmp_path / "file-storage-paths"
     paths_file.write_text("# the cluster's file storage directories\n"
                           + "".join(f"{root}\n" for root in roots))
-    return Host(file_storage_paths_file=paths_file, es_search_path=(EXTSTORAGE,),
+    # sharedimg records this node's loop devices in a run directory of the test's own
+    runner = SubprocessRunner(extra_env={"SHAREDIMG_RUN_DIR": str(tmp_path / "run")})
+    return Host(runner=runner, file_storage_paths_file=paths_file, es_search_path=(EXTSTORAGE,),
                 dev_disk_root=tmp_path / "dev-disk", ext_timeout=30.0)
 
 
@@ -166,6 +168,16 @@ def test_ext_sharedimg_keeps_data(tmp_path: Path) -> None:
         again = operations.blockdev_assemble(host, disk, True)
         assert isinstance(again, operations.Assembled) and again.dev_path
         assert read_pattern(again.dev_path) == PATTERN
+
+        # another node attaches a loop device of its own, and detaches only that one
+        (tmp_path / "other").mkdir()
+        other = storage_host(tmp_path / "other")
+        elsewhere = operations.blockdev_assemble(other, disk, True)
+        assert isinstance(elsewhere, operations.Assembled)
+        assert elsewhere.dev_path and elsewhere.dev_path != again.dev_path
+        assert read_pattern(elsewhere.dev_path) == PATTERN
+        operations.blockdev_shutdown(other, disk)
+        assert loops_of(image) == [again.dev_path]
 
         operations.blockdev_remove(host, disk)
         assert not image.exists() and loops_of(image) == []

@@ -634,6 +634,28 @@ class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", 
     wait_for_sync: bool = False
 
 
+class OpInstanceMove(InstanceOpCode, tag="OP_INSTANCE_MOVE", kw_only=True):
+    target_node: str
+    target_node_uuid: str | None = None
+    shutdown_timeout: int = 120
+    ignore_consistency: bool = False
+    ignore_ipolicy: bool = False
+    compress: str = "none"
+
+
+class OpInstanceGrowDisk(InstanceOpCode, tag="OP_INSTANCE_GROW_DISK", kw_only=True):
+    disk: int
+    amount: int  # MiB: by how much, or with `absolute` the new size
+    absolute: bool = False
+    wait_for_sync: bool = True
+    ignore_ipolicy: bool = False
+
+
+class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
+                                kw_only=True):
+    force: bool = False
+
+
 class OpInstanceReinstall(InstanceOpCode, tag="OP_INSTANCE_REINSTALL", kw_only=True):
     os_type: str | None = None
     force_variant: bool = False

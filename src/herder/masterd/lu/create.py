@@ -11,8 +11,9 @@ from herder.core import locking, model, params, paths, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
-from herder.masterd import iallocator
+from herder.masterd import iallocator, portpool
 from herder.masterd.livecache import LiveCache, Snapshot
+from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.instance import checked_new_name
 
@@ -46,11 +47,7 @@ def free_minor(config: model.ConfigData, node_uuid: str, extra: set[int]) -> int
 
 
 def free_port(config: model.ConfigData, extra: set[int]) -> int:
-    used = set(extra)
-    for inst in config.instances.values():
-        for disk in inst.disks:
-            if isinstance(disk.logical_id, model.DrbdId):
-                used.add(disk.logical_id.port)
+    used = set(extra) | portpool.ports_in_use(config)
     port = max(config.cluster.highest_used_port, 11000) + 1
     while port in used:
         port += 1
@@ -102,6 +99,16 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError("give the OS (os_type), or no_install")
         if op.disk_template != "diskless" and not op.disks:
             raise OpPrereqError(f"a {op.disk_template} instance needs at least one disk")
+        for index, spec in enumerate(op.disks):
+            if op.disk_template == "blockdev" and not spec.get("adopt"):
+                raise OpPrereqError(f"disk {index}: a blockdev disk adopts an existing device:"
+                                    " give adopt=/dev/disk/...", "wrong_input")
+            if op.disk_template == "ext" and not spec.get("provider"):
+                raise OpPrereqError(f"disk {index}: an ext disk needs its ExtStorage provider "
+                                    "(provider=NAME)", "wrong_input")
+            if spec.get("adopt") and op.disk_template != "blockdev":
+                raise OpPrereqError(f"disk {index}: only blockdev disks can be adopted "
+                                    "(adopting existing LVs is not supported)", "wrong_input")
         try:
             self.beparams = params.validate(params.BE_FAMILY, op.beparams)
             self.hvparams = params.validate(params.hv_family(hypervisor), op.hvparams,
@@ -165,7 +172,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         stamp = model.now()
         inst_uuid = model.new_uuid()
         vg = config.cluster.volume_group_name or "xenvg"
-        disks: list[model.Disk] = []
+        new_disks: list[model.Disk] = []
         minors_taken: dict[str, set[int]] = {n.uuid: set() for n in self.nodes}
         ports_taken: set[int] = set()
         for index, (size, spec) in enumerate(zip(self.sizes, op.disks, strict=True)):
@@ -187,21 +194,29 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                     model.Disk(uuid=model.new_uuid(), dev_type="plain", size=DRBD_META_MIB,
                                logical_id=model.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_meta")),
                 ]
-                disks.append(model.Disk(dev_type="drbd", children=children, logical_id=model.DrbdId(
+                new_disks.append(model.Disk(
+                    dev_type="drbd", children=children, logical_id=model.DrbdId(
                     nodes=[p.uuid, s.uuid], port=port, minors=[minor_p, minor_s],
                     secret=secrets.token_hex(20)), **common))
                 config.cluster.highest_used_port = max(config.cluster.highest_used_port, port)
             elif op.disk_template == "plain":
-                disks.append(model.Disk(dev_type="plain", logical_id=model.PlainId(
+                new_disks.append(model.Disk(dev_type="plain", logical_id=model.PlainId(
                     vg=vg, lv=f"{disk_uuid}.disk{index}"), **common))
             elif op.disk_template in ("file", "sharedfile"):
                 base = config.cluster.file_storage_dir if op.disk_template == "file" \
                     else config.cluster.shared_file_storage_dir
                 path = paths.child(base, op.instance_name, f"disk{index}", what="instance name")
-                disks.append(model.Disk(dev_type=op.disk_template, logical_id=model.FileId(
+                new_disks.append(model.Disk(dev_type=op.disk_template, logical_id=model.FileId(
                     driver="loop", path=str(path)), **common))
+            elif op.disk_template == "blockdev":
+                new_disks.append(model.Disk(dev_type="blockdev", logical_id=model.FileId(
+                    driver="manual", path=str(spec["adopt"])), **common))
+            elif op.disk_template == "ext":
+                new_disks.append(model.Disk(dev_type="ext", logical_id=model.ExtId(
+                    provider=str(spec["provider"]), name=f"{disk_uuid}.ext.disk{index}"),
+                    **common))
             else:
-                disks.append(model.Disk(dev_type=op.disk_template, **common))
+                new_disks.append(model.Disk(dev_type=op.disk_template, **common))
         taken = {n.mac for i in config.instances.values() for n in i.nics}
         nics = []
         for spec in op.nics or [{}]:
@@ -215,7 +230,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         return model.Instance(
             uuid=inst_uuid, name=op.instance_name, primary_node=self.nodes[0].uuid,
             os=op.os_type or "none", hypervisor=self.hypervisor, admin_state="down",
-            disks=disks, nics=nics, hvparams=self.hvparams, beparams=self.beparams,
+            disks=new_disks, nics=nics, hvparams=self.hvparams, beparams=self.beparams,
             osparams={k: str(v) for k, v in op.osparams.items()}, tags=list(op.tags),
             ctime=stamp, mtime=stamp,
         )
@@ -224,6 +239,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
+            if portpool.needs_port(inst.hypervisor):
+                inst.network_port = portpool.allocate(config)
             config.instances[inst.uuid] = inst
         self.env.locks.add(locking.LEVEL_INSTANCE, inst.uuid)
         if self.allocator:
@@ -234,10 +251,13 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         payload = instance_payload(config, inst)
         args = {"instance": payload, "name": inst.name, "reason": op.reason,
                 "version": inst.serial_no, vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
+        made = False
         try:
-            for node in self.nodes:
-                self.env.rpc.call(node, "blockdev_create", {"disks": payload["disks"],
-                                                            "instance": inst.name})
+            if op.disk_template == "blockdev":
+                disks.assemble_disks(self.env, config, inst, feedback=self.feedback)
+            else:
+                disks.create_disks(self.env, config, inst, feedback=self.feedback)
+            made = True
             self.env.rpc.call(self.nodes[0], "instance_define", args)
             if not op.no_install:
                 self.env.rpc.call(self.nodes[0], "instance_os_add",
@@ -245,7 +265,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             if op.start:
                 self.env.rpc.call(self.nodes[0], "instance_start", args)
         except HerderError:
-            self._undo(inst)
+            self._undo(config, inst, remove_disks=made)
             raise
         if op.start:
             with self.env.store.update() as fresh:
@@ -253,15 +273,22 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 fresh.instances[inst.uuid].disks_active = True
         return [n.name for n in self.nodes]
 
-    def _undo(self, inst: model.Instance) -> None:
+    def _undo(self, config: model.ConfigData, inst: model.Instance, *,
+              remove_disks: bool) -> None:
+        """Remove what the creation made: the domain, then the disks (an adopted device
+        stays: it was the operator's), then the config entry."""
         self.feedback(f"creation of {inst.name} failed; removing what was created")
         for node in self.nodes:
             try:
-                self.env.rpc.call(node, "instance_remove", {
-                    "name": inst.name, "disks": [d.uuid for d in inst.disks]})
+                self.env.rpc.call(node, "instance_remove", {"name": inst.name})
             except HerderError as err:
                 self.feedback(f"cleanup on {node.name} failed: {err}")
+        if inst.disk_template == "blockdev":
+            disks.shutdown_disks(self.env, config, inst, feedback=self.feedback)
+        elif remove_disks:
+            disks.remove_disks(self.env, config, inst, feedback=self.feedback)
         with self.env.store.update() as config:
-            config.instances.pop(inst.uuid, None)
+            removed = config.instances.pop(inst.uuid, None)
+            portpool.release(config, removed.network_port if removed else None)
         self.env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
 

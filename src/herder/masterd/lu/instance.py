@@ -10,6 +10,7 @@ from herder.core import locking, model, names, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
+from herder.masterd import portpool
 from herder.masterd.lu import disks, handover
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
@@ -137,8 +138,10 @@ class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
                 "hv_instance": inst.hvparams, "hv_actual": config.filled_hvparams(inst),
                 "be_instance": inst.beparams, "be_actual": config.filled_beparams(inst),
                 "os_instance": inst.osparams, "os_actual": config.filled_osparams(inst),
-                "network_port": None, "tags": inst.tags,
-                "disks": [model.to_builtins(d) for d in inst.disks],
+                "network_port": inst.network_port, "tags": inst.tags,
+                "disks": [model.to_builtins(d) if op.static else
+                          {**model.to_builtins(d), **disks.disk_status(self.env, config, inst, d)}
+                          for d in inst.disks],
                 "nics": [model.to_builtins(n) for n in inst.nics],
                 "ctime": inst.ctime, "mtime": inst.mtime, "serial_no": inst.serial_no,
             }
@@ -460,23 +463,26 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
         self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
-        disks = [d.uuid for d in self.inst.disks]
+        """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they
+        live on (RemoveDisks), then the config entry."""
         for node_uuid in self.inst.all_nodes:
             node = self.config.nodes.get(node_uuid)
             if node is None:
                 continue
             try:
-                self.env.rpc.call(node, "instance_remove", {"name": self.inst.name,
-                                                            "disks": disks})
+                self.env.rpc.call(node, "instance_remove", {"name": self.inst.name})
             except HerderError:
                 if not self.op.ignore_failures:
                     raise
                 self.feedback(f"could not clean up on {node.name}; ignored")
+        if not disks.remove_disks(self.env, self.config, self.inst, feedback=self.feedback) \
+                and not self.op.ignore_failures:
+            raise OpExecError(f"could not remove the block devices of {self.inst.name}")
 
     def execute(self) -> Any:
         self.act()
         with self.env.store.update() as config:
-            del config.instances[self.inst.uuid]
+            portpool.release(config, config.instances.pop(self.inst.uuid).network_port)
         self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
         return None
 
@@ -524,17 +530,48 @@ class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):
 
 
 class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
-    """Make an instance's disks available on its nodes (herder's watcher-style repair of
-    running instances whose disks are inactive)."""
+    """Make an instance's disks available on its nodes (Ganeti's LUInstanceActivateDisks,
+    also maintd's watcher-style repair of running instances whose disks are inactive):
+    returns (node, iv_name, device path) per disk, as `gnt-instance activate-disks` prints."""
 
     def act(self) -> None:
-        self.assembled = disks.assemble_disks(self.env, self.config, self.inst)
+        self.assembled = disks.assemble_disks(self.env, self.config, self.inst,
+                                              feedback=self.feedback)
+
+    def execute(self) -> Any:
+        with self.env.store.update() as config:  # Ganeti marks them active first
+            config.instances[self.inst.uuid].disks_active = True
+        self.act()
+        return [list(entry) for entry in self.assembled]
+
+
+class InstanceDeactivateDisks(_NodeAction[opcodes.OpInstanceDeactivateDisks]):
+    """Shut an instance's disks down on its nodes (Ganeti's LUInstanceDeactivateDisks): only
+    when it does not run (`force`: also when its primary cannot be asked, and errors of the
+    primary are not fatal)."""
+
+    def check(self, config: model.ConfigData) -> None:
+        super().check(config)
+        if self.inst.admin_state == "up" and not self.op.force:
+            raise OpPrereqError(f"instance {self.inst.name} is running; shut it down before "
+                                "deactivating its disks", "wrong_state")
+
+    def act(self) -> None:
+        if not self.op.force:
+            listed = self.env.rpc.call(self.node, "instance_list", {}, timeout=30)
+            if isinstance(listed, dict) and listed.get(self.inst.name) in \
+                    handover.RUNNING_STATES:
+                raise OpExecError(f"instance {self.inst.name} runs on {self.node.name}; "
+                                  "cannot deactivate its disks")
+        if not disks.shutdown_disks(self.env, self.config, self.inst,
+                                    ignore_primary=self.op.force, feedback=self.feedback):
+            raise OpExecError(f"could not shut down every disk of {self.inst.name}")
 
     def execute(self) -> Any:
         self.act()
         with self.env.store.update() as config:
-            config.instances[self.inst.uuid].disks_active = True
-        return [list(entry) for entry in self.assembled]
+            config.instances[self.inst.uuid].disks_active = False
+        return None
 
 
 class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
@@ -586,7 +623,6 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
         from herder.masterd.lu.node import change_secondary, choose_secondary
 
         op = self.op
-        payload = instance_payload(self.config, self.inst)
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
             new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)
             change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback)
@@ -594,8 +630,6 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
         targets = [self.inst.primary_node] if op.mode in ("replace_on_primary", "replace_auto") \
             else self.inst.secondary_nodes
         for node_uuid in targets:
-            self.env.rpc.call(self.config.nodes[node_uuid], "blockdev_create",
-                              {"disks": payload["disks"], "instance": self.inst.name})
-            self.feedback(f"{self.inst.name}: disks checked/recreated on "
-                          f"{self.config.node_name(node_uuid)}")
+            disks.replace_disks_only(self.env, self.config, self.inst,
+                                     self.config.nodes[node_uuid], feedback=self.feedback)
 

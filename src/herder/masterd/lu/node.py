@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from herder.core import locking, model, names, params
-from herder.core.errors import ConfigError, HerderError, OpPrereqError
+import msgspec
+
+from herder.core import diskobjects, locking, model, names, params
+from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
-from herder.core.noderpc import UnavailableRpc, instance_payload
+from herder.core.noderpc import UnavailableRpc
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -299,28 +301,58 @@ class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
 
 def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, new: model.Node,
                      reason: list[Any], feedback: Any) -> None:
-    """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n): create the
-    mirror's disks there, point the config at it, drop the old copies where reachable."""
+    """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n,
+    TLReplaceDisks._ExecDrbd8Secondary): the new data and metadata LVs and DRBD device on
+    `new`, the old secondary's DRBD shut down, the primary standalone, the config pointed at
+    `new`, the primary and `new` connected (a full resync), the old storage removed."""
+    from herder.masterd.lu import disks
     from herder.masterd.lu.create import free_minor
 
     old_uuid = inst.secondary_nodes[0]
-    payload = instance_payload(config, inst)
-    env.rpc.call(new, "blockdev_create", {"disks": payload["disks"], "instance": inst.name})
+    old = config.nodes.get(old_uuid)
+    moved = msgspec.structs.replace(inst, disks=[msgspec.structs.replace(d)
+                                                 for d in inst.disks])
+    taken: set[int] = set()
+    for disk in moved.disks:
+        lid = disk.logical_id
+        if isinstance(lid, model.DrbdId) and old_uuid in lid.nodes:
+            minor = free_minor(config, new.uuid, taken)
+            taken.add(minor)
+            index = lid.nodes.index(old_uuid)
+            disk.logical_id = model.DrbdId(
+                nodes=[new.uuid if n == old_uuid else n for n in lid.nodes], port=lid.port,
+                minors=[minor if i == index else m for i, m in enumerate(lid.minors)],
+                secret=lid.secret)
+    created: list[tuple[model.Node, dict[str, Any]]] = []
+    try:
+        for disk in moved.disks:
+            obj = diskobjects.disk_object(config, moved, disk, new.uuid)
+            disks.create_tree(env, new, moved, obj, False, False, created)
+    except HerderError as err:
+        disks.undo_create_disks(env, moved, created, feedback=feedback)
+        raise OpExecError(f"allocating the new storage of {inst.name} on {new.name} failed: "
+                          f"{err}") from None
+    primary = config.nodes[inst.primary_node]
+    if old is not None and not old.offline:
+        disks.shutdown_disks(env, config, inst, nodes=[old], feedback=feedback)
+    env.rpc.call(primary, "drbd_disconnect_net",
+                 {"disks": diskobjects.disk_objects(config, inst, primary.uuid)})
     with env.store.update() as fresh:
         target = fresh.instances[inst.uuid]
-        for disk in target.disks:
-            lid = disk.logical_id
-            if isinstance(lid, model.DrbdId) and old_uuid in lid.nodes:
-                index = lid.nodes.index(old_uuid)
-                lid.nodes[index] = new.uuid
-                lid.minors[index] = free_minor(fresh, new.uuid, set())
+        target.disks = moved.disks
         target.touch()
-    old = config.nodes.get(old_uuid)
+        config = fresh
+    for node in (primary, new):
+        env.rpc.call(node, "drbd_attach_net", {
+            "disks": diskobjects.disk_objects(config, moved, node.uuid),
+            "instance": inst.name, "multimaster": False})
     if old is not None and not old.offline:
-        try:
-            env.rpc.call(old, "blockdev_remove", {"disks": [d["uuid"] for d in payload["disks"]]})
-        except HerderError as err:
-            feedback(f"old secondary {old.name} not cleaned up: {err}")
+        for disk in inst.disks:
+            try:
+                env.rpc.call(old, "blockdev_remove",
+                             {"disk": diskobjects.disk_object(config, inst, disk, old_uuid)})
+            except HerderError as err:
+                feedback(f"old secondary {old.name} not cleaned up: {err}")
     feedback(f"{inst.name}: secondary moved to {new.name}")
 
 
@@ -344,6 +376,9 @@ def choose_secondary(env: Any, config: model.ConfigData, inst: model.Instance, o
 
 
 NodeMoveOpT = TypeVar("NodeMoveOpT", opcodes.OpNodeEvacuate, opcodes.OpNodeMigrate)
+# Templates whose instances can leave a node with their data: DRBD to its secondary, shared
+# and external storage (and no disks) to any node.
+MOVABLE = frozenset({"drbd", "sharedfile", "ext", "rbd", "gluster", "blockdev", "diskless"})
 
 
 class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
@@ -365,10 +400,14 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
         self.secondaries = sorted((i for i in config.instances.values()
                                    if node.uuid in i.secondary_nodes), key=lambda i: i.name)
         if "primary" in self.modes:
-            stuck = [i.name for i in self.primaries if i.disk_template != "drbd"]
+            # a disk that lives on this node alone is never "moved" without its data: refused
+            # (`herder instance move` copies it); mirrored and shared ones move
+            stuck = [i.name for i in self.primaries if i.disk_template not in MOVABLE]
             if stuck:
-                raise OpPrereqError(f"instances on {node.name} cannot move (not mirrored): "
-                                    f"{', '.join(stuck)}", "wrong_input")
+                raise OpPrereqError(
+                    f"instances on {node.name} have disks on that node alone and cannot be "
+                    f"evacuated without copying them: {', '.join(stuck)}; move them first "
+                    "with 'herder instance move INSTANCE --node NODE'", "wrong_input")
         self.affected = [i.name for i in self.primaries] * ("primary" in self.modes) + \
             [i.name for i in self.secondaries] * ("secondary" in self.modes)
 
@@ -376,7 +415,7 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
         return self.affected
 
     def execute(self) -> Any:
-        from herder.masterd.lu.instance import move_instance
+        from herder.masterd.lu.instance import allocate_target, move_instance
 
         if not self.affected:
             self.feedback(f"node {self.node.name} holds no instances; nothing to do")
@@ -386,7 +425,10 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
             for inst in self.primaries:
                 config = self.env.store.load()
                 fresh = config.instances[inst.uuid]
-                target = config.nodes[fresh.secondary_nodes[0]]
+                if fresh.disk_template == "drbd":
+                    target = config.nodes[fresh.secondary_nodes[0]]
+                else:  # shared or external storage: where the allocator says
+                    target = allocate_target(self.env, config, fresh, self.op, self.feedback)
                 move_instance(self.env, config, fresh, target, live=self.live,
                               reason=self.op.reason, ignore_source=self.node.offline,
                               feedback=self.feedback)

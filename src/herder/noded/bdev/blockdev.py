@@ -72,6 +72,12 @@ class PersistentBlockDevice(BlockDev):
         self.major, self.minor = numbers if numbers else (None, None)
         return self.attached
 
+    def assemble(self) -> None:
+        """Nothing to bring up, but the device must be there (Ganeti's does not look: a
+        missing device would reach the hypervisor)."""
+        if not self.attach():
+            raise BlockDevError(f"{self.dev_path} is not a block device on this node")
+
     def remove(self) -> None:
         """The device stays: it was adopted, not made."""
 

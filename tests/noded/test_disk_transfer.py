@@ -1,0 +1,75 @@
+"""Copying a disk between two real node daemons (`noded.disk_transfer`, what `instance move`
+uses): the target prepares an import (one token, one use), the source streams its device to
+the target's `/import/<token>`, the bytes and checksum are confirmed; a wrong or used token
+is refused and nothing is written."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from herder.noded.disk_rpcs import DiskFailure
+from tests.noded.noded_fixture import running_noded
+
+MIB = 1 << 20
+
+
+def file_disk(path: Path, size: int = 4) -> dict[str, Any]:
+    return {"dev_type": "file", "logical_id": ["loop", str(path)], "size": size,
+            "params": {}, "iv_name": "disk/0", "uuid": "d-1", "mode": "rw"}
+
+
+def allow(root: Path, *directories: Path) -> None:
+    """The node's allowed-paths file (under its file root)."""
+    paths = root / "etc/ganeti/file-storage-paths"
+    paths.parent.mkdir(parents=True, exist_ok=True)
+    paths.write_text("".join(f"{d}\n" for d in directories))
+
+
+def test_a_disk_is_copied_between_two_node_daemons(tmp_path: Path) -> None:
+    store_a, store_b = tmp_path / "fs-a" / "inst1", tmp_path / "fs-b" / "inst1"
+    with running_noded(tmp_path / "a", "node1") as source, \
+            running_noded(tmp_path / "b", "node2") as target:
+        allow(tmp_path / "a" / "root", tmp_path / "fs-a")
+        allow(tmp_path / "b" / "root", tmp_path / "fs-b")
+        disk_a, disk_b = file_disk(store_a / "disk0"), file_disk(store_b / "disk0")
+        for node, disk, directory in ((source, disk_a, store_a), (target, disk_b, store_b)):
+            node.daemon.dispatch("file_storage_dir_create", {"file_storage_dir": str(directory)})
+            node.daemon.dispatch("blockdev_create", {"disk": disk, "size": 4, "owner": "inst1",
+                                                     "on_primary": True, "info": ""})
+        data = random.Random(7).randbytes(4 * MIB)
+        (store_a / "disk0").write_bytes(data)
+        prepared = target.daemon.dispatch("blockdev_import_prepare",
+                                          {"disk": disk_b, "instance": "inst1"})
+        port = int(target.url.rsplit(":", 1)[1])
+        sent = source.daemon.dispatch("blockdev_export", {
+            "disk": disk_a, "instance": "inst1", "token": prepared["token"],
+            "target": {"address": "127.0.0.1", "port": port}})
+        assert sent == {"bytes": 4 * MIB, "sha256": hashlib.sha256(data).hexdigest()}
+        assert (store_b / "disk0").read_bytes() == data
+        # the token was for one import: a second stream is refused
+        with pytest.raises(DiskFailure, match="refused the stream \\(403\\)"):
+            source.daemon.dispatch("blockdev_export", {
+                "disk": disk_a, "instance": "inst1", "token": prepared["token"],
+                "target": {"address": "127.0.0.1", "port": port}})
+        refused = httpx.post(f"{target.url}/import/not-a-token", content=b"x" * 10)
+        assert refused.status_code == 403
+        assert (store_b / "disk0").read_bytes() == data
+
+
+def test_a_stream_larger_than_the_disk_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "fs" / "inst1"
+    with running_noded(tmp_path / "b", "node2") as target:
+        allow(tmp_path / "b" / "root", tmp_path / "fs")
+        disk = file_disk(store / "disk0", size=1)
+        target.daemon.dispatch("file_storage_dir_create", {"file_storage_dir": str(store)})
+        target.daemon.dispatch("blockdev_create", {"disk": disk, "size": 1, "owner": "inst1"})
+        token = target.daemon.dispatch("blockdev_import_prepare", {"disk": disk})["token"]
+        answer = httpx.post(f"{target.url}/import/{token}", content=b"\1" * (2 * MIB),
+                            timeout=30)
+        assert answer.status_code == 500 and "larger than the disk" in answer.text

@@ -1,0 +1,156 @@
+"""masterd's disk steps (`masterd.lu.disks`): the disk objects each node is sent
+(`core.diskobjects`, Ganeti's shapes) and the order of the node RPCs of each operation, as
+Ganeti 3.0's cmdlib makes them (CreateDisks, _UndoCreateDisks, RemoveDisks,
+AssembleInstanceDisks, ShutdownInstanceDisks), recorded on a stand-in RPC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from herder.core import diskobjects, model
+from herder.core.errors import OpExecError, OpPrereqError, RpcError
+from herder.masterd.lu import disks
+from herder.noded.bdev.disk import decode_disk
+from tests.conftest import build_config
+
+
+class Recorder:
+    """Records (node, method, what) per call; `fail` makes one (node, method, n-th) fail."""
+
+    def __init__(self, fail: tuple[str, str] | None = None) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.fail = fail
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        args = args or {}
+        disk = args.get("disk")
+        what = (disk["dev_type"], tuple(disk["logical_id"][:2])) if disk else \
+            args.get("file_storage_dir")
+        self.calls.append((node.name.split(".")[0], method, what))
+        if self.fail == (node.name.split(".")[0], method):
+            raise RpcError(f"node {node.name}: {method} failed: boom")
+        if method == "blockdev_assemble":
+            return ["/dev/drbd0", None] if args.get("as_primary") else True
+        if method == "blockdev_find":
+            return ["/dev/drbd0", 147, 0, None, None, False, 1]
+        if method == "drbd_wait_sync":
+            return [True, 100.0]
+        return None
+
+
+class Env:
+    def __init__(self, rpc: Recorder) -> None:
+        self.rpc = rpc
+
+
+@pytest.fixture
+def config() -> model.ConfigData:
+    return build_config(nodes=3, drbd_instances=1, plain_instances=0)
+
+
+def drbd(config: model.ConfigData) -> model.Instance:
+    return config.find_instance("drbd0.example.com")
+
+
+def test_drbd_disk_objects_carry_what_each_node_needs(config: model.ConfigData) -> None:
+    inst = drbd(config)
+    node1, node2 = (config.find_node(f"node{i}.example.com") for i in (1, 2))
+    for here, peer in ((node1, node2), (node2, node1)):
+        obj = diskobjects.disk_object(config, inst, inst.disks[0], here.uuid)
+        decoded = decode_disk(obj)  # what the node reads
+        assert decoded.drbd_id.secret == "secret0" and decoded.drbd_id.port == 11000
+        assert obj["dynamic_params"] == {"local-ip": here.secondary_ip,
+                                         "remote-ip": peer.secondary_ip,
+                                         "local-minor": 0, "remote-minor": 0}
+        assert obj["params"]["protocol"] == "C" and obj["params"]["disabled-barriers"] == "n"
+        assert [c["params"] for c in obj["children"]] == [{"stripes": 1}, {"stripes": 1}]
+        assert [c["logical_id"] for c in obj["children"]] == [
+            ["xenvg", "d0.disk0_data"], ["xenvg", "d0.disk0_meta"]]
+
+
+def test_create_is_primary_first_children_first(config: model.ConfigData) -> None:
+    rpc = Recorder()
+    disks.create_disks(Env(rpc), config, drbd(config))
+    lvs = [("plain", ("xenvg", "d0.disk0_data")), ("plain", ("xenvg", "d0.disk0_meta"))]
+    drbd_dev = ("drbd", (config.find_node("node1.example.com").uuid,
+                         config.find_node("node2.example.com").uuid))
+    assert [(n, w) for n, m, w in rpc.calls if m == "blockdev_create"] == [
+        ("node1", lvs[0]), ("node1", lvs[1]), ("node1", drbd_dev),
+        ("node2", lvs[0]), ("node2", lvs[1]), ("node2", drbd_dev)]
+
+
+def test_a_failed_create_removes_what_was_made(config: model.ConfigData) -> None:
+    rpc = Recorder(fail=("node2", "blockdev_create"))
+    with pytest.raises(OpExecError, match="creating disk/0 of drbd0.example.com on node2"):
+        disks.create_disks(Env(rpc), config, drbd(config))
+    made = [(n, w) for n, m, w in rpc.calls if m == "blockdev_create"][:-1]
+    removed = [(n, w) for n, m, w in rpc.calls if m == "blockdev_remove"]
+    # node1's complete DRBD device (its removal removes its LVs), nothing else
+    assert [n for n, _ in made] == ["node1"] * 3 and removed == [made[-1]]
+
+
+def test_file_disks_get_their_directory_first_and_last(config: model.ConfigData) -> None:
+    node1 = config.find_node("node1.example.com")
+    inst = model.Instance(uuid=model.new_uuid(), name="f1.example.com", primary_node=node1.uuid,
+                          os="debootstrap", hypervisor="kvm", disks=[
+                              model.Disk(uuid=model.new_uuid(), dev_type="file", size=64,
+                                         iv_name=f"disk/{i}", logical_id=model.FileId(
+                                             driver="loop", path=f"/srv/fs/f1/disk{i}"))
+                              for i in range(2)])
+    rpc = Recorder()
+    disks.create_disks(Env(rpc), config, inst)
+    assert disks.remove_disks(Env(rpc), config, inst)
+    assert [(n, m) for n, m, _ in rpc.calls] == [
+        ("node1", "file_storage_dir_create"), ("node1", "blockdev_create"),
+        ("node1", "blockdev_create"), ("node1", "blockdev_remove"),
+        ("node1", "blockdev_remove"), ("node1", "file_storage_dir_remove")]
+    assert rpc.calls[0][2] == rpc.calls[-1][2] == "/srv/fs/f1"
+
+
+def test_assemble_secondaries_then_the_primary(config: model.ConfigData) -> None:
+    rpc = Recorder()
+    assembled = disks.assemble_disks(Env(rpc), config, drbd(config))
+    assert [n for n, m, _ in rpc.calls] == ["node1", "node2", "node1"]
+    assert assembled == [("node1.example.com", "disk/0", "/dev/drbd0")]
+    failing = Recorder(fail=("node1", "blockdev_assemble"))
+    with pytest.raises(OpExecError, match="cannot activate the block devices"):
+        disks.assemble_disks(Env(failing), config, drbd(config))
+    assert [m for _, m, _ in failing.calls][-2:] == ["blockdev_shutdown", "blockdev_shutdown"]
+
+
+def test_failover_targets(config: model.ConfigData) -> None:
+    inst = drbd(config)
+    node3 = config.find_node("node3.example.com")
+    with pytest.raises(OpPrereqError, match="DRBD-mirrored to node2.example.com"):
+        disks.check_failover_target(config, inst, node3)
+    disks.check_failover_target(config, inst, config.find_node("node2.example.com"))
+    local = model.Instance(uuid=model.new_uuid(), name="p1.example.com",
+                           primary_node=inst.primary_node, os="debootstrap", hypervisor="kvm",
+                           disks=[model.Disk(uuid=model.new_uuid(), dev_type="plain", size=1,
+                                             logical_id=model.PlainId(vg="xenvg", lv="p"))])
+    with pytest.raises(OpPrereqError, match="herder instance move p1.example.com"):
+        disks.check_failover_target(config, local, node3)
+
+
+def test_replace_disks_on_the_secondary_in_ganetis_order(config: model.ConfigData) -> None:
+    """TLReplaceDisks._ExecDrbd8DiskOnly: check, new LVs, detach the old ones, rename old and
+    new, attach the new ones, wait for the resync, remove the old ones."""
+    rpc = Recorder()
+    inst = drbd(config)
+    node2 = config.find_node("node2.example.com")
+    disks.replace_disks_only(Env(rpc), config, inst, node2)
+    assert [(n, m) for n, m, _ in rpc.calls] == [
+        ("node1", "blockdev_find"), ("node2", "blockdev_find"),
+        ("node2", "blockdev_create"), ("node2", "blockdev_create"),
+        ("node2", "blockdev_removechildren"), ("node2", "blockdev_rename"),
+        ("node2", "blockdev_rename"), ("node2", "blockdev_addchildren"),
+        ("node1", "drbd_wait_sync"), ("node2", "drbd_wait_sync"),
+        ("node2", "blockdev_remove"), ("node2", "blockdev_remove")]
+    created = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_create"]
+    assert [lv.split(".new-")[0] for lv in created] == ["d0.disk0_data", "d0.disk0_meta"]
+    removed = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_remove"]
+    assert all(lv.startswith(("d0.disk0_data_replaced-", "d0.disk0_meta_replaced-"))
+               for lv in removed)
