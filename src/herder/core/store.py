@@ -98,7 +98,8 @@ class FileStore:
     continue the new snapshot. So a kill -9 at any point leaves the old or the new state.
 
     Readers in one process share a decoded copy per path (`snapshot()`), refreshed from the
-    journal's new records only; `update()` changes it in place and writes what changed.
+    journal's new records only; `update()` works on a copy of its tables, writes what changed
+    and gives the shared objects it changed their written values back.
     """
 
     COMPACT_RECORDS = 2000
