@@ -1,125 +1,139 @@
-"""Live migration of a 128 MiB guest between two private libvirtds (QEMU driver, TCG, TLS with
-a test cluster CA, p2p tunnelled): total time and downtime from libvirt's job statistics,
-through herder's `noded.kvm.migration.migrate` and by hand with `virsh migrate --live` (the
-limit), alternating directions.
+"""Live migration of a 128 MiB guest between the nodes of a simulated cluster (`herder cluster
+simulate --guests qemu`: two namespaced hosts, each its own libvirtd with the QEMU driver, TLS
+with the nodes' certificates): through herder's job path (`herder instance migrate`: RAPI,
+masterd's job, the node RPCs in Ganeti's order, libvirt's peer-to-peer migration) beside the
+bare `virsh migrate --live --p2p --tunnelled` of the same guest on the source node (the
+limit). Each figure: the wall time of the command, libvirt's total time and downtime of the
+completed job (`virsh domjobinfo --completed` on the target), alternating directions.
 
-    PYTHONPATH=src python bench/migrate.py [--rounds 3] [--bandwidth 0]
+    PYTHONPATH=src python bench/migrate.py [--rounds 3] [--dir /tmp/herder-bench-migrate]
 
 Needs root, qemu-system-x86, libvirt-daemon, libvirt-clients, linux-image-amd64 and
-busybox-static (scripts/sysdeps.sh). The overhead of herder's job + RPC path over the bare call
-is measured once the lead wires migration into noded and masterd.
+busybox-static (scripts/sysdeps.sh). Run it under the suite lock on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import libvirt
+from herder.sim import cluster, guest
 
-from herder.core import params
-from herder.core.libvirtd_conf import tls_uri
-from herder.noded.kvm import migration
-from herder.noded.kvm.domain import DiskSpec, InstanceSpec, domain_xml
-from herder.sim import guest
-from herder.sim.qemu_libvirtd import QemuLibvirtd, start_pair
-
-NAME = "bench-mover.example.com"
+NAME = "bench1"
+PKI = "/var/lib/herder/libvirt-pki"
+BANDWIDTH = 32  # MiB/s: Ganeti's default migration_bandwidth, for both paths
 
 
-def _completed_stats(conn: libvirt.virConnect) -> dict[str, Any]:
-    return conn.lookupByName(NAME).jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+def _herder(state: cluster.SimState, *args: str, timeout: float = 600) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERDER_")}
+    env.update(state.client_environment())
+    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
+    return done.stdout
 
 
-def _wait_for_beat(log: Path, after: float, deadline: float = 120.0) -> guest.Heartbeat:
+def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 600) -> str:
+    done = state.host(node).run(argv, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"{node}: {' '.join(argv)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _job_stats(state: cluster.SimState, node: str) -> dict[str, float]:
+    """libvirt's completed-job figures of the guest on `node` (ms)."""
+    text = _run(state, node, ["virsh", "-c", "qemu:///system", "domjobinfo", "--completed",
+                              NAME])
+    found = {}
+    for key, label in (("total_ms", "Time elapsed"), ("downtime_ms", "Total downtime")):
+        match = re.search(rf"^{label}:\s+([0-9]+)\s*ms", text, re.MULTILINE)
+        if match:
+            found[key] = float(match.group(1))
+    return found
+
+
+def _heartbeat(state: cluster.SimState, node: str) -> guest.Heartbeat | None:
+    done = state.host(node).run(["cat", f"/var/log/herder/instances/{NAME}.serial.log"],
+                                timeout=30)
+    beats = guest.parse_heartbeats(done.stdout)
+    return beats[-1] if beats else None
+
+
+def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
+    """noded reads libvirt's completed-job statistics (which clears them) and the job log
+    says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
     started = time.monotonic()
-    while time.monotonic() - started < deadline:
-        beat = guest.last_heartbeat(log)
-        if beat is not None and beat.uptime > after:
-            return beat
-        time.sleep(0.25)
-    raise SystemExit(f"no heartbeat in {log} within {deadline:g}s")
+    output = _herder(state, "instance", "migrate", NAME, "--target-node", target)
+    wall = (time.monotonic() - started) * 1000
+    found = {"wall_ms": wall}
+    match = re.search(r"memory transfer complete \(([0-9]+) ms, downtime ([0-9]+) ms\)", output)
+    if match:
+        found.update(total_ms=float(match.group(1)), downtime_ms=float(match.group(2)))
+    return found
+
+
+def _bare(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
+    uri = f"qemu+tls://{target}/system?pkipath={PKI}"
+    started = time.monotonic()
+    _run(state, source, ["virsh", "-c", "qemu:///system", "migrate", "--live", "--p2p",
+                         "--tunnelled", "--persistent", "--undefinesource", "--unsafe",
+                         "--bandwidth", str(BANDWIDTH), NAME, uri])
+    wall = (time.monotonic() - started) * 1000
+    return {"wall_ms": wall, **_job_stats(state, target)}
+
+
+def _summary(label: str, runs: list[dict[str, float]]) -> str:
+    def median(key: str) -> str:
+        values = [run[key] for run in runs if key in run]
+        return f"{statistics.median(values):8.0f}" if values else "       -"
+
+    return f"{label:<24} {median('wall_ms')} {median('total_ms')} {median('downtime_ms')}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="migrations per method")
-    parser.add_argument("--bandwidth", type=int, default=0,
-                        help="migration_bandwidth in MiB/s (0: unlimited)")
-    args = parser.parse_args()
-    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
-    image = guest.ensure_guest()
-    pair = start_pair(("127.0.0.67", "127.0.0.68"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-migrate"))
+    parser.add_argument("--first-ip", type=int, default=234)
+    options = parser.parse_args()
+    state = cluster.start(options.dir, 2, mond=False, maintd=False, first_ip=options.first_ip,
+                          guests="qemu", progress=print)
     try:
-        disk = pair.root / "disk0"
-        disk.write_bytes(b"\0" * (4 << 20))
-        os_dir = guest.install_os_definition(pair.root / "os")
-        subprocess.run([str(os_dir / "create")], check=True,
-                       env={"PATH": os.environ["PATH"], "DISK_COUNT": "1",
-                            "DISK_0_PATH": str(disk), "INSTANCE_NAME": NAME})
-        hvparams = params.hv_family("kvm").defaults()
-        hvparams.update(kernel_path=str(image.kernel), initrd_path=str(image.initrd),
-                        root_path="", kernel_args=image.kernel_args,
-                        kvm_path="/usr/bin/qemu-system-x86_64")
-        log = pair.root / "serial.log"
-        spec = InstanceSpec(NAME, "3e2d1c0b-9a8f-4e7d-b6c5-a4b3c2d1e0f9", 128, 1, hvparams,
-                            disks=(DiskSpec(str(disk), "sharedfile"),), serial_log=str(log),
-                            kvm_usable=False)
-        conns = {daemon.name: libvirt.open(daemon.uri) for daemon in (pair.source, pair.target)}
-        conns[pair.source.name].createXML(domain_xml(spec), 0)
-        started = time.monotonic()
-        first = _wait_for_beat(log, -1.0)
-        print(f"boot to first heartbeat: {time.monotonic() - started:.1f} s "
-              f"(boot_id {first.boot_id})")
-        settings = migration.MigrationSettings(live=True, bandwidth_mib_s=args.bandwidth,
-                                               downtime_ms=int(hvparams["migration_downtime"]))
-        here, there = pair.source, pair.target
-        results: dict[str, list[tuple[float, int, int]]] = {"herder": [], "virsh": []}
-
-        def hop(method: str, src: QemuLibvirtd, dst: QemuLibvirtd) -> None:
-            uri = tls_uri(dst.address, pki=src.pki)
-            wall = time.monotonic()
-            if method == "herder":
-                result = migration.migrate(conns[src.name], NAME, uri, settings, timeout=600)
-                total, downtime = result.total_ms, result.downtime_ms or 0
-            else:
-                # as `virsh migrate-setmaxdowntime` (virsh migrate has no downtime option)
-                conns[src.name].lookupByName(NAME).migrateSetMaxDowntime(settings.downtime_ms)
-                argv = ["virsh", "-c", src.uri, "migrate", "--live", "--p2p", "--tunnelled",
-                        "--unsafe", NAME, uri]
-                if args.bandwidth:
-                    argv += ["--bandwidth", str(args.bandwidth)]
-                done = subprocess.run(argv, capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise SystemExit(f"virsh migrate failed: {done.stderr.strip()}")
-                stats = _completed_stats(conns[dst.name])
-                total, downtime = int(stats["time_elapsed"]), int(stats.get("downtime", 0))
-            results[method].append((time.monotonic() - wall, total, downtime))
-
-        for _ in range(args.rounds):
-            for method in ("herder", "virsh"):
-                before = guest.last_heartbeat(log)
-                hop(method, here, there)
-                here, there = there, here
-                after = _wait_for_beat(log, before.uptime if before else -1.0)
-                if after.boot_id != first.boot_id:
-                    raise SystemExit("the guest rebooted during a migration")
-        print(f"{'method':8} {'n':>2} {'wall s':>8} {'total ms':>9} {'downtime ms':>12}")
-        for method, rows in results.items():
-            print(f"{method:8} {len(rows):>2} {statistics.median(r[0] for r in rows):>8.2f} "
-                  f"{statistics.median(r[1] for r in rows):>9.0f} "
-                  f"{statistics.median(r[2] for r in rows):>12.0f}")
-        print("(medians; libvirt's job statistics: time_elapsed and downtime; "
-              f"bandwidth {args.bandwidth or 'unlimited'} MiB/s, TCG guest of 128 MiB)")
-        for conn in conns.values():
-            conn.close()
+        node1, node2 = (node.name for node in state.nodes)
+        _herder(state, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
+                "herder-guest", "--disk", "64M", "-B", "maxmem=128,minmem=128", "-n", node1)
+        deadline = time.monotonic() + 300
+        while _heartbeat(state, node1) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit("the guest did not boot within 300 s")
+            time.sleep(1)
+        herder_runs: list[dict[str, Any]] = []
+        bare_runs: list[dict[str, Any]] = []
+        for round_number in range(options.rounds):
+            herder_runs.append(_through_herder(state, node1, node2))
+            herder_runs.append(_through_herder(state, node2, node1))
+            bare_runs.append(_bare(state, node1, node2))
+            bare_runs.append(_bare(state, node2, node1))
+            print(f"round {round_number + 1}: herder {herder_runs[-2:]}, bare {bare_runs[-2:]}")
+        beat = _heartbeat(state, node1)
+        print(f"guest still on its first boot: {beat}")
+        print(f"\n{'median of ' + str(2 * options.rounds):<24} {'wall ms':>8} {'total ms':>8} "
+              f"{'down ms':>8}")
+        print(_summary("herder job + RPC path", herder_runs))
+        print(_summary("bare virsh migrate", bare_runs))
+        overhead = statistics.median(r["wall_ms"] for r in herder_runs) - \
+            statistics.median(r["wall_ms"] for r in bare_runs)
+        print(f"overhead of herder's path: {overhead:.0f} ms (median wall time)")
     finally:
-        pair.stop()
+        cluster.stop(options.dir)
 
 
 if __name__ == "__main__":

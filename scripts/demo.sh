@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `make run`: herder's main job on its embedded default — a whole cluster on this machine.
 # `herder cluster simulate` brings up 3 nodes, each a host of its own (its own processes,
-# network, mounts and libvirtd serving libvirt's test driver), whose supervisor runs herder's
-# daemons with a real host's defaults; node1 runs `herder cluster init`, the others are added
+# network, mounts and libvirtd running real QEMU guests, TLS only between the nodes), whose
+# supervisor runs herder's daemons with a real host's defaults; node1 runs `herder cluster init`, the others are added
 # with `herder node add`. This shell reaches the cluster as an operator's workstation does:
 # through the published ports and the client profile simulate writes (no config file here).
-# Then instances are placed by the allocator, moved and evacuated through masterd's jobs,
+# Then real guests (the herder-guest OS: a tiny Linux printing `herder-guest boot_id=..
+# uptime=.. disk=<sha256 of its disk's first MiB>` every second) are placed by the allocator,
+# live-migrated (the same boot goes on), failed over and evacuated through masterd's jobs,
 # maintd heals a failing node and a crashed VM, and the monitoring agents report. The cluster
 # keeps running for you to drive; the last lines say how and how to stop it.
 set -euo pipefail
@@ -23,26 +25,54 @@ echo
 echo "== the cluster as node1 sees it (herder cluster simulate --exec node1 -- ...)"
 "$H" cluster simulate --dir "$DIR" --exec node1 -- herder cluster info | sed -n 1,8p  # all of it read: no SIGPIPE under pipefail
 
-echo
-echo "== instances placed by the allocator (the cluster's default iallocator: herder's own)"
-"$H" instance add web1 --no-name-check -t sharedfile -o debootstrap+default --disk 1G --dry-run
-"$H" instance add web1 --no-name-check -t sharedfile -o debootstrap+default --disk 1G
-"$H" instance add web2 --no-name-check -t sharedfile -o debootstrap+minimal --disk 2G -B maxmem=256
-"$H" instance add db1 --no-name-check -t file -o debootstrap+default --disk 1G -n node1.sim.herder.test
-"$H" instance add bad1 --no-name-check -t file -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
-"$H" instance list
+# the newest heartbeat of guest $1 on node $2 (its serial log on that node)
+beat() {
+  "$H" cluster simulate --dir "$DIR" --exec "$2" -- \
+    sh -c "tail -n 1 /var/log/herder/instances/$1.serial.log 2>/dev/null" || true
+}
+primary() { "$H" instance list | awk -v i="$1" '$1 == i {print $4}'; }
+wait_beat() {  # until guest $1 beats on node $2 (a TCG guest boots in ~10-30 s here)
+  for _ in $(seq 90); do
+    beat "$1" "$2" | grep -q herder-guest && break
+    sleep 2
+  done
+  beat "$1" "$2"
+}
 
 echo
-echo "== live migration, then evacuating node 2 (primaries and secondaries move)"
+echo "== real guests placed by the allocator (the cluster's default iallocator: herder's own)"
+"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 1G --dry-run
+"$H" instance add web1 --no-name-check -t sharedfile -o herder-guest --disk 1G
+"$H" instance add db1 --no-name-check -t sharedfile -o herder-guest --disk 1G -n node1.sim.herder.test
+"$H" instance add bad1 --no-name-check -t file -o debootstrap+nosuch --disk 1G || echo "(refused, as it should be)"
+"$H" instance list
+W1=$(primary web1)
+echo "web1 boots on $W1; its serial console:"
+wait_beat web1 "$W1"
+
+echo
+echo "== live migration of web1: libvirt moves the running guest over TLS, the heartbeat goes on"
+echo "   (the same boot_id, a growing uptime)"
 "$H" instance migrate web1
-"$H" node evacuate node2.sim.herder.test
+W1B=$(primary web1)
+sleep 2
+echo "web1 on $W1B now:"
+beat web1 "$W1B"
+
+echo
+echo "== failover of db1 (clean shutdown on node1, started on node2): a new boot, the same disk"
+wait_beat db1 node1
+"$H" instance failover db1 --target-node node2.sim.herder.test
+wait_beat db1 node2
 "$H" instance list
 "$H" node list
 
 echo
-echo "== maintd heals a node: node 3's self-diagnose starts reporting 'evacuate'"
+echo "== maintd heals a node: node 2's self-diagnose starts reporting 'evacuate'; its running"
+echo "   running guests move away live (db1's boot_id stays: the same boot, the same disk)"
 echo "   (status page: http://127.0.0.11:1816/status.html)"
-"$H" cluster simulate --dir "$DIR" --break node3 evacuate
+beat db1 node2
+"$H" cluster simulate --dir "$DIR" --break node2 evacuate
 for _ in $(seq 60); do
   sleep 2
   if "$H" maintd status 2>/dev/null | grep -qE "completed|failed"; then
@@ -52,10 +82,13 @@ done
 "$H" maintd status
 "$H" instance list
 "$H" node list
+D1=$(primary db1)
+echo "db1 on $D1 now:"
+beat db1 "$D1"
 
 echo
-echo "== instmon sees a VM crash (web2 destroyed behind herder's back); maintd starts it again"
-"$H" cluster simulate --dir "$DIR" --crash web2
+echo "== instmon sees a VM crash (web1 destroyed behind herder's back); maintd starts it again"
+"$H" cluster simulate --dir "$DIR" --crash web1
 for _ in $(seq 30); do
   sleep 1
   if "$H" maintd status 2>/dev/null | grep -E "restart|relocate" | grep -qE "completed|failed"
@@ -80,8 +113,8 @@ echo "The cluster keeps running. Drive it from a shell of this machine with:"
 echo "  export HERDER_CLIENT=$HERDER_CLIENT"
 echo "  unset HERDER_CONFIG HERDER_MASTERD HERDER_OFFLINE"
 echo "  $H instance failover web1        # or: node evacuate, instance reboot, job list, ..."
-echo "  $H tags remove node node3.sim.herder.test maintd:repairready:...   # then:"
-echo "  $H cluster simulate --dir $DIR --break node3 Ok    # the incident is forgotten"
+echo "  $H tags remove node node2.sim.herder.test maintd:repairready:...   # then:"
+echo "  $H cluster simulate --dir $DIR --break node2 Ok    # the incident is forgotten"
 echo "  $H cluster simulate --dir $DIR --crash web1        # instmon -> maintd restarts it"
 echo "  $H cluster simulate --dir $DIR --exec node2 -- herder supervise status"
 echo "  curl -s http://127.0.0.12:1815/1/report/all | python3 -m json.tool   # node1's mond"

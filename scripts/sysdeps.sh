@@ -3,7 +3,9 @@
 # - libvirt-dev, pkg-config, gcc: to build libvirt-python
 # - libvirt-daemon: a real libvirtd (test driver) for system tests
 # - lvm2: real LVM on loop devices for the storage collectors' tests
-# - chromium: the browser maintd's status page is tested in (driven by Playwright)
+# - chromium: the browser maintd's status page and masterd's web console are tested in (driven
+#   by Playwright)
+# - novnc: the source of the noVNC files vendored in src/herder/masterd/web/static/novnc
 # - etcd-server: a real etcd 3.4 cluster for the etcd backend's tests (tests/ha)
 # - qemu-system-x86, libvirt-clients: real QEMU guests under libvirtd's QEMU driver (noded.kvm),
 #   virsh for the by-hand migration beside bench/migrate.py
@@ -14,7 +16,7 @@
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
       qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static
-      iproute2 e2fsprogs iputils-arping systemd)
+      iproute2 e2fsprogs iputils-arping systemd novnc)
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()

@@ -39,8 +39,11 @@ def cannot_simulate() -> str | None:
 
 def running_sim(directory: Path, nodes: int = 3, **kw: Any) -> Iterator[Any]:
     """Body of a sim fixture: start the cluster (skip the test when it cannot start here),
-    yield its state, always stop it."""
+    yield its state, always stop it. Without `guests`: libvirt's test driver (fast; a test
+    of real guests says `guests="qemu"`)."""
     from herder.sim import cluster
+
+    kw.setdefault("guests", "test")
 
     reason = cannot_simulate()
     if reason:
@@ -94,8 +97,8 @@ def config(state: Any) -> Any:
 
 def domains(state: Any, node: str) -> dict[str, bool]:
     """Domain name -> active, as the node's libvirt sees it (virsh on the node)."""
-    done = state.host(node).run(["virsh", "-q", "-c", LIBVIRT_URI, "list", "--all"],
-                                timeout=60)
+    uri = getattr(state, "libvirt_uri", LIBVIRT_URI)
+    done = state.host(node).run(["virsh", "-q", "-c", uri, "list", "--all"], timeout=60)
     assert done.returncode == 0, done.stderr
     found = {}
     for line in done.stdout.splitlines():

@@ -229,8 +229,9 @@ def pair(tmp_path_factory):
     a_ip, b_ip = first_ips()
     a_dir, b_dir = tmp_path_factory.mktemp("merge-a"), tmp_path_factory.mktemp("merge-b")
     try:
-        a = cluster.start(a_dir, 2, first_ip=a_ip, domain="a.sim.herder.test")
-        b = cluster.start(b_dir, 2, first_ip=b_ip, domain="b.sim.herder.test", network=a_dir)
+        a = cluster.start(a_dir, 2, first_ip=a_ip, domain="a.sim.herder.test", guests="test")
+        b = cluster.start(b_dir, 2, first_ip=b_ip, domain="b.sim.herder.test", network=a_dir,
+                          guests="test")
     except Exception as err:
         cluster.stop(b_dir)
         cluster.stop(a_dir)

@@ -67,11 +67,12 @@ def master_of(sim) -> str:
 
 
 def test_evacuate_heals_the_cluster(sim) -> None:
+    master = master_of(sim)
+    # on a node other than the master (a sharedfile instance has no secondary to pick)
     herder(sim, "instance", "add", "web1", "--no-name-check",
            "-t", "sharedfile", "-o", "debootstrap+default",
-           "--disk", "1G")
+           "--disk", "1G", "-n", next(n.name for n in sim.nodes if n.name != master))
     cfg = config(sim)
-    master = master_of(sim)
     web = cfg.find_instance("web1")
     victim = next(cfg.node_name(u) for u in web.all_nodes if cfg.node_name(u) != master)
     victim_uuid = cfg.find_node(victim).uuid

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import livefigures
+from herder.core import livefigures, params
 from herder.noded import figures
 from herder.noded.bdev.base import CommandResult, Host
-from herder.noded.hypervisor import DomainSpec, Hypervisor
+from herder.noded.hypervisor import Hypervisor
+from herder.noded.kvm.domain import InstanceSpec
 from herder.noded.server import NodeDaemon, NodeSettings
 
 GANETI = Path(os.environ.get("GROOT", "/tmp/groot")) / "usr/share/ganeti/3.0"
@@ -101,10 +102,9 @@ def test_node_info_on_the_test_driver(hv: Hypervisor, tmp_path: Path) -> None:
     disks, records = tmp_path / "disks", tmp_path / "instances"
     disks.mkdir()
     records.mkdir()
-    hv.define(DomainSpec(name="web", uuid="6f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a", memory=256,
-                         vcpus=2, disks=[], nics=[]))
-    hv.define(DomainSpec(name="idle", uuid="7f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a", memory=512,
-                         vcpus=1, disks=[], nics=[]))
+    hvparams = params.hv_family("kvm").defaults()
+    hv.define(InstanceSpec("web", "6f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a", 256, 2, hvparams))
+    hv.define(InstanceSpec("idle", "7f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a", 512, 1, hvparams))
     hv.start("web")
     (records / "web.json").write_text(json.dumps({"expected_state": "up",
                                                   "changed": time.time() - 30}))

@@ -7,29 +7,43 @@ from pathlib import Path
 
 import pytest
 
-from herder.noded.hypervisor import DomainSpec, Hypervisor, HypervisorError, domain_type_for
+from herder.core import params
+from herder.noded.hypervisor import Hypervisor, HypervisorError, domain_type_for
+from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
+
+UUID = "6f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a"
 
 
-def spec(name: str = "i1", uid: int | None = None) -> DomainSpec:
-    return DomainSpec(name=name, uuid="6f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a", memory=256,
-                      vcpus=2, disks=["/tmp/i1-disk0.img"],
-                      nics=[{"mac": "aa:00:00:00:00:01", "mode": "bridged", "link": "br0"}],
-                      uid=uid)
+def spec(name: str = "i1", memory: int = 256) -> InstanceSpec:
+    return InstanceSpec(name, UUID, memory, 2, params.hv_family("kvm").defaults(),
+                        disks=(DiskSpec("/tmp/i1-disk0.img", "file"),),
+                        nics=(NicSpec("aa:00:00:00:00:01", "bridged", "br0"),))
 
 
-def test_domain_xml() -> None:
-    root = ET.fromstring(spec().xml("kvm"))
-    assert root.get("type") == "kvm"
-    assert root.findtext("memory") == "256" and root.findtext("vcpu") == "2"
+def test_the_test_driver_gets_the_instance_domain_as_type_test(tmp_path: Path) -> None:
+    hv = Hypervisor("test:///default", tmp_path)
+    root = ET.fromstring(hv.render(spec()))
+    assert root.get("type") == "test" and not hv.runs_guests
+    assert root.find("memory").text == "256" and root.findtext("vcpu") == "2"
     assert root.find("devices/disk/source").get("file") == "/tmp/i1-disk0.img"
     assert root.find("devices/interface/source").get("bridge") == "br0"
-    assert root.find("seclabel") is None
+    assert hv.kvm_probe().usable  # nothing probed on the test driver
 
 
-def test_uid_from_the_pool_becomes_a_dac_label() -> None:
-    label = ET.fromstring(spec(uid=2042).xml("kvm")).find("seclabel")
-    assert label is not None and label.get("model") == "dac"
-    assert label.findtext("label") == "+2042:+2042"
+def test_a_changed_spec_and_a_rename_replace_the_definition(tmp_path: Path) -> None:
+    hv = Hypervisor("test:///default", tmp_path)
+    try:
+        assert hv.define(spec("old.example.com")) is None
+        assert hv.define(spec("old.example.com", memory=512)) is None
+        assert hv.domains_info()["old.example.com"].memory == 512
+        assert hv.define(spec("new.example.com")) == "old.example.com"
+        assert "old.example.com" not in hv.list_domains()
+        assert hv.recorded() == ["new.example.com"]
+        hv.start("new.example.com")
+        with pytest.raises(HypervisorError, match="still runs here under its old name"):
+            hv.define(spec("third.example.com"))
+    finally:
+        hv.close()
 
 
 def test_domain_types() -> None:

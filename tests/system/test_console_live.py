@@ -37,7 +37,7 @@ from herder.masterd import portpool
 from herder.noded.server import NodeDaemon, NodeSettings
 from tests.noded.noded_fixture import serving
 
-NODE, NODE_IP, LIBVIRT_IP = "n1.console.test", "127.0.0.83", "127.0.0.84"
+NODE, NODE_IP, LIBVIRT_IP = "n1.console.test", "127.0.0.34", "127.0.0.35"
 GUEST, STOPPED = "guest1.console.test", "stopped.console.test"
 BOOT_DEADLINE = 180.0  # TCG on a loaded 2-core machine
 
@@ -125,6 +125,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleCluster
                     "serial_console": True}
         with FileStore(config).update() as cfg:
             cfg.find_node(NODE).ndparams["libvirt_uri"] = libvirtd.uri
+            # instances made by jobs boot the same guest (noded checks the files exist)
+            cfg.cluster.hvparams.setdefault("kvm", {}).update(
+                {key: value for key, value in hvparams.items() if key != "root_path"})
             inst = _instance(cfg, GUEST, hvparams)
             _instance(cfg, STOPPED, hvparams)
             filled = dict(cfg.filled_hvparams(inst))
@@ -261,7 +264,9 @@ def test_create_takes_a_port_and_remove_gives_it_back(cluster: ConsoleCluster) -
     def create(name: str) -> int:
         job = cluster.client.request("POST", "/2/instances", None, {
             "__version__": 1, "name": name, "disk_template": "diskless", "disks": [],
-            "nics": [], "pnode": NODE, "hypervisor": "kvm", "start": False,
+            # routed: this node has no bridge (noded refuses a NIC on a missing one)
+            "nics": [{"mode": "routed", "link": "100", "ip": "192.0.2.10"}], "pnode": NODE,
+            "hypervisor": "kvm", "start": False,
             "no_install": True, "name_check": False, "ip_check": False})
         done = cluster.client.wait_for_job(job)
         assert done["status"] == "success", done

@@ -120,6 +120,15 @@ def test_file_is_copied_by_move_and_refused_by_failover(sim) -> None:
     assert new == "node2.sim.herder.test"
     assert not sim.host(old).path("/srv/herder/file-storage/file1").exists()
     assert config(sim).find_instance("file1").admin_state == "up"
+    # the disk lost on its node: recreate-disks makes it again (refused while it runs)
+    running = herder(sim, "instance", "recreate-disks", "file1", check=False)
+    assert running.returncode == 1 and "shut it down before" in running.stderr
+    herder(sim, "instance", "shutdown", "file1")
+    disk = sim.host(new).path("/srv/herder/file-storage/file1/disk0")
+    disk.unlink()
+    herder(sim, "instance", "recreate-disks", "file1")
+    assert disk.stat().st_size == 32 << 20
+    herder(sim, "instance", "start", "file1")
 
 
 def test_evacuation_moves_shared_disks_and_refuses_local_ones(sim) -> None:

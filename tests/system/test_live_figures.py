@@ -188,7 +188,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
             "--force")  # the test's names are in no DNS
     for name in names[1:]:
         _herder(config, "node", "add", name, "--ip", NODES[name])
+    storage = directory / "file-storage"  # the file storage whose figures the nodes report
+    storage.mkdir()
     with FileStore(config).update() as cfg:  # n4 offline; an instance on n3, one on n4
+        cfg.cluster.file_storage_dir = str(storage)
         cfg.find_node("n4").offline = True
         for inst in (_offline_instance(cfg, "lost", "n3.live.test"),
                      _offline_instance(cfg, "away", "n4.live.test")):

@@ -211,8 +211,8 @@ def test_iallocator_input_carries_live_figures_and_run_states(config: model.Conf
     assert node1["offline"] is False
     node2 = message["nodes"]["node2.example.com"]
     assert node2["free_memory"] == 6000 - 1024  # admin up, not running: its maxmem reserved
-    # until noded reports volume groups its disks are files: that unit serves every template
-    assert (node2["total_disk"], node2["free_disk"]) == (50_000, 40_000)
+    # node2 reports no volume group: no room for a drbd disk there (no made-up pool)
+    assert (node2["total_disk"], node2["free_disk"]) == (0, 0)
     assert message["nodes"]["node3.example.com"]["offline"] is True
     assert "free_memory" not in message["nodes"]["node3.example.com"]
     file_request = {**request, "disk_template": "file"}

@@ -61,7 +61,8 @@ class Nodes:
                 return None
             if node.name in self.broken:
                 return {"bootid": 3}
-            assert args == {"instances": True}
+            # the figures with the instances, of the storage units the cluster's templates use
+            assert args["instances"] is True and set(args) == {"instances", "storage_units"}
             return answer(node, self.memory_free)
         finally:
             with self.lock:
@@ -171,7 +172,8 @@ def test_changing_calls_make_the_figures_stale(config) -> None:
     rpc = InvalidatingRpc(nodes, cache)
     node1 = config.find_node("node1")
     cache.snapshot(config)
-    rpc.call(node1, "node_info", {"instances": True})  # read-only: nothing goes stale
+    # read-only: nothing goes stale
+    rpc.call(node1, "node_info", {"instances": True, "storage_units": []})
     rpc.call(node1, "ping")
     clock.now += 1
     cache.snapshot(config)

@@ -79,3 +79,12 @@ def test_calls_signed_before_the_start_are_refused() -> None:
     cache = rpcauth.ReplayCache(floor=NOW)
     with pytest.raises(SignatureError, match="started"):
         cache.admit("x", NOW - 1, NOW)
+
+
+def test_a_non_ascii_signature_is_refused_as_invalid() -> None:
+    """hmac.compare_digest raises TypeError on non-ASCII text: refused like any bad HMAC
+    (a fuzzed envelope found it: noded answered 500)."""
+    good = json.loads(rpcauth.sign_call(KEY, "ping", "node1.example.com", {}))
+    forged = json.dumps({**good, "hmac": "é" * 64}).encode()
+    with pytest.raises(SignatureError, match="invalid signature"):
+        rpcauth.check_call(KEY, forged, method="ping", node="node1.example.com", replay=None)

@@ -852,20 +852,26 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
                    "master-failover` run on NODE (the vote, then the master IP and the master "
                    "daemons move through the node daemons).")
 @click.option("--no-voting", is_flag=True, help="With --failover: skip the vote.")
+@click.option("--guests", type=click.Choice(["qemu", "test"]), default="qemu",
+              show_default=True,
+              help="qemu: real guests (each node's libvirtd runs the QEMU driver, TLS between "
+                   "the nodes; the herder-guest OS boots a tiny Linux); test: libvirt's test "
+                   "driver, which runs nothing (fast).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
              first_ip: int, domain: str, network: Path | None, exec_on: str | None,
              break_it: tuple[str, str] | None, crash_it: str | None, failover_to: str | None,
-             no_voting: bool, command: tuple[str, ...]) -> None:
+             no_voting: bool, guests: str, command: tuple[str, ...]) -> None:
     """Bring up a whole herder cluster on this machine: every node a host of its own.
 
     Each node is a set of namespaces (its own processes, network, mounts and host name) whose
-    supervisor runs herder's daemons with the defaults of a real host; its own libvirtd
-    serves libvirt's test driver. node1 runs `herder cluster init`, the others are added with
-    `herder node add --join-token` (each node's noded makes its token); node1 is the master,
-    nodes 1-3 are master candidates. From this machine the cluster is reached through
-    published ports (masterd and maintd on 127.0.0.11, node i's mond on 127.0.0.(11+i)) with
-    the client profile it prints:
+    supervisor runs herder's daemons with the defaults of a real host; its own libvirtd runs
+    real guests (QEMU; `-o herder-guest` boots a tiny Linux printing a heartbeat on its serial
+    console) or, with --guests test, libvirt's test driver. node1 runs `herder cluster init`,
+    the others are added with `herder node add --join-token` (each node's noded makes its
+    token); node1 is the master, nodes 1-3 are master candidates. From this machine the
+    cluster is reached through published ports (masterd and maintd on 127.0.0.11, node i's
+    mond on 127.0.0.(11+i)) with the client profile it prints:
 
     \b
       export HERDER_CLIENT=/tmp/herder-sim/client/client.toml
@@ -916,7 +922,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
         return
     state = sim_cluster.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
                               first_ip=first_ip, progress=click.echo, domain=domain,
-                              network=network)
+                              network=network, guests=guests)
     click.echo(f"Simulated cluster {state.cluster_name} of {nodes} node(s) is up; RAPI at "
                f"{state.masterd_url}, maintd at {state.maintd_url}/status.html")
     click.echo("Drive it from this shell with:")

@@ -209,12 +209,25 @@ _register("shutdown", "Shut an instance down (OP_INSTANCE_SHUTDOWN); destroyed a
 _register("reboot", "Reboot an instance (OP_INSTANCE_REBOOT).", "OP_INSTANCE_REBOOT",
           "Rebooted", [click.option("--type", "reboot_type",
                                     type=click.Choice(["soft", "hard", "full"]))])
-_register("migrate", "Live-migrate an instance to its secondary node (OP_INSTANCE_MIGRATE).",
-          "OP_INSTANCE_MIGRATE", "Migrated",
-          [click.option("--target-node", help="For shared storage: where to.")])
-_register("failover", "Fail an instance over to its secondary node (OP_INSTANCE_FAILOVER), "
-          "also when its primary is down.", "OP_INSTANCE_FAILOVER", "Failed over",
-          [click.option("--ignore-consistency", is_flag=True, default=None,
+_register("migrate", "Live-migrate an instance to its secondary node (OP_INSTANCE_MIGRATE): "
+          "libvirt moves the running guest, its memory and all.", "OP_INSTANCE_MIGRATE",
+          "Migrated",
+          [click.option("--target-node", help="For shared storage: where to."),
+           click.option("--non-live", "live", flag_value=False, default=None,
+                        help="Pause the guest while its memory moves (Ganeti's --non-live)."),
+           click.option("--migration-mode", "mode", type=click.Choice(["live", "non-live"]),
+                        help="Override the hypervisor parameter migration_mode."),
+           click.option("--cleanup", is_flag=True, default=None,
+                        help="Settle a failed or interrupted migration: keep the copy that "
+                             "runs, update the config."),
+           click.option("--allow-failover", is_flag=True, default=None,
+                        help="When the instance cannot be migrated live (it is not running), "
+                             "fail it over instead.")])
+_register("failover", "Fail an instance over to its secondary node (OP_INSTANCE_FAILOVER): "
+          "shut down there, started on the target; also when its primary is down.",
+          "OP_INSTANCE_FAILOVER", "Failed over",
+          [click.option("--target-node", help="For shared storage: where to."),
+           click.option("--ignore-consistency", is_flag=True, default=None,
                         help="The primary is dead: do not try to stop it there.")])
 _register("remove", "Remove an instance: its domain and disks on every node "
           "(OP_INSTANCE_REMOVE).", "OP_INSTANCE_REMOVE", "Removed",
@@ -256,6 +269,22 @@ def grow_disk(ctx: click.Context, name: str, disk: int, amount: str, absolute: b
                                  "disk": disk, "amount": size, "absolute": absolute,
                                  "wait_for_sync": not no_wait_for_sync}])
     click.echo(f"Grew disk/{disk} of {name} to {grown} MiB")
+
+
+@instance.command("recreate-disks")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--disk", "indices", multiple=True, type=int,
+              help="A disk to recreate (its index); repeatable (default: all).")
+@click.option("-n", "--node", "nodes", help="New node(s): PRIMARY (the disks are made there).")
+@click.pass_context
+def recreate_disks(ctx: click.Context, name: str, indices: tuple[int, ...],
+                   nodes: str | None) -> None:
+    """Make an instance's lost disks again, empty (OP_INSTANCE_RECREATE_DISKS, as
+    gnt-instance recreate-disks); it must be stopped."""
+    remote.run(ctx, [{"OP_ID": "OP_INSTANCE_RECREATE_DISKS", "instance_name": name,
+                      "disks": list(indices),
+                      "nodes": nodes.split(":") if nodes else []}])
+    click.echo(f"Recreated disks of {name}")
 
 
 @instance.command("activate-disks")

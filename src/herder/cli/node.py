@@ -160,6 +160,29 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
     click.echo(f"Added node {name} (uuid {uuid})")
 
 
+@node.command("libvirt-tls")
+@click.option("--listen", "listen_address", help="Address libvirtd's TLS port listens on "
+              "(default: this node's primary IP, from ssconf).")
+@click.pass_context
+def libvirt_tls(ctx: click.Context, listen_address: str | None) -> None:
+    """Configure this node's libvirtd for TLS only, with the node certificate (run on a joined
+    node; again after nodes were added or removed): libvirt's PKI directory from node.pem and
+    the cluster CA, libvirtd.conf accepting only the cluster's nodes. Restart libvirtd with
+    --listen afterwards (running guests go on)."""
+    import socket
+    from pathlib import Path
+
+    from herder.core.libvirtd_conf import LIBVIRT_TLS_PORT
+    from herder.core.store import default_config_path
+    from herder.noded import libvirt_tls as setup
+
+    directory = Path((ctx.find_root().obj or {}).get("config_path")
+                     or default_config_path()).parent
+    done = setup.install(socket.getfqdn(), directory, listen_address=listen_address)
+    click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT} for "
+               f"{', '.join(done.nodes)}; PKI in {done.pki.directory}, {done.conf} written")
+
+
 @node.command("join-token")
 @click.pass_context
 def join_token(ctx: click.Context) -> None:

@@ -120,6 +120,8 @@ def check_call(key: bytes | Sequence[bytes], body: bytes, *, method: str, node: 
         raise SignatureError("not a signed node RPC request") from None
     keys = [key] if isinstance(key, bytes) else list(key)
     given = outer.hmac.lower()
+    if not given.isascii():  # compare_digest refuses non-ASCII text: no HMAC of ours anyway
+        raise SignatureError("invalid signature")
     if not any(hmac.compare_digest(_mac(one, outer.salt, outer.msg), given) for one in keys):
         raise SignatureError("invalid signature")
     try:

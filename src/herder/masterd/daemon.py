@@ -30,6 +30,8 @@ from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import ConfigView, RapiContext, make_app
+from herder.masterd.web.context import WebContext
+from herder.masterd.web.samples import sample_forever
 
 if TYPE_CHECKING:
     from herder.core.lease import MasterLease
@@ -143,7 +145,7 @@ class MasterDaemon:
         self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
-                                store=self.store, live=self.live, rpc=rpc)
+                                store=self.store, live=self.live, rpc=rpc, web=WebContext())
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None
@@ -203,11 +205,16 @@ class MasterDaemon:
             endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(
                 self.settings.bind, self.settings.port, tls=context, backlog=256)])],
             tasks=[self._watch_master, lambda stop: redist.watch(self, stop),  # docs/ha.md
-                   lambda stop: self.live.keep_fresh(self.rapi.config, stop)],
+                   lambda stop: self.live.keep_fresh(self.rapi.config, stop),
+                   self._sample_nodes],
             on_start=[self.queue.start],
             on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign,
                      self.live.close],
             ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
+
+    async def _sample_nodes(self, stop: asyncio.Event) -> None:
+        assert self.rapi.web is not None
+        await sample_forever(self.rapi.web.samples, self.live, self.rapi.config, stop)
 
     async def _resign(self) -> None:
         if self.lease is not None:  # a clean stop hands over at once

@@ -38,6 +38,8 @@ from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.web import auth as web_auth
+from herder.masterd.web.context import WebContext
 
 log = logging.getLogger("herder.rapi")
 JSON = "application/json"
@@ -68,6 +70,7 @@ class RapiContext:
     store: ConfigStore | None = None  # for herder's direct state routes
     live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
     rpc: NodeRpc | None = None  # to the node daemons (the console routes, masterd/console.py)
+    web: WebContext | None = None  # the web console: logins, node samples (masterd/web/)
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -818,7 +821,19 @@ def access_refusal(request: web.Request) -> web.Response | None:
         return error_response(500, f"{request.method} {request.path}: the route declares no "
                                    "access rule")
     ctx = ctx_of(request)
+    if rule in (access.ANYONE, access.WEB_LOGIN):  # the web console's login and files: its
+        return None  # handlers check (masterd/web/pages.py)
     user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
+    if "Authorization" not in request.headers:  # a web console session (masterd/web/auth.py)
+        caller = web_auth.session_caller(request, ctx.users,
+                                          None if ctx.web is None else ctx.web.sessions)
+        if caller.session is not None:
+            refused = web_auth.session_refusal(request, caller.session)
+            if refused is not None:
+                return error_response(403, refused)
+            user = caller.user
+        elif caller.problem is not None and not ctx.anonymous_reads:
+            return error_response(401, caller.problem)
     if rule == access.RAPI_READ:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
@@ -920,6 +935,8 @@ def make_app(ctx: RapiContext) -> web.Application:
         opcodes.OpInstanceDeactivateDisks, "instances_name_deactivate_disks", ("force",)))
     r.add_post("/2/instances/{name}/reinstall", instance_reinstall)
     r.add_post("/2/instances/{name}/disk/{disk}/grow", instance_grow_disk)
+    r.add_post("/2/instances/{name}/recreate-disks", _instance_op(
+        opcodes.OpInstanceRecreateDisks, "instances_name_recreate_disks"))
     r.add_post("/2/instances/{name}/replace-disks", _instance_op(
         opcodes.OpInstanceReplaceDisks, "instances_name_replace_disks"))
     r.add_get("/2/jobs", jobs)
@@ -932,7 +949,11 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
     from herder.masterd import console, query  # Ganeti's /2/query resource; consoles
+    from herder.masterd.web import api as web_api  # the web console
+    from herder.masterd.web import pages as web_pages
 
     query.add_routes(r)
     console.add_routes(r)  # the instance consoles and their streams
+    web_api.add_routes(r)
+    web_pages.add_routes(r)
     return app

@@ -6,9 +6,14 @@ client is connected) and re-opens it when libvirtd restarts. Every domain it def
 recorded in its state directory, so after a libvirtd restart (which resets the test driver) the
 node's domains are defined again.
 
-Migration is done with libvirt's own calls and works on every driver, the test driver included
-(which cannot live-migrate): the source hands out the domain's XML, the target defines and starts
-the same domain (same UUID), then the source destroys and undefines its copy.
+Every definition is the instance's domain from its config (`herder.noded.kvm.domain`), made
+anew at each start; on libvirt's test driver the same XML is defined with `type='test'`, which
+runs nothing. A domain with the instance's UUID under another name (the instance was renamed) is
+replaced. Whether hardware KVM works is probed once (`herder.noded.kvm.kvmprobe`).
+
+Live migration is libvirt's own (`herder.noded.kvm.migration`); the test driver cannot migrate,
+so for it the master's stand-in hand-over (define and start on the target, then undefine here)
+remains, which only the test driver's nodes accept.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import libvirt
 from herder.core import paths
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
+from herder.noded.kvm import kvmprobe
+from herder.noded.kvm.domain import InstanceSpec, domain_xml
 
 log = logging.getLogger("herder.noded")
 T = TypeVar("T")
@@ -64,45 +71,6 @@ class DomainInfo:
     vcpus: int
 
 
-@dataclass
-class DomainSpec:
-    """What noded needs to define an instance's domain."""
-
-    name: str
-    uuid: str
-    memory: int  # MiB
-    vcpus: int
-    disks: list[str]  # paths, in order
-    nics: list[dict[str, str]]  # mac, mode, link
-    uid: int | None = None  # run the instance's processes as this uid (design-2.1 uid pool)
-
-    def xml(self, domain_type: str) -> str:
-        root = ET.Element("domain", type=domain_type)
-        ET.SubElement(root, "name").text = self.name
-        ET.SubElement(root, "uuid").text = self.uuid
-        ET.SubElement(root, "memory", unit="MiB").text = str(self.memory)
-        ET.SubElement(root, "vcpu").text = str(self.vcpus)
-        os_el = ET.SubElement(root, "os")
-        ET.SubElement(os_el, "type").text = "hvm"
-        devices = ET.SubElement(root, "devices")
-        for index, path in enumerate(self.disks):
-            disk = ET.SubElement(devices, "disk", type="file", device="disk")
-            ET.SubElement(disk, "source", file=path)
-            ET.SubElement(disk, "target", dev=f"vd{chr(ord('a') + index)}", bus="virtio")
-        for nic in self.nics:
-            if nic.get("mode") == "routed":
-                iface = ET.SubElement(devices, "interface", type="ethernet")
-            else:
-                iface = ET.SubElement(devices, "interface", type="bridge")
-                ET.SubElement(iface, "source", bridge=nic.get("link") or "br0")
-            ET.SubElement(iface, "mac", address=nic["mac"])
-        if self.uid is not None:
-            # libvirt's DAC driver starts the domain's processes as this user and group.
-            label = ET.SubElement(root, "seclabel", type="static", model="dac", relabel="yes")
-            ET.SubElement(label, "label").text = f"+{self.uid}:+{self.uid}"
-        return ET.tostring(root, encoding="unicode")
-
-
 def domain_type_for(uri: str) -> str:
     scheme = uri.split(":", 1)[0].split("+", 1)[0]
     return {"test": "test", "qemu": "kvm", "xen": "xen", "lxc": "lxc"}.get(scheme, "kvm")
@@ -116,6 +84,8 @@ class Hypervisor:
         self.defs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._conn: libvirt.virConnect | None = None
+        self._probe: kvmprobe.KvmProbe | None = None
+        self.probe_cache = kvmprobe.CACHE_FILE
         # Why a recorded domain must not be defined again after a libvirtd restart (None: it
         # may); noded's guard says so for the domains this node is not the primary of.
         self.may_restore: Callable[[str], str | None] = lambda name: None
@@ -221,9 +191,57 @@ class Hypervisor:
                 return None
             raise
 
-    def define(self, spec: DomainSpec) -> None:
-        xml = spec.xml(self.domain_type)
+    @property
+    def runs_guests(self) -> bool:
+        """False on libvirt's test driver, which runs no processes (no bridges, kernels or
+        ports to check, no KVM to probe, nothing to migrate)."""
+        return self.domain_type != "test"
+
+    def kvm_probe(self) -> kvmprobe.KvmProbe:
+        """Whether hardware KVM works here (probed once, cached on disk by its inputs)."""
+        if not self.runs_guests:
+            return kvmprobe.KvmProbe(True, "libvirt's test driver runs no guests", 0.0)
+        if self._probe is None:
+            self._probe = kvmprobe.kvm_probe(self.probe_cache)
+            log.info("KVM probe: %s", self._probe.reason)
+        return self._probe
+
+    def render(self, spec: InstanceSpec) -> str:
+        """The domain XML of an instance for this hypervisor."""
+        xml = domain_xml(spec)
+        if not self.runs_guests:
+            root = ET.fromstring(xml)
+            root.set("type", "test")
+            xml = ET.tostring(root, encoding="unicode")
+        return xml
+
+    def define(self, spec: InstanceSpec) -> str | None:
+        """Define the instance's domain from its spec (replacing any older definition, also
+        one under a former name of the instance); returns that former name, if any."""
+        xml = self.render(spec)
+
+        def replace_renamed(conn: libvirt.virConnect) -> str | None:
+            try:
+                old = conn.lookupByUUIDString(spec.uuid)
+            except libvirt.libvirtError as err:
+                if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return None
+                raise
+            old_name = str(old.name())
+            if old_name == spec.name:
+                return None
+            if old.isActive():
+                raise HypervisorError(f"instance {spec.name} still runs here under its old "
+                                      f"name {old_name}; shut it down first")
+            old.undefine()
+            return old_name
+
+        renamed = self.call(replace_renamed)
+        if renamed is not None:
+            self._forget(renamed)
+            log.info("domain %s is now %s (renamed)", renamed, spec.name)
         self.define_xml(spec.name, xml)
+        return renamed
 
     def define_xml(self, name: str, xml: str) -> None:
         def run(conn: libvirt.virConnect) -> None:
@@ -231,6 +249,15 @@ class Hypervisor:
 
         self.call(run)
         self._record(name, xml)
+
+    def record_current(self, name: str) -> None:
+        """Record the definition libvirt holds now (a domain that arrived by migration)."""
+        self._record(name, self.call(lambda conn: conn.lookupByName(name).XMLDesc(
+            libvirt.VIR_DOMAIN_XML_INACTIVE)))
+
+    def forget_definition(self, name: str) -> None:
+        """Drop the record of a domain that left this node (migrated away)."""
+        self._forget(name)
 
     def start(self, name: str) -> None:
         def run(conn: libvirt.virConnect) -> None:

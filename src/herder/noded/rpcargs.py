@@ -306,6 +306,24 @@ class MigrateFinish(Remove, kw_only=True):
     remove_disks: bool = False
 
 
+class MigrateInstance(WithInstance, kw_only=True):
+    target: str
+    live: bool = True
+
+    def check(self) -> None:
+        super().check()
+        names.hostname(self.target, "target node")
+
+
+class FinalizeSource(Named, kw_only=True):
+    success: bool
+    live: bool = True
+
+
+class FinalizeTarget(WithInstance, kw_only=True):
+    success: bool
+
+
 class RepairCommand(Args, kw_only=True):
     command: str
     input: Any = None
@@ -458,6 +476,9 @@ SCHEMAS: dict[str, type[Args]] = {
     "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
     "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,
+    "instance_migratable": Named, "migration_info": Named, "accept_instance": WithInstance,
+    "migrate_instance": MigrateInstance, "instance_get_migration_status": Named,
+    "finalize_migration_src": FinalizeSource, "finalize_migration_dst": FinalizeTarget,
     "repair_command": RepairCommand,
     "storage_list": StorageList, "storage_repair": StorageRepair,
     "storage_modify": StorageModify,

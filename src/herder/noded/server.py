@@ -38,12 +38,15 @@ from herder import __version__
 from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
 from herder.core import console as console_names
 from herder.core.errors import HerderError
+from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import console, disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
-from herder.noded.hypervisor import DomainSpec, Hypervisor
+from herder.noded.hypervisor import Hypervisor
+from herder.noded.kvm.domain import InstanceSpec
+from herder.noded.migrations import Migrations
 from herder.noded.node_role import RoleRpcs
 from herder.noded.trust import NodeTrust
 
@@ -110,6 +113,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.trust = NodeTrust(self.data_dir)
         self.bdev = bdev_host(self.local)
         self.imports = disk_transfer.Imports()
+        self._migrations: Migrations | None = None
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
@@ -221,18 +225,63 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
                                  with_instances=bool(args.get("instances")))
         return msgspec.to_builtins(info)
 
-    def _spec(self, inst: dict[str, Any]) -> DomainSpec:
-        disks = [disk.path for disk in self.instance_disks(inst)]
-        return DomainSpec(name=inst["name"], uuid=inst["uuid"], memory=int(inst["memory"]),
-                          vcpus=int(inst["vcpus"]), disks=disks, nics=inst.get("nics", []),
-                          uid=self._pool_uid(inst))
+    def instance_spec(self, inst: dict[str, Any]) -> InstanceSpec:
+        """The instance's domain spec from the master's payload and this node's facts (its
+        disks as assembled here, the KVM probe, the uid of its processes, password files,
+        interface addresses)."""
+        from herder.noded import instance_spec
+
+        hvparams = inst.get("hvparams") or {}
+        real = self.hv.runs_guests
+        passwords = {}
+        for kind, path in instance_spec.password_files(hvparams).items():
+            try:
+                lines = self.local(path).read_text().splitlines()
+            except OSError as err:
+                raise RpcFailure(f"cannot read {kind}_password_file {path}: "
+                                 f"{err.strerror or err}") from None
+            passwords[kind] = lines[0] if lines else ""
+        addresses = {name: address for name in instance_spec.bind_interfaces(hvparams)
+                     if (address := interface_address(name)) is not None}
+        serial_log = None
+        if real and hvparams.get("serial_console", True):
+            serial_log = str(self.serial_log(str(inst["name"])))
+        uid = self._pool_uid(inst)
+        user = hvparams.get("security_domain") if hvparams.get("security_model") == "user" \
+            else None
+        run_as = (uid, uid) if uid is not None else user_ids(str(user)) if user else None
+        try:
+            return instance_spec.from_payload(
+                inst, self.instance_disks(inst), kvm_usable=self.hv.kvm_probe().usable,
+                serial_log=serial_log, run_as=run_as, passwords=passwords,
+                interface_addresses=addresses)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RpcFailure(f"instance {inst.get('name')}: malformed payload ({err})") from None
+
+    def define_domain(self, inst: dict[str, Any]) -> None:
+        """Define the instance's domain from its config as it is now (changed parameters
+        apply, a renamed instance gets its new name), after the node's checks: a missing
+        bridge, a missing kernel, an occupied console port are refused before anything is
+        created."""
+        from herder.noded.kvm import domain, preflight
+
+        spec = self.instance_spec(inst)
+        try:
+            if self.hv.runs_guests:
+                preflight.check(spec, preflight.NodeFacts.of_this_node())
+            former = self.hv.define(spec)
+        except (domain.DomainError, preflight.PreflightError) as err:
+            raise RpcFailure(str(err)) from None
+        if former is not None:  # the instance was renamed: its old name's records go
+            self.forget(former)
+            self.guard.forget(former)
 
     def _pool_uid(self, inst: dict[str, Any]) -> int | None:
         """A uid from the cluster's uid pool for the instance's processes (design-2.1), when
         the pool is set and the hypervisor runs processes (not the test driver). The uid is
         reserved by its lock file until the instance is removed."""
         pool = [tuple(r) for r in inst.get("uid_pool") or []]
-        if not pool or self.hv.domain_type == "test":
+        if not pool or not self.hv.runs_guests:
             return None
         from herder.core.uidpool import expand
         from herder.noded import uidpool
@@ -281,14 +330,15 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
     def rpc_instance_define(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
         self.admit_run(args, inst)
-        self.hv.define(self._spec(inst))
+        if self.hv.state(inst["name"]) not in RUNNING_STATES:
+            self.define_domain(inst)
         self.record(inst["name"], "down", args.get("reason"), args.get("version"))
 
     def rpc_instance_start(self, args: dict[str, Any]) -> None:
         inst = args["instance"]
         self.admit_run(args, inst)
-        if inst["name"] not in self.hv.recorded() or self.hv.state(inst["name"]) is None:
-            self.hv.define(self._spec(inst))
+        if self.hv.state(inst["name"]) not in RUNNING_STATES:
+            self.define_domain(inst)  # from the config, at every start
         self.hv.start(inst["name"])
         ordered.clear(self.settings.run_dir, inst["name"])
         self.record(inst["name"], "up", args.get("reason"), args.get("version"))
@@ -316,6 +366,10 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
         self.guard.forget(name)
+        log_file = console_names.serial_log(self.serial_log_dir, name)
+        for stale in (log_file, log_file.with_name(log_file.name + ".1")):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()  # the serial log goes with the instance (a new one is another VM)
 
     def rpc_instance_stop_stray(self, args: dict[str, Any]) -> dict[str, Any]:
         """Destroy and undefine this node's copy of an instance whose primary is another node
@@ -375,6 +429,147 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         if args.get("remove_disks"):
             self.remove_instance_disks(args.get("disks", []))
         self.forget(name)
+
+    # --- live migration, Ganeti's RPC order (herder.noded.migrations) --------------------------
+
+    @property
+    def migrations(self) -> Migrations:
+        """This node's outgoing migrations (on the hypervisor it talks to now)."""
+        if self._migrations is None or self._migrations.uri != self.hv.uri:
+            self._migrations = Migrations(self.hv.uri, LibvirtPki(self.data_dir / "libvirt-pki"))
+        return self._migrations
+
+    def rpc_instance_migratable(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Whether the instance runs here and this hypervisor can migrate it live; `method`
+        "libvirt" (live migration) or "restart" (libvirt's test driver, which runs nothing:
+        the master's define-and-start stand-in)."""
+        name = args["name"]
+        self.note_claim(name, args)
+        state = self.hv.state(name)
+        running = state in RUNNING_STATES
+        if not self.hv.runs_guests:
+            return {"running": running, "state": state, "method": "restart",
+                    "reason": "libvirt's test driver cannot migrate a domain (it runs none)"}
+        return {"running": running, "state": state, "method": "libvirt",
+                "reason": "" if running else f"instance {name} is not running on "
+                f"{self.settings.node_name} ({state or 'not defined'})"}
+
+    def rpc_migration_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The source's view of the running domain (Ganeti's migration_info)."""
+        name = args["name"]
+        self.note_claim(name, args)
+        return {"xml": self.hv.xml_of(name), "state": self.hv.state(name),
+                "node": self.settings.node_name}
+
+    def rpc_accept_instance(self, args: dict[str, Any]) -> None:
+        """The target's checks before libvirt brings the guest here (Ganeti's
+        accept_instance): this node may run it during the move (the guard), its disks are
+        here, its bridges and files exist; no domain of it runs here already."""
+        from herder.noded.kvm import domain, preflight
+
+        inst = args["instance"]
+        if self.move_of(args) is None:
+            raise RpcFailure(f"accept_instance of {inst['name']} names no move")
+        self.admit_run(args, inst)
+        if self.hv.state(inst["name"]) in RUNNING_STATES:
+            raise RpcFailure(f"instance {inst['name']} already runs on "
+                             f"{self.settings.node_name}")
+        spec = self.instance_spec(inst)
+        try:
+            domain.domain_xml(spec)
+            preflight.check(spec, preflight.NodeFacts.of_this_node())
+        except (domain.DomainError, preflight.PreflightError) as err:
+            raise RpcFailure(str(err)) from None
+
+    def rpc_migrate_instance(self, args: dict[str, Any]) -> None:
+        """Start libvirt's migration of the running domain to the target node (returns at
+        once; instance_get_migration_status follows it)."""
+        from herder.noded.kvm import migration
+
+        inst = args["instance"]
+        name = inst["name"]
+        move = self.move_of(args)
+        if move is None or move.target != args["target"]:
+            raise RpcFailure(f"migrate_instance of {name} names no move to {args['target']}")
+        self.note_claim(name, args)
+        settings = migration.MigrationSettings.from_hvparams(inst.get("hvparams") or {},
+                                                             live=bool(args.get("live", True)))
+        with contextlib.suppress(OSError):
+            ordered.mark(self.settings.run_dir, name, "migrate", 3600)
+        try:
+            self.migrations.start(name, str(args["target"]), settings)
+        except HerderError as err:
+            with contextlib.suppress(OSError):
+                ordered.clear(self.settings.run_dir, name)
+            raise RpcFailure(str(err)) from None
+
+    def rpc_instance_get_migration_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.migrations.status(args["name"]))
+
+    def rpc_finalize_migration_src(self, args: dict[str, Any]) -> dict[str, Any]:
+        """After the migration: on success the domain left this node (its records go, the
+        guard notes the move); on failure it is made to run here again (a migration still
+        going is aborted, a guest paused by it resumed)."""
+        import libvirt
+
+        name = args["name"]
+        success = bool(args["success"])
+        if not success:
+            self.migrations.abort(name)
+        self.migrations.finish(name)
+        state = self.hv.state(name)
+        if success:
+            if state in RUNNING_STATES:
+                raise RpcFailure(f"instance {name} still runs on {self.settings.node_name} "
+                                 "after its migration")
+            move = self.move_of(args)
+            if move is not None:
+                self.guard.moved_away(name, self.claim_of(args), move)
+            if state is not None:
+                self.hv.undefine(name)
+            self.hv.forget_definition(name)
+            self.forget(name)
+            with contextlib.suppress(OSError):
+                ordered.mark(self.settings.run_dir, name, "migrate", ordered.GRACE)
+            return {"state": None}
+
+        def resume(conn: Any) -> None:
+            dom = conn.lookupByName(name)
+            current, reason = dom.state()
+            if current == libvirt.VIR_DOMAIN_PAUSED and reason in (
+                    libvirt.VIR_DOMAIN_PAUSED_MIGRATION, libvirt.VIR_DOMAIN_PAUSED_USER,
+                    libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED):
+                dom.resume()
+
+        if state is not None:
+            self.hv.call(resume)
+        with contextlib.suppress(OSError):
+            ordered.clear(self.settings.run_dir, name)
+        return {"state": self.hv.state(name)}
+
+    def rpc_finalize_migration_dst(self, args: dict[str, Any]) -> dict[str, Any]:
+        """After the migration: on success the domain that arrived is recorded as this node's;
+        on failure an incoming copy that never ran is removed (a running one is not: it is the
+        instance, and the master's cleanup decides)."""
+        inst = args["instance"]
+        name = inst["name"]
+        state = self.hv.state(name)
+        if args["success"]:
+            if state not in RUNNING_STATES:
+                raise RpcFailure(f"instance {name} does not run on {self.settings.node_name} "
+                                 f"after its migration ({state or 'absent'})")
+            self.hv.record_current(name)
+            ordered.clear(self.settings.run_dir, name)
+            self.record(name, "up", args.get("reason"), args.get("version"))
+            return {"state": state}
+        if state == "running":
+            raise RpcFailure(f"instance {name} runs on {self.settings.node_name}; not "
+                             "removing it (clean up the migration to settle where it runs)")
+        if state is not None:
+            with ordered.expect(self.settings.run_dir, name, "migrate", 60):
+                self.hv.undefine(name)
+        self.forget(name)
+        return {"state": None}
 
     def rpc_instance_os_add(self, args: dict[str, Any]) -> dict[str, Any]:
         """Install the instance's OS: the OS definition's `create` script (OS API 10/15/20),
@@ -608,8 +803,9 @@ RENEW_RESTART = ("confd", "mond", "instmon")
 RENEW_RESTART_MASTER = ("masterd", "maintd")
 _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_accept",
            "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray",
-           "blockdev_rename", "blockdev_grow", "file_storage_dir_create",
-           "file_storage_dir_remove", "file_storage_dir_rename"}
+           "accept_instance", "migrate_instance", "finalize_migration_src",
+           "finalize_migration_dst", "blockdev_rename", "blockdev_grow",
+           "file_storage_dir_create", "file_storage_dir_remove", "file_storage_dir_rename"}
 
 
 class _nolock:
@@ -618,6 +814,37 @@ class _nolock:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+RUNNING_STATES = ("running", "blocked", "paused")
+
+
+def interface_address(name: str) -> str | None:
+    """The first IPv4 (else IPv6) address of a network interface of this node."""
+    done = subprocess.run(["ip", "-j", "addr", "show", "dev", name], capture_output=True,
+                          text=True, timeout=10, check=False)
+    if done.returncode != 0:
+        return None
+    try:
+        infos = [a for link in json.loads(done.stdout) for a in link.get("addr_info", [])]
+    except (ValueError, AttributeError, TypeError):
+        return None
+    for family in ("inet", "inet6"):
+        for info in infos:
+            if info.get("family") == family and info.get("local"):
+                return str(info["local"])
+    return None
+
+
+def user_ids(user: str) -> tuple[int, int] | None:
+    """uid and gid of a local user (security_model=user's security_domain)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise RpcFailure(f"security_domain {user!r} is no user on this node") from None
+    return entry.pw_uid, entry.pw_gid
 
 
 def whitelisted(directory: Path, name: str) -> Path:

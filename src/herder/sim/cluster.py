@@ -4,9 +4,15 @@ Each node is a namespaced host (`herder.sim.host`: its own PID, mount, network a
 namespaces, its own /var/lib/herder, /etc/herder, /run, /var/log/herder, /srv, LVM and libvirt
 directories), whose supervisor runs herder's daemons from /etc/herder/node.toml with the same
 default paths, ports and options as on a real host. What differs between nodes is the cluster's
-data (node names = host names, addresses, node parameters), never a daemon option. Each host's
-own libvirtd serves libvirt's test driver (`test+unix:///default`, the cluster's `libvirt_uri`
-node parameter).
+data (node names = host names, addresses, node parameters), never a daemon option.
+
+Guests (`guests`): "qemu" (the default) runs real ones: each host's libvirtd runs the QEMU
+driver (`qemu:///system`, the cluster's `libvirt_uri` node parameter), listening only on TLS
+with the node's certificate once the node has joined (`herder node libvirt-tls` on the node),
+and the `herder-guest` OS (`herder.sim.guest`: a Debian kernel and a busybox initramfs built on
+this machine) boots from the cluster's kvm hvparams `kernel_path`/`initrd_path`. "test" keeps
+libvirt's test driver (`test+unix:///default`), which runs nothing: fast, for tests that need
+no guest.
 
 The cluster is built as an operator builds one (docs/real-nodes.md "The simulated cluster"):
 
@@ -49,7 +55,7 @@ from herder.core import client_profile, supervise_control
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
-from herder.sim import hostfiles
+from herder.sim import guest, hostfiles
 from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
 
 DOMAIN = "sim.herder.test"
@@ -70,12 +76,17 @@ OS_DIR = "/srv/herder/os"
 SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless,plain,drbd"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
+QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
+GUESTS = ("qemu", "test")
+QEMU = "/usr/bin/qemu-system-x86_64"
 CANDIDATES = 3  # nodes 1-3 are master candidates (design-2.1's pool of 10 is more than needed)
 MASTER_SLOTS = range(2, 10)  # the cluster's master IP: 198.18.<n>.<2..9>
 FIRST_NODE = 11  # node addresses from 198.18.<n>.11
 READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
          "maintd": "listening on", "confd": "listening on udp"}
 START_TIMEOUT = 60.0
+LIBVIRTD_RESTART_TIMEOUT = 60.0  # a restarted libvirtd answers on its socket again
+LIVE_FIGURES_TIMEOUT = 60.0  # masterd has every node's figures (its cache: 10 s per failure)
 
 Say = Callable[[str], None]
 
@@ -98,6 +109,11 @@ class SimState:
     nodes: list[SimNode]
     network: str  # the directory of the host simulation (this one, or another cluster's)
     profile: str = ""  # the client profile (HERDER_CLIENT)
+    guests: str = "test"  # "qemu": real guests (QEMU driver), "test": libvirt's test driver
+
+    @property
+    def libvirt_uri(self) -> str:
+        return QEMU_URI if self.guests == "qemu" else LIBVIRT_URI
 
     @property
     def masterd_url(self) -> str:
@@ -295,18 +311,24 @@ def parallel(hosts: Iterable[SimHost], action: Callable[[SimHost], Any]) -> None
 # --- bringing a cluster up ---------------------------------------------------------------------
 
 
-def node_settings(*, mond: bool, maintd: bool, joined: bool) -> str:
+def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test") -> str:
     """A node's /etc/herder/node.toml: libvirtd only until the node has joined; then every
     daemon of a node (masterd and maintd exit 11 where they are not the master, confd idles
-    where there is no config copy)."""
+    where there is no config copy). With real guests libvirtd runs with `--listen`: its
+    libvirtd.conf opens nothing before the join and only TLS after it (`herder node
+    libvirt-tls`)."""
     daemons = ["libvirtd"]
     if joined:
         daemons += ["noded", "confd", *(["mond"] if mond else []),
                     *(["instmon"] if mond and maintd else []), "masterd",
-                    *(["maintd"] if maintd else []), "sim-testdriver"]
+                    *(["maintd"] if maintd else []),
+                    *(["sim-testdriver"] if guests == "test" else [])]
     # maintd polls the agents every second (its default: 10), so the demo and the tests see
     # it act at once
-    return hostfiles.node_toml(daemons, args={"maintd": ["--poll-interval", "1"]},
+    args = {"maintd": ["--poll-interval", "1"]}
+    if guests == "qemu":
+        args["libvirtd"] = ["--listen"]
+    return hostfiles.node_toml(daemons, args=args,
                                commands={"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]},
                                restart_delay=0.5, restart_delay_max=10.0)
 
@@ -347,10 +369,13 @@ def register_cluster(sim: HostSimulation, state: SimState | None, *,
 
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
           first_ip: int = 11, progress: Say | None = None, domain: str = DOMAIN,
-          network: Path | None = None) -> SimState:
+          network: Path | None = None, guests: str = "qemu") -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
     `domain` names the cluster and its nodes; `network`: the directory of another simulated
-    cluster whose network (and host simulation) this one joins (clusters to merge)."""
+    cluster whose network (and host simulation) this one joins (clusters to merge);
+    `guests`: "qemu" (real guests) or "test" (libvirt's test driver)."""
+    if guests not in GUESTS:
+        raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if not 1 <= nodes <= 200:
         raise HerderError("a simulated cluster has 1 to 200 nodes")
     if first_ip + nodes > 255:
@@ -359,6 +384,9 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
     if reason:
         raise HerderError(f"cannot simulate a cluster here: {reason}")
     say = progress or (lambda message: None)
+    image = None
+    if guests == "qemu":
+        image = guest.ensure_guest()  # before anything starts: a missing package is one line
     stop(directory)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -374,36 +402,66 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             nodes=[SimNode(f"node{i}.{domain}", addresses[i - 1], f"127.0.0.{first_ip + i}")
                    for i in range(1, nodes + 1)],
             network=str(sim.directory), profile=str(directory.resolve() / "client" /
-                                                     "client.toml"))
+                                                     "client.toml"), guests=guests)
         state.save()
-        _bring_up(sim, state, mond=mond, maintd=maintd, say=say)
+        _bring_up(sim, state, mond=mond, maintd=maintd, say=say, image=image)
     except BaseException:
         stop(directory)
         raise
     return state
 
 
+def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]:
+    """`herder cluster init` on the first node: the cluster's name, master IP, templates, the
+    hypervisor and its parameters (real guests: kvm booting the herder-guest kernel, NICs on
+    the nodes' br0), the libvirt URI."""
+    args = ["cluster", "init", state.cluster_name, "--master-netdev", "br0",
+            "--master-ip", state.master_ip, "--master-netmask", "24",
+            "--enabled-disk-templates", SIM_DISK_TEMPLATES,
+            "--default-iallocator", "herder",
+            "--node-parameters", f"libvirt_uri={state.libvirt_uri}"]
+    if image is None:
+        return [*args, "--enabled-hypervisors", "fake"]
+    return [*args, "--enabled-hypervisors", "kvm", "-H",
+            f"kvm:kernel_path={image.kernel},initrd_path={image.initrd},root_path=/dev/vda,"
+            f"kernel_args={image.kernel_args},kvm_path={QEMU}", "-N", "link=br0"]
+
+
+def _libvirt_tls(host: SimHost) -> None:
+    """The node's libvirtd on TLS only with its node certificate (a joined node)."""
+    on_node(host, "node", "libvirt-tls")
+    on_node(host, "daemon-util", "stop", "libvirtd")
+    on_node(host, "daemon-util", "start", "libvirtd")
+    # the supervisor has started it, not yet its socket: wait, so that the cluster simulate
+    # hands over has every node's hypervisor answering (an allocation right after would
+    # leave a node out)
+    deadline = time.monotonic() + LIBVIRTD_RESTART_TIMEOUT
+    while host.run(["virsh", "-c", "qemu:///system", "uri"], timeout=10).returncode != 0:
+        if time.monotonic() > deadline:
+            raise HerderError(f"{host.name}: libvirtd did not come back within "
+                           f"{LIBVIRTD_RESTART_TIMEOUT:.0f} s after its TLS restart")
+        time.sleep(0.2)
+
+
 def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
-              say: Say) -> None:
+              say: Say, image: guest.GuestImage | None = None) -> None:
     say(f"booting {len(state.nodes)} hosts (network {sim.netns}, "
         f"{sim.address(1).rsplit('.', 1)[0]}.0/24)")
     configs = [HostConfig(n.name, n.address,
-                          node_settings=node_settings(mond=mond, maintd=maintd, joined=False))
+                          node_settings=node_settings(mond=mond, maintd=maintd, joined=False,
+                                                      guests=state.guests))
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
     register_cluster(sim, state)
     for host in hosts:
         write_demo_os(host.path(OS_DIR))
+        guest.install_os_definition(host.path(OS_DIR))
         write_diagnose(host)
     master = hosts[0]
     others = hosts[1:]
 
     # The first node: the cluster, the master IP, the node daemons, masterd.
-    on_node(master, "cluster", "init", state.cluster_name, "--master-netdev", "br0",
-            "--master-ip", state.master_ip, "--master-netmask", "24",
-            "--enabled-disk-templates", SIM_DISK_TEMPLATES,
-            "--enabled-hypervisors", "fake", "--default-iallocator", "herder",
-            "--node-parameters", f"libvirt_uri={LIBVIRT_URI}")
+    on_node(master, *init_arguments(state, image))
     on_node(master, "--offline", "cluster", "modify", "--diagnose-data-collector-filename",
             BREAK_SCRIPT, "--data-collector", f"diagnose:interval={DIAGNOSE_INTERVAL}",
             "--maintenance-interval", str(MAINTENANCE_INTERVAL))
@@ -434,18 +492,43 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     extra = [*(["mond"] if mond else []), *(["instmon"] if mond and maintd else [])]
 
     def finish(host: SimHost) -> None:
+        if state.guests == "qemu":  # every node joined: every node's certificate is known
+            _libvirt_tls(host)
         start_daemons(host, ([] if host is master else ["confd"]) + extra)
-        remove_default_domain(host)
+        if state.guests == "test":
+            remove_default_domain(host)
         host.layout.source("/etc/herder/node.toml").write_text(
-            node_settings(mond=mond, maintd=maintd, joined=True))
+            node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests))
 
     parallel(hosts, finish)
+    if state.guests == "qemu":
+        _await_live_figures(state)
     if maintd:
         start_daemons(master, ["maintd"])
     for node in state.nodes:
         say(f"{node.name}: {node.address} (mond at http://{node.published}:{PORTS['mond']})")
     sim.keep_powered()
     state.save()
+
+
+def _await_live_figures(state: SimState) -> None:
+    """Until masterd has every node's live figures: the libvirtds restarted on TLS, and
+    masterd keeps a node's failed answer for its cache's lifetime, so an allocation right
+    after the start would leave those nodes out."""
+    deadline = time.monotonic() + LIVE_FIGURES_TIMEOUT
+    missing: list[str] = []
+    with state.rapi(timeout=10.0) as rapi:
+        while time.monotonic() < deadline:
+            try:
+                missing = [n["name"] for n in rapi.get_nodes(bulk=True)
+                           if n.get("mfree") is None]
+            except (RapiError, OSError) as err:
+                missing = [str(err)]
+            if not missing:
+                return
+            time.sleep(0.5)
+    raise HerderError(f"masterd has no live figures of {', '.join(missing)} "
+                      f"{LIVE_FIGURES_TIMEOUT:.0f} s after the start")
 
 
 def _publish(sim: HostSimulation, state: SimState) -> None:
@@ -543,12 +626,13 @@ def crash_instance(directory: Path, name: str) -> str:
     state = load_state(directory)
     pnode = primary_node(state, name)
     host = state.host(pnode)
-    state_now = host.run(["virsh", "-q", "-c", LIBVIRT_URI, "domstate", name], timeout=60)
+    state_now = host.run(["virsh", "-q", "-c", state.libvirt_uri, "domstate", name],
+                         timeout=60)
     if state_now.returncode != 0:
         raise HerderError(f"cannot crash {name}: {state_now.stderr.strip()}")
     if state_now.stdout.strip() != "running":
         raise HerderError(f"{name} is not running on {pnode}")
-    done = host.run(["virsh", "-q", "-c", LIBVIRT_URI, "destroy", name], timeout=60)
+    done = host.run(["virsh", "-q", "-c", state.libvirt_uri, "destroy", name], timeout=60)
     if done.returncode != 0:
         raise HerderError(f"cannot crash {name}: {done.stderr.strip()}")
     return pnode

@@ -18,7 +18,6 @@ migration (the memory travels).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gzip
 import hashlib
@@ -63,7 +62,8 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 while read -r module; do insmod "/lib/modules/$module" 2>/dev/null; done < /etc/modules.order
 # A clean shutdown (libvirt's virDomainShutdown = ACPI power button) powers the guest off.
-mkdir -p /etc/acpi/PWRF
+# (acpid needs its log and pid file's directories, or it exits at once)
+mkdir -p /etc/acpi/PWRF /var/log /var/run
 printf '#!/bin/sh\nsync\npoweroff -f\n' > /etc/acpi/PWRF/00000080
 chmod +x /etc/acpi/PWRF/00000080
 acpid -c /etc/acpi 2>/dev/null
@@ -251,10 +251,8 @@ def ensure_guest(cache_dir: Path = CACHE_DIR, boot_dir: Path = BOOT_DIR,
             os.rename(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        for old in cache_dir.iterdir():  # builds of older inputs
-            if old.name != key and not old.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    shutil.rmtree(old)
+        # Builds of other inputs stay: a running cluster's kernel_path may name one (another
+        # checkout of herder builds another init script), and each is a few MiB.
     return image
 
 

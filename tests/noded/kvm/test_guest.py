@@ -58,7 +58,7 @@ def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     except guest.GuestBuildError as err:
         pytest.skip(str(err))
     try:
-        pair = start_pair(("127.0.0.63", "127.0.0.64"))
+        pair = start_pair(("127.0.0.30", "127.0.0.31"))
     except LibvirtdUnavailable as err:
         pytest.skip(str(err))
     try:

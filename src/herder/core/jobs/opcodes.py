@@ -651,6 +651,13 @@ class OpInstanceGrowDisk(InstanceOpCode, tag="OP_INSTANCE_GROW_DISK", kw_only=Tr
     ignore_ipolicy: bool = False
 
 
+class OpInstanceRecreateDisks(InstanceOpCode, tag="OP_INSTANCE_RECREATE_DISKS", kw_only=True):
+    disks: list[Any] = msgspec.field(default_factory=list)  # indices, or [index, changes]
+    nodes: list[str] = msgspec.field(default_factory=list)
+    node_uuids: list[str] | None = None
+    iallocator: str | None = None
+
+
 class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
                                 kw_only=True):
     force: bool = False

@@ -308,7 +308,8 @@ def _drbd_dual_primary(env: Any, config: model.ConfigData, inst: model.Instance,
 
 
 def wait_drbd_sync(env: Any, config: model.ConfigData, inst: model.Instance,
-                    nodes: tuple[model.Node, ...]) -> None:
+                   nodes: tuple[model.Node, ...]) -> None:
+    """Ask each node until every DRBD disk of the instance is in sync (10 minutes at most)."""
     import time
 
     deadline = time.monotonic() + 600

@@ -11,7 +11,7 @@ from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqEr
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
 from herder.masterd import portpool
-from herder.masterd.lu import disks, handover
+from herder.masterd.lu import disks, handover, migration
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -266,15 +266,7 @@ def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, targ
             if not ignore_source:
                 _settle_failed_finish(env, inst, source, target, args, move, err,
                                       source_stopped=source_stopped, say=say)
-    with env.store.update() as fresh:
-        moved = fresh.instances[inst.uuid]
-        moved.primary_node = target.uuid
-        for disk in moved.disks:
-            lid = disk.logical_id
-            if isinstance(lid, model.DrbdId) and lid.nodes[0] != target.uuid:
-                lid.nodes.reverse()
-                lid.minors.reverse()
-        moved.touch()
+    migration.set_primary(env, inst, target)
 
 
 def _stop_copy(env: Any, node: model.Node, args: dict[str, Any]) -> str:
@@ -432,13 +424,43 @@ class _InstanceMove(_NodeAction[MoveOpT]):
 
 
 class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
+    """Live (or paused, --non-live) migration through libvirt, Ganeti's way
+    (`masterd.lu.migration`); cleanup=True settles a failed one."""
+
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
+        if op.live is not None and op.mode is not None:
+            raise OpPrereqError("Only one of the 'live' and 'mode' parameters may be given",
+                                "wrong_input")
+        if op.cleanup and op.allow_failover:
+            raise OpPrereqError("cleanup and allow_failover exclude each other", "wrong_input")
+        inst = lookup(config.find_instance, op.instance_name)
+        if op.cleanup and inst.disk_template in ALLOCATED and not op.target_node:
+            raise OpPrereqError(f"cleanup of {inst.name}: give the node the migration went "
+                                "to (--target-node)", "wrong_input")
+        super().check(config)
+        if op.live is not None:
+            self.live = op.live
+        elif op.mode is not None:
+            self.live = op.mode == "live"
+        else:
+            self.live = config.filled_hvparams(self.inst).get("migration_mode",
+                                                              "live") == "live"
+
     def act(self) -> None:
-        move_instance(self.env, self.config, self.inst, self.target,
-                      live=self.live and self.op.mode != "non-live", reason=self.op.reason,
-                      feedback=self.feedback)
+        if self.op.cleanup:
+            migration.cleanup(self.env, self.config, self.inst, self.target,
+                              reason=self.op.reason, say=self.feedback)
+            return
+        migration.migrate_or_failover(self.env, self.config, self.inst, self.target,
+                                      live=self.live, allow_failover=self.op.allow_failover,
+                                      reason=self.op.reason, say=self.feedback)
 
 
 class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
+    """Shut down on the primary (forced when it is dead), start on the target (Ganeti's
+    failover, `masterd.lu.migration.failover`)."""
+
     live = False
 
     def check(self, config: model.ConfigData) -> None:
@@ -450,10 +472,10 @@ class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
             raise OpPrereqError(f"target node {self.target.name} is offline", "wrong_state")
 
     def act(self) -> None:
-        move_instance(self.env, self.config, self.inst, self.target, live=False,
-                      reason=self.op.reason,
-                      ignore_source=self.node.offline or self.op.ignore_consistency,
-                      feedback=self.feedback)
+        migration.failover(self.env, self.config, self.inst, self.target,
+                           reason=self.op.reason, say=self.feedback,
+                           shutdown_timeout=self.op.shutdown_timeout,
+                           ignore_consistency=self.op.ignore_consistency)
 
 
 class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):

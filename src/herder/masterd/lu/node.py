@@ -386,6 +386,7 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
     or failover), and — for evacuation — secondaries to new nodes chosen by the allocator."""
 
     live = True
+    allow_failover = True  # a stopped primary instance moves by failover (Ganeti's node ops)
     modes: tuple[str, ...] = ("primary",)
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
@@ -415,7 +416,8 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
         return self.affected
 
     def execute(self) -> Any:
-        from herder.masterd.lu.instance import allocate_target, move_instance
+        from herder.masterd.lu.instance import allocate_target
+        from herder.masterd.lu.migration import failover, migrate_or_failover
 
         if not self.affected:
             self.feedback(f"node {self.node.name} holds no instances; nothing to do")
@@ -429,9 +431,13 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                     target = config.nodes[fresh.secondary_nodes[0]]
                 else:  # shared or external storage: where the allocator says
                     target = allocate_target(self.env, config, fresh, self.op, self.feedback)
-                move_instance(self.env, config, fresh, target, live=self.live,
-                              reason=self.op.reason, ignore_source=self.node.offline,
-                              feedback=self.feedback)
+                if self.node.offline:  # a dead primary: Ganeti's evacuation fails over
+                    failover(self.env, config, fresh, target, reason=self.op.reason,
+                             say=self.feedback, ignore_consistency=True)
+                else:
+                    migrate_or_failover(self.env, config, fresh, target, live=self.live,
+                                        allow_failover=self.allow_failover,
+                                        reason=self.op.reason, say=self.feedback)
                 self.feedback(f"{inst.name}: now runs on {target.name}")
                 moved.append(inst.name)
         if "secondary" in self.modes:

@@ -1,0 +1,62 @@
+"""The web console's sessions as RAPI callers: masterd's RAPI middleware takes a request
+without `Authorization` whose session cookie names a live session as a request of that
+session's RAPI user (re-read from the users file at every request, so a removed user's
+sessions stop working), with two more checks for such requests:
+
+- a request that may change something (any method but GET and HEAD) carries the session's
+  CSRF token in `X-Herder-CSRF` (a forged form or a foreign page's request cannot know it);
+- a request with an `Origin` header (browsers send it on cross-origin requests and on every
+  websocket) comes from this server's own origin (no cross-site websocket to a console).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from herder.core.rapi_users import User, UsersFile
+from herder.masterd.web.sessions import COOKIE, CSRF_HEADER, Session, SessionStore, csrf_matches
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True)
+class SessionCaller:
+    user: User | None  # None: no live session, or its user is gone
+    session: Session | None
+    problem: str | None  # why a session cookie did not count
+
+
+def session_caller(request: web.Request, users: UsersFile,
+                   store: SessionStore | None) -> SessionCaller:
+    cookie = request.cookies.get(COOKIE)
+    if store is None or not cookie:
+        return SessionCaller(None, None, None)
+    session = store.lookup(cookie)
+    if session is None:
+        return SessionCaller(None, None, "your session has ended or is not valid; log in again")
+    user = users.users().get(session.user)
+    if user is None:
+        store.drop(session.id)
+        return SessionCaller(None, None, f"user {session.user} no longer exists; log in again")
+    return SessionCaller(user, session, None)
+
+
+def same_origin(request: web.Request) -> bool:
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.host
+
+
+def session_refusal(request: web.Request, session: Session) -> str | None:
+    """Why this session's request must be refused (None: it may go on)."""
+    if not same_origin(request):
+        return f"a request from {request.headers.get('Origin')} may not use this session"
+    if request.method not in SAFE_METHODS and not csrf_matches(
+            session, request.headers.get(CSRF_HEADER)):
+        return ("the request carries no valid CSRF token (a form or request not made by "
+                "this console); nothing was changed")
+    return None

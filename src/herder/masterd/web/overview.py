@@ -1,0 +1,114 @@
+"""The cluster overview (`GET /2/herder/overview`, the console's first page), from the config,
+masterd's live figures, the job queue and maintd's overview (pure: everything is passed in).
+
+Alerts, each `{kind, subject, message}`:
+- `unreachable`: an online node whose daemon gave no live figures (masterd's cache);
+- `failed-repair`: a maintd incident whose repair failed;
+- `degraded-mirror`: a DRBD instance whose secondary (or primary) node is offline, drained out
+  of reach, or unreachable: its mirror cannot be in sync;
+- `incident`: any other open maintd incident (a node's self-diagnose is not Ok);
+- `maintd`: maintd cannot be asked, or its last round failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from herder.core import model, roles
+from herder.masterd import livefields
+from herder.masterd.livecache import Snapshot
+
+FINISHED_JOB = frozenset({"success", "error", "canceled"})
+OPEN_REPAIR = frozenset({"noted", "pending"})
+
+
+def node_row(config: model.ConfigData, node: model.Node, live: Snapshot,
+             incidents: list[dict[str, Any]], reports: dict[str, dict[str, Any]]
+             ) -> dict[str, Any]:
+    figures = livefields.values(livefields.node_fields(config, node, live))
+    report = reports.get(node.uuid) or {}
+    diagnose = (report.get("data") or {}).get("status") if report else None
+    state = "offline" if node.offline else "drained" if node.drained else "online"
+    return {
+        "name": node.name, "uuid": node.uuid,
+        "role": roles.NAMES[roles.node_role(node, config.cluster.master_node)],
+        "state": state,
+        "mtotal": figures.get("mtotal"), "mfree": figures.get("mfree"),
+        "dtotal": figures.get("dtotal"), "dfree": figures.get("dfree"),
+        "ctotal": figures.get("ctotal"), "live_error": live.error(node.uuid),
+        "pinst_cnt": sum(1 for i in config.instances.values() if i.primary_node == node.uuid),
+        "sinst_cnt": sum(1 for i in config.instances.values()
+                         if node.uuid in i.secondary_nodes),
+        "diagnose": diagnose, "diagnose_error": report.get("error") if report else None,
+        "incidents": [i for i in incidents if i.get("node") == node.uuid
+                      and i.get("repair-status") in OPEN_REPAIR | {"failed"}],
+    }
+
+
+def instance_row(config: model.ConfigData, inst: model.Instance,
+                 live: Snapshot) -> dict[str, Any]:
+    status = livefields.values(livefields.instance_fields(config, inst, live))["status"]
+    return {"name": inst.name, "status": status, "pnode": config.node_name(inst.primary_node),
+            "snodes": [config.node_name(n) for n in inst.secondary_nodes],
+            "disk_template": inst.disk_template}
+
+
+def alerts(config: model.ConfigData, nodes: list[dict[str, Any]],
+           incidents: list[dict[str, Any]], maintd_error: str | None) -> list[dict[str, str]]:
+    found: list[dict[str, str]] = []
+    unreachable = {n["uuid"] for n in nodes if n["state"] != "offline" and n["live_error"]}
+    for row in nodes:
+        if row["uuid"] in unreachable:
+            found.append({"kind": "unreachable", "subject": row["name"],
+                          "message": f"node {row['name']} does not answer: "
+                                     f"{row['live_error']}"})
+    for incident in incidents:
+        status = incident.get("repair-status")
+        subject = config.node_name(incident.get("node", ""))
+        if status == "failed":
+            found.append({"kind": "failed-repair", "subject": subject,
+                          "message": f"repair of {subject} failed (incident "
+                                     f"{incident.get('uuid')}, action {incident.get('action')})"})
+        elif status in OPEN_REPAIR:
+            found.append({"kind": "incident", "subject": subject,
+                          "message": f"{subject}: maintd incident {status}, action "
+                                     f"{incident.get('action')}"})
+    out_of_reach = unreachable | {n.uuid for n in config.nodes.values() if n.offline}
+    for inst in sorted(config.instances.values(), key=lambda i: i.name):
+        if inst.disk_template != "drbd":
+            continue
+        lost = [config.node_name(n) for n in inst.all_nodes if n in out_of_reach]
+        if lost:
+            found.append({"kind": "degraded-mirror", "subject": inst.name,
+                          "message": f"{inst.name}: DRBD mirror degraded, "
+                                     f"{', '.join(lost)} out of reach"})
+    if maintd_error:
+        found.append({"kind": "maintd", "subject": "maintd", "message": maintd_error})
+    return found
+
+
+def build(config: model.ConfigData, live: Snapshot, jobs: list[dict[str, Any]],
+          maintd: dict[str, Any] | None, maintd_error: str | None) -> dict[str, Any]:
+    """The overview: `cluster`, `nodes`, `instances` (rows and a count per status), running
+    `jobs`, `alerts`, `maintd` (its last tick and rounds; None when it cannot be asked)."""
+    incidents = list((maintd or {}).get("incidents") or
+                     [model.to_builtins(i) for i in config.maintenance.incidents])
+    reports = {r.get("node", ""): r for r in (maintd or {}).get("reports") or []}
+    nodes = [node_row(config, n, live, incidents, reports)
+             for n in sorted(config.nodes.values(), key=lambda n: n.name)]
+    instances = [instance_row(config, i, live)
+                 for i in sorted(config.instances.values(), key=lambda i: i.name)]
+    error = maintd_error or ((maintd or {}).get("error") or None)
+    return {
+        "cluster": {"name": config.cluster.name,
+                    "master": config.node_name(config.cluster.master_node)},
+        "nodes": nodes,
+        "instances": instances,
+        "instance_states": dict(sorted(Counter(i["status"] for i in instances).items())),
+        "jobs": [j for j in jobs if j.get("status") not in FINISHED_JOB],
+        "alerts": alerts(config, nodes, incidents, error),
+        "maintd": None if maintd is None else {
+            "rounds": maintd.get("rounds"), "ticks": maintd.get("ticks"),
+            "last_tick": maintd.get("last_tick")},
+    }

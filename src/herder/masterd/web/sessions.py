@@ -1,0 +1,78 @@
+"""Login sessions of the web console (pure: no I/O; the clock is injected).
+
+A session is created by a login with a RAPI user's name and password and maps to that user;
+it ends at logout, after `idle` seconds without a request, or `lifetime` seconds after the
+login, whichever comes first. Its id travels in a cookie (HttpOnly, Secure, SameSite=Strict);
+its CSRF token is given to the page and must come back in `CSRF_HEADER` on every request that
+may change something (docs/security.md "The web console"). Sessions live in masterd's memory:
+a restart of masterd logs everyone out.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+COOKIE = "herder_session"
+CSRF_HEADER = "X-Herder-CSRF"
+IDLE = 30 * 60.0  # seconds without a request before a session ends
+LIFETIME = 12 * 3600.0  # seconds after the login a session ends in any case
+MAX_SESSIONS = 1000  # the oldest are dropped beyond this (a flood of logins)
+
+
+@dataclass
+class Session:
+    id: str
+    user: str
+    csrf: str
+    created: float
+    last_seen: float
+
+
+class SessionStore:
+    def __init__(self, *, idle: float = IDLE, lifetime: float = LIFETIME,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle = idle
+        self.lifetime = lifetime
+        self.clock = clock
+        self._sessions: dict[str, Session] = {}
+
+    def create(self, user: str) -> Session:
+        now = self.clock()
+        self._expire(now)
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
+        session = Session(secrets.token_urlsafe(32), user, secrets.token_urlsafe(32), now, now)
+        self._sessions[session.id] = session
+        return session
+
+    def lookup(self, session_id: str | None) -> Session | None:
+        """The live session of this id (and it counts as used now); None: unknown or ended."""
+        if not session_id:
+            return None
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        now = self.clock()
+        if self._ended(session, now):
+            del self._sessions[session_id]
+            return None
+        session.last_seen = now
+        return session
+
+    def drop(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def _ended(self, session: Session, now: float) -> bool:
+        return now - session.last_seen > self.idle or now - session.created > self.lifetime
+
+    def _expire(self, now: float) -> None:
+        for session_id in [s.id for s in self._sessions.values() if self._ended(s, now)]:
+            del self._sessions[session_id]
+
+
+def csrf_matches(session: Session, token: str | None) -> bool:
+    return token is not None and hmac.compare_digest(session.csrf.encode(), token.encode())

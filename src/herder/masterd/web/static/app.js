@@ -1,0 +1,508 @@
+// herder's web console: one page, its views are #/... fragments. It reads RAPI (Ganeti's
+// routes and herder's /2/herder/ twins of each view) and acts only through RAPI's write
+// routes, each an ordinary job; the session cookie authenticates, the CSRF token goes in the
+// X-Herder-CSRF header of every change. Live updates: server-sent events (/2/herder/events).
+import { openSerial, openVnc, showLog } from "./console.js";
+
+const state = { me: null, view: null, refresh: null, lastRefresh: 0, overviewStream: null };
+
+// --- small helpers ---------------------------------------------------------------------------
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "class") el.className = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const enc = encodeURIComponent;
+const mib = (v) => (v === null || v === undefined ? "–" : v >= 1024 ? `${(v / 1024).toFixed(1)} GiB` : `${v} MiB`);
+const ROLES = { M: "master", C: "master-candidate", R: "regular", D: "drained", O: "offline" };
+const shown = (v) => (typeof v === "boolean" ? (v ? "yes" : "no") : v);
+const rate = (v) => (v >= 1048576 ? `${(v / 1048576).toFixed(1)} MiB/s` : `${(v / 1024).toFixed(1)} KiB/s`);
+const when = (ts) => (Array.isArray(ts) && ts[0] ? new Date(ts[0] * 1000).toLocaleTimeString() : "");
+
+function usage(used, total) {
+  if (total === null || total === undefined || used === null || used === undefined) return "–";
+  const pct = total ? Math.round((100 * used) / total) : 0;
+  return h("span", { class: "usage", title: `${pct}%` },
+    h("span", { class: "bar" }, h("span", { style: `width:${pct}%` })), `${mib(used)} / ${mib(total)}`);
+}
+
+export class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+export async function api(path, { method = "GET", body, query } = {}) {
+  const url = query ? `${path}?${new URLSearchParams(query)}` : path;
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["X-Herder-CSRF"] = state.me ? state.me.csrf : "";
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(url, { method, headers, credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  let value = null;
+  try { value = text ? JSON.parse(text) : null; } catch { value = text; }
+  if (response.status === 401 && state.me) {
+    location.href = "/ui/login?why=ended";
+    throw new ApiError(401, "your session has ended; log in again");
+  }
+  if (!response.ok) {
+    const explain = value && value.explain ? value.explain : `${response.status} ${response.statusText}`;
+    throw new ApiError(response.status, explain);
+  }
+  return value;
+}
+
+function banner(text, kind = "error") {
+  const el = document.getElementById("banner");
+  el.textContent = text;
+  el.className = kind === "error" ? "" : "info";
+  el.hidden = !text;
+}
+
+function confirmAction(text, extra) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  const slot = document.getElementById("confirm-extra");
+  slot.replaceChildren(...(extra ? [extra] : []));
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+// --- jobs: submitted actions and their progress ----------------------------------------------
+
+function jobLog(entries, into) {
+  for (const [, ts, , message] of entries) {
+    const text = typeof message === "string" ? message : JSON.stringify(message);
+    into.append(h("li", {}, `${when(ts)} ${text}`));
+  }
+}
+
+function jobResult(info) {
+  if (info.status === "success") return JSON.stringify(info.opresult);
+  const errors = (info.opresult || []).filter((r) => r !== null);
+  return errors.map((r) => (Array.isArray(r) ? r.flat(3).join(": ") : JSON.stringify(r))).join("; ");
+}
+
+// Follows a job through the events stream: status, log messages as they come, the result.
+export function followJob(jobId, container, onEnd) {
+  const status = h("strong", { class: "job-status" }, "submitted");
+  const log = h("ul", { class: "job-log" });
+  const result = h("div", { class: "job-result" });
+  const cancel = h("button", { class: "writer", onclick: async () => {
+    try {
+      const [ok, message] = await api(`/2/jobs/${jobId}`, { method: "DELETE" });
+      banner(message, ok ? "info" : "error");
+    } catch (err) { banner(`cancel of job ${jobId} refused: ${err.message}`); }
+  } }, "Cancel");
+  const panel = h("div", { class: "job-panel", "data-job": jobId },
+    h("a", { href: `#/job/${jobId}` }, `Job ${jobId}`), " ", status, " ", cancel, log, result);
+  container.prepend(panel);
+  const source = new EventSource(`/2/herder/events?job=${jobId}`);
+  source.addEventListener("job", (event) => {
+    const { job_info: info, log_entries: entries } = JSON.parse(event.data);
+    status.textContent = info.status;
+    status.className = `job-status status-${info.status}`;
+    jobLog(entries, log);
+    if (["success", "error", "canceled"].includes(info.status)) {
+      cancel.remove();
+      result.textContent = info.status === "success" ? `Result: ${jobResult(info)}` : `Failed: ${jobResult(info)}`;
+      result.className = `job-result status-${info.status}`;
+    }
+  });
+  source.addEventListener("end", () => { source.close(); if (onEnd) onEnd(); });
+  source.onerror = () => { if (source.readyState === EventSource.CLOSED) status.textContent += " (stream lost)"; };
+  return panel;
+}
+
+// A write action: confirmation, the RAPI request, then the job's progress in `jobsArea`.
+async function act({ label, method, path, body, query, confirm = true, extra, jobsArea }) {
+  if (confirm && !(await confirmAction(`${label}?`, extra ? extra.node : null))) return;
+  const payload = extra ? extra.body() : body;
+  try {
+    const jobId = await api(typeof path === "function" ? path() : path, { method, body: payload, query });
+    banner(`${label}: job ${jobId} submitted`, "info");
+    followJob(jobId, jobsArea, () => refreshSoon(0));
+  } catch (err) {
+    banner(`${label} refused: ${err.message}`);
+  }
+}
+
+function actionButton(spec) {
+  return h("button", { class: `writer${spec.danger ? " danger" : ""}`, "data-action": spec.id,
+    onclick: () => act(spec) }, spec.label);
+}
+
+// --- views -------------------------------------------------------------------------------------
+
+function nodeRows(nodes) {
+  return nodes.map((n) => h("tr", { "data-node": n.name },
+    h("td", { "data-label": "Node" }, h("a", { href: `#/node/${enc(n.name)}` }, n.name)),
+    h("td", { "data-label": "Role" }, n.role),
+    h("td", { "data-label": "State", class: n.state === "online" ? "ok" : "warn" }, n.state),
+    h("td", { "data-label": "Memory", class: "mem" }, usage(n.mtotal === null ? null : n.mtotal - n.mfree, n.mtotal)),
+    h("td", { "data-label": "Disk", class: "disk" }, usage(n.dtotal === null ? null : n.dtotal - n.dfree, n.dtotal)),
+    h("td", { "data-label": "CPUs", class: "cpu" }, n.ctotal ?? "–"),
+    h("td", { "data-label": "Instances" }, `${n.pinst_cnt} / ${n.sinst_cnt}`),
+    h("td", { "data-label": "Health", class: `health ${n.live_error || n.incidents.length || (n.diagnose && n.diagnose !== "Ok") ? "bad" : "ok"}` },
+      n.live_error ? `unreachable: ${n.live_error}` : "",
+      n.diagnose ? `diagnose ${n.diagnose}` : (n.diagnose_error ? `diagnose: ${n.diagnose_error}` : ""),
+      n.incidents.map((i) => ` incident ${i["repair-status"]} (${i.action})`))));
+}
+
+function renderOverview(data) {
+  const alerts = data.alerts.length
+    ? h("ul", { class: "alerts" }, data.alerts.map((a) =>
+      h("li", { class: `alert-${a.kind}`, "data-kind": a.kind }, `[${a.kind}] ${a.message}`)))
+    : h("p", { class: "ok" }, "No alerts.");
+  const states = Object.entries(data.instance_states);
+  return [
+    h("h1", {}, `Cluster ${data.cluster.name}`),
+    h("section", { id: "alerts" }, h("h2", {}, "Alerts"), alerts),
+    h("section", { id: "nodes" }, h("h2", {}, `Nodes (${data.nodes.length})`),
+      h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["Node", "Role", "State", "Memory used", "Disk used", "CPUs",
+          "Instances (pri / sec)", "Health"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, nodeRows(data.nodes)))),
+    h("section", { id: "instances" }, h("h2", {}, `Instances (${data.instances.length})`),
+      h("p", {}, states.length ? states.map(([s, n]) => `${s}: ${n}`).join(", ") : "none"),
+      h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["Instance", "Status", "Primary", "Secondaries", "Template"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, data.instances.map((i) => h("tr", { "data-instance": i.name },
+          h("td", { "data-label": "Instance" }, h("a", { href: `#/instance/${enc(i.name)}` }, i.name)),
+          h("td", { "data-label": "Status", class: `status-${i.status}` }, i.status),
+          h("td", { "data-label": "Primary" }, i.pnode),
+          h("td", { "data-label": "Secondaries" }, i.snodes.join(", ")),
+          h("td", { "data-label": "Template" }, i.disk_template)))))),
+    h("section", { id: "running-jobs" }, h("h2", {}, "Running jobs"),
+      data.jobs.length ? h("ul", {}, data.jobs.map((j) => h("li", {},
+        h("a", { href: `#/job/${j.id}` }, `Job ${j.id}`), ` ${j.status} ${(j.summary || []).join(", ")}`)))
+        : h("p", {}, "None.")),
+  ];
+}
+
+async function overviewView(view) {
+  const draw = (data) => view.replaceChildren(...renderOverview(data));
+  draw(await api("/2/herder/overview"));
+  state.onOverview = draw;  // the events stream redraws it
+  return null;
+}
+
+function chart(title, samples, pick, unit, id) {
+  const points = samples.map((s) => [s.t, pick(s)]).filter(([, v]) => v !== null && v !== undefined);
+  const box = h("div", { class: "chart", "data-chart": id }, h("h3", {}, title));
+  if (points.length < 1) { box.append(h("p", { class: "hint" }, "No samples yet (one every few seconds).")); return box; }
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 300 100");
+  svg.setAttribute("preserveAspectRatio", "none");
+  if (points.length === 1) points.push([points[0][0] + 1, points[0][1]]);  // one sample: a flat line
+  const t0 = Math.min(...points.map((p) => p[0])), t1 = Math.max(...points.map((p) => p[0]), t0 + 1);
+  const max = Math.max(...points.map((p) => p[1]), 1);
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", points.map(([t, v]) => `${(300 * (t - t0)) / (t1 - t0)},${100 - (95 * v) / max}`).join(" "));
+  svg.append(line);
+  const last = points[points.length - 1][1];
+  const count = samples.filter((s) => pick(s) !== null && pick(s) !== undefined).length;
+  box.append(svg, h("p", { class: "hint" }, `now ${unit(last)}, peak ${unit(max)}, ${count} samples`));
+  return box;
+}
+
+async function nodeView(view, name) {
+  const jobsArea = h("div", { class: "jobs-area" });
+  const body = h("div");
+  view.replaceChildren(h("h1", {}, `Node ${name}`), jobsArea, body);
+  const draw = async () => {
+    const [node, samples, instances] = await Promise.all([
+      api(`/2/nodes/${enc(name)}`), api(`/2/herder/nodes/${enc(name)}/samples`), api("/2/herder/overview")]);
+    const mine = instances.instances.filter((i) => i.pnode === node.name || i.snodes.includes(node.name));
+    const actions = [
+      { id: "drain", label: `Drain ${name}`, method: "PUT", path: `/2/nodes/${enc(name)}/role`, body: "drained" },
+      { id: "undrain", label: `Undrain ${name}`, method: "PUT", path: `/2/nodes/${enc(name)}/role`, body: "regular" },
+      { id: "evacuate", label: `Evacuate ${name}`, method: "POST", path: `/2/nodes/${enc(name)}/evacuate`, body: { mode: "all" }, danger: true },
+      { id: "migrate-all", label: `Migrate all primaries off ${name}`, method: "POST", path: `/2/nodes/${enc(name)}/migrate`, body: {} },
+      { id: "powercycle", label: `Power cycle ${name}`, method: "POST", path: `/2/nodes/${enc(name)}/powercycle`, query: { force: 1 }, danger: true },
+    ].map((spec) => actionButton({ ...spec, jobsArea }));
+    body.replaceChildren(
+      h("section", {}, h("h2", {}, "State"), h("table", {}, h("tbody", {},
+        [["Role", ROLES[node.role] || node.role], ["Offline", node.offline], ["Drained", node.drained], ["Primary IP", node.pip],
+          ["Memory", usage(node.mtotal === null ? null : node.mtotal - node.mfree, node.mtotal)],
+          ["Disk", usage(node.dtotal === null ? null : node.dtotal - node.dfree, node.dtotal)],
+          ["CPUs", node.ctotal ?? "–"], ["Live figures", samples.error || "ok"],
+          ["mond", (samples.samples.at(-1) || {}).mond_error || "ok"]]
+          .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, shown(v)))))),
+        h("div", { class: "actions" }, actions)),
+      h("section", { id: "charts" }, h("h2", {}, "The last hour"), h("div", { class: "charts" },
+        chart("CPU load (CPUs busy)", samples.samples, (s) => s.cpu_load, (v) => v.toFixed(2), "cpu"),
+        chart("Memory used", samples.samples, (s) => s.mem_used, mib, "memory"),
+        chart("Disk I/O (read + written)", samples.samples,
+          (s) => (s.io_read_bps === null || s.io_read_bps === undefined ? null : s.io_read_bps + s.io_write_bps), rate, "io"),
+        chart("DRBD devices resyncing", samples.samples, (s) => s.drbd_syncing, (v) => `${v}`, "drbd"),
+        chart("Storage used", samples.samples, (s) => s.disk_used, mib, "storage"),
+        chart("Running instances", samples.samples, (s) => s.instances, (v) => `${v}`, "instances"))),
+      h("section", { id: "storage" }, h("h2", {}, "Storage units"), h("table", {},
+        h("thead", {}, h("tr", {}, ["Type", "Name", "Size", "Free"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, samples.storage.map((u) => h("tr", {}, h("td", {}, u.type), h("td", {}, u.name),
+          h("td", {}, mib(u.storage_size)), h("td", {}, mib(u.storage_free))))))),
+      h("section", {}, h("h2", {}, "Instances"), h("ul", {}, mine.map((i) => h("li", {},
+        h("a", { href: `#/instance/${enc(i.name)}` }, i.name), ` ${i.status} (${i.pnode === node.name ? "primary" : "secondary"})`)))));
+  };
+  await draw();
+  return draw;
+}
+
+function instanceActions(name, inst, jobsArea) {
+  const path = `/2/instances/${enc(name)}`;
+  const amount = h("input", { type: "number", min: 1, value: 1024, id: "grow-amount" });
+  const disk = h("input", { type: "number", min: 0, value: 0, id: "grow-disk" });
+  const grow = { node: h("p", {}, "Disk ", disk, " grows by (MiB) ", amount),
+    body: () => ({ amount: Number(amount.value), wait_for_sync: false }) };
+  return [
+    { id: "start", label: `Start ${name}`, method: "PUT", path: `${path}/startup`, confirm: false },
+    { id: "shutdown", label: `Shut down ${name}`, method: "PUT", path: `${path}/shutdown`, danger: true },
+    { id: "reboot", label: `Reboot ${name}`, method: "POST", path: `${path}/reboot` },
+    { id: "migrate", label: `Migrate ${name}`, method: "PUT", path: `${path}/migrate`, body: {} },
+    { id: "failover", label: `Fail over ${name}`, method: "PUT", path: `${path}/failover`, body: {} },
+    { id: "replace-disks", label: `Replace the disks of ${name}`, method: "POST", path: `${path}/replace-disks`, body: { mode: "replace_auto" } },
+    { id: "grow-disk", label: `Grow a disk of ${name}`, method: "POST", path: () => `${path}/disk/${Number(disk.value)}/grow`, extra: grow },
+    { id: "remove", label: `Remove ${name}`, method: "DELETE", path, danger: true },
+  ].map((spec) => actionButton({ ...spec, jobsArea }));
+}
+
+function consoleSection(name) {
+  const out = h("div", { id: "console-out" });
+  const section = h("section", { id: "console", class: "writer" }, h("h2", {}, "Console"),
+    h("div", { class: "actions" },
+      h("button", { id: "open-serial", onclick: () => openSerial(name, out) }, "Serial console"),
+      h("button", { id: "open-vnc", onclick: () => openVnc(name, out) }, "VNC"),
+      h("button", { id: "show-log", onclick: () => showLog(name, out) }, "Serial log")),
+    out);
+  return section;
+}
+
+async function instanceView(view, name) {
+  const jobsArea = h("div", { class: "jobs-area" });
+  const body = h("div");
+  let actions = null;
+  view.replaceChildren(h("h1", {}, `Instance ${name}`), jobsArea, body);
+  const consoleBox = state.me.write ? consoleSection(name) : null;
+  const draw = async () => {
+    const [inst, jobs, cluster] = await Promise.all([api(`/2/instances/${enc(name)}`),
+      api(`/2/herder/instances/${enc(name)}/jobs`), api("/2/herder/overview")]);
+    // each disk node's state as masterd knows it (its live figures, maintd's incidents)
+    const nodeState = Object.fromEntries(cluster.nodes.map((n) => [n.name,
+      n.state !== "online" ? n.state : n.live_error ? "unreachable" : n.incidents.length ? "incident" : "ok"]));
+    const degraded = cluster.alerts.some((a) => a.kind === "degraded-mirror" && a.subject === inst.name);
+    actions = actions || h("div", { class: "actions", id: "instance-actions" }, instanceActions(name, inst, jobsArea));
+    const nodes = [inst.pnode, ...inst.snodes];
+    body.replaceChildren(
+      h("section", { id: "state" }, h("h2", {}, "State"), h("table", {}, h("tbody", {},
+        [["Status", h("span", { id: "instance-status", class: `status-${inst.status}` }, inst.status)],
+          ["Admin state", inst.admin_state], ["Primary node", h("a", { id: "instance-pnode", href: `#/node/${enc(inst.pnode)}` }, inst.pnode)],
+          ["Secondary nodes", inst.snodes.join(", ") || "none"], ["OS", inst.os], ["Hypervisor", inst.hypervisor],
+          ["Memory (oper)", inst.oper_ram ?? "–"], ["VCPUs (oper)", inst.oper_vcpus ?? "–"]]
+          .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, shown(v)))))), actions),
+      h("section", { id: "disks" }, h("h2", {}, `Disks (${inst.disk_template})`), h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["Disk", "Name", "Size", "Nodes", "Mirror", "Active"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, inst["disk.sizes"].map((size, i) => h("tr", {},
+          h("td", { "data-label": "Disk" }, `disk/${i}`), h("td", { "data-label": "Name" }, inst["disk.names"][i] || ""),
+          h("td", { "data-label": "Size" }, mib(size)),
+          h("td", { "data-label": "Nodes", class: "disk-nodes" }, nodes.map((n, k) =>
+            `${n} (${k === 0 ? "primary" : "secondary"}: ${nodeState[n] || "unknown"})`).join(", ")),
+          h("td", { "data-label": "Mirror", class: degraded ? "bad" : "" },
+            inst.disk_template === "drbd" ? (degraded ? "degraded" : "both nodes reachable") : "–"),
+          h("td", { "data-label": "Active" }, inst.disks_active ? "yes" : "no")))))),
+      h("section", { id: "nics" }, h("h2", {}, "NICs"), h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["NIC", "MAC", "IP", "Mode", "Link", "Network"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, inst["nic.macs"].map((mac, i) => h("tr", {}, h("td", {}, `nic/${i}`), h("td", {}, mac),
+          h("td", {}, inst["nic.ips"][i] || ""), h("td", {}, inst["nic.modes"][i]), h("td", {}, inst["nic.links"][i]),
+          h("td", {}, inst["nic.networks.names"][i] || "")))))),
+      h("section", { id: "params" }, h("h2", {}, "Parameters"), h("table", {}, h("tbody", {},
+        Object.entries({ ...inst.beparams, ...inst.hvparams }).map(([k, v]) =>
+          h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))))),
+      consoleBox,
+      h("section", { id: "history" }, h("h2", {}, "Jobs"), h("ul", {}, jobs.slice().reverse().map((j) => h("li", {},
+        h("a", { href: `#/job/${j.id}` }, `Job ${j.id}`), ` ${(j.summary || []).join(", ")} `,
+        h("span", { class: `status-${j.status}` }, j.status), ` ${when(j.received_ts)}`)))));
+  };
+  await draw();
+  return draw;
+}
+
+async function jobsView(view) {
+  const draw = async () => {
+    const jobs = await api("/2/jobs", { query: { bulk: 1 } });
+    view.replaceChildren(h("h1", {}, "Jobs"), h("section", {}, h("table", { class: "cards" },
+      h("thead", {}, h("tr", {}, ["Job", "Status", "Summary", "Received", "Ended"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, jobs.slice().reverse().slice(0, 200).map((j) => h("tr", { "data-job": j.id },
+        h("td", { "data-label": "Job" }, h("a", { href: `#/job/${j.id}` }, j.id)),
+        h("td", { "data-label": "Status", class: `status-${j.status}` }, j.status),
+        h("td", { "data-label": "Summary" }, (j.summary || []).join(", ")),
+        h("td", { "data-label": "Received" }, when(j.received_ts)),
+        h("td", { "data-label": "Ended" }, when(j.end_ts))))))));
+  };
+  await draw();
+  return draw;
+}
+
+async function jobView(view, id) {
+  await api(`/2/jobs/${enc(id)}`);  // a clear message for an unknown job
+  const area = h("div");
+  view.replaceChildren(h("h1", {}, `Job ${id}`), area);
+  followJob(Number(id), area, null);
+  return null;
+}
+
+async function maintenanceView(view) {
+  const draw = async () => {
+    let data = null, error = null;
+    try { data = await api("/2/herder/maintd"); } catch (err) { error = err.message; }
+    const settings = await api("/2/herder/maintenance");
+    const incidents = data ? data.incidents : settings.incidents;
+    view.replaceChildren(h("h1", {}, "Maintenance"),
+      error ? h("p", { class: "bad" }, `maintd: ${error}`) : null,
+      h("section", {}, h("h2", {}, "maintd"), h("p", {},
+        `enabled: ${settings.enabled}, harep: ${settings.harep}, round delay: ${settings.roundDelay}s`,
+        data ? `, rounds: ${data.rounds}, ticks: ${data.ticks}, last error: ${data.error || "none"}` : "")),
+      h("section", { id: "incidents" }, h("h2", {}, "Incidents"), h("table", { class: "cards" },
+        h("thead", {}, h("tr", {}, ["Node", "Action", "Status", "Jobs", "Details"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, incidents.map((i) => h("tr", { "data-incident": i.uuid },
+          h("td", { "data-label": "Node" }, i.node), h("td", { "data-label": "Action" }, i.action),
+          h("td", { "data-label": "Status", class: "status" }, i["repair-status"]),
+          h("td", { "data-label": "Jobs" }, (i.jobs || []).join(", ")),
+          h("td", { "data-label": "Details" }, JSON.stringify(i.original)))))),
+      ),
+      data ? h("section", { id: "reports" }, h("h2", {}, "Self-diagnose"), h("ul", {}, data.reports.map((r) =>
+        h("li", {}, `${r.name}: ${r.error || (r.data && r.data.status) || "?"}`)))) : null,
+      data ? h("section", { id: "notifications" }, h("h2", {}, "Notifications"),
+        data.notifications.length ? h("ul", {}, data.notifications.map((n) => h("li", {}, JSON.stringify(n))))
+          : h("p", {}, "None.")) : null,
+      data ? h("section", {}, h("h2", {}, "Notes"), h("ul", {}, (data.notes || []).slice(-20).map((n) =>
+        h("li", {}, typeof n === "string" ? n : JSON.stringify(n))))) : null);
+  };
+  await draw();
+  return draw;
+}
+
+async function createView(view) {
+  const info = await api("/2/info");
+  const field = (label, input) => [h("label", { for: input.id }, label), input];
+  const name = h("input", { id: "c-name", required: true });
+  const template = h("select", { id: "c-template" }, info.enabled_disk_templates.map((t) => h("option", {}, t)));
+  const os = h("input", { id: "c-os", value: "debootstrap+default" });
+  const size = h("input", { id: "c-disk", type: "number", min: 1, value: 1024 });
+  const memory = h("input", { id: "c-memory", type: "number", min: 64, value: 512 });
+  const vcpus = h("input", { id: "c-vcpus", type: "number", min: 1, value: 1 });
+  const choice = h("p", { id: "c-choice" }, "Preview the allocator's choice before creating.");
+  const jobsArea = h("div", { class: "jobs-area" });
+  const request = () => ({ __version__: 1, name: name.value.trim(), disk_template: template.value,
+    os_type: os.value.trim(), disks: [{ size: Number(size.value) }], nics: [{}],
+    beparams: { maxmem: Number(memory.value), minmem: Number(memory.value), vcpus: Number(vcpus.value) },
+    name_check: false, ip_check: false });
+  const create = h("button", { id: "c-create", type: "button", disabled: true, onclick: async () => {
+    try {
+      const jobId = await api("/2/instances", { method: "POST", body: request() });
+      followJob(jobId, jobsArea, () => refreshSoon(0));
+    } catch (err) { banner(`create refused: ${err.message}`); }
+  } }, "Create");
+  const preview = h("button", { id: "c-preview", type: "button", onclick: async () => {
+    create.disabled = true;
+    choice.textContent = "asking the allocator…";
+    try {
+      const jobId = await api("/2/instances", { method: "POST", body: request(), query: { "dry-run": 1 } });
+      let job = null;
+      for (let i = 0; i < 120; i++) {
+        job = await api(`/2/jobs/${jobId}`);
+        if (["success", "error", "canceled"].includes(job.status)) break;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      if (job.status === "success") {
+        choice.textContent = `The allocator would place it on ${job.opresult[0].join(", ")}.`;
+        create.disabled = false;
+      } else choice.textContent = `Not possible: ${jobResult(job)}`;
+    } catch (err) { choice.textContent = `Refused: ${err.message}`; }
+  } }, "Preview placement");
+  for (const input of [name, template, os, size, memory, vcpus]) input.addEventListener("input", () => { create.disabled = true; });
+  view.replaceChildren(h("h1", {}, "Create an instance"), h("section", {},
+    h("form", { class: "grid", id: "create-form", onsubmit: (e) => e.preventDefault() },
+      field("Name", name), field("Disk template", template), field("OS", os), field("Disk (MiB)", size),
+      field("Memory (MiB)", memory), field("VCPUs", vcpus)),
+    h("div", { class: "actions" }, preview, create), choice), jobsArea);
+  return null;
+}
+
+// --- routing and live updates ------------------------------------------------------------------
+
+const ROUTES = [
+  [/^#?\/?$/, overviewView], [/^#\/node\/(.+)$/, nodeView], [/^#\/instance\/(.+)$/, instanceView],
+  [/^#\/jobs$/, jobsView], [/^#\/job\/(\d+)$/, jobView], [/^#\/maintenance$/, maintenanceView],
+  [/^#\/create$/, createView],
+];
+
+async function route() {
+  const view = document.getElementById("view");
+  state.refresh = null;
+  state.onOverview = null;
+  banner("");
+  for (const [pattern, render] of ROUTES) {
+    const match = location.hash.match(pattern);
+    if (!match) continue;
+    const args = match.slice(1).map(decodeURIComponent);
+    try {
+      state.refresh = await render(view, ...args);
+    } catch (err) {
+      view.replaceChildren(h("h1", {}, "Cannot show this page"), h("p", { class: "bad", id: "page-error" }, err.message));
+    }
+    return;
+  }
+  view.replaceChildren(h("p", { class: "bad", id: "page-error" }, `No page ${location.hash}`));
+}
+
+let refreshTimer = null;
+function refreshSoon(delay = 1000) {
+  if (!state.refresh || refreshTimer) return;
+  refreshTimer = setTimeout(async () => {
+    refreshTimer = null;
+    if (!state.refresh) return;
+    try { await state.refresh(); } catch (err) { banner(err.message); }
+  }, delay);
+}
+
+function watchCluster() {
+  const source = new EventSource("/2/herder/events");
+  source.addEventListener("overview", (event) => {
+    document.body.dataset.updated = String(Date.now());
+    if (state.onOverview) state.onOverview(JSON.parse(event.data));
+    else refreshSoon();
+  });
+  state.overviewStream = source;
+}
+
+async function start() {
+  try {
+    state.me = await api("/ui/session");
+  } catch {
+    location.href = "/ui/login";
+    return;
+  }
+  document.getElementById("whoami").textContent = `${state.me.user} (${state.me.write ? "may act" : "read-only"})`;
+  document.getElementById("logout-csrf").value = state.me.csrf;
+  if (!state.me.write) document.body.classList.add("readonly");
+  window.addEventListener("hashchange", route);
+  await route();
+  watchCluster();
+}
+
+start();

@@ -1,0 +1,74 @@
+"""An instance's `InstanceSpec` (what its domain is made from) from the master's RPC payload
+(`core.noderpc.instance_payload`: filled hvparams and beparams, NICs with filled nicparams) and
+what only this node knows: the disks as assembled here, whether KVM works, the uid of the
+instance's processes, the VNC/SPICE password files' contents, the addresses of interfaces named
+by `vnc_bind_address`/`spice_bind`.
+
+`from_payload` is pure; noded resolves the node-local facts and passes them in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
+
+# Parameters naming an interface whose address the node looks up.
+BIND_PARAMS = ("vnc_bind_address", "spice_bind")
+
+
+def nic_specs(nics: Sequence[Mapping[str, Any]]) -> tuple[NicSpec, ...]:
+    """The payload's NICs (MAC, IP, filled nicparams mode/link/vlan, name, uuid, network)."""
+    return tuple(NicSpec(mac=str(nic["mac"]), mode=str(nic.get("mode") or "bridged"),
+                         link=str(nic.get("link") or ""), vlan=str(nic.get("vlan") or ""),
+                         ip=nic.get("ip") or None, name=nic.get("name") or None,
+                         uuid=str(nic.get("uuid") or ""), network=nic.get("network") or None)
+                 for nic in nics)
+
+
+def password_files(hvparams: Mapping[str, Any]) -> dict[str, str]:
+    """Which password files the domain needs read: {"vnc"|"spice": path}."""
+    wanted = {}
+    if hvparams.get("vnc_bind_address") and hvparams.get("vnc_password_file"):
+        wanted["vnc"] = str(hvparams["vnc_password_file"])
+    if hvparams.get("spice_bind") and hvparams.get("spice_password_file"):
+        wanted["spice"] = str(hvparams["spice_password_file"])
+    return wanted
+
+
+def bind_interfaces(hvparams: Mapping[str, Any]) -> list[str]:
+    """Interface names (not addresses, not socket directories) the bind parameters name."""
+    import ipaddress
+
+    found = []
+    for key in BIND_PARAMS:
+        value = str(hvparams.get(key) or "")
+        if not value or value.startswith("/"):
+            continue
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            found.append(value)
+    return found
+
+
+def from_payload(inst: Mapping[str, Any], disks: Sequence[DiskSpec], *, kvm_usable: bool,
+                 serial_log: str | None = None, run_as: tuple[int, int] | None = None,
+                 passwords: Mapping[str, str] | None = None,
+                 interface_addresses: Mapping[str, str] | None = None) -> InstanceSpec:
+    beparams = inst.get("beparams") or {}
+    maxmem = int(beparams.get("maxmem") or inst["memory"])
+    minmem = beparams.get("minmem")
+    passwords = passwords or {}
+    port = inst.get("network_port")
+    return InstanceSpec(
+        name=str(inst["name"]), uuid=str(inst["uuid"]), maxmem=maxmem,
+        vcpus=int(beparams.get("vcpus") or inst["vcpus"]),
+        hvparams=dict(inst.get("hvparams") or {}), disks=tuple(disks),
+        nics=nic_specs(inst.get("nics") or []),
+        minmem=int(minmem) if minmem is not None else None,
+        network_port=int(port) if port is not None else None, serial_log=serial_log,
+        kvm_usable=kvm_usable, run_as=run_as, vnc_password=passwords.get("vnc"),
+        spice_password=passwords.get("spice"),
+        interface_addresses=dict(interface_addresses or {}),
+        tags=tuple(str(tag) for tag in inst.get("tags") or ()))

@@ -1,0 +1,103 @@
+"""A node's side of a live migration, in Ganeti's RPC order (backend.py: instance_migratable,
+migration_info, accept_instance, migrate_instance, instance_get_migration_status,
+finalize_migration_dst/src), carried out by libvirt's own peer-to-peer migration
+(`herder.noded.kvm.migration`): the source's libvirtd connects to the target's over TLS with
+this node's certificate (`qemu+tls://<target node>/system?pkipath=<libvirt PKI>`), the guest's
+memory travels inside that connection, the target resumes the guest.
+
+Each outgoing migration has a connection of its own (libvirt's call blocks for the whole
+migration); `status` answers from its job statistics. The target's side needs no incoming QEMU
+started by herder (libvirt starts it), only its checks (`accept_instance` in noded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import asdict
+from typing import Any
+
+import libvirt
+
+from herder.core import libvirtd_conf
+from herder.core.errors import HerderError
+from herder.noded.kvm import migration
+
+log = logging.getLogger("herder.noded")
+
+
+class Migrations:
+    """The outgoing migrations of this node, by instance name."""
+
+    def __init__(self, uri: str, pki: libvirtd_conf.LibvirtPki) -> None:
+        self.uri = uri
+        self.pki = pki
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[libvirt.virConnect, migration.LiveMigration]] = {}
+
+    def target_uri(self, target_node: str) -> str:
+        return libvirtd_conf.tls_uri(target_node, pki=self.pki)
+
+    def start(self, name: str, target_node: str, settings: migration.MigrationSettings) -> None:
+        with self._lock:
+            if name in self._running and self._running[name][1].status().status == \
+                    migration.STATUS_ACTIVE:
+                raise HerderError(f"a migration of {name} is already running")
+            self._drop(name)
+            try:
+                conn = libvirt.open(self.uri)
+            except libvirt.libvirtError as err:
+                raise HerderError(f"libvirt unreachable at {self.uri}: "
+                                  f"{err.get_error_message()}") from None
+            # persist on the target, undefine here: the definition moves with the guest
+            outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
+                                               settings, persist=True)
+            try:
+                outgoing.start()
+            except migration.MigrationError:
+                with contextlib.suppress(libvirt.libvirtError):
+                    conn.close()
+                raise
+            self._running[name] = (conn, outgoing)
+            log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms)", name, target_node,
+                     "live" if settings.live else "paused",
+                     settings.bandwidth_mib_s or "unlimited", settings.downtime_ms)
+
+    def status(self, name: str) -> dict[str, Any]:
+        """Ganeti's MigrationStatus (status, transferred_ram, total_ram) and, once completed,
+        libvirt's statistics of the migration (`stats`: total_ms, downtime_ms, ...)."""
+        with self._lock:
+            entry = self._running.get(name)
+        if entry is None:
+            return {"status": migration.STATUS_FAILED,
+                    "error": f"no migration of {name} is known on this node"}
+        outgoing = entry[1]
+        current = outgoing.status()
+        answer: dict[str, Any] = {"status": current.status,
+                                  "transferred_ram": current.transferred_ram,
+                                  "total_ram": current.total_ram, "error": current.error}
+        if current.status == migration.STATUS_COMPLETED:
+            with contextlib.suppress(migration.MigrationError):
+                stats = asdict(outgoing.wait(0))
+                stats.pop("raw", None)
+                answer["stats"] = stats
+        return answer
+
+    def abort(self, name: str) -> None:
+        with self._lock:
+            entry = self._running.get(name)
+        if entry is not None:
+            entry[1].abort()
+            with contextlib.suppress(migration.MigrationError):
+                entry[1].wait(60)
+
+    def finish(self, name: str) -> None:
+        with self._lock:
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        entry = self._running.pop(name, None)
+        if entry is not None:
+            with contextlib.suppress(libvirt.libvirtError):
+                entry[0].close()

@@ -1,0 +1,71 @@
+"""The node's checks before a domain is defined (herder.noded.kvm.preflight) and the spec noded
+builds from the master's payload (herder.noded.instance_spec)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from herder.core import params
+from herder.noded import instance_spec
+from herder.noded.kvm import preflight
+from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
+
+UUID = "0c7d1b52-8f1e-4a8e-9d54-3f0e9f3b1a11"
+
+
+def _spec(tmp_path: Path, **hv: object) -> InstanceSpec:
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_bytes(b"k")
+    hvparams = {**params.hv_family("kvm").defaults(), "kernel_path": str(kernel),
+                "initrd_path": "", **hv}
+    return InstanceSpec("web1.example.com", UUID, 128, 1, hvparams,
+                        nics=(NicSpec("aa:00:00:00:00:01", "bridged", "br0"),),
+                        network_port=11000)
+
+
+def test_a_node_with_what_the_domain_needs_has_no_problems(tmp_path: Path) -> None:
+    facts = preflight.NodeFacts(bridges={"br0"}, port_in_use=lambda address, port: False)
+    assert preflight.problems(_spec(tmp_path), facts) == []
+
+
+def test_missing_bridge_bad_kernel_and_occupied_port_are_one_line(tmp_path: Path) -> None:
+    facts = preflight.NodeFacts(bridges={"br1"}, port_in_use=lambda address, port: True)
+    spec = _spec(tmp_path, kernel_path="/nonexistent/vmlinuz", vnc_bind_address="0.0.0.0")
+    with pytest.raises(preflight.PreflightError) as caught:
+        preflight.check(spec, facts)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("cannot start web1.example.com: ")
+    assert "bridge br0 does not exist on this node" in message
+    assert "kernel_path /nonexistent/vmlinuz does not exist on this node" in message
+    assert "port 11000 on 0.0.0.0 (the console of web1.example.com) is already in use" \
+        in message
+
+
+def test_port_in_use_sees_a_real_listener() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert preflight.port_in_use("127.0.0.1", port)
+    assert not preflight.port_in_use("127.0.0.1", port)
+
+
+def test_spec_from_the_payload() -> None:
+    hvparams = params.hv_family("kvm").defaults()
+    payload = {"name": "web1.example.com", "uuid": UUID, "memory": 512, "vcpus": 2,
+               "hvparams": hvparams, "beparams": {"maxmem": 512, "minmem": 256, "vcpus": 2},
+               "nics": [{"mac": "aa:00:00:00:00:01", "ip": None, "mode": "openvswitch",
+                         "link": "ovs0", "vlan": ".100"}], "tags": ["a"]}
+    disks = [DiskSpec("/dev/xenvg/disk0", "plain")]
+    spec = instance_spec.from_payload(payload, disks, kvm_usable=False,
+                                      serial_log="/var/log/x.log")
+    assert (spec.maxmem, spec.minmem, spec.vcpus, spec.kvm_usable) == (512, 256, 2, False)
+    assert spec.nics == (NicSpec("aa:00:00:00:00:01", "openvswitch", "ovs0", ".100"),)
+    assert spec.disks == tuple(disks) and spec.tags == ("a",)
+    assert instance_spec.bind_interfaces({"vnc_bind_address": "eth0",
+                                          "spice_bind": "10.0.0.1"}) == ["eth0"]
+    assert instance_spec.password_files({"vnc_bind_address": "0.0.0.0",
+                                         "vnc_password_file": "/etc/pw"}) == {"vnc": "/etc/pw"}
