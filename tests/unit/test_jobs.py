@@ -16,7 +16,7 @@ from herder.core.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.core.store import FileStore
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from tests.conftest import build_config
+from tests.conftest import build_config, stored_files
 
 
 class Master:
@@ -69,7 +69,7 @@ def test_config_opcodes_change_the_config(master: Master) -> None:
 
 
 def test_master_rules_and_errors_are_job_errors(master: Master) -> None:
-    before = master.store.path.read_bytes()
+    before = stored_files(master.store.path)
     info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node1", "offline": True})
     assert info["status"] == "error"
     assert info["opresult"][0] == ["OpPrereqError", [
@@ -78,7 +78,7 @@ def test_master_rules_and_errors_are_job_errors(master: Master) -> None:
     assert info["status"] == "error" and "must not exceed maxmem" in info["opresult"][0][1][0]
     info = master.run({"OP_ID": "OP_GROUP_REMOVE", "group_name": "default"})
     assert info["status"] == "error" and "still has nodes" in info["opresult"][0][1][0]
-    assert master.store.path.read_bytes() == before  # nothing written by failed opcodes
+    assert stored_files(master.store.path) == before  # nothing written by failed opcodes
 
 
 def test_later_opcodes_are_not_run_after_a_failure(master: Master) -> None:
@@ -271,11 +271,11 @@ def test_log_entries_reach_waiters(master: Master) -> None:
 
 
 def test_node_rpc_failure_is_a_clear_job_error(master: Master) -> None:
-    before = master.store.path.read_bytes()
+    before = stored_files(master.store.path)
     info = master.run({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "plain0"})
     assert info["status"] == "error"
     assert "cannot call instance_start" in info["opresult"][0][1][0]
-    assert master.store.path.read_bytes() == before
+    assert stored_files(master.store.path) == before
 
 
 def test_bad_submissions_queue_nothing(master: Master) -> None:

@@ -16,7 +16,7 @@ import pytest
 from herder.core import model
 from herder.core.errors import ConfigError, StoreError
 from herder.core.store import FileStore
-from tests.conftest import build_config
+from tests.conftest import build_config, stored_files
 
 
 @pytest.fixture
@@ -50,19 +50,19 @@ def test_update_increments_serial_and_mtime(store: FileStore) -> None:
 
 
 def test_failed_update_writes_nothing(store: FileStore) -> None:
-    original = store.path.read_bytes()
+    original = stored_files(store.path)
     with pytest.raises(RuntimeError), store.update() as config:
         config.find_node("node2").drained = True
         raise RuntimeError("changed my mind")
-    assert store.path.read_bytes() == original
+    assert stored_files(store.path) == original
 
 
 def test_invalid_change_is_refused_and_writes_nothing(store: FileStore) -> None:
-    original = store.path.read_bytes()
+    original = stored_files(store.path)
     with pytest.raises(ConfigError, match="change refused, nothing written.*unknown backend"), \
             store.update() as config:
         config.cluster.beparams["colour"] = "red"
-    assert store.path.read_bytes() == original
+    assert stored_files(store.path) == original
 
 
 @pytest.mark.parametrize(

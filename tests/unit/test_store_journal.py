@@ -72,6 +72,8 @@ def test_the_journal_replayed_equals_the_document(tmp_path: Path, ops: list[tupl
         # ... and a whole-document round trip of it changes nothing (same checks, same form)
         assert model.encode(model.revalidate(replayed)) == model.encode(held)
         assert replayed.index().comparable() == configindex_of(held)
+        # the serial read without decoding (what a candidate's noded compares a push with)
+        assert FileStore(path).serial_no() == held.serial_no
 
 
 def configindex_of(config: model.ConfigData) -> dict[str, object]:

@@ -155,6 +155,27 @@ class FileStore:
             _CACHE[self.path] = state
         return state.config
 
+    def serial_no(self) -> int | None:
+        """The document's serial (the snapshot's, moved on by its journal's records) without
+        decoding the document; None when there is none or it does not parse."""
+        try:
+            raw = self.path.read_bytes()
+            serial = _SERIAL.decode(raw).serial_no
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        journal = _read_journal(self.journal_path)
+        if journal is None or journal.header != hashlib.sha256(raw).hexdigest():
+            return serial
+        for _, record in journal.records:
+            try:
+                base, change = configdiff.decode_change(record)
+            except ConfigError:
+                break
+            if base != serial:
+                break
+            serial = int(change.top.get("serial_no", serial))
+        return serial
+
     def stamp(self) -> tuple[object, ...]:
         """Changes whenever the document does (the snapshot's and the journal's identity)."""
         return (_file_stamp(self.path), _file_stamp(self.journal_path))
@@ -327,6 +348,13 @@ class FileStore:
 
 JOURNAL_SUFFIX = ".journal"
 _ENCODER = msgspec.json.Encoder(order="sorted")
+
+
+class _Serial(msgspec.Struct):
+    serial_no: int
+
+
+_SERIAL = msgspec.json.Decoder(_Serial)
 _CACHE: dict[Path, _State] = {}
 _CACHE_LOCK = threading.Lock()
 

@@ -741,9 +741,8 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         current = self.data_dir / "config.json"
         queue_dir = self.data_dir / "queue"
         with self._map_lock, FileStore(current).locked():
-            have = None
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                have = int(json.loads(current.read_bytes()).get("serial_no"))
+            # through the store: a former master's snapshot has a journal beside it
+            have = FileStore(current).serial_no()
             if have is not None and serial < have:
                 raise RpcFailure(f"refusing config serial {serial}: this node has {have}")
             queue_dir.mkdir(parents=True, exist_ok=True)
