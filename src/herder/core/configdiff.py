@@ -15,7 +15,7 @@ on the changed objects.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,20 +93,138 @@ def top_fields(config: model.ConfigData) -> dict[str, Any]:
     return {name: getattr(config, name) for name in TOP_FIELDS}
 
 
+class TrackedTable(dict[str, Any]):
+    """A writer's table (`writable`): every object read from it is first replaced by a private
+    copy decoded from its last written encoding, and every key read, set or deleted is noted.
+    So a change never alters the objects the process's readers share, and it is found among
+    the objects the writer touched (not by encoding the whole cluster). Scans that only read
+    go through `plain_values`."""
+
+    __slots__ = ("encoded", "table", "touched")
+
+    def __init__(self, table: str, objects: dict[str, Any], encoded: dict[str, bytes]) -> None:
+        super().__init__(objects)
+        self.table = table
+        self.encoded = encoded
+        self.touched: set[str] = set()
+
+    def _own(self, key: str) -> Any:
+        value = dict.__getitem__(self, key)
+        if key not in self.touched:
+            self.touched.add(key)
+            raw = self.encoded.get(key)
+            value = decode_object(self.table, raw if raw is not None else encode_object(value))
+            dict.__setitem__(self, key, value)
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._own(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._own(key) if key in self else default
+
+    def __iter__(self) -> Iterator[str]:  # also makes dict(table) copy through __getitem__
+        return iter(list(dict.keys(self)))
+
+    def values(self) -> list[Any]:  # type: ignore[override]  # copies, not a live view
+        return [self._own(key) for key in list(dict.keys(self))]
+
+    def items(self) -> list[tuple[str, Any]]:  # type: ignore[override]  # as values()
+        return [(key, self._own(key)) for key in list(dict.keys(self))]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.touched.add(key)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.touched.add(key)
+        dict.__delitem__(self, key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key not in self:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = self._own(key)
+        dict.__delitem__(self, key)
+        return value
+
+    def popitem(self) -> tuple[str, Any]:
+        key = next(reversed(list(dict.keys(self))))
+        return key, self.pop(key)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            return self._own(key)
+        self[key] = default
+        return default
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def clear(self) -> None:
+        self.touched.update(dict.keys(self))
+        dict.clear(self)
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self.items())
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self.items()),))
+
+
+def plain_values(table: dict[str, Any]) -> Iterable[Any]:
+    """A table's objects for a scan that only reads them (a writer's table copies nothing)."""
+    return dict.values(table)
+
+
+def writable(config: model.ConfigData, encoded: Encoded) -> model.ConfigData:
+    """A copy of `config` for a writer: tracked tables over the same objects (copied on first
+    read) and private copies of the sections; `config` and its objects stay as they are."""
+    values: dict[str, Any] = {
+        name: TrackedTable(name, getattr(config, name), encoded.tables.get(name, {}))
+        for name in TABLES}
+    for name in SECTIONS:
+        raw = encoded.sections.get(name)
+        values[name] = decode_object(name, raw if raw is not None
+                                     else encode_object(getattr(config, name)))
+    return with_tables(config, values)
+
+
+def settle(config: model.ConfigData) -> None:
+    """A writer's config made plain again (its tables ordinary dicts), to be shared."""
+    for name in TABLES:
+        table = getattr(config, name)
+        if isinstance(table, TrackedTable):
+            setattr(config, name, dict(dict.items(table)))
+
+
 def diff(before: Encoded, config: model.ConfigData) -> ChangeSet:
-    """The change from `before` to `config` (one encoding per object of `config`)."""
+    """The change from `before` to `config`: for a tracked table (`writable`) the objects the
+    writer touched, for any other table one encoding per object."""
     change = ChangeSet(top=top_fields(config))
     for name in TABLES:
         old = before.tables.get(name, {})
         table: dict[str, Any] = getattr(config, name)
         puts = {}
-        for uuid, obj in table.items():
-            raw = encode_object(obj)
-            if old.get(uuid) != raw:
-                puts[uuid] = raw
+        if isinstance(table, TrackedTable) and table.encoded is old:
+            gone = []
+            for uuid in sorted(table.touched):
+                if uuid in table:
+                    raw = encode_object(dict.__getitem__(table, uuid))
+                    if old.get(uuid) != raw:
+                        puts[uuid] = raw
+                elif uuid in old:
+                    gone.append(uuid)
+        else:
+            for uuid, obj in dict.items(table):
+                raw = encode_object(obj)
+                if old.get(uuid) != raw:
+                    puts[uuid] = raw
+            gone = [uuid for uuid in old if uuid not in table]
         if puts:
             change.puts[name] = puts
-        gone = [uuid for uuid in old if uuid not in table]
         if gone:
             change.deletes[name] = gone
     for name in SECTIONS:
@@ -116,10 +234,11 @@ def diff(before: Encoded, config: model.ConfigData) -> ChangeSet:
     return change
 
 
-def check(config: model.ConfigData, change: ChangeSet) -> None:
+def check(config: model.ConfigData, change: ChangeSet, index: Any = None) -> None:
     """Run on `config` the checks a round trip of the whole document runs, for the objects
     `change` touched; each changed object is replaced by its checked (normalized) copy.
-    ConfigError names the first problem."""
+    `index`: the index of the config the change started from (narrows the NIC check of
+    changed nodes to their instances). ConfigError names the first problem."""
     for name, raw in change.sections.items():
         checked = decode_object(name, raw)
         setattr(config, name, checked)
@@ -133,21 +252,35 @@ def check(config: model.ConfigData, change: ChangeSet) -> None:
             if checked.uuid != uuid:
                 raise ConfigError(f"invalid config: {kinds[name]} {checked.name!r} is filed "
                                   f"under {uuid!r}, not its UUID")
-            table[uuid] = checked
+            dict.__setitem__(table, uuid, checked)
             puts[uuid] = encode_object(checked)
     if config.version != model.FORMAT_VERSION:
         raise ConfigError(f"invalid config: config format version {config.version} is not "
                           f"supported (this herder reads version {model.FORMAT_VERSION})")
-    # routed NICs need an IP: their instances, or all of them when what fills NIC parameters
-    # (the cluster, groups, networks, nodes' groups) changed
-    wide = bool(change.sections.get("cluster") or set(change.puts) - {"instances"}
-                or change.deletes)
-    instances = (config.instances.values() if wide else
-                 [config.instances[u] for u in change.puts.get("instances", {})])
     try:
-        model.check_instance_nics(config, instances)
+        model.check_instance_nics(config, _nic_checked(config, change, index))
     except ValueError as err:
         raise ConfigError(f"invalid config: {err}") from None
+
+
+def _nic_checked(config: model.ConfigData, change: ChangeSet, index: Any) -> Iterable[Any]:
+    """The instances whose NICs a change may have broken (routed NICs need an IP): those it
+    touched, those on the nodes it touched (a node's group fills NIC parameters), or all of
+    them when what fills every instance's NIC parameters changed (the cluster, groups,
+    networks) or objects were deleted."""
+    from herder.core.configindex import ConfigIndex
+
+    instances: dict[str, Any] = config.instances
+    node_puts = change.puts.get("nodes", {})
+    wide = bool(change.sections.get("cluster") or set(change.puts) - {"instances", "nodes"}
+                or change.deletes or (node_puts and not isinstance(index, ConfigIndex)))
+    if wide:
+        return plain_values(instances)
+    uuids = set(change.puts.get("instances", {}))
+    if isinstance(index, ConfigIndex):
+        for node in node_puts:
+            uuids.update(index.primary_uuids(node))
+    return [dict.__getitem__(instances, u) for u in sorted(uuids) if u in instances]
 
 
 def remember(encoded: Encoded, change: ChangeSet) -> None:

@@ -119,13 +119,13 @@ class ConfigIndex:
     @classmethod
     def build(cls, config: model.ConfigData) -> ConfigIndex:
         index = cls()
-        for group in config.nodegroups.values():
+        for group in dict.values(config.nodegroups):  # reads only (a writer's table copies)
             index.groups.put(group.uuid, group.name)
-        for network in config.networks.values():
+        for network in dict.values(config.networks):
             index.networks.put(network.uuid, network.name)
-        for node in config.nodes.values():
+        for node in dict.values(config.nodes):
             index.put_node(node)
-        for inst in config.instances.values():
+        for inst in dict.values(config.instances):
             index.put_instance(inst)
         return index
 

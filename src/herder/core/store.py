@@ -257,29 +257,21 @@ class FileStore:
                 state = _CACHE.get(self.path)
             state = self._refresh(state)
             current = state.config
-            config = _shallow_copy(current)
+            # tables that copy each object the block reads: `current` (the readers') stays
+            config = configdiff.writable(current, state.encoded)
             kept = current.__dict__.get("_index")
-            config.changing(lookup=kept[1] if kept is not None else None)
-            change: configdiff.ChangeSet | None = None
+            started = kept[1] if kept is not None else None
+            config.changing(lookup=started)
+            yield config
+            config.changing(False)
+            config.touch(model.now())
+            change = configdiff.diff(state.encoded, config)
+            configdiff.settle(config)
             try:
-                yield config
-                config.changing(False)
-                config.touch(model.now())
-                change = configdiff.diff(state.encoded, config)
-                try:
-                    configdiff.check(config, change)
-                except ConfigError as err:
-                    raise ConfigError(f"change refused, nothing written: {err}") from None
-                new_state = self._append(state, config, change)
-            finally:
-                # the block changed `current`'s objects in place: give them back their
-                # written values, so readers of the older snapshot keep a consistent one
-                try:
-                    restore(current, state.encoded, change if change is not None
-                             else configdiff.diff(state.encoded, config))
-                except (ConfigError, TypeError, ValueError, msgspec.EncodeError):
-                    with _CACHE_LOCK:  # cannot tell what the block did: read it again
-                        _CACHE.pop(self.path, None)
+                configdiff.check(config, change, started)
+            except ConfigError as err:
+                raise ConfigError(f"change refused, nothing written: {err}") from None
+            new_state = self._append(state, config, change)
             with _CACHE_LOCK:
                 _CACHE[self.path] = new_state
 
@@ -438,27 +430,6 @@ def _read_journal(path: Path, start: int = 0) -> _Journal | None:
         records.append((start + offset, record))
     return _Journal(header, header_end, records,
                     (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size))
-
-
-def _shallow_copy(config: model.ConfigData) -> model.ConfigData:
-    """A config whose tables are new dicts holding the same objects (a writer adds and drops
-    objects in it without touching the readers' tables)."""
-    return configdiff.with_tables(config, {
-        name: dict(getattr(config, name)) for name in configdiff.TABLES})
-
-
-def restore(config: model.ConfigData, encoded: configdiff.Encoded,
-             change: configdiff.ChangeSet) -> None:
-    """Give `config`'s objects that `change` touched their values as `encoded` holds them."""
-    for name, uuids in [*change.puts.items(), *change.deletes.items()]:
-        table: dict[str, object] = getattr(config, name)
-        old = encoded.tables.get(name, {})
-        for uuid in uuids:
-            if uuid in table and uuid in old:
-                table[uuid] = configdiff.decode_object(name, old[uuid])
-    for name in change.sections:
-        if name in encoded.sections:
-            setattr(config, name, configdiff.decode_object(name, encoded.sections[name]))
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -51,7 +51,7 @@ import msgspec
 from herder.core import configdiff, etcd, etcd_settings, model, upgrade
 from herder.core.errors import ConfigError, StoreError
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
-from herder.core.store import ETCD_SCHEMES, is_etcd_location, restore
+from herder.core.store import ETCD_SCHEMES, is_etcd_location
 
 SECURE, PLAIN = ETCD_SCHEMES  # etcds://: TLS and authentication; etcd://: tests only
 DEFAULT_LOCK_TTL = 5
@@ -364,28 +364,22 @@ class EtcdStore:
         one transaction writes a new generation of every object)."""
         with self.locked():
             state = self._state()
-            config = configdiff.with_tables(state.config, {
-                name: dict(getattr(state.config, name)) for name in configdiff.TABLES})
             current = state.config
+            # tables that copy each object the block reads: `current` (the readers') stays
+            config = configdiff.writable(current, state.encoded)
             kept = current.__dict__.get("_index")
-            config.changing(lookup=kept[1] if kept is not None else None)
-            change: configdiff.ChangeSet | None = None
+            started = kept[1] if kept is not None else None
+            config.changing(lookup=started)
+            yield config
+            config.changing(False)
+            config.touch(model.now())
+            change = configdiff.diff(state.encoded, config)
+            configdiff.settle(config)
             try:
-                yield config
-                config.changing(False)
-                config.touch(model.now())
-                change = configdiff.diff(state.encoded, config)
-                try:
-                    configdiff.check(config, change)
-                except ConfigError as err:
-                    raise ConfigError(f"change refused, nothing written: {err}") from None
-                new_state = self._apply(state, config, change)
-            finally:
-                try:
-                    restore(current, state.encoded, change if change is not None
-                            else configdiff.diff(state.encoded, config))
-                except (ConfigError, TypeError, ValueError, msgspec.EncodeError):
-                    self._cached = None  # cannot tell what the block did: read it again
+                configdiff.check(config, change, started)
+            except ConfigError as err:
+                raise ConfigError(f"change refused, nothing written: {err}") from None
+            new_state = self._apply(state, config, change)
             index = current.__dict__.get("_index")
             if index is not None:
                 current.__dict__.pop("_index", None)
