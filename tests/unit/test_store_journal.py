@@ -43,6 +43,16 @@ def change(config: model.ConfigData, op: str, pick: int) -> None:
         config.cluster.candidate_pool_size = pick % 20 + 1
     elif op == "maintenance":
         config.maintenance.round_delay = pick
+    elif op == "tag_by_scan" and instances:  # objects reached through values() / items()
+        chosen = sorted(config.instances.values(), key=lambda i: i.uuid)[pick % len(instances)]
+        chosen.tags.append(f"s{next(_NAMES)}")
+        dict(config.nodes.items())[nodes[pick % len(nodes)]].tags.append(f"n{next(_NAMES)}")
+    elif op == "node_by_get" and nodes:
+        found = config.nodes.get(nodes[pick % len(nodes)])
+        assert found is not None
+        found.ndparams = {"spindle_count": pick % 4 + 1}
+    elif op == "pop_instance" and instances:
+        config.instances.pop(instances[pick % len(instances)])
     elif op == "add_group":
         group = model.NodeGroup(uuid=model.new_uuid(), name=f"g{next(_NAMES)}")
         config.nodegroups[group.uuid] = group
@@ -50,7 +60,8 @@ def change(config: model.ConfigData, op: str, pick: int) -> None:
 
 OPS = st.lists(st.tuples(st.sampled_from(
     ["tag_instance", "beparams", "drain_node", "add_instance", "remove_instance", "cluster",
-     "maintenance", "add_group"]), st.integers(0, 100)), min_size=1, max_size=12)
+     "maintenance", "add_group", "tag_by_scan", "node_by_get", "pop_instance"]),
+    st.integers(0, 100)), min_size=1, max_size=12)
 
 
 @settings(max_examples=40, deadline=None,
@@ -63,9 +74,12 @@ def test_the_journal_replayed_equals_the_document(tmp_path: Path, ops: list[tupl
     writer.COMPACT_RECORDS = compact_every
     writer.create(build_config(nodes=4, drbd_instances=3, plain_instances=2))
     for op, pick in ops:
+        older = writer.snapshot()
+        older_raw = model.encode(older)
         with writer.update() as config:
             change(config, op, pick)
         held = writer.snapshot()
+        assert model.encode(older) == older_raw  # a reader of the older snapshot sees it whole
         store._CACHE.clear()  # another process: snapshot and journal from disk
         replayed = FileStore(path).load()
         assert model.encode(replayed) == model.encode(held)
