@@ -126,7 +126,7 @@ def test_checks_leave_the_shared_snapshot_alone(master: Master) -> None:
         {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node3", "drained": True,
          "ndparams": {"spindle_count": 2}},
         {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": inst, "beparams": {"vcpus": 2},
-         "osparams": {"x": "1"}, "offline": True},
+         "osparams": {"x": "1"}},
         {"OP_ID": "OP_CLUSTER_SET_PARAMS", "beparams": {"vcpus": 2}, "add_uids": [[1, 2]]},
     ):
         info = master.run({**op, "dry_run": True})

@@ -192,12 +192,23 @@ def writable(config: model.ConfigData, encoded: Encoded) -> model.ConfigData:
     return with_tables(config, values)
 
 
-def settle(config: model.ConfigData) -> None:
-    """A writer's config made plain again (its tables ordinary dicts), to be shared."""
+def settle(config: model.ConfigData, original: model.ConfigData, change: ChangeSet) -> None:
+    """A writer's config made plain again (ordinary dicts) to be shared: the objects and
+    sections it read but did not change are the original's again (one copy in memory, and
+    what readers keep per object, e.g. encoded views, stays valid)."""
     for name in TABLES:
         table = getattr(config, name)
         if isinstance(table, TrackedTable):
-            setattr(config, name, dict(dict.items(table)))
+            plain = dict(dict.items(table))
+            before: dict[str, Any] = getattr(original, name)
+            changed = change.puts.get(name, {})
+            for uuid in table.touched:
+                if uuid in plain and uuid not in changed and uuid in before:
+                    plain[uuid] = before[uuid]
+            setattr(config, name, plain)
+    for name in SECTIONS:
+        if name not in change.sections:
+            setattr(config, name, getattr(original, name))
 
 
 def diff(before: Encoded, config: model.ConfigData) -> ChangeSet:

@@ -374,7 +374,7 @@ class EtcdStore:
             config.changing(False)
             config.touch(model.now())
             change = configdiff.diff(state.encoded, config)
-            configdiff.settle(config)
+            configdiff.settle(config, current, change)
             try:
                 configdiff.check(config, change, started)
             except ConfigError as err:
