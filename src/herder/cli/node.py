@@ -44,8 +44,9 @@ def _role(config: model.ConfigData, n: model.Node) -> str:
 
 def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
     group = config.nodegroups.get(n.group)
-    primaries = len(config.primary_instances(n.uuid))
-    secondaries = len(config.secondary_instances(n.uuid))
+    index = config.index()  # counts only: no instance objects sorted per node
+    primaries = len(index.primary_uuids(n.uuid))
+    secondaries = len(index.secondary_uuids(n.uuid))
     return {
         "name": n.name, "uuid": n.uuid, "role": _role(config, n),
         "group": group.name if group else n.group, "primary_ip": n.primary_ip,
