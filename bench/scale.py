@@ -291,6 +291,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     backends = args.backends.split(",")
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="herder-scale-") as tmp:
         base = Path(tmp)
         etcd = None
@@ -315,12 +316,27 @@ def main() -> None:
                         result = {"instances": size, "backend": backend,
                                   "error": f"{type(err).__name__}: {err}"[:500]}
                     print(json.dumps(result), flush=True)
+                    results.append(result)
         finally:
             if etcd is not None:
                 etcd.stop_all()
             shutil.rmtree(base, ignore_errors=True)
+    print(table(results), flush=True)
     if not args.skip_maintd:
         print(json.dumps({"maintd": maintd_round(args.agents)}), flush=True)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The figures as docs/scale.md's table: one row per figure, one column per run."""
+    columns = [f"{r['instances']:,} {r['backend']}" for r in results]
+    names = list(dict.fromkeys(k for r in results for k in r
+                               if k not in ("instances", "nodes", "backend")))
+    lines = ["| figure | " + " | ".join(columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for name in names:
+        cells = [str(r.get(name, "-")) for r in results]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -342,3 +342,63 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     herder(sim, "node", "modify", candidates[-1], "--master-candidate", "no")
     assert not node_path(candidates[-1], "/var/lib/herder/config.json").exists()
     assert node_path(candidates[-1], "/var/lib/herder/config.json.demoted").exists()
+
+
+class CandidateRpc:
+    """The candidates' noded for write_config (one real NodeDaemon stands for each); other
+    calls are recorded only."""
+
+    def __init__(self, noded: NodeDaemon) -> None:
+        self.noded = noded
+        self.configs: list[dict[str, Any]] = []
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        if method == "write_config":
+            self.configs.append(dict(args or {}))
+            return self.noded.rpc_write_config(dict(args or {}))
+        return None
+
+
+def test_candidates_receive_the_journal_records_not_the_document(noded, tmp_path):
+    master_dir = tmp_path / "master"
+    writer = FileStore(master_dir / "config.json")
+    writer.create(build_config(3, drbd_instances=2, plain_instances=1))
+    with writer.update() as config:  # a journal continuing the snapshot
+        config.cluster.tags.append("first")
+    rpc = CandidateRpc(noded)
+    pusher = redist.Redistributor(rpc, master_dir / "config.json", None)
+    copy = FileStore(data_dir(tmp_path) / "config.json")
+
+    def pushed() -> dict[str, Any]:
+        results = pusher.push(writer.snapshot())
+        assert not [e for r in results.values() for e in r.errors if e.startswith("config")]
+        assert model.encode(copy.load()) == model.encode(writer.load())
+        return rpc.configs[-1]
+
+    first = pushed()
+    assert "config" in first and first["journal"]["offset"] == 0  # a new copy: everything
+    size = len(first["config"])
+    for n in range(3):
+        with writer.update() as config:
+            config.find_instance("drbd0").tags.append(f"t{n}")
+        step = pushed()
+        assert "config" not in step and step["journal"]["offset"] > 0
+        assert len(base64.b64decode(step["journal"]["data"])) < size // 4
+    # a copy out of step (its journal cut): the master sends the whole document again
+    journal = copy.journal_path
+    journal.write_bytes(journal.read_bytes()[:-10])
+    with writer.update() as config:
+        config.cluster.tags.append("second")
+    pushed()
+    assert "config" in rpc.configs[-1] and "config" not in rpc.configs[-2]
+    # a compaction (a new snapshot): the whole document once, then records again
+    writer.COMPACT_RECORDS = 1
+    for n in range(2):
+        with writer.update() as config:
+            config.cluster.tags.append(f"c{n}")
+    assert "config" in pushed()
+    writer.COMPACT_RECORDS = FileStore.COMPACT_RECORDS
+    with writer.update() as config:
+        config.cluster.tags.append("after")
+    assert "config" not in pushed()

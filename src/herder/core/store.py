@@ -20,6 +20,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeGuard
 
@@ -326,6 +327,59 @@ class FileStore:
             _CACHE[self.path] = state
         return state
 
+    # --- copies on the master candidates (masterd.redist, noded's write_config) -------------
+
+    def replica(self, with_snapshot: bool) -> Replica | None:
+        """What a candidate's copy needs, read consistently (under the writers' lock): the
+        journal's bytes, the SHA-256 of the snapshot it continues, the serial they reach,
+        and the snapshot's bytes if asked. None without a journal continuing the snapshot."""
+        with self.locked():
+            try:
+                journal_raw = self.journal_path.read_bytes()
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                raise StoreError(f"cannot read {self.journal_path}: {err.strerror}") from None
+            with _CACHE_LOCK:
+                state = _CACHE.get(self.path)
+            known = state is not None and state.snapshot_stamp == _file_stamp(self.path)
+            snapshot = self.read_bytes() if with_snapshot or not known else None
+            digest = state.digest if state is not None and known else \
+                hashlib.sha256(snapshot or b"").hexdigest()
+            journal = _parse_journal(journal_raw, 0, None)
+            if journal.header != digest:
+                return None
+            serial: int | None = None
+            for _, record in journal.records:
+                serial = int(configdiff.decode_change(record)[1].top.get("serial_no", 0))
+            if serial is None:
+                raw = snapshot if snapshot is not None else self.read_bytes()
+                serial = _SERIAL.decode(raw).serial_no
+            return Replica(digest, journal_raw, serial, snapshot)
+
+    def write_journal(self, digest: str, offset: int, data: bytes) -> None:
+        """A candidate's copy of the master's journal (the caller holds `locked()`): the whole
+        file (`offset` 0; it must continue the snapshot beside it), or records appended where
+        this copy ends (it must continue the same snapshot and end at `offset`)."""
+        if offset == 0:
+            if hashlib.sha256(self.read_bytes()).hexdigest() != digest:
+                raise StoreError(f"{self.journal_path}: the journal sent does not continue "
+                                 "this node's snapshot")
+            atomic_write(self.journal_path, data, CONFIG_MODE)
+            return
+        journal = _read_journal(self.journal_path)
+        size = _file_stamp(self.journal_path)
+        if journal is None or journal.header != digest or size is None or size[2] != offset:
+            raise StoreError(f"{self.journal_path}: this copy does not end where the "
+                             f"records sent continue it (offset {offset})")
+        fd = os.open(self.journal_path, os.O_WRONLY)
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def _remove_stale_temporaries(self) -> None:
         """Remove temporary files left by writers that died mid-write."""
         ours = (self.path.name, self.journal_path.name)
@@ -382,6 +436,16 @@ class _State:
         return fresh
 
 
+@dataclass
+class Replica:
+    """A candidate's copy of the store (`FileStore.replica`)."""
+
+    digest: str  # SHA-256 of the snapshot the journal continues
+    journal: bytes
+    serial: int
+    snapshot: bytes | None
+
+
 class _Journal:
     def __init__(self, header: str | None, header_end: int, records: list[tuple[int, bytes]],
                  stamp: tuple[int, int, int] | None) -> None:
@@ -396,12 +460,17 @@ def _read_journal(path: Path, start: int = 0) -> _Journal | None:
     Reading stops at the first torn or damaged line."""
     try:
         with path.open("rb") as file:
-            stamp = os.fstat(file.fileno())
+            stat = os.fstat(file.fileno())
             data = file.read() if start == 0 else (file.seek(start), file.read())[1]
     except FileNotFoundError:
         return None
     except OSError as err:
         raise StoreError(f"cannot read {path}: {err.strerror}") from None
+    return _parse_journal(data, start, (stat.st_ino, stat.st_mtime_ns, stat.st_size))
+
+
+def _parse_journal(data: bytes, start: int,
+                   stamp: tuple[int, int, int] | None) -> _Journal:
     header: str | None = None
     header_end = 0
     records: list[tuple[int, bytes]] = []
@@ -409,7 +478,7 @@ def _read_journal(path: Path, start: int = 0) -> _Journal | None:
     if start == 0:
         end = data.find(b"\n")
         if end < 0:
-            return _Journal(None, 0, [], (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size))
+            return _Journal(None, 0, [], stamp)
         try:
             header = str(msgspec.json.decode(data[:end])["snapshot"])
         except (msgspec.DecodeError, KeyError, TypeError):
@@ -428,8 +497,7 @@ def _read_journal(path: Path, start: int = 0) -> _Journal | None:
             break
         offset = end + 1
         records.append((start + offset, record))
-    return _Journal(header, header_end, records,
-                    (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size))
+    return _Journal(header, header_end, records, stamp)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from herder import __version__
-from herder.core import hvfiles, model, node_certs, params, ssconf, uidpool
+from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -243,6 +243,8 @@ class Redistributor:
         self.queue_dir = queue_dir
         self.workers = workers
         self._sent_queue: dict[str, dict[str, tuple[int, int]]] = {}
+        # per candidate: the snapshot (SHA-256) and the journal length its copy has
+        self._sent_journal: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()
 
     def push(self, config: model.ConfigData, *, full: bool = False,
@@ -251,7 +253,8 @@ class Redistributor:
         errors. Never raises for a node's failure."""
         user_files = read_user_list(self.config_path.parent / REDIST_FILES)
         plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
-        document = model.encode(config)
+        replica = self._replica(plans, full)
+        document = replica.snapshot if replica is not None else model.encode(config)
         contents: dict[str, tuple[bytes, int] | str] = {}
         hv_dir = hvfiles.directory(self.config_path.parent)
         for p in {f for np in plans.values() for f in np.files}:
@@ -267,12 +270,57 @@ class Redistributor:
         if not plans:
             return {}
         with ThreadPoolExecutor(max_workers=min(self.workers, len(plans))) as pool:
-            futures = {name: pool.submit(self._push_node, config, np, document, contents,
-                                         queue_now, full)
+            futures = {name: pool.submit(self._push_node, config, np, document, replica,
+                                         contents, queue_now, full)
                        for name, np in plans.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes,
+    def _replica(self, plans: dict[str, NodePlan], full: bool) -> store.Replica | None:
+        """The config files as the candidates copy them (snapshot bytes only when one of
+        them needs the whole document); None when the master's store has no journal (then
+        the document is encoded from the config pushed)."""
+        candidates = [np.uuid for np in plans.values() if np.candidate]
+        if not candidates:
+            return None
+        with self._lock:
+            sent = [self._sent_journal.get(uuid) for uuid in candidates]
+        file_store = store.FileStore(self.config_path)
+        if not file_store.exists():
+            return None
+        try:
+            replica = file_store.replica(with_snapshot=True)
+        except HerderError:
+            return None
+        if replica is None:
+            return None
+        if not full and all(s is not None and s[0] == replica.digest
+                            and s[1] <= len(replica.journal) for s in sent):
+            replica.snapshot = None  # every candidate continues this snapshot: records only
+        return replica
+
+    def _config_args(self, np: NodePlan, config: model.ConfigData, document: bytes | None,
+                     replica: store.Replica | None, whole: bool) -> tuple[dict[str, Any], str]:
+        """write_config's arguments for one candidate and what they carry: the journal's new
+        records when its copy continues the master's snapshot, else the whole document."""
+        if replica is None:
+            assert document is not None
+            return ({"config": document.decode(), "serial": config.serial_no},
+                    f"config (serial {config.serial_no})")
+        with self._lock:
+            sent = self._sent_journal.get(np.uuid)
+        if not whole and sent is not None and sent[0] == replica.digest \
+                and sent[1] <= len(replica.journal):
+            data = replica.journal[sent[1]:]
+            return ({"serial": replica.serial, "journal": {
+                "snapshot": replica.digest, "offset": sent[1], "data": _b64(data)}},
+                f"config journal (serial {replica.serial}, {len(data)} bytes)")
+        assert replica.snapshot is not None
+        return ({"config": replica.snapshot.decode(), "serial": replica.serial, "journal": {
+            "snapshot": replica.digest, "offset": 0, "data": _b64(replica.journal)}},
+            f"config (serial {replica.serial})")
+
+    def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes | None,
+                   replica: store.Replica | None,
                    contents: dict[str, tuple[bytes, int] | str],
                    queue_now: dict[str, tuple[int, int]], full: bool) -> PushResult:
         result = PushResult()
@@ -307,19 +355,41 @@ class Redistributor:
                 for name in sorted(changed):
                     with contextlib.suppress(OSError):
                         files[name] = _b64((queue_dir / name).read_bytes())
+            queue = {"files": files, "names": sorted(queue_now)}
+            args, what = self._config_args(np, config, document, replica, full)
             try:
-                self.rpc.call(node, "write_config", {
-                    "config": document.decode(), "serial": config.serial_no,
-                    "queue": {"files": files, "names": sorted(queue_now)}}, timeout=60)
-                result.sent.append(f"config (serial {config.serial_no}), "
-                                   f"{len(files)} job file(s)")
+                try:
+                    self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                except HerderError:
+                    if "config" in args or replica is None:
+                        raise
+                    # the copy does not continue where we think: the whole document
+                    args, what = self._config_args(np, config, self._whole(replica), replica,
+                                                   True)
+                    self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                result.sent.append(f"{what}, {len(files)} job file(s)")
                 with self._lock:
                     self._sent_queue[np.uuid] = queue_now
+                    if replica is not None:
+                        self._sent_journal[np.uuid] = (replica.digest, len(replica.journal))
             except HerderError as err:
                 result.errors.append(f"config: {err}")
                 with self._lock:
                     self._sent_queue.pop(np.uuid, None)
+                    self._sent_journal.pop(np.uuid, None)
         return result
+
+
+    def _whole(self, replica: store.Replica) -> bytes:
+        """`replica` with its snapshot's bytes (read if it came without them)."""
+        if replica.snapshot is None:
+            fresh = store.FileStore(self.config_path).replica(with_snapshot=True)
+            if fresh is None or fresh.digest != replica.digest:
+                raise HerderError("the config changed while being pushed; the next push "
+                                  "sends it")
+            replica.snapshot = fresh.snapshot
+        assert replica.snapshot is not None
+        return replica.snapshot
 
 
 def report(results: dict[str, PushResult]) -> dict[str, dict[str, Any]]:
