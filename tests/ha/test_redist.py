@@ -402,3 +402,34 @@ def test_candidates_receive_the_journal_records_not_the_document(noded, tmp_path
     with writer.update() as config:
         config.cluster.tags.append("after")
     assert "config" not in pushed()
+
+
+def test_a_change_that_leaves_ssconf_and_files_sends_them_nowhere(tmp_path):
+    config = build_config(3, drbd_instances=1, plain_instances=0)
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    rpc = RecordingRpc()
+    pusher = redist.Redistributor(rpc, tmp_path / "config.json", None)
+
+    def sent() -> list[tuple[str, str]]:
+        calls = [(c[0], c[1]) for c in rpc.calls]
+        rpc.calls.clear()
+        return calls
+
+    pusher.push(config)
+    first = sent()
+    assert ("node3.example.com", "write_ssconf") in first
+    config.find_instance("drbd0").tags.append("x")  # in no ssconf value, in no file
+    # only the candidate's config copy
+    assert sent() == [] and pusher.push(config) and sent() == [("node2.example.com",
+                                                                "write_config")]
+    config.find_instance("drbd0").name = "renamed.example.com"  # instance_list changes
+    pusher.push(config)
+    assert {n for n, m in sent() if m == "write_ssconf"} == {
+        "node1.example.com", "node2.example.com", "node3.example.com"}
+    (tmp_path / "rapi_users").write_text("admin other write\n")  # a candidate's file
+    pusher.push(config)
+    assert {(n, m) for n, m in sent() if m != "write_config"} == {
+        ("node2.example.com", "write_ssconf"), ("node2.example.com", "upload_file")}
+    pusher.push(config, full=True)
+    assert {n for n, m in sent() if m == "write_ssconf"} == {
+        "node1.example.com", "node2.example.com", "node3.example.com"}

@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from herder import __version__
 from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
@@ -245,6 +249,8 @@ class Redistributor:
         self._sent_queue: dict[str, dict[str, tuple[int, int]]] = {}
         # per candidate: the snapshot (SHA-256) and the journal length its copy has
         self._sent_journal: dict[str, tuple[str, int]] = {}
+        # per node: the digest of the ssconf and files it last received, and when
+        self._sent_files: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def push(self, config: model.ConfigData, *, full: bool = False,
@@ -269,9 +275,10 @@ class Redistributor:
         queue_now = queue_state(self.queue_dir)
         if not plans:
             return {}
+        digests = _plan_digests(plans, contents)
         with ThreadPoolExecutor(max_workers=min(self.workers, len(plans))) as pool:
             futures = {name: pool.submit(self._push_node, config, np, document, replica,
-                                         contents, queue_now, full)
+                                         contents, queue_now, full, digests[name])
                        for name, np in plans.items()}
             return {name: future.result() for name, future in futures.items()}
 
@@ -322,15 +329,28 @@ class Redistributor:
     def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes | None,
                    replica: store.Replica | None,
                    contents: dict[str, tuple[bytes, int] | str],
-                   queue_now: dict[str, tuple[int, int]], full: bool) -> PushResult:
+                   queue_now: dict[str, tuple[int, int]], full: bool,
+                   digest: str) -> PushResult:
         result = PushResult()
         node = config.nodes[np.uuid]
+        with self._lock:
+            last = self._sent_files.get(np.uuid)
+        # a change that leaves a node's ssconf and files as they were costs it nothing
+        # (candidates still get the config); a full push, or RESEND_AFTER, sends them again
+        if not full and last is not None and last[0] == digest \
+                and time.monotonic() - last[1] < RESEND_AFTER:
+            if np.candidate:
+                self._push_config(node, np, config, document, replica, queue_now, full, result)
+            return result
         try:
             self.rpc.call(node, "write_ssconf", {"values": np.ssconf}, timeout=30)
             result.sent.append(f"ssconf ({len(np.ssconf)} values)")
         except HerderError as err:
             result.errors.append(f"ssconf: {err}")
+            with self._lock:
+                self._sent_files.pop(np.uuid, None)
             return result  # its upload white-list is in the ssconf: nothing else can land
+        files_failed = False
         for path in np.files:
             content = contents.get(path)
             if isinstance(content, str) or content is None:
@@ -344,41 +364,53 @@ class Redistributor:
                 result.sent.append(path)
             except HerderError as err:
                 result.errors.append(f"{path}: {err}")
+                files_failed = True
+        with self._lock:
+            if files_failed:
+                self._sent_files.pop(np.uuid, None)
+            else:
+                self._sent_files[np.uuid] = (digest, time.monotonic())
         if np.candidate:
-            with self._lock:
-                before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
-            changed = {name for name, st in queue_now.items() if before.get(name) != st}
-            files: dict[str, str] = {}
-            if changed:
-                queue_dir = self.queue_dir
-                assert queue_dir is not None  # queue files are only seen in a queue directory
-                for name in sorted(changed):
-                    with contextlib.suppress(OSError):
-                        files[name] = _b64((queue_dir / name).read_bytes())
-            queue = {"files": files, "names": sorted(queue_now)}
-            args, what = self._config_args(np, config, document, replica, full)
-            try:
-                try:
-                    self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
-                except HerderError:
-                    if "config" in args or replica is None:
-                        raise
-                    # the copy does not continue where we think: the whole document
-                    args, what = self._config_args(np, config, self._whole(replica), replica,
-                                                   True)
-                    self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
-                result.sent.append(f"{what}, {len(files)} job file(s)")
-                with self._lock:
-                    self._sent_queue[np.uuid] = queue_now
-                    if replica is not None:
-                        self._sent_journal[np.uuid] = (replica.digest, len(replica.journal))
-            except HerderError as err:
-                result.errors.append(f"config: {err}")
-                with self._lock:
-                    self._sent_queue.pop(np.uuid, None)
-                    self._sent_journal.pop(np.uuid, None)
+            self._push_config(node, np, config, document, replica, queue_now, full, result)
         return result
 
+    def _push_config(self, node: model.Node, np: NodePlan, config: model.ConfigData,
+                     document: bytes | None, replica: store.Replica | None,
+                     queue_now: dict[str, tuple[int, int]], full: bool,
+                     result: PushResult) -> None:
+        """A candidate's copy of the config and of the job queue's changed files."""
+        with self._lock:
+            before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
+        changed = {name for name, st in queue_now.items() if before.get(name) != st}
+        files: dict[str, str] = {}
+        if changed:
+            queue_dir = self.queue_dir
+            assert queue_dir is not None  # queue files are only seen in a queue directory
+            for name in sorted(changed):
+                with contextlib.suppress(OSError):
+                    files[name] = _b64((queue_dir / name).read_bytes())
+        queue = {"files": files, "names": sorted(queue_now)}
+        args, what = self._config_args(np, config, document, replica, full)
+        try:
+            try:
+                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+            except HerderError:
+                if "config" in args or replica is None:
+                    raise
+                # the copy does not continue where we think: the whole document
+                args, what = self._config_args(np, config, self._whole(replica), replica,
+                                               True)
+                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+            result.sent.append(f"{what}, {len(files)} job file(s)")
+            with self._lock:
+                self._sent_queue[np.uuid] = queue_now
+                if replica is not None:
+                    self._sent_journal[np.uuid] = (replica.digest, len(replica.journal))
+        except HerderError as err:
+            result.errors.append(f"config: {err}")
+            with self._lock:
+                self._sent_queue.pop(np.uuid, None)
+                self._sent_journal.pop(np.uuid, None)
 
     def _whole(self, replica: store.Replica) -> bytes:
         """`replica` with its snapshot's bytes (read if it came without them)."""
@@ -390,6 +422,31 @@ class Redistributor:
             replica.snapshot = fresh.snapshot
         assert replica.snapshot is not None
         return replica.snapshot
+
+
+RESEND_AFTER = 600.0  # seconds after which a node gets its unchanged ssconf and files again
+
+
+def _plan_digests(plans: dict[str, NodePlan],
+                  contents: dict[str, tuple[bytes, int] | str]) -> dict[str, str]:
+    """Node name -> a digest of the ssconf and the files it receives. The plans share their
+    ssconf values (the same strings), so each distinct set is hashed once."""
+    file_digests = {path: hashlib.sha256(repr(content[1]).encode() + content[0]).hexdigest()
+                    if isinstance(content, tuple) else f"unreadable: {content}"
+                    for path, content in contents.items()}
+    by_values: dict[tuple[int, ...], str] = {}
+    digests = {}
+    for name, np in plans.items():
+        identity = tuple(map(id, np.ssconf.values()))
+        ssconf_digest = by_values.get(identity)
+        if ssconf_digest is None:
+            ssconf_digest = hashlib.sha256(msgspec.json.encode(
+                sorted(np.ssconf.items()))).hexdigest()
+            by_values[identity] = ssconf_digest
+        files = [f"{path}={file_digests.get(path, 'absent')}" for path in np.files]
+        digests[name] = hashlib.sha256(
+            "\n".join([ssconf_digest, *files]).encode()).hexdigest()
+    return digests
 
 
 def report(results: dict[str, PushResult]) -> dict[str, dict[str, Any]]:
