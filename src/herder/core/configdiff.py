@@ -15,7 +15,7 @@ on the changed objects.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,21 +54,43 @@ def decode_object(table: str, raw: bytes) -> Any:
 
 @dataclass
 class Encoded:
-    """Each object's encoding as last written (or read)."""
+    """Each object's encoding as last written (or read): encoded when asked, from the objects
+    of the config it describes. Those objects are never changed (a writer changes copies,
+    `writable`), so their encoding now is the one written; no second copy of the document
+    is kept in memory."""
 
-    tables: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    tables: Mapping[str, Mapping[str, bytes]] = field(default_factory=dict)
     sections: dict[str, bytes] = field(default_factory=dict)
 
     @classmethod
     def of(cls, config: model.ConfigData) -> Encoded:
         return cls(
-            tables={name: {uuid: encode_object(obj) for uuid, obj in getattr(config, name).items()}
-                    for name in TABLES},
+            tables={name: _Encodings(getattr(config, name)) for name in TABLES},
             sections={name: encode_object(getattr(config, name)) for name in SECTIONS})
 
     def copy(self) -> Encoded:
-        return Encoded({name: dict(table) for name, table in self.tables.items()},
-                       dict(self.sections))
+        return Encoded(dict(self.tables), dict(self.sections))
+
+
+class _Encodings(Mapping[str, bytes]):
+    """UUID -> encoding of one table's objects, encoded on each lookup."""
+
+    __slots__ = ("objects",)
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+
+    def __getitem__(self, uuid: str) -> bytes:
+        return encode_object(dict.__getitem__(self.objects, uuid))
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self.objects
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(dict.keys(self.objects)))
+
+    def __len__(self) -> int:
+        return len(self.objects)
 
 
 @dataclass
@@ -102,7 +124,8 @@ class TrackedTable(dict[str, Any]):
 
     __slots__ = ("encoded", "table", "touched")
 
-    def __init__(self, table: str, objects: dict[str, Any], encoded: dict[str, bytes]) -> None:
+    def __init__(self, table: str, objects: dict[str, Any],
+                 encoded: Mapping[str, bytes]) -> None:
         super().__init__(objects)
         self.table = table
         self.encoded = encoded
@@ -292,17 +315,6 @@ def _nic_checked(config: model.ConfigData, change: ChangeSet, index: Any) -> Ite
         for node in node_puts:
             uuids.update(index.primary_uuids(node))
     return [dict.__getitem__(instances, u) for u in sorted(uuids) if u in instances]
-
-
-def remember(encoded: Encoded, change: ChangeSet) -> None:
-    """Make `encoded` describe the state after `change`."""
-    for name, puts in change.puts.items():
-        encoded.tables.setdefault(name, {}).update(puts)
-    for name, gone in change.deletes.items():
-        table = encoded.tables.get(name, {})
-        for uuid in gone:
-            table.pop(uuid, None)
-    encoded.sections.update(change.sections)
 
 
 def apply(config: model.ConfigData, change: ChangeSet) -> model.ConfigData:

@@ -207,7 +207,7 @@ class FileStore:
                 state.config = configdiff.apply(state.config, change)
             except ConfigError as err:
                 raise ConfigError(f"{self.journal_path}: {err}") from None
-            configdiff.remember(state.encoded, change)
+            state.encoded = configdiff.Encoded.of(state.config)
             state.records += 1
             state.journal_end = line_end
         state.journal_stamp = journal.stamp
@@ -305,7 +305,7 @@ class FileStore:
         if index is not None:  # follow the change (the older snapshot builds its own anew)
             state.config.__dict__.pop("_index", None)
             config.keep_index(configdiff.follow(index[1], config, change))
-        configdiff.remember(fresh.encoded, change)
+        fresh.encoded = configdiff.Encoded.of(config)
         fresh.records += 1
         fresh.journal_end = state.journal_end + len(line)
         fresh.journal_stamp = _file_stamp(self.journal_path)
@@ -429,7 +429,7 @@ class _State:
         self.records = 0
 
     def successor(self) -> _State:
-        fresh = _State(self.snapshot_stamp, self.config, self.encoded.copy(), self.digest,
+        fresh = _State(self.snapshot_stamp, self.config, self.encoded, self.digest,
                        self.snapshot_size)
         fresh.journal_stamp, fresh.journal_end = self.journal_stamp, self.journal_end
         fresh.records = self.records

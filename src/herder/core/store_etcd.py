@@ -394,8 +394,7 @@ class EtcdStore:
         if state.layout is None or ops + 1 > MAX_TXN_OPS or size > MAX_TXN_BYTES:
             return self._write_generation(config, compare, state.layout, "update")
         prefix = self._objects_prefix(state.layout.generation)
-        encoded = state.encoded.copy()
-        configdiff.remember(encoded, change)
+        encoded = configdiff.Encoded.of(config)
         writes: list[dict[str, object]] = [
             etcd.op_put(f"{prefix}{name}/{uuid}", raw)
             for name, puts in change.puts.items() for uuid, raw in puts.items()]
