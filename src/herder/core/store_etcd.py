@@ -112,6 +112,10 @@ class EtcdStore:
         self._local_dir = Path(local_dir)
         self.objects_root = f"/herder/{cluster}/objects/"
         self._cached: _EtcdState | None = None
+        # held from a write's commit until the cache holds its state, and by a reader that
+        # reloads: a reader that sees the head move waits for this process's writer instead
+        # of reading the whole document again (and readers never reload it twice at once)
+        self._state_lock = threading.RLock()
         self._writers = threading.Lock()
 
     @classmethod
@@ -220,8 +224,11 @@ class EtcdStore:
         head = self._read()
         state = self._cached
         if state is None or state.revision != head.mod_revision:
-            state = self._load_state()
-            self._cached = state
+            with self._state_lock:
+                state = self._cached
+                if state is None or state.revision < head.mod_revision:
+                    state = self._load_state()
+                    self._cached = state
         return state
 
     # --- writing --------------------------------------------------------------------------------
@@ -379,12 +386,13 @@ class EtcdStore:
                 configdiff.check(config, change, started)
             except ConfigError as err:
                 raise ConfigError(f"change refused, nothing written: {err}") from None
-            new_state = self._apply(state, config, change)
-            index = current.__dict__.get("_index")
-            if index is not None:
-                current.__dict__.pop("_index", None)
-                config.keep_index(configdiff.follow(index[1], config, change))
-            self._cached = new_state
+            with self._state_lock:
+                new_state = self._apply(state, config, change)
+                index = current.__dict__.get("_index")
+                if index is not None:
+                    current.__dict__.pop("_index", None)
+                    config.keep_index(configdiff.follow(index[1], config, change))
+                self._cached = new_state
 
     def _apply(self, state: _EtcdState, config: model.ConfigData,
                change: configdiff.ChangeSet) -> _EtcdState:
