@@ -121,3 +121,35 @@ def test_object_changes_interrupted_by_a_killed_member_apply_once_or_not_at_all(
         markers = [t for inst in final.instances.values() for t in inst.tags]
         assert sorted(markers) == sorted(f"w{w}-{i}" for w in range(writers)
                                          for i in range(count))  # each exactly once
+
+
+def test_a_reader_follows_another_writer_by_the_objects_changed(
+        etcd_cluster: EtcdCluster) -> None:
+    """confd, mond and a second masterd read the store in their own process: a write there
+    costs them the objects it changed (range by modification revision), not the document."""
+    with etcd.EtcdClient(etcd_cluster.client_urls) as client:
+        writer = EtcdStore(client, "follow")
+        writer.create(build_config(nodes=4, drbd_instances=3, plain_instances=3))
+        reader = EtcdStore(client, "follow")
+        before = reader.snapshot()
+        drbd0, plain0 = before.find_instance("drbd0").uuid, before.find_instance("plain0").uuid
+        with writer.update() as config:
+            config.instances[drbd0].tags.append("changed")
+            del config.instances[plain0]
+            config.cluster.tags.append("cluster-wide")
+            added = model.Instance(
+                uuid=model.new_uuid(), name="added.example.com", primary_node=next(
+                    iter(config.nodes)), os="debootstrap", hypervisor="kvm")
+            config.instances[added.uuid] = added
+        with writer.update() as config:
+            config.find_node("node2").tags.append("second write")
+        after = reader.snapshot()
+        assert model.encode(after) == model.encode(writer.load())
+        assert plain0 not in after.instances and after.instances[added.uuid].name == \
+            "added.example.com"
+        untouched = [u for u in before.instances if u not in (drbd0, plain0)]
+        assert untouched and all(after.instances[u] is before.instances[u] for u in untouched)
+        assert after.index().comparable() == type(after.index()).build(after).comparable()
+        # a new generation (an import) is read whole
+        writer.replace(build_config(nodes=3, drbd_instances=1, plain_instances=1))
+        assert model.encode(reader.snapshot()) == model.encode(writer.load())

@@ -227,9 +227,77 @@ class EtcdStore:
             with self._state_lock:
                 state = self._cached
                 if state is None or state.revision < head.mod_revision:
-                    state = self._load_state()
+                    state = self._follow(state, head) if state is not None else None
+                    if state is None:
+                        state = self._load_state()
                     self._cached = state
         return state
+
+    def _follow(self, state: _EtcdState, head: etcd.KeyValue) -> _EtcdState | None:
+        """`state` brought to `head` by what changed since (another process's writes): the
+        objects modified after its revision, the keys gone, the head's fields and sections,
+        applied as one change set (only those objects decoded). None when it cannot be (a
+        new generation, an old single-key head, a revision compacted away)."""
+        layout = _head(head.value)
+        if layout is None or state.layout is None or layout.generation != state.layout.generation:
+            return None
+        prefix = self._objects_prefix(layout.generation)
+        start, end = prefix.encode(), etcd.prefix_end(prefix.encode())
+        revision = head.mod_revision
+        change = configdiff.ChangeSet()
+        try:
+            while True:
+                page = self.client.range(start, range_end=end, limit=PAGE_KEYS,
+                                         revision=revision,
+                                         min_mod_revision=state.revision + 1)
+                for kv in page.kvs:
+                    table, _, uuid = kv.key.decode()[len(prefix):].partition("/")
+                    if table in configdiff.TABLES:
+                        change.puts.setdefault(table, {})[uuid] = kv.value
+                if len(page.kvs) < PAGE_KEYS:
+                    break
+                start = page.kvs[-1].key + b"\0"
+            count = self.client.range(prefix.encode(), range_end=end, revision=revision,
+                                      count_only=True).count
+            known = sum(len(getattr(state.config, name)) for name in configdiff.TABLES)
+            added = sum(1 for name, puts in change.puts.items()
+                        for uuid in puts if uuid not in getattr(state.config, name))
+            if count != known + added:  # objects were deleted: find which
+                present = self._keys(prefix, end, revision)
+                for name in configdiff.TABLES:
+                    gone = [u for u in getattr(state.config, name) if (name, u) not in present]
+                    if gone:
+                        change.deletes[name] = gone
+        except etcd.EtcdError as err:
+            if "compacted" in str(err):
+                return None
+            raise
+        document = layout.document
+        change.top = {name: document[name] for name in configdiff.TOP_FIELDS
+                      if name in document}
+        for name in configdiff.SECTIONS:
+            raw = _ENCODER.encode(document.get(name))
+            if raw != state.encoded.sections.get(name):
+                change.sections[name] = raw
+        try:
+            config = configdiff.apply(state.config, change)
+        except ConfigError as err:
+            raise ConfigError(f"{self.location}: {err}") from None
+        return _EtcdState(revision, head.value, config, configdiff.Encoded.of(config), layout)
+
+    def _keys(self, prefix: str, end: bytes, revision: int) -> set[tuple[str, str]]:
+        """(table, UUID) of every object key under `prefix` at `revision`."""
+        found: set[tuple[str, str]] = set()
+        start = prefix.encode()
+        while True:
+            page = self.client.range(start, range_end=end, limit=PAGE_KEYS * 20,
+                                     revision=revision, keys_only=True)
+            for kv in page.kvs:
+                table, _, uuid = kv.key.decode()[len(prefix):].partition("/")
+                found.add((table, uuid))
+            if len(page.kvs) < PAGE_KEYS * 20:
+                return found
+            start = page.kvs[-1].key + b"\0"
 
     # --- writing --------------------------------------------------------------------------------
 
