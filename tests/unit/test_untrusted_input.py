@@ -228,3 +228,11 @@ def test_the_fast_structure_pass_keeps_the_same_brackets(value: object) -> None:
     expected = _WHOLE_STRING.sub(b"", raw).translate(None, bytes(range(256)).translate(
         None, b"[]{}"))
     assert untrusted._structure(raw).translate(None, b'"') == expected
+
+
+def test_an_empty_nic_list_makes_no_nic_and_a_missing_one_the_default() -> None:
+    base = {"OP_ID": "OP_INSTANCE_CREATE", "instance_name": "web1", "disk_template": "plain",
+            "disks": [{"size": 1024}], "name_check": False, "ip_check": False}
+    assert parse_op({**base, "nics": []}).nics == []  # Ganeti: an instance without NICs
+    assert parse_op(base).nics == [{}]  # as `gnt-instance add` without --net (compat 48)
+    assert parse_op({**base, "nics": [{"link": "br1"}]}).nics == [{"link": "br1"}]
