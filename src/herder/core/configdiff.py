@@ -3,9 +3,12 @@
 A store write used to re-encode, re-check and rewrite the whole document. Here a change is a
 `ChangeSet`: the objects (node groups, nodes, instances, networks, by UUID; the cluster and the
 maintenance sections) whose encoding differs from the last one written, the objects deleted,
-and the document's own fields. `Encoded` keeps each object's last written encoding, so finding
-the change costs one encoding per object (C speed, milliseconds at 10,000 instances) and the
-checks, the index and what is written (a journal record, etcd keys) follow the change only.
+and the document's own fields. A writer works on `writable(config)`: tables that copy each
+object on its first read and note what was read, set or deleted (`TrackedTable`), so the
+change is found by encoding the touched objects only, and the readers' shared objects are
+never changed (which is why `Encoded` can encode them when asked instead of keeping their
+bytes). The checks, the index and what is written (a journal record, etcd keys) follow the
+change only.
 
 `check` runs exactly the checks a whole-document round trip runs (each changed object's own,
 decoded from its new encoding, and the document's: keys are UUIDs, routed NICs have an IP),
