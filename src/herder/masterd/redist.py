@@ -296,14 +296,13 @@ class Redistributor:
         if not file_store.exists():
             return None
         try:
-            replica = file_store.replica(with_snapshot=True)
+            replica = file_store.replica(with_snapshot=False)
+            if replica is not None and (full or not all(
+                    s is not None and s[0] == replica.digest and s[1] <= len(replica.journal)
+                    for s in sent)):
+                self._whole(replica)  # some candidate needs the whole document
         except HerderError:
             return None
-        if replica is None:
-            return None
-        if not full and all(s is not None and s[0] == replica.digest
-                            and s[1] <= len(replica.journal) for s in sent):
-            replica.snapshot = None  # every candidate continues this snapshot: records only
         return replica
 
     def _config_args(self, np: NodePlan, config: model.ConfigData, document: bytes | None,
