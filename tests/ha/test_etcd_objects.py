@@ -142,7 +142,7 @@ def test_a_reader_follows_another_writer_by_the_objects_changed(
                     iter(config.nodes)), os="debootstrap", hypervisor="kvm")
             config.instances[added.uuid] = added
         with writer.update() as config:
-            config.find_node("node2").tags.append("second write")
+            config.find_node("node2").tags.append("second-write")
         after = reader.snapshot()
         assert model.encode(after) == model.encode(writer.load())
         assert plain0 not in after.instances and after.instances[added.uuid].name == \
