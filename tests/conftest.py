@@ -24,6 +24,13 @@ def shared() -> Path:
     return SHARED
 
 
+def stored_files(config_path: Path) -> tuple[bytes, bytes | None]:
+    """What a file store holds: the snapshot and its journal (a write appends to the journal
+    and leaves the snapshot as it is, so "nothing written" compares both)."""
+    journal = config_path.with_name(config_path.name + ".journal")
+    return config_path.read_bytes(), journal.read_bytes() if journal.exists() else None
+
+
 def build_config(nodes: int = 3, drbd_instances: int = 2,
                  plain_instances: int = 1) -> model.ConfigData:
     """A small but complete cluster: one group, `nodes` nodes, DRBD and plain instances."""

@@ -17,6 +17,7 @@ import pytest
 
 from herder.core import model, node_certs
 from herder.core.errors import RpcError
+from herder.core.store import FileStore
 from herder.masterd import redist
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
@@ -330,8 +331,8 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
         out = {}
         for name in candidates:
             with contextlib.suppress(OSError, ValueError):
-                out[name] = model.decode(node_path(name, "/var/lib/herder/config.json")
-                                         .read_bytes())
+                # the store's reading: on the master, the snapshot and its journal
+                out[name] = FileStore(node_path(name, "/var/lib/herder/config.json")).load()
         return out
 
     assert {name: c.serial_no for name, c in copies().items()} == \
@@ -354,3 +355,94 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     herder(sim, "node", "modify", candidates[-1], "--master-candidate", "no")
     assert not node_path(candidates[-1], "/var/lib/herder/config.json").exists()
     assert node_path(candidates[-1], "/var/lib/herder/config.json.demoted").exists()
+
+
+class CandidateRpc:
+    """The candidates' noded for write_config (one real NodeDaemon stands for each); other
+    calls are recorded only."""
+
+    def __init__(self, noded: NodeDaemon) -> None:
+        self.noded = noded
+        self.configs: list[dict[str, Any]] = []
+
+    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
+             timeout: float | None = None) -> Any:
+        if method == "write_config":
+            self.configs.append(dict(args or {}))
+            return self.noded.rpc_write_config(dict(args or {}))
+        return None
+
+
+def test_candidates_receive_the_journal_records_not_the_document(noded, tmp_path):
+    master_dir = tmp_path / "master"
+    writer = FileStore(master_dir / "config.json")
+    writer.create(build_config(3, drbd_instances=2, plain_instances=1))
+    with writer.update() as config:  # a journal continuing the snapshot
+        config.cluster.tags.append("first")
+    rpc = CandidateRpc(noded)
+    pusher = redist.Redistributor(rpc, master_dir / "config.json", None)
+    copy = FileStore(data_dir(tmp_path) / "config.json")
+
+    def pushed() -> dict[str, Any]:
+        results = pusher.push(writer.snapshot())
+        assert not [e for r in results.values() for e in r.errors if e.startswith("config")]
+        assert model.encode(copy.load()) == model.encode(writer.load())
+        return rpc.configs[-1]
+
+    first = pushed()
+    assert "config" in first and first["journal"]["offset"] == 0  # a new copy: everything
+    size = len(first["config"])
+    for n in range(3):
+        with writer.update() as config:
+            config.find_instance("drbd0").tags.append(f"t{n}")
+        step = pushed()
+        assert "config" not in step and step["journal"]["offset"] > 0
+        assert len(base64.b64decode(step["journal"]["data"])) < size // 4
+    # a copy out of step (its journal cut): the master sends the whole document again
+    journal = copy.journal_path
+    journal.write_bytes(journal.read_bytes()[:-10])
+    with writer.update() as config:
+        config.cluster.tags.append("second")
+    pushed()
+    assert "config" in rpc.configs[-1] and "config" not in rpc.configs[-2]
+    # a compaction (a new snapshot): the whole document once, then records again
+    writer.COMPACT_RECORDS = 1
+    for n in range(2):
+        with writer.update() as config:
+            config.cluster.tags.append(f"c{n}")
+    assert "config" in pushed()
+    writer.COMPACT_RECORDS = FileStore.COMPACT_RECORDS
+    with writer.update() as config:
+        config.cluster.tags.append("after")
+    assert "config" not in pushed()
+
+
+def test_a_change_that_leaves_ssconf_and_files_sends_them_nowhere(tmp_path):
+    config = build_config(3, drbd_instances=1, plain_instances=0)
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    rpc = RecordingRpc()
+    pusher = redist.Redistributor(rpc, tmp_path / "config.json", None)
+
+    def sent() -> list[tuple[str, str]]:
+        calls = [(c[0], c[1]) for c in rpc.calls]
+        rpc.calls.clear()
+        return calls
+
+    pusher.push(config)
+    first = sent()
+    assert ("node3.example.com", "write_ssconf") in first
+    config.find_instance("drbd0").tags.append("x")  # in no ssconf value, in no file
+    # only the candidate's config copy
+    assert sent() == [] and pusher.push(config) and sent() == [("node2.example.com",
+                                                                "write_config")]
+    config.find_instance("drbd0").name = "renamed.example.com"  # instance_list changes
+    pusher.push(config)
+    assert {n for n, m in sent() if m == "write_ssconf"} == {
+        "node1.example.com", "node2.example.com", "node3.example.com"}
+    (tmp_path / "rapi_users").write_text("admin other write\n")  # a candidate's file
+    pusher.push(config)
+    assert {(n, m) for n, m in sent() if m != "write_config"} == {
+        ("node2.example.com", "write_ssconf"), ("node2.example.com", "upload_file")}
+    pusher.push(config, full=True)
+    assert {n for n, m in sent() if m == "write_ssconf"} == {
+        "node1.example.com", "node2.example.com", "node3.example.com"}

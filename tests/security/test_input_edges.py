@@ -18,7 +18,7 @@ import pytest
 
 from herder.core import rpcauth
 from herder.core.rapi import RapiError
-from tests.conftest import run_cli
+from tests.conftest import run_cli, stored_files
 from tests.noded.noded_fixture import KEY, running_noded
 from tests.security.test_rapi_access import admin_auth
 from tests.system.masterd_fixture import start_masterd
@@ -71,18 +71,18 @@ def test_rapi_refuses_bad_parameters_names_and_deep_bodies(tmp_path: Path) -> No
 def test_cli_refuses_bad_parameters_in_one_line(herder) -> None:  # type: ignore[no-untyped-def]
     assert herder("cluster", "init", "cluster.example.com", "--master-node",
                   "node1.example.com", "--primary-ip", "192.0.2.11", "--force").code == 0
-    before = herder.config_path.read_bytes()
+    before = stored_files(herder.config_path)
     for option, value, named in [("-B", "maxmem=-100", "maxmem"), ("-B", "vcpus=0", "vcpus"),
                                  ("-H", "kvm:migration_port=70000", "migration_port")]:
         refused = herder("cluster", "modify", option, value)
         assert refused.code != 0, value
         assert named in one_line_error(refused.err)
-        assert herder.config_path.read_bytes() == before
+        assert stored_files(herder.config_path) == before
     refused = herder("instance", "add", "../../etc/x", "-t", "diskless", "--no-name-check",
                      "-n", "node1.example.com")
     assert refused.code != 0
     assert "instance name" in one_line_error(refused.err)
-    assert herder.config_path.read_bytes() == before
+    assert stored_files(herder.config_path) == before
 
 
 def test_alloc_and_import_answer_deep_documents_in_one_line(tmp_path: Path) -> None:

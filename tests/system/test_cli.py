@@ -17,6 +17,7 @@ import pytest
 from herder.cli.main import COMMANDS, cli
 from herder.core import envelope
 from herder.core.store import FileStore
+from tests.conftest import stored_files
 
 INIT = ("cluster", "init", "cluster.example.com", "--master-node", "node1.example.com",
         "--primary-ip", "192.0.2.11", "--force", "--uid-pool", "1000-1009,2000")
@@ -70,10 +71,10 @@ def test_init_certificate_works_for_tls(cluster) -> None:
 
 
 def test_init_refuses_to_overwrite(cluster) -> None:
-    before = cluster.config_path.read_bytes()
+    before = stored_files(cluster.config_path)
     result = cluster(*INIT)
     assert_one_line_error(result, "already exists")
-    assert cluster.config_path.read_bytes() == before
+    assert stored_files(cluster.config_path) == before
 
 
 def test_init_adopts_an_hmac_key(herder, tmp_path: Path) -> None:
@@ -166,10 +167,10 @@ def test_modify_errors_are_one_line_and_write_nothing(cluster, args, message: st
         demo = build_config()
         config.path.unlink()
         config.create(demo)
-    before = cluster.config_path.read_bytes()
+    before = stored_files(cluster.config_path)
     result = cluster("cluster", "modify", *args)
     assert_one_line_error(result, message)
-    assert cluster.config_path.read_bytes() == before
+    assert stored_files(cluster.config_path) == before
 
 
 def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from herder.core import model
+from herder.core.errors import HerderError
+from herder.core.store import FileStore
 from herder.sim import cluster
 from herder.sim.host import SimHost
 from tests.simhelpers import (
@@ -156,9 +159,10 @@ def test_config_copies_are_what_each_candidates_confd_answers(sim) -> None:
 
     def copy(node) -> dict:
         try:
-            return json.loads(node_file(sim, node.name, "/var/lib/herder/config.json")
-                              .read_text())
-        except (OSError, ValueError):
+            # the store's reading: on the master, the snapshot and its journal
+            return model.to_builtins(FileStore(node_file(
+                sim, node.name, "/var/lib/herder/config.json")).load())
+        except (OSError, HerderError):
             return {"serial_no": -1}
 
     wait_for(lambda: all(copy(n)["serial_no"] >= serial for n in candidates), 30,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import locking
+from herder.core import locking, model
 from herder.core.errors import NotFoundError
 from herder.core.jobs import opcodes
 from herder.core.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.core.store import FileStore
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from tests.conftest import build_config
+from tests.conftest import build_config, stored_files
 
 
 class Master:
@@ -69,7 +69,7 @@ def test_config_opcodes_change_the_config(master: Master) -> None:
 
 
 def test_master_rules_and_errors_are_job_errors(master: Master) -> None:
-    before = master.store.path.read_bytes()
+    before = stored_files(master.store.path)
     info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node1", "offline": True})
     assert info["status"] == "error"
     assert info["opresult"][0] == ["OpPrereqError", [
@@ -78,7 +78,7 @@ def test_master_rules_and_errors_are_job_errors(master: Master) -> None:
     assert info["status"] == "error" and "must not exceed maxmem" in info["opresult"][0][1][0]
     info = master.run({"OP_ID": "OP_GROUP_REMOVE", "group_name": "default"})
     assert info["status"] == "error" and "still has nodes" in info["opresult"][0][1][0]
-    assert master.store.path.read_bytes() == before  # nothing written by failed opcodes
+    assert stored_files(master.store.path) == before  # nothing written by failed opcodes
 
 
 def test_later_opcodes_are_not_run_after_a_failure(master: Master) -> None:
@@ -98,6 +98,40 @@ def test_dry_run_changes_nothing(master: Master) -> None:
     info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node1", "drained": True,
                        "dry_run": True})
     assert info["status"] == "error"  # the checks still run
+
+
+def test_a_tag_added_by_one_job_is_removed_by_the_next(master: Master) -> None:
+    """The processor checks on the store's shared snapshot: a check that changed it (the tag
+    removal's trial) made the job's own change find the tag gone ("not present")."""
+    add = {"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "node2", "tags": ["ready:1"]}
+    remove = {"OP_ID": "OP_TAGS_DEL", "kind": "node", "name": "node2", "tags": ["ready:1"]}
+    assert master.run(add)["status"] == "success"
+    assert "ready:1" in master.store.snapshot().find_node("node2").tags
+    info = master.run(remove)
+    assert info["status"] == "success", info["opresult"]
+    assert master.store.load().find_node("node2").tags == []
+
+
+def test_checks_leave_the_shared_snapshot_alone(master: Master) -> None:
+    """Dry runs (checks only) of changing opcodes: the readers' snapshot equals the stored
+    document afterwards, object for object."""
+    master.run({"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "node3", "tags": ["t1"]},
+               {"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["c1"]})
+    inst = next(iter(master.store.load().instances.values())).name
+    for op in (
+        {"OP_ID": "OP_TAGS_DEL", "kind": "node", "name": "node3", "tags": ["t1"]},
+        {"OP_ID": "OP_TAGS_SET", "kind": "node", "name": "node3", "tags": ["t2"]},
+        {"OP_ID": "OP_TAGS_DEL", "kind": "cluster", "tags": ["c1"]},
+        {"OP_ID": "OP_TAGS_SET", "kind": "instance", "name": inst, "tags": ["i1"]},
+        {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node3", "drained": True,
+         "ndparams": {"spindle_count": 2}},
+        {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": inst, "beparams": {"vcpus": 2},
+         "osparams": {"x": "1"}},
+        {"OP_ID": "OP_CLUSTER_SET_PARAMS", "beparams": {"vcpus": 2}, "add_uids": [[1, 2]]},
+    ):
+        info = master.run({**op, "dry_run": True})
+        assert info["status"] == "success", (op, info["opresult"])
+        assert model.encode(master.store.snapshot()) == model.encode(master.store.load()), op
 
 
 def test_reason_trail_is_recorded(master: Master) -> None:
@@ -237,11 +271,11 @@ def test_log_entries_reach_waiters(master: Master) -> None:
 
 
 def test_node_rpc_failure_is_a_clear_job_error(master: Master) -> None:
-    before = master.store.path.read_bytes()
+    before = stored_files(master.store.path)
     info = master.run({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "plain0"})
     assert info["status"] == "error"
     assert "cannot call instance_start" in info["opresult"][0][1][0]
-    assert master.store.path.read_bytes() == before
+    assert stored_files(master.store.path) == before
 
 
 def test_bad_submissions_queue_nothing(master: Master) -> None:

@@ -6,10 +6,14 @@ RPC's arguments (`noded.rpcargs`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from herder.core import confd, envelope, model, names, notification, paths, rpcauth, untrusted
 from herder.core.errors import ConfigError, SignatureError
@@ -207,6 +211,23 @@ def test_every_node_rpc_has_an_argument_schema() -> None:
 
     methods = {name.removeprefix("rpc_") for name in dir(NodeDaemon) if name.startswith("rpc_")}
     assert methods == set(rpcargs.SCHEMAS)
+
+
+_WHOLE_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab\n,:'),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(alphabet='[]{}"\\ab'), inner, max_size=4),
+                    max_leaves=30))
+def test_the_fast_structure_pass_keeps_the_same_brackets(value: object) -> None:
+    """The depth check's pass over a big document keeps exactly the brackets outside strings
+    that removing each whole string (the obvious, slow way) keeps."""
+    raw = json.dumps(value).encode()
+    expected = _WHOLE_STRING.sub(b"", raw).translate(None, bytes(range(256)).translate(
+        None, b"[]{}"))
+    assert untrusted._structure(raw).translate(None, b'"') == expected
 
 
 def test_an_empty_nic_list_makes_no_nic_and_a_missing_one_the_default() -> None:

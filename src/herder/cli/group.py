@@ -28,8 +28,8 @@ def list_(store: ConfigStore, as_json: bool) -> None:
     config = store.load()
     rows = []
     for g in sorted(config.nodegroups.values(), key=lambda g: g.name):
-        members = {n.uuid for n in config.nodes.values() if n.group == g.uuid}
-        instances = sum(1 for i in config.instances.values() if i.primary_node in members)
+        members = config.group_nodes(g.uuid)
+        instances = sum(len(config.primary_instances(n.uuid)) for n in members)
         rows.append({"name": g.name, "uuid": g.uuid, "alloc_policy": g.alloc_policy,
                      "nodes": len(members), "instances": instances, "tags": g.tags})
     if as_json:

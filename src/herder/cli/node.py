@@ -44,8 +44,9 @@ def _role(config: model.ConfigData, n: model.Node) -> str:
 
 def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
     group = config.nodegroups.get(n.group)
-    primaries = sum(1 for i in config.instances.values() if i.primary_node == n.uuid)
-    secondaries = sum(1 for i in config.instances.values() if n.uuid in i.secondary_nodes)
+    index = config.index()  # counts only: no instance objects sorted per node
+    primaries = len(index.primary_uuids(n.uuid))
+    secondaries = len(index.secondary_uuids(n.uuid))
     return {
         "name": n.name, "uuid": n.uuid, "role": _role(config, n),
         "group": group.name if group else n.group, "primary_ip": n.primary_ip,
@@ -108,10 +109,8 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
         data["group_name"] = config.nodegroups[n.group].name if n.group in config.nodegroups \
             else None
         data["filled_ndparams"] = config.filled_ndparams(n)
-        data["primary_instances"] = sorted(
-            i.name for i in config.instances.values() if i.primary_node == n.uuid)
-        data["secondary_instances"] = sorted(
-            i.name for i in config.instances.values() if n.uuid in i.secondary_nodes)
+        data["primary_instances"] = [i.name for i in config.primary_instances(n.uuid)]
+        data["secondary_instances"] = [i.name for i in config.secondary_instances(n.uuid)]
         out.append(data)
     if as_json:
         print_json(out)

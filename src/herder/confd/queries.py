@@ -320,7 +320,7 @@ def drbd_minors(config: model.ConfigData, node: model.Node) -> list[list[Any]]:
         for child in disk.children:
             walk(inst, child, child.iv_name or iv_name)
 
-    for inst in config.instances.values():
+    for inst in config.instances_on(node.uuid):
         for number, disk in enumerate(inst.disks):
             walk(inst, disk, disk.iv_name or f"disk/{number}")
     rows.sort(key=lambda row: (row[0], row[1]))
@@ -343,9 +343,8 @@ def node_instances(config: model.ConfigData, query: Any) -> Answer:
         if not isinstance(query, str):
             return ARGUMENT_ERROR
         return _error(f"Node not found in the configuration: {_node_not_found(query)}")
-    insts = sorted(config.instances.values(), key=lambda i: i.name)
-    primary = [ganeti_instance(i) for i in insts if i.primary_node == node.uuid]
-    secondary = [ganeti_instance(i) for i in insts if node.uuid in i.secondary_nodes]
+    primary = [ganeti_instance(i) for i in config.primary_instances(node.uuid)]
+    secondary = [ganeti_instance(i) for i in config.secondary_instances(node.uuid)]
     return _ok([primary, secondary], node.serial_no)
 
 

@@ -451,11 +451,29 @@ class EtcdClient:
     def get(self, key: bytes | str) -> KeyValue | None:
         return self.range(key).first
 
-    def range(self, key: bytes | str, *, prefix: bool = False) -> RangeResult:
+    def range(self, key: bytes | str, *, prefix: bool = False, range_end: bytes | None = None,
+              limit: int = 0, revision: int = 0, min_mod_revision: int = 0,
+              keys_only: bool = False, count_only: bool = False) -> RangeResult:
+        """The keys from `key` (with `prefix`: every key under it; `range_end`: up to that key,
+        excluded), at most `limit` of them (0: all), as of `revision` (0: the newest); only
+        those changed at or after `min_mod_revision`; without values (`keys_only`), or only
+        their count (`count_only`)."""
         body: dict[str, Any] = {"key": b64(key)}
+        if min_mod_revision:
+            body["min_mod_revision"] = str(min_mod_revision)
+        if keys_only:
+            body["keys_only"] = True
+        if count_only:
+            body["count_only"] = True
         if prefix:
             raw = key.encode() if isinstance(key, str) else key
             body["range_end"] = b64(prefix_end(raw))
+        elif range_end is not None:
+            body["range_end"] = b64(range_end)
+        if limit:
+            body["limit"] = str(limit)
+        if revision:
+            body["revision"] = str(revision)
         return _range_result(self.call("/v3/kv/range", body))
 
     def put(self, key: bytes | str, value: bytes | str, lease: int = 0) -> int:

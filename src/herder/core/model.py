@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import names, params, untrusted
+from herder.core import configindex, names, params, untrusted
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
@@ -650,8 +650,10 @@ class Cluster(Base, kw_only=True):
             raise ValueError("master_epoch must not be negative")
 
 
-class ConfigData(Base, kw_only=True):
-    """The whole cluster configuration: one JSON document."""
+class ConfigData(Base, kw_only=True, dict=True):
+    """The whole cluster configuration: one JSON document.
+
+    `dict=True` lets the config carry its `index()` (not a field: never encoded)."""
 
     version: int = FORMAT_VERSION
     cluster: Cluster
@@ -681,16 +683,96 @@ class ConfigData(Base, kw_only=True):
     # --- lookups: a name (or unique short name) or a UUID --------------------------------------
 
     def find_node(self, key: str) -> Node:
-        return _find("node", self.nodes, key)
+        return self._find("node", self.nodes, key, lambda index: index.nodes)
 
     def find_group(self, key: str) -> NodeGroup:
-        return _find("node group", self.nodegroups, key)
+        return self._find("node group", self.nodegroups, key, lambda index: index.groups)
 
     def find_instance(self, key: str) -> Instance:
-        return _find("instance", self.instances, key)
+        return self._find("instance", self.instances, key, lambda index: index.instances)
 
     def find_network(self, key: str) -> Network:
-        return _find("network", self.networks, key)
+        return self._find("network", self.networks, key, lambda index: index.networks)
+
+    def _find(self, kind: str, table: Mapping[str, _T], key: str,
+              names_of: Callable[[configindex.ConfigIndex], configindex.NameTable]) -> _T:
+        if key in table:
+            return table[key]
+        found = _find_indexed(kind, table, key, names_of(self._lookup_index()))
+        if found is None:  # the index may predate a rename in this very change: scan
+            found = _find_scan(kind, table, key)
+        return found
+
+    def _lookup_index(self) -> configindex.ConfigIndex:
+        """The index for name lookups: while the config is being changed, the one of the
+        config the change started from (every hit is checked against the object, a miss
+        scans), so a lookup in a change costs no index build."""
+        if self.__dict__.get("_changing"):
+            started = self.__dict__.get("_lookup")
+            if isinstance(started, configindex.ConfigIndex):
+                return started
+        return self.index()
+
+    # --- indexes ------------------------------------------------------------------------------
+
+    def index(self, *, fresh: bool = False) -> configindex.ConfigIndex:
+        """The config's indexes (`herder.core.configindex`), built once in O(nodes + instances)
+        and kept while the config is unchanged. A config being changed (`changing()`, inside a
+        store's update) gets a fresh index each time; a kept one is also dropped when the
+        number of objects or the serial moves."""
+        guard = (len(self.nodes), len(self.instances), len(self.nodegroups),
+                 len(self.networks), self.serial_no, id(self.nodes), id(self.instances))
+        cached = self.__dict__.get("_index")
+        if (not fresh and cached is not None and cached[0] == guard
+                and not self.__dict__.get("_changing")
+                and isinstance(cached[1], configindex.ConfigIndex)):
+            return cached[1]
+        index = configindex.ConfigIndex.build(self)
+        self.__dict__["_index"] = (guard, index)
+        return index
+
+    def keep_index(self, index: configindex.ConfigIndex) -> None:
+        """Adopt `index` (one that followed this config's changes) as its kept index."""
+        guard = (len(self.nodes), len(self.instances), len(self.nodegroups),
+                 len(self.networks), self.serial_no, id(self.nodes), id(self.instances))
+        self.__dict__["_index"] = (guard, index)
+
+    def changing(self, active: bool = True,
+                 lookup: configindex.ConfigIndex | None = None) -> None:
+        """Mark the config as being changed (no kept index until the change ends; `lookup`:
+        the index of the config the change started from, for name lookups only)."""
+        self.__dict__["_changing"] = active
+        self.__dict__.pop("_lookup", None)
+        if active:
+            self.__dict__.pop("_index", None)
+            if lookup is not None:
+                self.__dict__["_lookup"] = lookup
+
+    def primary_instances(self, node_uuid: str) -> list[Instance]:
+        """The node's primary instances, by name."""
+        index = self.index()
+        return sorted((self.instances[u] for u in list(index.primary_uuids(node_uuid))
+                       if u in self.instances), key=lambda i: i.name)
+
+    def secondary_instances(self, node_uuid: str) -> list[Instance]:
+        """The instances with a mirror (DRBD secondary) on the node, by name."""
+        index = self.index()
+        return sorted((self.instances[u] for u in list(index.secondary_uuids(node_uuid))
+                       if u in self.instances), key=lambda i: i.name)
+
+    def group_nodes(self, group_uuid: str) -> list[Node]:
+        """The group's nodes, by name."""
+        index = self.index()
+        return sorted((self.nodes[u] for u in list(index.group_nodes.get(group_uuid, ()))
+                       if u in self.nodes), key=lambda n: n.name)
+
+    def find_instance_by_name(self, name: str) -> Instance | None:
+        """The instance named exactly `name` (no UUID or short name), or None."""
+        for uuid in self._lookup_index().instances.by_name.get(name, ()):
+            inst = self.instances.get(uuid)
+            if inst is not None and inst.name == name:
+                return inst
+        return next((i for i in self.instances.values() if i.name == name), None)
 
     @property
     def master(self) -> Node | None:
@@ -701,8 +783,10 @@ class ConfigData(Base, kw_only=True):
         return node.name if node else node_uuid
 
     def instances_on(self, node_uuid: str) -> Iterator[Instance]:
-        for inst in self.instances.values():
-            if node_uuid in inst.all_nodes:
+        """The node's primary and secondary instances, each once (primaries first)."""
+        for uuid in self.index().instance_uuids_on(node_uuid):  # a copy: see primary_instances
+            inst = self.instances.get(uuid)
+            if inst is not None and node_uuid in inst.all_nodes:
                 yield inst
 
     # --- filled (resolved) parameters ---------------------------------------------------------
@@ -761,7 +845,12 @@ class ConfigData(Base, kw_only=True):
 
 def check_nics(config: ConfigData) -> None:
     """A routed NIC must have an IP (design-2.1 "Non bridged instances")."""
-    for inst in config.instances.values():
+    check_instance_nics(config, config.instances.values())
+
+
+def check_instance_nics(config: ConfigData, instances: Iterable[Instance]) -> None:
+    """`check_nics` for some of the config's instances (those a change touched)."""
+    for inst in instances:
         group = config.instance_group(inst)
         for index, nic in enumerate(inst.nics):
             filled = config.filled_nicparams(nic, group)
@@ -774,10 +863,8 @@ def check_nics(config: ConfigData) -> None:
 _T = TypeVar("_T", bound=Named)
 
 
-def _find(kind: str, table: Mapping[str, _T], key: str) -> _T:
-    """Look up by UUID, exact name, or a unique short name (the part before the first dot)."""
-    if key in table:
-        return table[key]
+def _find_scan(kind: str, table: Mapping[str, _T], key: str) -> _T:
+    """Look up by exact name, or a unique short name, scanning every object."""
     exact = [obj for obj in table.values() if obj.name == key]
     if exact:
         return exact[0]
@@ -788,6 +875,24 @@ def _find(kind: str, table: Mapping[str, _T], key: str) -> _T:
         names = ", ".join(sorted(o.name for o in prefix))
         raise AmbiguousError(f"{kind} {key!r} is ambiguous: it matches {names}")
     raise NotFoundError(f"{kind} {key!r} not found (give a name or a UUID)")
+
+
+def _find_indexed(kind: str, table: Mapping[str, _T], key: str,
+                  names_index: configindex.NameTable) -> _T | None:
+    """Look up by exact name, or a unique short name (the part before the first dot), through
+    the index; None when not found (or the index is stale: every hit is checked)."""
+    exact = [table[u] for u in names_index.by_name.get(key, ()) if u in table]
+    if exact and all(obj.name == key for obj in exact):
+        return exact[0]
+    prefix = [table[u] for u in names_index.by_short.get(key, ()) if u in table]
+    if any(obj.name.split(".", 1)[0] != key for obj in prefix):
+        return None
+    if len(prefix) == 1:
+        return prefix[0]
+    if len(prefix) > 1:
+        names = ", ".join(sorted(o.name for o in prefix))
+        raise AmbiguousError(f"{kind} {key!r} is ambiguous: it matches {names}")
+    return None
 
 
 # --- encoding and decoding at the edge ---------------------------------------------------------

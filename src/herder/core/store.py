@@ -14,13 +14,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
+import threading
+import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeGuard
 
-from herder.core import model, upgrade
+import msgspec
+
+from herder.core import configdiff, model, upgrade
 from herder.core.errors import ConfigError, HerderError, StoreError
 
 DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
@@ -55,6 +61,10 @@ class ConfigStore(Protocol):
         """The current document, validated (and upgraded in memory if older)."""
         ...
 
+    def snapshot(self) -> model.ConfigData:
+        """The current document, shared by this process's readers: read it, never change it."""
+        ...
+
     def create(self, config: model.ConfigData) -> None:
         """Write the first document; refuses if one exists."""
         ...
@@ -73,11 +83,32 @@ class ConfigStore(Protocol):
 
 
 class FileStore:
-    """The config document in one local file."""
+    """The config document in one local file, with a journal of changes beside it.
+
+    `config.json` is a whole document (a snapshot: what Ganeti import/export, the candidates
+    and every older reader know); `config.json.journal` holds the changes made since, one
+    record per write (`configdiff`: the objects it touched), each a line with its CRC, fsynced
+    before the write returns. The journal's first line names the snapshot it continues (its
+    SHA-256), so a journal left beside another snapshot (a candidate's pushed document) is
+    ignored. Every `COMPACT_RECORDS` records or once the journal outgrows a quarter of the
+    snapshot, the next write writes a new snapshot and starts a new journal.
+
+    Crash safety: a record is appended and fsynced; a torn last record (kill -9 while
+    appending) fails its CRC and is not part of the state, and the next writer cuts it off;
+    a new snapshot is renamed into place before its new journal, and the old journal does not
+    continue the new snapshot. So a kill -9 at any point leaves the old or the new state.
+
+    Readers in one process share a decoded copy per path (`snapshot()`), refreshed from the
+    journal's new records only; `update()` works on a copy of its tables, writes what changed
+    and gives the shared objects it changed their written values back.
+    """
+
+    COMPACT_RECORDS = 2000
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.journal_path = self.path.with_name(self.path.name + JOURNAL_SUFFIX)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -102,14 +133,101 @@ class FileStore:
         except OSError as err:
             raise StoreError(f"cannot read {self.path}: {err.strerror}") from None
 
-    def load(self) -> model.ConfigData:
-        raw = self.read_bytes()
+    def _decode_snapshot(self, raw: bytes) -> model.ConfigData:
         if not raw.strip():
             raise ConfigError(f"{self.path}: the config file is empty (truncated?)")
         try:
             return upgrade.load_document(raw)
         except ConfigError as err:
             raise ConfigError(f"{self.path}: {err}") from None
+
+    def load(self) -> model.ConfigData:
+        """The current document, read from disk: the caller's own copy (change it freely)."""
+        return self._read_state().config
+
+    def snapshot(self) -> model.ConfigData:
+        """The current document, shared by this process's readers: never change it (its
+        objects may change under a writer of this process while it is read: take `load()` or
+        `update()` for a copy of your own)."""
+        with _CACHE_LOCK:
+            state = _CACHE.get(self.path)
+        state = self._refresh(state)
+        with _CACHE_LOCK:
+            _CACHE[self.path] = state
+        return state.config
+
+    def serial_no(self) -> int | None:
+        """The document's serial (the snapshot's, moved on by its journal's records) without
+        decoding the document; None when there is none or it does not parse."""
+        try:
+            raw = self.path.read_bytes()
+            serial = _SERIAL.decode(raw).serial_no
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        journal = _read_journal(self.journal_path)
+        if journal is None or journal.header != hashlib.sha256(raw).hexdigest():
+            return serial
+        for _, record in journal.records:
+            try:
+                base, change = configdiff.decode_change(record)
+            except ConfigError:
+                break
+            if base != serial:
+                break
+            serial = int(change.top.get("serial_no", serial))
+        return serial
+
+    def stamp(self) -> tuple[object, ...]:
+        """Changes whenever the document does (the snapshot's and the journal's identity)."""
+        return (_file_stamp(self.path), _file_stamp(self.journal_path))
+
+    def _read_state(self) -> _State:
+        """Snapshot plus journal, from disk."""
+        for _ in range(5):  # a writer may compact between our two reads: read again
+            snap_stamp = _file_stamp(self.path)
+            raw = self.read_bytes()
+            config = self._decode_snapshot(raw)
+            journal = _read_journal(self.journal_path)
+            if _file_stamp(self.path) != snap_stamp:
+                continue
+            state = _State(snap_stamp, config, configdiff.Encoded.of(config),
+                           hashlib.sha256(raw).hexdigest(), len(raw))
+            if journal is not None and journal.header == state.digest:
+                state.journal_end = journal.header_end
+                self._replay(state, journal)
+            return state
+        raise StoreError(f"{self.path}: the config changed while being read, five times")
+
+    def _replay(self, state: _State, journal: _Journal) -> None:
+        for line_end, record in journal.records:
+            base, change = configdiff.decode_change(record)
+            if base != state.config.serial_no:
+                break  # not a continuation of this state: the rest is not ours
+            try:
+                state.config = configdiff.apply(state.config, change)
+            except ConfigError as err:
+                raise ConfigError(f"{self.journal_path}: {err}") from None
+            state.encoded = configdiff.Encoded.of(state.config)
+            state.records += 1
+            state.journal_end = line_end
+        state.journal_stamp = journal.stamp
+
+    def _refresh(self, state: _State | None) -> _State:
+        """`state` brought up to date with the files: the journal's new records only when the
+        snapshot and the journal file are the same, else everything again."""
+        if state is not None and _file_stamp(self.path) == state.snapshot_stamp:
+            journal_stamp = _file_stamp(self.journal_path)
+            if journal_stamp == state.journal_stamp:
+                return state
+            if (journal_stamp is not None and state.journal_stamp is not None
+                    and journal_stamp[0] == state.journal_stamp[0]  # same journal file
+                    and state.journal_end > 0):
+                journal = _read_journal(self.journal_path, start=state.journal_end)
+                if journal is not None:
+                    fresh = state.successor()
+                    self._replay(fresh, journal)
+                    return fresh
+        return self._read_state()
 
     # --- writing --------------------------------------------------------------------------------
 
@@ -133,36 +251,260 @@ class FileStore:
 
     @contextlib.contextmanager
     def update(self) -> Iterator[model.ConfigData]:
-        """Change the document: nothing is written if the block raises or validation fails."""
+        """Change the document: nothing is written if the block raises or validation fails.
+        Only what changed is checked and written (a journal record)."""
         with self.locked():
-            config = self.load()
+            with _CACHE_LOCK:
+                state = _CACHE.get(self.path)
+            state = self._refresh(state)
+            current = state.config
+            # tables that copy each object the block reads: `current` (the readers') stays
+            config = configdiff.writable(current, state.encoded)
+            kept = current.__dict__.get("_index")
+            started = kept[1] if kept is not None else None
+            config.changing(lookup=started)
             yield config
-            stamp = model.now()
-            config.touch(stamp)
+            config.changing(False)
+            config.touch(model.now())
+            change = configdiff.diff(state.encoded, config)
+            configdiff.settle(config, current, change)
             try:
-                checked = model.revalidate(config)
+                configdiff.check(config, change, started)
             except ConfigError as err:
                 raise ConfigError(f"change refused, nothing written: {err}") from None
-            self._write(checked)
+            new_state = self._append(state, config, change)
+            with _CACHE_LOCK:
+                _CACHE[self.path] = new_state
 
     def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
         with self.locked():
             self._write(model.revalidate(config))
 
-    def _write(self, config: model.ConfigData) -> None:
+    def _append(self, state: _State, config: model.ConfigData,
+                change: configdiff.ChangeSet) -> _State:
+        """Write `change` (the step from `state` to `config`); the state after it."""
+        if (state.records >= self.COMPACT_RECORDS or state.journal_end == 0
+                or state.journal_end > max(state.snapshot_size // 4, 1 << 20)):
+            return self._write(config)
+        record = configdiff.encode_change(change, state.config.serial_no)
+        line = b"%08x %s\n" % (zlib.crc32(record), record)
+        fd = os.open(self.journal_path, os.O_WRONLY)
+        try:
+            # what follows the last record of this state goes: a torn record of a killed
+            # writer (or records continuing no state of ours)
+            os.ftruncate(fd, state.journal_end)
+            os.lseek(fd, state.journal_end, os.SEEK_SET)
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fresh = state.successor()
+        fresh.config = config
+        index = state.config.__dict__.get("_index")
+        if index is not None:  # follow the change (the older snapshot builds its own anew)
+            state.config.__dict__.pop("_index", None)
+            config.keep_index(configdiff.follow(index[1], config, change))
+        fresh.encoded = configdiff.Encoded.of(config)
+        fresh.records += 1
+        fresh.journal_end = state.journal_end + len(line)
+        fresh.journal_stamp = _file_stamp(self.journal_path)
+        return fresh
+
+    def _write(self, config: model.ConfigData) -> _State:
+        """A new snapshot and an empty journal continuing it (compaction, create, replace)."""
         self._remove_stale_temporaries()
-        atomic_write(self.path, model.encode(config), CONFIG_MODE)
+        raw = model.encode(config)
+        atomic_write(self.path, raw, CONFIG_MODE)
+        digest = hashlib.sha256(raw).hexdigest()
+        header = _ENCODER.encode({"snapshot": digest}) + b"\n"
+        atomic_write(self.journal_path, header, CONFIG_MODE)
+        state = _State(_file_stamp(self.path), config, configdiff.Encoded.of(config), digest,
+                       len(raw))
+        state.journal_end = len(header)
+        state.journal_stamp = _file_stamp(self.journal_path)
+        with _CACHE_LOCK:
+            _CACHE[self.path] = state
+        return state
+
+    # --- copies on the master candidates (masterd.redist, noded's write_config) -------------
+
+    def replica(self, with_snapshot: bool) -> Replica | None:
+        """What a candidate's copy needs, read consistently (under the writers' lock): the
+        journal's bytes, the SHA-256 of the snapshot it continues, the serial they reach,
+        and the snapshot's bytes if asked. None without a journal continuing the snapshot."""
+        with self.locked():
+            try:
+                journal_raw = self.journal_path.read_bytes()
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                raise StoreError(f"cannot read {self.journal_path}: {err.strerror}") from None
+            with _CACHE_LOCK:
+                state = _CACHE.get(self.path)
+            known = state is not None and state.snapshot_stamp == _file_stamp(self.path)
+            snapshot = self.read_bytes() if with_snapshot or not known else None
+            digest = state.digest if state is not None and known else \
+                hashlib.sha256(snapshot or b"").hexdigest()
+            journal = _parse_journal(journal_raw, 0, None)
+            if journal.header != digest:
+                return None
+            serial: int | None = None
+            for _, record in journal.records:
+                serial = int(configdiff.decode_change(record)[1].top.get("serial_no", 0))
+            if serial is None:
+                raw = snapshot if snapshot is not None else self.read_bytes()
+                serial = _SERIAL.decode(raw).serial_no
+            return Replica(digest, journal_raw, serial, snapshot)
+
+    def write_journal(self, digest: str, offset: int, data: bytes) -> None:
+        """A candidate's copy of the master's journal (the caller holds `locked()`): the whole
+        file (`offset` 0; it must continue the snapshot beside it), or records appended where
+        this copy ends (it must continue the same snapshot and end at `offset`)."""
+        if offset == 0:
+            if hashlib.sha256(self.read_bytes()).hexdigest() != digest:
+                raise StoreError(f"{self.journal_path}: the journal sent does not continue "
+                                 "this node's snapshot")
+            atomic_write(self.journal_path, data, CONFIG_MODE)
+            return
+        journal = _read_journal(self.journal_path)
+        size = _file_stamp(self.journal_path)
+        if journal is None or journal.header != digest or size is None or size[2] != offset:
+            raise StoreError(f"{self.journal_path}: this copy does not end where the "
+                             f"records sent continue it (offset {offset})")
+        fd = os.open(self.journal_path, os.O_WRONLY)
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _remove_stale_temporaries(self) -> None:
         """Remove temporary files left by writers that died mid-write."""
+        ours = (self.path.name, self.journal_path.name)
         for entry in self.directory.iterdir():
             match = _TMP_RE.match(entry.name)
-            if not match or match["name"] != self.path.name:
+            if not match or match["name"] not in ours:
                 continue
             if not pid_alive(int(match["pid"])):
                 with contextlib.suppress(OSError):
                     entry.unlink()
+
+
+JOURNAL_SUFFIX = ".journal"
+_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
+class _Serial(msgspec.Struct):
+    serial_no: int
+
+
+_SERIAL = msgspec.json.Decoder(_Serial)
+_CACHE: dict[Path, _State] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class _State:
+    """One process's view of a store: the shared config and what its files held."""
+
+    def __init__(self, snapshot_stamp: tuple[int, int, int] | None, config: model.ConfigData,
+                 encoded: configdiff.Encoded, digest: str, snapshot_size: int) -> None:
+        self.snapshot_stamp = snapshot_stamp
+        self.config = config
+        self.encoded = encoded
+        self.digest = digest
+        self.snapshot_size = snapshot_size
+        self.journal_stamp: tuple[int, int, int] | None = None
+        # after the last record applied, where the next goes (0: no journal continues it)
+        self.journal_end = 0
+        self.records = 0
+
+    def successor(self) -> _State:
+        fresh = _State(self.snapshot_stamp, self.config, self.encoded, self.digest,
+                       self.snapshot_size)
+        fresh.journal_stamp, fresh.journal_end = self.journal_stamp, self.journal_end
+        fresh.records = self.records
+        return fresh
+
+
+@dataclass
+class Replica:
+    """A candidate's copy of the store (`FileStore.replica`)."""
+
+    digest: str  # SHA-256 of the snapshot the journal continues
+    journal: bytes
+    serial: int
+    snapshot: bytes | None
+
+
+class _Journal:
+    def __init__(self, header: str | None, header_end: int, records: list[tuple[int, bytes]],
+                 stamp: tuple[int, int, int] | None) -> None:
+        self.header = header  # the SHA-256 of the snapshot it continues
+        self.header_end = header_end
+        self.records = records  # (offset after the line, record)
+        self.stamp = stamp
+
+
+def _read_journal(path: Path, start: int = 0) -> _Journal | None:
+    """The journal's whole, intact lines from `start` (0: with its header); None if absent.
+    Reading stops at the first torn or damaged line."""
+    try:
+        with path.open("rb") as file:
+            stat = os.fstat(file.fileno())
+            data = file.read() if start == 0 else (file.seek(start), file.read())[1]
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StoreError(f"cannot read {path}: {err.strerror}") from None
+    return _parse_journal(data, start, (stat.st_ino, stat.st_mtime_ns, stat.st_size))
+
+
+def _parse_journal(data: bytes, start: int,
+                   stamp: tuple[int, int, int] | None) -> _Journal:
+    header: str | None = None
+    header_end = 0
+    records: list[tuple[int, bytes]] = []
+    offset = 0
+    if start == 0:
+        end = data.find(b"\n")
+        if end < 0:
+            return _Journal(None, 0, [], stamp)
+        try:
+            header = str(msgspec.json.decode(data[:end])["snapshot"])
+        except (msgspec.DecodeError, KeyError, TypeError):
+            header = None
+        offset = header_end = end + 1
+    while True:
+        end = data.find(b"\n", offset)
+        if end < 0:
+            break
+        line = data[offset:end]
+        crc, _, record = line.partition(b" ")
+        try:
+            if int(crc, 16) != zlib.crc32(record):
+                break
+        except ValueError:
+            break
+        offset = end + 1
+        records.append((start + offset, record))
+    return _Journal(header, header_end, records, stamp)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def atomic_write(path: Path, data: bytes, mode: int = CONFIG_MODE) -> None:
@@ -215,22 +557,22 @@ class ConfigCache:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[object, ...] | None = None
         self._config: model.ConfigData | None = None
         self.error: str | None = None
 
     def __call__(self) -> model.ConfigData | None:
+        """The shared snapshot (`FileStore.snapshot`): read it, never change it."""
         if self.path is None:
             return None
-        try:
-            st = self.path.stat()
-        except OSError:
+        store = FileStore(self.path)
+        stamp = store.stamp()
+        if stamp[0] is None:
             self._config, self._stamp = None, None
             return None
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
             try:
-                self._config = FileStore(self.path).load()
+                self._config = store.snapshot()
                 self.error = None
             except HerderError as err:  # keep the last good config; say why
                 self.error = str(err)

@@ -4,15 +4,26 @@ Switching is one setting: a config location `etcds://HOST:PORT[,HOST:PORT...]/CL
 `--config` or `HERDER_CONFIG`) opens an `EtcdStore` (see `herder.core.store.open_store`), over
 HTTPS with a client certificate and etcd's authentication, as the client settings file says
 (`herder.core.etcd_settings`); `etcd://` is the same over plain HTTP without authentication, for
-tests on loopback only. Any other location is a file, as before. The document is stored at
-`/herder/<CLUSTER>/config`, encoded as the file would be. Secrets (the HMAC key, certificates)
-are not in etcd: they stay in the local directory (`directory`, default /var/lib/herder).
+tests on loopback only. Any other location is a file, as before. Secrets (the HMAC key,
+certificates) are not in etcd: they stay in the local directory (`directory`, default
+/var/lib/herder).
+
+Layout (far below etcd's default limits at 10,000 instances: 1.5 MiB a request, 128 operations
+a transaction): the head `/herder/<CLUSTER>/config` holds the document's own fields, the cluster
+and maintenance sections and the current generation; every node group, node, instance and
+network is its own key `/herder/<CLUSTER>/objects/<generation>/<table>/<UUID>`. A change is one
+transaction: the head and the objects it touched (`core.configdiff`). An import, a restore or a
+change too big for one transaction writes every object under a new generation in bounded
+batches (invisible until then) and switches the head to it in one transaction; a crash before
+the switch leaves the old state. Readers take the head and the objects at the head's revision.
+A head holding a whole document (herder before the objects layout) is read as such; the next
+write moves it to objects.
 
 A change is made in three layers:
 - **lock**: writers serialize on `/herder/<CLUSTER>/lock`, created if absent and attached to a
   short lease of their own (released by revoking the lease, so a writer that dies frees it within
   `lock_ttl` seconds); waiting writers retry with a small jittered backoff;
-- **compare-and-swap**: the put is a transaction that compares the document's mod_revision with
+- **compare-and-swap**: the write is a transaction that compares the head's mod_revision with
   the one read, so even a writer whose lock expired cannot overwrite a newer document — that write
   fails with "concurrent write" and nothing is written;
 - **fence** (optional, a `herder.core.lease.Fence` or `MasterLease`): the same transaction also
@@ -20,8 +31,8 @@ A change is made in three layers:
   master's write is refused by etcd itself ("not the master"), however late it arrives.
 
 A transaction whose reply was lost (a member died) may have been applied: the store then reads
-the document back and counts it as written only if it holds exactly the bytes it sent, so a write is
-never lost or applied twice.
+the head back and counts it as written only if it holds exactly the bytes it sent (its serial and
+time make it unique), so a write is never lost or applied twice.
 """
 
 from __future__ import annotations
@@ -29,12 +40,15 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from herder.core import etcd, etcd_settings, model, upgrade
+import msgspec
+
+from herder.core import configdiff, etcd, etcd_settings, model, upgrade
 from herder.core.errors import ConfigError, StoreError
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
 from herder.core.store import ETCD_SCHEMES, is_etcd_location
@@ -96,6 +110,13 @@ class EtcdStore:
         self.lock_ttl = lock_ttl
         self.lock_wait = lock_wait
         self._local_dir = Path(local_dir)
+        self.objects_root = f"/herder/{cluster}/objects/"
+        self._cached: _EtcdState | None = None
+        # held from a write's commit until the cache holds its state, and by a reader that
+        # reloads: a reader that sees the head move waits for this process's writer instead
+        # of reading the whole document again (and readers never reload it twice at once)
+        self._state_lock = threading.RLock()
+        self._writers = threading.Lock()
 
     @classmethod
     def from_location(cls, location: str, **kwargs: Any) -> EtcdStore:
@@ -143,18 +164,153 @@ class EtcdStore:
         except ConfigError as err:
             raise ConfigError(f"{self.location}: {err}") from None
 
+    def _objects_prefix(self, generation: str) -> str:
+        return f"{self.objects_root}{generation}/"
+
+    def _document(self, head: etcd.KeyValue, revision: int) -> bytes:
+        """The whole document of `head` (read at `revision`): a head of the objects layout
+        with its objects gathered, page by page at that one revision; an old single-key
+        document as it is."""
+        layout = _head(head.value)
+        if layout is None:
+            return head.value
+        prefix = self._objects_prefix(layout.generation)
+        tables: dict[str, dict[str, msgspec.Raw]] = {name: {} for name in configdiff.TABLES}
+        start = prefix.encode()
+        end = etcd.prefix_end(start)
+        while True:
+            page = self.client.range(start, range_end=end, limit=PAGE_KEYS, revision=revision)
+            for kv in page.kvs:
+                table, _, uuid = kv.key.decode()[len(prefix):].partition("/")
+                if table in tables:
+                    tables[table][uuid] = msgspec.Raw(kv.value)
+            if len(page.kvs) < PAGE_KEYS:
+                break
+            start = page.kvs[-1].key + b"\0"
+        return _ENCODER.encode({**layout.document, **tables})
+
+    def _load_state(self) -> _EtcdState:
+        for _ in range(5):
+            found = self.client.range(self.key)
+            head = found.first
+            if head is None:
+                self._read()  # says there is none
+            assert head is not None
+            try:
+                raw = self._document(head, found.revision)
+            except etcd.EtcdError as err:
+                if "compacted" in str(err):  # the revision went meanwhile: read again
+                    continue
+                raise
+            config = self._decode(raw)
+            return _EtcdState(head.mod_revision, head.value, config,
+                              configdiff.Encoded.of(config), _head(head.value))
+        raise StoreError(f"{self.location}: the config kept changing while being read")
+
     def load(self) -> model.ConfigData:
-        return self._decode(self._read().value)
+        return self._load_state().config
 
     def load_with_revision(self) -> tuple[model.ConfigData, int]:
-        kv = self._read()
-        return self._decode(kv.value), kv.mod_revision
+        state = self._load_state()
+        return state.config, state.revision
+
+    def snapshot(self) -> model.ConfigData:
+        """The current document, shared by this process's readers (read again only when the
+        head's revision moved; this process's own writes keep it current): read it, never
+        change it."""
+        return self._state().config
+
+    def _state(self) -> _EtcdState:
+        head = self._read()
+        state = self._cached
+        if state is None or state.revision != head.mod_revision:
+            with self._state_lock:
+                state = self._cached
+                if state is None or state.revision < head.mod_revision:
+                    state = self._follow(state, head) if state is not None else None
+                    if state is None:
+                        state = self._load_state()
+                    self._cached = state
+        return state
+
+    def _follow(self, state: _EtcdState, head: etcd.KeyValue) -> _EtcdState | None:
+        """`state` brought to `head` by what changed since (another process's writes): the
+        objects modified after its revision, the keys gone, the head's fields and sections,
+        applied as one change set (only those objects decoded). None when it cannot be (a
+        new generation, an old single-key head, a revision compacted away)."""
+        layout = _head(head.value)
+        if layout is None or state.layout is None or layout.generation != state.layout.generation:
+            return None
+        prefix = self._objects_prefix(layout.generation)
+        start, end = prefix.encode(), etcd.prefix_end(prefix.encode())
+        revision = head.mod_revision
+        change = configdiff.ChangeSet()
+        try:
+            while True:
+                page = self.client.range(start, range_end=end, limit=PAGE_KEYS,
+                                         revision=revision,
+                                         min_mod_revision=state.revision + 1)
+                for kv in page.kvs:
+                    table, _, uuid = kv.key.decode()[len(prefix):].partition("/")
+                    if table in configdiff.TABLES:
+                        change.puts.setdefault(table, {})[uuid] = kv.value
+                if len(page.kvs) < PAGE_KEYS:
+                    break
+                start = page.kvs[-1].key + b"\0"
+            count = self.client.range(prefix.encode(), range_end=end, revision=revision,
+                                      count_only=True).count
+            known = sum(len(getattr(state.config, name)) for name in configdiff.TABLES)
+            added = sum(1 for name, puts in change.puts.items()
+                        for uuid in puts if uuid not in getattr(state.config, name))
+            if count != known + added:  # objects were deleted: find which
+                present = self._keys(prefix, end, revision)
+                for name in configdiff.TABLES:
+                    gone = [u for u in getattr(state.config, name) if (name, u) not in present]
+                    if gone:
+                        change.deletes[name] = gone
+        except etcd.EtcdError as err:
+            if "compacted" in str(err):
+                return None
+            raise
+        document = layout.document
+        change.top = {name: document[name] for name in configdiff.TOP_FIELDS
+                      if name in document}
+        for name in configdiff.SECTIONS:
+            raw = _ENCODER.encode(document.get(name))
+            if raw != state.encoded.sections.get(name):
+                change.sections[name] = raw
+        try:
+            config = configdiff.apply(state.config, change)
+        except ConfigError as err:
+            raise ConfigError(f"{self.location}: {err}") from None
+        return _EtcdState(revision, head.value, config, configdiff.Encoded.of(config), layout)
+
+    def _keys(self, prefix: str, end: bytes, revision: int) -> set[tuple[str, str]]:
+        """(table, UUID) of every object key under `prefix` at `revision`."""
+        found: set[tuple[str, str]] = set()
+        start = prefix.encode()
+        while True:
+            page = self.client.range(start, range_end=end, limit=PAGE_KEYS * 20,
+                                     revision=revision, keys_only=True)
+            for kv in page.kvs:
+                table, _, uuid = kv.key.decode()[len(prefix):].partition("/")
+                found.add((table, uuid))
+            if len(page.kvs) < PAGE_KEYS * 20:
+                return found
+            start = page.kvs[-1].key + b"\0"
 
     # --- writing --------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the writers' lock key (waits for other writers, up to `lock_wait` seconds)."""
+        """Hold the writers' lock key (waits for other processes' writers, up to `lock_wait`
+        seconds; this process's writers queue in turn first, so a hundred jobs of one masterd
+        do not spend their wait on each other)."""
+        with self._writers, self._locked_key():
+            yield
+
+    @contextlib.contextmanager
+    def _locked_key(self) -> Iterator[None]:
         lease = self.client.lease_grant(self.lock_ttl)
         token = f"{os.getpid()}-{lease.id:x}"
         deadline = time.monotonic() + self.lock_wait
@@ -187,8 +343,11 @@ class EtcdStore:
     def _fence(self) -> Fence | None:
         return resolve_fence(self.fence, self.location)
 
-    def _put(self, data: bytes, compare: list[dict[str, object]], what: str) -> None:
-        """Put the document if `compare` (and the fence) hold; explain a refusal."""
+    def _commit(self, head: bytes, ops: list[dict[str, object]],
+                compare: list[dict[str, object]], what: str) -> int:
+        """One transaction: the head and `ops` if `compare` (and the fence) hold; the head's
+        new revision. A refusal is explained; a lost reply whose transaction was applied (the
+        head holds exactly our bytes) counts as written."""
         fence = self._fence()
         checks = list(compare)
         if fence is not None:
@@ -197,15 +356,15 @@ class EtcdStore:
                 etcd.cmp_create(self.master_key, fence.epoch),
             ]
         try:
-            result = self.client.txn(checks, [etcd.op_put(self.key, data)],
+            result = self.client.txn(checks, [etcd.op_put(self.key, head), *ops],
                                      [etcd.op_range(self.key), etcd.op_range(self.master_key)])
         except etcd.EtcdError as err:
             raise StoreError(f"{self.location}: {what} failed, maybe not written: {err}") from None
         if result.succeeded:
-            return
+            return result.revision
         current = result.ranges[0].first if result.ranges else None
-        if current is not None and current.value == data:
-            return  # our own write, applied before its reply was lost
+        if current is not None and current.value == head:
+            return current.mod_revision  # our own write, applied before its reply was lost
         master = result.ranges[1].first if len(result.ranges) > 1 else None
         if fence is not None and (
             master is None or master.value.decode() != fence.node_name
@@ -219,31 +378,165 @@ class EtcdStore:
             )
         raise StoreError(f"{self.location}: concurrent write during {what}; nothing written")
 
+    def _write_generation(self, config: model.ConfigData, compare: list[dict[str, object]],
+                          old: _Head | None, what: str) -> _EtcdState:
+        """Write every object under a new generation (batches of bounded transactions, not
+        visible yet), then switch the head to it in one transaction; then drop the old one.
+        A crash before the switch leaves the old state (and unused keys, dropped by the next
+        generation write)."""
+        generation = os.urandom(8).hex()
+        prefix = self._objects_prefix(generation)
+        encoded = configdiff.Encoded.of(config)
+        batch: list[dict[str, object]] = []
+        size = 0
+        for name, table in encoded.tables.items():
+            for uuid, raw in table.items():
+                if len(batch) >= MAX_TXN_OPS - 1 or size + len(raw) > MAX_TXN_BYTES:
+                    self._put_batch(batch, what)
+                    batch, size = [], 0
+                batch.append(etcd.op_put(f"{prefix}{name}/{uuid}", raw))
+                size += len(raw) + 100
+        if batch:
+            self._put_batch(batch, what)
+        head = _head_value(generation, config, encoded)
+        revision = self._commit(head, [], compare, what)
+        with contextlib.suppress(etcd.EtcdError):  # unused generations (also of dead writers)
+            for stale in self._generations() - {generation}:
+                self.client.delete(self._objects_prefix(stale), prefix=True)
+        return _EtcdState(revision, head, config, encoded, _head(head))
+
+    def _generations(self) -> set[str]:
+        found = set()
+        start = self.objects_root.encode()
+        end = etcd.prefix_end(start)
+        while start < end:
+            page = self.client.range(start, range_end=end, limit=1)
+            if not page.kvs:
+                break
+            generation = page.kvs[0].key.decode()[len(self.objects_root):].split("/", 1)[0]
+            found.add(generation)
+            start = etcd.prefix_end(self._objects_prefix(generation).encode())
+        return found
+
+    def _put_batch(self, batch: list[dict[str, object]], what: str) -> None:
+        try:
+            self.client.txn([], batch)
+        except etcd.EtcdError as err:
+            raise StoreError(f"{self.location}: {what} failed, nothing written: {err}") from None
+
     def create(self, config: model.ConfigData) -> None:
         config = model.revalidate(config)
         with self.locked():
             if self.exists():
                 raise StoreError(f"{self.location} already exists; refusing to overwrite it")
-            self._put(model.encode(config), [etcd.cmp_create(self.key, 0)], "create")
+            self._cached = self._write_generation(config, [etcd.cmp_create(self.key, 0)], None,
+                                                  "create")
 
     @contextlib.contextmanager
     def update(self) -> Iterator[model.ConfigData]:
-        """Change the document: nothing is written if the block raises or validation fails."""
+        """Change the document: nothing is written if the block raises or validation fails.
+        One transaction writes the head and the objects that changed (a change too big for
+        one transaction writes a new generation of every object)."""
         with self.locked():
-            config, revision = self.load_with_revision()
+            state = self._state()
+            current = state.config
+            # tables that copy each object the block reads: `current` (the readers') stays
+            config = configdiff.writable(current, state.encoded)
+            kept = current.__dict__.get("_index")
+            started = kept[1] if kept is not None else None
+            config.changing(lookup=started)
             yield config
+            config.changing(False)
             config.touch(model.now())
+            change = configdiff.diff(state.encoded, config)
+            configdiff.settle(config, current, change)
             try:
-                checked = model.revalidate(config)
+                configdiff.check(config, change, started)
             except ConfigError as err:
                 raise ConfigError(f"change refused, nothing written: {err}") from None
-            self._put(model.encode(checked), [etcd.cmp_mod(self.key, revision)], "update")
+            with self._state_lock:
+                new_state = self._apply(state, config, change)
+                index = current.__dict__.get("_index")
+                if index is not None:
+                    current.__dict__.pop("_index", None)
+                    config.keep_index(configdiff.follow(index[1], config, change))
+                self._cached = new_state
+
+    def _apply(self, state: _EtcdState, config: model.ConfigData,
+               change: configdiff.ChangeSet) -> _EtcdState:
+        compare = [etcd.cmp_mod(self.key, state.revision)]
+        ops = change.touched()
+        size = sum(len(raw) for puts in change.puts.values() for raw in puts.values())
+        if state.layout is None or ops + 1 > MAX_TXN_OPS or size > MAX_TXN_BYTES:
+            return self._write_generation(config, compare, state.layout, "update")
+        prefix = self._objects_prefix(state.layout.generation)
+        encoded = configdiff.Encoded.of(config)
+        writes: list[dict[str, object]] = [
+            etcd.op_put(f"{prefix}{name}/{uuid}", raw)
+            for name, puts in change.puts.items() for uuid, raw in puts.items()]
+        writes += [etcd.op_delete(f"{prefix}{name}/{uuid}")
+                   for name, gone in change.deletes.items() for uuid in gone]
+        head = _head_value(state.layout.generation, config, encoded)
+        revision = self._commit(head, writes, compare, "update")
+        return _EtcdState(revision, head, config, encoded, _head(head))
 
     def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
-        data = model.encode(model.revalidate(config))
+        config = model.revalidate(config)
         with self.locked():
             kv = self.client.get(self.key)
             compare = ([etcd.cmp_mod(self.key, kv.mod_revision)] if kv
                        else [etcd.cmp_create(self.key, 0)])
-            self._put(data, compare, "replace")
+            self._cached = self._write_generation(config, compare,
+                                                  _head(kv.value) if kv else None, "replace")
+
+
+# etcd's defaults: 128 operations per transaction (--max-txn-ops), requests up to 1.5 MiB
+# (--max-request-bytes); herder stays well inside both
+MAX_TXN_OPS = 100
+MAX_TXN_BYTES = 512 * 1024
+PAGE_KEYS = 500  # objects per range read (a page stays far below the reply limits)
+_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
+class _Head(msgspec.Struct, forbid_unknown_fields=True):
+    """The head key of the objects layout: where the objects are, and the document's own
+    fields and sections."""
+
+    layout: int
+    generation: str
+    document: dict[str, Any]
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+
+
+def _head(raw: bytes) -> _Head | None:
+    """The head of the objects layout, or None for an old single-key document."""
+    if b'"layout"' not in raw[:200]:
+        return None
+    try:
+        return _HEAD.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _head_value(generation: str, config: model.ConfigData,
+                encoded: configdiff.Encoded) -> bytes:
+    document: dict[str, Any] = dict(configdiff.top_fields(config))
+    document.update({name: msgspec.Raw(raw) for name, raw in encoded.sections.items()})
+    # layout first: a reader tells the layout from the value's first bytes
+    return b'{"layout":2,' + _ENCODER.encode(
+        {"document": document, "generation": generation})[1:]
+
+
+class _EtcdState:
+    """One process's view of the store: the head's revision and the shared config."""
+
+    def __init__(self, revision: int, head: bytes, config: model.ConfigData,
+                 encoded: configdiff.Encoded, layout: _Head | None) -> None:
+        self.revision = revision
+        self.head = head
+        self.config = config
+        self.encoded = encoded
+        self.layout = layout

@@ -24,7 +24,10 @@ from typing import Any
 MAX_DEPTH = 64
 MAX_BYTES = 64 << 20  # the largest document any edge takes unless it says less
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+# What the depth check keeps of a JSON text once escapes are gone: quotes and brackets (a few
+# bytes per string and container, so the string-removing pass runs over little).
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'"[]{}')
+_PLAIN_STRING = re.compile(rb'"[^"]*"')
 _NOT_BRACKET = bytes(range(256)).translate(None, b"[]{}")
 _ONE_BRACKET = bytes.maketrans(b"{}", b"[]")
 # TOML: basic and literal strings (one- and multi-line), comments; dotted keys nest too.
@@ -56,6 +59,17 @@ def _bracket_depth_at_most(brackets: bytes, max_depth: int) -> bool:
     return not brackets
 
 
+def _structure(data: bytes) -> bytes:
+    """`data` without its strings' contents, keeping brackets outside strings only: escaped
+    backslashes go first, then escaped quotes, then every byte but quotes and brackets, so the
+    remaining strings are plain `"..."` runs: the same brackets as removing each whole string,
+    over far fewer bytes (megabyte config documents are checked in milliseconds)."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    bare = data.translate(None, _NOT_STRUCTURE).replace(b'""', b"")  # most strings: no bracket
+    return _PLAIN_STRING.sub(b"", bare)
+
+
 def check(raw: bytes | bytearray | memoryview | str, *, what: str = "JSON document",
           max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES) -> None:
     """Refuse (BadDocument) a JSON text larger than `max_bytes` or nested deeper than
@@ -65,7 +79,7 @@ def check(raw: bytes | bytearray | memoryview | str, *, what: str = "JSON docume
         raise BadDocument(f"{what} is too large ({len(data)} bytes; at most {max_bytes})")
     if data.count(b"[") + data.count(b"{") <= max_depth:
         return  # cannot nest deeper than it has brackets
-    brackets = _JSON_STRING.sub(b"", data).translate(_ONE_BRACKET, _NOT_BRACKET)
+    brackets = _structure(data).translate(_ONE_BRACKET, _NOT_BRACKET)
     if not _bracket_depth_at_most(brackets, max_depth):
         raise BadDocument(f"{what} is nested too deeply (more than {max_depth} levels)")
 

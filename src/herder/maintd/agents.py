@@ -89,12 +89,17 @@ def split_reports(body: Any) -> dict[ReportKey, Any]:
 class AgentPoller:
     """Polls every node's mond once (`poll`), over one kept-alive httpx client per agent: one
     client for all would keep every connection in one pool, whose bookkeeping grows with the
-    square of the nodes (httpcore); one client per agent and poll would connect every time."""
+    square of the nodes (httpcore); one client per agent and poll would connect every time.
+
+    At most `concurrency` agents are asked at once (1,000 nodes: no burst of 1,000 connections
+    and parsers), and each answer, retry included, must arrive within `timeout` seconds: a
+    dead or stalled agent costs its slot that long and nothing more."""
 
     def __init__(self, port: int = 1815, timeout: float = 5.0,
-                 address: Callable[[Node], str] | None = None) -> None:
+                 address: Callable[[Node], str] | None = None, concurrency: int = 64) -> None:
         self.port = port
         self.timeout = timeout
+        self.concurrency = concurrency
         self.address = address or (lambda n: n.ip or n.name)
         self._clients: dict[str, httpx.AsyncClient] = {}  # agent's base URL -> its client
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -118,7 +123,16 @@ class AgentPoller:
             self._clients[base] = client
         return client
 
-    async def _one(self, node: Node) -> AgentReports:
+    async def _one(self, node: Node, limit: asyncio.Semaphore) -> AgentReports:
+        async with limit:
+            try:
+                return await asyncio.wait_for(self._ask(node), self.timeout)
+            except TimeoutError:
+                log.info("no reports from %s: no answer within %g s", node.name, self.timeout)
+                return AgentReports(node.uuid, error=f"unreachable: no answer within "
+                                                     f"{self.timeout:g} s")
+
+    async def _ask(self, node: Node) -> AgentReports:
         client = self._client(self.base_url(node))
         try:
             try:
@@ -141,7 +155,8 @@ class AgentPoller:
         wanted = {self.base_url(n) for n in nodes}
         for base in set(self._clients) - wanted:  # nodes that left the cluster
             await self._clients.pop(base).aclose()
-        results = await asyncio.gather(*(self._one(n) for n in nodes))
+        limit = asyncio.Semaphore(self.concurrency)
+        results = await asyncio.gather(*(self._one(n, limit) for n in nodes))
         return AgentRound({r.node: r for r in results})
 
     async def close(self) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, locking, model, serve
+from herder.core import envelope, heap, locking, model, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
@@ -84,13 +84,14 @@ def master_problem(config: model.ConfigData, me: str, *, explicit: bool) -> str 
 
 
 def lock_manager_for(store: ConfigStore) -> locking.LockManager:
-    config = store.load()
+    config = store.snapshot()  # the shared copy (names only): no second decoded document
     return locking.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
                                instances=config.instances, networks=config.networks)
 
 
 class MasterDaemon:
     def __init__(self, settings: MasterSettings, rpc: NodeRpc | None = None) -> None:
+        heap.limit_arenas()  # before any thread: see core.heap
         self.settings = settings
         self.me = settings.node_name or socket.getfqdn()
         self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
@@ -109,7 +110,8 @@ class MasterDaemon:
             if not self.store.exists():  # a node that holds no config cannot be the master
                 raise NotMaster(f"no cluster config at {settings.config_path} (the master and "
                                 "the master candidates have one)")
-        config = self.store.load()  # refuse a broken config, with the reason
+        # refuse a broken config, with the reason (the shared copy masterd keeps reading)
+        config = self.store.snapshot()
         if self.lease is not None:  # any node may campaign; the lease decides
             if masterd_etcd.find_me(config, self.me) is None:
                 raise NotMaster(f"this node ({self.me}) is not a node of the cluster")
@@ -161,7 +163,7 @@ class MasterDaemon:
 
     def still_master(self) -> str | None:
         """None while the config still names this masterd's master and epoch, else why not."""
-        config = self.store.load()
+        config = self.store.snapshot()
         c = config.cluster
         if c.master_epoch != self.epoch or c.master_node != self.master_uuid:
             return (f"the config names {config.node_name(c.master_node)} as master at epoch "
@@ -174,6 +176,7 @@ class MasterDaemon:
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.check_interval)
             if stop.is_set():
                 return
+            heap.trim(every=5.0)  # what bulk answers and job bursts freed goes back
             try:
                 reason = await asyncio.to_thread(self.still_master)
             except (HerderError, OSError, ValueError) as err:

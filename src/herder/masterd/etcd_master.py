@@ -72,7 +72,9 @@ class EtcdConfigCache:
                 self._config, self._revision = None, None
                 return None
             if kv.mod_revision != self._revision:
-                self._config = self.store._decode(kv.value)
+                # the store's shared snapshot: current after this masterd's own writes, read
+                # again (objects and all) only after another writer's
+                self._config = self.store.snapshot()
                 self._revision = kv.mod_revision
             self.error = None
         except HerderError as err:  # keep the last good config; say why

@@ -63,7 +63,7 @@ def request_template(config: model.ConfigData, request: Mapping[str, Any]) -> st
     if isinstance(template, str):
         return template
     name = request.get("name")
-    inst = next((i for i in config.instances.values() if i.name == name), None)
+    inst = config.find_instance_by_name(name) if isinstance(name, str) else None
     if inst is not None:
         return inst.disk_template
     templates = config.cluster.enabled_disk_templates
@@ -78,7 +78,7 @@ def node_figures(config: model.ConfigData, node: model.Node, info: livefigures.N
     template (0 when that template reports no space), the node OS's memory and CPUs as
     reserved."""
     runs = info.instances or {}
-    primaries = [i for i in config.instances.values() if i.primary_node == node.uuid]
+    primaries = config.primary_instances(node.uuid)
     free_memory = livefigures.free_memory_for_allocation(info.memory_free, [
         (config.filled_beparams(i)["maxmem"], i.admin_state == "up",
          runs[i.name].memory if i.name in runs else None) for i in primaries])
@@ -112,7 +112,7 @@ def build_message(config: model.ConfigData, request: Mapping[str, Any],
     nodes: dict[str, Any] = {}
     for node in config.nodes.values():
         info = live.info(node.uuid)
-        primaries = [i for i in config.instances.values() if i.primary_node == node.uuid]
+        primaries = config.primary_instances(node.uuid)
         nd = config.filled_ndparams(node)
         entry: dict[str, Any] = {
             "primary_ip": node.primary_ip, "secondary_ip": node.secondary_ip or node.primary_ip,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -85,6 +86,17 @@ class Snapshot:
         """The node's live instances; None when it gave no answer."""
         info = self.info(uuid)
         return None if info is None else (info.instances or {})
+
+    @functools.cached_property
+    def reporters(self) -> Mapping[str, list[str]]:
+        """Instance name -> the UUIDs of the nodes that report it running (built once per
+        snapshot: a list of 10,000 instances asks it for each)."""
+        found: dict[str, list[str]] = {}
+        for uuid, answer in self.answers.items():
+            if answer.info is not None:
+                for name in answer.info.instances or {}:
+                    found.setdefault(name, []).append(uuid)
+        return found
 
 
 EMPTY = Snapshot(frozenset(), {})

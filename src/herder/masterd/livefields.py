@@ -85,9 +85,9 @@ def _find_run(config: model.ConfigData, inst: model.Instance, live: Snapshot
     runs = live.runs(inst.primary_node)
     if runs is not None and inst.name in runs:
         return ON_PRIMARY, runs[inst.name]
-    for node in sorted(config.nodes.values(), key=lambda n: n.name):
-        if node.uuid == inst.primary_node:
-            continue
+    elsewhere = [config.nodes[uuid] for uuid in live.reporters.get(inst.name, ())
+                 if uuid != inst.primary_node and uuid in config.nodes]
+    for node in sorted(elsewhere, key=lambda n: n.name):
         runs = live.runs(node.uuid)
         if runs is not None and inst.name in runs:
             return ELSEWHERE, runs[inst.name]

@@ -40,7 +40,7 @@ class Processor:
 
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any:
         unit = self.make_lu(op, ctx.feedback)
-        snapshot = self.env.store.load()
+        snapshot = self.env.store.snapshot()  # read only: the shared copy
         plan = [LockRequest(locking.LEVEL_CLUSTER, [locking.BGL], shared=not unit.REQ_BGL),
                 *sorted(unit.declare_locks(snapshot), key=lambda r: r.level)]
         ctx.set_waiting()
@@ -48,7 +48,7 @@ class Processor:
         try:
             self._acquire_all(ctx, plan, held)
             ctx.set_running()
-            config = self.env.store.load()  # the config as it is now that we hold the locks
+            config = self.env.store.snapshot()  # as it is now that we hold the locks
             unit.check(config)
             if op.dry_run:
                 ctx.feedback("dry run: all checks passed, nothing changed")

@@ -49,6 +49,7 @@ FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-migrate-r
             "node-evac-res1"]
 _encode = msgspec.json.Encoder().encode
 ROUTES = access.Routes("masterd")  # who may call each route: enforced by the middleware
+INSTANCE_VIEWS = views.InstanceViews()  # the bulk instance list, encoded per object
 
 
 class ConfigView(Protocol):
@@ -547,7 +548,7 @@ async def instances(request: web.Request) -> web.Response:
     ordered = sorted(config.instances.values(), key=lambda i: i.name)
     if flag(request, "bulk"):
         live = await live_of(request, config)
-        return ok([views.instance_view(config, i, live) for i in ordered])
+        return web.Response(body=INSTANCE_VIEWS.encode(config, ordered, live), content_type=JSON)
     return ok(listing([i.name for i in ordered], "/2/instances"))
 
 

@@ -29,16 +29,20 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from herder import __version__
-from herder.core import hvfiles, model, node_certs, params, ssconf, uidpool
+from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -135,12 +139,28 @@ def _can_run(inst: model.Instance, node: model.Node) -> bool:
     return template in params.DTS_EXT_MIRROR or node.uuid in inst.all_nodes
 
 
+def instance_files(config: model.ConfigData) -> dict[str, set[str]]:
+    """Instance UUID -> the files its filled hypervisor parameters name (only instances that
+    name some, of an enabled hypervisor): computed once per plan, not once per node."""
+    found: dict[str, set[str]] = {}
+    for inst in config.instances.values():
+        if inst.hypervisor not in config.cluster.enabled_hypervisors:
+            continue
+        filled = config.filled_hvparams(inst)
+        files = {str(filled[p]) for p in HV_FILE_PARAMS if filled.get(p)}
+        if files:
+            found[inst.uuid] = files
+    return found
+
+
 def hypervisor_files(config: model.ConfigData, node: model.Node,
-                     where: Path | None = None) -> list[str]:
+                     where: Path | None = None,
+                     per_instance: dict[str, set[str]] | None = None) -> list[str]:
     """The files the enabled hypervisors' parameters name that `node` needs: the cluster
     defaults on every VM-capable node, an instance's value on the nodes that can run it. Only
     files in `where`, the cluster's hypervisor file directory (`core.hvfiles`; None: none at
-    all), are the cluster's: a parameter naming any other file sends nothing."""
+    all), are the cluster's: a parameter naming any other file sends nothing. `per_instance`:
+    `instance_files(config)`, when the caller asks for many nodes."""
     c = config.cluster
     wanted: set[str] = set()
     if not node.vm_capable:
@@ -150,11 +170,11 @@ def hypervisor_files(config: model.ConfigData, node: model.Node,
             if hv in params.HYPERVISORS else []
         filled = params.fill(params.hv_family(hv).defaults(), c.hvparams.get(hv)) if names else {}
         wanted.update(str(filled[p]) for p in names if filled.get(p))
-    for inst in config.instances.values():
-        if inst.hypervisor not in c.enabled_hypervisors or not _can_run(inst, node):
-            continue
-        filled = config.filled_hvparams(inst)
-        wanted.update(str(filled[p]) for p in HV_FILE_PARAMS if filled.get(p))
+    if per_instance is None:
+        per_instance = instance_files(config)
+    for uuid, files in per_instance.items():
+        if _can_run(config.instances[uuid], node):
+            wanted.update(files)
     return sorted(p for p in wanted
                   if where is not None and hvfiles.path_problem(p, where) is None)
 
@@ -168,8 +188,9 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
     rapi = [str(secrets.certificate), str(secrets.rapi_users)]
     everything = set(user_list) | set(rapi) | {str(secrets.hmac_key)}
     hv_dir = hvfiles.directory(config_path.parent)
+    per_instance = instance_files(config)
     for node in config.nodes.values():
-        everything.update(hypervisor_files(config, node, hv_dir))
+        everything.update(hypervisor_files(config, node, hv_dir, per_instance))
     facts = ssconf_values(config, everything)
     wanted = set(only) if only is not None else None
     plans: dict[str, NodePlan] = {}
@@ -181,7 +202,7 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
             continue
         candidate = node.master_candidate
         files = list(user_list)
-        files += hypervisor_files(config, node, hv_dir)
+        files += hypervisor_files(config, node, hv_dir, per_instance)
         if candidate:
             files += [str(secrets.rapi_users)]
         if full:
@@ -227,6 +248,10 @@ class Redistributor:
         self.queue_dir = queue_dir
         self.workers = workers
         self._sent_queue: dict[str, dict[str, tuple[int, int]]] = {}
+        # per candidate: the snapshot (SHA-256) and the journal length its copy has
+        self._sent_journal: dict[str, tuple[str, int]] = {}
+        # per node: the digest of the ssconf and files it last received, and when
+        self._sent_files: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def push(self, config: model.ConfigData, *, full: bool = False,
@@ -235,7 +260,8 @@ class Redistributor:
         errors. Never raises for a node's failure."""
         user_files = read_user_list(self.config_path.parent / REDIST_FILES)
         plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
-        document = model.encode(config)
+        replica = self._replica(plans, full)
+        document = replica.snapshot if replica is not None else model.encode(config)
         contents: dict[str, tuple[bytes, int] | str] = {}
         hv_dir = hvfiles.directory(self.config_path.parent)
         for p in {f for np in plans.values() for f in np.files}:
@@ -250,23 +276,81 @@ class Redistributor:
         queue_now = queue_state(self.queue_dir)
         if not plans:
             return {}
+        digests = _plan_digests(plans, contents)
         with ThreadPoolExecutor(max_workers=min(self.workers, len(plans))) as pool:
-            futures = {name: pool.submit(self._push_node, config, np, document, contents,
-                                         queue_now, full)
+            futures = {name: pool.submit(self._push_node, config, np, document, replica,
+                                         contents, queue_now, full, digests[name])
                        for name, np in plans.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes,
+    def _replica(self, plans: dict[str, NodePlan], full: bool) -> store.Replica | None:
+        """The config files as the candidates copy them (snapshot bytes only when one of
+        them needs the whole document); None when the master's store has no journal (then
+        the document is encoded from the config pushed)."""
+        candidates = [np.uuid for np in plans.values() if np.candidate]
+        if not candidates:
+            return None
+        with self._lock:
+            sent = [self._sent_journal.get(uuid) for uuid in candidates]
+        file_store = store.FileStore(self.config_path)
+        if not file_store.exists():
+            return None
+        try:
+            replica = file_store.replica(with_snapshot=False)
+            if replica is not None and (full or not all(
+                    s is not None and s[0] == replica.digest and s[1] <= len(replica.journal)
+                    for s in sent)):
+                self._whole(replica)  # some candidate needs the whole document
+        except HerderError:
+            return None
+        return replica
+
+    def _config_args(self, np: NodePlan, config: model.ConfigData, document: bytes | None,
+                     replica: store.Replica | None, whole: bool) -> tuple[dict[str, Any], str]:
+        """write_config's arguments for one candidate and what they carry: the journal's new
+        records when its copy continues the master's snapshot, else the whole document."""
+        if replica is None:
+            assert document is not None
+            return ({"config": document.decode(), "serial": config.serial_no},
+                    f"config (serial {config.serial_no})")
+        with self._lock:
+            sent = self._sent_journal.get(np.uuid)
+        if not whole and sent is not None and sent[0] == replica.digest \
+                and sent[1] <= len(replica.journal):
+            data = replica.journal[sent[1]:]
+            return ({"serial": replica.serial, "journal": {
+                "snapshot": replica.digest, "offset": sent[1], "data": _b64(data)}},
+                f"config journal (serial {replica.serial}, {len(data)} bytes)")
+        assert replica.snapshot is not None
+        return ({"config": replica.snapshot.decode(), "serial": replica.serial, "journal": {
+            "snapshot": replica.digest, "offset": 0, "data": _b64(replica.journal)}},
+            f"config (serial {replica.serial})")
+
+    def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes | None,
+                   replica: store.Replica | None,
                    contents: dict[str, tuple[bytes, int] | str],
-                   queue_now: dict[str, tuple[int, int]], full: bool) -> PushResult:
+                   queue_now: dict[str, tuple[int, int]], full: bool,
+                   digest: str) -> PushResult:
         result = PushResult()
         node = config.nodes[np.uuid]
+        with self._lock:
+            last = self._sent_files.get(np.uuid)
+        # a change that leaves a node's ssconf and files as they were costs it nothing
+        # (candidates still get the config); a full push, or RESEND_AFTER, sends them again
+        if not full and last is not None and last[0] == digest \
+                and time.monotonic() - last[1] < RESEND_AFTER:
+            if np.candidate:
+                self._push_config(node, np, config, document, replica, queue_now, full, result)
+            return result
         try:
             self.rpc.call(node, "write_ssconf", {"values": np.ssconf}, timeout=30)
             result.sent.append(f"ssconf ({len(np.ssconf)} values)")
         except HerderError as err:
             result.errors.append(f"ssconf: {err}")
+            with self._lock:
+                self._sent_files.pop(np.uuid, None)
             return result  # its upload white-list is in the ssconf: nothing else can land
+        files_failed = False
         for path in np.files:
             content = contents.get(path)
             if isinstance(content, str) or content is None:
@@ -280,30 +364,89 @@ class Redistributor:
                 result.sent.append(path)
             except HerderError as err:
                 result.errors.append(f"{path}: {err}")
+                files_failed = True
+        with self._lock:
+            if files_failed:
+                self._sent_files.pop(np.uuid, None)
+            else:
+                self._sent_files[np.uuid] = (digest, time.monotonic())
         if np.candidate:
-            with self._lock:
-                before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
-            changed = {name for name, st in queue_now.items() if before.get(name) != st}
-            files: dict[str, str] = {}
-            if changed:
-                queue_dir = self.queue_dir
-                assert queue_dir is not None  # queue files are only seen in a queue directory
-                for name in sorted(changed):
-                    with contextlib.suppress(OSError):
-                        files[name] = _b64((queue_dir / name).read_bytes())
-            try:
-                self.rpc.call(node, "write_config", {
-                    "config": document.decode(), "serial": config.serial_no,
-                    "queue": {"files": files, "names": sorted(queue_now)}}, timeout=60)
-                result.sent.append(f"config (serial {config.serial_no}), "
-                                   f"{len(files)} job file(s)")
-                with self._lock:
-                    self._sent_queue[np.uuid] = queue_now
-            except HerderError as err:
-                result.errors.append(f"config: {err}")
-                with self._lock:
-                    self._sent_queue.pop(np.uuid, None)
+            self._push_config(node, np, config, document, replica, queue_now, full, result)
         return result
+
+    def _push_config(self, node: model.Node, np: NodePlan, config: model.ConfigData,
+                     document: bytes | None, replica: store.Replica | None,
+                     queue_now: dict[str, tuple[int, int]], full: bool,
+                     result: PushResult) -> None:
+        """A candidate's copy of the config and of the job queue's changed files."""
+        with self._lock:
+            before = {} if full else dict(self._sent_queue.get(np.uuid, {}))
+        changed = {name for name, st in queue_now.items() if before.get(name) != st}
+        files: dict[str, str] = {}
+        if changed:
+            queue_dir = self.queue_dir
+            assert queue_dir is not None  # queue files are only seen in a queue directory
+            for name in sorted(changed):
+                with contextlib.suppress(OSError):
+                    files[name] = _b64((queue_dir / name).read_bytes())
+        queue = {"files": files, "names": sorted(queue_now)}
+        args, what = self._config_args(np, config, document, replica, full)
+        try:
+            try:
+                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+            except HerderError:
+                if "config" in args or replica is None:
+                    raise
+                # the copy does not continue where we think: the whole document
+                args, what = self._config_args(np, config, self._whole(replica), replica,
+                                               True)
+                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+            result.sent.append(f"{what}, {len(files)} job file(s)")
+            with self._lock:
+                self._sent_queue[np.uuid] = queue_now
+                if replica is not None:
+                    self._sent_journal[np.uuid] = (replica.digest, len(replica.journal))
+        except HerderError as err:
+            result.errors.append(f"config: {err}")
+            with self._lock:
+                self._sent_queue.pop(np.uuid, None)
+                self._sent_journal.pop(np.uuid, None)
+
+    def _whole(self, replica: store.Replica) -> bytes:
+        """`replica` with its snapshot's bytes (read if it came without them)."""
+        if replica.snapshot is None:
+            fresh = store.FileStore(self.config_path).replica(with_snapshot=True)
+            if fresh is None or fresh.digest != replica.digest:
+                raise HerderError("the config changed while being pushed; the next push "
+                                  "sends it")
+            replica.snapshot = fresh.snapshot
+        assert replica.snapshot is not None
+        return replica.snapshot
+
+
+RESEND_AFTER = 600.0  # seconds after which a node gets its unchanged ssconf and files again
+
+
+def _plan_digests(plans: dict[str, NodePlan],
+                  contents: dict[str, tuple[bytes, int] | str]) -> dict[str, str]:
+    """Node name -> a digest of the ssconf and the files it receives. The plans share their
+    ssconf values (the same strings), so each distinct set is hashed once."""
+    file_digests = {path: hashlib.sha256(repr(content[1]).encode() + content[0]).hexdigest()
+                    if isinstance(content, tuple) else f"unreadable: {content}"
+                    for path, content in contents.items()}
+    by_values: dict[tuple[int, ...], str] = {}
+    digests = {}
+    for name, np in plans.items():
+        identity = tuple(map(id, np.ssconf.values()))
+        ssconf_digest = by_values.get(identity)
+        if ssconf_digest is None:
+            ssconf_digest = hashlib.sha256(msgspec.json.encode(
+                sorted(np.ssconf.items()))).hexdigest()
+            by_values[identity] = ssconf_digest
+        files = [f"{path}={file_digests.get(path, 'absent')}" for path in np.files]
+        digests[name] = hashlib.sha256(
+            "\n".join([ssconf_digest, *files]).encode()).hexdigest()
+    return digests
 
 
 def report(results: dict[str, PushResult]) -> dict[str, dict[str, Any]]:
@@ -330,7 +473,7 @@ async def watch(daemon: Any, stop: Any, interval: float | None = None,
     retry_at = 0.0
     while not stop.is_set():
         try:
-            config = await asyncio.to_thread(daemon.store.load)
+            config = await asyncio.to_thread(daemon.store.snapshot)
             key = (config.serial_no, await asyncio.to_thread(queue_state, daemon.env.queue_dir))
             if daemon.deposed is None and (key != last or (retry_at and
                                                            time.monotonic() >= retry_at)):

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import platform
+import threading
+from collections.abc import Iterable
 from typing import Any
+
+import msgspec
 
 from herder import __version__
 from herder.core import model, params, roles
 from herder.masterd import livefields
 from herder.masterd.livecache import EMPTY, Snapshot
 
+_ENCODE = msgspec.json.Encoder().encode
 RAPI_VERSION = 2
 CONFIG_VERSION = 3000000  # the Ganeti config version whose RAPI shapes herder speaks
 PROTOCOL_VERSION = 3000000
@@ -20,9 +25,8 @@ def node_view(config: model.ConfigData, node: model.Node,
               live: Snapshot = EMPTY) -> dict[str, Any]:
     """Ganeti's N_FIELDS; the live figures from `live` (null where Ganeti's would be: node
     offline, not answering, or a figure it does not report)."""
-    primaries = sorted(i.name for i in config.instances.values() if i.primary_node == node.uuid)
-    secondaries = sorted(i.name for i in config.instances.values()
-                         if node.uuid in i.secondary_nodes)
+    primaries = [i.name for i in config.primary_instances(node.uuid)]
+    secondaries = [i.name for i in config.secondary_instances(node.uuid)]
     return {
         "name": node.name, "uuid": node.uuid, "pip": node.primary_ip,
         "sip": node.secondary_ip or node.primary_ip,
@@ -45,7 +49,7 @@ def _node_figures(config: model.ConfigData, node: model.Node, live: Snapshot) ->
 
 
 def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, Any]:
-    members = sorted(n.name for n in config.nodes.values() if n.group == group.uuid)
+    members = [n.name for n in config.group_nodes(group.uuid)]
     return {
         "name": group.name, "uuid": group.uuid, "alloc_policy": group.alloc_policy,
         "node_cnt": len(members), "node_list": members,
@@ -65,13 +69,52 @@ def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, An
 def instance_view(config: model.ConfigData, inst: model.Instance,
                   live: Snapshot = EMPTY) -> dict[str, Any]:
     """Ganeti's I_FIELDS (and a few more); the run state from `live`."""
+    return {**livefields.values(livefields.instance_fields(config, inst, live)),
+            **_instance_config_view(config, inst)}
+
+
+class InstanceViews:
+    """The bulk instance list as JSON: each instance's config fields encoded once per object
+    (a change replaces the objects it touched; a change of what fills parameters or names
+    nodes, i.e. the cluster, a group, a network or a node, drops them all), its live fields
+    encoded per answer. 10,000 views cost their live fields and a join, not 10,000 fills."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._context: tuple[Any, ...] = ()
+        self._encoded: dict[str, tuple[model.Instance, bytes]] = {}
+
+    def encode(self, config: model.ConfigData, instances: Iterable[model.Instance],
+               live: Snapshot = EMPTY) -> bytes:
+        context = (config.cluster, *config.nodegroups.values(), *config.networks.values(),
+                   *config.nodes.values())
+        with self._lock:
+            if len(context) != len(self._context) or any(
+                    a is not b for a, b in zip(context, self._context, strict=True)):
+                self._context, self._encoded = context, {}
+            encoded = self._encoded
+            parts = []
+            for inst in instances:
+                kept = encoded.get(inst.uuid)
+                if kept is None or kept[0] is not inst:
+                    kept = (inst, _ENCODE(_instance_config_view(config, inst)))
+                    encoded[inst.uuid] = kept
+                running = _ENCODE(livefields.values(livefields.instance_fields(config, inst,
+                                                                               live)))
+                parts.append(running[:-1] + b"," + kept[1][1:])
+            if len(encoded) > 2 * len(config.instances) + 100:  # removed instances
+                for uuid in [u for u in encoded if u not in config.instances]:
+                    del encoded[uuid]
+        return b"[" + b",".join(parts) + b"]"
+
+
+def _instance_config_view(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
     group = config.instance_group(inst)
     nics = [config.filled_nicparams(nic, group) for nic in inst.nics]
     be = config.filled_beparams(inst)
     return {
         "name": inst.name, "uuid": inst.uuid, "admin_state": inst.admin_state,
         "admin_state_source": inst.admin_state_source, "admin_up": inst.admin_state == "up",
-        **livefields.values(livefields.instance_fields(config, inst, live)),
         "pnode": config.node_name(inst.primary_node),
         "snodes": [config.node_name(n) for n in inst.secondary_nodes],
         "disk_template": inst.disk_template, "os": inst.os, "hypervisor": inst.hypervisor,

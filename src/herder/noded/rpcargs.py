@@ -410,10 +410,26 @@ class QueueCopy(msgspec.Struct, kw_only=True):
     names: list[str] | None = None
 
 
+class JournalCopy(msgspec.Struct, kw_only=True):
+    """The master's config journal from `offset` (0: the whole file) continuing the snapshot
+    whose SHA-256 is `snapshot` (base64 data)."""
+
+    snapshot: str
+    offset: int
+    data: str
+
+
 class WriteConfig(Args, kw_only=True):
     serial: int
-    config: str
+    config: str | None = None  # the whole document (the master's snapshot file)
+    journal: JournalCopy | None = None
     queue: QueueCopy | None = None
+
+    def check(self) -> None:
+        if self.config is None and self.journal is None:
+            raise ValueError("write_config needs the config or its journal")
+        if self.journal is not None and self.journal.offset < 0:
+            raise ValueError("journal offset must not be negative")
 
 
 class MasterIp(Args, kw_only=True):

@@ -37,7 +37,7 @@ from aiohttp import web
 from herder import __version__
 from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
 from herder.core import console as console_names
-from herder.core.errors import HerderError
+from herder.core.errors import HerderError, StoreError
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
@@ -790,21 +790,36 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         """A master candidate's copy of the config and the job queue where its readers find
         them (`<data dir>/config.json`, `<data dir>/queue/`: confd, mond, and masterd after a
         failover): written atomically under the config's writer lock, and only forward (an
-        older serial than the copy's is refused)."""
+        older serial than the copy's is refused). With `journal`, the master's journal: the
+        whole file beside a new snapshot, or its new records appended where this copy's
+        journal ends (refused unless this copy continues the same snapshot up to `offset`),
+        so a change costs the candidate its records, not the document."""
         import base64
 
         serial = int(args["serial"])
-        document = str(args["config"]).encode()
+        document = args.get("config")
+        journal = args.get("journal")
         current = self.data_dir / "config.json"
+        store = FileStore(current)
         queue_dir = self.data_dir / "queue"
-        with self._map_lock, FileStore(current).locked():
-            have = None
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                have = int(json.loads(current.read_bytes()).get("serial_no"))
-            if have is not None and serial < have:
-                raise RpcFailure(f"refusing config serial {serial}: this node has {have}")
+        with self._map_lock, store.locked():
+            have: int | None = None
+            if document is not None or journal is None or int(journal["offset"]) == 0:
+                # through the store: a former master's snapshot has a journal beside it
+                have = store.serial_no()
+                if have is not None and serial < have:
+                    raise RpcFailure(f"refusing config serial {serial}: this node has {have}")
+            if journal is not None:
+                records = base64.b64decode(str(journal["data"]), validate=True)
+                digest, offset = str(journal["snapshot"]), int(journal["offset"])
             queue_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(current, document, CONFIG_MODE)
+            if document is not None:
+                atomic_write(current, str(document).encode(), CONFIG_MODE)
+            if journal is not None:
+                try:
+                    store.write_journal(digest, offset, records)
+                except StoreError as err:
+                    raise RpcFailure(str(err)) from None
             queue = args.get("queue") or {}
             for name, data in sorted((queue.get("files") or {}).items()):
                 if "/" in name or name.startswith(".") or not name.endswith(".json"):

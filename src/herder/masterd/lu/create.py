@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from herder.core import locking, model, params, paths, vmclaim
+from herder.core import configdiff, locking, model, params, paths, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
@@ -33,7 +33,7 @@ def new_mac(config: model.ConfigData, taken: set[str]) -> str:
 
 def free_minor(config: model.ConfigData, node_uuid: str, extra: set[int]) -> int:
     used = set(extra)
-    for inst in config.instances.values():
+    for inst in configdiff.plain_values(config.instances):  # reads only: copies nothing
         for disk in inst.disks:
             lid = disk.logical_id
             if isinstance(lid, model.DrbdId):
@@ -220,7 +220,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                     provider="rbd", name=f"{disk_uuid}.rbd.disk{index}"), **common))
             else:
                 new_disks.append(model.Disk(dev_type=op.disk_template, **common))
-        taken = {n.mac for i in config.instances.values() for n in i.nics}
+        taken = {n.mac for i in configdiff.plain_values(config.instances) for n in i.nics}
         nics = []
         for spec in op.nics:
             mac = spec.get("mac")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from herder.core import locking, model, names, params, vmclaim
+from herder.core import configdiff, locking, model, names, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
@@ -100,7 +100,8 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
 
     def check(self, config: model.ConfigData) -> None:
         inst = lookup(config.find_instance, self.op.instance_name)
-        copy = model.decode(model.encode(config)).instances[inst.uuid]
+        # a trial on a copy of the instance (`config` is the shared snapshot)
+        copy = configdiff.decode_object("instances", configdiff.encode_object(inst))
         try:
             self._apply(copy)
             # what the instance will run with: the change meets the inherited values

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, TypeVar
 
 from herder.core import locking, model
@@ -36,8 +37,11 @@ class _Tags(LogicalUnit[TagsOpT]):
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         obj = _target(config, op.kind, op.name)
+        # a trial on a copy: `config` is the processor's shared snapshot, never changed
+        trial = copy.copy(obj)
+        trial.tags = list(obj.tags)
         try:
-            self.change(obj, list(op.tags))
+            self.change(trial, list(op.tags))
         except (ConfigError, NotFoundError) as err:
             raise OpPrereqError(str(err)) from None
 

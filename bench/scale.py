@@ -1,0 +1,344 @@
+"""Scale benchmark: the control plane at 100 / 1,000 / 10,000 instances (nodes = instances / 10).
+
+    .venv/bin/python bench/scale.py [--sizes 100,1000,10000] [--backends file,etcd]
+                                    [--agents 1000] [--skip-maintd]
+
+Each cluster is the Ganeti capture scaled up (`bench/scaleconfig.py`), imported with `herder
+cluster import-ganeti` (file) or into a real single-member local etcd at its default limits.
+A real `herder masterd` process serves it. Printed per size and backend (JSON): the import
+time, CLI list times (`herder node list`, `herder instance list`: a process each, reading the
+store), RAPI list times (/2/nodes, /2/instances, plain and bulk), the latency of a one-object
+job (add a tag to an instance, submit to finished, median of 9 after 5), the throughput of 100
+(`--concurrent`) small jobs submitted at once, masterd's RSS after all that, confd answers per
+second (in-process, a mix of node and instance queries), and the iallocator input build time.
+Then maintd's round against `--agents` agents (one process serving that many loopback
+addresses, as bench/maintd.py does), with one dead agent among them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from scaleconfig import scaled_ganeti  # noqa: E402
+
+PYTHON = sys.executable
+
+
+def herder(location: str, *args: str, timeout: float = 600) -> tuple[float, str]:
+    env = {**os.environ, "HERDER_CONFIG": location, "HERDER_OFFLINE": "1"}
+    started = time.perf_counter()
+    done = subprocess.run([PYTHON, "-m", "herder.cli.main", *args], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"herder {' '.join(args)}: {done.stderr.strip()[-500:]}")
+    return elapsed, done.stdout
+
+
+def spawn_masterd(location: str, run_dir: Path, extra: list[str]) -> tuple[Any, str]:
+    env = {**os.environ, "HERDER_CONFIG": location}
+    proc = subprocess.Popen([PYTHON, "-m", "herder.cli.main", "masterd", "--bind", "127.0.0.1",
+                             "--port", "0", "--run-dir", str(run_dir), *extra],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        match = re.search(r"serving RAPI on (\w+://127\.0\.0\.1:\d+)/", line)
+        if match:
+            # keep draining stderr so masterd never blocks on a full pipe
+            import threading
+
+            threading.Thread(target=lambda: [None for _ in proc.stderr or []],
+                             daemon=True).start()
+            return proc, match.group(1)
+    proc.kill()
+    raise RuntimeError("masterd did not start")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def best(runs: int, action: Any) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list[str],
+                    extra: list[str], concurrent: int) -> dict[str, Any]:
+    from herder.core.rapi import RapiClient
+
+    proc, url = spawn_masterd(location, run_dir, extra)
+    figures: dict[str, Any] = {}
+    try:
+        client = RapiClient.for_herder_cluster(secrets, url, timeout=300)
+        for what, call in (("rapi_nodes_s", lambda: client.get_nodes()),
+                           ("rapi_nodes_bulk_s", lambda: client.get_nodes(bulk=True)),
+                           ("rapi_instances_s", lambda: client.get_instances()),
+                           ("rapi_instances_bulk_s", lambda: client.get_instances(bulk=True))):
+            call()  # warm: the first read decodes the config
+            figures[what] = round(best(3, call), 3)
+
+        def one_job(number: int) -> float:
+            started = time.perf_counter()
+            job = client.add_instance_tags(instances[number % len(instances)],
+                                           [f"bench{number}"])
+            status = client.wait_for_job(job, timeout=600)
+            assert status["status"] == "success", status
+            return time.perf_counter() - started
+
+        for n in range(5):  # warm: masterd's first redistribution and live figures run now
+            one_job(n)
+        latencies = [one_job(n) for n in range(5, 14)]
+        figures["one_object_job_s"] = round(statistics.median(latencies), 3)
+
+        def submit_and_wait(number: int) -> None:
+            with RapiClient.for_herder_cluster(secrets, url, timeout=600) as own:
+                job = own.add_instance_tags(instances[number % len(instances)],
+                                            [f"many{number}"])
+                assert own.wait_for_job(job, timeout=600)["status"] == "success"
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=concurrent) as pool:
+            list(pool.map(submit_and_wait, range(1000, 1000 + concurrent)))
+        figures[f"jobs_{concurrent}_concurrent_per_s"] = round(
+            concurrent / (time.perf_counter() - started), 1)
+        figures["masterd_rss_mib"] = round(rss_mib(proc.pid), 1)
+        client.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return figures
+
+
+def measure_in_process(location: str) -> dict[str, Any]:
+    from herder.confd import queries
+    from herder.core import confd
+    from herder.core.store import open_store
+    from herder.masterd import iallocator
+    from herder.masterd.livecache import EMPTY
+
+    store = open_store(location)
+    started = time.perf_counter()
+    config = store.load()
+    figures: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 3)}
+    nodes = sorted(n.name for n in config.nodes.values())
+    names = sorted(i.name for i in config.instances.values())
+    mix = [(confd.REQ_NODE_ROLE_BYNAME, nodes[0]), (confd.REQ_INSTANCE_DISKS, names[0]),
+           (confd.REQ_NODE_INSTANCES, nodes[-1]), (confd.REQ_NODE_DRBD, nodes[1])]
+    queries.answer(config, *mix[0])  # the index, built once per config
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < 2.0:
+        for req_type, query in mix:
+            queries.answer(config, req_type, query)
+            count += 1
+    figures["confd_queries_per_s"] = round(count / (time.perf_counter() - started))
+    request = {"type": "allocate", "name": "new.example.com", "disk_template": "plain",
+               "memory": 128, "vcpus": 1, "disks": [{"size": 1024, "mode": "rw"}],
+               "nics": [], "os": "debian-image", "tags": [], "spindle_use": 1,
+               "hypervisor": "xen-pvm", "required_nodes": 1}
+    figures["iallocator_input_s"] = round(best(3, lambda: iallocator.build_message(
+        config, request, EMPTY)), 3)
+    return figures
+
+
+def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
+             source: Path, concurrent: int) -> dict[str, Any]:
+    from herder.core import ganeti_import
+
+    work = base / f"{backend}-{instances_n}"
+    files = work / "file"
+    files.mkdir(parents=True)
+    file_location = str(files / "config.json")
+    figures: dict[str, Any] = {"instances": instances_n, "nodes": max(2, instances_n // 10),
+                               "backend": backend}
+    if backend == "file":
+        elapsed, _ = herder(file_location, "cluster", "import-ganeti", str(source))
+        figures["import_s"] = round(elapsed, 2)
+        location, extra = file_location, []
+    else:
+        from herder.core import cluster_secrets
+        from herder.core.etcd import EtcdClient
+        from herder.core.store_etcd import EtcdStore
+
+        assert etcd_hosts is not None
+        cluster = f"bench{instances_n}"
+        location = f"etcd://{etcd_hosts}/{cluster}"
+        store = EtcdStore(EtcdClient([f"http://{h}" for h in etcd_hosts.split(",")]), cluster,
+                          local_dir=files)
+        config, _notes = ganeti_import.import_ganeti_file(source)
+        cluster_secrets.create_all(cluster_secrets.SecretPaths.beside(store.path),
+                                   config.cluster.name, None)
+        started = time.perf_counter()
+        try:
+            store.replace(config)
+        except Exception as err:  # the figure is the failure itself
+            figures["import_error"] = str(err)[:300]
+            return figures
+        figures["import_s"] = round(time.perf_counter() - started, 2)
+        extra = ["--local-dir", str(files), "--node", "node0.example.com"]
+    for what, args in (("cli_node_list_s", ("node", "list")),
+                       ("cli_instance_list_s", ("instance", "list"))):
+        figures[what] = round(min(herder(location, *args)[0] for _ in range(2)), 3)
+    figures.update(measure_in_process(location))
+    names = sorted(f"inst{n}.example.com" for n in range(instances_n))
+    figures.update(measure_masterd(location, files, work / "run", names, extra, concurrent))
+    return figures
+
+
+AGENTS = r'''
+import asyncio, sys
+from aiohttp import web
+n, port, dead = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def address(i):
+    return f"127.{100 + i // 250}.{i % 250}.1"
+async def report(request):
+    if request.app["i"] == dead:
+        await asyncio.sleep(3600)
+    i = request.app["i"]
+    status = {"name": "inst-status", "category": "instance", "kind": 1,
+              "data": {"status": {"code": 0, "message": ""}, "instances": [
+                  {"name": f"i{i}-{j}", "uuid": f"u{i}-{j}", "admin_state": "up",
+                   "actual_state": "up", "status": {"code": 0, "message": ""}}
+                  for j in range(10)]}}
+    load = {"name": "cpu-avg-load", "category": None, "kind": 0,
+            "data": {"cpu_number": 4, "cpus": [0.1] * 4, "cpu_total": 0.4}}
+    return web.json_response([load, status])
+async def main():
+    for i in range(n):
+        app = web.Application()
+        app["i"] = i
+        app.router.add_get("/1/report/all", report)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, address(i), port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+'''
+
+
+def maintd_round(agents: int, port: int = 18250, timeout: float = 5.0) -> dict[str, Any]:
+    from herder.maintd.agents import AgentPoller
+    from herder.maintd.rounds import Node
+
+    dead = agents // 2
+    proc = subprocess.Popen([PYTHON, "-c", AGENTS, str(agents), str(port), str(dead)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        nodes = [Node(name=f"node{i}", uuid=f"u{i}", ip=f"127.{100 + i // 250}.{i % 250}.1")
+                 for i in range(agents)]
+
+        async def rounds() -> list[tuple[float, int]]:
+            poller = AgentPoller(port=port, timeout=timeout)
+            out = []
+            for _ in range(3):
+                started = time.perf_counter()
+                answer = await poller.poll(nodes)
+                errors = sum(1 for a in answer.agents.values() if a.error)
+                out.append((time.perf_counter() - started, errors))
+            await poller.close()
+            return out
+
+        measured = asyncio.run(rounds())
+        return {"agents": agents, "dead_agents": 1, "agent_timeout_s": timeout,
+                "round_s": [round(t, 2) for t, _ in measured],
+                "unanswered": [e for _, e in measured]}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--backends", default="file,etcd")
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--skip-maintd", action="store_true")
+    parser.add_argument("--concurrent", type=int, default=100,
+                        help="small jobs submitted at once for the throughput figure")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    backends = args.backends.split(",")
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="herder-scale-") as tmp:
+        base = Path(tmp)
+        etcd = None
+        etcd_hosts = None
+        if "etcd" in backends:
+            from tests.ha.test_etcd import EtcdCluster
+
+            (base / "etcd").mkdir()
+            etcd = EtcdCluster(base / "etcd", size=1)  # etcd's default limits (1.5 MiB, 2 MiB)
+            etcd.start_all()
+            etcd_hosts = etcd.hostports
+        try:
+            for size in sizes:
+                source = base / f"ganeti-{size}.json"
+                source.write_text(json.dumps(scaled_ganeti(size)))
+                for backend in backends:
+                    try:
+                        result = run_size(size, backend, base, etcd_hosts, source,
+                                          args.concurrent)
+                    except Exception as err:  # one size's failure is a figure
+                        traceback.print_exc()
+                        result = {"instances": size, "backend": backend,
+                                  "error": f"{type(err).__name__}: {err}"[:500]}
+                    print(json.dumps(result), flush=True)
+                    results.append(result)
+        finally:
+            if etcd is not None:
+                etcd.stop_all()
+            shutil.rmtree(base, ignore_errors=True)
+    print(table(results), flush=True)
+    if not args.skip_maintd:
+        print(json.dumps({"maintd": maintd_round(args.agents)}), flush=True)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The figures as docs/scale.md's table: one row per figure, one column per run."""
+    columns = [f"{r['instances']:,} {r['backend']}" for r in results]
+    names = list(dict.fromkeys(k for r in results for k in r
+                               if k not in ("instances", "nodes", "backend")))
+    lines = ["| figure | " + " | ".join(columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for name in names:
+        cells = [str(r.get(name, "-")) for r in results]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

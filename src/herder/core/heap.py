@@ -1,0 +1,58 @@
+"""glibc's heap in a daemon that holds a big config (masterd at 10,000 instances).
+
+Python returns freed small objects to glibc's malloc, which keeps the pages: after one bulk
+answer of 10,000 instances or a burst of jobs in worker threads (each thread its own arena by
+default) the process keeps hundreds of MB it no longer uses. Two arenas bound the per-thread
+spread; `trim` gives the free pages back to the kernel (madvise). Both are no-ops where the C
+library is not glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+import time
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+_libc: ctypes.CDLL | None = None
+_lock = threading.Lock()
+_last_trim = 0.0
+
+
+def _glibc() -> ctypes.CDLL | None:
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(name or "libc.so.6")
+            libc.malloc_trim  # noqa: B018  # only glibc has it
+            libc.mallopt  # noqa: B018
+        except (OSError, AttributeError):
+            return None
+        _libc = libc
+    return _libc
+
+
+def limit_arenas(count: int = 2) -> None:
+    """At most `count` malloc arenas (call before the daemon starts its threads)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(M_ARENA_MAX, count)
+
+
+def trim(every: float = 0.0) -> bool:
+    """Give free heap pages back to the kernel, at most once per `every` seconds; whether
+    it ran."""
+    global _last_trim
+    libc = _glibc()
+    if libc is None:
+        return False
+    with _lock:
+        now = time.monotonic()
+        if every and now - _last_trim < every:
+            return False
+        _last_trim = now
+    libc.malloc_trim(0)
+    return True
