@@ -268,6 +268,14 @@ class OsAdd(WithInstance, kw_only=True):
     force_variant: bool = False
 
 
+class RunRename(WithInstance, kw_only=True):
+    old_name: str
+
+    def check(self) -> None:
+        super().check()
+        _instance_name(self.old_name)
+
+
 class MigrateAccept(WithInstance, kw_only=True):
     xml: str
     start: bool = True
@@ -473,7 +481,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "blockdev_import_prepare": BlockdevAssemble, "blockdev_export": BlockdevExport,
     "blockdev_addchildren": DiskChildren, "blockdev_removechildren": DiskChildren,
     "instance_define": WithInstance, "instance_start": WithInstance,
-    "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
+    "instance_os_add": OsAdd, "instance_run_rename": RunRename, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
     "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,
     "instance_migratable": Named, "migration_info": Named, "accept_instance": WithInstance,
