@@ -31,6 +31,12 @@ class StandInNode(DiskRpcs):
         self.bdev = WorldHost(self.world)
         self._map_lock = threading.Lock()
         self.domains: dict[str, str] = {}  # instance_list's answer
+        self.renames: list[tuple[str, str]] = []
+
+    def rpc_instance_run_rename(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The OS script is not the disks' business: recorded only."""
+        self.renames.append((args["old_name"], args["instance"]["name"]))
+        return {}
 
     def lvs(self) -> set[str]:
         return set(self.world.state["lvs"])

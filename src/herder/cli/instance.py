@@ -329,6 +329,7 @@ def disk_modification(text: str) -> list[Any]:
     `add:size=1G,...` (appended), `remove` (the last disk), `N:add,size=1G` (inserted at N),
     `N:remove`, `N:name=x,mode=ro` (modify). Gives [action, index, params]."""
     identifier, _, rest = text.partition(":")
+    index: int | str
     if identifier in ("add", "remove") and not rest.startswith(("add", "remove")):
         action, index = identifier, -1
         words = [w for w in rest.split(",") if w.strip()]
