@@ -21,8 +21,8 @@ from herder.core.errors import HerderError
 from herder.core.store import atomic_write
 from herder.noded import disk_transfer
 from herder.noded.bdev import file as file_storage
-from herder.noded.bdev import operations
-from herder.noded.bdev.base import BlockDevError, Host
+from herder.noded.bdev import operations, plain
+from herder.noded.bdev.base import BlockDevError, Host, SyncStatus
 from herder.noded.bdev.disk import Disk, decode_disk
 from herder.noded.kvm.domain import DiskSpec
 
@@ -160,6 +160,30 @@ class DiskRpcs:
         except BlockDevError as err:
             raise DiskFailure(str(err)) from None
         return [status.to_ganeti() for status in found]
+
+    def rpc_blockdev_getmirrorstatus_multi(self, args: dict[str, Any]) -> list[list[object]]:
+        """Per disk [true, Ganeti's BlockDevStatus] or [false, why]: `cluster verify`'s
+        question, which one missing device does not spoil for the others."""
+        found = operations.blockdev_getmirrorstatus_multi(
+            self.bdev, [_disk(d) for d in args.get("disks", [])])
+        return [[ok, status.to_ganeti() if isinstance(status, SyncStatus) else status]
+                for ok, status in found]
+
+    def rpc_lv_list(self, args: dict[str, Any]) -> dict[str, list[object]]:
+        """Ganeti's lv_list: `vg/lv` -> [size, inactive, online] of the VGs `vg_names`
+        (every VG when empty)."""
+        try:
+            return plain.volume_list(self.bdev, [str(vg) for vg in args.get("vg_names", [])])
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
+
+    def rpc_drbd_needs_activation(self, args: dict[str, Any]) -> list[str]:
+        """Ganeti's: the UUIDs of the given DRBD disks that need activate-disks here."""
+        try:
+            return operations.drbd_needs_activation(self.bdev,
+                                                    [_disk(d) for d in args["disks"]])
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
 
     def rpc_blockdev_grow(self, args: dict[str, Any]) -> None:
         disk = _disk(args["disk"])

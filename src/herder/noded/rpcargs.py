@@ -346,6 +346,14 @@ def _unit_name(name: str) -> None:
         raise ValueError(f"invalid storage unit name {name!r}")
 
 
+class LvList(Args, kw_only=True):
+    vg_names: list[str] = msgspec.field(default_factory=list)
+
+    def check(self) -> None:
+        for name in self.vg_names:
+            _unit_name(name)
+
+
 class StorageList(Args, kw_only=True):
     type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
     dirs: list[str] = msgspec.field(default_factory=list)
@@ -472,7 +480,9 @@ SCHEMAS: dict[str, type[Args]] = {
     "master_vote": MasterVote,
     "blockdev_create": BlockdevCreate, "blockdev_remove": OneDisk,
     "blockdev_assemble": BlockdevAssemble, "blockdev_shutdown": OneDisk,
-    "blockdev_find": OneDisk, "blockdev_getmirrorstatus": Disks, "blockdev_grow": BlockdevGrow,
+    "blockdev_find": OneDisk, "blockdev_getmirrorstatus": Disks,
+    "blockdev_getmirrorstatus_multi": Disks, "lv_list": LvList, "drbd_needs_activation": Disks,
+    "blockdev_grow": BlockdevGrow,
     "blockdev_rename": BlockdevRename, "blockdev_wipe": BlockdevWipe,
     "blockdev_setinfo": BlockdevSetInfo, "blockdev_open": Disks, "blockdev_close": Disks,
     "drbd_disconnect_net": Disks, "drbd_attach_net": Disks, "drbd_wait_sync": Disks,

@@ -343,6 +343,22 @@ class OpClusterVerifyGroup(OpCode, tag="OP_CLUSTER_VERIFY_GROUP", kw_only=True):
     verify_clutter: bool = False
 
 
+class OpGroupVerifyDisks(OpCode, tag="OP_GROUP_VERIFY_DISKS", kw_only=True):
+    """Ganeti's: the disks of a node group's instances with active disks. Result: [node name
+    -> error, names of instances whose disks need activate-disks, instance name -> [[node,
+    volume], ...] missing LVs]."""
+
+    group_name: str
+
+
+class OpClusterVerifyDisks(OpCode, tag="OP_CLUSTER_VERIFY_DISKS", kw_only=True):
+    """Ganeti's (`gnt-cluster verify-disks`): OP_GROUP_VERIFY_DISKS for every group (or
+    `group_name`). herder answers the groups' results in its own result (a list, one per
+    group) where Ganeti submits one job per group (compat row B24)."""
+
+    group_name: str | None = None
+
+
 # --- node groups --------------------------------------------------------------------------------
 
 class OpGroupAdd(OpCode, tag="OP_GROUP_ADD", kw_only=True):
