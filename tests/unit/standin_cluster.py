@@ -68,6 +68,8 @@ class StandInRpc:
         target = self.nodes[short]
         if method == "instance_list":
             return dict(target.domains)
+        if method == "ping":
+            return "pong"
         rpcargs.check(method, args)
         try:
             return getattr(target, f"rpc_{method}")(args)

@@ -95,6 +95,23 @@ def test_a_failed_add_leaves_config_and_nodes_as_they_were(drbd_cluster) -> None
     assert rpc.nodes["node1"].minors() == {}
 
 
+def test_bad_input_on_a_node_leaves_nothing_half_created(drbd_cluster) -> None:
+    """Issue 16's bad input through the whole operation: a disk bigger than the VG, a VG
+    the secondary lacks — one clear error, what was made removed, the config unchanged."""
+    env, rpc = drbd_cluster
+    with pytest.raises(OpExecError, match="not enough free space in volume group 'xenvg'"):
+        modify(env, DRBD0, disks=[["add", {"size": "100G"}]])
+    for pv in rpc.nodes["node2"].world.state["pvs"]:
+        pv["vg"] = "othervg"
+    with pytest.raises(OpExecError, match="volume group 'xenvg' not found"):
+        modify(env, DRBD0, disks=[["add", {"size": "1G"}]])
+    assert created(rpc)[-4:] == [("node1", "plain"), ("node1", "plain"), ("node1", "drbd"),
+                                 ("node2", "plain")]
+    assert rpc.nodes["node1"].lvs() == set() == rpc.nodes["node2"].lvs()
+    assert rpc.nodes["node1"].minors() == {}
+    assert len(env.store.load().find_instance(DRBD0).disks) == 1
+
+
 def test_remove_is_refused_while_the_instance_runs_then_removes_everywhere(drbd_cluster
                                                                           ) -> None:
     env, rpc = drbd_cluster
