@@ -315,3 +315,28 @@ def test_on_real_lvm_add_remove_and_a_refused_drbd_leave_only_the_original_lv(
     assert set(loop_vg.lvs()) == {"p0.disk0"}
     assert rpc.nodes["node2"].lvs() == set()
     assert env.store.load().find_instance("p9").disk_template == "plain"
+
+
+@pytest.mark.parametrize(("text", "mod"), [
+    ("add:size=1G", ["add", -1, {"size": "1G"}]),
+    ("add:size=1G,mode=ro,name=data", ["add", -1, {"size": "1G", "mode": "ro", "name": "data"}]),
+    ("remove", ["remove", -1, {}]),
+    ("2:add,size=512M", ["add", 2, {"size": "512M"}]),
+    ("1:remove", ["remove", 1, {}]),
+    ("0:name=root,mode=ro", ["modify", 0, {"name": "root", "mode": "ro"}]),
+    ("data:mode=ro", ["modify", "data", {"mode": "ro"}]),
+])
+def test_the_cli_reads_ganetis_disk_modifications(text: str, mod: list[Any]) -> None:
+    from herder.cli.instance import disk_modification
+
+    assert disk_modification(text) == mod
+
+
+@pytest.mark.parametrize("text", ["1:remove,size=1G", "1:add,remove", "foo", "1:size"])
+def test_the_cli_refuses_bad_disk_modifications(text: str) -> None:
+    import click
+
+    from herder.cli.instance import disk_modification
+
+    with pytest.raises(click.BadParameter):
+        disk_modification(text)
