@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import model
+from herder.core import model, node_certs
 from herder.core.errors import RpcError
 from herder.masterd import redist
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
@@ -61,6 +61,19 @@ def test_ssconf_values_have_ganetis_names():
     rows = [json.loads(line) for line in values["herder_ndparams"].splitlines()]
     assert [r["name"] for r in rows] == names(config)
     assert all(r["ndparams"]["libvirt_uri"] == "qemu:///system" for r in rows)
+
+
+def test_a_renewal_in_progress_lists_the_old_and_the_new_certificates():
+    # a redistribution during `cluster renew-crypto` must not take the new certificates'
+    # acceptance away (masterd.renew)
+    config = build_config(2)
+    first, second = (node(config, n) for n in names(config))
+    config.cluster.node_certs = {first.uuid: "aa" * 32, second.uuid: "bb" * 32}
+    alone = redist.ssconf_values(config)[node_certs.SSCONF_NAME]
+    config.cluster.node_certs_renewing = {first.uuid: "cc" * 32, second.uuid: "dd" * 32}
+    listed = node_certs.parse_list(redist.ssconf_values(config)[node_certs.SSCONF_NAME])
+    assert set(listed) == {"aa" * 32, "bb" * 32, "cc" * 32, "dd" * 32}
+    assert set(node_certs.parse_list(alone)) == {"aa" * 32, "bb" * 32}
 
 
 def test_vnc_password_files_go_to_the_nodes_that_can_run_the_instance():

@@ -207,3 +207,11 @@ def test_every_node_rpc_has_an_argument_schema() -> None:
 
     methods = {name.removeprefix("rpc_") for name in dir(NodeDaemon) if name.startswith("rpc_")}
     assert methods == set(rpcargs.SCHEMAS)
+
+
+def test_an_empty_nic_list_makes_no_nic_and_a_missing_one_the_default() -> None:
+    base = {"OP_ID": "OP_INSTANCE_CREATE", "instance_name": "web1", "disk_template": "plain",
+            "disks": [{"size": 1024}], "name_check": False, "ip_check": False}
+    assert parse_op({**base, "nics": []}).nics == []  # Ganeti: an instance without NICs
+    assert parse_op(base).nics == [{}]  # as `gnt-instance add` without --net (compat 48)
+    assert parse_op({**base, "nics": [{"link": "br1"}]}).nics == [{"link": "br1"}]

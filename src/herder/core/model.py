@@ -567,6 +567,10 @@ class Cluster(Base, kw_only=True):
     # noded accepts only these callers (ssconf `herder_node_certs`); `node remove` drops one
     # (`core.node_certs`). Ganeti's `candidate_certs` lists candidates' digests only.
     node_certs: dict[str, str] = msgspec.field(default_factory=dict)
+    # During `cluster renew-crypto`: the new certificates' digests, listed beside `node_certs`
+    # by every redistribution until the rotation ends, so a redistribution running meanwhile
+    # never takes the new certificates' acceptance away (masterd.renew)
+    node_certs_renewing: dict[str, str] = msgspec.field(default_factory=dict)
     master_ip: str
     master_netdev: str = "eth0"
     master_netmask: int = 32

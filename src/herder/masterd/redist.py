@@ -120,8 +120,9 @@ def ssconf_values(config: model.ConfigData, upload_files: Iterable[str] = ()) ->
         UPLOAD_LIST: _lines(sorted(set(upload_files))),
         ssconf.NDPARAMS: ssconf.format_ndparams((n.name, config.filled_ndparams(n))
                                                 for n in nodes),
-        node_certs.SSCONF_NAME: node_certs.format_list(node_certs.list_rows(
-            c.node_certs, {n.uuid: n.name for n in nodes})),
+        node_certs.SSCONF_NAME: node_certs.format_list(
+            node_certs.list_rows(c.node_certs, {n.uuid: n.name for n in nodes})
+            + node_certs.list_rows(c.node_certs_renewing, {n.uuid: n.name for n in nodes})),
     }
 
 

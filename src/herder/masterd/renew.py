@@ -10,10 +10,11 @@ at every moment:
 2. every node installs the new CA, its new certificate and the new key, the old ones staying
    accepted (`noded.trust.rotate`; the master's node last). The calls of this half show the
    old certificate and sign with the old key, and trust both CAs;
-3. the config records the new digests (`cluster.node_certs`);
-4. with the new key and the master's new certificate: every node gets the list of the new
-   digests only, then retires the old key and CA and restarts the daemons that read the key
-   at start (confd, mond, instmon; masterd and maintd on the master).
+3. the config records the new digests (`cluster.node_certs`; from step 1 to here they are
+   `cluster.node_certs_renewing`, which redistributions list too);
+4. every node gets the list of the new digests only, then (with the new key and the master's
+   new certificate) retires the old key and CA and restarts the daemons that read the key at
+   start (confd, mond, instmon; masterd and maintd on the master).
 
 The RAPI certificate is the cluster CA's (`server.pem`): clients pinning it fetch it again.
 An offline node is skipped; it must join again (its certificate is no longer listed).
@@ -73,6 +74,9 @@ def renew(config_path: Path, say: Callable[[str], None], *,
     old_rows = node_certs.list_rows(config.cluster.node_certs, names)
     new_rows = node_certs.list_rows(new_digests, names)
     epoch = config.cluster.master_epoch
+    with store.update() as changed:  # masterd's redistributions list both from now on
+        changed.cluster.node_certs_renewing = {uuid: digest for uuid, digest in
+                                               new_digests.items() if uuid in changed.nodes}
     with tempfile.TemporaryDirectory(prefix="herder-renew-") as scratch:
         both_cas = Path(scratch) / "cas.pem"
         both_cas.write_bytes(node_certs.certificate_pem(old_ca)
@@ -81,6 +85,7 @@ def renew(config_path: Path, say: Callable[[str], None], *,
         shown.write_bytes(node_pem.read_bytes())
         rotation = HttpNodeRpc(old_key, both_cas, client_certificate=shown, port=port,
                                epoch=epoch, timeout=60, connect_timeout=5)
+        final: HttpNodeRpc | None = None
         try:
             both = node_certs.format_list(old_rows + new_rows)
             _each(rotation, nodes, "write_ssconf",
@@ -91,21 +96,42 @@ def renew(config_path: Path, say: Callable[[str], None], *,
                 "node_certificate": _b64(issued[n.uuid]), "hmac_key": _b64(new_key)},
                 "installing the new secrets")
             say("every node shows its new certificate and accepts the new key")
+            with store.update() as changed:
+                changed.cluster.node_certs = {uuid: digest for uuid, digest in
+                                              new_digests.items() if uuid in changed.nodes}
+                changed.cluster.node_certs_renewing = {}
+            # made now: it reads the master's new CA and certificate, installed in step 2
+            final = HttpNodeRpc(new_key, secrets.certificate, port=port, epoch=epoch,
+                                timeout=60, connect_timeout=5)
+            only_new = node_certs.format_list(new_rows)
+            for node in nodes:
+                _retire(rotation, final, node, only_new)
         finally:
             rotation.close()
-    with store.update() as changed:
-        changed.cluster.node_certs = {uuid: digest for uuid, digest in new_digests.items()
-                                      if uuid in changed.nodes}
-    final = HttpNodeRpc(new_key, secrets.certificate, port=port, epoch=epoch, timeout=60,
-                        connect_timeout=5)
-    try:
-        only_new = node_certs.format_list(new_rows)
-        _each(final, nodes, "write_ssconf",
-              lambda n: {"values": {node_certs.SSCONF_NAME: only_new}}, "the new list")
-        _each(final, nodes, "renew_crypto", lambda n: {"stage": "retire"},
-              "retiring the old secrets")
-    finally:
-        final.close()
+            if final is not None:
+                final.close()
     say("the old CA, node certificates and key are retired; daemons that read the key at start "
         "restart")
     return {names[uuid]: digest for uuid, digest in new_digests.items()}
+
+
+def _retire(rotation: NodeRpc, final: NodeRpc, node: model.Node, only_new: str) -> None:
+    """The new list, then the old secrets retired on one node. masterd redistributes the list
+    from the config meanwhile (the new digests, or both), and a redistribution that read the
+    config before the rotation may still land with the old ones: the list goes with whichever
+    certificate the node's current list accepts, the new one first."""
+    values = {"values": {node_certs.SSCONF_NAME: only_new}}
+    try:
+        final.call(node, "write_ssconf", values, timeout=60)
+    except HerderError:
+        try:
+            rotation.call(node, "write_ssconf", values, timeout=60)
+        except HerderError as err:
+            raise RenewError(f"renew-crypto stopped at the new list on {node.name}: {err} (the "
+                             "cluster accepts the old and the new secrets; run it again)") from None
+    try:
+        final.call(node, "renew_crypto", {"stage": "retire"}, timeout=60)
+    except HerderError as err:
+        raise RenewError(f"renew-crypto stopped at retiring the old secrets on {node.name}: "
+                         f"{err} (the cluster accepts the old and the new secrets; run it "
+                         "again)") from None

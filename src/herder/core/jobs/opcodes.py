@@ -573,7 +573,9 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     os_type: str | None = None
     disk_template: str
     disks: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    nics: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # Ganeti requires the list (an empty one makes an instance without NICs); herder's default
+    # when it is left out is one NIC with the cluster's nicparams (docs/compat.md 48)
+    nics: list[dict[str, Any]] = msgspec.field(default_factory=lambda: [{}])
     pnode: str | None = None
     snode: str | None = None
     iallocator: str | None = None

@@ -125,7 +125,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                           for s, d in zip(self.sizes, op.disks, strict=True)],
                 "disk_space_total": iallocator.disk_space_total(op.disk_template, self.sizes),
                 "nics": [{"ip": n.get("ip"), "mac": n.get("mac", "auto"),
-                          "bridge": n.get("link")} for n in (op.nics or [{}])],
+                          "bridge": n.get("link")} for n in op.nics],
             }
             live = live_figures(self.env, config, self.feedback)
             self.allocator, nodes = iallocator.allocate_nodes(
@@ -155,7 +155,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 op.instance_name, reserved, others=new_disks))
         taken = {n.mac for i in config.instances.values() for n in i.nics}
         nics = []
-        for spec in op.nics or [{}]:
+        for spec in op.nics:
             mac = spec.get("mac")
             if not mac or mac in ("auto", "generate"):
                 mac = new_mac(config, taken)

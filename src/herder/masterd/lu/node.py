@@ -271,6 +271,7 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
             del config.nodes[node.uuid]
             # revoked: every node refuses its certificate once it has the new list
             config.cluster.node_certs.pop(node.uuid, None)
+            config.cluster.node_certs_renewing.pop(node.uuid, None)
         self.env.locks.remove(locking.LEVEL_NODE_RES, [node.uuid])
         self.env.locks.remove(locking.LEVEL_NODE, [node.uuid])
         if not isinstance(self.env.rpc, UnavailableRpc):
