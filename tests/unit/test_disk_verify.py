@@ -139,3 +139,29 @@ def test_verify_messages_are_ganetis(mirrored) -> None:
         "ERROR: node node2.example.com: while getting disk information: connection refused",
         f"ERROR: instance {NAME}: couldn't retrieve status for disk/0 on node1.example.com: "
         "Can't find device disk/0"]
+
+
+@pytest.mark.parametrize(("minor", "degraded"), [(1, False), (3, True)])
+def test_the_secondary_reading_a_real_proc_drbd_capture(mirrored, shared: Path, minor: int,
+                                                        degraded: bool) -> None:
+    """node2's /proc/drbd is a real DRBD 8.3 capture: its minor 1 is connected and up to
+    date, its minor 3 the target of a resync at 34.9 %."""
+    capture = shared / "conformance/ganeti/proc_drbd83_sync.txt"
+    env, rpc, _ = mirrored
+    with env.store.update() as config:
+        lid = config.find_instance(NAME).disks[0].logical_id
+        lid.minors[1] = minor  # type: ignore[union-attr]
+    state = rpc.nodes["node2"].world.state["minors"]
+    state[str(minor)] = state.pop(next(iter(state)))
+    rpc.nodes["node2"].world.proc_drbd = capture.read_text  # type: ignore[method-assign]
+    found = findings(env)
+    repair = opcodes.OpRepairNodeStorage(node_name="node1.example.com", name="xenvg")
+    if not degraded:
+        assert found == []
+        RepairNodeStorage(repair, env).check(env.store.load())
+        return
+    assert ("warning", f"instance {NAME}", "disk/0 on node2.example.com is degraded; local "
+            "disk state is 'syncing'") in found
+    with pytest.raises(OpPrereqError, match="the copy on node2.example.com is not good: disk/0 "
+                       "is degraded .local disk state 'syncing'.; repairing would lose"):
+        run(env, repair, RepairNodeStorage)
