@@ -52,7 +52,10 @@ def test_an_added_sharedfile_disk_holds_its_data_over_a_failover(sim) -> None:
     assert "can't remove volume from a running instance without using hotplug" in \
         refused.stderr
     herder(sim, "instance", "shutdown", "sfadd")
-    herder(sim, "instance", "modify", "sfadd", "--disk", "1:remove")
+    with sim.rapi() as api:  # Ganeti's RAPI route, as Ganeti's client sends it
+        job = api.wait_for_job(api.modify_instance("sfadd", disks=[["remove", 1, {}]]),
+                               timeout=120, raise_on_error=True)
+    assert job["opresult"][0] == [["disk/1", "remove"]]
     assert not sim.host(new_node).path(moved["disk/1"][1]).exists()
     assert [d.iv_name for d in config(sim).find_instance("sfadd").disks] == ["disk/0"]
     assert on_node(sim, new_node, READ, devices(sim, "sfadd")["disk/0"][1]) == first_written

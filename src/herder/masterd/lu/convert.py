@@ -13,7 +13,7 @@ DRBD devices with their LVs removed ("Removing volumes on the secondary node..."
 primary's metadata LVs ("Removing unneeded volumes on the primary node...").
 
 A failure before the config switch leaves the config and the devices as they were: the
-original LVs renamed back (as Ganeti), and also (herder, compat row B22) the LVs and DRBD
+original LVs renamed back (as Ganeti), and also (herder, compat row B23) the LVs and DRBD
 devices this conversion made removed again — never a DRBD device on the primary with its
 children, which would take the original data with it: that one is only shut down.
 """
