@@ -6,9 +6,11 @@ renamed file instance's directory moves on its node with the data in it."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 import pytest
 
-from tests.simhelpers import config, herder, running_sim
+from tests.simhelpers import LIBVIRT_URI, config, herder, running_sim
 from tests.system.test_disk_data_sim import READ, WRITE, add, on_node, primary
 
 pytestmark = pytest.mark.slow
@@ -17,6 +19,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     yield from running_sim(tmp_path_factory.mktemp("diskchanges"), 3, first_ip=40)
+
+
+def domain_disks(sim, node: str, name: str) -> int:
+    """How many disks the instance's domain on `node` has (libvirt's definition)."""
+    uri = getattr(sim, "libvirt_uri", LIBVIRT_URI)
+    done = sim.host(node).run(["virsh", "-c", uri, "dumpxml", name], timeout=60)
+    assert done.returncode == 0, done.stderr
+    return len(ET.fromstring(done.stdout).findall("./devices/disk"))
 
 
 def devices(sim, name: str) -> dict[str, tuple[str, str]]:
@@ -40,10 +50,12 @@ def test_an_added_sharedfile_disk_holds_its_data_over_a_failover(sim) -> None:
     assert sim.host(node).path(second).stat().st_size == 48 << 20
     written = on_node(sim, node, WRITE.replace("Random(16)", "Random(17)"), second)
     assert written != first_written
+    assert domain_disks(sim, node, "sfadd") == 1  # no hotplug: the running domain is as it was
     herder(sim, "instance", "failover", "sfadd")
     moved = devices(sim, "sfadd")
     new_node = primary(sim, "sfadd")
     assert moved["disk/1"][0] == new_node != node
+    assert domain_disks(sim, new_node, "sfadd") == 2  # started again: with the new disk
     assert on_node(sim, new_node, READ, moved["disk/1"][1]) == written
     assert on_node(sim, new_node, READ, moved["disk/0"][1]) == first_written
 
