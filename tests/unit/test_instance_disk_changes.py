@@ -340,3 +340,31 @@ def test_the_cli_refuses_bad_disk_modifications(text: str) -> None:
 
     with pytest.raises(click.BadParameter):
         disk_modification(text)
+
+
+def test_paths_outside_the_allowed_ones_are_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    """Issue 16's bad input through `modify --disk add`: a file disk under a directory the
+    node's allowed-paths file does not name, a device adopted from outside /dev/disk/."""
+    config = build_config(nodes=2, drbd_instances=0, plain_instances=0)
+    node1 = config.find_node("node1.example.com")
+    config.cluster.file_storage_dir = str(tmp_path / "not-allowed")
+    for name, template, path in (("f1", "file", f"{tmp_path}/not-allowed/f1/disk0"),
+                                 ("b1", "blockdev", "/dev/disk/by-id/lun0")):
+        inst = model.Instance(uuid=model.new_uuid(), name=name, primary_node=node1.uuid,
+                              os="x", hypervisor="kvm", disks=[model.Disk(
+                                  uuid=model.new_uuid(), dev_type=template, size=64,
+                                  iv_name="disk/0", logical_id=model.FileId(
+                                      driver="loop" if template == "file" else "manual",
+                                      path=path))])
+        config.instances[inst.uuid] = inst
+    env, rpc = stand_in_env(tmp_path, config)
+    allowed = tmp_path / "file-storage-paths"
+    allowed.write_text(f"{tmp_path}/allowed\n")
+    rpc.nodes["node1"].bdev.file_storage_paths_file = allowed
+    with pytest.raises(OpExecError, match="Failed to create directory .*not-allowed/f1"):
+        modify(env, "f1", disks=[["add", {"size": "16M"}]])
+    with pytest.raises(OpExecError, match="/dev/loop0 lies outside /dev/disk/ and cannot be "
+                       "adopted"):
+        modify(env, "b1", disks=[["add", {"size": "16M", "adopt": "/dev/loop0"}]])
+    assert not (tmp_path / "not-allowed").exists()
+    assert [len(i.disks) for i in env.store.load().instances.values()] == [1, 1]

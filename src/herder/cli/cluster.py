@@ -343,8 +343,8 @@ def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
     Then, through masterd (one OP_CLUSTER_VERIFY_GROUP per node group), what runs where: an
     instance running on a node that is not its primary, an admin-up instance not running on
     its primary, a node daemon that does not answer; and the disks: LVs missing on a node,
-    degraded or unreadable mirrors of instances whose disks are active (Ganeti's messages). Without masterd (or with --offline) the
-    node checks are skipped with a warning.
+    degraded or unreadable mirrors of instances whose disks are active (Ganeti's messages).
+    Without masterd (or with --offline) the node checks are skipped with a warning.
     """
     config = remote.config_source(ctx).load()
     findings = verify_config(config)
