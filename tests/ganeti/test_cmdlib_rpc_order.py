@@ -100,7 +100,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                                                  "offline": ["node2.example.com"]},
     "failover drbd, the primary offline": {"op": "failover", "instance": DRBD,
                                            "offline": ["node1.example.com"]},
-    "rename plain": {"op": "rename", "instance": PLAIN, "new_name": "instance9.example.com"},
+    "rename drbd, stopped": {"op": "rename", "instance": DRBD2,
+                             "new_name": "instance9.example.com"},
     "create drbd, two disks": {"op": "create", "instance": DRBD2},
     "create drbd, the secondary fails": {"op": "create", "instance": DRBD,
                                          "fail": ["blockdev_create", "node3.example.com"]},
@@ -509,10 +510,6 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "move plain": copied_by_the_nodes,
     "move file, stopped": copied_by_the_nodes,
 }
-RENAME_UNDONE = ("renaming an instance's devices is disks3's part of issue 16 (herder's rename "
-                 "changes the config only; Ganeti renames the file-storage directory, "
-                 "assembles, sets the devices' info, shuts them down)")
-UNDONE = {"rename plain": RENAME_UNDONE, "rename file": RENAME_UNDONE}
 
 
 @pytest.fixture(autouse=True)
@@ -521,9 +518,7 @@ def no_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(time, "sleep", lambda seconds: None)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=UNDONE[name], strict=True))
-    if name in UNDONE else name for name in OPERATIONS])
+@pytest.mark.parametrize("name", OPERATIONS)
 def test_storage_rpcs_equal_ganetis(name: str, ganeti_calls: dict[str, list[list[Any]]],
                                     tmp_path: Path) -> None:
     lvs = known_lvs()

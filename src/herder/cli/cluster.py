@@ -342,8 +342,9 @@ def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
     disabled hypervisors or templates, and instances outside their group's instance policy.
     Then, through masterd (one OP_CLUSTER_VERIFY_GROUP per node group), what runs where: an
     instance running on a node that is not its primary, an admin-up instance not running on
-    its primary, a node daemon that does not answer. Without masterd (or with --offline) the
-    node checks are skipped with a warning.
+    its primary, a node daemon that does not answer; and the disks: LVs missing on a node,
+    degraded or unreadable mirrors of instances whose disks are active (Ganeti's messages).
+    Without masterd (or with --offline) the node checks are skipped with a warning.
     """
     config = remote.config_source(ctx).load()
     findings = verify_config(config)
@@ -377,6 +378,52 @@ def node_findings(ctx: click.Context, config: model.ConfigData) -> list[Finding]
                         f"the node daemons were not asked: {err}")]
     return [Finding(f["severity"], f["code"], f["object"], f["message"])
             for result in results for f in result or []]
+
+
+@cluster.command("verify-disks")
+@click.option("--node-group", "group", help="Only this node group.")
+@click.pass_context
+def verify_disks(ctx: click.Context, group: str | None) -> None:
+    """Check the disks of instances whose disks should be active (OP_CLUSTER_VERIFY_DISKS, as
+    gnt-cluster verify-disks): activates the disks of instances that need it, lists missing
+    logical volumes; exit 1 when a node could not be asked or volumes are missing."""
+    op: dict[str, Any] = {"OP_ID": "OP_CLUSTER_VERIFY_DISKS"}
+    if group:
+        op["group_name"] = group
+    (results,) = remote.run(ctx, [op])
+    failed = False
+    for bad_nodes, instances, missing in results or []:
+        for node, text in bad_nodes.items():
+            click.echo(f"Error gathering data on node {node}: {text[-400:]}")
+            failed = True
+            click.echo("You need to fix these nodes first before fixing instances")
+        for name in instances:
+            if name in missing:
+                continue
+            click.echo(f"Activating disks for instance '{name}'")
+            try:
+                remote.run(ctx, [{"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS",
+                                  "instance_name": name}])
+            except HerderError as err:
+                failed = True
+                click.echo(f"Error activating disks for instance {name}: {err}", err=True)
+        if missing:
+            for name, volumes in missing.items():
+                if all(node in bad_nodes for node, _ in volumes):
+                    click.echo(f"Instance {name} cannot be verified as it lives on broken "
+                               "nodes")
+                    continue
+                click.echo(f"Instance {name} has missing logical volumes:")
+                for node, volume in sorted(volumes):
+                    broken = "broken node " if node in bad_nodes else ""
+                    click.echo(f"\t{broken}{node} /dev/{volume}")
+            click.echo("You need to replace or recreate disks for all the above instances if "
+                       "this message persists after fixing broken nodes.")
+            failed = True
+        elif not instances:
+            click.echo("No disks need to be activated.")
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 # --- modify -------------------------------------------------------------------------------------

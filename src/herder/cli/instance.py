@@ -319,3 +319,105 @@ _register("replace-disks", "Recreate an instance's disks on its primary (-p, rep
            click.option("-s", "--on-secondary", "mode", flag_value="replace_on_secondary"),
            click.option("-n", "--new-secondary", "remote_node"),
            click.option("-I", "--iallocator")])
+
+
+DISK_ACTIONS = ("add", "remove", "modify")
+
+
+def disk_modification(text: str) -> list[Any]:
+    """One `modify --disk` as Ganeti's gnt-instance (_ConvertNicDiskModifications):
+    `add:size=1G,...` (appended), `remove` (the last disk), `N:add,size=1G` (inserted at N),
+    `N:remove`, `N:name=x,mode=ro` (modify). Gives [action, index, params]."""
+    identifier, _, rest = text.partition(":")
+    index: int | str
+    if identifier in ("add", "remove") and not rest.startswith(("add", "remove")):
+        action, index = identifier, -1
+        words = [w for w in rest.split(",") if w.strip()]
+    else:
+        if not rest and identifier not in DISK_ACTIONS:
+            raise click.BadParameter(f"{text!r}: expected add:KEY=VALUE,..., N:remove or "
+                                     "N:KEY=VALUE,...", param_hint="--disk")
+        words = [w for w in rest.split(",") if w.strip()]
+        index = identifier
+        flags = [w.strip() for w in words if w.strip() in DISK_ACTIONS]
+        if len(flags) > 1:
+            raise click.BadParameter("Cannot do more than one of the following operations at "
+                                     "the same time: add, remove, modify", param_hint="--disk")
+        action = flags[0] if flags else "modify"
+        words = [w for w in words if w.strip() not in DISK_ACTIONS]
+    settings: dict[str, Any] = {}
+    for word in words:
+        key, sep, value = word.strip().partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{word!r}: expected KEY=VALUE", param_hint="--disk")
+        settings[key] = value
+    if action == "remove" and settings:
+        raise click.BadParameter("Not accepting parameters on removal/detach",
+                                 param_hint="--disk")
+    if isinstance(index, str) and index.lstrip("-").isdigit():
+        index = int(index)
+    return [action, index, settings]
+
+
+@instance.command("modify")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--disk", "disk_mods", multiple=True, metavar="add:size=N,... | N:remove | N:K=V",
+              help="Add a disk (add:size=1G[,mode=rw,name=...,provider=...]; N:add,size=... "
+                   "inserts at N), remove one (N:remove; the instance must be stopped) or "
+                   "change a disk's name/mode (N:name=x); repeatable.")
+@click.option("-t", "--disk-template", type=click.Choice(["plain", "drbd"]),
+              help="Convert the disks (plain <-> drbd); the instance must be stopped.")
+@click.option("-n", "--node", "remote_node", help="With -t drbd: the new secondary node.")
+@click.option("-B", "--backend-parameters", "be", multiple=True, help="e.g. maxmem=1G")
+@click.option("-H", "--hypervisor-parameters", "hv", multiple=True, help="KEY=VALUE[,...]")
+@click.option("-O", "--os-parameters", "osp", multiple=True, help="KEY=VALUE[,...]")
+@click.option("-o", "--os-type", help="A new OS (name+variant), used at the next reinstall.")
+@click.option("--offline/--online", "offline", default=None,
+              help="Mark a stopped instance offline, or back online (down).")
+@click.option("--hotplug", is_flag=True,
+              help="Hot-add/remove the disk (refused: herder's hypervisors do not hotplug).")
+@click.option("--hotplug-if-possible", is_flag=True,
+              help="Hotplug when possible, else apply at the next start.")
+@click.option("--no-wait-for-sync", is_flag=True, help="Do not wait for a new mirror's sync.")
+@click.pass_context
+def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
+           disk_template: str | None, remote_node: str | None, be: tuple[str, ...],
+           hv: tuple[str, ...], osp: tuple[str, ...], os_type: str | None,
+           offline: bool | None, hotplug: bool, hotplug_if_possible: bool,
+           no_wait_for_sync: bool) -> None:
+    """Change an instance (OP_INSTANCE_SET_PARAMS, as gnt-instance modify): its disks (added
+    on every node of its template now; a running instance sees a new disk at its next start),
+    its disk template, its parameters (applied at the next start). Prints each change."""
+    op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
+                          "disks": [disk_modification(m) for m in disk_mods],
+                          "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,
+                          "hotplug_if_possible": hotplug_if_possible}
+    for key, value in (("disk_template", disk_template), ("remote_node", remote_node),
+                       ("os_name", os_type), ("offline", offline)):
+        if value is not None:
+            op[key] = value
+    for key, given in (("beparams", be), ("hvparams", hv), ("osparams", osp)):
+        if given:
+            op[key] = params.parse_assignments(given)
+    (changes,) = remote.run(ctx, [op])
+    if not changes:
+        click.echo(f"Modified {name}: nothing changed")
+    for key, value in changes or []:
+        click.echo(f" - {key} -> {value}")
+    click.echo(f"Modified instance {name}")
+
+
+@instance.command("rename")
+@click.argument("name", metavar="INSTANCE")
+@click.argument("new_name", metavar="NEW_NAME")
+@click.option("--no-name-check", is_flag=True, help="Do not require NEW_NAME to resolve.")
+@click.option("--no-ip-check", is_flag=True, help="Do not check that its address is unused.")
+@click.pass_context
+def rename(ctx: click.Context, name: str, new_name: str, no_name_check: bool,
+           no_ip_check: bool) -> None:
+    """Rename a stopped instance (OP_INSTANCE_RENAME, as gnt-instance rename): file disks
+    move to the new name's directory; the domain takes the name at its next start."""
+    (renamed,) = remote.run(ctx, [{"OP_ID": "OP_INSTANCE_RENAME", "instance_name": name,
+                                   "new_name": new_name, "name_check": not no_name_check,
+                                   "ip_check": not (no_name_check or no_ip_check)}])
+    click.echo(f"Renamed {name} to {renamed}")

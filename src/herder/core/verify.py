@@ -236,3 +236,89 @@ def running(config: model.ConfigData, answers: Mapping[str, Mapping[str, str] | 
                 "error", "instance-down", f"instance {inst.name}",
                 f"instance not running on its primary node {config.node_name(inst.primary_node)}"))
     return findings
+
+
+# --- disks (Ganeti's LUClusterVerifyGroup._VerifyInstance, _CollectDiskInfo) ------------------
+
+# Ganeti's LDS_* local-disk states and their names
+LDS_OKAY, LDS_SYNC = 1, 2
+LDS_NAMES = {1: "ok", 2: "syncing", 3: "unknown", 4: "faulty"}
+STATUS_FIELDS = ("dev_path", "major", "minor", "sync_percent", "estimated_time",
+                 "is_degraded", "ldisk_status")
+
+
+def instance_lvs(disk: model.Disk) -> list[str]:
+    """The `vg/lv` names a disk's tree holds (Ganeti's Disk.ComputeNodeTree volumes)."""
+    lid = disk.logical_id
+    found = [f"{lid.vg}/{lid.lv}"] if isinstance(lid, model.PlainId) else []
+    for child in disk.children:
+        found += instance_lvs(child)
+    return found
+
+
+def disk_status_findings(config: model.ConfigData, instances: Iterable[model.Instance],
+                         volumes: Mapping[str, Mapping[str, object] | str],
+                         statuses: Mapping[str, Mapping[str, list[tuple[bool, object]]] | str]
+                         ) -> list[Finding]:
+    """Ganeti's disk checks of `cluster verify`, judged on what the nodes said:
+    `volumes` maps a node UUID to its LV list (`vg/lv` -> ...) or why `lvs` failed there
+    (only nodes that answered at all); `statuses` maps a node UUID to, per instance UUID,
+    each disk's (success, BlockDevStatus list or why not) from
+    `blockdev_getmirrorstatus_multi`, or why the node could not say. Messages are Ganeti's:
+    "volume V missing on node N", "couldn't retrieve status for disk/I on N: ...",
+    "disk/I on N is degraded; local disk state is 'S'" (a warning while the local disk is ok
+    or syncing, as a mirror catching up), "LVM problem on node: ...", "while getting disk
+    information: ..."."""
+    findings: list[Finding] = []
+    for node_uuid, answer in sorted(volumes.items(), key=lambda kv: config.node_name(kv[0])):
+        if isinstance(answer, str):
+            findings.append(Finding("error", "node-lvm", f"node {config.node_name(node_uuid)}",
+                                    f"LVM problem on node: {answer}"))
+    for node_uuid, answer in sorted(statuses.items(), key=lambda kv: config.node_name(kv[0])):
+        if isinstance(answer, str):
+            findings.append(Finding("error", "node-rpc", f"node {config.node_name(node_uuid)}",
+                                    f"while getting disk information: {answer}"))
+    for inst in sorted(instances, key=lambda i: i.name):
+        what = f"instance {inst.name}"
+        for node_uuid in inst.all_nodes:
+            listed = volumes.get(node_uuid)
+            node = config.nodes.get(node_uuid)
+            if not isinstance(listed, Mapping) or node is None or node.offline:
+                continue  # offline or broken nodes: missing volumes are not judged
+            for disk in inst.disks:
+                lid = disk.logical_id
+                here = (isinstance(lid, model.DrbdId) and node_uuid in lid.nodes) or \
+                    node_uuid == inst.primary_node
+                for volume in instance_lvs(disk) if here else []:
+                    if volume not in listed:
+                        findings.append(Finding(
+                            "error", "instance-missing-disk", what,
+                            f"volume {volume} missing on node {node.name}"))
+        if not inst.disks_active:
+            continue
+        for node_uuid in inst.all_nodes:
+            said = statuses.get(node_uuid)
+            node = config.nodes.get(node_uuid)
+            if not isinstance(said, Mapping) or node is None:
+                continue
+            per_disk: list[tuple[bool, object]] = list(said.get(inst.uuid, []))
+            for index, (success, status) in enumerate(per_disk):
+                if not success:
+                    if not node.offline:
+                        findings.append(Finding(
+                            "error", "instance-faulty-disk", what,
+                            f"couldn't retrieve status for disk/{index} on {node.name}: "
+                            f"{status}"))
+                    continue
+                facts = dict(zip(STATUS_FIELDS, status, strict=False)) \
+                    if isinstance(status, list) else {}
+                if facts.get("is_degraded"):
+                    ldisk = facts.get("ldisk_status")
+                    ok_locally = ldisk in (LDS_OKAY, LDS_SYNC)
+                    state = LDS_NAMES.get(ldisk, str(ldisk)) if isinstance(ldisk, int) \
+                        else str(ldisk)
+                    findings.append(Finding(
+                        "warning" if ok_locally else "error", "instance-faulty-disk", what,
+                        f"disk/{index} on {node.name} is degraded; local disk state is "
+                        f"'{state}'"))
+    return findings

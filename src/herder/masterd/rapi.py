@@ -218,6 +218,10 @@ NO_ROUTE = {
                                "herder cluster verify submits it",
     "OP_INSTANCE_STOP_STRAY": "herder's own, for maintd's stray copies (issue 18); through "
                               "POST /2/herder/jobs",
+    "OP_GROUP_VERIFY_DISKS": "Ganeti's RAPI has no route for it (gnt-cluster verify-disks "
+                             "submits it); herder cluster verify-disks",
+    "OP_CLUSTER_VERIFY_DISKS": "Ganeti's RAPI has no route for it either (gnt-cluster "
+                               "verify-disks); herder cluster verify-disks",
     "OP_INSTANCE_MOVE": "Ganeti's RAPI has no move route either (gnt-instance move); herder "
                         "instance move submits it",
 }

@@ -4,9 +4,38 @@ the config and the nodes' health in, a verdict and its reason out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from herder.core import model
+from herder.core import model, verify
+
+# (instance UUID, node UUID) -> what the node said of each of the instance's disks there:
+# [success, Ganeti's BlockDevStatus list or why not] (blockdev_getmirrorstatus_multi), or why
+# the node could not say
+CopyReports = Mapping[tuple[str, str], Sequence[Sequence[object]] | str]
+
+
+def copy_problem(report: Sequence[Sequence[object]] | str | None) -> str | None:
+    """Why a node's copy of an instance's disks is not a good copy (None: every disk is there,
+    its local data up to date and not resyncing). "Good" means in sync: a copy the node
+    merely answers for may still be degraded or half synced."""
+    if report is None:
+        return "no report of its disks"
+    if isinstance(report, str):
+        return f"its disks could not be checked ({report})"
+    for index, entry in enumerate(report):
+        success, status = (entry[0], entry[1]) if len(entry) == 2 else (False, "no answer")
+        if not success:
+            return f"disk/{index} could not be found ({status})"
+        facts = dict(zip(verify.STATUS_FIELDS, status, strict=False)) \
+            if isinstance(status, Sequence) and not isinstance(status, str) else {}
+        ldisk = facts.get("ldisk_status")
+        if ldisk != verify.LDS_OKAY:
+            state = verify.LDS_NAMES.get(ldisk, str(ldisk)) if isinstance(ldisk, int) \
+                else str(ldisk)
+            return f"disk/{index} is degraded (local disk state '{state}')"
+        if facts.get("sync_percent") is not None:
+            return f"disk/{index} is resyncing ({facts['sync_percent']}% synced)"
+    return None
 
 
 def _disk_vgs(disk: model.Disk) -> set[str]:
@@ -20,14 +49,17 @@ def _disk_vgs(disk: model.Disk) -> set[str]:
 
 
 def vg_repair_allowed(config: model.ConfigData, node_uuid: str, node_health: Mapping[str, bool],
-                      vg_name: str | None = None) -> tuple[bool, str]:
+                      vg_name: str | None = None,
+                      copies: CopyReports | None = None) -> tuple[bool, str]:
     """May the volume group(s) of `node_uuid` be repaired (design-2.1 "Fix node volume group")?
 
     Only when this is the only node with problems and every instance on it keeps a good copy
     elsewhere: every instance with LVM disks on this node (in `vg_name` when given) must be
     DRBD, and each of its other nodes must be healthy (`node_health[uuid]` True; a node missing
-    from the mapping, or offline in the config, counts as unhealthy). Instances whose storage
-    is not in the node's VG (file, shared, external, diskless) are not affected.
+    from the mapping, or offline in the config, counts as unhealthy) and, with `copies`, hold
+    a good copy: every disk found, its local data up to date, not resyncing (`copy_problem`).
+    Instances whose storage is not in the node's VG (file, shared, external, diskless) are
+    not affected.
     Returns (allowed, reason).
     """
     if node_uuid not in config.nodes:
@@ -59,7 +91,12 @@ def vg_repair_allowed(config: model.ConfigData, node_uuid: str, node_health: Map
                                 f" {peer_name}")
             elif not node_health[peer]:
                 problems.append(f"instance {inst.name}: mirror node {peer_name} is unhealthy")
+            elif copies is not None and \
+                    (why := copy_problem(copies.get((inst.uuid, peer)))) is not None:
+                problems.append(f"instance {inst.name}: the copy on {peer_name} is not good: "
+                                f"{why}; repairing would lose its data")
     if problems:
         return False, "; ".join(problems)
     return True, (f"all {checked} instance(s) with disks in the volume group of {this} have a"
-                  " healthy mirror on another node")
+                  " healthy mirror on another node"
+                  + (", in sync" if copies is not None else ""))

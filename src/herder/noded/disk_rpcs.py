@@ -24,9 +24,9 @@ from typing import Any
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
 from herder.noded import ceph_secret, disk_transfer
-from herder.noded.bdev import cephclient, operations
+from herder.noded.bdev import cephclient, operations, plain
 from herder.noded.bdev import file as file_storage
-from herder.noded.bdev.base import BlockDevError, Host
+from herder.noded.bdev.base import BlockDevError, Host, SyncStatus
 from herder.noded.bdev.disk import Disk, decode_disk
 from herder.noded.bdev.rbd import RadosBlockDevice
 from herder.noded.kvm.domain import DiskSpec, NetworkSource
@@ -166,6 +166,30 @@ class DiskRpcs:
         except BlockDevError as err:
             raise DiskFailure(str(err)) from None
         return [status.to_ganeti() for status in found]
+
+    def rpc_blockdev_getmirrorstatus_multi(self, args: dict[str, Any]) -> list[list[object]]:
+        """Per disk [true, Ganeti's BlockDevStatus] or [false, why]: `cluster verify`'s
+        question, which one missing device does not spoil for the others."""
+        found = operations.blockdev_getmirrorstatus_multi(
+            self.bdev, [_disk(d) for d in args.get("disks", [])])
+        return [[ok, status.to_ganeti() if isinstance(status, SyncStatus) else status]
+                for ok, status in found]
+
+    def rpc_lv_list(self, args: dict[str, Any]) -> dict[str, list[object]]:
+        """Ganeti's lv_list: `vg/lv` -> [size, inactive, online] of the VGs `vg_names`
+        (every VG when empty)."""
+        try:
+            return plain.volume_list(self.bdev, [str(vg) for vg in args.get("vg_names", [])])
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
+
+    def rpc_drbd_needs_activation(self, args: dict[str, Any]) -> list[str]:
+        """Ganeti's: the UUIDs of the given DRBD disks that need activate-disks here."""
+        try:
+            return operations.drbd_needs_activation(self.bdev,
+                                                    [_disk(d) for d in args["disks"]])
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
 
     def rpc_blockdev_grow(self, args: dict[str, Any]) -> None:
         disk = _disk(args["disk"])
@@ -334,17 +358,18 @@ class DiskRpcs:
         return specs
 
     @contextlib.contextmanager
-    def os_disk_paths(self, inst: dict[str, Any]) -> Iterator[list[tuple[str, str | None]]]:
+    def os_disk_paths(self, inst: dict[str, Any], *,
+                      install: bool = True) -> Iterator[list[tuple[str, str | None]]]:
         """(path, userspace URI) of each disk for the OS scripts: the device or file of each
-        disk, and for a userspace rbd disk (no device on this node) a sparse staging file of
-        its size, put into the image (`rbd import`) when the block ends without an error.
-        The staging files are removed either way."""
+        disk, and, when the script installs (`install`), for a userspace rbd disk (no device
+        on this node) a sparse staging file of its size, put into the image (`rbd import`)
+        when the block ends without an error. The staging files are removed either way."""
         specs = self.instance_disks(inst)
         staged: dict[int, Path] = {}
         staging_dir = None
         try:
             for index, spec in enumerate(specs):
-                if spec.network is None:
+                if spec.network is None or not install:
                     continue
                 if staging_dir is None:
                     staging_dir = Path(tempfile.mkdtemp(prefix="herder-os-install-"))

@@ -280,6 +280,14 @@ class OsAdd(WithInstance, kw_only=True):
     force_variant: bool = False
 
 
+class RunRename(WithInstance, kw_only=True):
+    old_name: str
+
+    def check(self) -> None:
+        super().check()
+        _instance_name(self.old_name)
+
+
 class MigrateAccept(WithInstance, kw_only=True):
     xml: str
     start: bool = True
@@ -357,6 +365,14 @@ def _unit_name(name: str) -> None:
     """A PV's device path or a VG's name, handed to LVM as one argument."""
     if not name or name.startswith("-") or any(ch in name for ch in "\0\n\r"):
         raise ValueError(f"invalid storage unit name {name!r}")
+
+
+class LvList(Args, kw_only=True):
+    vg_names: list[str] = msgspec.field(default_factory=list)
+
+    def check(self) -> None:
+        for name in self.vg_names:
+            _unit_name(name)
 
 
 class StorageList(Args, kw_only=True):
@@ -501,7 +517,9 @@ SCHEMAS: dict[str, type[Args]] = {
     "master_vote": MasterVote,
     "blockdev_create": BlockdevCreate, "blockdev_remove": OneDisk,
     "blockdev_assemble": BlockdevAssemble, "blockdev_shutdown": OneDisk,
-    "blockdev_find": OneDisk, "blockdev_getmirrorstatus": Disks, "blockdev_grow": BlockdevGrow,
+    "blockdev_find": OneDisk, "blockdev_getmirrorstatus": Disks,
+    "blockdev_getmirrorstatus_multi": Disks, "lv_list": LvList, "drbd_needs_activation": Disks,
+    "blockdev_grow": BlockdevGrow,
     "blockdev_rename": BlockdevRename, "blockdev_wipe": BlockdevWipe,
     "blockdev_setinfo": BlockdevSetInfo, "blockdev_open": Disks, "blockdev_close": Disks,
     "drbd_disconnect_net": Disks, "drbd_attach_net": Disks, "drbd_wait_sync": Disks,
@@ -510,7 +528,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "blockdev_import_prepare": BlockdevAssemble, "blockdev_export": BlockdevExport,
     "blockdev_addchildren": DiskChildren, "blockdev_removechildren": DiskChildren,
     "instance_define": WithInstance, "instance_start": WithInstance,
-    "instance_os_add": OsAdd, "migrate_accept": MigrateAccept,
+    "instance_os_add": OsAdd, "instance_run_rename": RunRename, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
     "instance_balloon_memory": BalloonMemory,
     "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,

@@ -629,14 +629,25 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
     def rpc_instance_os_add(self, args: dict[str, Any]) -> dict[str, Any]:
         """Install the instance's OS: the OS definition's `create` script (OS API 10/15/20),
         with the documented environment; an unknown variant is refused unless forced."""
+        return self._os_script(args["instance"], "create", "add-",
+                               force_variant=bool(args.get("force_variant")))
+
+    def rpc_instance_run_rename(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The OS definition's `rename` script after an instance rename (Ganeti's
+        instance_run_rename: OLD_INSTANCE_NAME in its environment)."""
+        return self._os_script(args["instance"], "rename", "rename-",
+                               old_name=str(args["old_name"]))
+
+    def _os_script(self, inst: dict[str, Any], script: Any, log_prefix: str, *,
+                   force_variant: bool = True, old_name: str | None = None) -> dict[str, Any]:
         from herder.noded import osdef
 
-        inst = args["instance"]
         try:
             definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
                                        list(self.settings.os_path))
-            osdef.check_variant(definition, inst["os"], force=bool(args.get("force_variant")))
-            with self.os_disk_paths(inst) as os_disks:
+            osdef.check_variant(definition, inst["os"], force=force_variant)
+            # only `create` writes the disks: an rbd image is staged and imported for it alone
+            with self.os_disk_paths(inst, install=script == "create") as os_disks:
                 data = osdef.OsInstanceData(
                     name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
                     disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
@@ -646,13 +657,13 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
                     hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
                     osparams=inst.get("osparams", {}))
                 env = osdef.os_environment(definition, data)
-                env.update(osdef.script_variables("create"))
+                env.update(osdef.script_variables(script, old_name=old_name))
                 log_dir = self.settings.state_dir / "os-logs"
                 log_dir.mkdir(parents=True, exist_ok=True)
-                result = osdef.run_os_script(definition, "create", env,
-                                             self.settings.os_timeout,
-                                             paths.child(log_dir, inst["name"], prefix="add-",
-                                                         suffix=".log", what="instance name"))
+                result = osdef.run_os_script(definition, script, env, self.settings.os_timeout,
+                                             paths.child(log_dir, inst["name"],
+                                                         prefix=log_prefix, suffix=".log",
+                                                         what="instance name"))
         except osdef.OsError as err:
             raise RpcFailure(f"OS {inst['os']!r} for {inst['name']}: {err}") from None
         return {"os": inst["os"], "log": str(getattr(result, "log_file", ""))}

@@ -123,6 +123,14 @@ class World:
                 return 5, "", f"Failed to find logical volume \"{args[-1][5:]}\"\n"
             return 0, "  " + ",".join(lv["tags"]) + "\n", ""
         rows = []
+        if "-ovg_name,lv_name,lv_size,lv_attr" in args:  # Ganeti's GetVolumeList (lv_list)
+            for name, lv in sorted(self.state["lvs"].items()):
+                vg, lv_name = name.split("/")
+                if not args[-1].startswith("-") and vg not in args[args.index(
+                        "-ovg_name,lv_name,lv_size,lv_attr") + 1:]:
+                    continue
+                rows.append(f"  {vg}|{lv_name}|{lv['size']:.2f}|{lv.get('attr', '-wi-ao----')}")
+            return 0, "".join(row + "\n" for row in rows), ""
         for name, lv in sorted(self.state["lvs"].items()):
             vg, lv_name = name.split("/")
             devices = ",".join(f"{pv}(0)" for pv in lv["pvs"])

@@ -343,6 +343,22 @@ class OpClusterVerifyGroup(OpCode, tag="OP_CLUSTER_VERIFY_GROUP", kw_only=True):
     verify_clutter: bool = False
 
 
+class OpGroupVerifyDisks(OpCode, tag="OP_GROUP_VERIFY_DISKS", kw_only=True):
+    """Ganeti's: the disks of a node group's instances with active disks. Result: [node name
+    -> error, names of instances whose disks need activate-disks, instance name -> [[node,
+    volume], ...] missing LVs]."""
+
+    group_name: str
+
+
+class OpClusterVerifyDisks(OpCode, tag="OP_CLUSTER_VERIFY_DISKS", kw_only=True):
+    """Ganeti's (`gnt-cluster verify-disks`): OP_GROUP_VERIFY_DISKS for every group (or
+    `group_name`). herder answers the groups' results in its own result (a list, one per
+    group) where Ganeti submits one job per group (compat row B24)."""
+
+    group_name: str | None = None
+
+
 # --- node groups --------------------------------------------------------------------------------
 
 class OpGroupAdd(OpCode, tag="OP_GROUP_ADD", kw_only=True):
@@ -621,9 +637,22 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
     force: bool = False
     force_variant: bool = False
     wait_for_sync: bool = True
+    # Ganeti's disk modifications: [[op, params]] ("add"/"remove" with index -1, or an index
+    # with params to modify) or [[op, index, params]] (op "add", "remove", "modify")
+    disks: list[Any] = msgspec.field(default_factory=list)
+    disk_template: str | None = None  # plain <-> drbd conversion
+    remote_node: str | None = None  # the new DRBD secondary
+    remote_node_uuid: str | None = None
+    iallocator: str | None = None
+    hotplug: bool = False
+    hotplug_if_possible: bool = False
+    ignore_ipolicy: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.disks, list) or not all(
+                isinstance(mod, list) and len(mod) in (2, 3) for mod in self.disks):
+            raise ValueError("disks: a list of [op, params] or [op, index, params]")
         params.check_hv_changes(self.hvparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
         params.check_osparams(self.osparams)

@@ -8,9 +8,10 @@ from typing import Any
 
 import msgspec
 
-from herder.core import locking, model, params, uidpool, verify
+from herder.core import diskobjects, locking, model, params, uidpool, verify
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
+from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 
@@ -229,6 +230,42 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
             return f"unexpected answer {listed!r:.80}"
         return {str(k): str(v) for k, v in listed.items()}
 
+    def _disks(self, config: model.ConfigData, node: model.Node, instances: list[model.Instance]
+               ) -> tuple[dict[str, Any] | str | None, dict[str, list[Any]] | str | None]:
+        """What `node` says of the disks it holds: its LVs in the VGs they use (None: no LV
+        is expected here) and per instance each disk's [success, status] (None: no disk)."""
+        owners: list[str] = []
+        objects: list[dict[str, Any]] = []
+        vgs: set[str] = set()
+        for inst in instances:
+            for disk in inst.disks:
+                if node.uuid not in disks.disk_nodes(inst, disk):
+                    continue
+                owners.append(inst.uuid)
+                objects.append(diskobjects.disk_object(config, inst, disk, node.uuid))
+                vgs |= {volume.split("/", 1)[0] for volume in verify.instance_lvs(disk)}
+        volumes: dict[str, Any] | str | None = None
+        if vgs:
+            try:
+                volumes = dict(self.env.rpc.call(node, "lv_list", {"vg_names": sorted(vgs)},
+                                                 timeout=30))
+            except HerderError as err:
+                volumes = str(err)
+        if not objects:
+            return volumes, None
+        try:
+            found = self.env.rpc.call(node, "blockdev_getmirrorstatus_multi",
+                                      {"disks": objects}, timeout=60)
+        except HerderError as err:
+            return volumes, str(err)
+        statuses: dict[str, list[Any]] = {}
+        for owner, entry in zip(owners, found, strict=False):
+            ok = isinstance(entry, list) and len(entry) == 2
+            statuses.setdefault(owner, []).append(
+                (bool(entry[0]), entry[1]) if ok else
+                (False, "Invalid result from the remote node"))
+        return volumes, statuses
+
     def execute(self) -> Any:
         config = self.env.store.load()
         asked = [n for n in sorted(config.nodes.values(), key=lambda n: n.name)
@@ -240,5 +277,14 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
         mine = [i for i in config.instances.values()
                 if (g := config.instance_group(i)) is not None and g.uuid == self.group.uuid]
         findings = verify.running(config, answers, mine)
+        # the disks, on the nodes that answered (Ganeti's _CollectDiskInfo, NV_LVLIST)
+        answered = [n for n in asked if isinstance(answers[n.uuid], dict)]
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(answered)))) as pool:
+            disk_answers = dict(zip((n.uuid for n in answered),
+                                    pool.map(lambda n: self._disks(config, n, mine), answered),
+                                    strict=True))
+        volumes = {uuid: lvs for uuid, (lvs, _) in disk_answers.items() if lvs is not None}
+        statuses = {uuid: said for uuid, (_, said) in disk_answers.items() if said is not None}
+        findings += verify.disk_status_findings(config, mine, volumes, statuses)
         return [{"severity": f.severity, "code": f.code, "object": f.object,
                  "message": f.message} for f in findings]

@@ -7,18 +7,17 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from herder.core import configdiff, locking, model, params, paths, vmclaim
+from herder.core import configdiff, locking, model, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator, portpool
 from herder.masterd.livecache import LiveCache, Snapshot
-from herder.masterd.lu import disks
+from herder.masterd.lu import diskgen, disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.instance import checked_new_name
 
 MIRRORED = {"drbd"}
-DRBD_META_MIB = 128
 
 
 def new_mac(config: model.ConfigData, taken: set[str]) -> str:
@@ -29,29 +28,6 @@ def new_mac(config: model.ConfigData, taken: set[str]) -> str:
             taken.add(mac)
             return mac
     raise OpPrereqError("cannot find a free MAC address", "insufficient_resources")
-
-
-def free_minor(config: model.ConfigData, node_uuid: str, extra: set[int]) -> int:
-    used = set(extra)
-    for inst in configdiff.plain_values(config.instances):  # reads only: copies nothing
-        for disk in inst.disks:
-            lid = disk.logical_id
-            if isinstance(lid, model.DrbdId):
-                for n, minor in zip(lid.nodes, lid.minors, strict=True):
-                    if n == node_uuid:
-                        used.add(minor)
-    minor = 0
-    while minor in used:
-        minor += 1
-    return minor
-
-
-def free_port(config: model.ConfigData, extra: set[int]) -> int:
-    used = set(extra) | portpool.ports_in_use(config)
-    port = max(config.cluster.highest_used_port, 11000) + 1
-    while port in used:
-        port += 1
-    return port
 
 
 PLACEMENT_TIMEOUT = 15.0  # seconds every node has to report its figures for a placement
@@ -171,55 +147,12 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         op = self.op
         stamp = model.now()
         inst_uuid = model.new_uuid()
-        vg = config.cluster.volume_group_name or "xenvg"
+        reserved = diskgen.Reservations()
         new_disks: list[model.Disk] = []
-        minors_taken: dict[str, set[int]] = {n.uuid: set() for n in self.nodes}
-        ports_taken: set[int] = set()
         for index, (size, spec) in enumerate(zip(self.sizes, op.disks, strict=True)):
-            disk_uuid = model.new_uuid()
-            common = {"uuid": disk_uuid, "size": size, "mode": spec.get("mode", "rw"),
-                      "iv_name": f"disk/{index}", "name": spec.get("name"),
-                      "ctime": stamp, "mtime": stamp}
-            if op.disk_template == "drbd":
-                p, s = self.nodes
-                minor_p = free_minor(config, p.uuid, minors_taken[p.uuid])
-                minor_s = free_minor(config, s.uuid, minors_taken[s.uuid])
-                minors_taken[p.uuid].add(minor_p)
-                minors_taken[s.uuid].add(minor_s)
-                port = free_port(config, ports_taken)
-                ports_taken.add(port)
-                children = [
-                    model.Disk(uuid=model.new_uuid(), dev_type="plain", size=size,
-                               logical_id=model.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_data")),
-                    model.Disk(uuid=model.new_uuid(), dev_type="plain", size=DRBD_META_MIB,
-                               logical_id=model.PlainId(vg=vg, lv=f"{disk_uuid}.disk{index}_meta")),
-                ]
-                new_disks.append(model.Disk(
-                    dev_type="drbd", children=children, logical_id=model.DrbdId(
-                    nodes=[p.uuid, s.uuid], port=port, minors=[minor_p, minor_s],
-                    secret=secrets.token_hex(20)), **common))
-                config.cluster.highest_used_port = max(config.cluster.highest_used_port, port)
-            elif op.disk_template == "plain":
-                new_disks.append(model.Disk(dev_type="plain", logical_id=model.PlainId(
-                    vg=vg, lv=f"{disk_uuid}.disk{index}"), **common))
-            elif op.disk_template in ("file", "sharedfile"):
-                base = config.cluster.file_storage_dir if op.disk_template == "file" \
-                    else config.cluster.shared_file_storage_dir
-                path = paths.child(base, op.instance_name, f"disk{index}", what="instance name")
-                new_disks.append(model.Disk(dev_type=op.disk_template, logical_id=model.FileId(
-                    driver="loop", path=str(path)), **common))
-            elif op.disk_template == "blockdev":
-                new_disks.append(model.Disk(dev_type="blockdev", logical_id=model.FileId(
-                    driver="manual", path=str(spec["adopt"])), **common))
-            elif op.disk_template == "ext":
-                new_disks.append(model.Disk(dev_type="ext", logical_id=model.ExtId(
-                    provider=str(spec["provider"]), name=f"{disk_uuid}.ext.disk{index}"),
-                    **common))
-            elif op.disk_template == "rbd":  # Ganeti's (RBD_CMD, "<uuid>.rbd.disk<i>")
-                new_disks.append(model.Disk(dev_type="rbd", logical_id=model.ExtId(
-                    provider="rbd", name=f"{disk_uuid}.rbd.disk{index}"), **common))
-            else:
-                new_disks.append(model.Disk(dev_type=op.disk_template, **common))
+            new_disks.append(diskgen.new_disk(
+                config, op.disk_template, index, size, spec, [n.uuid for n in self.nodes],
+                op.instance_name, reserved, others=new_disks))
         taken = {n.mac for i in configdiff.plain_values(config.instances) for n in i.nics}
         nics = []
         for spec in op.nics:

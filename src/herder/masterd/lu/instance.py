@@ -3,15 +3,16 @@ act on a node through the node RPC (start, shutdown, reboot, migrate, failover, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from herder.core import configdiff, locking, model, names, params, vmclaim
+from herder.core import configdiff, diskobjects, locking, model, names, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
 from herder.masterd import portpool
-from herder.masterd.lu import disks, handover, migration
+from herder.masterd.lu import convert, disk_modify, disks, handover, migration
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -45,29 +46,173 @@ def checked_new_name(name: str, *, name_check: bool, ip_check: bool,
 
 
 class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
+    """Ganeti's LUInstanceRename: refused while the instance runs; file and sharedfile disks
+    move with the name (the config's paths, then `file_storage_dir_rename` on the primary);
+    then the disks are assembled, every node's devices get the new owner text
+    (`blockdev_setinfo`: LV tags), the OS's rename script runs, and the disks are shut down
+    again. LV and DRBD names carry UUIDs, not the name: they stay. The domain takes the new
+    name at the next start (noded defines it from the config)."""
+
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name)
+        return _instance_locks(config, self.op.instance_name, nodes=True, shared_nodes=False)
 
     def check(self, config: model.ConfigData) -> None:
         op = self.op
-        lookup(config.find_instance, op.instance_name)
+        inst = lookup(config.find_instance, op.instance_name)
+        node = config.nodes.get(inst.primary_node)
+        if node is None or node.offline:
+            raise OpPrereqError(f"Can't use offline node {config.node_name(inst.primary_node)}",
+                                "wrong_state")
+        if inst.admin_state == "up":
+            raise OpPrereqError(f"Instance '{inst.name}' is marked to be up, cannot rename",
+                                "wrong_state")
+        try:
+            listed = self.env.rpc.call(node, "instance_list", {}, timeout=30)
+        except HerderError as err:
+            raise OpPrereqError(f"cannot ask {node.name} whether {inst.name} runs: {err}",
+                                "wrong_state") from None
+        if isinstance(listed, dict) and listed.get(inst.name) in handover.RUNNING_STATES:
+            raise OpPrereqError(f"Instance {inst.name} is running, cannot rename",
+                                "wrong_state")
         op.new_name = checked_new_name(op.new_name, name_check=op.name_check,
                                        ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.new_name for i in config.instances.values()):
             raise OpPrereqError(f"instance {op.new_name!r} already exists", "already_exists")
+        self.inst, self.node = inst, node
 
     def execute(self) -> Any:
         op = self.op
-        with self.env.store.update() as config:
-            inst = config.find_instance(op.instance_name)
-            inst.name = op.new_name
-            inst.touch()
+        old_name = self.inst.name
+        old_dir = next((d for d in map(diskobjects.file_storage_dir, self.inst.disks) if d),
+                       None)
+        new_dir = None
+        if old_dir is not None and op.new_name != old_name:
+            new_dir = os.path.join(os.path.dirname(old_dir), op.new_name)
+            # the node first: a refused rename leaves the config as it was
+            try:
+                self.env.rpc.call(self.node, "file_storage_dir_rename", {
+                    "old_file_storage_dir": old_dir, "new_file_storage_dir": new_dir})
+            except HerderError as err:
+                raise OpExecError(f"Could not rename on node {self.node.name} directory "
+                                  f"'{old_dir}' to '{new_dir}': {err}") from None
+        try:
+            with self.env.store.update() as config:
+                inst = config.instances[self.inst.uuid]
+                inst.name = op.new_name
+                for disk in inst.disks:
+                    lid = disk.logical_id
+                    if disk.dev_type in ("file", "sharedfile") and \
+                            isinstance(lid, model.FileId) and new_dir is not None:
+                        lid.path = os.path.join(new_dir, os.path.basename(lid.path))
+                inst.touch()
+        except HerderError:
+            if new_dir is not None and old_dir is not None:
+                self.env.rpc.call(self.node, "file_storage_dir_rename", {
+                    "old_file_storage_dir": new_dir, "new_file_storage_dir": old_dir})
+            raise
+        self._after_rename(old_name)
         return op.new_name
+
+    def _after_rename(self, old_name: str) -> None:
+        """Ganeti's StartInstanceDisks, blockdev_setinfo on every node, instance_run_rename,
+        ShutdownInstanceDisks; failures past the rename are warnings (it is renamed)."""
+        config = self.env.store.load()
+        inst = config.instances[self.inst.uuid]
+        if not inst.disks:
+            return
+        try:
+            disks.assemble_disks(self.env, config, inst, feedback=self.feedback)
+        except HerderError as err:
+            self.feedback(f"Warning: could not activate the disks of {inst.name} to update "
+                          f"their owner: {err}")
+            return
+        try:
+            info = disks.info_text(inst)
+            for index, disk in enumerate(inst.disks):
+                for node_uuid in disks.disk_nodes(inst, disk):
+                    node = config.nodes[node_uuid]
+                    try:
+                        self.env.rpc.call(node, "blockdev_setinfo", {
+                            "disk": diskobjects.disk_object(config, inst, disk, node_uuid),
+                            "info": info})
+                    except HerderError as err:
+                        self.feedback(f"Warning: Error setting info on node {node.name} for "
+                                      f"disk {index}: {err}")
+            try:
+                self.env.rpc.call(self.node, "instance_run_rename", {
+                    "instance": instance_payload(config, inst), "old_name": old_name},
+                    timeout=900)
+            except HerderError as err:
+                self.feedback(f"Warning: Could not run OS rename script for instance "
+                              f"{inst.name} on node {self.node.name} (but the instance has "
+                              f"been renamed): {err}")
+        finally:
+            disks.shutdown_disks(self.env, config, inst, feedback=self.feedback)
 
 
 class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
+    """Ganeti's LUInstanceSetParams: disk changes (`disk_modify`), then a disk template
+    conversion (`convert`), then the parameters (config only: they apply at the next
+    start)."""
+
+    disk_changes: list[disk_modify.DiskChange]
+    secondary: model.Node | None = None
+
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name)
+        op = self.op
+        if not (op.disks or op.disk_template):
+            return _instance_locks(config, op.instance_name)
+        inst = lookup(config.find_instance, op.instance_name)
+        nodes = set(inst.all_nodes)
+        if op.remote_node:
+            nodes.add(lookup(config.find_node, op.remote_node).uuid)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, sorted(nodes))]
+
+    def _runs(self, config: model.ConfigData, inst: model.Instance) -> bool:
+        """Does the instance's domain run on its primary (Ganeti's IsInstanceRunning)? An
+        offline primary is not asked (Ganeti warns and goes on)."""
+        node = config.nodes.get(inst.primary_node)
+        if node is None or node.offline:
+            self.feedback("Primary node offline, ignoring check that instance is down")
+            return False
+        try:
+            listed = self.env.rpc.call(node, "instance_list", {}, timeout=30)
+        except HerderError as err:
+            raise OpPrereqError(f"cannot ask {node.name} whether {inst.name} runs: {err}",
+                                "wrong_state") from None
+        return isinstance(listed, dict) and listed.get(inst.name) in handover.RUNNING_STATES
+
+    def _check_disks(self, config: model.ConfigData, inst: model.Instance) -> None:
+        op = self.op
+        self.disk_changes = []
+        if op.disk_template and op.disks:
+            raise OpPrereqError("Disk template conversion and other disk changes not "
+                                "supported at the same time", "wrong_input")
+        if op.hotplug:
+            raise OpPrereqError("Hotplug is not possible: herder's hypervisors do not hotplug "
+                                "disks (the change applies at the next start without "
+                                "--hotplug)", "wrong_state")
+        if op.hotplug_if_possible and op.disks:
+            self.feedback("herder's hypervisors do not hotplug disks")
+            self.feedback("Modification will take place without hotplugging.")
+        removing = any(m[0] == disk_modify.REMOVE for m in op.disks)
+        running = (removing or bool(op.disk_template)) and inst.admin_state != "up" \
+            and self._runs(config, inst)
+        if op.disks:
+            self.disk_changes = disk_modify.plan(inst, op.disks, wait_for_sync=op.wait_for_sync,
+                                                 hotplug=False, running=running)
+        if op.disk_template:
+            if op.iallocator:
+                raise OpPrereqError("choosing the new secondary by an iallocator is not "
+                                    "supported; give it (-n NODE)", "wrong_input")
+            remote = lookup(config.find_node, op.remote_node) if op.remote_node else None
+            if remote is not None and op.disk_template != "drbd":
+                self.feedback("Changing the disk template to a non-mirrored one, the "
+                              "secondary node will be ignored")
+                remote = None
+            self.secondary = convert.check(config, inst, op.disk_template, remote,
+                                           running=running)
 
     def _apply(self, inst: model.Instance) -> list[list[str]]:
         op = self.op
@@ -100,6 +245,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
 
     def check(self, config: model.ConfigData) -> None:
         inst = lookup(config.find_instance, self.op.instance_name)
+        self._check_disks(config, inst)
         # a trial on a copy of the instance (`config` is the shared snapshot)
         copy = configdiff.decode_object("instances", configdiff.encode_object(inst))
         try:
@@ -114,11 +260,32 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
             raise OpPrereqError(str(err)) from None
 
     def execute(self) -> Any:
+        op = self.op
+        uuid = self.env.store.load().find_instance(op.instance_name).uuid
+        done = disk_modify.apply(self.env, uuid, self.disk_changes,
+                                 wait_for_sync=op.wait_for_sync, feedback=self.feedback)
+        if op.disk_template:
+            self._convert(uuid, op.disk_template)
+            done.append(["disk_template", op.disk_template])
         with self.env.store.update() as config:
-            inst = config.find_instance(self.op.instance_name)
+            inst = config.instances[uuid]
             changes = self._apply(inst)
-            inst.touch()
-        return changes
+            if changes:
+                inst.touch()
+        return done + changes
+
+    def _convert(self, uuid: str, template: str) -> None:
+        config = self.env.store.load()
+        inst = config.instances[uuid]
+        if not disks.shutdown_disks(self.env, config, inst, feedback=self.feedback):
+            raise OpExecError("Cannot shutdown instance disks, unable to proceed with disk "
+                              "template conversion")
+        if template == "drbd":
+            assert self.secondary is not None  # convert.check gave it
+            convert.plain_to_drbd(self.env, uuid, self.secondary,
+                                  wait_for_sync=self.op.wait_for_sync, feedback=self.feedback)
+        else:
+            convert.drbd_to_plain(self.env, uuid, self.feedback)
 
 
 class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):

@@ -308,7 +308,7 @@ def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, n
     down, the primary standalone, the config pointed at `new`, the primary and `new`
     connected (a full resync, awaited), the devices checked, the old LVs removed."""
     from herder.masterd.lu import disks
-    from herder.masterd.lu.create import free_minor
+    from herder.masterd.lu.diskgen import free_minor
 
     old_uuid = inst.secondary_nodes[0]
     old = config.nodes.get(old_uuid)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking, model, storage_units
+from herder.core import diskobjects, locking, model, storage_units
 from herder.core.errors import HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.vg_repair import vg_repair_allowed
+from herder.masterd.vg_repair import CopyReports, vg_repair_allowed
 
 FIELDS = ("name", "size", "used", "free", "allocatable")
 
@@ -90,10 +90,35 @@ class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
                 health[node.uuid] = True
             except HerderError:
                 health[node.uuid] = False
-        allowed, reason = vg_repair_allowed(config, self.node.uuid, health, op.name)
+        copies = self._copies(config, health)
+        allowed, reason = vg_repair_allowed(config, self.node.uuid, health, op.name, copies)
         if not allowed and not op.ignore_consistency:
             raise OpPrereqError(f"repairing {op.name} on {self.node.name} is not safe: {reason}",
                                 "wrong_state")
+
+    def _copies(self, config: model.ConfigData, health: dict[str, bool]) -> CopyReports:
+        """Each mirror node's report of its copy of the disks of the instances on this node
+        (blockdev_getmirrorstatus_multi): "every other copy is good" means in sync."""
+        wanted: dict[str, list[model.Instance]] = {}
+        for inst in config.instances_on(self.node.uuid):
+            for peer in inst.all_nodes:
+                if peer != self.node.uuid and health.get(peer):
+                    wanted.setdefault(peer, []).append(inst)
+        copies: dict[tuple[str, str], Any] = {}
+        for peer, instances in wanted.items():
+            node = config.nodes[peer]
+            objects = [(inst.uuid, diskobjects.disk_object(config, inst, disk, peer))
+                       for inst in instances for disk in inst.disks]
+            try:
+                found = self.env.rpc.call(node, "blockdev_getmirrorstatus_multi",
+                                          {"disks": [obj for _, obj in objects]}, timeout=60)
+            except HerderError as err:
+                for inst in instances:
+                    copies[(inst.uuid, peer)] = str(err)
+                continue
+            for (owner, _), entry in zip(objects, found, strict=False):
+                copies.setdefault((owner, peer), []).append(entry)
+        return copies
 
     def execute(self) -> Any:
         op = self.op

@@ -164,6 +164,40 @@ def blockdev_getmirrorstatus(host: Host, disks: Sequence[Disk]) -> list[SyncStat
     return [_found(host, disk).combined_sync_status() for disk in disks]
 
 
+def blockdev_getmirrorstatus_multi(host: Host, disks: Sequence[Disk]
+                                   ) -> list[tuple[bool, SyncStatus | str]]:
+    """Ganeti's BlockdevGetmirrorstatusMulti: per disk (True, its combined status) or
+    (False, why not: "Can't find device ..." or the device's error)."""
+    found: list[tuple[bool, SyncStatus | str]] = []
+    for disk in disks:
+        try:
+            device = recursive_find(host, disk)
+            if device is None:
+                found.append((False, f"Can't find device {disk.iv_name or disk.dev_type}"))
+                continue
+            found.append((True, device.combined_sync_status()))
+        except BlockDevError as err:
+            found.append((False, str(err)))
+    return found
+
+
+def drbd_needs_activation(host: Host, disks: Sequence[Disk]) -> list[str]:
+    """Ganeti's DrbdNeedsActivation: the UUIDs of the DRBD disks that are not assembled
+    here, or standalone, or without their local disk."""
+    faulty: list[str] = []
+    for disk in disks:
+        device = recursive_find(host, disk)
+        if device is None:
+            faulty.append(disk.uuid or "")
+            continue
+        proc_status = getattr(device, "proc_status", None)
+        if proc_status is not None:
+            state = proc_status()
+            if state.is_standalone or state.is_diskless:
+                faulty.append(disk.uuid or "")
+    return faulty
+
+
 def blockdev_grow(host: Host, disk: Disk, amount: int, dryrun: bool, backingstore: bool,
                   excl_stor: bool = False) -> None:
     _found(host, disk).grow(amount, dryrun=dryrun, backingstore=backingstore,

@@ -178,6 +178,30 @@ def lv_global_info(host: Host) -> dict[str, LvInfo]:
     return dict(parse_lvs_line(line) for line in result.stdout.splitlines())
 
 
+_LVS_LINE = re.compile(r"^\s*([^|]+)\|([^|]+)\|([0-9.]+)\|([^|]{6,})\|?$")
+
+
+def volume_list(host: Host, vg_names: Sequence[str]) -> dict[str, list[object]]:
+    """Ganeti's GetVolumeList: `vg/lv` -> [size MiB as text, inactive, online] of the LVs
+    in `vg_names` (all when empty), virtual ones left out. BlockDevError when `lvs` fails."""
+    result = host.run(["lvs", "--noheadings", "--units=m", "--nosuffix",
+                       f"--separator={LVM_SEPARATOR}", "-ovg_name,lv_name,lv_size,lv_attr",
+                       *vg_names])
+    if result.failed:
+        raise BlockDevError(f"Failed to list logical volumes, lvs output: {result.output}")
+    volumes: dict[str, list[object]] = {}
+    for line in result.stdout.splitlines():
+        match = _LVS_LINE.match(line.strip())
+        if match is None:
+            log.error("Invalid line returned from lvs output: '%s'", line)
+            continue
+        vg, name, size, attr = match.groups()
+        if attr[0] == "v":  # virtual: holds no data
+            continue
+        volumes[f"{vg}/{name}"] = [size, attr[4] == "-", attr[5] == "o"]
+    return volumes
+
+
 class LogicalVolume(BlockDev):
     dev_type = "plain"
 
