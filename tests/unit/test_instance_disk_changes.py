@@ -68,8 +68,7 @@ def test_added_drbd_disk_is_made_on_both_nodes_in_ganetis_order(drbd_cluster) ->
     # CreateDisks: the primary first, children first; _PostAddDisk: the new disk's sync, then
     # (disks not active) the new disk shut down again
     assert rpc.methods() == [("node1", "blockdev_create")] * 3 + \
-        [("node2", "blockdev_create")] * 3 + [("node1", "drbd_wait_sync"),
-                                              ("node2", "drbd_wait_sync"),
+        [("node2", "blockdev_create")] * 3 + [("node1", "blockdev_getmirrorstatus"),  # WaitForSync
                                               ("node1", "blockdev_shutdown"),
                                               ("node2", "blockdev_shutdown")]
     assert created(rpc) == [("node1", "plain"), ("node1", "plain"), ("node1", "drbd")] * 1 + \
@@ -190,7 +189,7 @@ def test_plain_to_drbd_and_back_in_ganetis_order(plain_cluster) -> None:
         ("node2", "blockdev_create"), ("node2", "blockdev_create"),  # the secondary's LVs
         ("node1", "blockdev_rename"),  # the original LV becomes DRBD's data LV
         ("node1", "blockdev_create"), ("node2", "blockdev_create"),  # the DRBD devices
-        ("node1", "drbd_wait_sync"), ("node2", "drbd_wait_sync")]
+        ("node1", "blockdev_getmirrorstatus")]  # WaitForSync asks the primary
     inst = env.store.load().find_instance(PLAIN0)
     data, meta = (c.logical_id.lv for c in inst.disks[0].children)  # type: ignore[union-attr]
     assert inst.disk_template == "drbd" and inst.disks[0].size == 2048
