@@ -379,15 +379,21 @@ def disk_modification(text: str) -> list[Any]:
 @click.option("--hotplug-if-possible", is_flag=True,
               help="Hotplug when possible, else apply at the next start.")
 @click.option("--no-wait-for-sync", is_flag=True, help="Do not wait for a new mirror's sync.")
+@click.option("-m", "--runtime-memory", "runtime_mem", metavar="SIZE",
+              help="Balloon the running instance's memory up or down to SIZE (e.g. 768M, "
+                   "1G); within minmem..maxmem unless --force.")
+@click.option("-f", "--force", is_flag=True,
+              help="With --runtime-memory: allow a size outside minmem..maxmem.")
 @click.pass_context
 def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
            disk_template: str | None, remote_node: str | None, be: tuple[str, ...],
            hv: tuple[str, ...], osp: tuple[str, ...], os_type: str | None,
            offline: bool | None, hotplug: bool, hotplug_if_possible: bool,
-           no_wait_for_sync: bool) -> None:
+           no_wait_for_sync: bool, runtime_mem: str | None, force: bool) -> None:
     """Change an instance (OP_INSTANCE_SET_PARAMS, as gnt-instance modify): its disks (added
     on every node of its template now; a running instance sees a new disk at its next start),
-    its disk template, its parameters (applied at the next start). Prints each change."""
+    its disk template, its parameters (applied at the next start), the running guest's
+    memory (--runtime-memory, now). Prints each change."""
     op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
                           "disks": [disk_modification(m) for m in disk_mods],
                           "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,
@@ -399,6 +405,13 @@ def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
     for key, given in (("beparams", be), ("hvparams", hv), ("osparams", osp)):
         if given:
             op[key] = params.parse_assignments(given)
+    if runtime_mem is not None:
+        try:
+            op["runtime_mem"] = params.parse_size(runtime_mem)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--runtime-memory") from None
+    if force:
+        op["force"] = True
     (changes,) = remote.run(ctx, [op])
     if not changes:
         click.echo(f"Modified {name}: nothing changed")

@@ -647,9 +647,13 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
     hotplug: bool = False
     hotplug_if_possible: bool = False
     ignore_ipolicy: bool = False
+    runtime_mem: int | None = None  # MiB: balloon the running guest to this (Ganeti's)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.runtime_mem is not None and (isinstance(self.runtime_mem, bool)
+                                             or self.runtime_mem <= 0):
+            raise ValueError("runtime_mem: a positive number of MiB")
         if not isinstance(self.disks, list) or not all(
                 isinstance(mod, list) and len(mod) in (2, 3) for mod in self.disks):
             raise ValueError("disks: a list of [op, params] or [op, index, params]")

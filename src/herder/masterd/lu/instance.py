@@ -160,7 +160,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         op = self.op
-        if not (op.disks or op.disk_template):
+        if not (op.disks or op.disk_template or op.runtime_mem):
             return _instance_locks(config, op.instance_name)
         inst = lookup(config.find_instance, op.instance_name)
         nodes = set(inst.all_nodes)
@@ -254,14 +254,63 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
             if self.op.hvparams:
                 params.check_relations(params.hv_family(copy.hypervisor),
                                        config.filled_hvparams(copy))
+            proposed = config.filled_beparams(copy)
             if self.op.beparams:
-                params.check_relations(params.BE_FAMILY, config.filled_beparams(copy))
+                params.check_relations(params.BE_FAMILY, proposed)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if self.op.runtime_mem:
+            self._check_runtime_memory(config, inst, proposed)
+
+    def _check_runtime_memory(self, config: model.ConfigData, inst: model.Instance,
+                              proposed: dict[str, Any]) -> None:
+        """Ganeti's CheckPrereq for runtime_mem: the instance runs on its primary, the size
+        is within the proposed minmem..maxmem (unless force), and an increase fits in the
+        primary's free memory (CheckNodeFreeMemory)."""
+        from herder.core.livefigures import decode_node_info
+
+        wanted = self.op.runtime_mem
+        assert wanted is not None  # the caller's test
+        node = config.nodes.get(inst.primary_node)
+        name = config.node_name(inst.primary_node)
+        if node is None or node.offline:
+            raise OpPrereqError(f"Error checking node {name}: Node is marked offline",
+                                "environment_error")
+        try:
+            info = decode_node_info(self.env.rpc.call(node, "node_info", {"instances": True},
+                                                      timeout=60))
+        except (HerderError, ValueError) as err:
+            raise OpPrereqError(f"Error checking node {name}: {err}",
+                                "environment_error") from None
+        running = (info.instances or {}).get(inst.name)
+        if running is None:
+            raise OpPrereqError(f"Instance {inst.name} is not running", "wrong_state")
+        low, high = int(proposed["minmem"]), int(proposed["maxmem"])
+        if not self.op.force and not low <= wanted <= high:
+            raise OpPrereqError(f"Instance {inst.name} must have memory between {low} and "
+                                f"{high} MB of memory unless --force is given")
+        delta = wanted - running.memory
+        if delta > 0 and delta > info.memory_free:
+            raise OpPrereqError(f"Not enough memory on node {name} for ballooning memory for "
+                                f"instance {inst.name}: needed {delta} MiB, available "
+                                f"{info.memory_free} MiB", "insufficient_resources")
 
     def execute(self) -> Any:
         op = self.op
-        uuid = self.env.store.load().find_instance(op.instance_name).uuid
+        config = self.env.store.load()
+        inst = config.find_instance(op.instance_name)
+        uuid = inst.uuid
+        ballooned: list[Any] = []
+        if op.runtime_mem:  # Ganeti's Exec: first, before the disk changes
+            try:
+                self.env.rpc.call(config.nodes[inst.primary_node], "instance_balloon_memory",
+                                  {"name": inst.name, "reason": op.reason,
+                                   "version": inst.serial_no,
+                                   vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst),
+                                   "memory": op.runtime_mem}, timeout=120)
+            except HerderError as err:
+                raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
+            ballooned.append(["runtime_memory", op.runtime_mem])
         done = disk_modify.apply(self.env, uuid, self.disk_changes,
                                  wait_for_sync=op.wait_for_sync, feedback=self.feedback)
         if op.disk_template:
@@ -272,7 +321,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
             changes = self._apply(inst)
             if changes:
                 inst.touch()
-        return done + changes
+        return ballooned + done + changes
 
     def _convert(self, uuid: str, template: str) -> None:
         config = self.env.store.load()
