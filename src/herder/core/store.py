@@ -284,6 +284,7 @@ class FileStore:
     def _append(self, state: _State, config: model.ConfigData,
                 change: configdiff.ChangeSet) -> _State:
         """Write `change` (the step from `state` to `config`); the state after it."""
+        self._remove_stale_temporaries()  # every writer cleans up after a killed one
         if (state.records >= self.COMPACT_RECORDS or state.journal_end == 0
                 or state.journal_end > max(state.snapshot_size // 4, 1 << 20)):
             return self._write(config)
