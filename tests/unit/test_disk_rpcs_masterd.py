@@ -11,7 +11,7 @@ import pytest
 
 from herder.core import diskobjects, model
 from herder.core.errors import OpExecError, OpPrereqError, RpcError
-from herder.masterd.lu import disks
+from herder.masterd.lu import disks, node
 from herder.noded.bdev.disk import decode_disk
 from tests.conftest import build_config
 
@@ -19,9 +19,11 @@ from tests.conftest import build_config
 class Recorder:
     """Records (node, method, what) per call; `fail` makes one (node, method, n-th) fail."""
 
-    def __init__(self, fail: tuple[str, str] | None = None) -> None:
+    def __init__(self, fail: tuple[str, str] | None = None,
+                 without_vg: tuple[str, ...] = ()) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.fail = fail
+        self.without_vg = without_vg  # nodes whose `vg_list` lacks the cluster's VG
 
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
@@ -38,6 +40,9 @@ class Recorder:
             return ["/dev/drbd0", 147, 0, None, None, False, 1]
         if method == "drbd_wait_sync":
             return [True, 100.0]
+        if method == "vg_list":
+            here = node.name.split(".")[0]
+            return {"othervg": 1024} if here in self.without_vg else {"xenvg": 20480}
         return None
 
 
@@ -135,6 +140,39 @@ def test_replace_disks_names_the_new_and_the_old_lvs(config: model.ConfigData) -
     assert [lv.split(".new-")[0] for lv in created] == ["d0.disk0_data", "d0.disk0_meta"]
     removed = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_remove"]
     assert [lv.split("_replaced-")[0] for lv in removed] == ["d0.disk0_data", "d0.disk0_meta"]
+
+
+
+def test_replace_disks_refuses_a_node_without_the_volume_group(
+        config: model.ConfigData) -> None:
+    """-s: Ganeti's `vg_list` on the node rebuilt and its peer, after the devices are found
+    and before anything is made; a missing VG refuses with Ganeti's message."""
+    rpc = Recorder(without_vg=("node2",))
+    inst = drbd(config)
+    node2 = config.find_node("node2.example.com")
+    with pytest.raises(OpExecError,
+                       match="^Volume group 'xenvg' not found on node node2.example.com$"):
+        disks.replace_disks_only(Env(rpc), config, inst, node2)
+    assert [(n, m) for n, m, _ in rpc.calls] == [
+        ("node1", "blockdev_find"), ("node2", "blockdev_find"), ("node2", "vg_list")]
+    failing = Recorder(fail=("node1", "vg_list"))
+    with pytest.raises(OpExecError, match="^Error checking node node1.example.com: node "):
+        disks.replace_disks_only(Env(failing), config, inst, node2)
+    assert not [m for _, m, _ in failing.calls if m == "blockdev_create"]
+
+
+def test_new_secondary_refuses_before_anything_is_made_without_the_volume_group(
+        config: model.ConfigData) -> None:
+    """-n: as Ganeti's _ExecDrbd8Secondary, `vg_list` asks the primary only (the new
+    secondary's own `blockdev_create` fails on a missing VG, and what was made is removed)."""
+    rpc = Recorder(without_vg=("node1",))
+    inst = drbd(config)
+    node3 = config.find_node("node3.example.com")
+    with pytest.raises(OpExecError,
+                       match="^Volume group 'xenvg' not found on node node1.example.com$"):
+        node.change_secondary(Env(rpc), config, inst, node3, [], lambda text: None)
+    assert [(n, m) for n, m, _ in rpc.calls] == [("node1", "blockdev_find"),
+                                                 ("node1", "vg_list")]
 
 
 class Mirrors(Recorder):

@@ -183,6 +183,13 @@ class DiskRpcs:
         except BlockDevError as err:
             raise DiskFailure(str(err)) from None
 
+    def rpc_vg_list(self, args: dict[str, Any]) -> dict[str, int]:
+        """Ganeti's vg_list: VG name -> size in MiB (replace-disks' volume group check)."""
+        try:
+            return plain.volume_groups(self.bdev)
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
+
     def rpc_drbd_needs_activation(self, args: dict[str, Any]) -> list[str]:
         """Ganeti's: the UUIDs of the given DRBD disks that need activate-disks here."""
         try:

@@ -19,7 +19,7 @@ from herder.noded.bdev import operations
 from herder.noded.bdev.base import NO_DEVICE_MAPPER, BlockDevError, Host, SubprocessRunner
 from herder.noded.bdev.disk import decode_disk
 from herder.noded.bdev.drbd import Drbd8
-from herder.noded.bdev.plain import LogicalVolume, vg_info
+from herder.noded.bdev.plain import LogicalVolume, vg_info, volume_groups
 from tests.noded.bdev.harness import drbd_disk, plain_disk
 
 pytestmark = pytest.mark.slow
@@ -122,6 +122,13 @@ def test_plain_lifecycle_on_lvm_metadata(loop_vg: LoopVg) -> None:
     assert loop_vg.lvs() == {}
     # already gone: the RPC finds nothing and succeeds
     operations.blockdev_remove(host, renamed.disk)
+
+
+def test_vg_list_names_the_vg_with_its_size(loop_vg: LoopVg) -> None:
+    """Ganeti's vg_list (replace-disks' volume group check): VG name -> whole MiB."""
+    groups = volume_groups(loop_vg.host(metadata_only=True))
+    assert list(groups) == [loop_vg.vg]  # the LVM filter shows this loop device only
+    assert isinstance(groups[loop_vg.vg], int) and 240 <= groups[loop_vg.vg] <= 256
 
 
 def test_plain_bad_inputs_leave_nothing(loop_vg: LoopVg) -> None:

@@ -468,6 +468,21 @@ def find_or_fail(env: Any, node: model.Node, obj: dict[str, Any], what: str) -> 
     return list(status)
 
 
+def check_volume_group(env: Any, config: model.ConfigData, nodes: list[model.Node],
+                       feedback: Feedback = _quiet) -> None:
+    """Ganeti's TLReplaceDisks._CheckVolumeGroup: `vg_list` on `nodes`, refusing before any
+    new LV is made when the cluster's volume group is missing on one of them."""
+    feedback("Checking volume groups")
+    vg_name = config.cluster.volume_group_name
+    for node in nodes:
+        try:
+            groups = env.rpc.call(node, "vg_list", {})
+        except HerderError as err:
+            raise OpExecError(f"Error checking node {node.name}: {err}") from None
+        if vg_name not in (groups or {}):
+            raise OpExecError(f"Volume group '{vg_name}' not found on node {node.name}")
+
+
 def check_devices(env: Any, config: model.ConfigData, inst: model.Instance,
                   disks: list[model.Disk] | None = None) -> None:
     """Ganeti's TLReplaceDisks._CheckDevices: every DRBD device (of `disks`, default all)
@@ -520,12 +535,12 @@ def faulty_disks(env: Any, config: model.ConfigData, inst: model.Instance,
 def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
                        node: model.Node, *, indices: list[int] | None = None,
                        early_release: bool = False, feedback: Feedback = _quiet) -> None:
-    """Rebuild the DRBD disks' local storage on `node` (the primary for -p, the secondary for
-    -s) in Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices found on the other
-    node and on `node`, the other node checked consistent, new data and metadata LVs made,
-    per disk the old LVs detached from the DRBD device, those found renamed to
-    `<lv>_replaced-<time>`, the new LVs renamed to the old names and attached, the resync
-    awaited (WaitForSync), the devices checked on the primary, the old LVs removed.
+    """Rebuild the DRBD disks' local storage on `node` (the primary for -p, the secondary for -s) in
+    Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices found on the other node and on
+    `node`, the volume group on both (`vg_list`), the other node checked consistent, new data and
+    metadata LVs made, per disk the old LVs detached from the DRBD device, those found renamed to
+    `<lv>_replaced-<time>`, the new LVs renamed to the old names and attached, the resync awaited
+    (WaitForSync), the devices checked on the primary, the old LVs removed.
     `indices`: only these disks (default: all)."""
     import time
 
@@ -540,6 +555,7 @@ def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
         for here in (other, node):
             find_or_fail(env, here, diskobjects.disk_object(config, inst, disk, here.uuid),
                           f"disk/{index}")
+    check_volume_group(env, config, [node, other], feedback)
     feedback("STEP 2/6 Check peer consistency")
     for _index, disk in chosen:
         if not check_disk_consistency(env, config, inst, disk, other,

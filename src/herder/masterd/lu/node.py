@@ -303,10 +303,11 @@ class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
 def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, new: model.Node,
                      reason: list[Any], feedback: Any, *, early_release: bool = False) -> None:
     """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n,
-    TLReplaceDisks._ExecDrbd8Secondary): the disks found and consistent on the primary, the
-    new data and metadata LVs, then the DRBD devices, on `new`, the old secondary's DRBD shut
-    down, the primary standalone, the config pointed at `new`, the primary and `new`
-    connected (a full resync, awaited), the devices checked, the old LVs removed."""
+    TLReplaceDisks._ExecDrbd8Secondary): the disks found, the volume group (`vg_list`) and the
+    disks' consistency checked on the primary, the new data and metadata LVs, then the DRBD devices,
+    on `new`, the old secondary's DRBD shut down, the primary standalone, the config pointed at
+    `new`, the primary and `new` connected (a full resync, awaited), the devices checked, the old
+    LVs removed."""
     from herder.masterd.lu import disks
     from herder.masterd.lu.diskgen import free_minor
 
@@ -330,6 +331,7 @@ def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, n
         disks.find_or_fail(env, primary,
                            diskobjects.disk_object(config, inst, disk, primary.uuid),
                            f"disk/{index}")
+    disks.check_volume_group(env, config, [primary], feedback)  # Ganeti's: the primary only
     for disk in inst.disks:  # STEP 2/6 Check peer consistency
         if not disks.check_disk_consistency(env, config, inst, disk, primary, True, True):
             raise OpExecError(f"Node {primary.name} has degraded storage, unsafe to replace "

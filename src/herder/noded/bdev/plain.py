@@ -202,6 +202,13 @@ def volume_list(host: Host, vg_names: Sequence[str]) -> dict[str, list[object]]:
     return volumes
 
 
+def volume_groups(host: Host) -> dict[str, int]:
+    """Ganeti's ListVolumeGroups: VG name -> size in whole MiB; empty when `vgs` fails, as
+    Ganeti's (the caller then finds its VG missing)."""
+    rows = _volume_info(host, "vgs", ["vg_name", "vg_size"])
+    return {name: int(float(size)) for name, size in rows or []}
+
+
 class LogicalVolume(BlockDev):
     dev_type = "plain"
 
