@@ -256,6 +256,22 @@ def test_rbd_without_config_uses_cluster_totals(tmp_path: Path) -> None:
     assert data["mapped"] == []
 
 
+def _ceph_not_configured(argv: list[str], input_name: str | None = None) -> str:
+    """A node with Ceph's tools but no Ceph: every call fails as `ceph df` does there."""
+    raise CollectorError(f"{argv[0]} failed with exit code 1: Error initializing cluster client")
+
+
+def test_an_unreachable_ceph_is_no_fault_where_the_cluster_uses_no_rbd() -> None:
+    context = ctx_with(build_config(), {})
+    context.run = _ceph_not_configured  # type: ignore[method-assign]
+    data = RbdCollector(context).collect()
+    assert data["status"]["code"] == 0
+    assert "the cluster uses no rbd" in data["status"]["message"]
+    context = ctx_with(rbd_config(), {})
+    context.run = _ceph_not_configured  # type: ignore[method-assign]
+    assert RbdCollector(context).collect()["status"]["code"] == 4  # in use: a fault
+
+
 def test_rbd_missing_pool() -> None:
     df = parse_ceph_df(json.dumps(CEPH_DF))
     data = rbd_data(df, None, [], None, ["rbd", "gone"], {})

@@ -209,8 +209,14 @@ class RbdCollector(Collector):
         else:
             mapped = parse_showmapped(mapped_text)
         config = ctx.config()
-        return rbd_data(df, df_error, mapped, mapped_error, rbd_pools(config),
-                        image_owners(config))
+        pools = rbd_pools(config)
+        data = rbd_data(df, df_error, mapped, mapped_error, pools, image_owners(config))
+        if config is not None and not pools and data["status"]["code"] != Status.OK:
+            # Ceph's tools on a node of a cluster that uses no rbd (no rbd template enabled,
+            # no rbd disk): a Ceph that cannot be reached is nothing to repair here
+            data["status"] = status(Status.OK, "the cluster uses no rbd; "
+                                    + data["status"]["message"].replace("\n", "; "))
+        return data
 
     def summary(self, data: Any) -> Any:
         return {key: data[key] for key in ("status", "free", "used", "total") if key in data}
