@@ -271,6 +271,30 @@ def diff(before: Encoded, config: model.ConfigData) -> ChangeSet:
     return change
 
 
+def begin_change(current: model.ConfigData, encoded: Encoded) -> tuple[model.ConfigData, Any]:
+    """A store's writer block opens: tables that copy each object the block reads (`current`,
+    the readers' snapshot, stays), lookups by the starting index; (writable config, index)."""
+    config = writable(current, encoded)
+    kept = current.__dict__.get("_index")
+    started = kept[1] if kept is not None else None
+    config.changing(lookup=started)
+    return config, started
+
+
+def end_change(config: model.ConfigData, current: model.ConfigData, encoded: Encoded,
+               started: Any) -> ChangeSet:
+    """The writer block closed: its change, checked (ConfigError: nothing is to be written)."""
+    config.changing(False)
+    config.touch(model.now())
+    change = diff(encoded, config)
+    settle(config, current, change)
+    try:
+        check(config, change, started)
+    except ConfigError as err:
+        raise ConfigError(f"change refused, nothing written: {err}") from None
+    return change
+
+
 def check(config: model.ConfigData, change: ChangeSet, index: Any = None) -> None:
     """Run on `config` the checks a round trip of the whole document runs, for the objects
     `change` touched; each changed object is replaced by its checked (normalized) copy.

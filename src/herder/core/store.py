@@ -258,20 +258,9 @@ class FileStore:
                 state = _CACHE.get(self.path)
             state = self._refresh(state)
             current = state.config
-            # tables that copy each object the block reads: `current` (the readers') stays
-            config = configdiff.writable(current, state.encoded)
-            kept = current.__dict__.get("_index")
-            started = kept[1] if kept is not None else None
-            config.changing(lookup=started)
+            config, started = configdiff.begin_change(current, state.encoded)
             yield config
-            config.changing(False)
-            config.touch(model.now())
-            change = configdiff.diff(state.encoded, config)
-            configdiff.settle(config, current, change)
-            try:
-                configdiff.check(config, change, started)
-            except ConfigError as err:
-                raise ConfigError(f"change refused, nothing written: {err}") from None
+            change = configdiff.end_change(config, current, state.encoded, started)
             new_state = self._append(state, config, change)
             with _CACHE_LOCK:
                 _CACHE[self.path] = new_state
