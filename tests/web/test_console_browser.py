@@ -135,8 +135,11 @@ def test_login_and_overview_with_live_figures(sim: Any, browser: Any,
     # a narrow screen: the same page, stacked
     narrow = log_in(browser, sim, writer, viewport={"width": 390, "height": 800})
     sync_api.expect(narrow.locator("#nodes tbody tr")).to_have_count(len(sim.nodes))
-    assert narrow.locator("#nodes tbody tr").first.evaluate(
-        "row => getComputedStyle(row).display") == "block"  # rows stacked as cards
+    # rows stacked as cards; read in one script: a live update may redraw the table between
+    # finding a row and reading its style (a detached row has no computed display)
+    stacked = narrow.evaluate(
+        "() => getComputedStyle(document.querySelector('#nodes tbody tr')).display")
+    assert stacked == "block"
     assert narrow.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways
     shot(narrow, "overview-narrow")
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from herder.core import params
+from herder.instmon.libvirt_source import start_event_loop
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec, domain_xml
 from tests.noded.kvm.qemu_argv import summarize_ganeti, summarize_libvirt
 
@@ -33,8 +34,11 @@ def embedded_qemu() -> Iterator[Any]:
     libvirt = pytest.importorskip("libvirt")
     if not shutil.which("qemu-system-x86_64"):
         pytest.skip("qemu-system-x86 is not installed (scripts/sysdeps.sh)")
-    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
-    libvirt.virEventRegisterDefaultImpl()  # qemu:///embed needs an event loop implementation
+    # qemu:///embed needs an event loop implementation, and it must run: a registered loop
+    # makes every later connection of this process answer libvirtd's keepalives, and one
+    # nobody runs lets libvirtd drop an idle connection after ~30 s (other modules' fixtures
+    # on the same pytest worker wait that long for a guest's boot on a loaded machine)
+    start_event_loop()
     root = tempfile.mkdtemp(prefix="hkvm-embed-")
     conn = libvirt.open(f"qemu:///embed?root={root}")
     try:
