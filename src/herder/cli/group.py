@@ -20,18 +20,30 @@ def group() -> None:
     """List, add, change and remove node groups. GROUP is a name or a UUID."""
 
 
-@group.command("list")
-@json_option
-@pass_store
-def list_(store: ConfigStore, as_json: bool) -> None:
-    """List node groups with their allocation policy and sizes."""
-    config = store.load()
+# a row's key -> masterd's query field (Ganeti's names) that gives it
+QUERY_FIELDS = {"name": "name", "uuid": "uuid", "alloc_policy": "alloc_policy",
+                "nodes": "node_cnt", "instances": "pinst_cnt", "tags": "tags"}
+
+
+def rows_from_config(config: model.ConfigData) -> list[dict[str, Any]]:
     rows = []
     for g in sorted(config.nodegroups.values(), key=lambda g: g.name):
         members = config.group_nodes(g.uuid)
         instances = sum(len(config.primary_instances(n.uuid)) for n in members)
         rows.append({"name": g.name, "uuid": g.uuid, "alloc_policy": g.alloc_policy,
                      "nodes": len(members), "instances": instances, "tags": g.tags})
+    return rows
+
+
+@group.command("list")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List node groups with their allocation policy and sizes."""
+    # a group's row has no live figures: without masterd the config gives the same rows
+    rows, _ = remote.query_rows(ctx, "group", QUERY_FIELDS)
+    if rows is None:
+        rows = rows_from_config(remote.config_source(ctx).load())
     if as_json:
         print_json(rows)
         return

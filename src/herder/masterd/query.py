@@ -25,7 +25,7 @@ from aiohttp import web
 
 from herder.core import access, model, params, roles
 from herder.masterd import livefields, views
-from herder.masterd.livecache import Snapshot
+from herder.masterd.livecache import EMPTY, Snapshot
 
 # name -> (Ganeti's title, Ganeti's kind, what it is)
 FieldDef = tuple[str, str, str]
@@ -327,25 +327,49 @@ GROUP_SIMPLE: dict[str, ColumnFn] = {
 
 
 @dataclass(frozen=True)
+class FieldSet:
+    names: frozenset[str]
+    make: SetFn
+    live: bool  # whether its values come from the nodes' live figures
+
+
+@dataclass(frozen=True)
 class Resource:
     fields: dict[str, FieldDef]
     objects: Callable[[model.ConfigData], Iterable[Any]]
     simple: dict[str, ColumnFn]
     # fields computed together, tried in order; the last set is the whole view (every field)
-    sets: tuple[tuple[frozenset[str], SetFn], ...]
+    sets: tuple[FieldSet, ...]
 
 
 RESOURCES: dict[str, Resource] = {
     "node": Resource(NODE_FIELDS, lambda c: c.nodes.values(), NODE_SIMPLE, (
-        (frozenset(livefields.NODE_LIVE_FIELDS), _node_live),
-        (frozenset(NODE_FIELDS), _node_views))),
+        FieldSet(frozenset(livefields.NODE_LIVE_FIELDS), _node_live, True),
+        FieldSet(frozenset(NODE_FIELDS), _node_views, True))),
     "instance": Resource(INSTANCE_FIELDS, lambda c: c.instances.values(), INSTANCE_SIMPLE, (
-        (frozenset(livefields.INSTANCE_LIVE_FIELDS), _instance_live),
-        (frozenset(f"be/{name}" for name in BE_KINDS), _backend_params),
-        (frozenset(INSTANCE_FIELDS), _instance_views))),
+        FieldSet(frozenset(livefields.INSTANCE_LIVE_FIELDS), _instance_live, True),
+        FieldSet(frozenset(f"be/{name}" for name in BE_KINDS), _backend_params, False),
+        FieldSet(frozenset(INSTANCE_FIELDS), _instance_views, True))),
     "group": Resource(GROUP_FIELDS, lambda c: c.nodegroups.values(), GROUP_SIMPLE, (
-        (frozenset(GROUP_FIELDS), _group_views),)),
+        FieldSet(frozenset(GROUP_FIELDS), _group_views, False),)),
 }
+
+
+def needed_sets(spec: Resource, fields: Sequence[str]) -> list[FieldSet]:
+    """The sets an answer with `fields` computes: for each field that is not simple, the
+    first set holding it; only the whole view when it is among them (it holds every field)."""
+    needed: list[FieldSet] = []
+    for name in fields:
+        found = next((fs for fs in spec.sets if name in fs.names), None)
+        if name not in spec.simple and found is not None and found not in needed:
+            needed.append(found)
+    whole = spec.sets[-1]
+    return [whole] if whole in needed else needed
+
+
+def needs_live(resource: str, fields: Sequence[str]) -> bool:
+    """Whether an answer with `fields` shows live figures (else no node is asked)."""
+    return any(fs.live for fs in needed_sets(RESOURCES[resource], fields))
 
 
 def answer(config: model.ConfigData, resource: str, fields: Sequence[str],
@@ -354,16 +378,10 @@ def answer(config: model.ConfigData, resource: str, fields: Sequence[str],
     field (a simple field's column in one pass over the objects)."""
     spec = RESOURCES[resource]
     objects = sorted(spec.objects(config), key=attrgetter("name"))
-    needed: list[SetFn] = []  # for each field that is not simple, the first set holding it
-    for name in fields:
-        make = next((make for names, make in spec.sets if name in names), None)
-        if name not in spec.simple and make is not None and make not in needed:
-            needed.append(make)
-    whole = spec.sets[-1][1]
-    needed = [whole] if whole in needed else needed  # the whole view holds every field
+    needed = needed_sets(spec, fields)
     computed: list[Results] = [{} for _ in objects] if needed else []
-    for make in needed:
-        row_of = make(config, live)
+    for field_set in needed:
+        row_of = field_set.make(config, live)
         for results, obj in zip(computed, objects, strict=True):
             results.update(row_of(obj))
     unavailable = (livefields.RS_UNAVAIL, None)
@@ -397,6 +415,13 @@ def add_routes(router: web.UrlDispatcher) -> None:
                      f"not {name!r}")
         return name
 
+    async def respond(request: web.Request, resource: str, fields: list[str]) -> web.Response:
+        config = rapi.config_of(request)
+        # the nodes are asked for their figures only when a field needs them (a group list,
+        # or a node list of names and roles, waits for no node)
+        live = await rapi.live_of(request, config) if needs_live(resource, fields) else EMPTY
+        return rapi.ok(answer(config, resource, fields, live))
+
     # Ganeti lets readers query with GET and PUT; herder's rule for every method but GET is
     # rapi-write (docs/security.md), so readers query with GET
     @rapi.ROUTES.allow(access.RAPI_READ)
@@ -404,9 +429,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
         resource = resource_of(request)
         if "fields" not in request.query:
             raise rapi.RapiHttpError(400, "Missing 'fields' query argument")
-        config = rapi.config_of(request)
-        return rapi.ok(answer(config, resource, split_fields(request.query["fields"]),
-                              await rapi.live_of(request, config)))
+        return await respond(request, resource, split_fields(request.query["fields"]))
 
     @rapi.ROUTES.allow(access.RAPI_WRITE)
     async def query_put(request: web.Request) -> web.Response:
@@ -422,8 +445,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
             fields = split_fields(request.query["fields"])
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise rapi.RapiHttpError(400, "'fields' must be a list of field names")
-        config = rapi.config_of(request)
-        return rapi.ok(answer(config, resource, fields, await rapi.live_of(request, config)))
+        return await respond(request, resource, fields)
 
     @rapi.ROUTES.allow(access.RAPI_READ)
     async def query_fields(request: web.Request) -> web.Response:
