@@ -16,7 +16,7 @@ from herder.cli.common import (
     print_table,
 )
 from herder.core import console as console_names
-from herder.core import params, sizes
+from herder.core import sizes
 
 if TYPE_CHECKING:
     from herder.core import model
@@ -171,6 +171,8 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
     NAME is a host name and must resolve (the resolved name is kept), and the address it
     resolves to must not answer yet, unless --no-name-check / --no-ip-check (as Ganeti's
     gnt-instance add)."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     body: dict[str, Any] = {
         "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
         "disks": [disk_spec(spec) for spec in disks],
@@ -198,6 +200,8 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
 
 def disk_spec(text: str) -> dict[str, Any]:
     """One --disk: a bare size, or Ganeti's `[N:]key=value,...` (the index is the order)."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     if "=" not in text:
         return {"size": text}
     index, sep, rest = text.partition(":")
@@ -289,6 +293,8 @@ def grow_disk(ctx: click.Context, name: str, disk: int, amount: str, absolute: b
               no_wait_for_sync: bool) -> None:
     """Grow disk DISK of an instance by AMOUNT (e.g. 1G), or to AMOUNT with --absolute,
     through every layer (OP_INSTANCE_GROW_DISK, as gnt-instance grow-disk)."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     size = params.parse_size(amount)
     (grown,) = remote.run(ctx, [{"OP_ID": "OP_INSTANCE_GROW_DISK", "instance_name": name,
                                  "disk": disk, "amount": size, "absolute": absolute,
@@ -419,6 +425,8 @@ def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
     on every node of its template now; a running instance sees a new disk at its next start),
     its disk template, its parameters (applied at the next start), the running guest's
     memory (--runtime-memory, now). Prints each change."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
                           "disks": [disk_modification(m) for m in disk_mods],
                           "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,
