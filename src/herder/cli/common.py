@@ -84,9 +84,9 @@ def print_json(value: Any) -> None:
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Aligned columns for people; `-` stands for an empty cell."""
     cells = [[_cell(v) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    columns = list(zip(*cells, strict=True)) or [() for _ in headers]
+    widths = [max([len(h), *map(len, column)])
+              for h, column in zip(headers, columns, strict=True)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
     # one write: a list of 10,000 rows is one echo, not 10,000
     click.echo("\n".join([line.format(*headers).rstrip(),
