@@ -74,6 +74,7 @@ def many_rows() -> Iterator[None]:
             gc.enable()
 
 
+PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 

@@ -8,6 +8,7 @@ import click
 
 from herder.cli import remote
 from herder.cli.common import (
+    PARAM_HELP,
     YES_NO,
     json_option,
     many_rows,
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from herder.core import model
     from herder.core.store import ConfigStore
 
-PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
 
 
 @click.group()
