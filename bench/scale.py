@@ -6,11 +6,14 @@
 Each cluster is the Ganeti capture scaled up (`bench/scaleconfig.py`), imported with `herder
 cluster import-ganeti` (file) or into a real single-member local etcd at its default limits.
 A real `herder masterd` process serves it. Printed per size and backend (JSON): the import
-time, CLI list times (`herder node list`, `herder instance list`: a process each, reading the
-store), RAPI list times (/2/nodes, /2/instances, plain and bulk), the latency of a one-object
-job (add a tag to an instance, submit to finished, median of 9 after 5), the throughput of 100
-(`--concurrent`) small jobs submitted at once, masterd's RSS after all that, confd answers per
-second (in-process, a mix of node and instance queries), and the iallocator input build time.
+time, CLI list times (`herder node list`, `herder instance list`: a process each, through the
+running masterd, whose query resource gives the rows, and `_offline`, reading the store; with
+masterd's answer to the lists' queries alone, on a kept connection and in-process, and `herder
+instance list --help`), RAPI list times (/2/nodes, /2/instances, plain and bulk), the latency
+of a one-object job (add a tag to an instance, submit to finished, median of 9 after 5), the
+throughput of 100 (`--concurrent`) small jobs submitted at once, masterd's RSS after all that,
+confd answers per second (in-process, a mix of node and instance queries), and the iallocator
+input build time.
 Then maintd's round against `--agents` agents (one process serving that many loopback
 addresses, as bench/maintd.py does), with one dead agent among them.
 """
@@ -42,8 +45,13 @@ from scaleconfig import scaled_ganeti  # noqa: E402
 PYTHON = sys.executable
 
 
-def herder(location: str, *args: str, timeout: float = 600) -> tuple[float, str]:
-    env = {**os.environ, "HERDER_CONFIG": location, "HERDER_OFFLINE": "1"}
+def herder(location: str, *args: str, timeout: float = 600,
+           masterd: str | None = None) -> tuple[float, str]:
+    """Run the CLI in its own process: on the store itself (offline), or through the masterd
+    at `masterd` (the lists take their rows from its query resource)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
+    env.update({"HERDER_CONFIG": location, "HERDER_MASTERD": masterd} if masterd else
+               {"HERDER_CONFIG": location, "HERDER_OFFLINE": "1"})
     started = time.perf_counter()
     done = subprocess.run([PYTHON, "-m", "herder.cli.main", *args], env=env, text=True,
                           capture_output=True, timeout=timeout)
@@ -106,6 +114,25 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
                            ("rapi_instances_bulk_s", lambda: client.get_instances(bulk=True))):
             call()  # warm: the first read decodes the config
             figures[what] = round(best(3, call), 3)
+        # the CLI lists as an operator runs them: a process each, rows from masterd's query
+        # resource (the fields the list prints); and that query's answer alone, on a kept
+        # connection (masterd's part)
+        from herder.cli import instance, node
+
+        for what, args, resource, fields in (
+                ("cli_node_list_s", ("node", "list"), "node", node.QUERY_FIELDS),
+                ("cli_instance_list_s", ("instance", "list"), "instance",
+                 instance.QUERY_FIELDS)):
+            figures[what] = round(min(herder(location, *args, masterd=url)[0]
+                                      for _ in range(3)), 3)
+
+            def ask(resource: str = resource, fields: dict[str, str] = fields) -> None:
+                client.request("GET", f"/2/query/{resource}",
+                               [("fields", ",".join(fields.values()))])
+
+            figures[f"rapi_query_{resource}_list_s"] = round(best(3, ask), 3)
+        figures["cli_help_s"] = round(min(herder(location, "instance", "list", "--help",
+                                                 masterd=url)[0] for _ in range(3)), 3)
 
         def one_job(number: int) -> float:
             started = time.perf_counter()
@@ -142,6 +169,22 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
     return figures
 
 
+def measure_list_queries(config: Any) -> dict[str, Any]:
+    """masterd's answer to the CLI lists' queries, in-process: built and encoded (no live
+    figures: the nodes here run no daemons)."""
+    import msgspec
+
+    from herder.cli import instance, node
+    from herder.masterd import query
+    from herder.masterd.livecache import EMPTY
+
+    figures: dict[str, Any] = {}
+    for resource, fields in (("node", node.QUERY_FIELDS), ("instance", instance.QUERY_FIELDS)):
+        figures[f"query_{resource}_list_s"] = round(best(3, lambda r=resource, f=fields: (
+            msgspec.json.encode(query.answer(config, r, list(f.values()), EMPTY)))), 3)
+    return figures
+
+
 def measure_in_process(location: str) -> dict[str, Any]:
     from herder.confd import queries
     from herder.core import confd
@@ -158,6 +201,7 @@ def measure_in_process(location: str) -> dict[str, Any]:
     mix = [(confd.REQ_NODE_ROLE_BYNAME, nodes[0]), (confd.REQ_INSTANCE_DISKS, names[0]),
            (confd.REQ_NODE_INSTANCES, nodes[-1]), (confd.REQ_NODE_DRBD, nodes[1])]
     queries.answer(config, *mix[0])  # the index, built once per config
+    figures.update(measure_list_queries(config))
     count, started = 0, time.perf_counter()
     while time.perf_counter() - started < 2.0:
         for req_type, query in mix:
@@ -208,8 +252,8 @@ def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
             return figures
         figures["import_s"] = round(time.perf_counter() - started, 2)
         extra = ["--local-dir", str(files), "--node", "node0.example.com"]
-    for what, args in (("cli_node_list_s", ("node", "list")),
-                       ("cli_instance_list_s", ("instance", "list"))):
+    for what, args in (("cli_node_list_offline_s", ("node", "list")),
+                       ("cli_instance_list_offline_s", ("instance", "list"))):
         figures[what] = round(min(herder(location, *args)[0] for _ in range(2)), 3)
     figures.update(measure_in_process(location))
     names = sorted(f"inst{n}.example.com" for n in range(instances_n))

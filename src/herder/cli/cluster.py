@@ -11,6 +11,7 @@ import click
 
 from herder.cli import remote
 from herder.cli.common import (
+    PARAM_HELP,
     YES_NO,
     json_option,
     pass_store,
@@ -25,8 +26,6 @@ from herder.core.errors import ConfigError, HerderError, ParameterError
 from herder.core.store import ConfigStore, FileStore
 from herder.core.verify import Finding
 from herder.core.verify import verify as verify_config
-
-PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
 
 
 @click.group()

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from herder.cli import remote
-from herder.cli.cluster import PARAM_HELP, parse_disk_options
-from herder.cli.common import json_option, pass_store, print_json, print_mapping, print_table
-from herder.core import model, params
-from herder.core.store import ConfigStore
+from herder.cli.common import (
+    PARAM_HELP,
+    json_option,
+    pass_store,
+    print_json,
+    print_mapping,
+    print_table,
+)
+
+if TYPE_CHECKING:
+    from herder.core import model
+    from herder.core.store import ConfigStore
 
 ALLOC_POLICIES = click.Choice(["preferred", "last_resort", "unallocable"])
 
@@ -20,18 +28,30 @@ def group() -> None:
     """List, add, change and remove node groups. GROUP is a name or a UUID."""
 
 
-@group.command("list")
-@json_option
-@pass_store
-def list_(store: ConfigStore, as_json: bool) -> None:
-    """List node groups with their allocation policy and sizes."""
-    config = store.load()
+# a row's key -> masterd's query field (Ganeti's names) that gives it
+QUERY_FIELDS = {"name": "name", "uuid": "uuid", "alloc_policy": "alloc_policy",
+                "nodes": "node_cnt", "instances": "pinst_cnt", "tags": "tags"}
+
+
+def rows_from_config(config: model.ConfigData) -> list[dict[str, Any]]:
     rows = []
     for g in sorted(config.nodegroups.values(), key=lambda g: g.name):
         members = config.group_nodes(g.uuid)
         instances = sum(len(config.primary_instances(n.uuid)) for n in members)
         rows.append({"name": g.name, "uuid": g.uuid, "alloc_policy": g.alloc_policy,
                      "nodes": len(members), "instances": instances, "tags": g.tags})
+    return rows
+
+
+@group.command("list")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List node groups with their allocation policy and sizes."""
+    # a group's row has no live figures: without masterd the config gives the same rows
+    rows, _ = remote.query_rows(ctx, "group", QUERY_FIELDS)
+    if rows is None:
+        rows = rows_from_config(remote.config_source(ctx).load())
     if as_json:
         print_json(rows)
         return
@@ -46,6 +66,8 @@ def list_(store: ConfigStore, as_json: bool) -> None:
 @pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show a group with its filled node parameters and instance policy."""
+    from herder.core import model, params
+
     config = store.load()
     out = []
     for name in names:
@@ -73,6 +95,9 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
 def add(ctx: click.Context, name: str, alloc_policy: str, nd: tuple[str, ...],
         disk: tuple[str, ...]) -> None:
     """Add a node group (OP_GROUP_ADD)."""
+    from herder.cli.cluster import parse_disk_options
+    from herder.core import params
+
     body: dict[str, Any] = {"group_name": name, "alloc_policy": alloc_policy}
     if nd:
         body["ndparams"] = params.parse_assignments(nd)
@@ -98,6 +123,9 @@ def modify(ctx: click.Context, name: str, alloc_policy: str | None, nd: tuple[st
            ipolicy_spindle_ratio: float | None, ipolicy_disk_templates: str | None,
            new_name: str | None) -> None:
     """Change a group's policy, parameters (OP_GROUP_SET_PARAMS) or name (OP_GROUP_RENAME)."""
+    from herder.cli.cluster import parse_disk_options
+    from herder.core import params
+
     body: dict[str, Any] = {}
     if alloc_policy:
         body["alloc_policy"] = alloc_policy

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from herder.cli import remote
 from herder.cli.common import (
     json_option,
+    many_rows,
     pass_store,
     print_json,
     print_mapping,
     print_table,
 )
 from herder.core import console as console_names
-from herder.core import model, params, sizes
-from herder.core.store import ConfigStore
+from herder.core import sizes
+
+if TYPE_CHECKING:
+    from herder.core import model
+    from herder.core.store import ConfigStore
 
 
 @click.group()
@@ -26,19 +30,17 @@ def instance() -> None:
 
 
 LIVE_FIELDS = ("status", "oper_state", "oper_ram", "oper_vcpus")
+# a row's key -> masterd's query field (Ganeti's names) that gives it
+QUERY_FIELDS = {
+    **{key: key for key in ("name", "uuid", "admin_state", "disk_template", "os",
+                            "hypervisor", "tags", *LIVE_FIELDS)},
+    "primary_node": "pnode", "secondary_nodes": "snodes", "vcpus": "be/vcpus",
+    "maxmem": "be/maxmem"}
 
 
-@instance.command("list")
-@json_option
-@click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List instances with their status (Ganeti's: running, ADMIN_down, ERROR_down, ...; from
-    masterd, `-` when it cannot say), state, nodes, template, OS and memory (MaxMem configured,
-    Memory in use while it runs)."""
-    config = remote.config_source(ctx).load()
-    live, why = remote.live_bulk(ctx, "instances")
-    if why:
-        click.echo(f"no live run states: {why}", err=True)
+def rows_from_config(config: model.ConfigData, live: dict[str, dict[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """The list's rows from the config, with the run states of masterd's bulk answer."""
     rows = []
     for i in sorted(config.instances.values(), key=lambda i: i.name):
         be = config.filled_beparams(i)
@@ -51,6 +53,10 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             "vcpus": be["vcpus"], "maxmem": be["maxmem"], "tags": i.tags,
             **{key: figures.get(key) for key in LIVE_FIELDS},
         })
+    return rows
+
+
+def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
@@ -63,12 +69,31 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                  for r in rows])
 
 
+@instance.command("list")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List instances with their status (Ganeti's: running, ADMIN_down, ERROR_down, ...; from
+    masterd, `-` when it cannot say), state, nodes, template, OS and memory (MaxMem configured,
+    Memory in use while it runs)."""
+    with many_rows():
+        rows, why = remote.query_rows(ctx, "instance", QUERY_FIELDS)
+        if rows is not None:
+            print_rows(rows, as_json)
+            return
+        if why:
+            click.echo(f"no live run states: {why}", err=True)
+        print_rows(rows_from_config(remote.config_source(ctx).load(), {}), as_json)
+
+
 @instance.command()
 @click.argument("names", nargs=-1, required=True, metavar="INSTANCE...")
 @json_option
 @pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show an instance: placement, disks (with DRBD ids), NICs and filled parameters."""
+    from herder.core import model
+
     config = store.load()
     out = []
     for name in names:
@@ -146,6 +171,8 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
     NAME is a host name and must resolve (the resolved name is kept), and the address it
     resolves to must not answer yet, unless --no-name-check / --no-ip-check (as Ganeti's
     gnt-instance add)."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     body: dict[str, Any] = {
         "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
         "disks": [disk_spec(spec) for spec in disks],
@@ -173,6 +200,8 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
 
 def disk_spec(text: str) -> dict[str, Any]:
     """One --disk: a bare size, or Ganeti's `[N:]key=value,...` (the index is the order)."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     if "=" not in text:
         return {"size": text}
     index, sep, rest = text.partition(":")
@@ -264,6 +293,8 @@ def grow_disk(ctx: click.Context, name: str, disk: int, amount: str, absolute: b
               no_wait_for_sync: bool) -> None:
     """Grow disk DISK of an instance by AMOUNT (e.g. 1G), or to AMOUNT with --absolute,
     through every layer (OP_INSTANCE_GROW_DISK, as gnt-instance grow-disk)."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     size = params.parse_size(amount)
     (grown,) = remote.run(ctx, [{"OP_ID": "OP_INSTANCE_GROW_DISK", "instance_name": name,
                                  "disk": disk, "amount": size, "absolute": absolute,
@@ -394,6 +425,8 @@ def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
     on every node of its template now; a running instance sees a new disk at its next start),
     its disk template, its parameters (applied at the next start), the running guest's
     memory (--runtime-memory, now). Prints each change."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
     op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
                           "disks": [disk_modification(m) for m in disk_mods],
                           "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from herder.cli import remote
 from herder.cli.common import (
+    PARAM_HELP,
     YES_NO,
     json_option,
+    many_rows,
     pass_store,
     print_json,
     print_mapping,
@@ -17,11 +19,13 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
-from herder.core import model, names, params, roles, sizes
+from herder.core import roles, sizes
 from herder.core.errors import ConfigError
-from herder.core.store import ConfigStore
 
-PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"
+if TYPE_CHECKING:
+    from herder.core import model
+    from herder.core.store import ConfigStore
+
 
 
 @click.group()
@@ -32,6 +36,8 @@ def node() -> None:
 def _check_ip(value: str | None, what: str) -> None:
     if value is None:
         return
+    from herder.core import names
+
     try:
         names.ip_address(value, what)
     except ValueError as err:
@@ -59,28 +65,41 @@ def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
 # the live figures of masterd's bulk answer a node's row carries (Ganeti's names, MiB)
 LIVE_FIELDS = ("mtotal", "mnode", "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes",
                "csockets", "sptotal", "spfree")
+# a row's key -> masterd's query field (Ganeti's names) that gives it
+QUERY_FIELDS = {
+    **{key: key for key in ("name", "uuid", "role", "group", "master_candidate",
+                            "master_capable", "vm_capable", "offline", "drained", "tags",
+                            *LIVE_FIELDS)},
+    "primary_ip": "pip", "secondary_ip": "custom_sip", "pinst": "pinst_cnt",
+    "sinst": "sinst_cnt", "group_uuid": "group.uuid"}
 
 
-def size_cell(mib: Any) -> str | None:
-    return sizes.format_mib(mib) if isinstance(mib, int | float) else None
-
-
-@node.command("list")
-@json_option
-@click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List nodes with their role, group, IPs, flags, instance counts and live figures
-    (memory and disk free/total, from masterd; `-` when it cannot give them)."""
-    config = remote.config_source(ctx).load()
-    live, why = remote.live_bulk(ctx, "nodes")
-    if why:
-        click.echo(f"no live figures: {why}", err=True)
+def rows_from_config(config: model.ConfigData, live: dict[str, dict[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """The list's rows from the config, with the live figures of masterd's bulk answer."""
     rows = []
     for n in sorted(config.nodes.values(), key=lambda n: n.name):
         row = node_row(config, n)
         figures = live.get(n.name, {})
         row.update({key: figures.get(key) for key in LIVE_FIELDS})
         rows.append(row)
+    return rows
+
+
+def row_from_query(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of masterd's query answer as `rows_from_config` makes it."""
+    row["role"] = roles.NAMES.get(row["role"], row["role"])
+    group_uuid = row.pop("group_uuid")
+    if row["group"] is None:  # a node of a group that is gone: its group's UUID
+        row["group"] = group_uuid
+    return row
+
+
+def size_cell(mib: Any) -> str | None:
+    return sizes.format_mib(mib) if isinstance(mib, int | float) else None
+
+
+def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
@@ -94,12 +113,30 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     )
 
 
+@node.command("list")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List nodes with their role, group, IPs, flags, instance counts and live figures
+    (memory and disk free/total, from masterd; `-` when it cannot give them)."""
+    with many_rows():
+        rows, why = remote.query_rows(ctx, "node", QUERY_FIELDS)
+        if rows is not None:
+            print_rows([row_from_query(row) for row in rows], as_json)
+            return
+        if why:
+            click.echo(f"no live figures: {why}", err=True)
+        print_rows(rows_from_config(remote.config_source(ctx).load(), {}), as_json)
+
+
 @node.command()
 @click.argument("names", nargs=-1, required=True, metavar="NODE...")
 @json_option
 @pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show everything about one or more nodes, with their filled node parameters."""
+    from herder.core import model
+
     config = store.load()
     nodes = [config.find_node(name) for name in names]
     out = []
@@ -145,6 +182,8 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
     ssconf; only then is the node written into the config. A node that cannot be reached,
     a wrong token or a node of another cluster is one line, and the config is unchanged.
     """
+    from herder.core import params
+
     op = {"OP_ID": "OP_NODE_ADD", "node_name": name, "primary_ip": primary_ip,
           "secondary_ip": secondary_ip, "group": group_name, "master_capable": master_capable,
           "vm_capable": vm_capable, "readd": readd,
@@ -234,6 +273,8 @@ def modify(ctx: click.Context, name: str, offline: str | None, drained: str | No
     Ganeti's rules apply: the master cannot be offlined, drained or demoted; an offline or
     drained node stops being a master candidate.
     """
+    from herder.core import params
+
     fields: dict[str, Any] = {}
     for key, value in (("offline", offline), ("drained", drained),
                        ("master_candidate", master_candidate),

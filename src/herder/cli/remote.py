@@ -8,17 +8,22 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from herder.cli.common import store_from
-from herder.core import client_profile, model, ssconf
+from herder.cli.common import config_directory, store_from
+from herder.core import client_profile, ssconf
 from herder.core.errors import HerderError
-from herder.core.rapi import RapiClient, RapiError, job_error_message, tls_context
-from herder.core.store import FileStore
+
+if TYPE_CHECKING:
+    from herder.core import model
+    from herder.core.rapi import RapiClient
+
+# The RAPI client (httpx), the store and the config model are imported where used: `--help`
+# needs none of them, and a list through masterd needs no store or model (docs/scale.md).
 
 DEFAULT_PORT = 5080
 
@@ -38,15 +43,19 @@ def profile() -> client_profile.Profile:
 
 def master_address(ctx: click.Context) -> str | None:
     """The master's address as this machine reaches it: the host of masterd's URL (the
-    profile's), else the master IP of the local config, else of this node's ssconf."""
+    profile's), else the master IP of this node's ssconf (the master and the candidates have
+    one too), else of the local config (read whole: 16 MB at 10,000 instances)."""
     url = root_obj(ctx).get("masterd") or profile().masterd
     if url:
         return urllib.parse.urlsplit(url).hostname
+    from herder.core.store import FileStore
+
     store = store_from(ctx)
     if isinstance(store, FileStore):
-        if store.exists():
+        from_ssconf = ssconf.master_ip(store.directory)
+        if from_ssconf is None and store.exists():
             return store.load().cluster.master_ip
-        return ssconf.master_ip(store.directory)
+        return from_ssconf
     return None
 
 
@@ -62,6 +71,8 @@ def masterd_url(ctx: click.Context) -> str:
 def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:
     """A RAPI client of the cluster: the profile's credentials, else the files beside the
     config (the master's)."""
+    from herder.core.rapi import RapiClient, RapiError, tls_context
+
     found = profile()
     url = masterd_url(ctx)
     if found.has_credentials:
@@ -70,7 +81,7 @@ def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:
             raise RapiError(f"cluster certificate {found.ca} (HERDER_RAPI_CA) is missing")
         return RapiClient(url, found.user, found.password(),
                           verify=tls_context(found.ca, check_hostname=False), timeout=timeout)
-    return RapiClient.for_herder_cluster(store_from(ctx).directory, url, timeout=timeout)
+    return RapiClient.for_herder_cluster(config_directory(ctx), url, timeout=timeout)
 
 
 class RemoteConfig:
@@ -90,6 +101,9 @@ class RemoteConfig:
         return True
 
     def load(self) -> model.ConfigData:
+        from herder.core import model
+        from herder.core.rapi import RapiError
+
         try:
             with client(self._ctx) as api:
                 document = api.request("GET", "/2/herder/config")
@@ -108,6 +122,8 @@ class RemoteConfig:
 def config_source(ctx: click.Context) -> Any:
     """Where a read command finds the config: the local file (the master and the master
     candidates have one), else masterd (a client profile, or this node's ssconf, names it)."""
+    from herder.core.store import FileStore
+
     store = store_from(ctx)
     if store.exists() or offline(ctx) or not isinstance(store, FileStore):
         return store
@@ -126,6 +142,8 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
         rapi: Callable[[RapiClient], Any] | None = None) -> list[Any]:
     """Run opcodes; return their results. `rapi` submits through a Ganeti RAPI route when one
     exists (so the command also drives a real Ganeti cluster); otherwise herder's job route."""
+    from herder.core.rapi import RapiError, job_error_message
+
     if offline(ctx):
         from herder.masterd.offline import run_offline
 
@@ -155,19 +173,44 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
         return list(job.get("opresult") or [])
 
 
-LIVE_TIMEOUT = 20.0  # seconds a list waits for masterd's live figures
+QUERY_TIMEOUT = 60.0  # seconds a list waits for masterd's rows
+QUERY_RS_NORMAL, QUERY_RS_UNKNOWN = 0, 1  # Ganeti's result statuses (constants.RS_*)
 
 
-def live_bulk(ctx: click.Context, resource: str) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """masterd's bulk answer of `resource` ("nodes" or "instances") by name: the live figures
-    and run states the lists show. ({}, None) with --offline; ({}, why) when masterd cannot
-    give them (the lists then show what the config says)."""
+def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
+               ) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """The rows of a list from masterd's query resource (`GET /2/query/RESOURCE?fields=...`),
+    as Ganeti's CLI takes them from its masterd. `fields`: a row's key -> the query field it
+    shows; each row holds the values, null where the result status is not normal (the bulk
+    answers' form). (None, None) with --offline; (None, why) when masterd cannot be reached
+    (the list then reads the config itself). An error answer of masterd is a HerderError (one
+    line)."""
+    from herder.core.rapi import RapiError
+
     if offline(ctx):
-        return {}, None
+        return None, None
+    keys, names = list(fields), list(fields.values())
     try:
-        with client(ctx, timeout=LIVE_TIMEOUT) as api:
-            items = api.get_nodes(bulk=True) if resource == "nodes" else \
-                api.get_instances(bulk=True)
-    except (RapiError, HerderError, OSError) as err:
-        return {}, str(err)
-    return {str(item["name"]): item for item in items if isinstance(item, dict)}, None
+        with client(ctx, timeout=QUERY_TIMEOUT) as api:
+            answer = api.request("GET", f"/2/query/{resource}", [("fields", ",".join(names))])
+    except RapiError as err:
+        if err.status is None:
+            return None, str(err)
+        raise HerderError(f"masterd at {masterd_url(ctx)}: {err}") from None
+    except (HerderError, OSError) as err:
+        return None, str(err)
+    try:
+        data = answer["data"]
+        # a field masterd does not know is unknown in every row
+        unknown = [name for name, (status, _) in zip(names, data[0], strict=True)
+                   if status == QUERY_RS_UNKNOWN] if data else []
+        rows = [{key: value if status == QUERY_RS_NORMAL else None
+                 for key, (status, value) in zip(keys, row, strict=True)} for row in data]
+    except (KeyError, TypeError, ValueError):
+        raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
+                          "with something that is not a query answer") from None
+    if unknown:
+        raise HerderError(f"masterd at {masterd_url(ctx)} does not know the field(s) "
+                          f"{', '.join(unknown)} (an older herder?); add --offline on the "
+                          "master")
+    return rows, None

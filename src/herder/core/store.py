@@ -22,19 +22,19 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeGuard
+from typing import Protocol
 
 import msgspec
 
 from herder.core import configdiff, model, upgrade
 from herder.core.errors import ConfigError, HerderError, StoreError
+from herder.core.locations import DEFAULT_CONFIG_DIR as DEFAULT_CONFIG_DIR
+from herder.core.locations import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
+from herder.core.locations import ETCD_SCHEMES as ETCD_SCHEMES
+from herder.core.locations import default_config_path as default_config_path
+from herder.core.locations import is_etcd_location as is_etcd_location
 
-DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
-DEFAULT_CONFIG_PATH = DEFAULT_CONFIG_DIR / "config.json"
 CONFIG_MODE = 0o600  # the document holds DRBD secrets
-# The config locations of the etcd backend (store_etcd): TLS and authentication, or plain HTTP
-# (tests on loopback only).
-ETCD_SCHEMES = ("etcds://", "etcd://")
 
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
 
@@ -568,16 +568,6 @@ class ConfigCache:
                 self.error = str(err)
             self._stamp = stamp
         return self._config
-
-
-def is_etcd_location(location: object) -> TypeGuard[str]:
-    """Whether a config location names the etcd backend (else it is a file)."""
-    return isinstance(location, str) and location.startswith(ETCD_SCHEMES)
-
-
-def default_config_path() -> Path:
-    env = os.environ.get("HERDER_CONFIG")
-    return Path(env) if env else DEFAULT_CONFIG_PATH
 
 
 def open_store(path: str | os.PathLike[str] | None = None) -> ConfigStore:

@@ -1,26 +1,31 @@
-"""Ganeti's query resource for nodes and instances: `GET /2/query/{node,instance}?fields=a,b`,
-`PUT` with `{"fields": [...]}`, and `GET /2/query/{resource}/fields[?fields=...]` (the field
-definitions).
+"""Ganeti's query resource for nodes, instances and node groups: `GET
+/2/query/{node,instance,group}?fields=a,b`, `PUT` with `{"fields": [...]}`, and `GET
+/2/query/{resource}/fields[?fields=...]` (the field definitions).
 
 The answer is Ganeti's `{"fields": [{"name", "title", "kind", "doc"}], "data": [[[status,
 value], ...], ...]}`, one row per object in name order; each value comes with Ganeti's result
 status (`livefields.RS_*`): a live figure of an offline node is RS_OFFLINE, of a node that did
 not answer RS_NODATA, an unknown field RS_UNKNOWN (its definition's kind `unknown`). The fields
-are those of the bulk answers (Ganeti's `N_FIELDS`, `I_FIELDS`) and a few more (`bootid`,
-`master`, `group`, ...); Ganeti's per-parameter fields (`be/…`, `hv/…`, `ndp/…`) and
-per-index ones (`disk.size/0`, `nic.ip/0`) are not offered, nor query filters (compat row 47).
+are those of the bulk answers (Ganeti's `N_FIELDS`, `I_FIELDS`, `G_FIELDS`), Ganeti's
+per-parameter backend fields (`be/vcpus`, `be/maxmem`, ...) and a few more (`bootid`, `master`,
+`group`, `pinst_cnt` of a group, herder's `custom_sip`); Ganeti's other per-parameter fields
+(`hv/…`, `ndp/…`) and per-index ones (`disk.size/0`, `nic.ip/0`) are not offered, nor query
+filters (compat row 47). An answer computes only the fields it is asked for (the CLI's lists
+take their rows from here: docs/scale.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from aiohttp import web
 
-from herder.core import access, model
+from herder.core import access, model, params, roles
 from herder.masterd import livefields, views
-from herder.masterd.livecache import Snapshot
+from herder.masterd.livecache import EMPTY, Snapshot
 
 # name -> (Ganeti's title, Ganeti's kind, what it is)
 FieldDef = tuple[str, str, str]
@@ -38,6 +43,9 @@ NODE_FIELDS: dict[str, FieldDef] = {
                              "O offline"),
     "pip": ("PrimaryIP", "text", "Primary IP address"),
     "sip": ("SecondaryIP", "text", "Secondary (replication) IP address"),
+    # herder's: Ganeti's nodes always have a secondary IP, herder's may have none
+    "custom_sip": ("CustomSecondaryIP", "text",
+                   "Secondary IP address as set on the node (none: the primary IP serves)"),
     "group": ("Group", "text", "Node group name"),
     "group.uuid": ("GroupUUID", "text", "Node group UUID"),
     "ndparams": ("NodeParameters", "other", "Node parameters, filled"),
@@ -113,6 +121,37 @@ INSTANCE_FIELDS: dict[str, FieldDef] = {
 }
 
 
+# Ganeti's per-parameter backend fields (`be/NAME`): titles from its BES_PARAMETER_TITLES,
+# kinds from the parameters' types, `be/NAME` where Ganeti has no title
+BE_KINDS = {"always_failover": "bool", "auto_balance": "bool", "maxmem": "unit",
+            "minmem": "unit", "spindle_use": "number", "vcpus": "number"}
+BE_TITLES = {"auto_balance": "Auto_balance", "maxmem": "ConfigMaxMem", "minmem": "ConfigMinMem",
+             "vcpus": "ConfigVCPUs"}
+INSTANCE_FIELDS.update({
+    f"be/{name}": (BE_TITLES.get(name, f"be/{name}"), kind, f'The "{name}" backend parameter')
+    for name, kind in BE_KINDS.items()})
+
+GROUP_FIELDS: dict[str, FieldDef] = {
+    "name": ("Group", "text", "Group name"),
+    "uuid": ("UUID", "text", "Group UUID"),
+    "alloc_policy": ("AllocPolicy", "text", "Allocation policy for group"),
+    "node_cnt": ("Nodes", "number", "Number of nodes"),
+    "node_list": ("NodeList", "other", "List of nodes"),
+    "pinst_cnt": ("Instances", "number", "Number of primary instances"),
+    "pinst_list": ("InstanceList", "other", "List of primary instances"),
+    "ipolicy": ("InstancePolicy", "other", "Instance policy limitations (merged)"),
+    "custom_ipolicy": ("CustomInstancePolicy", "other", "Custom instance policy limitations"),
+    "ndparams": ("NDParams", "other", "Node parameters"),
+    "custom_ndparams": ("CustomNDParams", "other", "Custom node parameters"),
+    "diskparams": ("DiskParameters", "other", "Disk parameters (merged)"),
+    "custom_diskparams": ("CustomDiskParameters", "other", "Custom disk parameters"),
+    "tags": ("Tags", "other", "Tags"),
+    "serial_no": ("SerialNo", "number", "Serial number of the group's record"),
+    "ctime": ("CTime", "timestamp", "Creation time"),
+    "mtime": ("MTime", "timestamp", "Modification time"),
+}
+
+
 def definition(name: str, table: dict[str, FieldDef]) -> dict[str, str]:
     if name in table:
         title, kind, doc = table[name]
@@ -120,48 +159,245 @@ def definition(name: str, table: dict[str, FieldDef]) -> dict[str, str]:
     return {"name": name, "title": name, "kind": "unknown", "doc": f"Unknown field '{name}'"}
 
 
-def _node_row(config: model.ConfigData, node: model.Node, live: Snapshot
-              ) -> dict[str, livefields.Result]:
-    view = views.node_view(config, node, live)
-    group = config.nodegroups.get(node.group)
-    view.update(master=node.uuid == config.cluster.master_node,
-                group=group.name if group else None, custom_ndparams=dict(node.ndparams))
-    return {**_normal(view), **livefields.node_fields(config, node, live)}
+# ---- how a row's values are found ------------------------------------------------------------
+# A field is either simple (one cheap look at the object and the config's indexes) or one of
+# a set computed together (the live figures, the filled backend parameters, and the whole
+# view, which holds every field): an answer computes a set only when it asks for one of its
+# fields, so `node list`'s or `instance list`'s rows at 10,000 instances cost their fields.
+
+Results = dict[str, livefields.Result]
+ColumnFn = Callable[[model.ConfigData, Sequence[Any]], list[Any]]  # a field of each object
+RowFn = Callable[[Any], Results]
+# a set's rows for one answer: what all rows share (the cluster's parameters, ...) is found
+# once, then each object's fields
+SetFn = Callable[[model.ConfigData, Snapshot], RowFn]
 
 
-def _instance_row(config: model.ConfigData, inst: model.Instance, live: Snapshot
-                  ) -> dict[str, livefields.Result]:
-    view = views.instance_view(config, inst, live)
-    view["beparams"] = config.filled_beparams(inst)  # /2/query: without RAPI's `memory`
-    return {**_normal(view), **livefields.instance_fields(config, inst, live)}
-
-
-def _normal(view: dict[str, Any]) -> dict[str, livefields.Result]:
+def _normal(view: dict[str, Any]) -> Results:
     """Config fields: normal, a missing single value unavailable (Ganeti's rsMaybeUnavail)."""
     return {k: (livefields.RS_UNAVAIL, None) if v is None else (livefields.RS_NORMAL, v)
             for k, v in view.items()}
 
 
-RowFn = Callable[[model.ConfigData, Any, Snapshot], dict[str, livefields.Result]]
-RESOURCES: dict[str, tuple[dict[str, FieldDef], RowFn, bool]] = {
-    # resource -> (fields, row builder, whether rows are instances)
-    "node": (NODE_FIELDS, _node_row, False),
-    "instance": (INSTANCE_FIELDS, _instance_row, True),
+def _node_views(config: model.ConfigData, live: Snapshot) -> RowFn:
+    def row(node: model.Node) -> Results:
+        view = views.node_view(config, node, live)
+        view.update(master=node.uuid == config.cluster.master_node,
+                    group=_group_name(config, node), custom_ndparams=dict(node.ndparams),
+                    custom_sip=node.secondary_ip)
+        return {**_normal(view), **livefields.node_fields(config, node, live)}
+
+    return row
+
+
+def _instance_views(config: model.ConfigData, live: Snapshot) -> RowFn:
+    backend = _backend_params(config, live)
+
+    def row(inst: model.Instance) -> Results:
+        view = views.instance_view(config, inst, live)
+        view["beparams"] = config.filled_beparams(inst)  # /2/query: without RAPI's `memory`
+        return {**_normal(view), **backend(inst), **livefields.instance_fields(config, inst,
+                                                                              live)}
+
+    return row
+
+
+def _backend_params(config: model.ConfigData, _live: Snapshot) -> RowFn:
+    # the cluster's layer once per answer (model.ConfigData.filled_beparams' layers)
+    cluster = params.fill(params.BE_FAMILY.defaults(), config.cluster.beparams)
+
+    rows: dict[tuple[tuple[str, Any], ...], Results] = {}  # instances share their overrides
+
+    def row(inst: model.Instance) -> Results:
+        key = tuple(sorted(inst.beparams.items()))
+        found = rows.get(key)
+        if found is None:
+            found = rows[key] = _normal({f"be/{name}": value for name, value in
+                                         params.fill(cluster, inst.beparams).items()})
+        return found
+
+    return row
+
+
+def _group_pinst_uuids(config: model.ConfigData, group: model.NodeGroup) -> list[str]:
+    index = config.index()
+    return [uuid for node in index.group_nodes.get(group.uuid, ())
+            for uuid in index.primary_uuids(node)]
+
+
+def _group_views(config: model.ConfigData, _live: Snapshot) -> RowFn:
+    def row(group: model.NodeGroup) -> Results:
+        view = views.group_view(config, group)
+        primaries = sorted(config.instances[uuid].name for uuid in
+                           _group_pinst_uuids(config, group) if uuid in config.instances)
+        view.update(pinst_cnt=len(primaries), pinst_list=primaries)
+        return _normal(view)
+
+    return row
+
+
+def _node_live(config: model.ConfigData, live: Snapshot) -> RowFn:
+    return lambda node: livefields.node_fields(config, node, live)
+
+
+def _instance_live(config: model.ConfigData, live: Snapshot) -> RowFn:
+    return lambda inst: livefields.instance_fields(config, inst, live)
+
+
+def _attr(name: str) -> ColumnFn:
+    """A column of one attribute of each object."""
+    get = attrgetter(name)
+    return lambda _config, objects: list(map(get, objects))
+
+
+def _per_object(value: Callable[[model.ConfigData, Any], Any]) -> ColumnFn:
+    return lambda config, objects: [value(config, obj) for obj in objects]
+
+
+def _tags(_config: model.ConfigData, objects: Sequence[Any]) -> list[Any]:
+    return [list(obj.tags) for obj in objects]
+
+
+def _group_name(config: model.ConfigData, node: model.Node) -> str | None:
+    group = config.nodegroups.get(node.group)
+    return group.name if group else None
+
+
+def _node_counts(which: str) -> ColumnFn:
+    def column(config: model.ConfigData, nodes: Sequence[model.Node]) -> list[Any]:
+        table = getattr(config.index(), which)
+        return [len(table.get(node.uuid, ())) for node in nodes]
+
+    return column
+
+
+NODE_SIMPLE: dict[str, ColumnFn] = {
+    **{name: _attr(name) for name in ("name", "uuid", "offline", "drained", "master_candidate",
+                                      "master_capable", "vm_capable", "serial_no", "ctime",
+                                      "mtime")},
+    "master": _per_object(lambda c, n: n.uuid == c.cluster.master_node),
+    "role": _per_object(lambda c, n: roles.node_role(n, c.cluster.master_node)),
+    "pip": _attr("primary_ip"),
+    "sip": _per_object(lambda _c, n: n.secondary_ip or n.primary_ip),
+    "custom_sip": _attr("secondary_ip"),
+    "group": _per_object(_group_name),
+    "group.uuid": _attr("group"),
+    "pinst_cnt": _node_counts("primaries"),
+    "sinst_cnt": _node_counts("secondaries"),
+    "tags": _tags,
 }
+
+
+def _node_names(config: model.ConfigData, insts: Sequence[model.Instance],
+                which: str) -> list[Any]:
+    names = {uuid: node.name for uuid, node in config.nodes.items()}
+    facts = config.index().facts  # the instances' disks walked once, by the index
+    if which == "primary":
+        return [names.get(inst.primary_node, inst.primary_node) for inst in insts]
+    return [[names.get(uuid, uuid) for uuid in
+             (facts[inst.uuid].secondaries if inst.uuid in facts else inst.secondary_nodes)]
+            for inst in insts]
+
+
+INSTANCE_SIMPLE: dict[str, ColumnFn] = {
+    **{name: _attr(name) for name in ("name", "uuid", "os", "hypervisor", "admin_state",
+                                      "admin_state_source", "disks_active", "disk_template",
+                                      "network_port", "serial_no", "ctime", "mtime")},
+    "pnode": lambda c, insts: _node_names(c, insts, "primary"),
+    "snodes": lambda c, insts: _node_names(c, insts, "secondary"),
+    "admin_up": _per_object(lambda _c, i: i.admin_state == "up"),
+    "tags": _tags,
+}
+
+
+def _group_counts(config: model.ConfigData, groups: Sequence[model.NodeGroup],
+                  which: str) -> list[Any]:
+    index = config.index()
+    return [len(index.group_nodes.get(g.uuid, ())) if which == "nodes" else
+            len(_group_pinst_uuids(config, g)) for g in groups]
+
+
+GROUP_SIMPLE: dict[str, ColumnFn] = {
+    **{name: _attr(name) for name in ("name", "uuid", "alloc_policy", "serial_no", "ctime",
+                                      "mtime")},
+    "node_cnt": lambda c, groups: _group_counts(c, groups, "nodes"),
+    "pinst_cnt": lambda c, groups: _group_counts(c, groups, "instances"),
+    "tags": _tags,
+}
+
+
+@dataclass(frozen=True)
+class FieldSet:
+    names: frozenset[str]
+    make: SetFn
+    live: bool  # whether its values come from the nodes' live figures
+
+
+@dataclass(frozen=True)
+class Resource:
+    fields: dict[str, FieldDef]
+    objects: Callable[[model.ConfigData], Iterable[Any]]
+    simple: dict[str, ColumnFn]
+    # fields computed together, tried in order; the last set is the whole view (every field)
+    sets: tuple[FieldSet, ...]
+
+
+RESOURCES: dict[str, Resource] = {
+    "node": Resource(NODE_FIELDS, lambda c: c.nodes.values(), NODE_SIMPLE, (
+        FieldSet(frozenset(livefields.NODE_LIVE_FIELDS), _node_live, True),
+        FieldSet(frozenset(NODE_FIELDS), _node_views, True))),
+    "instance": Resource(INSTANCE_FIELDS, lambda c: c.instances.values(), INSTANCE_SIMPLE, (
+        FieldSet(frozenset(livefields.INSTANCE_LIVE_FIELDS), _instance_live, True),
+        FieldSet(frozenset(f"be/{name}" for name in BE_KINDS), _backend_params, False),
+        FieldSet(frozenset(INSTANCE_FIELDS), _instance_views, True))),
+    "group": Resource(GROUP_FIELDS, lambda c: c.nodegroups.values(), GROUP_SIMPLE, (
+        FieldSet(frozenset(GROUP_FIELDS), _group_views, False),)),
+}
+
+
+def needed_sets(spec: Resource, fields: Sequence[str]) -> list[FieldSet]:
+    """The sets an answer with `fields` computes: for each field that is not simple, the
+    first set holding it; only the whole view when it is among them (it holds every field)."""
+    needed: list[FieldSet] = []
+    for name in fields:
+        found = next((fs for fs in spec.sets if name in fs.names), None)
+        if name not in spec.simple and found is not None and found not in needed:
+            needed.append(found)
+    whole = spec.sets[-1]
+    return [whole] if whole in needed else needed
+
+
+def needs_live(resource: str, fields: Sequence[str]) -> bool:
+    """Whether an answer with `fields` shows live figures (else no node is asked)."""
+    return any(fs.live for fs in needed_sets(RESOURCES[resource], fields))
 
 
 def answer(config: model.ConfigData, resource: str, fields: Sequence[str],
            live: Snapshot) -> dict[str, Any]:
-    table, row_of, instances = RESOURCES[resource]
-    objects: list[Any] = sorted((config.instances if instances else config.nodes).values(),
-                                key=lambda o: o.name)
-    data = []
-    for obj in objects:
-        row = row_of(config, obj, live)
-        data.append([list(row[f]) if f in table and f in row else
-                     [livefields.RS_UNKNOWN if f not in table else livefields.RS_UNAVAIL, None]
-                     for f in fields])
-    return {"fields": [definition(f, table) for f in fields], "data": data}
+    """Ganeti's query answer: the asked fields of every object, by name. Built a column per
+    field (a simple field's column in one pass over the objects)."""
+    spec = RESOURCES[resource]
+    objects = sorted(spec.objects(config), key=attrgetter("name"))
+    needed = needed_sets(spec, fields)
+    computed: list[Results] = [{} for _ in objects] if needed else []
+    for field_set in needed:
+        row_of = field_set.make(config, live)
+        for results, obj in zip(computed, objects, strict=True):
+            results.update(row_of(obj))
+    unavailable = (livefields.RS_UNAVAIL, None)
+    columns: list[list[livefields.Result]] = []
+    for name in fields:
+        column = spec.simple.get(name)
+        if column is not None:
+            columns.append([unavailable if value is None else (livefields.RS_NORMAL, value)
+                            for value in column(config, objects)])
+        elif name in spec.fields:
+            columns.append([results.get(name, unavailable) for results in computed])
+        else:
+            columns.append([(livefields.RS_UNKNOWN, None)] * len(objects))
+    return {"fields": [definition(f, spec.fields) for f in fields],
+            "data": list(map(list, zip(*columns, strict=True))) if columns else
+            [[] for _ in objects]}
 
 
 def split_fields(text: str) -> list[str]:
@@ -179,6 +415,13 @@ def add_routes(router: web.UrlDispatcher) -> None:
                      f"not {name!r}")
         return name
 
+    async def respond(request: web.Request, resource: str, fields: list[str]) -> web.Response:
+        config = rapi.config_of(request)
+        # the nodes are asked for their figures only when a field needs them (a group list,
+        # or a node list of names and roles, waits for no node)
+        live = await rapi.live_of(request, config) if needs_live(resource, fields) else EMPTY
+        return rapi.ok(answer(config, resource, fields, live))
+
     # Ganeti lets readers query with GET and PUT; herder's rule for every method but GET is
     # rapi-write (docs/security.md), so readers query with GET
     @rapi.ROUTES.allow(access.RAPI_READ)
@@ -186,9 +429,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
         resource = resource_of(request)
         if "fields" not in request.query:
             raise rapi.RapiHttpError(400, "Missing 'fields' query argument")
-        config = rapi.config_of(request)
-        return rapi.ok(answer(config, resource, split_fields(request.query["fields"]),
-                              await rapi.live_of(request, config)))
+        return await respond(request, resource, split_fields(request.query["fields"]))
 
     @rapi.ROUTES.allow(access.RAPI_WRITE)
     async def query_put(request: web.Request) -> web.Response:
@@ -204,13 +445,12 @@ def add_routes(router: web.UrlDispatcher) -> None:
             fields = split_fields(request.query["fields"])
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
             raise rapi.RapiHttpError(400, "'fields' must be a list of field names")
-        config = rapi.config_of(request)
-        return rapi.ok(answer(config, resource, fields, await rapi.live_of(request, config)))
+        return await respond(request, resource, fields)
 
     @rapi.ROUTES.allow(access.RAPI_READ)
     async def query_fields(request: web.Request) -> web.Response:
         resource = resource_of(request)
-        table = RESOURCES[resource][0]
+        table = RESOURCES[resource].fields
         names = split_fields(request.query["fields"]) if "fields" in request.query \
             else sorted(table)
         return rapi.ok({"fields": [definition(f, table) for f in names]})

@@ -1,0 +1,26 @@
+"""Where the cluster config is: a file (default /var/lib/herder/config.json, or
+$HERDER_CONFIG), or an etcd location (`etcds://HOST:PORT[,...]/CLUSTER`, `etcd://` on
+loopback for tests). Standard library only: the CLI finds its credentials beside the config
+without importing the store (docs/scale.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TypeGuard
+
+DEFAULT_CONFIG_DIR = Path("/var/lib/herder")
+DEFAULT_CONFIG_PATH = DEFAULT_CONFIG_DIR / "config.json"
+# The config locations of the etcd backend (store_etcd): TLS and authentication, or plain HTTP
+# (tests on loopback only).
+ETCD_SCHEMES = ("etcds://", "etcd://")
+
+
+def is_etcd_location(location: object) -> TypeGuard[str]:
+    """Whether a config location names the etcd backend (else it is a file)."""
+    return isinstance(location, str) and location.startswith(ETCD_SCHEMES)
+
+
+def default_config_path() -> Path:
+    env = os.environ.get("HERDER_CONFIG")
+    return Path(env) if env else DEFAULT_CONFIG_PATH

@@ -1,0 +1,92 @@
+"""`herder node|instance|group list` through a real masterd: the rows come from masterd's query
+resource (`GET /2/query/...` with the fields the list prints) and are the rows the list makes
+from the config and masterd's bulk answers; masterd gone, the list reads the config and says
+why figures are missing; an error answer of masterd is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from herder.cli import group, instance, node
+from herder.core.store import FileStore
+from tests.system.masterd_fixture import RunningMaster, herder_cli, start_masterd
+
+
+def _cli(master: RunningMaster, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE",
+                                                               "HERDER_MASTERD")}
+    clean.update(HERDER_CONFIG=str(master.config_path), HERDER_MASTERD=master.url, **env)
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=clean,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _printed(rows: list[dict[str, Any]], print_rows: Any,
+             capsys: pytest.CaptureFixture[str]) -> tuple[Any, str]:
+    """What the list prints for `rows`: its JSON (decoded) and its table."""
+    capsys.readouterr()
+    print_rows(rows, False)
+    table = capsys.readouterr().out
+    return json.loads(json.dumps(msgspec.to_builtins(rows))), table
+
+
+@pytest.fixture
+def master(tmp_path: Path, shared: Path) -> Any:
+    sample = shared / "conformance" / "ganeti" / "cluster_config_3.0.json"
+    herder_cli(tmp_path / "cluster" / "config.json", "cluster", "import-ganeti", str(sample))
+    with start_masterd(tmp_path) as running:
+        yield running
+
+
+def test_lists_through_masterd_print_the_config_lists(
+        master: RunningMaster, capsys: pytest.CaptureFixture[str]) -> None:
+    config = FileStore(master.config_path).load()
+    nodes_bulk = {n["name"]: n for n in master.client.get_nodes(bulk=True)}
+    instances_bulk = {i["name"]: i for i in master.client.get_instances(bulk=True)}
+    expected = {
+        "node": _printed(node.rows_from_config(config, nodes_bulk), node.print_rows, capsys),
+        "instance": _printed(instance.rows_from_config(config, instances_bulk),
+                             instance.print_rows, capsys),
+    }
+    group_rows = group.rows_from_config(config)
+    for command, (rows, table) in expected.items():
+        listed = _cli(master, command, "list", "--json")
+        assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+        assert json.loads(listed.stdout) == rows, command
+        assert _cli(master, command, "list").stdout == table, command
+    assert len(expected["instance"][0]) == 3 and len(group_rows) == 2
+    # masterd gives every instance a status (its nodes run no daemons here: ERROR_nodedown)
+    assert all(row["status"] is not None for row in expected["instance"][0])
+    listed = _cli(master, "group", "list", "--json")
+    assert json.loads(listed.stdout) == json.loads(json.dumps(group_rows))
+    # --offline: the same rows from the config, without masterd's figures
+    offline = json.loads(_cli(master, "--offline", "instance", "list", "--json").stdout)
+    assert [{k: v for k, v in row.items() if k not in instance.LIVE_FIELDS} for row in offline] \
+        == [{k: v for k, v in row.items() if k not in instance.LIVE_FIELDS}
+            for row in expected["instance"][0]]
+    assert {row["status"] for row in offline} == {None}
+
+
+def test_masterd_errors_and_absence(master: RunningMaster, tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("wrong\n")
+    refused = _cli(master, "node", "list", HERDER_RAPI_USER="nosuch",
+                   HERDER_RAPI_PASSWORD_FILE=str(password),
+                   HERDER_RAPI_CA=str(master.config_path.parent / "server.pem"))
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode != 0 and len(lines) == 1, refused.stderr
+    assert "401" in lines[0] and master.url in lines[0] and "Traceback" not in refused.stderr
+    master.kill9()
+    gone = _cli(master, "instance", "list", "--json")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stderr.startswith("no live run states: ") and "cannot reach" in gone.stderr
+    assert len(json.loads(gone.stdout)) == 3
+    groups = _cli(master, "group", "list")
+    assert groups.returncode == 0 and groups.stderr == ""

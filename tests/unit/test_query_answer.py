@@ -1,0 +1,114 @@
+"""masterd's query resource (`herder.masterd.query`) computes only the fields it is asked for:
+each field's column, asked alone (a simple field, or a set such as the live figures or the
+backend parameters), equals the same field taken from the whole view; the nodes are asked for
+live figures only when a field shows them."""
+
+from __future__ import annotations
+
+import pytest
+
+from herder.core import model
+from herder.masterd import query
+from herder.masterd.livecache import EMPTY, Snapshot
+from herder.masterd.livefields import RS_NODATA, RS_NORMAL, RS_UNAVAIL, RS_UNKNOWN
+from tests.conftest import build_config
+from tests.unit.test_live_fields import info, run, snapshot
+
+
+@pytest.fixture
+def config() -> model.ConfigData:
+    config = build_config(nodes=4, drbd_instances=3, plain_instances=2)
+    config.find_node("node4").secondary_ip = None  # single-homed: sip is the primary IP
+    config.find_node("node3").offline = True
+    config.find_instance("plain1").beparams = {"vcpus": 4, "auto_balance": False}
+    config.find_instance("plain0").tags = ["web", "db"]
+    config.cluster.beparams = {"maxmem": 256}
+    spare = model.NodeGroup(uuid=model.new_uuid(), name="spare", alloc_policy="last_resort")
+    config.nodegroups[spare.uuid] = spare
+    config.find_node("node2").group = spare.uuid
+    config.index(fresh=True)  # changed in place, outside a store: index it again
+    return config
+
+
+@pytest.fixture
+def live(config: model.ConfigData) -> Snapshot:
+    return snapshot(config, {"node1.example.com": info(runs={"drbd0.example.com": run(768)}),
+                             "node2.example.com": info(runs={"drbd1.example.com": run()}),
+                             "node4.example.com": None})
+
+
+def _column(config: model.ConfigData, resource: str, field: str, live: Snapshot) -> list[object]:
+    return [row[0] for row in query.answer(config, resource, [field], live)["data"]]
+
+
+@pytest.mark.parametrize("resource", sorted(query.RESOURCES))
+def test_each_field_alone_equals_the_whole_view(config: model.ConfigData, live: Snapshot,
+                                                resource: str) -> None:
+    fields = sorted(query.RESOURCES[resource].fields)
+    whole = query.answer(config, resource, fields, live)["data"]
+    for index, field in enumerate(fields):
+        assert _column(config, resource, field, live) == [row[index] for row in whole], field
+
+
+def test_list_fields_take_no_whole_view(config: model.ConfigData) -> None:
+    """The CLI lists' fields are simple or in the small sets: no view is built per object."""
+    from herder.cli import group, instance, node
+
+    for resource, fields in (("node", node.QUERY_FIELDS), ("instance", instance.QUERY_FIELDS),
+                             ("group", group.QUERY_FIELDS)):
+        spec = query.RESOURCES[resource]
+        sets = query.needed_sets(spec, list(fields.values()))
+        assert spec.sets[-1] not in sets or resource == "group", resource
+    assert not query.needs_live("group", list(group.QUERY_FIELDS.values()))
+    assert not query.needs_live("node", ["name", "role", "pinst_cnt", "group"])
+    assert query.needs_live("node", ["name", "mfree"])
+    assert query.needs_live("instance", ["status"])
+    assert not query.needs_live("instance", ["name", "pnode", "be/maxmem"])
+
+
+def test_fields_of_the_lists(config: model.ConfigData, live: Snapshot) -> None:
+    answer = query.answer(config, "instance", ["name", "be/vcpus", "be/maxmem", "status",
+                                               "snodes", "nosuch"], live)
+    rows = {row[0][1]: row[1:] for row in answer["data"]}
+    assert rows["plain1.example.com"][:2] == [(RS_NORMAL, 4), (RS_NORMAL, 256)]
+    assert rows["drbd0.example.com"][:4] == [(RS_NORMAL, 2), (RS_NORMAL, 1024),
+                                             (RS_NORMAL, "running"),
+                                             (RS_NORMAL, ["node2.example.com"])]
+    assert rows["drbd0.example.com"][4] == (RS_UNKNOWN, None)
+    assert [f["kind"] for f in answer["fields"]] == ["text", "number", "unit", "text", "other",
+                                                     "unknown"]
+    assert answer["fields"][2]["title"] == "ConfigMaxMem"  # Ganeti's BES_PARAMETER_TITLES
+    nodes = {row[0][1]: row[1:] for row in query.answer(
+        config, "node", ["name", "sip", "custom_sip", "group", "mfree"], live)["data"]}
+    assert nodes["node4.example.com"] == [(RS_NORMAL, "192.0.2.14"), (RS_UNAVAIL, None),
+                                          (RS_NORMAL, "default"), (RS_NODATA, None)]
+    assert nodes["node2.example.com"][2:] == [(RS_NORMAL, "spare"), (RS_NORMAL, 3000)]
+    groups = {row[0][1]: row[1:] for row in query.answer(
+        config, "group", ["name", "node_cnt", "pinst_cnt", "alloc_policy"], EMPTY)["data"]}
+    # node2 (spare) is the primary of drbd1 and plain1
+    assert groups == {"default": [(RS_NORMAL, 3), (RS_NORMAL, 3), (RS_NORMAL, "preferred")],
+                      "spare": [(RS_NORMAL, 1), (RS_NORMAL, 2), (RS_NORMAL, "last_resort")]}
+
+
+def test_cli_rows_from_the_answer_equal_the_rows_from_the_config(
+        config: model.ConfigData, live: Snapshot) -> None:
+    """The rows the lists print through masterd equal those they make from the config and
+    masterd's bulk answer (the live figures) — the system tests check the same through a
+    real masterd and the CLI's output."""
+    from herder.cli import group, instance, node
+    from herder.masterd import livefields, views
+
+    def through_query(resource: str, fields: dict[str, str]) -> list[dict[str, object]]:
+        answer = query.answer(config, resource, list(fields.values()), live)
+        return [{key: value if status == RS_NORMAL else None
+                 for key, (status, value) in zip(fields, row, strict=True)}
+                for row in answer["data"]]
+
+    node_bulk = {n.name: views.node_view(config, n, live) for n in config.nodes.values()}
+    assert [node.row_from_query(row) for row in through_query("node", node.QUERY_FIELDS)] == \
+        node.rows_from_config(config, node_bulk)
+    inst_bulk = {i.name: livefields.values(livefields.instance_fields(config, i, live))
+                 for i in config.instances.values()}
+    assert through_query("instance", instance.QUERY_FIELDS) == \
+        instance.rows_from_config(config, inst_bulk)
+    assert through_query("group", group.QUERY_FIELDS) == group.rows_from_config(config)
