@@ -77,6 +77,11 @@ def rbd_disk(state: Any, node: str) -> ET.Element:
     return disk
 
 
+def libvirt_answers(state: Any, node: str) -> bool:
+    return state.host(node).run(["virsh", "-c", "qemu:///system", "list"],
+                                timeout=30).returncode == 0
+
+
 def images(state: Any) -> list[str]:
     return [name for name in state.ceph_admin().images() if ".rbd.disk" in name]
 
@@ -154,8 +159,9 @@ def test_failover_from_a_dead_node_boots_the_same_bytes(sim: Any) -> None:
     print(f"rbd failover from a dead node to a heartbeat: {time.monotonic() - began:.1f} s")
     assert after.disk == before.disk
     sim.host(NODE2).power_on()
-    # the node that comes back does not run it again
-    time.sleep(5)
+    # the node that comes back does not run it again: once its libvirtd answers (which is
+    # after libvirt's autostart), the guest runs on the other node only
+    wait_for(lambda: libvirt_answers(sim, NODE2), BOOT, f"libvirtd on {NODE2} after power-on")
     assert where(sim, NAME) == [NODE1]
 
 
