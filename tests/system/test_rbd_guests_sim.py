@@ -8,9 +8,14 @@ here).
 The `herder-guest` OS writes its pattern over the image's first MiB (through a staging file and
 `rbd import`); the guest prints the SHA-256 of its disk's first MiB every second, so the image's
 bytes are seen by the guest itself on every node: after the install, a live migration (same
-boot, growing uptime), a failover (a new boot) and a failover away from a node that lost power
-with the guest running. Removing the instance removes the image.
-One cluster for the module, the tests in order.
+boot, growing uptime) and a failover (a new boot) away from the node it migrated to, which lost
+power with the guest running. Removing the instance removes the image.
+One cluster and one guest for the module, the tests in order. (A clean failover of a real
+guest keeping its bytes is tests/system/test_real_guests_sim.py's; its RPCs for an externally
+mirrored disk are compared with Ganeti's in tests/ganeti/test_cmdlib_rpc_order.py; the
+rbd-specific part, the target's QEMU opening the image, is the power-loss case's, where the
+dead client still holds the image's lock; the source's shutdown of an rbd guest is the
+removal's.)
 """
 
 from __future__ import annotations
@@ -77,6 +82,11 @@ def rbd_disk(state: Any, node: str) -> ET.Element:
     return disk
 
 
+def libvirt_answers(state: Any, node: str) -> bool:
+    return state.host(node).run(["virsh", "-c", "qemu:///system", "list"],
+                                timeout=30).returncode == 0
+
+
 def images(state: Any) -> list[str]:
     return [name for name in state.ceph_admin().images() if ".rbd.disk" in name]
 
@@ -133,18 +143,10 @@ def test_live_migration_keeps_the_guest_and_its_bytes(sim: Any) -> None:
     assert after.disk == before.disk
 
 
-def test_failover_boots_the_same_bytes_on_the_other_node(sim: Any) -> None:
-    before = beat(sim, NODE2)
-    herder(sim, "instance", "failover", NAME, "--target-node", NODE1, timeout=600)
-    after = beat(sim, NODE1, other_than=before.boot_id)
-    assert where(sim, NAME) == [NODE1]
-    assert after.disk == before.disk
-
-
 def test_failover_from_a_dead_node_boots_the_same_bytes(sim: Any) -> None:
     """The primary's host loses power with the guest running (its librbd client, which held
     the image's exclusive lock, dies with it); the failover starts it on the other node."""
-    herder(sim, "instance", "migrate", NAME, "--target-node", NODE2, timeout=600)
+    assert where(sim, NAME) == [NODE2]  # where the live migration took it
     before = beat(sim, NODE2)
     sim.host(NODE2).power_off(grace=0)
     began = time.monotonic()
@@ -154,8 +156,9 @@ def test_failover_from_a_dead_node_boots_the_same_bytes(sim: Any) -> None:
     print(f"rbd failover from a dead node to a heartbeat: {time.monotonic() - began:.1f} s")
     assert after.disk == before.disk
     sim.host(NODE2).power_on()
-    # the node that comes back does not run it again
-    time.sleep(5)
+    # the node that comes back does not run it again: once its libvirtd answers (which is
+    # after libvirt's autostart), the guest runs on the other node only
+    wait_for(lambda: libvirt_answers(sim, NODE2), BOOT, f"libvirtd on {NODE2} after power-on")
     assert where(sim, NAME) == [NODE1]
 
 

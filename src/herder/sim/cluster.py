@@ -46,7 +46,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -423,17 +423,24 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
                                                      "client.toml"), guests=guests,
             ceph=str(directory.resolve() / "ceph") if ceph else "")
         state.save()
-        if ceph:
-            began = time.monotonic()
-            sim_ceph.start(Path(state.ceph), sim.address(netns.SIMULATOR_HOST),
-                           netns=sim.netns)
-            say(f"Ceph: a monitor and an OSD at {sim.address(netns.SIMULATOR_HOST)}, pool "
-                f"{sim_ceph.POOL} ({time.monotonic() - began:.1f} s)")
-        _bring_up(sim, state, mond=mond, maintd=maintd, say=say, image=image)
+        with ThreadPoolExecutor(max_workers=1) as starter:
+            # the Ceph (~15 s, mostly waiting for its daemons) starts while the hosts boot;
+            # leaving this block waits for it, also when the bring-up failed (the teardown
+            # must find its daemons)
+            ceph_started = starter.submit(_start_ceph, sim, state, say) if ceph else None
+            _bring_up(sim, state, mond=mond, maintd=maintd, say=say, image=image,
+                      ceph_started=ceph_started)
     except BaseException:
         stop(directory)
         raise
     return state
+
+
+def _start_ceph(sim: HostSimulation, state: SimState, say: Say) -> None:
+    began = time.monotonic()
+    sim_ceph.start(Path(state.ceph), sim.address(netns.SIMULATOR_HOST), netns=sim.netns)
+    say(f"Ceph: a monitor and an OSD at {sim.address(netns.SIMULATOR_HOST)}, pool "
+        f"{sim_ceph.POOL} ({time.monotonic() - began:.1f} s)")
 
 
 def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]:
@@ -472,7 +479,10 @@ def _libvirt_tls(host: SimHost) -> None:
 
 
 def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
-              say: Say, image: guest.GuestImage | None = None) -> None:
+              say: Say, image: guest.GuestImage | None = None,
+              ceph_started: Future[None] | None = None) -> None:
+    """Boot the hosts, make the cluster, join the nodes, start the daemons. `ceph_started`:
+    the cluster's Ceph being started meanwhile (awaited before its client files are needed)."""
     say(f"booting {len(state.nodes)} hosts (network {sim.netns}, "
         f"{sim.address(1).rsplit('.', 1)[0]}.0/24)")
     configs = [HostConfig(n.name, n.address,
@@ -482,6 +492,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
     register_cluster(sim, state)
+    if ceph_started is not None:
+        ceph_started.result()  # its error, if any, is the start's
     admin = state.ceph_admin() if state.ceph else None
     for host in hosts:
         if admin is not None:  # as an operator installs a Ceph client
