@@ -40,6 +40,8 @@ from tests.noded.noded_fixture import serving
 
 NODE, NODE_IP, LIBVIRT_IP = "n1.console.test", "127.0.0.34", "127.0.0.35"
 GUEST, STOPPED = "guest1.console.test", "stopped.console.test"
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
+
 BOOT_DEADLINE = 180.0  # TCG on a loaded 2-core machine
 
 

@@ -31,6 +31,8 @@ import pytest
 
 from tests.simhelpers import client_env, herder, running_sim, wait_for, where, worker_offset
 
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
+
 NAME = "g1"  # renamed to g2 by the rename test
 BOOT = 180.0  # a TCG guest boots in ~10 s idle; the machine is a loaded 2-core one
 NODE1, NODE2 = "node1.sim.herder.test", "node2.sim.herder.test"

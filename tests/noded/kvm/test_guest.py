@@ -18,6 +18,7 @@ from herder.noded import osdef
 from herder.sim import guest
 from herder.sim.libvirtd import LibvirtdUnavailable
 
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
 BOOT_DEADLINE = 120.0  # ~10 s alone; a loaded 2-core machine may take several times that
 
 

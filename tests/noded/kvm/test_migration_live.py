@@ -24,6 +24,8 @@ from herder.noded.kvm.domain import DiskSpec, InstanceSpec, domain_xml
 from herder.sim import guest
 from herder.sim.libvirtd import LibvirtdUnavailable
 
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
+
 NAME = "mover.example.com"
 BOOT_DEADLINE = 120.0
 
