@@ -265,10 +265,7 @@ class Redistributor:
         errors. Never raises for a node's failure."""
         user_files = read_user_list(self.config_path.parent / REDIST_FILES)
         plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
-        with self._lock:  # decided once per push: _replica and _push_node agree on it
-            skipped = set() if full else {np.uuid for np in plans.values()
-                                          if self._unreachable_now(np.uuid)}
-        replica = self._replica(plans, full, skipped)
+        replica = self._replica(plans, full)
         document = replica.snapshot if replica is not None else model.encode(config)
         contents: dict[str, tuple[bytes, int] | str] = {}
         hv_dir = hvfiles.directory(self.config_path.parent)
@@ -287,19 +284,11 @@ class Redistributor:
         digests = _plan_digests(plans, contents)
         with ThreadPoolExecutor(max_workers=min(self.workers, len(plans))) as pool:
             futures = {name: pool.submit(self._push_node, config, np, document, replica,
-                                         contents, queue_now, full, digests[name],
-                                         np.uuid in skipped)
+                                         contents, queue_now, full, digests[name])
                        for name, np in plans.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    def _unreachable_now(self, uuid: str) -> bool:
-        """Whether a push skips this node: it could not be reached less than
-        UNREACHABLE_RETRY seconds ago (the caller holds the lock)."""
-        down_since = self._unreachable.get(uuid)
-        return down_since is not None and time.monotonic() - down_since < UNREACHABLE_RETRY
-
-    def _replica(self, plans: dict[str, NodePlan], full: bool,
-                 skipped: set[str]) -> store.Replica | None:
+    def _replica(self, plans: dict[str, NodePlan], full: bool) -> store.Replica | None:
         """The config files as the candidates copy them (snapshot bytes only when one of
         them needs the whole document); None when the master's store has no journal (then
         the document is encoded from the config pushed)."""
@@ -307,9 +296,7 @@ class Redistributor:
         if not candidates:
             return None
         with self._lock:
-            # a candidate skipped as unreachable needs no whole document now (reading it is
-            # 16 MB at 10,000 instances, per push)
-            sent = [self._sent_journal.get(uuid) for uuid in candidates if uuid not in skipped]
+            sent = [self._sent_journal.get(uuid) for uuid in candidates]
         file_store = store.FileStore(self.config_path)
         if not file_store.exists():
             return None
@@ -348,16 +335,16 @@ class Redistributor:
                    replica: store.Replica | None,
                    contents: dict[str, tuple[bytes, int] | str],
                    queue_now: dict[str, tuple[int, int]], full: bool,
-                   digest: str, skipped: bool) -> PushResult:
+                   digest: str) -> PushResult:
         result = PushResult()
         node = config.nodes[np.uuid]
         with self._lock:
             last = self._sent_files.get(np.uuid)
             down_since = self._unreachable.get(np.uuid)
-        if skipped:
-            ago = time.monotonic() - (down_since or 0.0)
-            result.errors.append(f"unreachable {ago:.0f} s ago, asked again "
-                                 f"{UNREACHABLE_RETRY:.0f} s after that")
+        if not full and down_since is not None \
+                and time.monotonic() - down_since < UNREACHABLE_RETRY:
+            result.errors.append(f"unreachable {time.monotonic() - down_since:.0f} s ago, "
+                                 f"asked again {UNREACHABLE_RETRY:.0f} s after that")
             return result
         # a change that leaves a node's ssconf and files as they were costs it nothing
         # (candidates still get the config); a full push, or RESEND_AFTER, sends them again
