@@ -17,7 +17,6 @@ import pytest
 
 from herder.core import model, node_certs
 from herder.core.errors import RpcError
-from herder.core.noderpc import UnreachableError
 from herder.core.store import FileStore
 from herder.masterd import redist
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
@@ -177,47 +176,6 @@ def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path
                for c in rpc.calls[-3:] if c[1] == "write_config")
     assert {c[0] for c in rpc.calls if c[1] == "write_ssconf"} == {"node1.example.com",
                                                                     "node2.example.com"}
-
-
-class UnreachableRpc(RecordingRpc):
-    """Refuses the connection to `failing` (the call never reached it)."""
-
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        if node.name == self.failing:
-            self.calls.append((node.name, "refused", {}))
-            raise UnreachableError(f"node {node.name}: connection refused")
-        return super().call(node, method, args, timeout)
-
-
-def test_an_unreachable_node_is_asked_again_after_a_while_or_on_a_full_push(tmp_path,
-                                                                              monkeypatch):
-    """At 1,000 nodes with many down, each change must not cost a connection attempt to every
-    dead node: one that could not be reached is skipped (reported) until UNREACHABLE_RETRY."""
-    config = build_config(3, drbd_instances=0, plain_instances=0)
-    (tmp_path / "rapi_users").write_text("admin pw write\n")
-    rpc = UnreachableRpc(failing="node3.example.com")
-    pusher = redist.Redistributor(rpc, tmp_path / "config.json", None)
-
-    def asked() -> set[str]:
-        names = {c[0] for c in rpc.calls}
-        rpc.calls.clear()
-        return names
-
-    assert pusher.push(config)["node3.example.com"].errors
-    assert "node3.example.com" in asked()
-    config.find_node("node1.example.com").tags.append("x")
-    skipped = pusher.push(config)["node3.example.com"]
-    assert "node3.example.com" not in asked() and "unreachable" in skipped.errors[0]
-    pusher.push(config, full=True)
-    assert "node3.example.com" in asked()
-    monkeypatch.setattr(redist, "UNREACHABLE_RETRY", 0.0)
-    rpc.failing = ""  # back
-    assert not pusher.push(config)["node3.example.com"].errors
-    assert "node3.example.com" in asked()
-    monkeypatch.setattr(redist, "UNREACHABLE_RETRY", 3600.0)
-    pusher.push(config)  # reachable again: nothing held against it
-    assert not pusher.push(config)["node3.example.com"].errors
 
 
 # --- noded's side ---------------------------------------------------------------------------------

@@ -45,7 +45,6 @@ from herder import __version__
 from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
-from herder.core.noderpc import UnreachableError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 
 log = logging.getLogger("herder.masterd.redist")
@@ -253,10 +252,6 @@ class Redistributor:
         self._sent_journal: dict[str, tuple[str, int]] = {}
         # per node: the digest of the ssconf and files it last received, and when
         self._sent_files: dict[str, tuple[str, float]] = {}
-        # per node: when no connection to it came about (it is asked again UNREACHABLE_RETRY
-        # later, or on a full push: a cluster with many nodes down must not pay a connection
-        # attempt to each of them after every change)
-        self._unreachable: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def push(self, config: model.ConfigData, *, full: bool = False,
@@ -340,12 +335,6 @@ class Redistributor:
         node = config.nodes[np.uuid]
         with self._lock:
             last = self._sent_files.get(np.uuid)
-            down_since = self._unreachable.get(np.uuid)
-        if not full and down_since is not None \
-                and time.monotonic() - down_since < UNREACHABLE_RETRY:
-            result.errors.append(f"unreachable {time.monotonic() - down_since:.0f} s ago, "
-                                 f"asked again {UNREACHABLE_RETRY:.0f} s after that")
-            return result
         # a change that leaves a node's ssconf and files as they were costs it nothing
         # (candidates still get the config); a full push, or RESEND_AFTER, sends them again
         if not full and last is not None and last[0] == digest \
@@ -360,11 +349,7 @@ class Redistributor:
             result.errors.append(f"ssconf: {err}")
             with self._lock:
                 self._sent_files.pop(np.uuid, None)
-                if isinstance(err, UnreachableError):
-                    self._unreachable[np.uuid] = time.monotonic()
             return result  # its upload white-list is in the ssconf: nothing else can land
-        with self._lock:
-            self._unreachable.pop(np.uuid, None)
         files_failed = False
         for path in np.files:
             content = contents.get(path)
@@ -440,7 +425,6 @@ class Redistributor:
 
 
 RESEND_AFTER = 600.0  # seconds after which a node gets its unchanged ssconf and files again
-UNREACHABLE_RETRY = 30.0  # seconds before a node that could not be reached is asked again
 
 
 def _plan_digests(plans: dict[str, NodePlan],
