@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
@@ -105,7 +107,7 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
     from herder.core.rapi import RapiClient
 
     proc, url = spawn_masterd(location, run_dir, extra)
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {"masterd_rss_start_mib": round(rss_mib(proc.pid), 1)}
     try:
         client = RapiClient.for_herder_cluster(secrets, url, timeout=300)
         for what, call in (("rapi_nodes_s", lambda: client.get_nodes()),
@@ -133,6 +135,16 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
             figures[f"rapi_query_{resource}_list_s"] = round(best(3, ask), 3)
         figures["cli_help_s"] = round(min(herder(location, "instance", "list", "--help",
                                                  masterd=url)[0] for _ in range(3)), 3)
+        # the bulk instance list above is the client's whole call (httpx and `json`); apart:
+        # masterd's answer (request to its last byte) and the client's decoding of it
+        answers: list[bytes] = []
+        figures["rapi_instances_bulk_answer_s"] = round(best(3, lambda: answers.append(
+            client._http.get("/2/instances", params={"bulk": 1}).content)), 3)
+        figures["rapi_instances_bulk_decode_json_s"] = round(
+            best(3, lambda: json.loads(answers[-1])), 3)
+        figures["rapi_instances_bulk_decode_msgspec_s"] = round(
+            best(3, lambda: msgspec.json.decode(answers[-1])), 3)
+        answers.clear()
 
         def one_job(number: int) -> float:
             started = time.perf_counter()

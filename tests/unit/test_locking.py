@@ -451,7 +451,7 @@ def test_timeout_with_spurious_notifications(actors: Callable[[], Actor]) -> Non
     wait_until(lambda: lock.pending_count() == 1)
     for _ in range(5):
         with lock._mutex:
-            lock._queue[0].cond.notify_all()
+            lock._queue[0].notify_all()
         time.sleep(0.02)
     assert not fut.done()
     assert fut.result(WAIT) is False

@@ -59,7 +59,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
@@ -151,7 +150,7 @@ class CancelToken:
         # Never hold the token's mutex while taking a lock's (waiters nest them the other way).
         for lock, entry in waits:
             with lock._mutex:
-                entry.cond.notify_all()
+                entry.notify_all()
 
     def _add(self, lock: SharedLock, entry: _Entry) -> None:
         with self._mutex:
@@ -166,26 +165,45 @@ class CancelToken:
 
 
 class _Entry:
-    """One queue entry: an exclusive acquire, or the group of waiting shared acquires."""
+    """One queue entry: an exclusive acquire, or the group of waiting shared acquires.
 
-    __slots__ = ("cond", "queued", "shared", "waiters")
+    Its condition is made by the first wait: a cluster's lock manager holds a SharedLock (two
+    shared entries) per object, at 10,000 instances tens of MB of Conditions nobody waits on.
+    Every use is under the lock's mutex, so the lazy creation needs no lock of its own."""
+
+    __slots__ = ("_cond", "_mutex", "queued", "shared", "waiters")
 
     def __init__(self, mutex: threading.Lock, shared: bool) -> None:
-        self.cond = threading.Condition(mutex)
+        self._mutex = mutex
+        self._cond: threading.Condition | None = None
         self.shared = shared
         self.waiters = 0
         self.queued = False
 
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a notify (the lock's mutex held, as Condition.wait)."""
+        if self._cond is None:
+            self._cond = threading.Condition(self._mutex)
+        self._cond.wait(timeout)
+
+    def notify_all(self) -> None:
+        """Wake this entry's waiters (the lock's mutex held); none yet, nothing to do."""
+        if self._cond is not None:
+            self._cond.notify_all()
+
 
 class SharedLock:
     """A lock held by one exclusive owner or many sharers, with one fair queue (see module doc)."""
+
+    __slots__ = ("_active_shared", "_deleted", "_exclusive", "_inactive_shared", "_mutex",
+                 "_queue", "_sharers", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._mutex = threading.Lock()
         self._exclusive: int | None = None
         self._sharers: set[int] = set()
-        self._queue: deque[_Entry] = deque()
+        self._queue: list[_Entry] = []  # a few entries at most: no deque (600 bytes each)
         self._active_shared = _Entry(self._mutex, shared=True)
         self._inactive_shared = _Entry(self._mutex, shared=True)
         self._deleted = False
@@ -212,7 +230,7 @@ class SharedLock:
         head = self._queue[0]
         if not self._can_acquire(head.shared):
             return
-        head.cond.notify_all()
+        head.notify_all()
         if head is self._active_shared:
             # Sharers arriving from now on form a new entry at the tail of the queue.
             self._active_shared, self._inactive_shared = self._inactive_shared, self._active_shared
@@ -266,12 +284,12 @@ class SharedLock:
                     ok = True
                     return True
                 if deadline is None:
-                    entry.cond.wait()
+                    entry.wait()
                 else:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
-                    entry.cond.wait(remaining)
+                    entry.wait(remaining)
         finally:
             if cancel is not None:
                 cancel._discard(self, entry)
@@ -334,7 +352,7 @@ class SharedLock:
             self._exclusive = None
             for entry in self._queue:
                 entry.queued = False
-                entry.cond.notify_all()
+                entry.notify_all()
             self._queue.clear()
         recorder = _recorder()
         if recorder is not None:

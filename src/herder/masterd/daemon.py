@@ -148,6 +148,7 @@ class MasterDaemon:
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store, live=self.live, rpc=rpc, web=WebContext())
+        heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None
@@ -177,6 +178,7 @@ class MasterDaemon:
             if stop.is_set():
                 return
             heap.trim(every=5.0)  # what bulk answers and job bursts freed goes back
+            heap.freeze(grown=True)  # a whole new config (etcd generation, reload) since
             try:
                 reason = await asyncio.to_thread(self.still_master)
             except (HerderError, OSError, ValueError) as err:

@@ -85,7 +85,7 @@ class InstanceViews:
         self._encoded: dict[str, tuple[model.Instance, bytes]] = {}
 
     def encode(self, config: model.ConfigData, instances: Iterable[model.Instance],
-               live: Snapshot = EMPTY) -> bytes:
+               live: Snapshot = EMPTY) -> bytearray:
         context = (config.cluster, *config.nodegroups.values(), *config.networks.values(),
                    *config.nodes.values())
         with self._lock:
@@ -93,7 +93,9 @@ class InstanceViews:
                     a is not b for a, b in zip(context, self._context, strict=True)):
                 self._context, self._encoded = context, {}
             encoded = self._encoded
-            parts = []
+            # one buffer, written in place: no per-instance joined rows nor a list of them
+            # (at 10,000 instances these were two more copies of the 14 MB answer)
+            answer = bytearray(b"[")
             for inst in instances:
                 kept = encoded.get(inst.uuid)
                 if kept is None or kept[0] is not inst:
@@ -101,11 +103,16 @@ class InstanceViews:
                     encoded[inst.uuid] = kept
                 running = _ENCODE(livefields.values(livefields.instance_fields(config, inst,
                                                                                live)))
-                parts.append(running[:-1] + b"," + kept[1][1:])
+                if len(answer) > 1:
+                    answer += b","
+                answer += memoryview(running)[:-1]
+                answer += b","
+                answer += memoryview(kept[1])[1:]
             if len(encoded) > 2 * len(config.instances) + 100:  # removed instances
                 for uuid in [u for u in encoded if u not in config.instances]:
                     del encoded[uuid]
-        return b"[" + b",".join(parts) + b"]"
+        answer += b"]"
+        return answer
 
 
 def _instance_config_view(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
