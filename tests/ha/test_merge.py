@@ -325,7 +325,10 @@ def test_failed_merge_rolls_back(pair) -> None:
                for n in after_b.nodes.values())
     assert all(i.admin_state == "up" for i in after_b.instances.values())
     wait_for(lambda: {"web-b", "db-b"} <= set(running_on([b])), 60, "b's instances running")
-    assert master_daemons(b) == {"masterd": "running", "maintd": "running"}
+    # the supervisor runs them again (one that exits while the other is still starting is
+    # restarted after its back-off)
+    wait_for(lambda: master_daemons(b) == {"masterd": "running", "maintd": "running"}, 90,
+             "b's master daemons running")
 
 
 @pytest.mark.slow

@@ -132,9 +132,14 @@ def test_standalone_equals_daemon_report(tmp_path: Path, config: model.ConfigDat
     FileStore(path).create(config)
     (path.parent / "hmac.key").write_bytes(b"k" * 40 + b"\n")
     env = {"HERDER_CONFIG": str(path)}
+    # a run directory of its own: a masterd of another test on this machine (default run
+    # directory) would change between the two reports
+    run_dir = tmp_path / "run"
     for name, args in (("diagnose", ()), ("masterd", ("--verbose",))):
-        standalone = _cli_collect(name, "--node", "node3.example.com", *args, env=env)
-        ctx = make_context(path, node_name="node3.example.com")
+        standalone = _cli_collect(name, "--node", "node3.example.com", "--run-dir",
+                                  str(run_dir), *args, env=env)
+        ctx = make_context(path, node_name="node3.example.com",
+                           settings=MondSettings(run_dir=run_dir))
         from herder.mond import registry
 
         collectors = {name: registry.get(name)}

@@ -40,6 +40,9 @@ def parse_inputs(values: tuple[str, ...], declared: list[str]) -> dict[str, Path
 @click.option("--plugin-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--diagnose-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--libvirt-uri", help="libvirt URI for instance/hypervisor collectors.")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the node's daemons keep their pid files, as mond's --run-dir "
+                   "(the daemon collectors; default: mond's).")
 @click.option("--confd", "confd_peers", multiple=True, metavar="HOST[:PORT]",
               help="Without a cluster config, ask this confd (repeatable), e.g. for DRBD minors.")
 @click.option("--confd-key", type=click.Path(dir_okay=False, path_type=Path),
@@ -48,7 +51,8 @@ def parse_inputs(values: tuple[str, ...], declared: list[str]) -> dict[str, Path
 @click.pass_context
 def collect(ctx: click.Context, name: str | None, verbose: bool, inputs: tuple[str, ...],
             node_name: str | None, plugin_dir: Path | None, diagnose_dir: Path | None,
-            libvirt_uri: str | None, confd_peers: tuple[str, ...], confd_key: Path | None,
+            libvirt_uri: str | None, run_dir: Path | None, confd_peers: tuple[str, ...],
+            confd_key: Path | None,
             list_only: bool) -> None:
     """Run the data collector NAME once, stand-alone and uncached, and print its report.
 
@@ -82,6 +86,8 @@ def collect(ctx: click.Context, name: str | None, verbose: bool, inputs: tuple[s
         settings.diagnose_dir = diagnose_dir
     if libvirt_uri:
         settings.libvirt_uri = libvirt_uri
+    if run_dir:
+        settings.run_dir = run_dir
     settings.confd_peers = confd_settings(confd_peers)
     settings.confd_key_file = confd_key
     config_path = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
