@@ -47,12 +47,28 @@ from scaleconfig import scaled_ganeti  # noqa: E402
 PYTHON = sys.executable
 
 
+def client_profile_env(secrets: Path, masterd: str) -> dict[str, str]:
+    """An operator's client profile for masterd (`core.client_profile`'s variables): the
+    cluster certificate and a write user of the cluster's users file. The etcd store's CLI
+    would otherwise look for them in its default local directory, not the bench's."""
+    from herder.core import rapi
+
+    users = rapi.read_rapi_users(secrets / rapi.RAPI_USERS_FILE)
+    user, stored, _options = next(u for u in users if "write" in u[2])
+    password_file = secrets / "bench-rapi-password"
+    password_file.write_text(stored.removeprefix("{cleartext}").removeprefix("{CLEARTEXT}"))
+    password_file.chmod(0o600)
+    return {"HERDER_MASTERD": masterd, "HERDER_RAPI_CA": str(secrets / rapi.CERT_FILE),
+            "HERDER_RAPI_USER": user, "HERDER_RAPI_PASSWORD_FILE": str(password_file)}
+
+
 def herder(location: str, *args: str, timeout: float = 600,
-           masterd: str | None = None) -> tuple[float, str]:
-    """Run the CLI in its own process: on the store itself (offline), or through the masterd
-    at `masterd` (the lists take their rows from its query resource)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
-    env.update({"HERDER_CONFIG": location, "HERDER_MASTERD": masterd} if masterd else
+           profile: dict[str, str] | None = None) -> tuple[float, str]:
+    """Run the CLI in its own process: on the store itself (offline), or through masterd with
+    `profile` (`client_profile_env`: the lists take their rows from its query resource)."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "HERDER_OFFLINE" and not k.startswith(("HERDER_MASTERD", "HERDER_RAPI_"))}
+    env.update({"HERDER_CONFIG": location, **profile} if profile else
                {"HERDER_CONFIG": location, "HERDER_OFFLINE": "1"})
     started = time.perf_counter()
     done = subprocess.run([PYTHON, "-m", "herder.cli.main", *args], env=env, text=True,
@@ -121,11 +137,12 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
         # connection (masterd's part)
         from herder.cli import instance, node
 
+        profile = client_profile_env(secrets, url)
         for what, args, resource, fields in (
                 ("cli_node_list_s", ("node", "list"), "node", node.QUERY_FIELDS),
                 ("cli_instance_list_s", ("instance", "list"), "instance",
                  instance.QUERY_FIELDS)):
-            figures[what] = round(min(herder(location, *args, masterd=url)[0]
+            figures[what] = round(min(herder(location, *args, profile=profile)[0]
                                       for _ in range(3)), 3)
 
             def ask(resource: str = resource, fields: dict[str, str] = fields) -> None:
@@ -134,7 +151,7 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
 
             figures[f"rapi_query_{resource}_list_s"] = round(best(3, ask), 3)
         figures["cli_help_s"] = round(min(herder(location, "instance", "list", "--help",
-                                                 masterd=url)[0] for _ in range(3)), 3)
+                                                 profile=profile)[0] for _ in range(3)), 3)
         # the bulk instance list above is the client's whole call (httpx and `json`); apart:
         # masterd's answer (request to its last byte) and the client's decoding of it
         answers: list[bytes] = []
