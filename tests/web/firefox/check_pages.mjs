@@ -67,14 +67,17 @@ try {
 
   // an instance's page: its state, primary node, actions
   // a click on the instance's link, as a user would (the view changes in the page)
-  await page.click(`#instances tr[data-instance="${instance}"] a`);
+  // (a locator: live updates redraw the table, and a click on a row just replaced would hit a
+  // node no longer in the page; the locator finds the row again, as a user's second look would)
+  await page.locator(`#instances tr[data-instance="${instance}"] a`).click();
   await page.waitForFunction(() => document.querySelector("#instance-pnode")?.textContent, {});
-  seen.instance = {
-    status: await page.$eval("#instance-status", (el) => el.textContent),
-    pnode: await page.$eval("#instance-pnode", (el) => el.textContent),
-    actions: await page.$$eval("#instance-actions [data-action]", (els) => els.map((el) => el.dataset.action)),
-    disks: await page.$$eval("#disks tbody tr", (rows) => rows.length),
-  };
+  // read in one script: the page redraws on live updates, between two reads a node may go
+  seen.instance = await page.evaluate(() => ({
+    status: document.querySelector("#instance-status").textContent,
+    pnode: document.querySelector("#instance-pnode").textContent,
+    actions: [...document.querySelectorAll("#instance-actions [data-action]")].map((el) => el.dataset.action),
+    disks: document.querySelectorAll("#disks tbody tr").length,
+  }));
   await page.screenshot({ path: `${shots}/firefox-instance.png`, fullPage: true });
 
   // a narrow screen: the same overview, its tables stacked as cards
