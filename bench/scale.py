@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -118,6 +119,50 @@ def best(runs: int, action: Any) -> float:
     return min(times)
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steady_state(client: Any, reading: Any, pid: int, instances: list[str], jobs: int = 6,
+                 spacing: float = 2.5) -> dict[str, Any]:
+    """masterd at work as a cluster is used: a one-tag job every `spacing` seconds (each
+    change's redistribution runs between them: masterd checks every 2 s) while the instance
+    list's query is read every second by another client (the live cache keeps asking the
+    nodes). The jobs' median latency, the query's, and masterd's CPU time per minute."""
+    from herder.cli import instance
+
+    stop = threading.Event()
+    reads: list[float] = []
+
+    def reader() -> None:
+        fields = ",".join(instance.QUERY_FIELDS.values())
+        while not stop.wait(1.0):
+            started = time.perf_counter()
+            reading.request("GET", "/2/query/instance", [("fields", fields)])
+            reads.append(time.perf_counter() - started)
+
+    latencies = []
+    cpu_before, began = cpu_seconds(pid), time.perf_counter()
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        for n in range(jobs):
+            started = time.perf_counter()
+            job = client.add_instance_tags(instances[(n * 7) % len(instances)], [f"steady{n}"])
+            assert client.wait_for_job(job, timeout=600)["status"] == "success"
+            latencies.append(time.perf_counter() - started)
+            time.sleep(max(0.0, spacing - latencies[-1]))
+    finally:
+        stop.set()
+        thread.join(60)
+    minutes = (time.perf_counter() - began) / 60
+    return {"steady_job_s": round(statistics.median(latencies), 3),
+            "steady_query_instance_list_s": round(statistics.median(reads), 3) if reads else None,
+            "steady_masterd_cpu_s_per_min": round((cpu_seconds(pid) - cpu_before) / minutes, 1)}
+
+
 def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list[str],
                     extra: list[str], concurrent: int) -> dict[str, Any]:
     from herder.core.rapi import RapiClient
@@ -188,6 +233,8 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
         figures[f"jobs_{concurrent}_concurrent_per_s"] = round(
             concurrent / (time.perf_counter() - started), 1)
         figures["masterd_rss_mib"] = round(rss_mib(proc.pid), 1)
+        with RapiClient.for_herder_cluster(secrets, url, timeout=300) as reading:
+            figures.update(steady_state(client, reading, proc.pid, instances))
         client.close()
     finally:
         proc.terminate()

@@ -17,8 +17,10 @@ import pytest
 
 from herder.core import model, node_certs
 from herder.core.errors import RpcError
+from herder.core.noderpc import UnreachableError
 from herder.core.store import FileStore
 from herder.masterd import redist
+from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
 
@@ -144,14 +146,19 @@ def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
 
 
 class RecordingRpc:
+    """Records the calls; `failing` answers with an error, `unreachable` cannot be reached."""
+
     def __init__(self, failing: str = "") -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.failing = failing
+        self.unreachable: set[str] = set()
 
     def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
              timeout: float | None = None) -> Any:
         if node.name == self.failing:
             raise RpcError(f"node {node.name}: cannot reach its node daemon")
+        if node.name in self.unreachable:
+            raise UnreachableError(f"node {node.name}: {method} failed: connection refused")
         self.calls.append((node.name, method, dict(args or {})))
         return None
 
@@ -446,3 +453,53 @@ def test_a_change_that_leaves_ssconf_and_files_sends_them_nowhere(tmp_path):
     pusher.push(config, full=True)
     assert {n for n, m in sent() if m == "write_ssconf"} == {
         "node1.example.com", "node2.example.com", "node3.example.com"}
+
+
+def test_a_node_in_backoff_is_skipped_and_gets_everything_once_seen_again(tmp_path):
+    config = build_config(3, drbd_instances=0, plain_instances=0)
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    rpc = RecordingRpc()
+    record = Reachability(base=30.0)
+    pusher = redist.Redistributor(ReachabilityRpc(rpc, record), tmp_path / "config.json", None,
+                                  reachability=record)
+    node2 = config.find_node("node2")  # a candidate: ssconf, files and the config copy
+    pusher.push(config)
+    rpc.unreachable.add(node2.name)
+    config.cluster.tags.append("one")  # in ssconf: every node is sent it
+    first = pusher.push(config)
+    assert first[node2.name].errors and record.avoid(node2.uuid) is not None
+    rpc.calls.clear()
+    config.cluster.tags.append("two")
+    owed_at = record.clock()
+    skipped = pusher.push(config)
+    # in back-off: not tried, the others get the change
+    assert skipped[node2.name].errors[0].startswith("node unreachable (since ")
+    assert {n for n, _, _ in rpc.calls} == {"node1.example.com", "node3.example.com"}
+    assert not redist.due(record, node2.uuid, owed_at, owed_at + 10)
+    # it is back, and seen: due at once, and it gets its ssconf, files and config
+    rpc.unreachable.clear()
+    record.seen(node2.uuid)
+    assert redist.due(record, node2.uuid, owed_at, owed_at + 10)
+    rpc.calls.clear()
+    again = pusher.push(config, only=[node2.name])
+    assert not again[node2.name].errors
+    sent = {m: a for n, m, a in rpc.calls if n == node2.name}
+    assert "two" in sent["write_ssconf"]["values"]["cluster_tags"]
+    assert "upload_file" in sent and "write_config" in sent
+    assert "two" in json.loads(sent["write_config"]["config"])["cluster"]["tags"]
+
+
+def test_due_retries_a_node_after_its_backoff_or_another_error_after_the_retry_delay():
+    clock = [100.0]
+    record = Reachability(base=5.0, clock=lambda: clock[0])
+    record.failed("down", "refused")
+    assert not redist.due(record, "down", 100.0, 110.0)
+    clock[0] = 105.0  # its back-off has passed: tried again (not waiting for retry at 110)
+    assert redist.due(record, "down", 100.0, 110.0)
+    # a node that answered with an error: at the retry delay, or once it answers anything
+    assert not redist.due(record, "erred", 105.0, 110.0)
+    record.answered("erred")
+    assert redist.due(record, "erred", 105.0, 110.0)
+    assert not redist.due(record, "erred2", 105.0, 110.0)
+    clock[0] = 110.0
+    assert redist.due(record, "erred2", 105.0, 110.0)

@@ -40,6 +40,7 @@ from herder.core import (
     console,
     envelope,
     notification,
+    purpose_keys,
     repair_client,
     rpcauth,
 )
@@ -52,6 +53,8 @@ from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
 from herder.masterd import rapi
+from herder.masterd.announce import Announcements
+from herder.masterd.reachability import Reachability
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature
@@ -101,11 +104,12 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi.RapiContext]]:
     # a queue that takes jobs and never runs them: what a refused request must not leave
     queue = JobQueue(directory / "queue", lambda ctx, op: None)
     ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue,
-                           users=UsersFile(users_file(directory)), store=store)
+                           users=UsersFile(users_file(directory)), store=store,
+                           announce=Announcements(lambda: [KEY], Reachability()))
     # anyone: the web console's login page and files (tests/security/test_web_console.py)
     yield Daemon("masterd", rapi.make_app(ctx), rapi.ROUTES,
                  frozenset({access.ANYONE, access.RAPI_READ, access.RAPI_WRITE,
-                            access.WEB_LOGIN})), ctx
+                            access.WEB_LOGIN, access.NODE_ANNOUNCE})), ctx
 
 
 @pytest.fixture
@@ -202,7 +206,7 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
     daemon, ctx = masterd
     serial = ctx.config().serial_no
     found = [r for r in routes(daemon.app, daemon.table)
-             if r.rule not in (access.ANYONE, access.WEB_LOGIN)]
+             if r.rule not in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE)]
     with serving(daemon.app) as served:
         for route in found:
             assert request(served, route).status_code == 401, route
@@ -222,6 +226,37 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
         # the writer gets through (the route's own answer: a job id, 400, 404, ...)
         tags = next(r for r in found if str(r) == "PUT /2/tags")
         assert request(served, tags, auth=WRITER, method="PUT").status_code == 400
+
+
+def test_masterd_takes_a_nodes_announcement_signed_for_that_node_only(masterd) -> None:
+    daemon, ctx = masterd
+    assert ctx.announce is not None
+    record = ctx.announce.reachability
+    node2 = ctx.config().find_node("node2")
+    record.failed(node2.uuid, "connection refused")
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_ANNOUNCE]
+    path = route.canonical.replace("{name}", node2.name)
+    announce = Route(route.method, route.canonical, path, route.rule)
+
+    def signed(node: str = node2.name, purpose: str = purpose_keys.NODE_ANNOUNCE,
+               key: bytes = KEY) -> bytes:
+        return rpcauth.sign_call(key, "node_announce", node, {}, purpose=purpose)
+
+    with serving(daemon.app) as served:
+        for body in [b"", b"{}", signed(purpose=purpose_keys.NODE_RPC),  # a node RPC's key
+                     signed(node="node3.example.com"), signed(key=b"k" * 40)]:
+            answer = request(served, announce, content=body)
+            assert answer.status_code == 403, (body, answer.text)
+        assert record.down(node2.uuid) is not None  # nothing refused changed the record
+        body = signed()
+        answer = request(served, announce, content=body)
+        assert answer.status_code == 200 and answer.json()["was_unreachable"] is True
+        assert record.down(node2.uuid) is None
+        assert request(served, announce, content=body).status_code == 403  # replayed
+        ghost = Route(route.method, route.canonical,
+                      route.canonical.replace("{name}", "ghost.example.com"), route.rule)
+        assert request(served, ghost, content=signed("ghost.example.com")).status_code == 404
+    assert ctx.queue.job_ids() == []
 
 
 def test_noded_refuses_every_unsigned_call(noded) -> None:
@@ -348,6 +383,8 @@ def foreign_messages() -> dict[str, bytes]:
         "diagnose report": json.dumps({"msg": envelope.dumps(report), "salt": str(stamp),
                                        "hmac": diagnose["hmac"]}).encode(),
         "node rpc": rpcauth.sign_call(KEY, "ping", NODE, {}),
+        "node announcement": rpcauth.sign_call(KEY, "ping", NODE, {},
+                                               purpose=purpose_keys.NODE_ANNOUNCE),
         "repair request": repair_client.build_request(KEY, "ok", None, str(uuid.uuid4()),
                                                       node=NODE),
     }

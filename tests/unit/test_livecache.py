@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from herder.core import model
-from herder.core.errors import RpcError
+from herder.core.noderpc import NoAnswerError, UnreachableError
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
+from herder.masterd.reachability import Reachability, ReachabilityRpc
 from tests.conftest import build_config
 
 
@@ -30,13 +31,14 @@ def answer(node: model.Node, memory_free: int = 1000) -> dict[str, Any]:
 
 class Nodes:
     """The node daemons: `dead` ones hang until the call's timeout, `stuck` ones 3 s whatever
-    the timeout, `broken` ones answer garbage; every call is counted per node and method, and
-    the calls at once are tracked."""
+    the timeout, `broken` ones answer garbage, `refused` ones cannot be connected to; every call
+    is counted per node and method, and the calls at once are tracked."""
 
     def __init__(self, dead: set[str] = frozenset(), delay: float = 0.0) -> None:
         self.dead = set(dead)
         self.stuck: set[str] = set()
         self.broken: set[str] = set()
+        self.refused: set[str] = set()
         self.delay = delay
         self.calls: dict[tuple[str, str], int] = {}
         self.running = self.most_at_once = 0
@@ -53,9 +55,11 @@ class Nodes:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
         try:
+            if node.name in self.refused:
+                raise UnreachableError(f"node {node.name}: {method} failed: connection refused")
             if node.name in self.dead:
                 time.sleep(timeout or 1.0)
-                raise RpcError(f"node {node.name}: {method} failed: timed out")
+                raise NoAnswerError(f"node {node.name}: {method} failed: timed out")
             time.sleep(3.0 if node.name in self.stuck else self.delay)
             if method != "node_info":
                 return None
@@ -112,9 +116,9 @@ def test_a_dead_node_costs_a_reader_its_timeout_once(config) -> None:
     uuid = config.find_node(dead).uuid
     assert first.info(uuid) is None and "timed out" in (first.error(uuid) or "")
     assert first.info(config.find_node("node1").uuid) is not None
-    # the failure is remembered like an answer: the next reader does not wait for it again
+    # the failure is remembered: the next reader does not wait for it again
     second = cache.snapshot(config)
-    assert nodes.count(dead) == 1 and second.error(uuid) == first.error(uuid)
+    assert nodes.count(dead) == 1 and (first.error(uuid) or "-") in (second.error(uuid) or "")
     cache.close()
 
 
@@ -205,6 +209,10 @@ def test_malformed_answers_count_as_failures(config) -> None:
     live = cache.snapshot(config)
     uuid = config.find_node("node1").uuid
     assert live.info(uuid) is None and "malformed node_info answer" in (live.error(uuid) or "")
+    # the daemon answered (an error): no back-off, and the failure is kept for the ttl
+    assert cache.reachability.down(uuid) is None
+    assert cache.snapshot(config).error(uuid) == live.error(uuid)
+    assert nodes.count("node1.example.com") == 1
     cache.close()
 
 
@@ -246,4 +254,54 @@ def test_the_event_loop_reader_does_not_block_the_loop(config) -> None:
 
     ticks, answered = asyncio.run(read())
     assert answered >= 2 and ticks >= 5  # the loop kept running while the reader waited
+    cache.close()
+
+
+def wait_until(check: Any, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_an_unreachable_node_is_not_asked_in_its_backoff_and_nobody_waits_for_it(config) -> None:
+    nodes, clock = Nodes(), Clock()
+    nodes.refused.add("node3.example.com")
+    record = Reachability(base=20.0, cap=60.0, clock=clock)
+    cache = LiveCache(ReachabilityRpc(nodes, record), ttl=10, timeout=2, clock=clock,
+                      reachability=record)
+    uuid = config.find_node("node3").uuid
+    first = cache.snapshot(config)
+    assert first.info(uuid) is None and "connection refused" in (first.error(uuid) or "")
+    # in back-off: readers (fresh ones too) and the background refresh leave it alone
+    for fresh in (False, True):
+        again = cache.snapshot(config, fresh=fresh)
+        assert (again.error(uuid) or "").startswith("node unreachable (since ")
+    clock.now += 8  # the others are due for their background refresh; node3 is not asked
+    assert cache.refresh_due(config) == 2 and nodes.count("node3.example.com") == 1
+    # its back-off (20 s) has passed: the reader gets the failure at once, the retry runs
+    # in the background
+    clock.now += 12
+    assert (cache.snapshot(config).error(uuid) or "").startswith("node unreachable")
+    wait_until(lambda: nodes.count("node3.example.com") == 2 and not cache._inflight,
+               "the retry")
+    assert record.down(uuid).failures == 2
+    # it comes back and is seen again (it announced itself, or another call reached it):
+    # the next reader asks it, and waits for its figures
+    nodes.refused.clear()
+    record.seen(uuid)
+    assert cache.snapshot(config).info(uuid) is not None
+    assert nodes.count("node3.example.com") == 3
+    cache.close()
+
+
+def test_a_node_the_redistribution_could_not_reach_is_not_asked(config) -> None:
+    nodes, record = Nodes(), Reachability()
+    cache = LiveCache(ReachabilityRpc(nodes, record), reachability=record)
+    uuid = config.find_node("node2").uuid
+    record.failed(uuid, "node node2.example.com: write_ssconf failed: connection refused")
+    live = cache.snapshot(config)
+    assert nodes.count("node2.example.com") == 0
+    assert "write_ssconf failed: connection refused" in (live.error(uuid) or "")
+    assert live.info(config.find_node("node1").uuid) is not None
     cache.close()

@@ -41,10 +41,13 @@ JOIN_TOKEN = Rule("join-token", True, "only on a node that has not joined: TLS p
                   "master, and an HMAC with the join token's secret over a fresh challenge")
 NODE_IMPORT = Rule("node-import", True, "TLS client certificate of a node of the cluster, and "
                    "the one-time token of an import the master prepared (node RPC)")
+NODE_ANNOUNCE = Rule("node-announce", True, "the body signed with the announce key for "
+                     "this node, fresh and never replayed (it changes masterd's record of "
+                     "unreachable nodes only: the node is tried again)")
 WEB_LOGIN = Rule("web-login", True, "the web console's login (a RAPI user's name and password "
                  "from this server's own origin) and logout (the session's CSRF token)")
 RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, NODE_CONSOLE, MOND_REPAIR, NOTIFICATION,
-         JOIN_TOKEN, NODE_IMPORT, WEB_LOGIN)
+         JOIN_TOKEN, NODE_IMPORT, NODE_ANNOUNCE, WEB_LOGIN)
 
 Handler = Callable[..., Any]
 

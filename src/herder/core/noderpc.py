@@ -38,9 +38,14 @@ class StaleEpochError(RpcError):
     """A node refused the call: it has accepted a newer master epoch (a failover happened)."""
 
 
-class UnreachableError(RpcError):
+class NoAnswerError(RpcError):
+    """The node daemon gave no answer: no connection came about, or the call timed out or
+    broke off after the request went out (the node may have acted on it)."""
+
+
+class UnreachableError(NoAnswerError):
     """No connection to the node daemon came about, so the call never reached it (the node
-    is unchanged); a timeout after the request went out is a plain RpcError."""
+    is unchanged); a timeout after the request went out is a plain NoAnswerError."""
 
 
 class NodeRpc(Protocol):
@@ -112,7 +117,7 @@ class HttpNodeRpc:
                                                              connect=self.connect_timeout))
         except httpx.HTTPError as err:
             unsent = isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout))
-            raise (UnreachableError if unsent else RpcError)(
+            raise (UnreachableError if unsent else NoAnswerError)(
                 f"node {node.name}: {method} failed: cannot reach its node daemon "
                 f"at {node.primary_ip}:{self.port} ({err})") from None
         try:

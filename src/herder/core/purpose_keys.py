@@ -21,7 +21,8 @@ import hmac
 NODE_RPC = "node-rpc"  # masterd (and the CLI's node calls) -> noded
 MOND_REPAIR = "mond-repair"  # maintd -> mond's POST /1/repair
 NOTIFICATION = "instmon-notification"  # instmon -> maintd's POST /1/notifications (the token)
-PURPOSES = (NODE_RPC, MOND_REPAIR, NOTIFICATION)
+NODE_ANNOUNCE = "node-announce"  # noded -> masterd's POST /2/herder/nodes/NAME/announce
+PURPOSES = (NODE_RPC, MOND_REPAIR, NOTIFICATION, NODE_ANNOUNCE)
 INFO_PREFIX = b"herder purpose key v1/"
 
 

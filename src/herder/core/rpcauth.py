@@ -52,20 +52,22 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     hmac: str
 
 
-def _mac(key: bytes, salt: str, msg: str) -> str:
-    node_key = purpose_keys.derive(key, purpose_keys.NODE_RPC)
+def _mac(key: bytes, salt: str, msg: str, purpose: str = purpose_keys.NODE_RPC) -> str:
+    node_key = purpose_keys.derive(key, purpose)
     return hmac.new(node_key, (salt + msg).encode(), hashlib.sha256).hexdigest()
 
 
 def sign_call(key: bytes, method: str, node: str, args: Any, *, now: float | None = None,
-              nonce: str | None = None) -> bytes:
+              nonce: str | None = None, purpose: str = purpose_keys.NODE_RPC) -> bytes:
     """The body of a call of `method` on `node` (its name in the config); `key` is the
-    cluster HMAC key."""
+    cluster HMAC key. `purpose`: the derived key signing it (a node's announcement to the
+    master is signed with its own, `purpose_keys.NODE_ANNOUNCE`)."""
     nonce = nonce or secrets.token_hex(16)
     msg = _compact.encode({"method": method, "node": node,
                            "time": time.time() if now is None else now,
                            "nonce": nonce, "args": args}).decode()
-    return _compact.encode({"msg": msg, "salt": nonce, "hmac": _mac(key, nonce, msg)})
+    return _compact.encode({"msg": msg, "salt": nonce,
+                            "hmac": _mac(key, nonce, msg, purpose)})
 
 
 class ReplayCache:
@@ -109,7 +111,8 @@ class ReplayCache:
 
 
 def check_call(key: bytes | Sequence[bytes], body: bytes, *, method: str, node: str,
-               replay: ReplayCache | None, now: float | None = None) -> Any:
+               replay: ReplayCache | None, now: float | None = None,
+               purpose: str = purpose_keys.NODE_RPC) -> Any:
     """The arguments of a call of `method` signed for `node`; SignatureError (the reason) when
     the body is unsigned, forged, for another method or node, outside the window or replayed.
     `key`: the cluster key, or the keys accepted side by side (during a key rotation).
@@ -122,7 +125,8 @@ def check_call(key: bytes | Sequence[bytes], body: bytes, *, method: str, node: 
     given = outer.hmac.lower()
     if not given.isascii():  # compare_digest refuses non-ASCII text: no HMAC of ours anyway
         raise SignatureError("invalid signature")
-    if not any(hmac.compare_digest(_mac(one, outer.salt, outer.msg), given) for one in keys):
+    if not any(hmac.compare_digest(_mac(one, outer.salt, outer.msg, purpose), given)
+               for one in keys):
         raise SignatureError("invalid signature")
     try:
         call = untrusted.decode(outer.msg, SignedCall, what="signed call")

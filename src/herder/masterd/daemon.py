@@ -26,10 +26,12 @@ from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
 from herder.masterd import redist
+from herder.masterd.announce import Announcements
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import ConfigView, RapiContext, make_app
+from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 
@@ -130,12 +132,17 @@ class MasterDaemon:
             rpc = HttpNodeRpc(envelope.load_key(self.secrets.hmac_key), self.secrets.certificate,
                               port=settings.noded_port, epoch=self.epoch,
                               on_stale=lambda err: self.depose(str(err)))
+        # which nodes cannot be reached: every call of the LUs, the live cache and the
+        # redistribution tells it; the last two skip a node in back-off (masterd.reachability)
+        self.reachability = Reachability()
+        recorded = ReachabilityRpc(rpc, self.reachability)
         # the nodes' live figures (RAPI reads, placement); the LUs' calls keep it current
-        self.live = LiveCache(rpc)
+        self.live = LiveCache(recorded, reachability=self.reachability)
         self.env = MasterEnv(store=self.store, locks=lock_manager_for(self.store),
-                             rpc=InvalidatingRpc(rpc, self.live),
+                             rpc=InvalidatingRpc(recorded, self.live),
                              queue_dir=self.store.directory / "queue",
-                             iallocator_path=settings.iallocator_path, live=self.live)
+                             iallocator_path=settings.iallocator_path, live=self.live,
+                             reachability=self.reachability)
         assert self.env.queue_dir is not None
         self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers,
                               storage=job_storage)
@@ -147,8 +154,16 @@ class MasterDaemon:
         self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
-                                store=self.store, live=self.live, rpc=rpc, web=WebContext())
+                                store=self.store, live=self.live, rpc=rpc, web=WebContext(),
+                                announce=Announcements(self._cluster_keys, self.reachability))
         heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
+
+    def _cluster_keys(self) -> list[bytes]:
+        """The cluster key, and during a rotation the retiring one beside it (a node may
+        announce itself with either)."""
+        key = self.secrets.hmac_key
+        retiring = key.with_name(key.name + ".retiring")
+        return [envelope.load_key(path) for path in (key, retiring) if path.exists()]
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None

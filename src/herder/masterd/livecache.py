@@ -16,6 +16,11 @@ the node daemons (`node_info` with `instances`, `herder.core.livefigures`).
 - Logical units ask `fresh`: only answers to calls started after they asked count (Ganeti's
   queries ask the nodes every time), except that a node that failed to answer within the
   last `ttl` is not waited for again.
+- A node masterd cannot reach (`masterd.reachability`, the record shared with the
+  redistribution) is not asked while it is in back-off, and no reader waits for it: readers
+  get "node unreachable (since ...)" at once, and a call is started in the background when
+  its back-off has passed. Once any call of masterd's reaches it (or it announces itself) it
+  is asked, and waited for, as any node.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 from herder.core import livefigures, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc, UnreachableError
+from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd")
 
@@ -110,7 +116,15 @@ def wanted(config: model.ConfigData) -> list[model.Node]:
 class LiveCache:
     def __init__(self, rpc: NodeRpc, *, ttl: float = TTL, timeout: float = TIMEOUT,
                  concurrency: int = CONCURRENCY, idle: float = IDLE,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 reachability: Reachability | None = None) -> None:
+        """`reachability`: masterd's record, which `rpc` reports every call's outcome to
+        (`ReachabilityRpc`), on the same clock as `clock`; None: a record of the cache's own,
+        its calls reporting to it."""
+        if reachability is None:
+            reachability = Reachability(clock=clock)
+            rpc = ReachabilityRpc(rpc, reachability)
+        self.reachability = reachability
         self.rpc = rpc
         self.ttl = ttl
         self.timeout = timeout
@@ -162,8 +176,15 @@ class LiveCache:
         failed_since = self.clock() - self.ttl
         with self._lock:
             for node in nodes:
+                down = self.reachability.down(node.uuid)
+                if down is not None:  # known unreachable: nobody waits for it
+                    ready[node.uuid] = self._unreachable(node, down, timeout)
+                    continue
                 answer = self._answers.get(node.uuid)
                 failed = answer is not None and answer.info is None
+                if answer is not None and failed and \
+                        self.reachability.answered_since(node.uuid, answer.answered):
+                    answer, failed = None, False  # seen again since that call failed: ask it
                 limit = self._since(node.uuid, min(since, failed_since) if failed else since)
                 if answer is not None and answer.asked >= limit:
                     ready[node.uuid] = answer
@@ -173,6 +194,14 @@ class LiveCache:
                     flight = self._start(node, timeout)
                 waiting[node.uuid] = flight[1]
         return ready, waiting
+
+    def _unreachable(self, node: model.Node, down: Down, timeout: float) -> NodeAnswer:
+        """A known unreachable node's answer, at once; it is asked again in the background
+        once its back-off has passed (called with the lock held)."""
+        if node.uuid not in self._inflight and self.reachability.avoid(node.uuid) is None:
+            self._start(node, timeout)
+        now = self.reachability.clock()
+        return NodeAnswer(down.started, down.started, None, down.describe(now))
 
     def _start(self, node: model.Node, timeout: float) -> tuple[float, Future[NodeAnswer]]:
         """(called with the lock held)"""
@@ -245,6 +274,12 @@ class LiveCache:
         with self._lock:
             for node in wanted(config):
                 if node.uuid in self._inflight:
+                    continue
+                down = self.reachability.down(node.uuid)
+                if down is not None:  # asked again when its back-off has passed
+                    if self.reachability.avoid(node.uuid) is None:
+                        self._start(node, self.timeout)
+                        started += 1
                     continue
                 answer = self._answers.get(node.uuid)
                 if answer is None or answer.asked < self._since(node.uuid, due):

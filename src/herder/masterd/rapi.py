@@ -37,6 +37,7 @@ from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
+from herder.masterd.announce import Announcements
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
@@ -72,6 +73,8 @@ class RapiContext:
     live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
     rpc: NodeRpc | None = None  # to the node daemons (the console routes, masterd/console.py)
     web: WebContext | None = None  # the web console: logins, node samples (masterd/web/)
+    # the nodes' announcements that they are up (masterd/announce.py); None: refused
+    announce: Announcements | None = None
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -827,8 +830,10 @@ def access_refusal(request: web.Request) -> web.Response | None:
         return error_response(500, f"{request.method} {request.path}: the route declares no "
                                    "access rule")
     ctx = ctx_of(request)
-    if rule in (access.ANYONE, access.WEB_LOGIN):  # the web console's login and files: its
-        return None  # handlers check (masterd/web/pages.py)
+    # the web console's login and files (masterd/web/pages.py), a node's signed announcement
+    # (masterd/announce.py): their handlers check
+    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE):
+        return None
     user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
     if "Authorization" not in request.headers:  # a web console session (masterd/web/auth.py)
         caller = web_auth.session_caller(request, ctx.users,
@@ -954,12 +959,13 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
-    from herder.masterd import console, query  # Ganeti's /2/query resource; consoles
+    from herder.masterd import announce, console, query  # /2/query; consoles; nodes up
     from herder.masterd.web import api as web_api  # the web console
     from herder.masterd.web import pages as web_pages
 
     query.add_routes(r)
     console.add_routes(r)  # the instance consoles and their streams
+    announce.add_routes(r)
     web_api.add_routes(r)
     web_pages.add_routes(r)
     return app

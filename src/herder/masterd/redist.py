@@ -23,6 +23,12 @@ the master too).
 
 `plan` is pure (the config in, per node what goes there); `Redistributor` does the I/O, in
 parallel, collecting per-node errors: a failed push never fails the config write.
+
+A node masterd cannot reach (`masterd.reachability`, the record shared with the live cache) is
+skipped while it is in back-off, except by a full push (`cluster redist-conf`: the operator
+asks every node now); it is owed everything (`watch`), and gets the current state as soon as
+its back-off has passed or it is seen again (any call of masterd's reached it, or it
+announced itself), within the trigger's interval.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpo
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
+from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd.redist")
 
@@ -242,7 +249,13 @@ class Redistributor:
     sent, so the push after a config write sends the job files that changed only."""
 
     def __init__(self, rpc: Any, config_path: Path, queue_dir: Path | None,
-                 workers: int = 16) -> None:
+                 workers: int = 16, reachability: Reachability | None = None) -> None:
+        """`reachability`: masterd's record, which `rpc` reports every call's outcome to;
+        None: a record of this pusher's own, its calls reporting to it."""
+        if reachability is None:
+            reachability = Reachability()
+            rpc = ReachabilityRpc(rpc, reachability)
+        self.reachability = reachability
         self.rpc = rpc
         self.config_path = config_path
         self.queue_dir = queue_dir
@@ -260,7 +273,13 @@ class Redistributor:
         errors. Never raises for a node's failure."""
         user_files = read_user_list(self.config_path.parent / REDIST_FILES)
         plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
-        replica = self._replica(plans, full)
+        skipped: dict[str, Down] = {}  # decided once: _replica and _push_node agree on it
+        if not full:
+            for np in plans.values():
+                down = self.reachability.avoid(np.uuid)
+                if down is not None:
+                    skipped[np.uuid] = down
+        replica = self._replica(plans, full, set(skipped))
         document = replica.snapshot if replica is not None else model.encode(config)
         contents: dict[str, tuple[bytes, int] | str] = {}
         hv_dir = hvfiles.directory(self.config_path.parent)
@@ -279,15 +298,19 @@ class Redistributor:
         digests = _plan_digests(plans, contents)
         with ThreadPoolExecutor(max_workers=min(self.workers, len(plans))) as pool:
             futures = {name: pool.submit(self._push_node, config, np, document, replica,
-                                         contents, queue_now, full, digests[name])
+                                         contents, queue_now, full, digests[name],
+                                         skipped.get(np.uuid))
                        for name, np in plans.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    def _replica(self, plans: dict[str, NodePlan], full: bool) -> store.Replica | None:
+    def _replica(self, plans: dict[str, NodePlan], full: bool,
+                 skipped: set[str]) -> store.Replica | None:
         """The config files as the candidates copy them (snapshot bytes only when one of
         them needs the whole document); None when the master's store has no journal (then
-        the document is encoded from the config pushed)."""
-        candidates = [np.uuid for np in plans.values() if np.candidate]
+        the document is encoded from the config pushed). A candidate skipped as unreachable
+        needs nothing now (the whole document is 16 MB at 10,000 instances)."""
+        candidates = [np.uuid for np in plans.values()
+                      if np.candidate and np.uuid not in skipped]
         if not candidates:
             return None
         with self._lock:
@@ -330,8 +353,13 @@ class Redistributor:
                    replica: store.Replica | None,
                    contents: dict[str, tuple[bytes, int] | str],
                    queue_now: dict[str, tuple[int, int]], full: bool,
-                   digest: str) -> PushResult:
+                   digest: str, skipped: Down | None) -> PushResult:
         result = PushResult()
+        if skipped is not None:  # in back-off: not tried; its next push sends everything
+            result.errors.append(skipped.describe(self.reachability.clock()))
+            with self._lock:
+                self._sent_files.pop(np.uuid, None)
+            return result
         node = config.nodes[np.uuid]
         with self._lock:
             last = self._sent_files.get(np.uuid)
@@ -453,13 +481,26 @@ def report(results: dict[str, PushResult]) -> dict[str, dict[str, Any]]:
     return {name: r.to_dict() for name, r in sorted(results.items())}
 
 
+def due(reachability: Reachability, uuid: str, owed_since: float, retry_at: float) -> bool:
+    """Whether a node a push failed for (at `owed_since`, monotonic) is pushed to again now:
+    not while it is in back-off; at once when its back-off has passed or it was seen again
+    (a call of masterd's reached it); after a failure that was no unreachable node (an
+    answer with an error, a file the master cannot read), at `retry_at`."""
+    if reachability.avoid(uuid) is not None:
+        return False
+    if reachability.down(uuid) is not None:
+        return True
+    return reachability.answered_since(uuid, owed_since) or \
+        reachability.clock() >= retry_at
+
+
 async def watch(daemon: Any, stop: Any, interval: float | None = None,
                 retry: float = 10.0) -> None:
     """masterd's trigger: every `interval` seconds (its master check interval), when the
-    config serial or the job queue changed since the last push, push (not full). A push with
-    errors is retried after `retry` seconds; errors are logged, never raised."""
+    config serial or the job queue changed since the last push, push (not full); else push to
+    the nodes a push failed for that are `due` (`retry` seconds after an error that was not
+    an unreachable node). Errors are logged, never raised."""
     import asyncio
-    import time
 
     if getattr(daemon, "lease", None) is not None:
         # etcd backend: the config and the job queue live in etcd, replicated by it; the
@@ -468,23 +509,45 @@ async def watch(daemon: Any, stop: Any, interval: float | None = None,
         return
     every = interval if interval is not None else daemon.settings.check_interval
     pusher = Redistributor(daemon.env.rpc, daemon.secrets.hmac_key.parent / "config.json",
-                           daemon.env.queue_dir)
+                           daemon.env.queue_dir,
+                           reachability=getattr(daemon, "reachability", None))
+    record = pusher.reachability
     last: Any = None
-    retry_at = 0.0
+    owed: dict[str, tuple[float, float]] = {}  # node UUID -> (failed at, retry at)
     while not stop.is_set():
         try:
             config = await asyncio.to_thread(daemon.store.snapshot)
             key = (config.serial_no, await asyncio.to_thread(queue_state, daemon.env.queue_dir))
-            if daemon.deposed is None and (key != last or (retry_at and
-                                                           time.monotonic() >= retry_at)):
-                results = await asyncio.to_thread(pusher.push, config)
-                last, retry_at = key, 0.0
+            for uuid in [u for u in owed if u not in config.nodes]:
+                del owed[uuid]  # removed from the cluster
+            only = None if key != last else \
+                [config.nodes[uuid].name for uuid, (since, retry_at) in owed.items()
+                 if due(record, uuid, since, retry_at)]
+            if daemon.deposed is None and (only is None or only):
+                results = await asyncio.to_thread(pusher.push, config, only=only)
+                last = key
+                now = record.clock()
+                retried = set(only or ())
+                for uuid in list(owed) if only is None else \
+                        [n.uuid for n in config.nodes.values() if n.name in retried]:
+                    owed.pop(uuid, None)  # pushed to again (or offline now): owed anew below
+                uuids = {n.name: n.uuid for n in config.nodes.values()}
+                for name, result in results.items():
+                    if result.errors:
+                        owed[uuids[name]] = (now, now + retry)
                 failed = {n: r.errors for n, r in results.items() if r.errors}
                 if failed:
-                    retry_at = time.monotonic() + retry
                     log.warning("redistribution of config serial %d: %s", config.serial_no,
-                                "; ".join(f"{n}: {', '.join(e)}" for n, e in failed.items()))
+                                _summary(failed))
         except Exception as err:  # never let the trigger stop masterd
             log.warning("redistribution failed: %s", err)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=every)
+
+
+def _summary(failed: dict[str, list[str]], shown: int = 10) -> str:
+    """The nodes' errors for the log, the first `shown` nodes (1,000 unreachable nodes are
+    one line, not 1,000)."""
+    names = sorted(failed)
+    text = "; ".join(f"{n}: {', '.join(failed[n])}" for n in names[:shown])
+    return text if len(names) <= shown else f"{text}; and {len(names) - shown} more node(s)"

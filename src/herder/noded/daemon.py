@@ -16,6 +16,7 @@ from pathlib import Path
 
 from herder.core import serve as serve_helper
 from herder.noded import console
+from herder.noded.announce import announce
 from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
 
 log = logging.getLogger("herder.noded")
@@ -83,7 +84,9 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
         "noded", daemon.settings.run_dir,
         endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)])],
         tasks=[lambda stop: keep_hypervisor(daemon, stop),
-               lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop)],
+               lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop),
+               # the master asks this node again at once (masterd.reachability)
+               lambda stop: announce(daemon.trust, daemon.settings.node_name, stop)],
         on_stop=[daemon.hv.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 

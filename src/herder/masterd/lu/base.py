@@ -19,6 +19,7 @@ from herder.core.jobs import opcodes
 from herder.core.noderpc import NodeRpc, UnavailableRpc
 from herder.core.store import ConfigStore
 from herder.masterd.livecache import LiveCache
+from herder.masterd.reachability import Reachability
 
 
 @dataclass
@@ -32,6 +33,9 @@ class MasterEnv:
     iallocator_path: tuple[Path, ...] = ()
     # the nodes' live figures (masterd.livecache); None: asked afresh for each placement
     live: LiveCache | None = None
+    # which nodes masterd cannot reach (masterd.reachability), told by `rpc`'s calls; None:
+    # each redistribution keeps its own
+    reachability: Reachability | None = None
 
 
 @dataclass(frozen=True)

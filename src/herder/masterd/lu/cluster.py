@@ -189,7 +189,8 @@ def redistribute(env: Any, config: model.ConfigData, *, full: bool,
     errors. Never raises for a node's failure."""
     from herder.masterd import redist
 
-    pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir)
+    pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir,
+                                  reachability=getattr(env, "reachability", None))
     return redist.report(pusher.push(config, full=full, only=only))
 
 
