@@ -223,3 +223,39 @@ def test_masterd_exits_75_when_its_lease_is_taken(tmp_path: Path,
     finally:
         masterd_a.stop()
         client.close()
+
+
+def test_takeover_gives_the_node_calls_the_new_epoch(tmp_path: Path,
+                                                     etcd_cluster: EtcdCluster) -> None:
+    """An elected masterd's node calls carry the lease's epoch, so the nodes refuse the old
+    master's from then on: the transport under the live cache's and the reachability record's
+    wrappers gets it (it kept the epoch of masterd's start)."""
+    from types import SimpleNamespace
+
+    from herder.core import envelope
+    from herder.core.cluster_secrets import SecretPaths
+    from herder.core.noderpc import HttpNodeRpc
+    from herder.masterd.etcd_master import take_over
+    from herder.masterd.livecache import InvalidatingRpc, LiveCache
+    from herder.masterd.reachability import Reachability, ReachabilityRpc
+
+    secrets = make_cluster(tmp_path / "cluster").parent
+    config = FileStore(secrets / "config.json").load()
+    start_epoch = config.cluster.master_epoch
+    store = EtcdStore(etcd.EtcdClient(etcd_cluster.client_urls), CLUSTER)
+    store.create(config)
+    transport = HttpNodeRpc(envelope.load_key(SecretPaths.beside(secrets / "config.json").hmac_key),
+                            None, epoch=start_epoch)
+    reachability = Reachability()
+    recorded = ReachabilityRpc(transport, reachability)
+    live = LiveCache(recorded, reachability=reachability)
+    me = config.nodes[config.cluster.master_node].name
+    recovered = {"requeued": [], "failed": [], "canceled": [], "finished": []}
+    daemon = SimpleNamespace(
+        store=store, me=me, epoch=start_epoch, master_uuid=None, node_rpc=transport,
+        env=SimpleNamespace(rpc=InvalidatingRpc(recorded, live), locks=None),
+        queue=SimpleNamespace(recover=lambda: recovered), recovered=None)
+    lease_epoch = start_epoch + 41  # an etcd revision: larger than any epoch before it
+    take_over(daemon, lease_epoch)  # type: ignore[arg-type]  # the attributes take_over uses
+    assert store.load().cluster.master_epoch == lease_epoch == daemon.epoch
+    assert transport.epoch == lease_epoch

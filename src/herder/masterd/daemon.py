@@ -135,6 +135,8 @@ class MasterDaemon:
         # which nodes cannot be reached: every call of the LUs, the live cache and the
         # redistribution tells it; the last two skip a node in back-off (masterd.reachability)
         self.reachability = Reachability()
+        # the transport itself: a takeover on etcd gives its calls the new master epoch
+        self.node_rpc = rpc
         recorded = ReachabilityRpc(rpc, self.reachability)
         # the nodes' live figures (RAPI reads, placement); the LUs' calls keep it current
         self.live = LiveCache(recorded, reachability=self.reachability)

@@ -101,8 +101,10 @@ def take_over(daemon: MasterDaemon, epoch: int) -> None:
         written = c.master_epoch
     daemon.epoch = written
     daemon.master_uuid = node.uuid
-    if hasattr(daemon.env.rpc, "epoch"):
-        daemon.env.rpc.epoch = written
+    # the transport's epoch, not a wrapper's (the live cache's and the reachability record's
+    # wrappers have none): else the nodes would keep accepting the old master's calls
+    if hasattr(daemon.node_rpc, "epoch"):
+        daemon.node_rpc.epoch = written
     daemon.env.locks = lock_manager_for(daemon.store)  # the config as it is now
     daemon.recovered = daemon.queue.recover()
     log.info("master on etcd: %s took over at epoch %d (lease epoch %d); jobs %s",
