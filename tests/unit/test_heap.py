@@ -16,27 +16,28 @@ class _MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
-def _mapped_bytes() -> int:
-    """glibc's bytes in blocks that are their own mappings (mallinfo2's hblkhd)."""
+def _mallinfo() -> _MallInfo2:
     libc = heap._glibc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         pytest.skip("not glibc 2.33 or later")
     libc.mallinfo2.restype = _MallInfo2
-    return int(libc.mallinfo2().hblkhd)
+    info: _MallInfo2 = libc.mallinfo2()
+    return info
 
 
 def test_a_big_block_stays_its_own_mapping_after_a_bigger_one_was_freed() -> None:
-    """glibc's default raises the mmap threshold to each big block freed: a 1 MiB buffer after
-    an 8 MiB one was freed would come from (and fragment) the arenas."""
-    _mapped_bytes()
+    """glibc's default raises the mmap threshold to each big block freed: a block after a
+    bigger one was freed would come from (and fragment) the arenas. The block is bigger than
+    everything free in the arenas, which glibc would otherwise reuse for it."""
     heap.limit_arenas()
-    bigger = bytearray(8 << 20)
+    size = int(_mallinfo().fordblks) + (1 << 20)
+    bigger = bytearray(8 * size)
     del bigger
-    before = _mapped_bytes()
-    block = bytearray(1 << 20)
-    assert _mapped_bytes() >= before + (1 << 20)
+    before = int(_mallinfo().hblkhd)  # bytes in blocks that are their own mappings
+    block = bytearray(size)
+    assert _mallinfo().hblkhd >= before + size
     del block
-    assert _mapped_bytes() < before + (1 << 20)  # and goes back when freed
+    assert _mallinfo().hblkhd < before + size  # and goes back when freed
 
 
 def test_freeze_takes_the_live_objects_out_of_the_collectors_reach() -> None:

@@ -12,7 +12,7 @@ glibc also raises its mmap threshold, by default, to the size of each big block 
 from the arenas, and the holes they left kept the heap's pages (measured at 10,000 instances:
 60-110 MB free in the arenas after a burst of jobs, against 1-6 MB with a fixed threshold).
 `limit_arenas` fixes the threshold at glibc's default start (128 KiB): a block of that size or
-more is its own mapping and goes back to the kernel when freed.
+more that no free chunk of the arenas fits is its own mapping, back to the kernel when freed.
 
 Python's cyclic GC walks every container object of its oldest generation on a full collection:
 at 10,000 instances that is a few hundred thousand objects of the shared config (0.15-0.2 s a
