@@ -533,6 +533,17 @@ def test_lockset_resources(ls: locking.LockSet) -> None:
         locking.LockSet(["a", "a"], "dup")
 
 
+def test_a_sets_locks_are_named_after_the_set(ls: locking.LockSet) -> None:
+    lock = ls._locks["two"]
+    assert lock.name == "test/two" and repr(lock) == "<SharedLock 'test/two'>"
+    lock.acquire(shared=True)
+    with pytest.raises(locking.LockError, match="lock test/two is already held"):
+        lock.acquire(shared=True)
+    lock.release()
+    with pytest.raises(locking.LockError, match="lock test/two is not held"):
+        lock.release()
+
+
 def test_lockset_acquire_release(ls: locking.LockSet) -> None:
     assert ls.acquire("one") == {"one"}
     assert ls.list_owned() == {"one"} and ls.is_owned()

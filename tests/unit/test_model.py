@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from herder.core import model
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
@@ -215,3 +218,80 @@ def test_tags_follow_ganeti_rules(config: model.ConfigData) -> None:
         model.tags_remove(node, ["nosuch"])
     model.tags_remove(node, ["ssd"])
     assert node.tags == ["rack:a1"]
+
+
+# --- interned strings (`model._interned`): equal values, one object ---------------------------
+
+def _decoded_twice(config: model.ConfigData) -> tuple[model.ConfigData, model.ConfigData]:
+    encoded = model.encode(config)
+    return model.decode(encoded), model.decode(encoded)
+
+
+def test_decoded_references_share_one_string_per_value(config: model.ConfigData) -> None:
+    first, second = _decoded_twice(config)
+    assert first == config and second == config
+    drbd = [first.find_instance(f"drbd{i}.example.com") for i in range(2)]
+    plain = first.find_instance("plain0.example.com")
+    # two decodes (a reload, a journal record, a writer's copy) still share the values
+    assert plain.primary_node is second.find_instance("plain0.example.com").primary_node
+    assert drbd[0].primary_node is plain.primary_node  # both on node1
+    lid = drbd[0].disks[0].logical_id
+    assert isinstance(lid, model.DrbdId) and lid.nodes[0] is drbd[0].primary_node
+    other = drbd[1].disks[0].logical_id
+    assert isinstance(other, model.DrbdId) and other.nodes[0] is lid.nodes[1]
+    children = [c for i in drbd for c in i.disks[0].children]
+    assert all(c.dev_type is children[0].dev_type for c in children)
+    vgs = [c.logical_id.vg for c in [*children, plain.disks[0]]
+           if isinstance(c.logical_id, model.PlainId)]
+    assert len(vgs) == 5 and all(vg is vgs[0] for vg in vgs)
+    assert drbd[0].os is drbd[1].os and drbd[0].hypervisor is plain.hypervisor
+    assert drbd[0].disks[0].iv_name is drbd[1].disks[0].iv_name
+    groups = {id(n.group) for n in first.nodes.values()} | {id(n.group)
+                                                            for n in second.nodes.values()}
+    assert len(groups) == 1
+    for table in (first.nodes, first.instances, first.nodegroups):
+        assert all(key is obj.uuid for key, obj in table.items())
+
+
+def test_an_object_decoded_alone_shares_the_configs_strings(config: model.ConfigData) -> None:
+    from herder.core import configdiff
+
+    decoded = model.decode(model.encode(config))
+    inst = decoded.find_instance("drbd1.example.com")
+    alone = configdiff.decode_object("instances", configdiff.encode_object(inst))
+    assert alone == inst and alone.primary_node is inst.primary_node
+    assert alone.disks[0].children[0].dev_type is inst.disks[0].children[0].dev_type
+
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=24)
+_OS = st.from_regex(r"[a-z][a-z0-9_-]{0,10}(\+[a-z0-9_]{1,6})?", fullmatch=True)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(vg=_TEXT.filter(bool), iv_name=_TEXT, os_name=_OS, network=st.none() | _TEXT,
+       group_key=st.uuids())
+def test_interning_keeps_every_value(config: model.ConfigData, vg: str, iv_name: str,
+                                     os_name: str, network: str | None,
+                                     group_key: object) -> None:
+    """Whatever the strings, the decoded config equals the one encoded, encodes to the same
+    bytes, and equals a decode of the same document into plain builtins."""
+    changed = copy.deepcopy(config)
+    group = next(iter(changed.nodegroups.values()))
+    del changed.nodegroups[group.uuid]
+    group.uuid = str(group_key)
+    changed.nodegroups[group.uuid] = group
+    for node in changed.nodes.values():
+        node.group = group.uuid
+    for inst in changed.instances.values():
+        inst.os = os_name
+        inst.nics[0].network = network
+        for disk in [*inst.disks, *(c for d in inst.disks for c in d.children)]:
+            disk.iv_name = iv_name
+            if isinstance(disk.logical_id, model.PlainId):
+                disk.logical_id.vg = vg
+    encoded = model.encode(changed)
+    decoded = model.decode(encoded)
+    assert decoded == changed
+    assert model.encode(decoded) == encoded
+    assert model.to_builtins(decoded) == json.loads(encoded)

@@ -88,3 +88,18 @@ def test_a_non_ascii_signature_is_refused_as_invalid() -> None:
     forged = json.dumps({**good, "hmac": "é" * 64}).encode()
     with pytest.raises(SignatureError, match="invalid signature"):
         rpcauth.check_call(KEY, forged, method="ping", node="node1.example.com", replay=None)
+
+
+def test_the_mac_is_hmac_sha256_of_salt_and_message_whatever_the_arguments() -> None:
+    """The MAC is taken from the encoded call (not a copy of salt + message): the same value,
+    non-ASCII and escaped characters included."""
+    import hashlib
+    import hmac
+
+    args = {"config": '{"name": "nœud-ü", "quote": "\\"", "line": "a\\nb"}\n', "n": [1, 2]}
+    body = rpcauth.sign_call(KEY, "write_config", "n1", args, now=NOW, nonce="f" * 32)
+    outer = json.loads(body)
+    node_key = purpose_keys.derive(KEY, purpose_keys.NODE_RPC)
+    expected = hmac.new(node_key, (outer["salt"] + outer["msg"]).encode(), hashlib.sha256)
+    assert outer["hmac"] == expected.hexdigest() and outer["salt"] == "f" * 32
+    assert check(body, "write_config") == args

@@ -195,18 +195,28 @@ class _Entry:
 class SharedLock:
     """A lock held by one exclusive owner or many sharers, with one fair queue (see module doc)."""
 
-    __slots__ = ("_active_shared", "_deleted", "_exclusive", "_inactive_shared", "_mutex",
-                 "_queue", "_sharers", "name")
+    # A cluster's lock manager holds one per object (12,000 at 10,000 instances), nearly all
+    # never waited on: what only a wait or a sharer needs is made by it (the shared entries),
+    # the sharers are a tuple (the empty one is shared), and the name is kept in its parts
+    # (the object's part is the config's own key string).
+    __slots__ = ("_active_shared", "_base", "_deleted", "_exclusive", "_inactive_shared",
+                 "_mutex", "_owner", "_queue", "_sharers")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, owner: str = "") -> None:
+        """`name`, or with `owner` (a lock set's name) the lock `owner/name`."""
+        self._base = name
+        self._owner = owner
         self._mutex = threading.Lock()
         self._exclusive: int | None = None
-        self._sharers: set[int] = set()
+        self._sharers: tuple[int, ...] = ()  # a few threads at most
         self._queue: list[_Entry] = []  # a few entries at most: no deque (600 bytes each)
-        self._active_shared = _Entry(self._mutex, shared=True)
-        self._inactive_shared = _Entry(self._mutex, shared=True)
+        self._active_shared: _Entry | None = None  # both made by the first shared wait
+        self._inactive_shared: _Entry | None = None
         self._deleted = False
+
+    @property
+    def name(self) -> str:
+        return f"{self._owner}/{self._base}" if self._owner else self._base
 
     def __repr__(self) -> str:
         return f"<SharedLock {self.name!r}>"
@@ -220,7 +230,7 @@ class SharedLock:
 
     def _grant(self, me: int, shared: bool) -> None:
         if shared:
-            self._sharers.add(me)
+            self._sharers = (*self._sharers, me)
         else:
             self._exclusive = me
 
@@ -260,6 +270,9 @@ class SharedLock:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         if shared:
+            if self._active_shared is None:
+                self._active_shared = _Entry(self._mutex, shared=True)
+                self._inactive_shared = _Entry(self._mutex, shared=True)
             entry = self._active_shared
             if not entry.queued:
                 entry.queued = True
@@ -325,7 +338,7 @@ class SharedLock:
             if self._exclusive == me:
                 self._exclusive = None
             elif me in self._sharers:
-                self._sharers.discard(me)
+                self._sharers = tuple(t for t in self._sharers if t != me)
             else:
                 raise LockError(f"lock {self.name} is not held by this thread")
             self._notify_head()
@@ -426,7 +439,7 @@ class LockSet:
         return f"<LockSet {self.name!r}>"
 
     def _new_lock(self, lock_name: str) -> SharedLock:
-        return SharedLock(f"{self.name}/{lock_name}")
+        return SharedLock(lock_name, owner=self.name)
 
     def _owned(self) -> set[str]:
         with self._mutex:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 import time
 import uuid as uuid_mod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -224,12 +225,25 @@ def fill_ipolicy(cluster: IPolicy, group: IPolicyOverride | None) -> IPolicy:
 
 # --- disks and NICs ---------------------------------------------------------------------------
 
+# Interning: decoding gives every string its own object, so the references and names repeated
+# across objects (node and group UUIDs in instances, disks and nodes; disk templates, VGs,
+# hypervisors, OSes, disk/N) cost a copy each: 6 MB at 10,000 instances, half the strings.
+# Each object's `__post_init__` (run by every decode: the snapshot, a journal record, an etcd
+# object, a writer's private copy) interns its own; equal values, one object.
+
+
+def _interned(value: str) -> str:
+    return sys.intern(value) if type(value) is str else value  # (no subclass can be interned)
+
 
 class PlainId(msgspec.Struct, tag="plain", kw_only=True, forbid_unknown_fields=True):
     """An LVM logical volume."""
 
     vg: str
     lv: str
+
+    def __post_init__(self) -> None:
+        self.vg = _interned(self.vg)  # the same few VGs in every disk
 
 
 class DrbdId(msgspec.Struct, tag="drbd", kw_only=True, forbid_unknown_fields=True):
@@ -243,6 +257,7 @@ class DrbdId(msgspec.Struct, tag="drbd", kw_only=True, forbid_unknown_fields=Tru
     def __post_init__(self) -> None:
         if len(self.nodes) != 2 or len(self.minors) != 2:
             raise ValueError("a DRBD logical id needs exactly two nodes and two minors")
+        self.nodes = [_interned(node) for node in self.nodes]
         if self.nodes[0] == self.nodes[1]:
             raise ValueError("a DRBD disk's two nodes must differ")
         if not 0 < self.port < 65536:
@@ -283,6 +298,8 @@ class Disk(Base, kw_only=True):
     def __post_init__(self) -> None:
         if self.dev_type not in params.DISK_TEMPLATES:
             raise ValueError(f"disk {self.uuid}: unknown disk template {self.dev_type!r}")
+        self.dev_type = _interned(self.dev_type)
+        self.iv_name = _interned(self.iv_name)
         names.device_name(self.name, "disk")
         if self.size < 0:
             raise ValueError(f"disk {self.uuid}: negative size")
@@ -304,6 +321,8 @@ class NIC(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         self.nicparams = params.validate(params.NIC_FAMILY, self.nicparams)
         self.mac = self.mac.lower()
+        if self.network is not None:
+            self.network = _interned(self.network)
         if not re.fullmatch(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", self.mac):
             raise ValueError(f"NIC {self.uuid}: invalid MAC address {self.mac!r}")
         if self.ip is not None:
@@ -331,6 +350,7 @@ class Node(Named, kw_only=True):
 
     def __post_init__(self) -> None:
         self.check_name_and_tags(names.hostname, "node")
+        self.group = _interned(self.group)
         self.ndparams = params.validate(params.ND_FAMILY, self.ndparams)
         if self.offline and self.master_candidate:
             raise ValueError(f"node {self.name}: an offline node cannot be a master candidate")
@@ -398,6 +418,9 @@ class Instance(Named, kw_only=True):
         self.check_name_and_tags(names.hostname, "instance")
         if self.os != "none":
             names.os_name(self.os, f"instance {self.name}: OS")
+        self.primary_node = _interned(self.primary_node)
+        self.os = _interned(self.os)
+        self.hypervisor = _interned(self.hypervisor)
         self.hvparams = params.validate(
             params.hv_family(self.hypervisor), self.hvparams, instance_level=True
         )
@@ -676,8 +699,11 @@ class ConfigData(Base, kw_only=True, dict=True):
             ("network", self.networks),
         ):
             for key, obj in table.items():
+                if key is obj.uuid:
+                    continue
                 if key != obj.uuid:
                     raise ValueError(f"{kind} {obj.name!r} is filed under {key!r}, not its UUID")
+                obj.uuid = key  # one string for the key and the object's UUID (`_interned`)
         check_nics(self)
 
     # --- lookups: a name (or unique short name) or a UUID --------------------------------------
