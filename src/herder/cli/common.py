@@ -94,7 +94,7 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
               [cell.ljust(width) for cell in (header, *column)]
               for number, (header, column) in enumerate(zip(headers, columns, strict=True))
               for width in (max(len(header), *map(len, column)),)]
-    click.echo("\n".join([line.rstrip() for line in map("  ".join, zip(*padded))]))
+    click.echo("\n".join([line.rstrip() for line in map("  ".join, zip(*padded, strict=True))]))
 
 
 def _cell(value: Any) -> str:

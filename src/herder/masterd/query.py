@@ -533,7 +533,7 @@ class InstanceRows:
                     results = livefields.fields_of(run_key)
                     live_pieces = encoded[run_key] = [
                         _encoded_run([results[name] for name in names]) for names in live_runs]
-                for piece, live_piece in zip(pieces, live_pieces):
+                for piece, live_piece in zip(pieces, live_pieces, strict=False):  # one piece more
                     out += piece
                     out += live_piece
                 out += pieces[-1]
