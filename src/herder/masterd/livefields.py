@@ -133,7 +133,7 @@ def run_keys(config: model.ConfigData, insts: Iterable[model.Instance],
 
 @functools.lru_cache(maxsize=4096)
 def fields_of(key: RunKey) -> Mapping[str, Result]:
-    """The live fields for a `run_key` (shared: not to be changed)."""
+    """The live fields for a `RunKey` (shared: not to be changed)."""
     admin_state, admin_state_source, offline, answered, found, memory, vcpus = key
     status = instance_status(
         admin_state=admin_state, admin_state_source=admin_state_source,
