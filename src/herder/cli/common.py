@@ -93,7 +93,7 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     padded = [[header, *column] if number == len(columns) - 1 else
               [cell.ljust(width) for cell in (header, *column)]
               for number, (header, column) in enumerate(zip(headers, columns, strict=True))
-              for width in (max(len(header), *map(len, column)),)]
+              for width in (max([len(header), *map(len, column)]),)]
     click.echo("\n".join([line.rstrip() for line in map("  ".join, zip(*padded, strict=True))]))
 
 
