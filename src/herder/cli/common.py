@@ -83,15 +83,18 @@ def print_json(value: Any) -> None:
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Aligned columns for people; `-` stands for an empty cell."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    columns = list(zip(*cells, strict=True)) or [() for _ in headers]
-    widths = [max([len(h), *map(len, column)])
-              for h, column in zip(headers, columns, strict=True)]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    # one write: a list of 10,000 rows is one echo, not 10,000
-    click.echo("\n".join([line.format(*headers).rstrip(),
-                          *(line.format(*row).rstrip() for row in cells)]))
+    """Aligned columns for people; `-` stands for an empty cell. Made a column at a time (a
+    list of 10,000 rows has 100,000 cells) and written at once."""
+    columns = [[(value or "-") if type(value) is str else _cell(value) for value in column]
+               for column in zip(*rows, strict=True)] or [[] for _ in headers]
+    if len(columns) != len(headers):
+        raise ValueError("rows of another width than the headers")
+    # every column padded to its width but the last (lines end without blanks)
+    padded = [[header, *column] if number == len(columns) - 1 else
+              [cell.ljust(width) for cell in (header, *column)]
+              for number, (header, column) in enumerate(zip(headers, columns, strict=True))
+              for width in (max([len(header), *map(len, column)]),)]
+    click.echo("\n".join([line.rstrip() for line in map("  ".join, zip(*padded, strict=True))]))
 
 
 def _cell(value: Any) -> str:

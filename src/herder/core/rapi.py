@@ -24,6 +24,7 @@ async variant over `httpx.AsyncClient` can reuse everything but the method bodie
 from __future__ import annotations
 
 import base64
+import gc
 import html
 import json
 import ssl
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import msgspec
 
 from herder.core import roles, untrusted
 from herder.core.errors import HerderError
@@ -147,16 +149,28 @@ def error_message(status: int, reason: str, content: bytes) -> tuple[str, Any]:
 
 
 def parse_answer(method: str, path: str, status: int, reason: str, content: bytes) -> Any:
-    """The decoded JSON of a 2xx answer; a RapiError for anything else."""
+    """The decoded JSON of a 2xx answer; a RapiError for anything else. Decoded with msgspec
+    (a bulk instance list of 10,000 is 14 MB: 0.5 s with `json`, a third of it with msgspec),
+    without cyclic garbage collection (the collector would walk the growing answer again and
+    again: half the time); a number msgspec does not take (past a double's range) falls back
+    to `json`'s reading."""
     if 200 <= status < 300:
         if not content.strip():
             return None
+        collecting = gc.isenabled()
+        gc.disable()  # what decoding makes holds no reference cycles
         try:
-            return untrusted.loads(content)
+            try:
+                return untrusted.decode(content)
+            except msgspec.ValidationError:
+                return untrusted.loads(content)
         except ValueError:
             raise RapiError(
                 f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status
             ) from None
+        finally:
+            if collecting:
+                gc.enable()
     detail, body = error_message(status, reason, content)
     raise RapiError(f"RAPI {method} {path} failed: {status} {detail}", status, body=body)
 
