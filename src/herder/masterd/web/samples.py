@@ -119,7 +119,7 @@ OBJECTS = frozenset({"error", "mond_error", "daemons_bad"})
 FLOATS = frozenset({"cpu_load", "drbd_sync_pct"})
 NUMBERS = tuple(name for name in FIELDS if name not in OBJECTS)  # ints but FLOATS
 NUMBER_BIT = {name: bit for bit, name in enumerate(NUMBERS)}
-NONE_BIT = 16  # NUMBERS[i] is None: bit NONE_BIT + i
+NONE_BIT = 16  # NUMBERS[i] (14 fields) is None: bit NONE_BIT + i of a 32-bit flags word
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 ABSENT = object()  # an object field a sample lacks
@@ -162,9 +162,6 @@ class NodeRing:
         self.numbers: dict[str, array[Any]] = {}  # made at a field's first value
         self.objects: dict[str, list[Any]] = {}  # likewise; ABSENT where a sample lacks it
         self.odd: dict[int, dict[str, Any]] = {}  # slot -> what the columns cannot hold
-
-    def __len__(self) -> int:
-        return len(self.times)
 
     def append(self, sample: dict[str, Any]) -> None:
         full = len(self.times) == self.capacity
