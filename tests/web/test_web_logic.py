@@ -3,7 +3,12 @@ samples kept for an hour."""
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from herder.core import livefigures, model
 from herder.masterd.livecache import NodeAnswer, Snapshot
@@ -161,3 +166,62 @@ def test_daemon_collectors_give_the_nodes_health_and_alerts() -> None:
         ("daemon", config.node_name(first))]
     assert overview.build(config, snapshot(config, None), [], {"incidents": []},
                           None)["nodes"][0]["daemons_bad"] is None
+
+
+# --- the compact NodeSamples against the dicts it replaced ------------------------------------
+
+def fresh(text: str) -> str:
+    """An equal string that is another object (as an error message made anew each round)."""
+    return "".join(list(text))
+
+
+INTS = st.one_of(st.integers(-5, 5), st.integers(-(2**70), 2**70))
+FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    **{name: st.one_of(st.none(), INTS, st.booleans())
+       for name in samples.NUMBERS if name not in samples.FLOATS},
+    **{name: st.one_of(st.none(), st.floats(allow_nan=False), st.integers(0, 3))
+       for name in samples.FLOATS},
+    "error": st.sampled_from(["timed out", "no answer", "connection refused"]).map(fresh),
+    "mond_error": st.one_of(st.none(), st.sampled_from(["mond answered 500", "down"]).map(fresh)),
+    "daemons_bad": st.sampled_from([{}, {"noded": "not running"}, {"mond": "over limit"}]).map(
+        dict),
+    "unknown": st.integers(),
+}
+SAMPLES = st.fixed_dictionaries(
+    {"t": st.one_of(st.floats(0, 1000), st.integers(0, 1000))},
+    optional=FIELD_VALUES)
+OPERATIONS = st.lists(st.one_of(
+    st.tuples(st.sampled_from("abc"), SAMPLES),  # a sample of that node
+    st.tuples(st.sampled_from("abc"), st.none())), max_size=40)  # that node removed
+
+
+def exactly(found: list[dict[str, Any]]) -> list[dict[str, tuple[type, Any]]]:
+    """Samples compared with their values' types (1, 1.0 and True are equal otherwise)."""
+    return [{key: (type(value), value) for key, value in sample.items()} for sample in found]
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPERATIONS, st.floats(0, 1000))
+def test_compact_samples_read_back_as_the_dicts_kept_before(
+        operations: list[tuple[str, dict[str, Any] | None]], since: float) -> None:
+    kept = NodeSamples(keep=40, interval=10)  # a ring of 5: it wraps within a few samples
+    model: dict[str, deque[dict[str, Any]]] = {}  # what the dict-based NodeSamples kept
+    for node, sample in operations:
+        if sample is not None:
+            kept.add(node, sample)
+            model.setdefault(node, deque(maxlen=5)).append(dict(sample))
+        else:
+            kept.keep_only(set("abc") - {node})
+            model.pop(node, None)
+        for uuid in "abc":
+            expected = list(model.get(uuid, ()))
+            assert exactly(kept.of(uuid)) == exactly(expected)
+            assert exactly(kept.of(uuid, since)) == exactly(
+                [s for s in expected if s["t"] >= since])
+            latest = kept.latest(uuid)
+            assert exactly([latest] if latest else []) == exactly(expected[-1:])
+            # an error (or daemons_bad) that repeats is kept once
+            for before, after in itertools.pairwise(kept.of(uuid)):
+                for name in samples.OBJECTS & before.keys() & after.keys():
+                    if before[name] == after[name]:
+                        assert before[name] is after[name]

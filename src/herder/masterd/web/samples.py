@@ -15,8 +15,8 @@ import contextlib
 import logging
 import re
 import time
-from collections import deque
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Collection, MutableSequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -110,32 +110,167 @@ def sample_of(info: livefigures.NodeInfo | None, error: str | None,
             "cpus": info.cpu_total, "instances": len(info.instances or {})}
 
 
+# a sample's fields in the order `sample_of`, `mond_figures` (or `ask_mond`'s error) and
+# `io_rates` give them
+FIELDS = ("error", "mem_total", "mem_used", "disk_total", "disk_used", "cpus", "instances",
+          "daemons_bad", "cpu_load", "sectors_read", "sectors_written", "drbd_minors",
+          "drbd_syncing", "drbd_sync_pct", "mond_error", "io_read_bps", "io_write_bps")
+OBJECTS = frozenset({"error", "mond_error", "daemons_bad"})
+FLOATS = frozenset({"cpu_load", "drbd_sync_pct"})
+NUMBERS = tuple(name for name in FIELDS if name not in OBJECTS)  # ints but FLOATS
+NUMBER_BIT = {name: bit for bit, name in enumerate(NUMBERS)}
+NONE_BIT = 16  # NUMBERS[i] (14 fields) is None: bit NONE_BIT + i of a 32-bit flags word
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+ABSENT = object()  # an object field a sample lacks
+
+
+def fits(name: str, value: Any) -> bool:
+    """Whether a NodeRing's columns hold `value` as the field `name` and give it back as it is."""
+    if name in OBJECTS:
+        return True
+    if name in FLOATS:
+        return value is None or type(value) is float
+    if name in NUMBER_BIT:
+        return value is None or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+    return False
+
+
+def store(column: MutableSequence[Any], slot: int, full: bool, value: Any) -> None:
+    if full:
+        column[slot] = value
+    else:
+        column.append(value)
+
+
+class NodeRing:
+    """One node's samples, oldest first, in a fixed-size ring stored as columns: the times and
+    each numeric field in an `array` (ints in 'i' until one does not fit, then 'q'; floats in
+    'd'), which fields a sample has and which are None in one bitmask per sample, strings and
+    `daemons_bad` in lists where a value equal to the previous sample's is the previous
+    sample's object (an unreachable node's error, made anew each round, is kept once while it
+    repeats). A value of an unexpected type or an unknown key goes to a sparse per-slot dict,
+    so every sample reads back exactly as it was recorded."""
+
+    __slots__ = ("capacity", "flags", "head", "numbers", "objects", "odd", "times")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.head = 0  # the oldest sample's slot once the ring is full
+        self.times = array("d")
+        self.flags = array("I")  # bit i: NUMBERS[i] present; bit NONE_BIT + i: it is None
+        self.numbers: dict[str, array[Any]] = {}  # made at a field's first value
+        self.objects: dict[str, list[Any]] = {}  # likewise; ABSENT where a sample lacks it
+        self.odd: dict[int, dict[str, Any]] = {}  # slot -> what the columns cannot hold
+
+    def append(self, sample: dict[str, Any]) -> None:
+        full = len(self.times) == self.capacity
+        slot = self.head if full else len(self.times)
+        previous = self.last()
+        odd = {k: v for k, v in sample.items() if k != "t" and not fits(k, v)}
+        flags = 0
+        for bit, name in enumerate(NUMBERS):
+            value = None if name in odd else sample.get(name)
+            if name in sample and name not in odd:
+                flags |= 1 << bit
+                if value is None:
+                    flags |= 1 << (NONE_BIT + bit)
+            column = self.numbers.get(name)
+            if column is None and value is None:
+                continue  # no column until the field's first value
+            if column is None:
+                column = self.numbers[name] = array(
+                    "d" if name in FLOATS else "i", [0]) * len(self.times)
+            if column.typecode == "i" and not INT32_MIN <= (value or 0) <= INT32_MAX:
+                column = self.numbers[name] = array("q", column)
+            store(column, slot, full, value or 0)
+        for name in OBJECTS:
+            value = sample.get(name, ABSENT) if name not in odd else ABSENT
+            objects = self.objects.get(name)
+            if objects is None and value is ABSENT:
+                continue
+            if objects is None:
+                objects = self.objects[name] = [ABSENT] * len(self.times)
+            if previous is not None:
+                before = objects[previous]
+                if type(before) is type(value) and before == value:
+                    value = before  # kept once while it repeats
+            store(objects, slot, full, value)
+        store(self.times, slot, full, float(sample["t"]))
+        store(self.flags, slot, full, flags)
+        self.odd.pop(slot, None)
+        if odd or type(sample["t"]) is not float:
+            self.odd[slot] = {"t": sample["t"], **odd}
+        if full:
+            self.head = (self.head + 1) % self.capacity
+
+    def last(self) -> int | None:
+        """The newest sample's slot."""
+        if not self.times:
+            return None
+        return (self.head - 1) % self.capacity if len(self.times) == self.capacity \
+            else len(self.times) - 1
+
+    def slots(self) -> list[int]:
+        """The slots oldest first."""
+        return [*range(self.head, len(self.times)), *range(self.head)]
+
+    def sample(self, slot: int) -> dict[str, Any]:
+        flags = self.flags[slot]
+        found: dict[str, Any] = {"t": self.times[slot]}
+        for name in FIELDS:
+            if name in OBJECTS:
+                objects = self.objects.get(name)
+                if objects is not None and objects[slot] is not ABSENT:
+                    found[name] = objects[slot]
+            elif flags >> NUMBER_BIT[name] & 1:
+                found[name] = None if flags >> (NUMBER_BIT[name] + NONE_BIT) & 1 \
+                    else self.numbers[name][slot]
+        found.update(self.odd.get(slot, ()))
+        return found
+
+
 class NodeSamples:
+    """Every node's NodeRing of the last `keep` seconds."""
+
     def __init__(self, *, keep: float = KEEP, interval: float = INTERVAL) -> None:
         self.keep = keep
         self.interval = interval
-        self._by_node: dict[str, deque[dict[str, Any]]] = {}
+        self._by_node: dict[str, NodeRing] = {}
 
     def record(self, config: model.ConfigData, snapshot: Snapshot, when: float,
                mond: dict[str, dict[str, Any]] | None = None) -> None:
         """One sample per node asked in `snapshot`, with its mond's figures (`mond`: node
         UUID -> `mond_figures`, or `{"mond_error": why}`)."""
         for uuid in snapshot.asked:
-            samples = self._by_node.setdefault(
-                uuid, deque(maxlen=int(self.keep / self.interval) + 1))
             sample = sample_of(snapshot.info(uuid), snapshot.error(uuid), when)
             sample.update((mond or {}).get(uuid, {}))
-            sample.update(io_rates(samples[-1] if samples else None, sample))
-            samples.append(sample)
-        for uuid in set(self._by_node) - set(config.nodes):  # removed nodes
+            sample.update(io_rates(self.latest(uuid), sample))
+            self.add(uuid, sample)
+        self.keep_only(config.nodes)
+
+    def add(self, uuid: str, sample: dict[str, Any]) -> None:
+        """Keep `sample` (it has `t`) as the node's newest, forgetting its oldest past `keep`."""
+        ring = self._by_node.get(uuid)
+        if ring is None:
+            ring = self._by_node[uuid] = NodeRing(int(self.keep / self.interval) + 1)
+        ring.append(sample)
+
+    def keep_only(self, uuids: Collection[str]) -> None:
+        """Forget the nodes not in `uuids` (removed from the cluster)."""
+        for uuid in set(self._by_node) - set(uuids):
             del self._by_node[uuid]
 
     def of(self, uuid: str, since: float = 0.0) -> list[dict[str, Any]]:
-        return [s for s in self._by_node.get(uuid, ()) if s["t"] >= since]
+        ring = self._by_node.get(uuid)
+        if ring is None:
+            return []
+        return [ring.sample(slot) for slot in ring.slots() if ring.times[slot] >= since]
 
     def latest(self, uuid: str) -> dict[str, Any] | None:
-        samples = self._by_node.get(uuid)
-        return samples[-1] if samples else None
+        ring = self._by_node.get(uuid)
+        slot = None if ring is None else ring.last()
+        return None if ring is None or slot is None else ring.sample(slot)
 
 
 async def ask_mond(session: aiohttp.ClientSession, node: model.Node, port: int,
