@@ -26,6 +26,7 @@ HMAC_KEY_FILE = "hmac.key"
 CERT_FILE = "server.pem"
 RAPI_USERS_FILE = "rapi_users"
 CERT_VALIDITY_DAYS = 5 * 365
+RETIRING = ".retiring"  # beside hmac.key and server.pem during a rotation (renew-crypto)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,17 @@ class SecretPaths:
 
     def all(self) -> tuple[Path, Path, Path]:
         return (self.hmac_key, self.certificate, self.rapi_users)
+
+    def hmac_keys(self) -> list[bytes]:
+        """The HMAC keys a signed message may carry: the key (none when it is absent), and
+        during a rotation the previous one beside it."""
+        return [envelope.load_key(path) for path in (self.hmac_key, retiring(self.hmac_key))
+                if path.exists()]
+
+
+def retiring(path: Path) -> Path:
+    """Where a rotation keeps the previous file, accepted until it is retired."""
+    return path.with_name(path.name + RETIRING)
 
 
 def write_secret(path: Path, data: bytes) -> None:

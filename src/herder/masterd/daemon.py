@@ -157,15 +157,9 @@ class MasterDaemon:
                                 users=UsersFile(self.secrets.rapi_users),
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store, live=self.live, rpc=rpc, web=WebContext(),
-                                announce=Announcements(self._cluster_keys, self.reachability))
+                                announce=Announcements(self.secrets.hmac_keys,
+                                                       self.reachability))
         heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
-
-    def _cluster_keys(self) -> list[bytes]:
-        """The cluster key, and during a rotation the retiring one beside it (a node may
-        announce itself with either)."""
-        key = self.secrets.hmac_key
-        retiring = key.with_name(key.name + ".retiring")
-        return [envelope.load_key(path) for path in (key, retiring) if path.exists()]
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return serve.server_tls(self.secrets.certificate) if self.settings.tls else None

@@ -483,11 +483,9 @@ class InstanceRows:
               fields: Sequence[str], runs: list[tuple[bool, list[str]]]) -> list[Pieces]:
         """The kept rows of `objects`, made for those that changed."""
         spec = RESOURCES["instance"]
-        context = (config.cluster, *config.nodegroups.values(), *config.networks.values(),
-                   *config.nodes.values())
+        context = views.instance_context(config)
         with self._lock:
-            if len(context) != len(self._context) or any(
-                    a is not b for a, b in zip(context, self._context, strict=True)):
+            if not views.same_context(context, self._context):
                 self._context, self._kept = context, {}
             kept = self._kept.pop(tuple(fields), None) or {}
             self._kept[tuple(fields)] = kept  # the most recent last

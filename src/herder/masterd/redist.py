@@ -527,11 +527,12 @@ async def watch(daemon: Any, stop: Any, interval: float | None = None,
                 results = await asyncio.to_thread(pusher.push, config, only=only)
                 last = key
                 now = record.clock()
-                retried = set(only or ())
-                for uuid in list(owed) if only is None else \
-                        [n.uuid for n in config.nodes.values() if n.name in retried]:
-                    owed.pop(uuid, None)  # pushed to again (or offline now): owed anew below
                 uuids = {n.name: n.uuid for n in config.nodes.values()}
+                # pushed to again (or offline now): owed anew below if it failed again
+                if only is None:
+                    owed.clear()
+                for name in only or ():
+                    owed.pop(uuids[name], None)
                 for name, result in results.items():
                     if result.errors:
                         owed[uuids[name]] = (now, now + retry)

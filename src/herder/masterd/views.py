@@ -73,6 +73,18 @@ def instance_view(config: model.ConfigData, inst: model.Instance,
             **_instance_config_view(config, inst)}
 
 
+def instance_context(config: model.ConfigData) -> tuple[Any, ...]:
+    """What an instance's encoded config fields depend on beyond the instance itself: the
+    cluster, groups and networks (filled parameters) and the nodes (their names). A change
+    replaces the objects it touched, so the same objects mean the same fields."""
+    return (config.cluster, *config.nodegroups.values(), *config.networks.values(),
+            *config.nodes.values())
+
+
+def same_context(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
+
+
 class InstanceViews:
     """The bulk instance list as JSON: each instance's config fields encoded once per object
     (a change replaces the objects it touched; a change of what fills parameters or names
@@ -86,11 +98,9 @@ class InstanceViews:
 
     def encode(self, config: model.ConfigData, instances: Iterable[model.Instance],
                live: Snapshot = EMPTY) -> bytearray:
-        context = (config.cluster, *config.nodegroups.values(), *config.networks.values(),
-                   *config.nodes.values())
+        context = instance_context(config)
         with self._lock:
-            if len(context) != len(self._context) or any(
-                    a is not b for a, b in zip(context, self._context, strict=True)):
+            if not same_context(context, self._context):
                 self._context, self._encoded = context, {}
             encoded = self._encoded
             # one buffer, written in place: no per-instance joined rows nor a list of them

@@ -28,13 +28,12 @@ import ssl
 import threading
 from pathlib import Path
 
-from herder.core import envelope, node_certs, ssconf
+from herder.core import cluster_secrets, node_certs, ssconf
 from herder.core.cluster_secrets import SecretPaths, write_secret
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
 
 log = logging.getLogger("herder.noded")
-RETIRING = ".retiring"  # beside hmac.key and server.pem during a rotation
 
 
 class NodeTrust:
@@ -54,17 +53,14 @@ class NodeTrust:
 
     def retiring(self, path: Path) -> Path:
         """Where a rotation keeps the previous file, accepted until it is retired."""
-        return path.with_name(path.name + RETIRING)
+        return cluster_secrets.retiring(path)
 
     def keys(self) -> list[bytes]:
         """The HMAC keys a call may be signed with (none before the node joined): the key,
         and during a rotation the previous one."""
         if not self.joined():
             return []
-        keys = [envelope.load_key(self.secrets.hmac_key)]
-        if self.retiring(self.secrets.hmac_key).exists():
-            keys.append(envelope.load_key(self.retiring(self.secrets.hmac_key)))
-        return keys
+        return self.secrets.hmac_keys()
 
     def rotate(self, ca_pem: bytes, node_pem: bytes, hmac_key: bytes) -> None:
         """A rotation's first half (`herder cluster renew-crypto`): the new CA, node
