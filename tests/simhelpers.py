@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,16 @@ def worker_offset(span: int, slots: int) -> int:
     """`span` * (this xdist worker's index modulo `slots`): distinct addresses per worker."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     return span * (int(worker.removeprefix("gw") or 0) % slots)
+
+
+def screenshots() -> Path:
+    """Where the browser tests put their screenshots: `$HERDER_SCREENSHOTS` when set (e.g.
+    `HERDER_SCREENSHOTS=$PWD/docs/screenshots` to refresh the README's), else a directory of
+    this machine's temporary files: a test run leaves the checkout as it found it."""
+    chosen = os.environ.get("HERDER_SCREENSHOTS")
+    directory = Path(chosen) if chosen else Path(tempfile.gettempdir()) / "herder-screenshots"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def cannot_simulate() -> str | None:

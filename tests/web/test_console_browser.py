@@ -5,7 +5,8 @@ reload, bad input (a forged form, an ended session, an unknown instance, a faili
 broken node showing up as an incident and an alert, a console's error. The consoles with real
 guests: test_console_streams.py. The login, overview and instance pages also in Firefox
 (Debian's firefox-esr over WebDriver BiDi, driven by Puppeteer: tests/web/firefox/). Every page
-is photographed into docs/screenshots/ (linked from the README)."""
+is photographed (`simhelpers.screenshots`: the README's, docs/screenshots/, with
+HERDER_SCREENSHOTS=$PWD/docs/screenshots)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,20 @@ from typing import Any
 import pytest
 
 from herder.core import client_profile
-from tests.simhelpers import config, herder, running_sim, wait_for, worker_offset
+from tests.simhelpers import (
+    config,
+    herder,
+    running_sim,
+    screenshots,
+    wait_for,
+    worker_offset,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api")
 
 pytestmark = pytest.mark.slow
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = screenshots()  # docs/screenshots/ with HERDER_SCREENSHOTS=$PWD/docs/screenshots
 FIREFOX_CHECKS = Path(__file__).resolve().parent / "firefox"
 FIREFOX = shutil.which("firefox-esr") or shutil.which("firefox")
 READER = ("viewer", "r3ad-only-pass")
@@ -92,7 +100,6 @@ def log_in(browser: Any, sim: Any, who: tuple[str, str], **context: Any) -> Any:
 
 
 def shot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
@@ -304,7 +311,6 @@ def test_firefox_login_overview_and_instance_page(sim: Any, writer: tuple[str, s
     if missing:
         pytest.skip(f"Firefox cannot be driven here: no {', '.join(missing)}")
     assert node is not None and FIREFOX is not None
-    SHOTS.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [node, str(FIREFOX_CHECKS / "check_pages.mjs"), sim.masterd_url, writer[0], writer[1],
          "web1", str(len(sim.nodes)), str(SHOTS)],

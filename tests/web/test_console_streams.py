@@ -25,7 +25,7 @@ from herder.core.store import ConfigCache, FileStore
 from herder.masterd import rapi
 from tests.conftest import build_config
 from tests.security.serving import serving
-from tests.simhelpers import herder, running_sim, worker_offset
+from tests.simhelpers import herder, running_sim, screenshots, worker_offset
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -33,7 +33,7 @@ if CHROMIUM is None:
     pytest.skip("Debian's chromium is not installed", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = screenshots()  # docs/screenshots/ with HERDER_SCREENSHOTS=$PWD/docs/screenshots
 WAIT = 120_000  # ms: a real guest boots under TCG on a loaded machine
 sync_api.expect.set_options(timeout=WAIT)
 HEARTBEAT = "herder-guest boot_id="  # the guest's line on its serial console (sim.guest)
@@ -117,7 +117,6 @@ def test_serial_console_shows_the_heartbeat(sim: Any, browser: Any) -> None:
     page.click("#open-serial")
     sync_api.expect(page.locator("#serial-status")).to_have_text("connected")
     sync_api.expect(page.locator("#serial-screen")).to_contain_text(HEARTBEAT)
-    SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#console").screenshot(path=str(SHOTS / "console-serial.png"))
 
 
