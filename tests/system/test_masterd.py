@@ -104,8 +104,8 @@ def test_malformed_requests_get_4xx_with_a_message(tmp_path: Path, method: str, 
         content = body.encode() if isinstance(body, str) and body.startswith("{") else None
         with pytest.raises(RapiError) as err:
             if content is not None:
-                raw = client._http.request(method, path, content=content)
-                raise RapiError(raw.json()["explain"], status=raw.status_code)
+                raw = client.send(method, path, content=content)
+                raise RapiError(json.loads(raw.content)["explain"], status=raw.status)
             client.request(method, path, None, body)
         assert err.value.status == status
         assert fragment in str(err.value)

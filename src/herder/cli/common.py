@@ -103,12 +103,12 @@ def _cell(value: Any) -> str:
         return value or "-"
     if kind is int:
         return str(value)
-    if value is None or value == "" or value == []:
+    if kind is list or kind is tuple or kind is set:  # names, tags
+        return ",".join(map(str, value)) if value else "-"
+    if value is None or value == "":
         return "-"
     if isinstance(value, bool):
         return "Y" if value else "N"
-    if isinstance(value, list | tuple | set):
-        return ",".join(str(v) for v in value)
     return str(value)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from herder.cli.common import config_directory, store_from
 from herder.core import client_profile, ssconf
@@ -176,6 +177,24 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
 QUERY_TIMEOUT = 60.0  # seconds a list waits for masterd's rows
 QUERY_RS_NORMAL, QUERY_RS_UNKNOWN = 0, 1  # Ganeti's result statuses (constants.RS_*)
 
+# A query answer as the lists read it (Ganeti's `objects.QueryResponse`): the type bounds the
+# nesting (a value is a scalar or a list of scalars: names, counts, tags), so it is decoded and
+# validated in one pass (`untrusted.decode_bounded`).
+QueryScalar = str | int | float | bool | None
+QueryValue = QueryScalar | list[QueryScalar]
+
+
+class QueryField(msgspec.Struct, frozen=True):
+    name: str
+    title: str = ""
+    kind: str = ""
+    doc: str = ""
+
+
+class QueryAnswer(msgspec.Struct, frozen=True):
+    fields: list[QueryField]
+    data: list[list[tuple[int, QueryValue]]]
+
 
 def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
                ) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -192,23 +211,26 @@ def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
     keys, names = list(fields), list(fields.values())
     try:
         with client(ctx, timeout=QUERY_TIMEOUT) as api:
-            answer = api.request("GET", f"/2/query/{resource}", [("fields", ",".join(names))])
+            answer: QueryAnswer = api.request("GET", f"/2/query/{resource}",
+                                              [("fields", ",".join(names))],
+                                              answer_type=QueryAnswer)
     except RapiError as err:
         if err.status is None:
             return None, str(err)
+        if 200 <= err.status < 300:
+            raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
+                              "with something that is not a query answer") from None
         raise HerderError(f"masterd at {masterd_url(ctx)}: {err}") from None
     except (HerderError, OSError) as err:
         return None, str(err)
-    try:
-        data = answer["data"]
-        # a field masterd does not know is unknown in every row
-        unknown = [name for name, (status, _) in zip(names, data[0], strict=True)
-                   if status == QUERY_RS_UNKNOWN] if data else []
-        rows = [{key: value if status == QUERY_RS_NORMAL else None
-                 for key, (status, value) in zip(keys, row, strict=True)} for row in data]
-    except (KeyError, TypeError, ValueError):
+    if any(len(row) != len(keys) for row in answer.data):
         raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
-                          "with something that is not a query answer") from None
+                          f"with rows of another width than the {len(keys)} fields asked")
+    # a field masterd does not know is unknown in every row
+    unknown = [name for name, (status, _) in zip(names, answer.data[0], strict=True)
+               if status == QUERY_RS_UNKNOWN] if answer.data else []
+    rows = [{key: value if status == QUERY_RS_NORMAL else None
+             for key, (status, value) in zip(keys, row, strict=True)} for row in answer.data]
     if unknown:
         raise HerderError(f"masterd at {masterd_url(ctx)} does not know the field(s) "
                           f"{', '.join(unknown)} (an older herder?); add --offline on the "

@@ -49,11 +49,12 @@ class Down:
     error: str
     started: float  # when the call on record started (monotonic)
 
-    def describe(self, now: float) -> str:
-        """One line for an operator: node unreachable (since ..., next try in N s): error."""
+    def describe(self, now: float, what: str = "node") -> str:
+        """One line for an operator: node unreachable (since ..., next try in N s): error
+        (`what`: the daemon's kind when it is not the node daemon, e.g. "mond")."""
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.since))
         wait = max(0.0, self.retry_at - now)
-        return (f"node unreachable (since {since} UTC, {self.failures} failed "
+        return (f"{what} unreachable (since {since} UTC, {self.failures} failed "
                 f"{'try' if self.failures == 1 else 'tries'}, next in {wait:.0f} s): "
                 f"{self.error}")
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from herder.core import livefigures, model, untrusted
+from herder.masterd.reachability import Reachability
 
 if TYPE_CHECKING:
     from herder.masterd.livecache import LiveCache, Snapshot
@@ -274,29 +275,49 @@ class NodeSamples:
 
 
 async def ask_mond(session: aiohttp.ClientSession, node: model.Node, port: int,
-                   limit: asyncio.Semaphore) -> dict[str, Any]:
+                   limit: asyncio.Semaphore, monds: Reachability) -> dict[str, Any]:
+    """The node's mond figures, or `{"mond_error": why}`. `monds` learns whether the mond
+    answered (an error answer is one): one that gave none is not asked again for its
+    back-off (`masterd.reachability`), so a dead node costs a round one attempt a minute."""
     url = f"http://{node.primary_ip}:{port}{MOND_REPORTS}"
-    try:
-        async with limit, session.get(url) as response:
-            if response.status != 200:
-                return {"mond_error": f"mond answered {response.status}"}
-            raw = await response.read()
-        return mond_figures(untrusted.loads(raw, what="mond's reports"))
-    except (aiohttp.ClientError, TimeoutError, untrusted.BadDocument) as err:
-        return {"mond_error": f"mond cannot be asked: {err or type(err).__name__}"}
+    async with limit:
+        started = monds.clock()
+        try:
+            async with session.get(url) as response:
+                monds.answered(node.uuid, started)
+                if response.status != 200:
+                    return {"mond_error": f"mond answered {response.status}"}
+                raw = await response.read()
+            return mond_figures(untrusted.loads(raw, what="mond's reports"))
+        except untrusted.BadDocument as err:
+            return {"mond_error": f"mond cannot be asked: {err}"}
+        except (aiohttp.ClientError, TimeoutError) as err:
+            why = f"{err or type(err).__name__}"
+            monds.failed(node.uuid, why, started)
+            return {"mond_error": f"mond cannot be asked: {why}"}
 
 
-async def mond_round(config: model.ConfigData, port: int = MOND_PORT
-                     ) -> dict[str, dict[str, Any]]:
-    """Every wanted node's mond figures, asked at once (at most MOND_CONCURRENCY at a time)."""
+async def mond_round(config: model.ConfigData, port: int = MOND_PORT,
+                     monds: Reachability | None = None) -> dict[str, dict[str, Any]]:
+    """Every wanted node's mond figures, asked at once (at most MOND_CONCURRENCY at a time);
+    a mond in back-off in `monds` (None: a record of this round's own) is not asked: its
+    answer says since when it is unreachable."""
     from herder.masterd.livecache import wanted
 
+    monds = monds if monds is not None else Reachability()
     nodes = wanted(config)
     limit = asyncio.Semaphore(MOND_CONCURRENCY)
+    now = monds.clock()
+    resting = {n.uuid: down for n in nodes if (down := monds.avoid(n.uuid)) is not None}
+    asked = [n for n in nodes if n.uuid not in resting]
     async with aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=MOND_TIMEOUT)) as session:
-        answers = await asyncio.gather(*(ask_mond(session, n, port, limit) for n in nodes))
-    return {n.uuid: a for n, a in zip(nodes, answers, strict=True)}
+        answers = await asyncio.gather(*(ask_mond(session, n, port, limit, monds)
+                                         for n in asked))
+    found = {n.uuid: a for n, a in zip(asked, answers, strict=True)}
+    found.update((uuid, {"mond_error": down.describe(now, "mond")})
+                 for uuid, down in resting.items())
+    return found
 
 
 async def sample_forever(samples: NodeSamples, live: LiveCache,
@@ -304,13 +325,14 @@ async def sample_forever(samples: NodeSamples, live: LiveCache,
                          stop: asyncio.Event, mond_port: int | None = MOND_PORT) -> None:
     """masterd's task: a sample of every node each `interval` seconds (`mond_port` None: no
     mond figures)."""
+    monds = Reachability()
     while not stop.is_set():
         current = config()
         if current is not None:
             try:
                 snapshot, mond = await asyncio.gather(
                     live.asnapshot(current),
-                    mond_round(current, mond_port) if mond_port else asyncio.sleep(0, {}))
+                    mond_round(current, mond_port, monds) if mond_port else asyncio.sleep(0, {}))
                 samples.record(current, snapshot, time.time(), mond)
             except Exception:  # a bug must not end the task: logged, the next round tries again
                 log.exception("cannot take the nodes' samples")

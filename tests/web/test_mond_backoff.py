@@ -1,0 +1,65 @@
+"""The web console's node samples ask every node's mond each round; a mond that gave no answer
+is not asked again for its back-off (`masterd.reachability`): one attempt a minute for a dead
+node, not one per round; an answer (an error answer too) ends the back-off at once."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import Counter
+
+from aiohttp import web
+
+from herder.masterd.reachability import Reachability
+from herder.masterd.web import samples
+from tests.conftest import build_config
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_dead_mond_waits_its_back_off_and_a_live_one_is_asked_every_round() -> None:
+    config = build_config(nodes=2)
+    live, dead = sorted(config.nodes.values(), key=lambda n: n.name)
+    live.primary_ip, dead.primary_ip = "127.0.0.1", "127.0.0.2"  # nothing listens on .2
+    port = _free_port()
+    asked: Counter[str] = Counter()
+    now = [1000.0]
+    monds = Reachability(clock=lambda: now[0])
+
+    async def report(request: web.Request) -> web.Response:
+        asked[request.remote or ""] += 1
+        return web.json_response([{"name": "cpu-avg-load", "category": None, "kind": 0,
+                                   "data": {"cpu_total": 0.5}}])
+
+    async def rounds() -> list[dict[str, dict[str, object]]]:
+        app = web.Application()
+        app.router.add_get("/1/report/all", report)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            found = [await samples.mond_round(config, port, monds)]
+            now[0] += 0.5  # within the first back-off (1 s)
+            found.append(await samples.mond_round(config, port, monds))
+            now[0] += 1.0  # past it: asked again
+            found.append(await samples.mond_round(config, port, monds))
+            return found
+        finally:
+            await runner.cleanup()
+
+    first, resting, again = asyncio.run(rounds())
+    assert asked["127.0.0.1"] == 3  # the live mond every round
+    assert first[live.uuid] == {"cpu_load": 0.5}
+    assert "mond cannot be asked" in str(first[dead.uuid]["mond_error"])
+    assert str(resting[dead.uuid]["mond_error"]).startswith(
+        "mond unreachable (since ")  # not asked: its back-off
+    assert "1 failed try" in str(resting[dead.uuid]["mond_error"])
+    assert "mond cannot be asked" in str(again[dead.uuid]["mond_error"])
+    down = monds.down(dead.uuid)
+    assert down is not None and down.failures == 2  # tried twice in three rounds
+    monds.answered(dead.uuid)  # it answered someone: asked at once
+    assert monds.avoid(dead.uuid) is None
