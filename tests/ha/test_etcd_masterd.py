@@ -137,11 +137,11 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
 
         # a job A was running when it died (written with A's fence, as A's queue would)
         jobs_a = EtcdJobStorage(client, CLUSTER, fence=Fence(A, epoch_a))
-        running_id = jobs_a.reserve_id(1)
+        running_id = jobs_a.add(1, lambda job_id: Job(
+            id=job_id, received_timestamp=timestamp(), ops=[QueuedOpCode(
+                input={"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["never"]},
+                status=OpStatus.RUNNING)])).id
         assert running_id > int(job_a)
-        jobs_a.save(Job(id=running_id, received_timestamp=timestamp(), ops=[QueuedOpCode(
-            input={"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["never"]},
-            status=OpStatus.RUNNING)]))
 
         leader = etcd_cluster.leader()
         masterd_a.proc.send_signal(signal.SIGKILL)
@@ -190,7 +190,7 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
         with pytest.raises(StoreError, match=rf"{A} is not the master"):
             jobs_a.save(Job(id=running_id, received_timestamp=timestamp(), ops=[]))
         with pytest.raises(StoreError, match=rf"{A} is not the master"):
-            jobs_a.reserve_id(1)
+            jobs_a.add(1, lambda job_id: Job(id=job_id, received_timestamp=timestamp(), ops=[]))
         final = store.load()
         assert final.serial_no == serial_b and final.cluster.tags == ["from-a", "from-b"]
         assert rapi_b.get_job_status(running_id)["status"] == "error"  # untouched

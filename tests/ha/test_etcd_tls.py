@@ -161,14 +161,16 @@ def test_store_lease_and_jobs_end_to_end(secured: Secured,
         with fenced.update() as config:
             config.cluster.tags.append("fenced")
         jobs = EtcdJobStorage(client, CLUSTER, fence=lease)
-        first = jobs.reserve_id(1)
-        second = jobs.reserve_id(1)
+        def make(job_id: int) -> Job:
+            return Job(id=job_id, received_timestamp=timestamp(), ops=[QueuedOpCode(
+                input={"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["x"]},
+                status=OpStatus.QUEUED)])
+
+        first = jobs.add(1, make).id
+        second = jobs.add(1, make).id
         assert second == first + 1
-        jobs.save(Job(id=second, received_timestamp=timestamp(), ops=[QueuedOpCode(
-            input={"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["x"]},
-            status=OpStatus.QUEUED)]))
         loaded, highest = jobs.load()
-        assert [job.id for job in loaded] == [second] and highest == second
+        assert [job.id for job in loaded] == [first, second] and highest == second
         epoch = lease.epoch
         assert epoch is not None
     finally:
@@ -178,7 +180,7 @@ def test_store_lease_and_jobs_end_to_end(secured: Secured,
             EtcdStore(client, CLUSTER, fence=Fence("node1.example.com", epoch)).update():
         pass
     with pytest.raises(StoreError, match="not the master"):
-        EtcdJobStorage(client, CLUSTER, fence=Fence("node1.example.com", epoch)).reserve_id(1)
+        EtcdJobStorage(client, CLUSTER, fence=Fence("node1.example.com", epoch)).add(1, make)
     assert store.load().cluster.tags == ["over-tls", "fenced"]
 
 

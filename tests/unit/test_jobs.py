@@ -324,6 +324,30 @@ def test_restart_recovers_every_job(tmp_path: Path) -> None:
         m2.queue.stop()
 
 
+def test_waiting_for_locks_is_not_written_and_a_restart_queues_the_job_again(
+        tmp_path: Path) -> None:
+    """An opcode's move from queued to waiting is the one change not written (a restart would
+    queue a waiting opcode again anyway); the next change writes it with the rest."""
+    m = Master(tmp_path, workers=2)
+    holder = m.queue.submit([delay("node2", 30)])
+    blocked = m.queue.submit([delay("node2", 0)])
+    deadline = time.monotonic() + 5
+    while m.queue.get(blocked).status != OpStatus.WAITING:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    stored = json.loads((tmp_path / "queue" / f"job-{blocked}.json").read_text())
+    assert stored["ops"][0]["status"] == "queued"
+    m.queue._stopping = True  # the master dies (worker threads abandoned)
+    m2 = Master(tmp_path, workers=2)
+    try:
+        assert m2.recovered["failed"] == [holder] and m2.recovered["requeued"] == [blocked]
+        assert m2.queue.wait(blocked, 10).status == OpStatus.SUCCESS
+        stored = json.loads((tmp_path / "queue" / f"job-{blocked}.json").read_text())
+        assert stored["ops"][0]["status"] == "success"
+    finally:
+        m2.queue.stop()
+
+
 def test_job_fields_match_ganeti_names(master: Master) -> None:
     info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["f"]})
     assert set(info) == {"id", "status", "ops", "opresult", "opstatus", "oplog", "received_ts",

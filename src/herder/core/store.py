@@ -65,6 +65,12 @@ class ConfigStore(Protocol):
         """The current document, shared by this process's readers: read it, never change it."""
         ...
 
+    def recent_snapshot(self) -> model.ConfigData:
+        """`snapshot()` as this process knows it (its own writes included), not checked
+        against the store when that costs a round trip: for what orders only this process's
+        own work, e.g. declaring a job's locks (another process's writes take none of them)."""
+        ...
+
     def create(self, config: model.ConfigData) -> None:
         """Write the first document; refuses if one exists."""
         ...
@@ -155,6 +161,9 @@ class FileStore:
         with _CACHE_LOCK:
             _CACHE[self.path] = state
         return state.config
+
+    def recent_snapshot(self) -> model.ConfigData:
+        return self.snapshot()  # a stat and the journal's new records: no round trip
 
     def serial_no(self) -> int | None:
         """The document's serial (the snapshot's, moved on by its journal's records) without

@@ -21,8 +21,11 @@ write moves it to objects.
 
 A change is made in three layers:
 - **lock**: writers serialize on `/herder/<CLUSTER>/lock`, created if absent and attached to a
-  short lease of their own (released by revoking the lease, so a writer that dies frees it within
-  `lock_ttl` seconds); waiting writers retry with a small jittered backoff;
+  short lease of the writing process (`_WriterLease`: kept for its next writes, so a writer that
+  dies frees the lock within `lock_ttl` seconds); the transaction that takes it also reads the
+  head, and the write's own transaction deletes it (if still its own); waiting writers retry
+  with a small jittered backoff. A one-object change is two round trips: take the lock and
+  read the head, write and release;
 - **compare-and-swap**: the write is a transaction that compares the head's mod_revision with
   the one read, so even a writer whose lock expired cannot overwrite a newer document — that write
   fails with "concurrent write" and nothing is written;
@@ -117,6 +120,7 @@ class EtcdStore:
         # of reading the whole document again (and readers never reload it twice at once)
         self._state_lock = threading.RLock()
         self._writers = threading.Lock()
+        self._lease = _WriterLease(client, lock_ttl)
 
     @classmethod
     def from_location(cls, location: str, **kwargs: Any) -> EtcdStore:
@@ -220,8 +224,22 @@ class EtcdStore:
         change it."""
         return self._state().config
 
-    def _state(self) -> _EtcdState:
-        head = self._read()
+    def recent_snapshot(self) -> model.ConfigData:
+        """The shared document as this process last read or wrote it (its own writes are in
+        it at once), without reading the head: another process's write shows once any reader
+        of this process reads the head again."""
+        state = self._cached
+        return state.config if state is not None else self.snapshot()
+
+    def snapshot_at(self, head: etcd.KeyValue) -> model.ConfigData:
+        """`snapshot()` for a caller that has just read the head itself (saves reading it
+        again)."""
+        return self._state(head).config
+
+    def _state(self, head: etcd.KeyValue | None = None) -> _EtcdState:
+        """The shared state as of `head` (read now when not given)."""
+        if head is None:
+            head = self._read()
         state = self._cached
         if state is None or state.revision != head.mod_revision:
             with self._state_lock:
@@ -306,48 +324,74 @@ class EtcdStore:
         """Hold the writers' lock key (waits for other processes' writers, up to `lock_wait`
         seconds; this process's writers queue in turn first, so a hundred jobs of one masterd
         do not spend their wait on each other)."""
-        with self._writers, self._locked_key():
+        with self._hold():
             yield
 
     @contextlib.contextmanager
-    def _locked_key(self) -> Iterator[None]:
-        lease = self.client.lease_grant(self.lock_ttl)
-        token = f"{os.getpid()}-{lease.id:x}"
+    def _hold(self) -> Iterator[_Hold]:
+        """The writers' lock, held: one transaction takes the key and reads the head. The
+        write that ends the hold releases the key in its own transaction (`_commit`); a hold
+        that writes nothing (or whose write fails) releases it on its own."""
+        with self._writers:
+            hold = self._take_lock()
+            try:
+                yield hold
+            finally:
+                if not hold.released:
+                    self._release(hold)
+
+    def _take_lock(self) -> _Hold:
         deadline = time.monotonic() + self.lock_wait
         delay = 0.005
-        try:
-            while True:
+        while True:
+            lease_id = self._lease.for_hold()
+            token = f"{os.getpid()}-{lease_id:x}"
+            try:
                 result = self.client.txn(
                     [etcd.cmp_create(self.lock_key, 0)],
-                    [etcd.op_put(self.lock_key, token, lease.id)],
-                    [etcd.op_range(self.lock_key)],
+                    [etcd.op_put(self.lock_key, token, lease_id), etcd.op_range(self.key)],
+                    [etcd.op_range(self.lock_key), etcd.op_range(self.key)],
                 )
-                if result.succeeded:
-                    break
-                kv = result.ranges[0].first if result.ranges else None
-                if kv is not None and kv.value.decode() == token:  # a retried txn that won
-                    break
-                if time.monotonic() >= deadline:
-                    holder = kv.value.decode() if kv else "?"
-                    raise StoreError(
-                        f"{self.location}: another writer ({holder}) holds the config lock "
-                        f"for more than {self.lock_wait:g} s"
-                    )
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.1)
-            yield
-        finally:
-            with contextlib.suppress(etcd.EtcdError):
-                self.client.lease_revoke(lease.id)  # deletes the lock key with it
+            except etcd.EtcdError as err:
+                if _LEASE_GONE not in str(err):
+                    raise
+                self._lease.forget(lease_id)  # expired in etcd meanwhile: a new one
+                continue
+            head = result.ranges[-1].first if result.ranges else None
+            kv = result.ranges[0].first if not result.succeeded and result.ranges else None
+            # taken; or held by this very token: a retried transaction that had won
+            if result.succeeded or (kv is not None and kv.value.decode() == token):
+                self._lease.holding(True)
+                return _Hold(token, head)
+            if time.monotonic() >= deadline:
+                holder = kv.value.decode() if kv else "?"
+                raise StoreError(
+                    f"{self.location}: another writer ({holder}) holds the config lock "
+                    f"for more than {self.lock_wait:g} s"
+                )
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)
+
+    def _release(self, hold: _Hold) -> None:
+        """Delete the lock key if it is still this hold's (its lease ends it otherwise: when
+        this fails the lease is given up, so it expires within `lock_ttl`)."""
+        self._lease.holding(False)
+        try:
+            self.client.txn([etcd.cmp_value(self.lock_key, hold.token)],
+                            [etcd.op_delete(self.lock_key)])
+        except etcd.EtcdError:
+            self._lease.forget(None)
+        hold.released = True
 
     def _fence(self) -> Fence | None:
         return resolve_fence(self.fence, self.location)
 
     def _commit(self, head: bytes, ops: list[dict[str, object]],
-                compare: list[dict[str, object]], what: str) -> int:
-        """One transaction: the head and `ops` if `compare` (and the fence) hold; the head's
-        new revision. A refusal is explained; a lost reply whose transaction was applied (the
-        head holds exactly our bytes) counts as written."""
+                compare: list[dict[str, object]], what: str, hold: _Hold | None) -> int:
+        """One transaction: the head and `ops` if `compare` (and the fence) hold, and the
+        release of `hold`'s lock key (if it is still its own); the head's new revision. A
+        refusal is explained; a lost reply whose transaction was applied (the head holds
+        exactly our bytes) counts as written."""
         fence = self._fence()
         checks = list(compare)
         if fence is not None:
@@ -356,15 +400,18 @@ class EtcdStore:
                 etcd.cmp_create(self.master_key, fence.epoch),
             ]
         try:
-            result = self.client.txn(checks, [etcd.op_put(self.key, head), *ops],
+            result = self.client.txn(checks, [etcd.op_put(self.key, head), *ops, *(
+                [_release_op(self.lock_key, hold.token)] if hold is not None else [])],
                                      [etcd.op_range(self.key), etcd.op_range(self.master_key)])
         except etcd.EtcdError as err:
             raise StoreError(f"{self.location}: {what} failed, maybe not written: {err}") from None
-        if result.succeeded:
-            return result.revision
-        current = result.ranges[0].first if result.ranges else None
-        if current is not None and current.value == head:
-            return current.mod_revision  # our own write, applied before its reply was lost
+        current = None if result.succeeded else result.ranges[0].first if result.ranges else None
+        if result.succeeded or (current is not None and current.value == head):
+            if hold is not None:  # released with it
+                self._lease.holding(False)
+                hold.released = True
+            # (or: our own write, applied before its reply was lost)
+            return result.revision if current is None else current.mod_revision
         master = result.ranges[1].first if len(result.ranges) > 1 else None
         if fence is not None and (
             master is None or master.value.decode() != fence.node_name
@@ -381,7 +428,8 @@ class EtcdStore:
     def _write_generation(self, config: model.ConfigData, compare: list[dict[str, object]],
                           old: _Head | None, what: str) -> _EtcdState:
         """Write every object under a new generation (batches of bounded transactions, not
-        visible yet), then switch the head to it in one transaction; then drop the old one.
+        visible yet), then switch the head to it in one transaction; then drop the old one
+        (still holding the lock: another writer's generation in the making is no old one).
         A crash before the switch leaves the old state (and unused keys, dropped by the next
         generation write)."""
         generation = os.urandom(8).hex()
@@ -399,7 +447,7 @@ class EtcdStore:
         if batch:
             self._put_batch(batch, what)
         head = _head_value(generation, config, encoded)
-        revision = self._commit(head, [], compare, what)
+        revision = self._commit(head, [], compare, what, None)
         with contextlib.suppress(etcd.EtcdError):  # unused generations (also of dead writers)
             for stale in self._generations() - {generation}:
                 self.client.delete(self._objects_prefix(stale), prefix=True)
@@ -426,8 +474,8 @@ class EtcdStore:
 
     def create(self, config: model.ConfigData) -> None:
         config = model.revalidate(config)
-        with self.locked():
-            if self.exists():
+        with self._hold() as hold:
+            if hold.head is not None:
                 raise StoreError(f"{self.location} already exists; refusing to overwrite it")
             self._cached = self._write_generation(config, [etcd.cmp_create(self.key, 0)], None,
                                                   "create")
@@ -437,14 +485,14 @@ class EtcdStore:
         """Change the document: nothing is written if the block raises or validation fails.
         One transaction writes the head and the objects that changed (a change too big for
         one transaction writes a new generation of every object)."""
-        with self.locked():
-            state = self._state()
+        with self._hold() as hold:
+            state = self._state(hold.head)
             current = state.config
             config, started = configdiff.begin_change(current, state.encoded)
             yield config
             change = configdiff.end_change(config, current, state.encoded, started)
             with self._state_lock:
-                new_state = self._apply(state, config, change)
+                new_state = self._apply(state, config, change, hold)
                 index = current.__dict__.get("_index")
                 if index is not None:
                     current.__dict__.pop("_index", None)
@@ -452,11 +500,12 @@ class EtcdStore:
                 self._cached = new_state
 
     def _apply(self, state: _EtcdState, config: model.ConfigData,
-               change: configdiff.ChangeSet) -> _EtcdState:
+               change: configdiff.ChangeSet, hold: _Hold) -> _EtcdState:
         compare = [etcd.cmp_mod(self.key, state.revision)]
         ops = change.touched()
         size = sum(len(raw) for puts in change.puts.values() for raw in puts.values())
-        if state.layout is None or ops + 1 > MAX_TXN_OPS or size > MAX_TXN_BYTES:
+        # the head, the objects and the lock's release in one transaction
+        if state.layout is None or ops + 2 > MAX_TXN_OPS or size > MAX_TXN_BYTES:
             return self._write_generation(config, compare, state.layout, "update")
         prefix = self._objects_prefix(state.layout.generation)
         encoded = configdiff.Encoded.of(config)
@@ -466,14 +515,14 @@ class EtcdStore:
         writes += [etcd.op_delete(f"{prefix}{name}/{uuid}")
                    for name, gone in change.deletes.items() for uuid in gone]
         head = _head_value(state.layout.generation, config, encoded)
-        revision = self._commit(head, writes, compare, "update")
+        revision = self._commit(head, writes, compare, "update", hold)
         return _EtcdState(revision, head, config, encoded, _head(head))
 
     def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
         config = model.revalidate(config)
-        with self.locked():
-            kv = self.client.get(self.key)
+        with self._hold() as hold:
+            kv = hold.head
             compare = ([etcd.cmp_mod(self.key, kv.mod_revision)] if kv
                        else [etcd.cmp_create(self.key, 0)])
             self._cached = self._write_generation(config, compare,
@@ -517,6 +566,114 @@ def _head_value(generation: str, config: model.ConfigData,
     # layout first: a reader tells the layout from the value's first bytes
     return b'{"layout":2,' + _ENCODER.encode(
         {"document": document, "generation": generation})[1:]
+
+
+_LEASE_GONE = "requested lease not found"  # etcd's refusal of a put on an expired lease
+
+
+def _release_op(lock_key: str, token: str) -> dict[str, Any]:
+    """Delete the lock key if it still holds `token` (a nested transaction: part of a write's
+    own transaction, whose outcome it does not change)."""
+    return {"request_txn": {"compare": [etcd.cmp_value(lock_key, token)],
+                            "success": [etcd.op_delete(lock_key)]}}
+
+
+class _Hold:
+    """The writers' lock as taken: its token (this process's lease) and the head read in the
+    same transaction (None: there is no config yet)."""
+
+    def __init__(self, token: str, head: etcd.KeyValue | None) -> None:
+        self.token = token
+        self.head = head
+        self.released = False
+
+
+class _WriterLease:
+    """The etcd lease a store's lock key is attached to, so a writer that dies frees the lock
+    within `ttl` seconds: granted by the first write and kept for the next ones (a write costs
+    no lease of its own: a grant and a revoke were two of its round trips), renewed in the
+    background every ttl/4 seconds, given up after `IDLE` seconds without a write.
+
+    A hold that lasts longer than ttl/3 is no longer renewed for: the lock then ends within
+    about `ttl` of being taken, as when each write had its own lease (the compare-and-swap on
+    the head, not the lock, is what keeps a late write out). A hold is taken only on a lease
+    still valid for at least half its TTL (renewed, or granted anew, first when not)."""
+
+    IDLE = 60.0
+
+    def __init__(self, client: etcd.EtcdClient, ttl: int) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._id: int | None = None
+        self._valid_until = 0.0  # monotonic; etcd counts the TTL from later than we do
+        self._held_since: float | None = None
+        self._used = 0.0
+        self._thread: threading.Thread | None = None
+
+    def for_hold(self) -> int:
+        """The lease a lock taken now hangs on."""
+        with self._lock:
+            lease_id, valid_until = self._id, self._valid_until
+        if lease_id is not None and valid_until - time.monotonic() < self.ttl / 2:
+            self._renew(lease_id)
+            with self._lock:
+                lease_id = self._id
+        if lease_id is None:
+            sent = time.monotonic()
+            lease = self.client.lease_grant(self.ttl)
+            with self._lock:
+                self._id, self._valid_until = lease.id, sent + lease.ttl
+                lease_id = lease.id
+        with self._lock:
+            self._used = time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._keep, daemon=True,
+                                                name="etcd-writer-lease")
+                self._thread.start()
+        return lease_id
+
+    def holding(self, held: bool) -> None:
+        with self._lock:
+            self._held_since = time.monotonic() if held else None
+            self._used = time.monotonic()
+
+    def forget(self, lease_id: int | None) -> None:
+        """Stop using the lease (`lease_id`, or whichever: it is gone, or its lock key may be
+        left behind, which its expiry then removes)."""
+        with self._lock:
+            if lease_id is None or self._id == lease_id:
+                self._id = None
+
+    def _renew(self, lease_id: int) -> None:
+        sent = time.monotonic()
+        try:
+            renewed = self.client.lease_keepalive(lease_id)
+        except (etcd.EtcdError, RuntimeError):  # (RuntimeError: the client was closed)
+            self.forget(lease_id)  # a writer grants a new one
+            return
+        with self._lock:
+            if self._id == lease_id:
+                if renewed.ttl <= 0:
+                    self._id = None
+                else:
+                    self._valid_until = sent + renewed.ttl
+
+    def _keep(self) -> None:
+        while True:
+            time.sleep(self.ttl / 4)
+            with self._lock:
+                lease_id, now = self._id, time.monotonic()
+                idle = self._held_since is None and now - self._used > self.IDLE
+                if lease_id is None or idle:
+                    self._id, self._thread = None, None
+                    break
+                if self._held_since is not None and now - self._held_since > self.ttl / 3:
+                    continue  # a long hold: its lock ends with the lease
+            self._renew(lease_id)
+        if lease_id is not None:
+            with contextlib.suppress(etcd.EtcdError, RuntimeError):
+                self.client.lease_revoke(lease_id)
 
 
 class _EtcdState:

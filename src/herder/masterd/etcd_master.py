@@ -73,8 +73,8 @@ class EtcdConfigCache:
                 return None
             if kv.mod_revision != self._revision:
                 # the store's shared snapshot: current after this masterd's own writes, read
-                # again (objects and all) only after another writer's
-                self._config = self.store.snapshot()
+                # again (objects and all) only after another writer's; as of the head just read
+                self._config = self.store.snapshot_at(kv)
                 self._revision = kv.mod_revision
             self.error = None
         except HerderError as err:  # keep the last good config; say why

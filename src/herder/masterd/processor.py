@@ -40,7 +40,9 @@ class Processor:
 
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any:
         unit = self.make_lu(op, ctx.feedback)
-        snapshot = self.env.store.snapshot()  # read only: the shared copy
+        # read only: the shared copy; to declare the locks, as this masterd knows it (the locks
+        # order its own jobs, whose writes it holds; `check` below reads the current one)
+        snapshot = self.env.store.recent_snapshot()
         plan = [LockRequest(locking.LEVEL_CLUSTER, [locking.BGL], shared=not unit.REQ_BGL),
                 *sorted(unit.declare_locks(snapshot), key=lambda r: r.level)]
         ctx.set_waiting()

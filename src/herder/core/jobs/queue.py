@@ -5,7 +5,9 @@ waiting (for locks), running, success, error, canceling, canceled — computed f
 as Ganeti does. Workers take the queued job of highest priority (lowest number), oldest first;
 jobs that do not conflict run in parallel, guarded by the locks the processor takes.
 
-Every change of a job is written to its storage before anyone is told of it: by default
+Every change of a job is written to its storage before anyone is told of it (but an opcode's
+move from queued to waiting for its locks: a restart makes a waiting opcode queued again, so the
+stored "queued" says the same, and a job's path costs one write less): by default
 `<dir>/job-<id>.json`, atomically (`FileJobStorage`); with the etcd backend one key per job
 (`herder.core.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). On start,
 `recover()` accounts for every job found: queued and waiting jobs are queued again; an opcode
@@ -169,8 +171,9 @@ class JobStorage(Protocol):
 
     def save(self, job: Job) -> None: ...
 
-    def reserve_id(self, candidate: int) -> int:
-        """A job id never used before; `candidate` is the queue's own next id."""
+    def add(self, candidate: int, make: Callable[[int], Job]) -> Job:
+        """Store a new job, `make(id)`, under an id never used before (`candidate` is the
+        queue's own next id); the job as stored."""
         ...
 
 
@@ -186,8 +189,10 @@ class FileJobStorage:
     def save(self, job: Job) -> None:
         atomic_write(self._path(job.id), msgspec.json.encode(job))
 
-    def reserve_id(self, candidate: int) -> int:
-        return candidate  # job files are kept, so the highest on disk + 1 is next
+    def add(self, candidate: int, make: Callable[[int], Job]) -> Job:
+        job = make(candidate)  # job files are kept, so the highest on disk + 1 is next
+        self.save(job)
+        return job
 
     def load(self) -> tuple[list[Job], int]:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -365,9 +370,10 @@ class JobQueue:
         job.end_timestamp = timestamp()
         self._changed(job)
 
-    def _changed(self, job: Job) -> None:
+    def _changed(self, job: Job, *, persist: bool = True) -> None:
         """Persist, then tell waiters (caller holds the condition)."""
-        self._save(job)
+        if persist:
+            self._save(job)
         self._cond.notify_all()
         for wake in self._watchers.get(job.id, ()):
             wake()
@@ -379,10 +385,12 @@ class JobQueue:
                 raise JobCanceled(f"job {job.id} canceled")
             if qop.status == status:
                 return
+            # queued -> waiting is not written: recovery reads a waiting opcode as queued
+            persist = not (status == OpStatus.WAITING and qop.status == OpStatus.QUEUED)
             qop.status = status
             if status == OpStatus.RUNNING:
                 qop.exec_timestamp = timestamp()
-            self._changed(job)
+            self._changed(job, persist=persist)
 
     def _append_log(self, job: Job, index: int, kind: str, message: str) -> None:
         with self._cond:
@@ -398,21 +406,25 @@ class JobQueue:
         if not ops:
             raise opcodes.OpcodeError("a job needs at least one opcode")
         parsed = [opcodes.parse(op) for op in ops]
-        with self._cond:
-            if self._stopping:
-                raise HerderError("the job queue is shutting down")
-            job_id = self.storage.reserve_id(self._next_id)
-            self._next_id = job_id + 1
+        given = [list(r) for r in reason]
+
+        def make(job_id: int) -> Job:
             queued = []
             for index, op in enumerate(parsed):
-                trail = [*op.reason, *[list(r) for r in reason],
+                trail = [*op.reason, *given,
                          reason_trail.entry(opcodes.opcode_reason_source(op),
                                             f"job={job_id};index={index}")]
                 data = op.to_dict()
                 data["reason"] = trail
                 queued.append(QueuedOpCode(input=data, priority=op.priority))
-            job = Job(id=job_id, ops=queued, received_timestamp=timestamp())
-            self._save(job)  # not kept (nor run) when it cannot be stored
+            return Job(id=job_id, ops=queued, received_timestamp=timestamp())
+
+        with self._cond:
+            if self._stopping:
+                raise HerderError("the job queue is shutting down")
+            job = self.storage.add(self._next_id, make)  # not kept (nor run) when not stored
+            job_id = job.id
+            self._next_id = job_id + 1
             self._jobs[job_id] = job
             heapq.heappush(self._heap, (job.priority, job_id))
             self._cond.notify_all()

@@ -4,8 +4,9 @@ Keys (beside the config document, `/herder/<cluster>/config`):
 - `/herder/<cluster>/jobs/<id>`: one per job, the job encoded as the file queue's
   `job-<id>.json` would be;
 - `/herder/<cluster>/job_serial`: the highest job id ever handed out, advanced by a
-  compare-and-swap transaction (compare its mod_revision), so no id is used twice, even by two
-  masters one after the other.
+  compare-and-swap transaction (compare its mod_revision) that also writes the new job, so no id
+  is used twice, even by two masters one after the other, and a submitted job is one round
+  trip.
 
 Every write is **fenced** by the master lease (a `herder.core.lease.MasterLease` or `Fence`): the
 same transaction compares the master key's value and create_revision with the writer's node and
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 
 import msgspec
 
@@ -40,6 +42,8 @@ class EtcdJobStorage:
         self.prefix = f"/herder/{cluster}/jobs/"
         self.serial_key = f"/herder/{cluster}/job_serial"
         self.master_key = master_key(cluster)
+        # the job serial as last seen: (value, mod_revision; 0: no key), for `add`'s compare
+        self._serial: tuple[int, int] = (0, 0)
 
     def __repr__(self) -> str:
         return f"EtcdJobStorage({self.client.endpoints!r}, {self.cluster!r})"
@@ -87,8 +91,8 @@ class EtcdJobStorage:
             highest = max(highest, job.id)
             jobs.append(job)
         serial = self.client.get(self.serial_key)
-        if serial is not None and serial.value.isdigit():
-            highest = max(highest, int(serial.value))
+        self._serial = (_serial_of(serial), serial.mod_revision if serial is not None else 0)
+        highest = max(highest, self._serial[0])
         jobs.sort(key=lambda job: job.id)
         return jobs, highest
 
@@ -103,33 +107,47 @@ class EtcdJobStorage:
         if not result.succeeded:
             raise self._refused(fence, result) or StoreError(f"job {job.id}: not written")
 
-    def reserve_id(self, candidate: int) -> int:
-        """The next id after the stored serial (and at least `candidate`), taken by CAS."""
-        delay = 0.005
+    def add(self, candidate: int, make: Callable[[int], Job]) -> Job:
+        """A new job, `make(id)`, under the next id after the stored serial (and at least
+        `candidate`): the serial and the job in one fenced transaction that compares the
+        serial's mod_revision with the one this storage saw last (its own last write, or what
+        `load` read), so submitting costs one round trip; when another writer moved it, the
+        refusal carries the serial as it is and the job is made again with the next id."""
+        delay = 0.0
         for _ in range(100):
             fence = self._fence()
-            kv = self.client.get(self.serial_key)
-            current = int(kv.value) if kv is not None and kv.value.isdigit() else 0
-            job_id = max(current + 1, candidate)
-            compare = ([etcd.cmp_mod(self.serial_key, kv.mod_revision)] if kv is not None
+            current, revision = self._serial
+            job = make(max(current + 1, candidate))
+            raw = msgspec.json.encode(job)
+            compare = ([etcd.cmp_mod(self.serial_key, revision)] if revision
                        else [etcd.cmp_create(self.serial_key, 0)])
             try:
-                result = self.client.txn(compare + self._checks(fence),
-                                         [etcd.op_put(self.serial_key, str(job_id))],
-                                         [etcd.op_range(self.serial_key),
-                                          etcd.op_range(self.master_key)])
+                result = self.client.txn(
+                    compare + self._checks(fence),
+                    [etcd.op_put(self.serial_key, str(job.id)),
+                     etcd.op_put(self.key(job.id), raw)],
+                    [etcd.op_range(self.serial_key), etcd.op_range(self.key(job.id)),
+                     etcd.op_range(self.master_key)])
             except etcd.EtcdError as err:
-                raise StoreError(f"cannot take a job id in etcd: {err}") from None
+                raise StoreError(f"job {job.id}: write to etcd failed: {err}") from None
             if result.succeeded:
-                return job_id
+                self._serial = (job.id, result.revision)
+                return job
             refused = self._refused(fence, result)
             if refused is not None:
                 raise refused
-            now = result.ranges[0].first if result.ranges else None
-            if now is not None and now.value == str(job_id).encode() and fence is not None:
-                # our own transaction, applied before its reply was lost (ids are only ever
-                # taken by the fenced master, so nobody else wrote this value)
-                return job_id
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.1)
+            now, stored = (result.ranges[0].first, result.ranges[1].first) if \
+                len(result.ranges) > 1 else (None, None)
+            self._serial = (_serial_of(now), now.mod_revision if now is not None else 0)
+            if stored is not None and stored.value == raw:
+                # our own transaction, applied before its reply was lost (its job holds our
+                # bytes, received time and all)
+                return job
+            if delay:  # the serial moved while we looked: another writer is taking ids
+                time.sleep(delay * (0.5 + random.random()))
+            delay = min(max(delay * 2, 0.005), 0.1)
         raise StoreError("cannot take a job id in etcd: too many concurrent writers")
+
+
+def _serial_of(kv: etcd.KeyValue | None) -> int:
+    return int(kv.value) if kv is not None and kv.value.isdigit() else 0
