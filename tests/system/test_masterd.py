@@ -53,18 +53,29 @@ def test_rapi_reads_and_writes(tmp_path: Path) -> None:
         assert "master-failover" in result["opresult"][0][1][0]
 
 
-def test_requests_without_valid_credentials_get_401(tmp_path: Path) -> None:
-    with start_masterd(tmp_path) as master:
-        for auth in (None, ("admin", "wrong"), ("nobody", "x")):
-            with httpx.Client(verify=False, auth=auth) as raw:
-                response = raw.get(f"{master.url}/2/info")
-                assert response.status_code == 401
-                assert response.json()["code"] == 401
-                assert "Basic" in response.headers["WWW-Authenticate"]
-                assert raw.put(f"{master.url}/2/tags?tag=x").status_code == 401
-        with pytest.raises(RapiError) as err:
-            RapiClient(master.url, "admin", "wrong", verify=False).get_info()
-        assert err.value.status == 401
+@pytest.fixture(scope="module")
+def one_job_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningMaster]:
+    """One masterd for the refused requests' cases (no credentials, malformed: each changes
+    nothing), with job 1 done (the job the /2/jobs/1 cases name)."""
+    with start_masterd(tmp_path_factory.mktemp("malformed")) as master:
+        master.client.wait_for_job(master.client.add_cluster_tags(["x"]))
+        yield master
+
+
+def test_requests_without_valid_credentials_get_401(one_job_master: RunningMaster) -> None:
+    master = one_job_master
+    before = master.client.get_jobs(), FileStore(master.config_path).load().serial_no
+    for auth in (None, ("admin", "wrong"), ("nobody", "x")):
+        with httpx.Client(verify=False, auth=auth) as raw:
+            response = raw.get(f"{master.url}/2/info")
+            assert response.status_code == 401
+            assert response.json()["code"] == 401
+            assert "Basic" in response.headers["WWW-Authenticate"]
+            assert raw.put(f"{master.url}/2/tags?tag=x").status_code == 401
+    with pytest.raises(RapiError) as err:
+        RapiClient(master.url, "admin", "wrong", verify=False).get_info()
+    assert err.value.status == 401
+    assert (master.client.get_jobs(), FileStore(master.config_path).load().serial_no) == before
 
 
 def test_read_only_user_cannot_write_and_anonymous_reads(tmp_path: Path) -> None:
@@ -79,15 +90,6 @@ def test_read_only_user_cannot_write_and_anonymous_reads(tmp_path: Path) -> None
         with httpx.Client(verify=False) as anonymous:
             assert anonymous.get(f"{master.url}/2/nodes").status_code == 200
             assert anonymous.put(f"{master.url}/2/tags?tag=x").status_code == 401
-
-
-@pytest.fixture(scope="module")
-def one_job_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningMaster]:
-    """One masterd for the malformed requests' cases (each a refused request, which changes
-    nothing), with job 1 done (the job the /2/jobs/1 cases name)."""
-    with start_masterd(tmp_path_factory.mktemp("malformed")) as master:
-        master.client.wait_for_job(master.client.add_cluster_tags(["x"]))
-        yield master
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "fragment"), [
