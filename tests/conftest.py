@@ -7,10 +7,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from herder.core import model
+
+if TYPE_CHECKING:
+    from xdist.scheduler.protocol import Scheduling
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -147,3 +151,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 1 if item.get_closest_marker("slow") else 2
 
     items.sort(key=rank)
+
+
+# Test modules that each start the one Ganeti vcluster (tests/ganeti/vcluster.py: a machine-wide
+# resource held under an exclusive lock) share one xdist work unit, so they run one after another
+# on one worker. As separate files, two of them on the two workers at once left one worker
+# waiting on the vcluster's lock for the other's whole module (90 s of the suite's run).
+# tests/unit/test_work_units.py checks that every module starting the vcluster is listed.
+VCLUSTER_MODULES = (
+    "tests/ganeti/test_vcluster_iallocator.py",
+    "tests/ganeti/test_vcluster_maintd.py",
+    "tests/system/test_live_figures.py",
+    "tests/system/test_rapi_client.py",
+    "tests/system/test_rapi_shapes.py",
+)
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or the vcluster's unit."""
+    path = nodeid.split("::", 1)[0]
+    return "vcluster" if path in VCLUSTER_MODULES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Scheduling | None:
+    """`--dist loadfile` (pyproject's addopts) with the vcluster's modules in one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class UnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return UnitScheduling(config, log)

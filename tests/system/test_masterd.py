@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 
 from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
-from tests.system.masterd_fixture import spawn, start_masterd
+from tests.system.masterd_fixture import RunningMaster, spawn, start_masterd
 
 
 def wait_status(client: RapiClient, job_id: int, wanted: str, timeout: float = 10) -> None:
@@ -52,18 +53,29 @@ def test_rapi_reads_and_writes(tmp_path: Path) -> None:
         assert "master-failover" in result["opresult"][0][1][0]
 
 
-def test_requests_without_valid_credentials_get_401(tmp_path: Path) -> None:
-    with start_masterd(tmp_path) as master:
-        for auth in (None, ("admin", "wrong"), ("nobody", "x")):
-            with httpx.Client(verify=False, auth=auth) as raw:
-                response = raw.get(f"{master.url}/2/info")
-                assert response.status_code == 401
-                assert response.json()["code"] == 401
-                assert "Basic" in response.headers["WWW-Authenticate"]
-                assert raw.put(f"{master.url}/2/tags?tag=x").status_code == 401
-        with pytest.raises(RapiError) as err:
-            RapiClient(master.url, "admin", "wrong", verify=False).get_info()
-        assert err.value.status == 401
+@pytest.fixture(scope="module")
+def one_job_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningMaster]:
+    """One masterd for the refused requests' cases (no credentials, malformed: each changes
+    nothing), with job 1 done (the job the /2/jobs/1 cases name)."""
+    with start_masterd(tmp_path_factory.mktemp("malformed")) as master:
+        master.client.wait_for_job(master.client.add_cluster_tags(["x"]))
+        yield master
+
+
+def test_requests_without_valid_credentials_get_401(one_job_master: RunningMaster) -> None:
+    master = one_job_master
+    before = master.client.get_jobs(), FileStore(master.config_path).load().serial_no
+    for auth in (None, ("admin", "wrong"), ("nobody", "x")):
+        with httpx.Client(verify=False, auth=auth) as raw:
+            response = raw.get(f"{master.url}/2/info")
+            assert response.status_code == 401
+            assert response.json()["code"] == 401
+            assert "Basic" in response.headers["WWW-Authenticate"]
+            assert raw.put(f"{master.url}/2/tags?tag=x").status_code == 401
+    with pytest.raises(RapiError) as err:
+        RapiClient(master.url, "admin", "wrong", verify=False).get_info()
+    assert err.value.status == 401
+    assert (master.client.get_jobs(), FileStore(master.config_path).load().serial_no) == before
 
 
 def test_read_only_user_cannot_write_and_anonymous_reads(tmp_path: Path) -> None:
@@ -94,21 +106,21 @@ def test_read_only_user_cannot_write_and_anonymous_reads(tmp_path: Path) -> None
     ("POST", "/2/groups", {}, 400, "needs group_name"),
     ("PUT", "/2/modify", {"beparams": {"vcpus": 1}, "bogus": 2}, 400, "unknown field(s) bogus"),
 ])
-def test_malformed_requests_get_4xx_with_a_message(tmp_path: Path, method: str, path: str,
-                                                   body: object, status: int,
+def test_malformed_requests_get_4xx_with_a_message(one_job_master: RunningMaster, method: str,
+                                                   path: str, body: object, status: int,
                                                    fragment: str) -> None:
-    with start_masterd(tmp_path) as master:
-        client = master.client
-        if path.startswith("/2/jobs/1"):
-            client.wait_for_job(client.add_cluster_tags(["x"]))
-        content = body.encode() if isinstance(body, str) and body.startswith("{") else None
-        with pytest.raises(RapiError) as err:
-            if content is not None:
-                raw = client.send(method, path, content=content)
-                raise RapiError(json.loads(raw.content)["explain"], status=raw.status)
-            client.request(method, path, None, body)
-        assert err.value.status == status
-        assert fragment in str(err.value)
+    client = one_job_master.client
+    before = client.get_jobs(), FileStore(one_job_master.config_path).load().serial_no
+    content = body.encode() if isinstance(body, str) and body.startswith("{") else None
+    with pytest.raises(RapiError) as err:
+        if content is not None:
+            raw = client.send(method, path, content=content)
+            raise RapiError(json.loads(raw.content)["explain"], status=raw.status)
+        client.request(method, path, None, body)
+    assert err.value.status == status
+    assert fragment in str(err.value)
+    # refused: no job and no change (the next case finds the masterd as this one did)
+    assert (client.get_jobs(), FileStore(one_job_master.config_path).load().serial_no) == before
 
 
 def test_kill_9_with_jobs_queued_and_running(tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def _write_forever(path: str, ready=None) -> None:
 
 @pytest.mark.slow
 def test_kill_9_never_leaves_a_broken_config(tmp_path: Path) -> None:
-    """300 SIGKILLs of a writer at random points: the document always loads, and its serial
+    """200 SIGKILLs of a writer at random points: the document always loads, and its serial
     is the one before the interrupted write or the one after it."""
     # A document of some size, so each write takes long enough to be hit mid-way.
     store = FileStore(tmp_path / "config.json")
@@ -157,7 +157,7 @@ def test_kill_9_never_leaves_a_broken_config(tmp_path: Path) -> None:
     cycle = (time.perf_counter() - started) / 3
     left_temporaries = 0
     last_serial = store.load().serial_no
-    for _ in range(300):
+    for _ in range(200):  # issue 21: hundreds of kills
         parent, child_end = ctx.Pipe()
         child = ctx.Process(target=_write_forever, args=(str(store.path), child_end))
         child.start()
