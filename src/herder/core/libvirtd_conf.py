@@ -103,6 +103,13 @@ def libvirtd_conf(*, listen_address: str, pki: LibvirtPki, node_names: Iterable[
         "auth_unix_rw": "none",
         "keepalive_interval": 5,
         "keepalive_count": 5,
+        # noded, mond and instmon each keep one connection used by several threads; during a
+        # migration their queries of that domain wait for its job (up to 30 s). At libvirt's
+        # default of 5 requests in flight libvirtd stops reading such a client, its keepalive
+        # replies with it ("Client hit max requests limit 5. This may result in keep-alive
+        # timeouts"), and the client then drops the connection mid-migration
+        "max_client_requests": 16,
+        "max_workers": 48,  # the pool those requests share (libvirt's default: 20)
     }
     if unix_sock_dir is not None:
         settings["unix_sock_dir"] = str(unix_sock_dir)

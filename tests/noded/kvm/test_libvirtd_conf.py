@@ -20,6 +20,8 @@ def test_tls_only_with_the_cluster_nodes() -> None:
             'ca_file = "/var/lib/herder/libvirt-pki/cacert.pem"',
             'host_uuid = "u-1"'} <= lines
     assert not any(line.startswith("listen_tcp = 1") for line in lines)
+    # a client's queries waiting on a migrating domain do not stop libvirtd reading it
+    assert {"max_client_requests = 16", "max_workers = 48"} <= lines
 
 
 def test_destination_uri_names_the_pki_directory() -> None:
