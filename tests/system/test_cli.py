@@ -18,6 +18,7 @@ from herder.cli.main import COMMANDS, cli
 from herder.core import envelope
 from herder.core.store import FileStore
 from tests.conftest import stored_files
+from tests.httpserver import threaded_http
 
 INIT = ("cluster", "init", "cluster.example.com", "--master-node", "node1.example.com",
         "--primary-ip", "192.0.2.11", "--force", "--uid-pool", "1000-1009,2000")
@@ -341,8 +342,7 @@ def test_status_commands_without_their_daemon_fail_in_one_line(herder, args,
 
 
 def test_status_command_reports_the_daemons_http_error_in_one_line(cluster) -> None:
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     class Refuses(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -355,18 +355,12 @@ def test_status_command_reports_the_daemons_http_error_in_one_line(cluster) -> N
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with threaded_http(Refuses) as url:
         # (a cancel is a change: it carries the cluster's RAPI credentials)
         assert_one_line_error(cluster("maintd", "cancel", "--url", url, "abc"),
                               "no incident abc")
         assert_one_line_error(cluster("maintd", "cancel", "--url", "https://127.0.0.1:1",
                                       "abc"), "cannot reach maintd at")
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_verify_exits_1_when_it_finds_an_error(cluster) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from herder.cli import group, instance, node
 from herder.core.store import FileStore
+from tests.httpserver import threaded_http
 from tests.system.masterd_fixture import RunningMaster, herder_cli, start_masterd
 
 
@@ -102,8 +103,7 @@ def test_masterd_errors_and_absence(master: RunningMaster, tmp_path: Path) -> No
 def test_a_bad_query_answer_is_one_line(tmp_path: Path, answer: bytes, message: str) -> None:
     """What masterd answers is decoded and validated at the edge: a value of another kind, a
     deep nest or rows of another width end the list with one line, not a traceback."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from threading import Thread
+    from http.server import BaseHTTPRequestHandler
 
     from herder.core.cluster_secrets import self_signed_certificate
 
@@ -120,20 +120,14 @@ def test_a_bad_query_answer_is_one_line(tmp_path: Path, answer: bytes, message: 
 
     (tmp_path / "ca.pem").write_bytes(self_signed_certificate("cluster.example.com"))
     (tmp_path / "password").write_text("secret\n")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answering)
-    Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with threaded_http(Answering) as url:
         env = {k: v for k, v in os.environ.items()
                if k != "HERDER_OFFLINE" and not k.startswith(("HERDER_RAPI", "HERDER_MASTERD"))}
-        env.update(HERDER_CONFIG=str(tmp_path / "config.json"),
-                   HERDER_MASTERD=f"http://127.0.0.1:{server.server_address[1]}",
+        env.update(HERDER_CONFIG=str(tmp_path / "config.json"), HERDER_MASTERD=url,
                    HERDER_RAPI_CA=str(tmp_path / "ca.pem"), HERDER_RAPI_USER="admin",
                    HERDER_RAPI_PASSWORD_FILE=str(tmp_path / "password"))
         listed = subprocess.run([sys.executable, "-m", "herder.cli.main", "group", "list"],
                                 env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert listed.returncode != 0 and listed.stdout == ""
     assert message in listed.stderr and "Traceback" not in listed.stderr
     assert len(listed.stderr.strip().splitlines()) == 1, listed.stderr

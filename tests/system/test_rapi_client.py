@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -33,6 +32,7 @@ from herder.core.rapi import (
     job_error_message,
     read_rapi_users,
 )
+from tests.httpserver import threaded_http
 
 # ---- a local server ----
 
@@ -92,18 +92,8 @@ def local_server(
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    state.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with threaded_http(Handler, tls) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _free_port() -> int:

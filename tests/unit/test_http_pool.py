@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl
 
 import pytest
 
 from herder.core import http_pool
 from herder.core.rapi import RapiClient, RapiError
+from tests.httpserver import threaded_http
 
 
 @dataclass
@@ -64,16 +65,8 @@ def keeping_server(idle_timeout: float = 5.0) -> Iterator[Server]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with threaded_http(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_connections_are_kept_and_queries_encoded() -> None:
