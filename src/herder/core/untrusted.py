@@ -109,21 +109,14 @@ def decode(raw: bytes | bytearray | memoryview | str, type: Any = Any, *,
            max_bytes: int = MAX_BYTES) -> Any:
     """Like `loads` with msgspec (faster; `type` validates the value: msgspec's
     ValidationError is the caller's to word); BadDocument for bad JSON."""
-    import msgspec
-
     check(raw, what=what, max_depth=max_depth, max_bytes=max_bytes)
     try:
-        return msgspec.json.decode(_as_bytes(raw) if not isinstance(raw, str) else raw,
-                                   type=type)
-    except msgspec.ValidationError:
-        raise
-    except msgspec.DecodeError as err:
-        raise BadDocument(f"{what} is not valid JSON: {err}") from None
+        return decode_bounded(raw, type, what=what, max_bytes=max_bytes)
     except RecursionError:
         raise BadDocument(f"{what} is nested too deeply") from None
 
 
-def decode_bounded(raw: bytes | bytearray | memoryview, type: Any, *,
+def decode_bounded(raw: bytes | bytearray | memoryview | str, type: Any, *,
                    what: str = "JSON document", max_bytes: int = MAX_BYTES) -> Any:
     """A JSON text decoded and validated as `type`, a type whose nesting is bounded (structs,
     lists and tuples of scalars, no `Any` and no recursion): msgspec refuses a container
@@ -135,7 +128,7 @@ def decode_bounded(raw: bytes | bytearray | memoryview, type: Any, *,
     if len(raw) > max_bytes:
         raise BadDocument(f"{what} is too large ({len(raw)} bytes; at most {max_bytes})")
     try:
-        return msgspec.json.decode(raw, type=type)
+        return msgspec.json.decode(raw if isinstance(raw, str) else _as_bytes(raw), type=type)
     except msgspec.ValidationError:
         raise
     except msgspec.DecodeError as err:
