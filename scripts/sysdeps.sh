@@ -10,7 +10,10 @@
 # - novnc: the source of the noVNC files vendored in src/herder/masterd/web/static/novnc
 # - etcd-server: a real etcd 3.4 cluster for the etcd backend's tests (tests/ha)
 # - qemu-system-x86, libvirt-clients: real QEMU guests under libvirtd's QEMU driver (noded.kvm),
-#   virsh for the by-hand migration beside bench/migrate.py
+#   virsh for the by-hand migration beside bench/migrate.py. QEMU 9.0 or later: an older one
+#   loses guest writes when it live-migrates a TCG guest (this machine's guests run under TCG;
+#   see herder.noded.kvm.migration.tcg_live_migration_hazard), so on Debian 12 QEMU (with
+#   qemu-block-extra, which must match it) comes from bookworm-backports (QEMU 10.0)
 # - linux-image-amd64, busybox-static: the simulated cluster's tiny guest (herder.sim.guest)
 # - iproute2, e2fsprogs, iputils-arping: the simulator's namespaced hosts (ip, mkfs.ext4) and
 #   daemon-util's master IP (arping: duplicate address check, gratuitous ARP)
@@ -21,9 +24,11 @@
 #   datapath bridge per host; no kernel module needed)
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
-      qemu-system-x86 libvirt-clients linux-image-amd64 busybox-static
+      libvirt-clients linux-image-amd64 busybox-static
       iproute2 e2fsprogs iputils-arping systemd novnc firefox-esr
-      ceph-mon ceph-osd ceph-common qemu-block-extra openvswitch-switch)
+      ceph-mon ceph-osd ceph-common openvswitch-switch)
+QEMU_PKGS=(qemu-system-x86 qemu-block-extra)
+QEMU_MIN=1:9.0
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }
 command -v dpkg-query >/dev/null || exit 0
 missing=()
@@ -33,9 +38,38 @@ done
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
 # node may come from elsewhere than Debian (its npm then is not Debian's package)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
+export DEBIAN_FRONTEND=noninteractive
 if [ ${#missing[@]} -gt 0 ]; then
   echo "sysdeps: apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+qemu_recent() {
+  local p v
+  for p in "${QEMU_PKGS[@]}"; do
+    v=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null) || return 1
+    dpkg --compare-versions "$v" ge "$QEMU_MIN" || return 1
+  done
+}
+if ! qemu_recent; then
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  if [ "$codename" = bookworm ]; then
+    if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" \
+        "Suites: bookworm-backports" "Components: main" \
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
+        > /etc/apt/sources.list.d/bookworm-backports.sources
+    fi
+    echo "sysdeps: apt-get install -t bookworm-backports ${QEMU_PKGS[*]} (QEMU >= 9.0)"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends -t bookworm-backports "${QEMU_PKGS[@]}" \
+      >/dev/null
+  else
+    echo "sysdeps: apt-get install ${QEMU_PKGS[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${QEMU_PKGS[@]}" >/dev/null
+  fi
+  qemu_recent || echo "sysdeps: warning: QEMU older than 9.0: herder migrates TCG guests" \
+    "paused, not live (docs/compat.md K22)" >&2
 fi

@@ -81,8 +81,10 @@ class Migrations:
                 raise
             self._running[name] = (conn, outgoing)
             log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms)", name, target_node,
-                     "live" if settings.live else "paused",
+                     "live" if outgoing.settings.live else "paused",
                      settings.bandwidth_mib_s or "unlimited", settings.downtime_ms)
+            if outgoing.note:
+                log.warning("migration of %s: %s", name, outgoing.note)
 
     def status(self, name: str) -> dict[str, Any]:
         """Ganeti's MigrationStatus (status, transferred_ram, total_ram) and, once completed,
@@ -97,6 +99,8 @@ class Migrations:
         answer: dict[str, Any] = {"status": current.status,
                                   "transferred_ram": current.transferred_ram,
                                   "total_ram": current.total_ram, "error": current.error}
+        if outgoing.note:
+            answer["note"] = outgoing.note
         if current.status == migration.STATUS_COMPLETED:
             with contextlib.suppress(migration.MigrationError):
                 stats = asdict(outgoing.wait(0))

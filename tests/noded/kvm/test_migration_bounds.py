@@ -43,3 +43,73 @@ def test_libvirt_errors_pass_through() -> None:
 
     with pytest.raises(libvirt.libvirtError, match="no such domain"):
         migration.BoundedCalls("test").run(fails, 5)
+
+
+@pytest.mark.parametrize(("domain_type", "version", "hazard"), [
+    ("qemu", 7_002_022, True),  # Debian 12's QEMU 7.2.22, TCG: loses writes
+    ("qemu", 8_002_009, True),
+    ("qemu", 9_000_000, False),  # 03bfc2188f is in 9.0
+    ("qemu", 10_000_002, False),
+    ("kvm", 7_002_022, False),  # KVM tracks dirty pages itself
+    ("qemu", 0, False),  # version unknown: nothing claimed
+])
+def test_tcg_live_migration_hazard_by_qemu_version(domain_type: str, version: int,
+                                                     hazard: bool) -> None:
+    why = migration.tcg_live_migration_hazard(domain_type, version)
+    assert (why is not None) == hazard
+    if why is not None:
+        assert f"QEMU {version // 1_000_000}." in why and "paused" in why
+
+
+class _RecordingDomain:
+    """What LiveMigration.start asks of a domain; the migrate call records its flags (a QEMU
+    older than 9.0 no longer runs on this machine, scripts/sysdeps.sh installs a newer one)."""
+
+    def __init__(self, domain_type: str) -> None:
+        self.domain_type = domain_type
+        self.flags: list[int] = []
+
+    def name(self) -> str:
+        return "tcg.example.com"
+
+    def isActive(self) -> bool:
+        return True
+
+    def XMLDesc(self, flags: int = 0) -> str:
+        return f"<domain type='{self.domain_type}'><name>tcg.example.com</name></domain>"
+
+    def migrateSetMaxDowntime(self, downtime: int, flags: int = 0) -> int:
+        return 0
+
+    def migrateToURI3(self, uri: str, params: dict[str, object], flags: int) -> int:
+        self.flags.append(flags)
+        return 0
+
+    def jobStats(self, flags: int = 0) -> dict[str, int]:
+        return {"time_elapsed": 1}
+
+
+class _Connection:
+    def __init__(self, domain: _RecordingDomain, version: int) -> None:
+        self.domain, self.version = domain, version
+
+    def lookupByName(self, name: str) -> _RecordingDomain:
+        return self.domain
+
+    def getVersion(self) -> int:
+        return self.version
+
+
+@pytest.mark.parametrize(("domain_type", "version", "live"), [
+    ("qemu", 7_002_022, False), ("qemu", 10_000_002, True), ("kvm", 7_002_022, True)])
+def test_a_tcg_guest_on_an_old_qemu_migrates_paused_and_says_why(
+        domain_type: str, version: int, live: bool) -> None:
+    import libvirt
+
+    domain = _RecordingDomain(domain_type)
+    outgoing = migration.LiveMigration(_Connection(domain, version), domain.name(),  # type: ignore[arg-type]
+                                       "qemu+tls://target/system", migration.MigrationSettings())
+    outgoing.start()
+    result = outgoing.wait(10)
+    assert bool(domain.flags[0] & libvirt.VIR_MIGRATE_LIVE) == live == result.live
+    assert (outgoing.note is None) == live

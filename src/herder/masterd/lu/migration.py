@@ -157,11 +157,15 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
         abort("Migration failed", err)
     say("* starting memory transfer")
     started = last_feedback = time.monotonic()
+    noted = False
     while True:
         try:
             status = env.rpc.call(source, "instance_get_migration_status", args, timeout=60)
         except HerderError as err:
             abort("Migration failed", err)
+        if status.get("note") and not noted:  # the node changed the migration (kvm.migration)
+            say(f"* {status['note']}")
+            noted = True
         state = status.get("status")
         if state in ("failed", "cancelled"):
             abort("Migration failed", status.get("error") or "hypervisor returned failure")

@@ -20,8 +20,10 @@ block device or a file outside a network filesystem). This is what Ganeti does w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +130,37 @@ def _message(err: libvirt.libvirtError) -> str:
     return (err.get_error_message() or str(err)).strip().splitlines()[0]
 
 
+# QEMU before 9.0 loses guest writes during a live migration under TCG: its fast path that
+# syncs the dirty bitmap (cpu_physical_memory_sync_dirty_bitmap) clears the migration's dirty
+# bits without resetting the TCG TLB's write entries, so a page the guest keeps writing
+# through an entry made before is not marked dirty again and the target resumes with its
+# stale copy (seen here on Debian 12's QEMU 7.2: the guest's kernel oopses in its per-CPU
+# data within seconds). Fixed upstream by 03bfc2188f ("physmem: Fix migration dirty bitmap
+# coherency with TCG memory access", QEMU 9.0). KVM tracks dirty pages itself: not affected.
+TCG_LIVE_MIGRATION_FIXED = (9, 0, 0)
+
+
+def tcg_live_migration_hazard(domain_type: str, qemu_version: int) -> str | None:
+    """Why a live migration of this domain would lose guest writes (None: it would not).
+    `domain_type` is the domain's <domain type> (qemu = TCG, kvm); `qemu_version` libvirt's
+    hypervisor version (major * 1,000,000 + minor * 1,000 + micro; 0 when unknown)."""
+    if domain_type != "qemu" or qemu_version <= 0:
+        return None
+    version = (qemu_version // 1_000_000, qemu_version // 1_000 % 1_000, qemu_version % 1_000)
+    if version >= TCG_LIVE_MIGRATION_FIXED:
+        return None
+    shown = ".".join(str(part) for part in version)
+    return (f"QEMU {shown} loses guest writes when it live-migrates a TCG (non-KVM) guest "
+            "(fixed in QEMU 9.0): migrated paused instead")
+
+
+def _domain_type(domain: libvirt.virDomain) -> str:
+    try:
+        return ET.fromstring(domain.XMLDesc(0)).get("type", "")
+    except (libvirt.libvirtError, ET.ParseError):
+        return ""
+
+
 def migration_flags(settings: MigrationSettings, persist: bool) -> int:
     flags = (libvirt.VIR_MIGRATE_PEER2PEER | libvirt.VIR_MIGRATE_TUNNELLED
              | libvirt.VIR_MIGRATE_UNSAFE | libvirt.VIR_MIGRATE_ABORT_ON_ERROR)
@@ -229,6 +262,7 @@ class LiveMigration:
         self._last_progress: tuple[int, ...] = ()
         self._progress_at = 0.0
         self._last_status = MigrationStatus(STATUS_ACTIVE)
+        self.note: str | None = None  # why the migration is not what was asked (said in the job)
 
     def _lookup(self, conn: libvirt.virConnect) -> libvirt.virDomain:
         try:
@@ -241,6 +275,17 @@ class LiveMigration:
         check_migratable(domain)
         self._domain = domain
         self._watched = domain if self.monitor is self.source else self._lookup(self.monitor)
+        if self.settings.live:
+            try:
+                qemu_version = int(self.source.getVersion())
+            except libvirt.libvirtError:
+                qemu_version = 0
+            hazard = tcg_live_migration_hazard(_domain_type(domain), qemu_version)
+            if hazard is not None:
+                # the guest's memory intact over a short pause rather than a live move that
+                # resumes it on stale pages
+                self.settings = dataclasses.replace(self.settings, live=False)
+                self.note = hazard
         try:
             # Before the job starts: QEMU's downtime limit ("downtime-limit") for this domain.
             domain.migrateSetMaxDowntime(self.settings.downtime_ms, 0)
