@@ -13,9 +13,11 @@ Skips without root, LVM and loop devices, or without Ganeti's code (/tmp/groot).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,26 @@ def detach_loops(images: Path) -> None:
             subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
 
 
+@contextlib.contextmanager
+def holding_loop0(directory: Path) -> Iterator[None]:
+    """/dev/loop0 taken by a file of ours for the duration. Both Ganeti's ExtStorageDevice and
+    herder's treat a device of minor 0 as not attached (`if not self.minor`) and run `attach`
+    once more before a `detach`; holding loop0 gives both sides a nonzero minor whatever other
+    tests do with loop devices meanwhile, so their script sequences are comparable."""
+    filler = directory / "loop0.img"
+    filler.write_bytes(b"\0" * 4096)
+    deadline = time.monotonic() + 120
+    while subprocess.run(["losetup", "/dev/loop0", str(filler)], capture_output=True,
+                         check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            pytest.fail("/dev/loop0 stayed busy for 120 s")
+        time.sleep(0.5)  # another test's device: theirs are short-lived
+    try:
+        yield
+    finally:
+        subprocess.run(["losetup", "-d", "/dev/loop0"], capture_output=True, check=False)
+
+
 def test_ext_scripts_and_environment_equal_ganetis(tmp_path: Path) -> None:
     """Each provider script Ganeti runs, in its order, with the same VOL_*/EXTP_* environment
     and working directory, for the same disk; both make, grow and remove the volume."""
@@ -178,20 +200,21 @@ def test_ext_scripts_and_environment_equal_ganetis(tmp_path: Path) -> None:
     images.mkdir()
     calls = ext_scenario(images)
     results = {}
-    try:
-        for side in ("ganeti", "herder"):
-            logs = tmp_path / side / "logs"
-            logs.mkdir(parents=True)
-            env = {"SHAREDIMG_RUN_DIR": str(tmp_path / side / "run")}
-            if side == "ganeti":
-                results[side] = run_ganeti(env, calls, es_search_path=[str(EXTSTORAGE)],
-                                           es_log_dir=str(logs))
-            else:
-                results[side] = run_herder(env, calls, es_search_path=(EXTSTORAGE,),
-                                           es_log_dir=logs, ext_timeout=30.0)
-            assert not list(images.iterdir()), f"{side} left the volume behind"
-    finally:
-        detach_loops(images)
+    with holding_loop0(tmp_path):
+        try:
+            for side in ("ganeti", "herder"):
+                logs = tmp_path / side / "logs"
+                logs.mkdir(parents=True)
+                env = {"SHAREDIMG_RUN_DIR": str(tmp_path / side / "run")}
+                if side == "ganeti":
+                    results[side] = run_ganeti(env, calls, es_search_path=[str(EXTSTORAGE)],
+                                               es_log_dir=str(logs))
+                else:
+                    results[side] = run_herder(env, calls, es_search_path=(EXTSTORAGE,),
+                                               es_log_dir=logs, ext_timeout=30.0)
+                assert not list(images.iterdir()), f"{side} left the volume behind"
+        finally:
+            detach_loops(images)
     theirs, ours = results["ganeti"], results["herder"]
     assert ours["scripts"] == theirs["scripts"]
     assert ours["errors"] == [None] * len(calls)

@@ -299,7 +299,7 @@ def test_restart_recovers_every_job(tmp_path: Path) -> None:
     accounted for — queued ones run, the running one is an error that says why."""
     m = Master(tmp_path, workers=1)
     running = m.queue.submit([delay("node2", 30)])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 25  # the holder runs 30 s; a loaded machine
     while m.queue.get(running).status != OpStatus.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.02)
@@ -330,8 +330,12 @@ def test_waiting_for_locks_is_not_written_and_a_restart_queues_the_job_again(
     queue a waiting opcode again anyway); the next change writes it with the rest."""
     m = Master(tmp_path, workers=2)
     holder = m.queue.submit([delay("node2", 30)])
+    deadline = time.monotonic() + 25  # the holder runs 30 s; a loaded machine
+    # the holder has the node's lock first (else the other job could take it before it)
+    while m.queue.get(holder).status != OpStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     blocked = m.queue.submit([delay("node2", 0)])
-    deadline = time.monotonic() + 5
     while m.queue.get(blocked).status != OpStatus.WAITING:
         assert time.monotonic() < deadline
         time.sleep(0.02)

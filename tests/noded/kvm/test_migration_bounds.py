@@ -113,3 +113,18 @@ def test_a_tcg_guest_on_an_old_qemu_migrates_paused_and_says_why(
     result = outgoing.wait(10)
     assert bool(domain.flags[0] & libvirt.VIR_MIGRATE_LIVE) == live == result.live
     assert (outgoing.note is None) == live
+
+
+def test_a_domain_dropped_between_lookup_and_state_counts_as_absent() -> None:
+    """A libvirtd that just restarted drops an unfinished incoming domain on its own, maybe
+    right after our lookup found it: the cleanup then sees no domain there, not an error."""
+    import libvirt
+
+    class Vanishing(_RecordingDomain):
+        def state(self, flags: int = 0) -> list[int]:
+            gone = libvirt.libvirtError("Domain not found")
+            gone.err = (libvirt.VIR_ERR_NO_DOMAIN, 0, "Domain not found", 0, "", "", "", 0, 0)
+            raise gone
+
+    assert migration._place(_Connection(Vanishing("qemu"), 0), "tcg.example.com") == \
+        migration.DomainPlace(exists=False)  # type: ignore[arg-type]

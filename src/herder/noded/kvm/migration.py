@@ -426,12 +426,14 @@ def _place(conn: libvirt.virConnect | None, name: str) -> DomainPlace | None:
         return None
     try:
         domain = conn.lookupByName(name)
+        # a libvirtd that just restarted may still drop the domain between these calls (an
+        # incoming copy whose migration never finished): then it is gone, as if not found
+        state, reason = domain.state()
+        active = bool(domain.isActive())
     except libvirt.libvirtError as err:
         if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return DomainPlace(exists=False)
         raise MigrationError(f"cannot look up {name}: {_message(err)}") from None
-    state, reason = domain.state()
-    active = bool(domain.isActive())
     paused = state == libvirt.VIR_DOMAIN_PAUSED
     by_migration = paused and reason in (libvirt.VIR_DOMAIN_PAUSED_MIGRATION,
                                          libvirt.VIR_DOMAIN_PAUSED_POSTCOPY_FAILED)
