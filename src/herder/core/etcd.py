@@ -38,6 +38,10 @@ import httpx
 from herder.core import untrusted
 from herder.core.errors import HerderError
 
+# a generator of its own: herder's random choices (jitter, order) never move the global one,
+# a program's or a test's seeded sequence
+_JITTER = random.Random()
+
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_RETRY_FOR = 8.0
 
@@ -368,7 +372,7 @@ class EtcdClient:
                     f"({'; '.join(problems[-len(self.endpoints):])})"
                 )
             if attempt % len(self.endpoints) == 0:  # every member tried: wait a little
-                time.sleep(min(0.5, 0.05 * attempt) * (0.5 + random.random()))
+                time.sleep(min(0.5, 0.05 * attempt) * (0.5 + _JITTER.random()))
 
     def _refusal(self, endpoint: str, path: str, message: str) -> str:
         """etcd's refusal of a request, in one line; what to do about it where herder knows."""

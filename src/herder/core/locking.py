@@ -64,6 +64,10 @@ from typing import Protocol, TypeVar
 
 from herder.core.errors import HerderError
 
+# a generator of its own: herder's random choices (jitter, order) never move the global one,
+# a program's or a test's seeded sequence
+_JITTER = random.Random()
+
 __all__ = [
     "ALL_SET",
     "BGL",
@@ -760,7 +764,7 @@ class LockAttemptTimeoutStrategy:
     DEFAULT_TIMEOUTS: tuple[float, ...] = tuple(calc_lock_attempt_timeouts())
 
     def __init__(self, attempt: int = 0, timeouts: Sequence[float] | None = None,
-                 jitter: float = 0.05, random_fn: Callable[[], float] = random.random) -> None:
+                 jitter: float = 0.05, random_fn: Callable[[], float] = _JITTER.random) -> None:
         self.attempt = attempt
         self.timeouts = tuple(self.DEFAULT_TIMEOUTS if timeouts is None else timeouts)
         self.jitter = jitter
