@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import random
 import select
 import socket
 import time
@@ -32,12 +31,8 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from herder.core import envelope, untrusted
+from herder.core import envelope, randomness, untrusted
 from herder.core.errors import HerderError, SignatureError
-
-# a generator of its own: herder's random choices (jitter, order) never move the global one,
-# a program's or a test's seeded sequence
-_SAMPLE = random.Random()
 
 # --- constants (Ganeti 3.0 values) ------------------------------------------------------------
 
@@ -404,7 +399,7 @@ class ConfdClient:
         """
         rtype = request_type(req_type)
         wait = self.timeout if timeout is None else timeout
-        targets = _SAMPLE.sample(self.peers, coverage_count(coverage, len(self.peers)))
+        targets = randomness.RNG.sample(self.peers, coverage_count(coverage, len(self.peers)))
         rsalt, packet = build_request(rtype, query, self.hmac_key)
         if len(packet) > MAX_UDP_DATA_SIZE:
             raise ConfdError("request too big for one UDP packet")

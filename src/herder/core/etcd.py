@@ -24,7 +24,6 @@ in one line, instead of being retried on the next member.
 from __future__ import annotations
 
 import base64
-import random
 import ssl
 import threading
 import time
@@ -35,12 +34,8 @@ from typing import Any
 
 import httpx
 
-from herder.core import untrusted
+from herder.core import randomness, untrusted
 from herder.core.errors import HerderError
-
-# a generator of its own: herder's random choices (jitter, order) never move the global one,
-# a program's or a test's seeded sequence
-_JITTER = random.Random()
 
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_RETRY_FOR = 8.0
@@ -372,7 +367,7 @@ class EtcdClient:
                     f"({'; '.join(problems[-len(self.endpoints):])})"
                 )
             if attempt % len(self.endpoints) == 0:  # every member tried: wait a little
-                time.sleep(min(0.5, 0.05 * attempt) * (0.5 + _JITTER.random()))
+                time.sleep(randomness.spread(min(0.5, 0.05 * attempt)))
 
     def _refusal(self, endpoint: str, path: str, message: str) -> str:
         """etcd's refusal of a request, in one line; what to do about it where herder knows."""

@@ -56,17 +56,13 @@ Retries: acquire_with_retry() drives one attempt per timeout of a LockAttemptTim
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
+from herder.core import randomness
 from herder.core.errors import HerderError
-
-# a generator of its own: herder's random choices (jitter, order) never move the global one,
-# a program's or a test's seeded sequence
-_JITTER = random.Random()
 
 __all__ = [
     "ALL_SET",
@@ -764,7 +760,8 @@ class LockAttemptTimeoutStrategy:
     DEFAULT_TIMEOUTS: tuple[float, ...] = tuple(calc_lock_attempt_timeouts())
 
     def __init__(self, attempt: int = 0, timeouts: Sequence[float] | None = None,
-                 jitter: float = 0.05, random_fn: Callable[[], float] = _JITTER.random) -> None:
+                 jitter: float = 0.05,
+                 random_fn: Callable[[], float] = randomness.RNG.random) -> None:
         self.attempt = attempt
         self.timeouts = tuple(self.DEFAULT_TIMEOUTS if timeouts is None else timeouts)
         self.jitter = jitter

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -51,14 +50,10 @@ from typing import Any
 
 import msgspec
 
-from herder.core import configdiff, etcd, etcd_settings, model, upgrade
+from herder.core import configdiff, etcd, etcd_settings, model, randomness, upgrade
 from herder.core.errors import ConfigError, StoreError
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
 from herder.core.store import ETCD_SCHEMES, is_etcd_location
-
-# a generator of its own: herder's random choices (jitter, order) never move the global one,
-# a program's or a test's seeded sequence
-_JITTER = random.Random()
 
 SECURE, PLAIN = ETCD_SCHEMES  # etcds://: TLS and authentication; etcd://: tests only
 DEFAULT_LOCK_TTL = 5
@@ -373,7 +368,7 @@ class EtcdStore:
                     f"{self.location}: another writer ({holder}) holds the config lock "
                     f"for more than {self.lock_wait:g} s"
                 )
-            time.sleep(delay * (0.5 + _JITTER.random()))
+            time.sleep(randomness.spread(delay))
             delay = min(delay * 2, 0.1)
 
     def _release(self, hold: _Hold) -> None:

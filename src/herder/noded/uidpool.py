@@ -28,18 +28,14 @@ import contextlib
 import errno
 import fcntl
 import os
-import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
 import psutil
 
+from herder.core import randomness
 from herder.core.errors import HerderError
-
-# a generator of its own: herder's random choices (jitter, order) never move the global one,
-# a program's or a test's seeded sequence
-_SHUFFLE = random.Random()
 
 DEFAULT_LOCK_DIR = Path("/run/herder/uid-pool")
 
@@ -158,8 +154,8 @@ def request_unused_uid(all_uids: Iterable[int], lock_dir: Path = DEFAULT_LOCK_DI
     taken = pool & _listed_uids(lock_dir)
     unused = list(pool - taken)
     taken_list = list(taken)
-    _SHUFFLE.shuffle(unused)
-    _SHUFFLE.shuffle(taken_list)
+    randomness.RNG.shuffle(unused)
+    randomness.RNG.shuffle(taken_list)
     for uid in unused + taken_list:
         path = lock_dir / str(uid)
         fd = _try_lock(path)

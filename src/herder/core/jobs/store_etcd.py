@@ -17,20 +17,15 @@ late its write arrives; it gets a `StoreError` "not the master" and nothing is w
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 
 import msgspec
 
-from herder.core import etcd, untrusted
+from herder.core import etcd, randomness, untrusted
 from herder.core.errors import StoreError
 from herder.core.jobs.queue import Job
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
-
-# a generator of its own: herder's random choices (jitter, order) never move the global one,
-# a program's or a test's seeded sequence
-_JITTER = random.Random()
 
 log = logging.getLogger("herder.jobs")
 
@@ -148,7 +143,7 @@ class EtcdJobStorage:
                 # bytes, received time and all)
                 return job
             if delay:  # the serial moved while we looked: another writer is taking ids
-                time.sleep(delay * (0.5 + _JITTER.random()))
+                time.sleep(randomness.spread(delay))
             delay = min(max(delay * 2, 0.005), 0.1)
         raise StoreError("cannot take a job id in etcd: too many concurrent writers")
 
