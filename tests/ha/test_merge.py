@@ -9,13 +9,11 @@ cluster: no config, no master daemons, its nodes answer this cluster's key)."""
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from herder.core import model
+from herder.core import configdiff, model
 from herder.masterd import merge
 from tests.conftest import build_config
 
@@ -257,26 +255,12 @@ def populate(state, suffix: str) -> None:
 
 
 def changed(before: model.ConfigData, after: model.ConfigData) -> list[str]:
-    """The config's objects (section/uuid, or section) that differ, serials and times aside."""
-    def plain(config: model.ConfigData) -> dict[str, Any]:
-        data = json.loads(model.encode(config))
-        for key in ("serial_no", "mtime", "ctime"):
-            data.pop(key, None)
-        return data
-
-    old, new = plain(before), plain(after)
-    found = []
-    for section in sorted(set(old) | set(new)):
-        was, now = old.get(section), new.get(section)
-        if was == now:
-            continue
-        if isinstance(was, dict) and isinstance(now, dict) and all(
-                isinstance(value, dict) for value in (*was.values(), *now.values())):
-            found += [f"{section}/{key}" for key in sorted(set(was) | set(now))
-                      if was.get(key) != now.get(key)]
-        else:
-            found.append(section)
-    return found
+    """The config's objects (table/uuid, or section) that differ, the document's serial and
+    times aside (the store's own diff)."""
+    change = configdiff.diff(configdiff.Encoded.of(before), after)
+    return sorted([f"{table}/{uuid}" for table, puts in change.puts.items() for uuid in puts]
+                  + [f"{table}/{uuid}" for table, gone in change.deletes.items() for uuid in gone]
+                  + list(change.sections))
 
 
 def running_on(states) -> dict[str, str]:
