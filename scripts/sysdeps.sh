@@ -53,23 +53,19 @@ qemu_recent() {
   done
 }
 if ! qemu_recent; then
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-  if [ "$codename" = bookworm ]; then
+  from=()
+  if [ "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" = bookworm ]; then
     if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
       printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" \
         "Suites: bookworm-backports" "Components: main" \
         "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
         > /etc/apt/sources.list.d/bookworm-backports.sources
     fi
-    echo "sysdeps: apt-get install -t bookworm-backports ${QEMU_PKGS[*]} (QEMU >= 9.0)"
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends -t bookworm-backports "${QEMU_PKGS[@]}" \
-      >/dev/null
-  else
-    echo "sysdeps: apt-get install ${QEMU_PKGS[*]}"
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${QEMU_PKGS[@]}" >/dev/null
+    from=(-t bookworm-backports)
   fi
+  echo "sysdeps: apt-get install ${from[*]} ${QEMU_PKGS[*]} (QEMU >= 9.0)"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${from[@]}" "${QEMU_PKGS[@]}" >/dev/null
   qemu_recent || echo "sysdeps: warning: QEMU older than 9.0: herder migrates TCG guests" \
     "paused, not live (docs/compat.md K22)" >&2
 fi
