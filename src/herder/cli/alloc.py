@@ -19,6 +19,7 @@ import click
 
 from herder.alloc.model import Cluster, Node
 from herder.alloc.protocol import InputError, Options
+from herder.core import ports
 
 
 def _read(path: str) -> bytes:
@@ -106,7 +107,7 @@ def _mond_options(func: Any) -> Any:
                         help="Take MonD reports from FILE ([{node, reports}]) instead.")(func)
     func = click.option("--mond-xen", "mond_xen", is_flag=True,
                         help="Use the per-instance xen-cpu-avg-load collector.")(func)
-    func = click.option("--mond-port", "mond_port", type=int, default=1815, show_default=True,
+    func = click.option("--mond-port", "mond_port", type=int, default=ports.MOND, show_default=True,
                         help="The agents' port (herder extension).")(func)
     return func
 

@@ -21,7 +21,7 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
-from herder.core import cluster_secrets, model, params, uidpool
+from herder.core import cluster_secrets, model, params, ports, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
 from herder.core.store import ConfigStore, FileStore
 from herder.core.verify import Finding
@@ -769,9 +769,9 @@ def move_master_role(store: ConfigStore, config: model.ConfigData, before: model
 @click.option("--no-voting", is_flag=True, help="Skip the vote of the nodes (a cluster that "
               "lost its majority); you make sure the old master is really gone.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation with --no-voting.")
-@click.option("--masterd-port", type=click.IntRange(1, 65535), default=remote.DEFAULT_PORT,
+@click.option("--masterd-port", type=click.IntRange(1, 65535), default=ports.MASTERD,
               show_default=True)
-@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=ports.NODED, show_default=True)
 @click.option("--no-start", is_flag=True, help="Do not move the master IP nor start the "
               "master daemons here (only the config change and the epoch).")
 @json_option
@@ -988,7 +988,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
 
 @cluster.command("renew-crypto")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=ports.NODED, show_default=True)
 @pass_store
 def renew_crypto(store: ConfigStore, yes: bool, noded_port: int) -> None:
     """Replace the cluster CA (server.pem, also the RAPI certificate), every node's certificate

@@ -16,7 +16,7 @@ import click
 import msgspec
 
 from herder.cli.common import config_directory, store_from
-from herder.core import client_profile, ssconf
+from herder.core import client_profile, ports, ssconf
 from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 # The RAPI client (httpx), the store and the config model are imported where used: `--help`
 # needs none of them, and a list through masterd needs no store or model (docs/scale.md).
 
-DEFAULT_PORT = 5080
 
 
 def root_obj(ctx: click.Context) -> dict[str, Any]:
@@ -65,8 +64,8 @@ def masterd_url(ctx: click.Context) -> str:
     if url:
         return url
     host = master_address(ctx) or "127.0.0.1"
-    return f"https://{host}:{DEFAULT_PORT}" if ":" not in host \
-        else f"https://[{host}]:{DEFAULT_PORT}"
+    return f"https://{host}:{ports.MASTERD}" if ":" not in host \
+        else f"https://[{host}]:{ports.MASTERD}"
 
 
 def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, heap, locking, model, serve
+from herder.core import envelope, heap, locking, model, ports, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
@@ -40,19 +40,18 @@ if TYPE_CHECKING:
     from herder.core.store_etcd import EtcdStore
 
 log = logging.getLogger("herder.masterd")
-DEFAULT_PORT = 5080
 
 
 @dataclass
 class MasterSettings:
     config_path: Path | str  # a file, or an etcd location etcds://HOST:PORT,.../CLUSTER
     bind: str = "0.0.0.0"
-    port: int = DEFAULT_PORT
+    port: int = ports.MASTERD
     workers: int = 8
     anonymous_reads: bool = False
     tls: bool = True
     run_dir: Path = Path("/run/herder")
-    noded_port: int = 1811
+    noded_port: int = ports.NODED
     iallocator_path: tuple[Path, ...] = ()
     # This node's name (None: the host's FQDN; a host that is no node of the cluster, e.g. a
     # test, then skips the name check and only watches the epoch).
