@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, heap, locking, model, ports, serve
+from herder.core import envelope, locking, model, ports, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
-from herder.masterd import redist
+from herder.masterd import heap, redist
 from herder.masterd.announce import Announcements
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
@@ -92,7 +92,7 @@ def lock_manager_for(store: ConfigStore) -> locking.LockManager:
 
 class MasterDaemon:
     def __init__(self, settings: MasterSettings, rpc: NodeRpc | None = None) -> None:
-        heap.limit_arenas()  # before any thread: see core.heap
+        heap.limit_arenas()  # before any thread: see masterd.heap
         self.settings = settings
         self.me = settings.node_name or socket.getfqdn()
         self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
