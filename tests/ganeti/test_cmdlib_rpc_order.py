@@ -29,10 +29,11 @@ from typing import Any
 
 import pytest
 
-from herder.core import ganeti_import, locking, model
+from herder.core import ganeti_import, model
 from herder.core.errors import HerderError, RpcError
-from herder.core.jobs import opcodes
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LogicalUnit, MasterEnv
 from herder.masterd.lu.grow import InstanceGrowDisk

@@ -22,13 +22,13 @@ import pytest
 
 from herder.core import etcd
 from herder.core.errors import StoreError
-from herder.core.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
-from herder.core.jobs.store_etcd import EtcdJobStorage
 from herder.core.lease import Fence, master_key
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore
 from herder.masterd.daemon import EXIT_LEASE_LOST
+from herder.masterd.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
+from herder.masterd.jobs.store_etcd import EtcdJobStorage
 from tests.ha.test_etcd import ETCD, EtcdCluster
 from tests.system.masterd_fixture import make_cluster
 

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from herder.core.jobs import reason
+from herder.core import reason
 from herder.maintd.daemon import RapiCluster
 from herder.maintd.instances import JobInfo
 from herder.maintd.rounds import Node

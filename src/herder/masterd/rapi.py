@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
-from herder.core import access, model, roles, storage_units, untrusted
+from herder.core import access, model, reason, roles, storage_units, untrusted
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -31,13 +31,13 @@ from herder.core.errors import (
     NotFoundError,
     OpPrereqError,
 )
-from herder.core.jobs import opcodes, reason
-from herder.core.jobs import queue as job_queue
 from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import hvfiles, views
 from herder.masterd.announce import Announcements
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs import queue as job_queue
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext

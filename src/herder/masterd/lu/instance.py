@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from herder.core import configdiff, diskobjects, locking, model, names, params, ports, vmclaim
+from herder.core import configdiff, diskobjects, model, names, params, ports, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
-from herder.masterd import portpool
+from herder.masterd import locking, portpool
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import convert, disk_modify, disks, handover, migration
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets

@@ -7,10 +7,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from herder.core import diskobjects, locking, model, names, params, ports
+from herder.core import diskobjects, model, names, params, ports
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 

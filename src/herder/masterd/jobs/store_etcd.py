@@ -24,8 +24,8 @@ import msgspec
 
 from herder.core import etcd, randomness, untrusted
 from herder.core.errors import StoreError
-from herder.core.jobs.queue import Job
 from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
+from herder.masterd.jobs.queue import Job
 
 log = logging.getLogger("herder.jobs")
 
