@@ -21,11 +21,11 @@ import pytest
 
 from herder.core import etcd
 from herder.core.errors import StoreError
-from herder.core.lease import MasterLease
 from herder.core.store_etcd import EtcdStore
 from herder.masterd import locking
 from herder.masterd.jobs.queue import Job, JobQueue, OpStatus, QueuedOpCode, timestamp
 from herder.masterd.jobs.store_etcd import EtcdJobStorage
+from herder.masterd.lease import MasterLease
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config

@@ -22,7 +22,7 @@ import pytest
 
 from herder.core import etcd
 from herder.core.errors import StoreError
-from herder.core.lease import Fence, master_key
+from herder.core.fence import Fence, master_key
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore

@@ -36,8 +36,8 @@ from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 
 if TYPE_CHECKING:
-    from herder.core.lease import MasterLease
     from herder.core.store_etcd import EtcdStore
+    from herder.masterd.lease import MasterLease
 
 log = logging.getLogger("herder.masterd")
 

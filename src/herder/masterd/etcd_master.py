@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 from herder.core import model
 from herder.core.errors import HerderError
-from herder.core.lease import MasterLease
 from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
 from herder.masterd.jobs.store_etcd import EtcdJobStorage
+from herder.masterd.lease import MasterLease
 
 if TYPE_CHECKING:
     from herder.masterd.daemon import MasterDaemon
