@@ -633,7 +633,7 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
     key when --hmac-key is given). What could not be carried over is listed on stderr.
     """
     from herder.cli.common import store_from
-    from herder.core.ganeti_import import import_ganeti_file
+    from herder.cli.ganeti_import import import_ganeti_file
 
     store = store_from(ctx)
     if store.exists() and not force:
