@@ -54,7 +54,7 @@ import msgspec
 from herder.core import configdiff, etcd, etcd_settings, model, randomness, upgrade
 from herder.core.errors import ConfigError, StoreError
 from herder.core.fence import Fence, FenceSource, master_key, resolve_fence
-from herder.core.store import ETCD_SCHEMES, is_etcd_location
+from herder.core.locations import ETCD_SCHEMES, is_etcd_location
 
 SECURE, PLAIN = ETCD_SCHEMES  # etcds://: TLS and authentication; etcd://: tests only
 DEFAULT_LOCK_TTL = 5
