@@ -14,7 +14,6 @@ from herder.cli.common import (
     PARAM_HELP,
     YES_NO,
     json_option,
-    pass_store,
     print_json,
     print_mapping,
     store_from,
@@ -311,7 +310,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
 
 @cluster.command()
 @json_option
-@pass_store
+@remote.pass_store
 def info(store: ConfigStore, as_json: bool) -> None:
     """Show the cluster's settings and filled (effective) parameters."""
     config = store.load()
@@ -586,7 +585,7 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
               show_default=True, help="A node group name in both clusters: refuse the merge, "
               "put their nodes in our group of that name, or rename theirs.")
 @click.option("--dry-run", is_flag=True, help="Only the checks and the plan.")
-@pass_store
+@remote.pass_store
 def merge(store: ConfigStore, others: tuple[str, ...], secrets_dir: Path, groups: str,
           dry_run: bool) -> None:
     """Merge other herder clusters into this one (design-2.1 "Cluster Merger"); run it on
@@ -775,7 +774,7 @@ def move_master_role(store: ConfigStore, config: model.ConfigData, before: model
 @click.option("--no-start", is_flag=True, help="Do not move the master IP nor start the "
               "master daemons here (only the config change and the epoch).")
 @json_option
-@pass_store
+@remote.pass_store
 def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, yes: bool,
                     masterd_port: int, noded_port: int, no_start: bool, as_json: bool) -> None:
     """Make this master candidate the master (Ganeti's gnt-cluster master-failover).
@@ -989,7 +988,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
 @cluster.command("renew-crypto")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--noded-port", type=click.IntRange(1, 65535), default=ports.NODED, show_default=True)
-@pass_store
+@remote.pass_store
 def renew_crypto(store: ConfigStore, yes: bool, noded_port: int) -> None:
     """Replace the cluster CA (server.pem, also the RAPI certificate), every node's certificate
     and the HMAC key; run it on the master. Instances keep running: the new secrets are

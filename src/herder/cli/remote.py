@@ -5,12 +5,13 @@ else from the files beside the cluster config (on the master), else from this no
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import click
 import msgspec
@@ -22,6 +23,10 @@ from herder.core.errors import HerderError
 if TYPE_CHECKING:
     from herder.core import model
     from herder.core.rapi import RapiClient
+    from herder.core.store import ConfigStore
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # The RAPI client (httpx), the store and the config model are imported where used: `--help`
 # needs none of them, and a list through masterd needs no store or model (docs/scale.md).
@@ -131,6 +136,17 @@ def config_source(ctx: click.Context) -> Any:
             ssconf.master_ip(store.directory) is not None:
         return RemoteConfig(ctx)
     return store
+
+
+def pass_store(func: Callable[Concatenate[ConfigStore, P], R]) -> Callable[P, R]:
+    """Give the command the cluster's config store as its first argument: the local file, or
+    on a machine without one the config read through masterd (`config_source`)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        return func(config_source(click.get_current_context()), *args, **kwargs)
+
+    return wrapper
 
 
 def echo_log(entry: Any) -> None:
