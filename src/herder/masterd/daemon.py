@@ -147,7 +147,7 @@ class MasterDaemon:
         assert self.env.queue_dir is not None
         self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers,
                               storage=job_storage)
-        # on etcd the queue is recovered once elected (masterd_etcd.take_over)
+        # on etcd the queue is recovered once elected (become_master)
         self.recovered = (self.queue.recover() if self.lease is None else
                           {"requeued": [], "failed": [], "canceled": [], "finished": []})
         cache: ConfigView = (ConfigCache(self.store.path) if etcd_store is None
@@ -171,6 +171,20 @@ class MasterDaemon:
         if self._loop is not None and self._stop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 self._loop.call_soon_threadsafe(self._stop.set)
+
+    def become_master(self, node_uuid: str, epoch: int) -> dict[str, list[int]]:
+        """Elected on etcd (`etcd_master.take_over` wrote this node and `epoch` into the
+        config): act as master from now on; the jobs recovered from the old master's queue."""
+        self.epoch = epoch
+        self.master_uuid = node_uuid
+        # the transport's epoch, not a wrapper's (the live cache's and the reachability
+        # record's wrappers have none): else the nodes would keep accepting the old master's
+        # calls
+        if hasattr(self.node_rpc, "epoch"):
+            self.node_rpc.epoch = epoch
+        self.env.locks = lock_manager_for(self.store)  # the config as it is now
+        self.recovered = self.queue.recover()
+        return self.recovered
 
     def still_master(self) -> str | None:
         """None while the config still names this masterd's master and epoch, else why not."""
@@ -209,7 +223,7 @@ class MasterDaemon:
 
             elected = False
             try:
-                elected = await await_election(self, stop)
+                elected = await await_election(self, self.lease, stop)
             finally:
                 if not elected:
                     await asyncio.to_thread(self.lease.resign)
