@@ -1,6 +1,6 @@
-"""Ganeti's query resource for nodes, instances and node groups: `GET
-/2/query/{node,instance,group}?fields=a,b`, `PUT` with `{"fields": [...]}`, and `GET
-/2/query/{resource}/fields[?fields=...]` (the field definitions).
+"""The answers of Ganeti's query resource for nodes, instances and node groups (its routes,
+`GET /2/query/{node,instance,group}?fields=a,b`, `PUT` with `{"fields": [...]}`, and `GET
+/2/query/{resource}/fields[?fields=...]`, are `masterd.rapi.query`'s).
 
 The answer is Ganeti's `{"fields": [{"name", "title", "kind", "doc"}], "data": [[[status,
 value], ...], ...]}`, one row per object in name order; each value comes with Ganeti's result
@@ -23,9 +23,8 @@ from operator import attrgetter
 from typing import Any
 
 import msgspec
-from aiohttp import web
 
-from herder.core import access, model, params, roles
+from herder.core import model, params, roles
 from herder.masterd import livefields, views
 from herder.masterd.livecache import EMPTY, Snapshot
 
@@ -554,60 +553,3 @@ def encode_answer(config: model.ConfigData, resource: str, fields: Sequence[str]
 
 def split_fields(text: str) -> list[str]:
     return [f.strip() for f in text.split(",") if f.strip()]
-
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    from herder.masterd import rapi
-
-    def resource_of(request: web.Request) -> str:
-        name = request.match_info["resource"]
-        if name not in RESOURCES:
-            raise rapi.RapiHttpError(
-                404, f"herder's query resource answers {' and '.join(sorted(RESOURCES))}, "
-                     f"not {name!r}")
-        return name
-
-    async def respond(request: web.Request, resource: str, fields: list[str]) -> web.Response:
-        config = rapi.config_of(request)
-        # the nodes are asked for their figures only when a field needs them (a group list,
-        # or a node list of names and roles, waits for no node)
-        live = await rapi.live_of(request, config) if needs_live(resource, fields) else EMPTY
-        return web.Response(body=encode_answer(config, resource, fields, live),
-                            content_type=rapi.JSON)
-
-    # Ganeti lets readers query with GET and PUT; herder's rule for every method but GET is
-    # rapi-write (docs/security.md), so readers query with GET
-    @rapi.ROUTES.allow(access.RAPI_READ)
-    async def query_get(request: web.Request) -> web.Response:
-        resource = resource_of(request)
-        if "fields" not in request.query:
-            raise rapi.RapiHttpError(400, "Missing 'fields' query argument")
-        return await respond(request, resource, split_fields(request.query["fields"]))
-
-    @rapi.ROUTES.allow(access.RAPI_WRITE)
-    async def query_put(request: web.Request) -> web.Response:
-        resource = resource_of(request)
-        body = rapi.body_dict(await rapi.body_of(request, default={}))
-        if body.get("qfilter") is not None or body.get("filter") is not None:
-            raise rapi.RapiHttpError(400, "herder's query resource takes no filter; ask for "
-                                          "the fields and filter the rows")
-        fields = body.get("fields")
-        if fields is None:
-            if "fields" not in request.query:
-                raise rapi.RapiHttpError(400, "Missing 'fields' query argument")
-            fields = split_fields(request.query["fields"])
-        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-            raise rapi.RapiHttpError(400, "'fields' must be a list of field names")
-        return await respond(request, resource, fields)
-
-    @rapi.ROUTES.allow(access.RAPI_READ)
-    async def query_fields(request: web.Request) -> web.Response:
-        resource = resource_of(request)
-        table = RESOURCES[resource].fields
-        names = split_fields(request.query["fields"]) if "fields" in request.query \
-            else sorted(table)
-        return rapi.ok({"fields": [definition(f, table) for f in names]})
-
-    router.add_get("/2/query/{resource}", query_get)
-    router.add_put("/2/query/{resource}", query_put)
-    router.add_get("/2/query/{resource}/fields", query_fields)
