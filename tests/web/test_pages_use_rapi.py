@@ -1,7 +1,8 @@
 """The console holds no logic of its own (issue 20): every request its pages make, read from
 the page script itself (`static/app.js`), is a route of masterd's RAPI; every page's read is
 open to read-only users (its JSON twin), and every action the pages offer is a route that
-submits an ordinary job (`masterd.rapi.base.submits`), but a job's cancel (Ganeti's own route, no job)."""
+submits an ordinary job (`masterd.rapi.base.submits`), but a job's cancel (Ganeti's own route,
+no job)."""
 
 from __future__ import annotations
 
