@@ -69,6 +69,7 @@ from herder.core.noderpc import HttpNodeRpc
 from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
+from herder.masterd.failover import master_network
 
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
 FINAL_JOB = {"success", "error", "canceled"}
@@ -141,11 +142,6 @@ class Control(Protocol):
                     ours: Path) -> None:
         """Hand the other cluster's nodes over to this cluster (config at `ours`)."""
         ...
-
-
-def master_network(cluster: model.Cluster) -> dict[str, Any]:
-    return {"ip": cluster.master_ip, "netmask": cluster.master_netmask,
-            "netdev": cluster.master_netdev, "ip_family": cluster.primary_ip_family}
 
 
 class RpcControl:

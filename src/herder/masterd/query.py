@@ -17,7 +17,7 @@ take their rows from here: docs/scale.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from herder.core import model, params, roles
+from herder.core.jsonvalue import JsonObject
 from herder.masterd import livefields, views
 from herder.masterd.livecache import EMPTY, Snapshot
 
@@ -167,6 +168,7 @@ def definition(name: str, table: dict[str, FieldDef]) -> dict[str, str]:
 # fields, so `node list`'s or `instance list`'s rows at 10,000 instances cost their fields.
 
 Results = dict[str, livefields.Result]
+QueryObject = model.Node | model.Instance | model.NodeGroup  # what a query resource lists
 ColumnFn = Callable[[model.ConfigData, Sequence[Any]], list[Any]]  # a field of each object
 RowFn = Callable[[Any], Results]
 # a set's rows for one answer: what all rows share (the cluster's parameters, ...) is found
@@ -174,7 +176,7 @@ RowFn = Callable[[Any], Results]
 SetFn = Callable[[model.ConfigData, Snapshot], RowFn]
 
 
-def _normal(view: dict[str, Any]) -> Results:
+def _normal(view: Mapping[str, object]) -> Results:
     """Config fields: normal, a missing single value unavailable (Ganeti's rsMaybeUnavail)."""
     return {k: (livefields.RS_UNAVAIL, None) if v is None else (livefields.RS_NORMAL, v)
             for k, v in view.items()}
@@ -255,7 +257,7 @@ def _per_object(value: Callable[[model.ConfigData, Any], Any]) -> ColumnFn:
     return lambda config, objects: [value(config, obj) for obj in objects]
 
 
-def _tags(_config: model.ConfigData, objects: Sequence[Any]) -> list[Any]:
+def _tags(_config: model.ConfigData, objects: Sequence[QueryObject]) -> list[list[str]]:
     return [list(obj.tags) for obj in objects]
 
 
@@ -265,7 +267,7 @@ def _group_name(config: model.ConfigData, node: model.Node) -> str | None:
 
 
 def _node_counts(which: str) -> ColumnFn:
-    def column(config: model.ConfigData, nodes: Sequence[model.Node]) -> list[Any]:
+    def column(config: model.ConfigData, nodes: Sequence[model.Node]) -> list[int]:
         table = getattr(config.index(), which)
         return [len(table.get(node.uuid, ())) for node in nodes]
 
@@ -290,7 +292,7 @@ NODE_SIMPLE: dict[str, ColumnFn] = {
 
 
 def _node_names(config: model.ConfigData, insts: Sequence[model.Instance],
-                which: str) -> list[Any]:
+                which: str) -> list[str] | list[list[str]]:
     names = {uuid: node.name for uuid, node in config.nodes.items()}
     facts = config.index().facts  # the instances' disks walked once, by the index
     if which == "primary":
@@ -312,7 +314,7 @@ INSTANCE_SIMPLE: dict[str, ColumnFn] = {
 
 
 def _group_counts(config: model.ConfigData, groups: Sequence[model.NodeGroup],
-                  which: str) -> list[Any]:
+                  which: str) -> list[int]:
     index = config.index()
     return [len(index.group_nodes.get(g.uuid, ())) if which == "nodes" else
             len(_group_pinst_uuids(config, g)) for g in groups]
@@ -373,7 +375,7 @@ def needs_live(resource: str, fields: Sequence[str]) -> bool:
     return any(fs.live for fs in needed_sets(RESOURCES[resource], fields))
 
 
-def _columns(config: model.ConfigData, spec: Resource, objects: Sequence[Any],
+def _columns(config: model.ConfigData, spec: Resource, objects: Sequence[QueryObject],
              fields: Sequence[str], live: Snapshot) -> list[list[livefields.Result]]:
     """The asked fields of `objects`, a column per field (a simple field's column in one pass
     over the objects)."""
@@ -397,12 +399,12 @@ def _columns(config: model.ConfigData, spec: Resource, objects: Sequence[Any],
     return columns
 
 
-def _sorted_objects(config: model.ConfigData, spec: Resource) -> list[Any]:
+def _sorted_objects(config: model.ConfigData, spec: Resource) -> list[QueryObject]:
     return sorted(spec.objects(config), key=attrgetter("name"))
 
 
 def answer(config: model.ConfigData, resource: str, fields: Sequence[str],
-           live: Snapshot) -> dict[str, Any]:
+           live: Snapshot) -> JsonObject:
     """Ganeti's query answer: the asked fields of every object, by name."""
     spec = RESOURCES[resource]
     objects = _sorted_objects(config, spec)
@@ -511,7 +513,7 @@ class InstanceRows:
                live: Snapshot) -> bytearray:
         spec = RESOURCES["instance"]
         runs = _runs(fields)
-        objects: list[model.Instance] = _sorted_objects(config, spec)
+        objects = sorted(config.instances.values(), key=attrgetter("name"))
         rows = self._rows(config, objects, fields, runs)
         out = bytearray(b'{"fields":')
         out += _ENCODE([definition(f, spec.fields) for f in fields])

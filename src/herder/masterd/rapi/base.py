@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -47,6 +47,7 @@ JSON = "application/json"
 MAX_BODY = 4 * 1024 * 1024  # bytes of a request body
 _encode = msgspec.json.Encoder().encode
 ROUTES = access.Routes("masterd")  # who may call each route: enforced by the middleware
+Found = TypeVar("Found")
 
 
 class ConfigView(Protocol):
@@ -100,7 +101,7 @@ def error_response(status: int, explain: str) -> web.Response:
     return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
 
 
-def ok(value: Any) -> web.Response:
+def ok(value: object) -> web.Response:
     return web.Response(body=_encode(value), content_type=JSON)
 
 
@@ -126,7 +127,7 @@ def flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "0").lower() in ("1", "true", "yes")
 
 
-async def body_of(request: web.Request, *, default: Any = None) -> Any:
+async def body_of(request: web.Request, *, default: object = None) -> object:
     """The request's JSON body (`herder.core.untrusted`: size and depth limited); 400 in
     Ganeti's error shape for anything else, 413 for a body over the server's limit."""
     try:
@@ -141,7 +142,7 @@ async def body_of(request: web.Request, *, default: Any = None) -> Any:
         raise RapiHttpError(400, str(err)) from None
 
 
-def body_dict(value: Any) -> dict[str, Any]:
+def body_dict(value: object) -> dict[str, object]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -149,14 +150,17 @@ def body_dict(value: Any) -> dict[str, Any]:
     return value
 
 
-def find(finder: Callable[[str], Any], key: str) -> Any:
+def find(finder: Callable[[str], Found], key: str) -> Found:
+    """What `finder` finds by `key` (a name or UUID); 404 in Ganeti's shape when nothing or
+    more than one thing answers to it."""
     try:
         return finder(key)
     except (NotFoundError, AmbiguousError) as err:
         raise RapiHttpError(404, str(err)) from None
 
 
-async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]]) -> web.Response:
+async def submit(request: web.Request, resource: str,
+                 ops: Sequence[dict[str, object]]) -> web.Response:
     """Queue a job for a write request; answer its id."""
     dry_run = flag(request, "dry-run")
     trail = [reason.rapi(resource)]
@@ -202,6 +206,7 @@ def body_fields(op: type[opcodes.OpCode], *, fixed: Iterable[str] = (),
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 _SUBMITS: dict[Callable[..., Any], tuple[type[opcodes.OpCode], ...]] = {}
 
+
 def submits(*ops: type[opcodes.OpCode]) -> Callable[[Handler], Handler]:
     """Marks a route's handler with the opcodes its jobs carry (see `opcode_routes`)."""
     def mark(handler: Handler) -> Handler:
@@ -221,7 +226,7 @@ def opcode_routes(app: web.Application) -> dict[str, list[str]]:
     return found
 
 
-def only(body: dict[str, Any], allowed: Iterable[str], what: str) -> dict[str, Any]:
+def only(body: dict[str, object], allowed: Iterable[str], what: str) -> dict[str, object]:
     unknown = set(body) - set(allowed) - {"reason", "dry_run"}
     if unknown:
         raise RapiHttpError(400, f"{what}: unknown field(s) {', '.join(sorted(unknown))}")

@@ -23,7 +23,6 @@ import codecs
 import contextlib
 import logging
 import ssl
-from typing import Any
 
 import aiohttp
 from aiohttp import WSMsgType, web
@@ -58,7 +57,7 @@ def node_rpc(request: web.Request) -> NodeRpc:
 
 
 async def call(request: web.Request, node: model.Node, method: str,
-               args: dict[str, Any]) -> Any:
+               args: dict[str, object]) -> object:
     try:
         return await asyncio.to_thread(node_rpc(request).call, node, method, args,
                                        LIST_TIMEOUT)

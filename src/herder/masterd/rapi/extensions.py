@@ -6,7 +6,6 @@ writers), `GET|PUT /2/herder/maintenance` (maintd's settings) and `PUT
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -47,7 +46,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
-    op = {"OP_ID": "OP_CLUSTER_SET_PARAMS"}
+    op: dict[str, object] = {"OP_ID": "OP_CLUSTER_SET_PARAMS"}
     op.update({MAINT_FIELDS[k]: v for k, v in body.items() if k in MAINT_FIELDS})
     return await submit(request, "herder_maintenance", [op])
 
@@ -68,7 +67,7 @@ async def herder_maintenance_state(request: web.Request) -> web.Response:
     if store is None:
         raise RapiHttpError(503, "this server has no config store")
 
-    def update() -> dict[str, Any]:
+    def update() -> dict[str, object]:
         with store.update() as config:
             current = model.to_builtins(config.maintenance)
             current.update(body)

@@ -81,7 +81,7 @@ def recent_jobs(request: web.Request, fields: list[str]) -> list[dict[str, Any]]
     return found
 
 
-async def overview_of(request: web.Request) -> dict[str, Any]:
+async def overview_of(request: web.Request) -> overview.Overview:
     """The overview; one built within OVERVIEW_EVERY / 2 seconds is shared (every open page's
     events stream asks each second)."""
     ctx = web_of(request)
@@ -145,7 +145,7 @@ async def maintd_route(request: web.Request) -> web.Response:
     return ok(answer)
 
 
-def sse(event: str, data: Any) -> bytes:
+def sse(event: str, data: object) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
