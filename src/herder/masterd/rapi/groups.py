@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from herder.core import access
+from herder.core import access, model
 from herder.masterd import views
 from herder.masterd.jobs import opcodes
 from herder.masterd.rapi.base import (
@@ -23,6 +23,12 @@ from herder.masterd.rapi.base import (
     submit,
     submits,
 )
+
+
+def _group(request: web.Request) -> model.NodeGroup:
+    """The node group the URL names (404 unless exactly one)."""
+    config = config_of(request)
+    return find(config.find_group, request.match_info["name"])
 
 
 @ROUTES.allow(access.RAPI_READ)
@@ -57,8 +63,7 @@ async def group_add(request: web.Request) -> web.Response:
 @submits(opcodes.OpGroupSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
 async def group_modify(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_group, request.match_info["name"])
+    target = _group(request)
     body = only(body_dict(await body_of(request, default={})),
                 body_fields(opcodes.OpGroupSetParams, fixed=("group_name",)), "group modify")
     return await submit(request, "groups_name_modify", [
@@ -68,8 +73,7 @@ async def group_modify(request: web.Request) -> web.Response:
 @submits(opcodes.OpGroupRename)
 @ROUTES.allow(access.RAPI_WRITE)
 async def group_rename(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_group, request.match_info["name"])
+    target = _group(request)
     body = body_dict(await body_of(request, default={}))
     new_name = body.get("new_name")
     if not isinstance(new_name, str) or not new_name:
@@ -81,8 +85,7 @@ async def group_rename(request: web.Request) -> web.Response:
 @submits(opcodes.OpGroupRemove)
 @ROUTES.allow(access.RAPI_WRITE)
 async def group_delete(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_group, request.match_info["name"])
+    target = _group(request)
     return await submit(request, "groups_name", [{"OP_ID": "OP_GROUP_REMOVE",
                                                   "group_name": target.name}])
 

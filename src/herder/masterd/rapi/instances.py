@@ -74,7 +74,7 @@ async def instance(request: web.Request) -> web.Response:
     return ok(views.instance_view(config, target, await live_of(request, config)))
 
 
-def _instance_name(request: web.Request) -> model.Instance:
+def _instance(request: web.Request) -> model.Instance:
     config = config_of(request)
     return find(config.find_instance, request.match_info["name"])
 
@@ -82,7 +82,7 @@ def _instance_name(request: web.Request) -> model.Instance:
 @submits(opcodes.OpInstanceQueryData)
 @ROUTES.allow(access.RAPI_READ)
 async def instance_info(request: web.Request) -> web.Response:
-    inst = _instance_name(request)
+    inst = _instance(request)
     return await submit(request, "instances_name_info", [
         {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": [inst.name],
          "static": flag(request, "static")}])
@@ -91,7 +91,7 @@ async def instance_info(request: web.Request) -> web.Response:
 @submits(opcodes.OpInstanceRemove)
 @ROUTES.allow(access.RAPI_WRITE)
 async def instance_delete(request: web.Request) -> web.Response:
-    inst = _instance_name(request)
+    inst = _instance(request)
     return await submit(request, "instances_name", [
         {"OP_ID": "OP_INSTANCE_REMOVE", "instance_name": inst.name}])
 
@@ -106,7 +106,7 @@ def instance_op(op: type[opcodes.OpCode], resource: str,
     @submits(op)
     @ROUTES.allow(access.RAPI_WRITE)
     async def handler(request: web.Request) -> web.Response:
-        inst = _instance_name(request)
+        inst = _instance(request)
         body = only(body_dict(await body_of(request, default={})), fields, resource)
         for name in query_flags:
             if name in request.query:
@@ -122,7 +122,7 @@ def instance_op(op: type[opcodes.OpCode], resource: str,
 @submits(opcodes.OpInstanceRename)
 @ROUTES.allow(access.RAPI_WRITE)
 async def instance_rename(request: web.Request) -> web.Response:
-    inst = _instance_name(request)
+    inst = _instance(request)
     body = only(body_dict(await body_of(request, default={})),
                 body_fields(opcodes.OpInstanceRename, fixed=INSTANCE_TARGET), "instance rename")
     if not isinstance(body.get("new_name"), str) or not body["new_name"]:
@@ -135,7 +135,7 @@ async def instance_rename(request: web.Request) -> web.Response:
 @ROUTES.allow(access.RAPI_WRITE)
 async def instance_reinstall(request: web.Request) -> web.Response:
     """Ganeti's reinstall body: `os`, `osparams`, `start` (then a startup opcode follows)."""
-    inst = _instance_name(request)
+    inst = _instance(request)
     body = only(body_dict(await body_of(request, default={})),
                 body_fields(opcodes.OpInstanceReinstall, fixed=INSTANCE_TARGET,
                             extra=("os", "start")),
@@ -154,7 +154,7 @@ async def instance_reinstall(request: web.Request) -> web.Response:
 async def instance_grow_disk(request: web.Request) -> web.Response:
     """Ganeti's `POST /2/instances/NAME/disk/N/grow`: body `amount` (MiB), `wait_for_sync`,
     `absolute`."""
-    inst = _instance_name(request)
+    inst = _instance(request)
     try:
         index = int(request.match_info["disk"])
     except ValueError:

@@ -3,9 +3,11 @@ evacuate, migrate, powercycle, and its storage units (query, modify, repair: job
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from aiohttp import web
 
-from herder.core import access, roles, storage_units
+from herder.core import access, model, roles, storage_units
 from herder.masterd import views
 from herder.masterd.jobs import opcodes
 from herder.masterd.rapi.base import (
@@ -25,6 +27,12 @@ from herder.masterd.rapi.base import (
     submit,
     submits,
 )
+
+
+def _node(request: web.Request) -> model.Node:
+    """The node the URL names (404 unless exactly one)."""
+    config = config_of(request)
+    return find(config.find_node, request.match_info["name"])
 
 
 @ROUTES.allow(access.RAPI_READ)
@@ -62,8 +70,7 @@ ROLE_FIELDS = {
 @submits(opcodes.OpNodeSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_role_set(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
+    target = _node(request)
     role = await body_of(request)
     if not isinstance(role, str):
         raise RapiHttpError(400, "the body must be a node role (a JSON string)")
@@ -81,50 +88,44 @@ async def node_role_set(request: web.Request) -> web.Response:
 NODE_MODIFY_FIELDS = body_fields(opcodes.OpNodeSetParams, fixed=NODE_TARGET)
 
 
+async def _node_job(request: web.Request, op: type[opcodes.OpCode], resource: str, what: str,
+                    fields: Iterable[str], extra: Mapping[str, object]) -> web.Response:
+    """A job of `op` for the node of the URL: the opcode's `fields` from the body, then
+    `extra` (from the query string)."""
+    target = _node(request)
+    body = only(body_dict(await body_of(request, default={})), fields, what)
+    return await submit(request, resource, [
+        {"OP_ID": opcodes.op_id_of(op), "node_name": target.name, "node_uuid": target.uuid,
+         **body, **extra}])
+
+
 @submits(opcodes.OpNodeSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_modify(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
-    body = only(body_dict(await body_of(request, default={})), NODE_MODIFY_FIELDS, "node modify")
-    if flag(request, "force"):
-        body["force"] = True
-    return await submit(request, "nodes_name_modify", [
-        {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": target.name, "node_uuid": target.uuid,
-         **body}])
+    return await _node_job(request, opcodes.OpNodeSetParams, "nodes_name_modify", "node modify",
+                           NODE_MODIFY_FIELDS, {"force": True} if flag(request, "force") else {})
 
 
 @submits(opcodes.OpNodeEvacuate)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_evacuate(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
-    body = only(body_dict(await body_of(request, default={})),
-                body_fields(opcodes.OpNodeEvacuate, fixed=NODE_TARGET), "node evacuate")
-    return await submit(request, "nodes_name_evacuate", [
-        {"OP_ID": "OP_NODE_EVACUATE", "node_name": target.name, "node_uuid": target.uuid,
-         **body}])
+    return await _node_job(request, opcodes.OpNodeEvacuate, "nodes_name_evacuate",
+                           "node evacuate",
+                           body_fields(opcodes.OpNodeEvacuate, fixed=NODE_TARGET), {})
 
 
 @submits(opcodes.OpNodeMigrate)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_migrate(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
-    body = only(body_dict(await body_of(request, default={})),
-                body_fields(opcodes.OpNodeMigrate, fixed=NODE_TARGET), "node migrate")
-    if "mode" in request.query:
-        body["mode"] = request.query["mode"]
-    return await submit(request, "nodes_name_migrate", [
-        {"OP_ID": "OP_NODE_MIGRATE", "node_name": target.name, "node_uuid": target.uuid,
-         **body}])
+    mode = {"mode": request.query["mode"]} if "mode" in request.query else {}
+    return await _node_job(request, opcodes.OpNodeMigrate, "nodes_name_migrate", "node migrate",
+                           body_fields(opcodes.OpNodeMigrate, fixed=NODE_TARGET), mode)
 
 
 @submits(opcodes.OpNodePowercycle)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_powercycle(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
+    target = _node(request)
     return await submit(request, "nodes_name_powercycle", [
         {"OP_ID": "OP_NODE_POWERCYCLE", "node_name": target.name, "node_uuid": target.uuid,
          "force": flag(request, "force")}])
@@ -150,8 +151,7 @@ async def node_storage(request: web.Request) -> web.Response:
 @submits(opcodes.OpNodeModifyStorage)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_storage_modify(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
+    target = _node(request)
     if "name" not in request.query or "allocatable" not in request.query:
         raise RapiHttpError(400, "give ?storage_type=lvm-pv&name=PV&allocatable=0|1")
     return await submit(request, "nodes_name_storage_modify", [
@@ -164,8 +164,7 @@ async def node_storage_modify(request: web.Request) -> web.Response:
 @submits(opcodes.OpRepairNodeStorage)
 @ROUTES.allow(access.RAPI_WRITE)
 async def node_storage_repair(request: web.Request) -> web.Response:
-    config = config_of(request)
-    target = find(config.find_node, request.match_info["name"])
+    target = _node(request)
     if "name" not in request.query:
         raise RapiHttpError(400, "give ?storage_type=lvm-vg&name=VG")
     return await submit(request, "nodes_name_storage_repair", [
