@@ -24,12 +24,12 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from herder.core import access, notification
+from herder.core import access, login_backoff, notification
 from herder.core.rapi_users import REALM, UsersFile
 from herder.maintd.daemon import Maintd
 
@@ -46,6 +46,8 @@ class NotifySettings:
     https_port: int = 0  # the HTTPS listener's port, named in the plain port's 403
     insecure: bool = False  # also accept notifications over plain HTTP
     users: UsersFile | None = None  # the RAPI users: who may cancel (write users, HTTPS)
+    # wrong passwords lately, and the holds they set (`core.login_backoff`)
+    backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
 
 
 DAEMON = web.AppKey("maintd", Maintd)
@@ -106,7 +108,16 @@ def _writer_refusal(request: web.Request) -> web.Response | None:
     if settings is None or settings.users is None:
         return _json({"error": "unavailable", "message": "this maintd has no RAPI users file "
                       "to check the credentials with"}, 503)
-    user = settings.users.authenticate(request.headers.get("Authorization"))
+    tried = login_backoff.attempt_basic(settings.users, settings.backoff,
+                                        request.headers.get("Authorization"),
+                                        request.remote or "?", "maintd cancel")
+    if tried.hold > 0:
+        return web.Response(text=json.dumps({
+            "error": "too many requests", "message": "too many wrong passwords from this "
+            f"address for this user; try again in {tried.hold:.1f} s"}), status=429,
+            content_type="application/json",
+            headers={"Retry-After": login_backoff.retry_after(tried.hold)})
+    user = tried.user
     if user is None:
         return web.Response(text=json.dumps({"error": "unauthorized", "message": "valid RAPI "
                                              "credentials are required"}),

@@ -3,10 +3,10 @@
 A session is created by a login with a RAPI user's name and password and maps to that user;
 it ends at logout, after `idle` seconds without a request, or `lifetime` seconds after the
 login, whichever comes first; a user's logins beyond `MAX_SESSIONS_PER_USER` end that user's
-oldest session (never another user's: no flood of logins logs anyone else out). Its id travels in a cookie (HttpOnly, Secure, SameSite=Strict);
-its CSRF token is given to the page and must come back in `CSRF_HEADER` on every request that
-may change something (docs/security.md "The web console"). Sessions live in masterd's memory:
-a restart of masterd logs everyone out.
+oldest session (never another user's: no flood of logins logs anyone else out). Its id travels
+in a cookie (HttpOnly, Secure, SameSite=Strict); its CSRF token is given to the page and must
+come back in `CSRF_HEADER` on every request that may change something (docs/security.md "The
+web console"). Sessions live in masterd's memory: a restart of masterd logs everyone out.
 """
 
 from __future__ import annotations
