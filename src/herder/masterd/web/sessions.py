@@ -71,6 +71,15 @@ class SessionStore:
         session.last_seen = now
         return session
 
+    def peek(self, session_id: str) -> Session | None:
+        """The live session of this id, without counting as a request (an open stream looks
+        whether its session still lives: that alone must not keep it alive)."""
+        session = self._sessions.get(session_id)
+        if session is not None and self._ended(session, self.clock()):
+            self.drop(session_id)
+            return None
+        return session
+
     def drop(self, session_id: str) -> None:
         session = self._sessions.pop(session_id, None)
         if session is None:
