@@ -12,6 +12,7 @@ stays (masakari's header), but it proves nothing more than the cluster key.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,23 @@ def io_error(hostname: str) -> bytes:
     return notification.vm_notification(hostname, U_A, "IO_ERROR", "IO_ERROR_REPORT").to_json()
 
 
+@contextmanager
+def maintd(tmp_path: Path, listed: dict[str, str] | None) -> Iterator[Cluster]:
+    """maintd's HTTPS port as it starts (the cluster CA asks for client certificates), `a`
+    running on node2 (DRBD secondary node3), `listed`: the node certificates (None: none)."""
+    ca = tmp_path / "server.pem"
+    if not ca.exists():
+        ca.write_bytes(self_signed_certificate("cluster.example.com"))
+    daemon = Maintd(FakeCluster(4, [Instance("a", "node2", ("node3",), uuid=U_A,
+                                             disk_template="drbd")]),
+                    FileState(tmp_path / "s.json"), [FakeSource()], interval=0.01,
+                    watcher=False)
+    settings = maintd_server.NotifySettings(lambda: KEY, senders=lambda: listed)
+    tls = serve.server_tls(ca, client_cas=[ca], clients_optional=True)
+    with serving(maintd_server.make_app(daemon, settings), tls) as served:
+        yield Cluster(served, daemon, {}, ca)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     ca = tmp_path / "server.pem"
@@ -54,15 +72,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     for name in ("node2", "node3", "removed"):
         pems[name] = tmp_path / f"{name}.pem"
         pems[name].write_bytes(node_certs.issue(ca.read_bytes(), name))
-    listed = {node_certs.digest(pems[n].read_bytes()): n for n in ("node2", "node3")}
-    daemon = Maintd(FakeCluster(4, [Instance("a", "node2", ("node3",), uuid=U_A,
-                                             disk_template="drbd")]),
-                    FileState(tmp_path / "s.json"), [FakeSource()], interval=0.01,
-                    watcher=False)
-    settings = maintd_server.NotifySettings(lambda: KEY, senders=lambda: listed)
-    tls = serve.server_tls(ca, client_cas=[ca], clients_optional=True)
-    with serving(maintd_server.make_app(daemon, settings), tls) as served:
-        yield Cluster(served, daemon, pems, ca)
+    with maintd(tmp_path, {node_certs.digest(pems[n].read_bytes()): n
+                           for n in ("node2", "node3")}) as served:
+        served.pems.update(pems)
+        yield served
 
 
 def post(cluster: Cluster, body: bytes, shown: str | None) -> httpx.Response:
@@ -102,19 +115,8 @@ def test_only_the_node_that_hosts_an_instance_reports_it(cluster: Cluster) -> No
 def test_a_cluster_without_node_certificates_keeps_the_token(tmp_path: Path) -> None:
     """A cluster whose master issued no node certificates (imported from Ganeti, until its
     renew-crypto) has no list: the token alone, as before, and nodes show no certificate."""
-    ca = tmp_path / "server.pem"
-    ca.write_bytes(self_signed_certificate("cluster.example.com"))
-    daemon = Maintd(FakeCluster(4, [Instance("a", "node2", uuid=U_A,
-                                             disk_template="sharedfile")]),
-                    FileState(tmp_path / "s.json"), [FakeSource()], interval=0.01,
-                    watcher=False)
-    settings = maintd_server.NotifySettings(lambda: KEY, senders=lambda: None)
-    tls = serve.server_tls(ca, client_cas=[ca], clients_optional=True)
-    with serving(maintd_server.make_app(daemon, settings), tls) as served:
-        assert served.secure is not None
-        with httpx.Client(verify=tls_context(ca), timeout=30) as http:
-            answer = http.post(served.secure + "/1/notifications", content=io_error("node2"),
-                               headers={**TOKEN, "Content-Type": "application/json"})
+    with maintd(tmp_path, None) as cluster:
+        answer = post(cluster, io_error("node2"), None)
         assert answer.status_code == 202, answer.text
-    (incident,) = daemon.state.incidents
-    assert incident.instance == U_A
+        (incident,) = cluster.daemon.state.incidents
+        assert incident.instance == U_A

@@ -23,30 +23,21 @@ import httpx
 import pytest
 
 from herder.core import login_backoff
-from herder.core.jobs.queue import JobQueue
 from herder.core.login_backoff import MAX_HOLD, Backoff
 from herder.core.rapi_users import UsersFile
-from herder.core.store import ConfigCache, FileStore
 from herder.maintd import server as maintd_server
 from herder.maintd.daemon import Maintd
 from herder.maintd.state import FileState
 from herder.masterd import rapi
 from herder.masterd.web.context import WebContext
-from tests.conftest import build_config
 from tests.maintd.fakes import FakeCluster, FakeSource
+from tests.web.test_web_logic import Clock
 
 from .serving import Served, serving
-from .test_route_table import READER, WRITER, certificate, users_file
+from .test_route_table import READER, WRITER, Daemon, certificate, users_file
+from .test_route_table import masterd as route_masterd  # noqa: F401  (a fixture)
 
 ATTACKER, ADMIN = "127.0.0.2", "127.0.0.3"  # two source addresses on this machine's loopback
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # --- the rule, on a clock of its own ------------------------------------------------------------
@@ -150,15 +141,11 @@ def held_then_refused(answers: list[httpx.Response]) -> httpx.Response:
 
 
 @pytest.fixture
-def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi.RapiContext]]:
-    directory = tmp_path / "masterd"
-    directory.mkdir()
-    store = FileStore(directory / "config.json")
-    store.create(build_config(3))
-    queue = JobQueue(directory / "queue", lambda ctx, op: None)
-    ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue,
-                           users=UsersFile(users_file(directory)), store=store, web=WebContext())
-    with serving(rapi.make_app(ctx)) as served:
+def masterd(route_masterd: tuple[Daemon, rapi.RapiContext]  # noqa: F811  (the fixture)
+            ) -> Iterator[tuple[Served, rapi.RapiContext]]:
+    daemon, ctx = route_masterd
+    ctx.web = WebContext()  # the login page
+    with serving(daemon.app) as served:
         yield served, ctx
 
 

@@ -45,12 +45,11 @@ class SessionStore:
     def create(self, user: str) -> Session:
         now = self.clock()
         self._expire(now)
-        own = self._by_user.setdefault(user, {})
-        while len(own) >= MAX_SESSIONS_PER_USER:
+        while len(own := self._by_user.get(user, {})) >= MAX_SESSIONS_PER_USER:
             self.drop(next(iter(own)))
         session = Session(secrets.token_urlsafe(32), user, secrets.token_urlsafe(32), now, now)
         self._sessions[session.id] = session
-        own[session.id] = None
+        self._by_user.setdefault(user, {})[session.id] = None
         return session
 
     def count(self, user: str) -> int:
