@@ -21,12 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from herder.core import access, locking, model
-from herder.core.jobs import opcodes
-from herder.core.jobs.queue import JobQueue
+from herder.core import access, model
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
-from herder.masterd import rapi
+from herder.masterd import locking, rapi
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.web.context import WebContext

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
 from herder.masterd import rapi
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER
 from tests.conftest import build_config

@@ -61,7 +61,6 @@ from herder.noded.trust import NodeTrust
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
-DEFAULT_PORT = 1811
 ROUTES = access.Routes("noded")  # who may call each route (tests/security walks the router)
 
 
