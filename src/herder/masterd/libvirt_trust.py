@@ -70,9 +70,12 @@ def _signed(rpc: NodeRpc, node: model.Node, ca: bytes) -> str:
     return node_certs.sign_request(ca, request.encode(), node.name).decode()
 
 
-def _install(rpc: NodeRpc, node: model.Node, certificate: str) -> None:
-    rpc.call(node, "libvirt_tls", {"stage": "install", "certificate": certificate},
-             timeout=TIMEOUT)
+def _install(rpc: NodeRpc, node: model.Node, certificate: str, say: Say) -> None:
+    answer = rpc.call(node, "libvirt_tls", {"stage": "install", "certificate": certificate},
+                      timeout=TIMEOUT)
+    problem = answer.get("reload_problem") if isinstance(answer, dict) else None
+    if problem:  # installed, but its libvirtd serves the old files until it restarts
+        say(f"{node.name}: libvirtd did not take its new certificate: {problem}")
 
 
 def rotate(rpc: NodeRpc, nodes: list[model.Node], trusted: list[str], publish: Publish,
@@ -91,7 +94,7 @@ def rotate(rpc: NodeRpc, nodes: list[model.Node], trusted: list[str], publish: P
     publish([*trusted[-1:], new])
     for node, certificate in signed.values():
         try:
-            _install(rpc, node, certificate)
+            _install(rpc, node, certificate, say)
         except HerderError as err:
             say(f"{node.name}: its libvirt certificate of the new CA was not installed "
                 f"({err}); libvirt migrations to and from it fail until herder node add "
@@ -112,7 +115,7 @@ def issue(rpc: NodeRpc, config: model.ConfigData, config_path: Path, node: model
                                       publish, say), 0o600)
             return
         try:
-            _install(rpc, node, _signed(rpc, node, ca))
+            _install(rpc, node, _signed(rpc, node, ca), say)
         except HerderError as err:
             say(f"{node.name}: no libvirt certificate ({err}); libvirt migrations to and from "
                 f"it fail until herder node add --readd {node.name}")

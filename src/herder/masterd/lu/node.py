@@ -311,11 +311,16 @@ def _libvirt_publish(env: Any, feedback: libvirt_trust.Say) -> libvirt_trust.Pub
 
 
 def _libvirt_certificate(env: Any, node_uuid: str, feedback: libvirt_trust.Say) -> None:
-    """The node's libvirt certificate of the current CA (`masterd.libvirt_trust.issue`)."""
-    from herder.masterd.lu.cluster import config_path_of
+    """The node's libvirt certificate of the current CA (`masterd.libvirt_trust.issue`),
+    once it has the current CAs (a node back online may have missed a rotation)."""
+    from herder.masterd.lu.cluster import config_path_of, redistribute
 
     config = env.store.load()
-    libvirt_trust.issue(env.rpc, config, config_path_of(env), config.nodes[node_uuid],
+    node = config.nodes[node_uuid]
+    pushed = redistribute(env, config, full=False, only=[node.name])
+    for error in pushed.get(node.name, {}).get("errors", []):
+        feedback(f"{node.name}: {error}")
+    libvirt_trust.issue(env.rpc, config, config_path_of(env), node,
                         _libvirt_publish(env, feedback), feedback)
 
 
