@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -122,10 +123,12 @@ async def node_samples(request: web.Request) -> web.Response:
                "error": live.error(node.uuid)})
 
 
-def names_instance(job: dict[str, Any], name: str) -> bool:
-    return any(isinstance(op, dict) and name in (op.get("instance_name"),
-                                                 op.get("instance_uuid"))
-               for op in job.get("ops") or [])
+def names_instance(job: Mapping[str, object], name: str) -> bool:
+    """Whether an opcode of the job (its `ops`) names the instance."""
+    ops = job.get("ops")
+    return isinstance(ops, list) and any(
+        isinstance(op, dict) and name in (op.get("instance_name"), op.get("instance_uuid"))
+        for op in ops)
 
 
 @ROUTES.allow(access.RAPI_READ)
