@@ -101,6 +101,7 @@ def test_the_checker_finds_circles_and_lets_type_only_imports_be() -> None:
     assert [i.target for i in metrics if i.type_only] == ["herder.mond.agent"]
     assert "herder.mond.agent" not in graph["herder.mond.metrics"]
 
+
 def test_no_import_circle_between_files() -> None:
     graph = import_graph()
     found = circles({module: list(edges) for module, edges in graph.items()})

@@ -21,6 +21,7 @@ PROTOCOL_VERSION = 3000000
 OS_API_VERSION = 20
 EXPORT_VERSION = 0
 
+
 def node_view(config: model.ConfigData, node: model.Node,
               live: Snapshot = EMPTY) -> JsonObject:
     """Ganeti's N_FIELDS; the live figures from `live` (null where Ganeti's would be: node

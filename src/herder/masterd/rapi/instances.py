@@ -97,7 +97,7 @@ async def instance_delete(request: web.Request) -> web.Response:
 
 
 def instance_op(op: type[opcodes.OpCode], resource: str,
-                 query_flags: tuple[str, ...] = ()) -> Handler:
+                query_flags: tuple[str, ...] = ()) -> Handler:
     """A route submitting `op` for the instance of the URL, with the opcode's fields from the
     body and `query_flags` from the query string."""
     op_id = opcodes.op_id_of(op)
