@@ -27,6 +27,7 @@ from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
 from herder.masterd import redist
 from herder.masterd.announce import Announcements
+from herder.masterd.leases import Leases
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
@@ -158,7 +159,8 @@ class MasterDaemon:
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store, live=self.live, rpc=rpc, web=WebContext(),
                                 announce=Announcements(self.secrets.hmac_keys,
-                                                       self.reachability))
+                                                       self.reachability),
+                                leases=Leases(self.secrets.hmac_keys))
         heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -38,6 +38,7 @@ from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
 from herder.masterd import views
 from herder.masterd.announce import Announcements
+from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
@@ -75,6 +76,8 @@ class RapiContext:
     web: WebContext | None = None  # the web console: logins, node samples (masterd/web/)
     # the nodes' announcements that they are up (masterd/announce.py); None: refused
     announce: Announcements | None = None
+    # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
+    leases: Leases | None = None
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -832,7 +835,7 @@ def access_refusal(request: web.Request) -> web.Response | None:
     ctx = ctx_of(request)
     # the web console's login and files (masterd/web/pages.py), a node's signed announcement
     # (masterd/announce.py): their handlers check
-    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE):
+    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE):
         return None
     user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
     if "Authorization" not in request.headers:  # a web console session (masterd/web/auth.py)
@@ -959,13 +962,15 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
-    from herder.masterd import announce, console, query  # /2/query; consoles; nodes up
+    from herder.masterd import announce, console, leases, oob, query  # /2/query; consoles
     from herder.masterd.web import api as web_api  # the web console
     from herder.masterd.web import pages as web_pages
 
     query.add_routes(r)
     console.add_routes(r)  # the instance consoles and their streams
     announce.add_routes(r)
+    oob.add_routes(r)  # OP_OOB_COMMAND (Ganeti's RAPI has none)
+    leases.add_routes(r)  # the nodes' heartbeats, their ages, the candidates' view
     web_api.add_routes(r)
     web_pages.add_routes(r)
     return app
