@@ -123,7 +123,8 @@ def prepare(settings: MaintdSettings) -> Prepared:
                     watcher=(not settings.ganeti_rapi) if settings.watcher is None
                     else settings.watcher,
                     failure_table=recovery.failures, failure_window=settings.failure_window,
-                    recovery=recovery)
+                    recovery=recovery, node_recovery=settings.node_recovery,
+                    node_failure_time=settings.node_failure_time)
     tls = None
     if settings.notify_port:
         tls = serve.server_tls(cert, purpose=" for the notification port",
