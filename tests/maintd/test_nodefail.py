@@ -20,8 +20,10 @@ def test_only_online_vm_capable_non_master_nodes_past_the_failure_time_are_suspe
 
 
 def answer(votes: dict[str, object], candidates: tuple[str, ...] = ("node1", "node2",
-                                                                       "node3")) -> dict:
-    return {"master": "node1", "candidates": list(candidates), "votes": votes}
+                                                                       "node3"),
+           suspect: str = "node4") -> dict:
+    return {"node": suspect, "master": "node1", "candidates": list(candidates),
+            "votes": votes}
 
 
 def test_a_majority_of_candidates_that_cannot_reach_the_node_fails_it() -> None:
@@ -30,7 +32,22 @@ def test_a_majority_of_candidates_that_cannot_reach_the_node_fails_it() -> None:
         "node2": {"reachable": False, "asked_age": None},
         "node3": {"reachable": True, "asked_age": None}}), 6.0)
     assert verdict.failed and verdict.cannot_reach == ["node1", "node2"]
-    assert verdict.why == "2 of 3 master candidates cannot reach it (node1, node2)"
+    assert verdict.why == "2 of 3 other master candidates cannot reach it (node1, node2)"
+
+
+def test_a_candidate_is_judged_by_the_other_candidates() -> None:
+    # node3, a candidate, is suspect: the master and node2 decide (2 of 2) ...
+    verdict = nodefail.decide(answer({"node2": {"reachable": False, "asked_age": None}},
+                                     suspect="node3"), 6.0)
+    assert verdict.failed and verdict.candidates == ["node1", "node2"]
+    # ... one of the two is no majority
+    verdict = nodefail.decide(answer({"node2": {"reachable": True, "asked_age": None}},
+                                     suspect="node3"), 6.0)
+    assert not verdict.failed
+    # with one other candidate left (the master), the master decides alone
+    verdict = nodefail.decide(answer({}, ("node1", "node2"), suspect="node2"), 6.0)
+    assert verdict.failed and verdict.why == ("1 of 1 other master candidates cannot reach "
+                                              "it (node1)")
 
 
 def test_a_partitioned_master_has_no_majority() -> None:

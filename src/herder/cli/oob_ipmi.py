@@ -10,7 +10,7 @@ lanplus` against the node's BMC, as `/etc/herder/oob-ipmi.toml` (or `$HERDER_OOB
     password_file = "/etc/herder/bmc-password"   # root only (mode 0600): ipmitool -f
     port = 623
     cipher_suite = 3                # ipmitool -C (3: AES-CBC-128, HMAC-SHA1)
-    timeout = 10                    # seconds ipmitool may take
+    timeout = 30                    # seconds ipmitool may take
 
     [nodes."node1.example.com"]     # one table per node: its BMC's address (and overrides)
     host = "10.0.0.101"
@@ -77,7 +77,8 @@ def ipmitool_argv(bmc: Bmc, command: str) -> list[str]:
     return ["ipmitool", "-I", "lanplus", "-H", str(bmc.host), "-p", str(bmc.port or 623),
             "-U", bmc.user or "admin", "-f", str(bmc.password_file),
             "-C", str(bmc.cipher_suite if bmc.cipher_suite is not None else 3),
-            "-N", "1", "-R", "2", *COMMANDS[command]]
+            # a busy BMC answers late: 5 s per try, 3 tries (ipmitool's defaults are 2 s, 4)
+            "-N", "5", "-R", "3", *COMMANDS[command]]
 
 
 def answer(command: str, stdout: str) -> str:
@@ -107,7 +108,7 @@ def run(command: str, node: str, config: Path) -> str:
         raise HerderError(f"unknown command {command!r} (one of {', '.join(COMMANDS)})")
     settings = settingsfile.load(config, Settings, "OOB IPMI settings")
     bmc = bmc_of(settings, node, config)
-    timeout = bmc.timeout or 10.0
+    timeout = bmc.timeout or 30.0
     try:
         done = subprocess.run(ipmitool_argv(bmc, command), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)

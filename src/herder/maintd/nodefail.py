@@ -91,9 +91,11 @@ class Verdict:
 
 def decide(answer: Mapping[str, Any], lease_time: float) -> Verdict:
     """The verdict on a suspect from masterd's liveness answer: failed only when a strict
-    majority of all master candidates cannot reach it (the master counts: it missed the
-    lease) and it asked none of them for its lease within `lease_time`."""
-    candidates = sorted(answer.get("candidates") or [])
+    majority of the master candidates but the suspect itself cannot reach it (the master
+    counts: it missed the lease) and it asked none of them for its lease within
+    `lease_time`."""
+    suspect = answer.get("node")
+    candidates = sorted(c for c in answer.get("candidates") or [] if c != suspect)
     master = str(answer.get("master") or "")
     cannot = [master] if master in candidates else []
     asked: list[float] = []
@@ -108,7 +110,7 @@ def decide(answer: Mapping[str, Any], lease_time: float) -> Verdict:
             cannot.append(name)
     last_asked = min(asked) if asked else None
     failed = len(candidates) > 0 and 2 * len(cannot) > len(candidates)
-    why = (f"{len(cannot)} of {len(candidates)} master candidates cannot reach it"
+    why = (f"{len(cannot)} of {len(candidates)} other master candidates cannot reach it"
            + (f" ({', '.join(cannot)})" if cannot else ""))
     return Verdict(failed, cannot, candidates, last_asked, why)
 

@@ -123,6 +123,7 @@ class LeaseKeeper:
         self.fenced = False  # the lease ran out: no domain starts until it is held again
         self.last_renewal = ""  # how the last renewal went (master, candidates, refused)
         self.watchdog: Watchdog | None = None
+        self._no_watchdog = ""  # why the watchdog could not be opened (said once)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -210,7 +211,7 @@ class LeaseKeeper:
             self.valid_until = sent + LEASE_TIME
             if not self.holding:
                 log.info("lease: held (%s)", how)
-                self._arm()
+            self._arm()
             self.holding = True
             self.fenced = False
         if how != self.last_renewal:
@@ -228,9 +229,13 @@ class LeaseKeeper:
         try:
             dog.open()
         except OSError as err:
-            log.warning("lease: no watchdog (%s: %s); the lease still stops the domains",
-                        device, err.strerror or err)
+            why = f"{device}: {err.strerror or err}"
+            if why != self._no_watchdog:
+                log.warning("lease: no watchdog (%s); the lease still stops the domains; "
+                            "tried again at every renewal", why)
+            self._no_watchdog = why
             return
+        self._no_watchdog = ""
         self.watchdog = dog
 
     def check_expiry(self) -> None:

@@ -30,7 +30,7 @@ from herder.sim import netns
 from herder.sim.host import HostSimulation, SimHost, node_environment
 
 log = logging.getLogger("herder.sim.bmc")
-IPMI_SIM = "/usr/sbin/ipmi_sim"
+IPMI_SIM = "ipmi_sim"  # Debian: /usr/bin/ipmi_sim
 BASE_PORT = 6230  # host slot i's BMC listens on BASE_PORT + i at the simulator's address
 USER = "herder"
 PASSWORD_FILE = "/etc/herder/bmc-password"
@@ -52,7 +52,10 @@ def missing() -> str | None:
 
 
 def ipmi_sim_path() -> str:
-    return shutil.which(IPMI_SIM) or IPMI_SIM
+    found = shutil.which(IPMI_SIM)
+    if found is None:
+        raise HerderError(f"{IPMI_SIM} is not installed (apt-get install openipmi)")
+    return found
 
 
 def directory(sim: HostSimulation, name: str) -> Path:
@@ -82,7 +85,7 @@ def lan_conf(name: str, address: str, port: int, password: str, control: list[st
 def oob_settings(sim: HostSimulation) -> str:
     """/etc/herder/oob-ipmi.toml: every host's BMC."""
     lines = ["[defaults]", f'user = "{USER}"', f'password_file = "{PASSWORD_FILE}"',
-             "cipher_suite = 3", "timeout = 10", ""]
+             "cipher_suite = 3", "timeout = 30", ""]
     for name, host in sorted(sim.record.hosts.items()):
         lines += [f'[nodes."{name}"]', f'host = "{sim.address(netns.SIMULATOR_HOST)}"',
                   f"port = {BASE_PORT + host.slot}", ""]
@@ -130,7 +133,7 @@ def start_all(sim: HostSimulation, hosts: list[SimHost]) -> None:
     reason = missing()
     if reason is not None:
         raise HerderError(f"the simulated BMCs: {reason}")
-    password = secrets.token_hex(12)
+    password = secrets.token_hex(8)  # IPMI passwords: at most 20 bytes (16 for IPMI 1.5)
     for host in hosts:
         start(sim, host, password)
     settings = oob_settings(sim)

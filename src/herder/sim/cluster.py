@@ -490,7 +490,8 @@ def power(directory: Path, node: str, on: bool) -> str:
     done = subprocess.run(
         ["nsenter", f"--net=/run/netns/{sim.netns}", "--", "ipmitool", "-I", "lanplus", "-H",
          sim.address(netns.SIMULATOR_HOST), "-p", str(port), "-U", sim_bmc.USER, "-f",
-         str(password), "-C", "3", "chassis", "power", "on" if on else "off"],
+         str(password), "-C", "3", "-N", "5", "-R", "3", "chassis", "power",
+         "on" if on else "off"],
         capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise HerderError(f"{host.name}'s BMC: {done.stderr.strip() or done.stdout.strip()}")
@@ -526,6 +527,7 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
                                                       ceph=bool(state.ceph)))
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
+    sim.keep_powered()  # also the hosts' watchdog devices, which noded opens once joined
     sim_bmc.start_all(sim, hosts)
     say(f"BMCs (ipmi_sim) at {sim.address(netns.SIMULATOR_HOST)}:"
         f"{sim_bmc.BASE_PORT + 1}..; each node's oob_program is {oob_program()}")
