@@ -420,8 +420,16 @@ class Maintd:
         return harep.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
                                 event_jobs, affected)
 
+    def _not_failing(self, nodes: list[Node], instances: list[Instance]) -> list[Instance]:
+        """`instances` less those of nodes with an active node-failed incident: that incident
+        alone moves them, once the node is fenced (maintd.nodefail)."""
+        failing = {i.node for i in nodefail.active(self.state.incidents)}
+        names = {n.name for n in nodes if n.uuid in failing}
+        return [i for i in instances if i.pnode not in names] if names else instances
+
     def _instance_jobs(self, nodes: list[Node], instances: list[Instance], plan: Plan) -> bool:
         """Adds the instance incidents' jobs to `plan`; whether an incident changed."""
+        instances = self._not_failing(nodes, instances)
         res = instance_incidents.plan_instances(nodes, instances, self.state.incidents, plan)
         for event in res.canceled:
             inc = self.state.incident(event)
@@ -456,6 +464,7 @@ class Maintd:
             if not self.restarts[name]:
                 del self.restarts[name]
         skip = instance_incidents.recovering(self.state.incidents)
+        instances = self._not_failing(nodes, instances)
         res = watcher_repairs.plan_watcher(nodes, instances, plan, states, self.restarts,
                                            self._affected(nodes), now, self.restart_budget,
                                            self.restart_window, self.restart_settle,
