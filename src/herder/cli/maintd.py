@@ -179,6 +179,9 @@ def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
     for inc in incidents:
         jobs = ",".join(str(j) for j in inc.get("jobs", [])) or "-"
         what = f"  instance {inc['instance']}" if inc.get("instance") else ""
+        original = inc.get("original")
+        if inc["action"] == "node-failed" and isinstance(original, dict):
+            what = f"  {original.get('step')}: {original.get('detail')}"  # maintd.nodefail
         click.echo(f"{inc['uuid']}  {inc['node']:20} {inc['action']:18} "
                    f"{inc['repair-status']:10} jobs {jobs}  {inc['tag']}{what}")
 

@@ -277,7 +277,8 @@ class NodeFailures:
         return await asyncio.to_thread(self.cluster.job_info, job_id)
 
     def _step(self, inc: model.Incident, step: str, detail: str) -> None:
-        inc.original = {**inc.original, "step": step, "detail": detail}
+        times = {**(inc.original.get("times") or {}), step: round(time.time(), 3)}
+        inc.original = {**inc.original, "step": step, "detail": detail, "times": times}
         inc.touch()
         log.info("node-failed incident %s: %s (%s)", inc.uuid, step, detail)
 
