@@ -469,6 +469,45 @@ def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) ->
         assert request(served, beat, content=body).status_code == 403  # replayed
     assert ctx.queue.job_ids() == []
 
+
+def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -> None:
+    daemon, node = noded
+    from herder.core import ssconf
+
+    node.data_dir.mkdir(parents=True, exist_ok=True)
+    caller = "node2.example.com"
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_LEASE]
+    lease = Route(route.method, route.canonical, route.canonical.replace("{name}", caller),
+                  route.rule)
+
+    def signed(name: str = caller, purpose: str = purpose_keys.NODE_LEASE,
+               key: bytes = KEY) -> bytes:
+        return rpcauth.sign_call(key, "node_lease", name, {}, purpose=purpose)
+
+    with serving(daemon.app) as served:
+        # not a master candidate (no ssconf yet): it witnesses nothing
+        assert request(served, lease, content=signed()).status_code == 409
+        ssconf.path("master_candidates", node.data_dir).write_text(f"{NODE}\n{caller}\n")
+        for body in [b"", signed(purpose=purpose_keys.NODE_ANNOUNCE),
+                     signed(name="node3.example.com"), signed(key=b"k" * 40)]:
+            answer = request(served, lease, content=body)
+            assert answer.status_code == 403, (body, answer.text)
+        assert node.witness.age(caller) is None
+        ssconf.path("offline_nodes", node.data_dir).write_text(f"{caller}\n")
+        assert request(served, lease, content=signed()).status_code == 409
+        assert node.witness.age(caller) is None
+        ssconf.path("offline_nodes", node.data_dir).write_text("")
+        body = signed()
+        answer = request(served, lease, content=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"result": {"candidate": NODE}}
+        age = node.witness.age(caller)
+        assert age is not None and age < 5
+        assert request(served, lease, content=body).status_code == 403  # replayed
+    # the master's question about it: when it asked, and whether its noded answers
+    found = node.rpc_node_reachable({"node": caller, "address": "127.0.0.1", "timeout": 1})
+    assert isinstance(found["reachable"], bool) and found["asked_age"] is not None
+
 # --- docs/security.md covers every route ---------------------------------------------------------
 
 

@@ -171,3 +171,43 @@ def test_the_cli_prints_ganetis_table_and_fails_on_an_error(cluster, tmp_path: P
     done = herder("node", "power", "cycle", "node1", "--force")
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "Operating on the master node node1.example.com is not allowed" in done.stderr
+
+
+def test_the_ipmi_program_speaks_ganetis_oob_protocol_from_ipmitools_answers(
+        tmp_path: Path) -> None:
+    from herder.cli import oob_ipmi
+
+    assert oob_ipmi.answer("power-status", "Chassis Power is on\n") == '{"powered": true}'
+    assert oob_ipmi.answer("power-status", "Chassis Power is off\n") == '{"powered": false}'
+    assert oob_ipmi.answer("power-off", "Chassis Power Control: Down/Off\n") == ""
+    health = json.loads(oob_ipmi.answer("health", "System Power         : on\n"
+                                                  "Main Power Fault     : false\n"
+                                                  "Cooling/Fan Fault    : true\n"))
+    assert health == [["power-supply", "OK"], ["cooling", "CRITICAL"]]
+    assert oob.check_payload("health", health) == health  # what masterd accepts
+    with pytest.raises(Exception, match="unexpected answer of ipmitool"):
+        oob_ipmi.answer("power-status", "Error: Unable to establish IPMI v2 / RMCP+ session")
+    settings = tmp_path / "oob-ipmi.toml"
+    settings.write_text('[defaults]\npassword_file = "/etc/herder/bmc-password"\n'
+                        '[nodes."node1.example.com"]\nhost = "10.0.0.1"\nport = 6231\n')
+    env = {"HERDER_OOB_IPMI": str(settings), "PATH": "/usr/bin:/bin"}
+
+    def program(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "herder.cli.oob_ipmi", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    done = program("power-status", "node2.example.com")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert 'no [nodes."node2.example.com"] table' in done.stderr
+    done = program("reboot", "node1.example.com")
+    assert done.returncode == 1 and "unknown command 'reboot'" in done.stderr
+    settings.write_text("[defaults]\nuser = 3\n")
+    done = program("power-status", "node1.example.com")
+    assert done.returncode == 1 and "defaults.user" in done.stderr
+    bmc = oob_ipmi.bmc_of(oob_ipmi.Settings(
+        defaults=oob_ipmi.Bmc(user="admin", password_file="/p"),
+        nodes={"node1": oob_ipmi.Bmc(host="10.0.0.1", port=6231)}), "node1.example.com",
+        settings)
+    assert oob_ipmi.ipmitool_argv(bmc, "power-off")[:12] == [
+        "ipmitool", "-I", "lanplus", "-H", "10.0.0.1", "-p", "6231", "-U", "admin", "-f", "/p",
+        "-C"]
