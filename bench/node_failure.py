@@ -69,7 +69,8 @@ def _wait_new_boot(state: cluster.SimState, old: set[str], timeout: float = 400)
 
 
 def _instance(state: cluster.SimState) -> dict[str, Any]:
-    return dict(json.loads(_herder(state, "instance", "info", NAME, "--json")))
+    (found,) = json.loads(_herder(state, "instance", "info", NAME, "--json"))
+    return dict(found)
 
 
 def _incident(state: cluster.SimState, node_uuid: str, after: float) -> dict[str, Any]:
@@ -85,7 +86,7 @@ def _incident(state: cluster.SimState, node_uuid: str, after: float) -> dict[str
 
 def _place_on(state: cluster.SimState, node: str) -> float:
     """Fail the guest over to `node` (unless there); the seconds its boot took."""
-    if _instance(state)["pnode"] == node:
+    if _instance(state)["primary_node_name"] == node:
         return 0.0
     old = set(_boots(state))
     _herder(state, "instance", "failover", NAME, "--target-node", node)

@@ -8,7 +8,8 @@ powered off by its BMC (the cluster's `oob_program` is the shipped IPMI program 
 host's `ipmi_sim`) with a sharedfile and an ext guest; the node powered on again (offline: it
 runs nothing until `--offline no`); a node whose network is cut, with no `oob_program` (it
 destroys its guest when its lease runs out, its watchdog resets it, and only then is the guest
-started elsewhere); the master cut off from the others (nobody is fenced)."""
+started elsewhere); the master cut off from the others (nobody is fenced); the master
+powered off, then failed over to a candidate, whose maintd recovers its guest."""
 
 from __future__ import annotations
 
@@ -221,3 +222,22 @@ def test_a_partitioned_master_fences_nobody(sim: Any) -> None:
     for name in ("shared1", "ext1", "cut1"):
         assert primary(sim, name) in (NODE1, NODE2)
     on(sim, NODE2, "cluster", "info")
+
+
+def test_the_masters_death_is_recovered_after_master_failover(sim: Any) -> None:
+    """The file store: the operator fails the master over to a candidate (`simulate
+    --failover`, Ganeti's master-failover); the new master's maintd finds the old master's
+    lease gone, fences it through its BMC and recovers its guest."""
+    add_guest(sim, "m1", "sharedfile", NODE1)
+    new_boot(sim, "m1", set(), BOOT)
+    old = boots(sim, "m1")
+    herder(sim, "cluster", "simulate", "--dir", sim.directory, "--power-off", NODE1)
+    began = time.monotonic()
+    herder(sim, "cluster", "simulate", "--dir", sim.directory, "--failover", NODE2,
+           timeout=300)
+    node, _ = new_boot(sim, "m1", old, RECOVERED + BOOT)
+    assert node != NODE1
+    incident = node_failed(sim, NODE1)
+    assert incident is not None and incident["original"]["fence"] == "oob"
+    assert_one_writer(sim, "m1")
+    print(f"m1: back on {node} {time.monotonic() - began:.1f} s after the master failover")
