@@ -26,8 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from herder.core import model
-from herder.core.jobs import reason
+from herder.core import model, reason
 from herder.core.rapi import job_error_message
 from herder.maintd import incidents as incident_lifecycle
 from herder.maintd.rounds import MIRRORED, MOVABLE, Instance, Node

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from herder.core import access, untrusted
-from herder.core.jobs import opcodes
+from herder.masterd.jobs import opcodes
 
 POWER_ON, POWER_OFF, POWER_CYCLE, POWER_STATUS, HEALTH = opcodes.OOB_COMMANDS
 POWER_COMMANDS = (POWER_ON, POWER_OFF, POWER_CYCLE)

@@ -39,9 +39,8 @@ import httpx
 import msgspec
 from aiohttp import web
 
-from herder.core import access, node_certs, purpose_keys, rpcauth, ssconf
+from herder.core import access, node_certs, ports, purpose_keys, rpcauth, ssconf
 from herder.core.errors import HerderError, SignatureError
-from herder.core.rapi import DEFAULT_PORT as MASTERD_PORT
 
 if TYPE_CHECKING:
     from herder.noded.server import NodeDaemon
@@ -53,7 +52,6 @@ LEASE_TIME = 6.0  # masterd.leases.LEASE_TIME
 RENEW_PERIOD = 2.0
 PET_PERIOD = 1.0
 CALL_TIMEOUT = 2.0  # the master's answer, and each candidate's (asked in parallel)
-NODED_PORT = 1811
 WDIOC_SETTIMEOUT = 0xC0045706  # _IOWR('W', 6, int): linux/watchdog.h
 MAGIC_CLOSE = b"V"
 
@@ -113,7 +111,7 @@ class LeaseKeeper:
     """The node's lease and watchdog (two threads: renewals, petting)."""
 
     def __init__(self, daemon: NodeDaemon, *, clock: Callable[[], float] = time.monotonic,
-                 master_port: int = MASTERD_PORT, noded_port: int = NODED_PORT) -> None:
+                 master_port: int = ports.MASTERD, noded_port: int = ports.NODED) -> None:
         self.daemon = daemon
         self.clock = clock
         self.master_port = master_port

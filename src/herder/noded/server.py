@@ -35,7 +35,7 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
+from herder.core import access, ordered, paths, ports, ssconf, storage_units, vmclaim, whitelist
 from herder.core import console as console_names
 from herder.core.errors import HerderError, StoreError
 from herder.core.libvirtd_conf import LibvirtPki
@@ -61,7 +61,6 @@ from herder.noded.trust import NodeTrust
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
-DEFAULT_PORT = 1811
 ROUTES = access.Routes("noded")  # who may call each route (tests/security walks the router)
 
 
@@ -232,7 +231,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
     def rpc_node_reachable(self, args: dict[str, Any]) -> dict[str, Any]:
         """For maintd's decision that a node failed (masterd.leases): does this node reach
         the node's noded, and how long ago did that node ask it for its lease?"""
-        ok, detail = fence.reachable(str(args["address"]), fence.NODED_PORT,
+        ok, detail = fence.reachable(str(args["address"]), ports.NODED,
                                      float(args.get("timeout", 2.0)))
         return {"node": self.settings.node_name, "reachable": ok, "detail": detail,
                 "asked_age": self.witness.age(str(args["node"]))}

@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from herder.core import configdiff, diskobjects, locking, model, names, params, vmclaim
+from herder.core import configdiff, diskobjects, model, names, params, ports, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
-from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
-from herder.masterd import portpool
+from herder.core.noderpc import instance_payload
+from herder.masterd import locking, portpool
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import convert, disk_modify, disks, handover, migration
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
@@ -39,7 +39,7 @@ def checked_new_name(name: str, *, name_check: bool, ip_check: bool,
         raise OpPrereqError(str(err), "resolver_error") from None
     if resolved.name != name:
         feedback(f"Resolved given name '{name}' to '{resolved.name}'")
-    if ip_check and names.address_answers(resolved.ip, DEFAULT_NODED_PORT):
+    if ip_check and names.address_answers(resolved.ip, ports.NODED):
         raise OpPrereqError(f"IP {resolved.ip} of instance {resolved.name} already in use",
                             "already_exists")
     return resolved.name

@@ -7,10 +7,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from herder.core import diskobjects, locking, model, names, params
+from herder.core import diskobjects, model, names, params, ports
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -62,7 +63,6 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             raise OpPrereqError("joining a node needs the node daemons (masterd's node RPC)")
         from herder.core import envelope
         from herder.core.cluster_secrets import SecretPaths
-        from herder.core.noderpc import DEFAULT_NODED_PORT
         from herder.masterd import join, redist
         from herder.masterd.lu.cluster import config_path_of
 
@@ -82,7 +82,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         except (OSError, HerderError) as err:
             raise OpPrereqError(f"cannot join {op.node_name}: the cluster's secrets: "
                                 f"{err}") from None
-        port = int(getattr(self.env.rpc, "port", DEFAULT_NODED_PORT))
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
 
         def values(digest: str) -> dict[str, str]:
             planned.cluster.node_certs[node_uuid] = digest

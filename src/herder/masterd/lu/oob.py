@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import OpPrereqError
-from herder.core.jobs import opcodes
-from herder.masterd import oob
+from herder.masterd import locking, oob
+from herder.masterd.jobs import opcodes
 from herder.masterd.livefields import RS_NODATA, RS_NORMAL, RS_UNAVAIL
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
