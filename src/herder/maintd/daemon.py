@@ -152,7 +152,8 @@ class Maintd:
         # dead nodes: detected, fenced, their instances recovered (maintd.nodefail); a
         # cluster without leases (Ganeti's) has none to watch
         self.node_failures = (nodefail.NodeFailures(cluster, failure_time=node_failure_time)
-                              if node_recovery and hasattr(cluster, "leases") else None)
+                              if node_recovery and isinstance(cluster, nodefail.Cluster)
+                              else None)
         self.store = store
         self.sources = list(sources)
         self.round_delay = round_delay

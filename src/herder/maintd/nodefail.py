@@ -24,7 +24,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from herder.core import model, reason
 from herder.core.rapi import job_error_message
@@ -41,9 +41,9 @@ FENCE_MARGIN = 3.0
 DEFAULT_WATCHDOG_TIMEOUT = 10
 RS_NORMAL = 0  # Ganeti's query result status (masterd.livefields)
 UNFINISHED = ("queued", "waiting", "running", "canceling")
-ACTIVE_STEPS = ("offline", "offlining", "fencing", "waiting", "recover", "recovering")
 
 
+@runtime_checkable
 class Cluster(Protocol):
     """What node-failure handling needs of the cluster (`daemon.RapiCluster`)."""
 
@@ -209,7 +209,7 @@ def active(incidents: Iterable[model.Incident]) -> list[model.Incident]:
 class NodeFailures:
     """Detection and the incidents' steps, once per maintd tick."""
 
-    def __init__(self, cluster: Any, *, failure_time: float = FAILURE_TIME) -> None:
+    def __init__(self, cluster: Cluster, *, failure_time: float = FAILURE_TIME) -> None:
         self.cluster = cluster
         self.failure_time = failure_time
         self.notes: dict[str, str] = {}  # node -> the last thing said about it (the page)
@@ -251,10 +251,9 @@ class NodeFailures:
                     log.warning("%s", note)
                 self.notes[node.name] = note
                 continue
-            last = age if verdict.last_asked is None else min(age, verdict.last_asked)
             inc = new_incident(node, {
                 "kind": NODE_FAILED, "step": "offline", "lease_age": round(age, 1),
-                "verdict": verdict.why, "last_alive": time.time() - last, "recovered": {},
+                "verdict": verdict.why, "recovered": {},
                 "lost": [], "unfit": [], "skipped": [], "detail": "declared failed"})
             incidents.append(inc)
             incident_lifecycle.supersede(incidents)

@@ -123,6 +123,7 @@ class LeaseKeeper:
         self.watchdog: Watchdog | None = None
         self._no_watchdog = ""  # why the watchdog could not be opened (said once)
         self._stop = threading.Event()
+        self._expiry = threading.Lock()  # both threads check the lease's end
         self._threads: list[threading.Thread] = []
 
     # --- what the node is ----------------------------------------------------------------
@@ -194,9 +195,9 @@ class LeaseKeeper:
 
     def renew_once(self) -> None:
         if not self.participates():
-            if self.holding:
-                log.info("lease: this node is no longer online and VM-capable in ssconf")
-            self.holding = False
+            if self.holding:  # the master counts it out: it runs nothing any more
+                log.error("lease: this node is no longer online and VM-capable in ssconf")
+                self.fence()
             if self.watchdog is not None and not self._running_domains():
                 self.watchdog.close(disarm=True)
                 self.watchdog = None
@@ -242,8 +243,11 @@ class LeaseKeeper:
 
     def fence(self) -> None:
         """The lease ran out: destroy every domain, stop petting (the watchdog resets us)."""
-        self.holding = False
-        self.fenced = True
+        with self._expiry:
+            if not self.holding:
+                return  # the other thread did it
+            self.holding = False
+            self.fenced = True
         log.error("lease: not renewed within %.0f s: destroying every domain and no longer "
                   "petting the watchdog", LEASE_TIME)
         try:
