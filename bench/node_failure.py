@@ -3,8 +3,8 @@
 A simulated cluster of three nodes with real guests (`herder cluster simulate`); one sharedfile
 guest on a node that is not the master. Each round kills that node and measures, from the
 failure: maintd's detection (the node-failed incident), the confirmed fence, the failover job's
-end (the domain started elsewhere) and the guest's first heartbeat there (its boot under TCG). herder's part ends with the domain started elsewhere.
-Two kinds of failure, alternating:
+end (the domain started elsewhere: herder's part ends there) and the guest's first heartbeat
+there (its boot under TCG). Two kinds of failure, alternating:
 
 - power: the node's BMC cuts its power (`simulate --power-off`); the fence is OOB (ipmitool);
 - cut: the node's network goes down inside its namespace, with no `oob_program` on it: it
