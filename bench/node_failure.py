@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,10 +35,7 @@ NAME = "hb1"
 
 
 def _herder(state: cluster.SimState, *args: str, timeout: float = 600) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERDER_")}
-    env.update(state.client_environment())
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    done = cluster.run_cli(state, *args, timeout=timeout)
     if done.returncode != 0:
         raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
     return done.stdout

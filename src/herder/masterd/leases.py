@@ -27,7 +27,8 @@ from typing import Any
 from aiohttp import web
 
 from herder.core import access, model, purpose_keys, rpcauth
-from herder.core.errors import RpcError, SignatureError
+from herder.core.errors import RpcError
+from herder.masterd.announce import signed_node
 
 log = logging.getLogger("herder.masterd")
 METHOD = "node_lease"  # noded.fence.METHOD
@@ -94,19 +95,10 @@ def add_routes(router: web.UrlDispatcher) -> None:
         leases = rapi.ctx_of(request).leases
         if leases is None:
             raise rapi.RapiHttpError(503, "this masterd keeps no leases")
-        name = request.match_info["name"]
-        body = await request.read()
-        try:
-            rpcauth.check_call(leases.keys(), body, method=METHOD, node=name,
-                               replay=leases.replay, purpose=purpose_keys.NODE_LEASE)
-        except SignatureError as err:
-            raise rapi.RapiHttpError(403, f"heartbeat refused: {err}") from None
-        node = next((n for n in rapi.config_of(request).nodes.values() if n.name == name),
-                    None)
-        if node is None:
-            raise rapi.RapiHttpError(404, f"node {name} is not a node of the cluster")
+        node = await signed_node(request, leases.keys(), leases.replay, METHOD,
+                                 purpose_keys.NODE_LEASE, "heartbeat")
         leases.renewed(node.uuid)
-        return rapi.ok({"node": name, "offline": node.offline, "lease": LEASE_TIME})
+        return rapi.ok({"node": node.name, "offline": node.offline, "lease": LEASE_TIME})
 
     @rapi.ROUTES.allow(access.RAPI_READ)
     async def lease_ages(request: web.Request) -> web.Response:

@@ -180,6 +180,15 @@ class SimState:
                           verify=tls_context(profile.ca, check_hostname=False), timeout=timeout)
 
 
+def run_cli(state: SimState, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`herder ARGS` from this machine as an operator's shell runs it: the cluster's client
+    profile, none of this process's other HERDER_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERDER_")}
+    env.update(state.client_environment())
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
 def load_state(directory: Path) -> SimState:
     state = SimState.load(directory)
     if state is None:
