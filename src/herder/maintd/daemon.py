@@ -247,18 +247,25 @@ class Maintd:
         if self.node_failures is not None:
             # apart from the tick: a dead node's agent makes a tick wait for its timeout
             self._node_failure_task = asyncio.create_task(self._watch_nodes())
-        while True:
-            try:
-                await self.tick()
-                self.last_error = ""
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # keep running; show it on the page
-                self.last_error = f"{type(err).__name__}: {err}"
-                log.exception("maintenance tick failed")
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+        try:
+            while True:
+                await self._tick_once()
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+        finally:
+            if self._node_failure_task is not None:
+                self._node_failure_task.cancel()
+
+    async def _tick_once(self) -> None:
+        try:
+            await self.tick()
+            self.last_error = ""
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # keep running; show it on the page
+            self.last_error = f"{type(err).__name__}: {err}"
+            log.exception("maintenance tick failed")
 
     async def _watch_nodes(self) -> None:
         """Node failures every `NODE_FAILURE_INTERVAL` seconds (maintd.nodefail)."""

@@ -340,7 +340,8 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
 
     def admit_run(self, args: dict[str, Any], inst: dict[str, Any]) -> None:
         """Refuse (guard.Refused) to start or define a domain this node is not the primary of,
-        before anything is created."""
+        and (RpcFailure) any while it has fenced itself (noded.fence), before anything is
+        created."""
         fenced = self.lease.refusal()
         if fenced is not None:
             raise RpcFailure(fenced)
