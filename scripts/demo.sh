@@ -106,22 +106,36 @@ echo "   sees node3's lease run out, asks the other master candidates, marks it 
 echo "   off out of band (herder-oob-ipmi: ipmitool), confirms it with power-status, and only"
 echo "   then starts web1 on another node (docs/ha.md \"Node failure\")"
 N3=node3.sim.herder.test
+boot_of() { beat "$1" "$2" | sed -n 's/.*boot_id=\([0-9a-f-]*\).*/\1/p'; }
+wait_new_boot() {  # until guest $1 on node $2 shows a boot other than $3 (its log keeps old ones)
+  for _ in $(seq 150); do
+    b=$(boot_of "$1" "$2")
+    [ -n "$b" ] && [ "$b" != "$3" ] && break
+    sleep 2
+  done
+  beat "$1" "$2"
+}
 if [ "$(primary web1)" != "$N3" ]; then
+  OLD=$(boot_of web1 "$N3")
   "$H" instance failover web1 --target-node "$N3"
-  wait_beat web1 "$N3"
+  wait_new_boot web1 "$N3" "$OLD"
 fi
+declare -A BEFORE  # each node's newest boot of web1 before the failure
+for n in node1 node2 node3; do BEFORE[$n.sim.herder.test]=$(boot_of web1 $n.sim.herder.test); done
 "$H" node power status
 "$H" cluster simulate --dir "$DIR" --power-off node3
 START=$(date +%s)
 for _ in $(seq 150); do
   sleep 1
-  if "$H" maintd status 2>/dev/null | grep node-failed | grep -qE "completed|failed"; then
+  if "$H" maintd status 2>/dev/null \
+      | awk '$3 == "node-failed" && ($4 == "completed" || $4 == "failed") {f=1} END {exit !f}'
+  then
     break
   fi
 done
 "$H" maintd status | grep node-failed || true
 W=$(primary web1)
-wait_beat web1 "$W"
+wait_new_boot web1 "$W" "${BEFORE[$W]}"
 echo "web1 heartbeats on $W, $(( $(date +%s) - START )) s after node3's power went off"
 "$H" node power status
 
