@@ -48,7 +48,7 @@ from typing import Any
 import msgspec
 
 from herder import __version__
-from herder.core import model, node_certs, params, ssconf, store, uidpool
+from herder.core import libvirtd_conf, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
@@ -135,6 +135,7 @@ def ssconf_values(config: model.ConfigData, upload_files: Iterable[str] = ()) ->
         node_certs.SSCONF_NAME: node_certs.format_list(
             node_certs.list_rows(c.node_certs, {n.uuid: n.name for n in nodes})
             + node_certs.list_rows(c.node_certs_renewing, {n.uuid: n.name for n in nodes})),
+        libvirtd_conf.SSCONF_CAS: "".join(c.libvirt_cas),
     }
 
 

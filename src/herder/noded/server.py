@@ -46,6 +46,7 @@ from herder.noded import (
     disk_transfer,
     fence,
     join,
+    libvirt_tls,
     nodeparams,
     powercycle,
     rpcargs,
@@ -822,7 +823,26 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             atomic_write(self.ssconf_dir / f"ssconf_{name}", str(text).encode(), 0o644)
             written.append(name)
         self.follow_node_params()
+        if libvirt_tls.SSCONF_NAME in values:  # the master's libvirt CAs: trusted at once
+            libvirt_tls.refresh(self.data_dir, conf=self.local(libvirt_tls.LIBVIRTD_CONF))
         return written
+
+    def rpc_libvirt_tls(self, args: dict[str, Any]) -> dict[str, Any]:
+        """This node's libvirt certificate (`masterd.libvirt_trust`): stage `request` makes a
+        new key (kept here) and answers its certificate signing request (`csr`, PEM); stage
+        `install` takes the master's `certificate` for it, which libvirtd then serves and
+        shows (reloaded without a restart where herder configures it)."""
+        pki = LibvirtPki(self.data_dir / "libvirt-pki")
+        if args["stage"] == "request":
+            return {"csr": libvirt_tls.request(self.settings.node_name, pki).decode()}
+        try:
+            libvirt_tls.install_certificate(self.settings.node_name, pki,
+                                            str(args["certificate"]).encode())
+        except HerderError as err:
+            raise RpcFailure(str(err)) from None
+        problem = libvirt_tls.refresh(self.data_dir, pki,
+                                      conf=self.local(libvirt_tls.LIBVIRTD_CONF))
+        return {"installed": True, "reload_problem": problem}
 
     def rpc_write_config(self, args: dict[str, Any]) -> dict[str, Any]:
         """A master candidate's copy of the config and the job queue where its readers find
