@@ -101,21 +101,23 @@ class Stats:
         # does not come from subtracting two large, nearly equal numbers.
         nodes = list(nodes)
         self.shift = [0.0] * NCOMP
-        online = [node_vec(n) for n in nodes if not n.offline]
+        online = {n.idx: node_vec(n) for n in nodes if not n.offline}
         if online:
+            vecs = online.values()
             for k in STD:
-                self.shift[k] = sum(v[k] for v in online) / len(online)
+                self.shift[k] = sum(v[k] for v in vecs) / len(online)
         for node in nodes:
-            self.add_node(node)
+            self.add_node(node, online.get(node.idx))
 
-    def add_node(self, node: Node) -> None:
+    def add_node(self, node: Node, vec: Vec | None = None) -> None:
+        """Count a node in; ``vec`` is its ``node_vec`` when the caller has it already."""
         if node.offline:
             a, p = len(node.plist) + len(node.slist), len(node.plist)
             self.off_all += a
             self.off_pri += p
             self.offc[node.idx] = (a, p)
             return
-        v = node_vec(node)
+        v = vec if vec is not None else node_vec(node)
         self.vecs[node.idx] = v
         self.n += 1
         s, q, c = self.s, self.q, self.shift
