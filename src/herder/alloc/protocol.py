@@ -392,20 +392,33 @@ def _node(name: str, idx: int, group: int, w: wire.Node) -> Node:
 
 
 def model_instance(name: str, w: wire.Instance) -> Instance:
-    """The model's instance of a typed one (not yet on nodes)."""
-    disks = [(d.size, d.spindles) for d in w.disks]
+    """The model's instance of a typed one (not yet on nodes). Once per instance of a
+    cluster read in (100,000 at 10,000 nodes): no comprehension for the common cases of one
+    disk and NICs on no network."""
+    wdisks = w.disks
+    if len(wdisks) == 1:
+        first = wdisks[0]
+        disks = [(first.size, first.spindles)]
+    else:
+        disks = [(d.size, d.spindles) for d in wdisks]
     dsk = w.disk_space_total
     if dsk is None:
         dsk = sum(size for size, _ in disks)
-    nics = w.nics or ()
+    nics = w.nics
+    nets: tuple[str, ...] = ()
+    if nics:
+        for nic in nics:
+            if nic.network:
+                nets = tuple([x.network for x in nics if x.network])
+                break
+    state = w.admin_state
+    spindle_use = w.spindle_use
     return Instance(
         name=name, mem=w.memory, dsk=dsk, vcpus=w.vcpus, template=w.disk_template,
-        disks=disks, status=_STATUS[w.admin_state or "up"],
+        disks=disks, status="running" if state is None else _STATUS[state],
         tags=tuple(w.tags) if w.tags else (),
-        spindle_use=1 if w.spindle_use is None else w.spindle_use,
-        forthcoming=bool(w.forthcoming),
-        nets=tuple([nic.network for nic in nics if nic.network]) if nics else (),
-        nic_count=len(nics),
+        spindle_use=1 if spindle_use is None else spindle_use,
+        forthcoming=w.forthcoming is True, nets=nets, nic_count=len(nics) if nics else 0,
     )
 
 
@@ -426,14 +439,16 @@ def build_cluster(msg: Message | dict[str, Any], opts: Options) -> Cluster:
         nodes.append(_node(name, len(nodes), gidx, wnode))
     node_by_name = {n.name: n.idx for n in nodes}
     instances: list[Instance] = []
+    node_idx = node_by_name.get
     for name, w in m.instances.items():
         inodes = w.nodes
-        if len(inodes) > 2 or inodes[0] not in node_by_name or \
-                (len(inodes) > 1 and inodes[1] not in node_by_name):
-            _known_nodes(name, inodes, node_by_name)
+        pnode = node_idx(inodes[0], -1)
+        snode = node_idx(inodes[1], -1) if len(inodes) > 1 else -2
+        if pnode < 0 or snode == -1 or len(inodes) > 2:
+            _known_nodes(name, inodes, node_by_name)  # the unknown one, as hail words it
         inst = model_instance(name, w)
-        inst.pnode = node_by_name[inodes[0]]
-        inst.snode = node_by_name[inodes[1]] if len(inodes) > 1 else -1
+        inst.pnode = pnode
+        inst.snode = snode if snode >= 0 else -1
         inst.idx = len(instances)
         instances.append(inst)
     hvs = m.enabled_hypervisors or ()

@@ -29,12 +29,12 @@ AllocPolicy = Literal["preferred", "last_resort", "unallocable"]
 NicMode = Literal["bridged", "routed", "openvswitch"]
 
 
-class Disk(msgspec.Struct):
+class Disk(msgspec.Struct, gc=False):
     size: int
     spindles: int | None = None
 
 
-class Nic(msgspec.Struct):
+class Nic(msgspec.Struct, gc=False):
     """What the allocator reads of a NIC; the checked path keeps a NIC that is not an object
     as an empty one (it still counts)."""
 
@@ -42,7 +42,7 @@ class Nic(msgspec.Struct):
     network: str | None = None
 
 
-class Instance(msgspec.Struct):
+class Instance(msgspec.Struct, gc=False):
     memory: int
     vcpus: int
     disk_template: DiskTemplate
@@ -57,12 +57,12 @@ class Instance(msgspec.Struct):
     nics: list[Nic] | None = None
 
 
-class NdParams(msgspec.Struct):
+class NdParams(msgspec.Struct, gc=False):
     exclusive_storage: bool | None = None
     spindle_count: int | None = None
 
 
-class Node(msgspec.Struct):
+class Node(msgspec.Struct, gc=False):
     group: str
     drained: bool | None = None
     offline: bool | None = None
@@ -81,7 +81,7 @@ class Node(msgspec.Struct):
     total_spindles: int | None = None
 
 
-class ISpec(msgspec.Struct, rename="kebab"):
+class ISpec(msgspec.Struct, rename="kebab", gc=False):
     memory_size: int
     cpu_count: int
     disk_size: int
@@ -90,12 +90,12 @@ class ISpec(msgspec.Struct, rename="kebab"):
     spindle_use: int
 
 
-class MinMax(msgspec.Struct):
+class MinMax(msgspec.Struct, gc=False):
     min: ISpec
     max: ISpec
 
 
-class IPolicy(msgspec.Struct, rename="kebab"):
+class IPolicy(msgspec.Struct, rename="kebab", gc=False):
     minmax: list[MinMax]
     std: ISpec
     disk_templates: list[str]
@@ -103,7 +103,7 @@ class IPolicy(msgspec.Struct, rename="kebab"):
     spindle_ratio: float
 
 
-class Group(msgspec.Struct):
+class Group(msgspec.Struct, gc=False):
     name: str
     alloc_policy: AllocPolicy | None = None
     networks: list[str] | None = None
