@@ -122,6 +122,9 @@ class MasterDaemon:
             problem = master_problem(config, self.me, explicit=settings.node_name is not None)
         if problem is not None:
             raise NotMaster(problem)
+        # the indexes every list reads, built before serving: the first read after a start
+        # does not pay for them (0.5-0.9 s at 10,000 instances)
+        config.index()
         self.epoch = config.cluster.master_epoch
         self.master_uuid = config.cluster.master_node
         self.deposed: str | None = None  # why this masterd stopped acting as master

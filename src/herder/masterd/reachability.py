@@ -131,6 +131,12 @@ class Reachability:
             down = self._down.get(uuid)
         return down if down is not None and now < down.retry_at else None
 
+    def heard_from(self, uuid: str) -> bool:
+        """Whether any call to the node got an answer (or it announced itself) since this
+        record began (masterd's start)."""
+        with self._lock:
+            return uuid in self._answered
+
     def answered_since(self, uuid: str, since: float) -> bool:
         """Whether a call started at or after `since` (monotonic) got an answer."""
         with self._lock:
