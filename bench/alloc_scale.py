@@ -104,9 +104,12 @@ def main() -> int:
             row = [kind, str(n), spread(walls), spread(cpus), spread(rss, "{:.0f}")]
             if peer and n <= args.peer_max:
                 wall, cpu, mb, _ = run([str(HAIL), str(path)], args.peer_timeout)
-                ratio = wall / statistics.median(walls)
-                row += [f"{wall:.2f}" if wall != float("inf") else "timeout", f"{cpu:.2f}",
-                        f"{mb:.0f}", f"{ratio:.1f}x"]
+                if wall == float("inf"):  # killed at the timeout: at least that
+                    row += [f"> {args.peer_timeout:.0f} (killed)", f"{cpu:.2f}", f"{mb:.0f}",
+                            f"> {args.peer_timeout / statistics.median(walls):.0f}x"]
+                else:
+                    row += [f"{wall:.2f}", f"{cpu:.2f}", f"{mb:.0f}",
+                            f"{wall / statistics.median(walls):.1f}x"]
             else:
                 row += ["-", "-", "-", "- (hail cannot run at this size)" if peer else "-"]
             print(" | ".join(row), flush=True)

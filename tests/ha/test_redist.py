@@ -18,9 +18,9 @@ import pytest
 from herder.core import model, node_certs
 from herder.core.errors import RpcError
 from herder.core.noderpc import UnreachableError
+from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import FileStore
 from herder.masterd import redist
-from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
 

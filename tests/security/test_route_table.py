@@ -47,6 +47,7 @@ from herder.core import (
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
+from herder.core.reachability import Reachability
 from herder.core.store import ConfigCache, FileStore
 from herder.maintd import server as maintd_server
 from herder.maintd.daemon import Maintd
@@ -54,7 +55,6 @@ from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
 from herder.masterd import rapi
 from herder.masterd.announce import Announcements
-from herder.masterd.reachability import Reachability
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature

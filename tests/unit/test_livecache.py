@@ -17,8 +17,8 @@ import pytest
 
 from herder.core import model
 from herder.core.noderpc import NoAnswerError, UnreachableError
+from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
-from herder.masterd.reachability import Reachability, ReachabilityRpc
 from tests.conftest import build_config
 
 

@@ -24,6 +24,7 @@ from herder.core.errors import HerderError
 from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
+from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
 from herder.masterd import redist
 from herder.masterd.announce import Announcements
@@ -31,7 +32,6 @@ from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import ConfigView, RapiContext, make_app
-from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 
@@ -136,7 +136,7 @@ class MasterDaemon:
                               port=settings.noded_port, epoch=self.epoch,
                               on_stale=lambda err: self.depose(str(err)))
         # which nodes cannot be reached: every call of the LUs, the live cache and the
-        # redistribution tells it; the last two skip a node in back-off (masterd.reachability)
+        # redistribution tells it; the last two skip a node in back-off (core.reachability)
         self.reachability = Reachability()
         # the transport itself: a takeover on etcd gives its calls the new master epoch
         self.node_rpc = rpc

@@ -16,7 +16,7 @@ the node daemons (`node_info` with `instances`, `herder.core.livefigures`).
 - Logical units ask `fresh`: only answers to calls started after they asked count (Ganeti's
   queries ask the nodes every time), except that a node that failed to answer within the
   last `ttl` is not waited for again.
-- A node masterd cannot reach (`masterd.reachability`, the record shared with the
+- A node masterd cannot reach (`core.reachability`, the record shared with the
   redistribution) is not asked while it is in back-off, and no reader waits for it: readers
   get "node unreachable (since ...)" at once, and a call is started in the background when
   its back-off has passed. Once any call of masterd's reaches it (or it announces itself) it
@@ -46,7 +46,7 @@ from typing import Any
 from herder.core import livefigures, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc, UnreachableError
-from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
+from herder.core.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd")
 

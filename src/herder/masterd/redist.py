@@ -24,7 +24,7 @@ the master too).
 `plan` is pure (the config in, per node what goes there); `Redistributor` does the I/O, in
 parallel, collecting per-node errors: a failed push never fails the config write.
 
-A node masterd cannot reach (`masterd.reachability`, the record shared with the live cache) is
+A node masterd cannot reach (`core.reachability`, the record shared with the live cache) is
 skipped while it is in back-off, except by a full push (`cluster redist-conf`: the operator
 asks every node now); it is owed everything (`watch`), and gets the current state as soon as
 its back-off has passed or it is seen again (any call of masterd's reached it, or it
@@ -51,8 +51,8 @@ from herder import __version__
 from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
+from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
-from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd.redist")
 

@@ -1,6 +1,8 @@
-"""masterd's one record of which node daemons it cannot reach, shared by the callers that ask
-every node on their own (the live cache, the redistribution), so a dead node costs masterd a
-connection attempt per back-off, not one per reader, per change and per caller.
+"""A record of which daemons a caller cannot reach, and since when, with a back-off between
+tries. masterd keeps one of its node daemons, shared by the callers that ask every node on
+their own (the live cache, the redistribution), so a dead node costs masterd a connection
+attempt per back-off, not one per reader, per change and per caller; its web console keeps
+one of the monds, and maintd one of the agents it polls (`maintd.agents`).
 
 - A call that got no answer (`core.noderpc.NoAnswerError`: no connection, or none within the
   timeout) starts or continues the node's failure streak; the node is *in back-off* until
