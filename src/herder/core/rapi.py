@@ -165,17 +165,29 @@ def parse_answer(method: str, path: str, status: int, reason: str, content: byte
     raise RapiError(f"RAPI {method} {path} failed: {status} {detail}", status, body=body)
 
 
+# The largest answer decoded: a bulk instance list of 50,000 instances is ~70 MB (the other
+# edges' default limit, `untrusted.MAX_BYTES`, is 64 MB)
+ANSWER_MAX_BYTES = 1 << 30
+
+
 def _decoded(method: str, path: str, content: bytes, status: int,
              answer_type: Any | None) -> Any:
+    limit = ANSWER_MAX_BYTES
     try:
         if answer_type is not None:
-            return untrusted.decode_bounded(content, answer_type)
+            return untrusted.decode_bounded(content, answer_type, max_bytes=limit)
         try:
-            return untrusted.decode(content)
+            return untrusted.decode(content, max_bytes=limit)
         except msgspec.ValidationError:
-            return untrusted.loads(content)
+            return untrusted.loads(content, max_bytes=limit)
     except msgspec.ValidationError as err:
         raise RapiError(f"RAPI {method} {path}: unexpected answer: {err}", status) from None
+    except untrusted.BadDocument as err:
+        if len(content) > limit:
+            raise RapiError(f"RAPI {method} {path}: {err}", status) from None
+        raise RapiError(
+            f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status
+        ) from None
     except ValueError:
         raise RapiError(
             f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status
