@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import yarl
 
 from herder.core import untrusted
 from herder.core.reachability import Down, Reachability
@@ -36,6 +37,7 @@ USED = (DIAGNOSE, INST_STATUS, CPU_LOAD)  # the reports maintd's users take
 REPORTS_PATH = f"/1/report/all?verbose=1&only={','.join(f'{c}/{n}' for c, n in USED)}"
 
 ReportKey = tuple[str, str]  # (category, name)
+KEEPALIVE = 60.0  # seconds an idle connection to an agent is kept (mond's server keeps 75)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class AgentPoller:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last: dict[str, float] = {}  # node UUID -> when its agent last answered
+        self._urls: dict[str, tuple[str, yarl.URL]] = {}  # node UUID -> (address, its URL)
         self._retries: dict[str, asyncio.Task[AgentReports]] = {}
 
     def base_url(self, node: Node) -> str:
@@ -136,12 +139,15 @@ class AgentPoller:
 
     async def _ask(self, node: Node, started: float) -> AgentReports:
         assert self._session is not None
-        url = self.url(node)
+        url = self._urls.get(node.uuid)
+        if url is None or url[0] != self.address(node):  # parsed once per agent address
+            url = self._urls[node.uuid] = (self.address(node),
+                                           yarl.URL(self.url(node), encoded=True))
         try:
             try:
-                response = await self._session.get(url)
+                response = await self._session.get(url[1])
             except aiohttp.ServerDisconnectedError:  # the agent closed the kept connection
-                response = await self._session.get(url)
+                response = await self._session.get(url[1])
             async with response:
                 body = await response.read()
         except (aiohttp.ClientError, OSError) as err:
@@ -153,7 +159,7 @@ class AgentPoller:
             text = body.decode(errors="replace")[:200]
             return AgentReports(node.uuid, error=f"mond answered {response.status}: {text}")
         try:
-            reports = split_reports(untrusted.loads(body))
+            reports = split_reports(untrusted.decode(body, what="mond's reports"))
         except ValueError as err:
             log.info("no reports from %s: %s", node.name, err)
             return AgentReports(node.uuid, error=f"unreachable: {type(err).__name__} {err}")
@@ -183,7 +189,9 @@ class AgentPoller:
             self._retries = {}
             self._loop = loop
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=1),
+                # kept connections outlive the pause between rounds (`--poll-interval`)
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=1,
+                                               keepalive_timeout=KEEPALIVE),
                 trust_env=False)  # no proxy from the environment: nodes talk directly
         limit = asyncio.Semaphore(self.concurrency)
         asked: list[Node] = []
@@ -196,8 +204,11 @@ class AgentPoller:
                 resting.append(self._resting(node, down))
                 self._retry_due(node, limit)
         results = await asyncio.gather(*(self._one(n, limit) for n in asked))
-        for uuid in self._last.keys() - {n.uuid for n in nodes}:  # left the cluster
+        current = {n.uuid for n in nodes}
+        for uuid in self._last.keys() - current:  # left the cluster
             del self._last[uuid]
+        for uuid in self._urls.keys() - current:
+            del self._urls[uuid]
         return AgentRound({r.node: r for r in (*results, *resting)})
 
     async def close(self) -> None:
