@@ -246,20 +246,16 @@ def test_typed_and_checked_paths_build_the_same_cluster(msg: dict[str, Any],
     is worded by) make the same model of any message both take: optional keys absent or null,
     numbers written as integers where hail reads a double, NICs on a network or on none."""
     absent_or_null = st.sampled_from(["keep", "keep", "drop", "null"])
-    for node in msg["nodes"].values():
-        for key in OPTIONAL_NODE_KEYS:
+    objects = [(node, OPTIONAL_NODE_KEYS) for node in msg["nodes"].values()] + \
+        [(inst, OPTIONAL_INSTANCE_KEYS) for inst in msg["instances"].values()]
+    for obj, keys in objects:
+        for key in keys:
             how = data.draw(absent_or_null)
             if how == "drop":
-                node.pop(key, None)
+                obj.pop(key, None)
             elif how == "null":
-                node[key] = None
+                obj[key] = None
     for inst in msg["instances"].values():
-        for key in OPTIONAL_INSTANCE_KEYS:
-            how = data.draw(absent_or_null)
-            if how == "drop":
-                inst.pop(key, None)
-            elif how == "null":
-                inst[key] = None
         inst["nics"] = data.draw(st.sampled_from(
             [inst.get("nics"), [{"mode": "bridged", "network": "net-a"}], [{"network": ""}]]))
     text = json.dumps(msg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -12,6 +13,19 @@ from herder.maintd.agents import AgentPoller
 from herder.maintd.rounds import Node
 
 STATUS = {"name": "inst-status", "category": "instance", "kind": 1, "data": {"instances": []}}
+
+
+async def agents(handler: Any, count: int) -> tuple[web.AppRunner, int]:
+    """`handler` serving `/1/report/all` on 127.0.0.1 to 127.0.0.COUNT, one port for all."""
+    app = web.Application()
+    app.router.add_get("/1/report/all", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    for number in range(2, count + 1):
+        await web.TCPSite(runner, f"127.0.0.{number}", port).start()
+    return runner, port
 
 
 def test_a_stalled_agent_costs_its_timeout_and_concurrency_is_bounded() -> None:
@@ -28,14 +42,7 @@ def test_a_stalled_agent_costs_its_timeout_and_concurrency_is_bounded() -> None:
         return web.json_response([STATUS])
 
     async def go() -> tuple[float, dict[str, str]]:
-        app = web.Application()
-        app.router.add_get("/1/report/all", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        port = runner.addresses[0][1]
-        for number in range(2, 25):
-            await web.TCPSite(runner, f"127.0.0.{number}", port).start()
+        runner, port = await agents(handler, 24)
         nodes = [Node(name=f"node{n}", uuid=f"u{n}", ip=f"127.0.0.{n}") for n in range(1, 25)]
         poller = AgentPoller(port=port, timeout=1.0, concurrency=4)
         try:
@@ -81,13 +88,7 @@ def test_a_dead_agent_rests_in_back_off_and_is_retried_in_the_background() -> No
         return web.json_response([STATUS])
 
     async def go() -> None:
-        app = web.Application()
-        app.router.add_get("/1/report/all", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        port = runner.addresses[0][1]
-        await web.TCPSite(runner, "127.0.0.2", port).start()
+        runner, port = await agents(handler, 2)
         nodes = [Node(name=f"node{n}", uuid=f"u{n}", ip=f"127.0.0.{n}") for n in (1, 2)]
         clock = Clock()
         poller = AgentPoller(port=port, timeout=0.5, clock=clock)
