@@ -56,7 +56,7 @@ CONCURRENCY = 16
 IDLE = 60.0
 TICK = 0.5
 # how long a reader waits for a node masterd has not heard from since it started
-UNHEARD_WAIT = 0.2
+UNHEARD_WAIT = 0.1
 # how much longer than its calls' timeout a reader waits: a call that timed out ends just after
 # its timeout, and its failure must reach that reader (else the next one waits for it again)
 GRACE = 0.5
