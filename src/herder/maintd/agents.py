@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import yarl
 
-from herder.core import untrusted
+from herder.core import ports, untrusted
 from herder.core.reachability import Down, Reachability
 from herder.maintd.rounds import Node
 
@@ -103,7 +103,7 @@ class AgentPoller:
     and then a background try per back-off: 1 s doubling to 60 s), and its reports in the
     round say since when it is unreachable and how old its last reports are."""
 
-    def __init__(self, port: int = 1815, timeout: float = 5.0,
+    def __init__(self, port: int = ports.MOND, timeout: float = 5.0,
                  address: Callable[[Node], str] | None = None, concurrency: int = 64,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.port = port
