@@ -86,7 +86,7 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
         endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)])],
         tasks=[lambda stop: keep_hypervisor(daemon, stop),
                lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop),
-               # the master asks this node again at once (masterd.reachability)
+               # the master asks this node again at once (core.reachability)
                lambda stop: announce(daemon.trust, daemon.settings.node_name, stop),
                lambda stop: keep_lease(daemon, stop)],
         on_stop=[daemon.hv.close],
