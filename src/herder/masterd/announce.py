@@ -5,7 +5,7 @@ Ganeti's: docs/compat.md; the route is `masterd.rapi.announce`'s), sent by noded
 The body is a call of `node_announce` signed for node NAME with the cluster key's announce key
 (`core.purpose_keys.NODE_ANNOUNCE`, `core.rpcauth`): only a holder of the cluster key can
 announce, for the node it names, within ±300 s, each body once. It changes nothing but
-masterd's record of unreachable nodes (`masterd.reachability`): the node is seen again, so
+masterd's record of unreachable nodes (`core.reachability`): the node is seen again, so
 the live cache asks it and the redistribution pushes it what it missed at once, instead of
 when its back-off runs out.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from herder.core import rpcauth
-from herder.masterd.reachability import Reachability
+from herder.core.reachability import Reachability
 
 METHOD = "node_announce"
 

@@ -511,6 +511,35 @@ class OpNodePowercycle(OpCode, tag="OP_NODE_POWERCYCLE", kw_only=True):
     force: bool = False
 
 
+OOB_COMMANDS = ("power-on", "power-off", "power-cycle", "power-status", "health")
+OOB_TIMEOUT = 60  # Ganeti's constants.OOB_TIMEOUT (seconds)
+OOB_POWER_DELAY = 2.0  # Ganeti's constants.OOB_POWER_DELAY (seconds between power-ons)
+
+
+class OpOobCommand(OpCode, tag="OP_OOB_COMMAND", kw_only=True):
+    """Run the nodes' out-of-band program (Ganeti's OpOobCommand: its fields and defaults)."""
+
+    node_names: list[str] = msgspec.field(default_factory=list)
+    node_uuids: list[str] | None = None
+    command: Literal["power-on", "power-off", "power-cycle", "power-status", "health"]
+    timeout: int = OOB_TIMEOUT
+    ignore_status: bool = False
+    power_delay: float = OOB_POWER_DELAY
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("timeout", self.timeout, 1)
+        _at_least("power_delay", self.power_delay, 0)
+        if not math.isfinite(self.power_delay):
+            raise ValueError("power_delay must be a finite number of seconds")
+        for name in self.node_names:
+            if not name:
+                raise ValueError("node_names: empty node name")
+
+    def summary_target(self) -> str | None:
+        return ",".join(self.node_names) or None
+
+
 class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
     nodes: list[str] = msgspec.field(default_factory=list)
     storage_type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"

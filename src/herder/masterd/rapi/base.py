@@ -23,13 +23,14 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 from aiohttp import web
 
-from herder.core import access, login_backoff, model, reason, untrusted
+from herder.core import access, login_backoff, model, reason, rpcauth, untrusted
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
     HerderError,
     NotFoundError,
     OpPrereqError,
+    SignatureError,
 )
 from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
@@ -38,6 +39,7 @@ from herder.masterd import hvfiles
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
+from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
@@ -74,6 +76,8 @@ class RapiContext:
     announce: Announcements | None = None
     # wrong passwords lately, and the holds they set (HTTP Basic and the web console's login)
     backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
+    # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
+    leases: Leases | None = None
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -144,6 +148,22 @@ async def body_of(request: web.Request, *, default: object = None) -> object:
         return untrusted.loads(raw, what="request body", max_bytes=MAX_BODY)
     except untrusted.BadDocument as err:
         raise RapiHttpError(400, str(err)) from None
+
+
+async def signed_node(request: web.Request, keys: list[bytes], replay: rpcauth.ReplayCache,
+                      method: str, purpose: str, what: str) -> model.Node:
+    """The node named in the URL whose call of `method` the body is, signed for it with the
+    `purpose` key (403 `what` refused, with the reason), and known to the config (404)."""
+    name = request.match_info["name"]
+    try:
+        rpcauth.check_call(keys, await request.read(), method=method, node=name,
+                           replay=replay, purpose=purpose)
+    except SignatureError as err:
+        raise RapiHttpError(403, f"{what} refused: {err}") from None
+    node = next((n for n in config_of(request).nodes.values() if n.name == name), None)
+    if node is None:
+        raise RapiHttpError(404, f"node {name} is not a node of the cluster")
+    return node
 
 
 def body_dict(value: object) -> dict[str, object]:
@@ -266,8 +286,8 @@ def access_refusal(request: web.Request) -> web.Response | None:
                                    "access rule")
     ctx = ctx_of(request)
     # the web console's login and files (masterd/web/pages.py), a node's signed announcement
-    # (masterd/rapi/announce.py): their handlers check
-    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE):
+    # or heartbeat (masterd/rapi/announce.py, leases.py): their handlers check
+    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE):
         return None
     user: User | None = None
     if "Authorization" in request.headers:
