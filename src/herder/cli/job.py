@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from herder.cli import remote
-from herder.cli.common import json_option, print_table
+from herder.cli import listing, remote
+from herder.cli.common import json_option
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, job_error_message
 
@@ -41,20 +41,42 @@ def job() -> None:
     """List, show, wait for and cancel jobs of the master daemon's queue."""
 
 
+LIST = listing.ListSpec(
+    "job", "jobs",
+    ("id", "status", "summary"),  # Ganeti's gnt-job list defaults
+    ("id", "status", "summary", "priority", "received_ts", "start_ts", "end_ts"),
+    formats={"summary": listing.join,
+             # Ganeti prints the list of the opcodes' timestamps
+             **dict.fromkeys(("opstart", "opexec", "opend"),
+                             lambda value: str([listing.split_time(v) for v in value]))},
+    units=False, name_field="id", numeric_names=True)
+# Ganeti's status selections (gnt-job list --pending, ...; constants.JOBS_PENDING, ...)
+STATUS_SELECTIONS = {"pending": ("queued", "waiting", "canceling"), "running": ("running",),
+                     "error": ("error",), "finished": ("canceled", "success", "error")}
+
+
 @job.command("list")
-@json_option
+@listing.list_options(LIST)
+@click.option("--pending", "status", flag_value="pending",
+              help="Only jobs pending execution or being canceled.")
+@click.option("--running", "status", flag_value="running", help="Only running jobs.")
+@click.option("--error", "status", flag_value="error", help="Only failed jobs.")
+@click.option("--finished", "status", flag_value="finished", help="Only finished jobs.")
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List every job: id, status, summary, received/started/ended."""
-    with _api(ctx) as api:
-        jobs = _call(api.get_jobs, bulk=True)
-    if as_json:
-        click.echo(json.dumps(jobs, indent=2))
-        return
-    print_table(["ID", "Status", "Summary", "Received", "Started", "Ended"],
-                [[j["id"], j["status"], ",".join(j.get("summary") or []),
-                  _when(j.get("received_ts")), _when(j.get("start_ts")), _when(j.get("end_ts"))]
-                 for j in jobs])
+def list_(ctx: click.Context, names: tuple[str, ...], output: str | None, force_filter: bool,
+          no_headers: bool, separator: str | None, verbose: bool, as_json: bool,
+          status: str | None) -> None:
+    """List jobs, as gnt-job list: ID... or a filter (e.g. 'status == "error"') selects them,
+    -o the fields (list-fields shows them all)."""
+    selected = None
+    if status is not None:
+        selected = ["|", *(["==", "status", value] for value in STATUS_SELECTIONS[status])]
+    listing.run_list(ctx, LIST, names, output=output, force_filter=force_filter,
+                     no_headers=no_headers, separator=separator, units=None,
+                     verbose=verbose, as_json=as_json, extra_filter=selected)
+
+
+listing.add_list_fields(job, LIST)
 
 
 @job.command()

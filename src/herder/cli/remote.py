@@ -9,7 +9,7 @@ import functools
 import json
 import os
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -190,15 +190,11 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
 
 
 QUERY_TIMEOUT = 60.0  # seconds a list waits for masterd's rows
-QUERY_RS_NORMAL, QUERY_RS_UNKNOWN = 0, 1  # Ganeti's result statuses (constants.RS_*)
-
-# A query answer as the lists read it (Ganeti's `objects.QueryResponse`): the type bounds the
-# nesting (a value is a scalar or a list of scalars: names, counts, tags), so it is decoded and
-# validated in one pass (`untrusted.decode_bounded`).
-QueryScalar = str | int | float | bool | None
-QueryValue = QueryScalar | list[QueryScalar]
 
 
+# A query answer as the lists read it (Ganeti's `objects.QueryResponse`), decoded and
+# validated in one pass; a value is any JSON (parameters, opcode logs), its nesting bounded by
+# the RAPI client's decoder (`core.untrusted`).
 class QueryField(msgspec.Struct, frozen=True):
     name: str
     title: str = ""
@@ -208,46 +204,92 @@ class QueryField(msgspec.Struct, frozen=True):
 
 class QueryAnswer(msgspec.Struct, frozen=True):
     fields: list[QueryField]
-    data: list[list[tuple[int, QueryValue]]]
+    data: list[list[tuple[int, object]]]
 
 
-def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
-               ) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """The rows of a list from masterd's query resource (`GET /2/query/RESOURCE?fields=...`),
-    as Ganeti's CLI takes them from its masterd. `fields`: a row's key -> the query field it
-    shows; each row holds the values, null where the result status is not normal (the bulk
-    answers' form). (None, None) with --offline; (None, why) when masterd cannot be reached
-    (the list then reads the config itself). An error answer of masterd is a HerderError (one
-    line)."""
+class QueryFields(msgspec.Struct, frozen=True):
+    fields: list[QueryField]
+
+
+def _masterd_error(ctx: click.Context, err: Exception, what: str) -> HerderError:
     from herder.core.rapi import RapiError
 
-    if offline(ctx):
-        return None, None
-    keys, names = list(fields), list(fields.values())
+    if isinstance(err, RapiError) and err.status is not None and 200 <= err.status < 300:
+        return HerderError(f"masterd at {masterd_url(ctx)} answered {what} with something "
+                           "that is not a query answer")
+    return HerderError(f"masterd at {masterd_url(ctx)}: {err}")
+
+
+def query(ctx: click.Context, resource: str, fields: Sequence[str],
+          qfilter: object = None) -> QueryAnswer:
+    """Ganeti's query answer for a list, from masterd's query resource (`PUT
+    /2/query/RESOURCE` with the fields and the filter), as Ganeti's CLI asks its masterd.
+    With --offline, or on the master when masterd cannot be reached, the same answer from
+    the config file here, without the nodes' live figures (and a note why on stderr); the
+    job list needs masterd. An error answer of masterd is a HerderError (one line)."""
+    from herder.core.rapi import RapiError
+
+    why = "--offline"
+    if not offline(ctx):
+        try:
+            with client(ctx, timeout=QUERY_TIMEOUT) as api:
+                answer: QueryAnswer = api.request(
+                    "PUT", f"/2/query/{resource}", None,
+                    {"fields": list(fields), "qfilter": qfilter}, answer_type=QueryAnswer)
+        except RapiError as err:
+            if err.status is not None:
+                raise _masterd_error(ctx, err, f"PUT /2/query/{resource}") from None
+            why = str(err)
+        except (HerderError, OSError) as err:
+            why = str(err)
+        else:
+            if any(len(row) != len(fields) for row in answer.data):
+                raise HerderError(f"masterd at {masterd_url(ctx)} answered PUT "
+                                  f"/2/query/{resource} with rows of another width than the "
+                                  f"{len(fields)} fields asked")
+            return answer
+    store = store_from(ctx)
+    if resource == "job" or not store.exists():
+        raise HerderError(f"cannot ask masterd for the {resource} list: {why}")
+    if why != "--offline":
+        click.echo(f"no live figures: {why}", err=True)
+    return _local_answer(store.load(), resource, fields, qfilter)
+
+
+def _local_answer(config: model.ConfigData, resource: str, fields: Sequence[str],
+                  qfilter: object) -> QueryAnswer:
+    """The query answer computed here from the config (masterd's own code, no live figures)."""
+    from herder.masterd import query as queries
+    from herder.masterd.livecache import EMPTY
+    from herder.masterd.queries.qfilter import FilterError
+
     try:
-        with client(ctx, timeout=QUERY_TIMEOUT) as api:
-            answer: QueryAnswer = api.request("GET", f"/2/query/{resource}",
-                                              [("fields", ",".join(names))],
-                                              answer_type=QueryAnswer)
-    except RapiError as err:
-        if err.status is None:
-            return None, str(err)
-        if 200 <= err.status < 300:
-            raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
-                              "with something that is not a query answer") from None
-        raise HerderError(f"masterd at {masterd_url(ctx)}: {err}") from None
-    except (HerderError, OSError) as err:
-        return None, str(err)
-    if any(len(row) != len(keys) for row in answer.data):
-        raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
-                          f"with rows of another width than the {len(keys)} fields asked")
-    # a field masterd does not know is unknown in every row
-    unknown = [name for name, (status, _) in zip(names, answer.data[0], strict=True)
-               if status == QUERY_RS_UNKNOWN] if answer.data else []
-    rows = [{key: value if status == QUERY_RS_NORMAL else None
-             for key, (status, value) in zip(keys, row, strict=True)} for row in answer.data]
-    if unknown:
-        raise HerderError(f"masterd at {masterd_url(ctx)} does not know the field(s) "
-                          f"{', '.join(unknown)} (an older herder?); add --offline on the "
-                          "master")
-    return rows, None
+        compiled = queries.compile_filter(resource, qfilter)
+        answer = queries.answer(config, resource, fields, EMPTY, compiled)
+    except FilterError as err:
+        raise HerderError(str(err)) from None
+    return msgspec.convert(answer, QueryAnswer)
+
+
+def query_fields(ctx: click.Context, resource: str,
+                 fields: Sequence[str] | None) -> list[QueryField]:
+    """The definitions of `fields` (None: all) of a query resource: masterd's `GET
+    /2/query/RESOURCE/fields`, or herder's own with --offline."""
+    from herder.core.rapi import RapiError
+
+    if not offline(ctx):
+        try:
+            with client(ctx, timeout=QUERY_TIMEOUT) as api:
+                found: QueryFields = api.request(
+                    "GET", f"/2/query/{resource}/fields",
+                    [("fields", ",".join(fields))] if fields else None,
+                    answer_type=QueryFields)
+                return found.fields
+        except RapiError as err:
+            if err.status is not None:
+                raise _masterd_error(ctx, err, f"GET /2/query/{resource}/fields") from None
+        except (HerderError, OSError):
+            pass
+    from herder.masterd import query as queries
+
+    return msgspec.convert(queries.field_definitions(resource, fields), QueryFields).fields

@@ -633,6 +633,11 @@ class Cluster(Base, kw_only=True):
     reserved_lvs: list[str] = msgspec.field(default_factory=list)
     blacklisted_os: list[str] = msgspec.field(default_factory=list)
     hidden_os: list[str] = msgspec.field(default_factory=list)
+    # Whether the RAPI answers reads without credentials (Ganeti's RAPI does unless started
+    # with --require-authentication): `cluster init` and `import-ganeti` turn it on, as
+    # Ganeti; a config from before the setting keeps what it had, credentials for every read
+    # (docs/compat.md R5)
+    rapi_anonymous_reads: bool = False
 
     def __post_init__(self) -> None:
         names.hostname(self.name, "cluster name")

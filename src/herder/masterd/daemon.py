@@ -50,7 +50,6 @@ class MasterSettings:
     bind: str = "0.0.0.0"
     port: int = ports.MASTERD
     workers: int = 8
-    anonymous_reads: bool = False
     tls: bool = True
     run_dir: Path = Path("/run/herder")
     noded_port: int = ports.NODED
@@ -159,7 +158,6 @@ class MasterDaemon:
                              else masterd_etcd.EtcdConfigCache(etcd_store))
         self.rapi = RapiContext(config=cache, queue=self.queue,
                                 users=UsersFile(self.secrets.rapi_users),
-                                anonymous_reads=settings.anonymous_reads,
                                 store=self.store, live=self.live, rpc=rpc, web=WebContext(),
                                 announce=Announcements(self.secrets.hmac_keys,
                                                        self.reachability),

@@ -41,6 +41,7 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
 from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.queries.fields import LockSource
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
 
@@ -67,7 +68,6 @@ class RapiContext:
     config: ConfigView
     queue: job_queue.JobQueue
     users: UsersFile
-    anonymous_reads: bool = False
     store: ConfigStore | None = None  # for herder's direct state routes
     live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
     rpc: NodeRpc | None = None  # to the node daemons (the console routes, masterd/rapi/console.py)
@@ -78,6 +78,16 @@ class RapiContext:
     backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
     # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
     leases: Leases | None = None
+
+    # masterd's locks, for the lock query (masterd/queries/lock.py); None: none shown
+    locks: LockSource | None = None
+
+    @property
+    def anonymous_reads(self) -> bool:
+        """Whether reads need no credentials: the cluster's setting, read from the config as
+        it is now (never without a config)."""
+        config = self.config()
+        return config is not None and config.cluster.rapi_anonymous_reads
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -310,6 +320,11 @@ def access_refusal(request: web.Request) -> web.Response | None:
     if rule == access.RAPI_READ:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
+        return None
+    if rule == access.RAPI_USER:
+        if user is None:
+            return error_response(401, "valid credentials are required (any RAPI user: "
+                                       "queries are not for anonymous readers, as in Ganeti)")
         return None
     if rule != access.RAPI_WRITE:
         return error_response(500, f"{request.method} {request.path}: access rule {rule.name} "
