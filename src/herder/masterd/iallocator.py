@@ -215,3 +215,27 @@ def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapp
             return name, [str(n) for n in result]
         failures.append(f"iallocator {name}: {reply.get('info') or 'no placement'}")
     raise OpPrereqError("; ".join(failures), "insufficient_resources")
+
+
+def job_answer(config: model.ConfigData, names: Sequence[str], request: Mapping[str, Any],
+               live: Snapshot, search_path: Sequence[Path] = DEFAULT_SEARCH_PATH
+               ) -> tuple[str, list[Any]]:
+    """The result of the first allocator that succeeds on a request answered with jobs or
+    lists (node-evacuate, change-group: [moved, failed, jobs]; multi-allocate: [allocated,
+    failed]), and that allocator's name; OpPrereqError with every failure otherwise."""
+    if not names:
+        raise OpPrereqError("no iallocator: give one, or set the cluster's default "
+                            "iallocators")
+    message = build_message(config, request, live)
+    failures = []
+    for name in names:
+        try:
+            reply = run(name, message, search_path)
+        except OpPrereqError as err:
+            failures.append(str(err))
+            continue
+        result = reply.get("result")
+        if reply.get("success") and isinstance(result, list):
+            return name, result
+        failures.append(f"iallocator {name}: {reply.get('info') or 'no answer'}")
+    raise OpPrereqError("; ".join(failures), "insufficient_resources")

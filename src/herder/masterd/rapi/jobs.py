@@ -15,6 +15,7 @@ from herder.masterd.rapi.base import (
     ctx_of,
     flag,
     ok,
+    takes,
 )
 
 WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
@@ -28,6 +29,7 @@ def _job_id(request: web.Request) -> int:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("bulk")
 async def jobs(request: web.Request) -> web.Response:
     queue = ctx_of(request).queue
     ids = queue.job_ids()
@@ -53,6 +55,7 @@ async def job_cancel(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def job_wait(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     body = body_dict(await body_of(request, default={}))

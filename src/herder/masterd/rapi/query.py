@@ -22,6 +22,7 @@ from herder.masterd.rapi.base import (
     config_of,
     live_of,
     ok,
+    takes,
 )
 
 
@@ -44,6 +45,7 @@ async def respond(request: web.Request, resource: str, fields: list[str]) -> web
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("fields")
 async def query_get(request: web.Request) -> web.Response:
     resource = resource_of(request)
     if "fields" not in request.query:
@@ -52,6 +54,7 @@ async def query_get(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("fields", body=True)
 async def query_put(request: web.Request) -> web.Response:
     resource = resource_of(request)
     body = body_dict(await body_of(request, default={}))
@@ -69,6 +72,7 @@ async def query_put(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("fields")
 async def query_fields(request: web.Request) -> web.Response:
     resource = resource_of(request)
     table = queries.RESOURCES[resource].fields
