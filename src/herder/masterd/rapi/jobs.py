@@ -15,6 +15,7 @@ from herder.masterd.rapi.base import (
     ctx_of,
     flag,
     ok,
+    only,
     takes,
 )
 
@@ -58,7 +59,8 @@ async def job_cancel(request: web.Request) -> web.Response:
 @takes(body=True)
 async def job_wait(request: web.Request) -> web.Response:
     job_id = _job_id(request)
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})),
+                ("fields", "previous_job_info", "previous_log_serial"), "job wait")
     fields = body.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         raise RapiHttpError(400, "wait needs 'fields': a list of job field names")

@@ -22,6 +22,7 @@ from herder.masterd.rapi.base import (
     config_of,
     live_of,
     ok,
+    only,
     takes,
 )
 
@@ -57,7 +58,8 @@ async def query_get(request: web.Request) -> web.Response:
 @takes("fields", body=True)
 async def query_put(request: web.Request) -> web.Response:
     resource = resource_of(request)
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})), ("fields", "qfilter", "filter"),
+                "query")
     if body.get("qfilter") is not None or body.get("filter") is not None:
         raise RapiHttpError(400, "herder's query resource takes no filter; ask for the fields "
                                  "and filter the rows")
