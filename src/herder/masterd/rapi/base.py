@@ -423,6 +423,29 @@ def held_response(hold: float) -> web.Response:
                           {"Retry-After": login_backoff.retry_after(hold)})
 
 
+# Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
+NOT_SERVED = (
+    ("/2/networks", "herder does not manage Ganeti networks yet (their own issue)"),
+    ("/2/filters", "herder has no job filters yet (the job queue's issue)"),
+)
+NOT_SERVED_SUFFIXES = (
+    ("/export", "herder does not export instances yet (exports have their own issue)"),
+    ("/prepare-export", "herder does not export instances yet (exports have their own issue)"),
+)
+
+
+def not_served(path: str) -> str:
+    """The 404's explanation: what herder does not support, or Ganeti's own message."""
+    for prefix, why in NOT_SERVED:
+        if path == prefix or path.startswith(prefix + "/"):
+            return f"{why}: {path}"
+    if path.startswith("/2/instances/"):
+        for suffix, why in NOT_SERVED_SUFFIXES:
+            if path.endswith(suffix):
+                return f"{why}: {path}"
+    return f"Nothing matches the given URI: {path}"
+
+
 @web.middleware
 async def rapi_middleware(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -437,7 +460,7 @@ async def rapi_middleware(request: web.Request,
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:
-        return error_response(404, f"Nothing matches the given URI: {request.path}")
+        return error_response(404, not_served(request.path))
     except OpPrereqError as err:
         return error_response(400, str(err))
     except (ConfigError, opcodes.OpcodeError) as err:
