@@ -104,6 +104,7 @@ async def operating_systems(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/2/os", operating_systems)
     router.add_get("/", root)
+    router.add_get("/2", root)  # Ganeti's R_2: the same legacy answer as /
     router.add_get("/version", version)
     router.add_get("/2/features", features)
     router.add_get("/2/info", info)
