@@ -160,3 +160,19 @@ def test_replace_disks_takes_its_query_string(served: Served) -> None:
     bad = httpx.post(url + "/2/instances/drbd0.example.com/replace-disks",
                      params={"disks": "0,x"}, auth=WRITER, timeout=30)
     assert bad.status_code == 400 and "disk indexes" in bad.json()["explain"]
+
+
+def test_instance_creation_refuses_modes_it_cannot_do(served: Served) -> None:
+    """Ganeti's `mode: import` (and remote-import) need exports herder does not have: a 400
+    naming the mode, nothing queued; the same for an instance of a multi-allocation."""
+    url, ctx = served.url, served.ctx
+    body = {"name": "web9.example.com", "disk_template": "plain", "disks": [{"size": 1024}],
+            "nics": [], "os": "debootstrap+default", "mode": "import"}
+    before = list(ctx.queue.job_ids())
+    answer = httpx.post(url + "/2/instances", json={"__version__": 1, **body}, auth=WRITER,
+                        timeout=30)
+    assert answer.status_code == 400 and "'import'" in answer.json()["explain"]
+    multi = httpx.post(url + "/2/instances-multi-alloc", json={"instances": [body]},
+                       auth=WRITER, timeout=30)
+    assert multi.status_code == 400 and "'import'" in multi.json()["explain"]
+    assert list(ctx.queue.job_ids()) == before

@@ -62,6 +62,9 @@ def create_opcode(body: dict[str, object], what: str) -> dict[str, object]:
     name = fields.get("instance_name")
     if not isinstance(name, str) or not name:
         raise RapiHttpError(400, f"{what} needs the instance name (name)")
+    if fields.get("mode", "create") != "create":  # import and remote-import need exports
+        raise RapiHttpError(400, f"{what}: mode {fields['mode']!r} is not supported by herder "
+                                 "(no instance exports yet); only 'create'")
     return {"OP_ID": "OP_INSTANCE_CREATE", **fields}
 
 
