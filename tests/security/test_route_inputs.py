@@ -37,6 +37,10 @@ KNOWN_FIELDS = frozenset({
     "seen", "enabled", "harep", "balance", "custom_beparams", "custom_hvparams",
     "custom_osparams", "custom_ndparams", "custom_ipolicy", "custom_diskparams", "nics",
     "pnode", *(field for op in opcodes.ALL_OPCODES for field in op.__struct_fields__)})
+# the served daemon is a function-scoped fixture shared by a test's examples (nothing it
+# changes is kept: refused requests queue nothing)
+ROUTE_EXAMPLES = settings(max_examples=80, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
 NAMES = st.text(alphabet=string.ascii_lowercase + "_-", min_size=1, max_size=12)
 
 
@@ -94,8 +98,7 @@ def test_every_route_declares_what_it_reads(
         assert ("dry-run" in taken) == submits, route
 
 
-@settings(max_examples=80, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@ROUTE_EXAMPLES
 @given(data=st.data())
 def test_unknown_query_parameters_are_refused(
         served: Served, data: st.DataObject) -> None:
@@ -112,8 +115,7 @@ def test_unknown_query_parameters_are_refused(
     assert list(ctx.queue.job_ids()) == before
 
 
-@settings(max_examples=80, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@ROUTE_EXAMPLES
 @given(data=st.data())
 def test_unknown_body_fields_are_refused(
         served: Served, data: st.DataObject) -> None:

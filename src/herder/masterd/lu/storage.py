@@ -5,6 +5,7 @@ definitions (OP_OS_DIAGNOSE) and logical volumes (OP_NODE_QUERYVOLS)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from herder.core import diskobjects, model, storage_units, verify
@@ -155,10 +156,19 @@ OS_FIELDS = ("name", "valid", "hidden", "blacklisted", "variants", "node_status"
              "osparams")
 
 
+def _left_out(row: dict[str, Any], fields: Sequence[str]) -> bool:
+    """Ganeti's LUOsDiagnose._BuildFilter (its legacy behaviour): a hidden OS is left out
+    unless `hidden` is asked, a blacklisted one unless `blacklisted` is, an invalid one
+    unless `valid` is."""
+    return (("hidden" not in fields and row["hidden"])
+            or ("blacklisted" not in fields and row["blacklisted"])
+            or ("valid" not in fields and not row["valid"]))
+
+
 class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
     """Ganeti's LUOsDiagnose: one row of `output_fields` per OS the node daemons offer (`names`:
-    only those). As Ganeti, a query for none of `valid`, `hidden` and `blacklisted` lists
-    only the valid OSes that are neither hidden nor blacklisted. `node_status` is herder's
+    only those; hidden, blacklisted and invalid OSes left out as `_left_out` says).
+    `node_status` is herder's
     {node: offers it}; `variants` those every node offering the OS has."""
 
     def check(self, config: model.ConfigData) -> None:
@@ -199,8 +209,7 @@ class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
                    "variants": sorted(v for v in common if v),
                    "node_status": {n: n in where for n in answered},
                    "os_hvp": c.os_hvp.get(base, {}), "osparams": c.osparams.get(base, {})}
-            if not {"valid", "hidden", "blacklisted"} & set(self.op.output_fields) and (
-                    not row["valid"] or row["hidden"] or row["blacklisted"]):
+            if _left_out(row, self.op.output_fields):
                 continue
             rows.append([row[f] for f in self.op.output_fields])
         return rows
