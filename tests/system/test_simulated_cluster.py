@@ -462,7 +462,7 @@ def test_issue32_operations(sim, tmp_path: Path) -> None:
     # allocator keeps a failover target, N+1); mw2 changes group, rack2 is evacuated
     cfg = config(sim)
     fixed = {i.primary_node for i in cfg.instances.values() if i.disk_template != "sharedfile"}
-    rack2 = [n.name for n in sim.nodes[1:] if cfg.find_node(n.name).uuid not in fixed][:2]
+    rack2 = [n.name for n in sim.nodes if cfg.find_node(n.name).uuid not in fixed][:2]
     assert len(rack2) == 2, rack2
     herder(sim, "group", "add", "rack2")
     herder(sim, "group", "assign-nodes", "rack2", *rack2)
