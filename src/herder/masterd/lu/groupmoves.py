@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from herder.core import model
+from herder.core import model, params
 from herder.core.errors import OpPrereqError
 from herder.masterd import iallocator, locking
 from herder.masterd.jobs import opcodes
@@ -137,8 +137,6 @@ class InstanceMultiAlloc(LogicalUnit[opcodes.OpInstanceMultiAlloc]):
         self.allocated, self.failed = self._place()
 
     def _place(self) -> tuple[list[list[Any]], list[str]]:
-        from herder.core import params
-
         c = self.config.cluster
         requests = []
         for inst in self.op.instances:
