@@ -425,12 +425,12 @@ def held_response(hold: float) -> web.Response:
 
 # Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
 NOT_SERVED = (
-    ("/2/networks", "herder does not manage Ganeti networks yet (their own issue)"),
-    ("/2/filters", "herder has no job filters yet (the job queue's issue)"),
+    ("/2/networks", "herder does not manage Ganeti networks (not supported yet)"),
+    ("/2/filters", "herder has no job filters (not supported yet)"),
 )
 NOT_SERVED_SUFFIXES = (
-    ("/export", "herder does not export instances yet (exports have their own issue)"),
-    ("/prepare-export", "herder does not export instances yet (exports have their own issue)"),
+    ("/export", "herder does not export instances (not supported yet)"),
+    ("/prepare-export", "herder does not export instances (not supported yet)"),
 )
 
 
