@@ -396,3 +396,26 @@ def test_corrupt_job_file_is_set_aside_and_its_id_not_reused(tmp_path: Path) -> 
         assert m2.queue.submit([delay("node3", 0)]) == 8
     finally:
         m2.queue.stop()
+
+
+def test_a_job_summary_is_stored_not_parsed_again(master: Master, monkeypatch) -> None:
+    """Issue 35 item 9: showing a job (its summary, in every list and every console's
+    overview) re-parsed and re-validated each opcode; the summary is made once, at submission,
+    and stored with the job. A job stored before (no summary) or whose input no longer
+    validates is shown by its OP_ID."""
+    info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "instance", "name": "web1",
+                       "tags": ["f"]})
+    assert info["summary"] == ["TAGS_SET(web1)"]
+
+    def no_parsing(data):
+        raise AssertionError("a job shown was parsed again")
+
+    monkeypatch.setattr(opcodes, "parse", no_parsing)
+    assert master.queue.info(info["id"], ["summary"])["summary"] == ["TAGS_SET(web1)"]
+    stored = json.loads((master.queue.directory / f"job-{info['id']}.json").read_text())
+    assert stored["ops"][0]["summary"] == "TAGS_SET(web1)"
+    monkeypatch.undo()
+    old = master.queue.get(info["id"])
+    old.ops[0].summary = None
+    old.ops[0].input["tags"] = ["bad tag with a very long name" * 20]
+    assert master.queue.info(info["id"], ["summary"])["summary"] == ["TAGS_SET"]

@@ -225,7 +225,8 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
             t: params.apply_overrides(params.disk_family(t), {}, ch)
             for t, ch in disk_changes.items()
         },
-        uid_pool=uidpool.normalise(uidpool.parse_pool(uid_pool)) if uid_pool else [],
+        uid_pool=uidpool.check_size(uidpool.normalise(uidpool.parse_pool(uid_pool))) if uid_pool
+        else [],
         default_iallocators=parse_default_iallocators(default_iallocator),
         ctime=stamp, mtime=stamp,
     )

@@ -135,6 +135,11 @@ def _uid_ranges(field: str, ranges: list[tuple[int, int]] | None) -> None:
         if not 0 <= lo <= hi <= uidpool.MAX_UID:
             raise ValueError(f"{field}: bad user-id range {lo}-{hi} (0-{uidpool.MAX_UID}, "
                              "lower first)")
+    if field != "remove_uids":
+        try:
+            uidpool.check_size(ranges or [], field)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
 
 
 COLLECTOR_SETTINGS = ("active", "interval", "min_interval", "max_interval")

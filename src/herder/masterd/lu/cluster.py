@@ -101,6 +101,7 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
             c.uid_pool = uidpool.normalise(op.uid_pool)
         if op.add_uids:
             c.uid_pool = uidpool.add(c.uid_pool, op.add_uids)
+            uidpool.check_size(c.uid_pool)
         if op.remove_uids:
             c.uid_pool = uidpool.remove(c.uid_pool, op.remove_uids)
         for hv, changes in (op.hvparams or {}).items():
