@@ -150,7 +150,7 @@ def test_a_remove_a_node_refuses_keeps_the_disk_in_the_config(drbd_cluster) -> N
 @pytest.mark.parametrize(("mods", "message"), [
     ([["add", {}]], "Required disk parameter 'size' missing"),
     ([["add", {"size": "1G"}], ["remove", {}]], "Only one disk add/attach/remove/detach"),
-    ([["0", {"size": "2G"}]], "Disk size change not possible, use grow-disk"),
+    ([[0, {"size": "2G"}]], "Disk size change not possible, use grow-disk"),
     ([["add", {"size": "1G", "mode": "rx"}]], "Invalid disk access mode 'rx'"),
     ([["remove", 5, {}]], "Not accepting disk index 5"),
     ([["modify", "nosuch", {"mode": "ro"}]], "Lookup of disk 'nosuch' failed"),

@@ -241,6 +241,74 @@ def check_nic_specs(nics: list[dict[str, Any]]) -> None:
             seen.add(name)
 
 
+# Ganeti's device modification operations (constants.DDMS_VALUES, DDMS_VALUES_WITH_MODIFY)
+DEVICE_MODS = ("add", "attach", "detach", "remove")
+DEVICE_MODS_WITH_MODIFY = (*DEVICE_MODS, "modify")
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _disk_params_shape(value: Any) -> str | None:
+    """Ganeti's TIDiskParams / TDiskParams: what is wrong with a disk's parameters (None:
+    a dict of non-empty names to non-empty strings or integers)."""
+    if not isinstance(value, dict):
+        return f"disk parameters must be an object, got {value!r}"
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            return f"disk parameter names must be non-empty strings, got {key!r}"
+        if not (isinstance(item, int) or (isinstance(item, str) and item)):
+            return f"disk parameter {key}: a non-empty string or an integer, got {item!r}"
+    return None
+
+
+def check_device_mods(field: str, mods: Any) -> None:
+    """Ganeti's TSetParamsMods(TIDiskParams): a list of [op, index, params] (op one of
+    DEVICE_MODS_WITH_MODIFY, the index an integer, -1 the last, or a device's name) or, all
+    of them, of the old [op, params] (op one of DEVICE_MODS or a non-negative index);
+    ValueError naming the first bad entry."""
+    if not isinstance(mods, list):
+        raise ValueError(f"{field}: a list of modifications, got {mods!r}")
+    for position, mod in enumerate(mods):
+        where = f"{field}[{position}]"
+        if not isinstance(mod, list) or len(mod) not in (2, 3):
+            raise ValueError(f"{where}: [op, params] or [op, index, params], got {mod!r}")
+        if len(mod) != len(mods[0]):
+            raise ValueError(f"{where}: every modification has the form of the first")
+        if len(mod) == 3:
+            op, index, settings = mod
+            if op not in DEVICE_MODS_WITH_MODIFY:
+                raise ValueError(f"{where}: operation {op!r} is not one of "
+                                 f"{', '.join(DEVICE_MODS_WITH_MODIFY)}")
+            if isinstance(index, bool) or not isinstance(index, int | str):
+                raise ValueError(f"{where}: the index must be an integer or a name, got "
+                                 f"{index!r}")
+        else:
+            op, settings = mod
+            if op not in DEVICE_MODS and not _non_negative_int(op):
+                raise ValueError(f"{where}: operation {op!r} is not one of "
+                                 f"{', '.join(DEVICE_MODS)} or a disk index")
+        problem = _disk_params_shape(settings)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+
+
+def check_recreate_disks(disks: Any) -> None:
+    """Ganeti's TRecreateDisksInfo: a list of disk indices, or a list of [index, params]."""
+    if not isinstance(disks, list):
+        raise ValueError(f"disks: a list of disk indices or of [index, params], got {disks!r}")
+    if all(_non_negative_int(item) for item in disks):
+        return
+    for position, item in enumerate(disks):
+        if not (isinstance(item, list) and len(item) == 2 and _non_negative_int(item[0])):
+            raise ValueError(f"disks[{position}]: a list of disk indices or of [index, "
+                             f"params] (not both), got {item!r}")
+        problem = _disk_params_shape(item[1])
+        if problem:
+            raise ValueError(f"disks[{position}]: {problem}")
+
+
 # --- cluster ------------------------------------------------------------------------------------
 
 class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
@@ -659,9 +727,7 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
         if self.runtime_mem is not None and (isinstance(self.runtime_mem, bool)
                                              or self.runtime_mem <= 0):
             raise ValueError("runtime_mem: a positive number of MiB")
-        if not isinstance(self.disks, list) or not all(
-                isinstance(mod, list) and len(mod) in (2, 3) for mod in self.disks):
-            raise ValueError("disks: a list of [op, params] or [op, index, params]")
+        check_device_mods("disks", self.disks)
         params.check_hv_changes(self.hvparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
         params.check_osparams(self.osparams)
@@ -696,6 +762,11 @@ class OpInstanceRecreateDisks(InstanceOpCode, tag="OP_INSTANCE_RECREATE_DISKS", 
     nodes: list[str] = msgspec.field(default_factory=list)
     node_uuids: list[str] | None = None
     iallocator: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_recreate_disks(self.disks)
+        _iallocator(self.iallocator)
 
 
 class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
