@@ -95,7 +95,8 @@ def write_then_check(sim, name: str, move: list[str]) -> tuple[str, str]:
 
 def add(sim, name: str, template: str, disk: str, node: str = "node1") -> None:
     herder(sim, "instance", "add", name, "--no-name-check", "-t", template, "-o",
-           "debootstrap+default", "--disk", disk, "-n", f"{node}.sim.herder.test")
+           "debootstrap+default", "--disk", disk, "-n", f"{node}.sim.herder.test",
+           "--ignore-ipolicy")  # the simulation's disks are smaller than the policy's minimum
 
 
 def test_sharedfile_keeps_its_data_over_failover_and_migration(sim) -> None:
@@ -185,7 +186,8 @@ def test_an_added_sharedfile_disk_holds_its_data_over_a_failover(sim) -> None:
     add(sim, "sfadd", "sharedfile", "32M")
     node, first = devices(sim, "sfadd")["disk/0"]
     first_written = on_node(sim, node, WRITE, first)
-    added = herder(sim, "instance", "modify", "sfadd", "--disk", "add:size=48M")
+    added = herder(sim, "instance", "modify", "sfadd", "--disk", "add:size=48M",
+                   "--ignore-ipolicy")
     assert " - disk/1 -> add:size=48,mode=rw" in added.stdout.splitlines()
     cfg = config(sim)
     assert [d.iv_name for d in cfg.find_instance("sfadd").disks] == ["disk/0", "disk/1"]

@@ -158,7 +158,8 @@ def test_the_domain_comes_from_the_config(sim: Any) -> None:
     if OVS_MISSING is None:
         nics += ["--net", f"mode=openvswitch,link=ovsbr0,vlan={OVS_VLAN}"]
     herder(sim, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
-           "herder-guest", "--disk", "64M", "-n", NODE1, *nics, timeout=300)
+           "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-n", NODE1, *nics,
+           timeout=300)
     first = beat(sim, NODE1)
     if shared_disk(sim, NODE1):
         assert first.disk == guest.disk_pattern_hash(NAME)

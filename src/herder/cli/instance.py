@@ -158,13 +158,15 @@ def console_(ctx: click.Context, name: str, show_cmd: bool, log: bool, lines: in
               help="Do not require NAME to resolve (and so do not check its IP either).")
 @click.option("--no-ip-check", is_flag=True,
               help="Do not check that the address NAME resolves to is unused.")
+@click.option("--ignore-ipolicy", is_flag=True,
+              help="Create it even when it breaks the instance policy of its group.")
 @click.option("--dry-run", is_flag=True, help="Run every check and show the chosen nodes.")
 @click.pass_context
 def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         disks: tuple[str, ...], nics: tuple[str, ...], nodes: str | None,
         iallocator: str | None, be: tuple[str, ...], hv: tuple[str, ...], no_start: bool,
         no_install: bool, force_variant: bool, no_name_check: bool, no_ip_check: bool,
-        dry_run: bool) -> None:
+        ignore_ipolicy: bool, dry_run: bool) -> None:
     """Create instance NAME: placed by explicit nodes, or by the iallocators (the cluster's
     defaults for `allocate`, tried in order); the selected nodes are printed.
 
@@ -182,6 +184,8 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         "hvparams": params.parse_assignments(hv) if hv else {},
         "name_check": not no_name_check, "ip_check": not (no_name_check or no_ip_check),
     }
+    if ignore_ipolicy:
+        body["ignore_ipolicy"] = True
     if nodes:
         primary, _, secondary = nodes.partition(":")
         body["pnode"] = primary
@@ -415,12 +419,16 @@ def disk_modification(text: str) -> list[Any]:
                    "1G); within minmem..maxmem unless --force.")
 @click.option("-f", "--force", is_flag=True,
               help="With --runtime-memory: allow a size outside minmem..maxmem.")
+@click.option("--ignore-ipolicy", is_flag=True,
+              help="Change it even when it then breaks the instance policy of its group (e.g. "
+                   "removing its last disk).")
 @click.pass_context
 def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
            disk_template: str | None, remote_node: str | None, be: tuple[str, ...],
            hv: tuple[str, ...], osp: tuple[str, ...], os_type: str | None,
            offline: bool | None, hotplug: bool, hotplug_if_possible: bool,
-           no_wait_for_sync: bool, runtime_mem: str | None, force: bool) -> None:
+           no_wait_for_sync: bool, runtime_mem: str | None, force: bool,
+           ignore_ipolicy: bool) -> None:
     """Change an instance (OP_INSTANCE_SET_PARAMS, as gnt-instance modify): its disks (added
     on every node of its template now; a running instance sees a new disk at its next start),
     its disk template, its parameters (applied at the next start), the running guest's
@@ -430,7 +438,8 @@ def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
     op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
                           "disks": [disk_modification(m) for m in disk_mods],
                           "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,
-                          "hotplug_if_possible": hotplug_if_possible}
+                          "hotplug_if_possible": hotplug_if_possible,
+                          "ignore_ipolicy": ignore_ipolicy}
     for key, value in (("disk_template", disk_template), ("remote_node", remote_node),
                        ("os_name", os_type), ("offline", offline)):
         if value is not None:

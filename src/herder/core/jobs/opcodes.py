@@ -664,6 +664,7 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     wait_for_sync: bool = True
     tags: list[str] = msgspec.field(default_factory=list)
     mode: Literal["create", "import", "remote-import"] = "create"
+    ignore_ipolicy: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

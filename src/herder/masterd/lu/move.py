@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import diskobjects, locking, model, vmclaim
+from herder.core import diskobjects, locking, model, verify, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
-from herder.masterd.lu import disks
+from herder.masterd.lu import disks, fit
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 # Ganeti's DTS_COPYABLE: the templates whose disks a move copies
@@ -63,6 +63,16 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         if source.offline:
             raise OpPrereqError(f"the primary node {source.name} of {inst.name} is offline: "
                                 "its disks cannot be copied", "wrong_state")
+        # Ganeti's LUInstanceMove: the target's group policy, its free memory for a guest
+        # that will run there
+        ignored = fit.refuse_violations(config, target, verify.instance_spec(config, inst),
+                                        ignore=self.op.ignore_ipolicy)
+        if ignored:
+            self.feedback(f"instance policy violations ignored: {', '.join(ignored)}")
+        if inst.admin_state == "up":
+            fit.check_free_memory(
+                self.env, target, int(config.filled_beparams(inst)["maxmem"]),
+                f"failing over instance {inst.name}")
         self.inst, self.source, self.target = inst, source, target
 
     def dry_run_result(self) -> Any:
