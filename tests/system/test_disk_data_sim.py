@@ -137,7 +137,8 @@ def test_file_is_copied_by_move_and_refused_by_failover(sim) -> None:
     refused = herder(sim, "instance", "failover", "file1", check=False)
     assert refused.returncode == 1 and "file" in refused.stderr
     assert "cannot move between nodes" in refused.stderr or "cannot fail over" in refused.stderr
-    old, new = write_then_check(sim, "file1", ["instance", "move", "file1", "-n", "node2"])
+    old, new = write_then_check(sim, "file1", ["instance", "move", "file1", "-n", "node2",
+                                                      "--ignore-ipolicy"])
     assert new == "node2.sim.herder.test"
     assert not sim.host(old).path("/srv/herder/file-storage/file1").exists()
     assert config(sim).find_instance("file1").admin_state == "up"
@@ -158,7 +159,7 @@ def test_evacuation_moves_shared_disks_and_refuses_local_ones(sim) -> None:
     refused = herder(sim, "node", "evacuate", "node3.sim.herder.test", check=False)
     assert refused.returncode == 1
     assert "cannot be evacuated without copying them: file3" in refused.stderr
-    herder(sim, "instance", "move", "file3", "-n", "node2")
+    herder(sim, "instance", "move", "file3", "-n", "node2", "--ignore-ipolicy")
     write_then_check(sim, "sf3", ["node", "evacuate", "node3.sim.herder.test"])
 
 

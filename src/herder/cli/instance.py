@@ -274,13 +274,16 @@ _register("remove", "Remove an instance: its domain and disks on every node "
               help="Seconds to wait for the instance to shut down.")
 @click.option("--ignore-consistency", is_flag=True, default=None,
               help="Proceed even when it cannot be shut down on its node.")
+@click.option("--ignore-ipolicy", is_flag=True, default=None,
+              help="Move it even when it breaks the instance policy of the target's group.")
 @click.pass_context
 def move(ctx: click.Context, name: str, target_node: str, shutdown_timeout: int | None,
-         ignore_consistency: bool | None) -> None:
+         ignore_consistency: bool | None, ignore_ipolicy: bool | None) -> None:
     """Move an instance with plain or file disks to another node, copying its disks over the
     network (OP_INSTANCE_MOVE, as gnt-instance move)."""
     fields = {k: v for k, v in (("shutdown_timeout", shutdown_timeout),
-                                ("ignore_consistency", ignore_consistency)) if v is not None}
+                                ("ignore_consistency", ignore_consistency),
+                                ("ignore_ipolicy", ignore_ipolicy)) if v is not None}
     remote.run(ctx, [{"OP_ID": "OP_INSTANCE_MOVE", "instance_name": name,
                       "target_node": target_node, **fields}])
     click.echo(f"Moved {name} to {target_node}")

@@ -500,6 +500,9 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     # herder: the join token the node's noded printed (docs/real-nodes.md "Joining a node");
     # the master joins the node (its certificate, the HMAC key, ssconf) before adding it.
     join_token: str | None = None
+    # herder: without a token, the master reaches the node's daemon port first (Ganeti's
+    # TcpPing); false adds it without (a node set up later, a test config; compat row T24)
+    node_check: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

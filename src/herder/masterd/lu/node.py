@@ -3,6 +3,7 @@ node-level operations that need node daemons (evacuate, migrate)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any, TypeVar
 
 import msgspec
@@ -13,6 +14,17 @@ from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
+
+REACH_TIMEOUT = 10.0  # seconds: Ganeti's TcpPing
+
+
+def _answers(address: str, port: int) -> bool:
+    """Does something accept a TCP connection on `address`:`port` within REACH_TIMEOUT?"""
+    try:
+        with socket.create_connection((address, port), timeout=REACH_TIMEOUT):
+            return True
+    except OSError:
+        return False
 
 
 def _check_ip(value: str | None, what: str) -> None:
@@ -51,6 +63,24 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             params.apply_overrides(params.ND_FAMILY, {}, resets(op.ndparams or {}))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if op.join_token is None and op.node_check:
+            self._reach(op.primary_ip, op.secondary_ip)
+
+    def _reach(self, primary_ip: str, secondary_ip: str | None) -> None:
+        """Ganeti's reachability checks of a new node (TcpPing to noded's port on its primary,
+        then on its secondary address), with noded's port answering: a node whose daemon does
+        not run is not added. A join reaches the node itself."""
+        from herder.core.noderpc import DEFAULT_NODED_PORT
+
+        port = int(getattr(self.env.rpc, "port", DEFAULT_NODED_PORT))
+        if not _answers(primary_ip, port):
+            raise OpPrereqError(f"Node not reachable by ping: nothing answers on {primary_ip} "
+                                f"port {port} (node_check: false adds it without)",
+                                "environment_error")
+        if secondary_ip and secondary_ip != primary_ip and not _answers(secondary_ip, port):
+            raise OpPrereqError(f"Node secondary ip not reachable by TCP based ping to node "
+                                f"daemon port: nothing answers on {secondary_ip} port {port}",
+                                "environment_error")
 
     def join(self, node_uuid: str) -> str | None:
         """Join the node with its token (before the config changes: a failure leaves the config
