@@ -422,3 +422,57 @@ def test_a_job_summary_is_stored_not_parsed_again(master: Master, monkeypatch) -
     old.ops[0].summary = None
     old.ops[0].input["tags"] = ["bad tag with a very long name" * 20]
     assert master.queue.info(info["id"], ["summary"])["summary"] == ["TAGS_SET"]
+
+
+def test_read_only_jobs_are_kept_in_memory_briefly_and_their_ids_never_come_back(
+        tmp_path: Path) -> None:
+    """Issue 35 item 10: every `/2/instances/NAME/info` was a job kept forever and copied to
+    every master candidate. A job of read-only opcodes only (instance info, storage and OS
+    queries) is no file in the queue directory (so redistribution has nothing to copy), is
+    shown like any job while it lives, and is dropped once it has been finished for the
+    queue's `ephemeral_ttl`; a restart never gives its id to another job."""
+    from herder.masterd.redist import queue_state
+
+    m = Master(tmp_path)
+    m.queue.ephemeral_ttl = 0.5
+    try:
+        query = {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": ["plain0"], "static": True}
+        read = m.run(query)
+        assert read["status"] == "success" and "plain0.example.com" in read["opresult"][0]
+        assert read["id"] in m.queue.job_ids()
+        written = m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["w"]})
+        mixed = m.run(query, {"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["x"]})
+        stored = set(queue_state(m.queue.directory))
+        assert stored == {f"job-{written['id']}.json", f"job-{mixed['id']}.json"}
+        time.sleep(0.6)
+        assert read["id"] not in m.queue.job_ids()
+        with pytest.raises(NotFoundError):
+            m.queue.info(read["id"])
+        last = m.run(query)["id"]
+    finally:
+        m.queue.stop()
+    again = Master(tmp_path)
+    try:
+        assert again.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster",
+                                    "tags": ["y"]}]) > last
+    finally:
+        again.queue.stop()
+
+
+def test_read_only_jobs_held_at_once_are_bounded(tmp_path: Path) -> None:
+    """A queue never holds more than `max_ephemeral` read-only jobs: more are refused (the
+    RAPI answers 503) until some expire; other jobs are not affected."""
+    from herder.core.jobs.queue import QueueFull
+
+    m = Master(tmp_path)
+    m.queue.max_ephemeral = 3
+    try:
+        query = {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": ["plain0"], "static": True}
+        for _ in range(3):
+            m.queue.submit([query])
+        with pytest.raises(QueueFull, match="3 read-only jobs"):
+            m.queue.submit([query])
+        assert m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["z"]})["status"] \
+            == "success"
+    finally:
+        m.queue.stop()

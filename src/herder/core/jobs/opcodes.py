@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -35,6 +35,11 @@ class OpcodeError(HerderError):
 
 class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fields=True,
              omit_defaults=False):
+    # A query that changes nothing (instance info, storage and OS queries): a job of such
+    # opcodes only is kept in memory, briefly, and never copied to the candidates (the
+    # queue's "read-only jobs")
+    READ_ONLY: ClassVar[bool] = False
+
     dry_run: bool = False
     debug_level: int = 0
     priority: int = PRIORITY_NORMAL
@@ -581,6 +586,8 @@ class OpNodePowercycle(OpCode, tag="OP_NODE_POWERCYCLE", kw_only=True):
 
 
 class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
+    READ_ONLY = True
+
     nodes: list[str] = msgspec.field(default_factory=list)
     storage_type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
     name: str | None = None
@@ -632,6 +639,8 @@ class OpRepairCommand(OpCode, tag="OP_REPAIR_COMMAND", kw_only=True):
 
 class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
     """The OS definitions on the nodes, each with its variants (`name+variant`)."""
+
+    READ_ONLY = True
 
     output_fields: list[str] = msgspec.field(default_factory=lambda: ["name", "variants"])
     names: list[str] = msgspec.field(default_factory=list)
@@ -808,6 +817,8 @@ class OpInstanceReplaceDisks(InstanceOpCode, tag="OP_INSTANCE_REPLACE_DISKS", kw
 
 
 class OpInstanceQueryData(OpCode, tag="OP_INSTANCE_QUERY_DATA", kw_only=True):
+    READ_ONLY = True
+
     instances: list[str] = msgspec.field(default_factory=list)
     static: bool = False
     use_locking: bool = False
