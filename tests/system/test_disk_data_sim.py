@@ -211,7 +211,8 @@ def test_an_added_sharedfile_disk_holds_its_data_over_a_failover(sim) -> None:
         refused.stderr
     herder(sim, "instance", "shutdown", "sfadd")
     with sim.rapi() as api:  # Ganeti's RAPI route, as Ganeti's client sends it
-        job = api.wait_for_job(api.modify_instance("sfadd", disks=[["remove", 1, {}]]),
+        job = api.wait_for_job(api.modify_instance("sfadd", disks=[["remove", 1, {}]],
+                                                   ignore_ipolicy=True),
                                timeout=120, raise_on_error=True)
     assert job["opresult"][0] == [["disk/1", "remove"]]
     assert not sim.host(new_node).path(moved["disk/1"][1]).exists()

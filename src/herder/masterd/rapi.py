@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +39,7 @@ from herder.core.store import ConfigStore
 from herder.masterd import views
 from herder.masterd.announce import Announcements
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.submissions import SubmissionLimits, retry_after
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
 
@@ -75,6 +76,8 @@ class RapiContext:
     web: WebContext | None = None  # the web console: logins, node samples (masterd/web/)
     # the nodes' announcements that they are up (masterd/announce.py); None: refused
     announce: Announcements | None = None
+    # each user's job submissions (masterd/submissions.py)
+    submissions: SubmissionLimits = field(default_factory=SubmissionLimits)
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -86,22 +89,27 @@ CTX_KEY = web.AppKey("rapi", RapiContext)
 
 
 class RapiHttpError(Exception):
-    def __init__(self, status: int, explain: str) -> None:
+    def __init__(self, status: int, explain: str, retry: float | None = None) -> None:
         super().__init__(explain)
         self.status = status
         self.explain = explain
+        self.retry = retry  # seconds: the answer's Retry-After (429, 503)
 
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
-            426: "Upgrade Required", 500: "Internal Server Error", 501: "Not Implemented",
-            503: "Service Unavailable"}
+            426: "Upgrade Required", 429: "Too Many Requests", 500: "Internal Server Error",
+            501: "Not Implemented", 503: "Service Unavailable"}
+USER_KEY = "herder.rapi.user"  # the request's RAPI user (its name), set by the middleware
 
 
-def error_response(status: int, explain: str) -> web.Response:
-    headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if status == 401 else None
+def error_response(status: int, explain: str, retry: float | None = None) -> web.Response:
+    headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if status == 401 else {}
+    if retry is not None:
+        headers["Retry-After"] = retry_after(retry)
     body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
-    return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
+    return web.Response(body=_encode(body), status=status, content_type=JSON,
+                        headers=headers or None)
 
 
 def ok(value: Any) -> web.Response:
@@ -180,11 +188,21 @@ async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]])
     refused = hvfiles.problems(ops, ctx.hv_files_dir)
     if refused:
         raise RapiHttpError(400, "; ".join(refused))
+    read_only = all(getattr(opcodes.BY_ID.get(str(op.get("OP_ID"))), "READ_ONLY", False)
+                    for op in ops)
+    caller = request.get(USER_KEY) or f"source {request.remote}"
+    wait = ctx.submissions.take(caller, read_only)
+    if wait:
+        kind = "read-only jobs" if read_only else "jobs"
+        raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
+                                 f"{retry_after(wait)} s", retry=wait)
     queue = ctx.queue
     try:
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
+    except job_queue.QueueFull as err:
+        raise RapiHttpError(503, str(err), retry=10.0) from None
     return ok(job_id)
 
 
@@ -845,6 +863,8 @@ def access_refusal(request: web.Request) -> web.Response | None:
             user = caller.user
         elif caller.problem is not None and not ctx.anonymous_reads:
             return error_response(401, caller.problem)
+    if user is not None:
+        request[USER_KEY] = user.name
     if rule == access.RAPI_READ:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
@@ -869,7 +889,7 @@ async def rapi_middleware(request: web.Request,
     try:
         return await handler(request)
     except RapiHttpError as err:
-        return error_response(err.status, err.explain)
+        return error_response(err.status, err.explain, err.retry)
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:

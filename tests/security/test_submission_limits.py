@@ -1,0 +1,47 @@
+"""Issue 35 item 10 against a real `herder masterd`: a read-only user submitted 400
+`/2/instances/NAME/info` jobs in 7 s, each kept forever and copied to every candidate, and a
+writer's job then waited. The route still answers a job id (Ganeti's shape), but such a job is
+no file in the queue directory, and each user's submissions are rate-limited: a reader past
+its burst gets 429 with Retry-After while a writer's job goes through at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from herder.core.store import FileStore
+from herder.masterd.submissions import READ_ONLY_RATE
+from tests.conftest import build_config
+from tests.security.test_rapi_access import READER, add_reader, admin_auth
+from tests.system.masterd_fixture import make_cluster, start_masterd
+
+
+def test_a_readers_info_jobs_are_rate_limited_and_never_stored(tmp_path: Path) -> None:
+    store = FileStore(make_cluster(tmp_path / "cluster"))
+    with store.update() as config:
+        plain = build_config(nodes=1, drbd_instances=0).instances.popitem()[1]
+        plain.name, plain.primary_node = "web1.example.com", config.find_node("node2").uuid
+        config.instances[plain.uuid] = plain
+    with start_masterd(tmp_path) as master, httpx.Client(verify=False, timeout=60) as http:
+        add_reader(master.config_path)
+        info = f"{master.url}/2/instances/web1/info"
+        answers = [http.get(info, params={"static": "1"}, auth=READER)
+                   for _ in range(READ_ONLY_RATE.burst + 5)]
+        accepted = [a.json() for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code == 429]
+        assert len(accepted) >= READ_ONLY_RATE.burst and refused, \
+            [a.status_code for a in answers]
+        assert all(isinstance(job_id, int) for job_id in accepted)  # Ganeti's shape
+        assert int(refused[0].headers["Retry-After"]) >= 1
+        assert "viewer submits read-only jobs too fast" in refused[0].json()["explain"]
+        # a writer is not held up by the reader's queries
+        admin = admin_auth(master.config_path)
+        tagged = http.put(f"{master.url}/2/tags", params={"tag": "busy"}, auth=admin)
+        assert tagged.status_code == 200, tagged.text
+        # and the queries left no job file for redistribution to copy
+        queue = master.config_path.parent / "queue"
+        stored = {p.name for p in queue.glob("job-*.json")}
+        assert stored == {f"job-{tagged.json()}.json"}, stored
+        assert http.get(f"{master.url}/2/jobs/{accepted[0]}", auth=READER).status_code == 200
