@@ -100,7 +100,7 @@ MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
             426: "Upgrade Required", 429: "Too Many Requests", 500: "Internal Server Error",
             501: "Not Implemented", 503: "Service Unavailable"}
-USER_KEY = "herder.rapi.user"  # the request's RAPI user (its name), set by the middleware
+USER_KEY = web.RequestKey("rapi_user", str)  # the request's RAPI user, set by the middleware
 
 
 def error_response(status: int, explain: str, retry: float | None = None) -> web.Response:
