@@ -894,6 +894,8 @@ async def rapi_middleware(request: web.Request,
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:
         return error_response(404, f"Nothing matches the given URI: {request.path}")
+    except web.HTTPClientError as err:  # a body too large or too slow (core.serve's limits)
+        return error_response(err.status, err.text or err.reason)
     except OpPrereqError as err:
         return error_response(400, str(err))
     except (ConfigError, opcodes.OpcodeError) as err:

@@ -179,8 +179,8 @@ async def serve(agent: Agent, host: str, port: int, *, ready: Callable[[int], No
     """Run the agent and the HTTP server until `stop` is set (or the task is cancelled)."""
     await serve_helper.serve(
         "mond", agent.ctx.settings.run_dir,
-        endpoints=[serve_helper.Http(make_app(agent), [serve_helper.Listener(host, port,
-                                                                             backlog=1024)])],
+        endpoints=[serve_helper.Http(make_app(agent), [serve_helper.Listener(
+            host, port, backlog=1024)], routes=ROUTES)],
         tasks=[agent.run], on_stop=[agent.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
