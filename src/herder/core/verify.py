@@ -12,6 +12,7 @@ running on its primary, a domain no instance owns, a node that could not be aske
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,6 +285,49 @@ def instance_lvs(disk: model.Disk) -> list[str]:
     for child in disk.children:
         found += instance_lvs(child)
     return found
+
+
+def expected_volumes(config: model.ConfigData) -> set[tuple[str, str]]:
+    """(node UUID, `vg/lv`) of every LV some instance's disks have on some node (Ganeti's
+    MapLVsByNode over all instances: a DRBD disk's children on both its nodes, a plain disk
+    on its primary)."""
+    expected: set[tuple[str, str]] = set()
+    for inst in config.instances.values():
+        for disk in inst.disks:
+            lid = disk.logical_id
+            nodes = list(lid.nodes) if isinstance(lid, model.DrbdId) else [inst.primary_node]
+            expected.update((node, volume) for node in nodes for volume in instance_lvs(disk))
+    return expected
+
+
+def orphan_volumes(config: model.ConfigData,
+                   volumes: Mapping[str, Mapping[str, object] | str]) -> dict[str, list[str]]:
+    """Node UUID -> the LVs of the cluster's volume group it listed that no instance has
+    there (Ganeti's _VerifyOrphanVolumes), but those the cluster's `reserved_lvs` patterns
+    match (whole `vg/lv` names, Python regular expressions as Ganeti's)."""
+    expected = expected_volumes(config)
+    reserved = [re.compile(pattern) for pattern in config.cluster.reserved_lvs]
+    prefix = f"{config.cluster.volume_group_name}/"
+    found: dict[str, list[str]] = {}
+    for node_uuid, listed in volumes.items():
+        if isinstance(listed, str) or not config.cluster.volume_group_name:
+            continue
+        unknown = sorted(volume for volume in listed if volume.startswith(prefix)
+                         and (node_uuid, volume) not in expected
+                         and not any(p.fullmatch(volume) for p in reserved))
+        if unknown:
+            found[node_uuid] = unknown
+    return found
+
+
+def orphan_findings(config: model.ConfigData,
+                    volumes: Mapping[str, Mapping[str, object] | str]) -> list[Finding]:
+    """Ganeti's "volume V is unknown", one per orphan LV (a copy a killed move left)."""
+    return [Finding("error", "node-orphan-volume", f"node {config.node_name(node_uuid)}",
+                    f"volume {volume} is unknown")
+            for node_uuid, unknown in sorted(orphan_volumes(config, volumes).items(),
+                                             key=lambda kv: config.node_name(kv[0]))
+            for volume in unknown]
 
 
 def disk_status_findings(config: model.ConfigData, instances: Iterable[model.Instance],

@@ -246,6 +246,8 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
                 owners.append(inst.uuid)
                 objects.append(diskobjects.disk_object(config, inst, disk, node.uuid))
                 vgs |= {volume.split("/", 1)[0] for volume in verify.instance_lvs(disk)}
+        if config.cluster.volume_group_name:  # Ganeti's NV_LVLIST: the cluster's VG too
+            vgs.add(config.cluster.volume_group_name)
         volumes: dict[str, Any] | str | None = None
         if vgs:
             try:
@@ -288,5 +290,6 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
         volumes = {uuid: lvs for uuid, (lvs, _) in disk_answers.items() if lvs is not None}
         statuses = {uuid: said for uuid, (_, said) in disk_answers.items() if said is not None}
         findings += verify.disk_status_findings(config, mine, volumes, statuses)
+        findings += verify.orphan_findings(config, volumes)
         return [{"severity": f.severity, "code": f.code, "object": f.object,
                  "message": f.message} for f in findings]
