@@ -476,3 +476,35 @@ def test_read_only_jobs_held_at_once_are_bounded(tmp_path: Path) -> None:
             == "success"
     finally:
         m.queue.stop()
+
+
+def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) -> None:
+    """Issue 35 item 12: a move interrupted by the master's death left a second copy of the
+    disks and the instance down; the job is failed at restart as before (never run again),
+    and a cleanup move of the same instance and target follows it (the LU's
+    `after_master_death`), submitted by the queue's recovery."""
+    from herder.core.jobs.queue import Job, QueuedOpCode, timestamp
+
+    m = Master(tmp_path)
+    m.queue.stop()
+    move = opcodes.parse({"OP_ID": "OP_INSTANCE_MOVE", "instance_name": "plain0",
+                          "target_node": "node2"}).to_dict()
+    died = Job(id=50, ops=[QueuedOpCode(input=move, status=OpStatus.RUNNING)],
+               received_timestamp=timestamp())
+    m.queue.storage.save(died)
+    again = Master(tmp_path)
+    try:
+        assert again.recovered["failed"] == [50]
+        (follow_up,) = again.recovered["follow-ups"]
+        op = again.queue.get(follow_up).ops[0].input
+        assert (op["OP_ID"], op["instance_name"], op["target_node"], op["cleanup"]) == \
+            ("OP_INSTANCE_MOVE", "plain0", "node2", True)
+        assert any("after job 50" in str(entry) for entry in op["reason"])
+        assert again.queue.info(50)["status"] == "error"
+    finally:
+        again.queue.stop()
+    third = Master(tmp_path)  # recovered once: the follow-up is not submitted again
+    try:
+        assert third.recovered["follow-ups"] == []
+    finally:
+        third.queue.stop()

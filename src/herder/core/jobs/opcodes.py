@@ -760,6 +760,9 @@ class OpInstanceMove(InstanceOpCode, tag="OP_INSTANCE_MOVE", kw_only=True):
     ignore_consistency: bool = False
     ignore_ipolicy: bool = False
     compress: str = "none"
+    # herder: finish or roll back a move the master died in (its copies outside the primary
+    # removed, the instance started there when up; compat row B48)
+    cleanup: bool = False
 
 
 class OpInstanceGrowDisk(InstanceOpCode, tag="OP_INSTANCE_GROW_DISK", kw_only=True):

@@ -175,6 +175,11 @@ class Processor(Protocol):
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any: ...
 
 
+# A processor may also say what must follow an opcode that was running when the master died
+# (`after_master_death(op) -> [opcode dicts]`, e.g. a move's cleanup): `recover` submits it.
+FollowUp = Callable[[opcodes.OpCode], list[dict[str, Any]]]
+
+
 def error_result(err: BaseException) -> list[Any]:
     """Ganeti's encoded error: [class name, [message, ...]]."""
     kind = getattr(err, "ganeti_class", None) or type(err).__name__
@@ -301,7 +306,8 @@ class JobQueue:
     def recover(self) -> dict[str, list[int]]:
         """Load every stored job and settle the ones a dead master left behind."""
         outcome: dict[str, list[int]] = {"requeued": [], "failed": [], "canceled": [],
-                                         "finished": []}
+                                         "finished": [], "follow-ups": []}
+        interrupted: list[tuple[int, QueuedOpCode]] = []
         jobs, highest = self.storage.load()
         for job in jobs:
             highest = max(highest, job.id)
@@ -317,6 +323,7 @@ class JobQueue:
                         op.status, op.result = OpStatus.ERROR, list(RESTART_ERROR)
                         op.end_timestamp = timestamp()
                         failed = True
+                        interrupted.append((job.id, op))
                     elif failed and op.status not in FINAL:
                         op.status, op.result = OpStatus.ERROR, list(NOT_RUN_ERROR)
                 job.end_timestamp = timestamp()
@@ -340,7 +347,31 @@ class JobQueue:
                 self._save(job)
         self._reserved = self._read_reserved()
         self._next_id = max(highest, self._reserved) + 1
+        outcome["follow-ups"] = self._follow_up(interrupted)
         return outcome
+
+    def _follow_up(self, interrupted: list[tuple[int, QueuedOpCode]]) -> list[int]:
+        """Submit what the processor says must follow each opcode the master died in; the
+        ids of those jobs."""
+        follow: FollowUp | None = getattr(self.processor, "after_master_death", None)
+        submitted: list[int] = []
+        if follow is None:
+            return submitted
+        for job_id, qop in interrupted:
+            try:
+                ops = follow(qop.opcode)
+            except opcodes.OpcodeError as err:
+                log.error("job %s: cannot tell what its interrupted opcode needs: %s",
+                          job_id, err)
+                continue
+            if ops:
+                trail = [reason_trail.entry(reason_trail.USER,
+                                            f"after job {job_id}, interrupted by the master's "
+                                            "death")]
+                submitted.append(self.submit(ops, reason=trail))
+                log.warning("job %s was interrupted by the master's death: job %s follows "
+                            "it up", job_id, submitted[-1])
+        return submitted
 
     # --- workers --------------------------------------------------------------------------------
 
