@@ -25,7 +25,7 @@ from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 from tests.conftest import build_config
 
 CONFIG = Path("/var/lib/herder/config.json")
-HV_DIR = "/var/lib/herder/hypervisor"  # core.hvfiles: beside CONFIG
+HV_DIR = "/var/lib/herder/hypervisor"  # masterd.hvfiles: beside CONFIG
 
 
 def names(config: model.ConfigData) -> list[str]:
@@ -298,7 +298,7 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
 
     master = sim.host("node1")
     # The master's file, made on the master (as an operator would), in its hypervisor file
-    # directory beside its config (core.hvfiles)
+    # directory beside its config (masterd.hvfiles)
     password = "/var/lib/herder/hypervisor/web1.pw"
     on(sim, "node1", "instance", "list")  # the CLI works on the master
     made = master.run(["sh", "-c", f"mkdir -p /var/lib/herder/hypervisor && printf "

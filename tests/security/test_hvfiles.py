@@ -9,8 +9,8 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from herder.core import hvfiles, model
-from herder.masterd import redist
+from herder.core import model
+from herder.masterd import hvfiles, redist
 from tests.conftest import build_config
 
 

@@ -20,11 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import HerderError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config

@@ -19,11 +19,12 @@ import pytest
 
 pytest.importorskip("libvirt")
 
-from herder.core import locking, model, vmclaim
+from herder.core import model, vmclaim
 from herder.core.errors import RpcError
-from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import instance_payload
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.noded.server import NodeDaemon, NodeSettings

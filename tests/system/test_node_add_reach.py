@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from herder.core import locking
-from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.noded.server import NodeDaemon, NodeSettings

@@ -11,9 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import RpcError
 from herder.core.store import FileStore
+from herder.masterd import locking
 from herder.masterd.lu.base import MasterEnv
 from herder.noded import rpcargs
 from herder.noded.bdev.base import BlockDevError

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import NotFoundError
-from herder.core.jobs import opcodes
-from herder.core.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config, stored_files
@@ -462,7 +463,7 @@ def test_read_only_jobs_are_kept_in_memory_briefly_and_their_ids_never_come_back
 def test_read_only_jobs_held_at_once_are_bounded(tmp_path: Path) -> None:
     """A queue never holds more than `max_ephemeral` read-only jobs: more are refused (the
     RAPI answers 503) until some expire; other jobs are not affected."""
-    from herder.core.jobs.queue import QueueFull
+    from herder.masterd.jobs.queue import QueueFull
 
     m = Master(tmp_path)
     m.queue.max_ephemeral = 3
@@ -483,7 +484,7 @@ def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) ->
     disks and the instance down; the job is failed at restart as before (never run again),
     and a cleanup move of the same instance and target follows it (the LU's
     `after_master_death`), submitted by the queue's recovery."""
-    from herder.core.jobs.queue import Job, QueuedOpCode, timestamp
+    from herder.masterd.jobs.queue import Job, QueuedOpCode, timestamp
 
     m = Master(tmp_path)
     m.queue.stop()

@@ -217,7 +217,7 @@ def test_uid_pools_are_bounded_at_the_edge() -> None:
     """Issue 35 item 9: the uid pool is expanded into a set on the node that starts an
     instance: a pool of four billion uids is refused when it is set or added to."""
     from herder.core import uidpool
-    from herder.core.jobs import opcodes
+    from herder.masterd.jobs import opcodes
 
     for field in ("uid_pool", "add_uids"):
         with pytest.raises(opcodes.OpcodeError, match=f"at most {uidpool.MAX_POOL_SIZE}"):

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from herder.cli import remote
 from herder.cli.main import cli
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.store import FileStore
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.instance import InstanceSetParams
 from tests.conftest import build_config
 from tests.unit.test_migration_order import node_info

@@ -14,7 +14,7 @@ from herder.core import livefigures, model
 from herder.masterd.livecache import NodeAnswer, Snapshot
 from herder.masterd.web import overview, samples
 from herder.masterd.web.samples import NodeSamples
-from herder.masterd.web.sessions import SessionStore, csrf_matches
+from herder.masterd.web.sessions import MAX_SESSIONS_PER_USER, SessionStore, csrf_matches
 from tests.conftest import build_config
 
 
@@ -53,6 +53,21 @@ def test_csrf_tokens_are_per_session() -> None:
     assert csrf_matches(one, one.csrf)
     assert not csrf_matches(one, two.csrf) and not csrf_matches(one, None)
     assert not csrf_matches(one, "")
+
+
+def test_sessions_are_capped_per_user_so_no_user_ends_anothers() -> None:
+    """One user's flood of logins ends that user's oldest sessions only (issue 35 item 6)."""
+    clock = Clock()
+    store = SessionStore(clock=clock)
+    admin = store.create("admin")
+    viewer = [store.create("viewer") for _ in range(MAX_SESSIONS_PER_USER)]
+    for _ in range(1005):
+        clock.now += 0.01
+        store.create("viewer")
+    assert store.lookup(admin.id) is admin
+    assert all(store.lookup(s.id) is None for s in viewer)  # the viewer's oldest went
+    assert store.count("viewer") == MAX_SESSIONS_PER_USER
+    assert store.count("admin") == 1
 
 
 def info(free: int = 1024) -> livefigures.NodeInfo:

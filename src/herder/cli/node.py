@@ -12,7 +12,6 @@ from herder.cli.common import (
     YES_NO,
     json_option,
     many_rows,
-    pass_store,
     print_json,
     print_mapping,
     print_table,
@@ -132,7 +131,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @node.command()
 @click.argument("names", nargs=-1, required=True, metavar="NODE...")
 @json_option
-@pass_store
+@remote.pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show everything about one or more nodes, with their filled node parameters."""
     from herder.core import model
@@ -212,10 +211,10 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
               "(default: this node's primary IP, from ssconf).")
 @click.pass_context
 def libvirt_tls(ctx: click.Context, listen_address: str | None) -> None:
-    """Configure this node's libvirtd for TLS only, with the node certificate (run on a joined
-    node; again after nodes were added or removed): libvirt's PKI directory from node.pem and
-    the cluster CA, libvirtd.conf accepting only the cluster's nodes. Restart libvirtd with
-    --listen afterwards (running guests go on)."""
+    """Configure this node's libvirtd for TLS only (once, on a node the master has added):
+    libvirtd.conf, the libvirt CAs of ssconf, the node's libvirt certificate the master issued.
+    Restart libvirtd with --listen afterwards (running guests go on); from then on the master
+    keeps its trust current (node add and remove, renew-crypto) without a restart."""
     import socket
     from pathlib import Path
 
@@ -226,8 +225,8 @@ def libvirt_tls(ctx: click.Context, listen_address: str | None) -> None:
     directory = Path((ctx.find_root().obj or {}).get("config_path")
                      or default_config_path()).parent
     done = setup.install(socket.getfqdn(), directory, listen_address=listen_address)
-    click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT} for "
-               f"{', '.join(done.nodes)}; PKI in {done.pki.directory}, {done.conf} written")
+    click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT}, trusting "
+               f"{done.trusted} libvirt CA(s); PKI in {done.pki.directory}, {done.conf} written")
 
 
 @node.command("join-token")

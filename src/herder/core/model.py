@@ -4,7 +4,7 @@ Every object has a name and a UUID (design-2.1 "Introducing persistent UUIDs"): 
 changes, a rename keeps it, and every lookup accepts either. References between objects are by
 UUID. Every object carries serial_no, ctime and mtime.
 
-The document is herder's own format (`FORMAT_VERSION`); `herder.core.ganeti_import` turns a
+The document is herder's own format (`FORMAT_VERSION`); `herder.cli.ganeti_import` turns a
 Ganeti `config.data` into it. JSON field names follow Ganeti where Ganeti tools read them
 (ipolicy's dashed keys, the maintenance section's keys).
 """
@@ -594,6 +594,11 @@ class Cluster(Base, kw_only=True):
     # by every redistribution until the rotation ends, so a redistribution running meanwhile
     # never takes the new certificates' acceptance away (masterd.renew)
     node_certs_renewing: dict[str, str] = msgspec.field(default_factory=dict)
+    # The CAs every node's libvirtd trusts (PEM certificates; two while a new one replaces the
+    # old): libvirt's own CA, whose key only the master holds, issuing one certificate per
+    # current node (ssconf `herder_libvirt_cas`, `masterd.libvirt_trust`); none on a cluster
+    # made before it (libvirtd then trusts the cluster CA until `renew-crypto`)
+    libvirt_cas: list[str] = msgspec.field(default_factory=list)
     master_ip: str
     master_netdev: str = "eth0"
     master_netmask: int = 32

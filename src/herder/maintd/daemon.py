@@ -30,8 +30,7 @@ import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from herder.core import model, notification
-from herder.core.jobs import reason
+from herder.core import model, notification, reason
 from herder.maintd import incidents, vmhealth
 from herder.maintd import instances as instance_incidents
 from herder.maintd import watcher as watcher_repairs
@@ -620,11 +619,13 @@ class Maintd:
         return inc
 
     async def notify(self, note: notification.Notification) -> tuple[int, dict[str, Any]]:
-        """A validated failure notification (`POST /1/notifications`): (HTTP status, body).
+        """A validated failure notification (`POST /1/notifications`; its `hostname` is the
+        node whose certificate sent it, `maintd.server`): (HTTP status, body).
 
         409 for a notification received before (masakari's duplicate: the sender drops it);
-        else 202 with the notification, its `notification_uuid` and `status` "new" (an
-        instance incident was created) or "ignored", with the `reason`."""
+        400 for a failure of an instance whose primary is not the reporting node (nothing is
+        recorded); else 202 with the notification, its `notification_uuid` and `status` "new"
+        (an instance incident was created) or "ignored", with the `reason`."""
         async with self._notify_lock:  # one at a time, like masakari's per-host lock
             if note.key in self.received or any(
                     instance_incidents.same_notification(i.original, note)
@@ -641,6 +642,9 @@ class Maintd:
                 log.warning("notification %s: cannot decide: %s", note.key, err)
                 return 503, {"error": "unavailable",
                              "message": f"cannot read the cluster: {err}"}
+            if verdict.status == instance_incidents.REFUSED:
+                log.warning("notification from %s refused: %s", note.hostname, verdict.reason)
+                return 400, {"error": "bad request", "message": verdict.reason}
             record.update(status=verdict.status, reason=verdict.reason,
                           incident=verdict.incident.uuid if verdict.incident else None)
             self.received[note.key] = record

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from herder.core import envelope, model, node_certs
+from herder.core import envelope, model, node_certs, ports
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE, SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
@@ -71,7 +71,6 @@ from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
 
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
-MASTERD_PORT = 5080
 FINAL_JOB = {"success", "error", "canceled"}
 OTHER_JOBS_TIMEOUT = 120.0  # seconds the merge waits for the other cluster's running jobs
 STEPS = ("key", "pause", "stop", "daemons", "merge", "start", "forget", "verify")
@@ -110,7 +109,7 @@ class OtherCluster:
 
     def rapi(self) -> RapiClient:
         return RapiClient.for_herder_cluster(self.secrets_dir,
-                                             f"https://{self.address}:{MASTERD_PORT}")
+                                             f"https://{self.address}:{ports.MASTERD}")
 
     def rpc(self) -> HttpNodeRpc:
         return HttpNodeRpc(envelope.load_key(self.secrets_dir / HMAC_KEY_FILE),
@@ -241,8 +240,28 @@ class RpcControl:
             if errors:
                 raise MergeError("pushing this cluster's files to the handed-over nodes: "
                                  + "; ".join(errors))
+            _libvirt_certificates(ours_rpc, ours, [n for n in nodes if n.vm_capable])
         finally:
             ours_rpc.close()
+
+
+def _libvirt_certificates(rpc: HttpNodeRpc, ours: Path, nodes: list[model.Node]) -> None:
+    """Each handed-over node a libvirt certificate of this cluster's libvirt CA (its old one
+    was the other cluster's: `masterd.libvirt_trust`)."""
+    from herder.masterd import libvirt_trust, redist
+
+    problems: list[str] = []
+
+    def publish(cas: list[str]) -> None:  # a master without the CA's key makes a new one
+        with FileStore(ours).update() as changed:
+            changed.cluster.libvirt_cas = list(cas)
+        pushed = redist.Redistributor(rpc, ours, None).push(FileStore(ours).load(), full=False)
+        problems.extend(f"{name}: {e}" for name, r in pushed.items() for e in r.errors)
+
+    for node in nodes:
+        libvirt_trust.issue(rpc, FileStore(ours).load(), ours, node, publish, problems.append)
+    if problems:
+        raise MergeError("the handed-over nodes' libvirt certificates: " + "; ".join(problems))
 
 
 # --- the pure part: checks, port reallocation, the merged config ---------------------------------
@@ -504,7 +523,7 @@ class Merge:
     def _our_api(self) -> Any:
         url = self.masterd_url or os.environ.get("HERDER_MASTERD")
         if not url:
-            url = f"https://{FileStore(self.config).load().cluster.master_ip}:{MASTERD_PORT}"
+            url = f"https://{FileStore(self.config).load().cluster.master_ip}:{ports.MASTERD}"
         return RapiClient.for_herder_cluster(self.config.parent, url)
 
     def check_other_idle(self, timeout: float = OTHER_JOBS_TIMEOUT) -> None:

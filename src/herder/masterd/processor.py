@@ -15,11 +15,10 @@ import logging
 import time
 from typing import Any
 
-from herder.core import locking
 from herder.core.errors import OpPrereqError
-from herder.core.jobs import opcodes
-from herder.core.jobs.queue import JobContext
-from herder.masterd import lu
+from herder.masterd import locking, lu
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs.queue import JobContext
 from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv
 
 log = logging.getLogger("herder.masterd")

@@ -7,7 +7,7 @@ unless anonymous reads are configured; writes, and as in Ganeti's rlib2 the read
 job with locks or block (`GET /2/nodes/N/storage`, `GET /2/jobs/ID/wait`), need a user with
 the `write` option (401 without credentials, 403 for a read-only user). A parameter naming a
 file herder would read and distribute must lie in the cluster's hypervisor file directory
-(`core.hvfiles`, 400 otherwise). Errors are Ganeti's JSON `{"code", "message", "explain"}`.
+(`masterd.hvfiles`, 400 otherwise). Errors are Ganeti's JSON `{"code", "message", "explain"}`.
 herder-only routes live under `/2/herder/`.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
-from herder.core import access, hvfiles, model, roles, storage_units, untrusted
+from herder.core import access, login_backoff, model, reason, roles, storage_units, untrusted
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -31,15 +31,15 @@ from herder.core.errors import (
     NotFoundError,
     OpPrereqError,
 )
-from herder.core.jobs import opcodes, reason
-from herder.core.jobs import queue as job_queue
 from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
-from herder.masterd import views
+from herder.masterd import hvfiles, views
 from herder.masterd.announce import Announcements
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs import queue as job_queue
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
-from herder.masterd.submissions import SubmissionLimits, retry_after
+from herder.masterd.submissions import SubmissionLimits
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
 
@@ -76,6 +76,8 @@ class RapiContext:
     web: WebContext | None = None  # the web console: logins, node samples (masterd/web/)
     # the nodes' announcements that they are up (masterd/announce.py); None: refused
     announce: Announcements | None = None
+    # wrong passwords lately, and the holds they set (HTTP Basic and the web console's login)
+    backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
     # each user's job submissions (masterd/submissions.py)
     submissions: SubmissionLimits = field(default_factory=SubmissionLimits)
 
@@ -103,10 +105,10 @@ MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not
 USER_KEY = web.RequestKey("rapi_user", str)  # the request's RAPI user, set by the middleware
 
 
-def error_response(status: int, explain: str, retry: float | None = None) -> web.Response:
-    headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if status == 401 else {}
-    if retry is not None:
-        headers["Retry-After"] = retry_after(retry)
+def error_response(status: int, explain: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": f'Basic realm="{REALM}"'}
     body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
     return web.Response(body=_encode(body), status=status, content_type=JSON,
                         headers=headers or None)
@@ -195,7 +197,7 @@ async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]])
     if wait:
         kind = "read-only jobs" if read_only else "jobs"
         raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
-                                 f"{retry_after(wait)} s", retry=wait)
+                                 f"{login_backoff.retry_after(wait)} s", retry=wait)
     queue = ctx.queue
     try:
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
@@ -852,8 +854,15 @@ def access_refusal(request: web.Request) -> web.Response | None:
     # (masterd/announce.py): their handlers check
     if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE):
         return None
-    user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
-    if "Authorization" not in request.headers:  # a web console session (masterd/web/auth.py)
+    user: User | None = None
+    if "Authorization" in request.headers:
+        tried = login_backoff.attempt_basic(ctx.users, ctx.backoff,
+                                            request.headers["Authorization"],
+                                            request.remote or "?", "RAPI")
+        if tried.hold > 0:
+            return held_response(tried.hold)
+        user = tried.user
+    else:  # a web console session (masterd/web/auth.py)
         caller = web_auth.session_caller(request, ctx.users,
                                           None if ctx.web is None else ctx.web.sessions)
         if caller.session is not None:
@@ -879,6 +888,13 @@ def access_refusal(request: web.Request) -> web.Response | None:
     return None
 
 
+def held_response(hold: float) -> web.Response:
+    """429 to an attempt held for its earlier wrong passwords (`core.login_backoff`)."""
+    return error_response(429, "too many wrong passwords from this address for this user; "
+                               f"try again in {hold:.1f} s",
+                          {"Retry-After": login_backoff.retry_after(hold)})
+
+
 @web.middleware
 async def rapi_middleware(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -889,7 +905,8 @@ async def rapi_middleware(request: web.Request,
     try:
         return await handler(request)
     except RapiHttpError as err:
-        return error_response(err.status, err.explain, err.retry)
+        return error_response(err.status, err.explain, None if err.retry is None else
+                              {"Retry-After": login_backoff.retry_after(err.retry)})
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:

@@ -10,7 +10,6 @@ writer's turn. A submission takes one token; an empty bucket answers how long un
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -60,7 +59,3 @@ class SubmissionLimits:
             if tokens + (now - at) * rate.per_second >= rate.burst:
                 del self._buckets[key]
 
-
-def retry_after(seconds: float) -> str:
-    """The Retry-After header's whole seconds (at least 1)."""
-    return str(max(1, math.ceil(seconds)))

@@ -41,7 +41,6 @@ from herder.mond.report import CATEGORIES, DEFAULT_CATEGORY
 
 log = logging.getLogger("herder.mond")
 JSON = "application/json"
-DEFAULT_PORT = 1815
 MAX_ONLY = 256  # report names one `only=` request may give (repeats counted)
 AGENT_KEY = web.AppKey("agent", Agent)
 REPAIR_KEY = web.AppKey("repair", Repairer)

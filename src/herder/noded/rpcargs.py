@@ -475,6 +475,19 @@ class NodeAdopt(Args, kw_only=True):
     node_certificate: str
 
 
+class LibvirtTls(Args, kw_only=True):
+    """`request` a new libvirt key's signing request; `install` its `certificate` (PEM)."""
+
+    stage: Literal["request", "install"]
+    certificate: str | None = None
+
+    def check(self) -> None:
+        if self.stage == "install" and not self.certificate:
+            raise ValueError("stage install needs the certificate")
+        if self.certificate is not None and len(self.certificate) > 16 * 1024:
+            raise ValueError("certificate: a PEM certificate is a few hundred bytes")
+
+
 class RenewCrypto(Args, kw_only=True):
     """`install` carries the new secrets (base64); `retire` none."""
 
@@ -543,6 +556,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "node_start_master_daemons": NoArgs, "node_stop_master": NoArgs,
     "node_activate_master_ip": MasterIp, "node_deactivate_master_ip": MasterIp,
     "node_demote_from_mc": NoArgs, "node_adopt": NodeAdopt, "renew_crypto": RenewCrypto,
+    "libvirt_tls": LibvirtTls,
     "instance_console_log": ConsoleLog,
 }
 

@@ -41,7 +41,16 @@ from herder.core.errors import HerderError, StoreError
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
-from herder.noded import console, disk_transfer, join, nodeparams, powercycle, rpcargs, rpccheck
+from herder.noded import (
+    console,
+    disk_transfer,
+    join,
+    libvirt_tls,
+    nodeparams,
+    powercycle,
+    rpcargs,
+    rpccheck,
+)
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import Hypervisor, HypervisorError
@@ -52,7 +61,6 @@ from herder.noded.trust import NodeTrust
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
-DEFAULT_PORT = 1811
 ROUTES = access.Routes("noded")  # who may call each route (tests/security walks the router)
 
 
@@ -795,7 +803,26 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             atomic_write(self.ssconf_dir / f"ssconf_{name}", str(text).encode(), 0o644)
             written.append(name)
         self.follow_node_params()
+        if libvirt_tls.SSCONF_NAME in values:  # the master's libvirt CAs: trusted at once
+            libvirt_tls.refresh(self.data_dir, conf=self.local(libvirt_tls.LIBVIRTD_CONF))
         return written
+
+    def rpc_libvirt_tls(self, args: dict[str, Any]) -> dict[str, Any]:
+        """This node's libvirt certificate (`masterd.libvirt_trust`): stage `request` makes a
+        new key (kept here) and answers its certificate signing request (`csr`, PEM); stage
+        `install` takes the master's `certificate` for it, which libvirtd then serves and
+        shows (reloaded without a restart where herder configures it)."""
+        pki = LibvirtPki(self.data_dir / "libvirt-pki")
+        if args["stage"] == "request":
+            return {"csr": libvirt_tls.request(self.settings.node_name, pki).decode()}
+        try:
+            libvirt_tls.install_certificate(self.settings.node_name, pki,
+                                            str(args["certificate"]).encode())
+        except HerderError as err:
+            raise RpcFailure(str(err)) from None
+        problem = libvirt_tls.refresh(self.data_dir, pki,
+                                      conf=self.local(libvirt_tls.LIBVIRTD_CONF))
+        return {"installed": True, "reload_problem": problem}
 
     def rpc_write_config(self, args: dict[str, Any]) -> dict[str, Any]:
         """A master candidate's copy of the config and the job queue where its readers find

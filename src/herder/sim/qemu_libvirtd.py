@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import libvirtd_conf
+from herder.core import libvirt_host, libvirtd_conf
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, ensure_system_accounts
 
@@ -127,7 +127,6 @@ class QemuLibvirtd:
     name: str
     address: str
     pki: LibvirtPki
-    node_names: list[str]
     workdir: Path
     port: int = libvirtd_conf.LIBVIRT_TLS_PORT
     host_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -154,7 +153,7 @@ class QemuLibvirtd:
             (self.workdir / name).mkdir(parents=True, exist_ok=True)
         etc = self.workdir / "etc"
         (etc / "libvirtd.conf").write_text(libvirtd_conf.libvirtd_conf(
-            listen_address=self.address, pki=self.pki, node_names=self.node_names,
+            listen_address=self.address, pki=self.pki,
             tls_port=self.port, unix_sock_dir=self.workdir / "sock", host_uuid=self.host_uuid,
             log_file=self.log))
         (etc / "qemu.conf").write_text(libvirtd_conf.qemu_conf())
@@ -169,8 +168,6 @@ class QemuLibvirtd:
                 "sh", "-c", script]
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
-        import libvirt
-
         self._prepare()
         with open(self.workdir / "libvirtd.out", "ab") as out:
             self.proc = subprocess.Popen(
@@ -186,9 +183,9 @@ class QemuLibvirtd:
                     f"{self._tail()}")
             if self.socket.exists():
                 try:
-                    libvirt.open(self.uri).close()
+                    libvirt_host.open_connection(self.uri).close()
                     return
-                except libvirt.libvirtError as err:
+                except libvirt_host.Unreachable as err:
                     last = str(err)
             time.sleep(0.1)
         self.kill()
@@ -237,8 +234,8 @@ class QemuLibvirtd:
         import libvirt
 
         if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(libvirt.libvirtError):
-                conn = libvirt.open(self.uri)
+            with contextlib.suppress(libvirt.libvirtError, libvirt_host.Unreachable):
+                conn = libvirt_host.open_connection(self.uri)
                 for domain in conn.listAllDomains():
                     with contextlib.suppress(libvirt.libvirtError):
                         if domain.isActive():
@@ -280,8 +277,7 @@ def start_pair(addresses: tuple[str, str] = ("127.0.0.61", "127.0.0.62"),
     os.chmod(root, 0o755)
     pki = TestPki(root / "pki")
     names = ["node1.sim.herder.test", "node2.sim.herder.test"]
-    daemons = [QemuLibvirtd(name, address, pki.node(name, [address]), names, root / name,
-                            port=port)
+    daemons = [QemuLibvirtd(name, address, pki.node(name, [address]), root / name, port=port)
                for name, address in zip(names, addresses, strict=True)]
     started: list[QemuLibvirtd] = []
     try:

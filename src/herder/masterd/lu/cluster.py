@@ -8,9 +8,10 @@ from typing import Any
 
 import msgspec
 
-from herder.core import diskobjects, locking, model, params, uidpool, verify
+from herder.core import diskobjects, model, params, uidpool, verify
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from herder.core import configdiff, locking, model, params, verify, vmclaim
+from herder.core import configdiff, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import instance_payload
-from herder.masterd import iallocator, portpool
+from herder.masterd import iallocator, locking, portpool
+from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache, Snapshot
 from herder.masterd.lu import diskgen, disks, fit
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup

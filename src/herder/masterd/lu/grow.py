@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import diskobjects, locking, model
+from herder.core import diskobjects, model
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import diskobjects, locking, model, verify, vmclaim
+from herder.core import diskobjects, model, ports, verify, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
-from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
+from herder.core.noderpc import instance_payload
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks, fit, handover
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
@@ -45,7 +46,7 @@ def copy_disk(env: Any, config: model.ConfigData, inst: model.Instance, index: i
         "disk": diskobjects.disk_object(config, inst, disk, source.uuid),
         "instance": inst.name, "idx": index, "token": prepared["token"],
         "target": {"name": target.name, "address": target.primary_ip,
-                   "port": getattr(env.rpc, "port", DEFAULT_NODED_PORT)}},
+                   "port": getattr(env.rpc, "port", ports.NODED)}},
         timeout=COPY_TIMEOUT)
 
 

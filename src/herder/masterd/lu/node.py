@@ -3,15 +3,15 @@ node-level operations that need node daemons (evacuate, migrate)."""
 
 from __future__ import annotations
 
-import socket
 from typing import Any, TypeVar
 
 import msgspec
 
-from herder.core import diskobjects, locking, model, names, params
+from herder.core import diskobjects, model, names, params, ports
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import UnavailableRpc
+from herder.masterd import libvirt_trust, locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -19,12 +19,8 @@ REACH_TIMEOUT = 10.0  # seconds: Ganeti's TcpPing
 
 
 def _answers(address: str, port: int) -> bool:
-    """Does something accept a TCP connection on `address`:`port` within REACH_TIMEOUT?"""
-    try:
-        with socket.create_connection((address, port), timeout=REACH_TIMEOUT):
-            return True
-    except OSError:
-        return False
+    """Does noded's port accept a TCP connection on `address` within REACH_TIMEOUT?"""
+    return names.address_answers(address, port, REACH_TIMEOUT, live_port_needed=True)
 
 
 def _check_ip(value: str | None, what: str) -> None:
@@ -70,9 +66,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         """Ganeti's reachability checks of a new node (TcpPing to noded's port on its primary,
         then on its secondary address), with noded's port answering: a node whose daemon does
         not run is not added. A join reaches the node itself."""
-        from herder.core.noderpc import DEFAULT_NODED_PORT
-
-        port = int(getattr(self.env.rpc, "port", DEFAULT_NODED_PORT))
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
         if not _answers(primary_ip, port):
             raise OpPrereqError(f"Node not reachable by ping: nothing answers on {primary_ip} "
                                 f"port {port} (node_check: false adds it without)",
@@ -92,7 +86,6 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             raise OpPrereqError("joining a node needs the node daemons (masterd's node RPC)")
         from herder.core import envelope
         from herder.core.cluster_secrets import SecretPaths
-        from herder.core.noderpc import DEFAULT_NODED_PORT
         from herder.masterd import join, redist
         from herder.masterd.lu.cluster import config_path_of
 
@@ -112,7 +105,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         except (OSError, HerderError) as err:
             raise OpPrereqError(f"cannot join {op.node_name}: the cluster's secrets: "
                                 f"{err}") from None
-        port = int(getattr(self.env.rpc, "port", DEFAULT_NODED_PORT))
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
 
         def values(digest: str) -> dict[str, str]:
             planned.cluster.node_certs[node_uuid] = digest
@@ -167,6 +160,8 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
+            if node.vm_capable:  # libvirt's certificate of the current CA (issue 35)
+                _libvirt_certificate(self.env, node.uuid, self.feedback)
         return node.uuid
 
 
@@ -268,6 +263,10 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
+        if ["offline", "False"] in changes and node.vm_capable and \
+                not isinstance(self.env.rpc, UnavailableRpc):
+            # back online: a rotation meanwhile left it a certificate of an old libvirt CA
+            _libvirt_certificate(self.env, node.uuid, self.feedback)
         if ["master_candidate", "False"] in changes and not node.offline and \
                 not isinstance(self.env.rpc, UnavailableRpc):
             # Ganeti's DemoteFromMC: the node's config copy goes, nothing there reads it again
@@ -312,7 +311,40 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
                                              full=False).items():
                 for error in pushed.get("errors", []):
                     self.feedback(f"{name}: {error}")
+            # and libvirt's CA: a new one, of which the removed node has no certificate
+            from herder.masterd.lu.cluster import config_path_of
+
+            libvirt_trust.renew(self.env.rpc, self.env.store.load(), config_path_of(self.env),
+                                _libvirt_publish(self.env, self.feedback), self.feedback)
         return None
+
+
+def _libvirt_publish(env: Any, feedback: libvirt_trust.Say) -> libvirt_trust.Publish:
+    """`libvirt_trust.Publish` for an LU: the CAs into the config, then to every node."""
+    from herder.masterd.lu.cluster import redistribute
+
+    def publish(cas: list[str]) -> None:
+        with env.store.update() as config:
+            config.cluster.libvirt_cas = list(cas)
+        for name, pushed in redistribute(env, env.store.load(), full=False).items():
+            for error in pushed.get("errors", []):
+                feedback(f"{name}: {error}")
+
+    return publish
+
+
+def _libvirt_certificate(env: Any, node_uuid: str, feedback: libvirt_trust.Say) -> None:
+    """The node's libvirt certificate of the current CA (`masterd.libvirt_trust.issue`),
+    once it has the current CAs (a node back online may have missed a rotation)."""
+    from herder.masterd.lu.cluster import config_path_of, redistribute
+
+    config = env.store.load()
+    node = config.nodes[node_uuid]
+    pushed = redistribute(env, config, full=False, only=[node.name])
+    for error in pushed.get(node.name, {}).get("errors", []):
+        feedback(f"{node.name}: {error}")
+    libvirt_trust.issue(env.rpc, config, config_path_of(env), node,
+                        _libvirt_publish(env, feedback), feedback)
 
 
 class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):

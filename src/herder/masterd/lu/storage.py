@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import diskobjects, locking, model, storage_units
+from herder.core import diskobjects, model, storage_units
 from herder.core.errors import HerderError, OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.vg_repair import CopyReports, vg_repair_allowed
 

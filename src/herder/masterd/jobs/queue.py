@@ -9,10 +9,10 @@ Every change of a job is written to its storage before anyone is told of it (but
 move from queued to waiting for its locks: a restart makes a waiting opcode queued again, so the
 stored "queued" says the same, and a job's path costs one write less): by default
 `<dir>/job-<id>.json`, atomically (`FileJobStorage`); with the etcd backend one key per job
-(`herder.core.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). A read-only job
-(queries only: instance info, storage and OS queries) is not stored: it lives in memory, is
-dropped two minutes after it finished and is never copied to the candidates (a restart loses
-it, never its id). On start,
+(`herder.masterd.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). A read-only
+job (queries only: instance info, storage and OS queries) is not stored: it lives in memory,
+is dropped two minutes after it finished and is never copied to the candidates (a restart
+loses it, never its id). On start,
 `recover()` accounts for every job found: queued and waiting jobs are queued again; an opcode
 that was running when the master died is marked as an error saying so (it is
 never run twice), and the opcodes after it as not run.
@@ -33,11 +33,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from herder.core import locking, untrusted
+from herder.core import reason as reason_trail
+from herder.core import untrusted
 from herder.core.errors import HerderError, NotFoundError
-from herder.core.jobs import opcodes
-from herder.core.jobs import reason as reason_trail
 from herder.core.store import atomic_write
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 
 log = logging.getLogger("herder.jobs")
 
@@ -462,9 +463,13 @@ class JobQueue:
         self._changed(job)
 
     def _changed(self, job: Job, *, persist: bool = True) -> None:
-        """Persist, then tell waiters (caller holds the condition)."""
-        if job.id in self._ephemeral and self._ephemeral[job.id] is None and job.finished:
-            self._ephemeral[job.id] = time.monotonic()
+        """Persist, then tell waiters (caller holds the condition). A finished job keeps no
+        secret (`opcodes.redacted`): nothing runs it again."""
+        if job.finished:
+            for op in job.ops:
+                op.input = opcodes.redacted(op.input)
+            if job.id in self._ephemeral and self._ephemeral[job.id] is None:
+                self._ephemeral[job.id] = time.monotonic()
         if persist:
             self._save(job)
         self._cond.notify_all()
@@ -662,8 +667,8 @@ def job_fields(job: Job, fields: Sequence[str]) -> dict[str, Any]:
             values[field] = job.id
         elif field == "status":
             values[field] = str(job.status)
-        elif field == "ops":
-            values[field] = [op.input for op in job.ops]
+        elif field == "ops":  # shown: its secrets never (opcodes.SecretText)
+            values[field] = [opcodes.redacted(op.input) for op in job.ops]
         elif field == "opresult":
             values[field] = [op.result for op in job.ops]
         elif field == "opstatus":

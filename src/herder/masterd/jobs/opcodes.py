@@ -14,19 +14,25 @@ inherited parameters) its LU checks before it changes anything.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
+import msgspec.inspect
 
-from herder.core import model, names, params, uidpool
+from herder.core import model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
-from herder.core.jobs import reason
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
 _V = TypeVar("_V")
+REDACTED = "<redacted>"  # what a secret field shows (Ganeti's constants.REDACTED)
+# A secret field (Ganeti's ht.TSecret / TPrivate parameter types): the opcode's LU gets it, but
+# wherever the job is shown (RAPI, the CLI, the web console) and once the job has ended, in its
+# stored opcode too, it is REDACTED (`redacted`)
+SecretText = Annotated[str, msgspec.Meta(extra={"secret": True})]
 
 
 class OpcodeError(HerderError):
@@ -504,7 +510,8 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     disk_state: dict[str, Any] | None = None
     # herder: the join token the node's noded printed (docs/real-nodes.md "Joining a node");
     # the master joins the node (its certificate, the HMAC key, ssconf) before adding it.
-    join_token: str | None = None
+    # A secret: whoever uses it first joins the node (docs/security.md "Secrets").
+    join_token: SecretText | None = None
     # herder: without a token, the master reaches the node's daemon port first (Ganeti's
     # TcpPing); false adds it without (a node set up later, a test config; compat row T24)
     node_check: bool = True
@@ -991,6 +998,28 @@ def parse(data: Any) -> OpCode:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError as err:
         raise OpcodeError(f"{op_id}: {err}") from None
+
+
+def _is_secret(kind: msgspec.inspect.Type) -> bool:
+    if isinstance(kind, msgspec.inspect.UnionType):
+        return any(_is_secret(member) for member in kind.types)
+    return bool((getattr(kind, "extra", None) or {}).get("secret"))
+
+
+@functools.cache
+def secret_fields(cls: type[OpCode]) -> frozenset[str]:
+    """The fields of `cls` declared `SecretText` (by their names in a job's opcode)."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return frozenset(f.encode_name for f in info.fields if _is_secret(f.type))
+
+
+def redacted(data: dict[str, Any]) -> dict[str, Any]:
+    """An opcode's dict form with every secret field that is set shown as REDACTED (the
+    same dict when it has none)."""
+    cls = BY_ID.get(str(data.get("OP_ID")))
+    hidden = [k for k in secret_fields(cls) if data.get(k) is not None] if cls else []
+    return {**data, **dict.fromkeys(hidden, REDACTED)} if hidden else data
 
 
 def opcode_reason_source(op: OpCode) -> str:
