@@ -46,6 +46,7 @@ from herder.core import (
 )
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.rapi_users import UsersFile
+from herder.core.reachability import Reachability
 from herder.core.store import ConfigCache, FileStore
 from herder.maintd import repair_client
 from herder.maintd import server as maintd_server
@@ -55,7 +56,6 @@ from herder.maintd.state import FileState
 from herder.masterd import rapi
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
-from herder.masterd.reachability import Reachability
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature

@@ -4,7 +4,7 @@ Ganeti's: docs/compat.md), sent by noded when it starts (`noded.announce`).
 The body is a call of `node_announce` signed for node NAME with the cluster key's announce key
 (`core.purpose_keys.NODE_ANNOUNCE`, `core.rpcauth`): only a holder of the cluster key can
 announce, for the node it names, within ±300 s, each body once. It changes nothing but
-masterd's record of unreachable nodes (`masterd.reachability`): the node is seen again, so
+masterd's record of unreachable nodes (`core.reachability`): the node is seen again, so
 the live cache asks it and the redistribution pushes it what it missed at once, instead of
 when its back-off runs out.
 """
@@ -19,7 +19,7 @@ from aiohttp import web
 
 from herder.core import access, purpose_keys, rpcauth
 from herder.core.errors import SignatureError
-from herder.masterd.reachability import Reachability
+from herder.core.reachability import Reachability
 
 log = logging.getLogger("herder.masterd")
 METHOD = "node_announce"

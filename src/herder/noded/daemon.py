@@ -96,7 +96,7 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
                                      routes=ROUTES, limits=LIMITS)],
         tasks=[lambda stop: keep_hypervisor(daemon, stop),
                lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop),
-               # the master asks this node again at once (masterd.reachability)
+               # the master asks this node again at once (core.reachability)
                lambda stop: announce(daemon.trust, daemon.settings.node_name, stop)],
         on_stop=[daemon.hv.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
