@@ -26,7 +26,7 @@ from aiohttp import web
 from herder.core import access, serve
 from herder.core.cluster_secrets import self_signed_certificate
 
-LIMITS = serve.Limits(header_timeout=1.0, body_timeout=1.0, per_source=4,
+LIMITS = serve.Limits(header_timeout=1.0, idle_timeout=4.0, body_timeout=1.0, per_source=4,
                       pre_auth_body=1024)
 ROUTES = access.Routes("test")
 PATIENCE = 20.0  # seconds a test waits for what the 1 s deadlines should do
@@ -106,6 +106,28 @@ def test_a_half_sent_request_head_is_closed_after_the_header_deadline() -> None:
         assert closed and time.monotonic() - began < PATIENCE
         idle = connect(port)  # a connection that sends nothing at all
         assert closed_within(idle, PATIENCE)[0]
+
+
+def test_a_kept_connection_idles_longer_than_a_head_may_take() -> None:
+    """Between requests a kept-alive connection may idle `idle_timeout` (a poller's kept
+    connections outlive its pause between rounds); a head, once begun, still has
+    `header_timeout`, and after the idle timeout the connection is closed."""
+    with serving() as port:
+        sock = connect(port)
+        ask = b"POST /open HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        sock.sendall(ask)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(2.0)  # longer than a head may take, shorter than the idle timeout
+        sock.sendall(ask)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        sock.sendall(b"POST /open HTTP/1.1\r\n")  # a head begun on the kept connection
+        began = time.monotonic()
+        assert closed_within(sock, PATIENCE)[0]
+        assert time.monotonic() - began < LIMITS.idle_timeout  # the head's deadline, not idle
+        kept = connect(port)
+        kept.sendall(ask)
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+        assert closed_within(kept, PATIENCE)[0]  # idle past idle_timeout
 
 
 def test_a_body_not_sent_within_the_body_deadline_gets_408() -> None:

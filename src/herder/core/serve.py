@@ -30,6 +30,7 @@ import os
 import resource
 import signal
 import ssl
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,8 @@ def server_tls(certificate: Path, *, purpose: str = "", hint: str = "",
 class Limits:
     """What one client may hold of an HTTP endpoint (docs/security.md "Limits"); see `Http`."""
 
-    header_timeout: float = 15.0  # s: TLS handshake, then each request's head (or idle)
+    header_timeout: float = 15.0  # s: a TLS handshake; a request's head from its first byte
+    idle_timeout: float = 75.0  # s: a kept-alive connection between requests
     body_timeout: float = 60.0  # s: a request's whole body, once its head is in
     per_source: int = 64  # connections of one address at once
     pre_auth_body: int = 64 * 1024  # bytes of a body read before the caller is proven
@@ -136,12 +138,12 @@ def raise_open_files_limit(wanted: int = OPEN_FILES) -> int:
 class Http:
     """An aiohttp application served on one or more listeners, within `limits`: a connection
     is counted against its address's `per_source` and the endpoint's cap (the open files less
-    FILES_KEPT; over either it is closed at once), gets `header_timeout` for its TLS handshake
-    and then for each request's head (aiohttp's keep-alive timer, which also ends idle
-    connections), and `body_timeout` for a body, whose size is at most the app's
-    `client_max_size`, or `pre_auth_body` when the route's rule (`routes`) proves the caller by
-    the body or not at all (BODY_BEFORE_PROOF). Routes under `streamed` read their bodies
-    themselves."""
+    FILES_KEPT; over either it is closed at once), gets `header_timeout` for its TLS handshake,
+    then for its first request's head and for each later head from its first byte (between
+    requests it may idle `idle_timeout`: aiohttp's keep-alive timer), and `body_timeout` for a
+    body, whose size is at most the app's `client_max_size`, or `pre_auth_body` when the
+    route's rule (`routes`) proves the caller by the body or not at all (BODY_BEFORE_PROOF).
+    Routes under `streamed` read their bodies themselves."""
 
     def __init__(self, app: Any, listeners: Sequence[Listener], *,
                  routes: access.Routes | None = None, limits: Limits = Limits()) -> None:
@@ -154,14 +156,16 @@ class Http:
         self._servers: list[asyncio.Server] = []
         self._gates: set[_Gate] = set()
         self._per_source: collections.Counter[str] = collections.Counter()
+        self.gate_of: weakref.WeakKeyDictionary[Any, _Gate] = weakref.WeakKeyDictionary()
 
     async def open(self) -> list[Address]:
         from aiohttp import web  # only daemons that serve HTTP pay for it
 
-        self.app.middlewares.append(body_limits(self))
+        self.app.middlewares.insert(0, requests_in_progress(self))  # outermost: every answer
+        self.app.middlewares.append(body_limits(self))  # innermost: after the app's checks
         self.max_connections = max(16, raise_open_files_limit() - FILES_KEPT)
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                               keepalive_timeout=self.limits.header_timeout)
+                               keepalive_timeout=self.limits.idle_timeout)
         await runner.setup()
         self._runner = runner
         loop = asyncio.get_running_loop()
@@ -223,6 +227,10 @@ class _Gate(asyncio.Protocol):
         # caller resumes a loop turn after TLS passed on the client's first bytes)
         self.early: list[bytes] = []
         self.early_eof = False
+        # between requests (idle), or a request's head is on its way (its deadline running),
+        # or a request is being answered (requests_in_progress says when)
+        self.answering = False
+        self.head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -254,12 +262,33 @@ class _Gate(asyncio.Protocol):
         assert self.endpoint._runner is not None
         inner: asyncio.Protocol = self.endpoint._runner.server()
         self.inner = inner
+        self.endpoint.gate_of[transport] = self
+        self._expect_head()  # the first request's head: from the connection on
         inner.connection_made(transport)
         for data in self.early:
             inner.data_received(data)
         self.early.clear()
         if self.early_eof:
             inner.eof_received()
+
+    def _expect_head(self) -> None:
+        if self.head_deadline is None:
+            self.head_deadline = asyncio.get_running_loop().call_later(
+                self.endpoint.limits.header_timeout, self._head_too_late)
+
+    def _head_too_late(self) -> None:
+        self.head_deadline = None
+        if not self.answering and self.raw is not None:
+            self.raw.abort()
+
+    def request_began(self) -> None:
+        self.answering = True
+        if self.head_deadline is not None:
+            self.head_deadline.cancel()
+            self.head_deadline = None
+
+    def request_ended(self) -> None:
+        self.answering = False
 
     def abort_unserved(self) -> None:
         """At close: a connection aiohttp does not have yet (a handshake) is dropped."""
@@ -268,10 +297,12 @@ class _Gate(asyncio.Protocol):
             self.endpoint.release(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.inner is not None:
-            self.inner.data_received(data)
-        else:
+        if self.inner is None:
             self.early.append(data)
+            return
+        if not self.answering:  # the first bytes of a request's head
+            self._expect_head()
+        self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         if self.inner is None:
@@ -289,8 +320,32 @@ class _Gate(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.endpoint.release(self)
+        if self.head_deadline is not None:
+            self.head_deadline.cancel()
+            self.head_deadline = None
         if self.inner is not None:
             self.inner.connection_lost(exc)
+
+
+def requests_in_progress(endpoint: Http) -> Any:
+    """The middleware telling a connection's gate when a request's head is in (its handling
+    began: the head deadline ends) and when it was answered (idle again)."""
+    from aiohttp import web
+
+    @web.middleware
+    async def in_progress(request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                          ) -> web.StreamResponse:
+        gate = endpoint.gate_of.get(request.transport)
+        if gate is not None:
+            gate.request_began()
+        try:
+            return await handler(request)
+        finally:
+            if gate is not None:
+                gate.request_ended()
+
+    return in_progress
 
 
 def body_limits(endpoint: Http) -> Any:
