@@ -30,7 +30,7 @@ from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config
 from tests.security.test_rapi_access import admin_auth
-from tests.system.masterd_fixture import make_cluster, start_masterd
+from tests.system.masterd_fixture import add_plain_instance, start_masterd
 
 FIELDS = settings(max_examples=150, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -150,11 +150,7 @@ def test_rapi_refuses_malformed_disk_changes_with_one_line(tmp_path: Path) -> No
     """The two bodies of the issue: 400 with one line at submission, no job queued."""
     import httpx
 
-    store = FileStore(make_cluster(tmp_path / "cluster"))
-    with store.update() as config:
-        plain = build_config(nodes=1, drbd_instances=0).instances.popitem()[1]
-        plain.name, plain.primary_node = "web1.example.com", config.find_node("node2").uuid
-        config.instances[plain.uuid] = plain
+    add_plain_instance(tmp_path)
     with start_masterd(tmp_path) as master, \
             httpx.Client(verify=False, timeout=60, auth=admin_auth(master.config_path)) as http:
         jobs_before = http.get(master.url + "/2/jobs").json()

@@ -11,19 +11,13 @@ from pathlib import Path
 
 import httpx
 
-from herder.core.store import FileStore
 from herder.masterd.submissions import READ_ONLY_RATE
-from tests.conftest import build_config
 from tests.security.test_rapi_access import READER, add_reader, admin_auth
-from tests.system.masterd_fixture import make_cluster, start_masterd
+from tests.system.masterd_fixture import add_plain_instance, start_masterd
 
 
 def test_a_readers_info_jobs_are_rate_limited_and_never_stored(tmp_path: Path) -> None:
-    store = FileStore(make_cluster(tmp_path / "cluster"))
-    with store.update() as config:
-        plain = build_config(nodes=1, drbd_instances=0).instances.popitem()[1]
-        plain.name, plain.primary_node = "web1.example.com", config.find_node("node2").uuid
-        config.instances[plain.uuid] = plain
+    add_plain_instance(tmp_path)
     with start_masterd(tmp_path) as master, httpx.Client(verify=False, timeout=60) as http:
         add_reader(master.config_path)
         info = f"{master.url}/2/instances/web1/info"

@@ -14,7 +14,6 @@ makes it up) in this process answer masterd's LUs, run by the real job queue and
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,15 +22,10 @@ from typing import Any
 import pytest
 
 from herder.core import model
-from herder.core.noderpc import HttpNodeRpc
 from herder.core.store import FileStore
-from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
-from herder.masterd.lu.base import MasterEnv
-from herder.masterd.processor import Processor
-from herder.noded.server import NodeDaemon, NodeSettings
 from tests.conftest import build_config
-from tests.noded.noded_fixture import KEY, serving
+from tests.system.inprocess_master import master_over_nodes
 
 ADDRESSES = {"node1.example.com": "127.0.0.171", "node2.example.com": "127.0.0.172"}
 TIB = 1024 * 1024  # MiB
@@ -57,12 +51,6 @@ def error_of(job: dict[str, Any]) -> str:
     return str(args[0])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("fit")
@@ -83,27 +71,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                                                   path=f"{storage}/huge.example.com/disk0"))],
         nics=[model.NIC(uuid=model.new_uuid(), mac="aa:00:00:02:00:01")])
     config.instances[huge.uuid] = huge
-    store = FileStore(directory / "config.json")
-    store.create(config)
-    port = _free_port()
-    daemons = [NodeDaemon(NodeSettings(
-        node_name=name, state_dir=directory / name / "state", run_dir=directory / name / "run",
-        hmac_key=KEY, libvirt_uri="test:///default", file_root=directory / name / "root",
-        config_dir=directory / name / "cluster")) for name in ADDRESSES]
-    with serving(daemons[0], ADDRESSES["node1.example.com"], port), \
-            serving(daemons[1], ADDRESSES["node2.example.com"], port):
-        env = MasterEnv(store=store, locks=locking.LockManager(
-            nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances),
-            rpc=HttpNodeRpc(KEY, None, port=port, timeout=30))
-        queue = JobQueue(directory / "queue", Processor(env), workers=2)
-        queue.recover()
-        queue.start()
-        try:
-            yield Cluster(store, queue, storage)
-        finally:
-            queue.stop()
-            for daemon in daemons:
-                daemon.hv.close()
+    with master_over_nodes(directory, config, ADDRESSES) as master:
+        yield Cluster(master.store, master.queue, storage)
 
 
 def create(name: str, **fields: Any) -> dict[str, Any]:

@@ -10,55 +10,26 @@ real noded server (libvirt's test driver) on a loopback address.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from herder.core.noderpc import HttpNodeRpc
 from herder.core.store import FileStore
-from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
-from herder.masterd.lu.base import MasterEnv
-from herder.masterd.processor import Processor
-from herder.noded.server import NodeDaemon, NodeSettings
 from tests.conftest import build_config, run_cli, stored_files
-from tests.noded.noded_fixture import KEY, serving
+from tests.system.inprocess_master import master_over_nodes
 
 LISTENING, SILENT = "127.0.0.181", "127.0.0.182"  # a node daemon; nothing at all
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[JobQueue, FileStore]]:
-    directory = tmp_path_factory.mktemp("reach")
-    store = FileStore(directory / "config.json")
-    store.create(build_config(nodes=2, drbd_instances=0, plain_instances=0))
-    config = store.load()
-    port = _free_port()
-    daemon = NodeDaemon(NodeSettings(
-        node_name="node3.example.com", state_dir=directory / "n3" / "state",
-        run_dir=directory / "n3" / "run", hmac_key=KEY, libvirt_uri="test:///default",
-        file_root=directory / "n3" / "root", config_dir=directory / "n3" / "cluster"))
-    with serving(daemon, LISTENING, port):
-        env = MasterEnv(store=store, locks=locking.LockManager(
-            nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances),
-            rpc=HttpNodeRpc(KEY, None, port=port, timeout=10))
-        queue = JobQueue(directory / "queue", Processor(env), workers=1)
-        queue.recover()
-        queue.start()
-        try:
-            yield queue, store
-        finally:
-            queue.stop()
-            daemon.hv.close()
+    with master_over_nodes(tmp_path_factory.mktemp("reach"),
+                           build_config(nodes=2, drbd_instances=0, plain_instances=0),
+                           {"node3.example.com": LISTENING}, workers=1) as running:
+        yield running.queue, running.store
 
 
 def add(queue: JobQueue, name: str, ip: str, **fields: Any) -> tuple[str, Any]:
