@@ -231,6 +231,7 @@ class _Gate(asyncio.Protocol):
         # or a request is being answered (requests_in_progress says when)
         self.answering = False
         self.head_deadline: asyncio.TimerHandle | None = None
+        self.handshake: asyncio.Task[None] | None = None  # held: the loop keeps weak references
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -243,7 +244,8 @@ class _Gate(asyncio.Protocol):
         if self.tls is None:
             self._hand_over(transport)
         else:
-            asyncio.get_running_loop().create_task(self._handshake(transport, self.tls))
+            self.handshake = asyncio.get_running_loop().create_task(
+                self._handshake(transport, self.tls))
 
     async def _handshake(self, transport: asyncio.Transport, tls: ssl.SSLContext) -> None:
         try:

@@ -359,17 +359,18 @@ class JobQueue:
         if follow is None:
             return submitted
         for job_id, qop in interrupted:
+            trail = [reason_trail.entry(f"{reason_trail.DAEMON_PREFIX}:masterd",
+                                        f"after job {job_id}, interrupted by the master's "
+                                        "death")]
             try:
                 ops = follow(qop.opcode)
-            except opcodes.OpcodeError as err:
-                log.error("job %s: cannot tell what its interrupted opcode needs: %s",
-                          job_id, err)
+                if ops:
+                    submitted.append(self.submit(ops, reason=trail))
+            except HerderError as err:  # the master starts anyway; the operator is told
+                log.error("job %s was interrupted by the master's death; its follow-up could "
+                          "not be submitted: %s", job_id, err)
                 continue
             if ops:
-                trail = [reason_trail.entry(reason_trail.USER,
-                                            f"after job {job_id}, interrupted by the master's "
-                                            "death")]
-                submitted.append(self.submit(ops, reason=trail))
                 log.warning("job %s was interrupted by the master's death: job %s follows "
                             "it up", job_id, submitted[-1])
         return submitted

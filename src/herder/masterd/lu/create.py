@@ -156,12 +156,11 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                                         ignore=op.ignore_ipolicy)
         if ignored:
             self.feedback(f"instance policy violations ignored: {', '.join(ignored)}")
-        if not any(spec.get("adopt") for spec in op.disks):
-            fit.check_free_disk(self.env, config, self.nodes, op.disk_template,
-                                           self.sizes)
+        if not any(disk.get("adopt") for disk in op.disks):
+            fit.check_free_disk(self.env, config, self.nodes, op.disk_template, self.sizes)
         if op.start:
             fit.check_free_memory(self.env, self.nodes[0], filled["maxmem"],
-                                             f"creating instance {op.instance_name}")
+                                  f"creating instance {op.instance_name}")
 
     def dry_run_result(self) -> Any:
         return [n.name for n in self.nodes]

@@ -480,7 +480,7 @@ class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
         if self.inst.name not in (info.instances or {}):
             be = params.fill(config.filled_beparams(self.inst), self.op.beparams)
             fit.check_free_memory(self.env, self.node, int(be["minmem"]),
-                                             f"starting instance {self.inst.name}", info=info)
+                                  f"starting instance {self.inst.name}", info=info)
 
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_start", self.rpc_args())
