@@ -17,6 +17,10 @@ gets the stop event); calls `ready` with the bound addresses; waits for the stop
 cancels the tasks, closes the endpoints, runs the `on_stop` hooks (in order; also when starting
 failed after the `on_start` hooks began) and removes the pid file. A listener that cannot bind
 is one `HerderError` line: "cannot listen on HOST:PORT: REASON".
+
+An HTTP endpoint serves within `Limits` (docs/security.md "Limits"): connections counted per
+source address and per endpoint, deadlines for a TLS handshake, a request's head and its body,
+the body's size by the route's access rule (`Http`; issue 35).
 """
 
 from __future__ import annotations
