@@ -245,7 +245,8 @@ def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> Non
     kernel = domain_xml(sim, NODE1).findtext("os/kernel", "")
     herder(sim, "instance", "shutdown", NAME, timeout=300)
     rapi_job(sim, lambda api: api.modify_instance(NAME, beparams={"maxmem": 160,
-                                                                  "minmem": 160}))
+                                                                  "minmem": 160},
+                                                  ignore_ipolicy=True))  # its 64 MiB disk
     rapi_job(sim, lambda api: api.rename_instance(NAME, "g2"))
     NAME = "g2"
     # a bad kernel path is one clear line from the node, before anything runs
