@@ -122,7 +122,8 @@ class Limits:
 # Where the caller is proven by the body, or not at all (the rest are proven by the request's
 # head or the TLS handshake before any body is read: RAPI users, node RPC and its streams)
 BODY_BEFORE_PROOF = frozenset({access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE,
-                               access.NOTIFICATION, access.MOND_REPAIR, access.JOIN_TOKEN})
+                               access.NODE_LEASE, access.NOTIFICATION, access.MOND_REPAIR,
+                               access.JOIN_TOKEN})
 OPEN_FILES = 65536  # the open files a daemon asks for (the units' LimitNOFILE)
 FILES_KEPT = 256  # open files a daemon keeps for itself beyond its connections
 

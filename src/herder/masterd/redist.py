@@ -33,6 +33,7 @@ announced itself), within the trigger's interval.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -43,7 +44,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -51,9 +52,13 @@ from herder import __version__
 from herder.core import libvirtd_conf, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
+from herder.core.noderpc import NodeRpc
 from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 from herder.masterd import hvfiles
+
+if TYPE_CHECKING:  # the daemon runs `watch` as its task: it imports this module
+    from herder.masterd.daemon import MasterDaemon
 
 log = logging.getLogger("herder.masterd.redist")
 
@@ -250,7 +255,7 @@ class Redistributor:
     """Pushes the plan through noded. Remembers per node the config serial and job files it
     sent, so the push after a config write sends the job files that changed only."""
 
-    def __init__(self, rpc: Any, config_path: Path, queue_dir: Path | None,
+    def __init__(self, rpc: NodeRpc, config_path: Path, queue_dir: Path | None,
                  workers: int = 16, reachability: Reachability | None = None) -> None:
         """`reachability`: masterd's record, which `rpc` reports every call's outcome to;
         None: a record of this pusher's own, its calls reporting to it."""
@@ -501,14 +506,12 @@ def due(reachability: Reachability, uuid: str, owed_since: float, retry_at: floa
         reachability.clock() >= retry_at
 
 
-async def watch(daemon: Any, stop: Any, interval: float | None = None,
+async def watch(daemon: MasterDaemon, stop: asyncio.Event, interval: float | None = None,
                 retry: float = 10.0) -> None:
     """masterd's trigger: every `interval` seconds (its master check interval), when the
     config serial or the job queue changed since the last push, push (not full); else push to
     the nodes a push failed for that are `due` (`retry` seconds after an error that was not
     an unreachable node). Errors are logged, never raised."""
-    import asyncio
-
     if getattr(daemon, "lease", None) is not None:
         # etcd backend: the config and the job queue live in etcd, replicated by it; the
         # files of a file-backed master are not there to push (docs/ha.md)
