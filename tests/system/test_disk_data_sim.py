@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import simaddresses
 from tests.simhelpers import (
     LIBVIRT_URI,
     client_env,
@@ -30,7 +31,6 @@ from tests.simhelpers import (
     herder,
     running_sim,
     wait_for,
-    worker_offset,
 )
 
 pytestmark = pytest.mark.slow
@@ -57,7 +57,7 @@ LUN = "/dev/disk/by-id/herder-test-lun0"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     yield from running_sim(tmp_path_factory.mktemp("disks"), 3,
-                           first_ip=120 + worker_offset(10, 6))
+                           first_ip=simaddresses.first_ip("disk_data"))
 
 
 def devices(sim, name: str) -> dict[str, tuple[str, str]]:
