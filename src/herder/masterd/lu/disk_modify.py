@@ -14,7 +14,8 @@ instance_utils.ApplyContainerMods).
   volume from a running instance without using hotplug"); with hotplug the disk is unplugged
   first (when the guest does not release it, nothing is removed); the disk is removed from
   every node it lives on, then from the config. When a node could not remove it, the config
-  keeps the disk (run the removal again; herder's deviation, compat row B21: Ganeti drops it from the config anyway).
+  keeps the disk (run the removal again; herder's deviation, compat row B21: Ganeti drops
+  it from the config anyway).
 - **modify**: only `name` and `mode` (Ganeti: "Disk size change not possible, use grow-disk");
   ext disks may change their other parameters.
 
