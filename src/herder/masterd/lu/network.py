@@ -41,8 +41,11 @@ def new_network(op: opcodes.OpNetworkAdd, config: model.ConfigData, uuid: str,
     if op.conflicts_check:
         for node in sorted(config.nodes.values(), key=lambda n: n.name):
             for address in (node.primary_ip, node.secondary_ip):
-                _reserve_known(pool, address, f"of node '{node.name}'", warn, info)
-        _reserve_known(pool, config.cluster.master_ip, "of the cluster master", warn, info)
+                _reserve_known(pool, address, f"IP address of node '{node.name}' ({address})",
+                               f"IP address '{address}' of node '{node.name}'", warn, info)
+        master = config.cluster.master_ip
+        _reserve_known(pool, master, f"cluster master IP address ({master})",
+                       f"cluster master IP address ({master})", warn, info)
     for address in op.add_reserved_ips or []:
         try:
             pool.reserve(address, external=True)
@@ -53,16 +56,17 @@ def new_network(op: opcodes.OpNetworkAdd, config: model.ConfigData, uuid: str,
     return net
 
 
-def _reserve_known(pool: addrpool.AddressPool, address: str | None, whose: str, warn: Warn,
-                   info: Warn) -> None:
+def _reserve_known(pool: addrpool.AddressPool, address: str | None, reserved: str,
+                   refused: str, warn: Warn, info: Warn) -> None:
+    """Reserve a node's or the master's address when the pool holds it (Ganeti's words)."""
     if not pool.contains(address):
         return
     assert address is not None  # contains() is False for None
     try:
         pool.reserve(address, external=True)
-        info(f"Reserved IP address {whose} ({address})")
+        info(f"Reserved {reserved}")
     except addrpool.AddressPoolError as err:
-        warn(f"Cannot reserve IP address {address} {whose}: {err}")
+        warn(f"Cannot reserve {refused}: {err}")
 
 
 class NetworkAdd(LogicalUnit[opcodes.OpNetworkAdd]):
