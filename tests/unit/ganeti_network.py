@@ -16,8 +16,9 @@ import json
 import sys
 import types
 
-from ganeti import errors, network, objects, opcodes
 from ganeti.cmdlib import network as cmd_network
+
+from ganeti import errors, network, objects, opcodes
 
 
 def pool_case(case):
