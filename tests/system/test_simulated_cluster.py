@@ -18,6 +18,7 @@ from herder.core.errors import HerderError
 from herder.core.store import FileStore
 from herder.sim import cluster
 from herder.sim.host import SimHost
+from tests import simaddresses
 from tests.simhelpers import (
     config,
     domains,
@@ -26,7 +27,6 @@ from tests.simhelpers import (
     running_sim,
     wait_for,
     where,
-    worker_offset,
 )
 
 # The tests share one simulated cluster and build on each other (pytest runs with
@@ -35,8 +35,8 @@ pytestmark = pytest.mark.slow
 
 
 def worker_first_ip() -> int:
-    """Distinct loopback addresses per xdist worker (and away from the vcluster's 10-13)."""
-    return 100 + worker_offset(10, 6)
+    """This module's addresses (tests/simaddresses.py)."""
+    return simaddresses.first_ip("simulated_cluster")
 
 
 @pytest.fixture(scope="module")
