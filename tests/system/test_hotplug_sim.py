@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.simhelpers import herder, running_sim, wait_for, worker_offset
+from tests import simaddresses
+from tests.simhelpers import herder, running_sim, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -40,9 +41,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         guest.ensure_guest()
     except guest.GuestBuildError as err:
         pytest.skip(str(err))
-    # 127.0.0.44-51: away from the other simulated clusters' addresses
     yield from running_sim(tmp_path_factory.mktemp("hotplug"), 2, guests="qemu",
-                           first_ip=44 + worker_offset(4, 2))
+                           first_ip=simaddresses.first_ip("hotplug"))
 
 
 def beats(sim: Any) -> list[Any]:

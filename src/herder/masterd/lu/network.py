@@ -3,7 +3,7 @@
 LUNetworkDisconnect). A network's IP pool is `core.addrpool`'s, kept in the network's config
 entry; the NIC side (addresses taken and given back) is `lu/nics.py`.
 
-Where herder differs (docs/compat.md N1-N4): an address Ganeti would only warn about in
+Where herder differs (docs/compat.md P1): an address Ganeti would only warn about in
 `modify --add-reserved-ips` is a warning here too, but a bad address of `add
 --add-reserved-ips` refuses the job before anything is written (Ganeti fails in Exec, after
 the checks); a network's size is checked when the job is submitted.
