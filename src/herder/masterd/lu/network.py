@@ -228,10 +228,7 @@ class NetworkConnect(_GroupLink[opcodes.OpNetworkConnect]):
             users = _nic_users(_group_instances(config, group.uuid),
                                lambda nic: nic.network is None and pool.contains(nic.ip))
             if users:
-                raise OpPrereqError(f"Conflicting IP addresses found: IP addresses from network"
-                                    f" '{net.name}', which is about to connect to node group "
-                                    f"'{group.name}', are in use: {users}; remove/modify the "
-                                    "corresponding network interfaces", "wrong_state")
+                raise _in_use(net, group, "connect to", users)
 
     def execute(self) -> Any:
         op = self.op
@@ -248,6 +245,15 @@ class NetworkConnect(_GroupLink[opcodes.OpNetworkConnect]):
         return None
 
 
+def _in_use(net: model.Network, group: model.NodeGroup, change: str,
+            users: str) -> OpPrereqError:
+    """Ganeti's refusal of a connect or disconnect that NICs' addresses conflict with."""
+    return OpPrereqError(f"Conflicting IP addresses found: IP addresses from network "
+                         f"'{net.name}', which is about to {change} node group "
+                         f"'{group.name}', are in use: {users}; remove/modify the "
+                         "corresponding network interfaces", "wrong_state")
+
+
 class NetworkDisconnect(_GroupLink[opcodes.OpNetworkDisconnect]):
     def check(self, config: model.ConfigData) -> None:
         net = lookup(config.find_network, self.op.network_name)
@@ -257,10 +263,7 @@ class NetworkDisconnect(_GroupLink[opcodes.OpNetworkDisconnect]):
         users = _nic_users(_group_instances(config, group.uuid),
                            lambda nic: nic.network == net.uuid)
         if users:
-            raise OpPrereqError(f"Conflicting IP addresses found: IP addresses from network "
-                                f"'{net.name}', which is about to disconnect from node group "
-                                f"'{group.name}', are in use: {users}; remove/modify the "
-                                "corresponding network interfaces", "wrong_state")
+            raise _in_use(net, group, "disconnect from", users)
 
     def execute(self) -> Any:
         with self.env.store.update() as config:
