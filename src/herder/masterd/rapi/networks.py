@@ -24,6 +24,7 @@ from herder.masterd.rapi.base import (
     only,
     submit,
     submits,
+    takes,
 )
 
 # Ganeti's NET_FIELDS: what a bulk list and one network answer
@@ -43,6 +44,7 @@ def _shown(config: model.ConfigData, net: model.Network) -> dict[str, object]:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("bulk")
 async def networks(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.networks.values(), key=lambda n: n.name)
@@ -61,8 +63,11 @@ ADD_FIELDS = body_fields(opcodes.OpNetworkAdd, extra=("name",))  # Ganeti's POST
 
 @submits(opcodes.OpNetworkAdd)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def network_add(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), ADD_FIELDS, "network add")
+    # Ganeti's client sends every parameter, None for one not given: the opcode's default
+    body = {key: value for key, value in body.items() if value is not None}
     name = body.pop("network_name", None) or body.pop("name", None)
     if not name:
         raise RapiHttpError(400, "network add needs network_name")
@@ -72,6 +77,7 @@ async def network_add(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNetworkSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def network_modify(request: web.Request) -> web.Response:
     target = _network(request)
     body = only(body_dict(await body_of(request, default={})),
@@ -83,6 +89,7 @@ async def network_modify(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNetworkConnect)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def network_connect(request: web.Request) -> web.Response:
     target = _network(request)
     body = only(body_dict(await body_of(request, default={})),
@@ -94,6 +101,7 @@ async def network_connect(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNetworkDisconnect)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def network_disconnect(request: web.Request) -> web.Response:
     target = _network(request)
     body = only(body_dict(await body_of(request, default={})),
@@ -105,6 +113,7 @@ async def network_disconnect(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNetworkRemove)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("force")
 async def network_delete(request: web.Request) -> web.Response:
     target = _network(request)
     return await submit(request, "networks_name", [
