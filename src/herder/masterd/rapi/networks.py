@@ -12,6 +12,7 @@ from herder.masterd import views
 from herder.masterd.jobs import opcodes
 from herder.masterd.rapi.base import (
     ROUTES,
+    Handler,
     RapiHttpError,
     body_dict,
     body_fields,
@@ -75,40 +76,30 @@ async def network_add(request: web.Request) -> web.Response:
                                                "network_name": name, **body}])
 
 
-@submits(opcodes.OpNetworkSetParams)
-@ROUTES.allow(access.RAPI_WRITE)
-@takes(body=True)
-async def network_modify(request: web.Request) -> web.Response:
-    target = _network(request)
-    body = only(body_dict(await body_of(request, default={})),
-                body_fields(opcodes.OpNetworkSetParams, fixed=("network_name",)),
-                "network modify")
-    return await submit(request, "networks_name_modify", [
-        {"OP_ID": "OP_NETWORK_SET_PARAMS", "network_name": target.name, **body}])
+def _network_op(op: type[opcodes.OpCode], resource: str, what: str) -> Handler:
+    """A route submitting `op` for the network of the URL with the opcode's fields from the
+    body (Ganeti's R_2_networks_name_modify, _connect, _disconnect)."""
+    op_id = opcodes.op_id_of(op)
+    fields = body_fields(op, fixed=("network_name",))
+
+    @submits(op)
+    @ROUTES.allow(access.RAPI_WRITE)
+    @takes(body=True)
+    async def handler(request: web.Request) -> web.Response:
+        target = _network(request)
+        body = only(body_dict(await body_of(request, default={})), fields, what)
+        return await submit(request, resource, [
+            {"OP_ID": op_id, "network_name": target.name, **body}])
+
+    return handler
 
 
-@submits(opcodes.OpNetworkConnect)
-@ROUTES.allow(access.RAPI_WRITE)
-@takes(body=True)
-async def network_connect(request: web.Request) -> web.Response:
-    target = _network(request)
-    body = only(body_dict(await body_of(request, default={})),
-                body_fields(opcodes.OpNetworkConnect, fixed=("network_name",)),
-                "network connect")
-    return await submit(request, "networks_name_connect", [
-        {"OP_ID": "OP_NETWORK_CONNECT", "network_name": target.name, **body}])
-
-
-@submits(opcodes.OpNetworkDisconnect)
-@ROUTES.allow(access.RAPI_WRITE)
-@takes(body=True)
-async def network_disconnect(request: web.Request) -> web.Response:
-    target = _network(request)
-    body = only(body_dict(await body_of(request, default={})),
-                body_fields(opcodes.OpNetworkDisconnect, fixed=("network_name",)),
-                "network disconnect")
-    return await submit(request, "networks_name_disconnect", [
-        {"OP_ID": "OP_NETWORK_DISCONNECT", "network_name": target.name, **body}])
+network_modify = _network_op(opcodes.OpNetworkSetParams, "networks_name_modify",
+                             "network modify")
+network_connect = _network_op(opcodes.OpNetworkConnect, "networks_name_connect",
+                              "network connect")
+network_disconnect = _network_op(opcodes.OpNetworkDisconnect, "networks_name_disconnect",
+                                 "network disconnect")
 
 
 @submits(opcodes.OpNetworkRemove)
