@@ -47,6 +47,6 @@ def test_an_address_outside_or_taken_and_a_used_mac_are_named() -> None:
     assert "10.9.9.9" in refusal([["add", {"network": "tiny", "ip": "10.9.9.9"}]])
     assert "192.0.2.1" in refusal([["add", {"network": "tiny", "ip": "192.0.2.1"}],
                                    ["add", {"network": "tiny", "ip": "192.0.2.1"}]])
-    config, inst = cluster_with_a_small_network()
+    config, _ = cluster_with_a_small_network()
     used = next(nic.mac for other in config.instances.values() for nic in other.nics)
     assert used in refusal([["add", {"mac": used}]])
