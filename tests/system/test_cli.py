@@ -147,6 +147,11 @@ def test_modify_maintenance_balance_settings(cluster) -> None:
             maint.balance_dynamic_load) == (True, 0.3, False, True)
     out = cluster("cluster", "info").out
     assert "balance disk moves: N" in out and "balance dynamic load: Y" in out
+    # node recovery: on by default, the cluster's switch beside maintd's flag
+    assert maint.node_recovery is True and "node recovery: Y" in out
+    assert cluster("cluster", "modify", "--maintenance-node-recovery", "no").code == 0
+    assert FileStore(cluster.config_path).load().maintenance.node_recovery is False
+    assert "node recovery: N" in cluster("cluster", "info").out
 
 
 @pytest.mark.parametrize(("args", "message"), [

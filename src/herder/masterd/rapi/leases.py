@@ -4,7 +4,8 @@ Ganeti's: docs/compat.md):
 - `POST /2/herder/nodes/NAME/heartbeat`: a node renewing its lease, checked here (the
   signature of the body, NAME's own node certificate, its counter: `access.NODE_LEASE`), not
   by the middleware; a counter not above the last one is 409 with that one (`counter`);
-- `GET /2/herder/leases` (RAPI readers): the seconds since each node's last heartbeat;
+- `GET /2/herder/leases` (RAPI readers): the seconds since each node's last heartbeat, and the
+  cluster's switch of node recovery (maintenance `nodeRecovery`), which maintd reads with them;
 - `GET /2/herder/nodes/NAME/liveness` (RAPI readers): the other master candidates' view of
   NAME.
 """
@@ -65,6 +66,8 @@ async def lease_ages(request: web.Request) -> web.Response:
     ages = leases.ages(list(config.nodes))
     return ok({"lease": node_leases.LEASE_TIME, "renew": node_leases.RENEW_PERIOD,
                "masterd_age": leases.clock() - leases.started,
+               # the cluster's switch (maintenance `nodeRecovery`), read with the leases
+               "node_recovery": config.maintenance.node_recovery,
                "nodes": {config.nodes[u].name: round(age, 3) for u, age in ages.items()}})
 
 
