@@ -28,6 +28,7 @@ from herder.masterd.rapi.base import (
     ok,
     peer_certificate,
     signed_node,
+    takes,
 )
 
 
@@ -39,6 +40,7 @@ def leases_of(request: web.Request) -> node_leases.Leases:
 
 
 @ROUTES.allow(access.NODE_LEASE)
+@takes(body=True)
 async def node_heartbeat(request: web.Request) -> web.Response:
     leases = leases_of(request)
     node, args = await signed_node(request, leases.keys(), None, node_leases.METHOD,
