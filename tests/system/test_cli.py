@@ -190,6 +190,15 @@ def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     listed = json.loads(cluster("node", "list", "--json").out)
     assert {n["name"]: n["drained"] for n in listed} == {
         "node1.example.com": False, "node9.example.com": True}
+    # offline (a dead node's mark) demotes it; online again, it is promoted again (Ganeti's
+    # auto-promotion: the pool of 10 wants both nodes)
+    assert cluster("node", "modify", uuid, "--offline", "yes").code == 0
+    assert not FileStore(cluster.config_path).load().nodes[uuid].master_candidate
+    back = cluster("node", "modify", uuid, "--offline", "no")
+    assert back.code == 0, back.err
+    node = FileStore(cluster.config_path).load().nodes[uuid]
+    assert node.master_candidate and not node.offline and not node.drained
+    assert cluster("node", "modify", uuid, "--drained", "yes").code == 0
     table = cluster("node", "list").out.splitlines()
     assert table[0].split()[:3] == ["Node", "Role", "Group"]
     assert any(line.startswith("node9.example.com") for line in table)
