@@ -235,9 +235,9 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
         # waits (a refusal is answered at once, never after a wait)
         for auth in (None, READER):
             queued = len(ctx.queue.job_ids())
-            with pytest.raises(httpx.ReadTimeout):
-                with httpx.Client(verify=False, timeout=3) as http:
-                    http.get(served.plain + "/2/os", auth=auth)
+            with pytest.raises(httpx.ReadTimeout), httpx.Client(verify=False,
+                                                                 timeout=3) as http:
+                http.get(served.plain + "/2/os", auth=auth)
             (job_id,) = ctx.queue.job_ids()[queued:]
             assert ctx.queue.cancel(job_id)[0]  # the waiting handler answers and ends
         # the writer gets through (the route's own answer: a job id, 400, 404, ...); the
