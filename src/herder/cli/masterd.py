@@ -25,6 +25,8 @@ from herder.masterd.daemon import (
               help="TCP port (0: any free port, printed at start).")
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Job queue worker threads (jobs that do not conflict run in parallel).")
+@click.option("--anonymous-reads", is_flag=True,
+              help="Allow GET requests without credentials (writes always need a user).")
 @click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True, help="Where the pid file goes.")
@@ -41,7 +43,7 @@ from herder.masterd.daemon import (
               help="etcd backend: the directory of the cluster secrets (default /var/lib/herder).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
-def masterd(ctx: click.Context, bind: str, port: int, workers: int,
+def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
             no_tls: bool, run_dir: Path, noded_port: int, iallocator_path: tuple[Path, ...],
             node_name: str | None, lease_ttl: int, local_dir: Path | None, debug: bool) -> None:
     """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
@@ -72,7 +74,7 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int,
     config_path: Path | str = str(location) if etcd else Path(location)
     try:
         daemon = MasterDaemon(MasterSettings(config_path=config_path, bind=bind, port=port,
-                                             workers=workers,
+                                             workers=workers, anonymous_reads=anonymous_reads,
                                              tls=not no_tls, run_dir=run_dir,
                                              noded_port=noded_port,
                                              iallocator_path=iallocator_path,

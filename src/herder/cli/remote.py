@@ -9,7 +9,7 @@ import functools
 import json
 import os
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -233,9 +233,13 @@ def query(ctx: click.Context, resource: str, fields: Sequence[str],
     if not offline(ctx):
         try:
             with client(ctx, timeout=QUERY_TIMEOUT) as api:
-                answer: QueryAnswer = api.request(
-                    "PUT", f"/2/query/{resource}", None,
-                    {"fields": list(fields), "qfilter": qfilter}, answer_type=QueryAnswer)
+                # decoded with the depth check (a value is any JSON), then validated
+                raw = api.request("PUT", f"/2/query/{resource}", None,
+                                  {"fields": list(fields), "qfilter": qfilter})
+            answer = msgspec.convert(raw, QueryAnswer)
+        except msgspec.ValidationError:
+            raise HerderError(f"masterd at {masterd_url(ctx)} answered PUT /2/query/{resource} "
+                              "with something that is not a query answer") from None
         except RapiError as err:
             if err.status is not None:
                 raise _masterd_error(ctx, err, f"PUT /2/query/{resource}") from None
@@ -251,24 +255,42 @@ def query(ctx: click.Context, resource: str, fields: Sequence[str],
     store = store_from(ctx)
     if resource == "job" or not store.exists():
         raise HerderError(f"cannot ask masterd for the {resource} list: {why}")
-    if why != "--offline":
+    local = _local_answer(store.load(), resource, fields, qfilter)
+    if why != "--offline" and local.live:
         click.echo(f"no live figures: {why}", err=True)
-    return _local_answer(store.load(), resource, fields, qfilter)
+    return local.answer
+
+
+class LocalAnswer(msgspec.Struct, frozen=True):
+    answer: QueryAnswer
+    live: bool  # whether it shows a live figure (each one without data)
 
 
 def _local_answer(config: model.ConfigData, resource: str, fields: Sequence[str],
-                  qfilter: object) -> QueryAnswer:
-    """The query answer computed here from the config (masterd's own code, no live figures)."""
+                  qfilter: object) -> LocalAnswer:
+    """The query answer computed here from the config (masterd's own code): the nodes' live
+    figures and the instances' run states are Ganeti's RS_NODATA, as a node that did not
+    answer (the config alone does not say them)."""
+    from herder.masterd import livefields
     from herder.masterd import query as queries
     from herder.masterd.livecache import EMPTY
     from herder.masterd.queries.qfilter import FilterError
 
     try:
         compiled = queries.compile_filter(resource, qfilter)
-        answer = queries.answer(config, resource, fields, EMPTY, compiled)
+        answer = msgspec.convert(queries.answer(config, resource, fields, EMPTY, compiled),
+                                 QueryAnswer)
     except FilterError as err:
         raise HerderError(str(err)) from None
-    return msgspec.convert(answer, QueryAnswer)
+    live = {"node": livefields.NODE_LIVE_FIELDS,
+            "instance": livefields.INSTANCE_LIVE_FIELDS}.get(resource, ())
+    masked = [name in live for name in fields]
+    if not any(masked):
+        return LocalAnswer(answer, False)
+    nodata = (livefields.RS_NODATA, None)
+    return LocalAnswer(QueryAnswer(answer.fields, [
+        [nodata if mask else cell for mask, cell in zip(masked, row, strict=True)]
+        for row in answer.data]), True)
 
 
 def query_fields(ctx: click.Context, resource: str,
@@ -280,11 +302,12 @@ def query_fields(ctx: click.Context, resource: str,
     if not offline(ctx):
         try:
             with client(ctx, timeout=QUERY_TIMEOUT) as api:
-                found: QueryFields = api.request(
-                    "GET", f"/2/query/{resource}/fields",
-                    [("fields", ",".join(fields))] if fields else None,
-                    answer_type=QueryFields)
-                return found.fields
+                raw = api.request("GET", f"/2/query/{resource}/fields",
+                                  [("fields", ",".join(fields))] if fields else None)
+            return msgspec.convert(raw, QueryFields).fields
+        except msgspec.ValidationError:
+            raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource}"
+                              "/fields with something that is not a list of fields") from None
         except RapiError as err:
             if err.status is not None:
                 raise _masterd_error(ctx, err, f"GET /2/query/{resource}/fields") from None
@@ -293,3 +316,49 @@ def query_fields(ctx: click.Context, resource: str,
     from herder.masterd import query as queries
 
     return msgspec.convert(queries.field_definitions(resource, fields), QueryFields).fields
+
+
+def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
+               ) -> tuple[list[dict[str, Any]], None]:
+    """The rows of a query answer as dicts: a row's key -> the query field it shows (`fields`),
+    null where the result status is not normal (the bulk answers' form); `query`'s answer,
+    from masterd or, without it, from the config here."""
+    answer = query(ctx, resource, list(fields.values()))
+    return [{key: value if status == 0 else None  # Ganeti's RS_NORMAL
+             for key, (status, value) in zip(fields, row, strict=True)}
+            for row in answer.data], None
+
+
+def follow_jobs(ctx: click.Context, result: object) -> list[str]:
+    """Wait for the jobs an opcode's result lists (Ganeti's `{"jobs": [[true, id], ...]}`:
+    evacuations, change-group, multi-allocation), as gnt-* commands do, showing their log; the
+    failures, one line each (empty: every job succeeded). With --offline they already ran."""
+    from herder.core.rapi import job_error_message
+
+    entries = result.get("jobs") if isinstance(result, dict) else None
+    if not entries:
+        return []
+    if offline(ctx):
+        return [str(what) for ok, what in entries if not ok]
+    problems = []
+    with client(ctx) as api:
+        for ok, what in entries:
+            if not ok:
+                problems.append(f"a job was not submitted: {what}")
+                continue
+            job = api.wait_for_job(int(what), on_log=echo_log)
+            if job.get("status") != "success":
+                problems.append(f"job {what} {job.get('status')}: {job_error_message(job)}")
+    return problems
+
+
+def run_and_follow(ctx: click.Context, op: dict[str, Any]) -> object:
+    """One opcode whose result lists jobs: run it, wait for them, exit 1 (each failure
+    printed) when one failed."""
+    (result,) = run(ctx, [op])
+    problems = follow_jobs(ctx, result)
+    for problem in problems:
+        click.echo(problem, err=True)
+    if problems:
+        raise click.exceptions.Exit(1)
+    return result

@@ -1,14 +1,13 @@
 """The network query resource (`/2/query/network`, Ganeti's `gnt-network list`): Ganeti 3.0's
-network fields over the config's networks. herder keeps no address pool of a network yet
-(networks are their own issue): the address counts, the map and the external reservations are
-unavailable."""
+network fields over the config's networks, their address pools (`core.addrpool`) and links
+to node groups (as `masterd.views`' network view)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from herder.core import model, names
-from herder.masterd import livefields
+from herder.core import model
+from herder.masterd import views
 from herder.masterd.livecache import Snapshot
 from herder.masterd.queries.fields import (
     NUMBER,
@@ -20,7 +19,6 @@ from herder.masterd.queries.fields import (
     FieldSet,
     Objects,
     Resource,
-    Results,
     RowFn,
     attr,
     normal,
@@ -35,7 +33,7 @@ FIELDS: dict[str, FieldDef] = {
     "gateway6": FieldDef("IPv6Gateway", OTHER, "IPv6 gateway"),
     "group_cnt": FieldDef("NodeGroups", NUMBER, "Number of nodegroups"),
     "group_list": FieldDef("GroupList", OTHER, "List of nodegroups (group name, NIC mode, NIC "
-                           "link)"),
+                           "link, NIC VLAN)"),
     "inst_cnt": FieldDef("Instances", NUMBER, "Number of instances"),
     "inst_list": FieldDef("InstanceList", OTHER, "List of instances"),
     "mac_prefix": FieldDef("MacPrefix", OTHER, "MAC address prefix"),
@@ -59,21 +57,9 @@ SIMPLE: dict[str, ColumnFn] = {
 }
 
 
-def _links(config: model.ConfigData, _live: Snapshot) -> RowFn:
-    def row(network: model.Network) -> Results:
-        groups = [[group.name, group.networks[network.uuid].mode,
-                   group.networks[network.uuid].link]
-                  for group in sorted(config.nodegroups.values(),
-                                      key=lambda g: names.nice_sort_key(g.name))
-                  if network.uuid in group.networks]
-        instances = sorted((inst.name for inst in config.instances.values()
-                            if any(nic.network == network.uuid for nic in inst.nics)),
-                           key=names.nice_sort_key)
-        return {**normal({"group_cnt": len(groups), "group_list": groups,
-                          "inst_cnt": len(instances), "inst_list": instances}),
-                **{name: (livefields.RS_UNAVAIL, None) for name in POOL_FIELDS}}
-
-    return row
+def _views(config: model.ConfigData, _live: Snapshot) -> RowFn:
+    # the pool's counts and map, the groups and instances: masterd.views' network view
+    return lambda network: normal(views.network_view(config, network))
 
 
 def _networks(source: Objects) -> list[Any]:
@@ -81,5 +67,5 @@ def _networks(source: Objects) -> list[Any]:
 
 
 RESOURCE = Resource("network", FIELDS, _networks, SIMPLE,
-                    (FieldSet(frozenset(FIELDS) - frozenset(SIMPLE), _links, False),),
+                    (FieldSet(frozenset(FIELDS) - frozenset(SIMPLE), _views, False),),
                     not_found="Network name {} not found")

@@ -11,7 +11,7 @@ computed; so is a parameter the route does not take.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from aiohttp import web
 
@@ -31,6 +31,8 @@ from herder.masterd.rapi.base import (
     ctx_of,
     live_of,
     ok,
+    only,
+    takes,
 )
 
 
@@ -44,13 +46,6 @@ def resource_of(request: web.Request) -> str:
 
 def split_fields(text: str) -> list[str]:
     return [f.strip() for f in text.split(",") if f.strip()]
-
-
-def _only_query(request: web.Request, allowed: Iterable[str]) -> None:
-    unknown = sorted(set(request.query) - set(allowed))
-    if unknown:
-        raise RapiHttpError(400, f"{request.method} {request.path} takes no query parameter "
-                                 f"{', '.join(unknown)}")
 
 
 def _fields_of(value: object) -> list[str]:
@@ -80,23 +75,20 @@ async def respond(request: web.Request, resource: str, fields: Sequence[str],
 
 
 @ROUTES.allow(access.RAPI_USER)
+@takes("fields")
 async def query_get(request: web.Request) -> web.Response:
     resource = resource_of(request)
-    _only_query(request, ("fields",))
     if "fields" not in request.query:
         raise RapiHttpError(400, "Missing 'fields' query argument")
     return await respond(request, resource, split_fields(request.query["fields"]), None)
 
 
 @ROUTES.allow(access.RAPI_USER)
+@takes("fields", body=True)
 async def query_put(request: web.Request) -> web.Response:
     resource = resource_of(request)
-    _only_query(request, ("fields",))
-    body = body_dict(await body_of(request, default={}))
-    unknown = sorted(set(body) - {"fields", "qfilter", "filter"})
-    if unknown:
-        raise RapiHttpError(400, f"the query's body takes fields and qfilter, not "
-                                 f"{', '.join(unknown)}")
+    body = only(body_dict(await body_of(request, default={})), ("fields", "qfilter", "filter"),
+                "query")
     if "fields" in body:
         fields = _fields_of(body["fields"])
     elif "fields" in request.query:
@@ -112,9 +104,9 @@ async def query_put(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("fields")
 async def query_fields(request: web.Request) -> web.Response:
     resource = resource_of(request)
-    _only_query(request, ("fields",))
     names = split_fields(request.query["fields"]) if "fields" in request.query else None
     return ok(queries.field_definitions(resource, names))
 
