@@ -18,11 +18,11 @@ import pytest
 
 from herder.core import model
 from herder.core.errors import NotFoundError
+from herder.core.redist import archive_path
 from herder.core.store import FileStore
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobContext, JobQueue, QueueDrained
-from herder.masterd.jobs.store_file import archive_path
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config

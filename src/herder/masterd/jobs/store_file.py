@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,27 +25,13 @@ from pathlib import Path
 import msgspec
 
 from herder.core import untrusted
+from herder.core.redist import ARCHIVE, JOB_FILE, archive_path, job_file
 from herder.core.store import atomic_write, fsync_directory
 from herder.masterd.jobs.job import Job
 
 log = logging.getLogger("herder.jobs")
 
-ARCHIVE = "archive"
-JOBS_PER_ARCHIVE_DIRECTORY = 10_000  # Ganeti's JSTORE_JOBS_PER_ARCHIVE_DIRECTORY
 DRAIN = "drain.json"
-JOB_FILE = re.compile(r"^job-(\d+)\.json$")
-
-
-def job_file(job_id: int) -> str:
-    return f"job-{job_id}.json"
-
-
-def archive_path(directory: Path, name: str) -> Path:
-    """Where a job file `name` (`job-<id>.json`) lives once archived."""
-    found = JOB_FILE.match(name)
-    if found is None:
-        raise ValueError(f"not a job file name: {name!r}")
-    return directory / ARCHIVE / str(int(found.group(1)) // JOBS_PER_ARCHIVE_DIRECTORY) / name
 
 
 class FileJobStorage:
