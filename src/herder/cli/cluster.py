@@ -19,6 +19,7 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
+from herder.cli.queue import queue
 from herder.core import cluster_secrets, model, params, ports, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
 from herder.core.store import ConfigStore, FileStore
@@ -29,6 +30,9 @@ from herder.core.verify import verify as verify_config
 @click.group()
 def cluster() -> None:
     """Create, inspect, check and change the cluster configuration."""
+
+
+cluster.add_command(queue)
 
 
 # --- option helpers shared by init and modify -----------------------------------------------

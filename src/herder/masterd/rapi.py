@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,8 +165,10 @@ def find(finder: Callable[[str], Any], key: str) -> Any:
         raise RapiHttpError(404, str(err)) from None
 
 
-async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]]) -> web.Response:
-    """Queue a job for a write request; answer its id."""
+def _prepared(request: web.Request, resource: str,
+              ops: list[dict[str, Any]]) -> list[list[Any]]:
+    """The request's opcodes made ready to queue (dry-run and reasons applied, file-valued
+    parameters checked); the reason trail the job gets."""
     dry_run = flag(request, "dry-run")
     trail = [reason.rapi(resource)]
     text = request.query.get("reason")
@@ -180,16 +183,27 @@ async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]])
                 op["reason"] = reason.validate(extra)
             except ValueError as err:
                 raise RapiHttpError(400, str(err)) from None
-    ctx = ctx_of(request)
-    refused = hvfiles.problems(ops, ctx.hv_files_dir)
+    refused = hvfiles.problems(ops, ctx_of(request).hv_files_dir)
     if refused:
         raise RapiHttpError(400, "; ".join(refused))
-    queue = ctx.queue
+    return trail
+
+
+async def submit(request: web.Request, resource: str, ops: list[dict[str, Any]]) -> web.Response:
+    """Queue a job for a write request; answer its id."""
+    trail = _prepared(request, resource, ops)
+    ids = await _queued(request, [ops], trail)
+    return ok(ids[0])
+
+
+async def _queued(request: web.Request, jobs: list[list[dict[str, Any]]],
+                  trail: list[list[Any]]) -> list[int]:
     try:
-        job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
+        return await asyncio.to_thread(ctx_of(request).queue.submit_many, jobs, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
-    return ok(job_id)
+    except job_queue.QueueDrained:  # Ganeti's rlib2 answers it so
+        raise RapiHttpError(503, "Job queue is drained, cannot submit") from None
 
 
 # Opcode fields no request body sets: the job's plumbing (the queue's; dry-run and reason come
@@ -694,29 +708,250 @@ def _job_id(request: web.Request) -> int:
         raise RapiHttpError(400, f"invalid job id {request.match_info['job_id']!r}") from None
 
 
+def query_only(request: web.Request, allowed: Iterable[str]) -> None:
+    """400 naming the query parameters a route does not take (none is ignored)."""
+    unknown = sorted(set(request.query) - set(allowed))
+    if unknown:
+        raise RapiHttpError(400, f"{request.method} {request.path}: unknown query "
+                                 f"parameter(s) {', '.join(unknown)}")
+
+
 @ROUTES.allow(access.RAPI_READ)
 async def jobs(request: web.Request) -> web.Response:
+    """The queue's jobs (Ganeti's list); herder's `archived=1` adds the archive's (read from
+    its storage: as Ganeti's `gnt-job list --archived`, slow for a big archive)."""
+    query_only(request, ("bulk", "archived"))
     queue = ctx_of(request).queue
-    ids = queue.job_ids()
+    archived = flag(request, "archived")
+    ids = await asyncio.to_thread(queue.job_ids, archived=archived) if archived \
+        else queue.job_ids()
     if flag(request, "bulk"):
-        return ok([queue.info(i) for i in ids])
+        if archived:
+            return ok(await asyncio.to_thread(_infos, queue, ids))
+        return ok(_infos(queue, ids))
     return ok([{"id": i, "uri": f"/2/jobs/{i}"} for i in ids])
+
+
+def _infos(queue: job_queue.JobQueue, ids: Iterable[int]) -> list[dict[str, Any]]:
+    """Each job's fields (a job archived or gone meanwhile is left out)."""
+    found = []
+    for job_id in ids:
+        try:
+            found.append(queue.info(job_id))
+        except NotFoundError:
+            continue
+    return found
 
 
 @ROUTES.allow(access.RAPI_READ)
 async def job(request: web.Request) -> web.Response:
+    query_only(request, ())
     try:
-        return ok(ctx_of(request).queue.info(_job_id(request)))
+        return ok(await asyncio.to_thread(ctx_of(request).queue.info, _job_id(request)))
     except NotFoundError as err:
         raise RapiHttpError(404, str(err)) from None
 
 
 @ROUTES.allow(access.RAPI_WRITE)
 async def job_cancel(request: web.Request) -> web.Response:
+    query_only(request, ("dry-run",))  # Ganeti's client sends it; a cancel has no dry run
+    if flag(request, "dry-run"):
+        raise RapiHttpError(400, "canceling a job has no dry run")
     try:
-        return ok(list(ctx_of(request).queue.cancel(_job_id(request))))
+        return ok(list(await asyncio.to_thread(ctx_of(request).queue.cancel,
+                                               _job_id(request))))
     except NotFoundError as err:
         raise RapiHttpError(404, str(err)) from None
+
+
+# herder's routes for what Ganeti does over luxi only (gnt-job archive, autoarchive,
+# change-priority; gnt-cluster queue): docs/rapi.md, compat row 49
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def herder_job_archive(request: web.Request) -> web.Response:
+    """Archive a finished job (luxi ArchiveJob): [success, message]."""
+    query_only(request, ())
+    if body_dict(await body_of(request, default={})):
+        raise RapiHttpError(400, "archive takes no body")
+    try:
+        return ok(list(await asyncio.to_thread(ctx_of(request).queue.archive,
+                                               _job_id(request))))
+    except NotFoundError as err:
+        raise RapiHttpError(404, str(err)) from None
+
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def herder_job_priority(request: web.Request) -> web.Response:
+    """Change a job's priority (luxi ChangeJobPriority): {"priority": N}; [success,
+    message]."""
+    query_only(request, ())
+    body = body_dict(await body_of(request, default={}))
+    if set(body) - {"priority"}:
+        raise RapiHttpError(400, "change-priority: unknown field(s) "
+                                 f"{', '.join(sorted(set(body) - {'priority'}))}")
+    priority = body.get("priority")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise RapiHttpError(400, "change-priority needs 'priority': an integer")
+    try:
+        return ok(list(await asyncio.to_thread(ctx_of(request).queue.change_priority,
+                                               _job_id(request), priority)))
+    except NotFoundError as err:
+        raise RapiHttpError(404, str(err)) from None
+    except opcodes.OpcodeError as err:
+        raise RapiHttpError(400, str(err)) from None
+
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def herder_jobs_autoarchive(request: web.Request) -> web.Response:
+    """Archive the finished jobs older than `age` seconds (-1: all) within `timeout` seconds
+    (luxi AutoArchiveJobs): [archived, left unexamined]."""
+    query_only(request, ())
+    body = body_dict(await body_of(request, default={}))
+    unknown = sorted(set(body) - {"age", "timeout"})
+    if unknown:
+        raise RapiHttpError(400, f"autoarchive: unknown field(s) {', '.join(unknown)}")
+    age, timeout = body.get("age"), body.get("timeout")
+    if not isinstance(age, int | float) or isinstance(age, bool) or (age < 0 and age != -1):
+        raise RapiHttpError(400, "autoarchive needs 'age': seconds, or -1 for every job")
+    if timeout is not None and (not isinstance(timeout, int | float)
+                                or isinstance(timeout, bool) or timeout <= 0):
+        raise RapiHttpError(400, "autoarchive: 'timeout' must be a positive number of seconds")
+    archived, left = await asyncio.to_thread(ctx_of(request).queue.auto_archive, age, timeout)
+    return ok([archived, left])
+
+
+@ROUTES.allow(access.RAPI_READ)
+async def herder_queue(request: web.Request) -> web.Response:
+    """The queue's state (gnt-cluster queue info): drained or not, its jobs per status, the
+    queued jobs held back and why."""
+    query_only(request, ())
+    queue = ctx_of(request).queue
+    counts: dict[str, int] = {}
+    for job_id in queue.job_ids():
+        status = queue.status_of(job_id)
+        if status is not None:
+            counts[status] = counts.get(status, 0) + 1
+    return ok({"drained": queue.drained, "jobs": counts,
+               "held": {str(k): v for k, v in sorted(queue.held().items())}})
+
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def herder_queue_set(request: web.Request) -> web.Response:
+    """Drain or undrain the queue (gnt-cluster queue drain|undrain): {"drained": bool}."""
+    query_only(request, ())
+    body = body_dict(await body_of(request, default={}))
+    if set(body) != {"drained"} or not isinstance(body["drained"], bool):
+        raise RapiHttpError(400, "give {\"drained\": true|false} and nothing else")
+    queue = ctx_of(request).queue
+    await asyncio.to_thread(queue.set_drained, body["drained"])
+    return ok({"drained": queue.drained})
+
+
+# --- job filter rules (Ganeti's /2/filters; gnt-filter) -------------------------------------------
+
+FILTER_FIELDS = ("watermark", "priority", "predicates", "action", "reason_trail", "uuid")
+FILTER_BODY = frozenset({"priority", "predicates", "action", "reason"})
+
+
+def _filter_uuid(request: web.Request) -> str:
+    text = request.match_info["uuid"]
+    try:
+        return str(uuid_module.UUID(text))
+    except ValueError:
+        raise RapiHttpError(400, f"invalid filter UUID {text!r}") from None
+
+
+def _filter_view(rule: model.FilterRule) -> dict[str, Any]:
+    shown: dict[str, Any] = msgspec.to_builtins(rule)
+    return {name: shown[name] for name in FILTER_FIELDS}
+
+
+def _rules_of(request: web.Request) -> dict[str, model.FilterRule]:
+    return config_of(request).filters
+
+
+@ROUTES.allow(access.RAPI_READ)
+async def filters(request: web.Request) -> web.Response:
+    query_only(request, ("bulk",))
+    rules = sorted(_rules_of(request).values(), key=lambda r: (r.priority, r.watermark, r.uuid))
+    if flag(request, "bulk"):
+        return ok([_filter_view(rule) for rule in rules])
+    return ok([{"uuid": rule.uuid, "uri": f"/2/filters/{rule.uuid}"} for rule in rules])
+
+
+@ROUTES.allow(access.RAPI_READ)
+async def filter_get(request: web.Request) -> web.Response:
+    query_only(request, ())
+    rule = _rules_of(request).get(_filter_uuid(request))
+    if rule is None:
+        raise RapiHttpError(404, f"filter {request.match_info['uuid']} not found")
+    return ok(_filter_view(rule))
+
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def filter_add(request: web.Request) -> web.Response:
+    """A new rule (Ganeti's ReplaceFilter without a UUID): its UUID."""
+    query_only(request, ())
+    return ok(await _replace_filter(request, model.new_uuid()))
+
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def filter_replace(request: web.Request) -> web.Response:
+    """The rule replaced, or made with this UUID (Ganeti's ReplaceFilter): its UUID."""
+    query_only(request, ())
+    return ok(await _replace_filter(request, _filter_uuid(request)))
+
+
+async def _replace_filter(request: web.Request, uuid: str) -> str:
+    """Ganeti's checkFilterParameters, then the rule written with a new watermark (the
+    highest job id now) and the queue told."""
+    body = body_dict(await body_of(request, default={}))
+    unknown = sorted(set(body) - FILTER_BODY)
+    if unknown:
+        raise RapiHttpError(400, "Invalid body parameters: filter rule doesn't support the "
+                                 f"parameter '{unknown[0]}'")
+    ctx = ctx_of(request)
+    queue = ctx.queue
+    trail = body.get("reason", [])
+    try:
+        trail = [*reason.validate(trail), reason.rapi("filters")]
+    except ValueError as err:
+        raise RapiHttpError(400, str(err)) from None
+    fields = {"uuid": uuid, "watermark": max(queue.job_ids(), default=0),
+              "priority": body.get("priority", 0), "predicates": body.get("predicates", []),
+              "action": body.get("action", "CONTINUE"), "reason_trail": trail}
+    try:
+        rule = msgspec.convert(fields, model.FilterRule)
+    except msgspec.ValidationError as err:
+        raise RapiHttpError(400, f"invalid filter rule: {err}") from None
+    await asyncio.to_thread(_write_rules, ctx, lambda rules: rules.__setitem__(uuid, rule))
+    return uuid
+
+
+def _write_rules(ctx: RapiContext, change: Callable[[dict[str, model.FilterRule]], None]) -> None:
+    """Change the config's filter rules (a config write, no job: Ganeti's luxi writes them so
+    too, and a drained or paused queue must not stop them), then apply them to the queue."""
+    if ctx.store is None:
+        raise RapiHttpError(503, "this masterd has no config store to write filter rules to")
+    with ctx.store.update() as config:
+        rules = dict(config.filters)
+        change(rules)
+        config.filters = rules
+    ctx.queue.reconsider()
+
+
+@ROUTES.allow(access.RAPI_WRITE)
+async def filter_delete(request: web.Request) -> web.Response:
+    query_only(request, ())
+    body_dict(await body_of(request, default={}))  # (Ganeti's client sends {})
+    uuid = _filter_uuid(request)
+
+    def drop(rules: dict[str, model.FilterRule]) -> None:
+        if rules.pop(uuid, None) is None:
+            raise RapiHttpError(404, f"filter {uuid} not found")
+
+    await asyncio.to_thread(_write_rules, ctx_of(request), drop)
+    return ok(None)
 
 
 @ROUTES.allow(access.RAPI_WRITE)
@@ -801,14 +1036,30 @@ async def herder_config(request: web.Request) -> web.Response:
     return web.Response(body=model.encode(config_of(request)), content_type=JSON)
 
 
+def _opcode_list(value: Any, what: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value or not all(isinstance(o, dict) for o in value):
+        raise RapiHttpError(400, f"{what}: a non-empty list of opcode objects")
+    return [dict(o) for o in value]
+
+
 @ROUTES.allow(access.RAPI_WRITE)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
-    """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
+    """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]},
+    answered by its id; or several (luxi SubmitManyJobs, a job's `depends` may name an earlier
+    one of them relatively: -1 the one before): {"jobs": [[...], ...]}, answered as Ganeti's
+    [[true, id], ...]. Nothing is queued when one opcode is bad."""
+    query_only(request, ("dry-run", "reason"))
     body = body_dict(await body_of(request, default={}))
-    ops = body.get("ops")
-    if not isinstance(ops, list) or not ops or not all(isinstance(o, dict) for o in ops):
-        raise RapiHttpError(400, "give 'ops': a non-empty list of opcode objects")
-    return await submit(request, "herder_jobs", [dict(o) for o in ops])
+    if len(body) != 1 or not body.keys() <= {"ops", "jobs"}:
+        raise RapiHttpError(400, "give either 'ops' (one job) or 'jobs' (a list of jobs)")
+    if "ops" in body:
+        return await submit(request, "herder_jobs", _opcode_list(body["ops"], "'ops'"))
+    many = body["jobs"]
+    if not isinstance(many, list) or not many:
+        raise RapiHttpError(400, "'jobs': a non-empty list of jobs (lists of opcodes)")
+    jobs = [_opcode_list(ops, f"job {index}") for index, ops in enumerate(many)]
+    trails = [_prepared(request, "herder_jobs", ops) for ops in jobs]  # (all alike)
+    return ok([[True, job_id] for job_id in await _queued(request, jobs, trails[0])])
 
 
 # --- plumbing -----------------------------------------------------------------------------------
@@ -973,6 +1224,16 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_delete("/2/jobs/{job_id}", job_cancel)
     r.add_get("/2/jobs/{job_id}/wait", job_wait)
     r.add_post("/2/herder/jobs", herder_jobs_submit)
+    r.add_put("/2/herder/jobs/autoarchive", herder_jobs_autoarchive)
+    r.add_put("/2/herder/jobs/{job_id}/archive", herder_job_archive)
+    r.add_put("/2/herder/jobs/{job_id}/priority", herder_job_priority)
+    r.add_get("/2/herder/queue", herder_queue)
+    r.add_put("/2/herder/queue", herder_queue_set)
+    r.add_get("/2/filters", filters)
+    r.add_post("/2/filters", filter_add)
+    r.add_get("/2/filters/{uuid}", filter_get)
+    r.add_put("/2/filters/{uuid}", filter_replace)
+    r.add_delete("/2/filters/{uuid}", filter_delete)
     r.add_get("/2/herder/config", herder_config)
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
