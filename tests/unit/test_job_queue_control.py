@@ -61,8 +61,7 @@ class Master:
         self.queue.start()
 
     def add_rule(self, action: Any, predicates: list[Any], priority: int = 0) -> str:
-        ids = self.queue.job_ids()
-        rule = msgspec.convert({"uuid": model.new_uuid(), "watermark": ids[-1] if ids else 0,
+        rule = msgspec.convert({"uuid": model.new_uuid(), "watermark": self.queue.highest_id(),
                                 "priority": priority, "predicates": predicates,
                                 "action": action}, model.FilterRule)
         with self.store.update() as config:

@@ -917,7 +917,7 @@ async def _replace_filter(request: web.Request, uuid: str) -> str:
         trail = [*reason.validate(trail), reason.rapi("filters")]
     except ValueError as err:
         raise RapiHttpError(400, str(err)) from None
-    fields = {"uuid": uuid, "watermark": max(queue.job_ids(), default=0),
+    fields = {"uuid": uuid, "watermark": queue.highest_id(),
               "priority": body.get("priority", 0), "predicates": body.get("predicates", []),
               "action": body.get("action", "CONTINUE"), "reason_trail": trail}
     try:

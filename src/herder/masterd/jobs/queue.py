@@ -521,6 +521,12 @@ class JobQueue:
             ids = sorted({*ids, *self.storage.archived_ids()})
         return ids
 
+    def highest_id(self) -> int:
+        """The highest job id ever handed out (archived jobs' too; a filter rule's
+        watermark)."""
+        with self._cond:
+            return self._next_id - 1
+
     def info(self, job_id: int, fields: Sequence[str] = JOB_FIELDS) -> dict[str, Any]:
         job = self.get(job_id)
         with self._cond:
