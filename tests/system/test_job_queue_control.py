@@ -73,6 +73,10 @@ def test_a_dependency_chain_submitted_at_once(master: RunningMaster) -> None:
     assert final(client, anyway)["status"] == "success"
     tags = client.get_cluster_tags()
     assert "chain:first" in tags and "chain:anyway" in tags and "chain:third" not in tags
+    # Ganeti's routes take `depends` in the body (its FillOpcode): the same rule applies
+    group_job = client.create_group("g-after-second", depends=[[second, ["success"]]])
+    assert final(client, group_job)["status"] == "error"
+    assert "g-after-second" not in client.get_groups()
     with pytest.raises(RapiError) as refused:
         client.request("POST", "/2/herder/jobs", None, {"ops": [
             tag("cluster", None, "x", depends=[[-1, []]])]})

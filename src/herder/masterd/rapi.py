@@ -206,9 +206,11 @@ async def _queued(request: web.Request, jobs: list[list[dict[str, Any]]],
         raise RapiHttpError(503, "Job queue is drained, cannot submit") from None
 
 
-# Opcode fields no request body sets: the job's plumbing (the queue's; dry-run and reason come
-# from the query string or are checked by `submit`)
-_PLUMBING = frozenset({"debug_level", "priority", "depends", "comment"})
+# Opcode fields no request body sets: the job's plumbing (dry-run and reason come from the query
+# string or are checked by `submit`; herder's LUs log at one level, so a debug level would be
+# ignored). A body may set `priority`, `depends` (absolute job ids: a single job has no earlier
+# one to be relative to) and `comment`, as Ganeti's FillOpcode allows.
+_PLUMBING = frozenset({"debug_level"})
 NODE_TARGET = ("node_name", "node_uuid")
 INSTANCE_TARGET = ("instance_name", "instance_uuid")
 
