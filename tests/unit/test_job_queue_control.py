@@ -397,3 +397,18 @@ def test_filter_rules_are_checked_when_decoded() -> None:
     for change, message in bad:
         with pytest.raises((msgspec.ValidationError, ValueError), match=message):
             msgspec.convert({**good, **change}, model.FilterRule)
+
+
+def test_an_ad_hoc_reason_limits_the_jobs_that_carry_it(master: Master) -> None:
+    """Ganeti's `--reason=rate-limit:2:hello`: no rule needed."""
+    queue = master.queue
+    limited = [["gnt:user", "rate-limit:2:hello", 1]]
+    jobs = [queue.submit([hold(reason=limited)]) for _ in range(3)]
+    other = queue.submit([hold(reason=[["gnt:user", "rate-limit:2:other", 1]])])
+    wait_until("three jobs running", lambda: len(master.processor.order) == 3)
+    held = wait_until("the third held", lambda: queue.held().get(jobs[2]))
+    assert held == "rate-limited by its reason rate-limit:2:hello (2 of 2 running)"
+    assert other in master.processor.order  # another bucket
+    master.processor.gate.set()
+    for job_id in [*jobs, other]:
+        assert finished(queue, job_id)["status"] == "success"

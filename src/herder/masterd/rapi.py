@@ -767,7 +767,7 @@ async def job_cancel(request: web.Request) -> web.Response:
 
 
 # herder's routes for what Ganeti does over luxi only (gnt-job archive, autoarchive,
-# change-priority; gnt-cluster queue): docs/rapi.md, compat row 49
+# change-priority; gnt-cluster queue): docs/rapi.md, compat rows 49-52
 
 @ROUTES.allow(access.RAPI_WRITE)
 async def herder_job_archive(request: web.Request) -> web.Response:

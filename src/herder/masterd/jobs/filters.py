@@ -15,10 +15,14 @@ The first rule that applies and whose action is not CONTINUE decides: ACCEPT (ru
 PAUSE (stay queued), REJECT (canceled), RATE_LIMIT n (stay queued while n running jobs are
 decided by this rule); none: the job runs. Only jobs not yet started are held or rejected
 (the queue asks; a running job goes on).
+
+Ad-hoc rate limits (Ganeti's scheduler, no rule needed): a job one of whose opcodes carries the
+reason `rate-limit:N:LABEL` stays queued while N running jobs carry that same reason text.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,6 +30,7 @@ from typing import Any, Literal
 from herder.core import model, qfilter
 
 WATERMARK = "watermark"  # in a jobid predicate's value: the rule's watermark
+AD_HOC_LIMIT = re.compile(r"^rate-limit:(\d+):")
 
 Verdict = Literal["ACCEPT", "PAUSE", "REJECT", "RATE_LIMIT"]
 
@@ -94,3 +99,16 @@ def decide(rules: Sequence[CompiledRule], job_id: int,
         return Decision(action, compiled.uuid)
     return ACCEPTED
 
+
+
+def ad_hoc_limits(ops: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """A job's ad-hoc rate limits: reason text `rate-limit:N:LABEL` -> N (the text is the
+    bucket: jobs with the same one share it)."""
+    found: dict[str, int] = {}
+    for op in ops:
+        for entry in op.get("reason") or ():
+            text = entry[1] if len(entry) == 3 and isinstance(entry[1], str) else ""
+            match = AD_HOC_LIMIT.match(text)
+            if match:
+                found[text] = int(match.group(1))
+    return found

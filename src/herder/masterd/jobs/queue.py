@@ -286,7 +286,16 @@ class JobQueue:
             other = self._jobs.get(dep_id)
             if other is not None and not other.finished and dep_id != job.id:
                 return f"waiting for job {dep_id}"
-        if job.start_timestamp is not None or not rules:  # filters hold only unstarted jobs
+        if job.start_timestamp is not None:  # filters and limits hold only unstarted jobs
+            return None
+        limits = filters.ad_hoc_limits([op.input for op in job.ops])
+        for bucket, limit in sorted(limits.items()):
+            running = sum(1 for other in self._order.running if other in self._jobs
+                          and bucket in filters.ad_hoc_limits(
+                              [op.input for op in self._jobs[other].ops]))
+            if running >= limit:
+                return f"rate-limited by its reason {bucket} ({running} of {limit} running)"
+        if not rules:
             return None
         decision = self._decide(job, rules)
         if decision.verdict == "ACCEPT":
