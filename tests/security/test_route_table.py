@@ -53,9 +53,11 @@ from herder.maintd import server as maintd_server
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
-from herder.masterd import rapi
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.leases import Leases
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature
@@ -97,20 +99,21 @@ def certificate(directory: Path) -> Path:
 
 
 @pytest.fixture
-def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi.RapiContext]]:
+def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi_base.RapiContext]]:
     directory = tmp_path / "masterd"
     directory.mkdir()
     store = FileStore(directory / "config.json")
     store.create(build_config(3))
     # a queue that takes jobs and never runs them: what a refused request must not leave
     queue = JobQueue(directory / "queue", lambda ctx, op: None)
-    ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue,
-                           users=UsersFile(users_file(directory)), store=store,
-                           announce=Announcements(lambda: [KEY], Reachability()))
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path), queue=queue,
+                                users=UsersFile(users_file(directory)), store=store,
+                                announce=Announcements(lambda: [KEY], Reachability()),
+                                leases=Leases(lambda: [KEY]))
     # anyone: the web console's login page and files (tests/security/test_web_console.py)
-    yield Daemon("masterd", rapi.make_app(ctx), rapi.ROUTES,
+    yield Daemon("masterd", rapi_app.make_app(ctx), rapi_base.ROUTES,
                  frozenset({access.ANYONE, access.RAPI_READ, access.RAPI_WRITE,
-                            access.WEB_LOGIN, access.NODE_ANNOUNCE})), ctx
+                            access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE})), ctx
 
 
 @pytest.fixture
@@ -121,7 +124,7 @@ def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
                  frozenset({access.NODE_RPC, access.NODE_CONSOLE, access.JOIN_TOKEN,
-                            access.NODE_IMPORT})), daemon
+                            access.NODE_IMPORT, access.NODE_LEASE})), daemon
     daemon.hv.close()
 
 
@@ -207,7 +210,8 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
     daemon, ctx = masterd
     serial = ctx.config().serial_no
     found = [r for r in routes(daemon.app, daemon.table)
-             if r.rule not in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE)]
+             if r.rule not in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE,
+                               access.NODE_LEASE)]
     with serving(daemon.app) as served:
         for route in found:
             assert request(served, route).status_code == 401, route
@@ -441,6 +445,73 @@ def test_no_signed_message_of_one_protocol_is_taken_by_another(noded, mond, main
                              "hmac": notification.token_for(KEY)}).encode()
     assert processor.process(envelope.pack(token_body)) is None
 
+
+
+def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) -> None:
+    daemon, ctx = masterd
+    assert ctx.leases is not None
+    node2 = ctx.config().find_node("node2")
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_LEASE]
+    beat = Route(route.method, route.canonical,
+                 route.canonical.replace("{name}", node2.name), route.rule)
+
+    def signed(node: str = node2.name, purpose: str = purpose_keys.NODE_LEASE,
+               key: bytes = KEY) -> bytes:
+        return rpcauth.sign_call(key, "node_lease", node, {}, purpose=purpose)
+
+    before = ctx.leases.ages([node2.uuid])[node2.uuid]
+    with serving(daemon.app) as served:
+        for body in [b"", b"{}", signed(purpose=purpose_keys.NODE_ANNOUNCE),  # another key
+                     signed(node="node3.example.com"), signed(key=b"k" * 40)]:
+            answer = request(served, beat, content=body)
+            assert answer.status_code == 403, (body, answer.text)
+        assert ctx.leases.ages([node2.uuid])[node2.uuid] >= before  # nothing was recorded
+        body = signed()
+        answer = request(served, beat, content=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"node": node2.name, "offline": False, "lease": 6.0}
+        assert ctx.leases.ages([node2.uuid])[node2.uuid] < 1.0
+        assert request(served, beat, content=body).status_code == 403  # replayed
+    assert ctx.queue.job_ids() == []
+
+
+def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -> None:
+    daemon, node = noded
+    from herder.core import ssconf
+
+    node.data_dir.mkdir(parents=True, exist_ok=True)
+    caller = "node2.example.com"
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_LEASE]
+    lease = Route(route.method, route.canonical, route.canonical.replace("{name}", caller),
+                  route.rule)
+
+    def signed(name: str = caller, purpose: str = purpose_keys.NODE_LEASE,
+               key: bytes = KEY) -> bytes:
+        return rpcauth.sign_call(key, "node_lease", name, {}, purpose=purpose)
+
+    with serving(daemon.app) as served:
+        # not a master candidate (no ssconf yet): it witnesses nothing
+        assert request(served, lease, content=signed()).status_code == 409
+        ssconf.path("master_candidates", node.data_dir).write_text(f"{NODE}\n{caller}\n")
+        for body in [b"", signed(purpose=purpose_keys.NODE_ANNOUNCE),
+                     signed(name="node3.example.com"), signed(key=b"k" * 40)]:
+            answer = request(served, lease, content=body)
+            assert answer.status_code == 403, (body, answer.text)
+        assert node.witness.age(caller) is None
+        ssconf.path("offline_nodes", node.data_dir).write_text(f"{caller}\n")
+        assert request(served, lease, content=signed()).status_code == 409
+        assert node.witness.age(caller) is None
+        ssconf.path("offline_nodes", node.data_dir).write_text("")
+        body = signed()
+        answer = request(served, lease, content=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"result": {"candidate": NODE}}
+        age = node.witness.age(caller)
+        assert age is not None and age < 5
+        assert request(served, lease, content=body).status_code == 403  # replayed
+    # the master's question about it: when it asked, and whether its noded answers
+    found = node.rpc_node_reachable({"node": caller, "address": "127.0.0.1", "timeout": 1})
+    assert isinstance(found["reachable"], bool) and found["asked_age"] is not None
 
 # --- docs/security.md covers every route ---------------------------------------------------------
 

@@ -94,11 +94,17 @@ def test_alerts_name_unreachable_nodes_degraded_mirrors_and_failed_repairs() -> 
               "repair-status": "failed", "jobs": []}
     done = {"uuid": "i2", "node": drbd.primary_node, "action": "Ok",
             "repair-status": "completed", "jobs": []}
+    died = {"uuid": "i3", "node": dead, "action": "node-failed", "repair-status": "completed",
+            "jobs": [5, 6, 7], "original": {"step": "done",
+                                            "detail": "recovered 1 instance(s)"}}
     jobs = [{"id": 1, "status": "running"}, {"id": 2, "status": "success"}]
     view = overview.build(config, snapshot(config, dead), jobs,
-                          {"incidents": [failed, done], "reports": []}, None)
+                          {"incidents": [failed, done, died], "reports": []}, None)
     kinds = {(a["kind"], a["subject"]) for a in view["alerts"]}
+    assert f"node {config.node_name(dead)} failed (completed): done: recovered 1 instance(s)" \
+        in [a["message"] for a in view["alerts"]]
     assert kinds == {("unreachable", config.node_name(dead)),
+                     ("node-failed", config.node_name(dead)),
                      ("failed-repair", config.node_name(drbd.primary_node)),
                      ("degraded-mirror", drbd.name)}
     assert [j["id"] for j in view["jobs"]] == [1]  # running jobs only

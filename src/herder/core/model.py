@@ -521,11 +521,12 @@ def default_data_collectors() -> dict[str, CollectorSettings]:
     }
 
 
-# herder's: "notify" (a node incident only shown to the operator, e.g. failed storage),
+# herder's: "node-failed" (a node that died: herder.maintd.nodefail fences it and recovers its
+# instances), "notify" (a node incident only shown to the operator, e.g. failed storage),
 # then the instance incidents' (instmon's failure notifications and unwell instances mond
 # reports; see herder.maintd.instances and herder.maintd.vmhealth)
 RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover", "notify",
-                       "restart", "relocate", "drain-relocate", "stop-stray"]
+                       "restart", "relocate", "drain-relocate", "stop-stray", "node-failed"]
 RepairStatus = Literal["noted", "pending", "canceled", "failed", "completed"]
 
 

@@ -125,7 +125,8 @@ def prepare(settings: MaintdSettings) -> Prepared:
                     watcher=(not settings.ganeti_rapi) if settings.watcher is None
                     else settings.watcher,
                     failure_table=recovery.failures, failure_window=settings.failure_window,
-                    recovery=recovery)
+                    recovery=recovery, node_recovery=settings.node_recovery,
+                    node_failure_time=settings.node_failure_time)
     tls = None
     if settings.notify_port:  # the nodes show their node certificates (of the cluster CA)
         authorities = [] if senders is None else \

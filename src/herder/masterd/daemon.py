@@ -28,10 +28,12 @@ from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_locat
 from herder.masterd import heap, locking, redist
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.leases import Leases
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.masterd.rapi import ConfigView, RapiContext, make_app
+from herder.masterd.rapi.app import make_app
+from herder.masterd.rapi.base import ConfigView, RapiContext
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 
@@ -166,7 +168,8 @@ class MasterDaemon:
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store, live=self.live, rpc=rpc, web=WebContext(),
                                 announce=Announcements(self.secrets.hmac_keys,
-                                                       self.reachability))
+                                                       self.reachability),
+                                leases=Leases(self.secrets.hmac_keys))
         heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
 
     def ssl_context(self) -> ssl.SSLContext | None:

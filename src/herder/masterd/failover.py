@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -118,7 +117,7 @@ def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int
     return lines
 
 
-def master_network(cluster: model.Cluster) -> dict[str, Any]:
+def master_network(cluster: model.Cluster) -> dict[str, str | int]:
     """The master IP's parameters as the node RPCs carry them (Ganeti's master_params)."""
     return {"ip": cluster.master_ip, "netmask": cluster.master_netmask,
             "netdev": cluster.master_netdev, "ip_family": cluster.primary_ip_family}

@@ -69,6 +69,7 @@ from herder.core.noderpc import HttpNodeRpc
 from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
+from herder.masterd.failover import master_network
 
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
 FINAL_JOB = {"success", "error", "canceled"}
@@ -141,11 +142,6 @@ class Control(Protocol):
                     ours: Path) -> None:
         """Hand the other cluster's nodes over to this cluster (config at `ours`)."""
         ...
-
-
-def master_network(cluster: model.Cluster) -> dict[str, Any]:
-    return {"ip": cluster.master_ip, "netmask": cluster.master_netmask,
-            "netdev": cluster.master_netdev, "ip_family": cluster.primary_ip_family}
 
 
 class RpcControl:
@@ -517,10 +513,10 @@ class Merge:
 
     # --- the other cluster, through its masterd ------------------------------------------------
 
-    def _other_api(self) -> Any:
+    def _other_api(self) -> RapiClient:
         return self.other.rapi()
 
-    def _our_api(self) -> Any:
+    def _our_api(self) -> RapiClient:
         url = self.masterd_url or os.environ.get("HERDER_MASTERD")
         if not url:
             url = f"https://{FileStore(self.config).load().cluster.master_ip}:{ports.MASTERD}"
@@ -541,7 +537,7 @@ class Merge:
                 raise MergeError(f"the other cluster has running jobs: {', '.join(busy)}")
             time.sleep(1.0)
 
-    def _instances(self, api: Any, names: list[str], action: str) -> None:
+    def _instances(self, api: RapiClient, names: list[str], action: str) -> None:
         jobs = []
         for name in names:
             job = (api.shutdown_instance(name) if action == "stop"

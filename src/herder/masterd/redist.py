@@ -35,6 +35,7 @@ announced itself), within the trigger's interval.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -45,7 +46,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -53,9 +54,13 @@ from herder import __version__
 from herder.core import libvirtd_conf, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
+from herder.core.noderpc import NodeRpc
 from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST, archive_path
 from herder.masterd import hvfiles
+
+if TYPE_CHECKING:  # the daemon runs `watch` as its task: it imports this module
+    from herder.masterd.daemon import MasterDaemon
 
 log = logging.getLogger("herder.masterd.redist")
 
@@ -263,7 +268,7 @@ class Redistributor:
     sent, so the push after a config write sends the job files that changed only, and how far
     into the archive log it got."""
 
-    def __init__(self, rpc: Any, config_path: Path, queue_dir: Path | None,
+    def __init__(self, rpc: NodeRpc, config_path: Path, queue_dir: Path | None,
                  workers: int = 16, reachability: Reachability | None = None,
                  archived_since: ArchiveLog = _no_archive) -> None:
         """`reachability`: masterd's record, which `rpc` reports every call's outcome to;
@@ -544,25 +549,23 @@ def due(reachability: Reachability, uuid: str, owed_since: float, retry_at: floa
         reachability.clock() >= retry_at
 
 
-async def watch(daemon: Any, stop: Any, interval: float | None = None,
+async def watch(daemon: MasterDaemon, stop: asyncio.Event, interval: float | None = None,
                 retry: float = 10.0) -> None:
     """masterd's trigger: every `interval` seconds (its master check interval), when the
     config serial or the job queue changed since the last push, push (not full); else push to
     the nodes a push failed for that are `due` (`retry` seconds after an error that was not
     an unreachable node). Errors are logged, never raised."""
-    import asyncio
-
     if getattr(daemon, "lease", None) is not None:
         # etcd backend: the config and the job queue live in etcd, replicated by it; the
         # files of a file-backed master are not there to push (docs/ha.md)
         log.info("etcd backend: the config and the job queue are replicated by etcd")
         return
     every = interval if interval is not None else daemon.settings.check_interval
-    storage = getattr(getattr(daemon, "queue", None), "storage", None)
     pusher = Redistributor(daemon.env.rpc, daemon.secrets.hmac_key.parent / "config.json",
                            daemon.env.queue_dir,
                            reachability=getattr(daemon, "reachability", None),
-                           archived_since=getattr(storage, "archived_since", _no_archive))
+                           archived_since=getattr(daemon.queue.storage, "archived_since",
+                                                  _no_archive))
     record = pusher.reachability
     last: Any = None
     owed: dict[str, tuple[float, float]] = {}  # node UUID -> (failed at, retry at)

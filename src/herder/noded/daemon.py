@@ -17,6 +17,7 @@ from pathlib import Path
 from herder.core import serve as serve_helper
 from herder.noded import console
 from herder.noded.announce import announce
+from herder.noded.fence import keep_lease
 from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
 
 log = logging.getLogger("herder.noded")
@@ -86,7 +87,8 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
         tasks=[lambda stop: keep_hypervisor(daemon, stop),
                lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop),
                # the master asks this node again at once (core.reachability)
-               lambda stop: announce(daemon.trust, daemon.settings.node_name, stop)],
+               lambda stop: announce(daemon.trust, daemon.settings.node_name, stop),
+               lambda stop: keep_lease(daemon, stop)],
         on_stop=[daemon.hv.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 

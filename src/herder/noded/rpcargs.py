@@ -503,6 +503,18 @@ class RenewCrypto(Args, kw_only=True):
             raise ValueError("stage install needs ca, node_certificate and hmac_key")
 
 
+class NodeReachable(Args, kw_only=True):
+    node: str
+    address: str
+    timeout: float = 2.0
+
+    def check(self) -> None:
+        names.hostname(self.node, "node")
+        names.ip_address(self.address, "address")
+        if not 0 < self.timeout <= 30:
+            raise ValueError(f"timeout must be in (0, 30] seconds, got {self.timeout}")
+
+
 class ConsoleStream(Args, kw_only=True):
     """A console stream (`noded.console`) or the serial log's tail."""
 
@@ -529,7 +541,7 @@ STREAM_SCHEMAS: dict[str, type[Args]] = {method: ConsoleStream
 SCHEMAS: dict[str, type[Args]] = {
     "ping": NoArgs, "master_epoch": NoArgs, "node_info": NodeInfo, "disk_map": NoArgs,
     "instance_list": NoArgs, "os_list": NoArgs, "node_powercycle": NoArgs,
-    "master_vote": MasterVote,
+    "master_vote": MasterVote, "node_reachable": NodeReachable,
     "blockdev_create": BlockdevCreate, "blockdev_remove": OneDisk,
     "blockdev_assemble": BlockdevAssemble, "blockdev_shutdown": OneDisk,
     "blockdev_find": OneDisk, "blockdev_getmirrorstatus": Disks,

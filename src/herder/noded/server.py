@@ -35,7 +35,7 @@ import msgspec
 from aiohttp import web
 
 from herder import __version__
-from herder.core import access, ordered, paths, ssconf, storage_units, vmclaim, whitelist
+from herder.core import access, ordered, paths, ports, ssconf, storage_units, vmclaim, whitelist
 from herder.core import console as console_names
 from herder.core.errors import HerderError, StoreError
 from herder.core.libvirtd_conf import LibvirtPki
@@ -45,6 +45,7 @@ from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import (
     console,
     disk_transfer,
+    fence,
     join,
     libvirt_tls,
     nodeparams,
@@ -123,6 +124,9 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
         self.bdev = bdev_host(self.local)
         self.imports = disk_transfer.Imports()
         self._migrations: Migrations | None = None
+        # the liveness lease and watchdog (started by `serve`), the candidates' record
+        self.lease = fence.LeaseKeeper(self)
+        self.witness = fence.Witness()
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
@@ -133,6 +137,10 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
     def local(self, path: str | Path) -> Path:
         """Where an absolute path of this node is (under the file root)."""
         return self.settings.file_root / str(path).lstrip("/")
+
+    def node_params(self) -> dict[str, Any]:
+        """This node's filled node parameters as ssconf (or a candidate's copy) has them."""
+        return nodeparams.filled(self.settings.node_name, self.data_dir) or {}
 
     def wanted_libvirt_uri(self) -> str:
         """This node's `libvirt_uri` node parameter: from ssconf, else the config copy of a
@@ -221,6 +229,14 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
             reachable, detail = False, err.strerror or str(err)
         return {"node": self.settings.node_name, "master": args.get("master"),
                 "reachable": reachable, "detail": detail, "epoch": self.master_epoch}
+
+    def rpc_node_reachable(self, args: dict[str, Any]) -> dict[str, Any]:
+        """For maintd's decision that a node failed (masterd.leases): does this node reach
+        the node's noded, and how long ago did that node ask it for its lease?"""
+        ok, detail = fence.reachable(str(args["address"]), ports.NODED,
+                                     float(args.get("timeout", 2.0)))
+        return {"node": self.settings.node_name, "reachable": ok, "detail": detail,
+                "asked_age": self.witness.age(str(args["node"]))}
 
     def rpc_node_info(self, args: dict[str, Any]) -> dict[str, Any]:
         """The node's live figures (`herder.core.livefigures.NodeInfo`, noded/figures.py):
@@ -326,7 +342,11 @@ class NodeDaemon(RoleRpcs, DiskRpcs):
 
     def admit_run(self, args: dict[str, Any], inst: dict[str, Any]) -> None:
         """Refuse (guard.Refused) to start or define a domain this node is not the primary of,
-        before anything is created."""
+        and (RpcFailure) any while it has fenced itself (noded.fence), before anything is
+        created."""
+        fenced = self.lease.refusal()
+        if fenced is not None:
+            raise RpcFailure(fenced)
         self.guard.admit_run(str(inst["name"]), self.claim_of(args, inst), self.move_of(args))
 
     def note_claim(self, name: str, args: dict[str, Any]) -> None:
@@ -1126,6 +1146,7 @@ def make_app(daemon: NodeDaemon) -> web.Application:
     app.router.add_post("/join/{step}", join_step)
     ROUTES.declare(join_step, access.JOIN_TOKEN)
     console.add_routes(app, daemon, checker, ROUTES)
+    fence.add_routes(app, daemon, ROUTES)  # the master candidates' lease renewals
     return app
 
 

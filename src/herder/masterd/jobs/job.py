@@ -96,7 +96,7 @@ class Job(msgspec.Struct, kw_only=True):
         return [op.opcode.summary() for op in self.ops]
 
 
-def error_result(err: BaseException) -> list[Any]:
+def error_result(err: BaseException) -> list[object]:
     """Ganeti's encoded error: [class name, [message, ...]]."""
     kind = getattr(err, "ganeti_class", None) or type(err).__name__
     args = getattr(err, "ganeti_args", None) or [str(err)]

@@ -169,7 +169,7 @@ def _uid_ranges(field: str, ranges: list[tuple[int, int]] | None) -> None:
 COLLECTOR_SETTINGS = ("active", "interval", "min_interval", "max_interval")
 
 
-def _collector_settings(collector: str, settings: Mapping[str, Any]) -> None:
+def _collector_settings(collector: str, settings: Mapping[str, object]) -> None:
     """herder's data collector settings: known keys, a boolean, positive finite intervals
     (None re-derives a bound)."""
     unknown = set(settings) - set(COLLECTOR_SETTINGS)
@@ -192,7 +192,7 @@ _MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", re.IGNORECASE)
 NIC_IP_SPECIAL = frozenset({"none", "auto", "pool"})
 
 
-def _refuse_unknown(where: str, spec: dict[str, Any], known: frozenset[str]) -> None:
+def _refuse_unknown(where: str, spec: Mapping[str, object], known: frozenset[str]) -> None:
     unknown = set(spec) - known
     if unknown:
         raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
@@ -532,6 +532,35 @@ class OpNodePowercycle(OpCode, tag="OP_NODE_POWERCYCLE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     force: bool = False
+
+
+OOB_COMMANDS = ("power-on", "power-off", "power-cycle", "power-status", "health")
+OOB_TIMEOUT = 60  # Ganeti's constants.OOB_TIMEOUT (seconds)
+OOB_POWER_DELAY = 2.0  # Ganeti's constants.OOB_POWER_DELAY (seconds between power-ons)
+
+
+class OpOobCommand(OpCode, tag="OP_OOB_COMMAND", kw_only=True):
+    """Run the nodes' out-of-band program (Ganeti's OpOobCommand: its fields and defaults)."""
+
+    node_names: list[str] = msgspec.field(default_factory=list)
+    node_uuids: list[str] | None = None
+    command: Literal["power-on", "power-off", "power-cycle", "power-status", "health"]
+    timeout: int = OOB_TIMEOUT
+    ignore_status: bool = False
+    power_delay: float = OOB_POWER_DELAY
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("timeout", self.timeout, 1)
+        _at_least("power_delay", self.power_delay, 0)
+        if not math.isfinite(self.power_delay):
+            raise ValueError("power_delay must be a finite number of seconds")
+        for name in self.node_names:
+            if not name:
+                raise ValueError("node_names: empty node name")
+
+    def summary_target(self) -> str | None:
+        return ",".join(self.node_names) or None
 
 
 class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
@@ -913,7 +942,7 @@ ALL_OPCODES: tuple[type[OpCode], ...] = tuple(_defined(OpCode))
 BY_ID: dict[str, type[OpCode]] = {op_id_of(cls): cls for cls in ALL_OPCODES}
 
 
-def parse(data: Any) -> OpCode:
+def parse(data: object) -> OpCode:
     """An opcode from its dict form; OpcodeError names what is wrong."""
     if isinstance(data, OpCode):
         return data

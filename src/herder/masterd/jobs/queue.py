@@ -96,7 +96,7 @@ class JobContext:
 
 
 class Processor(Protocol):
-    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any: ...
+    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object: ...
 
 
 class JobStorage(Protocol):
@@ -454,13 +454,13 @@ class JobQueue:
 
     # --- submitting -----------------------------------------------------------------------------
 
-    def submit(self, ops: Sequence[dict[str, Any] | opcodes.OpCode], *,
-               reason: Iterable[list[Any]] = ()) -> int:
+    def submit(self, ops: Sequence[dict[str, object] | opcodes.OpCode], *,
+               reason: Iterable[list[object]] = ()) -> int:
         """Queue a job; every opcode is validated first (nothing is queued if one is bad)."""
         return self.submit_many([ops], reason=reason)[0]
 
-    def submit_many(self, jobs: Sequence[Sequence[dict[str, Any] | opcodes.OpCode]], *,
-                    reason: Iterable[list[Any]] = ()) -> list[int]:
+    def submit_many(self, jobs: Sequence[Sequence[dict[str, object] | opcodes.OpCode]], *,
+                    reason: Iterable[list[object]] = ()) -> list[int]:
         """Queue jobs in order (Ganeti's SubmitManyJobs): a relative dependency (-1: the job
         before) names an earlier job of the same call. Every opcode of every job is validated
         first: nothing is queued if one is bad."""
@@ -671,7 +671,7 @@ class JobQueue:
 
     # --- waiting --------------------------------------------------------------------------------
 
-    def _change_since(self, job: Job, fields: Sequence[str], prev_info: Any,
+    def _change_since(self, job: Job, fields: Sequence[str], prev_info: object,
                       prev_serial: int | None) -> dict[str, Any] | None:
         """What changed since the caller's view (caller holds the condition); None: nothing."""
         info = [job_fields(job, [f])[f] for f in fields]
@@ -687,7 +687,7 @@ class JobQueue:
         job = self._jobs.get(job_id)
         return job if job is not None else self.get(job_id)
 
-    def wait_for_change(self, job_id: int, fields: Sequence[str], prev_info: Any,
+    def wait_for_change(self, job_id: int, fields: Sequence[str], prev_info: object,
                         prev_serial: int | None, timeout: float) -> dict[str, Any] | None:
         """Block until the job's `fields` differ from `prev_info`, a log entry newer than
         `prev_serial` appears, or the job is finished; None after `timeout` seconds."""
@@ -704,7 +704,7 @@ class JobQueue:
                     return None
                 self._cond.wait(remaining)
 
-    async def wait_for_change_async(self, job_id: int, fields: Sequence[str], prev_info: Any,
+    async def wait_for_change_async(self, job_id: int, fields: Sequence[str], prev_info: object,
                                     prev_serial: int | None,
                                     timeout: float) -> dict[str, Any] | None:
         """`wait_for_change` for an event loop: the waiter holds no thread while it waits (the
@@ -748,7 +748,7 @@ class JobQueue:
                     if not watchers:
                         del self._watchers[job_id]
 
-    async def _archived_change(self, job_id: int, fields: Sequence[str], prev_info: Any,
+    async def _archived_change(self, job_id: int, fields: Sequence[str], prev_info: object,
                                prev_serial: int | None) -> dict[str, Any] | None:
         job = await asyncio.to_thread(self.get, job_id)
         with self._cond:
@@ -769,7 +769,7 @@ class JobQueue:
                 self._cond.wait(remaining)
 
 
-def _maker(ops: Sequence[opcodes.OpCode], given: list[list[Any]]) -> Callable[[int], Job]:
+def _maker(ops: Sequence[opcodes.OpCode], given: list[list[object]]) -> Callable[[int], Job]:
     """Makes the job of `ops` under the id the storage gives it (its reason trail names it)."""
     def make(job_id: int) -> Job:
         queued = []
