@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.simhelpers import LIBVIRT_URI, config, herder, running_sim, worker_offset
+from tests import simaddresses
+from tests.simhelpers import LIBVIRT_URI, config, herder, running_sim
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ LUN = "/dev/disk/by-id/herder-test-lun0"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     yield from running_sim(tmp_path_factory.mktemp("disks"), 3,
-                           first_ip=120 + worker_offset(10, 6))
+                           first_ip=simaddresses.first_ip("disk_data"))
 
 
 def devices(sim, name: str) -> dict[str, tuple[str, str]]:

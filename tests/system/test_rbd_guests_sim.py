@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from tests.simhelpers import herder, running_sim, wait_for, where, worker_offset
+from tests import simaddresses
+from tests.simhelpers import herder, running_sim, wait_for, where
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -50,7 +51,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     except guest.GuestBuildError as err:
         pytest.skip(str(err))
     yield from running_sim(tmp_path_factory.mktemp("rbd"), 2, guests="qemu", ceph=True,
-                           first_ip=220 + worker_offset(4, 2))
+                           first_ip=simaddresses.first_ip("rbd_guests"))
 
 
 def serial(state: Any, node: str) -> str:

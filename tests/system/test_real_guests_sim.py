@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from tests.simhelpers import client_env, herder, running_sim, wait_for, where, worker_offset
+from tests import simaddresses
+from tests.simhelpers import client_env, herder, running_sim, wait_for, where
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -57,7 +58,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from herder.sim import ovs
 
     for state in running_sim(tmp_path_factory.mktemp("guests"), 2, guests="qemu",
-                             first_ip=140 + worker_offset(4, 2)):
+                             first_ip=simaddresses.first_ip("real_guests")):
         OVS_MISSING = ovs.unavailable()
         if OVS_MISSING is None:
             try:

@@ -229,6 +229,8 @@ def test_archived_jobs_leave_the_queue_and_stay_readable(tmp_path: Path) -> None
         fresh = again.queue.submit([tag("node2", "arch:b")])
         assert fresh == busy + 1
         assert again.queue.info(done)["status"] == "success"
+        assert finished(again.queue, fresh)["status"] == "success"  # (else the next master
+        # recovers it unfinished, and the archiving below leaves it)
     finally:
         again.queue.stop()
     third = Master(tmp_path)  # every job archived: the next id still follows the archive's

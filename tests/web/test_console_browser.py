@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from herder.core import client_profile
+from tests import simaddresses
 from tests.simhelpers import (
     config,
     herder,
     running_sim,
     screenshots,
     wait_for,
-    worker_offset,
 )
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -43,8 +43,8 @@ sync_api.expect.set_options(timeout=WAIT)
 
 
 def first_ip() -> int:
-    """127.0.0.60-79: away from the other simulated clusters' addresses (100-255)."""
-    return 60 + worker_offset(5, 4)
+    """This module's addresses (tests/simaddresses.py)."""
+    return simaddresses.first_ip("console_browser")
 
 
 @pytest.fixture(scope="module")

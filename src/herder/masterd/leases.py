@@ -7,7 +7,8 @@ sends (`noded.fence`), their ages for maintd, and the master candidates' view of
   records when it received it and answers the lease time and whether the config has the node
   offline.
 - `GET /2/herder/leases` (RAPI readers): per node the seconds since its last heartbeat, counted
-  from masterd's own start at most (a masterd that just started suspects nobody).
+  at most from when this masterd first saw the node (a masterd that just started suspects
+  nobody; nor does it suspect a node just added or merged in before it could send one).
 - `GET /2/herder/nodes/NAME/liveness` (RAPI readers): every other master candidate's noded is
   asked in parallel whether it reaches NAME's noded and when NAME last asked it for its lease
   (`node_reachable`); maintd declares a node failed only on a majority of these.
@@ -45,6 +46,7 @@ class Leases:
     replay: rpcauth.ReplayCache = field(default_factory=rpcauth.ReplayCache)
     started: float = field(default=0.0)
     _last: dict[str, float] = field(default_factory=dict)
+    _first_seen: dict[str, float] = field(default_factory=dict)  # asked about, never heard from
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -53,12 +55,23 @@ class Leases:
     def renewed(self, uuid: str) -> None:
         with self._lock:
             self._last[uuid] = self.clock()
+            self._first_seen.pop(uuid, None)
 
     def ages(self, uuids: list[str]) -> dict[str, float]:
-        """Seconds since each node's last heartbeat (at most since masterd started)."""
+        """Seconds since each node's last heartbeat; for a node never heard from, since this
+        masterd was first asked about it (a node added or merged in a moment ago has had no
+        chance to send one yet)."""
         now = self.clock()
         with self._lock:
-            return {u: now - max(self._last.get(u, self.started), self.started) for u in uuids}
+            for gone in set(self._first_seen) - set(uuids):
+                del self._first_seen[gone]  # removed from the config: forget it
+            out = {}
+            for uuid in uuids:
+                last = self._last.get(uuid)
+                if last is None:
+                    last = self._first_seen.setdefault(uuid, now)
+                out[uuid] = now - max(last, self.started)
+            return out
 
 
 def liveness_votes(config: model.ConfigData, node: model.Node,

@@ -5,7 +5,9 @@ heartbeat to masterd at the master IP (`masterd.leases`); when masterd does not 
 the master candidates' noded (`POST /lease/NAME`, this module's route on them): the lease is
 renewed when a strict majority of the master candidates (this node counted when it is one)
 answered. A renewal keeps the lease until `LEASE_TIME` after it was *sent*. An answer that
-says the node is offline renews nothing.
+says the node is offline renews nothing: the node stands down at once, as when its ssconf no
+longer has it online (every domain destroyed, none started; the watchdog disarmed once none
+runs: a node the operator or maintd took offline alive, say for a repair, is not reset).
 
 While the lease is valid noded pets the watchdog the node parameters name (`watchdog_device`,
 `watchdog_timeout`) every second. When it runs out, noded destroys every domain on the node at
@@ -51,6 +53,7 @@ METHOD = "node_lease"  # masterd.leases.METHOD
 LEASE_TIME = 6.0  # masterd.leases.LEASE_TIME
 RENEW_PERIOD = 2.0
 PET_PERIOD = 1.0
+OFFLINE_ANSWER = "refused: the master has this node offline"
 CALL_TIMEOUT = 2.0  # the master's answer, and each candidate's (asked in parallel)
 WDIOC_SETTIMEOUT = 0xC0045706  # _IOWR('W', 6, int): linux/watchdog.h
 MAGIC_CLOSE = b"V"
@@ -195,15 +198,18 @@ class LeaseKeeper:
 
     def renew_once(self) -> None:
         if not self.participates():
-            if self.holding:  # the master counts it out: it runs nothing any more
-                log.error("lease: this node is no longer online and VM-capable in ssconf")
-                self.fence()
-            if self.watchdog is not None and not self._running_domains():
-                self.watchdog.close(disarm=True)
-                self.watchdog = None
+            self._stand_down("this node is no longer online and VM-capable in ssconf")
             return
         sent = self.clock()
         how = self._ask_master()
+        if how == OFFLINE_ANSWER:
+            # the master answered, alive, before this node's ssconf says so (Ganeti sends
+            # no ssconf to an offline node): the same as above, not a lease running out
+            self._stand_down(how)
+            if how != self.last_renewal:
+                log.info("lease: %s", how)
+                self.last_renewal = how
+            return
         if how is None:
             how = self._ask_candidates()
         if how is not None and how.startswith("renewed"):
@@ -217,6 +223,16 @@ class LeaseKeeper:
             log.info("lease: %s", how or "no renewal")
             self.last_renewal = how or ""
         self.check_expiry()
+
+    def _stand_down(self, why: str) -> None:
+        """The cluster counts this node out while it lives: it runs nothing any more, and
+        the watchdog is disarmed once no domain runs (nothing left for a reset to stop)."""
+        if self.holding:
+            log.error("lease: %s", why)
+            self.fence()
+        if self.watchdog is not None and not self._running_domains():
+            self.watchdog.close(disarm=True)
+            self.watchdog = None
 
     def _arm(self) -> None:
         values = self.daemon.node_params()
@@ -301,8 +317,7 @@ class LeaseKeeper:
             offline = bool(answer.json().get("offline"))
         except ValueError:
             return None
-        return "refused: the master has this node offline" if offline \
-            else "renewed by the master"
+        return OFFLINE_ANSWER if offline else "renewed by the master"
 
     def _candidates(self) -> dict[str, str]:
         """name -> primary IP of every master candidate but this node."""

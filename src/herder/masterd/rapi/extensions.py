@@ -24,10 +24,10 @@ from herder.masterd.rapi.base import (
     ok,
     only,
     prepared,
-    query_only,
     queued,
     submit,
     submits,
+    takes,
 )
 
 
@@ -46,6 +46,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
 
 @submits(opcodes.OpClusterSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
@@ -58,6 +59,7 @@ STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen"}
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_maintenance_state(request: web.Request) -> web.Response:
     """maintd's state (incidents, jobs of the current round, evacuated instances): replaced as
     given, validated, written atomically to the config (not a job: maintd's bookkeeping, like
@@ -93,12 +95,12 @@ async def herder_config(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("dry-run", body=True)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
     """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]},
     answered by its id; or several (luxi SubmitManyJobs, a job's `depends` may name an earlier
     one of them relatively: -1 the one before): {"jobs": [[...], ...]}, answered as Ganeti's
     [[true, id], ...]. Nothing is queued when one opcode is bad."""
-    query_only(request, ("dry-run", "reason"))
     body = body_dict(await body_of(request, default={}))
     if len(body) != 1 or not body.keys() <= {"ops", "jobs"}:
         raise RapiHttpError(400, "give either 'ops' (one job) or 'jobs' (a list of jobs)")

@@ -23,7 +23,7 @@ from herder.masterd.rapi.base import (
     ctx_of,
     flag,
     ok,
-    query_only,
+    takes,
 )
 
 # Ganeti's rlib2 FILTER_RULE_FIELDS, and checkFilterParameters' body
@@ -45,8 +45,8 @@ def _view(rule: model.FilterRule) -> dict[str, object]:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("bulk")
 async def filters(request: web.Request) -> web.Response:
-    query_only(request, ("bulk",))
     rules = sorted(config_of(request).filters.values(),
                    key=lambda r: (r.priority, r.watermark, r.uuid))
     if flag(request, "bulk"):
@@ -56,7 +56,6 @@ async def filters(request: web.Request) -> web.Response:
 
 @ROUTES.allow(access.RAPI_READ)
 async def filter_get(request: web.Request) -> web.Response:
-    query_only(request, ())
     rule = config_of(request).filters.get(_uuid(request))
     if rule is None:
         raise RapiHttpError(404, f"filter {request.match_info['uuid']} not found")
@@ -64,16 +63,16 @@ async def filter_get(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def filter_add(request: web.Request) -> web.Response:
     """A new rule (Ganeti's ReplaceFilter without a UUID): its UUID."""
-    query_only(request, ())
     return ok(await _replace(request, model.new_uuid()))
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def filter_replace(request: web.Request) -> web.Response:
     """The rule replaced, or made with this UUID (Ganeti's ReplaceFilter): its UUID."""
-    query_only(request, ())
     return ok(await _replace(request, _uuid(request)))
 
 
@@ -113,9 +112,11 @@ def _write(ctx: RapiContext, change: Callable[[dict[str, model.FilterRule]], Non
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def filter_delete(request: web.Request) -> web.Response:
-    query_only(request, ())
-    body_dict(await body_of(request, default={}))  # (Ganeti's client sends {})
+    body = body_dict(await body_of(request, default={}))  # (Ganeti's client sends {})
+    if body:
+        raise RapiHttpError(400, f"filter delete: unknown field(s) {', '.join(sorted(body))}")
     uuid = _uuid(request)
 
     def drop(rules: dict[str, model.FilterRule]) -> None:

@@ -23,7 +23,8 @@ from herder.masterd.rapi.base import (
     ctx_of,
     flag,
     ok,
-    query_only,
+    only,
+    takes,
 )
 
 WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
@@ -37,10 +38,10 @@ def _job_id(request: web.Request) -> int:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("bulk", "archived")
 async def jobs(request: web.Request) -> web.Response:
     """The queue's jobs (Ganeti's list); herder's `archived=1` adds the archive's (read from
     its storage: as Ganeti's `gnt-job list --archived`, slow for a big archive)."""
-    query_only(request, ("bulk", "archived"))
     queue = ctx_of(request).queue
     archived = flag(request, "archived")
     ids = await asyncio.to_thread(queue.job_ids, archived=archived) if archived \
@@ -65,7 +66,6 @@ def _infos(queue: JobQueue, ids: Iterable[int]) -> list[dict[str, Any]]:
 
 @ROUTES.allow(access.RAPI_READ)
 async def job(request: web.Request) -> web.Response:
-    query_only(request, ())
     try:
         return ok(await asyncio.to_thread(ctx_of(request).queue.info, _job_id(request)))
     except NotFoundError as err:
@@ -74,9 +74,6 @@ async def job(request: web.Request) -> web.Response:
 
 @ROUTES.allow(access.RAPI_WRITE)
 async def job_cancel(request: web.Request) -> web.Response:
-    query_only(request, ("dry-run",))  # Ganeti's client sends it; a cancel has no dry run
-    if flag(request, "dry-run"):
-        raise RapiHttpError(400, "canceling a job has no dry run")
     try:
         return ok(list(await asyncio.to_thread(ctx_of(request).queue.cancel,
                                                _job_id(request))))
@@ -85,9 +82,11 @@ async def job_cancel(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def job_wait(request: web.Request) -> web.Response:
     job_id = _job_id(request)
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})),
+                ("fields", "previous_job_info", "previous_log_serial"), "job wait")
     fields = body.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         raise RapiHttpError(400, "wait needs 'fields': a list of job field names")
@@ -109,9 +108,6 @@ async def job_wait(request: web.Request) -> web.Response:
 @ROUTES.allow(access.RAPI_WRITE)
 async def herder_job_archive(request: web.Request) -> web.Response:
     """Archive a finished job (luxi ArchiveJob): [success, message]."""
-    query_only(request, ())
-    if body_dict(await body_of(request, default={})):
-        raise RapiHttpError(400, "archive takes no body")
     try:
         return ok(list(await asyncio.to_thread(ctx_of(request).queue.archive,
                                                _job_id(request))))
@@ -120,10 +116,10 @@ async def herder_job_archive(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_job_priority(request: web.Request) -> web.Response:
     """Change a job's priority (luxi ChangeJobPriority): {"priority": N}; [success,
     message]."""
-    query_only(request, ())
     body = body_dict(await body_of(request, default={}))
     if set(body) - {"priority"}:
         raise RapiHttpError(400, "change-priority: unknown field(s) "
@@ -148,10 +144,10 @@ def _seconds(value: object) -> float | None:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_jobs_autoarchive(request: web.Request) -> web.Response:
     """Archive the finished jobs older than `age` seconds (-1: all) within `timeout` seconds
     (luxi AutoArchiveJobs): [archived, left unexamined]."""
-    query_only(request, ())
     body = body_dict(await body_of(request, default={}))
     unknown = sorted(set(body) - {"age", "timeout"})
     if unknown:
@@ -169,7 +165,6 @@ async def herder_jobs_autoarchive(request: web.Request) -> web.Response:
 async def herder_queue(request: web.Request) -> web.Response:
     """The queue's state (gnt-cluster queue info): drained or not, its jobs per status, the
     queued jobs held back and why."""
-    query_only(request, ())
     queue = ctx_of(request).queue
     counts: dict[str, int] = {}
     for job_id in queue.job_ids():
@@ -181,13 +176,16 @@ async def herder_queue(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_queue_set(request: web.Request) -> web.Response:
     """Drain or undrain the queue (gnt-cluster queue drain|undrain): {"drained": bool}."""
-    query_only(request, ())
     body = body_dict(await body_of(request, default={}))
+    unknown = sorted(set(body) - {"drained"})
+    if unknown:
+        raise RapiHttpError(400, f"queue drain: unknown field(s) {', '.join(unknown)}")
     drained = body.get("drained")
-    if set(body) != {"drained"} or not isinstance(drained, bool):
-        raise RapiHttpError(400, "give {\"drained\": true|false} and nothing else")
+    if not isinstance(drained, bool):
+        raise RapiHttpError(400, "give {\"drained\": true|false}")
     queue = ctx_of(request).queue
     await asyncio.to_thread(queue.set_drained, drained)
     return ok({"drained": queue.drained})
