@@ -439,9 +439,7 @@ def held_response(hold: float) -> web.Response:
 
 
 # Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
-NOT_SERVED = (
-    ("/2/networks", "herder does not manage Ganeti networks (not supported yet)"),
-)
+NOT_SERVED: tuple[tuple[str, str], ...] = ()
 NOT_SERVED_SUFFIXES = (
     ("/export", "herder does not export instances (not supported yet)"),
     ("/prepare-export", "herder does not export instances (not supported yet)"),

@@ -102,7 +102,10 @@ async def herder_jobs_submit(request: web.Request) -> web.Response:
     one of them relatively: -1 the one before): {"jobs": [[...], ...]}, answered as Ganeti's
     [[true, id], ...]. Nothing is queued when one opcode is bad."""
     body = body_dict(await body_of(request, default={}))
-    if len(body) != 1 or not body.keys() <= {"ops", "jobs"}:
+    unknown = sorted(set(body) - {"ops", "jobs"})
+    if unknown:
+        raise RapiHttpError(400, f"job submission: unknown field(s) {', '.join(unknown)}")
+    if len(body) != 1:
         raise RapiHttpError(400, "give either 'ops' (one job) or 'jobs' (a list of jobs)")
     if "ops" in body:
         return await submit(request, "herder_jobs", _opcodes(body["ops"], "'ops'"))
