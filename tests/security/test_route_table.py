@@ -223,12 +223,23 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
         assert FileStore(ctx.store.path).load().serial_no == serial
         ctx.anonymous_reads = True
         for route in found:
+            if str(route) == "GET /2/os":
+                continue  # a read that waits for its job: this queue never runs one (below)
             anonymous = request(served, route).status_code
             if route.rule == access.RAPI_WRITE:
                 assert anonymous == 401, route
             else:
                 assert anonymous not in (401, 403), route
                 assert request(served, route, auth=READER).status_code not in (401, 403)
+        # GET /2/os answers once its OP_OS_DIAGNOSE job ends: let in, it queued the job and
+        # waits (a refusal is answered at once, never after a wait)
+        for auth in (None, READER):
+            queued = len(ctx.queue.job_ids())
+            with pytest.raises(httpx.ReadTimeout), httpx.Client(verify=False,
+                                                                 timeout=3) as http:
+                http.get(served.plain + "/2/os", auth=auth)
+            (job_id,) = ctx.queue.job_ids()[queued:]
+            assert ctx.queue.cancel(job_id)[0]  # the waiting handler answers and ends
         # the writer gets through (the route's own answer: a job id, 400, 404, ...); the
         # wrong passwords above hold the writer's pair from this address for a few seconds
         ctx.backoff = login_backoff.Backoff()
@@ -457,7 +468,7 @@ def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) ->
 
     def signed(node: str = node2.name, purpose: str = purpose_keys.NODE_LEASE,
                key: bytes = KEY) -> bytes:
-        return rpcauth.sign_call(key, "node_lease", node, {}, purpose=purpose)
+        return rpcauth.sign_call(key, "node_lease", node, {"counter": 1}, purpose=purpose)
 
     before = ctx.leases.ages([node2.uuid])[node2.uuid]
     with serving(daemon.app) as served:
@@ -471,7 +482,7 @@ def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) ->
         assert answer.status_code == 200, answer.text
         assert answer.json() == {"node": node2.name, "offline": False, "lease": 6.0}
         assert ctx.leases.ages([node2.uuid])[node2.uuid] < 1.0
-        assert request(served, beat, content=body).status_code == 403  # replayed
+        assert request(served, beat, content=body).status_code == 409  # replayed
     assert ctx.queue.job_ids() == []
 
 
@@ -485,9 +496,12 @@ def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -
     lease = Route(route.method, route.canonical, route.canonical.replace("{name}", caller),
                   route.rule)
 
+    counter = iter(range(1, 100))
+
     def signed(name: str = caller, purpose: str = purpose_keys.NODE_LEASE,
                key: bytes = KEY) -> bytes:
-        return rpcauth.sign_call(key, "node_lease", name, {}, purpose=purpose)
+        return rpcauth.sign_call(key, "node_lease", name, {"counter": next(counter)},
+                                 purpose=purpose)
 
     with serving(daemon.app) as served:
         # not a master candidate (no ssconf yet): it witnesses nothing
@@ -508,7 +522,7 @@ def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -
         assert answer.json() == {"result": {"candidate": NODE}}
         age = node.witness.age(caller)
         assert age is not None and age < 5
-        assert request(served, lease, content=body).status_code == 403  # replayed
+        assert request(served, lease, content=body).status_code == 409  # replayed
     # the master's question about it: when it asked, and whether its noded answers
     found = node.rpc_node_reachable({"node": caller, "address": "127.0.0.1", "timeout": 1})
     assert isinstance(found["reachable"], bool) and found["asked_age"] is not None

@@ -147,6 +147,11 @@ def test_modify_maintenance_balance_settings(cluster) -> None:
             maint.balance_dynamic_load) == (True, 0.3, False, True)
     out = cluster("cluster", "info").out
     assert "balance disk moves: N" in out and "balance dynamic load: Y" in out
+    # node recovery: on by default, the cluster's switch beside maintd's flag
+    assert maint.node_recovery is True and "node recovery: Y" in out
+    assert cluster("cluster", "modify", "--maintenance-node-recovery", "no").code == 0
+    assert FileStore(cluster.config_path).load().maintenance.node_recovery is False
+    assert "node recovery: N" in cluster("cluster", "info").out
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -176,7 +181,7 @@ def test_modify_errors_are_one_line_and_write_nothing(cluster, args, message: st
 
 def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     assert cluster("node", "add", "node2.example.com", "--ip", "192.0.2.12",
-                   "--secondary-ip", "198.51.100.12").code == 0
+                   "--secondary-ip", "198.51.100.12", "--no-node-check").code == 0
     uuid = json.loads(cluster("node", "info", "node2", "--json").out)[0]["uuid"]
     assert cluster("node", "modify", "node2", "--rename", "node9.example.com").code == 0
     info = json.loads(cluster("node", "info", uuid, "--json").out)[0]
@@ -185,6 +190,15 @@ def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     listed = json.loads(cluster("node", "list", "--json").out)
     assert {n["name"]: n["drained"] for n in listed} == {
         "node1.example.com": False, "node9.example.com": True}
+    # offline (a dead node's mark) demotes it; online again, it is promoted again (Ganeti's
+    # auto-promotion: the pool of 10 wants both nodes)
+    assert cluster("node", "modify", uuid, "--offline", "yes").code == 0
+    assert not FileStore(cluster.config_path).load().nodes[uuid].master_candidate
+    back = cluster("node", "modify", uuid, "--offline", "no")
+    assert back.code == 0, back.err
+    node = FileStore(cluster.config_path).load().nodes[uuid]
+    assert node.master_candidate and not node.offline and not node.drained
+    assert cluster("node", "modify", uuid, "--drained", "yes").code == 0
     table = cluster("node", "list").out.splitlines()
     assert table[0].split()[:3] == ["Node", "Role", "Group"]
     assert any(line.startswith("node9.example.com") for line in table)
@@ -214,7 +228,7 @@ def test_groups(cluster) -> None:
     assert cluster("group", "add", "rack2", "--alloc-policy", "last_resort",
                    "--node-parameters", "spindle_count=4").code == 0
     assert cluster("node", "add", "node2.example.com", "--ip", "192.0.2.12",
-                   "--group", "rack2").code == 0
+                   "--group", "rack2", "--no-node-check").code == 0
     assert cluster("group", "modify", "rack2", "--ipolicy-vcpu-ratio", "2",
                    "--rename", "rack-two").code == 0
     info = json.loads(cluster("group", "info", "rack-two", "--json").out)[0]
@@ -225,6 +239,37 @@ def test_groups(cluster) -> None:
     assert cluster("node", "modify", "node2", "--group", "default").code == 0
     assert cluster("group", "remove", "rack-two").code == 0
     assert_one_line_error(cluster("group", "remove", "default"), "still has nodes")
+
+
+def test_ipolicy_bounds_specs(cluster) -> None:
+    """gnt-cluster's --ipolicy-bounds-specs: min/max pairs with every key, sizes with units; a
+    partial or unknown spec is one line and changes nothing."""
+    bounds = ("min:memory-size=16,cpu-count=1,disk-count=0,disk-size=1,nic-count=0,"
+              "spindle-use=0/max:memory-size=4G,cpu-count=4,disk-count=8,disk-size=2T,"
+              "nic-count=4,spindle-use=6")
+    assert cluster("cluster", "modify", "--ipolicy-bounds-specs", bounds).code == 0
+    policy = json.loads(cluster("cluster", "info", "--json").out)["ipolicy"]
+    assert policy["minmax"] == [{
+        "min": {"memory-size": 16, "cpu-count": 1, "disk-count": 0, "disk-size": 1,
+                "nic-count": 0, "spindle-use": 0},
+        "max": {"memory-size": 4096, "cpu-count": 4, "disk-count": 8,
+                "disk-size": 2 * 1024 * 1024, "nic-count": 4, "spindle-use": 6}}]
+    assert_one_line_error(
+        cluster("cluster", "modify", "--ipolicy-bounds-specs", "min:disk-size=1/max:disk-size=2"),
+        "Missing parameters in ipolicy spec min: memory-size")
+    assert_one_line_error(
+        cluster("cluster", "modify", "--ipolicy-bounds-specs", bounds.replace("min:", "low:")),
+        "Invalid key in bounds instance specifications: 'low'")
+    assert_one_line_error(
+        cluster("cluster", "modify", "--ipolicy-bounds-specs", bounds.replace("cpu-count=4",
+                                                                              "cpu-count=x")),
+        "cpu-count='x'")
+    # min above max: the policy's own check, at the edge
+    assert_one_line_error(
+        cluster("cluster", "modify", "--ipolicy-bounds-specs",
+                bounds.replace("cpu-count=1", "cpu-count=6")), "cpu-count")
+    after = json.loads(cluster("cluster", "info", "--json").out)["ipolicy"]
+    assert after == policy
 
 
 def test_tags(cluster) -> None:

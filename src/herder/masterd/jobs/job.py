@@ -52,10 +52,23 @@ class QueuedOpCode(msgspec.Struct, kw_only=True):
     start_timestamp: list[int] | None = None
     exec_timestamp: list[int] | None = None
     end_timestamp: list[int] | None = None
+    # Ganeti's summary (`OP_ID(target)`), made once when the job is submitted: showing a job
+    # never parses its opcodes again (None: a job stored before it was kept)
+    summary: str | None = None
 
     @property
     def opcode(self) -> opcodes.OpCode:
         return opcodes.parse(self.input)
+
+    def shown_summary(self) -> str:
+        """The stored summary; for a job stored without one, made once from the opcode (its
+        OP_ID alone when the stored input no longer passes today's checks)."""
+        if self.summary is None:
+            try:
+                self.summary = self.opcode.summary()
+            except opcodes.OpcodeError:
+                self.summary = str(self.input.get("OP_ID", "?")).removeprefix("OP_")
+        return self.summary
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -93,7 +106,7 @@ class Job(msgspec.Struct, kw_only=True):
         return self.status in FINAL
 
     def summary(self) -> list[str]:
-        return [op.opcode.summary() for op in self.ops]
+        return [op.shown_summary() for op in self.ops]
 
 
 def error_result(err: BaseException) -> list[object]:

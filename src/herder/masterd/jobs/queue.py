@@ -11,10 +11,14 @@ Every change of a job is written to its storage before anyone is told of it (but
 move from queued to waiting for its locks: a restart makes a waiting opcode queued again, so the
 stored "queued" says the same, and a job's path costs one write less): by default
 `<dir>/job-<id>.json`, atomically (`jobs.store_file.FileJobStorage`); with the etcd backend one
-key per job (`jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). On start,
+key per job (`jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). A read-only job
+(queries only: instance info, storage and OS queries) is not stored: it lives in memory, is
+dropped two minutes after it finished, is never archived nor copied to the candidates (a
+restart loses it, never its id). On start,
 `recover()` accounts for every job found: queued and waiting jobs are queued again; an opcode
 that was running when the master died is marked as an error saying so (it is
-never run twice), and the opcodes after it as not run.
+never run twice), and the opcodes after it as not run; what the processor says must follow
+such an opcode (a move's cleanup) is submitted.
 
 Finished jobs are archived (`archive`, `auto_archive`, Ganeti's ArchiveJob and
 AutoArchiveJobs): moved out of the queue into the storage's archive, no longer held in memory
@@ -36,6 +40,7 @@ from typing import Any, Protocol
 from herder.core import model
 from herder.core import reason as reason_trail
 from herder.core.errors import HerderError, NotFoundError
+from herder.core.store import atomic_write
 from herder.masterd import locking
 from herder.masterd.jobs import depends, filters, opcodes
 from herder.masterd.jobs.job import (
@@ -64,6 +69,10 @@ class JobCanceled(HerderError):
 
 class QueueDrained(HerderError):
     """The queue is drained: it takes no new jobs (Ganeti's JobQueueDrainError)."""
+
+
+class QueueFull(HerderError):
+    """The queue holds as many read-only jobs as it may; try again when some have ended."""
 
 
 class JobContext:
@@ -97,6 +106,11 @@ class JobContext:
 
 class Processor(Protocol):
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object: ...
+
+
+# A processor may also say what must follow an opcode that was running when the master died
+# (`after_master_death(op) -> [opcode dicts]`, e.g. a move's cleanup): `recover` submits it.
+FollowUp = Callable[[opcodes.OpCode], list[dict[str, Any]]]
 
 
 class JobStorage(Protocol):
@@ -134,10 +148,26 @@ def _no_rules() -> Mapping[str, model.FilterRule]:
     return {}
 
 
+# Read-only jobs (every opcode a query, `OpCode.READ_ONLY`): kept in memory only, never stored
+# (so never archived nor copied to the master candidates), dropped this long after they
+# finished, at most this many at once; their ids come from the same series, whose high-water
+# mark is written every EPHEMERAL_ID_BLOCK ids to EPHEMERAL_SERIAL in the queue directory (not
+# a job file), so a restart never gives one's id to another job.
+EPHEMERAL_TTL = 120.0  # seconds
+MAX_EPHEMERAL = 2000
+EPHEMERAL_ID_BLOCK = 100
+EPHEMERAL_SERIAL = "read-only-serial"
+
+
 class JobQueue:
     def __init__(self, directory: Path, processor: Processor, *, workers: int = 8,
                  storage: JobStorage | None = None, rules: Rules = _no_rules) -> None:
         """`rules`: the filter rules as they are now (masterd: its config's `filters`)."""
+        self.ephemeral_ttl = EPHEMERAL_TTL
+        self.max_ephemeral = MAX_EPHEMERAL
+        # read-only job id -> when it finished (time.monotonic(); None: not yet)
+        self._ephemeral: dict[int, float | None] = {}
+        self._reserved = 0  # the ids up to this one may have been given to read-only jobs
         self.directory = Path(directory)
         self.storage: JobStorage = storage if storage is not None else FileJobStorage(directory)
         self.processor = processor
@@ -162,12 +192,36 @@ class JobQueue:
     # --- persistence ----------------------------------------------------------------------------
 
     def _save(self, job: Job) -> None:
-        self.storage.save(job)
+        if job.id not in self._ephemeral:
+            self.storage.save(job)
+
+    def _read_reserved(self) -> int:
+        try:
+            return int((self.directory / EPHEMERAL_SERIAL).read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def _reserve(self, job_id: int) -> None:
+        """Make sure a restart starts above `job_id` (a read-only job's, never stored)."""
+        if job_id > self._reserved:
+            self._reserved = job_id + EPHEMERAL_ID_BLOCK
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.directory / EPHEMERAL_SERIAL, str(self._reserved).encode())
+
+    def _expire(self) -> None:
+        """Drop the read-only jobs finished more than `ephemeral_ttl` ago (caller holds the
+        condition)."""
+        limit = time.monotonic() - self.ephemeral_ttl
+        for job_id, ended in list(self._ephemeral.items()):
+            if ended is not None and ended < limit:
+                del self._ephemeral[job_id]
+                self._jobs.pop(job_id, None)
 
     def recover(self) -> dict[str, list[int]]:
         """Load every stored job and settle the ones a dead master left behind."""
         outcome: dict[str, list[int]] = {"requeued": [], "failed": [], "canceled": [],
-                                         "finished": []}
+                                         "finished": [], "follow-ups": []}
+        interrupted: list[tuple[int, QueuedOpCode]] = []
         jobs, highest = self.storage.load()
         drained = self.storage.drained()
         with self._cond:
@@ -175,17 +229,20 @@ class JobQueue:
             for job in jobs:
                 highest = max(highest, job.id)
                 self._jobs[job.id] = job
-                kind = self._settle(job)
+                kind = self._settle(job, interrupted)
                 outcome[kind].append(job.id)
                 if kind == "requeued":
                     self._order.add(job.id, job.priority)
-            self._next_id = highest + 1
+            self._reserved = self._read_reserved()
+            self._next_id = max(highest, self._reserved) + 1
             self._cond.notify_all()
+        outcome["follow-ups"] = self._follow_up(interrupted)
         return outcome
 
-    def _settle(self, job: Job) -> str:
-        """A job as a dead master left it: finished, failed (an opcode was running), canceled
-        (it was being canceled) or requeued; written again when changed."""
+    def _settle(self, job: Job, interrupted: list[tuple[int, QueuedOpCode]]) -> str:
+        """A job as a dead master left it: finished, failed (an opcode was running: added to
+        `interrupted`), canceled (it was being canceled) or requeued; written again when
+        changed."""
         if job.finished:
             return "finished"
         kind, changed = "requeued", False
@@ -196,6 +253,7 @@ class JobQueue:
                     op.status, op.result = OpStatus.ERROR, list(RESTART_ERROR)
                     op.end_timestamp = timestamp()
                     failed = True
+                    interrupted.append((job.id, op))
                 elif failed and op.status not in FINAL:
                     op.status, op.result = OpStatus.ERROR, list(NOT_RUN_ERROR)
             job.end_timestamp = timestamp()
@@ -214,6 +272,30 @@ class JobQueue:
         if changed:
             self._save(job)
         return kind
+
+    def _follow_up(self, interrupted: list[tuple[int, QueuedOpCode]]) -> list[int]:
+        """Submit what the processor says must follow each opcode the master died in; the
+        ids of those jobs."""
+        follow: FollowUp | None = getattr(self.processor, "after_master_death", None)
+        submitted: list[int] = []
+        if follow is None:
+            return submitted
+        for job_id, qop in interrupted:
+            trail = [reason_trail.entry(f"{reason_trail.DAEMON_PREFIX}:masterd",
+                                        f"after job {job_id}, interrupted by the master's "
+                                        "death")]
+            try:
+                ops = follow(qop.opcode)
+                if ops:
+                    submitted.append(self.submit(ops, reason=trail))
+            except HerderError as err:  # the master starts anyway; the operator is told
+                log.error("job %s was interrupted by the master's death; its follow-up could "
+                          "not be submitted: %s", job_id, err)
+                continue
+            if ops:
+                log.warning("job %s was interrupted by the master's death: job %s follows "
+                            "it up", job_id, submitted[-1])
+        return submitted
 
     # --- workers --------------------------------------------------------------------------------
 
@@ -426,6 +508,8 @@ class JobQueue:
         if job.finished:
             for op in job.ops:
                 op.input = opcodes.redacted(op.input)
+            if job.id in self._ephemeral and self._ephemeral[job.id] is None:
+                self._ephemeral[job.id] = time.monotonic()
         if persist:
             self._save(job)
         self._cond.notify_all()
@@ -477,22 +561,37 @@ class JobQueue:
                 raise HerderError("the job queue is shutting down")
             if self._drained:
                 raise QueueDrained("Job queue is drained, refusing job")
+            self._expire()
             ids: list[int] = []
             for job_ops in parsed:
                 depends.resolve(job_ops, ids)
-                job = self.storage.add(self._next_id, _maker(job_ops, given))
-                self._next_id = job.id + 1  # not kept (nor run) when not stored
+                job = self._add(job_ops, given)
+                self._next_id = job.id + 1
                 self._jobs[job.id] = job
                 self._order.add(job.id, job.priority)
                 ids.append(job.id)
             self._cond.notify_all()
         return ids
 
+    def _add(self, ops: Sequence[opcodes.OpCode], given: list[list[object]]) -> Job:
+        """A new job of `ops`: stored (not kept, nor run, when not stored), or in memory only
+        when every opcode is a query (caller holds the condition)."""
+        if not all(op.READ_ONLY for op in ops):
+            return self.storage.add(self._next_id, _maker(ops, given))
+        if len(self._ephemeral) >= self.max_ephemeral:
+            raise QueueFull(f"the queue holds {len(self._ephemeral)} read-only jobs already; "
+                            "try again in a while")
+        self._reserve(self._next_id)
+        job = _maker(ops, given)(self._next_id)
+        self._ephemeral[job.id] = None
+        return job
+
     # --- reading --------------------------------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
         """A job of the queue or of the archive."""
         with self._cond:
+            self._expire()
             job = self._jobs.get(job_id)
         if job is None:
             job = self.storage.load_archived(job_id)
@@ -525,6 +624,7 @@ class JobQueue:
     def job_ids(self, *, archived: bool = False) -> list[int]:
         """The queue's job ids (with `archived`, the archive's too), ascending."""
         with self._cond:
+            self._expire()
             ids = sorted(self._jobs)
         if archived:
             ids = sorted({*ids, *self.storage.archived_ids()})
@@ -629,6 +729,10 @@ class JobQueue:
                 job = self._jobs.get(job_id)
                 if job is not None and not job.finished:
                     return False, f"Job {job_id} is not finished ({job.status})"
+                if job is not None and job_id in self._ephemeral:  # never stored: forgotten
+                    del self._ephemeral[job_id]
+                    del self._jobs[job_id]
+                    return True, f"Job {job_id} was read-only: dropped, not archived"
             if job is None:
                 if self.status_of(job_id) is None:
                     raise NotFoundError(f"job {job_id} not found")
@@ -652,7 +756,8 @@ class JobQueue:
                 with self._cond:
                     batch = [job for job_id in ids[start:start + ARCHIVE_BATCH]
                              if (job := self._jobs.get(job_id)) is not None
-                             and job.finished and (age < 0 or _ended(job) < threshold)]
+                             and job_id not in self._ephemeral and job.finished
+                             and (age < 0 or _ended(job) < threshold)]
                 if batch:
                     self._move_to_archive(batch)
                     archived += len(batch)
@@ -779,7 +884,8 @@ def _maker(ops: Sequence[opcodes.OpCode], given: list[list[object]]) -> Callable
                                         f"job={job_id};index={index}")]
             data = op.to_dict()
             data["reason"] = trail
-            queued.append(QueuedOpCode(input=data, priority=op.priority))
+            queued.append(QueuedOpCode(input=data, priority=op.priority,
+                                       summary=op.summary()))
         return Job(id=job_id, ops=queued, received_timestamp=timestamp())
 
     return make

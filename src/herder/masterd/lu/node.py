@@ -15,6 +15,13 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, ResultWithJobs, lookup
 from herder.masterd.lu.cluster import resets
 
+REACH_TIMEOUT = 10.0  # seconds: Ganeti's TcpPing
+
+
+def _answers(address: str, port: int) -> bool:
+    """Does noded's port accept a TCP connection on `address` within REACH_TIMEOUT?"""
+    return names.address_answers(address, port, REACH_TIMEOUT, live_port_needed=True)
+
 
 def _check_ip(value: str | None, what: str) -> None:
     if value is None:
@@ -52,6 +59,22 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             params.apply_overrides(params.ND_FAMILY, {}, resets(op.ndparams or {}))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if op.join_token is None and op.node_check:
+            self._reach(op.primary_ip, op.secondary_ip)
+
+    def _reach(self, primary_ip: str, secondary_ip: str | None) -> None:
+        """Ganeti's reachability checks of a new node (TcpPing to noded's port on its primary,
+        then on its secondary address), with noded's port answering: a node whose daemon does
+        not run is not added. A join reaches the node itself."""
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
+        if not _answers(primary_ip, port):
+            raise OpPrereqError(f"Node not reachable by ping: nothing answers on {primary_ip} "
+                                f"port {port} (node_check: false adds it without)",
+                                "environment_error")
+        if secondary_ip and secondary_ip != primary_ip and not _answers(secondary_ip, port):
+            raise OpPrereqError(f"Node secondary ip not reachable by TCP based ping to node "
+                                f"daemon port: nothing answers on {secondary_ip} port {port}",
+                                "environment_error")
 
     def join(self, node_uuid: str) -> str | None:
         """Join the node with its token (before the config changes: a failure leaves the config
@@ -142,6 +165,16 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         return node.uuid
 
 
+def self_promotion(config: model.ConfigData, node: model.Node) -> bool:
+    """Whether `node`, set online or undrained, should become a master candidate again
+    (Ganeti's _DecideSelfPromotion): fewer candidates than the pool size wants, counting the
+    node among the possible ones."""
+    possible = sum(1 for n in config.nodes.values()
+                   if n.uuid != node.uuid and n.master_capable and not (n.offline or n.drained))
+    current = sum(1 for n in config.nodes.values() if n.master_candidate)
+    return current < min(possible + 1, config.cluster.candidate_pool_size)
+
+
 class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
     """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
     offline/drained nodes stop being master candidates; one change of role at a time."""
@@ -195,6 +228,11 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
         changes: list[list[str]] = []
         with self.env.store.update() as config:
             node = config.find_node(op.node_name)
+            promote = op.master_candidate is None and not node.master_candidate and (
+                op.offline is False or op.drained is False
+                or (op.master_capable is True and not node.master_capable)) and (
+                op.master_capable if op.master_capable is not None else node.master_capable) \
+                and self_promotion(config, node)
             # Setting one role clears the others (Ganeti's role semantics).
             if (op.offline is True or op.drained is True) and node.master_candidate:
                 node.master_candidate = False
@@ -216,6 +254,11 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
             if node.master_capable is False and node.master_candidate:
                 node.master_candidate = False
                 changes.append(["master_candidate", "False"])
+            if promote and not (node.offline or node.drained):
+                # back online (a dead node's return, demoted by its offline mark)
+                node.master_candidate = True
+                changes.append(["master_candidate", "True"])
+                self.feedback("Auto-promoting node to master candidate")
             if op.secondary_ip is not None:
                 node.secondary_ip = op.secondary_ip or None
                 changes.append(["secondary_ip", op.secondary_ip])

@@ -41,6 +41,7 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
 from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.submissions import SubmissionLimits
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
 
@@ -76,6 +77,8 @@ class RapiContext:
     announce: Announcements | None = None
     # wrong passwords lately, and the holds they set (HTTP Basic and the web console's login)
     backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
+    # each user's job submissions (masterd/submissions.py)
+    submissions: SubmissionLimits = field(default_factory=SubmissionLimits)
     # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
     leases: Leases | None = None
 
@@ -89,16 +92,18 @@ CTX_KEY = web.AppKey("rapi", RapiContext)
 
 
 class RapiHttpError(Exception):
-    def __init__(self, status: int, explain: str) -> None:
+    def __init__(self, status: int, explain: str, retry: float | None = None) -> None:
         super().__init__(explain)
         self.status = status
         self.explain = explain
+        self.retry = retry  # seconds: the answer's Retry-After (429, 503)
 
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
             426: "Upgrade Required", 429: "Too Many Requests", 500: "Internal Server Error",
             501: "Not Implemented", 503: "Service Unavailable"}
+USER_KEY = web.RequestKey("rapi_user", str)  # the request's RAPI user, set by the middleware
 
 
 def error_response(status: int, explain: str,
@@ -106,7 +111,8 @@ def error_response(status: int, explain: str,
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": f'Basic realm="{REALM}"'}
     body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
-    return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
+    return web.Response(body=_encode(body), status=status, content_type=JSON,
+                        headers=headers or None)
 
 
 def ok(value: object) -> web.Response:
@@ -157,20 +163,30 @@ async def body_of(request: web.Request, *, default: object = None) -> object:
         raise RapiHttpError(400, str(err)) from None
 
 
-async def signed_node(request: web.Request, keys: list[bytes], replay: rpcauth.ReplayCache,
-                      method: str, purpose: str, what: str) -> model.Node:
+async def signed_node(request: web.Request, keys: list[bytes],
+                      replay: rpcauth.ReplayCache | None, method: str, purpose: str,
+                      what: str) -> tuple[model.Node, object]:
     """The node named in the URL whose call of `method` the body is, signed for it with the
-    `purpose` key (403 `what` refused, with the reason), and known to the config (404)."""
+    `purpose` key (403 `what` refused, with the reason), and known to the config (404); and
+    the call's arguments. `replay` None: the caller checks freshness itself (a counter)."""
     name = request.match_info["name"]
     try:
-        rpcauth.check_call(keys, await request.read(), method=method, node=name,
-                           replay=replay, purpose=purpose)
+        args = rpcauth.check_call(keys, await request.read(), method=method, node=name,
+                                  replay=replay, purpose=purpose)
     except SignatureError as err:
         raise RapiHttpError(403, f"{what} refused: {err}") from None
     node = next((n for n in config_of(request).nodes.values() if n.name == name), None)
     if node is None:
         raise RapiHttpError(404, f"node {name} is not a node of the cluster")
-    return node
+    return node, args
+
+
+def peer_certificate(request: web.Request) -> bytes | None:
+    """The client certificate (DER) the caller showed on this HTTPS connection; None over
+    plain HTTP or when it showed none."""
+    tls = request.transport.get_extra_info("ssl_object") if request.transport else None
+    shown = tls.getpeercert(binary_form=True) if tls is not None else None
+    return shown or None
 
 
 def body_dict(value: object) -> dict[str, object]:
@@ -229,14 +245,27 @@ async def submit_job(request: web.Request, resource: str,
 
 async def queued(request: web.Request, jobs: Sequence[Sequence[dict[str, object]]],
                  trail: list[list[object]]) -> list[int]:
-    """Queue `jobs` (prepared); their ids. 400 for a bad opcode, 503 while the queue is
-    drained (Ganeti's rlib2 answers it so)."""
+    """Queue `jobs` (prepared); their ids. Each job takes a token of the caller's submission
+    rate (429 with Retry-After when there is none); 400 for a bad opcode, 503 while the queue
+    is drained (Ganeti's rlib2 answers it so) or full of read-only jobs."""
+    ctx = ctx_of(request)
+    caller = request.get(USER_KEY) or f"source {request.remote}"
+    for ops in jobs:
+        read_only = all(getattr(opcodes.BY_ID.get(str(op.get("OP_ID"))), "READ_ONLY", False)
+                        for op in ops)
+        wait = ctx.submissions.take(caller, read_only)
+        if wait:
+            kind = "read-only jobs" if read_only else "jobs"
+            raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
+                                     f"{login_backoff.retry_after(wait)} s", retry=wait)
     try:
-        return await asyncio.to_thread(ctx_of(request).queue.submit_many, jobs, reason=trail)
+        return await asyncio.to_thread(ctx.queue.submit_many, jobs, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
     except job_queue.QueueDrained:
         raise RapiHttpError(503, "Job queue is drained, cannot submit") from None
+    except job_queue.QueueFull as err:
+        raise RapiHttpError(503, str(err), retry=10.0) from None
 
 
 # Opcode fields no request body sets: the job's plumbing (dry-run and reason come from the query
@@ -417,6 +446,8 @@ def access_refusal(request: web.Request) -> web.Response | None:
             user = caller.user
         elif caller.problem is not None and not ctx.anonymous_reads:
             return error_response(401, caller.problem)
+    if user is not None:
+        request[USER_KEY] = user.name
     if rule == access.RAPI_READ:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
@@ -468,11 +499,14 @@ async def rapi_middleware(request: web.Request,
     try:
         return await handler(request)
     except RapiHttpError as err:
-        return error_response(err.status, err.explain)
+        return error_response(err.status, err.explain, None if err.retry is None else
+                              {"Retry-After": login_backoff.retry_after(err.retry)})
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:
         return error_response(404, not_served(request.path))
+    except web.HTTPClientError as err:  # a body too large or too slow (core.serve's limits)
+        return error_response(err.status, err.text or err.reason)
     except OpPrereqError as err:
         return error_response(400, str(err))
     except (ConfigError, opcodes.OpcodeError) as err:
