@@ -262,6 +262,26 @@ def test_auto_archive_takes_finished_jobs_older_than_the_age(master: Master) -> 
     master.processor.gate.set()
 
 
+def test_read_only_jobs_are_never_archived(master: Master) -> None:
+    """A read-only job lives in memory only: archiving never writes it (auto-archive leaves it
+    to expire, an explicit archive drops it and says so), and it may depend on a stored job."""
+    queue = master.queue
+    stored = queue.submit([tag("node2", "ro:a")])
+    query = {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": ["plain0"], "static": True,
+             "depends": [[stored, ["success"]]]}
+    read = queue.submit([query])
+    assert finished(queue, read)["status"] == "success"
+    assert queue.auto_archive(-1) == (1, 0)
+    assert queue.job_ids() == [read]
+    assert queue.is_archived(stored) and not queue.is_archived(read)
+    assert queue.archive(read) == (True, f"Job {read} was read-only: dropped, not archived")
+    assert queue.job_ids(archived=True) == [stored]
+    with pytest.raises(NotFoundError):
+        queue.info(read)
+    files = {path.name for path in (master.store.path.parent / "queue").rglob("job-*")}
+    assert files == {f"job-{stored}.json"}
+
+
 # --- priorities -----------------------------------------------------------------------------------
 
 def test_change_priority_reorders_the_queued_jobs(tmp_path: Path) -> None:
