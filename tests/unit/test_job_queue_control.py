@@ -102,6 +102,15 @@ def wait_until(what: str, check: Any) -> Any:
     raise AssertionError(f"not within {DEADLINE} s: {what}")
 
 
+def one_busy_worker(directory: Path) -> tuple[Master, int]:
+    """A master with one worker, busy with a held job (its id): what comes next stays
+    queued."""
+    master = Master(directory, workers=1)
+    blocker = master.queue.submit([hold()])
+    wait_until("the first job running", lambda: blocker in master.processor.order)
+    return master, blocker
+
+
 def finished(queue: JobQueue, job_id: int) -> dict[str, Any]:
     queue.wait(job_id, DEADLINE)
     return queue.info(job_id)
@@ -159,11 +168,9 @@ def test_relative_ids_name_earlier_jobs_of_the_submission(master: Master) -> Non
 
 
 def test_a_canceled_dependency_cancels_unless_listed(tmp_path: Path) -> None:
-    master = Master(tmp_path, workers=1)  # the one worker busy: the rest stays queued
+    master, _ = one_busy_worker(tmp_path)  # the rest stays queued
     queue = master.queue
     try:
-        blocker = queue.submit([hold()])
-        wait_until("the first job running", lambda: blocker in master.processor.order)
         victim = queue.submit([tag("node2", "never")])
         dependant = queue.submit([tag("node3", "dep:any", depends=[[victim, []]])])
         listed = queue.submit([tag("node4", "dep:listed", depends=[[victim, ["canceled"]]])])
@@ -285,11 +292,9 @@ def test_read_only_jobs_are_never_archived(master: Master) -> None:
 # --- priorities -----------------------------------------------------------------------------------
 
 def test_change_priority_reorders_the_queued_jobs(tmp_path: Path) -> None:
-    master = Master(tmp_path, workers=1)
+    master, blocker = one_busy_worker(tmp_path)
     queue = master.queue
     try:
-        blocker = queue.submit([hold()])
-        wait_until("the first job running", lambda: blocker in master.processor.order)
         later = [queue.submit([tag(f"node{n}", f"prio:{n}")]) for n in (2, 3, 4)]
         assert queue.change_priority(later[2], -10) == (
             True, f"Priorities of pending opcodes for job {later[2]} have been changed to -10")
@@ -373,11 +378,9 @@ def test_reason_accept_before_pause_and_pause_until_removed(master: Master) -> N
 
 
 def test_an_opcode_predicate_rejects_queued_jobs_at_once(tmp_path: Path) -> None:
-    master = Master(tmp_path, workers=1)
+    master, blocker = one_busy_worker(tmp_path)
     queue = master.queue
     try:
-        blocker = queue.submit([hold()])
-        wait_until("the first job running", lambda: blocker in master.processor.order)
         tags = queue.submit([tag("node2", "queued")])
         other = queue.submit([{"OP_ID": "OP_TEST_DELAY", "duration": 0, "no_locks": True}])
         rule = master.add_rule("REJECT", [["opcode", ["=", "OP_ID", "OP_TAGS_SET"]]])

@@ -47,6 +47,14 @@ def _trail(reason: str | None) -> list[Any]:
     return [["gnt:user", reason, time.time_ns()]] if reason else []
 
 
+def _rule(priority: int | None, predicates_text: str | None, action_text: str | None,
+          reason: str | None) -> tuple[int, Any, Any, list[Any]]:
+    """A rule as gnt-filter add and replace make it: what is not given takes its default
+    (priority 0, no predicates, CONTINUE)."""
+    return (priority or 0, parse_predicates(predicates_text) if predicates_text else [],
+            parse_action(action_text) if action_text else "CONTINUE", _trail(reason))
+
+
 def rule_options(func: Any) -> Any:
     func = click.option("--reason", help="Why (kept in the rule's reason trail).")(func)
     func = click.option("--action", "action_text", metavar="ACTION", help=ACTION_HELP)(func)
@@ -71,10 +79,8 @@ def add(ctx: click.Context, priority: int | None, predicates_text: str | None,
     """Add a rule (priority 0, no predicates: every job, action CONTINUE unless given);
     prints its UUID."""
     with remote.masterd_client(ctx) as api:
-        uuid = remote.call(api.add_filter, priority or 0,
-                           parse_predicates(predicates_text) if predicates_text else [],
-                           parse_action(action_text) if action_text else "CONTINUE",
-                           _trail(reason))
+        uuid = remote.call(api.add_filter,
+                           *_rule(priority, predicates_text, action_text, reason))
     click.echo(uuid)
 
 
@@ -87,9 +93,8 @@ def replace(ctx: click.Context, uuid: str, priority: int | None, predicates_text
     """Replace a rule as Ganeti's gnt-filter replace (what is not given takes its default),
     or add it under this UUID; the rule gets a new watermark."""
     with remote.masterd_client(ctx) as api:
-        remote.call(api.replace_filter, uuid, priority or 0,
-                    parse_predicates(predicates_text) if predicates_text else [],
-                    parse_action(action_text) if action_text else "CONTINUE", _trail(reason))
+        remote.call(api.replace_filter, uuid,
+                    *_rule(priority, predicates_text, action_text, reason))
     click.echo(uuid)
 
 
