@@ -473,6 +473,11 @@ def test_read_only_jobs_held_at_once_are_bounded(tmp_path: Path) -> None:
             m.queue.submit([query])
         with pytest.raises(QueueFull, match="3 read-only jobs"):
             m.queue.submit([query])
+        before = m.queue.job_ids()
+        with pytest.raises(QueueFull):  # several jobs at once: none queued
+            m.queue.submit_many([[{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["y"]}],
+                                 [query]])
+        assert m.queue.job_ids() == before
         assert m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["z"]})["status"] \
             == "success"
     finally:

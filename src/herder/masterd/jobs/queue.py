@@ -547,7 +547,8 @@ class JobQueue:
                     reason: Iterable[list[object]] = ()) -> list[int]:
         """Queue jobs in order (Ganeti's SubmitManyJobs): a relative dependency (-1: the job
         before) names an earlier job of the same call. Every opcode of every job is validated
-        first: nothing is queued if one is bad."""
+        first: nothing is queued if one is bad, nor when the read-only jobs among them do not
+        fit (QueueFull)."""
         if not jobs:
             raise opcodes.OpcodeError("no job to submit")
         parsed = [[opcodes.parse(op) for op in ops] for ops in jobs]
@@ -556,21 +557,27 @@ class JobQueue:
                 raise opcodes.OpcodeError("a job needs at least one opcode")
             depends.check_relative(job_ops, position)
         given = [list(r) for r in reason]
+        read_only = sum(all(op.READ_ONLY for op in job_ops) for job_ops in parsed)
         with self._cond:
             if self._stopping:
                 raise HerderError("the job queue is shutting down")
             if self._drained:
                 raise QueueDrained("Job queue is drained, refusing job")
             self._expire()
+            if read_only and len(self._ephemeral) + read_only > self.max_ephemeral:
+                raise QueueFull(f"the queue holds {len(self._ephemeral)} read-only jobs "
+                                "already; try again in a while")
             ids: list[int] = []
-            for job_ops in parsed:
-                depends.resolve(job_ops, ids)
-                job = self._add(job_ops, given)
-                self._next_id = job.id + 1
-                self._jobs[job.id] = job
-                self._order.add(job.id, job.priority)
-                ids.append(job.id)
-            self._cond.notify_all()
+            try:
+                for job_ops in parsed:
+                    depends.resolve(job_ops, ids)
+                    job = self._add(job_ops, given)
+                    self._next_id = job.id + 1
+                    self._jobs[job.id] = job
+                    self._order.add(job.id, job.priority)
+                    ids.append(job.id)
+            finally:  # the jobs queued before a storage failure run all the same
+                self._cond.notify_all()
         return ids
 
     def _add(self, ops: Sequence[opcodes.OpCode], given: list[list[object]]) -> Job:
@@ -578,9 +585,6 @@ class JobQueue:
         when every opcode is a query (caller holds the condition)."""
         if not all(op.READ_ONLY for op in ops):
             return self.storage.add(self._next_id, _maker(ops, given))
-        if len(self._ephemeral) >= self.max_ephemeral:
-            raise QueueFull(f"the queue holds {len(self._ephemeral)} read-only jobs already; "
-                            "try again in a while")
         self._reserve(self._next_id)
         job = _maker(ops, given)(self._next_id)
         self._ephemeral[job.id] = None
