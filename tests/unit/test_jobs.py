@@ -488,11 +488,13 @@ def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) ->
     """Issue 35 item 12: a move interrupted by the master's death left a second copy of the
     disks and the instance down; the job is failed at restart as before (never run again),
     and a cleanup move of the same instance and target follows it (the LU's
-    `after_master_death`), submitted by the queue's recovery."""
+    `after_master_death`), submitted by the queue's recovery, also while the queue is
+    drained (it finishes what the dead master began)."""
     from herder.masterd.jobs.queue import Job, QueuedOpCode, timestamp
 
     m = Master(tmp_path)
     m.queue.stop()
+    m.queue.set_drained(True)
     move = opcodes.parse({"OP_ID": "OP_INSTANCE_MOVE", "instance_name": "plain0",
                           "target_node": "node2"}).to_dict()
     died = Job(id=50, ops=[QueuedOpCode(input=move, status=OpStatus.RUNNING)],
@@ -500,7 +502,7 @@ def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) ->
     m.queue.storage.save(died)
     again = Master(tmp_path)
     try:
-        assert again.recovered["failed"] == [50]
+        assert again.recovered["failed"] == [50] and again.queue.drained
         (follow_up,) = again.recovered["follow-ups"]
         op = again.queue.get(follow_up).ops[0].input
         assert (op["OP_ID"], op["instance_name"], op["target_node"], op["cleanup"]) == \

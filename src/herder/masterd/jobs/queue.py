@@ -286,8 +286,8 @@ class JobQueue:
                                         "death")]
             try:
                 ops = follow(qop.opcode)
-                if ops:
-                    submitted.append(self.submit(ops, reason=trail))
+                if ops:  # (a drained queue takes it: it finishes what the dead master began)
+                    submitted += self.submit_many([ops], reason=trail, despite_drain=True)
             except HerderError as err:  # the master starts anyway; the operator is told
                 log.error("job %s was interrupted by the master's death; its follow-up could "
                           "not be submitted: %s", job_id, err)
@@ -544,11 +544,13 @@ class JobQueue:
         return self.submit_many([ops], reason=reason)[0]
 
     def submit_many(self, jobs: Sequence[Sequence[dict[str, object] | opcodes.OpCode]], *,
-                    reason: Iterable[list[object]] = ()) -> list[int]:
+                    reason: Iterable[list[object]] = (),
+                    despite_drain: bool = False) -> list[int]:
         """Queue jobs in order (Ganeti's SubmitManyJobs): a relative dependency (-1: the job
         before) names an earlier job of the same call. Every opcode of every job is validated
         first: nothing is queued if one is bad, nor when the read-only jobs among them do not
-        fit (QueueFull)."""
+        fit (QueueFull). A drained queue refuses them (QueueDrained) unless `despite_drain`
+        (the master's own follow-ups)."""
         if not jobs:
             raise opcodes.OpcodeError("no job to submit")
         parsed = [[opcodes.parse(op) for op in ops] for ops in jobs]
@@ -561,7 +563,7 @@ class JobQueue:
         with self._cond:
             if self._stopping:
                 raise HerderError("the job queue is shutting down")
-            if self._drained:
+            if self._drained and not despite_drain:
                 raise QueueDrained("Job queue is drained, refusing job")
             self._expire()
             if read_only and len(self._ephemeral) + read_only > self.max_ephemeral:
