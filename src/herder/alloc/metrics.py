@@ -109,11 +109,27 @@ class Stats:
         self.shift = [0.0] * NCOMP
         online = {n.idx: node_vec(n) for n in nodes if not n.offline}
         if online:
-            vecs = online.values()
+            columns = list(zip(*online.values(), strict=True))
             for k in STD:
-                self.shift[k] = sum(v[k] for v in vecs) / len(online)
+                self.shift[k] = sum(columns[k]) / len(online)
+        added: list[Vec] = []
         for node in nodes:
-            self.add_node(node, online.get(node.idx))
+            vec = online.get(node.idx)
+            if vec is None:
+                self.add_node(node)
+            else:
+                self._count_online(node, vec)
+                added.append(vec)
+        # add_node's sums, a component at a time over the nodes (the same additions in the
+        # same order, without a loop per node over the components)
+        s, q, c = self.s, self.q, self.shift
+        for k in range(NCOMP):
+            ck, sk, qk = c[k], s[k], q[k]
+            for v in added:
+                x = v[k] - ck
+                sk += x
+                qk += x * x
+            s[k], q[k] = sk, qk
 
     def add_node(self, node: Node, vec: Vec | None = None) -> None:
         """Count a node in; ``vec`` is its ``node_vec`` when the caller has it already."""
@@ -124,15 +140,19 @@ class Stats:
             self.offc[node.idx] = (a, p)
             self.base = None
             return
-        self.base = None
         v = vec if vec is not None else node_vec(node)
-        self.vecs[node.idx] = v
-        self.n += 1
+        self._count_online(node, v)
         s, q, c = self.s, self.q, self.shift
         for k in range(NCOMP):
             x = v[k] - c[k]
             s[k] += x
             q[k] += x * x
+
+    def _count_online(self, node: Node, v: Vec) -> None:
+        """An online node's vector and location-exclusion counts, not yet in the sums."""
+        self.base = None
+        self.vecs[node.idx] = v
+        self.n += 1
         if node.inst_map:
             self.maps[node.idx] = dict(node.inst_map)
             for key, count in node.inst_map.items():
