@@ -288,18 +288,22 @@ def test_network_cut_without_oob_self_fences_then_recovers(
              "node2's watchdog reset")
     reset_at = time.monotonic()
     recovery(background, sim, "cut1", guests["cut1"], began)
+
+    def failovers() -> list[dict[str, Any]]:
+        jobs = json.loads(herder(sim, "job", "list", "--json").stdout)
+        return [j for j in jobs if j["summary"] == ["INSTANCE_FAILOVER(cut1)"]
+                and j.get("start_ts")]
+
+    # the failover job started only after the reset
+    failover = wait_for(failovers, RECOVERED, "cut1's failover job")
+    assert failover[-1]["start_ts"][0] > time.time() - (time.monotonic() - reset_at)
+    incident = node_failed(sim, NODE2)
+    assert incident is not None and incident["original"]["fence"] == "watchdog"
     # the node reboots with its network (offline, running nothing) while cut1 boots elsewhere
     wait_for(lambda: sim.host(NODE2).running, 60, "node2 up again")
     wait_for(lambda: "refused: the master has this node offline" in noded_log(sim, NODE2), 120,
              "node2's noded")
     assert running_on(sim, NODE2) == []
-    incident = node_failed(sim, NODE2)
-    assert incident is not None and incident["original"]["fence"] == "watchdog"
-    # the failover job started only after the reset
-    jobs = json.loads(herder(sim, "job", "list", "--json").stdout)
-    failover = [j for j in jobs if j["summary"] == ["INSTANCE_FAILOVER(cut1)"]]
-    assert failover, jobs[-3:]
-    assert failover[-1]["start_ts"][0] > time.time() - (time.monotonic() - reset_at)
     herder(sim, "node", "modify", NODE2, "--offline", "no")
     herder(sim, "node", "modify", NODE2, "--master-candidate", "yes")
     recovered("cut1", NODE2, "the cut")
