@@ -192,6 +192,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     storage.mkdir()
     with FileStore(config).update() as cfg:  # n4 offline; an instance on n3, one on n4
         cfg.cluster.file_storage_dir = str(storage)
+        # the test's instances are diskless and have no NIC: a policy that lets them in
+        cfg.cluster.ipolicy.minmax[0].min.disk_count = 0
+        cfg.cluster.ipolicy.minmax[0].min.nic_count = 0
         cfg.find_node("n4").offline = True
         for inst in (_offline_instance(cfg, "lost", "n3.live.test"),
                      _offline_instance(cfg, "away", "n4.live.test")):
