@@ -3,13 +3,16 @@ failure"), on one simulated cluster of real guests for the module.
 
 Each guest writes a numbered sequence to its disk and acknowledges each record on its serial
 console only once it is synced (`herder.sim.guest`): after every failure the disk must show one
-writer at a time (each boot one run of records) and every acknowledged record. In order: a node
-powered off by its BMC (the cluster's `oob_program` is the shipped IPMI program against each
-host's `ipmi_sim`) with a sharedfile and an ext guest; the node powered on again (offline: it
-runs nothing until `--offline no`); a node whose network is cut, with no `oob_program` (it
-destroys its guest when its lease runs out, its watchdog resets it, and only then is the guest
-started elsewhere); the master cut off from the others (nobody is fenced); the master
-powered off, then failed over to a candidate, whose maintd recovers its guest."""
+writer at a time (each boot one run of records) and every acknowledged record. The guests of
+every case are added at once and boot together; in order: the master cut off from the others
+(nobody is fenced, nothing moves; while the guests boot); node3 powered off by its BMC (the
+cluster's `oob_program` is the shipped IPMI program against each host's `ipmi_sim`) with a
+sharedfile and an ext guest, then powered on again while they boot elsewhere (offline: it runs
+nothing, not even once `--offline no` lets it hold its lease); node2's network cut, with no
+`oob_program` (it destroys its guest when its lease runs out, its watchdog resets it, and only
+then is the guest started elsewhere); the master powered off, then failed over to a candidate,
+whose maintd recovers its guest. A case's figures (seconds from the failure to the first
+heartbeat elsewhere) are printed; repeats of them are bench/node_failure.py's."""
 
 from __future__ import annotations
 
