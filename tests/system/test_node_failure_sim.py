@@ -31,7 +31,9 @@ from tests.simhelpers import herder, on, running_sim, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
 NODE1, NODE2, NODE3 = (f"node{i}.sim.herder.test" for i in (1, 2, 3))
-RECOVERED = 60.0  # seconds from the failure to the guest's domain started elsewhere
+# seconds from the failure to the guest's domain started elsewhere (up to 40 s measured under
+# load: twice that is the deadline of the incident and of its failover job)
+RECOVERED = 60.0
 BOOT = 300.0  # a TCG guest boots in ~15 s idle, 90 s and more on this machine under load
 
 
@@ -244,7 +246,7 @@ def test_power_off_brings_both_guests_back_elsewhere(
     for name in ("shared1", "ext1"):
         recovery(background, sim, name, guests[name], began)
     incident = wait_for(lambda: (i := node_failed(sim, NODE3)) and i["repair-status"] ==
-                        "completed" and i, RECOVERED, "the node-failed incident completed")
+                        "completed" and i, 2 * RECOVERED, "the node-failed incident completed")
     assert incident["original"]["fence"] == "oob"
     assert sorted(incident["original"]["recovered"]) == ["ext1", "shared1"]
     for name in ("shared1", "ext1"):
@@ -298,7 +300,7 @@ def test_network_cut_without_oob_self_fences_then_recovers(
                 and j.get("start_ts")]
 
     # the failover job started only after the reset
-    failover = wait_for(failovers, RECOVERED, "cut1's failover job")
+    failover = wait_for(failovers, 2 * RECOVERED, "cut1's failover job")
     assert failover[-1]["start_ts"][0] > time.time() - (time.monotonic() - reset_at)
     incident = node_failed(sim, NODE2)
     assert incident is not None and incident["original"]["fence"] == "watchdog"
