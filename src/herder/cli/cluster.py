@@ -20,6 +20,7 @@ from herder.cli.common import (
     yes_no,
 )
 from herder.cli.ipolicy import parse_bounds_specs
+from herder.cli.queue import queue
 from herder.core import cluster_secrets, model, params, ports, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
 from herder.core.store import ConfigStore, FileStore
@@ -30,6 +31,9 @@ from herder.core.verify import verify as verify_config
 @click.group()
 def cluster() -> None:
     """Create, inspect, check and change the cluster configuration."""
+
+
+cluster.add_command(queue)
 
 
 # --- option helpers shared by init and modify -----------------------------------------------

@@ -89,6 +89,28 @@ def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:
     return RapiClient.for_herder_cluster(config_directory(ctx), url, timeout=timeout)
 
 
+def masterd_client(ctx: click.Context) -> RapiClient:
+    """`client`, a problem finding it one line."""
+    from herder.core.rapi import RapiError
+
+    try:
+        return client(ctx)
+    except RapiError as err:
+        raise HerderError(str(err)) from None
+
+
+def call(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """A call of the RAPI client; masterd not answering is said as such."""
+    from herder.core.rapi import RapiError
+
+    try:
+        return fn(*args, **kwargs)
+    except RapiError as err:
+        if err.status is None:
+            raise HerderError(f"{err}; start it with 'herder masterd'") from None
+        raise
+
+
 class RemoteConfig:
     """The cluster config read through masterd's RAPI (`GET /2/herder/config`), for the read
     commands on a machine without a copy of it. Only `load` works: changes are jobs."""

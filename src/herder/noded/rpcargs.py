@@ -448,6 +448,8 @@ class WriteSsconf(Args, kw_only=True):
 class QueueCopy(msgspec.Struct, kw_only=True):
     files: dict[str, str] = msgspec.field(default_factory=dict)
     names: list[str] | None = None
+    # job files archived since the last push (name -> base64), filed under queue/archive/
+    archived: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class JournalCopy(msgspec.Struct, kw_only=True):

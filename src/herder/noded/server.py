@@ -40,6 +40,7 @@ from herder.core import console as console_names
 from herder.core.errors import HerderError, StoreError
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.noderpc import EPOCH_KEY
+from herder.core.redist import JOB_FILE, archive_path
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import (
     console,
@@ -888,19 +889,43 @@ class NodeDaemon(RoleRpcs, DiskRpcs, HotplugRpcs):
                     store.write_journal(digest, offset, records)
                 except StoreError as err:
                     raise RpcFailure(str(err)) from None
-            queue = args.get("queue") or {}
-            for name, data in sorted((queue.get("files") or {}).items()):
-                if "/" in name or name.startswith(".") or not name.endswith(".json"):
-                    raise RpcFailure(f"invalid job queue file name {name!r}")
-                atomic_write(queue_dir / name, base64.b64decode(data, validate=True), 0o600)
-            names = queue.get("names")
-            if names is not None:
-                keep = set(names)
-                for path in queue_dir.glob("*.json"):
-                    if path.name not in keep:
-                        with contextlib.suppress(FileNotFoundError):
-                            path.unlink()
+            self._write_queue_copy(queue_dir, args.get("queue") or {})
         return {"serial": serial, "previous": have}
+
+    @staticmethod
+    def _write_queue_copy(queue_dir: Path, queue: dict[str, Any]) -> None:
+        """The master's queue files, its newly archived jobs (filed under `archive/` as the
+        master files them), then the files it no longer has: a job file leaves for the
+        archive (the master only ever archives jobs; what it archived is sent again in a later
+        push and overwrites it), anything else is removed."""
+        import base64
+
+        for name, data in sorted((queue.get("files") or {}).items()):
+            if "/" in name or name.startswith(".") or not name.endswith(".json"):
+                raise RpcFailure(f"invalid job queue file name {name!r}")
+            atomic_write(queue_dir / name, base64.b64decode(data, validate=True), 0o600)
+        for name, data in sorted((queue.get("archived") or {}).items()):
+            if not JOB_FILE.match(name):
+                raise RpcFailure(f"invalid archived job file name {name!r}")
+            target = archive_path(queue_dir, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, base64.b64decode(data, validate=True), 0o600)
+            with contextlib.suppress(FileNotFoundError):
+                (queue_dir / name).unlink()
+        names = queue.get("names")
+        if names is not None:
+            keep = set(names)
+            for path in queue_dir.glob("*.json"):
+                if path.name in keep:
+                    continue
+                archived = archive_path(queue_dir, path.name) if JOB_FILE.match(path.name) \
+                    else None
+                with contextlib.suppress(FileNotFoundError):
+                    if archived is None or archived.exists():
+                        path.unlink()
+                    else:
+                        archived.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(path, archived)
 
     def rpc_renew_crypto(self, args: dict[str, Any]) -> dict[str, Any]:
         """`herder cluster renew-crypto` (`masterd.renew`): stage `install` takes the new CA
