@@ -58,8 +58,9 @@ from herder.masterd.reachability import Reachability
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature
+from herder.noded import rpc as noded_rpc
 from herder.noded import server as noded_server
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.conftest import build_config
 from tests.maintd.fakes import FakeCluster, FakeSource
 from tests.mond.test_repair_route import make_ctx, script
@@ -113,8 +114,8 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi.RapiContext]]:
 
 
 @pytest.fixture
-def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
-    daemon = NodeDaemon(NodeSettings(
+def noded(tmp_path: Path) -> Iterator[tuple[Daemon, Node]]:
+    daemon = Node(NodeSettings(
         node_name=NODE, state_dir=tmp_path / "noded" / "state", run_dir=tmp_path / "noded" / "run",
         hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
@@ -261,7 +262,7 @@ def test_masterd_takes_a_nodes_announcement_signed_for_that_node_only(masterd) -
 
 def test_noded_refuses_every_unsigned_call(noded) -> None:
     daemon, node = noded
-    methods = sorted(m.removeprefix("rpc_") for m in dir(node) if m.startswith("rpc_"))
+    methods = sorted(noded_rpc.handlers())
     assert "node_powercycle" in methods and "upload_file" in methods
     (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_RPC]
     (join_route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.JOIN_TOKEN]

@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 from herder.core import access, console, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
+from herder.core.rpcdefs.instance_calls import ConsoleStream
 
 log = logging.getLogger("herder.rapi.console")
 RUNNING_STATES = frozenset({"running", "blocked", "paused"})
@@ -112,7 +113,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
             raise rapi.RapiHttpError(503, f"{UNAVAILABLE}: no node daemon transport")
         url, headers = rpc.stream(node, console.STREAM_PATH.format(instance=inst.name,
                                                                    kind=kind),
-                                  console.STREAM_METHODS[kind], {"instance": inst.name})
+                                  console.STREAM_METHODS[kind], ConsoleStream(instance=inst.name))
         tls = rpc.tls if rpc.tls is not None else True
         async with aiohttp.ClientSession() as session:
             if not web.WebSocketResponse().can_prepare(request).ok:

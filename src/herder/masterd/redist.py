@@ -51,7 +51,9 @@ from herder import __version__
 from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
+from herder.core.noderpc import NodeRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
+from herder.core.rpcdefs import file_calls
 from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd.redist")
@@ -248,7 +250,7 @@ class Redistributor:
     """Pushes the plan through noded. Remembers per node the config serial and job files it
     sent, so the push after a config write sends the job files that changed only."""
 
-    def __init__(self, rpc: Any, config_path: Path, queue_dir: Path | None,
+    def __init__(self, rpc: NodeRpc, config_path: Path, queue_dir: Path | None,
                  workers: int = 16, reachability: Reachability | None = None) -> None:
         """`reachability`: masterd's record, which `rpc` reports every call's outcome to;
         None: a record of this pusher's own, its calls reporting to it."""
@@ -329,25 +331,31 @@ class Redistributor:
         return replica
 
     def _config_args(self, np: NodePlan, config: model.ConfigData, document: bytes | None,
-                     replica: store.Replica | None, whole: bool) -> tuple[dict[str, Any], str]:
-        """write_config's arguments for one candidate and what they carry: the journal's new
-        records when its copy continues the master's snapshot, else the whole document."""
+                     replica: store.Replica | None, whole: bool,
+                     queue: file_calls.QueueCopy) -> tuple[file_calls.WriteConfig, str]:
+        """write_config for one candidate and what it carries: the journal's new records when
+        its copy continues the master's snapshot, else the whole document."""
         if replica is None:
             assert document is not None
-            return ({"config": document.decode(), "serial": config.serial_no},
+            return (file_calls.WriteConfig(config=document.decode(), serial=config.serial_no,
+                                           queue=queue),
                     f"config (serial {config.serial_no})")
         with self._lock:
             sent = self._sent_journal.get(np.uuid)
         if not whole and sent is not None and sent[0] == replica.digest \
                 and sent[1] <= len(replica.journal):
             data = replica.journal[sent[1]:]
-            return ({"serial": replica.serial, "journal": {
-                "snapshot": replica.digest, "offset": sent[1], "data": _b64(data)}},
-                f"config journal (serial {replica.serial}, {len(data)} bytes)")
+            return (file_calls.WriteConfig(serial=replica.serial, queue=queue,
+                                           journal=file_calls.JournalCopy(
+                                               snapshot=replica.digest, offset=sent[1],
+                                               data=_b64(data))),
+                    f"config journal (serial {replica.serial}, {len(data)} bytes)")
         assert replica.snapshot is not None
-        return ({"config": replica.snapshot.decode(), "serial": replica.serial, "journal": {
-            "snapshot": replica.digest, "offset": 0, "data": _b64(replica.journal)}},
-            f"config (serial {replica.serial})")
+        return (file_calls.WriteConfig(config=replica.snapshot.decode(), serial=replica.serial,
+                                       queue=queue, journal=file_calls.JournalCopy(
+                                           snapshot=replica.digest, offset=0,
+                                           data=_b64(replica.journal))),
+                f"config (serial {replica.serial})")
 
     def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes | None,
                    replica: store.Replica | None,
@@ -371,7 +379,7 @@ class Redistributor:
                 self._push_config(node, np, config, document, replica, queue_now, full, result)
             return result
         try:
-            self.rpc.call(node, "write_ssconf", {"values": np.ssconf}, timeout=30)
+            self.rpc.call(node, file_calls.WriteSsconf(values=dict(np.ssconf)))
             result.sent.append(f"ssconf ({len(np.ssconf)} values)")
         except HerderError as err:
             result.errors.append(f"ssconf: {err}")
@@ -387,8 +395,8 @@ class Redistributor:
                 continue
             data, mode = content
             try:
-                self.rpc.call(node, "upload_file", {"path": path, "data": _b64(data),
-                                                    "mode": mode}, timeout=30)
+                self.rpc.call(node, file_calls.UploadFile(path=path, data=_b64(data),
+                                                          mode=mode))
                 result.sent.append(path)
             except HerderError as err:
                 result.errors.append(f"{path}: {err}")
@@ -417,18 +425,18 @@ class Redistributor:
             for name in sorted(changed):
                 with contextlib.suppress(OSError):
                     files[name] = _b64((queue_dir / name).read_bytes())
-        queue = {"files": files, "names": sorted(queue_now)}
-        args, what = self._config_args(np, config, document, replica, full)
+        queue = file_calls.QueueCopy(files=files, names=sorted(queue_now))
+        call, what = self._config_args(np, config, document, replica, full, queue)
         try:
             try:
-                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                self.rpc.call(node, call)
             except HerderError:
-                if "config" in args or replica is None:
+                if call.config is not None or replica is None:
                     raise
                 # the copy does not continue where we think: the whole document
-                args, what = self._config_args(np, config, self._whole(replica), replica,
-                                               True)
-                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                call, what = self._config_args(np, config, self._whole(replica), replica,
+                                               True, queue)
+                self.rpc.call(node, call)
             result.sent.append(f"{what}, {len(files)} job file(s)")
             with self._lock:
                 self._sent_queue[np.uuid] = queue_now

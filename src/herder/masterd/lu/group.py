@@ -8,7 +8,7 @@ from herder.core import locking, model, params
 from herder.core.errors import ConfigError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.cluster import apply_ipolicy, resets
+from herder.masterd.lu.common import apply_ipolicy, resets
 
 
 def _group_changes(group: model.NodeGroup,

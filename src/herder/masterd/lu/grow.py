@@ -12,6 +12,7 @@ from typing import Any
 from herder.core import diskobjects, locking, model
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
+from herder.core.rpcdefs import disk_calls
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
@@ -58,9 +59,9 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
     def _grow(self, config: model.ConfigData, node_uuid: str, *, dryrun: bool,
               backingstore: bool) -> None:
         disk = self.inst.disks[self.op.disk]
-        self.env.rpc.call(config.nodes[node_uuid], "blockdev_grow", {
-            "disk": diskobjects.disk_object(config, self.inst, disk, node_uuid),
-            "amount": self.delta, "dryrun": dryrun, "backingstore": backingstore})
+        self.env.rpc.call(config.nodes[node_uuid], disk_calls.BlockdevGrow(
+            disk=diskobjects.disk_object(config, self.inst, disk, node_uuid),
+            amount=self.delta, dryrun=dryrun, backingstore=backingstore))
 
     def execute(self) -> Any:
         op, inst = self.op, self.inst

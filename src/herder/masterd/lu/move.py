@@ -13,27 +13,28 @@ from typing import Any
 from herder.core import diskobjects, locking, model, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
-from herder.core.noderpc import DEFAULT_NODED_PORT, instance_payload
+from herder.core.noderpc import DEFAULT_NODED_PORT
+from herder.core.rpcdefs import disk_calls, instance_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv, lookup
 
 # Ganeti's DTS_COPYABLE: the templates whose disks a move copies
 COPYABLE = frozenset({"plain", "file"})
 COPY_TIMEOUT = 6 * 3600.0  # seconds for one disk's copy
 
 
-def copy_disk(env: Any, config: model.ConfigData, inst: model.Instance, index: int,
-              source: model.Node, target: model.Node) -> Any:
+def copy_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, index: int,
+              source: model.Node, target: model.Node) -> disk_calls.Transferred:
     """Copy one disk's bytes from `source` to the same disk on `target` (made already)."""
     disk = inst.disks[index]
-    prepared = env.rpc.call(target, "blockdev_import_prepare", {
-        "disk": diskobjects.disk_object(config, inst, disk, target.uuid),
-        "instance": inst.name, "idx": index})
-    return env.rpc.call(source, "blockdev_export", {
-        "disk": diskobjects.disk_object(config, inst, disk, source.uuid),
-        "instance": inst.name, "idx": index, "token": prepared["token"],
-        "target": {"name": target.name, "address": target.primary_ip,
-                   "port": getattr(env.rpc, "port", DEFAULT_NODED_PORT)}},
+    prepared = env.rpc.call(target, disk_calls.BlockdevImportPrepare(
+        disk=diskobjects.disk_object(config, inst, disk, target.uuid), instance=inst.name))
+    return env.rpc.call(source, disk_calls.BlockdevExport(
+        disk=diskobjects.disk_object(config, inst, disk, source.uuid), instance=inst.name,
+        token=prepared.token,
+        target=disk_calls.ExportTarget(name=target.name, address=target.primary_ip,
+                                       port=getattr(env.rpc, "port", DEFAULT_NODED_PORT))),
         timeout=COPY_TIMEOUT)
 
 
@@ -74,12 +75,11 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         inst = config.instances[self.inst.uuid]
         source, target = config.nodes[self.source.uuid], config.nodes[self.target.uuid]
         running = inst.admin_state == "up"
-        base = {"name": inst.name, "reason": op.reason, "version": inst.serial_no}
         self.feedback(f"shutting down {inst.name} on {source.name}")
         try:
-            env.rpc.call(source, "instance_shutdown", {
-                **base, "timeout": op.shutdown_timeout,
-                vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)})
+            env.rpc.call(source, instance_calls.InstanceShutdown(
+                name=inst.name, reason=op.reason, version=inst.serial_no,
+                timeout=op.shutdown_timeout, claim=vmclaim.claim_for(config, inst)))
         except HerderError as err:
             if not op.ignore_consistency:
                 raise OpExecError(f"could not shut down {inst.name} on {source.name}: "
@@ -90,15 +90,16 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         try:
             for index, disk in enumerate(inst.disks):
                 copied = copy_disk(env, config, inst, index, source, target)
-                self.feedback(f"{disk.iv_name}: {copied.get('bytes')} bytes copied to "
+                self.feedback(f"{disk.iv_name}: {copied.bytes} bytes copied to "
                               f"{target.name}")
         except HerderError as err:
             self.feedback("some disks failed to copy, aborting")
             disks.remove_disks(env, config, inst, target=target, feedback=self.feedback)
             if running:
-                env.rpc.call(source, "instance_start", {
-                    **base, "instance": instance_payload(config, inst),
-                    vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)})
+                env.rpc.call(source, instance_calls.InstanceStart(
+                    name=inst.name, reason=op.reason, version=inst.serial_no,
+                    instance=instance_payload(config, inst),
+                    claim=vmclaim.claim_for(config, inst)))
             raise OpExecError(f"errors during the disk copy of {inst.name} to {target.name}: "
                               f"{err}; it stays on {source.name}") from None
         with env.store.update() as fresh:
@@ -109,19 +110,22 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         moved = config.instances[inst.uuid]
         claim = vmclaim.claim_for(config, moved)
         try:  # the source's copy: its domain, then its disks
-            env.rpc.call(source, "instance_stop_stray", {**base, "version": moved.serial_no,
-                                                         vmclaim.CLAIM_KEY: claim})
+            env.rpc.call(source, instance_calls.InstanceStopStray(
+                name=inst.name, reason=op.reason, version=moved.serial_no, claim=claim))
         except HerderError as err:
             self.feedback(f"could not remove the domain on {source.name}: {err}")
         self.feedback(f"removing the disks on the original node {source.name}")
         disks.remove_disks(env, config, inst, target=source, feedback=self.feedback)
-        args = {**base, "version": moved.serial_no, "instance": instance_payload(config, moved),
-                vmclaim.CLAIM_KEY: claim}
+        payload = instance_payload(config, moved)
         if running:
             self.feedback(f"starting {inst.name} on {target.name}")
             disks.assemble_disks(env, config, moved, ignore_secondaries=True,
                                  feedback=self.feedback)
-            env.rpc.call(target, "instance_start", args)
+            env.rpc.call(target, instance_calls.InstanceStart(
+                name=inst.name, reason=op.reason, version=moved.serial_no, instance=payload,
+                claim=claim))
         else:
-            env.rpc.call(target, "instance_define", args)
+            env.rpc.call(target, instance_calls.InstanceDefine(
+                name=inst.name, reason=op.reason, version=moved.serial_no, instance=payload,
+                claim=claim))
         return target.name

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from herder.core import diskobjects, locking, model, storage_units
+from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import HerderError, OpPrereqError
 from herder.core.jobs import opcodes
+from herder.core.rpcdefs import disk_calls, node_calls, storage_calls
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.vg_repair import CopyReports, vg_repair_allowed
+from herder.masterd.vg_repair import CopyReport, CopyReports, vg_repair_allowed
 
 FIELDS = ("name", "size", "used", "free", "allocatable")
 
@@ -32,19 +36,20 @@ class NodeQueryStorage(LogicalUnit[opcodes.OpNodeQueryStorage]):
     def execute(self) -> Any:
         op = self.op
         c = self.config.cluster
-        args: dict[str, Any] = {"type": op.storage_type, "name": op.name}
-        if op.storage_type == "file":
-            args["dirs"] = [c.file_storage_dir, c.shared_file_storage_dir]
-        rows: list[list[Any]] = []
+        request = storage_calls.StorageList(
+            type=op.storage_type, name=op.name,
+            dirs=[c.file_storage_dir, c.shared_file_storage_dir]
+            if op.storage_type == "file" else [])
+        rows: list[list[object]] = []
         for node in self.nodes:
             try:
-                units = self.env.rpc.call(node, "storage_list", args, timeout=60)
+                units = self.env.rpc.call(node, request)
             except HerderError as err:
                 self.feedback(f"node {node.name}: {err}")
                 continue
             for unit in units:
-                unit = {**unit, "node": node.name}
-                rows.append([unit.get(f) for f in self.fields])
+                row: dict[str, object] = {**unit, "node": node.name}
+                rows.append([row.get(f) for f in self.fields])
         return rows
 
 
@@ -63,9 +68,8 @@ class NodeModifyStorage(LogicalUnit[opcodes.OpNodeModifyStorage]):
 
     def execute(self) -> Any:
         op = self.op
-        self.env.rpc.call(self.node, "storage_modify", {
-            "type": op.storage_type, "name": op.name,
-            "allocatable": bool(op.changes["allocatable"])})
+        self.env.rpc.call(self.node, storage_calls.StorageModify(
+            type=op.storage_type, name=op.name, allocatable=bool(op.changes["allocatable"])))
         return None
 
 
@@ -86,7 +90,7 @@ class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
                 health[node.uuid] = False
                 continue
             try:
-                self.env.rpc.call(node, "ping", {}, timeout=10)
+                self.env.rpc.call(node, node_calls.Ping(), timeout=10)
                 health[node.uuid] = True
             except HerderError:
                 health[node.uuid] = False
@@ -104,26 +108,28 @@ class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
             for peer in inst.all_nodes:
                 if peer != self.node.uuid and health.get(peer):
                     wanted.setdefault(peer, []).append(inst)
-        copies: dict[tuple[str, str], Any] = {}
+        copies: dict[tuple[str, str], CopyReport] = {}
+        reports: dict[tuple[str, str], list[tuple[bool, BlockDevStatus | str]]] = {}
         for peer, instances in wanted.items():
             node = config.nodes[peer]
             objects = [(inst.uuid, diskobjects.disk_object(config, inst, disk, peer))
                        for inst in instances for disk in inst.disks]
             try:
-                found = self.env.rpc.call(node, "blockdev_getmirrorstatus_multi",
-                                          {"disks": [obj for _, obj in objects]}, timeout=60)
+                found = self.env.rpc.call(node, disk_calls.BlockdevGetmirrorstatusMulti(
+                    disks=[obj for _, obj in objects]))
             except HerderError as err:
                 for inst in instances:
                     copies[(inst.uuid, peer)] = str(err)
                 continue
             for (owner, _), entry in zip(objects, found, strict=False):
-                copies.setdefault((owner, peer), []).append(entry)
-        return copies
+                reports.setdefault((owner, peer), []).append(entry)
+        return {**copies, **reports}
 
     def execute(self) -> Any:
         op = self.op
-        return self.env.rpc.call(self.node, "storage_repair", {"type": op.storage_type,
-                                                                "name": op.name}, timeout=600)
+        repaired = self.env.rpc.call(self.node, storage_calls.StorageRepair(
+            type=op.storage_type, name=op.name))
+        return msgspec.to_builtins(repaired)
 
 
 class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
@@ -140,10 +146,10 @@ class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
 
     def execute(self) -> Any:
         op = self.op
-        result = self.env.rpc.call(self.node, "repair_command",
-                                   {"command": op.command, "input": op.input}, timeout=900)
+        result = self.env.rpc.call(self.node, node_calls.RepairCommand(command=op.command,
+                                                                        input=op.input))
         self.feedback(f"repair command {op.command} on {self.node.name} succeeded")
-        return result.get("stdout", "") if isinstance(result, dict) else result
+        return result.stdout
 
 
 class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
@@ -156,7 +162,7 @@ class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
         offered: dict[str, list[str]] = {}
         for node in self.nodes:
             try:
-                names = self.env.rpc.call(node, "os_list", {}, timeout=30)
+                names = self.env.rpc.call(node, node_calls.OsList())
             except HerderError as err:
                 self.feedback(f"node {node.name}: {err}")
                 continue

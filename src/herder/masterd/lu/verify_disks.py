@@ -13,6 +13,7 @@ from typing import Any
 from herder.core import diskobjects, locking, model, verify
 from herder.core.errors import HerderError
 from herder.core.jobs import opcodes
+from herder.core.rpcdefs import disk_calls
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
@@ -48,11 +49,11 @@ def verify_group_disks(env: Any, config: model.ConfigData,
             if node.offline:
                 continue
             try:
-                listed = env.rpc.call(node, "lv_list", {"vg_names": []}, timeout=60)
+                listed = env.rpc.call(node, disk_calls.LvList())
             except HerderError as err:
                 node_errors[node.name] = str(err)
                 continue
-            for volume, facts in dict(listed).items():
+            for volume, facts in listed.items():
                 owner = expected.pop((node.uuid, volume), None)
                 if owner is not None and not facts[2]:  # not open: not in use
                     needs_activation.add(owner.name)
@@ -71,8 +72,8 @@ def verify_group_disks(env: Any, config: model.ConfigData,
         objects = [diskobjects.disk_object(config, inst, disk, node_uuid)
                    for inst in owners for disk in inst.disks]
         try:
-            faulty = set(env.rpc.call(drbd_node, "drbd_needs_activation",
-                                      {"disks": objects}, timeout=60))
+            faulty = set(env.rpc.call(drbd_node, disk_calls.DrbdNeedsActivation(disks=objects),
+                                      timeout=60))
         except HerderError as err:
             node_errors[drbd_node.name] = str(err)
             continue
