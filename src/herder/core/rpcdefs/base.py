@@ -8,8 +8,8 @@ field; a node older than the contract reads an absent and a null optional field 
 by `core.rpcauth`; the answer's `result` is decoded into `ANSWER` on the master. The node
 decodes the arguments into the same Struct at its door (`__post_init__` checks what the types
 cannot: names, ranges, file name components), so a malformed call is a 400 naming the argument
-and the handler gets typed arguments. Arguments a call does not declare are ignored (a newer master may send
-more).
+and the handler gets typed arguments. Arguments a call does not declare are ignored (a newer
+master may send more).
 
 The calls are defined per area in this package's `*_calls` modules; `herder.core.rpcdefs.
 registry()` finds them all.
