@@ -12,12 +12,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from herder.core import model
+from tests import machine_setup, skipgate
 
 if TYPE_CHECKING:
     from xdist.scheduler.protocol import Scheduling
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    skipgate.addoption(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    skipgate.configure(config)
+    if not hasattr(config, "workerinput"):  # once, before the xdist workers start
+        machine_setup.prepare()
 
 
 @pytest.fixture

@@ -74,6 +74,7 @@ from herder.core.verify import verify as verify_config
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
 MASTERD_PORT = 5080
 FINAL_JOB = {"success", "error", "canceled"}
+OTHER_JOBS_TIMEOUT = 120.0  # seconds the merge waits for the other cluster's running jobs
 STEPS = ("key", "pause", "stop", "daemons", "merge", "start", "forget", "verify")
 POINT_OF_NO_RETURN = "merge"
 GROUP_MODES = ("refuse", "merge", "rename")
@@ -502,12 +503,20 @@ class Merge:
             url = f"https://{FileStore(self.config).load().cluster.master_ip}:{MASTERD_PORT}"
         return RapiClient.for_herder_cluster(self.config.parent, url)
 
-    def check_other_idle(self) -> None:
-        with self._other_api() as api:
-            busy = [str(j.get("id")) for j in api.get_jobs(bulk=True)
-                    if j.get("status") not in FINAL_JOB]
-        if busy:
-            raise MergeError(f"the other cluster has running jobs: {', '.join(busy)}")
+    def check_other_idle(self, timeout: float = OTHER_JOBS_TIMEOUT) -> None:
+        """The other cluster's queue idle: jobs submitted just before its maintd was paused
+        (a repair, the watcher's restart) may finish first; any still running after
+        `timeout` seconds refuse the merge."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._other_api() as api:
+                busy = [str(j.get("id")) for j in api.get_jobs(bulk=True)
+                        if j.get("status") not in FINAL_JOB]
+            if not busy:
+                return
+            if time.monotonic() >= deadline:
+                raise MergeError(f"the other cluster has running jobs: {', '.join(busy)}")
+            time.sleep(1.0)
 
     def _instances(self, api: Any, names: list[str], action: str) -> None:
         jobs = []

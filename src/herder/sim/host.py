@@ -125,6 +125,29 @@ def node_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
+def code_paths() -> list[str]:
+    """What a host must see of this machine to run the simulator's own herder: the package's
+    source tree, the virtualenv and the interpreter's installation, PYTHONPATH's entries."""
+    found = [Path(herder.__file__).resolve().parents[1], Path(sys.prefix), Path(sys.base_prefix),
+             Path(sys.executable).resolve().parent]
+    found += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    return sorted({str(p.absolute()) for p in found if p.exists()})
+
+
+def hidden_code_paths(paths: Iterable[str], private: Sequence[str] = PRIVATE_DIRS) -> list[str]:
+    """Those of `paths` that one of the host's private directories would cover (a checkout
+    under /tmp: the host's /tmp is its own), outermost only: each is bound into the host at
+    the same path, so the host runs this herder wherever its checkout is."""
+    def covered(path: str) -> bool:
+        return any(path == d or path.startswith(d + "/") for d in private)
+
+    chosen: list[str] = []
+    for path in sorted(p for p in paths if covered(p)):
+        if not any(path == c or path.startswith(c + "/") for c in chosen):
+            chosen.append(path)
+    return chosen
+
+
 def herder_argv(*args: str) -> list[str]:
     """`herder ARGS` with this interpreter (as installed on a host)."""
     return [sys.executable, "-m", "herder.cli.main", *args]
@@ -332,6 +355,9 @@ class SimHost:
             Mount("ext4", FILE_STORAGE, record.loops[1], "noinit_itable"),
             Mount("tmpfs", "/dev/shm", options="mode=1777"),
         ]
+        for path in hidden_code_paths(code_paths()):
+            layout.source(path).mkdir(parents=True, exist_ok=True)  # the mount point
+            mounts.append(Mount("bind", path, path))
         return HostSpec(hostname=self.name, mounts=mounts, volume_group=record.volume_group,
                         vg_device=record.loops[0], ready_fd=ready_fd,
                         argv=herder_argv("supervise", "--settings", NODE_SETTINGS),

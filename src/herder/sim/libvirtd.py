@@ -159,19 +159,30 @@ def _session_command(workdir: Path) -> tuple[list[str], dict[str, str], Path]:
     return argv, env, home / "run" / "libvirt" / "libvirt-sock"
 
 
-def ensure_system_accounts() -> None:
-    """System-mode libvirtd refuses to start without these (its QEMU driver looks them up)."""
+ACCOUNTS_LOCK = "/run/lock/herder-system-accounts.lock"
+
+
+def ensure_system_accounts(user: str = "libvirt-qemu", primary_group: str = "kvm",
+                           groups: tuple[str, ...] = ("kvm", "libvirt-qemu")) -> None:
+    """System-mode libvirtd refuses to start without these (its QEMU driver looks them up;
+    Debian's qemu.conf: user and group "libvirt-qemu"). Idempotent, and serialised
+    machine-wide: two processes creating them at once made `useradd` fail (exit 9)."""
+    import fcntl
     import grp
 
-    for group in ("kvm", "libvirt-qemu"):  # Debian's qemu.conf: group "libvirt-qemu"
-        try:
-            grp.getgrnam(group)
-        except KeyError:
-            subprocess.run(["groupadd", "--system", group], check=True, capture_output=True)
-    if not _user_exists("libvirt-qemu"):
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", "--gid", "kvm", "libvirt-qemu"],
-                       check=True, capture_output=True)
+    os.makedirs(os.path.dirname(ACCOUNTS_LOCK), exist_ok=True)
+    with open(ACCOUNTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for group in groups:
+            try:
+                grp.getgrnam(group)
+            except KeyError:
+                subprocess.run(["groupadd", "--system", "-f", group], check=True,
+                               capture_output=True)
+        if not _user_exists(user):
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                            "/usr/sbin/nologin", "--gid", primary_group, user],
+                           check=True, capture_output=True)
 
 
 def _namespace_command(workdir: Path) -> tuple[list[str], dict[str, str], Path]:
