@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from herder.core import locking
@@ -20,25 +21,27 @@ from herder.core.errors import OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.jobs.queue import JobContext
 from herder.masterd import lu
-from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv
 
 log = logging.getLogger("herder.masterd")
 
 
 class Processor:
     def __init__(self, env: MasterEnv,
-                 strategy_factory: Any = locking.LockAttemptTimeoutStrategy) -> None:
+                 strategy_factory: Callable[[], locking.LockAttemptTimeoutStrategy] =
+                 locking.LockAttemptTimeoutStrategy) -> None:
         self.env = env
         self.strategy_factory = strategy_factory
 
-    def make_lu(self, op: opcodes.OpCode, feedback: Any = lambda message: None) -> LogicalUnit[Any]:
+    def make_lu(self, op: opcodes.OpCode,
+                feedback: Callable[[str], None] = lambda message: None) -> LogicalUnit[Any]:
         try:
             cls = lu.registry()[op.op_id]
         except KeyError:
             raise opcodes.OpcodeError(f"opcode {op.op_id} is not implemented by herder") from None
         return cls(op, self.env, feedback)
 
-    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any:
+    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> JobResult:
         unit = self.make_lu(op, ctx.feedback)
         # read only: the shared copy; to declare the locks, as this masterd knows it (the locks
         # order its own jobs, whose writes it holds; `check` below reads the current one)

@@ -14,7 +14,7 @@ from herder.core.jobs import opcodes
 from herder.core.noderpc import call_many
 from herder.core.rpcdefs import disk_calls, node_calls
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import apply_ipolicy, redistribute, resets
 
 
@@ -48,7 +48,7 @@ MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_thresho
 class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
     REQ_BGL = True
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             self.apply(op, config)
@@ -165,7 +165,7 @@ class ClusterRedistConf(LogicalUnit[opcodes.OpClusterRedistConf]):
     """Ganeti's LUClusterRedistConf: push everything (with the cluster secrets) to every
     online node now."""
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         results = redistribute(self.env, self.env.store.load(), full=True)
         for name, result in results.items():
             for error in result["errors"]:
@@ -222,7 +222,7 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
             statuses.setdefault(owner, []).append(entry)
         return volumes, statuses
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.env.store.load()
         asked = [n for n in sorted(config.nodes.values(), key=lambda n: n.name)
                  if n.group == self.group.uuid and not n.offline and n.vm_capable]

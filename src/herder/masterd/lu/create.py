@@ -5,7 +5,6 @@ the instance undoes everything (disks, domain, config entry)."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from herder.core import configdiff, locking, model, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
@@ -14,7 +13,7 @@ from herder.core.rpcdefs import instance_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import iallocator, portpool
 from herder.masterd.lu import diskgen, disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name
 from herder.masterd.lu.placement import live_figures
 
@@ -121,7 +120,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError("primary and secondary node must differ")
         self.nodes = chosen
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [n.name for n in self.nodes]
 
     def _build(self, config: model.ConfigData) -> model.Instance:
@@ -152,7 +151,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             ctime=stamp, mtime=stamp,
         )
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)

@@ -22,6 +22,7 @@ After an add or a remove every disk's iv_name is `disk/<index>` again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ import msgspec
 from herder.core import model, params
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.masterd.lu import diskgen, disks
+from herder.masterd.lu.base import MasterEnv
 
 ADD, REMOVE, MODIFY = "add", "remove", "modify"
 MAX_DISKS = 16  # Ganeti's constants.MAX_DISKS
@@ -169,7 +171,8 @@ def _plan_add(inst: model.Instance, template: str, index: int, count: int,
     return DiskChange(ADD, index, settings, size)
 
 
-def _store_disks(env: Any, inst_uuid: str, change: Any) -> model.Instance:
+def _store_disks(env: MasterEnv, inst_uuid: str,
+                 change: Callable[[model.ConfigData, model.Instance], None]) -> model.Instance:
     with env.store.update() as fresh:
         inst = fresh.instances[inst_uuid]
         change(fresh, inst)
@@ -178,7 +181,7 @@ def _store_disks(env: Any, inst_uuid: str, change: Any) -> model.Instance:
     return inst
 
 
-def add_disk(env: Any, inst_uuid: str, change: DiskChange, *, wait_for_sync: bool,
+def add_disk(env: MasterEnv, inst_uuid: str, change: DiskChange, *, wait_for_sync: bool,
              feedback: disks.Feedback) -> list[list[str]]:
     """Ganeti's _CreateNewDisk and _PostAddDisk for one checked addition."""
     config = env.store.load()
@@ -215,7 +218,7 @@ def _only(inst: model.Instance, disk: model.Disk) -> model.Instance:
     return msgspec.structs.replace(inst, disks=[disk])
 
 
-def remove_disk(env: Any, inst_uuid: str, change: DiskChange,
+def remove_disk(env: MasterEnv, inst_uuid: str, change: DiskChange,
                 feedback: disks.Feedback) -> list[list[str]]:
     """Ganeti's _RemoveDisk without hotplug: the disk removed from every node, then from
     the config (kept there when a node could not remove it)."""
@@ -233,7 +236,7 @@ def remove_disk(env: Any, inst_uuid: str, change: DiskChange,
     return [[f"disk/{change.index}", "remove"]]
 
 
-def modify_disk(env: Any, inst_uuid: str, change: DiskChange) -> list[list[str]]:
+def modify_disk(env: MasterEnv, inst_uuid: str, change: DiskChange) -> list[list[str]]:
     """Ganeti's _ModifyDisk: name and mode (ext: any parameter; `default` resets it)."""
     result: list[list[str]] = []
 
@@ -261,7 +264,7 @@ def modify_disk(env: Any, inst_uuid: str, change: DiskChange) -> list[list[str]]
     return result
 
 
-def apply(env: Any, inst_uuid: str, changes: list[DiskChange], *, wait_for_sync: bool,
+def apply(env: MasterEnv, inst_uuid: str, changes: list[DiskChange], *, wait_for_sync: bool,
           feedback: disks.Feedback) -> list[list[str]]:
     """Carry out the checked changes in order (Ganeti's ApplyContainerMods)."""
     result: list[list[str]] = []

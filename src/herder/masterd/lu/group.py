@@ -7,7 +7,7 @@ from typing import Any
 from herder.core import locking, model, params
 from herder.core.errors import ConfigError, OpPrereqError
 from herder.core.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import apply_ipolicy, resets
 
 
@@ -38,7 +38,7 @@ class GroupAdd(LogicalUnit[opcodes.OpGroupAdd]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         stamp = model.now()
         group = model.NodeGroup(uuid=model.new_uuid(), name=op.group_name, ctime=stamp, mtime=stamp)
@@ -62,7 +62,7 @@ class GroupSetParams(LogicalUnit[opcodes.OpGroupSetParams]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         result: list[list[Any]] = []
         with self.env.store.update() as config:
             group = config.find_group(self.op.group_name)
@@ -86,7 +86,7 @@ class GroupRename(LogicalUnit[opcodes.OpGroupRename]):
         if any(g.name == op.new_name for g in config.nodegroups.values()):
             raise OpPrereqError(f"node group {op.new_name!r} already exists", "already_exists")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             group = config.find_group(op.group_name)
@@ -110,7 +110,7 @@ class GroupRemove(LogicalUnit[opcodes.OpGroupRemove]):
         if len(config.nodegroups) == 1:
             raise OpPrereqError("the last node group cannot be removed", "wrong_state")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             group = config.find_group(self.op.group_name)
             del config.nodegroups[group.uuid]

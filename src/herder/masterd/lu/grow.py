@@ -7,14 +7,12 @@ disks were not active; only the grown disk is assembled and shut down, as Ganeti
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import diskobjects, locking, model
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.rpcdefs import disk_calls
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 # Ganeti's DTS_GROWABLE
 GROWABLE = frozenset({"plain", "drbd", "file", "sharedfile", "rbd", "ext", "gluster"})
@@ -53,7 +51,7 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
                                 f"disk size ({disk.size} MiB)", "wrong_input")
         self.inst, self.delta, self.target = inst, target - disk.size, target
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return self.target
 
     def _grow(self, config: model.ConfigData, node_uuid: str, *, dryrun: bool,
@@ -63,7 +61,7 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
             disk=diskobjects.disk_object(config, self.inst, disk, node_uuid),
             amount=self.delta, dryrun=dryrun, backingstore=backingstore))
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op, inst = self.op, self.inst
         config = self.env.store.load()
         if self.delta == 0:

@@ -15,7 +15,7 @@ from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import portpool
 from herder.masterd.lu import convert, disk_modify, disks, handover, migration, placement, replace
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name, instance_locks, resets
 
 
@@ -54,7 +54,7 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
             raise OpPrereqError(f"instance {op.new_name!r} already exists", "already_exists")
         self.inst, self.node = inst, node
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         old_name = self.inst.name
         old_dir = next((d for d in map(diskobjects.file_storage_dir, self.inst.disks) if d),
@@ -265,7 +265,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
                                 f"instance {inst.name}: needed {delta} MiB, available "
                                 f"{info.memory_free} MiB", "insufficient_resources")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         config = self.env.store.load()
         inst = config.find_instance(op.instance_name)
@@ -309,7 +309,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
 
 
 class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         config = self.env.store.load()
         wanted = [lookup(config.find_instance, n) for n in op.instances] if op.instances \
@@ -370,7 +370,7 @@ class _NodeAction(LogicalUnit[InstanceOpT]):
     def act(self) -> None:
         raise NotImplementedError
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         self.act()  # the node first: the config changes only when the node did it
         if self.new_admin_state and not getattr(self.op, "no_remember", False):
             with self.env.store.update() as config:
@@ -531,7 +531,7 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
                 and not self.op.ignore_failures:
             raise OpExecError(f"could not remove the block devices of {self.inst.name}")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         self.act()
         with self.env.store.update() as config:
             portpool.release(config, config.instances.pop(self.inst.uuid).network_port)
@@ -563,7 +563,7 @@ class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):
             raise OpPrereqError(f"the primary node {primary.name} of {self.inst.name} is "
                                 "offline: its copy cannot be confirmed", "wrong_state")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         inst, node, primary = self.inst, self.node, self.primary
         if node.uuid == primary.uuid:
             self.feedback(f"{node.name} is the primary node of {inst.name} now; nothing to stop")
@@ -591,7 +591,7 @@ class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
         self.assembled = disks.assemble_disks(self.env, self.config, self.inst,
                                               feedback=self.feedback)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:  # Ganeti marks them active first
             config.instances[self.inst.uuid].disks_active = True
         try:
@@ -629,7 +629,7 @@ class InstanceDeactivateDisks(_NodeAction[opcodes.OpInstanceDeactivateDisks]):
                                     ignore_primary=self.op.force, feedback=self.feedback):
             raise OpExecError(f"could not shut down every disk of {self.inst.name}")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         self.act()
         with self.env.store.update() as config:
             config.instances[self.inst.uuid].disks_active = False
@@ -654,7 +654,7 @@ class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
             instance=payload, name=self.inst.name, reason=op.reason,
             version=self.inst.serial_no, force_variant=op.force_variant))
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         self.act()
         if op.os_type and op.os_type != self.inst.os:

@@ -8,8 +8,6 @@ target and leaves the instance on the source (started again when it was up)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import diskobjects, locking, model, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.jobs import opcodes
@@ -17,7 +15,7 @@ from herder.core.noderpc import DEFAULT_NODED_PORT
 from herder.core.rpcdefs import disk_calls, instance_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
 
 # Ganeti's DTS_COPYABLE: the templates whose disks a move copies
 COPYABLE = frozenset({"plain", "file"})
@@ -66,10 +64,10 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
                                 "its disks cannot be copied", "wrong_state")
         self.inst, self.source, self.target = inst, source, target
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [self.source.name, self.target.name]
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op, env = self.op, self.env
         config = env.store.load()
         inst = config.instances[self.inst.uuid]

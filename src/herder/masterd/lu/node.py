@@ -3,7 +3,7 @@ node-level operations that need node daemons (evacuate, migrate)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from herder.core import envelope, locking, model, names, params
 from herder.core.cluster_secrets import SecretPaths
@@ -13,7 +13,7 @@ from herder.core.noderpc import DEFAULT_NODED_PORT, UnavailableRpc
 from herder.core.rpcdefs import node_calls, role_calls
 from herder.masterd import join, redist
 from herder.masterd.lu import migration, placement, replace
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import config_path_of, redistribute, resets
 
 
@@ -90,7 +90,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         except join.JoinError as err:
             raise OpPrereqError(str(err), "environment_error") from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         stamp = model.now()
         existing_uuid = next((n.uuid for n in self.env.store.load().nodes.values()
@@ -182,7 +182,7 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         changes: list[list[str]] = []
         with self.env.store.update() as config:
@@ -257,7 +257,7 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
             raise OpPrereqError(f"node {node.name} still holds instances: {', '.join(users)}",
                                 "wrong_input")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             node = config.find_node(self.op.node_name)
             del config.nodes[node.uuid]
@@ -285,7 +285,7 @@ class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
         if node.uuid == config.cluster.master_node and not op.force:
             raise OpPrereqError("the master node is power-cycled only with force")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         node = self.env.store.load().find_node(self.op.node_name)
         return self.env.rpc.call(node, node_calls.NodePowercycle())
 
@@ -327,10 +327,10 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
         self.affected = [i.name for i in self.primaries] * ("primary" in self.modes) + \
             [i.name for i in self.secondaries] * ("secondary" in self.modes)
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return self.affected
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         if not self.affected:
             self.feedback(f"node {self.node.name} holds no instances; nothing to do")
             return []

@@ -4,8 +4,6 @@ safe), and run a white-listed repair command on a node (maintd's live-repair).""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from herder.core import diskobjects, locking, model, storage_units
@@ -13,7 +11,7 @@ from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import HerderError, OpPrereqError
 from herder.core.jobs import opcodes
 from herder.core.rpcdefs import disk_calls, node_calls, storage_calls
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.vg_repair import CopyReport, CopyReports, vg_repair_allowed
 
 FIELDS = ("name", "size", "used", "free", "allocatable")
@@ -33,14 +31,14 @@ class NodeQueryStorage(LogicalUnit[opcodes.OpNodeQueryStorage]):
             if problem:
                 raise OpPrereqError(f"cannot query storage unit: {problem}")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         c = self.config.cluster
         request = storage_calls.StorageList(
             type=op.storage_type, name=op.name,
             dirs=[c.file_storage_dir, c.shared_file_storage_dir]
             if op.storage_type == "file" else [])
-        rows: list[list[object]] = []
+        rows: list[list[JobResult]] = []
         for node in self.nodes:
             try:
                 units = self.env.rpc.call(node, request)
@@ -48,7 +46,7 @@ class NodeQueryStorage(LogicalUnit[opcodes.OpNodeQueryStorage]):
                 self.feedback(f"node {node.name}: {err}")
                 continue
             for unit in units:
-                row: dict[str, object] = {**unit, "node": node.name}
+                row: dict[str, JobResult] = {**unit, "node": node.name}
                 rows.append([row.get(f) for f in self.fields])
         return rows
 
@@ -66,7 +64,7 @@ class NodeModifyStorage(LogicalUnit[opcodes.OpNodeModifyStorage]):
             raise OpPrereqError(f"storage units of type {op.storage_type} can only change "
                                 f"'allocatable' (not {', '.join(sorted(unknown))})")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         self.env.rpc.call(self.node, storage_calls.StorageModify(
             type=op.storage_type, name=op.name, allocatable=bool(op.changes["allocatable"])))
@@ -125,7 +123,7 @@ class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
                 reports.setdefault((owner, peer), []).append(entry)
         return {**copies, **reports}
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         repaired = self.env.rpc.call(self.node, storage_calls.StorageRepair(
             type=op.storage_type, name=op.name))
@@ -144,7 +142,7 @@ class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
             raise OpPrereqError("the repair command is a file name in the node's white-list "
                                 "directory, without path separators")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         result = self.env.rpc.call(self.node, node_calls.RepairCommand(command=op.command,
                                                                         input=op.input))
@@ -157,7 +155,7 @@ class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
         self.nodes = sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
                             key=lambda n: n.name)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         """{"os+variant": [nodes offering it]}: an OS is usable where every node has it."""
         offered: dict[str, list[str]] = {}
         for node in self.nodes:

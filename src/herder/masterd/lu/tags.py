@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from herder.core import locking, model
 from herder.core.errors import ConfigError, NotFoundError, OpPrereqError
 from herder.core.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 _LEVELS = {"instance": locking.LEVEL_INSTANCE, "nodegroup": locking.LEVEL_NODEGROUP,
            "node": locking.LEVEL_NODE, "network": locking.LEVEL_NETWORK}
@@ -48,7 +48,7 @@ class _Tags(LogicalUnit[TagsOpT]):
     def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
         raise NotImplementedError
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             obj = _target(config, op.kind, op.name)
