@@ -402,7 +402,8 @@ def test_no_signed_message_of_one_protocol_is_taken_by_another(noded, mond, main
     mond_daemon, _ = mond
     maintd_daemon, _ = maintd
     repairer = mond_daemon.app[mond_server.REPAIR_KEY]
-    methods = sorted(m.removeprefix("rpc_") for m in dir(node) if m.startswith("rpc_"))
+    methods = sorted(noded_rpc.handlers())
+    assert "node_powercycle" in methods
     note = notification.vm_notification("node2", U_A, "LIFECYCLE", "STOPPED_FAILED")
     with serving(node_daemon.app) as noded_http, serving(mond_daemon.app) as mond_http, \
             serving(maintd_daemon.app, maintd_daemon.tls) as maintd_http:
@@ -462,6 +463,7 @@ def test_security_md_names_every_route_with_its_rule(masterd, noded, mond, maint
                 missing.append(f"{daemon.name}: {key} ({route.rule.name}): "
                                f"{table.get(key, 'no row')}")
     assert not missing, "docs/security.md's tables lack or misstate:\n" + "\n".join(missing)
-    node = noded[1]
-    for method in (m for m in dir(node) if m.startswith("rpc_")):
+    methods = sorted(noded_rpc.handlers())
+    assert "ping" in methods
+    for method in methods:
         assert f"`{method}`" in text, f"docs/security.md does not name noded's {method}"

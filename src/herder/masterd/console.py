@@ -29,8 +29,9 @@ from aiohttp import WSMsgType, web
 
 from herder.core import access, console, model
 from herder.core.errors import HerderError
-from herder.core.noderpc import HttpNodeRpc
-from herder.core.rpcdefs.instance_calls import ConsoleStream
+from herder.core.noderpc import HttpNodeRpc, NodeRpc
+from herder.core.rpcdefs import instance_calls, node_calls
+from herder.core.rpcdefs.base import AnswerT, Call
 
 log = logging.getLogger("herder.rapi.console")
 RUNNING_STATES = frozenset({"running", "blocked", "paused"})
@@ -52,17 +53,16 @@ def add_routes(router: web.UrlDispatcher) -> None:
                                           f"{where}")
         return config, inst, node
 
-    def node_rpc(request: web.Request) -> Any:
+    def node_rpc(request: web.Request) -> NodeRpc:
         rpc = rapi.ctx_of(request).rpc
         if rpc is None:
             raise rapi.RapiHttpError(503, f"{UNAVAILABLE}: masterd has no node daemons")
         return rpc
 
-    async def call(request: web.Request, node: model.Node, method: str,
-                   args: dict[str, Any]) -> Any:
+    async def call(request: web.Request, node: model.Node,
+                   asked: Call[AnswerT]) -> AnswerT:
         try:
-            return await asyncio.to_thread(node_rpc(request).call, node, method, args,
-                                           LIST_TIMEOUT)
+            return await asyncio.to_thread(node_rpc(request).call, node, asked, LIST_TIMEOUT)
         except HerderError as err:
             raise rapi.RapiHttpError(503, f"{UNAVAILABLE}: {err}") from None
 
@@ -70,8 +70,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     async def console_info(request: web.Request) -> web.Response:
         """Ganeti's R_2_instances_name_console: the console object, 503 unless it runs."""
         config, inst, node = target(request)
-        listed = await call(request, node, "instance_list", {})
-        if not isinstance(listed, dict) or listed.get(inst.name) not in RUNNING_STATES:
+        listed = await call(request, node, node_calls.InstanceList())
+        if listed.get(inst.name) not in RUNNING_STATES:
             raise rapi.RapiHttpError(503, UNAVAILABLE)
         return rapi.ok(console.instance_console(
             inst.name, inst.hypervisor, inst.network_port, config.filled_hvparams(inst),
@@ -84,9 +84,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
         text = request.query.get("lines", str(console.LOG_LINES_DEFAULT))
         if not text.isdigit() or not 1 <= int(text) <= console.LOG_LINES_MAX:
             raise rapi.RapiHttpError(400, f"lines must be a number 1..{console.LOG_LINES_MAX}")
-        tail = await call(request, node, "instance_console_log",
-                          {"instance": inst.name, "lines": int(text)})
-        return web.Response(text=str(tail), content_type="text/plain")
+        tail = await call(request, node, instance_calls.InstanceConsoleLog(
+            instance=inst.name, lines=int(text)))
+        return web.Response(text=tail, content_type="text/plain")
 
     async def ask_only(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
                        tls: Any, inst: model.Instance, node: model.Node, kind: str) -> None:
@@ -113,7 +113,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
             raise rapi.RapiHttpError(503, f"{UNAVAILABLE}: no node daemon transport")
         url, headers = rpc.stream(node, console.STREAM_PATH.format(instance=inst.name,
                                                                    kind=kind),
-                                  console.STREAM_METHODS[kind], ConsoleStream(instance=inst.name))
+                                  console.STREAM_METHODS[kind],
+                                  instance_calls.ConsoleStream(instance=inst.name))
         tls = rpc.tls if rpc.tls is not None else True
         async with aiohttp.ClientSession() as session:
             if not web.WebSocketResponse().can_prepare(request).ok:
