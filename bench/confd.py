@@ -104,7 +104,7 @@ def cluster(tmp: Path) -> tuple[Path, bytes, bool]:
     """(herder config path, key, whether it is the peers' cluster)."""
     path = tmp / "config.json"
     if (GANETI_DATA / "config.data").exists():
-        from herder.core.ganeti_import import import_ganeti_file
+        from herder.cli.ganeti_import import import_ganeti_file
 
         config, _ = import_ganeti_file(GANETI_DATA / "config.data")
         key = envelope.load_key(GANETI_DATA / "hmac.key")

@@ -1,4 +1,4 @@
-"""Benchmark of herder.core.locking: acquire/release throughput.
+"""Benchmark of herder.masterd.locking: acquire/release throughput.
 
     .venv/bin/python bench/locks.py [--duration 1.0] [--jobs 200]
     .venv/bin/python bench/locks.py --stress 30
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from herder.core import locking
+from herder.masterd import locking
 
 Op = Callable[[random.Random], None]
 
@@ -150,8 +150,8 @@ def bench_jobs(count: int) -> list[tuple[str, float]]:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.conftest
 
-    from herder.core.jobs.queue import JobQueue
     from herder.core.store import FileStore
+    from herder.masterd.jobs.queue import JobQueue
     from herder.masterd.lu.base import MasterEnv
     from herder.masterd.processor import Processor
     from tests.conftest import build_config

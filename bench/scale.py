@@ -298,7 +298,7 @@ def measure_in_process(location: str) -> dict[str, Any]:
 
 def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
              source: Path, concurrent: int) -> dict[str, Any]:
-    from herder.core import ganeti_import
+    from herder.cli import ganeti_import
 
     work = base / f"{backend}-{instances_n}"
     files = work / "file"

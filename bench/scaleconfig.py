@@ -90,7 +90,7 @@ def scaled_ganeti(instances: int, source: Path = SOURCE) -> dict[str, Any]:
 
 def scaled_herder(instances: int) -> Any:
     """The scaled capture imported into a herder `ConfigData`."""
-    from herder.core import ganeti_import
+    from herder.cli import ganeti_import
 
     config, _notes = ganeti_import.import_ganeti(scaled_ganeti(instances))
     return config

@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from herder.core import locking
+from herder.masterd import locking
 
 THREADS = 64
 WATCHDOG_GRACE = 60.0  # after DURATION, every thread must stop within this
@@ -44,7 +44,7 @@ class Wait:
 
 @dataclass
 class Recorder:
-    """Per-thread record of waits and holds (a herder.core.locking.WaitRecorder)."""
+    """Per-thread record of waits and holds (a herder.masterd.locking.WaitRecorder)."""
 
     waits: list[Wait] = field(default_factory=list)
     max_hold: dict[str, float] = field(default_factory=lambda: defaultdict(float))

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from herder.cli.ganeti_import import import_ganeti_file
 from herder.core import confd, envelope, model
-from herder.core.ganeti_import import import_ganeti_file
 from tests.confd.confd_support import Servers, static_processor
 from tests.conftest import SHARED
 

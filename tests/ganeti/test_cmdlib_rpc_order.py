@@ -3,7 +3,7 @@
 Both run on the same cluster: Ganeti's own `config.data` of a 3.0 cluster
 (`../shared/conformance/ganeti/cluster_config_3.0.json`: a DRBD instance on node1/node3, plain
 instances; four more added in its shapes), read by Ganeti's `ConfigWriter` and imported into
-herder (`core.ganeti_import`). Ganeti's side runs its cmdlib (CreateDisks with
+herder (`cli.ganeti_import`). Ganeti's side runs its cmdlib (CreateDisks with
 _RemoveDegradedDisks, RemoveDisks, StartInstanceDisks, LUInstanceActivateDisks,
 LUInstanceDeactivateDisks, LUInstanceGrowDisk, TLReplaceDisks, TLMigrateInstance,
 LUInstanceMove, LUInstanceRecreateDisks, LUInstanceRename) with its real RPC runner over a
@@ -29,11 +29,13 @@ from typing import Any
 
 import pytest
 
-from herder.core import ganeti_import, locking, model
+from herder.cli import ganeti_import
+from herder.core import model
 from herder.core.errors import HerderError, RpcError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import RpcTransport
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import LogicalUnit, MasterEnv
 from herder.masterd.lu.grow import InstanceGrowDisk

@@ -19,9 +19,10 @@ import pytest
 
 from herder.core import etcd
 from herder.core.errors import ConfigError, StoreError
-from herder.core.lease import Fence, MasterLease
+from herder.core.fence import Fence
 from herder.core.store import open_store
 from herder.core.store_etcd import EtcdStore, parse_location
+from herder.masterd.lease import MasterLease
 from tests.conftest import build_config
 from tests.ha.etcd_pki import EtcdPki
 
@@ -330,7 +331,7 @@ def test_lease_basics(client: etcd.EtcdClient) -> None:
 HOLDER = textwrap.dedent("""
     import sys, time
     from herder.core import etcd
-    from herder.core.lease import MasterLease
+    from herder.masterd.lease import MasterLease
     lease = MasterLease(etcd.EtcdClient(sys.argv[1].split(",")), "ha", "A", ttl=int(sys.argv[2]))
     lease.start()
     assert lease.wait_elected(10)

@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 
-from herder.core import etcd, locking
+from herder.core import etcd
 from herder.core.errors import StoreError
-from herder.core.jobs.queue import Job, JobQueue, OpStatus, QueuedOpCode, timestamp
-from herder.core.jobs.store_etcd import EtcdJobStorage
-from herder.core.lease import MasterLease
 from herder.core.store_etcd import EtcdStore
+from herder.masterd import locking
+from herder.masterd.jobs.queue import Job, JobQueue, OpStatus, QueuedOpCode, timestamp
+from herder.masterd.jobs.store_etcd import EtcdJobStorage
+from herder.masterd.lease import MasterLease
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config

@@ -7,6 +7,7 @@ lease can no longer write; no config write is lost or applied twice.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import re
@@ -22,13 +23,13 @@ import pytest
 
 from herder.core import etcd
 from herder.core.errors import StoreError
-from herder.core.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
-from herder.core.jobs.store_etcd import EtcdJobStorage
-from herder.core.lease import Fence, master_key
+from herder.core.fence import Fence, master_key
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore
-from herder.masterd.daemon import EXIT_LEASE_LOST
+from herder.masterd.daemon import EXIT_LEASE_LOST, MasterDaemon
+from herder.masterd.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
+from herder.masterd.jobs.store_etcd import EtcdJobStorage
 from tests.ha.test_etcd import ETCD, EtcdCluster
 from tests.system.masterd_fixture import make_cluster
 
@@ -255,7 +256,9 @@ def test_takeover_gives_the_node_calls_the_new_epoch(tmp_path: Path,
         store=store, me=me, epoch=start_epoch, master_uuid=None, node_rpc=transport,
         env=SimpleNamespace(rpc=InvalidatingRpc(recorded, live), locks=None),
         queue=SimpleNamespace(recover=lambda: recovered), recovered=None)
+    # the daemon's own step once elected, on the attributes it uses
+    daemon.become_master = functools.partial(MasterDaemon.become_master, daemon)
     lease_epoch = start_epoch + 41  # an etcd revision: larger than any epoch before it
-    take_over(daemon, lease_epoch)  # type: ignore[arg-type]  # the attributes take_over uses
+    take_over(daemon, lease_epoch)
     assert store.load().cluster.master_epoch == lease_epoch == daemon.epoch
     assert transport.epoch == lease_epoch

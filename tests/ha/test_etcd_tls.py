@@ -23,12 +23,13 @@ import pytest
 
 from herder.core import etcd, etcd_settings
 from herder.core.errors import StoreError
-from herder.core.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
-from herder.core.jobs.store_etcd import EtcdJobStorage
-from herder.core.lease import Fence, MasterLease
+from herder.core.fence import Fence
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore, open_store
 from herder.core.store_etcd import EtcdStore, open_client
+from herder.masterd.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
+from herder.masterd.jobs.store_etcd import EtcdJobStorage
+from herder.masterd.lease import MasterLease
 from tests.conftest import build_config
 from tests.ha.etcd_pki import EtcdPki, make_pki, write_client_settings
 from tests.ha.test_etcd import ETCD, REPO, EtcdCluster

@@ -28,7 +28,7 @@ from tests.conftest import build_config
 from tests.rpcfakes import nothing_answer
 
 CONFIG = Path("/var/lib/herder/config.json")
-HV_DIR = "/var/lib/herder/hypervisor"  # core.hvfiles: beside CONFIG
+HV_DIR = "/var/lib/herder/hypervisor"  # masterd.hvfiles: beside CONFIG
 
 
 def names(config: model.ConfigData) -> list[str]:
@@ -303,7 +303,7 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
 
     master = sim.host("node1")
     # The master's file, made on the master (as an operator would), in its hypervisor file
-    # directory beside its config (core.hvfiles)
+    # directory beside its config (masterd.hvfiles)
     password = "/var/lib/herder/hypervisor/web1.pw"
     on(sim, "node1", "instance", "list")  # the CLI works on the master
     made = master.run(["sh", "-c", f"mkdir -p /var/lib/herder/hypervisor && printf "

@@ -18,12 +18,12 @@ import pytest
 
 from herder.core import model, ssconf
 from herder.core.cluster_secrets import self_signed_certificate
-from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
 from herder.masterd import rapi
 from herder.masterd.announce import Announcements
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.livecache import LiveCache
 from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.noded import announce

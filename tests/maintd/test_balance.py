@@ -5,7 +5,7 @@ import itertools
 from pathlib import Path
 
 from herder.alloc import Options, answer_message
-from herder.core.jobs import reason
+from herder.core import reason
 from herder.maintd import balance
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Job, Node, Plan

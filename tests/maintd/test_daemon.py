@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from herder.core.jobs import reason
+from herder.core import reason
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState

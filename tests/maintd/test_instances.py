@@ -10,8 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from herder.core import model, notification
-from herder.core.jobs import reason
+from herder.core import model, notification, reason
 from herder.maintd import incidents as incident_lifecycle
 from herder.maintd import instances as instance_incidents
 from herder.maintd.daemon import Maintd

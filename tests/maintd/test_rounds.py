@@ -6,7 +6,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herder.core.jobs import reason
+from herder.core import reason
 from herder.maintd import incidents
 from herder.maintd.rounds import Instance, Job, Node, Plan, plan_round
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from herder.cli.ganeti_import import import_ganeti_file
 from herder.cli.main import main
 from herder.core import confd, model
-from herder.core.ganeti_import import import_ganeti_file
 from herder.core.store import FileStore
 from herder.mond.agent import Agent
 from herder.mond.collector import CollectContext, Collector, ConfdSource, MondSettings

@@ -432,13 +432,14 @@ def test_unreachable_libvirt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_connection_is_cached_and_reopened(domains: Domains) -> None:
     collector = inst_status.InstStatusCollector(make_ctx(None))
+    uri = collector.ctx.libvirt_uri()
     collector.collect()
-    first = collector.libvirt._conn
+    first = collector.libvirt.get(uri)
     collector.collect()
-    assert collector.libvirt._conn is first
+    assert collector.libvirt.get(uri) is first
     collector.libvirt.reset()
     collector.collect()
-    assert collector.libvirt._conn is not first
+    assert collector.libvirt.get(uri) is not first
 
 
 # --- hypervisor -------------------------------------------------------------------------------
@@ -569,11 +570,11 @@ def test_reconnects_after_libvirtd_restart(libvirtd: PrivateLibvirtd) -> None:
     rw.defineXML(domain_xml("gone.example.com"))
     assert "gone.example.com" in by_name(collector.collect())
     rw.close()
-    first = collector.libvirt._conn
+    first = collector.libvirt.get(libvirtd.uri)
     libvirtd.restart()  # the old connection is dead, and the driver is back to its default
     data = collector.collect()
     assert set(by_name(data)) == {"test"}
-    assert collector.libvirt._conn is not first
+    assert collector.libvirt.get(libvirtd.uri) is not first
     hyp = hypervisor.HypervisorCollector(make_ctx(None, uri=libvirtd.uri))
     assert [d["name"] for d in hyp.collect()["domains"]] == ["test"]
     libvirtd.kill()

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from herder.core import envelope, repair_client
+from herder.core import envelope
+from herder.maintd import repair_client
 from herder.mond.collector import CollectContext, MondSettings, RepairSettings
 from tests.mond.agent_fixture import running_mond
 

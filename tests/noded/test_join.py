@@ -233,9 +233,9 @@ def test_a_certificate_taken_off_the_list_is_refused(tmp_path: Path, cluster: Cl
 def test_node_add_joins_first_and_leaves_the_config_unchanged_when_the_join_fails(
         tmp_path: Path, cluster: Cluster) -> None:
     """OP_NODE_ADD with a join token, through the job processor and masterd's node RPC."""
-    from herder.core import locking
-    from herder.core.jobs.queue import JobQueue
     from herder.core.store import FileStore
+    from herder.masterd import locking
+    from herder.masterd.jobs.queue import JobQueue
     from herder.masterd.lu.base import MasterEnv
     from herder.masterd.processor import Processor
     from tests.conftest import build_config

@@ -9,9 +9,9 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from herder.core import hvfiles, model
+from herder.core import model
 from herder.core.noderpc import RpcTransport
-from herder.masterd import redist
+from herder.masterd import hvfiles, redist
 from tests.conftest import build_config
 from tests.rpcfakes import nothing_answer
 

@@ -34,26 +34,18 @@ import pytest
 from aiohttp import web
 
 from herder.confd.server import ConfdProcessor
-from herder.core import (
-    access,
-    confd,
-    console,
-    envelope,
-    notification,
-    purpose_keys,
-    repair_client,
-    rpcauth,
-)
+from herder.core import access, confd, console, envelope, notification, purpose_keys, rpcauth
 from herder.core.cluster_secrets import self_signed_certificate
-from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
+from herder.maintd import repair_client
 from herder.maintd import server as maintd_server
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
 from herder.masterd import rapi
 from herder.masterd.announce import Announcements
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.reachability import Reachability
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent

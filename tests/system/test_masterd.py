@@ -297,8 +297,9 @@ class _AllocRpc(RpcTransport):
 
 
 def _alloc_master(tmp_path: Path, rpc: _AllocRpc, templates: tuple[str, ...]):
-    from herder.core import locking, model
-    from herder.core.jobs.queue import JobQueue
+    from herder.core import model
+    from herder.masterd import locking
+    from herder.masterd.jobs.queue import JobQueue
     from herder.masterd.lu.base import MasterEnv
     from herder.masterd.processor import Processor
     from tests.conftest import build_config

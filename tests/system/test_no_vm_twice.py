@@ -20,13 +20,14 @@ import pytest
 
 pytest.importorskip("libvirt")
 
-from herder.core import locking, model, vmclaim
+from herder.core import model, vmclaim
 from herder.core.errors import RpcError
-from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import RpcTransport
 from herder.core.rpcdefs import instance_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.noded import rpc as noded_rpc

@@ -11,10 +11,11 @@ from typing import Any
 
 import msgspec
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import RpcError
 from herder.core.noderpc import RpcTransport
 from herder.core.store import FileStore
+from herder.masterd import locking
 from herder.masterd.lu.base import MasterEnv
 from herder.noded import rpc as noded_rpc
 from herder.noded.bdev.base import BlockDevError, Host

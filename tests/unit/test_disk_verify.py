@@ -14,7 +14,7 @@ import pytest
 from herder.core import verify
 from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.cluster import ClusterVerifyGroup
 from herder.masterd.lu.instance import InstanceSetParams
 from herder.masterd.lu.storage import RepairNodeStorage

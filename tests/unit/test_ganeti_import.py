@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from herder.cli.ganeti_import import import_ganeti, import_ganeti_file
 from herder.core import model
 from herder.core.errors import ConfigError
-from herder.core.ganeti_import import import_ganeti, import_ganeti_file
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 GANETI = SHARED / "conformance" / "ganeti"

@@ -1,4 +1,4 @@
-"""`core.heap`: masterd's glibc heap settings (figures: bench/scale.py, docs/scale.md)."""
+"""`masterd.heap`: masterd's glibc heap settings (figures: bench/scale.py, docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from herder.core import heap
+from herder.masterd import heap
 
 
 class _MallInfo2(ctypes.Structure):

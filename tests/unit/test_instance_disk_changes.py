@@ -17,7 +17,7 @@ import pytest
 
 from herder.core import model
 from herder.core.errors import OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.instance import InstanceRename, InstanceSetParams
 from herder.noded.bdev.base import Host, SubprocessRunner
 from tests.conftest import build_config

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import NotFoundError
-from herder.core.jobs import opcodes
-from herder.core.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs.queue import JobQueue, OpStatus, job_fields
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config, stored_files

@@ -1,4 +1,4 @@
-"""herder.core.locking: the behaviours Ganeti's own lock tests assert (reference notes §3.7),
+"""herder.masterd.locking: the behaviours Ganeti's own lock tests assert (reference notes §3.7),
 ported to herder's API (misuse raises LockError where Ganeti asserted), plus a hypothesis
 state machine over SharedLock/LockSet driven by several owner threads."""
 
@@ -17,8 +17,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from herder.core import locking
 from herder.core.errors import HerderError
+from herder.masterd import locking
 
 WAIT = 5.0  # generous bound for anything that must happen "soon"
 

@@ -60,16 +60,16 @@ def test_no_cryptic_module_aliases() -> None:
 def test_the_check_finds_what_it_refuses() -> None:
     source = (
         "from herder.core import model as M\n"
-        "import herder.core.locking as L\n"
+        "import herder.masterd.locking as L\n"
         "def f():\n"
-        "    from herder.core.jobs import queue as Q\n"
+        "    from herder.masterd.jobs import queue as Q\n"
         "    from herder.maintd import instances as IN\n"
-        "from herder.core.jobs import reason as reason_trail\n"
+        "from herder.core import reason as reason_trail\n"
         "import xml.etree.ElementTree as ET\n"
         "from herder.core import params\n"
     )
     assert [(name, short) for _, name, short in cryptic_aliases(source)] == [
-        ("model", "M"), ("herder.core.locking", "L"), ("queue", "Q"), ("instances", "IN")]
+        ("model", "M"), ("herder.masterd.locking", "L"), ("queue", "Q"), ("instances", "IN")]
     script = 'WRITER = """\n    import sys\n    from herder.core import etcd as E\n"""\n'
     assert [short for text in embedded_sources(script)
             for _, _, short in cryptic_aliases(text)] == ["E"]

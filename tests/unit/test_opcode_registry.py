@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from herder.core.jobs import opcodes
 from herder.masterd import lu, rapi
+from herder.masterd.jobs import opcodes
 
 
 def test_all_opcodes_are_the_classes_defined_with_an_op_id() -> None:

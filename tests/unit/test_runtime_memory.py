@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from herder.cli import remote
 from herder.cli.main import cli
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import RpcTransport
 from herder.core.store import FileStore
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.instance import InstanceSetParams
 from tests.conftest import build_config
 from tests.rpcfakes import nothing_answer

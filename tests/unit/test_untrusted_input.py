@@ -1,7 +1,7 @@
 """Issue 18, items 7-9 at the pure edges: documents nested too deeply are refused before any
 recursive decoder sees them (`core.untrusted`, every JSON edge), names follow Ganeti's rules
 (`core.names`), paths built from names stay inside their directory (`core.paths`), parameters
-get Ganeti's type and range checks at submission (`core.jobs.opcodes`), and noded checks each
+get Ganeti's type and range checks at submission (`masterd.jobs.opcodes`), and noded checks each
 RPC's arguments (the contract's calls, `core.rpcdefs`, decoded at noded's door)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from herder.core import confd, envelope, model, names, notification, paths, rpcauth, untrusted
 from herder.core.errors import ConfigError, SignatureError
-from herder.core.jobs import opcodes
+from herder.masterd.jobs import opcodes
 from herder.noded import rpc as noded_rpc
 
 DEEP = 100_000

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from herder.core import client_profile
-from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
 from herder.masterd import rapi
+from herder.masterd.jobs.queue import JobQueue
 from tests.conftest import build_config
 from tests.security.serving import serving
 from tests.simhelpers import herder, running_sim, screenshots, worker_offset

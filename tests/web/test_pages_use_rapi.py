@@ -13,10 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from herder.core import access
-from herder.core.jobs.queue import JobQueue
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
 from herder.masterd import rapi
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.web import pages
 from tests.conftest import build_config
 

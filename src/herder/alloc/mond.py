@@ -29,11 +29,10 @@ from typing import Any, TypeGuard
 
 from herder.alloc.model import Cluster
 from herder.alloc.protocol import InputError
-from herder.core import untrusted
+from herder.core import ports, untrusted
 
 CPU_AVG_LOAD = "cpu-avg-load"
 XEN_CPU_AVG_LOAD = "xen-cpu-avg-load"
-DEFAULT_PORT = 1815
 API_VERSION = 1
 # DCReport's fields in Ganeti's order; "category" may be missing (optional, null allowed).
 _REPORT_KEYS = ("name", "version", "format_version", "timestamp", "category", "kind", "data")
@@ -49,7 +48,7 @@ class MondOptions:
     data: dict[str, list[dict[str, Any]]] | None = None  # parsed --mond-data (None: ask agents)
     xen: bool = False  # --mond-xen
     ignore_dynu: bool = False
-    port: int = DEFAULT_PORT
+    port: int = ports.MOND
     timeout: float = 2.0  # seconds per agent
 
 
@@ -124,7 +123,7 @@ def _instance_map(report: dict[str, Any] | None) -> dict[str, float] | None:
     return {k: float(v) for k, v in data.items()}
 
 
-def fetch_report(host: str, collector: str, port: int = DEFAULT_PORT,
+def fetch_report(host: str, collector: str, port: int = ports.MOND,
                  timeout: float = 2.0) -> tuple[dict[str, Any] | None, bool]:
     """GET one report from a node's agent: (report or None, whether the agent answered)."""
     import http.client  # not httpx: the allocator's script entry starts fast on the stdlib

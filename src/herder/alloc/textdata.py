@@ -157,7 +157,7 @@ def parse_text(text: str, ignore_dynu: bool = False) -> Cluster:
     return cl
 
 
-def _size(text: str) -> int:
+def htools_size(text: str) -> int:
     """htools' sizes in MiB: lower-case units binary, upper-case SI, truncated (Ganeti's
     parseUnit)."""
     try:
@@ -180,7 +180,7 @@ def simulate(specs: list[str]) -> Cluster:
                   alloc_policy=pol, ipolicy=TEXT_DEFAULT_POLICY)
         groups.append(g)
         count = int(parts[1])
-        disk, mem, cpu = _size(parts[2]), _size(parts[3]), int(parts[4])
+        disk, mem, cpu = htools_size(parts[2]), htools_size(parts[3]), int(parts[4])
         spindles = int(parts[5]) if len(parts) > 5 else 1
         excl = len(parts) > 6 and parts[6] == "True"
         for k in range(1, count + 1):

@@ -13,12 +13,17 @@ import os
 import shlex
 import sys
 import tempfile
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from herder.alloc.model import Cluster, Node
 from herder.alloc.protocol import InputError, Options
+from herder.core import ports
+
+if TYPE_CHECKING:
+    from herder.alloc import hbal, hspace
+    from herder.alloc.balance import Move
 
 
 def _read(path: str) -> bytes:
@@ -106,7 +111,7 @@ def _mond_options(func: Any) -> Any:
                         help="Take MonD reports from FILE ([{node, reports}]) instead.")(func)
     func = click.option("--mond-xen", "mond_xen", is_flag=True,
                         help="Use the per-instance xen-cpu-avg-load collector.")(func)
-    func = click.option("--mond-port", "mond_port", type=int, default=1815, show_default=True,
+    func = click.option("--mond-port", "mond_port", type=int, default=ports.MOND, show_default=True,
                         help="The agents' port (herder extension).")(func)
     return func
 
@@ -322,37 +327,17 @@ def _print_nodes(title: str, cl: Cluster, nodes: list[Node], fields: str | None)
 
 
 def _load_util(cl: Cluster, path: str) -> None:
+    from herder.alloc import hbal
+
     try:
         with open(path) as fh:
             text = fh.read()
     except OSError as err:
         _fail(f"can't parse utilisation data: {err.strerror}")
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 5:
-            _fail(f"can't parse utilisation data: Cannot parse line {line}")
-        name, *vals = parts
-        nums = []
-        for v in vals:
-            try:
-                nums.append(float(v))
-            except ValueError:
-                _fail(f"can't parse utilisation data: {name}: cannot parse string '{v}'")
-        idx = cl.inst_by_name.get(name)
-        if idx is not None:
-            inst = cl.instances[idx]
-            inst.util = (nums[0], nums[1], nums[2], nums[3])
-    # rebuild the node load figures from the instances
-    for n in cl.nodes:
-        n.load = [0.0, 0.0, 0.0, 0.0]
-    for inst in cl.instances:
-        p = cl.nodes[inst.pnode]
-        for k in range(4):
-            p.load[k] += inst.util[k]
-        if inst.snode >= 0:
-            cl.nodes[inst.snode].load[2] += inst.util[2]
+    try:
+        hbal.apply_util(cl, text)
+    except InputError as err:
+        _fail(str(err))
 
 
 def _load_any(text_data: str | None, simulate: tuple[str, ...], request: str | None,
@@ -416,105 +401,78 @@ def balance(text_data: str | None, request: str | None, simulate: tuple[str, ...
             verbose: int, print_instances: bool, exit_on_missing: bool, mond: str,
             mond_data: str | None, mond_xen: bool, mond_port: int) -> None:
     """Propose the moves that balance a node group (hbal-compatible output)."""
-    from herder.alloc.balance import (
-        BalanceOptions,
-        Balancer,
-        job_sets,
-        move_commands,
-        n1_bad,
-        optimal_score,
-        policy_violating_nodes,
-    )
-    from herder.alloc.textdata import serialize
+    from herder.alloc import hbal
+    from herder.alloc.balance import BalanceOptions
 
     cl = _load_any(text_data, simulate, request, ignore_dynu)
-    if exclusion_tags:
-        prefixes = tuple(p + ":" for p in exclusion_tags.split(",") if p)
-        cl.excl_prefixes = cl.excl_prefixes + prefixes
-        _reindex_tags(cl)
-    for arg in (exclude_instances, select_instances):
-        if arg:
-            unknown = [x for x in arg.split(",") if x not in cl.inst_by_name]
-            if unknown:
-                _fail("failed to load data, aborting: Unknown instance(s): "
-                      + "[" + ",".join(f'"{x}"' for x in unknown) + "]")
-    if exclude_instances:
-        for name in exclude_instances.split(","):
-            cl.instances[cl.inst_by_name[name]].movable = False
-    if select_instances:
-        chosen = set(select_instances.split(","))
-        for inst in cl.instances:
-            if inst.name not in chosen:
-                inst.movable = False
-    if util_file:
-        _load_util(cl, util_file)
-    _apply_mond(cl, mond, mond_data, mond_xen, ignore_dynu, mond_port, exit_on_missing)
-    for spec in offline:
-        for name in spec.split(","):
-            if name not in cl.node_by_name:
-                _fail(f"Unknown node '{name}'")
-            cl.nodes[cl.node_by_name[name]].offline = True
-    click.echo(f"Loaded {len(cl.nodes)} nodes, {len(cl.instances)} instances")
-    present = sorted({n.group for n in cl.nodes})
-    if group is None:
-        if len(present) > 1:
-            click.echo("Found multiple node groups:", err=True)
-            for g in present:
-                click.echo(f"  {cl.groups[g].name}", err=True)
-            _fail("Aborting.")
-        gobj = cl.groups[present[0]] if present else None
-    else:
-        gobj = cl.group_named(group)
-        if gobj is None:
-            click.echo(f"No such node group '{group}'", err=True)
-            _fail("Aborting.")
-    gidx = gobj.idx if gobj is not None else -1
-    split = [i.name for i in cl.instances
-             if i.snode >= 0 and cl.nodes[i.pnode].group != cl.nodes[i.snode].group]
-    if split:
-        click.echo("Found instances belonging to multiple node groups:", err=True)
-        for name in split:
-            click.echo(f"  {name}", err=True)
-    nodes = [n for n in cl.nodes if n.group == gidx]
-    insts = [i for i in cl.instances if i.pnode >= 0 and cl.nodes[i.pnode].group == gidx]
-    for inst in insts:
-        if inst.snode >= 0 and cl.nodes[inst.snode].group != gidx:
-            inst.movable = False
-    click.echo(f"Group size {len(nodes)} nodes, {len(insts)} instances")
-    if gobj is not None:
-        click.echo(f"Selected node group: {gobj.name}")
-    bad_nodes, bad_insts = n1_bad(cl, nodes)
-    click.echo(f"Initial check done: {bad_nodes} bad nodes, {bad_insts} bad instances.")
-    if bad_nodes:
-        click.echo("Cluster is not N+1 happy, continuing but no guarantee that the cluster will "
-                   "end N+1 happy.")
-    violating = policy_violating_nodes(nodes)
-    if violating and not ignore_soft_errors:
-        click.echo(f"The cluster contains {violating} policy-violating nodes.")
-        click.echo("Continuing, but the set of moves might be too restricted; consider using "
-                   "the --ignore-soft-errors option.")
-    _print_nodes("Initial cluster status", cl, nodes, print_nodes)
+    try:
+        hbal.select_instances(cl, exclusion_tags, exclude_instances, select_instances)
+        if util_file:
+            _load_util(cl, util_file)
+        _apply_mond(cl, mond, mond_data, mond_xen, ignore_dynu, mond_port, exit_on_missing)
+        hbal.mark_offline(cl, offline)
+        click.echo(f"Loaded {len(cl.nodes)} nodes, {len(cl.instances)} instances")
+        view = hbal.pick_group(cl, group)
+    except hbal.Aborted as err:
+        for line in err.details:
+            click.echo(line, err=True)
+        _fail(str(err))
+    except InputError as err:
+        _fail(str(err))
     opts = BalanceOptions(
         max_moves=max_length, min_score=min_score, min_gain=min_gain,
         min_gain_limit=min_gain_limit, ignore_soft_errors=ignore_soft_errors,
         evac_mode=evac_mode, restricted_migration=restricted_migration,
         disk_moves=not no_disk_moves, instance_moves=not no_instance_moves,
     )
-    bal = Balancer(cl, gidx, opts)
-    ini = bal.score()
-    click.echo(f"Initial score: {ini:.8f}")
-    optimal = optimal_score(nodes)
-    if ini - optimal < min_score:
-        click.echo(f"Cluster is already well balanced (initial score {ini:.6f},\n"
-                   f"optimum score due to N+1 reservations {optimal:.6f},\n"
+    balancer, begin = hbal.start(cl, view, opts)
+    _print_start(cl, view, begin, ignore_soft_errors, print_nodes)
+    if begin.balanced(min_score):
+        click.echo(f"Cluster is already well balanced (initial score {begin.score:.6f},\n"
+                   f"optimum score due to N+1 reservations {begin.optimal:.6f},\n"
                    f"minimum score {min_score:e}).")
         click.echo("Nothing to do, exiting")
         return
-    if save:
-        with open(f"{save}.original", "w") as fh:
-            fh.write(serialize(cl))
+    _save(cl, save, "original")
     click.echo("Trying to minimize the CV...")
-    _, moves = bal.run()
+    _, moves = balancer.run()
+    _print_moves(cl, moves, begin.score)
+    _save(cl, save, "balanced")
+    if print_commands is not None:
+        text = "\n".join(hbal.command_lines(moves))
+        if print_commands in ("-", ""):
+            click.echo(text)
+        else:
+            with open(print_commands, "w") as fh:
+                fh.write("#!/bin/sh\n\nset -e\n" + text + "\n")
+    _print_nodes("Final cluster status", cl, view.nodes, print_nodes)
+    if execute:
+        _fail("hbal: Execution of commands possible only on LUXI")
+
+
+def _print_start(cl: Cluster, view: hbal.GroupView, begin: hbal.Start,
+                 ignore_soft_errors: bool, print_nodes: str | None) -> None:
+    if view.split:
+        click.echo("Found instances belonging to multiple node groups:", err=True)
+        for name in view.split:
+            click.echo(f"  {name}", err=True)
+    click.echo(f"Group size {len(view.nodes)} nodes, {len(view.instances)} instances")
+    if view.name is not None:
+        click.echo(f"Selected node group: {view.name}")
+    click.echo(f"Initial check done: {begin.bad_nodes} bad nodes, {begin.bad_instances} bad "
+               "instances.")
+    if begin.bad_nodes:
+        click.echo("Cluster is not N+1 happy, continuing but no guarantee that the cluster will "
+                   "end N+1 happy.")
+    if begin.violating and not ignore_soft_errors:
+        click.echo(f"The cluster contains {begin.violating} policy-violating nodes.")
+        click.echo("Continuing, but the set of moves might be too restricted; consider using "
+                   "the --ignore-soft-errors option.")
+    _print_nodes("Initial cluster status", cl, view.nodes, print_nodes)
+    click.echo(f"Initial score: {begin.score:.8f}")
+
+
+def _print_moves(cl: Cluster, moves: list[Move], initial: float) -> None:
     iw = max((len(m.instance) for m in moves), default=0)
 
     def pair(p: int, s: int) -> str:
@@ -526,60 +484,19 @@ def balance(text_data: str | None, request: str | None, simulate: tuple[str, ...
         click.echo(f"  {k:3d}. {mv.instance:<{iw}} {pair(*mv.old):<{ow}} => "
                    f"{pair(*mv.new):<{nw}} {mv.score:12.8f} a={' '.join(mv.actions)}")
     if moves:
-        click.echo(f"Cluster score improved from {ini:.8f} to {moves[-1].score:.8f}")
+        click.echo(f"Cluster score improved from {initial:.8f} to {moves[-1].score:.8f}")
     else:
         click.echo("No solution found")
     click.echo(f"Solution length={len(moves)}")
-    if save:
-        with open(f"{save}.balanced", "w") as fh:
+
+
+def _save(cl: Cluster, prefix: str | None, suffix: str) -> None:
+    """-S: the cluster in htools' text format as PREFIX.SUFFIX."""
+    if prefix:
+        from herder.alloc.textdata import serialize
+
+        with open(f"{prefix}.{suffix}", "w") as fh:
             fh.write(serialize(cl))
-    if print_commands is not None:
-        lines = ["", "Commands to run to reach the above solution:"]
-        for js, jobs in enumerate(job_sets(moves), start=1):
-            lines.append("  ")
-            lines.append(f"  echo jobset {js}, {len(jobs)} jobs")
-            for jn, mv in enumerate(jobs, start=1):
-                lines.append(f"    echo job {js}/{jn}")
-                lines.extend("    " + c for c in move_commands(mv))
-        text = "\n".join(lines)
-        if print_commands in ("-", ""):
-            click.echo(text)
-        else:
-            with open(print_commands, "w") as fh:
-                fh.write("#!/bin/sh\n\nset -e\n" + text + "\n")
-    _print_nodes("Final cluster status", cl, nodes, print_nodes)
-    if execute:
-        _fail("hbal: Execution of commands possible only on LUXI")
-
-
-def _reindex_tags(cl: Cluster) -> None:
-    """Recompute exclusion tags (after --exclusion-tags) and the nodes' tag counts."""
-    for inst in cl.instances:
-        cl.prepare_instance(inst)
-    for n in cl.nodes:
-        n.ptags = {}
-        n.inst_map = {}
-    for inst in cl.instances:
-        p = cl.nodes[inst.pnode]
-        for tag in inst.excl_tags:
-            p.ptags[tag] = p.ptags.get(tag, 0) + 1
-            for loc in p.loc_tags:
-                p.inst_map[(loc, tag)] = p.inst_map.get((loc, tag), 0) + 1
-
-
-def _spec_arg(text: str | None, what: str) -> list[int] | None:
-    if text is None:
-        return None
-    from herder.alloc.textdata import _size
-
-    parts = text.split(",")
-    if len(parts) not in (3, 4):
-        _fail(f"Invalid {what} specification '{text}' (disk,ram,cpu[,spindles])")
-    try:
-        return [_size(parts[0]), _size(parts[1]), *(int(p) for p in parts[2:])]
-    except (InputError, ValueError):
-        _fail(f"Invalid {what} specification '{text}'")
-    return None
 
 
 @click.command("capacity", context_settings={"help_option_names": ["-h", "--help"]})
@@ -610,154 +527,79 @@ def capacity(text_data: str | None, request: str | None, simulate: tuple[str, ..
              ignore_soft_errors: bool, print_nodes: str | None, save: str | None,
              verbose: int) -> None:
     """How many more instances fit (hspace-compatible output)."""
-    from herder.alloc.capacity import (
-        Capacity,
-        CapacityRun,
-        prepare,
-        spec_instance,
-        tspec,
-    )
-    from herder.alloc.metrics import Stats
+    from herder.alloc import hspace
 
     cl0 = _load_any(text_data, simulate, request, False)
     opts = Options(ignore_soft_errors=ignore_soft_errors, capacity_checks=not no_capacity_checks)
-    pol = cl0.ipolicy
-    template = disk_template or (pol.disk_templates[0] if pol.disk_templates else "plain")
-    su_std = spindle_use if spindle_use is not None else pol.std.spindle_use
-    setup = prepare(cl0, opts, accept_existing, independent_groups)
-    if verbose and setup.bad_groups:
-        click.echo("Bad groups: [" + ",".join(f'"{g.name}"' for g in setup.bad_groups) + "]",
-                   err=True)
-    online = [n for n in cl0.nodes if not n.offline]
-    ini_score = Stats(cl0.nodes).score()
+    try:
+        tiered_spec = hspace.parse_spec(tiered_alloc, "tiered allocation")
+        standard_spec = hspace.parse_spec(standard_alloc, "standard allocation")
+    except InputError as err:
+        _fail(str(err))
+    result = hspace.run(cl0, opts, disk_template=disk_template, spindle_use=spindle_use,
+                        max_length=max_length, accept_existing=accept_existing,
+                        independent_groups=independent_groups, tiered_alloc=tiered_spec,
+                        standard_alloc=standard_spec)
+    if verbose and result.setup.bad_groups:
+        click.echo("Bad groups: ["
+                   + ",".join(f'"{g.name}"' for g in result.setup.bad_groups) + "]", err=True)
     _print_nodes("Initial cluster status", cl0, cl0.nodes, print_nodes)
-
-    # tiered
-    tiered_specs = []
-    targ = _spec_arg(tiered_alloc, "tiered allocation")
-    if targ is not None:
-        tiered_specs.append((targ[1], targ[0], targ[2], targ[3] if len(targ) > 3 else su_std))
-    else:
-        tiered_specs = [(hi.memory, hi.disk_size, hi.cpus, hi.spindle_use) for _, hi in pol.minmax]
-    cl_t = cl0.copy()
-    cap_t = Capacity(cl_t, prepare(cl_t, opts, accept_existing, independent_groups), opts)
-    trun = CapacityRun()
-    for mem, dsk, cpu, spn in tiered_specs:
-        trun.stopped_by_limit = False
-        cap_t.tiered(spec_instance("", mem, dsk, cpu, spn, template, su_std), max_length,
-                     trun)
-    trl_score = Stats(cl_t.nodes).score()
-    _print_nodes("Tiered allocation status", cl_t, cl_t.nodes, print_nodes)
-
-    # standard
-    sarg = _spec_arg(standard_alloc, "standard allocation")
-    if sarg is not None:
-        std = (sarg[1], sarg[0], sarg[2], sarg[3] if len(sarg) > 3 else su_std)
-    else:
-        std = (pol.std.memory, pol.std.disk_size, pol.std.cpus, su_std)
-    cl_s = cl0.copy()
-    cap_s = Capacity(cl_s, prepare(cl_s, opts, accept_existing, independent_groups), opts)
-    srun = CapacityRun()
-    cap_s.iterate(spec_instance("", *std, template, su_std), max_length, srun)
-    fin_score = Stats(cl_s.nodes).score()
+    _print_nodes("Tiered allocation status", result.tiered.cluster, result.tiered.cluster.nodes,
+                 print_nodes)
     if save:
         from herder.alloc.textdata import serialize
 
-        for suffix, cl in (("standard", cl_s), ("tiered", cl_t)):
+        for suffix, cl in (("standard", result.standard.cluster),
+                           ("tiered", result.tiered.cluster)):
             with open(f"{save}.{suffix}", "w") as fh:
                 fh.write(serialize(cl))
-    _print_nodes("Standard allocation status", cl_s, cl_s.nodes, print_nodes)
-
-    def reason(run: CapacityRun) -> str:
-        if not run.fails:
-            return "FailMem"
-        return max(sorted(run.fails), key=lambda f: run.fails[f]).label
-
-    def res(cl: Cluster, prefix: str) -> dict[str, object]:
-        on = [n for n in cl.nodes if not n.offline]
-        placed = [i for i in cl.instances if i.pnode >= 0]
-        return {
-            f"{prefix}_INST_CNT": len(placed),
-            f"{prefix}_MEM_FREE": sum(n.unalloc for n in on),
-            f"{prefix}_MEM_AVAIL": sum(n.avail_mem for n in on),
-            f"{prefix}_MEM_RESVD": sum(n.r_mem for n in on),
-            f"{prefix}_DSK_FREE": sum(n.f_dsk for n in on),
-            f"{prefix}_SPN_FREE": sum(n.f_spindles for n in on),
-            f"{prefix}_CPU_INST": sum(n.u_cpu for n in on),
-        }
-
-    total_mem = int(sum(n.t_mem for n in online))
-    total_dsk = int(sum(n.t_dsk for n in online))
-    total_cpu = int(sum(n.t_cpu for n in online))
+    _print_nodes("Standard allocation status", result.standard.cluster,
+                 result.standard.cluster.nodes, print_nodes)
     if machine_readable:
-        out: dict[str, object] = {
-            "HTS_CLUSTER_MEM": total_mem, "HTS_CLUSTER_DSK": total_dsk,
-            "HTS_CLUSTER_CPU": total_cpu,
-            "HTS_CLUSTER_VCPU": int(sum(n.t_cpu * n.vcpu_ratio for n in online)),
-            "HTS_CLUSTER_NODES": len(online), "HTS_INI_SCORE": f"{ini_score:.8f}",
-        }
-        out.update(res(cl0, "HTS_INI"))
-        mem, dsk, cpu, spn = tiered_specs[0]
-        out.update({"HTS_TSPEC_INI_MEM": mem, "HTS_TSPEC_INI_DSK": dsk, "HTS_TSPEC_INI_CPU": cpu,
-                    "HTS_TSPEC_INI_SPN": spn, "HTS_TSPEC_INI_DISK_TEMPLATE": template,
-                    "HTS_TRL_SCORE": f"{trl_score:.8f}"})
-        out.update(res(cl_t, "HTS_TRL"))
-        out["HTS_TSPEC"] = f"'{tspec(trun.placed)}'"
-        out.update({"HTS_SPEC_MEM": std[0], "HTS_SPEC_DSK": std[1], "HTS_SPEC_CPU": std[2],
-                    "HTS_SPEC_SPN": std[3], "HTS_SPEC_DISK_TEMPLATE": template,
-                    "HTS_FIN_SCORE": f"{fin_score:.8f}"})
-        out.update(res(cl_s, "HTS_FIN"))
-        out["HTS_ALLOC_INSTANCES"] = len(srun.placed)
-        out["HTS_ALLOC_FAIL_REASON"] = reason(srun).upper()
-        from herder.alloc.model import Fail
-
-        for f in Fail:
-            out[f"HTS_ALLOC_{f.label.upper()}_CNT"] = srun.fails.get(f, 0)
-        out["HTS_OK"] = 1
-        for key, val in out.items():
+        for key, val in hspace.machine_readable(result).items():
             click.echo(f"{key}={val}")
         return
-    vcpus = int(sum(n.t_cpu * n.vcpu_ratio for n in online))
-    click.echo(f"The cluster has {len(online)} nodes and the following resources:")
-    click.echo(f"  MEM {total_mem}, DSK {total_dsk}, CPU {total_cpu}, VCPU {vcpus}.")
-    ninst = len(cl0.instances)
+    _print_capacity(result)
+
+
+def _print_capacity(result: hspace.Hspace) -> None:
+    """hspace's human output."""
+    from herder.alloc import hspace
+    from herder.alloc.capacity import tspec
+
+    total = hspace.Totals.of(result.online)
+    click.echo(f"The cluster has {total.nodes} nodes and the following resources:")
+    click.echo(f"  MEM {total.mem}, DSK {total.dsk}, CPU {total.cpu}, VCPU {total.vcpu}.")
+    ninst = len(result.initial.instances)
     click.echo("There are no initial instances on the cluster." if not ninst
                else f"There are {ninst} initial instances on the cluster.")
-
-    def eff(cl: Cluster) -> list[str]:
-        on = [n for n in cl.nodes if not n.offline]
-        tm = sum(n.t_mem for n in on) or 1
-        td = sum(n.t_dsk for n in on) or 1
-        tv = sum(n.t_cpu * n.vcpu_ratio for n in on) or 1
-        im = sum(i.mem for i in cl.instances if i.pnode >= 0 and i.uses_memory)
-        idk = sum(i.dsk * (2 if i.snode >= 0 else 1) for i in cl.instances
-                  if i.pnode >= 0 and i.local)
-        iv = sum(n.u_cpu for n in on)
-        return [f"  - memory usage efficiency: {100 * im / tm:5.2f}%",
-                f"  -   disk usage efficiency: {100 * idk / td:5.2f}%",
-                f"  -   vcpu usage efficiency: {100 * iv / tv:5.2f}%"]
-
-    mem, dsk, cpu, spn = tiered_specs[0]
+    mem, dsk, cpu, _ = result.tiered_specs[0]
     click.echo("Tiered (initial size) instance spec is:")
-    click.echo(f"  MEM {mem}, DSK {dsk}, CPU {cpu}, using disk template '{template}'.")
+    click.echo(f"  MEM {mem}, DSK {dsk}, CPU {cpu}, using disk template '{result.template}'.")
     click.echo("Tiered allocation results:")
-    if not trun.placed:
+    if not result.tiered.run.placed:
         click.echo("  - no instances allocated")
-    for part in tspec(trun.placed).split():
+    for part in tspec(result.tiered.run.placed).split():
         spec, count = part.split("=")
         m, d, c, _ = spec.split(",")
         click.echo(f"  - {int(count):3d} instances of spec MEM {m}, DSK {d}, CPU {c}")
-    click.echo(f"  - most likely failure reason: {reason(trun)}")
-    click.echo(f"  - initial cluster score: {ini_score:.8f}")
-    click.echo(f"  -   final cluster score: {trl_score:.8f}")
-    for line in eff(cl_t):
-        click.echo(line)
+    _print_mode(result.score, result.tiered)
+    std = result.standard_spec
     click.echo("Standard (fixed-size) instance spec is:")
-    click.echo(f"  MEM {std[0]}, DSK {std[1]}, CPU {std[2]}, using disk template '{template}'.")
+    click.echo(f"  MEM {std[0]}, DSK {std[1]}, CPU {std[2]}, using disk template "
+               f"'{result.template}'.")
     click.echo("Normal (fixed-size) allocation results:")
-    click.echo(f"  - {len(srun.placed):3d} instances allocated")
-    click.echo(f"  - most likely failure reason: {reason(srun)}")
-    click.echo(f"  - initial cluster score: {ini_score:.8f}")
-    click.echo(f"  -   final cluster score: {fin_score:.8f}")
-    for line in eff(cl_s):
-        click.echo(line)
+    click.echo(f"  - {len(result.standard.run.placed):3d} instances allocated")
+    _print_mode(result.score, result.standard)
+
+
+def _print_mode(initial: float, mode: hspace.Mode) -> None:
+    from herder.alloc import hspace
+
+    click.echo(f"  - most likely failure reason: {hspace.failure_reason(mode.run)}")
+    click.echo(f"  - initial cluster score: {initial:.8f}")
+    click.echo(f"  -   final cluster score: {mode.score:.8f}")
+    memory, disk, vcpu = hspace.efficiency(mode.cluster)
+    click.echo(f"  - memory usage efficiency: {memory:5.2f}%")
+    click.echo(f"  -   disk usage efficiency: {disk:5.2f}%")
+    click.echo(f"  -   vcpu usage efficiency: {vcpu:5.2f}%")

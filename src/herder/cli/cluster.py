@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -14,23 +13,17 @@ from herder.cli.common import (
     PARAM_HELP,
     YES_NO,
     json_option,
-    pass_store,
     print_json,
     print_mapping,
     store_from,
     timestamp,
     yes_no,
 )
-from herder.core import cluster_secrets, model, params, uidpool
+from herder.core import cluster_secrets, model, params, ports, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
-from herder.core.rpcdefs import node_calls, role_calls
-from herder.core.rpcdefs.base import Call
 from herder.core.store import ConfigStore, FileStore
 from herder.core.verify import Finding
 from herder.core.verify import verify as verify_config
-
-if TYPE_CHECKING:
-    from herder.core.noderpc import HttpNodeRpc
 
 
 @click.group()
@@ -101,43 +94,6 @@ def parse_collector_options(values: tuple[str, ...]) -> dict[str, dict[str, str]
     return result
 
 
-def local_fqdn() -> str:
-    return socket.getfqdn() or socket.gethostname()
-
-
-def resolve(name: str) -> str | None:
-    """The first address `name` resolves to (None: it does not)."""
-    try:
-        found = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return None
-    return str(found[0][4][0]) if found else None
-
-
-def is_loopback(address: str) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
-def checked_name(name: str, what: str, force: bool) -> str | None:
-    """The address of a name `cluster init` relies on; refuses (unless forced) one that does
-    not resolve or resolves to a loopback address, as Ganeti's init does."""
-    address = resolve(name)
-    if force:
-        return address
-    if address is None:
-        raise HerderError(f"{what} {name} does not resolve; add it to DNS or /etc/hosts "
-                          "(--force initialises anyway)")
-    if is_loopback(address):
-        raise HerderError(f"{what} {name} resolves to a loopback address ({address}); fix DNS "
-                          "or /etc/hosts (--force initialises anyway)")
-    return address
-
-
 # --- init ---------------------------------------------------------------------------------------
 
 
@@ -192,59 +148,24 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
       herder --config /tmp/c/config.json cluster init cluster.example.com \\
           --master-node node1.example.com --primary-ip 192.0.2.10 --uid-pool 2000-2099
     """
-    store = store_from(ctx)
-    if store.exists():
-        raise HerderError(f"{store.path} already exists; refusing to overwrite it")
-    paths = cluster_secrets.SecretPaths.beside(store.path)
-    node_name = master_node or local_fqdn()
-    cluster_address = checked_name(name, "the cluster name", force)
-    ip = primary_ip or checked_name(node_name, "the master's name", force)
-    if ip is None:
-        raise HerderError(f"the master's name {node_name} does not resolve: give its "
-                          "address with --primary-ip")
-    if master_ip is None and cluster_address is not None and not is_loopback(cluster_address):
-        master_ip = cluster_address  # Ganeti's master IP: what the cluster's name resolves to
-    stamp = model.now()
-    group = model.NodeGroup(uuid=model.new_uuid(), name="default", ctime=stamp, mtime=stamp)
-    node = model.Node(
-        uuid=model.new_uuid(), name=node_name, primary_ip=ip, secondary_ip=secondary_ip,
-        group=group.uuid, master_candidate=True, ctime=stamp, mtime=stamp,
-    )
-    hv_changes = parse_hv_options(hv)
-    disk_changes = parse_disk_options(disk)
-    hypervisors = [h for h in enabled_hypervisors.split(",") if h]
-    c = model.Cluster(
-        uuid=model.new_uuid(), name=name, master_node=node.uuid, master_ip=master_ip or ip,
-        master_netdev=master_netdev, master_netmask=master_netmask,
-        enabled_hypervisors=hypervisors,
-        enabled_disk_templates=[t for t in enabled_disk_templates.split(",") if t],
-        volume_group_name=vg_name or None, mac_prefix=mac_prefix,
-        hvparams={
-            h: params.apply_overrides(params.hv_family(h), {}, hv_changes.get(h, {}))
-            for h in sorted(set(hypervisors) | set(hv_changes))
-        },
-        beparams=params.apply_overrides(params.BE_FAMILY, {}, params.parse_assignments(be)),
-        nicparams=params.apply_overrides(params.NIC_FAMILY, {}, params.parse_assignments(nic)),
-        ndparams=params.apply_overrides(params.ND_FAMILY, {}, params.parse_assignments(nd)),
-        diskparams={
-            t: params.apply_overrides(params.disk_family(t), {}, ch)
-            for t, ch in disk_changes.items()
-        },
-        uid_pool=uidpool.normalise(uidpool.parse_pool(uid_pool)) if uid_pool else [],
+    from herder.masterd import cluster_init
+
+    settings = cluster_init.InitSettings(
+        name=name, master_node=master_node, primary_ip=primary_ip, secondary_ip=secondary_ip,
+        master_ip=master_ip, master_netdev=master_netdev, master_netmask=master_netmask,
+        enabled_hypervisors=tuple(h for h in enabled_hypervisors.split(",") if h),
+        enabled_disk_templates=tuple(t for t in enabled_disk_templates.split(",") if t),
+        vg_name=vg_name, mac_prefix=mac_prefix,
+        uid_pool=tuple(uidpool.parse_pool(uid_pool)) if uid_pool else (),
+        hvparams=parse_hv_options(hv), beparams=params.parse_assignments(be),
+        nicparams=params.parse_assignments(nic), ndparams=params.parse_assignments(nd),
+        diskparams=parse_disk_options(disk),
         default_iallocators=parse_default_iallocators(default_iallocator),
-        ctime=stamp, mtime=stamp,
-    )
-    config = model.ConfigData(
-        cluster=c, nodegroups={group.uuid: group}, nodes={node.uuid: node},
-        ctime=stamp, mtime=stamp,
-    )
-    config = model.revalidate(config)  # every check before anything touches the disk
-    hmac_key = Path(hmac_key_file).read_bytes() if hmac_key_file else None
-    master_digest = cluster_secrets.create_all(paths, name, hmac_key, node_name=node.name)
-    if master_digest is not None:
-        config.cluster.node_certs[node.uuid] = master_digest
-    store.create(config)
-    if node.name == local_fqdn():
+        hmac_key=Path(hmac_key_file).read_bytes() if hmac_key_file else None, force=force)
+    store = store_from(ctx)
+    done = cluster_init.init_cluster(store, settings)
+    c, node, paths = done.config.cluster, done.master, done.secrets
+    if node.name == cluster_init.local_fqdn():
         # as Ganeti's master-IP setup: the master IP comes up on the master's netdev
         from herder.supervise import masterip
 
@@ -260,8 +181,8 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
                     "master_node": node.name, "secrets": [str(p) for p in paths.all()]})
     else:
         click.echo(f"Initialised cluster {c.name} (uuid {c.uuid}) in {store.path}")
-        click.echo(f"Master node: {node.name} ({ip}); secrets: {paths.hmac_key.parent}/"
-                   f"{{{', '.join(p.name for p in paths.all())}}}")
+        click.echo(f"Master node: {node.name} ({node.primary_ip}); secrets: "
+                   f"{paths.hmac_key.parent}/{{{', '.join(p.name for p in paths.all())}}}")
 
 
 # --- info ---------------------------------------------------------------------------------------
@@ -316,7 +237,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
 
 @cluster.command()
 @json_option
-@pass_store
+@remote.pass_store
 def info(store: ConfigStore, as_json: bool) -> None:
     """Show the cluster's settings and filled (effective) parameters."""
     config = store.load()
@@ -591,7 +512,7 @@ def redist_conf(ctx: click.Context, as_json: bool) -> None:
               show_default=True, help="A node group name in both clusters: refuse the merge, "
               "put their nodes in our group of that name, or rename theirs.")
 @click.option("--dry-run", is_flag=True, help="Only the checks and the plan.")
-@pass_store
+@remote.pass_store
 def merge(store: ConfigStore, others: tuple[str, ...], secrets_dir: Path, groups: str,
           dry_run: bool) -> None:
     """Merge other herder clusters into this one (design-2.1 "Cluster Merger"); run it on
@@ -638,7 +559,7 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
     key when --hmac-key is given). What could not be carried over is listed on stderr.
     """
     from herder.cli.common import store_from
-    from herder.core.ganeti_import import import_ganeti_file
+    from herder.cli.ganeti_import import import_ganeti_file
 
     store = store_from(ctx)
     if store.exists() and not force:
@@ -662,119 +583,19 @@ def import_ganeti(ctx: click.Context, source: str, hmac_key_file: str | None,
 # --- master failover ----------------------------------------------------------------------------
 
 
-def _vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int,
-              timeout: float = 15.0) -> HttpNodeRpc:
-    """The node RPC client of a failover: a node that is gone costs the connect timeout (3 s),
-    so the calls keep the client's timeouts (a per-call timeout would replace both)."""
-    from herder.core import envelope
-    from herder.core.noderpc import HttpNodeRpc
-
-    secrets = cluster_secrets.SecretPaths.beside(store.path)
-    return HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
-                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=3.0)
-
-
-def _masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True, "masterd answers"
-    except OSError as err:
-        return False, err.strerror or str(err)
-
-
-def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *, masterd_port: int,
-                noded_port: int) -> tuple[int, int, list[str]]:
-    """Ask every online node (this one directly, the others through their noded's
-    `master_vote`) whether the master's masterd is reachable. Returns (votes that it is gone,
-    voters, one line per node). A node that does not answer does not vote for a failover."""
-    c = config.cluster
-    voters = [n for n in config.nodes.values() if not n.offline]
-    gone, lines = 0, []
-    reachable, detail = _masterd_reachable(c.master_ip, masterd_port)
-    gone += not reachable
-    lines.append(f"{me.name}: master {'reachable' if reachable else 'gone'} ({detail})")
-    rpc = _vote_rpc(store, c.master_epoch, noded_port)
-    try:
-        for node in sorted(voters, key=lambda n: n.name):
-            if node.uuid == me.uuid:
-                continue
-            try:
-                answer = rpc.call(node, node_calls.MasterVote(
-                    master=config.node_name(c.master_node), address=c.master_ip,
-                    port=masterd_port, timeout=2.0))
-            except HerderError as err:
-                lines.append(f"{node.name}: no answer ({err})")
-                continue
-            gone += not answer.reachable
-            lines.append(f"{node.name}: master "
-                         f"{'reachable' if answer.reachable else 'gone'} ({answer.detail})")
-    finally:
-        rpc.close()
-    return gone, len(voters), lines
-
-
-def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int) -> list[str]:
-    """Tell every node the new master epoch (any call carrying it raises the node's)."""
-    rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port)
-    lines = []
-    try:
-        for node in sorted(config.nodes.values(), key=lambda n: n.name):
-            try:
-                answer = rpc.call(node, node_calls.MasterEpoch())
-                lines.append(f"{node.name}: epoch {answer.epoch}")
-            except HerderError as err:
-                lines.append(f"{node.name}: not told ({err}); it learns the epoch from the "
-                             "new master's first call")
-    finally:
-        rpc.close()
-    return lines
-
-
-def move_master_role(store: ConfigStore, config: model.ConfigData, before: model.Cluster, *,
-                     old_uuid: str, noded_port: int) -> list[str]:
-    """Ganeti's master failover, through the node daemons: on the old master the master IP
-    down and the master daemons stopped (a warning each when it cannot be done: the old master
-    may be gone), then on the new master the master IP up and the master daemons started."""
-    rpc = _vote_rpc(store, config.cluster.master_epoch, noded_port, timeout=150.0)
-    lines: list[str] = []
-    old, new = config.nodes.get(old_uuid), config.nodes[config.cluster.master_node]
-    # A master IP that is the old master's own primary IP (no floating IP) stays where it is.
-    floating = old is None or before.master_ip != old.primary_ip
-    steps: list[tuple[model.Node | None, Call[str], str]] = [
-        (old, role_calls.NodeDeactivateMasterIp.of_cluster(before), "master IP down"),
-        (old, role_calls.NodeStopMaster(), "master daemons stopped"),
-        (new, role_calls.NodeActivateMasterIp.of_cluster(config.cluster), "master IP up"),
-        (new, role_calls.NodeStartMasterDaemons(), "masterd and maintd started")]
-    if not floating:
-        steps = [step for step in steps if not isinstance(step[1], role_calls.MasterIp)]
-    try:
-        for node, request, done in steps:
-            if node is None:
-                continue
-            try:
-                rpc.call(node, request)
-                lines.append(f"{node.name}: {done}")
-            except HerderError as err:  # the old master may be gone; the new one must work
-                level = "WARNING" if node is old else "ERROR"
-                lines.append(f"{level}: {node.name}: {request.METHOD}: {err}")
-    finally:
-        rpc.close()
-    return lines
-
-
 @cluster.command("master-failover")
 @click.option("--node", "node_name", help="The master candidate that takes over (default: this "
               "host's FQDN): run it there.")
 @click.option("--no-voting", is_flag=True, help="Skip the vote of the nodes (a cluster that "
               "lost its majority); you make sure the old master is really gone.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation with --no-voting.")
-@click.option("--masterd-port", type=click.IntRange(1, 65535), default=remote.DEFAULT_PORT,
+@click.option("--masterd-port", type=click.IntRange(1, 65535), default=ports.MASTERD,
               show_default=True)
-@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=ports.NODED, show_default=True)
 @click.option("--no-start", is_flag=True, help="Do not move the master IP nor start the "
               "master daemons here (only the config change and the epoch).")
 @json_option
-@pass_store
+@remote.pass_store
 def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, yes: bool,
                     masterd_port: int, noded_port: int, no_start: bool, as_json: bool) -> None:
     """Make this master candidate the master (Ganeti's gnt-cluster master-failover).
@@ -795,72 +616,39 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
        node_start_master_daemons), continuing from this node's copy of the config and job
        queue. --no-start leaves the last step to you.
     """
-    config = store.load()
-    me_name = node_name or local_fqdn()
-    try:
-        me = config.find_node(me_name)
-    except HerderError:
-        raise HerderError(f"this node ({me_name}) is not a node of the cluster; run it on a "
-                          "master candidate or give --node") from None
-    c = config.cluster
-    old = config.node_name(c.master_node)
-    if me.uuid == c.master_node:
-        raise HerderError(f"{me.name} is already the master (epoch {c.master_epoch})")
-    if not me.master_candidate:
-        raise HerderError(f"{me.name} is not a master candidate; only a master candidate can "
-                          "become the master (herder node modify NODE --master-candidate yes)")
-    if me.offline or me.drained:
-        raise HerderError(f"{me.name} is offline or drained; it cannot become the master")
-    report: dict[str, Any] = {"old_master": old, "new_master": me.name,
-                              "voting": not no_voting}
-    if no_voting:
+    from herder.masterd import cluster_init, failover
+
+    def unvoted(old: str, new: str) -> None:
         click.echo("WARNING: --no-voting: the nodes are not asked whether the master "
                    f"{old} is gone; if it still runs, it is stopped only by the epoch "
                    "check", err=True)
         if not yes:
-            click.confirm(f"Make {me.name} the master without a vote?", abort=True, err=True)
-    else:
-        gone, voters, lines = master_vote(store, config, me, masterd_port=masterd_port,
-                                          noded_port=noded_port)
-        report["votes"] = {"gone": gone, "voters": voters, "nodes": lines}
+            click.confirm(f"Make {new} the master without a vote?", abort=True, err=True)
+
+    def voted(old: str, votes: failover.Votes) -> None:
         if not as_json:
             click.echo(f"Vote on whether the master {old} is gone:")
-            for line in lines:
+            for line in votes.nodes:
                 click.echo(f"  {line}")
-        if gone * 2 <= voters:
-            raise HerderError(f"only {gone} of {voters} nodes find the master {old} gone, no "
-                              "majority; stop its masterd first, or use --no-voting if the "
-                              "cluster lost its majority")
-    with store.update() as cfg:
-        cc = cfg.cluster
-        if cc.master_node != c.master_node or cc.master_epoch != c.master_epoch:
-            raise HerderError("the master changed meanwhile (another failover?); nothing done")
-        new = cfg.nodes[me.uuid]
-        if cc.master_ip == cfg.nodes[c.master_node].primary_ip:
-            cc.master_ip = new.primary_ip  # no separate floating IP: the master IP moves along
-        cc.master_node = new.uuid
-        cc.master_epoch += 1
-    config = store.load()
-    report.update({"epoch": config.cluster.master_epoch, "master_ip": config.cluster.master_ip,
-                   "serial_no": config.serial_no,
-                   "nodes": announce_epoch(store, config, noded_port)})
-    if not no_start:
-        report["roles"] = move_master_role(store, config, c, old_uuid=c.master_node,
-                                           noded_port=noded_port)
+
+    report = failover.failover(store, node_name or cluster_init.local_fqdn(),
+                               voting=not no_voting, masterd_port=masterd_port,
+                               noded_port=noded_port, start=not no_start, unvoted=unvoted,
+                               voted=voted)
     if as_json:
         print_json(report)
         return
-    click.echo(f"{me.name} is the master now (was {old}), master epoch "
-               f"{config.cluster.master_epoch}, master IP {config.cluster.master_ip}")
-    for line in report["nodes"]:
+    click.echo(f"{report.new_master} is the master now (was {report.old_master}), master epoch "
+               f"{report.epoch}, master IP {report.master_ip}")
+    for line in report.nodes:
         click.echo(f"  {line}")
-    if no_start:
-        click.echo(f"Start masterd (and maintd) on {me.name}; they continue the job queue and "
-                   "maintd's state.")
+    if report.roles is None:
+        click.echo(f"Start masterd (and maintd) on {report.new_master}; they continue the job "
+                   "queue and maintd's state.")
         return
-    for line in report["roles"]:
+    for line in report.roles:
         click.echo(f"  {line}")
-    if any(line.startswith("ERROR") for line in report["roles"]):
+    if report.failed:
         raise click.exceptions.Exit(1)
 
 
@@ -987,8 +775,8 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
 
 @cluster.command("renew-crypto")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True)
-@pass_store
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=ports.NODED, show_default=True)
+@remote.pass_store
 def renew_crypto(store: ConfigStore, yes: bool, noded_port: int) -> None:
     """Replace the cluster CA (server.pem, also the RAPI certificate), every node's certificate
     and the HMAC key; run it on the master. Instances keep running: the new secrets are

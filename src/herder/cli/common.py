@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import gc
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -18,9 +17,6 @@ from herder.core import locations
 
 if TYPE_CHECKING:
     from herder.core.store import ConfigStore
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def config_location(ctx: click.Context) -> str | None:
@@ -45,19 +41,6 @@ def config_directory(ctx: click.Context) -> Path:
         return store_from(ctx).directory
     return (Path(location) if location is not None
             else locations.default_config_path()).parent
-
-
-def pass_store(func: Callable[Concatenate[ConfigStore, P], R]) -> Callable[P, R]:
-    """Give the command the cluster's config store as its first argument: the local file, or
-    on a machine without one the config read through masterd (`remote.config_source`)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        from herder.cli.remote import config_source
-
-        return func(config_source(click.get_current_context()), *args, **kwargs)
-
-    return wrapper
 
 
 @contextlib.contextmanager

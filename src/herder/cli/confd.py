@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from herder.core import confd as confd_protocol
-from herder.core import envelope, untrusted
+from herder.core import envelope, ports, untrusted
 from herder.core import serve as serve_helper
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
@@ -28,7 +28,7 @@ def _key(ctx: click.Context, hmac_key: Path | None) -> bytes:
 @click.group(invoke_without_command=True)
 @click.option("--bind", "binds", multiple=True, metavar="ADDR",
               help="Address to listen on (repeatable; default: every IPv4 and IPv6 address).")
-@click.option("--port", type=click.IntRange(0, 65535), default=confd_protocol.DEFAULT_PORT,
+@click.option("--port", type=click.IntRange(0, 65535), default=ports.CONFD,
               show_default=True,
               help="UDP port (0: any free port, printed at start).")
 @click.option("--hmac-key", type=click.Path(dir_okay=False, path_type=Path),
@@ -93,7 +93,7 @@ def _parse_arg(text: str | None) -> Any:
 @click.option("--all", "ask_all", is_flag=True, help="Ask every peer (coverage -1).")
 @click.option("--coverage", type=int, default=0, show_default=True,
               help="How many peers to ask (0: up to 6, -1: all).")
-@click.option("--port", type=click.IntRange(1, 65535), default=confd_protocol.DEFAULT_PORT,
+@click.option("--port", type=click.IntRange(1, 65535), default=ports.CONFD,
               show_default=True, help="Port of peers given without one.")
 @click.option("--timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
               help="Seconds to wait for answers.")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from herder.core import etcd_settings, etcd_setup
+from herder.cli import etcd_setup
+from herder.core import etcd_settings
 from herder.core.errors import HerderError
 from herder.core.store import default_config_path
 from herder.core.store_etcd import SECURE, open_client, parse_location

@@ -10,7 +10,6 @@ from herder.cli import remote
 from herder.cli.common import (
     PARAM_HELP,
     json_option,
-    pass_store,
     print_json,
     print_mapping,
     print_table,
@@ -63,7 +62,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @group.command()
 @click.argument("names", nargs=-1, required=True, metavar="GROUP...")
 @json_option
-@pass_store
+@remote.pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show a group with its filled node parameters and instance policy."""
     from herder.core import model, params

@@ -10,7 +10,6 @@ from herder.cli import remote
 from herder.cli.common import (
     json_option,
     many_rows,
-    pass_store,
     print_json,
     print_mapping,
     print_table,
@@ -89,7 +88,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @instance.command()
 @click.argument("names", nargs=-1, required=True, metavar="INSTANCE...")
 @json_option
-@pass_store
+@remote.pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show an instance: placement, disks (with DRBD ids), NICs and filled parameters."""
     from herder.core import model

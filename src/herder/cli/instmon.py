@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
+from herder.core import ports
 from herder.core.errors import HerderError
-from herder.instmon.config import DEFAULT_RUN_DIR, DEFAULT_SPOOL, NOTIFY_PORT
+from herder.instmon.config import DEFAULT_RUN_DIR, DEFAULT_SPOOL
 
 
 @click.group(invoke_without_command=True)
@@ -24,7 +25,7 @@ from herder.instmon.config import DEFAULT_RUN_DIR, DEFAULT_SPOOL, NOTIFY_PORT
 @click.option("--libvirt-uri", help="Hypervisor to watch (default: the node's libvirt_uri "
               "node parameter, else qemu:///system).")
 @click.option("--notify-url", help="Where to POST notifications (default: "
-              f"https://<master ip>:{NOTIFY_PORT}/1/notifications, maintd).")
+              f"https://<master ip>:{ports.MAINTD_NOTIFY}/1/notifications, maintd).")
 @click.option("--ca-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Verify the receiver with this CA/certificate (default for herder's maintd: "
                    "the cluster's server.pem).")

@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 from herder.cli.httpjson import call
+from herder.core import ports
 from herder.core.errors import HerderError
 from herder.maintd.settings import (
-    DEFAULT_NOTIFY_PORT,
-    DEFAULT_PORT,
     EXIT_NOTMASTER,
     GANETI_DATA,
     GANETI_STATE,
@@ -25,19 +24,19 @@ from herder.maintd.settings import (
 if TYPE_CHECKING:
     from herder.core.rapi import RapiClient
 
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_URL = f"http://127.0.0.1:{ports.MAINTD}"
 
 
 @click.group(invoke_without_command=True)
 @click.option("--bind", help="Address to listen on (default: the cluster's master IP, else the "
                              "master node's primary IP).")
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=ports.MAINTD, show_default=True,
               help="TCP port (0: any free port, printed at start).")
 @click.option("--node", "node_name", help="This node's name (default: FQDN); maintd exits "
                                           "with code 11 unless it is the master.")
 @click.option("--state", "state_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Keep the state in this JSON file instead of the cluster config.")
-@click.option("--mond-port", type=click.IntRange(1, 65535), default=1815, show_default=True)
+@click.option("--mond-port", type=click.IntRange(1, 65535), default=ports.MOND, show_default=True)
 @click.option("--round-delay", type=click.FloatRange(0), help="Seconds between the end of a "
               "round and the next one (default: the cluster's maintenance roundDelay).")
 @click.option("--poll-interval", type=click.FloatRange(0.05), default=10.0, show_default=True,
@@ -47,7 +46,7 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True,
               help="Directory of maintd.pid (where mond's daemon collector looks).")
-@click.option("--notify-port", type=click.IntRange(0, 65535), default=DEFAULT_NOTIFY_PORT,
+@click.option("--notify-port", type=click.IntRange(0, 65535), default=ports.MAINTD_NOTIFY,
               show_default=True, help="HTTPS port (cluster certificate) of POST "
               "/1/notifications, instmon's failure notifications (0: no HTTPS listener).")
 @click.option("--notify-insecure", is_flag=True, help="Also accept notifications on the plain "
@@ -139,7 +138,7 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
 
 url_option = click.option("--url", help="Base URL of maintd (default: the client profile's "
                           "maintd, else the cluster's master address, port "
-                          f"{DEFAULT_PORT}).")
+                          f"{ports.MAINTD}).")
 
 
 def maintd_url(ctx: click.Context, url: str | None) -> str:
@@ -154,7 +153,7 @@ def maintd_url(ctx: click.Context, url: str | None) -> str:
     host = remote.master_address(ctx)
     if host is None:
         return DEFAULT_URL
-    return f"http://{f'[{host}]' if ':' in host else host}:{DEFAULT_PORT}"
+    return f"http://{f'[{host}]' if ':' in host else host}:{ports.MAINTD}"
 
 
 @maintd.command()
@@ -177,7 +176,7 @@ def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
 @maintd.command()
 @click.argument("uuid")
 @click.option("--url", help="maintd's HTTPS base URL (default: https://MASTER_IP:"
-                            f"{DEFAULT_NOTIFY_PORT}, the master's address as masterd's).")
+                            f"{ports.MAINTD_NOTIFY}, the master's address as masterd's).")
 @click.option("--rapi-user", help="RAPI user that may write (default: the first such user of "
                                   "the cluster's rapi_users).")
 @click.option("--rapi-password-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -214,7 +213,7 @@ def _writer_client(ctx: click.Context, url: str | None, user: str | None,
     store = store_from(ctx)
     if url is None:  # maintd follows the master IP: found as masterd is
         host = remote.master_address(ctx) or "127.0.0.1"
-        url = f"https://{f'[{host}]' if ':' in host else host}:{DEFAULT_NOTIFY_PORT}"
+        url = f"https://{f'[{host}]' if ':' in host else host}:{ports.MAINTD_NOTIFY}"
     found = remote.profile()
     if password_file is None and found.has_credentials and user in (None, found.user):
         assert found.ca is not None  # a machine with a client profile: its user

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import click
 
-from herder.core import serve
+from herder.core import ports, serve
 from herder.core.store import default_config_path, is_etcd_location
 from herder.masterd.daemon import (
-    DEFAULT_PORT,
     EXIT_LEASE_LOST,
     EXIT_NOTMASTER,
     MasterDaemon,
@@ -22,7 +21,7 @@ from herder.masterd.daemon import (
 
 @click.command()
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=ports.MASTERD, show_default=True,
               help="TCP port (0: any free port, printed at start).")
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Job queue worker threads (jobs that do not conflict run in parallel).")
@@ -31,7 +30,7 @@ from herder.masterd.daemon import (
 @click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True, help="Where the pid file goes.")
-@click.option("--noded-port", type=click.IntRange(1, 65535), default=1811, show_default=True,
+@click.option("--noded-port", type=click.IntRange(1, 65535), default=ports.NODED, show_default=True,
               help="Port of the node daemons.")
 @click.option("--iallocator-path", multiple=True, type=click.Path(path_type=Path),
               help="Where to look for iallocator scripts (repeatable; Ganeti's defaults).")

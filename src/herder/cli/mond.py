@@ -10,13 +10,12 @@ import click
 from click.core import ParameterSource
 
 from herder.cli.httpjson import call
-from herder.core import ssconf
+from herder.core import ports, ssconf
 from herder.core.store import default_config_path
 from herder.mond.collector import MondSettings
 from herder.mond.localconf import DEFAULT_BIND
-from herder.mond.server import DEFAULT_PORT
 
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_URL = f"http://127.0.0.1:{ports.MOND}"
 
 
 @click.group(invoke_without_command=True)
@@ -26,7 +25,7 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
                    "diagnose_interval, hmac_key, confd, confd_key, libvirt_uri, run_dir, "
                    "[repair] enabled/commands_dir/timeout/max_skew. Flags override it.")
 @click.option("--bind", default=DEFAULT_BIND, show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=ports.MOND, show_default=True,
               help="TCP port (0: any free port, printed at start).")
 @click.option("--node", "node_name", help="This node's name in the cluster (default: FQDN).")
 @click.option("--plugin-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -99,7 +98,7 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
              if _given(ctx, param_of.get(key, key))}
     resolved = localconf.resolve(
         file_config, MondSettings(plugin_dir=plugin_dir, collector_timeout=collector_timeout),
-        flags, default_port=DEFAULT_PORT, default_bind=DEFAULT_BIND)
+        flags, default_port=ports.MOND, default_bind=DEFAULT_BIND)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(resolved, (ctx.find_root().obj or {}).get("config_path") or default_config_path(),
@@ -152,7 +151,7 @@ def agent_url(ctx: click.Context, url: str | None, node: str | None) -> str:
         address = "127.0.0.1" if here else remote.master_address(ctx)
     if not address:
         return DEFAULT_URL
-    return f"http://{f'[{address}]' if ':' in address else address}:{DEFAULT_PORT}"
+    return f"http://{f'[{address}]' if ':' in address else address}:{ports.MOND}"
 
 
 @mond.command("list")

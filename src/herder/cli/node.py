@@ -12,7 +12,6 @@ from herder.cli.common import (
     YES_NO,
     json_option,
     many_rows,
-    pass_store,
     print_json,
     print_mapping,
     print_table,
@@ -132,7 +131,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @node.command()
 @click.argument("names", nargs=-1, required=True, metavar="NODE...")
 @json_option
-@pass_store
+@remote.pass_store
 def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
     """Show everything about one or more nodes, with their filled node parameters."""
     from herder.core import model

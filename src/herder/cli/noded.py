@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
+from herder.core import ports
 from herder.core.store import default_config_path
-from herder.noded.server import DEFAULT_PORT
 
 
 @click.command()
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=ports.NODED, show_default=True)
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/var/lib/herder/noded"), show_default=True)
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),

@@ -5,28 +5,32 @@ else from the files beside the cluster config (on the master), else from this no
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import click
 import msgspec
 
 from herder.cli.common import config_directory, store_from
-from herder.core import client_profile, ssconf
+from herder.core import client_profile, ports, ssconf
 from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
     from herder.core import model
     from herder.core.rapi import RapiClient
+    from herder.core.store import ConfigStore
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # The RAPI client (httpx), the store and the config model are imported where used: `--help`
 # needs none of them, and a list through masterd needs no store or model (docs/scale.md).
 
-DEFAULT_PORT = 5080
 
 
 def root_obj(ctx: click.Context) -> dict[str, Any]:
@@ -65,8 +69,8 @@ def masterd_url(ctx: click.Context) -> str:
     if url:
         return url
     host = master_address(ctx) or "127.0.0.1"
-    return f"https://{host}:{DEFAULT_PORT}" if ":" not in host \
-        else f"https://[{host}]:{DEFAULT_PORT}"
+    return f"https://{host}:{ports.MASTERD}" if ":" not in host \
+        else f"https://[{host}]:{ports.MASTERD}"
 
 
 def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:
@@ -132,6 +136,17 @@ def config_source(ctx: click.Context) -> Any:
             ssconf.master_ip(store.directory) is not None:
         return RemoteConfig(ctx)
     return store
+
+
+def pass_store(func: Callable[Concatenate[ConfigStore, P], R]) -> Callable[P, R]:
+    """Give the command the cluster's config store as its first argument: the local file, or
+    on a machine without one the config read through masterd (`config_source`)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        return func(config_source(click.get_current_context()), *args, **kwargs)
+
+    return wrapper
 
 
 def echo_log(entry: Any) -> None:

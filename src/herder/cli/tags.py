@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from herder.cli import remote
-from herder.cli.common import json_option, pass_store, print_json
+from herder.cli.common import json_option, print_json
 from herder.core import model
 from herder.core.errors import HerderError
 from herder.core.store import ConfigStore
@@ -41,7 +41,7 @@ def tags() -> None:
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("name", required=False)
 @json_option
-@pass_store
+@remote.pass_store
 def list_(store: ConfigStore, kind: str, name: str | None, as_json: bool) -> None:
     """List the tags of the cluster, or of the group/node/instance NAME."""
     config = store.load()

@@ -31,12 +31,11 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from herder.core import envelope, randomness, untrusted
+from herder.core import envelope, ports, randomness, untrusted
 from herder.core.errors import HerderError, SignatureError
 
 # --- constants (Ganeti 3.0 values) ------------------------------------------------------------
 
-DEFAULT_PORT = 1814
 PROTOCOL_VERSION = 1
 # Ganeti answers a ping with its config version; herder speaks Ganeti 3.0's protocol and answers
 # 3.0's version number (herder's own document format version is unrelated to the wire).
@@ -343,7 +342,7 @@ def pick_best(replies: dict[str, Reply]) -> tuple[str, Reply, bool]:
     return best_peer, best, consistent
 
 
-def parse_peer(text: str, port: int = DEFAULT_PORT) -> tuple[str, int]:
+def parse_peer(text: str, port: int = ports.CONFD) -> tuple[str, int]:
     """`HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address → (host, port)."""
     text = text.strip()
     if text.startswith("["):
@@ -367,7 +366,7 @@ class ConfdClient:
     """
 
     def __init__(self, peers: Sequence[str] | Sequence[tuple[str, int]], hmac_key: bytes,
-                 port: int = DEFAULT_PORT, timeout: float = 2.0) -> None:
+                 port: int = ports.CONFD, timeout: float = 2.0) -> None:
         if isinstance(peers, str | bytes):
             raise TypeError("peers must be a list")
         self.hmac_key = hmac_key

@@ -4,7 +4,7 @@ Every object has a name and a UUID (design-2.1 "Introducing persistent UUIDs"): 
 changes, a rename keeps it, and every lookup accepts either. References between objects are by
 UUID. Every object carries serial_no, ctime and mtime.
 
-The document is herder's own format (`FORMAT_VERSION`); `herder.core.ganeti_import` turns a
+The document is herder's own format (`FORMAT_VERSION`); `herder.cli.ganeti_import` turns a
 Ganeti `config.data` into it. JSON field names follow Ganeti where Ganeti tools read them
 (ipolicy's dashed keys, the maintenance section's keys).
 """

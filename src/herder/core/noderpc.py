@@ -28,13 +28,12 @@ from typing import Any, Protocol
 import httpx
 import msgspec
 
-from herder.core import model, node_certs, rpcauth, untrusted
+from herder.core import model, node_certs, ports, rpcauth, untrusted
 from herder.core.console import SIGNED_CALL_HEADER
 from herder.core.errors import HerderError, RpcError
 from herder.core.rpcdefs.base import AnswerT, Call
 from herder.core.rpcdefs.instance_calls import ConsoleStream
 
-DEFAULT_NODED_PORT = 1811
 EPOCH_KEY = "_master_epoch"  # in the signed arguments; noded takes it out before dispatch
 STALE_EPOCH = "stale master epoch"
 
@@ -117,7 +116,7 @@ class HttpNodeRpc(RpcTransport):
     """Node RPC over HTTPS to each node's noded at its primary IP."""
 
     def __init__(self, hmac_key: bytes, certificate: Path | None, *,
-                 port: int = DEFAULT_NODED_PORT, timeout: float = 120.0,
+                 port: int = ports.NODED, timeout: float = 120.0,
                  connect_timeout: float = 5.0, epoch: int | None = None,
                  on_stale: Callable[[StaleEpochError], None] | None = None,
                  client_certificate: Path | None = None) -> None:

@@ -37,13 +37,12 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from herder.core import roles, untrusted
+from herder.core import ports, roles, untrusted
 from herder.core.errors import HerderError
 from herder.core.http_pool import Answer, ConnectionPool
 
 RAPI_VERSION = 2
-DEFAULT_PORT = 5080
-DEFAULT_URL = f"https://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_URL = f"https://127.0.0.1:{ports.MASTERD}"
 RAPI_USERS_FILE = "rapi_users"
 CERT_FILE = "server.pem"
 USER_AGENT = "herder-rapi-client/1"

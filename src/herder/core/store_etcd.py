@@ -29,9 +29,10 @@ A change is made in three layers:
 - **compare-and-swap**: the write is a transaction that compares the head's mod_revision with
   the one read, so even a writer whose lock expired cannot overwrite a newer document — that write
   fails with "concurrent write" and nothing is written;
-- **fence** (optional, a `herder.core.lease.Fence` or `MasterLease`): the same transaction also
-  compares the master key's value and create_revision with the writer's node and epoch, so an old
-  master's write is refused by etcd itself ("not the master"), however late it arrives.
+- **fence** (optional, a `herder.core.fence.Fence` or what holds one, masterd's `MasterLease`):
+  the same transaction also compares the master key's value and create_revision with the
+  writer's node and epoch, so an old master's write is refused by etcd itself ("not the
+  master"), however late it arrives.
 
 A transaction whose reply was lost (a member died) may have been applied: the store then reads
 the head back and counts it as written only if it holds exactly the bytes it sent (its serial and
@@ -52,8 +53,8 @@ import msgspec
 
 from herder.core import configdiff, etcd, etcd_settings, model, randomness, upgrade
 from herder.core.errors import ConfigError, StoreError
-from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
-from herder.core.store import ETCD_SCHEMES, is_etcd_location
+from herder.core.fence import Fence, FenceSource, master_key, resolve_fence
+from herder.core.locations import ETCD_SCHEMES, is_etcd_location
 
 SECURE, PLAIN = ETCD_SCHEMES  # etcds://: TLS and authentication; etcd://: tests only
 DEFAULT_LOCK_TTL = 5
@@ -98,7 +99,7 @@ class EtcdStore:
         client: etcd.EtcdClient,
         cluster: str,
         *,
-        fence: Fence | MasterLease | None = None,
+        fence: Fence | FenceSource | None = None,
         local_dir: str | os.PathLike[str] = DEFAULT_LOCAL_DIR,
         lock_ttl: int = DEFAULT_LOCK_TTL,
         lock_wait: float = DEFAULT_LOCK_WAIT,

@@ -17,14 +17,13 @@ from typing import Annotated, Any
 
 import msgspec
 
-from herder.core import settingsfile
+from herder.core import ports, settingsfile
 from herder.core.errors import HerderError
 from herder.instmon.events import EventFilter, FilterError
 
 WHAT = "instmon config"
 DEFAULT_RUN_DIR = Path("/run/herder")
 DEFAULT_SPOOL = Path("/var/lib/herder/instmon-spool")
-NOTIFY_PORT = 1817  # maintd's HTTPS port
 
 
 @dataclass
@@ -202,7 +201,7 @@ def cluster_defaults(location: str | None, hostname: str | None) -> dict[str, An
         return {}
     if ip:
         host = f"[{ip}]" if ":" in ip else ip
-        out["notify_url"] = f"https://{host}:{NOTIFY_PORT}/1/notifications"
+        out["notify_url"] = f"https://{host}:{ports.MAINTD_NOTIFY}/1/notifications"
     cert = store.directory / CERT_FILE
     if cert.is_file():
         out["ca_file"] = cert

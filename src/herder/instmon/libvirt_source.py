@@ -3,8 +3,8 @@ offers, automatic reconnect, and a resync after every (re)connect.
 
 libvirt's default event loop runs in one daemon thread (`virEventRunDefaultImpl`); all domain
 callbacks run there and only hand a `RawEvent` to the sink. A supervisor thread opens the
-connection (`openReadOnly`), registers the callbacks, sets keepalive (5 s, 3 missed: a hung
-libvirtd is noticed in about 15-20 s, a dead one at once by the close callback), and waits. When
+connection (read-only, with keepalive: `core.libvirt_host`; a hung libvirtd is noticed in about
+15-20 s, a dead one at once by the close callback), registers the callbacks, and waits. When
 the connection closes it deregisters, reconnects with exponential backoff (a libvirtd that is
 down at reconnect time is retried forever, not fatal as in masakari) and resyncs.
 
@@ -26,23 +26,17 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from herder.core import libvirt_host
 from herder.instmon import events
 
 log = logging.getLogger("herder.instmon.libvirt")
 
 # virDomainState values counted as active (running, blocked, paused, shutting down, pmsuspended)
 ACTIVE_STATES = {1, 2, 3, 4, 7}
-STATE_NAMES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
-               5: "shutoff", 6: "crashed", 7: "pmsuspended"}
-KEEPALIVE = (5, 3)
 BACKOFF_MAX = 10.0
 
 _loop_lock = threading.Lock()
 _loop_started = False
-
-
-def _quiet(_ctx: object, _err: object) -> None:
-    """libvirt prints every error to stderr by default; the source logs what matters."""
 
 
 def start_event_loop() -> None:
@@ -51,10 +45,11 @@ def start_event_loop() -> None:
     global _loop_started
     import libvirt
 
+
     with _loop_lock:
         if _loop_started:
             return
-        libvirt.registerErrorHandler(_quiet, None)
+        libvirt_host.quiet()
         libvirt.virEventRegisterDefaultImpl()
 
         def run() -> None:
@@ -67,14 +62,6 @@ def start_event_loop() -> None:
 
 class ResyncIncomplete(Exception):
     """Reading the domains failed (not because one is gone): nothing was concluded."""
-
-
-def is_no_domain(err: BaseException) -> bool:
-    """Whether a libvirt error says the domain does not exist (VIR_ERR_NO_DOMAIN)."""
-    import libvirt
-
-    getter = getattr(err, "get_error_code", None)
-    return callable(getter) and getter() == libvirt.VIR_ERR_NO_DOMAIN
 
 
 def state_after(event: events.RawEvent) -> str | None:
@@ -175,14 +162,10 @@ class LibvirtSource:
     def _connect(self) -> Any:
         import libvirt
 
-        conn = libvirt.openReadOnly(self.uri)
+        conn = libvirt_host.open_connection(self.uri, read_only=True, keepalive=True)
         self._closed.clear()
         with contextlib.suppress(libvirt.libvirtError):
             conn.registerCloseCallback(self._on_close, None)
-        try:
-            conn.setKeepAlive(*KEEPALIVE)
-        except libvirt.libvirtError as err:  # local drivers have no keepalive
-            log.debug("no keepalive on %s: %s", self.uri, err)
         self.registered = []
         for eid, cb in self._callbacks().items():
             try:
@@ -202,10 +185,8 @@ class LibvirtSource:
             conn.close()
 
     def _alive(self, conn: Any) -> bool:
-        try:
-            return bool(conn.isAlive())
-        except Exception:
-            return False
+
+        return libvirt_host.alive(conn)
 
     def _run(self) -> None:
         attempt = 0
@@ -257,14 +238,16 @@ class LibvirtSource:
 
         Raises ResyncIncomplete (the known states untouched, nothing reported) when a domain's
         state cannot be read for any reason but its absence."""
+
         now: dict[str, dict[str, Any]] = {}
         for dom in conn.listAllDomains():
             try:
                 state = dom.state()[0]
-                now[dom.UUIDString()] = {"name": dom.name(), "active": state in ACTIVE_STATES,
-                                         "state": STATE_NAMES.get(state, "nostate")}
+                now[dom.UUIDString()] = {
+                    "name": dom.name(), "active": state in ACTIVE_STATES,
+                    "state": libvirt_host.DOMAIN_STATES.get(state, "nostate")}
             except Exception as err:
-                if is_no_domain(err):  # undefined since the listing: absent
+                if libvirt_host.is_no_domain(err):  # undefined since the listing: absent
                     continue
                 if not self._alive(conn):
                     raise ResyncIncomplete(f"cannot read the state of a domain: "
@@ -328,5 +311,4 @@ class LibvirtSource:
 
 
 def _text(err: Exception) -> str:
-    getter = getattr(err, "get_error_message", None)
-    return (getter() if callable(getter) else None) or str(err)
+    return libvirt_host.message(err)

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from herder.core import untrusted
+from herder.core import ports, untrusted
 from herder.maintd.rounds import Node
 
 log = logging.getLogger("herder.maintd.agents")
@@ -95,7 +95,7 @@ class AgentPoller:
     and parsers), and each answer, retry included, must arrive within `timeout` seconds: a
     dead or stalled agent costs its slot that long and nothing more."""
 
-    def __init__(self, port: int = 1815, timeout: float = 5.0,
+    def __init__(self, port: int = ports.MOND, timeout: float = 5.0,
                  address: Callable[[Node], str] | None = None, concurrency: int = 64) -> None:
         self.port = port
         self.timeout = timeout

@@ -30,8 +30,7 @@ import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from herder.core import model, notification
-from herder.core.jobs import reason
+from herder.core import model, notification, reason
 from herder.maintd import incidents, vmhealth
 from herder.maintd import instances as instance_incidents
 from herder.maintd import watcher as watcher_repairs

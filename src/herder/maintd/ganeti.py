@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from herder.core.jobs import reason
+from herder.core import reason
 from herder.maintd.daemon import RapiCluster
 from herder.maintd.instances import JobInfo
 from herder.maintd.rounds import Node
@@ -224,7 +224,7 @@ def repair_via_mond(key_loader: Callable[[], bytes | None], port: int,
                     address: Callable[[Node], str] | None = None
                     ) -> Callable[[Node, Mapping[str, Any]], Any]:
     """OP_REPAIR_COMMAND through herder mond's signed `POST /1/repair` on the node."""
-    from herder.core.repair_client import run_repair
+    from herder.maintd.repair_client import run_repair
 
     def run(node: Node, op: Mapping[str, Any]) -> Any:
         key = key_loader()

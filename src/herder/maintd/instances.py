@@ -40,8 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from herder.core import model, notification
-from herder.core.jobs import reason
+from herder.core import model, notification, reason
 from herder.maintd import incidents as incident_lifecycle
 from herder.maintd.rounds import MIRRORED, Instance, Job, Node, Plan, annotate
 

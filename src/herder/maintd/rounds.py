@@ -23,8 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from herder.core import model
-from herder.core.jobs import reason
+from herder.core import model, reason
 from herder.maintd import incidents as incident_lifecycle
 
 MIRRORED = ("drbd",)

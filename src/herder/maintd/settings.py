@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from herder.core import ports
 from herder.core.errors import HerderError
 
-DEFAULT_PORT = 1816
-DEFAULT_NOTIFY_PORT = 1817
 EXIT_NOTMASTER = 11
 GANETI_DATA = "/var/lib/ganeti"
 GANETI_STATE = "/var/lib/herder/maintd-state.json"
@@ -26,15 +25,15 @@ class MaintdSettings:
     config_path: str | Path | None = None  # herder: the cluster config (None: the default)
     masterd_url: str | None = None  # herder: masterd's RAPI
     bind: str | None = None  # None: the cluster's master IP, else the master's primary IP
-    port: int = DEFAULT_PORT
+    port: int = ports.MAINTD
     node_name: str | None = None  # None: this host's FQDN
     state_file: Path | None = None
-    mond_port: int = 1815
+    mond_port: int = ports.MOND
     round_delay: float | None = None  # None: the cluster's maintenance roundDelay
     poll_interval: float = 10.0
     harep: bool = False
     run_dir: Path = Path("/run/herder")
-    notify_port: int = DEFAULT_NOTIFY_PORT  # 0: no HTTPS listener
+    notify_port: int = ports.MAINTD_NOTIFY  # 0: no HTTPS listener
     notify_insecure: bool = False
     failure_table: Path | None = None
     failure_window: float = 600.0

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, heap, locking, model, serve
+from herder.core import envelope, model, ports, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
-from herder.core.jobs.queue import JobQueue
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
-from herder.masterd import redist
+from herder.masterd import heap, locking, redist
 from herder.masterd.announce import Announcements
+from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
@@ -36,23 +36,22 @@ from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 
 if TYPE_CHECKING:
-    from herder.core.lease import MasterLease
     from herder.core.store_etcd import EtcdStore
+    from herder.masterd.lease import MasterLease
 
 log = logging.getLogger("herder.masterd")
-DEFAULT_PORT = 5080
 
 
 @dataclass
 class MasterSettings:
     config_path: Path | str  # a file, or an etcd location etcds://HOST:PORT,.../CLUSTER
     bind: str = "0.0.0.0"
-    port: int = DEFAULT_PORT
+    port: int = ports.MASTERD
     workers: int = 8
     anonymous_reads: bool = False
     tls: bool = True
     run_dir: Path = Path("/run/herder")
-    noded_port: int = 1811
+    noded_port: int = ports.NODED
     iallocator_path: tuple[Path, ...] = ()
     # This node's name (None: the host's FQDN; a host that is no node of the cluster, e.g. a
     # test, then skips the name check and only watches the epoch).
@@ -93,7 +92,7 @@ def lock_manager_for(store: ConfigStore) -> locking.LockManager:
 
 class MasterDaemon:
     def __init__(self, settings: MasterSettings, rpc: NodeRpc | None = None) -> None:
-        heap.limit_arenas()  # before any thread: see core.heap
+        heap.limit_arenas()  # before any thread: see masterd.heap
         self.settings = settings
         self.me = settings.node_name or socket.getfqdn()
         self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
@@ -148,7 +147,7 @@ class MasterDaemon:
         assert self.env.queue_dir is not None
         self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers,
                               storage=job_storage)
-        # on etcd the queue is recovered once elected (masterd_etcd.take_over)
+        # on etcd the queue is recovered once elected (become_master)
         self.recovered = (self.queue.recover() if self.lease is None else
                           {"requeued": [], "failed": [], "canceled": [], "finished": []})
         cache: ConfigView = (ConfigCache(self.store.path) if etcd_store is None
@@ -172,6 +171,20 @@ class MasterDaemon:
         if self._loop is not None and self._stop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 self._loop.call_soon_threadsafe(self._stop.set)
+
+    def become_master(self, node_uuid: str, epoch: int) -> dict[str, list[int]]:
+        """Elected on etcd (`etcd_master.take_over` wrote this node and `epoch` into the
+        config): act as master from now on; the jobs recovered from the old master's queue."""
+        self.epoch = epoch
+        self.master_uuid = node_uuid
+        # the transport's epoch, not a wrapper's (the live cache's and the reachability
+        # record's wrappers have none): else the nodes would keep accepting the old master's
+        # calls
+        if hasattr(self.node_rpc, "epoch"):
+            self.node_rpc.epoch = epoch
+        self.env.locks = lock_manager_for(self.store)  # the config as it is now
+        self.recovered = self.queue.recover()
+        return self.recovered
 
     def still_master(self) -> str | None:
         """None while the config still names this masterd's master and epoch, else why not."""
@@ -210,7 +223,7 @@ class MasterDaemon:
 
             elected = False
             try:
-                elected = await await_election(self, stop)
+                elected = await await_election(self, self.lease, stop)
             finally:
                 if not elected:
                     await asyncio.to_thread(self.lease.resign)

@@ -20,19 +20,30 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from herder.core import model
 from herder.core.errors import HerderError
-from herder.core.jobs.store_etcd import EtcdJobStorage
-from herder.core.lease import MasterLease
+from herder.core.store import ConfigStore
 from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
-
-if TYPE_CHECKING:
-    from herder.masterd.daemon import MasterDaemon
+from herder.masterd.jobs.store_etcd import EtcdJobStorage
+from herder.masterd.lease import MasterLease
 
 log = logging.getLogger("herder.masterd")
 DEFAULT_LEASE_TTL = 10
+
+
+class Candidate(Protocol):
+    """What the election asks of a masterd (`MasterDaemon`) standing as a candidate."""
+
+    me: str  # this node's name
+    store: ConfigStore
+
+    def depose(self, reason: str) -> None:
+        """Stop acting as master (thread-safe)."""
+
+    def become_master(self, node_uuid: str, epoch: int) -> dict[str, list[int]]:
+        """Act as master at `epoch` (written into the config); the recovered jobs."""
 
 
 def open_etcd(location: str, node_name: str, *, ttl: int = DEFAULT_LEASE_TTL,
@@ -82,14 +93,13 @@ class EtcdConfigCache:
         return self._config
 
 
-def take_over(daemon: MasterDaemon, epoch: int) -> None:
-    """Elected: become the config's master (fenced write), then recover the job queue."""
-    from herder.masterd.daemon import lock_manager_for
-
-    with daemon.store.update() as config:
-        node = find_me(config, daemon.me)
+def take_over(candidate: Candidate, epoch: int) -> None:
+    """Elected: become the config's master (fenced write), then let the daemon act as master at
+    the epoch written (node RPCs, locks, the job queue recovered)."""
+    with candidate.store.update() as config:
+        node = find_me(config, candidate.me)
         if node is None:
-            raise HerderError(f"this node ({daemon.me}) is not a node of the cluster")
+            raise HerderError(f"this node ({candidate.me}) is not a node of the cluster")
         c = config.cluster
         old = config.nodes.get(c.master_node)
         if old is not None and c.master_ip == old.primary_ip:
@@ -99,37 +109,30 @@ def take_over(daemon: MasterDaemon, epoch: int) -> None:
         # came from the file backend may already carry a larger one: stay above it
         c.master_epoch = epoch if epoch > c.master_epoch else c.master_epoch + 1
         written = c.master_epoch
-    daemon.epoch = written
-    daemon.master_uuid = node.uuid
-    # the transport's epoch, not a wrapper's (the live cache's and the reachability record's
-    # wrappers have none): else the nodes would keep accepting the old master's calls
-    if hasattr(daemon.node_rpc, "epoch"):
-        daemon.node_rpc.epoch = written
-    daemon.env.locks = lock_manager_for(daemon.store)  # the config as it is now
-    daemon.recovered = daemon.queue.recover()
+    recovered = candidate.become_master(node.uuid, written)
     log.info("master on etcd: %s took over at epoch %d (lease epoch %d); jobs %s",
-             daemon.me, written, epoch, daemon.recovered)
+             candidate.me, written, epoch, recovered)
 
 
-async def await_election(daemon: MasterDaemon, stop: asyncio.Event) -> bool:
+async def await_election(candidate: Candidate, lease: MasterLease,
+                         stop: asyncio.Event) -> bool:
     """Standby until elected (then take over) or stopped; False when stopped first."""
-    lease = daemon.lease
-    assert lease is not None
-    lease.on_lost = daemon.depose
+    lease.on_lost = candidate.depose
     lease.start()
-    log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", daemon.me, lease.ttl)
+    log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", candidate.me,
+             lease.ttl)
     while not stop.is_set():
         if await asyncio.to_thread(lease.wait_elected, 0.2):
             epoch = lease.epoch
             if epoch is None:  # lost again at once
                 continue
             try:
-                await asyncio.to_thread(take_over, daemon, epoch)
+                await asyncio.to_thread(take_over, candidate, epoch)
             except HerderError as err:  # e.g. the fenced write lost to a newer master
-                daemon.depose(f"cannot take over as master: {err}")
+                candidate.depose(f"cannot take over as master: {err}")
                 return False
             return not stop.is_set()
         if lease.lost_reason is not None:
-            daemon.depose(lease.lost_reason)
+            candidate.depose(lease.lost_reason)
             return False
     return False

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from herder.core import envelope, model, node_certs
+from herder.core import envelope, model, node_certs, ports
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE, SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
@@ -72,7 +72,6 @@ from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
 
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
-MASTERD_PORT = 5080
 FINAL_JOB = {"success", "error", "canceled"}
 OTHER_JOBS_TIMEOUT = 120.0  # seconds the merge waits for the other cluster's running jobs
 STEPS = ("key", "pause", "stop", "daemons", "merge", "start", "forget", "verify")
@@ -111,7 +110,7 @@ class OtherCluster:
 
     def rapi(self) -> RapiClient:
         return RapiClient.for_herder_cluster(self.secrets_dir,
-                                             f"https://{self.address}:{MASTERD_PORT}")
+                                             f"https://{self.address}:{ports.MASTERD}")
 
     def rpc(self) -> HttpNodeRpc:
         return HttpNodeRpc(envelope.load_key(self.secrets_dir / HMAC_KEY_FILE),
@@ -500,7 +499,7 @@ class Merge:
     def _our_api(self) -> Any:
         url = self.masterd_url or os.environ.get("HERDER_MASTERD")
         if not url:
-            url = f"https://{FileStore(self.config).load().cluster.master_ip}:{MASTERD_PORT}"
+            url = f"https://{FileStore(self.config).load().cluster.master_ip}:{ports.MASTERD}"
         return RapiClient.for_herder_cluster(self.config.parent, url)
 
     def check_other_idle(self, timeout: float = OTHER_JOBS_TIMEOUT) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from herder.core import locking
-from herder.core.jobs import opcodes
 from herder.core.store import ConfigStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 

@@ -16,11 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from herder.core import locking
 from herder.core.errors import OpPrereqError
-from herder.core.jobs import opcodes
-from herder.core.jobs.queue import JobContext
-from herder.masterd import lu
+from herder.masterd import locking, lu
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs.queue import JobContext
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv
 
 log = logging.getLogger("herder.masterd")

@@ -7,7 +7,7 @@ unless anonymous reads are configured; writes, and as in Ganeti's rlib2 the read
 job with locks or block (`GET /2/nodes/N/storage`, `GET /2/jobs/ID/wait`), need a user with
 the `write` option (401 without credentials, 403 for a read-only user). A parameter naming a
 file herder would read and distribute must lie in the cluster's hypervisor file directory
-(`core.hvfiles`, 400 otherwise). Errors are Ganeti's JSON `{"code", "message", "explain"}`.
+(`masterd.hvfiles`, 400 otherwise). Errors are Ganeti's JSON `{"code", "message", "explain"}`.
 herder-only routes live under `/2/herder/`.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
-from herder.core import access, hvfiles, model, roles, storage_units, untrusted
+from herder.core import access, model, reason, roles, storage_units, untrusted
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -31,13 +31,13 @@ from herder.core.errors import (
     NotFoundError,
     OpPrereqError,
 )
-from herder.core.jobs import opcodes, reason
-from herder.core.jobs import queue as job_queue
 from herder.core.noderpc import NodeRpc
 from herder.core.rapi_users import REALM, User, UsersFile
 from herder.core.store import ConfigStore
-from herder.masterd import views
+from herder.masterd import hvfiles, views
 from herder.masterd.announce import Announcements
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs import queue as job_queue
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext

@@ -12,7 +12,7 @@ After every config write the master pushes, through the node daemons (signed, ep
   file (master candidates), for every enabled hypervisor the files its parameters name
   (`vnc_password_file`, `spice_password_file`: the cluster default to every VM-capable node,
   an instance's value to every node that can run it; only files in the cluster's hypervisor
-  file directory, `core.hvfiles`), and the files named in the
+  file directory, `masterd.hvfiles`), and the files named in the
   user-maintained list `redist-files` beside the config (one absolute path per line) to
   every node;
 - on a full push (`herder cluster redist-conf`, a promotion to master candidate) also the
@@ -48,12 +48,13 @@ from typing import Any
 import msgspec
 
 from herder import __version__
-from herder.core import hvfiles, model, node_certs, params, ssconf, store, uidpool
+from herder.core import model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 from herder.core.rpcdefs import file_calls
+from herder.masterd import hvfiles
 from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd.redist")
@@ -167,7 +168,7 @@ def hypervisor_files(config: model.ConfigData, node: model.Node,
                      per_instance: dict[str, set[str]] | None = None) -> list[str]:
     """The files the enabled hypervisors' parameters name that `node` needs: the cluster
     defaults on every VM-capable node, an instance's value on the nodes that can run it. Only
-    files in `where`, the cluster's hypervisor file directory (`core.hvfiles`; None: none at
+    files in `where`, the cluster's hypervisor file directory (`masterd.hvfiles`; None: none at
     all), are the cluster's: a parameter naming any other file sends nothing. `per_instance`:
     `instance_files(config)`, when the caller asks for many nodes."""
     c = config.cluster

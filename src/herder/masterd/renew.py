@@ -27,10 +27,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from herder.core import envelope, model, node_certs
+from herder.core import envelope, model, node_certs, ports
 from herder.core.cluster_secrets import SecretPaths, self_signed_certificate
 from herder.core.errors import HerderError
-from herder.core.noderpc import DEFAULT_NODED_PORT, HttpNodeRpc, NodeRpc
+from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rpcdefs import file_calls, role_calls
 from herder.core.rpcdefs.base import AnswerT, Call
 from herder.core.store import FileStore
@@ -55,7 +55,7 @@ def _each(rpc: NodeRpc, nodes: list[model.Node],
 
 
 def renew(config_path: Path, say: Callable[[str], None], *,
-          port: int = DEFAULT_NODED_PORT) -> dict[str, str]:
+          port: int = ports.NODED) -> dict[str, str]:
     """Rotate; returns node name -> its new certificate's digest."""
     store = FileStore(config_path)
     config = store.load()

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from herder.core import confd, envelope, model, ssconf
+from herder.core import confd, envelope, model, ports, ssconf
 from herder.core.errors import HerderError
 from herder.mond.report import Kind
 
@@ -73,7 +73,7 @@ class MondSettings:
     libvirt_uri: str | None = None  # None: libvirt's default for this host
     # confd peers (`HOST` or `HOST:PORT`) asked when this node has no cluster config.
     confd_peers: list[str] = field(default_factory=list)
-    confd_port: int = confd.DEFAULT_PORT
+    confd_port: int = ports.CONFD
     confd_key_file: Path | None = None  # None: the cluster's key (`hmac_key_file`)
     # The cluster HMAC key: signs the diagnose report, verifies `POST /1/repair`.
     # None: hmac.key beside the cluster config path (Ganeti: /var/lib/ganeti/hmac.key).
@@ -112,7 +112,7 @@ class ConfdSource:
     """
 
     def __init__(self, peers: list[str], key_loader: Callable[[], bytes | None], *,
-                 port: int = confd.DEFAULT_PORT, timeout: float = 2.0, ttl: float = 15.0,
+                 port: int = ports.CONFD, timeout: float = 2.0, ttl: float = 15.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.peers = list(peers)
         self.port = port

@@ -1,9 +1,10 @@
 """A read-only libvirt connection shared by the collectors that watch the hypervisor.
 
-Each collector instance keeps one `LibvirtConnection`: it opens `settings.libvirt_uri` (None =
-libvirt's default for this host) read-only on first use, keeps it, and opens a new one when the
-URI changes or the old one died (libvirtd restarted). When libvirt cannot be reached the caller
-gets a `CollectorError` naming the URI and libvirt's own message.
+Each collector instance keeps one `LibvirtConnection` (over `core.libvirt_host.Connection`): it
+opens `settings.libvirt_uri` (None = libvirt's default for this host) read-only on first use,
+keeps it, and opens a new one when the URI changes or the old one died (libvirtd restarted).
+When libvirt cannot be reached the caller gets a `CollectorError` naming the URI and libvirt's
+own message.
 
 Also here: the pure tables and helpers both collectors use (state names, libvirt version
 numbers, the devices in a domain's XML).
@@ -11,26 +12,15 @@ numbers, the devices in a domain's XML).
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import Any
 
+from herder.core import libvirt_host
+from herder.core.libvirt_host import DOMAIN_STATES
 from herder.mond.collector import CollectorError
 
-try:  # libvirt-python is a dependency, but a node without it must still run the other collectors
-    import libvirt
-except ImportError:  # pragma: no cover - exercised only where the binding is missing
-    libvirt = None
-
-
-# virDomainState: libvirt's stable ABI values (libvirt-domain.h).
-DOMAIN_STATES: dict[int, str] = {
-    0: "nostate", 1: "running", 2: "blocked", 3: "paused",
-    4: "shutdown", 5: "shutoff", 6: "crashed", 7: "pmsuspended",
-}
 # The reasons libvirt gives for each state (virDomain<State>Reason).
 STATE_REASONS: dict[int, dict[int, str]] = {
     1: {0: "unknown", 1: "booted", 2: "migrated", 3: "restored", 4: "from_snapshot",
@@ -111,109 +101,39 @@ def parse_domain_devices(xml: str) -> dict[str, list[dict[str, str | None]]]:
     return {"disks": disks, "nics": nics}
 
 
-def error_text(err: BaseException) -> str:
-    """libvirt's own message for an error, without the Python wrapper's noise."""
-    if libvirt is not None and isinstance(err, libvirt.libvirtError):
-        msg = err.get_error_message()
-        if msg:
-            return str(msg)
-    return str(err) or type(err).__name__
-
-
-def is_no_domain(err: BaseException) -> bool:
-    """The domain vanished between listing and asking about it."""
-    return (libvirt is not None and isinstance(err, libvirt.libvirtError)
-            and err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN)
-
-
-def conn_alive(conn: Any) -> bool:
-    """Whether a connection still works (False also when asking fails)."""
-    try:
-        return bool(conn.isAlive() == 1)
-    except Exception:
-        return False
-
-
-def _ignore_error(_ctx: object, _err: object) -> None:
-    """libvirt prints every error to stderr by default; mond reports them instead."""
-
-
-_handler_installed = False
-
-
-def _quiet_libvirt() -> None:
-    global _handler_installed
-    if libvirt is not None and not _handler_installed:
-        libvirt.registerErrorHandler(_ignore_error, None)
-        _handler_installed = True
-
-
-def describe_uri(uri: str | None) -> str:
-    return uri if uri else "libvirt's default URI"
-
-
 class LibvirtConnection:
-    """One cached read-only connection; thread-safe; reopens on URI change or a dead link."""
+    """One kept read-only connection (`core.libvirt_host`); thread-safe; reopens on a URI
+    change or a dead link; libvirt's failures as CollectorError."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._lock = threading.Lock()
-        self._conn: Any = None
-        self._uri: str | None = None
+        self._connection = libvirt_host.Connection(None, read_only=True)
         self._available: tuple[str | None, float, bool] | None = None  # uri, when, result
 
     def get(self, uri: str | None) -> Any:
         """The open connection to `uri`, opening (or reopening) it as needed."""
-        if libvirt is None:
-            raise CollectorError("libvirt-python is not installed")
-        with self._lock:
-            conn = self._conn
-            if conn is not None and self._uri == uri and conn_alive(conn):
-                return conn
-            self._drop_locked()
-            _quiet_libvirt()
-            try:
-                conn = libvirt.openReadOnly(uri)
-            except libvirt.libvirtError as err:
-                raise CollectorError(
-                    f"libvirt unreachable at {describe_uri(uri)}: {error_text(err)}"
-                ) from None
-            if conn is None:  # old bindings returned None instead of raising
-                raise CollectorError(f"libvirt unreachable at {describe_uri(uri)}")
-            self._conn, self._uri = conn, uri
-            return conn
+        self._connection.set_uri(uri)
+        try:
+            return self._connection.get()
+        except libvirt_host.Unreachable as err:
+            raise CollectorError(str(err)) from None
 
     def reset(self) -> None:
         """Forget the connection (after an error that may mean it died)."""
-        with self._lock:
-            self._drop_locked()
-
-    def _drop_locked(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # a dead connection may refuse even to close
-                conn.close()
+        self._connection.reset()
 
     def call(self, uri: str | None, fn: Callable[[Any], Any]) -> Any:
         """`fn(connection)`; if it fails because the connection died (libvirtd restarted), once
         more on a fresh connection. Other libvirt errors become CollectorError."""
-        for attempt in (1, 2):
-            conn = self.get(uri)
-            try:
-                return fn(conn)
-            except CollectorError:
+        self._connection.set_uri(uri)
+        try:
+            return self._connection.call(fn)
+        except (libvirt_host.Unreachable, libvirt_host.ConnectionLost) as err:
+            raise CollectorError(str(err)) from None
+        except Exception as err:
+            if not libvirt_host.is_libvirt_error(err):
                 raise
-            except Exception as err:
-                if libvirt is None or not isinstance(err, libvirt.libvirtError):
-                    raise
-                if conn_alive(conn) and err.get_error_code() not in _DEAD_LINK_CODES:
-                    raise CollectorError(f"libvirt error: {error_text(err)}") from None
-                self.reset()
-                if attempt == 2:
-                    raise CollectorError(
-                        f"libvirt connection to {describe_uri(uri)} lost: {error_text(err)}"
-                    ) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+            raise CollectorError(f"libvirt error: {libvirt_host.message(err)}") from None
 
     def available(self, uri: str | None, ttl: float = AVAILABLE_TTL) -> bool:
         """Whether a connection can be opened; the answer is reused for `ttl` seconds."""
@@ -228,11 +148,3 @@ class LibvirtConnection:
             result = False
         self._available = (uri, now, result)
         return result
-
-
-_DEAD_LINK_CODES: frozenset[int] = frozenset(
-    () if libvirt is None else (
-        libvirt.VIR_ERR_NO_CONNECT, libvirt.VIR_ERR_RPC, libvirt.VIR_ERR_SYSTEM_ERROR,
-        libvirt.VIR_ERR_INVALID_CONN,
-    )
-)

@@ -40,7 +40,6 @@ from herder.mond.report import CATEGORIES, DEFAULT_CATEGORY
 
 log = logging.getLogger("herder.mond")
 JSON = "application/json"
-DEFAULT_PORT = 1815
 AGENT_KEY = web.AppKey("agent", Agent)
 REPAIR_KEY = web.AppKey("repair", Repairer)
 _encode = msgspec.json.Encoder().encode

@@ -19,9 +19,8 @@ import ssl
 
 import httpx
 
-from herder.core import node_certs, purpose_keys, rpcauth, ssconf
+from herder.core import node_certs, ports, purpose_keys, rpcauth, ssconf
 from herder.core.errors import HerderError
-from herder.core.rapi import DEFAULT_PORT
 from herder.noded.trust import NodeTrust
 
 log = logging.getLogger("herder.noded")
@@ -30,7 +29,7 @@ RETRIES = (5.0, 30.0)  # seconds before the second and the third try
 TIMEOUT = 10.0
 
 
-def target(trust: NodeTrust, name: str, port: int = DEFAULT_PORT) -> str | None:
+def target(trust: NodeTrust, name: str, port: int = ports.MASTERD) -> str | None:
     """The URL this node announces itself to; None: nothing to announce (not joined, no
     master IP known, or this node is the master)."""
     if not trust.joined():
@@ -64,7 +63,7 @@ def announce_once(trust: NodeTrust, name: str, url: str) -> None:
 
 
 async def announce(trust: NodeTrust, name: str, stop: asyncio.Event,
-                   port: int = DEFAULT_PORT) -> None:
+                   port: int = ports.MASTERD) -> None:
     """noded's task: announce this node once it serves (tried again `RETRIES` later)."""
     url = target(trust, name, port)
     if url is None:

@@ -30,7 +30,7 @@ from typing import TypeVar
 
 import libvirt
 
-from herder.core import paths
+from herder.core import libvirt_host, paths
 from herder.core.errors import HerderError
 from herder.core.store import atomic_write
 from herder.noded.kvm import kvmprobe
@@ -39,20 +39,12 @@ from herder.noded.kvm.domain import InstanceSpec, domain_xml
 log = logging.getLogger("herder.noded")
 T = TypeVar("T")
 
-STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff",
-          6: "crashed", 7: "pmsuspended"}
+STATES = libvirt_host.DOMAIN_STATES
 RUNNING = {1, 2, 3}
 
 
 class HypervisorError(HerderError):
     """A hypervisor operation failed (the message says which and why)."""
-
-
-def _quiet(_ctx: object, _err: object) -> None:
-    """libvirt prints every error to stderr by default; herder reports them itself."""
-
-
-libvirt.registerErrorHandler(_quiet, None)
 
 
 @dataclass(frozen=True)
@@ -83,7 +75,9 @@ class Hypervisor:
         self.defs_dir = state_dir / "domains"
         self.defs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn: libvirt.virConnect | None = None
+        # one connection for noded's life: the test driver keeps domains only while a client
+        # is connected; a fresh one (libvirtd restarted) gets the recorded domains again
+        self._connection = libvirt_host.Connection(uri, on_open=self._restore_definitions)
         self._probe: kvmprobe.KvmProbe | None = None
         self.probe_cache = kvmprobe.CACHE_FILE
         # Why a recorded domain must not be defined again after a libvirtd restart (None: it
@@ -92,54 +86,27 @@ class Hypervisor:
 
     # --- the connection -------------------------------------------------------------------------
 
-    def _connect(self) -> libvirt.virConnect:
-        if self._conn is not None:
-            try:
-                if self._conn.isAlive():
-                    return self._conn
-            except libvirt.libvirtError:
-                pass
-            self._conn = None
-        try:
-            self._conn = libvirt.open(self.uri)
-        except libvirt.libvirtError as err:
-            raise HypervisorError(f"libvirt unreachable at {self.uri}: "
-                                  f"{err.get_error_message()}") from None
-        self._restore_definitions(self._conn)
-        return self._conn
-
     def call(self, fn: Callable[[libvirt.virConnect], T]) -> T:
         """Run `fn` on a live connection; retried once on a fresh one if libvirtd restarted."""
         with self._lock:
-            for attempt in (1, 2):
-                conn = self._connect()
-                try:
-                    return fn(conn)
-                except libvirt.libvirtError as err:
-                    code = err.get_error_code()
-                    if attempt == 1 and code in (libvirt.VIR_ERR_SYSTEM_ERROR,
-                                                 libvirt.VIR_ERR_INTERNAL_ERROR,
-                                                 libvirt.VIR_ERR_RPC,
-                                                 libvirt.VIR_ERR_NO_CONNECT):
-                        self._conn = None
-                        continue
-                    raise HypervisorError(err.get_error_message() or str(err)) from None
-            raise HypervisorError("unreachable")  # pragma: no cover
+            try:
+                return self._connection.call(fn)
+            except libvirt.libvirtError as err:
+                raise HypervisorError(libvirt_host.message(err)) from None
+            except (libvirt_host.Unreachable, libvirt_host.ConnectionLost) as err:
+                raise HypervisorError(str(err)) from None
 
     def set_uri(self, uri: str) -> None:
         """Talk to another hypervisor from now on (the node's parameters changed); the next
         call connects there and defines the recorded domains it does not know."""
         with self._lock:
-            self.close()
+            self._connection.set_uri(uri)
             self.uri = uri
             self.domain_type = domain_type_for(uri)
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(libvirt.libvirtError):
-                    self._conn.close()
-                self._conn = None
+            self._connection.close()
 
     def check(self) -> bool:
         """Keep the connection alive; re-define domains after a libvirtd restart."""
@@ -187,7 +154,7 @@ class Hypervisor:
         try:
             return conn.lookupByName(name)
         except libvirt.libvirtError as err:
-            if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            if libvirt_host.is_no_domain(err):
                 return None
             raise
 
@@ -224,7 +191,7 @@ class Hypervisor:
             try:
                 old = conn.lookupByUUIDString(spec.uuid)
             except libvirt.libvirtError as err:
-                if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                if libvirt_host.is_no_domain(err):
                     return None
                 raise
             old_name = str(old.name())

@@ -20,16 +20,12 @@ import threading
 
 import libvirt
 
-from herder.core import libvirtd_conf
+from herder.core import libvirt_host, libvirtd_conf
 from herder.core.errors import HerderError
 from herder.core.rpcdefs import migration_calls
 from herder.noded.kvm import migration
 
 log = logging.getLogger("herder.noded")
-# client-side keepalive of the migration's connections to this node's libvirtd: a libvirtd
-# that stops answering is noticed within about 5 x 3 s
-KEEPALIVE_INTERVAL = 5
-KEEPALIVE_COUNT = 3
 ABORT_WAIT = 30.0  # after the abort, how long libvirt's migrate call may take to return
 
 
@@ -46,14 +42,8 @@ class Migrations:
         return libvirtd_conf.tls_uri(target_node, pki=self.pki)
 
     def _open(self) -> libvirt.virConnect:
-        try:
-            conn = libvirt.open(self.uri)
-        except libvirt.libvirtError as err:
-            raise HerderError(f"libvirt unreachable at {self.uri}: "
-                              f"{err.get_error_message()}") from None
-        with contextlib.suppress(libvirt.libvirtError):  # local drivers have no keepalive
-            conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
-        return conn
+        # with keepalive: a libvirtd that stops answering is noticed within about 5 x 3 s
+        return libvirt_host.open_connection(self.uri, keepalive=True)
 
     def start(self, name: str, target_node: str, settings: migration.MigrationSettings) -> None:
         with self._lock:

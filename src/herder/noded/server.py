@@ -27,7 +27,6 @@ from herder.noded.node import Node, StaleEpoch
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
-DEFAULT_PORT = 1811
 ROUTES = access.Routes("noded")  # who may call each route (tests/security walks the router)
 NODE = web.AppKey("node", Node)
 CHECKER = web.AppKey("checker", rpccheck.RequestChecker)

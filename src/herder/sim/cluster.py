@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from herder.core import client_profile, supervise_control
+from herder.core import client_profile, ports, supervise_control
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
@@ -61,8 +61,6 @@ from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
-PORTS = {"noded": 1811, "confd": 1814, "mond": 1815, "maintd": 1816, "masterd": 5080}
-NOTIFY_PORT = 1817  # maintd's HTTPS port for instmon's notifications
 BREAK_SCRIPT = "herder-sim-diagnose"  # the diagnose command a simulated node runs
 DIAGNOSE_DIR = "/etc/ganeti/node-diagnose-commands"
 DIAGNOSE_INTERVAL = 2.0
@@ -119,11 +117,11 @@ class SimState:
 
     @property
     def masterd_url(self) -> str:
-        return f"https://{self.published}:{PORTS['masterd']}"
+        return f"https://{self.published}:{ports.MASTERD}"
 
     @property
     def maintd_url(self) -> str:
-        return f"http://{self.published}:{PORTS['maintd']}"
+        return f"http://{self.published}:{ports.MAINTD}"
 
     def ceph_admin(self) -> sim_ceph.CephCluster:
         """The administrator's view of the cluster's Ceph (commands in its network)."""
@@ -554,7 +552,7 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     if maintd:
         start_daemons(master, ["maintd"])
     for node in state.nodes:
-        say(f"{node.name}: {node.address} (mond at http://{node.published}:{PORTS['mond']})")
+        say(f"{node.name}: {node.address} (mond at http://{node.published}:{ports.MOND})")
     sim.keep_powered()
     state.save()
 
@@ -582,10 +580,10 @@ def _await_live_figures(state: SimState) -> None:
 def _publish(sim: HostSimulation, state: SimState) -> None:
     """The cluster's ports on the machine's loopback: masterd, maintd and the master's mond on
     the cluster's address (forwarded to the master IP), each node's mond on its own."""
-    for port in (PORTS["masterd"], PORTS["maintd"], NOTIFY_PORT, PORTS["mond"]):
+    for port in (ports.MASTERD, ports.MAINTD, ports.MAINTD_NOTIFY, ports.MOND):
         sim.publish(f"{state.published}:{port}", f"{state.master_ip}:{port}")
     for node in state.nodes:
-        sim.publish(f"{node.published}:{PORTS['mond']}", f"{node.address}:{PORTS['mond']}")
+        sim.publish(f"{node.published}:{ports.MOND}", f"{node.address}:{ports.MOND}")
 
 
 def _write_profile(master: SimHost, state: SimState) -> None:

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from herder.core import libvirt_host
+
 LIBVIRTD = "/usr/sbin/libvirtd"
 START_TIMEOUT = 15.0
 PRIVATE_DIRS = ("/run/libvirt", "/etc/libvirt", "/var/lib/libvirt", "/var/cache/libvirt",
@@ -66,8 +68,6 @@ class PrivateLibvirtd:
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
         """Run the daemon and wait until its test driver answers on the socket."""
-        import libvirt
-
         with open(self.log, "ab") as out:
             try:
                 self.proc = subprocess.Popen(
@@ -86,9 +86,9 @@ class PrivateLibvirtd:
                 raise LibvirtdUnavailable(f"libvirtd exited with {code}: {tail}")
             if self.socket.exists():
                 try:
-                    libvirt.open(self.uri).close()
+                    libvirt_host.open_connection(self.uri).close()
                     return
-                except libvirt.libvirtError as err:
+                except libvirt_host.Unreachable as err:
                     last = str(err)
             time.sleep(0.05)
         tail = self.log_tail()
@@ -213,11 +213,8 @@ def start_libvirtd(timeout: float = START_TIMEOUT, mode: str | None = None) -> P
     "namespace" forces a way (default: session where possible)."""
     if not os.access(LIBVIRTD, os.X_OK):
         raise LibvirtdUnavailable(f"{LIBVIRTD} is not installed")
-    try:
-        import libvirt
-    except ImportError:
-        raise LibvirtdUnavailable("libvirt-python is not installed") from None
-    libvirt.registerErrorHandler(lambda _c, _e: None, None)
+    if not libvirt_host.AVAILABLE:
+        raise LibvirtdUnavailable("libvirt-python is not installed")
     # Short path: unix socket paths are limited to 107 bytes.
     workdir = Path(tempfile.mkdtemp(prefix="hlvd-", dir="/tmp"))
     os.chmod(workdir, 0o755)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import libvirtd_conf
+from herder.core import libvirt_host, libvirtd_conf
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, ensure_system_accounts
 
@@ -169,8 +169,6 @@ class QemuLibvirtd:
                 "sh", "-c", script]
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
-        import libvirt
-
         self._prepare()
         with open(self.workdir / "libvirtd.out", "ab") as out:
             self.proc = subprocess.Popen(
@@ -186,9 +184,9 @@ class QemuLibvirtd:
                     f"{self._tail()}")
             if self.socket.exists():
                 try:
-                    libvirt.open(self.uri).close()
+                    libvirt_host.open_connection(self.uri).close()
                     return
-                except libvirt.libvirtError as err:
+                except libvirt_host.Unreachable as err:
                     last = str(err)
             time.sleep(0.1)
         self.kill()
@@ -237,8 +235,8 @@ class QemuLibvirtd:
         import libvirt
 
         if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(libvirt.libvirtError):
-                conn = libvirt.open(self.uri)
+            with contextlib.suppress(libvirt.libvirtError, libvirt_host.Unreachable):
+                conn = libvirt_host.open_connection(self.uri)
                 for domain in conn.listAllDomains():
                     with contextlib.suppress(libvirt.libvirtError):
                         if domain.isActive():

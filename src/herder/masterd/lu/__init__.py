@@ -12,7 +12,7 @@ import pkgutil
 from functools import cache
 from typing import Any
 
-from herder.core.jobs import opcodes
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LogicalUnit
 
 

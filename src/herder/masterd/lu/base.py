@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, get_args
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import NodeRpc, UnavailableRpc
 from herder.core.store import ConfigStore
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache
 from herder.masterd.reachability import Reachability
 

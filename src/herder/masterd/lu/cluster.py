@@ -7,12 +7,13 @@ from typing import Any
 
 import msgspec
 
-from herder.core import diskobjects, locking, model, params, uidpool, verify
+from herder.core import diskobjects, model, params, uidpool, verify
 from herder.core.diskobjects import BlockDevStatus, Disk
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.noderpc import call_many
 from herder.core.rpcdefs import disk_calls, node_calls
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import apply_ipolicy, redistribute, resets

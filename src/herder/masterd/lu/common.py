@@ -11,10 +11,9 @@ from typing import Any
 
 import msgspec
 
-from herder.core import locking, model, names, params
+from herder.core import model, names, params, ports
 from herder.core.errors import ConfigError, OpPrereqError
-from herder.core.noderpc import DEFAULT_NODED_PORT
-from herder.masterd import redist
+from herder.masterd import locking, redist
 from herder.masterd.lu.base import LockRequest, MasterEnv, lookup
 
 
@@ -58,7 +57,7 @@ def checked_new_name(name: str, *, name_check: bool, ip_check: bool,
         raise OpPrereqError(str(err), "resolver_error") from None
     if resolved.name != name:
         feedback(f"Resolved given name '{name}' to '{resolved.name}'")
-    if ip_check and names.address_answers(resolved.ip, DEFAULT_NODED_PORT):
+    if ip_check and names.address_answers(resolved.ip, ports.NODED):
         raise OpPrereqError(f"IP {resolved.ip} of instance {resolved.name} already in use",
                             "already_exists")
     return resolved.name

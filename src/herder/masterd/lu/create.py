@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import secrets
 
-from herder.core import configdiff, locking, model, params, vmclaim
+from herder.core import configdiff, model, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.rpcdefs import instance_calls
 from herder.core.rpcdefs.payload import instance_payload
-from herder.masterd import iallocator, portpool
+from herder.masterd import iallocator, locking, portpool
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import diskgen, disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name

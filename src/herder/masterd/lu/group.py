@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking, model, params
+from herder.core import model, params
 from herder.core.errors import ConfigError, OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import apply_ipolicy, resets
 

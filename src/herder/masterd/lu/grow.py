@@ -7,10 +7,11 @@ disks were not active; only the grown disk is assembled and shut down, as Ganeti
 
 from __future__ import annotations
 
-from herder.core import diskobjects, locking, model
+from herder.core import diskobjects, model
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.rpcdefs import disk_calls
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 

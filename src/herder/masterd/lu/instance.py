@@ -8,12 +8,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from herder.core import configdiff, diskobjects, locking, model, params, vmclaim
+from herder.core import configdiff, diskobjects, model, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
 from herder.core.rpcdefs.payload import instance_payload
-from herder.masterd import portpool
+from herder.masterd import locking, portpool
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import convert, disk_modify, disks, handover, migration, placement, replace
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name, instance_locks, resets

@@ -8,12 +8,12 @@ target and leaves the instance on the source (started again when it was up)."""
 
 from __future__ import annotations
 
-from herder.core import diskobjects, locking, model, vmclaim
+from herder.core import diskobjects, model, ports, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.jobs import opcodes
-from herder.core.noderpc import DEFAULT_NODED_PORT
 from herder.core.rpcdefs import disk_calls, instance_calls
 from herder.core.rpcdefs.payload import instance_payload
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
 
@@ -32,7 +32,7 @@ def copy_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, in
         disk=diskobjects.disk_object(config, inst, disk, source.uuid), instance=inst.name,
         token=prepared.token,
         target=disk_calls.ExportTarget(name=target.name, address=target.primary_ip,
-                                       port=getattr(env.rpc, "port", DEFAULT_NODED_PORT))),
+                                       port=getattr(env.rpc, "port", ports.NODED))),
         timeout=COPY_TIMEOUT)
 
 

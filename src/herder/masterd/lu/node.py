@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from herder.core import envelope, locking, model, names, params
+from herder.core import envelope, model, names, params, ports
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.jobs import opcodes
-from herder.core.noderpc import DEFAULT_NODED_PORT, UnavailableRpc
+from herder.core.noderpc import UnavailableRpc
 from herder.core.rpcdefs import node_calls, role_calls
-from herder.masterd import join, redist
+from herder.masterd import join, locking, redist
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import migration, placement, replace
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import config_path_of, redistribute, resets
@@ -78,7 +78,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         except (OSError, HerderError) as err:
             raise OpPrereqError(f"cannot join {op.node_name}: the cluster's secrets: "
                                 f"{err}") from None
-        port = int(getattr(self.env.rpc, "port", DEFAULT_NODED_PORT))
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
 
         def values(digest: str) -> dict[str, str]:
             planned.cluster.node_certs[node_uuid] = digest

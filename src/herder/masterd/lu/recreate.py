@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import msgspec
 
-from herder.core import diskobjects, locking, model, storage_units
+from herder.core import diskobjects, model, storage_units
 from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import HerderError, OpPrereqError
-from herder.core.jobs import opcodes
 from herder.core.rpcdefs import disk_calls, node_calls, storage_calls
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.vg_repair import CopyReport, CopyReports, vg_repair_allowed
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from typing import TypeVar
 
-from herder.core import locking, model
+from herder.core import model
 from herder.core.errors import ConfigError, NotFoundError, OpPrereqError
-from herder.core.jobs import opcodes
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 _LEVELS = {"instance": locking.LEVEL_INSTANCE, "nodegroup": locking.LEVEL_NODEGROUP,

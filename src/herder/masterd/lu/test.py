@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from herder.core import locking, model
-from herder.core.jobs import opcodes
+from herder.core import model
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 

@@ -8,10 +8,11 @@ instances say which of their devices are standalone, diskless or not there
 
 from __future__ import annotations
 
-from herder.core import diskobjects, locking, model, verify
+from herder.core import diskobjects, model, verify
 from herder.core.errors import HerderError
-from herder.core.jobs import opcodes
 from herder.core.rpcdefs import disk_calls
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
 

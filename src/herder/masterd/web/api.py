@@ -24,13 +24,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from herder.core import access, model
+from herder.core import access, model, ports
 from herder.core.errors import NotFoundError
 from herder.masterd import rapi
 from herder.masterd.web import overview
 from herder.masterd.web.context import WebContext
 
-MAINTD_PORT = 1816
 MAINTD_TIMEOUT = 2.0  # seconds to wait for maintd's overview
 MAINTD_TTL = 1.0  # seconds an answer of maintd is reused
 OVERVIEW_EVERY = 1.0  # seconds between two looks for a changed overview
@@ -54,7 +53,7 @@ async def maintd_overview(request: web.Request, config: model.ConfigData
     now = time.monotonic()
     if ctx.maintd_last is not None and now - ctx.maintd_last[0] < MAINTD_TTL:
         return ctx.maintd_last[1], ctx.maintd_last[2]
-    url = ctx.maintd_url or f"http://{config.cluster.master_ip}:{MAINTD_PORT}"
+    url = ctx.maintd_url or f"http://{config.cluster.master_ip}:{ports.MAINTD}"
     answer: dict[str, Any] | None = None
     error: str | None = None
     try:

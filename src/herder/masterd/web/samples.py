@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from herder.core import livefigures, model, untrusted
+from herder.core import livefigures, model, ports, untrusted
 from herder.masterd.reachability import Reachability
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("herder.masterd")
 INTERVAL = 10.0  # seconds between two samples
 KEEP = 3600.0  # seconds of samples kept per node
-MOND_PORT = 1815
 MOND_TIMEOUT = 3.0  # seconds for one node's mond
 MOND_CONCURRENCY = 16
 # herder's daemons, each a mond daemon collector (mond.collectors.daemons: status 0 unless
@@ -297,7 +296,7 @@ async def ask_mond(session: aiohttp.ClientSession, node: model.Node, port: int,
             return {"mond_error": f"mond cannot be asked: {why}"}
 
 
-async def mond_round(config: model.ConfigData, port: int = MOND_PORT,
+async def mond_round(config: model.ConfigData, port: int = ports.MOND,
                      monds: Reachability | None = None) -> dict[str, dict[str, Any]]:
     """Every wanted node's mond figures, asked at once (at most MOND_CONCURRENCY at a time);
     a mond in back-off in `monds` (None: a record of this round's own) is not asked: its
@@ -322,7 +321,7 @@ async def mond_round(config: model.ConfigData, port: int = MOND_PORT,
 
 async def sample_forever(samples: NodeSamples, live: LiveCache,
                          config: Callable[[], model.ConfigData | None],
-                         stop: asyncio.Event, mond_port: int | None = MOND_PORT) -> None:
+                         stop: asyncio.Event, mond_port: int | None = ports.MOND) -> None:
     """masterd's task: a sample of every node each `interval` seconds (`mond_port` None: no
     mond figures)."""
     monds = Reachability()

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from herder.core import libvirt_host
+from herder.core.libvirt_host import alive as conn_alive
+from herder.core.libvirt_host import is_no_domain
+from herder.core.libvirt_host import message as error_text
 from herder.mond.collector import CollectContext, Collector
 from herder.mond.libvirt_conn import (
     LibvirtConnection,
-    conn_alive,
-    error_text,
-    is_no_domain,
-    libvirt,
     parse_domain_devices,
     reason_name,
     state_name,
@@ -153,8 +153,9 @@ def read_report(conn: Any) -> dict[str, Any]:
         "uri": conn.getURI(),
         "hypervisor": {"type": hv_type, "version": version_string(int(conn.getVersion()))},
         "libvirt_version": version_string(int(conn.getLibVersion())),
-        "libvirt_client_version": (version_string(int(libvirt.getVersion()))
-                                   if libvirt is not None else None),
+        "libvirt_client_version": (version_string(version)
+                                   if (version := libvirt_host.client_version()) is not None
+                                   else None),
         "node": node,
         "domains": domains,
     }

@@ -54,15 +54,11 @@ from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 from herder.core import confd, model, paths
+from herder.core.libvirt_host import alive as conn_alive
+from herder.core.libvirt_host import is_no_domain
+from herder.core.libvirt_host import message as error_text
 from herder.mond.collector import CollectContext, Collector, CollectorError
-from herder.mond.libvirt_conn import (
-    LibvirtConnection,
-    conn_alive,
-    error_text,
-    is_no_domain,
-    reason_name,
-    state_name,
-)
+from herder.mond.libvirt_conn import LibvirtConnection, reason_name, state_name
 from herder.mond.report import Kind, Status, merge_statuses, status
 
 UP, DOWN, HUNG, PAUSED, UNKNOWN = "up", "down", "hung", "paused", "unknown"

@@ -30,6 +30,7 @@ from typing import Any
 
 import libvirt
 
+from herder.core import libvirt_host
 from herder.core.errors import HerderError
 
 # Ganeti's HV_MIGRATION_* statuses (constants.HV_MIGRATION_VALID_STATUSES)
@@ -320,8 +321,8 @@ class LiveMigration:
             # (a persistent source without UNDEFINE_SOURCE); otherwise the target has them.
             stats = domain.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
         if not stats.get("time_elapsed"):
-            with contextlib.suppress(libvirt.libvirtError):
-                target = libvirt.open(self.target_uri)
+            with contextlib.suppress(libvirt.libvirtError, libvirt_host.Unreachable):
+                target = libvirt_host.open_connection(self.target_uri)
                 try:
                     stats = target.lookupByName(self.name).jobStats(
                         libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
@@ -431,7 +432,7 @@ def _place(conn: libvirt.virConnect | None, name: str) -> DomainPlace | None:
         state, reason = domain.state()
         active = bool(domain.isActive())
     except libvirt.libvirtError as err:
-        if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+        if libvirt_host.is_no_domain(err):
             return DomainPlace(exists=False)
         raise MigrationError(f"cannot look up {name}: {_message(err)}") from None
     paused = state == libvirt.VIR_DOMAIN_PAUSED

@@ -8,10 +8,11 @@ Keys (beside the config document, `/herder/<cluster>/config`):
   is used twice, even by two masters one after the other, and a submitted job is one round
   trip.
 
-Every write is **fenced** by the master lease (a `herder.core.lease.MasterLease` or `Fence`): the
-same transaction compares the master key's value and create_revision with the writer's node and
-epoch, so an old master cannot write a job (or take an id) once another one was elected, however
-late its write arrives; it gets a `StoreError` "not the master" and nothing is written.
+Every write is **fenced** by the master lease (a `herder.masterd.lease.MasterLease` or a
+`herder.core.fence.Fence`): the same transaction compares the master key's value and
+create_revision with the writer's node and epoch, so an old master cannot write a job (or take
+an id) once another one was elected, however late its write arrives; it gets a `StoreError`
+"not the master" and nothing is written.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import msgspec
 
 from herder.core import etcd, randomness, untrusted
 from herder.core.errors import StoreError
-from herder.core.jobs.queue import Job
-from herder.core.lease import Fence, MasterLease, master_key, resolve_fence
+from herder.core.fence import Fence, FenceSource, master_key, resolve_fence
+from herder.masterd.jobs.queue import Job
 
 log = logging.getLogger("herder.jobs")
 
@@ -34,7 +35,7 @@ class EtcdJobStorage:
     """Jobs under `/herder/<cluster>/jobs/`, fenced by the master lease."""
 
     def __init__(self, client: etcd.EtcdClient, cluster: str, *,
-                 fence: Fence | MasterLease | None = None) -> None:
+                 fence: Fence | FenceSource | None = None) -> None:
         self.client = client
         self.cluster = cluster
         self.fence = fence

@@ -9,7 +9,7 @@ Every change of a job is written to its storage before anyone is told of it (but
 move from queued to waiting for its locks: a restart makes a waiting opcode queued again, so the
 stored "queued" says the same, and a job's path costs one write less): by default
 `<dir>/job-<id>.json`, atomically (`FileJobStorage`); with the etcd backend one key per job
-(`herder.core.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). On start,
+(`herder.masterd.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). On start,
 `recover()` accounts for every job found: queued and waiting jobs are queued again; an opcode
 that was running when the master died is marked as an error saying so (it is
 never run twice), and the opcodes after it as not run.
@@ -30,11 +30,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from herder.core import locking, untrusted
+from herder.core import reason as reason_trail
+from herder.core import untrusted
 from herder.core.errors import HerderError, NotFoundError
-from herder.core.jobs import opcodes
-from herder.core.jobs import reason as reason_trail
 from herder.core.store import atomic_write
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
 
 log = logging.getLogger("herder.jobs")
 

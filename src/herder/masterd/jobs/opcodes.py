@@ -21,9 +21,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import model, names, params, uidpool
+from herder.core import model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
-from herder.core.jobs import reason
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
 _V = TypeVar("_V")

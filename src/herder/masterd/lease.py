@@ -5,7 +5,7 @@ ttl/3, and campaigns with one transaction: "if `/herder/<cluster>/master` does n
 (create_revision == 0), create it with my name, attached to my lease". The winner's **epoch** is
 the key's create_revision: etcd revisions only grow, so every election has a larger epoch than the
 one before, and a write that carries an epoch can be checked against the key (see
-`herder.core.store_etcd`: a fenced write compares the key's value and create_revision in the same
+`herder.core.fence`: a fenced write compares the key's value and create_revision in the same
 transaction as the put).
 
 Losing mastership: when the master cannot renew its lease before `ttl` seconds have passed since
@@ -24,37 +24,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from herder.core import etcd
+from herder.core.fence import Fence, master_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Fence:
-    """Who may write: the master key must hold `node_name`, created at revision `epoch`."""
-
-    node_name: str
-    epoch: int
-
-
-def resolve_fence(fence: Fence | MasterLease | None, what: str) -> Fence | None:
-    """The fence a write must carry: a given Fence, the lease's current one, or None (no
-    fence); StoreError when a lease has no current epoch (this node is not the master)."""
-    if fence is None or isinstance(fence, Fence):
-        return fence
-    current = fence.fence()
-    if current is None:
-        from herder.core.errors import StoreError
-
-        raise StoreError(f"{what}: {fence.node_name} is not the master (no current epoch); "
-                         "nothing written")
-    return current
-
-
-def master_key(cluster: str) -> str:
-    return f"/herder/{cluster}/master"
 
 
 class MasterLease:

@@ -1,1 +1,0 @@
-"""Jobs: opcodes (Ganeti's OP_IDs and fields), reason trails, and the persistent job queue."""
