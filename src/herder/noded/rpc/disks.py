@@ -1,6 +1,8 @@
 """Ganeti's disk RPCs (`blockdev_*`, `drbd_*`, the file-storage directories) carried out by the
 block-device layer (`herder.noded.bdev.operations`) on the node's disks (`noded.node_disks`),
-the owner record, and a disk's bytes copied to another node (`noded.disk_transfer`)."""
+the owner record, and a disk's bytes copied to another node (`noded.disk_transfer`). The
+layer's errors (BlockDevError, one line) go back to the master as they are; a handler adds
+what it was doing where the layer cannot know it."""
 
 from __future__ import annotations
 
@@ -44,18 +46,12 @@ def blockdev_shutdown(node: Node, call: disk_calls.BlockdevShutdown) -> None:
 
 def blockdev_find(node: Node, call: disk_calls.BlockdevFind) -> BlockDevStatus | None:
     """Ganeti's BlockDevStatus of the disk, or None when it is not assembled here."""
-    try:
-        return operations.blockdev_find(node.disks.host, call.disk)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return operations.blockdev_find(node.disks.host, call.disk)
 
 
 def blockdev_getmirrorstatus(node: Node, call: disk_calls.BlockdevGetmirrorstatus
                              ) -> list[BlockDevStatus]:
-    try:
-        return operations.blockdev_getmirrorstatus(node.disks.host, call.disks)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return operations.blockdev_getmirrorstatus(node.disks.host, call.disks)
 
 
 def blockdev_getmirrorstatus_multi(node: Node, call: disk_calls.BlockdevGetmirrorstatusMulti
@@ -67,26 +63,17 @@ def blockdev_getmirrorstatus_multi(node: Node, call: disk_calls.BlockdevGetmirro
 def lv_list(node: Node, call: disk_calls.LvList) -> dict[str, tuple[str, bool, bool]]:
     """Ganeti's lv_list: `vg/lv` -> [size, inactive, online] of the VGs `vg_names` (every VG
     when empty)."""
-    try:
-        return plain.volume_list(node.disks.host, call.vg_names)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return plain.volume_list(node.disks.host, call.vg_names)
 
 
 def vg_list(node: Node, call: disk_calls.VgList) -> dict[str, int]:
     """Ganeti's vg_list: VG name -> size in MiB (replace-disks' volume group check)."""
-    try:
-        return plain.volume_groups(node.disks.host)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return plain.volume_groups(node.disks.host)
 
 
 def drbd_needs_activation(node: Node, call: disk_calls.DrbdNeedsActivation) -> list[str]:
     """Ganeti's: the UUIDs of the given DRBD disks that need activate-disks here."""
-    try:
-        return operations.drbd_needs_activation(node.disks.host, call.disks)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return operations.drbd_needs_activation(node.disks.host, call.disks)
 
 
 def blockdev_grow(node: Node, call: disk_calls.BlockdevGrow) -> None:
@@ -99,103 +86,64 @@ def blockdev_grow(node: Node, call: disk_calls.BlockdevGrow) -> None:
 
 def blockdev_rename(node: Node, call: disk_calls.BlockdevRename) -> None:
     """`devlist`: [[disk, new logical id], ...]."""
-    try:
-        operations.blockdev_rename(node.disks.host,
-                                   [(disk, list(new_id)) for disk, new_id in call.devlist])
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.blockdev_rename(node.disks.host,
+                               [(disk, list(new_id)) for disk, new_id in call.devlist])
 
 
 def blockdev_wipe(node: Node, call: disk_calls.BlockdevWipe) -> None:
-    try:
-        operations.blockdev_wipe(node.disks.host, call.disk, call.offset, call.size)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.blockdev_wipe(node.disks.host, call.disk, call.offset, call.size)
 
 
 def blockdev_setinfo(node: Node, call: disk_calls.BlockdevSetinfo) -> None:
-    try:
-        operations.blockdev_setinfo(node.disks.host, call.disk, call.info)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.blockdev_setinfo(node.disks.host, call.disk, call.info)
 
 
 def blockdev_open(node: Node, call: disk_calls.BlockdevOpen) -> list[str | None]:
-    try:
-        return operations.blockdev_open(node.disks.host, call.disks, call.exclusive)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return operations.blockdev_open(node.disks.host, call.disks, call.exclusive)
 
 
 def blockdev_close(node: Node, call: disk_calls.BlockdevClose) -> None:
-    try:
-        operations.blockdev_close(node.disks.host, call.disks)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.blockdev_close(node.disks.host, call.disks)
 
 
 def blockdev_addchildren(node: Node, call: disk_calls.BlockdevAddchildren) -> None:
     """`disk`: the DRBD disk; `ndevs`: the LVs to attach as its data and metadata."""
-    try:
-        operations.blockdev_addchildren(node.disks.host, call.disk, call.ndevs)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.blockdev_addchildren(node.disks.host, call.disk, call.ndevs)
 
 
 def blockdev_removechildren(node: Node, call: disk_calls.BlockdevRemovechildren) -> None:
-    try:
-        operations.blockdev_removechildren(node.disks.host, call.disk, call.ndevs)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.blockdev_removechildren(node.disks.host, call.disk, call.ndevs)
 
 
 # --- DRBD ----------------------------------------------------------------------------------------
 
 
 def drbd_disconnect_net(node: Node, call: disk_calls.DrbdDisconnectNet) -> None:
-    try:
-        operations.drbd_disconnect_net(node.disks.host, call.disks)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.drbd_disconnect_net(node.disks.host, call.disks)
 
 
 def drbd_attach_net(node: Node, call: disk_calls.DrbdAttachNet) -> None:
-    try:
-        operations.drbd_attach_net(node.disks.host, call.disks, call.multimaster)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    operations.drbd_attach_net(node.disks.host, call.disks, call.multimaster)
 
 
 def drbd_wait_sync(node: Node, call: disk_calls.DrbdWaitSync) -> tuple[bool, float]:
-    try:
-        return operations.drbd_wait_sync(node.disks.host, call.disks)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    return operations.drbd_wait_sync(node.disks.host, call.disks)
 
 
 # --- the file-storage directories (Ganeti's file_storage_dir_*) -----------------------------
 
 
 def file_storage_dir_create(node: Node, call: disk_calls.FileStorageDirCreate) -> None:
-    try:
-        file_storage.create_storage_dir(node.disks.host, call.file_storage_dir)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    file_storage.create_storage_dir(node.disks.host, call.file_storage_dir)
 
 
 def file_storage_dir_remove(node: Node, call: disk_calls.FileStorageDirRemove) -> None:
-    try:
-        file_storage.remove_storage_dir(node.disks.host, call.file_storage_dir)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    file_storage.remove_storage_dir(node.disks.host, call.file_storage_dir)
 
 
 def file_storage_dir_rename(node: Node, call: disk_calls.FileStorageDirRename) -> None:
-    try:
-        file_storage.rename_storage_dir(node.disks.host, call.old_file_storage_dir,
-                                        call.new_file_storage_dir)
-    except BlockDevError as err:
-        raise DiskFailure(str(err)) from None
+    file_storage.rename_storage_dir(node.disks.host, call.old_file_storage_dir,
+                                    call.new_file_storage_dir)
 
 
 # --- copying a disk to another node (noded/disk_transfer.py) -------------------------------
