@@ -12,7 +12,8 @@ from typing import Any, get_type_hints
 import msgspec
 import pytest
 
-from herder.core import rpcdefs
+from herder.core import rpcdefs, vmclaim
+from herder.core.rpcdefs import instance_calls
 from herder.noded import rpc
 from herder.noded.node import Node
 
@@ -102,3 +103,16 @@ def test_answers_decode_as_their_type(method: str) -> None:
     raw = msgspec.json.decode(msgspec.json.encode(_example(call.ANSWER)))
     decoded = msgspec.convert(raw, type=call.ANSWER)
     assert msgspec.json.decode(msgspec.json.encode(decoded)) == raw
+
+
+def test_the_wire_form_leaves_out_what_is_none_and_decodes_back() -> None:
+    """A call's arguments as the master sends them: no null field (a node older than the
+    contract tells an instance's claim by its presence), and the node's decode gives the same
+    call back."""
+    call = instance_calls.InstanceShutdown(name="web1.example.com", timeout=30,
+                                           claim=vmclaim.Claim("u1", "node1", 3, 1))
+    wire = call.arguments()
+    assert "claim" in wire and "instance" not in wire and "reason" not in wire
+    assert wire["timeout"] == 30 and wire["name"] == "web1.example.com"
+    assert rpc.decode("instance_shutdown", msgspec.json.decode(msgspec.json.encode(wire))) \
+        == call

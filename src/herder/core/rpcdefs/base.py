@@ -4,12 +4,11 @@ node runs it alone (`SERIAL`: it changes domains or disks), whether it leaves th
 (`READ_ONLY`: masterd's live figures of the node stay valid), and its timeout.
 
 On the wire nothing changed: `POST /rpc/<METHOD>` with the arguments as a JSON object (every
-field; a node older than the contract reads an absent and a null optional field alike), signed
-by `core.rpcauth`; the answer's `result` is decoded into `ANSWER` on the master. The node
-decodes the arguments into the same Struct at its door (`__post_init__` checks what the types
-cannot: names, ranges, file name components), so a malformed call is a 400 naming the argument
-and the handler gets typed arguments. Arguments a call does not declare are ignored (a newer
-master may send more).
+field that is not None), signed by `core.rpcauth`; the answer's `result` is decoded into
+`ANSWER` on the master. The node decodes the arguments into the same Struct at its door
+(`__post_init__` checks what the types cannot: names, ranges, file name components), so a
+malformed call is a 400 naming the argument and the handler gets typed arguments. Arguments a
+call does not declare are ignored (a newer master may send more).
 
 The calls are defined per area in this package's `*_calls` modules; `herder.core.rpcdefs.
 registry()` finds them all.
@@ -51,9 +50,11 @@ class Call(msgspec.Struct, Generic[AnswerT], kw_only=True):
         return self.TIMEOUT
 
     def arguments(self) -> dict[str, Any]:
-        """The JSON object the call sends."""
+        """The JSON object the call sends: every field but those that are None (absent, as
+        masters before the contract sent them: a node of that time tells some of them by
+        their presence)."""
         encoded: dict[str, Any] = msgspec.to_builtins(self)
-        return encoded
+        return {key: value for key, value in encoded.items() if value is not None}
 
     def answer(self, raw: object) -> AnswerT:
         """The node's `result` as this call's answer; msgspec.ValidationError when it is not
