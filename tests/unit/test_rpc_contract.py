@@ -116,3 +116,65 @@ def test_the_wire_form_leaves_out_what_is_none_and_decodes_back() -> None:
     assert wire["timeout"] == 30 and wire["name"] == "web1.example.com"
     assert rpc.decode("instance_shutdown", msgspec.json.decode(msgspec.json.encode(wire))) \
         == call
+
+
+# What masters before the contract sent (their hand-built dicts, as masterd/lu built them): a
+# node with the contract takes them, so a cluster upgraded node by node keeps working.
+_DRBD_DISK = {"dev_type": "drbd", "logical_id": ["n1", "n2", 11000, 0, 0, "secret0"],
+              "children": [{"dev_type": "plain", "logical_id": ["xenvg", "d0_data"],
+                            "children": [], "size": 1024, "params": {"stripes": 1},
+                            "iv_name": None, "name": None, "uuid": "c1", "mode": "rw",
+                            "spindles": None, "dynamic_params": {}}],
+              "size": 1024, "params": {"protocol": "C"}, "iv_name": "disk/0", "name": None,
+              "uuid": "d1", "mode": "rw", "spindles": None,
+              "dynamic_params": {"local-ip": "192.0.2.1", "remote-ip": "192.0.2.2",
+                                 "local-minor": 0, "remote-minor": 0}}
+_PAYLOAD = {"name": "web1.example.com", "uuid": "u1", "memory": 512, "vcpus": 1,
+            "hypervisor": "kvm", "os": "debootstrap+default", "disks": [_DRBD_DISK],
+            "nics": [{"mac": "aa:00:00:00:00:01", "ip": None, "uuid": "n1", "name": None,
+                      "mode": "bridged", "link": "br0", "vlan": ""}],
+            "tags": [], "hvparams": {}, "beparams": {"maxmem": 512}, "osparams": {},
+            "uid_pool": [], "network_port": None}
+_CLAIM = {"uuid": "u1", "primary": "node1.example.com", "serial": 3, "epoch": 1}
+_MOVE = {"source": "node1.example.com", "target": "node2.example.com"}
+_REASON = [["gnt:client:herder", "", 1767225600000000000]]
+
+
+@pytest.mark.parametrize(("method", "args"), [
+    ("instance_start", {"reason": _REASON, "version": 3, "instance": _PAYLOAD,
+                        "name": "web1.example.com", "claim": _CLAIM}),
+    ("instance_define", {"name": "web1.example.com", "reason": _REASON, "version": 3,
+                         "claim": _CLAIM, "move": _MOVE, "instance": _PAYLOAD}),
+    ("instance_shutdown", {"name": "web1.example.com", "reason": _REASON, "version": 3,
+                           "claim": _CLAIM, "timeout": 120, "instance": _PAYLOAD}),
+    ("instance_remove", {"name": "web1.example.com"}),
+    ("migrate_instance", {"name": "web1.example.com", "reason": _REASON, "version": 3,
+                          "claim": _CLAIM, "move": _MOVE, "instance": _PAYLOAD,
+                          "target": "node2.example.com", "live": True}),
+    ("finalize_migration_src", {"name": "web1.example.com", "reason": _REASON, "version": 3,
+                                "claim": _CLAIM, "move": _MOVE, "instance": _PAYLOAD,
+                                "live": True, "success": False}),
+    ("accept_instance", {"name": "web1.example.com", "reason": _REASON, "version": 3,
+                         "claim": _CLAIM, "move": _MOVE, "instance": _PAYLOAD,
+                         "info": {"xml": "<domain/>", "state": "running",
+                                  "node": "node1.example.com"}}),
+    ("blockdev_create", {"disk": _DRBD_DISK, "size": 1024, "owner": "web1.example.com",
+                         "on_primary": True, "info": "originstname+web1.example.com",
+                         "excl_stor": False}),
+    ("blockdev_assemble", {"disk": _DRBD_DISK, "instance": "web1.example.com",
+                           "as_primary": False, "idx": 0}),
+    ("blockdev_rename", {"devlist": [[_DRBD_DISK["children"][0], ["xenvg", "d0_data.new"]]]}),
+    ("drbd_attach_net", {"disks": [_DRBD_DISK], "instance": "web1.example.com",
+                         "multimaster": True}),
+    ("node_info", {"instances": True, "storage_units": [["lvm-vg", "xenvg"]]}),
+    ("write_config", {"serial": 5, "config": "{}", "queue": {"files": {}, "names": []}}),
+    ("node_deactivate_master_ip", {"ip": "192.0.2.254", "netmask": 32, "netdev": "eth0",
+                                   "ip_family": 4}),
+    ("renew_crypto", {"stage": "retire"}),
+])
+def test_a_node_takes_what_masters_before_the_contract_sent(method: str,
+                                                            args: dict[str, object]) -> None:
+    call = rpc.decode(method, args)
+    assert method == call.METHOD
+    # and what this master sends for that call is what it decoded (extra old keys aside)
+    assert rpc.decode(method, call.arguments()) == call
