@@ -162,8 +162,8 @@ def test_the_masters_payload_gives_the_hook_ganetis_nic_and_network_variables() 
                            ip="192.0.2.7", network=net.uuid,
                            nicparams={"mode": "routed", "link": "100"})]
     # the payload over the wire: noded's door accepts it
-    payload = msgspec.json.decode(msgspec.json.encode(instance_payload(config, inst)),
-                                  type=InstancePayload)
+    wire = msgspec.to_builtins(instance_payload(config, inst))
+    payload = msgspec.convert(wire, InstancePayload)
     env = ifup.hook_environment(instance_spec.network_spec(payload), 0)
     assert {key: env.get(key) for key in (
         "INSTANCE", "INTERFACE_UUID", "INTERFACE_NAME", "MODE", "LINK", "IP", "TAGS",
@@ -174,6 +174,6 @@ def test_the_masters_payload_gives_the_hook_ganetis_nic_and_network_variables() 
         "TAGS": "web prod", "NETWORK_NAME": "front", "NETWORK_UUID": net.uuid,
         "NETWORK_SUBNET": "192.0.2.0/24", "NETWORK_GATEWAY": "192.0.2.1",
         "NETWORK_MAC_PREFIX": "aa:00:02", "NETWORK_TAGS": "dmz"}
-    bad = {**payload, "nics": [{**payload["nics"][0], "network_env": {"PATH": "/tmp"}}]}
+    bad = {**wire, "nics": [{**wire["nics"][0], "network_env": {"PATH": "/tmp"}}]}
     with pytest.raises(msgspec.ValidationError, match="bad network variable"):
         msgspec.convert(bad, InstancePayload)
