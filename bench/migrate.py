@@ -15,11 +15,8 @@ busybox-static (scripts/sysdeps.sh). Run it under the suite lock on a shared mac
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,10 +29,7 @@ BANDWIDTH = 32  # MiB/s: Ganeti's default migration_bandwidth, for both paths
 
 
 def _herder(state: cluster.SimState, *args: str, timeout: float = 600) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERDER_")}
-    env.update(state.client_environment())
-    done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    done = cluster.run_cli(state, *args, timeout=timeout)
     if done.returncode != 0:
         raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
     return done.stdout + done.stderr  # the job's log lines go to stderr

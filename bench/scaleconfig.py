@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO.parent / "shared" / "conformance" / "ganeti" / "cluster_config_3.0.json"
+# ../shared beside the checkout, or HERDER_SHARED (a worktree elsewhere), as the tests take it
+SHARED = Path(os.environ.get("HERDER_SHARED", REPO.parent / "shared"))
+SOURCE = SHARED / "conformance" / "ganeti" / "cluster_config_3.0.json"
 
 
 def _uuid(kind: str, index: int) -> str:

@@ -8,7 +8,8 @@
 # Then real guests (the herder-guest OS: a tiny Linux printing `herder-guest boot_id=..
 # uptime=.. disk=<sha256 of its disk's first MiB>` every second) are placed by the allocator,
 # live-migrated (the same boot goes on), failed over and evacuated through masterd's jobs,
-# maintd heals a failing node and a crashed VM, and the monitoring agents report. The cluster
+# maintd heals a failing node and a crashed VM, a node that dies (its BMC cuts its power) is
+# fenced and its guest started elsewhere, and the monitoring agents report. The cluster
 # keeps running for you to drive; the last lines say how and how to stop it.
 set -euo pipefail
 DIR=${1:-/tmp/herder-demo}
@@ -100,6 +101,45 @@ done
 "$H" instance list
 
 echo
+echo "== a node dies: node3's BMC (ipmi_sim) cuts its power, no grace: web1 dies with it. maintd"
+echo "   sees node3's lease run out, asks the other master candidates, marks it offline, powers it"
+echo "   off out of band (herder-oob-ipmi: ipmitool), confirms it with power-status, and only"
+echo "   then starts web1 on another node (docs/ha.md \"Node failure\")"
+N3=node3.sim.herder.test
+boot_of() { beat "$1" "$2" | sed -n 's/.*boot_id=\([0-9a-f-]*\).*/\1/p'; }
+wait_new_boot() {  # until guest $1 on node $2 shows a boot other than $3 (its log keeps old ones)
+  for _ in $(seq 150); do
+    b=$(boot_of "$1" "$2")
+    [ -n "$b" ] && [ "$b" != "$3" ] && break
+    sleep 2
+  done
+  beat "$1" "$2"
+}
+if [ "$(primary web1)" != "$N3" ]; then
+  OLD=$(boot_of web1 "$N3")
+  "$H" instance failover web1 --target-node "$N3"
+  wait_new_boot web1 "$N3" "$OLD"
+fi
+declare -A BEFORE  # each node's newest boot of web1 before the failure
+for n in node1 node2 node3; do BEFORE[$n.sim.herder.test]=$(boot_of web1 $n.sim.herder.test); done
+"$H" node power status
+"$H" cluster simulate --dir "$DIR" --power-off node3
+START=$(date +%s)
+for _ in $(seq 150); do
+  sleep 1
+  if "$H" maintd status 2>/dev/null \
+      | awk '$3 == "node-failed" && ($4 == "completed" || $4 == "failed") {f=1} END {exit !f}'
+  then
+    break
+  fi
+done
+"$H" maintd status | grep node-failed || true
+W=$(primary web1)
+wait_new_boot web1 "$W" "${BEFORE[$W]}"
+echo "web1 heartbeats on $W, $(( $(date +%s) - START )) s after node3's power went off"
+"$H" node power status
+
+echo
 echo "== the job queue (masterd, Ganeti's RAPI v2, published at https://127.0.0.11:5080)"
 "$H" job list
 
@@ -116,6 +156,8 @@ echo "  $H instance failover web1        # or: node evacuate, instance reboot, j
 echo "  $H tags remove node node2.sim.herder.test maintd:repairready:...   # then:"
 echo "  $H cluster simulate --dir $DIR --break node2 Ok    # the incident is forgotten"
 echo "  $H cluster simulate --dir $DIR --crash web1        # instmon -> maintd restarts it"
+echo "  $H cluster simulate --dir $DIR --power-on node3    # back, offline; then:"
+echo "  $H node modify node3.sim.herder.test --offline no"
 echo "  $H cluster simulate --dir $DIR --exec node2 -- herder supervise status"
 echo "  curl -s http://127.0.0.12:1815/1/report/all | python3 -m json.tool   # node1's mond"
 echo "Stop it with: $H cluster simulate --stop --dir $DIR"

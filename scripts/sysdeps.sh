@@ -22,11 +22,14 @@
 #   `cluster simulate --ceph`); qemu-block-extra: QEMU's rbd driver (librbd)
 # - openvswitch-switch: openvswitch NICs on the simulated hosts (herder.sim.ovs: a userspace
 #   datapath bridge per host; no kernel module needed)
+# - openipmi, ipmitool: each simulated host's BMC (ipmi_sim: IPMI over LAN, its chassis power
+#   switching the host; herder.sim.bmc) and the IPMI out-of-band program herder ships
+#   (herder-oob-ipmi runs ipmitool; docs/ha.md)
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
       libvirt-clients linux-image-amd64 busybox-static
       iproute2 e2fsprogs iputils-arping systemd novnc firefox-esr
-      ceph-mon ceph-osd ceph-common openvswitch-switch)
+      ceph-mon ceph-osd ceph-common openvswitch-switch openipmi ipmitool)
 QEMU_PKGS=(qemu-system-x86 qemu-block-extra)
 QEMU_MIN=1:9.0
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }

@@ -136,3 +136,18 @@ def wait_for(predicate: Callable[[], T], timeout: float = 90.0, what: str = "",
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}: {last!r}")
+
+
+def reset_node(state: Any, node: str) -> str:
+    """A removed node reset by its operator (its cluster secrets and ssconf go; noded makes a
+    new join token): its join token."""
+    from herder.sim import cluster
+
+    data = "/var/lib/herder"
+    host = state.host(node)
+    on(state, node, "daemon-util", "stop", "noded")
+    done = host.run(["sh", "-c", f"rm -f {data}/hmac.key {data}/node.pem {data}/server.pem "
+                                 f"{data}/ssconf_* {data}/rapi_users"], timeout=30)
+    assert done.returncode == 0, done.stderr
+    cluster.start_daemons(host, ["noded"])
+    return on(state, node, "node", "join-token").stdout.strip()

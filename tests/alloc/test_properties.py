@@ -12,7 +12,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from herder.alloc import Options, answer
+from herder.alloc import Options, answer, answer_message
+from herder.alloc.metrics import Stats, pri_vec, sec_vec
+from herder.alloc.model import Node
+from herder.alloc.protocol import build_cluster, checked_message, parse_message, request_instance
+from herder.alloc.textdata import serialize
+from herder.alloc.wire import Message
 
 POLICY = {
     "minmax": [{"min": {"memory-size": 128, "cpu-count": 1, "disk-size": 128, "disk-count": 1,
@@ -226,3 +231,62 @@ def test_evacuation_moves_to_allowed_nodes(msg: dict[str, Any], mode: str,
             assert new_nodes == [old[1], old[0]]
         else:
             assert new_nodes[0] not in evacuated
+
+
+OPTIONAL_NODE_KEYS = ("drained", "offline", "vm_capable", "ndparams", "tags", "reserved_memory",
+                      "reserved_cpus", "free_spindles", "total_spindles")
+OPTIONAL_INSTANCE_KEYS = ("disk_space_total", "admin_state", "tags", "spindle_use", "nics")
+
+
+@SETTINGS
+@given(alloc_requests(), st.data())
+def test_typed_and_checked_paths_build_the_same_cluster(msg: dict[str, Any],
+                                                        data: st.DataObject) -> None:
+    """The typed decoder (``alloc.wire``, one C pass) and the key-by-key path (what a refusal
+    is worded by) make the same model of any message both take: optional keys absent or null,
+    numbers written as integers where hail reads a double, NICs on a network or on none."""
+    absent_or_null = st.sampled_from(["keep", "keep", "drop", "null"])
+    objects = [(node, OPTIONAL_NODE_KEYS) for node in msg["nodes"].values()] + \
+        [(inst, OPTIONAL_INSTANCE_KEYS) for inst in msg["instances"].values()]
+    for obj, keys in objects:
+        for key in keys:
+            how = data.draw(absent_or_null)
+            if how == "drop":
+                obj.pop(key, None)
+            elif how == "null":
+                obj[key] = None
+    for inst in msg["instances"].values():
+        inst["nics"] = data.draw(st.sampled_from(
+            [inst.get("nics"), [{"mode": "bridged", "network": "net-a"}], [{"network": ""}]]))
+    text = json.dumps(msg)
+    typed = parse_message(text)
+    assert isinstance(typed, Message), "the typed decoder refused a message hail takes"
+    checked = checked_message(json.loads(text))
+    typed_cluster = build_cluster(typed, Options())
+    checked_cluster = build_cluster(checked, Options())
+    assert serialize(typed_cluster) == serialize(checked_cluster)
+    assert typed_cluster.instances == checked_cluster.instances
+    assert [vars_of(n) for n in typed_cluster.nodes] == \
+        [vars_of(n) for n in checked_cluster.nodes]
+    assert answer(text, Options()) == answer_message(checked, Options())
+
+
+def vars_of(node: Node) -> dict[str, Any]:
+    return {name: getattr(node, name) for name in Node.__slots__}
+
+
+@SETTINGS
+@given(alloc_requests(), st.floats(-3, 3))
+def test_score_change_is_score_delta_bit_for_bit(msg: dict[str, Any], locx: float) -> None:
+    """The hot loops' one-node score (``Stats.score_change``) is the general one's float for
+    float: candidates rank, and ties break, as they did."""
+    cl = build_cluster(parse_message(json.dumps(msg)), Options())
+    inst, _ = request_instance(cl, msg["request"])
+    stats = Stats(cl.nodes)
+    for node in cl.nodes:
+        if node.offline:
+            continue
+        old = stats.vecs[node.idx]
+        for new in (pri_vec(node, inst), sec_vec(node, inst, -1), old):
+            assert stats.score_change(old, new, locx) == \
+                stats.score_delta(((old, new),), locx)

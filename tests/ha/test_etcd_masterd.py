@@ -236,9 +236,9 @@ def test_takeover_gives_the_node_calls_the_new_epoch(tmp_path: Path,
     from herder.core import envelope
     from herder.core.cluster_secrets import SecretPaths
     from herder.core.noderpc import HttpNodeRpc
+    from herder.core.reachability import Reachability, ReachabilityRpc
     from herder.masterd.etcd_master import take_over
     from herder.masterd.livecache import InvalidatingRpc, LiveCache
-    from herder.masterd.reachability import Reachability, ReachabilityRpc
 
     secrets = make_cluster(tmp_path / "cluster").parent
     config = FileStore(secrets / "config.json").load()

@@ -1,4 +1,4 @@
-"""Nodes masterd cannot reach, with real sockets (`masterd.reachability`): the live cache does
+"""Nodes masterd cannot reach, with real sockets (`core.reachability`): the live cache does
 not call a node in back-off (connections counted at a real address whose "node daemon" drops
 every connection), and a node's announcement (noded's `announce_once`, over HTTPS with the
 cluster's certificate) makes masterd's RAPI mark it seen again. How promptly a returning node
@@ -20,12 +20,12 @@ from herder.core import model, ssconf
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.noderpc import HttpNodeRpc
 from herder.core.rapi_users import UsersFile
+from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import ConfigCache, FileStore
 from herder.masterd import rapi
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.livecache import LiveCache
-from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.noded import announce
 from herder.noded.trust import NodeTrust
 from tests.conftest import build_config

@@ -104,7 +104,6 @@ def test_stop_of_an_admin_up_instance_without_an_order_restarts() -> None:
     ("not-a-failure", "not a failure"),
     ("unknown", "no instance has the UUID"),
     ("admin-down", "administratively down"),
-    ("moved", "primary node is node3"),
     ("optout", instance_incidents.OPTOUT_TAG),
     ("running-job", "job 7 stopping or moving a is running"),
     ("node-job", "job 5 stopping or moving a is running"),
@@ -122,8 +121,6 @@ def test_ignored(case: str, why: str) -> None:
         n = note(uuid=U_B)
     elif case == "admin-down":
         instances = [inst(admin_state="down")]
-    elif case == "moved":
-        instances = [inst(pnode="node3")]
     elif case == "optout":
         instances = [inst(tags=("x", instance_incidents.OPTOUT_TAG))]
     elif case == "running-job":
@@ -141,6 +138,15 @@ def test_ignored(case: str, why: str) -> None:
     v = decide(n, instances, incidents, jobs=jobs)
     assert v.status == "ignored" and v.incident is None
     assert why in v.reason, v.reason
+
+
+def test_a_failure_of_an_instance_another_node_runs_is_refused() -> None:
+    """Only the node an instance runs on reports its failures (issue 35 item 2): a report of
+    an instance whose primary is another node is refused, admin state or not."""
+    for instances in ([inst(pnode="node3")], [inst(pnode="node3", admin_state="down")]):
+        v = decide(note("STOPPED_SHUTDOWN"), instances)
+        assert v.status == instance_incidents.REFUSED and v.incident is None
+        assert "not hosted by node2: its primary node is node3" in v.reason, v.reason
 
 
 def test_an_ordered_job_long_ago_or_a_crash_during_a_job_is_a_failure() -> None:

@@ -34,9 +34,20 @@ import pytest
 from aiohttp import web
 
 from herder.confd.server import ConfdProcessor
-from herder.core import access, confd, console, envelope, notification, purpose_keys, rpcauth
+from herder.core import (
+    access,
+    confd,
+    console,
+    envelope,
+    login_backoff,
+    notification,
+    purpose_keys,
+    rpcauth,
+)
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.rapi_users import UsersFile
+from herder.core.reachability import Reachability
+from herder.core.rpcdefs import node_calls
 from herder.core.store import ConfigCache, FileStore
 from herder.maintd import repair_client
 from herder.maintd import server as maintd_server
@@ -46,7 +57,7 @@ from herder.maintd.state import FileState
 from herder.masterd import rapi
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
-from herder.masterd.reachability import Reachability
+from herder.masterd.leases import Leases
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature
@@ -98,11 +109,12 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi.RapiContext]]:
     queue = JobQueue(directory / "queue", lambda ctx, op: None)
     ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue,
                            users=UsersFile(users_file(directory)), store=store,
-                           announce=Announcements(lambda: [KEY], Reachability()))
+                           announce=Announcements(lambda: [KEY], Reachability()),
+                           leases=Leases(lambda: [KEY]))
     # anyone: the web console's login page and files (tests/security/test_web_console.py)
     yield Daemon("masterd", rapi.make_app(ctx), rapi.ROUTES,
                  frozenset({access.ANYONE, access.RAPI_READ, access.RAPI_WRITE,
-                            access.WEB_LOGIN, access.NODE_ANNOUNCE})), ctx
+                            access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE})), ctx
 
 
 @pytest.fixture
@@ -113,7 +125,7 @@ def noded(tmp_path: Path) -> Iterator[tuple[Daemon, Node]]:
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
                  frozenset({access.NODE_RPC, access.NODE_CONSOLE, access.JOIN_TOKEN,
-                            access.NODE_IMPORT})), daemon
+                            access.NODE_IMPORT, access.NODE_LEASE})), daemon
     daemon.hv.close()
 
 
@@ -199,13 +211,15 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
     daemon, ctx = masterd
     serial = ctx.config().serial_no
     found = [r for r in routes(daemon.app, daemon.table)
-             if r.rule not in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE)]
+             if r.rule not in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE,
+                               access.NODE_LEASE)]
     with serving(daemon.app) as served:
         for route in found:
             assert request(served, route).status_code == 401, route
             if route.rule == access.RAPI_WRITE:
                 assert request(served, route, auth=READER).status_code == 403, route
-                assert request(served, route, auth=("admin", "wrong")).status_code == 401
+                # refused, or held after a few (core.login_backoff): never let in
+                assert request(served, route, auth=("admin", "wrong")).status_code in (401, 429)
         assert ctx.queue.job_ids() == [], "a refused request queued a job"
         assert FileStore(ctx.store.path).load().serial_no == serial
         ctx.anonymous_reads = True
@@ -216,7 +230,9 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
             else:
                 assert anonymous not in (401, 403), route
                 assert request(served, route, auth=READER).status_code not in (401, 403)
-        # the writer gets through (the route's own answer: a job id, 400, 404, ...)
+        # the writer gets through (the route's own answer: a job id, 400, 404, ...); the
+        # wrong passwords above hold the writer's pair from this address for a few seconds
+        ctx.backoff = login_backoff.Backoff()
         tags = next(r for r in found if str(r) == "PUT /2/tags")
         assert request(served, tags, auth=WRITER, method="PUT").status_code == 400
 
@@ -431,6 +447,75 @@ def test_no_signed_message_of_one_protocol_is_taken_by_another(noded, mond, main
                              "hmac": notification.token_for(KEY)}).encode()
     assert processor.process(envelope.pack(token_body)) is None
 
+
+
+def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) -> None:
+    daemon, ctx = masterd
+    assert ctx.leases is not None
+    node2 = ctx.config().find_node("node2")
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_LEASE]
+    beat = Route(route.method, route.canonical,
+                 route.canonical.replace("{name}", node2.name), route.rule)
+
+    def signed(node: str = node2.name, purpose: str = purpose_keys.NODE_LEASE,
+               key: bytes = KEY) -> bytes:
+        return rpcauth.sign_call(key, "node_lease", node, {}, purpose=purpose)
+
+    before = ctx.leases.ages([node2.uuid])[node2.uuid]
+    with serving(daemon.app) as served:
+        for body in [b"", b"{}", signed(purpose=purpose_keys.NODE_ANNOUNCE),  # another key
+                     signed(node="node3.example.com"), signed(key=b"k" * 40)]:
+            answer = request(served, beat, content=body)
+            assert answer.status_code == 403, (body, answer.text)
+        assert ctx.leases.ages([node2.uuid])[node2.uuid] >= before  # nothing was recorded
+        body = signed()
+        answer = request(served, beat, content=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"node": node2.name, "offline": False, "lease": 6.0}
+        assert ctx.leases.ages([node2.uuid])[node2.uuid] < 1.0
+        assert request(served, beat, content=body).status_code == 403  # replayed
+    assert ctx.queue.job_ids() == []
+
+
+def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -> None:
+    daemon, node = noded
+    from herder.core import ssconf
+
+    node.data_dir.mkdir(parents=True, exist_ok=True)
+    caller = "node2.example.com"
+    (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_LEASE]
+    lease = Route(route.method, route.canonical, route.canonical.replace("{name}", caller),
+                  route.rule)
+
+    def signed(name: str = caller, purpose: str = purpose_keys.NODE_LEASE,
+               key: bytes = KEY) -> bytes:
+        return rpcauth.sign_call(key, "node_lease", name, {}, purpose=purpose)
+
+    with serving(daemon.app) as served:
+        # not a master candidate (no ssconf yet): it witnesses nothing
+        assert request(served, lease, content=signed()).status_code == 409
+        ssconf.path("master_candidates", node.data_dir).write_text(f"{NODE}\n{caller}\n")
+        for body in [b"", signed(purpose=purpose_keys.NODE_ANNOUNCE),
+                     signed(name="node3.example.com"), signed(key=b"k" * 40)]:
+            answer = request(served, lease, content=body)
+            assert answer.status_code == 403, (body, answer.text)
+        assert node.witness.age(caller) is None
+        ssconf.path("offline_nodes", node.data_dir).write_text(f"{caller}\n")
+        assert request(served, lease, content=signed()).status_code == 409
+        assert node.witness.age(caller) is None
+        ssconf.path("offline_nodes", node.data_dir).write_text("")
+        body = signed()
+        answer = request(served, lease, content=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"result": {"candidate": NODE}}
+        age = node.witness.age(caller)
+        assert age is not None and age < 5
+        assert request(served, lease, content=body).status_code == 403  # replayed
+    # the master's question about it: when it asked, and whether its noded answers
+    found = noded_rpc.dispatch(node, "node_reachable",
+                               {"node": caller, "address": "127.0.0.1", "timeout": 1})
+    assert isinstance(found, node_calls.ReachableAnswer)
+    assert isinstance(found.reachable, bool) and found.asked_age is not None
 
 # --- docs/security.md covers every route ---------------------------------------------------------
 

@@ -113,7 +113,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleCluster
     root = Path(tempfile.mkdtemp(prefix="hcon-", dir="/tmp"))
     os.chmod(root, 0o755)
     libvirtd = QemuLibvirtd(NODE, LIBVIRT_IP, TestPki(root / "pki").node(NODE, [LIBVIRT_IP]),
-                            [NODE], root / NODE, port=_free_port())
+                            root / NODE, port=_free_port())
     stack = contextlib.ExitStack()
     proc: subprocess.Popen[str] | None = None
     daemon: Node | None = None

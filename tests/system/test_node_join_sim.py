@@ -12,7 +12,16 @@ import pytest
 
 from herder.core import node_certs
 from herder.sim.host import SimHost
-from tests.simhelpers import config, herder, on, running_sim, wait_for, where, worker_offset
+from tests.simhelpers import (
+    config,
+    herder,
+    on,
+    reset_node,
+    running_sim,
+    wait_for,
+    where,
+    worker_offset,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -103,14 +112,7 @@ def test_a_removed_node_is_refused_and_can_join_again_after_a_reset(sim) -> None
     assert config(sim).serial_no == serial
     # the operator resets it (its secrets go); noded makes a new token
     host = sim.host(third)
-    on(sim, third, "daemon-util", "stop", "noded")
-    done = host.run(["sh", "-c", f"rm -f {DATA}/hmac.key {DATA}/node.pem {DATA}/server.pem "
-                                 f"{DATA}/ssconf_* {DATA}/rapi_users"], timeout=30)
-    assert done.returncode == 0, done.stderr
-    from herder.sim import cluster
-
-    cluster.start_daemons(host, ["noded"])
-    token = on(sim, third, "node", "join-token").stdout.strip()
+    token = reset_node(sim, third)
     secret, pinned = token.rsplit(".", 1)
     wrong = herder(sim, "node", "add", third, "--ip", address(sim, third), "--join-token",
                    f"x{secret}.{pinned}", check=False)

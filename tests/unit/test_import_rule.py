@@ -23,7 +23,8 @@ PACKAGE = SRC / "herder"
 COMPONENTS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir()
                     and (p / "__init__.py").exists() and p.name not in ("core", "cli"))
 # The core helpers the allocator may use (stdlib only themselves).
-ALLOC_CORE_HELPERS = {"herder.core.ports", "herder.core.sizes", "herder.core.untrusted"}
+ALLOC_CORE_HELPERS = {"herder.core.gcpause", "herder.core.ports", "herder.core.sizes",
+                      "herder.core.untrusted"}
 # Components that use the allocator as a library, through its public API only.
 ALLOC_LIBRARY_USERS = {"masterd", "maintd"}
 

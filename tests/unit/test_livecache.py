@@ -17,10 +17,10 @@ import pytest
 
 from herder.core import model
 from herder.core.noderpc import NoAnswerError, RpcTransport, UnreachableError
+from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.rpcdefs import instance_calls, node_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
-from herder.masterd.reachability import Reachability, ReachabilityRpc
 from tests.conftest import build_config
 from tests.rpcfakes import nothing_answer
 
@@ -108,10 +108,32 @@ def test_figures_are_served_while_fresh_and_asked_again_once_stale(config) -> No
     cache.close()
 
 
-def test_a_dead_node_costs_a_reader_its_timeout_once(config) -> None:
+def test_no_reader_waits_for_a_node_not_heard_from(config) -> None:
+    """A node that has not answered since masterd started (a start among dead nodes): the
+    reader does not wait for its call (null fields, "no answer yet"); the call goes on, and
+    its failure is what the next readers get, without asking it again."""
     dead = "node2.example.com"
     nodes = Nodes(dead={dead})
     cache = LiveCache(nodes, ttl=30, timeout=1.0)
+    uuid = config.find_node(dead).uuid
+    started = time.monotonic()
+    first = cache.snapshot(config)
+    assert time.monotonic() - started < 1.0  # the dead node's call takes its 1 s timeout
+    assert first.info(uuid) is None and first.error(uuid) == "no answer yet"
+    assert first.info(config.find_node("node1").uuid) is not None
+    wait_until(lambda: not cache._inflight, "the dead node's call")
+    second = cache.snapshot(config)
+    assert "timed out" in (second.error(uuid) or "") and nodes.count(dead) == 1
+    cache.close()
+
+
+def test_a_dead_node_heard_from_before_costs_a_reader_its_timeout_once(config) -> None:
+    dead = "node2.example.com"
+    nodes, clock = Nodes(), Clock()
+    cache = LiveCache(nodes, ttl=30, timeout=1.0, clock=clock)
+    cache.snapshot(config)  # every node answers: heard from
+    nodes.dead.add(dead)
+    clock.now += 31
     started = time.monotonic()
     first = cache.snapshot(config)
     waited = time.monotonic() - started
@@ -121,7 +143,15 @@ def test_a_dead_node_costs_a_reader_its_timeout_once(config) -> None:
     assert first.info(config.find_node("node1").uuid) is not None
     # the failure is remembered: the next reader does not wait for it again
     second = cache.snapshot(config)
-    assert nodes.count(dead) == 1 and (first.error(uuid) or "-") in (second.error(uuid) or "")
+    assert nodes.count(dead) == 2 and (first.error(uuid) or "-") in (second.error(uuid) or "")
+    cache.close()
+
+
+def test_a_logical_unit_waits_for_a_node_not_heard_from(config) -> None:
+    nodes = Nodes(delay=0.5)  # every node answers after half a second
+    cache = LiveCache(nodes, ttl=30, timeout=2.0)
+    live = cache.snapshot(config, fresh=True)
+    assert all(live.info(n.uuid) is not None for n in config.nodes.values())
     cache.close()
 
 
@@ -152,6 +182,8 @@ def test_offline_nodes_and_nodes_without_instances_are_not_asked(config) -> None
 def test_concurrent_readers_share_one_call_per_node(config) -> None:
     nodes = Nodes(delay=0.3)
     cache = LiveCache(nodes)
+    for node in config.nodes.values():  # heard from before: readers wait for their answers
+        cache.reachability.answered(node.uuid)
     results = []
     readers = [threading.Thread(target=lambda: results.append(cache.snapshot(config)))
                for _ in range(8)]
@@ -168,7 +200,7 @@ def test_calls_at_once_are_bounded(config) -> None:
     config = build_config(nodes=12, drbd_instances=0, plain_instances=0)
     nodes = Nodes(delay=0.2)
     cache = LiveCache(nodes, concurrency=3)
-    live = cache.snapshot(config, timeout=30)
+    live = cache.snapshot(config, timeout=30, fresh=True)  # waits for every node
     assert len(live.answers) == 12 and nodes.most_at_once == 3
     cache.close()
 
@@ -198,6 +230,7 @@ def test_fresh_readers_get_answers_asked_after_they_asked(config) -> None:
     nodes = Nodes(dead={"node3.example.com"})
     cache = LiveCache(nodes, ttl=60, timeout=0.5)
     cache.snapshot(config)
+    wait_until(lambda: not cache._inflight, "node3's call")
     live = cache.snapshot(config, fresh=True)
     assert nodes.count("node1.example.com") == nodes.count("node2.example.com") == 2
     # ... but a node that failed within the ttl is not asked (waited for) again
@@ -241,6 +274,8 @@ def test_background_refresh_while_in_use_only(config) -> None:
 def test_the_event_loop_reader_does_not_block_the_loop(config) -> None:
     nodes = Nodes(dead={"node3.example.com"})
     cache = LiveCache(nodes, timeout=1.0)
+    for node in config.nodes.values():  # heard from before: the reader waits for node3
+        cache.reachability.answered(node.uuid)
 
     async def read() -> tuple[int, int]:
         ticks = 0

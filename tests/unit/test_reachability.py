@@ -1,4 +1,4 @@
-"""masterd's record of unreachable nodes (`masterd.reachability`): the back-off's growth and
+"""masterd's record of unreachable nodes (`core.reachability`): the back-off's growth and
 cap, what ends it (an answer to any call, the node announcing itself), the order of outcomes,
 and threads reporting at once. A fake clock drives the schedule."""
 
@@ -12,8 +12,8 @@ import pytest
 from herder.core import model
 from herder.core.errors import RpcError
 from herder.core.noderpc import NoAnswerError, RpcTransport, UnreachableError
+from herder.core.reachability import Reachability, ReachabilityRpc, backoff
 from herder.core.rpcdefs import node_calls
-from herder.masterd.reachability import Reachability, ReachabilityRpc, backoff
 from tests.conftest import build_config
 from tests.rpcfakes import nothing_answer
 

@@ -1,5 +1,5 @@
 """The web console's node samples ask every node's mond each round; a mond that gave no answer
-is not asked again for its back-off (`masterd.reachability`): one attempt a minute for a dead
+is not asked again for its back-off (`core.reachability`): one attempt a minute for a dead
 node, not one per round; an answer (an error answer too) ends the back-off at once."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import Counter
 
 from aiohttp import web
 
-from herder.masterd.reachability import Reachability
+from herder.core.reachability import Reachability
 from herder.masterd.web import samples
 from tests.conftest import build_config
 

@@ -142,3 +142,17 @@ def test_a_session_opens_write_routes_read_with_get_only_for_writers(
     assert own.status_code == 200
     reader, _ = login(master, READER)
     assert reader.get("/2/herder/config").status_code == 403
+
+
+def test_a_flood_of_logins_by_one_user_never_logs_another_out(master: RunningMaster) -> None:
+    """1,005 logins of a read-only user (the issue's count: past the old global cap of 1,000)
+    leave the admin's session alive; the reader's oldest session ends (per-user cap)."""
+    admin, _ = login(master, WRITER)
+    first, _ = login(master, READER)
+    flood = browser(master)
+    for _ in range(1005):
+        answer = flood.post("/ui/login", data={"user": READER[0], "password": READER[1]})
+        assert answer.status_code == 303
+    assert admin.get("/ui/session").json()["user"] == WRITER[0]
+    assert admin.get("/2/herder/overview").status_code == 200
+    assert first.get("/ui/session").status_code == 401  # the reader's own oldest ended

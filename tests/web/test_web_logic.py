@@ -14,7 +14,7 @@ from herder.core import livefigures, model
 from herder.masterd.livecache import NodeAnswer, Snapshot
 from herder.masterd.web import overview, samples
 from herder.masterd.web.samples import NodeSamples
-from herder.masterd.web.sessions import SessionStore, csrf_matches
+from herder.masterd.web.sessions import MAX_SESSIONS_PER_USER, SessionStore, csrf_matches
 from tests.conftest import build_config
 
 
@@ -55,6 +55,21 @@ def test_csrf_tokens_are_per_session() -> None:
     assert not csrf_matches(one, "")
 
 
+def test_sessions_are_capped_per_user_so_no_user_ends_anothers() -> None:
+    """One user's flood of logins ends that user's oldest sessions only (issue 35 item 6)."""
+    clock = Clock()
+    store = SessionStore(clock=clock)
+    admin = store.create("admin")
+    viewer = [store.create("viewer") for _ in range(MAX_SESSIONS_PER_USER)]
+    for _ in range(1005):
+        clock.now += 0.01
+        store.create("viewer")
+    assert store.lookup(admin.id) is admin
+    assert all(store.lookup(s.id) is None for s in viewer)  # the viewer's oldest went
+    assert store.count("viewer") == MAX_SESSIONS_PER_USER
+    assert store.count("admin") == 1
+
+
 def info(free: int = 1024) -> livefigures.NodeInfo:
     return livefigures.NodeInfo(
         bootid="b", memory_total=4096, memory_free=free, memory_dom0=512, cpu_total=4,
@@ -79,11 +94,17 @@ def test_alerts_name_unreachable_nodes_degraded_mirrors_and_failed_repairs() -> 
               "repair-status": "failed", "jobs": []}
     done = {"uuid": "i2", "node": drbd.primary_node, "action": "Ok",
             "repair-status": "completed", "jobs": []}
+    died = {"uuid": "i3", "node": dead, "action": "node-failed", "repair-status": "completed",
+            "jobs": [5, 6, 7], "original": {"step": "done",
+                                            "detail": "recovered 1 instance(s)"}}
     jobs = [{"id": 1, "status": "running"}, {"id": 2, "status": "success"}]
     view = overview.build(config, snapshot(config, dead), jobs,
-                          {"incidents": [failed, done], "reports": []}, None)
+                          {"incidents": [failed, done, died], "reports": []}, None)
     kinds = {(a["kind"], a["subject"]) for a in view["alerts"]}
+    assert f"node {config.node_name(dead)} failed (completed): done: recovered 1 instance(s)" \
+        in [a["message"] for a in view["alerts"]]
     assert kinds == {("unreachable", config.node_name(dead)),
+                     ("node-failed", config.node_name(dead)),
                      ("failed-repair", config.node_name(drbd.primary_node)),
                      ("degraded-mirror", drbd.name)}
     assert [j["id"] for j in view["jobs"]] == [1]  # running jobs only

@@ -14,7 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from herder.alloc.model import Cluster
-from herder.alloc.protocol import InputError, Options, Response, build_cluster, get, parse_message
+from herder.alloc.protocol import (
+    InputError,
+    Options,
+    Response,
+    build_cluster,
+    get,
+    parse_message,
+    request_of,
+)
+from herder.alloc.wire import Message
+from herder.core import gcpause
 
 __all__ = ["Cluster", "InputError", "Options", "Response", "answer", "answer_message"]
 
@@ -25,19 +35,23 @@ def answer(data: bytes | str, opts: Options | None = None,
 
     ``cluster`` replaces the cluster described in the message (hail's ``-t``/``--simulate``).
     """
-    return answer_message(parse_message(data), opts, cluster)
+    with gcpause.paused():
+        return answer_message(parse_message(data), opts, cluster)
 
 
-def answer_message(msg: dict[str, Any], opts: Options | None = None,
+def answer_message(msg: Message | dict[str, Any], opts: Options | None = None,
                    cluster: Cluster | None = None) -> Response:
+    """Answer a parsed message (``parse_message``) or a library caller's dict of one."""
     from herder.alloc.modes import handler
 
     opts = opts or Options()
-    req = get(msg, "request", "obj", "invalid iallocator message")
-    if cluster is None:
-        cluster = build_cluster(msg, opts)
-    kind = get(req, "type", "str", "invalid request dict")
-    run = handler(kind)
-    if run is None:
-        raise InputError(f"Invalid request type '{kind}'")
-    return run(cluster, req, opts)
+    # the model of a big cluster is hundreds of thousands of containers, none of them cyclic
+    with gcpause.paused():
+        req = request_of(msg)
+        if cluster is None:
+            cluster = build_cluster(msg, opts)
+        kind = get(req, "type", "str", "invalid request dict")
+        run = handler(kind)
+        if run is None:
+            raise InputError(f"Invalid request type '{kind}'")
+        return run(cluster, req, opts)

@@ -39,41 +39,44 @@ TERM_NAMES = (
 )
 
 Vec = tuple[float, ...]
-
-
-def _frac(a: float, b: float) -> float:
-    return a / b if b else 0.0
+# TERMS' kinds as small ints, for Stats.score_change
+_STD, _SUM, _CONST, _LOCX = range(4)
 
 
 def node_vec(n: Node) -> Vec:
-    """The per-node values of an online node."""
+    """The per-node values of an online node. A fraction of a zero total is 0.0 (a disk
+    fraction 1.0); the divisions are written out (not a helper's call): this and ``_vec_of``
+    run for every node of a cluster, several times per request."""
     t_mem = n.t_mem
+    t_cpu = n.t_cpu
+    hi_sp = n.hi_spindles
     if n.excl:
-        p_dsk = _frac(n.f_spindles, n.t_spindles) if n.t_spindles else 1.0
+        p_dsk = n.f_spindles / n.t_spindles if n.t_spindles else 1.0
         p_dsk_f = p_dsk
     else:
-        p_dsk = _frac(n.f_dsk, n.t_dsk) if n.t_dsk else 1.0
-        p_dsk_f = _frac(n.f_dsk_forth, n.t_dsk) if n.t_dsk else 1.0
+        t_dsk = n.t_dsk
+        p_dsk = n.f_dsk / t_dsk if t_dsk else 1.0
+        p_dsk_f = n.f_dsk_forth / t_dsk if t_dsk else 1.0
     speed = n.cpu_speed or 1.0
-    p_rem = _frac(n.r_mem, t_mem)
+    p_rem = n.r_mem / t_mem if t_mem else 0.0
     ptags = 0
     for c in n.ptags.values():
         if c > 1:
             ptags += c - 1
     ld = n.load
     return (
-        _frac(n.unalloc, t_mem),
+        n.unalloc / t_mem if t_mem else 0.0,
         p_dsk,
         float(len(n.plist) + len(n.slist)) if n.fail_n1 else 0.0,
         p_rem,
-        _frac(n.u_cpu, n.t_cpu) / speed,
+        (n.u_cpu / t_cpu if t_cpu else 0.0) / speed,
         ld[0], ld[1], ld[2], ld[3],
         float(ptags),
-        _frac(n.inst_spindles, n.hi_spindles),
-        _frac(n.f_mem_forth, t_mem),
+        n.inst_spindles / hi_sp if hi_sp else 0.0,
+        n.f_mem_forth / t_mem if t_mem else 0.0,
         p_dsk_f,
-        _frac(n.u_cpu_forth, n.t_cpu) / speed,
-        _frac(n.inst_spindles_forth, n.hi_spindles),
+        (n.u_cpu_forth / t_cpu if t_cpu else 0.0) / speed,
+        n.inst_spindles_forth / hi_sp if hi_sp else 0.0,
         float(n.loc_score),
         p_rem,
     )
@@ -82,8 +85,8 @@ def node_vec(n: Node) -> Vec:
 class Stats:
     """Aggregates of the node vectors of a set of nodes; scores them and changes of them."""
 
-    __slots__ = ("keys", "maps", "n", "off_all", "off_pri", "offc", "q", "s", "shift", "total",
-                 "vecs")
+    __slots__ = ("base", "keys", "maps", "n", "off_all", "off_pri", "offc", "q", "s", "shift",
+                 "total", "vecs")
 
     def __init__(self, nodes: Iterable[Node]) -> None:
         self.s = [0.0] * NCOMP
@@ -97,25 +100,30 @@ class Stats:
         # location-exclusion map: (location tag, exclusion tag) -> count
         self.total: dict[tuple[str, str], int] = {}
         self.keys = 0
+        self.base: list[tuple[int, int, float, float]] | None = None  # see score_change
         # Sums are kept around a per-component shift (the mean at build time) so the variance
         # does not come from subtracting two large, nearly equal numbers.
         nodes = list(nodes)
         self.shift = [0.0] * NCOMP
-        online = [node_vec(n) for n in nodes if not n.offline]
+        online = {n.idx: node_vec(n) for n in nodes if not n.offline}
         if online:
+            vecs = online.values()
             for k in STD:
-                self.shift[k] = sum(v[k] for v in online) / len(online)
+                self.shift[k] = sum(v[k] for v in vecs) / len(online)
         for node in nodes:
-            self.add_node(node)
+            self.add_node(node, online.get(node.idx))
 
-    def add_node(self, node: Node) -> None:
+    def add_node(self, node: Node, vec: Vec | None = None) -> None:
+        """Count a node in; ``vec`` is its ``node_vec`` when the caller has it already."""
         if node.offline:
             a, p = len(node.plist) + len(node.slist), len(node.plist)
             self.off_all += a
             self.off_pri += p
             self.offc[node.idx] = (a, p)
+            self.base = None
             return
-        v = node_vec(node)
+        self.base = None
+        v = vec if vec is not None else node_vec(node)
         self.vecs[node.idx] = v
         self.n += 1
         s, q, c = self.s, self.q, self.shift
@@ -133,6 +141,7 @@ class Stats:
 
     def remove_node(self, node: Node) -> None:
         """Take out a node as it was when last added."""
+        self.base = None
         if node.idx in self.offc:
             a, p = self.offc.pop(node.idx)
             self.off_all -= a
@@ -192,6 +201,63 @@ class Stats:
             else:
                 total += w * (self.locx() + extra)
         return total
+
+    def score_change(self, old: Vec, new: Vec, locx_delta: float = 0.0) -> float:
+        """``score_delta(((old, new),), locx_delta)``, bit for bit, for the hot loops that
+        score one changed node per candidate (every node of a 10,000-node group): the terms of
+        unchanged components are the current ones, computed once (``base``), and no sums are
+        copied. The changed terms take exactly ``score_delta``'s float operations."""
+        n = self.n
+        if not n:
+            return self.score_delta(((old, new),), locx_delta)
+        base = self.base if self.base is not None else self._base_terms()
+        s, q, c = self.s, self.q, self.shift
+        nn = n * n
+        total = 0.0
+        for kind, k, w, now in base:
+            if kind == _STD:
+                a = old[k]
+                b = new[k]
+                if a == b:
+                    total += now
+                    continue
+                a -= c[k]
+                b -= c[k]
+                sk = s[k] + (b - a)
+                var = (n * (q[k] + (b * b - a * a)) - sk * sk) / nn
+                total += w * (math.sqrt(var) if var > 1e-24 else 0.0)
+            elif kind == _SUM:
+                a = old[k]
+                b = new[k]
+                if a == b:
+                    total += now
+                else:
+                    total += w * (s[k] + ((b - c[k]) - (a - c[k])))
+            elif kind == _LOCX:
+                total += w * (now + locx_delta)
+            else:
+                total += now
+        return total
+
+    def _base_terms(self) -> list[tuple[int, int, float, float]]:
+        """Each term as (kind, component, weight, its value now; for the location-exclusion
+        term the count it weighs), for ``score_change``."""
+        n = self.n
+        base: list[tuple[int, int, float, float]] = []
+        for kind, k, w in TERMS:
+            if kind == "std":
+                var = (n * self.q[k] - self.s[k] * self.s[k]) / (n * n)
+                base.append((_STD, k, w, w * (math.sqrt(var) if var > 1e-24 else 0.0)))
+            elif kind == "sum":
+                base.append((_SUM, k, w, w * self.s[k]))
+            elif kind == "off_all":
+                base.append((_CONST, k, w, w * (self.off_all + 0)))
+            elif kind == "off_pri":
+                base.append((_CONST, k, w, w * (self.off_pri + 0)))
+            else:
+                base.append((_LOCX, k, w, self.locx()))
+        self.base = base
+        return base
 
     def locx(self) -> float:
         total = 0
@@ -281,19 +347,23 @@ def _vec_of(n: Node, *, unalloc: float, f_dsk: float, f_dsk_forth: float, f_spin
             load: Sequence[float], ptags: int, isp: float, isp_forth: float,
             f_mem_forth: float, loc: float) -> Vec:
     t_mem = n.t_mem
+    t_cpu = n.t_cpu
+    hi_sp = n.hi_spindles
     if n.excl:
-        p_dsk = _frac(f_spindles, n.t_spindles) if n.t_spindles else 1.0
+        p_dsk = f_spindles / n.t_spindles if n.t_spindles else 1.0
         p_dsk_f = p_dsk
     else:
-        p_dsk = _frac(f_dsk, n.t_dsk) if n.t_dsk else 1.0
-        p_dsk_f = _frac(f_dsk_forth, n.t_dsk) if n.t_dsk else 1.0
+        t_dsk = n.t_dsk
+        p_dsk = f_dsk / t_dsk if t_dsk else 1.0
+        p_dsk_f = f_dsk_forth / t_dsk if t_dsk else 1.0
     speed = n.cpu_speed or 1.0
-    p_rem = _frac(r_mem, t_mem)
+    p_rem = r_mem / t_mem if t_mem else 0.0
     return (
-        _frac(unalloc, t_mem), p_dsk, float(count) if n1 else 0.0, p_rem,
-        _frac(u_cpu, n.t_cpu) / speed, load[0], load[1], load[2], load[3], float(ptags),
-        _frac(isp, n.hi_spindles), _frac(f_mem_forth, t_mem), p_dsk_f,
-        _frac(u_cpu_forth, n.t_cpu) / speed, _frac(isp_forth, n.hi_spindles), loc, p_rem,
+        unalloc / t_mem if t_mem else 0.0, p_dsk, float(count) if n1 else 0.0, p_rem,
+        (u_cpu / t_cpu if t_cpu else 0.0) / speed, load[0], load[1], load[2], load[3],
+        float(ptags), isp / hi_sp if hi_sp else 0.0, f_mem_forth / t_mem if t_mem else 0.0,
+        p_dsk_f, (u_cpu_forth / t_cpu if t_cpu else 0.0) / speed,
+        isp_forth / hi_sp if hi_sp else 0.0, loc, p_rem,
     )
 
 

@@ -12,6 +12,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import get_args
+
+from herder.alloc import wire
 
 
 class Fail(IntEnum):
@@ -45,9 +48,7 @@ FAIL_LABELS = {
     Fail.INTERNAL: "FailInternal",
 }
 
-DISK_TEMPLATES = (
-    "diskless", "file", "sharedfile", "plain", "blockdev", "drbd", "rbd", "ext", "gluster",
-)
+DISK_TEMPLATES: tuple[str, ...] = get_args(wire.DiskTemplate)
 LOCAL_STORAGE = frozenset({"drbd", "plain"})
 # Templates whose instances can change primary without copying data (shared storage).
 EXTERNAL_MIRROR = frozenset({"diskless", "sharedfile", "blockdev", "rbd", "ext", "gluster"})
@@ -55,7 +56,7 @@ EXTERNAL_MIRROR = frozenset({"diskless", "sharedfile", "blockdev", "rbd", "ext",
 MOVABLE = frozenset({"drbd", "blockdev", "sharedfile", "gluster", "rbd", "ext"})
 # Templates the N+1 check fails over to any node of the group (the rest are re-created).
 SHARED_FAILOVER = frozenset({"diskless", "sharedfile", "rbd", "ext", "gluster"})
-HYPERVISORS = ("xen-pvm", "xen-hvm", "kvm", "chroot", "fake", "lxc")
+HYPERVISORS: tuple[str, ...] = get_args(wire.Hypervisor)
 MEM_STATES = frozenset({"running", "ERROR_up", "ERROR_nodedown", "ERROR_nodeoffline",
                         "ERROR_wrongnode"})
 
@@ -523,43 +524,7 @@ def finish_load(cl: Cluster, static_kvm_mem: int = 4096) -> None:
         node.u_cpu_forth = node.n_cpu
         node.f_mem_forth = node.f_mem
         node.f_dsk_forth = node.f_dsk
-    i_mem = [0] * len(cl.nodes)
-    for inst in cl.instances:
-        cl.prepare_instance(inst)
-        if inst.forthcoming:
-            inst.util = (0.0, 0.0, 0.0, 0.0)  # not running anywhere yet
-        p = cl.nodes[inst.pnode]
-        s = cl.nodes[inst.snode] if inst.snode >= 0 else None
-        # the reported free disk/memory already include existing instances
-        p.plist.add(inst.idx)
-        vcpus = 0 if inst.offline else inst.vcpus
-        now = 0 if inst.forthcoming else 1  # forthcoming instances only count "forth"
-        p.u_cpu += vcpus * now
-        p.u_cpu_forth += vcpus
-        for k in range(4):
-            p.load[k] += inst.util[k]
-        if inst.local and not p.excl:
-            p.inst_spindles += inst.spindle_use * now
-            p.inst_spindles_forth += inst.spindle_use
-        p.loc_score += inst_loc_score(inst, p, s)
-        for tag in inst.excl_tags:
-            p.ptags[tag] = p.ptags.get(tag, 0) + 1
-            for loc in p.loc_tags:
-                p.inst_map[(loc, tag)] = p.inst_map.get((loc, tag), 0) + 1
-        if not inst.uses_memory:
-            p.f_mem_forth -= inst.mem
-        if inst.forthcoming and inst.local:
-            p.f_dsk_forth -= inst.dsk
-        if inst.uses_memory:
-            i_mem[p.idx] += inst.mem
-        if s is not None:
-            s.slist.add(inst.idx)
-            s.load[2] += inst.util[2]
-            if inst.local and not s.excl:
-                s.inst_spindles += inst.spindle_use * now
-                s.inst_spindles_forth += inst.spindle_use
-            if inst.uses_sec_mem and not inst.forthcoming:
-                s.peers[p.idx] = s.peers.get(p.idx, 0) + inst.mem
+    i_mem = _load_instances(cl)
     for node in cl.nodes:
         node.r_mem = max(node.peers.values(), default=0)
         if static_kvm_mem > 0 and cl.hypervisor == "kvm":
@@ -570,3 +535,66 @@ def finish_load(cl: Cluster, static_kvm_mem: int = 4096) -> None:
         node.fail_n1 = node.f_mem < node.r_mem
         if node.offline:
             node.fail_n1 = False
+
+
+NO_UTIL = (0.0, 0.0, 0.0, 0.0)
+
+
+def _load_instances(cl: Cluster) -> list[int]:
+    """Each instance on its nodes (``finish_load``), once per instance of a cluster read in:
+    the properties it reads (``uses_memory``, ``local``, ...) inlined, the tag work skipped
+    where the cluster has no such tags. Returns the memory of each node's running
+    primaries."""
+    nodes = cl.nodes
+    prepare = bool(cl.excl_prefixes or cl.desired_prefixes)
+    i_mem = [0] * len(nodes)
+    for inst in cl.instances:
+        if prepare:
+            cl.prepare_instance(inst)
+        forthcoming = inst.forthcoming
+        if forthcoming:
+            inst.util = NO_UTIL  # not running anywhere yet
+        idx = inst.idx
+        p = nodes[inst.pnode]
+        s = nodes[inst.snode] if inst.snode >= 0 else None
+        # the reported free disk/memory already include existing instances
+        p.plist.add(idx)
+        status = inst.status
+        vcpus = 0 if status == "ADMIN_offline" else inst.vcpus
+        if not forthcoming:  # forthcoming instances only count "forth"
+            p.u_cpu += vcpus
+        p.u_cpu_forth += vcpus
+        util = inst.util
+        load = p.load
+        load[0] += util[0]
+        load[1] += util[1]
+        load[2] += util[2]
+        load[3] += util[3]
+        local = inst.template in LOCAL_STORAGE
+        spindle_use = inst.spindle_use
+        if local and not p.excl:
+            if not forthcoming:
+                p.inst_spindles += spindle_use
+            p.inst_spindles_forth += spindle_use
+        if inst.desired or (s is not None and p.loc_tags):
+            p.loc_score += inst_loc_score(inst, p, s)
+        for tag in inst.excl_tags:
+            p.ptags[tag] = p.ptags.get(tag, 0) + 1
+            for loc in p.loc_tags:
+                p.inst_map[(loc, tag)] = p.inst_map.get((loc, tag), 0) + 1
+        if status in MEM_STATES and not forthcoming:
+            i_mem[p.idx] += inst.mem
+        else:
+            p.f_mem_forth -= inst.mem
+        if forthcoming and local:
+            p.f_dsk_forth -= inst.dsk
+        if s is not None:
+            s.slist.add(idx)
+            s.load[2] += util[2]
+            if local and not s.excl:
+                if not forthcoming:
+                    s.inst_spindles += spindle_use
+                s.inst_spindles_forth += spindle_use
+            if status != "ADMIN_offline" and inst.auto_balance and not forthcoming:
+                s.peers[p.idx] = s.peers.get(p.idx, 0) + inst.mem
+    return i_mem

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from herder.alloc.metrics import Stats, locx_delta_pri, pri_vec, sec_vec
 from herder.alloc.model import (
     LOCAL_STORAGE,
+    MEM_STATES,
     SHARED_FAILOVER,
     Cluster,
     Fail,
@@ -86,18 +87,20 @@ def evacuable(cl: Cluster, x: Node, online_by_group: dict[int, list[Node]]) -> b
     dsk_taken: dict[int, int] = {}
     others: list[Instance] = []
     shared: list[Instance] = []
-    for i in x.plist:
-        inst = cl.instances[i]
+    instances, nodes = cl.instances, cl.nodes
+    for i in x.plist:  # every instance of the cluster, once per N+1 check: kept tight
+        inst = instances[i]
         if inst.template == "drbd":
-            if inst.snode < 0:
+            snode = inst.snode
+            if snode < 0:
                 return False
-            if not inst.uses_memory:
+            if inst.status not in MEM_STATES or inst.forthcoming:  # not inst.uses_memory
                 continue
-            s = cl.nodes[inst.snode]
-            taken = mem_taken.get(s.idx, 0) + inst.mem
+            s = nodes[snode]
+            taken = mem_taken.get(snode, 0) + inst.mem
             if s.offline or s.unalloc - taken <= 0:
                 return False
-            mem_taken[s.idx] = taken
+            mem_taken[snode] = taken
         elif inst.template in SHARED_FAILOVER:
             shared.append(inst)
         else:
@@ -205,7 +208,7 @@ def try_alloc(cl: Cluster, inst: Instance, req: int, cands: Sequence[Node], stat
                 res.fails[bad] += 1
                 continue
             vec, lx = _pri_trial(p, inst, stats)
-            score = stats.score_delta(((stats.vecs[p.idx], vec),), lx)
+            score = stats.score_change(stats.vecs[p.idx], vec, lx)
             scored.append((score, order, (p.idx,)))
             order += 1
     elif req == 2:
@@ -278,10 +281,9 @@ def _pairs(cl: Cluster, inst: Instance, cands: Sequence[Node], stats: Stats, str
                 if isinstance(sec_fail, Fail):
                     res.fails[sec_fail] += len(okp) - (s in okp)
 
-            pkey = {p.idx: stats.score_delta(((stats.vecs[p.idx], pri_ok[p.idx][0]),),
-                                             pri_ok[p.idx][1]) for p in okp}
-            skey = {s.idx: stats.score_delta(((stats.vecs[s.idx], sec_ok[s.idx]),))
-                    for s in oks}
+            pkey = {p.idx: stats.score_change(stats.vecs[p.idx], pri_ok[p.idx][0],
+                                              pri_ok[p.idx][1]) for p in okp}
+            skey = {s.idx: stats.score_change(stats.vecs[s.idx], sec_ok[s.idx]) for s in oks}
 
             okp.sort(key=lambda n: (pkey[n.idx], -n.idx))
             oks.sort(key=lambda n: (skey[n.idx], -n.idx))

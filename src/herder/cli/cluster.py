@@ -685,6 +685,11 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
                    "master-failover` run on NODE (the vote, then the master IP and the master "
                    "daemons move through the node daemons).")
 @click.option("--no-voting", is_flag=True, help="With --failover: skip the vote.")
+@click.option("--power-off", "power_off", metavar="NODE",
+              help="Cut NODE's power through its BMC (ipmi_sim; no grace: its processes and "
+                   "guests end at once), as a power failure; maintd fences it and recovers "
+                   "its instances elsewhere.")
+@click.option("--power-on", "power_on", metavar="NODE", help="Power NODE on through its BMC.")
 @click.option("--guests", type=click.Choice(["qemu", "test"]), default="qemu",
               show_default=True,
               help="qemu: real guests (each node's libvirtd runs the QEMU driver, TLS between "
@@ -698,7 +703,8 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
              first_ip: int, domain: str, network: Path | None, exec_on: str | None,
              break_it: tuple[str, str] | None, crash_it: str | None, failover_to: str | None,
-             no_voting: bool, guests: str, ceph: bool, command: tuple[str, ...]) -> None:
+             no_voting: bool, power_off: str | None, power_on: str | None, guests: str,
+             ceph: bool, command: tuple[str, ...]) -> None:
     """Bring up a whole herder cluster on this machine: every node a host of its own.
 
     Each node is a set of namespaces (its own processes, network, mounts and host name) whose
@@ -718,6 +724,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
       herder cluster simulate --exec node1 -- herder cluster info
       herder cluster simulate --break node3 evacuate   # maintd drains and evacuates it
       herder cluster simulate --crash web1             # maintd starts it again
+      herder cluster simulate --power-off node3        # maintd fences it, recovers web1
       herder cluster simulate --exec node1 -- herder daemon-util stop-master
       herder cluster simulate --failover node2         # node2 becomes the master
       herder cluster simulate --stop
@@ -742,6 +749,12 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
                                         progress=click.echo)
         click.echo(f"{failover_to} is the master now; RAPI at {state.masterd_url} (the "
                    "cluster's address follows the master IP)")
+        return
+    if power_off or power_on:
+        node = power_off or power_on
+        assert node is not None
+        said = sim_cluster.power(directory, node, on=power_on is not None)
+        click.echo(f"{node}: {said}")
         return
     if crash_it:
         node = sim_cluster.crash_instance(directory, crash_it)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import gc
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
-from herder.core import locations
+from herder.core import gcpause, locations
 
 if TYPE_CHECKING:
     from herder.core.store import ConfigStore
@@ -48,13 +47,8 @@ def many_rows() -> Iterator[None]:
     """Around a list's fetch and print: no cyclic garbage collection. 10,000 rows are some
     300,000 containers, and each collection would walk them all again (a third of the time);
     a list command is a short process, and what it drops is freed by reference counting."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gcpause.paused():
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 PARAM_HELP = "KEY=VALUE[,...]; KEY=default or -KEY resets, no_KEY sets false"

@@ -17,7 +17,9 @@ def _plain(argv: list[str]) -> int | None:
     """Answer `argv` = [FILE|-] directly; None when the click command must handle it."""
     if len(argv) != 1 or (argv[0].startswith("-") and argv[0] != "-") or argv[0] == "install":
         return None
-    from herder.alloc import InputError, answer
+    from herder.alloc import InputError, answer_message
+    from herder.alloc.protocol import parse_message
+    from herder.core import gcpause
 
     path = argv[0]
     try:
@@ -26,7 +28,10 @@ def _plain(argv: list[str]) -> int | None:
         print(f"Error: cannot read {path}: {err.strerror}", file=sys.stderr)
         return 1
     try:
-        response = answer(data)
+        with gcpause.paused():  # decoding a big request: many containers, none of them cyclic
+            msg = parse_message(data)
+        del data  # the request's bytes (48 MB at 10,000 nodes) are not needed any more
+        response = answer_message(msg)
     except InputError as err:
         print(f"Error: {err}", file=sys.stderr)
         return 1

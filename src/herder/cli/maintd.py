@@ -81,6 +81,13 @@ DEFAULT_URL = f"http://127.0.0.1:{ports.MAINTD}"
                    f"{GANETI_DATA}/rapi/users).")
 @click.option("--watcher/--no-watcher", default=None, help="Restart down instances and "
               "activate disks (default: on for herder, off for Ganeti, whose watcher does it).")
+@click.option("--node-recovery/--no-node-recovery", default=True, show_default=True,
+              help="Declare nodes whose liveness lease ran out failed (with a majority of the "
+                   "master candidates), fence them and fail their instances over "
+                   "(docs/ha.md \"Node failure\").")
+@click.option("--node-failure-time", type=click.FloatRange(6.0, 600.0), default=12.0,
+              show_default=True, help="Seconds without a lease renewal before a node is "
+                                      "suspected (at least the lease time, 6 s).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | None,
@@ -89,7 +96,8 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
            notify_insecure: bool, failure_table: Path | None, failure_window: float,
            ganeti_rapi: str | None, rapi_user: str, rapi_password_file: Path | None,
            rapi_ca: Path | None, hmac_key: Path | None, cert_file: Path | None,
-           rapi_users: Path | None, watcher: bool | None, debug: bool) -> None:
+           rapi_users: Path | None, watcher: bool | None, node_recovery: bool,
+           node_failure_time: float, debug: bool) -> None:
     """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
 
     Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
@@ -128,7 +136,8 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         notify_port=notify_port, notify_insecure=notify_insecure, failure_table=failure_table,
         failure_window=failure_window, ganeti_rapi=ganeti_rapi, rapi_user=rapi_user,
         rapi_password_file=rapi_password_file, rapi_ca=rapi_ca, hmac_key=hmac_key,
-        cert_file=cert_file, watcher=watcher, rapi_users=rapi_users)
+        cert_file=cert_file, watcher=watcher, rapi_users=rapi_users,
+        node_recovery=node_recovery, node_failure_time=node_failure_time)
     try:
         run(settings, say=lambda line: click.echo(line, err=True))
     except NotMaster as err:
@@ -169,6 +178,9 @@ def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
     for inc in incidents:
         jobs = ",".join(str(j) for j in inc.get("jobs", [])) or "-"
         what = f"  instance {inc['instance']}" if inc.get("instance") else ""
+        original = inc.get("original")
+        if inc["action"] == "node-failed" and isinstance(original, dict):
+            what = f"  {original.get('step')}: {original.get('detail')}"  # maintd.nodefail
         click.echo(f"{inc['uuid']}  {inc['node']:20} {inc['action']:18} "
                    f"{inc['repair-status']:10} jobs {jobs}  {inc['tag']}{what}")
 

@@ -204,10 +204,10 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
               "(default: this node's primary IP, from ssconf).")
 @click.pass_context
 def libvirt_tls(ctx: click.Context, listen_address: str | None) -> None:
-    """Configure this node's libvirtd for TLS only, with the node certificate (run on a joined
-    node; again after nodes were added or removed): libvirt's PKI directory from node.pem and
-    the cluster CA, libvirtd.conf accepting only the cluster's nodes. Restart libvirtd with
-    --listen afterwards (running guests go on)."""
+    """Configure this node's libvirtd for TLS only (once, on a node the master has added):
+    libvirtd.conf, the libvirt CAs of ssconf, the node's libvirt certificate the master issued.
+    Restart libvirtd with --listen afterwards (running guests go on); from then on the master
+    keeps its trust current (node add and remove, renew-crypto) without a restart."""
     import socket
     from pathlib import Path
 
@@ -218,8 +218,8 @@ def libvirt_tls(ctx: click.Context, listen_address: str | None) -> None:
     directory = Path((ctx.find_root().obj or {}).get("config_path")
                      or default_config_path()).parent
     done = setup.install(socket.getfqdn(), directory, listen_address=listen_address)
-    click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT} for "
-               f"{', '.join(done.nodes)}; PKI in {done.pki.directory}, {done.conf} written")
+    click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT}, trusting "
+               f"{done.trusted} libvirt CA(s); PKI in {done.pki.directory}, {done.conf} written")
 
 
 @node.command("join-token")
@@ -356,6 +356,90 @@ def powercycle(ctx: click.Context, name: str, force: bool) -> None:
     (result,) = remote.run(ctx, [{"OP_ID": "OP_NODE_POWERCYCLE", "node_name": name,
                                   "force": force}])
     click.echo(f"Power-cycle of {name}: {result}")
+
+
+POWER_SUBCOMMANDS = ("on", "off", "cycle", "status")
+
+
+def _oob_rows(result: list[Any], command: str) -> tuple[list[list[str]], int]:
+    """Ganeti's gnt-node power/health table from OP_OOB_COMMAND's result; the errors."""
+    from herder.masterd.livefields import RS_NODATA, RS_NORMAL, RS_UNAVAIL
+
+    rows: list[list[str]] = []
+    errors = 0
+    for (_, name), (status, payload) in result:
+        if status != RS_NORMAL:
+            errors += 1
+            rows.append([name, {RS_NODATA: "(no data)",
+                                RS_UNAVAIL: "(unavailable: no oob_program)"}.get(
+                                    status, f"(status {status})")])
+        elif command == "health":
+            rows.append([name, ", ".join(f"{item}={state}" for item, state in payload) or "OK"])
+        elif command == "power-status":
+            rows.append([name, "powered" if payload["powered"] else "unpowered"])
+        else:
+            rows.append([name, "invoked"])
+    return rows, errors
+
+
+def _run_oob(ctx: click.Context, ops: list[dict[str, Any]], command: str,
+             as_json: bool) -> None:
+    results = remote.run(ctx, ops)
+    if as_json:
+        print_json(results[-1])
+        return
+    rows, errors = _oob_rows(results[-1], command)
+    print_table(["Node", "Status"], rows)
+    if errors:
+        raise click.exceptions.Exit(1)
+
+
+@node.command()
+@click.argument("subcommand", type=click.Choice(POWER_SUBCOMMANDS))
+@click.argument("names", nargs=-1, metavar="NODES")
+@click.option("--ignore-status", is_flag=True,
+              help="power off: do not mark the nodes offline first (Ganeti's --ignore-status).")
+@click.option("--oob-timeout", type=click.IntRange(1, 3600), default=60, show_default=True,
+              help="Seconds before the out-of-band program is killed.")
+@click.option("--power-delay", type=click.FloatRange(0, 3600), default=2.0, show_default=True,
+              help="Seconds between powering on one node and the next.")
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_context
+def power(ctx: click.Context, subcommand: str, names: tuple[str, ...], ignore_status: bool,
+          oob_timeout: int, power_delay: float, force: bool, as_json: bool) -> None:
+    """Power nodes on, off or cycle them, or ask their power state, through each node's
+    out-of-band program (the node parameter oob_program; OP_OOB_COMMAND, as gnt-node power).
+    Powering off marks the nodes offline first; the master is never powered off or cycled.
+    Without NODES, status asks every node."""
+    command = f"power-{subcommand}"
+    if command != "power-status":
+        if not names:
+            raise click.UsageError("give at least one node for this command")
+        if not force:
+            click.confirm(f"power {subcommand} {', '.join(names)}?", abort=True)
+    ops: list[dict[str, Any]] = []
+    if command == "power-off" and not ignore_status:
+        ops += [{"OP_ID": "OP_NODE_SET_PARAMS", "node_name": name, "offline": True,
+                 "auto_promote": True} for name in names]
+    ops.append({"OP_ID": "OP_OOB_COMMAND", "node_names": list(names), "command": command,
+                "ignore_status": ignore_status, "timeout": oob_timeout,
+                "power_delay": power_delay})
+    _run_oob(ctx, ops, command, as_json)
+
+
+@node.command()
+@click.argument("names", nargs=-1, metavar="NODES")
+@click.option("--oob-timeout", type=click.IntRange(1, 3600), default=60, show_default=True,
+              help="Seconds before the out-of-band program is killed.")
+@json_option
+@click.pass_context
+def health(ctx: click.Context, names: tuple[str, ...], oob_timeout: int,
+           as_json: bool) -> None:
+    """The nodes' health as their out-of-band program reports it (every node without NODES;
+    OP_OOB_COMMAND health, as gnt-node health)."""
+    _run_oob(ctx, [{"OP_ID": "OP_OOB_COMMAND", "node_names": list(names), "command": "health",
+                    "timeout": oob_timeout}], "health", as_json)
 
 
 @node.command("repair-command")

@@ -1,28 +1,36 @@
-"""libvirtd's configuration on a node: TLS only, certificates of the cluster CA (pure).
+"""libvirtd's configuration on a node: TLS only, certificates of libvirt's own CA (pure).
 
 libvirt is never open on the network: libvirtd listens on its TLS port only (`listen_tcp = 0`,
-no SASL-less TCP socket), requires a client certificate signed by the cluster CA
-(`tls_no_verify_certificate = 0`) whose subject is one of the cluster's nodes
-(`tls_allowed_dn_list`); local clients (noded) use the unix socket. Node-to-node migration is
+no SASL-less TCP socket) and requires a client certificate of the CA in its `cacert.pem`
+(`tls_no_verify_certificate = 0`): libvirt's own CA, whose key only the master holds and which
+signs one certificate per current node (`noded.libvirt_tls`, `masterd.libvirt_trust`), so every
+certificate it accepts is a current node's and no DN list is needed (libvirtd would only read
+one at its start). Local clients (noded) use the unix socket. Node-to-node migration is
 peer-to-peer and tunnelled: the source libvirtd connects to the target's TLS port with its own
-node certificate (the `pkipath` of the destination URI) and QEMU's migration stream travels
+libvirt certificate (the `pkipath` of the destination URI) and QEMU's migration stream travels
 inside that connection, so no QEMU migration port is opened either.
 
 File layout of a node's libvirt PKI directory (`LibvirtPki`), as libvirt's `pkipath` expects:
-`cacert.pem` (the cluster CA), `servercert.pem`/`serverkey.pem` and `clientcert.pem`/
+`cacert.pem` (the CAs to trust), `servercert.pem`/`serverkey.pem` and `clientcert.pem`/
 `clientkey.pem` (the node's own certificate and key, used both ways).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 LIBVIRT_TLS_PORT = 16514
 PKI_DIR = Path("/var/lib/herder/libvirt-pki")
-TLS_DN_PREFIX = "CN="
+HEADER = "# written by herder; changes are overwritten"
+SSCONF_CAS = "herder_libvirt_cas"  # ssconf: the libvirt CAs every node trusts (PEM)
+# where libvirtd's `server-update-tls` (a reload without a restart) reads its files, whatever
+# libvirtd.conf says
+DEFAULT_CA_CERT = Path("/etc/pki/CA/cacert.pem")
+DEFAULT_SERVER_CERT = Path("/etc/pki/libvirt/servercert.pem")
+DEFAULT_SERVER_KEY = Path("/etc/pki/libvirt/private/serverkey.pem")
 MIGRATION_KEEPALIVE_INTERVAL = 5  # qemu.conf: seconds between keepalives to a migration peer
 MIGRATION_KEEPALIVE_COUNT = 3  # ... unanswered ones before the connection is closed
 
@@ -62,7 +70,7 @@ def _quote(value: str) -> str:
 
 
 def _render(settings: Mapping[str, str | int | list[str]]) -> str:
-    lines = ["# written by herder; changes are overwritten"]
+    lines = [HEADER]
     for key, value in settings.items():
         if isinstance(value, bool):
             raise TypeError(f"{key}: libvirt wants 0 or 1, not a bool")
@@ -75,14 +83,15 @@ def _render(settings: Mapping[str, str | int | list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def allowed_dns(node_names: Iterable[str]) -> list[str]:
-    """`tls_allowed_dn_list`: the certificate subjects of the cluster's nodes."""
-    return sorted({f"{TLS_DN_PREFIX}{name}" for name in node_names})
+def default_server_pki(pki: LibvirtPki) -> dict[Path, Path]:
+    """libvirt's default server paths -> the PKI directory's files (`server-update-tls`)."""
+    return {DEFAULT_CA_CERT: pki.ca_cert, DEFAULT_SERVER_CERT: pki.server_cert,
+            DEFAULT_SERVER_KEY: pki.server_key}
 
 
-def libvirtd_conf(*, listen_address: str, pki: LibvirtPki, node_names: Iterable[str],
-                  tls_port: int = LIBVIRT_TLS_PORT, unix_sock_dir: Path | None = None,
-                  host_uuid: str | None = None, log_file: Path | None = None) -> str:
+def libvirtd_conf(*, listen_address: str, pki: LibvirtPki, tls_port: int = LIBVIRT_TLS_PORT,
+                  unix_sock_dir: Path | None = None, host_uuid: str | None = None,
+                  log_file: Path | None = None) -> str:
     """libvirtd.conf of a node (libvirtd must run with `--listen` to open the TLS port)."""
     settings: dict[str, str | int | list[str]] = {
         "listen_tls": 1,
@@ -92,7 +101,6 @@ def libvirtd_conf(*, listen_address: str, pki: LibvirtPki, node_names: Iterable[
         "auth_tls": "none",  # the client certificate is the authentication
         "tls_no_verify_certificate": 0,
         "tls_no_sanity_certificate": 0,
-        "tls_allowed_dn_list": allowed_dns(node_names),
         "ca_file": str(pki.ca_cert),
         "cert_file": str(pki.server_cert),
         "key_file": str(pki.server_key),

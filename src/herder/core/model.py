@@ -521,11 +521,12 @@ def default_data_collectors() -> dict[str, CollectorSettings]:
     }
 
 
-# herder's: "notify" (a node incident only shown to the operator, e.g. failed storage),
+# herder's: "node-failed" (a node that died: herder.maintd.nodefail fences it and recovers its
+# instances), "notify" (a node incident only shown to the operator, e.g. failed storage),
 # then the instance incidents' (instmon's failure notifications and unwell instances mond
 # reports; see herder.maintd.instances and herder.maintd.vmhealth)
 RepairAction = Literal["Ok", "live-repair", "evacuate", "evacuate-failover", "notify",
-                       "restart", "relocate", "drain-relocate", "stop-stray"]
+                       "restart", "relocate", "drain-relocate", "stop-stray", "node-failed"]
 RepairStatus = Literal["noted", "pending", "canceled", "failed", "completed"]
 
 
@@ -594,6 +595,11 @@ class Cluster(Base, kw_only=True):
     # by every redistribution until the rotation ends, so a redistribution running meanwhile
     # never takes the new certificates' acceptance away (masterd.renew)
     node_certs_renewing: dict[str, str] = msgspec.field(default_factory=dict)
+    # The CAs every node's libvirtd trusts (PEM certificates; two while a new one replaces the
+    # old): libvirt's own CA, whose key only the master holds, issuing one certificate per
+    # current node (ssconf `herder_libvirt_cas`, `masterd.libvirt_trust`); none on a cluster
+    # made before it (libvirtd then trusts the cluster CA until `renew-crypto`)
+    libvirt_cas: list[str] = msgspec.field(default_factory=list)
     master_ip: str
     master_netdev: str = "eth0"
     master_netmask: int = 32

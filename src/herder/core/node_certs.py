@@ -65,6 +65,16 @@ def certificate_pem(pem: bytes) -> bytes:
     return bytes(_load_cert(pem).public_bytes(serialization.Encoding.PEM))
 
 
+def common_name(pem: bytes) -> str:
+    """The subject's common name of the (first) certificate in `pem`."""
+    from cryptography.x509.oid import NameOID
+
+    found = _load_cert(pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not found:
+        raise CertificateError("the certificate names no common name")
+    return str(found[0].value)
+
+
 def digest_der(der: bytes) -> str:
     return hashlib.sha256(der).hexdigest()
 

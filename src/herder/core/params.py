@@ -462,6 +462,10 @@ _HV_RELATIONS: dict[str, tuple[Relation, ...]] = {
 _BE_TABLE: dict[str, Row] = {
     "always_failover": ("bool", False),
     "auto_balance": ("bool", True),
+    # herder: node-failure recovery (docs/ha.md): opt out, and the order (higher first)
+    "auto_recover": ("bool", True),
+    "ha_priority": ("int", 0, Check(lambda v: -100 <= v <= 100,
+                                    "must be between -100 and 100, got {value!r}")),
     "maxmem": ("size", 128, at_least(1)),
     "minmem": ("size", 128, at_least(1)),
     "spindle_use": ("int", 1, at_least(0)),
@@ -490,6 +494,10 @@ _ND_TABLE: dict[str, Row] = {
     "libvirt_uri": ("string", "qemu:///system",
                     Check(lambda v: re.fullmatch(r"[a-z0-9+]+:[^\s\0]*", v) is not None,
                           "must be a libvirt URI, got {value!r}")),
+    # herder: the watchdog noded pets while it holds its liveness lease (docs/ha.md); "": none
+    "watchdog_device": ("string", "/dev/watchdog", abs_path()),
+    "watchdog_timeout": ("int", 10, Check(lambda v: 2 <= v <= 600,
+                                          "must be between 2 and 600 seconds, got {value!r}")),
 }
 
 NIC_MODES = frozenset({"bridged", "routed", "openvswitch", "pool"})

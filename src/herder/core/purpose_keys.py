@@ -22,7 +22,9 @@ NODE_RPC = "node-rpc"  # masterd (and the CLI's node calls) -> noded
 MOND_REPAIR = "mond-repair"  # maintd -> mond's POST /1/repair
 NOTIFICATION = "instmon-notification"  # instmon -> maintd's POST /1/notifications (the token)
 NODE_ANNOUNCE = "node-announce"  # noded -> masterd's POST /2/herder/nodes/NAME/announce
-PURPOSES = (NODE_RPC, MOND_REPAIR, NOTIFICATION, NODE_ANNOUNCE)
+# noded -> masterd's POST /2/herder/nodes/NAME/heartbeat and the candidates' POST /lease/NAME
+NODE_LEASE = "node-lease"
+PURPOSES = (NODE_RPC, MOND_REPAIR, NOTIFICATION, NODE_ANNOUNCE, NODE_LEASE)
 INFO_PREFIX = b"herder purpose key v1/"
 
 

@@ -24,7 +24,6 @@ than with httpx, docs/scale.md).
 from __future__ import annotations
 
 import base64
-import gc
 import html
 import http.client
 import json
@@ -37,7 +36,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from herder.core import ports, roles, untrusted
+from herder.core import gcpause, ports, roles, untrusted
 from herder.core.errors import HerderError
 from herder.core.http_pool import Answer, ConnectionPool
 
@@ -159,26 +158,39 @@ def parse_answer(method: str, path: str, status: int, reason: str, content: byte
     if 200 <= status < 300:
         if not content.strip():
             return None
-        collecting = gc.isenabled()
-        gc.disable()  # what decoding makes holds no reference cycles
-        try:
-            if answer_type is not None:
-                return untrusted.decode_bounded(content, answer_type)
-            try:
-                return untrusted.decode(content)
-            except msgspec.ValidationError:
-                return untrusted.loads(content)
-        except msgspec.ValidationError as err:
-            raise RapiError(f"RAPI {method} {path}: unexpected answer: {err}", status) from None
-        except ValueError:
-            raise RapiError(
-                f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status
-            ) from None
-        finally:
-            if collecting:
-                gc.enable()
+        with gcpause.paused():  # what decoding makes holds no reference cycles
+            return _decoded(method, path, content, status, answer_type)
     detail, body = error_message(status, reason, content)
     raise RapiError(f"RAPI {method} {path} failed: {status} {detail}", status, body=body)
+
+
+# The largest answer decoded: a bulk instance list of 50,000 instances is ~70 MB (the other
+# edges' default limit, `untrusted.MAX_BYTES`, is 64 MB)
+ANSWER_MAX_BYTES = 1 << 30
+
+
+def _decoded(method: str, path: str, content: bytes, status: int,
+             answer_type: Any | None) -> Any:
+    limit = ANSWER_MAX_BYTES
+    try:
+        if answer_type is not None:
+            return untrusted.decode_bounded(content, answer_type, max_bytes=limit)
+        try:
+            return untrusted.decode(content, max_bytes=limit)
+        except msgspec.ValidationError:
+            return untrusted.loads(content, max_bytes=limit)
+    except msgspec.ValidationError as err:
+        raise RapiError(f"RAPI {method} {path}: unexpected answer: {err}", status) from None
+    except untrusted.BadDocument as err:
+        if len(content) > limit:
+            raise RapiError(f"RAPI {method} {path}: {err}", status) from None
+        raise RapiError(
+            f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status
+        ) from None
+    except ValueError:
+        raise RapiError(
+            f"RAPI {method} {path}: answer is not JSON: {content[:80]!r}", status
+        ) from None
 
 
 def job_error_message(job: Mapping[str, Any]) -> str:

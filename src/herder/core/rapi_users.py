@@ -3,7 +3,8 @@
 Each line: `user password [option,...]`; `#` starts a comment. A password is plain text,
 `{CLEARTEXT}text`, or `{HA1}hex` = md5("user:Ganeti Remote API:password"). The option `write`
 allows changes; without it a user may only read. The file is re-read when it changes.
-masterd's RAPI and maintd's HTTPS changes (the incidents' cancel) check their callers with it.
+masterd's RAPI and maintd's HTTPS changes (the incidents' cancel) check their callers with it,
+through the back-off against guessing (`core.login_backoff`).
 """
 
 from __future__ import annotations
@@ -73,8 +74,14 @@ class UsersFile:
             self._stamp = stamp
         return self._users
 
-    def authenticate(self, header: str | None) -> User | None:
-        """The user of a valid `Authorization: Basic ...` header, else None."""
+    def check(self, name: str, password: str) -> User | None:
+        """The user `name` when `password` is theirs, else None."""
+        user = self.users().get(name)
+        return user if user is not None and user.check(password) else None
+
+    @staticmethod
+    def basic_credentials(header: str | None) -> tuple[str, str] | None:
+        """(user, password) of an `Authorization: Basic ...` header, None: no such header."""
         if not header or not header.lower().startswith("basic "):
             return None
         try:
@@ -82,7 +89,4 @@ class UsersFile:
         except (binascii.Error, UnicodeDecodeError):
             return None
         name, sep, password = decoded.partition(":")
-        if not sep:
-            return None
-        user = self.users().get(name)
-        return user if user is not None and user.check(password) else None
+        return (name, password) if sep else None

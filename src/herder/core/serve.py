@@ -73,12 +73,14 @@ class Endpoint(Protocol):
 
 
 def server_tls(certificate: Path, *, purpose: str = "", hint: str = "",
-               client_cas: Sequence[Path] = ()) -> ssl.SSLContext:
+               client_cas: Sequence[Path] = (), clients_optional: bool = False
+               ) -> ssl.SSLContext:
     """A TLS server context with the key and certificate in one PEM file (the cluster's
     server.pem); a file that cannot be loaded is one line: "cannot load the cluster certificate
     PATH{purpose}: REASON{hint}". With `client_cas`, every client must show a certificate
     issued by one of them (a self-signed CA certificate, such as the cluster's, accepts
-    itself): the handshake fails otherwise."""
+    itself): the handshake fails otherwise; with `clients_optional` a client may also show
+    none (the handler decides), but never another one."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(certificate)
@@ -92,7 +94,7 @@ def server_tls(certificate: Path, *, purpose: str = "", hint: str = "",
             raise HerderError(f"cannot load the client certificate authority {authority}"
                               f"{purpose}: {err}{hint}") from None
     if client_cas:
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL if clients_optional else ssl.CERT_REQUIRED
     return context
 
 

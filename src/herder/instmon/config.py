@@ -38,6 +38,8 @@ class Settings:
     token: str | None = None
     ca_file: Path | None = None
     check_hostname: bool = False
+    # the node's certificate (node.pem), shown to the cluster's own maintd (issue 35)
+    client_cert: Path | None = None
     filter: EventFilter = field(default_factory=EventFilter.preset)
     collapse_delay: float = 0.1
     collapse_window: float = 2.0
@@ -150,6 +152,8 @@ def resolve(options: Options) -> Settings:
             raise HerderError(f"cannot read the token file {token_file}: "
                               f"{err.strerror}") from None
     token = token or cluster.get("token")
+    # the node certificate goes to the cluster's own maintd only, not to another receiver
+    client_cert = cluster.get("client_cert") if url == cluster.get("notify_url") else None
     if ca is not None and not Path(ca).is_file():
         raise HerderError(f"CA file {ca} does not exist")
     return Settings(
@@ -157,6 +161,7 @@ def resolve(options: Options) -> Settings:
         run_dir=options.run_dir,
         spool_dir=options.spool_dir or (Path(spool.dir) if spool.dir else DEFAULT_SPOOL),
         token=token, ca_file=Path(ca) if ca else None, check_hostname=notify.check_hostname,
+        client_cert=client_cert,
         filter=filt, collapse_delay=collapse.delay, collapse_window=collapse.window,
         spool_max_entries=spool.max_entries, spool_max_bytes=spool.max_bytes,
         backoff_base=notify.backoff_base, backoff_max=notify.backoff_max)
@@ -165,8 +170,8 @@ def resolve(options: Options) -> Settings:
 def cluster_defaults(location: str | None, hostname: str | None) -> dict[str, Any]:
     """What this node knows of its cluster: its config copy (a master candidate), else its
     ssconf files (any node): this node's libvirt URI, the master's maintd (at the master IP),
-    the cluster certificate and the token derived from the HMAC key."""
-    from herder.core import envelope, ssconf
+    the cluster certificate, the node certificate and the token derived from the HMAC key."""
+    from herder.core import envelope, node_certs, ssconf
     from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE
     from herder.core.notification import token_for
     from herder.core.store import FileStore, open_store
@@ -205,6 +210,9 @@ def cluster_defaults(location: str | None, hostname: str | None) -> dict[str, An
     cert = store.directory / CERT_FILE
     if cert.is_file():
         out["ca_file"] = cert
+    shown = node_certs.node_certificate_beside(cert)
+    if shown.is_file():
+        out["client_cert"] = shown
     with contextlib.suppress(OSError, ValueError):
         out["token"] = token_for(envelope.load_key(store.directory / HMAC_KEY_FILE))
     return out

@@ -63,6 +63,7 @@ class InstanceMonitor:
                            max_bytes=settings.spool_max_bytes)
         self.sender = Sender(self.spool, settings.notify_url, token=settings.token,
                              ca_file=settings.ca_file, check_hostname=settings.check_hostname,
+                             client_cert=settings.client_cert,
                              backoff_base=settings.backoff_base,
                              backoff_max=settings.backoff_max)
         self.domains: dict[str, dict[str, Any]] = {}

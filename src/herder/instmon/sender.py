@@ -26,6 +26,8 @@ answers. A TLS verification failure names the URL and the CA file it was checked
 TLS: with `ca_file` the server must present a certificate signed by exactly that CA/certificate
 (herder pins its self-signed cluster certificate, so the hostname is not checked unless
 `check_hostname`); without it, the system CAs are used and the hostname is always checked.
+With `client_cert` (the node's `node.pem`, towards the cluster's own maintd) the node shows its
+node certificate: maintd takes a notification only from the node it names (issue 35).
 """
 
 from __future__ import annotations
@@ -55,15 +57,20 @@ _E = TypeVar("_E", bound=BaseException)
 DELIVERED, REFUSED, DUPLICATE, RETRY = "delivered", "refused", "duplicate", "retry"
 
 
-def tls_context(ca_file: Path | None, check_hostname: bool = False) -> ssl.SSLContext:
-    """The client context: pinned to `ca_file` when given, else the system CAs."""
+def tls_context(ca_file: Path | None, check_hostname: bool = False,
+                client_cert: Path | None = None) -> ssl.SSLContext:
+    """The client context: pinned to `ca_file` when given, else the system CAs; showing
+    `client_cert` (a PEM with its key: the node's `node.pem`) when given."""
     if ca_file is None:
-        return ssl.create_default_context()  # hostname checked: any public cert would pass
-    ctx = ssl.create_default_context(cafile=str(ca_file))
-    ctx.check_hostname = check_hostname
-    # The pinned file is the whole trust: X.509 strictness (Python 3.13's default) adds nothing
-    # and would refuse herder's minimal self-signed certificate.
-    ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+        ctx = ssl.create_default_context()  # hostname checked: any public cert would pass
+    else:
+        ctx = ssl.create_default_context(cafile=str(ca_file))
+        ctx.check_hostname = check_hostname
+        # The pinned file is the whole trust: X.509 strictness (Python 3.13's default) adds
+        # nothing and would refuse herder's minimal self-signed certificate.
+        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    if client_cert is not None:
+        ctx.load_cert_chain(client_cert)
     return ctx
 
 
@@ -72,12 +79,14 @@ class Sender:
 
     def __init__(self, spool: Spool, url: str, token: str | None = None,
                  ca_file: Path | None = None, check_hostname: bool = False,
+                 client_cert: Path | None = None,
                  timeout: float = 10.0, backoff_base: float = 0.5, backoff_max: float = 60.0,
                  rng: random.Random | None = None) -> None:
         self.spool = spool
         self.url = url
         self.token = token
         self.ca_file = ca_file
+        self.client_cert = client_cert  # the node's certificate maintd binds notifications to
         self.check_hostname = check_hostname
         self.timeout = timeout
         self.backoff_base = backoff_base
@@ -140,7 +149,7 @@ class Sender:
             headers[TOKEN_HEADER] = self.token
         verify: ssl.SSLContext | bool = True
         if self.url.startswith("https:"):
-            verify = tls_context(self.ca_file, self.check_hostname)
+            verify = tls_context(self.ca_file, self.check_hostname, self.client_cert)
         return httpx.Client(headers=headers, timeout=self.timeout, verify=verify,
                             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
 

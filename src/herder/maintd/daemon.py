@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from herder.core import model, notification, reason
-from herder.maintd import incidents, vmhealth
+from herder.maintd import incidents, nodefail, vmhealth
 from herder.maintd import instances as instance_incidents
 from herder.maintd import watcher as watcher_repairs
 from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentRound
@@ -43,6 +43,7 @@ log = logging.getLogger("herder.maintd")
 
 FINISHED_OK = "success"
 UNFINISHED = ("queued", "waiting", "running", "canceling")
+NODE_FAILURE_INTERVAL = 1.0  # seconds between looks at the nodes' leases
 SEEN_SAVE_INTERVAL = 5.0  # seconds between saves of only the replay-protection stamps
 RECEIVED_KEEP = 1000  # notifications remembered for the duplicate check
 NOTIFICATIONS_SHOWN = 200  # ... of which /1/notifications and /1/overview show the newest
@@ -96,6 +97,20 @@ class RapiCluster:
                 return None
             raise
 
+    def leases(self) -> dict[str, Any]:
+        return dict(self.client.get_herder("leases"))
+
+    def liveness(self, node: str) -> dict[str, Any]:
+        return dict(self.client.get_herder(f"nodes/{node}/liveness"))
+
+    def job_info(self, job_id: int) -> dict[str, Any] | None:
+        try:
+            return dict(self.client.get_job_status(job_id))
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+
     def maintenance(self) -> dict[str, Any]:
         return dict(self.client.get_herder("maintenance"))
 
@@ -130,8 +145,15 @@ class Maintd:
                  failure_table: Mapping[tuple[str, str], str] | None = None,
                  failure_window: float = instance_incidents.FAILURE_WINDOW,
                  ordered_grace: float = instance_incidents.ORDERED_GRACE,
-                 recovery: notification.Recovery | None = None) -> None:
+                 recovery: notification.Recovery | None = None,
+                 node_recovery: bool = True,
+                 node_failure_time: float = nodefail.FAILURE_TIME) -> None:
         self.cluster = cluster
+        # dead nodes: detected, fenced, their instances recovered (maintd.nodefail); a
+        # cluster without leases (Ganeti's) has none to watch
+        self.node_failures = (nodefail.NodeFailures(cluster, failure_time=node_failure_time)
+                              if node_recovery and isinstance(cluster, nodefail.Cluster)
+                              else None)
         self.store = store
         self.sources = list(sources)
         self.round_delay = round_delay
@@ -172,6 +194,7 @@ class Maintd:
         # notification key -> the record answered (duplicates: 409); the newest RECEIVED_KEEP
         self.received: dict[Any, dict[str, Any]] = {}
         self._started = False
+        self._node_failure_task: asyncio.Task[None] | None = None
         self._seen_saved = 0.0
         self._wake = asyncio.Event()
         self._save_lock = asyncio.Lock()
@@ -221,18 +244,42 @@ class Maintd:
     async def run(self) -> None:
         if not self._started:
             await self.start()
+        if self.node_failures is not None:
+            # apart from the tick: a dead node's agent makes a tick wait for its timeout
+            self._node_failure_task = asyncio.create_task(self._watch_nodes())
+        try:
+            while True:
+                await self._tick_once()
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+        finally:
+            if self._node_failure_task is not None:
+                self._node_failure_task.cancel()
+
+    async def _tick_once(self) -> None:
+        try:
+            await self.tick()
+            self.last_error = ""
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # keep running; show it on the page
+            self.last_error = f"{type(err).__name__}: {err}"
+            log.exception("maintenance tick failed")
+
+    async def _watch_nodes(self) -> None:
+        """Node failures every `NODE_FAILURE_INTERVAL` seconds (maintd.nodefail)."""
+        assert self.node_failures is not None
         while True:
             try:
-                await self.tick()
-                self.last_error = ""
+                if self.enabled and await self.node_failures.tick(self.state.incidents):
+                    await self._save()
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # keep running; show it on the page
-                self.last_error = f"{type(err).__name__}: {err}"
-                log.exception("maintenance tick failed")
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            except Exception as err:  # keep watching; show it on the page
+                self.last_error = f"node failures: {type(err).__name__}: {err}"
+                log.exception("node failure check failed")
+            await asyncio.sleep(NODE_FAILURE_INTERVAL)
 
     def wake(self) -> None:
         self._wake.set()
@@ -380,8 +427,16 @@ class Maintd:
         return harep.plan_harep(nodes, instances, plan, cluster_tags, group_tags, status,
                                 event_jobs, affected)
 
+    def _not_failing(self, nodes: list[Node], instances: list[Instance]) -> list[Instance]:
+        """`instances` less those of nodes with an active node-failed incident: that incident
+        alone moves them, once the node is fenced (maintd.nodefail)."""
+        failing = {i.node for i in nodefail.active(self.state.incidents)}
+        names = {n.name for n in nodes if n.uuid in failing}
+        return [i for i in instances if i.pnode not in names] if names else instances
+
     def _instance_jobs(self, nodes: list[Node], instances: list[Instance], plan: Plan) -> bool:
         """Adds the instance incidents' jobs to `plan`; whether an incident changed."""
+        instances = self._not_failing(nodes, instances)
         res = instance_incidents.plan_instances(nodes, instances, self.state.incidents, plan)
         for event in res.canceled:
             inc = self.state.incident(event)
@@ -416,6 +471,7 @@ class Maintd:
             if not self.restarts[name]:
                 del self.restarts[name]
         skip = instance_incidents.recovering(self.state.incidents)
+        instances = self._not_failing(nodes, instances)
         res = watcher_repairs.plan_watcher(nodes, instances, plan, states, self.restarts,
                                            self._affected(nodes), now, self.restart_budget,
                                            self.restart_window, self.restart_settle,
@@ -619,11 +675,13 @@ class Maintd:
         return inc
 
     async def notify(self, note: notification.Notification) -> tuple[int, dict[str, Any]]:
-        """A validated failure notification (`POST /1/notifications`): (HTTP status, body).
+        """A validated failure notification (`POST /1/notifications`; its `hostname` is the
+        node whose certificate sent it, `maintd.server`): (HTTP status, body).
 
         409 for a notification received before (masakari's duplicate: the sender drops it);
-        else 202 with the notification, its `notification_uuid` and `status` "new" (an
-        instance incident was created) or "ignored", with the `reason`."""
+        400 for a failure of an instance whose primary is not the reporting node (nothing is
+        recorded); else 202 with the notification, its `notification_uuid` and `status` "new"
+        (an instance incident was created) or "ignored", with the `reason`."""
         async with self._notify_lock:  # one at a time, like masakari's per-host lock
             if note.key in self.received or any(
                     instance_incidents.same_notification(i.original, note)
@@ -640,6 +698,9 @@ class Maintd:
                 log.warning("notification %s: cannot decide: %s", note.key, err)
                 return 503, {"error": "unavailable",
                              "message": f"cannot read the cluster: {err}"}
+            if verdict.status == instance_incidents.REFUSED:
+                log.warning("notification from %s refused: %s", note.hostname, verdict.reason)
+                return 400, {"error": "bad request", "message": verdict.reason}
             record.update(status=verdict.status, reason=verdict.reason,
                           incident=verdict.incident.uuid if verdict.incident else None)
             self.received[note.key] = record

@@ -22,7 +22,8 @@ from herder.core import model
 
 ACTIONS = ("Ok", "live-repair", "evacuate", "evacuate-failover")  # a diagnose's statuses
 NOTIFY: Final = "notify"
-SEVERITY = {name: rank for rank, name in enumerate(("Ok", NOTIFY, *ACTIONS[1:]))}
+NODE_FAILED: Final = "node-failed"  # herder.maintd.nodefail: outranks every other one
+SEVERITY = {name: rank for rank, name in enumerate(("Ok", NOTIFY, *ACTIONS[1:], NODE_FAILED))}
 ACTIVE = ("noted", "pending")
 FINAL = ("canceled", "failed", "completed")
 READY_PREFIX = "maintd:repairready:"
@@ -160,8 +161,8 @@ def forget(incidents: list[model.Incident], observed: Mapping[str, Any],
     busy = set(busy_jobs)
     dropped = []
     for inc in list(incidents):
-        if not is_node_incident(inc):
-            continue
+        if not is_node_incident(inc) or inc.action == NODE_FAILED:
+            continue  # a node-failed incident: herder.maintd.nodefail.forgettable
         seen = inc.node in observed and observed[inc.node] == inc.original
         tags = node_tags.get(inc.node)
         status = inc.repair_status

@@ -69,6 +69,7 @@ UNFINISHED = ("queued", "waiting", "running", "canceling")
 
 NEW = "new"
 IGNORED = "ignored"
+REFUSED = "refused"  # not the reporting node's instance: answered 400, not recorded
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class JobInfo:
 
 @dataclass
 class Verdict:
-    status: str  # "new" (an incident was created) | "ignored"
+    status: str  # "new" (an incident was created) | "ignored" | "refused"
     reason: str
     kind: str | None = None
     incident: model.Incident | None = None
@@ -200,11 +201,11 @@ def decide(note: notification.Notification, kind: str | None, nodes: Sequence[No
     inst = next((i for i in instances if i.uuid and i.uuid == note.instance_uuid), None)
     if inst is None:
         return Verdict(IGNORED, f"no instance has the UUID {note.instance_uuid}", kind)
+    if inst.pnode != note.hostname:  # only the node it runs on reports its failures
+        return Verdict(REFUSED, f"{inst.name} is not hosted by {note.hostname}: its primary "
+                                f"node is {inst.pnode}", kind)
     if inst.admin_state != "up":
         return Verdict(IGNORED, f"{inst.name} is administratively {inst.admin_state}", kind)
-    if inst.pnode != note.hostname:
-        return Verdict(IGNORED, f"{inst.name}'s primary node is {inst.pnode}, not "
-                                f"{note.hostname} (it moved)", kind)
     if OPTOUT_TAG in inst.tags:
         return Verdict(IGNORED, f"{inst.name} is tagged {OPTOUT_TAG}", kind)
     if kind == notification.STOP:

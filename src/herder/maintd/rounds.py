@@ -66,6 +66,8 @@ class Instance:
     uuid: str = ""
     status: str = ""  # Ganeti's run status (`running`, `ERROR_down`, ...; "" unknown)
     oper_ram: int | None = None  # MiB the running instance has (None: not running / unknown)
+    ha_priority: int = 0  # herder's backend parameters for node-failure recovery
+    auto_recover: bool = True
 
     @classmethod
     def from_rapi(cls, d: Mapping[str, Any]) -> Instance:
@@ -79,7 +81,9 @@ class Instance:
                    vcpus=int(be.get("vcpus") or 1),
                    disks=tuple(int(s or 0) for s in d.get("disk.sizes") or ()),
                    uuid=d.get("uuid") or "", status=d.get("status") or "",
-                   oper_ram=d["oper_ram"] if isinstance(d.get("oper_ram"), int) else None)
+                   oper_ram=d["oper_ram"] if isinstance(d.get("oper_ram"), int) else None,
+                   ha_priority=int(be.get("ha_priority") or 0),
+                   auto_recover=be.get("auto_recover") is not False)
 
 
 @dataclass
@@ -173,6 +177,8 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
             plan.notes.append(f"{inc.uuid}: node {node_uuid} is not in the cluster")
             continue
         ev = inc.uuid
+        if inc.action == "node-failed":  # maintd.nodefail's own steps
+            continue
         if inc.action == incident_lifecycle.NOTIFY:
             plan.notes.append(f"{ev}: {node.name} needs the operator: {inc.original}")
             continue

@@ -15,21 +15,25 @@ read-only user, 503 when maintd has no users file; nothing is changed by a refus
 Instance failure notifications (issue instmon; a herder extension to the design's GET-only
 API): `POST /1/notifications` takes masakari's body (`herder.core.notification`) with the token
 `X-Auth-Token: notification.token_for(<cluster HMAC key>)`, over HTTPS only (the plain port
-answers 403 unless `insecure`): 400 bad body, 401 no or wrong token, 409 the same notification
-again, else 202 with its verdict. `GET /1/notifications`: the newest ones received.
+answers 403 unless `insecure`), from the node it reports about (issue 35): the client shows its
+node certificate, listed in the cluster's node certificates (`senders`), and the body's
+`hostname` is that node; a failure of an instance it is not the primary of is refused (400).
+400 bad body or not the sender's instance, 401 no or wrong token, 403 no or another node's
+certificate, 409 the same notification again, else 202 with its verdict. `GET
+/1/notifications`: the newest ones received.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from herder.core import access, notification
+from herder.core import access, login_backoff, node_certs, notification
 from herder.core.rapi_users import REALM, UsersFile
 from herder.maintd.daemon import Maintd
 
@@ -46,6 +50,12 @@ class NotifySettings:
     https_port: int = 0  # the HTTPS listener's port, named in the plain port's 403
     insecure: bool = False  # also accept notifications over plain HTTP
     users: UsersFile | None = None  # the RAPI users: who may cancel (write users, HTTPS)
+    # wrong passwords lately, and the holds they set (`core.login_backoff`)
+    backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
+    # the cluster's node certificates (digest -> node name: ssconf `herder_node_certs`) a
+    # notification's sender must show; the function answers None for a cluster without them
+    # (its nodes show none: the token alone, as before). None: maintd of a Ganeti cluster
+    senders: Callable[[], Mapping[str, str] | None] | None = None
 
 
 DAEMON = web.AppKey("maintd", Maintd)
@@ -106,7 +116,16 @@ def _writer_refusal(request: web.Request) -> web.Response | None:
     if settings is None or settings.users is None:
         return _json({"error": "unavailable", "message": "this maintd has no RAPI users file "
                       "to check the credentials with"}, 503)
-    user = settings.users.authenticate(request.headers.get("Authorization"))
+    tried = login_backoff.attempt_basic(settings.users, settings.backoff,
+                                        request.headers.get("Authorization"),
+                                        request.remote or "?", "maintd cancel")
+    if tried.hold > 0:
+        return web.Response(text=json.dumps({
+            "error": "too many requests", "message": "too many wrong passwords from this "
+            f"address for this user; try again in {tried.hold:.1f} s"}), status=429,
+            content_type="application/json",
+            headers={"Retry-After": login_backoff.retry_after(tried.hold)})
+    user = tried.user
     if user is None:
         return web.Response(text=json.dumps({"error": "unauthorized", "message": "valid RAPI "
                                              "credentials are required"}),
@@ -166,8 +185,32 @@ async def notify(request: web.Request) -> web.Response:
         note = notification.parse(body)
     except notification.NotificationError as err:
         return _json({"error": "bad request", "message": str(err)}, 400)
+    refused = _sender_refusal(request, settings, note)
+    if refused is not None:
+        return _json({"error": "forbidden", "message": refused}, 403)
     code, answer = await _d(request).notify(note)
     return _json(answer, code)
+
+
+def _sender_refusal(request: web.Request, settings: NotifySettings,
+                    note: notification.Notification) -> str | None:
+    """Why this notification does not come from the node it names (None: it does, or the
+    cluster binds none). The client's node certificate must be listed, and its node the
+    body's `hostname`. Over plain HTTP (`insecure`, tests) nothing can be bound."""
+    listed = settings.senders() if settings.senders is not None else None
+    if listed is None or not request.secure:
+        return None
+    tls = request.transport.get_extra_info("ssl_object") if request.transport else None
+    shown = tls.getpeercert(binary_form=True) if tls is not None else None
+    if not shown:
+        return "a notification must come with the sending node's node certificate"
+    sender = listed.get(node_certs.digest_der(shown))
+    if sender is None:
+        return ("the client certificate is not one of the cluster's node certificates "
+                "(revoked or unknown)")
+    if note.hostname != sender:
+        return f"node {sender} may not report for {note.hostname}"
+    return None
 
 
 @ROUTES.allow(access.ANYONE)

@@ -44,6 +44,9 @@ class MaintdSettings:
     hmac_key: Path | None = None
     cert_file: Path | None = None
     watcher: bool | None = None  # None: on for herder, off for Ganeti
+    # herder: dead nodes detected, fenced and their instances recovered (maintd.nodefail)
+    node_recovery: bool = True
+    node_failure_time: float = 12.0  # seconds without a lease renewal before a node is suspect
     # who may cancel over HTTPS (None: herder's rapi_users beside the config, Ganeti's
     # rapi/users on a Ganeti cluster)
     rapi_users: Path | None = None

@@ -14,12 +14,12 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herder.core import confd, envelope, notification, serve
+from herder.core import cluster_secrets, confd, envelope, node_certs, notification, serve, ssconf
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
@@ -53,6 +53,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
     bind = settings.bind
     maint: dict[str, Any] = {}
     cluster: Any
+    senders: Callable[[], Mapping[str, str] | None] | None = None  # Ganeti's nodes show none
     if settings.ganeti_rapi:
         from herder.maintd.ganeti import GanetiCluster, repair_via_mond
 
@@ -98,6 +99,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
         key_path = settings.hmac_key or store.directory / HMAC_KEY_FILE
         cert = settings.cert_file or store.directory / CERT_FILE
         users_path = settings.rapi_users or store.directory / RAPI_USERS_FILE
+        senders = node_certificates(store.directory)
         if settings.state_file is not None:
             state = FileState(settings.state_file)
         else:
@@ -123,14 +125,30 @@ def prepare(settings: MaintdSettings) -> Prepared:
                     watcher=(not settings.ganeti_rapi) if settings.watcher is None
                     else settings.watcher,
                     failure_table=recovery.failures, failure_window=settings.failure_window,
-                    recovery=recovery)
+                    recovery=recovery, node_recovery=settings.node_recovery,
+                    node_failure_time=settings.node_failure_time)
     tls = None
-    if settings.notify_port:
+    if settings.notify_port:  # the nodes show their node certificates (of the cluster CA)
+        authorities = [] if senders is None else \
+            [path for path in (cert, cluster_secrets.retiring(cert)) if path.is_file()]
         tls = serve.server_tls(cert, purpose=" for the notification port",
-                               hint=" (--notify-port 0 disables it)")
+                               hint=" (--notify-port 0 disables it)", client_cas=authorities,
+                               clients_optional=True)
     notify = NotifySettings(key, https_port=settings.notify_port,
-                            insecure=settings.notify_insecure, users=UsersFile(users_path))
+                            insecure=settings.notify_insecure, users=UsersFile(users_path),
+                            senders=senders)
     return Prepared(daemon, bind, notify, tls, agents)
+
+
+def node_certificates(directory: Path) -> Callable[[], Mapping[str, str] | None]:
+    """The cluster's node certificates as the nodes have them (ssconf `herder_node_certs`,
+    read at each notification: `node remove` takes one out): digest -> node name; None for a
+    cluster without them (no list, or an empty one: its nodes show no certificate)."""
+    def listed() -> Mapping[str, str] | None:
+        text = ssconf.read(node_certs.SSCONF_NAME, directory)
+        return (node_certs.parse_list(text) or None) if text is not None else None
+
+    return listed
 
 
 async def serve_maintd(settings: MaintdSettings, prepared: Prepared,

@@ -4,7 +4,7 @@ Ganeti's: docs/compat.md), sent by noded when it starts (`noded.announce`).
 The body is a call of `node_announce` signed for node NAME with the cluster key's announce key
 (`core.purpose_keys.NODE_ANNOUNCE`, `core.rpcauth`): only a holder of the cluster key can
 announce, for the node it names, within ±300 s, each body once. It changes nothing but
-masterd's record of unreachable nodes (`masterd.reachability`): the node is seen again, so
+masterd's record of unreachable nodes (`core.reachability`): the node is seen again, so
 the live cache asks it and the redistribution pushes it what it missed at once, instead of
 when its back-off runs out.
 """
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from herder.core import access, purpose_keys, rpcauth
+from herder.core import access, model, purpose_keys, rpcauth
 from herder.core.errors import SignatureError
-from herder.masterd.reachability import Reachability
+from herder.core.reachability import Reachability
 
 log = logging.getLogger("herder.masterd")
 METHOD = "node_announce"
@@ -35,6 +35,24 @@ class Announcements:
     replay: rpcauth.ReplayCache = field(default_factory=rpcauth.ReplayCache)
 
 
+async def signed_node(request: web.Request, keys: list[bytes], replay: rpcauth.ReplayCache,
+                      method: str, purpose: str, what: str) -> model.Node:
+    """The node named in the URL whose call of `method` the body is, signed for it with the
+    `purpose` key (403 `what` refused, with the reason), and known to the config (404)."""
+    from herder.masterd import rapi
+
+    name = request.match_info["name"]
+    try:
+        rpcauth.check_call(keys, await request.read(), method=method, node=name,
+                           replay=replay, purpose=purpose)
+    except SignatureError as err:
+        raise rapi.RapiHttpError(403, f"{what} refused: {err}") from None
+    node = next((n for n in rapi.config_of(request).nodes.values() if n.name == name), None)
+    if node is None:
+        raise rapi.RapiHttpError(404, f"node {name} is not a node of the cluster")
+    return node
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     from herder.masterd import rapi
 
@@ -43,18 +61,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
         announcements = rapi.ctx_of(request).announce
         if announcements is None:
             raise rapi.RapiHttpError(503, "this masterd takes no announcements")
-        name = request.match_info["name"]
-        body = await request.read()
-        try:
-            rpcauth.check_call(announcements.keys(), body, method=METHOD, node=name,
-                               replay=announcements.replay,
-                               purpose=purpose_keys.NODE_ANNOUNCE)
-        except SignatureError as err:
-            raise rapi.RapiHttpError(403, f"announcement refused: {err}") from None
-        node = next((n for n in rapi.config_of(request).nodes.values() if n.name == name),
-                    None)
-        if node is None:
-            raise rapi.RapiHttpError(404, f"node {name} is not a node of the cluster")
+        node = await signed_node(request, announcements.keys(), announcements.replay, METHOD,
+                                 purpose_keys.NODE_ANNOUNCE, "announcement")
+        name = node.name
         down = announcements.reachability.down(node.uuid)
         announcements.reachability.seen(node.uuid)
         if down is not None:

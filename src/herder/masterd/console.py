@@ -14,6 +14,8 @@
   passed to noded as a plain signed GET: it checks all it would check for the stream (the
   caller, the instance running there, its serial console or VNC server) and opens nothing;
   its refusal comes back as 503 with the reason, its consent as 426 (ask with the upgrade).
+  An open stream ends (close code 1008 with the reason) when the authority that opened it goes:
+  its session, its user, its password or the user's `write` option (`web.streams`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import logging
 from typing import Any
 
 import aiohttp
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from herder.core import access, console, model
 from herder.core.errors import HerderError
@@ -42,6 +44,7 @@ MAX_FRAME = 4 << 20
 
 def add_routes(router: web.UrlDispatcher) -> None:
     from herder.masterd import rapi
+    from herder.masterd.web import streams
 
     def target(request: web.Request) -> tuple[model.ConfigData, model.Instance, model.Node]:
         config = rapi.config_of(request)
@@ -134,12 +137,18 @@ def add_routes(router: web.UrlDispatcher) -> None:
             client = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_FRAME)
             await client.prepare(request)
             log.info("console %s of %s opened for %s", kind, inst.name, request.remote)
+            gone = asyncio.ensure_future(streams.authority_gone(request, access.RAPI_WRITE))
             try:
-                await _relay(client, upstream, text=kind == "serial")
+                lost = await _relay(client, upstream, gone, text=kind == "serial")
             finally:
+                gone.cancel()
                 await upstream.close()
-                await client.close()
-                log.info("console %s of %s closed", kind, inst.name)
+            if lost is not None:
+                log.info("console %s of %s ended: %s", kind, inst.name, lost)
+                await client.close(code=WSCloseCode.POLICY_VIOLATION,
+                                   message=f"the console ended: {lost}"[:120].encode())
+            await client.close()
+            log.info("console %s of %s closed", kind, inst.name)
         return client
 
     @rapi.ROUTES.allow(access.RAPI_WRITE)
@@ -157,9 +166,10 @@ def add_routes(router: web.UrlDispatcher) -> None:
 
 
 async def _relay(client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse,
-                 text: bool) -> None:
-    """Copy frames both ways until either side ends; the serial console's bytes become text
-    frames for the client (UTF-8, split sequences kept whole), its text goes down as bytes."""
+                 gone: asyncio.Future[str], text: bool) -> str | None:
+    """Copy frames both ways until either side ends, or `gone` says why the stream's authority
+    went (returned; None: a side ended); the serial console's bytes become text frames for the
+    client (UTF-8, split sequences kept whole), its text goes down as bytes."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     async def down() -> None:
@@ -181,10 +191,12 @@ async def _relay(client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocke
                 await upstream.send_bytes(message.data)
 
     tasks = [asyncio.ensure_future(down()), asyncio.ensure_future(up())]
+    waited: list[asyncio.Future[Any]] = [*tasks, gone]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*tasks, return_exceptions=True)
+    return gone.result() if gone.done() and not gone.cancelled() else None

@@ -23,15 +23,16 @@ from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
+from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
 from herder.masterd import heap, locking, redist
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.leases import Leases
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi import ConfigView, RapiContext, make_app
-from herder.masterd.reachability import Reachability, ReachabilityRpc
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 
@@ -121,6 +122,9 @@ class MasterDaemon:
             problem = master_problem(config, self.me, explicit=settings.node_name is not None)
         if problem is not None:
             raise NotMaster(problem)
+        # the indexes every list reads, built before serving: the first read after a start
+        # does not pay for them (0.5-0.9 s at 10,000 instances)
+        config.index()
         self.epoch = config.cluster.master_epoch
         self.master_uuid = config.cluster.master_node
         self.deposed: str | None = None  # why this masterd stopped acting as master
@@ -132,7 +136,7 @@ class MasterDaemon:
                               port=settings.noded_port, epoch=self.epoch,
                               on_stale=lambda err: self.depose(str(err)))
         # which nodes cannot be reached: every call of the LUs, the live cache and the
-        # redistribution tells it; the last two skip a node in back-off (masterd.reachability)
+        # redistribution tells it; the last two skip a node in back-off (core.reachability)
         self.reachability = Reachability()
         # the transport itself: a takeover on etcd gives its calls the new master epoch
         self.node_rpc = rpc
@@ -157,7 +161,8 @@ class MasterDaemon:
                                 anonymous_reads=settings.anonymous_reads,
                                 store=self.store, live=self.live, rpc=rpc, web=WebContext(),
                                 announce=Announcements(self.secrets.hmac_keys,
-                                                       self.reachability))
+                                                       self.reachability),
+                                leases=Leases(self.secrets.hmac_keys))
         heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
 
     def ssl_context(self) -> ssl.SSLContext | None:

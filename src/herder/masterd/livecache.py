@@ -16,11 +16,17 @@ the node daemons (`node_info` with `instances`, `herder.core.livefigures`).
 - Logical units ask `fresh`: only answers to calls started after they asked count (Ganeti's
   queries ask the nodes every time), except that a node that failed to answer within the
   last `ttl` is not waited for again.
-- A node masterd cannot reach (`masterd.reachability`, the record shared with the
+- A node masterd cannot reach (`core.reachability`, the record shared with the
   redistribution) is not asked while it is in back-off, and no reader waits for it: readers
   get "node unreachable (since ...)" at once, and a call is started in the background when
   its back-off has passed. Once any call of masterd's reaches it (or it announces itself) it
   is asked, and waited for, as any node.
+- No reader waits for a node masterd has not heard from since it started: a reader waits for
+  such a node's call at most `UNHEARD_WAIT` (its fields are null, "no answer yet", and the
+  call goes on for the next reader); logical units (`fresh`) wait for it as for any node.
+  masterd asks every node as it starts serving (the background refresh runs from the start),
+  so a node that answers is heard from before most readers come, and after a start among
+  1,000 nodes that do not answer the first bulk node list does not wait for their calls.
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ from dataclasses import dataclass
 from herder.core import livefigures, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc, UnreachableError
+from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.rpcdefs import node_calls
 from herder.core.rpcdefs.base import AnswerT, Call
-from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd")
 
@@ -50,6 +56,8 @@ TIMEOUT = 3.0
 CONCURRENCY = 16
 IDLE = 60.0
 TICK = 0.5
+# how long a reader waits for a node masterd has not heard from since it started
+UNHEARD_WAIT = 0.1
 # how much longer than its calls' timeout a reader waits: a call that timed out ends just after
 # its timeout, and its failure must reach that reader (else the next one waits for it again)
 GRACE = 0.5
@@ -104,6 +112,24 @@ class Snapshot:
 
 
 EMPTY = Snapshot(frozenset(), {})
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What a reader found: answers at hand, calls to wait for (up to the reader's timeout),
+    and calls to nodes not heard from since masterd started (waited for `UNHEARD_WAIT`)."""
+
+    ready: dict[str, NodeAnswer]
+    waiting: dict[str, Future[NodeAnswer]]
+    briefly: dict[str, Future[NodeAnswer]]
+
+    def snapshot(self, nodes: list[model.Node]) -> Snapshot:
+        answers = dict(self.ready)
+        for calls in (self.waiting, self.briefly):
+            for uuid, future in calls.items():
+                if future.done() and not future.cancelled():
+                    answers[uuid] = future.result()
+        return Snapshot(frozenset(n.uuid for n in nodes), answers)
 
 
 def wanted(config: model.ConfigData) -> list[model.Node]:
@@ -162,13 +188,15 @@ class LiveCache:
     def _since(self, uuid: str, since: float) -> float:
         return max(since, self._stale_before.get(uuid, float("-inf")))
 
-    def _collect(self, nodes: list[model.Node], since: float, timeout: float
-                 ) -> tuple[dict[str, NodeAnswer], dict[str, Future[NodeAnswer]]]:
+    def _collect(self, nodes: list[model.Node], since: float, timeout: float,
+                 reader: bool) -> Collected:
         """Answers good enough (asked at or after `since`; a failure within the ttl in any
         case: a dead node costs its timeout once) and calls to wait for, starting the calls
-        that are needed (under the lock: concurrent readers share them)."""
+        that are needed (under the lock: concurrent readers share them). A `reader` (not a
+        logical unit) waits only briefly for the calls of nodes not heard from yet."""
         ready: dict[str, NodeAnswer] = {}
         waiting: dict[str, Future[NodeAnswer]] = {}
+        briefly: dict[str, Future[NodeAnswer]] = {}
         failed_since = self.clock() - self.ttl
         with self._lock:
             for node in nodes:
@@ -188,8 +216,9 @@ class LiveCache:
                 flight = self._inflight.get(node.uuid)
                 if flight is None or flight[0] < limit:
                     flight = self._start(node, timeout)
-                waiting[node.uuid] = flight[1]
-        return ready, waiting
+                heard = self.reachability.heard_from(node.uuid)
+                (waiting if heard or not reader else briefly)[node.uuid] = flight[1]
+        return Collected(ready, waiting, briefly)
 
     def _unreachable(self, node: model.Node, down: Down, timeout: float) -> NodeAnswer:
         """A known unreachable node's answer, at once; it is asked again in the background
@@ -225,10 +254,15 @@ class LiveCache:
         timeout = self.timeout if timeout is None else timeout
         nodes = wanted(config)
         self._units_of(config)
-        ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
-        if waiting:
-            wait_futures(list(waiting.values()), timeout=timeout + GRACE)
-        return self._finish(nodes, ready, waiting)
+        got = self._collect(nodes, self._since_for(fresh), timeout, reader=not fresh)
+        started = time.monotonic()
+        if got.briefly:
+            wait_futures([*got.waiting.values(), *got.briefly.values()],
+                         timeout=min(UNHEARD_WAIT, timeout + GRACE))
+        if got.waiting:
+            wait_futures(list(got.waiting.values()),
+                         timeout=max(0.0, timeout + GRACE - (time.monotonic() - started)))
+        return got.snapshot(nodes)
 
     async def asnapshot(self, config: model.ConfigData, *, fresh: bool = False,
                         timeout: float | None = None) -> Snapshot:
@@ -236,20 +270,16 @@ class LiveCache:
         timeout = self.timeout if timeout is None else timeout
         nodes = wanted(config)
         self._units_of(config)
-        ready, waiting = self._collect(nodes, self._since_for(fresh), timeout)
-        if waiting:
-            await asyncio.wait([asyncio.wrap_future(f) for f in waiting.values()],
-                               timeout=timeout + GRACE)
-        return self._finish(nodes, ready, waiting)
-
-    @staticmethod
-    def _finish(nodes: list[model.Node], ready: dict[str, NodeAnswer],
-                waiting: dict[str, Future[NodeAnswer]]) -> Snapshot:
-        answers = dict(ready)
-        for uuid, future in waiting.items():
-            if future.done() and not future.cancelled():
-                answers[uuid] = future.result()
-        return Snapshot(frozenset(n.uuid for n in nodes), answers)
+        got = self._collect(nodes, self._since_for(fresh), timeout, reader=not fresh)
+        started = time.monotonic()
+        if got.briefly:
+            await asyncio.wait([asyncio.wrap_future(f) for f in (*got.waiting.values(),
+                                                                 *got.briefly.values())],
+                               timeout=min(UNHEARD_WAIT, timeout + GRACE))
+        if got.waiting:
+            await asyncio.wait([asyncio.wrap_future(f) for f in got.waiting.values()],
+                               timeout=max(0.0, timeout + GRACE - (time.monotonic() - started)))
+        return got.snapshot(nodes)
 
     def invalidate(self, uuid: str) -> None:
         """The node changed: its cached figures, and calls already under way, are stale."""
@@ -285,7 +315,10 @@ class LiveCache:
 
     async def keep_fresh(self, config: Callable[[], model.ConfigData | None],
                          stop: asyncio.Event) -> None:
-        """The background task: every TICK, ask the nodes that are due."""
+        """The background task: every TICK, ask the nodes that are due; from its start as if
+        just read (every node is asked at once: masterd hears from the nodes that answer before
+        its readers come, see `UNHEARD_WAIT`)."""
+        self.last_read = max(self.last_read, self.clock())
         while not stop.is_set():
             current = config()
             if current is not None:

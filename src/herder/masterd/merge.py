@@ -236,8 +236,28 @@ class RpcControl:
             if errors:
                 raise MergeError("pushing this cluster's files to the handed-over nodes: "
                                  + "; ".join(errors))
+            _libvirt_certificates(ours_rpc, ours, [n for n in nodes if n.vm_capable])
         finally:
             ours_rpc.close()
+
+
+def _libvirt_certificates(rpc: HttpNodeRpc, ours: Path, nodes: list[model.Node]) -> None:
+    """Each handed-over node a libvirt certificate of this cluster's libvirt CA (its old one
+    was the other cluster's: `masterd.libvirt_trust`)."""
+    from herder.masterd import libvirt_trust, redist
+
+    problems: list[str] = []
+
+    def publish(cas: list[str]) -> None:  # a master without the CA's key makes a new one
+        with FileStore(ours).update() as changed:
+            changed.cluster.libvirt_cas = list(cas)
+        pushed = redist.Redistributor(rpc, ours, None).push(FileStore(ours).load(), full=False)
+        problems.extend(f"{name}: {e}" for name, r in pushed.items() for e in r.errors)
+
+    for node in nodes:
+        libvirt_trust.issue(rpc, FileStore(ours).load(), ours, node, publish, problems.append)
+    if problems:
+        raise MergeError("the handed-over nodes' libvirt certificates: " + "; ".join(problems))
 
 
 # --- the pure part: checks, port reallocation, the merged config ---------------------------------

@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
 
-from herder.core import access, model, reason, roles, storage_units, untrusted
+from herder.core import access, login_backoff, model, reason, roles, storage_units, untrusted
 from herder.core.errors import (
     AmbiguousError,
     ConfigError,
@@ -38,6 +38,7 @@ from herder.masterd import hvfiles, views
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
+from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
@@ -75,6 +76,10 @@ class RapiContext:
     web: WebContext | None = None  # the web console: logins, node samples (masterd/web/)
     # the nodes' announcements that they are up (masterd/announce.py); None: refused
     announce: Announcements | None = None
+    # wrong passwords lately, and the holds they set (HTTP Basic and the web console's login)
+    backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
+    # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
+    leases: Leases | None = None
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -94,12 +99,14 @@ class RapiHttpError(Exception):
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
-            426: "Upgrade Required", 500: "Internal Server Error", 501: "Not Implemented",
-            503: "Service Unavailable"}
+            426: "Upgrade Required", 429: "Too Many Requests", 500: "Internal Server Error",
+            501: "Not Implemented", 503: "Service Unavailable"}
 
 
-def error_response(status: int, explain: str) -> web.Response:
-    headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if status == 401 else None
+def error_response(status: int, explain: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": f'Basic realm="{REALM}"'}
     body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
     return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
 
@@ -832,10 +839,17 @@ def access_refusal(request: web.Request) -> web.Response | None:
     ctx = ctx_of(request)
     # the web console's login and files (masterd/web/pages.py), a node's signed announcement
     # (masterd/announce.py): their handlers check
-    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE):
+    if rule in (access.ANYONE, access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE):
         return None
-    user: User | None = ctx.users.authenticate(request.headers.get("Authorization"))
-    if "Authorization" not in request.headers:  # a web console session (masterd/web/auth.py)
+    user: User | None = None
+    if "Authorization" in request.headers:
+        tried = login_backoff.attempt_basic(ctx.users, ctx.backoff,
+                                            request.headers["Authorization"],
+                                            request.remote or "?", "RAPI")
+        if tried.hold > 0:
+            return held_response(tried.hold)
+        user = tried.user
+    else:  # a web console session (masterd/web/auth.py)
         caller = web_auth.session_caller(request, ctx.users,
                                           None if ctx.web is None else ctx.web.sessions)
         if caller.session is not None:
@@ -857,6 +871,13 @@ def access_refusal(request: web.Request) -> web.Response | None:
     if not user.can_write:
         return error_response(403, f"user {user.name} may not make changes")
     return None
+
+
+def held_response(hold: float) -> web.Response:
+    """429 to an attempt held for its earlier wrong passwords (`core.login_backoff`)."""
+    return error_response(429, "too many wrong passwords from this address for this user; "
+                               f"try again in {hold:.1f} s",
+                          {"Retry-After": login_backoff.retry_after(hold)})
 
 
 @web.middleware
@@ -959,13 +980,15 @@ def make_app(ctx: RapiContext) -> web.Application:
     r.add_get("/2/herder/maintenance", herder_maintenance)
     r.add_put("/2/herder/maintenance", herder_maintenance_set)
     r.add_put("/2/herder/maintenance/state", herder_maintenance_state)
-    from herder.masterd import announce, console, query  # /2/query; consoles; nodes up
+    from herder.masterd import announce, console, leases, oob, query  # /2/query; consoles
     from herder.masterd.web import api as web_api  # the web console
     from herder.masterd.web import pages as web_pages
 
     query.add_routes(r)
     console.add_routes(r)  # the instance consoles and their streams
     announce.add_routes(r)
+    oob.add_routes(r)  # OP_OOB_COMMAND (Ganeti's RAPI has none)
+    leases.add_routes(r)  # the nodes' heartbeats, their ages, the candidates' view
     web_api.add_routes(r)
     web_pages.add_routes(r)
     return app

@@ -24,7 +24,7 @@ the master too).
 `plan` is pure (the config in, per node what goes there); `Redistributor` does the I/O, in
 parallel, collecting per-node errors: a failed push never fails the config write.
 
-A node masterd cannot reach (`masterd.reachability`, the record shared with the live cache) is
+A node masterd cannot reach (`core.reachability`, the record shared with the live cache) is
 skipped while it is in back-off, except by a full push (`cluster redist-conf`: the operator
 asks every node now); it is owed everything (`watch`), and gets the current state as soon as
 its back-off has passed or it is seen again (any call of masterd's reached it, or it
@@ -48,14 +48,14 @@ from typing import Any
 import msgspec
 
 from herder import __version__
-from herder.core import model, node_certs, params, ssconf, store, uidpool
+from herder.core import libvirtd_conf, model, node_certs, params, ssconf, store, uidpool
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc
+from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
-from herder.core.rpcdefs import file_calls
+from herder.core.rpcdefs import file_calls, node_calls
 from herder.masterd import hvfiles
-from herder.masterd.reachability import Down, Reachability, ReachabilityRpc
 
 log = logging.getLogger("herder.masterd.redist")
 
@@ -137,6 +137,7 @@ def ssconf_values(config: model.ConfigData, upload_files: Iterable[str] = ()) ->
         node_certs.SSCONF_NAME: node_certs.format_list(
             node_certs.list_rows(c.node_certs, {n.uuid: n.name for n in nodes})
             + node_certs.list_rows(c.node_certs_renewing, {n.uuid: n.name for n in nodes})),
+        libvirtd_conf.SSCONF_CAS: "".join(c.libvirt_cas),
     }
 
 
@@ -380,6 +381,11 @@ class Redistributor:
                 self._push_config(node, np, config, document, replica, queue_now, full, result)
             return result
         try:
+            if not self.reachability.heard_from(np.uuid):
+                # not heard from since masterd started (its start, a node that is down): a
+                # small call first, so a node that cannot be reached costs no signed ssconf
+                # (~470 KB, ~5 ms of CPU at 1,000 nodes: seconds at a start among dead nodes)
+                self.rpc.call(node, node_calls.Ping(), timeout=30)
             self.rpc.call(node, file_calls.WriteSsconf(values=dict(np.ssconf)))
             result.sent.append(f"ssconf ({len(np.ssconf)} values)")
         except HerderError as err:

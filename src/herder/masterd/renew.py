@@ -14,7 +14,9 @@ at every moment:
    `cluster.node_certs_renewing`, which redistributions list too);
 4. every node gets the list of the new digests only, then (with the new key and the master's
    new certificate) retires the old key and CA and restarts the daemons that read the key at
-   start (confd, mond, instmon; masterd and maintd on the master).
+   start (confd, mond, instmon; masterd and maintd on the master);
+5. libvirt's own CA is renewed (`masterd.libvirt_trust`): every node a new libvirt key and
+   certificate, trusting the old and the new CA meanwhile, then only the new.
 
 The RAPI certificate is the cluster CA's (`server.pem`): clients pinning it fetch it again.
 An offline node is skipped; it must join again (its certificate is no longer listed).
@@ -27,13 +29,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from herder.core import envelope, model, node_certs, ports
+from herder.core import envelope, libvirtd_conf, model, node_certs, ports
 from herder.core.cluster_secrets import SecretPaths, self_signed_certificate
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rpcdefs import file_calls, role_calls
 from herder.core.rpcdefs.base import AnswerT, Call
 from herder.core.store import FileStore
+from herder.masterd import libvirt_trust
 
 
 class RenewError(HerderError):
@@ -108,6 +111,7 @@ def renew(config_path: Path, say: Callable[[str], None], *,
             only_new = node_certs.format_list(new_rows)
             for node in nodes:
                 _retire(rotation, final, node, only_new)
+            _renew_libvirt(final, store, config_path, nodes, say)
         finally:
             rotation.close()
             if final is not None:
@@ -115,6 +119,24 @@ def renew(config_path: Path, say: Callable[[str], None], *,
     say("the old CA, node certificates and key are retired; daemons that read the key at start "
         "restart")
     return {names[uuid]: digest for uuid, digest in new_digests.items()}
+
+
+def _renew_libvirt(rpc: NodeRpc, store: FileStore, config_path: Path, nodes: list[model.Node],
+                   say: Callable[[str], None]) -> None:
+    """Step 5: libvirt's CA renewed; each list of CAs recorded and sent to every node."""
+    def publish(cas: list[str]) -> None:
+        with store.update() as changed:
+            changed.cluster.libvirt_cas = list(cas)
+        for node in nodes:
+            try:
+                rpc.call(node, file_calls.WriteSsconf(
+                    values={libvirtd_conf.SSCONF_CAS: "".join(cas)}), timeout=60)
+            except HerderError as err:  # as any node that misses its certificate
+                say(f"{node.name}: the libvirt CAs were not sent ({err}); libvirt migrations "
+                    f"to and from it fail until herder node add --readd {node.name}")
+
+    libvirt_trust.renew(rpc, store.load(), config_path, publish, say)
+    say("libvirt trusts its new CA only")
 
 
 def _retire(rotation: NodeRpc, final: NodeRpc, node: model.Node, only_new: str) -> None:

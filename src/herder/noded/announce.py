@@ -2,7 +2,7 @@
 masterd's RAPI at the master IP of this node's ssconf; `masterd.announce`).
 
 masterd stops asking a node it cannot reach until a back-off has passed (up to a minute,
-`masterd.reachability`); the announcement makes it ask this node, and push it the ssconf, files
+`core.reachability`); the announcement makes it ask this node, and push it the ssconf, files
 and config copy it missed, at once. The body is a call signed for this node with the cluster
 key's announce key; the TLS connection checks masterd's certificate against the cluster's and
 shows this node's certificate. A node that has not joined, has no master IP in its ssconf, or

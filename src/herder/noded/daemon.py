@@ -17,6 +17,7 @@ from pathlib import Path
 from herder.core import serve as serve_helper
 from herder.noded import console
 from herder.noded.announce import announce
+from herder.noded.fence import keep_lease
 from herder.noded.node import Node, NodeSettings, keep_hypervisor
 from herder.noded.server import make_app
 
@@ -86,8 +87,9 @@ async def serve(node: Node, host: str, port: int, certificate: Path | None, *,
         endpoints=[serve_helper.Http(make_app(node), [serve_helper.Listener(host, port, tls)])],
         tasks=[lambda stop: keep_hypervisor(node, stop),
                lambda stop: console.keep_serial_logs(node.serial_log_dir, stop),
-               # the master asks this node again at once (masterd.reachability)
-               lambda stop: announce(node.trust, node.name, stop)],
+               # the master asks this node again at once (core.reachability)
+               lambda stop: announce(node.trust, node.name, stop),
+               lambda stop: keep_lease(node, stop)],
         on_stop=[node.hv.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 

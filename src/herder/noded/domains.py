@@ -45,7 +45,11 @@ def claim_of(claim: vmclaim.Claim | None, inst: InstancePayload | None = None) -
 def admit_run(node: Node, claim: vmclaim.Claim | None, move: vmclaim.Move | None,
               inst: InstancePayload) -> None:
     """Refuse (guard.Refused) to start or define a domain this node is not the primary of,
-    before anything is created."""
+    and (RpcFailure) any while it has fenced itself (noded.fence), before anything is
+    created."""
+    fenced = node.lease.refusal()
+    if fenced is not None:
+        raise RpcFailure(fenced)
     node.guard.admit_run(inst.name, claim_of(claim, inst), move)
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from herder.core import console as console_names
 from herder.core import paths
@@ -28,7 +29,7 @@ from herder.core.errors import HerderError
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.rpcdefs.base import ReasonTrail
 from herder.core.store import atomic_write
-from herder.noded import disk_transfer, nodeparams, uidpool
+from herder.noded import disk_transfer, fence, nodeparams, uidpool
 from herder.noded.bdev.base import Host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import Hypervisor
@@ -100,12 +101,19 @@ class Node:
                                self.files_lock)
         self.imports = disk_transfer.Imports()
         self._migrations: Migrations | None = None
+        # the liveness lease and watchdog (started by `serve`), the candidates' record
+        self.lease = fence.LeaseKeeper(self)
+        self.witness = fence.Witness()
 
     def hmac_keys(self) -> list[bytes]:
         """The keys a node RPC may be signed with."""
         if self.settings.hmac_key is not None:
             return [self.settings.hmac_key]
         return self.trust.keys()
+
+    def node_params(self) -> dict[str, Any]:
+        """This node's filled node parameters as ssconf (or a candidate's copy) has them."""
+        return nodeparams.filled(self.name, self.data_dir) or {}
 
     def local(self, path: str | Path) -> Path:
         """Where an absolute path of this node is (under the file root)."""

@@ -22,7 +22,7 @@ from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.rpcdefs import role_calls
 from herder.core.rpcdefs.base import Call
-from herder.noded import console, disk_transfer, join, rpc, rpccheck
+from herder.noded import console, disk_transfer, fence, join, rpc, rpccheck
 from herder.noded.node import Node, StaleEpoch
 
 log = logging.getLogger("herder.noded")
@@ -158,4 +158,5 @@ def make_app(node: Node) -> web.Application:
     app.router.add_post("/join/{step}", join_step)
     ROUTES.declare(join_step, access.JOIN_TOKEN)
     console.add_routes(app, node, checker, ROUTES)
+    fence.add_routes(app, node, ROUTES)  # the master candidates' lease renewals
     return app

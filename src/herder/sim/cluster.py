@@ -43,7 +43,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -55,8 +58,10 @@ from herder.core import client_profile, ports, supervise_control
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
+from herder.sim import bmc as sim_bmc
 from herder.sim import ceph as sim_ceph
 from herder.sim import guest, hostfiles, netns
+from herder.sim import watchdog as sim_watchdog
 from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
 
 DOMAIN = "sim.herder.test"
@@ -173,6 +178,15 @@ class SimState:
         assert profile.ca is not None and profile.user is not None
         return RapiClient(self.masterd_url, profile.user, profile.password(),
                           verify=tls_context(profile.ca, check_hostname=False), timeout=timeout)
+
+
+def run_cli(state: SimState, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`herder ARGS` from this machine as an operator's shell runs it: the cluster's client
+    profile, none of this process's other HERDER_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERDER_")}
+    env.update(state.client_environment())
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def load_state(directory: Path) -> SimState:
@@ -450,7 +464,10 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             "--enabled-disk-templates",
             SIM_DISK_TEMPLATES + (",rbd" if state.ceph else ""),
             "--default-iallocator", "herder",
-            "--node-parameters", f"libvirt_uri={state.libvirt_uri}"]
+            "--node-parameters", f"libvirt_uri={state.libvirt_uri}",
+            # every host's watchdog device and BMC (herder.sim.watchdog, herder.sim.bmc)
+            "--node-parameters", f"watchdog_device={sim_watchdog.DEVICE}",
+            "--node-parameters", f"oob_program={oob_program()}"]
     if state.ceph:  # no rbd kernel module here: QEMU reads the images through librbd
         args += ["-D", f"rbd:pool={sim_ceph.POOL},access=userspace"]
     if image is None:
@@ -458,6 +475,34 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
     return [*args, "--enabled-hypervisors", "kvm", "-H",
             f"kvm:kernel_path={image.kernel},initrd_path={image.initrd},root_path=/dev/vda,"
             f"kernel_args={image.kernel_args},kvm_path={QEMU}", "-N", "link=br0"]
+
+
+def oob_program() -> Path:
+    """The shipped IPMI OOB program (`herder-oob-ipmi`, installed beside this herder)."""
+    program = Path(sys.executable).parent / "herder-oob-ipmi"
+    if not os.access(program, os.X_OK):
+        raise HerderError(f"{program} is not installed: install herder (pip install -e .) so "
+                          "that the nodes' out-of-band program exists")
+    return program
+
+
+def power(directory: Path, node: str, on: bool) -> str:
+    """`simulate --power-off/--power-on NODE`: through the node's BMC, as an operator's
+    ipmitool would (off: no grace, its guests gone at once); what the BMC answered."""
+    state = load_state(directory)
+    sim = state.simulation()
+    host = state.host(node)
+    port = sim_bmc.BASE_PORT + sim.record.hosts[host.name].slot
+    password = sim_bmc.directory(sim, host.name) / "password"
+    done = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{sim.netns}", "--", "ipmitool", "-I", "lanplus", "-H",
+         sim.address(netns.SIMULATOR_HOST), "-p", str(port), "-U", sim_bmc.USER, "-f",
+         str(password), "-C", "3", "-N", "5", "-R", "3", "chassis", "power",
+         "on" if on else "off"],
+        capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise HerderError(f"{host.name}'s BMC: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip()
 
 
 def _libvirt_tls(host: SimHost) -> None:
@@ -489,6 +534,10 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
                                                       ceph=bool(state.ceph)))
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
+    sim.keep_powered()  # also the hosts' watchdog devices, which noded opens once joined
+    sim_bmc.start_all(sim, hosts)
+    say(f"BMCs (ipmi_sim) at {sim.address(netns.SIMULATOR_HOST)}:"
+        f"{sim_bmc.BASE_PORT + 1}..; each node's oob_program is {oob_program()}")
     register_cluster(sim, state)
     if ceph_started is not None:
         ceph_started.result()  # its error, if any, is the start's

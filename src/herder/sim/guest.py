@@ -51,7 +51,9 @@ GUEST_KERNEL_ARGS = "quiet panic=-1"
 
 HEARTBEAT_RE = re.compile(
     r"herder-guest boot_id=(?P<boot_id>[0-9a-f-]+) uptime=(?P<uptime>[0-9.]+) "
-    r"disk=(?P<disk>[0-9a-f]{64}|none)")
+    r"disk=(?P<disk>[0-9a-f]{64}|none)(?: seq=(?P<seq>[0-9]+))?")
+SEQUENCE_SECTOR = 2048  # the write sequence's counter (records follow, one per sector)
+RECORD_RE = re.compile(rb"herder-seq boot_id=([0-9a-f-]+) n=([0-9]+)\n")
 
 INIT_SCRIPT = r"""#!/bin/busybox sh
 # herder-guest: the simulated cluster's tiny guest (built by herder.sim.guest)
@@ -75,7 +77,27 @@ for attempt in 1 2 3 4 5 6 7 8 9 10; do
   done
   sleep 0.2
 done
+# The write sequence: past the first MiB (its hash is the heartbeat's), sector 2048 holds the
+# next record's number, sectors 2049.. one record each. A record is written and synced, then
+# the counter; only then is its number printed (acknowledged). A boot goes on from the counter.
+seq=""
+slots=0
+if [ -n "$disk" ]; then
+  sectors=$(cat "/sys/block/${disk#/dev/}/size" 2>/dev/null || echo 0)
+  slots=$((sectors - 2049))
+  seq=$(dd if="$disk" bs=512 skip=2048 count=1 2>/dev/null | tr -d '\000' \
+        | sed -n 's/^herder-seq-next \([0-9][0-9]*\)$/\1/p')
+  [ -n "$seq" ] || seq=0
+fi
 while true; do
+  acked=""
+  if [ -n "$disk" ] && [ "$seq" -lt "$slots" ]; then
+    printf 'herder-seq boot_id=%s n=%d\n' "$boot_id" "$seq" \
+      | dd of="$disk" bs=512 seek=$((2049 + seq)) conv=notrunc,sync,fsync 2>/dev/null \
+    && printf 'herder-seq-next %d\n' $((seq + 1)) \
+      | dd of="$disk" bs=512 seek=2048 conv=notrunc,sync,fsync 2>/dev/null \
+    && acked=" seq=$seq" && seq=$((seq + 1))
+  fi
   if [ -n "$disk" ]; then
     hash=$(dd if="$disk" bs=1048576 count=1 iflag=direct 2>/dev/null | sha256sum)
     hash=${hash%% *}
@@ -83,7 +105,7 @@ while true; do
     hash=none
   fi
   read -r uptime idle < /proc/uptime
-  echo "herder-guest boot_id=$boot_id uptime=$uptime disk=$hash"
+  echo "herder-guest boot_id=$boot_id uptime=$uptime disk=$hash$acked"
   sleep 1
 done
 """
@@ -107,12 +129,56 @@ class Heartbeat:
     boot_id: str
     uptime: float
     disk: str  # hex sha256 of the first MiB of the first disk, or "none"
+    seq: int | None = None  # the record of the write sequence this line acknowledges
 
 
 def parse_heartbeats(text: str) -> list[Heartbeat]:
     """Every heartbeat line in a serial log, in order."""
-    return [Heartbeat(m["boot_id"], float(m["uptime"]), m["disk"])
+    return [Heartbeat(m["boot_id"], float(m["uptime"]), m["disk"],
+                      int(m["seq"]) if m["seq"] is not None else None)
             for m in HEARTBEAT_RE.finditer(text)]
+
+
+@dataclass(frozen=True)
+class SequenceCheck:
+    """The write sequence on a guest's disk against what the guests acknowledged."""
+
+    records: list[tuple[str, int]]  # (boot id, number) in disk order, up to the first gap
+    writers: list[str]  # boot ids in the order they wrote, each once if one wrote at a time
+    lost: list[tuple[str, int]]  # acknowledged, but not on the disk as acknowledged
+
+    @property
+    def one_writer_at_a_time(self) -> bool:
+        return len(self.writers) == len(set(self.writers))
+
+
+def read_sequence(disk: bytes) -> list[tuple[str, int]]:
+    """The records of the write sequence in a disk's bytes, up to the first empty sector."""
+    records = []
+    sector = SEQUENCE_SECTOR + 1
+    while (sector + 1) * 512 <= len(disk):
+        found = RECORD_RE.match(disk, sector * 512)
+        if found is None:
+            break
+        records.append((found[1].decode(), int(found[2])))
+        sector += 1
+    return records
+
+
+def check_sequence(disk: bytes, acknowledged: Iterable[Heartbeat]) -> SequenceCheck:
+    """Whether one writer wrote at a time (each boot id one run of records, every record at
+    its own number) and no acknowledged record is missing or overwritten."""
+    records = read_sequence(disk)
+    writers: list[str] = []
+    for index, (boot, number) in enumerate(records):
+        if number != index:
+            writers.append(f"misplaced:{boot}:{number}")
+        if not writers or writers[-1] != boot:
+            writers.append(boot)
+    on_disk = set(records)
+    lost = sorted({(b.boot_id, b.seq) for b in acknowledged if b.seq is not None}
+                  - on_disk)
+    return SequenceCheck(records, writers, lost)
 
 
 def last_heartbeat(log: Path) -> Heartbeat | None:

@@ -5,15 +5,15 @@ A host is a process tree in its own PID, mount, network, UTS and IPC namespaces,
 Private to it, bind-mounted from its directory `<sim>/nodes/<name>/root/...`: /run (so
 /run/herder, /run/lvm, /run/libvirt and /run/lock), /tmp, /var/lib/herder, /etc/herder,
 /var/log/herder, /srv, /etc/lvm, /etc/libvirt, /var/lib/libvirt, /var/cache/libvirt,
-/var/log/libvirt, /dev/disk; a tmpfs on /dev/shm; its file storage is its own ext4 on a loop
-device at /srv/herder/file-storage; its volume group lives on another loop device, which its
-LVM alone sees. Shared by all hosts: /etc/hosts (`<sim>/hosts`, the cluster's DNS),
-/srv/herder/shared-file-storage (`<sim>/shared/file-storage`, the NFS stand-in) and the
-`sharedimg` ExtStorage provider's images /srv/herder/sharedimg (`<sim>/shared/sharedimg`, the
-SAN stand-in; the provider itself is installed in /srv/ganeti/extstorage, and Ganeti's
-allowed-paths file /etc/ganeti/file-storage-paths names the two file-storage directories).
-Nothing else
-passes between hosts but the network (`herder.sim.netns`); the machine reaches them only through
+/var/log/libvirt, /dev/disk, /etc/pki (libvirt's default TLS paths); a tmpfs on /dev/shm; its
+file storage is its own ext4 on a loop device at /srv/herder/file-storage; its volume group
+lives on another loop device, which its LVM alone sees. Shared by all hosts: /etc/hosts
+(`<sim>/hosts`, the cluster's DNS), /srv/herder/shared-file-storage
+(`<sim>/shared/file-storage`, the NFS stand-in) and the `sharedimg` ExtStorage provider's images
+/srv/herder/sharedimg (`<sim>/shared/sharedimg`, the SAN stand-in; the provider itself is
+installed in /srv/ganeti/extstorage, and Ganeti's allowed-paths file
+/etc/ganeti/file-storage-paths names the two file-storage directories). Nothing else passes
+between hosts but the network (`herder.sim.netns`); the machine reaches them only through
 published ports (`herder.sim.forward`).
 
 The simulation's record (`herder.sim.hoststate`) names everything it made before it is made, so
@@ -51,7 +51,7 @@ from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
 # The host's private directories, bind-mounted in this order.
 PRIVATE_DIRS = ("/run", "/tmp", "/var/lib/herder", "/etc/herder", "/var/log/herder", "/srv",
                 "/etc/lvm", "/etc/libvirt", "/var/lib/libvirt", "/var/cache/libvirt",
-                "/var/log/libvirt", "/dev/disk", "/etc/ganeti", "/etc/ceph")
+                "/var/log/libvirt", "/dev/disk", "/etc/ganeti", "/etc/ceph", "/etc/pki")
 # Inside the private /run: herder's, LVM's and libvirt's runtime directories, lock files.
 RUN_DIRS = ("herder", "lvm", "libvirt", "lock", "lock/lvm")
 FILE_STORAGE = "/srv/herder/file-storage"

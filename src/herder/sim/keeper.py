@@ -1,5 +1,8 @@
 """The keeper of a simulation's hosts: `python -m herder.sim.keeper DIRECTORY`.
 
+It also serves every host's watchdog device (`herder.sim.watchdog`): a host whose armed
+watchdog is not petted in time is reset (its PID 1 killed), then booted like a rebooted one.
+
 A host ends its own PID namespace when something in it calls reboot(2) (noded's power cycle):
 the kernel kills the namespace's PID 1 and everything in it. A real machine then boots again;
 the keeper does that for simulated hosts: every `INTERVAL` seconds it looks for hosts the
@@ -19,6 +22,7 @@ from pathlib import Path
 from herder.core.errors import HerderError
 from herder.sim import hoststate
 from herder.sim.host import HostSimulation
+from herder.sim.watchdog import Watchdogs
 
 log = logging.getLogger("herder.sim.keeper")
 INTERVAL = 0.5
@@ -41,11 +45,14 @@ def run(directory: Path) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("keeping the hosts of %s powered", directory)
+    dogs = Watchdogs()  # each host's watchdog device (herder.sim.watchdog)
     while not stopping:
         try:
             record = sim.record
         except HerderError:
             return  # the simulation is gone
+        if dogs.check(record):
+            record = sim.record  # the hosts just reset: booted below
         for name in rebooted(record):
             log.info("%s ended its PID namespace (a reboot): powering it on", name)
             try:

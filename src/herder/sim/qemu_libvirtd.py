@@ -127,7 +127,6 @@ class QemuLibvirtd:
     name: str
     address: str
     pki: LibvirtPki
-    node_names: list[str]
     workdir: Path
     port: int = libvirtd_conf.LIBVIRT_TLS_PORT
     host_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -154,7 +153,7 @@ class QemuLibvirtd:
             (self.workdir / name).mkdir(parents=True, exist_ok=True)
         etc = self.workdir / "etc"
         (etc / "libvirtd.conf").write_text(libvirtd_conf.libvirtd_conf(
-            listen_address=self.address, pki=self.pki, node_names=self.node_names,
+            listen_address=self.address, pki=self.pki,
             tls_port=self.port, unix_sock_dir=self.workdir / "sock", host_uuid=self.host_uuid,
             log_file=self.log))
         (etc / "qemu.conf").write_text(libvirtd_conf.qemu_conf())
@@ -278,8 +277,7 @@ def start_pair(addresses: tuple[str, str] = ("127.0.0.61", "127.0.0.62"),
     os.chmod(root, 0o755)
     pki = TestPki(root / "pki")
     names = ["node1.sim.herder.test", "node2.sim.herder.test"]
-    daemons = [QemuLibvirtd(name, address, pki.node(name, [address]), names, root / name,
-                            port=port)
+    daemons = [QemuLibvirtd(name, address, pki.node(name, [address]), root / name, port=port)
                for name, address in zip(names, addresses, strict=True)]
     started: list[QemuLibvirtd] = []
     try:

@@ -1,4 +1,4 @@
-"""libvirtd's configuration: TLS only, client certificates of the cluster's nodes."""
+"""libvirtd's configuration: TLS only, client certificates of libvirt's own CA."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ from herder.core.libvirtd_conf import LibvirtPki
 from herder.noded.kvm import migration
 
 
-def test_tls_only_with_the_cluster_nodes() -> None:
+def test_tls_only_with_certificates_of_libvirts_own_ca() -> None:
     text = libvirtd_conf.libvirtd_conf(
         listen_address="198.18.0.1", pki=LibvirtPki(Path("/var/lib/herder/libvirt-pki")),
-        node_names=["node2.example.com", "node1.example.com"], host_uuid="u-1")
+        host_uuid="u-1")
     lines = set(text.splitlines())
     assert {"listen_tls = 1", "listen_tcp = 0", 'listen_addr = "198.18.0.1"',
-            "tls_no_verify_certificate = 0", 'auth_tls = "none"',
-            'tls_allowed_dn_list = ["CN=node1.example.com", "CN=node2.example.com"]',
-            'ca_file = "/var/lib/herder/libvirt-pki/cacert.pem"',
+            "tls_no_verify_certificate = 0", "tls_no_sanity_certificate = 0",
+            'auth_tls = "none"', 'ca_file = "/var/lib/herder/libvirt-pki/cacert.pem"',
             'host_uuid = "u-1"'} <= lines
+    # the CA signs the current nodes' certificates only: a DN list (read at start) adds nothing
+    assert not any(line.startswith("tls_allowed_dn_list") for line in lines)
     assert not any(line.startswith("listen_tcp = 1") for line in lines)
     # a client's queries waiting on a migrating domain do not stop libvirtd reading it
     assert {"max_client_requests = 16", "max_workers = 48"} <= lines

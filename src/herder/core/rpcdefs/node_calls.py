@@ -60,6 +60,30 @@ class MasterVote(Call[VoteAnswer], kw_only=True):
             raise ValueError("port or timeout out of range")
 
 
+class ReachableAnswer(msgspec.Struct, kw_only=True):
+    node: str  # the node that answers
+    reachable: bool  # it reaches the asked node's noded
+    detail: str
+    asked_age: float | None  # seconds since the asked node asked it for its lease (None: never)
+
+
+class NodeReachable(Call[ReachableAnswer], kw_only=True):
+    """For maintd's decision that a node failed (masterd.leases): does this node reach `node`'s
+    noded at `address`, and how long ago did that node ask it for its lease?"""
+
+    METHOD = "node_reachable"
+    READ_ONLY = True
+    node: str
+    address: str
+    timeout: float = 2.0
+
+    def __post_init__(self) -> None:
+        names.hostname(self.node, "node")
+        names.ip_address(self.address, "address")
+        if not 0 < self.timeout <= 30:
+            raise ValueError(f"timeout must be in (0, 30] seconds, got {self.timeout}")
+
+
 class NodeInfo(Call[livefigures.NodeInfo], kw_only=True):
     """The node's live figures: the storage units asked for ([type, name] pairs, Ganeti's),
     with `instances` every live instance's run state."""

@@ -97,6 +97,27 @@ class NodeAdopt(Call[AdoptAnswer], kw_only=True):
     node_certificate: str
 
 
+class LibvirtTlsAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
+    csr: str | None = None  # `request`: the new key's signing request (PEM)
+    installed: bool = False  # `install`: the certificate is in place
+    reload_problem: str | None = None  # `install`: why libvirtd did not take it at once
+
+
+class LibvirtTls(Call[LibvirtTlsAnswer], kw_only=True):
+    """The node's libvirt certificate (`masterd.libvirt_trust`): `request` a new key's signing
+    request; `install` the master's `certificate` (PEM) for it."""
+
+    METHOD = "libvirt_tls"
+    stage: Literal["request", "install"]
+    certificate: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stage == "install" and not self.certificate:
+            raise ValueError("stage install needs the certificate")
+        if self.certificate is not None and len(self.certificate) > 16 * 1024:
+            raise ValueError("certificate: a PEM certificate is a few hundred bytes")
+
+
 class RenewAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
     stage: str
     retired: list[str] = msgspec.field(default_factory=list)

@@ -14,18 +14,25 @@ inherited parameters) its LU checks before it changes anything.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from herder.core import model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
 _V = TypeVar("_V")
+REDACTED = "<redacted>"  # what a secret field shows (Ganeti's constants.REDACTED)
+# A secret field (Ganeti's ht.TSecret / TPrivate parameter types): the opcode's LU gets it, but
+# wherever the job is shown (RAPI, the CLI, the web console) and once the job has ended, in its
+# stored opcode too, it is REDACTED (`redacted`)
+SecretText = Annotated[str, msgspec.Meta(extra={"secret": True})]
 
 
 class OpcodeError(HerderError):
@@ -425,7 +432,8 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     disk_state: dict[str, Any] | None = None
     # herder: the join token the node's noded printed (docs/real-nodes.md "Joining a node");
     # the master joins the node (its certificate, the HMAC key, ssconf) before adding it.
-    join_token: str | None = None
+    # A secret: whoever uses it first joins the node (docs/security.md "Secrets").
+    join_token: SecretText | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -501,6 +509,35 @@ class OpNodePowercycle(OpCode, tag="OP_NODE_POWERCYCLE", kw_only=True):
     node_name: str
     node_uuid: str | None = None
     force: bool = False
+
+
+OOB_COMMANDS = ("power-on", "power-off", "power-cycle", "power-status", "health")
+OOB_TIMEOUT = 60  # Ganeti's constants.OOB_TIMEOUT (seconds)
+OOB_POWER_DELAY = 2.0  # Ganeti's constants.OOB_POWER_DELAY (seconds between power-ons)
+
+
+class OpOobCommand(OpCode, tag="OP_OOB_COMMAND", kw_only=True):
+    """Run the nodes' out-of-band program (Ganeti's OpOobCommand: its fields and defaults)."""
+
+    node_names: list[str] = msgspec.field(default_factory=list)
+    node_uuids: list[str] | None = None
+    command: Literal["power-on", "power-off", "power-cycle", "power-status", "health"]
+    timeout: int = OOB_TIMEOUT
+    ignore_status: bool = False
+    power_delay: float = OOB_POWER_DELAY
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least("timeout", self.timeout, 1)
+        _at_least("power_delay", self.power_delay, 0)
+        if not math.isfinite(self.power_delay):
+            raise ValueError("power_delay must be a finite number of seconds")
+        for name in self.node_names:
+            if not name:
+                raise ValueError("node_names: empty node name")
+
+    def summary_target(self) -> str | None:
+        return ",".join(self.node_names) or None
 
 
 class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
@@ -896,6 +933,28 @@ def parse(data: Any) -> OpCode:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError as err:
         raise OpcodeError(f"{op_id}: {err}") from None
+
+
+def _is_secret(kind: msgspec.inspect.Type) -> bool:
+    if isinstance(kind, msgspec.inspect.UnionType):
+        return any(_is_secret(member) for member in kind.types)
+    return bool((getattr(kind, "extra", None) or {}).get("secret"))
+
+
+@functools.cache
+def secret_fields(cls: type[OpCode]) -> frozenset[str]:
+    """The fields of `cls` declared `SecretText` (by their names in a job's opcode)."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return frozenset(f.encode_name for f in info.fields if _is_secret(f.type))
+
+
+def redacted(data: dict[str, Any]) -> dict[str, Any]:
+    """An opcode's dict form with every secret field that is set shown as REDACTED (the
+    same dict when it has none)."""
+    cls = BY_ID.get(str(data.get("OP_ID")))
+    hidden = [k for k in secret_fields(cls) if data.get(k) is not None] if cls else []
+    return {**data, **dict.fromkeys(hidden, REDACTED)} if hidden else data
 
 
 def opcode_reason_source(op: OpCode) -> str:

@@ -372,7 +372,11 @@ class JobQueue:
         self._changed(job)
 
     def _changed(self, job: Job, *, persist: bool = True) -> None:
-        """Persist, then tell waiters (caller holds the condition)."""
+        """Persist, then tell waiters (caller holds the condition). A finished job keeps no
+        secret (`opcodes.redacted`): nothing runs it again."""
+        if job.finished:
+            for op in job.ops:
+                op.input = opcodes.redacted(op.input)
         if persist:
             self._save(job)
         self._cond.notify_all()
@@ -557,8 +561,8 @@ def job_fields(job: Job, fields: Sequence[str]) -> dict[str, Any]:
             values[field] = job.id
         elif field == "status":
             values[field] = str(job.status)
-        elif field == "ops":
-            values[field] = [op.input for op in job.ops]
+        elif field == "ops":  # shown: its secrets never (opcodes.SecretText)
+            values[field] = [opcodes.redacted(op.input) for op in job.ops]
         elif field == "opresult":
             values[field] = [op.result for op in job.ops]
         elif field == "opstatus":

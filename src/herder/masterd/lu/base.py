@@ -16,11 +16,11 @@ from typing import Any, ClassVar, Generic, TypeVar, get_args
 from herder.core import model
 from herder.core.errors import AmbiguousError, NotFoundError, OpPrereqError
 from herder.core.noderpc import NodeRpc, UnavailableRpc
+from herder.core.reachability import Reachability
 from herder.core.store import ConfigStore
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache
-from herder.masterd.reachability import Reachability
 
 # What an LU answers: its opcode's result in the job (JSON data)
 JobResult = (None | bool | int | float | str | Sequence["JobResult"]
@@ -38,7 +38,7 @@ class MasterEnv:
     iallocator_path: tuple[Path, ...] = ()
     # the nodes' live figures (masterd.livecache); None: asked afresh for each placement
     live: LiveCache | None = None
-    # which nodes masterd cannot reach (masterd.reachability), told by `rpc`'s calls; None:
+    # which nodes masterd cannot reach (core.reachability), told by `rpc`'s calls; None:
     # each redistribution keeps its own
     reachability: Reachability | None = None
 

@@ -308,6 +308,26 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
             convert.drbd_to_plain(self.env, uuid, self.feedback)
 
 
+def disk_view(config: model.ConfigData, inst: model.Instance,
+              disk: model.Disk) -> dict[str, Any]:
+    """A disk as any RAPI reader may see it (Ganeti's LUInstanceQueryData): a DRBD disk's
+    shared secret is None, its nodes, minors and port are given as `drbd_info`; the children
+    likewise."""
+    view: dict[str, Any] = model.to_builtins(disk)
+    lid = disk.logical_id
+    view["drbd_info"] = None
+    if isinstance(lid, model.DrbdId):
+        view["logical_id"]["secret"] = None
+        first = 0 if lid.nodes[0] == inst.primary_node else 1
+        view["drbd_info"] = {
+            "primary_node": config.node_name(lid.nodes[first]),
+            "primary_minor": lid.minors[first],
+            "secondary_node": config.node_name(lid.nodes[1 - first]),
+            "secondary_minor": lid.minors[1 - first], "port": lid.port}
+    view["children"] = [disk_view(config, inst, child) for child in disk.children]
+    return view
+
+
 class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
     def execute(self) -> JobResult:
         op = self.op
@@ -327,8 +347,9 @@ class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
                 "be_instance": inst.beparams, "be_actual": config.filled_beparams(inst),
                 "os_instance": inst.osparams, "os_actual": config.filled_osparams(inst),
                 "network_port": inst.network_port, "tags": inst.tags,
-                "disks": [model.to_builtins(d) if op.static else
-                          {**model.to_builtins(d), **disks.disk_status(self.env, config, inst, d)}
+                "disks": [disk_view(config, inst, d) if op.static else
+                          {**disk_view(config, inst, d),
+                           **disks.disk_status(self.env, config, inst, d)}
                           for d in inst.disks],
                 "nics": [model.to_builtins(n) for n in inst.nics],
                 "ctime": inst.ctime, "mtime": inst.mtime, "serial_no": inst.serial_no,

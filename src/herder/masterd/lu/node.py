@@ -10,10 +10,10 @@ from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.noderpc import UnavailableRpc
 from herder.core.rpcdefs import node_calls, role_calls
-from herder.masterd import join, locking, redist
+from herder.masterd import join, libvirt_trust, locking, redist
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import migration, placement, replace
-from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
 from herder.masterd.lu.common import config_path_of, redistribute, resets
 
 
@@ -131,6 +131,8 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
+            if node.vm_capable:  # libvirt's certificate of the current CA (issue 35)
+                _libvirt_certificate(self.env, node.uuid, self.feedback)
         return node.uuid
 
 
@@ -230,6 +232,10 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
+        if ["offline", "False"] in changes and node.vm_capable and \
+                not isinstance(self.env.rpc, UnavailableRpc):
+            # back online: a rotation meanwhile left it a certificate of an old libvirt CA
+            _libvirt_certificate(self.env, node.uuid, self.feedback)
         if ["master_candidate", "False"] in changes and not node.offline and \
                 not isinstance(self.env.rpc, UnavailableRpc):
             # Ganeti's DemoteFromMC: the node's config copy goes, nothing there reads it again
@@ -272,7 +278,34 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
                                              full=False).items():
                 for error in pushed.get("errors", []):
                     self.feedback(f"{name}: {error}")
+            # and libvirt's CA: a new one, of which the removed node has no certificate
+            libvirt_trust.renew(self.env.rpc, self.env.store.load(), config_path_of(self.env),
+                                _libvirt_publish(self.env, self.feedback), self.feedback)
         return None
+
+
+def _libvirt_publish(env: MasterEnv, feedback: libvirt_trust.Say) -> libvirt_trust.Publish:
+    """`libvirt_trust.Publish` for an LU: the CAs into the config, then to every node."""
+    def publish(cas: list[str]) -> None:
+        with env.store.update() as config:
+            config.cluster.libvirt_cas = list(cas)
+        for name, pushed in redistribute(env, env.store.load(), full=False).items():
+            for error in pushed.get("errors", []):
+                feedback(f"{name}: {error}")
+
+    return publish
+
+
+def _libvirt_certificate(env: MasterEnv, node_uuid: str, feedback: libvirt_trust.Say) -> None:
+    """The node's libvirt certificate of the current CA (`masterd.libvirt_trust.issue`),
+    once it has the current CAs (a node back online may have missed a rotation)."""
+    config = env.store.load()
+    node = config.nodes[node_uuid]
+    pushed = redistribute(env, config, full=False, only=[node.name])
+    for error in pushed.get(node.name, {}).get("errors", []):
+        feedback(f"{node.name}: {error}")
+    libvirt_trust.issue(env.rpc, config, config_path_of(env), node,
+                        _libvirt_publish(env, feedback), feedback)
 
 
 class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):

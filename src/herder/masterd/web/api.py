@@ -8,7 +8,7 @@
   from maintd's read API;
 - `GET /2/herder/events[?job=ID]`: server-sent events: `overview` (the overview, whenever it
   changes), or with `job` the job's changes and log messages as they come (`job`), until it
-  ends.
+  ends; a stream whose session or user goes ends with `ended` and the reason (`web.streams`).
 
 Pages use these and Ganeti's own routes (`/2/nodes/NAME`, `/2/instances/NAME`, `/2/jobs`...);
 every action of the console is an ordinary RAPI write route.
@@ -27,7 +27,7 @@ from aiohttp import web
 from herder.core import access, model, ports
 from herder.core.errors import NotFoundError
 from herder.masterd import rapi
-from herder.masterd.web import overview
+from herder.masterd.web import overview, streams
 from herder.masterd.web.context import WebContext
 
 MAINTD_TIMEOUT = 2.0  # seconds to wait for maintd's overview
@@ -150,10 +150,18 @@ def sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+def _ended(reason: str) -> bytes:
+    return sse("ended", {"reason": f"the stream ended: {reason}"})
+
+
 async def _stream_overview(request: web.Request, response: web.StreamResponse) -> None:
     last: str | None = None
     quiet_since = time.monotonic()
     while True:
+        lost = streams.authority_lost(request, access.RAPI_READ)
+        if lost is not None:
+            await response.write(_ended(lost))
+            return
         data = await overview_of(request)
         text = json.dumps(data, sort_keys=True)
         if text != last:
@@ -171,12 +179,20 @@ async def _stream_job(request: web.Request, response: web.StreamResponse, job_id
                                      "log_entries": []}))
     prev_info: Any = None
     serial: int | None = None
+    quiet_since = time.monotonic()
     while True:
         change = await queue.wait_for_change_async(job_id, JOB_FIELDS, prev_info, serial,
-                                                   PING_EVERY)
+                                                   streams.AUTHORITY_EVERY)
+        lost = streams.authority_lost(request, access.RAPI_READ)
+        if lost is not None:
+            await response.write(_ended(lost))
+            return
         if change is None:
-            await response.write(b": ping\n\n")
+            if time.monotonic() - quiet_since > PING_EVERY:
+                await response.write(b": ping\n\n")
+                quiet_since = time.monotonic()
             continue
+        quiet_since = time.monotonic()
         prev_info = change["job_info"]
         entries = change["log_entries"]
         if entries:

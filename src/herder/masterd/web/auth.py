@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from herder.core import access
 from herder.core.rapi_users import User, UsersFile
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER, Session, SessionStore, csrf_matches
 
@@ -59,4 +60,33 @@ def session_refusal(request: web.Request, session: Session) -> str | None:
             session, request.headers.get(CSRF_HEADER)):
         return ("the request carries no valid CSRF token (a form or request not made by "
                 "this console); nothing was changed")
+    return None
+
+
+def authority_lost(request: web.Request, users: UsersFile, sessions: SessionStore | None,
+                   anonymous_reads: bool, rule: access.Rule) -> str | None:
+    """Why a request let in earlier (an open stream's) would no longer be, None: it would.
+    Looked at again while the stream is open: its HTTP Basic user still in the users file with
+    the same password, or its session alive (not counted as a request) and its user there;
+    for a route of writers, the user still with the `write` option."""
+    header = request.headers.get("Authorization")
+    user: User | None
+    if header is not None:
+        credentials = users.basic_credentials(header)
+        user = users.check(*credentials) if credentials is not None else None
+        if user is None:
+            return "its user is no longer in the users file with that password"
+    elif request.cookies.get(COOKIE):
+        session = sessions.peek(request.cookies[COOKIE]) if sessions is not None else None
+        if session is None:
+            return "its session has ended"
+        user = users.users().get(session.user)
+        if user is None:
+            return f"user {session.user} no longer exists"
+    elif anonymous_reads and rule == access.RAPI_READ:
+        return None
+    else:
+        return "it has no credentials"
+    if rule == access.RAPI_WRITE and not user.can_write:
+        return f"user {user.name} may no longer make changes"
     return None

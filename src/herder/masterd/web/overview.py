@@ -70,7 +70,13 @@ def alerts(config: model.ConfigData, nodes: list[dict[str, Any]],
     for incident in incidents:
         status = incident.get("repair-status")
         subject = config.node_name(incident.get("node", ""))
-        if status == "failed":
+        original = incident.get("original")
+        if incident.get("action") == "node-failed" and isinstance(original, dict):
+            # a dead node (maintd.nodefail): shown until the node is back, with its step
+            found.append({"kind": "node-failed", "subject": subject,
+                          "message": f"node {subject} failed ({status}): "
+                                     f"{original.get('step')}: {original.get('detail')}"})
+        elif status == "failed":
             found.append({"kind": "failed-repair", "subject": subject,
                           "message": f"repair of {subject} failed (incident "
                                      f"{incident.get('uuid')}, action {incident.get('action')})"})

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from herder.core import access
+from herder.core import access, login_backoff
 from herder.masterd import rapi
 from herder.masterd.web import auth
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER, csrf_matches
@@ -86,8 +86,15 @@ async def login(request: web.Request) -> web.Response:
         return _page("login.html", 413, message="The form is too large.")
     form = await request.post()
     name, password = str(form.get("user", "")), str(form.get("password", ""))
-    user = ctx.users.users().get(name)
-    if user is None or not user.check(password):
+    tried = login_backoff.attempt(ctx.users, ctx.backoff, name, password,
+                                  request.remote or "?", "web console login")
+    if tried.hold > 0:
+        page = _page("login.html", 429, message="Too many wrong passwords from this address; "
+                                                f"try again in {tried.hold:.0f} s.")
+        page.headers["Retry-After"] = login_backoff.retry_after(tried.hold)
+        return page
+    user = tried.user
+    if user is None:
         return _page("login.html", 401, message="Unknown user or wrong password.")
     session = ctx.web.sessions.create(user.name)
     response = _see_other("/ui/")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from herder.core import livefigures, model, ports, untrusted
-from herder.masterd.reachability import Reachability
+from herder.core.reachability import Reachability
 
 if TYPE_CHECKING:
     from herder.masterd.livecache import LiveCache, Snapshot
@@ -277,7 +277,7 @@ async def ask_mond(session: aiohttp.ClientSession, node: model.Node, port: int,
                    limit: asyncio.Semaphore, monds: Reachability) -> dict[str, Any]:
     """The node's mond figures, or `{"mond_error": why}`. `monds` learns whether the mond
     answered (an error answer is one): one that gave none is not asked again for its
-    back-off (`masterd.reachability`), so a dead node costs a round one attempt a minute."""
+    back-off (`core.reachability`), so a dead node costs a round one attempt a minute."""
     url = f"http://{node.primary_ip}:{port}{MOND_REPORTS}"
     async with limit:
         started = monds.clock()

@@ -13,6 +13,7 @@ from herder.core.errors import StoreError
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 from herder.core.rpcdefs import file_calls
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
+from herder.noded import libvirt_tls
 from herder.noded.node import Node, RpcFailure
 
 
@@ -58,6 +59,8 @@ def write_ssconf(node: Node, call: file_calls.WriteSsconf) -> list[str]:
         atomic_write(node.ssconf_dir / f"ssconf_{name}", str(text).encode(), 0o644)
         written.append(name)
     node.follow_node_params()
+    if libvirt_tls.SSCONF_NAME in call.values:  # the master's libvirt CAs: trusted at once
+        libvirt_tls.refresh(node.data_dir, conf=node.local(libvirt_tls.LIBVIRTD_CONF))
     return written
 
 

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from herder import __version__
-from herder.core import livefigures, whitelist
+from herder.core import livefigures, ports, whitelist
 from herder.core.rpcdefs import node_calls
-from herder.noded import figures, osdef, powercycle
+from herder.noded import fence, figures, osdef, powercycle
 from herder.noded.node import Node, RpcFailure
 
 
@@ -38,6 +38,14 @@ def master_vote(node: Node, call: node_calls.MasterVote) -> node_calls.VoteAnswe
         reachable, detail = False, err.strerror or str(err)
     return node_calls.VoteAnswer(node=node.name, master=call.master, reachable=reachable,
                                  detail=detail, epoch=node.master_epoch)
+
+
+def node_reachable(node: Node, call: node_calls.NodeReachable) -> node_calls.ReachableAnswer:
+    """For maintd's decision that a node failed (masterd.leases): does this node reach the
+    node's noded, and how long ago did that node ask it for its lease?"""
+    ok, detail = fence.reachable(call.address, ports.NODED, call.timeout)
+    return node_calls.ReachableAnswer(node=node.name, reachable=ok, detail=detail,
+                                      asked_age=node.witness.age(call.node))
 
 
 def node_info(node: Node, call: node_calls.NodeInfo) -> livefigures.NodeInfo:

@@ -15,8 +15,11 @@ from pathlib import Path
 
 from herder.core import node_certs, ssconf
 from herder.core.cluster_secrets import SecretPaths
+from herder.core.errors import HerderError
+from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.rpcdefs import role_calls
 from herder.core.store import atomic_write
+from herder.noded import libvirt_tls as noded_libvirt_tls
 from herder.noded import node_role
 from herder.noded.node import Node, RpcFailure
 
@@ -95,6 +98,23 @@ def node_adopt(node: Node, call: role_calls.NodeAdopt) -> role_calls.AdoptAnswer
     node_role.restart_later(node_role.ADOPT_RESTART)
     return role_calls.AdoptAnswer(secrets=sorted(str(p) for p in blobs),
                                   restarting=list(node_role.ADOPT_RESTART))
+
+
+def libvirt_tls(node: Node, call: role_calls.LibvirtTls) -> role_calls.LibvirtTlsAnswer:
+    """This node's libvirt certificate (`masterd.libvirt_trust`): stage `request` makes a new
+    key (kept here) and answers its certificate signing request (`csr`, PEM); stage `install`
+    takes the master's `certificate` for it, which libvirtd then serves and shows (reloaded
+    without a restart where herder configures it)."""
+    pki = LibvirtPki(node.data_dir / "libvirt-pki")
+    if call.stage == "request":
+        return role_calls.LibvirtTlsAnswer(csr=noded_libvirt_tls.request(node.name, pki).decode())
+    try:
+        noded_libvirt_tls.install_certificate(node.name, pki, (call.certificate or "").encode())
+    except HerderError as err:
+        raise RpcFailure(str(err)) from None
+    problem = noded_libvirt_tls.refresh(node.data_dir, pki,
+                                        conf=node.local(noded_libvirt_tls.LIBVIRTD_CONF))
+    return role_calls.LibvirtTlsAnswer(installed=True, reload_problem=problem)
 
 
 def renew_crypto(node: Node, call: role_calls.RenewCrypto) -> role_calls.RenewAnswer:

@@ -135,6 +135,11 @@ export function followJob(jobId, container, onEnd) {
     }
   });
   source.addEventListener("end", () => { source.close(); if (onEnd) onEnd(); });
+  // the session or the user went (docs/security.md "Streams"): no reconnection
+  source.addEventListener("ended", (event) => {
+    source.close();
+    status.textContent += ` (${JSON.parse(event.data).reason})`;
+  });
   source.onerror = () => { if (source.readyState === EventSource.CLOSED) status.textContent += " (stream lost)"; };
   return panel;
 }
@@ -548,6 +553,8 @@ function watchCluster() {
     if (state.onOverview) state.onOverview(JSON.parse(event.data));
     else refreshSoon();
   });
+  // the session or the user went (docs/security.md "Streams"): log in again
+  source.addEventListener("ended", () => { source.close(); location.href = "/ui/login?why=ended"; });
   state.overviewStream = source;
 }
 

@@ -1,6 +1,8 @@
-"""masterd's one record of which node daemons it cannot reach, shared by the callers that ask
-every node on their own (the live cache, the redistribution), so a dead node costs masterd a
-connection attempt per back-off, not one per reader, per change and per caller.
+"""A record of which daemons a caller cannot reach, and since when, with a back-off between
+tries. masterd keeps one of its node daemons, shared by the callers that ask every node on
+their own (the live cache, the redistribution), so a dead node costs masterd a connection
+attempt per back-off, not one per reader, per change and per caller; its web console keeps
+one of the monds, and maintd one of the agents it polls (`maintd.agents`).
 
 - A call that got no answer (`core.noderpc.NoAnswerError`: no connection, or none within the
   timeout) starts or continues the node's failure streak; the node is *in back-off* until
@@ -130,6 +132,12 @@ class Reachability:
         with self._lock:
             down = self._down.get(uuid)
         return down if down is not None and now < down.retry_at else None
+
+    def heard_from(self, uuid: str) -> bool:
+        """Whether any call to the node got an answer (or it announced itself) since this
+        record began (masterd's start)."""
+        with self._lock:
+            return uuid in self._answered
 
     def answered_since(self, uuid: str, since: float) -> bool:
         """Whether a call started at or after `since` (monotonic) got an answer."""

@@ -1,0 +1,409 @@
+"""Node failure: maintd's detection, fencing and recovery (docs/ha.md "Node failure").
+
+Each tick maintd reads the nodes' lease ages from masterd (`masterd.leases`). A node whose lease
+is older than `failure_time` is asked about: masterd asks the other master candidates whether
+they reach it (`liveness`); only a strict majority of all master candidates (the master's
+vote: the missed lease) that cannot reach it, nor were asked by it within the lease time,
+makes it **failed**. Then one `node-failed` incident runs these steps (its `original` records
+them, so a restarted maintd goes on where it stopped):
+
+    offline -> offlining -> fencing (OOB power-off, confirmed by power-status)
+                         -> waiting (no OOB: until last alive + lease + watchdog + 1 s)
+            -> recover -> recovering -> completed | failed
+
+Nothing is restarted before the fence is confirmed; an unconfirmed fence fails the incident.
+The planning (`suspects`, `decide`, `plan_recovery`) is pure; `NodeFailures` does the I/O
+through the cluster (`RapiCluster`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from herder.core import model, reason
+from herder.core.rapi import job_error_message
+from herder.maintd import incidents as incident_lifecycle
+from herder.maintd.rounds import MIRRORED, MOVABLE, Instance, Node
+
+log = logging.getLogger("herder.maintd")
+
+NODE_FAILED = incident_lifecycle.NODE_FAILED
+FAILURE_TIME = 12.0  # seconds without a lease renewal before a node is suspect (default)
+# seconds after lease + watchdog timeout, counted from the offline mark: the mark reaching the
+# master candidates' ssconf (redistribution checks every 2 s), then a second to spare
+FENCE_MARGIN = 3.0
+DEFAULT_WATCHDOG_TIMEOUT = 10
+RS_NORMAL = 0  # Ganeti's query result status (masterd.livefields)
+UNFINISHED = ("queued", "waiting", "running", "canceling")
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """What node-failure handling needs of the cluster (`daemon.RapiCluster`)."""
+
+    def leases(self) -> dict[str, Any]: ...
+
+    def liveness(self, node: str) -> dict[str, Any]: ...
+
+    def nodes(self) -> list[Node]: ...
+
+    def instances(self) -> list[Instance]: ...
+
+    def node_figures(self) -> dict[str, dict[str, Any]]: ...  # name -> RAPI node (bulk)
+
+    def submit(self, ops: list[dict[str, Any]]) -> int: ...
+
+    def job_info(self, job_id: int) -> dict[str, Any] | None: ...
+
+
+# --- pure planning ------------------------------------------------------------------------------
+
+def suspects(nodes: Sequence[Node], ages: Mapping[str, float | None], failure_time: float,
+             busy: Iterable[str]) -> list[Node]:
+    """Online, VM-capable nodes but the master whose lease is older than `failure_time`
+    (`busy`: node UUIDs with an active node-failed incident)."""
+    skip = set(busy)
+    out = []
+    for node in nodes:
+        age = ages.get(node.name)
+        if (node.master or node.offline or not node.vm_capable or node.uuid in skip
+                or age is None or age < failure_time):
+            continue
+        out.append(node)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    failed: bool
+    cannot_reach: list[str]  # the candidates (the master first) that cannot reach the node
+    candidates: list[str]
+    last_asked: float | None  # seconds since the node last asked a candidate for its lease
+    why: str
+
+
+def decide(answer: Mapping[str, Any], lease_time: float) -> Verdict:
+    """The verdict on a suspect from masterd's liveness answer: failed only when a strict
+    majority of the master candidates but the suspect itself cannot reach it (the master
+    counts: it missed the lease) and it asked none of them for its lease within
+    `lease_time`."""
+    suspect = answer.get("node")
+    candidates = sorted(c for c in answer.get("candidates") or [] if c != suspect)
+    master = str(answer.get("master") or "")
+    cannot = [master] if master in candidates else []
+    asked: list[float] = []
+    for name, vote in sorted((answer.get("votes") or {}).items()):
+        if not isinstance(vote, Mapping) or "error" in vote:
+            continue  # a candidate that did not answer says nothing
+        age = vote.get("asked_age")
+        if isinstance(age, (int, float)):
+            asked.append(float(age))
+        if vote.get("reachable") is False and not (isinstance(age, (int, float))
+                                                   and age <= lease_time):
+            cannot.append(name)
+    last_asked = min(asked) if asked else None
+    failed = len(candidates) > 0 and 2 * len(cannot) > len(candidates)
+    why = (f"{len(cannot)} of {len(candidates)} other master candidates cannot reach it"
+           + (f" ({', '.join(cannot)})" if cannot else ""))
+    return Verdict(failed, cannot, candidates, last_asked, why)
+
+
+@dataclass
+class RecoveryPlan:
+    moves: list[tuple[Instance, str]] = field(default_factory=list)  # in priority order
+    lost: list[str] = field(default_factory=list)  # local disks: gone with the node
+    unfit: list[str] = field(default_factory=list)  # no node has the memory left
+    skipped: list[str] = field(default_factory=list)  # auto_recover off, or not up
+
+
+def plan_recovery(failed: str, nodes: Sequence[Node], instances: Sequence[Instance],
+                  free_memory: Mapping[str, int | None]) -> RecoveryPlan:
+    """Where the failed node's primary instances go, higher `ha_priority` first, within the
+    memory left (N+1: what does not fit is reported, not forced)."""
+    plan = RecoveryPlan()
+    by_name = {n.name: n for n in nodes}
+    group = by_name[failed].group if failed in by_name else ""
+    free = {name: value for name, value in free_memory.items()}
+
+    def usable(name: str) -> bool:
+        node = by_name.get(name)
+        return (node is not None and name != failed and not node.offline and not node.drained
+                and node.vm_capable and (not group or node.group == group))
+
+    mine = [i for i in instances if i.pnode == failed]
+    for inst in sorted(mine, key=lambda i: (-i.ha_priority, i.name)):
+        if inst.admin_state != "up" or not inst.auto_recover:
+            plan.skipped.append(inst.name)
+            continue
+        if inst.disk_template not in MOVABLE:
+            plan.lost.append(inst.name)
+            continue
+        if inst.disk_template in MIRRORED:
+            candidates = [s for s in inst.snodes if usable(s)]
+        else:
+            candidates = [n.name for n in nodes if usable(n.name)]
+
+        def fits(name: str, need: int = inst.memory) -> bool:
+            room = free.get(name)
+            return room is None or room >= need
+
+        fitting = [c for c in candidates if fits(c)]
+        if not fitting:
+            plan.unfit.append(inst.name)
+            continue
+        target = max(fitting, key=lambda c: (free.get(c) or 0, c))
+        room = free.get(target)
+        if room is not None:
+            free[target] = room - inst.memory
+        plan.moves.append((inst, target))
+    return plan
+
+
+def job_priority(ha_priority: int) -> int:
+    """A job's priority (Ganeti's: -20 highest .. 19 lowest) from `ha_priority`."""
+    return max(-20, min(19, -ha_priority))
+
+
+def failover_ops(event: str, inst: Instance, target: str) -> list[dict[str, Any]]:
+    return [{"OP_ID": "OP_INSTANCE_FAILOVER", "instance_name": inst.name,
+             "ignore_consistency": True, "target_node": target, "shutdown_timeout": 0,
+             "priority": job_priority(inst.ha_priority),
+             "reason": [[reason.MAINTD, event, time.time_ns()]]}]
+
+
+def fence_confirmed(results: Any) -> tuple[bool, str]:
+    """Whether a fence job's result (OOB power-off, power-status) confirms the node is off."""
+    try:
+        (_, (off_status, _)), = results[-2]
+        (_, (status, payload)), = results[-1]
+    except (TypeError, ValueError, IndexError):
+        return False, f"unexpected result of the fence job: {results!r:.200}"
+    if off_status != RS_NORMAL:
+        return False, "the out-of-band power-off failed (see the job's log)"
+    if status != RS_NORMAL or not isinstance(payload, Mapping):
+        return False, "the out-of-band power-status failed (see the job's log)"
+    if payload.get("powered") is not False:
+        return False, "the node is still powered after the out-of-band power-off"
+    return True, "powered off (out-of-band power-status confirms)"
+
+
+def new_incident(node: Node, original: dict[str, Any]) -> model.Incident:
+    stamp = time.time()
+    return model.Incident(uuid=str(uuidlib.uuid4()), node=node.uuid, original=original,
+                          action="node-failed", repair_status="noted", tag="", ctime=stamp,
+                          mtime=stamp)
+
+
+def active(incidents: Iterable[model.Incident]) -> list[model.Incident]:
+    return [i for i in incidents if i.action == NODE_FAILED and incident_lifecycle.is_active(i)]
+
+
+# --- the steps (I/O through the cluster) --------------------------------------------------------
+
+class NodeFailures:
+    """Detection and the incidents' steps, once per maintd tick."""
+
+    def __init__(self, cluster: Cluster, *, failure_time: float = FAILURE_TIME) -> None:
+        self.cluster = cluster
+        self.failure_time = failure_time
+        self.notes: dict[str, str] = {}  # node -> the last thing said about it (the page)
+        self.unsupported = ""  # masterd has no leases (an older one, or a Ganeti cluster)
+
+    async def tick(self, incidents: list[model.Incident]) -> bool:
+        """Look for failed nodes and advance their incidents; whether anything changed."""
+        try:
+            leases = await asyncio.to_thread(self.cluster.leases)
+        except Exception as err:  # no leases: nothing to detect (said once on the page)
+            if not self.unsupported:
+                log.warning("node failures: cannot read the leases: %s", err)
+            self.unsupported = str(err)
+            return False
+        self.unsupported = ""
+        nodes = await asyncio.to_thread(self.cluster.nodes)
+        changed = await self._detect(nodes, leases, incidents)
+        for inc in active(incidents):
+            changed |= await self._advance(inc, nodes, float(leases["lease"]))
+        by_uuid = {n.uuid: n for n in nodes}
+        for inc in [i for i in incidents if i.action == NODE_FAILED and forgettable(i, by_uuid)]:
+            log.info("forgetting node-failed incident %s: its node is back", inc.uuid)
+            incidents.remove(inc)
+            changed = True
+        return changed
+
+    async def _detect(self, nodes: list[Node], leases: Mapping[str, Any],
+                      incidents: list[model.Incident]) -> bool:
+        busy = {i.node for i in active(incidents)}
+        changed = False
+        for node in suspects(nodes, leases.get("nodes") or {}, self.failure_time, busy):
+            age = float(leases["nodes"][node.name])
+            answer = await asyncio.to_thread(self.cluster.liveness, node.name)
+            verdict = decide(answer, float(leases["lease"]))
+            if not verdict.failed:
+                note = (f"{node.name}: no lease renewal for {age:.0f} s, but not failed: "
+                        f"{verdict.why}")
+                if self.notes.get(node.name) != note:
+                    log.warning("%s", note)
+                self.notes[node.name] = note
+                continue
+            inc = new_incident(node, {
+                "kind": NODE_FAILED, "step": "offline", "lease_age": round(age, 1),
+                "verdict": verdict.why, "recovered": {},
+                "lost": [], "unfit": [], "skipped": [], "detail": "declared failed"})
+            incidents.append(inc)
+            incident_lifecycle.supersede(incidents)
+            log.error("node %s failed: no lease renewal for %.1f s and %s; incident %s",
+                      node.name, age, verdict.why, inc.uuid)
+            self.notes[node.name] = f"{node.name}: failed ({verdict.why})"
+            changed = True
+        return changed
+
+    async def _submit(self, inc: model.Incident, ops: list[dict[str, Any]]) -> int:
+        for op in ops:
+            op.setdefault("reason", [[reason.MAINTD, inc.uuid, time.time_ns()]])
+        job = await asyncio.to_thread(self.cluster.submit, ops)
+        inc.jobs.append(job)
+        incident_lifecycle.set_status(inc, "pending")
+        return int(job)
+
+    async def _job(self, job_id: int) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.cluster.job_info, job_id)
+
+    def _step(self, inc: model.Incident, step: str, detail: str) -> None:
+        times = {**(inc.original.get("times") or {}), step: round(time.time(), 3)}
+        inc.original = {**inc.original, "step": step, "detail": detail, "times": times}
+        inc.touch()
+        log.info("node-failed incident %s: %s (%s)", inc.uuid, step, detail)
+
+    def _fail(self, inc: model.Incident, detail: str) -> None:
+        self._step(inc, "failed", detail)
+        incident_lifecycle.set_status(inc, "failed")
+        log.error("node-failed incident %s failed: %s", inc.uuid, detail)
+
+    async def _advance(self, inc: model.Incident, nodes: list[Node], lease_time: float) -> bool:
+        state = inc.original if isinstance(inc.original, dict) else {}
+        step = state.get("step")
+        name = next((n.name for n in nodes if n.uuid == inc.node), None)
+        if name is None:
+            self._fail(inc, "the node is no longer in the cluster")
+            return True
+        if step == "offline":
+            await self._submit(inc, [{"OP_ID": "OP_NODE_SET_PARAMS", "node_name": name,
+                                      "offline": True, "auto_promote": True, "force": True}])
+            self._step(inc, "offlining", f"marking {name} offline")
+            return True
+        if step in ("offlining", "fencing", "recovering"):
+            return await self._after_jobs(inc, name, lease_time, step)
+        if step == "waiting":
+            if time.time() < float(state["fence_after"]):
+                return False
+            self._step(inc, "recover", "the lease and the watchdog timeout have run out")
+            return True
+        if step == "recover":
+            return await self._recover(inc, name, nodes)
+        return False
+
+    async def _after_jobs(self, inc: model.Incident, name: str, lease_time: float,
+                          step: str) -> bool:
+        infos = [await self._job(j) for j in self._step_jobs(inc)]
+        if any(i is not None and i.get("status") in UNFINISHED for i in infos):
+            return False
+        failed = [i for i in infos if i is None or i.get("status") != "success"]
+        if step == "recovering":
+            return self._finish(inc, infos)
+        if failed:
+            why = "the job vanished" if failed[0] is None else _job_error(failed[0])
+            self._fail(inc, f"{step}: {why}; nothing was recovered")
+            return True
+        if step == "offlining":
+            return await self._fence(inc, name, lease_time)
+        confirmed, detail = fence_confirmed(infos[-1].get("opresult") if infos[-1] else None)
+        if not confirmed:
+            self._fail(inc, f"fence not confirmed: {detail}; nothing was recovered")
+            return True
+        self._step(inc, "recover", detail)
+        return True
+
+    def _step_jobs(self, inc: model.Incident) -> list[int]:
+        first = int(inc.original.get("step_jobs_from", 0))
+        return inc.jobs[first:]
+
+    async def _fence(self, inc: model.Incident, name: str, lease_time: float) -> bool:
+        details = await asyncio.to_thread(self.cluster.node_figures)
+        ndparams = (details.get(name) or {}).get("ndparams") or {}
+        inc.original = {**inc.original, "step_jobs_from": len(inc.jobs)}
+        if ndparams.get("oob_program"):
+            await self._submit(inc, [
+                {"OP_ID": "OP_OOB_COMMAND", "node_names": [name], "command": "power-off"},
+                {"OP_ID": "OP_OOB_COMMAND", "node_names": [name], "command": "power-status"}])
+            inc.original = {**inc.original, "fence": "oob"}
+            self._step(inc, "fencing", f"powering {name} off out of band")
+            return True
+        watchdog = int(ndparams.get("watchdog_timeout") or DEFAULT_WATCHDOG_TIMEOUT)
+        # from the offline mark (no renewal is granted after it) rather than the last renewal
+        # seen, in case the node renewed after it was suspected
+        after = time.time() + lease_time + watchdog + FENCE_MARGIN
+        inc.original = {**inc.original, "fence": "watchdog", "fence_after": after}
+        self._step(inc, "waiting", f"no oob_program: waiting {after - time.time():.0f} s for "
+                                   f"{name}'s lease ({lease_time:g} s) and watchdog "
+                                   f"({watchdog} s) to run out")
+        return True
+
+    async def _recover(self, inc: model.Incident, name: str, nodes: list[Node]) -> bool:
+        instances = await asyncio.to_thread(self.cluster.instances)
+        details = await asyncio.to_thread(self.cluster.node_figures)
+        free = {n: _free_memory(d) for n, d in details.items()}
+        plan = plan_recovery(name, nodes, instances, free)
+        inc.original = {**inc.original, "step_jobs_from": len(inc.jobs),
+                        "lost": plan.lost, "unfit": plan.unfit, "skipped": plan.skipped,
+                        "recovered": {i.name: t for i, t in plan.moves}}
+        for inst, target in plan.moves:
+            await self._submit(inc, failover_ops(inc.uuid, inst, target))
+        for lost in plan.lost:
+            log.error("node-failed incident %s: %s had its disks on %s: lost until the node "
+                      "returns", inc.uuid, lost, name)
+        for unfit in plan.unfit:
+            log.error("node-failed incident %s: no node has the memory left for %s",
+                      inc.uuid, unfit)
+        moves = ", ".join(f"{i.name} -> {t}" for i, t in plan.moves) or "nothing to move"
+        self._step(inc, "recovering", moves)
+        if not plan.moves:
+            return self._finish(inc, [])
+        return True
+
+    def _finish(self, inc: model.Incident, infos: list[dict[str, Any] | None]) -> bool:
+        bad = [_job_error(i) if i else "a job vanished" for i in infos
+               if i is None or i.get("status") != "success"]
+        lost, unfit = inc.original.get("lost") or [], inc.original.get("unfit") or []
+        summary = "; ".join(filter(None, [
+            f"recovered {len(infos) - len(bad)} instance(s)",
+            f"lost: {', '.join(lost)}" if lost else "",
+            f"no capacity for: {', '.join(unfit)}" if unfit else "",
+            f"failed: {'; '.join(bad)}" if bad else ""]))
+        if bad:
+            self._fail(inc, summary)
+        else:
+            self._step(inc, "done", summary)
+            incident_lifecycle.set_status(inc, "completed")
+        return True
+
+
+def _free_memory(details: Mapping[str, Any]) -> int | None:
+    value = details.get("mfree")
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _job_error(info: Mapping[str, Any]) -> str:
+    return f"job {info.get('id')} {info.get('status')}: {job_error_message(info)}"
+
+
+def forgettable(inc: model.Incident, nodes: Mapping[str, Node]) -> bool:
+    """A finished node-failed incident is kept while its node is offline (the operator sees
+    it), and forgotten once the node is back online or gone."""
+    node = nodes.get(inc.node)
+    return not incident_lifecycle.is_active(inc) and (node is None or not node.offline)
