@@ -22,10 +22,11 @@ from herder.core.noderpc import HttpNodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import ConfigCache, FileStore
-from herder.masterd import rapi
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.livecache import LiveCache
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from herder.noded import announce
 from herder.noded.trust import NodeTrust
 from tests.conftest import build_config
@@ -90,7 +91,7 @@ def test_the_live_cache_does_not_call_a_node_in_backoff(dropping) -> None:
 
 
 @pytest.fixture
-def masterd_rapi(tmp_path: Path) -> Iterator[tuple[str, int, rapi.RapiContext, Path]]:
+def masterd_rapi(tmp_path: Path) -> Iterator[tuple[str, int, rapi_base.RapiContext, Path]]:
     """masterd's RAPI over HTTPS with the cluster's certificate: (address, port, context,
     the certificate file)."""
     directory = tmp_path / "master"
@@ -100,13 +101,13 @@ def masterd_rapi(tmp_path: Path) -> Iterator[tuple[str, int, rapi.RapiContext, P
     (directory / "rapi_users").write_text("admin pw write\n")
     certificate = directory / "server.pem"
     certificate.write_bytes(self_signed_certificate("cluster.example.com"))
-    ctx = rapi.RapiContext(config=ConfigCache(store.path),
-                           queue=JobQueue(directory / "queue", lambda ctx, op: None),
-                           users=UsersFile(directory / "rapi_users"), store=store,
-                           announce=Announcements(lambda: [KEY], Reachability()))
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path),
+                                queue=JobQueue(directory / "queue", lambda ctx, op: None),
+                                users=UsersFile(directory / "rapi_users"), store=store,
+                                announce=Announcements(lambda: [KEY], Reachability()))
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(certificate)
-    with serving(rapi.make_app(ctx), tls) as served:
+    with serving(rapi_app.make_app(ctx), tls) as served:
         assert served.secure is not None
         yield "127.0.0.1", int(served.secure.rsplit(":", 1)[1]), ctx, certificate
 

@@ -28,7 +28,7 @@ from herder.core.rapi_users import UsersFile
 from herder.maintd import server as maintd_server
 from herder.maintd.daemon import Maintd
 from herder.maintd.state import FileState
-from herder.masterd import rapi
+from herder.masterd.rapi import base as rapi_base
 from herder.masterd.web.context import WebContext
 from tests.maintd.fakes import FakeCluster, FakeSource
 from tests.web.test_web_logic import Clock
@@ -141,8 +141,8 @@ def held_then_refused(answers: list[httpx.Response]) -> httpx.Response:
 
 
 @pytest.fixture
-def masterd(route_masterd: tuple[Daemon, rapi.RapiContext]  # noqa: F811  (the fixture)
-            ) -> Iterator[tuple[Served, rapi.RapiContext]]:
+def masterd(route_masterd: tuple[Daemon, rapi_base.RapiContext]  # noqa: F811  (the fixture)
+            ) -> Iterator[tuple[Served, rapi_base.RapiContext]]:
     daemon, ctx = route_masterd
     ctx.web = WebContext()  # the login page
     with serving(daemon.app) as served:
@@ -150,7 +150,7 @@ def masterd(route_masterd: tuple[Daemon, rapi.RapiContext]  # noqa: F811  (the f
 
 
 def test_rapi_basic_auth_holds_the_guesser_and_lets_the_admin_in(
-        masterd: tuple[Served, rapi.RapiContext], caplog: pytest.LogCaptureFixture) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext], caplog: pytest.LogCaptureFixture) -> None:
     served, _ = masterd
     url = served.plain + "/2/nodes"
     caplog.set_level(logging.INFO, logger="herder.login")
@@ -172,7 +172,7 @@ def test_rapi_basic_auth_holds_the_guesser_and_lets_the_admin_in(
 
 
 def test_the_web_login_holds_the_guesser_and_lets_the_admin_in(
-        masterd: tuple[Served, rapi.RapiContext]) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext]) -> None:
     served, ctx = masterd
     url = served.plain + "/ui/login"
     with client(ATTACKER) as attacker, client(ADMIN) as admin:

@@ -54,10 +54,11 @@ from herder.maintd import server as maintd_server
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState
-from herder.masterd import rapi
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.leases import Leases
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature
@@ -100,19 +101,19 @@ def certificate(directory: Path) -> Path:
 
 
 @pytest.fixture
-def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi.RapiContext]]:
+def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi_base.RapiContext]]:
     directory = tmp_path / "masterd"
     directory.mkdir()
     store = FileStore(directory / "config.json")
     store.create(build_config(3))
     # a queue that takes jobs and never runs them: what a refused request must not leave
     queue = JobQueue(directory / "queue", lambda ctx, op: None)
-    ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue,
-                           users=UsersFile(users_file(directory)), store=store,
-                           announce=Announcements(lambda: [KEY], Reachability()),
-                           leases=Leases(lambda: [KEY]))
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path), queue=queue,
+                                users=UsersFile(users_file(directory)), store=store,
+                                announce=Announcements(lambda: [KEY], Reachability()),
+                                leases=Leases(lambda: [KEY]))
     # anyone: the web console's login page and files (tests/security/test_web_console.py)
-    yield Daemon("masterd", rapi.make_app(ctx), rapi.ROUTES,
+    yield Daemon("masterd", rapi_app.make_app(ctx), rapi_base.ROUTES,
                  frozenset({access.ANYONE, access.RAPI_READ, access.RAPI_WRITE,
                             access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE})), ctx
 

@@ -24,11 +24,13 @@ import pytest
 from herder.core import access, model
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
-from herder.masterd import locking, rapi
+from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from herder.masterd.web.context import WebContext
 from tests.conftest import build_config, run_cli
 
@@ -48,7 +50,7 @@ def drbd_secrets(config: model.ConfigData) -> list[str]:
 
 
 @pytest.fixture
-def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi.RapiContext]]:
+def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi_base.RapiContext]]:
     """A masterd running jobs with the real LUs, without node daemons (a join fails, a query
     is static); the config has a DRBD instance (no devices are needed to query it)."""
     directory = tmp_path / "masterd"
@@ -62,10 +64,11 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi.RapiContext]]:
     locks = locking.LockManager(config.nodes, list(config.nodegroups), config.instances)
     queue = JobQueue(directory / "queue", Processor(MasterEnv(store=store, locks=locks)))
     queue.start()
-    ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue,
-                           users=UsersFile(users_file(directory)), store=store, web=WebContext())
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path), queue=queue,
+                                users=UsersFile(users_file(directory)), store=store,
+                                web=WebContext())
     try:
-        with serving(rapi.make_app(ctx)) as served:
+        with serving(rapi_app.make_app(ctx)) as served:
             yield served, ctx
     finally:
         queue.stop()
@@ -77,7 +80,7 @@ def get(served: Served, path: str, auth: tuple[str, str] = READER) -> httpx.Resp
 
 
 def test_a_join_token_is_never_shown_to_a_reader(
-        masterd: tuple[Served, rapi.RapiContext]) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext]) -> None:
     served, ctx = masterd
     with httpx.Client(timeout=30) as http:
         submitted = http.post(served.plain + "/2/herder/jobs", auth=WRITER, json={"ops": [{
@@ -114,7 +117,7 @@ def test_the_cli_shows_no_join_token(tmp_path: Path) -> None:
             assert args[-1] != "--json" or opcodes.REDACTED in shown.out, shown.out
 
 
-def test_query_data_has_no_drbd_secret(masterd: tuple[Served, rapi.RapiContext]) -> None:
+def test_query_data_has_no_drbd_secret(masterd: tuple[Served, rapi_base.RapiContext]) -> None:
     served, ctx = masterd
     config = ctx.config()
     assert config is not None
@@ -132,7 +135,7 @@ def test_query_data_has_no_drbd_secret(masterd: tuple[Served, rapi.RapiContext])
 
 
 def test_no_answer_a_reader_gets_carries_a_secret(
-        masterd: tuple[Served, rapi.RapiContext]) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext]) -> None:
     """Every route a read-only user may call, with the DRBD instance's names: no answer (nor
     the result of a job one starts) carries a DRBD secret, the cluster key or a join token."""
     served, ctx = masterd
@@ -146,8 +149,8 @@ def test_no_answer_a_reader_gets_carries_a_secret(
             "OP_ID": "OP_NODE_ADD", "node_name": "node9.example.com",
             "primary_ip": "192.0.2.99", "join_token": TOKEN}]})
     secrets = [*drbd_secrets(config), KEY.decode().strip(), TOKEN.split(".")[0]]
-    app = rapi.make_app(ctx)
-    readable = [r for r in routes(app, rapi.ROUTES)
+    app = rapi_app.make_app(ctx)
+    readable = [r for r in routes(app, rapi_base.ROUTES)
                 if r.method == "GET" and r.rule in (access.RAPI_READ, access.ANYONE)]
     assert len(readable) > 20
     answers = {}

@@ -19,8 +19,9 @@ import pytest
 
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
-from herder.masterd import rapi
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER
 from tests.conftest import build_config
@@ -32,7 +33,7 @@ ENDS_WITHIN = 10.0  # seconds: the streams look each second; a loaded machine is
 
 
 @pytest.fixture
-def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi.RapiContext, Path]]:
+def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi_base.RapiContext, Path]]:
     directory = tmp_path / "masterd"
     directory.mkdir()
     store = FileStore(directory / "config.json")
@@ -41,9 +42,9 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi.RapiContext, Path]]:
     queue = JobQueue(directory / "queue", lambda ctx, op: None)  # jobs stay queued
     users = users_file(directory)
     web = WebContext(maintd_url="http://127.0.0.1:9")  # refused at once: no maintd here
-    ctx = rapi.RapiContext(config=ConfigCache(store.path), queue=queue, users=UsersFile(users),
-                           store=store, web=web)
-    with serving(rapi.make_app(ctx)) as served:
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path), queue=queue, users=UsersFile(users),
+                                store=store, web=web)
+    with serving(rapi_app.make_app(ctx)) as served:
         yield served, ctx, users
 
 
@@ -73,7 +74,7 @@ def follow(stream: httpx.Response, cut: object) -> tuple[list[str], float]:
 
 
 def test_the_overview_stream_ends_at_logout(
-        masterd: tuple[Served, rapi.RapiContext, Path]) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext, Path]) -> None:
     served, _, _ = masterd
     client, csrf = login(served, READER)
     with client.stream("GET", "/2/herder/events") as stream:
@@ -85,7 +86,7 @@ def test_the_overview_stream_ends_at_logout(
 
 
 def test_a_job_stream_ends_when_its_user_is_removed(
-        masterd: tuple[Served, rapi.RapiContext, Path]) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext, Path]) -> None:
     served, ctx, users = masterd
     job = ctx.queue.submit([{"OP_ID": "OP_TEST_DELAY", "duration": 0}])  # stays queued
     text = users.read_text()
@@ -103,7 +104,7 @@ def test_a_job_stream_ends_when_its_user_is_removed(
 
 
 def test_a_stream_ends_when_its_users_password_changes(
-        masterd: tuple[Served, rapi.RapiContext, Path]) -> None:
+        masterd: tuple[Served, rapi_base.RapiContext, Path]) -> None:
     served, _, users = masterd
     text = users.read_text()
     with httpx.Client(base_url=served.plain, timeout=30) as client, \

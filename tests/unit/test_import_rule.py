@@ -15,11 +15,9 @@ literal name):
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
-from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-PACKAGE = SRC / "herder"
+from tests.sourcetree import PACKAGE, SRC, Import, imports_of, modules
+
 COMPONENTS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir()
                     and (p / "__init__.py").exists() and p.name not in ("core", "cli"))
 # The core helpers the allocator may use (stdlib only themselves).
@@ -27,71 +25,6 @@ ALLOC_CORE_HELPERS = {"herder.core.gcpause", "herder.core.ports", "herder.core.s
                       "herder.core.untrusted"}
 # Components that use the allocator as a library, through its public API only.
 ALLOC_LIBRARY_USERS = {"masterd", "maintd"}
-
-
-@dataclass(frozen=True)
-class Import:
-    module: str  # the importing module
-    line: int
-    target: str  # the imported module (absolute)
-    names: tuple[str, ...] = ()  # `from target import names`
-
-    def __str__(self) -> str:
-        what = f"from {self.target} import {', '.join(self.names)}" if self.names \
-            else f"import {self.target}"
-        return f"{self.module}:{self.line}: {what}"
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _literal_prefix(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0],
-                                                                       ast.Constant):
-        return str(node.values[0].value)
-    return None
-
-
-def _is_module(name: str) -> bool:
-    path = SRC.joinpath(*name.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
-
-
-def imports_of(path: Path) -> list[Import]:
-    module = module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: list[Import] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.extend(Import(module, node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
-                target = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                target = node.module or ""
-            # `from package import module` imports that module
-            names = [alias.name for alias in node.names]
-            submodules = [n for n in names if _is_module(f"{target}.{n}")]
-            found.extend(Import(module, node.lineno, f"{target}.{n}") for n in submodules)
-            rest = tuple(n for n in names if n not in submodules)
-            if rest or not submodules:
-                found.append(Import(module, node.lineno, target, rest))
-        elif isinstance(node, ast.Call) and node.args and (
-                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                or (isinstance(node.func, ast.Name) and node.func.id == "import_module")):
-            prefix = _literal_prefix(node.args[0])
-            if prefix is not None and prefix.startswith("herder."):
-                found.append(Import(module, node.lineno, prefix.rstrip(".")))
-    return [i for i in found if i.target == "herder" or i.target.startswith("herder.")]
-
-
-def modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
 
 
 def part_of(module: str) -> str:

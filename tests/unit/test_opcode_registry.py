@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import cast
 
-from herder.masterd import lu, rapi
+from herder.masterd import lu
 from herder.masterd.jobs import opcodes
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
+from herder.masterd.rapi import extensions as rapi_extensions
+from herder.masterd.rapi import groups as rapi_groups
+from herder.masterd.rapi import nodes as rapi_nodes
 
 
 def test_all_opcodes_are_the_classes_defined_with_an_op_id() -> None:
@@ -38,12 +43,12 @@ def test_an_lu_executes_the_opcode_of_its_base_class() -> None:
 
 
 def test_every_opcode_has_a_rapi_route_or_a_reason() -> None:
-    routes = rapi.opcode_routes(rapi.make_app(cast(rapi.RapiContext, None)))
+    routes = rapi_base.opcode_routes(rapi_app.make_app(cast(rapi_base.RapiContext, None)))
     assert set(routes) <= set(opcodes.BY_ID)
-    assert set(rapi.NO_ROUTE) <= set(opcodes.BY_ID)
-    both = set(routes) & set(rapi.NO_ROUTE)
+    assert set(rapi_app.NO_ROUTE) <= set(opcodes.BY_ID)
+    both = set(routes) & set(rapi_app.NO_ROUTE)
     assert not both, f"routed, yet listed without a route: {both}"
-    missing = set(opcodes.BY_ID) - set(routes) - set(rapi.NO_ROUTE)
+    missing = set(opcodes.BY_ID) - set(routes) - set(rapi_app.NO_ROUTE)
     assert not missing, f"opcodes without a RAPI route or a reason: {sorted(missing)}"
     assert routes["OP_CLUSTER_REDIST_CONF"] == ["PUT /2/redistribute-config"]
     assert "PUT /2/instances/{name}/startup" in routes["OP_INSTANCE_STARTUP"]
@@ -55,7 +60,8 @@ def test_rapi_bodies_take_the_opcodes_fields() -> None:
     the cluster opcode's fields."""
     node_modify = set(opcodes.OpNodeSetParams.__struct_fields__) - {
         "node_name", "node_uuid", "debug_level", "priority", "depends", "comment"}
-    assert set(rapi.NODE_MODIFY_FIELDS) == node_modify
-    assert set(rapi.MAINT_FIELDS.values()) <= set(opcodes.OpClusterSetParams.__struct_fields__)
-    group_add = set(opcodes.OpGroupAdd.__struct_fields__) - rapi._PLUMBING | {"name"}
-    assert set(rapi.GROUP_FIELDS) == group_add
+    assert set(rapi_nodes.NODE_MODIFY_FIELDS) == node_modify
+    assert set(rapi_extensions.MAINT_FIELDS.values()) <= \
+        set(opcodes.OpClusterSetParams.__struct_fields__)
+    group_add = set(opcodes.OpGroupAdd.__struct_fields__) - rapi_base._PLUMBING | {"name"}
+    assert set(rapi_groups.GROUP_FIELDS) == group_add

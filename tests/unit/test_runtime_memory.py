@@ -150,7 +150,7 @@ def test_the_cli_sends_the_size_in_mib(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_rapi_modify_takes_runtime_mem_from_the_body() -> None:
-    from herder.masterd import rapi
+    from herder.masterd.rapi import base as rapi_base
 
-    assert "runtime_mem" in rapi.body_fields(opcodes.OpInstanceSetParams,
-                                             fixed=rapi.INSTANCE_TARGET)
+    assert "runtime_mem" in rapi_base.body_fields(opcodes.OpInstanceSetParams,
+                                                  fixed=rapi_base.INSTANCE_TARGET)

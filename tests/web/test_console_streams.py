@@ -21,8 +21,9 @@ import pytest
 from herder.core import client_profile
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
-from herder.masterd import rapi
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from tests.conftest import build_config
 from tests.security.serving import serving
 from tests.simhelpers import herder, running_sim, screenshots, worker_offset
@@ -47,11 +48,11 @@ def console_route_status(tmp_path: Path, kind: str) -> int:
     store.create(config)
     users = tmp_path / "rapi_users"
     users.write_text("admin s3cret write\n")
-    ctx = rapi.RapiContext(config=ConfigCache(store.path),
-                           queue=JobQueue(tmp_path / "queue", lambda ctx, op: None),
-                           users=UsersFile(users), store=store)
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path),
+                                queue=JobQueue(tmp_path / "queue", lambda ctx, op: None),
+                                users=UsersFile(users), store=store)
     name = sorted(i.name for i in config.instances.values())[0]
-    with serving(rapi.make_app(ctx)) as served, httpx.Client(timeout=30) as client:
+    with serving(rapi_app.make_app(ctx)) as served, httpx.Client(timeout=30) as client:
         return client.get(f"{served.plain}/2/instances/{name}/console/{kind}",
                           auth=("admin", "s3cret")).status_code
 

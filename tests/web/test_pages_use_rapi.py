@@ -1,7 +1,8 @@
 """The console holds no logic of its own (issue 20): every request its pages make, read from
 the page script itself (`static/app.js`), is a route of masterd's RAPI; every page's read is
 open to read-only users (its JSON twin), and every action the pages offer is a route that
-submits an ordinary job (`rapi.submits`), but a job's cancel (Ganeti's own route, no job)."""
+submits an ordinary job (`masterd.rapi.base.submits`), but a job's cancel (Ganeti's own route,
+no job)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from aiohttp.test_utils import make_mocked_request
 from herder.core import access
 from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigCache, FileStore
-from herder.masterd import rapi
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.rapi import app as rapi_app
+from herder.masterd.rapi import base as rapi_base
 from herder.masterd.web import pages
 from tests.conftest import build_config
 
@@ -52,10 +54,10 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> web.Application:
     store = FileStore(directory / "config.json")
     store.create(build_config(2))
     (directory / "rapi_users").write_text("admin s3cret write\n")
-    ctx = rapi.RapiContext(config=ConfigCache(store.path),
-                           queue=JobQueue(directory / "queue", lambda ctx, op: None),
-                           users=UsersFile(directory / "rapi_users"), store=store)
-    return rapi.make_app(ctx)
+    ctx = rapi_base.RapiContext(config=ConfigCache(store.path),
+                                queue=JobQueue(directory / "queue", lambda ctx, op: None),
+                                users=UsersFile(directory / "rapi_users"), store=store)
+    return rapi_app.make_app(ctx)
 
 
 def handler_of(app: web.Application, method: str, path: str) -> object:
@@ -83,7 +85,7 @@ def test_every_page_reads_rapi_routes_open_to_readers(app: web.Application) -> N
     for method, path in reads:
         if method != "GET":
             continue
-        rule = rapi.ROUTES.rule(handler_of(app, method, path))
+        rule = rapi_base.ROUTES.rule(handler_of(app, method, path))
         expected = access.ANYONE if path == "/ui/session" else access.RAPI_READ
         assert rule == expected, f"GET {path}: {rule}"
 
@@ -92,10 +94,10 @@ def test_every_action_is_an_ordinary_job(app: web.Application) -> None:
     reads, actions = requests_of_the_pages()
     changes = [(f"{method} {path}", method, path) for method, path in reads if method != "GET"]
     changes += [(action, method, path) for action, method, path in actions]
-    job_routes = {route for routes in rapi.opcode_routes(app).values() for route in routes}
+    job_routes = {route for routes in rapi_base.opcode_routes(app).values() for route in routes}
     for what, method, path in changes:
         handler = handler_of(app, method, path)
-        assert rapi.ROUTES.rule(handler) == access.RAPI_WRITE, what
+        assert rapi_base.ROUTES.rule(handler) == access.RAPI_WRITE, what
         if (method, path) == ("DELETE", "/2/jobs/0"):
             continue  # a job's cancel: Ganeti's route, it submits nothing
         route = next(r for r in app.router.routes()

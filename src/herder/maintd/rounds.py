@@ -133,147 +133,188 @@ def plan_round(nodes: Sequence[Node], instances: Sequence[Instance],
     plan = Plan()
     if busy:
         return plan
-    by_name = {n.name: n for n in nodes}
-    by_uuid = {n.uuid: n for n in nodes}
     lead = incident_lifecycle.leading(incidents)
-    evacuating = {by_uuid[u].name for u, inc in lead.items()
-                  if u in by_uuid and inc.action in ("evacuate", "evacuate-failover")}
-    affected = {by_uuid[u].name for u in lead if u in by_uuid}
-    primaries: dict[str, list[Instance]] = {}
-    secondaries: dict[str, list[Instance]] = {}
-    for inst in sorted(instances, key=lambda i: i.name):
-        primaries.setdefault(inst.pnode, []).append(inst)
-        for s in inst.snodes:
-            secondaries.setdefault(s, []).append(inst)
-    used_instances: set[str] = set()
-    used_pairs: set[frozenset[str]] = set()
-    load = {n.name: len(primaries.get(n.name, ())) + len(secondaries.get(n.name, ()))
-            for n in nodes}
-
-    def healthy(name: str) -> bool:
-        n = by_name.get(name)
-        return (n is not None and not n.drained and not n.offline and n.vm_capable
-                and name not in affected)
-
-    def free(inst: Instance, src: str, target: str) -> bool:
-        return inst.name not in used_instances and frozenset((src, target)) not in used_pairs
-
-    def take(job: Job) -> None:
-        plan.jobs.append(job)
-        used_instances.update(job.instances)
-        if len(job.nodes) == 2:
-            used_pairs.add(job.nodes)
-
-    def pick_target(inst: Instance, src: str) -> str | None:
-        skip = {inst.pnode, *inst.snodes}
-        cands = [n.name for n in nodes if n.name not in skip and healthy(n.name)
-                 and free(inst, src, n.name)]
-        return min(cands, key=lambda c: (load[c], c)) if cands else None
-
+    state = _Round.start(plan, nodes, instances, lead, try_unmovable)
     # Oldest incident first, so an older event gets the contended instances.
     for node_uuid, inc in sorted(lead.items(), key=lambda kv: (kv[1].ctime, kv[1].node)):
-        node = by_uuid.get(node_uuid)
+        node = state.by_uuid.get(node_uuid)
         if node is None:
             plan.notes.append(f"{inc.uuid}: node {node_uuid} is not in the cluster")
+        elif inc.action == "node-failed":  # maintd.nodefail's own steps
             continue
-        ev = inc.uuid
-        if inc.action == "node-failed":  # maintd.nodefail's own steps
-            continue
-        if inc.action == incident_lifecycle.NOTIFY:
-            plan.notes.append(f"{ev}: {node.name} needs the operator: {inc.original}")
-            continue
-        if inc.action == "live-repair":
-            if inc.jobs:
-                if inc.tag in node.tags:
-                    plan.completed.append(ev)
-                continue
-            command = inc.original.get("command") if isinstance(inc.original, Mapping) else None
-            if not isinstance(command, str) or not command:
-                plan.failed.append(ev)
-                continue
-            take(Job(ev, "repair", _ops(
-                ev, {"OP_ID": "OP_REPAIR_COMMAND", "node_name": node.name, "command": command,
-                     "input": inc.original},
-                {"OP_ID": "OP_TAGS_SET", "kind": "node", "name": node.name, "tags": [inc.tag]}),
-                nodes=frozenset((node.name,)), final=True))
-            continue
-        # evacuation: the next step only
-        if node.master:
-            plan.notes.append(f"{ev}: {node.name} is the master node; fail over the master first")
-            continue
-        if not node.drained and not node.offline:
-            take(Job(ev, "drain", _ops(ev, {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": node.name,
-                                            "drained": True, "force": True,
-                                            "auto_promote": True}),
-                     nodes=frozenset((node.name,))))
-            continue
-        prim = primaries.get(node.name, [])
-        sec = secondaries.get(node.name, [])
-        if prim:
-            _plan_primaries(plan, inc, node, prim, healthy, free, take, pick_target,
-                            try_unmovable)
-            continue
-        if sec:
-            for inst in sec:
-                if not healthy(inst.pnode) and inst.pnode not in evacuating:
-                    plan.notes.append(f"{ev}: {inst.name}'s primary {inst.pnode} is not healthy")
-                    continue
-                if by_name.get(inst.pnode) is None or by_name[inst.pnode].offline:
-                    plan.notes.append(f"{ev}: {inst.name}'s primary {inst.pnode} is offline")
-                    continue
-                target = pick_target(inst, node.name)
-                if target is None or not free(inst, inst.pnode, target):
-                    plan.notes.append(f"{ev}: no new secondary for {inst.name} this round")
-                    continue
-                take(Job(ev, "secondary", _ops(
-                    ev, {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": inst.name,
-                         "mode": "replace_new_secondary", "remote_node": target}),
-                    nodes=frozenset((inst.pnode, target)), instances=frozenset((inst.name,))))
-                load[target] += 1
-            continue
-        if not node.offline or inc.tag not in node.tags:
-            ops = []
-            if not node.offline:
-                ops.append({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": node.name,
-                            "offline": True, "force": True, "auto_promote": True})
-            if inc.tag not in node.tags:
-                ops.append({"OP_ID": "OP_TAGS_SET", "kind": "node", "name": node.name,
-                            "tags": [inc.tag]})
-            take(Job(ev, "offline", _ops(ev, *ops), nodes=frozenset((node.name,)), final=True))
-            continue
-        plan.completed.append(ev)
+        elif inc.action == incident_lifecycle.NOTIFY:
+            plan.notes.append(f"{inc.uuid}: {node.name} needs the operator: {inc.original}")
+        elif inc.action == "live-repair":
+            _plan_live_repair(state, inc, node)
+        else:
+            _plan_evacuation_step(state, inc, node)
     return plan
 
 
-def _plan_primaries(plan: Plan, inc: model.Incident, node: Node, prim: list[Instance],
-                    healthy: Any, free: Any, take: Any, pick_target: Any,
-                    try_unmovable: bool = False) -> None:
+@dataclass
+class _Round:
+    """A round being planned: the cluster by name and UUID, what each node holds, and what
+    the round's jobs already use (an instance, or a pair of nodes, is in one job at most)."""
+
+    plan: Plan
+    nodes: Sequence[Node]
+    try_unmovable: bool
+    by_name: dict[str, Node]
+    by_uuid: dict[str, Node]
+    evacuating: set[str]  # names of the nodes an incident evacuates
+    affected: set[str]  # names of the nodes with an incident
+    primaries: dict[str, list[Instance]]  # node name -> its primary instances, by name
+    secondaries: dict[str, list[Instance]]
+    load: dict[str, int]  # node name -> instances it holds (secondaries placed this round too)
+    used_instances: set[str] = field(default_factory=set)
+    used_pairs: set[frozenset[str]] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, plan: Plan, nodes: Sequence[Node], instances: Sequence[Instance],
+              lead: Mapping[str, model.Incident], try_unmovable: bool) -> _Round:
+        by_uuid = {n.uuid: n for n in nodes}
+        primaries: dict[str, list[Instance]] = {}
+        secondaries: dict[str, list[Instance]] = {}
+        for inst in sorted(instances, key=lambda i: i.name):
+            primaries.setdefault(inst.pnode, []).append(inst)
+            for s in inst.snodes:
+                secondaries.setdefault(s, []).append(inst)
+        return cls(
+            plan=plan, nodes=nodes, try_unmovable=try_unmovable,
+            by_name={n.name: n for n in nodes}, by_uuid=by_uuid,
+            evacuating={by_uuid[u].name for u, inc in lead.items()
+                        if u in by_uuid and inc.action in ("evacuate", "evacuate-failover")},
+            affected={by_uuid[u].name for u in lead if u in by_uuid},
+            primaries=primaries, secondaries=secondaries,
+            load={n.name: len(primaries.get(n.name, ())) + len(secondaries.get(n.name, ()))
+                  for n in nodes})
+
+    def healthy(self, name: str) -> bool:
+        n = self.by_name.get(name)
+        return (n is not None and not n.drained and not n.offline and n.vm_capable
+                and name not in self.affected)
+
+    def free(self, inst: Instance, src: str, target: str) -> bool:
+        return inst.name not in self.used_instances and \
+            frozenset((src, target)) not in self.used_pairs
+
+    def take(self, job: Job) -> None:
+        self.plan.jobs.append(job)
+        self.used_instances.update(job.instances)
+        if len(job.nodes) == 2:
+            self.used_pairs.add(job.nodes)
+
+    def pick_target(self, inst: Instance, src: str) -> str | None:
+        skip = {inst.pnode, *inst.snodes}
+        cands = [n.name for n in self.nodes if n.name not in skip and self.healthy(n.name)
+                 and self.free(inst, src, n.name)]
+        return min(cands, key=lambda c: (self.load[c], c)) if cands else None
+
+
+def _plan_live_repair(state: _Round, inc: model.Incident, node: Node) -> None:
+    """One final job: the repair command, then the repairready tag (done once tagged)."""
     ev = inc.uuid
+    if inc.jobs:
+        if inc.tag in node.tags:
+            state.plan.completed.append(ev)
+        return
+    command = inc.original.get("command") if isinstance(inc.original, Mapping) else None
+    if not isinstance(command, str) or not command:
+        state.plan.failed.append(ev)
+        return
+    state.take(Job(ev, "repair", _ops(
+        ev, {"OP_ID": "OP_REPAIR_COMMAND", "node_name": node.name, "command": command,
+             "input": inc.original},
+        {"OP_ID": "OP_TAGS_SET", "kind": "node", "name": node.name, "tags": [inc.tag]}),
+        nodes=frozenset((node.name,)), final=True))
+
+
+def _plan_evacuation_step(state: _Round, inc: model.Incident, node: Node) -> None:
+    """The evacuation's next step only: drain, move the primaries, the secondaries, offline
+    and tag (the final job); done when offline and tagged."""
+    plan, ev = state.plan, inc.uuid
+    if node.master:
+        plan.notes.append(f"{ev}: {node.name} is the master node; fail over the master first")
+        return
+    if not node.drained and not node.offline:
+        state.take(Job(ev, "drain", _ops(ev, {"OP_ID": "OP_NODE_SET_PARAMS",
+                                              "node_name": node.name, "drained": True,
+                                              "force": True, "auto_promote": True}),
+                       nodes=frozenset((node.name,))))
+        return
+    prim = state.primaries.get(node.name, [])
+    sec = state.secondaries.get(node.name, [])
+    if prim:
+        _plan_primaries(state, inc, node, prim)
+        return
+    if sec:
+        _plan_secondaries(state, inc, node, sec)
+        return
+    if not node.offline or inc.tag not in node.tags:
+        ops = []
+        if not node.offline:
+            ops.append({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": node.name,
+                        "offline": True, "force": True, "auto_promote": True})
+        if inc.tag not in node.tags:
+            ops.append({"OP_ID": "OP_TAGS_SET", "kind": "node", "name": node.name,
+                        "tags": [inc.tag]})
+        state.take(Job(ev, "offline", _ops(ev, *ops), nodes=frozenset((node.name,)),
+                       final=True))
+        return
+    plan.completed.append(ev)
+
+
+def _plan_secondaries(state: _Round, inc: model.Incident, node: Node,
+                      sec: list[Instance]) -> None:
+    """A new secondary for each instance the node is the secondary of, where its primary is
+    healthy (or itself evacuating) and a node can take it."""
+    plan, ev = state.plan, inc.uuid
+    for inst in sec:
+        if not state.healthy(inst.pnode) and inst.pnode not in state.evacuating:
+            plan.notes.append(f"{ev}: {inst.name}'s primary {inst.pnode} is not healthy")
+            continue
+        if state.by_name.get(inst.pnode) is None or state.by_name[inst.pnode].offline:
+            plan.notes.append(f"{ev}: {inst.name}'s primary {inst.pnode} is offline")
+            continue
+        target = state.pick_target(inst, node.name)
+        if target is None or not state.free(inst, inst.pnode, target):
+            plan.notes.append(f"{ev}: no new secondary for {inst.name} this round")
+            continue
+        state.take(Job(ev, "secondary", _ops(
+            ev, {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": inst.name,
+                 "mode": "replace_new_secondary", "remote_node": target}),
+            nodes=frozenset((inst.pnode, target)), instances=frozenset((inst.name,))))
+        state.load[target] += 1
+
+
+def _plan_primaries(state: _Round, inc: model.Incident, node: Node,
+                    prim: list[Instance]) -> None:
+    plan, ev = state.plan, inc.uuid
     failover = inc.action == "evacuate-failover"
     for inst in prim:
         if inst.disk_template in MIRRORED:
             if not inst.snodes:
                 continue
             target = inst.snodes[0]
-            if not healthy(target):
+            if not state.healthy(target):
                 # Its secondary is failing too (or drained/offline): give it a new secondary
                 # first, so the migration next round lands on a healthy node (no deadlock
                 # between two failing nodes holding each other's secondaries).
-                new = pick_target(inst, node.name)
-                if new is None or not free(inst, node.name, new):
+                new = state.pick_target(inst, node.name)
+                if new is None or not state.free(inst, node.name, new):
                     plan.notes.append(f"{ev}: {inst.name} waits: its secondary {target} is "
                                       "not healthy and no node can take its place")
                     continue
-                take(Job(ev, "resecondary", _ops(
+                state.take(Job(ev, "resecondary", _ops(
                     ev, {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": inst.name,
                          "mode": "replace_new_secondary", "remote_node": new}),
                     nodes=frozenset((node.name, new)), instances=frozenset((inst.name,))))
                 continue
-            if not free(inst, node.name, target):
+            if not state.free(inst, node.name, target):
                 continue
             op: dict[str, Any] = {"instance_name": inst.name}
-        elif inst.disk_template in MOVABLE or try_unmovable:
-            picked = pick_target(inst, node.name)
+        elif inst.disk_template in MOVABLE or state.try_unmovable:
+            picked = state.pick_target(inst, node.name)
             if picked is None:
                 plan.notes.append(f"{ev}: no target node for {inst.name} this round")
                 continue
@@ -289,8 +330,8 @@ def _plan_primaries(plan: Plan, inc: model.Incident, node: Node, prim: list[Inst
         else:
             op.update(OP_ID="OP_INSTANCE_MIGRATE", mode="live", allow_failover=False)
             step = "migrate"
-        take(Job(ev, step, _ops(ev, op), nodes=frozenset((node.name, target)),
-                 instances=frozenset((inst.name,))))
+        state.take(Job(ev, step, _ops(ev, op), nodes=frozenset((node.name, target)),
+                       instances=frozenset((inst.name,))))
 
 
 def failure_tag_job(inc: model.Incident, node_name: str) -> Job:

@@ -32,7 +32,8 @@ from herder.masterd.leases import Leases
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.masterd.rapi import ConfigView, RapiContext, make_app
+from herder.masterd.rapi.app import make_app
+from herder.masterd.rapi.base import ConfigView, RapiContext
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
 

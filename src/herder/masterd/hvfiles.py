@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 FILE_PARAMS = ("vnc_password_file", "spice_password_file")
 DIRECTORY = "hypervisor"
@@ -39,7 +38,7 @@ def path_problem(value: str, where: Path) -> str | None:
     return None
 
 
-def _assignments(data: Any) -> Iterator[tuple[str, Any]]:
+def _assignments(data: object) -> Iterator[tuple[str, object]]:
     """Every (key, value) of the file parameters anywhere in a nested opcode or parameter set."""
     pending = [data]
     while pending:
@@ -54,7 +53,7 @@ def _assignments(data: Any) -> Iterator[tuple[str, Any]]:
             pending.extend(v for v in item if isinstance(v, dict | list))
 
 
-def problems(data: Any, where: Path | None) -> list[str]:
+def problems(data: object, where: Path | None) -> list[str]:
     """One line per file parameter of `data` (an opcode's dict, hvparams, ...) that names a
     file outside `where` (None: no directory is known, every such file is refused)."""
     found = []

@@ -65,7 +65,7 @@ class _Connection:
                             f"{self.where} shows another certificate; `herder node "
                             "join-token` on the node prints its token)")
 
-    def post(self, step: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, step: str, body: Mapping[str, object]) -> dict[str, Any]:
         try:
             self.http.request("POST", f"/join/{step}", body=json.dumps(body).encode(),
                               headers={"Content-Type": "application/json"})

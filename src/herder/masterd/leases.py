@@ -1,5 +1,6 @@
 """The nodes' liveness leases at the master (docs/ha.md "Node failure"): the heartbeats noded
-sends (`noded.fence`), their ages for maintd, and the master candidates' view of a suspect node.
+sends (`noded.fence`), their ages for maintd, and the master candidates' view of a suspect node
+(the routes are `masterd.rapi.leases`'s).
 
 - `POST /2/herder/nodes/NAME/heartbeat`: a call of `node_lease` signed for NAME with the
   `node-lease` purpose key (only holders of the cluster key; each body once, ±300 s). masterd
@@ -16,7 +17,6 @@ The record is in memory: a new masterd (a restart, a failover) starts counting a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -24,13 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
-from aiohttp import web
 
-from herder.core import access, model, purpose_keys, rpcauth
+from herder.core import model, rpcauth
 from herder.core.errors import RpcError
 from herder.core.noderpc import NodeRpc
 from herder.core.rpcdefs import node_calls
-from herder.masterd.announce import signed_node
 
 log = logging.getLogger("herder.masterd")
 METHOD = "node_lease"  # noded.fence.METHOD
@@ -88,46 +86,3 @@ def liveness_votes(config: model.ConfigData, node: model.Node,
         return {}
     with ThreadPoolExecutor(max_workers=len(voters)) as pool:
         return dict(pool.map(ask, voters))
-
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    from herder.masterd import rapi
-
-    @rapi.ROUTES.allow(access.NODE_LEASE)
-    async def node_heartbeat(request: web.Request) -> web.Response:
-        leases = rapi.ctx_of(request).leases
-        if leases is None:
-            raise rapi.RapiHttpError(503, "this masterd keeps no leases")
-        node = await signed_node(request, leases.keys(), leases.replay, METHOD,
-                                 purpose_keys.NODE_LEASE, "heartbeat")
-        leases.renewed(node.uuid)
-        return rapi.ok({"node": node.name, "offline": node.offline, "lease": LEASE_TIME})
-
-    @rapi.ROUTES.allow(access.RAPI_READ)
-    async def lease_ages(request: web.Request) -> web.Response:
-        leases = rapi.ctx_of(request).leases
-        if leases is None:
-            raise rapi.RapiHttpError(503, "this masterd keeps no leases")
-        config = rapi.config_of(request)
-        ages = leases.ages(list(config.nodes))
-        return rapi.ok({"lease": LEASE_TIME, "renew": RENEW_PERIOD,
-                        "masterd_age": leases.clock() - leases.started,
-                        "nodes": {config.nodes[u].name: round(age, 3)
-                                  for u, age in ages.items()}})
-
-    @rapi.ROUTES.allow(access.RAPI_READ)
-    async def node_liveness(request: web.Request) -> web.Response:
-        ctx = rapi.ctx_of(request)
-        if ctx.rpc is None:
-            raise rapi.RapiHttpError(503, "this masterd makes no node calls")
-        config = rapi.config_of(request)
-        node = rapi.find(config.find_node, request.match_info["name"])
-        votes = await asyncio.to_thread(liveness_votes, config, node, ctx.rpc)
-        candidates = sorted(n.name for n in config.nodes.values() if n.master_candidate)
-        return rapi.ok({"node": node.name, "candidates": candidates,
-                        "master": config.node_name(config.cluster.master_node),
-                        "votes": votes})
-
-    router.add_post("/2/herder/nodes/{name}/heartbeat", node_heartbeat)
-    router.add_get("/2/herder/leases", lease_ages)
-    router.add_get("/2/herder/nodes/{name}/liveness", node_liveness)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from herder.core import livefigures, model
+from herder.core.jsonvalue import JsonObject
 from herder.masterd.livecache import Snapshot
 
 # Ganeti's result statuses (constants.RS_*)
@@ -187,7 +188,7 @@ def node_fields(config: model.ConfigData, node: model.Node,
             for name in NODE_LIVE_FIELDS}
 
 
-def values(results: Mapping[str, Result]) -> dict[str, Any]:
+def values(results: Mapping[str, Result]) -> JsonObject:
     """The bulk answers' form: the value when normal, else null."""
     return {name: value if status == RS_NORMAL else None
             for name, (status, value) in results.items()}

@@ -513,10 +513,10 @@ class Merge:
 
     # --- the other cluster, through its masterd ------------------------------------------------
 
-    def _other_api(self) -> Any:
+    def _other_api(self) -> RapiClient:
         return self.other.rapi()
 
-    def _our_api(self) -> Any:
+    def _our_api(self) -> RapiClient:
         url = self.masterd_url or os.environ.get("HERDER_MASTERD")
         if not url:
             url = f"https://{FileStore(self.config).load().cluster.master_ip}:{ports.MASTERD}"
@@ -537,7 +537,7 @@ class Merge:
                 raise MergeError(f"the other cluster has running jobs: {', '.join(busy)}")
             time.sleep(1.0)
 
-    def _instances(self, api: Any, names: list[str], action: str) -> None:
+    def _instances(self, api: RapiClient, names: list[str], action: str) -> None:
         jobs = []
         for name in names:
             job = (api.shutdown_instance(name) if action == "stop"

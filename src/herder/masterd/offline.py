@@ -8,7 +8,6 @@ for clusters whose master is down.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from herder.core.store import ConfigStore
 from herder.masterd import locking
@@ -17,8 +16,8 @@ from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 
 
-def run_offline(store: ConfigStore, ops: Sequence[dict[str, Any] | opcodes.OpCode],
-                feedback: Callable[[str], None] = lambda message: None) -> list[Any]:
+def run_offline(store: ConfigStore, ops: Sequence[dict[str, object] | opcodes.OpCode],
+                feedback: Callable[[str], None] = lambda message: None) -> list[object]:
     """Check and run each opcode in order; the first failure raises (later ones do not run)."""
     parsed = [opcodes.parse(op) for op in ops]
     config = store.load()

@@ -1,5 +1,6 @@
 """Running a node's out-of-band program (Ganeti's OOB framework: `backend.RunOob` and the
-payload checks of `LUOobCommand`), and herder's RAPI route for OP_OOB_COMMAND.
+payload checks of `LUOobCommand`); herder's RAPI route for OP_OOB_COMMAND is
+`masterd.rapi.oob`'s.
 
 The program is the node parameter `oob_program`, called as `PROGRAM COMMAND NODE` (COMMAND one
 of power-on, power-off, power-cycle, power-status, health; NODE the node's name) with a timeout
@@ -21,9 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
-from herder.core import access, untrusted
+from herder.core import untrusted
 from herder.masterd.jobs import opcodes
 
 POWER_ON, POWER_OFF, POWER_CYCLE, POWER_STATUS, HEALTH = opcodes.OOB_COMMANDS
@@ -78,7 +77,7 @@ def run(program: str, command: str, node: str, timeout: float) -> Outcome:
     return Outcome(check_payload(command, parse_output(out)))
 
 
-def parse_output(out: str) -> Any:
+def parse_output(out: str) -> object:
     """The program's stdout: None when empty, else its JSON (Ganeti's `run_oob` handler)."""
     if not out.strip():
         return None
@@ -88,7 +87,7 @@ def parse_output(out: str) -> Any:
         raise OobError(f"{err} (got {_short(out)!r})") from None
 
 
-def check_payload(command: str, payload: Any) -> Any:
+def check_payload(command: str, payload: object) -> object:
     """Ganeti's `LUOobCommand._CheckPayload`, with herder's one more rule: power-status must
     say `powered` as a boolean (Ganeti reads it unchecked)."""
     errors: list[str] = []
@@ -115,21 +114,3 @@ def check_payload(command: str, payload: Any) -> Any:
     if errors:
         raise OobError("Check of out-of-band payload failed due to " + ", ".join(errors))
     return payload
-
-
-# --- herder's RAPI route (Ganeti's RAPI has none: docs/compat.md N3) ----------------------------
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    from herder.masterd import rapi
-
-    @rapi.submits(opcodes.OpOobCommand)
-    @rapi.ROUTES.allow(access.RAPI_WRITE)
-    async def oob_command(request: web.Request) -> web.Response:
-        """OP_OOB_COMMAND as a job (the result: Ganeti's per-node [[status, name], [status,
-        payload]] list)."""
-        body = rapi.only(rapi.body_dict(await rapi.body_of(request)),
-                         rapi.body_fields(opcodes.OpOobCommand, fixed=("node_uuids",)),
-                         "out-of-band command")
-        return await rapi.submit(request, "herder_oob", [{"OP_ID": "OP_OOB_COMMAND", **body}])
-
-    router.add_post("/2/herder/oob", oob_command)

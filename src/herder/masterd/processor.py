@@ -27,8 +27,8 @@ log = logging.getLogger("herder.masterd")
 
 class Processor:
     def __init__(self, env: MasterEnv,
-                 strategy_factory: Callable[[], locking.LockAttemptTimeoutStrategy] =
-                 locking.LockAttemptTimeoutStrategy) -> None:
+                 strategy_factory: Callable[[], locking.LockAttemptTimeoutStrategy]
+                 = locking.LockAttemptTimeoutStrategy) -> None:
         self.env = env
         self.strategy_factory = strategy_factory
 

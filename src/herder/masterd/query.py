@@ -1,6 +1,6 @@
-"""Ganeti's query resource for nodes, instances and node groups: `GET
-/2/query/{node,instance,group}?fields=a,b`, `PUT` with `{"fields": [...]}`, and `GET
-/2/query/{resource}/fields[?fields=...]` (the field definitions).
+"""The answers of Ganeti's query resource for nodes, instances and node groups (its routes,
+`GET /2/query/{node,instance,group}?fields=a,b`, `PUT` with `{"fields": [...]}`, and `GET
+/2/query/{resource}/fields[?fields=...]`, are `masterd.rapi.query`'s).
 
 The answer is Ganeti's `{"fields": [{"name", "title", "kind", "doc"}], "data": [[[status,
 value], ...], ...]}`, one row per object in name order; each value comes with Ganeti's result
@@ -17,15 +17,15 @@ take their rows from here: docs/scale.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import msgspec
-from aiohttp import web
 
-from herder.core import access, model, params, roles
+from herder.core import model, params, roles
+from herder.core.jsonvalue import JsonObject
 from herder.masterd import livefields, views
 from herder.masterd.livecache import EMPTY, Snapshot
 
@@ -168,6 +168,7 @@ def definition(name: str, table: dict[str, FieldDef]) -> dict[str, str]:
 # fields, so `node list`'s or `instance list`'s rows at 10,000 instances cost their fields.
 
 Results = dict[str, livefields.Result]
+QueryObject = model.Node | model.Instance | model.NodeGroup  # what a query resource lists
 ColumnFn = Callable[[model.ConfigData, Sequence[Any]], list[Any]]  # a field of each object
 RowFn = Callable[[Any], Results]
 # a set's rows for one answer: what all rows share (the cluster's parameters, ...) is found
@@ -175,7 +176,7 @@ RowFn = Callable[[Any], Results]
 SetFn = Callable[[model.ConfigData, Snapshot], RowFn]
 
 
-def _normal(view: dict[str, Any]) -> Results:
+def _normal(view: Mapping[str, object]) -> Results:
     """Config fields: normal, a missing single value unavailable (Ganeti's rsMaybeUnavail)."""
     return {k: (livefields.RS_UNAVAIL, None) if v is None else (livefields.RS_NORMAL, v)
             for k, v in view.items()}
@@ -256,7 +257,7 @@ def _per_object(value: Callable[[model.ConfigData, Any], Any]) -> ColumnFn:
     return lambda config, objects: [value(config, obj) for obj in objects]
 
 
-def _tags(_config: model.ConfigData, objects: Sequence[Any]) -> list[Any]:
+def _tags(_config: model.ConfigData, objects: Sequence[QueryObject]) -> list[list[str]]:
     return [list(obj.tags) for obj in objects]
 
 
@@ -266,7 +267,7 @@ def _group_name(config: model.ConfigData, node: model.Node) -> str | None:
 
 
 def _node_counts(which: str) -> ColumnFn:
-    def column(config: model.ConfigData, nodes: Sequence[model.Node]) -> list[Any]:
+    def column(config: model.ConfigData, nodes: Sequence[model.Node]) -> list[int]:
         table = getattr(config.index(), which)
         return [len(table.get(node.uuid, ())) for node in nodes]
 
@@ -291,7 +292,7 @@ NODE_SIMPLE: dict[str, ColumnFn] = {
 
 
 def _node_names(config: model.ConfigData, insts: Sequence[model.Instance],
-                which: str) -> list[Any]:
+                which: str) -> list[str] | list[list[str]]:
     names = {uuid: node.name for uuid, node in config.nodes.items()}
     facts = config.index().facts  # the instances' disks walked once, by the index
     if which == "primary":
@@ -313,7 +314,7 @@ INSTANCE_SIMPLE: dict[str, ColumnFn] = {
 
 
 def _group_counts(config: model.ConfigData, groups: Sequence[model.NodeGroup],
-                  which: str) -> list[Any]:
+                  which: str) -> list[int]:
     index = config.index()
     return [len(index.group_nodes.get(g.uuid, ())) if which == "nodes" else
             len(_group_pinst_uuids(config, g)) for g in groups]
@@ -374,7 +375,7 @@ def needs_live(resource: str, fields: Sequence[str]) -> bool:
     return any(fs.live for fs in needed_sets(RESOURCES[resource], fields))
 
 
-def _columns(config: model.ConfigData, spec: Resource, objects: Sequence[Any],
+def _columns(config: model.ConfigData, spec: Resource, objects: Sequence[QueryObject],
              fields: Sequence[str], live: Snapshot) -> list[list[livefields.Result]]:
     """The asked fields of `objects`, a column per field (a simple field's column in one pass
     over the objects)."""
@@ -398,12 +399,12 @@ def _columns(config: model.ConfigData, spec: Resource, objects: Sequence[Any],
     return columns
 
 
-def _sorted_objects(config: model.ConfigData, spec: Resource) -> list[Any]:
+def _sorted_objects(config: model.ConfigData, spec: Resource) -> list[QueryObject]:
     return sorted(spec.objects(config), key=attrgetter("name"))
 
 
 def answer(config: model.ConfigData, resource: str, fields: Sequence[str],
-           live: Snapshot) -> dict[str, Any]:
+           live: Snapshot) -> JsonObject:
     """Ganeti's query answer: the asked fields of every object, by name."""
     spec = RESOURCES[resource]
     objects = _sorted_objects(config, spec)
@@ -512,7 +513,7 @@ class InstanceRows:
                live: Snapshot) -> bytearray:
         spec = RESOURCES["instance"]
         runs = _runs(fields)
-        objects: list[model.Instance] = _sorted_objects(config, spec)
+        objects = sorted(config.instances.values(), key=attrgetter("name"))
         rows = self._rows(config, objects, fields, runs)
         out = bytearray(b'{"fields":')
         out += _ENCODE([definition(f, spec.fields) for f in fields])
@@ -554,60 +555,3 @@ def encode_answer(config: model.ConfigData, resource: str, fields: Sequence[str]
 
 def split_fields(text: str) -> list[str]:
     return [f.strip() for f in text.split(",") if f.strip()]
-
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    from herder.masterd import rapi
-
-    def resource_of(request: web.Request) -> str:
-        name = request.match_info["resource"]
-        if name not in RESOURCES:
-            raise rapi.RapiHttpError(
-                404, f"herder's query resource answers {' and '.join(sorted(RESOURCES))}, "
-                     f"not {name!r}")
-        return name
-
-    async def respond(request: web.Request, resource: str, fields: list[str]) -> web.Response:
-        config = rapi.config_of(request)
-        # the nodes are asked for their figures only when a field needs them (a group list,
-        # or a node list of names and roles, waits for no node)
-        live = await rapi.live_of(request, config) if needs_live(resource, fields) else EMPTY
-        return web.Response(body=encode_answer(config, resource, fields, live),
-                            content_type=rapi.JSON)
-
-    # Ganeti lets readers query with GET and PUT; herder's rule for every method but GET is
-    # rapi-write (docs/security.md), so readers query with GET
-    @rapi.ROUTES.allow(access.RAPI_READ)
-    async def query_get(request: web.Request) -> web.Response:
-        resource = resource_of(request)
-        if "fields" not in request.query:
-            raise rapi.RapiHttpError(400, "Missing 'fields' query argument")
-        return await respond(request, resource, split_fields(request.query["fields"]))
-
-    @rapi.ROUTES.allow(access.RAPI_WRITE)
-    async def query_put(request: web.Request) -> web.Response:
-        resource = resource_of(request)
-        body = rapi.body_dict(await rapi.body_of(request, default={}))
-        if body.get("qfilter") is not None or body.get("filter") is not None:
-            raise rapi.RapiHttpError(400, "herder's query resource takes no filter; ask for "
-                                          "the fields and filter the rows")
-        fields = body.get("fields")
-        if fields is None:
-            if "fields" not in request.query:
-                raise rapi.RapiHttpError(400, "Missing 'fields' query argument")
-            fields = split_fields(request.query["fields"])
-        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-            raise rapi.RapiHttpError(400, "'fields' must be a list of field names")
-        return await respond(request, resource, fields)
-
-    @rapi.ROUTES.allow(access.RAPI_READ)
-    async def query_fields(request: web.Request) -> web.Response:
-        resource = resource_of(request)
-        table = RESOURCES[resource].fields
-        names = split_fields(request.query["fields"]) if "fields" in request.query \
-            else sorted(table)
-        return rapi.ok({"fields": [definition(f, table) for f in names]})
-
-    router.add_get("/2/query/{resource}", query_get)
-    router.add_put("/2/query/{resource}", query_put)
-    router.add_get("/2/query/{resource}/fields", query_fields)

@@ -33,6 +33,7 @@ announced itself), within the trigger's interval.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -43,7 +44,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -56,6 +57,9 @@ from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST
 from herder.core.rpcdefs import file_calls, node_calls
 from herder.masterd import hvfiles
+
+if TYPE_CHECKING:  # the daemon runs `watch` as its task: it imports this module
+    from herder.masterd.daemon import MasterDaemon
 
 log = logging.getLogger("herder.masterd.redist")
 
@@ -509,14 +513,12 @@ def due(reachability: Reachability, uuid: str, owed_since: float, retry_at: floa
         reachability.clock() >= retry_at
 
 
-async def watch(daemon: Any, stop: Any, interval: float | None = None,
+async def watch(daemon: MasterDaemon, stop: asyncio.Event, interval: float | None = None,
                 retry: float = 10.0) -> None:
     """masterd's trigger: every `interval` seconds (its master check interval), when the
     config serial or the job queue changed since the last push, push (not full); else push to
     the nodes a push failed for that are `due` (`retry` seconds after an error that was not
     an unreachable node). Errors are logged, never raised."""
-    import asyncio
-
     if getattr(daemon, "lease", None) is not None:
         # etcd backend: the config and the job queue live in etcd, replicated by it; the
         # files of a file-backed master are not there to push (docs/ha.md)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import platform
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
 from herder import __version__
 from herder.core import model, params, roles
+from herder.core.jsonvalue import JsonObject
 from herder.masterd import livefields
 from herder.masterd.livecache import EMPTY, Snapshot
 
@@ -21,8 +21,9 @@ PROTOCOL_VERSION = 3000000
 OS_API_VERSION = 20
 EXPORT_VERSION = 0
 
+
 def node_view(config: model.ConfigData, node: model.Node,
-              live: Snapshot = EMPTY) -> dict[str, Any]:
+              live: Snapshot = EMPTY) -> JsonObject:
     """Ganeti's N_FIELDS; the live figures from `live` (null where Ganeti's would be: node
     offline, not answering, or a figure it does not report)."""
     primaries = [i.name for i in config.primary_instances(node.uuid)]
@@ -42,13 +43,13 @@ def node_view(config: model.ConfigData, node: model.Node,
     }
 
 
-def _node_figures(config: model.ConfigData, node: model.Node, live: Snapshot) -> dict[str, Any]:
+def _node_figures(config: model.ConfigData, node: model.Node, live: Snapshot) -> JsonObject:
     figures = livefields.values(livefields.node_fields(config, node, live))
     figures.pop("bootid")  # a query field, not one of the bulk answers' N_FIELDS
     return figures
 
 
-def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, Any]:
+def group_view(config: model.ConfigData, group: model.NodeGroup) -> JsonObject:
     members = [n.name for n in config.group_nodes(group.uuid)]
     return {
         "name": group.name, "uuid": group.uuid, "alloc_policy": group.alloc_policy,
@@ -67,13 +68,13 @@ def group_view(config: model.ConfigData, group: model.NodeGroup) -> dict[str, An
 
 
 def instance_view(config: model.ConfigData, inst: model.Instance,
-                  live: Snapshot = EMPTY) -> dict[str, Any]:
+                  live: Snapshot = EMPTY) -> JsonObject:
     """Ganeti's I_FIELDS (and a few more); the run state from `live`."""
     return {**livefields.values(livefields.instance_fields(config, inst, live)),
             **_instance_config_view(config, inst)}
 
 
-def instance_context(config: model.ConfigData) -> tuple[Any, ...]:
+def instance_context(config: model.ConfigData) -> tuple[object, ...]:
     """What an instance's encoded config fields depend on beyond the instance itself: the
     cluster, groups and networks (filled parameters) and the nodes (their names). A change
     replaces the objects it touched, so the same objects mean the same fields."""
@@ -81,7 +82,7 @@ def instance_context(config: model.ConfigData) -> tuple[Any, ...]:
             *config.nodes.values())
 
 
-def same_context(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+def same_context(one: tuple[object, ...], other: tuple[object, ...]) -> bool:
     return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
 
 
@@ -93,7 +94,7 @@ class InstanceViews:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._context: tuple[Any, ...] = ()
+        self._context: tuple[object, ...] = ()
         self._encoded: dict[str, tuple[model.Instance, bytes]] = {}
 
     def encode(self, config: model.ConfigData, instances: Iterable[model.Instance],
@@ -131,7 +132,7 @@ class InstanceViews:
         return answer
 
 
-def _instance_config_view(config: model.ConfigData, inst: model.Instance) -> dict[str, Any]:
+def _instance_config_view(config: model.ConfigData, inst: model.Instance) -> JsonObject:
     group = config.instance_group(inst)
     nics = [config.filled_nicparams(nic, group) for nic in inst.nics]
     be = config.filled_beparams(inst)
@@ -163,7 +164,7 @@ def _instance_config_view(config: model.ConfigData, inst: model.Instance) -> dic
     }
 
 
-def cluster_view(config: model.ConfigData) -> dict[str, Any]:
+def cluster_view(config: model.ConfigData) -> JsonObject:
     c = config.cluster
     default_hv = c.enabled_hypervisors[0] if c.enabled_hypervisors else None
     allocate = c.default_iallocators.get("allocate", [])
@@ -206,5 +207,5 @@ def cluster_view(config: model.ConfigData) -> dict[str, Any]:
     }
 
 
-def maintenance_view(config: model.ConfigData) -> dict[str, Any]:
+def maintenance_view(config: model.ConfigData) -> JsonObject:
     return model.to_builtins(config.maintenance)

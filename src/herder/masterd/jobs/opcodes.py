@@ -146,7 +146,7 @@ def _uid_ranges(field: str, ranges: list[tuple[int, int]] | None) -> None:
 COLLECTOR_SETTINGS = ("active", "interval", "min_interval", "max_interval")
 
 
-def _collector_settings(collector: str, settings: Mapping[str, Any]) -> None:
+def _collector_settings(collector: str, settings: Mapping[str, object]) -> None:
     """herder's data collector settings: known keys, a boolean, positive finite intervals
     (None re-derives a bound)."""
     unknown = set(settings) - set(COLLECTOR_SETTINGS)
@@ -169,7 +169,7 @@ _MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", re.IGNORECASE)
 NIC_IP_SPECIAL = frozenset({"none", "auto", "pool"})
 
 
-def _refuse_unknown(where: str, spec: dict[str, Any], known: frozenset[str]) -> None:
+def _refuse_unknown(where: str, spec: Mapping[str, object], known: frozenset[str]) -> None:
     unknown = set(spec) - known
     if unknown:
         raise ValueError(f"{where}: unknown parameter(s) {', '.join(sorted(map(str, unknown)))}"
@@ -919,7 +919,7 @@ ALL_OPCODES: tuple[type[OpCode], ...] = tuple(_defined(OpCode))
 BY_ID: dict[str, type[OpCode]] = {op_id_of(cls): cls for cls in ALL_OPCODES}
 
 
-def parse(data: Any) -> OpCode:
+def parse(data: object) -> OpCode:
     """An opcode from its dict form; OpcodeError names what is wrong."""
     if isinstance(data, OpCode):
         return data

@@ -153,10 +153,10 @@ class JobContext:
 
 
 class Processor(Protocol):
-    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> Any: ...
+    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object: ...
 
 
-def error_result(err: BaseException) -> list[Any]:
+def error_result(err: BaseException) -> list[object]:
     """Ganeti's encoded error: [class name, [message, ...]]."""
     kind = getattr(err, "ganeti_class", None) or type(err).__name__
     args = getattr(err, "ganeti_args", None) or [str(err)]
@@ -405,8 +405,8 @@ class JobQueue:
 
     # --- the API --------------------------------------------------------------------------------
 
-    def submit(self, ops: Sequence[dict[str, Any] | opcodes.OpCode], *,
-               reason: Iterable[list[Any]] = ()) -> int:
+    def submit(self, ops: Sequence[dict[str, object] | opcodes.OpCode], *,
+               reason: Iterable[list[object]] = ()) -> int:
         """Queue a job; every opcode is validated first (nothing is queued if one is bad)."""
         if not ops:
             raise opcodes.OpcodeError("a job needs at least one opcode")
@@ -475,7 +475,7 @@ class JobQueue:
         with self._cond:
             return job_fields(self.get(job_id), fields)
 
-    def _change_since(self, job_id: int, fields: Sequence[str], prev_info: Any,
+    def _change_since(self, job_id: int, fields: Sequence[str], prev_info: object,
                       prev_serial: int | None) -> dict[str, Any] | None:
         """What changed since the caller's view (caller holds the condition); None: nothing."""
         job = self._jobs.get(job_id)
@@ -488,7 +488,7 @@ class JobQueue:
             return {"job_info": info, "log_entries": entries}
         return None
 
-    def wait_for_change(self, job_id: int, fields: Sequence[str], prev_info: Any,
+    def wait_for_change(self, job_id: int, fields: Sequence[str], prev_info: object,
                         prev_serial: int | None, timeout: float) -> dict[str, Any] | None:
         """Block until the job's `fields` differ from `prev_info`, a log entry newer than
         `prev_serial` appears, or the job is finished; None after `timeout` seconds."""
@@ -503,7 +503,7 @@ class JobQueue:
                     return None
                 self._cond.wait(remaining)
 
-    async def wait_for_change_async(self, job_id: int, fields: Sequence[str], prev_info: Any,
+    async def wait_for_change_async(self, job_id: int, fields: Sequence[str], prev_info: object,
                                     prev_serial: int | None,
                                     timeout: float) -> dict[str, Any] | None:
         """`wait_for_change` for an event loop: the waiter holds no thread while it waits (the

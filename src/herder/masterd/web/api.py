@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -26,7 +27,7 @@ from aiohttp import web
 
 from herder.core import access, model, ports
 from herder.core.errors import NotFoundError
-from herder.masterd import rapi
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, live_of, ok
 from herder.masterd.web import overview, streams
 from herder.masterd.web.context import WebContext
 
@@ -40,9 +41,9 @@ JOB_FIELDS = ["id", "status", "summary", "received_ts", "start_ts", "end_ts", "o
 
 
 def web_of(request: web.Request) -> WebContext:
-    ctx = rapi.ctx_of(request).web
+    ctx = ctx_of(request).web
     if ctx is None:
-        raise rapi.RapiHttpError(404, "this server has no web console")
+        raise RapiHttpError(404, "this server has no web console")
     return ctx
 
 
@@ -71,7 +72,7 @@ async def maintd_overview(request: web.Request, config: model.ConfigData
 
 
 def recent_jobs(request: web.Request, fields: list[str]) -> list[dict[str, Any]]:
-    queue = rapi.ctx_of(request).queue
+    queue = ctx_of(request).queue
     found = []
     for job_id in queue.job_ids()[-JOBS_LOOKED_AT:]:
         try:
@@ -81,15 +82,15 @@ def recent_jobs(request: web.Request, fields: list[str]) -> list[dict[str, Any]]
     return found
 
 
-async def overview_of(request: web.Request) -> dict[str, Any]:
+async def overview_of(request: web.Request) -> overview.Overview:
     """The overview; one built within OVERVIEW_EVERY / 2 seconds is shared (every open page's
     events stream asks each second)."""
     ctx = web_of(request)
     now = time.monotonic()
     if ctx.overview_last is not None and now - ctx.overview_last[0] < OVERVIEW_EVERY / 2:
         return ctx.overview_last[1]
-    config = rapi.config_of(request)
-    live = await rapi.live_of(request, config)
+    config = config_of(request)
+    live = await live_of(request, config)
     maintd, error = await maintd_overview(request, config)
     jobs = recent_jobs(request, ["id", "status", "summary", "received_ts"])
     latest = {uuid: ctx.samples.latest(uuid) for uuid in config.nodes}
@@ -100,53 +101,54 @@ async def overview_of(request: web.Request) -> dict[str, Any]:
     return built
 
 
-@rapi.ROUTES.allow(access.RAPI_READ)
+@ROUTES.allow(access.RAPI_READ)
 async def overview_route(request: web.Request) -> web.Response:
-    return rapi.ok(await overview_of(request))
+    return ok(await overview_of(request))
 
 
-@rapi.ROUTES.allow(access.RAPI_READ)
+@ROUTES.allow(access.RAPI_READ)
 async def node_samples(request: web.Request) -> web.Response:
-    config = rapi.config_of(request)
-    node = rapi.find(config.find_node, request.match_info["name"])
+    config = config_of(request)
+    node = find(config.find_node, request.match_info["name"])
     try:
         since = float(request.query.get("since", "0"))
     except ValueError:
-        raise rapi.RapiHttpError(400, "since must be a time (seconds since the epoch)") from None
-    live = await rapi.live_of(request, config)
+        raise RapiHttpError(400, "since must be a time (seconds since the epoch)") from None
+    live = await live_of(request, config)
     info = live.info(node.uuid)
     samples = web_of(request).samples
-    return rapi.ok({"node": node.name, "interval": samples.interval, "keep": samples.keep,
-                    "samples": samples.of(node.uuid, since),
-                    "storage": [] if info is None else [model.to_builtins(u)
-                                                        for u in info.storage],
-                    "error": live.error(node.uuid)})
+    return ok({"node": node.name, "interval": samples.interval, "keep": samples.keep,
+               "samples": samples.of(node.uuid, since),
+               "storage": [] if info is None else [model.to_builtins(u) for u in info.storage],
+               "error": live.error(node.uuid)})
 
 
-def names_instance(job: dict[str, Any], name: str) -> bool:
-    return any(isinstance(op, dict) and name in (op.get("instance_name"),
-                                                 op.get("instance_uuid"))
-               for op in job.get("ops") or [])
+def names_instance(job: Mapping[str, object], name: str) -> bool:
+    """Whether an opcode of the job (its `ops`) names the instance."""
+    ops = job.get("ops")
+    return isinstance(ops, list) and any(
+        isinstance(op, dict) and name in (op.get("instance_name"), op.get("instance_uuid"))
+        for op in ops)
 
 
-@rapi.ROUTES.allow(access.RAPI_READ)
+@ROUTES.allow(access.RAPI_READ)
 async def instance_jobs(request: web.Request) -> web.Response:
-    config = rapi.config_of(request)
-    inst = rapi.find(config.find_instance, request.match_info["name"])
+    config = config_of(request)
+    inst = find(config.find_instance, request.match_info["name"])
     jobs = recent_jobs(request, ["id", "status", "summary", "ops", "received_ts", "end_ts"])
-    return rapi.ok([{k: v for k, v in job.items() if k != "ops"} for job in jobs
-                    if names_instance(job, inst.name) or names_instance(job, inst.uuid)])
+    return ok([{k: v for k, v in job.items() if k != "ops"} for job in jobs
+               if names_instance(job, inst.name) or names_instance(job, inst.uuid)])
 
 
-@rapi.ROUTES.allow(access.RAPI_READ)
+@ROUTES.allow(access.RAPI_READ)
 async def maintd_route(request: web.Request) -> web.Response:
-    answer, error = await maintd_overview(request, rapi.config_of(request))
+    answer, error = await maintd_overview(request, config_of(request))
     if answer is None:
-        raise rapi.RapiHttpError(503, error or "maintd gave no answer")
-    return rapi.ok(answer)
+        raise RapiHttpError(503, error or "maintd gave no answer")
+    return ok(answer)
 
 
-def sse(event: str, data: Any) -> bytes:
+def sse(event: str, data: object) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
@@ -174,7 +176,7 @@ async def _stream_overview(request: web.Request, response: web.StreamResponse) -
 
 
 async def _stream_job(request: web.Request, response: web.StreamResponse, job_id: int) -> None:
-    queue = rapi.ctx_of(request).queue
+    queue = ctx_of(request).queue
     await response.write(sse("job", {"job_info": queue.info(job_id, JOB_FIELDS),
                                      "log_entries": []}))
     prev_info: Any = None
@@ -204,20 +206,20 @@ async def _stream_job(request: web.Request, response: web.StreamResponse, job_id
             return
 
 
-@rapi.ROUTES.allow(access.RAPI_READ)
+@ROUTES.allow(access.RAPI_READ)
 async def events(request: web.Request) -> web.StreamResponse:
     web_of(request)  # 404 at once on a server without the console
     job_id: int | None = None
     if "job" in request.query:
         try:
             job_id = int(request.query["job"])
-            rapi.ctx_of(request).queue.get(job_id)
+            ctx_of(request).queue.get(job_id)
         except ValueError:
-            raise rapi.RapiHttpError(400, f"invalid job id {request.query['job']!r}") from None
+            raise RapiHttpError(400, f"invalid job id {request.query['job']!r}") from None
         except NotFoundError as err:
-            raise rapi.RapiHttpError(404, str(err)) from None
+            raise RapiHttpError(404, str(err)) from None
     else:
-        rapi.config_of(request)  # 503 at once when there is no config
+        config_of(request)  # 503 at once when there is no config
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-store",
                                            "X-Accel-Buffering": "no"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from herder.masterd.web.overview import Overview
 from herder.masterd.web.samples import NodeSamples
 from herder.masterd.web.sessions import SessionStore
 
@@ -18,4 +19,4 @@ class WebContext:
     maintd_url: str | None = None
     # the last answer of maintd: (monotonic time, overview or None, why none)
     maintd_last: tuple[float, dict[str, Any] | None, str | None] | None = None
-    overview_last: tuple[float, dict[str, Any]] | None = None  # (monotonic time, overview)
+    overview_last: tuple[float, Overview] | None = None  # (monotonic time, overview)

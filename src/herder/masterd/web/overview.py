@@ -15,7 +15,7 @@ Alerts, each `{kind, subject, message}`:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, TypedDict
 
 from herder.core import model, roles
 from herder.masterd import livefields
@@ -25,9 +25,49 @@ FINISHED_JOB = frozenset({"success", "error", "canceled"})
 OPEN_REPAIR = frozenset({"noted", "pending"})
 
 
+class NodeRow(TypedDict):
+    """A node on the overview: its role and state, the live figures (None: not known), its
+    instance counts, maintd's view of it (diagnose, daemons, open or failed incidents)."""
+
+    name: str
+    uuid: str
+    role: str
+    state: str  # online | drained | offline
+    mtotal: object
+    mfree: object
+    dtotal: object
+    dfree: object
+    ctotal: object
+    live_error: str | None
+    pinst_cnt: int
+    sinst_cnt: int
+    diagnose: object  # the diagnose report's status (maintd's reports)
+    diagnose_error: object
+    daemons_bad: dict[str, str] | None
+    incidents: list[dict[str, Any]]
+
+
+class InstanceRow(TypedDict):
+    name: str
+    status: str  # Ganeti's run status (`running`, `ERROR_down`, ...)
+    pnode: str
+    snodes: list[str]
+    disk_template: str
+
+
+class Overview(TypedDict):
+    cluster: dict[str, str]
+    nodes: list[NodeRow]
+    instances: list[InstanceRow]
+    instance_states: dict[str, int]
+    jobs: list[dict[str, Any]]
+    alerts: list[dict[str, str]]
+    maintd: dict[str, object] | None
+
+
 def node_row(config: model.ConfigData, node: model.Node, live: Snapshot,
              incidents: list[dict[str, Any]], reports: dict[str, dict[str, Any]],
-             daemons_bad: dict[str, str] | None = None) -> dict[str, Any]:
+             daemons_bad: dict[str, str] | None = None) -> NodeRow:
     """`daemons_bad`: the node's daemons whose collector is not OK (None: not known)."""
     figures = livefields.values(livefields.node_fields(config, node, live))
     report = reports.get(node.uuid) or {}
@@ -51,14 +91,14 @@ def node_row(config: model.ConfigData, node: model.Node, live: Snapshot,
 
 
 def instance_row(config: model.ConfigData, inst: model.Instance,
-                 live: Snapshot) -> dict[str, Any]:
-    status = livefields.values(livefields.instance_fields(config, inst, live))["status"]
+                 live: Snapshot) -> InstanceRow:
+    status = str(livefields.values(livefields.instance_fields(config, inst, live))["status"])
     return {"name": inst.name, "status": status, "pnode": config.node_name(inst.primary_node),
             "snodes": [config.node_name(n) for n in inst.secondary_nodes],
             "disk_template": inst.disk_template}
 
 
-def alerts(config: model.ConfigData, nodes: list[dict[str, Any]],
+def alerts(config: model.ConfigData, nodes: list[NodeRow],
            incidents: list[dict[str, Any]], maintd_error: str | None) -> list[dict[str, str]]:
     found: list[dict[str, str]] = []
     unreachable = {n["uuid"] for n in nodes if n["state"] != "offline" and n["live_error"]}
@@ -104,7 +144,7 @@ def alerts(config: model.ConfigData, nodes: list[dict[str, Any]],
 
 def build(config: model.ConfigData, live: Snapshot, jobs: list[dict[str, Any]],
           maintd: dict[str, Any] | None, maintd_error: str | None,
-          daemons_bad: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+          daemons_bad: dict[str, dict[str, str]] | None = None) -> Overview:
     """The overview: `cluster`, `nodes`, `instances` (rows and a count per status), running
     `jobs`, `alerts`, `maintd` (its last tick and rounds; None when it cannot be asked).
     `daemons_bad`: node UUID -> its daemons that are not OK (a node left out: not known)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from aiohttp import web
 
 from herder.core import access, login_backoff
-from herder.masterd import rapi
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, error_response, ok
 from herder.masterd.web import auth
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER, csrf_matches
 
@@ -52,17 +52,17 @@ def _see_other(location: str) -> web.Response:
 
 
 def _session_of(request: web.Request) -> auth.SessionCaller:
-    ctx = rapi.ctx_of(request)
+    ctx = ctx_of(request)
     return auth.session_caller(request, ctx.users,
                                None if ctx.web is None else ctx.web.sessions)
 
 
-@rapi.ROUTES.allow(access.ANYONE)
+@ROUTES.allow(access.ANYONE)
 async def ui_redirect(request: web.Request) -> web.Response:
     return _see_other("/ui/")
 
 
-@rapi.ROUTES.allow(access.ANYONE)
+@ROUTES.allow(access.ANYONE)
 async def console(request: web.Request) -> web.Response:
     caller = _session_of(request)
     if caller.session is None:
@@ -70,16 +70,16 @@ async def console(request: web.Request) -> web.Response:
     return _page("index.html")
 
 
-@rapi.ROUTES.allow(access.ANYONE)
+@ROUTES.allow(access.ANYONE)
 async def login_form(request: web.Request) -> web.Response:
     return _page("login.html", message=WHY.get(request.query.get("why", ""), ""))
 
 
-@rapi.ROUTES.allow(access.WEB_LOGIN)
+@ROUTES.allow(access.WEB_LOGIN)
 async def login(request: web.Request) -> web.Response:
-    ctx = rapi.ctx_of(request)
+    ctx = ctx_of(request)
     if ctx.web is None:
-        raise rapi.RapiHttpError(404, "this server has no web console")
+        raise RapiHttpError(404, "this server has no web console")
     if not auth.same_origin(request):  # no login forced on a browser by a foreign page
         return _page("login.html", 403, message="A login from another site is refused.")
     if (request.content_length or 0) > MAX_FORM:
@@ -103,7 +103,7 @@ async def login(request: web.Request) -> web.Response:
     return response
 
 
-@rapi.ROUTES.allow(access.WEB_LOGIN)
+@ROUTES.allow(access.WEB_LOGIN)
 async def logout(request: web.Request) -> web.Response:
     caller = _session_of(request)
     if caller.session is not None:
@@ -112,7 +112,7 @@ async def logout(request: web.Request) -> web.Response:
         if not csrf_matches(caller.session, token):
             return _page("login.html", 403, message="Logout refused: the form carries no "
                                                      "valid CSRF token.")
-        ctx = rapi.ctx_of(request)
+        ctx = ctx_of(request)
         assert ctx.web is not None  # a session exists only with a web console
         ctx.web.sessions.drop(caller.session.id)
     response = _see_other("/ui/login?why=out")
@@ -120,21 +120,21 @@ async def logout(request: web.Request) -> web.Response:
     return response
 
 
-@rapi.ROUTES.allow(access.ANYONE)
+@ROUTES.allow(access.ANYONE)
 async def whoami(request: web.Request) -> web.Response:
     caller = _session_of(request)
     if caller.session is None or caller.user is None:
-        return rapi.error_response(401, caller.problem or "not logged in")
-    return rapi.ok({"user": caller.user.name, "write": caller.user.can_write,
-                    "csrf": caller.session.csrf})
+        return error_response(401, caller.problem or "not logged in")
+    return ok({"user": caller.user.name, "write": caller.user.can_write,
+               "csrf": caller.session.csrf})
 
 
-@rapi.ROUTES.allow(access.ANYONE)
+@ROUTES.allow(access.ANYONE)
 async def static(request: web.Request) -> web.Response:
     relative = request.match_info["path"]
     path = (STATIC / relative).resolve()
     if not path.is_relative_to(STATIC) or not path.is_file():
-        raise rapi.RapiHttpError(404, f"no such file: {relative}")
+        raise RapiHttpError(404, f"no such file: {relative}")
     kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     if path.suffix == ".js":
         kind = "text/javascript"
