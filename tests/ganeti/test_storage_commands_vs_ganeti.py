@@ -169,38 +169,33 @@ def detach_loops(images: Path) -> None:
 
 
 @contextlib.contextmanager
-def holding_loop0(directory: Path) -> Iterator[None]:
-    """/dev/loop0 taken by a file of ours for the duration. Both Ganeti's ExtStorageDevice and
+def holding_loop0(directory: Path) -> Iterator[bool]:
+    """/dev/loop0 taken by a file of ours for the duration when it is free within a few
+    seconds (True), else left to whoever holds it (False). Both Ganeti's ExtStorageDevice and
     herder's treat a device of minor 0 as not attached (`if not self.minor`) and run `attach`
-    once more before a `detach`; holding loop0 gives both sides a nonzero minor whatever other
-    tests do with loop devices meanwhile, so their script sequences are comparable."""
+    once more before a `detach`; loop0 held gives both sides a nonzero minor, so their script
+    sequences are comparable. A simulated cluster of another module may hold loop0 for
+    minutes: then it is held, just not by us, and may be let go while we run."""
     filler = directory / "loop0.img"
     filler.write_bytes(b"\0" * 4096)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 10
     while subprocess.run(["losetup", "/dev/loop0", str(filler)], capture_output=True,
                          check=False).returncode != 0:
         if time.monotonic() > deadline:
-            pytest.fail("/dev/loop0 stayed busy for 120 s")
-        time.sleep(0.5)  # another test's device: theirs are short-lived
+            yield False
+            return
+        time.sleep(0.5)
     try:
-        yield
+        yield True
     finally:
         subprocess.run(["losetup", "-d", "/dev/loop0"], capture_output=True, check=False)
 
 
-def test_ext_scripts_and_environment_equal_ganetis(tmp_path: Path) -> None:
-    """Each provider script Ganeti runs, in its order, with the same VOL_*/EXTP_* environment
-    and working directory, for the same disk; both make, grow and remove the volume."""
-    if not harness.ganeti_available():
-        pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
-    free_loop = subprocess.run(["losetup", "-f"], capture_output=True, check=False)
-    if os.geteuid() != 0 or free_loop.returncode != 0:
-        pytest.skip("needs root and a free loop device")
+def run_both_sides(tmp_path: Path, calls: list[list[Any]]) -> tuple[dict[str, Any], bool]:
+    """Ganeti's and herder's runs of `calls`, and whether loop0 was ours throughout."""
     images = tmp_path / "images"  # EXTP_DIR: the same for both sides
-    images.mkdir()
-    calls = ext_scenario(images)
     results = {}
-    with holding_loop0(tmp_path):
+    with holding_loop0(tmp_path) as ours:
         try:
             for side in ("ganeti", "herder"):
                 logs = tmp_path / side / "logs"
@@ -215,6 +210,26 @@ def test_ext_scripts_and_environment_equal_ganetis(tmp_path: Path) -> None:
                 assert not list(images.iterdir()), f"{side} left the volume behind"
         finally:
             detach_loops(images)
+    return results, ours
+
+
+def test_ext_scripts_and_environment_equal_ganetis(tmp_path: Path) -> None:
+    """Each provider script Ganeti runs, in its order, with the same VOL_*/EXTP_* environment
+    and working directory, for the same disk; both make, grow and remove the volume."""
+    if not harness.ganeti_available():
+        pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
+    free_loop = subprocess.run(["losetup", "-f"], capture_output=True, check=False)
+    if os.geteuid() != 0 or free_loop.returncode != 0:
+        pytest.skip("needs root and a free loop device")
+    for attempt in range(3):
+        # a fresh directory per attempt: the images and the EXTP_DIR paths stay the same
+        # length, so the recorded environments compare equal between the sides
+        work = tmp_path / f"attempt{attempt}"
+        (work / "images").mkdir(parents=True)
+        calls = ext_scenario(work / "images")
+        results, loop0_ours = run_both_sides(work, calls)
+        if loop0_ours or results["herder"]["scripts"] == results["ganeti"]["scripts"]:
+            break  # else loop0 may have come free under one side only: run both again
     theirs, ours = results["ganeti"], results["herder"]
     assert ours["scripts"] == theirs["scripts"]
     assert ours["errors"] == [None] * len(calls)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from herder.core.store import FileStore
-from tests.simhelpers import config, herder, on, running_sim, wait_for, worker_offset
+from tests import simaddresses
+from tests.simhelpers import config, herder, on, running_sim, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +29,8 @@ FINAL = {"success", "error", "canceled"}
 
 
 def first_ip() -> int:
-    """127.0.0.240-250: away from the 100-229 of the other simulated-cluster tests."""
-    return 240 + worker_offset(4, 3)
+    """This module's addresses (tests/simaddresses.py)."""
+    return simaddresses.first_ip("ha_failover")
 
 
 @pytest.fixture(scope="module")

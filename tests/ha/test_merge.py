@@ -209,12 +209,11 @@ def test_cli_needs_the_borrowed_secrets_and_the_master(tmp_path) -> None:
 
 
 def first_ips() -> tuple[int, int]:
-    """127.0.0.180-185 for xdist worker 0 (two clusters of 2 nodes: 3 addresses each),
-    186-191 for worker 1: away from 100-179 (system, maintd), 190-199 (redist) and 200-255
-    (instmon, ha failover)."""
-    from tests.simhelpers import worker_offset
+    """This module's addresses (tests/simaddresses.py): two clusters of 2 nodes, 3 addresses
+    each."""
+    from tests import simaddresses
 
-    base = 180 + worker_offset(6, 2)
+    base = simaddresses.first_ip("merge")
     return base, base + 3
 
 

@@ -283,10 +283,10 @@ def test_noded_config_copy_waits_for_the_writers_lock(noded, tmp_path):
 # --- on a simulated cluster ---------------------------------------------------------------------
 
 def first_ip() -> int:
-    """127.0.0.190-198: away from the addresses of the other simulated-cluster tests."""
-    from tests.simhelpers import worker_offset
+    """This module's addresses (tests/simaddresses.py)."""
+    from tests import simaddresses
 
-    return 190 + worker_offset(3, 3)
+    return simaddresses.first_ip("redist")
 
 
 @pytest.fixture(scope="module")

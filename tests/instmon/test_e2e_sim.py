@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.simhelpers import config, domains, herder, on, running_sim, wait_for, worker_offset
+from tests import simaddresses
+from tests.simhelpers import config, domains, herder, on, running_sim, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -23,9 +24,8 @@ OPTOUT = "herder:instmon:norecover"
 
 
 def first_ip() -> int:
-    """Distinct addresses per xdist worker, away from the other simulated clusters' (100-199)
-    and the vcluster's (10-13)."""
-    return 200 + worker_offset(10, 5)
+    """This module's addresses (tests/simaddresses.py)."""
+    return simaddresses.first_ip("instmon_e2e")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from herder.sim import cluster
-from tests.simhelpers import config, domains, herder, on, running_sim, wait_for, worker_offset
+from tests import simaddresses
+from tests.simhelpers import config, domains, herder, on, running_sim, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ OK = {"status": "Ok", "command": "", "details": {}}
 
 
 def first_ip() -> int:
-    return 160 + worker_offset(10, 4)
+    return simaddresses.first_ip("maintd_e2e")
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +254,13 @@ def test_failing_job_fails_the_incident_tags_the_node_and_stops(sim) -> None:
 
 def test_each_nodes_mond_finds_its_own_daemons(sim) -> None:
     """Every daemon writes `/run/herder/<daemon>.pid` on its own host; each node's mond daemon
-    collectors find them there (the processes its supervisor runs, not another node's)."""
+    collectors find them there (the processes its supervisor runs, not another node's).
+    Every host is still up: the nodes the evacuations above took offline stood down alive,
+    their watchdogs disarmed, not reset."""
+    keeper_log = Path(sim.directory, "keeper.log")
+    resets = [line for line in keeper_log.read_text().splitlines()
+              if "resetting the host" in line] if keeper_log.exists() else []
+    assert not resets, resets
     master = master_of(sim)
     for node in sim.nodes:
         host = sim.host(node.name)

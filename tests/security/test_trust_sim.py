@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests import simaddresses
 from tests.simhelpers import (
     config,
     herder,
@@ -33,7 +34,6 @@ from tests.simhelpers import (
     running_sim,
     wait_for,
     where,
-    worker_offset,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
@@ -68,7 +68,7 @@ key, _, cert = pem.partition(b"-----END PRIVATE KEY-----\\n")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     # 127.0.0.100-103 (xdist worker 0) or 104-107: no other simulated cluster's addresses
     running = running_sim(tmp_path_factory.mktemp("trust"), 3, guests="qemu",
-                          first_ip=100 + worker_offset(4, 2))
+                          first_ip=simaddresses.first_ip("trust_sim"))
     state = next(running)
     try:
         herder(state, "instance", "add", GUEST, "--no-name-check", "-t", "sharedfile",

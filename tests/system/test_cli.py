@@ -147,6 +147,11 @@ def test_modify_maintenance_balance_settings(cluster) -> None:
             maint.balance_dynamic_load) == (True, 0.3, False, True)
     out = cluster("cluster", "info").out
     assert "balance disk moves: N" in out and "balance dynamic load: Y" in out
+    # node recovery: on by default, the cluster's switch beside maintd's flag
+    assert maint.node_recovery is True and "node recovery: Y" in out
+    assert cluster("cluster", "modify", "--maintenance-node-recovery", "no").code == 0
+    assert FileStore(cluster.config_path).load().maintenance.node_recovery is False
+    assert "node recovery: N" in cluster("cluster", "info").out
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -176,7 +181,7 @@ def test_modify_errors_are_one_line_and_write_nothing(cluster, args, message: st
 
 def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     assert cluster("node", "add", "node2.example.com", "--ip", "192.0.2.12",
-                   "--secondary-ip", "198.51.100.12").code == 0
+                   "--secondary-ip", "198.51.100.12", "--no-node-check").code == 0
     uuid = json.loads(cluster("node", "info", "node2", "--json").out)[0]["uuid"]
     assert cluster("node", "modify", "node2", "--rename", "node9.example.com").code == 0
     info = json.loads(cluster("node", "info", uuid, "--json").out)[0]
@@ -185,6 +190,15 @@ def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     listed = json.loads(cluster("node", "list", "--json").out)
     assert {n["name"]: n["drained"] for n in listed} == {
         "node1.example.com": False, "node9.example.com": True}
+    # offline (a dead node's mark) demotes it; online again, it is promoted again (Ganeti's
+    # auto-promotion: the pool of 10 wants both nodes)
+    assert cluster("node", "modify", uuid, "--offline", "yes").code == 0
+    assert not FileStore(cluster.config_path).load().nodes[uuid].master_candidate
+    back = cluster("node", "modify", uuid, "--offline", "no")
+    assert back.code == 0, back.err
+    node = FileStore(cluster.config_path).load().nodes[uuid]
+    assert node.master_candidate and not node.offline and not node.drained
+    assert cluster("node", "modify", uuid, "--drained", "yes").code == 0
     table = cluster("node", "list").out.splitlines()
     assert table[0].split()[:3] == ["Node", "Role", "Group"]
     assert any(line.startswith("node9.example.com") for line in table)
@@ -214,7 +228,7 @@ def test_groups(cluster) -> None:
     assert cluster("group", "add", "rack2", "--alloc-policy", "last_resort",
                    "--node-parameters", "spindle_count=4").code == 0
     assert cluster("node", "add", "node2.example.com", "--ip", "192.0.2.12",
-                   "--group", "rack2").code == 0
+                   "--group", "rack2", "--no-node-check").code == 0
     assert cluster("group", "modify", "rack2", "--ipolicy-vcpu-ratio", "2",
                    "--rename", "rack-two").code == 0
     info = json.loads(cluster("group", "info", "rack-two", "--json").out)[0]

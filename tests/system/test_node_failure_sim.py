@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.simhelpers import herder, on, running_sim, wait_for, worker_offset
+from tests import simaddresses
+from tests.simhelpers import herder, on, running_sim, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -34,7 +35,7 @@ BOOT = 300.0  # a TCG guest boots in ~15 s idle, 90 s and more on this machine u
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("libvirt")
     yield from running_sim(tmp_path_factory.mktemp("nodefail"), 3, guests="qemu",
-                           first_ip=30 + worker_offset(4, 2))
+                           first_ip=simaddresses.first_ip("node_failure"))
 
 
 # --- what the guests did -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from herder.core import node_certs
 from herder.sim.host import SimHost
+from tests import simaddresses
 from tests.simhelpers import (
     config,
     herder,
@@ -20,7 +21,6 @@ from tests.simhelpers import (
     running_sim,
     wait_for,
     where,
-    worker_offset,
 )
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def sim(tmp_path_factory):
     # 127.0.0.164-167 (xdist worker 0) or 168-171: never those of a sim another worker runs
     # at the same time (maintd: 160-163 on worker 0, 170-173 on worker 1)
     yield from running_sim(tmp_path_factory.mktemp("join"), 3,
-                           first_ip=164 + worker_offset(4, 2))
+                           first_ip=simaddresses.first_ip("node_join"))
 
 
 def address(sim, name: str) -> str:

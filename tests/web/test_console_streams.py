@@ -24,9 +24,10 @@ from herder.core.store import ConfigCache, FileStore
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.rapi import app as rapi_app
 from herder.masterd.rapi import base as rapi_base
+from tests import simaddresses
 from tests.conftest import build_config
 from tests.security.serving import serving
-from tests.simhelpers import herder, running_sim, screenshots, worker_offset
+from tests.simhelpers import herder, running_sim, screenshots
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -67,7 +68,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if "guests" not in inspect.signature(cluster.start).parameters:
         pytest.skip("the simulator runs no real guests yet (the vms branch adds guests=qemu)")
     running = running_sim(tmp_path_factory.mktemp("web-console-sim"), 2,
-                          first_ip=80 + worker_offset(4, 4), guests="qemu")
+                          first_ip=simaddresses.first_ip("console_streams"), guests="qemu")
     state = next(running)
     try:
         # VNC on the node's loopback (noded reaches it there; nothing else can)

@@ -230,6 +230,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
             "balance threshold": config.maintenance.balance_threshold,
             "balance disk moves": config.maintenance.balance_disk_moves,
             "balance dynamic load": config.maintenance.balance_dynamic_load,
+            "node recovery": config.maintenance.node_recovery,
             "incidents": len(config.maintenance.incidents),
         },
     }
@@ -311,13 +312,14 @@ def node_findings(ctx: click.Context, config: model.ConfigData) -> list[Finding]
 def verify_disks(ctx: click.Context, group: str | None) -> None:
     """Check the disks of instances whose disks should be active (OP_CLUSTER_VERIFY_DISKS, as
     gnt-cluster verify-disks): activates the disks of instances that need it, lists missing
-    logical volumes; exit 1 when a node could not be asked or volumes are missing."""
+    logical volumes and the unknown ones (no instance has them there); exit 1 when a node
+    could not be asked or volumes are missing or unknown."""
     op: dict[str, Any] = {"OP_ID": "OP_CLUSTER_VERIFY_DISKS"}
     if group:
         op["group_name"] = group
     (results,) = remote.run(ctx, [op])
     failed = False
-    for bad_nodes, instances, missing in results or []:
+    for bad_nodes, instances, missing, *more in results or []:
         for node, text in bad_nodes.items():
             click.echo(f"Error gathering data on node {node}: {text[-400:]}")
             failed = True
@@ -347,8 +349,65 @@ def verify_disks(ctx: click.Context, group: str | None) -> None:
             failed = True
         elif not instances:
             click.echo("No disks need to be activated.")
+        for node, volumes in sorted((more[0] if more else {}).items()):
+            for volume in volumes:  # herder's: a copy a killed move left (compat B24)
+                click.echo(f"Node {node}: volume {volume} is unknown (no instance has it "
+                           "there)")
+                failed = True
     if failed:
         raise click.exceptions.Exit(1)
+
+
+@cluster.command("repair-disk-sizes")
+@click.argument("instances", nargs=-1, metavar="[INSTANCE...]")
+@click.pass_context
+def repair_disk_sizes(ctx: click.Context, instances: tuple[str, ...]) -> None:
+    """Correct the disk sizes the config records where the primary nodes' volumes differ
+    (OP_CLUSTER_REPAIR_DISK_SIZES, as gnt-cluster repair-disk-sizes)."""
+    (changes,) = remote.run(ctx, [{"OP_ID": "OP_CLUSTER_REPAIR_DISK_SIZES",
+                                   "instances": list(instances)}])
+    for name, index, field, size in changes or []:
+        click.echo(f"Updated {field} of {name} disk/{index} to {size} MiB")
+    if not changes:
+        click.echo("No disk sizes needed changing.")
+
+
+@cluster.command("search-tags")
+@click.argument("pattern")
+@click.pass_context
+def search_tags(ctx: click.Context, pattern: str) -> None:
+    """Every tag of the cluster, its instances, nodes, node groups and networks matching a
+    regular expression, with where it is (OP_TAGS_SEARCH, as gnt-cluster search-tags); exit 1
+    when none does."""
+    (found,) = remote.run(ctx, [{"OP_ID": "OP_TAGS_SEARCH", "pattern": pattern}])
+    for path, tag in found or []:
+        click.echo(f"{path} {tag}")
+    if not found:
+        raise click.exceptions.Exit(1)
+
+
+@cluster.command()
+@click.option("--yes-do-it", is_flag=True, required=True,
+              help="Confirm: the cluster is destroyed (its config is put aside).")
+@click.pass_context
+def destroy(ctx: click.Context, yes_do_it: bool) -> None:
+    """Destroy a cluster of its master node alone, without instances (OP_CLUSTER_DESTROY, as
+    gnt-cluster destroy). On the master, the config file and its journal are then renamed
+    `*.destroyed` (kept, not deleted), so no herder daemon loads the cluster again; stop the
+    master's daemons afterwards."""
+    from herder.core.store import FileStore
+
+    (master,) = remote.run(ctx, [{"OP_ID": "OP_CLUSTER_DESTROY"}])
+    store = store_from(ctx)
+    put_aside = []
+    if isinstance(store, FileStore) and store.exists():
+        for path in sorted(store.path.parent.glob(f"{store.path.name}*")):
+            if not path.name.endswith(".destroyed"):
+                path.rename(path.with_name(path.name + ".destroyed"))
+                put_aside.append(path.name)
+    click.echo(f"Cluster destroyed (master {master}); "
+               + (f"put aside: {', '.join(put_aside)}" if put_aside
+                  else "no config file here to put aside"))
 
 
 # --- modify -------------------------------------------------------------------------------------
@@ -385,6 +444,9 @@ def verify_disks(ctx: click.Context, group: str | None) -> None:
               help="Let balancing move secondaries (default yes; no: primaries only).")
 @click.option("--auto-balance-dynamic-load", type=YES_NO,
               help="Balance with the agents' cpu-avg-load as dynamic load (hbal --mond).")
+@click.option("--maintenance-node-recovery", type=YES_NO,
+              help="Let maintd fence dead nodes and recover their instances (default yes; "
+              "docs/ha.md \"Node failure\").")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
 @click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
@@ -401,7 +463,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            maintenance_interval: int | None, maintd_harep: str | None,
            auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
-           auto_balance_dynamic_load: str | None, diagnose_command: str | None,
+           auto_balance_dynamic_load: str | None, maintenance_node_recovery: str | None,
+           diagnose_command: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
 
@@ -463,6 +526,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_balance_disk_moves"] = bool(yes_no(auto_balance_disk_moves))
     if auto_balance_dynamic_load is not None:
         fields["maint_balance_dynamic_load"] = bool(yes_no(auto_balance_dynamic_load))
+    if maintenance_node_recovery is not None:
+        fields["maint_node_recovery"] = bool(yes_no(maintenance_node_recovery))
     if diagnose_command is not None:
         fields["diagnose_data_collector_filename"] = diagnose_command
     if new_name:

@@ -19,8 +19,12 @@ from herder.noded import console
 from herder.noded.announce import announce
 from herder.noded.fence import keep_lease
 from herder.noded.node import Node, NodeSettings, keep_hypervisor
-from herder.noded.server import make_app
+from herder.noded.server import ROUTES, make_app
 
+# noded's caller is the master (one address: up to 100 pooled RPC connections, consoles and
+# disk imports besides) and the disk copies of other nodes; an import streams its body
+# itself (POST /import/<token>, a disk's bytes: no body deadline, its own size)
+LIMITS = serve_helper.Limits(per_source=256, streamed=("/import/",))
 log = logging.getLogger("herder.noded")
 MCL_CURRENT, MCL_FUTURE = 1, 2
 
@@ -84,7 +88,8 @@ async def serve(node: Node, host: str, port: int, certificate: Path | None, *,
             client_cas if client_cas is not None else [certificate]))
     await serve_helper.serve(
         "noded", node.settings.run_dir,
-        endpoints=[serve_helper.Http(make_app(node), [serve_helper.Listener(host, port, tls)])],
+        endpoints=[serve_helper.Http(make_app(node), [serve_helper.Listener(host, port, tls)],
+                                     routes=ROUTES, limits=LIMITS)],
         tasks=[lambda stop: keep_hypervisor(node, stop),
                lambda stop: console.keep_serial_logs(node.serial_log_dir, stop),
                # the master asks this node again at once (core.reachability)

@@ -5,12 +5,19 @@ heartbeat to masterd at the master IP (`masterd.leases`); when masterd does not 
 the master candidates' noded (`POST /lease/NAME`, this module's route on them): the lease is
 renewed when a strict majority of the master candidates (this node counted when it is one)
 answered. A renewal keeps the lease until `LEASE_TIME` after it was *sent*. An answer that
-says the node is offline renews nothing.
+says the node is offline renews nothing: the node stands down at once, as when its ssconf no
+longer has it online (every domain destroyed, none started; the watchdog disarmed once none
+runs: a node the operator or maintd took offline alive, say for a repair, is not reset).
 
 While the lease is valid noded pets the watchdog the node parameters name (`watchdog_device`,
 `watchdog_timeout`) every second. When it runs out, noded destroys every domain on the node at
 once, refuses to start one (`refusal`) until it holds the lease again, and stops petting: the
 watchdog resets the node.
+
+Every renewal carries a counter (`rpcauth.CounterSource`: strictly increasing), which the
+master and each candidate take only above the node's last one (`rpcauth.Counters`), and is
+sent over TLS with the node's own certificate, which they check against NAME: only the node
+itself keeps its lease alive.
 
 The candidates' side: `POST /lease/NAME` takes a call of `node_lease` signed for NAME with the
 node-lease key from a caller showing NAME's own node certificate, refuses a node the ssconf has
@@ -51,6 +58,7 @@ METHOD = "node_lease"  # masterd.leases.METHOD
 LEASE_TIME = 6.0  # masterd.leases.LEASE_TIME
 RENEW_PERIOD = 2.0
 PET_PERIOD = 1.0
+OFFLINE_ANSWER = "refused: the master has this node offline"
 CALL_TIMEOUT = 2.0  # the master's answer, and each candidate's (asked in parallel)
 WDIOC_SETTIMEOUT = 0xC0045706  # _IOWR('W', 6, int): linux/watchdog.h
 MAGIC_CLOSE = b"V"
@@ -122,6 +130,7 @@ class LeaseKeeper:
         self.last_renewal = ""  # how the last renewal went (master, candidates, refused)
         self.watchdog: Watchdog | None = None
         self._no_watchdog = ""  # why the watchdog could not be opened (said once)
+        self.counter = rpcauth.CounterSource()
         self._stop = threading.Event()
         self._expiry = threading.Lock()  # both threads check the lease's end
         self._threads: list[threading.Thread] = []
@@ -195,15 +204,18 @@ class LeaseKeeper:
 
     def renew_once(self) -> None:
         if not self.participates():
-            if self.holding:  # the master counts it out: it runs nothing any more
-                log.error("lease: this node is no longer online and VM-capable in ssconf")
-                self.fence()
-            if self.watchdog is not None and not self._running_domains():
-                self.watchdog.close(disarm=True)
-                self.watchdog = None
+            self._stand_down("this node is no longer online and VM-capable in ssconf")
             return
         sent = self.clock()
         how = self._ask_master()
+        if how == OFFLINE_ANSWER:
+            # the master answered, alive, before this node's ssconf says so (Ganeti sends
+            # no ssconf to an offline node): the same as above, not a lease running out
+            self._stand_down(how)
+            if how != self.last_renewal:
+                log.info("lease: %s", how)
+                self.last_renewal = how
+            return
         if how is None:
             how = self._ask_candidates()
         if how is not None and how.startswith("renewed"):
@@ -217,6 +229,16 @@ class LeaseKeeper:
             log.info("lease: %s", how or "no renewal")
             self.last_renewal = how or ""
         self.check_expiry()
+
+    def _stand_down(self, why: str) -> None:
+        """The cluster counts this node out while it lives: it runs nothing any more, and
+        the watchdog is disarmed once no domain runs (nothing left for a reset to stop)."""
+        if self.holding:
+            log.error("lease: %s", why)
+            self.fence()
+        if self.watchdog is not None and not self._running_domains():
+            self.watchdog.close(disarm=True)
+            self.watchdog = None
 
     def _arm(self) -> None:
         values = self.daemon.node_params()
@@ -270,8 +292,22 @@ class LeaseKeeper:
         keys = self.daemon.hmac_keys()
         if not keys:
             raise HerderError("the node has no cluster key")
-        return rpcauth.sign_call(keys[0], METHOD, self.name, {},
+        return rpcauth.sign_call(keys[0], METHOD, self.name, {"counter": self.counter.next()},
                                  purpose=purpose_keys.NODE_LEASE)
+
+    def _caught_up(self, answer: httpx.Response) -> bool:
+        """A 409 naming the last counter taken (this node's clock went back): count on from
+        it; whether it was one."""
+        if answer.status_code != 409:
+            return False
+        try:
+            last = answer.json().get("counter")
+        except ValueError:
+            return False
+        if not isinstance(last, int) or isinstance(last, bool):
+            return False
+        self.counter.catch_up(last)
+        return True
 
     def _client(self) -> httpx.Client:
         trust = self.daemon.trust
@@ -293,6 +329,8 @@ class LeaseKeeper:
         try:
             with self._client() as http:
                 answer = http.post(url, content=self._body())
+                if self._caught_up(answer):  # once more, above the counter it named
+                    answer = http.post(url, content=self._body())
         except (httpx.HTTPError, OSError, ssl.SSLError, HerderError):
             return None
         if answer.status_code != 200:
@@ -301,8 +339,7 @@ class LeaseKeeper:
             offline = bool(answer.json().get("offline"))
         except ValueError:
             return None
-        return "refused: the master has this node offline" if offline \
-            else "renewed by the master"
+        return OFFLINE_ANSWER if offline else "renewed by the master"
 
     def _candidates(self) -> dict[str, str]:
         """name -> primary IP of every master candidate but this node."""
@@ -320,10 +357,12 @@ class LeaseKeeper:
         def ask(item: tuple[str, str]) -> bool:
             _, ip = item
             host = f"[{ip}]" if ":" in ip else ip
+            url = f"https://{host}:{self.noded_port}/lease/{self.name}"
             try:
                 with self._client() as http:
-                    answer = http.post(f"https://{host}:{self.noded_port}/lease/{self.name}",
-                                       content=self._body())
+                    answer = http.post(url, content=self._body())
+                    if self._caught_up(answer):
+                        answer = http.post(url, content=self._body())
             except (httpx.HTTPError, OSError, ssl.SSLError, HerderError):
                 return False
             return answer.status_code == 200
@@ -344,7 +383,7 @@ class Witness:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.replay = rpcauth.ReplayCache()
+        self.counters = rpcauth.Counters()  # node name -> its last renewal's counter
         self._asked: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -385,9 +424,15 @@ def add_routes(app: web.Application, daemon: Node, routes: access.Routes) -> Non
             if caller is not None and caller != name:
                 return refuse(403, f"refused: the certificate is node {caller}'s, not {name}'s")
         try:
-            rpcauth.check_call(daemon.hmac_keys(), await request.read(), method=METHOD,
-                               node=name, replay=daemon.witness.replay,
-                               purpose=purpose_keys.NODE_LEASE)
+            args = rpcauth.check_call(daemon.hmac_keys(), await request.read(), method=METHOD,
+                                      node=name, replay=None, purpose=purpose_keys.NODE_LEASE)
+            daemon.witness.counters.admit(name, args.get("counter")
+                                          if isinstance(args, dict) else None)
+        except rpcauth.StaleCounter as err:  # the node counts on from this one
+            log.warning("refused a lease renewal for %s from %s: %s", name, request.remote, err)
+            return web.Response(status=409, body=_encode({"error": f"refused: {err}",
+                                                          "counter": err.last}),
+                                content_type="application/json")
         except SignatureError as err:
             return refuse(403, f"refused: {err}")
         candidates = ssconf.read_lines("master_candidates", daemon.data_dir) or []

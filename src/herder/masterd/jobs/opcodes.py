@@ -15,15 +15,16 @@ inherited parameters) its LU checks before it changes anything.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 import msgspec.inspect
 
-from herder.core import model, names, params, reason, uidpool
+from herder.core import addrpool, model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
@@ -41,6 +42,11 @@ class OpcodeError(HerderError):
 
 class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fields=True,
              omit_defaults=False):
+    # A query that changes nothing (instance info, storage and OS queries): a job of such
+    # opcodes only is kept in memory, briefly, and never copied to the candidates (the
+    # queue's "read-only jobs")
+    READ_ONLY: ClassVar[bool] = False
+
     dry_run: bool = False
     debug_level: int = 0
     priority: int = PRIORITY_NORMAL
@@ -141,6 +147,11 @@ def _uid_ranges(field: str, ranges: list[tuple[int, int]] | None) -> None:
         if not 0 <= lo <= hi <= uidpool.MAX_UID:
             raise ValueError(f"{field}: bad user-id range {lo}-{hi} (0-{uidpool.MAX_UID}, "
                              "lower first)")
+    if field != "remove_uids":
+        try:
+            uidpool.check_size(ranges or [], field)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
 
 
 COLLECTOR_SETTINGS = ("active", "interval", "min_interval", "max_interval")
@@ -242,6 +253,84 @@ def check_nic_specs(nics: list[dict[str, Any]]) -> None:
             seen.add(name)
 
 
+# Ganeti's device modification operations (constants.DDMS_VALUES, DDMS_VALUES_WITH_MODIFY)
+DEVICE_MODS = ("add", "attach", "detach", "remove")
+DEVICE_MODS_WITH_MODIFY = (*DEVICE_MODS, "modify")
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _disk_params_shape(value: Any) -> str | None:
+    """Ganeti's TIDiskParams / TDiskParams: what is wrong with a disk's parameters (None:
+    a dict of non-empty names to non-empty strings or integers)."""
+    if not isinstance(value, dict):
+        return f"disk parameters must be an object, got {value!r}"
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            return f"disk parameter names must be non-empty strings, got {key!r}"
+        if not (isinstance(item, int) or (isinstance(item, str) and item)):
+            return f"disk parameter {key}: a non-empty string or an integer, got {item!r}"
+    return None
+
+
+def _nic_params_shape(value: Any) -> str | None:
+    """Ganeti's TINicParams: what is wrong with a NIC's parameters (None: an object, or
+    nothing); its values are checked as a new NIC's (`check_nic_specs`)."""
+    if value is not None and not isinstance(value, dict):
+        return f"NIC parameters must be an object, got {value!r}"
+    return None
+
+
+def check_device_mods(field: str, mods: Any,
+                      settings_problem: Callable[[Any], str | None] = _disk_params_shape
+                      ) -> None:
+    """Ganeti's TSetParamsMods(TIDiskParams or TINicParams): a list of [op, index, params]
+    (op one of DEVICE_MODS_WITH_MODIFY, the index an integer, -1 the last, or a device's
+    name) or, all of them, of the old [op, params] (op one of DEVICE_MODS or a non-negative
+    index); ValueError naming the first bad entry."""
+    if not isinstance(mods, list):
+        raise ValueError(f"{field}: a list of modifications, got {mods!r}")
+    for position, mod in enumerate(mods):
+        where = f"{field}[{position}]"
+        if not isinstance(mod, list) or len(mod) not in (2, 3):
+            raise ValueError(f"{where}: [op, params] or [op, index, params], got {mod!r}")
+        if len(mod) != len(mods[0]):
+            raise ValueError(f"{where}: every modification has the form of the first")
+        if len(mod) == 3:
+            op, index, settings = mod
+            if op not in DEVICE_MODS_WITH_MODIFY:
+                raise ValueError(f"{where}: operation {op!r} is not one of "
+                                 f"{', '.join(DEVICE_MODS_WITH_MODIFY)}")
+            if isinstance(index, bool) or not isinstance(index, int | str):
+                raise ValueError(f"{where}: the index must be an integer or a name, got "
+                                 f"{index!r}")
+        else:
+            op, settings = mod
+            if op not in DEVICE_MODS and not _non_negative_int(op):
+                raise ValueError(f"{where}: operation {op!r} is not one of "
+                                 f"{', '.join(DEVICE_MODS)} or an index")
+        problem = settings_problem(settings)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+
+
+def check_recreate_disks(disks: Any) -> None:
+    """Ganeti's TRecreateDisksInfo: a list of disk indices, or a list of [index, params]."""
+    if not isinstance(disks, list):
+        raise ValueError(f"disks: a list of disk indices or of [index, params], got {disks!r}")
+    if all(_non_negative_int(item) for item in disks):
+        return
+    for position, item in enumerate(disks):
+        if not (isinstance(item, list) and len(item) == 2 and _non_negative_int(item[0])):
+            raise ValueError(f"disks[{position}]: a list of disk indices or of [index, "
+                             f"params] (not both), got {item!r}")
+        problem = _disk_params_shape(item[1])
+        if problem:
+            raise ValueError(f"disks[{position}]: {problem}")
+
+
 # --- cluster ------------------------------------------------------------------------------------
 
 class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
@@ -276,8 +365,13 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     maint_balance_threshold: float | None = None
     maint_balance_disk_moves: bool | None = None  # herder
     maint_balance_dynamic_load: bool | None = None  # herder
+    maint_node_recovery: bool | None = None  # herder
     diagnose_data_collector_filename: str | None = None
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
+    # Ganeti's [[action, os], ...] lists, action "add" or "remove" (gnt-os modify --hidden,
+    # --blacklisted)
+    hidden_os: list[tuple[Literal["add", "remove"], str]] | None = None
+    blacklisted_os: list[tuple[Literal["add", "remove"], str]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -327,6 +421,8 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             names.plain_name(self.diagnose_data_collector_filename, "diagnose command")
         if self.name is not None:
             self.name = names.hostname(self.name, "cluster name")
+        for _, os_name in [*(self.hidden_os or []), *(self.blacklisted_os or [])]:
+            names.os_name(os_name)
 
 
 class OpClusterRedistConf(OpCode, tag="OP_CLUSTER_REDIST_CONF", kw_only=True):
@@ -363,6 +459,37 @@ class OpClusterVerifyDisks(OpCode, tag="OP_CLUSTER_VERIFY_DISKS", kw_only=True):
     group) where Ganeti submits one job per group (compat row B24)."""
 
     group_name: str | None = None
+
+
+class OpClusterRepairDiskSizes(OpCode, tag="OP_CLUSTER_REPAIR_DISK_SIZES", kw_only=True):
+    """Ganeti's `gnt-cluster repair-disk-sizes`: the disks' sizes as their primary nodes see
+    them written to the config where they differ. Result: [[instance, disk index, field,
+    new size in MiB], ...] for each change."""
+
+    instances: list[str] = msgspec.field(default_factory=list)
+
+
+class OpClusterDestroy(OpCode, tag="OP_CLUSTER_DESTROY", kw_only=True):
+    """Ganeti's `gnt-cluster destroy`: refused while any node but the master or any instance
+    is left; the result is the master node's name (the CLI then removes the cluster's files
+    on the master)."""
+
+
+class OpTagsSearch(OpCode, tag="OP_TAGS_SEARCH", kw_only=True):
+    """Ganeti's `gnt-cluster search-tags`: [[path, tag], ...] of every tag matching the
+    regular expression (paths `/cluster`, `/instances/NAME`, `/nodes/NAME`,
+    `/nodegroup/NAME`, `/networks/NAME`)."""
+
+    pattern: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.pattern:
+            raise ValueError("pattern must not be empty")
+        try:
+            re.compile(self.pattern)
+        except re.error as err:
+            raise ValueError(f"invalid search pattern {self.pattern!r}: {err}") from None
 
 
 # --- node groups --------------------------------------------------------------------------------
@@ -416,6 +543,32 @@ class OpGroupRemove(OpCode, tag="OP_GROUP_REMOVE", kw_only=True):
     group_name: str
 
 
+class OpGroupAssignNodes(OpCode, tag="OP_GROUP_ASSIGN_NODES", kw_only=True):
+    """Ganeti's `gnt-group assign-nodes`: the nodes move to the group; refused when a DRBD
+    instance would have its nodes in two groups, unless `force`."""
+
+    group_name: str
+    nodes: list[str]
+    node_uuids: list[str] | None = None
+    force: bool = False
+
+
+class OpGroupEvacuate(OpCode, tag="OP_GROUP_EVACUATE", kw_only=True):
+    """Ganeti's `gnt-group evacuate`: every instance of the group moved to other groups (the
+    allocator's change-group answer); the result lists the jobs submitted."""
+
+    group_name: str
+    early_release: bool = False
+    iallocator: str | None = None
+    target_groups: list[str] | None = None
+    sequential: bool = False
+    force_failover: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
+
+
 # --- nodes --------------------------------------------------------------------------------------
 
 class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
@@ -434,6 +587,9 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     # the master joins the node (its certificate, the HMAC key, ssconf) before adding it.
     # A secret: whoever uses it first joins the node (docs/security.md "Secrets").
     join_token: SecretText | None = None
+    # herder: without a token, the master reaches the node's daemon port first (Ganeti's
+    # TcpPing); false adds it without (a node set up later, a test config; compat row T24)
+    node_check: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -541,6 +697,8 @@ class OpOobCommand(OpCode, tag="OP_OOB_COMMAND", kw_only=True):
 
 
 class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
+    READ_ONLY = True
+
     nodes: list[str] = msgspec.field(default_factory=list)
     storage_type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
     name: str | None = None
@@ -590,8 +748,18 @@ class OpRepairCommand(OpCode, tag="OP_REPAIR_COMMAND", kw_only=True):
         names.plain_name(self.command, "repair command")
 
 
+class OpNodeQueryvols(OpCode, tag="OP_NODE_QUERYVOLS", kw_only=True):
+    """Ganeti's `gnt-node volumes`: the logical volumes of the nodes, one row of
+    `output_fields` (node, phys, vg, name, size, instance) per volume."""
+
+    output_fields: list[str]
+    nodes: list[str] = msgspec.field(default_factory=list)
+
+
 class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
     """The OS definitions on the nodes, each with its variants (`name+variant`)."""
+
+    READ_ONLY = True
 
     output_fields: list[str] = msgspec.field(default_factory=lambda: ["name", "variants"])
     names: list[str] = msgspec.field(default_factory=list)
@@ -627,6 +795,9 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     wait_for_sync: bool = True
     tags: list[str] = msgspec.field(default_factory=list)
     mode: Literal["create", "import", "remote-import"] = "create"
+    ignore_ipolicy: bool = False
+    conflicts_check: bool = True  # an address of a NIC without network in a group's network
+    group_name: str | None = None  # the allocator places the instance in this group
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -644,6 +815,28 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
         check_nic_specs(self.nics)
         _iallocator(self.iallocator)
         _tags(self.tags)
+
+
+class OpInstanceMultiAlloc(OpCode, tag="OP_INSTANCE_MULTI_ALLOC", kw_only=True):
+    """Ganeti's: several instances placed together by the allocator's multi-allocate; one
+    creation job per placed instance. Result: {"allocatable": [names], "failed": [names],
+    "jobs": [[true, job id], ...]}."""
+
+    instances: list[OpInstanceCreate]
+    iallocator: str | None = None
+    opportunistic_locking: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
+        if not self.instances:
+            raise ValueError("instances: at least one instance to allocate")
+        placed = [i.instance_name for i in self.instances if i.pnode or i.snode]
+        if placed:
+            raise ValueError(f"instances {', '.join(placed)}: the allocator places them; give "
+                             "no pnode or snode")
+        if len({i.instance_name for i in self.instances}) != len(self.instances):
+            raise ValueError("instances: an instance name is given twice")
 
 
 class InstanceOpCode(OpCode, kw_only=True):
@@ -680,6 +873,9 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
     remote_node: str | None = None  # the new DRBD secondary
     remote_node_uuid: str | None = None
     iallocator: str | None = None
+    # Ganeti's NIC modifications, in the same forms as `disks` (lu/nics.py)
+    nics: list[Any] = msgspec.field(default_factory=list)
+    conflicts_check: bool = True
     hotplug: bool = False
     hotplug_if_possible: bool = False
     ignore_ipolicy: bool = False
@@ -690,14 +886,30 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
         if self.runtime_mem is not None and (isinstance(self.runtime_mem, bool)
                                              or self.runtime_mem <= 0):
             raise ValueError("runtime_mem: a positive number of MiB")
-        if not isinstance(self.disks, list) or not all(
-                isinstance(mod, list) and len(mod) in (2, 3) for mod in self.disks):
-            raise ValueError("disks: a list of [op, params] or [op, index, params]")
+        check_device_mods("disks", self.disks)
+        check_device_mods("nics", self.nics, _nic_params_shape)
+        for mod in self.nics:
+            if mod[0] != "remove":
+                check_nic_specs([{k: v for k, v in (mod[-1] or {}).items()
+                                  if not (k == "ip" and v is None)}])
         params.check_hv_changes(self.hvparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
         params.check_osparams(self.osparams)
         if self.os_name is not None:
             names.os_name(self.os_name)
+
+
+class OpInstanceChangeGroup(InstanceOpCode, tag="OP_INSTANCE_CHANGE_GROUP", kw_only=True):
+    """Ganeti's `gnt-instance change-group`: the instance moved to another node group (the
+    allocator's change-group answer, submitted as a job)."""
+
+    early_release: bool = False
+    iallocator: str | None = None
+    target_groups: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
 
 
 class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", kw_only=True):
@@ -712,6 +924,9 @@ class OpInstanceMove(InstanceOpCode, tag="OP_INSTANCE_MOVE", kw_only=True):
     ignore_consistency: bool = False
     ignore_ipolicy: bool = False
     compress: str = "none"
+    # herder: finish or roll back a move the master died in (its copies outside the primary
+    # removed, the instance started there when up; compat row B48)
+    cleanup: bool = False
 
 
 class OpInstanceGrowDisk(InstanceOpCode, tag="OP_INSTANCE_GROW_DISK", kw_only=True):
@@ -727,6 +942,11 @@ class OpInstanceRecreateDisks(InstanceOpCode, tag="OP_INSTANCE_RECREATE_DISKS", 
     nodes: list[str] = msgspec.field(default_factory=list)
     node_uuids: list[str] | None = None
     iallocator: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_recreate_disks(self.disks)
+        _iallocator(self.iallocator)
 
 
 class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
@@ -764,6 +984,8 @@ class OpInstanceReplaceDisks(InstanceOpCode, tag="OP_INSTANCE_REPLACE_DISKS", kw
 
 
 class OpInstanceQueryData(OpCode, tag="OP_INSTANCE_QUERY_DATA", kw_only=True):
+    READ_ONLY = True
+
     instances: list[str] = msgspec.field(default_factory=list)
     static: bool = False
     use_locking: bool = False
@@ -850,6 +1072,115 @@ class OpInstanceStopStray(InstanceOpCode, tag="OP_INSTANCE_STOP_STRAY", kw_only=
     its primary runs (maintd's stray incidents; issue 18)."""
 
     node_name: str
+
+
+# --- networks -----------------------------------------------------------------------------------
+
+def _ipv4(field: str, value: str | None) -> None:
+    if value is not None:
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
+            raise ValueError(f"{field} {value!r} is not an IPv4 address") from None
+
+
+def _ipv6(field: str, value: str | None, network: bool) -> None:
+    if value is not None and value.lower() != VALUE_NONE:
+        try:
+            ipaddress.IPv6Network(value) if network else ipaddress.IPv6Address(value)
+        except ValueError:
+            what = "an IPv6 subnet" if network else "an IPv6 address"
+            raise ValueError(f"{field} {value!r} is not {what}") from None
+
+
+def _mac_prefix(value: str | None) -> str | None:
+    if value is None or value.lower() == VALUE_NONE:
+        return value
+    return names.mac_prefix(value, "mac_prefix")
+
+
+VALUE_NONE = "none"  # Ganeti's constants.VALUE_NONE: `--gateway none` unsets it
+
+
+class NetworkOpCode(OpCode, kw_only=True):
+    network_name: str
+
+    def summary_target(self) -> str | None:
+        return self.network_name
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names.object_name(self.network_name, "network name")
+
+
+class OpNetworkAdd(NetworkOpCode, tag="OP_NETWORK_ADD", kw_only=True):
+    network: str
+    gateway: str | None = None
+    network6: str | None = None
+    gateway6: str | None = None
+    mac_prefix: str | None = None
+    add_reserved_ips: list[str] | None = None
+    conflicts_check: bool = True
+    tags: list[str] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        addrpool.subnet(self.network)
+        _ipv4("gateway", self.gateway)
+        _ipv6("network6", self.network6, network=True)
+        _ipv6("gateway6", self.gateway6, network=False)
+        self.mac_prefix = _mac_prefix(self.mac_prefix)
+        for address in self.add_reserved_ips or []:
+            _ipv4("add_reserved_ips:", address)
+        _tags(self.tags)
+
+
+class OpNetworkSetParams(NetworkOpCode, tag="OP_NETWORK_SET_PARAMS", kw_only=True):
+    gateway: str | None = None  # "none" unsets it, as network6, gateway6 and mac_prefix
+    network6: str | None = None
+    gateway6: str | None = None
+    mac_prefix: str | None = None
+    add_reserved_ips: list[str] | None = None
+    remove_reserved_ips: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gateway is not None and self.gateway.lower() != VALUE_NONE:
+            _ipv4("gateway", self.gateway)
+        _ipv6("network6", self.network6, network=True)
+        _ipv6("gateway6", self.gateway6, network=False)
+        self.mac_prefix = _mac_prefix(self.mac_prefix)
+        for address in (self.add_reserved_ips or []) + (self.remove_reserved_ips or []):
+            _ipv4("reserved IP", address)
+        if self.gateway and (self.add_reserved_ips or self.remove_reserved_ips):
+            raise ValueError("Cannot modify gateway and reserved ips at once")
+
+
+class OpNetworkRemove(NetworkOpCode, tag="OP_NETWORK_REMOVE", kw_only=True):
+    force: bool = False
+
+
+class OpNetworkConnect(NetworkOpCode, tag="OP_NETWORK_CONNECT", kw_only=True):
+    group_name: str
+    network_mode: str
+    network_link: str
+    network_vlan: str = ""
+    conflicts_check: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.network_link:
+            raise ValueError("network_link must not be empty")
+        try:
+            params.validate(params.NIC_FAMILY, {"mode": self.network_mode,
+                                                "link": self.network_link,
+                                                "vlan": self.network_vlan})
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+
+
+class OpNetworkDisconnect(NetworkOpCode, tag="OP_NETWORK_DISCONNECT", kw_only=True):
+    group_name: str
 
 
 # --- tags ---------------------------------------------------------------------------------------

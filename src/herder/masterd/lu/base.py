@@ -44,6 +44,17 @@ class MasterEnv:
 
 
 @dataclass(frozen=True)
+class ResultWithJobs:
+    """Ganeti's ResultWithJobs: what an LU answers when the work is jobs of their own (node
+    and group evacuation, change-group, multi-allocation). Each job is a list of opcode dicts;
+    the processor submits them once the LU ended, and the opcode's result is Ganeti's
+    `{"jobs": [[true, job id], ...], **other}`."""
+
+    jobs: list[list[dict[str, Any]]]
+    other: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LockRequest:
     level: int
     names: list[str] | None  # None: the whole level
@@ -81,12 +92,18 @@ class LogicalUnit(Generic[OpT]):
     def check(self, config: model.ConfigData) -> None:
         """Prerequisites; raise OpPrereqError. Must not change anything."""
 
-    def execute(self) -> JobResult:
+    def execute(self) -> JobResult | ResultWithJobs:
         raise NotImplementedError
 
     def dry_run_result(self) -> JobResult:
         """What a dry run answers once every check passed (e.g. the chosen nodes)."""
         return None
+
+    @classmethod
+    def after_master_death(cls, op: OpT) -> list[dict[str, Any]]:
+        """The opcodes (dicts) of a job to submit when `op` was running when the master died
+        (its job is failed by the queue's recovery, never run again): none by default."""
+        return []
 
 
 FoundT = TypeVar("FoundT")

@@ -4,30 +4,18 @@ the instance undoes everything (disks, domain, config entry)."""
 
 from __future__ import annotations
 
-import secrets
-
-from herder.core import configdiff, model, params, vmclaim
+from herder.core import model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.rpcdefs import instance_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import diskgen, disks
+from herder.masterd.lu import diskgen, disks, fit, nics
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name
 from herder.masterd.lu.placement import live_figures
 
 MIRRORED = {"drbd"}
-
-
-def new_mac(config: model.ConfigData, taken: set[str]) -> str:
-    prefix = config.cluster.mac_prefix
-    for _ in range(1000):
-        mac = prefix + ":" + ":".join(f"{b:02x}" for b in secrets.token_bytes(3))
-        if mac not in taken:
-            taken.add(mac)
-            return mac
-    raise OpPrereqError("cannot find a free MAC address", "insufficient_resources")
 
 
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
@@ -53,6 +41,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
         if not op.os_type and not op.no_install:
             raise OpPrereqError("give the OS (os_type), or no_install")
+        if op.os_type and op.os_type.split("+", 1)[0] in c.blacklisted_os:
+            raise OpPrereqError(f"Guest OS '{op.os_type}' is not allowed for installation "
+                                "(blacklisted)", "wrong_input")
         if op.disk_template != "diskless" and not op.disks:
             raise OpPrereqError(f"a {op.disk_template} instance needs at least one disk")
         for index, spec in enumerate(op.disks):
@@ -84,6 +75,11 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError(str(err)) from None
         self.hypervisor = hypervisor
         required = 2 if op.disk_template in MIRRORED else 1
+        group = lookup(config.find_group, op.group_name) if op.group_name else None
+        if op.mode != "create":
+            raise OpPrereqError(f"instance creation mode {op.mode!r} is not supported by "
+                                "herder (only 'create'; imports come with the exports issue)",
+                                "wrong_input")
         if op.pnode:
             nodes = [lookup(config.find_node, op.pnode).name]
             if required == 2:
@@ -107,6 +103,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 "nics": [{"ip": n.get("ip"), "mac": n.get("mac", "auto"),
                           "bridge": n.get("link")} for n in op.nics],
             }
+            if group is not None:
+                request["group_name"] = group.name
             live = live_figures(self.env, config, self.feedback)
             self.allocator, nodes = iallocator.allocate_nodes(
                 config, names, request, live, self.env.iallocator_path or
@@ -116,9 +114,36 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             if node.offline or node.drained or not node.vm_capable:
                 raise OpPrereqError(f"node {node.name} is offline, drained or not vm capable",
                                     "wrong_state")
+        if group is not None and any(n.group != group.uuid for n in chosen):
+            raise OpPrereqError(f"the nodes given are not all in node group {group.name}",
+                                "wrong_input")
         if len({n.uuid for n in chosen}) != len(chosen):
             raise OpPrereqError("primary and secondary node must differ")
         self.nodes = chosen
+        # a trial on a copy: the networks, pools and MACs refuse bad NICs before anything
+        self._nics(config, lambda message: None, keep=False)
+        self._check_fits(config)
+
+    def _check_fits(self, config: model.ConfigData) -> None:
+        """Ganeti's CheckPrereq of the chosen nodes, whoever chose them: the primary's group
+        policy (unless ignore_ipolicy), the disks' space on every node, and, when the
+        instance is to start, the primary's free memory."""
+        op = self.op
+        filled = params.fill(params.BE_FAMILY.defaults(), config.cluster.beparams,
+                             self.beparams)
+        spec = verify.InstanceSpec(
+            memory=filled["maxmem"], cpus=filled["vcpus"], disk_sizes=self.sizes,
+            nics=len(op.nics), spindle_use=filled["spindle_use"],
+            template=op.disk_template)
+        ignored = fit.refuse_violations(config, self.nodes[0], spec,
+                                        ignore=op.ignore_ipolicy)
+        if ignored:
+            self.feedback(f"instance policy violations ignored: {', '.join(ignored)}")
+        if not any(disk.get("adopt") for disk in op.disks):
+            fit.check_free_disk(self.env, config, self.nodes, op.disk_template, self.sizes)
+        if op.start:
+            fit.check_free_memory(self.env, self.nodes[0], filled["maxmem"],
+                                  f"creating instance {op.instance_name}")
 
     def dry_run_result(self) -> JobResult:
         return [n.name for n in self.nodes]
@@ -133,16 +158,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             new_disks.append(diskgen.new_disk(
                 config, op.disk_template, index, size, spec, [n.uuid for n in self.nodes],
                 op.instance_name, reserved, others=new_disks))
-        taken = {n.mac for i in configdiff.plain_values(config.instances) for n in i.nics}
-        nics = []
-        for spec in op.nics:
-            mac = spec.get("mac")
-            if not mac or mac in ("auto", "generate"):
-                mac = new_mac(config, taken)
-            nicparams = {k: spec[k] for k in ("mode", "link", "vlan") if spec.get(k)}
-            nics.append(model.NIC(uuid=model.new_uuid(), mac=mac, ip=spec.get("ip"),
-                                  network=spec.get("network"), nicparams=nicparams,
-                                  name=spec.get("name")))
+        nics = self._nics(config, self.feedback)
         return model.Instance(
             uuid=inst_uuid, name=op.instance_name, primary_node=self.nodes[0].uuid,
             os=op.os_type or "none", hypervisor=self.hypervisor, admin_state="down",
@@ -150,6 +166,20 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             osparams={k: str(v) for k, v in op.osparams.items()}, tags=list(op.tags),
             ctime=stamp, mtime=stamp,
         )
+
+    def _nics(self, config: model.ConfigData, feedback: nics.Feedback, *,
+              keep: bool = True) -> list[model.NIC]:
+        """The new NICs, their addresses taken from (or reserved in) their networks' pools,
+        which are written with the instance (`keep`; a trial leaves the config as it is)."""
+        ctx = nics.NicContext.of(config, self.nodes[0], feedback, self.op.conflicts_check)
+        made = [nics.new_nic(ctx, dict(spec), f"NIC {index}")
+                for index, spec in enumerate(self.op.nics)]
+        if len(made) > nics.MAX_NICS:
+            raise OpPrereqError(f"Instance has too many network interfaces ({len(made)})",
+                                "wrong_input")
+        if keep:
+            ctx.pools.keep()
+        return made
 
     def execute(self) -> JobResult:
         op = self.op

@@ -3,18 +3,30 @@ act on a node through the node RPC (start, shutdown, reboot, migrate, failover, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, TypeVar
 
 import msgspec
 
-from herder.core import configdiff, diskobjects, model, params, vmclaim
+from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import convert, disk_modify, disks, handover, migration, placement, replace
+from herder.masterd.lu import (
+    convert,
+    disk_modify,
+    disks,
+    fit,
+    handover,
+    hotplug,
+    migration,
+    nics,
+    placement,
+    replace,
+)
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name, instance_locks, resets
 
@@ -131,16 +143,21 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
     disk_changes: list[disk_modify.DiskChange]
     secondary: model.Node | None = None
 
+    hotplug = False
+
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         op = self.op
-        if not (op.disks or op.disk_template or op.runtime_mem):
-            return instance_locks(config, op.instance_name)
         inst = lookup(config.find_instance, op.instance_name)
+        networks = LockRequest(locking.LEVEL_NETWORK, sorted(config.networks)) if op.nics \
+            else None
+        if not (op.disks or op.disk_template or op.runtime_mem or op.nics):
+            return instance_locks(config, op.instance_name)
         nodes = set(inst.all_nodes)
         if op.remote_node:
             nodes.add(lookup(config.find_node, op.remote_node).uuid)
-        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
-                LockRequest(locking.LEVEL_NODE, sorted(nodes))]
+        requests = [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                    LockRequest(locking.LEVEL_NODE, sorted(nodes))]
+        return requests + ([networks] if networks else [])
 
     def _runs(self, config: model.ConfigData, inst: model.Instance) -> bool:
         """Does the instance's domain run on its primary (Ganeti's IsInstanceRunning)? An
@@ -162,19 +179,12 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         if op.disk_template and op.disks:
             raise OpPrereqError("Disk template conversion and other disk changes not "
                                 "supported at the same time", "wrong_input")
-        if op.hotplug:
-            raise OpPrereqError("Hotplug is not possible: herder's hypervisors do not hotplug "
-                                "disks (the change applies at the next start without "
-                                "--hotplug)", "wrong_state")
-        if op.hotplug_if_possible and op.disks:
-            self.feedback("herder's hypervisors do not hotplug disks")
-            self.feedback("Modification will take place without hotplugging.")
         removing = any(m[0] == disk_modify.REMOVE for m in op.disks)
         running = (removing or bool(op.disk_template)) and inst.admin_state != "up" \
             and self._runs(config, inst)
         if op.disks:
             self.disk_changes = disk_modify.plan(inst, op.disks, wait_for_sync=op.wait_for_sync,
-                                                 hotplug=False, running=running)
+                                                 hotplug=self.hotplug, running=running)
         if op.disk_template:
             if op.iallocator:
                 raise OpPrereqError("choosing the new secondary by an iallocator is not "
@@ -217,10 +227,18 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         return changes
 
     def check(self, config: model.ConfigData) -> None:
-        inst = lookup(config.find_instance, self.op.instance_name)
+        op = self.op
+        inst = lookup(config.find_instance, op.instance_name)
+        if op.hotplug or op.hotplug_if_possible:
+            self.hotplug = hotplug.supported(self.env, config, inst, required=op.hotplug,
+                                             feedback=self.feedback)
         self._check_disks(config, inst)
         # a trial on a copy of the instance (`config` is the shared snapshot)
         copy = configdiff.decode_object("instances", configdiff.encode_object(inst))
+        if op.nics:
+            primary = config.nodes[inst.primary_node]
+            nics.apply_mods(nics.NicContext.of(config, primary, lambda message: None,
+                                               op.conflicts_check), copy, op.nics)
         try:
             self._apply(copy)
             # what the instance will run with: the change meets the inherited values
@@ -232,8 +250,31 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
                 params.check_relations(params.BE_FAMILY, proposed)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if self.op.disks or self.op.beparams or self.op.disk_template:
+            self._check_policy(config, inst, proposed)
         if self.op.runtime_mem:
             self._check_runtime_memory(config, inst, proposed)
+
+    def _check_policy(self, config: model.ConfigData, inst: model.Instance,
+                      proposed: dict[str, Any]) -> None:
+        """Ganeti's policy check of the instance as it will be (its disks after the adds and
+        removes, its new backend parameters at maxmem and at minmem), unless ignore_ipolicy:
+        so the last disk cannot go while the policy asks for one."""
+        sizes = [d.size for d in inst.disks]
+        for change in self.disk_changes:
+            if change.action == disk_modify.REMOVE:
+                del sizes[change.index]
+            elif change.action == disk_modify.ADD:
+                sizes.insert(change.index, change.size)
+        node = config.nodes[inst.primary_node]
+        for memory in ("maxmem", "minmem"):
+            spec = dataclasses.replace(
+                verify.instance_spec(config, inst, beparams=proposed, memory_key=memory),
+                disk_sizes=sizes, template=self.op.disk_template or inst.disk_template)
+            ignored = fit.refuse_violations(config, node, spec, ignore=self.op.ignore_ipolicy)
+            if ignored:
+                self.feedback(f"instance policy violations ignored: {', '.join(ignored)}")
+                return
 
     def _check_runtime_memory(self, config: model.ConfigData, inst: model.Instance,
                               proposed: dict[str, Any]) -> None:
@@ -283,16 +324,27 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
                 raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
             ballooned.append(["runtime_memory", op.runtime_mem])
         done = disk_modify.apply(self.env, uuid, self.disk_changes,
-                                 wait_for_sync=op.wait_for_sync, feedback=self.feedback)
+                                 wait_for_sync=op.wait_for_sync, feedback=self.feedback,
+                                 hotplug=self.hotplug)
         if op.disk_template:
             self._convert(uuid, op.disk_template)
             done.append(["disk_template", op.disk_template])
+        nic_changes: list[nics.NicChange] = []
         with self.env.store.update() as config:
             inst = config.instances[uuid]
+            if op.nics:
+                ctx = nics.NicContext.of(config, config.nodes[inst.primary_node], self.feedback,
+                                         op.conflicts_check)
+                nic_changes = nics.apply_mods(ctx, inst, op.nics)
+                ctx.pools.keep()
             changes = self._apply(inst)
-            if changes:
+            if changes or nic_changes:
                 inst.touch()
-        return ballooned + done + changes
+        nic_rows = nics.describe(nic_changes)
+        if self.hotplug and nic_changes:
+            nic_rows += hotplug.nic_changes(self.env, self.env.store.load(), uuid, nic_changes,
+                                     feedback=self.feedback)
+        return ballooned + done + nic_rows + changes
 
     def _convert(self, uuid: str, template: str) -> None:
         config = self.env.store.load()
@@ -405,6 +457,18 @@ class _NodeAction(LogicalUnit[InstanceOpT]):
 
 class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
     new_admin_state = "up"
+
+    def check(self, config: model.ConfigData) -> None:
+        """Ganeti's LUInstanceStartup: an instance that does not run yet needs its minmem
+        free on its primary (CheckNodeFreeMemory)."""
+        super().check(config)
+        if self.node.offline:  # ignore_offline_nodes: nothing is asked of it
+            return
+        info = fit.node_info(self.env, self.node, instances=True)
+        if self.inst.name not in (info.instances or {}):
+            be = params.fill(config.filled_beparams(self.inst), self.op.beparams)
+            fit.check_free_memory(self.env, self.node, int(be["minmem"]),
+                                  f"starting instance {self.inst.name}", info=info)
 
     def act(self) -> None:
         self.env.rpc.call(self.node, instance_calls.InstanceStart(
@@ -555,7 +619,12 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
     def execute(self) -> JobResult:
         self.act()
         with self.env.store.update() as config:
-            portpool.release(config, config.instances.pop(self.inst.uuid).network_port)
+            removed = config.instances.pop(self.inst.uuid)
+            portpool.release(config, removed.network_port)
+            pools = nics.Pools(config)  # its addresses go back to their networks' pools
+            for nic in removed.nics:
+                pools.release(nic, self.feedback)
+            pools.keep()
         self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
         return None
 

@@ -220,8 +220,8 @@ def failover(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                 raise OpExecError(f"Disk {index} is degraded on target node, aborting "
                                   "failover")
     say(f"* shutting down instance {inst.name} on source node {source.name}")
-    try:
-        env.rpc.call(source, instance_calls.InstanceShutdown(
+    try:  # not sent to an offline source (a dead node): no shutdown timeout waited out there
+        disks.node_call(env, source, instance_calls.InstanceShutdown(
             name=order.name, reason=reason, version=order.version, claim=order.claim,
             timeout=shutdown_timeout, instance=instance_payload(config, inst)))
     except HerderError as err:

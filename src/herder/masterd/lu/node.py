@@ -3,7 +3,7 @@ node-level operations that need node daemons (evacuate, migrate)."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from herder.core import envelope, model, names, params, ports
 from herder.core.cluster_secrets import SecretPaths
@@ -12,9 +12,23 @@ from herder.core.noderpc import UnavailableRpc
 from herder.core.rpcdefs import node_calls, role_calls
 from herder.masterd import join, libvirt_trust, locking, redist
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import migration, placement, replace
-from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
+from herder.masterd.lu import migration, placement
+from herder.masterd.lu.base import (
+    JobResult,
+    LockRequest,
+    LogicalUnit,
+    MasterEnv,
+    ResultWithJobs,
+    lookup,
+)
 from herder.masterd.lu.common import config_path_of, redistribute, resets
+
+REACH_TIMEOUT = 10.0  # seconds: Ganeti's TcpPing
+
+
+def _answers(address: str, port: int) -> bool:
+    """Does noded's port accept a TCP connection on `address` within REACH_TIMEOUT?"""
+    return names.address_answers(address, port, REACH_TIMEOUT, live_port_needed=True)
 
 
 def _check_ip(value: str | None, what: str) -> None:
@@ -53,6 +67,22 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             params.apply_overrides(params.ND_FAMILY, {}, resets(op.ndparams or {}))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if op.join_token is None and op.node_check:
+            self._reach(op.primary_ip, op.secondary_ip)
+
+    def _reach(self, primary_ip: str, secondary_ip: str | None) -> None:
+        """Ganeti's reachability checks of a new node (TcpPing to noded's port on its primary,
+        then on its secondary address), with noded's port answering: a node whose daemon does
+        not run is not added. A join reaches the node itself."""
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
+        if not _answers(primary_ip, port):
+            raise OpPrereqError(f"Node not reachable by ping: nothing answers on {primary_ip} "
+                                f"port {port} (node_check: false adds it without)",
+                                "environment_error")
+        if secondary_ip and secondary_ip != primary_ip and not _answers(secondary_ip, port):
+            raise OpPrereqError(f"Node secondary ip not reachable by TCP based ping to node "
+                                f"daemon port: nothing answers on {secondary_ip} port {port}",
+                                "environment_error")
 
     def join(self, node_uuid: str) -> str | None:
         """Join the node with its token (before the config changes: a failure leaves the config
@@ -136,6 +166,16 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         return node.uuid
 
 
+def self_promotion(config: model.ConfigData, node: model.Node) -> bool:
+    """Whether `node`, set online or undrained, should become a master candidate again
+    (Ganeti's _DecideSelfPromotion): fewer candidates than the pool size wants, counting the
+    node among the possible ones."""
+    possible = sum(1 for n in config.nodes.values()
+                   if n.uuid != node.uuid and n.master_capable and not (n.offline or n.drained))
+    current = sum(1 for n in config.nodes.values() if n.master_candidate)
+    return current < min(possible + 1, config.cluster.candidate_pool_size)
+
+
 class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
     """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
     offline/drained nodes stop being master candidates; one change of role at a time."""
@@ -189,6 +229,11 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
         changes: list[list[str]] = []
         with self.env.store.update() as config:
             node = config.find_node(op.node_name)
+            promote = op.master_candidate is None and not node.master_candidate and (
+                op.offline is False or op.drained is False
+                or (op.master_capable is True and not node.master_capable)) and (
+                op.master_capable if op.master_capable is not None else node.master_capable) \
+                and self_promotion(config, node)
             # Setting one role clears the others (Ganeti's role semantics).
             if (op.offline is True or op.drained is True) and node.master_candidate:
                 node.master_candidate = False
@@ -210,6 +255,11 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
             if node.master_capable is False and node.master_candidate:
                 node.master_candidate = False
                 changes.append(["master_candidate", "False"])
+            if promote and not (node.offline or node.drained):
+                # back online (a dead node's return, demoted by its offline mark)
+                node.master_candidate = True
+                changes.append(["master_candidate", "True"])
+                self.feedback("Auto-promoting node to master candidate")
             if op.secondary_ip is not None:
                 node.secondary_ip = op.secondary_ip or None
                 changes.append(["secondary_ip", op.secondary_ip])
@@ -331,7 +381,8 @@ MOVABLE = frozenset({"drbd", "sharedfile", "ext", "rbd", "gluster", "blockdev", 
 
 class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
     """Moving everything off a node: primaries to their DRBD secondaries (live migration,
-    or failover), and — for evacuation — secondaries to new nodes chosen by the allocator."""
+    or failover; evacuation: as jobs, `NodeEvacuate`), and for evacuation secondaries to new
+    nodes chosen by the allocator."""
 
     live = True
     allow_failover = True  # a stopped primary instance moves by failover (Ganeti's node ops)
@@ -388,30 +439,53 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                         reason=self.op.reason, say=self.feedback)
                 self.feedback(f"{inst.name}: now runs on {target.name}")
                 moved.append(inst.name)
-        if "secondary" in self.modes:
-            # From the config as it is now: moving a primary away makes this node its secondary.
-            current = self.env.store.load()
-            for inst in sorted(current.instances.values(), key=lambda i: i.name):
-                config = self.env.store.load()
-                fresh = config.instances[inst.uuid]
-                if self.node.uuid not in fresh.secondary_nodes:
-                    continue
-                new = placement.choose_secondary(self.env, config, fresh,
-                                                 getattr(self.op, "remote_node", None),
-                                                 self.op.iallocator, self.feedback)
-                replace.change_secondary(self.env, config, fresh, new, self.feedback,
-                                         early_release=getattr(self.op, "early_release",
-                                                               False))
-                moved.append(inst.name)
         return list(dict.fromkeys(moved))
 
 
 class NodeEvacuate(_NodeWithInstances[opcodes.OpNodeEvacuate]):
+    """Ganeti's LUNodeEvacuate: one job per instance (its result lists them, `{"jobs": [[true,
+    id], ...]}`): a primary migrates (fails over when stopped, or when the node is offline) to
+    its DRBD secondary or, on shared storage, where the allocator says; a DRBD instance that
+    keeps this node as secondary gets a new one (the given remote node, else the
+    allocator's), in the same job after its move."""
+
     def check(self, config: model.ConfigData) -> None:
         mode = self.op.mode
         self.modes = {"primary-only": ("primary",), "secondary-only": ("secondary",),
                       "all": ("primary", "secondary")}[mode]
+        if self.op.remote_node:
+            remote = lookup(config.find_node, self.op.remote_node)
+            if remote.uuid == lookup(config.find_node, self.op.node_name).uuid:
+                raise OpPrereqError("can not evacuate a node to itself", "wrong_input")
         super().check(config)
+
+    def _new_secondary(self, name: str) -> dict[str, Any]:
+        op = self.op
+        where = {"remote_node": op.remote_node} if op.remote_node else \
+            {"iallocator": op.iallocator} if op.iallocator else {}
+        return {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": name,
+                "mode": "replace_new_secondary", "early_release": op.early_release, **where}
+
+    def execute(self) -> JobResult | ResultWithJobs:
+        jobs: list[list[dict[str, Any]]] = []
+        if "primary" in self.modes:
+            for inst in self.primaries:
+                move: dict[str, Any] = {"instance_name": inst.name}
+                if self.node.offline:
+                    move.update(OP_ID="OP_INSTANCE_FAILOVER", ignore_consistency=True)
+                else:
+                    move.update(OP_ID="OP_INSTANCE_MIGRATE", allow_failover=True)
+                if inst.disk_template != "drbd" and self.op.iallocator:
+                    move["iallocator"] = self.op.iallocator
+                job = [move]
+                if "secondary" in self.modes and inst.disk_template == "drbd":
+                    job.append(self._new_secondary(inst.name))
+                jobs.append(job)
+        if "secondary" in self.modes:
+            jobs += [[self._new_secondary(inst.name)] for inst in self.secondaries]
+        if not jobs:
+            self.feedback(f"node {self.node.name} holds no instances; nothing to do")
+        return ResultWithJobs(jobs)
 
 
 class NodeMigrate(_NodeWithInstances[opcodes.OpNodeMigrate]):

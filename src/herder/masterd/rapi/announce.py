@@ -11,17 +11,18 @@ from aiohttp import web
 
 from herder.core import access, purpose_keys
 from herder.masterd import announce
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, ok, signed_node
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, ok, signed_node, takes
 
 log = logging.getLogger("herder.masterd")
 
 
 @ROUTES.allow(access.NODE_ANNOUNCE)
+@takes(body=True)
 async def node_announce(request: web.Request) -> web.Response:
     announcements = ctx_of(request).announce
     if announcements is None:
         raise RapiHttpError(503, "this masterd takes no announcements")
-    node = await signed_node(request, announcements.keys(), announcements.replay,
+    node, _ = await signed_node(request, announcements.keys(), announcements.replay,
                              announce.METHOD, purpose_keys.NODE_ANNOUNCE, "announcement")
     down = announcements.reachability.down(node.uuid)
     announcements.reachability.seen(node.uuid)

@@ -41,6 +41,7 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
 from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.submissions import SubmissionLimits
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
 
@@ -76,6 +77,8 @@ class RapiContext:
     announce: Announcements | None = None
     # wrong passwords lately, and the holds they set (HTTP Basic and the web console's login)
     backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
+    # each user's job submissions (masterd/submissions.py)
+    submissions: SubmissionLimits = field(default_factory=SubmissionLimits)
     # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
     leases: Leases | None = None
 
@@ -89,16 +92,18 @@ CTX_KEY = web.AppKey("rapi", RapiContext)
 
 
 class RapiHttpError(Exception):
-    def __init__(self, status: int, explain: str) -> None:
+    def __init__(self, status: int, explain: str, retry: float | None = None) -> None:
         super().__init__(explain)
         self.status = status
         self.explain = explain
+        self.retry = retry  # seconds: the answer's Retry-After (429, 503)
 
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
             426: "Upgrade Required", 429: "Too Many Requests", 500: "Internal Server Error",
             501: "Not Implemented", 503: "Service Unavailable"}
+USER_KEY = web.RequestKey("rapi_user", str)  # the request's RAPI user, set by the middleware
 
 
 def error_response(status: int, explain: str,
@@ -106,7 +111,8 @@ def error_response(status: int, explain: str,
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": f'Basic realm="{REALM}"'}
     body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
-    return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
+    return web.Response(body=_encode(body), status=status, content_type=JSON,
+                        headers=headers or None)
 
 
 def ok(value: object) -> web.Response:
@@ -131,8 +137,15 @@ async def live_of(request: web.Request, config: model.ConfigData) -> Snapshot:
     return EMPTY if cache is None else await cache.asnapshot(config)
 
 
+_TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"0", "false", "no", ""})
+
+
 def flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "0").lower() in ("1", "true", "yes")
+    """A yes/no query parameter (Ganeti's clients send 1 or 0); 400 for anything else."""
+    value = request.query.get(name, "0").lower()
+    if value not in _TRUE | _FALSE:
+        raise RapiHttpError(400, f"query parameter {name} must be 0 or 1, got {value!r}")
+    return value in _TRUE
 
 
 async def body_of(request: web.Request, *, default: object = None) -> object:
@@ -150,20 +163,30 @@ async def body_of(request: web.Request, *, default: object = None) -> object:
         raise RapiHttpError(400, str(err)) from None
 
 
-async def signed_node(request: web.Request, keys: list[bytes], replay: rpcauth.ReplayCache,
-                      method: str, purpose: str, what: str) -> model.Node:
+async def signed_node(request: web.Request, keys: list[bytes],
+                      replay: rpcauth.ReplayCache | None, method: str, purpose: str,
+                      what: str) -> tuple[model.Node, object]:
     """The node named in the URL whose call of `method` the body is, signed for it with the
-    `purpose` key (403 `what` refused, with the reason), and known to the config (404)."""
+    `purpose` key (403 `what` refused, with the reason), and known to the config (404); and
+    the call's arguments. `replay` None: the caller checks freshness itself (a counter)."""
     name = request.match_info["name"]
     try:
-        rpcauth.check_call(keys, await request.read(), method=method, node=name,
-                           replay=replay, purpose=purpose)
+        args = rpcauth.check_call(keys, await request.read(), method=method, node=name,
+                                  replay=replay, purpose=purpose)
     except SignatureError as err:
         raise RapiHttpError(403, f"{what} refused: {err}") from None
     node = next((n for n in config_of(request).nodes.values() if n.name == name), None)
     if node is None:
         raise RapiHttpError(404, f"node {name} is not a node of the cluster")
-    return node
+    return node, args
+
+
+def peer_certificate(request: web.Request) -> bytes | None:
+    """The client certificate (DER) the caller showed on this HTTPS connection; None over
+    plain HTTP or when it showed none."""
+    tls = request.transport.get_extra_info("ssl_object") if request.transport else None
+    shown = tls.getpeercert(binary_form=True) if tls is not None else None
+    return shown or None
 
 
 def body_dict(value: object) -> dict[str, object]:
@@ -186,6 +209,13 @@ def find(finder: Callable[[str], Found], key: str) -> Found:
 async def submit(request: web.Request, resource: str,
                  ops: Sequence[dict[str, object]]) -> web.Response:
     """Queue a job for a write request; answer its id."""
+    return ok(await submit_job(request, resource, ops))
+
+
+async def submit_job(request: web.Request, resource: str,
+                     ops: Sequence[dict[str, object]]) -> int:
+    """Queue a job for a request (`?dry-run`, `?reason` and the body's reason trail applied);
+    its id."""
     dry_run = flag(request, "dry-run")
     trail = [reason.rapi(resource)]
     text = request.query.get("reason")
@@ -204,12 +234,22 @@ async def submit(request: web.Request, resource: str,
     refused = hvfiles.problems(ops, ctx.hv_files_dir)
     if refused:
         raise RapiHttpError(400, "; ".join(refused))
+    read_only = all(getattr(opcodes.BY_ID.get(str(op.get("OP_ID"))), "READ_ONLY", False)
+                    for op in ops)
+    caller = request.get(USER_KEY) or f"source {request.remote}"
+    wait = ctx.submissions.take(caller, read_only)
+    if wait:
+        kind = "read-only jobs" if read_only else "jobs"
+        raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
+                                 f"{login_backoff.retry_after(wait)} s", retry=wait)
     queue = ctx.queue
     try:
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
-    return ok(job_id)
+    except job_queue.QueueFull as err:
+        raise RapiHttpError(503, str(err), retry=10.0) from None
+    return job_id
 
 
 # Opcode fields no request body sets: the job's plumbing (the queue's; dry-run and reason come
@@ -240,6 +280,64 @@ def submits(*ops: type[opcodes.OpCode]) -> Callable[[Handler], Handler]:
     return mark
 
 
+# What each handler reads from the request besides `reason` (every route) and `dry-run` (the
+# routes that submit jobs): its query parameters, and whether a body (`takes`). The middleware
+# refuses anything else with 400 before the handler runs: no parameter is silently ignored.
+_QUERY: dict[Callable[..., Any], frozenset[str]] = {}
+_BODY: set[Callable[..., Any]] = set()
+GENERIC_QUERY = frozenset({"reason"})
+
+
+AnyHandler = TypeVar("AnyHandler", bound=Callable[..., Any])
+
+
+def takes(*query: str, body: bool = False) -> Callable[[AnyHandler], AnyHandler]:
+    """Marks the query parameters a route's handler reads and whether it reads a body (a body
+    with fields: the handler refuses the fields it does not know, `only`)."""
+    def mark(handler: AnyHandler) -> AnyHandler:
+        _QUERY[handler] = frozenset(query)
+        if body:
+            _BODY.add(handler)
+        return handler
+
+    return mark
+
+
+def query_taken(handler: Callable[..., Any]) -> frozenset[str]:
+    """The query parameters `handler` reads (`takes`, `reason`, `dry-run` if it submits)."""
+    submitted = {"dry-run"} if handler in _SUBMITS else set()
+    return GENERIC_QUERY | submitted | _QUERY.get(handler, frozenset())
+
+
+def body_taken(handler: Callable[..., Any]) -> bool:
+    return handler in _BODY
+
+
+async def input_refusal(request: web.Request) -> web.Response | None:
+    """400 for a query parameter the route does not read, or a body given to a route that
+    reads none (None: the request's inputs are all read by its handler)."""
+    info = request.match_info
+    if info.http_exception is not None:
+        return None
+    handler = info.handler
+    route = f"{request.method} {info.route.resource.canonical if info.route.resource else '?'}"
+    unknown = sorted(set(request.query) - query_taken(handler))
+    if unknown:
+        taken = ", ".join(sorted(query_taken(handler)))
+        return error_response(400, f"{route} does not take the query parameter(s) "
+                                   f"{', '.join(unknown)} (it takes: {taken})")
+    if not body_taken(handler) and request.body_exists:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as err:
+            return error_response(413, f"request body too large ({err.text})")
+        if raw.strip():
+            return error_response(400, f"{route} takes no request body")
+    if "reason" in request.query and request.method in ("GET", "HEAD"):
+        log.info("RAPI %s %s: reason %r", request.method, request.path, request.query["reason"])
+    return None
+
+
 def opcode_routes(app: web.Application) -> dict[str, list[str]]:
     """OP_ID -> the routes ("METHOD /path") of `app` whose jobs carry it."""
     found: dict[str, list[str]] = {}
@@ -255,6 +353,29 @@ def only(body: dict[str, object], allowed: Iterable[str], what: str) -> dict[str
     if unknown:
         raise RapiHttpError(400, f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
     return body
+
+
+def renamed(body: dict[str, object], rename: dict[str, str], what: str) -> dict[str, object]:
+    """`body` with Ganeti's RAPI aliases replaced by the opcode's field names (as Ganeti's
+    FillOpcode's `rename`); 400 when a field comes under both names."""
+    out = dict(body)
+    for alias, name in rename.items():
+        if alias in out:
+            if name in out:
+                raise RapiHttpError(400, f"{what}: give {name} or its alias {alias}, not both")
+            out[name] = out.pop(alias)
+    return out
+
+
+def from_query(request: web.Request, body: dict[str, object],
+               values: dict[str, object]) -> dict[str, object]:
+    """`body` with the fields the query string gave (`values`); 400 when the body gives one
+    of them too."""
+    both = sorted(set(body) & set(values))
+    if both:
+        raise RapiHttpError(400, f"{request.path}: {', '.join(both)} given both in the query "
+                                 "string and in the body")
+    return {**body, **values}
 
 
 def listing(items: list[str], prefix: str, key: str = "id") -> list[dict[str, str]]:
@@ -307,6 +428,8 @@ def access_refusal(request: web.Request) -> web.Response | None:
             user = caller.user
         elif caller.problem is not None and not ctx.anonymous_reads:
             return error_response(401, caller.problem)
+    if user is not None:
+        request[USER_KEY] = user.name
     if rule == access.RAPI_READ:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
@@ -328,21 +451,46 @@ def held_response(hold: float) -> web.Response:
                           {"Retry-After": login_backoff.retry_after(hold)})
 
 
+# Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
+NOT_SERVED = (
+    ("/2/filters", "herder has no job filters (not supported yet)"),
+)
+NOT_SERVED_SUFFIXES = (
+    ("/export", "herder does not export instances (not supported yet)"),
+    ("/prepare-export", "herder does not export instances (not supported yet)"),
+)
+
+
+def not_served(path: str) -> str:
+    """The 404's explanation: what herder does not support, or Ganeti's own message."""
+    for prefix, why in NOT_SERVED:
+        if path == prefix or path.startswith(prefix + "/"):
+            return f"{why}: {path}"
+    if path.startswith("/2/instances/"):
+        for suffix, why in NOT_SERVED_SUFFIXES:
+            if path.endswith(suffix):
+                return f"{why}: {path}"
+    return f"Nothing matches the given URI: {path}"
+
+
 @web.middleware
 async def rapi_middleware(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                           ) -> web.StreamResponse:
-    refusal = access_refusal(request)
+    refusal = access_refusal(request) or await input_refusal(request)
     if refusal is not None:
         return refusal
     try:
         return await handler(request)
     except RapiHttpError as err:
-        return error_response(err.status, err.explain)
+        return error_response(err.status, err.explain, None if err.retry is None else
+                              {"Retry-After": login_backoff.retry_after(err.retry)})
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:
-        return error_response(404, f"Nothing matches the given URI: {request.path}")
+        return error_response(404, not_served(request.path))
+    except web.HTTPClientError as err:  # a body too large or too slow (core.serve's limits)
+        return error_response(err.status, err.text or err.reason)
     except OpPrereqError as err:
         return error_response(400, str(err))
     except (ConfigError, opcodes.OpcodeError) as err:

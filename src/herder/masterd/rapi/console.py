@@ -35,7 +35,7 @@ from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rpcdefs import instance_calls, node_calls
 from herder.core.rpcdefs.base import AnswerT, Call
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, ok
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, ok, takes
 from herder.masterd.web import streams
 
 log = logging.getLogger("herder.rapi.console")
@@ -82,6 +82,7 @@ async def console_info(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("lines")
 async def console_log(request: web.Request) -> web.Response:
     """The last `lines` lines of the instance's serial log on its primary node."""
     _, inst, node = target(request)

@@ -25,6 +25,7 @@ from herder.masterd.rapi.base import (
     only,
     submit,
     submits,
+    takes,
 )
 
 
@@ -38,11 +39,13 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
                 "balance": "maint_balance", "balanceThreshold": "maint_balance_threshold",
                 "balanceDiskMoves": "maint_balance_disk_moves",
                 "balanceDynamicLoad": "maint_balance_dynamic_load",
+                "nodeRecovery": "maint_node_recovery",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
 
 @submits(opcodes.OpClusterSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
@@ -55,6 +58,7 @@ STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen"}
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_maintenance_state(request: web.Request) -> web.Response:
     """maintd's state (incidents, jobs of the current round, evacuated instances): replaced as
     given, validated, written atomically to the config (not a job: maintd's bookkeeping, like
@@ -90,9 +94,10 @@ async def herder_config(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("dry-run", body=True)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
     """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})), {"ops"}, "job submission")
     ops = body.get("ops")
     if not isinstance(ops, list) or not ops or not all(isinstance(o, dict) for o in ops):
         raise RapiHttpError(400, "give 'ops': a non-empty list of opcode objects")

@@ -1,8 +1,8 @@
 """noded's handlers of the node RPCs: one function per call of the contract (`herder.core.
-rpcdefs`), grouped by area (`node`, `instances`, `migration`, `disks`, `storage`, `files`,
-`role`). A handler is a module-level function `(node: Node, call: TheCall) -> TheAnswer` over
-the typed node context (`herder.noded.node.Node`): the call's Struct, decoded and checked at the
-door, is its argument; the registry finds it by that annotation.
+rpcdefs`), grouped by area (`node`, `instances`, `hotplug`, `migration`, `disks`, `storage`,
+`files`, `role`). A handler is a module-level function `(node: Node, call: TheCall) ->
+TheAnswer` over the typed node context (`herder.noded.node.Node`): the call's Struct, decoded
+and checked at the door, is its argument; the registry finds it by that annotation.
 
 `decode` turns a signed request's method and arguments into the call (UnknownMethod: 404,
 BadArguments: 400); `run` carries it out (a call the contract marks SERIAL while no other runs).
