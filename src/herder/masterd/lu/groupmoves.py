@@ -108,7 +108,8 @@ class GroupEvacuate(_ChangeGroup[opcodes.OpGroupEvacuate]):
                        or members & set(i.secondary_nodes)), key=lambda i: i.name)
 
     def execute(self) -> JobResult | ResultWithJobs:
-        result: ResultWithJobs = super().execute()
+        result = super().execute()
+        assert isinstance(result, ResultWithJobs)  # the change-group's answer is its jobs
         if self.op.force_failover:  # Ganeti's: no migrations, failovers instead
             result.jobs[:] = [[{**op, "OP_ID": "OP_INSTANCE_FAILOVER"} if
                                op.get("OP_ID") == "OP_INSTANCE_MIGRATE" else op for op in job]

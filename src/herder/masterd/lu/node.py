@@ -414,7 +414,7 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
     def dry_run_result(self) -> JobResult:
         return self.affected
 
-    def execute(self) -> JobResult:
+    def execute(self) -> JobResult | ResultWithJobs:
         if not self.affected:
             self.feedback(f"node {self.node.name} holds no instances; nothing to do")
             return []

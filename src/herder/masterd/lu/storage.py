@@ -161,13 +161,13 @@ OS_FIELDS = ("name", "valid", "hidden", "blacklisted", "variants", "node_status"
              "osparams")
 
 
-def _left_out(row: dict[str, object], fields: Sequence[str]) -> bool:
+def _left_out(row: dict[str, JobResult], fields: Sequence[str]) -> bool:
     """Ganeti's LUOsDiagnose._BuildFilter (its legacy behaviour): a hidden OS is left out
     unless `hidden` is asked, a blacklisted one unless `blacklisted` is, an invalid one
     unless `valid` is."""
-    return (("hidden" not in fields and row["hidden"])
-            or ("blacklisted" not in fields and row["blacklisted"])
-            or ("valid" not in fields and not row["valid"]))
+    return bool(("hidden" not in fields and row["hidden"])
+                or ("blacklisted" not in fields and row["blacklisted"])
+                or ("valid" not in fields and not row["valid"]))
 
 
 class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
@@ -204,12 +204,12 @@ class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
             raise OpPrereqError(f"OS {', '.join(missing)} is not offered by any node",
                                 "unknown_entity")
         c = self.config.cluster
-        rows = []
+        rows: list[JobResult] = []
         for name in wanted:
             base = name.partition("+")[0]
             where = offered[base]
             common = set.intersection(*where.values())
-            row = {"name": base, "valid": sorted(where) == sorted(answered),
+            row: dict[str, JobResult] = {"name": base, "valid": sorted(where) == sorted(answered),
                    "hidden": base in c.hidden_os, "blacklisted": base in c.blacklisted_os,
                    "variants": sorted(v for v in common if v),
                    "node_status": {n: n in where for n in answered},
@@ -241,7 +241,7 @@ class NodeQueryvols(LogicalUnit[opcodes.OpNodeQueryvols]):
         owner = {(node, lv): inst.name for inst in self.config.instances.values()
                  for node in (inst.primary_node, *inst.secondary_nodes)
                  for disk in inst.disks for lv in verify.instance_lvs(disk)}
-        rows = []
+        rows: list[JobResult] = []
         for node in self.nodes:
             if node.offline:
                 continue
@@ -252,7 +252,8 @@ class NodeQueryvols(LogicalUnit[opcodes.OpNodeQueryvols]):
                 continue
             for full, (size, *_) in sorted(volumes.items()):
                 vg, _, name = full.partition("/")
-                row = {"node": node.name, "vg": vg, "name": name, "size": int(float(size)),
-                       "instance": owner.get((node.uuid, full), "-")}
+                row: dict[str, JobResult] = {
+                    "node": node.name, "vg": vg, "name": name, "size": int(float(size)),
+                    "instance": owner.get((node.uuid, full), "-")}
                 rows.append([row[f] for f in self.op.output_fields])
         return rows
