@@ -189,6 +189,41 @@ def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path
                                                                     "node2.example.com"}
 
 
+def test_push_sends_the_archived_jobs_once_and_in_parts(tmp_path, monkeypatch):
+    from herder.masterd.jobs.job import Job
+    from herder.masterd.jobs.store_file import FileJobStorage
+
+    config = build_config(3, drbd_instances=0, plain_instances=0)
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    storage = FileJobStorage(tmp_path / "queue")
+    storage.load()  # (makes the directory)
+    jobs = [Job(id=n, ops=[], received_timestamp=[n, 0]) for n in range(1, 6)]
+    for job in jobs:
+        storage.save(job)
+    rpc = RecordingRpc()
+    pusher = redist.Redistributor(rpc, tmp_path / "config.json", tmp_path / "queue",
+                                  archived_since=storage.archived_since)
+
+    def archived_sent() -> list[str]:
+        sent = [c[2]["queue"]["archived"] for c in rpc.calls if c[1] == "write_config"]
+        rpc.calls.clear()
+        assert len(sent) == 1  # node2 is the one candidate but the master
+        return sorted(sent[0])
+
+    pusher.push(config)
+    assert archived_sent() == []
+    monkeypatch.setattr(redist, "ARCHIVE_PER_PUSH", 2)
+    storage.archive(jobs[:3])
+    pusher.push(config)
+    assert archived_sent() == ["job-1.json", "job-2.json"]
+    assert pusher.archive_behind() == {node(config, "node2.example.com").uuid}
+    pusher.push(config)
+    assert archived_sent() == ["job-3.json"]
+    assert pusher.archive_behind() == set()
+    pusher.push(config)
+    assert archived_sent() == []
+
+
 # --- noded's side ---------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -237,12 +272,39 @@ def test_noded_config_copy_refuses_an_older_serial(noded, tmp_path):
     copy = data_dir(tmp_path)  # where confd, mond and a new master's masterd read it
     write(5, {"job-1.json": b"{}", "job-2.json": b"{}"}, ["job-1.json", "job-2.json"])
     assert json.loads((copy / "config.json").read_text())["serial_no"] == 5
-    write(6, {}, ["job-2.json"])
-    assert sorted(p.name for p in (copy / "queue").iterdir()) == ["job-2.json"]
+    write(6, {}, ["job-2.json"])  # the master archived job 1: the copy files it so too
+    assert sorted(p.name for p in (copy / "queue").glob("*.json")) == ["job-2.json"]
+    assert (copy / "queue" / "archive" / "0" / "job-1.json").read_bytes() == b"{}"
     with pytest.raises(RpcFailure, match="refusing config serial 4"):
         write(4, {}, ["job-2.json"])
     with pytest.raises(noded_rpc.BadArguments, match="invalid job queue file name"):
         write(7, {"../x.json": b""}, [])
+
+
+def test_noded_files_archived_jobs_and_moves_unlisted_job_files_to_the_archive(noded,
+                                                                               tmp_path):
+    def write(serial: int, files: dict[str, bytes], names: list[str],
+              archived: dict[str, bytes]) -> Any:
+        return noded_rpc.dispatch(noded, "write_config", {
+            "config": json.dumps({"serial_no": serial}), "serial": serial,
+            "queue": {"files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+                      "names": names,
+                      "archived": {k: base64.b64encode(v).decode()
+                                   for k, v in archived.items()}}})
+
+    queue = data_dir(tmp_path) / "queue"
+    write(1, {"job-1.json": b"running", "job-10001.json": b"queued", "drain.json": b"{}"},
+          ["job-1.json", "job-10001.json", "drain.json"], {})
+    # job 1 archived (its final state sent along), job 10001 gone from the master's list
+    # before its final state came: kept in the archive as last seen, the drain flag removed
+    write(2, {}, [], {"job-1.json": b"final"})
+    assert not list(queue.glob("*.json"))
+    assert (queue / "archive" / "0" / "job-1.json").read_bytes() == b"final"
+    assert (queue / "archive" / "1" / "job-10001.json").read_bytes() == b"queued"
+    write(3, {}, [], {"job-10001.json": b"final too"})  # its final state follows later
+    assert (queue / "archive" / "1" / "job-10001.json").read_bytes() == b"final too"
+    with pytest.raises(noded_rpc.BadArguments, match="invalid archived job file name"):
+        write(4, {}, [], {"../job-1.json": b""})
 
 
 def test_noded_follows_its_node_parameters(noded, tmp_path):

@@ -94,6 +94,9 @@ class Nodes(RpcTransport):
 @pytest.fixture
 def cluster(tmp_path: Path):
     config = build_config(nodes=3, drbd_instances=0, plain_instances=0)
+    # a diskless instance; no LVM template, so verify asks the nodes (this machine's LVM,
+    # where simulated hosts' volume groups may show) about no volume group
+    config.cluster.enabled_disk_templates = ["diskless"]
     source = config.find_node(SOURCE)
     inst = model.Instance(uuid=model.new_uuid(), name=NAME, primary_node=source.uuid,
                           os="debootstrap", hypervisor="kvm", admin_state="up",

@@ -195,3 +195,20 @@ def test_the_secondary_reading_a_real_proc_drbd_capture(mirrored, shared: Path, 
     with pytest.raises(OpPrereqError, match="the copy on node2.example.com is not good: disk/0 "
                        "is degraded .local disk state 'syncing'.; repairing would lose"):
         run(env, repair, RepairNodeStorage)
+
+
+def test_a_cluster_without_lvm_templates_asks_no_node_about_its_vg(tmp_path: Path) -> None:
+    """As Ganeti's NV_LVLIST (only when utils.IsLvmEnabled): a cluster whose enabled templates
+    include neither plain nor drbd does not list its VG on the nodes, so an LVM the nodes share
+    with others (or do not have) is none of verify's business; with plain enabled the VG is
+    listed and an orphan in it reported."""
+    config = build_config(nodes=3, drbd_instances=0, plain_instances=0)
+    config.cluster.enabled_disk_templates = ["diskless", "file"]
+    env, rpc = stand_in_env(tmp_path, config)
+    world.add_lv(rpc.nodes["node3"].world.state, "xenvg", "4e1c0d7a.disk0", 1024)
+    assert not [f for f in findings(env) if "unknown" in f[2]]
+    assert not [call for call in rpc.calls if call[1] == "lv_list"]
+    with env.store.update() as fresh:
+        fresh.cluster.enabled_disk_templates = ["diskless", "file", "plain"]
+    assert ("error", "node node3.example.com", "volume xenvg/4e1c0d7a.disk0 is unknown") \
+        in findings(env)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from herder.core.redist import JOB_FILE
 from herder.core.rpcdefs.base import Call
 
 
@@ -48,15 +49,21 @@ class WriteSsconf(Call[list[str]], kw_only=True):
 
 
 class QueueCopy(msgspec.Struct, kw_only=True):
-    """Job files (name -> base64) and, when given, every name the queue holds (the others go)."""
+    """Job files (name -> base64), when given every name the queue holds (the others go: to
+    the archive when they are job files), and the job files archived since the last push
+    (name -> base64), which the candidate files under `queue/archive/`."""
 
     files: dict[str, str] = msgspec.field(default_factory=dict)
     names: list[str] | None = None
+    archived: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in self.files:
             if "/" in name or name.startswith(".") or not name.endswith(".json"):
                 raise ValueError(f"invalid job queue file name {name!r}")
+        for name in self.archived:
+            if not JOB_FILE.match(name):
+                raise ValueError(f"invalid archived job file name {name!r}")
 
 
 class JournalCopy(msgspec.Struct, kw_only=True):

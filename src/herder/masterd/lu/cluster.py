@@ -217,7 +217,10 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
                 owners.append(inst.uuid)
                 objects.append(diskobjects.disk_object(config, inst, disk, node.uuid))
                 vgs |= {volume.split("/", 1)[0] for volume in verify.instance_lvs(disk)}
-        if config.cluster.volume_group_name:  # Ganeti's NV_LVLIST: the cluster's VG too
+        # Ganeti's NV_LVLIST: the cluster's VG too, when an LVM template is enabled
+        # (utils.IsLvmEnabled: a cluster without one has no VG to ask the nodes about)
+        if config.cluster.volume_group_name and params.DTS_LVM.intersection(
+                config.cluster.enabled_disk_templates):
             vgs.add(config.cluster.volume_group_name)
         volumes: dict[str, tuple[str, bool, bool]] | str | None = None
         if vgs:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import StoreError
-from herder.core.redist import REDIST_FILES, UPLOAD_LIST
+from herder.core.redist import JOB_FILE, REDIST_FILES, UPLOAD_LIST, archive_path
 from herder.core.rpcdefs import file_calls
 from herder.core.store import CONFIG_MODE, FileStore, atomic_write
 from herder.noded import libvirt_tls
@@ -92,13 +92,31 @@ def write_config(node: Node, call: file_calls.WriteConfig) -> file_calls.WriteCo
                 store.write_journal(journal.snapshot, journal.offset, records)
             except StoreError as err:
                 raise RpcFailure(str(err)) from None
-        queue = call.queue or file_calls.QueueCopy()
-        for name, data in sorted(queue.files.items()):
-            atomic_write(queue_dir / name, base64.b64decode(data, validate=True), 0o600)
-        if queue.names is not None:
-            keep = set(queue.names)
-            for path in queue_dir.glob("*.json"):
-                if path.name not in keep:
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+        _write_queue_copy(queue_dir, call.queue or file_calls.QueueCopy())
     return file_calls.WriteConfigAnswer(serial=call.serial, previous=have)
+
+
+def _write_queue_copy(queue_dir: Path, queue: file_calls.QueueCopy) -> None:
+    """The master's job files, its newly archived ones filed under `queue/archive/`, and the
+    names it no longer holds gone (a job file to the archive unless it is there already)."""
+    for name, data in sorted(queue.files.items()):
+        atomic_write(queue_dir / name, base64.b64decode(data, validate=True), 0o600)
+    for name, data in sorted(queue.archived.items()):
+        target = archive_path(queue_dir, name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, base64.b64decode(data, validate=True), 0o600)
+        with contextlib.suppress(FileNotFoundError):
+            (queue_dir / name).unlink()
+    if queue.names is None:
+        return
+    keep = set(queue.names)
+    for path in queue_dir.glob("*.json"):
+        if path.name in keep:
+            continue
+        archived = archive_path(queue_dir, path.name) if JOB_FILE.match(path.name) else None
+        with contextlib.suppress(FileNotFoundError):
+            if archived is None or archived.exists():
+                path.unlink()
+            else:
+                archived.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, archived)
