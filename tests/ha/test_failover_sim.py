@@ -68,7 +68,7 @@ for epoch in (0, 1):
     rpc = HttpNodeRpc(envelope.load_key("/var/lib/herder/hmac.key"),
                       "/var/lib/herder/server.pem", epoch=epoch, timeout=20)
     try:
-        out[epoch] = rpc.call(node, sys.argv[1], {})
+        out[epoch] = rpc.send(node, sys.argv[1], {})
     except HerderError as err:
         out[epoch] = str(err)
     rpc.close()

@@ -35,7 +35,7 @@ import pytest
 from herder.core import cluster_secrets, model
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import serving
 from tests.simhelpers import wait_for
 from tests.system.rapi_shapes import (
@@ -201,7 +201,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
             cfg.instances[inst.uuid] = inst
     port = _free_port()
     daemons, procs, dead = [], [], None
-    nodeds: list[NodeDaemon] = []
+    nodeds: list[Node] = []
     stack = contextlib.ExitStack()
     try:
         uris = {}
@@ -215,7 +215,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
             node_dir = directory / name
             with FileStore(config).update() as cfg:  # what differs between nodes: ndparams
                 cfg.find_node(name).ndparams["libvirt_uri"] = libvirtd.uri
-            daemon = NodeDaemon(NodeSettings(
+            daemon = Node(NodeSettings(
                 node_name=name, state_dir=node_dir / "state", run_dir=node_dir / "run",
                 hmac_key=(config.parent / cluster_secrets.HMAC_KEY_FILE).read_bytes(),
                 libvirt_uri=libvirtd.uri, config_dir=config.parent, file_root=node_dir / "root"))

@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from herder.core import verify
+from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import OpPrereqError
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu.cluster import ClusterVerifyGroup
@@ -146,6 +148,10 @@ def test_vg_repair_refuses_while_the_other_half_is_not_in_sync(mirrored) -> None
     (None, "no report of its disks"),
 ])
 def test_a_good_copy_is_one_in_sync(report: Any, problem: str | None) -> None:
+    """`report` as the node sends it (blockdev_getmirrorstatus_multi), decoded as the
+    master's call decodes it."""
+    if isinstance(report, list):
+        report = msgspec.convert(report, list[tuple[bool, BlockDevStatus | str]])
     assert copy_problem(report) == problem
 
 

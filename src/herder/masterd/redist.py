@@ -57,6 +57,7 @@ from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc
 from herder.core.reachability import Down, Reachability, ReachabilityRpc
 from herder.core.redist import REDIST_FILES, UPLOAD_LIST, archive_path
+from herder.core.rpcdefs import file_calls, node_calls
 from herder.masterd import hvfiles
 
 if TYPE_CHECKING:  # the daemon runs `watch` as its task: it imports this module
@@ -355,25 +356,31 @@ class Redistributor:
         return replica
 
     def _config_args(self, np: NodePlan, config: model.ConfigData, document: bytes | None,
-                     replica: store.Replica | None, whole: bool) -> tuple[dict[str, Any], str]:
-        """write_config's arguments for one candidate and what they carry: the journal's new
-        records when its copy continues the master's snapshot, else the whole document."""
+                     replica: store.Replica | None, whole: bool,
+                     queue: file_calls.QueueCopy) -> tuple[file_calls.WriteConfig, str]:
+        """write_config for one candidate and what it carries: the journal's new records when
+        its copy continues the master's snapshot, else the whole document."""
         if replica is None:
             assert document is not None
-            return ({"config": document.decode(), "serial": config.serial_no},
+            return (file_calls.WriteConfig(config=document.decode(), serial=config.serial_no,
+                                           queue=queue),
                     f"config (serial {config.serial_no})")
         with self._lock:
             sent = self._sent_journal.get(np.uuid)
         if not whole and sent is not None and sent[0] == replica.digest \
                 and sent[1] <= len(replica.journal):
             data = replica.journal[sent[1]:]
-            return ({"serial": replica.serial, "journal": {
-                "snapshot": replica.digest, "offset": sent[1], "data": _b64(data)}},
-                f"config journal (serial {replica.serial}, {len(data)} bytes)")
+            return (file_calls.WriteConfig(serial=replica.serial, queue=queue,
+                                           journal=file_calls.JournalCopy(
+                                               snapshot=replica.digest, offset=sent[1],
+                                               data=_b64(data))),
+                    f"config journal (serial {replica.serial}, {len(data)} bytes)")
         assert replica.snapshot is not None
-        return ({"config": replica.snapshot.decode(), "serial": replica.serial, "journal": {
-            "snapshot": replica.digest, "offset": 0, "data": _b64(replica.journal)}},
-            f"config (serial {replica.serial})")
+        return (file_calls.WriteConfig(config=replica.snapshot.decode(), serial=replica.serial,
+                                       queue=queue, journal=file_calls.JournalCopy(
+                                           snapshot=replica.digest, offset=0,
+                                           data=_b64(replica.journal))),
+                f"config (serial {replica.serial})")
 
     def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes | None,
                    replica: store.Replica | None,
@@ -401,8 +408,8 @@ class Redistributor:
                 # not heard from since masterd started (its start, a node that is down): a
                 # small call first, so a node that cannot be reached costs no signed ssconf
                 # (~470 KB, ~5 ms of CPU at 1,000 nodes: seconds at a start among dead nodes)
-                self.rpc.call(node, "ping", {}, timeout=30)
-            self.rpc.call(node, "write_ssconf", {"values": np.ssconf}, timeout=30)
+                self.rpc.call(node, node_calls.Ping(), timeout=30)
+            self.rpc.call(node, file_calls.WriteSsconf(values=dict(np.ssconf)))
             result.sent.append(f"ssconf ({len(np.ssconf)} values)")
         except HerderError as err:
             result.errors.append(f"ssconf: {err}")
@@ -418,8 +425,8 @@ class Redistributor:
                 continue
             data, mode = content
             try:
-                self.rpc.call(node, "upload_file", {"path": path, "data": _b64(data),
-                                                    "mode": mode}, timeout=30)
+                self.rpc.call(node, file_calls.UploadFile(path=path, data=_b64(data),
+                                                          mode=mode))
                 result.sent.append(path)
             except HerderError as err:
                 result.errors.append(f"{path}: {err}")
@@ -451,18 +458,18 @@ class Redistributor:
         with self._lock:
             position = self._sent_archive.get(np.uuid, 0)
         archived, after = self._archived(position)
-        queue = {"files": files, "names": sorted(queue_now), "archived": archived}
-        args, what = self._config_args(np, config, document, replica, full)
+        queue = file_calls.QueueCopy(files=files, names=sorted(queue_now), archived=archived)
+        call, what = self._config_args(np, config, document, replica, full, queue)
         try:
             try:
-                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                self.rpc.call(node, call)
             except HerderError:
-                if "config" in args or replica is None:
+                if call.config is not None or replica is None:
                     raise
                 # the copy does not continue where we think: the whole document
-                args, what = self._config_args(np, config, self._whole(replica), replica,
-                                               True)
-                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                call, what = self._config_args(np, config, self._whole(replica), replica,
+                                               True, queue)
+                self.rpc.call(node, call)
             result.sent.append(f"{what}, {len(files)} job file(s)"
                                + (f", {len(archived)} archived" if archived else ""))
             with self._lock:

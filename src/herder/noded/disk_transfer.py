@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herder.core.errors import HerderError
+from herder.core.rpcdefs import disk_calls
 
 IMPORT_TTL = 600.0  # seconds a prepared import waits for its stream
 CHUNK = 1 << 20
@@ -114,7 +115,7 @@ def read_device(path: str, size: int, digest: hashlib._Hash) -> Iterator[bytes]:
 
 
 def send(path: str, size: int, url: str, context: ssl.SSLContext | None,
-         timeout: float = 3600.0) -> dict[str, object]:
+         timeout: float = 3600.0) -> disk_calls.Transferred:
     """Stream the device to `url` (the target's /import/<token>); the target's answer, checked
     against what was sent."""
     import httpx
@@ -134,4 +135,4 @@ def send(path: str, size: int, url: str, context: ssl.SSLContext | None,
     if answer.get("sha256") != digest.hexdigest():
         raise TransferError(f"the target received {answer.get('bytes')} bytes whose checksum "
                             "differs from what was sent")
-    return {"bytes": answer.get("bytes"), "sha256": digest.hexdigest()}
+    return disk_calls.Transferred(bytes=answer.get("bytes"), sha256=digest.hexdigest())

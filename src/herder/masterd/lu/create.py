@@ -4,39 +4,18 @@ the instance undoes everything (disks, domain, config entry)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.noderpc import instance_payload
+from herder.core.rpcdefs import instance_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.livecache import LiveCache, Snapshot
 from herder.masterd.lu import diskgen, disks, fit, nics
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.instance import checked_new_name
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.common import checked_new_name
+from herder.masterd.lu.placement import live_figures
 
 MIRRORED = {"drbd"}
-
-
-PLACEMENT_TIMEOUT = 15.0  # seconds every node has to report its figures for a placement
-
-
-def live_figures(env: Any, config: model.ConfigData, feedback: Any) -> Snapshot:
-    """Fresh live figures of every online node, asked in parallel (as Ganeti's iallocator
-    input: the nodes are asked for each placement); a node that does not answer is left out
-    (counts as offline)."""
-    cache = env.live or LiveCache(env.rpc)
-    try:
-        live = cache.snapshot(config, fresh=True, timeout=PLACEMENT_TIMEOUT)
-    finally:
-        if cache is not env.live:
-            cache.close()
-    for node in sorted(config.nodes.values(), key=lambda n: n.name):
-        problem = live.error(node.uuid)
-        if problem is not None:
-            feedback(f"node {node.name} left out of the placement: {problem}")
-    return live
 
 
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
@@ -166,7 +145,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             fit.check_free_memory(self.env, self.nodes[0], filled["maxmem"],
                                   f"creating instance {op.instance_name}")
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [n.name for n in self.nodes]
 
     def _build(self, config: model.ConfigData) -> model.Instance:
@@ -202,7 +181,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             ctx.pools.keep()
         return made
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
@@ -216,19 +195,23 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         config = self.env.store.load()
         inst = config.instances[inst.uuid]
         payload = instance_payload(config, inst)
-        args = {"instance": payload, "name": inst.name, "reason": op.reason,
-                "version": inst.serial_no, vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
+        claim = vmclaim.claim_for(config, inst)
         made = False
         try:
             disks.create_and_sync(self.env, config, inst, wait=op.wait_for_sync,
                                   feedback=self.feedback)
             made = True
-            self.env.rpc.call(self.nodes[0], "instance_define", args)
+            self.env.rpc.call(self.nodes[0], instance_calls.InstanceDefine(
+                instance=payload, name=inst.name, reason=op.reason, version=inst.serial_no,
+                claim=claim))
             if not op.no_install:
-                self.env.rpc.call(self.nodes[0], "instance_os_add",
-                                  {**args, "force_variant": op.force_variant}, timeout=900)
+                self.env.rpc.call(self.nodes[0], instance_calls.InstanceOsAdd(
+                    instance=payload, name=inst.name, reason=op.reason,
+                    version=inst.serial_no, claim=claim, force_variant=op.force_variant))
             if op.start:
-                self.env.rpc.call(self.nodes[0], "instance_start", args)
+                self.env.rpc.call(self.nodes[0], instance_calls.InstanceStart(
+                    instance=payload, name=inst.name, reason=op.reason,
+                    version=inst.serial_no, claim=claim))
         except HerderError:
             self._undo(config, inst, remove_disks=made)
             raise
@@ -245,7 +228,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         self.feedback(f"creation of {inst.name} failed; removing what was created")
         for node in self.nodes:
             try:
-                self.env.rpc.call(node, "instance_remove", {"name": inst.name})
+                self.env.rpc.call(node, instance_calls.InstanceRemove(name=inst.name))
             except HerderError as err:
                 self.feedback(f"cleanup on {node.name} failed: {err}")
         if inst.disk_template == "blockdev":
