@@ -395,6 +395,7 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     # --blacklisted)
     hidden_os: list[tuple[Literal["add", "remove"], str]] | None = None
     blacklisted_os: list[tuple[Literal["add", "remove"], str]] | None = None
+    rapi_anonymous_reads: bool | None = None  # herder: RAPI reads without credentials
 
     def __post_init__(self) -> None:
         super().__post_init__()
