@@ -876,6 +876,11 @@ class ConfigData(Base, kw_only=True, dict=True):
         return sorted((self.nodes[u] for u in list(index.group_nodes.get(group_uuid, ()))
                        if u in self.nodes), key=lambda n: n.name)
 
+    def group_node_names(self, group_uuid: str) -> list[str]:
+        """The names of the group's nodes in the order Ganeti 3.0's queries give a group's
+        `node_list`: by node UUID (its config's node map), not by name."""
+        return [n.name for n in sorted(self.group_nodes(group_uuid), key=lambda n: n.uuid)]
+
     def find_instance_by_name(self, name: str) -> Instance | None:
         """The instance named exactly `name` (no UUID or short name), or None."""
         for uuid in self._lookup_index().instances.by_name.get(name, ()):
