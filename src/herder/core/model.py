@@ -706,7 +706,7 @@ class Cluster(Base, kw_only=True):
     hidden_os: list[str] = msgspec.field(default_factory=list)
     # GET requests on the RAPI answered without credentials (Ganeti's RAPI answers every
     # reader; htools send no credentials). Off unless the operator turns it on
-    # (docs/compat.md row 93); secrets are redacted for such readers as for read-only users.
+    # (docs/compat.md row 54); secrets are redacted for such readers as for read-only users.
     rapi_anonymous_reads: bool = False
 
     def __post_init__(self) -> None:
