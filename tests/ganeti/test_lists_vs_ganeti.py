@@ -1,10 +1,12 @@
 """herder's list options print what Ganeti's gnt-* lists print, on the same cluster (issue 32
 item 3): the real Ganeti 3.0.2 vcluster (../shared/peers/vcluster) with a few instances and
 tags, its config.data imported into herder (`cluster import-ganeti`); then `gnt-node list`,
-`gnt-instance list` and `gnt-group list` with `-o FIELD,...` and `-o +FIELD`, `--filter`,
+`gnt-instance list` and `gnt-group list` with `-o FIELD,...`, `--filter`, names,
 `--no-headers`, `--separator` and `--units` against `herder node|instance|group list` with the
 same arguments (offline: the imported config; only fields the config answers, the live ones
-need node daemons). Skips without ../shared, Debian's Ganeti or root."""
+need node daemons, so no default columns and no `-o +FIELD`: the nodes' and instances' defaults
+are live figures, and a group's NDParams differ by herder's own node parameters).
+Skips without ../shared, Debian's Ganeti or root."""
 
 from __future__ import annotations
 
