@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "group": "herder.cli.group:group",
     "node": "herder.cli.node:node",
     "instance": "herder.cli.instance:instance",
+    "backup": "herder.cli.backup:backup",
     "tags": "herder.cli.tags:tags",
     "alloc": "herder.cli.alloc:alloc",
     "balance": "herder.cli.alloc:balance",

@@ -553,5 +553,27 @@ def encode_answer(config: model.ConfigData, resource: str, fields: Sequence[str]
     return _ENCODE(answer(config, resource, fields, live))
 
 
+# Ganeti's export resource (query._BuildExportFields): a row per (node, export); a node that
+# could not be asked has one row without an export (RS_NODATA)
+EXPORT_FIELDS: dict[str, FieldDef] = {
+    "node": ("Node", "text", "Node name"),
+    "export": ("Export", "text", "Export name"),
+}
+RS_NORMAL, RS_UNKNOWN, RS_NODATA = 0, 1, 2
+
+
+def export_answer(listed: Mapping[str, list[str] | None], fields: Sequence[str]
+                  ) -> dict[str, object]:
+    """The query answer of the export resource from each node's exports (None: the node
+    could not be asked)."""
+    rows: list[list[tuple[int, object]]] = []
+    for node, exports in sorted(listed.items()):
+        for export in (exports if exports is not None else [None]):
+            values = {"node": (RS_NORMAL, node),
+                      "export": (RS_NODATA, None) if export is None else (RS_NORMAL, export)}
+            rows.append([values.get(f, (RS_UNKNOWN, None)) for f in fields])
+    return {"fields": [definition(f, EXPORT_FIELDS) for f in fields], "data": rows}
+
+
 def split_fields(text: str) -> list[str]:
     return [f.strip() for f in text.split(",") if f.strip()]

@@ -323,17 +323,12 @@ class DiskRpcs:
         `token`); the bytes and checksum the target confirmed."""
         disk, path = self._device_path(args["disk"], args.get("instance"))
         target = args["target"]
-        address = str(target["address"])
-        host = f"[{address}]" if ":" in address else address
-        ca, own = self.trust.secrets.certificate, self.trust.node_certificate
-        context = disk_transfer.client_context(ca, own) if own.exists() else None
-        scheme = "https" if context is not None else "http"
-        url = f"{scheme}://{host}:{int(target['port'])}/import/{args['token']}"
+        url, context = disk_transfer.import_url(self.trust, target, str(args["token"]))
         try:
             return disk_transfer.send(path, disk.size * 2**20, url, context)
         except disk_transfer.TransferError as err:
-            raise DiskFailure(f"copying {disk.iv_name or disk.dev_type} to {address}: "
-                              f"{err}") from None
+            raise DiskFailure(f"copying {disk.iv_name or disk.dev_type} to "
+                              f"{target['address']}: {err}") from None
 
     # --- the seam to the domain -----------------------------------------------------------------
 

@@ -19,9 +19,10 @@ import secrets
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from herder.core.errors import HerderError
 
@@ -98,6 +99,19 @@ def client_context(ca: Path, node_certificate: Path) -> ssl.SSLContext:
     context.check_hostname = False  # the node certificates name the cluster
     context.load_cert_chain(str(node_certificate))
     return context
+
+
+def import_url(trust: Any, target: Mapping[str, Any], token: str
+               ) -> tuple[str, ssl.SSLContext | None]:
+    """Where to stream to another node's prepared import (`target`: address, port) and the
+    TLS context showing this node's certificate (`trust`: noded.trust.NodeTrust; plain HTTP
+    only for in-process tests' nodes without one)."""
+    address = str(target["address"])
+    host = f"[{address}]" if ":" in address else address
+    ca, own = trust.secrets.certificate, trust.node_certificate
+    context = client_context(ca, own) if own.exists() else None
+    scheme = "https" if context is not None else "http"
+    return f"{scheme}://{host}:{int(target['port'])}/import/{token}", context
 
 
 def read_device(path: str, size: int, digest: hashlib._Hash) -> Iterator[bytes]:

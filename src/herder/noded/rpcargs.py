@@ -188,11 +188,66 @@ class BlockdevExport(BlockdevAssemble, kw_only=True):
 
     def check(self) -> None:
         super().check()
-        ipaddress.ip_address(self.target.address)
-        if not 0 < self.target.port < 65536:
-            raise ValueError(f"port {self.target.port} out of range")
-        if not self.token or not all(ch.isalnum() or ch in "-_" for ch in self.token):
-            raise ValueError("invalid import token")
+        _transfer_target(self.target, self.token)
+
+
+def _transfer_target(target: ExportTarget, token: str) -> None:
+    ipaddress.ip_address(target.address)
+    if not 0 < target.port < 65536:
+        raise ValueError(f"port {target.port} out of range")
+    if not token or not all(ch.isalnum() or ch in "-_" for ch in token):
+        raise ValueError("invalid import token")
+
+
+def _export_name(name: str) -> None:
+    """An export's directory: an instance name, or one being written (`NAME.new`)."""
+    _instance_name(name.removesuffix(".new"), "export name")
+
+
+def _dump_name(name: str) -> None:
+    paths.check_component(name, "dump file")
+    if name.startswith("."):
+        raise ValueError(f"invalid dump file name {name!r}")
+
+
+class ExportPrepareDump(Args, kw_only=True):
+    instance: str
+    dump: str
+    size: int  # MiB
+
+    def check(self) -> None:
+        _instance_name(self.instance, "instance")
+        _dump_name(self.dump)
+        if not 0 <= self.size <= MAX_DISK_MIB:
+            raise ValueError(f"size {self.size} out of range")
+
+
+class ExportFinalize(Args, kw_only=True):
+    instance: str
+    config_ini: str
+
+    def check(self) -> None:
+        _instance_name(self.instance, "instance")
+        if len(self.config_ini) > 1 << 20:
+            raise ValueError("config_ini larger than 1 MiB")
+
+
+class ExportNamed(Args, kw_only=True):
+    name: str
+
+    def check(self) -> None:
+        _export_name(self.name)
+
+
+class ExportSend(ExportNamed, kw_only=True):
+    dump: str
+    target: ExportTarget
+    token: str
+
+    def check(self) -> None:
+        super().check()
+        _dump_name(self.dump)
+        _transfer_target(self.target, self.token)
 
 
 class BlockdevGrow(OneDisk, kw_only=True):
@@ -552,6 +607,9 @@ SCHEMAS: dict[str, type[Args]] = {
     "file_storage_dir_create": StorageDir, "file_storage_dir_remove": StorageDir,
     "file_storage_dir_rename": StorageDirRename,
     "blockdev_import_prepare": BlockdevAssemble, "blockdev_export": BlockdevExport,
+    "export_prepare_dump": ExportPrepareDump, "export_finalize": ExportFinalize,
+    "export_remove": ExportNamed, "export_list": NoArgs, "export_info": ExportNamed,
+    "export_send": ExportSend,
     "blockdev_addchildren": DiskChildren, "blockdev_removechildren": DiskChildren,
     "instance_define": WithInstance, "instance_start": WithInstance,
     "instance_os_add": OsAdd, "instance_run_rename": RunRename, "migrate_accept": MigrateAccept,

@@ -53,6 +53,7 @@ from herder.noded import (
     rpccheck,
 )
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
+from herder.noded.exports import ExportRpcs
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import Hypervisor, HypervisorError
 from herder.noded.kvm.domain import InstanceSpec
@@ -97,7 +98,7 @@ class NodeSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class NodeDaemon(RoleRpcs, DiskRpcs):
+class NodeDaemon(RoleRpcs, DiskRpcs, ExportRpcs):
     """The node's state and the implementation of every RPC (blocking; run in threads)."""
 
     def __init__(self, settings: NodeSettings) -> None:

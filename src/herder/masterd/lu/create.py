@@ -5,15 +5,16 @@ the instance undoes everything (disks, domain, config entry)."""
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
-from herder.core import configdiff, model, params, vmclaim
+from herder.core import configdiff, diskobjects, model, params, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache, Snapshot
-from herder.masterd.lu import diskgen, disks
+from herder.masterd.lu import diskgen, disks, exports
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.instance import checked_new_name
 
@@ -59,6 +60,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         c = config.cluster
+        self.source: model.Node | None = None
+        if op.mode == "import":
+            self._read_export(config)
         op.instance_name = checked_new_name(op.instance_name, name_check=op.name_check,
                                             ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.instance_name for i in config.instances.values()):
@@ -140,6 +144,52 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError("primary and secondary node must differ")
         self.nodes = chosen
 
+    def _read_export(self, config: model.ConfigData) -> None:
+        """Ganeti's _ReadExportParams: what the request leaves out comes from the export's
+        config.ini; the OS is not installed (the disks receive the export's dumps)."""
+        op = self.op
+        self.source = lookup(config.find_node, op.src_node or "")
+        self.export = exports.import_export_info(self.env, self.source,
+                                                opcodes.export_name(op.src_path or ""))
+        info = self.export
+        op.disk_template = op.disk_template or info.disk_template
+        op.os_type = op.os_type or info.os
+        op.hypervisor = op.hypervisor or info.hypervisor or None
+        if not op.disks:
+            op.disks = [{"size": disk.size, **({"name": disk.name} if disk.name else {})}
+                        for disk in info.disks]
+        if len(op.disks) != len(info.disks):
+            raise OpPrereqError(f"the export has {len(info.disks)} disks, the request "
+                                f"{len(op.disks)}", "wrong_input")
+        if op.nics == [{}]:  # left out (herder's default): the export's NICs
+            op.nics = [{"mac": nic.mac, **nic.nicparams,
+                        **{k: v for k in ("ip", "name", "network")
+                           if (v := getattr(nic, k)) is not None}} for nic in info.nics]
+        op.beparams = {**info.beparams, **op.beparams}
+        if op.hypervisor == info.hypervisor:
+            op.hvparams = {**info.hvparams, **op.hvparams}
+        op.osparams = {**info.osparams, **op.osparams}
+        op.tags = op.tags or list(info.tags)
+        op.no_install = True
+
+    def _fill_disks(self, inst: model.Instance) -> None:
+        """An import's disks receive the export's dumps, streamed from the source node."""
+        assert self.source is not None
+        config = self.env.store.load()
+        target = self.nodes[0]
+        for index, (disk, dump) in enumerate(zip(inst.disks, self.export.disks, strict=True)):
+            self.feedback(f"importing {disk.iv_name} from {self.source.name}")
+            started = time.monotonic()
+            prepared = self.env.rpc.call(target, "blockdev_import_prepare", {
+                "disk": diskobjects.disk_object(config, inst, disk, target.uuid),
+                "instance": inst.name, "idx": index})
+            sent = self.env.rpc.call(self.source, "export_send", {
+                "name": opcodes.export_name(self.op.src_path or ""), "dump": dump.dump,
+                "token": prepared["token"], "target": exports.node_target(self.env, target)},
+                timeout=exports.COPY_TIMEOUT)
+            self.feedback(exports.progress_line(disk.iv_name, int(sent.get("bytes") or 0),
+                                               time.monotonic() - started))
+
     def dry_run_result(self) -> Any:
         return [n.name for n in self.nodes]
 
@@ -193,6 +243,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                                   feedback=self.feedback)
             made = True
             self.env.rpc.call(self.nodes[0], "instance_define", args)
+            if op.mode == "import":
+                self._fill_disks(inst)
             if not op.no_install:
                 self.env.rpc.call(self.nodes[0], "instance_os_add",
                                   {**args, "force_variant": op.force_variant}, timeout=900)

@@ -730,28 +730,38 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
         self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
-        """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they
-        live on (RemoveDisks), then the config entry."""
-        for node_uuid in self.inst.all_nodes:
-            node = self.config.nodes.get(node_uuid)
-            if node is None:
-                continue
-            try:
-                self.env.rpc.call(node, "instance_remove", {"name": self.inst.name})
-            except HerderError:
-                if not self.op.ignore_failures:
-                    raise
-                self.feedback(f"could not clean up on {node.name}; ignored")
-        if not disks.remove_disks(self.env, self.config, self.inst, feedback=self.feedback) \
-                and not self.op.ignore_failures:
-            raise OpExecError(f"could not remove the block devices of {self.inst.name}")
+        remove_domain_and_disks(self.env, self.config, self.inst, self.op.ignore_failures,
+                                self.feedback)
 
     def execute(self) -> Any:
         self.act()
-        with self.env.store.update() as config:
-            portpool.release(config, config.instances.pop(self.inst.uuid).network_port)
-        self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
+        forget_instance(self.env, self.inst)
         return None
+
+
+def remove_domain_and_disks(env: Any, config: model.ConfigData, inst: model.Instance,
+                            ignore_failures: bool, feedback: Callable[[str], None]) -> None:
+    """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they live on
+    (RemoveDisks); the config entry stays (`forget_instance`)."""
+    for node_uuid in inst.all_nodes:
+        node = config.nodes.get(node_uuid)
+        if node is None:
+            continue
+        try:
+            env.rpc.call(node, "instance_remove", {"name": inst.name})
+        except HerderError:
+            if not ignore_failures:
+                raise
+            feedback(f"could not clean up on {node.name}; ignored")
+    if not disks.remove_disks(env, config, inst, feedback=feedback) and not ignore_failures:
+        raise OpExecError(f"could not remove the block devices of {inst.name}")
+
+
+def forget_instance(env: Any, inst: model.Instance) -> None:
+    """The removed instance's config entry, port and lock gone."""
+    with env.store.update() as config:
+        portpool.release(config, config.instances.pop(inst.uuid).network_port)
+    env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
 
 
 class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):

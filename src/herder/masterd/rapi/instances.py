@@ -61,7 +61,6 @@ async def instance_create(request: web.Request) -> web.Response:
     name = body.pop("name", None) or body.pop("instance_name", None)
     if not isinstance(name, str) or not name:
         raise RapiHttpError(400, "instance creation needs the instance name (name)")
-    body.pop("mode", None)
     only(body, CREATE_FIELDS, "instance create")
     return await submit(request, "instances", [{"OP_ID": "OP_INSTANCE_CREATE",
                                                 "instance_name": name, **body}])

@@ -1,0 +1,176 @@
+"""Backups (Ganeti's gnt-backup, cmdlib/backup.py): OP_BACKUP_PREPARE, OP_BACKUP_EXPORT,
+OP_BACKUP_REMOVE. An export streams each disk of the instance, shut down, from its primary
+node to the target node's export directory over the nodes' TLS (the transport of an instance
+move: `noded.disk_transfer`), then writes Ganeti's config.ini there (`core.exportconf`) and
+puts the export in place (`noded.exports`). A failure removes the partial export and leaves
+the instance as it was (started again when it ran). Imports are OP_INSTANCE_CREATE's mode
+`import` (`lu/create`); both stream through `lu/exports`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from herder.core import exportconf, model, vmclaim
+from herder.core.errors import HerderError, OpExecError, OpPrereqError
+from herder.core.noderpc import instance_payload
+from herder.masterd import locking
+from herder.masterd.jobs import opcodes
+from herder.masterd.lu import disks
+from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.exports import PARTIAL, find_exports, progress_line, stream_disk
+from herder.masterd.lu.instance import forget_instance, remove_domain_and_disks
+
+
+class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
+    """A local export needs no preparation (Ganeti answers None)."""
+
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid], shared=True)]
+
+    def check(self, config: model.ConfigData) -> None:
+        lookup(config.find_instance, self.op.instance_name)
+
+    def execute(self) -> Any:
+        return None
+
+
+class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        inst = lookup(config.find_instance, self.op.instance_name)
+        target = lookup(config.find_node, self.op.target_node)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, sorted({inst.primary_node, target.uuid}))]
+
+    def check(self, config: model.ConfigData) -> None:
+        op = self.op
+        inst = lookup(config.find_instance, op.instance_name)
+        target = lookup(config.find_node, op.target_node)
+        source = config.nodes.get(inst.primary_node)
+        if source is None:
+            raise OpPrereqError(f"instance {inst.name}: its primary node is unknown")
+        if not inst.disks:
+            raise OpPrereqError(f"instance {inst.name} has no disks to export", "wrong_input")
+        if target.offline:
+            raise OpPrereqError(f"target node {target.name} is offline", "wrong_state")
+        if source.offline:
+            raise OpPrereqError(f"the primary node {source.name} of {inst.name} is offline: "
+                                "its disks cannot be read", "wrong_state")
+        if op.remove_instance and not op.shutdown:
+            raise OpPrereqError("can not remove instance without shutting it down before",
+                                "wrong_input")
+        if not op.shutdown and inst.admin_state == "up":
+            raise OpPrereqError(
+                f"instance {inst.name} runs: exporting it without a shutdown needs a snapshot "
+                f"of its {inst.disk_template} disks, which herder cannot take yet; export it "
+                "shut down", "wrong_input")
+        self.inst, self.source, self.target = inst, source, target
+
+    def dry_run_result(self) -> Any:
+        return [self.source.name, self.target.name]
+
+    def execute(self) -> Any:
+        op, env = self.op, self.env
+        config = env.store.load()
+        inst = config.instances[self.inst.uuid]
+        source, target = config.nodes[self.source.uuid], config.nodes[self.target.uuid]
+        running = inst.admin_state == "up"
+        base = {"name": inst.name, "reason": op.reason, "version": inst.serial_no,
+                vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
+        if running:
+            self.feedback(f"shutting down instance {inst.name}")
+            try:
+                env.rpc.call(source, "instance_shutdown", {**base,
+                                                           "timeout": op.shutdown_timeout})
+            except HerderError as err:
+                raise OpExecError(f"could not shut down {inst.name} on {source.name}: "
+                                  f"{err}") from None
+        try:
+            results = self._stream(config, inst, source, target)
+            env.rpc.call(target, "export_finalize", {
+                "instance": inst.name,
+                "config_ini": exportconf.build(config, inst, int(time.time()))})
+        except HerderError as err:
+            self._undo(config, inst, source, target, running, base)
+            raise OpExecError(f"export of {inst.name} to {target.name} failed: {err}; the "
+                              "partial export was removed") from None
+        finally:
+            if not inst.disks_active:
+                disks.shutdown_disks(env, config, inst, feedback=self.feedback)
+        self.feedback(f"export of {inst.name} finished on {target.name}")
+        if op.remove_instance:
+            self.feedback(f"removing instance {inst.name}")
+            remove_domain_and_disks(env, config, inst, op.ignore_remove_failures,
+                                    self.feedback)
+            forget_instance(env, inst)
+        elif running:
+            self._start(config, inst, source, base)
+        self._remove_older_exports(config, inst.name, target)
+        return [True, results]
+
+    def _stream(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
+                target: model.Node) -> list[bool]:
+        results = []
+        for index, disk in enumerate(inst.disks):
+            self.feedback(f"exporting {disk.iv_name} ({disk.size} MiB) to {target.name}")
+            started = time.monotonic()
+            copied = stream_disk(self.env, config, inst, index, source, target)
+            self.feedback(progress_line(disk.iv_name, copied, time.monotonic() - started))
+            results.append(True)
+        return results
+
+    def _start(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
+               base: dict[str, Any]) -> None:
+        self.feedback(f"starting instance {inst.name}")
+        disks.assemble_disks(self.env, config, inst, ignore_secondaries=True,
+                             feedback=self.feedback)
+        self.env.rpc.call(source, "instance_start", {
+            **base, "instance": instance_payload(config, inst)})
+
+    def _undo(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
+              target: model.Node, running: bool, base: dict[str, Any]) -> None:
+        """The partial export removed; the instance started again when it ran."""
+        try:
+            self.env.rpc.call(target, "export_remove", {"name": inst.name + PARTIAL})
+        except HerderError as err:
+            self.feedback(f"could not remove the partial export on {target.name}: {err}")
+        if running:
+            try:
+                self._start(config, inst, source, base)
+            except HerderError as err:
+                self.feedback(f"could not start {inst.name} again: {err}")
+
+    def _remove_older_exports(self, config: model.ConfigData, name: str,
+                              target: model.Node) -> None:
+        """Ganeti keeps one export per instance: the other nodes' ones go."""
+        for node in find_exports(self.env, config, name, self.feedback):
+            if node.uuid == target.uuid:
+                continue
+            try:
+                self.env.rpc.call(node, "export_remove", {"name": name})
+                self.feedback(f"removed the older export of {name} on {node.name}")
+            except HerderError as err:
+                self.feedback(f"could not remove the older export of {name} on {node.name}: "
+                              f"{err}")
+
+
+class BackupRemove(LogicalUnit[opcodes.OpBackupRemove]):
+    """Every export of the instance, on every node (the instance itself may be gone: its
+    name is then the export's)."""
+
+    def check(self, config: model.ConfigData) -> None:
+        try:
+            self.name = config.find_instance(self.op.instance_name).name
+        except HerderError:
+            self.name = self.op.instance_name
+
+    def execute(self) -> Any:
+        config = self.env.store.load()
+        holders = find_exports(self.env, config, self.name, self.feedback)
+        if not holders:
+            raise OpExecError(f"no export of {self.name} on any online node")
+        for node in holders:
+            self.env.rpc.call(node, "export_remove", {"name": self.name})
+            self.feedback(f"removed the export of {self.name} on {node.name}")
+        return None
