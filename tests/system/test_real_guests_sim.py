@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests import simaddresses
-from tests.simhelpers import client_env, herder, running_sim, wait_for, where
+from tests.simhelpers import client_env, config, herder, running_sim, wait_for, where
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -354,21 +354,37 @@ EXPORTS = "/srv/herder/export"
 def test_an_export_imported_boots_with_the_same_disk(sim: Any) -> None:
     """A guest whose OS wrote its pattern (named after the guest) is exported shut down to the
     other node, removed, and imported under another name: it boots from the exported bytes
-    (the same sha256 of its first MiB, not the new name's pattern) on the first try."""
+    (the same sha256 of its first MiB, not the new name's pattern) on the first try. Before,
+    an export failing at its second disk (the target cannot write that file) leaves no
+    partial export and the guest running again."""
     from herder.sim import guest
 
     herder(sim, "instance", "add", BACKUP, "--no-name-check", "-t", "sharedfile", "-o",
-           "herder-guest", "--disk", "32M", "--net", "link=br0", "-n", NODE1, timeout=300)
+           "herder-guest", "--disk", "32M", "--disk", "8M", "--net", "link=br0", "-n", NODE1,
+           timeout=300)
     before = beat(sim, NODE1, name=BACKUP)
     assert before.disk == guest.disk_pattern_hash(BACKUP)
+    second = config(sim).find_instance(BACKUP).disks[1].uuid
+    blocked = f"{EXPORTS}/{BACKUP}.new/{second}"  # a directory where the dump file would go
+    assert sim.host(NODE2).run(["mkdir", "-p", blocked], timeout=30).returncode == 0
+    failed = herder(sim, "backup", "export", "-n", NODE2, BACKUP, timeout=600, check=False)
+    assert failed.returncode == 1 and "the partial export was removed" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()[-1]) < 400, failed.stderr
+    assert sim.host(NODE2).run(["test", "-e", f"{EXPORTS}/{BACKUP}.new"],
+                               timeout=30).returncode == 1
+    again = wait_for(lambda: [b for b in guest.parse_heartbeats(serial(sim, NODE1, BACKUP))
+                              if b.boot_id != before.boot_id], BOOT, "a boot after the failure")
+    assert again[-1].disk == before.disk  # running again, its disk untouched
+
     done = herder(sim, "backup", "export", "-n", NODE2, BACKUP, timeout=600)
     assert f"Exported {BACKUP} to {NODE2}" in done.stdout
     assert re.search(r"disk/0: 33554432 bytes \(32\.0 MiB\) in [0-9.]+ s, [0-9.]+ MiB/s",
                      done.stderr), done.stderr  # the progress line of the job log
     ini = sim.host(NODE2).run(["cat", f"{EXPORTS}/{BACKUP}/config.ini"], timeout=30)
-    assert ini.returncode == 0 and "[export]" in ini.stdout and "disk0_dump" in ini.stdout
+    assert ini.returncode == 0 and "[export]" in ini.stdout and "disk1_dump" in ini.stdout
     restarted = wait_for(lambda: [b for b in guest.parse_heartbeats(serial(sim, NODE1, BACKUP))
-                                  if b.boot_id != before.boot_id], BOOT, "a boot after the export")
+                                  if b.boot_id not in (before.boot_id, again[-1].boot_id)],
+                         BOOT, "a boot after the export")
     assert restarted[-1].disk == before.disk  # started again after the export, the same disk
     listed = herder(sim, "backup", "list", "--json")
     assert {"node": NODE2, "export": BACKUP} in json.loads(listed.stdout)
@@ -378,6 +394,7 @@ def test_an_export_imported_boots_with_the_same_disk(sim: Any) -> None:
     assert f"Imported instance {RESTORED} on {NODE1}" in done.stdout
     after = beat(sim, NODE1, name=RESTORED)
     assert after.disk == before.disk != guest.disk_pattern_hash(RESTORED)
+    assert [d.size for d in config(sim).find_instance(RESTORED).disks] == [32, 8]
     herder(sim, "instance", "remove", RESTORED, timeout=300)
     herder(sim, "backup", "remove", BACKUP)
     assert json.loads(herder(sim, "backup", "list", "--json").stdout) == []

@@ -87,10 +87,14 @@ class ExportRpcs:
         """Expect one dump of an export being written: the file, empty, and the token of
         `POST /import/<token>` for its bytes (at most `size` MiB)."""
         partial = export_path(self.export_root, str(args["instance"]) + PARTIAL)
-        partial.mkdir(parents=True, exist_ok=True)
         dump = paths.child(partial, str(args["dump"]), what="dump file")
-        with open(dump, "wb"):
-            pass
+        try:
+            partial.mkdir(parents=True, exist_ok=True)
+            with open(dump, "wb"):
+                pass
+        except OSError as err:
+            raise ExportFailure(f"cannot write the export's file {dump}: "
+                                f"{err.strerror}") from None
         return {"token": self.imports.add(str(dump), int(args["size"]) * 2**20),
                 "path": str(dump)}
 

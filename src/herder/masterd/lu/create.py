@@ -162,9 +162,14 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError(f"the export has {len(info.disks)} disks, the request "
                                 f"{len(op.disks)}", "wrong_input")
         if op.nics == [{}]:  # left out (herder's default): the export's NICs
-            op.nics = [{"mac": nic.mac, **nic.nicparams,
-                        **{k: v for k in ("ip", "name", "network")
-                           if (v := getattr(nic, k)) is not None}} for nic in info.nics]
+            taken = {n.mac for i in configdiff.plain_values(config.instances) for n in i.nics}
+            for nic in info.nics:
+                if nic.mac in taken:
+                    self.feedback(f"MAC {nic.mac} of the export is in use: a new one instead")
+            op.nics = [{"mac": nic.mac if nic.mac not in taken else "generate",
+                        **nic.nicparams, **{k: v for k in ("ip", "name", "network")
+                                            if (v := getattr(nic, k)) is not None}}
+                       for nic in info.nics]
         op.beparams = {**info.beparams, **op.beparams}
         if op.hypervisor == info.hypervisor:
             op.hvparams = {**info.hvparams, **op.hvparams}
