@@ -45,3 +45,66 @@ def test_list_of_a_missing_directory_is_empty(tmp_path: Path) -> None:
 def test_names_stay_in_the_directory(tmp_path: Path, name: str) -> None:
     with pytest.raises(paths.UnsafeName):
         exports.export_path(tmp_path, name)
+
+
+def test_an_export_and_its_import_go_through_the_os_scripts(tmp_path: Path) -> None:
+    """Between two real node daemons: disk/0 of an instance of the herder-guest OS read by its
+    OS `export` script into the other node's export directory, finalized there, then sent
+    back through the OS `import` script into another disk: the same bytes; an export script
+    that fails is the stream's failure (the master then removes the partial export)."""
+    import hashlib
+    import random
+
+    from herder.noded.disk_rpcs import DiskFailure
+    from herder.sim import guest
+    from tests.noded.noded_fixture import running_noded
+    from tests.noded.test_disk_transfer import allow, file_disk
+
+    os_dir = guest.install_os_definition(tmp_path / "os")
+    store_a, store_b = tmp_path / "fs-a" / "inst1", tmp_path / "fs-b" / "inst1"
+    with running_noded(tmp_path / "a", "node1") as source, \
+            running_noded(tmp_path / "b", "node2") as target:
+        for node, root, store in ((source, tmp_path / "a", store_a),
+                                  (target, tmp_path / "b", store_b)):
+            node.daemon.settings.os_path = (os_dir.parent,)
+            allow(root / "root", store.parent)
+            node.daemon.dispatch("file_storage_dir_create", {"file_storage_dir": str(store)})
+        disk_a, back = file_disk(store_a / "disk0"), file_disk(store_a / "disk1")
+        back["uuid"] = "d-2"
+        for disk in (disk_a, back):
+            source.daemon.dispatch("blockdev_create", {"disk": disk, "size": 4,
+                                                       "owner": "inst1", "on_primary": True,
+                                                       "info": ""})
+        data = random.Random(9).randbytes(4 << 20)
+        (store_a / "disk0").write_bytes(data)
+        instance = {"name": "inst1", "os": guest.OS_NAME, "hypervisor": "kvm", "nics": [],
+                    "disks": [disk_a], "hvparams": {}, "beparams": {}, "osparams": {}}
+        port = int(target.url.rsplit(":", 1)[1])
+        dump = target.daemon.dispatch("export_prepare_dump", {"instance": "inst1",
+                                                              "dump": "d-1"})
+        sent = source.daemon.dispatch("blockdev_export", {
+            "disk": disk_a, "instance": "inst1", "token": dump["token"], "os_instance": instance,
+            "target": {"address": "127.0.0.1", "port": port}})
+        assert sent == {"bytes": 4 << 20, "sha256": hashlib.sha256(data).hexdigest()}
+        target.daemon.dispatch("export_finalize", {"instance": "inst1",
+                                                   "config_ini": "[export]\n"})
+        assert target.daemon.dispatch("export_list", {}) == ["inst1"]
+        log = (tmp_path / "a" / "state" / "os-logs")
+        assert any(p.name.startswith("export-inst1") for p in log.iterdir())
+        # back into disk1 of the instance, through its import script
+        importing = {**instance, "disks": [back]}
+        prepared = source.daemon.dispatch("blockdev_import_prepare", {
+            "disk": back, "instance": "inst1", "os_instance": importing})
+        target.daemon.dispatch("export_send", {
+            "name": "inst1", "dump": "d-1", "token": prepared["token"],
+            "target": {"address": "127.0.0.1", "port": int(source.url.rsplit(":", 1)[1])}})
+        assert (store_a / "disk1").read_bytes() == data
+        # an export script that fails: the stream fails, whatever reached the target
+        (os_dir / "export").write_text("#!/bin/sh\nhead -c 1000 \"$EXPORT_DEVICE\"\nexit 3\n")
+        dump = target.daemon.dispatch("export_prepare_dump", {"instance": "inst1",
+                                                              "dump": "d-1"})
+        with pytest.raises(DiskFailure, match="OS export script failed") as failed:
+            source.daemon.dispatch("blockdev_export", {
+                "disk": disk_a, "instance": "inst1", "token": dump["token"],
+                "os_instance": instance, "target": {"address": "127.0.0.1", "port": port}})
+        assert "exit code 3" in str(failed.value) and "\n" not in str(failed.value)

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -312,19 +313,33 @@ class DiskRpcs:
             raise DiskFailure(f"{disk.iv_name or disk.dev_type} has no device on this node")
         return disk, str(path)
 
+    def os_stream(self, inst: dict[str, Any], script: Any, index: int,
+                  device: str) -> disk_transfer.OsStream:
+        raise NotImplementedError  # NodeDaemon's
+
     def rpc_blockdev_import_prepare(self, args: dict[str, Any]) -> dict[str, Any]:
         """Expect a disk's bytes from another node: its device assembled here, a one-time
-        token for `POST /import/<token>`."""
+        token for `POST /import/<token>`. With `os_instance` (an import from an export) the
+        bytes go through the instance's OS `import` script, which writes the device."""
         disk, path = self._device_path(args["disk"], args.get("instance"))
+        if args.get("os_instance"):
+            script = self.os_stream(args["os_instance"], "import", int(args.get("idx", 0)),
+                                    path)
+            return {"token": self.imports.add(path, sys.maxsize, script=script)}
         return {"token": self.imports.add(path, disk.size * 2**20)}
 
     def rpc_blockdev_export(self, args: dict[str, Any]) -> dict[str, Any]:
         """Send a disk's bytes to another node's prepared import (`target`: address, port;
-        `token`); the bytes and checksum the target confirmed."""
+        `token`); the bytes and checksum the target confirmed. With `os_instance` (an export)
+        the bytes are what the instance's OS `export` script writes of the device."""
         disk, path = self._device_path(args["disk"], args.get("instance"))
         target = args["target"]
         url, context = disk_transfer.import_url(self.trust, target, str(args["token"]))
         try:
+            if args.get("os_instance"):
+                script = self.os_stream(args["os_instance"], "export",
+                                        int(args.get("idx", 0)), path)
+                return disk_transfer.send_through_script(script, url, context)
             return disk_transfer.send(path, disk.size * 2**20, url, context)
         except disk_transfer.TransferError as err:
             raise DiskFailure(f"copying {disk.iv_name or disk.dev_type} to "

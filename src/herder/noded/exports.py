@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,8 @@ class ExportRpcs:
 
     def rpc_export_prepare_dump(self, args: dict[str, Any]) -> dict[str, Any]:
         """Expect one dump of an export being written: the file, empty, and the token of
-        `POST /import/<token>` for its bytes (at most `size` MiB)."""
+        `POST /import/<token>` for its bytes (what the OS export script writes: its size is
+        the OS's; the export directory's filesystem bounds it)."""
         partial = export_path(self.export_root, str(args["instance"]) + PARTIAL)
         dump = paths.child(partial, str(args["dump"]), what="dump file")
         try:
@@ -95,8 +97,7 @@ class ExportRpcs:
         except OSError as err:
             raise ExportFailure(f"cannot write the export's file {dump}: "
                                 f"{err.strerror}") from None
-        return {"token": self.imports.add(str(dump), int(args["size"]) * 2**20),
-                "path": str(dump)}
+        return {"token": self.imports.add(str(dump), sys.maxsize), "path": str(dump)}
 
     def rpc_export_finalize(self, args: dict[str, Any]) -> None:
         try:

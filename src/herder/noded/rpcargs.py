@@ -185,6 +185,7 @@ class ExportTarget(msgspec.Struct, kw_only=True):
 class BlockdevExport(BlockdevAssemble, kw_only=True):
     target: ExportTarget
     token: str
+    os_instance: InstancePayload | None = None  # an export: through the OS's export script
 
     def check(self) -> None:
         super().check()
@@ -213,13 +214,14 @@ def _dump_name(name: str) -> None:
 class ExportPrepareDump(Args, kw_only=True):
     instance: str
     dump: str
-    size: int  # MiB
 
     def check(self) -> None:
         _instance_name(self.instance, "instance")
         _dump_name(self.dump)
-        if not 0 <= self.size <= MAX_DISK_MIB:
-            raise ValueError(f"size {self.size} out of range")
+
+
+class BlockdevImportPrepare(BlockdevAssemble, kw_only=True):
+    os_instance: InstancePayload | None = None  # an import: through the OS's import script
 
 
 class ExportFinalize(Args, kw_only=True):
@@ -606,7 +608,7 @@ SCHEMAS: dict[str, type[Args]] = {
     "drbd_disconnect_net": Disks, "drbd_attach_net": Disks, "drbd_wait_sync": Disks,
     "file_storage_dir_create": StorageDir, "file_storage_dir_remove": StorageDir,
     "file_storage_dir_rename": StorageDirRename,
-    "blockdev_import_prepare": BlockdevAssemble, "blockdev_export": BlockdevExport,
+    "blockdev_import_prepare": BlockdevImportPrepare, "blockdev_export": BlockdevExport,
     "export_prepare_dump": ExportPrepareDump, "export_finalize": ExportFinalize,
     "export_remove": ExportNamed, "export_list": NoArgs, "export_info": ExportNamed,
     "export_send": ExportSend,

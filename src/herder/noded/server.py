@@ -667,6 +667,39 @@ class NodeDaemon(RoleRpcs, DiskRpcs, ExportRpcs):
         return self._os_script(args["instance"], "rename", "rename-",
                                old_name=str(args["old_name"]))
 
+    @staticmethod
+    def _os_data(inst: dict[str, Any], os_disks: list[tuple[str, str | None]]) -> Any:
+        from herder.noded import osdef
+
+        return osdef.OsInstanceData(
+            name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
+            disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
+            nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"), mode=n.get("mode", "bridged"),
+                              link=n.get("link") or "") for n in inst.get("nics", [])],
+            hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
+            osparams=inst.get("osparams", {}))
+
+    def os_stream(self, inst: dict[str, Any], script: Any, index: int,
+                  device: str) -> disk_transfer.OsStream:
+        """The OS `export` or `import` script of disk `index` (at `device`) of the instance
+        (its master payload), with Ganeti's environment (EXPORT_/IMPORT_DEVICE and _INDEX)."""
+        from herder.noded import osdef
+
+        try:
+            definition = osdef.find_os(osdef.split_os_name(inst["os"])[0],
+                                       list(self.settings.os_path))
+            with self.os_disk_paths(inst, install=False) as os_disks:
+                env = osdef.os_environment(definition, self._os_data(inst, os_disks))
+            env.update(osdef.script_variables(script, disk_index=index, disk_path=device))
+        except osdef.OsError as err:
+            raise RpcFailure(f"OS {inst['os']!r} for {inst['name']}: {err}") from None
+        log_dir = self.settings.state_dir / "os-logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return disk_transfer.OsStream(
+            definition=definition, script=script, env=env, timeout=self.settings.os_timeout,
+            log_file=paths.child(log_dir, inst["name"], prefix=f"{script}-",
+                                 suffix=f"-{index}.log", what="instance name"))
+
     def _os_script(self, inst: dict[str, Any], script: Any, log_prefix: str, *,
                    force_variant: bool = True, old_name: str | None = None) -> dict[str, Any]:
         from herder.noded import osdef
@@ -677,15 +710,7 @@ class NodeDaemon(RoleRpcs, DiskRpcs, ExportRpcs):
             osdef.check_variant(definition, inst["os"], force=force_variant)
             # only `create` writes the disks: an rbd image is staged and imported for it alone
             with self.os_disk_paths(inst, install=script == "create") as os_disks:
-                data = osdef.OsInstanceData(
-                    name=inst["name"], os=inst["os"], hypervisor=inst.get("hypervisor", "kvm"),
-                    disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
-                    nics=[osdef.OsNic(mac=n["mac"], ip=n.get("ip"),
-                                      mode=n.get("mode", "bridged"), link=n.get("link") or "")
-                          for n in inst.get("nics", [])],
-                    hvparams=inst.get("hvparams", {}), beparams=inst.get("beparams", {}),
-                    osparams=inst.get("osparams", {}))
-                env = osdef.os_environment(definition, data)
+                env = osdef.os_environment(definition, self._os_data(inst, os_disks))
                 env.update(osdef.script_variables(script, old_name=old_name))
                 log_dir = self.settings.state_dir / "os-logs"
                 log_dir.mkdir(parents=True, exist_ok=True)
@@ -1097,7 +1122,7 @@ def make_app(daemon: NodeDaemon) -> web.Application:
             return web.Response(status=403, body=_encode({"error": "no such import"}),
                                 content_type="application/json")
         try:
-            writer = await asyncio.to_thread(disk_transfer.ImportWriter, pending)
+            writer = await asyncio.to_thread(disk_transfer.open_writer, pending)
         except OSError as err:
             return web.Response(status=500, body=_encode({
                 "error": f"cannot open {pending.path}: {err.strerror}"}),

@@ -178,7 +178,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         op.no_install = True
 
     def _fill_disks(self, inst: model.Instance) -> None:
-        """An import's disks receive the export's dumps, streamed from the source node."""
+        """An import's disks receive the export's dumps, streamed from the source node through
+        the OS's `import` script on the primary (Ganeti's rule)."""
         assert self.source is not None
         config = self.env.store.load()
         target = self.nodes[0]
@@ -187,7 +188,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             started = time.monotonic()
             prepared = self.env.rpc.call(target, "blockdev_import_prepare", {
                 "disk": diskobjects.disk_object(config, inst, disk, target.uuid),
-                "instance": inst.name, "idx": index})
+                "instance": inst.name, "idx": index,
+                "os_instance": instance_payload(config, inst)})
             sent = self.env.rpc.call(self.source, "export_send", {
                 "name": opcodes.export_name(self.op.src_path or ""), "dump": dump.dump,
                 "token": prepared["token"], "target": exports.node_target(self.env, target)},

@@ -10,6 +10,7 @@ from typing import Any
 
 from herder.core import diskobjects, exportconf, model, ports
 from herder.core.errors import HerderError, OpPrereqError
+from herder.core.noderpc import instance_payload
 
 COPY_TIMEOUT = 6 * 3600.0  # seconds for one disk's stream
 PARTIAL = ".new"  # an export being written (noded.exports.PARTIAL)
@@ -30,15 +31,17 @@ def node_target(env: Any, node: model.Node) -> dict[str, Any]:
 
 def stream_disk(env: Any, config: model.ConfigData, inst: model.Instance, index: int,
                 source: model.Node, target: model.Node) -> int:
-    """Disk `index` of `inst` from its device on `source` into the export being written on
-    `target`; the bytes the target confirmed (with the checksum of what was sent)."""
+    """Disk `index` of `inst` from its device on `source`, through its OS's `export` script,
+    into the export being written on `target`; the bytes the target confirmed (with the
+    checksum of what was sent)."""
     disk = inst.disks[index]
     prepared = env.rpc.call(target, "export_prepare_dump", {
-        "instance": inst.name, "dump": disk.uuid, "size": disk.size})
+        "instance": inst.name, "dump": disk.uuid})
     sent = env.rpc.call(source, "blockdev_export", {
         "disk": diskobjects.disk_object(config, inst, disk, source.uuid),
         "instance": inst.name, "idx": index, "token": prepared["token"],
-        "target": node_target(env, target)}, timeout=COPY_TIMEOUT)
+        "target": node_target(env, target),
+        "os_instance": instance_payload(config, inst)}, timeout=COPY_TIMEOUT)
     return int(sent.get("bytes") or 0)
 
 
