@@ -72,9 +72,9 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
 
     def execute(self) -> Any:
         op, env = self.op, self.env
-        config = env.store.load()
-        inst = config.instances[self.inst.uuid]
-        source, target = config.nodes[self.source.uuid], config.nodes[self.target.uuid]
+        config = env.store.load()  # as the locks hold it
+        inst, source, target = (config.instances[self.inst.uuid],
+                                *(config.nodes[n.uuid] for n in (self.source, self.target)))
         running = inst.admin_state == "up"
         base = {"name": inst.name, "reason": op.reason, "version": inst.serial_no,
                 vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
@@ -92,9 +92,11 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                 "instance": inst.name,
                 "config_ini": exportconf.build(config, inst, int(time.time()))})
         except HerderError as err:
-            self._undo(config, inst, source, target, running, base)
-            raise OpExecError(f"export of {inst.name} to {target.name} failed: {err}; the "
-                              "partial export was removed") from None
+            removed = self._undo(config, inst, source, target, running, base)
+            left = "the partial export was removed" if removed else \
+                f"remove the partial export {inst.name}{PARTIAL} on {target.name} yourself"
+            raise OpExecError(f"export of {inst.name} to {target.name} failed: {err}; "
+                              f"{left}") from None
         finally:
             if not inst.disks_active:
                 disks.shutdown_disks(env, config, inst, feedback=self.feedback)
@@ -129,17 +131,21 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             **base, "instance": instance_payload(config, inst)})
 
     def _undo(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
-              target: model.Node, running: bool, base: dict[str, Any]) -> None:
-        """The partial export removed; the instance started again when it ran."""
+              target: model.Node, running: bool, base: dict[str, Any]) -> bool:
+        """The partial export removed (False: it could not be); the instance started again
+        when it ran."""
+        removed = True
         try:
             self.env.rpc.call(target, "export_remove", {"name": inst.name + PARTIAL})
         except HerderError as err:
             self.feedback(f"could not remove the partial export on {target.name}: {err}")
+            removed = False
         if running:
             try:
                 self._start(config, inst, source, base)
             except HerderError as err:
                 self.feedback(f"could not start {inst.name} again: {err}")
+        return removed
 
     def _remove_older_exports(self, config: model.ConfigData, name: str,
                               target: model.Node) -> None:
