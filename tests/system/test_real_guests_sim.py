@@ -388,13 +388,17 @@ def test_an_export_imported_boots_with_the_same_disk(sim: Any) -> None:
     assert restarted[-1].disk == before.disk  # started again after the export, the same disk
     listed = herder(sim, "backup", "list", "--json")
     assert {"node": NODE2, "export": BACKUP} in json.loads(listed.stdout)
+    original = config(sim).find_instance(BACKUP)
     herder(sim, "instance", "remove", BACKUP, timeout=300)
     done = herder(sim, "backup", "import", RESTORED, "--src-node", NODE2, "--src-dir",
                   BACKUP, "-n", NODE1, "--no-name-check", timeout=600)
     assert f"Imported instance {RESTORED} on {NODE1}" in done.stdout
     after = beat(sim, NODE1, name=RESTORED)
     assert after.disk == before.disk != guest.disk_pattern_hash(RESTORED)
-    assert [d.size for d in config(sim).find_instance(RESTORED).disks] == [32, 8]
+    restored = config(sim).find_instance(RESTORED)
+    assert [d.size for d in restored.disks] == [32, 8]  # the export's parameters
+    assert [n.mac for n in restored.nics] == [n.mac for n in original.nics]
+    assert (restored.os, restored.disk_template) == (original.os, "sharedfile")
     herder(sim, "instance", "remove", RESTORED, timeout=300)
     herder(sim, "backup", "remove", BACKUP)
     assert json.loads(herder(sim, "backup", "list", "--json").stdout) == []
