@@ -128,9 +128,9 @@ def main() -> None:
         _run(state, node1, ["rm", "-f", "/tmp/bare.dump"])
         print(f"\n{options.size_mib} MiB between two simulated nodes (wall seconds)")
         print(f"{'export (herder backup export)':<36} {export:8.1f}")
-        print(f"{"bare TLS copy, node1 -> node2":<36} {bare_out:8.1f}")
+        print(f"{'bare TLS copy, node1 -> node2':<36} {bare_out:8.1f}")
         print(f"{'import (herder backup import)':<36} {restore:8.1f}")
-        print(f"{"bare TLS copy, node2 -> node1":<36} {bare_in:8.1f}")
+        print(f"{'bare TLS copy, node2 -> node1':<36} {bare_in:8.1f}")
         print(f"ratio export/bare {export / bare_out:.2f}, import/bare {restore / bare_in:.2f}"
               " (goal: at most 1.3)")
     finally:
