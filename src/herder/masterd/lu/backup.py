@@ -17,7 +17,7 @@ from herder.core.noderpc import instance_payload
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import LockRequest, LogicalUnit, instance_and_node_locks, lookup
 from herder.masterd.lu.exports import PARTIAL, find_exports, progress_line, stream_disk
 from herder.masterd.lu.instance import forget_instance, remove_domain_and_disks
 
@@ -38,10 +38,7 @@ class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
 
 class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        inst = lookup(config.find_instance, self.op.instance_name)
-        target = lookup(config.find_node, self.op.target_node)
-        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
-                LockRequest(locking.LEVEL_NODE, sorted({inst.primary_node, target.uuid}))]
+        return instance_and_node_locks(config, self.op.instance_name, self.op.target_node)
 
     def check(self, config: model.ConfigData) -> None:
         op = self.op

@@ -13,10 +13,9 @@ from typing import Any
 from herder.core import diskobjects, model, ports, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.noderpc import instance_payload
-from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import LockRequest, LogicalUnit, instance_and_node_locks, lookup
 
 # Ganeti's DTS_COPYABLE: the templates whose disks a move copies
 COPYABLE = frozenset({"plain", "file"})
@@ -40,10 +39,7 @@ def copy_disk(env: Any, config: model.ConfigData, inst: model.Instance, index: i
 
 class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        inst = lookup(config.find_instance, self.op.instance_name)
-        target = lookup(config.find_node, self.op.target_node)
-        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
-                LockRequest(locking.LEVEL_NODE, sorted({inst.primary_node, target.uuid}))]
+        return instance_and_node_locks(config, self.op.instance_name, self.op.target_node)
 
     def check(self, config: model.ConfigData) -> None:
         inst = lookup(config.find_instance, self.op.instance_name)
