@@ -228,3 +228,24 @@ def test_module_entry_point_answers(tmp_path: Any) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["result"] == ["node-003"]
+
+
+def test_change_group_of_a_shared_storage_instance() -> None:
+    """A sharedfile instance changes group by a move to the target group's best node (its
+    old primary, in another group, is outside that group's score: no KeyError)."""
+    msg = cluster(4, hv="kvm", groups=2)
+    for group in msg["nodegroups"].values():
+        group["ipolicy"] = {**POLICY, "disk-templates": ["sharedfile", "drbd", "plain"]}
+    msg["instances"] = {"web": {
+        "memory": 1024, "vcpus": 1, "disk_template": "sharedfile", "disks": [{"size": 1024}],
+        "disk_space_total": 0, "spindle_use": 1, "nics": [], "tags": [],
+        "nodes": ["node-000"]}}
+    msg["request"] = {"type": "change-group", "instances": ["web"],
+                      "target_groups": ["group1"]}
+    resp = ask(msg)
+    assert resp.success, resp.info
+    moved, failed, jobs = resp.result
+    assert failed == [] and moved[0][:2] == ["web", "group1"]
+    assert moved[0][2][0] in ("node-002", "node-003")
+    assert [op["OP_ID"] for op in jobs[0]] == ["OP_INSTANCE_MIGRATE"]  # hail's failover move
+    assert jobs[0][0]["target_node"] == moved[0][2][0]

@@ -6,7 +6,6 @@ cluster: tests/system/test_real_guests_sim.py.)"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,7 +81,7 @@ IMPORT = {"__version__": 1, "name": "web2.example.com", "mode": "import",
      "src_path"),
     ("POST", "/2/instances", {**IMPORT, "mode": "create", "src_node": "node2",
                               "disk_template": "file"}, 400, "for mode import"),
-    ("POST", "/2/instances", {**IMPORT, "mode": "remote-import"}, 400, "not supported yet"),
+    ("POST", "/2/instances", {**IMPORT, "mode": "remote-import"}, 400, "not supported"),
 ])
 def test_bad_requests_get_one_4xx_line_and_change_nothing(
         master: RunningMaster, method: str, path: str, body: Any, status: int,
@@ -108,43 +107,3 @@ def test_an_export_to_an_unknown_node_fails_with_one_line(master: RunningMaster)
 
 
 
-
-GANETI_CLIENT = """
-import json, sys
-from ganeti.rapi import client
-host, port, user, password, ca, name = sys.argv[1:]
-api = client.GanetiRapiClient(host, port=int(port), username=user, password=password,
-                              curl_config_fn=client.GenericCurlConfig(cafile=ca,
-                                                                      verify_hostname=False))
-print(json.dumps([api.PrepareExport(name, "local"),
-                  api.ExportInstance(name, "local", "node3.example.com", shutdown=True,
-                                     remove_instance=False)]))
-"""
-
-
-@pytest.mark.peer
-def test_ganetis_own_client_prepares_and_exports(master: RunningMaster) -> None:
-    """Ganeti 3.0's rapi/client.py (PrepareExport, ExportInstance: its query string and
-    body) against herder's masterd: the jobs carry Ganeti's opcodes as it asked."""
-    import subprocess
-
-    from tests.noded.bdev import harness
-
-    if not (harness.GROOT / "ganeti" / "rapi" / "client.py").is_file():
-        pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
-    users = master.config_path.parent / "rapi_users"
-    users.write_text(users.read_text() + "ganeti-client secret write\n")
-    host, port = master.url.removeprefix("https://").rsplit(":", 1)
-    done = subprocess.run(
-        [str(harness.DEBIAN_PYTHON), "-c", GANETI_CLIENT, host, port, "ganeti-client",
-         "secret", str(master.config_path.parent / "server.pem"), NAME],
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(harness.GROOT), "LC_ALL": "C"},
-        capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    prepare, export = (int(job) for job in json.loads(done.stdout))
-    api = master.client
-    assert api.wait_for_job(prepare, timeout=30)["opresult"] == [None]
-    (op,) = api.request("GET", f"/2/jobs/{export}")["ops"]
-    assert (op["OP_ID"], op["instance_name"], op["target_node"], op["mode"], op["shutdown"],
-            op["remove_instance"]) == ("OP_BACKUP_EXPORT", NAME, "node3.example.com", "local",
-                                       True, False)

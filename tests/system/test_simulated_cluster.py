@@ -435,3 +435,69 @@ def test_libvirtd_restart_is_survived(sim) -> None:
     wait_for(lambda: "db1" in domains(sim, node), 30, "db1 defined again by noded")
     herder(sim, "instance", "start", "db1")
     assert where(sim, "db1") == [node]
+
+
+def test_issue32_operations(sim, tmp_path: Path) -> None:
+    """Ganeti's operations herder lacked (issue 32) on real node daemons: multi-allocation
+    (batch-create), node failover, assign-nodes, change-group and group evacuate, hidden OSes
+    (os modify/info, /2/os), search-tags, repair-disk-sizes, node volumes, list-drbd."""
+    spec = tmp_path / "batch.json"
+    spec.write_text(json.dumps([
+        {"name": name, "disk_template": "sharedfile", "disks": [{"size": 1024}], "nics": [],
+         "os": "debootstrap+default", "name_check": False, "ip_check": False}
+        for name in ("mw1", "mw2")]))
+    done = herder(sim, "instance", "batch-create", str(spec))
+    assert done.stdout.startswith("Created: mw1"), done.stdout
+    cfg = config(sim)
+    for name in ("mw1", "mw2"):
+        inst = cfg.find_instance(name)
+        assert inst.admin_state == "up" and where(sim, name) == [cfg.node_name(inst.primary_node)]
+    # node failover: every sharedfile primary of mw1's node leaves it (one job each)
+    home = cfg.node_name(cfg.find_instance("mw1").primary_node)
+    herder(sim, "node", "failover", home, check=False)
+    cfg = config(sim)
+    assert all(cfg.node_name(i.primary_node) != home for i in cfg.instances.values()
+               if i.disk_template == "sharedfile"), home
+    # node groups: two nodes holding no instance that cannot move (file) in rack2 (two: the
+    # allocator keeps a failover target, N+1); mw2 changes group, rack2 is evacuated
+    cfg = config(sim)
+    fixed = {i.primary_node for i in cfg.instances.values() if i.disk_template != "sharedfile"}
+    rack2 = [n.name for n in sim.nodes if cfg.find_node(n.name).uuid not in fixed][:2]
+    assert len(rack2) == 2, rack2
+    herder(sim, "group", "add", "rack2")
+    herder(sim, "group", "assign-nodes", "rack2", *rack2)
+    # mw2 to the group it is not in (its node was chosen by the allocator)
+    inside = config(sim).node_name(config(sim).find_instance("mw2").primary_node) in rack2
+    herder(sim, "instance", "change-group", "mw2", "--to", "default" if inside else "rack2")
+    cfg = config(sim)
+    assert (cfg.node_name(cfg.find_instance("mw2").primary_node) in rack2) is not inside
+    assert where(sim, "mw2") == [cfg.node_name(cfg.find_instance("mw2").primary_node)]
+    herder(sim, "group", "evacuate", "rack2")
+    cfg = config(sim)
+    assert not any(cfg.node_name(i.primary_node) in rack2 for i in cfg.instances.values())
+    assert where(sim, "mw2") == [cfg.node_name(cfg.find_instance("mw2").primary_node)]
+    # hidden OSes (by OS name, as Ganeti): out of Ganeti's /2/os, still in os info
+    herder(sim, "os", "modify", "debootstrap", "--hidden", "yes")
+    (info,) = json.loads(herder(sim, "os", "info", "debootstrap", "--json").stdout)
+    assert info["hidden"] is True and info["variants"] == ["default", "minimal"], info
+    with sim.rapi() as api:
+        assert not any(name.startswith("debootstrap") for name in api.request("GET", "/2/os"))
+    herder(sim, "os", "modify", "debootstrap", "--hidden", "no")
+    with sim.rapi() as api:
+        assert "debootstrap+minimal" in api.request("GET", "/2/os")
+    # tags, disk sizes, volumes, DRBD minors
+    herder(sim, "tags", "add", "instance", "mw1", "issue32:probe")
+    found = herder(sim, "cluster", "search-tags", "^issue32:")
+    assert found.stdout.split() == [f"/instances/{config(sim).find_instance('mw1').name}",
+                                    "issue32:probe"], found.stdout
+    sizes = herder(sim, "cluster", "repair-disk-sizes", "mw1")
+    assert "No disk sizes needed changing." in sizes.stdout
+    assert json.loads(herder(sim, "node", "volumes", "--json").stdout) == []
+    # list-drbd asks confd (the master candidates of the node's own config, as gnt-node's)
+    assert json.loads(on(sim, "node1", "node", "list-drbd", sim.nodes[0].name,
+                         "--json").stdout) == []
+    # leave the cluster as found
+    for name in ("mw1", "mw2"):
+        herder(sim, "instance", "remove", name)
+    herder(sim, "group", "assign-nodes", "default", *rack2)
+    herder(sim, "group", "remove", "rack2")

@@ -150,8 +150,11 @@ def change_primary_any(cl: Cluster, inst: Instance, avail: Sequence[Node], stats
     old = cl.nodes[p]
     q = old.copy()
     remove_pri(q, inst, None)
-    changes_old = () if old.offline else ((stats.vecs[old.idx], node_vec(q)),)
-    lx_old = 0.0 if old.offline else locx_delta_pri(stats, old, inst.excl_tags, -1)
+    # the old node counts in the score only when the stats hold it (change-group: the stats
+    # are the target group's, the old node is in another)
+    counted = not old.offline and old.idx in stats.vecs
+    changes_old = ((stats.vecs[old.idx], node_vec(q)),) if counted else ()
+    lx_old = locx_delta_pri(stats, old, inst.excl_tags, -1) if counted else 0.0
     off = (-1, -1) if old.offline else (0, 0)
     best: tuple[float, Node] | None = None
     fails: list[tuple[Node, Fail]] = []

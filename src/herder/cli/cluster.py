@@ -351,6 +351,58 @@ def verify_disks(ctx: click.Context, group: str | None) -> None:
         raise click.exceptions.Exit(1)
 
 
+@cluster.command("repair-disk-sizes")
+@click.argument("instances", nargs=-1, metavar="[INSTANCE...]")
+@click.pass_context
+def repair_disk_sizes(ctx: click.Context, instances: tuple[str, ...]) -> None:
+    """Correct the disk sizes the config records where the primary nodes' volumes differ
+    (OP_CLUSTER_REPAIR_DISK_SIZES, as gnt-cluster repair-disk-sizes)."""
+    (changes,) = remote.run(ctx, [{"OP_ID": "OP_CLUSTER_REPAIR_DISK_SIZES",
+                                   "instances": list(instances)}])
+    for name, index, field, size in changes or []:
+        click.echo(f"Updated {field} of {name} disk/{index} to {size} MiB")
+    if not changes:
+        click.echo("No disk sizes needed changing.")
+
+
+@cluster.command("search-tags")
+@click.argument("pattern")
+@click.pass_context
+def search_tags(ctx: click.Context, pattern: str) -> None:
+    """Every tag of the cluster, its instances, nodes, node groups and networks matching a
+    regular expression, with where it is (OP_TAGS_SEARCH, as gnt-cluster search-tags); exit 1
+    when none does."""
+    (found,) = remote.run(ctx, [{"OP_ID": "OP_TAGS_SEARCH", "pattern": pattern}])
+    for path, tag in found or []:
+        click.echo(f"{path} {tag}")
+    if not found:
+        raise click.exceptions.Exit(1)
+
+
+@cluster.command()
+@click.option("--yes-do-it", is_flag=True, required=True,
+              help="Confirm: the cluster is destroyed (its config is put aside).")
+@click.pass_context
+def destroy(ctx: click.Context, yes_do_it: bool) -> None:
+    """Destroy a cluster of its master node alone, without instances (OP_CLUSTER_DESTROY, as
+    gnt-cluster destroy). On the master, the config file and its journal are then renamed
+    `*.destroyed` (kept, not deleted), so no herder daemon loads the cluster again; stop the
+    master's daemons afterwards."""
+    from herder.core.store import FileStore
+
+    (master,) = remote.run(ctx, [{"OP_ID": "OP_CLUSTER_DESTROY"}])
+    store = store_from(ctx)
+    put_aside = []
+    if isinstance(store, FileStore) and store.exists():
+        for path in sorted(store.path.parent.glob(f"{store.path.name}*")):
+            if not path.name.endswith(".destroyed"):
+                path.rename(path.with_name(path.name + ".destroyed"))
+                put_aside.append(path.name)
+    click.echo(f"Cluster destroyed (master {master}); "
+               + (f"put aside: {', '.join(put_aside)}" if put_aside
+                  else "no config file here to put aside"))
+
+
 # --- modify -------------------------------------------------------------------------------------
 
 

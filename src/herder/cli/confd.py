@@ -84,6 +84,25 @@ def _parse_arg(text: str | None) -> Any:
         return text
 
 
+def confd_client(ctx: click.Context, peers: tuple[str, ...] = (), port: int = ports.CONFD,
+                 timeout: float = 2.0, hmac_key: Path | None = None
+                 ) -> confd_protocol.ConfdClient:
+    """A client of the given confd peers, by default the master candidates of the local
+    config, else of this node's ssconf (Ganeti's clients ask the same ones)."""
+    peer_list: list[str] = list(peers)
+    if not peer_list:
+        from herder.core import ssconf
+        from herder.core.store import FileStore
+
+        store = FileStore(_config_path(ctx))
+        peer_list = (confd_protocol.peers_from_config(store.load()) if store.exists()
+                     else ssconf.master_candidates_ips(store.directory))
+        if not peer_list:
+            raise HerderError("no master candidates in the config or ssconf; give --peer")
+    return confd_protocol.ConfdClient(peer_list, _key(ctx, hmac_key), port=port,
+                                      timeout=timeout)
+
+
 @confd.command()
 @click.argument("query_type", metavar="TYPE")
 @click.argument("arg", required=False)
@@ -117,17 +136,7 @@ def query(ctx: click.Context, query_type: str, arg: str | None, peers: tuple[str
     Keeps the answer with the highest serial; exits 1 on an error answer or no answer.
     """
     rtype = confd_protocol.request_type(query_type)
-    peer_list: list[str] = list(peers)
-    if not peer_list:
-        from herder.core import ssconf
-        from herder.core.store import FileStore
-
-        store = FileStore(_config_path(ctx))
-        peer_list = (confd_protocol.peers_from_config(store.load()) if store.exists()
-                     else ssconf.master_candidates_ips(store.directory))
-        if not peer_list:
-            raise HerderError("no master candidates in the config or ssconf; give --peer")
-    client = confd_protocol.ConfdClient(peer_list, _key(ctx, hmac_key), port=port, timeout=timeout)
+    client = confd_client(ctx, peers, port, timeout, hmac_key)
     result = client.query(rtype, _parse_arg(arg), coverage=-1 if ask_all else coverage)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True))

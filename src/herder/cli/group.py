@@ -160,3 +160,38 @@ def remove(ctx: click.Context, name: str) -> None:
     remote.run(ctx, [{"OP_ID": "OP_GROUP_REMOVE", "group_name": name}],
                rapi=lambda api: api.delete_group(name))
     click.echo(f"Removed node group {name}")
+
+
+@group.command("assign-nodes")
+@click.argument("name", metavar="GROUP")
+@click.argument("nodes", nargs=-1, required=True, metavar="NODE...")
+@click.option("--force", is_flag=True,
+              help="Assign even if DRBD instances end up with nodes in two groups.")
+@click.pass_context
+def assign_nodes(ctx: click.Context, name: str, nodes: tuple[str, ...], force: bool) -> None:
+    """Move nodes into a node group (OP_GROUP_ASSIGN_NODES, as gnt-group assign-nodes)."""
+    remote.run(ctx, [{"OP_ID": "OP_GROUP_ASSIGN_NODES", "group_name": name,
+                      "nodes": list(nodes), "force": force}])
+    click.echo(f"Assigned {', '.join(nodes)} to {name}")
+
+
+@group.command()
+@click.argument("name", metavar="GROUP")
+@click.option("--to", "targets", multiple=True, metavar="GROUP",
+              help="A group the instances may go to (repeatable; default: any other).")
+@click.option("-I", "--iallocator", help="The allocator that plans the moves.")
+@click.option("--early-release", is_flag=True, help="Release locks as soon as possible.")
+@click.option("--sequential", is_flag=True, help="One job of every move, run in order.")
+@click.option("--force-failover", is_flag=True, help="Fail over instead of migrating.")
+@click.pass_context
+def evacuate(ctx: click.Context, name: str, targets: tuple[str, ...], iallocator: str | None,
+             early_release: bool, sequential: bool, force_failover: bool) -> None:
+    """Move every instance of a node group to other groups (OP_GROUP_EVACUATE, as gnt-group
+    evacuate): the allocator plans the moves, their jobs are awaited."""
+    result = remote.run_and_follow(ctx, {
+        "OP_ID": "OP_GROUP_EVACUATE", "group_name": name,
+        "target_groups": list(targets) or None, "iallocator": iallocator,
+        "early_release": early_release, "sequential": sequential,
+        "force_failover": force_failover})
+    jobs = result.get("jobs", []) if isinstance(result, dict) else []
+    click.echo(f"Evacuated group {name}: {len(jobs)} job(s)")

@@ -281,6 +281,50 @@ def move(ctx: click.Context, name: str, target_node: str, shutdown_timeout: int 
     click.echo(f"Moved {name} to {target_node}")
 
 
+@instance.command("change-group")
+@click.argument("name", metavar="INSTANCE")
+@click.option("--to", "targets", multiple=True, metavar="GROUP",
+              help="A group it may go to (repeatable; default: any other).")
+@click.option("-I", "--iallocator", help="The allocator that plans the move.")
+@click.option("--early-release", is_flag=True, help="Release locks as soon as possible.")
+@click.pass_context
+def change_group(ctx: click.Context, name: str, targets: tuple[str, ...],
+                 iallocator: str | None, early_release: bool) -> None:
+    """Move an instance to another node group (OP_INSTANCE_CHANGE_GROUP, as gnt-instance
+    change-group): the allocator plans the moves, their job is awaited."""
+    remote.run_and_follow(ctx, {"OP_ID": "OP_INSTANCE_CHANGE_GROUP", "instance_name": name,
+                                "target_groups": list(targets) or None,
+                                "iallocator": iallocator, "early_release": early_release})
+    click.echo(f"Moved {name} to another group")
+
+
+@instance.command("batch-create")
+@click.argument("spec", type=click.File("r"), metavar="FILE")
+@click.option("-I", "--iallocator", help="The allocator that places the instances.")
+@click.pass_context
+def batch_create(ctx: click.Context, spec: Any, iallocator: str | None) -> None:
+    """Create several instances placed together by the allocator (OP_INSTANCE_MULTI_ALLOC,
+    as gnt-instance batch-create): FILE is a JSON list of instance-create bodies (name,
+    disk_template, disks, nics, os, ...); the creation jobs are awaited."""
+    from herder.core import untrusted
+
+    try:
+        items = untrusted.loads(spec.read(), what=spec.name)
+    except untrusted.BadDocument as err:
+        raise click.BadParameter(str(err), param_hint="FILE") from None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise click.BadParameter("a JSON list of instance specifications", param_hint="FILE")
+    aliases = {"name": "instance_name", "os": "os_type"}
+    instances = [{aliases.get(k, k): v for k, v in item.items()} for item in items]
+    result = remote.run_and_follow(ctx, {"OP_ID": "OP_INSTANCE_MULTI_ALLOC",
+                                         "instances": instances, "iallocator": iallocator})
+    if isinstance(result, dict):
+        click.echo(f"Created: {', '.join(result.get('allocatable') or []) or 'none'}")
+        if result.get("failed"):
+            click.echo(f"Not placed: {', '.join(result['failed'])}", err=True)
+            raise click.exceptions.Exit(1)
+
+
 @instance.command("grow-disk")
 @click.argument("name", metavar="INSTANCE")
 @click.argument("disk", type=int)

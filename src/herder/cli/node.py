@@ -19,7 +19,7 @@ from herder.cli.common import (
     yes_no,
 )
 from herder.core import roles, sizes
-from herder.core.errors import ConfigError
+from herder.core.errors import ConfigError, HerderError
 
 if TYPE_CHECKING:
     from herder.core import model
@@ -331,9 +331,14 @@ def evacuate(ctx: click.Context, name: str, mode: str, iallocator: str | None,
         body["iallocator"] = iallocator
     if remote_node:
         body["remote_node"] = remote_node
-    (moved,) = remote.run(ctx, [{"OP_ID": "OP_NODE_EVACUATE", "node_name": name,
-                                 "dry_run": dry_run, **body}])
-    click.echo(("Would move: " if dry_run else "Moved: ") + (", ".join(moved or []) or "nothing"))
+    op = {"OP_ID": "OP_NODE_EVACUATE", "node_name": name, "dry_run": dry_run, **body}
+    if dry_run:
+        (moved,) = remote.run(ctx, [op])
+        click.echo("Would move: " + (", ".join(moved or []) or "nothing"))
+        return
+    result = remote.run_and_follow(ctx, op)
+    jobs = result.get("jobs", []) if isinstance(result, dict) else []
+    click.echo(f"Evacuated {name}: {len(jobs)} job(s)" if jobs else "Moved: nothing")
 
 
 @node.command()
@@ -460,3 +465,78 @@ def repair_command(ctx: click.Context, name: str, command: str, input_file: Any)
     (out,) = remote.run(ctx, [{"OP_ID": "OP_REPAIR_COMMAND", "node_name": name,
                                "command": command, "input": data}])
     click.echo(out, nl=False)
+
+
+@node.command()
+@click.argument("name", metavar="NODE")
+@click.option("--ignore-consistency", is_flag=True,
+              help="Fail over even if the disks on the secondary are not consistent.")
+@click.pass_context
+def failover(ctx: click.Context, name: str, ignore_consistency: bool) -> None:
+    """Fail over every primary instance of a node to its secondary (as gnt-node failover:
+    one OP_INSTANCE_FAILOVER job per instance)."""
+    config = remote.config_source(ctx).load()
+    node_ = config.find_node(name)
+    primaries = sorted(i.name for i in config.instances.values()
+                       if i.primary_node == node_.uuid)
+    if not primaries:
+        click.echo(f"No primary instances on node {node_.name}, exiting.")
+        return
+    failed = []
+    for inst in primaries:  # one job each, as gnt-node failover's
+        try:
+            remote.run(ctx, [{"OP_ID": "OP_INSTANCE_FAILOVER", "instance_name": inst,
+                              "ignore_consistency": ignore_consistency}])
+            click.echo(f"{inst}: failed over")
+        except HerderError as err:
+            click.echo(f"{inst}: {err}", err=True)
+            failed.append(inst)
+    if failed:
+        raise HerderError(f"{len(failed)} of {len(primaries)} instance(s) did not fail over: "
+                          f"{', '.join(failed)}")
+
+
+VOLUME_FIELDS = ["node", "vg", "name", "size", "instance"]
+
+
+@node.command()
+@click.argument("names", nargs=-1, metavar="[NODE...]")
+@click.option("-o", "--output", "fields", default=",".join(VOLUME_FIELDS), show_default=True,
+              help="Fields, comma separated (node, vg, name, size, instance).")
+@json_option
+@click.pass_context
+def volumes(ctx: click.Context, names: tuple[str, ...], fields: str, as_json: bool) -> None:
+    """The logical volumes on the nodes (all by default) and the instances they belong to
+    (OP_NODE_QUERYVOLS, as gnt-node volumes; sizes in MiB)."""
+    wanted = [f for f in fields.split(",") if f]
+    (rows,) = remote.run(ctx, [{"OP_ID": "OP_NODE_QUERYVOLS", "nodes": list(names),
+                                "output_fields": wanted}])
+    if as_json:
+        print_json([dict(zip(wanted, row, strict=True)) for row in rows])
+    else:
+        print_table([f.capitalize() for f in wanted], rows)
+
+
+@node.command("list-drbd")
+@click.argument("name", metavar="NODE")
+@click.option("--peer", "peers", multiple=True, metavar="HOST[:PORT]",
+              help="A confd server to ask (default: the master candidates).")
+@json_option
+@click.pass_context
+def list_drbd(ctx: click.Context, name: str, peers: tuple[str, ...], as_json: bool) -> None:
+    """A node's DRBD minors, with each one's instance, disk, role and peer node (as gnt-node
+    list-drbd: confd's node_drbd answer)."""
+    from herder.cli.confd import confd_client
+    from herder.core import confd as confd_protocol
+
+    result = confd_client(ctx, peers).query(confd_protocol.REQ_NODE_DRBD, name)
+    if not result.ok:
+        raise HerderError(f"confd answered an error (status {result.status}): {result.answer}")
+    rows = list(result.value())
+    if as_json:
+        print_json([dict(zip(DRBD_FIELDS, row, strict=True)) for row in rows])
+    else:
+        print_table(["Node", "Minor", "Instance", "Disk", "Role", "PeerNode"], rows)
+
+
+DRBD_FIELDS = ["node", "minor", "instance", "disk", "role", "peer"]

@@ -251,3 +251,38 @@ def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
                           f"{', '.join(unknown)} (an older herder?); add --offline on the "
                           "master")
     return rows, None
+
+
+def follow_jobs(ctx: click.Context, result: object) -> list[str]:
+    """Wait for the jobs an opcode's result lists (Ganeti's `{"jobs": [[true, id], ...]}`:
+    evacuations, change-group, multi-allocation), as gnt-* commands do, showing their log; the
+    failures, one line each (empty: every job succeeded). With --offline they already ran."""
+    from herder.core.rapi import job_error_message
+
+    entries = result.get("jobs") if isinstance(result, dict) else None
+    if not entries:
+        return []
+    if offline(ctx):
+        return [str(what) for ok, what in entries if not ok]
+    problems = []
+    with client(ctx) as api:
+        for ok, what in entries:
+            if not ok:
+                problems.append(f"a job was not submitted: {what}")
+                continue
+            job = api.wait_for_job(int(what), on_log=echo_log)
+            if job.get("status") != "success":
+                problems.append(f"job {what} {job.get('status')}: {job_error_message(job)}")
+    return problems
+
+
+def run_and_follow(ctx: click.Context, op: dict[str, Any]) -> object:
+    """One opcode whose result lists jobs: run it, wait for them, exit 1 (each failure
+    printed) when one failed."""
+    (result,) = run(ctx, [op])
+    problems = follow_jobs(ctx, result)
+    for problem in problems:
+        click.echo(problem, err=True)
+    if problems:
+        raise click.exceptions.Exit(1)
+    return result

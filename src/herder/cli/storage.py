@@ -1,4 +1,5 @@
-"""`herder storage ...` and `herder os list`: storage units and OS definitions on the nodes."""
+"""`herder storage ...` and `herder os list|info|modify`: storage units and OS definitions on
+the nodes."""
 
 from __future__ import annotations
 
@@ -71,9 +72,66 @@ def os_group() -> None:
 @json_option
 @click.pass_context
 def os_list(ctx: click.Context, as_json: bool) -> None:
-    """Every OS with its variants (name+variant), and the nodes offering it."""
-    (offered,) = remote.run(ctx, [{"OP_ID": "OP_OS_DIAGNOSE"}])
+    """Every usable OS (valid on every node, not hidden or blacklisted) with its variants
+    (name+variant) and the nodes offering it (OP_OS_DIAGNOSE)."""
+    (rows,) = remote.run(ctx, [{"OP_ID": "OP_OS_DIAGNOSE",
+                                "output_fields": ["name", "variants", "node_status"]}])
+    offered = {full: sorted(n for n, has in status.items() if has)
+               for name, variants, status in rows for full in os_names(name, variants)}
     if as_json:
         click.echo(json.dumps(offered, indent=2))
     else:
         print_table(["OS", "Nodes"], [[name, nodes] for name, nodes in offered.items()])
+
+
+def os_names(name: str, variants: list[str]) -> list[str]:
+    """Ganeti's CalculateOSNames: name+variant for each variant, else the name."""
+    return [f"{name}+{v}" for v in variants] if variants else [name]
+
+
+INFO_FIELDS = ["name", "valid", "hidden", "blacklisted", "variants", "node_status", "os_hvp",
+               "osparams"]
+
+
+@os_group.command("info")
+@click.argument("names", nargs=-1, metavar="[OS...]")
+@json_option
+@click.pass_context
+def os_info(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
+    """Everything about the OSes the nodes offer, hidden and blacklisted ones too (as
+    gnt-os info): valid, hidden, blacklisted, variants, nodes, OS parameters."""
+    (rows,) = remote.run(ctx, [{"OP_ID": "OP_OS_DIAGNOSE", "output_fields": INFO_FIELDS,
+                                "names": list(names)}])
+    infos = [dict(zip(INFO_FIELDS, row, strict=True)) for row in rows]
+    if as_json:
+        click.echo(json.dumps(infos, indent=2))
+        return
+    for info in infos:
+        click.echo(f"OS: {info['name']}")
+        for key in ("valid", "hidden", "blacklisted"):
+            click.echo(f"  {key}: {info[key]}")
+        click.echo(f"  variants: {', '.join(info['variants']) or '-'}")
+        click.echo("  nodes: " + ", ".join(f"{n}{'' if ok else ' (missing)'}"
+                                           for n, ok in sorted(info["node_status"].items())))
+        for key in ("os_hvp", "osparams"):
+            if info[key]:
+                click.echo(f"  {key}: {json.dumps(info[key], sort_keys=True)}")
+
+
+@os_group.command("modify")
+@click.argument("name", metavar="OS")
+@click.option("--hidden", type=YES_NO, help="Hide the OS from lists (yes/no).")
+@click.option("--blacklisted", type=YES_NO, help="Refuse the OS for new instances (yes/no).")
+@click.pass_context
+def os_modify(ctx: click.Context, name: str, hidden: str | None,
+              blacklisted: str | None) -> None:
+    """Hide or blacklist an OS, or undo it (as gnt-os modify --hidden/--blacklisted:
+    OP_CLUSTER_SET_PARAMS's hidden_os and blacklisted_os)."""
+    op: dict[str, object] = {"OP_ID": "OP_CLUSTER_SET_PARAMS"}
+    for field, value in (("hidden_os", hidden), ("blacklisted_os", blacklisted)):
+        if value is not None:
+            op[field] = [["add" if yes_no(value) else "remove", name]]
+    if len(op) == 1:
+        raise click.UsageError("give --hidden or --blacklisted")
+    remote.run(ctx, [op])
+    click.echo(f"Modified OS {name}")

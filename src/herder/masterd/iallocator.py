@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,17 @@ def run(name: str, message: Mapping[str, Any],
     return reply
 
 
+def _replies(names: Sequence[str], message: Mapping[str, Any], search_path: Sequence[Path],
+             failures: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each allocator's reply to `message`, in order (design-2.1); one that cannot answer adds
+    its reason to `failures`."""
+    for name in names:
+        try:
+            yield name, run(name, message, search_path)
+        except OpPrereqError as err:
+            failures.append(str(err))
+
+
 def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapping[str, Any],
                    live: Snapshot,
                    search_path: Sequence[Path] = DEFAULT_SEARCH_PATH) -> tuple[str, list[str]]:
@@ -198,14 +209,9 @@ def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapp
     if not names:
         raise OpPrereqError("no nodes given and no iallocator: give nodes, --iallocator, or "
                             "set the cluster's default iallocators")
-    message = build_message(config, request, live)
-    failures = []
-    for name in names:
-        try:
-            reply = run(name, message, search_path)
-        except OpPrereqError as err:
-            failures.append(str(err))
-            continue
+    failures: list[str] = []
+    for name, reply in _replies(names, build_message(config, request, live), search_path,
+                                failures):
         if reply.get("success"):
             result = reply.get("result") or []
             if len(result) != int(request.get("required_nodes", len(result))):
@@ -214,4 +220,23 @@ def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapp
                 continue
             return name, [str(n) for n in result]
         failures.append(f"iallocator {name}: {reply.get('info') or 'no placement'}")
+    raise OpPrereqError("; ".join(failures), "insufficient_resources")
+
+
+def job_answer(config: model.ConfigData, names: Sequence[str], request: Mapping[str, Any],
+               live: Snapshot, search_path: Sequence[Path] = DEFAULT_SEARCH_PATH
+               ) -> tuple[str, list[Any]]:
+    """The result of the first allocator that succeeds on a request answered with jobs or
+    lists (node-evacuate, change-group: [moved, failed, jobs]; multi-allocate: [allocated,
+    failed]), and that allocator's name; OpPrereqError with every failure otherwise."""
+    if not names:
+        raise OpPrereqError("no iallocator: give one, or set the cluster's default "
+                            "iallocators")
+    failures: list[str] = []
+    for name, reply in _replies(names, build_message(config, request, live), search_path,
+                                failures):
+        result = reply.get("result")
+        if reply.get("success") and isinstance(result, list):
+            return name, result
+        failures.append(f"iallocator {name}: {reply.get('info') or 'no answer'}")
     raise OpPrereqError("; ".join(failures), "insufficient_resources")

@@ -16,13 +16,35 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from herder.core.errors import OpPrereqError
+from herder.core.errors import HerderError, OpPrereqError
 from herder.masterd import locking, lu
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobContext
-from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv
+from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv, ResultWithJobs
 
 log = logging.getLogger("herder.masterd")
+
+
+def child_opcodes(op: opcodes.OpCode, job: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The opcodes of a job an LU asked for, with the submitting opcode's priority, reason
+    trail and comment (Ganeti's mcpu._SetBaseOpParams)."""
+    return [{**child, "priority": child.get("priority", op.priority),
+             "reason": [*op.reason, *child.get("reason", [])],
+             "comment": child.get("comment") or f"Submitted by {op.op_id}"} for child in job]
+
+
+def submit_jobs(ctx: JobContext, op: opcodes.OpCode, result: ResultWithJobs) -> dict[str, Any]:
+    """Queue the jobs of an LU's ResultWithJobs: Ganeti's `{"jobs": [[true, id] or [false,
+    error]], ...}` (a job the queue refuses is reported, the others still run)."""
+    submitted: list[list[object]] = []
+    for job in result.jobs:
+        try:
+            submitted.append([True, ctx.queue.submit(child_opcodes(op, job))])
+        except HerderError as err:
+            submitted.append([False, str(err)])
+    for ok, what in submitted:
+        ctx.feedback(f"submitted job {what}" if ok else f"a job was refused: {what}")
+    return {**result.other, "jobs": submitted}
 
 
 class Processor:
@@ -57,9 +79,12 @@ class Processor:
             if op.dry_run:
                 ctx.feedback("dry run: all checks passed, nothing changed")
                 return unit.dry_run_result()
-            return unit.execute()
+            result = unit.execute()
         finally:
             self._release(held)
+        if isinstance(result, ResultWithJobs):
+            return submit_jobs(ctx, op, result)
+        return result
 
     def _release(self, held: list[int]) -> None:
         for level in reversed(held):

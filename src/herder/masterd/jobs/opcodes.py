@@ -278,6 +278,10 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     maint_balance_dynamic_load: bool | None = None  # herder
     diagnose_data_collector_filename: str | None = None
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
+    # Ganeti's [[action, os], ...] lists, action "add" or "remove" (gnt-os modify --hidden,
+    # --blacklisted)
+    hidden_os: list[tuple[Literal["add", "remove"], str]] | None = None
+    blacklisted_os: list[tuple[Literal["add", "remove"], str]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -327,6 +331,8 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             names.plain_name(self.diagnose_data_collector_filename, "diagnose command")
         if self.name is not None:
             self.name = names.hostname(self.name, "cluster name")
+        for _, os_name in [*(self.hidden_os or []), *(self.blacklisted_os or [])]:
+            names.os_name(os_name)
 
 
 class OpClusterRedistConf(OpCode, tag="OP_CLUSTER_REDIST_CONF", kw_only=True):
@@ -363,6 +369,37 @@ class OpClusterVerifyDisks(OpCode, tag="OP_CLUSTER_VERIFY_DISKS", kw_only=True):
     group) where Ganeti submits one job per group (compat row B24)."""
 
     group_name: str | None = None
+
+
+class OpClusterRepairDiskSizes(OpCode, tag="OP_CLUSTER_REPAIR_DISK_SIZES", kw_only=True):
+    """Ganeti's `gnt-cluster repair-disk-sizes`: the disks' sizes as their primary nodes see
+    them written to the config where they differ. Result: [[instance, disk index, field,
+    new size in MiB], ...] for each change."""
+
+    instances: list[str] = msgspec.field(default_factory=list)
+
+
+class OpClusterDestroy(OpCode, tag="OP_CLUSTER_DESTROY", kw_only=True):
+    """Ganeti's `gnt-cluster destroy`: refused while any node but the master or any instance
+    is left; the result is the master node's name (the CLI then removes the cluster's files
+    on the master)."""
+
+
+class OpTagsSearch(OpCode, tag="OP_TAGS_SEARCH", kw_only=True):
+    """Ganeti's `gnt-cluster search-tags`: [[path, tag], ...] of every tag matching the
+    regular expression (paths `/cluster`, `/instances/NAME`, `/nodes/NAME`,
+    `/nodegroup/NAME`, `/networks/NAME`)."""
+
+    pattern: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.pattern:
+            raise ValueError("pattern must not be empty")
+        try:
+            re.compile(self.pattern)
+        except re.error as err:
+            raise ValueError(f"invalid search pattern {self.pattern!r}: {err}") from None
 
 
 # --- node groups --------------------------------------------------------------------------------
@@ -414,6 +451,32 @@ class OpGroupRename(OpCode, tag="OP_GROUP_RENAME", kw_only=True):
 
 class OpGroupRemove(OpCode, tag="OP_GROUP_REMOVE", kw_only=True):
     group_name: str
+
+
+class OpGroupAssignNodes(OpCode, tag="OP_GROUP_ASSIGN_NODES", kw_only=True):
+    """Ganeti's `gnt-group assign-nodes`: the nodes move to the group; refused when a DRBD
+    instance would have its nodes in two groups, unless `force`."""
+
+    group_name: str
+    nodes: list[str]
+    node_uuids: list[str] | None = None
+    force: bool = False
+
+
+class OpGroupEvacuate(OpCode, tag="OP_GROUP_EVACUATE", kw_only=True):
+    """Ganeti's `gnt-group evacuate`: every instance of the group moved to other groups (the
+    allocator's change-group answer); the result lists the jobs submitted."""
+
+    group_name: str
+    early_release: bool = False
+    iallocator: str | None = None
+    target_groups: list[str] | None = None
+    sequential: bool = False
+    force_failover: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
 
 
 # --- nodes --------------------------------------------------------------------------------------
@@ -590,6 +653,14 @@ class OpRepairCommand(OpCode, tag="OP_REPAIR_COMMAND", kw_only=True):
         names.plain_name(self.command, "repair command")
 
 
+class OpNodeQueryvols(OpCode, tag="OP_NODE_QUERYVOLS", kw_only=True):
+    """Ganeti's `gnt-node volumes`: the logical volumes of the nodes, one row of
+    `output_fields` (node, phys, vg, name, size, instance) per volume."""
+
+    output_fields: list[str]
+    nodes: list[str] = msgspec.field(default_factory=list)
+
+
 class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
     """The OS definitions on the nodes, each with its variants (`name+variant`)."""
 
@@ -630,6 +701,7 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     src_node: str | None = None  # import: the node holding the export
     src_node_uuid: str | None = None
     src_path: str | None = None  # import: the export's name (its directory) on src_node
+    group_name: str | None = None  # the allocator places the instance in this group
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -673,6 +745,28 @@ def export_name(src_path: str) -> str:
         raise ValueError(f"src_path {src_path!r}: an export's name, or a directory in "
                          f"{exportconf.EXPORT_DIR}")
     return names.hostname(name, "src_path: export name")
+
+
+class OpInstanceMultiAlloc(OpCode, tag="OP_INSTANCE_MULTI_ALLOC", kw_only=True):
+    """Ganeti's: several instances placed together by the allocator's multi-allocate; one
+    creation job per placed instance. Result: {"allocatable": [names], "failed": [names],
+    "jobs": [[true, job id], ...]}."""
+
+    instances: list[OpInstanceCreate]
+    iallocator: str | None = None
+    opportunistic_locking: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
+        if not self.instances:
+            raise ValueError("instances: at least one instance to allocate")
+        placed = [i.instance_name for i in self.instances if i.pnode or i.snode]
+        if placed:
+            raise ValueError(f"instances {', '.join(placed)}: the allocator places them; give "
+                             "no pnode or snode")
+        if len({i.instance_name for i in self.instances}) != len(self.instances):
+            raise ValueError("instances: an instance name is given twice")
 
 
 class InstanceOpCode(OpCode, kw_only=True):
@@ -727,6 +821,19 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
         params.check_osparams(self.osparams)
         if self.os_name is not None:
             names.os_name(self.os_name)
+
+
+class OpInstanceChangeGroup(InstanceOpCode, tag="OP_INSTANCE_CHANGE_GROUP", kw_only=True):
+    """Ganeti's `gnt-instance change-group`: the instance moved to another node group (the
+    allocator's change-group answer, submitted as a job)."""
+
+    early_release: bool = False
+    iallocator: str | None = None
+    target_groups: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _iallocator(self.iallocator)
 
 
 class OpInstanceActivateDisks(InstanceOpCode, tag="OP_INSTANCE_ACTIVATE_DISKS", kw_only=True):

@@ -40,6 +40,17 @@ class MasterEnv:
 
 
 @dataclass(frozen=True)
+class ResultWithJobs:
+    """Ganeti's ResultWithJobs: what an LU answers when the work is jobs of their own (node
+    and group evacuation, change-group, multi-allocation). Each job is a list of opcode dicts;
+    the processor submits them once the LU ended, and the opcode's result is Ganeti's
+    `{"jobs": [[true, job id], ...], **other}`."""
+
+    jobs: list[list[dict[str, Any]]]
+    other: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LockRequest:
     level: int
     names: list[str] | None  # None: the whole level

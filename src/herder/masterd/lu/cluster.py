@@ -60,6 +60,17 @@ MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_thresho
                   "balance_disk_moves", "balance_dynamic_load")
 
 
+def apply_os_lists(op: opcodes.OpClusterSetParams, c: model.Cluster) -> None:
+    """Ganeti's hidden_os / blacklisted_os changes: [[add|remove, os], ...] (adding one
+    listed, or removing one not listed, changes nothing, as Ganeti)."""
+    for changes, listed in ((op.hidden_os, c.hidden_os), (op.blacklisted_os, c.blacklisted_os)):
+        for action, os_name in changes or []:
+            if action == "add" and os_name not in listed:
+                listed.append(os_name)
+            elif action == "remove" and os_name in listed:
+                listed.remove(os_name)
+
+
 class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
     REQ_BGL = True
 
@@ -98,6 +109,7 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
     @staticmethod
     def apply(op: opcodes.OpClusterSetParams, config: model.ConfigData) -> None:
         c = config.cluster
+        apply_os_lists(op, c)
         if op.uid_pool is not None:
             c.uid_pool = uidpool.normalise(op.uid_pool)
         if op.add_uids:
@@ -290,3 +302,92 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
         findings += verify.disk_status_findings(config, mine, volumes, statuses)
         return [{"severity": f.severity, "code": f.code, "object": f.object,
                  "message": f.message} for f in findings]
+
+
+class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):
+    """Ganeti's LUClusterRepairDiskSizes: each disk's size as its primary node's volume
+    manager reports it (the data LV of plain and DRBD disks, `lv_list`), written to the config
+    where it differs. Disks of other templates are reported as not checked (herder's nodes
+    have no size query for them). Result: [[instance, disk index, "size", new MiB], ...]."""
+
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(locking.LEVEL_NODE, None, shared=True)]
+
+    def check(self, config: model.ConfigData) -> None:
+        self.instances = [lookup(config.find_instance, name) for name in self.op.instances] \
+            if self.op.instances else sorted(config.instances.values(), key=lambda i: i.name)
+
+    def dry_run_result(self) -> Any:
+        return [i.name for i in self.instances]
+
+    def execute(self) -> Any:
+        config = self.env.store.load()
+        sizes: dict[str, dict[str, Any] | None] = {}
+        changes: list[list[Any]] = []
+        for inst in self.instances:
+            node = config.nodes[inst.primary_node]
+            if node.offline:
+                self.feedback(f"{inst.name}: primary node {node.name} is offline, skipped")
+                continue
+            if node.uuid not in sizes:
+                try:
+                    sizes[node.uuid] = dict(self.env.rpc.call(node, "lv_list", {}, timeout=30))
+                except HerderError as err:
+                    self.feedback(f"node {node.name}: cannot list its volumes: {err}")
+                    sizes[node.uuid] = None
+            volumes = sizes[node.uuid]
+            if volumes is None:
+                continue
+            for index, disk in enumerate(inst.disks):
+                data = verify.instance_lvs(disk)[:1]
+                if not data:
+                    self.feedback(f"{inst.name} disk/{index}: a {disk.dev_type} disk, not "
+                                  "checked")
+                    continue
+                entry = volumes.get(data[0])
+                if not isinstance(entry, list) or not entry:
+                    self.feedback(f"{inst.name} disk/{index}: volume {data[0]} not found on "
+                                  f"{node.name}")
+                    continue
+                size = int(float(entry[0]))
+                if size != disk.size:
+                    self.feedback(f"{inst.name} disk/{index}: size {disk.size} MiB in the "
+                                  f"config, {size} MiB on {node.name}")
+                    changes.append([inst.name, index, "size", size])
+        if changes:
+            with self.env.store.update() as fresh:
+                for name, index, _, size in changes:
+                    inst = fresh.find_instance(name)
+                    _resize(inst.disks[index], size)
+                    inst.touch()
+        return changes
+
+
+def _resize(disk: model.Disk, size: int) -> None:
+    """The disk's size, and its DRBD data child's (the metadata LV keeps its own)."""
+    disk.size = size
+    if disk.dev_type == "drbd" and disk.children:
+        disk.children[0].size = size
+
+
+class ClusterDestroy(LogicalUnit[opcodes.OpClusterDestroy]):
+    """Ganeti's LUClusterDestroy: refused while a node other than the master or any instance
+    is left; answers the master node's name (`herder cluster destroy` then removes the
+    cluster's files on it)."""
+
+    REQ_BGL = True
+
+    def check(self, config: model.ConfigData) -> None:
+        others = sorted(n.name for n in config.nodes.values()
+                        if n.uuid != config.cluster.master_node)
+        if others:
+            raise OpPrereqError(f"there are still {len(others)} node(s) in this cluster: "
+                                f"{', '.join(others)}", "wrong_state")
+        if config.instances:
+            raise OpPrereqError(f"there are still {len(config.instances)} instance(s) in this "
+                                "cluster", "wrong_state")
+        self.master = config.node_name(config.cluster.master_node)
+
+    def execute(self) -> Any:
+        return self.master

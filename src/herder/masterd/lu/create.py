@@ -77,6 +77,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
         if not op.os_type and not op.no_install:
             raise OpPrereqError("give the OS (os_type), or no_install")
+        if op.os_type and op.os_type.split("+", 1)[0] in c.blacklisted_os:
+            raise OpPrereqError(f"Guest OS '{op.os_type}' is not allowed for installation "
+                                "(blacklisted)", "wrong_input")
         if op.disk_template != "diskless" and not op.disks:
             raise OpPrereqError(f"a {op.disk_template} instance needs at least one disk")
         for index, spec in enumerate(op.disks):
@@ -108,6 +111,11 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             raise OpPrereqError(str(err)) from None
         self.hypervisor = hypervisor
         required = 2 if op.disk_template in MIRRORED else 1
+        group = lookup(config.find_group, op.group_name) if op.group_name else None
+        if op.mode != "create":
+            raise OpPrereqError(f"instance creation mode {op.mode!r} is not supported by "
+                                "herder (only 'create'; imports come with the exports issue)",
+                                "wrong_input")
         if op.pnode:
             nodes = [lookup(config.find_node, op.pnode).name]
             if required == 2:
@@ -131,6 +139,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 "nics": [{"ip": n.get("ip"), "mac": n.get("mac", "auto"),
                           "bridge": n.get("link")} for n in op.nics],
             }
+            if group is not None:
+                request["group_name"] = group.name
             live = live_figures(self.env, config, self.feedback)
             self.allocator, nodes = iallocator.allocate_nodes(
                 config, names, request, live, self.env.iallocator_path or
@@ -140,6 +150,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             if node.offline or node.drained or not node.vm_capable:
                 raise OpPrereqError(f"node {node.name} is offline, drained or not vm capable",
                                     "wrong_state")
+        if group is not None and any(n.group != group.uuid for n in chosen):
+            raise OpPrereqError(f"the nodes given are not all in node group {group.name}",
+                                "wrong_input")
         if len({n.uuid for n in chosen}) != len(chosen):
             raise OpPrereqError("primary and secondary node must differ")
         self.nodes = chosen

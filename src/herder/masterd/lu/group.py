@@ -1,4 +1,4 @@
-"""Node group LUs: add, modify, rename, remove."""
+"""Node group LUs: add, modify, rename, remove, assign nodes (evacuation: lu.groupmoves)."""
 
 from __future__ import annotations
 
@@ -118,3 +118,54 @@ class GroupRemove(LogicalUnit[opcodes.OpGroupRemove]):
         self.env.locks.remove(locking.LEVEL_NODEGROUP, [group.uuid])
         return None
 
+
+
+class GroupAssignNodes(LogicalUnit[opcodes.OpGroupAssignNodes]):
+    """Ganeti's LUGroupAssignNodes: the nodes join the group; refused when that would leave a
+    DRBD instance with its two nodes in different groups (unless `force`: Ganeti's warning)."""
+
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        group = lookup(config.find_group, self.op.group_name)
+        nodes = [lookup(config.find_node, name).uuid for name in self.op.nodes]
+        return [LockRequest(locking.LEVEL_INSTANCE, None, shared=True),
+                LockRequest(locking.LEVEL_NODEGROUP, sorted({group.uuid, *(
+                    config.nodes[n].group for n in nodes)})),
+                LockRequest(locking.LEVEL_NODE, sorted({*nodes, *_drbd_peers(config, nodes)}))]
+
+    def check(self, config: model.ConfigData) -> None:
+        self.group = lookup(config.find_group, self.op.group_name)
+        self.nodes = [lookup(config.find_node, name) for name in self.op.nodes]
+        if not self.nodes:
+            raise OpPrereqError("give the nodes to assign", "wrong_input")
+        moving = {n.uuid for n in self.nodes}
+
+        def group_of(uuid: str) -> str:
+            return self.group.uuid if uuid in moving else config.nodes[uuid].group
+
+        split = sorted(i.name for i in config.instances.values() if i.disk_template == "drbd"
+                       and len({group_of(n) for n in (i.primary_node, *i.secondary_nodes)}) > 1
+                       and len({config.nodes[n].group
+                                for n in (i.primary_node, *i.secondary_nodes)}) == 1)
+        if split:
+            message = f"instances would be split across node groups: {', '.join(split)}"
+            if not self.op.force:
+                raise OpPrereqError(f"{message}; use force to assign the nodes anyway",
+                                    "wrong_state")
+            self.feedback(f"warning: {message}")
+
+    def execute(self) -> Any:
+        with self.env.store.update() as config:
+            for node in self.nodes:
+                target = config.nodes[node.uuid]
+                if target.group != self.group.uuid:
+                    target.group = self.group.uuid
+                    target.touch()
+        return None
+
+
+def _drbd_peers(config: model.ConfigData, nodes: list[str]) -> set[str]:
+    """The nodes sharing a DRBD instance with one of `nodes` (their groups are looked at)."""
+    wanted = set(nodes)
+    return {n for i in config.instances.values()
+            if wanted & {i.primary_node, *i.secondary_nodes}
+            for n in (i.primary_node, *i.secondary_nodes)}

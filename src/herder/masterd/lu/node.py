@@ -12,7 +12,7 @@ from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqEr
 from herder.core.noderpc import UnavailableRpc
 from herder.masterd import libvirt_trust, locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import LockRequest, LogicalUnit, ResultWithJobs, lookup
 from herder.masterd.lu.cluster import resets
 
 
@@ -441,7 +441,8 @@ MOVABLE = frozenset({"drbd", "sharedfile", "ext", "rbd", "gluster", "blockdev", 
 
 class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
     """Moving everything off a node: primaries to their DRBD secondaries (live migration,
-    or failover), and — for evacuation — secondaries to new nodes chosen by the allocator."""
+    or failover; evacuation: as jobs, `NodeEvacuate`), and for evacuation secondaries to new
+    nodes chosen by the allocator."""
 
     live = True
     allow_failover = True  # a stopped primary instance moves by failover (Ganeti's node ops)
@@ -500,27 +501,53 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                                         reason=self.op.reason, say=self.feedback)
                 self.feedback(f"{inst.name}: now runs on {target.name}")
                 moved.append(inst.name)
-        if "secondary" in self.modes:
-            # From the config as it is now: moving a primary away makes this node its secondary.
-            current = self.env.store.load()
-            for inst in sorted(current.instances.values(), key=lambda i: i.name):
-                config = self.env.store.load()
-                fresh = config.instances[inst.uuid]
-                if self.node.uuid not in fresh.secondary_nodes:
-                    continue
-                new = choose_secondary(self.env, config, fresh, self.op, self.feedback)
-                change_secondary(self.env, config, fresh, new, self.op.reason, self.feedback,
-                                 early_release=getattr(self.op, "early_release", False))
-                moved.append(inst.name)
         return list(dict.fromkeys(moved))
 
 
 class NodeEvacuate(_NodeWithInstances[opcodes.OpNodeEvacuate]):
+    """Ganeti's LUNodeEvacuate: one job per instance (its result lists them, `{"jobs": [[true,
+    id], ...]}`): a primary migrates (fails over when stopped, or when the node is offline) to
+    its DRBD secondary or, on shared storage, where the allocator says; a DRBD instance that
+    keeps this node as secondary gets a new one (the given remote node, else the
+    allocator's), in the same job after its move."""
+
     def check(self, config: model.ConfigData) -> None:
         mode = self.op.mode
         self.modes = {"primary-only": ("primary",), "secondary-only": ("secondary",),
                       "all": ("primary", "secondary")}[mode]
+        if self.op.remote_node:
+            remote = lookup(config.find_node, self.op.remote_node)
+            if remote.uuid == lookup(config.find_node, self.op.node_name).uuid:
+                raise OpPrereqError("can not evacuate a node to itself", "wrong_input")
         super().check(config)
+
+    def _new_secondary(self, name: str) -> dict[str, Any]:
+        op = self.op
+        where = {"remote_node": op.remote_node} if op.remote_node else \
+            {"iallocator": op.iallocator} if op.iallocator else {}
+        return {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": name,
+                "mode": "replace_new_secondary", "early_release": op.early_release, **where}
+
+    def execute(self) -> Any:
+        jobs: list[list[dict[str, Any]]] = []
+        if "primary" in self.modes:
+            for inst in self.primaries:
+                move: dict[str, Any] = {"instance_name": inst.name}
+                if self.node.offline:
+                    move.update(OP_ID="OP_INSTANCE_FAILOVER", ignore_consistency=True)
+                else:
+                    move.update(OP_ID="OP_INSTANCE_MIGRATE", allow_failover=True)
+                if inst.disk_template != "drbd" and self.op.iallocator:
+                    move["iallocator"] = self.op.iallocator
+                job = [move]
+                if "secondary" in self.modes and inst.disk_template == "drbd":
+                    job.append(self._new_secondary(inst.name))
+                jobs.append(job)
+        if "secondary" in self.modes:
+            jobs += [[self._new_secondary(inst.name)] for inst in self.secondaries]
+        if not jobs:
+            self.feedback(f"node {self.node.name} holds no instances; nothing to do")
+        return ResultWithJobs(jobs)
 
 
 class NodeMigrate(_NodeWithInstances[opcodes.OpNodeMigrate]):

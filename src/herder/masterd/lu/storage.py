@@ -1,12 +1,14 @@
 """Storage and repair LUs (design-2.1 "Automated disk repairs infrastructure"): list storage
 units (PVs, VGs, file dirs), stop allocation on a PV, fix a node's volume group (only when it is
-safe), and run a white-listed repair command on a node (maintd's live-repair)."""
+safe), and run a white-listed repair command on a node (maintd's live-repair); the nodes' OS
+definitions (OP_OS_DIAGNOSE) and logical volumes (OP_NODE_QUERYVOLS)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from herder.core import diskobjects, model, storage_units
+from herder.core import diskobjects, model, storage_units, verify
 from herder.core.errors import HerderError, OpPrereqError
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
@@ -64,6 +66,9 @@ class NodeModifyStorage(LogicalUnit[opcodes.OpNodeModifyStorage]):
 
     def execute(self) -> Any:
         op = self.op
+        if not op.changes:  # Ganeti's ModifyNodeStorageUnits without allocatable
+            self.feedback(f"{op.name} on {self.node.name}: nothing to change")
+            return None
         self.env.rpc.call(self.node, "storage_modify", {
             "type": op.storage_type, "name": op.name,
             "allocatable": bool(op.changes["allocatable"])})
@@ -147,21 +152,102 @@ class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
         return result.get("stdout", "") if isinstance(result, dict) else result
 
 
+OS_FIELDS = ("name", "valid", "hidden", "blacklisted", "variants", "node_status", "os_hvp",
+             "osparams")
+
+
+def _left_out(row: dict[str, Any], fields: Sequence[str]) -> bool:
+    """Ganeti's LUOsDiagnose._BuildFilter (its legacy behaviour): a hidden OS is left out
+    unless `hidden` is asked, a blacklisted one unless `blacklisted` is, an invalid one
+    unless `valid` is."""
+    return (("hidden" not in fields and row["hidden"])
+            or ("blacklisted" not in fields and row["blacklisted"])
+            or ("valid" not in fields and not row["valid"]))
+
+
 class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
+    """Ganeti's LUOsDiagnose: one row of `output_fields` per OS the node daemons offer (`names`:
+    only those; hidden, blacklisted and invalid OSes left out as `_left_out` says).
+    `node_status` is herder's
+    {node: offers it}; `variants` those every node offering the OS has."""
+
     def check(self, config: model.ConfigData) -> None:
+        unknown = [f for f in self.op.output_fields if f not in OS_FIELDS]
+        if unknown:
+            raise OpPrereqError(f"unknown OS field(s) {', '.join(unknown)} (herder's: "
+                                f"{', '.join(OS_FIELDS)})", "wrong_input")
+        self.config = config
         self.nodes = sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
                             key=lambda n: n.name)
 
     def execute(self) -> Any:
-        """{"os+variant": [nodes offering it]}: an OS is usable where every node has it."""
-        offered: dict[str, list[str]] = {}
+        offered: dict[str, dict[str, set[str]]] = {}  # OS -> node -> its variants there
+        answered = []
         for node in self.nodes:
             try:
                 names = self.env.rpc.call(node, "os_list", {}, timeout=30)
             except HerderError as err:
                 self.feedback(f"node {node.name}: {err}")
                 continue
-            for name in names:
-                offered.setdefault(name, []).append(node.name)
-        return {name: sorted(nodes) for name, nodes in sorted(offered.items())}
+            answered.append(node.name)
+            for full in names:
+                base, _, variant = str(full).partition("+")
+                offered.setdefault(base, {}).setdefault(node.name, set()).add(variant)
+        wanted = self.op.names or sorted(offered)
+        missing = [name for name in wanted if name.partition("+")[0] not in offered]
+        if self.op.names and missing:
+            raise OpPrereqError(f"OS {', '.join(missing)} is not offered by any node",
+                                "unknown_entity")
+        c = self.config.cluster
+        rows = []
+        for name in wanted:
+            base = name.partition("+")[0]
+            where = offered[base]
+            common = set.intersection(*where.values())
+            row = {"name": base, "valid": sorted(where) == sorted(answered),
+                   "hidden": base in c.hidden_os, "blacklisted": base in c.blacklisted_os,
+                   "variants": sorted(v for v in common if v),
+                   "node_status": {n: n in where for n in answered},
+                   "os_hvp": c.os_hvp.get(base, {}), "osparams": c.osparams.get(base, {})}
+            if _left_out(row, self.op.output_fields):
+                continue
+            rows.append([row[f] for f in self.op.output_fields])
+        return rows
 
+
+VOLUME_FIELDS = ("node", "vg", "name", "size", "instance")
+
+
+class NodeQueryvols(LogicalUnit[opcodes.OpNodeQueryvols]):
+    """Ganeti's LUNodeQueryvols (`gnt-node volumes`): the nodes' logical volumes (`lv_list`),
+    one row of `output_fields` each, with the instance whose disk it is (`-` for none).
+    Ganeti's `phys` (the PVs) is not among herder's fields: its nodes' LV list names none."""
+
+    def check(self, config: model.ConfigData) -> None:
+        unknown = [f for f in self.op.output_fields if f not in VOLUME_FIELDS]
+        if unknown:
+            raise OpPrereqError(f"unknown volume field(s) {', '.join(unknown)} (herder's: "
+                                f"{', '.join(VOLUME_FIELDS)})", "wrong_input")
+        self.config = config
+        self.nodes = [lookup(config.find_node, n) for n in self.op.nodes] if self.op.nodes \
+            else sorted((n for n in config.nodes.values() if n.vm_capable), key=lambda n: n.name)
+
+    def execute(self) -> Any:
+        owner = {(node, lv): inst.name for inst in self.config.instances.values()
+                 for node in (inst.primary_node, *inst.secondary_nodes)
+                 for disk in inst.disks for lv in verify.instance_lvs(disk)}
+        rows = []
+        for node in self.nodes:
+            if node.offline:
+                continue
+            try:
+                volumes = self.env.rpc.call(node, "lv_list", {}, timeout=30)
+            except HerderError as err:
+                self.feedback(f"node {node.name}: {err}")
+                continue
+            for full, (size, *_) in sorted(dict(volumes).items()):
+                vg, _, name = full.partition("/")
+                row = {"node": node.name, "vg": vg, "name": name, "size": int(float(size)),
+                       "instance": owner.get((node.uuid, full), "-")}
+                rows.append([row[f] for f in self.op.output_fields])
+        return rows

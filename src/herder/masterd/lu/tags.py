@@ -1,8 +1,10 @@
-"""Tag LUs: OP_TAGS_SET and OP_TAGS_DEL on the cluster, node groups, nodes and instances."""
+"""Tag LUs: OP_TAGS_SET and OP_TAGS_DEL on the cluster, node groups, nodes and instances;
+OP_TAGS_SEARCH over all of them."""
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, TypeVar
 
 from herder.core import model
@@ -67,3 +69,23 @@ class TagsDel(_Tags[opcodes.OpTagsDel]):
     def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
         model.tags_remove(obj, tags)
 
+
+
+class TagsSearch(LogicalUnit[opcodes.OpTagsSearch]):
+    """Ganeti's LUTagsSearch: every (path, tag) whose tag matches the pattern, the cluster
+    first, then instances, nodes, node groups and networks, each by name."""
+
+    def check(self, config: model.ConfigData) -> None:
+        self.pattern = re.compile(self.op.pattern)
+        self.config = config
+
+    def execute(self) -> Any:
+        config = self.config
+        owners: list[tuple[str, list[str]]] = [("/cluster", list(config.cluster.tags))]
+        for prefix, objects in (("/instances", config.instances), ("/nodes", config.nodes),
+                                ("/nodegroup", config.nodegroups),
+                                ("/networks", config.networks)):
+            owners += [(f"{prefix}/{obj.name}", list(obj.tags))
+                       for obj in sorted(objects.values(), key=lambda o: o.name)]
+        return [[path, tag] for path, tags in owners for tag in tags
+                if self.pattern.search(tag)]

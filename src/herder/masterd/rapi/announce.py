@@ -11,12 +11,13 @@ from aiohttp import web
 
 from herder.core import access, purpose_keys
 from herder.masterd import announce
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, ok, signed_node
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, ok, signed_node, takes
 
 log = logging.getLogger("herder.masterd")
 
 
 @ROUTES.allow(access.NODE_ANNOUNCE)
+@takes(body=True)
 async def node_announce(request: web.Request) -> web.Response:
     announcements = ctx_of(request).announce
     if announcements is None:

@@ -41,8 +41,6 @@ NO_ROUTE = {
                       "herder node remove",
     "OP_REPAIR_COMMAND": "Ganeti 3.0's RAPI has no route for it (compat M2); herder node "
                          "repair-command and maintd",
-    "OP_OS_DIAGNOSE": "Ganeti's GET /2/os waits for this job inside the request; herder os list "
-                      "submits it and waits as a client",
     "OP_TEST_DELAY": "a test opcode (Ganeti's RAPI has no route for it); tests and benchmarks",
     "OP_CLUSTER_VERIFY_GROUP": "Ganeti's RAPI has no verify route either (gnt-cluster verify); "
                                "herder cluster verify submits it",
@@ -56,6 +54,18 @@ NO_ROUTE = {
                                "verify-disks); herder cluster verify-disks",
     "OP_INSTANCE_MOVE": "Ganeti's RAPI has no move route either (gnt-instance move); herder "
                         "instance move submits it",
+    "OP_INSTANCE_CHANGE_GROUP": "Ganeti's RAPI has no route for it (gnt-instance "
+                                "change-group); herder instance change-group",
+    "OP_GROUP_EVACUATE": "Ganeti's RAPI has no route for it (gnt-group evacuate); herder group "
+                         "evacuate",
+    "OP_CLUSTER_REPAIR_DISK_SIZES": "Ganeti's RAPI has no route for it (gnt-cluster "
+                                    "repair-disk-sizes); herder cluster repair-disk-sizes",
+    "OP_CLUSTER_DESTROY": "Ganeti's RAPI has no route for it (gnt-cluster destroy); herder "
+                          "cluster destroy",
+    "OP_TAGS_SEARCH": "Ganeti's RAPI has no route for it (gnt-cluster search-tags); herder "
+                      "cluster search-tags",
+    "OP_NODE_QUERYVOLS": "Ganeti's RAPI has no route for it (gnt-node volumes); herder node "
+                         "volumes",
 }
 
 

@@ -22,6 +22,7 @@ from herder.masterd.rapi.base import (
     only,
     submit,
     submits,
+    takes,
 )
 
 EXPORT_FIELDS = body_fields(opcodes.OpBackupExport, fixed=INSTANCE_TARGET, extra=("destination",))
@@ -29,6 +30,7 @@ EXPORT_FIELDS = body_fields(opcodes.OpBackupExport, fixed=INSTANCE_TARGET, extra
 
 @submits(opcodes.OpBackupPrepare)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("mode")
 async def instance_prepare_export(request: web.Request) -> web.Response:
     inst = find(config_of(request).find_instance, request.match_info["name"])
     mode = request.query.get("mode")
@@ -40,6 +42,7 @@ async def instance_prepare_export(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpBackupExport)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def instance_export(request: web.Request) -> web.Response:
     inst = find(config_of(request).find_instance, request.match_info["name"])
     body = only(body_dict(await body_of(request, default={})), EXPORT_FIELDS, "export")

@@ -131,8 +131,15 @@ async def live_of(request: web.Request, config: model.ConfigData) -> Snapshot:
     return EMPTY if cache is None else await cache.asnapshot(config)
 
 
+_TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"0", "false", "no", ""})
+
+
 def flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "0").lower() in ("1", "true", "yes")
+    """A yes/no query parameter (Ganeti's clients send 1 or 0); 400 for anything else."""
+    value = request.query.get(name, "0").lower()
+    if value not in _TRUE | _FALSE:
+        raise RapiHttpError(400, f"query parameter {name} must be 0 or 1, got {value!r}")
+    return value in _TRUE
 
 
 async def body_of(request: web.Request, *, default: object = None) -> object:
@@ -186,6 +193,13 @@ def find(finder: Callable[[str], Found], key: str) -> Found:
 async def submit(request: web.Request, resource: str,
                  ops: Sequence[dict[str, object]]) -> web.Response:
     """Queue a job for a write request; answer its id."""
+    return ok(await submit_job(request, resource, ops))
+
+
+async def submit_job(request: web.Request, resource: str,
+                     ops: Sequence[dict[str, object]]) -> int:
+    """Queue a job for a request (`?dry-run`, `?reason` and the body's reason trail applied);
+    its id."""
     dry_run = flag(request, "dry-run")
     trail = [reason.rapi(resource)]
     text = request.query.get("reason")
@@ -209,7 +223,7 @@ async def submit(request: web.Request, resource: str,
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
-    return ok(job_id)
+    return job_id
 
 
 # Opcode fields no request body sets: the job's plumbing (the queue's; dry-run and reason come
@@ -240,6 +254,64 @@ def submits(*ops: type[opcodes.OpCode]) -> Callable[[Handler], Handler]:
     return mark
 
 
+# What each handler reads from the request besides `reason` (every route) and `dry-run` (the
+# routes that submit jobs): its query parameters, and whether a body (`takes`). The middleware
+# refuses anything else with 400 before the handler runs: no parameter is silently ignored.
+_QUERY: dict[Callable[..., Any], frozenset[str]] = {}
+_BODY: set[Callable[..., Any]] = set()
+GENERIC_QUERY = frozenset({"reason"})
+
+
+AnyHandler = TypeVar("AnyHandler", bound=Callable[..., Any])
+
+
+def takes(*query: str, body: bool = False) -> Callable[[AnyHandler], AnyHandler]:
+    """Marks the query parameters a route's handler reads and whether it reads a body (a body
+    with fields: the handler refuses the fields it does not know, `only`)."""
+    def mark(handler: AnyHandler) -> AnyHandler:
+        _QUERY[handler] = frozenset(query)
+        if body:
+            _BODY.add(handler)
+        return handler
+
+    return mark
+
+
+def query_taken(handler: Callable[..., Any]) -> frozenset[str]:
+    """The query parameters `handler` reads (`takes`, `reason`, `dry-run` if it submits)."""
+    submitted = {"dry-run"} if handler in _SUBMITS else set()
+    return GENERIC_QUERY | submitted | _QUERY.get(handler, frozenset())
+
+
+def body_taken(handler: Callable[..., Any]) -> bool:
+    return handler in _BODY
+
+
+async def input_refusal(request: web.Request) -> web.Response | None:
+    """400 for a query parameter the route does not read, or a body given to a route that
+    reads none (None: the request's inputs are all read by its handler)."""
+    info = request.match_info
+    if info.http_exception is not None:
+        return None
+    handler = info.handler
+    route = f"{request.method} {info.route.resource.canonical if info.route.resource else '?'}"
+    unknown = sorted(set(request.query) - query_taken(handler))
+    if unknown:
+        taken = ", ".join(sorted(query_taken(handler)))
+        return error_response(400, f"{route} does not take the query parameter(s) "
+                                   f"{', '.join(unknown)} (it takes: {taken})")
+    if not body_taken(handler) and request.body_exists:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as err:
+            return error_response(413, f"request body too large ({err.text})")
+        if raw.strip():
+            return error_response(400, f"{route} takes no request body")
+    if "reason" in request.query and request.method in ("GET", "HEAD"):
+        log.info("RAPI %s %s: reason %r", request.method, request.path, request.query["reason"])
+    return None
+
+
 def opcode_routes(app: web.Application) -> dict[str, list[str]]:
     """OP_ID -> the routes ("METHOD /path") of `app` whose jobs carry it."""
     found: dict[str, list[str]] = {}
@@ -255,6 +327,29 @@ def only(body: dict[str, object], allowed: Iterable[str], what: str) -> dict[str
     if unknown:
         raise RapiHttpError(400, f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
     return body
+
+
+def renamed(body: dict[str, object], rename: dict[str, str], what: str) -> dict[str, object]:
+    """`body` with Ganeti's RAPI aliases replaced by the opcode's field names (as Ganeti's
+    FillOpcode's `rename`); 400 when a field comes under both names."""
+    out = dict(body)
+    for alias, name in rename.items():
+        if alias in out:
+            if name in out:
+                raise RapiHttpError(400, f"{what}: give {name} or its alias {alias}, not both")
+            out[name] = out.pop(alias)
+    return out
+
+
+def from_query(request: web.Request, body: dict[str, object],
+               values: dict[str, object]) -> dict[str, object]:
+    """`body` with the fields the query string gave (`values`); 400 when the body gives one
+    of them too."""
+    both = sorted(set(body) & set(values))
+    if both:
+        raise RapiHttpError(400, f"{request.path}: {', '.join(both)} given both in the query "
+                                 "string and in the body")
+    return {**body, **values}
 
 
 def listing(items: list[str], prefix: str, key: str = "id") -> list[dict[str, str]]:
@@ -328,11 +423,26 @@ def held_response(hold: float) -> web.Response:
                           {"Retry-After": login_backoff.retry_after(hold)})
 
 
+# Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
+NOT_SERVED = (
+    ("/2/networks", "herder does not manage Ganeti networks (not supported yet)"),
+    ("/2/filters", "herder has no job filters (not supported yet)"),
+)
+
+
+def not_served(path: str) -> str:
+    """The 404's explanation: what herder does not support, or Ganeti's own message."""
+    for prefix, why in NOT_SERVED:
+        if path == prefix or path.startswith(prefix + "/"):
+            return f"{why}: {path}"
+    return f"Nothing matches the given URI: {path}"
+
+
 @web.middleware
 async def rapi_middleware(request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                           ) -> web.StreamResponse:
-    refusal = access_refusal(request)
+    refusal = access_refusal(request) or await input_refusal(request)
     if refusal is not None:
         return refusal
     try:
@@ -342,7 +452,7 @@ async def rapi_middleware(request: web.Request,
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:
-        return error_response(404, f"Nothing matches the given URI: {request.path}")
+        return error_response(404, not_served(request.path))
     except OpPrereqError as err:
         return error_response(400, str(err))
     except (ConfigError, opcodes.OpcodeError) as err:

@@ -33,7 +33,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from herder.core import access, console, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, ok
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, ok, takes
 from herder.masterd.web import streams
 
 log = logging.getLogger("herder.rapi.console")
@@ -82,6 +82,7 @@ async def console_info(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("lines")
 async def console_log(request: web.Request) -> web.Response:
     """The last `lines` lines of the instance's serial log on its primary node."""
     _, inst, node = target(request)

@@ -25,6 +25,7 @@ from herder.masterd.rapi.base import (
     only,
     submit,
     submits,
+    takes,
 )
 
 
@@ -43,6 +44,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
 
 @submits(opcodes.OpClusterSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_maintenance_set(request: web.Request) -> web.Response:
     body = only(body_dict(await body_of(request, default={})), set(MAINT_FIELDS),
                 "maintenance settings")
@@ -55,6 +57,7 @@ STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen"}
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def herder_maintenance_state(request: web.Request) -> web.Response:
     """maintd's state (incidents, jobs of the current round, evacuated instances): replaced as
     given, validated, written atomically to the config (not a job: maintd's bookkeeping, like
@@ -90,9 +93,10 @@ async def herder_config(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("dry-run", body=True)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
     """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})), {"ops"}, "job submission")
     ops = body.get("ops")
     if not isinstance(ops, list) or not ops or not all(isinstance(o, dict) for o in ops):
         raise RapiHttpError(400, "give 'ops': a non-empty list of opcode objects")

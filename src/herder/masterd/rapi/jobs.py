@@ -15,6 +15,8 @@ from herder.masterd.rapi.base import (
     ctx_of,
     flag,
     ok,
+    only,
+    takes,
 )
 
 WAIT_TIMEOUT = 10.0  # seconds a /wait request blocks before answering null (as Ganeti)
@@ -28,6 +30,7 @@ def _job_id(request: web.Request) -> int:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("bulk")
 async def jobs(request: web.Request) -> web.Response:
     queue = ctx_of(request).queue
     ids = queue.job_ids()
@@ -53,9 +56,11 @@ async def job_cancel(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def job_wait(request: web.Request) -> web.Response:
     job_id = _job_id(request)
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})),
+                ("fields", "previous_job_info", "previous_log_serial"), "job wait")
     fields = body.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         raise RapiHttpError(400, "wait needs 'fields': a list of job field names")

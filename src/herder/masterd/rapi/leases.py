@@ -16,7 +16,16 @@ from aiohttp import web
 
 from herder.core import access, purpose_keys
 from herder.masterd import leases as node_leases
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, ok, signed_node
+from herder.masterd.rapi.base import (
+    ROUTES,
+    RapiHttpError,
+    config_of,
+    ctx_of,
+    find,
+    ok,
+    signed_node,
+    takes,
+)
 
 
 def leases_of(request: web.Request) -> node_leases.Leases:
@@ -27,6 +36,7 @@ def leases_of(request: web.Request) -> node_leases.Leases:
 
 
 @ROUTES.allow(access.NODE_LEASE)
+@takes(body=True)
 async def node_heartbeat(request: web.Request) -> web.Response:
     leases = leases_of(request)
     node = await signed_node(request, leases.keys(), leases.replay, node_leases.METHOD,

@@ -26,6 +26,7 @@ from herder.masterd.rapi.base import (
     only,
     submit,
     submits,
+    takes,
 )
 
 
@@ -36,6 +37,7 @@ def _node(request: web.Request) -> model.Node:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("bulk")
 async def nodes(request: web.Request) -> web.Response:
     config = config_of(request)
     ordered = sorted(config.nodes.values(), key=lambda n: n.name)
@@ -69,6 +71,7 @@ ROLE_FIELDS = {
 
 @submits(opcodes.OpNodeSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("force", "auto-promote", body=True)
 async def node_role_set(request: web.Request) -> web.Response:
     target = _node(request)
     role = await body_of(request)
@@ -94,6 +97,10 @@ async def _node_job(request: web.Request, op: type[opcodes.OpCode], resource: st
     `extra` (from the query string)."""
     target = _node(request)
     body = only(body_dict(await body_of(request, default={})), fields, what)
+    both = sorted(set(body) & set(extra))
+    if both:
+        raise RapiHttpError(400, f"{what}: {', '.join(both)} given both in the query string "
+                                 "and in the body")
     return await submit(request, resource, [
         {"OP_ID": opcodes.op_id_of(op), "node_name": target.name, "node_uuid": target.uuid,
          **body, **extra}])
@@ -101,6 +108,7 @@ async def _node_job(request: web.Request, op: type[opcodes.OpCode], resource: st
 
 @submits(opcodes.OpNodeSetParams)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("force", body=True)
 async def node_modify(request: web.Request) -> web.Response:
     return await _node_job(request, opcodes.OpNodeSetParams, "nodes_name_modify", "node modify",
                            NODE_MODIFY_FIELDS, {"force": True} if flag(request, "force") else {})
@@ -108,6 +116,7 @@ async def node_modify(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNodeEvacuate)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def node_evacuate(request: web.Request) -> web.Response:
     return await _node_job(request, opcodes.OpNodeEvacuate, "nodes_name_evacuate",
                            "node evacuate",
@@ -116,14 +125,27 @@ async def node_evacuate(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNodeMigrate)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("mode", "live", body=True)
 async def node_migrate(request: web.Request) -> web.Response:
-    mode = {"mode": request.query["mode"]} if "mode" in request.query else {}
+    """node-migrate-reqv1's body, or the old style's `?mode=` or `?live=0|1` (one of them)."""
+    if "mode" in request.query and "live" in request.query:
+        raise RapiHttpError(400, "Only one of 'live' and 'mode' should be passed")
+    mode: dict[str, object] = {}
+    if "mode" in request.query:
+        mode["mode"] = request.query["mode"]
+    elif "live" in request.query:
+        mode["mode"] = "live" if flag(request, "live") else "non-live"
+    body = body_dict(await body_of(request, default={}))
+    if mode and "mode" in body:
+        raise RapiHttpError(400, "node migrate: mode given both in the query string and in "
+                                 "the body")
     return await _node_job(request, opcodes.OpNodeMigrate, "nodes_name_migrate", "node migrate",
                            body_fields(opcodes.OpNodeMigrate, fixed=NODE_TARGET), mode)
 
 
 @submits(opcodes.OpNodePowercycle)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("force")
 async def node_powercycle(request: web.Request) -> web.Response:
     target = _node(request)
     return await submit(request, "nodes_name_powercycle", [
@@ -133,6 +155,7 @@ async def node_powercycle(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNodeQueryStorage)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("storage_type", "output_fields", "name")
 async def node_storage(request: web.Request) -> web.Response:
     config = config_of(request)
     target = find(config.find_node, request.match_info["name"])
@@ -150,19 +173,23 @@ async def node_storage(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpNodeModifyStorage)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("storage_type", "name", "allocatable")
 async def node_storage_modify(request: web.Request) -> web.Response:
+    """Ganeti's ModifyNodeStorageUnits: `allocatable` may be left out (nothing changes)."""
     target = _node(request)
-    if "name" not in request.query or "allocatable" not in request.query:
-        raise RapiHttpError(400, "give ?storage_type=lvm-pv&name=PV&allocatable=0|1")
+    if not request.query.get("name"):
+        raise RapiHttpError(400, "Missing the required 'name' parameter")
+    changes = {"allocatable": flag(request, "allocatable")} \
+        if "allocatable" in request.query else {}
     return await submit(request, "nodes_name_storage_modify", [
         {"OP_ID": "OP_NODE_MODIFY_STORAGE", "node_name": target.name,
          "storage_type": request.query.get("storage_type", "lvm-pv"),
-         "name": request.query["name"],
-         "changes": {"allocatable": flag(request, "allocatable")}}])
+         "name": request.query["name"], "changes": changes}])
 
 
 @submits(opcodes.OpRepairNodeStorage)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("storage_type", "name", "ignore_consistency")
 async def node_storage_repair(request: web.Request) -> web.Response:
     target = _node(request)
     if "name" not in request.query:

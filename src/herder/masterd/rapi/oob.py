@@ -15,11 +15,13 @@ from herder.masterd.rapi.base import (
     only,
     submit,
     submits,
+    takes,
 )
 
 
 @submits(opcodes.OpOobCommand)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes(body=True)
 async def oob_command(request: web.Request) -> web.Response:
     """OP_OOB_COMMAND as a job (the result: Ganeti's per-node [[status, name], [status,
     payload]] list)."""

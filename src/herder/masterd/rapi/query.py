@@ -27,6 +27,8 @@ from herder.masterd.rapi.base import (
     ctx_of,
     live_of,
     ok,
+    only,
+    takes,
 )
 
 EXPORT = "export"  # Ganeti's QR_EXPORT: answered from the nodes (export_list), not the config
@@ -73,6 +75,7 @@ async def respond(request: web.Request, resource: str, fields: list[str]) -> web
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("fields")
 async def query_get(request: web.Request) -> web.Response:
     resource = resource_of(request)
     if "fields" not in request.query:
@@ -81,9 +84,11 @@ async def query_get(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("fields", body=True)
 async def query_put(request: web.Request) -> web.Response:
     resource = resource_of(request)
-    body = body_dict(await body_of(request, default={}))
+    body = only(body_dict(await body_of(request, default={})), ("fields", "qfilter", "filter"),
+                "query")
     if body.get("qfilter") is not None or body.get("filter") is not None:
         raise RapiHttpError(400, "herder's query resource takes no filter; ask for the fields "
                                  "and filter the rows")
@@ -98,6 +103,7 @@ async def query_put(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("fields")
 async def query_fields(request: web.Request) -> web.Response:
     resource = resource_of(request)
     table = queries.EXPORT_FIELDS if resource == EXPORT else queries.RESOURCES[resource].fields

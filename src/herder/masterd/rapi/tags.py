@@ -10,11 +10,13 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.rapi.base import (
     ROUTES,
     RapiHttpError,
+    body_of,
     config_of,
     find,
     ok,
     submit,
     submits,
+    takes,
 )
 
 
@@ -38,9 +40,20 @@ async def tags_get(request: web.Request) -> web.Response:
 
 @submits(opcodes.OpTagsSet, opcodes.OpTagsDel)
 @ROUTES.allow(access.RAPI_WRITE)
+@takes("tag", body=True)
 async def tags_change(request: web.Request) -> web.Response:
+    """The tags as `?tag=...&tag=...`; a body, as Ganeti's AddNodeTags sends, must be the
+    same list (or give the tags alone)."""
     kind, name, _ = tag_target(request)
     tags = request.query.getall("tag", [])
+    body = await body_of(request)
+    if body is not None:
+        if not isinstance(body, list) or not all(isinstance(t, str) for t in body):
+            raise RapiHttpError(400, "the body must be the list of tags")
+        if tags and body != tags:
+            raise RapiHttpError(400, "the tags of the body differ from those of the query "
+                                     "string")
+        tags = list(body)
     if not tags:
         raise RapiHttpError(400, "give the tags as ?tag=...&tag=...")
     op_id = "OP_TAGS_SET" if request.method == "PUT" else "OP_TAGS_DEL"

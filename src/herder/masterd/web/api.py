@@ -27,7 +27,16 @@ from aiohttp import web
 
 from herder.core import access, model, ports
 from herder.core.errors import NotFoundError
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, live_of, ok
+from herder.masterd.rapi.base import (
+    ROUTES,
+    RapiHttpError,
+    config_of,
+    ctx_of,
+    find,
+    live_of,
+    ok,
+    takes,
+)
 from herder.masterd.web import overview, streams
 from herder.masterd.web.context import WebContext
 
@@ -107,6 +116,7 @@ async def overview_route(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("since")
 async def node_samples(request: web.Request) -> web.Response:
     config = config_of(request)
     node = find(config.find_node, request.match_info["name"])
@@ -207,6 +217,7 @@ async def _stream_job(request: web.Request, response: web.StreamResponse, job_id
 
 
 @ROUTES.allow(access.RAPI_READ)
+@takes("job")
 async def events(request: web.Request) -> web.StreamResponse:
     web_of(request)  # 404 at once on a server without the console
     job_id: int | None = None

@@ -22,7 +22,7 @@ from pathlib import Path
 from aiohttp import web
 
 from herder.core import access, login_backoff
-from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, error_response, ok
+from herder.masterd.rapi.base import ROUTES, RapiHttpError, ctx_of, error_response, ok, takes
 from herder.masterd.web import auth
 from herder.masterd.web.sessions import COOKIE, CSRF_HEADER, csrf_matches
 
@@ -71,11 +71,13 @@ async def console(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.ANYONE)
+@takes("why")
 async def login_form(request: web.Request) -> web.Response:
     return _page("login.html", message=WHY.get(request.query.get("why", ""), ""))
 
 
 @ROUTES.allow(access.WEB_LOGIN)
+@takes(body=True)
 async def login(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     if ctx.web is None:
@@ -104,6 +106,7 @@ async def login(request: web.Request) -> web.Response:
 
 
 @ROUTES.allow(access.WEB_LOGIN)
+@takes(body=True)
 async def logout(request: web.Request) -> web.Response:
     caller = _session_of(request)
     if caller.session is not None:
