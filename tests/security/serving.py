@@ -20,7 +20,7 @@ from herder.core import access
 
 # Values tried for a route's placeholders, in order (the first its pattern takes).
 SAMPLES: Mapping[str, tuple[str, ...]] = {
-    "kind": ("nodes", "instances", "groups"),
+    "kind": ("nodes", "instances", "groups", "networks"),
     "job_id": ("1",),
     "uuid": ("00000000-0000-4000-8000-000000000000",),
 }

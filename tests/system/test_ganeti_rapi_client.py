@@ -3,7 +3,7 @@ methods) against herder's masterd RAPI over HTTPS (issue 32).
 
 Each method either works with Ganeti's request and answer shapes (a job-submitting method's
 job holds the opcode with every parameter the client sent) or answers a clear 4xx naming what
-herder does not support (networks, exports and job filters: their own issues). The jobs are
+herder does not support (exports and job filters: their own issues). The jobs are
 queued and not run: what is checked here is the wire, not the LUs. Skips cleanly without
 the peers (/tmp/groot, unpacked by ../shared/peers/setup.sh); the answers' shapes are compared
 with the real vcluster's in tests/system/test_rapi_shapes.py.
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from herder.core import model
 from herder.masterd.rapi import base as rapi_base
 from herder.masterd.rapi import cluster as rapi_cluster
 from tests.ganeti.vcluster import GROOT
@@ -43,6 +44,7 @@ NEW_INSTANCE = {"mode": "create", "name": "web9.example.com", "disk_template": "
                 "disks": [{"size": 1024}], "nics": [{}], "os": "debootstrap+default",
                 "pnode": NODE}
 PLACED = {key: value for key, value in NEW_INSTANCE.items() if key != "pnode"}
+NET2 = "net2"
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,6 @@ def bulk(answer: Any) -> bool:
     return isinstance(answer, list) and all("name" in item for item in answer)
 
 
-NOT_NETWORKS = (404, "does not manage Ganeti networks")
 NOT_FILTERS = (404, "has no job filters")
 
 CALLS: dict[str, Call] = {
@@ -203,19 +204,36 @@ CALLS: dict[str, Call] = {
     "CancelJob": Call("CancelJob", ("$job",), check=lambda v: v[0] is True),
     "WaitForJobChange": Call("WaitForJobChange", ("$job", ["status"], None, None),
                              check=lambda v: v["job_info"] == ["canceled"]),
-    # networks, exports and filters: their own issues
-    "GetNetworks": Call("GetNetworks", refused=NOT_NETWORKS),
-    "GetNetwork": Call("GetNetwork", ("net1",), refused=NOT_NETWORKS),
-    "CreateNetwork": Call("CreateNetwork", ("net1", "10.0.0.0/24"), refused=NOT_NETWORKS),
+    # networks (`net1` is in the config and connected to the group; NET2 is new)
+    "GetNetworks": Call("GetNetworks", check=lambda v: v == ["net1"]),
+    "GetNetwork": Call("GetNetwork", ("net1",),
+                       check=lambda v: v["network"] == "10.0.0.0/24" and v["free_count"] == 256
+                       and v["group_list"] == [[GROUP, "bridged", "br0", ""]]),
+    "CreateNetwork": Call("CreateNetwork", (NET2, "10.1.0.0/24"),
+                          {"gateway": "10.1.0.1", "add_reserved_ips": "10.1.0.5,10.1.0.6"},
+                          op=("OP_NETWORK_ADD", {"network_name": NET2, "network": "10.1.0.0/24",
+                                                 "gateway": "10.1.0.1",
+                                                 "add_reserved_ips": ["10.1.0.5",
+                                                                      "10.1.0.6"]})),
     "ModifyNetwork": Call("ModifyNetwork", ("net1",), {"gateway": "10.0.0.1"},
-                          refused=NOT_NETWORKS),
-    "DeleteNetwork": Call("DeleteNetwork", ("net1",), refused=NOT_NETWORKS),
-    "ConnectNetwork": Call("ConnectNetwork", ("net1", GROUP, "bridged", "br0"),
-                           refused=NOT_NETWORKS),
-    "DisconnectNetwork": Call("DisconnectNetwork", ("net1", GROUP), refused=NOT_NETWORKS),
-    "GetNetworkTags": Call("GetNetworkTags", ("net1",), refused=NOT_NETWORKS),
-    "AddNetworkTags": Call("AddNetworkTags", ("net1", ["probe"]), refused=NOT_NETWORKS),
-    "DeleteNetworkTags": Call("DeleteNetworkTags", ("net1", ["probe"]), refused=NOT_NETWORKS),
+                          op=("OP_NETWORK_SET_PARAMS", {"network_name": "net1",
+                                                        "gateway": "10.0.0.1"})),
+    "DeleteNetwork": Call("DeleteNetwork", ("net1",),
+                          op=("OP_NETWORK_REMOVE", {"network_name": "net1"})),
+    "ConnectNetwork": Call("ConnectNetwork", ("net1", GROUP, "routed", "100", ".20"),
+                           op=("OP_NETWORK_CONNECT", {"group_name": GROUP,
+                                                      "network_mode": "routed",
+                                                      "network_link": "100",
+                                                      "network_vlan": ".20"})),
+    "DisconnectNetwork": Call("DisconnectNetwork", ("net1", GROUP),
+                              op=("OP_NETWORK_DISCONNECT", {"network_name": "net1",
+                                                            "group_name": GROUP})),
+    "GetNetworkTags": Call("GetNetworkTags", ("net1",), check=names),
+    "AddNetworkTags": Call("AddNetworkTags", ("net1", ["probe"]),
+                           op=("OP_TAGS_SET", {"kind": "network", "name": "net1"})),
+    "DeleteNetworkTags": Call("DeleteNetworkTags", ("net1", ["probe"]),
+                              op=("OP_TAGS_DEL", {"kind": "network", "name": "net1"})),
+    # exports and filters: their own issues
     "GetFilters": Call("GetFilters", refused=NOT_FILTERS),
     "GetFilter": Call("GetFilter", ("00000000-0000-4000-8000-000000000000",),
                       refused=NOT_FILTERS),
@@ -250,6 +268,11 @@ def answers(masterd: tuple[Daemon, rapi_base.RapiContext],  # noqa: F811
                     "../shared/peers/setup.sh)")
     daemon, ctx = masterd
     ctx.queue.recover()  # the queue's directory: jobs are queued, not run
+    with ctx.store.update() as config:  # a network for the network calls
+        net = model.Network(uuid=model.new_uuid(), name="net1", network="10.0.0.0/24")
+        config.networks[net.uuid] = net
+        config.find_group(GROUP).networks[net.uuid] = model.NetworkLink(mode="bridged",
+                                                                        link="br0")
     monkeypatch.setattr(rapi_cluster, "OS_WAIT", 2.0)
     pem = certificate(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

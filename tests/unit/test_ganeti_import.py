@@ -206,7 +206,15 @@ def test_networks(sample: tuple[dict[str, Any], model.ConfigData, list[str]]) ->
         assert net.name == rn["name"]
         assert net.network == rn["network"]
         assert net.gateway == rn.get("gateway")
-    assert any("reservation" in n for n in notes)
+        # the IP pool comes over bit for bit, and reads as Ganeti's would
+        assert (net.reservations, net.ext_reservations) == (rn.get("reservations"),
+                                                            rn.get("ext_reservations"))
+        pool = net.pool()
+        assert pool.map() == "".join(
+            "X" if "1" in (a, b) else "." for a, b in zip(
+                rn.get("reservations") or "0" * pool.network.num_addresses,
+                rn.get("ext_reservations") or "0" * pool.network.num_addresses, strict=True))
+    assert not any("reservation" in n for n in notes)
 
 
 def test_notes_name_what_was_dropped(
@@ -383,7 +391,8 @@ def test_uid_pool_maintenance_filters_and_group_networks() -> None:
     data["filters"] = {"f1": {"watermark": 1}}
     net_uuid = next(iter(data["networks"]))
     group_uuid = next(iter(data["nodegroups"]))
-    data["nodegroups"][group_uuid]["networks"] = {net_uuid: {"mode": "routed", "link": "100"}}
+    data["nodegroups"][group_uuid]["networks"] = {net_uuid: {"mode": "routed", "link": "100",
+                                                              "vlan": ".20"}}
 
     config, notes = import_ganeti(data)
     assert config.cluster.uid_pool == [(1000, 1009), (2000, 2000)]
@@ -397,5 +406,5 @@ def test_uid_pool_maintenance_filters_and_group_networks() -> None:
     assert maint.incidents[0].action == "evacuate"
     assert maint.incidents[0].repair_status == "pending"
     link = config.nodegroups[group_uuid].networks[net_uuid]
-    assert (link.mode, link.link) == ("routed", "100")
+    assert (link.mode, link.link, link.vlan) == ("routed", "100", ".20")
     assert any("'filters'" in n for n in notes)

@@ -163,10 +163,19 @@ def test_bad_disk_changes_are_refused_before_anything_runs(drbd_cluster, mods, m
     assert rpc.methods() == []
 
 
-def test_hotplug_is_refused_and_a_disk_can_be_renamed(drbd_cluster) -> None:
-    env, _ = drbd_cluster
-    with pytest.raises(OpPrereqError, match="Hotplug is not possible"):
+def test_hotplug_is_refused_where_the_primary_cannot_and_a_disk_can_be_renamed(
+        drbd_cluster) -> None:
+    """The primary answers `hotplug_supported` with an error (Ganeti's _CheckHotplug: the
+    instance does not run there): --hotplug is refused before anything is created."""
+    env, rpc = drbd_cluster
+    config = env.store.load()
+    primary = config.nodes[config.find_instance(DRBD0).primary_node].name.split(".")[0]
+    rpc.fail = (primary, "hotplug_supported", 1)
+    with pytest.raises(OpPrereqError, match="Hotplug is not possible: .*injected"):
         modify(env, DRBD0, disks=[["add", {"size": "1G"}]], hotplug=True)
+    assert [m for _, m in rpc.methods()] == ["hotplug_supported"]
+    assert len(env.store.load().find_instance(DRBD0).disks) == 1
+    rpc.fail = None
     changes, _ = modify(env, DRBD0, disks=[["modify", 0, {"name": "root", "mode": "ro"}]])
     assert sorted(changes) == [["disk.mode/0", "ro"], ["disk.name/0", "root"]]
     disk = env.store.load().find_instance(DRBD0).disks[0]

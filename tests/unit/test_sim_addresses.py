@@ -1,17 +1,15 @@
-"""The simulated clusters' published addresses (tests/simaddresses.py): no two test modules,
-on any two workers, share one; none reaches the vcluster's or `make run`'s."""
+"""The simulated clusters' published addresses (tests/simaddresses.py): no two test modules
+share one; none reaches the vcluster's or `make run`'s."""
 
 from __future__ import annotations
 
 import itertools
 
-from tests.simaddresses import BLOCKS, SLOTS, first_ip
+from tests.simaddresses import BLOCKS
 
 
-def spans() -> dict[tuple[str, int], range]:
-    return {(module, worker): range(first_ip(module, worker),
-                                    first_ip(module, worker) + BLOCKS[module][1])
-            for module in BLOCKS for worker in range(SLOTS)}
+def spans() -> dict[str, range]:
+    return {module: range(start, start + count) for module, (start, count) in BLOCKS.items()}
 
 
 def test_no_two_spans_overlap() -> None:

@@ -348,6 +348,21 @@ def act(page: Any, action: str, status: str = "success", confirm: bool = True) -
     return panels.first
 
 
+def act_in_dialog(page: Any, action: str, fields: dict[str, str]) -> Any:
+    """An action whose confirmation asks for values: fill them, leave hotplug off (libvirt's
+    test driver plugs nothing: the change waits for the next start), confirm."""
+    panels = page.locator(".job-panel")
+    before = panels.count()
+    page.click(f"[data-action={action}]")
+    for selector, value in fields.items():
+        page.fill(selector, value)
+    page.uncheck("#confirm-extra .hotplug")
+    page.click("#confirm-ok")
+    sync_api.expect(panels).to_have_count(before + 1)
+    sync_api.expect(panels.first.locator(".job-status")).to_have_text("success")
+    return panels.first
+
+
 def test_node_actions_ask_first_and_run_as_jobs(sim: Any, browser: Any,
                                                writer: tuple[str, str]) -> None:
     node = sim.nodes[1].name
@@ -400,6 +415,15 @@ def test_create_then_every_instance_action(sim: Any, browser: Any,
     sync_api.expect(page.locator(".job-panel")).to_have_count(panels + 1)
     sync_api.expect(page.locator(".job-panel .job-status").first).to_have_text("success")
     assert config(sim).find_instance("app2").disks[0].size == 1536
+    # a disk and a NIC added, then the NIC removed: each asked first, then one modify job
+    act_in_dialog(page, "add-disk", {"#add-disk-size": "256"})
+    assert [d.size for d in config(sim).find_instance("app2").disks] == [1536, 256]
+    act_in_dialog(page, "add-nic", {"#add-nic-network": "", "#add-nic-ip": "none"})
+    macs = [nic.mac for nic in config(sim).find_instance("app2").nics]
+    assert len(macs) == 2 and config(sim).find_instance("app2").nics[1].ip is None
+    sync_api.expect(page.locator("#nics tbody tr")).to_have_count(2)
+    act_in_dialog(page, "remove-nic", {"#remove-nic-index": "1"})
+    assert [nic.mac for nic in config(sim).find_instance("app2").nics] == macs[:1]
     pnode = config(sim).find_instance("app2").primary_node
     act(page, "failover")
     assert config(sim).find_instance("app2").primary_node != pnode
@@ -412,7 +436,7 @@ def test_create_then_every_instance_action(sim: Any, browser: Any,
     assert still_not_reloaded(page)
     page.locator("#disk-status-ask").click()
     pnode_name = config(sim).node_name(config(sim).find_instance("app2").primary_node)
-    status_row = page.locator(f"#disk-status tr[data-node='{pnode_name}']")
+    status_row = page.locator(f"#disk-status tr[data-disk='0'][data-node='{pnode_name}']")
     sync_api.expect(status_row).to_contain_text("in sync")
     sync_api.expect(status_row).to_contain_text("ok")
     shot(page, "instance-disk-status")

@@ -577,7 +577,7 @@ class _Importer:
         networks: dict[str, Any] = {}
         for net, link in _dict(g.get("networks"), f"{where} networks").items():
             link = _dict(link, f"{where} network {net!r}")
-            extra = sorted(k for k, v in link.items() if k not in ("mode", "link") and v)
+            extra = sorted(k for k, v in link.items() if k not in ("mode", "link", "vlan") and v)
             if extra:
                 self.note(f"{where} network {net!r}: dropped NIC parameter(s) {', '.join(extra)}")
             networks[self.network_uuids.get(net, net)] = {
@@ -585,6 +585,7 @@ class _Importer:
                 or params.NIC_FAMILY.specs["mode"].default,
                 "link": link.get("link") or self.cluster_nicparams.get("link")
                 or params.NIC_FAMILY.specs["link"].default,
+                "vlan": str(link.get("vlan") or ""),
             }
         self.ignored(g, _GROUP_KEYS, where)
         result: dict[str, Any] = {
@@ -629,8 +630,6 @@ class _Importer:
         n = _dict(n, f"network {key!r}")
         name = str(_required(n, "name", f"network {key!r}"))
         where = f"network {name!r}"
-        if any("1" in str(n.get(k) or "") for k in ("reservations", "ext_reservations")):
-            self.note(f"{where}: dropped Ganeti's IP reservation bitmaps")
         self.ignored(n, _NETWORK_KEYS, where)
         result: dict[str, Any] = {
             "uuid": str(n.get("uuid") or key),
@@ -639,7 +638,9 @@ class _Importer:
             "tags": _tags(n, where),
             "network": str(_required(n, "network", where)),
         }
-        for field in ("gateway", "network6", "gateway6", "mac_prefix"):
+        # the IP pool as Ganeti keeps it (0/1 per address; core.addrpool)
+        for field in ("gateway", "network6", "gateway6", "mac_prefix", "reservations",
+                      "ext_reservations"):
             result[field] = n.get(field) or None
         return result
 

@@ -143,8 +143,11 @@ def console_(ctx: click.Context, name: str, show_cmd: bool, log: bool, lines: in
 @click.option("--disk", "disks", multiple=True, metavar="SIZE|[N:]KEY=VALUE[,...]",
               help="A disk: its SIZE (e.g. 1G, 512M), or Ganeti's N:size=1G,provider=NAME "
                    "(ext), N:adopt=/dev/disk/... (blockdev), mode=, name=; repeatable.")
-@click.option("--net", "nics", multiple=True, metavar="KEY=VALUE[,...]",
-              help="A NIC: ip=, mac=, mode=, link=, network=; repeatable.")
+@click.option("--net", "nics", multiple=True, metavar="[N:]KEY=VALUE[,...]",
+              help="A NIC as Ganeti's N:KEY=VALUE,... (ip=ADDRESS|pool|none, mac=generate|"
+                   "MAC, mode=, link=, vlan=, network=NET, name=); repeatable.")
+@click.option("--no-conflicts-check", is_flag=True,
+              help="Do not refuse a NIC address inside a connected network it is not on.")
 @click.option("-n", "--node", "nodes", help="PRIMARY[:SECONDARY] (default: the iallocators).")
 @click.option("-I", "--iallocator", help="Placement by this iallocator (`herder`, `hail`...).")
 @click.option("-B", "--backend-parameters", "be", multiple=True,
@@ -163,7 +166,7 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         disks: tuple[str, ...], nics: tuple[str, ...], nodes: str | None,
         iallocator: str | None, be: tuple[str, ...], hv: tuple[str, ...], no_start: bool,
         no_install: bool, force_variant: bool, no_name_check: bool, no_ip_check: bool,
-        dry_run: bool) -> None:
+        dry_run: bool, no_conflicts_check: bool) -> None:
     """Create instance NAME: placed by explicit nodes, or by the iallocators (the cluster's
     defaults for `allocate`, tried in order); the selected nodes are printed.
 
@@ -175,12 +178,14 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
     body: dict[str, Any] = {
         "__version__": 1, "name": name, "disk_template": disk_template, "os_type": os_type,
         "disks": [disk_spec(spec) for spec in disks],
-        "nics": [dict(params.parse_assignments([spec])) for spec in nics] or [{}],
+        "nics": nic_specs(nics),
         "start": not no_start, "no_install": no_install, "force_variant": force_variant,
         "beparams": params.parse_assignments(be) if be else {},
         "hvparams": params.parse_assignments(hv) if hv else {},
         "name_check": not no_name_check, "ip_check": not (no_name_check or no_ip_check),
     }
+    if no_conflicts_check:
+        body["conflicts_check"] = False
     if nodes:
         primary, _, secondary = nodes.partition(":")
         body["pnode"] = primary
@@ -207,6 +212,29 @@ def disk_spec(text: str) -> dict[str, Any]:
     if sep and index.isdigit():
         text = rest
     return dict(params.parse_assignments([text]))
+
+
+def nic_specs(given: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`add --net`: Ganeti's `N:key=value,...` (or a bare `key=value,...`, in order); the
+    indices must be 0..n-1 once each. No --net: one NIC with the cluster's parameters."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
+    specs: dict[int, dict[str, Any]] = {}
+    for position, text in enumerate(given):
+        index, sep, rest = text.partition(":")
+        if sep and index.isdigit():
+            number, text = int(index), rest
+        elif sep and "=" not in index:
+            raise click.BadParameter(f"{text!r}: expected N:KEY=VALUE,...", param_hint="--net")
+        else:
+            number = position
+        if number in specs:
+            raise click.BadParameter(f"NIC {number} given twice", param_hint="--net")
+        specs[number] = dict(params.parse_assignments([text])) if text else {}
+    if sorted(specs) != list(range(len(specs))):
+        raise click.BadParameter(f"NIC indices {sorted(specs)} leave a gap",
+                                 param_hint="--net")
+    return [specs[n] for n in sorted(specs)] or [{}]
 
 
 def _simple(op_id: str, verb: str, **extra: Any) -> Any:
@@ -398,9 +426,9 @@ _register("replace-disks", "Recreate an instance's disks on its primary (-p, rep
 DISK_ACTIONS = ("add", "remove", "modify")
 
 
-def disk_modification(text: str) -> list[Any]:
-    """One `modify --disk` as Ganeti's gnt-instance (_ConvertNicDiskModifications):
-    `add:size=1G,...` (appended), `remove` (the last disk), `N:add,size=1G` (inserted at N),
+def disk_modification(text: str, hint: str = "--disk") -> list[Any]:
+    """One `modify --disk` or `--net` as Ganeti's gnt-instance (_ConvertNicDiskModifications):
+    `add:size=1G,...` (appended), `remove` (the last one), `N:add,size=1G` (inserted at N),
     `N:remove`, `N:name=x,mode=ro` (modify). Gives [action, index, params]."""
     identifier, _, rest = text.partition(":")
     index: int | str
@@ -410,24 +438,24 @@ def disk_modification(text: str) -> list[Any]:
     else:
         if not rest and identifier not in DISK_ACTIONS:
             raise click.BadParameter(f"{text!r}: expected add:KEY=VALUE,..., N:remove or "
-                                     "N:KEY=VALUE,...", param_hint="--disk")
+                                     "N:KEY=VALUE,...", param_hint=hint)
         words = [w for w in rest.split(",") if w.strip()]
         index = identifier
         flags = [w.strip() for w in words if w.strip() in DISK_ACTIONS]
         if len(flags) > 1:
             raise click.BadParameter("Cannot do more than one of the following operations at "
-                                     "the same time: add, remove, modify", param_hint="--disk")
+                                     "the same time: add, remove, modify", param_hint=hint)
         action = flags[0] if flags else "modify"
         words = [w for w in words if w.strip() not in DISK_ACTIONS]
     settings: dict[str, Any] = {}
     for word in words:
         key, sep, value = word.strip().partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{word!r}: expected KEY=VALUE", param_hint="--disk")
+            raise click.BadParameter(f"{word!r}: expected KEY=VALUE", param_hint=hint)
         settings[key] = value
     if action == "remove" and settings:
         raise click.BadParameter("Not accepting parameters on removal/detach",
-                                 param_hint="--disk")
+                                 param_hint=hint)
     if isinstance(index, str) and index.lstrip("-").isdigit():
         index = int(index)
     return [action, index, settings]
@@ -448,10 +476,18 @@ def disk_modification(text: str) -> list[Any]:
 @click.option("-o", "--os-type", help="A new OS (name+variant), used at the next reinstall.")
 @click.option("--offline/--online", "offline", default=None,
               help="Mark a stopped instance offline, or back online (down).")
+@click.option("--net", "nic_mods", multiple=True,
+              metavar="add:KEY=VALUE,... | N:remove | N:KEY=VALUE,...",
+              help="Add a NIC (add:network=NET,ip=pool | add:mode=bridged,link=br0,ip=...; "
+                   "mac=generate), remove one (N:remove) or change one (N:ip=...,network=..."
+                   "); repeatable.")
 @click.option("--hotplug", is_flag=True,
-              help="Hot-add/remove the disk (refused: herder's hypervisors do not hotplug).")
+              help="Plug the added/removed/changed disk or NIC into the running instance "
+                   "now (refused when it cannot be).")
 @click.option("--hotplug-if-possible", is_flag=True,
               help="Hotplug when possible, else apply at the next start.")
+@click.option("--no-conflicts-check", is_flag=True,
+              help="Do not refuse a NIC address inside a connected network it is not on.")
 @click.option("--no-wait-for-sync", is_flag=True, help="Do not wait for a new mirror's sync.")
 @click.option("-m", "--runtime-memory", "runtime_mem", metavar="SIZE",
               help="Balloon the running instance's memory up or down to SIZE (e.g. 768M, "
@@ -460,20 +496,25 @@ def disk_modification(text: str) -> list[Any]:
               help="With --runtime-memory: allow a size outside minmem..maxmem.")
 @click.pass_context
 def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
-           disk_template: str | None, remote_node: str | None, be: tuple[str, ...],
-           hv: tuple[str, ...], osp: tuple[str, ...], os_type: str | None,
-           offline: bool | None, hotplug: bool, hotplug_if_possible: bool,
-           no_wait_for_sync: bool, runtime_mem: str | None, force: bool) -> None:
+           nic_mods: tuple[str, ...], disk_template: str | None, remote_node: str | None,
+           be: tuple[str, ...], hv: tuple[str, ...], osp: tuple[str, ...],
+           os_type: str | None, offline: bool | None, hotplug: bool,
+           hotplug_if_possible: bool, no_conflicts_check: bool, no_wait_for_sync: bool,
+           runtime_mem: str | None, force: bool) -> None:
     """Change an instance (OP_INSTANCE_SET_PARAMS, as gnt-instance modify): its disks (added
-    on every node of its template now; a running instance sees a new disk at its next start),
-    its disk template, its parameters (applied at the next start), the running guest's
-    memory (--runtime-memory, now). Prints each change."""
+    on every node of its template now) and NICs (with --hotplug plugged into the running
+    instance; otherwise it sees them at its next start), its disk template, its parameters
+    (applied at the next start), the running guest's memory (--runtime-memory, now). Prints
+    each change."""
     from herder.core import params  # imported by the commands that parse parameters only
 
     op: dict[str, Any] = {"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
                           "disks": [disk_modification(m) for m in disk_mods],
+                          "nics": [disk_modification(m, "--net") for m in nic_mods],
                           "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,
                           "hotplug_if_possible": hotplug_if_possible}
+    if no_conflicts_check:
+        op["conflicts_check"] = False
     for key, value in (("disk_template", disk_template), ("remote_node", remote_node),
                        ("os_name", os_type), ("offline", offline)):
         if value is not None:

@@ -19,6 +19,7 @@ from herder.core.errors import HerderError
 COMMANDS: dict[str, str] = {
     "cluster": "herder.cli.cluster:cluster",
     "group": "herder.cli.group:group",
+    "network": "herder.cli.network:network",
     "node": "herder.cli.node:node",
     "instance": "herder.cli.instance:instance",
     "backup": "herder.cli.backup:backup",

@@ -193,10 +193,10 @@ QUERY_TIMEOUT = 60.0  # seconds a list waits for masterd's rows
 QUERY_RS_NORMAL, QUERY_RS_UNKNOWN = 0, 1  # Ganeti's result statuses (constants.RS_*)
 
 # A query answer as the lists read it (Ganeti's `objects.QueryResponse`): the type bounds the
-# nesting (a value is a scalar or a list of scalars: names, counts, tags), so it is decoded and
-# validated in one pass (`untrusted.decode_bounded`).
+# nesting (a value is a scalar, a list of scalars: names, counts, tags, or a list of such lists:
+# a network's groups), so it is decoded and validated in one pass (`untrusted.decode_bounded`).
 QueryScalar = str | int | float | bool | None
-QueryValue = QueryScalar | list[QueryScalar]
+QueryValue = QueryScalar | list[QueryScalar | list[QueryScalar]]
 
 
 class QueryField(msgspec.Struct, frozen=True):

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import configindex, names, params, untrusted
+from herder.core import addrpool, configindex, names, params, untrusted
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
@@ -361,14 +361,17 @@ class Node(Named, kw_only=True):
 
 
 class NetworkLink(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """How a group connects a network: its NIC mode and link there."""
+    """How a group connects a network: its NIC mode, link and VLAN there (Ganeti's
+    netparams)."""
 
     mode: str
     link: str
+    vlan: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in params.NIC_MODES:
             raise ValueError(f"unknown NIC mode {self.mode!r}")
+        params.validate(params.NIC_FAMILY, {"vlan": self.vlan})
 
 
 class NodeGroup(Named, kw_only=True):
@@ -388,14 +391,37 @@ class NodeGroup(Named, kw_only=True):
 
 
 class Network(Named, kw_only=True):
-    network: str  # CIDR
+    network: str  # an IPv4 subnet, /16 to /30 (Ganeti's)
     gateway: str | None = None
     network6: str | None = None
     gateway6: str | None = None
     mac_prefix: str | None = None
+    # the IP pool (core.addrpool): one 0/1 per address of `network`, as Ganeti keeps them
+    reservations: str | None = None
+    ext_reservations: str | None = None
 
     def __post_init__(self) -> None:
         self.check_name_and_tags(names.object_name, "network")
+        subnet = addrpool.subnet(self.network)
+        addrpool.check_bits(subnet, self.reservations, "reservations")
+        addrpool.check_bits(subnet, self.ext_reservations, "ext_reservations")
+        if self.gateway is not None and ipaddress.ip_address(self.gateway) not in subnet:
+            raise ValueError(f"network {self.name}: gateway {self.gateway} is not in "
+                             f"{self.network}")
+        if self.network6 is not None:
+            ipaddress.IPv6Network(self.network6)
+        if self.gateway6 is not None:
+            ipaddress.IPv6Address(self.gateway6)
+        if self.mac_prefix is not None:
+            self.mac_prefix = names.mac_prefix(self.mac_prefix)
+
+    def pool(self) -> addrpool.AddressPool:
+        return addrpool.AddressPool(self.network, self.reservations, self.ext_reservations)
+
+    def keep(self, pool: addrpool.AddressPool) -> None:
+        """Store `pool`'s reservations (Ganeti's AddressPool.Update)."""
+        state = pool.state()
+        self.reservations, self.ext_reservations = state.reservations, state.ext_reservations
 
 
 class Instance(Named, kw_only=True):

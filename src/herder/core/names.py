@@ -14,6 +14,7 @@
   optional `+variant`.
 - Disk and NIC names (Ganeti's ValidateDeviceNames): not purely numeric (they would read as an
   index); herder: printable, no `/`, at most 255 characters.
+- MAC prefixes (a network's, the cluster's): three octets `aa:bb:cc`, lower-cased.
 - Tags: `herder.core.model.check_tag` (Ganeti's TaggableObject.ValidateTag).
 
 Every error is a `BadName` (a ConfigError, so a ValueError msgspec reports with its path).
@@ -45,6 +46,16 @@ def ip_address(value: str, what: str) -> str:
     except ValueError:
         raise ValueError(f"{what} {value!r} is not an IP address") from None
     return value
+
+
+_MAC_PREFIX = re.compile(r"([0-9a-f]{2}:){2}[0-9a-f]{2}", re.IGNORECASE)
+
+
+def mac_prefix(value: object, what: str = "MAC address prefix") -> str:
+    """Ganeti's NormalizeAndValidateThreeOctetMacPrefix: three octets, lower-cased; BadName."""
+    if not isinstance(value, str) or not _MAC_PREFIX.fullmatch(value):
+        raise BadName(f"invalid {what} {value!r}: three hexadecimal octets (aa:00:00)")
+    return value.lower()
 
 
 def hostname(name: object, what: str = "host name") -> str:

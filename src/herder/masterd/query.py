@@ -1,6 +1,6 @@
-"""The answers of Ganeti's query resource for nodes, instances and node groups (its routes,
-`GET /2/query/{node,instance,group}?fields=a,b`, `PUT` with `{"fields": [...]}`, and `GET
-/2/query/{resource}/fields[?fields=...]`, are `masterd.rapi.query`'s).
+"""The answers of Ganeti's query resource for nodes, instances, node groups and networks (its
+routes, `GET /2/query/{node,instance,group,network}?fields=a,b`, `PUT` with `{"fields":
+[...]}`, and `GET /2/query/{resource}/fields[?fields=...]`, are `masterd.rapi.query`'s).
 
 The answer is Ganeti's `{"fields": [{"name", "title", "kind", "doc"}], "data": [[[status,
 value], ...], ...]}`, one row per object in name order; each value comes with Ganeti's result
@@ -123,6 +123,31 @@ INSTANCE_FIELDS: dict[str, FieldDef] = {
 }
 
 
+# Ganeti's network query fields (query._BuildNetworkFields, its NETWORK_SIMPLE and _STATS ones)
+NETWORK_FIELDS: dict[str, FieldDef] = {
+    "name": ("Network", "text", "Name"),
+    "uuid": ("UUID", "text", "Network UUID"),
+    "network": ("Subnet", "text", "IPv4 subnet"),
+    "gateway": ("Gateway", "text", "IPv4 gateway"),
+    "network6": ("IPv6Subnet", "text", "IPv6 subnet"),
+    "gateway6": ("IPv6Gateway", "text", "IPv6 gateway"),
+    "mac_prefix": ("MacPrefix", "text", "MAC address prefix"),
+    "free_count": ("FreeCount", "number", "Number of available addresses"),
+    "reserved_count": ("ReservedCount", "number", "Number of reserved addresses"),
+    "map": ("Map", "text", "Actual mapping"),
+    "external_reservations": ("ExternalReservations", "text", "External reservations"),
+    "group_cnt": ("NodeGroups", "number", "Number of nodegroups"),
+    "group_list": ("GroupList", "other",
+                   "List of nodegroups (group name, NIC mode, NIC link, NIC VLAN)"),
+    "inst_cnt": ("Instances", "number", "Number of instances"),
+    "inst_list": ("InstanceList", "other", "List of instances"),
+    "tags": ("Tags", "other", "Tags"),
+    "serial_no": ("SerialNo", "number", "Network object serial number"),
+    "ctime": ("CTime", "timestamp", "Creation timestamp"),
+    "mtime": ("MTime", "timestamp", "Modification timestamp"),
+}
+
+
 # Ganeti's per-parameter backend fields (`be/NAME`): titles from its BES_PARAMETER_TITLES,
 # kinds from the parameters' types, `be/NAME` where Ganeti has no title
 BE_KINDS = {"always_failover": "bool", "auto_balance": "bool", "maxmem": "unit",
@@ -168,7 +193,7 @@ def definition(name: str, table: dict[str, FieldDef]) -> dict[str, str]:
 # fields, so `node list`'s or `instance list`'s rows at 10,000 instances cost their fields.
 
 Results = dict[str, livefields.Result]
-QueryObject = model.Node | model.Instance | model.NodeGroup  # what a query resource lists
+QueryObject = model.Node | model.Instance | model.NodeGroup | model.Network  # what a query lists
 ColumnFn = Callable[[model.ConfigData, Sequence[Any]], list[Any]]  # a field of each object
 RowFn = Callable[[Any], Results]
 # a set's rows for one answer: what all rows share (the cluster's parameters, ...) is found
@@ -237,6 +262,10 @@ def _group_views(config: model.ConfigData, _live: Snapshot) -> RowFn:
         return _normal(view)
 
     return row
+
+
+def _network_views(config: model.ConfigData, _live: Snapshot) -> RowFn:
+    return lambda net: _normal(views.network_view(config, net))
 
 
 def _node_live(config: model.ConfigData, live: Snapshot) -> RowFn:
@@ -329,6 +358,13 @@ GROUP_SIMPLE: dict[str, ColumnFn] = {
 }
 
 
+NETWORK_SIMPLE: dict[str, ColumnFn] = {
+    **{name: _attr(name) for name in ("name", "uuid", "network", "gateway", "network6",
+                                      "gateway6", "mac_prefix", "serial_no", "ctime", "mtime")},
+    "tags": _tags,
+}
+
+
 @dataclass(frozen=True)
 class FieldSet:
     names: frozenset[str]
@@ -355,6 +391,8 @@ RESOURCES: dict[str, Resource] = {
         FieldSet(frozenset(INSTANCE_FIELDS), _instance_views, True))),
     "group": Resource(GROUP_FIELDS, lambda c: c.nodegroups.values(), GROUP_SIMPLE, (
         FieldSet(frozenset(GROUP_FIELDS), _group_views, False),)),
+    "network": Resource(NETWORK_FIELDS, lambda c: c.networks.values(), NETWORK_SIMPLE, (
+        FieldSet(frozenset(NETWORK_FIELDS), _network_views, False),)),
 }
 
 

@@ -10,7 +10,7 @@ import msgspec
 
 from herder import __version__
 from herder.core import model, params, roles
-from herder.core.jsonvalue import JsonObject
+from herder.core.jsonvalue import JsonObject, JsonValue
 from herder.masterd import livefields
 from herder.masterd.livecache import EMPTY, Snapshot
 
@@ -64,6 +64,28 @@ def group_view(config: model.ConfigData, group: model.NodeGroup) -> JsonObject:
         "custom_diskparams": dict(group.diskparams),
         "tags": list(group.tags), "serial_no": group.serial_no,
         "ctime": group.ctime, "mtime": group.mtime,
+    }
+
+
+def network_view(config: model.ConfigData, net: model.Network) -> JsonObject:
+    """A network as Ganeti's RAPI answers it (its NET_FIELDS, its query's other fields): the
+    pool's counts and map, the groups it is connected to ([name, mode, link, vlan]) and the
+    instances with a NIC on it."""
+    pool = net.pool()
+    groups: list[JsonValue] = [[g.name, link.mode, link.link, link.vlan]
+                               for g in sorted(config.nodegroups.values(), key=lambda g: g.name)
+                               if (link := g.networks.get(net.uuid)) is not None]
+    insts: list[JsonValue] = [*sorted(i.name for i in config.instances.values()
+                                      if any(nic.network == net.uuid for nic in i.nics))]
+    return {
+        "name": net.name, "uuid": net.uuid, "network": net.network, "gateway": net.gateway,
+        "network6": net.network6, "gateway6": net.gateway6, "mac_prefix": net.mac_prefix,
+        "free_count": pool.free_count(), "reserved_count": pool.reserved_count(),
+        "map": pool.map(), "group_list": groups, "group_cnt": len(groups),
+        "inst_list": insts, "inst_cnt": len(insts),
+        "external_reservations": ", ".join(pool.external_reservations()),
+        "tags": list(net.tags), "serial_no": net.serial_no, "ctime": net.ctime,
+        "mtime": net.mtime,
     }
 
 

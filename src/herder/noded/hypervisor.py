@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 STATES = libvirt_host.DOMAIN_STATES
 RUNNING = {1, 2, 3}
+DETACH_TIMEOUT = 30.0  # seconds a guest has to release an unplugged device
 
 
 class HypervisorError(HerderError):
@@ -286,6 +287,54 @@ class Hypervisor:
             if dom is None or dom.state()[0] not in RUNNING:
                 raise HypervisorError(f"instance {name} is not running on this node")
             dom.setMemoryFlags(memory_mib * 1024, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+
+        self.call(run)
+
+    def _running(self, conn: libvirt.virConnect, name: str) -> libvirt.virDomain:
+        dom = self._lookup(conn, name)
+        if dom is None or dom.state()[0] not in RUNNING:
+            raise HypervisorError(f"instance {name} is not running on this node")
+        return dom
+
+    def attach_device(self, name: str, xml: str) -> None:
+        """Hotplug a device into the running domain (its definition is made anew from the
+        config at the next start)."""
+        self.call(lambda conn: self._running(conn, name).attachDeviceFlags(
+            xml, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+
+    def has_device(self, name: str, alias: str) -> bool:
+        """Whether the running domain has a device with this alias."""
+        root = ET.fromstring(self.xml_of(name))
+        return any(el.get("name") == alias for el in root.iter("alias"))
+
+    def detach_device(self, name: str, alias: str, timeout: float = DETACH_TIMEOUT) -> None:
+        """Unplug the device with this alias from the running domain and wait until the guest
+        let it go (PCI unplug needs the guest's consent)."""
+        if not self.has_device(name, alias):
+            raise HypervisorError(f"instance {name} has no device {alias}")
+        self.call(lambda conn: self._running(conn, name).detachDeviceAlias(
+            alias, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+        deadline = time.monotonic() + timeout
+        while self.has_device(name, alias):
+            if time.monotonic() > deadline:
+                raise HypervisorError(f"instance {name} did not release device {alias} within "
+                                      f"{timeout:g}s")
+            time.sleep(0.2)
+
+    def block_resize(self, name: str, alias: str, size_bytes: int) -> None:
+        """Tell the running domain's QEMU that the disk with this alias has `size_bytes` now
+        (QMP block_resize through libvirt), so the guest sees the new size."""
+        def run(conn: libvirt.virConnect) -> None:
+            dom = self._running(conn, name)
+            root = ET.fromstring(dom.XMLDesc())
+            for disk in root.iter("disk"):
+                found = disk.find("alias")
+                target = disk.find("target")
+                if found is not None and found.get("name") == alias and target is not None:
+                    dom.blockResize(str(target.get("dev")), size_bytes,
+                                    libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
+                    return
+            raise HypervisorError(f"instance {name} has no disk {alias}")
 
         self.call(run)
 

@@ -379,6 +379,30 @@ class BalloonMemory(Named, kw_only=True):
             raise ValueError(f"memory {self.memory} MiB out of range")
 
 
+class HotplugDevice(WithInstance, kw_only=True):
+    action: Literal["add", "remove"]
+    dev_type: Literal["disk", "nic"]
+    index: int
+    uuid: str
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.index < 64:
+            raise ValueError(f"index {self.index} out of range (0-63)")
+        paths.check_component(self.uuid, "device id")
+
+
+class DiskResize(Named, kw_only=True):
+    uuid: str
+    size: int  # MiB: the disk's new size
+
+    def check(self) -> None:
+        super().check()
+        paths.check_component(self.uuid, "disk id")
+        if not 1 <= self.size <= MAX_DISK_MIB:
+            raise ValueError(f"size {self.size} MiB out of range")
+
+
 class Remove(Named, kw_only=True):
     disks: list[DiskObject] = msgspec.field(default_factory=list)
 
@@ -617,6 +641,8 @@ SCHEMAS: dict[str, type[Args]] = {
     "instance_os_add": OsAdd, "instance_run_rename": RunRename, "migrate_accept": MigrateAccept,
     "instance_shutdown": Shutdown, "instance_reboot": Reboot, "instance_remove": Remove,
     "instance_balloon_memory": BalloonMemory,
+    "hotplug_supported": Named, "hotplug_device": HotplugDevice,
+    "instance_disk_resize": DiskResize,
     "migrate_prepare": Named, "migrate_finish": MigrateFinish, "instance_stop_stray": Named,
     "instance_migratable": Named, "migration_info": Named, "accept_instance": WithInstance,
     "migrate_instance": MigrateInstance, "instance_get_migration_status": Named,

@@ -55,6 +55,7 @@ from herder.noded import (
 from herder.noded.disk_rpcs import DiskRpcs, bdev_host
 from herder.noded.exports import ExportRpcs
 from herder.noded.guard import InstanceGuard
+from herder.noded.hotplug import HotplugRpcs
 from herder.noded.hypervisor import Hypervisor, HypervisorError
 from herder.noded.kvm.domain import InstanceSpec
 from herder.noded.migrations import Migrations
@@ -98,7 +99,7 @@ class NodeSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class NodeDaemon(RoleRpcs, DiskRpcs, ExportRpcs):
+class NodeDaemon(RoleRpcs, DiskRpcs, HotplugRpcs, ExportRpcs):
     """The node's state and the implementation of every RPC (blocking; run in threads)."""
 
     def __init__(self, settings: NodeSettings) -> None:
@@ -429,6 +430,15 @@ class NodeDaemon(RoleRpcs, DiskRpcs, ExportRpcs):
             ifup.unconfigure(spec)
             raise RpcFailure(f"instance {spec.name} stopped again: {err}") from None
         return []
+
+    def configure_routed_nic(self, spec: InstanceSpec, index: int) -> None:
+        """Ganeti's kvm-ifup for one routed NIC just hotplugged."""
+        from herder.noded.kvm import ifup
+
+        try:
+            ifup.configure_nic(spec, index, hook=self.local(ifup.HOOK))
+        except ifup.IfupError as err:
+            raise RpcFailure(str(err)) from None
 
     def routed_nics_gone(self, inst: dict[str, Any] | None) -> None:
         """After the domain's QEMU ended here: its routed taps' `ip rule`s go."""
@@ -961,7 +971,8 @@ _SERIAL = {"instance_start", "instance_define", "instance_remove", "migrate_acce
            "migrate_finish", "blockdev_create", "blockdev_remove", "instance_stop_stray",
            "accept_instance", "migrate_instance", "finalize_migration_src",
            "finalize_migration_dst", "blockdev_rename", "blockdev_grow",
-           "file_storage_dir_create", "file_storage_dir_remove", "file_storage_dir_rename"}
+           "file_storage_dir_create", "file_storage_dir_remove", "file_storage_dir_rename",
+           "hotplug_device", "instance_disk_resize"}
 
 
 class _nolock:

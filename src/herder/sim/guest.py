@@ -10,10 +10,14 @@ ata_piix, virtio-scsi), ACPI power-button handling (so libvirt's clean shutdown 
 balloon driver, then prints one heartbeat line a second on its console:
 
     herder-guest boot_id=<the kernel's random boot id> uptime=<s> disk=<sha256 of 1st MiB>
+        [seq=<N>] blk=<dev>:<sectors>,... net=<interface>=<MAC>,...
 
-`disk=none` when the guest has no disk. The boot id is the kernel's own (`/proc/sys/kernel/
-random/boot_id`): fixed for one boot, different after any reboot, carried along by a live
-migration (the memory travels).
+`disk=none` when the guest has no disk; `seq` acknowledges a record of the write sequence
+(below); `blk` lists the block devices of `/sys/block` with their sizes and `net` the network
+interfaces of `/sys/class/net` with their MACs (`none` when there are none), so a hotplugged
+disk or NIC and a grown disk show without a reboot. The boot id is the kernel's own
+(`/proc/sys/kernel/random/boot_id`): fixed for one boot, different after any reboot, carried
+along by a live migration (the memory travels).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ GUEST_MODULES = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "virtio_balloon",  # paravirtual disks, balloon
     "ata_piix", "sd_mod",  # IDE/SATA disks (disk_type=ide) and SCSI disks
     "button", "evdev",  # the ACPI power button, as an input device busybox's acpid reads
+    "virtio_net",  # paravirtual NICs (PCI hotplug itself is built into Debian's kernel)
 )
 
 # The kernel command line the guest needs (Ganeti's serial_console adds console=ttyS0,<speed>).
@@ -51,7 +56,9 @@ GUEST_KERNEL_ARGS = "quiet panic=-1"
 
 HEARTBEAT_RE = re.compile(
     r"herder-guest boot_id=(?P<boot_id>[0-9a-f-]+) uptime=(?P<uptime>[0-9.]+) "
-    r"disk=(?P<disk>[0-9a-f]{64}|none)(?: seq=(?P<seq>[0-9]+))?")
+    r"disk=(?P<disk>[0-9a-f]{64}|none)(?: seq=(?P<seq>[0-9]+))?"
+    r"(?: blk=(?P<blk>none|[a-z0-9]+:[0-9]+(?:,[a-z0-9]+:[0-9]+)*))?"
+    r"(?: net=(?P<net>none|[a-z0-9]+=[0-9a-f:]{17}(?:,[a-z0-9]+=[0-9a-f:]{17})*))?")
 SEQUENCE_SECTOR = 2048  # the write sequence's counter (records follow, one per sector)
 RECORD_RE = re.compile(rb"herder-seq boot_id=([0-9a-f-]+) n=([0-9]+)\n")
 
@@ -104,8 +111,20 @@ while true; do
   else
     hash=none
   fi
+  # the block devices (name:512-byte sectors) and network interfaces (name=MAC) it has now
+  blk=""
+  for dev in /sys/block/*; do
+    case ${dev##*/} in loop*|ram*|sr*|fd*|\*) continue ;; esac
+    blk="$blk${blk:+,}${dev##*/}:$(cat "$dev/size")"
+  done
+  net=""
+  for dev in /sys/class/net/*; do
+    case ${dev##*/} in lo|\*) continue ;; esac
+    net="$net${net:+,}${dev##*/}=$(cat "$dev/address")"
+  done
   read -r uptime idle < /proc/uptime
-  echo "herder-guest boot_id=$boot_id uptime=$uptime disk=$hash$acked"
+  echo "herder-guest boot_id=$boot_id uptime=$uptime disk=$hash$acked" \
+       "blk=${blk:-none} net=${net:-none}"
   sleep 1
 done
 """
@@ -130,13 +149,34 @@ class Heartbeat:
     uptime: float
     disk: str  # hex sha256 of the first MiB of the first disk, or "none"
     seq: int | None = None  # the record of the write sequence this line acknowledges
+    # block device -> its size in 512-byte sectors (/sys/block), network interface -> its MAC
+    # (/sys/class/net); None from a guest that does not report them
+    blocks: dict[str, int] | None = None
+    nics: dict[str, str] | None = None
+
+
+def _pairs(text: str | None, separator: str) -> list[tuple[str, str]] | None:
+    if text is None:
+        return None
+    if text == "none":
+        return []
+    pairs = []
+    for item in text.split(","):
+        key, _, value = item.partition(separator)
+        pairs.append((key, value))
+    return pairs
 
 
 def parse_heartbeats(text: str) -> list[Heartbeat]:
     """Every heartbeat line in a serial log, in order."""
-    return [Heartbeat(m["boot_id"], float(m["uptime"]), m["disk"],
-                      int(m["seq"]) if m["seq"] is not None else None)
-            for m in HEARTBEAT_RE.finditer(text)]
+    beats = []
+    for m in HEARTBEAT_RE.finditer(text):
+        blocks, nics = _pairs(m["blk"], ":"), _pairs(m["net"], "=")
+        beats.append(Heartbeat(m["boot_id"], float(m["uptime"]), m["disk"],
+                               int(m["seq"]) if m["seq"] is not None else None,
+                               None if blocks is None else {k: int(v) for k, v in blocks},
+                               None if nics is None else dict(nics)))
+    return beats
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ inherited parameters) its LU checks before it changes anything.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -23,7 +24,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 import msgspec.inspect
 
-from herder.core import exportconf, model, names, params, reason, uidpool
+from herder.core import addrpool, exportconf, model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
@@ -701,6 +702,7 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     src_node: str | None = None  # import: the node holding the export
     src_node_uuid: str | None = None
     src_path: str | None = None  # import: the export's name (its directory) on src_node
+    conflicts_check: bool = True  # an address of a NIC without network in a group's network
     group_name: str | None = None  # the allocator places the instance in this group
 
     def __post_init__(self) -> None:
@@ -803,6 +805,9 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
     remote_node: str | None = None  # the new DRBD secondary
     remote_node_uuid: str | None = None
     iallocator: str | None = None
+    # Ganeti's NIC modifications, in the same forms as `disks` (lu/nics.py)
+    nics: list[Any] = msgspec.field(default_factory=list)
+    conflicts_check: bool = True
     hotplug: bool = False
     hotplug_if_possible: bool = False
     ignore_ipolicy: bool = False
@@ -816,6 +821,13 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
         if not isinstance(self.disks, list) or not all(
                 isinstance(mod, list) and len(mod) in (2, 3) for mod in self.disks):
             raise ValueError("disks: a list of [op, params] or [op, index, params]")
+        if not isinstance(self.nics, list) or not all(
+                isinstance(mod, list) and len(mod) in (2, 3) for mod in self.nics):
+            raise ValueError("nics: a list of [op, params] or [op, index, params]")
+        for mod in self.nics:
+            if mod[0] != "remove":
+                check_nic_specs([{k: v for k, v in (mod[-1] or {}).items()
+                                  if not (k == "ip" and v is None)}])
         params.check_hv_changes(self.hvparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
         params.check_osparams(self.osparams)
@@ -986,6 +998,115 @@ class OpInstanceStopStray(InstanceOpCode, tag="OP_INSTANCE_STOP_STRAY", kw_only=
     its primary runs (maintd's stray incidents; issue 18)."""
 
     node_name: str
+
+
+# --- networks -----------------------------------------------------------------------------------
+
+def _ipv4(field: str, value: str | None) -> None:
+    if value is not None:
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
+            raise ValueError(f"{field} {value!r} is not an IPv4 address") from None
+
+
+def _ipv6(field: str, value: str | None, network: bool) -> None:
+    if value is not None and value.lower() != VALUE_NONE:
+        try:
+            ipaddress.IPv6Network(value) if network else ipaddress.IPv6Address(value)
+        except ValueError:
+            what = "an IPv6 subnet" if network else "an IPv6 address"
+            raise ValueError(f"{field} {value!r} is not {what}") from None
+
+
+def _mac_prefix(value: str | None) -> str | None:
+    if value is None or value.lower() == VALUE_NONE:
+        return value
+    return names.mac_prefix(value, "mac_prefix")
+
+
+VALUE_NONE = "none"  # Ganeti's constants.VALUE_NONE: `--gateway none` unsets it
+
+
+class NetworkOpCode(OpCode, kw_only=True):
+    network_name: str
+
+    def summary_target(self) -> str | None:
+        return self.network_name
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names.object_name(self.network_name, "network name")
+
+
+class OpNetworkAdd(NetworkOpCode, tag="OP_NETWORK_ADD", kw_only=True):
+    network: str
+    gateway: str | None = None
+    network6: str | None = None
+    gateway6: str | None = None
+    mac_prefix: str | None = None
+    add_reserved_ips: list[str] | None = None
+    conflicts_check: bool = True
+    tags: list[str] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        addrpool.subnet(self.network)
+        _ipv4("gateway", self.gateway)
+        _ipv6("network6", self.network6, network=True)
+        _ipv6("gateway6", self.gateway6, network=False)
+        self.mac_prefix = _mac_prefix(self.mac_prefix)
+        for address in self.add_reserved_ips or []:
+            _ipv4("add_reserved_ips:", address)
+        _tags(self.tags)
+
+
+class OpNetworkSetParams(NetworkOpCode, tag="OP_NETWORK_SET_PARAMS", kw_only=True):
+    gateway: str | None = None  # "none" unsets it, as network6, gateway6 and mac_prefix
+    network6: str | None = None
+    gateway6: str | None = None
+    mac_prefix: str | None = None
+    add_reserved_ips: list[str] | None = None
+    remove_reserved_ips: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gateway is not None and self.gateway.lower() != VALUE_NONE:
+            _ipv4("gateway", self.gateway)
+        _ipv6("network6", self.network6, network=True)
+        _ipv6("gateway6", self.gateway6, network=False)
+        self.mac_prefix = _mac_prefix(self.mac_prefix)
+        for address in (self.add_reserved_ips or []) + (self.remove_reserved_ips or []):
+            _ipv4("reserved IP", address)
+        if self.gateway and (self.add_reserved_ips or self.remove_reserved_ips):
+            raise ValueError("Cannot modify gateway and reserved ips at once")
+
+
+class OpNetworkRemove(NetworkOpCode, tag="OP_NETWORK_REMOVE", kw_only=True):
+    force: bool = False
+
+
+class OpNetworkConnect(NetworkOpCode, tag="OP_NETWORK_CONNECT", kw_only=True):
+    group_name: str
+    network_mode: str
+    network_link: str
+    network_vlan: str = ""
+    conflicts_check: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.network_link:
+            raise ValueError("network_link must not be empty")
+        try:
+            params.validate(params.NIC_FAMILY, {"mode": self.network_mode,
+                                                "link": self.network_link,
+                                                "vlan": self.network_vlan})
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+
+
+class OpNetworkDisconnect(NetworkOpCode, tag="OP_NETWORK_DISCONNECT", kw_only=True):
+    group_name: str
 
 
 # --- tags ---------------------------------------------------------------------------------------

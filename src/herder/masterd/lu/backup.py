@@ -102,7 +102,7 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             self.feedback(f"removing instance {inst.name}")
             remove_domain_and_disks(env, config, inst, op.ignore_remove_failures,
                                     self.feedback)
-            forget_instance(env, inst)
+            forget_instance(env, inst, self.feedback)
         elif running:
             self._start(config, inst, source, base)
         self._remove_older_exports(config, inst.name, target)

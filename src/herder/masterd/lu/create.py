@@ -4,7 +4,6 @@ the instance undoes everything (disks, domain, config entry)."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
@@ -14,21 +13,11 @@ from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache, Snapshot
-from herder.masterd.lu import diskgen, disks, exports
+from herder.masterd.lu import diskgen, disks, exports, nics
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.instance import checked_new_name
 
 MIRRORED = {"drbd"}
-
-
-def new_mac(config: model.ConfigData, taken: set[str]) -> str:
-    prefix = config.cluster.mac_prefix
-    for _ in range(1000):
-        mac = prefix + ":" + ":".join(f"{b:02x}" for b in secrets.token_bytes(3))
-        if mac not in taken:
-            taken.add(mac)
-            return mac
-    raise OpPrereqError("cannot find a free MAC address", "insufficient_resources")
 
 
 PLACEMENT_TIMEOUT = 15.0  # seconds every node has to report its figures for a placement
@@ -155,6 +144,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         if len({n.uuid for n in chosen}) != len(chosen):
             raise OpPrereqError("primary and secondary node must differ")
         self.nodes = chosen
+        # a trial on a copy: the networks, pools and MACs refuse bad NICs before anything
+        self._nics(config, lambda message: None, keep=False)
 
     def _read_export(self, config: model.ConfigData) -> None:
         """Ganeti's _ReadExportParams: what the request leaves out comes from the export's
@@ -222,16 +213,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             new_disks.append(diskgen.new_disk(
                 config, op.disk_template, index, size, spec, [n.uuid for n in self.nodes],
                 op.instance_name, reserved, others=new_disks))
-        taken = {n.mac for i in configdiff.plain_values(config.instances) for n in i.nics}
-        nics = []
-        for spec in op.nics:
-            mac = spec.get("mac")
-            if not mac or mac in ("auto", "generate"):
-                mac = new_mac(config, taken)
-            nicparams = {k: spec[k] for k in ("mode", "link", "vlan") if spec.get(k)}
-            nics.append(model.NIC(uuid=model.new_uuid(), mac=mac, ip=spec.get("ip"),
-                                  network=spec.get("network"), nicparams=nicparams,
-                                  name=spec.get("name")))
+        nics = self._nics(config, self.feedback)
         return model.Instance(
             uuid=inst_uuid, name=op.instance_name, primary_node=self.nodes[0].uuid,
             os=op.os_type or "none", hypervisor=self.hypervisor, admin_state="down",
@@ -239,6 +221,20 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             osparams={k: str(v) for k, v in op.osparams.items()}, tags=list(op.tags),
             ctime=stamp, mtime=stamp,
         )
+
+    def _nics(self, config: model.ConfigData, feedback: nics.Feedback, *,
+              keep: bool = True) -> list[model.NIC]:
+        """The new NICs, their addresses taken from (or reserved in) their networks' pools,
+        which are written with the instance (`keep`; a trial leaves the config as it is)."""
+        ctx = nics.NicContext.of(config, self.nodes[0], feedback, self.op.conflicts_check)
+        made = [nics.new_nic(ctx, dict(spec), f"NIC {index}")
+                for index, spec in enumerate(self.op.nics)]
+        if len(made) > nics.MAX_NICS:
+            raise OpPrereqError(f"Instance has too many network interfaces ({len(made)})",
+                                "wrong_input")
+        if keep:
+            ctx.pools.keep()
+        return made
 
     def execute(self) -> Any:
         op = self.op

@@ -7,13 +7,15 @@ instance_utils.ApplyContainerMods).
   node of the template in Ganeti's order (`disks.create_disks`: the file-storage directory,
   the primary first, children first), then put into the config; then (Ganeti's
   _PostAddDisk) its mirror's sync is awaited and, when the instance's disks are not active,
-  the new disk is shut down again. Without hotplug (herder's hypervisors offer none, as a
-  Ganeti hypervisor without `HotplugSupported`) a running instance sees the disk at its next
-  start. A failure removes what was made; the config keeps the disks it had.
-- **remove**: refused while the instance is marked up or runs ("can't remove volume from a
-  running instance without using hotplug"); the disk is removed from every node it lives on,
-  then from the config. When a node could not remove it, the config keeps the disk (run the
-  removal again; herder's deviation, compat row B21: Ganeti drops it from the config anyway).
+  the new disk is shut down again. With hotplug (`lu/hotplug.py`) the new disk is assembled
+  on the primary and plugged into the running instance; without, a running instance sees it
+  at its next start. A failure removes what was made; the config keeps the disks it had.
+- **remove**: without hotplug refused while the instance is marked up or runs ("can't remove
+  volume from a running instance without using hotplug"); with hotplug the disk is unplugged
+  first (when the guest does not release it, nothing is removed); the disk is removed from
+  every node it lives on, then from the config. When a node could not remove it, the config
+  keeps the disk (run the removal again; herder's deviation, compat row B21: Ganeti drops
+  it from the config anyway).
 - **modify**: only `name` and `mode` (Ganeti: "Disk size change not possible, use grow-disk");
   ext disks may change their other parameters.
 
@@ -30,6 +32,7 @@ import msgspec
 from herder.core import model, params
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.masterd.lu import diskgen, disks
+from herder.masterd.lu import hotplug as hotplug_lu
 
 ADD, REMOVE, MODIFY = "add", "remove", "modify"
 MAX_DISKS = 16  # Ganeti's constants.MAX_DISKS
@@ -179,7 +182,7 @@ def _store_disks(env: Any, inst_uuid: str, change: Any) -> model.Instance:
 
 
 def add_disk(env: Any, inst_uuid: str, change: DiskChange, *, wait_for_sync: bool,
-             feedback: disks.Feedback) -> list[list[str]]:
+             feedback: disks.Feedback, hotplug: bool = False) -> list[list[str]]:
     """Ganeti's _CreateNewDisk and _PostAddDisk for one checked addition."""
     config = env.store.load()
     inst = config.instances[inst_uuid]
@@ -205,6 +208,14 @@ def add_disk(env: Any, inst_uuid: str, change: DiskChange, *, wait_for_sync: boo
     added = inst.disks[change.index]
     if added.dev_type == "drbd" and wait_for_sync:
         disks.wait_for_sync(env, config, _only(inst, added))
+    if hotplug:  # Ganeti's _PostAddDisk: assembled on the primary, then plugged in
+        try:
+            disks.assemble_disks(env, config, inst, disks=[added], feedback=feedback)
+        except HerderError as err:
+            feedback(f"WARNING: Can't assemble newly created disk {change.index}: {err}")
+            return [*result, [f"disk/{change.index}", "assemble:failed"]]
+        return [*result, [f"disk/{change.index}", hotplug_lu.device(
+            env, config, inst, "add", "disk", change.index, added.uuid, feedback)]]
     if not inst.disks_active:
         disks.shutdown_disks(env, config, _only(inst, added), feedback=feedback)
     return result
@@ -215,13 +226,23 @@ def _only(inst: model.Instance, disk: model.Disk) -> model.Instance:
     return msgspec.structs.replace(inst, disks=[disk])
 
 
-def remove_disk(env: Any, inst_uuid: str, change: DiskChange,
-                feedback: disks.Feedback) -> list[list[str]]:
-    """Ganeti's _RemoveDisk without hotplug: the disk removed from every node, then from
-    the config (kept there when a node could not remove it)."""
+def remove_disk(env: Any, inst_uuid: str, change: DiskChange, feedback: disks.Feedback,
+                hotplug: bool = False) -> list[list[str]]:
+    """Ganeti's _RemoveDisk: with hotplug first unplugged from the running instance and shut
+    down; the disk removed from every node, then from the config (kept there when a node
+    could not remove it)."""
     config = env.store.load()
     inst = config.instances[inst_uuid]
     disk = inst.disks[change.index]
+    unplugged: list[list[str]] = []
+    if hotplug:
+        outcome = hotplug_lu.device(env, config, inst, "remove", "disk", change.index,
+                                    disk.uuid, feedback)
+        if outcome != "hotplug:done":  # the guest still uses it: the data stays
+            raise OpExecError(f"could not unplug {disk.iv_name} from the running {inst.name};"
+                              " nothing was removed")
+        unplugged = [[f"disk/{change.index}", outcome]]
+        disks.shutdown_disks(env, config, _only(inst, disk), feedback=feedback)
     if not disks.remove_disks(env, config, inst, disks=[disk], feedback=feedback):
         raise OpExecError(f"could not remove {disk.iv_name} of {inst.name} from every node; "
                           "it stays in the config (remove it again once its nodes answer)")
@@ -230,7 +251,7 @@ def remove_disk(env: Any, inst_uuid: str, change: DiskChange,
         stored.disks = [d for d in stored.disks if d.uuid != disk.uuid]
 
     _store_disks(env, inst_uuid, drop)
-    return [[f"disk/{change.index}", "remove"]]
+    return [*unplugged, [f"disk/{change.index}", "remove"]]
 
 
 def modify_disk(env: Any, inst_uuid: str, change: DiskChange) -> list[list[str]]:
@@ -262,15 +283,15 @@ def modify_disk(env: Any, inst_uuid: str, change: DiskChange) -> list[list[str]]
 
 
 def apply(env: Any, inst_uuid: str, changes: list[DiskChange], *, wait_for_sync: bool,
-          feedback: disks.Feedback) -> list[list[str]]:
+          feedback: disks.Feedback, hotplug: bool = False) -> list[list[str]]:
     """Carry out the checked changes in order (Ganeti's ApplyContainerMods)."""
     result: list[list[str]] = []
     for change in changes:
         if change.action == ADD:
             result += add_disk(env, inst_uuid, change, wait_for_sync=wait_for_sync,
-                               feedback=feedback)
+                               feedback=feedback, hotplug=hotplug)
         elif change.action == REMOVE:
-            result += remove_disk(env, inst_uuid, change, feedback)
+            result += remove_disk(env, inst_uuid, change, feedback, hotplug)
         else:
             result += modify_disk(env, inst_uuid, change)
     return result

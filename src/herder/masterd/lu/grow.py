@@ -3,7 +3,9 @@
 every node of the instance, the storage grown on every node (`backingstore`), the logical
 layer on the primary (DRBD's device over its grown LVs), the new size recorded, then (with
 `wait_for_sync`) the mirror's resync awaited and the disk shut down again when the instance's
-disks were not active; only the grown disk is assembled and shut down, as Ganeti's are."""
+disks were not active; only the grown disk is assembled and shut down, as Ganeti's are. On an
+instance marked up the running QEMU is told the new size (block resize, `hotplug.resize`) so
+the guest sees it without a reboot (herder's; Ganeti 3.0 leaves it to the next start)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from herder.core import diskobjects, model
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import disks
+from herder.masterd.lu import disks, hotplug
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 
 # Ganeti's DTS_GROWABLE
@@ -85,6 +87,10 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
             grown = fresh.instances[inst.uuid]
             record_grow(grown.disks[op.disk], self.delta)
             grown.touch()
+        if inst.admin_state == "up":  # the running guest sees the new size at once (herder's)
+            fresh_config = self.env.store.load()
+            grown = fresh_config.instances[inst.uuid]
+            hotplug.resize(self.env, fresh_config, grown, grown.disks[op.disk], self.feedback)
         if op.wait_for_sync:
             fresh_config = self.env.store.load()
             grown = fresh_config.instances[inst.uuid]

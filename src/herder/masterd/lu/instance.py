@@ -12,7 +12,7 @@ from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqEr
 from herder.core.noderpc import instance_payload
 from herder.masterd import locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import convert, disk_modify, disks, handover, migration
+from herder.masterd.lu import convert, disk_modify, disks, handover, hotplug, migration, nics
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -158,16 +158,21 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
     disk_changes: list[disk_modify.DiskChange]
     secondary: model.Node | None = None
 
+    hotplug = False
+
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         op = self.op
-        if not (op.disks or op.disk_template or op.runtime_mem):
-            return _instance_locks(config, op.instance_name)
         inst = lookup(config.find_instance, op.instance_name)
+        networks = LockRequest(locking.LEVEL_NETWORK, sorted(config.networks)) if op.nics \
+            else None
+        if not (op.disks or op.disk_template or op.runtime_mem or op.nics):
+            return _instance_locks(config, op.instance_name)
         nodes = set(inst.all_nodes)
         if op.remote_node:
             nodes.add(lookup(config.find_node, op.remote_node).uuid)
-        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
-                LockRequest(locking.LEVEL_NODE, sorted(nodes))]
+        requests = [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                    LockRequest(locking.LEVEL_NODE, sorted(nodes))]
+        return requests + ([networks] if networks else [])
 
     def _runs(self, config: model.ConfigData, inst: model.Instance) -> bool:
         """Does the instance's domain run on its primary (Ganeti's IsInstanceRunning)? An
@@ -189,19 +194,12 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         if op.disk_template and op.disks:
             raise OpPrereqError("Disk template conversion and other disk changes not "
                                 "supported at the same time", "wrong_input")
-        if op.hotplug:
-            raise OpPrereqError("Hotplug is not possible: herder's hypervisors do not hotplug "
-                                "disks (the change applies at the next start without "
-                                "--hotplug)", "wrong_state")
-        if op.hotplug_if_possible and op.disks:
-            self.feedback("herder's hypervisors do not hotplug disks")
-            self.feedback("Modification will take place without hotplugging.")
         removing = any(m[0] == disk_modify.REMOVE for m in op.disks)
         running = (removing or bool(op.disk_template)) and inst.admin_state != "up" \
             and self._runs(config, inst)
         if op.disks:
             self.disk_changes = disk_modify.plan(inst, op.disks, wait_for_sync=op.wait_for_sync,
-                                                 hotplug=False, running=running)
+                                                 hotplug=self.hotplug, running=running)
         if op.disk_template:
             if op.iallocator:
                 raise OpPrereqError("choosing the new secondary by an iallocator is not "
@@ -244,10 +242,18 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         return changes
 
     def check(self, config: model.ConfigData) -> None:
-        inst = lookup(config.find_instance, self.op.instance_name)
+        op = self.op
+        inst = lookup(config.find_instance, op.instance_name)
+        if op.hotplug or op.hotplug_if_possible:
+            self.hotplug = hotplug.supported(self.env, config, inst, required=op.hotplug,
+                                             feedback=self.feedback)
         self._check_disks(config, inst)
         # a trial on a copy of the instance (`config` is the shared snapshot)
         copy = configdiff.decode_object("instances", configdiff.encode_object(inst))
+        if op.nics:
+            primary = config.nodes[inst.primary_node]
+            nics.apply_mods(nics.NicContext.of(config, primary, lambda message: None,
+                                               op.conflicts_check), copy, op.nics)
         try:
             self._apply(copy)
             # what the instance will run with: the change meets the inherited values
@@ -312,16 +318,27 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
                 raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
             ballooned.append(["runtime_memory", op.runtime_mem])
         done = disk_modify.apply(self.env, uuid, self.disk_changes,
-                                 wait_for_sync=op.wait_for_sync, feedback=self.feedback)
+                                 wait_for_sync=op.wait_for_sync, feedback=self.feedback,
+                                 hotplug=self.hotplug)
         if op.disk_template:
             self._convert(uuid, op.disk_template)
             done.append(["disk_template", op.disk_template])
+        nic_changes: list[nics.NicChange] = []
         with self.env.store.update() as config:
             inst = config.instances[uuid]
+            if op.nics:
+                ctx = nics.NicContext.of(config, config.nodes[inst.primary_node], self.feedback,
+                                         op.conflicts_check)
+                nic_changes = nics.apply_mods(ctx, inst, op.nics)
+                ctx.pools.keep()
             changes = self._apply(inst)
-            if changes:
+            if changes or nic_changes:
                 inst.touch()
-        return ballooned + done + changes
+        nic_rows = nics.describe(nic_changes)
+        if self.hotplug and nic_changes:
+            nic_rows += hotplug.nic_changes(self.env, self.env.store.load(), uuid, nic_changes,
+                                     feedback=self.feedback)
+        return ballooned + done + nic_rows + changes
 
     def _convert(self, uuid: str, template: str) -> None:
         config = self.env.store.load()
@@ -735,7 +752,7 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
 
     def execute(self) -> Any:
         self.act()
-        forget_instance(self.env, self.inst)
+        forget_instance(self.env, self.inst, self.feedback)
         return None
 
 
@@ -757,10 +774,15 @@ def remove_domain_and_disks(env: Any, config: model.ConfigData, inst: model.Inst
         raise OpExecError(f"could not remove the block devices of {inst.name}")
 
 
-def forget_instance(env: Any, inst: model.Instance) -> None:
-    """The removed instance's config entry, port and lock gone."""
+def forget_instance(env: Any, inst: model.Instance, feedback: Callable[[str], None]) -> None:
+    """The removed instance's config entry, port, addresses and lock gone."""
     with env.store.update() as config:
-        portpool.release(config, config.instances.pop(inst.uuid).network_port)
+        removed = config.instances.pop(inst.uuid)
+        portpool.release(config, removed.network_port)
+        pools = nics.Pools(config)  # its addresses go back to their networks' pools
+        for nic in removed.nics:
+            pools.release(nic, feedback)
+        pools.keep()
     env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
 
 

@@ -17,6 +17,7 @@ from herder.masterd.rapi import (
     instances,
     jobs,
     leases,
+    networks,
     nodes,
     oob,
     query,
@@ -29,7 +30,8 @@ from herder.masterd.web import pages as web_pages
 # Each family adds its routes, in this order (aiohttp matches them in the order added)
 ADD_ROUTES: tuple[Callable[[web.UrlDispatcher], None], ...] = (
     cluster.add_routes, tags.add_routes, nodes.add_routes, groups.add_routes,
-    instances.add_routes, backup.add_routes, jobs.add_routes, extensions.add_routes,
+    networks.add_routes, instances.add_routes, backup.add_routes, jobs.add_routes,
+    extensions.add_routes,
     query.add_routes, console.add_routes, announce.add_routes, oob.add_routes, leases.add_routes,
     web_api.add_routes, web_pages.add_routes)
 

@@ -425,7 +425,6 @@ def held_response(hold: float) -> web.Response:
 
 # Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
 NOT_SERVED = (
-    ("/2/networks", "herder does not manage Ganeti networks (not supported yet)"),
     ("/2/filters", "herder has no job filters (not supported yet)"),
 )
 

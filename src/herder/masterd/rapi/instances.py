@@ -146,7 +146,6 @@ async def instance_delete(request: web.Request) -> web.Response:
 MODIFY_UNSUPPORTED = {
     "pnode": "herder does not change an instance's primary node in a modify; use instance "
              "failover, migrate or move",
-    "nics": "NIC modifications are not supported yet (they come with networks)",
 }
 MODIFY_RENAME = {"custom_beparams": "beparams", "custom_hvparams": "hvparams",
                  "custom_osparams": "osparams"}

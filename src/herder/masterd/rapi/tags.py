@@ -27,10 +27,10 @@ def tag_target(request: web.Request) -> tuple[str, str | None, list[str]]:
         return "cluster", None, list(config.cluster.tags)
     name = request.match_info["name"]
     finder = {"nodes": config.find_node, "instances": config.find_instance,
-              "groups": config.find_group}[kind]
+              "groups": config.find_group, "networks": config.find_network}[kind]
     obj = find(finder, name)
-    return {"nodes": "node", "instances": "instance", "groups": "nodegroup"}[kind], obj.name, \
-        list(obj.tags)
+    return {"nodes": "node", "instances": "instance", "groups": "nodegroup",
+            "networks": "network"}[kind], obj.name, list(obj.tags)
 
 
 @ROUTES.allow(access.RAPI_READ)
@@ -64,7 +64,7 @@ async def tags_change(request: web.Request) -> web.Response:
 
 def add_routes(router: web.UrlDispatcher) -> None:
     paths = ["/2/tags"] + [f"/2/{{kind:{kind}}}/{{name}}/tags"
-                           for kind in ("nodes", "instances", "groups")]
+                           for kind in ("nodes", "instances", "groups", "networks")]
     for path in paths:
         router.add_get(path, tags_get)
         router.add_put(path, tags_change)

@@ -377,6 +377,30 @@ def _image_source(image: str) -> tuple[str, str, NetworkSource | None]:
     return "file", image, None
 
 
+def device_alias(kind: str, uuid: str) -> str:
+    """The libvirt alias of a disk's or NIC's device: Ganeti's QEMU device id (`disk-` or
+    `nic-` and the UUID up to its third dash) behind libvirt's `ua-`; hotplug finds devices by
+    it."""
+    return f"ua-{kind}-{uuid.rsplit('-', 2)[0]}"
+
+
+def _disk_element(devices: ET.Element, disk: DiskSpec, index: int, hvp: Mapping[str, Any], *,
+                  boot: bool) -> ET.Element:
+    device, bus, target = _disk_target(hvp.get("disk_type", "paravirtual"), index)
+    kind = disk.source_kind
+    disk_el = _sub(devices, "disk", type=kind, device=device)
+    _sub(disk_el, "driver", **_drive_driver(hvp, disk.dev_type))
+    _source(disk_el, kind, disk.path, disk.network)
+    _sub(disk_el, "target", dev=target, bus=bus)
+    if boot:
+        _sub(disk_el, "boot", order="1")
+    if disk.read_only:
+        _sub(disk_el, "readonly")
+    if disk.uuid:
+        _sub(disk_el, "alias", name=device_alias("disk", disk.uuid))
+    return disk_el
+
+
 def _add_disks(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any],
                boot_from: str | None) -> None:
     disk_type = hvp.get("disk_type", "paravirtual")
@@ -385,22 +409,8 @@ def _add_disks(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any],
         if model not in _SCSI_MODELS:
             raise DomainError(f"scsi_controller_type={model!r} is unknown")
         _sub(devices, "controller", type="scsi", index="0", model=_SCSI_MODELS[model])
-    boot_disk = boot_from == "hd"
     for index, disk in enumerate(spec.disks):
-        device, bus, target = _disk_target(disk_type, index)
-        kind = disk.source_kind
-        disk_el = _sub(devices, "disk", type=kind, device=device)
-        _sub(disk_el, "driver", **_drive_driver(hvp, disk.dev_type))
-        _source(disk_el, kind, disk.path, disk.network)
-        _sub(disk_el, "target", dev=target, bus=bus)
-        if boot_disk:
-            _sub(disk_el, "boot", order="1")
-            boot_disk = False
-        if disk.read_only:
-            _sub(disk_el, "readonly")
-        if disk.uuid:
-            # Ganeti's QEMU device id (disk-<uuid up to its third dash>), for hotplug
-            _sub(disk_el, "alias", name=f"ua-disk-{disk.uuid.rsplit('-', 2)[0]}")
+        _disk_element(devices, disk, index, hvp, boot=boot_from == "hd" and index == 0)
     cdrom_type = hvp.get("cdrom_disk_type") or disk_type
     cdrom_bus = {"paravirtual": "virtio", "ide": "ide"}.get(cdrom_type, "scsi")
     for number, key in enumerate(("cdrom_image_path", "cdrom2_image_path")):
@@ -432,49 +442,67 @@ def _add_disks(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any],
 
 def _add_nics(devices: ET.Element, spec: InstanceSpec, hvp: Mapping[str, Any],
               boot_from: str | None) -> None:
+    for index in range(len(spec.nics)):
+        _nic_element(devices, spec, index, hvp, boot=boot_from == "network" and index == 0)
+
+
+def _nic_element(devices: ET.Element, spec: InstanceSpec, index: int, hvp: Mapping[str, Any],
+                 *, boot: bool) -> ET.Element:
     nic_type = hvp.get("nic_type", "paravirtual")
     if nic_type not in _NIC_MODELS:
         raise DomainError(f"nic_type={nic_type!r} is unknown")
     model = _NIC_MODELS[nic_type]
-    for index, nic in enumerate(spec.nics):
-        if nic.mode == "routed":
-            iface = _sub(devices, "interface", type="ethernet")
-            # libvirt makes the tap; noded configures it once the guest runs here
-            # (kvm.ifup: Ganeti's kvm-ifup, not at the incoming side of a migration)
-            _sub(iface, "target", dev=tap_name(spec.uuid, index), managed="yes")
-        elif nic.mode in ("bridged", "openvswitch"):
-            if not nic.link:
-                raise DomainError(f"NIC {index} ({nic.mac}): {nic.mode} without a link")
-            iface = _sub(devices, "interface", type="bridge")
-            _sub(iface, "source", bridge=nic.link)
-            if nic.mode == "openvswitch":
-                _sub(iface, "virtualport", type="openvswitch")
-                tags, trunk, native = parse_ovs_vlan(nic.vlan)
-                if tags:
-                    vlan = _sub(iface, "vlan", **({"trunk": "yes"} if trunk else {}))
-                    for tag in tags:
-                        attrs = {"id": str(tag)}
-                        if tag == native:
-                            attrs["nativeMode"] = "untagged"
-                        _sub(vlan, "tag", **attrs)
-            elif nic.vlan:
-                raise DomainError(f"NIC {index} ({nic.mac}): a vlan needs mode openvswitch")
-        else:
-            raise DomainError(f"NIC {index} ({nic.mac}): unknown mode {nic.mode!r}")
-        _sub(iface, "mac", address=nic.mac)
-        _sub(iface, "model", type=model)
-        if model == "virtio":
-            driver: dict[str, str] = {"name": "vhost" if hvp.get("vhost_net") else "qemu"}
-            queues = int(hvp.get("virtio_net_queues", 1) or 1)
-            if queues > 1:
-                if not hvp.get("vhost_net"):
-                    raise DomainError("virtio_net_queues > 1 needs vhost_net (as Ganeti)")
-                driver["queues"] = str(queues)
-            _sub(iface, "driver", **driver)
-        if boot_from == "network" and index == 0:
-            _sub(iface, "boot", order="1")
-        if nic.uuid:
-            _sub(iface, "alias", name=f"ua-nic-{nic.uuid.rsplit('-', 2)[0]}")
+    nic = spec.nics[index]
+    if nic.mode == "routed":
+        iface = _sub(devices, "interface", type="ethernet")
+        # libvirt makes the tap; noded configures it once the guest runs here
+        # (kvm.ifup: Ganeti's kvm-ifup, not at the incoming side of a migration)
+        _sub(iface, "target", dev=tap_name(spec.uuid, index), managed="yes")
+    elif nic.mode in ("bridged", "openvswitch"):
+        if not nic.link:
+            raise DomainError(f"NIC {index} ({nic.mac}): {nic.mode} without a link")
+        iface = _sub(devices, "interface", type="bridge")
+        _sub(iface, "source", bridge=nic.link)
+        if nic.mode == "openvswitch":
+            _sub(iface, "virtualport", type="openvswitch")
+            tags, trunk, native = parse_ovs_vlan(nic.vlan)
+            if tags:
+                vlan = _sub(iface, "vlan", **({"trunk": "yes"} if trunk else {}))
+                for tag in tags:
+                    attrs = {"id": str(tag)}
+                    if tag == native:
+                        attrs["nativeMode"] = "untagged"
+                    _sub(vlan, "tag", **attrs)
+        elif nic.vlan:
+            raise DomainError(f"NIC {index} ({nic.mac}): a vlan needs mode openvswitch")
+    else:
+        raise DomainError(f"NIC {index} ({nic.mac}): unknown mode {nic.mode!r}")
+    _sub(iface, "mac", address=nic.mac)
+    _sub(iface, "model", type=model)
+    if model == "virtio":
+        driver: dict[str, str] = {"name": "vhost" if hvp.get("vhost_net") else "qemu"}
+        queues = int(hvp.get("virtio_net_queues", 1) or 1)
+        if queues > 1:
+            if not hvp.get("vhost_net"):
+                raise DomainError("virtio_net_queues > 1 needs vhost_net (as Ganeti)")
+            driver["queues"] = str(queues)
+        _sub(iface, "driver", **driver)
+    if boot:
+        _sub(iface, "boot", order="1")
+    if nic.uuid:
+        _sub(iface, "alias", name=device_alias("nic", nic.uuid))
+    return iface
+
+
+def device_xml(spec: InstanceSpec, kind: str, index: int) -> str:
+    """The XML of one disk or NIC of `spec` (`kind` "disk" or "nic"), to hotplug it."""
+    holder = ET.Element("devices")
+    hvp = spec.hvparams
+    if kind == "disk":
+        element = _disk_element(holder, spec.disks[index], index, hvp, boot=False)
+    else:
+        element = _nic_element(holder, spec, index, hvp, boot=False)
+    return ET.tostring(element, encoding="unicode")
 
 
 def _listen_address(value: str, addresses: Mapping[str, str], param: str) -> str:

@@ -288,6 +288,27 @@ function instanceActions(name, inst, jobsArea) {
   const disk = h("input", { type: "number", min: 0, value: 0, id: "grow-disk" });
   const grow = { node: h("p", {}, "Disk ", disk, " grows by (MiB) ", amount),
     body: () => ({ amount: Number(amount.value), wait_for_sync: false }) };
+  // changes of a running instance: plugged in at once with "hotplug" (Ganeti's --hotplug),
+  // else at its next start
+  const hotplug = () => h("input", { type: "checkbox", checked: inst.status === "running", class: "hotplug" });
+  const diskSize = h("input", { type: "number", min: 1, value: 1024, id: "add-disk-size" });
+  const diskHotplug = hotplug();
+  const addDisk = { node: h("p", {}, "A new disk of (MiB) ", diskSize, h("label", {}, diskHotplug, " hotplug")),
+    body: () => ({ disks: [["add", { size: Number(diskSize.value) }]], hotplug: diskHotplug.checked }) };
+  const nicNetwork = h("input", { type: "text", id: "add-nic-network", placeholder: "network (none: the cluster's default link)" });
+  const nicIp = h("input", { type: "text", id: "add-nic-ip", value: "pool", placeholder: "IP: pool, none or an address" });
+  const nicHotplug = hotplug();
+  const addNic = { node: h("p", {}, "A new NIC on ", nicNetwork, " with IP ", nicIp, h("label", {}, nicHotplug, " hotplug")),
+    body: () => {
+      const params = { mac: "generate" };
+      if (nicNetwork.value.trim()) params.network = nicNetwork.value.trim();
+      if (nicIp.value.trim() && (params.network || nicIp.value.trim() !== "pool")) params.ip = nicIp.value.trim();
+      return { nics: [["add", params]], hotplug: nicHotplug.checked };
+    } };
+  const nicIndex = h("input", { type: "number", min: 0, value: Math.max(0, inst["nic.macs"].length - 1), id: "remove-nic-index" });
+  const nicRemoveHotplug = hotplug();
+  const removeNic = { node: h("p", {}, "NIC ", nicIndex, " goes", h("label", {}, nicRemoveHotplug, " hotplug")),
+    body: () => ({ nics: [["remove", Number(nicIndex.value), {}]], hotplug: nicRemoveHotplug.checked }) };
   return [
     { id: "start", label: `Start ${name}`, method: "PUT", path: `${path}/startup`, confirm: false },
     { id: "shutdown", label: `Shut down ${name}`, method: "PUT", path: `${path}/shutdown`, danger: true },
@@ -296,6 +317,9 @@ function instanceActions(name, inst, jobsArea) {
     { id: "failover", label: `Fail over ${name}`, method: "PUT", path: `${path}/failover`, body: {} },
     { id: "replace-disks", label: `Replace the disks of ${name}`, method: "POST", path: `${path}/replace-disks`, body: { mode: "replace_auto" } },
     { id: "grow-disk", label: `Grow a disk of ${name}`, method: "POST", path: () => `${path}/disk/${Number(disk.value)}/grow`, extra: grow },
+    { id: "add-disk", label: `Add a disk to ${name}`, method: "PUT", path: `${path}/modify`, extra: addDisk },
+    { id: "add-nic", label: `Add a NIC to ${name}`, method: "PUT", path: `${path}/modify`, extra: addNic },
+    { id: "remove-nic", label: `Remove a NIC of ${name}`, method: "PUT", path: `${path}/modify`, extra: removeNic, danger: true },
     { id: "remove", label: `Remove ${name}`, method: "DELETE", path, danger: true },
   ].map((spec) => actionButton({ ...spec, jobsArea }));
 }
