@@ -202,6 +202,7 @@ def _feedback(message):
 
 
 CONFIG = [None]  # the job's ConfigWriter, for the answers that depend on it
+RECORDER = [None]  # the job's transport (a job may start recording afresh)
 
 
 def run_job(job, path):
@@ -211,6 +212,7 @@ def run_job(job, path):
     DEGRADED[0] = job.get("degraded", False)
     FAULTY[0] = job.get("faulty", {})
     recorder = Recorder(cfg, job.get("fail"))
+    RECORDER[0] = recorder
     rpc = rpc_node.RpcRunner(cfg, None, _req_process_fn=recorder, _getents=Getents)
     minors = list(job.get("new_minors", []))
     cfg.AllocateDRBDMinor = lambda nodes, owner: [minors.pop(0) for _ in nodes]
@@ -306,6 +308,18 @@ class Ops:
             target_node_uuid=lu.cfg.GetNodeInfoByName(job["target"]).uuid
             if job.get("target") else None)
         task.Exec(_feedback)
+
+    @staticmethod
+    def node_returns(lu, inst, job):
+        """A dead primary's return (issue 29): the failover its death brought (the node
+        offline), the node online again (`gnt-node modify --offline no`, which sends no
+        storage RPC), then what the watcher runs for an instance whose secondary rebooted
+        (_CheckDisks: OpInstanceActivateDisks), recorded from the node's return on."""
+        Ops._migration(lu, inst, job, True)
+        for name in job.get("offline", []):
+            lu.cfg.GetNodeInfoByName(name).offline = False
+        del RECORDER[0].calls[:]
+        Ops.activate(lu, lu.cfg.GetInstanceInfo(inst.uuid), job)
 
     @staticmethod
     def migrate(lu, inst, job):

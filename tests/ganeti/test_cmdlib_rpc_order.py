@@ -102,6 +102,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                                                  "offline": ["node2.example.com"]},
     "failover drbd, the primary offline": {"op": "failover", "instance": DRBD,
                                            "offline": ["node1.example.com"]},
+    "the dead primary returns: activate-disks resyncs it as the secondary": {
+        "op": "node_returns", "instance": DRBD, "offline": ["node1.example.com"]},
     "rename drbd, stopped": {"op": "rename", "instance": DRBD2,
                              "new_name": "instance9.example.com"},
     "create drbd, two disks": {"op": "create", "instance": DRBD2},
@@ -308,7 +310,23 @@ def _instance(env: MasterEnv, name: str) -> tuple[model.ConfigData, model.Instan
     return config, config.find_instance(name)
 
 
+def node_returns(env: MasterEnv, job: dict[str, Any]) -> None:
+    """The failover of a dead primary, the node online again (config only: `node modify
+    --offline no` sends no storage RPC), then the activate-disks maintd submits for the
+    instances it is a secondary of (`maintd.nodefail`); recorded from the node's return on."""
+    run_lu(env, InstanceFailover, opcodes.OpInstanceFailover(
+        instance_name=job["instance"], ignore_consistency=True))
+    with env.store.update() as config:
+        for name in job["offline"]:
+            config.find_node(name).offline = False
+    assert isinstance(env.rpc, RecordingRpc)
+    del env.rpc.calls[:]
+    run_lu(env, InstanceActivateDisks, opcodes.OpInstanceActivateDisks(
+        instance_name=job["instance"]))
+
+
 HERDER_OPS: dict[str, Callable[[MasterEnv, dict[str, Any]], None]] = {
+    "node_returns": node_returns,
     "create": lambda env, job: disks.create_and_sync(env, *_instance(env, job["instance"]),
                                                      wait=job.get("wait_for_sync", True)),
     "remove": lambda env, job: disks.remove_disks(env, *_instance(env, job["instance"])),
@@ -490,6 +508,8 @@ EXPECTED_DIFFERENCES: dict[str, Callable[[list[list[Any]]], list[list[Any]]]] = 
     "replace-disks -n": new_secondary_with_port,
     "failover drbd (role swap)": primary_first_after_failover,
     "failover drbd, the primary offline": primary_first_after_failover,
+    "the dead primary returns: activate-disks resyncs it as the secondary":
+        primary_first_after_failover,
     "replace-disks -n, two disks": new_secondary_with_port,
     "replace-disks -n --early-release": new_secondary_with_port,
     "grow-disk drbd disk/1, disks inactive": assembled_with_its_index(1),

@@ -3,6 +3,8 @@ majority, the fence's confirmation, and where the instances go (pure; docs/ha.md
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from herder.maintd import nodefail
 from herder.maintd.rounds import Instance, Node
 
@@ -107,3 +109,140 @@ def test_recovery_in_priority_order_within_the_memory_left() -> None:
 
 def test_job_priority_follows_ha_priority_within_ganetis_range() -> None:
     assert [nodefail.job_priority(p) for p in (100, 5, 0, -7, -100)] == [-20, -5, 0, 7, 19]
+
+
+class LeaseCluster:
+    """The cluster as `NodeFailures` sees it (`nodefail.Cluster`): node4 stopped renewing,
+    no other candidate reaches it; every job succeeds when `finish` is called."""
+
+    def __init__(self, recovery: bool = True) -> None:
+        self.recovery = recovery
+        self.node_list = [Node("node1", "u1", master=True, group="g"),
+                          Node("node2", "u2", group="g"), Node("node3", "u3", group="g"),
+                          Node("node4", "u4", group="g")]
+        self.instance_list = [
+            Instance("web", "node4", disk_template="sharedfile", memory=128),
+            Instance("db", "node4", snodes=("node2",), disk_template="drbd", memory=128),
+            Instance("mirror", "node2", snodes=("node4",), disk_template="drbd"),
+            Instance("idle", "node3", snodes=("node4",), disk_template="drbd",
+                     disks_active=False)]
+        self.submitted: list[list[dict]] = []
+        self.status: dict[int, str] = {}
+        self.ages = {"node1": 0.5, "node2": 1.0, "node3": 1.5, "node4": 30.0}
+
+    def leases(self) -> dict:
+        return {"lease": 6.0, "node_recovery": self.recovery, "nodes": dict(self.ages)}
+
+    def liveness(self, node: str) -> dict:
+        return {"node": node, "master": "node1", "candidates": ["node1", "node2", "node3"],
+                "votes": {"node2": {"reachable": False, "asked_age": None},
+                          "node3": {"reachable": False, "asked_age": None}}}
+
+    def nodes(self) -> list[Node]:
+        return list(self.node_list)
+
+    def instances(self) -> list[Instance]:
+        return list(self.instance_list)
+
+    def node_figures(self) -> dict:
+        return {n.name: {"mfree": 4096, "ndparams": {"oob_program": "/bin/oob"}}
+                for n in self.node_list}
+
+    def submit(self, ops: list[dict]) -> int:
+        self.submitted.append(ops)
+        for op in ops:  # what the jobs change, as masterd would
+            if op["OP_ID"] == "OP_NODE_SET_PARAMS":
+                self.node_list = [replace(n, offline=op["offline"]) if n.name == op["node_name"]
+                                  else n for n in self.node_list]
+            elif op["OP_ID"] == "OP_INSTANCE_FAILOVER":
+                self.instance_list = [
+                    replace(i, pnode=op["target_node"], snodes=tuple(
+                        i.pnode if s == op["target_node"] else s for s in i.snodes))
+                    if i.name == op["instance_name"] else i for i in self.instance_list]
+        self.status[len(self.submitted)] = "running"
+        return len(self.submitted)
+
+    def job_info(self, job_id: int) -> dict | None:
+        status = self.status.get(job_id)
+        if status is None:
+            return None
+        ops = self.submitted[job_id - 1]
+        result: list = [None] * len(ops)
+        if ops[-1]["OP_ID"] == "OP_OOB_COMMAND":
+            result = [[[[0, "node4"], [0, None]]], [[[0, "node4"], [0, {"powered": False}]]]]
+        return {"id": job_id, "status": status, "opresult": result}
+
+    def finish(self) -> None:
+        self.status = {j: "success" for j in self.status}
+
+    def op_ids(self) -> list[list[str]]:
+        return [[op["OP_ID"] for op in ops] for ops in self.submitted]
+
+
+def run_ticks(failures: nodefail.NodeFailures, incidents: list, cluster: LeaseCluster,
+              count: int) -> None:
+    import asyncio
+
+    for _ in range(count):
+        asyncio.run(failures.tick(incidents))
+        cluster.finish()
+
+
+def test_the_clusters_switch_turns_node_recovery_off_and_on() -> None:
+    cluster = LeaseCluster(recovery=False)
+    failures = nodefail.NodeFailures(cluster)
+    incidents: list = []
+    run_ticks(failures, incidents, cluster, 3)
+    assert incidents == [] and cluster.submitted == []
+    assert failures.summary()["state"] == "off (cluster setting nodeRecovery)"
+    cluster.recovery = True
+    run_ticks(failures, incidents, cluster, 1)
+    (incident,) = incidents
+    assert failures.summary()["state"] == "on"
+    assert cluster.op_ids() == [["OP_NODE_SET_PARAMS"]]
+    # turned off midway: the incident waits where it is, nothing more is submitted
+    cluster.recovery = False
+    run_ticks(failures, incidents, cluster, 3)
+    assert cluster.op_ids() == [["OP_NODE_SET_PARAMS"]]
+    assert incident.original["step"] == "offlining"
+
+
+def test_a_returning_node_resyncs_as_the_secondary_then_the_incident_goes() -> None:
+    cluster = LeaseCluster()
+    failures = nodefail.NodeFailures(cluster)
+    incidents: list = []
+    run_ticks(failures, incidents, cluster, 8)
+    (incident,) = incidents
+    assert incident.repair_status == "completed", incident.original
+    assert incident.original["recovered"] == {"db": "node2", "web": "node3"}
+    # the node came back, offline: nothing happens until it is online again
+    assert cluster.node_list[3].offline
+    assert cluster.instance_list[1] == Instance("db", "node2", snodes=("node4",),
+                                                disk_template="drbd", memory=128)
+    submitted = len(cluster.submitted)
+    run_ticks(failures, incidents, cluster, 2)
+    assert len(cluster.submitted) == submitted and incidents == [incident]
+    cluster.node_list[3] = Node("node4", "u4", group="g")
+    cluster.ages["node4"] = 1.0  # it renews its lease again
+    import asyncio
+
+    asyncio.run(failures.tick(incidents))
+    # activate-disks for the DRBD instances it is the secondary of, with active disks
+    assert [ops[0]["instance_name"] for ops in cluster.submitted[submitted:]] == [
+        "db", "mirror"]
+    assert all(ops[0]["OP_ID"] == "OP_INSTANCE_ACTIVATE_DISKS"
+               for ops in cluster.submitted[submitted:])
+    assert incident.original["step"] == "resyncing" and incidents == [incident]
+    asyncio.run(failures.tick(incidents))  # the jobs still run: the incident stays
+    assert incidents == [incident]
+    cluster.finish()
+    asyncio.run(failures.tick(incidents))
+    assert incidents == []
+    assert len(cluster.submitted) == submitted + 2  # once each
+
+
+def test_resync_instances_are_drbd_with_active_disks() -> None:
+    instances = [Instance("a", "n1", snodes=("n2",)), Instance("b", "n2", snodes=("n3",)),
+                 Instance("c", "n3", snodes=("n2",), disks_active=False),
+                 Instance("d", "n3", snodes=("n2",), disk_template="sharedfile")]
+    assert [i.name for i in nodefail.resync_instances("n2", instances)] == ["a"]

@@ -5,6 +5,7 @@ import ssl
 from pathlib import Path
 
 import httpx
+import pytest
 from aiohttp import web
 
 from herder.maintd.daemon import Maintd
@@ -124,3 +125,39 @@ def test_cli_status_and_cancel(tmp_path: Path) -> None:
         assert out.exit_code != 0 and "may not make changes" in str(out.exception or out.output)
         out = runner.invoke(maintd, ["status", "--json", "--url", url])
         assert '"repair-status": "canceled"' in out.output
+
+
+def test_maintd_status_names_nodes_and_says_whether_node_recovery_is_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`herder maintd status` shows node names (an incident's node is a UUID) and the state
+    of dead-node handling: here off by the cluster's switch (maintenance nodeRecovery)."""
+    from herder.cli.main import main
+    from herder.maintd import nodefail
+
+    from .test_nodefail import LeaseCluster
+
+    cluster = FakeCluster(4, [Instance("a", "node2", ("node3",))])
+    src = FakeSource()
+    src.data["u2"] = EVAC
+    d = Maintd(cluster, FileState(tmp_path / "s.json"), [src], interval=0.01)
+    d.node_failures = nodefail.NodeFailures(LeaseCluster(recovery=False))
+
+    async def go() -> int:
+        await d.tick()
+        assert d.node_failures is not None
+        await d.node_failures.tick([])
+        runner = web.AppRunner(make_app(d))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            return await asyncio.to_thread(main, [
+                "maintd", "status", "--url", f"http://127.0.0.1:{runner.addresses[0][1]}"])
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(go()) == 0
+    out = capsys.readouterr().out
+    (line,) = [row for row in out.splitlines() if "evacuate" in row or "pending" in row]
+    assert "  node2  " in f"  {line.split()[1]}  "
+    assert "node failures: off (cluster setting nodeRecovery)" in out

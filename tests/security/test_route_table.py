@@ -457,7 +457,7 @@ def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) ->
 
     def signed(node: str = node2.name, purpose: str = purpose_keys.NODE_LEASE,
                key: bytes = KEY) -> bytes:
-        return rpcauth.sign_call(key, "node_lease", node, {}, purpose=purpose)
+        return rpcauth.sign_call(key, "node_lease", node, {"counter": 1}, purpose=purpose)
 
     before = ctx.leases.ages([node2.uuid])[node2.uuid]
     with serving(daemon.app) as served:
@@ -471,7 +471,7 @@ def test_masterd_records_a_nodes_heartbeat_signed_for_that_node_only(masterd) ->
         assert answer.status_code == 200, answer.text
         assert answer.json() == {"node": node2.name, "offline": False, "lease": 6.0}
         assert ctx.leases.ages([node2.uuid])[node2.uuid] < 1.0
-        assert request(served, beat, content=body).status_code == 403  # replayed
+        assert request(served, beat, content=body).status_code == 409  # replayed
     assert ctx.queue.job_ids() == []
 
 
@@ -485,9 +485,12 @@ def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -
     lease = Route(route.method, route.canonical, route.canonical.replace("{name}", caller),
                   route.rule)
 
+    counter = iter(range(1, 100))
+
     def signed(name: str = caller, purpose: str = purpose_keys.NODE_LEASE,
                key: bytes = KEY) -> bytes:
-        return rpcauth.sign_call(key, "node_lease", name, {}, purpose=purpose)
+        return rpcauth.sign_call(key, "node_lease", name, {"counter": next(counter)},
+                                 purpose=purpose)
 
     with serving(daemon.app) as served:
         # not a master candidate (no ssconf yet): it witnesses nothing
@@ -508,7 +511,7 @@ def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -
         assert answer.json() == {"result": {"candidate": NODE}}
         age = node.witness.age(caller)
         assert age is not None and age < 5
-        assert request(served, lease, content=body).status_code == 403  # replayed
+        assert request(served, lease, content=body).status_code == 409  # replayed
     # the master's question about it: when it asked, and whether its noded answers
     found = node.rpc_node_reachable({"node": caller, "address": "127.0.0.1", "timeout": 1})
     assert isinstance(found["reachable"], bool) and found["asked_age"] is not None

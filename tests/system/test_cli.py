@@ -147,6 +147,11 @@ def test_modify_maintenance_balance_settings(cluster) -> None:
             maint.balance_dynamic_load) == (True, 0.3, False, True)
     out = cluster("cluster", "info").out
     assert "balance disk moves: N" in out and "balance dynamic load: Y" in out
+    # node recovery: on by default, the cluster's switch beside maintd's flag
+    assert maint.node_recovery is True and "node recovery: Y" in out
+    assert cluster("cluster", "modify", "--maintenance-node-recovery", "no").code == 0
+    assert FileStore(cluster.config_path).load().maintenance.node_recovery is False
+    assert "node recovery: N" in cluster("cluster", "info").out
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -185,6 +190,15 @@ def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     listed = json.loads(cluster("node", "list", "--json").out)
     assert {n["name"]: n["drained"] for n in listed} == {
         "node1.example.com": False, "node9.example.com": True}
+    # offline (a dead node's mark) demotes it; online again, it is promoted again (Ganeti's
+    # auto-promotion: the pool of 10 wants both nodes)
+    assert cluster("node", "modify", uuid, "--offline", "yes").code == 0
+    assert not FileStore(cluster.config_path).load().nodes[uuid].master_candidate
+    back = cluster("node", "modify", uuid, "--offline", "no")
+    assert back.code == 0, back.err
+    node = FileStore(cluster.config_path).load().nodes[uuid]
+    assert node.master_candidate and not node.offline and not node.drained
+    assert cluster("node", "modify", uuid, "--drained", "yes").code == 0
     table = cluster("node", "list").out.splitlines()
     assert table[0].split()[:3] == ["Node", "Role", "Group"]
     assert any(line.startswith("node9.example.com") for line in table)

@@ -131,6 +131,29 @@ def test_a_stopped_instance_is_refused_or_failed_over(tmp_path: Path) -> None:
     assert any("failing it over instead" in line for line in said)
 
 
+def test_a_failover_from_an_offline_primary_sends_it_nothing(tmp_path: Path) -> None:
+    """A dead node (offline, fenced) is not asked to shut its guest down: a call there would
+    wait out the connection or, if it half answers, the whole shutdown timeout before the
+    instance starts elsewhere (Ganeti's RPC layer answers for an offline node at once)."""
+    rpc = Recorder([], "")
+    config = build_config()
+    inst = config.find_instance("drbd0.example.com")
+    dead = config.nodes[inst.primary_node]
+    dead.offline, dead.master_candidate = True, False
+    store = FileStore(tmp_path / "config.json")
+    store.create(config)
+    env = SimpleNamespace(rpc=rpc, store=store)
+    source = config.nodes[inst.primary_node]
+    target = config.nodes[inst.secondary_nodes[0]]
+    said: list[str] = []
+    migration.failover(env, config, inst, target, reason=[], say=said.append,
+                       ignore_consistency=True)
+    assert [c for c in rpc.calls if c[0] == source.name] == []
+    assert rpc.vm_calls()[-1] == (target.name.split(".")[0], "instance_start")
+    assert any(f"Could not shutdown instance {inst.name} on node {source.name}, proceeding"
+               in line and "marked offline" in line for line in said)
+
+
 def _not_running(call: Any) -> Any:
     def wrapped(node: Any, method: str, args: dict[str, Any] | None = None,
                 timeout: float | None = None) -> Any:

@@ -116,6 +116,9 @@ def test_alerts_name_unreachable_nodes_degraded_mirrors_and_failed_repairs() -> 
     assert all(r["mtotal"] == 4096 for r in healthy["nodes"])
     unreachable_maintd = overview.build(config, snapshot(config, None), [], None, "no maintd")
     assert [a["kind"] for a in unreachable_maintd["alerts"]] == ["maintd"]
+    config.maintenance.node_recovery = False  # the cluster's switch: said while it is off
+    switched_off = overview.build(config, snapshot(config, None), [], {"incidents": []}, None)
+    assert [a["kind"] for a in switched_off["alerts"]] == ["node-recovery-off"]
 
 
 def test_samples_keep_an_hour_per_node() -> None:

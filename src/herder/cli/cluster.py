@@ -230,6 +230,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
             "balance threshold": config.maintenance.balance_threshold,
             "balance disk moves": config.maintenance.balance_disk_moves,
             "balance dynamic load": config.maintenance.balance_dynamic_load,
+            "node recovery": config.maintenance.node_recovery,
             "incidents": len(config.maintenance.incidents),
         },
     }
@@ -437,6 +438,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
               help="Let balancing move secondaries (default yes; no: primaries only).")
 @click.option("--auto-balance-dynamic-load", type=YES_NO,
               help="Balance with the agents' cpu-avg-load as dynamic load (hbal --mond).")
+@click.option("--maintenance-node-recovery", type=YES_NO,
+              help="Let maintd fence dead nodes and recover their instances (default yes; "
+              "docs/ha.md \"Node failure\").")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
 @click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
@@ -453,7 +457,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            maintenance_interval: int | None, maintd_harep: str | None,
            auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
-           auto_balance_dynamic_load: str | None, diagnose_command: str | None,
+           auto_balance_dynamic_load: str | None, maintenance_node_recovery: str | None,
+           diagnose_command: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
 
@@ -515,6 +520,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_balance_disk_moves"] = bool(yes_no(auto_balance_disk_moves))
     if auto_balance_dynamic_load is not None:
         fields["maint_balance_dynamic_load"] = bool(yes_no(auto_balance_dynamic_load))
+    if maintenance_node_recovery is not None:
+        fields["maint_node_recovery"] = bool(yes_no(maintenance_node_recovery))
     if diagnose_command is not None:
         fields["diagnose_data_collector_filename"] = diagnose_command
     if new_name:

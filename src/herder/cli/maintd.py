@@ -170,19 +170,32 @@ def maintd_url(ctx: click.Context, url: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print /1/status as JSON.")
 @click.pass_context
 def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
-    """List a running maintd's incidents."""
-    incidents = call(f"{maintd_url(ctx, url)}/1/status", "maintd")
+    """List a running maintd's incidents (and, from herder's maintd, whether it handles dead
+    nodes)."""
+    base = maintd_url(ctx, url)
+    incidents = call(f"{base}/1/status", "maintd")
     if as_json:
         click.echo(json.dumps(incidents, indent=1))
         return
+    try:  # herder's extension (a Ganeti maintd has none): node names, node failures
+        overview = call(f"{base}/1/overview", "maintd")
+    except HerderError:
+        overview = {}
+    names = overview.get("node_names") or {}
     for inc in incidents:
         jobs = ",".join(str(j) for j in inc.get("jobs", [])) or "-"
         what = f"  instance {inc['instance']}" if inc.get("instance") else ""
         original = inc.get("original")
         if inc["action"] == "node-failed" and isinstance(original, dict):
             what = f"  {original.get('step')}: {original.get('detail')}"  # maintd.nodefail
-        click.echo(f"{inc['uuid']}  {inc['node']:20} {inc['action']:18} "
+        node = names.get(inc["node"]) or inc["node"]
+        click.echo(f"{inc['uuid']}  {node:20} {inc['action']:18} "
                    f"{inc['repair-status']:10} jobs {jobs}  {inc['tag']}{what}")
+    failures = overview.get("node_failures")
+    if isinstance(failures, dict):
+        click.echo(f"node failures: {failures.get('state')}")
+        for note in failures.get("notes") or []:
+            click.echo(f"  {note}")
 
 
 @maintd.command()

@@ -45,8 +45,9 @@ NODE_ANNOUNCE = Rule("node-announce", True, "the body signed with the announce k
                      "this node, fresh and never replayed (it changes masterd's record of "
                      "unreachable nodes only: the node is tried again)")
 NODE_LEASE = Rule("node-lease", True, "the body signed with the node-lease key for this node, "
-                  "fresh and never replayed; on noded also the TLS client certificate of that "
-                  "very node (it changes the record of when the node last renewed its lease)")
+                  "its counter above the node's last one, over TLS showing that very node's "
+                  "certificate (it changes the record of when the node last renewed its "
+                  "lease)")
 WEB_LOGIN = Rule("web-login", True, "the web console's login (a RAPI user's name and password "
                  "from this server's own origin) and logout (the session's CSRF token)")
 RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, NODE_CONSOLE, MOND_REPAIR, NOTIFICATION,

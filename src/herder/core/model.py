@@ -593,6 +593,9 @@ class Maintenance(Base, kw_only=True):
     balance_disk_moves: bool = msgspec.field(name="balanceDiskMoves", default=True)
     # herder: use the agents' cpu-avg-load as dynamic load in the balance score (hbal --mond)
     balance_dynamic_load: bool = msgspec.field(name="balanceDynamicLoad", default=False)
+    # herder: maintd handles dead nodes (fence, recover: maintd.nodefail); the cluster's off
+    # switch beside maintd's --no-node-recovery
+    node_recovery: bool = msgspec.field(name="nodeRecovery", default=True)
     evacuated: list[str] = msgspec.field(default_factory=list)
     incidents: list[Incident] = msgspec.field(default_factory=list)
     diagnose_command: str = msgspec.field(name="diagnoseCommand", default="")

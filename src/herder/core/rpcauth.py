@@ -22,7 +22,7 @@ import hmac
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -151,3 +151,58 @@ def check_call(key: bytes | Sequence[bytes], body: bytes, *, method: str, node: 
     if replay is not None:
         replay.admit(call.nonce, call.time, current)
     return call.args
+
+
+class StaleCounter(SignatureError):
+    """A sender's counter is not above the last one accepted from it (`last`: that one)."""
+
+    def __init__(self, sender: str, counter: int, last: int) -> None:
+        super().__init__(f"counter {counter} of {sender} is not above the last one accepted "
+                         f"({last}): replayed or out of order")
+        self.last = last
+
+
+class Counters:
+    """The newest counter accepted from each sender, in place of a nonce cache for calls one
+    sender repeats all the time (a node's lease renewals: one number a node, whatever the
+    rate). A call is taken only with a counter above its sender's last one: a captured call
+    cannot be replayed, an older one not slipped in after a newer one. The sender counts up
+    from its clock in nanoseconds; one whose clock went back is refused with the last counter
+    (`StaleCounter.last`) and counts on from there."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def admit(self, sender: str, counter: object) -> None:
+        """Take `counter` of `sender` (from its signed arguments); SignatureError when it is
+        no counter, StaleCounter when it is not above the last one."""
+        if not isinstance(counter, int) or isinstance(counter, bool) or counter < 0:
+            raise SignatureError("malformed signed call: its counter is not a natural number")
+        with self._lock:
+            last = self._last.get(sender)
+            if last is not None and counter <= last:
+                raise StaleCounter(sender, counter, last)
+            self._last[sender] = counter
+
+
+class CounterSource:
+    """A sender's side of `Counters`: strictly increasing, from its clock in nanoseconds."""
+
+    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
+        self.clock = clock
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, self.clock())
+            return self._last
+
+    def catch_up(self, last: int) -> None:
+        """A receiver accepted `last` already (this clock went back): count on from it."""
+        with self._lock:
+            self._last = max(self._last, last)

@@ -753,6 +753,7 @@ class Maintd:
 
     def overview(self) -> dict[str, Any]:
         return {"incidents": self.status(), "jobs": list(self.state.jobs),
+                "node_names": {n.uuid: n.name for n in self.nodes},
                 "evacuated": list(self.state.evacuated), "reports": self.reports(),
                 "notes": list(self.notes), "rounds": self.rounds, "ticks": self.ticks,
                 # requests to the cluster's API so far (the Ganeti adapter counts them)
@@ -760,7 +761,11 @@ class Maintd:
                 "error": self.last_error,
                 "last_tick": self.last_tick,
                 "restarts": {k: len(v) for k, v in sorted(self.restarts.items())},
-                "balance": dict(self.last_balance), "notifications": self.notifications()}
+                "balance": dict(self.last_balance), "notifications": self.notifications(),
+                # dead nodes (maintd.nodefail): on, off (and by what), what was said lately
+                "node_failures": (self.node_failures.summary() if self.node_failures
+                                  is not None else {"state": "off (maintd --no-node-recovery"
+                                                    " or no leases to watch)", "notes": []})}
 
 
 def observations_of(reports: Mapping[str, Any]) -> dict[str, Observation]:

@@ -10,6 +10,8 @@ them, so a restarted maintd goes on where it stopped):
     offline -> offlining -> fencing (OOB power-off, confirmed by power-status)
                          -> waiting (no OOB: until last alive + lease + watchdog + 1 s)
             -> recover -> recovering -> completed | failed
+    (the node online again) -> resyncing (activate-disks of the DRBD instances it is the
+            secondary of) -> forgotten
 
 Nothing is restarted before the fence is confirmed; an unconfirmed fence fails the incident.
 The planning (`suspects`, `decide`, `plan_recovery`) is pure; `NodeFailures` does the I/O
@@ -214,6 +216,14 @@ class NodeFailures:
         self.failure_time = failure_time
         self.notes: dict[str, str] = {}  # node -> the last thing said about it (the page)
         self.unsupported = ""  # masterd has no leases (an older one, or a Ganeti cluster)
+        self.off = False  # the cluster's setting (maintenance nodeRecovery) turned it off
+
+    def summary(self) -> dict[str, Any]:
+        """What the status page and `maintd status` say about node failures."""
+        state = ("off (cluster setting nodeRecovery)" if self.off
+                 else f"no leases: {self.unsupported}" if self.unsupported else "on")
+        return {"state": state, "failure_time": self.failure_time,
+                "notes": [self.notes[n] for n in sorted(self.notes)]}
 
     async def tick(self, incidents: list[model.Incident]) -> bool:
         """Look for failed nodes and advance their incidents; whether anything changed."""
@@ -225,16 +235,60 @@ class NodeFailures:
             self.unsupported = str(err)
             return False
         self.unsupported = ""
+        if leases.get("node_recovery") is False:  # the cluster's switch: nothing is done
+            if not self.off:
+                log.warning("node failures: off by the cluster's setting (herder cluster "
+                            "modify --maintenance-node-recovery no); active incidents wait")
+            self.off = True
+            return False
+        if self.off:
+            log.info("node failures: on again by the cluster's setting")
+        self.off = False
         nodes = await asyncio.to_thread(self.cluster.nodes)
         changed = await self._detect(nodes, leases, incidents)
         for inc in active(incidents):
             changed |= await self._advance(inc, nodes, float(leases["lease"]))
         by_uuid = {n.uuid: n for n in nodes}
         for inc in [i for i in incidents if i.action == NODE_FAILED and forgettable(i, by_uuid)]:
-            log.info("forgetting node-failed incident %s: its node is back", inc.uuid)
-            incidents.remove(inc)
-            changed = True
+            before = inc.original
+            if await self._returned(inc, by_uuid[inc.node].name if inc.node in by_uuid
+                                    else None):
+                log.info("forgetting node-failed incident %s: its node is back", inc.uuid)
+                incidents.remove(inc)
+                changed = True
+            changed |= inc.original is not before
         return changed
+
+    async def _returned(self, inc: model.Incident, name: str | None) -> bool:
+        """The node is online again: its DRBD disks resync as the secondary of the instances
+        failed over from it (activate-disks, as Ganeti's watcher runs for an instance whose
+        secondary rebooted: `_CheckDisks`); whether the incident can be forgotten now (those
+        jobs ended, or there were none)."""
+        state = inc.original if isinstance(inc.original, dict) else {}
+        if name is None:
+            return True
+        if "resync_jobs" not in state:
+            instances = await asyncio.to_thread(self.cluster.instances)
+            jobs = {}
+            for inst in resync_instances(name, instances):
+                jobs[inst.name] = await asyncio.to_thread(self.cluster.submit, [
+                    {"OP_ID": "OP_INSTANCE_ACTIVATE_DISKS", "instance_name": inst.name,
+                     "reason": [[reason.MAINTD, inc.uuid, time.time_ns()]]}])
+            inc.original = {**state, "resync_jobs": jobs}
+            self._step(inc, "resyncing" if jobs else "returned",
+                       f"{name} is online again; " + (
+                           f"its DRBD disks resync as the secondary of {', '.join(jobs)}"
+                           if jobs else "nothing of it to resync"))
+            return not jobs
+        infos = {n: await self._job(int(j)) for n, j in state["resync_jobs"].items()}
+        if any(i is not None and i.get("status") in UNFINISHED for i in infos.values()):
+            return False
+        bad = [f"{n}: {_job_error(i) if i else 'the job vanished'}" for n, i in infos.items()
+               if i is None or i.get("status") != "success"]
+        if bad:
+            log.error("node-failed incident %s: activating disks after %s's return failed: "
+                      "%s", inc.uuid, name, "; ".join(bad))
+        return True
 
     async def _detect(self, nodes: list[Node], leases: Mapping[str, Any],
                       incidents: list[model.Incident]) -> bool:
@@ -391,6 +445,13 @@ class NodeFailures:
             self._step(inc, "done", summary)
             incident_lifecycle.set_status(inc, "completed")
         return True
+
+
+def resync_instances(node: str, instances: Sequence[Instance]) -> list[Instance]:
+    """The instances whose DRBD disks a returning node holds as their secondary, with their
+    disks active (Ganeti's watcher: `_CheckDisks` on a node whose boot id changed)."""
+    return sorted((i for i in instances if node in i.snodes and i.disk_template == "drbd"
+                   and i.disks_active), key=lambda i: i.name)
 
 
 def _free_memory(details: Mapping[str, Any]) -> int | None:

@@ -268,6 +268,7 @@ a RAPI user that may write, or <code>herder maintd cancel UUID</code>.</p>
 <h2>Notifications</h2>
 <table id="notifications"><thead><tr><th>received</th><th>from</th><th>instance</th>
 <th>event</th><th>status</th><th>reason</th></tr></thead><tbody></tbody></table>
+<h2>Node failures</h2><p id="nodefail"></p><ul id="nodefailnotes"></ul>
 <h2>Notes</h2><ul id="notes"></ul>
 <script>
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;',
@@ -282,7 +283,7 @@ async function refresh(){
   document.getElementById('summary').innerHTML='round '+o.rounds+'; running jobs: '+
     (o.jobs.length?o.jobs.join(', '):'none')+(o.error?' <span class="err">'+esc(o.error)+
     '</span>':'');
-  const names={};o.reports.forEach(r=>names[r.node]=r.name);
+  const names=Object.assign({},o.node_names||{});o.reports.forEach(r=>names[r.node]=r.name);
   document.querySelector('#incidents tbody').innerHTML=o.incidents.map(i=>
     '<tr id="inc-'+esc(i.uuid)+'"><td><code>'+esc(i.uuid)+'</code></td><td>'+
     esc(names[i.node]||i.node)+'</td><td>'+esc(i.action)+(i.instance?' instance <code>'+
@@ -302,6 +303,11 @@ async function refresh(){
     esc((n.payload.event||'')+'/'+(n.payload.vir_domain_event||''))+'</td><td>'+
     esc(n.status)+'</td><td>'+esc(n.reason)+'</td></tr>').join('');
   document.getElementById('notes').innerHTML=o.notes.map(n=>'<li>'+esc(n)+'</li>').join('');
+  const nf=o.node_failures||{state:'unknown',notes:[]};
+  document.getElementById('nodefail').textContent='detection and recovery of dead nodes: '+
+    nf.state;
+  document.getElementById('nodefailnotes').innerHTML=nf.notes.map(n=>'<li>'+esc(n)+'</li>')
+    .join('');
 }
 if(secure){document.getElementById('cancelhow').hidden=true;}
 refresh();setInterval(refresh,1000);

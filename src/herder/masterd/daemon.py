@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import envelope, model, ports, serve
+from herder.core import cluster_secrets, envelope, model, ports, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
@@ -167,7 +167,15 @@ class MasterDaemon:
         heap.freeze()  # the shared config and the lock manager: no GC pass walks them again
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        return serve.server_tls(self.secrets.certificate) if self.settings.tls else None
+        """The RAPI's TLS: the cluster certificate; a client may show a certificate of the
+        cluster CA (the current or the retiring one), which binds a node's heartbeat to that
+        node (`masterd.leases.sender_refusal`), and needs none for anything else."""
+        if not self.settings.tls:
+            return None
+        cert = self.secrets.certificate
+        authorities = [path for path in (cert, cluster_secrets.retiring(cert))
+                       if path.is_file()]
+        return serve.server_tls(cert, client_cas=authorities, clients_optional=True)
 
     def depose(self, reason: str) -> None:
         """Stop acting as master (thread-safe): serve() returns, the CLI exits with code 11."""

@@ -3,9 +3,12 @@ sends (`noded.fence`), their ages for maintd, and the master candidates' view of
 (the routes are `masterd.rapi.leases`'s).
 
 - `POST /2/herder/nodes/NAME/heartbeat`: a call of `node_lease` signed for NAME with the
-  `node-lease` purpose key (only holders of the cluster key; each body once, ±300 s). masterd
-  records when it received it and answers the lease time and whether the config has the node
-  offline.
+  `node-lease` purpose key (only holders of the cluster key, ±300 s), over HTTPS from a
+  caller showing NAME's own node certificate (`sender_refusal`: no other node, nor any holder
+  of the cluster key, can keep NAME's lease alive), its counter above NAME's last one
+  (`rpcauth.Counters`: one number a node, where a nonce cache would hold 150,000 nonces at
+  1,000 nodes). masterd records when it received it and answers the lease time and whether
+  the config has the node offline.
 - `GET /2/herder/leases` (RAPI readers): per node the seconds since its last heartbeat, counted
   at most from when this masterd first saw the node (a masterd that just started suspects
   nobody; nor does it suspect a node just added or merged in before it could send one).
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from herder.core import model, rpcauth
+from herder.core import model, node_certs, rpcauth
 from herder.core.errors import RpcError
 from herder.core.noderpc import NodeRpc
 
@@ -43,7 +46,7 @@ class Leases:
 
     keys: Callable[[], list[bytes]]
     clock: Callable[[], float] = time.monotonic
-    replay: rpcauth.ReplayCache = field(default_factory=rpcauth.ReplayCache)
+    counters: rpcauth.Counters = field(default_factory=rpcauth.Counters)  # node UUID -> last
     started: float = field(default=0.0)
     _last: dict[str, float] = field(default_factory=dict)
     _first_seen: dict[str, float] = field(default_factory=dict)  # asked about, never heard from
@@ -72,6 +75,28 @@ class Leases:
                     last = self._first_seen.setdefault(uuid, now)
                 out[uuid] = now - max(last, self.started)
             return out
+
+
+def sender_refusal(config: model.ConfigData, node: model.Node,
+                   shown: bytes | None) -> str | None:
+    """Why a heartbeat for `node` from a caller showing the certificate `shown` (DER; None:
+    none, or plain HTTP) is refused; None: it is `node`'s own (its current certificate, or
+    the new one of a rotation), or the cluster issued no node certificates (imported from
+    Ganeti, until its renew-crypto: the signature alone, as before)."""
+    c = config.cluster
+    if not c.node_certs and not c.node_certs_renewing:
+        return None
+    if shown is None:
+        return f"a heartbeat must come over HTTPS with {node.name}'s node certificate"
+    digest = node_certs.digest_der(shown)
+    if digest in (c.node_certs.get(node.uuid), c.node_certs_renewing.get(node.uuid)):
+        return None
+    owner = next((config.node_name(u) for table in (c.node_certs, c.node_certs_renewing)
+                  for u, d in table.items() if d == digest), None)
+    if owner is not None:
+        return f"the certificate is node {owner}'s, not {node.name}'s"
+    return "the client certificate is not one of the cluster's node certificates " \
+           "(revoked or unknown)"
 
 
 def liveness_votes(config: model.ConfigData, node: model.Node,

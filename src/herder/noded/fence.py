@@ -14,6 +14,11 @@ While the lease is valid noded pets the watchdog the node parameters name (`watc
 once, refuses to start one (`refusal`) until it holds the lease again, and stops petting: the
 watchdog resets the node.
 
+Every renewal carries a counter (`rpcauth.CounterSource`: strictly increasing), which the
+master and each candidate take only above the node's last one (`rpcauth.Counters`), and is
+sent over TLS with the node's own certificate, which they check against NAME: only the node
+itself keeps its lease alive.
+
 The candidates' side: `POST /lease/NAME` takes a call of `node_lease` signed for NAME with the
 node-lease key from a caller showing NAME's own node certificate, refuses a node the ssconf has
 offline, and records when NAME asked (`witness`); `node_reachable` (a node RPC, the master's)
@@ -125,6 +130,7 @@ class LeaseKeeper:
         self.last_renewal = ""  # how the last renewal went (master, candidates, refused)
         self.watchdog: Watchdog | None = None
         self._no_watchdog = ""  # why the watchdog could not be opened (said once)
+        self.counter = rpcauth.CounterSource()
         self._stop = threading.Event()
         self._expiry = threading.Lock()  # both threads check the lease's end
         self._threads: list[threading.Thread] = []
@@ -286,8 +292,22 @@ class LeaseKeeper:
         keys = self.daemon.hmac_keys()
         if not keys:
             raise HerderError("the node has no cluster key")
-        return rpcauth.sign_call(keys[0], METHOD, self.name, {},
+        return rpcauth.sign_call(keys[0], METHOD, self.name, {"counter": self.counter.next()},
                                  purpose=purpose_keys.NODE_LEASE)
+
+    def _caught_up(self, answer: httpx.Response) -> bool:
+        """A 409 naming the last counter taken (this node's clock went back): count on from
+        it; whether it was one."""
+        if answer.status_code != 409:
+            return False
+        try:
+            last = answer.json().get("counter")
+        except ValueError:
+            return False
+        if not isinstance(last, int) or isinstance(last, bool):
+            return False
+        self.counter.catch_up(last)
+        return True
 
     def _client(self) -> httpx.Client:
         trust = self.daemon.trust
@@ -309,6 +329,8 @@ class LeaseKeeper:
         try:
             with self._client() as http:
                 answer = http.post(url, content=self._body())
+                if self._caught_up(answer):  # once more, above the counter it named
+                    answer = http.post(url, content=self._body())
         except (httpx.HTTPError, OSError, ssl.SSLError, HerderError):
             return None
         if answer.status_code != 200:
@@ -335,10 +357,12 @@ class LeaseKeeper:
         def ask(item: tuple[str, str]) -> bool:
             _, ip = item
             host = f"[{ip}]" if ":" in ip else ip
+            url = f"https://{host}:{self.noded_port}/lease/{self.name}"
             try:
                 with self._client() as http:
-                    answer = http.post(f"https://{host}:{self.noded_port}/lease/{self.name}",
-                                       content=self._body())
+                    answer = http.post(url, content=self._body())
+                    if self._caught_up(answer):
+                        answer = http.post(url, content=self._body())
             except (httpx.HTTPError, OSError, ssl.SSLError, HerderError):
                 return False
             return answer.status_code == 200
@@ -359,7 +383,7 @@ class Witness:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.replay = rpcauth.ReplayCache()
+        self.counters = rpcauth.Counters()  # node name -> its last renewal's counter
         self._asked: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -400,9 +424,15 @@ def add_routes(app: web.Application, daemon: NodeDaemon, routes: access.Routes) 
             if caller is not None and caller != name:
                 return refuse(403, f"refused: the certificate is node {caller}'s, not {name}'s")
         try:
-            rpcauth.check_call(daemon.hmac_keys(), await request.read(), method=METHOD,
-                               node=name, replay=daemon.witness.replay,
-                               purpose=purpose_keys.NODE_LEASE)
+            args = rpcauth.check_call(daemon.hmac_keys(), await request.read(), method=METHOD,
+                                      node=name, replay=None, purpose=purpose_keys.NODE_LEASE)
+            daemon.witness.counters.admit(name, args.get("counter")
+                                          if isinstance(args, dict) else None)
+        except rpcauth.StaleCounter as err:  # the node counts on from this one
+            log.warning("refused a lease renewal for %s from %s: %s", name, request.remote, err)
+            return web.Response(status=409, body=_encode({"error": f"refused: {err}",
+                                                          "counter": err.last}),
+                                content_type="application/json")
         except SignatureError as err:
             return refuse(403, f"refused: {err}")
         candidates = ssconf.read_lines("master_candidates", daemon.data_dir) or []

@@ -126,6 +126,13 @@ def drbd_scenarios(version: str) -> dict[str, tuple[Any, list[list[Any]]]]:
         "assemble: connected to the wrong peer": (
             drbd_state(version), [["assemble", disk, False],
                                   ["assemble", drbd_disk(remote_ip="192.0.2.3"), False]]),
+        "a dead primary's return: the survivor, primary, waiting for its peer": (
+            drbd_state(version, cs="WFConnection", roles="Primary/Unknown",
+                       disks="UpToDate/DUnknown"),
+            [["assemble", disk, True], ["find", disk], ["mirror_status", [disk]]]),
+        "a dead primary's return: its free minor assembled as secondary resyncs": (
+            {**drbd_state(version), "peer": {"role": "Primary", "ahead": True}},
+            [["assemble", disk, False], ["find", disk], ["mirror_status", [disk]]]),
         "role swap: primary, secondary": (
             drbd_state(version, **configured),
             [["open", [disk], True], ["close", [disk]], ["open", [disk], False]]),
@@ -227,3 +234,20 @@ def test_drbd9_kernel_refused_with_ganetis_message() -> None:
     if harness.ganeti_available():
         theirs = harness.run_ganeti(state, calls)
         assert message in theirs["errors"][0]
+
+
+def test_a_returning_secondary_attaches_connects_and_resyncs() -> None:
+    """The return's scenarios are worth something only if they show the resync: the
+    returning node attaches its disks and connects to the survivor, then reports itself
+    resyncing (SyncTarget); the survivor reports its mirror degraded until then."""
+    scenarios = drbd_scenarios("8.4")
+    back = harness.run_herder(*scenarios[
+        "a dead primary's return: its free minor assembled as secondary resyncs"])
+    verbs = [c[1] for c in back["commands"] if c[0] == "drbdsetup"]
+    assert verbs.index("attach") < verbs.index("connect")
+    status = back["results"][1]
+    assert status[3] == 34.9 and status[5] is True  # sync_percent, is_degraded
+    survivor = harness.run_herder(*scenarios[
+        "a dead primary's return: the survivor, primary, waiting for its peer"])
+    assert not any(c[:2] == ["drbdsetup", "connect"] for c in survivor["commands"])
+    assert survivor["results"][1][5] is True

@@ -43,6 +43,9 @@ def new_state(drbd: str | None = "8.4") -> dict[str, Any]:
         "meta_sectors": 262144,  # 128 MiB
         "fail": [],  # argv prefixes (space-joined) that fail
         "next_kernel_minor": 0,
+        # the DRBD peer a `connect` finds ({"role": "Primary", "ahead": true}: a primary that
+        # wrote while this node was away, so this node resyncs from it); None: a secondary
+        "peer": None,
     }
 
 
@@ -263,8 +266,13 @@ class World:
         elif verb in ("connect", "net"):
             local, remote = rest[1:3] if verb == "connect" else rest[0:2]
             minor.update(cs="Connected", laddr=self._address(local), raddr=self._address(remote))
-            minor["roles"] = minor["roles"].split("/")[0] + "/Secondary"
+            peer = self.state.get("peer")  # the peer's role and disk, when it is not the default
+            minor["roles"] = minor["roles"].split("/")[0] + "/" + (peer or {}).get(
+                "role", "Secondary")
             minor["disks"] = minor["disks"].split("/")[0] + "/UpToDate"
+            if (peer or {}).get("ahead"):  # its bitmap has writes this node missed: a resync
+                minor.update(cs="SyncTarget", sync=True)
+                minor["disks"] = "Inconsistent/UpToDate"
         elif verb == "primary":
             minor["roles"] = "Primary/" + minor["roles"].split("/")[1]
         elif verb == "secondary":

@@ -57,7 +57,7 @@ def apply_ipolicy(policy: model.IPolicy | model.IPolicyOverride, changes: dict[s
 
 # maintenance settings an opcode field maint_<name> changes
 MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_threshold",
-                  "balance_disk_moves", "balance_dynamic_load")
+                  "balance_disk_moves", "balance_dynamic_load", "node_recovery")
 
 
 def apply_os_lists(op: opcodes.OpClusterSetParams, c: model.Cluster) -> None:

@@ -47,12 +47,13 @@ def disk_nodes(inst: model.Instance, disk: model.Disk) -> list[str]:
     return [inst.primary_node]
 
 
-def node_call(env: Any, node: model.Node, method: str, args: dict[str, Any]) -> Any:
+def node_call(env: Any, node: model.Node, method: str, args: dict[str, Any],
+              timeout: float | None = None) -> Any:
     """A node RPC, but none to a node marked offline: Ganeti's RPC layer answers for it
     ("node is marked offline") and the callers treat that as they treat an offline node."""
     if node.offline:
         raise RpcError(f"node {node.name}: {method} not sent: the node is marked offline")
-    return env.rpc.call(node, method, args)
+    return env.rpc.call(node, method, args, timeout=timeout)
 
 
 def _node(config: model.ConfigData, node_uuid: str) -> model.Node:

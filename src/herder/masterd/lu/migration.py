@@ -227,10 +227,10 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
                 raise OpExecError(f"Disk {index} is degraded on target node, aborting "
                                   "failover")
     say(f"* shutting down instance {inst.name} on source node {source.name}")
-    try:
-        env.rpc.call(source, "instance_shutdown", {**args, "timeout": shutdown_timeout,
-                                                   "instance": instance_payload(config, inst)},
-                     timeout=shutdown_timeout + 60)
+    try:  # not sent to an offline source (a dead node): no shutdown timeout waited out there
+        disks.node_call(env, source, "instance_shutdown", {
+            **args, "timeout": shutdown_timeout, "instance": instance_payload(config, inst)},
+            timeout=shutdown_timeout + 60)
     except HerderError as err:
         if not (ignore_consistency or source.offline):
             raise OpExecError(f"Could not shutdown instance {inst.name} on node "

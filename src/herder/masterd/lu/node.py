@@ -142,6 +142,16 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         return node.uuid
 
 
+def self_promotion(config: model.ConfigData, node: model.Node) -> bool:
+    """Whether `node`, set online or undrained, should become a master candidate again
+    (Ganeti's _DecideSelfPromotion): fewer candidates than the pool size wants, counting the
+    node among the possible ones."""
+    possible = sum(1 for n in config.nodes.values()
+                   if n.uuid != node.uuid and n.master_capable and not (n.offline or n.drained))
+    current = sum(1 for n in config.nodes.values() if n.master_candidate)
+    return current < min(possible + 1, config.cluster.candidate_pool_size)
+
+
 class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
     """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
     offline/drained nodes stop being master candidates; one change of role at a time."""
@@ -195,6 +205,11 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
         changes: list[list[str]] = []
         with self.env.store.update() as config:
             node = config.find_node(op.node_name)
+            promote = op.master_candidate is None and not node.master_candidate and (
+                op.offline is False or op.drained is False
+                or (op.master_capable is True and not node.master_capable)) and (
+                op.master_capable if op.master_capable is not None else node.master_capable) \
+                and self_promotion(config, node)
             # Setting one role clears the others (Ganeti's role semantics).
             if (op.offline is True or op.drained is True) and node.master_candidate:
                 node.master_candidate = False
@@ -216,6 +231,11 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
             if node.master_capable is False and node.master_candidate:
                 node.master_candidate = False
                 changes.append(["master_candidate", "False"])
+            if promote and not (node.offline or node.drained):
+                # back online (a dead node's return, demoted by its offline mark)
+                node.master_candidate = True
+                changes.append(["master_candidate", "True"])
+                self.feedback("Auto-promoting node to master candidate")
             if op.secondary_ip is not None:
                 node.secondary_ip = op.secondary_ip or None
                 changes.append(["secondary_ip", op.secondary_ip])

@@ -22,7 +22,7 @@ async def node_announce(request: web.Request) -> web.Response:
     announcements = ctx_of(request).announce
     if announcements is None:
         raise RapiHttpError(503, "this masterd takes no announcements")
-    node = await signed_node(request, announcements.keys(), announcements.replay,
+    node, _ = await signed_node(request, announcements.keys(), announcements.replay,
                              announce.METHOD, purpose_keys.NODE_ANNOUNCE, "announcement")
     down = announcements.reachability.down(node.uuid)
     announcements.reachability.seen(node.uuid)

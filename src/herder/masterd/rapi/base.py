@@ -157,20 +157,30 @@ async def body_of(request: web.Request, *, default: object = None) -> object:
         raise RapiHttpError(400, str(err)) from None
 
 
-async def signed_node(request: web.Request, keys: list[bytes], replay: rpcauth.ReplayCache,
-                      method: str, purpose: str, what: str) -> model.Node:
+async def signed_node(request: web.Request, keys: list[bytes],
+                      replay: rpcauth.ReplayCache | None, method: str, purpose: str,
+                      what: str) -> tuple[model.Node, object]:
     """The node named in the URL whose call of `method` the body is, signed for it with the
-    `purpose` key (403 `what` refused, with the reason), and known to the config (404)."""
+    `purpose` key (403 `what` refused, with the reason), and known to the config (404); and
+    the call's arguments. `replay` None: the caller checks freshness itself (a counter)."""
     name = request.match_info["name"]
     try:
-        rpcauth.check_call(keys, await request.read(), method=method, node=name,
-                           replay=replay, purpose=purpose)
+        args = rpcauth.check_call(keys, await request.read(), method=method, node=name,
+                                  replay=replay, purpose=purpose)
     except SignatureError as err:
         raise RapiHttpError(403, f"{what} refused: {err}") from None
     node = next((n for n in config_of(request).nodes.values() if n.name == name), None)
     if node is None:
         raise RapiHttpError(404, f"node {name} is not a node of the cluster")
-    return node
+    return node, args
+
+
+def peer_certificate(request: web.Request) -> bytes | None:
+    """The client certificate (DER) the caller showed on this HTTPS connection; None over
+    plain HTTP or when it showed none."""
+    tls = request.transport.get_extra_info("ssl_object") if request.transport else None
+    shown = tls.getpeercert(binary_form=True) if tls is not None else None
+    return shown or None
 
 
 def body_dict(value: object) -> dict[str, object]:

@@ -39,6 +39,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
                 "balance": "maint_balance", "balanceThreshold": "maint_balance_threshold",
                 "balanceDiskMoves": "maint_balance_disk_moves",
                 "balanceDynamicLoad": "maint_balance_dynamic_load",
+                "nodeRecovery": "maint_node_recovery",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
 

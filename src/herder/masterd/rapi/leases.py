@@ -1,9 +1,11 @@
 """The nodes' liveness leases on RAPI (`masterd.leases`: what they are; herder's routes, not
 Ganeti's: docs/compat.md):
 
-- `POST /2/herder/nodes/NAME/heartbeat`: a node renewing its lease, checked here by the
-  signature of the body (`access.NODE_LEASE`), not by the middleware;
-- `GET /2/herder/leases` (RAPI readers): the seconds since each node's last heartbeat;
+- `POST /2/herder/nodes/NAME/heartbeat`: a node renewing its lease, checked here (the
+  signature of the body, NAME's own node certificate, its counter: `access.NODE_LEASE`), not
+  by the middleware; a counter not above the last one is 409 with that one (`counter`);
+- `GET /2/herder/leases` (RAPI readers): the seconds since each node's last heartbeat, and the
+  cluster's switch of node recovery (maintenance `nodeRecovery`), which maintd reads with them;
 - `GET /2/herder/nodes/NAME/liveness` (RAPI readers): the other master candidates' view of
   NAME.
 """
@@ -14,7 +16,8 @@ import asyncio
 
 from aiohttp import web
 
-from herder.core import access, purpose_keys
+from herder.core import access, purpose_keys, rpcauth
+from herder.core.errors import SignatureError
 from herder.masterd import leases as node_leases
 from herder.masterd.rapi.base import (
     ROUTES,
@@ -23,6 +26,7 @@ from herder.masterd.rapi.base import (
     ctx_of,
     find,
     ok,
+    peer_certificate,
     signed_node,
     takes,
 )
@@ -39,8 +43,20 @@ def leases_of(request: web.Request) -> node_leases.Leases:
 @takes(body=True)
 async def node_heartbeat(request: web.Request) -> web.Response:
     leases = leases_of(request)
-    node = await signed_node(request, leases.keys(), leases.replay, node_leases.METHOD,
-                             purpose_keys.NODE_LEASE, "heartbeat")
+    node, args = await signed_node(request, leases.keys(), None, node_leases.METHOD,
+                                   purpose_keys.NODE_LEASE, "heartbeat")
+    refused = node_leases.sender_refusal(config_of(request), node, peer_certificate(request))
+    if refused is not None:
+        raise RapiHttpError(403, f"heartbeat refused: {refused}")
+    counter = args.get("counter") if isinstance(args, dict) else None
+    try:
+        leases.counters.admit(node.uuid, counter)
+    except rpcauth.StaleCounter as err:  # the node counts on from `counter`
+        body = {"code": 409, "message": "Conflict", "explain": f"heartbeat refused: {err}",
+                "counter": err.last}
+        return web.json_response(body, status=409)
+    except SignatureError as err:
+        raise RapiHttpError(403, f"heartbeat refused: {err}") from None
     leases.renewed(node.uuid)
     return ok({"node": node.name, "offline": node.offline, "lease": node_leases.LEASE_TIME})
 
@@ -52,6 +68,8 @@ async def lease_ages(request: web.Request) -> web.Response:
     ages = leases.ages(list(config.nodes))
     return ok({"lease": node_leases.LEASE_TIME, "renew": node_leases.RENEW_PERIOD,
                "masterd_age": leases.clock() - leases.started,
+               # the cluster's switch (maintenance `nodeRecovery`), read with the leases
+               "node_recovery": config.maintenance.node_recovery,
                "nodes": {config.nodes[u].name: round(age, 3) for u, age in ages.items()}})
 
 

@@ -9,7 +9,9 @@ Alerts, each `{kind, subject, message}`:
 - `incident`: any other open maintd incident (a node's self-diagnose is not Ok);
 - `daemon`: a herder daemon expected on a node is not running (or over its memory limit), as
   that node's mond's daemon collector says (masterd's latest sample of the node);
-- `maintd`: maintd cannot be asked, or its last round failed.
+- `maintd`: maintd cannot be asked, or its last round failed;
+- `node-recovery-off`: the cluster's switch (maintenance `nodeRecovery`) has maintd leave dead
+  nodes alone (no fence, no recovery): an operator should know while it lasts.
 """
 
 from __future__ import annotations
@@ -139,6 +141,11 @@ def alerts(config: model.ConfigData, nodes: list[NodeRow],
                                      f"{', '.join(lost)} out of reach"})
     if maintd_error:
         found.append({"kind": "maintd", "subject": "maintd", "message": maintd_error})
+    if not config.maintenance.node_recovery:
+        found.append({"kind": "node-recovery-off", "subject": "maintd",
+                      "message": "node recovery is off (herder cluster modify "
+                                 "--maintenance-node-recovery yes): dead nodes are neither "
+                                 "fenced nor their instances restarted"})
     return found
 
 
