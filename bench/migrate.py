@@ -103,7 +103,8 @@ def main() -> None:
     try:
         node1, node2 = (node.name for node in state.nodes)
         _herder(state, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
-                "herder-guest", "--disk", "64M", "-B", "maxmem=128,minmem=128", "-n", node1)
+                "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-B", "maxmem=128,minmem=128",
+                "-n", node1)
         deadline = time.monotonic() + 300
         while _heartbeat(state, node1) is None:
             if time.monotonic() > deadline:

@@ -79,6 +79,26 @@ def test_report_all_only_the_named_reports(ctx: CollectContext) -> None:
         assert mond.get("/1/report/all?only=")[:2] == (200, [])
 
 
+def test_report_all_only_is_deduplicated_and_bounded(ctx: CollectContext) -> None:
+    """Issue 35 item 11: a name repeated (in one `only=` or in several) is answered once, so
+    a small request cannot ask for the same report hundreds of times; more names than
+    `MAX_ONLY` is a 400."""
+    from herder.mond.server import MAX_ONLY
+
+    with running_mond(ctx, FAST) as mond:
+        mond.wait_for(lambda: ready(mond))
+        repeated = ",".join(["storage/steady", "default/perf"] * (MAX_ONLY // 2))
+        code, reports, _ = mond.get(f"/1/report/all?verbose=1&only={repeated}")
+        assert code == 200 and [r["name"] for r in reports] == ["steady", "perf"]
+        code, reports, _ = mond.get("/1/report/all?only=default/perf&only=storage/steady"
+                                    "&only=default/perf")
+        assert code == 200 and [r["name"] for r in reports] == ["perf", "steady"]
+        too_many = ",".join(f"storage/x{i}" for i in range(MAX_ONLY + 1))
+        code, answer, ctype = mond.get(f"/1/report/all?only={too_many}")
+        assert code == 400 and ctype.startswith("application/json")
+        assert f"at most {MAX_ONLY}" in answer["message"]
+
+
 def test_failing_collectors_are_isolated(ctx: CollectContext) -> None:
     with running_mond(ctx, FAST) as mond:
         mond.wait_for(lambda: ready(mond))

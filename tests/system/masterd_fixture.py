@@ -31,8 +31,21 @@ def make_cluster(directory: Path) -> Path:
     if not config.exists():
         herder_cli(config, *INIT)
         for name, ip in NODES:
-            herder_cli(config, "node", "add", name, "--ip", ip)
+            herder_cli(config, "node", "add", name, "--ip", ip, "--no-node-check")
     return config
+
+
+def add_plain_instance(directory: Path, name: str = "web1.example.com",
+                       node: str = "node2") -> None:
+    """A plain instance (a config entry, no disk anywhere) in the cluster `start_masterd(
+    directory)` serves: for the routes that refuse or queue before any node is asked."""
+    from herder.core.store import FileStore
+    from tests.conftest import build_config
+
+    with FileStore(make_cluster(directory / "cluster")).update() as config:
+        plain = build_config(nodes=1, drbd_instances=0).instances.popitem()[1]
+        plain.name, plain.primary_node = name, config.find_node(node).uuid
+        config.instances[plain.uuid] = plain
 
 
 @dataclass

@@ -181,7 +181,7 @@ def test_modify_errors_are_one_line_and_write_nothing(cluster, args, message: st
 
 def test_node_lifecycle_keeps_uuid_across_rename(cluster) -> None:
     assert cluster("node", "add", "node2.example.com", "--ip", "192.0.2.12",
-                   "--secondary-ip", "198.51.100.12").code == 0
+                   "--secondary-ip", "198.51.100.12", "--no-node-check").code == 0
     uuid = json.loads(cluster("node", "info", "node2", "--json").out)[0]["uuid"]
     assert cluster("node", "modify", "node2", "--rename", "node9.example.com").code == 0
     info = json.loads(cluster("node", "info", uuid, "--json").out)[0]
@@ -228,7 +228,7 @@ def test_groups(cluster) -> None:
     assert cluster("group", "add", "rack2", "--alloc-policy", "last_resort",
                    "--node-parameters", "spindle_count=4").code == 0
     assert cluster("node", "add", "node2.example.com", "--ip", "192.0.2.12",
-                   "--group", "rack2").code == 0
+                   "--group", "rack2", "--no-node-check").code == 0
     assert cluster("group", "modify", "rack2", "--ipolicy-vcpu-ratio", "2",
                    "--rename", "rack-two").code == 0
     info = json.loads(cluster("group", "info", "rack-two", "--json").out)[0]

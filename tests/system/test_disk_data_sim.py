@@ -13,14 +13,25 @@ module (a start costs ~15 s: the disk changes share it)."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from tests import simaddresses
-from tests.simhelpers import LIBVIRT_URI, config, herder, running_sim
+from tests.simhelpers import (
+    LIBVIRT_URI,
+    client_env,
+    config,
+    domains,
+    herder,
+    running_sim,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +107,8 @@ def write_then_check(sim, name: str, move: list[str]) -> tuple[str, str]:
 
 def add(sim, name: str, template: str, disk: str, node: str = "node1") -> None:
     herder(sim, "instance", "add", name, "--no-name-check", "-t", template, "-o",
-           "debootstrap+default", "--disk", disk, "-n", f"{node}.sim.herder.test")
+           "debootstrap+default", "--disk", disk, "-n", f"{node}.sim.herder.test",
+           "--ignore-ipolicy")  # the simulation's disks are smaller than the policy's minimum
 
 
 def test_sharedfile_keeps_its_data_over_failover_and_migration(sim) -> None:
@@ -137,7 +149,8 @@ def test_file_is_copied_by_move_and_refused_by_failover(sim) -> None:
     refused = herder(sim, "instance", "failover", "file1", check=False)
     assert refused.returncode == 1 and "file" in refused.stderr
     assert "cannot move between nodes" in refused.stderr or "cannot fail over" in refused.stderr
-    old, new = write_then_check(sim, "file1", ["instance", "move", "file1", "-n", "node2"])
+    old, new = write_then_check(sim, "file1", ["instance", "move", "file1", "-n", "node2",
+                                                      "--ignore-ipolicy"])
     assert new == "node2.sim.herder.test"
     assert not sim.host(old).path("/srv/herder/file-storage/file1").exists()
     assert config(sim).find_instance("file1").admin_state == "up"
@@ -158,7 +171,7 @@ def test_evacuation_moves_shared_disks_and_refuses_local_ones(sim) -> None:
     refused = herder(sim, "node", "evacuate", "node3.sim.herder.test", check=False)
     assert refused.returncode == 1
     assert "cannot be evacuated without copying them: file3" in refused.stderr
-    herder(sim, "instance", "move", "file3", "-n", "node2")
+    herder(sim, "instance", "move", "file3", "-n", "node2", "--ignore-ipolicy")
     write_then_check(sim, "sf3", ["node", "evacuate", "node3.sim.herder.test"])
 
 
@@ -186,7 +199,8 @@ def test_an_added_sharedfile_disk_holds_its_data_over_a_failover(sim) -> None:
     add(sim, "sfadd", "sharedfile", "32M")
     node, first = devices(sim, "sfadd")["disk/0"]
     first_written = on_node(sim, node, WRITE, first)
-    added = herder(sim, "instance", "modify", "sfadd", "--disk", "add:size=48M")
+    added = herder(sim, "instance", "modify", "sfadd", "--disk", "add:size=48M",
+                   "--ignore-ipolicy")
     assert " - disk/1 -> add:size=48,mode=rw" in added.stdout.splitlines()
     cfg = config(sim)
     assert [d.iv_name for d in cfg.find_instance("sfadd").disks] == ["disk/0", "disk/1"]
@@ -209,7 +223,8 @@ def test_an_added_sharedfile_disk_holds_its_data_over_a_failover(sim) -> None:
         refused.stderr
     herder(sim, "instance", "shutdown", "sfadd")
     with sim.rapi() as api:  # Ganeti's RAPI route, as Ganeti's client sends it
-        job = api.wait_for_job(api.modify_instance("sfadd", disks=[["remove", 1, {}]]),
+        job = api.wait_for_job(api.modify_instance("sfadd", disks=[["remove", 1, {}]],
+                                                   ignore_ipolicy=True),
                                timeout=120, raise_on_error=True)
     assert job["opresult"][0] == [["disk/1", "remove"]]
     assert not sim.host(new_node).path(moved["disk/1"][1]).exists()
@@ -234,3 +249,81 @@ def test_renaming_a_file_instance_moves_its_directory_with_the_data(sim) -> None
     new_node, new_path = devices(sim, "fren2")["disk/0"]
     assert (new_node, new_path) == (node, "/srv/herder/file-storage/fren2/disk0")
     assert on_node(sim, node, READ, new_path) == written
+
+
+def test_a_move_masterd_dies_in_rolls_back_to_one_copy_and_a_retry_works(sim) -> None:
+    """Issue 35 item 12: masterd killed (-9) while `instance move` copies a file disk. Before,
+    the target kept a full copy nothing mentioned, the instance stayed down (admin up) and a
+    retry failed on "File exists". Now masterd, started again by the node's supervisor, fails
+    the job (never run twice) and follows it up with a cleanup move: one copy (the source's,
+    the config's), the instance running there with its data; then a retry moves it."""
+    add(sim, "killmv", "file", "1G")  # 1 GiB: the copy takes seconds, long enough to die in
+    source, path = device(sim, "killmv")
+    target = next(n.name for n in sim.nodes if n.name != source)
+    written = on_node(sim, source, WRITE, path)
+    copy = sim.host(target).path(path)  # the same path on the target
+    master = sim.host(sim.nodes[0].name)
+    pid_file = master.path("/run/herder/masterd.pid")
+    dead = pid_file.read_text().strip()
+    moving = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "instance", "move",
+                               "killmv", "-n", target], env=client_env(sim),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: copy.exists() and copy.stat().st_size > 0, 180,
+                 "the copy under way on the target")
+        killed = master.run(["kill", f"-{int(signal.SIGKILL)}", dead], timeout=30)
+        assert killed.returncode == 0, killed.stderr
+        moving.communicate(timeout=300)  # the CLI sees masterd go (or the job fail)
+    finally:
+        if moving.poll() is None:
+            moving.kill()
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", dead),
+             180, "masterd started again by the supervisor")
+
+    def settled() -> bool:  # the cleanup job ran: the target's copy gone, the instance up
+        try:
+            return not copy.exists() and domains(sim, source).get("killmv") is True
+        except AssertionError:
+            return False
+
+    wait_for(settled, 300, "the cleanup of the interrupted move")
+    cfg = config(sim)
+    assert cfg.node_name(cfg.find_instance("killmv").primary_node) == source
+    assert cfg.find_instance("killmv").admin_state == "up"
+    assert on_node(sim, source, READ, path) == written
+    assert not sim.host(target).path(str(Path(path).parent)).exists()
+    jobs = json.loads(herder(sim, "job", "list", "--json").stdout)
+    moves = [j for j in jobs if j["summary"] == ["INSTANCE_MOVE(killmv)"]]
+    assert [j["status"] for j in moves[-2:]] == ["error", "success"], moves[-2:]
+    # and a retry moves it, with its data
+    herder(sim, "instance", "move", "killmv", "-n", target, timeout=600)
+    new_node, new_path = device(sim, "killmv")
+    assert new_node == target and on_node(sim, target, READ, new_path) == written
+    assert not sim.host(source).path(path).exists()
+    herder(sim, "instance", "remove", "killmv", timeout=300)
+
+
+def test_a_move_whose_disks_cannot_be_made_on_the_target_leaves_it_running_on_the_source(
+        sim) -> None:
+    """Issue 35 item 12: the disks were made on the target before the move's cleanup block,
+    so a failure there left the instance shut down, admin up, on no node. A file stands where
+    the target's instance directory must be: the move fails in one line, and the instance runs
+    on its source again with its data."""
+    add(sim, "mkfail", "file", "32M")
+    source, path = device(sim, "mkfail")
+    target = next(n.name for n in sim.nodes if n.name != source)
+    written = on_node(sim, source, WRITE, path)
+    blocker = sim.host(target).path(str(Path(path).parent))
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory\n")
+    try:
+        refused = herder(sim, "instance", "move", "mkfail", "-n", target, "--ignore-ipolicy",
+                         check=False, timeout=300)
+    finally:
+        blocker.unlink()
+    assert refused.returncode == 1 and f"it stays on {source}" in refused.stderr, \
+        refused.stderr
+    assert domains(sim, source).get("mkfail") is True
+    assert config(sim).find_instance("mkfail").admin_state == "up"
+    assert on_node(sim, source, READ, path) == written
+    herder(sim, "instance", "remove", "mkfail", timeout=300)

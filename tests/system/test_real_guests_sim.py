@@ -160,7 +160,8 @@ def test_the_domain_comes_from_the_config(sim: Any) -> None:
     if OVS_MISSING is None:
         nics += ["--net", f"mode=openvswitch,link=ovsbr0,vlan={OVS_VLAN}"]
     herder(sim, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
-           "herder-guest", "--disk", "64M", "-n", NODE1, *nics, timeout=300)
+           "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-n", NODE1, *nics,
+           timeout=300)
     first = beat(sim, NODE1)
     if shared_disk(sim, NODE1):
         assert first.disk == guest.disk_pattern_hash(NAME)
@@ -246,7 +247,8 @@ def test_a_changed_hvparam_and_a_rename_apply_at_the_next_start(sim: Any) -> Non
     kernel = domain_xml(sim, NODE1).findtext("os/kernel", "")
     herder(sim, "instance", "shutdown", NAME, timeout=300)
     rapi_job(sim, lambda api: api.modify_instance(NAME, beparams={"maxmem": 160,
-                                                                  "minmem": 160}))
+                                                                  "minmem": 160},
+                                                  ignore_ipolicy=True))  # its 64 MiB disk
     rapi_job(sim, lambda api: api.rename_instance(NAME, "g2"))
     NAME = "g2"
     # a bad kernel path is one clear line from the node, before anything runs

@@ -103,8 +103,9 @@ def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
     left (no instance, no LV)."""
     for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
         done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
-                      template, "-o", "debootstrap+default", "--disk", "64M", "-n",
-                      ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")), check=False)
+                      template, "-o", "debootstrap+default", "--disk", "64M", "--ignore-ipolicy",
+                      "-n", ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")),
+                      check=False)
         assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
         assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
     listed = sim.host("node2").run(["lvs", "--noheadings", "-o", "lv_name"], timeout=60)

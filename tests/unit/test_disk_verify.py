@@ -19,6 +19,7 @@ from herder.masterd.lu.storage import RepairNodeStorage
 from herder.masterd.lu.verify_disks import ClusterVerifyDisks
 from herder.masterd.vg_repair import copy_problem
 from tests.conftest import build_config
+from tests.noded.bdev import world
 from tests.unit.standin_cluster import StandInRpc, stand_in_env
 
 NAME = "drbd0.example.com"
@@ -84,15 +85,38 @@ def test_a_faulty_half_and_a_missing_lv_are_errors(mirrored) -> None:
 
 def test_verify_disks_names_instances_whose_drbd_needs_activation(mirrored) -> None:
     env, rpc, _ = mirrored
-    assert run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks) == [[{}, [], {}]]
+    assert run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks) == [[{}, [], {}, {}]]
     minor = next(iter(rpc.nodes["node2"].world.state["minors"].values()))
     minor.update(cs="StandAlone", roles="Secondary/Unknown", disks="UpToDate/DUnknown")
-    assert run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks) == [[{}, [NAME], {}]]
+    assert run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks) == [
+        [{}, [NAME], {}, {}]]
     rpc.calls.clear()
     rpc.fail = ("node2", "lv_list", 1)
-    bad_nodes, _, _ = run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks)[0]
+    bad_nodes, _, _, _ = run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks)[0]
     assert list(bad_nodes) == ["node2.example.com"] and "injected" in bad_nodes[
         "node2.example.com"]
+
+
+def test_a_volume_no_instance_holds_is_unknown_to_verify_and_verify_disks(mirrored) -> None:
+    """Issue 35 item 12: the complete copy a killed `instance move` left on its target was
+    mentioned by neither `cluster verify` nor `verify-disks`. As Ganeti's
+    _VerifyOrphanVolumes: every node lists the cluster's volume group, and an LV no instance
+    should have there is "volume V is unknown" (unless the cluster's `reserved_lvs` names
+    it); verify-disks gives them per node as a fourth element (compat B24)."""
+    env, rpc, (data, _) = mirrored
+    world.add_lv(rpc.nodes["node3"].world.state, "xenvg", "4e1c0d7a.disk0", 1024)
+    world.add_lv(rpc.nodes["node3"].world.state, "xenvg", "root", 4096)
+    world.add_lv(rpc.nodes["node1"].world.state, "xenvg", "4e1c0d7a.disk0", 1024)
+    with env.store.update() as fresh:
+        fresh.cluster.reserved_lvs = ["xenvg/root"]
+    found = findings(env)
+    for node in ("node1", "node3"):
+        assert ("error", f"node {node}.example.com",
+                "volume xenvg/4e1c0d7a.disk0 is unknown") in found, found
+    assert not any("root" in message or data in message for _, _, message in found)
+    (result,) = run(env, opcodes.OpClusterVerifyDisks(), ClusterVerifyDisks)
+    assert result[3] == {"node1.example.com": ["xenvg/4e1c0d7a.disk0"],
+                         "node3.example.com": ["xenvg/4e1c0d7a.disk0"]}
 
 
 def test_vg_repair_refuses_while_the_other_half_is_not_in_sync(mirrored) -> None:

@@ -114,7 +114,8 @@ def test_bad_input_on_a_node_leaves_nothing_half_created(drbd_cluster) -> None:
 def test_remove_is_refused_while_the_instance_runs_then_removes_everywhere(drbd_cluster
                                                                           ) -> None:
     env, rpc = drbd_cluster
-    modify(env, DRBD0, disks=[["add", {"size": "512M", "name": "scratch"}]])
+    modify(env, DRBD0, disks=[["add", {"size": "512M", "name": "scratch"}]],
+           ignore_ipolicy=True)
     with pytest.raises(OpPrereqError, match="Instance 'drbd0.example.com' is marked to be up, "
                        "can't remove volume from a running instance without using hotplug"):
         modify(env, DRBD0, disks=[["remove", -1, {}]])
@@ -135,7 +136,8 @@ def test_remove_is_refused_while_the_instance_runs_then_removes_everywhere(drbd_
 
 def test_a_remove_a_node_refuses_keeps_the_disk_in_the_config(drbd_cluster) -> None:
     env, rpc = drbd_cluster
-    modify(env, DRBD0, disks=[["add", {"size": "512M"}]])
+    modify(env, DRBD0, disks=[["add", {"size": "512M"}]],
+           ignore_ipolicy=True)
     with env.store.update() as config:
         config.find_instance(DRBD0).admin_state = "down"
     rpc.fail = ("node2", "blockdev_remove", 1)
@@ -150,7 +152,7 @@ def test_a_remove_a_node_refuses_keeps_the_disk_in_the_config(drbd_cluster) -> N
 @pytest.mark.parametrize(("mods", "message"), [
     ([["add", {}]], "Required disk parameter 'size' missing"),
     ([["add", {"size": "1G"}], ["remove", {}]], "Only one disk add/attach/remove/detach"),
-    ([["0", {"size": "2G"}]], "Disk size change not possible, use grow-disk"),
+    ([[0, {"size": "2G"}]], "Disk size change not possible, use grow-disk"),
     ([["add", {"size": "1G", "mode": "rx"}]], "Invalid disk access mode 'rx'"),
     ([["remove", 5, {}]], "Not accepting disk index 5"),
     ([["modify", "nosuch", {"mode": "ro"}]], "Lookup of disk 'nosuch' failed"),
@@ -262,7 +264,8 @@ def test_conversion_needs_the_instance_down(plain_cluster) -> None:
 
 def test_rename_sets_the_new_owner_on_every_node_and_keeps_the_lv_names(drbd_cluster) -> None:
     env, rpc = drbd_cluster
-    modify(env, DRBD0, disks=[["add", {"size": "512M"}]])
+    modify(env, DRBD0, disks=[["add", {"size": "512M"}]],
+           ignore_ipolicy=True)
     with pytest.raises(OpPrereqError, match="is marked to be up, cannot rename"):
         run(env, opcodes.OpInstanceRename(instance_name=DRBD0, new_name="web9",
                                           name_check=False, ip_check=False), InstanceRename)
@@ -306,7 +309,8 @@ def test_on_real_lvm_add_remove_and_a_refused_drbd_leave_only_the_original_lv(
                                    lv_device_nodes_required=False)
     for pv in rpc.nodes["node2"].world.state["pvs"]:  # the stand-in secondary: the same VG
         pv["vg"] = loop_vg.vg
-    modify(env, PLAIN0, disks=[["add", {"size": "16M"}]])
+    modify(env, PLAIN0, disks=[["add", {"size": "16M"}]],
+           ignore_ipolicy=True)
     added = env.store.load().find_instance(PLAIN0).disks[1].logical_id
     assert isinstance(added, model.PlainId)
     assert lvs_with_tags(loop_vg) == {"p0.disk0": "",
@@ -370,9 +374,11 @@ def test_paths_outside_the_allowed_ones_are_refused_and_nothing_is_made(tmp_path
     allowed.write_text(f"{tmp_path}/allowed\n")
     rpc.nodes["node1"].bdev.file_storage_paths_file = allowed
     with pytest.raises(OpExecError, match="Failed to create directory .*not-allowed/f1"):
-        modify(env, "f1", disks=[["add", {"size": "16M"}]])
+        modify(env, "f1", disks=[["add", {"size": "16M"}]],
+           ignore_ipolicy=True)
     with pytest.raises(OpExecError, match="/dev/loop0 lies outside /dev/disk/ and cannot be "
                        "adopted"):
-        modify(env, "b1", disks=[["add", {"size": "16M", "adopt": "/dev/loop0"}]])
+        modify(env, "b1", disks=[["add", {"size": "16M", "adopt": "/dev/loop0"}]],
+           ignore_ipolicy=True)
     assert not (tmp_path / "not-allowed").exists()
     assert [len(i.disks) for i in env.store.load().instances.values()] == [1, 1]

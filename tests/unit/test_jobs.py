@@ -275,7 +275,10 @@ def test_node_rpc_failure_is_a_clear_job_error(master: Master) -> None:
     before = stored_files(master.store.path)
     info = master.run({"OP_ID": "OP_INSTANCE_STARTUP", "instance_name": "plain0"})
     assert info["status"] == "error"
-    assert "cannot call instance_start" in info["opresult"][0][1][0]
+    # a start asks the primary for its free memory first (Ganeti's CheckNodeFreeMemory)
+    assert info["opresult"][0][1][0] == ("Can't get data from node node1.example.com: node "
+                                         "node1.example.com: cannot call node_info: no node "
+                                         "daemon transport is configured")
     assert stored_files(master.store.path) == before
 
 
@@ -397,3 +400,112 @@ def test_corrupt_job_file_is_set_aside_and_its_id_not_reused(tmp_path: Path) -> 
         assert m2.queue.submit([delay("node3", 0)]) == 8
     finally:
         m2.queue.stop()
+
+
+def test_a_job_summary_is_stored_not_parsed_again(master: Master, monkeypatch) -> None:
+    """Issue 35 item 9: showing a job (its summary, in every list and every console's
+    overview) re-parsed and re-validated each opcode; the summary is made once, at submission,
+    and stored with the job. A job stored before (no summary) or whose input no longer
+    validates is shown by its OP_ID."""
+    info = master.run({"OP_ID": "OP_TAGS_SET", "kind": "instance", "name": "web1",
+                       "tags": ["f"]})
+    assert info["summary"] == ["TAGS_SET(web1)"]
+
+    def no_parsing(data):
+        raise AssertionError("a job shown was parsed again")
+
+    monkeypatch.setattr(opcodes, "parse", no_parsing)
+    assert master.queue.info(info["id"], ["summary"])["summary"] == ["TAGS_SET(web1)"]
+    stored = json.loads((master.queue.directory / f"job-{info['id']}.json").read_text())
+    assert stored["ops"][0]["summary"] == "TAGS_SET(web1)"
+    monkeypatch.undo()
+    old = master.queue.get(info["id"])
+    old.ops[0].summary = None
+    old.ops[0].input["tags"] = ["bad tag with a very long name" * 20]
+    assert master.queue.info(info["id"], ["summary"])["summary"] == ["TAGS_SET"]
+
+
+def test_read_only_jobs_are_kept_in_memory_briefly_and_their_ids_never_come_back(
+        tmp_path: Path) -> None:
+    """Issue 35 item 10: every `/2/instances/NAME/info` was a job kept forever and copied to
+    every master candidate. A job of read-only opcodes only (instance info, storage and OS
+    queries) is no file in the queue directory (so redistribution has nothing to copy), is
+    shown like any job while it lives, and is dropped once it has been finished for the
+    queue's `ephemeral_ttl`; a restart never gives its id to another job."""
+    from herder.masterd.redist import queue_state
+
+    m = Master(tmp_path)
+    m.queue.ephemeral_ttl = 0.5
+    try:
+        query = {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": ["plain0"], "static": True}
+        read = m.run(query)
+        assert read["status"] == "success" and "plain0.example.com" in read["opresult"][0]
+        assert read["id"] in m.queue.job_ids()
+        written = m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["w"]})
+        mixed = m.run(query, {"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["x"]})
+        stored = set(queue_state(m.queue.directory))
+        assert stored == {f"job-{written['id']}.json", f"job-{mixed['id']}.json"}
+        time.sleep(0.6)
+        assert read["id"] not in m.queue.job_ids()
+        with pytest.raises(NotFoundError):
+            m.queue.info(read["id"])
+        last = m.run(query)["id"]
+    finally:
+        m.queue.stop()
+    again = Master(tmp_path)
+    try:
+        assert again.queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "cluster",
+                                    "tags": ["y"]}]) > last
+    finally:
+        again.queue.stop()
+
+
+def test_read_only_jobs_held_at_once_are_bounded(tmp_path: Path) -> None:
+    """A queue never holds more than `max_ephemeral` read-only jobs: more are refused (the
+    RAPI answers 503) until some expire; other jobs are not affected."""
+    from herder.masterd.jobs.queue import QueueFull
+
+    m = Master(tmp_path)
+    m.queue.max_ephemeral = 3
+    try:
+        query = {"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": ["plain0"], "static": True}
+        for _ in range(3):
+            m.queue.submit([query])
+        with pytest.raises(QueueFull, match="3 read-only jobs"):
+            m.queue.submit([query])
+        assert m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["z"]})["status"] \
+            == "success"
+    finally:
+        m.queue.stop()
+
+
+def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) -> None:
+    """Issue 35 item 12: a move interrupted by the master's death left a second copy of the
+    disks and the instance down; the job is failed at restart as before (never run again),
+    and a cleanup move of the same instance and target follows it (the LU's
+    `after_master_death`), submitted by the queue's recovery."""
+    from herder.masterd.jobs.queue import Job, QueuedOpCode, timestamp
+
+    m = Master(tmp_path)
+    m.queue.stop()
+    move = opcodes.parse({"OP_ID": "OP_INSTANCE_MOVE", "instance_name": "plain0",
+                          "target_node": "node2"}).to_dict()
+    died = Job(id=50, ops=[QueuedOpCode(input=move, status=OpStatus.RUNNING)],
+               received_timestamp=timestamp())
+    m.queue.storage.save(died)
+    again = Master(tmp_path)
+    try:
+        assert again.recovered["failed"] == [50]
+        (follow_up,) = again.recovered["follow-ups"]
+        op = again.queue.get(follow_up).ops[0].input
+        assert (op["OP_ID"], op["instance_name"], op["target_node"], op["cleanup"]) == \
+            ("OP_INSTANCE_MOVE", "plain0", "node2", True)
+        assert any("after job 50" in str(entry) for entry in op["reason"])
+        assert again.queue.info(50)["status"] == "error"
+    finally:
+        again.queue.stop()
+    third = Master(tmp_path)  # recovered once: the follow-up is not submitted again
+    try:
+        assert third.recovered["follow-ups"] == []
+    finally:
+        third.queue.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -185,3 +186,44 @@ def test_apply_overrides_resets_to_inherited() -> None:
     assert updated == {"maxmem": 1024, "minmem": 512}
     with pytest.raises(ParameterError, match="unknown backend parameter 'bogus'"):
         parameters.apply_overrides(parameters.BE_FAMILY, current, {"bogus": None})
+
+
+@pytest.mark.parametrize("mask", ["0-15000000", "0-100000000", "1,0-16384", "16384",
+                                  "all:0-15000000", "0:1:99999999"])
+def test_cpu_masks_are_bounded_before_anything_expands_them(mask: str) -> None:
+    """Issue 35 item 9: `cpu_mask 0-15000000` cost 1.8 s and half a GiB (the range was
+    expanded to check it). A CPU number above libvirt's cpuset limit is refused, and the check
+    expands nothing: a refusal and an accepted mask of the largest CPUs cost the same."""
+    family = parameters.HV_FAMILIES["kvm"]
+    with pytest.raises(ParameterError, match=f"CPU numbers go up to {parameters.MAX_CPU}"):
+        parameters.validate(family, {"cpu_mask": mask})
+    started = tracemalloc_peak(lambda: parameters.validate(
+        family, {"cpu_mask": ",".join(["0-16383"] * 1000)}))
+    assert started < 1 << 20  # bytes: the ranges were never expanded
+
+
+def tracemalloc_peak(action: Callable[[], object]) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_uid_pools_are_bounded_at_the_edge() -> None:
+    """Issue 35 item 9: the uid pool is expanded into a set on the node that starts an
+    instance: a pool of four billion uids is refused when it is set or added to."""
+    from herder.core import uidpool
+    from herder.masterd.jobs import opcodes
+
+    for field in ("uid_pool", "add_uids"):
+        with pytest.raises(opcodes.OpcodeError, match=f"at most {uidpool.MAX_POOL_SIZE}"):
+            opcodes.parse({"OP_ID": "OP_CLUSTER_SET_PARAMS", field: [[0, uidpool.MAX_UID]]})
+        with pytest.raises(opcodes.OpcodeError, match=f"at most {uidpool.MAX_POOL_SIZE}"):
+            opcodes.parse({"OP_ID": "OP_CLUSTER_SET_PARAMS",
+                           field: [[0, 40000], [50000, 80000]]})
+    assert opcodes.parse({"OP_ID": "OP_CLUSTER_SET_PARAMS",
+                          "uid_pool": [[1000, 1000 + uidpool.MAX_POOL_SIZE - 1]]})

@@ -79,9 +79,11 @@ def test_policy_violations(config: model.ConfigData) -> None:
     config.cluster.ipolicy.disk_templates = ["plain"]
     found = codes(config)
     messages = found["policy-violation"]
-    assert any("memory-size 1000000 not in [128, 32768]" in m for m in messages)
-    assert any("cpu-count 64 not in [1, 8]" in m for m in messages)
-    assert any("disk template drbd is not allowed" in m for m in messages)
+    # Ganeti's words (cmdlib/common.py ComputeIPolicySpecViolation)
+    for said in ("memory-size value 1000000 is not in range [128, 32768]",
+                 "cpu-count value 64 is not in range [1, 8]",
+                 "Disk template drbd is not allowed (allowed templates: plain)"):
+        assert f"instance drbd0.example.com: {said}" in messages
 
 
 def test_disabled_hypervisor_and_template(config: model.ConfigData) -> None:

@@ -312,13 +312,14 @@ def node_findings(ctx: click.Context, config: model.ConfigData) -> list[Finding]
 def verify_disks(ctx: click.Context, group: str | None) -> None:
     """Check the disks of instances whose disks should be active (OP_CLUSTER_VERIFY_DISKS, as
     gnt-cluster verify-disks): activates the disks of instances that need it, lists missing
-    logical volumes; exit 1 when a node could not be asked or volumes are missing."""
+    logical volumes and the unknown ones (no instance has them there); exit 1 when a node
+    could not be asked or volumes are missing or unknown."""
     op: dict[str, Any] = {"OP_ID": "OP_CLUSTER_VERIFY_DISKS"}
     if group:
         op["group_name"] = group
     (results,) = remote.run(ctx, [op])
     failed = False
-    for bad_nodes, instances, missing in results or []:
+    for bad_nodes, instances, missing, *more in results or []:
         for node, text in bad_nodes.items():
             click.echo(f"Error gathering data on node {node}: {text[-400:]}")
             failed = True
@@ -348,6 +349,11 @@ def verify_disks(ctx: click.Context, group: str | None) -> None:
             failed = True
         elif not instances:
             click.echo("No disks need to be activated.")
+        for node, volumes in sorted((more[0] if more else {}).items()):
+            for volume in volumes:  # herder's: a copy a killed move left (compat B24)
+                click.echo(f"Node {node}: volume {volume} is unknown (no instance has it "
+                           "there)")
+                failed = True
     if failed:
         raise click.exceptions.Exit(1)
 

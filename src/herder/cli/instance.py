@@ -160,13 +160,15 @@ def console_(ctx: click.Context, name: str, show_cmd: bool, log: bool, lines: in
               help="Do not require NAME to resolve (and so do not check its IP either).")
 @click.option("--no-ip-check", is_flag=True,
               help="Do not check that the address NAME resolves to is unused.")
+@click.option("--ignore-ipolicy", is_flag=True,
+              help="Create it even when it breaks the instance policy of its group.")
 @click.option("--dry-run", is_flag=True, help="Run every check and show the chosen nodes.")
 @click.pass_context
 def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         disks: tuple[str, ...], nics: tuple[str, ...], nodes: str | None,
         iallocator: str | None, be: tuple[str, ...], hv: tuple[str, ...], no_start: bool,
         no_install: bool, force_variant: bool, no_name_check: bool, no_ip_check: bool,
-        dry_run: bool, no_conflicts_check: bool) -> None:
+        ignore_ipolicy: bool, dry_run: bool, no_conflicts_check: bool) -> None:
     """Create instance NAME: placed by explicit nodes, or by the iallocators (the cluster's
     defaults for `allocate`, tried in order); the selected nodes are printed.
 
@@ -184,6 +186,8 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         "hvparams": params.parse_assignments(hv) if hv else {},
         "name_check": not no_name_check, "ip_check": not (no_name_check or no_ip_check),
     }
+    if ignore_ipolicy:
+        body["ignore_ipolicy"] = True
     if no_conflicts_check:
         body["conflicts_check"] = False
     if nodes:
@@ -297,13 +301,16 @@ _register("remove", "Remove an instance: its domain and disks on every node "
               help="Seconds to wait for the instance to shut down.")
 @click.option("--ignore-consistency", is_flag=True, default=None,
               help="Proceed even when it cannot be shut down on its node.")
+@click.option("--ignore-ipolicy", is_flag=True, default=None,
+              help="Move it even when it breaks the instance policy of the target's group.")
 @click.pass_context
 def move(ctx: click.Context, name: str, target_node: str, shutdown_timeout: int | None,
-         ignore_consistency: bool | None) -> None:
+         ignore_consistency: bool | None, ignore_ipolicy: bool | None) -> None:
     """Move an instance with plain or file disks to another node, copying its disks over the
     network (OP_INSTANCE_MOVE, as gnt-instance move)."""
     fields = {k: v for k, v in (("shutdown_timeout", shutdown_timeout),
-                                ("ignore_consistency", ignore_consistency)) if v is not None}
+                                ("ignore_consistency", ignore_consistency),
+                                ("ignore_ipolicy", ignore_ipolicy)) if v is not None}
     remote.run(ctx, [{"OP_ID": "OP_INSTANCE_MOVE", "instance_name": name,
                       "target_node": target_node, **fields}])
     click.echo(f"Moved {name} to {target_node}")
@@ -494,13 +501,16 @@ def disk_modification(text: str, hint: str = "--disk") -> list[Any]:
                    "1G); within minmem..maxmem unless --force.")
 @click.option("-f", "--force", is_flag=True,
               help="With --runtime-memory: allow a size outside minmem..maxmem.")
+@click.option("--ignore-ipolicy", is_flag=True,
+              help="Change it even when it then breaks the instance policy of its group (e.g. "
+                   "removing its last disk).")
 @click.pass_context
 def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
            nic_mods: tuple[str, ...], disk_template: str | None, remote_node: str | None,
            be: tuple[str, ...], hv: tuple[str, ...], osp: tuple[str, ...],
            os_type: str | None, offline: bool | None, hotplug: bool,
            hotplug_if_possible: bool, no_conflicts_check: bool, no_wait_for_sync: bool,
-           runtime_mem: str | None, force: bool) -> None:
+           runtime_mem: str | None, force: bool, ignore_ipolicy: bool) -> None:
     """Change an instance (OP_INSTANCE_SET_PARAMS, as gnt-instance modify): its disks (added
     on every node of its template now) and NICs (with --hotplug plugged into the running
     instance; otherwise it sees them at its next start), its disk template, its parameters
@@ -512,7 +522,8 @@ def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
                           "disks": [disk_modification(m) for m in disk_mods],
                           "nics": [disk_modification(m, "--net") for m in nic_mods],
                           "wait_for_sync": not no_wait_for_sync, "hotplug": hotplug,
-                          "hotplug_if_possible": hotplug_if_possible}
+                          "hotplug_if_possible": hotplug_if_possible,
+                          "ignore_ipolicy": ignore_ipolicy}
     if no_conflicts_check:
         op["conflicts_check"] = False
     for key, value in (("disk_template", disk_template), ("remote_node", remote_node),

@@ -169,10 +169,13 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--join-token", help="The token `herder node join-token` prints on the new node: "
                                    "the master joins it (its certificate, the cluster's key, "
                                    "ssconf) before adding it.")
+@click.option("--no-node-check", is_flag=True,
+              help="Without --join-token: add the node without reaching its node daemon first "
+                   "(by default its port must answer, as Ganeti's node add).")
 @click.pass_context
 def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None,
         group_name: str | None, master_capable: bool, vm_capable: bool,
-        nd: tuple[str, ...], readd: bool, join_token: str | None) -> None:
+        nd: tuple[str, ...], readd: bool, join_token: str | None, no_node_check: bool) -> None:
     """Add node NAME to the cluster (OP_NODE_ADD).
 
     With --join-token, the master reaches the node's noded (which runs without the cluster's
@@ -180,6 +183,8 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
     the token's secret, signs the node's own certificate and gives it the cluster's key and
     ssconf; only then is the node written into the config. A node that cannot be reached,
     a wrong token or a node of another cluster is one line, and the config is unchanged.
+    Without it, the node's daemon port must answer on its addresses (--no-node-check: not
+    asked).
     """
     from herder.core import params
 
@@ -187,6 +192,8 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
           "secondary_ip": secondary_ip, "group": group_name, "master_capable": master_capable,
           "vm_capable": vm_capable, "readd": readd,
           "ndparams": params.parse_assignments(nd) if nd else None}
+    if no_node_check:
+        op["node_check"] = False
     if join_token is not None:
         from herder.core import node_certs
 

@@ -144,13 +144,14 @@ def resolve(name: str, what: str = "instance") -> Resolved:
     return Resolved(fqdn, str(infos[0][4][0]))
 
 
-def address_answers(ip: str, port: int, timeout: float = 5.0) -> bool:
-    """Ganeti's TcpPing without live_port_needed: does anything at `ip` answer on `port`
-    (a connection, or a refusal, means the address is in use)?"""
+def address_answers(ip: str, port: int, timeout: float = 5.0, *,
+                    live_port_needed: bool = False) -> bool:
+    """Ganeti's TcpPing: does anything at `ip` answer on `port` (a connection, or without
+    `live_port_needed` a refusal too, means the address is in use)?"""
     try:
         with socket.create_connection((ip, port), timeout=timeout):
             return True
     except ConnectionRefusedError:
-        return True
+        return not live_port_needed
     except OSError:
         return False

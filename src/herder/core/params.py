@@ -130,9 +130,16 @@ def between(lowest: float, highest: float, what: str = "", *, optional: bool = F
 NET_PORT = between(1, 65534, "invalid port number (1-65534)")
 
 
-def parse_cpu_mask(mask: str) -> list[int]:
-    """Ganeti's utils.ParseCpuMask: "0-2,5" -> [0, 1, 2, 5]; ValueError when malformed."""
-    cpus: list[int] = []
+# The highest CPU number a mask may name: libvirt's cpuset limit (VIR_DOMAIN_CPUMASK_LEN,
+# 16384 CPUs; Linux's NR_CPUS is at most 8192). A mask is checked range by range and never
+# expanded, so `0-15000000` costs what `0-3` does (issue 35).
+MAX_CPU = 16383
+
+
+def cpu_mask_ranges(mask: str) -> list[tuple[int, int]]:
+    """Ganeti's utils.ParseCpuMask, as ranges: "0-2,5" -> [(0, 2), (5, 5)]; ValueError when
+    malformed or naming a CPU above MAX_CPU."""
+    ranges: list[tuple[int, int]] = []
     for part in mask.split(","):
         bounds = part.split("-")
         if len(bounds) > 2 or not all(b.isascii() and b.isdigit() for b in bounds):
@@ -140,12 +147,14 @@ def parse_cpu_mask(mask: str) -> list[int]:
         lower, upper = int(bounds[0]), int(bounds[-1])
         if lower > upper:
             raise ValueError(f"invalid CPU range {part!r}")
-        cpus.extend(range(lower, upper + 1))
-    return cpus
+        if upper > MAX_CPU:
+            raise ValueError(f"CPU range {part!r}: CPU numbers go up to {MAX_CPU}")
+        ranges.append((lower, upper))
+    return ranges
 
 
 def _cpu_mask_well_formed(mask: Any) -> bool:
-    return isinstance(mask, str) and len(parse_cpu_mask(mask)) > 0
+    return isinstance(mask, str) and len(cpu_mask_ranges(mask)) > 0
 
 
 def _multi_cpu_mask_well_formed(mask: Any) -> bool:
@@ -154,11 +163,11 @@ def _multi_cpu_mask_well_formed(mask: Any) -> bool:
         part == "all" or _cpu_mask_well_formed(part) for part in mask.split(":"))
 
 
-CPU_MASK = Check(_cpu_mask_well_formed, "CPU mask definition is not well-formed: {value!r}",
-                 optional=True)
+CPU_MASK = Check(_cpu_mask_well_formed, "CPU mask definition is not well-formed (CPU numbers "
+                 f"go up to {MAX_CPU}): {{value!r}}", optional=True)
 MULTI_CPU_MASK = Check(_multi_cpu_mask_well_formed,
-                       "Multiple CPU mask definition is not well-formed: {value!r}",
-                       optional=True)
+                       "Multiple CPU mask definition is not well-formed (CPU numbers go up to "
+                       f"{MAX_CPU}): {{value!r}}", optional=True)
 
 
 def _ip_address(value: Any) -> bool:

@@ -17,6 +17,10 @@ Range = tuple[int, int]
 
 # Linux uids are 32-bit; (uid_t)-1 is reserved.
 MAX_UID = 2**32 - 2
+# The most uids a pool may hold: a node expands the pool to pick a free uid (Ganeti's
+# RequestUnusedUid), so a pool of every uid would cost it gigabytes (issue 35). One uid runs
+# one instance's processes on a node: 65,536 is far more than any node runs.
+MAX_POOL_SIZE = 65536
 
 
 def _parse_uid(text: str, definition: str) -> int:
@@ -42,6 +46,19 @@ def parse_pool(definition: str, separator: str = ",") -> list[Range]:
         if hi < lo:
             raise ConfigError(f"uid range {item!r}: the upper bound is below the lower bound")
         ranges.append((lo, hi))
+    return ranges
+
+
+def size(ranges: Iterable[Range]) -> int:
+    """How many uids the ranges hold (overlaps counted once)."""
+    return sum(hi - lo + 1 for lo, hi in normalise(ranges))
+
+
+def check_size(ranges: list[Range], what: str = "the uid pool") -> list[Range]:
+    """The ranges; ConfigError when they hold more than MAX_POOL_SIZE uids."""
+    count = size(ranges)
+    if count > MAX_POOL_SIZE:
+        raise ConfigError(f"{what} holds {count} user-ids; at most {MAX_POOL_SIZE}")
     return ranges
 
 

@@ -12,8 +12,9 @@ running on its primary, a domain no instance owns, a node that could not be aske
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,41 +149,73 @@ def _drbd(config: model.ConfigData) -> Iterable[Finding]:
     yield from _dupes("DRBD", "duplicate-drbd-minor", minors)
 
 
-def instance_spec(config: model.ConfigData, inst: model.Instance) -> dict[str, int]:
-    be = config.filled_beparams(inst)
-    return {
-        "memory-size": be["maxmem"],
-        "cpu-count": be["vcpus"],
-        "disk-count": len(inst.disks),
-        "nic-count": len(inst.nics),
-        "spindle-use": be["spindle_use"],
-    }
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What the instance policy looks at (None: not checked, Ganeti's None/"auto")."""
+
+    memory: int | None
+    cpus: int | None
+    disk_sizes: Sequence[int]
+    nics: int
+    spindle_use: int | None
+    template: str  # the instance's disk template
 
 
-def policy_violations(policy: model.IPolicy, spec: dict[str, int], disk_sizes: list[int],
-                      template: str) -> list[str]:
-    """What of an instance's spec breaks the policy; empty when it complies."""
-    problems: list[str] = []
-    if template not in policy.disk_templates and template != "diskless":
-        problems.append(f"disk template {template} is not allowed by the policy")
-    best: list[str] | None = None
-    for mm in policy.minmax:
-        lo, hi = mm.min.as_dict(), mm.max.as_dict()
-        issues = [
-            f"{key} {value} not in [{lo[key]}, {hi[key]}]"
-            for key, value in spec.items()
-            if not lo[key] <= value <= hi[key]
-        ]
-        issues += [
-            f"disk-size {size} not in [{lo['disk-size']}, {hi['disk-size']}]"
-            for size in disk_sizes
-            if not lo["disk-size"] <= size <= hi["disk-size"]
-        ]
-        if not issues:
-            return problems
-        if best is None or len(issues) < len(best):
-            best = issues
-    return problems + (best or [])
+def instance_spec(config: model.ConfigData, inst: model.Instance, *,
+                  beparams: Mapping[str, object] | None = None,
+                  memory_key: str = "maxmem") -> InstanceSpec:
+    """The spec of `inst` (with the filled `beparams` it will have, when given): Ganeti's
+    ComputeIPolicyInstanceViolation's figures."""
+    be = beparams if beparams is not None else config.filled_beparams(inst)
+
+    def number(key: str) -> int | None:
+        value = be.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return InstanceSpec(memory=number(memory_key), cpus=number("vcpus"),
+                        disk_sizes=[d.size for d in inst.disks], nics=len(inst.nics),
+                        spindle_use=number("spindle_use"), template=inst.disk_template)
+
+
+def _in_range(name: str, qualifier: str, minmax: model.MinMax, value: int | None) -> str | None:
+    """Ganeti's _ComputeMinMaxSpec."""
+    if value is None:
+        return None
+    low, high = minmax.min.as_dict()[name], minmax.max.as_dict()[name]
+    if low <= value <= high:
+        return None
+    full = f"{name}/{qualifier}" if qualifier else name
+    return f"{full} value {value} is not in range [{low}, {high}]"
+
+
+def policy_violations(policy: model.IPolicy, spec: InstanceSpec) -> list[str]:
+    """Every way `spec` breaks `policy` (empty: it fits), as Ganeti's
+    cmdlib/common.py ComputeIPolicySpecViolation: the disk templates the policy allows, then
+    each figure against the min/max pair it fits best (the one with the fewest violations)."""
+    figures: list[tuple[str, str, int | None]] = [
+        ("memory-size", "", spec.memory), ("cpu-count", "", spec.cpus),
+        ("nic-count", "", spec.nics), ("spindle-use", "", spec.spindle_use),
+        *(("disk-size", str(index), size) for index, size in enumerate(spec.disk_sizes))]
+    allowed = set(policy.disk_templates)
+    found: list[str] = []
+    if spec.template != "diskless":
+        # herder counts the disks of an instance of any other template, none included: its
+        # last disk cannot go where the policy asks for at least one (Ganeti skips the count
+        # when it is 0; compat row B47)
+        figures.append(("disk-count", "", len(spec.disk_sizes)))
+    elif "diskless" not in allowed:
+        found.append(f"Disk template diskless is not allowed (allowed templates "
+                     f"{', '.join(sorted(allowed))})")
+    if spec.disk_sizes and spec.template not in allowed:
+        found.append(f"Disk template {spec.template} is not allowed (allowed templates: "
+                     f"{', '.join(sorted(allowed))})")
+    fewest: list[str] | None = None
+    for minmax in policy.minmax:
+        errors = [err for name, qualifier, value in figures
+                  if (err := _in_range(name, qualifier, minmax, value)) is not None]
+        if fewest is None or len(errors) < len(fewest):
+            fewest = errors
+    return found + (fewest or [])
 
 
 def _policy(config: model.ConfigData) -> Iterable[Finding]:
@@ -190,10 +223,8 @@ def _policy(config: model.ConfigData) -> Iterable[Finding]:
         group = config.instance_group(inst)
         if group is None:
             continue
-        policy = config.filled_ipolicy(group)
-        spec = instance_spec(config, inst)
-        sizes = [d.size for d in inst.disks]
-        for problem in policy_violations(policy, spec, sizes, inst.disk_template):
+        for problem in policy_violations(config.filled_ipolicy(group),
+                                         instance_spec(config, inst)):
             yield Finding("warning", "policy-violation", f"instance {inst.name}", problem)
 
 
@@ -254,6 +285,49 @@ def instance_lvs(disk: model.Disk) -> list[str]:
     for child in disk.children:
         found += instance_lvs(child)
     return found
+
+
+def expected_volumes(config: model.ConfigData) -> set[tuple[str, str]]:
+    """(node UUID, `vg/lv`) of every LV some instance's disks have on some node (Ganeti's
+    MapLVsByNode over all instances: a DRBD disk's children on both its nodes, a plain disk
+    on its primary)."""
+    expected: set[tuple[str, str]] = set()
+    for inst in config.instances.values():
+        for disk in inst.disks:
+            lid = disk.logical_id
+            nodes = list(lid.nodes) if isinstance(lid, model.DrbdId) else [inst.primary_node]
+            expected.update((node, volume) for node in nodes for volume in instance_lvs(disk))
+    return expected
+
+
+def orphan_volumes(config: model.ConfigData,
+                   volumes: Mapping[str, Mapping[str, object] | str]) -> dict[str, list[str]]:
+    """Node UUID -> the LVs of the cluster's volume group it listed that no instance has
+    there (Ganeti's _VerifyOrphanVolumes), but those the cluster's `reserved_lvs` patterns
+    match (whole `vg/lv` names, Python regular expressions as Ganeti's)."""
+    expected = expected_volumes(config)
+    reserved = [re.compile(pattern) for pattern in config.cluster.reserved_lvs]
+    prefix = f"{config.cluster.volume_group_name}/"
+    found: dict[str, list[str]] = {}
+    for node_uuid, listed in volumes.items():
+        if isinstance(listed, str) or not config.cluster.volume_group_name:
+            continue
+        unknown = sorted(volume for volume in listed if volume.startswith(prefix)
+                         and (node_uuid, volume) not in expected
+                         and not any(p.fullmatch(volume) for p in reserved))
+        if unknown:
+            found[node_uuid] = unknown
+    return found
+
+
+def orphan_findings(config: model.ConfigData,
+                    volumes: Mapping[str, Mapping[str, object] | str]) -> list[Finding]:
+    """Ganeti's "volume V is unknown", one per orphan LV (a copy a killed move left)."""
+    return [Finding("error", "node-orphan-volume", f"node {config.node_name(node_uuid)}",
+                    f"volume {volume} is unknown")
+            for node_uuid, unknown in sorted(orphan_volumes(config, volumes).items(),
+                                             key=lambda kv: config.node_name(kv[0]))
+            for volume in unknown]
 
 
 def disk_status_findings(config: model.ConfigData, instances: Iterable[model.Instance],

@@ -27,7 +27,7 @@ from herder.core.rapi_users import UsersFile
 from herder.core.store import ConfigStore, FileStore, open_store
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
-from herder.maintd.server import NotifySettings, make_app
+from herder.maintd.server import ROUTES, NotifySettings, make_app
 from herder.maintd.settings import GANETI_DATA, GANETI_STATE, MaintdSettings, NotMaster
 from herder.maintd.sources import DiagnoseSource
 from herder.maintd.state import FileState, RapiState, StateStore
@@ -173,7 +173,8 @@ async def serve_maintd(settings: MaintdSettings, prepared: Prepared,
 
     daemon = prepared.daemon
     await serve.serve("maintd", settings.run_dir,
-                      endpoints=[serve.Http(make_app(daemon, notify), listeners)],
+                      endpoints=[serve.Http(make_app(daemon, notify), listeners,
+                                            routes=ROUTES)],
                       tasks=[lambda stop: daemon.run()], on_start=[daemon.start],
                       on_stop=[prepared.agents.close], ready=ready, stop=stop)
 

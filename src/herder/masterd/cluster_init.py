@@ -143,7 +143,8 @@ def new_config(settings: InitSettings, node_name: str, ip: str,
             t: params.apply_overrides(params.disk_family(t), {}, ch)
             for t, ch in (settings.diskparams or {}).items()
         },
-        uid_pool=uidpool.normalise(list(settings.uid_pool)) if settings.uid_pool else [],
+        uid_pool=uidpool.check_size(uidpool.normalise(list(settings.uid_pool)))
+        if settings.uid_pool else [],
         default_iallocators=settings.default_iallocators or {},
         ctime=stamp, mtime=stamp,
     )

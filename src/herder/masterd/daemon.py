@@ -33,6 +33,7 @@ from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from herder.masterd.rapi.app import make_app
+from herder.masterd.rapi.base import ROUTES as RAPI_ROUTES
 from herder.masterd.rapi.base import ConfigView, RapiContext
 from herder.masterd.web.context import WebContext
 from herder.masterd.web.samples import sample_forever
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from herder.core.store_etcd import EtcdStore
     from herder.masterd.lease import MasterLease
 
+# masterd's clients: the CLI, maintd and the web console's pages (an SSE stream and consoles
+# per tab) share the master's and the operators' addresses: more connections per source than
+# the other daemons' (docs/security.md "Limits")
+LIMITS = serve.Limits(per_source=128)
 log = logging.getLogger("herder.masterd")
 
 
@@ -246,7 +251,8 @@ class MasterDaemon:
         await serve.serve(
             "masterd", self.settings.run_dir,
             endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(
-                self.settings.bind, self.settings.port, tls=context, backlog=256)])],
+                self.settings.bind, self.settings.port, tls=context, backlog=256)],
+                routes=RAPI_ROUTES, limits=LIMITS)],
             tasks=[self._watch_master, lambda stop: redist.watch(self, stop),  # docs/ha.md
                    lambda stop: self.live.keep_fresh(self.rapi.config, stop),
                    self._sample_nodes],

@@ -62,6 +62,12 @@ class Processor:
             raise opcodes.OpcodeError(f"opcode {op.op_id} is not implemented by herder") from None
         return cls(op, self.env, feedback)
 
+    def after_master_death(self, op: opcodes.OpCode) -> list[dict[str, Any]]:
+        """What must follow `op`, interrupted by the master's death (the job queue's recovery
+        submits it): its LU's `after_master_death` (e.g. a move's cleanup)."""
+        cls = lu.registry().get(op.op_id)
+        return cls.after_master_death(op) if cls is not None else []
+
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object:
         unit = self.make_lu(op, ctx.feedback)
         # read only: the shared copy; to declare the locks, as this masterd knows it (the locks

@@ -2,7 +2,8 @@
 
 GET: `/` -> `[1]`; `/1` -> `null`; `/1/list/collectors` -> `[[name, category, kind], ...]`
 (Ganeti's order inside the triples); `/1/report/all` (herder extension: `?only=CATEGORY/NAME,...`
-gives only those reports, in that order); `/1/report/<category>/<name>`
+gives only those reports, in that order, each once, at most `MAX_ONLY` names);
+`/1/report/<category>/<name>`
 (`default` for collectors without a category); `?verbose=1` gives status collectors' full data.
 Also `/metrics` (Prometheus text) and `/openapi.json`. Unknown resources get a JSON 404 whose
 message differs for "unknown collector" and "unknown path" (as Ganeti's agent); other methods a
@@ -40,6 +41,7 @@ from herder.mond.report import CATEGORIES, DEFAULT_CATEGORY
 
 log = logging.getLogger("herder.mond")
 JSON = "application/json"
+MAX_ONLY = 256  # report names one `only=` request may give (repeats counted)
 AGENT_KEY = web.AppKey("agent", Agent)
 REPAIR_KEY = web.AppKey("repair", Repairer)
 _encode = msgspec.json.Encoder().encode
@@ -77,13 +79,18 @@ async def list_collectors(request: web.Request) -> web.Response:
 async def report_all(request: web.Request) -> web.Response:
     agent = request.app[AGENT_KEY]
     verbose = _verbose(request)
-    only = request.query.get("only")
-    if only is None:
+    asked = request.query.getall("only", None)
+    if asked is None:
         return _json(agent.all_verbose if verbose else agent.all_summary)
-    # herder extension: only the named reports (CATEGORY/NAME,...), in that order; unknown
-    # ones are left out. maintd's one poll per tick asks for the three it uses.
+    # herder extension: only the named reports (CATEGORY/NAME,...), in the order first named,
+    # each once (a name repeated in a small request must not multiply a large answer);
+    # unknown ones are left out. maintd's one poll per tick asks for the three it uses.
+    paths = [path for only in asked for path in only.split(",")]
+    if len(paths) > MAX_ONLY:
+        return _error(400, "bad request", f"only= names {len(paths)} reports; at most "
+                                          f"{MAX_ONLY}")
     found = [agent.by_path.get((category, name)) for category, _, name in
-             (path.partition("/") for path in only.split(","))]
+             (path.partition("/") for path in dict.fromkeys(paths))]
     bodies = [r.verbose if verbose else r.summary for r in found if r is not None]
     return _json(b"[" + b",".join(bodies) + b"]")
 
@@ -171,8 +178,8 @@ async def serve(agent: Agent, host: str, port: int, *, ready: Callable[[int], No
     """Run the agent and the HTTP server until `stop` is set (or the task is cancelled)."""
     await serve_helper.serve(
         "mond", agent.ctx.settings.run_dir,
-        endpoints=[serve_helper.Http(make_app(agent), [serve_helper.Listener(host, port,
-                                                                             backlog=1024)])],
+        endpoints=[serve_helper.Http(make_app(agent), [serve_helper.Listener(
+            host, port, backlog=1024)], routes=ROUTES)],
         tasks=[agent.run], on_stop=[agent.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 

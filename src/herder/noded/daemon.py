@@ -18,8 +18,18 @@ from herder.core import serve as serve_helper
 from herder.noded import console
 from herder.noded.announce import announce
 from herder.noded.fence import keep_lease
-from herder.noded.server import NodeDaemon, NodeSettings, keep_hypervisor, make_app
+from herder.noded.server import (
+    ROUTES,
+    NodeDaemon,
+    NodeSettings,
+    keep_hypervisor,
+    make_app,
+)
 
+# noded's caller is the master (one address: up to 100 pooled RPC connections, consoles and
+# disk imports besides) and the disk copies of other nodes; an import streams its body
+# itself (POST /import/<token>, a disk's bytes: no body deadline, its own size)
+LIMITS = serve_helper.Limits(per_source=256, streamed=("/import/",))
 log = logging.getLogger("herder.noded")
 MCL_CURRENT, MCL_FUTURE = 1, 2
 
@@ -83,7 +93,8 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
             client_cas if client_cas is not None else [certificate]))
     await serve_helper.serve(
         "noded", daemon.settings.run_dir,
-        endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)])],
+        endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)],
+                                     routes=ROUTES, limits=LIMITS)],
         tasks=[lambda stop: keep_hypervisor(daemon, stop),
                lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop),
                # the master asks this node again at once (core.reachability)

@@ -18,8 +18,8 @@ import functools
 import ipaddress
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 import msgspec.inspect
@@ -42,6 +42,11 @@ class OpcodeError(HerderError):
 
 class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fields=True,
              omit_defaults=False):
+    # A query that changes nothing (instance info, storage and OS queries): a job of such
+    # opcodes only is kept in memory, briefly, and never copied to the candidates (the
+    # queue's "read-only jobs")
+    READ_ONLY: ClassVar[bool] = False
+
     dry_run: bool = False
     debug_level: int = 0
     priority: int = PRIORITY_NORMAL
@@ -142,6 +147,11 @@ def _uid_ranges(field: str, ranges: list[tuple[int, int]] | None) -> None:
         if not 0 <= lo <= hi <= uidpool.MAX_UID:
             raise ValueError(f"{field}: bad user-id range {lo}-{hi} (0-{uidpool.MAX_UID}, "
                              "lower first)")
+    if field != "remove_uids":
+        try:
+            uidpool.check_size(ranges or [], field)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
 
 
 COLLECTOR_SETTINGS = ("active", "interval", "min_interval", "max_interval")
@@ -241,6 +251,84 @@ def check_nic_specs(nics: list[dict[str, Any]]) -> None:
             if name in seen:
                 raise ValueError(f"NIC name {name!r} already used")
             seen.add(name)
+
+
+# Ganeti's device modification operations (constants.DDMS_VALUES, DDMS_VALUES_WITH_MODIFY)
+DEVICE_MODS = ("add", "attach", "detach", "remove")
+DEVICE_MODS_WITH_MODIFY = (*DEVICE_MODS, "modify")
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _disk_params_shape(value: Any) -> str | None:
+    """Ganeti's TIDiskParams / TDiskParams: what is wrong with a disk's parameters (None:
+    a dict of non-empty names to non-empty strings or integers)."""
+    if not isinstance(value, dict):
+        return f"disk parameters must be an object, got {value!r}"
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            return f"disk parameter names must be non-empty strings, got {key!r}"
+        if not (isinstance(item, int) or (isinstance(item, str) and item)):
+            return f"disk parameter {key}: a non-empty string or an integer, got {item!r}"
+    return None
+
+
+def _nic_params_shape(value: Any) -> str | None:
+    """Ganeti's TINicParams: what is wrong with a NIC's parameters (None: an object, or
+    nothing); its values are checked as a new NIC's (`check_nic_specs`)."""
+    if value is not None and not isinstance(value, dict):
+        return f"NIC parameters must be an object, got {value!r}"
+    return None
+
+
+def check_device_mods(field: str, mods: Any,
+                      settings_problem: Callable[[Any], str | None] = _disk_params_shape
+                      ) -> None:
+    """Ganeti's TSetParamsMods(TIDiskParams or TINicParams): a list of [op, index, params]
+    (op one of DEVICE_MODS_WITH_MODIFY, the index an integer, -1 the last, or a device's
+    name) or, all of them, of the old [op, params] (op one of DEVICE_MODS or a non-negative
+    index); ValueError naming the first bad entry."""
+    if not isinstance(mods, list):
+        raise ValueError(f"{field}: a list of modifications, got {mods!r}")
+    for position, mod in enumerate(mods):
+        where = f"{field}[{position}]"
+        if not isinstance(mod, list) or len(mod) not in (2, 3):
+            raise ValueError(f"{where}: [op, params] or [op, index, params], got {mod!r}")
+        if len(mod) != len(mods[0]):
+            raise ValueError(f"{where}: every modification has the form of the first")
+        if len(mod) == 3:
+            op, index, settings = mod
+            if op not in DEVICE_MODS_WITH_MODIFY:
+                raise ValueError(f"{where}: operation {op!r} is not one of "
+                                 f"{', '.join(DEVICE_MODS_WITH_MODIFY)}")
+            if isinstance(index, bool) or not isinstance(index, int | str):
+                raise ValueError(f"{where}: the index must be an integer or a name, got "
+                                 f"{index!r}")
+        else:
+            op, settings = mod
+            if op not in DEVICE_MODS and not _non_negative_int(op):
+                raise ValueError(f"{where}: operation {op!r} is not one of "
+                                 f"{', '.join(DEVICE_MODS)} or an index")
+        problem = settings_problem(settings)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+
+
+def check_recreate_disks(disks: Any) -> None:
+    """Ganeti's TRecreateDisksInfo: a list of disk indices, or a list of [index, params]."""
+    if not isinstance(disks, list):
+        raise ValueError(f"disks: a list of disk indices or of [index, params], got {disks!r}")
+    if all(_non_negative_int(item) for item in disks):
+        return
+    for position, item in enumerate(disks):
+        if not (isinstance(item, list) and len(item) == 2 and _non_negative_int(item[0])):
+            raise ValueError(f"disks[{position}]: a list of disk indices or of [index, "
+                             f"params] (not both), got {item!r}")
+        problem = _disk_params_shape(item[1])
+        if problem:
+            raise ValueError(f"disks[{position}]: {problem}")
 
 
 # --- cluster ------------------------------------------------------------------------------------
@@ -499,6 +587,9 @@ class OpNodeAdd(OpCode, tag="OP_NODE_ADD", kw_only=True):
     # the master joins the node (its certificate, the HMAC key, ssconf) before adding it.
     # A secret: whoever uses it first joins the node (docs/security.md "Secrets").
     join_token: SecretText | None = None
+    # herder: without a token, the master reaches the node's daemon port first (Ganeti's
+    # TcpPing); false adds it without (a node set up later, a test config; compat row T24)
+    node_check: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -606,6 +697,8 @@ class OpOobCommand(OpCode, tag="OP_OOB_COMMAND", kw_only=True):
 
 
 class OpNodeQueryStorage(OpCode, tag="OP_NODE_QUERY_STORAGE", kw_only=True):
+    READ_ONLY = True
+
     nodes: list[str] = msgspec.field(default_factory=list)
     storage_type: Literal["lvm-pv", "lvm-vg", "file"] = "lvm-vg"
     name: str | None = None
@@ -666,6 +759,8 @@ class OpNodeQueryvols(OpCode, tag="OP_NODE_QUERYVOLS", kw_only=True):
 class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
     """The OS definitions on the nodes, each with its variants (`name+variant`)."""
 
+    READ_ONLY = True
+
     output_fields: list[str] = msgspec.field(default_factory=lambda: ["name", "variants"])
     names: list[str] = msgspec.field(default_factory=list)
 
@@ -703,6 +798,7 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     src_node: str | None = None  # import: the node holding the export
     src_node_uuid: str | None = None
     src_path: str | None = None  # import: the export's name (its directory) on src_node
+    ignore_ipolicy: bool = False
     conflicts_check: bool = True  # an address of a NIC without network in a group's network
     group_name: str | None = None  # the allocator places the instance in this group
 
@@ -819,12 +915,8 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
         if self.runtime_mem is not None and (isinstance(self.runtime_mem, bool)
                                              or self.runtime_mem <= 0):
             raise ValueError("runtime_mem: a positive number of MiB")
-        if not isinstance(self.disks, list) or not all(
-                isinstance(mod, list) and len(mod) in (2, 3) for mod in self.disks):
-            raise ValueError("disks: a list of [op, params] or [op, index, params]")
-        if not isinstance(self.nics, list) or not all(
-                isinstance(mod, list) and len(mod) in (2, 3) for mod in self.nics):
-            raise ValueError("nics: a list of [op, params] or [op, index, params]")
+        check_device_mods("disks", self.disks)
+        check_device_mods("nics", self.nics, _nic_params_shape)
         for mod in self.nics:
             if mod[0] != "remove":
                 check_nic_specs([{k: v for k, v in (mod[-1] or {}).items()
@@ -861,6 +953,9 @@ class OpInstanceMove(InstanceOpCode, tag="OP_INSTANCE_MOVE", kw_only=True):
     ignore_consistency: bool = False
     ignore_ipolicy: bool = False
     compress: str = "none"
+    # herder: finish or roll back a move the master died in (its copies outside the primary
+    # removed, the instance started there when up; compat row B48)
+    cleanup: bool = False
 
 
 class OpInstanceGrowDisk(InstanceOpCode, tag="OP_INSTANCE_GROW_DISK", kw_only=True):
@@ -876,6 +971,11 @@ class OpInstanceRecreateDisks(InstanceOpCode, tag="OP_INSTANCE_RECREATE_DISKS", 
     nodes: list[str] = msgspec.field(default_factory=list)
     node_uuids: list[str] | None = None
     iallocator: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_recreate_disks(self.disks)
+        _iallocator(self.iallocator)
 
 
 class OpInstanceDeactivateDisks(InstanceOpCode, tag="OP_INSTANCE_DEACTIVATE_DISKS",
@@ -913,6 +1013,8 @@ class OpInstanceReplaceDisks(InstanceOpCode, tag="OP_INSTANCE_REPLACE_DISKS", kw
 
 
 class OpInstanceQueryData(OpCode, tag="OP_INSTANCE_QUERY_DATA", kw_only=True):
+    READ_ONLY = True
+
     instances: list[str] = msgspec.field(default_factory=list)
     static: bool = False
     use_locking: bool = False

@@ -9,7 +9,10 @@ Every change of a job is written to its storage before anyone is told of it (but
 move from queued to waiting for its locks: a restart makes a waiting opcode queued again, so the
 stored "queued" says the same, and a job's path costs one write less): by default
 `<dir>/job-<id>.json`, atomically (`FileJobStorage`); with the etcd backend one key per job
-(`herder.masterd.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). On start,
+(`herder.masterd.jobs.store_etcd.EtcdJobStorage`, fenced by the master lease). A read-only
+job (queries only: instance info, storage and OS queries) is not stored: it lives in memory,
+is dropped two minutes after it finished and is never copied to the candidates (a restart
+loses it, never its id). On start,
 `recover()` accounts for every job found: queued and waiting jobs are queued again; an opcode
 that was running when the master died is marked as an error saying so (it is
 never run twice), and the opcodes after it as not run.
@@ -75,10 +78,23 @@ class QueuedOpCode(msgspec.Struct, kw_only=True):
     start_timestamp: list[int] | None = None
     exec_timestamp: list[int] | None = None
     end_timestamp: list[int] | None = None
+    # Ganeti's summary (`OP_ID(target)`), made once when the job is submitted: showing a job
+    # never parses its opcodes again (None: a job stored before it was kept)
+    summary: str | None = None
 
     @property
     def opcode(self) -> opcodes.OpCode:
         return opcodes.parse(self.input)
+
+    def shown_summary(self) -> str:
+        """The stored summary; for a job stored without one, made once from the opcode (its
+        OP_ID alone when the stored input no longer passes today's checks)."""
+        if self.summary is None:
+            try:
+                self.summary = self.opcode.summary()
+            except opcodes.OpcodeError:
+                self.summary = str(self.input.get("OP_ID", "?")).removeprefix("OP_")
+        return self.summary
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -116,7 +132,11 @@ class Job(msgspec.Struct, kw_only=True):
         return self.status in FINAL
 
     def summary(self) -> list[str]:
-        return [op.opcode.summary() for op in self.ops]
+        return [op.shown_summary() for op in self.ops]
+
+
+class QueueFull(HerderError):
+    """The queue holds as many read-only jobs as it may; try again when some have ended."""
 
 
 class JobCanceled(HerderError):
@@ -154,6 +174,11 @@ class JobContext:
 
 class Processor(Protocol):
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object: ...
+
+
+# A processor may also say what must follow an opcode that was running when the master died
+# (`after_master_death(op) -> [opcode dicts]`, e.g. a move's cleanup): `recover` submits it.
+FollowUp = Callable[[opcodes.OpCode], list[dict[str, Any]]]
 
 
 def error_result(err: BaseException) -> list[object]:
@@ -218,9 +243,25 @@ class FileJobStorage:
         return jobs, highest
 
 
+# Read-only jobs (every opcode a query, `OpCode.READ_ONLY`): kept in memory only, never stored
+# (so never copied to the master candidates), dropped this long after they finished, at most
+# this many at once; their ids come from the same series, whose high-water mark is written
+# every EPHEMERAL_ID_BLOCK ids to EPHEMERAL_SERIAL in the queue directory (not a job file), so
+# a restart never gives one's id to another job.
+EPHEMERAL_TTL = 120.0  # seconds
+MAX_EPHEMERAL = 2000
+EPHEMERAL_ID_BLOCK = 100
+EPHEMERAL_SERIAL = "read-only-serial"
+
+
 class JobQueue:
     def __init__(self, directory: Path, processor: Processor, *, workers: int = 8,
                  storage: JobStorage | None = None) -> None:
+        self.ephemeral_ttl = EPHEMERAL_TTL
+        self.max_ephemeral = MAX_EPHEMERAL
+        # read-only job id -> when it finished (time.monotonic(); None: not yet)
+        self._ephemeral: dict[int, float | None] = {}
+        self._reserved = 0  # the ids up to this one may have been given to read-only jobs
         self.directory = Path(directory)
         self.storage: JobStorage = storage if storage is not None else FileJobStorage(directory)
         self.processor = processor
@@ -238,12 +279,36 @@ class JobQueue:
     # --- persistence ----------------------------------------------------------------------------
 
     def _save(self, job: Job) -> None:
-        self.storage.save(job)
+        if job.id not in self._ephemeral:
+            self.storage.save(job)
+
+    def _read_reserved(self) -> int:
+        try:
+            return int((self.directory / EPHEMERAL_SERIAL).read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def _reserve(self, job_id: int) -> None:
+        """Make sure a restart starts above `job_id` (a read-only job's, never stored)."""
+        if job_id > self._reserved:
+            self._reserved = job_id + EPHEMERAL_ID_BLOCK
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.directory / EPHEMERAL_SERIAL, str(self._reserved).encode())
+
+    def _expire(self) -> None:
+        """Drop the read-only jobs finished more than `ephemeral_ttl` ago (caller holds the
+        condition)."""
+        limit = time.monotonic() - self.ephemeral_ttl
+        for job_id, ended in list(self._ephemeral.items()):
+            if ended is not None and ended < limit:
+                del self._ephemeral[job_id]
+                self._jobs.pop(job_id, None)
 
     def recover(self) -> dict[str, list[int]]:
         """Load every stored job and settle the ones a dead master left behind."""
         outcome: dict[str, list[int]] = {"requeued": [], "failed": [], "canceled": [],
-                                         "finished": []}
+                                         "finished": [], "follow-ups": []}
+        interrupted: list[tuple[int, QueuedOpCode]] = []
         jobs, highest = self.storage.load()
         for job in jobs:
             highest = max(highest, job.id)
@@ -259,6 +324,7 @@ class JobQueue:
                         op.status, op.result = OpStatus.ERROR, list(RESTART_ERROR)
                         op.end_timestamp = timestamp()
                         failed = True
+                        interrupted.append((job.id, op))
                     elif failed and op.status not in FINAL:
                         op.status, op.result = OpStatus.ERROR, list(NOT_RUN_ERROR)
                 job.end_timestamp = timestamp()
@@ -280,8 +346,34 @@ class JobQueue:
                 outcome["requeued"].append(job.id)
             if changed:
                 self._save(job)
-        self._next_id = highest + 1
+        self._reserved = self._read_reserved()
+        self._next_id = max(highest, self._reserved) + 1
+        outcome["follow-ups"] = self._follow_up(interrupted)
         return outcome
+
+    def _follow_up(self, interrupted: list[tuple[int, QueuedOpCode]]) -> list[int]:
+        """Submit what the processor says must follow each opcode the master died in; the
+        ids of those jobs."""
+        follow: FollowUp | None = getattr(self.processor, "after_master_death", None)
+        submitted: list[int] = []
+        if follow is None:
+            return submitted
+        for job_id, qop in interrupted:
+            trail = [reason_trail.entry(f"{reason_trail.DAEMON_PREFIX}:masterd",
+                                        f"after job {job_id}, interrupted by the master's "
+                                        "death")]
+            try:
+                ops = follow(qop.opcode)
+                if ops:
+                    submitted.append(self.submit(ops, reason=trail))
+            except HerderError as err:  # the master starts anyway; the operator is told
+                log.error("job %s was interrupted by the master's death; its follow-up could "
+                          "not be submitted: %s", job_id, err)
+                continue
+            if ops:
+                log.warning("job %s was interrupted by the master's death: job %s follows "
+                            "it up", job_id, submitted[-1])
+        return submitted
 
     # --- workers --------------------------------------------------------------------------------
 
@@ -377,6 +469,8 @@ class JobQueue:
         if job.finished:
             for op in job.ops:
                 op.input = opcodes.redacted(op.input)
+            if job.id in self._ephemeral and self._ephemeral[job.id] is None:
+                self._ephemeral[job.id] = time.monotonic()
         if persist:
             self._save(job)
         self._cond.notify_all()
@@ -421,13 +515,24 @@ class JobQueue:
                                             f"job={job_id};index={index}")]
                 data = op.to_dict()
                 data["reason"] = trail
-                queued.append(QueuedOpCode(input=data, priority=op.priority))
+                queued.append(QueuedOpCode(input=data, priority=op.priority,
+                                           summary=op.summary()))
             return Job(id=job_id, ops=queued, received_timestamp=timestamp())
 
+        read_only = all(op.READ_ONLY for op in parsed)
         with self._cond:
             if self._stopping:
                 raise HerderError("the job queue is shutting down")
-            job = self.storage.add(self._next_id, make)  # not kept (nor run) when not stored
+            self._expire()
+            if read_only:
+                if len(self._ephemeral) >= self.max_ephemeral:
+                    raise QueueFull(f"the queue holds {len(self._ephemeral)} read-only jobs "
+                                    "already; try again in a while")
+                self._reserve(self._next_id)
+                job = make(self._next_id)
+                self._ephemeral[job.id] = None
+            else:  # not kept (nor run) when not stored
+                job = self.storage.add(self._next_id, make)
             job_id = job.id
             self._next_id = job_id + 1
             self._jobs[job_id] = job
@@ -437,6 +542,7 @@ class JobQueue:
 
     def get(self, job_id: int) -> Job:
         with self._cond:
+            self._expire()
             job = self._jobs.get(job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} not found")
@@ -444,6 +550,7 @@ class JobQueue:
 
     def job_ids(self) -> list[int]:
         with self._cond:
+            self._expire()
             return sorted(self._jobs)
 
     def cancel(self, job_id: int) -> tuple[bool, str]:

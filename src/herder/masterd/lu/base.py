@@ -95,6 +95,12 @@ class LogicalUnit(Generic[OpT]):
         """What a dry run answers once every check passed (e.g. the chosen nodes)."""
         return None
 
+    @classmethod
+    def after_master_death(cls, op: OpT) -> list[dict[str, Any]]:
+        """The opcodes (dicts) of a job to submit when `op` was running when the master died
+        (its job is failed by the queue's recovery, never run again): none by default."""
+        return []
+
 
 def lookup(find: Callable[[str], Any], key: str) -> Any:
     """A name-or-UUID lookup whose failure is a prerequisite error (HTTP 400 / job error)."""

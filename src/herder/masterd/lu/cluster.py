@@ -114,6 +114,7 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
             c.uid_pool = uidpool.normalise(op.uid_pool)
         if op.add_uids:
             c.uid_pool = uidpool.add(c.uid_pool, op.add_uids)
+            uidpool.check_size(c.uid_pool)
         if op.remove_uids:
             c.uid_pool = uidpool.remove(c.uid_pool, op.remove_uids)
         for hv, changes in (op.hvparams or {}).items():
@@ -258,6 +259,8 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
                 owners.append(inst.uuid)
                 objects.append(diskobjects.disk_object(config, inst, disk, node.uuid))
                 vgs |= {volume.split("/", 1)[0] for volume in verify.instance_lvs(disk)}
+        if config.cluster.volume_group_name:  # Ganeti's NV_LVLIST: the cluster's VG too
+            vgs.add(config.cluster.volume_group_name)
         volumes: dict[str, Any] | str | None = None
         if vgs:
             try:
@@ -300,6 +303,7 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
         volumes = {uuid: lvs for uuid, (lvs, _) in disk_answers.items() if lvs is not None}
         statuses = {uuid: said for uuid, (_, said) in disk_answers.items() if said is not None}
         findings += verify.disk_status_findings(config, mine, volumes, statuses)
+        findings += verify.orphan_findings(config, volumes)
         return [{"severity": f.severity, "code": f.code, "object": f.object,
                  "message": f.message} for f in findings]
 

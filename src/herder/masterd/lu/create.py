@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from herder.core import configdiff, diskobjects, model, params, vmclaim
+from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.noderpc import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache, Snapshot
-from herder.masterd.lu import diskgen, disks, exports, nics
+from herder.masterd.lu import diskgen, disks, exports, fit, nics
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.instance import checked_new_name
 
@@ -146,6 +146,28 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         self.nodes = chosen
         # a trial on a copy: the networks, pools and MACs refuse bad NICs before anything
         self._nics(config, lambda message: None, keep=False)
+        self._check_fits(config)
+
+    def _check_fits(self, config: model.ConfigData) -> None:
+        """Ganeti's CheckPrereq of the chosen nodes, whoever chose them: the primary's group
+        policy (unless ignore_ipolicy), the disks' space on every node, and, when the
+        instance is to start, the primary's free memory."""
+        op = self.op
+        filled = params.fill(params.BE_FAMILY.defaults(), config.cluster.beparams,
+                             self.beparams)
+        spec = verify.InstanceSpec(
+            memory=filled["maxmem"], cpus=filled["vcpus"], disk_sizes=self.sizes,
+            nics=len(op.nics), spindle_use=filled["spindle_use"],
+            template=op.disk_template)
+        ignored = fit.refuse_violations(config, self.nodes[0], spec,
+                                        ignore=op.ignore_ipolicy)
+        if ignored:
+            self.feedback(f"instance policy violations ignored: {', '.join(ignored)}")
+        if not any(disk.get("adopt") for disk in op.disks):
+            fit.check_free_disk(self.env, config, self.nodes, op.disk_template, self.sizes)
+        if op.start:
+            fit.check_free_memory(self.env, self.nodes[0], filled["maxmem"],
+                                  f"creating instance {op.instance_name}")
 
     def _read_export(self, config: model.ConfigData) -> None:
         """Ganeti's _ReadExportParams: what the request leaves out comes from the export's

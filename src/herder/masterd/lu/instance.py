@@ -3,16 +3,35 @@ act on a node through the node RPC (start, shutdown, reboot, migrate, failover, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from herder.core import configdiff, diskobjects, model, names, params, ports, vmclaim
+from herder.core import (
+    configdiff,
+    diskobjects,
+    model,
+    names,
+    params,
+    ports,
+    verify,
+    vmclaim,
+)
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.noderpc import instance_payload
 from herder.masterd import locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import convert, disk_modify, disks, handover, hotplug, migration, nics
+from herder.masterd.lu import (
+    convert,
+    disk_modify,
+    disks,
+    fit,
+    handover,
+    hotplug,
+    migration,
+    nics,
+)
 from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.cluster import resets
 
@@ -265,8 +284,31 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
                 params.check_relations(params.BE_FAMILY, proposed)
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if self.op.disks or self.op.beparams or self.op.disk_template:
+            self._check_policy(config, inst, proposed)
         if self.op.runtime_mem:
             self._check_runtime_memory(config, inst, proposed)
+
+    def _check_policy(self, config: model.ConfigData, inst: model.Instance,
+                      proposed: dict[str, Any]) -> None:
+        """Ganeti's policy check of the instance as it will be (its disks after the adds and
+        removes, its new backend parameters at maxmem and at minmem), unless ignore_ipolicy:
+        so the last disk cannot go while the policy asks for one."""
+        sizes = [d.size for d in inst.disks]
+        for change in self.disk_changes:
+            if change.action == disk_modify.REMOVE:
+                del sizes[change.index]
+            elif change.action == disk_modify.ADD:
+                sizes.insert(change.index, change.size)
+        node = config.nodes[inst.primary_node]
+        for memory in ("maxmem", "minmem"):
+            spec = dataclasses.replace(
+                verify.instance_spec(config, inst, beparams=proposed, memory_key=memory),
+                disk_sizes=sizes, template=self.op.disk_template or inst.disk_template)
+            ignored = fit.refuse_violations(config, node, spec, ignore=self.op.ignore_ipolicy)
+            if ignored:
+                self.feedback(f"instance policy violations ignored: {', '.join(ignored)}")
+                return
 
     def _check_runtime_memory(self, config: model.ConfigData, inst: model.Instance,
                               proposed: dict[str, Any]) -> None:
@@ -453,6 +495,18 @@ class _NodeAction(LogicalUnit[InstanceOpT]):
 
 class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
     new_admin_state = "up"
+
+    def check(self, config: model.ConfigData) -> None:
+        """Ganeti's LUInstanceStartup: an instance that does not run yet needs its minmem
+        free on its primary (CheckNodeFreeMemory)."""
+        super().check(config)
+        if self.node.offline:  # ignore_offline_nodes: nothing is asked of it
+            return
+        info = fit.node_info(self.env, self.node, instances=True)
+        if self.inst.name not in (info.instances or {}):
+            be = params.fill(config.filled_beparams(self.inst), self.op.beparams)
+            fit.check_free_memory(self.env, self.node, int(be["minmem"]),
+                                  f"starting instance {self.inst.name}", info=info)
 
     def act(self) -> None:
         self.env.rpc.call(self.node, "instance_start", self.rpc_args())

@@ -15,6 +15,13 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LockRequest, LogicalUnit, ResultWithJobs, lookup
 from herder.masterd.lu.cluster import resets
 
+REACH_TIMEOUT = 10.0  # seconds: Ganeti's TcpPing
+
+
+def _answers(address: str, port: int) -> bool:
+    """Does noded's port accept a TCP connection on `address` within REACH_TIMEOUT?"""
+    return names.address_answers(address, port, REACH_TIMEOUT, live_port_needed=True)
+
 
 def _check_ip(value: str | None, what: str) -> None:
     if value is None:
@@ -52,6 +59,22 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             params.apply_overrides(params.ND_FAMILY, {}, resets(op.ndparams or {}))
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
+        if op.join_token is None and op.node_check:
+            self._reach(op.primary_ip, op.secondary_ip)
+
+    def _reach(self, primary_ip: str, secondary_ip: str | None) -> None:
+        """Ganeti's reachability checks of a new node (TcpPing to noded's port on its primary,
+        then on its secondary address), with noded's port answering: a node whose daemon does
+        not run is not added. A join reaches the node itself."""
+        port = int(getattr(self.env.rpc, "port", ports.NODED))
+        if not _answers(primary_ip, port):
+            raise OpPrereqError(f"Node not reachable by ping: nothing answers on {primary_ip} "
+                                f"port {port} (node_check: false adds it without)",
+                                "environment_error")
+        if secondary_ip and secondary_ip != primary_ip and not _answers(secondary_ip, port):
+            raise OpPrereqError(f"Node secondary ip not reachable by TCP based ping to node "
+                                f"daemon port: nothing answers on {secondary_ip} port {port}",
+                                "environment_error")
 
     def join(self, node_uuid: str) -> str | None:
         """Join the node with its token (before the config changes: a failure leaves the config

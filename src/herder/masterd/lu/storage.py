@@ -62,7 +62,7 @@ class NodeModifyStorage(LogicalUnit[opcodes.OpNodeModifyStorage]):
         unknown = set(op.changes) - {"allocatable"}
         if unknown:
             raise OpPrereqError(f"storage units of type {op.storage_type} can only change "
-                                f"'allocatable' (not {', '.join(sorted(unknown))})")
+                                f"'allocatable' (not {', '.join(map(repr, sorted(unknown)))})")
 
     def execute(self) -> Any:
         op = self.op

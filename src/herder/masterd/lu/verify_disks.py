@@ -32,7 +32,9 @@ def instance_lvs_by_node(inst: model.Instance) -> dict[tuple[str, str], model.In
 def verify_group_disks(env: Any, config: model.ConfigData,
                        group: model.NodeGroup) -> list[Any]:
     """[node name -> error, instance names needing activate-disks, instance name -> [[node
-    name, volume], ...]] for one group (Ganeti's LUGroupVerifyDisks.Exec)."""
+    name, volume], ...], node name -> [volume, ...] no instance has there] for one group
+    (Ganeti's LUGroupVerifyDisks.Exec; the fourth, the orphan volumes, is herder's: compat
+    B24)."""
     node_errors: dict[str, str] = {}
     needs_activation: set[str] = set()
     missing: dict[str, list[list[str]]] = {}
@@ -44,16 +46,18 @@ def verify_group_disks(env: Any, config: model.ConfigData,
         expected.update(instance_lvs_by_node(inst))
     nodes = sorted((n for n in config.nodes.values()
                     if n.group == group.uuid and n.vm_capable), key=lambda n: n.name)
-    if expected:
+    listings: dict[str, dict[str, Any]] = {}
+    if expected or config.cluster.volume_group_name:
         for node in nodes:
             if node.offline:
                 continue
             try:
-                listed = env.rpc.call(node, "lv_list", {"vg_names": []}, timeout=60)
+                listed = dict(env.rpc.call(node, "lv_list", {"vg_names": []}, timeout=60))
             except HerderError as err:
                 node_errors[node.name] = str(err)
                 continue
-            for volume, facts in dict(listed).items():
+            listings[node.uuid] = listed
+            for volume, facts in listed.items():
                 owner = expected.pop((node.uuid, volume), None)
                 if owner is not None and not facts[2]:  # not open: not in use
                     needs_activation.add(owner.name)
@@ -80,7 +84,9 @@ def verify_group_disks(env: Any, config: model.ConfigData,
         for inst in owners:
             if faulty & {d.uuid for d in inst.disks}:
                 needs_activation.add(inst.name)
-    return [node_errors, sorted(needs_activation), missing]
+    orphans = {config.node_name(uuid): volumes for uuid, volumes in
+               verify.orphan_volumes(config, listings).items()}
+    return [node_errors, sorted(needs_activation), missing, orphans]
 
 
 class GroupVerifyDisks(LogicalUnit[opcodes.OpGroupVerifyDisks]):

@@ -41,6 +41,7 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
 from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.submissions import SubmissionLimits
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
 
@@ -76,6 +77,8 @@ class RapiContext:
     announce: Announcements | None = None
     # wrong passwords lately, and the holds they set (HTTP Basic and the web console's login)
     backoff: login_backoff.Backoff = field(default_factory=login_backoff.Backoff)
+    # each user's job submissions (masterd/submissions.py)
+    submissions: SubmissionLimits = field(default_factory=SubmissionLimits)
     # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
     leases: Leases | None = None
 
@@ -89,16 +92,18 @@ CTX_KEY = web.AppKey("rapi", RapiContext)
 
 
 class RapiHttpError(Exception):
-    def __init__(self, status: int, explain: str) -> None:
+    def __init__(self, status: int, explain: str, retry: float | None = None) -> None:
         super().__init__(explain)
         self.status = status
         self.explain = explain
+        self.retry = retry  # seconds: the answer's Retry-After (429, 503)
 
 
 MESSAGES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
             426: "Upgrade Required", 429: "Too Many Requests", 500: "Internal Server Error",
             501: "Not Implemented", 503: "Service Unavailable"}
+USER_KEY = web.RequestKey("rapi_user", str)  # the request's RAPI user, set by the middleware
 
 
 def error_response(status: int, explain: str,
@@ -106,7 +111,8 @@ def error_response(status: int, explain: str,
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": f'Basic realm="{REALM}"'}
     body = {"code": status, "message": MESSAGES.get(status, "Error"), "explain": explain}
-    return web.Response(body=_encode(body), status=status, content_type=JSON, headers=headers)
+    return web.Response(body=_encode(body), status=status, content_type=JSON,
+                        headers=headers or None)
 
 
 def ok(value: object) -> web.Response:
@@ -228,11 +234,21 @@ async def submit_job(request: web.Request, resource: str,
     refused = hvfiles.problems(ops, ctx.hv_files_dir)
     if refused:
         raise RapiHttpError(400, "; ".join(refused))
+    read_only = all(getattr(opcodes.BY_ID.get(str(op.get("OP_ID"))), "READ_ONLY", False)
+                    for op in ops)
+    caller = request.get(USER_KEY) or f"source {request.remote}"
+    wait = ctx.submissions.take(caller, read_only)
+    if wait:
+        kind = "read-only jobs" if read_only else "jobs"
+        raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
+                                 f"{login_backoff.retry_after(wait)} s", retry=wait)
     queue = ctx.queue
     try:
         job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
+    except job_queue.QueueFull as err:
+        raise RapiHttpError(503, str(err), retry=10.0) from None
     return job_id
 
 
@@ -412,6 +428,8 @@ def access_refusal(request: web.Request) -> web.Response | None:
             user = caller.user
         elif caller.problem is not None and not ctx.anonymous_reads:
             return error_response(401, caller.problem)
+    if user is not None:
+        request[USER_KEY] = user.name
     if rule == access.RAPI_READ:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
@@ -457,11 +475,14 @@ async def rapi_middleware(request: web.Request,
     try:
         return await handler(request)
     except RapiHttpError as err:
-        return error_response(err.status, err.explain)
+        return error_response(err.status, err.explain, None if err.retry is None else
+                              {"Retry-After": login_backoff.retry_after(err.retry)})
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not supported on {request.path}")
     except web.HTTPNotFound:
         return error_response(404, not_served(request.path))
+    except web.HTTPClientError as err:  # a body too large or too slow (core.serve's limits)
+        return error_response(err.status, err.text or err.reason)
     except OpPrereqError as err:
         return error_response(400, str(err))
     except (ConfigError, opcodes.OpcodeError) as err:

@@ -1,0 +1,65 @@
+"""masterd's job queue, processor and config store in this process, over real node daemons
+(noded's server on libvirt's test driver, each on its own loopback address and one port):
+for tests of the logical units' checks that ask the nodes."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from herder.core import model
+from herder.core.noderpc import HttpNodeRpc
+from herder.core.store import FileStore
+from herder.masterd import locking
+from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.lu.base import MasterEnv
+from herder.masterd.processor import Processor
+from herder.noded.server import NodeDaemon, NodeSettings
+from tests.noded.noded_fixture import KEY, serving
+
+
+@dataclass
+class InProcessMaster:
+    store: FileStore
+    queue: JobQueue
+    port: int  # the node daemons' port
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def node_daemon(directory: Path, name: str) -> NodeDaemon:
+    """A node daemon named `name` on libvirt's test driver, its state under `directory`."""
+    return NodeDaemon(NodeSettings(
+        node_name=name, state_dir=directory / name / "state", run_dir=directory / name / "run",
+        hmac_key=KEY, libvirt_uri="test:///default", file_root=directory / name / "root",
+        config_dir=directory / name / "cluster"))
+
+
+@contextmanager
+def master_over_nodes(directory: Path, config: model.ConfigData, nodes: Mapping[str, str],
+                      *, workers: int = 2) -> Iterator[InProcessMaster]:
+    """`config` in a file store under `directory`, and node daemons for `nodes` (name ->
+    address) serving on one free port; the queue runs jobs until the block ends."""
+    store = FileStore(directory / "config.json")
+    store.create(config)
+    port = free_port()
+    daemons = [node_daemon(directory, name) for name in nodes]
+    with ExitStack() as stack:
+        for daemon, address in zip(daemons, nodes.values(), strict=True):
+            stack.enter_context(serving(daemon, address, port))
+            stack.callback(daemon.hv.close)
+        env = MasterEnv(store=store, locks=locking.LockManager(
+            nodes=config.nodes, nodegroups=config.nodegroups, instances=config.instances),
+            rpc=HttpNodeRpc(KEY, None, port=port, timeout=30))
+        queue = JobQueue(directory / "queue", Processor(env), workers=workers)
+        queue.recover()
+        queue.start()
+        stack.callback(queue.stop)
+        yield InProcessMaster(store, queue, port)
