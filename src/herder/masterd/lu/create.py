@@ -101,9 +101,6 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         self.hypervisor = hypervisor
         required = 2 if op.disk_template in MIRRORED else 1
         group = lookup(config.find_group, op.group_name) if op.group_name else None
-        if op.mode not in ("create", "import"):  # remote-import: the opcode refuses it
-            raise OpPrereqError(f"instance creation mode {op.mode!r} is not supported by "
-                                "herder (only 'create' and 'import')", "wrong_input")
         if op.pnode:
             nodes = [lookup(config.find_node, op.pnode).name]
             if required == 2:
