@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/alloc_scale.py [--sizes 1000,10000] [--requests allocate,relocate]
                                            [--runs 5] [--peer-max 1000] [--peer-timeout 120]
+                                           [--before 'COMMAND']
 
 The requests are Ganeti's own synthetic ones (`../shared/peers/gen_cluster.py -n N`: N nodes,
 10 instances each, DRBD, one group; a 48 MB message at 10,000 nodes), made once per size into
@@ -13,6 +14,11 @@ figures where it finishes: it holds the whole cluster's scores in memory (3-4 GB
 killed at 14 GB at 5,000; `../shared/peers/README.md`), so it runs only up to `--peer-max`
 nodes, once per size (a minute at 1,000 nodes). Every herder answer of a size and request is
 checked to be the same.
+
+`--before` names another herder (e.g. a checkout of an older commit: 'env PYTHONPATH=OLD/src
+.venv/bin/python -m herder.cli.main'): its runs alternate with this one's (the machine's load
+falls on both alike), its answers must be the same bytes, and each row adds its figures and
+the ratios before/after of the medians.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ def main() -> int:
     ap.add_argument("--peer-max", type=int, default=1000, help="largest size hail is run at")
     ap.add_argument("--peer-timeout", type=float, default=180.0)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--before", help="another herder command to compare with, run alternately")
     ap.add_argument("--herder", default=HERDER,
                     help="the command that is `herder` (e.g. another checkout's, for a before/after"
                          " pair: 'env PYTHONPATH=OTHER/src .venv/bin/python -m herder.cli.main')")
@@ -85,23 +92,34 @@ def main() -> int:
     peer = not args.no_peer and HAIL.exists()
     work = Path(tempfile.mkdtemp(prefix="herder-alloc-scale-"))
     print(f"load average before: {load()}", flush=True)
-    print("request | nodes | herder wall s | herder CPU s | herder MB | hail wall s | hail CPU s "
-          "| hail MB | hail/herder (wall)", flush=True)
+    before_cols = ("before wall s | before CPU s | before MB | before/after wall | CPU | MB | "
+                   if args.before else "")
+    print("request | nodes | herder wall s | herder CPU s | herder MB | " + before_cols
+          + "hail wall s | hail CPU s | hail MB | hail/herder (wall)", flush=True)
     for n in (int(x) for x in args.sizes.split(",")):
         for kind in args.requests.split(","):
             path = work / f"{kind}-{n}.json"
             subprocess.run([sys.executable, str(gen), "-n", str(n), "--request", kind,
                             "-o", str(path)], check=True)
-            walls, cpus, rss, answers = [], [], [], set()
+            herders = [args.herder, *([args.before] if args.before else [])]
+            figures: list[list[list[float]]] = [[[], [], []] for _ in herders]
+            answers = set()
             for _ in range(args.runs):
-                wall, cpu, mb, text = run([*shlex.split(args.herder), "alloc", str(path)], 600)
-                walls.append(wall)
-                cpus.append(cpu)
-                rss.append(mb)
-                answers.add(text)
+                for cmd, (walls, cpus, rss) in zip(herders, figures, strict=True):
+                    wall, cpu, mb, text = run([*shlex.split(cmd), "alloc", str(path)], 600)
+                    walls.append(wall)
+                    cpus.append(cpu)
+                    rss.append(mb)
+                    answers.add(text)
             if len(answers) != 1:
-                raise SystemExit(f"herder's answers to {path} differ between runs")
+                raise SystemExit(f"the answers to {path} differ between runs or herders")
+            walls, cpus, rss = figures[0]
             row = [kind, str(n), spread(walls), spread(cpus), spread(rss, "{:.0f}")]
+            if args.before:
+                old = figures[1]
+                row += [spread(old[0]), spread(old[1]), spread(old[2], "{:.0f}")]
+                row += [f"{statistics.median(o) / statistics.median(v):.2f}x"
+                        for o, v in zip(old, figures[0], strict=True)]
             if peer and n <= args.peer_max:
                 wall, cpu, mb, _ = run([str(HAIL), str(path)], args.peer_timeout)
                 if wall == float("inf"):  # killed at the timeout: at least that

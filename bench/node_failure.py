@@ -121,11 +121,19 @@ def _round(state: cluster.SimState, kind: str, victim: str, uuid: str) -> dict[s
     return figures
 
 
+def _spread(values: list[float]) -> str:
+    """'median (min-max)' of the values, or '-' when there are none."""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each kind")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-nodefail"))
-    parser.add_argument("--first-ip", type=int, default=50)
+    parser.add_argument("--first-ip", type=int, default=120,
+                        help="127.0.0.N of the cluster (above the test modules' spans)")
     options = parser.parse_args()
     state = cluster.start(options.dir, 3, first_ip=options.first_ip, guests="qemu",
                           progress=print)
@@ -143,17 +151,17 @@ def main() -> None:
                 runs[kind].append(figures)
                 print(f"round {number + 1} {kind}: " + ", ".join(
                     f"{k} {v:.1f} s" for k, v in figures.items()), flush=True)
-        print(f"\nmedian of {options.rounds}, seconds from the failure:")
-        print(f"{'':8} {'detected':>9} {'fenced':>7} {'started':>8} {'heartbeat':>10} "
-              f"{'guest boot':>11}")
+        print(f"\nmedian of {options.rounds} (min-max), seconds from the failure:")
+        print(f"{'':8} {'detected':>15} {'fenced':>15} {'started':>15} {'heartbeat':>17} "
+              f"{'guest boot':>17}")
         for kind, rows in runs.items():
-            def median(key: str, rows: list[dict[str, float]] = rows) -> float:
-                return statistics.median(r[key] for r in rows)
-
             boots = [r["boot"] for r in rows if r["boot"] > 0]
-            boot = statistics.median(boots) if boots else float("nan")
-            print(f"{kind:8} {median('detected'):9.1f} {median('fenced'):7.1f} "
-                  f"{median('started'):8.1f} {median('heartbeat'):10.1f} {boot:11.1f}")
+            columns = [[r[key] for r in rows]
+                       for key in ("detected", "fenced", "started", "heartbeat")]
+            widths = (15, 15, 15, 17, 17)
+            print(f"{kind:8} " + " ".join(
+                f"{_spread(values):>{width}}" for values, width in zip([*columns, boots], widths,
+                                                                        strict=True)))
         print("Proxmox VE's HA manager: about 120 s to the restart (its documentation); herder's "
               f"to the restart: {statistics.median(r['started'] for r in runs['power']):.1f} s "
               f"(power), {statistics.median(r['started'] for r in runs['cut']):.1f} s (cut)")

@@ -38,10 +38,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from herder.core.diskobjects import Disk, decode_disk
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import operations
 from herder.noded.bdev.base import Host, SubprocessRunner
-from herder.noded.bdev.disk import Disk, decode_disk
 
 EXTSTORAGE = Path(__file__).resolve().parents[1] / "src/herder/sim/extstorage"
 LVM_CONF = """devices {{ filter = [ "a|^{loop}$|", "r|.*|" ] global_filter = [ "a|^{loop}$|",

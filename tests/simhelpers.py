@@ -23,12 +23,6 @@ FOREIGN = ("HERDER_CONFIG", "HERDER_OFFLINE", "HERDER_MASTERD", "HERDER_CLIENT",
            "HERDER_RAPI_CA", "HERDER_RAPI_USER", "HERDER_RAPI_PASSWORD_FILE")
 
 
-def worker_offset(span: int, slots: int) -> int:
-    """`span` * (this xdist worker's index modulo `slots`): distinct addresses per worker."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    return span * (int(worker.removeprefix("gw") or 0) % slots)
-
-
 def screenshots() -> Path:
     """Where the browser tests put their screenshots: `$HERDER_SCREENSHOTS` when set (e.g.
     `HERDER_SCREENSHOTS=$PWD/docs/screenshots` to refresh the README's), else a directory of

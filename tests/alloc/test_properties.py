@@ -290,3 +290,45 @@ def test_score_change_is_score_delta_bit_for_bit(msg: dict[str, Any], locx: floa
         for new in (pri_vec(node, inst), sec_vec(node, inst, -1), old):
             assert stats.score_change(old, new, locx) == \
                 stats.score_delta(((old, new),), locx)
+
+
+@SETTINGS
+@given(alloc_requests())
+def test_stats_sums_are_add_nodes_bit_for_bit(msg: dict[str, Any]) -> None:
+    """A group's statistics made at once (a component at a time over the nodes) hold the same
+    floats as the same nodes added one by one (``add_node``, as moves re-add them)."""
+    cl = build_cluster(parse_message(json.dumps(msg)), Options())
+    stats = Stats(cl.nodes)
+    one_by_one = Stats([])
+    one_by_one.shift = list(stats.shift)
+    for node in cl.nodes:
+        one_by_one.add_node(node)
+    for name in ("s", "q", "n", "vecs", "off_all", "off_pri", "offc", "maps", "total", "keys"):
+        assert getattr(stats, name) == getattr(one_by_one, name), name
+
+
+@SETTINGS
+@given(alloc_requests())
+def test_model_instances_hold_the_message_values(msg: dict[str, Any]) -> None:
+    """Each instance of the model carries its own message values in the right fields (they
+    are given to the model by position)."""
+    cl = build_cluster(parse_message(json.dumps(msg)), Options())
+    status = {None: "running", "up": "running", "down": "ADMIN_down",
+              "offline": "ADMIN_offline"}
+    assert [i.name for i in cl.instances] == list(msg["instances"])
+    for idx, inst in enumerate(cl.instances):
+        src = msg["instances"][inst.name]
+        names = [cl.nodes[inst.pnode].name] + ([cl.nodes[inst.snode].name] if inst.snode >= 0
+                                                else [])
+        assert (inst.idx, names, inst.mem, inst.vcpus, inst.template) == \
+            (idx, src["nodes"], src["memory"], src["vcpus"], src["disk_template"])
+        assert inst.disks == [(d["size"], d.get("spindles")) for d in src["disks"]]
+        assert inst.dsk == src.get("disk_space_total", sum(d["size"] for d in src["disks"]))
+        assert inst.status == status[src.get("admin_state")]
+        assert inst.tags == tuple(src.get("tags") or ())
+        assert inst.spindle_use == src.get("spindle_use", 1)
+        assert inst.forthcoming is (src.get("forthcoming") is True)
+        assert inst.auto_balance is True
+        assert inst.nic_count == len(src.get("nics") or ())
+        assert inst.nets == tuple(n["network"] for n in src.get("nics") or () if n.get("network"))
+        assert cl.inst_by_name[inst.name] == idx

@@ -32,6 +32,7 @@ import pytest
 from herder.cli import ganeti_import
 from herder.core import model
 from herder.core.errors import HerderError, RpcError
+from herder.core.noderpc import RpcTransport
 from herder.core.store import FileStore
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
@@ -50,6 +51,7 @@ from herder.masterd.lu.move import InstanceMove
 from herder.masterd.lu.recreate import InstanceRecreateDisks
 from tests.conftest import SHARED
 from tests.ganeti import rpc_summary
+from tests.rpcfakes import nothing_answer
 
 pytestmark = pytest.mark.peer
 
@@ -245,8 +247,9 @@ def ganeti_calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[lis
 # --- herder's side --------------------------------------------------------------------------
 
 
-class RecordingRpc:
-    """herder's node RPC client at its seam (`env.rpc.call`), answering as a healthy node."""
+class RecordingRpc(RpcTransport):
+    """herder's node RPC client at its seam (what `env.rpc.call` sends), answering as a
+    healthy node."""
 
     def __init__(self, fail: list[str] | None = None, degraded: bool = False,
                  faulty: dict[str, list[int]] | None = None) -> None:
@@ -255,9 +258,8 @@ class RecordingRpc:
         self.degraded = degraded  # the mirrors report degraded
         self.faulty = faulty or {}  # node name -> indices of disks whose storage failed
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        args = args or {}
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         self.calls.append(rpc_summary.summary(method, node.name, args, herder=True))
         if self.fail == [method, node.name]:
             self.fail = None
@@ -272,19 +274,20 @@ class RecordingRpc:
                 for index, _disk in enumerate(args.get("disks", []))],
             "blockdev_assemble": ["/dev/drbd0", None],
             "drbd_wait_sync": [True, 100.0],
-            "instance_migratable": {"running": True, "method": "live"},
-            "migration_info": "migration-info",
+            "instance_migratable": {"running": True, "state": "running", "method": "libvirt",
+                                    "reason": ""},
+            "migration_info": {"xml": "<domain/>", "state": "running"},
             "instance_get_migration_status": {"status": "completed"},
-            "instance_list": [],
+            "instance_list": {},
             # a healthy node with room for the instance (the migration's memory check)
             "node_info": {"bootid": "b", "memory_total": 8192, "memory_free": 8192,
                           "memory_dom0": 512, "cpu_total": 2, "cpu_dom0": 2, "cpu_nodes": 1,
                           "cpu_sockets": 1, "instances": {}},
             "blockdev_import_prepare": {"token": "token"},
-            "blockdev_export": {"bytes": 1 << 20},
+            "blockdev_export": {"bytes": 1 << 20, "sha256": ""},
             "vg_list": {"xenvg": 20480},  # the cluster's VG is there (replace-disks' check)
         }
-        return answers.get(method)
+        return answers[method] if method in answers else nothing_answer(method)
 
 
 def herder_env(tmp_path: Path, job: dict[str, Any]) -> tuple[MasterEnv, RecordingRpc]:

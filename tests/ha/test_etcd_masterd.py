@@ -135,6 +135,9 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
         assert rapi_a.wait_for_job(job_a, timeout=30)["status"] == "success"
         serial_a1, tags = tags_of(store)
         assert tags == ["from-a"] and serial_a1 == serial_a0 + 1
+        # A archives its finished job and drains the queue: both are the cluster's, in etcd
+        assert rapi_a.archive_job(job_a) == (True, f"Job {job_a} archived")
+        assert rapi_a.set_queue_drained(True)
 
         # a job A was running when it died (written with A's fence, as A's queue would)
         jobs_a = EtcdJobStorage(client, CLUSTER, fence=Fence(A, epoch_a))
@@ -171,11 +174,16 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
 
         rapi_b = RapiClient.for_herder_cluster(secrets, took_over[1], timeout=10)
         clients.append(rapi_b)
-        # A's jobs are in B's queue: the finished one as it was, the running one failed
+        # A's jobs are in B's queue: the archived one readable by id (and listed with the
+        # archive only), the running one failed; the queue still drained
         assert rapi_b.get_job_status(job_a)["status"] == "success"
+        assert int(job_a) not in rapi_b.get_jobs()
+        assert int(job_a) in rapi_b.get_jobs(archived=True)
         failed = rapi_b.get_job_status(running_id)
         assert failed["status"] == "error"
         assert "master daemon stopped" in str(failed["opresult"])
+        assert rapi_b.get_queue()["drained"]
+        assert not rapi_b.set_queue_drained(False)
 
         # the cluster keeps working: a new job through B, with an id never used before
         job_b = rapi_b.add_cluster_tags(["from-b"])
@@ -192,6 +200,10 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
             jobs_a.save(Job(id=running_id, received_timestamp=timestamp(), ops=[]))
         with pytest.raises(StoreError, match=rf"{A} is not the master"):
             jobs_a.add(1, lambda job_id: Job(id=job_id, received_timestamp=timestamp(), ops=[]))
+        with pytest.raises(StoreError, match=rf"{A} is not the master"):
+            jobs_a.archive([Job(id=int(job_b), received_timestamp=timestamp(), ops=[])])
+        with pytest.raises(StoreError, match=rf"{A} is not the master"):
+            jobs_a.set_drained(True)
         final = store.load()
         assert final.serial_no == serial_b and final.cluster.tags == ["from-a", "from-b"]
         assert rapi_b.get_job_status(running_id)["status"] == "error"  # untouched

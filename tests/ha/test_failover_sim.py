@@ -68,7 +68,7 @@ for epoch in (0, 1):
     rpc = HttpNodeRpc(envelope.load_key("/var/lib/herder/hmac.key"),
                       "/var/lib/herder/server.pem", epoch=epoch, timeout=20)
     try:
-        out[epoch] = rpc.call(node, sys.argv[1], {})
+        out[epoch] = rpc.send(node, sys.argv[1], {})
     except HerderError as err:
         out[epoch] = str(err)
     rpc.close()
@@ -103,6 +103,15 @@ def test_master_failover(sim) -> None:
     assert refused.returncode != 0 and "no majority" in refused.stderr, refused.stderr
     assert config(sim).cluster.master_epoch == 0
 
+    # A job archived on the first master (Ganeti keeps its archive on the candidates):
+    # node2's copy files it in its own archive.
+    archived = min(job_id for job_id, status in jobs(sim).items() if status == "success")
+    herder(sim, "job", "archive", str(archived))
+    queue_copy = sim.host(node2.name).path("/var/lib/herder/queue")
+    wait_for((queue_copy / "archive" / "0" / f"job-{archived}.json").is_file, 30,
+             "node2's copy of the archived job")
+    assert not (queue_copy / f"job-{archived}.json").exists()
+
     # node2's copy has caught up (config and job queue), then node1's host fails.
     jobs_before = jobs(sim)
     before = config(sim)
@@ -125,12 +134,17 @@ def test_master_failover(sim) -> None:
     assert c.master_epoch == 1 and c.master_ip == sim.master_ip  # the floating IP moved
     assert after.serial_no > before.serial_no
 
-    # Every job is still there; finished ones kept their status.
+    # Every job is still there; finished ones kept their status; the archived one is read
+    # from node2's archive (and listed with the archive only).
     jobs_after = jobs(state)
     for job_id, status in jobs_before.items():
         assert job_id in jobs_after
         if status in FINAL:
             assert jobs_after[job_id] == status, (job_id, status, jobs_after[job_id])
+    with state.rapi() as api:
+        assert archived not in jobs_after
+        assert api.get_job_status(archived)["status"] == "success"
+        assert archived in api.get_jobs(archived=True)
     # Config changes intact; maintd's incidents too.
     assert "web1" in {i.name for i in after.instances.values()}
     assert "ha:tag-before" in after.cluster.tags

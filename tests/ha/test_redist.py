@@ -13,16 +13,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from herder.core import model, node_certs
 from herder.core.errors import RpcError
-from herder.core.noderpc import UnreachableError
+from herder.core.noderpc import RpcTransport, UnreachableError
 from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import FileStore
 from herder.masterd import redist
-from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
+from herder.noded import rpc as noded_rpc
+from herder.noded.node import Node, NodeSettings, RpcFailure
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 
 CONFIG = Path("/var/lib/herder/config.json")
 HV_DIR = "/var/lib/herder/hypervisor"  # masterd.hvfiles: beside CONFIG
@@ -145,7 +148,7 @@ def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
         <= set(full["node3.example.com"].files)
 
 
-class RecordingRpc:
+class RecordingRpc(RpcTransport):
     """Records the calls; `failing` answers with an error, `unreachable` cannot be reached."""
 
     def __init__(self, failing: str = "") -> None:
@@ -153,14 +156,14 @@ class RecordingRpc:
         self.failing = failing
         self.unreachable: set[str] = set()
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         if node.name == self.failing:
             raise RpcError(f"node {node.name}: cannot reach its node daemon")
         if node.name in self.unreachable:
             raise UnreachableError(f"node {node.name}: {method} failed: connection refused")
-        self.calls.append((node.name, method, dict(args or {})))
-        return None
+        self.calls.append((node.name, method, dict(args)))
+        return nothing_answer(method)
 
 
 def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path):
@@ -177,7 +180,8 @@ def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path
     assert all(set(c[2]["queue"]["files"]) == {"job-1.json"} for c in configs)
     rpc.calls.clear()
     pusher.push(config)
-    assert all(c[2]["queue"]["files"] == {} for c in rpc.calls if c[1] == "write_config")
+    assert all(c[2]["queue"].get("files", {}) == {}
+               for c in rpc.calls if c[1] == "write_config")
     pusher.push(config, full=True)
     assert all(set(c[2]["queue"]["files"]) == {"job-1.json"}
                for c in rpc.calls[-3:] if c[1] == "write_config")
@@ -185,12 +189,47 @@ def test_push_collects_errors_per_node_and_sends_changed_job_files_only(tmp_path
                                                                     "node2.example.com"}
 
 
+def test_push_sends_the_archived_jobs_once_and_in_parts(tmp_path, monkeypatch):
+    from herder.masterd.jobs.job import Job
+    from herder.masterd.jobs.store_file import FileJobStorage
+
+    config = build_config(3, drbd_instances=0, plain_instances=0)
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    storage = FileJobStorage(tmp_path / "queue")
+    storage.load()  # (makes the directory)
+    jobs = [Job(id=n, ops=[], received_timestamp=[n, 0]) for n in range(1, 6)]
+    for job in jobs:
+        storage.save(job)
+    rpc = RecordingRpc()
+    pusher = redist.Redistributor(rpc, tmp_path / "config.json", tmp_path / "queue",
+                                  archived_since=storage.archived_since)
+
+    def archived_sent() -> list[str]:
+        sent = [c[2]["queue"]["archived"] for c in rpc.calls if c[1] == "write_config"]
+        rpc.calls.clear()
+        assert len(sent) == 1  # node2 is the one candidate but the master
+        return sorted(sent[0])
+
+    pusher.push(config)
+    assert archived_sent() == []
+    monkeypatch.setattr(redist, "ARCHIVE_PER_PUSH", 2)
+    storage.archive(jobs[:3])
+    pusher.push(config)
+    assert archived_sent() == ["job-1.json", "job-2.json"]
+    assert pusher.archive_behind() == {node(config, "node2.example.com").uuid}
+    pusher.push(config)
+    assert archived_sent() == ["job-3.json"]
+    assert pusher.archive_behind() == set()
+    pusher.push(config)
+    assert archived_sent() == []
+
+
 # --- noded's side ---------------------------------------------------------------------------------
 
 @pytest.fixture
-def noded(tmp_path) -> NodeDaemon:
+def noded(tmp_path) -> Node:
     # the node's "/" is tmp_path/root: the test's files never touch this machine's
-    return NodeDaemon(NodeSettings(node_name="node2", state_dir=tmp_path / "state",
+    return Node(NodeSettings(node_name="node2", state_dir=tmp_path / "state",
                                    run_dir=tmp_path / "run", hmac_key=b"k" * 40,
                                    libvirt_uri="test:///default", file_root=tmp_path / "root",
                                    config_dir=Path("/var/lib/herder")))
@@ -200,9 +239,9 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "root" / "var" / "lib" / "herder"
 
 
-def upload(daemon: NodeDaemon, path: str, data: bytes = b"secret\n") -> Any:
-    return daemon.rpc_upload_file({"path": path, "data": base64.b64encode(data).decode(),
-                                   "mode": 0o640})
+def upload(daemon: Node, path: str, data: bytes = b"secret\n") -> object:
+    return noded_rpc.dispatch(daemon, "upload_file", {
+        "path": path, "data": base64.b64encode(data).decode(), "mode": 0o640})
 
 
 def test_noded_upload_is_white_listed_and_lands_under_its_root(noded, tmp_path):
@@ -211,21 +250,21 @@ def test_noded_upload_is_white_listed_and_lands_under_its_root(noded, tmp_path):
     for bad in ("relative/path", "/etc/../etc/passwd", "/proc/sys/kernel/x"):
         with pytest.raises(RpcFailure):
             upload(noded, bad)
-    noded.rpc_write_ssconf({"values": {"cluster_name": "c\n",
-                                       redist.UPLOAD_LIST: "/etc/herder/vnc/web1.pw\n"}})
+    noded_rpc.dispatch(noded, "write_ssconf", {"values": {
+        "cluster_name": "c\n", redist.UPLOAD_LIST: "/etc/herder/vnc/web1.pw\n"}})
     assert (data_dir(tmp_path) / "ssconf_cluster_name").read_text() == "c\n"
     upload(noded, "/etc/herder/vnc/web1.pw", b"pw\n")
     target = tmp_path / "root" / "etc" / "herder" / "vnc" / "web1.pw"
     assert target.read_bytes() == b"pw\n" and target.stat().st_mode & 0o777 == 0o640
     upload(noded, "/var/lib/herder/hmac.key")  # the cluster secrets are always allowed
     assert (tmp_path / "root" / "var" / "lib" / "herder" / "hmac.key").exists()
-    with pytest.raises(RpcFailure, match="invalid ssconf name"):
-        noded.rpc_write_ssconf({"values": {"../x": ""}})
+    with pytest.raises(noded_rpc.BadArguments, match="invalid ssconf name"):
+        noded_rpc.dispatch(noded, "write_ssconf", {"values": {"../x": ""}})
 
 
 def test_noded_config_copy_refuses_an_older_serial(noded, tmp_path):
     def write(serial: int, files: dict[str, bytes], names: list[str]) -> Any:
-        return noded.rpc_write_config({
+        return noded_rpc.dispatch(noded, "write_config", {
             "config": json.dumps({"serial_no": serial}), "serial": serial,
             "queue": {"files": {k: base64.b64encode(v).decode() for k, v in files.items()},
                       "names": names}})
@@ -233,12 +272,39 @@ def test_noded_config_copy_refuses_an_older_serial(noded, tmp_path):
     copy = data_dir(tmp_path)  # where confd, mond and a new master's masterd read it
     write(5, {"job-1.json": b"{}", "job-2.json": b"{}"}, ["job-1.json", "job-2.json"])
     assert json.loads((copy / "config.json").read_text())["serial_no"] == 5
-    write(6, {}, ["job-2.json"])
-    assert sorted(p.name for p in (copy / "queue").iterdir()) == ["job-2.json"]
+    write(6, {}, ["job-2.json"])  # the master archived job 1: the copy files it so too
+    assert sorted(p.name for p in (copy / "queue").glob("*.json")) == ["job-2.json"]
+    assert (copy / "queue" / "archive" / "0" / "job-1.json").read_bytes() == b"{}"
     with pytest.raises(RpcFailure, match="refusing config serial 4"):
         write(4, {}, ["job-2.json"])
-    with pytest.raises(RpcFailure, match="invalid job queue file name"):
+    with pytest.raises(noded_rpc.BadArguments, match="invalid job queue file name"):
         write(7, {"../x.json": b""}, [])
+
+
+def test_noded_files_archived_jobs_and_moves_unlisted_job_files_to_the_archive(noded,
+                                                                               tmp_path):
+    def write(serial: int, files: dict[str, bytes], names: list[str],
+              archived: dict[str, bytes]) -> Any:
+        return noded_rpc.dispatch(noded, "write_config", {
+            "config": json.dumps({"serial_no": serial}), "serial": serial,
+            "queue": {"files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+                      "names": names,
+                      "archived": {k: base64.b64encode(v).decode()
+                                   for k, v in archived.items()}}})
+
+    queue = data_dir(tmp_path) / "queue"
+    write(1, {"job-1.json": b"running", "job-10001.json": b"queued", "drain.json": b"{}"},
+          ["job-1.json", "job-10001.json", "drain.json"], {})
+    # job 1 archived (its final state sent along), job 10001 gone from the master's list
+    # before its final state came: kept in the archive as last seen, the drain flag removed
+    write(2, {}, [], {"job-1.json": b"final"})
+    assert not list(queue.glob("*.json"))
+    assert (queue / "archive" / "0" / "job-1.json").read_bytes() == b"final"
+    assert (queue / "archive" / "1" / "job-10001.json").read_bytes() == b"queued"
+    write(3, {}, [], {"job-10001.json": b"final too"})  # its final state follows later
+    assert (queue / "archive" / "1" / "job-10001.json").read_bytes() == b"final too"
+    with pytest.raises(noded_rpc.BadArguments, match="invalid archived job file name"):
+        write(4, {}, [], {"../job-1.json": b""})
 
 
 def test_noded_follows_its_node_parameters(noded, tmp_path):
@@ -246,7 +312,7 @@ def test_noded_follows_its_node_parameters(noded, tmp_path):
     from herder.core import ssconf
 
     assert noded.hv.uri == "test:///default"
-    noded.rpc_write_ssconf({"values": {ssconf.NDPARAMS: ssconf.format_ndparams([
+    noded_rpc.dispatch(noded, "write_ssconf", {"values": {ssconf.NDPARAMS: ssconf.format_ndparams([
         ("node1", {"libvirt_uri": "test:///node1"}), ("node2", {"libvirt_uri": "test:///own"})])}})
     assert noded.hv.uri == "test:///own"
 
@@ -263,7 +329,8 @@ def test_noded_config_copy_waits_for_the_writers_lock(noded, tmp_path):
     done = threading.Event()
 
     def push() -> None:
-        noded.rpc_write_config({"config": json.dumps({"serial_no": 1}), "serial": 1})
+        noded_rpc.dispatch(noded, "write_config", {"config": json.dumps({"serial_no": 1}),
+                                             "serial": 1})
         done.set()
 
     with store.locked():
@@ -364,20 +431,20 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
     assert node_path(candidates[-1], "/var/lib/herder/config.json.demoted").exists()
 
 
-class CandidateRpc:
-    """The candidates' noded for write_config (one real NodeDaemon stands for each); other
+class CandidateRpc(RpcTransport):
+    """The candidates' noded for write_config (one real Node stands for each); other
     calls are recorded only."""
 
-    def __init__(self, noded: NodeDaemon) -> None:
+    def __init__(self, noded: Node) -> None:
         self.noded = noded
         self.configs: list[dict[str, Any]] = []
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         if method == "write_config":
-            self.configs.append(dict(args or {}))
-            return self.noded.rpc_write_config(dict(args or {}))
-        return None
+            self.configs.append(dict(args))
+            return msgspec.to_builtins(noded_rpc.dispatch(self.noded, method, dict(args)))
+        return nothing_answer(method)
 
 
 def test_candidates_receive_the_journal_records_not_the_document(noded, tmp_path):
@@ -517,9 +584,9 @@ def test_a_node_not_heard_from_is_pinged_before_its_ssconf_is_signed(tmp_path):
     signed: list[str] = []
 
     class Signing(ReachabilityRpc):  # what reaches the transport, in order
-        def call(self, node, method, args=None, timeout=None):
-            signed.append(f"{node.name}:{method}")
-            return super().call(node, method, args, timeout=timeout)
+        def call(self, node, request, timeout=None):
+            signed.append(f"{node.name}:{request.METHOD}")
+            return super().call(node, request, timeout=timeout)
 
     pusher = redist.Redistributor(Signing(rpc, record), tmp_path / "config.json", None,
                                   reachability=record)

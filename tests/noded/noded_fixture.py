@@ -15,7 +15,7 @@ import httpx
 
 from herder.core import model
 from herder.noded.daemon import serve
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 
 KEY = b"0123456789abcdef0123456789abcdef01234567\n"
 
@@ -23,7 +23,7 @@ KEY = b"0123456789abcdef0123456789abcdef01234567\n"
 @dataclass
 class Running:
     url: str
-    daemon: NodeDaemon
+    daemon: Node
 
     def post(self, method: str, body: bytes,
              verify: ssl.SSLContext | bool = False) -> httpx.Response:
@@ -46,7 +46,7 @@ def client_context(ca: Path, shown: Path | None) -> ssl.SSLContext:
 
 
 @contextmanager
-def serving(daemon: NodeDaemon, host: str = "127.0.0.1", port: int = 0,
+def serving(daemon: Node, host: str = "127.0.0.1", port: int = 0,
             certificate: Path | None = None) -> Iterator[str]:
     """Serve `daemon` (noded's real server) in a background thread on `host`:`port`; yields
     its URL. For tests that need several node daemons on one machine (a node's name is its
@@ -84,7 +84,7 @@ def serving(daemon: NodeDaemon, host: str = "127.0.0.1", port: int = 0,
 @contextmanager
 def running_noded(directory: Path, name: str = "node1.example.com", *, key: bytes = KEY,
                   certificate: Path | None = None) -> Iterator[Running]:
-    daemon = NodeDaemon(NodeSettings(
+    daemon = Node(NodeSettings(
         node_name=name, state_dir=directory / "state", run_dir=directory / "run", hmac_key=key,
         libvirt_uri="test:///default",
         file_root=directory / "root", config_dir=directory / "cluster"))

@@ -36,7 +36,7 @@ def test_mlockall_locks_memory_in_a_fresh_process() -> None:
         import pytest
 
         pytest.skip("mlockall of all memory needs root (RLIMIT_MEMLOCK)")
-    code = ("from herder.noded.daemon import lock_memory; from herder.noded.server import "
+    code = ("from herder.noded.daemon import lock_memory; from herder.noded.rpc.node import "
             "vm_locked_kb; ok = lock_memory(); print(ok, vm_locked_kb())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()

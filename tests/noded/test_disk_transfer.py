@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from herder.noded.disk_rpcs import DiskFailure
+from herder.core.rpcdefs import disk_calls
+from herder.noded import rpc as noded_rpc
+from herder.noded.node_disks import DiskFailure
 from tests.noded.noded_fixture import running_noded
 
 MIB = 1 << 20
@@ -39,23 +41,26 @@ def test_a_disk_is_copied_between_two_node_daemons(tmp_path: Path) -> None:
         allow(tmp_path / "b" / "root", tmp_path / "fs-b")
         disk_a, disk_b = file_disk(store_a / "disk0"), file_disk(store_b / "disk0")
         for node, disk, directory in ((source, disk_a, store_a), (target, disk_b, store_b)):
-            node.daemon.dispatch("file_storage_dir_create", {"file_storage_dir": str(directory)})
-            node.daemon.dispatch("blockdev_create", {"disk": disk, "size": 4, "owner": "inst1",
-                                                     "on_primary": True, "info": ""})
+            noded_rpc.dispatch(node.daemon, "file_storage_dir_create",
+                               {"file_storage_dir": str(directory)})
+            noded_rpc.dispatch(node.daemon, "blockdev_create", {
+                "disk": disk, "size": 4, "owner": "inst1", "on_primary": True, "info": ""})
         data = random.Random(7).randbytes(4 * MIB)
         (store_a / "disk0").write_bytes(data)
-        prepared = target.daemon.dispatch("blockdev_import_prepare",
-                                          {"disk": disk_b, "instance": "inst1"})
+        prepared = noded_rpc.dispatch(target.daemon, "blockdev_import_prepare",
+                                      {"disk": disk_b, "instance": "inst1"})
+        assert isinstance(prepared, disk_calls.ImportToken)
         port = int(target.url.rsplit(":", 1)[1])
-        sent = source.daemon.dispatch("blockdev_export", {
-            "disk": disk_a, "instance": "inst1", "token": prepared["token"],
+        sent = noded_rpc.dispatch(source.daemon, "blockdev_export", {
+            "disk": disk_a, "instance": "inst1", "token": prepared.token,
             "target": {"address": "127.0.0.1", "port": port}})
-        assert sent == {"bytes": 4 * MIB, "sha256": hashlib.sha256(data).hexdigest()}
+        assert sent == disk_calls.Transferred(bytes=4 * MIB,
+                                              sha256=hashlib.sha256(data).hexdigest())
         assert (store_b / "disk0").read_bytes() == data
         # the token was for one import: a second stream is refused
         with pytest.raises(DiskFailure, match="refused the stream \\(403\\)"):
-            source.daemon.dispatch("blockdev_export", {
-                "disk": disk_a, "instance": "inst1", "token": prepared["token"],
+            noded_rpc.dispatch(source.daemon, "blockdev_export", {
+                "disk": disk_a, "instance": "inst1", "token": prepared.token,
                 "target": {"address": "127.0.0.1", "port": port}})
         refused = httpx.post(f"{target.url}/import/not-a-token", content=b"x" * 10)
         assert refused.status_code == 403
@@ -67,9 +72,13 @@ def test_a_stream_larger_than_the_disk_is_refused(tmp_path: Path) -> None:
     with running_noded(tmp_path / "b", "node2") as target:
         allow(tmp_path / "b" / "root", tmp_path / "fs")
         disk = file_disk(store / "disk0", size=1)
-        target.daemon.dispatch("file_storage_dir_create", {"file_storage_dir": str(store)})
-        target.daemon.dispatch("blockdev_create", {"disk": disk, "size": 1, "owner": "inst1"})
-        token = target.daemon.dispatch("blockdev_import_prepare", {"disk": disk})["token"]
+        noded_rpc.dispatch(target.daemon, "file_storage_dir_create",
+                           {"file_storage_dir": str(store)})
+        noded_rpc.dispatch(target.daemon, "blockdev_create",
+                           {"disk": disk, "size": 1, "owner": "inst1"})
+        prepared = noded_rpc.dispatch(target.daemon, "blockdev_import_prepare", {"disk": disk})
+        assert isinstance(prepared, disk_calls.ImportToken)
+        token = prepared.token
         answer = httpx.post(f"{target.url}/import/{token}", content=b"\1" * (2 * MIB),
                             timeout=30)
         assert answer.status_code == 500 and "larger than the disk" in answer.text

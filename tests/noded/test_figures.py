@@ -11,14 +11,16 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from herder.core import livefigures, params
 from herder.noded import figures
+from herder.noded import rpc as noded_rpc
 from herder.noded.bdev.base import CommandResult, Host
 from herder.noded.hypervisor import Hypervisor
 from herder.noded.kvm.domain import InstanceSpec
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 
 GANETI = Path(os.environ.get("GROOT", "/tmp/groot")) / "usr/share/ganeti/3.0"
 
@@ -87,7 +89,7 @@ def test_storage_units_are_the_real_ones(tmp_path: Path) -> None:
 def test_the_cluster_asks_for_its_templates_units() -> None:
     assert livefigures.cluster_storage_units(
         ["sharedfile", "plain", "file", "drbd", "diskless"], "xenvg", "/srv/fs") == [
-        ["lvm-vg", "xenvg"], ["file", "/srv/fs"]]
+        ("lvm-vg", "xenvg"), ("file", "/srv/fs")]
     assert livefigures.cluster_storage_units(["sharedfile", "ext"], "xenvg", "/srv/fs") == []
 
 
@@ -136,21 +138,24 @@ def test_node_info_of_a_real_host_reads_proc_meminfo(hv: Hypervisor, tmp_path: P
 
 
 def test_the_rpc_answers_the_wire_format(tmp_path: Path) -> None:
-    daemon = NodeDaemon(NodeSettings(node_name="node1", state_dir=tmp_path / "state",
+    daemon = Node(NodeSettings(node_name="node1", state_dir=tmp_path / "state",
                                      run_dir=tmp_path / "run", hmac_key=b"k" * 40,
                                      libvirt_uri="test:///default"))
     try:
         uuid = "8f6c3b5e-2d43-4f7b-a9d1-8a0f0e1c2b3a"
-        daemon.rpc_instance_start({"instance": {
+        noded_rpc.dispatch(daemon, "instance_start", {"instance": {
             "name": "db", "uuid": uuid, "memory": 128, "vcpus": 1, "disks": [], "nics": []},
             "claim": {"uuid": uuid, "primary": "node1", "serial": 1, "epoch": 0}})
-        raw = daemon.dispatch("node_info", {"instances": True,
-                                            "storage_units": [["file", str(tmp_path)]]})
-        info = livefigures.decode_node_info(json.loads(json.dumps(raw)))
+
+        def wire(method: str, args: dict[str, object]) -> object:
+            return json.loads(msgspec.json.encode(noded_rpc.dispatch(daemon, method, args)))
+
+        raw = wire("node_info", {"instances": True, "storage_units": [["file", str(tmp_path)]]})
+        info = livefigures.decode_node_info(raw)
         assert info.instances is not None and info.instances["db"].memory == 128
         assert info.instances["db"].uptime is not None
         assert [(u.type, u.name) for u in info.storage] == [("file", str(tmp_path))]
-        assert daemon.dispatch("node_info", {})["instances"] is None
-        assert daemon.dispatch("ping", {})["vm_lock_kb"] >= 0
+        assert wire("node_info", {})["instances"] is None
+        assert wire("ping", {})["vm_lock_kb"] >= 0
     finally:
         daemon.hv.close()

@@ -17,9 +17,11 @@ from herder.core import node_certs, ssconf
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.errors import RpcError
 from herder.core.noderpc import HttpNodeRpc
+from herder.core.rpcdefs import node_calls
 from herder.masterd import join
+from herder.noded import rpc as noded_rpc
 from herder.noded.daemon import serve
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 
 from .noded_fixture import KEY, node
 
@@ -64,7 +66,7 @@ def make_cluster(directory: Path) -> Cluster:
 @dataclass
 class Fresh:
     port: int
-    daemon: NodeDaemon
+    daemon: Node
 
     @property
     def token(self) -> str:
@@ -77,7 +79,7 @@ def fresh_noded(directory: Path, name: str = NEW,
                 port: int = 0, file_root: Path | None = None) -> Iterator[Fresh]:
     """noded as `herder noded` runs it (on a node without the cluster's secrets, unless
     `config_dir` under `file_root` holds them)."""
-    daemon = NodeDaemon(NodeSettings(
+    daemon = Node(NodeSettings(
         node_name=name, state_dir=directory / "state", run_dir=directory / "run",
         libvirt_uri="test:///default", file_root=file_root or directory / "root",
         config_dir=config_dir))
@@ -111,7 +113,7 @@ def cluster(tmp_path: Path) -> Cluster:
     return make_cluster(tmp_path / "master")
 
 
-def joined_files(daemon: NodeDaemon) -> list[str]:
+def joined_files(daemon: Node) -> list[str]:
     return sorted(p.name for p in daemon.trust.config_dir.iterdir())
 
 
@@ -124,7 +126,7 @@ def test_a_fresh_node_joins_with_its_token_and_then_takes_the_masters_calls(
         assert pinned == node_certs.digest(fresh.daemon.trust.join_certificate.read_bytes())
         before = cluster.rpc(fresh.port)
         with pytest.raises(RpcError, match="certificate verify failed"):
-            before.call(node(NEW), "ping")  # it shows no certificate of the cluster yet
+            before.call(node(NEW), node_calls.Ping())  # it shows no certificate of the cluster yet
         before.close()
         digest = join.join(NEW, "127.0.0.1", fresh.port, token, cluster.material(),
                            ssconf=lambda d: cluster.listing((NEW, d)))
@@ -137,14 +139,14 @@ def test_a_fresh_node_joins_with_its_token_and_then_takes_the_masters_calls(
         assert ssconf.read("cluster_name", trust.config_dir) == "cluster.example.com"
         # the master's client, showing its node certificate, is taken at once
         rpc = cluster.rpc(fresh.port)
-        assert rpc.call(node(NEW), "ping")["node"] == NEW
+        assert rpc.call(node(NEW), node_calls.Ping()).node == NEW
         rpc.close()
         # a certificate the CA issued but the cluster does not list is refused
         stray = tmp_path / "stray.pem"
         stray.write_bytes(node_certs.issue(cluster.ca.read_bytes(), "node9.example.com"))
         stranger = cluster.rpc(fresh.port, shown=stray)
         with pytest.raises(RpcError, match="not one of the cluster's node certificates"):
-            stranger.call(node(NEW), "ping")
+            stranger.call(node(NEW), node_calls.Ping())
         stranger.close()
         # nor is the token good a second time: the node belongs to a cluster now
         with pytest.raises(join.JoinError, match="already belongs to a cluster"):
@@ -208,22 +210,23 @@ def test_a_certificate_taken_off_the_list_is_refused(tmp_path: Path, cluster: Cl
                   ssconf=lambda d: cluster.listing((NEW, d), ("node3.example.com",
                                                              third_digest)))
         rpc = cluster.rpc(fresh.port, shown=third)
-        assert rpc.call(node(NEW), "ping")["node"] == NEW
+        assert rpc.call(node(NEW), node_calls.Ping()).node == NEW
         # only the master and the candidates make node RPCs
-        fresh.daemon.rpc_write_ssconf({"values": {
+        noded_rpc.dispatch(fresh.daemon, "write_ssconf", {"values": {
             "master_node": "node1.example.com\n",
             "master_candidates": "node1.example.com\nnode3.example.com\n"}})
-        assert rpc.call(node(NEW), "ping")["node"] == NEW
-        fresh.daemon.rpc_write_ssconf({"values": {"master_candidates": "node1.example.com\n"}})
+        assert rpc.call(node(NEW), node_calls.Ping()).node == NEW
+        noded_rpc.dispatch(fresh.daemon, "write_ssconf",
+                           {"values": {"master_candidates": "node1.example.com\n"}})
         with pytest.raises(RpcError, match="neither the master nor a master candidate"):
-            rpc.call(node(NEW), "ping")
+            rpc.call(node(NEW), node_calls.Ping())
         master = cluster.rpc(fresh.port)
-        assert master.call(node(NEW), "ping")["node"] == NEW
+        assert master.call(node(NEW), node_calls.Ping()).node == NEW
         master.close()
         listing = cluster.listing()  # node3 removed
-        fresh.daemon.rpc_write_ssconf({"values": listing})
+        noded_rpc.dispatch(fresh.daemon, "write_ssconf", {"values": listing})
         with pytest.raises(RpcError, match="revoked or unknown"):
-            rpc.call(node(NEW), "ping")
+            rpc.call(node(NEW), node_calls.Ping())
         rpc.close()
 
 
@@ -268,7 +271,7 @@ def test_node_add_joins_first_and_leaves_the_config_unchanged_when_the_join_fail
             assert store.load().cluster.node_certs[added.uuid] == node_certs.digest(
                 fresh.daemon.trust.node_certificate.read_bytes())
             # and masterd's node RPC reaches it at once
-            assert rpc.call(added, "ping")["node"] == NEW
+            assert rpc.call(added, node_calls.Ping()).node == NEW
         finally:
             queue.stop()
             rpc.close()
@@ -326,15 +329,15 @@ def test_renew_crypto_rotates_ca_node_certificates_and_key(tmp_path: Path,
             now = HttpNodeRpc(new_key, cluster.ca, port=port, timeout=20)
             assert now.call(model.Node(uuid="x", name=target.name,
                                        primary_ip=target.primary_ip, group="g"),
-                            "ping")["node"] == target.name
+                            node_calls.Ping()).node == target.name
             now.close()
             # the old key is refused, and so is the old certificate
             old = HttpNodeRpc(KEY, cluster.ca, port=port, timeout=20)
             with pytest.raises(RpcError, match="invalid signature"):
-                old.call(target, "ping")
+                old.call(target, node_calls.Ping())
             old.close()
             stale = HttpNodeRpc(new_key, cluster.ca, port=port, timeout=20,
                                 client_certificate=old_node_pem)
             with pytest.raises(RpcError):
-                stale.call(target, "ping")
+                stale.call(target, node_calls.Ping())
             stale.close()

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from herder.noded import powercycle
+from herder.noded import rpc as noded_rpc
+from herder.noded.node import Node, NodeSettings, RpcFailure
 from herder.noded.powercycle import Facts, refusal
-from herder.noded.server import NodeDaemon, NodeSettings, RpcFailure
 
 
 def test_the_rule() -> None:
@@ -44,12 +45,12 @@ def test_noded_refuses_the_rpc_before_anything_happens(tmp_path: Path, monkeypat
         raise AssertionError("reboot_soon reached from a test")
 
     monkeypatch.setattr(powercycle, "reboot_soon", never)
-    daemon = NodeDaemon(NodeSettings(node_name="node1", state_dir=tmp_path / "state",
+    daemon = Node(NodeSettings(node_name="node1", state_dir=tmp_path / "state",
                                      run_dir=tmp_path / "run", hmac_key=b"k" * 40,
                                      libvirt_uri="test:///default",
                                      file_root=tmp_path / "root"))
     with pytest.raises(RpcFailure, match="refusing to power-cycle: noded runs in the "
                                          "machine's initial PID namespace"):
-        daemon.rpc_node_powercycle({})
+        noded_rpc.dispatch(daemon, "node_powercycle", {})
     assert not (tmp_path / "state" / "powercycle.log").exists()
     assert daemon.powercycled == []

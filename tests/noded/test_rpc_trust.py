@@ -18,6 +18,7 @@ import pytest
 from herder.core import confd, envelope, rpcauth
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.noderpc import HttpNodeRpc
+from herder.core.rpcdefs import node_calls
 
 from .noded_fixture import KEY, client_context, node, running_noded
 
@@ -35,7 +36,7 @@ def captured(method: str, target: str, args: dict[str, object] | None = None,
 
     rpc = HttpNodeRpc(key, None)
     rpc._http = httpx.Client(transport=httpx.MockTransport(catch))
-    rpc.call(node(target), method, args or {})
+    rpc.send(node(target), method, args or {})
     return bodies[0]
 
 
@@ -70,8 +71,8 @@ def test_a_signed_call_is_good_once_for_its_method_and_node(tmp_path: Path) -> N
         assert forged.status_code == 403 and "signature" in forged.json()["error"]
         # the master's client does all of it right
         rpc = HttpNodeRpc(KEY, None, port=int(noded.url.rsplit(":", 1)[1]))
-        assert rpc.call(node(NODE1), "ping")["node"] == NODE1
-        assert rpc.call(node(NODE1), "master_epoch")["node"] == NODE1
+        assert rpc.call(node(NODE1), node_calls.Ping()).node == NODE1
+        assert rpc.call(node(NODE1), node_calls.MasterEpoch()).node == NODE1
         assert noded.daemon.powercycled == []
 
 
@@ -107,7 +108,7 @@ def test_noded_takes_only_clients_with_a_certificate_of_the_cluster(tmp_path: Pa
                            verify=client_context(cluster_pem, shown))
         # the master's client shows the cluster certificate (server.pem: key and certificate)
         rpc = HttpNodeRpc(KEY, cluster_pem, port=port)
-        assert rpc.call(node(NODE1), "ping")["node"] == NODE1
+        assert rpc.call(node(NODE1), node_calls.Ping()).node == NODE1
         rpc.close()
         answer = noded.post("ping", captured("ping", NODE1),
                             verify=client_context(cluster_pem, cluster_pem))

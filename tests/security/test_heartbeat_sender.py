@@ -27,7 +27,7 @@ from herder.masterd.leases import Leases
 from herder.masterd.rapi import app as rapi_app
 from herder.masterd.rapi import base as rapi_base
 from herder.noded import server as noded_server
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.conftest import build_config
 
 from .serving import Served, serving
@@ -124,7 +124,7 @@ def test_masterd_takes_a_heartbeat_only_from_that_nodes_certificate(
 
 def test_a_candidate_witnesses_a_renewal_only_from_that_nodes_certificate(
         tmp_path: Path, pki: Pki) -> None:
-    daemon = NodeDaemon(NodeSettings(
+    daemon = Node(NodeSettings(
         node_name=NODES[0], state_dir=tmp_path / "state", run_dir=tmp_path / "run",
         hmac_key=KEY, libvirt_uri="test:///default", file_root=tmp_path / "root"))
     try:

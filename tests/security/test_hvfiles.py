@@ -10,18 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from herder.core import model
+from herder.core.noderpc import RpcTransport
 from herder.masterd import hvfiles, redist
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 
 
-class RecordingRpc:
+class RecordingRpc(RpcTransport):
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        self.calls.append((node.name, method, dict(args or {})))
-        return {}
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
+        self.calls.append((node.name, method, dict(args)))
+        return nothing_answer(method)
 
 
 def test_a_parameter_naming_a_file_outside_the_directory_sends_nothing(tmp_path: Path) -> None:

@@ -13,34 +13,39 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from herder.core import libvirtd_conf, model, node_certs, ssconf
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.errors import HerderError
+from herder.core.noderpc import RpcTransport
+from herder.core.rpcdefs import file_calls
 from herder.core.store import FileStore
 from herder.masterd import libvirt_trust
 from herder.noded import libvirt_tls
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded import rpc as noded_rpc
+from herder.noded.node import Node, NodeSettings
 from tests.conftest import build_config
 
 KEY = b"0123456789abcdef0123456789abcdef01234567\n"
 
 
-class InProcessRpc:
-    """Node RPCs answered by each node's NodeDaemon, in this process; `down` do not answer."""
+class InProcessRpc(RpcTransport):
+    """Node RPCs answered by each node's handlers, in this process; `down` do not answer."""
 
-    def __init__(self, daemons: dict[str, NodeDaemon]) -> None:
+    def __init__(self, daemons: dict[str, Node]) -> None:
         self.daemons = daemons
         self.down: set[str] = set()
         self.calls: list[tuple[str, str]] = []
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         self.calls.append((node.name, method))
         if node.name in self.down:
             raise HerderError(f"{node.name}: connection refused")
-        return self.daemons[node.name].dispatch(method, dict(args or {}))
+        return msgspec.to_builtins(noded_rpc.dispatch(self.daemons[node.name], method,
+                                                      dict(args)))
 
 
 @pytest.fixture
@@ -52,7 +57,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[model.ConfigData, InProcessRpc, Pa
     daemons = {}
     for node in config.nodes.values():
         root = tmp_path / node.name
-        daemons[node.name] = NodeDaemon(NodeSettings(
+        daemons[node.name] = Node(NodeSettings(
             node_name=node.name, state_dir=root / "state", run_dir=root / "run", hmac_key=KEY,
             libvirt_uri="test:///default", file_root=root / "root",
             config_dir=root / "cluster"))
@@ -74,8 +79,8 @@ def publisher(rpc: InProcessRpc, config_path: Path, config: model.ConfigData,
             changed.cluster.libvirt_cas = list(cas)
         for node in config.nodes.values():
             if node.name not in rpc.down:
-                rpc.call(node, "write_ssconf", {"values": {libvirtd_conf.SSCONF_CAS:
-                                                           "".join(cas)}})
+                rpc.call(node, file_calls.WriteSsconf(
+                    values={libvirtd_conf.SSCONF_CAS: "".join(cas)}))
 
     return publish
 

@@ -47,6 +47,7 @@ from herder.core import (
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.rapi_users import UsersFile
 from herder.core.reachability import Reachability
+from herder.core.rpcdefs import node_calls
 from herder.core.store import ConfigCache, FileStore
 from herder.maintd import repair_client
 from herder.maintd import server as maintd_server
@@ -61,8 +62,9 @@ from herder.masterd.rapi import base as rapi_base
 from herder.mond import server as mond_server
 from herder.mond.agent import Agent
 from herder.mond.collectors.diagnose import signature
+from herder.noded import rpc as noded_rpc
 from herder.noded import server as noded_server
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.conftest import build_config
 from tests.maintd.fakes import FakeCluster, FakeSource
 from tests.mond.test_repair_route import make_ctx, script
@@ -112,13 +114,13 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Daemon, rapi_base.RapiContext]]:
                                 leases=Leases(lambda: [KEY]))
     # anyone: the web console's login page and files (tests/security/test_web_console.py)
     yield Daemon("masterd", rapi_app.make_app(ctx), rapi_base.ROUTES,
-                 frozenset({access.ANYONE, access.RAPI_READ, access.RAPI_WRITE,
+                 frozenset({access.ANYONE, access.RAPI_READ, access.RAPI_USER, access.RAPI_WRITE,
                             access.WEB_LOGIN, access.NODE_ANNOUNCE, access.NODE_LEASE})), ctx
 
 
 @pytest.fixture
-def noded(tmp_path: Path) -> Iterator[tuple[Daemon, NodeDaemon]]:
-    daemon = NodeDaemon(NodeSettings(
+def noded(tmp_path: Path) -> Iterator[tuple[Daemon, Node]]:
+    daemon = Node(NodeSettings(
         node_name=NODE, state_dir=tmp_path / "noded" / "state", run_dir=tmp_path / "noded" / "run",
         hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
@@ -181,8 +183,9 @@ def test_every_route_of_every_daemon_declares_its_callers(masterd, noded, mond, 
         assert not undeclared, f"{daemon.name}: routes without an access rule: {undeclared}"
         for route in found:
             assert route.rule in daemon.rules, f"{daemon.name} {route}: {route.rule}"
-            # nothing open to anyone may change anything; any method but GET is a change
-            if route.method not in ("GET", "*"):
+            # nothing open to anyone may change anything; any method but GET is a change, but
+            # Ganeti's PUT /2/query, a read for any RAPI user (rlib2: PUT_ACCESS = GET_ACCESS)
+            if route.method not in ("GET", "*") and route.rule != access.RAPI_USER:
                 assert route.rule is not None and route.rule.changes, f"{daemon.name} {route}"
             # the sample path really reaches this route
             reached = asyncio.run(resolves_to(daemon.app, route.method if route.method != "*"
@@ -223,12 +226,25 @@ def test_masterd_refuses_every_write_to_anonymous_and_read_only_callers(masterd)
         assert FileStore(ctx.store.path).load().serial_no == serial
         ctx.anonymous_reads = True
         for route in found:
+            if str(route) == "GET /2/os":
+                continue  # a read that waits for its job: this queue never runs one (below)
             anonymous = request(served, route).status_code
-            if route.rule == access.RAPI_WRITE:
-                assert anonymous == 401, route
+            if route.rule in (access.RAPI_WRITE, access.RAPI_USER):
+                assert anonymous == 401, route  # a query too: as Ganeti's, never anonymous
+                if route.rule == access.RAPI_USER:
+                    assert request(served, route, auth=READER).status_code not in (401, 403)
             else:
                 assert anonymous not in (401, 403), route
                 assert request(served, route, auth=READER).status_code not in (401, 403)
+        # GET /2/os answers once its OP_OS_DIAGNOSE job ends: let in, it queued the job and
+        # waits (a refusal is answered at once, never after a wait)
+        for auth in (None, READER):
+            queued = len(ctx.queue.job_ids())
+            with pytest.raises(httpx.ReadTimeout), httpx.Client(verify=False,
+                                                                 timeout=3) as http:
+                http.get(served.plain + "/2/os", auth=auth)
+            (job_id,) = ctx.queue.job_ids()[queued:]
+            assert ctx.queue.cancel(job_id)[0]  # the waiting handler answers and ends
         # the writer gets through (the route's own answer: a job id, 400, 404, ...); the
         # wrong passwords above hold the writer's pair from this address for a few seconds
         ctx.backoff = login_backoff.Backoff()
@@ -269,7 +285,7 @@ def test_masterd_takes_a_nodes_announcement_signed_for_that_node_only(masterd) -
 
 def test_noded_refuses_every_unsigned_call(noded) -> None:
     daemon, node = noded
-    methods = sorted(m.removeprefix("rpc_") for m in dir(node) if m.startswith("rpc_"))
+    methods = sorted(noded_rpc.handlers())
     assert "node_powercycle" in methods and "upload_file" in methods
     (route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.NODE_RPC]
     (join_route,) = [r for r in routes(daemon.app, daemon.table) if r.rule == access.JOIN_TOKEN]
@@ -409,7 +425,8 @@ def test_no_signed_message_of_one_protocol_is_taken_by_another(noded, mond, main
     mond_daemon, _ = mond
     maintd_daemon, _ = maintd
     repairer = mond_daemon.app[mond_server.REPAIR_KEY]
-    methods = sorted(m.removeprefix("rpc_") for m in dir(node) if m.startswith("rpc_"))
+    methods = sorted(noded_rpc.handlers())
+    assert "node_powercycle" in methods
     note = notification.vm_notification("node2", U_A, "LIFECYCLE", "STOPPED_FAILED")
     with serving(node_daemon.app) as noded_http, serving(mond_daemon.app) as mond_http, \
             serving(maintd_daemon.app, maintd_daemon.tls) as maintd_http:
@@ -513,8 +530,10 @@ def test_a_candidates_noded_witnesses_a_lease_signed_for_that_node_only(noded) -
         assert age is not None and age < 5
         assert request(served, lease, content=body).status_code == 409  # replayed
     # the master's question about it: when it asked, and whether its noded answers
-    found = node.rpc_node_reachable({"node": caller, "address": "127.0.0.1", "timeout": 1})
-    assert isinstance(found["reachable"], bool) and found["asked_age"] is not None
+    found = noded_rpc.dispatch(node, "node_reachable",
+                               {"node": caller, "address": "127.0.0.1", "timeout": 1})
+    assert isinstance(found, node_calls.ReachableAnswer)
+    assert isinstance(found.reachable, bool) and found.asked_age is not None
 
 # --- docs/security.md covers every route ---------------------------------------------------------
 
@@ -539,6 +558,7 @@ def test_security_md_names_every_route_with_its_rule(masterd, noded, mond, maint
                 missing.append(f"{daemon.name}: {key} ({route.rule.name}): "
                                f"{table.get(key, 'no row')}")
     assert not missing, "docs/security.md's tables lack or misstate:\n" + "\n".join(missing)
-    node = noded[1]
-    for method in (m for m in dir(node) if m.startswith("rpc_")):
+    methods = sorted(noded_rpc.handlers())
+    assert "ping" in methods
+    for method in methods:
         assert f"`{method}`" in text, f"docs/security.md does not name noded's {method}"

@@ -109,8 +109,8 @@ def test_the_cli_shows_no_join_token(tmp_path: Path) -> None:
             "OP_ID": "OP_NODE_ADD", "node_name": "node9.example.com",
             "primary_ip": "192.0.2.99", "join_token": TOKEN}]})
         env = {"HERDER_MASTERD": master.url}
-        for args in (("job", "info", str(job_id), "--json"), ("job", "list", "--json"),
-                     ("job", "info", str(job_id))):
+        for args in (("job", "info", str(job_id), "--json"),
+                     ("job", "list", "-o", "+ops", "--json"), ("job", "info", str(job_id))):
             shown = run_cli(*args, config=master.config_path, env=env)
             assert shown.code == 0, shown.err
             assert "s3cretJ0inT0ken" not in shown.out + shown.err, args
@@ -156,7 +156,8 @@ def test_no_answer_a_reader_gets_carries_a_secret(
     answers = {}
     for route in readable:
         path = route.canonical.format(name=inst.name, kind="instances", job_id="1",
-                                      resource="instances", path="app.js")
+                                      resource="instances", path="app.js",
+                                      uuid="00000000-0000-4000-8000-000000000000")
         path = path.replace(f"/nodes/{inst.name}", f"/nodes/{node.name}") \
             .replace(f"/groups/{inst.name}", f"/groups/{group.name}")
         if route.canonical == "/2/herder/events":

@@ -46,6 +46,16 @@ def test_a_readers_info_jobs_are_rate_limited_and_never_stored(tmp_path: Path) -
         stored = {p.name for p in queue.glob("job-*.json")}
         assert stored == {f"job-{tagged.json()}.json"}, stored
         assert http.get(f"{master.url}/2/jobs/{accepted[0]}", auth=READER).status_code == 200
+        # several jobs submitted at once take a token each: one more than the burst is refused,
+        # and none of them is queued
+        query = [{"OP_ID": "OP_INSTANCE_QUERY_DATA", "instances": ["web1"], "static": True}]
+        highest = max(job["id"] for job in http.get(f"{master.url}/2/jobs", auth=admin).json())
+        many = http.post(f"{master.url}/2/herder/jobs", auth=admin,
+                         json={"jobs": [query] * (READ_ONLY_RATE.burst + 1)})
+        assert many.status_code == 429, many.text
+        assert "submits read-only jobs too fast" in many.json()["explain"]
+        after = http.get(f"{master.url}/2/jobs", auth=admin).json()  # (the reader's may expire)
+        assert [job["id"] for job in after if job["id"] > highest] == []
 
 
 def test_bodies_before_a_proof_are_small(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import KEY, serving
 
 
@@ -34,9 +34,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def node_daemon(directory: Path, name: str) -> NodeDaemon:
+def node_daemon(directory: Path, name: str) -> Node:
     """A node daemon named `name` on libvirt's test driver, its state under `directory`."""
-    return NodeDaemon(NodeSettings(
+    return Node(NodeSettings(
         node_name=name, state_dir=directory / name / "state", run_dir=directory / name / "run",
         hmac_key=KEY, libvirt_uri="test:///default", file_root=directory / name / "root",
         config_dir=directory / name / "cluster"))

@@ -6,7 +6,7 @@ arrives as text) and the VNC websocket (the RFB greeting) are checked through RA
 instance that does not run gets Ganeti's 503.
 
 The domain is started from `noded.kvm.domain` directly through libvirt, with the serial log
-and the VNC port noded gives it (`NodeDaemon.serial_log`, the instance's `network_port`):
+and the VNC port noded gives it (`Node.serial_log`, the instance's `network_port`):
 noded's own start builds the same InstanceSpec (issue 17's VM part).
 """
 
@@ -35,7 +35,7 @@ from herder.core import cluster_secrets, model
 from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
 from herder.masterd import portpool
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import serving
 
 NODE, NODE_IP, LIBVIRT_IP = "n1.console.test", "127.0.0.34", "127.0.0.35"
@@ -116,7 +116,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleCluster
                             root / NODE, port=_free_port())
     stack = contextlib.ExitStack()
     proc: subprocess.Popen[str] | None = None
-    daemon: NodeDaemon | None = None
+    daemon: Node | None = None
     try:
         try:
             libvirtd.start()
@@ -134,7 +134,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleCluster
             inst = _instance(cfg, GUEST, hvparams)
             _instance(cfg, STOPPED, hvparams)
             filled = dict(cfg.filled_hvparams(inst))
-        daemon = NodeDaemon(NodeSettings(
+        daemon = Node(NodeSettings(
             node_name=NODE, state_dir=directory / "node" / "state",
             run_dir=directory / "node" / "run", libvirt_uri=libvirtd.uri,
             hmac_key=(config.parent / cluster_secrets.HMAC_KEY_FILE).read_bytes(),

@@ -3,7 +3,7 @@ methods) against herder's masterd RAPI over HTTPS (issue 32).
 
 Each method either works with Ganeti's request and answer shapes (a job-submitting method's
 job holds the opcode with every parameter the client sent) or answers a clear 4xx naming what
-herder does not support (exports and job filters: their own issues). The jobs are
+herder does not support. The jobs are
 queued and not run: what is checked here is the wire, not the LUs. Skips cleanly without
 the peers (/tmp/groot, unpacked by ../shared/peers/setup.sh); the answers' shapes are compared
 with the real vcluster's in tests/system/test_rapi_shapes.py.
@@ -67,7 +67,7 @@ def bulk(answer: Any) -> bool:
     return isinstance(answer, list) and all("name" in item for item in answer)
 
 
-NOT_FILTERS = (404, "has no job filters")
+RULE = "00000000-0000-4000-8000-000000000000"
 
 CALLS: dict[str, Call] = {
     # the cluster
@@ -233,15 +233,15 @@ CALLS: dict[str, Call] = {
                            op=("OP_TAGS_SET", {"kind": "network", "name": "net1"})),
     "DeleteNetworkTags": Call("DeleteNetworkTags", ("net1", ["probe"]),
                               op=("OP_TAGS_DEL", {"kind": "network", "name": "net1"})),
-    # exports and filters: their own issues
-    "GetFilters": Call("GetFilters", refused=NOT_FILTERS),
-    "GetFilter": Call("GetFilter", ("00000000-0000-4000-8000-000000000000",),
-                      refused=NOT_FILTERS),
-    "AddFilter": Call("AddFilter", (0, [], "ACCEPT"), refused=NOT_FILTERS),
-    "ReplaceFilter": Call("ReplaceFilter", ("00000000-0000-4000-8000-000000000000", 0, [],
-                                            "ACCEPT"), refused=NOT_FILTERS),
-    "DeleteFilter": Call("DeleteFilter", ("00000000-0000-4000-8000-000000000000",),
-                         refused=NOT_FILTERS),
+    # job filters (the rule under RULE made by ReplaceFilter, read, then deleted)
+    "GetFilters": Call("GetFilters", check=lambda v: isinstance(v, list)),
+    "AddFilter": Call("AddFilter", (0, [], "ACCEPT"),
+                      check=lambda v: isinstance(v, str) and len(v) == 36),
+    "ReplaceFilter": Call("ReplaceFilter", (RULE, 10, [["jobid", [">", "id", "watermark"]]],
+                                            "PAUSE"), check=lambda v: v == RULE),
+    "GetFilter": Call("GetFilter", (RULE,),
+                      check=lambda v: v["uuid"] == RULE and v["action"] == "PAUSE"),
+    "DeleteFilter": Call("DeleteFilter", (RULE,), check=lambda v: v is None),
 }
 
 

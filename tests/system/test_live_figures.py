@@ -35,7 +35,7 @@ import pytest
 from herder.core import cluster_secrets, model
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import serving
 from tests.simhelpers import wait_for
 from tests.system.rapi_shapes import (
@@ -192,13 +192,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     storage.mkdir()
     with FileStore(config).update() as cfg:  # n4 offline; an instance on n3, one on n4
         cfg.cluster.file_storage_dir = str(storage)
+        # the test's instances are diskless and have no NIC: a policy that lets them in
+        cfg.cluster.ipolicy.minmax[0].min.disk_count = 0
+        cfg.cluster.ipolicy.minmax[0].min.nic_count = 0
         cfg.find_node("n4").offline = True
         for inst in (_offline_instance(cfg, "lost", "n3.live.test"),
                      _offline_instance(cfg, "away", "n4.live.test")):
             cfg.instances[inst.uuid] = inst
     port = _free_port()
     daemons, procs, dead = [], [], None
-    nodeds: list[NodeDaemon] = []
+    nodeds: list[Node] = []
     stack = contextlib.ExitStack()
     try:
         uris = {}
@@ -212,7 +215,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
             node_dir = directory / name
             with FileStore(config).update() as cfg:  # what differs between nodes: ndparams
                 cfg.find_node(name).ndparams["libvirt_uri"] = libvirtd.uri
-            daemon = NodeDaemon(NodeSettings(
+            daemon = Node(NodeSettings(
                 node_name=name, state_dir=node_dir / "state", run_dir=node_dir / "run",
                 hmac_key=(config.parent / cluster_secrets.HMAC_KEY_FILE).read_bytes(),
                 libvirt_uri=libvirtd.uri, config_dir=config.parent, file_root=node_dir / "root"))
@@ -398,16 +401,18 @@ def test_cli_lists_show_the_figures(live: LiveCluster) -> None:
     assert nodes["n2.live.test"]["mfree"] == 3072 - 256 - 500
     assert nodes["n2.live.test"]["mtotal"] == 3072 and nodes["n3.live.test"]["mfree"] is None
     table = live.cli("node", "list").stdout.splitlines()
-    assert table[0].split() == ["Node", "Role", "Group", "PrimaryIP", "MC", "Off", "Drain",
-                                "MFree", "MTotal", "DFree", "DTotal", "Pinst", "Sinst"]
+    # Ganeti's gnt-node list defaults, in its units (h)
+    assert table[0].split() == ["Node", "DTotal", "DFree", "MTotal", "MNode", "MFree", "Pinst",
+                                "Sinst"]
     n2 = next(line.split() for line in table if line.startswith("n2.live.test"))
-    assert n2[7:9] == ["2.3G", "3.0G"]  # 2316 MiB free
+    assert (n2[3], n2[5]) == ("3.0G", "2.3G")  # 2316 MiB free
     insts = {i["name"]: i for i in json.loads(live.cli("instance", "list", "--json").stdout)}
     assert (insts["sneaky"]["status"], insts["sneaky"]["oper_ram"]) == ("ERROR_up", 128)
     table = live.cli("instance", "list").stdout.splitlines()
-    assert table[0].split()[:3] == ["Instance", "Status", "Admin"]
+    assert table[0].split() == ["Instance", "Hypervisor", "OS", "Primary_node", "Status",
+                                "Memory"]  # Ganeti's gnt-instance list defaults
     web = next(line.split() for line in table if line.startswith("web "))
-    assert web[1] == "running" and web[-2:] == ["256M", "256M"]
+    assert web[4] == "running" and web[-1] == "256M"
     # masterd gone (or --offline): the config's view, and why there are no figures
     offline = live.cli("--offline", "node", "list", "--json")
     assert offline.returncode == 0 and json.loads(offline.stdout)[0]["mfree"] is None

@@ -13,8 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from herder.core.noderpc import RpcTransport
 from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
+from tests.rpcfakes import nothing_answer
 from tests.system.masterd_fixture import RunningMaster, spawn, start_masterd
 
 
@@ -266,14 +268,14 @@ def test_maintenance_state_route_takes_instance_incidents(tmp_path: Path) -> Non
         assert err.value.status == 400
 
 
-class _AllocRpc:
+class _AllocRpc(RpcTransport):
     """Node daemons for the failover tests: live figures, and every instance call recorded."""
 
     def __init__(self, dead: set[str] = frozenset()) -> None:
         self.calls: list[tuple[str, str]] = []
         self.dead = set(dead)
 
-    def call(self, node, method, args=None, timeout=None):
+    def send(self, node, method, args, timeout=None):
         from herder.core.errors import RpcError
 
         self.calls.append((node.name, method))
@@ -287,12 +289,11 @@ class _AllocRpc:
                     "storage": [{"type": "file", "name": "/srv", "storage_size": 100000,
                                  "storage_free": 90000}]}
         if method == "migrate_prepare":
-            return {"xml": "<domain/>"}
-        if method == "blockdev_create":
-            return [f"/srv/disk{index}" for index, _ in enumerate(args["disks"])]
+            return {"xml": "<domain/>", "state": "running"}
         if method == "instance_migratable":  # as the test driver's nodes answer
-            return {"running": True, "method": "restart", "reason": "test driver"}
-        return None
+            return {"running": True, "state": "running", "method": "restart",
+                    "reason": "test driver"}
+        return nothing_answer(method)
 
 
 def _alloc_master(tmp_path: Path, rpc: _AllocRpc, templates: tuple[str, ...]):

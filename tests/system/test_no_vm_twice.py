@@ -1,13 +1,13 @@
 """Issue 18, item 5: no VM ever runs twice.
 
-A real masterd job processor drives two real node daemons (`herder.noded.server.NodeDaemon`),
-each with its own libvirt (a private test-driver connection: the domains of one node are not
-the other's). The source's node daemon "dies" right after the target accepted the migration
-(its calls fail from then on, as a killed noded's would): the migration's cleanup must leave
-exactly one copy; when even the cleanup cannot reach the target, `OP_CLUSTER_VERIFY_GROUP`
-reports the stray ("instance should not run on node", as Ganeti), the target's guard refuses to
-start it again (also after its node daemon restarted), and maintd's OP_INSTANCE_STOP_STRAY
-stops it only once the primary's copy is confirmed to run.
+A real masterd job processor drives two real node daemons (`herder.noded.node.Node` and its
+RPC handlers), each with its own libvirt (a private test-driver connection: the domains of one
+node are not the other's). The source's node daemon "dies" right after the target accepted the
+migration (its calls fail from then on, as a killed noded's would): the migration's cleanup
+must leave exactly one copy; when even the cleanup cannot reach the target,
+`OP_CLUSTER_VERIFY_GROUP` reports the stray ("instance should not run on node", as Ganeti), the
+target's guard refuses to start it again (also after its node daemon restarted), and maintd's
+OP_INSTANCE_STOP_STRAY stops it only once the primary's copy is confirmed to run.
 """
 
 from __future__ import annotations
@@ -15,19 +15,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 pytest.importorskip("libvirt")
 
 from herder.core import model, vmclaim
 from herder.core.errors import RpcError
-from herder.core.noderpc import instance_payload
+from herder.core.noderpc import RpcTransport
+from herder.core.rpcdefs import instance_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.core.store import FileStore
 from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.noded.server import NodeDaemon, NodeSettings
+from herder.noded import rpc as noded_rpc
+from herder.noded.node import Node, NodeSettings
 from tests.conftest import build_config
 
 NAME = "web1.example.com"
@@ -36,7 +40,7 @@ TEST_NODE_XML = "<node><cpu><nodes>1</nodes><sockets>1</sockets><cores>2</cores>
                 "<threads>1</threads></cpu><memory>8388608</memory></node>"
 
 
-class Nodes:
+class Nodes(RpcTransport):
     """The node RPC of the master, delivered to in-process node daemons; a node in `dead`
     does not answer (and `drop` lists (node, method) calls lost on the way)."""
 
@@ -48,30 +52,30 @@ class Nodes:
         self.drop: set[tuple[str, str]] = set()
         self.calls: list[tuple[str, str]] = []
 
-    def boot(self, name: str) -> NodeDaemon:
+    def boot(self, name: str) -> Node:
         base = self.tmp_path / name
         base.mkdir(exist_ok=True)
         host = base / "libvirt-node.xml"
         if not host.exists():
             host.write_text(TEST_NODE_XML)
-        return NodeDaemon(NodeSettings(
+        return Node(NodeSettings(
             node_name=name, state_dir=base / "state", run_dir=base / "run", hmac_key=b"k" * 32,
             libvirt_uri=f"test://{host}", file_root=base))
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         from herder.core.errors import HerderError
 
         self.calls.append((node.name, method))
         if node.name in self.dead or (node.name, method) in self.drop:
             raise RpcError(f"node {node.name}: connection refused")
         try:
-            result = self.daemons[node.name].dispatch(method, dict(args or {}))
+            result = noded_rpc.dispatch(self.daemons[node.name], method, dict(args))
         except HerderError as err:
             raise RpcError(f"node {node.name}: {err}") from None
         if self.die_after is not None and self.die_after[:2] == (node.name, method):
             self.dead.add(self.die_after[2])
-        return result
+        return msgspec.to_builtins(result)
 
     def running(self) -> dict[str, str]:
         """Node name -> the state of the instance's domain there (only where it exists)."""
@@ -90,6 +94,9 @@ class Nodes:
 @pytest.fixture
 def cluster(tmp_path: Path):
     config = build_config(nodes=3, drbd_instances=0, plain_instances=0)
+    # a diskless instance; no LVM template, so verify asks the nodes (this machine's LVM,
+    # where simulated hosts' volume groups may show) about no volume group
+    config.cluster.enabled_disk_templates = ["diskless"]
     source = config.find_node(SOURCE)
     inst = model.Instance(uuid=model.new_uuid(), name=NAME, primary_node=source.uuid,
                           os="debootstrap", hypervisor="kvm", admin_state="up",
@@ -174,13 +181,14 @@ def test_a_stray_left_behind_is_reported_refused_and_stopped_after_the_primary_i
     config = store.load()
     inst = config.find_instance(NAME)
     target = config.find_node(TARGET)
-    stale = {"instance": instance_payload(config, inst), "name": NAME, "version":
-             inst.serial_no, vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
+    stale = instance_calls.InstanceStart(instance=instance_payload(config, inst), name=NAME,
+                                         version=inst.serial_no,
+                                         claim=vmclaim.claim_for(config, inst))
     nodes.daemons[TARGET].hv.undefine(NAME)
     nodes.daemons[TARGET].hv.close()  # and its node daemon restarts: the guard's record stays
     nodes.daemons[TARGET] = nodes.boot(TARGET)
     with pytest.raises(RpcError, match=f"primary node is {SOURCE}, not this node"):
-        nodes.call(target, "instance_start", stale)
+        nodes.call(target, stale)
     assert TARGET not in nodes.running()
 
     # put the stray back (as the failed move left it) and let maintd's opcode stop it
@@ -201,7 +209,8 @@ def test_a_stray_left_behind_is_reported_refused_and_stopped_after_the_primary_i
     # the primary refuses to stop its own copy as a stray
     source = config.find_node(SOURCE)
     with pytest.raises(RpcError, match="this node is its primary node"):
-        nodes.call(source, "instance_stop_stray", stale)
+        nodes.call(source, instance_calls.InstanceStopStray(name=NAME, version=stale.version,
+                                                            claim=stale.claim))
 
 
 def test_a_completed_migration_moves_the_claim(cluster) -> None:
@@ -215,9 +224,9 @@ def test_a_completed_migration_moves_the_claim(cluster) -> None:
     # source any more
     config = store.load()
     inst = config.find_instance(NAME)
-    old = vmclaim.claim_for(config, inst)
-    old.update(primary=SOURCE, serial=inst.serial_no - 1)
+    old = msgspec.structs.replace(vmclaim.claim_for(config, inst), primary=SOURCE,
+                                  serial=inst.serial_no - 1)
     with pytest.raises(RpcError, match="stale order|recorded"):
-        nodes.call(config.find_node(SOURCE), "instance_start", {
-            "instance": instance_payload(config, inst), "name": NAME, vmclaim.CLAIM_KEY: old})
+        nodes.call(config.find_node(SOURCE), instance_calls.InstanceStart(
+            instance=instance_payload(config, inst), name=NAME, claim=old))
     assert nodes.running() == {TARGET: "running"}

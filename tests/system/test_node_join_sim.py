@@ -33,12 +33,13 @@ import sys
 from herder.core import envelope, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
+from herder.core.rpcdefs import node_calls
 rpc = HttpNodeRpc(envelope.load_key("/var/lib/herder/hmac.key"),
                   __import__("pathlib").Path("/var/lib/herder/server.pem"), timeout=20,
                   connect_timeout=5)
 target = model.Node(uuid="x", name=sys.argv[1], primary_ip=sys.argv[2], group="g")
 try:
-    print("answer", rpc.call(target, "ping")["node"])
+    print("answer", rpc.call(target, node_calls.Ping()).node)
 except HerderError as err:
     print("refused", err)
 """

@@ -10,13 +10,15 @@ from typing import Any
 import pytest
 
 from herder.core import diskobjects, model
+from herder.core.diskobjects import decode_disk
 from herder.core.errors import OpExecError, OpPrereqError, RpcError
-from herder.masterd.lu import disks, node
-from herder.noded.bdev.disk import decode_disk
+from herder.core.noderpc import RpcTransport
+from herder.masterd.lu import disks, replace
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 
 
-class Recorder:
+class Recorder(RpcTransport):
     """Records (node, method, what) per call; `fail` makes one (node, method, n-th) fail."""
 
     def __init__(self, fail: tuple[str, str] | None = None,
@@ -25,9 +27,8 @@ class Recorder:
         self.fail = fail
         self.without_vg = without_vg  # nodes whose `vg_list` lacks the cluster's VG
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        args = args or {}
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         disk = args.get("disk")
         what = (disk["dev_type"], tuple(disk["logical_id"][:2])) if disk else \
             args.get("file_storage_dir")
@@ -35,7 +36,7 @@ class Recorder:
         if self.fail == (node.name.split(".")[0], method):
             raise RpcError(f"node {node.name}: {method} failed: boom")
         if method == "blockdev_assemble":
-            return ["/dev/drbd0", None] if args.get("as_primary") else True
+            return ["/dev/drbd0", None] if args["as_primary"] else True
         if method == "blockdev_find":
             return ["/dev/drbd0", 147, 0, None, None, False, 1]
         if method == "drbd_wait_sync":
@@ -43,7 +44,7 @@ class Recorder:
         if method == "vg_list":
             here = node.name.split(".")[0]
             return {"othervg": 1024} if here in self.without_vg else {"xenvg": 20480}
-        return None
+        return nothing_answer(method)
 
 
 class Env:
@@ -64,7 +65,8 @@ def test_drbd_disk_objects_carry_what_each_node_needs(config: model.ConfigData) 
     inst = drbd(config)
     node1, node2 = (config.find_node(f"node{i}.example.com") for i in (1, 2))
     for here, peer in ((node1, node2), (node2, node1)):
-        obj = diskobjects.disk_object(config, inst, inst.disks[0], here.uuid)
+        obj = diskobjects.encode_disk(diskobjects.disk_object(config, inst, inst.disks[0],
+                                                              here.uuid))
         decoded = decode_disk(obj)  # what the node reads
         assert decoded.drbd_id.secret == "secret0" and decoded.drbd_id.port == 11000
         assert obj["dynamic_params"] == {"local-ip": here.secondary_ip,
@@ -135,7 +137,7 @@ def test_replace_disks_names_the_new_and_the_old_lvs(config: model.ConfigData) -
     rpc = Recorder()
     inst = drbd(config)
     node2 = config.find_node("node2.example.com")
-    disks.replace_disks_only(Env(rpc), config, inst, node2)
+    replace.replace_disks_only(Env(rpc), config, inst, node2)
     created = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_create"]
     assert [lv.split(".new-")[0] for lv in created] == ["d0.disk0_data", "d0.disk0_meta"]
     removed = [w[1][1] for _, m, w in rpc.calls if m == "blockdev_remove"]
@@ -152,12 +154,12 @@ def test_replace_disks_refuses_a_node_without_the_volume_group(
     node2 = config.find_node("node2.example.com")
     with pytest.raises(OpExecError,
                        match="^Volume group 'xenvg' not found on node node2.example.com$"):
-        disks.replace_disks_only(Env(rpc), config, inst, node2)
+        replace.replace_disks_only(Env(rpc), config, inst, node2)
     assert [(n, m) for n, m, _ in rpc.calls] == [
         ("node1", "blockdev_find"), ("node2", "blockdev_find"), ("node2", "vg_list")]
     failing = Recorder(fail=("node1", "vg_list"))
     with pytest.raises(OpExecError, match="^Error checking node node1.example.com: node "):
-        disks.replace_disks_only(Env(failing), config, inst, node2)
+        replace.replace_disks_only(Env(failing), config, inst, node2)
     assert not [m for _, m, _ in failing.calls if m == "blockdev_create"]
 
 
@@ -170,7 +172,7 @@ def test_new_secondary_refuses_before_anything_is_made_without_the_volume_group(
     node3 = config.find_node("node3.example.com")
     with pytest.raises(OpExecError,
                        match="^Volume group 'xenvg' not found on node node1.example.com$"):
-        node.change_secondary(Env(rpc), config, inst, node3, [], lambda text: None)
+        replace.change_secondary(Env(rpc), config, inst, node3, lambda text: None)
     assert [(n, m) for n, m, _ in rpc.calls] == [("node1", "blockdev_find"),
                                                  ("node1", "vg_list")]
 
@@ -182,14 +184,14 @@ class Mirrors(Recorder):
         super().__init__()
         self.answers = answers
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        answer = super().call(node, method, args, timeout)
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
+        answer = super().send(node, method, args, timeout)
         if method == "blockdev_getmirrorstatus":
             percent, degraded = self.answers.pop(0) if len(self.answers) > 1 else \
                 self.answers[0]
             return [["/dev/drbd0", 147, 0, percent, None, degraded, 1]
-                    for _ in (args or {})["disks"]]
+                    for _ in args["disks"]]
         return answer
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from herder.core import verify
+from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import OpPrereqError
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu.cluster import ClusterVerifyGroup
@@ -146,6 +148,10 @@ def test_vg_repair_refuses_while_the_other_half_is_not_in_sync(mirrored) -> None
     (None, "no report of its disks"),
 ])
 def test_a_good_copy_is_one_in_sync(report: Any, problem: str | None) -> None:
+    """`report` as the node sends it (blockdev_getmirrorstatus_multi), decoded as the
+    master's call decodes it."""
+    if isinstance(report, list):
+        report = msgspec.convert(report, list[tuple[bool, BlockDevStatus | str]])
     assert copy_problem(report) == problem
 
 
@@ -189,3 +195,20 @@ def test_the_secondary_reading_a_real_proc_drbd_capture(mirrored, shared: Path, 
     with pytest.raises(OpPrereqError, match="the copy on node2.example.com is not good: disk/0 "
                        "is degraded .local disk state 'syncing'.; repairing would lose"):
         run(env, repair, RepairNodeStorage)
+
+
+def test_a_cluster_without_lvm_templates_asks_no_node_about_its_vg(tmp_path: Path) -> None:
+    """As Ganeti's NV_LVLIST (only when utils.IsLvmEnabled): a cluster whose enabled templates
+    include neither plain nor drbd does not list its VG on the nodes, so an LVM the nodes share
+    with others (or do not have) is none of verify's business; with plain enabled the VG is
+    listed and an orphan in it reported."""
+    config = build_config(nodes=3, drbd_instances=0, plain_instances=0)
+    config.cluster.enabled_disk_templates = ["diskless", "file"]
+    env, rpc = stand_in_env(tmp_path, config)
+    world.add_lv(rpc.nodes["node3"].world.state, "xenvg", "4e1c0d7a.disk0", 1024)
+    assert not [f for f in findings(env) if "unknown" in f[2]]
+    assert not [call for call in rpc.calls if call[1] == "lv_list"]
+    with env.store.update() as fresh:
+        fresh.cluster.enabled_disk_templates = ["diskless", "file", "plain"]
+    assert ("error", "node node3.example.com", "volume xenvg/4e1c0d7a.disk0 is unknown") \
+        in findings(env)

@@ -10,11 +10,7 @@ MAX_LINES = 100
 
 # Functions the checker knows of and lets stand for now, each with why. Remove an entry when
 # its function is short enough (the test then insists).
-KNOWN_LONG: dict[str, str] = {
-    # issue 33 item 1, another helper's: noded's RPC handlers move to noded/rpc/ per area
-    "herder.noded.server.make_app": "noded's app builds its RPC table until the handlers "
-                                    "are registered per area",
-}
+KNOWN_LONG: dict[str, str] = {}
 
 
 def long_functions() -> list[Function]:

@@ -388,7 +388,10 @@ def test_uid_pool_maintenance_filters_and_group_networks() -> None:
                        "action": "evacuate", "jobs": [3], "repair-status": "pending",
                        "tag": "maintd:repairready:inc-1", "serial_no": 1}],
     }
-    data["filters"] = {"f1": {"watermark": 1}}
+    rule = {"uuid": "4f0c3a4e-1d2b-4c5d-8e9f-0a1b2c3d4e5f", "watermark": 12, "priority": 1,
+            "predicates": [["jobid", [">", "id", "watermark"]]], "action": ["RATE_LIMIT", 2],
+            "reason_trail": [["gnt:user", "maintenance", 1]], "serial_no": 3}
+    data["filters"] = {rule["uuid"]: rule}
     net_uuid = next(iter(data["networks"]))
     group_uuid = next(iter(data["nodegroups"]))
     data["nodegroups"][group_uuid]["networks"] = {net_uuid: {"mode": "routed", "link": "100",
@@ -407,4 +410,8 @@ def test_uid_pool_maintenance_filters_and_group_networks() -> None:
     assert maint.incidents[0].repair_status == "pending"
     link = config.nodegroups[group_uuid].networks[net_uuid]
     assert (link.mode, link.link, link.vlan) == ("routed", "100", ".20")
-    assert any("'filters'" in n for n in notes)
+    (imported,) = config.filters.values()  # Ganeti's filter rules, as they were
+    assert (imported.uuid, imported.watermark, imported.action) == (
+        rule["uuid"], 12, ("RATE_LIMIT", 2))
+    assert imported.predicates == [("jobid", [">", "id", "watermark"])]
+    assert any("filter" in n and "serial_no" in n for n in notes)

@@ -13,13 +13,7 @@ from tests.sourcetree import PACKAGE, Import, imports_of, is_module, module_name
 
 # Circles the checker knows of and lets stand for now, each with why. Remove an entry when its
 # circle is gone (the test then insists).
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    # issue 33 item 3, another helper's: the LU helper modules (lu/common, lu/placement,
-    # lu/moves) that LUs import and never the other way
-    frozenset({"herder.masterd.lu.create", "herder.masterd.lu.instance",
-               "herder.masterd.lu.migration", "herder.masterd.lu.node"}):
-        "the LU modules import each other until their helpers have their own modules",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 def import_graph() -> dict[str, dict[str, list[Import]]]:

@@ -473,6 +473,11 @@ def test_read_only_jobs_held_at_once_are_bounded(tmp_path: Path) -> None:
             m.queue.submit([query])
         with pytest.raises(QueueFull, match="3 read-only jobs"):
             m.queue.submit([query])
+        before = m.queue.job_ids()
+        with pytest.raises(QueueFull):  # several jobs at once: none queued
+            m.queue.submit_many([[{"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["y"]}],
+                                 [query]])
+        assert m.queue.job_ids() == before
         assert m.run({"OP_ID": "OP_TAGS_SET", "kind": "cluster", "tags": ["z"]})["status"] \
             == "success"
     finally:
@@ -483,11 +488,13 @@ def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) ->
     """Issue 35 item 12: a move interrupted by the master's death left a second copy of the
     disks and the instance down; the job is failed at restart as before (never run again),
     and a cleanup move of the same instance and target follows it (the LU's
-    `after_master_death`), submitted by the queue's recovery."""
+    `after_master_death`), submitted by the queue's recovery, also while the queue is
+    drained (it finishes what the dead master began)."""
     from herder.masterd.jobs.queue import Job, QueuedOpCode, timestamp
 
     m = Master(tmp_path)
     m.queue.stop()
+    m.queue.set_drained(True)
     move = opcodes.parse({"OP_ID": "OP_INSTANCE_MOVE", "instance_name": "plain0",
                           "target_node": "node2"}).to_dict()
     died = Job(id=50, ops=[QueuedOpCode(input=move, status=OpStatus.RUNNING)],
@@ -495,7 +502,7 @@ def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) ->
     m.queue.storage.save(died)
     again = Master(tmp_path)
     try:
-        assert again.recovered["failed"] == [50]
+        assert again.recovered["failed"] == [50] and again.queue.drained
         (follow_up,) = again.recovered["follow-ups"]
         op = again.queue.get(follow_up).ops[0].input
         assert (op["OP_ID"], op["instance_name"], op["target_node"], op["cleanup"]) == \

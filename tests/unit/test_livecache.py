@@ -16,10 +16,13 @@ from typing import Any
 import pytest
 
 from herder.core import model
-from herder.core.noderpc import NoAnswerError, UnreachableError
+from herder.core.noderpc import NoAnswerError, RpcTransport, UnreachableError
 from herder.core.reachability import Reachability, ReachabilityRpc
+from herder.core.rpcdefs import instance_calls, node_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 
 
 def answer(node: model.Node, memory_free: int = 1000) -> dict[str, Any]:
@@ -29,7 +32,7 @@ def answer(node: model.Node, memory_free: int = 1000) -> dict[str, Any]:
             "storage": [{"type": "file", "name": "/d", "storage_size": 10, "storage_free": 5}]}
 
 
-class Nodes:
+class Nodes(RpcTransport):
     """The node daemons: `dead` ones hang until the call's timeout, `stuck` ones 3 s whatever
     the timeout, `broken` ones answer garbage, `refused` ones cannot be connected to; every call
     is counted per node and method, and the calls at once are tracked."""
@@ -48,8 +51,8 @@ class Nodes:
     def count(self, node: str, method: str = "node_info") -> int:
         return self.calls.get((node, method), 0)
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         with self.lock:
             self.calls[(node.name, method)] = self.calls.get((node.name, method), 0) + 1
             self.running += 1
@@ -62,7 +65,7 @@ class Nodes:
                 raise NoAnswerError(f"node {node.name}: {method} failed: timed out")
             time.sleep(3.0 if node.name in self.stuck else self.delay)
             if method != "node_info":
-                return None
+                return nothing_answer(method)
             if node.name in self.broken:
                 return {"bootid": 3}
             # the figures with the instances, of the storage units the cluster's templates use
@@ -209,12 +212,13 @@ def test_changing_calls_make_the_figures_stale(config) -> None:
     node1 = config.find_node("node1")
     cache.snapshot(config)
     # read-only: nothing goes stale
-    rpc.call(node1, "node_info", {"instances": True, "storage_units": []})
-    rpc.call(node1, "ping")
+    rpc.call(node1, node_calls.NodeInfo(instances=True, storage_units=[("lvm-vg", "xenvg")]))
+    rpc.call(node1, node_calls.Ping())
     clock.now += 1
     cache.snapshot(config)
     assert nodes.count("node1.example.com") == 2  # one by the cache, one by `rpc` above
-    rpc.call(node1, "instance_start", {"instance": {}})
+    rpc.call(node1, instance_calls.InstanceStart(instance=instance_payload(
+        config, next(iter(config.instances.values())))))
     clock.now += 1
     cache.snapshot(config)
     assert nodes.count("node1.example.com") == 3

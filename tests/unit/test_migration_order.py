@@ -13,9 +13,11 @@ import pytest
 
 from herder.core import model
 from herder.core.errors import HerderError, OpExecError
+from herder.core.noderpc import RpcTransport
 from herder.core.store import FileStore
 from herder.masterd.lu import migration
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 
 VM_RPCS = {"instance_migratable", "migration_info", "accept_instance", "migrate_instance",
            "instance_get_migration_status", "finalize_migration_src",
@@ -23,7 +25,7 @@ VM_RPCS = {"instance_migratable", "migration_info", "accept_instance", "migrate_
            "instance_stop_stray", "instance_start"}
 
 
-class Recorder:
+class Recorder(RpcTransport):
     def __init__(self, statuses: list[dict[str, Any]], running_on: str) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.statuses = statuses
@@ -31,11 +33,11 @@ class Recorder:
         self.free: dict[str, int] = {}  # node short name -> free MiB (default 4096)
         self.current = 0  # the guest's memory now (0: not reported)
 
-    def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        self.calls.append((node.name, method, dict(args or {})))
+    def send(self, node: Any, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
+        self.calls.append((node.name, method, dict(args)))
         if method == "instance_migratable":
-            return {"running": True, "method": "libvirt", "reason": ""}
+            return {"running": True, "state": "running", "method": "libvirt", "reason": ""}
         if method == "blockdev_find":  # the disks' consistency check: found, in sync
             return ["/dev/drbd0", 147, 0, None, None, False, 1]
         if method == "instance_get_migration_status":
@@ -43,15 +45,15 @@ class Recorder:
         if method == "instance_list":
             return {"drbd0.example.com": "running"} if node.name == self.running_on else {}
         if method == "migration_info":
-            return {"xml": "<domain/>"}
+            return {"xml": "<domain/>", "state": "running"}
         if method == "node_info":
             return node_info(self.free.get(node.name.split(".")[0], 4096),
                              {"drbd0.example.com": self.current} if self.current else {})
         if method == "drbd_wait_sync":
             return [True, 100.0]
-        if method.startswith("blockdev_") or method.startswith("drbd_"):
-            return [] if method != "blockdev_assemble" else ["/dev/drbd0"]
-        return {}
+        if method == "blockdev_assemble":
+            return ["/dev/drbd0", None]
+        return nothing_answer(method)
 
     def vm_calls(self) -> list[tuple[str, str]]:
         return [(node.split(".")[0], method) for node, method, _ in self.calls
@@ -118,7 +120,7 @@ def test_a_failed_migration_aborts_on_both_and_stays(tmp_path: Path,
 def test_a_stopped_instance_is_refused_or_failed_over(tmp_path: Path) -> None:
     rpc = Recorder([], "")
     env, config, inst, target = _env(tmp_path, rpc)
-    rpc.call = _not_running(rpc.call)  # type: ignore[method-assign]  # the node says so
+    rpc.send = _not_running(rpc.send)  # type: ignore[method-assign]  # the node says so
     with pytest.raises(OpExecError, match="Can't migrate, please use failover"):
         migration.migrate_or_failover(env, config, inst, target, live=True,
                                       allow_failover=False, reason=[], say=lambda line: None)
@@ -155,11 +157,11 @@ def test_a_failover_from_an_offline_primary_sends_it_nothing(tmp_path: Path) -> 
 
 
 def _not_running(call: Any) -> Any:
-    def wrapped(node: Any, method: str, args: dict[str, Any] | None = None,
-                timeout: float | None = None) -> Any:
+    def wrapped(node: Any, method: str, args: dict[str, Any],
+                timeout: float | None = None) -> object:
         if method == "instance_migratable":
             call(node, method, args, timeout)
-            return {"running": False, "method": "libvirt",
+            return {"running": False, "state": "shutoff", "method": "libvirt",
                     "reason": "instance drbd0.example.com is not running on node1"}
         return call(node, method, args, timeout)
 
@@ -176,15 +178,15 @@ class Places(Recorder):
         super().__init__([], "")
         self.name, self.places, self.silent = name, places, silent
 
-    def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: Any, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         short = node.name.split(".")[0]
         if method == "instance_list":
-            self.calls.append((node.name, method, dict(args or {})))
+            self.calls.append((node.name, method, dict(args)))
             if short in self.silent:
                 raise HerderError(f"{node.name}: connection refused")
             return {self.name: self.places[short]} if short in self.places else {}
-        return super().call(node, method, args, timeout)
+        return super().send(node, method, args, timeout)
 
 
 def _shared_env(tmp_path: Path, rpc: Recorder) -> tuple[Any, Any, Any]:
@@ -235,15 +237,15 @@ def test_cleanup_on_source_and_target_aborts_and_keeps_the_source(tmp_path: Path
     rpc = Places("s1.example.com", {"node1": "running", "node2": "running"})
     env, config, inst = _shared_env(tmp_path, rpc)
     target = config.find_node("node2.example.com")
-    original = rpc.call
+    original = rpc.send
 
-    def aborting(node: Any, method: str, args: dict[str, Any] | None = None,
-                 timeout: float | None = None) -> Any:
-        if method == "finalize_migration_dst" and args and args["success"] is False:
+    def aborting(node: Any, method: str, args: dict[str, Any],
+                 timeout: float | None = None) -> object:
+        if method == "finalize_migration_dst" and args["success"] is False:
             rpc.places.pop("node2")  # the target drops its copy
         return original(node, method, args, timeout)
 
-    rpc.call = aborting  # type: ignore[method-assign]  # the target's abort removes its copy
+    rpc.send = aborting  # type: ignore[method-assign]  # the target's abort removes its copy
     said: list[str] = []
     migration.cleanup(env, config, inst, target, reason=[], say=said.append)
     assert ("node2", "finalize_migration_dst") in rpc.vm_calls()

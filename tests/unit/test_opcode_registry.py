@@ -59,7 +59,8 @@ def test_rapi_bodies_take_the_opcodes_fields() -> None:
     (less the URL's object and the job's plumbing), and the maintenance settings map onto
     the cluster opcode's fields."""
     node_modify = set(opcodes.OpNodeSetParams.__struct_fields__) - {
-        "node_name", "node_uuid", "debug_level", "priority", "depends", "comment"}
+        "node_name", "node_uuid", "debug_level"}
+    assert {"priority", "depends", "comment"} <= node_modify  # as Ganeti's FillOpcode
     assert set(rapi_nodes.NODE_MODIFY_FIELDS) == node_modify
     assert set(rapi_extensions.MAINT_FIELDS.values()) <= \
         set(opcodes.OpClusterSetParams.__struct_fields__)

@@ -11,9 +11,11 @@ import pytest
 
 from herder.core import model
 from herder.core.errors import RpcError
-from herder.core.noderpc import NoAnswerError, UnreachableError
+from herder.core.noderpc import NoAnswerError, RpcTransport, UnreachableError
 from herder.core.reachability import Reachability, ReachabilityRpc, backoff
+from herder.core.rpcdefs import node_calls
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 
 
 class Clock:
@@ -129,14 +131,14 @@ def test_threads_reporting_at_once_grow_the_backoff_once_per_retry(record, clock
     assert down.failures == 2 and down.retry_at == 503.0
 
 
-class Transport:
+class Transport(RpcTransport):
     """Each node: answers, answers with an error, or gives none."""
 
     def __init__(self) -> None:
         self.behaviour: dict[str, str] = {}
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         what = self.behaviour.get(node.name, "answer")
         if what == "refused":
             raise UnreachableError(f"node {node.name}: connection refused")
@@ -144,7 +146,9 @@ class Transport:
             raise NoAnswerError(f"node {node.name}: timed out")
         if what == "error":
             raise RpcError(f"node {node.name}: {method} failed: no such instance")
-        return "ok"
+        answer = nothing_answer(method)
+        assert isinstance(answer, dict)
+        return {**answer, "node": node.name}
 
 
 def test_the_transport_reports_every_calls_outcome(record) -> None:
@@ -153,14 +157,14 @@ def test_the_transport_reports_every_calls_outcome(record) -> None:
     transport = Transport()
     transport.behaviour = {node2.name: "refused", node3.name: "timeout"}
     rpc = ReachabilityRpc(transport, record)
-    assert rpc.call(node1, "ping") == "ok"
+    assert rpc.call(node1, node_calls.Ping()).node == node1.name
     for node in (node2, node3):
         with pytest.raises(NoAnswerError):
-            rpc.call(node, "ping")
+            rpc.call(node, node_calls.Ping())
     assert record.down(node1.uuid) is None
     assert record.down(node2.uuid).error.endswith("connection refused")
     assert record.down(node3.uuid).error.endswith("timed out")
     transport.behaviour[node3.name] = "error"  # the daemon answered (with an error): up
     with pytest.raises(RpcError):
-        rpc.call(node3, "instance_info")
+        rpc.call(node3, node_calls.MasterEpoch())
     assert record.down(node3.uuid) is None

@@ -16,16 +16,18 @@ from click.testing import CliRunner
 from herder.cli import remote
 from herder.cli.main import cli
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
+from herder.core.noderpc import RpcTransport
 from herder.core.store import FileStore
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu.instance import InstanceSetParams
 from tests.conftest import build_config
+from tests.rpcfakes import nothing_answer
 from tests.unit.test_migration_order import node_info
 
 DRBD0 = "drbd0.example.com"  # primary node1, minmem 512, maxmem 1024
 
 
-class Recorder:
+class Recorder(RpcTransport):
     """node1 runs DRBD0 with `current` MiB (0: not running) and has `free` MiB free."""
 
     def __init__(self, current: int = 768, free: int = 4096) -> None:
@@ -34,14 +36,14 @@ class Recorder:
         self.free = free
         self.balloon_fails = False
 
-    def call(self, node: Any, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        self.calls.append((node.name, method, dict(args or {})))
+    def send(self, node: Any, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
+        self.calls.append((node.name, method, dict(args)))
         if method == "node_info":
             return node_info(self.free, {DRBD0: self.current} if self.current else {})
         if method == "instance_balloon_memory" and self.balloon_fails:
             raise HerderError("cannot set the memory of drbd0.example.com: no balloon")
-        return None
+        return nothing_answer(method)
 
     def methods(self) -> list[tuple[str, str]]:
         return [(node.split(".")[0], method) for node, method, _ in self.calls]
@@ -66,7 +68,7 @@ def test_the_guest_is_ballooned_on_its_primary_and_the_change_listed(env: Any) -
     assert modify(env, runtime_mem=1024) == [["runtime_memory", 1024]]
     assert env.rpc.methods() == [("node1", "node_info"), ("node1", "instance_balloon_memory")]
     asked = env.rpc.calls[0][2]
-    assert asked == {"instances": True}
+    assert asked == {"instances": True, "storage_units": []}
     balloon = env.rpc.calls[1][2]
     assert balloon["name"] == DRBD0 and balloon["memory"] == 1024
     # the config is not changed: the memory is the running guest's only

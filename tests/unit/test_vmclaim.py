@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from herder.core import verify, vmclaim
@@ -70,13 +71,20 @@ def test_the_guard_keeps_its_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value, problem", [
-    (None, "names no primary node"),
     ({"uuid": U, "primary": "n1", "serial": -1, "epoch": 0}, "negative"),
-    ({"uuid": U, "primary": "n1", "serial": 1}, "malformed instance claim"),
+    ({"uuid": U, "primary": "n1", "serial": 1}, "missing required field `epoch`"),
+    ({"uuid": U, "primary": "", "serial": 1, "epoch": 0}, "empty names"),
 ])
 def test_bad_claims(value: object, problem: str) -> None:
-    with pytest.raises(vmclaim.ClaimError, match=problem):
-        vmclaim.parse_claim({} if value is None else {vmclaim.CLAIM_KEY: value})
+    """A claim is checked where it arrives (the node RPCs' arguments, `core.rpcdefs`)."""
+    with pytest.raises(msgspec.ValidationError, match=problem):
+        msgspec.convert(value, vmclaim.Claim)
+
+
+def test_a_call_without_a_claim_is_refused() -> None:
+    with pytest.raises(vmclaim.ClaimError, match="names no primary node"):
+        vmclaim.required(None)
+    assert vmclaim.required(claim()) == claim()
 
 
 RUNS, STOPPED, UNKNOWN = (handover.Copy(True, True), handover.Copy(True, False),

@@ -41,6 +41,8 @@ TERM_NAMES = (
 Vec = tuple[float, ...]
 # TERMS' kinds as small ints, for Stats.score_change
 _STD, _SUM, _CONST, _LOCX = range(4)
+# a term of Stats.score_change: kind, component, weight, value now, shift, sum, sum of squares
+BaseTerm = tuple[int, int, float, float, float, float, float]
 
 
 def node_vec(n: Node) -> Vec:
@@ -100,18 +102,34 @@ class Stats:
         # location-exclusion map: (location tag, exclusion tag) -> count
         self.total: dict[tuple[str, str], int] = {}
         self.keys = 0
-        self.base: list[tuple[int, int, float, float]] | None = None  # see score_change
+        self.base: list[BaseTerm] | None = None  # see score_change
         # Sums are kept around a per-component shift (the mean at build time) so the variance
         # does not come from subtracting two large, nearly equal numbers.
         nodes = list(nodes)
         self.shift = [0.0] * NCOMP
         online = {n.idx: node_vec(n) for n in nodes if not n.offline}
         if online:
-            vecs = online.values()
+            columns = list(zip(*online.values(), strict=True))
             for k in STD:
-                self.shift[k] = sum(v[k] for v in vecs) / len(online)
+                self.shift[k] = sum(columns[k]) / len(online)
+        added: list[Vec] = []
         for node in nodes:
-            self.add_node(node, online.get(node.idx))
+            vec = online.get(node.idx)
+            if vec is None:
+                self.add_node(node)
+            else:
+                self._count_online(node, vec)
+                added.append(vec)
+        # add_node's sums, a component at a time over the nodes (the same additions in the
+        # same order, without a loop per node over the components)
+        s, q, c = self.s, self.q, self.shift
+        for k in range(NCOMP):
+            ck, sk, qk = c[k], s[k], q[k]
+            for v in added:
+                x = v[k] - ck
+                sk += x
+                qk += x * x
+            s[k], q[k] = sk, qk
 
     def add_node(self, node: Node, vec: Vec | None = None) -> None:
         """Count a node in; ``vec`` is its ``node_vec`` when the caller has it already."""
@@ -122,15 +140,19 @@ class Stats:
             self.offc[node.idx] = (a, p)
             self.base = None
             return
-        self.base = None
         v = vec if vec is not None else node_vec(node)
-        self.vecs[node.idx] = v
-        self.n += 1
+        self._count_online(node, v)
         s, q, c = self.s, self.q, self.shift
         for k in range(NCOMP):
             x = v[k] - c[k]
             s[k] += x
             q[k] += x * x
+
+    def _count_online(self, node: Node, v: Vec) -> None:
+        """An online node's vector and location-exclusion counts, not yet in the sums."""
+        self.base = None
+        self.vecs[node.idx] = v
+        self.n += 1
         if node.inst_map:
             self.maps[node.idx] = dict(node.inst_map)
             for key, count in node.inst_map.items():
@@ -211,20 +233,19 @@ class Stats:
         if not n:
             return self.score_delta(((old, new),), locx_delta)
         base = self.base if self.base is not None else self._base_terms()
-        s, q, c = self.s, self.q, self.shift
         nn = n * n
         total = 0.0
-        for kind, k, w, now in base:
+        for kind, k, w, now, ck, sk, qk in base:
             if kind == _STD:
                 a = old[k]
                 b = new[k]
                 if a == b:
                     total += now
                     continue
-                a -= c[k]
-                b -= c[k]
-                sk = s[k] + (b - a)
-                var = (n * (q[k] + (b * b - a * a)) - sk * sk) / nn
+                a -= ck
+                b -= ck
+                sk += b - a
+                var = (n * (qk + (b * b - a * a)) - sk * sk) / nn
                 total += w * (math.sqrt(var) if var > 1e-24 else 0.0)
             elif kind == _SUM:
                 a = old[k]
@@ -232,30 +253,33 @@ class Stats:
                 if a == b:
                     total += now
                 else:
-                    total += w * (s[k] + ((b - c[k]) - (a - c[k])))
+                    total += w * (sk + ((b - ck) - (a - ck)))
             elif kind == _LOCX:
                 total += w * (now + locx_delta)
             else:
                 total += now
         return total
 
-    def _base_terms(self) -> list[tuple[int, int, float, float]]:
-        """Each term as (kind, component, weight, its value now; for the location-exclusion
-        term the count it weighs), for ``score_change``."""
+    def _base_terms(self) -> list[BaseTerm]:
+        """Each term as (kind, component, weight, its value now, and the component's shift,
+        sum and sum of squares; for the location-exclusion term the count it weighs), for
+        ``score_change``: read once per state, not once per candidate."""
         n = self.n
-        base: list[tuple[int, int, float, float]] = []
+        s, q, c = self.s, self.q, self.shift
+        base: list[BaseTerm] = []
         for kind, k, w in TERMS:
             if kind == "std":
-                var = (n * self.q[k] - self.s[k] * self.s[k]) / (n * n)
-                base.append((_STD, k, w, w * (math.sqrt(var) if var > 1e-24 else 0.0)))
+                var = (n * q[k] - s[k] * s[k]) / (n * n)
+                now = w * (math.sqrt(var) if var > 1e-24 else 0.0)
+                base.append((_STD, k, w, now, c[k], s[k], q[k]))
             elif kind == "sum":
-                base.append((_SUM, k, w, w * self.s[k]))
+                base.append((_SUM, k, w, w * s[k], c[k], s[k], q[k]))
             elif kind == "off_all":
-                base.append((_CONST, k, w, w * (self.off_all + 0)))
+                base.append((_CONST, k, w, w * (self.off_all + 0), 0.0, 0.0, 0.0))
             elif kind == "off_pri":
-                base.append((_CONST, k, w, w * (self.off_pri + 0)))
+                base.append((_CONST, k, w, w * (self.off_pri + 0), 0.0, 0.0, 0.0))
             else:
-                base.append((_LOCX, k, w, self.locx()))
+                base.append((_LOCX, k, w, self.locx(), 0.0, 0.0, 0.0))
         self.base = base
         return base
 
@@ -342,10 +366,12 @@ def full_score(nodes: Iterable[Node]) -> float:
     return Stats(nodes).score()
 
 
-def _vec_of(n: Node, *, unalloc: float, f_dsk: float, f_dsk_forth: float, f_spindles: float,
+def _vec_of(n: Node, unalloc: float, f_dsk: float, f_dsk_forth: float, f_spindles: float,
             n1: bool, count: int, r_mem: float, u_cpu: float, u_cpu_forth: float,
             load: Sequence[float], ptags: int, isp: float, isp_forth: float,
-            f_mem_forth: float, loc: float) -> Vec:
+            f_mem_forth: float, loc: float, /) -> Vec:
+    """A node's vector with some of its values changed (positional: once per candidate node,
+    keywords cost a third of the call)."""
     t_mem = n.t_mem
     t_cpu = n.t_cpu
     hi_sp = n.hi_spindles
@@ -398,14 +424,13 @@ def pri_vec(n: Node, inst: Instance) -> Vec:
     vcpus = 0 if inst.offline else inst.vcpus
     u = inst.util
     ld = n.load
-    return _vec_of(
-        n, unalloc=unalloc, f_dsk=f_dsk, f_dsk_forth=f_dsk_forth, f_spindles=f_sp,
-        n1=unalloc <= n.r_mem, count=len(n.plist) + len(n.slist) + 1, r_mem=n.r_mem,
-        u_cpu=n.u_cpu + (0 if inst.forthcoming else vcpus), u_cpu_forth=n.u_cpu_forth + vcpus,
-        load=(ld[0] + u[0], ld[1] + u[1], ld[2] + u[2], ld[3] + u[3]),
-        ptags=_ptags_score(n.ptags, inst.excl_tags), isp=isp, isp_forth=isp_f,
-        f_mem_forth=n.f_mem_forth - inst.mem,
-        loc=float(n.loc_score + inst_loc_score(inst, n, None)),
+    return _vec_of(  # unalloc, f_dsk, f_dsk_forth, f_spindles, n1, count, r_mem, u_cpu,
+        # u_cpu_forth, load, ptags, isp, isp_forth, f_mem_forth, loc
+        n, unalloc, f_dsk, f_dsk_forth, f_sp, unalloc <= n.r_mem,
+        len(n.plist) + len(n.slist) + 1, n.r_mem, n.u_cpu + (0 if inst.forthcoming else vcpus),
+        n.u_cpu_forth + vcpus, (ld[0] + u[0], ld[1] + u[1], ld[2] + u[2], ld[3] + u[3]),
+        _ptags_score(n.ptags, inst.excl_tags), isp, isp_f, n.f_mem_forth - inst.mem,
+        float(n.loc_score + inst_loc_score(inst, n, None)),
     )
 
 
@@ -423,11 +448,9 @@ def sec_vec(n: Node, inst: Instance, pidx: int) -> Vec:
         isp += 0 if inst.forthcoming else inst.spindle_use
         isp_f += inst.spindle_use
     ld = n.load
-    return _vec_of(
-        n, unalloc=n.unalloc, f_dsk=n.f_dsk - inst.dsk, f_dsk_forth=f_dsk_forth, f_spindles=f_sp,
-        n1=n.unalloc <= r_mem, count=len(n.plist) + len(n.slist) + 1, r_mem=r_mem,
-        u_cpu=n.u_cpu, u_cpu_forth=n.u_cpu_forth,
-        load=(ld[0], ld[1], ld[2] + inst.util[2], ld[3]),
-        ptags=_ptags_score(n.ptags), isp=isp, isp_forth=isp_f, f_mem_forth=n.f_mem_forth,
-        loc=float(n.loc_score),
+    return _vec_of(  # as pri_vec's
+        n, n.unalloc, n.f_dsk - inst.dsk, f_dsk_forth, f_sp, n.unalloc <= r_mem,
+        len(n.plist) + len(n.slist) + 1, r_mem, n.u_cpu, n.u_cpu_forth,
+        (ld[0], ld[1], ld[2] + inst.util[2], ld[3]), _ptags_score(n.ptags), isp, isp_f,
+        n.f_mem_forth, float(n.loc_score),
     )

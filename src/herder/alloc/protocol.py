@@ -391,10 +391,11 @@ def _node(name: str, idx: int, group: int, w: wire.Node) -> Node:
     return node
 
 
-def model_instance(name: str, w: wire.Instance) -> Instance:
-    """The model's instance of a typed one (not yet on nodes). Once per instance of a
-    cluster read in (100,000 at 10,000 nodes): no comprehension for the common cases of one
-    disk and NICs on no network."""
+def model_instance(name: str, w: wire.Instance, pnode: int = -1, snode: int = -1,
+                   idx: int = -1) -> Instance:
+    """The model's instance of a typed one (its nodes' and its own index given, not yet on
+    the nodes). Once per instance of a cluster read in (100,000 at 10,000 nodes): no
+    comprehension for the common cases of one disk and NICs on no network."""
     wdisks = w.disks
     if len(wdisks) == 1:
         first = wdisks[0]
@@ -413,12 +414,14 @@ def model_instance(name: str, w: wire.Instance) -> Instance:
                 break
     state = w.admin_state
     spindle_use = w.spindle_use
+    # positional: half the cost of keywords for 100,000 instances (the order of the fields:
+    # name, mem, dsk, vcpus, template, disks, status, pnode, snode, tags, spindle_use,
+    # forthcoming, auto_balance, nets, nic_count, idx)
     return Instance(
-        name=name, mem=w.memory, dsk=dsk, vcpus=w.vcpus, template=w.disk_template,
-        disks=disks, status="running" if state is None else _STATUS[state],
-        tags=tuple(w.tags) if w.tags else (),
-        spindle_use=1 if spindle_use is None else spindle_use,
-        forthcoming=w.forthcoming is True, nets=nets, nic_count=len(nics) if nics else 0,
+        name, w.memory, dsk, w.vcpus, w.disk_template, disks,
+        "running" if state is None else _STATUS[state], pnode, snode,
+        tuple(w.tags) if w.tags else (), 1 if spindle_use is None else spindle_use,
+        w.forthcoming is True, True, nets, len(nics) if nics else 0, idx,
     )
 
 
@@ -446,16 +449,13 @@ def build_cluster(msg: Message | dict[str, Any], opts: Options) -> Cluster:
         snode = node_idx(inodes[1], -1) if len(inodes) > 1 else -2
         if pnode < 0 or snode == -1 or len(inodes) > 2:
             _known_nodes(name, inodes, node_by_name)  # the unknown one, as hail words it
-        inst = model_instance(name, w)
-        inst.pnode = pnode
-        inst.snode = snode if snode >= 0 else -1
-        inst.idx = len(instances)
-        instances.append(inst)
+        instances.append(model_instance(name, w, pnode, snode if snode >= 0 else -1,
+                                        len(instances)))
     hvs = m.enabled_hypervisors or ()
     cl = Cluster(groups=groups, nodes=nodes, instances=instances,
                  cluster_tags=tuple(m.cluster_tags or ()), hypervisor=hvs[0] if hvs else None,
                  node_by_name=node_by_name,
-                 inst_by_name={i.name: i.idx for i in instances})
+                 inst_by_name=dict(zip(m.instances, range(len(instances)), strict=True)))
     finish_load(cl, opts.static_kvm_mem)
     return cl
 

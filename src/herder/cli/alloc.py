@@ -119,6 +119,8 @@ def _mond_options(func: Any) -> Any:
 # Ganeti 3.0's IALLOCATOR_SEARCH_PATH is /usr/local/lib/ganeti/iallocators then this one (where
 # Debian's package puts hail); herder's masterd also searches it.
 DEFAULT_IALLOCATOR_DIR = "/usr/lib/ganeti/iallocators"
+# a model of this many instances is left to the OS when `herder alloc` ends (gcpause)
+LEFT_AT_EXIT = 20_000
 
 
 def iallocator_script(python: str | None = None) -> str:
@@ -288,6 +290,9 @@ def alloc(request: str, ignore_soft_errors: bool, no_capacity_checks: bool, rest
     except OSError as err:
         _fail(f"cannot write {save}: {err.strerror}")
     click.echo(response.to_json())
+    if len(cluster.instances) >= LEFT_AT_EXIT:
+        # the command ends here: the OS takes a big model back at once, faster than freeing it
+        gcpause.left_at_exit(msg, cluster, response)
 
 
 def _print_nodes(title: str, cl: Cluster, nodes: list[Node], fields: str | None) -> None:

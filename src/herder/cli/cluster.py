@@ -19,6 +19,8 @@ from herder.cli.common import (
     timestamp,
     yes_no,
 )
+from herder.cli.ipolicy import parse_bounds_specs
+from herder.cli.queue import queue
 from herder.core import cluster_secrets, model, params, ports, uidpool
 from herder.core.errors import ConfigError, HerderError, ParameterError
 from herder.core.store import ConfigStore, FileStore
@@ -29,6 +31,9 @@ from herder.core.verify import verify as verify_config
 @click.group()
 def cluster() -> None:
     """Create, inspect, check and change the cluster configuration."""
+
+
+cluster.add_command(queue)
 
 
 # --- option helpers shared by init and modify -----------------------------------------------
@@ -434,6 +439,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
 @click.option("--ipolicy-vcpu-ratio", type=float)
 @click.option("--ipolicy-spindle-ratio", type=float)
 @click.option("--ipolicy-disk-templates", help="Comma-separated templates the policy allows.")
+@click.option("--ipolicy-bounds-specs", metavar="min:KEY=VAL,.../max:KEY=VAL,...[//...]",
+              help="The instance specs' bounds, every key given (memory-size, cpu-count, "
+              "disk-count, disk-size, nic-count, spindle-use), as gnt-cluster's.")
 @click.option("--maintenance", "maintenance_on", type=YES_NO, help="Enable the maintenance daemon.")
 @click.option("--maintenance-interval", type=click.IntRange(0),
               help="Seconds between maintenance rounds.")
@@ -459,7 +467,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            master_netdev: str | None, candidate_pool_size: int | None,
            default_iallocator: tuple[str, ...], data_collector: tuple[str, ...],
            ipolicy_vcpu_ratio: float | None, ipolicy_spindle_ratio: float | None,
-           ipolicy_disk_templates: str | None, maintenance_on: str | None,
+           ipolicy_disk_templates: str | None, ipolicy_bounds_specs: str | None,
+           maintenance_on: str | None,
            maintenance_interval: int | None, maintd_harep: str | None,
            auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
@@ -510,6 +519,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         ipolicy["spindle-ratio"] = ipolicy_spindle_ratio
     if ipolicy_disk_templates is not None:
         ipolicy["disk-templates"] = [t for t in ipolicy_disk_templates.split(",") if t]
+    if ipolicy_bounds_specs is not None:
+        ipolicy["minmax"] = parse_bounds_specs(ipolicy_bounds_specs)
     if ipolicy:
         fields["ipolicy"] = ipolicy
     if maintenance_on is not None:

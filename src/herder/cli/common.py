@@ -115,3 +115,26 @@ def yes_no(value: str | None) -> bool | None:
 YES_NO = click.Choice(["yes", "no"], case_sensitive=False)
 
 
+
+
+class Timespec(click.ParamType):
+    """Ganeti's time specification (`cli.ParseTimespec`): seconds, or a number with s, m, h, d
+    or w; the value in seconds."""
+
+    name = "TIME"
+    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        multiplier = self.UNITS.get(text[-1:], 1)
+        number = text[:-1] if text[-1:] in self.UNITS else text
+        if not number.isascii() or not number.isdigit():
+            self.fail(f"invalid time specification {text!r} (seconds, or a number with "
+                      "s, m, h, d or w)", param, ctx)
+        return int(number) * multiplier
+
+
+TIMESPEC = Timespec()

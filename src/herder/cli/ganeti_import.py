@@ -39,8 +39,10 @@ _IPOLICY_KEYS = ("minmax", "std", "disk-templates", "vcpu-ratio", "spindle-ratio
 # runtime-only data). Anything else that is non-empty is reported as ignored.
 _TOP_KEYS = frozenset(
     {"version", "serial_no", "ctime", "mtime", "cluster", "nodegroups", "nodes", "instances",
-     "networks", "disks", "maintenance"}
+     "networks", "disks", "maintenance", "filters"}
 )
+_FILTER_KEYS = frozenset({"uuid", "watermark", "priority", "predicates", "action",
+                          "reason_trail"})
 _CLUSTER_KEYS = frozenset(
     {"cluster_name", "uuid", "serial_no", "ctime", "mtime", "tags", "master_node", "master_ip",
      "master_netdev", "master_netmask", "primary_ip_family", "mac_prefix", "volume_group_name",
@@ -430,6 +432,8 @@ class _Importer:
         }
         if not _is_empty(data.get("maintenance")):
             doc["maintenance"] = self.maintenance(_dict(data["maintenance"], "maintenance"))
+        if not _is_empty(data.get("filters")):
+            doc["filters"] = self.filters(_dict(data["filters"], "filters"))
         for key in sorted(set(data) - _TOP_KEYS):
             if not _is_empty(data[key]):
                 self.note(f"ignored Ganeti's top-level {key!r} (herder does not model it)")
@@ -791,6 +795,15 @@ class _Importer:
         }
         if n.get("name"):
             result["name"] = n["name"]
+        return result
+
+    def filters(self, rules: Mapping[str, Any]) -> dict[str, Any]:
+        """Ganeti's job filter rules: the same fields (checked when the document is)."""
+        result = {}
+        for key, raw in rules.items():
+            rule = _dict(raw, f"filter {key}")
+            self.ignored(rule, _FILTER_KEYS, f"filter {key}")
+            result[key] = {k: v for k, v in rule.items() if k in _FILTER_KEYS}
         return result
 
     def maintenance(self, m: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,17 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from herder.cli import remote
+from herder.cli import listing, remote
 from herder.cli.common import (
     PARAM_HELP,
     json_option,
     print_json,
     print_mapping,
-    print_table,
 )
 
 if TYPE_CHECKING:
-    from herder.core import model
     from herder.core.store import ConfigStore
 
 ALLOC_POLICIES = click.Choice(["preferred", "last_resort", "unallocable"])
@@ -27,36 +25,29 @@ def group() -> None:
     """List, add, change and remove node groups. GROUP is a name or a UUID."""
 
 
-# a row's key -> masterd's query field (Ganeti's names) that gives it
-QUERY_FIELDS = {"name": "name", "uuid": "uuid", "alloc_policy": "alloc_policy",
-                "nodes": "node_cnt", "instances": "pinst_cnt", "tags": "tags"}
-
-
-def rows_from_config(config: model.ConfigData) -> list[dict[str, Any]]:
-    rows = []
-    for g in sorted(config.nodegroups.values(), key=lambda g: g.name):
-        members = config.group_nodes(g.uuid)
-        instances = sum(len(config.primary_instances(n.uuid)) for n in members)
-        rows.append({"name": g.name, "uuid": g.uuid, "alloc_policy": g.alloc_policy,
-                     "nodes": len(members), "instances": instances, "tags": g.tags})
-    return rows
+LIST = listing.ListSpec(
+    "group", "node groups",
+    # Ganeti's gnt-group list defaults
+    ("name", "node_cnt", "pinst_cnt", "alloc_policy", "ndparams"),
+    ("name", "uuid", "alloc_policy", "node_cnt", "pinst_cnt", "tags"),
+    formats={"node_list": listing.join, "pinst_list": listing.join,
+             "ndparams": listing.params_text},
+    units=False)
 
 
 @group.command("list")
-@json_option
+@listing.list_options(LIST)
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List node groups with their allocation policy and sizes."""
-    # a group's row has no live figures: without masterd the config gives the same rows
-    rows, _ = remote.query_rows(ctx, "group", QUERY_FIELDS)
-    if rows is None:
-        rows = rows_from_config(remote.config_source(ctx).load())
-    if as_json:
-        print_json(rows)
-        return
-    print_table(["Group", "UUID", "AllocPolicy", "Nodes", "Instances"],
-                [[r["name"], r["uuid"], r["alloc_policy"], r["nodes"], r["instances"]]
-                 for r in rows])
+def list_(ctx: click.Context, names: tuple[str, ...], output: str | None, force_filter: bool,
+          no_headers: bool, separator: str | None, verbose: bool, as_json: bool) -> None:
+    """List node groups, as gnt-group list: NAME... or a filter selects them, -o the fields
+    (list-fields shows them all)."""
+    listing.run_list(ctx, LIST, names, output=output, force_filter=force_filter,
+                     no_headers=no_headers, separator=separator, units=None,
+                     verbose=verbose, as_json=as_json)
+
+
+listing.add_list_fields(group, LIST)
 
 
 @group.command()

@@ -6,19 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from herder.cli import remote
+from herder.cli import listing, remote
 from herder.cli.common import (
     json_option,
-    many_rows,
     print_json,
     print_mapping,
-    print_table,
 )
 from herder.core import console as console_names
-from herder.core import sizes
 
 if TYPE_CHECKING:
-    from herder.core import model
     from herder.core.store import ConfigStore
 
 
@@ -28,61 +24,32 @@ def instance() -> None:
     UUID. Changes are jobs through masterd (or --offline)."""
 
 
-LIVE_FIELDS = ("status", "oper_state", "oper_ram", "oper_vcpus")
-# a row's key -> masterd's query field (Ganeti's names) that gives it
-QUERY_FIELDS = {
-    **{key: key for key in ("name", "uuid", "admin_state", "disk_template", "os",
-                            "hypervisor", "tags", *LIVE_FIELDS)},
-    "primary_node": "pnode", "secondary_nodes": "snodes", "vcpus": "be/vcpus",
-    "maxmem": "be/maxmem"}
-
-
-def rows_from_config(config: model.ConfigData, live: dict[str, dict[str, Any]]
-                     ) -> list[dict[str, Any]]:
-    """The list's rows from the config, with the run states of masterd's bulk answer."""
-    rows = []
-    for i in sorted(config.instances.values(), key=lambda i: i.name):
-        be = config.filled_beparams(i)
-        figures = live.get(i.name, {})
-        rows.append({
-            "name": i.name, "uuid": i.uuid, "admin_state": i.admin_state,
-            "primary_node": config.node_name(i.primary_node),
-            "secondary_nodes": [config.node_name(n) for n in i.secondary_nodes],
-            "disk_template": i.disk_template, "os": i.os, "hypervisor": i.hypervisor,
-            "vcpus": be["vcpus"], "maxmem": be["maxmem"], "tags": i.tags,
-            **{key: figures.get(key) for key in LIVE_FIELDS},
-        })
-    return rows
-
-
-def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
-    if as_json:
-        print_json(rows)
-        return
-    print_table(["Instance", "Status", "Admin", "Primary", "Secondary", "Template", "OS",
-                 "VCPUs", "MaxMem", "Memory"],
-                [[r["name"], r["status"], r["admin_state"], r["primary_node"],
-                  r["secondary_nodes"], r["disk_template"], r["os"], r["vcpus"],
-                  sizes.format_mib(r["maxmem"]),
-                  sizes.format_mib(r["oper_ram"]) if isinstance(r["oper_ram"], int) else None]
-                 for r in rows])
+LIST = listing.ListSpec(
+    "instance", "instances",
+    # Ganeti's gnt-instance list defaults
+    ("name", "hypervisor", "os", "pnode", "status", "oper_ram"),
+    ("name", "uuid", "status", "admin_state", "pnode", "snodes", "disk_template", "os",
+     "hypervisor", "be/vcpus", "be/maxmem", "oper_state", "oper_ram", "oper_vcpus", "tags"),
+    formats=dict.fromkeys(("tags", "disk.sizes", "nic.macs", "nic.ips", "nic.modes",
+                           "nic.links", "nic.bridges", "nic.networks", "snodes",
+                           "snodes.group", "snodes.group.uuid"), listing.join))
 
 
 @instance.command("list")
-@json_option
+@listing.list_options(LIST)
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List instances with their status (Ganeti's: running, ADMIN_down, ERROR_down, ...; from
-    masterd, `-` when it cannot say), state, nodes, template, OS and memory (MaxMem configured,
-    Memory in use while it runs)."""
-    with many_rows():
-        rows, why = remote.query_rows(ctx, "instance", QUERY_FIELDS)
-        if rows is not None:
-            print_rows(rows, as_json)
-            return
-        if why:
-            click.echo(f"no live run states: {why}", err=True)
-        print_rows(rows_from_config(remote.config_source(ctx).load(), {}), as_json)
+def list_(ctx: click.Context, names: tuple[str, ...], output: str | None, force_filter: bool,
+          no_headers: bool, separator: str | None, verbose: bool, as_json: bool,
+          units: str | None) -> None:
+    """List instances, as gnt-instance list: NAME... (globs too) or a filter (e.g. 'pnode ==
+    "node1" and status != "running"') selects them, -o the fields (list-fields shows them
+    all). The run state (status, oper_*) comes from masterd."""
+    listing.run_list(ctx, LIST, names, output=output, force_filter=force_filter,
+                     no_headers=no_headers, separator=separator, units=units,
+                     verbose=verbose, as_json=as_json)
+
+
+listing.add_list_fields(instance, LIST)
 
 
 @instance.command()

@@ -8,17 +8,10 @@ from typing import Any
 
 import click
 
-from herder.cli import remote
-from herder.cli.common import json_option, print_table
+from herder.cli import listing, remote
+from herder.cli.common import TIMESPEC, json_option, print_table
 from herder.core.errors import HerderError
-from herder.core.rapi import RapiClient, RapiError, job_error_message
-
-
-def _api(ctx: click.Context) -> RapiClient:
-    try:
-        return remote.client(ctx)
-    except RapiError as err:
-        raise HerderError(str(err)) from None
+from herder.core.rapi import job_error_message
 
 
 def _when(ts: Any) -> str:
@@ -27,27 +20,63 @@ def _when(ts: Any) -> str:
     return datetime.datetime.fromtimestamp(ts[0] + ts[1] / 1e6, datetime.UTC).strftime("%H:%M:%S")
 
 
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except RapiError as err:
-        if err.status is None:
-            raise HerderError(f"{err}; start it with 'herder masterd'") from None
-        raise
-
-
 @click.group()
 def job() -> None:
-    """List, show, wait for and cancel jobs of the master daemon's queue."""
+    """List, show, wait for, cancel, reprioritize and archive jobs of the master daemon's
+    queue."""
+
+
+LIST = listing.ListSpec(
+    "job", "jobs",
+    ("id", "status", "summary"),  # Ganeti's gnt-job list defaults
+    ("id", "status", "summary", "priority", "received_ts", "start_ts", "end_ts"),
+    formats={"summary": listing.join,
+             # Ganeti prints the list of the opcodes' timestamps
+             **dict.fromkeys(("opstart", "opexec", "opend"),
+                             lambda value: str([listing.split_time(v) for v in value]))},
+    units=False, name_field="id", numeric_names=True)
+# Ganeti's status selections (gnt-job list --pending, ...; constants.JOBS_PENDING, ...)
+STATUS_SELECTIONS = {"pending": ("queued", "waiting", "canceling"), "running": ("running",),
+                     "error": ("error",), "finished": ("canceled", "success", "error")}
 
 
 @job.command("list")
-@json_option
+@listing.list_options(LIST)
+@click.option("--pending", "status", flag_value="pending",
+              help="Only jobs pending execution or being canceled.")
+@click.option("--running", "status", flag_value="running", help="Only running jobs.")
+@click.option("--error", "status", flag_value="error", help="Only failed jobs.")
+@click.option("--finished", "status", flag_value="finished", help="Only finished jobs.")
+@click.option("--archived", is_flag=True,
+              help="Also the archived jobs (read from the archive: slow for a big one); "
+                   "with the default columns only.")
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List every job: id, status, summary, received/started/ended."""
-    with _api(ctx) as api:
-        jobs = _call(api.get_jobs, bulk=True)
+def list_(ctx: click.Context, names: tuple[str, ...], output: str | None, force_filter: bool,
+          no_headers: bool, separator: str | None, verbose: bool, as_json: bool,
+          status: str | None, archived: bool) -> None:
+    """List jobs, as gnt-job list: ID... or a filter (e.g. 'status == "error"') selects them,
+    -o the fields (list-fields shows them all)."""
+    if archived:
+        if names or output or no_headers or separator or verbose or status:
+            raise HerderError("--archived lists every job with the default columns (and "
+                              "--json) only")
+        _list_archived(ctx, as_json)
+        return
+    selected = None
+    if status is not None:
+        selected = ["|", *(["==", "status", value] for value in STATUS_SELECTIONS[status])]
+    listing.run_list(ctx, LIST, names, output=output, force_filter=force_filter,
+                     no_headers=no_headers, separator=separator, units=None,
+                     verbose=verbose, as_json=as_json, extra_filter=selected)
+
+
+listing.add_list_fields(job, LIST)
+
+
+def _list_archived(ctx: click.Context, as_json: bool) -> None:
+    """The queue's and the archive's jobs (`GET /2/jobs?bulk=1&archived=1`)."""
+    with remote.masterd_client(ctx) as api:
+        jobs = remote.call(api.get_jobs, bulk=True, archived=True)
     if as_json:
         click.echo(json.dumps(jobs, indent=2))
         return
@@ -63,8 +92,8 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def info(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
     """Show jobs: their opcodes (with reason trails), statuses, results and logs."""
-    with _api(ctx) as api:
-        jobs = [_call(api.get_job_status, j) for j in job_ids]
+    with remote.masterd_client(ctx) as api:
+        jobs = [remote.call(api.get_job_status, j) for j in job_ids]
     if as_json:
         click.echo(json.dumps(jobs, indent=2))
         return
@@ -89,8 +118,8 @@ def info(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
 @click.pass_context
 def wait(ctx: click.Context, job_id: int, timeout: float | None, as_json: bool) -> None:
     """Wait until a job is finished, printing its log; exit 1 unless it succeeded."""
-    with _api(ctx) as api:
-        result = _call(api.wait_for_job, job_id, timeout=timeout,
+    with remote.masterd_client(ctx) as api:
+        result = remote.call(api.wait_for_job, job_id, timeout=timeout,
                        on_log=None if as_json else remote.echo_log)
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -107,8 +136,73 @@ def wait(ctx: click.Context, job_id: int, timeout: float | None, as_json: bool) 
 @click.pass_context
 def cancel(ctx: click.Context, job_id: int) -> None:
     """Cancel a queued or waiting job (a running one cannot be canceled)."""
-    with _api(ctx) as api:
-        ok, message = _call(api.cancel_job, job_id)
-    if not ok:
+    with remote.masterd_client(ctx) as api:
+        done, message = remote.call(api.cancel_job, job_id)
+    if not done:
         raise HerderError(message)
     click.echo(message)
+
+
+# Ganeti's --priority names (cli_opts._PRIONAME_TO_VALUE)
+PRIORITY_NAMES = {"low": 10, "normal": 0, "high": -10}
+
+
+def _priority(text: str) -> int:
+    if text.lower() in PRIORITY_NAMES:
+        return PRIORITY_NAMES[text.lower()]
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: low, normal, high or a number from -20 (first) "
+                                 "to 19 (last)") from None
+
+
+@job.command("change-priority")
+@click.option("--priority", "priority_text", required=True, metavar="PRIORITY",
+              help="low, normal, high (Ganeti's names: 10, 0, -10) or a number from -20 "
+              "(taken first) to 19.")
+@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="ID...")
+@click.pass_context
+def change_priority(ctx: click.Context, priority_text: str, job_ids: tuple[int, ...]) -> None:
+    """Change the priority of queued jobs' pending opcodes (those not yet running)."""
+    priority = _priority(priority_text)
+    failed = False
+    with remote.masterd_client(ctx) as api:
+        for job_id in job_ids:
+            done, message = remote.call(api.change_job_priority, job_id, priority)
+            click.echo(message, err=not done)
+            failed = failed or not done
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+@job.command()
+@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="ID...")
+@click.pass_context
+def archive(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
+    """Move finished jobs to the archive: no longer listed (but with `list --archived`),
+    still shown by `job info`."""
+    failed = False
+    with remote.masterd_client(ctx) as api:
+        for job_id in job_ids:
+            done, message = remote.call(api.archive_job, job_id)
+            if done:
+                click.echo(message)
+            else:
+                click.echo(f"herder: error: failed to archive job {job_id}: {message}",
+                           err=True)
+                failed = True
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+@job.command()
+@click.argument("age", metavar="AGE|all")
+@click.pass_context
+def autoarchive(ctx: click.Context, age: str) -> None:
+    """Archive the finished jobs that ended more than AGE ago (seconds, or with s, m, h, d,
+    w), or every finished job (`all`), as Ganeti's gnt-job autoarchive."""
+    seconds = -1 if age == "all" else TIMESPEC.convert(age, None, ctx)
+    with remote.masterd_client(ctx) as api:
+        archived, left = remote.call(api.auto_archive_jobs, seconds)
+    click.echo(f"Archived {archived} jobs, {left} unchecked left")

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "storage": "herder.cli.storage:storage",
     "os": "herder.cli.storage:os_group",
     "job": "herder.cli.job:job",
+    "filter": "herder.cli.filter:filter_group",
     "confd": "herder.cli.confd:confd",
     "maintd": "herder.cli.maintd:maintd",
     "instmon": "herder.cli.instmon:instmon",

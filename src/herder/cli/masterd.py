@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from herder.cli.common import TIMESPEC
 from herder.core import ports, serve
 from herder.core.store import default_config_path, is_etcd_location
 from herder.masterd.daemon import (
@@ -41,11 +42,15 @@ from herder.masterd.daemon import (
               "within about this long).")
 @click.option("--local-dir", type=click.Path(file_okay=False, path_type=Path),
               help="etcd backend: the directory of the cluster secrets (default /var/lib/herder).")
+@click.option("--job-age", type=TIMESPEC, default="6h", show_default=True,
+              help="Archive finished jobs this long after they ended, as Ganeti's watcher does "
+              "(seconds, or with s/m/h/d/w; 0: never).")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
             no_tls: bool, run_dir: Path, noded_port: int, iallocator_path: tuple[Path, ...],
-            node_name: str | None, lease_ttl: int, local_dir: Path | None, debug: bool) -> None:
+            node_name: str | None, lease_ttl: int, local_dir: Path | None, job_age: int,
+            debug: bool) -> None:
     """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
 
     Runs in the foreground until SIGTERM/SIGINT. HTTPS with the cluster certificate
@@ -63,9 +68,13 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
     supervisor restarts it, a standby again); exit code 11 on a node that is not in the config.
 
     \b
+    Finished jobs older than --job-age are archived every 5 minutes (Ganeti's watcher).
+
+    \b
     Routes (Ganeti RAPI v2 subset): /2/info /2/nodes[?bulk=1] /2/nodes/NODE[/role|/modify|
       /evacuate|/migrate|/tags] /2/instances[...] /2/groups[...] /2/jobs[/ID[/wait]] /2/tags
-      /2/modify; herder extensions under /2/herder/ (maintenance).
+      /2/filters[/UUID] /2/modify; herder extensions under /2/herder/ (jobs, queue,
+      maintenance).
     """
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -79,7 +88,7 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
                                              noded_port=noded_port,
                                              iallocator_path=iallocator_path,
                                              node_name=node_name, lease_ttl=lease_ttl,
-                                             local_dir=local_dir))
+                                             local_dir=local_dir, job_age=job_age))
     except NotMaster as err:
         click.echo(f"herder masterd: {err}", err=True)
         sys.exit(EXIT_NOTMASTER)

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from herder.cli import remote
-from herder.cli.common import json_option, print_json, print_mapping, print_table
+from herder.cli import listing, remote
+from herder.cli.common import json_option, print_json, print_mapping
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from herder.core import model
     from herder.core.rapi import RapiClient
 
 
@@ -30,44 +29,36 @@ QUERY_FIELDS = {"name": "name", "uuid": "uuid", "network": "network", "gateway":
                 "inst_list": "inst_list", "tags": "tags"}
 
 
-def row_of(config: model.ConfigData, net: model.Network) -> dict[str, Any]:
-    """What masterd's query answers for `net`, from the config (--offline)."""
-    pool = net.pool()
-    return {"name": net.name, "uuid": net.uuid, "network": net.network,
-            "gateway": net.gateway, "network6": net.network6, "gateway6": net.gateway6,
-            "mac_prefix": net.mac_prefix, "free_count": pool.free_count(),
-            "reserved_count": pool.reserved_count(), "map": pool.map(),
-            "external_reservations": ", ".join(pool.external_reservations()),
-            "group_list": [[g.name, link.mode, link.link, link.vlan]
-                           for g in sorted(config.nodegroups.values(), key=lambda g: g.name)
-                           if (link := g.networks.get(net.uuid)) is not None],
-            "inst_list": sorted(i.name for i in config.instances.values()
-                                if any(nic.network == net.uuid for nic in i.nics)),
-            "tags": list(net.tags)}
-
-
 def _rows(ctx: click.Context) -> list[dict[str, Any]]:
     rows, _ = remote.query_rows(ctx, "network", QUERY_FIELDS)
-    if rows is None:
-        config = remote.config_source(ctx).load()
-        rows = [row_of(config, n) for n in sorted(config.networks.values(),
-                                                  key=lambda n: n.name)]
     return rows
 
 
+LIST = listing.ListSpec(
+    "network", "networks",
+    # Ganeti's gnt-network list defaults
+    ("name", "network", "gateway", "mac_prefix", "group_list", "tags"),
+    ("name", "uuid", "network", "gateway", "network6", "gateway6", "mac_prefix", "free_count",
+     "reserved_count", "group_list", "inst_list", "tags"),
+    formats={"inst_list": listing.join, "tags": listing.join,
+             "group_list": lambda groups: ", ".join(f"{g[0]} ({g[1]}, {g[2]}, {g[3]})"
+                                                    for g in groups or [])},
+    units=False)
+
+
 @network.command("list")
-@json_option
+@listing.list_options(LIST)
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List networks with their subnets, pools' use and node groups."""
-    rows = _rows(ctx)
-    if as_json:
-        print_json(rows)
-        return
-    print_table(["Network", "Subnet", "Gateway", "MacPrefix", "GroupList", "Tags"],
-                [[r["name"], r["network"], r["gateway"] or "", r["mac_prefix"] or "",
-                  ", ".join(f"{g[0]} ({g[1]}, {g[2]}, {g[3]})" for g in r["group_list"] or []),
-                  ",".join(r["tags"] or [])] for r in rows])
+def list_(ctx: click.Context, names: tuple[str, ...], output: str | None, force_filter: bool,
+          no_headers: bool, separator: str | None, verbose: bool, as_json: bool) -> None:
+    """List networks, as gnt-network list: NAME... or a filter selects them, -o the fields
+    (list-fields shows them all)."""
+    listing.run_list(ctx, LIST, names, output=output, force_filter=force_filter,
+                     no_headers=no_headers, separator=separator, units=None,
+                     verbose=verbose, as_json=as_json)
+
+
+listing.add_list_fields(network, LIST)
 
 
 @network.command()
@@ -184,12 +175,7 @@ def _groups(ctx: click.Context, given: tuple[str, ...]) -> list[str]:
     """The groups named, or every node group (Ganeti's connect/disconnect without GROUP)."""
     if given:
         return list(given)
-    from herder.cli import group as group_cli
-
     rows, _ = remote.query_rows(ctx, "group", {"name": "name"})
-    if rows is None:
-        return [r["name"] for r in group_cli.rows_from_config(
-            remote.config_source(ctx).load())]
     return [str(r["name"]) for r in rows]
 
 

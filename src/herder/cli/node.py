@@ -6,25 +6,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from herder.cli import remote
+from herder.cli import listing, remote
 from herder.cli.common import (
     PARAM_HELP,
     YES_NO,
     json_option,
-    many_rows,
     print_json,
     print_mapping,
     print_table,
     timestamp,
     yes_no,
 )
-from herder.core import roles, sizes
+from herder.core import roles
 from herder.core.errors import ConfigError, HerderError
 
 if TYPE_CHECKING:
     from herder.core import model
     from herder.core.store import ConfigStore
-
 
 
 @click.group()
@@ -47,85 +45,31 @@ def _role(config: model.ConfigData, n: model.Node) -> str:
     return roles.NAMES[roles.node_role(n, config.cluster.master_node)]
 
 
-def node_row(config: model.ConfigData, n: model.Node) -> dict[str, object]:
-    group = config.nodegroups.get(n.group)
-    index = config.index()  # counts only: no instance objects sorted per node
-    primaries = len(index.primary_uuids(n.uuid))
-    secondaries = len(index.secondary_uuids(n.uuid))
-    return {
-        "name": n.name, "uuid": n.uuid, "role": _role(config, n),
-        "group": group.name if group else n.group, "primary_ip": n.primary_ip,
-        "secondary_ip": n.secondary_ip, "master_candidate": n.master_candidate,
-        "master_capable": n.master_capable, "vm_capable": n.vm_capable, "offline": n.offline,
-        "drained": n.drained, "pinst": primaries, "sinst": secondaries, "tags": n.tags,
-    }
-
-
-# the live figures of masterd's bulk answer a node's row carries (Ganeti's names, MiB)
-LIVE_FIELDS = ("mtotal", "mnode", "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes",
-               "csockets", "sptotal", "spfree")
-# a row's key -> masterd's query field (Ganeti's names) that gives it
-QUERY_FIELDS = {
-    **{key: key for key in ("name", "uuid", "role", "group", "master_candidate",
-                            "master_capable", "vm_capable", "offline", "drained", "tags",
-                            *LIVE_FIELDS)},
-    "primary_ip": "pip", "secondary_ip": "custom_sip", "pinst": "pinst_cnt",
-    "sinst": "sinst_cnt", "group_uuid": "group.uuid"}
-
-
-def rows_from_config(config: model.ConfigData, live: dict[str, dict[str, Any]]
-                     ) -> list[dict[str, Any]]:
-    """The list's rows from the config, with the live figures of masterd's bulk answer."""
-    rows = []
-    for n in sorted(config.nodes.values(), key=lambda n: n.name):
-        row = node_row(config, n)
-        figures = live.get(n.name, {})
-        row.update({key: figures.get(key) for key in LIVE_FIELDS})
-        rows.append(row)
-    return rows
-
-
-def row_from_query(row: dict[str, Any]) -> dict[str, Any]:
-    """A row of masterd's query answer as `rows_from_config` makes it."""
-    row["role"] = roles.NAMES.get(row["role"], row["role"])
-    group_uuid = row.pop("group_uuid")
-    if row["group"] is None:  # a node of a group that is gone: its group's UUID
-        row["group"] = group_uuid
-    return row
-
-
-def size_cell(mib: Any) -> str | None:
-    return sizes.format_mib(mib) if isinstance(mib, int | float) else None
-
-
-def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
-    if as_json:
-        print_json(rows)
-        return
-    print_table(
-        ["Node", "Role", "Group", "PrimaryIP", "MC", "Off", "Drain", "MFree", "MTotal",
-         "DFree", "DTotal", "Pinst", "Sinst"],
-        [[r["name"], r["role"], r["group"], r["primary_ip"], r["master_candidate"],
-          r["offline"], r["drained"], size_cell(r["mfree"]), size_cell(r["mtotal"]),
-          size_cell(r["dfree"]), size_cell(r["dtotal"]), r["pinst"], r["sinst"]]
-         for r in rows],
-    )
+LIST = listing.ListSpec(
+    "node", "nodes",
+    # Ganeti's gnt-node list defaults
+    ("name", "dtotal", "dfree", "mtotal", "mnode", "mfree", "pinst_cnt", "sinst_cnt"),
+    ("name", "uuid", "role", "group", "pip", "sip", "master_candidate", "master_capable",
+     "vm_capable", "offline", "drained", "pinst_cnt", "sinst_cnt", "tags", "mtotal", "mnode",
+     "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes", "csockets", "sptotal", "spfree"),
+    formats=dict.fromkeys(("pinst_list", "sinst_list", "tags"), listing.join))
 
 
 @node.command("list")
-@json_option
+@listing.list_options(LIST)
 @click.pass_context
-def list_(ctx: click.Context, as_json: bool) -> None:
-    """List nodes with their role, group, IPs, flags, instance counts and live figures
-    (memory and disk free/total, from masterd; `-` when it cannot give them)."""
-    with many_rows():
-        rows, why = remote.query_rows(ctx, "node", QUERY_FIELDS)
-        if rows is not None:
-            print_rows([row_from_query(row) for row in rows], as_json)
-            return
-        if why:
-            click.echo(f"no live figures: {why}", err=True)
-        print_rows(rows_from_config(remote.config_source(ctx).load(), {}), as_json)
+def list_(ctx: click.Context, names: tuple[str, ...], output: str | None, force_filter: bool,
+          no_headers: bool, separator: str | None, verbose: bool, as_json: bool,
+          units: str | None) -> None:
+    """List nodes, as gnt-node list: NAME... (or a filter, e.g. 'pinst_cnt > 0 and not
+    offline') selects them, -o the fields (list-fields shows them all). Live figures come
+    from masterd (`*` for an offline node, `?` for one that did not answer)."""
+    listing.run_list(ctx, LIST, names, output=output, force_filter=force_filter,
+                     no_headers=no_headers, separator=separator, units=units,
+                     verbose=verbose, as_json=as_json)
+
+
+listing.add_list_fields(node, LIST)
 
 
 @node.command()

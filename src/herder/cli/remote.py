@@ -89,6 +89,28 @@ def client(ctx: click.Context, timeout: float = 60.0) -> RapiClient:
     return RapiClient.for_herder_cluster(config_directory(ctx), url, timeout=timeout)
 
 
+def masterd_client(ctx: click.Context) -> RapiClient:
+    """`client`, a problem finding it one line."""
+    from herder.core.rapi import RapiError
+
+    try:
+        return client(ctx)
+    except RapiError as err:
+        raise HerderError(str(err)) from None
+
+
+def call(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """A call of the RAPI client; masterd not answering is said as such."""
+    from herder.core.rapi import RapiError
+
+    try:
+        return fn(*args, **kwargs)
+    except RapiError as err:
+        if err.status is None:
+            raise HerderError(f"{err}; start it with 'herder masterd'") from None
+        raise
+
+
 class RemoteConfig:
     """The cluster config read through masterd's RAPI (`GET /2/herder/config`), for the read
     commands on a machine without a copy of it. Only `load` works: changes are jobs."""
@@ -190,15 +212,11 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
 
 
 QUERY_TIMEOUT = 60.0  # seconds a list waits for masterd's rows
-QUERY_RS_NORMAL, QUERY_RS_UNKNOWN = 0, 1  # Ganeti's result statuses (constants.RS_*)
-
-# A query answer as the lists read it (Ganeti's `objects.QueryResponse`): the type bounds the
-# nesting (a value is a scalar, a list of scalars: names, counts, tags, or a list of such lists:
-# a network's groups), so it is decoded and validated in one pass (`untrusted.decode_bounded`).
-QueryScalar = str | int | float | bool | None
-QueryValue = QueryScalar | list[QueryScalar | list[QueryScalar]]
 
 
+# A query answer as the lists read it (Ganeti's `objects.QueryResponse`), decoded and
+# validated in one pass; a value is any JSON (parameters, opcode logs), its nesting bounded by
+# the RAPI client's decoder (`core.untrusted`).
 class QueryField(msgspec.Struct, frozen=True):
     name: str
     title: str = ""
@@ -208,49 +226,129 @@ class QueryField(msgspec.Struct, frozen=True):
 
 class QueryAnswer(msgspec.Struct, frozen=True):
     fields: list[QueryField]
-    data: list[list[tuple[int, QueryValue]]]
+    data: list[list[tuple[int, object]]]
+
+
+class QueryFields(msgspec.Struct, frozen=True):
+    fields: list[QueryField]
+
+
+def _masterd_error(ctx: click.Context, err: Exception, what: str) -> HerderError:
+    from herder.core.rapi import RapiError
+
+    if isinstance(err, RapiError) and err.status is not None and 200 <= err.status < 300:
+        return HerderError(f"masterd at {masterd_url(ctx)} answered {what} with something "
+                           "that is not a query answer")
+    return HerderError(f"masterd at {masterd_url(ctx)}: {err}")
+
+
+def query(ctx: click.Context, resource: str, fields: Sequence[str],
+          qfilter: object = None) -> QueryAnswer:
+    """Ganeti's query answer for a list, from masterd's query resource (`PUT
+    /2/query/RESOURCE` with the fields and the filter), as Ganeti's CLI asks its masterd.
+    With --offline, or on the master when masterd cannot be reached, the same answer from
+    the config file here, without the nodes' live figures (and a note why on stderr); the
+    job list needs masterd. An error answer of masterd is a HerderError (one line)."""
+    from herder.core.rapi import RapiError
+
+    why = "--offline"
+    if not offline(ctx):
+        try:
+            with client(ctx, timeout=QUERY_TIMEOUT) as api:
+                # decoded with the depth check (a value is any JSON), then validated
+                raw = api.request("PUT", f"/2/query/{resource}", None,
+                                  {"fields": list(fields), "qfilter": qfilter})
+            answer = msgspec.convert(raw, QueryAnswer)
+        except msgspec.ValidationError:
+            raise HerderError(f"masterd at {masterd_url(ctx)} answered PUT /2/query/{resource} "
+                              "with something that is not a query answer") from None
+        except RapiError as err:
+            if err.status is not None:
+                raise _masterd_error(ctx, err, f"PUT /2/query/{resource}") from None
+            why = str(err)
+        except (HerderError, OSError) as err:
+            why = str(err)
+        else:
+            if any(len(row) != len(fields) for row in answer.data):
+                raise HerderError(f"masterd at {masterd_url(ctx)} answered PUT "
+                                  f"/2/query/{resource} with rows of another width than the "
+                                  f"{len(fields)} fields asked")
+            return answer
+    store = store_from(ctx)
+    if resource == "job" or not store.exists():
+        raise HerderError(f"cannot ask masterd for the {resource} list: {why}")
+    local = _local_answer(store.load(), resource, fields, qfilter)
+    if why != "--offline" and local.live:
+        click.echo(f"no live figures: {why}", err=True)
+    return local.answer
+
+
+class LocalAnswer(msgspec.Struct, frozen=True):
+    answer: QueryAnswer
+    live: bool  # whether it shows a live figure (each one without data)
+
+
+def _local_answer(config: model.ConfigData, resource: str, fields: Sequence[str],
+                  qfilter: object) -> LocalAnswer:
+    """The query answer computed here from the config (masterd's own code): the nodes' live
+    figures and the instances' run states are Ganeti's RS_NODATA, as a node that did not
+    answer (the config alone does not say them)."""
+    from herder.masterd import livefields
+    from herder.masterd import query as queries
+    from herder.masterd.livecache import EMPTY
+    from herder.masterd.queries.qfilter import FilterError
+
+    try:
+        compiled = queries.compile_filter(resource, qfilter)
+        answer = msgspec.convert(queries.answer(config, resource, fields, EMPTY, compiled),
+                                 QueryAnswer)
+    except FilterError as err:
+        raise HerderError(str(err)) from None
+    live = {"node": livefields.NODE_LIVE_FIELDS,
+            "instance": livefields.INSTANCE_LIVE_FIELDS}.get(resource, ())
+    masked = [name in live for name in fields]
+    if not any(masked):
+        return LocalAnswer(answer, False)
+    nodata = (livefields.RS_NODATA, None)
+    return LocalAnswer(QueryAnswer(answer.fields, [
+        [nodata if mask else cell for mask, cell in zip(masked, row, strict=True)]
+        for row in answer.data]), True)
+
+
+def query_fields(ctx: click.Context, resource: str,
+                 fields: Sequence[str] | None) -> list[QueryField]:
+    """The definitions of `fields` (None: all) of a query resource: masterd's `GET
+    /2/query/RESOURCE/fields`, or herder's own with --offline."""
+    from herder.core.rapi import RapiError
+
+    if not offline(ctx):
+        try:
+            with client(ctx, timeout=QUERY_TIMEOUT) as api:
+                raw = api.request("GET", f"/2/query/{resource}/fields",
+                                  [("fields", ",".join(fields))] if fields else None)
+            return msgspec.convert(raw, QueryFields).fields
+        except msgspec.ValidationError:
+            raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource}"
+                              "/fields with something that is not a list of fields") from None
+        except RapiError as err:
+            if err.status is not None:
+                raise _masterd_error(ctx, err, f"GET /2/query/{resource}/fields") from None
+        except (HerderError, OSError):
+            pass
+    from herder.masterd import query as queries
+
+    return msgspec.convert(queries.field_definitions(resource, fields), QueryFields).fields
 
 
 def query_rows(ctx: click.Context, resource: str, fields: Mapping[str, str]
-               ) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """The rows of a list from masterd's query resource (`GET /2/query/RESOURCE?fields=...`),
-    as Ganeti's CLI takes them from its masterd. `fields`: a row's key -> the query field it
-    shows; each row holds the values, null where the result status is not normal (the bulk
-    answers' form). (None, None) with --offline; (None, why) when masterd cannot be reached
-    (the list then reads the config itself). An error answer of masterd is a HerderError (one
-    line)."""
-    from herder.core.rapi import RapiError
-
-    if offline(ctx):
-        return None, None
-    keys, names = list(fields), list(fields.values())
-    try:
-        with client(ctx, timeout=QUERY_TIMEOUT) as api:
-            answer: QueryAnswer = api.request("GET", f"/2/query/{resource}",
-                                              [("fields", ",".join(names))],
-                                              answer_type=QueryAnswer)
-    except RapiError as err:
-        if err.status is None:
-            return None, str(err)
-        if 200 <= err.status < 300:
-            raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
-                              "with something that is not a query answer") from None
-        raise HerderError(f"masterd at {masterd_url(ctx)}: {err}") from None
-    except (HerderError, OSError) as err:
-        return None, str(err)
-    if any(len(row) != len(keys) for row in answer.data):
-        raise HerderError(f"masterd at {masterd_url(ctx)} answered GET /2/query/{resource} "
-                          f"with rows of another width than the {len(keys)} fields asked")
-    # a field masterd does not know is unknown in every row
-    unknown = [name for name, (status, _) in zip(names, answer.data[0], strict=True)
-               if status == QUERY_RS_UNKNOWN] if answer.data else []
-    rows = [{key: value if status == QUERY_RS_NORMAL else None
-             for key, (status, value) in zip(keys, row, strict=True)} for row in answer.data]
-    if unknown:
-        raise HerderError(f"masterd at {masterd_url(ctx)} does not know the field(s) "
-                          f"{', '.join(unknown)} (an older herder?); add --offline on the "
-                          "master")
-    return rows, None
+               ) -> tuple[list[dict[str, Any]], None]:
+    """The rows of a query answer as dicts: a row's key -> the query field it shows (`fields`),
+    null where the result status is not normal (the bulk answers' form); `query`'s answer,
+    from masterd or, without it, from the config here."""
+    answer = query(ctx, resource, list(fields.values()))
+    return [{key: value if status == 0 else None  # Ganeti's RS_NORMAL
+             for key, (status, value) in zip(fields, row, strict=True)}
+            for row in answer.data], None
 
 
 def follow_jobs(ctx: click.Context, result: object) -> list[str]:

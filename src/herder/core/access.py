@@ -28,6 +28,8 @@ class Rule:
 ANYONE = Rule("anyone", False, "no authentication; the route only reads")
 RAPI_READ = Rule("rapi-read", False, "HTTP Basic: any RAPI user (or no credentials when the "
                  "RAPI allows anonymous reads)")
+RAPI_USER = Rule("rapi-user", False, "HTTP Basic: any RAPI user, even when the RAPI allows "
+                 "anonymous reads (Ganeti's /2/query)")
 RAPI_WRITE = Rule("rapi-write", True, "HTTP Basic: a RAPI user with the write option")
 NODE_RPC = Rule("node-rpc", True, "TLS client certificate of the cluster, and the body signed "
                 "with the node-RPC key for this method and node, fresh and never replayed")
@@ -50,8 +52,8 @@ NODE_LEASE = Rule("node-lease", True, "the body signed with the node-lease key f
                   "lease)")
 WEB_LOGIN = Rule("web-login", True, "the web console's login (a RAPI user's name and password "
                  "from this server's own origin) and logout (the session's CSRF token)")
-RULES = (ANYONE, RAPI_READ, RAPI_WRITE, NODE_RPC, NODE_CONSOLE, MOND_REPAIR, NOTIFICATION,
-         JOIN_TOKEN, NODE_IMPORT, NODE_ANNOUNCE, NODE_LEASE, WEB_LOGIN)
+RULES = (ANYONE, RAPI_READ, RAPI_USER, RAPI_WRITE, NODE_RPC, NODE_CONSOLE, MOND_REPAIR,
+         NOTIFICATION, JOIN_TOKEN, NODE_IMPORT, NODE_ANNOUNCE, NODE_LEASE, WEB_LOGIN)
 
 Handler = Callable[..., Any]
 

@@ -32,8 +32,9 @@ TABLES: dict[str, type[model.Named]] = {
     "nodegroups": model.NodeGroup, "nodes": model.Node, "instances": model.Instance,
     "networks": model.Network,
 }
-SECTIONS: dict[str, type[model.Base]] = {"cluster": model.Cluster,
-                                         "maintenance": model.Maintenance}
+# The sections: each encoded, checked and written whole (the filter rules are a handful)
+SECTIONS: dict[str, Any] = {"cluster": model.Cluster, "maintenance": model.Maintenance,
+                            "filters": dict[str, model.FilterRule]}
 TOP_FIELDS = ("version", "serial_no", "ctime", "mtime")
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -302,6 +303,11 @@ def check(config: model.ConfigData, change: ChangeSet, index: Any = None) -> Non
     changed nodes to their instances). ConfigError names the first problem."""
     for name, raw in change.sections.items():
         checked = decode_object(name, raw)
+        if name == "filters":
+            try:
+                model.check_filters(checked)
+            except ValueError as err:
+                raise ConfigError(f"invalid config: {err}") from None
         setattr(config, name, checked)
         change.sections[name] = encode_object(checked)  # normalized, as it will be read back
     kinds = {"nodegroups": "node group", "nodes": "node", "instances": "instance",

@@ -96,17 +96,18 @@ def unit_for_template(units: Sequence[StorageUnit], template: str) -> StorageUni
 
 
 def cluster_storage_units(templates: Sequence[str], volume_group: str | None,
-                          file_storage_dir: str) -> list[list[str]]:
+                          file_storage_dir: str) -> list[tuple[str, str]]:
     """What the master asks each node's figures of (Ganeti's GetStorageUnitsOfCluster): per
     enabled disk template, in order, its reporting unit: the volume group for plain/drbd, the
     file-storage directory for file."""
-    units: list[list[str]] = []
+    units: list[tuple[str, str]] = []
     for template in templates:
         kind = TEMPLATE_STORAGE.get(template)
         name = volume_group if kind == STORAGE_LVM_VG else \
             file_storage_dir if kind == STORAGE_FILE else None
-        if kind in STORAGE_REPORTING and name and [kind, name] not in units:
-            units.append([kind, name])
+        if kind is not None and kind in STORAGE_REPORTING and name \
+                and (kind, name) not in units:
+            units.append((kind, name))
     return units
 
 

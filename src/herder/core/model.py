@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import addrpool, configindex, names, params, untrusted
+from herder.core import addrpool, configindex, names, params, qfilter, reason, untrusted
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
@@ -608,6 +608,48 @@ class Maintenance(Base, kw_only=True):
             raise ValueError("maintenance roundDelay must not be negative")
 
 
+# --- job filter rules (Ganeti's `filters` section, gnt-filter) ----------------------------------
+
+FilterPredicateName = Literal["jobid", "opcode", "reason"]
+# The fields each predicate's expression may use: a job's `id`; a reason trail entry's three;
+# an opcode's fields are those it has (`OP_ID` and every parameter), so any name
+FILTER_PREDICATE_FIELDS: dict[str, frozenset[str] | None] = {
+    "jobid": frozenset({"id"}),
+    "opcode": None,
+    "reason": frozenset({"source", "reason", "timestamp"}),
+}
+FilterActionName = Literal["ACCEPT", "PAUSE", "REJECT", "CONTINUE"]
+# Ganeti's wire form: the name, or ["RATE_LIMIT", n]
+FilterAction = FilterActionName | tuple[Literal["RATE_LIMIT"], int]
+
+
+class FilterRule(msgspec.Struct, kw_only=True, omit_defaults=False, forbid_unknown_fields=True):
+    """A job filter rule (Ganeti's `objects.Filter`, the fields as its config and RAPI have
+    them): jobs not yet started that its predicates all match get its action, the rules taken
+    by `priority` (lower first), then `watermark`, then `uuid` (herder.masterd.jobs.filters)."""
+
+    uuid: str
+    watermark: int = 0  # the highest job id when the rule was added or replaced
+    priority: int = 0
+    predicates: list[tuple[FilterPredicateName, Any]] = msgspec.field(default_factory=list)
+    action: FilterAction = "CONTINUE"
+    reason_trail: list[list[Any]] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.priority < 0:
+            raise ValueError(f"a filter's priority must not be negative, got {self.priority}")
+        if self.watermark < 0:
+            raise ValueError(f"a filter's watermark must not be negative, got {self.watermark}")
+        if isinstance(self.action, tuple) and self.action[1] < 1:
+            raise ValueError(f"RATE_LIMIT needs a positive number of jobs, got {self.action[1]}")
+        for index, (name, expression) in enumerate(self.predicates):
+            try:
+                qfilter.check(expression, FILTER_PREDICATE_FIELDS[name])
+            except ValueError as err:
+                raise ValueError(f"predicate {index} ({name}): {err}") from None
+        self.reason_trail = reason.validate(self.reason_trail)
+
+
 class Cluster(Base, kw_only=True):
     uuid: str
     name: str
@@ -720,6 +762,8 @@ class ConfigData(Base, kw_only=True, dict=True):
     instances: dict[str, Instance] = msgspec.field(default_factory=dict)
     networks: dict[str, Network] = msgspec.field(default_factory=dict)
     maintenance: Maintenance = msgspec.field(default_factory=Maintenance)
+    # Ganeti's top-level `filters`: filter rule UUID -> rule
+    filters: dict[str, FilterRule] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.version != FORMAT_VERSION:
@@ -739,6 +783,7 @@ class ConfigData(Base, kw_only=True, dict=True):
                 if key != obj.uuid:
                     raise ValueError(f"{kind} {obj.name!r} is filed under {key!r}, not its UUID")
                 obj.uuid = key  # one string for the key and the object's UUID (`_interned`)
+        check_filters(self.filters)
         check_nics(self)
 
     # --- lookups: a name (or unique short name) or a UUID --------------------------------------
@@ -902,6 +947,12 @@ class ConfigData(Base, kw_only=True, dict=True):
     def instance_group(self, inst: Instance) -> NodeGroup | None:
         node = self.nodes.get(inst.primary_node)
         return self.nodegroups.get(node.group) if node else None
+
+
+def check_filters(filters: Mapping[str, FilterRule]) -> None:
+    for key, rule in filters.items():
+        if key != rule.uuid:
+            raise ValueError(f"filter rule {rule.uuid!r} is filed under {key!r}, not its UUID")
 
 
 def check_nics(config: ConfigData) -> None:

@@ -125,6 +125,16 @@ def matches_component(given: str, resolved: str) -> bool:
     return resolved == given or resolved.startswith(given + ".")
 
 
+_DIGITS_OR_NOT = re.compile(r"\d+|\D+")
+
+
+def nice_sort_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """The order Ganeti lists names in (its niceSort): runs of digits compare as numbers, so
+    node2 comes before node10; a number sorts before text at the same place."""
+    return tuple((0, int(run)) if run.isdigit() else (1, run)
+                 for run in _DIGITS_OR_NOT.findall(name))
+
+
 def resolve(name: str, what: str = "instance") -> Resolved:
     """Ganeti's name check (CheckHostnameSane): `name` must resolve, and the resolved name
     must extend it by whole labels; BadName otherwise."""

@@ -1,13 +1,13 @@
 """What the master asks of a node: the node-RPC client interface and its transports.
 
-LUs call `rpc.call(node, method, args)`; `HttpNodeRpc` carries it to the node's `herder noded`
-over HTTPS: the node's certificate is checked against the cluster CA, the client shows this
-node's certificate (`node.pem`, whose digest noded finds in the cluster's list), and every
-request is signed for its method and node with the node-RPC key (`core.rpcauth`).
+LUs call `rpc.call(node, instance_calls.InstanceStart(...))` with a call of the contract
+(`core.rpcdefs`: its arguments, its answer's type, its timeout) and get the typed answer;
+`call_many` asks many nodes at once. A transport (`RpcTransport`) carries the method name and the
+JSON arguments: `HttpNodeRpc` to the node's `herder noded` over HTTPS: the node's certificate is
+checked against the cluster CA, the client shows this node's certificate (`node.pem`, whose
+digest noded finds in the cluster's list), and every request is signed for its method and node
+with the node-RPC key (`core.rpcauth`).
 `UnavailableRpc` fails every call with a clear reason (no node daemons configured).
-Instance-affecting calls carry the reason trail and the config version (`serial_no`) of the
-instance they act on (design-monitoring-agent "Instance status"), and calls that create or use
-backend storage carry the instance (design "Instance disk status propagation").
 
 Master epochs (docs/ha.md "Master failover"): a master's calls carry its `master_epoch` in the
 signed body (`EPOCH_KEY`); a node keeps the highest epoch it has accepted and refuses an older
@@ -17,17 +17,22 @@ on the nodes after a failover.
 
 from __future__ import annotations
 
+import abc
 import base64
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import msgspec
 
-from herder.core import diskobjects, model, node_certs, ports, rpcauth, untrusted
+from herder.core import model, node_certs, ports, rpcauth, untrusted
 from herder.core.console import SIGNED_CALL_HEADER
-from herder.core.errors import RpcError
+from herder.core.errors import HerderError, RpcError
+from herder.core.rpcdefs.base import AnswerT, Call
+from herder.core.rpcdefs.instance_calls import ConsoleStream
 
 EPOCH_KEY = "_master_epoch"  # in the signed arguments; noded takes it out before dispatch
 STALE_EPOCH = "stale master epoch"
@@ -48,22 +53,66 @@ class UnreachableError(NoAnswerError):
 
 
 class NodeRpc(Protocol):
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any: ...
+    """What the master's code calls: a typed call to one node, its typed answer."""
+
+    def call(self, node: model.Node, request: Call[AnswerT],
+             timeout: float | None = None) -> AnswerT: ...
 
 
-class UnavailableRpc:
+class RpcTransport(abc.ABC):
+    """Carries a call to a node: `send` posts the method and its JSON arguments and returns
+    the node's `result` as decoded JSON; `call` is the typed form over it (the contract's
+    arguments out, its answer back, RpcError when the node's answer is not one)."""
+
+    @abc.abstractmethod
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
+        """The node's `result` for `method` with `args`; RpcError (or a subclass) when the
+        node refused or failed the call or could not be reached."""
+
+    def call(self, node: model.Node, request: Call[AnswerT],
+             timeout: float | None = None) -> AnswerT:
+        raw = self.send(node, request.METHOD, request.arguments(),
+                        timeout if timeout is not None else request.rpc_timeout())
+        try:
+            return request.answer(raw)
+        except msgspec.ValidationError as err:
+            raise RpcError(f"node {node.name}: malformed {request.METHOD} answer: "
+                           f"{err}") from None
+
+
+class UnavailableRpc(RpcTransport):
     """The transport when no node daemon transport is configured: every call fails."""
 
     def __init__(self, reason: str = "no node daemon transport is configured") -> None:
         self.reason = reason
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         raise RpcError(f"node {node.name}: cannot call {method}: {self.reason}")
 
 
-class HttpNodeRpc:
+def call_many(rpc: NodeRpc, nodes: Sequence[model.Node],
+              request: Callable[[model.Node], Call[AnswerT]], *,
+              timeout: float | None = None, workers: int = 16
+              ) -> dict[str, AnswerT | HerderError]:
+    """The same call to many nodes at once (Ganeti's multi-node RPCs): node UUID -> its answer
+    or the error it gave; a dead node costs one timeout, not one per node. `request` makes
+    each node's arguments (a disk object differs per node)."""
+    def one(node: model.Node) -> AnswerT | HerderError:
+        try:
+            return rpc.call(node, request(node), timeout=timeout)
+        except HerderError as err:
+            return err
+
+    if not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(nodes))),
+                            thread_name_prefix="node-rpc") as pool:
+        return dict(zip((node.uuid for node in nodes), pool.map(one, nodes), strict=True))
+
+
+class HttpNodeRpc(RpcTransport):
     """Node RPC over HTTPS to each node's noded at its primary IP."""
 
     def __init__(self, hmac_key: bytes, certificate: Path | None, *,
@@ -104,9 +153,9 @@ class HttpNodeRpc:
         host = f"[{node.primary_ip}]" if ":" in node.primary_ip else node.primary_ip
         return f"{self.scheme}://{host}:{self.port}/rpc/{method}"
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
-        payload = dict(args or {})
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
+        payload = dict(args)
         if self.epoch is not None:
             payload[EPOCH_KEY] = self.epoch
         body = rpcauth.sign_call(self.key, method, node.name, payload)
@@ -136,10 +185,10 @@ class HttpNodeRpc:
         return answer.get("result")
 
     def stream(self, node: model.Node, path: str, method: str,
-               args: dict[str, Any]) -> tuple[str, dict[str, str]]:
+               request: ConsoleStream) -> tuple[str, dict[str, str]]:
         """The websocket URL of `path` on the node's noded and the headers that carry the call
         signed for `method` (`core.console`); open it with `self.tls`."""
-        payload = dict(args)
+        payload = msgspec.to_builtins(request)
         if self.epoch is not None:
             payload[EPOCH_KEY] = self.epoch
         body = rpcauth.sign_call(self.key, method, node.name, payload)
@@ -150,41 +199,3 @@ class HttpNodeRpc:
 
     def close(self) -> None:
         self._http.close()
-
-
-def network_of(config: model.ConfigData, nic: model.NIC) -> dict[str, Any]:
-    """A NIC's network for the node: its name and Ganeti's hook variables (Network.HooksDict:
-    NETWORK_NAME, _UUID, _TAGS, _SUBNET, _GATEWAY, _SUBNET6, _GATEWAY6, _MAC_PREFIX), which a
-    routed NIC's ifup passes on. {} without a network."""
-    net = config.networks.get(nic.network) if nic.network else None
-    if net is None:
-        return {}
-    env = {"NETWORK_NAME": net.name, "NETWORK_UUID": net.uuid,
-           "NETWORK_TAGS": " ".join(net.tags), "NETWORK_SUBNET": net.network}
-    for key, value in (("NETWORK_GATEWAY", net.gateway), ("NETWORK_SUBNET6", net.network6),
-                       ("NETWORK_GATEWAY6", net.gateway6),
-                       ("NETWORK_MAC_PREFIX", net.mac_prefix)):
-        if value:
-            env[key] = value
-    return {"network": net.name, "network_env": env}
-
-
-def instance_payload(config: model.ConfigData, inst: model.Instance,
-                     node: model.Node | None = None) -> dict[str, Any]:
-    """What a node needs to define and run an instance; its disks are Ganeti's disk objects
-    for `node` (default: the primary; `core.diskobjects`)."""
-    be = config.filled_beparams(inst)
-    group = config.instance_group(inst)
-    return {
-        "name": inst.name, "uuid": inst.uuid, "memory": be["maxmem"], "vcpus": be["vcpus"],
-        "hypervisor": inst.hypervisor, "os": inst.os,
-        "disks": diskobjects.disk_objects(config, inst, node.uuid if node else None),
-        "nics": [{"mac": n.mac, "ip": n.ip, "uuid": n.uuid, "name": n.name,
-                  **network_of(config, n), **config.filled_nicparams(n, group)}
-                 for n in inst.nics],
-        "tags": list(inst.tags),
-        "hvparams": config.filled_hvparams(inst), "beparams": config.filled_beparams(inst),
-        "osparams": config.filled_osparams(inst),
-        "uid_pool": [list(r) for r in config.cluster.uid_pool],
-        "network_port": inst.network_port,
-    }

@@ -717,9 +717,10 @@ class RapiClient:
 
     # ---- jobs ----
 
-    def get_jobs(self, bulk: bool = False) -> list[Any]:
-        """Job ids (ints), or with `bulk` one status dict per job."""
-        jobs = self.request("GET", "/2/jobs", _flags(bulk=bulk))
+    def get_jobs(self, bulk: bool = False, archived: bool = False) -> list[Any]:
+        """Job ids (ints), or with `bulk` one status dict per job; with `archived` (herder's)
+        the archive's jobs too."""
+        jobs = self.request("GET", "/2/jobs", _flags(bulk=bulk, archived=archived))
         return list(jobs) if bulk else [int(j["id"]) for j in jobs]
 
     def get_job_status(self, job_id: JobId | str) -> dict[str, Any]:
@@ -810,6 +811,62 @@ class RapiClient:
             )
         return job
 
+    # ---- the queue's controls (herder's routes for Ganeti's luxi calls) ----
+
+    def archive_job(self, job_id: JobId | str) -> tuple[bool, str]:
+        """luxi ArchiveJob: (success, message)."""
+        return _pair(self.request("PUT", f"/2/herder/jobs/{_seg(str(job_id))}/archive"))
+
+    def auto_archive_jobs(self, age: float, timeout: float | None = None) -> tuple[int, int]:
+        """luxi AutoArchiveJobs: the finished jobs older than `age` seconds (-1: all) leave
+        the queue; (archived, left unexamined)."""
+        answer = self.request("PUT", "/2/herder/jobs/autoarchive", None,
+                              _present(age=age, timeout=timeout))
+        return int(answer[0]), int(answer[1])
+
+    def change_job_priority(self, job_id: JobId | str, priority: int) -> tuple[bool, str]:
+        """luxi ChangeJobPriority: (success, message)."""
+        return _pair(self.request("PUT", f"/2/herder/jobs/{_seg(str(job_id))}/priority", None,
+                                  {"priority": priority}))
+
+    def get_queue(self) -> dict[str, Any]:
+        """The queue's state: drained, jobs per status, held jobs and why."""
+        return _dict(self.request("GET", "/2/herder/queue"), "/2/herder/queue")
+
+    def set_queue_drained(self, drained: bool) -> bool:
+        """luxi SetDrainFlag; the flag as it is now."""
+        answer = _dict(self.request("PUT", "/2/herder/queue", None, {"drained": drained}),
+                       "/2/herder/queue")
+        return bool(answer["drained"])
+
+    # ---- job filter rules (Ganeti's /2/filters) ----
+
+    def get_filters(self, bulk: bool = False) -> list[Any]:
+        """Filter rule UUIDs, or with `bulk` each rule's fields."""
+        rules = self.request("GET", "/2/filters", _flags(bulk=bulk))
+        return list(rules) if bulk else [str(r["uuid"]) for r in rules]
+
+    def get_filter(self, uuid: str) -> dict[str, Any]:
+        path = f"/2/filters/{_seg(uuid)}"
+        return _dict(self.request("GET", path), path)
+
+    def add_filter(self, priority: int, predicates: list[Any], action: Any,
+                   reason_trail: list[Any] | None = None) -> str:
+        """A new rule; its UUID."""
+        return str(self.request("POST", "/2/filters", None, {
+            "priority": priority, "predicates": predicates, "action": action,
+            "reason": reason_trail or []}))
+
+    def replace_filter(self, uuid: str, priority: int, predicates: list[Any], action: Any,
+                       reason_trail: list[Any] | None = None) -> str:
+        """The rule replaced (or made with this UUID); its UUID."""
+        return str(self.request("PUT", f"/2/filters/{_seg(uuid)}", None, {
+            "priority": priority, "predicates": predicates, "action": action,
+            "reason": reason_trail or []}))
+
+    def delete_filter(self, uuid: str) -> None:
+        self.request("DELETE", f"/2/filters/{_seg(uuid)}", None, {})
+
     # ---- herder extensions (/2/herder/...) ----
 
     def get_herder(self, path: str, query: Query | None = None) -> Any:
@@ -848,6 +905,13 @@ def _tag_query(tags: Iterable[str], dry_run: bool) -> list[tuple[str, QueryArg]]
     if not query:
         raise RapiError("no tags given")
     return query + _flags(dry_run=dry_run)
+
+
+def _pair(answer: Any) -> tuple[bool, str]:
+    """Ganeti's (success, message) answers."""
+    if isinstance(answer, list | tuple) and len(answer) == 2:
+        return bool(answer[0]), str(answer[1])
+    raise RapiError(f"expected [success, message], got {_one_line(repr(answer))[:80]}")
 
 
 def _present(**values: Any) -> dict[str, Any]:

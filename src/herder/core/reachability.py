@@ -30,11 +30,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from herder.core import model
 from herder.core.errors import RpcError
 from herder.core.noderpc import NoAnswerError, NodeRpc
+from herder.core.rpcdefs.base import AnswerT, Call
 
 BASE = 1.0  # seconds of back-off after a node's first failed call
 CAP = 60.0  # the longest back-off
@@ -146,18 +146,18 @@ class Reachability:
 
 
 class ReachabilityRpc:
-    """A node RPC transport that tells `record` each call's outcome (it never skips a call:
-    whether to try a node in back-off is the caller's choice)."""
+    """A node RPC that tells `record` each call's outcome (it never skips a call: whether to
+    try a node in back-off is the caller's choice)."""
 
     def __init__(self, rpc: NodeRpc, record: Reachability) -> None:
         self.rpc = rpc
         self.reachability = record
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def call(self, node: model.Node, request: Call[AnswerT],
+             timeout: float | None = None) -> AnswerT:
         started = self.reachability.clock()
         try:
-            answer = self.rpc.call(node, method, args, timeout=timeout)
+            answer = self.rpc.call(node, request, timeout=timeout)
         except NoAnswerError as err:
             self.reachability.failed(node.uuid, str(err), started)
             raise

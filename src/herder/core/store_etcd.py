@@ -294,6 +294,8 @@ class EtcdStore:
         change.top = {name: document[name] for name in configdiff.TOP_FIELDS
                       if name in document}
         for name in configdiff.SECTIONS:
+            if name not in document:  # a document written before the section existed
+                continue
             raw = _ENCODER.encode(document.get(name))
             if raw != state.encoded.sections.get(name):
                 change.sections[name] = raw

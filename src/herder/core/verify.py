@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from herder.core import model
+from herder.core.diskobjects import BlockDevStatus, LocalDiskStatus
 
 Severity = Literal["error", "warning"]
 
@@ -271,11 +272,9 @@ def running(config: model.ConfigData, answers: Mapping[str, Mapping[str, str] | 
 
 # --- disks (Ganeti's LUClusterVerifyGroup._VerifyInstance, _CollectDiskInfo) ------------------
 
-# Ganeti's LDS_* local-disk states and their names
-LDS_OKAY, LDS_SYNC = 1, 2
-LDS_NAMES = {1: "ok", 2: "syncing", 3: "unknown", 4: "faulty"}
-STATUS_FIELDS = ("dev_path", "major", "minor", "sync_percent", "estimated_time",
-                 "is_degraded", "ldisk_status")
+# Ganeti's LDS_* local-disk states' names
+LDS_NAMES = {LocalDiskStatus.OKAY: "ok", LocalDiskStatus.SYNC: "syncing",
+             LocalDiskStatus.UNKNOWN: "unknown", LocalDiskStatus.FAULTY: "faulty"}
 
 
 def instance_lvs(disk: model.Disk) -> list[str]:
@@ -332,12 +331,13 @@ def orphan_findings(config: model.ConfigData,
 
 def disk_status_findings(config: model.ConfigData, instances: Iterable[model.Instance],
                          volumes: Mapping[str, Mapping[str, object] | str],
-                         statuses: Mapping[str, Mapping[str, list[tuple[bool, object]]] | str]
-                         ) -> list[Finding]:
+                         statuses: Mapping[str, Mapping[str, list[tuple[bool,
+                                                                         BlockDevStatus | str]]]
+                                           | str]) -> list[Finding]:
     """Ganeti's disk checks of `cluster verify`, judged on what the nodes said:
     `volumes` maps a node UUID to its LV list (`vg/lv` -> ...) or why `lvs` failed there
     (only nodes that answered at all); `statuses` maps a node UUID to, per instance UUID,
-    each disk's (success, BlockDevStatus list or why not) from
+    each disk's (success, BlockDevStatus or why not) from
     `blockdev_getmirrorstatus_multi`, or why the node could not say. Messages are Ganeti's:
     "volume V missing on node N", "couldn't retrieve status for disk/I on N: ...",
     "disk/I on N is degraded; local disk state is 'S'" (a warning while the local disk is ok
@@ -375,22 +375,19 @@ def disk_status_findings(config: model.ConfigData, instances: Iterable[model.Ins
             node = config.nodes.get(node_uuid)
             if not isinstance(said, Mapping) or node is None:
                 continue
-            per_disk: list[tuple[bool, object]] = list(said.get(inst.uuid, []))
+            per_disk = list(said.get(inst.uuid, []))
             for index, (success, status) in enumerate(per_disk):
-                if not success:
+                if not success or not isinstance(status, BlockDevStatus):
                     if not node.offline:
                         findings.append(Finding(
                             "error", "instance-faulty-disk", what,
                             f"couldn't retrieve status for disk/{index} on {node.name}: "
                             f"{status}"))
                     continue
-                facts = dict(zip(STATUS_FIELDS, status, strict=False)) \
-                    if isinstance(status, list) else {}
-                if facts.get("is_degraded"):
-                    ldisk = facts.get("ldisk_status")
-                    ok_locally = ldisk in (LDS_OKAY, LDS_SYNC)
-                    state = LDS_NAMES.get(ldisk, str(ldisk)) if isinstance(ldisk, int) \
-                        else str(ldisk)
+                if status.is_degraded:
+                    ldisk = status.ldisk_status
+                    ok_locally = ldisk in (LocalDiskStatus.OKAY, LocalDiskStatus.SYNC)
+                    state = LDS_NAMES[ldisk]
                     findings.append(Finding(
                         "warning" if ok_locally else "error", "instance-faulty-disk", what,
                         f"disk/{index} on {node.name} is degraded; local disk state is "

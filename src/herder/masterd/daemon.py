@@ -66,6 +66,10 @@ class MasterSettings:
     check_interval: float = 2.0  # seconds between two checks that this is still the master
     lease_ttl: int = 10  # etcd backend: the master lease's TTL (seconds)
     local_dir: Path | None = None  # etcd backend: the secrets' directory (default /var/lib/herder)
+    # finished jobs are archived this long (seconds) after they ended (0: never), looked for
+    # every `archive_interval` seconds (Ganeti's watcher: --job-age 6 h, every 5 minutes)
+    job_age: float = 6 * 3600.0
+    archive_interval: float = 300.0
 
 
 EXIT_NOTMASTER = 11  # not my role: stopped for good (systemd: RestartPreventExitStatus=11)
@@ -155,8 +159,10 @@ class MasterDaemon:
                              iallocator_path=settings.iallocator_path, live=self.live,
                              reachability=self.reachability)
         assert self.env.queue_dir is not None
+        store = self.store
         self.queue = JobQueue(self.env.queue_dir, Processor(self.env), workers=settings.workers,
-                              storage=job_storage)
+                              storage=job_storage,
+                              rules=lambda: store.recent_snapshot().filters)
         # on etcd the queue is recovered once elected (become_master)
         self.recovered = (self.queue.recover() if self.lease is None else
                           {"requeued": [], "failed": [], "canceled": [], "finished": []})
@@ -255,11 +261,33 @@ class MasterDaemon:
                 routes=RAPI_ROUTES, limits=LIMITS)],
             tasks=[self._watch_master, lambda stop: redist.watch(self, stop),  # docs/ha.md
                    lambda stop: self.live.keep_fresh(self.rapi.config, stop),
-                   self._sample_nodes],
+                   self._sample_nodes, self._archive_old_jobs],
             on_start=[self.queue.start],
             on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign,
                      self.live.close],
             ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
+
+    async def _archive_old_jobs(self, stop: asyncio.Event) -> None:
+        """Ganeti's watcher's job archiving (`AutoArchiveJobs(--job-age)`): every
+        `archive_interval`, the jobs that ended more than `job_age` ago leave the queue for
+        the archive (at most half the interval's time a round)."""
+        every, age = self.settings.archive_interval, self.settings.job_age
+        if age <= 0:
+            return
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every)
+            if stop.is_set() or self.deposed is not None:
+                return
+            try:
+                archived, left = await asyncio.to_thread(self.queue.auto_archive, age,
+                                                         every / 2)
+            except HerderError as err:
+                log.warning("archiving old jobs failed: %s", err)
+                continue
+            if archived or left:
+                log.info("archived %d job(s) older than %d s; %d left for the next round",
+                         archived, age, left)
 
     async def _sample_nodes(self, stop: asyncio.Event) -> None:
         assert self.rapi.web is not None

@@ -25,6 +25,8 @@ import msgspec
 from herder.core import cluster_secrets, envelope, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
+from herder.core.rpcdefs import node_calls, role_calls
+from herder.core.rpcdefs.base import Call
 from herder.core.store import ConfigStore
 
 
@@ -85,16 +87,15 @@ def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *,
             if node.uuid == me.uuid:
                 continue
             try:
-                answer = rpc.call(node, "master_vote", {
-                    "master": config.node_name(c.master_node), "address": c.master_ip,
-                    "port": masterd_port, "timeout": 2.0})
+                answer = rpc.call(node, node_calls.MasterVote(
+                    master=config.node_name(c.master_node), address=c.master_ip,
+                    port=masterd_port, timeout=2.0))
             except HerderError as err:
                 lines.append(f"{node.name}: no answer ({err})")
                 continue
-            gone += not answer.get("reachable", True)
+            gone += not answer.reachable
             lines.append(f"{node.name}: master "
-                         f"{'reachable' if answer.get('reachable', True) else 'gone'} "
-                         f"({answer.get('detail', '')})")
+                         f"{'reachable' if answer.reachable else 'gone'} ({answer.detail})")
     finally:
         rpc.close()
     return Votes(gone=gone, voters=len(voters), nodes=lines)
@@ -107,20 +108,14 @@ def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int
     try:
         for node in sorted(config.nodes.values(), key=lambda n: n.name):
             try:
-                answer = rpc.call(node, "master_epoch", {})
-                lines.append(f"{node.name}: epoch {answer.get('epoch')}")
+                answer = rpc.call(node, node_calls.MasterEpoch())
+                lines.append(f"{node.name}: epoch {answer.epoch}")
             except HerderError as err:
                 lines.append(f"{node.name}: not told ({err}); it learns the epoch from the "
                              "new master's first call")
     finally:
         rpc.close()
     return lines
-
-
-def master_network(cluster: model.Cluster) -> dict[str, str | int]:
-    """The master IP's parameters as the node RPCs carry them (Ganeti's master_params)."""
-    return {"ip": cluster.master_ip, "netmask": cluster.master_netmask,
-            "netdev": cluster.master_netdev, "ip_family": cluster.primary_ip_family}
 
 
 def move_master_role(store: ConfigStore, config: model.ConfigData, before: model.Cluster, *,
@@ -133,22 +128,23 @@ def move_master_role(store: ConfigStore, config: model.ConfigData, before: model
     old, new = config.nodes.get(old_uuid), config.nodes[config.cluster.master_node]
     # A master IP that is the old master's own primary IP (no floating IP) stays where it is.
     floating = old is None or before.master_ip != old.primary_ip
-    steps = [(old, "node_deactivate_master_ip", master_network(before), "master IP down"),
-             (old, "node_stop_master", {}, "master daemons stopped"),
-             (new, "node_activate_master_ip", master_network(config.cluster), "master IP up"),
-             (new, "node_start_master_daemons", {}, "masterd and maintd started")]
+    steps: list[tuple[model.Node | None, Call[str], str]] = [
+        (old, role_calls.NodeDeactivateMasterIp.of_cluster(before), "master IP down"),
+        (old, role_calls.NodeStopMaster(), "master daemons stopped"),
+        (new, role_calls.NodeActivateMasterIp.of_cluster(config.cluster), "master IP up"),
+        (new, role_calls.NodeStartMasterDaemons(), "masterd and maintd started")]
     if not floating:
-        steps = [step for step in steps if "master_ip" not in step[1]]
+        steps = [step for step in steps if not isinstance(step[1], role_calls.MasterIp)]
     try:
-        for node, method, args, done in steps:
+        for node, request, done in steps:
             if node is None:
                 continue
             try:
-                rpc.call(node, method, args)
+                rpc.call(node, request)
                 lines.append(f"{node.name}: {done}")
             except HerderError as err:  # the old master may be gone; the new one must work
                 level = "WARNING" if node is old else "ERROR"
-                lines.append(f"{level}: {node.name}: {method}: {err}")
+                lines.append(f"{level}: {node.name}: {request.METHOD}: {err}")
     finally:
         rpc.close()
     return lines

@@ -26,11 +26,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+import msgspec
 
 from herder.core import model, node_certs, rpcauth
 from herder.core.errors import RpcError
 from herder.core.noderpc import NodeRpc
+from herder.core.rpcdefs import node_calls
 
 log = logging.getLogger("herder.masterd")
 METHOD = "node_lease"  # noded.fence.METHOD
@@ -100,7 +102,7 @@ def sender_refusal(config: model.ConfigData, node: model.Node,
 
 
 def liveness_votes(config: model.ConfigData, node: model.Node,
-                   rpc: NodeRpc) -> dict[str, Any]:
+                   rpc: NodeRpc) -> dict[str, object]:
     """Every other master candidate's answer of `node_reachable` for `node` (name ->
     answer, or {"error": ...} when the candidate did not answer)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -109,12 +111,12 @@ def liveness_votes(config: model.ConfigData, node: model.Node,
     voters = [n for n in config.nodes.values()
               if n.master_candidate and n.uuid not in (master, node.uuid) and not n.offline]
 
-    def ask(voter: model.Node) -> tuple[str, Any]:
+    def ask(voter: model.Node) -> tuple[str, object]:
         try:
-            return voter.name, rpc.call(voter, "node_reachable",
-                                        {"node": node.name, "address": node.primary_ip,
-                                         "timeout": REACH_TIMEOUT},
-                                        timeout=CANDIDATE_TIMEOUT)
+            answer = rpc.call(voter, node_calls.NodeReachable(
+                node=node.name, address=node.primary_ip, timeout=REACH_TIMEOUT),
+                timeout=CANDIDATE_TIMEOUT)
+            return voter.name, msgspec.to_builtins(answer)
         except RpcError as err:
             return voter.name, {"error": str(err)}
 

@@ -30,6 +30,7 @@ from herder.core import model, node_certs
 from herder.core.cluster_secrets import self_signed_certificate
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc
+from herder.core.rpcdefs import role_calls
 from herder.core.store import atomic_write
 
 CA_FILE = "libvirt-ca.pem"
@@ -63,17 +64,15 @@ def eligible(config: model.ConfigData) -> list[model.Node]:
 
 def _signed(rpc: NodeRpc, node: model.Node, ca: bytes) -> str:
     """A new key on `node` and its certificate of `ca` (not yet installed)."""
-    answer = rpc.call(node, "libvirt_tls", {"stage": "request"}, timeout=TIMEOUT)
-    request = answer.get("csr") if isinstance(answer, dict) else None
-    if not isinstance(request, str):
+    request = rpc.call(node, role_calls.LibvirtTls(stage="request"), timeout=TIMEOUT).csr
+    if request is None:
         raise HerderError(f"{node.name} answered no certificate request")
     return node_certs.sign_request(ca, request.encode(), node.name).decode()
 
 
 def _install(rpc: NodeRpc, node: model.Node, certificate: str, say: Say) -> None:
-    answer = rpc.call(node, "libvirt_tls", {"stage": "install", "certificate": certificate},
-                      timeout=TIMEOUT)
-    problem = answer.get("reload_problem") if isinstance(answer, dict) else None
+    problem = rpc.call(node, role_calls.LibvirtTls(stage="install", certificate=certificate),
+                       timeout=TIMEOUT).reload_problem
     if problem:  # installed, but its libvirtd serves the old files until it restarts
         say(f"{node.name}: libvirtd did not take its new certificate: {problem}")
 

@@ -41,12 +41,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from typing import Any
 
 from herder.core import livefigures, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc, UnreachableError
 from herder.core.reachability import Down, Reachability, ReachabilityRpc
+from herder.core.rpcdefs import node_calls
+from herder.core.rpcdefs.base import AnswerT, Call
 
 log = logging.getLogger("herder.masterd")
 
@@ -60,9 +61,6 @@ UNHEARD_WAIT = 0.1
 # how much longer than its calls' timeout a reader waits: a call that timed out ends just after
 # its timeout, and its failure must reach that reader (else the next one waits for it again)
 GRACE = 0.5
-# RPCs that change nothing on a node (calls of any other method make its figures stale)
-READ_ONLY = frozenset({"node_info", "ping", "master_epoch", "master_vote", "os_list",
-                       "storage_list", "disk_map", "migrate_prepare", "instance_list"})
 
 
 @dataclass(frozen=True)
@@ -165,16 +163,14 @@ class LiveCache:
         self.last_read = float("-inf")
         self.calls = 0  # node_info calls started (for tests and the status of the cache)
         # the storage units every node reports (the cluster's, from the last config seen)
-        self.storage_units: list[list[str]] = []
+        self.storage_units: list[tuple[str, str]] = []
 
     # --- asking -------------------------------------------------------------------------------
 
     def _ask(self, node: model.Node, asked: float, timeout: float) -> NodeAnswer:
         try:
-            raw = self.rpc.call(node, "node_info", {"instances": True,
-                                                    "storage_units": self.storage_units},
-                                timeout=timeout)
-            info = livefigures.decode_node_info(raw)
+            info = self.rpc.call(node, node_calls.NodeInfo(
+                instances=True, storage_units=self.storage_units), timeout=timeout)
             answer = NodeAnswer(asked, self.clock(), info)
         except (HerderError, ValueError, OSError) as err:
             answer = NodeAnswer(asked, self.clock(), None, str(err))
@@ -335,23 +331,24 @@ class LiveCache:
 
 
 class InvalidatingRpc:
-    """The node RPC transport of the logical units: every call that may change a node makes
-    the cache's figures of that node stale, so the next reader sees the change."""
+    """The node RPC of the logical units: every call that may change a node (all but the
+    contract's READ_ONLY ones) makes the cache's figures of that node stale, so the next
+    reader sees the change."""
 
     def __init__(self, rpc: NodeRpc, cache: LiveCache) -> None:
         self.rpc = rpc
         self.cache = cache
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def call(self, node: model.Node, request: Call[AnswerT],
+             timeout: float | None = None) -> AnswerT:
         try:
-            answer = self.rpc.call(node, method, args, timeout=timeout)
+            answer = self.rpc.call(node, request, timeout=timeout)
         except UnreachableError:
             raise  # the call never reached the node: nothing changed there
         except BaseException:
-            if method not in READ_ONLY:
+            if not request.READ_ONLY:
                 self.cache.invalidate(node.uuid)
             raise
-        if method not in READ_ONLY:
+        if not request.READ_ONLY:
             self.cache.invalidate(node.uuid)
         return answer

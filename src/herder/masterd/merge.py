@@ -67,9 +67,9 @@ from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FIL
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
 from herder.core.rapi import RapiClient, RapiError
+from herder.core.rpcdefs import node_calls, role_calls
 from herder.core.store import FileStore
 from herder.core.verify import verify as verify_config
-from herder.masterd.failover import master_network
 
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
 FINAL_JOB = {"success", "error", "canceled"}
@@ -157,10 +157,10 @@ class RpcControl:
         rpc = other.rpc()
         master = self._master(config)
         try:
-            rpc.call(master, "node_stop_master", {}, timeout=150)
+            rpc.call(master, role_calls.NodeStopMaster())
             done = [f"masterd and maintd on {master.name}"]
             if config.cluster.master_ip != master.primary_ip:
-                rpc.call(master, "node_deactivate_master_ip", master_network(config.cluster),
+                rpc.call(master, role_calls.NodeDeactivateMasterIp.of_cluster(config.cluster),
                          timeout=60)
                 done.append(f"master IP {config.cluster.master_ip}")
             return done
@@ -172,9 +172,9 @@ class RpcControl:
         master = self._master(config)
         try:
             if config.cluster.master_ip != master.primary_ip:
-                rpc.call(master, "node_activate_master_ip", master_network(config.cluster),
+                rpc.call(master, role_calls.NodeActivateMasterIp.of_cluster(config.cluster),
                          timeout=60)
-            rpc.call(master, "node_start_master_daemons", {}, timeout=150)
+            rpc.call(master, role_calls.NodeStartMasterDaemons())
         finally:
             rpc.close()
         deadline = time.monotonic() + 60
@@ -197,8 +197,8 @@ class RpcControl:
 
         secrets = SecretPaths.beside(ours)
         ca_pem = secrets.certificate.read_bytes()
-        payload = {"hmac_key": base64.b64encode(secrets.hmac_key.read_bytes()).decode(),
-                   "certificate": base64.b64encode(ca_pem).decode()}
+        hmac_key = base64.b64encode(secrets.hmac_key.read_bytes()).decode()
+        certificate = base64.b64encode(ca_pem).decode()
         nodes = sorted(config.nodes.values(), key=lambda n: n.name)
         digests: dict[str, str] = {}
         theirs = other.rpc()
@@ -207,9 +207,9 @@ class RpcControl:
                 # a node certificate of this cluster's CA for each (its old one was theirs)
                 issued = node_certs.issue(ca_pem, node.name)
                 digests[node.uuid] = node_certs.digest(issued)
-                theirs.call(node, "node_adopt", {
-                    **payload, "node_certificate": base64.b64encode(issued).decode()},
-                    timeout=60)
+                theirs.call(node, role_calls.NodeAdopt(
+                    hmac_key=hmac_key, certificate=certificate,
+                    node_certificate=base64.b64encode(issued).decode()), timeout=60)
         finally:
             theirs.close()
         with FileStore(ours).update() as merged_config:
@@ -222,7 +222,7 @@ class RpcControl:
             for node in nodes:
                 while True:
                     try:
-                        ours_rpc.call(node, "master_epoch", {}, timeout=10)
+                        ours_rpc.call(node, node_calls.MasterEpoch(), timeout=10)
                         break
                     except HerderError as err:
                         if time.monotonic() > deadline:
@@ -557,8 +557,8 @@ class Merge:
             for node in sorted(self.other_before.nodes.values(), key=lambda n: n.name):
                 if node.offline:
                     raise MergeError(f"node {node.name} of the other cluster is offline")
-                answer = rpc.call(node, "master_epoch", {})
-                epochs.append(f"{node.name} (epoch {answer.get('epoch')})")
+                answer = rpc.call(node, node_calls.MasterEpoch())
+                epochs.append(f"{node.name} (epoch {answer.epoch})")
         finally:
             rpc.close()
         return "reached " + ", ".join(epochs)

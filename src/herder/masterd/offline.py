@@ -13,12 +13,12 @@ from herder.core.errors import HerderError
 from herder.core.store import ConfigStore
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import MasterEnv, ResultWithJobs
+from herder.masterd.lu.base import JobResult, MasterEnv, ResultWithJobs
 from herder.masterd.processor import Processor, child_opcodes
 
 
 def run_offline(store: ConfigStore, ops: Sequence[dict[str, object] | opcodes.OpCode],
-                feedback: Callable[[str], None] = lambda message: None) -> list[object]:
+                feedback: Callable[[str], None] = lambda message: None) -> list[JobResult]:
     """Check and run each opcode in order; the first failure raises (later ones do not run).
     The jobs an LU asks for (`ResultWithJobs`) run right after it, in order: its result is
     `{"jobs": [[true, [their results]] or [false, error], ...]}`, as the queue's but with the
@@ -28,7 +28,7 @@ def run_offline(store: ConfigStore, ops: Sequence[dict[str, object] | opcodes.Op
     locks = locking.LockManager(nodes=config.nodes, nodegroups=config.nodegroups,
                                 instances=config.instances, networks=config.networks)
     processor = Processor(MasterEnv(store=store, locks=locks))
-    results = []
+    results: list[JobResult] = []
     # LUs may add and remove locks; that needs the BGL
     locks.acquire(locking.LEVEL_CLUSTER, locking.BGL)
     try:
@@ -40,7 +40,7 @@ def run_offline(store: ConfigStore, ops: Sequence[dict[str, object] | opcodes.Op
 
 
 def _run_one(processor: Processor, store: ConfigStore, op: opcodes.OpCode,
-             feedback: Callable[[str], None]) -> object:
+             feedback: Callable[[str], None]) -> JobResult:
     unit = processor.make_lu(op, feedback)
     unit.check(store.load())
     if op.dry_run:

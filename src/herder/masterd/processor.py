@@ -20,7 +20,13 @@ from herder.core.errors import HerderError, OpPrereqError
 from herder.masterd import locking, lu
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobContext
-from herder.masterd.lu.base import LockRequest, LogicalUnit, MasterEnv, ResultWithJobs
+from herder.masterd.lu.base import (
+    JobResult,
+    LockRequest,
+    LogicalUnit,
+    MasterEnv,
+    ResultWithJobs,
+)
 
 log = logging.getLogger("herder.masterd")
 
@@ -68,7 +74,7 @@ class Processor:
         cls = lu.registry().get(op.op_id)
         return cls.after_master_death(op) if cls is not None else []
 
-    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object:
+    def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> JobResult:
         unit = self.make_lu(op, ctx.feedback)
         # read only: the shared copy; to declare the locks, as this masterd knows it (the locks
         # order its own jobs, whose writes it holds; `check` below reads the current one)

@@ -7,7 +7,9 @@ After every config write the master pushes, through the node daemons (signed, ep
   with the cluster name, master, node lists, uid pool, ...), `write_ssconf`;
 - to every master candidate but the master itself: the config document and the job queue
   files, `write_config` (they land where the candidate's confd, mond and, after a failover,
-  masterd read them: `/var/lib/herder/config.json` and `queue/`);
+  masterd read them: `/var/lib/herder/config.json` and `queue/`), and the jobs archived since
+  its last push (at most ARCHIVE_PER_PUSH a call; the rest with the next ones), which the
+  candidate files in its `queue/archive/` as Ganeti's candidates keep the archive;
 - the files that must agree cluster-wide, `upload_file`: the remote API certificate and users
   file (master candidates), for every enabled hypervisor the files its parameters name
   (`vnc_password_file`, `spice_password_file`: the cluster default to every VM-capable node,
@@ -40,7 +42,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +56,8 @@ from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc
 from herder.core.reachability import Down, Reachability, ReachabilityRpc
-from herder.core.redist import REDIST_FILES, UPLOAD_LIST
+from herder.core.redist import REDIST_FILES, UPLOAD_LIST, archive_path
+from herder.core.rpcdefs import file_calls, node_calls
 from herder.masterd import hvfiles
 
 if TYPE_CHECKING:  # the daemon runs `watch` as its task: it imports this module
@@ -251,14 +254,27 @@ class PushResult:
         return {"sent": self.sent, "errors": self.errors}
 
 
+ARCHIVE_PER_PUSH = 500  # archived job files a write_config call carries (~1-3 MB)
+# The job files archived after a position of the queue's archive log, and the position after
+# them (`jobs.store_file.FileJobStorage.archived_since`)
+ArchiveLog = Callable[[int], tuple[list[str], int]]
+
+
+def _no_archive(position: int) -> tuple[list[str], int]:
+    return [], position
+
+
 class Redistributor:
     """Pushes the plan through noded. Remembers per node the config serial and job files it
-    sent, so the push after a config write sends the job files that changed only."""
+    sent, so the push after a config write sends the job files that changed only, and how far
+    into the archive log it got."""
 
     def __init__(self, rpc: NodeRpc, config_path: Path, queue_dir: Path | None,
-                 workers: int = 16, reachability: Reachability | None = None) -> None:
+                 workers: int = 16, reachability: Reachability | None = None,
+                 archived_since: ArchiveLog = _no_archive) -> None:
         """`reachability`: masterd's record, which `rpc` reports every call's outcome to;
-        None: a record of this pusher's own, its calls reporting to it."""
+        None: a record of this pusher's own, its calls reporting to it. `archived_since`: the
+        queue's archive log (nothing archived: none)."""
         if reachability is None:
             reachability = Reachability()
             rpc = ReachabilityRpc(rpc, reachability)
@@ -268,6 +284,10 @@ class Redistributor:
         self.queue_dir = queue_dir
         self.workers = workers
         self._sent_queue: dict[str, dict[str, tuple[int, int]]] = {}
+        self.archived_since = archived_since
+        # per candidate: how far into the archive log its copy is (its archive holds the jobs
+        # archived before: the log holds this masterd's archiving only)
+        self._sent_archive: dict[str, int] = {}
         # per candidate: the snapshot (SHA-256) and the journal length its copy has
         self._sent_journal: dict[str, tuple[str, int]] = {}
         # per node: the digest of the ssconf and files it last received, and when
@@ -336,25 +356,31 @@ class Redistributor:
         return replica
 
     def _config_args(self, np: NodePlan, config: model.ConfigData, document: bytes | None,
-                     replica: store.Replica | None, whole: bool) -> tuple[dict[str, Any], str]:
-        """write_config's arguments for one candidate and what they carry: the journal's new
-        records when its copy continues the master's snapshot, else the whole document."""
+                     replica: store.Replica | None, whole: bool,
+                     queue: file_calls.QueueCopy) -> tuple[file_calls.WriteConfig, str]:
+        """write_config for one candidate and what it carries: the journal's new records when
+        its copy continues the master's snapshot, else the whole document."""
         if replica is None:
             assert document is not None
-            return ({"config": document.decode(), "serial": config.serial_no},
+            return (file_calls.WriteConfig(config=document.decode(), serial=config.serial_no,
+                                           queue=queue),
                     f"config (serial {config.serial_no})")
         with self._lock:
             sent = self._sent_journal.get(np.uuid)
         if not whole and sent is not None and sent[0] == replica.digest \
                 and sent[1] <= len(replica.journal):
             data = replica.journal[sent[1]:]
-            return ({"serial": replica.serial, "journal": {
-                "snapshot": replica.digest, "offset": sent[1], "data": _b64(data)}},
-                f"config journal (serial {replica.serial}, {len(data)} bytes)")
+            return (file_calls.WriteConfig(serial=replica.serial, queue=queue,
+                                           journal=file_calls.JournalCopy(
+                                               snapshot=replica.digest, offset=sent[1],
+                                               data=_b64(data))),
+                    f"config journal (serial {replica.serial}, {len(data)} bytes)")
         assert replica.snapshot is not None
-        return ({"config": replica.snapshot.decode(), "serial": replica.serial, "journal": {
-            "snapshot": replica.digest, "offset": 0, "data": _b64(replica.journal)}},
-            f"config (serial {replica.serial})")
+        return (file_calls.WriteConfig(config=replica.snapshot.decode(), serial=replica.serial,
+                                       queue=queue, journal=file_calls.JournalCopy(
+                                           snapshot=replica.digest, offset=0,
+                                           data=_b64(replica.journal))),
+                f"config (serial {replica.serial})")
 
     def _push_node(self, config: model.ConfigData, np: NodePlan, document: bytes | None,
                    replica: store.Replica | None,
@@ -382,8 +408,8 @@ class Redistributor:
                 # not heard from since masterd started (its start, a node that is down): a
                 # small call first, so a node that cannot be reached costs no signed ssconf
                 # (~470 KB, ~5 ms of CPU at 1,000 nodes: seconds at a start among dead nodes)
-                self.rpc.call(node, "ping", {}, timeout=30)
-            self.rpc.call(node, "write_ssconf", {"values": np.ssconf}, timeout=30)
+                self.rpc.call(node, node_calls.Ping(), timeout=30)
+            self.rpc.call(node, file_calls.WriteSsconf(values=dict(np.ssconf)))
             result.sent.append(f"ssconf ({len(np.ssconf)} values)")
         except HerderError as err:
             result.errors.append(f"ssconf: {err}")
@@ -399,8 +425,8 @@ class Redistributor:
                 continue
             data, mode = content
             try:
-                self.rpc.call(node, "upload_file", {"path": path, "data": _b64(data),
-                                                    "mode": mode}, timeout=30)
+                self.rpc.call(node, file_calls.UploadFile(path=path, data=_b64(data),
+                                                          mode=mode))
                 result.sent.append(path)
             except HerderError as err:
                 result.errors.append(f"{path}: {err}")
@@ -429,21 +455,26 @@ class Redistributor:
             for name in sorted(changed):
                 with contextlib.suppress(OSError):
                     files[name] = _b64((queue_dir / name).read_bytes())
-        queue = {"files": files, "names": sorted(queue_now)}
-        args, what = self._config_args(np, config, document, replica, full)
+        with self._lock:
+            position = self._sent_archive.get(np.uuid, 0)
+        archived, after = self._archived(position)
+        queue = file_calls.QueueCopy(files=files, names=sorted(queue_now), archived=archived)
+        call, what = self._config_args(np, config, document, replica, full, queue)
         try:
             try:
-                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
+                self.rpc.call(node, call)
             except HerderError:
-                if "config" in args or replica is None:
+                if call.config is not None or replica is None:
                     raise
                 # the copy does not continue where we think: the whole document
-                args, what = self._config_args(np, config, self._whole(replica), replica,
-                                               True)
-                self.rpc.call(node, "write_config", {**args, "queue": queue}, timeout=60)
-            result.sent.append(f"{what}, {len(files)} job file(s)")
+                call, what = self._config_args(np, config, self._whole(replica), replica,
+                                               True, queue)
+                self.rpc.call(node, call)
+            result.sent.append(f"{what}, {len(files)} job file(s)"
+                               + (f", {len(archived)} archived" if archived else ""))
             with self._lock:
                 self._sent_queue[np.uuid] = queue_now
+                self._sent_archive[np.uuid] = after
                 if replica is not None:
                     self._sent_journal[np.uuid] = (replica.digest, len(replica.journal))
         except HerderError as err:
@@ -451,6 +482,25 @@ class Redistributor:
             with self._lock:
                 self._sent_queue.pop(np.uuid, None)
                 self._sent_journal.pop(np.uuid, None)
+
+    def _archived(self, position: int) -> tuple[dict[str, str], int]:
+        """The archived job files after `position` of the log (at most ARCHIVE_PER_PUSH) as
+        the candidates receive them, and the position after them."""
+        names, end = self.archived_since(position)
+        if len(names) > ARCHIVE_PER_PUSH:
+            names, end = names[:ARCHIVE_PER_PUSH], position + ARCHIVE_PER_PUSH
+        files: dict[str, str] = {}
+        for name in names:
+            with contextlib.suppress(OSError):  # (a file gone is no longer the cluster's)
+                assert self.queue_dir is not None
+                files[name] = _b64(archive_path(self.queue_dir, name).read_bytes())
+        return files, end
+
+    def archive_behind(self) -> set[str]:
+        """The candidates (UUIDs) whose copy of the archive is behind the log."""
+        _, end = self.archived_since(1 << 62)  # (nothing after the end: its position only)
+        with self._lock:
+            return {uuid for uuid, position in self._sent_archive.items() if position < end}
 
     def _whole(self, replica: store.Replica) -> bytes:
         """`replica` with its snapshot's bytes (read if it came without them)."""
@@ -520,14 +570,17 @@ async def watch(daemon: MasterDaemon, stop: asyncio.Event, interval: float | Non
     every = interval if interval is not None else daemon.settings.check_interval
     pusher = Redistributor(daemon.env.rpc, daemon.secrets.hmac_key.parent / "config.json",
                            daemon.env.queue_dir,
-                           reachability=getattr(daemon, "reachability", None))
+                           reachability=getattr(daemon, "reachability", None),
+                           archived_since=getattr(daemon.queue.storage, "archived_since",
+                                                  _no_archive))
     record = pusher.reachability
     last: Any = None
     owed: dict[str, tuple[float, float]] = {}  # node UUID -> (failed at, retry at)
     while not stop.is_set():
         try:
             config = await asyncio.to_thread(daemon.store.snapshot)
-            key = (config.serial_no, await asyncio.to_thread(queue_state, daemon.env.queue_dir))
+            key = (config.serial_no, await asyncio.to_thread(queue_state, daemon.env.queue_dir),
+                   pusher.archived_since(1 << 62)[1])
             for uuid in [u for u in owed if u not in config.nodes]:
                 del owed[uuid]  # removed from the cluster
             only = None if key != last else \
@@ -546,6 +599,8 @@ async def watch(daemon: MasterDaemon, stop: asyncio.Event, interval: float | Non
                 for name, result in results.items():
                     if result.errors:
                         owed[uuids[name]] = (now, now + retry)
+                for uuid in pusher.archive_behind() & set(uuids.values()):
+                    owed.setdefault(uuid, (now, now))  # the rest of the archive: next round
                 failed = {n: r.errors for n, r in results.items() if r.errors}
                 if failed:
                     log.warning("redistribution of config serial %d: %s", config.serial_no,

@@ -33,6 +33,8 @@ from herder.core import envelope, libvirtd_conf, model, node_certs, ports
 from herder.core.cluster_secrets import SecretPaths, self_signed_certificate
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
+from herder.core.rpcdefs import file_calls, role_calls
+from herder.core.rpcdefs.base import AnswerT, Call
 from herder.core.store import FileStore
 from herder.masterd import libvirt_trust
 
@@ -45,11 +47,11 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _each(rpc: NodeRpc, nodes: list[model.Node], method: str,
-          args: Callable[[model.Node], dict[str, object]], what: str) -> None:
+def _each(rpc: NodeRpc, nodes: list[model.Node],
+          request: Callable[[model.Node], Call[AnswerT]], what: str) -> None:
     for node in nodes:
         try:
-            rpc.call(node, method, args(node), timeout=60)
+            rpc.call(node, request(node), timeout=60)
         except HerderError as err:
             raise RenewError(f"renew-crypto stopped at {what} on {node.name}: {err} (the "
                              "cluster accepts the old and the new secrets; run it again)") from None
@@ -91,13 +93,13 @@ def renew(config_path: Path, say: Callable[[str], None], *,
         final: HttpNodeRpc | None = None
         try:
             both = node_certs.format_list(old_rows + new_rows)
-            _each(rotation, nodes, "write_ssconf",
-                  lambda n: {"values": {node_certs.SSCONF_NAME: both}}, "the list of both")
+            _each(rotation, nodes,
+                  lambda n: file_calls.WriteSsconf(values={node_certs.SSCONF_NAME: both}),
+                  "the list of both")
             say(f"{len(nodes)} nodes accept the old and the new node certificates")
-            _each(rotation, nodes, "renew_crypto", lambda n: {
-                "stage": "install", "ca": _b64(new_ca),
-                "node_certificate": _b64(issued[n.uuid]), "hmac_key": _b64(new_key)},
-                "installing the new secrets")
+            _each(rotation, nodes, lambda n: role_calls.RenewCrypto(
+                stage="install", ca=_b64(new_ca), node_certificate=_b64(issued[n.uuid]),
+                hmac_key=_b64(new_key)), "installing the new secrets")
             say("every node shows its new certificate and accepts the new key")
             with store.update() as changed:
                 changed.cluster.node_certs = {uuid: digest for uuid, digest in
@@ -127,8 +129,8 @@ def _renew_libvirt(rpc: NodeRpc, store: FileStore, config_path: Path, nodes: lis
             changed.cluster.libvirt_cas = list(cas)
         for node in nodes:
             try:
-                rpc.call(node, "write_ssconf",
-                         {"values": {libvirtd_conf.SSCONF_CAS: "".join(cas)}}, timeout=60)
+                rpc.call(node, file_calls.WriteSsconf(
+                    values={libvirtd_conf.SSCONF_CAS: "".join(cas)}), timeout=60)
             except HerderError as err:  # as any node that misses its certificate
                 say(f"{node.name}: the libvirt CAs were not sent ({err}); libvirt migrations "
                     f"to and from it fail until herder node add --readd {node.name}")
@@ -142,17 +144,17 @@ def _retire(rotation: NodeRpc, final: NodeRpc, node: model.Node, only_new: str) 
     from the config meanwhile (the new digests, or both), and a redistribution that read the
     config before the rotation may still land with the old ones: the list goes with whichever
     certificate the node's current list accepts, the new one first."""
-    values = {"values": {node_certs.SSCONF_NAME: only_new}}
+    values = file_calls.WriteSsconf(values={node_certs.SSCONF_NAME: only_new})
     try:
-        final.call(node, "write_ssconf", values, timeout=60)
+        final.call(node, values, timeout=60)
     except HerderError:
         try:
-            rotation.call(node, "write_ssconf", values, timeout=60)
+            rotation.call(node, values, timeout=60)
         except HerderError as err:
             raise RenewError(f"renew-crypto stopped at the new list on {node.name}: {err} (the "
                              "cluster accepts the old and the new secrets; run it again)") from None
     try:
-        final.call(node, "renew_crypto", {"stage": "retire"}, timeout=60)
+        final.call(node, role_calls.RenewCrypto(stage="retire"))
     except HerderError as err:
         raise RenewError(f"renew-crypto stopped at retiring the old secrets on {node.name}: "
                          f"{err} (the cluster accepts the old and the new secrets; run it "

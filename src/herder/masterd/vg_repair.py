@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from herder.core import model, verify
+from herder.core.diskobjects import BlockDevStatus, LocalDiskStatus
 
-# (instance UUID, node UUID) -> what the node said of each of the instance's disks there:
-# [success, Ganeti's BlockDevStatus list or why not] (blockdev_getmirrorstatus_multi), or why
-# the node could not say
-CopyReports = Mapping[tuple[str, str], Sequence[Sequence[object]] | str]
+# what a node said of each of an instance's disks there: (success, Ganeti's BlockDevStatus or
+# why not) (blockdev_getmirrorstatus_multi), or why the node could not say
+CopyReport = Sequence[tuple[bool, BlockDevStatus | str]] | str
+CopyReports = Mapping[tuple[str, str], CopyReport]  # by (instance UUID, node UUID)
 
 
-def copy_problem(report: Sequence[Sequence[object]] | str | None) -> str | None:
+def copy_problem(report: CopyReport | None) -> str | None:
     """Why a node's copy of an instance's disks is not a good copy (None: every disk is there,
     its local data up to date and not resyncing). "Good" means in sync: a copy the node
     merely answers for may still be degraded or half synced."""
@@ -22,19 +23,14 @@ def copy_problem(report: Sequence[Sequence[object]] | str | None) -> str | None:
         return "no report of its disks"
     if isinstance(report, str):
         return f"its disks could not be checked ({report})"
-    for index, entry in enumerate(report):
-        success, status = (entry[0], entry[1]) if len(entry) == 2 else (False, "no answer")
-        if not success:
+    for index, (success, status) in enumerate(report):
+        if not success or not isinstance(status, BlockDevStatus):
             return f"disk/{index} could not be found ({status})"
-        facts = dict(zip(verify.STATUS_FIELDS, status, strict=False)) \
-            if isinstance(status, Sequence) and not isinstance(status, str) else {}
-        ldisk = facts.get("ldisk_status")
-        if ldisk != verify.LDS_OKAY:
-            state = verify.LDS_NAMES.get(ldisk, str(ldisk)) if isinstance(ldisk, int) \
-                else str(ldisk)
-            return f"disk/{index} is degraded (local disk state '{state}')"
-        if facts.get("sync_percent") is not None:
-            return f"disk/{index} is resyncing ({facts['sync_percent']}% synced)"
+        if status.ldisk_status != LocalDiskStatus.OKAY:
+            return (f"disk/{index} is degraded (local disk state "
+                    f"'{verify.LDS_NAMES[status.ldisk_status]}')")
+        if status.sync_percent is not None:
+            return f"disk/{index} is resyncing ({status.sync_percent}% synced)"
     return None
 
 

@@ -30,7 +30,7 @@ import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from aiohttp import WSMsgType, web
@@ -38,10 +38,9 @@ from aiohttp import WSMsgType, web
 from herder.core import access, console
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
-from herder.noded import rpcargs, rpccheck
-
-if TYPE_CHECKING:
-    from herder.noded.server import NodeDaemon
+from herder.core.rpcdefs.instance_calls import ConsoleStream
+from herder.noded import rpccheck
+from herder.noded.node import Node
 
 log = logging.getLogger("herder.noded.console")
 _encode = msgspec.json.Encoder().encode
@@ -158,12 +157,13 @@ def _refusal(status: int, message: str) -> web.Response:
                         headers={console.ERROR_HEADER: line[:300]})
 
 
-def caller_args(daemon: NodeDaemon, checker: rpccheck.RequestChecker, request: web.Request,
-                method: str) -> dict[str, Any]:
-    """The signed call's arguments; Refused unless the master sent it for this stream."""
+def caller_args(node: Node, checker: rpccheck.RequestChecker, request: web.Request,
+                method: str) -> tuple[ConsoleStream, object]:
+    """The signed call's arguments and its master epoch (None: none); Refused unless the
+    master sent it for this stream."""
     tls = request.transport.get_extra_info("ssl_object") if request.transport else None
     if tls is not None:  # plain HTTP only in in-process tests (daemon.serve: TLS)
-        refusal = daemon.trust.refusal(tls.getpeercert(binary_form=True))
+        refusal = node.trust.refusal(tls.getpeercert(binary_form=True))
         if refusal is not None:
             raise rpccheck.Refused(403, f"refused: {refusal}")
     header = request.headers.get(console.SIGNED_CALL_HEADER, "")
@@ -172,13 +172,14 @@ def caller_args(daemon: NodeDaemon, checker: rpccheck.RequestChecker, request: w
     except (binascii.Error, UnicodeEncodeError, ValueError):
         raise rpccheck.Refused(403, "refused: no signed call") from None
     args = checker.check(method, body)
+    epoch = args.pop(EPOCH_KEY, None)
     try:
-        rpcargs.check(method, args)
-    except rpcargs.BadArguments as err:
-        raise rpccheck.Refused(400, str(err)) from None
-    if args.get("instance") != request.match_info["instance"]:
+        call = msgspec.convert(args, ConsoleStream)
+    except msgspec.ValidationError as err:
+        raise rpccheck.Refused(400, f"{method}: bad arguments: {err}") from None
+    if call.instance != request.match_info["instance"]:
         raise rpccheck.Refused(403, "refused: the call is signed for another instance")
-    return args
+    return call, epoch
 
 
 async def _pump_to_socket(ws: web.WebSocketResponse, write: Callable[[bytes], Any]) -> None:
@@ -264,12 +265,12 @@ async def _race(*jobs: Any) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _locate(daemon: NodeDaemon, instance: str, kind: str) -> tuple[str, int] | str:
+def _locate(node: Node, instance: str, kind: str) -> tuple[str, int] | str:
     """Where the running domain's `kind` console is; ConsoleUnavailable otherwise."""
-    state = daemon.hv.state(instance)
+    state = node.hv.state(instance)
     if state not in ("running", "blocked", "paused"):
         raise ConsoleUnavailable(f"instance {instance} is not running on this node")
-    definition = daemon.hv.xml_of(instance)
+    definition = node.hv.xml_of(instance)
     if kind == "serial":
         pty = serial_pty(definition)
         if pty is None:
@@ -283,16 +284,16 @@ def _locate(daemon: NodeDaemon, instance: str, kind: str) -> tuple[str, int] | s
     return endpoint
 
 
-def add_routes(app: web.Application, daemon: NodeDaemon, checker: rpccheck.RequestChecker,
+def add_routes(app: web.Application, node: Node, checker: rpccheck.RequestChecker,
                routes: access.Routes) -> None:
     async def stream(request: web.Request) -> web.StreamResponse:
         kind = request.path.rsplit("/", 1)[-1]
         instance = request.match_info["instance"]
         try:
-            args = caller_args(daemon, checker, request, console.STREAM_METHODS[kind])
-            if EPOCH_KEY in args:
-                daemon.accept_epoch(args.pop(EPOCH_KEY))
-            where = await asyncio.to_thread(_locate, daemon, instance, kind)
+            _, epoch = caller_args(node, checker, request, console.STREAM_METHODS[kind])
+            if epoch is not None:
+                node.accept_epoch(epoch)
+            where = await asyncio.to_thread(_locate, node, instance, kind)
         except rpccheck.Refused as err:
             log.warning("refused console %s of %s from %s: %s", kind, instance,
                         request.remote, err.message)

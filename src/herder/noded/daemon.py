@@ -18,13 +18,8 @@ from herder.core import serve as serve_helper
 from herder.noded import console
 from herder.noded.announce import announce
 from herder.noded.fence import keep_lease
-from herder.noded.server import (
-    ROUTES,
-    NodeDaemon,
-    NodeSettings,
-    keep_hypervisor,
-    make_app,
-)
+from herder.noded.node import Node, NodeSettings, keep_hypervisor
+from herder.noded.server import ROUTES, make_app
 
 # noded's caller is the master (one address: up to 100 pooled RPC connections, consoles and
 # disk imports besides) and the disk copies of other nodes; an import streams its body
@@ -80,7 +75,7 @@ def setup_logging(log_file: Path | None, debug: bool) -> None:
                         force=True)
 
 
-async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | None, *,
+async def serve(node: Node, host: str, port: int, certificate: Path | None, *,
                 ready: Callable[[int], None] | None = None,
                 stop: asyncio.Event | None = None,
                 client_cas: Sequence[Path] | None = None,
@@ -92,15 +87,15 @@ async def serve(daemon: NodeDaemon, host: str, port: int, certificate: Path | No
         tls = serve_helper.server_tls(certificate, client_cas=list(
             client_cas if client_cas is not None else [certificate]))
     await serve_helper.serve(
-        "noded", daemon.settings.run_dir,
-        endpoints=[serve_helper.Http(make_app(daemon), [serve_helper.Listener(host, port, tls)],
+        "noded", node.settings.run_dir,
+        endpoints=[serve_helper.Http(make_app(node), [serve_helper.Listener(host, port, tls)],
                                      routes=ROUTES, limits=LIMITS)],
-        tasks=[lambda stop: keep_hypervisor(daemon, stop),
-               lambda stop: console.keep_serial_logs(daemon.serial_log_dir, stop),
+        tasks=[lambda stop: keep_hypervisor(node, stop),
+               lambda stop: console.keep_serial_logs(node.serial_log_dir, stop),
                # the master asks this node again at once (core.reachability)
-               lambda stop: announce(daemon.trust, daemon.settings.node_name, stop),
-               lambda stop: keep_lease(daemon, stop)],
-        on_stop=[daemon.hv.close],
+               lambda stop: announce(node.trust, node.name, stop),
+               lambda stop: keep_lease(node, stop)],
+        on_stop=[node.hv.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
 
@@ -123,20 +118,19 @@ def run(options: NodedOptions, say: Callable[[str], None]) -> None:
     that tells it serves."""
     name = socket.getfqdn()
     locked = lock_memory() if options.mlock else False
-    daemon = NodeDaemon(NodeSettings(node_name=name, state_dir=options.state_dir,
-                                     run_dir=options.run_dir,
-                                     repair_dir=options.repair_dir, os_path=options.os_path,
-                                     config_dir=options.config_path.parent))
+    node = Node(NodeSettings(node_name=name, state_dir=options.state_dir,
+                             run_dir=options.run_dir, repair_dir=options.repair_dir,
+                             os_path=options.os_path, config_dir=options.config_path.parent))
     # A node without the cluster's secrets waits to be joined (`herder node add --join-token`)
-    token = daemon.trust.prepare_join(name)
-    tls = daemon.trust.server_context()
+    token = node.trust.prepare_join(name)
+    tls = node.trust.server_context()
 
     def ready(bound: int) -> None:
-        state = (f"not joined: join token in {daemon.trust.join_token} "
+        state = (f"not joined: join token in {node.trust.join_token} "
                  "(herder node join-token)") if token is not None else "joined"
         say(f"herder noded: node {name}, serving RPC on https://{options.bind}:{bound}/ "
-            f"({state}; libvirt {daemon.hv.uri}, memory "
+            f"({state}; libvirt {node.hv.uri}, memory "
             f"{'locked' if locked else 'not locked'})")
 
-    serve_helper.run(lambda stop: serve(daemon, options.bind, options.port, None, tls=tls,
+    serve_helper.run(lambda stop: serve(node, options.bind, options.port, None, tls=tls,
                                         ready=ready, stop=stop))

@@ -22,10 +22,12 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from herder.core.errors import HerderError
+from herder.core.rpcdefs import disk_calls
 from herder.noded import osdef
+from herder.noded.trust import NodeTrust
 
 IMPORT_TTL = 600.0  # seconds a prepared import waits for its stream
 CHUNK = 1 << 20
@@ -173,17 +175,15 @@ def client_context(ca: Path, node_certificate: Path) -> ssl.SSLContext:
     return context
 
 
-def import_url(trust: Any, target: Mapping[str, Any], token: str
+def import_url(trust: NodeTrust, target: disk_calls.ExportTarget, token: str
                ) -> tuple[str, ssl.SSLContext | None]:
-    """Where to stream to another node's prepared import (`target`: address, port) and the
-    TLS context showing this node's certificate (`trust`: noded.trust.NodeTrust; plain HTTP
-    only for in-process tests' nodes without one)."""
-    address = str(target["address"])
-    host = f"[{address}]" if ":" in address else address
+    """Where to stream to another node's prepared import and the TLS context showing this
+    node's certificate (plain HTTP only for in-process tests' nodes without one)."""
+    host = f"[{target.address}]" if ":" in target.address else target.address
     ca, own = trust.secrets.certificate, trust.node_certificate
     context = client_context(ca, own) if own.exists() else None
     scheme = "https" if context is not None else "http"
-    return f"{scheme}://{host}:{int(target['port'])}/import/{token}", context
+    return f"{scheme}://{host}:{target.port}/import/{token}", context
 
 
 def read_device(path: str, size: int, digest: hashlib._Hash) -> Iterator[bytes]:
@@ -200,7 +200,7 @@ def read_device(path: str, size: int, digest: hashlib._Hash) -> Iterator[bytes]:
 
 
 def send(path: str, size: int, url: str, context: ssl.SSLContext | None,
-         timeout: float = 3600.0) -> dict[str, object]:
+         timeout: float = 3600.0) -> disk_calls.Transferred:
     """Stream the device to `url` (the target's /import/<token>); the target's answer, checked
     against what was sent."""
     digest = hashlib.sha256()
@@ -214,7 +214,7 @@ def read_stream(source: IO[bytes], digest: hashlib._Hash) -> Iterator[bytes]:
 
 
 def send_through_script(stream: OsStream, url: str, context: ssl.SSLContext | None,
-                        timeout: float = 3600.0) -> dict[str, object]:
+                        timeout: float = 3600.0) -> disk_calls.Transferred:
     """Stream what the OS `export` script writes (the disk being its $EXPORT_DEVICE) to `url`;
     the script must succeed, or the stream counts as failed (the target then holds a partial
     dump, which the master removes)."""
@@ -244,7 +244,7 @@ def send_through_script(stream: OsStream, url: str, context: ssl.SSLContext | No
 
 
 def _post(what: str, content: Iterator[bytes], digest: hashlib._Hash, url: str,
-          context: ssl.SSLContext | None, timeout: float) -> dict[str, object]:
+          context: ssl.SSLContext | None, timeout: float) -> disk_calls.Transferred:
     import httpx
 
     try:
@@ -261,4 +261,4 @@ def _post(what: str, content: Iterator[bytes], digest: hashlib._Hash, url: str,
     if answer.get("sha256") != digest.hexdigest():
         raise TransferError(f"the target received {answer.get('bytes')} bytes whose checksum "
                             "differs from what was sent")
-    return {"bytes": answer.get("bytes"), "sha256": digest.hexdigest()}
+    return disk_calls.Transferred(bytes=answer.get("bytes"), sha256=digest.hexdigest())

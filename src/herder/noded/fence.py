@@ -50,7 +50,7 @@ from herder.core import access, node_certs, ports, purpose_keys, rpcauth, ssconf
 from herder.core.errors import HerderError, SignatureError
 
 if TYPE_CHECKING:
-    from herder.noded.server import NodeDaemon
+    from herder.noded.node import Node
 
 log = logging.getLogger("herder.noded")
 _encode = msgspec.json.Encoder().encode
@@ -118,7 +118,7 @@ def majority(answered: int, candidates: int) -> bool:
 class LeaseKeeper:
     """The node's lease and watchdog (two threads: renewals, petting)."""
 
-    def __init__(self, daemon: NodeDaemon, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, daemon: Node, *, clock: Callable[[], float] = time.monotonic,
                  master_port: int = ports.MASTERD, noded_port: int = ports.NODED) -> None:
         self.daemon = daemon
         self.clock = clock
@@ -406,7 +406,7 @@ def reachable(address: str, port: int, timeout: float) -> tuple[bool, str]:
         return False, err.strerror or str(err)
 
 
-def add_routes(app: web.Application, daemon: NodeDaemon, routes: access.Routes) -> None:
+def add_routes(app: web.Application, daemon: Node, routes: access.Routes) -> None:
     async def lease(request: web.Request) -> web.Response:
         name = request.match_info["name"]
 
@@ -448,7 +448,7 @@ def add_routes(app: web.Application, daemon: NodeDaemon, routes: access.Routes) 
     routes.declare(lease, access.NODE_LEASE)
 
 
-async def keep_lease(daemon: NodeDaemon, stop: asyncio.Event) -> None:
+async def keep_lease(daemon: Node, stop: asyncio.Event) -> None:
     """noded's task: the lease and watchdog threads while noded serves."""
     daemon.lease.start()
     try:

@@ -1,5 +1,6 @@
 """An instance's `InstanceSpec` (what its domain is made from) from the master's RPC payload
-(`core.noderpc.instance_payload`: filled hvparams and beparams, NICs with filled nicparams) and
+(`core.rpcdefs.payload.InstancePayload`: filled hvparams and beparams, NICs with filled
+nicparams) and
 what only this node knows: the disks as assembled here, whether KVM works, the uid of the
 instance's processes, the VNC/SPICE password files' contents, the addresses of interfaces named
 by `vnc_bind_address`/`spice_bind`.
@@ -11,30 +12,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from herder.core.rpcdefs.payload import InstancePayload, NicPayload
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
 
 # Parameters naming an interface whose address the node looks up.
 BIND_PARAMS = ("vnc_bind_address", "spice_bind")
 
 
-def nic_specs(nics: Sequence[Mapping[str, Any]]) -> tuple[NicSpec, ...]:
+def nic_specs(nics: Sequence[NicPayload]) -> tuple[NicSpec, ...]:
     """The payload's NICs (MAC, IP, filled nicparams mode/link/vlan, name, uuid, network)."""
-    return tuple(NicSpec(mac=str(nic["mac"]), mode=str(nic.get("mode") or "bridged"),
-                         link=str(nic.get("link") or ""), vlan=str(nic.get("vlan") or ""),
-                         ip=nic.get("ip") or None, name=nic.get("name") or None,
-                         uuid=str(nic.get("uuid") or ""), network=nic.get("network") or None,
-                         network_env=tuple(sorted(
-                             (str(key), str(value))
-                             for key, value in (nic.get("network_env") or {}).items())))
+    return tuple(NicSpec(mac=nic.mac, mode=nic.mode or "bridged", link=nic.link or "",
+                         vlan=nic.vlan or "", ip=nic.ip or None, name=nic.name or None,
+                         uuid=nic.uuid or "", network=nic.network or None,
+                         network_env=tuple(sorted(nic.network_env.items())))
                  for nic in nics)
 
 
-def network_spec(inst: Mapping[str, Any]) -> InstanceSpec:
+def network_spec(inst: InstancePayload) -> InstanceSpec:
     """The part of the spec a NIC's configuration needs (name, UUID, NICs, tags): for the
     routed NICs' ifup (`kvm.ifup`), where no disk is assembled."""
-    return InstanceSpec(name=str(inst["name"]), uuid=str(inst["uuid"]), maxmem=0, vcpus=0,
-                        hvparams={}, nics=nic_specs(inst.get("nics") or []),
-                        tags=tuple(str(tag) for tag in inst.get("tags") or ()))
+    return InstanceSpec(name=inst.name, uuid=inst.uuid, maxmem=0, vcpus=0, hvparams={},
+                        nics=nic_specs(inst.nics), tags=tuple(inst.tags))
 
 
 def password_files(hvparams: Mapping[str, Any]) -> dict[str, str]:
@@ -63,23 +61,20 @@ def bind_interfaces(hvparams: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def from_payload(inst: Mapping[str, Any], disks: Sequence[DiskSpec], *, kvm_usable: bool,
+def from_payload(inst: InstancePayload, disks: Sequence[DiskSpec], *, kvm_usable: bool,
                  serial_log: str | None = None, run_as: tuple[int, int] | None = None,
                  passwords: Mapping[str, str] | None = None,
                  interface_addresses: Mapping[str, str] | None = None) -> InstanceSpec:
-    beparams = inst.get("beparams") or {}
-    maxmem = int(beparams.get("maxmem") or inst["memory"])
+    beparams = inst.beparams
+    maxmem = int(beparams.get("maxmem") or inst.memory)
     minmem = beparams.get("minmem")
     passwords = passwords or {}
-    port = inst.get("network_port")
     return InstanceSpec(
-        name=str(inst["name"]), uuid=str(inst["uuid"]), maxmem=maxmem,
-        vcpus=int(beparams.get("vcpus") or inst["vcpus"]),
-        hvparams=dict(inst.get("hvparams") or {}), disks=tuple(disks),
-        nics=nic_specs(inst.get("nics") or []),
+        name=inst.name, uuid=inst.uuid, maxmem=maxmem,
+        vcpus=int(beparams.get("vcpus") or inst.vcpus),
+        hvparams=dict(inst.hvparams), disks=tuple(disks), nics=nic_specs(inst.nics),
         minmem=int(minmem) if minmem is not None else None,
-        network_port=int(port) if port is not None else None, serial_log=serial_log,
+        network_port=inst.network_port, serial_log=serial_log,
         kvm_usable=kvm_usable, run_as=run_as, vnc_password=passwords.get("vnc"),
         spice_password=passwords.get("spice"),
-        interface_addresses=dict(interface_addresses or {}),
-        tags=tuple(str(tag) for tag in inst.get("tags") or ()))
+        interface_addresses=dict(interface_addresses or {}), tags=tuple(inst.tags))

@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import asdict
-from typing import Any
 
 import libvirt
 
 from herder.core import libvirt_host, libvirtd_conf
 from herder.core.errors import HerderError
+from herder.core.rpcdefs import migration_calls
 from herder.noded.kvm import migration
 
 log = logging.getLogger("herder.noded")
@@ -76,27 +75,30 @@ class Migrations:
             if outgoing.note:
                 log.warning("migration of %s: %s", name, outgoing.note)
 
-    def status(self, name: str) -> dict[str, Any]:
+    def status(self, name: str) -> migration_calls.MigrationStatus:
         """Ganeti's MigrationStatus (status, transferred_ram, total_ram) and, once completed,
         libvirt's statistics of the migration (`stats`: total_ms, downtime_ms, ...)."""
         with self._lock:
             entry = self._running.get(name)
         if entry is None:
-            return {"status": migration.STATUS_FAILED,
-                    "error": f"no migration of {name} is known on this node"}
+            return migration_calls.MigrationStatus(
+                status=migration.STATUS_FAILED,
+                error=f"no migration of {name} is known on this node")
         outgoing = entry[1]
         current = outgoing.status()
-        answer: dict[str, Any] = {"status": current.status,
-                                  "transferred_ram": current.transferred_ram,
-                                  "total_ram": current.total_ram, "error": current.error}
-        if outgoing.note:
-            answer["note"] = outgoing.note
+        stats = None
         if current.status == migration.STATUS_COMPLETED:
             with contextlib.suppress(migration.MigrationError):
-                stats = asdict(outgoing.wait(0))
-                stats.pop("raw", None)
-                answer["stats"] = stats
-        return answer
+                done = outgoing.wait(0)
+                stats = migration_calls.MigrationStats(
+                    total_ms=done.total_ms, downtime_ms=done.downtime_ms,
+                    setup_ms=done.setup_ms, data_total=done.data_total,
+                    data_processed=done.data_processed,
+                    memory_iterations=done.memory_iterations, live=done.live)
+        return migration_calls.MigrationStatus(
+            status=current.status, transferred_ram=current.transferred_ram,
+            total_ram=current.total_ram, error=current.error, note=outgoing.note or None,
+            stats=stats)
 
     def abort(self, name: str) -> None:
         """Cancel the migration and wait a bounded time for libvirt's call to end."""

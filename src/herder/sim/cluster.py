@@ -459,6 +459,14 @@ def _start_ceph(sim: HostSimulation, state: SimState, say: Say) -> None:
         f"{sim_ceph.POOL} ({time.monotonic() - began:.1f} s)")
 
 
+# The instance policy's bounds on a simulated cluster: Ganeti's default maxima, minima that let
+# its small guests in (tens of MiB of disk and memory, no NIC or no disk at all), as an operator
+# of such a cluster would set them with gnt-cluster modify --ipolicy-bounds-specs.
+SIM_IPOLICY_BOUNDS = ("min:memory-size=16,cpu-count=1,disk-count=0,disk-size=1,nic-count=0,"
+                      "spindle-use=0/max:memory-size=32768,cpu-count=8,disk-count=16,"
+                      "disk-size=1048576,nic-count=8,spindle-use=12")
+
+
 def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]:
     """`herder cluster init` on the first node: the cluster's name, master IP, templates, the
     hypervisor and its parameters (real guests: kvm booting the herder-guest kernel, NICs on
@@ -562,7 +570,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     on_node(master, *init_arguments(state, image))
     on_node(master, "--offline", "cluster", "modify", "--diagnose-data-collector-filename",
             BREAK_SCRIPT, "--data-collector", f"diagnose:interval={DIAGNOSE_INTERVAL}",
-            "--maintenance-interval", str(MAINTENANCE_INTERVAL))
+            "--maintenance-interval", str(MAINTENANCE_INTERVAL),
+            "--ipolicy-bounds-specs", SIM_IPOLICY_BOUNDS)
     on_node(master, "daemon-util", "activate-master-ip")
     say(f"{master.name}: cluster {state.cluster_name} initialised, master IP "
         f"{state.master_ip} on br0")

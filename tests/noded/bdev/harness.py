@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from herder.core.diskobjects import BlockDevStatus, decode_disk
 from herder.noded.bdev import operations
-from herder.noded.bdev.base import BlockDevError, CommandResult, Host, SyncStatus
-from herder.noded.bdev.disk import decode_disk
+from herder.noded.bdev.base import BlockDevError, CommandResult, Host
 from tests.noded.bdev import world
 
 HERE = Path(__file__).resolve().parent
@@ -82,7 +82,7 @@ class WorldHost(Host):
         return self.clock
 
 
-def _status(value: SyncStatus) -> list[object]:
+def _status(value: BlockDevStatus) -> list[object]:
     return value.to_ganeti()
 
 
@@ -132,9 +132,9 @@ def run_herder(state: dict[str, Any], calls: Sequence[Sequence[Any]]) -> dict[st
             results.append(None)
             continue
         errors.append(None)
-        if isinstance(value, SyncStatus):
+        if isinstance(value, BlockDevStatus):
             value = _status(value)
-        elif isinstance(value, list) and value and isinstance(value[0], SyncStatus):
+        elif isinstance(value, list) and value and isinstance(value[0], BlockDevStatus):
             value = [_status(v) for v in value]
         results.append(value)
     return {"commands": the_world.commands, "errors": errors, "results": results,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from herder.core.diskobjects import DiskObjectError, decode_disk
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import operations
 from herder.noded.bdev.base import BlockDevError, Host
 from herder.noded.bdev.blockdev import PersistentBlockDevice
-from herder.noded.bdev.disk import decode_disk
 from herder.noded.bdev.ext import ExtStorageDevice, find_provider, verify_parameters
 from tests.noded.bdev.harness import drbd_disk
 from tests.noded.bdev.test_real_data import EXTSTORAGE, ext_disk, file_disk, storage_host
@@ -34,9 +34,10 @@ def one_line(err: pytest.ExceptionInfo[BlockDevError]) -> str:
     ({"dev_type": "drbd", "logical_id": ["a", "b", "port", 2, 3, "s"], "size": 1}, "integer"),
 ])
 def test_malformed_disk_objects(raw: dict[str, object], why: str) -> None:
-    with pytest.raises(BlockDevError) as err:
+    with pytest.raises(DiskObjectError) as err:
         decode_disk(raw)
-    assert why in one_line(err)
+    message = str(err.value)
+    assert message and "\n" not in message and why in message
 
 
 def test_ganeti_disk_object_decodes() -> None:

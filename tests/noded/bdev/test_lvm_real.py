@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from herder.core.diskobjects import decode_disk
 from herder.noded.bdev import operations
 from herder.noded.bdev.base import NO_DEVICE_MAPPER, BlockDevError, Host, SubprocessRunner
-from herder.noded.bdev.disk import decode_disk
 from herder.noded.bdev.drbd import Drbd8
 from herder.noded.bdev.plain import LogicalVolume, vg_info, volume_groups
 from tests.noded.bdev.harness import drbd_disk, plain_disk

@@ -16,15 +16,16 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
+from herder.core.diskobjects import Disk, decode_disk
+from herder.core.rpcdefs.payload import InstancePayload
 from herder.noded.bdev import cephclient, operations
 from herder.noded.bdev.base import BlockDevError, Host, SubprocessRunner
-from herder.noded.bdev.disk import Disk, decode_disk
 from herder.noded.bdev.rbd import RBD_SYSFS, RadosBlockDevice
-from herder.noded.disk_rpcs import DiskRpcs
+from herder.noded.hypervisor import Hypervisor
+from herder.noded.node_disks import NodeDisks
 from herder.sim import ceph
 
 ADDRESS = "127.0.0.36"
@@ -170,24 +171,17 @@ def test_a_second_ceph_on_the_same_address_is_refused_at_once(
     assert not (tmp_path / "second").exists()  # refused before anything was made
 
 
-class _NodeDisks(DiskRpcs):
-    """noded's disk RPCs on a node whose libvirt is the test driver (no secret defined)."""
-
-    def __init__(self, host: Host, state_dir: Path) -> None:
-        self.bdev = host
-        self.settings = SimpleNamespace(state_dir=state_dir)
-        self._map_lock = threading.Lock()
-        self.hv = SimpleNamespace(runs_guests=False)
-
-
 def test_os_install_seam_stages_and_imports_only_on_success(
         cluster: ceph.CephCluster, node: Host, tmp_path: Path) -> None:
     disk_data = {"dev_type": "rbd", "logical_id": ["rbd", "inst3.rbd.disk0"], "size": 8,
                  "params": {"pool": "herder", "access": "userspace"}, "children": [],
                  "iv_name": "disk/0", "uuid": "uuid-inst3", "mode": "rw"}
     RadosBlockDevice.create(decode_disk(disk_data), [], node)
-    inst = {"name": "inst3", "hypervisor": "kvm", "disks": [disk_data]}
-    disks = _NodeDisks(node, tmp_path)
+    inst = InstancePayload(name="inst3", uuid="uuid-inst3", memory=128, vcpus=1,
+                           disks=[decode_disk(disk_data)])
+    # noded's disks on a node whose libvirt is the test driver (no secret defined)
+    disks = NodeDisks(tmp_path / "disk-map.json", node,
+                      Hypervisor("test:///default", tmp_path), threading.Lock())
 
     [spec] = disks.instance_disks(inst)
     assert spec.network is not None and spec.path == ""

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from herder.core.diskobjects import Disk, decode_disk
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import operations
 from herder.noded.bdev.base import BlockDevError, Host, SubprocessRunner
-from herder.noded.bdev.disk import Disk, decode_disk
 
 EXTSTORAGE = Path(__file__).resolve().parents[3] / "src/herder/sim/extstorage"
 PATTERN = bytes(range(256)) * 16  # 4 KiB

@@ -148,9 +148,8 @@ def test_the_masters_payload_gives_the_hook_ganetis_nic_and_network_variables() 
     """From the config through the RPC payload to the hook's environment: the NIC's UUID and
     name, the instance's tags, the network's HooksDict (hv_base.ConfigureNIC)."""
     from herder.core import model
-    from herder.core.noderpc import instance_payload
+    from herder.core.rpcdefs.payload import InstancePayload, instance_payload
     from herder.noded import instance_spec
-    from herder.noded.rpcargs import InstancePayload
     from tests.conftest import build_config
 
     config = build_config()
@@ -162,8 +161,9 @@ def test_the_masters_payload_gives_the_hook_ganetis_nic_and_network_variables() 
     inst.nics = [model.NIC(uuid="nic-uuid-0", name="eth-front", mac="aa:00:02:00:00:01",
                            ip="192.0.2.7", network=net.uuid,
                            nicparams={"mode": "routed", "link": "100"})]
-    payload = instance_payload(config, inst)
-    msgspec.convert(payload, InstancePayload)  # noded's door accepts it
+    # the payload over the wire: noded's door accepts it
+    wire = msgspec.to_builtins(instance_payload(config, inst))
+    payload = msgspec.convert(wire, InstancePayload)
     env = ifup.hook_environment(instance_spec.network_spec(payload), 0)
     assert {key: env.get(key) for key in (
         "INSTANCE", "INTERFACE_UUID", "INTERFACE_NAME", "MODE", "LINK", "IP", "TAGS",
@@ -174,6 +174,6 @@ def test_the_masters_payload_gives_the_hook_ganetis_nic_and_network_variables() 
         "TAGS": "web prod", "NETWORK_NAME": "front", "NETWORK_UUID": net.uuid,
         "NETWORK_SUBNET": "192.0.2.0/24", "NETWORK_GATEWAY": "192.0.2.1",
         "NETWORK_MAC_PREFIX": "aa:00:02", "NETWORK_TAGS": "dmz"}
-    bad = {**payload, "nics": [{**payload["nics"][0], "network_env": {"PATH": "/tmp"}}]}
+    bad = {**wire, "nics": [{**wire["nics"][0], "network_env": {"PATH": "/tmp"}}]}
     with pytest.raises(msgspec.ValidationError, match="bad network variable"):
         msgspec.convert(bad, InstancePayload)

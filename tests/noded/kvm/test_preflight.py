@@ -6,9 +6,11 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from herder.core import params
+from herder.core.rpcdefs.payload import InstancePayload
 from herder.noded import instance_spec
 from herder.noded.kvm import preflight
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
@@ -55,10 +57,11 @@ def test_port_in_use_sees_a_real_listener() -> None:
 
 def test_spec_from_the_payload() -> None:
     hvparams = params.hv_family("kvm").defaults()
-    payload = {"name": "web1.example.com", "uuid": UUID, "memory": 512, "vcpus": 2,
-               "hvparams": hvparams, "beparams": {"maxmem": 512, "minmem": 256, "vcpus": 2},
-               "nics": [{"mac": "aa:00:00:00:00:01", "ip": None, "mode": "openvswitch",
-                         "link": "ovs0", "vlan": ".100"}], "tags": ["a"]}
+    payload = msgspec.convert({
+        "name": "web1.example.com", "uuid": UUID, "memory": 512, "vcpus": 2,
+        "hvparams": hvparams, "beparams": {"maxmem": 512, "minmem": 256, "vcpus": 2},
+        "nics": [{"mac": "aa:00:00:00:00:01", "ip": None, "mode": "openvswitch",
+                  "link": "ovs0", "vlan": ".100"}], "tags": ["a"]}, InstancePayload)
     disks = [DiskSpec("/dev/xenvg/disk0", "plain")]
     spec = instance_spec.from_payload(payload, disks, kvm_usable=False,
                                       serial_log="/var/log/x.log")

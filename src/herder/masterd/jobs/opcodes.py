@@ -40,6 +40,12 @@ class OpcodeError(HerderError):
     """An opcode (or job) submitted is malformed."""
 
 
+FinalJobStatus = Literal["canceled", "error", "success"]  # Ganeti's JOBS_FINALIZED
+# Ganeti's job dependency: [job id, [final statuses]]; the id a number (negative: relative to
+# the submission, resolved when queued: masterd.jobs.depends) or a text of digits
+Dependency = tuple[int, list[FinalJobStatus]]
+
+
 class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fields=True,
              omit_defaults=False):
     # A query that changes nothing (instance info, storage and OS queries): a job of such
@@ -50,7 +56,7 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
     dry_run: bool = False
     debug_level: int = 0
     priority: int = PRIORITY_NORMAL
-    depends: list[Any] | None = None
+    depends: list[tuple[int | str, list[FinalJobStatus]]] | None = None
     comment: str | None = None
     reason: list[list[Any]] = msgspec.field(default_factory=list)
 
@@ -59,6 +65,9 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
             raise ValueError(f"priority must be between {PRIORITY_HIGHEST} and "
                              f"{PRIORITY_LOWEST}")
         _at_least("debug_level", self.debug_level, 0)
+        if self.depends is not None:
+            self.depends = [(_dependency_id(job_id), statuses)
+                            for job_id, statuses in self.depends]
         try:
             self.reason = reason.validate(self.reason)
         except ValueError as err:
@@ -67,6 +76,11 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
     @property
     def op_id(self) -> str:
         return op_id_of(type(self))
+
+    @property
+    def dependencies(self) -> list[Dependency]:
+        """`depends` with every job id a number."""
+        return [(_dependency_id(job_id), statuses) for job_id, statuses in self.depends or ()]
 
     def summary(self) -> str:
         """Ganeti's job summary: OP_ID without the prefix, with the main object's name."""
@@ -87,6 +101,15 @@ class OpCode(msgspec.Struct, kw_only=True, tag_field="OP_ID", forbid_unknown_fie
 
 
 # --- the edge's checks of values (each raises a ValueError naming the field) ---------------------
+
+def _dependency_id(job_id: int | str) -> int:
+    """A dependency's job id as a number (Ganeti's TJobId: a number or a text of digits)."""
+    if isinstance(job_id, str):
+        if not job_id.isascii() or not job_id.isdigit():
+            raise ValueError(f"depends: invalid job id {job_id!r}")
+        return int(job_id)
+    return job_id
+
 
 def _at_least(field: str, value: float | None, lowest: float) -> None:
     if value is not None and not value >= lowest:

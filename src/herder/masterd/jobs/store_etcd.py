@@ -6,7 +6,10 @@ Keys (beside the config document, `/herder/<cluster>/config`):
 - `/herder/<cluster>/job_serial`: the highest job id ever handed out, advanced by a
   compare-and-swap transaction (compare its mod_revision) that also writes the new job, so no id
   is used twice, even by two masters one after the other, and a submitted job is one round
-  trip.
+  trip;
+- `/herder/<cluster>/archive/<id>`: an archived job, moved there from `jobs/` (put and delete
+  in one transaction): never read when a master takes the queue over, read by id;
+- `/herder/<cluster>/queue_drained`: present while the queue is drained.
 
 Every write is **fenced** by the master lease (a `herder.masterd.lease.MasterLease` or a
 `herder.core.fence.Fence`): the same transaction compares the master key's value and
@@ -19,16 +22,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from herder.core import etcd, randomness, untrusted
 from herder.core.errors import StoreError
 from herder.core.fence import Fence, FenceSource, master_key, resolve_fence
-from herder.masterd.jobs.queue import Job
+from herder.masterd.jobs.job import Job
 
 log = logging.getLogger("herder.jobs")
+
+ARCHIVE_TXN_JOBS = 60  # jobs archived per transaction: 2 operations each
 
 
 class EtcdJobStorage:
@@ -40,7 +45,9 @@ class EtcdJobStorage:
         self.cluster = cluster
         self.fence = fence
         self.prefix = f"/herder/{cluster}/jobs/"
+        self.archive_prefix = f"/herder/{cluster}/archive/"
         self.serial_key = f"/herder/{cluster}/job_serial"
+        self.drain_key = f"/herder/{cluster}/queue_drained"
         self.master_key = master_key(cluster)
         # the job serial as last seen: (value, mod_revision; 0: no key), for `add`'s compare
         self._serial: tuple[int, int] = (0, 0)
@@ -97,15 +104,55 @@ class EtcdJobStorage:
         return jobs, highest
 
     def save(self, job: Job) -> None:
+        self._fenced([etcd.op_put(self.key(job.id), msgspec.json.encode(job))],
+                     f"job {job.id}")
+
+    def _fenced(self, ops: list[dict[str, object]], what: str) -> None:
+        """Write `ops` in one transaction fenced by the master lease."""
         fence = self._fence()
         try:
-            result = self.client.txn(self._checks(fence),
-                                     [etcd.op_put(self.key(job.id), msgspec.json.encode(job))],
-                                     [etcd.op_range(self.master_key)])
+            result = self.client.txn(self._checks(fence), ops, [etcd.op_range(self.master_key)])
         except etcd.EtcdError as err:
-            raise StoreError(f"job {job.id}: write to etcd failed: {err}") from None
+            raise StoreError(f"{what}: write to etcd failed: {err}") from None
         if not result.succeeded:
-            raise self._refused(fence, result) or StoreError(f"job {job.id}: not written")
+            raise self._refused(fence, result) or StoreError(f"{what}: not written")
+
+    # --- the archive and the drain flag ---------------------------------------------------------
+
+    def archive(self, jobs: Iterable[Job]) -> None:
+        """Each job's key moved to the archive: put and delete in one fenced transaction
+        per ARCHIVE_TXN_JOBS jobs (within etcd's default of 128 operations a transaction)."""
+        batch = list(jobs)
+        for start in range(0, len(batch), ARCHIVE_TXN_JOBS):
+            part = batch[start:start + ARCHIVE_TXN_JOBS]
+            ops = []
+            for job in part:
+                ops += [etcd.op_put(self.archive_prefix + str(job.id), msgspec.json.encode(job)),
+                        etcd.op_delete(self.key(job.id))]
+            self._fenced(ops, f"archiving job(s) {part[0].id}-{part[-1].id}")
+
+    def load_archived(self, job_id: int) -> Job | None:
+        kv = self.client.get(self.archive_prefix + str(job_id))
+        if kv is None:
+            return None
+        try:
+            untrusted.check(kv.value, what="job")
+            return msgspec.json.decode(kv.value, type=Job)
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as err:
+            log.error("unreadable archived job %s in etcd (%s)", job_id, err)
+            return None
+
+    def archived_ids(self) -> list[int]:
+        found = self.client.range(self.archive_prefix, prefix=True, keys_only=True)
+        names = (kv.key.decode()[len(self.archive_prefix):] for kv in found.kvs)
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def drained(self) -> bool:
+        return self.client.get(self.drain_key) is not None
+
+    def set_drained(self, drained: bool) -> None:
+        op = etcd.op_put(self.drain_key, "1") if drained else etcd.op_delete(self.drain_key)
+        self._fenced([op], "the queue's drain flag")
 
     def add(self, candidate: int, make: Callable[[int], Job]) -> Job:
         """A new job, `make(id)`, under the next id after the stored serial (and at least

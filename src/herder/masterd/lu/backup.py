@@ -9,17 +9,24 @@ the instance as it was (started again when it ran). Imports are OP_INSTANCE_CREA
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from herder.core import exportconf, model, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.noderpc import instance_payload
+from herder.core.rpcdefs import backup_calls, instance_calls
+from herder.core.rpcdefs.backup_calls import PARTIAL
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, instance_and_node_locks, lookup
-from herder.masterd.lu.exports import PARTIAL, find_exports, progress_line, stream_disk
-from herder.masterd.lu.instance import forget_instance, remove_domain_and_disks
+from herder.masterd.lu.base import (
+    JobResult,
+    LockRequest,
+    LogicalUnit,
+    instance_and_node_locks,
+    lookup,
+)
+from herder.masterd.lu.common import forget_instance, remove_domain_and_disks
+from herder.masterd.lu.exports import find_exports, progress_line, stream_disk
 
 
 class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
@@ -32,7 +39,7 @@ class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
     def check(self, config: model.ConfigData) -> None:
         lookup(config.find_instance, self.op.instance_name)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         return None
 
 
@@ -64,32 +71,30 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                 "shut down", "wrong_input")
         self.inst, self.source, self.target = inst, source, target
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [self.source.name, self.target.name]
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op, env = self.op, self.env
         config = env.store.load()  # as the locks hold it
         inst, source, target = (config.instances[self.inst.uuid],
                                 *(config.nodes[n.uuid] for n in (self.source, self.target)))
         running = inst.admin_state == "up"
-        base = {"name": inst.name, "reason": op.reason, "version": inst.serial_no,
-                vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
         if running:
             self.feedback(f"shutting down instance {inst.name}")
             try:
-                env.rpc.call(source, "instance_shutdown", {**base,
-                                                           "timeout": op.shutdown_timeout})
+                env.rpc.call(source, instance_calls.InstanceShutdown(
+                    name=inst.name, reason=op.reason, version=inst.serial_no,
+                    timeout=op.shutdown_timeout, claim=vmclaim.claim_for(config, inst)))
             except HerderError as err:
                 raise OpExecError(f"could not shut down {inst.name} on {source.name}: "
                                   f"{err}") from None
         try:
             results = self._stream(config, inst, source, target)
-            env.rpc.call(target, "export_finalize", {
-                "instance": inst.name,
-                "config_ini": exportconf.build(config, inst, int(time.time()))})
+            env.rpc.call(target, backup_calls.ExportFinalize(
+                instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time()))))
         except HerderError as err:
-            removed = self._undo(config, inst, source, target, running, base)
+            removed = self._undo(config, inst, source, target, running)
             left = "the partial export was removed" if removed else \
                 f"remove the partial export {inst.name}{PARTIAL} on {target.name} yourself"
             raise OpExecError(f"export of {inst.name} to {target.name} failed: {err}; "
@@ -104,7 +109,7 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                                     self.feedback)
             forget_instance(env, inst, self.feedback)
         elif running:
-            self._start(config, inst, source, base)
+            self._start(config, inst, source)
         self._remove_older_exports(config, inst.name, target)
         return [True, results]
 
@@ -119,27 +124,28 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             results.append(True)
         return results
 
-    def _start(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
-               base: dict[str, Any]) -> None:
+    def _start(self, config: model.ConfigData, inst: model.Instance, source: model.Node
+               ) -> None:
         self.feedback(f"starting instance {inst.name}")
         disks.assemble_disks(self.env, config, inst, ignore_secondaries=True,
                              feedback=self.feedback)
-        self.env.rpc.call(source, "instance_start", {
-            **base, "instance": instance_payload(config, inst)})
+        self.env.rpc.call(source, instance_calls.InstanceStart(
+            name=inst.name, reason=self.op.reason, version=inst.serial_no,
+            instance=instance_payload(config, inst), claim=vmclaim.claim_for(config, inst)))
 
     def _undo(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
-              target: model.Node, running: bool, base: dict[str, Any]) -> bool:
+              target: model.Node, running: bool) -> bool:
         """The partial export removed (False: it could not be); the instance started again
         when it ran."""
         removed = True
         try:
-            self.env.rpc.call(target, "export_remove", {"name": inst.name + PARTIAL})
+            self.env.rpc.call(target, backup_calls.ExportRemove(name=inst.name + PARTIAL))
         except HerderError as err:
             self.feedback(f"could not remove the partial export on {target.name}: {err}")
             removed = False
         if running:
             try:
-                self._start(config, inst, source, base)
+                self._start(config, inst, source)
             except HerderError as err:
                 self.feedback(f"could not start {inst.name} again: {err}")
         return removed
@@ -151,7 +157,7 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             if node.uuid == target.uuid:
                 continue
             try:
-                self.env.rpc.call(node, "export_remove", {"name": name})
+                self.env.rpc.call(node, backup_calls.ExportRemove(name=name))
                 self.feedback(f"removed the older export of {name} on {node.name}")
             except HerderError as err:
                 self.feedback(f"could not remove the older export of {name} on {node.name}: "
@@ -168,12 +174,12 @@ class BackupRemove(LogicalUnit[opcodes.OpBackupRemove]):
         except HerderError:
             self.name = self.op.instance_name
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.env.store.load()
         holders = find_exports(self.env, config, self.name, self.feedback)
         if not holders:
             raise OpExecError(f"no export of {self.name} on any online node")
         for node in holders:
-            self.env.rpc.call(node, "export_remove", {"name": self.name})
+            self.env.rpc.call(node, backup_calls.ExportRemove(name=self.name))
             self.feedback(f"removed the export of {self.name} on {node.name}")
         return None

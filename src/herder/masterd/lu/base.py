@@ -8,7 +8,7 @@ an LU that fails changes nothing. With `dry_run` only `check` runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, get_args
@@ -21,6 +21,10 @@ from herder.core.store import ConfigStore
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.livecache import LiveCache
+
+# What an LU answers: its opcode's result in the job (JSON data)
+JobResult = (None | bool | int | float | str | Sequence["JobResult"]
+             | Mapping[str, "JobResult"])
 
 
 @dataclass
@@ -88,10 +92,10 @@ class LogicalUnit(Generic[OpT]):
     def check(self, config: model.ConfigData) -> None:
         """Prerequisites; raise OpPrereqError. Must not change anything."""
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult | ResultWithJobs:
         raise NotImplementedError
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         """What a dry run answers once every check passed (e.g. the chosen nodes)."""
         return None
 
@@ -102,7 +106,10 @@ class LogicalUnit(Generic[OpT]):
         return []
 
 
-def lookup(find: Callable[[str], Any], key: str) -> Any:
+FoundT = TypeVar("FoundT")
+
+
+def lookup(find: Callable[[str], FoundT], key: str) -> FoundT:
     """A name-or-UUID lookup whose failure is a prerequisite error (HTTP 400 / job error)."""
     try:
         return find(key)

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from herder.core import diskobjects, model, params, uidpool, verify
+from herder.core.diskobjects import BlockDevStatus, Disk
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
+from herder.core.noderpc import call_many
+from herder.core.rpcdefs import disk_calls, node_calls
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-
-
-def resets(changes: dict[str, Any]) -> dict[str, Any]:
-    """Ganeti's `"default"` value (and null) reset a parameter to the inherited value."""
-    return {k: (None if v == params.VALUE_DEFAULT else v) for k, v in changes.items()}
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.common import apply_ipolicy, redistribute, resets
 
 
 def apply_collectors(c: model.Cluster, changes: dict[str, dict[str, Any]]) -> None:
@@ -43,18 +41,6 @@ def apply_collectors(c: model.Cluster, changes: dict[str, dict[str, Any]]) -> No
             raise ConfigError(f"data collector {name}: {err}") from None
 
 
-def apply_ipolicy(policy: model.IPolicy | model.IPolicyOverride, changes: dict[str, Any]) -> None:
-    for key, value in changes.items():
-        attr = model.ipolicy_field(key, group=isinstance(policy, model.IPolicyOverride))
-        if attr in ("minmax", "std") and value is not None:
-            target = list[model.MinMax] if attr == "minmax" else model.ISpec
-            try:
-                value = msgspec.convert(value, target)
-            except msgspec.ValidationError as err:
-                raise ConfigError(f"ipolicy {key}: {err}") from None
-        setattr(policy, attr, value)
-
-
 # maintenance settings an opcode field maint_<name> changes
 MAINT_SETTINGS = ("enabled", "harep", "round_delay", "balance", "balance_threshold",
                   "balance_disk_moves", "balance_dynamic_load", "node_recovery")
@@ -74,7 +60,7 @@ def apply_os_lists(op: opcodes.OpClusterSetParams, c: model.Cluster) -> None:
 class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
     REQ_BGL = True
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             self.apply(op, config)
@@ -189,30 +175,11 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
         c.touch()
 
 
-def config_path_of(env: Any) -> Path:
-    """Where the config file is (the cluster secrets beside it)."""
-    location = str(getattr(env.store, "path", "") or "")
-    # a store that is no file (etcd): the secrets live in the default directory
-    return Path(location if location.endswith(".json") and "://" not in location
-                else "/var/lib/herder/config.json")
-
-
-def redistribute(env: Any, config: model.ConfigData, *, full: bool,
-                 only: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Push to the nodes (docs/ha.md "Redistribution"); per node name what was sent and the
-    errors. Never raises for a node's failure."""
-    from herder.masterd import redist
-
-    pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir,
-                                  reachability=getattr(env, "reachability", None))
-    return redist.report(pusher.push(config, full=full, only=only))
-
-
 class ClusterRedistConf(LogicalUnit[opcodes.OpClusterRedistConf]):
     """Ganeti's LUClusterRedistConf: push everything (with the cluster secrets) to every
     online node now."""
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         results = redistribute(self.env, self.env.store.load(), full=True)
         for name, result in results.items():
             for error in result["errors"]:
@@ -235,22 +202,13 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
     def check(self, config: model.ConfigData) -> None:
         self.group = lookup(config.find_group, self.op.group_name)
 
-    def _list(self, node: model.Node) -> dict[str, str] | str:
-        """The node's domains (name -> state), or why it could not be asked."""
-        try:
-            listed = self.env.rpc.call(node, "instance_list", {}, timeout=30)
-        except HerderError as err:
-            return str(err)
-        if not isinstance(listed, dict):
-            return f"unexpected answer {listed!r:.80}"
-        return {str(k): str(v) for k, v in listed.items()}
-
     def _disks(self, config: model.ConfigData, node: model.Node, instances: list[model.Instance]
-               ) -> tuple[dict[str, Any] | str | None, dict[str, list[Any]] | str | None]:
+               ) -> tuple[dict[str, tuple[str, bool, bool]] | str | None,
+                          dict[str, list[tuple[bool, BlockDevStatus | str]]] | str | None]:
         """What `node` says of the disks it holds: its LVs in the VGs they use (None: no LV
-        is expected here) and per instance each disk's [success, status] (None: no disk)."""
+        is expected here) and per instance each disk's (success, status) (None: no disk)."""
         owners: list[str] = []
-        objects: list[dict[str, Any]] = []
+        objects: list[Disk] = []
         vgs: set[str] = set()
         for inst in instances:
             for disk in inst.disks:
@@ -259,38 +217,39 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
                 owners.append(inst.uuid)
                 objects.append(diskobjects.disk_object(config, inst, disk, node.uuid))
                 vgs |= {volume.split("/", 1)[0] for volume in verify.instance_lvs(disk)}
-        if config.cluster.volume_group_name:  # Ganeti's NV_LVLIST: the cluster's VG too
+        # Ganeti's NV_LVLIST: the cluster's VG too, when an LVM template is enabled
+        # (utils.IsLvmEnabled: a cluster without one has no VG to ask the nodes about)
+        if config.cluster.volume_group_name and params.DTS_LVM.intersection(
+                config.cluster.enabled_disk_templates):
             vgs.add(config.cluster.volume_group_name)
-        volumes: dict[str, Any] | str | None = None
+        volumes: dict[str, tuple[str, bool, bool]] | str | None = None
         if vgs:
             try:
-                volumes = dict(self.env.rpc.call(node, "lv_list", {"vg_names": sorted(vgs)},
-                                                 timeout=30))
+                volumes = self.env.rpc.call(node, disk_calls.LvList(vg_names=sorted(vgs)),
+                                            timeout=30)
             except HerderError as err:
                 volumes = str(err)
         if not objects:
             return volumes, None
         try:
-            found = self.env.rpc.call(node, "blockdev_getmirrorstatus_multi",
-                                      {"disks": objects}, timeout=60)
+            found = self.env.rpc.call(node, disk_calls.BlockdevGetmirrorstatusMulti(
+                disks=objects))
         except HerderError as err:
             return volumes, str(err)
-        statuses: dict[str, list[Any]] = {}
+        statuses: dict[str, list[tuple[bool, BlockDevStatus | str]]] = {}
         for owner, entry in zip(owners, found, strict=False):
-            ok = isinstance(entry, list) and len(entry) == 2
-            statuses.setdefault(owner, []).append(
-                (bool(entry[0]), entry[1]) if ok else
-                (False, "Invalid result from the remote node"))
+            statuses.setdefault(owner, []).append(entry)
         return volumes, statuses
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.env.store.load()
         asked = [n for n in sorted(config.nodes.values(), key=lambda n: n.name)
                  if n.group == self.group.uuid and not n.offline and n.vm_capable]
         # all nodes at once, as Ganeti's multi-node RPC: a dead node costs one timeout
-        with ThreadPoolExecutor(max_workers=max(1, min(16, len(asked)))) as pool:
-            answers: dict[str, dict[str, str] | str] = dict(zip(
-                (n.uuid for n in asked), pool.map(self._list, asked), strict=True))
+        answers: dict[str, dict[str, str] | str] = {
+            uuid: str(answer) if isinstance(answer, HerderError) else answer
+            for uuid, answer in call_many(self.env.rpc, asked,
+                                          lambda node: node_calls.InstanceList()).items()}
         mine = [i for i in config.instances.values()
                 if (g := config.instance_group(i)) is not None and g.uuid == self.group.uuid]
         findings = verify.running(config, answers, mine)
@@ -325,9 +284,9 @@ class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):
     def dry_run_result(self) -> Any:
         return [i.name for i in self.instances]
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.env.store.load()
-        sizes: dict[str, dict[str, Any] | None] = {}
+        sizes: dict[str, dict[str, tuple[str, bool, bool]] | None] = {}
         changes: list[list[Any]] = []
         for inst in self.instances:
             node = config.nodes[inst.primary_node]
@@ -336,7 +295,7 @@ class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):
                 continue
             if node.uuid not in sizes:
                 try:
-                    sizes[node.uuid] = dict(self.env.rpc.call(node, "lv_list", {}, timeout=30))
+                    sizes[node.uuid] = self.env.rpc.call(node, disk_calls.LvList(), timeout=30)
                 except HerderError as err:
                     self.feedback(f"node {node.name}: cannot list its volumes: {err}")
                     sizes[node.uuid] = None
@@ -350,7 +309,7 @@ class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):
                                   "checked")
                     continue
                 entry = volumes.get(data[0])
-                if not isinstance(entry, list) or not entry:
+                if entry is None:
                     self.feedback(f"{inst.name} disk/{index}: volume {data[0]} not found on "
                                   f"{node.name}")
                     continue
@@ -393,5 +352,5 @@ class ClusterDestroy(LogicalUnit[opcodes.OpClusterDestroy]):
                                 "cluster", "wrong_state")
         self.master = config.node_name(config.cluster.master_node)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         return self.master

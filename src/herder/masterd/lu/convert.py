@@ -21,13 +21,15 @@ children, which would take the original data with it: that one is only shut down
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import msgspec
 
 from herder.core import diskobjects, model, params
+from herder.core.diskobjects import Disk
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
+from herder.core.rpcdefs import disk_calls
 from herder.masterd.lu import diskgen, disks
+from herder.masterd.lu.base import MasterEnv
 
 CONVERSIONS = frozenset({("plain", "drbd"), ("drbd", "plain")})
 
@@ -79,16 +81,16 @@ def check(config: model.ConfigData, inst: model.Instance, template: str,
     return remote_node
 
 
-def _create(env: Any, node: model.Node, inst: model.Instance, obj: dict[str, Any],
-            force_open: bool, made: list[tuple[model.Node, dict[str, Any]]]) -> None:
+def _create(env: MasterEnv, node: model.Node, inst: model.Instance, obj: Disk,
+            force_open: bool, made: disks.Created) -> None:
     """Ganeti's CreateSingleBlockDev: this one device, not its children."""
-    env.rpc.call(node, "blockdev_create", {
-        "disk": obj, "size": obj["size"], "owner": inst.name, "on_primary": force_open,
-        "info": disks.info_text(inst), "excl_stor": False})
+    env.rpc.call(node, disk_calls.BlockdevCreate(
+        disk=obj, size=obj.size, owner=inst.name, on_primary=force_open,
+        info=disks.info_text(inst)))
     made.append((node, obj))
 
 
-def plain_to_drbd(env: Any, inst_uuid: str, secondary: model.Node, *, wait_for_sync: bool,
+def plain_to_drbd(env: MasterEnv, inst_uuid: str, secondary: model.Node, *, wait_for_sync: bool,
                   feedback: disks.Feedback) -> None:
     feedback("Converting disk template from 'plain' to 'drbd'")
     config = env.store.load()
@@ -107,27 +109,27 @@ def plain_to_drbd(env: Any, inst_uuid: str, secondary: model.Node, *, wait_for_s
     view = msgspec.structs.replace(inst, disks=new_disks)
     objects = {node.uuid: [diskobjects.disk_object(config, view, disk, node.uuid)
                            for disk in new_disks] for node in (primary, secondary)}
-    made: list[tuple[model.Node, dict[str, Any]]] = []
+    made: disks.Created = []
     feedback("Creating additional volumes...")
     try:
         for p_obj, s_obj in zip(objects[primary.uuid], objects[secondary.uuid], strict=True):
-            _create(env, primary, inst, p_obj["children"][1], True, made)
-            for child in s_obj["children"]:
+            _create(env, primary, inst, p_obj.children[1], True, made)
+            for child in s_obj.children:
                 _create(env, secondary, inst, child, True, made)
     except HerderError as err:
         _undo(env, inst, made, feedback)
         raise OpExecError(f"creating the DRBD volumes of {inst.name} failed: {err}") from None
     feedback("Renaming original volumes...")
-    renames = [[diskobjects.disk_object(config, inst, old, primary.uuid),
-                p_obj["children"][0]["logical_id"]]
+    renames = [(diskobjects.disk_object(config, inst, old, primary.uuid),
+                list(p_obj.children[0].logical_id))
                for old, p_obj in zip(old_disks, objects[primary.uuid], strict=True)]
     try:
-        env.rpc.call(primary, "blockdev_rename", {"devlist": renames})
+        env.rpc.call(primary, disk_calls.BlockdevRename(devlist=renames))
     except HerderError as err:
         _undo(env, inst, made, feedback)
         raise OpExecError(f"Failed to rename original LVs: {err}") from None
     feedback("Initializing DRBD devices...")
-    drbd_made: list[tuple[model.Node, dict[str, Any]]] = []
+    drbd_made: disks.Created = []
     try:
         for index in range(len(new_disks)):
             for node in (primary, secondary):
@@ -137,10 +139,10 @@ def plain_to_drbd(env: Any, inst_uuid: str, secondary: model.Node, *, wait_for_s
         feedback("Initializing of DRBD devices failed; renaming back original volumes...")
         for node, obj in reversed(drbd_made):
             _release_drbd(env, node, obj, remove=node is not primary, feedback=feedback)
-        back = [[p_obj["children"][0], diskobjects.logical_id(old.logical_id)]
+        back = [(p_obj.children[0], diskobjects.logical_id(old.logical_id))
                 for old, p_obj in zip(old_disks, objects[primary.uuid], strict=True)]
         try:
-            env.rpc.call(primary, "blockdev_rename", {"devlist": back})
+            env.rpc.call(primary, disk_calls.BlockdevRename(devlist=back))
         except HerderError as back_err:
             raise OpExecError(f"Failed to rename LVs back after error {err}: {back_err}") \
                 from None
@@ -164,27 +166,28 @@ def plain_to_drbd(env: Any, inst_uuid: str, secondary: model.Node, *, wait_for_s
                               f"cleanup manually ({err})") from None
 
 
-def _release_drbd(env: Any, node: model.Node, obj: dict[str, Any], *, remove: bool,
+def _release_drbd(env: MasterEnv, node: model.Node, obj: Disk, *, remove: bool,
                   feedback: disks.Feedback) -> None:
     """Undo one DRBD device this conversion made: removed with its (new) LVs on the
     secondary, only shut down on the primary (its data LV is the original one)."""
     try:
         if remove:
-            env.rpc.call(node, "blockdev_remove", {"disk": obj})
+            env.rpc.call(node, disk_calls.BlockdevRemove(disk=obj))
         else:
-            env.rpc.call(node, "blockdev_shutdown", {"disk": {**obj, "children": []}})
+            env.rpc.call(node, disk_calls.BlockdevShutdown(
+                disk=msgspec.structs.replace(obj, children=[])))
     except HerderError as err:
         feedback(f"could not release the new DRBD device on {node.name}: {err}")
 
 
-def _undo(env: Any, inst: model.Instance, made: list[tuple[model.Node, dict[str, Any]]],
+def _undo(env: MasterEnv, inst: model.Instance, made: disks.Created,
           feedback: disks.Feedback) -> None:
     if made:
         feedback("removing the volumes this conversion made")
         disks.undo_create_disks(env, inst, list(reversed(made)), feedback=feedback)
 
 
-def drbd_to_plain(env: Any, inst_uuid: str, feedback: disks.Feedback) -> None:
+def drbd_to_plain(env: MasterEnv, inst_uuid: str, feedback: disks.Feedback) -> None:
     config = env.store.load()
     inst = config.instances[inst_uuid]
     if len(inst.secondary_nodes) != 1:

@@ -5,39 +5,19 @@ the instance undoes everything (disks, domain, config entry)."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.noderpc import instance_payload
+from herder.core.rpcdefs import backup_calls, disk_calls, instance_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.livecache import LiveCache, Snapshot
 from herder.masterd.lu import diskgen, disks, exports, fit, nics
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.instance import checked_new_name
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.common import checked_new_name
+from herder.masterd.lu.placement import live_figures
 
 MIRRORED = {"drbd"}
-
-
-PLACEMENT_TIMEOUT = 15.0  # seconds every node has to report its figures for a placement
-
-
-def live_figures(env: Any, config: model.ConfigData, feedback: Any) -> Snapshot:
-    """Fresh live figures of every online node, asked in parallel (as Ganeti's iallocator
-    input: the nodes are asked for each placement); a node that does not answer is left out
-    (counts as offline)."""
-    cache = env.live or LiveCache(env.rpc)
-    try:
-        live = cache.snapshot(config, fresh=True, timeout=PLACEMENT_TIMEOUT)
-    finally:
-        if cache is not env.live:
-            cache.close()
-    for node in sorted(config.nodes.values(), key=lambda n: n.name):
-        problem = live.error(node.uuid)
-        if problem is not None:
-            feedback(f"node {node.name} left out of the placement: {problem}")
-    return live
 
 
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
@@ -208,18 +188,17 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         for index, (disk, dump) in enumerate(zip(inst.disks, self.export.disks, strict=True)):
             self.feedback(f"importing {disk.iv_name} from {self.source.name}")
             started = time.monotonic()
-            prepared = self.env.rpc.call(target, "blockdev_import_prepare", {
-                "disk": diskobjects.disk_object(config, inst, disk, target.uuid),
-                "instance": inst.name, "idx": index,
-                "os_instance": instance_payload(config, inst)})
-            sent = self.env.rpc.call(self.source, "export_send", {
-                "name": opcodes.export_name(self.op.src_path or ""), "dump": dump.dump,
-                "token": prepared["token"], "target": exports.node_target(self.env, target)},
-                timeout=exports.COPY_TIMEOUT)
-            self.feedback(exports.progress_line(disk.iv_name, int(sent.get("bytes") or 0),
+            prepared = self.env.rpc.call(target, disk_calls.BlockdevImportPrepare(
+                disk=diskobjects.disk_object(config, inst, disk, target.uuid),
+                instance=inst.name, idx=index, os_instance=instance_payload(config, inst)))
+            sent = self.env.rpc.call(self.source, backup_calls.ExportSend(
+                name=opcodes.export_name(self.op.src_path or ""), dump=dump.dump,
+                token=prepared.token, target=exports.node_target(self.env, target)),
+                timeout=backup_calls.STREAM_TIMEOUT)
+            self.feedback(exports.progress_line(disk.iv_name, sent.bytes or 0,
                                                time.monotonic() - started))
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [n.name for n in self.nodes]
 
     def _build(self, config: model.ConfigData) -> model.Instance:
@@ -255,7 +234,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             ctx.pools.keep()
         return made
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
@@ -269,21 +248,25 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         config = self.env.store.load()
         inst = config.instances[inst.uuid]
         payload = instance_payload(config, inst)
-        args = {"instance": payload, "name": inst.name, "reason": op.reason,
-                "version": inst.serial_no, vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
+        claim = vmclaim.claim_for(config, inst)
         made = False
         try:
             disks.create_and_sync(self.env, config, inst, wait=op.wait_for_sync,
                                   feedback=self.feedback)
             made = True
-            self.env.rpc.call(self.nodes[0], "instance_define", args)
+            self.env.rpc.call(self.nodes[0], instance_calls.InstanceDefine(
+                instance=payload, name=inst.name, reason=op.reason, version=inst.serial_no,
+                claim=claim))
             if op.mode == "import":
                 self._fill_disks(inst)
             if not op.no_install:
-                self.env.rpc.call(self.nodes[0], "instance_os_add",
-                                  {**args, "force_variant": op.force_variant}, timeout=900)
+                self.env.rpc.call(self.nodes[0], instance_calls.InstanceOsAdd(
+                    instance=payload, name=inst.name, reason=op.reason,
+                    version=inst.serial_no, claim=claim, force_variant=op.force_variant))
             if op.start:
-                self.env.rpc.call(self.nodes[0], "instance_start", args)
+                self.env.rpc.call(self.nodes[0], instance_calls.InstanceStart(
+                    instance=payload, name=inst.name, reason=op.reason,
+                    version=inst.serial_no, claim=claim))
         except HerderError:
             self._undo(config, inst, remove_disks=made)
             raise
@@ -300,7 +283,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         self.feedback(f"creation of {inst.name} failed; removing what was created")
         for node in self.nodes:
             try:
-                self.env.rpc.call(node, "instance_remove", {"name": inst.name})
+                self.env.rpc.call(node, instance_calls.InstanceRemove(name=inst.name))
             except HerderError as err:
                 self.feedback(f"cleanup on {node.name} failed: {err}")
         if inst.disk_template == "blockdev":

@@ -24,6 +24,7 @@ After an add or a remove every disk's iv_name is `disk/<index>` again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from herder.core import model, params
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.masterd.lu import diskgen, disks
 from herder.masterd.lu import hotplug as hotplug_lu
+from herder.masterd.lu.base import MasterEnv
 
 ADD, REMOVE, MODIFY = "add", "remove", "modify"
 MAX_DISKS = 16  # Ganeti's constants.MAX_DISKS
@@ -172,7 +174,8 @@ def _plan_add(inst: model.Instance, template: str, index: int, count: int,
     return DiskChange(ADD, index, settings, size)
 
 
-def _store_disks(env: Any, inst_uuid: str, change: Any) -> model.Instance:
+def _store_disks(env: MasterEnv, inst_uuid: str,
+                 change: Callable[[model.ConfigData, model.Instance], None]) -> model.Instance:
     with env.store.update() as fresh:
         inst = fresh.instances[inst_uuid]
         change(fresh, inst)
@@ -181,7 +184,7 @@ def _store_disks(env: Any, inst_uuid: str, change: Any) -> model.Instance:
     return inst
 
 
-def add_disk(env: Any, inst_uuid: str, change: DiskChange, *, wait_for_sync: bool,
+def add_disk(env: MasterEnv, inst_uuid: str, change: DiskChange, *, wait_for_sync: bool,
              feedback: disks.Feedback, hotplug: bool = False) -> list[list[str]]:
     """Ganeti's _CreateNewDisk and _PostAddDisk for one checked addition."""
     config = env.store.load()
@@ -226,7 +229,7 @@ def _only(inst: model.Instance, disk: model.Disk) -> model.Instance:
     return msgspec.structs.replace(inst, disks=[disk])
 
 
-def remove_disk(env: Any, inst_uuid: str, change: DiskChange, feedback: disks.Feedback,
+def remove_disk(env: MasterEnv, inst_uuid: str, change: DiskChange, feedback: disks.Feedback,
                 hotplug: bool = False) -> list[list[str]]:
     """Ganeti's _RemoveDisk: with hotplug first unplugged from the running instance and shut
     down; the disk removed from every node, then from the config (kept there when a node
@@ -254,7 +257,7 @@ def remove_disk(env: Any, inst_uuid: str, change: DiskChange, feedback: disks.Fe
     return [*unplugged, [f"disk/{change.index}", "remove"]]
 
 
-def modify_disk(env: Any, inst_uuid: str, change: DiskChange) -> list[list[str]]:
+def modify_disk(env: MasterEnv, inst_uuid: str, change: DiskChange) -> list[list[str]]:
     """Ganeti's _ModifyDisk: name and mode (ext: any parameter; `default` resets it)."""
     result: list[list[str]] = []
 
@@ -282,7 +285,7 @@ def modify_disk(env: Any, inst_uuid: str, change: DiskChange) -> list[list[str]]
     return result
 
 
-def apply(env: Any, inst_uuid: str, changes: list[DiskChange], *, wait_for_sync: bool,
+def apply(env: MasterEnv, inst_uuid: str, changes: list[DiskChange], *, wait_for_sync: bool,
           feedback: disks.Feedback, hotplug: bool = False) -> list[list[str]]:
     """Carry out the checked changes in order (Ganeti's ApplyContainerMods)."""
     result: list[list[str]] = []

@@ -13,13 +13,17 @@ business. Every disk goes to a node as Ganeti's disk object for that node
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
 from herder.core import diskobjects, model, params
+from herder.core.diskobjects import BlockDevStatus, Disk, LocalDiskStatus
 from herder.core.errors import HerderError, OpExecError, OpPrereqError, RpcError
+from herder.core.rpcdefs import disk_calls
+from herder.core.rpcdefs.base import AnswerT, Call
+from herder.masterd.lu.base import MasterEnv
 
 Feedback = Callable[[str], None]
 # Ganeti's DTS_INT_MIRROR / DTS_EXT_MIRROR: a mirrored disk fails over to its secondary; a
@@ -29,7 +33,7 @@ EXT_MIRROR = params.DTS_EXT_MIRROR
 LOCAL_TEMPLATES = frozenset({"plain", "file"})
 
 
-def _quiet(message: str) -> None:
+def quiet(message: str) -> None:
     return None
 
 
@@ -47,13 +51,13 @@ def disk_nodes(inst: model.Instance, disk: model.Disk) -> list[str]:
     return [inst.primary_node]
 
 
-def node_call(env: Any, node: model.Node, method: str, args: dict[str, Any],
-              timeout: float | None = None) -> Any:
+def node_call(env: MasterEnv, node: model.Node, request: Call[AnswerT]) -> AnswerT:
     """A node RPC, but none to a node marked offline: Ganeti's RPC layer answers for it
     ("node is marked offline") and the callers treat that as they treat an offline node."""
     if node.offline:
-        raise RpcError(f"node {node.name}: {method} not sent: the node is marked offline")
-    return env.rpc.call(node, method, args, timeout=timeout)
+        raise RpcError(f"node {node.name}: {request.METHOD} not sent: the node is marked "
+                       "offline")
+    return env.rpc.call(node, request)
 
 
 def _node(config: model.ConfigData, node_uuid: str) -> model.Node:
@@ -66,32 +70,34 @@ def _node(config: model.ConfigData, node_uuid: str) -> model.Node:
 # --- create and remove ---------------------------------------------------------------------------
 
 
-def create_tree(env: Any, node: model.Node, inst: model.Instance, obj: dict[str, Any],
-                 force_create: bool, force_open: bool,
-                 created: list[tuple[model.Node, dict[str, Any]]]) -> None:
+Created = list[tuple[model.Node, Disk]]  # what was made where, for `undo_create_disks`
+
+
+def create_tree(env: MasterEnv, node: model.Node, inst: model.Instance, obj: Disk,
+                force_create: bool, force_open: bool, created: Created) -> None:
     """Ganeti's _CreateBlockDevInner: the children first; a device is made where it must be
     (`force_create`, or a type made on secondaries too: drbd, plain)."""
-    if obj["dev_type"] in ("drbd", "plain"):
+    if obj.dev_type in ("drbd", "plain"):
         force_create = True
-    made_children: list[tuple[model.Node, dict[str, Any]]] = []
+    made_children: Created = []
     try:
-        for child in obj["children"]:
+        for child in obj.children:
             create_tree(env, node, inst, child, force_create, force_open, made_children)
         if not force_create:
             created.extend(made_children)
             return
-        env.rpc.call(node, "blockdev_create", {
-            "disk": obj, "size": obj["size"], "owner": inst.name, "on_primary": force_open,
-            "info": info_text(inst), "excl_stor": False})
+        env.rpc.call(node, disk_calls.BlockdevCreate(
+            disk=obj, size=obj.size, owner=inst.name, on_primary=force_open,
+            info=info_text(inst)))
     except HerderError:
         created.extend(made_children)
         raise
     created.append((node, obj))  # complete: removing it removes its children
 
 
-def create_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
+def create_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance, *,
                  disks: list[model.Disk] | None = None, target: model.Node | None = None,
-                 feedback: Feedback = _quiet) -> list[tuple[model.Node, dict[str, Any]]]:
+                 feedback: Feedback = quiet) -> Created:
     """Make the instance's disks on its nodes (Ganeti's CreateDisks): the file-storage
     directory on the primary, then per disk the primary first, then its other nodes; with
     `target` (a move) on that node alone, as its primary. On a failure what this call made is
@@ -100,11 +106,11 @@ def create_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
         inst = msgspec.structs.replace(inst, primary_node=target.uuid)
     disks = inst.disks if disks is None else disks
     primary = _node(config, inst.primary_node)
-    created: list[tuple[model.Node, dict[str, Any]]] = []
+    created: Created = []
     directory = next((d for d in map(diskobjects.file_storage_dir, disks) if d), None)
     if directory is not None:
         try:
-            env.rpc.call(primary, "file_storage_dir_create", {"file_storage_dir": directory})
+            env.rpc.call(primary, disk_calls.FileStorageDirCreate(file_storage_dir=directory))
         except HerderError as err:
             raise OpExecError(f"Failed to create directory '{directory}' on node "
                               f"{primary.name}: {err}") from None
@@ -126,8 +132,8 @@ def create_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
     return created
 
 
-def create_and_sync(env: Any, config: model.ConfigData, inst: model.Instance, *,
-                    wait: bool, feedback: Feedback = _quiet) -> None:
+def create_and_sync(env: MasterEnv, config: model.ConfigData, inst: model.Instance, *,
+                    wait: bool, feedback: Feedback = quiet) -> None:
     """A new instance's disks (Ganeti's LUInstanceCreate: CreateDisks, then
     _RemoveDegradedDisks): made, then the mirrors awaited (`wait`) or, for DRBD, checked
     once; degraded disks are removed again and OpExecError raised. Adopted devices
@@ -148,30 +154,29 @@ def create_and_sync(env: Any, config: model.ConfigData, inst: model.Instance, *,
         raise OpExecError("There are some degraded disks for this instance")
 
 
-def undo_create_disks(env: Any, inst: model.Instance,
-                      created: list[tuple[model.Node, dict[str, Any]]], *,
-                      feedback: Feedback = _quiet) -> None:
+def undo_create_disks(env: MasterEnv, inst: model.Instance, created: Created, *,
+                      feedback: Feedback = quiet) -> None:
     """Remove what `create_disks` made (Ganeti's _UndoCreateDisks); failures are reported."""
     for node, obj in created:
         try:
-            env.rpc.call(node, "blockdev_remove", {"disk": obj})
+            env.rpc.call(node, disk_calls.BlockdevRemove(disk=obj))
         except HerderError as err:
-            feedback(f"failed to remove newly-created disk {obj.get('iv_name') or obj['uuid']}"
+            feedback(f"failed to remove newly-created disk {obj.iv_name or obj.uuid}"
                      f" on node {node.name}: {err}")
 
 
-def _remove_dir(env: Any, node: model.Node, directory: str, feedback: Feedback) -> bool:
+def _remove_dir(env: MasterEnv, node: model.Node, directory: str, feedback: Feedback) -> bool:
     try:
-        env.rpc.call(node, "file_storage_dir_remove", {"file_storage_dir": directory})
+        env.rpc.call(node, disk_calls.FileStorageDirRemove(file_storage_dir=directory))
     except HerderError as err:
         feedback(f"could not remove directory '{directory}' on node {node.name}: {err}")
         return False
     return True
 
 
-def remove_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
+def remove_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance, *,
                  disks: list[model.Disk] | None = None, target: model.Node | None = None,
-                 feedback: Feedback = _quiet) -> bool:
+                 feedback: Feedback = quiet) -> bool:
     """Remove the instance's disks from every node they live on, then the file-storage
     directory of the primary (or `target`) (Ganeti's RemoveDisks). Continues past failures;
     False when something could not be removed (an offline secondary does not count)."""
@@ -183,7 +188,7 @@ def remove_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
             node = _node(config, node_uuid)
             obj = diskobjects.disk_object(config, inst, disk, node_uuid)
             try:
-                node_call(env, node, "blockdev_remove", {"disk": obj})
+                node_call(env, node, disk_calls.BlockdevRemove(disk=obj))
             except HerderError as err:
                 feedback(f"could not remove disk {disk.iv_name} on node {node.name}, "
                          f"continuing anyway: {err}")
@@ -208,10 +213,10 @@ def _selected(inst: model.Instance,
             if wanted is None or disk.uuid in wanted]
 
 
-def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
+def assemble_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance, *,
                    primary: model.Node | None = None, ignore_secondaries: bool = False,
                    disks: list[model.Disk] | None = None,
-                   feedback: Feedback = _quiet) -> list[tuple[str, str, str]]:
+                   feedback: Feedback = quiet) -> list[tuple[str, str, str]]:
     """Make the instance's disks (or `disks` of them) available (Ganeti's
     AssembleInstanceDisks): first on every node of each disk as a secondary, then on
     `primary` (default: its primary node) as the primary. Returns (node name, iv_name,
@@ -226,9 +231,9 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
         for node_uuid in disk_nodes(inst, disk):
             node = _node(config, node_uuid)
             try:
-                node_call(env, node, "blockdev_assemble", {
-                    "disk": diskobjects.disk_object(config, inst, disk, node_uuid),
-                    "instance": inst.name, "as_primary": False, "idx": index})
+                node_call(env, node, disk_calls.BlockdevAssemble(
+                    disk=diskobjects.disk_object(config, inst, disk, node_uuid),
+                    instance=inst.name, as_primary=False, idx=index))
             except HerderError as err:
                 feedback(f"could not prepare block device {disk.iv_name} on node {node.name}"
                          f" (is_primary=False, pass=1): {err}")
@@ -239,10 +244,10 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
     for index, disk in _selected(inst, disks):
         path = ""
         try:
-            answer = node_call(env, primary, "blockdev_assemble", {
-                "disk": diskobjects.disk_object(config, inst, disk, primary.uuid),
-                "instance": inst.name, "as_primary": True, "idx": index})
-            path = str(answer[0]) if isinstance(answer, list) and answer[0] else ""
+            answer = node_call(env, primary, disk_calls.BlockdevAssemble(
+                disk=diskobjects.disk_object(config, inst, disk, primary.uuid),
+                instance=inst.name, as_primary=True, idx=index))
+            path = (answer[0] or "") if isinstance(answer, tuple) else ""
         except HerderError as err:
             feedback(f"could not prepare block device {disk.iv_name} on node {primary.name}"
                      f" (is_primary=True, pass=2): {err}")
@@ -255,10 +260,10 @@ def assemble_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
     return assembled
 
 
-def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
+def shutdown_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance, *,
                    nodes: list[model.Node] | None = None, ignore_primary: bool = False,
                    disks: list[model.Disk] | None = None,
-                   feedback: Feedback = _quiet) -> bool:
+                   feedback: Feedback = quiet) -> bool:
     """Release the instance's disks (or `disks` of them) on `nodes` (default: all its
     nodes), e.g. the old primary after a failover (Ganeti's ShutdownInstanceDisks).
     `ignore_primary`: errors of the primary (a dead node in a failover) are not fatal. False
@@ -271,8 +276,8 @@ def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
                 continue
             node = _node(config, node_uuid)
             try:
-                node_call(env, node, "blockdev_shutdown", {
-                    "disk": diskobjects.disk_object(config, inst, disk, node_uuid)})
+                node_call(env, node, disk_calls.BlockdevShutdown(
+                    disk=diskobjects.disk_object(config, inst, disk, node_uuid)))
             except HerderError as err:
                 feedback(f"could not shutdown block device {disk.iv_name} on node "
                          f"{node.name}: {err}")
@@ -285,39 +290,36 @@ def shutdown_disks(env: Any, config: model.ConfigData, inst: model.Instance, *,
 
 # --- status ------------------------------------------------------------------------------------
 
-STATUS_FIELDS = ("dev_path", "major", "minor", "sync_percent", "estimated_time",
-                 "is_degraded", "ldisk_status")
 STATUS_TIMEOUT = 10.0
-LDS_OKAY = 1  # Ganeti's constants.LDS_OKAY: the local disk is in order
 
 
-def disk_status(env: Any, config: model.ConfigData, inst: model.Instance,
-                disk: model.Disk) -> dict[str, Any]:
+def disk_status(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+                disk: model.Disk) -> dict[str, object]:
     """Ganeti's instance query data per disk: `pstatus` (the primary's) and `sstatus` (the
     DRBD secondary's) BlockDevStatus from `blockdev_find` — device path, numbers, sync
     percent, estimated time, degraded, local-disk status — None where the disk is not
     assembled or the node did not answer (`*_error` then says why)."""
-    found: dict[str, Any] = {"pstatus": None, "sstatus": None}
+    found: dict[str, object] = {"pstatus": None, "sstatus": None}
     for key, node_uuid in zip(("pstatus", "sstatus"), disk_nodes(inst, disk), strict=False):
         node = config.nodes.get(node_uuid)
         if node is None or node.offline:
             continue
         try:
-            status = env.rpc.call(node, "blockdev_find", {
-                "disk": diskobjects.disk_object(config, inst, disk, node_uuid)},
+            status = env.rpc.call(node, disk_calls.BlockdevFind(
+                disk=diskobjects.disk_object(config, inst, disk, node_uuid)),
                 timeout=STATUS_TIMEOUT)
         except HerderError as err:
             found[f"{key}_error"] = str(err)
             continue
-        if isinstance(status, list) and len(status) == len(STATUS_FIELDS):
-            found[key] = dict(zip(STATUS_FIELDS, status, strict=True))
+        if status is not None:
+            found[key] = status.as_dict()
     return found
 
 
 # --- the migration's and failover's disk steps --------------------------------------------------
 
 
-def prepare_live_migration(env: Any, config: model.ConfigData, inst: model.Instance,
+def prepare_live_migration(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                            source: model.Node, target: model.Node) -> None:
     """Before libvirt migrates the domain: the disks usable on both nodes at once (shared and
     external storage: attached on the target, compat B45; DRBD as Ganeti's _ExecMigration:
@@ -330,46 +332,44 @@ def prepare_live_migration(env: Any, config: model.ConfigData, inst: model.Insta
                                   "target node, aborting migration")
         _drbd_dual_primary(env, config, inst, source, target)
         for node in (source, target):  # both sides primary while the memory moves
-            env.rpc.call(node, "blockdev_open", {"instance": inst.name, "exclusive": False,
-                                                 "disks": _drbd_objects(config, inst, node)})
+            env.rpc.call(node, disk_calls.BlockdevOpen(
+                instance=inst.name, exclusive=False, disks=_drbd_objects(config, inst, node)))
         return
     for index, disk in enumerate(inst.disks):
-        env.rpc.call(target, "blockdev_assemble", {
-            "disk": diskobjects.disk_object(config, inst, disk, target.uuid),
-            "instance": inst.name, "as_primary": True, "idx": index})
+        env.rpc.call(target, disk_calls.BlockdevAssemble(
+            disk=diskobjects.disk_object(config, inst, disk, target.uuid),
+            instance=inst.name, as_primary=True, idx=index))
 
 
 def _drbd_objects(config: model.ConfigData, inst: model.Instance,
-                  node: model.Node) -> list[dict[str, Any]]:
+                  node: model.Node) -> list[Disk]:
     return diskobjects.disk_objects(config, inst, node.uuid)
 
 
-def _drbd_dual_primary(env: Any, config: model.ConfigData, inst: model.Instance,
+def _drbd_dual_primary(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                        source: model.Node, target: model.Node) -> None:
     """Ganeti's TLMigrateInstance._ExecMigration before the migration: the target's disks
     closed (secondary), both sides standalone, reconnected as multi-master, in sync."""
-    env.rpc.call(target, "blockdev_close", {"instance": inst.name,
-                                            "disks": _drbd_objects(config, inst, target)})
+    env.rpc.call(target, disk_calls.BlockdevClose(
+        instance=inst.name, disks=_drbd_objects(config, inst, target)))
     for node in (source, target):
-        env.rpc.call(node, "drbd_disconnect_net", {"disks": _drbd_objects(config, inst, node)})
+        env.rpc.call(node, disk_calls.DrbdDisconnectNet(disks=_drbd_objects(config, inst, node)))
     for node in (source, target):
-        env.rpc.call(node, "drbd_attach_net", {"disks": _drbd_objects(config, inst, node),
-                                               "instance": inst.name, "multimaster": True})
+        env.rpc.call(node, disk_calls.DrbdAttachNet(
+            disks=_drbd_objects(config, inst, node), instance=inst.name, multimaster=True))
     wait_drbd_sync(env, config, inst, (source, target))
 
 
-def wait_drbd_sync(env: Any, config: model.ConfigData, inst: model.Instance,
+def wait_drbd_sync(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                    nodes: tuple[model.Node, ...]) -> None:
     """Ask each node until every DRBD disk of the instance is in sync (10 minutes at most)."""
-    import time
-
     deadline = time.monotonic() + 600
     while True:
         done = True
         for node in nodes:
-            answer = env.rpc.call(node, "drbd_wait_sync",
-                                  {"disks": _drbd_objects(config, inst, node)})
-            done = done and bool(answer[0])
+            synced, _percent = env.rpc.call(node, disk_calls.DrbdWaitSync(
+                disks=_drbd_objects(config, inst, node)))
+            done = done and synced
         if done:
             return
         if time.monotonic() > deadline:
@@ -377,7 +377,7 @@ def wait_drbd_sync(env: Any, config: model.ConfigData, inst: model.Instance,
         time.sleep(2)
 
 
-def finish_live_migration(env: Any, config: model.ConfigData, inst: model.Instance,
+def finish_live_migration(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                           source: model.Node, target: model.Node, *, migrated: bool) -> None:
     """After the migration (`migrated`) or its failure/cleanup: back to single primary on the
     node that runs the domain (target when migrated, else source); the other node's disks
@@ -385,23 +385,23 @@ def finish_live_migration(env: Any, config: model.ConfigData, inst: model.Instan
     first, as Ganeti's)."""
     runs, other = (target, source) if migrated else (source, target)
     if inst.disk_template in INT_MIRROR:
-        env.rpc.call(other, "blockdev_close", {"instance": inst.name,
-                                               "disks": _drbd_objects(config, inst, other)})
+        env.rpc.call(other, disk_calls.BlockdevClose(
+            instance=inst.name, disks=_drbd_objects(config, inst, other)))
         if migrated:
             wait_drbd_sync(env, config, inst, (source, target))
         for node in (source, target):
-            env.rpc.call(node, "drbd_disconnect_net",
-                         {"disks": _drbd_objects(config, inst, node)})
+            env.rpc.call(node, disk_calls.DrbdDisconnectNet(
+                disks=_drbd_objects(config, inst, node)))
         for node in (source, target):
-            env.rpc.call(node, "drbd_attach_net", {"disks": _drbd_objects(config, inst, node),
-                                                   "instance": inst.name,
-                                                   "multimaster": False})
+            env.rpc.call(node, disk_calls.DrbdAttachNet(
+                disks=_drbd_objects(config, inst, node), instance=inst.name,
+                multimaster=False))
         wait_drbd_sync(env, config, inst, (source, target))
         return
     for disk in inst.disks:
         try:
-            env.rpc.call(other, "blockdev_shutdown", {
-                "disk": diskobjects.disk_object(config, inst, disk, other.uuid)})
+            env.rpc.call(other, disk_calls.BlockdevShutdown(
+                disk=diskobjects.disk_object(config, inst, disk, other.uuid)))
         except HerderError:
             if other is runs:
                 raise
@@ -431,27 +431,27 @@ def check_failover_target(config: model.ConfigData, inst: model.Instance,
 ASSEMBLED_ON_SECONDARY = frozenset({"drbd", "plain"})  # Ganeti's Disk.AssembleOnSecondary
 
 
-def _consistent(env: Any, node: model.Node, obj: dict[str, Any], on_primary: bool,
+def _consistent(env: MasterEnv, node: model.Node, obj: Disk, on_primary: bool,
                 ldisk: bool) -> bool:
     """Ganeti's _CheckDiskConsistencyInner: the device (and its children) found on `node`
     and not degraded (`ldisk`: its local disk in order)."""
     good = True
-    if on_primary or obj["dev_type"] in ASSEMBLED_ON_SECONDARY:
+    if on_primary or obj.dev_type in ASSEMBLED_ON_SECONDARY:
         try:
-            status = env.rpc.call(node, "blockdev_find", {"disk": obj})
+            status = env.rpc.call(node, disk_calls.BlockdevFind(disk=obj))
         except HerderError:
             status = None
-        if not status:
+        if status is None:
             good = False
         else:
-            found = dict(zip(STATUS_FIELDS, status, strict=True))
-            good = found["ldisk_status"] == LDS_OKAY if ldisk else not found["is_degraded"]
-    for child in obj["children"]:
+            good = status.ldisk_status == LocalDiskStatus.OKAY if ldisk \
+                else not status.is_degraded
+    for child in obj.children:
         good = good and _consistent(env, node, child, on_primary, False)
     return good
 
 
-def check_disk_consistency(env: Any, config: model.ConfigData, inst: model.Instance,
+def check_disk_consistency(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                            disk: model.Disk, node: model.Node, on_primary: bool,
                            ldisk: bool = False) -> bool:
     """Ganeti's CheckDiskConsistency of one disk on one node."""
@@ -459,32 +459,32 @@ def check_disk_consistency(env: Any, config: model.ConfigData, inst: model.Insta
                        on_primary, ldisk)
 
 
-def find_or_fail(env: Any, node: model.Node, obj: dict[str, Any], what: str) -> list[Any]:
+def find_or_fail(env: MasterEnv, node: model.Node, obj: Disk, what: str) -> BlockDevStatus:
     try:
-        status = env.rpc.call(node, "blockdev_find", {"disk": obj})
+        status = env.rpc.call(node, disk_calls.BlockdevFind(disk=obj))
     except HerderError as err:
         raise OpExecError(f"Can't find {what} on node {node.name}: {err}") from None
-    if not status:
+    if status is None:
         raise OpExecError(f"Can't find {what} on node {node.name}: disk not found")
-    return list(status)
+    return status
 
 
-def check_volume_group(env: Any, config: model.ConfigData, nodes: list[model.Node],
-                       feedback: Feedback = _quiet) -> None:
+def check_volume_group(env: MasterEnv, config: model.ConfigData, nodes: list[model.Node],
+                       feedback: Feedback = quiet) -> None:
     """Ganeti's TLReplaceDisks._CheckVolumeGroup: `vg_list` on `nodes`, refusing before any
     new LV is made when the cluster's volume group is missing on one of them."""
     feedback("Checking volume groups")
     vg_name = config.cluster.volume_group_name
     for node in nodes:
         try:
-            groups = env.rpc.call(node, "vg_list", {})
+            groups = env.rpc.call(node, disk_calls.VgList())
         except HerderError as err:
             raise OpExecError(f"Error checking node {node.name}: {err}") from None
-        if vg_name not in (groups or {}):
+        if vg_name not in groups:
             raise OpExecError(f"Volume group '{vg_name}' not found on node {node.name}")
 
 
-def check_devices(env: Any, config: model.ConfigData, inst: model.Instance,
+def check_devices(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                   disks: list[model.Disk] | None = None) -> None:
     """Ganeti's TLReplaceDisks._CheckDevices: every DRBD device (of `disks`, default all)
     found on the primary and not degraded."""
@@ -493,11 +493,11 @@ def check_devices(env: Any, config: model.ConfigData, inst: model.Instance,
         status = find_or_fail(env, primary,
                                diskobjects.disk_object(config, inst, disk, primary.uuid),
                                f"DRBD device {disk.iv_name}")
-        if dict(zip(STATUS_FIELDS, status, strict=True))["is_degraded"]:
+        if status.is_degraded:
             raise OpExecError(f"DRBD device {disk.iv_name} is degraded!")
 
 
-def disks_activated(env: Any, config: model.ConfigData, inst: model.Instance) -> bool:
+def disks_activated(env: MasterEnv, config: model.ConfigData, inst: model.Instance) -> bool:
     """Ganeti's TLReplaceDisks._CheckDisksActivated: every disk found on every node of the
     instance (an offline node is not asked)."""
     for disk in inst.disks:
@@ -506,141 +506,36 @@ def disks_activated(env: Any, config: model.ConfigData, inst: model.Instance) ->
             if node.offline:
                 continue
             try:
-                found = env.rpc.call(node, "blockdev_find", {
-                    "disk": diskobjects.disk_object(config, inst, disk, node_uuid)})
+                found = env.rpc.call(node, disk_calls.BlockdevFind(
+                    disk=diskobjects.disk_object(config, inst, disk, node_uuid)))
             except HerderError:
                 return False
-            if not found:
+            if found is None:
                 return False
     return True
 
 
-LDS_FAULTY = 4  # Ganeti's constants.LDS_FAULTY: the local storage failed
-
-
-def faulty_disks(env: Any, config: model.ConfigData, inst: model.Instance,
+def faulty_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                  node: model.Node) -> list[int]:
     """Ganeti's FindFaultyInstanceDisks: the indices of the instance's disks whose local
     storage on `node` failed, from the node's mirror status."""
     try:
-        statuses = env.rpc.call(node, "blockdev_getmirrorstatus", {
-            "disks": diskobjects.disk_objects(config, inst, node.uuid)})
+        statuses = env.rpc.call(node, disk_calls.BlockdevGetmirrorstatus(
+            disks=diskobjects.disk_objects(config, inst, node.uuid)))
     except HerderError as err:
         raise OpPrereqError(f"Failed to get disk status from node {node.name}: {err}",
                             "environment_error") from None
-    return [index for index, status in enumerate(statuses or [])
-            if status and dict(zip(STATUS_FIELDS, status, strict=True))["ldisk_status"]
-            == LDS_FAULTY]
+    return [index for index, status in enumerate(statuses)
+            if status.ldisk_status == LocalDiskStatus.FAULTY]
 
 
-def replace_disks_only(env: Any, config: model.ConfigData, inst: model.Instance,
-                       node: model.Node, *, indices: list[int] | None = None,
-                       early_release: bool = False, feedback: Feedback = _quiet) -> None:
-    """Rebuild the DRBD disks' local storage on `node` (the primary for -p, the secondary for -s) in
-    Ganeti's order (TLReplaceDisks._ExecDrbd8DiskOnly): the devices found on the other node and on
-    `node`, the volume group on both (`vg_list`), the other node checked consistent, new data and
-    metadata LVs made, per disk the old LVs detached from the DRBD device, those found renamed to
-    `<lv>_replaced-<time>`, the new LVs renamed to the old names and attached, the resync awaited
-    (WaitForSync), the devices checked on the primary, the old LVs removed.
-    `indices`: only these disks (default: all)."""
-    import time
-
-    if inst.disk_template not in INT_MIRROR:
-        raise OpPrereqError(f"instance {inst.name} is not DRBD-mirrored; replace-disks "
-                            "needs a mirror", "wrong_input")
-    chosen = [(index, disk) for index, disk in enumerate(inst.disks)
-              if indices is None or index in indices]
-    other = _node(config, next(n for n in inst.all_nodes if n != node.uuid))
-    feedback("STEP 1/6 Check device existence")
-    for index, disk in chosen:
-        for here in (other, node):
-            find_or_fail(env, here, diskobjects.disk_object(config, inst, disk, here.uuid),
-                          f"disk/{index}")
-    check_volume_group(env, config, [node, other], feedback)
-    feedback("STEP 2/6 Check peer consistency")
-    for _index, disk in chosen:
-        if not check_disk_consistency(env, config, inst, disk, other,
-                                      other.uuid == inst.primary_node):
-            raise OpExecError(f"Node {other.name} has degraded storage, unsafe to replace "
-                              f"disks for instance {inst.name}")
-    feedback("STEP 3/6 Allocate new storage")
-    stamp = int(time.time())
-    new_children: list[list[dict[str, Any]]] = []
-    created: list[tuple[model.Node, dict[str, Any]]] = []
-    try:
-        for _index, disk in chosen:
-            obj = diskobjects.disk_object(config, inst, disk, node.uuid)
-            fresh = []
-            for child in obj["children"]:
-                vg, lv = child["logical_id"]
-                new = {**child, "uuid": model.new_uuid(),
-                       "logical_id": [vg, f"{lv}.new-{stamp}"]}
-                create_tree(env, node, inst, new, True, False, created)
-                fresh.append(new)
-            new_children.append(fresh)
-    except HerderError as err:
-        undo_create_disks(env, inst, created, feedback=feedback)
-        raise OpExecError(f"allocating new storage on {node.name} failed: {err}") from None
-    feedback("STEP 4/6 Changing drbd configuration")
-    old_renamed: list[dict[str, Any]] = []
-    for (_index, disk), fresh in zip(chosen, new_children, strict=True):
-        obj = diskobjects.disk_object(config, inst, disk, node.uuid)
-        old = obj["children"]
-        env.rpc.call(node, "blockdev_removechildren", {"disk": obj, "ndevs": old})
-        renames = []
-        for child in old:
-            try:
-                present = env.rpc.call(node, "blockdev_find", {"disk": child})
-            except HerderError:
-                present = None
-            vg, lv = child["logical_id"]
-            if present:
-                renames.append([child, [vg, f"{lv}_replaced-{stamp}"]])
-            old_renamed.append({**child, "logical_id": [vg, f"{lv}_replaced-{stamp}"]})
-        env.rpc.call(node, "blockdev_rename", {"devlist": renames})
-        env.rpc.call(node, "blockdev_rename", {"devlist": [
-            [new, child["logical_id"]] for new, child in zip(fresh, old, strict=True)]})
-        attached = [{**new, "logical_id": child["logical_id"]}
-                    for new, child in zip(fresh, old, strict=True)]
-        env.rpc.call(node, "blockdev_addchildren", {"disk": obj, "ndevs": attached})
-    finish_replacement(env, config, inst, node, old_renamed, early_release=early_release,
-                       disks=[disk for _index, disk in chosen], feedback=feedback)
-
-
-def finish_replacement(env: Any, config: model.ConfigData, inst: model.Instance,
-                       node: model.Node, old_lvs: list[dict[str, Any]], *,
-                       early_release: bool, disks: list[model.Disk] | None = None,
-                       feedback: Feedback = _quiet) -> None:
-    """The end of Ganeti's replace-disks: the resync awaited (WaitForSync, all the
-    instance's disks), the replaced devices (`disks`, default all) checked on the primary,
-    the old LVs on `node` removed — before the wait with `early_release`."""
-    def remove_old() -> None:
-        feedback("Removing old storage")
-        for old in old_lvs:
-            try:
-                env.rpc.call(node, "blockdev_remove", {"disk": old})
-            except HerderError as err:
-                feedback(f"can't remove old LV {old['logical_id'][1]} on {node.name}: {err};"
-                         " remove it by hand")
-
-    if early_release:
-        remove_old()
-    feedback("Sync devices")
-    wait_for_sync(env, config, inst, feedback=feedback)
-    check_devices(env, config, inst, disks)
-    if not early_release:
-        remove_old()
-
-
-def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,
+def wait_for_sync(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                   disks: list[model.Disk] | None = None, *, oneshot: bool = False,
-                  feedback: Feedback = _quiet) -> bool:
+                  feedback: Feedback = quiet) -> bool:
     """Ganeti's WaitForSync: ask the primary for the mirror status of the instance's
     mirrored disks (`disks`: of these) until none resyncs (`oneshot`: once; still resyncing
     is fine then); a degraded disk is asked about a few more times (a passing state). False
     when a disk stays degraded (10 minutes at most)."""
-    import time
-
     disks = inst.disks if disks is None else disks
     if not inst.disks or not disks:
         return True
@@ -650,13 +545,12 @@ def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,
     deadline = time.monotonic() + 600
     degraded_retries = 10
     while True:
-        statuses = env.rpc.call(primary, "blockdev_getmirrorstatus", {"disks": objects})
-        fields = [dict(zip(STATUS_FIELDS, s, strict=True)) for s in statuses or [] if s]
-        degraded = any(f["is_degraded"] and f["sync_percent"] is None for f in fields)
-        syncing = [f for f in fields if f["sync_percent"] is not None]
-        for disk, status in zip(mirrored, fields, strict=False):
-            if status["sync_percent"] is not None:
-                feedback(f"- device {disk.iv_name}: {status['sync_percent']:5.2f}% done")
+        statuses = env.rpc.call(primary, disk_calls.BlockdevGetmirrorstatus(disks=objects))
+        degraded = any(s.is_degraded and s.sync_percent is None for s in statuses)
+        syncing = [s for s in statuses if s.sync_percent is not None]
+        for disk, status in zip(mirrored, statuses, strict=False):
+            if status.sync_percent is not None:
+                feedback(f"- device {disk.iv_name}: {status.sync_percent:5.2f}% done")
         if (not syncing or oneshot) and degraded and degraded_retries > 0:
             degraded_retries -= 1
             time.sleep(1)
@@ -665,4 +559,4 @@ def wait_for_sync(env: Any, config: model.ConfigData, inst: model.Instance,
             return not degraded
         if time.monotonic() > deadline:
             raise OpExecError(f"the disks of {inst.name} did not resynchronise in time")
-        time.sleep(min(60.0, max(float(f["estimated_time"] or 5) for f in syncing)))
+        time.sleep(min(60.0, max(float(s.estimated_time or 5) for s in syncing)))

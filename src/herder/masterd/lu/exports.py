@@ -6,14 +6,12 @@ config.ini read from its node."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from herder.core import diskobjects, exportconf, model, ports
 from herder.core.errors import HerderError, OpPrereqError
-from herder.core.noderpc import instance_payload
-
-COPY_TIMEOUT = 6 * 3600.0  # seconds for one disk's stream
-PARTIAL = ".new"  # an export being written (noded.exports.PARTIAL)
+from herder.core.rpcdefs import backup_calls, disk_calls
+from herder.core.rpcdefs.payload import instance_payload
+from herder.masterd.lu.base import MasterEnv
 
 
 def progress_line(what: str, copied: int, seconds: float) -> str:
@@ -23,29 +21,28 @@ def progress_line(what: str, copied: int, seconds: float) -> str:
            f"{rate:.1f} MiB/s"
 
 
-def node_target(env: Any, node: model.Node) -> dict[str, Any]:
+def node_target(env: MasterEnv, node: model.Node) -> disk_calls.ExportTarget:
     """Where a node's noded takes streams (`POST /import/<token>`)."""
-    return {"name": node.name, "address": node.primary_ip,
-            "port": getattr(env.rpc, "port", ports.NODED)}
+    return disk_calls.ExportTarget(name=node.name, address=node.primary_ip,
+                                   port=getattr(env.rpc, "port", ports.NODED))
 
 
-def stream_disk(env: Any, config: model.ConfigData, inst: model.Instance, index: int,
+def stream_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, index: int,
                 source: model.Node, target: model.Node) -> int:
     """Disk `index` of `inst` from its device on `source`, through its OS's `export` script,
     into the export being written on `target`; the bytes the target confirmed (with the
     checksum of what was sent)."""
     disk = inst.disks[index]
-    prepared = env.rpc.call(target, "export_prepare_dump", {
-        "instance": inst.name, "dump": disk.uuid})
-    sent = env.rpc.call(source, "blockdev_export", {
-        "disk": diskobjects.disk_object(config, inst, disk, source.uuid),
-        "instance": inst.name, "idx": index, "token": prepared["token"],
-        "target": node_target(env, target),
-        "os_instance": instance_payload(config, inst)}, timeout=COPY_TIMEOUT)
-    return int(sent.get("bytes") or 0)
+    prepared = env.rpc.call(target, backup_calls.ExportPrepareDump(instance=inst.name,
+                                                                   dump=disk.uuid))
+    sent = env.rpc.call(source, disk_calls.BlockdevExport(
+        disk=diskobjects.disk_object(config, inst, disk, source.uuid), instance=inst.name,
+        idx=index, token=prepared.token, target=node_target(env, target),
+        os_instance=instance_payload(config, inst)), timeout=backup_calls.STREAM_TIMEOUT)
+    return sent.bytes or 0
 
 
-def find_exports(env: Any, config: model.ConfigData, name: str,
+def find_exports(env: MasterEnv, config: model.ConfigData, name: str,
                  feedback: Callable[[str], None]) -> list[model.Node]:
     """The online nodes holding an export named `name`."""
     found = []
@@ -53,7 +50,7 @@ def find_exports(env: Any, config: model.ConfigData, name: str,
         if node.offline:
             continue
         try:
-            names = env.rpc.call(node, "export_list", {}, timeout=30)
+            names = env.rpc.call(node, backup_calls.ExportList())
         except HerderError as err:
             feedback(f"could not list the exports of {node.name}: {err}")
             continue
@@ -62,11 +59,11 @@ def find_exports(env: Any, config: model.ConfigData, name: str,
     return found
 
 
-def import_export_info(env: Any, node: model.Node, name: str) -> exportconf.ExportInfo:
+def import_export_info(env: MasterEnv, node: model.Node, name: str
+                       ) -> exportconf.ExportInfo:
     """The export `name` on `node`, read from its config.ini (Ganeti's ExportInfo)."""
     try:
-        text = env.rpc.call(node, "export_info", {"name": name}, timeout=60)
-        return exportconf.parse(str(text))
+        return exportconf.parse(env.rpc.call(node, backup_calls.ExportInfo(name=name)))
     except HerderError as err:
         raise OpPrereqError(f"cannot read export {name} on {node.name}: {err}",
                             "wrong_input") from None

@@ -19,11 +19,12 @@ ext, blockdev, diskless) and are not checked, as in Ganeti.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from herder.core import livefigures, model, verify
 from herder.core.errors import HerderError, OpPrereqError
+from herder.core.rpcdefs import node_calls
 from herder.masterd.iallocator import disk_space_total
+from herder.masterd.lu.base import MasterEnv
 
 NODE_INFO_TIMEOUT = 60.0  # seconds: as the other checks that ask a node
 
@@ -41,20 +42,20 @@ def refuse_violations(config: model.ConfigData, node: model.Node, spec: verify.I
     return found
 
 
-def node_info(env: Any, node: model.Node, *, storage_units: Sequence[list[str]] = (),
+def node_info(env: MasterEnv, node: model.Node, *,
+              storage_units: Sequence[tuple[str, str]] = (),
               instances: bool = False) -> livefigures.NodeInfo:
     """The node's answer; OpPrereqError when it cannot be had (Ganeti's "Can't get data
     from node")."""
     try:
-        return livefigures.decode_node_info(env.rpc.call(
-            node, "node_info", {"instances": instances, "storage_units": list(storage_units)},
-            timeout=NODE_INFO_TIMEOUT))
+        return env.rpc.call(node, node_calls.NodeInfo(
+            instances=instances, storage_units=list(storage_units)), timeout=NODE_INFO_TIMEOUT)
     except (HerderError, ValueError) as err:
         raise OpPrereqError(f"Can't get data from node {node.name}: {err}",
                             "environment_error") from None
 
 
-def check_free_memory(env: Any, node: model.Node, requested: int, reason: str,
+def check_free_memory(env: MasterEnv, node: model.Node, requested: int, reason: str,
                       info: livefigures.NodeInfo | None = None) -> int:
     """Ganeti's CheckNodeFreeMemory: the node's free memory, when at least `requested` MiB."""
     free = (info or node_info(env, node)).memory_free
@@ -64,14 +65,14 @@ def check_free_memory(env: Any, node: model.Node, requested: int, reason: str,
     return free
 
 
-def storage_unit(cluster: model.Cluster, template: str) -> list[str] | None:
-    """The [type, name] unit holding `template`'s disks whose free space can be asked."""
+def storage_unit(cluster: model.Cluster, template: str) -> tuple[str, str] | None:
+    """The (type, name) unit holding `template`'s disks whose free space can be asked."""
     if template in ("plain", "drbd") and cluster.volume_group_name:
-        return [livefigures.STORAGE_LVM_VG, cluster.volume_group_name]
+        return (livefigures.STORAGE_LVM_VG, cluster.volume_group_name)
     if template == "file":
-        return [livefigures.STORAGE_FILE, cluster.file_storage_dir]
+        return (livefigures.STORAGE_FILE, cluster.file_storage_dir)
     if template == "sharedfile":
-        return [livefigures.STORAGE_FILE, cluster.shared_file_storage_dir]
+        return (livefigures.STORAGE_FILE, cluster.shared_file_storage_dir)
     return None
 
 
@@ -82,7 +83,7 @@ def needed_space(template: str, sizes: Sequence[int]) -> int:
     return disk_space_total(template, sizes)
 
 
-def check_free_disk(env: Any, config: model.ConfigData, nodes: Sequence[model.Node],
+def check_free_disk(env: MasterEnv, config: model.ConfigData, nodes: Sequence[model.Node],
                     template: str, sizes: Sequence[int]) -> None:
     """Ganeti's CheckNodesFreeDiskPerVG: every node has the space the new disks take in their
     storage unit."""

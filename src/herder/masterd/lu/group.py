@@ -8,8 +8,8 @@ from herder.core import model, params
 from herder.core.errors import ConfigError, OpPrereqError
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.cluster import apply_ipolicy, resets
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.common import apply_ipolicy, resets
 
 
 def _group_changes(group: model.NodeGroup,
@@ -39,7 +39,7 @@ class GroupAdd(LogicalUnit[opcodes.OpGroupAdd]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         stamp = model.now()
         group = model.NodeGroup(uuid=model.new_uuid(), name=op.group_name, ctime=stamp, mtime=stamp)
@@ -63,7 +63,7 @@ class GroupSetParams(LogicalUnit[opcodes.OpGroupSetParams]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         result: list[list[Any]] = []
         with self.env.store.update() as config:
             group = config.find_group(self.op.group_name)
@@ -87,7 +87,7 @@ class GroupRename(LogicalUnit[opcodes.OpGroupRename]):
         if any(g.name == op.new_name for g in config.nodegroups.values()):
             raise OpPrereqError(f"node group {op.new_name!r} already exists", "already_exists")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             group = config.find_group(op.group_name)
@@ -111,7 +111,7 @@ class GroupRemove(LogicalUnit[opcodes.OpGroupRemove]):
         if len(config.nodegroups) == 1:
             raise OpPrereqError("the last node group cannot be removed", "wrong_state")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             group = config.find_group(self.op.group_name)
             del config.nodegroups[group.uuid]
@@ -153,7 +153,7 @@ class GroupAssignNodes(LogicalUnit[opcodes.OpGroupAssignNodes]):
                                     "wrong_state")
             self.feedback(f"warning: {message}")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             for node in self.nodes:
                 target = config.nodes[node.uuid]

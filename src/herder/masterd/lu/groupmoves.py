@@ -12,8 +12,8 @@ from herder.core import model, params
 from herder.core.errors import OpPrereqError
 from herder.masterd import iallocator, locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, ResultWithJobs, lookup
-from herder.masterd.lu.create import live_figures
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, ResultWithJobs, lookup
+from herder.masterd.lu.placement import live_figures
 
 
 def allocator_names(config: model.ConfigData, given: str | None, kind: str) -> list[str]:
@@ -67,7 +67,7 @@ class _ChangeGroup(LogicalUnit[ChangeGroupOpT]):
     def dry_run_result(self) -> Any:
         return [i.name for i in self.instances]
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult | ResultWithJobs:
         if not self.instances:
             self.feedback("no instances to move")
             return ResultWithJobs([])
@@ -107,8 +107,9 @@ class GroupEvacuate(_ChangeGroup[opcodes.OpGroupEvacuate]):
                        if i.primary_node in members
                        or members & set(i.secondary_nodes)), key=lambda i: i.name)
 
-    def execute(self) -> Any:
-        result: ResultWithJobs = super().execute()
+    def execute(self) -> JobResult | ResultWithJobs:
+        result = super().execute()
+        assert isinstance(result, ResultWithJobs)  # the change-group's answer is its jobs
         if self.op.force_failover:  # Ganeti's: no migrations, failovers instead
             result.jobs[:] = [[{**op, "OP_ID": "OP_INSTANCE_FAILOVER"} if
                                op.get("OP_ID") == "OP_INSTANCE_MIGRATE" else op for op in job]
@@ -166,7 +167,7 @@ class InstanceMultiAlloc(LogicalUnit[opcodes.OpInstanceMultiAlloc]):
     def dry_run_result(self) -> Any:
         return {"allocatable": [name for name, _ in self.allocated], "failed": self.failed}
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult | ResultWithJobs:
         by_name = {i.instance_name: i for i in self.op.instances}
         jobs = []
         for name, nodes in self.allocated:

@@ -9,14 +9,13 @@ the guest sees it without a reboot (herder's; Ganeti 3.0 leaves it to the next s
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import diskobjects, model
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
+from herder.core.rpcdefs import disk_calls
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks, hotplug
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 # Ganeti's DTS_GROWABLE
 GROWABLE = frozenset({"plain", "drbd", "file", "sharedfile", "rbd", "ext", "gluster"})
@@ -55,17 +54,17 @@ class InstanceGrowDisk(LogicalUnit[opcodes.OpInstanceGrowDisk]):
                                 f"disk size ({disk.size} MiB)", "wrong_input")
         self.inst, self.delta, self.target = inst, target - disk.size, target
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return self.target
 
     def _grow(self, config: model.ConfigData, node_uuid: str, *, dryrun: bool,
               backingstore: bool) -> None:
         disk = self.inst.disks[self.op.disk]
-        self.env.rpc.call(config.nodes[node_uuid], "blockdev_grow", {
-            "disk": diskobjects.disk_object(config, self.inst, disk, node_uuid),
-            "amount": self.delta, "dryrun": dryrun, "backingstore": backingstore})
+        self.env.rpc.call(config.nodes[node_uuid], disk_calls.BlockdevGrow(
+            disk=diskobjects.disk_object(config, self.inst, disk, node_uuid),
+            amount=self.delta, dryrun=dryrun, backingstore=backingstore))
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op, inst = self.op, self.inst
         config = self.env.store.load()
         if self.delta == 0:

@@ -11,23 +11,24 @@ to the next start).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Literal
 
 from herder.core import model
 from herder.core.errors import HerderError, OpPrereqError
-from herder.core.noderpc import instance_payload
+from herder.core.rpcdefs import hotplug_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd.lu import nics
+from herder.masterd.lu.base import MasterEnv
 
 Feedback = Callable[[str], None]
-TIMEOUT = 120.0  # a guest has 30 s to release a device on the node; calls get more
 
 
-def supported(env: Any, config: model.ConfigData, inst: model.Instance, *, required: bool,
+def supported(env: MasterEnv, config: model.ConfigData, inst: model.Instance, *, required: bool,
               feedback: Feedback) -> bool:
     """Ganeti's _CheckHotplug: True when the primary can hotplug into the instance."""
     node = config.nodes[inst.primary_node]
     try:
-        env.rpc.call(node, "hotplug_supported", {"name": inst.name}, timeout=30)
+        env.rpc.call(node, hotplug_calls.HotplugSupported(name=inst.name))
     except HerderError as err:
         if required:
             raise OpPrereqError(f"Hotplug is not possible: {err}", "wrong_state") from None
@@ -37,15 +38,16 @@ def supported(env: Any, config: model.ConfigData, inst: model.Instance, *, requi
     return True
 
 
-def device(env: Any, config: model.ConfigData, inst: model.Instance, action: str, kind: str,
-           index: int, uuid: str, feedback: Feedback) -> str:
+def device(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+           action: Literal["add", "remove"], kind: Literal["disk", "nic"], index: int,
+           uuid: str, feedback: Feedback) -> str:
     """One device plugged in or out of the running instance: Ganeti's `hotplug:done` or
     `hotplug:failed` (a warning; the config keeps the change)."""
     feedback("Trying to hotplug device...")
     try:
-        env.rpc.call(config.nodes[inst.primary_node], "hotplug_device",
-                     {"instance": instance_payload(config, inst), "action": action,
-                      "dev_type": kind, "index": index, "uuid": uuid}, timeout=TIMEOUT)
+        env.rpc.call(config.nodes[inst.primary_node], hotplug_calls.HotplugDevice(
+            instance=instance_payload(config, inst), action=action, dev_type=kind,
+            index=index, uuid=uuid))
     except HerderError as err:
         feedback(f"WARNING: Could not hotplug device: {err}")
         feedback("Continuing execution..")
@@ -54,7 +56,7 @@ def device(env: Any, config: model.ConfigData, inst: model.Instance, action: str
     return "hotplug:done"
 
 
-def nic_changes(env: Any, config: model.ConfigData, inst_uuid: str,
+def nic_changes(env: MasterEnv, config: model.ConfigData, inst_uuid: str,
                 changes: Iterable[nics.NicChange], feedback: Feedback) -> list[list[str]]:
     """Hotplug the NIC changes just written (`config` holds them)."""
     inst = config.instances[inst_uuid]
@@ -78,13 +80,13 @@ def nic_changes(env: Any, config: model.ConfigData, inst_uuid: str,
     return rows
 
 
-def resize(env: Any, config: model.ConfigData, inst: model.Instance, disk: model.Disk,
+def resize(env: MasterEnv, config: model.ConfigData, inst: model.Instance, disk: model.Disk,
            feedback: Feedback) -> bool:
     """Tell the running instance's QEMU the disk's new size; a failure is a warning (the
     guest sees the size at its next start)."""
     try:
-        env.rpc.call(config.nodes[inst.primary_node], "instance_disk_resize",
-                     {"name": inst.name, "uuid": disk.uuid, "size": disk.size}, timeout=60)
+        env.rpc.call(config.nodes[inst.primary_node], hotplug_calls.InstanceDiskResize(
+            name=inst.name, uuid=disk.uuid, size=disk.size))
     except HerderError as err:
         feedback(f"WARNING: the running instance was not told of the new size: {err}")
         return False

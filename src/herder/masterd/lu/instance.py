@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-from herder.core import (
-    configdiff,
-    diskobjects,
-    model,
-    names,
-    params,
-    ports,
-    verify,
-    vmclaim,
-)
+import msgspec
+
+from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.noderpc import instance_payload
-from herder.masterd import locking, portpool
+from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
+from herder.core.rpcdefs.payload import instance_payload
+from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import (
     convert,
@@ -31,37 +24,17 @@ from herder.masterd.lu import (
     hotplug,
     migration,
     nics,
+    placement,
+    replace,
 )
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.cluster import resets
-
-
-def _instance_locks(config: model.ConfigData, name: str, *, nodes: bool = False,
-                    shared_nodes: bool = True) -> list[LockRequest]:
-    inst = lookup(config.find_instance, name)
-    requests = [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid])]
-    if nodes:
-        requests.append(LockRequest(locking.LEVEL_NODE, sorted(inst.all_nodes),
-                                    shared=shared_nodes))
-    return requests
-
-
-def checked_new_name(name: str, *, name_check: bool, ip_check: bool,
-                     feedback: Callable[[str], None]) -> str:
-    """A new instance name after Ganeti's name and IP checks: resolved (the resolved fully
-    qualified name is the one kept) and its address not in use; OpPrereqError otherwise."""
-    if not name_check:
-        return name
-    try:
-        resolved = names.resolve(name)
-    except names.BadName as err:
-        raise OpPrereqError(str(err), "resolver_error") from None
-    if resolved.name != name:
-        feedback(f"Resolved given name '{name}' to '{resolved.name}'")
-    if ip_check and names.address_answers(resolved.ip, ports.NODED):
-        raise OpPrereqError(f"IP {resolved.ip} of instance {resolved.name} already in use",
-                            "already_exists")
-    return resolved.name
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.common import (
+    checked_new_name,
+    forget_instance,
+    instance_locks,
+    remove_domain_and_disks,
+    resets,
+)
 
 
 class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
@@ -73,7 +46,7 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
     name at the next start (noded defines it from the config)."""
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name, nodes=True, shared_nodes=False)
+        return instance_locks(config, self.op.instance_name, nodes=True, shared_nodes=False)
 
     def check(self, config: model.ConfigData) -> None:
         op = self.op
@@ -86,11 +59,11 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
             raise OpPrereqError(f"Instance '{inst.name}' is marked to be up, cannot rename",
                                 "wrong_state")
         try:
-            listed = self.env.rpc.call(node, "instance_list", {}, timeout=30)
+            listed = self.env.rpc.call(node, node_calls.InstanceList())
         except HerderError as err:
             raise OpPrereqError(f"cannot ask {node.name} whether {inst.name} runs: {err}",
                                 "wrong_state") from None
-        if isinstance(listed, dict) and listed.get(inst.name) in handover.RUNNING_STATES:
+        if listed.get(inst.name) in handover.RUNNING_STATES:
             raise OpPrereqError(f"Instance {inst.name} is running, cannot rename",
                                 "wrong_state")
         op.new_name = checked_new_name(op.new_name, name_check=op.name_check,
@@ -99,7 +72,7 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
             raise OpPrereqError(f"instance {op.new_name!r} already exists", "already_exists")
         self.inst, self.node = inst, node
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         old_name = self.inst.name
         old_dir = next((d for d in map(diskobjects.file_storage_dir, self.inst.disks) if d),
@@ -109,8 +82,8 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
             new_dir = os.path.join(os.path.dirname(old_dir), op.new_name)
             # the node first: a refused rename leaves the config as it was
             try:
-                self.env.rpc.call(self.node, "file_storage_dir_rename", {
-                    "old_file_storage_dir": old_dir, "new_file_storage_dir": new_dir})
+                self.env.rpc.call(self.node, disk_calls.FileStorageDirRename(
+                    old_file_storage_dir=old_dir, new_file_storage_dir=new_dir))
             except HerderError as err:
                 raise OpExecError(f"Could not rename on node {self.node.name} directory "
                                   f"'{old_dir}' to '{new_dir}': {err}") from None
@@ -126,8 +99,8 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
                 inst.touch()
         except HerderError:
             if new_dir is not None and old_dir is not None:
-                self.env.rpc.call(self.node, "file_storage_dir_rename", {
-                    "old_file_storage_dir": new_dir, "new_file_storage_dir": old_dir})
+                self.env.rpc.call(self.node, disk_calls.FileStorageDirRename(
+                    old_file_storage_dir=new_dir, new_file_storage_dir=old_dir))
             raise
         self._after_rename(old_name)
         return op.new_name
@@ -151,16 +124,15 @@ class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
                 for node_uuid in disks.disk_nodes(inst, disk):
                     node = config.nodes[node_uuid]
                     try:
-                        self.env.rpc.call(node, "blockdev_setinfo", {
-                            "disk": diskobjects.disk_object(config, inst, disk, node_uuid),
-                            "info": info})
+                        self.env.rpc.call(node, disk_calls.BlockdevSetinfo(
+                            disk=diskobjects.disk_object(config, inst, disk, node_uuid),
+                            info=info))
                     except HerderError as err:
                         self.feedback(f"Warning: Error setting info on node {node.name} for "
                                       f"disk {index}: {err}")
             try:
-                self.env.rpc.call(self.node, "instance_run_rename", {
-                    "instance": instance_payload(config, inst), "old_name": old_name},
-                    timeout=900)
+                self.env.rpc.call(self.node, instance_calls.InstanceRunRename(
+                    instance=instance_payload(config, inst), old_name=old_name))
             except HerderError as err:
                 self.feedback(f"Warning: Could not run OS rename script for instance "
                               f"{inst.name} on node {self.node.name} (but the instance has "
@@ -185,7 +157,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         networks = LockRequest(locking.LEVEL_NETWORK, sorted(config.networks)) if op.nics \
             else None
         if not (op.disks or op.disk_template or op.runtime_mem or op.nics):
-            return _instance_locks(config, op.instance_name)
+            return instance_locks(config, op.instance_name)
         nodes = set(inst.all_nodes)
         if op.remote_node:
             nodes.add(lookup(config.find_node, op.remote_node).uuid)
@@ -201,11 +173,11 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
             self.feedback("Primary node offline, ignoring check that instance is down")
             return False
         try:
-            listed = self.env.rpc.call(node, "instance_list", {}, timeout=30)
+            listed = self.env.rpc.call(node, node_calls.InstanceList())
         except HerderError as err:
             raise OpPrereqError(f"cannot ask {node.name} whether {inst.name} runs: {err}",
                                 "wrong_state") from None
-        return isinstance(listed, dict) and listed.get(inst.name) in handover.RUNNING_STATES
+        return listed.get(inst.name) in handover.RUNNING_STATES
 
     def _check_disks(self, config: model.ConfigData, inst: model.Instance) -> None:
         op = self.op
@@ -315,8 +287,6 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         """Ganeti's CheckPrereq for runtime_mem: the instance runs on its primary, the size
         is within the proposed minmem..maxmem (unless force), and an increase fits in the
         primary's free memory (CheckNodeFreeMemory)."""
-        from herder.core.livefigures import decode_node_info
-
         wanted = self.op.runtime_mem
         assert wanted is not None  # the caller's test
         node = config.nodes.get(inst.primary_node)
@@ -325,9 +295,8 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
             raise OpPrereqError(f"Error checking node {name}: Node is marked offline",
                                 "environment_error")
         try:
-            info = decode_node_info(self.env.rpc.call(node, "node_info", {"instances": True},
-                                                      timeout=60))
-        except (HerderError, ValueError) as err:
+            info = self.env.rpc.call(node, node_calls.NodeInfo(instances=True), timeout=60)
+        except HerderError as err:
             raise OpPrereqError(f"Error checking node {name}: {err}",
                                 "environment_error") from None
         running = (info.instances or {}).get(inst.name)
@@ -343,7 +312,7 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
                                 f"instance {inst.name}: needed {delta} MiB, available "
                                 f"{info.memory_free} MiB", "insufficient_resources")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         config = self.env.store.load()
         inst = config.find_instance(op.instance_name)
@@ -351,11 +320,12 @@ class InstanceSetParams(LogicalUnit[opcodes.OpInstanceSetParams]):
         ballooned: list[Any] = []
         if op.runtime_mem:  # Ganeti's Exec: first, before the disk changes
             try:
-                self.env.rpc.call(config.nodes[inst.primary_node], "instance_balloon_memory",
-                                  {"name": inst.name, "reason": op.reason,
-                                   "version": inst.serial_no,
-                                   vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst),
-                                   "memory": op.runtime_mem}, timeout=120)
+                self.env.rpc.call(config.nodes[inst.primary_node],
+                                  instance_calls.InstanceBalloonMemory(
+                                      name=inst.name, reason=op.reason,
+                                      version=inst.serial_no,
+                                      claim=vmclaim.claim_for(config, inst),
+                                      memory=op.runtime_mem))
             except HerderError as err:
                 raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
             ballooned.append(["runtime_memory", op.runtime_mem])
@@ -417,7 +387,7 @@ def disk_view(config: model.ConfigData, inst: model.Instance,
 
 
 class InstanceQueryData(LogicalUnit[opcodes.OpInstanceQueryData]):
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         config = self.env.store.load()
         wanted = [lookup(config.find_instance, n) for n in op.instances] if op.instances \
@@ -458,7 +428,7 @@ class _NodeAction(LogicalUnit[InstanceOpT]):
     node: model.Node  # the primary
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return _instance_locks(config, self.op.instance_name, nodes=True)
+        return instance_locks(config, self.op.instance_name, nodes=True)
 
     def check(self, config: model.ConfigData) -> None:
         self.config = config
@@ -473,15 +443,13 @@ class _NodeAction(LogicalUnit[InstanceOpT]):
         if self.node.offline and not getattr(self.op, "ignore_offline_nodes", False):
             raise OpPrereqError(f"node {self.node.name} is offline", "wrong_state")
 
-    def rpc_args(self) -> dict[str, Any]:
-        return {"reason": self.op.reason, "version": self.inst.serial_no,
-                "instance": instance_payload(self.config, self.inst), "name": self.inst.name,
-                vmclaim.CLAIM_KEY: vmclaim.claim_for(self.config, self.inst)}
+    def claim(self) -> vmclaim.Claim:
+        return vmclaim.claim_for(self.config, self.inst)
 
     def act(self) -> None:
         raise NotImplementedError
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         self.act()  # the node first: the config changes only when the node did it
         if self.new_admin_state and not getattr(self.op, "no_remember", False):
             with self.env.store.update() as config:
@@ -509,192 +477,27 @@ class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
                                   f"starting instance {self.inst.name}", info=info)
 
     def act(self) -> None:
-        self.env.rpc.call(self.node, "instance_start", self.rpc_args())
+        self.env.rpc.call(self.node, instance_calls.InstanceStart(
+            instance=instance_payload(self.config, self.inst), name=self.inst.name,
+            reason=self.op.reason, version=self.inst.serial_no, claim=self.claim()))
 
 
 class InstanceShutdown(_NodeAction[opcodes.OpInstanceShutdown]):
     new_admin_state = "down"
 
     def act(self) -> None:
-        self.env.rpc.call(self.node, "instance_shutdown",
-                          {**self.rpc_args(), "timeout": self.op.timeout})
+        self.env.rpc.call(self.node, instance_calls.InstanceShutdown(
+            instance=instance_payload(self.config, self.inst), name=self.inst.name,
+            reason=self.op.reason, version=self.inst.serial_no, claim=self.claim(),
+            timeout=self.op.timeout))
 
 
 class InstanceReboot(_NodeAction[opcodes.OpInstanceReboot]):
     def act(self) -> None:
-        self.env.rpc.call(self.node, "instance_reboot",
-                          {**self.rpc_args(), "type": self.op.reboot_type})
-
-
-def move_instance(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node, *,
-                  live: bool, reason: list[Any], ignore_source: bool = False,
-                  feedback: Callable[[str], None] | None = None) -> None:
-    """Move an instance's domain from its primary node to `target` with libvirt's own calls
-    (prepare on the source, accept on the target, finish on the source), then update the
-    config: new primary, and for DRBD the target first in the logical id.
-
-    Every call carries the instance's claim, the target's and the finish also the move (the
-    target's guard admits it only so). When the move fails half way, the nodes are asked
-    where the instance runs and exactly one copy is kept (`handover`): the target's copy is
-    stopped and the instance stays on the source, or (the source's copy is gone) the move is
-    completed; OpExecError says which."""
-    say = feedback or (lambda message: None)
-    source = config.nodes[inst.primary_node]
-    payload = instance_payload(config, inst)
-    running = inst.admin_state == "up"
-    claim = vmclaim.claim_for(config, inst)
-    args = {"name": inst.name, "reason": reason, "version": inst.serial_no,
-            vmclaim.CLAIM_KEY: claim}
-    move = {**args, vmclaim.MOVE_KEY: vmclaim.move_for(config, inst, target)}
-    source_stopped = False  # the source's copy was shut down for a non-live move
-    try:
-        prepared = env.rpc.call(source, "migrate_prepare", args)
-        xml = prepared["xml"]
-        if not live and running:
-            env.rpc.call(source, "instance_shutdown", {**args, "timeout": 30})
-            source_stopped = True
-    except HerderError:
-        if not ignore_source:
-            raise
-        xml = None  # the source is dead: define afresh on the target (failover)
-    say(f"{inst.name}: prepared on {source.name}, handing over to {target.name}")
-    try:
-        if xml is None:
-            env.rpc.call(target, "instance_start" if running else "instance_define",
-                         {**move, "instance": payload})
-        else:
-            env.rpc.call(target, "migrate_accept", {**move, "instance": payload, "xml": xml,
-                                                    "start": running})
-    except HerderError as err:
-        _abandon_move(env, inst, source, target, args, err,
-                      restart_source=source_stopped, say=say)
-    if xml is not None:
-        try:
-            env.rpc.call(source, "migrate_finish", move)
-        except HerderError as err:
-            if not ignore_source:
-                _settle_failed_finish(env, inst, source, target, args, move, err,
-                                      source_stopped=source_stopped, say=say)
-    migration.set_primary(env, inst, target)
-
-
-def _stop_copy(env: Any, node: model.Node, args: dict[str, Any]) -> str:
-    """Stop the copy on a node that is not the instance's primary; "" or why it failed."""
-    try:
-        env.rpc.call(node, "instance_stop_stray", args)
-    except HerderError as err:
-        return str(err)
-    return ""
-
-
-def _abandon_move(env: Any, inst: model.Instance, source: model.Node, target: model.Node,
-                  args: dict[str, Any], err: HerderError, *, restart_source: bool,
-                  say: Callable[[str], None]) -> NoReturn:
-    """The target did not take the instance: remove whatever it started, start the source's
-    copy again when it was shut down for the move, and fail."""
-    notes = []
-    problem = _stop_copy(env, target, args)
-    if problem:
-        notes.append(f"a copy may remain on {target.name} ({problem}); cluster verify reports "
-                     "it and maintd stops it")
-    if restart_source:
-        try:
-            env.rpc.call(source, "instance_start", {**args, "instance": instance_payload(
-                env.store.load(), inst)})
-        except HerderError as again:
-            notes.append(f"restarting it on {source.name} failed too: {again}")
-    say(f"{inst.name}: the move to {target.name} failed; it stays on {source.name}")
-    raise OpExecError(f"moving {inst.name} to {target.name} failed: {err}; it stays on "
-                      f"{source.name}" + "".join(f"; {n}" for n in notes))
-
-
-def _settle_failed_finish(env: Any, inst: model.Instance, source: model.Node,
-                          target: model.Node, args: dict[str, Any], move: dict[str, Any],
-                          err: HerderError, *, source_stopped: bool,
-                          say: Callable[[str], None]) -> None:
-    """The target runs the instance, the source's finish failed: keep exactly one copy. Returns
-    when the move is to be completed (the source's copy is gone); raises OpExecError when the
-    instance stays on the source (the target's copy stopped)."""
-    def copy_on(node: model.Node) -> handover.Copy:
-        try:
-            return handover.Copy.from_domains(env.rpc.call(node, "instance_list", {},
-                                                           timeout=30), inst.name)
-        except HerderError:
-            return handover.UNKNOWN
-
-    source_copy = handover.Copy(known=True) if source_stopped else copy_on(source)
-    keeper = handover.keeper(source_copy, copy_on(target), handover.RESTART)
-    if keeper == handover.TARGET:
-        say(f"{inst.name}: finishing on {source.name} failed ({err}), but its copy there no "
-            f"longer runs: the move to {target.name} is completed")
-        try:  # best effort: undefine the stopped copy, the source records the move
-            env.rpc.call(source, "migrate_finish", move)
-        except HerderError as again:
-            say(f"{inst.name}: cleaning up on {source.name} failed: {again}")
-        return
-    problem = _stop_copy(env, target, args)
-    where = ("it stays on" if source_copy.known else "its copy there could not be checked; the "
-             "config keeps it on")
-    raise OpExecError(
-        f"moving {inst.name} to {target.name} failed when finishing on {source.name}: {err}; "
-        f"{where} {source.name}" + (
-            f"; stopping the copy on {target.name} failed too ({problem}): cluster verify "
-            "reports it and maintd stops it" if problem else
-            f"; the copy on {target.name} was stopped"))
-
-
-ALLOCATED = ("sharedfile", "rbd", "ext", "diskless", "blockdev")  # any node can take them
-
-
-def uses_allocator(inst: model.Instance, op: Any) -> bool:
-    """Whether a migration/failover asks an iallocator for the target: a shared-storage or
-    diskless instance with `iallocator`, or with neither it nor a target node (Ganeti's
-    externally mirrored instances)."""
-    return inst.disk_template in ALLOCATED and (
-        bool(getattr(op, "iallocator", None)) or not getattr(op, "target_node", None))
-
-
-def allocate_target(env: Any, config: model.ConfigData, inst: model.Instance, op: Any,
-                    feedback: Any) -> model.Node:
-    """The allocator's node for a shared-storage instance: a `relocate` request with
-    `relocate_from: [primary]`, as Ganeti asks for externally mirrored instances (the op's
-    iallocator, else the cluster's default relocate allocators, else herder's own)."""
-    from herder.masterd import iallocator
-    from herder.masterd.lu.create import live_figures
-
-    names = [op.iallocator] if getattr(op, "iallocator", None) else \
-        config.cluster.default_iallocators.get("relocate", []) or [iallocator.BUILTIN]
-    request = {"type": "relocate", "name": inst.name, "required_nodes": 1,
-               "disk_space_total": iallocator.disk_space_total(
-                   inst.disk_template, [d.size for d in inst.disks]),
-               "relocate_from": [config.node_name(inst.primary_node)]}
-    name, nodes = iallocator.allocate_nodes(config, names, request,
-                                            live_figures(env, config, feedback),
-                                            env.iallocator_path or iallocator.DEFAULT_SEARCH_PATH)
-    target = lookup(config.find_node, nodes[0])
-    if target.uuid == inst.primary_node:
-        raise OpPrereqError(f"iallocator {name} chose the instance's own node {target.name}",
-                            "insufficient_resources")
-    feedback(f"{inst.name}: iallocator {name} chose {target.name}")
-    return target
-
-
-def pick_target(config: model.ConfigData, inst: model.Instance,
-                target_node: str | None) -> model.Node:
-    if inst.disk_template == "drbd":
-        secondary = inst.secondary_nodes
-        if not secondary:
-            raise OpPrereqError(f"instance {inst.name} has no secondary node")
-        target = config.nodes[secondary[0]]
-        if target_node and lookup(config.find_node, target_node).uuid != target.uuid:
-            raise OpPrereqError("a DRBD instance can only move to its secondary node")
-        return target
-    if inst.disk_template in ALLOCATED:
-        if not target_node:
-            raise OpPrereqError(f"instance {inst.name}: give a target node")
-        return lookup(config.find_node, target_node)
-    raise OpPrereqError(f"instance {inst.name} has disk template {inst.disk_template}, which "
-                        "cannot move between nodes", "wrong_input")
+        self.env.rpc.call(self.node, instance_calls.InstanceReboot(
+            instance=instance_payload(self.config, self.inst), name=self.inst.name,
+            reason=self.op.reason, version=self.inst.serial_no, claim=self.claim(),
+            type=self.op.reboot_type))
 
 
 MoveOpT = TypeVar("MoveOpT", opcodes.OpInstanceMigrate, opcodes.OpInstanceFailover)
@@ -708,7 +511,8 @@ class _InstanceMove(_NodeAction[MoveOpT]):
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         inst = lookup(config.find_instance, self.op.instance_name)
-        if uses_allocator(inst, self.op) or getattr(self.op, "cleanup", False):
+        if placement.uses_allocator(inst, self.op.iallocator, self.op.target_node) or \
+                getattr(self.op, "cleanup", False):
             # the allocator may choose any node; a cleanup may find the guest on any node
             return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
                     LockRequest(locking.LEVEL_NODE, None)]
@@ -722,9 +526,10 @@ class _InstanceMove(_NodeAction[MoveOpT]):
         op = self.op
         if op.iallocator and op.target_node:
             raise OpPrereqError("give a target node or an iallocator, not both", "wrong_input")
-        if uses_allocator(self.inst, op):
-            return allocate_target(self.env, config, self.inst, op, self.feedback)
-        return pick_target(config, self.inst, op.target_node)
+        if placement.uses_allocator(self.inst, op.iallocator, op.target_node):
+            return placement.allocate_target(self.env, config, self.inst, op.iallocator,
+                                             self.feedback)
+        return placement.pick_target(config, self.inst, op.target_node)
 
     def check(self, config: model.ConfigData) -> None:
         super().check(config)
@@ -750,7 +555,7 @@ class InstanceMigrate(_InstanceMove[opcodes.OpInstanceMigrate]):
             # Ganeti's _ExecCleanup asks every online node where the guest runs; the target
             # is the DRBD secondary, the node given, or (shared storage) the one found
             _NodeAction.check(self, config)
-            self.cleanup_target = (None if self.inst.disk_template in ALLOCATED
+            self.cleanup_target = (None if self.inst.disk_template in placement.ALLOCATED
                                    and not op.target_node else self._target(config))
             return
         super().check(config)
@@ -804,40 +609,10 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
         remove_domain_and_disks(self.env, self.config, self.inst, self.op.ignore_failures,
                                 self.feedback)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         self.act()
         forget_instance(self.env, self.inst, self.feedback)
         return None
-
-
-def remove_domain_and_disks(env: Any, config: model.ConfigData, inst: model.Instance,
-                            ignore_failures: bool, feedback: Callable[[str], None]) -> None:
-    """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they live on
-    (RemoveDisks); the config entry stays (`forget_instance`)."""
-    for node_uuid in inst.all_nodes:
-        node = config.nodes.get(node_uuid)
-        if node is None:
-            continue
-        try:
-            env.rpc.call(node, "instance_remove", {"name": inst.name})
-        except HerderError:
-            if not ignore_failures:
-                raise
-            feedback(f"could not clean up on {node.name}; ignored")
-    if not disks.remove_disks(env, config, inst, feedback=feedback) and not ignore_failures:
-        raise OpExecError(f"could not remove the block devices of {inst.name}")
-
-
-def forget_instance(env: Any, inst: model.Instance, feedback: Callable[[str], None]) -> None:
-    """The removed instance's config entry, port, addresses and lock gone."""
-    with env.store.update() as config:
-        removed = config.instances.pop(inst.uuid)
-        portpool.release(config, removed.network_port)
-        pools = nics.Pools(config)  # its addresses go back to their networks' pools
-        for nic in removed.nics:
-            pools.release(nic, feedback)
-        pools.keep()
-    env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
 
 
 class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):
@@ -864,22 +639,23 @@ class InstanceStopStray(LogicalUnit[opcodes.OpInstanceStopStray]):
             raise OpPrereqError(f"the primary node {primary.name} of {self.inst.name} is "
                                 "offline: its copy cannot be confirmed", "wrong_state")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         inst, node, primary = self.inst, self.node, self.primary
         if node.uuid == primary.uuid:
             self.feedback(f"{node.name} is the primary node of {inst.name} now; nothing to stop")
             return None
-        listed = self.env.rpc.call(primary, "instance_list", {}, timeout=30)
-        state = listed.get(inst.name) if isinstance(listed, dict) else None
+        listed = self.env.rpc.call(primary, node_calls.InstanceList())
+        state = listed.get(inst.name)
         if state not in handover.RUNNING_STATES:
             raise OpExecError(f"the copy of {inst.name} on its primary node {primary.name} is "
                               f"not running ({state or 'absent'}); not stopping the copy on "
                               f"{node.name}, which may be the only one")
         self.feedback(f"{inst.name} runs on its primary node {primary.name} ({state}); "
                       f"stopping the copy on {node.name}")
-        return self.env.rpc.call(node, "instance_stop_stray", {
-            "name": inst.name, "reason": self.op.reason, "version": inst.serial_no,
-            vmclaim.CLAIM_KEY: vmclaim.claim_for(self.config, inst)})
+        stopped = self.env.rpc.call(node, instance_calls.InstanceStopStray(
+            name=inst.name, reason=self.op.reason, version=inst.serial_no,
+            claim=vmclaim.claim_for(self.config, inst)))
+        return msgspec.to_builtins(stopped)
 
 
 class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
@@ -891,7 +667,7 @@ class InstanceActivateDisks(_NodeAction[opcodes.OpInstanceActivateDisks]):
         self.assembled = disks.assemble_disks(self.env, self.config, self.inst,
                                               feedback=self.feedback)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:  # Ganeti marks them active first
             config.instances[self.inst.uuid].disks_active = True
         try:
@@ -921,16 +697,15 @@ class InstanceDeactivateDisks(_NodeAction[opcodes.OpInstanceDeactivateDisks]):
 
     def act(self) -> None:
         if not self.op.force:
-            listed = self.env.rpc.call(self.node, "instance_list", {}, timeout=30)
-            if isinstance(listed, dict) and listed.get(self.inst.name) in \
-                    handover.RUNNING_STATES:
+            listed = self.env.rpc.call(self.node, node_calls.InstanceList())
+            if listed.get(self.inst.name) in handover.RUNNING_STATES:
                 raise OpExecError(f"instance {self.inst.name} runs on {self.node.name}; "
                                   "cannot deactivate its disks")
         if not disks.shutdown_disks(self.env, self.config, self.inst,
                                     ignore_primary=self.op.force, feedback=self.feedback):
             raise OpExecError(f"could not shut down every disk of {self.inst.name}")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         self.act()
         with self.env.store.update() as config:
             config.instances[self.inst.uuid].disks_active = False
@@ -950,12 +725,12 @@ class InstanceReinstall(_NodeAction[opcodes.OpInstanceReinstall]):
         op = self.op
         payload = instance_payload(self.config, self.inst)
         if op.os_type:
-            payload["os"] = op.os_type
-        self.env.rpc.call(self.node, "instance_os_add", {
-            "instance": payload, "name": self.inst.name, "reason": op.reason,
-            "version": self.inst.serial_no, "force_variant": op.force_variant}, timeout=900)
+            payload = msgspec.structs.replace(payload, os=op.os_type)
+        self.env.rpc.call(self.node, instance_calls.InstanceOsAdd(
+            instance=payload, name=self.inst.name, reason=op.reason,
+            version=self.inst.serial_no, force_variant=op.force_variant))
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         self.act()
         if op.os_type and op.os_type != self.inst.os:
@@ -1019,13 +794,12 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
                                      feedback=self.feedback)
 
     def _replace(self, auto: tuple[str, list[int]] | None) -> None:
-        from herder.masterd.lu.node import change_secondary, choose_secondary
-
         op = self.op
         if op.mode == "replace_new_secondary" or op.remote_node or op.iallocator:
-            new = choose_secondary(self.env, self.config, self.inst, op, self.feedback)
-            change_secondary(self.env, self.config, self.inst, new, op.reason, self.feedback,
-                             early_release=op.early_release)
+            new = placement.choose_secondary(self.env, self.config, self.inst, op.remote_node,
+                                             op.iallocator, self.feedback)
+            replace.change_secondary(self.env, self.config, self.inst, new, self.feedback,
+                                     early_release=op.early_release)
             return
         indices: list[int] | None
         if auto is not None:
@@ -1034,7 +808,7 @@ class InstanceReplaceDisks(_NodeAction[opcodes.OpInstanceReplaceDisks]):
             node_uuid = self.inst.primary_node if op.mode == "replace_on_primary" \
                 else self.inst.secondary_nodes[0]
             indices = op.disks or None
-        disks.replace_disks_only(self.env, self.config, self.inst,
-                                 self.config.nodes[node_uuid], indices=indices,
-                                 early_release=op.early_release, feedback=self.feedback)
+        replace.replace_disks_only(self.env, self.config, self.inst,
+                                   self.config.nodes[node_uuid], indices=indices,
+                                   early_release=op.early_release, feedback=self.feedback)
 

@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from herder.core import diskobjects, model, vmclaim
+from herder.core import diskobjects, model
 from herder.core.errors import HerderError, OpExecError
-from herder.core.noderpc import instance_payload
+from herder.core.noderpc import call_many
+from herder.core.rpcdefs import disk_calls, instance_calls, migration_calls, node_calls
+from herder.core.rpcdefs.base import ReasonTrail
+from herder.core.rpcdefs.payload import InstancePayload, instance_payload
 from herder.masterd.lu import disks, handover
+from herder.masterd.lu.base import MasterEnv
+from herder.masterd.lu.moves import Order, move_instance, set_primary, where_it_runs
 
 Say = Callable[[str], None]
 POLL_INTERVAL = 0.5
@@ -41,51 +45,32 @@ FEEDBACK_INTERVAL = 5.0
 MIGRATION_TIMEOUT = 3600.0  # a migration that never converges is aborted after this
 
 
-def _call_args(config: model.ConfigData, inst: model.Instance, target: model.Node | None,
-               reason: list[Any]) -> dict[str, Any]:
-    args: dict[str, Any] = {"name": inst.name, "reason": reason, "version": inst.serial_no,
-                            vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)}
-    if target is not None:
-        args[vmclaim.MOVE_KEY] = vmclaim.move_for(config, inst, target)
-    return args
+def _finalize_src(order: Order, payload: InstancePayload, *, success: bool,
+                  live: bool) -> migration_calls.FinalizeMigrationSrc:
+    return migration_calls.FinalizeMigrationSrc(
+        name=order.name, reason=order.reason, version=order.version, claim=order.claim,
+        move=order.move, instance=payload, success=success, live=live)
 
 
-def set_primary(env: Any, inst: model.Instance, target: model.Node) -> None:
-    """The config names `target` as the primary (DRBD: the target first in the logical id)."""
-    with env.store.update() as fresh:
-        moved = fresh.instances[inst.uuid]
-        moved.primary_node = target.uuid
-        for disk in moved.disks:
-            lid = disk.logical_id
-            if isinstance(lid, model.DrbdId) and lid.nodes[0] != target.uuid:
-                lid.nodes.reverse()
-                lid.minors.reverse()
-        moved.touch()
+def _finalize_dst(order: Order, payload: InstancePayload, *,
+                  success: bool) -> migration_calls.FinalizeMigrationDst:
+    return migration_calls.FinalizeMigrationDst(
+        name=order.name, reason=order.reason, version=order.version, claim=order.claim,
+        move=order.move, instance=payload, success=success)
 
 
-def where_it_runs(env: Any, inst: model.Instance, node: model.Node) -> handover.Copy:
-    try:
-        return handover.Copy.from_domains(env.rpc.call(node, "instance_list", {}, timeout=30),
-                                          inst.name)
-    except HerderError:
-        return handover.UNKNOWN
-
-
-def fit_target_memory(env: Any, config: model.ConfigData, inst: model.Instance,
+def fit_target_memory(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                       source: model.Node, target: model.Node, *, allow_runtime_changes: bool,
-                      reason: list[Any], say: Say) -> None:
+                      reason: ReasonTrail, say: Say) -> None:
     """Ganeti's memory check before a migration (CheckNodeFreeMemory for minmem in
     CheckPrereq, then _ExecMigration's ballooning): the target must have the instance's
     minmem free; when the guest has more than the target's free memory it is ballooned down
     to that (allow_runtime_changes), else refused."""
-    from herder.core.livefigures import decode_node_info
-
     be = config.filled_beparams(inst)
     try:
-        src = decode_node_info(env.rpc.call(source, "node_info", {"instances": True},
-                                            timeout=60))
-        dst = decode_node_info(env.rpc.call(target, "node_info", {}, timeout=60))
-    except (HerderError, ValueError) as err:
+        src = env.rpc.call(source, node_calls.NodeInfo(instances=True), timeout=60)
+        dst = env.rpc.call(target, node_calls.NodeInfo(), timeout=60)
+    except HerderError as err:
         raise OpExecError(f"Unable to retrieve node information: {err}") from None
     running = (src.instances or {}).get(inst.name)
     current = running.memory if running is not None else int(be["maxmem"])
@@ -100,36 +85,37 @@ def fit_target_memory(env: Any, config: model.ConfigData, inst: model.Instance,
                           f"instance {inst.name} on target node {target.name} (have {free}MB, "
                           f"need {current}MB)")
     say(f"* setting instance memory to {free}")
+    order = Order(config, inst, None, reason)
     try:
-        env.rpc.call(source, "instance_balloon_memory",
-                     {**_call_args(config, inst, None, reason), "memory": free}, timeout=120)
+        env.rpc.call(source, instance_calls.InstanceBalloonMemory(
+            name=order.name, reason=reason, version=order.version, claim=order.claim,
+            memory=free))
     except HerderError as err:
         raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
 
 
-def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node,
-                 *, live: bool, reason: list[Any], say: Say,
+def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+                 target: model.Node, *, live: bool, reason: ReasonTrail, say: Say,
                  allow_runtime_changes: bool = True) -> None:
     source = config.nodes[inst.primary_node]
     payload = instance_payload(config, inst)
-    args = _call_args(config, inst, None, reason)
-    move = _call_args(config, inst, target, reason)
+    order = Order(config, inst, target, reason)
     say(f"* migrating {inst.name} from {source.name} to {target.name} "
         f"({'live' if live else 'non-live: the guest is paused while its memory moves'})")
     fit_target_memory(env, config, inst, source, target,
                       allow_runtime_changes=allow_runtime_changes, reason=reason, say=say)
-    info = env.rpc.call(source, "migration_info", args)
+    env.rpc.call(source, migration_calls.MigrationInfo(
+        name=order.name, reason=reason, version=order.version, claim=order.claim))
     disks.prepare_live_migration(env, config, inst, source, target)
 
     def abort(why: str, failure: HerderError | str) -> NoReturn:
         """Ganeti's _AbortMigration and _RevertDiskStatus; then where does it run?"""
         say(f"{why}, aborting")
         notes = []
-        for node, method, extra in ((target, "finalize_migration_dst", {"instance": payload}),
-                                    (source, "finalize_migration_src",
-                                     {"instance": payload, "live": live})):
+        for node, call in ((target, _finalize_dst(order, payload, success=False)),
+                           (source, _finalize_src(order, payload, success=False, live=live))):
             try:
-                env.rpc.call(node, method, {**move, **extra, "success": False}, timeout=120)
+                env.rpc.call(node, call)
             except HerderError as err:
                 notes.append(f"aborting on {node.name} failed: {err}")
         keeper = handover.keeper(where_it_runs(env, inst, source),
@@ -147,50 +133,26 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
 
     say(f"* preparing {target.name} to accept the instance")
     try:
-        env.rpc.call(target, "accept_instance", {**move, "instance": payload, "info": info})
+        env.rpc.call(target, migration_calls.AcceptInstance(
+            instance=payload, name=order.name, reason=reason, version=order.version,
+            claim=order.claim, move=order.move))
     except HerderError as err:
         abort("Pre-migration failed", err)
     try:
-        env.rpc.call(source, "migrate_instance", {**move, "instance": payload,
-                                                  "target": target.name, "live": live})
+        env.rpc.call(source, migration_calls.MigrateInstance(
+            instance=payload, name=order.name, reason=reason, version=order.version,
+            claim=order.claim, move=order.move, target=target.name, live=live))
     except HerderError as err:
         abort("Migration failed", err)
-    say("* starting memory transfer")
-    started = last_feedback = time.monotonic()
-    noted = False
-    while True:
-        try:
-            status = env.rpc.call(source, "instance_get_migration_status", args, timeout=60)
-        except HerderError as err:
-            abort("Migration failed", err)
-        if status.get("note") and not noted:  # the node changed the migration (kvm.migration)
-            say(f"* {status['note']}")
-            noted = True
-        state = status.get("status")
-        if state in ("failed", "cancelled"):
-            abort("Migration failed", status.get("error") or "hypervisor returned failure")
-        if state != "active":
-            break
-        now = time.monotonic()
-        if now - started > MIGRATION_TIMEOUT:
-            abort("Migration did not converge", f"still running after {MIGRATION_TIMEOUT:g}s")
-        if now - last_feedback >= FEEDBACK_INTERVAL and status.get("total_ram"):
-            say(f"* memory transfer progress: "
-                f"{100.0 * status['transferred_ram'] / status['total_ram']:.2f} %")
-            last_feedback = now
-        time.sleep(POLL_INTERVAL)
-    stats = status.get("stats") or {}
+    status = _follow(env, source, order, say, abort)
+    stats = status.stats
     say("* memory transfer complete" + (
-        f" ({stats.get('total_ms')} ms, downtime {stats.get('downtime_ms')} ms)"
-        if stats else ""))
+        f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)" if stats else ""))
     problems = []
-    for node, method, extra in ((source, "finalize_migration_src",
-                                 {"instance": payload, "live": live}),
-                                (target, "finalize_migration_dst", {"instance": payload})):
+    for node, call in ((source, _finalize_src(order, payload, success=True, live=live)),
+                       (target, _finalize_dst(order, payload, success=True))):
         try:
-            answer = env.rpc.call(node, method, {**move, **extra, "success": True},
-                                  timeout=120)
-            _say_warnings(say, node, answer)
+            _say_warnings(say, node, env.rpc.call(node, call))
         except HerderError as err:
             problems.append(f"{node.name}: {err}")
     if problems:
@@ -207,14 +169,45 @@ def live_migrate(env: Any, config: model.ConfigData, inst: model.Instance, targe
     say("* done")
 
 
-def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: model.Node, *,
-             reason: list[Any], say: Say, shutdown_timeout: int = 120,
+def _follow(env: MasterEnv, source: model.Node, order: Order, say: Say,
+            abort: Callable[[str, HerderError | str], NoReturn]
+            ) -> migration_calls.MigrationStatus:
+    """Ask the source about the memory transfer until it ends (Ganeti's
+    instance_get_migration_status loop): its last status, or `abort`."""
+    started = last_feedback = time.monotonic()
+    noted = False
+    while True:
+        try:
+            status = env.rpc.call(source, migration_calls.InstanceGetMigrationStatus(
+                name=order.name, reason=order.reason, version=order.version,
+                claim=order.claim))
+        except HerderError as err:
+            abort("Migration failed", err)
+        if status.note and not noted:  # the node changed the migration (kvm.migration)
+            say(f"* {status.note}")
+            noted = True
+        if status.status in ("failed", "cancelled"):
+            abort("Migration failed", status.error or "hypervisor returned failure")
+        if status.status != "active":
+            return status
+        now = time.monotonic()
+        if now - started > MIGRATION_TIMEOUT:
+            abort("Migration did not converge", f"still running after {MIGRATION_TIMEOUT:g}s")
+        if now - last_feedback >= FEEDBACK_INTERVAL and status.total_ram:
+            say(f"* memory transfer progress: "
+                f"{100.0 * status.transferred_ram / status.total_ram:.2f} %")
+            last_feedback = now
+        time.sleep(POLL_INTERVAL)
+
+
+def failover(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+             target: model.Node, *, reason: ReasonTrail, say: Say, shutdown_timeout: int = 120,
              ignore_consistency: bool = False) -> None:
     """Ganeti's _ExecFailover: shut down on the source (a dead or ignored source: warn and go
     on), release the disks there, the config's primary = target, assemble the disks there and
     start it when it is marked up."""
     source = config.nodes[inst.primary_node]
-    args = _call_args(config, inst, target, reason)
+    order = Order(config, inst, target, reason)
     if inst.disks_active and inst.disk_template in disks.INT_MIRROR:
         say("* checking disk consistency between source and target")
         for index, disk in enumerate(inst.disks):
@@ -228,9 +221,9 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
                                   "failover")
     say(f"* shutting down instance {inst.name} on source node {source.name}")
     try:  # not sent to an offline source (a dead node): no shutdown timeout waited out there
-        disks.node_call(env, source, "instance_shutdown", {
-            **args, "timeout": shutdown_timeout, "instance": instance_payload(config, inst)},
-            timeout=shutdown_timeout + 60)
+        disks.node_call(env, source, instance_calls.InstanceShutdown(
+            name=order.name, reason=reason, version=order.version, claim=order.claim,
+            timeout=shutdown_timeout, instance=instance_payload(config, inst)))
     except HerderError as err:
         if not (ignore_consistency or source.offline):
             raise OpExecError(f"Could not shutdown instance {inst.name} on node "
@@ -239,9 +232,8 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
             f"anyway; please make sure node {source.name} is down; error details: {err}")
     if inst.disk_template in disks.EXT_MIRROR:  # shared storage: closed on the source first
         try:
-            disks.node_call(env, source, "blockdev_close", {
-                "instance": inst.name,
-                "disks": diskobjects.disk_objects(config, inst, source.uuid)})
+            disks.node_call(env, source, disk_calls.BlockdevClose(
+                instance=inst.name, disks=diskobjects.disk_objects(config, inst, source.uuid)))
         except HerderError as err:
             if not (ignore_consistency or source.offline):
                 raise OpExecError(f"Cannot close instance disks on node {source.name}: "
@@ -255,9 +247,11 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
     # stay: a DRBD secondary needs them)
     fresh = env.store.load()
     moved = fresh.instances[inst.uuid]
+    after = Order(fresh, moved, None, reason)
     if not source.offline:
         try:
-            env.rpc.call(source, "instance_stop_stray", _call_args(fresh, moved, None, reason))
+            env.rpc.call(source, instance_calls.InstanceStopStray(
+                name=after.name, reason=reason, version=after.version, claim=after.claim))
         except HerderError as err:
             say(f"* the stopped copy on {source.name} stays defined ({err}); cluster verify "
                 "reports it if it runs again")
@@ -272,15 +266,16 @@ def failover(env: Any, config: model.ConfigData, inst: model.Instance, target: m
                           f"{err}") from None
     say(f"* starting the instance on the target node {target.name}")
     try:
-        env.rpc.call(target, "instance_start", {**_call_args(fresh, moved, None, reason),
-                                                "instance": instance_payload(fresh, moved)})
+        env.rpc.call(target, instance_calls.InstanceStart(
+            instance=instance_payload(fresh, moved), name=after.name, reason=reason,
+            version=after.version, claim=after.claim))
     except HerderError as err:
         disks.shutdown_disks(env, fresh, moved, nodes=[target])
         raise OpExecError(f"Could not start instance {inst.name} on node {target.name}: "
                           f"{err}") from None
 
 
-def find_locations(env: Any, config: model.ConfigData, inst: model.Instance,
+def find_locations(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                    say: Say) -> list[model.Node]:
     """Ganeti's _FindInstanceLocations: the online nodes on which the instance runs, asked
     all at once; one that does not answer refuses the cleanup (a guess could leave two)."""
@@ -288,17 +283,19 @@ def find_locations(env: Any, config: model.ConfigData, inst: model.Instance,
         "be in a bad state)")
     nodes = sorted((node for node in config.nodes.values() if not node.offline),
                    key=lambda node: node.name)
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
-        copies = list(pool.map(lambda node: where_it_runs(env, inst, node), nodes))
-    silent = [node.name for node, copy in zip(nodes, copies, strict=True) if not copy.known]
+    listed = call_many(env.rpc, nodes, lambda node: node_calls.InstanceList(), workers=8)
+    copies = {uuid: handover.UNKNOWN if isinstance(answer, HerderError)
+              else handover.Copy.from_domains(answer, inst.name)
+              for uuid, answer in listed.items()}
+    silent = [node.name for node in nodes if not copies[node.uuid].known]
     if silent:
         raise OpExecError(f"Can't contact node {', '.join(silent)} to find where {inst.name} "
                           "runs; a cleanup needs every online node (mark a dead node offline)")
-    return [node for node, copy in zip(nodes, copies, strict=True) if copy.running]
+    return [node for node in nodes if copies[node.uuid].running]
 
 
-def cleanup(env: Any, config: model.ConfigData, inst: model.Instance,
-            target: model.Node | None, *, reason: list[Any], say: Say) -> None:
+def cleanup(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+            target: model.Node | None, *, reason: ReasonTrail, say: Say) -> None:
     """Ganeti's _ExecCleanup after a failed or interrupted migration: every online node is
     asked where the instance runs. On the source and the target: the migration is aborted;
     only on the target, or only on one node the config does not name: the config follows it;
@@ -311,12 +308,11 @@ def cleanup(env: Any, config: model.ConfigData, inst: model.Instance,
     on_target = target is not None and any(node.uuid == target.uuid for node in running)
     if on_source and on_target and target is not None:
         say("Trying to cleanup after failed migration")
-        move = _call_args(config, inst, target, reason)
-        for node, method, extra in ((target, "finalize_migration_dst", {"instance": payload}),
-                                    (source, "finalize_migration_src",
-                                     {"instance": payload, "live": True})):
+        order = Order(config, inst, target, reason)
+        for node, call in ((target, _finalize_dst(order, payload, success=False)),
+                           (source, _finalize_src(order, payload, success=False, live=True))):
             try:
-                env.rpc.call(node, method, {**move, **extra, "success": False}, timeout=120)
+                env.rpc.call(node, call)
             except HerderError as err:
                 raise OpExecError(f"Instance migration cleanup failed: {err}") from None
         running = find_locations(env, config, inst, say)
@@ -345,16 +341,14 @@ def cleanup(env: Any, config: model.ConfigData, inst: model.Instance,
                           "disk shutdown, and then restarting it")
     if on_target and target is not None:
         say(f"* instance running on secondary node ({target.name}), updating config")
-        move = _call_args(config, inst, target, reason)
+        order = Order(config, inst, target, reason)
         try:  # the target records the domain as its own (and configures routed NICs)
-            answer = env.rpc.call(target, "finalize_migration_dst",
-                                  {**move, "instance": payload, "success": True})
-            _say_warnings(say, target, answer)
+            _say_warnings(say, target, env.rpc.call(target, _finalize_dst(
+                order, payload, success=True)))
         except HerderError as err:
             say(f"* {target.name} did not record the domain: {err}")
         try:  # the source forgets its records of it (and a stopped definition)
-            env.rpc.call(source, "finalize_migration_src", {**move, "instance": payload,
-                                                            "live": True, "success": True})
+            env.rpc.call(source, _finalize_src(order, payload, success=True, live=True))
         except HerderError as err:
             say(f"* {source.name} kept its records of the instance: {err}")
         set_primary(env, inst, target)
@@ -366,42 +360,37 @@ def cleanup(env: Any, config: model.ConfigData, inst: model.Instance,
     say("* done")
 
 
-def _say_warnings(say: Say, node: model.Node, answer: object) -> None:
+def _say_warnings(say: Say, node: model.Node, answer: migration_calls.FinalizeAnswer) -> None:
     """A node's warnings in a finalisation's answer (e.g. a routed NIC it could not set up)."""
-    if isinstance(answer, dict):
-        for warning in answer.get("warnings") or ():
-            say(f"* warning on {node.name}: {warning}")
+    for warning in answer.warnings:
+        say(f"* warning on {node.name}: {warning}")
 
 
-def migrate_or_failover(env: Any, config: model.ConfigData, inst: model.Instance,
+def migrate_or_failover(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                         target: model.Node, *, live: bool, allow_failover: bool,
-                        reason: list[Any], say: Say, ignore_source: bool = False,
+                        reason: ReasonTrail, say: Say, ignore_source: bool = False,
                         allow_runtime_changes: bool = True) -> None:
     """Migrate when the instance runs and the hypervisor can; otherwise refuse, or with
     `allow_failover` fail over (explicitly). The test driver's nodes keep the stand-in."""
-    from herder.masterd.lu.instance import move_instance
-
     source = config.nodes[inst.primary_node]
-    args = _call_args(config, inst, None, reason)
+    order = Order(config, inst, None, reason)
     try:
-        answer = env.rpc.call(source, "instance_migratable", args, timeout=60)
+        answer = env.rpc.call(source, migration_calls.InstanceMigratable(
+            name=order.name, reason=reason, version=order.version, claim=order.claim))
     except HerderError as err:
         if not (allow_failover or ignore_source):
             raise OpExecError(f"Can't migrate {inst.name}: {err}; use failover") from None
         say(f"{source.name} does not answer ({err}): failing {inst.name} over instead")
         failover(env, config, inst, target, reason=reason, say=say, ignore_consistency=True)
         return
-    if not isinstance(answer, dict):
-        raise OpExecError(f"Can't migrate {inst.name}: {source.name} gave no answer to "
-                          "instance_migratable")
-    if answer.get("method") == "restart":
-        say(f"{inst.name}: {answer.get('reason')}; its stand-in hand-over (define and start "
+    if answer.method == "restart":
+        say(f"{inst.name}: {answer.reason}; its stand-in hand-over (define and start "
             f"on {target.name}, then remove on {source.name}) moves it")
         move_instance(env, config, inst, target, live=live, reason=reason,
                       ignore_source=ignore_source, feedback=say)
         return
-    if not answer.get("running"):
-        why = answer.get("reason") or f"instance {inst.name} is not running"
+    if not answer.running:
+        why = answer.reason or f"instance {inst.name} is not running"
         if not allow_failover:
             raise OpExecError(f"Can't migrate, please use failover: {why}")
         say(f"{why}: failing it over instead (allow_failover)")

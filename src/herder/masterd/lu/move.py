@@ -24,29 +24,29 @@ from typing import Any
 
 from herder.core import diskobjects, model, ports, verify, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.noderpc import instance_payload
+from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
+from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks, fit, handover
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
 
 # Ganeti's DTS_COPYABLE: the templates whose disks a move copies
 COPYABLE = frozenset({"plain", "file"})
 COPY_TIMEOUT = 6 * 3600.0  # seconds for one disk's copy
 
 
-def copy_disk(env: Any, config: model.ConfigData, inst: model.Instance, index: int,
-              source: model.Node, target: model.Node) -> Any:
+def copy_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, index: int,
+              source: model.Node, target: model.Node) -> disk_calls.Transferred:
     """Copy one disk's bytes from `source` to the same disk on `target` (made already)."""
     disk = inst.disks[index]
-    prepared = env.rpc.call(target, "blockdev_import_prepare", {
-        "disk": diskobjects.disk_object(config, inst, disk, target.uuid),
-        "instance": inst.name, "idx": index})
-    return env.rpc.call(source, "blockdev_export", {
-        "disk": diskobjects.disk_object(config, inst, disk, source.uuid),
-        "instance": inst.name, "idx": index, "token": prepared["token"],
-        "target": {"name": target.name, "address": target.primary_ip,
-                   "port": getattr(env.rpc, "port", ports.NODED)}},
+    prepared = env.rpc.call(target, disk_calls.BlockdevImportPrepare(
+        disk=diskobjects.disk_object(config, inst, disk, target.uuid), instance=inst.name))
+    return env.rpc.call(source, disk_calls.BlockdevExport(
+        disk=diskobjects.disk_object(config, inst, disk, source.uuid), instance=inst.name,
+        token=prepared.token,
+        target=disk_calls.ExportTarget(name=target.name, address=target.primary_ip,
+                                       port=getattr(env.rpc, "port", ports.NODED))),
         timeout=COPY_TIMEOUT)
 
 
@@ -93,7 +93,7 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
                 self.env, target, int(config.filled_beparams(inst)["maxmem"]),
                 f"failing over instance {inst.name}")
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [self.source.name, self.target.name]
 
     @classmethod
@@ -102,7 +102,7 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         return [{"OP_ID": "OP_INSTANCE_MOVE", "instance_name": op.instance_name,
                  "target_node": op.target_node, "cleanup": True}]
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         if self.op.cleanup:
             return self._clean_up()
         op, env = self.op, self.env
@@ -110,12 +110,11 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         inst = config.instances[self.inst.uuid]
         source, target = config.nodes[self.source.uuid], config.nodes[self.target.uuid]
         running = inst.admin_state == "up"
-        base = {"name": inst.name, "reason": op.reason, "version": inst.serial_no}
         self.feedback(f"shutting down {inst.name} on {source.name}")
         try:
-            env.rpc.call(source, "instance_shutdown", {
-                **base, "timeout": op.shutdown_timeout,
-                vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)})
+            env.rpc.call(source, instance_calls.InstanceShutdown(
+                name=inst.name, reason=op.reason, version=inst.serial_no,
+                timeout=op.shutdown_timeout, claim=vmclaim.claim_for(config, inst)))
         except HerderError as err:
             if not op.ignore_consistency:
                 raise OpExecError(f"could not shut down {inst.name} on {source.name}: "
@@ -128,15 +127,16 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
             disks.create_disks(env, config, inst, target=target, feedback=self.feedback)
             for index, disk in enumerate(inst.disks):
                 copied = copy_disk(env, config, inst, index, source, target)
-                self.feedback(f"{disk.iv_name}: {copied.get('bytes')} bytes copied to "
+                self.feedback(f"{disk.iv_name}: {copied.bytes} bytes copied to "
                               f"{target.name}")
         except HerderError as err:
             self.feedback("the disks could not be made or copied on the target, aborting")
             disks.remove_disks(env, config, inst, target=target, feedback=self.feedback)
             if running:
-                env.rpc.call(source, "instance_start", {
-                    **base, "instance": instance_payload(config, inst),
-                    vmclaim.CLAIM_KEY: vmclaim.claim_for(config, inst)})
+                env.rpc.call(source, instance_calls.InstanceStart(
+                    name=inst.name, reason=op.reason, version=inst.serial_no,
+                    instance=instance_payload(config, inst),
+                    claim=vmclaim.claim_for(config, inst)))
             raise OpExecError(f"errors during the disk copy of {inst.name} to {target.name}: "
                               f"{err}; it stays on {source.name}") from None
         with env.store.update() as fresh:
@@ -153,9 +153,9 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         config = self.env.store.load()
         moved = config.instances[old.uuid]
         try:
-            self.env.rpc.call(node, "instance_stop_stray", {
-                "name": moved.name, "reason": self.op.reason, "version": moved.serial_no,
-                vmclaim.CLAIM_KEY: vmclaim.claim_for(config, moved)})
+            self.env.rpc.call(node, instance_calls.InstanceStopStray(
+                name=moved.name, reason=self.op.reason, version=moved.serial_no,
+                claim=vmclaim.claim_for(config, moved)))
         except HerderError as err:
             self.feedback(f"could not remove the domain on {node.name}: {err}")
         self.feedback(f"removing the disks on the original node {node.name}")
@@ -166,18 +166,21 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         config = self.env.store.load()
         moved = config.instances[self.inst.uuid]
         primary = config.nodes[moved.primary_node]
-        args = {"name": moved.name, "reason": self.op.reason, "version": moved.serial_no,
-                "instance": instance_payload(config, moved),
-                vmclaim.CLAIM_KEY: vmclaim.claim_for(config, moved)}
+        payload = instance_payload(config, moved)
+        claim = vmclaim.claim_for(config, moved)
         if running:
             self.feedback(f"starting {moved.name} on {primary.name}")
             disks.assemble_disks(self.env, config, moved, ignore_secondaries=True,
                                  feedback=self.feedback)
-            self.env.rpc.call(primary, "instance_start", args)
+            self.env.rpc.call(primary, instance_calls.InstanceStart(
+                name=moved.name, reason=self.op.reason, version=moved.serial_no,
+                instance=payload, claim=claim))
         else:
-            self.env.rpc.call(primary, "instance_define", args)
+            self.env.rpc.call(primary, instance_calls.InstanceDefine(
+                name=moved.name, reason=self.op.reason, version=moved.serial_no,
+                instance=payload, claim=claim))
 
-    def _clean_up(self) -> Any:
+    def _clean_up(self) -> JobResult:
         """One copy again after a move the master died in: the config says where the
         instance is; its copies elsewhere go, and it runs on its primary when it is up."""
         config = self.env.store.load()
@@ -189,8 +192,8 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
                       f"({'moved' if finished else 'not moved'}); removing its copies on "
                       f"{', '.join(n.name for n in others) or 'no other node'}")
         complete = all([self._retire(inst, node) for node in others if not node.offline])
-        listed = self.env.rpc.call(primary, "instance_list", {}, timeout=30)
-        runs = isinstance(listed, dict) and listed.get(inst.name) in handover.RUNNING_STATES
+        listed = self.env.rpc.call(primary, node_calls.InstanceList())
+        runs = listed.get(inst.name) in handover.RUNNING_STATES
         if inst.admin_state == "up" and not runs:
             self._start_on_primary(True)
         if not complete:

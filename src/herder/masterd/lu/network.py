@@ -12,13 +12,13 @@ the checks); a network's size is checked when the job is submitted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from herder.core import addrpool, configdiff, model
 from herder.core.errors import OpPrereqError
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 Warn = Callable[[str], None]
 
@@ -79,7 +79,7 @@ class NetworkAdd(LogicalUnit[opcodes.OpNetworkAdd]):
                                 f" as a network (UUID: {existing})", "already_exists")
         new_network(self.op, config, "check", lambda message: None, lambda message: None)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             net = new_network(self.op, config, model.new_uuid(), self._warn, self.feedback)
             config.networks[net.uuid] = net
@@ -148,7 +148,7 @@ class NetworkSetParams(LogicalUnit[opcodes.OpNetworkSetParams]):
         modify_network(configdiff.decode_object("networks", configdiff.encode_object(net)), self.op,
                        lambda message: None)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             net = config.find_network(self.op.network_name)
             modify_network(net, self.op, lambda message: self.feedback(f"WARNING: {message}"))
@@ -177,7 +177,7 @@ class NetworkRemove(LogicalUnit[opcodes.OpNetworkRemove]):
             raise OpPrereqError(f"Network '{net.name}' is still used by NICs: {users}",
                                 "wrong_state")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             net = config.find_network(self.op.network_name)
             del config.networks[net.uuid]
@@ -230,7 +230,7 @@ class NetworkConnect(_GroupLink[opcodes.OpNetworkConnect]):
             if users:
                 raise _in_use(net, group, "connect to", users)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             net = config.find_network(op.network_name)
@@ -265,7 +265,7 @@ class NetworkDisconnect(_GroupLink[opcodes.OpNetworkDisconnect]):
         if users:
             raise _in_use(net, group, "disconnect from", users)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             net = config.find_network(self.op.network_name)
             group = config.find_group(self.op.group_name)

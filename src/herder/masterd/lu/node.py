@@ -5,15 +5,23 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import msgspec
-
-from herder.core import diskobjects, model, names, params, ports
-from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
+from herder.core import envelope, model, names, params, ports
+from herder.core.cluster_secrets import SecretPaths
+from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.noderpc import UnavailableRpc
-from herder.masterd import libvirt_trust, locking
+from herder.core.rpcdefs import node_calls, role_calls
+from herder.masterd import join, libvirt_trust, locking, redist
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, ResultWithJobs, lookup
-from herder.masterd.lu.cluster import resets
+from herder.masterd.lu import migration, placement
+from herder.masterd.lu.base import (
+    JobResult,
+    LockRequest,
+    LogicalUnit,
+    MasterEnv,
+    ResultWithJobs,
+    lookup,
+)
+from herder.masterd.lu.common import config_path_of, redistribute, resets
 
 REACH_TIMEOUT = 10.0  # seconds: Ganeti's TcpPing
 
@@ -84,11 +92,6 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
             return None
         if isinstance(self.env.rpc, UnavailableRpc):
             raise OpPrereqError("joining a node needs the node daemons (masterd's node RPC)")
-        from herder.core import envelope
-        from herder.core.cluster_secrets import SecretPaths
-        from herder.masterd import join, redist
-        from herder.masterd.lu.cluster import config_path_of
-
         config_path = config_path_of(self.env)
         secrets = SecretPaths.beside(config_path)
         # the ssconf the node gets: the config as it will be, the node and its certificate in
@@ -117,7 +120,7 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         except join.JoinError as err:
             raise OpPrereqError(str(err), "environment_error") from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         stamp = model.now()
         existing_uuid = next((n.uuid for n in self.env.store.load().nodes.values()
@@ -155,8 +158,6 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         self.feedback(f"node {node.name} added (uuid {node.uuid})")
         if not isinstance(self.env.rpc, UnavailableRpc):
             # as Ganeti's node add: the new node receives its files and ssconf at once
-            from herder.masterd.lu.cluster import redistribute
-
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
@@ -223,7 +224,7 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
         except ConfigError as err:
             raise OpPrereqError(str(err)) from None
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         changes: list[list[str]] = []
         with self.env.store.update() as config:
@@ -278,8 +279,6 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
         if ["master_candidate", "True"] in changes and \
                 not isinstance(self.env.rpc, UnavailableRpc):
             # a new master candidate receives everything (design-2.1 "Redistribute Config")
-            from herder.masterd.lu.cluster import redistribute
-
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
             for error in pushed.get(node.name, {}).get("errors", []):
                 self.feedback(f"{node.name}: {error}")
@@ -291,7 +290,7 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
                 not isinstance(self.env.rpc, UnavailableRpc):
             # Ganeti's DemoteFromMC: the node's config copy goes, nothing there reads it again
             try:
-                self.env.rpc.call(node, "node_demote_from_mc", {}, timeout=30)
+                self.env.rpc.call(node, role_calls.NodeDemoteFromMc())
             except HerderError as err:
                 self.feedback(f"{node.name}: its config copy was not removed: {err}")
         return changes
@@ -314,7 +313,7 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
             raise OpPrereqError(f"node {node.name} still holds instances: {', '.join(users)}",
                                 "wrong_input")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as config:
             node = config.find_node(self.op.node_name)
             del config.nodes[node.uuid]
@@ -324,25 +323,19 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
         self.env.locks.remove(locking.LEVEL_NODE_RES, [node.uuid])
         self.env.locks.remove(locking.LEVEL_NODE, [node.uuid])
         if not isinstance(self.env.rpc, UnavailableRpc):
-            from herder.masterd.lu.cluster import redistribute
-
             # now, not at the next redistribution round: the list of node certificates
             for name, pushed in redistribute(self.env, self.env.store.load(),
                                              full=False).items():
                 for error in pushed.get("errors", []):
                     self.feedback(f"{name}: {error}")
             # and libvirt's CA: a new one, of which the removed node has no certificate
-            from herder.masterd.lu.cluster import config_path_of
-
             libvirt_trust.renew(self.env.rpc, self.env.store.load(), config_path_of(self.env),
                                 _libvirt_publish(self.env, self.feedback), self.feedback)
         return None
 
 
-def _libvirt_publish(env: Any, feedback: libvirt_trust.Say) -> libvirt_trust.Publish:
+def _libvirt_publish(env: MasterEnv, feedback: libvirt_trust.Say) -> libvirt_trust.Publish:
     """`libvirt_trust.Publish` for an LU: the CAs into the config, then to every node."""
-    from herder.masterd.lu.cluster import redistribute
-
     def publish(cas: list[str]) -> None:
         with env.store.update() as config:
             config.cluster.libvirt_cas = list(cas)
@@ -353,11 +346,9 @@ def _libvirt_publish(env: Any, feedback: libvirt_trust.Say) -> libvirt_trust.Pub
     return publish
 
 
-def _libvirt_certificate(env: Any, node_uuid: str, feedback: libvirt_trust.Say) -> None:
+def _libvirt_certificate(env: MasterEnv, node_uuid: str, feedback: libvirt_trust.Say) -> None:
     """The node's libvirt certificate of the current CA (`masterd.libvirt_trust.issue`),
     once it has the current CAs (a node back online may have missed a rotation)."""
-    from herder.masterd.lu.cluster import config_path_of, redistribute
-
     config = env.store.load()
     node = config.nodes[node_uuid]
     pushed = redistribute(env, config, full=False, only=[node.name])
@@ -377,103 +368,9 @@ class NodePowercycle(LogicalUnit[opcodes.OpNodePowercycle]):
         if node.uuid == config.cluster.master_node and not op.force:
             raise OpPrereqError("the master node is power-cycled only with force")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         node = self.env.store.load().find_node(self.op.node_name)
-        return self.env.rpc.call(node, "node_powercycle", {}, timeout=30)
-
-
-def change_secondary(env: Any, config: model.ConfigData, inst: model.Instance, new: model.Node,
-                     reason: list[Any], feedback: Any, *, early_release: bool = False) -> None:
-    """Replace a DRBD instance's secondary with `new` (Ganeti's replace-disks -n,
-    TLReplaceDisks._ExecDrbd8Secondary): the disks found, the volume group (`vg_list`) and the
-    disks' consistency checked on the primary, the new data and metadata LVs, then the DRBD devices,
-    on `new`, the old secondary's DRBD shut down, the primary standalone, the config pointed at
-    `new`, the primary and `new` connected (a full resync, awaited), the devices checked, the old
-    LVs removed."""
-    from herder.masterd.lu import disks
-    from herder.masterd.lu.diskgen import free_minor
-
-    old_uuid = inst.secondary_nodes[0]
-    old = config.nodes.get(old_uuid)
-    moved = msgspec.structs.replace(inst, disks=[msgspec.structs.replace(d)
-                                                 for d in inst.disks])
-    taken: set[int] = set()
-    for disk in moved.disks:
-        lid = disk.logical_id
-        if isinstance(lid, model.DrbdId) and old_uuid in lid.nodes:
-            minor = free_minor(config, new.uuid, taken)
-            taken.add(minor)
-            index = lid.nodes.index(old_uuid)
-            disk.logical_id = model.DrbdId(
-                nodes=[new.uuid if n == old_uuid else n for n in lid.nodes], port=lid.port,
-                minors=[minor if i == index else m for i, m in enumerate(lid.minors)],
-                secret=lid.secret)
-    primary = config.nodes[inst.primary_node]
-    for index, disk in enumerate(inst.disks):  # STEP 1/6 Check device existence
-        disks.find_or_fail(env, primary,
-                           diskobjects.disk_object(config, inst, disk, primary.uuid),
-                           f"disk/{index}")
-    disks.check_volume_group(env, config, [primary], feedback)  # Ganeti's: the primary only
-    for disk in inst.disks:  # STEP 2/6 Check peer consistency
-        if not disks.check_disk_consistency(env, config, inst, disk, primary, True, True):
-            raise OpExecError(f"Node {primary.name} has degraded storage, unsafe to replace "
-                              f"disks for instance {inst.name}")
-    created: list[tuple[model.Node, dict[str, Any]]] = []
-    try:  # STEP 3/6 the new LVs, then (4/6) the new DRBD devices on `new`
-        objs = [diskobjects.disk_object(config, moved, disk, new.uuid) for disk in moved.disks]
-        for obj in objs:
-            for child in obj["children"]:
-                disks.create_tree(env, new, moved, child, True, False, created)
-        for obj in objs:
-            env.rpc.call(new, "blockdev_create", {
-                "disk": obj, "size": obj["size"], "owner": inst.name, "on_primary": False,
-                "info": disks.info_text(inst), "excl_stor": False})
-            created.append((new, obj))
-    except HerderError as err:
-        disks.undo_create_disks(env, moved, created, feedback=feedback)
-        raise OpExecError(f"allocating the new storage of {inst.name} on {new.name} failed: "
-                          f"{err}") from None
-    if old is not None and not old.offline:
-        disks.shutdown_disks(env, config, inst, nodes=[old], feedback=feedback)
-    env.rpc.call(primary, "drbd_disconnect_net",
-                 {"disks": diskobjects.disk_objects(config, inst, primary.uuid)})
-    with env.store.update() as fresh:
-        target = fresh.instances[inst.uuid]
-        target.disks = moved.disks
-        target.touch()
-        config = fresh
-    for node in (primary, new):
-        env.rpc.call(node, "drbd_attach_net", {
-            "disks": diskobjects.disk_objects(config, moved, node.uuid),
-            "instance": inst.name, "multimaster": False})
-    old_lvs = [child for disk in inst.disks
-               for child in diskobjects.disk_object(config, inst, disk, old_uuid)["children"]]
-    if old is None or old.offline:  # nothing to remove there
-        disks.wait_for_sync(env, config, moved, feedback=feedback)
-        disks.check_devices(env, config, moved)
-    else:  # STEPS 5-6/6: the resync awaited, the old LVs removed (first: early_release)
-        disks.finish_replacement(env, config, moved, old, old_lvs,
-                                 early_release=early_release, feedback=feedback)
-    feedback(f"{inst.name}: secondary moved to {new.name}")
-
-
-def choose_secondary(env: Any, config: model.ConfigData, inst: model.Instance, op: Any,
-                     feedback: Any) -> model.Node:
-    if getattr(op, "remote_node", None):
-        return lookup(config.find_node, op.remote_node)
-    from herder.masterd import iallocator
-    from herder.masterd.lu.create import live_figures
-
-    names = [op.iallocator] if getattr(op, "iallocator", None) else \
-        config.cluster.default_iallocators.get("relocate", []) or [iallocator.BUILTIN]
-    request = {"type": "relocate", "name": inst.name, "required_nodes": 1,
-               "disk_space_total": iallocator.disk_space_total(
-                   inst.disk_template, [d.size for d in inst.disks]),
-               "relocate_from": [config.node_name(n) for n in inst.secondary_nodes]}
-    _, nodes = iallocator.allocate_nodes(config, names, request,
-                                         live_figures(env, config, feedback),
-                                         env.iallocator_path or iallocator.DEFAULT_SEARCH_PATH)
-    return config.find_node(nodes[0])
+        return self.env.rpc.call(node, node_calls.NodePowercycle())
 
 
 NodeMoveOpT = TypeVar("NodeMoveOpT", opcodes.OpNodeEvacuate, opcodes.OpNodeMigrate)
@@ -514,13 +411,10 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
         self.affected = [i.name for i in self.primaries] * ("primary" in self.modes) + \
             [i.name for i in self.secondaries] * ("secondary" in self.modes)
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return self.affected
 
-    def execute(self) -> Any:
-        from herder.masterd.lu.instance import allocate_target
-        from herder.masterd.lu.migration import failover, migrate_or_failover
-
+    def execute(self) -> JobResult | ResultWithJobs:
         if not self.affected:
             self.feedback(f"node {self.node.name} holds no instances; nothing to do")
             return []
@@ -532,16 +426,17 @@ class _NodeWithInstances(LogicalUnit[NodeMoveOpT]):
                 if fresh.disk_template == "drbd":
                     target = config.nodes[fresh.secondary_nodes[0]]
                 else:  # shared or external storage: where the allocator says
-                    target = allocate_target(self.env, config, fresh, self.op, self.feedback)
+                    target = placement.allocate_target(self.env, config, fresh,
+                                                       self.op.iallocator, self.feedback)
                 if self.node.offline:  # a dead primary: Ganeti's evacuation fails over
-                    failover(self.env, config, fresh, target, reason=self.op.reason,
-                             say=self.feedback, ignore_consistency=True)
+                    migration.failover(self.env, config, fresh, target, reason=self.op.reason,
+                                       say=self.feedback, ignore_consistency=True)
                 else:
-                    migrate_or_failover(self.env, config, fresh, target, live=self.live,
-                                        allow_failover=self.allow_failover,
-                                        allow_runtime_changes=getattr(
-                                            self.op, "allow_runtime_changes", True),
-                                        reason=self.op.reason, say=self.feedback)
+                    migration.migrate_or_failover(
+                        self.env, config, fresh, target, live=self.live,
+                        allow_failover=self.allow_failover,
+                        allow_runtime_changes=getattr(self.op, "allow_runtime_changes", True),
+                        reason=self.op.reason, say=self.feedback)
                 self.feedback(f"{inst.name}: now runs on {target.name}")
                 moved.append(inst.name)
         return list(dict.fromkeys(moved))
@@ -571,7 +466,7 @@ class NodeEvacuate(_NodeWithInstances[opcodes.OpNodeEvacuate]):
         return {"OP_ID": "OP_INSTANCE_REPLACE_DISKS", "instance_name": name,
                 "mode": "replace_new_secondary", "early_release": op.early_release, **where}
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult | ResultWithJobs:
         jobs: list[list[dict[str, Any]]] = []
         if "primary" in self.modes:
             for inst in self.primaries:

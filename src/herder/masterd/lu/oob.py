@@ -18,7 +18,7 @@ from herder.core.errors import OpPrereqError
 from herder.masterd import locking, oob
 from herder.masterd.jobs import opcodes
 from herder.masterd.livefields import RS_NODATA, RS_NORMAL, RS_UNAVAIL
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 SKIP_MASTER = (oob.POWER_OFF, oob.POWER_CYCLE)
 
@@ -58,7 +58,7 @@ class OobCommand(LogicalUnit[opcodes.OpOobCommand]):
                 raise OpPrereqError(f"Cannot power off node {node.name} because it is not "
                                     "marked offline", "wrong_state")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.env.store.load()
         nodes = self._nodes(config)
         result: list[list[list[Any]]] = []

@@ -13,7 +13,7 @@ from herder.core.errors import OpPrereqError
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 CHANGEABLE = ("size", "mode", "spindles")
 
@@ -64,7 +64,7 @@ class InstanceRecreateDisks(LogicalUnit[opcodes.OpInstanceRecreateDisks]):
         self.wanted = wanted_disks(inst, op.disks)
         self.inst = inst
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         with self.env.store.update() as fresh:
             inst = fresh.instances[self.inst.uuid]
             for index, changes in self.wanted.items():

@@ -6,14 +6,17 @@ definitions (OP_OS_DIAGNOSE) and logical volumes (OP_NODE_QUERYVOLS)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+import msgspec
 
 from herder.core import diskobjects, model, storage_units, verify
+from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import HerderError, OpPrereqError
+from herder.core.rpcdefs import disk_calls, node_calls, storage_calls
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
-from herder.masterd.vg_repair import CopyReports, vg_repair_allowed
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
+from herder.masterd.vg_repair import CopyReport, CopyReports, vg_repair_allowed
 
 FIELDS = ("name", "size", "used", "free", "allocatable")
 
@@ -32,22 +35,23 @@ class NodeQueryStorage(LogicalUnit[opcodes.OpNodeQueryStorage]):
             if problem:
                 raise OpPrereqError(f"cannot query storage unit: {problem}")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         c = self.config.cluster
-        args: dict[str, Any] = {"type": op.storage_type, "name": op.name}
-        if op.storage_type == "file":
-            args["dirs"] = [c.file_storage_dir, c.shared_file_storage_dir]
-        rows: list[list[Any]] = []
+        request = storage_calls.StorageList(
+            type=op.storage_type, name=op.name,
+            dirs=[c.file_storage_dir, c.shared_file_storage_dir]
+            if op.storage_type == "file" else [])
+        rows: list[list[JobResult]] = []
         for node in self.nodes:
             try:
-                units = self.env.rpc.call(node, "storage_list", args, timeout=60)
+                units = self.env.rpc.call(node, request)
             except HerderError as err:
                 self.feedback(f"node {node.name}: {err}")
                 continue
             for unit in units:
-                unit = {**unit, "node": node.name}
-                rows.append([unit.get(f) for f in self.fields])
+                row: dict[str, JobResult] = {**unit, "node": node.name}
+                rows.append([row.get(f) for f in self.fields])
         return rows
 
 
@@ -64,14 +68,13 @@ class NodeModifyStorage(LogicalUnit[opcodes.OpNodeModifyStorage]):
             raise OpPrereqError(f"storage units of type {op.storage_type} can only change "
                                 f"'allocatable' (not {', '.join(map(repr, sorted(unknown)))})")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         if not op.changes:  # Ganeti's ModifyNodeStorageUnits without allocatable
             self.feedback(f"{op.name} on {self.node.name}: nothing to change")
             return None
-        self.env.rpc.call(self.node, "storage_modify", {
-            "type": op.storage_type, "name": op.name,
-            "allocatable": bool(op.changes["allocatable"])})
+        self.env.rpc.call(self.node, storage_calls.StorageModify(
+            type=op.storage_type, name=op.name, allocatable=bool(op.changes["allocatable"])))
         return None
 
 
@@ -92,7 +95,7 @@ class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
                 health[node.uuid] = False
                 continue
             try:
-                self.env.rpc.call(node, "ping", {}, timeout=10)
+                self.env.rpc.call(node, node_calls.Ping(), timeout=10)
                 health[node.uuid] = True
             except HerderError:
                 health[node.uuid] = False
@@ -110,26 +113,28 @@ class RepairNodeStorage(LogicalUnit[opcodes.OpRepairNodeStorage]):
             for peer in inst.all_nodes:
                 if peer != self.node.uuid and health.get(peer):
                     wanted.setdefault(peer, []).append(inst)
-        copies: dict[tuple[str, str], Any] = {}
+        copies: dict[tuple[str, str], CopyReport] = {}
+        reports: dict[tuple[str, str], list[tuple[bool, BlockDevStatus | str]]] = {}
         for peer, instances in wanted.items():
             node = config.nodes[peer]
             objects = [(inst.uuid, diskobjects.disk_object(config, inst, disk, peer))
                        for inst in instances for disk in inst.disks]
             try:
-                found = self.env.rpc.call(node, "blockdev_getmirrorstatus_multi",
-                                          {"disks": [obj for _, obj in objects]}, timeout=60)
+                found = self.env.rpc.call(node, disk_calls.BlockdevGetmirrorstatusMulti(
+                    disks=[obj for _, obj in objects]))
             except HerderError as err:
                 for inst in instances:
                     copies[(inst.uuid, peer)] = str(err)
                 continue
             for (owner, _), entry in zip(objects, found, strict=False):
-                copies.setdefault((owner, peer), []).append(entry)
-        return copies
+                reports.setdefault((owner, peer), []).append(entry)
+        return {**copies, **reports}
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
-        return self.env.rpc.call(self.node, "storage_repair", {"type": op.storage_type,
-                                                                "name": op.name}, timeout=600)
+        repaired = self.env.rpc.call(self.node, storage_calls.StorageRepair(
+            type=op.storage_type, name=op.name))
+        return msgspec.to_builtins(repaired)
 
 
 class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
@@ -144,25 +149,25 @@ class RepairCommand(LogicalUnit[opcodes.OpRepairCommand]):
             raise OpPrereqError("the repair command is a file name in the node's white-list "
                                 "directory, without path separators")
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
-        result = self.env.rpc.call(self.node, "repair_command",
-                                   {"command": op.command, "input": op.input}, timeout=900)
+        result = self.env.rpc.call(self.node, node_calls.RepairCommand(command=op.command,
+                                                                        input=op.input))
         self.feedback(f"repair command {op.command} on {self.node.name} succeeded")
-        return result.get("stdout", "") if isinstance(result, dict) else result
+        return result.stdout
 
 
 OS_FIELDS = ("name", "valid", "hidden", "blacklisted", "variants", "node_status", "os_hvp",
              "osparams")
 
 
-def _left_out(row: dict[str, Any], fields: Sequence[str]) -> bool:
+def _left_out(row: dict[str, JobResult], fields: Sequence[str]) -> bool:
     """Ganeti's LUOsDiagnose._BuildFilter (its legacy behaviour): a hidden OS is left out
     unless `hidden` is asked, a blacklisted one unless `blacklisted` is, an invalid one
     unless `valid` is."""
-    return (("hidden" not in fields and row["hidden"])
-            or ("blacklisted" not in fields and row["blacklisted"])
-            or ("valid" not in fields and not row["valid"]))
+    return bool(("hidden" not in fields and row["hidden"])
+                or ("blacklisted" not in fields and row["blacklisted"])
+                or ("valid" not in fields and not row["valid"]))
 
 
 class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
@@ -180,12 +185,12 @@ class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
         self.nodes = sorted((n for n in config.nodes.values() if n.vm_capable and not n.offline),
                             key=lambda n: n.name)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         offered: dict[str, dict[str, set[str]]] = {}  # OS -> node -> its variants there
         answered = []
         for node in self.nodes:
             try:
-                names = self.env.rpc.call(node, "os_list", {}, timeout=30)
+                names = self.env.rpc.call(node, node_calls.OsList())
             except HerderError as err:
                 self.feedback(f"node {node.name}: {err}")
                 continue
@@ -199,12 +204,12 @@ class OsDiagnose(LogicalUnit[opcodes.OpOsDiagnose]):
             raise OpPrereqError(f"OS {', '.join(missing)} is not offered by any node",
                                 "unknown_entity")
         c = self.config.cluster
-        rows = []
+        rows: list[JobResult] = []
         for name in wanted:
             base = name.partition("+")[0]
             where = offered[base]
             common = set.intersection(*where.values())
-            row = {"name": base, "valid": sorted(where) == sorted(answered),
+            row: dict[str, JobResult] = {"name": base, "valid": sorted(where) == sorted(answered),
                    "hidden": base in c.hidden_os, "blacklisted": base in c.blacklisted_os,
                    "variants": sorted(v for v in common if v),
                    "node_status": {n: n in where for n in answered},
@@ -232,22 +237,23 @@ class NodeQueryvols(LogicalUnit[opcodes.OpNodeQueryvols]):
         self.nodes = [lookup(config.find_node, n) for n in self.op.nodes] if self.op.nodes \
             else sorted((n for n in config.nodes.values() if n.vm_capable), key=lambda n: n.name)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         owner = {(node, lv): inst.name for inst in self.config.instances.values()
                  for node in (inst.primary_node, *inst.secondary_nodes)
                  for disk in inst.disks for lv in verify.instance_lvs(disk)}
-        rows = []
+        rows: list[JobResult] = []
         for node in self.nodes:
             if node.offline:
                 continue
             try:
-                volumes = self.env.rpc.call(node, "lv_list", {}, timeout=30)
+                volumes = self.env.rpc.call(node, disk_calls.LvList(), timeout=30)
             except HerderError as err:
                 self.feedback(f"node {node.name}: {err}")
                 continue
-            for full, (size, *_) in sorted(dict(volumes).items()):
+            for full, (size, *_) in sorted(volumes.items()):
                 vg, _, name = full.partition("/")
-                row = {"node": node.name, "vg": vg, "name": name, "size": int(float(size)),
-                       "instance": owner.get((node.uuid, full), "-")}
+                row: dict[str, JobResult] = {
+                    "node": node.name, "vg": vg, "name": name, "size": int(float(size)),
+                    "instance": owner.get((node.uuid, full), "-")}
                 rows.append([row[f] for f in self.op.output_fields])
         return rows

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from herder.core import model
 from herder.core.errors import ConfigError, NotFoundError, OpPrereqError
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 _LEVELS = {"instance": locking.LEVEL_INSTANCE, "nodegroup": locking.LEVEL_NODEGROUP,
            "node": locking.LEVEL_NODE, "network": locking.LEVEL_NETWORK}
@@ -51,7 +51,7 @@ class _Tags(LogicalUnit[TagsOpT]):
     def change(self, obj: model.Named | model.Cluster, tags: list[str]) -> None:
         raise NotImplementedError
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         with self.env.store.update() as config:
             obj = _target(config, op.kind, op.name)
@@ -70,7 +70,6 @@ class TagsDel(_Tags[opcodes.OpTagsDel]):
         model.tags_remove(obj, tags)
 
 
-
 class TagsSearch(LogicalUnit[opcodes.OpTagsSearch]):
     """Ganeti's LUTagsSearch: every (path, tag) whose tag matches the pattern, the cluster
     first, then instances, nodes, node groups and networks, each by name."""
@@ -79,7 +78,7 @@ class TagsSearch(LogicalUnit[opcodes.OpTagsSearch]):
         self.pattern = re.compile(self.op.pattern)
         self.config = config
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.config
         owners: list[tuple[str, list[str]]] = [("/cluster", list(config.cluster.tags))]
         for prefix, objects in (("/instances", config.instances), ("/nodes", config.nodes),

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from herder.core import model
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 
 
 class TestDelay(LogicalUnit[opcodes.OpTestDelay]):
@@ -19,7 +18,7 @@ class TestDelay(LogicalUnit[opcodes.OpTestDelay]):
         uuids = sorted(lookup(config.find_node, n).uuid for n in op.on_nodes)
         return [LockRequest(locking.LEVEL_NODE, uuids)]
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         op = self.op
         for _ in range(op.repeat + 1):
             time.sleep(op.duration)

@@ -8,14 +8,13 @@ instances say which of their devices are standalone, diskless or not there
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import diskobjects, model, verify
 from herder.core.errors import HerderError
+from herder.core.rpcdefs import disk_calls
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import disks
-from herder.masterd.lu.base import LockRequest, LogicalUnit, lookup
+from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, MasterEnv, lookup
 
 
 def instance_lvs_by_node(inst: model.Instance) -> dict[tuple[str, str], model.Instance]:
@@ -29,8 +28,8 @@ def instance_lvs_by_node(inst: model.Instance) -> dict[tuple[str, str], model.In
     return found
 
 
-def verify_group_disks(env: Any, config: model.ConfigData,
-                       group: model.NodeGroup) -> list[Any]:
+def verify_group_disks(env: MasterEnv, config: model.ConfigData,
+                       group: model.NodeGroup) -> list[JobResult]:
     """[node name -> error, instance names needing activate-disks, instance name -> [[node
     name, volume], ...], node name -> [volume, ...] no instance has there] for one group
     (Ganeti's LUGroupVerifyDisks.Exec; the fourth, the orphan volumes, is herder's: compat
@@ -46,13 +45,13 @@ def verify_group_disks(env: Any, config: model.ConfigData,
         expected.update(instance_lvs_by_node(inst))
     nodes = sorted((n for n in config.nodes.values()
                     if n.group == group.uuid and n.vm_capable), key=lambda n: n.name)
-    listings: dict[str, dict[str, Any]] = {}
+    listings: dict[str, dict[str, tuple[str, bool, bool]]] = {}
     if expected or config.cluster.volume_group_name:
         for node in nodes:
             if node.offline:
                 continue
             try:
-                listed = dict(env.rpc.call(node, "lv_list", {"vg_names": []}, timeout=60))
+                listed = env.rpc.call(node, disk_calls.LvList())
             except HerderError as err:
                 node_errors[node.name] = str(err)
                 continue
@@ -76,8 +75,9 @@ def verify_group_disks(env: Any, config: model.ConfigData,
         objects = [diskobjects.disk_object(config, inst, disk, node_uuid)
                    for inst in owners for disk in inst.disks]
         try:
-            faulty = set(env.rpc.call(drbd_node, "drbd_needs_activation",
-                                      {"disks": objects}, timeout=60))
+            needing = env.rpc.call(drbd_node, disk_calls.DrbdNeedsActivation(disks=objects),
+                                   timeout=60)
+            faulty = set(needing)
         except HerderError as err:
             node_errors[drbd_node.name] = str(err)
             continue
@@ -98,7 +98,7 @@ class GroupVerifyDisks(LogicalUnit[opcodes.OpGroupVerifyDisks]):
     def check(self, config: model.ConfigData) -> None:
         self.group = lookup(config.find_group, self.op.group_name)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         return verify_group_disks(self.env, self.env.store.load(), self.group)
 
 
@@ -111,7 +111,7 @@ class ClusterVerifyDisks(LogicalUnit[opcodes.OpClusterVerifyDisks]):
         self.groups = [lookup(config.find_group, self.op.group_name)] if self.op.group_name \
             else sorted(config.nodegroups.values(), key=lambda g: g.name)
 
-    def execute(self) -> Any:
+    def execute(self) -> JobResult:
         config = self.env.store.load()
         if config.instances and all(i.disk_template == "ext"
                                     for i in config.instances.values()):

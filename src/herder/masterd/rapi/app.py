@@ -13,6 +13,7 @@ from herder.masterd.rapi import (
     cluster,
     console,
     extensions,
+    filters,
     groups,
     instances,
     jobs,
@@ -31,8 +32,8 @@ from herder.masterd.web import pages as web_pages
 ADD_ROUTES: tuple[Callable[[web.UrlDispatcher], None], ...] = (
     cluster.add_routes, tags.add_routes, nodes.add_routes, groups.add_routes,
     networks.add_routes, instances.add_routes, backup.add_routes, jobs.add_routes,
-    extensions.add_routes,
-    query.add_routes, console.add_routes, announce.add_routes, oob.add_routes, leases.add_routes,
+    filters.add_routes, extensions.add_routes, query.add_routes, console.add_routes,
+    announce.add_routes, oob.add_routes, leases.add_routes,
     web_api.add_routes, web_pages.add_routes)
 
 # Opcodes without a RAPI route of their own (clients submit them through /2/herder/jobs),

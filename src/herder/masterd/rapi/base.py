@@ -41,6 +41,7 @@ from herder.masterd.jobs import opcodes
 from herder.masterd.jobs import queue as job_queue
 from herder.masterd.leases import Leases
 from herder.masterd.livecache import EMPTY, LiveCache, Snapshot
+from herder.masterd.queries.fields import LockSource
 from herder.masterd.submissions import SubmissionLimits
 from herder.masterd.web import auth as web_auth
 from herder.masterd.web.context import WebContext
@@ -81,6 +82,9 @@ class RapiContext:
     submissions: SubmissionLimits = field(default_factory=SubmissionLimits)
     # the nodes' liveness leases (masterd/leases.py); None: heartbeats refused
     leases: Leases | None = None
+
+    # masterd's locks, for the lock query (masterd/queries/lock.py); None: none shown
+    locks: LockSource | None = None
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -206,18 +210,12 @@ def find(finder: Callable[[str], Found], key: str) -> Found:
         raise RapiHttpError(404, str(err)) from None
 
 
-async def submit(request: web.Request, resource: str,
-                 ops: Sequence[dict[str, object]]) -> web.Response:
-    """Queue a job for a write request; answer its id."""
-    return ok(await submit_job(request, resource, ops))
-
-
-async def submit_job(request: web.Request, resource: str,
-                     ops: Sequence[dict[str, object]]) -> int:
-    """Queue a job for a request (`?dry-run`, `?reason` and the body's reason trail applied);
-    its id."""
+def prepared(request: web.Request, resource: str,
+             ops: Sequence[dict[str, object]]) -> list[list[object]]:
+    """The request's opcodes made ready to queue (`?dry-run`, `?reason` and the body's reason
+    trail applied, file-valued parameters checked); the reason trail the job gets."""
     dry_run = flag(request, "dry-run")
-    trail = [reason.rapi(resource)]
+    trail: list[list[object]] = [reason.rapi(resource)]
     text = request.query.get("reason")
     if text:
         trail.append(reason.entry(reason.USER, text))
@@ -230,31 +228,55 @@ async def submit_job(request: web.Request, resource: str,
                 op["reason"] = reason.validate(extra)
             except ValueError as err:
                 raise RapiHttpError(400, str(err)) from None
-    ctx = ctx_of(request)
-    refused = hvfiles.problems(ops, ctx.hv_files_dir)
+    refused = hvfiles.problems(ops, ctx_of(request).hv_files_dir)
     if refused:
         raise RapiHttpError(400, "; ".join(refused))
-    read_only = all(getattr(opcodes.BY_ID.get(str(op.get("OP_ID"))), "READ_ONLY", False)
-                    for op in ops)
+    return trail
+
+
+async def submit(request: web.Request, resource: str,
+                 ops: Sequence[dict[str, object]]) -> web.Response:
+    """Queue a job for a write request; answer its id."""
+    return ok(await submit_job(request, resource, ops))
+
+
+async def submit_job(request: web.Request, resource: str,
+                     ops: Sequence[dict[str, object]]) -> int:
+    """Queue a job for a request (prepared as `prepared` does); its id."""
+    trail = prepared(request, resource, ops)
+    return (await queued(request, [ops], trail))[0]
+
+
+async def queued(request: web.Request, jobs: Sequence[Sequence[dict[str, object]]],
+                 trail: list[list[object]]) -> list[int]:
+    """Queue `jobs` (prepared); their ids. Each job takes a token of the caller's submission
+    rate (429 with Retry-After when there is none); 400 for a bad opcode, 503 while the queue
+    is drained (Ganeti's rlib2 answers it so) or full of read-only jobs."""
+    ctx = ctx_of(request)
     caller = request.get(USER_KEY) or f"source {request.remote}"
-    wait = ctx.submissions.take(caller, read_only)
-    if wait:
-        kind = "read-only jobs" if read_only else "jobs"
-        raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
-                                 f"{login_backoff.retry_after(wait)} s", retry=wait)
-    queue = ctx.queue
+    for ops in jobs:
+        read_only = all(getattr(opcodes.BY_ID.get(str(op.get("OP_ID"))), "READ_ONLY", False)
+                        for op in ops)
+        wait = ctx.submissions.take(caller, read_only)
+        if wait:
+            kind = "read-only jobs" if read_only else "jobs"
+            raise RapiHttpError(429, f"{caller} submits {kind} too fast; try again in "
+                                     f"{login_backoff.retry_after(wait)} s", retry=wait)
     try:
-        job_id = await asyncio.to_thread(queue.submit, ops, reason=trail)
+        return await asyncio.to_thread(ctx.queue.submit_many, jobs, reason=trail)
     except opcodes.OpcodeError as err:
         raise RapiHttpError(400, str(err)) from None
+    except job_queue.QueueDrained:
+        raise RapiHttpError(503, "Job queue is drained, cannot submit") from None
     except job_queue.QueueFull as err:
         raise RapiHttpError(503, str(err), retry=10.0) from None
-    return job_id
 
 
-# Opcode fields no request body sets: the job's plumbing (the queue's; dry-run and reason come
-# from the query string or are checked by `submit`)
-_PLUMBING = frozenset({"debug_level", "priority", "depends", "comment"})
+# Opcode fields no request body sets: the job's plumbing (dry-run and reason come from the query
+# string or are checked by `submit`; herder's LUs log at one level, so a debug level would be
+# ignored). A body may set `priority`, `depends` (absolute job ids: a single job has no earlier
+# one to be relative to) and `comment`, as Ganeti's FillOpcode allows.
+_PLUMBING = frozenset({"debug_level"})
 NODE_TARGET = ("node_name", "node_uuid")
 INSTANCE_TARGET = ("instance_name", "instance_uuid")
 
@@ -434,6 +456,11 @@ def access_refusal(request: web.Request) -> web.Response | None:
         if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
         return None
+    if rule == access.RAPI_USER:
+        if user is None:
+            return error_response(401, "valid credentials are required (any RAPI user: "
+                                       "queries are not for anonymous readers, as in Ganeti)")
+        return None
     if rule != access.RAPI_WRITE:
         return error_response(500, f"{request.method} {request.path}: access rule {rule.name} "
                                    "is not a RAPI rule")
@@ -452,9 +479,7 @@ def held_response(hold: float) -> web.Response:
 
 
 # Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
-NOT_SERVED = (
-    ("/2/filters", "herder has no job filters (not supported yet)"),
-)
+NOT_SERVED: tuple[tuple[str, str], ...] = ()
 
 
 def not_served(path: str) -> str:

@@ -33,6 +33,8 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from herder.core import access, console, model
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
+from herder.core.rpcdefs import instance_calls, node_calls
+from herder.core.rpcdefs.base import AnswerT, Call
 from herder.masterd.rapi.base import ROUTES, RapiHttpError, config_of, ctx_of, find, ok, takes
 from herder.masterd.web import streams
 
@@ -60,11 +62,9 @@ def node_rpc(request: web.Request) -> NodeRpc:
     return rpc
 
 
-async def call(request: web.Request, node: model.Node, method: str,
-               args: dict[str, object]) -> object:
+async def call(request: web.Request, node: model.Node, asked: Call[AnswerT]) -> AnswerT:
     try:
-        return await asyncio.to_thread(node_rpc(request).call, node, method, args,
-                                       LIST_TIMEOUT)
+        return await asyncio.to_thread(node_rpc(request).call, node, asked, LIST_TIMEOUT)
     except HerderError as err:
         raise RapiHttpError(503, f"{UNAVAILABLE}: {err}") from None
 
@@ -73,8 +73,8 @@ async def call(request: web.Request, node: model.Node, method: str,
 async def console_info(request: web.Request) -> web.Response:
     """Ganeti's R_2_instances_name_console: the console object, 503 unless it runs."""
     config, inst, node = target(request)
-    listed = await call(request, node, "instance_list", {})
-    if not isinstance(listed, dict) or listed.get(inst.name) not in RUNNING_STATES:
+    listed = await call(request, node, node_calls.InstanceList())
+    if listed.get(inst.name) not in RUNNING_STATES:
         raise RapiHttpError(503, UNAVAILABLE)
     return ok(console.instance_console(
         inst.name, inst.hypervisor, inst.network_port, config.filled_hvparams(inst),
@@ -89,9 +89,9 @@ async def console_log(request: web.Request) -> web.Response:
     text = request.query.get("lines", str(console.LOG_LINES_DEFAULT))
     if not text.isdigit() or not 1 <= int(text) <= console.LOG_LINES_MAX:
         raise RapiHttpError(400, f"lines must be a number 1..{console.LOG_LINES_MAX}")
-    tail = await call(request, node, "instance_console_log",
-                      {"instance": inst.name, "lines": int(text)})
-    return web.Response(text=str(tail), content_type="text/plain")
+    tail = await call(request, node, instance_calls.InstanceConsoleLog(instance=inst.name,
+                                                                       lines=int(text)))
+    return web.Response(text=tail, content_type="text/plain")
 
 
 async def ask_only(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
@@ -137,7 +137,8 @@ async def bridge(request: web.Request, kind: str) -> web.StreamResponse:
     if not isinstance(rpc, HttpNodeRpc):
         raise RapiHttpError(503, f"{UNAVAILABLE}: no node daemon transport")
     url, headers = rpc.stream(node, console.STREAM_PATH.format(instance=inst.name, kind=kind),
-                              console.STREAM_METHODS[kind], {"instance": inst.name})
+                              console.STREAM_METHODS[kind],
+                              instance_calls.ConsoleStream(instance=inst.name))
     tls = rpc.tls if rpc.tls is not None else True
     async with aiohttp.ClientSession() as session:
         if not web.WebSocketResponse().can_prepare(request).ok:

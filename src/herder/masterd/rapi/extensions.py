@@ -1,7 +1,7 @@
 """herder's own RAPI routes under `/2/herder/` (docs/compat.md): `POST /2/herder/jobs` (a job
-of any opcodes, as Ganeti's luxi SubmitJob), `GET /2/herder/config` (the whole config, for
-writers), `GET|PUT /2/herder/maintenance` (maintd's settings) and `PUT
-/2/herder/maintenance/state` (maintd's bookkeeping)."""
+of any opcodes, as Ganeti's luxi SubmitJob, or several as SubmitManyJobs), `GET
+/2/herder/config` (the whole config, for writers), `GET|PUT /2/herder/maintenance` (maintd's
+settings) and `PUT /2/herder/maintenance/state` (maintd's bookkeeping)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from herder.masterd.rapi.base import (
     ctx_of,
     ok,
     only,
+    prepared,
+    queued,
     submit,
     submits,
     takes,
@@ -96,12 +98,30 @@ async def herder_config(request: web.Request) -> web.Response:
 @ROUTES.allow(access.RAPI_WRITE)
 @takes("dry-run", body=True)
 async def herder_jobs_submit(request: web.Request) -> web.Response:
-    """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]}."""
-    body = only(body_dict(await body_of(request, default={})), {"ops"}, "job submission")
-    ops = body.get("ops")
-    if not isinstance(ops, list) or not ops or not all(isinstance(o, dict) for o in ops):
-        raise RapiHttpError(400, "give 'ops': a non-empty list of opcode objects")
-    return await submit(request, "herder_jobs", [dict(o) for o in ops])
+    """Submit a job of any opcodes (like Ganeti's luxi SubmitJob): {"ops": [{"OP_ID": ...}]},
+    answered by its id; or several (luxi SubmitManyJobs, a job's `depends` may name an earlier
+    one of them relatively: -1 the one before): {"jobs": [[...], ...]}, answered as Ganeti's
+    [[true, id], ...]. Nothing is queued when one opcode is bad."""
+    body = body_dict(await body_of(request, default={}))
+    unknown = sorted(set(body) - {"ops", "jobs"})
+    if unknown:
+        raise RapiHttpError(400, f"job submission: unknown field(s) {', '.join(unknown)}")
+    if len(body) != 1:
+        raise RapiHttpError(400, "give either 'ops' (one job) or 'jobs' (a list of jobs)")
+    if "ops" in body:
+        return await submit(request, "herder_jobs", _opcodes(body["ops"], "'ops'"))
+    many = body["jobs"]
+    if not isinstance(many, list) or not many:
+        raise RapiHttpError(400, "'jobs': a non-empty list of jobs (lists of opcodes)")
+    jobs = [_opcodes(ops, f"job {index}") for index, ops in enumerate(many)]
+    trails = [prepared(request, "herder_jobs", ops) for ops in jobs]  # (all alike)
+    return ok([[True, job_id] for job_id in await queued(request, jobs, trails[0])])
+
+
+def _opcodes(value: object, what: str) -> list[dict[str, object]]:
+    if not isinstance(value, list) or not value or not all(isinstance(o, dict) for o in value):
+        raise RapiHttpError(400, f"{what}: a non-empty list of opcode objects")
+    return [dict(o) for o in value]
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

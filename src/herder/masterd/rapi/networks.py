@@ -86,8 +86,10 @@ def _network_op(op: type[opcodes.OpCode], resource: str, what: str) -> Handler:
     @ROUTES.allow(access.RAPI_WRITE)
     @takes(body=True)
     async def handler(request: web.Request) -> web.Response:
-        target = _network(request)
+        # the body is checked before the network is looked up: bad input is a 400 whatever
+        # the URL names, as on the other resources' routes
         body = only(body_dict(await body_of(request, default={})), fields, what)
+        target = _network(request)
         return await submit(request, resource, [
             {"OP_ID": op_id, "network_name": target.name, **body}])
 

@@ -1,22 +1,29 @@
-"""Ganeti's query resource (`masterd.query` computes the answers): `GET
-/2/query/{node,instance,group,export}?fields=a,b` (exports: each node asked for its list),
-`PUT` with `{"fields": [...]}` (no filters: compat row 47), and `GET
-/2/query/{resource}/fields[?fields=...]` (the field definitions).
+"""Ganeti's query resource (`masterd.query` computes the answers) for Ganeti's resources (node,
+instance, group, job, export, network, filter, lock): `GET /2/query/RESOURCE?fields=a,b`, `PUT
+/2/query/RESOURCE` with `{"fields": [...], "qfilter": FILTER}` (Ganeti's older `filter` too),
+and `GET /2/query/RESOURCE/fields[?fields=a,b]` (the field definitions).
 
-Ganeti lets readers query with GET and PUT; herder's rule for every method but GET is
-rapi-write (docs/security.md), so readers query with GET.
+As in Ganeti's rlib2, the query routes need a RAPI user (a read-only user will do) even when
+the RAPI allows anonymous reads, for both methods; the field definitions are for anyone who
+may read. A filter Ganeti would refuse is a 400 naming the problem, before anything is
+computed; so is a parameter the route does not take.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from aiohttp import web
 
 from herder.core import access, model
 from herder.core.errors import HerderError
+from herder.core.rpcdefs import backup_calls
 from herder.masterd import query as queries
 from herder.masterd.livecache import EMPTY
+from herder.masterd.queries.fields import Objects
+from herder.masterd.queries.qfilter import FilterError
+from herder.masterd.queries.registry import RESOURCES
 from herder.masterd.rapi.base import (
     JSON,
     ROUTES,
@@ -31,21 +38,17 @@ from herder.masterd.rapi.base import (
     takes,
 )
 
-EXPORT = "export"  # Ganeti's QR_EXPORT: answered from the nodes (export_list), not the config
-EXPORT_LIST_TIMEOUT = 30.0
-
 
 def resource_of(request: web.Request) -> str:
     name = request.match_info["resource"]
-    if name not in queries.RESOURCES and name != EXPORT:
-        known = sorted([*queries.RESOURCES, EXPORT])
+    if name not in RESOURCES:
         raise RapiHttpError(
-            404, f"herder's query resource answers {', '.join(known)}, not {name!r}")
+            404, f"no query resource {name!r} (Ganeti's: {', '.join(sorted(RESOURCES))})")
     return name
 
 
 async def _exports(request: web.Request) -> dict[str, list[str] | None]:
-    """Each online node's exports (None: it could not be asked)."""
+    """Each online node's exports (None: it could not be asked), asked at once."""
     config, rpc = config_of(request), ctx_of(request).rpc
     nodes = sorted((n for n in config.nodes.values() if not n.offline), key=lambda n: n.name)
 
@@ -53,63 +56,80 @@ async def _exports(request: web.Request) -> dict[str, list[str] | None]:
         if rpc is None:
             return None
         try:
-            found = await asyncio.to_thread(rpc.call, node, "export_list", {},
-                                            timeout=EXPORT_LIST_TIMEOUT)
+            return await asyncio.to_thread(rpc.call, node, backup_calls.ExportList())
         except HerderError:
             return None
-        return [str(name) for name in found] if isinstance(found, list) else None
 
     answers = await asyncio.gather(*(ask(node) for node in nodes))
     return {node.name: found for node, found in zip(nodes, answers, strict=True)}
 
 
-async def respond(request: web.Request, resource: str, fields: list[str]) -> web.Response:
-    if resource == EXPORT:
-        return ok(queries.export_answer(await _exports(request), fields))
+def split_fields(text: str) -> list[str]:
+    return [f.strip() for f in text.split(",") if f.strip()]
+
+
+def _fields_of(value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+        raise RapiHttpError(400, "'fields' must be a list of field names")
+    return value
+
+
+async def respond(request: web.Request, resource: str, fields: Sequence[str],
+                  given_filter: object) -> web.Response:
+    try:
+        compiled = queries.compile_filter(resource, given_filter)
+    except FilterError as err:
+        raise RapiHttpError(400, str(err)) from None
     config = config_of(request)
-    # the nodes are asked for their figures only when a field needs them (a group list, or a
-    # node list of names and roles, waits for no node)
-    live = await live_of(request, config) if queries.needs_live(resource, fields) else EMPTY
-    return web.Response(body=queries.encode_answer(config, resource, fields, live),
-                        content_type=JSON)
+    ctx = ctx_of(request)
+    # the nodes are asked for their figures only when a field (shown or filtered on) needs
+    # them: a group list, or a node list of names and roles, waits for no node
+    live = (await live_of(request, config) if queries.needs_live(resource, fields, compiled)
+            else EMPTY)
+    exports = await _exports(request) if resource == "export" else None
+    source = Objects(config, jobs=ctx.queue, locks=ctx.locks, exports=exports)
+    try:
+        body = queries.encode_answer(source, resource, fields, live, compiled)
+    except FilterError as err:  # a value of a field the filter cannot compare (kind `other`)
+        raise RapiHttpError(400, str(err)) from None
+    return web.Response(body=body, content_type=JSON)
 
 
-@ROUTES.allow(access.RAPI_READ)
+@ROUTES.allow(access.RAPI_USER)
 @takes("fields")
 async def query_get(request: web.Request) -> web.Response:
     resource = resource_of(request)
     if "fields" not in request.query:
         raise RapiHttpError(400, "Missing 'fields' query argument")
-    return await respond(request, resource, queries.split_fields(request.query["fields"]))
+    return await respond(request, resource, split_fields(request.query["fields"]), None)
 
 
-@ROUTES.allow(access.RAPI_WRITE)
+@ROUTES.allow(access.RAPI_USER)
 @takes("fields", body=True)
 async def query_put(request: web.Request) -> web.Response:
     resource = resource_of(request)
     body = only(body_dict(await body_of(request, default={})), ("fields", "qfilter", "filter"),
                 "query")
-    if body.get("qfilter") is not None or body.get("filter") is not None:
-        raise RapiHttpError(400, "herder's query resource takes no filter; ask for the fields "
-                                 "and filter the rows")
-    fields = body.get("fields")
-    if fields is None:
-        if "fields" not in request.query:
-            raise RapiHttpError(400, "Missing 'fields' query argument")
-        fields = queries.split_fields(request.query["fields"])
-    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-        raise RapiHttpError(400, "'fields' must be a list of field names")
-    return await respond(request, resource, fields)
+    if "fields" in body:
+        fields = _fields_of(body["fields"])
+    elif "fields" in request.query:
+        fields = split_fields(request.query["fields"])
+    else:
+        raise RapiHttpError(400, "Missing 'fields' query argument")
+    given = body.get("qfilter")
+    if given is None:  # Ganeti's name before 2.7, still taken by its rlib2
+        given = body.get("filter")
+    elif body.get("filter") is not None:
+        raise RapiHttpError(400, "give the filter once: qfilter (or the older filter)")
+    return await respond(request, resource, fields, given)
 
 
 @ROUTES.allow(access.RAPI_READ)
 @takes("fields")
 async def query_fields(request: web.Request) -> web.Response:
     resource = resource_of(request)
-    table = queries.EXPORT_FIELDS if resource == EXPORT else queries.RESOURCES[resource].fields
-    names = queries.split_fields(request.query["fields"]) if "fields" in request.query \
-        else sorted(table)
-    return ok({"fields": [queries.definition(f, table) for f in names]})
+    names = split_fields(request.query["fields"]) if "fields" in request.query else None
+    return ok(queries.field_definitions(resource, names))
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

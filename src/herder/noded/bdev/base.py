@@ -21,14 +21,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from herder.core.diskobjects import BlockDevStatus, LocalDiskStatus
 from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
-    from herder.noded.bdev.disk import Disk
+    from herder.core.diskobjects import Disk
 
 DEFAULT_TIMEOUT = 120.0  # seconds, for one storage command
 DD_BLOCK_SIZE = 1048576  # Ganeti's DD_BLOCK_SIZE
@@ -37,35 +37,6 @@ NO_DEVICE_MAPPER = "LV activation is not available on this node (no device-mappe
 
 class BlockDevError(HerderError):
     """A block-device operation failed; the message is one line for the operator."""
-
-
-class LocalDiskStatus(IntEnum):
-    """Ganeti's local-disk status (constants.LDS_*): the worse, the higher."""
-
-    OKAY = 1
-    SYNC = 2
-    UNKNOWN = 3
-    FAULTY = 4
-
-
-@dataclass(frozen=True)
-class SyncStatus:
-    """Ganeti's BlockDevStatus: the device path and numbers, the resync percent (None: not
-    resynchronising), the estimated seconds left (None: unknown), whether the device lacks
-    redundancy, and the state of the local disk."""
-
-    dev_path: str | None
-    major: int | None
-    minor: int | None
-    sync_percent: float | None
-    estimated_time: int | None
-    is_degraded: bool
-    ldisk_status: LocalDiskStatus
-
-    def to_ganeti(self) -> list[object]:
-        """The list Ganeti's RPC sends for a BlockDevStatus (objects.BlockDevStatus fields)."""
-        return [self.dev_path, self.major, self.minor, self.sync_percent, self.estimated_time,
-                self.is_degraded, int(self.ldisk_status)]
 
 
 # --- running commands ------------------------------------------------------------------------
@@ -284,13 +255,13 @@ class BlockDev(ABC):
     def snapshot(self, snap_name: str | None, snap_size: int | None) -> list[object]:
         raise BlockDevError(f"snapshots are not supported for {self.dev_type} disks")
 
-    def sync_status(self) -> SyncStatus:
+    def sync_status(self) -> BlockDevStatus:
         """Not a mirror: never resynchronising, never degraded."""
-        return SyncStatus(self.dev_path, self.major, self.minor, None, None, False,
+        return BlockDevStatus(self.dev_path, self.major, self.minor, None, None, False,
                           LocalDiskStatus.OKAY)
 
-    def combined_sync_status(self) -> SyncStatus:
-        """The status over this device and its children (Ganeti's CombinedSyncStatus)."""
+    def combined_sync_status(self) -> BlockDevStatus:
+        """The status over this device and its children (Ganeti's CombinedBlockDevStatus)."""
         own = self.sync_status()
         percent, est, degraded, ldisk = (own.sync_percent, own.estimated_time,
                                          own.is_degraded, own.ldisk_status)
@@ -306,7 +277,7 @@ class BlockDev(ABC):
                        else max(est, theirs.estimated_time))
             degraded = degraded or theirs.is_degraded
             ldisk = max(ldisk, theirs.ldisk_status)
-        return SyncStatus(self.dev_path, self.major, self.minor, percent, est, degraded,
+        return BlockDevStatus(self.dev_path, self.major, self.minor, percent, est, degraded,
                           LocalDiskStatus(ldisk))
 
     def set_sync_params(self, params: Mapping[str, object]) -> list[str]:

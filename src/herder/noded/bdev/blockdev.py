@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host
-from herder.noded.bdev.disk import Disk
 from herder.noded.bdev.file import is_below_dir
 
 MANUAL_DRIVER = "manual"

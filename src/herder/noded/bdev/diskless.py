@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host
-from herder.noded.bdev.disk import Disk
 
 NO_DISKS = "diskless instances have no disks"
 

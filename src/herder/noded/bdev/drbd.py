@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from herder.core import drbd_status
+from herder.core.diskobjects import BlockDevStatus, Disk, LocalDiskStatus
 from herder.core.drbd_status import DrbdKernelInfo, MinorState, ShowInfo
 from herder.noded.bdev.base import (
     DD_BLOCK_SIZE,
@@ -29,11 +30,8 @@ from herder.noded.bdev.base import (
     BlockDev,
     BlockDevError,
     Host,
-    LocalDiskStatus,
-    SyncStatus,
     retry,
 )
-from herder.noded.bdev.disk import Disk
 from herder.noded.bdev.drbd_commands import DrbdCommands, commands_for
 from herder.noded.bdev.drbd_commands import dev_path as drbd_dev_path
 
@@ -194,7 +192,7 @@ class Drbd8(BlockDev):
         except drbd_status.DrbdStatusError as err:
             raise BlockDevError(str(err)) from None
 
-    def sync_status(self) -> SyncStatus:
+    def sync_status(self) -> BlockDevStatus:
         if self.minor is None and not self.attach():
             raise BlockDevError(f"drbd{self.local_minor}: can't attach to read its status")
         stats = self.proc_status()
@@ -207,7 +205,7 @@ class Drbd8(BlockDev):
             ldisk = LocalDiskStatus.SYNC
         else:
             ldisk = LocalDiskStatus.UNKNOWN
-        return SyncStatus(self.dev_path, self.major, self.minor, stats.sync_percent,
+        return BlockDevStatus(self.dev_path, self.major, self.minor, stats.sync_percent,
                           stats.est_time, degraded, ldisk)
 
     # --- local disks ---

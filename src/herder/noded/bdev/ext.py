@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from herder.core import paths
+from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, CommandResult, Host
-from herder.noded.bdev.disk import Disk
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host
-from herder.noded.bdev.disk import Disk
 
 MIB = 1024 * 1024
 

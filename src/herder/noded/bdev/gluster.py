@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 
 from herder.core import paths
+from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host, check
-from herder.noded.bdev.disk import Disk
 from herder.noded.bdev.file import MIB
 
 

@@ -1,6 +1,6 @@
 """The node RPCs' block-device work, per Ganeti 3.0's backend (`Blockdev*`, `Drbd*`).
 
-Each function takes the `Host` and decoded disks (`disk.decode_disk` on the RPC's dicts) and
+Each function takes the `Host` and the disks the RPC's arguments carry (`core.diskobjects`) and
 walks the disk tree as Ganeti's backend does: children first, DRBD may run with missing
 children, devices are found by building them (which attaches). Errors are BlockDevError with
 one line. Returned values are plain data for the RPC answer.
@@ -12,8 +12,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from herder.noded.bdev.base import DD_BLOCK_SIZE, BlockDev, BlockDevError, Host, SyncStatus, retry
-from herder.noded.bdev.disk import Disk
+from herder.core.diskobjects import BlockDevStatus, Disk
+from herder.noded.bdev.base import DD_BLOCK_SIZE, BlockDev, BlockDevError, Host, retry
 from herder.noded.bdev.drbd import Drbd8
 from herder.noded.bdev.registry import device_class
 
@@ -59,7 +59,7 @@ def recursive_assemble(host: Host, disk: Disk, as_primary: bool) -> BlockDev | b
 
 
 def blockdev_create(host: Host, disk: Disk, owner: str, on_primary: bool, info: str,
-                    excl_stor: bool = False) -> list[object]:
+                    excl_stor: bool = False) -> list[str | int]:
     """Make the disk's device (its children must exist); returns its logical id."""
     children: list[BlockDev | None] = []
     for child in disk.children:
@@ -155,20 +155,20 @@ def _found(host: Host, disk: Disk) -> BlockDev:
     return device
 
 
-def blockdev_find(host: Host, disk: Disk) -> SyncStatus | None:
+def blockdev_find(host: Host, disk: Disk) -> BlockDevStatus | None:
     device = recursive_find(host, disk)
     return None if device is None else device.sync_status()
 
 
-def blockdev_getmirrorstatus(host: Host, disks: Sequence[Disk]) -> list[SyncStatus]:
+def blockdev_getmirrorstatus(host: Host, disks: Sequence[Disk]) -> list[BlockDevStatus]:
     return [_found(host, disk).combined_sync_status() for disk in disks]
 
 
 def blockdev_getmirrorstatus_multi(host: Host, disks: Sequence[Disk]
-                                   ) -> list[tuple[bool, SyncStatus | str]]:
+                                   ) -> list[tuple[bool, BlockDevStatus | str]]:
     """Ganeti's BlockdevGetmirrorstatusMulti: per disk (True, its combined status) or
     (False, why not: "Can't find device ..." or the device's error)."""
-    found: list[tuple[bool, SyncStatus | str]] = []
+    found: list[tuple[bool, BlockDevStatus | str]] = []
     for disk in disks:
         try:
             device = recursive_find(host, disk)

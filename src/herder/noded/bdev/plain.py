@@ -21,16 +21,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from herder.core.diskobjects import BlockDevStatus, Disk, LocalDiskStatus
 from herder.noded.bdev.base import (
     NO_DEVICE_MAPPER,
     BlockDev,
     BlockDevError,
     Host,
-    LocalDiskStatus,
-    SyncStatus,
     check,
 )
-from herder.noded.bdev.disk import Disk
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +179,7 @@ def lv_global_info(host: Host) -> dict[str, LvInfo]:
 _LVS_LINE = re.compile(r"^\s*([^|]+)\|([^|]+)\|([0-9.]+)\|([^|]{6,})\|?$")
 
 
-def volume_list(host: Host, vg_names: Sequence[str]) -> dict[str, list[object]]:
+def volume_list(host: Host, vg_names: Sequence[str]) -> dict[str, tuple[str, bool, bool]]:
     """Ganeti's GetVolumeList: `vg/lv` -> [size MiB as text, inactive, online] of the LVs
     in `vg_names` (all when empty), virtual ones left out. BlockDevError when `lvs` fails."""
     result = host.run(["lvs", "--noheadings", "--units=m", "--nosuffix",
@@ -189,7 +187,7 @@ def volume_list(host: Host, vg_names: Sequence[str]) -> dict[str, list[object]]:
                        *vg_names])
     if result.failed:
         raise BlockDevError(f"Failed to list logical volumes, lvs output: {result.output}")
-    volumes: dict[str, list[object]] = {}
+    volumes: dict[str, tuple[str, bool, bool]] = {}
     for line in result.stdout.splitlines():
         match = _LVS_LINE.match(line.strip())
         if match is None:
@@ -198,7 +196,7 @@ def volume_list(host: Host, vg_names: Sequence[str]) -> dict[str, list[object]]:
         vg, name, size, attr = match.groups()
         if attr[0] == "v":  # virtual: holds no data
             continue
-        volumes[f"{vg}/{name}"] = [size, attr[4] == "-", attr[5] == "o"]
+        volumes[f"{vg}/{name}"] = (size, attr[4] == "-", attr[5] == "o")
     return volumes
 
 
@@ -323,9 +321,9 @@ class LogicalVolume(BlockDev):
         self.lv_name = new_name
         self.dev_path = f"/dev/{self.vg_name}/{self.lv_name}"
 
-    def sync_status(self) -> SyncStatus:
+    def sync_status(self) -> BlockDevStatus:
         ldisk = LocalDiskStatus.FAULTY if self.degraded else LocalDiskStatus.OKAY
-        return SyncStatus(self.dev_path, self.major, self.minor, None, None, self.degraded,
+        return BlockDevStatus(self.dev_path, self.major, self.minor, None, None, self.degraded,
                           ldisk)
 
     def set_info(self, text: str) -> None:

@@ -21,8 +21,8 @@ import re
 import secrets
 from collections.abc import Sequence
 
+from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host, check
-from herder.noded.bdev.disk import Disk
 
 RBD = "rbd"
 RBD_SYSFS = "/sys/bus/rbd"  # there when the rbd kernel module is loaded
