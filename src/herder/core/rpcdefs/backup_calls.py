@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from herder.core import paths
-from herder.core.rpcdefs.base import Call, instance_name
+from herder.core.rpcdefs.base import AnswerT, Call, instance_name
 from herder.core.rpcdefs.disk_calls import ExportTarget, Transferred, import_token
 
 PARTIAL = ".new"  # the suffix of an export being written (Ganeti's)
@@ -65,16 +65,19 @@ class ExportFinalize(Call[None], kw_only=True):
             raise ValueError("config_ini larger than 1 MiB")
 
 
-class ExportRemove(Call[bool], kw_only=True):
+class OneExport(Call[AnswerT], kw_only=True):
+    name: str  # the export (an instance's name; `NAME.new`: one being written)
+
+    def __post_init__(self) -> None:
+        export_name(self.name)
+
+
+class ExportRemove(OneExport[bool], kw_only=True):
     """Remove an export (or a partial one, `NAME.new`); whether there was one."""
 
     METHOD = "export_remove"
     SERIAL = True
     TIMEOUT = 60.0
-    name: str
-
-    def __post_init__(self) -> None:
-        export_name(self.name)
 
 
 class ExportList(Call[list[str]], kw_only=True):
@@ -85,31 +88,26 @@ class ExportList(Call[list[str]], kw_only=True):
     TIMEOUT = 30.0
 
 
-class ExportInfo(Call[str], kw_only=True):
+class ExportInfo(OneExport[str], kw_only=True):
     """An export's config.ini, checked to be one."""
 
     METHOD = "export_info"
     READ_ONLY = True
     TIMEOUT = 60.0
-    name: str
-
-    def __post_init__(self) -> None:
-        export_name(self.name)
 
 
-class ExportSend(Call[Transferred], kw_only=True):
+class ExportSend(OneExport[Transferred], kw_only=True):
     """Stream one dump of an export to another node's prepared import (an import from the
     export); the bytes and checksum the target confirmed. The caller gives the stream's
     timeout (`STREAM_TIMEOUT`)."""
 
     METHOD = "export_send"
     READ_ONLY = True
-    name: str
     dump: str
     target: ExportTarget
     token: str
 
     def __post_init__(self) -> None:
-        export_name(self.name)
+        super().__post_init__()
         dump_name(self.dump)
         import_token(self.token)
