@@ -184,3 +184,64 @@ def test_ext_sharedimg_keeps_data(tmp_path: Path) -> None:
     finally:
         for loop in loops_of(image):
             subprocess.run(["losetup", "-d", loop], check=False)
+
+
+def test_ext_sharedimg_snapshot_and_rollback(tmp_path: Path) -> None:
+    """An ext disk of the sharedimg provider: a snapshot (Ganeti's blockdev_snapshot), more
+    written, then rolled back (herder's `rollback` script): the data is the snapshot's again;
+    a rollback while the volume is attached, to a snapshot that does not exist, or of a
+    provider without the script is refused in one line and changes nothing."""
+    needs_loop_devices()
+    images = tmp_path / "images"
+    images.mkdir()
+    host = storage_host(tmp_path)
+    disk = ext_disk(images)
+    image = images / "vol-inst1-0.img"
+    try:
+        operations.blockdev_create(host, disk, "inst1", True, "originstname+inst1")
+        assembled = operations.blockdev_assemble(host, disk, True)
+        assert isinstance(assembled, operations.Assembled) and assembled.dev_path
+        write_pattern(assembled.dev_path)
+        assert operations.blockdev_snapshot(host, disk, "vol-inst1-0.snap1", None) == [
+            "sharedimg", "vol-inst1-0.snap1"]
+        with open(assembled.dev_path, "r+b") as device:  # written after the snapshot
+            device.seek(OFFSET)
+            device.write(b"\xff" * len(PATTERN))
+            os.fsync(device.fileno())
+        with pytest.raises(BlockDevError, match="is attached") as attached:
+            operations.blockdev_snapshot_rollback(host, disk, "vol-inst1-0.snap1")
+        assert "\n" not in str(attached.value)
+        assert read_pattern(assembled.dev_path) == b"\xff" * len(PATTERN)
+        operations.blockdev_shutdown(host, disk)
+        with pytest.raises(BlockDevError, match="no snapshot nope"):
+            operations.blockdev_snapshot_rollback(host, disk, "nope")
+        operations.blockdev_snapshot_rollback(host, disk, "vol-inst1-0.snap1")
+        again = operations.blockdev_assemble(host, disk, True)
+        assert isinstance(again, operations.Assembled) and again.dev_path
+        assert read_pattern(again.dev_path) == PATTERN
+        assert (images / "vol-inst1-0.snap1.img").exists()  # the snapshot stays
+        operations.blockdev_remove(host, disk)
+        snapshot = ext_disk(images, "vol-inst1-0.snap1")  # a snapshot is a volume of its own
+        operations.blockdev_remove(host, snapshot)
+        assert sorted(p.name for p in images.iterdir()) == []
+    finally:
+        for loop in loops_of(image):
+            subprocess.run(["losetup", "-d", loop], check=False)
+
+
+def test_rollback_of_other_types_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "file-storage"
+    host = storage_host(tmp_path, root)
+    disk = file_disk("file", root / "inst1" / "disk0")
+    with pytest.raises(BlockDevError, match="not supported for file disks"):
+        operations.blockdev_snapshot_rollback(host, disk, "snap")
+
+
+@pytest.mark.parametrize("name", ["", "../x", ".hidden", "-opt", "a b", "a/b"])
+def test_bad_snapshot_names_are_refused_at_the_nodes_door(tmp_path: Path, name: str) -> None:
+    from herder.noded import rpc as noded_rpc
+
+    disk = {"dev_type": "ext", "logical_id": ["sharedimg", "vol-inst1-0"], "size": 4}
+    for method in ("blockdev_snapshot", "blockdev_snapshot_rollback"):
+        with pytest.raises(noded_rpc.BadArguments, match="snapshot name"):
+            noded_rpc.decode(method, {"disk": disk, "snap_name": name})

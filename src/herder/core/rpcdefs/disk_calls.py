@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
-from herder.core.diskobjects import BlockDevStatus, Disk
+from herder.core import paths
+from herder.core.diskobjects import MAX_DISK_MIB, BlockDevStatus, Disk
 from herder.core.rpcdefs.base import (
     AnswerT,
     Call,
@@ -144,6 +145,39 @@ class BlockdevWipe(OneDisk[None], kw_only=True):
     METHOD = "blockdev_wipe"
     offset: int
     size: int
+
+
+def snapshot_name(name: str) -> None:
+    """A snapshot's name, given to the device type (an LV name, an ExtStorage volume name)."""
+    paths.check_component(name, "snapshot name")
+    if name.startswith((".", "-")) or not all(ch.isalnum() or ch in "-_.+" for ch in name):
+        raise ValueError(f"invalid snapshot name {name!r}")
+
+
+class BlockdevSnapshot(OneDisk[list[str]], kw_only=True):
+    """Snapshot a disk (Ganeti's blockdev_snapshot: LVM's `lvcreate -s`, an ExtStorage
+    provider's `snapshot`); the answer is the snapshot's logical id."""
+
+    METHOD = "blockdev_snapshot"
+    SERIAL = True
+    snap_name: str
+    snap_size: int | None = None  # MiB; None: the disk's size
+
+    def __post_init__(self) -> None:
+        snapshot_name(self.snap_name)
+        if self.snap_size is not None:
+            in_range(self.snap_size, 1, MAX_DISK_MIB, "snap_size")
+
+
+class BlockdevSnapshotRollback(OneDisk[None], kw_only=True):
+    """The disk takes the content of its snapshot (herder's: Ganeti has no rollback)."""
+
+    METHOD = "blockdev_snapshot_rollback"
+    SERIAL = True
+    snap_name: str
+
+    def __post_init__(self) -> None:
+        snapshot_name(self.snap_name)
 
 
 class BlockdevSetinfo(OneDisk[None], kw_only=True):

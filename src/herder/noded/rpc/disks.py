@@ -100,6 +100,17 @@ def blockdev_setinfo(node: Node, call: disk_calls.BlockdevSetinfo) -> None:
     operations.blockdev_setinfo(node.disks.host, call.disk, call.info)
 
 
+def blockdev_snapshot(node: Node, call: disk_calls.BlockdevSnapshot) -> list[str]:
+    """Ganeti's BlockdevSnapshot: the snapshot's logical id."""
+    made = operations.blockdev_snapshot(node.disks.host, call.disk, call.snap_name,
+                                        call.snap_size)
+    return [str(part) for part in made]
+
+
+def blockdev_snapshot_rollback(node: Node, call: disk_calls.BlockdevSnapshotRollback) -> None:
+    operations.blockdev_snapshot_rollback(node.disks.host, call.disk, call.snap_name)
+
+
 def blockdev_open(node: Node, call: disk_calls.BlockdevOpen) -> list[str | None]:
     return operations.blockdev_open(node.disks.host, call.disks, call.exclusive)
 
