@@ -491,10 +491,6 @@ def held_response(hold: float) -> web.Response:
 
 # Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
 NOT_SERVED: tuple[tuple[str, str], ...] = ()
-NOT_SERVED_SUFFIXES = (
-    ("/export", "herder does not export instances (not supported yet)"),
-    ("/prepare-export", "herder does not export instances (not supported yet)"),
-)
 
 
 def not_served(path: str) -> str:
@@ -502,10 +498,6 @@ def not_served(path: str) -> str:
     for prefix, why in NOT_SERVED:
         if path == prefix or path.startswith(prefix + "/"):
             return f"{why}: {path}"
-    if path.startswith("/2/instances/"):
-        for suffix, why in NOT_SERVED_SUFFIXES:
-            if path.endswith(suffix):
-                return f"{why}: {path}"
     return f"Nothing matches the given URI: {path}"
 
 
