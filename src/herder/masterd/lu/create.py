@@ -20,6 +20,19 @@ from herder.masterd.lu.placement import live_figures
 MIRRORED = {"drbd"}
 
 
+def _hypervisor_of(op: opcodes.OpInstanceCreate, c: model.Cluster) -> str:
+    """The new instance's hypervisor: the one asked for, or the cluster's first; enabled and
+    one herder's nodes can run (a cluster imported from Ganeti may have others enabled)."""
+    hypervisor = op.hypervisor or (c.enabled_hypervisors[0] if c.enabled_hypervisors else None)
+    if hypervisor is None or hypervisor not in c.enabled_hypervisors:
+        raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
+    try:
+        params.check_runnable_hypervisor(hypervisor)
+    except ValueError as err:
+        raise OpPrereqError(str(err), "wrong_input") from None
+    return hypervisor
+
+
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     REQ_BGL = True  # placement looks at every node; creations are serialized
 
@@ -40,14 +53,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         if op.disk_template not in c.enabled_disk_templates:
             raise OpPrereqError(f"disk template {op.disk_template} is not enabled on the "
                                 "cluster", "wrong_input")
-        hypervisor = op.hypervisor or (c.enabled_hypervisors[0] if c.enabled_hypervisors
-                                       else None)
-        if hypervisor not in c.enabled_hypervisors:
-            raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
-        try:  # a cluster imported from Ganeti may have others enabled
-            params.check_runnable_hypervisor(hypervisor)
-        except ValueError as err:
-            raise OpPrereqError(str(err), "wrong_input") from None
+        hypervisor = _hypervisor_of(op, c)
         if not op.os_type and not op.no_install:
             raise OpPrereqError("give the OS (os_type), or no_install")
         if op.os_type and op.os_type.split("+", 1)[0] in c.blacklisted_os:
