@@ -57,11 +57,13 @@ class FailoverReport(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 def vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int,
              timeout: float = 15.0) -> HttpNodeRpc:
-    """The node RPC client of a failover: a node that is gone costs the connect timeout (3 s),
-    so the calls keep the client's timeouts (a per-call timeout would replace both)."""
+    """The node RPC client of a failover: a node that is gone costs the connect timeout (2 s,
+    as the vote's own connect to masterd: a living node's kernel and noded accept a
+    connection in milliseconds, even loaded), so the calls keep the client's timeouts (a
+    per-call timeout would replace both)."""
     secrets = cluster_secrets.SecretPaths.beside(store.path)
     return HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
-                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=3.0)
+                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=2.0)
 
 
 def masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
