@@ -32,6 +32,7 @@ from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore
+from rounds import spread
 from tests.ha.test_etcd import ETCD, EtcdCluster
 from tests.ha.test_etcd_masterd import Masterd
 from tests.system.masterd_fixture import make_cluster
@@ -40,10 +41,6 @@ CLUSTER = "bench"
 A, B = "node1.example.com", "node2.example.com"
 GANETI_VCLUSTER = 10.7  # seconds, issue 36: the operator's master-failover to a serving master
 ETCD_DEFAULTS = ["--heartbeat-interval", "100", "--election-timeout", "1000"]
-
-
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def _first_answer(secrets: Path, url: str, master: str, began: float) -> float:
@@ -127,7 +124,7 @@ def main() -> None:
     print(f"\nmaster_lease_ttl {options.ttl} s; median of {options.rounds} (min-max), seconds "
           f"from killing {killed}:")
     for key in ("elected", "rapi", "job"):
-        print(f"  {key:8} {_spread([r[key] for r in rows])}")
+        print(f"  {key:8} {spread([r[key] for r in rows], digits=2)}")
     rapi = statistics.median(r["rapi"] for r in rows)
     print(f"Ganeti's vcluster: {GANETI_VCLUSTER} s from the operator's master-failover; herder "
           f"{rapi:.2f} s by itself (ratio {rapi / GANETI_VCLUSTER:.2f})", file=sys.stdout)

@@ -21,25 +21,20 @@ peer: Ganeti's vcluster takes 10.7 s from `gnt-cluster master-failover` to a ser
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiError
 from herder.core.store import FileStore
 from herder.sim import cluster
 from herder.sim.host import herder_argv
+from rounds import sim_options, spread
 
 GANETI_VCLUSTER = 10.7  # seconds, issue 36
-
-
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
 def _until(check: Callable[[], bool], what: str, timeout: float = 300.0) -> float:
@@ -119,12 +114,8 @@ def _round(state: cluster.SimState, master: str, target: str, number: int) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-mfo"))
-    parser.add_argument("--first-ip", type=int, default=140,
-                        help="127.0.0.N of the cluster (above the test modules' spans)")
-    options = parser.parse_args()
+    options = sim_options(__doc__ or "", rounds=5, directory="/tmp/herder-bench-mfo",
+                          first_ip=140)
     state = cluster.start(options.dir, 3, first_ip=options.first_ip, guests="test",
                           progress=print)
     try:
@@ -138,7 +129,7 @@ def main() -> None:
                 f"{k} {v:.1f} s" for k, v in figures.items()), flush=True)
         print(f"\nmedian of {options.rounds} (min-max), seconds from `master-failover`:")
         for key in ("vote", "command", "rapi", "job"):
-            print(f"  {key:8} {_spread([r[key] for r in rows])}")
+            print(f"  {key:8} {spread([r[key] for r in rows])}")
         rapi = statistics.median(r["rapi"] for r in rows)
         print(f"Ganeti's vcluster: {GANETI_VCLUSTER} s to a serving master; herder "
               f"{rapi:.1f} s (ratio {rapi / GANETI_VCLUSTER:.2f})")
