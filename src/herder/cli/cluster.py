@@ -216,6 +216,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
         "volume group": c.volume_group_name,
         "mac prefix": c.mac_prefix,
         "candidate pool size": c.candidate_pool_size,
+        "rapi anonymous reads": c.rapi_anonymous_reads,
         "uid pool": uidpool.format_pool(c.uid_pool),
         "default iallocators": {k: c.default_iallocators.get(k, [])
                                 for k in model.IALLOCATOR_REQUEST_TYPES},
@@ -461,6 +462,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
               "docs/ha.md \"Node failure\").")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
+@click.option("--rapi-anonymous-reads", type=YES_NO,
+              help="Answer RAPI GET requests without credentials, as Ganeti's RAPI (htools' "
+              "-m); secrets stay redacted, writes need a user (default no).")
 @click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
 @click.option("--dry-run", is_flag=True, help="Check everything, change nothing.")
 @click.pass_context
@@ -478,7 +482,7 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
            auto_balance_dynamic_load: str | None, maintenance_node_recovery: str | None,
-           diagnose_command: str | None,
+           diagnose_command: str | None, rapi_anonymous_reads: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
 
@@ -548,6 +552,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_node_recovery"] = bool(yes_no(maintenance_node_recovery))
     if diagnose_command is not None:
         fields["diagnose_data_collector_filename"] = diagnose_command
+    if rapi_anonymous_reads is not None:
+        fields["rapi_anonymous_reads"] = bool(yes_no(rapi_anonymous_reads))
     if new_name:
         fields["name"] = new_name
     if not fields:

@@ -27,7 +27,8 @@ from herder.masterd.daemon import (
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Job queue worker threads (jobs that do not conflict run in parallel).")
 @click.option("--anonymous-reads", is_flag=True,
-              help="Allow GET requests without credentials (writes always need a user).")
+              help="Allow GET requests without credentials whatever the cluster's setting "
+              "(`cluster modify --rapi-anonymous-reads`) says; writes always need a user.")
 @click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True, help="Where the pid file goes.")

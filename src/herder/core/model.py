@@ -712,6 +712,10 @@ class Cluster(Base, kw_only=True):
     reserved_lvs: list[str] = msgspec.field(default_factory=list)
     blacklisted_os: list[str] = msgspec.field(default_factory=list)
     hidden_os: list[str] = msgspec.field(default_factory=list)
+    # GET requests on the RAPI answered without credentials (Ganeti's RAPI answers every
+    # reader; htools send no credentials). Off unless the operator turns it on
+    # (docs/compat.md row 54); secrets are redacted for such readers as for read-only users.
+    rapi_anonymous_reads: bool = False
 
     def __post_init__(self) -> None:
         names.hostname(self.name, "cluster name")
@@ -882,6 +886,11 @@ class ConfigData(Base, kw_only=True, dict=True):
         index = self.index()
         return sorted((self.nodes[u] for u in list(index.group_nodes.get(group_uuid, ()))
                        if u in self.nodes), key=lambda n: n.name)
+
+    def group_node_names(self, group_uuid: str) -> list[str]:
+        """The names of the group's nodes in the order Ganeti 3.0's queries give a group's
+        `node_list`: by node UUID (its config's node map), not by name."""
+        return [n.name for n in sorted(self.group_nodes(group_uuid), key=lambda n: n.uuid)]
 
     def find_instance_by_name(self, name: str) -> Instance | None:
         """The instance named exactly `name` (no UUID or short name), or None."""
