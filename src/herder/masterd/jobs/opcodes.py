@@ -416,7 +416,9 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             params.check_osparams(osparams)
         if self.ipolicy is not None:
             model.check_ipolicy_changes(self.ipolicy, group=False)
-        _per_key("hypervisor", dict.fromkeys(self.enabled_hypervisors or []), params.HYPERVISORS)
+        for hv in _per_key("hypervisor", dict.fromkeys(self.enabled_hypervisors or []),
+                           params.HYPERVISORS):
+            params.check_runnable_hypervisor(hv)
         _per_key("disk template", dict.fromkeys(self.enabled_disk_templates or []),
                  params.DISK_TEMPLATES)
         for field in ("uid_pool", "add_uids", "remove_uids"):

@@ -44,6 +44,10 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                                        else None)
         if hypervisor not in c.enabled_hypervisors:
             raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
+        try:  # a cluster imported from Ganeti may have others enabled
+            params.check_runnable_hypervisor(hypervisor)
+        except ValueError as err:
+            raise OpPrereqError(str(err), "wrong_input") from None
         if not op.os_type and not op.no_install:
             raise OpPrereqError("give the OS (os_type), or no_install")
         if op.os_type and op.os_type.split("+", 1)[0] in c.blacklisted_os:
