@@ -203,6 +203,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
         "modified": timestamp(config.mtime),
         "master node": config.node_name(c.master_node),
         "master epoch": c.master_epoch,
+        "master lease ttl": c.master_lease_ttl,
         "master ip": c.master_ip,
         "master netdev": c.master_netdev,
         "master netmask": c.master_netmask,
@@ -433,6 +434,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
 @click.option("--enabled-disk-templates", help="Comma-separated list.")
 @click.option("--master-netdev")
 @click.option("--candidate-pool-size", type=click.IntRange(1))
+@click.option("--master-lease-ttl", type=int,  # its bounds: the opcode's, one line
+              help="etcd backend: the master lease's TTL in seconds (default 10): a dead master "
+              "is replaced within about this long; the next election uses it (docs/ha.md).")
 @click.option("--default-iallocator", multiple=True, metavar="[TYPE=]NAME[,NAME]",
               help="Set default iallocator(s) for every request type or one ('' clears).")
 @click.option("--data-collector", multiple=True, metavar="NAME:KEY=VALUE[,...]",
@@ -469,7 +473,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            nic: tuple[str, ...], nd: tuple[str, ...], disk: tuple[str, ...],
            enabled_hypervisors: str | None, enabled_disk_templates: str | None,
            master_netdev: str | None, candidate_pool_size: int | None,
-           default_iallocator: tuple[str, ...], data_collector: tuple[str, ...],
+           master_lease_ttl: int | None, default_iallocator: tuple[str, ...],
+           data_collector: tuple[str, ...],
            ipolicy_vcpu_ratio: float | None, ipolicy_spindle_ratio: float | None,
            ipolicy_disk_templates: str | None, ipolicy_bounds_specs: str | None,
            maintenance_on: str | None,
@@ -512,6 +517,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["master_netdev"] = master_netdev
     if candidate_pool_size is not None:
         fields["candidate_pool_size"] = candidate_pool_size
+    if master_lease_ttl is not None:
+        fields["master_lease_ttl"] = master_lease_ttl
     if default_iallocator:
         fields["default_iallocators"] = parse_default_iallocators(default_iallocator)
     if data_collector:

@@ -372,6 +372,7 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     remove_uids: list[tuple[int, int]] | None = None
     master_netdev: str | None = None
     candidate_pool_size: int | None = None
+    master_lease_ttl: int | None = None  # herder: etcd backend, seconds (docs/ha.md)
     default_iallocator: str | None = None
     default_iallocator_params: dict[str, str] | None = None
     # herder: one list per request type (design-2.1 "Default iallocator names")
@@ -426,6 +427,10 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             raise ValueError(f"master_netdev {self.master_netdev!r} is not a network "
                              "interface name")
         _at_least("candidate_pool_size", self.candidate_pool_size, 1)
+        if self.master_lease_ttl is not None and not (
+                model.MASTER_LEASE_TTL_MIN <= self.master_lease_ttl <= model.MASTER_LEASE_TTL_MAX):
+            raise ValueError(f"master_lease_ttl must be {model.MASTER_LEASE_TTL_MIN}-"
+                             f"{model.MASTER_LEASE_TTL_MAX} seconds")
         _iallocator(self.default_iallocator)
         for allocators in _per_key("iallocator request type", self.default_iallocators or {},
                                    model.IALLOCATOR_REQUEST_TYPES).values():
