@@ -6,6 +6,10 @@ cluster: tests/system/test_real_guests_sim.py.)"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,3 +111,35 @@ def test_an_export_to_an_unknown_node_fails_with_one_line(master: RunningMaster)
 
 
 
+
+
+def _backup_cli(master: RunningMaster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
+    env.update(HERDER_CONFIG=str(master.config_path), HERDER_MASTERD=master.url)
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", "backup", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_backup_list_takes_ganetis_list_options(master: RunningMaster) -> None:
+    """gnt-backup list's options (--node, -o, --no-headers, --separator, -v) and list-fields;
+    these nodes answer nowhere, so each online node is one row without an export."""
+    config = FileStore(master.config_path).load()
+    online = sorted(n.name for n in config.nodes.values() if not n.offline)
+    table = _backup_cli(master, "list")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split() == ["Node", "Export"]
+    plain = _backup_cli(master, "list", "--no-headers", "--separator", "|", "-v")
+    assert sorted(plain.stdout.splitlines()) == [f"{n}|(nodata)" for n in online]
+    one = _backup_cli(master, "list", "--node", "node2", "--no-headers", "-o", "node")
+    assert one.stdout.split() == ["node2.example.com"]
+    rows = json.loads(_backup_cli(master, "list", "--json").stdout)
+    assert sorted(rows, key=lambda r: r["node"]) == [{"node": n, "export": None}
+                                                     for n in online]
+    fields = _backup_cli(master, "list-fields", "--no-headers", "--separator", "|")
+    assert [line.split("|")[0] for line in fields.stdout.splitlines()] == ["export", "node"]
+    unknown = _backup_cli(master, "list", "-o", "node,size")
+    assert unknown.returncode == 14 and "unknown fields size" in unknown.stderr
+    extra = _backup_cli(master, "list", "web1")
+    assert extra.returncode == 2 and "unexpected extra argument" in extra.stderr.lower()
+    gone = _backup_cli(master, "list", "--node", "node9")
+    assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from herder.cli import common, remote
+from herder.cli import listing, remote
 from herder.cli.instance import disk_spec
 from herder.core.errors import AmbiguousError, HerderError, NotFoundError
 
@@ -104,30 +104,36 @@ def import_(ctx: click.Context, name: str, src_node: str, src_dir: str,
 import_.name = "import"
 
 
+# Ganeti's gnt-backup list: its default fields, no names as arguments (--node selects)
+LIST = listing.ListSpec("export", "exports", ("node", "export"), ("node", "export"),
+                        name_field="node")
+
+
 @backup.command("list")
-@click.option("--node", "nodes", multiple=True, help="Only this node's exports; repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option("--node", "nodes", multiple=True,
+              help="Only this node's exports; repeatable (gnt-backup list --node).")
+@listing.list_options(LIST, names=False)
 @click.pass_context
-def list_(ctx: click.Context, nodes: tuple[str, ...], as_json: bool) -> None:
-    """The exports on each node (Ganeti's /2/query/export)."""
-    rows, unreachable = remote.query_rows(ctx, "export", {"node": "node", "export": "export"})
-    if rows is None:
-        raise HerderError(unreachable or "the exports are on the nodes: ask masterd (no "
-                          "--offline)")
+def list_(ctx: click.Context, nodes: tuple[str, ...], output: str | None, no_headers: bool,
+          separator: str | None, units: str | None, verbose: bool, as_json: bool) -> None:
+    """The exports on each node, as gnt-backup list (Ganeti's /2/query/export); -o the
+    fields (list-fields shows them all)."""
+    if remote.offline(ctx):
+        raise HerderError("the exports are on the nodes: ask masterd (no --offline)")
+    wanted: list[str] = []
     if nodes:
         config = remote.config_source(ctx).load()
         try:
-            wanted = {config.find_node(node).name for node in nodes}
+            wanted = [config.find_node(node).name for node in nodes]
         except (NotFoundError, AmbiguousError) as err:
             raise HerderError(str(err)) from None
-        rows = [row for row in rows if row["node"] in wanted]
-    if as_json:
-        common.print_json(rows)
-    else:
-        common.print_table(["Node", "Export"], [(row["node"], row["export"]) for row in rows])
+    listing.run_list(ctx, LIST, wanted, output=output, force_filter=False,
+                     no_headers=no_headers, separator=separator, units=units,
+                     verbose=verbose, as_json=as_json)
 
 
 list_.name = "list"
+listing.add_list_fields(backup, LIST)
 
 
 @backup.command("remove")
