@@ -1,12 +1,12 @@
-"""herder's list options print what Ganeti's gnt-* lists print, on the same cluster (issue 32
-item 3): the real Ganeti 3.0.2 vcluster (../shared/peers/vcluster) with a few instances and
-tags, its config.data imported into herder (`cluster import-ganeti`); then `gnt-node list`,
-`gnt-instance list` and `gnt-group list` with `-o FIELD,...`, `--filter`, names,
-`--no-headers`, `--separator` and `--units` against `herder node|instance|group list` with the
-same arguments (offline: the imported config; only fields the config answers, the live ones
-need node daemons, so no default columns and no `-o +FIELD`: the nodes' and instances' defaults
-are live figures, and a group's NDParams differ by herder's own node parameters).
-Skips without ../shared, Debian's Ganeti or root."""
+"""herder's list options print what Ganeti's gnt-* lists print, on the same cluster (issue 32 item
+3): the real Ganeti 3.0.2 vcluster (../shared/peers/vcluster) with a few instances and tags, its
+config.data imported into herder (`cluster import-ganeti`); then `gnt-node list`, `gnt-instance
+list` and `gnt-group list` (and the `list-fields` of each, gnt-backup's too) with `-o
+FIELD,...`, `--filter`, names, `--no-headers`, `--separator` and `--units` against `herder
+node|instance|group list` with the same arguments (offline: the imported config; only fields the
+config answers, the live ones need node daemons, so no default columns and no `-o +FIELD`: the
+nodes' and instances' defaults are live figures, and a group's NDParams differ by herder's own
+node parameters). Skips without ../shared, Debian's Ganeti or root."""
 
 from __future__ import annotations
 
@@ -117,3 +117,17 @@ def test_a_word_after_a_regular_expression(pair: Pair) -> None:
     for query in (bare, parenthesized):
         ours = herder(pair.config, "instance", "list", *args, query)
         assert (ours.returncode, ours.stdout) == (0, ganeti.stdout), query
+
+
+@pytest.mark.parametrize(("kind", "fields"), (("node", NODE_FIELDS),
+                                              ("instance", INSTANCE_FIELDS),
+                                              ("group", GROUP_FIELDS),
+                                              ("backup", "node,export")))
+def test_list_fields_as_ganeti(pair: Pair, kind: str, fields: str) -> None:
+    """`list-fields` of the fields compared above: the same names, kinds, titles and
+    descriptions, in the same table."""
+    names = fields.split(",")
+    ganeti = pair.vcl.vc(NODES[0], f"gnt-{kind}", "list-fields", "--separator=|", *names)
+    ours = herder(pair.config, kind, "list-fields", "--separator=|", *names)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == ganeti.stdout, f"\nGaneti:\n{ganeti.stdout}\nherder:\n{ours.stdout}"
