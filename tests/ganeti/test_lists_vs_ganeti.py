@@ -1,12 +1,12 @@
 """herder's list options print what Ganeti's gnt-* lists print, on the same cluster (issue 32 item
 3): the real Ganeti 3.0.2 vcluster (../shared/peers/vcluster) with a few instances and tags, its
 config.data imported into herder (`cluster import-ganeti`); then `gnt-node list`, `gnt-instance
-list` and `gnt-group list` (and the `list-fields` of each, gnt-backup's too) with `-o
-FIELD,...`, `--filter`, names, `--no-headers`, `--separator` and `--units` against `herder
-node|instance|group list` with the same arguments (offline: the imported config; only fields the
-config answers, the live ones need node daemons, so no default columns and no `-o +FIELD`: the
-nodes' and instances' defaults are live figures, and a group's NDParams differ by herder's own
-node parameters). Skips without ../shared, Debian's Ganeti or root."""
+list`, `gnt-group list`, `gnt-network list` (and the `list-fields` of each, gnt-backup's too)
+with `-o FIELD,...`, `--filter`, names, `--no-headers`, `--separator` and `--units` against
+`herder node|instance|group list` with the same arguments (offline: the imported config; only
+fields the config answers, the live ones need node daemons, so no default columns and no `-o
++FIELD`: the nodes' and instances' defaults are live figures, and a group's NDParams differ by
+herder's own node parameters). Skips without ../shared, Debian's Ganeti or root."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ NODE_FIELDS = "name,pinst_cnt,sinst_cnt,pinst_list,group,tags,master_candidate,d
 INSTANCE_FIELDS = "name,pnode,snodes,os,disk_template,be/maxmem,be/minmem,be/vcpus,tags," \
                   "admin_state,nic.macs"
 GROUP_FIELDS = "name,node_cnt,pinst_cnt,alloc_policy,tags,node_list,pinst_list"
+NETWORK = "net1"
+NETWORK_FIELDS = "name,network,gateway,mac_prefix,group_list,tags,free_count,reserved_count"
 # (list, arguments): each run by gnt-<list> and herder <list>
 CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("node", ("-o", NODE_FIELDS)),
@@ -40,6 +42,9 @@ CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("instance", ("-o", "name,pnode", "--filter", "\"role:db\" in tags")),
     ("group", ("-o", GROUP_FIELDS)),
     ("group", ("-o", GROUP_FIELDS, "--no-headers", "--separator= ")),
+    ("network", ()),
+    ("network", ("-o", NETWORK_FIELDS, "--separator=|")),
+    ("network", ("-o", "name,free_count", "--no-headers", NETWORK)),
 )
 # name, node, memory MiB, vcpus, tags
 INSTANCES = (("web1.vcluster.test", NODES[1], 128, 1, ("role:web",)),
@@ -63,6 +68,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             vcl.vc(NODES[0], "gnt-instance", "add-tags", name, *tags)
         vcl.vc(NODES[0], "gnt-node", "add-tags", NODES[2], "rack:b2")
         vcl.vc(NODES[0], "gnt-group", "add-tags", "default", "site:lab")
+        vcl.vc(NODES[0], "gnt-network", "add", "--network", "192.0.2.0/28", "--gateway",
+               "192.0.2.1", "--mac-prefix", "aa:00:01", "--add-reserved-ips", "192.0.2.5",
+               "--tags", "use:test", NETWORK)
+        vcl.vc(NODES[0], "gnt-network", "connect", "--nic-parameters",
+               "mode=bridged,link=br9", NETWORK, "default")
         directory = tmp_path_factory.mktemp("imported")
         config = directory / "config.json"
         imported = herder(config, "cluster", "import-ganeti",
@@ -122,6 +132,7 @@ def test_a_word_after_a_regular_expression(pair: Pair) -> None:
 @pytest.mark.parametrize(("kind", "fields"), (("node", NODE_FIELDS),
                                               ("instance", INSTANCE_FIELDS),
                                               ("group", GROUP_FIELDS),
+                                              ("network", NETWORK_FIELDS),
                                               ("backup", "node,export")))
 def test_list_fields_as_ganeti(pair: Pair, kind: str, fields: str) -> None:
     """`list-fields` of the fields compared above: the same names, kinds, titles and

@@ -32,8 +32,9 @@ FIELDS: dict[str, FieldDef] = {
     "gateway": FieldDef("Gateway", OTHER, "IPv4 gateway"),
     "gateway6": FieldDef("IPv6Gateway", OTHER, "IPv6 gateway"),
     "group_cnt": FieldDef("NodeGroups", NUMBER, "Number of nodegroups"),
-    "group_list": FieldDef("GroupList", OTHER, "List of nodegroups (group name, NIC mode, NIC "
-                           "link, NIC VLAN)"),
+    # Ganeti's description, though its values carry the NIC VLAN too (as herder's do)
+    "group_list": FieldDef("GroupList", OTHER,
+                           "List of nodegroups (group name, NIC mode, NIC link)"),
     "inst_cnt": FieldDef("Instances", NUMBER, "Number of instances"),
     "inst_list": FieldDef("InstanceList", OTHER, "List of instances"),
     "mac_prefix": FieldDef("MacPrefix", OTHER, "MAC address prefix"),
