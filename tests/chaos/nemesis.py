@@ -75,11 +75,23 @@ class Nemesis:
         return "eth0 up" if up else "eth0 down"
 
     def fill(self, node: str) -> str:
+        """Allocate all but 4 MiB (ext4 keeps some blocks back from an exact fallocate), then
+        write zeros until the file system is full: nothing is left but a few blocks of
+        metadata, and the machine's disk gets only those 4 MiB of data (the rest is
+        allocated unwritten). A failure leaves no fill file behind."""
         host = self.state.host(node)
         free = host.run(["df", "--output=avail", "-B1", FILE_STORAGE], timeout=30, check=True)
-        size = int(free.stdout.split()[-1])
-        host.run(["fallocate", "-l", str(size), FILL], timeout=60, check=True)
-        return f"{size} bytes"
+        size = max(0, int(free.stdout.split()[-1]) - (4 << 20))
+        try:
+            host.run(["fallocate", "-l", str(size), FILL], timeout=60, check=True)
+            host.run(["sh", "-c", f"dd if=/dev/zero of={FILL} bs=64k oflag=append "
+                                  "conv=notrunc 2>/dev/null; true"], timeout=120, check=True)
+            left = host.run(["df", "--output=avail", "-B1", FILE_STORAGE], timeout=30,
+                            check=True).stdout.split()[-1]
+        except BaseException:
+            host.run(["rm", "-f", FILL], timeout=30)
+            raise
+        return f"{size} bytes allocated, {left} left"
 
     def free(self, node: str) -> str:
         self.state.host(node).run(["rm", "-f", FILL], timeout=30, check=True)
