@@ -58,26 +58,40 @@ def _queue_idle(state: Any) -> bool:
         return all(j.get("status") in FINAL_JOB_STATUSES for j in api.get_jobs(bulk=True))
 
 
+def _incidents_open(state: Any) -> bool:
+    """Whether maintd is still handling a node failure (it may fence a node yet)."""
+    return any(i.get("action") == "node-failed" and i.get("repair-status") in ("noted", "pending")
+               for i in _cli(state, "maintd", "status", "--json"))
+
+
+def _restore_nodes(state: Any, say: Say) -> bool:
+    """One pass of the operator's round: power on what is off, set online (and master
+    candidate) what is offline; True once nothing was left to do and every lease is held.
+    A node maintd fences meanwhile is found off on the next pass."""
+    if _incidents_open(state) or not _queue_idle(state):
+        return False
+    off = [n.name for n in state.nodes if not state.host(n.name).running]
+    for name in off:
+        say(f"powering {name} on")
+        cluster.power(Path(state.directory), name, True)
+    offline = [n["name"] for n in _cli(state, "node", "list", "--json") if n["offline"]]
+    for name in offline:
+        say(f"{name}: --offline no, --master-candidate yes")
+        _cli(state, "node", "modify", name, "--offline", "no")
+        _cli(state, "node", "modify", name, "--master-candidate", "yes")
+    return not off and not offline and _leases_fresh(state)
+
+
 def bring_back(state: Any, say: Say, timeout: float = 600) -> list[Operation]:
-    """Every node powered, online and a master candidate again, its lease held; then the
-    queue idle, every admin-up instance started (the operator's starts: returned as
-    operations of the history) and every running guest past its first acknowledged record
-    (so that each disk is read after its guest wrote to it)."""
-    for node in state.nodes:
-        if not state.host(node.name).running:
-            say(f"powering {node.name} on")
-            cluster.power(Path(state.directory), node.name, True)
-    _until(lambda: bool(_cli(state, "node", "list", "--json")), timeout, "masterd")
-    for node in _cli(state, "node", "list", "--json"):
-        if node["offline"]:
-            say(f"{node['name']}: --offline no")
-            _cli(state, "node", "modify", node["name"], "--offline", "no")
-            _cli(state, "node", "modify", node["name"], "--master-candidate", "yes")
-    _until(lambda: _leases_fresh(state), timeout, "every node's lease")
-    _until(lambda: _queue_idle(state), timeout, "the job queue to end its jobs")
+    """Every node powered, online and a master candidate again, its lease held, maintd done
+    with its incidents and the queue idle; then every admin-up instance started (the
+    operator's starts: returned as operations of the history) and every running guest past
+    its first acknowledged record (so that each disk is read after its guest wrote to it)."""
+    _until(lambda: _restore_nodes(state, say), timeout, "every node back with its lease")
     starts = []
     for inst in _cli(state, "instance", "list", "-o", "name,admin_state,oper_state", "--json"):
         if inst.get("admin_state") == "up" and not inst.get("oper_state"):
+            say(f"starting {inst['name']}")
             began = time.time()
             done = cluster.run_cli(state, "instance", "start", inst["name"], timeout=timeout)
             starts.append(Operation("start", inst["name"], began, time.time(),
