@@ -69,11 +69,11 @@ class NodesRunningNothing(UnavailableRpc):
     """Nodes that answer `instance_list` (nothing runs: the checks that ask go on to the
     disk changes) and fail every other call as an unreachable node does."""
 
-    def call(self, node: model.Node, method: str, args: dict[str, Any] | None = None,
-             timeout: float | None = None) -> Any:
+    def send(self, node: model.Node, method: str, args: dict[str, Any],
+             timeout: float | None = None) -> object:
         if method == "instance_list":
             return {}
-        return super().call(node, method, args, timeout)
+        return super().send(node, method, args, timeout)
 
 
 @pytest.fixture(scope="module")
