@@ -64,18 +64,43 @@ def _incidents_open(state: Any) -> bool:
                for i in _cli(state, "maintd", "status", "--json"))
 
 
-def _restore_nodes(state: Any, say: Say) -> bool:
+NODED_LOG = "/var/log/herder/noded.log"
+# what a node's noded logs once it runs again while the config has it offline
+STANDING_DOWN = ("lease: refused: the master has this node offline",
+                 "this node is no longer online")
+
+
+def _log_size(state: Any, node: str) -> int:
+    log = state.host(node).path(NODED_LOG)
+    return log.stat().st_size if log.exists() else 0
+
+
+def _standing_down(state: Any, node: str, since: int) -> bool:
+    """Whether the node's noded, since that offset of its log, heard it is offline: it runs
+    and heartbeats, so setting it online now lets it hold its lease at once (set online while
+    it still boots, maintd would find it failed and fence it again)."""
+    with state.host(node).path(NODED_LOG).open("rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    return any(phrase in text for phrase in STANDING_DOWN)
+
+
+def _restore_nodes(state: Any, say: Say, booted: dict[str, int]) -> bool:
     """One pass of the operator's round: power on what is off, set online (and master
-    candidate) what is offline; True once nothing was left to do and every lease is held.
-    A node maintd fences meanwhile is found off on the next pass."""
+    candidate) what is offline and runs again; True once nothing was left to do and every
+    lease is held. A node maintd fences meanwhile is found off on the next pass. `booted`:
+    node -> its noded log's size when this round powered it on."""
     if _incidents_open(state) or not _queue_idle(state):
         return False
     off = [n.name for n in state.nodes if not state.host(n.name).running]
     for name in off:
         say(f"powering {name} on")
+        booted[name] = _log_size(state, name)
         cluster.power(Path(state.directory), name, True)
     offline = [n["name"] for n in _cli(state, "node", "list", "--json") if n["offline"]]
     for name in offline:
+        if name in off or not _standing_down(state, name, booted.get(name, 0)):
+            continue
         say(f"{name}: --offline no, --master-candidate yes")
         _cli(state, "node", "modify", name, "--offline", "no")
         _cli(state, "node", "modify", name, "--master-candidate", "yes")
@@ -87,7 +112,8 @@ def bring_back(state: Any, say: Say, timeout: float = 600) -> list[Operation]:
     with its incidents and the queue idle; then every admin-up instance started (the
     operator's starts: returned as operations of the history) and every running guest past
     its first acknowledged record (so that each disk is read after its guest wrote to it)."""
-    _until(lambda: _restore_nodes(state, say), timeout, "every node back with its lease")
+    booted: dict[str, int] = {}
+    _until(lambda: _restore_nodes(state, say, booted), timeout, "every node back with its lease")
     starts = []
     for inst in _cli(state, "instance", "list", "-o", "name,admin_state,oper_state", "--json"):
         if inst.get("admin_state") == "up" and not inst.get("oper_state"):
