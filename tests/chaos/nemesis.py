@@ -1,8 +1,8 @@
 """The nemesis: faults injected into a simulated cluster, chosen at random from a seed, each
 healed before the next (so the run ends with every node back). A fault is one of
 
-- kill: `kill -9` of one daemon of a node (masterd, maintd, noded, confd, mond or libvirtd;
-  the host's supervisor restarts it);
+- kill: `kill -9` of one daemon of a node (any the supervisor runs: libvirtd, noded, confd,
+  mond, instmon, and masterd or maintd on the master; the supervisor restarts it);
 - power: the node's BMC switches it off (`simulate --power-off`: no grace), later on again;
 - cut: the node's network goes down inside its namespace (`ip link set eth0 down`), later up;
 - fill: the node's file storage filled to the last byte (`fallocate`), later freed.
@@ -21,9 +21,9 @@ from typing import Any
 
 from herder.sim import cluster
 from herder.sim.host import FILE_STORAGE
+from herder.supervise.settings import KNOWN_DAEMONS, MASTER_DAEMONS
 from tests.chaos.history import NemesisEvent
 
-DAEMONS = ("masterd", "maintd", "noded", "confd", "mond", "libvirtd")
 FAULTS = ("kill", "power", "cut", "fill")
 FILL = f"{FILE_STORAGE}/chaos-fill"
 
@@ -56,11 +56,8 @@ class Nemesis:
 
     def kill(self, node: str, daemon: str) -> str:
         host = self.state.host(node)
-        if daemon == "libvirtd":
-            pid = host.run(["cat", "/run/libvirtd.pid"], timeout=30).stdout.strip()
-        else:
-            reply = host.supervisor("status", [daemon], timeout=30)
-            pid = str(next((d.pid for d in reply.daemons if d.name == daemon and d.pid), ""))
+        reply = host.supervisor("status", [daemon], timeout=30)
+        pid = str(next((d.pid for d in reply.daemons if d.name == daemon and d.pid), ""))
         if not pid:
             return f"{daemon} not running"
         host.run(["kill", "-9", pid], timeout=30, check=True)
@@ -102,8 +99,11 @@ class Nemesis:
         is set: the run is ending)."""
         fault = self.rng.choice(FAULTS)
         if fault == "kill":
-            node = self.rng.choice([self.master, *self.others])
-            self._attempt("kill", node, lambda: self.kill(node, self.rng.choice(DAEMONS)))
+            daemon = self.rng.choice(KNOWN_DAEMONS)
+            # masterd and maintd run on the master only (elsewhere they exit 11 at start)
+            node = self.master if daemon in MASTER_DAEMONS else self.rng.choice(
+                [self.master, *self.others])
+            self._attempt("kill", node, lambda: self.kill(node, daemon))
             return
         if fault == "fill":
             node = self.rng.choice([self.master, *self.others])
