@@ -89,9 +89,20 @@ class Driver:
         op = self.submit("create", name, f"{template} on {node}", lambda api: api.create_instance(
             "create", name, template, [{"size": 32}], [], os_type="herder-guest", pnode=node,
             name_check=False, ip_check=False))
-        if op.job_id is not None:  # it may exist even when its job failed part way
-            with self._lock:
+        if op.status == "success" or (op.job_id is not None and self._exists(name)):
+            with self._lock:  # (a failed create must leave nothing; the checker sees if not)
                 self.instances[name] = template
+
+    def _exists(self, name: str) -> bool:
+        """Whether the config holds the instance (True when masterd cannot say)."""
+        try:
+            with self.state.rapi(timeout=30) as api:
+                api.get_instance(name)
+        except RapiError as exc:
+            return exc.status != 404
+        except OSError:
+            return True
+        return True
 
     def other_node(self, name: str) -> str:
         """A node other than the instance's primary (any node when that is unknown)."""
@@ -123,7 +134,7 @@ class Driver:
 
     def remove(self, name: str) -> None:
         op = self.submit("remove", name, "", lambda api: api.delete_instance(name))
-        if op.status == "success":
+        if op.status == "success" or not self._exists(name):
             with self._lock:
                 self.instances.pop(name, None)
 
