@@ -20,6 +20,9 @@ from tests.chaos.history import Operation
 
 JOB_TIMEOUT = 300.0  # a job the driver stops waiting for is still checked at the end
 TEMPLATES = ("sharedfile", "sharedfile", "file")
+# seconds a failover or move waits for the guest's clean shutdown before it stops it (a guest
+# still booting ignores the ACPI button: Ganeti's default of 120 s would idle the run)
+SHUTDOWN_TIMEOUT = 10
 
 
 def one_line(exc: BaseException) -> str:
@@ -121,7 +124,8 @@ class Driver:
     def failover(self, name: str) -> None:
         target = self.other_node(name)
         self.submit("failover", name, f"to {target}",
-                    lambda api: api.failover_instance(name, target_node=target))
+                    lambda api: api.failover_instance(name, target_node=target,
+                                                      shutdown_timeout=SHUTDOWN_TIMEOUT))
 
     def modify(self, name: str) -> None:
         balance = self.rng.choice([True, False])
@@ -144,7 +148,8 @@ class Driver:
         started = time.time()
         try:
             done = cluster.run_cli(self.state, "instance", "move", name, "-n", target,
-                                   "--shutdown-timeout", "20", timeout=self.job_timeout)
+                                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT),
+                                   timeout=self.job_timeout)
             answer = (done.stdout + done.stderr).strip()
         except OSError as exc:
             answer = one_line(exc)
