@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from herder.core.rapi import RapiError
+from herder.core.rapi import RapiClient, RapiError
 from herder.sim import cluster
 from tests.chaos.history import Operation
 
@@ -32,7 +32,7 @@ def one_line(exc: BaseException) -> str:
 
 @dataclass
 class Driver:
-    state: Any
+    state: cluster.SimState
     rng: random.Random
     max_instances: int = 4
     job_timeout: float = JOB_TIMEOUT
@@ -49,7 +49,7 @@ class Driver:
         with self._lock:
             self.operations.append(op)
 
-    def _wait(self, api: Any, job_id: int) -> tuple[str, str]:
+    def _wait(self, api: RapiClient, job_id: int) -> tuple[str, str]:
         """The job's status once final (or when the driver stopped waiting) and its error;
         through a masterd that is restarting or slow to answer."""
         deadline = time.monotonic() + self.job_timeout
@@ -66,7 +66,8 @@ class Driver:
             return status, ""
         return status, one_line(RuntimeError(str(job.get("opresult") or "")))
 
-    def submit(self, kind: str, name: str, detail: str, submit: Any) -> Operation:
+    def submit(self, kind: str, name: str, detail: str,
+               submit: Callable[[RapiClient], int | str]) -> Operation:
         """Run one RAPI operation: `submit(api)` returns the job id."""
         started = time.time()
         try:

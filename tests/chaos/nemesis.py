@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from herder.sim import cluster
 from herder.sim.host import FILE_STORAGE
@@ -29,8 +28,9 @@ FILL = f"{FILE_STORAGE}/chaos-fill"
 
 
 class Nemesis:
-    def __init__(self, state: Any, rng: random.Random, *, cut_seconds: tuple[float, float] =
-                 (2.0, 25.0), down_seconds: tuple[float, float] = (5.0, 30.0)) -> None:
+    def __init__(self, state: cluster.SimState, rng: random.Random, *,
+                 cut_seconds: tuple[float, float] = (2.0, 25.0),
+                 down_seconds: tuple[float, float] = (5.0, 30.0)) -> None:
         self.state = state
         self.rng = rng
         self.cut_seconds = cut_seconds

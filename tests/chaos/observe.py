@@ -14,7 +14,7 @@ from typing import Any
 
 from herder.core.rapi import RapiError
 from herder.sim import cluster, guest
-from herder.sim.host import FILE_STORAGE, SHARED_FILE_STORAGE
+from herder.sim.host import FILE_STORAGE, SHARED_FILE_STORAGE, SimHost
 from tests.chaos.history import (
     FINAL_JOB_STATUSES,
     Beat,
@@ -28,7 +28,7 @@ SEQUENCE_MIB = 8  # the disk read for the write sequence: 1 MiB, then a record a
 Say = Callable[[str], None]
 
 
-def _cli(state: Any, *args: str, timeout: float = 300) -> Any:
+def _cli(state: cluster.SimState, *args: str, timeout: float = 300) -> Any:
     done = cluster.run_cli(state, *args, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"herder {' '.join(args)}: {(done.stderr or done.stdout).strip()}")
@@ -47,18 +47,18 @@ def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def _leases_fresh(state: Any) -> bool:
+def _leases_fresh(state: cluster.SimState) -> bool:
     with state.rapi(timeout=30) as api:
         found = api.request("GET", "/2/herder/leases")
     return all(float(age) < float(found["lease"]) for age in found["nodes"].values())
 
 
-def _queue_idle(state: Any) -> bool:
+def _queue_idle(state: cluster.SimState) -> bool:
     with state.rapi(timeout=30) as api:
         return all(j.get("status") in FINAL_JOB_STATUSES for j in api.get_jobs(bulk=True))
 
 
-def _incidents_open(state: Any) -> bool:
+def _incidents_open(state: cluster.SimState) -> bool:
     """Whether maintd is still handling a node failure (it may fence a node yet)."""
     return any(i.get("action") == "node-failed" and i.get("repair-status") in ("noted", "pending")
                for i in _cli(state, "maintd", "status", "--json"))
@@ -70,12 +70,12 @@ STANDING_DOWN = ("lease: refused: the master has this node offline",
                  "this node is no longer online")
 
 
-def _log_size(state: Any, node: str) -> int:
+def _log_size(state: cluster.SimState, node: str) -> int:
     log = state.host(node).path(NODED_LOG)
     return log.stat().st_size if log.exists() else 0
 
 
-def _standing_down(state: Any, node: str, since: int) -> bool:
+def _standing_down(state: cluster.SimState, node: str, since: int) -> bool:
     """Whether the node's noded, since that offset of its log, heard it is offline: it runs
     and heartbeats, so setting it online now lets it hold its lease at once (set online while
     it still boots, maintd would find it failed and fence it again)."""
@@ -85,7 +85,7 @@ def _standing_down(state: Any, node: str, since: int) -> bool:
     return any(phrase in text for phrase in STANDING_DOWN)
 
 
-def _restore_nodes(state: Any, say: Say, booted: dict[str, int]) -> bool:
+def _restore_nodes(state: cluster.SimState, say: Say, booted: dict[str, int]) -> bool:
     """One pass of the operator's round: power on what is off, set online (and master
     candidate) what is offline and runs again; True once nothing was left to do and every
     lease is held. A node maintd fences meanwhile is found off on the next pass. `booted`:
@@ -107,7 +107,7 @@ def _restore_nodes(state: Any, say: Say, booted: dict[str, int]) -> bool:
     return not off and not offline and _leases_fresh(state)
 
 
-def bring_back(state: Any, say: Say, timeout: float = 600) -> list[Operation]:
+def bring_back(state: cluster.SimState, say: Say, timeout: float = 600) -> list[Operation]:
     """Every node powered, online and a master candidate again, its lease held, maintd done
     with its incidents and the queue idle; then every admin-up instance started (the
     operator's starts: returned as operations of the history) and every running guest past
@@ -132,7 +132,7 @@ def bring_back(state: Any, say: Say, timeout: float = 600) -> list[Operation]:
     return starts
 
 
-def beats(state: Any, name: str) -> list[Beat]:
+def beats(state: cluster.SimState, name: str) -> list[Beat]:
     found = []
     for node in state.nodes:
         log = state.host(node.name).path(f"/var/log/herder/instances/{name}.serial.log")
@@ -142,7 +142,7 @@ def beats(state: Any, name: str) -> list[Beat]:
     return found
 
 
-def disk_records(state: Any, template: str, path: str, primary: str) -> list[tuple[str, int]]:
+def disk_records(state: cluster.SimState, path: str, primary: str) -> list[tuple[str, int]]:
     """The write sequence on the instance's first disk (a shared file, or a file on its node)."""
     host = state.host(primary)
     done = host.run(["sh", "-c", f"dd if={path} bs=1M count={SEQUENCE_MIB} 2>/dev/null | base64"],
@@ -150,7 +150,7 @@ def disk_records(state: Any, template: str, path: str, primary: str) -> list[tup
     return guest.read_sequence(base64.b64decode(done.stdout))
 
 
-def running_on(state: Any, name: str) -> list[str]:
+def running_on(state: cluster.SimState, name: str) -> list[str]:
     where = []
     for node in state.nodes:
         done = state.host(node.name).run(["virsh", "-q", "-c", "qemu:///system", "list",
@@ -160,13 +160,13 @@ def running_on(state: Any, name: str) -> list[str]:
     return where
 
 
-def _files(host: Any, directory: str) -> list[str]:
+def _files(host: SimHost, directory: str) -> list[str]:
     done = host.run(["find", directory, "-type", "f", "-not", "-path", "*/lost+found/*"],
                     timeout=60, check=True)
     return sorted(done.stdout.split())
 
 
-def volumes(state: Any) -> list[Volume]:
+def volumes(state: cluster.SimState) -> list[Volume]:
     """Every disk file on the shared storage and in every node's file storage."""
     master = state.host(state.nodes[0].name)
     found = [Volume("", path) for path in _files(master, SHARED_FILE_STORAGE)]
@@ -180,7 +180,7 @@ def _owned(info: dict[str, Any]) -> list[Volume]:
     return [Volume(node, disk["logical_id"]["path"]) for disk in info["disks"]]
 
 
-def final_state(state: Any, job_ids: Iterable[int]) -> Final:
+def final_state(state: cluster.SimState, job_ids: Iterable[int]) -> Final:
     with state.rapi(timeout=60) as api:
         jobs = {job_id: str(api.get_job_status(job_id).get("status", "missing"))
                 for job_id in job_ids}
@@ -195,8 +195,7 @@ def final_state(state: Any, job_ids: Iterable[int]) -> Final:
     for info in infos:
         name, disk = info["name"], info["disks"][0]["logical_id"]["path"]
         guests.append(GuestState(name, beats(state, name),
-                                 disk_records(state, info["disk_template"], disk,
-                                              info["primary_node_name"]),
+                                 disk_records(state, disk, info["primary_node_name"]),
                                  running_on(state, name)))
         owned += _owned(info)
     return Final(jobs, verify, guests, volumes(state), owned)

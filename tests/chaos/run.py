@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from herder.sim import cluster
 from tests.chaos import checker, observe
 from tests.chaos.driver import Driver
 from tests.chaos.history import History
@@ -35,7 +35,7 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(1 << 32)
 
 
-def run(state: Any, seed: int, limits: Limits,
+def run(state: cluster.SimState, seed: int, limits: Limits,
         say: Callable[[str], None] = print) -> tuple[History, list[checker.Violation]]:
     """Drive, inject, settle, check: the history and its violations."""
     say(f"chaos seed {seed}")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
+from herder.sim import cluster
 from tests import simaddresses
 from tests.chaos import checker, run
 from tests.simhelpers import running_sim
@@ -26,13 +26,13 @@ SHORT = run.Limits(seconds=120, workers=2, operations=16, events=2, max_instance
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.SimState]:
     pytest.importorskip("libvirt")
     yield from running_sim(tmp_path_factory.mktemp("chaos"), 3, guests="qemu",
                            first_ip=simaddresses.first_ip("chaos"))
 
 
-def test_jobs_under_faults_keep_every_property(sim: Any) -> None:
+def test_jobs_under_faults_keep_every_property(sim: cluster.SimState) -> None:
     seed = int(os.environ.get("CHAOS_SEED") or run.new_seed())
     history, violations = run.run(sim, seed, SHORT)
     text = checker.report(history, violations)
