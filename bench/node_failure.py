@@ -21,7 +21,6 @@ takes about two minutes for the same (its lock timeout, then the watchdog, then 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herder.sim import cluster, guest
+from rounds import sim_options, spread
 
 NAME = "hb1"
 
@@ -121,20 +121,9 @@ def _round(state: cluster.SimState, kind: str, victim: str, uuid: str) -> dict[s
     return figures
 
 
-def _spread(values: list[float]) -> str:
-    """'median (min-max)' of the values, or '-' when there are none."""
-    if not values:
-        return "-"
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each kind")
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-nodefail"))
-    parser.add_argument("--first-ip", type=int, default=120,
-                        help="127.0.0.N of the cluster (above the test modules' spans)")
-    options = parser.parse_args()
+    options = sim_options(__doc__ or "", rounds=3, directory="/tmp/herder-bench-nodefail",
+                          first_ip=120, rounds_help="rounds of each kind")
     state = cluster.start(options.dir, 3, first_ip=options.first_ip, guests="qemu",
                           progress=print)
     try:
@@ -160,7 +149,7 @@ def main() -> None:
                        for key in ("detected", "fenced", "started", "heartbeat")]
             widths = (15, 15, 15, 17, 17)
             print(f"{kind:8} " + " ".join(
-                f"{_spread(values):>{width}}" for values, width in zip([*columns, boots], widths,
+                f"{spread(values):>{width}}" for values, width in zip([*columns, boots], widths,
                                                                         strict=True)))
         print("Proxmox VE's HA manager: about 120 s to the restart (its documentation); herder's "
               f"to the restart: {statistics.median(r['started'] for r in runs['power']):.1f} s "

@@ -24,7 +24,7 @@ import pytest
 from herder.core import etcd
 from herder.core.errors import StoreError
 from herder.core.fence import Fence, master_key
-from herder.core.rapi import RapiClient
+from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore
 from herder.masterd.daemon import EXIT_LEASE_LOST, MasterDaemon
@@ -55,13 +55,15 @@ def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
 class Masterd:
     """A `herder masterd` process on the etcd backend; its stderr lines, time-stamped."""
 
-    def __init__(self, location: str, secrets: Path, node: str, bind: str) -> None:
+    def __init__(self, location: str, secrets: Path, node: str, bind: str,
+                 ttl: int | None = TTL) -> None:
+        """`ttl` None: no --lease-ttl (the cluster's setting)."""
         env = {**os.environ, "HERDER_CONFIG": location}
         self.node, self.bind = node, bind
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "herder.cli.main", "masterd", "--bind", bind, "--port", "0",
              "--run-dir", str(secrets / f"run-{node}"), "--node", node, "--local-dir",
-             str(secrets), "--lease-ttl", str(TTL)],
+             str(secrets), *(["--lease-ttl", str(ttl)] if ttl is not None else [])],
             stderr=subprocess.PIPE, text=True, env=env)
         self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
         self.log: list[str] = []
@@ -218,6 +220,47 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
         for daemon in (masterd_a, masterd_b):
             if daemon is not None:
                 daemon.stop()
+        client.close()
+
+
+def granted_ttl(client: etcd.EtcdClient) -> int:
+    """The TTL etcd granted the master key's lease (etcd's own record of it)."""
+    kv = client.get(master_key(CLUSTER))
+    assert kv is not None and kv.lease
+    return int(client.call("/v3/lease/timetolive", {"ID": str(kv.lease)})["grantedTTL"])
+
+
+def test_the_lease_ttl_is_the_clusters_setting(tmp_path: Path,
+                                               etcd_cluster: EtcdCluster) -> None:
+    """Without --lease-ttl masterd campaigns with the config's `master_lease_ttl`, which
+    `cluster modify` (a job: validated by the LU) changes for the next election."""
+    secrets = make_cluster(tmp_path / "cluster").parent
+    config = FileStore(secrets / "config.json").load()
+    config.cluster.master_lease_ttl = 4
+    client = etcd.EtcdClient(etcd_cluster.client_urls)
+    store = EtcdStore(client, CLUSTER)
+    store.create(config)
+    location = f"etcd://{etcd_cluster.hostports}/{CLUSTER}"
+    masterd = Masterd(location, secrets, A, "127.0.0.2", ttl=None)
+    try:
+        started = masterd.serving(30)
+        assert started, f"A did not start: {''.join(masterd.log)}"
+        assert "(ttl 4 s)" in "".join(masterd.log)
+        assert granted_ttl(client) == 4
+        with RapiClient.for_herder_cluster(secrets, started[1], timeout=10) as rapi:
+            with pytest.raises(RapiError, match="master_lease_ttl must be 2-3600") as refused:
+                rapi.modify_cluster(master_lease_ttl=1)
+            assert refused.value.status == 400
+            job = rapi.modify_cluster(master_lease_ttl=6)
+            assert rapi.wait_for_job(job, timeout=30)["status"] == "success"
+        assert store.load().cluster.master_lease_ttl == 6
+        assert granted_ttl(client) == 4  # the lease held keeps its TTL until the next election
+        masterd.stop()
+        masterd = Masterd(location, secrets, A, "127.0.0.2", ttl=None)
+        assert masterd.serving(30), f"A did not start again: {''.join(masterd.log)}"
+        assert granted_ttl(client) == 6
+    finally:
+        masterd.stop()
         client.close()
 
 

@@ -128,6 +128,10 @@ def test_master_failover(sim) -> None:
     assert "Vote on whether the master" in output and "is the master now" in output, output
     assert output.count("master gone") == 2 and "no answer" in output, output
     assert f"WARNING: {node1.name}" in output and f"{node2.name}: master IP up" in output
+    # the dead master is waited for once, in the vote (all nodes asked at once); the epoch and
+    # the role move do not call it again
+    assert f"WARNING: {node1.name}: unreachable in the vote" in output, output
+    assert f"{node1.name}: not told (unreachable in the vote)" in output, output
     after = config(state)
     c = after.cluster
     assert c.master_node == after.find_node(node2.name).uuid

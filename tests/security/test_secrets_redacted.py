@@ -74,7 +74,7 @@ def masterd(tmp_path: Path) -> Iterator[tuple[Served, rapi_base.RapiContext]]:
         queue.stop()
 
 
-def get(served: Served, path: str, auth: tuple[str, str] = READER) -> httpx.Response:
+def get(served: Served, path: str, auth: tuple[str, str] | None = READER) -> httpx.Response:
     with httpx.Client(timeout=30) as http:
         return http.get(served.plain + path, auth=auth)
 
@@ -134,11 +134,24 @@ def test_query_data_has_no_drbd_secret(masterd: tuple[Served, rapi_base.RapiCont
     assert all(secret not in json.dumps(shown) for secret in drbd_secrets(config))
 
 
+def open_reads(served: Served, ctx: rapi_base.RapiContext, on: bool) -> None:
+    """The cluster setting for anonymous RAPI reads, changed by a writer's job."""
+    with httpx.Client(timeout=30) as http:
+        answer = http.put(served.plain + "/2/modify", auth=WRITER,
+                          json={"rapi_anonymous_reads": on})
+    assert answer.status_code == 200, answer.text
+    assert ctx.queue.wait(answer.json(), 30).status == "success"
+
+
+@pytest.mark.parametrize("reader", [READER, None], ids=["read-only user", "anonymous"])
 def test_no_answer_a_reader_gets_carries_a_secret(
-        masterd: tuple[Served, rapi_base.RapiContext]) -> None:
-    """Every route a read-only user may call, with the DRBD instance's names: no answer (nor
-    the result of a job one starts) carries a DRBD secret, the cluster key or a join token."""
+        masterd: tuple[Served, rapi_base.RapiContext], reader: tuple[str, str] | None) -> None:
+    """Every route a read-only user (or, with the cluster's anonymous reads on, anyone) may
+    call, with the DRBD instance's names: no answer (nor the result of a job one starts)
+    carries a DRBD secret, the cluster key or a join token."""
     served, ctx = masterd
+    if reader is None:
+        open_reads(served, ctx, True)
     config = ctx.config()
     assert config is not None
     inst = next(i for i in config.instances.values() if i.disk_template == "drbd")
@@ -162,18 +175,69 @@ def test_no_answer_a_reader_gets_carries_a_secret(
             .replace(f"/groups/{inst.name}", f"/groups/{group.name}")
         if route.canonical == "/2/herder/events":
             continue  # a stream: below
-        answers[path] = get(served, path).text
+        answers[path] = get(served, path, reader).text
     for path in ("/2/instances?bulk=1", "/2/nodes?bulk=1", "/2/groups?bulk=1",
                  "/2/query/instances?fields=name,disk.sizes,disk_template",
                  "/2/jobs?bulk=1"):
-        answers[path] = get(served, path).text
-    started = get(served, f"/2/instances/{inst.name}/info?static=1").json()
+        answers[path] = get(served, path, reader).text
+    started = get(served, f"/2/instances/{inst.name}/info?static=1", reader).json()
     ctx.queue.wait(started, 30)
-    answers["the info job"] = get(served, f"/2/jobs/{started}").text
-    answers["the job's stream"] = get(served, f"/2/herder/events?job={started}").text  # ended
+    answers["the info job"] = get(served, f"/2/jobs/{started}", reader).text
+    answers["the job's stream"] = get(served, f"/2/herder/events?job={started}", reader).text
     assert "event: end" in answers["the job's stream"]
     for path, text in answers.items():
         for secret in secrets:
             assert secret not in text, (path, secret)
     # the control: a writer's copy of the config has them (the route readers are refused)
     assert drbd_secrets(config)[0] in get(served, "/2/herder/config", WRITER).text
+
+
+def test_anonymous_reads_are_a_cluster_setting_off_by_default(
+        masterd: tuple[Served, rapi_base.RapiContext]) -> None:
+    """Ganeti's RAPI answers GETs without credentials; herder only once a writer turned the
+    cluster's `rapi_anonymous_reads` on (docs/compat.md row 54). Writes, queries and wrong
+    credentials stay refused; turning it off closes the reads again at once."""
+    served, ctx = masterd
+    config = ctx.config()
+    assert config is not None and config.cluster.rapi_anonymous_reads is False
+    assert get(served, "/2/nodes?bulk=1", None).status_code == 401
+    with httpx.Client(timeout=30) as http:
+        refused = http.put(served.plain + "/2/modify", auth=READER,
+                           json={"rapi_anonymous_reads": True})
+        assert refused.status_code == 403  # a read-only user may not open the reads
+        assert http.put(served.plain + "/2/modify",
+                        json={"rapi_anonymous_reads": True}).status_code == 401
+        open_reads(served, ctx, True)
+        config = ctx.config()
+        assert config is not None and config.cluster.rapi_anonymous_reads is True
+        for path in ("/2/nodes?bulk=1", "/2/instances?bulk=1", "/2/groups?bulk=1", "/2/info"):
+            answer = http.get(served.plain + path)
+            assert answer.status_code == 200, (path, answer.text)
+        assert http.get(served.plain + "/2/nodes").json() == \
+            get(served, "/2/nodes").json()  # the same answer a read-only user gets
+        # writes, Ganeti's query resource and wrong credentials: still refused
+        assert http.put(served.plain + "/2/tags?tag=x").status_code == 401
+        assert http.get(served.plain + "/2/query/node?fields=name").status_code == 401
+        assert http.get(served.plain + "/2/nodes", auth=(READER[0], "wrong")).status_code == 401
+        assert ctx.config().cluster.tags == []  # type: ignore[union-attr]
+        open_reads(served, ctx, False)
+        assert http.get(served.plain + "/2/nodes?bulk=1").status_code == 401
+
+
+def test_the_cli_turns_anonymous_reads_on_and_off(tmp_path: Path) -> None:
+    from tests.system.masterd_fixture import start_masterd
+
+    with start_masterd(tmp_path) as master:
+        env = {"HERDER_MASTERD": master.url}
+        with httpx.Client(verify=False, timeout=30) as anonymous:
+            assert anonymous.get(f"{master.url}/2/info").status_code == 401
+            for value, status in (("yes", 200), ("no", 401)):
+                done = run_cli("cluster", "modify", "--rapi-anonymous-reads", value,
+                               config=master.config_path, env=env)
+                assert done.code == 0, done.err
+                assert anonymous.get(f"{master.url}/2/info").status_code == status, value
+        shown = run_cli("cluster", "info", config=master.config_path, env=env)
+        assert "rapi anonymous reads" in shown.out
+        bad = run_cli("cluster", "modify", "--rapi-anonymous-reads", "maybe",
+                      config=master.config_path, env=env)
+        assert bad.code != 0 and "maybe" in bad.err

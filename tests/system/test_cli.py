@@ -154,7 +154,17 @@ def test_modify_maintenance_balance_settings(cluster) -> None:
     assert "node recovery: N" in cluster("cluster", "info").out
 
 
+def test_modify_master_lease_ttl(cluster) -> None:
+    """The etcd master lease's TTL is a cluster setting (docs/ha.md): 10 s by default."""
+    assert FileStore(cluster.config_path).load().cluster.master_lease_ttl == 10
+    assert "master lease ttl: 10" in cluster("cluster", "info").out
+    assert cluster("cluster", "modify", "--master-lease-ttl", "4").code == 0
+    assert FileStore(cluster.config_path).load().cluster.master_lease_ttl == 4
+    assert "master lease ttl: 4" in cluster("cluster", "info").out
+
+
 @pytest.mark.parametrize(("args", "message"), [
+    (("--master-lease-ttl", "1"), "master_lease_ttl must be 2-3600 seconds"),
     (("-B", "colour=red"), "unknown backend parameter 'colour'"),
     (("-H", "kvm:bogus=1"), "unknown hypervisor kvm parameter 'bogus'"),
     (("-H", "vmware:x=1"), "unknown hypervisor 'vmware'"),

@@ -3,7 +3,7 @@ methods) against herder's masterd RAPI over HTTPS (issue 32).
 
 Each method either works with Ganeti's request and answer shapes (a job-submitting method's
 job holds the opcode with every parameter the client sent) or answers a clear 4xx naming what
-herder does not support (exports: their own issue). The jobs are
+herder does not support. The jobs are
 queued and not run: what is checked here is the wire, not the LUs. Skips cleanly without
 the peers (/tmp/groot, unpacked by ../shared/peers/setup.sh); the answers' shapes are compared
 with the real vcluster's in tests/system/test_rapi_shapes.py.
@@ -68,7 +68,6 @@ def bulk(answer: Any) -> bool:
 
 
 RULE = "00000000-0000-4000-8000-000000000000"
-NOT_EXPORTS = (404, "does not export instances")
 
 CALLS: dict[str, Call] = {
     # the cluster
@@ -142,8 +141,13 @@ CALLS: dict[str, Call] = {
                             op=("OP_TAGS_SET", {"kind": "instance", "name": INSTANCE})),
     "DeleteInstanceTags": Call("DeleteInstanceTags", (INSTANCE, ["probe"]),
                                op=("OP_TAGS_DEL", {"kind": "instance", "name": INSTANCE})),
-    "PrepareExport": Call("PrepareExport", (INSTANCE, "local"), refused=NOT_EXPORTS),
-    "ExportInstance": Call("ExportInstance", (INSTANCE, "local", NODE), refused=NOT_EXPORTS),
+    "PrepareExport": Call("PrepareExport", (INSTANCE, "local"),
+                          op=("OP_BACKUP_PREPARE", {"mode": "local"})),
+    "ExportInstance": Call("ExportInstance", (INSTANCE, "local", NODE),
+                           {"shutdown": True, "remove_instance": False},
+                           op=("OP_BACKUP_EXPORT", {"target_node": NODE, "mode": "local",
+                                                    "shutdown": True,
+                                                    "remove_instance": False})),
     # nodes
     "GetNodes": Call("GetNodes", check=names),
     "GetNode": Call("GetNode", (NODE,), check=lambda v: v["name"] == NODE),

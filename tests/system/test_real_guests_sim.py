@@ -17,6 +17,7 @@ sharedfile disk under /srv/herder/shared-file-storage; the disks work makes it s
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests import simaddresses
-from tests.simhelpers import client_env, herder, running_sim, wait_for, where
+from tests.simhelpers import client_env, config, herder, running_sim, wait_for, where
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -69,24 +70,24 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield state
 
 
-def serial(state: Any, node: str) -> str:
-    done = state.host(node).run(["cat", f"/var/log/herder/instances/{NAME}.serial.log"],
+def serial(state: Any, node: str, name: str = NAME) -> str:
+    done = state.host(node).run(["cat", f"/var/log/herder/instances/{name}.serial.log"],
                                 timeout=30)
     return done.stdout if done.returncode == 0 else ""
 
 
 def beat(state: Any, node: str, after: float = -1.0, boot_id: str | None = None,
-         timeout: float = BOOT) -> Any:
-    """The newest heartbeat on `node`'s serial log with an uptime above `after` (and of the
-    boot `boot_id`, when given)."""
+         timeout: float = BOOT, name: str = NAME) -> Any:
+    """The newest heartbeat of `name` on `node`'s serial log with an uptime above `after`
+    (and of the boot `boot_id`, when given)."""
     from herder.sim import guest
 
     def newest() -> Any:
-        beats = [b for b in guest.parse_heartbeats(serial(state, node))
+        beats = [b for b in guest.parse_heartbeats(serial(state, node, name))
                  if b.uptime > after and (boot_id is None or b.boot_id == boot_id)]
         return beats[-1] if beats else None
 
-    return wait_for(newest, timeout, f"a heartbeat of {NAME} on {node}", interval=1.0)
+    return wait_for(newest, timeout, f"a heartbeat of {name} on {node}", interval=1.0)
 
 
 def goes_on(state: Any, node: str, before: Any) -> Any:
@@ -344,3 +345,64 @@ def test_maintd_evacuates_a_broken_node_without_rebooting_its_guest(sim: Any) ->
         goes_on(sim, NODE1, before)  # no reboot
     finally:
         cluster.break_node(Path(sim.directory), NODE2, "Ok")
+
+
+# --- backups (issue 30): export shut down, remove, import, the same bytes boot ----------------
+
+BACKUP, RESTORED = "bk1", "bk2"
+EXPORTS = "/srv/herder/export"
+
+
+def test_an_export_imported_boots_with_the_same_disk(sim: Any) -> None:
+    """A guest whose OS wrote its pattern (named after the guest) is exported shut down to the
+    other node, removed, and imported under another name: it boots from the exported bytes
+    (the same sha256 of its first MiB, not the new name's pattern) on the first try. Before,
+    an export failing at its second disk (the target cannot write that file) leaves no
+    partial export and the guest running again."""
+    from herder.sim import guest
+
+    herder(sim, "instance", "add", BACKUP, "--no-name-check", "-t", "sharedfile", "-o",
+           "herder-guest", "--disk", "32M", "--disk", "8M", "--net", "link=br0", "-n", NODE1,
+           timeout=300)
+    before = beat(sim, NODE1, name=BACKUP)
+    assert before.disk == guest.disk_pattern_hash(BACKUP)
+    second = config(sim).find_instance(BACKUP).disks[1].uuid
+    blocked = f"{EXPORTS}/{BACKUP}.new/{second}"  # a directory where the dump file would go
+    assert sim.host(NODE2).run(["mkdir", "-p", blocked], timeout=30).returncode == 0
+    failed = herder(sim, "backup", "export", "-n", NODE2, BACKUP, timeout=600, check=False)
+    assert failed.returncode == 1 and "the partial export was removed" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()[-1]) < 400, failed.stderr
+    assert sim.host(NODE2).run(["test", "-e", f"{EXPORTS}/{BACKUP}.new"],
+                               timeout=30).returncode == 1
+    again = wait_for(lambda: [b for b in guest.parse_heartbeats(serial(sim, NODE1, BACKUP))
+                              if b.boot_id != before.boot_id], BOOT, "a boot after the failure")
+    assert again[-1].disk == before.disk  # running again, its disk untouched
+
+    done = herder(sim, "backup", "export", "-n", NODE2, BACKUP, timeout=600)
+    assert f"Exported {BACKUP} to {NODE2}" in done.stdout
+    assert re.search(r"disk/0: 33554432 bytes \(32\.0 MiB\) in [0-9.]+ s, [0-9.]+ MiB/s",
+                     done.stderr), done.stderr  # the progress line of the job log
+    ini = sim.host(NODE2).run(["cat", f"{EXPORTS}/{BACKUP}/config.ini"], timeout=30)
+    assert ini.returncode == 0 and "[export]" in ini.stdout and "disk1_dump" in ini.stdout
+    restarted = wait_for(lambda: [b for b in guest.parse_heartbeats(serial(sim, NODE1, BACKUP))
+                                  if b.boot_id not in (before.boot_id, again[-1].boot_id)],
+                         BOOT, "a boot after the export")
+    assert restarted[-1].disk == before.disk  # started again after the export, the same disk
+    listed = herder(sim, "backup", "list", "--json")
+    assert {"node": NODE2, "export": BACKUP} in json.loads(listed.stdout)
+    original = config(sim).find_instance(BACKUP)
+    herder(sim, "instance", "remove", BACKUP, timeout=300)
+    done = herder(sim, "backup", "import", RESTORED, "--src-node", NODE2, "--src-dir",
+                  BACKUP, "-n", NODE1, "--no-name-check", timeout=600)
+    assert f"Imported instance {RESTORED} on {NODE1}" in done.stdout
+    after = beat(sim, NODE1, name=RESTORED)
+    assert after.disk == before.disk != guest.disk_pattern_hash(RESTORED)
+    restored = config(sim).find_instance(RESTORED)
+    assert [d.size for d in restored.disks] == [32, 8]  # the export's parameters
+    assert [n.mac for n in restored.nics] == [n.mac for n in original.nics]
+    assert (restored.os, restored.disk_template) == (original.os, "sharedfile")
+    herder(sim, "instance", "remove", RESTORED, timeout=300)
+    herder(sim, "backup", "remove", BACKUP)
+    assert json.loads(herder(sim, "backup", "list", "--json").stdout) == []
+    gone = herder(sim, "backup", "remove", BACKUP, check=False)
+    assert gone.returncode == 1 and f"no export of {BACKUP}" in gone.stderr

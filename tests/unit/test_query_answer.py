@@ -117,3 +117,23 @@ def test_the_answer_equals_the_bulk_views_field_by_field(
                       if status == RS_NORMAL}
             view = by_name[values["name"]]
             assert values == {k: v for k, v in view.items() if k in values}, resource
+
+
+def test_the_export_resource_lists_each_nodes_exports(config: model.ConfigData) -> None:
+    """Ganeti's export resource: a row per export of each node asked, in node order; a node
+    that could not be asked has one row without an export (RS_NODATA); a filter selects."""
+    source = query.Objects(config, exports={"node2.example.com": ["web2", "web1"],
+                                            "node1.example.com": None,
+                                            "node4.example.com": []})
+    answer = query.answer(source, "export", ["node", "export", "nope"], EMPTY)
+    assert [f["name"] for f in answer["fields"]] == ["node", "export", "nope"]
+    assert answer["data"] == [
+        [(RS_NORMAL, "node1.example.com"), (RS_NODATA, None), (RS_UNKNOWN, None)],
+        [(RS_NORMAL, "node2.example.com"), (RS_NORMAL, "web1"), (RS_UNKNOWN, None)],
+        [(RS_NORMAL, "node2.example.com"), (RS_NORMAL, "web2"), (RS_UNKNOWN, None)]]
+    # the node without data stays, as Ganeti keeps a row whose filtered value it lacks
+    compiled = query.compile_filter("export", ["=", "export", "web2"])
+    assert query.answer(source, "export", ["node", "export"], EMPTY, compiled)["data"] == [
+        [(RS_NORMAL, "node1.example.com"), (RS_NODATA, None)],
+        [(RS_NORMAL, "node2.example.com"), (RS_NORMAL, "web2")]]
+    assert query.answer(query.Objects(config), "export", ["node"], EMPTY)["data"] == []

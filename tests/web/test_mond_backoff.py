@@ -63,3 +63,56 @@ def test_a_dead_mond_waits_its_back_off_and_a_live_one_is_asked_every_round() ->
     assert down is not None and down.failures == 2  # tried twice in three rounds
     monds.answered(dead.uuid)  # it answered someone: asked at once
     assert monds.avoid(dead.uuid) is None
+
+
+def test_the_first_sample_waits_for_the_start_pause() -> None:
+    """masterd's sample task asks neither the node daemons nor the monds during its start
+    pause (the readers that come at a start go first), then samples every node."""
+    from herder.masterd.livecache import LiveCache
+    from tests.unit.test_livecache import Nodes
+
+    config = build_config(nodes=2)
+    node, other = sorted(config.nodes.values(), key=lambda n: n.name)
+    node.primary_ip = other.primary_ip = "127.0.0.1"  # both monds: the one below
+    port = _free_port()
+    asked: list[str] = []
+    daemons = Nodes()
+    cache = LiveCache(daemons, ttl=30, timeout=1.0)
+    kept = samples.NodeSamples()
+
+    async def report(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response([{"name": "cpu-avg-load", "category": None, "kind": 0,
+                                   "data": {"cpu_total": 0.25}}])
+
+    async def run() -> tuple[int, int, int]:
+        app = web.Application()
+        app.router.add_get("/1/report/all", report)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(samples.sample_forever(
+            kept, cache, lambda: config, stop, port, start_pause=1.0))
+        try:
+            await asyncio.sleep(0.5)
+            during = (len(asked), daemons.count(node.name), len(kept.of(node.uuid)))
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if kept.of(node.uuid) and kept.of(other.uuid):
+                    break
+            return during
+        finally:
+            stop.set()
+            await task
+            await runner.cleanup()
+
+    try:
+        assert asyncio.run(run()) == (0, 0, 0)
+    finally:
+        cache.close()
+    for one in (node, other):
+        taken = kept.of(one.uuid)
+        assert len(taken) == 1 and taken[0]["cpu_load"] == 0.25
+        assert daemons.count(one.name) == 1
+    assert asked == ["/1/report/all"] * 2

@@ -203,6 +203,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
         "modified": timestamp(config.mtime),
         "master node": config.node_name(c.master_node),
         "master epoch": c.master_epoch,
+        "master lease ttl": c.master_lease_ttl,
         "master ip": c.master_ip,
         "master netdev": c.master_netdev,
         "master netmask": c.master_netmask,
@@ -215,6 +216,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
         "volume group": c.volume_group_name,
         "mac prefix": c.mac_prefix,
         "candidate pool size": c.candidate_pool_size,
+        "rapi anonymous reads": c.rapi_anonymous_reads,
         "uid pool": uidpool.format_pool(c.uid_pool),
         "default iallocators": {k: c.default_iallocators.get(k, [])
                                 for k in model.IALLOCATOR_REQUEST_TYPES},
@@ -432,6 +434,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
 @click.option("--enabled-disk-templates", help="Comma-separated list.")
 @click.option("--master-netdev")
 @click.option("--candidate-pool-size", type=click.IntRange(1))
+@click.option("--master-lease-ttl", type=int,  # its bounds: the opcode's, one line
+              help="etcd backend: the master lease's TTL in seconds (default 10): a dead master "
+              "is replaced within about this long; the next election uses it (docs/ha.md).")
 @click.option("--default-iallocator", multiple=True, metavar="[TYPE=]NAME[,NAME]",
               help="Set default iallocator(s) for every request type or one ('' clears).")
 @click.option("--data-collector", multiple=True, metavar="NAME:KEY=VALUE[,...]",
@@ -457,6 +462,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
               "docs/ha.md \"Node failure\").")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
+@click.option("--rapi-anonymous-reads", type=YES_NO,
+              help="Answer RAPI GET requests without credentials, as Ganeti's RAPI (htools' "
+              "-m); secrets stay redacted, writes need a user (default no).")
 @click.option("--rename", "new_name", help="Rename the cluster (its UUID stays).")
 @click.option("--dry-run", is_flag=True, help="Check everything, change nothing.")
 @click.pass_context
@@ -465,7 +473,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            nic: tuple[str, ...], nd: tuple[str, ...], disk: tuple[str, ...],
            enabled_hypervisors: str | None, enabled_disk_templates: str | None,
            master_netdev: str | None, candidate_pool_size: int | None,
-           default_iallocator: tuple[str, ...], data_collector: tuple[str, ...],
+           master_lease_ttl: int | None, default_iallocator: tuple[str, ...],
+           data_collector: tuple[str, ...],
            ipolicy_vcpu_ratio: float | None, ipolicy_spindle_ratio: float | None,
            ipolicy_disk_templates: str | None, ipolicy_bounds_specs: str | None,
            maintenance_on: str | None,
@@ -473,7 +482,7 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
            auto_balance_dynamic_load: str | None, maintenance_node_recovery: str | None,
-           diagnose_command: str | None,
+           diagnose_command: str | None, rapi_anonymous_reads: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
 
@@ -508,6 +517,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["master_netdev"] = master_netdev
     if candidate_pool_size is not None:
         fields["candidate_pool_size"] = candidate_pool_size
+    if master_lease_ttl is not None:
+        fields["master_lease_ttl"] = master_lease_ttl
     if default_iallocator:
         fields["default_iallocators"] = parse_default_iallocators(default_iallocator)
     if data_collector:
@@ -541,6 +552,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_node_recovery"] = bool(yes_no(maintenance_node_recovery))
     if diagnose_command is not None:
         fields["diagnose_data_collector_filename"] = diagnose_command
+    if rapi_anonymous_reads is not None:
+        fields["rapi_anonymous_reads"] = bool(yes_no(rapi_anonymous_reads))
     if new_name:
         fields["name"] = new_name
     if not fields:

@@ -239,17 +239,22 @@ def run_list_fields(ctx: click.Context, spec: ListSpec, fields: Sequence[str], *
 
 # ---- the commands ---------------------------------------------------------------------------
 
-def list_options(spec: ListSpec) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options Ganeti's list command for `spec` takes, plus herder's --json."""
+def list_options(spec: ListSpec, *, names: bool = True
+                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options Ganeti's list command for `spec` takes, plus herder's --json; `names`:
+    whether it takes names or a filter as arguments (gnt-backup list takes none)."""
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        options = [
+        selection = [
             click.argument("names", nargs=-1, metavar="[NAME...|FILTER]"),
-            click.option("-o", "--output", metavar="FIELDS",
-                         help="Comma-separated fields to show; +FIELDS adds to the "
-                              f"defaults ({','.join(spec.default_fields)}). See list-fields."),
             click.option("-F", "--filter", "force_filter", is_flag=True,
                          help="Read the argument as a filter in Ganeti's query language "
                               "(e.g. 'name =~ /^web/ and pinst_cnt > 0')."),
+        ]
+        options = [
+            *(selection if names else []),
+            click.option("-o", "--output", metavar="FIELDS",
+                         help="Comma-separated fields to show; +FIELDS adds to the "
+                              f"defaults ({','.join(spec.default_fields)}). See list-fields."),
             click.option("--no-headers", is_flag=True, help="Print no header line."),
             click.option("--separator", metavar="SEP",
                          help="Separate the fields by SEP instead of aligning them."),

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "network": "herder.cli.network:network",
     "node": "herder.cli.node:node",
     "instance": "herder.cli.instance:instance",
+    "backup": "herder.cli.backup:backup",
     "tags": "herder.cli.tags:tags",
     "alloc": "herder.cli.alloc:alloc",
     "balance": "herder.cli.alloc:balance",

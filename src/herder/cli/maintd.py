@@ -42,7 +42,8 @@ DEFAULT_URL = f"http://127.0.0.1:{ports.MAINTD}"
 @click.option("--poll-interval", type=click.FloatRange(0.05), default=10.0, show_default=True,
               help="Seconds between two polls of the agents.")
 @click.option("--harep", is_flag=True, help="Also do harep's instance repairs (policy from "
-              "the ganeti:watcher:autorepair:* tags; until the cluster config has a setting).")
+              "the ganeti:watcher:autorepair:* tags) whatever the cluster's maintenance harep "
+              "setting (`cluster modify --maintd-harep`, read at start) says.")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True,
               help="Directory of maintd.pid (where mond's daemon collector looks).")

@@ -27,7 +27,8 @@ from herder.masterd.daemon import (
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Job queue worker threads (jobs that do not conflict run in parallel).")
 @click.option("--anonymous-reads", is_flag=True,
-              help="Allow GET requests without credentials (writes always need a user).")
+              help="Allow GET requests without credentials whatever the cluster's setting "
+              "(`cluster modify --rapi-anonymous-reads`) says; writes always need a user.")
 @click.option("--no-tls", is_flag=True, help="Plain HTTP (tests on loopback only).")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/run/herder"), show_default=True, help="Where the pid file goes.")
@@ -37,9 +38,10 @@ from herder.masterd.daemon import (
               help="Where to look for iallocator scripts (repeatable; Ganeti's defaults).")
 @click.option("--node", "node_name", help="This node's name (default: FQDN); masterd exits with "
               "code 11 unless it is the config's master.")
-@click.option("--lease-ttl", type=click.IntRange(2, 3600), default=10, show_default=True,
+@click.option("--lease-ttl", type=click.IntRange(2, 3600),
               help="etcd backend: TTL of the master lease in seconds (a dead master is replaced "
-              "within about this long).")
+              "within about this long); default: the cluster's setting, `herder cluster modify "
+              "--master-lease-ttl` (10 s).")
 @click.option("--local-dir", type=click.Path(file_okay=False, path_type=Path),
               help="etcd backend: the directory of the cluster secrets (default /var/lib/herder).")
 @click.option("--job-age", type=TIMESPEC, default="6h", show_default=True,
@@ -49,7 +51,7 @@ from herder.masterd.daemon import (
 @click.pass_context
 def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_reads: bool,
             no_tls: bool, run_dir: Path, noded_port: int, iallocator_path: tuple[Path, ...],
-            node_name: str | None, lease_ttl: int, local_dir: Path | None, job_age: int,
+            node_name: str | None, lease_ttl: int | None, local_dir: Path | None, job_age: int,
             debug: bool) -> None:
     """The master daemon: owns the cluster config and the job queue, serves Ganeti's RAPI v2.
 
@@ -106,7 +108,8 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
 
     if etcd:
         click.echo(f"herder masterd: standby, campaigning for the master lease of {config_path}"
-                   f" as {daemon.me} (ttl {lease_ttl} s)", err=True)
+                   f" as {daemon.me} (ttl {daemon.lease.ttl if daemon.lease else lease_ttl} s)",
+                   err=True)
     serve.run(lambda stop: daemon.serve(ready=ready, stop=stop))
     if daemon.deposed is not None:
         click.echo(f"herder masterd: no longer the master: {daemon.deposed}", err=True)

@@ -25,6 +25,10 @@ from herder.core import addrpool, configindex, names, params, qfilter, reason, u
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
+# the etcd master lease's TTL (`Cluster.master_lease_ttl`): etcd's own minimum grant is about
+# its election timeout; an hour is long past any use
+MASTER_LEASE_TTL_MIN, MASTER_LEASE_TTL_MAX = 2, 3600
+MASTER_LEASE_TTL_DEFAULT = 10
 
 AdminState = Literal["up", "down", "offline"]
 AdminStateSource = Literal["admin", "user"]
@@ -658,6 +662,10 @@ class Cluster(Base, kw_only=True):
     # Raised by every master failover; masterd signs its node RPCs with it and nodes refuse an
     # older one, so a former master cannot act on the nodes (docs/ha.md "Master failover").
     master_epoch: int = 0
+    # herder, etcd backend: the master lease's TTL in seconds. A master that dies is replaced
+    # within about this time; too short and a master stalled that long (a busy machine, an etcd
+    # election) loses the lease and the cluster its master for a moment (docs/ha.md).
+    master_lease_ttl: int = MASTER_LEASE_TTL_DEFAULT
     # Each node's certificate (node UUID -> SHA-256 of its DER form), issued by the cluster CA:
     # noded accepts only these callers (ssconf `herder_node_certs`); `node remove` drops one
     # (`core.node_certs`). Ganeti's `candidate_certs` lists candidates' digests only.
@@ -704,6 +712,10 @@ class Cluster(Base, kw_only=True):
     reserved_lvs: list[str] = msgspec.field(default_factory=list)
     blacklisted_os: list[str] = msgspec.field(default_factory=list)
     hidden_os: list[str] = msgspec.field(default_factory=list)
+    # GET requests on the RAPI answered without credentials (Ganeti's RAPI answers every
+    # reader; htools send no credentials). Off unless the operator turns it on
+    # (docs/compat.md row 54); secrets are redacted for such readers as for read-only users.
+    rapi_anonymous_reads: bool = False
 
     def __post_init__(self) -> None:
         names.hostname(self.name, "cluster name")
@@ -748,6 +760,9 @@ class Cluster(Base, kw_only=True):
             raise ValueError("candidate_pool_size must be at least 1")
         if self.master_epoch < 0:
             raise ValueError("master_epoch must not be negative")
+        if not MASTER_LEASE_TTL_MIN <= self.master_lease_ttl <= MASTER_LEASE_TTL_MAX:
+            raise ValueError(f"master_lease_ttl must be {MASTER_LEASE_TTL_MIN}-"
+                             f"{MASTER_LEASE_TTL_MAX} seconds, not {self.master_lease_ttl}")
 
 
 class ConfigData(Base, kw_only=True, dict=True):
@@ -871,6 +886,11 @@ class ConfigData(Base, kw_only=True, dict=True):
         index = self.index()
         return sorted((self.nodes[u] for u in list(index.group_nodes.get(group_uuid, ()))
                        if u in self.nodes), key=lambda n: n.name)
+
+    def group_node_names(self, group_uuid: str) -> list[str]:
+        """The names of the group's nodes in the order Ganeti 3.0's queries give a group's
+        `node_list`: by node UUID (its config's node map), not by name."""
+        return [n.name for n in sorted(self.group_nodes(group_uuid), key=lambda n: n.uuid)]
 
     def find_instance_by_name(self, name: str) -> Instance | None:
         """The instance named exactly `name` (no UUID or short name), or None."""

@@ -564,6 +564,18 @@ _DISK_TABLE: dict[str, dict[str, Row]] = {
 }
 
 HYPERVISORS = frozenset(_HV_TABLE)
+# The hypervisors herder's nodes run: noded defines every domain through the node's libvirt
+# (QEMU/KVM, or libvirt's test driver on simulated `fake` nodes). The others' parameters stay
+# known because Ganeti's configs and iallocator requests carry them (import, merge, hail), but
+# an instance of theirs would silently become a KVM domain: enabling or creating one is refused.
+RUNNABLE_HYPERVISORS = frozenset({"kvm", "fake"})
+
+
+def check_runnable_hypervisor(hypervisor: str) -> None:
+    """ValueError (one line) for a hypervisor herder knows but its nodes cannot run."""
+    if hypervisor in HYPERVISORS and hypervisor not in RUNNABLE_HYPERVISORS:
+        raise ValueError(f"hypervisor {hypervisor} is not supported: herder's nodes run "
+                         f"{' and '.join(sorted(RUNNABLE_HYPERVISORS))} instances only")
 DISK_TEMPLATES = frozenset(_DISK_TABLE)
 # Templates whose data is mirrored on a second node by herder itself.
 DTS_INT_MIRROR = frozenset({"drbd"})

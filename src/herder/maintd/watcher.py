@@ -11,10 +11,10 @@ After the incidents' (and harep's) jobs of a round, on nodes without an active i
   agent's report may still be the old one), and at most `budget` restarts per `window` seconds
   per instance (a crash loop is not restarted forever; the status page notes it).
 
-The RAPI instance view has no run state (`oper_state` is null): the actual state comes from
-every live primary node's mond, its verbose `instance/inst-status` report (`data.instances:
-[{name, uuid, admin_state, actual_state, status}]`) in the tick's one poll of the agents
-(`herder.maintd.agents`).
+The actual state comes from every live primary node's mond (the node's own view, polled every
+tick anyway; masterd's RAPI run state may be up to 10 s old), its verbose
+`instance/inst-status` report (`data.instances: [{name, uuid, admin_state, actual_state,
+status}]`) in the tick's one poll of the agents (`herder.maintd.agents`).
 
 Every job is its own event (a fresh uuid) in the reason trail, so a crash between submit and
 recording the id is adopted as for harep's repairs.

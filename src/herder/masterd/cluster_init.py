@@ -94,6 +94,11 @@ def init_cluster(store: ConfigStore, settings: InitSettings) -> Initialised:
     name check fails or the settings are invalid."""
     if store.exists():
         raise HerderError(f"{store.path} already exists; refusing to overwrite it")
+    for hypervisor in settings.enabled_hypervisors:
+        try:
+            params.check_runnable_hypervisor(hypervisor)
+        except ValueError as err:
+            raise HerderError(str(err)) from None
     paths = cluster_secrets.SecretPaths.beside(store.path)
     node_name = settings.master_node or local_fqdn()
     cluster_address = checked_name(settings.name, "the cluster name", settings.force)

@@ -64,7 +64,8 @@ class MasterSettings:
     # test, then skips the name check and only watches the epoch).
     node_name: str | None = None
     check_interval: float = 2.0  # seconds between two checks that this is still the master
-    lease_ttl: int = 10  # etcd backend: the master lease's TTL (seconds)
+    # etcd backend: the master lease's TTL (seconds); None: the cluster's master_lease_ttl
+    lease_ttl: int | None = None
     local_dir: Path | None = None  # etcd backend: the secrets' directory (default /var/lib/herder)
     # finished jobs are archived this long (seconds) after they ended (0: never), looked for
     # every `archive_interval` seconds (Ganeti's watcher: --job-age 6 h, every 5 minutes)

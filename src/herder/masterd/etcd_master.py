@@ -30,7 +30,7 @@ from herder.masterd.jobs.store_etcd import EtcdJobStorage
 from herder.masterd.lease import MasterLease
 
 log = logging.getLogger("herder.masterd")
-DEFAULT_LEASE_TTL = 10
+DEFAULT_LEASE_TTL = model.MASTER_LEASE_TTL_DEFAULT
 
 
 class Candidate(Protocol):
@@ -46,15 +46,25 @@ class Candidate(Protocol):
         """Act as master at `epoch` (written into the config); the recovered jobs."""
 
 
-def open_etcd(location: str, node_name: str, *, ttl: int = DEFAULT_LEASE_TTL,
+def open_etcd(location: str, node_name: str, *, ttl: int | None = None,
               local_dir: str | os.PathLike[str] | None = None
               ) -> tuple[EtcdStore, MasterLease, EtcdJobStorage]:
-    """The config store, master lease (not started) and job storage, all fenced by the lease."""
+    """The config store, master lease (not started) and job storage, all fenced by the lease.
+    `ttl`: the lease's TTL; None: the cluster's setting (`master_lease_ttl`) as the config in
+    etcd has it now (the default when there is none yet)."""
     client, cluster = open_client(location)
+    if ttl is None:
+        ttl = lease_ttl_setting(EtcdStore(client, cluster))
     lease = MasterLease(client, cluster, node_name, ttl=ttl)
     store = EtcdStore(client, cluster, fence=lease,
                       local_dir=Path(local_dir) if local_dir is not None else DEFAULT_LOCAL_DIR)
     return store, lease, EtcdJobStorage(client, cluster, fence=lease)
+
+
+def lease_ttl_setting(observer: EtcdStore) -> int:
+    """The cluster's master lease TTL, read (unfenced, a read only) before campaigning."""
+    kv = observer.client.get(observer.key)
+    return DEFAULT_LEASE_TTL if kv is None else observer.snapshot_at(kv).cluster.master_lease_ttl
 
 
 def find_me(config: model.ConfigData, me: str) -> model.Node | None:

@@ -18,13 +18,14 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 
 from herder.core import cluster_secrets, envelope, model
 from herder.core.errors import HerderError
-from herder.core.noderpc import HttpNodeRpc
+from herder.core.noderpc import HttpNodeRpc, UnreachableError, call_many
 from herder.core.rpcdefs import node_calls, role_calls
 from herder.core.rpcdefs.base import Call
 from herder.core.store import ConfigStore
@@ -34,6 +35,7 @@ class Votes(msgspec.Struct, kw_only=True):
     gone: int  # votes that the master is gone
     voters: int  # the online nodes
     nodes: list[str]  # one line per node
+    unreachable: list[str] = []  # nodes whose noded could not be reached (no connection)
 
 
 class FailoverReport(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -55,11 +57,13 @@ class FailoverReport(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 def vote_rpc(store: ConfigStore, epoch: int | None, noded_port: int,
              timeout: float = 15.0) -> HttpNodeRpc:
-    """The node RPC client of a failover: a node that is gone costs the connect timeout (3 s),
-    so the calls keep the client's timeouts (a per-call timeout would replace both)."""
+    """The node RPC client of a failover: a node that is gone costs the connect timeout (2 s,
+    as the vote's own connect to masterd: a living node's kernel and noded accept a
+    connection in milliseconds, even loaded), so the calls keep the client's timeouts (a
+    per-call timeout would replace both)."""
     secrets = cluster_secrets.SecretPaths.beside(store.path)
     return HttpNodeRpc(envelope.load_key(secrets.hmac_key), secrets.certificate,
-                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=3.0)
+                       port=noded_port, epoch=epoch, timeout=timeout, connect_timeout=2.0)
 
 
 def masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
@@ -73,56 +77,71 @@ def masterd_reachable(address: str, port: int, timeout: float = 2.0) -> tuple[bo
 def master_vote(store: ConfigStore, config: model.ConfigData, me: model.Node, *,
                 masterd_port: int, noded_port: int) -> Votes:
     """Ask every online node (this one directly, the others through their noded's
-    `master_vote`) whether the master's masterd is reachable. A node that does not answer does
-    not vote for a failover."""
+    `master_vote`) whether the master's masterd is reachable, all at once, so dead nodes cost
+    the vote one connect timeout together. A node that does not answer does not vote for a
+    failover; one whose noded could not be reached is listed in `unreachable` (the later
+    steps do not wait for it again)."""
     c = config.cluster
     voters = [n for n in config.nodes.values() if not n.offline]
-    gone, lines = 0, []
-    reachable, detail = masterd_reachable(c.master_ip, masterd_port)
-    gone += not reachable
-    lines.append(f"{me.name}: master {'reachable' if reachable else 'gone'} ({detail})")
+    others = sorted((n for n in voters if n.uuid != me.uuid), key=lambda n: n.name)
     rpc = vote_rpc(store, c.master_epoch, noded_port)
     try:
-        for node in sorted(voters, key=lambda n: n.name):
-            if node.uuid == me.uuid:
-                continue
-            try:
-                answer = rpc.call(node, node_calls.MasterVote(
-                    master=config.node_name(c.master_node), address=c.master_ip,
-                    port=masterd_port, timeout=2.0))
-            except HerderError as err:
-                lines.append(f"{node.name}: no answer ({err})")
-                continue
-            gone += not answer.reachable
-            lines.append(f"{node.name}: master "
-                         f"{'reachable' if answer.reachable else 'gone'} ({answer.detail})")
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vote") as own:
+            mine = own.submit(masterd_reachable, c.master_ip, masterd_port)
+            answers = call_many(rpc, others, lambda node: node_calls.MasterVote(
+                master=config.node_name(c.master_node), address=c.master_ip,
+                port=masterd_port, timeout=2.0))
+            reachable, detail = mine.result()
     finally:
         rpc.close()
-    return Votes(gone=gone, voters=len(voters), nodes=lines)
+    gone = int(not reachable)
+    lines = [f"{me.name}: master {'reachable' if reachable else 'gone'} ({detail})"]
+    unreachable = []
+    for node in others:
+        answer = answers[node.uuid]
+        if isinstance(answer, HerderError):
+            lines.append(f"{node.name}: no answer ({answer})")
+            if isinstance(answer, UnreachableError):
+                unreachable.append(node.name)
+            continue
+        gone += not answer.reachable
+        lines.append(f"{node.name}: master "
+                     f"{'reachable' if answer.reachable else 'gone'} ({answer.detail})")
+    return Votes(gone=gone, voters=len(voters), nodes=lines, unreachable=unreachable)
 
 
-def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int) -> list[str]:
-    """Tell every node the new master epoch (any call carrying it raises the node's)."""
+def announce_epoch(store: ConfigStore, config: model.ConfigData, noded_port: int,
+                   unreachable: Collection[str] = ()) -> list[str]:
+    """Tell every node the new master epoch (any call carrying it raises the node's), all at
+    once; nodes the vote could not reach are not waited for again."""
     rpc = vote_rpc(store, config.cluster.master_epoch, noded_port)
-    lines = []
+    nodes = sorted(config.nodes.values(), key=lambda n: n.name)
     try:
-        for node in sorted(config.nodes.values(), key=lambda n: n.name):
-            try:
-                answer = rpc.call(node, node_calls.MasterEpoch())
-                lines.append(f"{node.name}: epoch {answer.epoch}")
-            except HerderError as err:
-                lines.append(f"{node.name}: not told ({err}); it learns the epoch from the "
-                             "new master's first call")
+        answers = call_many(rpc, [n for n in nodes if n.name not in unreachable],
+                            lambda node: node_calls.MasterEpoch())
     finally:
         rpc.close()
+    lines = []
+    for node in nodes:
+        answer = answers.get(node.uuid)
+        if answer is None:
+            lines.append(f"{node.name}: not told (unreachable in the vote); it learns the "
+                         "epoch from the new master's first call")
+        elif isinstance(answer, HerderError):
+            lines.append(f"{node.name}: not told ({answer}); it learns the epoch from the "
+                         "new master's first call")
+        else:
+            lines.append(f"{node.name}: epoch {answer.epoch}")
     return lines
 
 
 def move_master_role(store: ConfigStore, config: model.ConfigData, before: model.Cluster, *,
-                     old_uuid: str, noded_port: int) -> list[str]:
+                     old_uuid: str, noded_port: int,
+                     unreachable: Collection[str] = ()) -> list[str]:
     """Ganeti's master failover, through the node daemons: on the old master the master IP
     down and the master daemons stopped (a warning each when it cannot be done: the old master
-    may be gone), then on the new master the master IP up and the master daemons started."""
+    may be gone; one warning, no call, when the vote could not reach it), then on the new
+    master the master IP up and the master daemons started."""
     rpc = vote_rpc(store, config.cluster.master_epoch, noded_port, timeout=150.0)
     lines: list[str] = []
     old, new = config.nodes.get(old_uuid), config.nodes[config.cluster.master_node]
@@ -135,6 +154,11 @@ def move_master_role(store: ConfigStore, config: model.ConfigData, before: model
         (new, role_calls.NodeStartMasterDaemons(), "masterd and maintd started")]
     if not floating:
         steps = [step for step in steps if not isinstance(step[1], role_calls.MasterIp)]
+    if old is not None and old.name in unreachable:
+        lines.append(f"WARNING: {old.name}: unreachable in the vote: "
+                     + ", ".join(done for node, _, done in steps if node is old)
+                     + " not done there (the new epoch refuses it if it comes back)")
+        steps = [step for step in steps if step[0] is not old]
     try:
         for node, request, done in steps:
             if node is None:
@@ -204,9 +228,10 @@ def failover(store: ConfigStore, me_name: str, *, voting: bool, masterd_port: in
                               "the cluster lost its majority")
     take_master_role(store, c, me)
     config = store.load()
-    told = announce_epoch(store, config, noded_port)
+    dead = votes.unreachable if votes is not None else ()
+    told = announce_epoch(store, config, noded_port, dead)
     roles = move_master_role(store, config, c, old_uuid=c.master_node,
-                             noded_port=noded_port) if start else None
+                             noded_port=noded_port, unreachable=dead) if start else None
     return FailoverReport(
         old_master=old, new_master=me.name, voting=voting, votes=votes,
         epoch=config.cluster.master_epoch, master_ip=config.cluster.master_ip,

@@ -50,7 +50,7 @@ def _node_figures(config: model.ConfigData, node: model.Node, live: Snapshot) ->
 
 
 def group_view(config: model.ConfigData, group: model.NodeGroup) -> JsonObject:
-    members = [n.name for n in config.group_nodes(group.uuid)]
+    members = config.group_node_names(group.uuid)
     return {
         "name": group.name, "uuid": group.uuid, "alloc_policy": group.alloc_policy,
         "node_cnt": len(members), "node_list": members,

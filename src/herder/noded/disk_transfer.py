@@ -19,12 +19,15 @@ import secrets
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from herder.core.errors import HerderError
 from herder.core.rpcdefs import disk_calls
+from herder.noded import osdef
+from herder.noded.trust import NodeTrust
 
 IMPORT_TTL = 600.0  # seconds a prepared import waits for its stream
 CHUNK = 1 << 20
@@ -35,10 +38,23 @@ class TransferError(HerderError):
 
 
 @dataclass(frozen=True)
+class OsStream:
+    """An OS definition's `export` or `import` script a disk's stream goes through (Ganeti's
+    rule: the OS decides what an export holds), with its environment and log."""
+
+    definition: osdef.OsDefinition
+    script: osdef.OsScript
+    env: Mapping[str, str]
+    log_file: Path
+    timeout: float
+
+
+@dataclass(frozen=True)
 class PendingImport:
     path: str
     size: int  # bytes expected at most
     expires: float
+    script: OsStream | None = None  # the stream goes to this script's stdin, not to `path`
 
 
 class Imports:
@@ -48,12 +64,13 @@ class Imports:
         self._lock = threading.Lock()
         self._pending: dict[str, PendingImport] = {}
 
-    def add(self, path: str, size: int, ttl: float = IMPORT_TTL) -> str:
+    def add(self, path: str, size: int, ttl: float = IMPORT_TTL,
+            script: OsStream | None = None) -> str:
         token = secrets.token_urlsafe(32)
         with self._lock:
             now = time.monotonic()
             self._pending = {k: v for k, v in self._pending.items() if v.expires > now}
-            self._pending[token] = PendingImport(path, size, now + ttl)
+            self._pending[token] = PendingImport(path, size, now + ttl, script)
         return token
 
     def take(self, token: str) -> PendingImport | None:
@@ -92,6 +109,63 @@ class ImportWriter:
         self._file.close()
 
 
+class ScriptImportWriter:
+    """Writes one import's stream into an OS `import` script's stdin (the script writes the
+    disk); blocking calls: run them in a thread."""
+
+    def __init__(self, pending: PendingImport) -> None:
+        assert pending.script is not None
+        self.pending, self.script = pending, pending.script
+        self.digest = hashlib.sha256()
+        self.written = 0
+        read_fd, write_fd = os.pipe()
+        self._pipe = open(write_fd, "wb")  # noqa: SIM115 (closed by close() or abort())
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(read_fd,), daemon=True)
+        self._thread.start()
+
+    def _run(self, read_fd: int) -> None:
+        try:
+            with open(read_fd, "rb") as stdin:
+                osdef.run_os_script(self.script.definition, self.script.script,
+                                    self.script.env, self.script.timeout,
+                                    self.script.log_file, stdin=stdin)
+        except (osdef.OsError, OSError) as err:
+            self._failure = err
+
+    def write(self, chunk: bytes) -> None:
+        try:
+            self._pipe.write(chunk)
+        except BrokenPipeError:
+            self._thread.join()
+            raise TransferError(f"the OS import script stopped reading: "
+                                f"{_first_line(self._failure)}") from None
+        self.digest.update(chunk)
+        self.written += len(chunk)
+
+    def close(self) -> dict[str, object]:
+        self._pipe.close()
+        self._thread.join()
+        if self._failure is not None:
+            raise TransferError(f"the OS import script failed: {_first_line(self._failure)}")
+        return {"bytes": self.written, "sha256": self.digest.hexdigest()}
+
+    def abort(self) -> None:
+        self._pipe.close()
+        self._thread.join()
+
+
+def _first_line(err: BaseException | None) -> str:
+    """An OS script's error for the operator: its first line (naming the script's log), not
+    the log's last lines."""
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def open_writer(pending: PendingImport) -> ImportWriter | ScriptImportWriter:
+    """Where an import's stream goes: its device or file, or its OS script."""
+    return ScriptImportWriter(pending) if pending.script is not None else ImportWriter(pending)
+
+
 def client_context(ca: Path, node_certificate: Path) -> ssl.SSLContext:
     """TLS towards another node: its certificate issued by the cluster CA, this node's
     certificate shown."""
@@ -99,6 +173,17 @@ def client_context(ca: Path, node_certificate: Path) -> ssl.SSLContext:
     context.check_hostname = False  # the node certificates name the cluster
     context.load_cert_chain(str(node_certificate))
     return context
+
+
+def import_url(trust: NodeTrust, target: disk_calls.ExportTarget, token: str
+               ) -> tuple[str, ssl.SSLContext | None]:
+    """Where to stream to another node's prepared import and the TLS context showing this
+    node's certificate (plain HTTP only for in-process tests' nodes without one)."""
+    host = f"[{target.address}]" if ":" in target.address else target.address
+    ca, own = trust.secrets.certificate, trust.node_certificate
+    context = client_context(ca, own) if own.exists() else None
+    scheme = "https" if context is not None else "http"
+    return f"{scheme}://{host}:{target.port}/import/{token}", context
 
 
 def read_device(path: str, size: int, digest: hashlib._Hash) -> Iterator[bytes]:
@@ -118,16 +203,57 @@ def send(path: str, size: int, url: str, context: ssl.SSLContext | None,
          timeout: float = 3600.0) -> disk_calls.Transferred:
     """Stream the device to `url` (the target's /import/<token>); the target's answer, checked
     against what was sent."""
+    digest = hashlib.sha256()
+    return _post(path, read_device(path, size, digest), digest, url, context, timeout)
+
+
+def read_stream(source: IO[bytes], digest: hashlib._Hash) -> Iterator[bytes]:
+    while chunk := source.read(CHUNK):
+        digest.update(chunk)
+        yield chunk
+
+
+def send_through_script(stream: OsStream, url: str, context: ssl.SSLContext | None,
+                        timeout: float = 3600.0) -> disk_calls.Transferred:
+    """Stream what the OS `export` script writes (the disk being its $EXPORT_DEVICE) to `url`;
+    the script must succeed, or the stream counts as failed (the target then holds a partial
+    dump, which the master removes)."""
+    read_fd, write_fd = os.pipe()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with open(write_fd, "wb") as stdout:
+                osdef.run_os_script(stream.definition, stream.script, stream.env,
+                                    stream.timeout, stream.log_file, stdout=stdout)
+        except (osdef.OsError, OSError) as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    digest = hashlib.sha256()
+    try:
+        with open(read_fd, "rb") as source:
+            answer = _post(f"the OS {stream.script} script's output",
+                           read_stream(source, digest), digest, url, context, timeout)
+    finally:
+        thread.join()
+    if failure:
+        raise TransferError(f"the OS {stream.script} script failed: {_first_line(failure[0])}")
+    return answer
+
+
+def _post(what: str, content: Iterator[bytes], digest: hashlib._Hash, url: str,
+          context: ssl.SSLContext | None, timeout: float) -> disk_calls.Transferred:
     import httpx
 
-    digest = hashlib.sha256()
     try:
         with httpx.Client(verify=context if context is not None else False,
                           timeout=httpx.Timeout(timeout, connect=10.0)) as client:
-            response = client.post(url, content=read_device(path, size, digest),
-                                    headers={"Content-Type": "application/octet-stream"})
+            response = client.post(url, content=content,
+                                   headers={"Content-Type": "application/octet-stream"})
     except (httpx.HTTPError, OSError) as err:
-        raise TransferError(f"sending {path} failed: {err}") from None
+        raise TransferError(f"sending {what} failed: {err}") from None
     if response.status_code != 200:
         raise TransferError(f"the target refused the stream ({response.status_code}): "
                             f"{response.text.strip()[:200]}")

@@ -32,6 +32,7 @@ from herder.core.errors import HerderError
 
 if TYPE_CHECKING:
     from herder.core import model
+    from herder.core.rpcdefs.payload import InstancePayload
 
 DEFAULT_SEARCH_PATH: tuple[Path, ...] = (Path("/srv/herder/os"),)
 
@@ -331,6 +332,17 @@ class OsInstanceData:
     hvparams: Mapping[str, Any] = field(default_factory=dict)
     beparams: Mapping[str, Any] = field(default_factory=dict)
     osparams: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_payload(cls, inst: InstancePayload,
+                     os_disks: Sequence[tuple[str, str | None]]) -> OsInstanceData:
+        """From the instance as the master told it a node; `os_disks`: (path, userspace URI)
+        of each disk on this node (`NodeDisks.os_disk_paths`)."""
+        return cls(name=inst.name, os=inst.os, hypervisor=inst.hypervisor,
+                   disks=[OsDisk(path=path, uri=uri) for path, uri in os_disks],
+                   nics=[OsNic(mac=nic.mac, ip=nic.ip, mode=nic.mode or "bridged",
+                               link=nic.link or "") for nic in inst.nics],
+                   hvparams=inst.hvparams, beparams=inst.beparams, osparams=inst.osparams)
 
     @classmethod
     def from_model(cls, config: model.ConfigData, inst: model.Instance,

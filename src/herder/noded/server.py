@@ -129,7 +129,7 @@ async def import_stream(request: web.Request) -> web.Response:
     if pending is None:
         return _json(403, error="no such import")
     try:
-        writer = await asyncio.to_thread(disk_transfer.ImportWriter, pending)
+        writer = await asyncio.to_thread(disk_transfer.open_writer, pending)
     except OSError as err:
         return _json(500, error=f"cannot open {pending.path}: {err.strerror}")
     try:

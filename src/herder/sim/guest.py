@@ -383,13 +383,14 @@ done | dd of="$DISK_0_PATH" bs=1M count=1 iflag=fullblock conv=notrunc,fsync sta
 """
 
 _OS_IMPORT = r"""#!/bin/bash
-# herder-guest: the first disk's content arrives on stdin
+# herder-guest: one disk's content arrives on stdin (Ganeti's OS API: once per disk, the disk
+# being $IMPORT_DEVICE)
 set -euo pipefail
-dd of="$DISK_0_PATH" bs=1M conv=notrunc,fsync status=none
+dd of="$IMPORT_DEVICE" bs=1M conv=notrunc,fsync status=none
 """
 
 _OS_EXPORT = r"""#!/bin/bash
-# herder-guest: the first disk's content to stdout
+# herder-guest: one disk's content ($EXPORT_DEVICE) to stdout
 set -euo pipefail
 dd if="$EXPORT_DEVICE" bs=1M status=none
 """

@@ -2,11 +2,11 @@
 
 `base.Call` is the shape of a call; the calls are defined by area: `node_calls` (ping, live
 figures, epoch and vote, OS list, repair, power), `instance_calls`, `hotplug_calls`,
-`migration_calls`, `disk_calls`, `storage_calls`, `file_calls` (redistribution) and
-`role_calls`; `payload` is the instance as a node is told it (`core.diskobjects`: its
-disks). The master calls `rpc.call(node, instance_calls.InstanceStart(...))` (`core.noderpc`)
-and gets the typed answer; noded has one handler per call (`herder.noded.rpc`). `registry()`
-lists them all.
+`migration_calls`, `disk_calls`, `storage_calls`, `file_calls` (redistribution),
+`role_calls` and `backup_calls` (exports); `payload` is the instance as a node is told it
+(`core.diskobjects`: its disks). The master calls `rpc.call(node, instance_calls.
+InstanceStart(...))` (`core.noderpc`) and gets the typed answer; noded has one handler per call
+(`herder.noded.rpc`). `registry()` lists them all.
 """
 
 from __future__ import annotations

@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import msgspec
 
-from herder.core.diskobjects import BlockDevStatus, Disk
-from herder.core.rpcdefs.base import AnswerT, Call, instance_name, ip_address, storage_dir
+from herder.core import paths
+from herder.core.diskobjects import MAX_DISK_MIB, BlockDevStatus, Disk
+from herder.core.rpcdefs.base import (
+    AnswerT,
+    Call,
+    in_range,
+    instance_name,
+    ip_address,
+    storage_dir,
+)
+from herder.core.rpcdefs.payload import InstancePayload
 
 # on the primary [device path, userspace URI or None]; elsewhere true
 Assembled = tuple[str | None, str | None] | bool
@@ -138,6 +147,39 @@ class BlockdevWipe(OneDisk[None], kw_only=True):
     size: int
 
 
+def snapshot_name(name: str) -> None:
+    """A snapshot's name, given to the device type (an LV name, an ExtStorage volume name)."""
+    paths.check_component(name, "snapshot name")
+    if name.startswith((".", "-")) or not all(ch.isalnum() or ch in "-_.+" for ch in name):
+        raise ValueError(f"invalid snapshot name {name!r}")
+
+
+class BlockdevSnapshot(OneDisk[list[str]], kw_only=True):
+    """Snapshot a disk (Ganeti's blockdev_snapshot: LVM's `lvcreate -s`, an ExtStorage
+    provider's `snapshot`); the answer is the snapshot's logical id."""
+
+    METHOD = "blockdev_snapshot"
+    SERIAL = True
+    snap_name: str
+    snap_size: int | None = None  # MiB; None: the disk's size
+
+    def __post_init__(self) -> None:
+        snapshot_name(self.snap_name)
+        if self.snap_size is not None:
+            in_range(self.snap_size, 1, MAX_DISK_MIB, "snap_size")
+
+
+class BlockdevSnapshotRollback(OneDisk[None], kw_only=True):
+    """The disk takes the content of its snapshot (herder's: Ganeti has no rollback)."""
+
+    METHOD = "blockdev_snapshot_rollback"
+    SERIAL = True
+    snap_name: str
+
+    def __post_init__(self) -> None:
+        snapshot_name(self.snap_name)
+
+
 class BlockdevSetinfo(OneDisk[None], kw_only=True):
     """The owner text a device records (LV tags)."""
 
@@ -231,15 +273,32 @@ class ImportToken(msgspec.Struct, kw_only=True):
     token: str  # for `POST /import/<token>` on this node
 
 
+DISK_INDEX_MAX = 255  # an instance's disks are far fewer (Ganeti's limit is 16 by policy)
+
+
+def disk_index(index: int) -> None:
+    in_range(index, 0, DISK_INDEX_MAX, "idx")
+
+
+def import_token(token: str) -> None:
+    if not token or not all(ch.isalnum() or ch in "-_" for ch in token):
+        raise ValueError("invalid import token")
+
+
 class BlockdevImportPrepare(OneDisk[ImportToken], kw_only=True):
-    """Expect a disk's bytes from another node: its device assembled here, a one-time token."""
+    """Expect a disk's bytes from another node: its device assembled here, a one-time token.
+    With `os_instance` (an import from an export) the bytes go through that instance's OS
+    `import` script for disk `idx`, which writes the device."""
 
     METHOD = "blockdev_import_prepare"
     instance: str | None = None
+    os_instance: InstancePayload | None = None
+    idx: int = 0
 
     def __post_init__(self) -> None:
         if self.instance is not None:
             instance_name(self.instance, "instance")
+        disk_index(self.idx)
 
 
 class ExportTarget(msgspec.Struct, kw_only=True):
@@ -259,15 +318,18 @@ class Transferred(msgspec.Struct, kw_only=True):
 
 
 class BlockdevExport(OneDisk[Transferred], kw_only=True):
-    """Send a disk's bytes to another node's prepared import."""
+    """Send a disk's bytes to another node's prepared import. With `os_instance` (an export)
+    the bytes are what that instance's OS `export` script writes of disk `idx`."""
 
     METHOD = "blockdev_export"
     instance: str | None = None
     target: ExportTarget
     token: str
+    os_instance: InstancePayload | None = None
+    idx: int = 0
 
     def __post_init__(self) -> None:
         if self.instance is not None:
             instance_name(self.instance, "instance")
-        if not self.token or not all(ch.isalnum() or ch in "-_" for ch in self.token):
-            raise ValueError("invalid import token")
+        import_token(self.token)
+        disk_index(self.idx)

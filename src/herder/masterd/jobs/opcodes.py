@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 import msgspec
 import msgspec.inspect
 
-from herder.core import addrpool, model, names, params, reason, uidpool
+from herder.core import addrpool, exportconf, model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
@@ -372,6 +372,7 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     remove_uids: list[tuple[int, int]] | None = None
     master_netdev: str | None = None
     candidate_pool_size: int | None = None
+    master_lease_ttl: int | None = None  # herder: etcd backend, seconds (docs/ha.md)
     default_iallocator: str | None = None
     default_iallocator_params: dict[str, str] | None = None
     # herder: one list per request type (design-2.1 "Default iallocator names")
@@ -395,6 +396,7 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     # --blacklisted)
     hidden_os: list[tuple[Literal["add", "remove"], str]] | None = None
     blacklisted_os: list[tuple[Literal["add", "remove"], str]] | None = None
+    rapi_anonymous_reads: bool | None = None  # herder: RAPI reads without credentials
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -414,7 +416,9 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             params.check_osparams(osparams)
         if self.ipolicy is not None:
             model.check_ipolicy_changes(self.ipolicy, group=False)
-        _per_key("hypervisor", dict.fromkeys(self.enabled_hypervisors or []), params.HYPERVISORS)
+        for hv in _per_key("hypervisor", dict.fromkeys(self.enabled_hypervisors or []),
+                           params.HYPERVISORS):
+            params.check_runnable_hypervisor(hv)
         _per_key("disk template", dict.fromkeys(self.enabled_disk_templates or []),
                  params.DISK_TEMPLATES)
         for field in ("uid_pool", "add_uids", "remove_uids"):
@@ -423,6 +427,10 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             raise ValueError(f"master_netdev {self.master_netdev!r} is not a network "
                              "interface name")
         _at_least("candidate_pool_size", self.candidate_pool_size, 1)
+        if self.master_lease_ttl is not None and not (
+                model.MASTER_LEASE_TTL_MIN <= self.master_lease_ttl <= model.MASTER_LEASE_TTL_MAX):
+            raise ValueError(f"master_lease_ttl must be {model.MASTER_LEASE_TTL_MIN}-"
+                             f"{model.MASTER_LEASE_TTL_MAX} seconds")
         _iallocator(self.default_iallocator)
         for allocators in _per_key("iallocator request type", self.default_iallocators or {},
                                    model.IALLOCATOR_REQUEST_TYPES).values():
@@ -798,7 +806,7 @@ class OpOsDiagnose(OpCode, tag="OP_OS_DIAGNOSE", kw_only=True):
 class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     instance_name: str
     os_type: str | None = None
-    disk_template: str
+    disk_template: str = ""  # an import takes its export's when it is left out
     disks: list[dict[str, Any]] = msgspec.field(default_factory=list)
     # Ganeti requires the list (an empty one makes an instance without NICs); herder's default
     # when it is left out is one NIC with the cluster's nicparams (docs/compat.md 48)
@@ -818,6 +826,9 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     wait_for_sync: bool = True
     tags: list[str] = msgspec.field(default_factory=list)
     mode: Literal["create", "import", "remote-import"] = "create"
+    src_node: str | None = None  # import: the node holding the export
+    src_node_uuid: str | None = None
+    src_path: str | None = None  # import: the export's name (its directory) on src_node
     ignore_ipolicy: bool = False
     conflicts_check: bool = True  # an address of a NIC without network in a group's network
     group_name: str | None = None  # the allocator places the instance in this group
@@ -825,10 +836,12 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.instance_name = names.hostname(self.instance_name, "instance name")
+        _import_source(self.mode, self.src_node, self.src_path)
         _name_and_ip_checks(self.name_check, self.ip_check)
         if self.os_type is not None:
             names.os_name(self.os_type)
-        params.disk_family(self.disk_template)
+        if self.disk_template or self.mode == "create":
+            params.disk_family(self.disk_template)
         if self.hypervisor is not None:
             params.hv_family(self.hypervisor)
         params.check_changes(params.BE_FAMILY, self.beparams)
@@ -838,6 +851,30 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
         check_nic_specs(self.nics)
         _iallocator(self.iallocator)
         _tags(self.tags)
+
+
+def _import_source(mode: str, src_node: str | None, src_path: str | None) -> None:
+    """An import names the export (src_node, src_path: a name in the node's export directory,
+    or a path ending in one there); a creation names none."""
+    if mode == "remote-import":
+        raise ValueError("mode remote-import: imports between clusters are not supported yet")
+    if mode == "create":
+        if src_node is not None or src_path is not None:
+            raise ValueError("src_node and src_path are for mode import")
+        return
+    if not src_node or not src_path:
+        raise ValueError("mode import needs src_node and src_path (the export's directory)")
+    export_name(src_path)
+
+
+def export_name(src_path: str) -> str:
+    """The export's name from src_path: a name (Ganeti joins a relative src_path to its export
+    directory), or the export's absolute path in the node's export directory."""
+    directory, _, name = src_path.rpartition("/")
+    if directory and directory != exportconf.EXPORT_DIR:
+        raise ValueError(f"src_path {src_path!r}: an export's name, or a directory in "
+                         f"{exportconf.EXPORT_DIR}")
+    return names.hostname(name, "src_path: export name")
 
 
 class OpInstanceMultiAlloc(OpCode, tag="OP_INSTANCE_MULTI_ALLOC", kw_only=True):
@@ -1253,6 +1290,54 @@ class OpTestDelay(OpCode, tag="OP_TEST_DELAY", kw_only=True):
         _at_least("repeat", self.repeat, 0)
 
 
+# --- backups (exports) ---------------------------------------------------------------------------
+
+class OpBackupPrepare(InstanceOpCode, tag="OP_BACKUP_PREPARE", kw_only=True):
+    """Ganeti's export preparation: nothing to prepare for a local export (its result is None);
+    remote exports (between clusters) are not supported yet."""
+
+    mode: Literal["local", "remote"]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode != "local":
+            raise ValueError("mode remote: exports to another cluster are not supported yet")
+
+
+class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):
+    target_node: str
+    target_node_uuid: str | None = None
+    mode: Literal["local", "remote"] = "local"
+    shutdown: bool = True
+    shutdown_timeout: int = 120
+    remove_instance: bool = False
+    ignore_remove_failures: bool = False
+    compress: str = "none"
+    x509_key_name: list[Any] | None = None
+    destination_x509_ca: str | None = None
+    zero_free_space: bool = False
+    zeroing_timeout_fixed: int | None = None
+    zeroing_timeout_per_mib: float | None = None
+    long_sleep: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode != "local" or self.x509_key_name or self.destination_x509_ca:
+            raise ValueError("mode remote: exports to another cluster are not supported yet")
+        if self.compress != "none":
+            raise ValueError(f"compress {self.compress!r}: exports are not compressed "
+                             "(only 'none')")
+        if self.zero_free_space:
+            raise ValueError("zero_free_space: zeroing free space is not supported")
+        if not 0 <= self.shutdown_timeout <= 86400:
+            raise ValueError("shutdown_timeout: 0 to 86400 seconds")
+
+
+class OpBackupRemove(InstanceOpCode, tag="OP_BACKUP_REMOVE", kw_only=True):
+    """Remove an instance's exports from every node (the instance itself may be gone)."""
+
+
+
 def _defined(base: type[OpCode]) -> list[type[OpCode]]:
     """Every opcode class below `base` (the ones with an OP_ID tag), in definition order."""
     found: list[type[OpCode]] = []
@@ -1314,3 +1399,4 @@ def redacted(data: dict[str, Any]) -> dict[str, Any]:
 def opcode_reason_source(op: OpCode) -> str:
     """`gnt:opcode:tags_set` for OP_TAGS_SET, as Ganeti adds when it queues an opcode."""
     return f"{reason.OPCODE_PREFIX}:{re.sub(r'^OP_', '', op.op_id).lower()}"
+

@@ -117,6 +117,16 @@ def lookup(find: Callable[[str], FoundT], key: str) -> FoundT:
         raise OpPrereqError(str(err), "unknown_entity") from None
 
 
+def instance_and_node_locks(config: model.ConfigData, instance_name: str,
+                            node_name: str) -> list[LockRequest]:
+    """The instance, and its primary node with another node (a move's or an export's
+    target), exclusively."""
+    inst = lookup(config.find_instance, instance_name)
+    node = lookup(config.find_node, node_name)
+    return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+            LockRequest(locking.LEVEL_NODE, sorted({inst.primary_node, node.uuid}))]
+
+
 def node_uuid_or_none(config: model.ConfigData, key: str | None) -> str | None:
     if not key:
         return None

@@ -143,6 +143,10 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
             c.master_netdev = op.master_netdev
         if op.candidate_pool_size is not None:
             c.candidate_pool_size = op.candidate_pool_size
+        if op.master_lease_ttl is not None:
+            c.master_lease_ttl = op.master_lease_ttl
+        if op.rapi_anonymous_reads is not None:
+            c.rapi_anonymous_reads = op.rapi_anonymous_reads
         if op.default_iallocator is not None:
             names = [op.default_iallocator] if op.default_iallocator else []
             c.default_iallocators = {kind: list(names) for kind in model.IALLOCATOR_REQUEST_TYPES}

@@ -1,7 +1,8 @@
 """What several families of LUs share (Ganeti's cmdlib/common.py): parameter resets, ipolicy
-changes, the checked name of a new instance, the instance's locks, and redistribution to the
-nodes. Helper modules of `masterd.lu` (this one, `placement`, `moves`, `disks`, `replace`,
-`migration`, `diskgen`, `handover`) are imported by the LU modules and never import one."""
+changes, the checked name of a new instance, the instance's locks, redistribution to the
+nodes, and an instance's removal (its domain and disks, then its config entry). Helper modules
+of `masterd.lu` (this one, `placement`, `moves`, `disks`, `replace`, `migration`, `diskgen`,
+`handover`, `exports`) are imported by the LU modules and never import one."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import msgspec
 
 from herder.core import model, names, params, ports
-from herder.core.errors import ConfigError, OpPrereqError
-from herder.masterd import locking, redist
+from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
+from herder.core.rpcdefs import instance_calls
+from herder.masterd import locking, portpool, redist
+from herder.masterd.lu import disks, nics
 from herder.masterd.lu.base import LockRequest, MasterEnv, lookup
 
 
@@ -78,3 +81,33 @@ def redistribute(env: MasterEnv, config: model.ConfigData, *, full: bool,
     pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir,
                                   reachability=env.reachability)
     return redist.report(pusher.push(config, full=full, only=only))
+
+
+def remove_domain_and_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+                            ignore_failures: bool, feedback: Callable[[str], None]) -> None:
+    """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they live on
+    (RemoveDisks); the config entry stays (`forget_instance`)."""
+    for node_uuid in inst.all_nodes:
+        node = config.nodes.get(node_uuid)
+        if node is None:
+            continue
+        try:
+            env.rpc.call(node, instance_calls.InstanceRemove(name=inst.name))
+        except HerderError:
+            if not ignore_failures:
+                raise
+            feedback(f"could not clean up on {node.name}; ignored")
+    if not disks.remove_disks(env, config, inst, feedback=feedback) and not ignore_failures:
+        raise OpExecError(f"could not remove the block devices of {inst.name}")
+
+
+def forget_instance(env: MasterEnv, inst: model.Instance, feedback: Callable[[str], None]) -> None:
+    """The removed instance's config entry, port, addresses and lock gone."""
+    with env.store.update() as config:
+        removed = config.instances.pop(inst.uuid)
+        portpool.release(config, removed.network_port)
+        pools = nics.Pools(config)  # its addresses go back to their networks' pools
+        for nic in removed.nics:
+            pools.release(nic, feedback)
+        pools.keep()
+    env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])

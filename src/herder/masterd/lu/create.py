@@ -4,18 +4,33 @@ the instance undoes everything (disks, domain, config entry)."""
 
 from __future__ import annotations
 
-from herder.core import model, params, verify, vmclaim
+import time
+
+from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
-from herder.core.rpcdefs import instance_calls
+from herder.core.rpcdefs import backup_calls, disk_calls, instance_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import diskgen, disks, fit, nics
+from herder.masterd.lu import diskgen, disks, exports, fit, nics
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name
 from herder.masterd.lu.placement import live_figures
 
 MIRRORED = {"drbd"}
+
+
+def _hypervisor_of(op: opcodes.OpInstanceCreate, c: model.Cluster) -> str:
+    """The new instance's hypervisor: the one asked for, or the cluster's first; enabled and
+    one herder's nodes can run (a cluster imported from Ganeti may have others enabled)."""
+    hypervisor = op.hypervisor or (c.enabled_hypervisors[0] if c.enabled_hypervisors else None)
+    if hypervisor is None or hypervisor not in c.enabled_hypervisors:
+        raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
+    try:
+        params.check_runnable_hypervisor(hypervisor)
+    except ValueError as err:
+        raise OpPrereqError(str(err), "wrong_input") from None
+    return hypervisor
 
 
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
@@ -27,6 +42,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         c = config.cluster
+        self.source: model.Node | None = None
+        if op.mode == "import":
+            self._read_export(config)
         op.instance_name = checked_new_name(op.instance_name, name_check=op.name_check,
                                             ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.instance_name for i in config.instances.values()):
@@ -35,10 +53,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         if op.disk_template not in c.enabled_disk_templates:
             raise OpPrereqError(f"disk template {op.disk_template} is not enabled on the "
                                 "cluster", "wrong_input")
-        hypervisor = op.hypervisor or (c.enabled_hypervisors[0] if c.enabled_hypervisors
-                                       else None)
-        if hypervisor not in c.enabled_hypervisors:
-            raise OpPrereqError(f"hypervisor {hypervisor} is not enabled", "wrong_input")
+        hypervisor = _hypervisor_of(op, c)
         if not op.os_type and not op.no_install:
             raise OpPrereqError("give the OS (os_type), or no_install")
         if op.os_type and op.os_type.split("+", 1)[0] in c.blacklisted_os:
@@ -76,10 +91,6 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         self.hypervisor = hypervisor
         required = 2 if op.disk_template in MIRRORED else 1
         group = lookup(config.find_group, op.group_name) if op.group_name else None
-        if op.mode != "create":
-            raise OpPrereqError(f"instance creation mode {op.mode!r} is not supported by "
-                                "herder (only 'create'; imports come with the exports issue)",
-                                "wrong_input")
         if op.pnode:
             nodes = [lookup(config.find_node, op.pnode).name]
             if required == 2:
@@ -145,6 +156,58 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             fit.check_free_memory(self.env, self.nodes[0], filled["maxmem"],
                                   f"creating instance {op.instance_name}")
 
+    def _read_export(self, config: model.ConfigData) -> None:
+        """Ganeti's _ReadExportParams: what the request leaves out comes from the export's
+        config.ini; the OS is not installed (the disks receive the export's dumps)."""
+        op = self.op
+        self.source = lookup(config.find_node, op.src_node or "")
+        self.export = exports.import_export_info(self.env, self.source,
+                                                opcodes.export_name(op.src_path or ""))
+        info = self.export
+        op.disk_template = op.disk_template or info.disk_template
+        op.os_type = op.os_type or info.os
+        op.hypervisor = op.hypervisor or info.hypervisor or None
+        if not op.disks:
+            op.disks = [{"size": disk.size, **({"name": disk.name} if disk.name else {})}
+                        for disk in info.disks]
+        if len(op.disks) != len(info.disks):
+            raise OpPrereqError(f"the export has {len(info.disks)} disks, the request "
+                                f"{len(op.disks)}", "wrong_input")
+        if op.nics == [{}]:  # left out (herder's default): the export's NICs
+            taken = {n.mac for i in configdiff.plain_values(config.instances) for n in i.nics}
+            for nic in info.nics:
+                if nic.mac in taken:
+                    self.feedback(f"MAC {nic.mac} of the export is in use: a new one instead")
+            op.nics = [{"mac": nic.mac if nic.mac not in taken else "generate",
+                        **nic.nicparams, **{k: v for k in ("ip", "name", "network")
+                                            if (v := getattr(nic, k)) is not None}}
+                       for nic in info.nics]
+        op.beparams = {**info.beparams, **op.beparams}
+        if op.hypervisor == info.hypervisor:
+            op.hvparams = {**info.hvparams, **op.hvparams}
+        op.osparams = {**info.osparams, **op.osparams}
+        op.tags = op.tags or list(info.tags)
+        op.no_install = True
+
+    def _fill_disks(self, inst: model.Instance) -> None:
+        """An import's disks receive the export's dumps, streamed from the source node through
+        the OS's `import` script on the primary (Ganeti's rule)."""
+        assert self.source is not None
+        config = self.env.store.load()
+        target = self.nodes[0]
+        for index, (disk, dump) in enumerate(zip(inst.disks, self.export.disks, strict=True)):
+            self.feedback(f"importing {disk.iv_name} from {self.source.name}")
+            started = time.monotonic()
+            prepared = self.env.rpc.call(target, disk_calls.BlockdevImportPrepare(
+                disk=diskobjects.disk_object(config, inst, disk, target.uuid),
+                instance=inst.name, idx=index, os_instance=instance_payload(config, inst)))
+            sent = self.env.rpc.call(self.source, backup_calls.ExportSend(
+                name=opcodes.export_name(self.op.src_path or ""), dump=dump.dump,
+                token=prepared.token, target=exports.node_target(self.env, target)),
+                timeout=backup_calls.STREAM_TIMEOUT)
+            self.feedback(exports.progress_line(disk.iv_name, sent.bytes or 0,
+                                               time.monotonic() - started))
+
     def dry_run_result(self) -> JobResult:
         return [n.name for n in self.nodes]
 
@@ -204,6 +267,8 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             self.env.rpc.call(self.nodes[0], instance_calls.InstanceDefine(
                 instance=payload, name=inst.name, reason=op.reason, version=inst.serial_no,
                 claim=claim))
+            if op.mode == "import":
+                self._fill_disks(inst)
             if not op.no_install:
                 self.env.rpc.call(self.nodes[0], instance_calls.InstanceOsAdd(
                     instance=payload, name=inst.name, reason=op.reason,

@@ -13,7 +13,7 @@ from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
 from herder.core.rpcdefs.payload import instance_payload
-from herder.masterd import locking, portpool
+from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import (
     convert,
@@ -28,7 +28,13 @@ from herder.masterd.lu import (
     replace,
 )
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.common import checked_new_name, instance_locks, resets
+from herder.masterd.lu.common import (
+    checked_new_name,
+    forget_instance,
+    instance_locks,
+    remove_domain_and_disks,
+    resets,
+)
 
 
 class InstanceRename(LogicalUnit[opcodes.OpInstanceRename]):
@@ -600,32 +606,12 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
         self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
-        """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they
-        live on (RemoveDisks), then the config entry."""
-        for node_uuid in self.inst.all_nodes:
-            node = self.config.nodes.get(node_uuid)
-            if node is None:
-                continue
-            try:
-                self.env.rpc.call(node, instance_calls.InstanceRemove(name=self.inst.name))
-            except HerderError:
-                if not self.op.ignore_failures:
-                    raise
-                self.feedback(f"could not clean up on {node.name}; ignored")
-        if not disks.remove_disks(self.env, self.config, self.inst, feedback=self.feedback) \
-                and not self.op.ignore_failures:
-            raise OpExecError(f"could not remove the block devices of {self.inst.name}")
+        remove_domain_and_disks(self.env, self.config, self.inst, self.op.ignore_failures,
+                                self.feedback)
 
     def execute(self) -> JobResult:
         self.act()
-        with self.env.store.update() as config:
-            removed = config.instances.pop(self.inst.uuid)
-            portpool.release(config, removed.network_port)
-            pools = nics.Pools(config)  # its addresses go back to their networks' pools
-            for nic in removed.nics:
-                pools.release(nic, self.feedback)
-            pools.keep()
-        self.env.locks.remove(locking.LEVEL_INSTANCE, [self.inst.uuid])
+        forget_instance(self.env, self.inst, self.feedback)
         return None
 
 

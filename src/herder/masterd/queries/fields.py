@@ -80,11 +80,14 @@ class LockState(NamedTuple):
 
 @dataclass(frozen=True)
 class Objects:
-    """Where a resource's objects come from besides the config (the job queue, the locks)."""
+    """Where a resource's objects come from besides the config (the job queue, the locks, the
+    exports the nodes were asked for)."""
 
     config: model.ConfigData
     jobs: JobSource | None = None
     locks: LockSource | None = None
+    # node name -> its exports (None: it could not be asked); the export resource's rows
+    exports: Mapping[str, Sequence[str] | None] | None = None
 
 
 def by_name(obj: Any) -> tuple[tuple[int, int | str], ...]:

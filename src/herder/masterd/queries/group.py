@@ -80,8 +80,6 @@ def _views(config: model.ConfigData, _live: Snapshot) -> RowFn:
                                group.ndparams)
         primaries = [config.instances[uuid].name for uuid in _primary_uuids(config, group)
                      if uuid in config.instances]
-        members = [config.nodes[uuid].name for uuid in config.index().group_nodes.get(
-            group.uuid, ()) if uuid in config.nodes]
         return normal({
             "ipolicy": model.to_builtins(config.filled_ipolicy(group)),
             "custom_ipolicy": model.to_builtins(group.ipolicy),
@@ -90,7 +88,7 @@ def _views(config: model.ConfigData, _live: Snapshot) -> RowFn:
             "diskparams": {dt: config.filled_diskparams(dt, group)
                            for dt in sorted(params.DISK_TEMPLATES)},
             "custom_diskparams": dict(group.diskparams),
-            "node_list": sorted(members, key=names.nice_sort_key),
+            "node_list": config.group_node_names(group.uuid),
             "pinst_list": sorted(primaries, key=names.nice_sort_key)})
 
     return row

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from herder.masterd.rapi import (
     announce,
+    backup,
     cluster,
     console,
     extensions,
@@ -30,9 +31,9 @@ from herder.masterd.web import pages as web_pages
 # Each family adds its routes, in this order (aiohttp matches them in the order added)
 ADD_ROUTES: tuple[Callable[[web.UrlDispatcher], None], ...] = (
     cluster.add_routes, tags.add_routes, nodes.add_routes, groups.add_routes,
-    networks.add_routes, instances.add_routes, jobs.add_routes, filters.add_routes,
-    extensions.add_routes, query.add_routes, console.add_routes, announce.add_routes,
-    oob.add_routes, leases.add_routes,
+    networks.add_routes, instances.add_routes, backup.add_routes, jobs.add_routes,
+    filters.add_routes, extensions.add_routes, query.add_routes, console.add_routes,
+    announce.add_routes, oob.add_routes, leases.add_routes,
     web_api.add_routes, web_pages.add_routes)
 
 # Opcodes without a RAPI route of their own (clients submit them through /2/herder/jobs),
@@ -46,6 +47,8 @@ NO_ROUTE = {
     "OP_TEST_DELAY": "a test opcode (Ganeti's RAPI has no route for it); tests and benchmarks",
     "OP_CLUSTER_VERIFY_GROUP": "Ganeti's RAPI has no verify route either (gnt-cluster verify); "
                                "herder cluster verify submits it",
+    "OP_BACKUP_REMOVE": "Ganeti's RAPI has no route for it (gnt-backup remove); herder backup "
+                        "remove submits it through /2/herder/jobs",
     "OP_INSTANCE_STOP_STRAY": "herder's own, for maintd's stray copies (issue 18); through "
                               "POST /2/herder/jobs",
     "OP_GROUP_VERIFY_DISKS": "Ganeti's RAPI has no route for it (gnt-cluster verify-disks "

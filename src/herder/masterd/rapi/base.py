@@ -4,11 +4,11 @@ error shape (`RapiHttpError`, `error_response`), the helpers handlers share (the
 body, lookups, `submit` of a job, the opcode fields a body may set, `@submits`), the route
 table `ROUTES` (who may call each handler) and the middleware enforcing it before any handler
 runs: reads need valid credentials (HTTP Basic against `rapi_users`, or a web console
-session) unless anonymous reads are configured; writes, and as in Ganeti's rlib2 the reads
-that run a job with locks or block, need a user with the `write` option (401 without
-credentials, 403 for a read-only user). A parameter naming a file herder would read and
-distribute must lie in the cluster's hypervisor file directory (`masterd.hvfiles`, 400
-otherwise).
+session) unless anonymous reads are on (the cluster's `rapi_anonymous_reads`); writes, and as
+in Ganeti's rlib2 the reads that run a job with locks or block, need a user with the `write`
+option (401 without credentials, 403 for a read-only user). A parameter naming a file herder
+would read and distribute must lie in the cluster's hypervisor file directory
+(`masterd.hvfiles`, 400 otherwise).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class RapiContext:
     config: ConfigView
     queue: job_queue.JobQueue
     users: UsersFile
+    # masterd --anonymous-reads: GETs without credentials whatever the cluster says (tests)
     anonymous_reads: bool = False
     store: ConfigStore | None = None  # for herder's direct state routes
     live: LiveCache | None = None  # the node daemons' live figures (masterd/livecache.py)
@@ -85,6 +86,16 @@ class RapiContext:
 
     # masterd's locks, for the lock query (masterd/queries/lock.py); None: none shown
     locks: LockSource | None = None
+
+    @property
+    def reads_open(self) -> bool:
+        """Whether GET requests without credentials are answered: the cluster setting
+        `rapi_anonymous_reads` (Ganeti's behaviour, off unless turned on) or masterd's
+        `--anonymous-reads`. Readers see what read-only users see: secrets redacted."""
+        if self.anonymous_reads:
+            return True
+        config = self.config()
+        return config is not None and config.cluster.rapi_anonymous_reads
 
     @property
     def hv_files_dir(self) -> Path | None:
@@ -448,12 +459,12 @@ def access_refusal(request: web.Request) -> web.Response | None:
             if refused is not None:
                 return error_response(403, refused)
             user = caller.user
-        elif caller.problem is not None and not ctx.anonymous_reads:
+        elif caller.problem is not None and not ctx.reads_open:
             return error_response(401, caller.problem)
     if user is not None:
         request[USER_KEY] = user.name
     if rule == access.RAPI_READ:
-        if user is None and (not ctx.anonymous_reads or "Authorization" in request.headers):
+        if user is None and (not ctx.reads_open or "Authorization" in request.headers):
             return error_response(401, "valid credentials are required")
         return None
     if rule == access.RAPI_USER:
@@ -480,10 +491,6 @@ def held_response(hold: float) -> web.Response:
 
 # Ganeti 3.0 RAPI resources herder does not serve (yet), by path prefix: what a 404 says
 NOT_SERVED: tuple[tuple[str, str], ...] = ()
-NOT_SERVED_SUFFIXES = (
-    ("/export", "herder does not export instances (not supported yet)"),
-    ("/prepare-export", "herder does not export instances (not supported yet)"),
-)
 
 
 def not_served(path: str) -> str:
@@ -491,10 +498,6 @@ def not_served(path: str) -> str:
     for prefix, why in NOT_SERVED:
         if path == prefix or path.startswith(prefix + "/"):
             return f"{why}: {path}"
-    if path.startswith("/2/instances/"):
-        for suffix, why in NOT_SERVED_SUFFIXES:
-            if path.endswith(suffix):
-                return f"{why}: {path}"
     return f"Nothing matches the given URI: {path}"
 
 

@@ -55,16 +55,18 @@ CREATE_FIELDS = body_fields(opcodes.OpInstanceCreate)
 CREATE_RENAME = {"name": "instance_name", "os": "os_type"}
 
 
-def create_opcode(body: dict[str, object], what: str) -> dict[str, object]:
-    """One instance creation of a request body (instance-create-reqv1's fields)."""
+def create_opcode(body: dict[str, object], what: str,
+                  modes: tuple[str, ...] = ("create", "import")) -> dict[str, object]:
+    """One instance creation of a request body (instance-create-reqv1's fields); `modes`: the
+    creation modes the route takes (an import reads an export: masterd.lu.create)."""
     fields = renamed(body, CREATE_RENAME, what)
     only(fields, CREATE_FIELDS, what)
     name = fields.get("instance_name")
     if not isinstance(name, str) or not name:
         raise RapiHttpError(400, f"{what} needs the instance name (name)")
-    if fields.get("mode", "create") != "create":  # import and remote-import need exports
+    if fields.get("mode", "create") not in modes:  # remote-import: exports between clusters
         raise RapiHttpError(400, f"{what}: mode {fields['mode']!r} is not supported by herder "
-                                 "(no instance exports yet); only 'create'")
+                                 f"here; only {' and '.join(repr(m) for m in modes)}")
     return {"OP_ID": "OP_INSTANCE_CREATE", **fields}
 
 
@@ -95,8 +97,8 @@ async def instances_multi_alloc(request: web.Request) -> web.Response:
     items = body.get("instances")
     if not isinstance(items, list) or not items:
         raise RapiHttpError(400, "Request is missing required 'instances' field in body")
-    instances = [create_opcode(body_dict(item), f"instances-multi-alloc instance {index}")
-                 for index, item in enumerate(items)]
+    instances = [create_opcode(body_dict(item), f"instances-multi-alloc instance {index}",
+                               ("create",)) for index, item in enumerate(items)]
     return await submit(request, "instances_multi_alloc", [
         {**body, "OP_ID": "OP_INSTANCE_MULTI_ALLOC", "instances": instances}])
 

@@ -11,11 +11,14 @@ computed; so is a parameter the route does not take.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from aiohttp import web
 
-from herder.core import access
+from herder.core import access, model
+from herder.core.errors import HerderError
+from herder.core.rpcdefs import backup_calls
 from herder.masterd import query as queries
 from herder.masterd.livecache import EMPTY
 from herder.masterd.queries.fields import Objects
@@ -44,6 +47,23 @@ def resource_of(request: web.Request) -> str:
     return name
 
 
+async def _exports(request: web.Request) -> dict[str, list[str] | None]:
+    """Each online node's exports (None: it could not be asked), asked at once."""
+    config, rpc = config_of(request), ctx_of(request).rpc
+    nodes = sorted((n for n in config.nodes.values() if not n.offline), key=lambda n: n.name)
+
+    async def ask(node: model.Node) -> list[str] | None:
+        if rpc is None:
+            return None
+        try:
+            return await asyncio.to_thread(rpc.call, node, backup_calls.ExportList())
+        except HerderError:
+            return None
+
+    answers = await asyncio.gather(*(ask(node) for node in nodes))
+    return {node.name: found for node, found in zip(nodes, answers, strict=True)}
+
+
 def split_fields(text: str) -> list[str]:
     return [f.strip() for f in text.split(",") if f.strip()]
 
@@ -66,7 +86,8 @@ async def respond(request: web.Request, resource: str, fields: Sequence[str],
     # them: a group list, or a node list of names and roles, waits for no node
     live = (await live_of(request, config) if queries.needs_live(resource, fields, compiled)
             else EMPTY)
-    source = Objects(config, jobs=ctx.queue, locks=ctx.locks)
+    exports = await _exports(request) if resource == "export" else None
+    source = Objects(config, jobs=ctx.queue, locks=ctx.locks, exports=exports)
     try:
         body = queries.encode_answer(source, resource, fields, live, compiled)
     except FilterError as err:  # a value of a field the filter cannot compare (kind `other`)

@@ -32,6 +32,10 @@ INTERVAL = 10.0  # seconds between two samples
 KEEP = 3600.0  # seconds of samples kept per node
 MOND_TIMEOUT = 3.0  # seconds for one node's mond
 MOND_CONCURRENCY = 16
+# seconds after masterd's start before its first sample: the readers that come at a start go
+# first (a first round of 1,000 mond connections on the event loop, beside the live cache's
+# first round of node calls, cost the first bulk node list ~0.5 s; docs/scale.md, goal 5)
+START_PAUSE = 5.0
 # herder's daemons, each a mond daemon collector (mond.collectors.daemons: status 0 unless
 # the daemon is expected on that node and not running, or over its memory limit)
 DAEMONS = ("mond", "masterd", "noded", "confd", "maintd", "instmon")
@@ -321,10 +325,13 @@ async def mond_round(config: model.ConfigData, port: int = ports.MOND,
 
 async def sample_forever(samples: NodeSamples, live: LiveCache,
                          config: Callable[[], model.ConfigData | None],
-                         stop: asyncio.Event, mond_port: int | None = ports.MOND) -> None:
-    """masterd's task: a sample of every node each `interval` seconds (`mond_port` None: no
-    mond figures)."""
+                         stop: asyncio.Event, mond_port: int | None = ports.MOND,
+                         start_pause: float = START_PAUSE) -> None:
+    """masterd's task: a sample of every node each `interval` seconds, the first
+    `start_pause` seconds after the task starts (`mond_port` None: no mond figures)."""
     monds = Reachability()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=start_pause)
     while not stop.is_set():
         current = config()
         if current is not None:

@@ -22,7 +22,7 @@ def authority_lost(request: web.Request, rule: access.Rule) -> str | None:
     """Why the stream `request` opened may no longer go on (None: it may)."""
     ctx = ctx_of(request)
     return auth.authority_lost(request, ctx.users, None if ctx.web is None else ctx.web.sessions,
-                               ctx.anonymous_reads, rule)
+                               ctx.reads_open, rule)
 
 
 async def authority_gone(request: web.Request, rule: access.Rule) -> str:

@@ -35,7 +35,9 @@ from herder.noded.bdev.base import BlockDev, BlockDevError, CommandResult, Host
 log = logging.getLogger(__name__)
 
 REQUIRED_SCRIPTS = ("create", "remove", "grow", "attach", "detach", "setinfo", "verify")
-OPTIONAL_SCRIPTS = ("snapshot", "open", "close")
+# `rollback` is herder's addition (Ganeti's interface has none): the volume takes the content
+# of its snapshot VOL_SNAPSHOT_NAME (docs/real-nodes.md, compat B57)
+OPTIONAL_SCRIPTS = ("snapshot", "open", "close", "rollback")
 PARAMETERS_FILE = "parameters.list"
 _PROVIDER_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]+$")  # Ganeti's EXT_PLUGIN_MASK
 
@@ -272,6 +274,19 @@ class ExtStorageDevice(BlockDev):
                 return uri[len(prefix):]
         raise BlockDevError(f"Userspace access is not supported by the '{self.provider}'"
                             f" ExtStorage provider for the '{hypervisor}' hypervisor")
+
+
+def rollback(host: Host, disk: Disk, snap_name: str) -> None:
+    """The volume takes the content of its snapshot (herder's `rollback` script). The device
+    is not attached for it (as constructing one would): the provider refuses while any node
+    has the volume attached."""
+    lid = disk.ext_id
+    provider = find_provider(host, lid.provider)
+    if provider.scripts.get("rollback") is None:
+        raise BlockDevError(f"ExtStorage provider {lid.provider} cannot roll back to a "
+                            "snapshot (it has no rollback script)")
+    run_action(host, "rollback", lid.provider, lid.name, disk.params, name=disk.name,
+               uuid=disk.uuid, snap_name=snap_name)
 
 
 def provider_list(host: Host) -> list[Provider | tuple[str, str]]:

@@ -1,6 +1,6 @@
 """noded's handlers of the node RPCs: one function per call of the contract (`herder.core.
 rpcdefs`), grouped by area (`node`, `instances`, `hotplug`, `migration`, `disks`, `storage`,
-`files`, `role`). A handler is a module-level function `(node: Node, call: TheCall) ->
+`files`, `role`, `backup`). A handler is a module-level function `(node: Node, call: TheCall) ->
 TheAnswer` over the typed node context (`herder.noded.node.Node`): the call's Struct, decoded
 and checked at the door, is its argument; the registry finds it by that annotation.
 

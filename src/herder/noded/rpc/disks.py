@@ -6,9 +6,11 @@ what it was doing where the layer cannot know it."""
 
 from __future__ import annotations
 
+import sys
+
 from herder.core.diskobjects import BlockDevStatus
 from herder.core.rpcdefs import disk_calls
-from herder.noded import disk_transfer
+from herder.noded import disk_transfer, exports
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import operations, plain
 from herder.noded.bdev.base import BlockDevError
@@ -98,6 +100,17 @@ def blockdev_setinfo(node: Node, call: disk_calls.BlockdevSetinfo) -> None:
     operations.blockdev_setinfo(node.disks.host, call.disk, call.info)
 
 
+def blockdev_snapshot(node: Node, call: disk_calls.BlockdevSnapshot) -> list[str]:
+    """Ganeti's BlockdevSnapshot: the snapshot's logical id."""
+    made = operations.blockdev_snapshot(node.disks.host, call.disk, call.snap_name,
+                                        call.snap_size)
+    return [str(part) for part in made]
+
+
+def blockdev_snapshot_rollback(node: Node, call: disk_calls.BlockdevSnapshotRollback) -> None:
+    operations.blockdev_snapshot_rollback(node.disks.host, call.disk, call.snap_name)
+
+
 def blockdev_open(node: Node, call: disk_calls.BlockdevOpen) -> list[str | None]:
     return operations.blockdev_open(node.disks.host, call.disks, call.exclusive)
 
@@ -152,22 +165,25 @@ def file_storage_dir_rename(node: Node, call: disk_calls.FileStorageDirRename) -
 def blockdev_import_prepare(node: Node, call: disk_calls.BlockdevImportPrepare
                             ) -> disk_calls.ImportToken:
     """Expect a disk's bytes from another node: its device assembled here, a one-time
-    token for `POST /import/<token>`."""
+    token for `POST /import/<token>`. With `os_instance` (an import from an export) the
+    bytes go through the instance's OS `import` script, which writes the device."""
     path = node.disks.device_path(call.disk, call.instance)
+    if call.os_instance is not None:
+        script = exports.os_stream(node, call.os_instance, "import", call.idx, path)
+        return disk_calls.ImportToken(token=node.imports.add(path, sys.maxsize, script=script))
     return disk_calls.ImportToken(token=node.imports.add(path, call.disk.size * 2**20))
 
 
 def blockdev_export(node: Node, call: disk_calls.BlockdevExport) -> disk_calls.Transferred:
     """Send a disk's bytes to another node's prepared import; the bytes and checksum the
-    target confirmed."""
+    target confirmed. With `os_instance` (an export) the bytes are what the instance's OS
+    `export` script writes of the device."""
     path = node.disks.device_path(call.disk, call.instance)
-    target = call.target
-    host = f"[{target.address}]" if ":" in target.address else target.address
-    ca, own = node.trust.secrets.certificate, node.trust.node_certificate
-    context = disk_transfer.client_context(ca, own) if own.exists() else None
-    scheme = "https" if context is not None else "http"
-    url = f"{scheme}://{host}:{target.port}/import/{call.token}"
+    url, context = disk_transfer.import_url(node.trust, call.target, call.token)
     try:
+        if call.os_instance is not None:
+            script = exports.os_stream(node, call.os_instance, "export", call.idx, path)
+            return disk_transfer.send_through_script(script, url, context)
         return disk_transfer.send(path, call.disk.size * 2**20, url, context)
     except disk_transfer.TransferError as err:
-        raise DiskFailure(f"copying {call.disk.label} to {target.address}: {err}") from None
+        raise DiskFailure(f"copying {call.disk.label} to {call.target.address}: {err}") from None

@@ -123,13 +123,8 @@ def _os_script(node: Node, inst: InstancePayload, script: osdef.OsScript, log_pr
         osdef.check_variant(definition, inst.os, force=force_variant)
         # only `create` writes the disks: an rbd image is staged and imported for it alone
         with node.disks.os_disk_paths(inst, install=script == "create") as os_disks:
-            data = osdef.OsInstanceData(
-                name=inst.name, os=inst.os, hypervisor=inst.hypervisor,
-                disks=[osdef.OsDisk(path=path, uri=uri) for path, uri in os_disks],
-                nics=[osdef.OsNic(mac=nic.mac, ip=nic.ip, mode=nic.mode or "bridged",
-                                  link=nic.link or "") for nic in inst.nics],
-                hvparams=inst.hvparams, beparams=inst.beparams, osparams=inst.osparams)
-            env = osdef.os_environment(definition, data)
+            env = osdef.os_environment(definition,
+                                       osdef.OsInstanceData.from_payload(inst, os_disks))
             env.update(osdef.script_variables(script, old_name=old_name))
             log_dir = node.settings.state_dir / "os-logs"
             log_dir.mkdir(parents=True, exist_ok=True)

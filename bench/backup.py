@@ -1,0 +1,141 @@
+"""Export and import of a disk between the two nodes of a simulated cluster (`herder cluster
+simulate`: two namespaced hosts, the nodes' TLS with their certificates) beside the bare copy
+of the same bytes between the same two nodes: one TLS connection with the node certificates
+carrying the disk's bytes into a file (the limit of a TLS stream between them). Each figure
+is the wall time of the command; the ratio is herder's over the bare copy's (the issue's
+goal: at most 1.3).
+
+    PYTHONPATH=src python bench/backup.py [--size-mib 1024] [--dir /tmp/herder-bench-backup]
+
+Needs root (scripts/sysdeps.sh). Run it under the suite lock on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from pathlib import Path
+
+from herder.sim import cluster
+
+NAME, RESTORED = "bench-backup", "bench-restored"
+PKI = "/var/lib/herder"  # the node certificate (node.pem) and the cluster CA (server.pem)
+PORT = 14411
+EXPORTS = "/srv/herder/export"
+
+
+def _herder(state: cluster.SimState, *args: str, timeout: float = 1800) -> str:
+    done = cluster.run_cli(state, *args, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
+    return done.stdout + done.stderr
+
+
+def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 1800) -> str:
+    done = state.host(node).run(argv, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"{node}: {' '.join(argv)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _disk_path(state: cluster.SimState, name: str) -> str:
+    line = _herder(state, "instance", "activate-disks", name).splitlines()[-1]
+    return line.split(":", 2)[2]
+
+
+# The bare copy: one TLS connection between the nodes with their certificates (client
+# certificate required, as noded does), the device's bytes written to it and into a file on
+# the other side: no HTTP, no checksum, no job. (openssl s_client/s_server cannot carry a
+# binary stream to its end: s_client stops at end of input before the last records are out.)
+RECEIVE = """
+import socket, ssl, sys
+context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=sys.argv[2] + "/server.pem")
+context.load_cert_chain(sys.argv[2] + "/node.pem")
+context.verify_mode = ssl.CERT_REQUIRED
+with socket.create_server(("", int(sys.argv[1]))) as listener:
+    print("listening", flush=True)
+    conn, _ = listener.accept()
+    with context.wrap_socket(conn, server_side=True) as tls, open(sys.argv[3], "wb") as out:
+        while chunk := tls.recv(1 << 20):
+            out.write(chunk)
+"""
+SEND = """
+import socket, ssl, sys
+context = ssl.create_default_context(cafile=sys.argv[3] + "/server.pem")
+context.check_hostname = False
+context.load_cert_chain(sys.argv[3] + "/node.pem")
+with socket.create_connection((sys.argv[1], int(sys.argv[2]))) as conn, \\
+        context.wrap_socket(conn) as tls, open(sys.argv[4], "rb") as device:
+    while chunk := device.read(1 << 20):
+        tls.sendall(chunk)
+    try:
+        tls.unwrap()  # close_notify: the receiver's end of stream
+    except (ssl.SSLError, OSError):
+        pass  # the receiver closed without its own close_notify
+"""
+
+
+def _bare(state: cluster.SimState, source: str, target: str, device: str, out: str,
+          size: int) -> float:
+    """Seconds for the bytes of `device` on `source` through TLS into `out` on `target`
+    (checked to have received `size` bytes)."""
+    server = state.host(target).popen(["python3", "-c", RECEIVE, str(PORT), PKI, out],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)
+    assert server.stdout is not None
+    server.stdout.readline()  # listening
+    started = time.monotonic()
+    _run(state, source, ["python3", "-c", SEND, target, str(PORT), PKI, device])
+    server.wait(timeout=600)
+    seconds = time.monotonic() - started
+    received = int(_run(state, target, ["stat", "-c", "%s", out]).strip())
+    if received != size:
+        raise SystemExit(f"the bare copy to {target} received {received} of {size} bytes")
+    return seconds
+
+
+def _timed(state: cluster.SimState, *args: str) -> float:
+    started = time.monotonic()
+    _herder(state, *args)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-backup"))
+    parser.add_argument("--first-ip", type=int, default=234)
+    options = parser.parse_args()
+    state = cluster.start(options.dir, 2, mond=False, maintd=False, first_ip=options.first_ip,
+                          progress=print)
+    try:
+        node1, node2 = (node.name for node in state.nodes)
+        _herder(state, "instance", "add", NAME, "--no-name-check", "-t", "file", "-o",
+                "debootstrap+default", "--disk", f"{options.size_mib}M", "-n", node1,
+                "--no-start")
+        device = _disk_path(state, NAME)
+        _run(state, node1, ["dd", "if=/dev/urandom", f"of={device}", "bs=1M",
+                            f"count={options.size_mib}", "conv=notrunc,fsync", "status=none"])
+        export = _timed(state, "backup", "export", "-n", node2, NAME)
+        size = options.size_mib << 20
+        bare_out = _bare(state, node1, node2, device, f"{EXPORTS}/bare.dump", size)
+        _run(state, node2, ["rm", "-f", f"{EXPORTS}/bare.dump"])
+        restore = _timed(state, "backup", "import", RESTORED, "--src-node", node2,
+                         "--src-dir", NAME, "-n", node1, "--no-start", "--no-name-check")
+        dump = _run(state, node2, ["sh", "-c", f"ls {EXPORTS}/{NAME}/*-* | head -1"]).strip()
+        bare_in = _bare(state, node2, node1, dump, "/tmp/bare.dump", size)
+        _run(state, node1, ["rm", "-f", "/tmp/bare.dump"])
+        print(f"\n{options.size_mib} MiB between two simulated nodes (wall seconds)")
+        print(f"{'export (herder backup export)':<36} {export:8.1f}")
+        print(f"{'bare TLS copy, node1 -> node2':<36} {bare_out:8.1f}")
+        print(f"{'import (herder backup import)':<36} {restore:8.1f}")
+        print(f"{'bare TLS copy, node2 -> node1':<36} {bare_in:8.1f}")
+        print(f"ratio export/bare {export / bare_out:.2f}, import/bare {restore / bare_in:.2f}"
+              " (goal: at most 1.3)")
+    finally:
+        cluster.stop(options.dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Helpers of exports and imports (`lu/backup`'s LUs, `lu/create`'s mode import): a disk
+streamed from its node into an export being written on another node, a node's streaming
+address, the progress line of the job log, the nodes holding an export, an export's
+config.ini read from its node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from herder.core import diskobjects, exportconf, model, ports
+from herder.core.errors import HerderError, OpPrereqError
+from herder.core.rpcdefs import backup_calls, disk_calls
+from herder.core.rpcdefs.payload import instance_payload
+from herder.masterd.lu.base import MasterEnv
+
+
+def progress_line(what: str, copied: int, seconds: float) -> str:
+    """A disk's progress line in the job log: bytes, time, rate."""
+    rate = copied / seconds / 2**20 if seconds > 0 else 0.0
+    return f"{what}: {copied} bytes ({copied / 2**20:.1f} MiB) in {seconds:.1f} s, " \
+           f"{rate:.1f} MiB/s"
+
+
+def node_target(env: MasterEnv, node: model.Node) -> disk_calls.ExportTarget:
+    """Where a node's noded takes streams (`POST /import/<token>`)."""
+    return disk_calls.ExportTarget(name=node.name, address=node.primary_ip,
+                                   port=getattr(env.rpc, "port", ports.NODED))
+
+
+def stream_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, index: int,
+                source: model.Node, target: model.Node) -> int:
+    """Disk `index` of `inst` from its device on `source`, through its OS's `export` script,
+    into the export being written on `target`; the bytes the target confirmed (with the
+    checksum of what was sent)."""
+    disk = inst.disks[index]
+    prepared = env.rpc.call(target, backup_calls.ExportPrepareDump(instance=inst.name,
+                                                                   dump=disk.uuid))
+    sent = env.rpc.call(source, disk_calls.BlockdevExport(
+        disk=diskobjects.disk_object(config, inst, disk, source.uuid), instance=inst.name,
+        idx=index, token=prepared.token, target=node_target(env, target),
+        os_instance=instance_payload(config, inst)), timeout=backup_calls.STREAM_TIMEOUT)
+    return sent.bytes or 0
+
+
+def find_exports(env: MasterEnv, config: model.ConfigData, name: str,
+                 feedback: Callable[[str], None]) -> list[model.Node]:
+    """The online nodes holding an export named `name`."""
+    found = []
+    for node in sorted(config.nodes.values(), key=lambda n: n.name):
+        if node.offline:
+            continue
+        try:
+            names = env.rpc.call(node, backup_calls.ExportList())
+        except HerderError as err:
+            feedback(f"could not list the exports of {node.name}: {err}")
+            continue
+        if name in names:
+            found.append(node)
+    return found
+
+
+def import_export_info(env: MasterEnv, node: model.Node, name: str
+                       ) -> exportconf.ExportInfo:
+    """The export `name` on `node`, read from its config.ini (Ganeti's ExportInfo)."""
+    try:
+        return exportconf.parse(env.rpc.call(node, backup_calls.ExportInfo(name=name)))
+    except HerderError as err:
+        raise OpPrereqError(f"cannot read export {name} on {node.name}: {err}",
+                            "wrong_input") from None

@@ -1,0 +1,92 @@
+"""The node's export directory (Ganeti's EXPORT_DIR, here /srv/herder/export): one directory per
+export, named by its instance, holding `config.ini` and one dump file per disk; an export being
+written is `<instance>.new` until its config.ini is in place (backend.FinalizeExport). And the
+OS `export`/`import` script a disk's stream goes through (`os_stream`).
+
+The handlers of an export's RPCs (`core.rpcdefs.backup_calls`) are `noded.rpc.backup`; a
+disk's own stream, through its OS's script, is `noded.rpc.disks`' `blockdev_export` and
+`blockdev_import_prepare` (`noded.disk_transfer`, the transport of an instance move)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from herder.core import exportconf, paths
+from herder.core.errors import HerderError
+from herder.core.rpcdefs.backup_calls import PARTIAL
+from herder.core.rpcdefs.payload import InstancePayload
+from herder.noded import disk_transfer, osdef
+from herder.noded.node import Node, RpcFailure
+
+_OLD = ".old"  # a replaced export, removed once the new one is in place
+
+
+class ExportFailure(HerderError):
+    """An export RPC could not be carried out; the message goes back to the master."""
+
+
+def export_path(root: Path, name: str) -> Path:
+    """The directory of export `name` (an instance name, or it with `.new`) under `root`."""
+    return paths.child(root, name, what="export")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+def finalize(root: Path, instance: str, config_ini: str) -> None:
+    """config.ini into `<instance>.new`, which then replaces the export of that instance."""
+    partial = export_path(root, instance + PARTIAL)
+    final, old = export_path(root, instance), export_path(root, instance + _OLD)
+    if not partial.is_dir():
+        raise ExportFailure(f"no export of {instance} is being written on this node")
+    write_atomically(partial / exportconf.CONF_FILE, config_ini)
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(partial, final)
+    shutil.rmtree(old, ignore_errors=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_exports(root: Path) -> list[str]:
+    """The finished exports (directories with a config.ini), by name."""
+    if not root.is_dir():
+        return []
+    return sorted(entry.name for entry in root.iterdir()
+                  if not entry.name.startswith(".") and (entry / exportconf.CONF_FILE).is_file())
+
+
+def export_root(node: Node) -> Path:
+    return node.local(exportconf.EXPORT_DIR)
+
+
+def os_stream(node: Node, inst: InstancePayload, script: osdef.OsScript, index: int,
+              device: str) -> disk_transfer.OsStream:
+    """The OS `export` or `import` script of disk `index` (at `device`) of the instance, with
+    Ganeti's environment (EXPORT_/IMPORT_DEVICE and _INDEX) and its log file."""
+    try:
+        definition = osdef.find_os(osdef.split_os_name(inst.os)[0], list(node.settings.os_path))
+        with node.disks.os_disk_paths(inst, install=False) as os_disks:
+            env = osdef.os_environment(definition,
+                                       osdef.OsInstanceData.from_payload(inst, os_disks))
+        env.update(osdef.script_variables(script, disk_index=index, disk_path=device))
+    except osdef.OsError as err:
+        raise RpcFailure(f"OS {inst.os!r} for {inst.name}: {err}") from None
+    log_dir = node.settings.state_dir / "os-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return disk_transfer.OsStream(
+        definition=definition, script=script, env=env, timeout=node.settings.os_timeout,
+        log_file=paths.child(log_dir, inst.name, prefix=f"{script}-", suffix=f"-{index}.log",
+                             what="instance name"))

@@ -1,0 +1,133 @@
+"""The node's export directory (`noded.exports`) on real files: an export being written is
+`NAME.new` until its config.ini is in place, then replaces the older export of that instance
+whole; only finished exports are listed; names never leave the directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from herder.core import exportconf, paths
+from herder.core.rpcdefs import disk_calls
+from herder.noded import exports
+from herder.noded import rpc as noded_rpc
+from herder.noded.node_disks import DiskFailure
+
+
+def partial(root: Path, name: str, dump: bytes) -> None:
+    directory = root / f"{name}.new"
+    directory.mkdir(parents=True)
+    (directory / "disk-uuid").write_bytes(dump)
+
+
+def test_finalize_replaces_the_older_export_whole(tmp_path: Path) -> None:
+    partial(tmp_path, "web1", b"old")
+    exports.finalize(tmp_path, "web1", "[export]\n")
+    partial(tmp_path, "web1", b"new")
+    assert exports.list_exports(tmp_path) == ["web1"]  # the one being written is not listed
+    exports.finalize(tmp_path, "web1", "[export]\nos = x\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["web1"]
+    assert (tmp_path / "web1" / "disk-uuid").read_bytes() == b"new"
+    assert (tmp_path / "web1" / exportconf.CONF_FILE).read_text() == "[export]\nos = x\n"
+
+
+def test_finalize_without_a_partial_export_changes_nothing(tmp_path: Path) -> None:
+    partial(tmp_path, "web1", b"old")
+    exports.finalize(tmp_path, "web1", "[export]\n")
+    with pytest.raises(exports.ExportFailure, match="no export of web2 is being written"):
+        exports.finalize(tmp_path, "web2", "[export]\n")
+    assert exports.list_exports(tmp_path) == ["web1"]
+
+
+def test_list_of_a_missing_directory_is_empty(tmp_path: Path) -> None:
+    assert exports.list_exports(tmp_path / "none") == []
+
+
+@pytest.mark.parametrize("name", ["..", "../etc", "a/b", ""])
+def test_names_stay_in_the_directory(tmp_path: Path, name: str) -> None:
+    with pytest.raises(paths.UnsafeName):
+        exports.export_path(tmp_path, name)
+
+
+def test_an_export_and_its_import_go_through_the_os_scripts(tmp_path: Path) -> None:
+    """Between two real node daemons: disk/0 of an instance of the herder-guest OS read by its
+    OS `export` script into the other node's export directory, finalized there, then sent
+    back through the OS `import` script into another disk: the same bytes; an export script
+    that fails is the stream's failure (the master then removes the partial export)."""
+    import hashlib
+    import random
+
+    from herder.sim import guest
+    from tests.noded.noded_fixture import running_noded
+    from tests.noded.test_disk_transfer import allow, file_disk
+
+    os_dir = guest.install_os_definition(tmp_path / "os")
+    store_a, store_b = tmp_path / "fs-a" / "inst1", tmp_path / "fs-b" / "inst1"
+    with running_noded(tmp_path / "a", "node1") as source, \
+            running_noded(tmp_path / "b", "node2") as target:
+        for node, root, store in ((source, tmp_path / "a", store_a),
+                                  (target, tmp_path / "b", store_b)):
+            node.daemon.settings.os_path = (os_dir.parent,)
+            allow(root / "root", store.parent)
+            noded_rpc.dispatch(node.daemon, "file_storage_dir_create",
+                               {"file_storage_dir": str(store)})
+        disk_a, back = file_disk(store_a / "disk0"), file_disk(store_a / "disk1")
+        back["uuid"] = "d-2"
+        for disk in (disk_a, back):
+            noded_rpc.dispatch(source.daemon, "blockdev_create", {"disk": disk, "size": 4,
+                                                       "owner": "inst1", "on_primary": True,
+                                                       "info": ""})
+        data = random.Random(9).randbytes(4 << 20)
+        (store_a / "disk0").write_bytes(data)
+        instance = {"name": "inst1", "uuid": "u-1", "memory": 128, "vcpus": 1,
+                    "os": guest.OS_NAME, "hypervisor": "kvm", "nics": [],
+                    "disks": [disk_a], "hvparams": {}, "beparams": {}, "osparams": {}}
+        port = int(target.url.rsplit(":", 1)[1])
+        dump = noded_rpc.dispatch(target.daemon, "export_prepare_dump", {"instance": "inst1",
+                                                              "dump": "d-1"})
+        sent = noded_rpc.dispatch(source.daemon, "blockdev_export", {
+            "disk": disk_a, "instance": "inst1", "token": dump.token, "os_instance": instance,
+            "target": {"address": "127.0.0.1", "port": port}})
+        assert sent == disk_calls.Transferred(bytes=4 << 20,
+                                              sha256=hashlib.sha256(data).hexdigest())
+        noded_rpc.dispatch(target.daemon, "export_finalize", {"instance": "inst1",
+                                                   "config_ini": "[export]\n"})
+        assert noded_rpc.dispatch(target.daemon, "export_list", {}) == ["inst1"]
+        log = (tmp_path / "a" / "state" / "os-logs")
+        assert any(p.name.startswith("export-inst1") for p in log.iterdir())
+        # back into disk1 of the instance, through its import script
+        importing = {**instance, "disks": [back]}
+        prepared = noded_rpc.dispatch(source.daemon, "blockdev_import_prepare", {
+            "disk": back, "instance": "inst1", "os_instance": importing})
+        noded_rpc.dispatch(target.daemon, "export_send", {
+            "name": "inst1", "dump": "d-1", "token": prepared.token,
+            "target": {"address": "127.0.0.1", "port": int(source.url.rsplit(":", 1)[1])}})
+        assert (store_a / "disk1").read_bytes() == data
+        # an export script that fails: the stream fails, whatever reached the target
+        (os_dir / "export").write_text("#!/bin/sh\nhead -c 1000 \"$EXPORT_DEVICE\"\nexit 3\n")
+        dump = noded_rpc.dispatch(target.daemon, "export_prepare_dump", {"instance": "inst1",
+                                                              "dump": "d-1"})
+        with pytest.raises(DiskFailure, match="OS export script failed") as failed:
+            noded_rpc.dispatch(source.daemon, "blockdev_export", {
+                "disk": disk_a, "instance": "inst1", "token": dump.token,
+                "os_instance": instance, "target": {"address": "127.0.0.1", "port": port}})
+        assert "exit code 3" in str(failed.value) and "\n" not in str(failed.value)
+
+
+@pytest.mark.parametrize(("method", "args", "named"), [
+    ("export_remove", {"name": "../etc"}, "export name"),
+    ("export_info", {"name": "web 1"}, "export name"),
+    ("export_prepare_dump", {"instance": "web1", "dump": ".hidden"}, "dump file"),
+    ("export_prepare_dump", {"instance": "web1", "dump": "a/b"}, "dump file"),
+    ("export_send", {"name": "web1", "dump": "d", "token": "x y",
+                     "target": {"address": "127.0.0.1", "port": 1811}}, "token"),
+    ("export_finalize", {"instance": "web1", "config_ini": "x" * (2 << 20)}, "config_ini"),
+])
+def test_bad_export_arguments_are_refused_at_the_door(method: str, args: dict[str, object],
+                                                      named: str) -> None:
+    """The contract's checks (`core.rpcdefs.backup_calls`): a 400 naming the argument before
+    any handler runs."""
+    with pytest.raises(noded_rpc.BadArguments, match=named):
+        noded_rpc.decode(method, args)
+

@@ -1,0 +1,145 @@
+"""Ganeti's export routes on a real masterd (127.0.0.1; its nodes answer nowhere): `PUT
+/2/instances/I/prepare-export?mode=local` and `PUT /2/instances/I/export` with Ganeti's
+bodies, `POST /2/instances` in mode import; every malformed request refused with one 4xx
+line, no job submitted and nothing changed. (The export's data path runs on a simulated
+cluster: tests/system/test_real_guests_sim.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from herder.core import model
+from herder.core.rapi import RapiError
+from herder.core.store import FileStore
+from tests.system.masterd_fixture import RunningMaster, make_cluster, start_masterd
+
+NAME = "web1.example.com"
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningMaster]:
+    directory = tmp_path_factory.mktemp("backup")
+    config_path = make_cluster(directory / "cluster")
+    with FileStore(config_path).update() as config:
+        node = config.find_node("node2.example.com")
+        disk = model.Disk(uuid=model.new_uuid(), dev_type="file", size=64, iv_name="disk/0",
+                          logical_id=model.FileId(driver="loop", path=f"/srv/x/{NAME}/d0"))
+        inst = model.Instance(uuid=model.new_uuid(), name=NAME, primary_node=node.uuid,
+                              os="debootstrap+default", hypervisor="kvm", disks=[disk],
+                              ctime=model.now(), mtime=model.now())
+        config.instances[inst.uuid] = inst
+    with start_masterd(directory) as running:
+        yield running
+
+
+def test_prepare_export_local_is_a_job_answering_none(master: RunningMaster) -> None:
+    api = master.client
+    job = api.request("PUT", f"/2/instances/{NAME}/prepare-export", [("mode", "local")])
+    done = api.wait_for_job(job, timeout=30)
+    assert done["status"] == "success" and done["opresult"] == [None]
+    ops = api.request("GET", f"/2/jobs/{job}")["ops"]
+    assert ops[0]["OP_ID"] == "OP_BACKUP_PREPARE" and ops[0]["mode"] == "local"
+
+
+def test_export_body_is_ganetis(master: RunningMaster) -> None:
+    """Ganeti's client body (`destination` renamed to the opcode's target_node); the job
+    carries exactly what was asked."""
+    api = master.client
+    job = api.request("PUT", f"/2/instances/{NAME}/export", None, {
+        "destination": "node3.example.com", "mode": "local", "shutdown": True,
+        "remove_instance": False, "dry_run": True})
+    api.wait_for_job(job, timeout=30)
+    (op,) = api.request("GET", f"/2/jobs/{job}")["ops"]
+    assert (op["OP_ID"], op["instance_name"], op["target_node"], op["shutdown"],
+            op["remove_instance"], op["mode"]) == (
+        "OP_BACKUP_EXPORT", NAME, "node3.example.com", True, False, "local")
+
+
+IMPORT = {"__version__": 1, "name": "web2.example.com", "mode": "import",
+          "name_check": False, "ip_check": False}
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "fragment"), [
+    ("PUT", f"/2/instances/{NAME}/prepare-export", None, 400, "needs the export mode"),
+    ("PUT", f"/2/instances/{NAME}/prepare-export?mode=remote", None, 400,
+     "not supported yet"),
+    ("PUT", "/2/instances/nosuch/export", {"destination": "node2"}, 404, "nosuch"),
+    ("PUT", f"/2/instances/{NAME}/export", {}, 400, "needs the target node"),
+    ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "colour": 1}, 400,
+     "unknown field(s) colour"),
+    ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "target_node": "node3"},
+     400, "not both"),
+    ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "compress": "gzip"}, 400,
+     "only 'none'"),
+    ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "mode": "remote"}, 400,
+     "not supported yet"),
+    ("POST", "/2/instances", IMPORT, 400, "mode import needs src_node and src_path"),
+    ("POST", "/2/instances", {**IMPORT, "src_node": "node2", "src_path": "../x/web1"}, 400,
+     "src_path"),
+    ("POST", "/2/instances", {**IMPORT, "mode": "create", "src_node": "node2",
+                              "disk_template": "file"}, 400, "for mode import"),
+    ("POST", "/2/instances", {**IMPORT, "mode": "remote-import"}, 400, "not supported"),
+])
+def test_bad_requests_get_one_4xx_line_and_change_nothing(
+        master: RunningMaster, method: str, path: str, body: Any, status: int,
+        fragment: str) -> None:
+    api = master.client
+    before = api.get_jobs(), FileStore(master.config_path).load().serial_no
+    route, _, query = path.partition("?")
+    with pytest.raises(RapiError) as err:
+        api.request(method, route, [tuple(query.split("="))] if query else None, body)
+    assert err.value.status == status
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert (api.get_jobs(), FileStore(master.config_path).load().serial_no) == before
+
+
+def test_an_export_to_an_unknown_node_fails_with_one_line(master: RunningMaster) -> None:
+    api = master.client
+    before = FileStore(master.config_path).load().serial_no
+    job = api.request("PUT", f"/2/instances/{NAME}/export", None, {"destination": "nosuch"})
+    done = api.wait_for_job(job, timeout=30)
+    assert done["status"] == "error"
+    assert "nosuch" in str(done["opresult"])
+    assert FileStore(master.config_path).load().serial_no == before
+
+
+
+
+
+def _backup_cli(master: RunningMaster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
+    env.update(HERDER_CONFIG=str(master.config_path), HERDER_MASTERD=master.url)
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", "backup", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_backup_list_takes_ganetis_list_options(master: RunningMaster) -> None:
+    """gnt-backup list's options (--node, -o, --no-headers, --separator, -v) and list-fields;
+    these nodes answer nowhere, so each online node is one row without an export."""
+    config = FileStore(master.config_path).load()
+    online = sorted(n.name for n in config.nodes.values() if not n.offline)
+    table = _backup_cli(master, "list")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split() == ["Node", "Export"]
+    plain = _backup_cli(master, "list", "--no-headers", "--separator", "|", "-v")
+    assert sorted(plain.stdout.splitlines()) == [f"{n}|(nodata)" for n in online]
+    one = _backup_cli(master, "list", "--node", "node2", "--no-headers", "-o", "node")
+    assert one.stdout.split() == ["node2.example.com"]
+    rows = json.loads(_backup_cli(master, "list", "--json").stdout)
+    assert sorted(rows, key=lambda r: r["node"]) == [{"node": n, "export": None}
+                                                     for n in online]
+    fields = _backup_cli(master, "list-fields", "--no-headers", "--separator", "|")
+    assert [line.split("|")[0] for line in fields.stdout.splitlines()] == ["export", "node"]
+    unknown = _backup_cli(master, "list", "-o", "node,size")
+    assert unknown.returncode == 14 and "unknown fields size" in unknown.stderr
+    extra = _backup_cli(master, "list", "web1")
+    assert extra.returncode == 2 and "unexpected extra argument" in extra.stderr.lower()
+    gone = _backup_cli(master, "list", "--node", "node9")
+    assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1
