@@ -25,7 +25,9 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "instmon_e2e": (80, 4),
     "rbd_guests": (84, 3),
     "ha_failover": (88, 4),
-    # free from 92 to 199
+    "chaos": (92, 4),
+    "chaos_bench": (96, 4),  # bench/chaos.py: may run beside the suite
+    # free from 100 to 199
     "htools_rapi": (200, 4),
     # free from 204 to 255
 }

@@ -208,7 +208,12 @@ def read_sequence(disk: bytes) -> list[tuple[str, int]]:
 def check_sequence(disk: bytes, acknowledged: Iterable[Heartbeat]) -> SequenceCheck:
     """Whether one writer wrote at a time (each boot id one run of records, every record at
     its own number) and no acknowledged record is missing or overwritten."""
-    records = read_sequence(disk)
+    return check_records(read_sequence(disk), acknowledged)
+
+
+def check_records(records: list[tuple[str, int]],
+                  acknowledged: Iterable[Heartbeat]) -> SequenceCheck:
+    """`check_sequence` on records already read from a disk (`read_sequence`)."""
     writers: list[str] = []
     for index, (boot, number) in enumerate(records):
         if number != index:

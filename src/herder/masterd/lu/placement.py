@@ -84,7 +84,11 @@ def pick_target(config: model.ConfigData, inst: model.Instance,
     if inst.disk_template in ALLOCATED:
         if not target_node:
             raise OpPrereqError(f"instance {inst.name}: give a target node")
-        return lookup(config.find_node, target_node)
+        target = lookup(config.find_node, target_node)
+        if target.uuid == inst.primary_node:  # Ganeti's TLMigrateInstance.CheckPrereq
+            raise OpPrereqError(f"Cannot migrate instance {inst.name} to its primary "
+                                f"({target.name})", "wrong_state")
+        return target
     raise OpPrereqError(f"instance {inst.name} has disk template {inst.disk_template}, which "
                         "cannot move between nodes", "wrong_input")
 

@@ -1,0 +1,132 @@
+"""The nemesis: faults injected into a simulated cluster, chosen at random from a seed, each
+healed before the next (so the run ends with every node back). A fault is one of
+
+- kill: `kill -9` of one daemon of a node (any the supervisor runs: libvirtd, noded, confd,
+  mond, instmon, and masterd or maintd on the master; the supervisor restarts it);
+- power: the node's BMC switches it off (`simulate --power-off`: no grace), later on again;
+- cut: the node's network goes down inside its namespace (`ip link set eth0 down`), later up;
+- fill: the node's file storage filled to the last byte (`fallocate`), later freed.
+
+Power and cut spare the master (node1): its loss needs an operator's master-failover
+(docs/ha.md), which the chaos run does not do. Every event is recorded with its wall time."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from herder.sim import cluster
+from herder.sim.host import FILE_STORAGE
+from herder.supervise.settings import KNOWN_DAEMONS, MASTER_DAEMONS
+from tests.chaos.history import NemesisEvent
+
+FAULTS = ("kill", "power", "cut", "fill")
+FILL = f"{FILE_STORAGE}/chaos-fill"
+
+
+class Nemesis:
+    def __init__(self, state: cluster.SimState, rng: random.Random, *,
+                 cut_seconds: tuple[float, float] = (2.0, 25.0),
+                 down_seconds: tuple[float, float] = (5.0, 30.0)) -> None:
+        self.state = state
+        self.rng = rng
+        self.cut_seconds = cut_seconds
+        self.down_seconds = down_seconds
+        self.events: list[NemesisEvent] = []
+        self._lock = threading.Lock()
+        names = [n.name for n in state.nodes]
+        self.master, self.others = names[0], names[1:]
+
+    def record(self, kind: str, node: str, detail: str = "") -> None:
+        with self._lock:
+            self.events.append(NemesisEvent(kind, node, time.time(), detail))
+
+    def _attempt(self, kind: str, node: str, action: Callable[[], str]) -> bool:
+        """Run one injection or healing; a failure is recorded, not raised."""
+        try:
+            detail = action()
+        except Exception as exc:  # a fault that failed to inject is history, not an error
+            self.record(kind, node, f"failed: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+            return False
+        self.record(kind, node, detail)
+        return True
+
+    def kill(self, node: str, daemon: str) -> str:
+        host = self.state.host(node)
+        reply = host.supervisor("status", [daemon], timeout=30)
+        pid = str(next((d.pid for d in reply.daemons if d.name == daemon and d.pid), ""))
+        if not pid:
+            return f"{daemon} not running"
+        host.run(["kill", "-9", pid], timeout=30, check=True)
+        return f"{daemon} pid {pid}"
+
+    def power(self, node: str, on: bool) -> str:
+        return cluster.power(Path(self.state.directory), node, on)
+
+    def link(self, node: str, up: bool) -> str:
+        self.state.host(node).run(["ip", "link", "set", "eth0", "up" if up else "down"],
+                                  timeout=30, check=True)
+        return "eth0 up" if up else "eth0 down"
+
+    def fill(self, node: str) -> str:
+        """Allocate all but 4 MiB (ext4 keeps some blocks back from an exact fallocate), then
+        write zeros until the file system is full: nothing is left but a few blocks of
+        metadata, and the machine's disk gets only those 4 MiB of data (the rest is
+        allocated unwritten). A failure leaves no fill file behind."""
+        host = self.state.host(node)
+        free = host.run(["df", "--output=avail", "-B1", FILE_STORAGE], timeout=30, check=True)
+        size = max(0, int(free.stdout.split()[-1]) - (4 << 20))
+        try:
+            host.run(["fallocate", "-l", str(size), FILL], timeout=60, check=True)
+            host.run(["sh", "-c", f"dd if=/dev/zero of={FILL} bs=64k oflag=append "
+                                  "conv=notrunc 2>/dev/null; true"], timeout=120, check=True)
+            left = host.run(["df", "--output=avail", "-B1", FILE_STORAGE], timeout=30,
+                            check=True).stdout.split()[-1]
+        except BaseException:
+            host.run(["rm", "-f", FILL], timeout=30)
+            raise
+        return f"{size} bytes allocated, {left} left"
+
+    def free(self, node: str) -> str:
+        self.state.host(node).run(["rm", "-f", FILL], timeout=30, check=True)
+        return FILL
+
+    def one_fault(self, stop: threading.Event) -> None:
+        """Inject one fault at random and heal it after a random while (sooner when `stop`
+        is set: the run is ending)."""
+        fault = self.rng.choice(FAULTS)
+        if fault == "kill":
+            daemon = self.rng.choice(KNOWN_DAEMONS)
+            # masterd and maintd run on the master only (elsewhere they exit 11 at start)
+            node = self.master if daemon in MASTER_DAEMONS else self.rng.choice(
+                [self.master, *self.others])
+            self._attempt("kill", node, lambda: self.kill(node, daemon))
+            return
+        if fault == "fill":
+            node = self.rng.choice([self.master, *self.others])
+            if self._attempt("fill", node, lambda: self.fill(node)):
+                stop.wait(self.rng.uniform(*self.down_seconds))
+                self._attempt("free", node, lambda: self.free(node))
+            return
+        node = self.rng.choice(self.others)
+        if fault == "power":
+            if self._attempt("power-off", node, lambda: self.power(node, False)):
+                stop.wait(self.rng.uniform(*self.down_seconds))
+                self._attempt("power-on", node, lambda: self.power(node, True))
+            return
+        if self._attempt("cut", node, lambda: self.link(node, False)):
+            stop.wait(self.rng.uniform(*self.cut_seconds))
+            self._attempt("heal", node, lambda: self.link(node, True))
+
+    def run(self, stop: threading.Event, *, events: int | None = None,
+            pause: tuple[float, float] = (3.0, 15.0)) -> None:
+        """Faults one after another until `stop` (or `events` faults), pausing between."""
+        done = 0
+        while not stop.is_set() and (events is None or done < events):
+            if stop.wait(self.rng.uniform(*pause)):
+                break
+            self.one_fault(stop)
+            done += 1
