@@ -758,6 +758,15 @@ def check_relations(family: ParamFamily, filled: Mapping[str, Any]) -> None:
 VALUE_DEFAULT = "default"  # Ganeti's "reset this parameter to the inherited value"
 
 
+def upgrade_be_params(changes: Any) -> None:
+    """Ganeti's `objects.UpgradeBeParams`, in place: the old backend parameter `memory` (still
+    accepted by gnt-instance add/modify/start and gnt-cluster init/modify: `-B memory=512`)
+    becomes maxmem and minmem of that value."""
+    if isinstance(changes, dict) and "memory" in changes:
+        memory = changes.pop("memory")
+        changes["maxmem"] = changes["minmem"] = memory
+
+
 def check_changes(family: ParamFamily, changes: Any, *, instance_level: bool = False) -> None:
     """The edge's check of a change set (an opcode's): every value that is not a reset (None
     or "default") is valid for `family`; ParameterError (a ValueError) otherwise."""

@@ -119,6 +119,13 @@ def init_cluster(store: ConfigStore, settings: InitSettings) -> Initialised:
     return Initialised(config, master, paths)
 
 
+def _upgraded(beparams: dict[str, Any] | None) -> dict[str, Any]:
+    """The cluster's backend parameters with Ganeti's old `memory` as maxmem and minmem."""
+    upgraded = dict(beparams or {})
+    params.upgrade_be_params(upgraded)
+    return upgraded
+
+
 def new_config(settings: InitSettings, node_name: str, ip: str,
                master_ip: str) -> model.ConfigData:
     """The config of a cluster of one node, the master, in the default group."""
@@ -141,7 +148,7 @@ def new_config(settings: InitSettings, node_name: str, ip: str,
             h: params.apply_overrides(params.hv_family(h), {}, hv_changes.get(h, {}))
             for h in sorted(set(hypervisors) | set(hv_changes))
         },
-        beparams=params.apply_overrides(params.BE_FAMILY, {}, settings.beparams or {}),
+        beparams=params.apply_overrides(params.BE_FAMILY, {}, _upgraded(settings.beparams)),
         nicparams=params.apply_overrides(params.NIC_FAMILY, {}, settings.nicparams or {}),
         ndparams=params.apply_overrides(params.ND_FAMILY, {}, settings.ndparams or {}),
         diskparams={

@@ -407,6 +407,7 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
             names.os_name(os_name)
             for hv, changes in _per_key("hypervisor", per_hv, params.HYPERVISORS).items():
                 params.check_changes(params.hv_family(hv), changes, instance_level=True)
+        params.upgrade_be_params(_default_layer(self.beparams))
         params.check_changes(params.BE_FAMILY, _default_layer(self.beparams))
         params.check_changes(params.NIC_FAMILY, _default_layer(self.nicparams))
         params.check_changes(params.ND_FAMILY, self.ndparams)
@@ -844,6 +845,7 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
             params.disk_family(self.disk_template)
         if self.hypervisor is not None:
             params.hv_family(self.hypervisor)
+        params.upgrade_be_params(self.beparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
         params.check_hv_changes(self.hvparams, self.hypervisor)
         params.check_osparams(self.osparams)
@@ -953,6 +955,7 @@ class OpInstanceSetParams(InstanceOpCode, tag="OP_INSTANCE_SET_PARAMS", kw_only=
                 check_nic_specs([{k: v for k, v in (mod[-1] or {}).items()
                                   if not (k == "ip" and v is None)}])
         params.check_hv_changes(self.hvparams)
+        params.upgrade_be_params(self.beparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
         params.check_osparams(self.osparams)
         if self.os_name is not None:
@@ -1062,6 +1065,7 @@ class OpInstanceStartup(InstanceOpCode, tag="OP_INSTANCE_STARTUP", kw_only=True)
     def __post_init__(self) -> None:
         super().__post_init__()
         params.check_hv_changes(self.hvparams)
+        params.upgrade_be_params(self.beparams)
         params.check_changes(params.BE_FAMILY, self.beparams)
 
 
