@@ -170,6 +170,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # waiting on the vcluster's lock for the other's whole module (90 s of the suite's run).
 # tests/unit/test_work_units.py checks that every module starting the vcluster is listed.
 VCLUSTER_MODULES = (
+    "tests/ganeti/test_lists_vs_ganeti.py",
     "tests/ganeti/test_vcluster_iallocator.py",
     "tests/ganeti/test_vcluster_maintd.py",
     "tests/system/test_live_figures.py",

@@ -77,10 +77,13 @@ def serial(state: Any, node: str, name: str = NAME) -> str:
 
 
 def beat(state: Any, node: str, after: float = -1.0, boot_id: str | None = None,
-         timeout: float = BOOT, name: str = NAME) -> Any:
-    """The newest heartbeat of `name` on `node`'s serial log with an uptime above `after`
-    (and of the boot `boot_id`, when given)."""
+         timeout: float = BOOT, name: str | None = None) -> Any:
+    """The newest heartbeat of `name` (default: the module's guest, NAME at the time of the
+    call: a rename test rebinds it) on `node`'s serial log with an uptime above `after` (and
+    of the boot `boot_id`, when given)."""
     from herder.sim import guest
+
+    name = name or NAME
 
     def newest() -> Any:
         beats = [b for b in guest.parse_heartbeats(serial(state, node, name))
