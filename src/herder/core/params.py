@@ -564,6 +564,7 @@ _DISK_TABLE: dict[str, dict[str, Row]] = {
 }
 
 HYPERVISORS = frozenset(_HV_TABLE)
+DISK_TEMPLATES = frozenset(_DISK_TABLE)
 # The hypervisors herder's nodes run: noded defines every domain through the node's libvirt
 # (QEMU/KVM, or libvirt's test driver on simulated `fake` nodes). The others' parameters stay
 # known because Ganeti's configs and iallocator requests carry them (import, merge, hail), but
@@ -576,7 +577,8 @@ def check_runnable_hypervisor(hypervisor: str) -> None:
     if hypervisor in HYPERVISORS and hypervisor not in RUNNABLE_HYPERVISORS:
         raise ValueError(f"hypervisor {hypervisor} is not supported: herder's nodes run "
                          f"{' and '.join(sorted(RUNNABLE_HYPERVISORS))} instances only")
-DISK_TEMPLATES = frozenset(_DISK_TABLE)
+
+
 # Templates whose data is mirrored on a second node by herder itself.
 DTS_INT_MIRROR = frozenset({"drbd"})
 # Templates whose storage is shared/external, so any node in the group can run the instance.
