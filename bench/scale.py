@@ -138,7 +138,7 @@ def steady_state(client: Any, reading: Any, pid: int, instances: list[str], jobs
     reads: list[float] = []
 
     def reader() -> None:
-        fields = ",".join(instance.QUERY_FIELDS.values())
+        fields = ",".join(instance.LIST.default_fields)
         while not stop.wait(1.0):
             started = time.perf_counter()
             reading.request("GET", "/2/query/instance", [("fields", fields)])
@@ -191,15 +191,15 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
 
         profile = client_profile_env(secrets, url)
         for what, args, resource, fields in (
-                ("cli_node_list_s", ("node", "list"), "node", node.QUERY_FIELDS),
+                ("cli_node_list_s", ("node", "list"), "node", node.LIST.default_fields),
                 ("cli_instance_list_s", ("instance", "list"), "instance",
-                 instance.QUERY_FIELDS)):
+                 instance.LIST.default_fields)):
             figures[what] = round(min(herder(location, *args, profile=profile)[0]
                                       for _ in range(3)), 3)
 
-            def ask(resource: str = resource, fields: dict[str, str] = fields) -> None:
-                client.request("GET", f"/2/query/{resource}",
-                               [("fields", ",".join(fields.values()))])
+            def ask(resource: str = resource, fields: tuple[str, ...] = fields) -> None:
+                client.request("PUT", f"/2/query/{resource}", None,
+                               {"fields": list(fields), "qfilter": None})
 
             figures[f"rapi_query_{resource}_list_s"] = round(best(3, ask), 3)
         figures["cli_help_s"] = round(min(herder(location, "instance", "list", "--help",
@@ -263,10 +263,11 @@ def measure_list_queries(config: Any) -> dict[str, Any]:
 
     figures: dict[str, Any] = {}
     figures["query_instance_list_first_s"] = round(best(1, lambda: query.encode_answer(
-        config, "instance", list(instance.QUERY_FIELDS.values()), EMPTY)), 3)
-    for resource, fields in (("node", node.QUERY_FIELDS), ("instance", instance.QUERY_FIELDS)):
+        config, "instance", list(instance.LIST.default_fields), EMPTY)), 3)
+    for resource, fields in (("node", node.LIST.default_fields),
+                             ("instance", instance.LIST.default_fields)):
         figures[f"query_{resource}_list_s"] = round(best(3, lambda r=resource, f=fields: (
-            query.encode_answer(config, r, list(f.values()), EMPTY))), 3)
+            query.encode_answer(config, r, list(f), EMPTY))), 3)
     return figures
 
 
