@@ -175,11 +175,12 @@ def steady_state(client: Any, reading: Any, pid: int, instances: list[str], jobs
 
 
 def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list[str],
-                    extra: list[str], concurrent: int) -> dict[str, Any]:
-    from herder.core.rapi import RapiClient
+                    extra: list[str], concurrent: int, figures: dict[str, Any]) -> None:
+    """masterd's figures, into `figures` as they are measured (a failure keeps those)."""
+    from herder.core.rapi import RapiClient, RapiError
 
     proc, url = spawn_masterd(location, run_dir, extra)
-    figures: dict[str, Any] = {"masterd_rss_start_mib": round(rss_mib(proc.pid), 1)}
+    figures["masterd_rss_start_mib"] = round(rss_mib(proc.pid), 1)
     try:
         client = RapiClient.for_herder_cluster(secrets, url, timeout=300)
         # the first reads right after the start: the bench's nodes run no node daemon (they
@@ -246,10 +247,14 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
                 assert own.wait_for_job(job, timeout=600)["status"] == "success"
 
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=concurrent) as pool:
-            list(pool.map(submit_and_wait, range(1000, 1000 + concurrent)))
-        figures[f"jobs_{concurrent}_concurrent_per_s"] = round(
-            concurrent / (time.perf_counter() - started), 1)
+        try:
+            with ThreadPoolExecutor(max_workers=concurrent) as pool:
+                list(pool.map(submit_and_wait, range(1000, 1000 + concurrent)))
+        except RapiError as err:  # a figure too (the steady state is still measured)
+            figures[f"jobs_{concurrent}_concurrent_error"] = str(err)[:300]
+        else:
+            figures[f"jobs_{concurrent}_concurrent_per_s"] = round(
+                concurrent / (time.perf_counter() - started), 1)
         figures["masterd_rss_mib"] = round(rss_mib(proc.pid), 1)
         with RapiClient.for_herder_cluster(secrets, url, timeout=300) as reading:
             figures.update(steady_state(client, reading, proc.pid, instances))
@@ -260,7 +265,6 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return figures
 
 
 def measure_list_queries(config: Any) -> dict[str, Any]:
@@ -318,15 +322,16 @@ def measure_in_process(location: str) -> dict[str, Any]:
 
 
 def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
-             source: Path, concurrent: int) -> dict[str, Any]:
+             source: Path, concurrent: int, figures: dict[str, Any]) -> None:
+    """One size on one store, into `figures` as they are measured (a failure keeps those)."""
     from herder.cli import ganeti_import
 
     work = base / f"{backend}-{instances_n}"
     files = work / "file"
     files.mkdir(parents=True)
     file_location = str(files / "config.json")
-    figures: dict[str, Any] = {"instances": instances_n, "nodes": max(2, instances_n // 10),
-                               "backend": backend}
+    figures.update({"instances": instances_n, "nodes": max(2, instances_n // 10),
+                    "backend": backend})
     if backend == "file":
         elapsed, _ = herder(file_location, "cluster", "import-ganeti", str(source))
         figures["import_s"] = round(elapsed, 2)
@@ -349,7 +354,7 @@ def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
             etcd_store.replace(config)
         except Exception as err:  # the figure is the failure itself
             figures["import_error"] = str(err)[:300]
-            return figures
+            return
         figures["import_s"] = round(time.perf_counter() - started, 2)
         figures.update(etcd_sizes(etcd_store, config, "import"))
         extra = ["--local-dir", str(files), "--node", "node0.example.com"]
@@ -358,10 +363,9 @@ def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
         figures[what] = round(min(herder(location, *args)[0] for _ in range(2)), 3)
     figures.update(measure_in_process(location))
     names = sorted(f"inst{n}.example.com" for n in range(instances_n))
-    figures.update(measure_masterd(location, files, work / "run", names, extra, concurrent))
+    measure_masterd(location, files, work / "run", names, extra, concurrent, figures)
     if backend == "etcd":
         figures.update(etcd_sizes(etcd_store, etcd_store.load(), "jobs"))
-    return figures
 
 
 def etcd_sizes(store: EtcdStore, config: model.ConfigData, after: str) -> dict[str, Any]:
@@ -497,13 +501,13 @@ def main() -> None:
                 source = base / f"ganeti-{size}.json"
                 source.write_text(json.dumps(scaled_ganeti(size)))
                 for backend in backends:
+                    result: dict[str, Any] = {"instances": size, "backend": backend}
                     try:
-                        result = run_size(size, backend, base, etcd_hosts, source,
-                                          args.concurrent)
+                        run_size(size, backend, base, etcd_hosts, source, args.concurrent,
+                                 result)
                     except Exception as err:  # one size's failure is a figure
                         traceback.print_exc()
-                        result = {"instances": size, "backend": backend,
-                                  "error": f"{type(err).__name__}: {err}"[:500]}
+                        result["error"] = f"{type(err).__name__}: {err}"[:500]
                     print(json.dumps(result), flush=True)
                     results.append(result)
         finally:
