@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,7 +86,8 @@ def herder(location: str, *args: str, timeout: float = 600,
     return elapsed, done.stdout
 
 
-def spawn_masterd(location: str, run_dir: Path, extra: list[str]) -> tuple[Any, str]:
+def spawn_masterd(location: str, run_dir: Path,
+                  extra: list[str]) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "HERDER_CONFIG": location}
     proc = subprocess.Popen([PYTHON, "-m", "herder.cli.main", "masterd", "--bind", "127.0.0.1",
                              "--port", "0", "--run-dir", str(run_dir), *extra],
@@ -98,14 +100,24 @@ def spawn_masterd(location: str, run_dir: Path, extra: list[str]) -> tuple[Any, 
             break
         match = re.search(r"serving RAPI on (\w+://127\.0\.0\.1:\d+)/", line)
         if match:
-            # keep draining stderr so masterd never blocks on a full pipe
-            import threading
-
-            threading.Thread(target=lambda: [None for _ in proc.stderr or []],
-                             daemon=True).start()
+            # keep draining stderr so masterd never blocks on a full pipe; its last lines
+            # are kept to say why, when it stops on its own (`said_last`)
+            said: deque[str] = deque(maxlen=20)
+            MASTERD_SAID[proc.pid] = said
+            threading.Thread(target=said.extend, args=(proc.stderr,), daemon=True).start()
             return proc, match.group(1)
     proc.kill()
     raise RuntimeError("masterd did not start")
+
+
+MASTERD_SAID: dict[int, deque[str]] = {}  # a masterd's last lines on stderr, by pid
+
+
+def said_last(proc: subprocess.Popen[str]) -> str:
+    """Why a masterd stopped on its own: its exit code and last lines on stderr."""
+    time.sleep(0.5)  # its last lines drained
+    lines = "".join(MASTERD_SAID.get(proc.pid, ())).strip()[-1500:]
+    return f"masterd exited with {proc.returncode}: {lines}"
 
 
 def rss_mib(pid: int) -> float:
@@ -259,6 +271,10 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
         with RapiClient.for_herder_cluster(secrets, url, timeout=300) as reading:
             figures.update(steady_state(client, reading, proc.pid, instances))
         client.close()
+    except Exception:
+        if proc.poll() is not None:
+            figures["masterd_exit"] = said_last(proc)
+        raise
     finally:
         proc.terminate()
         try:
