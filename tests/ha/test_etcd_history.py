@@ -51,7 +51,7 @@ def test_compaction_keeps_the_history_asked_and_the_config(client: etcd.EtcdClie
     store.replace(build_config(nodes=4, drbd_instances=6, plain_instances=6))
     follower = EtcdStore(client, "hist")  # another process's reader, following changes
     follower.snapshot()
-    compactor = etcd_history.HistoryCompactor(client, keep=100.0)
+    compactor = etcd_history.HistoryCompactor(client, store.key, keep=100.0)
     assert compactor.step(0.0) is None
     marked = compactor.marks[0][1]
     for number in range(3):
@@ -94,7 +94,7 @@ def test_new_generations_stop_growing_the_database(client: etcd.EtcdClient) -> N
     grown = db_in_use(client) - start
     assert grown > 4 * size  # every generation is still there
 
-    compactor = etcd_history.HistoryCompactor(client, keep=0.0)
+    compactor = etcd_history.HistoryCompactor(client, store.key, keep=0.0)
     for _ in range(6):
         store.replace(config)
         compactor.step(time.monotonic())
@@ -110,7 +110,7 @@ def test_the_masters_loop_compacts_until_stopped(client: etcd.EtcdClient) -> Non
     store = EtcdStore(client, "loop")
     store.replace(build_config(nodes=2, plain_instances=2))
     clock = iter(float(n) for n in range(1000))
-    compactor = etcd_history.HistoryCompactor(client, keep=2.0)
+    compactor = etcd_history.HistoryCompactor(client, store.key, keep=2.0)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -122,7 +122,7 @@ def test_the_masters_loop_compacts_until_stopped(client: etcd.EtcdClient) -> Non
         stop.set()
         await asyncio.wait_for(task, 10)
 
-    first = client.revision()
+    first = client.revision(store.key)
     asyncio.run(run())
     with pytest.raises(etcd.EtcdError, match="compacted"):
         client.range(store.key, revision=first)

@@ -489,9 +489,10 @@ class EtcdClient:
             body["range_end"] = b64(prefix_end(raw))
         return int(self.call("/v3/kv/deleterange", body).get("deleted", 0))
 
-    def revision(self) -> int:
-        """etcd's current revision (the header of a one-key count, whatever the key)."""
-        return self.range("\0", count_only=True).revision
+    def revision(self, key: bytes | str) -> int:
+        """etcd's current revision (the header of a count of `key`: one this client may read,
+        as etcd's authentication grants reads per key)."""
+        return self.range(key, count_only=True).revision
 
     def compact(self, revision: int) -> bool:
         """Drop the history before `revision` (etcd's compaction: older revisions cannot be

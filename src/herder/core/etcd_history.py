@@ -43,13 +43,14 @@ class HistoryCompactor:
     """Marks etcd's revision at each `step`, and compacts to the one marked `keep` ago."""
 
     client: etcd.EtcdClient
+    key: str  # a key the client may read (the config's head): its count carries the revision
     keep: float = KEEP
     marks: deque[tuple[float, int]] = field(default_factory=deque)
 
     def step(self, now: float) -> int | None:
         """One round: the revision compacted to, if any."""
         target = due(self.marks, now, self.keep)
-        self.marks.append((now, self.client.revision()))
+        self.marks.append((now, self.client.revision(self.key)))
         if target is None:
             return None
         if self.client.compact(target):

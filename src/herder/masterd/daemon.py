@@ -300,7 +300,7 @@ class MasterDaemon:
         """etcd backend: the elected master keeps etcd's history short (core.etcd_history)."""
         if self.etcd_store is None:
             return
-        compactor = etcd_history.HistoryCompactor(self.etcd_store.client,
+        compactor = etcd_history.HistoryCompactor(self.etcd_store.client, self.etcd_store.key,
                                                   self.settings.etcd_history_keep)
         await etcd_history.keep_short(compactor, time.monotonic, stop,
                                       self.settings.etcd_history_every)
