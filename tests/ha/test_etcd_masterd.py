@@ -133,6 +133,7 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
         serial_a0 = store.load().serial_no
 
         masterd_b = Masterd(location, secrets, B, "127.0.0.3")
+        b_started = time.monotonic()
         assert masterd_b.wait_for("standby", 30), f"B: {''.join(masterd_b.log)}"
         assert masterd_b.serving(1.5) is None  # a standby serves no RAPI while A holds the lease
 
@@ -181,6 +182,16 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
 
         rapi_b = RapiClient.for_herder_cluster(secrets, took_over[1], timeout=10)
         clients.append(rapi_b)
+        # the nodes' liveness leases count from the takeover, not from B's start as a standby
+        # (which heard no heartbeat): the dead A is unknown now, suspect only after a whole
+        # failure time under B
+        leases = rapi_b.get_herder("leases")
+        since_elected, since_start = (time.monotonic() - elected[0],
+                                      time.monotonic() - b_started)
+        assert leases["masterd_age"] <= since_elected + 0.5 < since_start - 2, \
+            (leases, since_elected, since_start)
+        assert set(leases["nodes"]) >= {A, B}
+        assert all(age <= leases["masterd_age"] for age in leases["nodes"].values()), leases
         # A's jobs are in B's queue: the archived one readable by id (and listed with the
         # archive only), the running one failed; the queue still drained
         assert rapi_b.get_job_status(job_a)["status"] == "success"

@@ -249,7 +249,7 @@ class MasterDaemon:
         tasks: list[serve.Task] = []
         on_stop: list[serve.Hook] = []
         if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
-            from herder.masterd import etcd_master
+            from herder.masterd import etcd_master, redist_etcd
 
             elected = False
             try:
@@ -261,6 +261,8 @@ class MasterDaemon:
                 await etcd_master.stop_maintd_if_deposed(self)
                 return
             tasks.append(lambda stop: etcd_master.start_maintd(self.me))
+            tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
+                                                        self.settings.check_interval))
             on_stop.append(lambda: etcd_master.stop_maintd_if_deposed(self))
         await serve.serve(
             "masterd", self.settings.run_dir,
