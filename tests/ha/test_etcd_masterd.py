@@ -97,13 +97,18 @@ class Masterd:
         return (got[0], got[1].group(1)) if got else None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 10)
+
+
+def terminate(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def tags_of(store: EtcdStore) -> tuple[int, list[str]]:
@@ -396,13 +401,7 @@ environment = {{ {common} }}
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 30)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
