@@ -99,6 +99,31 @@ def test_live_migration_calls_the_nodes_in_ganetis_order(tmp_path: Path,
     assert any("downtime 30 ms" in line for line in said)
 
 
+def test_status_calls_wait_on_the_node_and_one_answering_at_once_is_paced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each status call asks the source to answer once the migration ended (`wait`); a node
+    that answers at once anyway (one from before `wait`) is asked once per POLL_INTERVAL,
+    not in a loop."""
+    clock = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(migration, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                           sleep=sleep))
+    active = {"status": "active", "transferred_ram": 1, "total_ram": 2}
+    rpc = Recorder([active, dict(active), {"status": "completed"}], "node2.example.com")
+    env, config, inst, target = _env(tmp_path, rpc)
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=lambda line: None)
+    waits = [args.get("wait") for _, method, args in rpc.calls
+             if method == "instance_get_migration_status"]
+    assert waits == [migration.STATUS_WAIT] * 3
+    assert [s for s in slept if s] == [migration.POLL_INTERVAL] * 2
+
+
 def test_a_failed_migration_aborts_on_both_and_stays(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(migration, "POLL_INTERVAL", 0)

@@ -75,9 +75,10 @@ class Migrations:
             if outgoing.note:
                 log.warning("migration of %s: %s", name, outgoing.note)
 
-    def status(self, name: str) -> migration_calls.MigrationStatus:
+    def status(self, name: str, wait: float = 0.0) -> migration_calls.MigrationStatus:
         """Ganeti's MigrationStatus (status, transferred_ram, total_ram) and, once completed,
-        libvirt's statistics of the migration (`stats`: total_ms, downtime_ms, ...)."""
+        libvirt's statistics of the migration (`stats`: total_ms, downtime_ms, ...); `wait`:
+        first up to that many seconds for the migration to end."""
         with self._lock:
             entry = self._running.get(name)
         if entry is None:
@@ -85,6 +86,8 @@ class Migrations:
                 status=migration.STATUS_FAILED,
                 error=f"no migration of {name} is known on this node")
         outgoing = entry[1]
+        if wait > 0:
+            outgoing.settle(wait)
         current = outgoing.status()
         stats = None
         if current.status == migration.STATUS_COMPLETED:

@@ -364,6 +364,11 @@ class LiveMigration:
             return self.status()
         return self._last_status
 
+    def settle(self, timeout: float) -> bool:
+        """Wait at most `timeout` seconds for libvirt's migrate call to return; whether it
+        has (the status then says how it ended)."""
+        return self._done.wait(timeout)
+
     def _give_up(self, why: str) -> None:
         """A stalled migration is aborted (libvirt's abortJob); it has failed from now on
         unless libvirt completed it meanwhile."""

@@ -112,7 +112,7 @@ def migrate_instance(node: Node, call: migration_calls.MigrateInstance) -> None:
 
 def instance_get_migration_status(node: Node, call: migration_calls.InstanceGetMigrationStatus
                                   ) -> migration_calls.MigrationStatus:
-    return node.migrations.status(call.name)
+    return node.migrations.status(call.name, call.wait or 0.0)
 
 
 def finalize_migration_src(node: Node, call: migration_calls.FinalizeMigrationSrc
