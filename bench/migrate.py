@@ -62,8 +62,8 @@ def _heartbeat(state: cluster.SimState, node: str) -> guest.Heartbeat | None:
 
 
 def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
-    """noded reads libvirt's completed-job statistics (which clears them) and the job log
-    says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
+    """The target's noded reads libvirt's completed-job statistics (which clears them) and
+    the job log says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
     started = time.monotonic()
     output = _herder(state, "instance", "migrate", NAME, "--target-node", target)
     wall = (time.monotonic() - started) * 1000

@@ -124,6 +124,29 @@ def test_status_calls_wait_on_the_node_and_one_answering_at_once_is_paced(
     assert [s for s in slept if s] == [migration.POLL_INTERVAL] * 2
 
 
+def test_the_targets_figures_of_the_move_are_said_when_the_source_has_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source tells the end before reading libvirt's statistics (they are the target's
+    after the guest left): finalize_migration_dst's answer carries them."""
+    monkeypatch.setattr(migration, "POLL_INTERVAL", 0)
+
+    class TargetFigures(Recorder):
+        def send(self, node: Any, method: str, args: dict[str, Any],
+                 timeout: float | None = None) -> object:
+            answer = super().send(node, method, args, timeout)
+            if method == "finalize_migration_dst":
+                return {"state": "running", "stats": {"total_ms": 2900, "downtime_ms": 41}}
+            return answer
+
+    rpc = TargetFigures([{"status": "completed", "stats": {"total_ms": 3100}}],
+                        "node2.example.com")
+    env, config, inst, target = _env(tmp_path, rpc)
+    said: list[str] = []
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=said.append)
+    assert "* memory transfer complete (2900 ms, downtime 41 ms)" in said
+
+
 def test_a_failed_migration_aborts_on_both_and_stays(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(migration, "POLL_INTERVAL", 0)

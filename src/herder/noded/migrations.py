@@ -60,8 +60,11 @@ class Migrations:
                 _close(conn)
                 raise
             # persist on the target, undefine here: the definition moves with the guest
+            # the statistics of the completed migration: the target's finalize_migration_dst
+            # reads them there, so the end is told without a connection to it first
             outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
-                                               settings, persist=True, monitor=monitor)
+                                               settings, persist=True, monitor=monitor,
+                                               target_stats=False)
             try:
                 outgoing.start()
             except migration.MigrationError:

@@ -148,6 +148,9 @@ class InstanceGetMigrationStatus(Named[MigrationStatus], kw_only=True):
 class FinalizeAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
     state: str | None  # the domain's state here afterwards
     warnings: list[str] = msgspec.field(default_factory=list)
+    # finalize_migration_dst after a success: libvirt's statistics of the incoming migration,
+    # read on this node (`live` is the source's to say: left at its default here)
+    stats: MigrationStats | None = None
 
 
 class FinalizeMigrationSrc(Named[FinalizeAnswer], kw_only=True):

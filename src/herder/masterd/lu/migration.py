@@ -158,15 +158,19 @@ def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
         abort("Migration failed", err)
     status = _follow(env, source, order, say, abort)
     stats = status.stats
-    say("* memory transfer complete" + (
-        f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)" if stats else ""))
     problems = []
     for node, call in ((source, _finalize_src(order, payload, success=True, live=live)),
                        (target, _finalize_dst(order, payload, success=True))):
         try:
-            _say_warnings(say, node, env.rpc.call(node, call))
+            answer = env.rpc.call(node, call)
         except HerderError as err:
             problems.append(f"{node.name}: {err}")
+            continue
+        _say_warnings(say, node, answer)
+        if answer.stats is not None and (stats is None or stats.downtime_ms is None):
+            stats = answer.stats  # the target's own figures of the incoming migration
+    say("* memory transfer complete" + (
+        f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)" if stats else ""))
     if problems:
         keeper = handover.keeper(where_it_runs(env, inst, source),
                                  where_it_runs(env, inst, target), handover.LIVE)
