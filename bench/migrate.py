@@ -15,6 +15,7 @@ busybox-static (scripts/sysdeps.sh). Run it under the suite lock on a shared mac
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import time
@@ -64,10 +65,11 @@ def _heartbeat(state: cluster.SimState, node: str) -> guest.Heartbeat | None:
 def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
     """The target's noded reads libvirt's completed-job statistics (which clears them) and
     the job log says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
+    load = os.getloadavg()[0]
     started = time.monotonic()
     output = _herder(state, "instance", "migrate", NAME, "--target-node", target)
     wall = (time.monotonic() - started) * 1000
-    found = {"wall_ms": wall}
+    found = {"wall_ms": wall, "load": load}
     match = re.search(r"memory transfer complete \(([0-9]+) ms, downtime ([0-9]+) ms\)", output)
     if match:
         found.update(total_ms=float(match.group(1)), downtime_ms=float(match.group(2)))
@@ -76,18 +78,22 @@ def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[s
 
 def _bare(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
     uri = f"qemu+tls://{target}/system?pkipath={PKI}"
+    load = os.getloadavg()[0]
     started = time.monotonic()
     _run(state, source, ["virsh", "-c", "qemu:///system", "migrate", "--live", "--p2p",
                          "--tunnelled", "--persistent", "--undefinesource", "--unsafe",
                          "--bandwidth", str(BANDWIDTH), NAME, uri])
     wall = (time.monotonic() - started) * 1000
-    return {"wall_ms": wall, **_job_stats(state, target)}
+    return {"wall_ms": wall, "load": load, **_job_stats(state, target)}
 
 
 def _summary(label: str, runs: list[dict[str, float]]) -> str:
     def median(key: str) -> str:
         values = [run[key] for run in runs if key in run]
-        return f"{statistics.median(values):8.0f}" if values else "       -"
+        if not values:
+            return f"{'-':>20}"
+        spread = f"({min(values):.0f}-{max(values):.0f})"
+        return f"{statistics.median(values):7.0f} {spread:>12}"
 
     return f"{label:<24} {median('wall_ms')} {median('total_ms')} {median('downtime_ms')}"
 
@@ -120,13 +126,16 @@ def main() -> None:
             print(f"round {round_number + 1}: herder {herder_runs[-2:]}, bare {bare_runs[-2:]}")
         beat = _heartbeat(state, node1)
         print(f"guest still on its first boot: {beat}")
-        print(f"\n{'median of ' + str(2 * options.rounds):<24} {'wall ms':>8} {'total ms':>8} "
-              f"{'down ms':>8}")
+        loads = [run["load"] for run in herder_runs + bare_runs]
+        print(f"\nmedian of {2 * options.rounds} (min-max), load average "
+              f"{min(loads):.1f}-{max(loads):.1f}")
+        print(f"{'':<24} {'wall ms':>20} {'total ms':>20} {'down ms':>20}")
         print(_summary("herder job + RPC path", herder_runs))
         print(_summary("bare virsh migrate", bare_runs))
-        overhead = statistics.median(r["wall_ms"] for r in herder_runs) - \
-            statistics.median(r["wall_ms"] for r in bare_runs)
-        print(f"overhead of herder's path: {overhead:.0f} ms (median wall time)")
+        herder_wall = statistics.median(r["wall_ms"] for r in herder_runs)
+        bare_wall = statistics.median(r["wall_ms"] for r in bare_runs)
+        print(f"overhead of herder's path: {herder_wall - bare_wall:.0f} ms (median wall time), "
+              f"ratio {herder_wall / bare_wall:.2f} (goal: at most 1.1)")
     finally:
         cluster.stop(options.dir)
 
