@@ -34,6 +34,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from herder.sim import cluster, guest
+from simcommands import herder, on_node
 
 MEMORY = "maxmem=128,minmem=128"
 DISK = "64M"
@@ -42,25 +43,13 @@ BOOT_TIMEOUT = 900  # s: TCG guests on a loaded 2-core machine boot slowly
 VIRSH = "virsh -c qemu:///system"
 
 
-def _herder(state: cluster.SimState, *args: str, timeout: float = 900) -> str:
-    done = cluster.run_cli(state, *args, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
-    return done.stdout + done.stderr
-
-
-def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 900) -> str:
-    done = state.host(node).run(argv, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"{node}: {' '.join(argv)} failed: {done.stderr.strip()}")
-    return done.stdout
 
 
 def _wait_for_heartbeat(state: cluster.SimState, node: str, name: str) -> None:
     """Until the guest's serial log holds a heartbeat (one process in the host polling
     every 50 ms, the same for both paths)."""
     log = shlex.quote(f"{LOGS}/{name}.serial.log")
-    _run(state, node, ["sh", "-c", f"until grep -q 'herder-guest boot_id=' {log} 2>/dev/null;"
+    on_node(state, node, ["sh", "-c", f"until grep -q 'herder-guest boot_id=' {log} 2>/dev/null;"
                        " do sleep 0.05; done"], timeout=BOOT_TIMEOUT)
 
 
@@ -72,7 +61,7 @@ def _through_herder(state: cluster.SimState, node: str, name: str, template: str
                     heartbeat: bool) -> dict[str, float]:
     load = _load()
     started = time.monotonic()
-    _herder(state, "instance", "add", name, "--no-name-check", "-t", template, "-o",
+    herder(state, "instance", "add", name, "--no-name-check", "-t", template, "-o",
             guest.OS_NAME, "--disk", DISK, "--ignore-ipolicy", "-B", MEMORY, "-n", node)
     found = {"running_s": time.monotonic() - started, "load": load}
     if heartbeat:
@@ -126,7 +115,7 @@ def _bare(state: cluster.SimState, node: str, name: str, herder_xml: str,
                          input=_bare_xml(herder_xml, name, disk), timeout=60)
     load = _load()
     started = time.monotonic()
-    _run(state, node, ["sh", "-c", _bare_script(name, disk, xml_path)])
+    on_node(state, node, ["sh", "-c", _bare_script(name, disk, xml_path)])
     found = {"running_s": time.monotonic() - started, "load": load}
     if heartbeat:
         _wait_for_heartbeat(state, node, name)
@@ -136,7 +125,7 @@ def _bare(state: cluster.SimState, node: str, name: str, herder_xml: str,
 
 def _remove_bare(state: cluster.SimState, node: str, name: str, disk: str) -> None:
     q = shlex.quote
-    _run(state, node, ["sh", "-c", f"{VIRSH} destroy {q(name)} >/dev/null; "
+    on_node(state, node, ["sh", "-c", f"{VIRSH} destroy {q(name)} >/dev/null; "
                        f"{VIRSH} undefine {q(name)} >/dev/null; "
                        f"rm -rf {q(str(Path(disk).parent))} {q(f'{LOGS}/{name}.serial.log')} "
                        f"{q(f'/tmp/{name}.xml')}"])
@@ -144,7 +133,7 @@ def _remove_bare(state: cluster.SimState, node: str, name: str, disk: str) -> No
 
 def _herder_domain(state: cluster.SimState, node: str, name: str) -> tuple[str, str]:
     """The domain XML herder defined for `name` and its disk's file."""
-    xml = _run(state, node, ["virsh", "-c", "qemu:///system", "dumpxml", "--inactive", name])
+    xml = on_node(state, node, ["virsh", "-c", "qemu:///system", "dumpxml", "--inactive", name])
     source = ET.fromstring(xml).find("devices/disk/source")
     if source is None or "file" not in source.attrib:
         raise SystemExit(f"the domain of {name} has no file disk")
@@ -163,13 +152,13 @@ def _template(state: cluster.SimState, node: str, template: str, runs: int, *,
     first = f"{template}-warm"
     _through_herder(state, node, first, template, heartbeat=False)
     herder_xml, herder_disk = _herder_domain(state, node, first)
-    _herder(state, "instance", "remove", first)
+    herder(state, "instance", "remove", first)
     found: dict[str, list[dict[str, float]]] = {"herder": [], "bare": []}
     for number in range(1, runs + 1):
         name = f"{template}-h{number}"
         found["herder"].append(_through_herder(state, node, name, template,
                                                heartbeat=heartbeat))
-        _herder(state, "instance", "remove", name)
+        herder(state, "instance", "remove", name)
         bare = f"{template}-b{number}"
         found["bare"].append(_bare(state, node, bare, herder_xml, herder_disk, first,
                                    heartbeat=heartbeat))

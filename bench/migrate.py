@@ -23,29 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from herder.sim import cluster, guest
+from simcommands import herder, on_node
 
 NAME = "bench1"
 PKI = "/var/lib/herder/libvirt-pki"
 BANDWIDTH = 32  # MiB/s: Ganeti's default migration_bandwidth, for both paths
+BOOT_TIMEOUT = 900  # s: a TCG guest on a loaded 2-core machine boots in minutes
 
 
-def _herder(state: cluster.SimState, *args: str, timeout: float = 600) -> str:
-    done = cluster.run_cli(state, *args, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
-    return done.stdout + done.stderr  # the job's log lines go to stderr
-
-
-def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 600) -> str:
-    done = state.host(node).run(argv, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"{node}: {' '.join(argv)} failed: {done.stderr.strip()}")
-    return done.stdout
 
 
 def _job_stats(state: cluster.SimState, node: str) -> dict[str, float]:
     """libvirt's completed-job figures of the guest on `node` (ms)."""
-    text = _run(state, node, ["virsh", "-c", "qemu:///system", "domjobinfo", "--completed",
+    text = on_node(state, node, ["virsh", "-c", "qemu:///system", "domjobinfo", "--completed",
                               NAME])
     found = {}
     for key, label in (("total_ms", "Time elapsed"), ("downtime_ms", "Total downtime")):
@@ -67,7 +57,7 @@ def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[s
     the job log says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
     load = os.getloadavg()[0]
     started = time.monotonic()
-    output = _herder(state, "instance", "migrate", NAME, "--target-node", target)
+    output = herder(state, "instance", "migrate", NAME, "--target-node", target)
     wall = (time.monotonic() - started) * 1000
     found = {"wall_ms": wall, "load": load}
     match = re.search(r"memory transfer complete \(([0-9]+) ms, downtime ([0-9]+) ms\)", output)
@@ -80,7 +70,7 @@ def _bare(state: cluster.SimState, source: str, target: str) -> dict[str, float]
     uri = f"qemu+tls://{target}/system?pkipath={PKI}"
     load = os.getloadavg()[0]
     started = time.monotonic()
-    _run(state, source, ["virsh", "-c", "qemu:///system", "migrate", "--live", "--p2p",
+    on_node(state, source, ["virsh", "-c", "qemu:///system", "migrate", "--live", "--p2p",
                          "--tunnelled", "--persistent", "--undefinesource", "--unsafe",
                          "--bandwidth", str(BANDWIDTH), NAME, uri])
     wall = (time.monotonic() - started) * 1000
@@ -108,13 +98,13 @@ def main() -> None:
                           guests="qemu", progress=print)
     try:
         node1, node2 = (node.name for node in state.nodes)
-        _herder(state, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
+        herder(state, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
                 "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-B", "maxmem=128,minmem=128",
                 "-n", node1)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + BOOT_TIMEOUT
         while _heartbeat(state, node1) is None:
             if time.monotonic() > deadline:
-                raise SystemExit("the guest did not boot within 300 s")
+                raise SystemExit(f"the guest did not boot within {BOOT_TIMEOUT} s")
             time.sleep(1)
         herder_runs: list[dict[str, Any]] = []
         bare_runs: list[dict[str, Any]] = []
