@@ -94,6 +94,13 @@ class Nemesis:
         self.state.host(node).run(["rm", "-f", FILL], timeout=30, check=True)
         return FILL
 
+    def free_leftovers(self) -> None:
+        """Remove a fill whose freeing failed (its node was off then: maintd fenced it, or
+        the nemesis had powered it off); run once every node is back."""
+        for node in [self.master, *self.others]:
+            if self.state.host(node).path(FILL).exists():
+                self._attempt("free", node, lambda node=node: self.free(node))
+
     def one_fault(self, stop: threading.Event) -> None:
         """Inject one fault at random and heal it after a random while (sooner when `stop`
         is set: the run is ending)."""

@@ -62,6 +62,7 @@ def run(state: cluster.SimState, seed: int, limits: Limits,
     say(f"{len(driver.operations)} operations, {len(nemesis.events)} nemesis events; "
         "bringing every node back")
     starts = observe.bring_back(state, say)
+    nemesis.free_leftovers()
     operations = driver.operations + starts
     final = observe.final_state(state, [op.job_id for op in operations if op.job_id is not None])
     history = History(seed, operations, nemesis.events, final)

@@ -1,6 +1,7 @@
 """OP_INSTANCE_CREATE: place (explicit nodes, or iallocators tried in order), create the disks on
 the nodes, define and install the instance, start it. Any failure after the config recorded
-the instance undoes everything (disks, domain, config entry)."""
+the instance undoes everything (disks, domain, config entry); an undo a dead node keeps from
+finishing leaves the instance recorded and stopped instead of its disks unowned."""
 
 from __future__ import annotations
 
@@ -289,19 +290,31 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     def _undo(self, config: model.ConfigData, inst: model.Instance, *,
               remove_disks: bool) -> None:
         """Remove what the creation made: the domain, then the disks (an adopted device
-        stays: it was the operator's), then the config entry."""
+        stays: it was the operator's), then the config entry. When a node could not be
+        reached for that (it died meanwhile), the instance stays in the config, stopped:
+        what is left on the node keeps an owner, and `instance remove` finishes the job."""
         self.feedback(f"creation of {inst.name} failed; removing what was created")
+        cleaned = True
         for node in self.nodes:
             try:
                 self.env.rpc.call(node, instance_calls.InstanceRemove(name=inst.name))
             except HerderError as err:
                 self.feedback(f"cleanup on {node.name} failed: {err}")
+                cleaned = False
         if inst.disk_template == "blockdev":
             disks.shutdown_disks(self.env, config, inst, feedback=self.feedback)
         elif remove_disks:
-            disks.remove_disks(self.env, config, inst, feedback=self.feedback)
+            cleaned = disks.remove_disks(self.env, config, inst,
+                                         feedback=self.feedback) and cleaned
+        if not cleaned:
+            with self.env.store.update() as fresh:
+                kept = fresh.instances[inst.uuid]
+                kept.admin_state, kept.disks_active = "down", False
+            self.feedback(f"{inst.name} is kept in the configuration, stopped, because its "
+                          f"node did not answer the cleanup; run `herder instance remove "
+                          f"{inst.name}` once the node is back")
+            return
         with self.env.store.update() as config:
             removed = config.instances.pop(inst.uuid, None)
             portpool.release(config, removed.network_port if removed else None)
         self.env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
-
