@@ -145,6 +145,13 @@ def test_the_targets_figures_of_the_move_are_said_when_the_source_has_none(
     migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
                                   reason=[], say=said.append)
     assert "* memory transfer complete (2900 ms, downtime 41 ms)" in said
+    # a target that kept no figures: the source's own time, and no made-up downtime
+    rpc = Recorder([{"status": "completed", "stats": {"total_ms": 3100}}], "node1.example.com")
+    env, config, inst, target = _env(tmp_path / "again", rpc)
+    said.clear()
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=said.append)
+    assert "* memory transfer complete (3100 ms)" in said
 
 
 def test_a_failed_migration_aborts_on_both_and_stays(tmp_path: Path,

@@ -169,8 +169,7 @@ def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
         _say_warnings(say, node, answer)
         if answer.stats is not None and (stats is None or stats.downtime_ms is None):
             stats = answer.stats  # the target's own figures of the incoming migration
-    say("* memory transfer complete" + (
-        f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)" if stats else ""))
+    say("* memory transfer complete" + _figures(stats))
     if problems:
         keeper = handover.keeper(where_it_runs(env, inst, source),
                                  where_it_runs(env, inst, target), handover.LIVE)
@@ -183,6 +182,15 @@ def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
     set_primary(env, inst, target)
     disks.finish_live_migration(env, config, inst, source, target, migrated=True)
     say("* done")
+
+
+def _figures(stats: migration_calls.MigrationStats | None) -> str:
+    """libvirt's figures of a completed migration for the job log (those it gave)."""
+    if stats is None:
+        return ""
+    if stats.downtime_ms is None:
+        return f" ({stats.total_ms} ms)"
+    return f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)"
 
 
 def _follow(env: MasterEnv, source: model.Node, order: Order, say: Say,
