@@ -185,6 +185,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     _herder(config, "cluster", "init", "cluster.live.test", "--master-node", names[0],
             "--primary-ip", NODES[names[0]], "--enabled-disk-templates", "diskless,file",
             "--enabled-hypervisors", "fake", "--default-iallocator", "herder",
+            "--candidate-pool-size", "1",  # n2-n4 regular nodes, as Ganeti's snapshot's
             "--force")  # the test's names are in no DNS
     for name in names[1:]:
         _herder(config, "node", "add", name, "--ip", NODES[name], "--no-node-check")
