@@ -8,7 +8,8 @@ healed before the next (so the run ends with every node back). A fault is one of
 - fill: the node's file storage filled to the last byte (`fallocate`), later freed.
 
 Power and cut spare the master (node1): its loss needs an operator's master-failover
-(docs/ha.md), which the chaos run does not do. Every event is recorded with its wall time."""
+(docs/ha.md), which the chaos run does not do. Every event is recorded with its wall time.
+While a fault holds a node (`held`), the operator's round (tests/chaos/run.py) leaves it alone."""
 
 from __future__ import annotations
 
@@ -37,12 +38,22 @@ class Nemesis:
         self.down_seconds = down_seconds
         self.events: list[NemesisEvent] = []
         self._lock = threading.Lock()
+        self._held: set[str] = set()  # nodes a fault keeps off or cut until it heals them
         names = [n.name for n in state.nodes]
         self.master, self.others = names[0], names[1:]
 
     def record(self, kind: str, node: str, detail: str = "") -> None:
         with self._lock:
             self.events.append(NemesisEvent(kind, node, time.time(), detail))
+
+    def held(self) -> set[str]:
+        """The nodes a fault keeps off or cut now (the operator leaves them alone)."""
+        with self._lock:
+            return set(self._held)
+
+    def _hold(self, node: str, holding: bool) -> None:
+        with self._lock:
+            (self._held.add if holding else self._held.discard)(node)
 
     def _attempt(self, kind: str, node: str, action: Callable[[], str]) -> bool:
         """Run one injection or healing; a failure is recorded, not raised."""
@@ -119,14 +130,18 @@ class Nemesis:
                 self._attempt("free", node, lambda: self.free(node))
             return
         node = self.rng.choice(self.others)
-        if fault == "power":
-            if self._attempt("power-off", node, lambda: self.power(node, False)):
-                stop.wait(self.rng.uniform(*self.down_seconds))
-                self._attempt("power-on", node, lambda: self.power(node, True))
-            return
-        if self._attempt("cut", node, lambda: self.link(node, False)):
-            stop.wait(self.rng.uniform(*self.cut_seconds))
-            self._attempt("heal", node, lambda: self.link(node, True))
+        self._hold(node, True)
+        try:
+            if fault == "power":
+                if self._attempt("power-off", node, lambda: self.power(node, False)):
+                    stop.wait(self.rng.uniform(*self.down_seconds))
+                    self._attempt("power-on", node, lambda: self.power(node, True))
+                return
+            if self._attempt("cut", node, lambda: self.link(node, False)):
+                stop.wait(self.rng.uniform(*self.cut_seconds))
+                self._attempt("heal", node, lambda: self.link(node, True))
+        finally:
+            self._hold(node, False)
 
     def run(self, stop: threading.Event, *, events: int | None = None,
             pause: tuple[float, float] = (3.0, 15.0)) -> None:

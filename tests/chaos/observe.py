@@ -1,4 +1,5 @@
-"""After the faults: every node brought back as an operator would, the jobs left to end, then
+"""During the faults, the operator's round (nodes maintd fenced brought back, as an operator
+does once the incident is over); after them: every node brought back, the jobs left to end, then
 the cluster's state read for the checker (`history.Final`): job statuses, `cluster verify`, each
 instance's heartbeats (every node's serial log), the write sequence on its disk and where it
 runs, and every instance volume on the shared storage and the nodes' file storage."""
@@ -85,21 +86,26 @@ def _standing_down(state: cluster.SimState, node: str, since: int) -> bool:
     return any(phrase in text for phrase in STANDING_DOWN)
 
 
-def _restore_nodes(state: cluster.SimState, say: Say, booted: dict[str, int]) -> bool:
+def restore_nodes(state: cluster.SimState, say: Say, booted: dict[str, int], *,
+                  settled: bool = True, held: Callable[[], set[str]] = set) -> bool:
     """One pass of the operator's round: power on what is off, set online (and master
     candidate) what is offline and runs again; True once nothing was left to do and every
     lease is held. A node maintd fences meanwhile is found off on the next pass. `booted`:
-    node -> its noded log's size when this round powered it on."""
-    if _incidents_open(state) or not _queue_idle(state):
+    node -> its noded log's size when this round powered it on. `settled`: only once the job
+    queue is idle (at the end); during the run (False) jobs go on meanwhile, and the nodes
+    `held` names (the nemesis keeps them off or cut) are left alone."""
+    if _incidents_open(state) or (settled and not _queue_idle(state)):
         return False
-    off = [n.name for n in state.nodes if not state.host(n.name).running]
+    off = [n.name for n in state.nodes
+           if not state.host(n.name).running and n.name not in held()]
     for name in off:
         say(f"powering {name} on")
         booted[name] = _log_size(state, name)
         cluster.power(Path(state.directory), name, True)
     offline = [n["name"] for n in _cli(state, "node", "list", "--json") if n["offline"]]
     for name in offline:
-        if name in off or not _standing_down(state, name, booted.get(name, 0)):
+        if name in off or name in held() or not state.host(name).running \
+                or not _standing_down(state, name, booted.get(name, 0)):
             continue
         say(f"{name}: --offline no, --master-candidate yes")
         _cli(state, "node", "modify", name, "--offline", "no")
@@ -113,7 +119,7 @@ def bring_back(state: cluster.SimState, say: Say, timeout: float = 600) -> list[
     operator's starts: returned as operations of the history) and every running guest past
     its first acknowledged record (so that each disk is read after its guest wrote to it)."""
     booted: dict[str, int] = {}
-    _until(lambda: _restore_nodes(state, say, booted), timeout, "every node back with its lease")
+    _until(lambda: restore_nodes(state, say, booted), timeout, "every node back with its lease")
     starts = []
     for inst in _cli(state, "instance", "list", "-o", "name,admin_state,oper_state", "--json"):
         if inst.get("admin_state") == "up" and not inst.get("oper_state"):
