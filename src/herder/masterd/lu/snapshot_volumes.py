@@ -14,8 +14,8 @@ import msgspec
 
 from herder.core import diskobjects, model
 from herder.core.errors import HerderError, OpExecError
-from herder.core.rpcdefs import disk_calls
-from herder.masterd.lu import disks
+from herder.core.rpcdefs import disk_calls, node_calls
+from herder.masterd.lu import disks, handover
 from herder.masterd.lu.base import MasterEnv
 
 Feedback = Callable[[str], None]
@@ -85,6 +85,25 @@ def release_stopped(env: MasterEnv, config: model.ConfigData, inst: model.Instan
     """The disks of an instance that neither runs nor has its disks activated released."""
     if inst.admin_state != "up" and not inst.disks_active:
         disks.shutdown_disks(env, config, inst, feedback=feedback)
+
+
+def release_for_rollback(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+                         feedback: Feedback) -> model.Instance:
+    """The disks of the stopped `inst` released on its primary (herder's shutdown leaves them
+    assembled; a provider rolls back only a volume no node has attached), refused while its
+    domain runs there; the instance as it is then (its disks inactive)."""
+    node = _primary(config, inst)
+    listed = env.rpc.call(node, node_calls.InstanceList())
+    if listed.get(inst.name) in handover.RUNNING_STATES:
+        raise OpExecError(f"instance {inst.name} runs on {node.name}: its disks cannot be "
+                          "rolled back")
+    if not disks.shutdown_disks(env, config, inst, feedback=feedback):
+        raise OpExecError(f"could not release the disks of {inst.name} on {node.name} for "
+                          "the rollback")
+    if inst.disks_active:
+        with env.store.update() as changed:
+            changed.instances[inst.uuid].disks_active = False
+    return msgspec.structs.replace(inst, disks_active=False)
 
 
 def remove_volumes(env: MasterEnv, config: model.ConfigData, inst: model.Instance,

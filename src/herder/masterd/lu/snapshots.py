@@ -79,9 +79,6 @@ class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
         if inst.admin_state == "up":
             raise OpPrereqError(f"instance {inst.name} is running: stop it before rolling back "
                                 f"to snapshot {snapshot.name}", "wrong_state")
-        if inst.disks_active:
-            raise OpPrereqError(f"the disks of {inst.name} are activated: deactivate them "
-                                "before rolling back", "wrong_state")
         taken = {volume.disk for volume in snapshot.volumes}
         changed = [d.iv_name for d in inst.disks if d.uuid not in taken]
         if changed:
@@ -93,6 +90,7 @@ class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
         config = self.env.store.load()
         inst = config.find_instance(self.op.instance_name)
         snapshot = self.recorded(inst)
+        inst = snapshot_volumes.release_for_rollback(self.env, config, inst, self.feedback)
         snapshot_volumes.rollback(self.env, config, inst, snapshot, self.feedback)
         return None
 
