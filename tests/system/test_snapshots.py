@@ -209,7 +209,10 @@ def test_a_stopped_instance_is_snapshotted_with_its_disks_released(cluster: Clus
     write_at(cluster.image(name, 0), LATER)
     assert cluster.run(snapshot_op("ROLLBACK", name, "s1"))["status"] == "success"
     assert read_at(cluster.image(name, 0)) == PATTERN
-    # removing the instance removes its snapshots
+    # a disk is not removed from under a snapshot; removing the instance removes them
+    kept = error_of(cluster.run({"OP_ID": "OP_INSTANCE_SET_PARAMS", "instance_name": name,
+                                 "disks": [["remove", -1, {}]]}))
+    assert kept == f"instance {name} has snapshots (s1): remove them before removing a disk"
     assert cluster.snapshot_files() != []
     assert cluster.run({"OP_ID": "OP_INSTANCE_REMOVE",
                         "instance_name": name})["status"] == "success"
