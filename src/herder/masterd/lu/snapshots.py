@@ -55,7 +55,7 @@ class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
                                 f"{self.op.snapshot_name}", "already_exists")
         if len(inst.snapshots) >= MAX_SNAPSHOTS:
             raise OpPrereqError(f"instance {inst.name} has {len(inst.snapshots)} snapshots, "
-                                f"the most it may keep: remove one first", "wrong_state")
+                                "the most it may keep: remove one first", "wrong_state")
 
     def execute(self) -> JobResult:
         config = self.env.store.load()
@@ -65,6 +65,7 @@ class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
         try:
             with self.env.store.update() as changed:
                 changed.instances[inst.uuid].snapshots.append(snapshot)
+                changed.instances[inst.uuid].touch()
         except Exception:
             snapshot_volumes.remove_volumes(self.env, config, inst, snapshot.volumes,
                                             self.feedback)
@@ -111,4 +112,5 @@ class SnapshotRemove(SnapshotLU[opcodes.OpInstanceSnapshotRemove]):
         with self.env.store.update() as changed:
             kept = changed.instances[inst.uuid]
             kept.snapshots = [s for s in kept.snapshots if s.name != snapshot.name]
+            kept.touch()
         return None
