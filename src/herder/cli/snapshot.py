@@ -43,6 +43,14 @@ def add(ctx: click.Context, name: str, snapshot_name: str) -> None:
     click.echo(f"Snapshot {snapshot_name} of {name} taken")
 
 
+def _on_one(ctx: click.Context, name: str, snapshot_name: str, op_id: str, method: str,
+            suffix: str = "") -> None:
+    """The job of `op_id` on the snapshot `snapshot_name` of `name`, through its route."""
+    path = f"/2/herder/instances/{name}/snapshots/{_checked(snapshot_name)}{suffix}"
+    remote.run(ctx, [{"OP_ID": op_id, "instance_name": name, "snapshot_name": snapshot_name}],
+               rapi=lambda api: api.request(method, path))
+
+
 @snapshot.command("rollback")
 @click.argument("name", metavar="INSTANCE")
 @click.argument("snapshot_name", metavar="NAME")
@@ -50,11 +58,7 @@ def add(ctx: click.Context, name: str, snapshot_name: str) -> None:
 def rollback(ctx: click.Context, name: str, snapshot_name: str) -> None:
     """Put every disk of the stopped INSTANCE back to its snapshot NAME
     (OP_INSTANCE_SNAPSHOT_ROLLBACK); what was written since is lost."""
-    _checked(snapshot_name)
-    remote.run(ctx, [{"OP_ID": "OP_INSTANCE_SNAPSHOT_ROLLBACK", "instance_name": name,
-                      "snapshot_name": snapshot_name}],
-               rapi=lambda api: api.request(
-                   "PUT", f"/2/herder/instances/{name}/snapshots/{snapshot_name}/rollback"))
+    _on_one(ctx, name, snapshot_name, "OP_INSTANCE_SNAPSHOT_ROLLBACK", "PUT", "/rollback")
     click.echo(f"Rolled {name} back to snapshot {snapshot_name}")
 
 
@@ -65,11 +69,7 @@ def rollback(ctx: click.Context, name: str, snapshot_name: str) -> None:
 def remove(ctx: click.Context, name: str, snapshot_name: str) -> None:
     """Remove the snapshot NAME of INSTANCE: its volumes and its record
     (OP_INSTANCE_SNAPSHOT_REMOVE)."""
-    _checked(snapshot_name)
-    remote.run(ctx, [{"OP_ID": "OP_INSTANCE_SNAPSHOT_REMOVE", "instance_name": name,
-                      "snapshot_name": snapshot_name}],
-               rapi=lambda api: api.request(
-                   "DELETE", f"/2/herder/instances/{name}/snapshots/{snapshot_name}"))
+    _on_one(ctx, name, snapshot_name, "OP_INSTANCE_SNAPSHOT_REMOVE", "DELETE")
     click.echo(f"Removed snapshot {snapshot_name} of {name}")
 
 
