@@ -57,8 +57,12 @@ class Cluster:
         assert isinstance(logical_id, model.ExtId)
         return self.images / f"{logical_id.name}.img"
 
-    def snapshot_files(self) -> list[str]:
-        return sorted(p.name for p in self.images.glob("*.snap-*"))
+    def snapshot_files(self, name: str | None = None) -> list[str]:
+        """The snapshot volumes' images (of the instance `name`'s disks only)."""
+        mine = None if name is None else [self.image(name, i).stem
+                                          for i in range(len(self.instance(name).disks))]
+        return sorted(p.name for p in self.images.glob("*.snap-*")
+                      if mine is None or any(p.name.startswith(m + ".") for m in mine))
 
 
 def loops_of(image: Path) -> list[str]:
@@ -266,3 +270,29 @@ def test_other_templates_and_bad_names_are_refused_in_one_line(cluster: Cluster)
             cluster.queue.submit([snapshot_op("ADD", "plain1.example.com", bad)])
         assert "invalid snapshot name" in str(err.value) and "\n" not in str(err.value)
     assert cluster.store.load().serial_no == before
+
+
+def test_the_recovery_job_removes_the_volumes_of_an_unrecorded_snapshot(
+        cluster: Cluster) -> None:
+    """The master died after the volumes were taken, before the snapshot was recorded (made
+    here by dropping the record): the job the queue's recovery submits for it removes them;
+    for a recorded snapshot it changes nothing."""
+    from herder.masterd import lu
+
+    name = "died1.example.com"
+    create(cluster, name, "sharedimg", "sharedimg", start=False)
+    unit = lu.registry()["OP_INSTANCE_SNAPSHOT_ADD"]
+    (recovery,) = unit.after_master_death(opcodes.parse(snapshot_op("ADD", name, "s1")))
+    assert recovery == {**snapshot_op("ADD", name, "s1"), "cleanup": True}
+    assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
+    taken = cluster.snapshot_files(name)
+    assert len(taken) == 2
+    recorded = cluster.run(recovery)
+    assert recorded["status"] == "success" and cluster.snapshot_files(name) == taken
+    assert any("was recorded: nothing to clean up" in line for line in recorded["log"])
+    with cluster.store.update() as config:
+        config.find_instance(name).snapshots.clear()
+    assert cluster.run(recovery)["status"] == "success"
+    assert cluster.snapshot_files(name) == []
+    assert all(loops_of(cluster.image(name, i)) == [] for i in (0, 1))
+    assert cluster.run(recovery)["status"] == "success"  # nothing left: nothing to do

@@ -1354,7 +1354,11 @@ class SnapshotOpCode(InstanceOpCode, kw_only=True):
 
 
 class OpInstanceSnapshotAdd(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_ADD", kw_only=True):
-    """Snapshot every disk of the instance, recorded under `snapshot_name`."""
+    """Snapshot every disk of the instance, recorded under `snapshot_name`; `cleanup` (the job
+    the queue's recovery submits when the master died in one): the volumes of a snapshot of
+    that name that was never recorded are removed."""
+
+    cleanup: bool = False
 
 
 class OpInstanceSnapshotRollback(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_ROLLBACK",

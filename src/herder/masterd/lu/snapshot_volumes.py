@@ -46,6 +46,13 @@ def _volume_disk(disk: model.Disk, volume: model.SnapshotVolume) -> model.Disk:
     return msgspec.structs.replace(disk, logical_id=volume.logical_id)
 
 
+def named_volumes(inst: model.Instance, name: str) -> list[model.SnapshotVolume]:
+    """The volumes a snapshot `name` of `inst` has (or would have), by their names."""
+    return [model.SnapshotVolume(disk=disk.uuid, logical_id=model.ExtId(
+        provider=disk.logical_id.provider, name=volume_name(disk, name)))
+        for disk in inst.disks if isinstance(disk.logical_id, model.ExtId)]
+
+
 def _primary(config: model.ConfigData, inst: model.Instance) -> model.Node:
     return config.nodes[inst.primary_node]
 

@@ -6,7 +6,7 @@ remove know what to act on. The node work is `lu/snapshot_volumes`."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from herder.core import model
 from herder.core.errors import OpExecError, OpPrereqError
@@ -48,8 +48,19 @@ class SnapshotLU(LogicalUnit[SnapshotOpT]):
 
 
 class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
+    @classmethod
+    def after_master_death(cls, op: opcodes.OpInstanceSnapshotAdd) -> list[dict[str, Any]]:
+        """The volumes taken before the master died, removed unless the snapshot was
+        recorded (the job queue's recovery submits it)."""
+        if op.cleanup:
+            return []
+        return [{"OP_ID": "OP_INSTANCE_SNAPSHOT_ADD", "instance_name": op.instance_name,
+                 "snapshot_name": op.snapshot_name, "cleanup": True}]
+
     def check(self, config: model.ConfigData) -> None:
         inst = self.check_instance(config)
+        if self.op.cleanup:
+            return
         if inst.snapshot(self.op.snapshot_name) is not None:
             raise OpPrereqError(f"instance {inst.name} already has a snapshot "
                                 f"{self.op.snapshot_name}", "already_exists")
@@ -60,6 +71,8 @@ class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
     def execute(self) -> JobResult:
         config = self.env.store.load()
         inst = config.find_instance(self.op.instance_name)
+        if self.op.cleanup:
+            return self._clean_up(config, inst)
         snapshot = snapshot_volumes.take(self.env, config, inst, self.op.snapshot_name,
                                          self.feedback)
         try:
@@ -71,6 +84,20 @@ class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
                                             self.feedback)
             raise
         return snapshot.name
+
+    def _clean_up(self, config: model.ConfigData, inst: model.Instance) -> JobResult:
+        if inst.snapshot(self.op.snapshot_name) is not None:
+            self.feedback(f"snapshot {self.op.snapshot_name} of {inst.name} was recorded: "
+                          "nothing to clean up")
+            return None
+        left = snapshot_volumes.remove_volumes(
+            self.env, config, inst, snapshot_volumes.named_volumes(inst, self.op.snapshot_name),
+            self.feedback)
+        if left:
+            raise OpExecError(f"could not remove the volumes {', '.join(left)} of the "
+                              f"unrecorded snapshot {self.op.snapshot_name} of {inst.name}")
+        snapshot_volumes.release_stopped(self.env, config, inst, self.feedback)
+        return None
 
 
 class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
