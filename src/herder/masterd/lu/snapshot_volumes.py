@@ -166,7 +166,10 @@ def rollback(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
     """Every disk of the stopped `inst` takes the content of `snapshot`. The disks' present
     content is snapshotted first, so a failure part-way puts the disks rolled back so far
     back as they were (OpExecError, one line)."""
-    keep = take(env, config, inst, f"rollback-{secrets.token_hex(4)}", feedback)
+    aside = f"rollback-{secrets.token_hex(4)}"
+    while inst.snapshot(aside) is not None:  # never over a recorded snapshot's volumes
+        aside = f"rollback-{secrets.token_hex(4)}"
+    keep = take(env, config, inst, aside, feedback)
     try:
         _roll_back(env, config, inst, snapshot)
     except PartialRollback as err:
