@@ -68,16 +68,16 @@ async def snapshot_one(request: web.Request) -> web.Response:
 @ROUTES.allow(access.RAPI_WRITE)
 @takes(body=True)
 async def snapshot_add(request: web.Request) -> web.Response:
-    inst = _instance(request)
     body = only(body_dict(await body_of(request, default={})), ADD_FIELDS, "snapshot add")
     body["snapshot_name"] = _snapshot_name(body.get("snapshot_name"))
+    inst = _instance(request)
     return await submit(request, "herder_instances_name_snapshots", [
         {"OP_ID": "OP_INSTANCE_SNAPSHOT_ADD", "instance_name": inst.name, **body}])
 
 
 async def _named(request: web.Request, op_id: str, what: str) -> web.Response:
-    inst, snapshot = _recorded(request)
     body = only(body_dict(await body_of(request, default={})), NAMED_FIELDS, what)
+    inst, snapshot = _recorded(request)
     return await submit(request, "herder_instances_name_snapshots_name", [
         {"OP_ID": op_id, "instance_name": inst.name, "snapshot_name": snapshot.name, **body}])
 
