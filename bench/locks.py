@@ -79,10 +79,12 @@ def bench_locks(duration: float = 1.0) -> list[tuple[str, float]]:
         results.append((f"SharedLock {mode}, uncontended",
                         _run(_shared_lock_op(lock, shared), 1, duration)))
     for threads in (2, 8, 32):
-        for shared, mode in ((False, "exclusive"), (True, "shared"), (None, "mixed")):
+        modes: tuple[tuple[bool | None, str], ...] = (
+            (False, "exclusive"), (True, "shared"), (None, "mixed"))
+        for share, mode in modes:
             lock = locking.SharedLock("bench")
             results.append((f"SharedLock {mode}, {threads} threads",
-                            _run(_shared_lock_op(lock, shared), threads, duration)))
+                            _run(_shared_lock_op(lock, share), threads, duration)))
 
     names = [f"inst{i:03d}" for i in range(100)]
     for threads in (1, 8):
@@ -185,7 +187,7 @@ def bench_jobs(count: int) -> list[tuple[str, float]]:
                 for job_id in ids:
                     queue.wait(job_id, 120)
                 results.append((label, count / (time.perf_counter() - started)))
-            ids: list[int] = []
+            submitted: list[int] = []
             guard = threading.Lock()
 
             def submitter(offset: int) -> None:
@@ -193,7 +195,7 @@ def bench_jobs(count: int) -> list[tuple[str, float]]:
                     job_id = queue.submit([{"OP_ID": "OP_TAGS_SET", "kind": "node",
                                             "name": nodes[offset], "tags": [f"p{offset}-{i}"]}])
                     with guard:
-                        ids.append(job_id)
+                        submitted.append(job_id)
 
             started = time.perf_counter()
             threads = [threading.Thread(target=submitter, args=(k,)) for k in range(4)]
@@ -201,10 +203,10 @@ def bench_jobs(count: int) -> list[tuple[str, float]]:
                 t.start()
             for t in threads:
                 t.join()
-            for job_id in ids:
+            for job_id in submitted:
                 queue.wait(job_id, 120)
             results.append(("jobs/s: tag 4 nodes (4 parallel submitters)",
-                            len(ids) / (time.perf_counter() - started)))
+                            len(submitted) / (time.perf_counter() - started)))
         finally:
             queue.stop()
     return results

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # for tests.maintd.fakes
 
 KEY = b"bench-key-0123456789abcdef0123456"
 PORT = 18150
@@ -79,7 +79,7 @@ async def bench(nodes: int, interval: float, changes: int) -> None:
     from herder.maintd.rounds import Instance
     from herder.maintd.sources import DiagnoseSource
     from herder.maintd.state import FileState
-    from maintd.fakes import FakeCluster
+    from tests.maintd.fakes import FakeCluster
 
     proc = subprocess.Popen([sys.executable, "-c", AGENTS, str(nodes), str(PORT), KEY.hex()],
                             stdout=subprocess.PIPE, text=True)

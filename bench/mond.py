@@ -37,14 +37,22 @@ def parse_duration_ms(text: str) -> float:
     return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
+def _found(pattern: str, text: str) -> str:
+    """The first group of `pattern` in wrk's report (a line per match)."""
+    match = re.search(pattern, text, re.M)
+    if match is None:
+        raise RuntimeError(f"wrk's report has no {pattern!r}")
+    return match.group(1)
+
+
 def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
     threads = min(2, connections)
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s",
                           "--latency", url], capture_output=True, text=True, timeout=duration + 60,
                          check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = parse_duration_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore
-    p99 = parse_duration_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore
+    rps = float(_found(r"Requests/sec:\s+([\d.]+)", out))
+    p50 = parse_duration_ms(_found(r"^\s+50%\s+(\S+)", out))
+    p99 = parse_duration_ms(_found(r"^\s+99%\s+(\S+)", out))
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     return {"rps": rps, "p50_ms": p50, "p99_ms": p99,
             "non_2xx": float(errors.group(1)) if errors else 0.0}

@@ -34,11 +34,16 @@ import tempfile
 import threading
 import time
 import traceback
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from herder.core import model
+    from herder.core.store_etcd import EtcdStore
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -81,7 +86,8 @@ def herder(location: str, *args: str, timeout: float = 600,
     return elapsed, done.stdout
 
 
-def spawn_masterd(location: str, run_dir: Path, extra: list[str]) -> tuple[Any, str]:
+def spawn_masterd(location: str, run_dir: Path,
+                  extra: list[str]) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "HERDER_CONFIG": location}
     proc = subprocess.Popen([PYTHON, "-m", "herder.cli.main", "masterd", "--bind", "127.0.0.1",
                              "--port", "0", "--run-dir", str(run_dir), *extra],
@@ -94,14 +100,24 @@ def spawn_masterd(location: str, run_dir: Path, extra: list[str]) -> tuple[Any, 
             break
         match = re.search(r"serving RAPI on (\w+://127\.0\.0\.1:\d+)/", line)
         if match:
-            # keep draining stderr so masterd never blocks on a full pipe
-            import threading
-
-            threading.Thread(target=lambda: [None for _ in proc.stderr or []],
-                             daemon=True).start()
+            # keep draining stderr so masterd never blocks on a full pipe; its last lines
+            # are kept to say why, when it stops on its own (`said_last`)
+            said: deque[str] = deque(maxlen=20)
+            MASTERD_SAID[proc.pid] = said
+            threading.Thread(target=said.extend, args=(proc.stderr,), daemon=True).start()
             return proc, match.group(1)
     proc.kill()
     raise RuntimeError("masterd did not start")
+
+
+MASTERD_SAID: dict[int, deque[str]] = {}  # a masterd's last lines on stderr, by pid
+
+
+def said_last(proc: subprocess.Popen[str]) -> str:
+    """Why a masterd stopped on its own: its exit code and last lines on stderr."""
+    time.sleep(0.5)  # its last lines drained
+    lines = "".join(MASTERD_SAID.get(proc.pid, ())).strip()[-1500:]
+    return f"masterd exited with {proc.returncode}: {lines}"
 
 
 def rss_mib(pid: int) -> float:
@@ -118,6 +134,12 @@ def best(runs: int, action: Any) -> float:
         action()
         times.append(time.perf_counter() - started)
     return min(times)
+
+
+def spread(times: list[float]) -> dict[str, Any]:
+    """A figure's runs as the docs show them: the median and the lowest and highest run."""
+    return {"median": round(statistics.median(times), 3), "min": round(min(times), 3),
+            "max": round(max(times), 3), "runs": len(times)}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -138,7 +160,7 @@ def steady_state(client: Any, reading: Any, pid: int, instances: list[str], jobs
     reads: list[float] = []
 
     def reader() -> None:
-        fields = ",".join(instance.QUERY_FIELDS.values())
+        fields = ",".join(instance.LIST.default_fields)
         while not stop.wait(1.0):
             started = time.perf_counter()
             reading.request("GET", "/2/query/instance", [("fields", fields)])
@@ -165,11 +187,12 @@ def steady_state(client: Any, reading: Any, pid: int, instances: list[str], jobs
 
 
 def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list[str],
-                    extra: list[str], concurrent: int) -> dict[str, Any]:
-    from herder.core.rapi import RapiClient
+                    extra: list[str], concurrent: int, figures: dict[str, Any]) -> None:
+    """masterd's figures, into `figures` as they are measured (a failure keeps those)."""
+    from herder.core.rapi import RapiClient, RapiError
 
     proc, url = spawn_masterd(location, run_dir, extra)
-    figures: dict[str, Any] = {"masterd_rss_start_mib": round(rss_mib(proc.pid), 1)}
+    figures["masterd_rss_start_mib"] = round(rss_mib(proc.pid), 1)
     try:
         client = RapiClient.for_herder_cluster(secrets, url, timeout=300)
         # the first reads right after the start: the bench's nodes run no node daemon (they
@@ -191,15 +214,15 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
 
         profile = client_profile_env(secrets, url)
         for what, args, resource, fields in (
-                ("cli_node_list_s", ("node", "list"), "node", node.QUERY_FIELDS),
+                ("cli_node_list_s", ("node", "list"), "node", node.LIST.default_fields),
                 ("cli_instance_list_s", ("instance", "list"), "instance",
-                 instance.QUERY_FIELDS)):
-            figures[what] = round(min(herder(location, *args, profile=profile)[0]
-                                      for _ in range(3)), 3)
+                 instance.LIST.default_fields)):
+            figures[what] = spread([herder(location, *args, profile=profile)[0]
+                                    for _ in range(5)])
 
-            def ask(resource: str = resource, fields: dict[str, str] = fields) -> None:
-                client.request("GET", f"/2/query/{resource}",
-                               [("fields", ",".join(fields.values()))])
+            def ask(resource: str = resource, fields: tuple[str, ...] = fields) -> None:
+                client.request("PUT", f"/2/query/{resource}", None,
+                               {"fields": list(fields), "qfilter": None})
 
             figures[f"rapi_query_{resource}_list_s"] = round(best(3, ask), 3)
         figures["cli_help_s"] = round(min(herder(location, "instance", "list", "--help",
@@ -227,7 +250,7 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
         for n in range(5):  # warm: masterd's first redistribution and live figures run now
             one_job(n)
         latencies = [one_job(n) for n in range(5, 14)]
-        figures["one_object_job_s"] = round(statistics.median(latencies), 3)
+        figures["one_object_job_s"] = spread(latencies)
 
         def submit_and_wait(number: int) -> None:
             with RapiClient.for_herder_cluster(secrets, url, timeout=600) as own:
@@ -236,21 +259,28 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
                 assert own.wait_for_job(job, timeout=600)["status"] == "success"
 
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=concurrent) as pool:
-            list(pool.map(submit_and_wait, range(1000, 1000 + concurrent)))
-        figures[f"jobs_{concurrent}_concurrent_per_s"] = round(
-            concurrent / (time.perf_counter() - started), 1)
+        try:
+            with ThreadPoolExecutor(max_workers=concurrent) as pool:
+                list(pool.map(submit_and_wait, range(1000, 1000 + concurrent)))
+        except RapiError as err:  # a figure too (the steady state is still measured)
+            figures[f"jobs_{concurrent}_concurrent_error"] = str(err)[:300]
+        else:
+            figures[f"jobs_{concurrent}_concurrent_per_s"] = round(
+                concurrent / (time.perf_counter() - started), 1)
         figures["masterd_rss_mib"] = round(rss_mib(proc.pid), 1)
         with RapiClient.for_herder_cluster(secrets, url, timeout=300) as reading:
             figures.update(steady_state(client, reading, proc.pid, instances))
         client.close()
+    except Exception:
+        if proc.poll() is not None:
+            figures["masterd_exit"] = said_last(proc)
+        raise
     finally:
         proc.terminate()
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return figures
 
 
 def measure_list_queries(config: Any) -> dict[str, Any]:
@@ -263,10 +293,11 @@ def measure_list_queries(config: Any) -> dict[str, Any]:
 
     figures: dict[str, Any] = {}
     figures["query_instance_list_first_s"] = round(best(1, lambda: query.encode_answer(
-        config, "instance", list(instance.QUERY_FIELDS.values()), EMPTY)), 3)
-    for resource, fields in (("node", node.QUERY_FIELDS), ("instance", instance.QUERY_FIELDS)):
+        config, "instance", list(instance.LIST.default_fields), EMPTY)), 3)
+    for resource, fields in (("node", node.LIST.default_fields),
+                             ("instance", instance.LIST.default_fields)):
         figures[f"query_{resource}_list_s"] = round(best(3, lambda r=resource, f=fields: (
-            query.encode_answer(config, r, list(f.values()), EMPTY))), 3)
+            query.encode_answer(config, r, list(f), EMPTY))), 3)
     return figures
 
 
@@ -287,12 +318,16 @@ def measure_in_process(location: str) -> dict[str, Any]:
            (confd.REQ_NODE_INSTANCES, nodes[-1]), (confd.REQ_NODE_DRBD, nodes[1])]
     queries.answer(config, *mix[0])  # the index, built once per config
     figures.update(measure_list_queries(config))
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < 2.0:
-        for req_type, query in mix:
-            queries.answer(config, req_type, query)
-            count += 1
-    figures["confd_queries_per_s"] = round(count / (time.perf_counter() - started))
+    rates = []
+    for _ in range(5):  # one-second windows
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < 1.0:
+            for req_type, query in mix:
+                queries.answer(config, req_type, query)
+                count += 1
+        rates.append(count / (time.perf_counter() - started))
+    figures["confd_queries_per_s"] = {key: round(value) if key != "runs" else value
+                                      for key, value in spread(rates).items()}
     request = {"type": "allocate", "name": "new.example.com", "disk_template": "plain",
                "memory": 128, "vcpus": 1, "disks": [{"size": 1024, "mode": "rw"}],
                "nics": [], "os": "debian-image", "tags": [], "spindle_use": 1,
@@ -303,15 +338,16 @@ def measure_in_process(location: str) -> dict[str, Any]:
 
 
 def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
-             source: Path, concurrent: int) -> dict[str, Any]:
+             source: Path, concurrent: int, figures: dict[str, Any]) -> None:
+    """One size on one store, into `figures` as they are measured (a failure keeps those)."""
     from herder.cli import ganeti_import
 
     work = base / f"{backend}-{instances_n}"
     files = work / "file"
     files.mkdir(parents=True)
     file_location = str(files / "config.json")
-    figures: dict[str, Any] = {"instances": instances_n, "nodes": max(2, instances_n // 10),
-                               "backend": backend}
+    figures.update({"instances": instances_n, "nodes": max(2, instances_n // 10),
+                    "backend": backend})
     if backend == "file":
         elapsed, _ = herder(file_location, "cluster", "import-ganeti", str(source))
         figures["import_s"] = round(elapsed, 2)
@@ -324,25 +360,47 @@ def run_size(instances_n: int, backend: str, base: Path, etcd_hosts: str | None,
         assert etcd_hosts is not None
         cluster = f"bench{instances_n}"
         location = f"etcd://{etcd_hosts}/{cluster}"
-        store = EtcdStore(EtcdClient([f"http://{h}" for h in etcd_hosts.split(",")]), cluster,
-                          local_dir=files)
+        etcd_store = EtcdStore(EtcdClient([f"http://{h}" for h in etcd_hosts.split(",")]),
+                               cluster, local_dir=files)
         config, _notes = ganeti_import.import_ganeti_file(source)
-        cluster_secrets.create_all(cluster_secrets.SecretPaths.beside(store.path),
+        cluster_secrets.create_all(cluster_secrets.SecretPaths.beside(etcd_store.path),
                                    config.cluster.name, None)
         started = time.perf_counter()
         try:
-            store.replace(config)
+            etcd_store.replace(config)
         except Exception as err:  # the figure is the failure itself
             figures["import_error"] = str(err)[:300]
-            return figures
+            return
         figures["import_s"] = round(time.perf_counter() - started, 2)
+        figures.update(etcd_sizes(etcd_store, config, "import"))
         extra = ["--local-dir", str(files), "--node", "node0.example.com"]
     for what, args in (("cli_node_list_offline_s", ("node", "list")),
                        ("cli_instance_list_offline_s", ("instance", "list"))):
         figures[what] = round(min(herder(location, *args)[0] for _ in range(2)), 3)
     figures.update(measure_in_process(location))
     names = sorted(f"inst{n}.example.com" for n in range(instances_n))
-    figures.update(measure_masterd(location, files, work / "run", names, extra, concurrent))
+    measure_masterd(location, files, work / "run", names, extra, concurrent, figures)
+    if backend == "etcd":
+        figures.update(etcd_sizes(etcd_store, etcd_store.load(), "jobs"))
+
+
+def etcd_sizes(store: EtcdStore, config: model.ConfigData, after: str) -> dict[str, Any]:
+    """Against etcd's default limits (a request of 1.5 MiB, a database of 2 GiB): the head's
+    value, the largest object's, and etcd's database (its file, and what is in use: the
+    history of every revision, which only a compaction frees)."""
+    from herder.core import configdiff
+
+    status = store.client.call("/v3/maintenance/status", {})
+    figures: dict[str, Any] = {
+        f"etcd_db_mib_after_{after}": round(int(status.get("dbSize", 0)) / 2**20, 1),
+        f"etcd_db_in_use_mib_after_{after}": round(int(status.get("dbSizeInUse", 0)) / 2**20, 1),
+        f"etcd_revision_after_{after}": int(status.get("header", {}).get("revision", 0))}
+    if after == "import":
+        head = store.client.get(store.key)
+        figures["etcd_head_bytes"] = len(head.value) if head else None
+        figures["etcd_largest_object_bytes"] = max(
+            len(raw) for table in configdiff.Encoded.of(config).tables.values()
+            for raw in table.values())
     return figures
 
 
@@ -451,7 +509,7 @@ def main() -> None:
             from tests.ha.test_etcd import EtcdCluster
 
             (base / "etcd").mkdir()
-            etcd = EtcdCluster(base / "etcd", size=1)  # etcd's default limits (1.5 MiB, 2 MiB)
+            etcd = EtcdCluster(base / "etcd", size=1)  # etcd's defaults (1.5 MiB, 2 GiB db)
             etcd.start_all()
             etcd_hosts = etcd.hostports
         try:
@@ -459,13 +517,13 @@ def main() -> None:
                 source = base / f"ganeti-{size}.json"
                 source.write_text(json.dumps(scaled_ganeti(size)))
                 for backend in backends:
+                    result: dict[str, Any] = {"instances": size, "backend": backend}
                     try:
-                        result = run_size(size, backend, base, etcd_hosts, source,
-                                          args.concurrent)
+                        run_size(size, backend, base, etcd_hosts, source, args.concurrent,
+                                 result)
                     except Exception as err:  # one size's failure is a figure
                         traceback.print_exc()
-                        result = {"instances": size, "backend": backend,
-                                  "error": f"{type(err).__name__}: {err}"[:500]}
+                        result["error"] = f"{type(err).__name__}: {err}"[:500]
                     print(json.dumps(result), flush=True)
                     results.append(result)
         finally:

@@ -88,10 +88,13 @@ def start_masterd(config: Path, run_dir: Path) -> tuple[MasterDaemon, int, Any]:
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
 
+    def serving(bound: int) -> None:
+        port.append(bound)
+        ready.set()
+
     def run() -> None:
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(daemon.serve(
-            ready=lambda bound: (port.append(bound), ready.set()), stop=stop))
+        loop.run_until_complete(daemon.serve(ready=serving, stop=stop))
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from herder.core import etcd, etcd_settings
+from herder.core import etcd, etcd_history, etcd_settings
 from herder.core.errors import StoreError
 from herder.core.fence import Fence
 from herder.core.rapi import RapiClient
@@ -373,3 +373,21 @@ def test_a_killed_member_is_passed_over(secured: Secured) -> None:
             secured.etcd.start(0)
             secured.etcd.wait_healthy([0])
         client.delete(f"/herder/{CLUSTER}/alive")
+
+
+def test_herders_user_may_compact_etcds_history(secured: Secured) -> None:
+    """The elected masterd compacts etcd's history (core.etcd_history) as herder's confined
+    user: the revision read from its own head key, the compaction allowed."""
+    with secured.herder_client() as client:
+        store = EtcdStore(client, CLUSTER)
+        if not store.exists():
+            store.create(build_config(nodes=2, plain_instances=1))
+        compactor = etcd_history.HistoryCompactor(client, store.key, keep=1.0)
+        assert compactor.step(0.0) is None
+        marked = compactor.marks[0][1]
+        with store.update() as config:
+            config.cluster.tags.append("compact")
+        assert compactor.step(5.0) == marked
+        with pytest.raises(etcd.EtcdError, match="compacted"):
+            client.range(store.key, revision=marked - 1)
+        assert "compact" in store.load().cluster.tags

@@ -218,3 +218,28 @@ def test_raw_json_written_is_sorted_and_readable(store: FileStore) -> None:
     data = json.loads(text)
     assert list(data) == sorted(data)
     assert text.endswith("\n")
+
+
+def test_a_change_shares_every_object_it_did_not_change(store: FileStore) -> None:
+    """After a write the readers' config holds plain tables in the same order, the changed
+    object new, and every other object, also one the writer only read, the one it was."""
+    before = store.snapshot()
+    names = list(before.instances)
+    changed, read = names[1], names[2]
+    with store.update() as config:
+        config.instances[changed].tags.append("new")
+        assert config.instances[read].name  # read, not changed
+    after = store.snapshot()
+    assert type(after.instances) is dict and list(after.instances) == names
+    assert after.instances[changed].tags[-1] == "new"
+    assert after.instances[changed] is not before.instances[changed]
+    assert all(after.instances[uuid] is before.instances[uuid]
+               for uuid in names if uuid != changed)
+
+    gone, kept = names[0], names[2]
+    with store.update() as config:  # a removal: the other way, the same result
+        config.instances.pop(gone)
+    removed = store.snapshot()
+    assert type(removed.instances) is dict
+    assert list(removed.instances) == [uuid for uuid in names if uuid != gone]
+    assert removed.instances[kept] is after.instances[kept]

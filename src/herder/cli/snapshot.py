@@ -1,5 +1,5 @@
 """`herder instance snapshot`: snapshots of an instance's disks (herder's own: Ganeti has none;
-compat B62). Changes are jobs (OP_INSTANCE_SNAPSHOT_*) through herder's routes
+compat B63). Changes are jobs (OP_INSTANCE_SNAPSHOT_*) through herder's routes
 `/2/herder/instances/I/snapshots[/NAME]`; the list reads that route (the config with
 --offline): the snapshots are recorded in the config, no node is asked."""
 

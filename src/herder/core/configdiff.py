@@ -226,12 +226,20 @@ def settle(config: model.ConfigData, original: model.ConfigData, change: ChangeS
     for name in TABLES:
         table = getattr(config, name)
         if isinstance(table, TrackedTable):
-            plain = dict(dict.items(table))
             before: dict[str, Any] = getattr(original, name)
             changed = change.puts.get(name, {})
-            for uuid in table.touched:
-                if uuid in plain and uuid not in changed and uuid in before:
-                    plain[uuid] = before[uuid]
+            if all(dict.__contains__(table, uuid) and uuid in before for uuid in table.touched):
+                # no object added or removed: the original's table (a plain dict copies in
+                # one C pass; the tracked one item by item, 15 ms at 50,000 instances) with
+                # the changed objects in their places
+                plain = dict(before)
+                for uuid in changed:
+                    plain[uuid] = dict.__getitem__(table, uuid)
+            else:
+                plain = dict(dict.items(table))
+                for uuid in table.touched:
+                    if uuid in plain and uuid not in changed and uuid in before:
+                        plain[uuid] = before[uuid]
             setattr(config, name, plain)
     for name in SECTIONS:
         if name not in change.sections:

@@ -489,6 +489,23 @@ class EtcdClient:
             body["range_end"] = b64(prefix_end(raw))
         return int(self.call("/v3/kv/deleterange", body).get("deleted", 0))
 
+    def revision(self, key: bytes | str) -> int:
+        """etcd's current revision (the header of a count of `key`: one this client may read,
+        as etcd's authentication grants reads per key)."""
+        return self.range(key, count_only=True).revision
+
+    def compact(self, revision: int) -> bool:
+        """Drop the history before `revision` (etcd's compaction: older revisions cannot be
+        read any more, and their space is reused). False when it already was (by another
+        compactor, or etcd's own auto-compaction)."""
+        try:
+            self.call("/v3/kv/compaction", {"revision": str(revision)})
+        except EtcdError as err:
+            if "compacted" in str(err):
+                return False
+            raise
+        return True
+
     def txn(
         self,
         compare: Sequence[dict[str, Any]],

@@ -437,7 +437,7 @@ class SnapshotVolume(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class InstanceSnapshot(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A snapshot of all of an instance's disks, taken together (herder's own, compat B62)."""
+    """A snapshot of all of an instance's disks, taken together (herder's own, compat B63)."""
 
     name: str
     ctime: float

@@ -13,12 +13,13 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from herder.core import cluster_secrets, envelope, model, ports, serve
+from herder.core import cluster_secrets, envelope, etcd_history, model, ports, serve
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc, NodeRpc
@@ -71,6 +72,10 @@ class MasterSettings:
     # every `archive_interval` seconds (Ganeti's watcher: --job-age 6 h, every 5 minutes)
     job_age: float = 6 * 3600.0
     archive_interval: float = 300.0
+    # etcd backend: the history kept before the master compacts it, and how often it looks
+    # (core.etcd_history: etcd's default keeps every revision until its quota is full)
+    etcd_history_keep: float = etcd_history.KEEP
+    etcd_history_every: float = etcd_history.EVERY
 
 
 EXIT_NOTMASTER = 11  # not my role: stopped for good (systemd: RestartPreventExitStatus=11)
@@ -110,6 +115,7 @@ class MasterDaemon:
         self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
         self.store: ConfigStore
         etcd_store: EtcdStore | None = None
+        self.etcd_store: EtcdStore | None = None
         job_storage = None
         if is_etcd_location(str(settings.config_path)):
             from herder.masterd import etcd_master as masterd_etcd  # only when used
@@ -117,7 +123,7 @@ class MasterDaemon:
             etcd_store, self.lease, job_storage = masterd_etcd.open_etcd(
                 str(settings.config_path), self.me, ttl=settings.lease_ttl,
                 local_dir=settings.local_dir)
-            self.store = etcd_store
+            self.store = self.etcd_store = etcd_store
         else:
             self.store = FileStore(settings.config_path)
             if not self.store.exists():  # a node that holds no config cannot be the master
@@ -209,6 +215,8 @@ class MasterDaemon:
         if hasattr(self.node_rpc, "epoch"):
             self.node_rpc.epoch = epoch
         self.env.locks = lock_manager_for(self.store)  # the config as it is now
+        if self.rapi.leases is not None:  # the nodes' leases count from the takeover
+            self.rapi.leases.start_afresh()
         self.recovered = self.queue.recover()
         return self.recovered
 
@@ -244,17 +252,25 @@ class MasterDaemon:
         if self.deposed is not None:
             stop.set()
         context = self.ssl_context()
+        tasks: list[serve.Task] = []
+        on_stop: list[serve.Hook] = []
         if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
-            from herder.masterd.etcd_master import await_election
+            from herder.masterd import etcd_master, redist_etcd
 
             elected = False
             try:
-                elected = await await_election(self, self.lease, stop)
+                elected = await etcd_master.await_election(self, self.lease, stop)
             finally:
                 if not elected:
                     await asyncio.to_thread(self.lease.resign)
             if not elected:
+                await etcd_master.stop_maintd_if_deposed(self)
                 return
+            tasks.append(lambda stop: etcd_master.start_maintd(self.me))
+            tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
+                                                        self.settings.check_interval))
+            tasks.append(self._compact_etcd_history)  # core.etcd_history
+            on_stop.append(lambda: etcd_master.stop_maintd_if_deposed(self))
         await serve.serve(
             "masterd", self.settings.run_dir,
             endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(
@@ -262,10 +278,10 @@ class MasterDaemon:
                 routes=RAPI_ROUTES, limits=LIMITS)],
             tasks=[self._watch_master, lambda stop: redist.watch(self, stop),  # docs/ha.md
                    lambda stop: self.live.keep_fresh(self.rapi.config, stop),
-                   self._sample_nodes, self._archive_old_jobs],
+                   self._sample_nodes, self._archive_old_jobs, *tasks],
             on_start=[self.queue.start],
             on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign,
-                     self.live.close],
+                     self.live.close, *on_stop],
             ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
     async def _archive_old_jobs(self, stop: asyncio.Event) -> None:
@@ -289,6 +305,15 @@ class MasterDaemon:
             if archived or left:
                 log.info("archived %d job(s) older than %d s; %d left for the next round",
                          archived, age, left)
+
+    async def _compact_etcd_history(self, stop: asyncio.Event) -> None:
+        """etcd backend: the elected master keeps etcd's history short (core.etcd_history)."""
+        if self.etcd_store is None:
+            return
+        compactor = etcd_history.HistoryCompactor(self.etcd_store.client, self.etcd_store.key,
+                                                  self.settings.etcd_history_keep)
+        await etcd_history.keep_short(compactor, time.monotonic, stop,
+                                      self.settings.etcd_history_every)
 
     async def _sample_nodes(self, stop: asyncio.Event) -> None:
         assert self.rapi.web is not None

@@ -1341,7 +1341,7 @@ class OpBackupRemove(InstanceOpCode, tag="OP_BACKUP_REMOVE", kw_only=True):
     """Remove an instance's exports from every node (the instance itself may be gone)."""
 
 
-# --- snapshots (herder's own: Ganeti has none; compat B62) ---------------------------------------
+# --- snapshots (herder's own: Ganeti has none; compat B63) ---------------------------------------
 
 class SnapshotOpCode(InstanceOpCode, kw_only=True):
     """An operation on one named snapshot of an instance's disks."""

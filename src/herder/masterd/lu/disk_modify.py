@@ -16,7 +16,7 @@ instance_utils.ApplyContainerMods).
   every node it lives on, then from the config. When a node could not remove it, the config
   keeps the disk (run the removal again; herder's deviation, compat row B21: Ganeti drops
   it from the config anyway). Refused while the instance has snapshots (herder's: their
-  volumes of the disk would be left without an owner; compat B62).
+  volumes of the disk would be left without an owner; compat B63).
 - **modify**: only `name` and `mode` (Ganeti: "Disk size change not possible, use grow-disk");
   ext disks may change their other parameters.
 

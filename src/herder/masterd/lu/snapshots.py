@@ -1,4 +1,4 @@
-"""Snapshots of an instance's disks (herder's own: Ganeti has none; compat B62):
+"""Snapshots of an instance's disks (herder's own: Ganeti has none; compat B63):
 OP_INSTANCE_SNAPSHOT_ADD, OP_INSTANCE_SNAPSHOT_ROLLBACK, OP_INSTANCE_SNAPSHOT_REMOVE. A snapshot
 covers every disk of the instance and is recorded in the config (`model.InstanceSnapshot`:
 its name, time and each disk's snapshot volume), so listing needs no node and rollback and

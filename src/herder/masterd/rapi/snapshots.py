@@ -1,4 +1,4 @@
-"""herder's snapshot routes (Ganeti has no snapshots; compat B62), under `/2/herder/`:
+"""herder's snapshot routes (Ganeti has no snapshots; compat B63), under `/2/herder/`:
 `GET /2/herder/instances/NAME/snapshots` (the recorded snapshots, read from the config: no
 node is asked), `POST` there (OP_INSTANCE_SNAPSHOT_ADD, body `{"snapshot_name": ...}`),
 `GET|DELETE /2/herder/instances/NAME/snapshots/SNAPSHOT` (one; OP_INSTANCE_SNAPSHOT_REMOVE)
