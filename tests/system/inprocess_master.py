@@ -17,6 +17,7 @@ from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
+from herder.noded.bdev.base import Host
 from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import KEY, serving
 
@@ -34,23 +35,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def node_daemon(directory: Path, name: str) -> Node:
-    """A node daemon named `name` on libvirt's test driver, its state under `directory`."""
+def node_daemon(directory: Path, name: str, bdev: Host | None = None) -> Node:
+    """A node daemon named `name` on libvirt's test driver, its state under `directory`;
+    `bdev`: how its block-device layer reaches the node (default: its files there)."""
     return Node(NodeSettings(
         node_name=name, state_dir=directory / name / "state", run_dir=directory / name / "run",
         hmac_key=KEY, libvirt_uri="test:///default", file_root=directory / name / "root",
-        config_dir=directory / name / "cluster"))
+        config_dir=directory / name / "cluster"), bdev=bdev)
 
 
 @contextmanager
 def master_over_nodes(directory: Path, config: model.ConfigData, nodes: Mapping[str, str],
-                      *, workers: int = 2) -> Iterator[InProcessMaster]:
+                      *, workers: int = 2, hosts: Mapping[str, Host] | None = None
+                      ) -> Iterator[InProcessMaster]:
     """`config` in a file store under `directory`, and node daemons for `nodes` (name ->
-    address) serving on one free port; the queue runs jobs until the block ends."""
+    address) serving on one free port (`hosts`: a node's block-device layer by name); the
+    queue runs jobs until the block ends."""
     store = FileStore(directory / "config.json")
     store.create(config)
     port = free_port()
-    daemons = [node_daemon(directory, name) for name in nodes]
+    daemons = [node_daemon(directory, name, (hosts or {}).get(name)) for name in nodes]
     with ExitStack() as stack:
         for daemon, address in zip(daemons, nodes.values(), strict=True):
             stack.enter_context(serving(daemon, address, port))

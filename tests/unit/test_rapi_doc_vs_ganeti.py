@@ -26,6 +26,8 @@ METHODS = ("GET", "PUT", "POST", "DELETE")
 # The doc's placeholders (Ganeti's URI patterns, in GetHandlers' order) and a value for each
 SAMPLES = {"N": "node1.example.com", "I": "inst1.example.com", "G": "group1", "NET": "net1",
            "ID": "1", "D": "0", "UUID": "00000000-0000-4000-8000-000000000000", "R": "node"}
+# herder's own placeholders (its extensions table only; Ganeti's connector takes the ones above)
+HERDER_SAMPLES = {"SNAP": "snap1"}
 # Ganeti's routes with the doc's placeholders, and the methods each handler class serves (a
 # method or a METHOD_OPCODE, from which baserlib's metaclass makes one); argv: both as JSON
 GANETI_ROUTES = """
@@ -38,7 +40,7 @@ handlers = connector.GetHandlers(*patterns, translate=translate)
 json.dump({path: [m for m in methods if hasattr(cls, m) or hasattr(cls, m + "_OPCODE")]
            for path, cls in handlers.items()}, sys.stdout)
 """
-LONGEST_FIRST = "|".join(sorted(SAMPLES, key=len, reverse=True))
+LONGEST_FIRST = "|".join(sorted([*SAMPLES, *HERDER_SAMPLES], key=len, reverse=True))
 PLACEHOLDER = re.compile(rf"(?<=/)(?:{LONGEST_FIRST})(?=/|$)")
 UI_PREFIX = "/ui"  # the web console's pages (docs/security.md), not RAPI
 
@@ -79,7 +81,7 @@ def extension_rows() -> dict[str, list[str]]:
 
 
 def concrete(route: str) -> str:
-    return PLACEHOLDER.sub(lambda m: SAMPLES[m.group(0)], route)
+    return PLACEHOLDER.sub(lambda m: {**SAMPLES, **HERDER_SAMPLES}[m.group(0)], route)
 
 
 def shape(route: str) -> str:

@@ -12,6 +12,7 @@ from herder.cli.common import (
     print_json,
     print_mapping,
 )
+from herder.cli.snapshot import snapshot
 from herder.core import console as console_names
 
 if TYPE_CHECKING:
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 def instance() -> None:
     """Create, run, move and remove instances. INSTANCE is a name, a unique short name or a
     UUID. Changes are jobs through masterd (or --offline)."""
+
+
+instance.add_command(snapshot)
 
 
 LIST = listing.ListSpec(

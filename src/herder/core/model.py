@@ -428,6 +428,25 @@ class Network(Named, kw_only=True):
         self.reservations, self.ext_reservations = state.reservations, state.ext_reservations
 
 
+class SnapshotVolume(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One disk's part of an instance snapshot: the disk (its UUID) and the snapshot's own
+    volume as the device type named it (`blockdev_snapshot`'s answer)."""
+
+    disk: str
+    logical_id: LogicalId
+
+
+class InstanceSnapshot(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A snapshot of all of an instance's disks, taken together (herder's own, compat B63)."""
+
+    name: str
+    ctime: float
+    volumes: list[SnapshotVolume]
+
+    def __post_init__(self) -> None:
+        names.snapshot_name(self.name)
+
+
 class Instance(Named, kw_only=True):
     primary_node: str  # node UUID
     os: str  # "name" or "name+variant"
@@ -443,9 +462,13 @@ class Instance(Named, kw_only=True):
     # The console's TCP port from the cluster's port pool (Ganeti's network_port; VNC display
     # = port - 5900); None for a hypervisor that needs none (masterd.portpool).
     network_port: int | None = None
+    # herder's snapshots of the instance's disks, oldest first (`masterd.lu.snapshots`)
+    snapshots: list[InstanceSnapshot] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.check_name_and_tags(names.hostname, "instance")
+        if len({snap.name for snap in self.snapshots}) != len(self.snapshots):
+            raise ValueError(f"instance {self.name}: two snapshots of the same name")
         if self.os != "none":
             names.os_name(self.os, f"instance {self.name}: OS")
         self.primary_node = _interned(self.primary_node)
@@ -473,6 +496,10 @@ class Instance(Named, kw_only=True):
     @property
     def disk_template(self) -> str:
         return self.disks[0].dev_type if self.disks else "diskless"
+
+    def snapshot(self, name: str) -> InstanceSnapshot | None:
+        """The snapshot called `name`, if the instance has one."""
+        return next((snap for snap in self.snapshots if snap.name == name), None)
 
     @property
     def secondary_nodes(self) -> list[str]:

@@ -14,6 +14,8 @@
   optional `+variant`.
 - Disk and NIC names (Ganeti's ValidateDeviceNames): not purely numeric (they would read as an
   index); herder: printable, no `/`, at most 255 characters.
+- Instance snapshots (herder's own): 1-64 of `A-Z a-z 0-9 _ . + -`, starting with a letter or
+  digit (they become part of a volume's name on the nodes).
 - MAC prefixes (a network's, the cluster's): three octets `aa:bb:cc`, lower-cased.
 - Tags: `herder.core.model.check_tag` (Ganeti's TaggableObject.ValidateTag).
 
@@ -111,6 +113,17 @@ def plain_name(name: object, what: str) -> str:
             or name in (".", "..")):
         raise BadName(f"invalid {what} {name!r}: a plain file name, without path separators "
                       "(letters, digits and _ + : @ . -)")
+    return name
+
+
+_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def snapshot_name(name: object, what: str = "snapshot name") -> str:
+    """An instance snapshot's name: `name`, or BadName."""
+    if not isinstance(name, str) or not _SNAPSHOT_NAME.fullmatch(name):
+        raise BadName(f"invalid {what} {name!r}: 1-64 letters, digits, '_', '.', '+' and '-', "
+                      "starting with a letter or digit")
     return name
 
 

@@ -231,3 +231,15 @@ def cluster_view(config: model.ConfigData) -> JsonObject:
 
 def maintenance_view(config: model.ConfigData) -> JsonObject:
     return model.to_builtins(config.maintenance)
+
+
+def snapshot_view(inst: model.Instance, snapshot: model.InstanceSnapshot) -> JsonObject:
+    """An instance snapshot (herder's own, `/2/herder/instances/I/snapshots`): its name, when
+    it was taken, and per disk the snapshot's volume (`[provider, name]` for ext)."""
+    disks = {disk.uuid: disk for disk in inst.disks}
+    return {"name": snapshot.name, "ctime": snapshot.ctime,
+            "disks": [{"uuid": volume.disk,
+                       "iv_name": disks[volume.disk].iv_name if volume.disk in disks else None,
+                       "volume": [getattr(volume.logical_id, field)
+                                  for field in volume.logical_id.__struct_fields__]}
+                      for volume in snapshot.volumes]}

@@ -1341,6 +1341,36 @@ class OpBackupRemove(InstanceOpCode, tag="OP_BACKUP_REMOVE", kw_only=True):
     """Remove an instance's exports from every node (the instance itself may be gone)."""
 
 
+# --- snapshots (herder's own: Ganeti has none; compat B63) ---------------------------------------
+
+class SnapshotOpCode(InstanceOpCode, kw_only=True):
+    """An operation on one named snapshot of an instance's disks."""
+
+    snapshot_name: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names.snapshot_name(self.snapshot_name)
+
+
+class OpInstanceSnapshotAdd(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_ADD", kw_only=True):
+    """Snapshot every disk of the instance, recorded under `snapshot_name`; `cleanup` (the job
+    the queue's recovery submits when the master died in one): the volumes of a snapshot of
+    that name that was never recorded are removed."""
+
+    cleanup: bool = False
+
+
+class OpInstanceSnapshotRollback(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_ROLLBACK",
+                                 kw_only=True):
+    """Every disk of the stopped instance takes the content of its snapshot."""
+
+
+class OpInstanceSnapshotRemove(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_REMOVE",
+                               kw_only=True):
+    """The snapshot's volumes removed and its record gone."""
+
+
 
 def _defined(base: type[OpCode]) -> list[type[OpCode]]:
     """Every opcode class below `base` (the ones with an OP_ID tag), in definition order."""

@@ -2,7 +2,7 @@
 changes, the checked name of a new instance, the instance's locks, redistribution to the
 nodes, and an instance's removal (its domain and disks, then its config entry). Helper modules
 of `masterd.lu` (this one, `placement`, `moves`, `disks`, `replace`, `migration`, `diskgen`,
-`handover`, `exports`) are imported by the LU modules and never import one."""
+`handover`, `exports`, `snapshot_volumes`) are imported by the LU modules and never import one."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from herder.core import model, names, params, ports
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
 from herder.core.rpcdefs import instance_calls
 from herder.masterd import locking, portpool, redist
-from herder.masterd.lu import disks, nics
+from herder.masterd.lu import disks, nics, snapshot_volumes
 from herder.masterd.lu.base import LockRequest, MasterEnv, lookup
 
 
@@ -86,7 +86,7 @@ def redistribute(env: MasterEnv, config: model.ConfigData, *, full: bool,
 def remove_domain_and_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                             ignore_failures: bool, feedback: Callable[[str], None]) -> None:
     """Ganeti's LUInstanceRemove: the domain gone, then the disks from every node they live on
-    (RemoveDisks); the config entry stays (`forget_instance`)."""
+    (RemoveDisks), their snapshots first; the config entry stays (`forget_instance`)."""
     for node_uuid in inst.all_nodes:
         node = config.nodes.get(node_uuid)
         if node is None:
@@ -97,6 +97,11 @@ def remove_domain_and_disks(env: MasterEnv, config: model.ConfigData, inst: mode
             if not ignore_failures:
                 raise
             feedback(f"could not clean up on {node.name}; ignored")
+    snapshots = [volume for snap in inst.snapshots for volume in snap.volumes]
+    left = snapshot_volumes.remove_volumes(env, config, inst, snapshots, feedback)
+    if left and not ignore_failures:
+        raise OpExecError(f"could not remove the snapshot volumes {', '.join(left)} of "
+                          f"{inst.name}")
     if not disks.remove_disks(env, config, inst, feedback=feedback) and not ignore_failures:
         raise OpExecError(f"could not remove the block devices of {inst.name}")
 

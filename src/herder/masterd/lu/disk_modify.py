@@ -15,7 +15,8 @@ instance_utils.ApplyContainerMods).
   first (when the guest does not release it, nothing is removed); the disk is removed from
   every node it lives on, then from the config. When a node could not remove it, the config
   keeps the disk (run the removal again; herder's deviation, compat row B21: Ganeti drops
-  it from the config anyway).
+  it from the config anyway). Refused while the instance has snapshots (herder's: their
+  volumes of the disk would be left without an owner; compat B63).
 - **modify**: only `name` and `mode` (Ganeti: "Disk size change not possible, use grow-disk");
   ext disks may change their other parameters.
 
@@ -117,6 +118,10 @@ def plan(inst: model.Instance, mods: list[Any], *, wait_for_sync: bool, hotplug:
                 raise OpPrereqError(f"Instance {inst.name} is running, can't remove volume "
                                     "from a running instance without using hotplug",
                                     "wrong_state")
+            if inst.snapshots:  # their volumes of the disk would be left without an owner
+                raise OpPrereqError(f"instance {inst.name} has snapshots "
+                                    f"({', '.join(s.name for s in inst.snapshots)}): remove "
+                                    "them before removing a disk", "wrong_state")
             changes.append(DiskChange(REMOVE, index))
             count -= 1
         else:

@@ -22,6 +22,7 @@ from herder.masterd.rapi import (
     nodes,
     oob,
     query,
+    snapshots,
     tags,
 )
 from herder.masterd.rapi.base import CTX_KEY, MAX_BODY, RapiContext, rapi_middleware
@@ -31,7 +32,8 @@ from herder.masterd.web import pages as web_pages
 # Each family adds its routes, in this order (aiohttp matches them in the order added)
 ADD_ROUTES: tuple[Callable[[web.UrlDispatcher], None], ...] = (
     cluster.add_routes, tags.add_routes, nodes.add_routes, groups.add_routes,
-    networks.add_routes, instances.add_routes, backup.add_routes, jobs.add_routes,
+    networks.add_routes, instances.add_routes, backup.add_routes, snapshots.add_routes,
+    jobs.add_routes,
     filters.add_routes, extensions.add_routes, query.add_routes, console.add_routes,
     announce.add_routes, oob.add_routes, leases.add_routes,
     web_api.add_routes, web_pages.add_routes)
