@@ -141,6 +141,15 @@ def leases_fresh(state: Any) -> bool:
     return all(float(age) < float(found["lease"]) for age in found["nodes"].values())
 
 
+def watchdog_timeout(state: Any, node: str) -> object:
+    """The node parameter `watchdog_timeout` as the node's ssconf has it (what its noded and
+    its watchdog go by)."""
+    from herder.core import ssconf
+
+    found = ssconf.node_params(node, state.host(node).path("/var/lib/herder")) or {}
+    return found.get("watchdog_timeout")
+
+
 def running_on(state: Any, node: str) -> list[str]:
     done = state.host(node).run(["virsh", "-q", "-c", "qemu:///system", "list", "--name"],
                                 timeout=60)
@@ -281,8 +290,10 @@ def test_the_node_comes_back_offline_and_starts_nothing(sim: Any) -> None:
 def test_network_cut_without_oob_self_fences_then_recovers(
         sim: Any, guests: dict[str, set[str]], background: ThreadPoolExecutor) -> None:
     # no OOB; a watchdog timeout of 5 s instead of the default 10 s (a node parameter an
-    # operator sets too): the reset and maintd's wait for it (lease + watchdog + 3 s) are shorter
+    # operator sets too): the reset and maintd's wait for it (lease + watchdog + 3 s) are
+    # shorter. The node's watchdog takes it from its ssconf: cut only once it is there.
     herder(sim, "node", "modify", NODE2, "--node-parameters", "oob_program=,watchdog_timeout=5")
+    wait_for(lambda: watchdog_timeout(sim, NODE2) == 5, 60, "node2's ssconf with the timeout")
     assert primary(sim, "cut1") == NODE2
     keeper = Path(sim.network) / "keeper.log"
     resets = keeper.read_text().count(f"{NODE2}: watchdog not petted")
