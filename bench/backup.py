@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from herder.sim import cluster
+from simcommands import herder, on_node
 
 NAME, RESTORED = "bench-backup", "bench-restored"
 PKI = "/var/lib/herder"  # the node certificate (node.pem) and the cluster CA (server.pem)
@@ -25,22 +26,10 @@ PORT = 14411
 EXPORTS = "/srv/herder/export"
 
 
-def _herder(state: cluster.SimState, *args: str, timeout: float = 1800) -> str:
-    done = cluster.run_cli(state, *args, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
-    return done.stdout + done.stderr
-
-
-def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 1800) -> str:
-    done = state.host(node).run(argv, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"{node}: {' '.join(argv)} failed: {done.stderr.strip()}")
-    return done.stdout
 
 
 def _disk_path(state: cluster.SimState, name: str) -> str:
-    line = _herder(state, "instance", "activate-disks", name).splitlines()[-1]
+    line = herder(state, "instance", "activate-disks", name).splitlines()[-1]
     return line.split(":", 2)[2]
 
 
@@ -86,10 +75,10 @@ def _bare(state: cluster.SimState, source: str, target: str, device: str, out: s
     assert server.stdout is not None
     server.stdout.readline()  # listening
     started = time.monotonic()
-    _run(state, source, ["python3", "-c", SEND, target, str(PORT), PKI, device])
+    on_node(state, source, ["python3", "-c", SEND, target, str(PORT), PKI, device])
     server.wait(timeout=600)
     seconds = time.monotonic() - started
-    received = int(_run(state, target, ["stat", "-c", "%s", out]).strip())
+    received = int(on_node(state, target, ["stat", "-c", "%s", out]).strip())
     if received != size:
         raise SystemExit(f"the bare copy to {target} received {received} of {size} bytes")
     return seconds
@@ -97,7 +86,7 @@ def _bare(state: cluster.SimState, source: str, target: str, device: str, out: s
 
 def _timed(state: cluster.SimState, *args: str) -> float:
     started = time.monotonic()
-    _herder(state, *args)
+    herder(state, *args)
     return time.monotonic() - started
 
 
@@ -111,21 +100,21 @@ def main() -> None:
                           progress=print)
     try:
         node1, node2 = (node.name for node in state.nodes)
-        _herder(state, "instance", "add", NAME, "--no-name-check", "-t", "file", "-o",
+        herder(state, "instance", "add", NAME, "--no-name-check", "-t", "file", "-o",
                 "debootstrap+default", "--disk", f"{options.size_mib}M", "-n", node1,
                 "--no-start")
         device = _disk_path(state, NAME)
-        _run(state, node1, ["dd", "if=/dev/urandom", f"of={device}", "bs=1M",
+        on_node(state, node1, ["dd", "if=/dev/urandom", f"of={device}", "bs=1M",
                             f"count={options.size_mib}", "conv=notrunc,fsync", "status=none"])
         export = _timed(state, "backup", "export", "-n", node2, NAME)
         size = options.size_mib << 20
         bare_out = _bare(state, node1, node2, device, f"{EXPORTS}/bare.dump", size)
-        _run(state, node2, ["rm", "-f", f"{EXPORTS}/bare.dump"])
+        on_node(state, node2, ["rm", "-f", f"{EXPORTS}/bare.dump"])
         restore = _timed(state, "backup", "import", RESTORED, "--src-node", node2,
                          "--src-dir", NAME, "-n", node1, "--no-start", "--no-name-check")
-        dump = _run(state, node2, ["sh", "-c", f"ls {EXPORTS}/{NAME}/*-* | head -1"]).strip()
+        dump = on_node(state, node2, ["sh", "-c", f"ls {EXPORTS}/{NAME}/*-* | head -1"]).strip()
         bare_in = _bare(state, node2, node1, dump, "/tmp/bare.dump", size)
-        _run(state, node1, ["rm", "-f", "/tmp/bare.dump"])
+        on_node(state, node1, ["rm", "-f", "/tmp/bare.dump"])
         print(f"\n{options.size_mib} MiB between two simulated nodes (wall seconds)")
         print(f"{'export (herder backup export)':<36} {export:8.1f}")
         print(f"{'bare TLS copy, node1 -> node2':<36} {bare_out:8.1f}")

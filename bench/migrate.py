@@ -15,6 +15,7 @@ busybox-static (scripts/sysdeps.sh). Run it under the suite lock on a shared mac
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import time
@@ -22,29 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from herder.sim import cluster, guest
+from simcommands import herder, on_node
 
 NAME = "bench1"
 PKI = "/var/lib/herder/libvirt-pki"
 BANDWIDTH = 32  # MiB/s: Ganeti's default migration_bandwidth, for both paths
+BOOT_TIMEOUT = 900  # s: a TCG guest on a loaded 2-core machine boots in minutes
 
 
-def _herder(state: cluster.SimState, *args: str, timeout: float = 600) -> str:
-    done = cluster.run_cli(state, *args, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"herder {' '.join(args)} failed: {done.stdout}{done.stderr}")
-    return done.stdout + done.stderr  # the job's log lines go to stderr
-
-
-def _run(state: cluster.SimState, node: str, argv: list[str], timeout: float = 600) -> str:
-    done = state.host(node).run(argv, timeout=timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"{node}: {' '.join(argv)} failed: {done.stderr.strip()}")
-    return done.stdout
 
 
 def _job_stats(state: cluster.SimState, node: str) -> dict[str, float]:
     """libvirt's completed-job figures of the guest on `node` (ms)."""
-    text = _run(state, node, ["virsh", "-c", "qemu:///system", "domjobinfo", "--completed",
+    text = on_node(state, node, ["virsh", "-c", "qemu:///system", "domjobinfo", "--completed",
                               NAME])
     found = {}
     for key, label in (("total_ms", "Time elapsed"), ("downtime_ms", "Total downtime")):
@@ -62,12 +53,13 @@ def _heartbeat(state: cluster.SimState, node: str) -> guest.Heartbeat | None:
 
 
 def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
-    """noded reads libvirt's completed-job statistics (which clears them) and the job log
-    says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
+    """The target's noded reads libvirt's completed-job statistics (which clears them) and
+    the job log says them: "memory transfer complete (<total> ms, downtime <down> ms)"."""
+    load = os.getloadavg()[0]
     started = time.monotonic()
-    output = _herder(state, "instance", "migrate", NAME, "--target-node", target)
+    output = herder(state, "instance", "migrate", NAME, "--target-node", target)
     wall = (time.monotonic() - started) * 1000
-    found = {"wall_ms": wall}
+    found = {"wall_ms": wall, "load": load}
     match = re.search(r"memory transfer complete \(([0-9]+) ms, downtime ([0-9]+) ms\)", output)
     if match:
         found.update(total_ms=float(match.group(1)), downtime_ms=float(match.group(2)))
@@ -76,18 +68,22 @@ def _through_herder(state: cluster.SimState, source: str, target: str) -> dict[s
 
 def _bare(state: cluster.SimState, source: str, target: str) -> dict[str, float]:
     uri = f"qemu+tls://{target}/system?pkipath={PKI}"
+    load = os.getloadavg()[0]
     started = time.monotonic()
-    _run(state, source, ["virsh", "-c", "qemu:///system", "migrate", "--live", "--p2p",
+    on_node(state, source, ["virsh", "-c", "qemu:///system", "migrate", "--live", "--p2p",
                          "--tunnelled", "--persistent", "--undefinesource", "--unsafe",
                          "--bandwidth", str(BANDWIDTH), NAME, uri])
     wall = (time.monotonic() - started) * 1000
-    return {"wall_ms": wall, **_job_stats(state, target)}
+    return {"wall_ms": wall, "load": load, **_job_stats(state, target)}
 
 
 def _summary(label: str, runs: list[dict[str, float]]) -> str:
     def median(key: str) -> str:
         values = [run[key] for run in runs if key in run]
-        return f"{statistics.median(values):8.0f}" if values else "       -"
+        if not values:
+            return f"{'-':>20}"
+        spread = f"({min(values):.0f}-{max(values):.0f})"
+        return f"{statistics.median(values):7.0f} {spread:>12}"
 
     return f"{label:<24} {median('wall_ms')} {median('total_ms')} {median('downtime_ms')}"
 
@@ -102,13 +98,13 @@ def main() -> None:
                           guests="qemu", progress=print)
     try:
         node1, node2 = (node.name for node in state.nodes)
-        _herder(state, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
+        herder(state, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
                 "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-B", "maxmem=128,minmem=128",
                 "-n", node1)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + BOOT_TIMEOUT
         while _heartbeat(state, node1) is None:
             if time.monotonic() > deadline:
-                raise SystemExit("the guest did not boot within 300 s")
+                raise SystemExit(f"the guest did not boot within {BOOT_TIMEOUT} s")
             time.sleep(1)
         herder_runs: list[dict[str, Any]] = []
         bare_runs: list[dict[str, Any]] = []
@@ -120,13 +116,16 @@ def main() -> None:
             print(f"round {round_number + 1}: herder {herder_runs[-2:]}, bare {bare_runs[-2:]}")
         beat = _heartbeat(state, node1)
         print(f"guest still on its first boot: {beat}")
-        print(f"\n{'median of ' + str(2 * options.rounds):<24} {'wall ms':>8} {'total ms':>8} "
-              f"{'down ms':>8}")
+        loads = [run["load"] for run in herder_runs + bare_runs]
+        print(f"\nmedian of {2 * options.rounds} (min-max), load average "
+              f"{min(loads):.1f}-{max(loads):.1f}")
+        print(f"{'':<24} {'wall ms':>20} {'total ms':>20} {'down ms':>20}")
         print(_summary("herder job + RPC path", herder_runs))
         print(_summary("bare virsh migrate", bare_runs))
-        overhead = statistics.median(r["wall_ms"] for r in herder_runs) - \
-            statistics.median(r["wall_ms"] for r in bare_runs)
-        print(f"overhead of herder's path: {overhead:.0f} ms (median wall time)")
+        herder_wall = statistics.median(r["wall_ms"] for r in herder_runs)
+        bare_wall = statistics.median(r["wall_ms"] for r in bare_runs)
+        print(f"overhead of herder's path: {herder_wall - bare_wall:.0f} ms (median wall time), "
+              f"ratio {herder_wall / bare_wall:.2f} (goal: at most 1.1)")
     finally:
         cluster.stop(options.dir)
 

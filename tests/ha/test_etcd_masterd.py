@@ -11,22 +11,27 @@ import functools
 import os
 import queue
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from herder.core import etcd
+from herder.core import etcd, supervise_control
 from herder.core.errors import StoreError
 from herder.core.fence import Fence, master_key
 from herder.core.rapi import RapiClient, RapiError
 from herder.core.store import FileStore
 from herder.core.store_etcd import EtcdStore
+from herder.core.supervise_control import DaemonStatus
 from herder.masterd.daemon import EXIT_LEASE_LOST, MasterDaemon
 from herder.masterd.jobs.queue import Job, OpStatus, QueuedOpCode, timestamp
 from herder.masterd.jobs.store_etcd import EtcdJobStorage
@@ -92,13 +97,18 @@ class Masterd:
         return (got[0], got[1].group(1)) if got else None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 10)
+
+
+def terminate(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def tags_of(store: EtcdStore) -> tuple[int, list[str]]:
@@ -128,6 +138,7 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
         serial_a0 = store.load().serial_no
 
         masterd_b = Masterd(location, secrets, B, "127.0.0.3")
+        b_started = time.monotonic()
         assert masterd_b.wait_for("standby", 30), f"B: {''.join(masterd_b.log)}"
         assert masterd_b.serving(1.5) is None  # a standby serves no RAPI while A holds the lease
 
@@ -176,6 +187,16 @@ def test_masterd_failover_on_etcd(tmp_path: Path, etcd_cluster: EtcdCluster) -> 
 
         rapi_b = RapiClient.for_herder_cluster(secrets, took_over[1], timeout=10)
         clients.append(rapi_b)
+        # the nodes' liveness leases count from the takeover, not from B's start as a standby
+        # (which heard no heartbeat): the dead A is unknown now, suspect only after a whole
+        # failure time under B
+        leases = rapi_b.get_herder("leases")
+        since_elected, since_start = (time.monotonic() - elected[0],
+                                      time.monotonic() - b_started)
+        assert leases["masterd_age"] <= since_elected + 0.5 < since_start - 2, \
+            (leases, since_elected, since_start)
+        assert set(leases["nodes"]) >= {A, B}
+        assert all(age <= leases["masterd_age"] for age in leases["nodes"].values()), leases
         # A's jobs are in B's queue: the archived one readable by id (and listed with the
         # archive only), the running one failed; the queue still drained
         assert rapi_b.get_job_status(job_a)["status"] == "success"
@@ -310,10 +331,162 @@ def test_takeover_gives_the_node_calls_the_new_epoch(tmp_path: Path,
     daemon = SimpleNamespace(
         store=store, me=me, epoch=start_epoch, master_uuid=None, node_rpc=transport,
         env=SimpleNamespace(rpc=InvalidatingRpc(recorded, live), locks=None),
-        queue=SimpleNamespace(recover=lambda: recovered), recovered=None)
+        queue=SimpleNamespace(recover=lambda: recovered), recovered=None,
+        rapi=SimpleNamespace(leases=None))
     # the daemon's own step once elected, on the attributes it uses
     daemon.become_master = functools.partial(MasterDaemon.become_master, daemon)
     lease_epoch = start_epoch + 41  # an etcd revision: larger than any epoch before it
     take_over(daemon, lease_epoch)
     assert store.load().cluster.master_epoch == lease_epoch == daemon.epoch
     assert transport.epoch == lease_epoch
+
+
+class SupervisedNode:
+    """A node's `herder supervise` (the supervisor of hosts without systemd) running its masterd
+    on etcd at boot, and maintd only when asked (`daemon-util start-master`), as on a host."""
+
+    def __init__(self, location: str, secrets: Path, node: str, bind: str) -> None:
+        # a short directory: a unix socket path has at most 107 bytes
+        self.directory = Path(tempfile.mkdtemp(prefix="hetcd-", dir="/tmp"))
+        self.node, self.bind = node, bind
+        self.socket = self.directory / "s.sock"
+        self.masterd_port, self.maintd_port = free_port(bind), free_port(bind)
+        common = f'HERDER_CONFIG = "{location}", HERDER_SUPERVISE_SOCKET = "{self.socket}"'
+        settings = self.directory / "node.toml"
+        settings.write_text(f"""
+[supervise]
+socket = "{self.socket}"
+log_dir = "{self.directory}/log"
+restart_delay = 0.5
+restart_delay_max = 2.0
+stop_timeout = 10.0
+
+[daemons.masterd]
+enabled = true
+args = ["masterd", "--bind", "{bind}", "--port", "{self.masterd_port}", "--run-dir",
+        "{self.directory}/run-masterd", "--node", "{node}", "--local-dir", "{secrets}",
+        "--lease-ttl", "{TTL}"]
+command = ["{sys.executable}", "-m", "herder.cli.main"]
+environment = {{ {common} }}
+
+[daemons.maintd]
+args = ["--masterd", "https://{bind}:{self.masterd_port}", "maintd", "--node", "{node}",
+        "--bind", "{bind}", "--port", "{self.maintd_port}", "--notify-port", "0",
+        "--run-dir", "{self.directory}/run-maintd", "--local-dir", "{secrets}",
+        "--no-watcher", "--no-node-recovery", "--poll-interval", "60"]
+command = ["{sys.executable}", "-m", "herder.cli.main"]
+environment = {{ {common} }}
+""")
+        with open(self.directory / "supervise.log", "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "herder.cli.main", "supervise", "--settings",
+                 str(settings)], stdout=out, stderr=subprocess.STDOUT)
+
+    def status(self, daemon: str) -> DaemonStatus:
+        return supervise_control.request(self.socket, "status", [daemon], timeout=30).daemons[0]
+
+    def running(self, daemon: str) -> bool:
+        return self.socket.exists() and self.status(daemon).state == supervise_control.RUNNING
+
+    def maintd_answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.bind}:{self.maintd_port}/1/status",
+                                        timeout=2) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    def log(self, daemon: str) -> str:
+        path = self.directory / "log" / f"{daemon}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        terminate(self.proc, 30)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def free_port(bind: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((bind, 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until `condition` held (AssertionError with `what` when it did not)."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout, f"not within {timeout:g} s: {what}"
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def lease_holder(client: etcd.EtcdClient) -> str | None:
+    kv = client.get(master_key(CLUSTER))
+    return None if kv is None else kv.value.decode()
+
+
+def test_the_elected_master_runs_maintd(tmp_path: Path, etcd_cluster: EtcdCluster) -> None:
+    """maintd runs where the master lease is: the masterd that wins the election starts its
+    node's maintd (`daemon-util start-master`, a master-failover's path); the old master's
+    maintd stops once etcd names another master; a masterd whose lease is taken stops its
+    maintd before it exits 75. Two supervised nodes, real processes, a real etcd."""
+    secrets = make_cluster(tmp_path / "cluster").parent
+    client = etcd.EtcdClient(etcd_cluster.client_urls)
+    EtcdStore(client, CLUSTER).create(FileStore(secrets / "config.json").load())
+    location = f"etcd://{etcd_cluster.hostports}/{CLUSTER}"
+    node_a = SupervisedNode(location, secrets, A, "127.0.0.2")
+    node_b: SupervisedNode | None = None
+    try:
+        started = wait_until(lambda: node_a.maintd_answers(), 120,
+                             f"A's maintd: {node_a.log('masterd')}{node_a.log('maintd')}")
+        print(f"A elected, its maintd answering {started:.1f} s after its supervisor's start")
+        assert lease_holder(client) == A
+        node_b = SupervisedNode(location, secrets, B, "127.0.0.3")
+        wait_until(lambda: "standby" in node_b.log("masterd"), 60, "B's masterd a standby")
+        time.sleep(1.0)  # a standby starts no maintd
+        assert not node_b.running("maintd") and not node_b.maintd_answers()
+
+        # the master dies (kill -9: nothing of it gets to clean up); its supervisor restarts
+        # it as a standby
+        old_pid = node_a.status("masterd").pid
+        assert old_pid is not None
+        os.kill(old_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_until(lambda: node_b.maintd_answers(), TTL + 30,
+                   f"B's maintd: {node_b.log('masterd')}{node_b.log('maintd')}")
+        took = time.monotonic() - killed
+        assert lease_holder(client) == B
+        wait_until(lambda: not node_a.running("maintd"), 15,
+                   f"A's maintd stopping: {node_a.log('maintd')}")
+        gone_after = time.monotonic() - killed
+        print(f"B's maintd answering {took:.1f} s after the master's kill (lease ttl {TTL} s); "
+              f"A's maintd gone after {gone_after:.1f} s")
+        assert node_a.status("maintd").last_exit == 11  # "not my role": not restarted
+        assert "is not the master (node2.example.com" in node_a.log("maintd")
+        wait_until(lambda: node_a.log("masterd").count("standby, campaigning") >= 2, 60,
+                   f"A's masterd a standby again: {node_a.log('masterd')}")
+        assert not node_a.running("maintd") and node_b.running("maintd")
+
+        # B's lease taken from it: B's masterd stops its maintd and exits 75 (restarted as a
+        # standby); whoever is elected next runs the only maintd
+        b_masterd = node_b.status("masterd").pid
+        client.delete(master_key(CLUSTER))
+        wait_until(lambda: node_b.status("masterd").pid != b_masterd, TTL + 20,
+                   f"B's masterd exiting: {node_b.log('masterd')}")
+        assert node_b.status("masterd").last_exit == EXIT_LEASE_LOST
+        assert "deposed: " in node_b.log("masterd") or \
+            "is not the master" in node_b.log("maintd")
+        nodes = {A: node_a, B: node_b}
+        wait_until(lambda: lease_holder(client) in nodes, TTL + 20, "a new master elected")
+        master = lease_holder(client)
+        assert master is not None
+        wait_until(lambda: nodes[master].maintd_answers(), 60,
+                   f"the new master's maintd: {nodes[master].log('masterd')}")
+        other = node_b if master == A else node_a
+        wait_until(lambda: not other.running("maintd"), 15, "the other node's maintd gone")
+        assert lease_holder(client) == master
+    finally:
+        for node in (node_a, node_b):
+            if node is not None:
+                node.stop()
+        client.close()

@@ -157,10 +157,12 @@ def test_rollback_undoes_done_steps_in_reverse(tmp_path, monkeypatch, offline_ot
     control = FakeControl()
     log: list[str] = []
     maintenance: list[bool] = []
+    ours_maintenance: list[bool] = []
     job = merge.Merge(ours, merge.OtherCluster("other.example.com", tmp_path / "b"), control,
                       say=log.append)
     monkeypatch.setattr(job, "_key_do", lambda: "borrowed")
     monkeypatch.setattr(job, "_set_other_maintenance", maintenance.append)
+    monkeypatch.setattr(job, "_set_our_maintenance", ours_maintenance.append)
     monkeypatch.setattr(job, "_stop_do", lambda: "stopped")
     monkeypatch.setattr(job, "_stop_undo", lambda: "started")
     monkeypatch.setenv(merge.FAIL_ENV, "merge")
@@ -170,6 +172,7 @@ def test_rollback_undoes_done_steps_in_reverse(tmp_path, monkeypatch, offline_ot
     assert [line for line in log if line.startswith("rollback")] == [
         "rollback daemons", "rollback stop", "rollback pause"]
     assert maintenance == [False, True]  # paused, then as it was (enabled)
+    assert ours_maintenance == [False, True]  # this cluster's maintd too
     assert len(FileStore(ours).load().nodes) == 3  # this cluster unchanged
 
 
@@ -325,9 +328,17 @@ def test_failed_merge_rolls_back(pair) -> None:
     assert "rolled back" in out
     after_a, after_b = config(a), config(b)
     assert merge.listing(after_a) == merge.listing(cfg_a)
-    assert after_a.serial_no == cfg_a.serial_no  # this cluster unchanged
+    # this cluster unchanged but for its maintd's pause, undone (the pause's jobs move the
+    # cluster's and the maintenance section's serial numbers and times, nothing else)
+    assert set(changed(cfg_a, after_a)) <= {"cluster", "maintenance"}
+    moving = {"serial_no", "mtime"}
+    for before_part, after_part in ((cfg_a.cluster, after_a.cluster),
+                                    (cfg_a.maintenance, after_a.maintenance)):
+        before_fields, after_fields = model.to_builtins(before_part), model.to_builtins(after_part)
+        assert {k: v for k, v in before_fields.items() if k not in moving} == \
+            {k: v for k, v in after_fields.items() if k not in moving}
     assert merge.listing(after_b) == merge.listing(cfg_b)
-    assert after_b.maintenance.enabled is True
+    assert after_b.maintenance.enabled is True and after_a.maintenance.enabled is True
     assert merge.drbd_ports(after_b) == merge.drbd_ports(cfg_b)
     assert all(n.master_candidate == cfg_b.nodes[n.uuid].master_candidate
                for n in after_b.nodes.values())
@@ -356,7 +367,10 @@ def test_merge_two_simulated_clusters(pair) -> None:
         **merge.listing(cfg_a)["instances"], **merge.listing(cfg_b)["instances"]}
     for uuid in cfg_b.nodes:
         assert not merged.nodes[uuid].master_candidate
+        # this cluster's maintd was paused while they were handed over: none taken for dead
+        assert not merged.nodes[uuid].offline
     assert all(i.admin_state == "up" for i in merged.instances.values())
+    assert merged.maintenance.enabled is True  # resumed
     seen: list[dict[str, str]] = [{}]
 
     def all_running() -> bool:

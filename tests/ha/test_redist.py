@@ -425,10 +425,18 @@ def test_redist_conf_ships_vnc_password_ssconf_and_config(sim):
                                                         "ssconf_cluster_tags").read_text(),
                  timeout=15, what=f"the cluster tags in {n.name}'s ssconf")
 
-    # a demoted candidate's copy goes (Ganeti's node_demote_from_mc)
-    herder(sim, "node", "modify", candidates[-1], "--master-candidate", "no")
+    # a demoted candidate's copy goes (Ganeti's node_demote_from_mc); node4 could take its
+    # place in the pool of 3, so Ganeti's rule wants --auto-promote, and node4, promoted,
+    # receives the whole config at once
+    refused = herder(sim, "node", "modify", candidates[-1], "--master-candidate", "no",
+                     check=False)
+    assert refused.returncode != 0 and "Not enough master candidates" in refused.stderr
+    assert node_path(candidates[-1], "/var/lib/herder/config.json").exists()
+    assert not node_path(sim.nodes[3].name, "/var/lib/herder/config.json").exists()
+    herder(sim, "node", "modify", candidates[-1], "--master-candidate", "no", "--auto-promote")
     assert not node_path(candidates[-1], "/var/lib/herder/config.json").exists()
     assert node_path(candidates[-1], "/var/lib/herder/config.json.demoted").exists()
+    assert node_path(sim.nodes[3].name, "/var/lib/herder/config.json").exists()
 
 
 class CandidateRpc(RpcTransport):

@@ -178,3 +178,18 @@ def test_daemon_watcher_off(tmp_path: Path) -> None:
     d.watcher = False
     assert drive(d, cluster, 2) == []
     assert dataclasses.replace(cluster.instances()[0]).disks_active is False
+
+
+def test_the_maintenance_switch_takes_effect_while_maintd_runs(tmp_path: Path) -> None:
+    """`herder cluster modify --maintenance no` (and a merge's pause) stops a running maintd's
+    repairs at its next tick, and `yes` resumes them: the switch is read every tick."""
+    d, cluster = setup(tmp_path, [Instance("a", "node2", ("node3",))])
+    cluster.actual = {"a": "down"}
+    d.sources[0].data["u3"] = {"status": "evacuate", "command": "", "details": {}}
+    cluster.settings = {"enabled": False}
+    assert drive(d, cluster, 3) == []
+    assert not d.enabled and cluster.starts == []
+    cluster.settings = {"enabled": True}
+    done = [step for tick in drive(d, cluster, 3) for step in tick]
+    assert "OP_NODE_SET_PARAMS:node3" in done and "OP_INSTANCE_STARTUP:a" in done
+    assert d.enabled and cluster.starts == ["a"]

@@ -197,6 +197,9 @@ def test_live_migration_keeps_the_guest_running(sim: Any) -> None:
     before = beat(sim, NODE1)
     done = herder(sim, "instance", "migrate", NAME, "--target-node", NODE2, timeout=600)
     assert "Migrated" in done.stdout
+    # libvirt's figures of the move, as the target read them (finalize_migration_dst)
+    assert re.search(r"memory transfer complete \([0-9]+ ms, downtime [0-9]+ ms\)",
+                     done.stdout + done.stderr), done.stderr
     assert where(sim, NAME) == [NODE2]
     assert defined(sim, NODE1) == [] and defined(sim, NODE2) == [NAME]
     after = goes_on(sim, NODE2, before)  # the same boot: its memory travelled

@@ -55,8 +55,15 @@ def test_config_opcodes_change_the_config(master: Master) -> None:
                        "tags": ["rack:a1"]})
     assert info["status"] == "success"
     assert master.store.load().find_node("node2").tags == ["rack:a1"]
+    # node2 is a candidate and node4 could take its place: Ganeti's refusal, then its
+    # auto_promote (node4 fills the pool of 10: four possible, three candidates before)
     info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node2", "drained": True})
+    assert info["status"] == "error" and "Not enough master candidates" in str(info["opresult"])
+    assert not master.store.load().find_node("node2").drained
+    info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node2", "drained": True,
+                       "auto_promote": True})
     assert info["opresult"] == [[["master_candidate", "False"], ["drained", "True"]]]
+    assert master.store.load().find_node("node4").master_candidate
     info = master.run({"OP_ID": "OP_GROUP_ADD", "group_name": "rack2"},
                       {"OP_ID": "OP_GROUP_RENAME", "group_name": "rack2", "new_name": "rack3"})
     assert info["opstatus"] == ["success", "success"]
@@ -93,7 +100,7 @@ def test_later_opcodes_are_not_run_after_a_failure(master: Master) -> None:
 def test_dry_run_changes_nothing(master: Master) -> None:
     before = master.store.load().serial_no
     info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node2", "drained": True,
-                       "dry_run": True})
+                       "auto_promote": True, "dry_run": True})
     assert info["status"] == "success" and info["opresult"] == [None]
     assert master.store.load().serial_no == before
     info = master.run({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": "node1", "drained": True,

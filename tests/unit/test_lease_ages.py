@@ -49,3 +49,20 @@ def test_a_node_removed_and_added_again_starts_afresh() -> None:
     assert leases.ages([]) == {}  # x left the config
     clock.now += 5
     assert leases.ages(["x"]) == {"x": 0.0}
+
+
+def test_a_takeover_counts_every_node_from_the_takeover() -> None:
+    """An etcd standby elected after an hour (it heard no heartbeat as a standby): every node,
+    the dead old master among them, is unknown at the takeover and suspect only once it missed
+    a whole failure time under the new master; never dead at once, never forgotten."""
+    clock = Clock()
+    leases = Leases(lambda: [b"k"], clock=clock)
+    clock.now += 3600  # a standby for an hour
+    leases.ages(["old-master"])  # asked about before (a first_seen record): no head start
+    clock.now += 10
+    leases.start_afresh()
+    assert leases.ages(["old-master", "n2"]) == {"old-master": 0.0, "n2": 0.0}
+    clock.now += 13
+    leases.renewed("n2")
+    clock.now += 1
+    assert leases.ages(["old-master", "n2"]) == {"old-master": 14.0, "n2": 1.0}

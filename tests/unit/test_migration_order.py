@@ -99,6 +99,61 @@ def test_live_migration_calls_the_nodes_in_ganetis_order(tmp_path: Path,
     assert any("downtime 30 ms" in line for line in said)
 
 
+def test_status_calls_wait_on_the_node_and_one_answering_at_once_is_paced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each status call asks the source to answer once the migration ended (`wait`); a node
+    that answers at once anyway (one from before `wait`) is asked once per POLL_INTERVAL,
+    not in a loop."""
+    clock = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(migration, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                           sleep=sleep))
+    active = {"status": "active", "transferred_ram": 1, "total_ram": 2}
+    rpc = Recorder([active, dict(active), {"status": "completed"}], "node2.example.com")
+    env, config, inst, target = _env(tmp_path, rpc)
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=lambda line: None)
+    waits = [args.get("wait") for _, method, args in rpc.calls
+             if method == "instance_get_migration_status"]
+    assert waits == [migration.STATUS_WAIT] * 3
+    assert [s for s in slept if s] == [migration.POLL_INTERVAL] * 2
+
+
+def test_the_targets_figures_of_the_move_are_said_when_the_source_has_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source tells the end before reading libvirt's statistics (they are the target's
+    after the guest left): finalize_migration_dst's answer carries them."""
+    monkeypatch.setattr(migration, "POLL_INTERVAL", 0)
+
+    class TargetFigures(Recorder):
+        def send(self, node: Any, method: str, args: dict[str, Any],
+                 timeout: float | None = None) -> object:
+            answer = super().send(node, method, args, timeout)
+            if method == "finalize_migration_dst":
+                return {"state": "running", "stats": {"total_ms": 2900, "downtime_ms": 41}}
+            return answer
+
+    rpc = TargetFigures([{"status": "completed", "stats": {"total_ms": 3100}}],
+                        "node2.example.com")
+    env, config, inst, target = _env(tmp_path, rpc)
+    said: list[str] = []
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=said.append)
+    assert "* memory transfer complete (2900 ms, downtime 41 ms)" in said
+    # a target that kept no figures: the source's own time, and no made-up downtime
+    rpc = Recorder([{"status": "completed", "stats": {"total_ms": 3100}}], "node1.example.com")
+    env, config, inst, target = _env(tmp_path / "again", rpc)
+    said.clear()
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=said.append)
+    assert "* memory transfer complete (3100 ms)" in said
+
+
 def test_a_failed_migration_aborts_on_both_and_stays(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(migration, "POLL_INTERVAL", 0)

@@ -178,3 +178,20 @@ def test_a_node_takes_what_masters_before_the_contract_sent(method: str,
     assert method == call.METHOD
     # and what this master sends for that call is what it decoded (extra old keys aside)
     assert rpc.decode(method, call.arguments()) == call
+
+
+def test_a_migration_status_wait_is_bounded_and_lengthens_the_calls_timeout() -> None:
+    from herder.core.rpcdefs import migration_calls
+
+    call = migration_calls.InstanceGetMigrationStatus(name="vm1.example.com", wait=2.0)
+    assert call.rpc_timeout() == migration_calls.InstanceGetMigrationStatus.TIMEOUT + 2.0
+    assert call.arguments()["wait"] == 2.0
+    # a master that does not wait sends no `wait`: a node answers at once, as before
+    assert "wait" not in migration_calls.InstanceGetMigrationStatus(
+        name="vm1.example.com").arguments()
+    for wrong in (-1.0, migration_calls.MAX_STATUS_WAIT + 1):
+        with pytest.raises(ValueError, match="wait must be 0 to"):
+            migration_calls.InstanceGetMigrationStatus(name="vm1.example.com", wait=wrong)
+    with pytest.raises(msgspec.ValidationError, match="wait"):
+        msgspec.convert({"name": "vm1.example.com", "wait": 3600},
+                        migration_calls.InstanceGetMigrationStatus)

@@ -117,6 +117,9 @@ def parse_collector_options(values: tuple[str, ...]) -> dict[str, dict[str, str]
 @click.option("--vg-name", default="xenvg", show_default=True, help="LVM volume group for disks.")
 @click.option("--mac-prefix", default="aa:00:00", show_default=True)
 @click.option("--uid-pool", help="User-id pool, e.g. 1000-1009,2000 (default: empty, disabled).")
+@click.option("--candidate-pool-size", type=click.IntRange(1), default=10, show_default=True,
+              help="How many master candidates the cluster keeps (nodes are promoted "
+                   "automatically while there are fewer).")
 @click.option("-H", "--hypervisor-parameters", "hv", multiple=True,
               metavar="HV:KEY=VALUE[,...]", help="Cluster hypervisor parameters.")
 @click.option("-B", "--backend-parameters", "be", multiple=True, help=PARAM_HELP)
@@ -135,7 +138,8 @@ def parse_collector_options(values: tuple[str, ...]) -> dict[str, dict[str, str]
 def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str | None,
          secondary_ip: str | None, master_ip: str | None, master_netdev: str,
          master_netmask: int, enabled_hypervisors: str, enabled_disk_templates: str,
-         vg_name: str, mac_prefix: str, uid_pool: str | None, hv: tuple[str, ...],
+         vg_name: str, mac_prefix: str, uid_pool: str | None, candidate_pool_size: int,
+         hv: tuple[str, ...],
          be: tuple[str, ...], nic: tuple[str, ...], nd: tuple[str, ...],
          disk: tuple[str, ...], default_iallocator: tuple[str, ...],
          hmac_key_file: str | None, force: bool, as_json: bool) -> None:
@@ -166,7 +170,8 @@ def init(ctx: click.Context, name: str, master_node: str | None, primary_ip: str
         nicparams=params.parse_assignments(nic), ndparams=params.parse_assignments(nd),
         diskparams=parse_disk_options(disk),
         default_iallocators=parse_default_iallocators(default_iallocator),
-        hmac_key=Path(hmac_key_file).read_bytes() if hmac_key_file else None, force=force)
+        hmac_key=Path(hmac_key_file).read_bytes() if hmac_key_file else None, force=force,
+        candidate_pool_size=candidate_pool_size)
     store = store_from(ctx)
     done = cluster_init.init_cluster(store, settings)
     c, node, paths = done.config.cluster, done.master, done.secrets

@@ -89,6 +89,9 @@ DEFAULT_URL = f"http://127.0.0.1:{ports.MAINTD}"
 @click.option("--node-failure-time", type=click.FloatRange(6.0, 600.0), default=12.0,
               show_default=True, help="Seconds without a lease renewal before a node is "
                                       "suspected (at least the lease time, 6 s).")
+@click.option("--local-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="etcd backend: the directory of the cluster secrets (default "
+                   "/var/lib/herder), as masterd's.")
 @click.option("--debug", is_flag=True, help="Log at debug level.")
 @click.pass_context
 def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | None,
@@ -98,7 +101,7 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
            ganeti_rapi: str | None, rapi_user: str, rapi_password_file: Path | None,
            rapi_ca: Path | None, hmac_key: Path | None, cert_file: Path | None,
            rapi_users: Path | None, watcher: bool | None, node_recovery: bool,
-           node_failure_time: float, debug: bool) -> None:
+           node_failure_time: float, local_dir: Path | None, debug: bool) -> None:
     """The maintenance daemon: turns the nodes' self-diagnoses into tracked repairs.
 
     Runs on the master only (exit code 11 elsewhere) until SIGTERM/SIGINT. It polls every
@@ -138,7 +141,8 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
         failure_window=failure_window, ganeti_rapi=ganeti_rapi, rapi_user=rapi_user,
         rapi_password_file=rapi_password_file, rapi_ca=rapi_ca, hmac_key=hmac_key,
         cert_file=cert_file, watcher=watcher, rapi_users=rapi_users,
-        node_recovery=node_recovery, node_failure_time=node_failure_time)
+        node_recovery=node_recovery, node_failure_time=node_failure_time,
+        local_dir=local_dir)
     try:
         run(settings, say=lambda line: click.echo(line, err=True))
     except NotMaster as err:

@@ -212,16 +212,19 @@ def join_token(ctx: click.Context) -> None:
 @click.option("--node-parameters", "nd", multiple=True, help=PARAM_HELP)
 @click.option("--rename", "new_name", help="New name (the UUID stays).")
 @click.option("--force", is_flag=True, help="e.g. offline a node that runs instances.")
+@click.option("--auto-promote", is_flag=True,
+              help="Demoting a master candidate may promote other nodes to fill the pool.")
 @click.option("--dry-run", is_flag=True, help="Check everything, change nothing.")
 @click.pass_context
 def modify(ctx: click.Context, name: str, offline: str | None, drained: str | None,
            master_candidate: str | None, master_capable: str | None, vm_capable: str | None,
            secondary_ip: str | None, group_name: str | None, nd: tuple[str, ...],
-           new_name: str | None, force: bool, dry_run: bool) -> None:
+           new_name: str | None, force: bool, auto_promote: bool, dry_run: bool) -> None:
     """Change a node's flags, group, parameters or name (OP_NODE_SET_PARAMS).
 
     Ganeti's rules apply: the master cannot be offlined, drained or demoted; an offline or
-    drained node stops being a master candidate.
+    drained node stops being a master candidate, which is refused while the candidate pool
+    would be short unless --auto-promote lets other nodes fill it.
     """
     from herder.core import params
 
@@ -244,6 +247,8 @@ def modify(ctx: click.Context, name: str, offline: str | None, drained: str | No
         fields["force"] = True
     if not fields:
         raise click.UsageError("nothing to change; see 'herder node modify --help'")
+    if auto_promote:
+        fields["auto_promote"] = True
     op = {"OP_ID": "OP_NODE_SET_PARAMS", "node_name": name, "dry_run": dry_run, **fields}
     (changes,) = remote.run(ctx, [op],
                             rapi=lambda api: api.modify_node(name, dry_run=dry_run, **fields))

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from herder.supervise.masterip import MasterNetwork
 
 _SOCKET = click.option("--socket", "socket_path", type=click.Path(path_type=Path),
-                       help="The supervisor's control socket (default: [supervise] socket of "
-                            f"the settings, else {DEFAULT_SOCKET}).")
+                       envvar="HERDER_SUPERVISE_SOCKET",
+                       help="The supervisor's control socket (default: HERDER_SUPERVISE_SOCKET, "
+                            f"else [supervise] socket of the settings, else {DEFAULT_SOCKET}).")
 
 
 @click.group(invoke_without_command=True)

@@ -257,6 +257,23 @@ class Maintd:
             if self._node_failure_task is not None:
                 self._node_failure_task.cancel()
 
+    async def _read_settings(self) -> None:
+        """The cluster's maintenance settings, read every tick: `enabled` (herder cluster
+        modify --maintenance no, a merge's pause) takes effect at once, also on the node
+        failure watch, and balancing follows its settings."""
+        getter = getattr(self.cluster, "maintenance", None)
+        if getter is None:
+            return
+        try:
+            self.settings = dict(await asyncio.to_thread(getter) or {})
+        except Exception as err:  # keep the last known settings
+            log.warning("cannot read the maintenance settings: %s", err)
+            return
+        enabled = self.settings.get("enabled")
+        if isinstance(enabled, bool) and enabled != self.enabled:
+            log.info("maintenance %s", "enabled" if enabled else "disabled: nothing is done")
+            self.enabled = enabled
+
     async def _tick_once(self) -> None:
         try:
             await self.tick()
@@ -297,6 +314,7 @@ class Maintd:
             await self.start()
         self.last_tick = time.time()
         self.ticks += 1
+        await self._read_settings()
         nodes = await asyncio.to_thread(self.cluster.nodes)
         instances = await asyncio.to_thread(self.cluster.instances)
         self.nodes = nodes
@@ -487,12 +505,6 @@ class Maintd:
                             plan: Plan) -> list[Job]:
         from herder.maintd import balance
 
-        getter = getattr(self.cluster, "maintenance", None)
-        if getter is not None and (self.balance is None or self.balance_threshold is None):
-            try:
-                self.settings = dict(await asyncio.to_thread(getter) or {})
-            except Exception as err:  # keep the last known settings
-                log.warning("cannot read the maintenance settings: %s", err)
         enabled = (bool(self.settings.get("balance", False)) if self.balance is None
                    else self.balance)
         if not enabled:

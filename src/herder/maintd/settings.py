@@ -50,3 +50,4 @@ class MaintdSettings:
     # who may cancel over HTTPS (None: herder's rapi_users beside the config, Ganeti's
     # rapi/users on a Ganeti cluster)
     rapi_users: Path | None = None
+    local_dir: Path | None = None  # etcd backend: the secrets' directory (default /var/lib/herder)

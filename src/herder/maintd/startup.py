@@ -12,25 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herder.core import cluster_secrets, confd, envelope, node_certs, notification, serve, ssconf
 from herder.core.cluster_secrets import CERT_FILE, HMAC_KEY_FILE, RAPI_USERS_FILE
 from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient
 from herder.core.rapi_users import UsersFile
-from herder.core.store import ConfigStore, FileStore, open_store
+from herder.core.store import ConfigStore, FileStore, is_etcd_location, open_store
+from herder.maintd import etcd_master
 from herder.maintd.agents import AgentPoller
 from herder.maintd.daemon import Maintd, RapiCluster
 from herder.maintd.server import ROUTES, NotifySettings, make_app
 from herder.maintd.settings import GANETI_DATA, GANETI_STATE, MaintdSettings, NotMaster
 from herder.maintd.sources import DiagnoseSource
 from herder.maintd.state import FileState, RapiState, StateStore
+
+if TYPE_CHECKING:
+    from herder.core.store_etcd import EtcdStore
 
 log = logging.getLogger("herder.maintd")
 
@@ -43,6 +48,14 @@ class Prepared:
     notify: NotifySettings
     tls: ssl.SSLContext | None  # of the HTTPS listener (None: none)
     agents: AgentPoller
+    me: str = ""
+    etcd: EtcdStore | None = None  # etcd backend: the master lease decides (maintd.etcd_master)
+    deposed: str | None = None  # why maintd stopped serving as the master's (exit code 11)
+
+    def depose(self, reason: str) -> None:
+        if self.deposed is None:
+            self.deposed = reason
+            log.error("no longer the master: %s; stopping", reason)
 
 
 def prepare(settings: MaintdSettings) -> Prepared:
@@ -75,8 +88,11 @@ def prepare(settings: MaintdSettings) -> Prepared:
         users_path = settings.rapi_users or Path(GANETI_DATA) / "rapi" / "users"
         state: StateStore = FileState(settings.state_file or Path(GANETI_STATE))
     else:
-        store = open_store(settings.config_path)
+        store = config_store(settings)
+        etcd = lease_store(store)
         problem = local_master_problem(store, me)  # before asking anybody
+        if problem is None and etcd is not None:
+            problem = etcd_master.not_master(etcd.client, etcd.cluster, me)
         if problem is not None:
             raise NotMaster(problem)
         client = RapiClient.for_herder_cluster(store.directory, settings.masterd_url)
@@ -87,7 +103,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
             nodes = client.get_nodes(bulk=True)
         except Exception as err:
             raise HerderError(f"cannot ask masterd: {err}") from None
-        voted = master_vote(store, me)
+        voted = master_vote(store, me) if etcd is None else None  # etcd: the lease voted
         if voted is not None:
             master = voted
         if master != me:
@@ -137,7 +153,31 @@ def prepare(settings: MaintdSettings) -> Prepared:
     notify = NotifySettings(key, https_port=settings.notify_port,
                             insecure=settings.notify_insecure, users=UsersFile(users_path),
                             senders=senders)
-    return Prepared(daemon, bind, notify, tls, agents)
+    return Prepared(daemon, bind, notify, tls, agents, me=me, etcd=etcd)
+
+
+def config_store(settings: MaintdSettings) -> ConfigStore:
+    """The cluster's config store; on etcd with the secrets in `local_dir` (refused for a
+    config file, whose secrets are beside it)."""
+    if settings.local_dir is None:
+        return open_store(settings.config_path)
+    location = settings.config_path if settings.config_path is not None else \
+        os.environ.get("HERDER_CONFIG")
+    if not is_etcd_location(None if location is None else str(location)):
+        raise HerderError("--local-dir is for a config in etcd (etcds://...); a config file's "
+                          "secrets are beside it")
+    from herder.core.store_etcd import EtcdStore  # only when used (keeps httpx out)
+
+    return EtcdStore.from_location(str(location), local_dir=settings.local_dir)
+
+
+def lease_store(store: ConfigStore) -> EtcdStore | None:
+    """The etcd store, whose master lease decides where maintd runs; None for a file."""
+    if isinstance(store, FileStore):
+        return None
+    from herder.core.store_etcd import EtcdStore  # only when used (keeps httpx out)
+
+    return store if isinstance(store, EtcdStore) else None
 
 
 def node_certificates(directory: Path) -> Callable[[], Mapping[str, str] | None]:
@@ -172,17 +212,28 @@ async def serve_maintd(settings: MaintdSettings, prepared: Prepared,
                 f"https://{bind}:{notify.https_port}/1/notifications")
 
     daemon = prepared.daemon
+    tasks: list[serve.Task] = [lambda stop: daemon.run()]
+    stop_serving = stop or asyncio.Event()
+    etcd = prepared.etcd
+    if etcd is not None:
+        def deposed(reason: str) -> None:
+            prepared.depose(reason)
+            stop_serving.set()
+
+        tasks.append(lambda stop: etcd_master.watch_master(etcd, prepared.me, deposed, stop))
     await serve.serve("maintd", settings.run_dir,
                       endpoints=[serve.Http(make_app(daemon, notify), listeners,
                                             routes=ROUTES)],
-                      tasks=[lambda stop: daemon.run()], on_start=[daemon.start],
-                      on_stop=[prepared.agents.close], ready=ready, stop=stop)
+                      tasks=tasks, on_start=[daemon.start],
+                      on_stop=[prepared.agents.close], ready=ready, stop=stop_serving)
 
 
 def run(settings: MaintdSettings, say: Callable[[str], None]) -> None:
     """Check, prepare and serve maintd until SIGTERM/SIGINT (NotMaster, HerderError)."""
     prepared = prepare(settings)
     serve.run(lambda stop: serve_maintd(settings, prepared, say, stop))
+    if prepared.deposed is not None:
+        raise NotMaster(prepared.deposed)
 
 
 def ganeti_client(url: str, user: str, password_file: Path | None,

@@ -78,6 +78,7 @@ class InitSettings:
     diskparams: dict[str, dict[str, Any]] | None = None  # disk template -> overrides
     default_iallocators: dict[str, list[str]] | None = None
     hmac_key: bytes | None = None  # adopt this key instead of generating one
+    candidate_pool_size: int = 10  # Ganeti's default
     force: bool = False  # names that do not resolve, or resolve to loopback, are taken
 
 
@@ -144,6 +145,7 @@ def new_config(settings: InitSettings, node_name: str, ip: str,
         enabled_hypervisors=hypervisors,
         enabled_disk_templates=list(settings.enabled_disk_templates),
         volume_group_name=settings.vg_name or None, mac_prefix=settings.mac_prefix,
+        candidate_pool_size=settings.candidate_pool_size,
         hvparams={
             h: params.apply_overrides(params.hv_family(h), {}, hv_changes.get(h, {}))
             for h in sorted(set(hypervisors) | set(hv_changes))

@@ -209,6 +209,8 @@ class MasterDaemon:
         if hasattr(self.node_rpc, "epoch"):
             self.node_rpc.epoch = epoch
         self.env.locks = lock_manager_for(self.store)  # the config as it is now
+        if self.rapi.leases is not None:  # the nodes' leases count from the takeover
+            self.rapi.leases.start_afresh()
         self.recovered = self.queue.recover()
         return self.recovered
 
@@ -244,17 +246,24 @@ class MasterDaemon:
         if self.deposed is not None:
             stop.set()
         context = self.ssl_context()
+        tasks: list[serve.Task] = []
+        on_stop: list[serve.Hook] = []
         if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
-            from herder.masterd.etcd_master import await_election
+            from herder.masterd import etcd_master, redist_etcd
 
             elected = False
             try:
-                elected = await await_election(self, self.lease, stop)
+                elected = await etcd_master.await_election(self, self.lease, stop)
             finally:
                 if not elected:
                     await asyncio.to_thread(self.lease.resign)
             if not elected:
+                await etcd_master.stop_maintd_if_deposed(self)
                 return
+            tasks.append(lambda stop: etcd_master.start_maintd(self.me))
+            tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
+                                                        self.settings.check_interval))
+            on_stop.append(lambda: etcd_master.stop_maintd_if_deposed(self))
         await serve.serve(
             "masterd", self.settings.run_dir,
             endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(
@@ -262,10 +271,10 @@ class MasterDaemon:
                 routes=RAPI_ROUTES, limits=LIMITS)],
             tasks=[self._watch_master, lambda stop: redist.watch(self, stop),  # docs/ha.md
                    lambda stop: self.live.keep_fresh(self.rapi.config, stop),
-                   self._sample_nodes, self._archive_old_jobs],
+                   self._sample_nodes, self._archive_old_jobs, *tasks],
             on_start=[self.queue.start],
             on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign,
-                     self.live.close],
+                     self.live.close, *on_stop],
             ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
     async def _archive_old_jobs(self, stop: asyncio.Event) -> None:

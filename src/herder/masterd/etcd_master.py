@@ -7,11 +7,14 @@ open) until it is elected. The winner then, in order:
    master, `master_epoch` = the lease's epoch), a write fenced by the lease;
 2. signs every node RPC with that epoch, so noded's epoch check refuses the old master too;
 3. recovers the job queue from etcd (jobs that were running under the old master are marked
-   failed with the reason) and serves RAPI.
+   failed with the reason) and serves RAPI;
+4. starts its node's maintd (`daemon-util start-master`, the path a master-failover takes
+   through noded: `core.master_daemons`), which handles the old master's failure.
 When the lease is lost it stops acting at once (its etcd writes, config and jobs, are fenced and
-refused from that moment), and masterd exits with code 75 (`EXIT_LEASE_LOST`), which its
-supervisor (systemd's `Restart=on-failure`, `herder supervise`) restarts: as a standby
-candidate again. Only a node that is no node of the cluster exits 11 ("not my role").
+refused from that moment), stops its node's maintd, and masterd exits with code 75
+(`EXIT_LEASE_LOST`), which its supervisor (systemd's `Restart=on-failure`, `herder supervise`)
+restarts: as a standby candidate again. Only a node that is no node of the cluster exits 11
+("not my role").
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from herder.core import model
+from herder.core import master_daemons, model
 from herder.core.errors import HerderError
 from herder.core.store import ConfigStore
 from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
@@ -31,6 +34,9 @@ from herder.masterd.lease import MasterLease
 
 log = logging.getLogger("herder.masterd")
 DEFAULT_LEASE_TTL = model.MASTER_LEASE_TTL_DEFAULT
+# daemon-util asks the supervisor (or systemd), which starts or stops maintd: seconds at most
+MAINTD_START_TIMEOUT = 60.0
+MAINTD_STOP_TIMEOUT = 20.0
 
 
 class Candidate(Protocol):
@@ -38,6 +44,7 @@ class Candidate(Protocol):
 
     me: str  # this node's name
     store: ConfigStore
+    deposed: str | None  # why it stopped acting as master (None: it did not)
 
     def depose(self, reason: str) -> None:
         """Stop acting as master (thread-safe)."""
@@ -146,3 +153,30 @@ async def await_election(candidate: Candidate, lease: MasterLease,
             candidate.depose(lease.lost_reason)
             return False
     return False
+
+
+async def start_maintd(me: str) -> None:
+    """Elected and serving: this node's master daemons started as a master-failover starts
+    them (masterd, running, stays as it is); maintd then handles the old master's failure
+    (docs/ha.md). A failure is a warning: the master serves without maintd meanwhile."""
+    try:
+        said = await asyncio.to_thread(master_daemons.start_master_daemons,
+                                       MAINTD_START_TIMEOUT)
+    except HerderError as err:
+        log.warning("master on etcd: cannot start the maintd of %s: %s", me, err)
+        return
+    log.info("master on etcd: %s: %s", me, said)
+
+
+async def stop_maintd_if_deposed(candidate: Candidate) -> None:
+    """masterd stops after it lost the lease (or could not take over): its node's maintd,
+    which acts as the master's, stops too. Not on a clean stop (SIGTERM): the supervisor may
+    be stopping both (maintd first); maintd stops by itself once etcd names another master."""
+    if candidate.deposed is None:
+        return
+    try:
+        said = await asyncio.to_thread(master_daemons.stop_maintd, MAINTD_STOP_TIMEOUT)
+    except HerderError as err:
+        log.warning("master on etcd: cannot stop the maintd of %s: %s", candidate.me, err)
+        return
+    log.info("master on etcd: %s deposed: %s", candidate.me, said)

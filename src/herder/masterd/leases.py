@@ -57,6 +57,15 @@ class Leases:
     def __post_init__(self) -> None:
         self.started = self.clock()
 
+    def start_afresh(self) -> None:
+        """This masterd became the master now (an etcd election: a standby hears no
+        heartbeats): every node is unknown until it renews, its age counted from now, so a
+        node is suspected only once it missed a whole detection time under this master; never
+        at once, and never forgotten."""
+        with self._lock:
+            self.started = self.clock()
+            self._first_seen.clear()
+
     def renewed(self, uuid: str) -> None:
         with self._lock:
             self._last[uuid] = self.clock()

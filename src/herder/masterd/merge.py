@@ -20,8 +20,10 @@ Steps (design-2.1's list, adapted to herder):
 
   key       the other cluster's HMAC key (the "temporary key", design-2.1's borrowed ssh key):
             every node of the other cluster must answer a signed node RPC with it
-  pause     the other cluster's maintd paused (maintenance `enabled=false`, a job through its
-            masterd)
+  pause     both clusters' maintd paused (maintenance `enabled=false`, a job through each
+            masterd; Ganeti's cluster-merge pauses the watcher "on all merging clusters,
+            including ourself"): this cluster's must not take the handed-over nodes, whose
+            daemons restart, for failed nodes and fence them
   stop      the other cluster's running instances stopped through its masterd (recorded)
   daemons   the other cluster's master daemons stopped and its master IP taken down, through
             its master's node daemon (node_stop_master, node_deactivate_master_ip)
@@ -37,6 +39,7 @@ Steps (design-2.1's list, adapted to herder):
             cluster any more
   verify    nodes and instances after == this cluster's before + the other's before (names and
             UUIDs), DRBD ports unique, `herder cluster verify` has no error
+  resume    this cluster's maintd as it was before the merge
 
 DRBD minors are per node and the other cluster's DRBD disks only use its own nodes, so minors
 never collide and are kept.
@@ -74,7 +77,7 @@ from herder.core.verify import verify as verify_config
 FAIL_ENV = "HERDER_MERGE_FAIL_AT"
 FINAL_JOB = {"success", "error", "canceled"}
 OTHER_JOBS_TIMEOUT = 120.0  # seconds the merge waits for the other cluster's running jobs
-STEPS = ("key", "pause", "stop", "daemons", "merge", "start", "forget", "verify")
+STEPS = ("key", "pause", "stop", "daemons", "merge", "start", "forget", "verify", "resume")
 POINT_OF_NO_RETURN = "merge"
 GROUP_MODES = ("refuse", "merge", "rename")
 
@@ -469,6 +472,7 @@ class Merge:
     other_stopped: model.ConfigData | None = None  # with its instances stopped
     running: list[str] = field(default_factory=list)
     maintenance_was: bool | None = None
+    our_maintenance_was: bool | None = None
     stopped_daemons: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     done: list[Step] = field(default_factory=list)
@@ -501,7 +505,7 @@ class Merge:
             f"instances) into {ours.cluster.name}",
             f"key: reach {', '.join(sorted(n.name for n in other.nodes.values()))} with "
             f"{other.cluster.name}'s key",
-            f"pause: maintd of {other.cluster.name} disabled",
+            f"pause: maintd of {other.cluster.name} and of {ours.cluster.name} disabled",
             f"stop: instances {', '.join(up) or '(none running)'}",
             f"daemons: masterd and maintd of {other.cluster.name} stopped",
             f"merge (point of no return): groups {', '.join(summary['groups'])}; nodes as "
@@ -509,6 +513,8 @@ class Merge:
             f"start: instances {', '.join(up) or '(none)'}",
             f"forget: {other.cluster.name}'s key and config retired",
             "verify: node and instance lists, DRBD ports, cluster verify",
+            f"resume: maintd of {ours.cluster.name} "
+            f"{'enabled again' if ours.maintenance.enabled else 'left disabled, as it was'}",
         ]
 
     # --- the other cluster, through its masterd ------------------------------------------------
@@ -568,15 +574,29 @@ class Merge:
             job = api.put_herder("maintenance", {"enabled": enabled})
             api.wait_for_job(job, timeout=self.job_timeout, raise_on_error=True)
 
+    def _set_our_maintenance(self, enabled: bool) -> None:
+        with self._our_api() as api:
+            job = api.put_herder("maintenance", {"enabled": enabled})
+            api.wait_for_job(job, timeout=self.job_timeout, raise_on_error=True)
+
     def _pause_do(self) -> str:
-        assert self.other_before is not None
+        assert self.other_before is not None and self.ours_before is not None
         self.maintenance_was = self.other_before.maintenance.enabled
         self._set_other_maintenance(False)
-        return f"maintenance enabled={self.maintenance_was} -> False"
+        self.our_maintenance_was = self.ours_before.maintenance.enabled
+        self._set_our_maintenance(False)
+        return (f"maintenance enabled={self.maintenance_was} -> False there, "
+                f"{self.our_maintenance_was} -> False here")
 
     def _pause_undo(self) -> str:
+        self._set_our_maintenance(bool(self.our_maintenance_was))
         self._set_other_maintenance(bool(self.maintenance_was))
-        return f"maintenance enabled={self.maintenance_was} again"
+        return (f"maintenance enabled={self.maintenance_was} there, "
+                f"{self.our_maintenance_was} here again")
+
+    def _resume_do(self) -> str:
+        self._set_our_maintenance(bool(self.our_maintenance_was))
+        return f"maintenance enabled={self.our_maintenance_was} here again"
 
     def _stop_do(self) -> str:
         self.check_other_idle()
@@ -636,7 +656,7 @@ class Merge:
     def steps(self) -> list[Step]:
         return [
             Step("key", "borrow the other cluster's key", self._key_do),
-            Step("pause", "pause the other cluster's maintd", self._pause_do, self._pause_undo),
+            Step("pause", "pause both clusters' maintd", self._pause_do, self._pause_undo),
             Step("stop", "stop the other cluster's instances", self._stop_do, self._stop_undo,
                  undo_on_failure=True),
             Step("daemons", "stop the other cluster's master daemons", self._daemons_do,
@@ -645,6 +665,7 @@ class Merge:
             Step("start", "start the instances again", self._start_do),
             Step("forget", "remove the temporary key", self._forget_do),
             Step("verify", "verify the merged cluster", self._verify_do),
+            Step("resume", "resume this cluster's maintd", self._resume_do),
         ]
 
     # --- running --------------------------------------------------------------------------------
@@ -667,7 +688,8 @@ class Merge:
                         f"step {step.name} failed after the point of no return "
                         f"({err}); nothing rolled back: finish by hand (start the instances "
                         f"{', '.join(self.running) or '(none)'}, remove "
-                        f"{self.other.secrets_dir}, herder cluster verify)") from err
+                        f"{self.other.secrets_dir}, herder cluster verify"
+                        f"{self._resume_hint()})") from err
                 self.say(f"{step.name}: failed: {err}")
                 if step.undo_on_failure:
                     self.done.append(step)
@@ -679,6 +701,10 @@ class Merge:
             if step.name == POINT_OF_NO_RETURN:
                 past = True
         return {**self.summary, "running": self.running, "stopped_daemons": self.stopped_daemons}
+
+    def _resume_hint(self) -> str:
+        return (", herder cluster modify --maintenance yes" if self.our_maintenance_was
+                else "")
 
     def rollback(self) -> None:
         """Undo the done steps in reverse order; an undo that fails is reported and the rest

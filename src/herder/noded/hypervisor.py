@@ -223,6 +223,18 @@ class Hypervisor:
         self._record(name, self.call(lambda conn: conn.lookupByName(name).XMLDesc(
             libvirt.VIR_DOMAIN_XML_INACTIVE)))
 
+    def completed_job_stats(self, name: str) -> dict[str, int]:
+        """libvirt's statistics of the domain's last completed job (an incoming migration:
+        its time and downtime), read once (libvirt clears them); {} when there are none."""
+        def read(conn: libvirt.virConnect) -> dict[str, int]:
+            stats = conn.lookupByName(name).jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+            return dict(stats or {})
+
+        try:
+            return self.call(read)
+        except (libvirt.libvirtError, HerderError):
+            return {}
+
     def forget_definition(self, name: str) -> None:
         """Drop the record of a domain that left this node (migrated away)."""
         self._forget(name)

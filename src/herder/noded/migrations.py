@@ -60,8 +60,11 @@ class Migrations:
                 _close(conn)
                 raise
             # persist on the target, undefine here: the definition moves with the guest
+            # the statistics of the completed migration: the target's finalize_migration_dst
+            # reads them there, so the end is told without a connection to it first
             outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
-                                               settings, persist=True, monitor=monitor)
+                                               settings, persist=True, monitor=monitor,
+                                               target_stats=False)
             try:
                 outgoing.start()
             except migration.MigrationError:
@@ -75,9 +78,10 @@ class Migrations:
             if outgoing.note:
                 log.warning("migration of %s: %s", name, outgoing.note)
 
-    def status(self, name: str) -> migration_calls.MigrationStatus:
+    def status(self, name: str, wait: float = 0.0) -> migration_calls.MigrationStatus:
         """Ganeti's MigrationStatus (status, transferred_ram, total_ram) and, once completed,
-        libvirt's statistics of the migration (`stats`: total_ms, downtime_ms, ...)."""
+        libvirt's statistics of the migration (`stats`: total_ms, downtime_ms, ...); `wait`:
+        first up to that many seconds for the migration to end."""
         with self._lock:
             entry = self._running.get(name)
         if entry is None:
@@ -85,6 +89,8 @@ class Migrations:
                 status=migration.STATUS_FAILED,
                 error=f"no migration of {name} is known on this node")
         outgoing = entry[1]
+        if wait > 0:
+            outgoing.settle(wait)
         current = outgoing.status()
         stats = None
         if current.status == migration.STATUS_COMPLETED:

@@ -11,33 +11,14 @@ import os
 import subprocess
 import sys
 
-from herder.core.errors import HerderError
+from herder.core.master_daemons import RoleFailure, daemon_util
 
 log = logging.getLogger("herder.noded")
-DAEMON_UTIL_TIMEOUT = 120.0
 # After node_adopt, what serves the old cluster stops and what reads the cluster's secrets
 # restarts (noded itself last: the RPC's answer goes out first).
 ADOPT_STOP = ("maintd", "masterd")
 ADOPT_RESTART = ("mond", "instmon", "noded")
 ADOPT_DELAY = 1.0
-
-
-class RoleFailure(HerderError):
-    """A role RPC could not be carried out."""
-
-
-def daemon_util(*args: str, timeout: float = DAEMON_UTIL_TIMEOUT) -> str:
-    """`herder daemon-util ARGS` on this node; its output, RoleFailure when it fails."""
-    argv = [sys.executable, "-m", "herder.cli.main", "daemon-util", *args]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise RoleFailure(f"daemon-util {' '.join(args)} did not finish within "
-                          f"{timeout:g}s") from None
-    if done.returncode != 0:
-        raise RoleFailure(f"daemon-util {' '.join(args)} failed: "
-                          f"{(done.stderr or done.stdout).strip()[-300:]}")
-    return done.stdout.strip()
 
 
 def restart_running(daemons: tuple[str, ...], delay: float = ADOPT_DELAY) -> list[str]:

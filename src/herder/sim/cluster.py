@@ -22,9 +22,9 @@ The cluster is built as an operator builds one (docs/real-nodes.md "The simulate
 3. every other node starts noded without the cluster's secrets: it makes a join token
    (`herder node join-token` prints it there);
 4. on node 1: `herder node add NAME --join-token TOKEN` for each (the master joins it: its node
-   certificate, the HMAC key, ssconf; then pushes the cluster's files),
-   `herder node modify --master-candidate yes` for nodes 2 and 3 (they receive the config and
-   the job queue by redistribution);
+   certificate, the HMAC key, ssconf; then pushes the cluster's files); nodes 2 and 3 join
+   as master candidates (the pool's size is 3: they receive the config and the job queue by
+   redistribution);
 5. mond, instmon and confd on every node; node.toml enables them (and masterd and maintd,
    which exit 11 where they are not the master) for the next boot.
 
@@ -83,7 +83,9 @@ LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
 GUESTS = ("qemu", "test")
 QEMU = "/usr/bin/qemu-system-x86_64"
-CANDIDATES = 3  # nodes 1-3 are master candidates (design-2.1's pool of 10 is more than needed)
+# the candidate pool: nodes 1-3 become master candidates as they are added (design-2.1's pool
+# of 10 is more than needed)
+CANDIDATES = 3
 MASTER_SLOTS = range(2, 10)  # the cluster's master IP: 198.18.<n>.<2..9>
 FIRST_NODE = 11  # node addresses from 198.18.<n>.11
 READY = {"noded": "serving RPC on", "mond": "listening on", "masterd": "serving RAPI on",
@@ -472,6 +474,7 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
     hypervisor and its parameters (real guests: kvm booting the herder-guest kernel, NICs on
     the nodes' br0), the libvirt URI."""
     args = ["cluster", "init", state.cluster_name, "--master-netdev", "br0",
+            "--candidate-pool-size", str(CANDIDATES),
             "--master-ip", state.master_ip, "--master-netmask", "24",
             "--enabled-disk-templates",
             SIM_DISK_TEMPLATES + (",rbd" if state.ceph else ""),
@@ -591,8 +594,6 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     for host in others:
         on_node(master, "node", "add", host.name, "--ip", host.address,
                 "--join-token", tokens[host.name])
-    for host in others[:CANDIDATES - 1]:
-        on_node(master, "node", "modify", host.name, "--master-candidate", "yes")
     say(f"{master.name}: added {', '.join(h.name for h in others) or 'no other nodes'}")
 
     # Every node: its other daemons; node.toml for the next boot.

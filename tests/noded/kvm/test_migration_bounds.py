@@ -9,6 +9,9 @@ import time
 
 import pytest
 
+from herder.core import libvirtd_conf
+from herder.core.rpcdefs import migration_calls
+from herder.noded import migrations
 from herder.noded.kvm import migration
 
 
@@ -128,3 +131,44 @@ def test_a_domain_dropped_between_lookup_and_state_counts_as_absent() -> None:
 
     assert migration._place(_Connection(Vanishing("qemu"), 0), "tcg.example.com") == \
         migration.DomainPlace(exists=False)  # type: ignore[arg-type]
+
+
+class _MigratingDomain(_RecordingDomain):
+    """libvirt's migrate call returns once `moved` is set (the memory has moved)."""
+
+    def __init__(self) -> None:
+        super().__init__("kvm")
+        self.moved = threading.Event()
+
+    def migrateToURI3(self, uri: str, params: dict[str, object], flags: int) -> int:
+        self.moved.wait(60)
+        return 0
+
+    def jobStats(self, flags: int = 0) -> dict[str, int]:
+        return {"time_elapsed": 7, "memory_processed": 1 << 20, "memory_total": 128 << 20}
+
+
+class _ClosableConnection(_Connection):
+    def close(self) -> int:
+        return 0
+
+
+def test_a_status_call_with_wait_answers_when_the_migration_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """instance_get_migration_status's `wait`: the node answers as soon as libvirt's migrate
+    call returned (the master learns the end at once), or after `wait` with the progress."""
+    domain = _MigratingDomain()
+    monkeypatch.setattr(migrations.Migrations, "_open",
+                        lambda self: _ClosableConnection(domain, 10_000_002))
+    outgoing = migrations.Migrations("qemu:///system", libvirtd_conf.LibvirtPki())
+    outgoing.start("tcg.example.com", "node2.example.com", migration.MigrationSettings())
+    try:
+        going = outgoing.status("tcg.example.com", wait=0.05)
+        assert (going.status, going.transferred_ram) == (migration.STATUS_ACTIVE, 1 << 20)
+        threading.Timer(0.2, domain.moved.set).start()
+        done = outgoing.status("tcg.example.com", wait=migration_calls.MAX_STATUS_WAIT)
+        assert done.status == migration.STATUS_COMPLETED
+        assert done.stats is not None and done.stats.total_ms == 7
+    finally:
+        domain.moved.set()
+        outgoing.finish("tcg.example.com")

@@ -122,14 +122,35 @@ class MigrationStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     stats: MigrationStats | None = None
 
 
+MAX_STATUS_WAIT = 30.0  # s: the longest a status call may wait for the migration's end
+
+
 class InstanceGetMigrationStatus(Named[MigrationStatus], kw_only=True):
+    """Ganeti's instance_get_migration_status; `wait` (herder's, compat B62): the node
+    answers once the migration ended or after that many seconds, so the master learns the
+    end at once instead of at its next poll. A node without it answers at once (the master
+    then paces its polls itself)."""
+
     METHOD = "instance_get_migration_status"
     TIMEOUT = 60.0
+
+    wait: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.wait is not None and not 0 <= self.wait <= MAX_STATUS_WAIT:
+            raise ValueError(f"wait must be 0 to {MAX_STATUS_WAIT:g} seconds")
+
+    def rpc_timeout(self) -> float:
+        return self.TIMEOUT + (self.wait or 0.0)
 
 
 class FinalizeAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
     state: str | None  # the domain's state here afterwards
     warnings: list[str] = msgspec.field(default_factory=list)
+    # finalize_migration_dst after a success: libvirt's statistics of the incoming migration,
+    # read on this node (`live` is the source's to say: left at its default here)
+    stats: MigrationStats | None = None
 
 
 class FinalizeMigrationSrc(Named[FinalizeAnswer], kw_only=True):

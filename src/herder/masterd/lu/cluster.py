@@ -14,7 +14,7 @@ from herder.core.noderpc import call_many
 from herder.core.rpcdefs import disk_calls, node_calls
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import disks
+from herder.masterd.lu import candidates, disks
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import apply_ipolicy, redistribute, resets
 
@@ -64,6 +64,9 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
         op = self.op
         with self.env.store.update() as config:
             self.apply(op, config)
+            # Ganeti's AdjustCandidatePool after a pool size change: a larger pool is filled
+            promoted = candidates.maintain(config) if op.candidate_pool_size is not None else []
+        candidates.announce(self.env, promoted, self.feedback)
         return None
 
     def check(self, config: model.ConfigData) -> None:

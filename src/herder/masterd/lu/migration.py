@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from herder.core import diskobjects, model
+from herder.core import diskobjects, livefigures, model
 from herder.core.errors import HerderError, OpExecError
 from herder.core.noderpc import call_many
 from herder.core.rpcdefs import disk_calls, instance_calls, migration_calls, node_calls
@@ -40,7 +40,8 @@ from herder.masterd.lu.base import MasterEnv
 from herder.masterd.lu.moves import Order, move_instance, set_primary, where_it_runs
 
 Say = Callable[[str], None]
-POLL_INTERVAL = 0.5
+POLL_INTERVAL = 0.5  # the least time between two status calls (a node that does not wait)
+STATUS_WAIT = 2.0  # s: each status call waits on the node up to this for the migration's end
 FEEDBACK_INTERVAL = 5.0
 MIGRATION_TIMEOUT = 3600.0  # a migration that never converges is aborted after this
 
@@ -67,11 +68,7 @@ def fit_target_memory(env: MasterEnv, config: model.ConfigData, inst: model.Inst
     minmem free; when the guest has more than the target's free memory it is ballooned down
     to that (allow_runtime_changes), else refused."""
     be = config.filled_beparams(inst)
-    try:
-        src = env.rpc.call(source, node_calls.NodeInfo(instances=True), timeout=60)
-        dst = env.rpc.call(target, node_calls.NodeInfo(), timeout=60)
-    except HerderError as err:
-        raise OpExecError(f"Unable to retrieve node information: {err}") from None
+    src, dst = _node_infos(env, source, target)
     running = (src.instances or {}).get(inst.name)
     current = running.memory if running is not None else int(be["maxmem"])
     free = dst.memory_free
@@ -92,6 +89,21 @@ def fit_target_memory(env: MasterEnv, config: model.ConfigData, inst: model.Inst
             memory=free))
     except HerderError as err:
         raise OpExecError(f"Cannot modify instance runtime memory: {err}") from None
+
+
+def _node_infos(env: MasterEnv, source: model.Node, target: model.Node
+                ) -> tuple[livefigures.NodeInfo, livefigures.NodeInfo]:
+    """The live figures of both nodes, asked at once (the source's with its instances)."""
+    answers = call_many(env.rpc, [source, target], lambda node: node_calls.NodeInfo(
+        instances=node is source), timeout=60)
+
+    def figures(node: model.Node) -> livefigures.NodeInfo:
+        answer = answers[node.uuid]
+        if isinstance(answer, HerderError):
+            raise OpExecError(f"Unable to retrieve node information: {answer}")
+        return answer
+
+    return figures(source), figures(target)
 
 
 def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
@@ -146,15 +158,18 @@ def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
         abort("Migration failed", err)
     status = _follow(env, source, order, say, abort)
     stats = status.stats
-    say("* memory transfer complete" + (
-        f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)" if stats else ""))
     problems = []
     for node, call in ((source, _finalize_src(order, payload, success=True, live=live)),
                        (target, _finalize_dst(order, payload, success=True))):
         try:
-            _say_warnings(say, node, env.rpc.call(node, call))
+            answer = env.rpc.call(node, call)
         except HerderError as err:
             problems.append(f"{node.name}: {err}")
+            continue
+        _say_warnings(say, node, answer)
+        if answer.stats is not None and (stats is None or stats.downtime_ms is None):
+            stats = answer.stats  # the target's own figures of the incoming migration
+    say("* memory transfer complete" + _figures(stats))
     if problems:
         keeper = handover.keeper(where_it_runs(env, inst, source),
                                  where_it_runs(env, inst, target), handover.LIVE)
@@ -169,18 +184,29 @@ def live_migrate(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
     say("* done")
 
 
+def _figures(stats: migration_calls.MigrationStats | None) -> str:
+    """libvirt's figures of a completed migration for the job log (those it gave)."""
+    if stats is None:
+        return ""
+    if stats.downtime_ms is None:
+        return f" ({stats.total_ms} ms)"
+    return f" ({stats.total_ms} ms, downtime {stats.downtime_ms} ms)"
+
+
 def _follow(env: MasterEnv, source: model.Node, order: Order, say: Say,
             abort: Callable[[str, HerderError | str], NoReturn]
             ) -> migration_calls.MigrationStatus:
     """Ask the source about the memory transfer until it ends (Ganeti's
-    instance_get_migration_status loop): its last status, or `abort`."""
+    instance_get_migration_status loop, each call waiting on the node for the end up to
+    STATUS_WAIT): its last status, or `abort`."""
     started = last_feedback = time.monotonic()
     noted = False
     while True:
+        asked = time.monotonic()
         try:
             status = env.rpc.call(source, migration_calls.InstanceGetMigrationStatus(
                 name=order.name, reason=order.reason, version=order.version,
-                claim=order.claim))
+                claim=order.claim, wait=STATUS_WAIT))
         except HerderError as err:
             abort("Migration failed", err)
         if status.note and not noted:  # the node changed the migration (kvm.migration)
@@ -197,7 +223,8 @@ def _follow(env: MasterEnv, source: model.Node, order: Order, say: Say,
             say(f"* memory transfer progress: "
                 f"{100.0 * status.transferred_ram / status.total_ram:.2f} %")
             last_feedback = now
-        time.sleep(POLL_INTERVAL)
+        # a node that answered at once (one that does not know `wait`) is not asked in a loop
+        time.sleep(max(0.0, POLL_INTERVAL - (time.monotonic() - asked)))
 
 
 def failover(env: MasterEnv, config: model.ConfigData, inst: model.Instance,

@@ -12,7 +12,7 @@ from herder.core.noderpc import UnavailableRpc
 from herder.core.rpcdefs import node_calls, role_calls
 from herder.masterd import join, libvirt_trust, locking, redist
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import migration, placement
+from herder.masterd.lu import candidates, migration, placement
 from herder.masterd.lu.base import (
     JobResult,
     LockRequest,
@@ -151,11 +151,16 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
                                                     resets(op.ndparams or {})),
                     ctime=stamp, mtime=stamp,
                 )
-                config.nodes[node.uuid] = node
+            # Ganeti's node add: a master-capable node joins the candidates while the pool
+            # is short (a readd too, its own old role not counted)
+            node.master_candidate = node.master_capable and candidates.self_promotion(config,
+                                                                                       node)
+            config.nodes[node.uuid] = node
         if existing is None:
             self.env.locks.add(locking.LEVEL_NODE, node.uuid)
             self.env.locks.add(locking.LEVEL_NODE_RES, node.uuid)
-        self.feedback(f"node {node.name} added (uuid {node.uuid})")
+        self.feedback(f"node {node.name} added (uuid {node.uuid})"
+                      + (" as a master candidate" if node.master_candidate else ""))
         if not isinstance(self.env.rpc, UnavailableRpc):
             # as Ganeti's node add: the new node receives its files and ssconf at once
             pushed = redistribute(self.env, self.env.store.load(), full=True, only=[node.name])
@@ -166,23 +171,14 @@ class NodeAdd(LogicalUnit[opcodes.OpNodeAdd]):
         return node.uuid
 
 
-def self_promotion(config: model.ConfigData, node: model.Node) -> bool:
-    """Whether `node`, set online or undrained, should become a master candidate again
-    (Ganeti's _DecideSelfPromotion): fewer candidates than the pool size wants, counting the
-    node among the possible ones."""
-    possible = sum(1 for n in config.nodes.values()
-                   if n.uuid != node.uuid and n.master_capable and not (n.offline or n.drained))
-    current = sum(1 for n in config.nodes.values() if n.master_candidate)
-    return current < min(possible + 1, config.cluster.candidate_pool_size)
-
-
 class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
     """Flags and roles with Ganeti's rules: the master cannot be offlined, drained or demoted;
     offline/drained nodes stop being master candidates; one change of role at a time."""
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         node = lookup(config.find_node, self.op.node_name)
-        requests = [LockRequest(locking.LEVEL_NODE, [node.uuid])]
+        # Ganeti's lock_all: auto_promote may promote any node
+        requests = [LockRequest(locking.LEVEL_NODE, None if self._fills_pool() else [node.uuid])]
         group = getattr(self.op, "group", None)
         if group:
             target = lookup(config.find_group, group)
@@ -190,10 +186,20 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
                             LockRequest(locking.LEVEL_NODEGROUP, sorted({node.group, target.uuid})))
         return requests
 
+    def _might_demote(self) -> bool:
+        op = self.op
+        return op.master_candidate is False or op.offline is True or op.drained is True \
+            or op.master_capable is False
+
+    def _fills_pool(self) -> bool:
+        return self.op.auto_promote and self._might_demote()
+
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         node = lookup(config.find_node, op.node_name)
         is_master = node.uuid == config.cluster.master_node
+        if self._might_demote() and not op.auto_promote and not is_master:
+            candidates.check_demotion(config, node)
         flags = [f for f in ("offline", "drained", "master_candidate")
                  if getattr(op, f) is True]
         if len(flags) > 1:
@@ -233,7 +239,7 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
                 op.offline is False or op.drained is False
                 or (op.master_capable is True and not node.master_capable)) and (
                 op.master_capable if op.master_capable is not None else node.master_capable) \
-                and self_promotion(config, node)
+                and candidates.self_promotion(config, node)
             # Setting one role clears the others (Ganeti's role semantics).
             if (op.offline is True or op.drained is True) and node.master_candidate:
                 node.master_candidate = False
@@ -276,6 +282,9 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
                 node.name = op.new_name
                 changes.append(["name", op.new_name])
             node.touch()
+            promoted = candidates.maintain(config, [node.uuid]) \
+                if self._fills_pool() and ["master_candidate", "False"] in changes else []
+        candidates.announce(self.env, promoted, self.feedback)
         if ["master_candidate", "True"] in changes and \
                 not isinstance(self.env.rpc, UnavailableRpc):
             # a new master candidate receives everything (design-2.1 "Redistribute Config")
@@ -316,6 +325,8 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
     def execute(self) -> JobResult:
         with self.env.store.update() as config:
             node = config.find_node(self.op.node_name)
+            # Ganeti's node remove: other nodes fill the candidate pool
+            promoted = candidates.maintain(config, [node.uuid])
             del config.nodes[node.uuid]
             # revoked: every node refuses its certificate once it has the new list
             config.cluster.node_certs.pop(node.uuid, None)
@@ -331,6 +342,7 @@ class NodeRemove(LogicalUnit[opcodes.OpNodeRemove]):
             # and libvirt's CA: a new one, of which the removed node has no certificate
             libvirt_trust.renew(self.env.rpc, self.env.store.load(), config_path_of(self.env),
                                 _libvirt_publish(self.env, self.feedback), self.feedback)
+        candidates.announce(self.env, promoted, self.feedback)
         return None
 
 

@@ -242,7 +242,7 @@ class LiveMigration:
     def __init__(self, source: libvirt.virConnect, name: str, target_uri: str,
                  settings: MigrationSettings, *, dest_xml: str | None = None,
                  persist: bool = False, monitor: libvirt.virConnect | None = None,
-                 stall_timeout: float = STALL_TIMEOUT) -> None:
+                 stall_timeout: float = STALL_TIMEOUT, target_stats: bool = True) -> None:
         self.source = source
         self.monitor = monitor if monitor is not None else source
         self.name = name
@@ -251,6 +251,10 @@ class LiveMigration:
         self.dest_xml = dest_xml
         self.persist = persist
         self.stall_timeout = stall_timeout
+        # whether a completed migration's statistics missing here are read from the target
+        # (a connection to its libvirtd before the end is told); noded's migrations have the
+        # target read its own (finalize_migration_dst)
+        self.target_stats = target_stats
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self._given_up: str | None = None
@@ -320,7 +324,7 @@ class LiveMigration:
             # The source keeps the completed job's statistics while its domain object lives
             # (a persistent source without UNDEFINE_SOURCE); otherwise the target has them.
             stats = domain.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
-        if not stats.get("time_elapsed"):
+        if not stats.get("time_elapsed") and self.target_stats:
             with contextlib.suppress(libvirt.libvirtError, libvirt_host.Unreachable):
                 target = libvirt_host.open_connection(self.target_uri)
                 try:
@@ -363,6 +367,11 @@ class LiveMigration:
                           + ("" if answered else " (libvirt's job status does not answer)"))
             return self.status()
         return self._last_status
+
+    def settle(self, timeout: float) -> bool:
+        """Wait at most `timeout` seconds for libvirt's migrate call to return; whether it
+        has (the status then says how it ended)."""
+        return self._done.wait(timeout)
 
     def _give_up(self, why: str) -> None:
         """A stalled migration is aborted (libvirt's abortJob); it has failed from now on

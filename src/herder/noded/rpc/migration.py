@@ -112,7 +112,7 @@ def migrate_instance(node: Node, call: migration_calls.MigrateInstance) -> None:
 
 def instance_get_migration_status(node: Node, call: migration_calls.InstanceGetMigrationStatus
                                   ) -> migration_calls.MigrationStatus:
-    return node.migrations.status(call.name)
+    return node.migrations.status(call.name, call.wait or 0.0)
 
 
 def finalize_migration_src(node: Node, call: migration_calls.FinalizeMigrationSrc
@@ -154,6 +154,18 @@ def finalize_migration_src(node: Node, call: migration_calls.FinalizeMigrationSr
     return migration_calls.FinalizeAnswer(state=node.hv.state(name))
 
 
+def _incoming_stats(node: Node, name: str) -> migration_calls.MigrationStats | None:
+    """libvirt's statistics of the migration that brought `name` here, if it kept any."""
+    stats = node.hv.completed_job_stats(name)
+    if not stats.get("time_elapsed"):
+        return None
+    done = migration.MigrationResult.from_stats(stats, live=True)
+    return migration_calls.MigrationStats(
+        total_ms=done.total_ms, downtime_ms=done.downtime_ms, setup_ms=done.setup_ms,
+        data_total=done.data_total, data_processed=done.data_processed,
+        memory_iterations=done.memory_iterations)
+
+
 def finalize_migration_dst(node: Node, call: migration_calls.FinalizeMigrationDst
                            ) -> migration_calls.FinalizeAnswer:
     """After the migration: on success the domain that arrived is recorded as this node's;
@@ -171,7 +183,8 @@ def finalize_migration_dst(node: Node, call: migration_calls.FinalizeMigrationDs
         node.record(name, "up", call.reason, call.version)
         # routed NICs only now that the guest is here (Ganeti's FinalizeMigrationDst)
         return migration_calls.FinalizeAnswer(
-            state=state, warnings=domains.routed_nics_up(node, inst, strict=False))
+            state=state, warnings=domains.routed_nics_up(node, inst, strict=False),
+            stats=_incoming_stats(node, name))
     if state == "running":
         raise RpcFailure(f"instance {name} runs on {node.name}; not removing it (clean up "
                          "the migration to settle where it runs)")

@@ -13,7 +13,7 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from herder.core import node_certs, ssconf
+from herder.core import master_daemons, node_certs, ssconf
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
 from herder.core.libvirtd_conf import LibvirtPki
@@ -30,20 +30,20 @@ RENEW_RESTART_MASTER = ("masterd", "maintd")
 
 def node_start_master_daemons(node: Node, call: role_calls.NodeStartMasterDaemons) -> str:
     """Start masterd and maintd here (Ganeti: `daemon-util start-master`)."""
-    return node_role.daemon_util("start-master") or "master daemons started"
+    return master_daemons.start_master_daemons()
 
 
 def node_stop_master(node: Node, call: role_calls.NodeStopMaster) -> str:
     """Stop maintd and masterd here (Ganeti: `daemon-util stop-master`)."""
-    return node_role.daemon_util("stop-master") or "master daemons stopped"
+    return master_daemons.daemon_util("stop-master") or "master daemons stopped"
 
 
 def node_activate_master_ip(node: Node, call: role_calls.NodeActivateMasterIp) -> str:
-    return node_role.daemon_util("activate-master-ip", *call.options())
+    return master_daemons.daemon_util("activate-master-ip", *call.options())
 
 
 def node_deactivate_master_ip(node: Node, call: role_calls.NodeDeactivateMasterIp) -> str:
-    return node_role.daemon_util("deactivate-master-ip", *call.options())
+    return master_daemons.daemon_util("deactivate-master-ip", *call.options())
 
 
 def node_demote_from_mc(node: Node, call: role_calls.NodeDemoteFromMc
@@ -93,8 +93,8 @@ def node_adopt(node: Node, call: role_calls.NodeAdopt) -> role_calls.AdoptAnswer
         atomic_write(target, data, 0o600)
     with contextlib.suppress(FileNotFoundError):
         node.epoch_file.unlink()
-    with contextlib.suppress(node_role.RoleFailure):
-        node_role.daemon_util("stop", *node_role.ADOPT_STOP)
+    with contextlib.suppress(master_daemons.RoleFailure):
+        master_daemons.daemon_util("stop", *node_role.ADOPT_STOP)
     node_role.restart_later(node_role.ADOPT_RESTART)
     return role_calls.AdoptAnswer(secrets=sorted(str(p) for p in blobs),
                                   restarting=list(node_role.ADOPT_RESTART))

@@ -1,0 +1,101 @@
+"""Redistribution on the etcd backend (docs/ha.md "The etcd backend"): the config and the job
+queue live in etcd, replicated by it, so masterd pushes the nodes' ssconf only (the file
+backend's `redist.watch` pushes it with the config and queue copies): at its takeover, so the
+nodes learn the new master and its master IP (where their liveness heartbeats go,
+`noded.fence`), and after every config change, to every online node (the master too); a node
+whose push failed is tried again `RETRY` seconds later or at the next change."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from herder.core import model
+from herder.core.errors import HerderError
+from herder.core.noderpc import NodeRpc, call_many
+from herder.core.rpcdefs import file_calls
+from herder.core.store import ConfigStore
+from herder.masterd.redist import ssconf_values
+
+log = logging.getLogger("herder.masterd")
+RETRY = 10.0  # seconds before a failed node is pushed to again (unless the config changes)
+
+
+@dataclass
+class SsconfRecord:
+    """Which config serial each node's ssconf holds, and when a failed one is due again."""
+
+    retry: float = RETRY
+    sent: dict[str, int] = field(default_factory=dict)  # node UUID -> config serial
+    retry_at: dict[str, tuple[int, float]] = field(default_factory=dict)  # -> (serial, when)
+
+    def due(self, config: model.ConfigData, now: float) -> list[model.Node]:
+        """The online nodes whose ssconf is older than the config, but those whose push of
+        this very serial failed less than `retry` seconds ago."""
+        serial = config.serial_no
+        due = []
+        for node in sorted(config.nodes.values(), key=lambda n: n.name):
+            if node.offline or self.sent.get(node.uuid) == serial:
+                continue
+            failed = self.retry_at.get(node.uuid)
+            if failed is not None and failed[0] == serial and now < failed[1]:
+                continue
+            due.append(node)
+        return due
+
+    def record(self, uuid: str, serial: int, ok: bool, now: float) -> None:
+        if ok:
+            self.sent[uuid] = serial
+            self.retry_at.pop(uuid, None)
+        else:
+            self.retry_at[uuid] = (serial, now + self.retry)
+
+
+def push_ssconf(rpc: NodeRpc, config: model.ConfigData, record: SsconfRecord,
+                now: float) -> dict[str, str]:
+    """Push the config's ssconf to the nodes `record` says are due, all at once; node name ->
+    the error of those that failed."""
+    nodes = record.due(config, now)
+    if not nodes:
+        return {}
+    values = ssconf_values(config)
+    answers = call_many(rpc, nodes, lambda node: file_calls.WriteSsconf(values=dict(values)))
+    failed = {}
+    for node in nodes:
+        answer = answers[node.uuid]
+        ok = not isinstance(answer, HerderError)
+        record.record(node.uuid, config.serial_no, ok, now)
+        if not ok:
+            failed[node.name] = str(answer)
+    return failed
+
+
+class Pusher(Protocol):
+    """What the watch asks of masterd (`MasterDaemon`)."""
+
+    store: ConfigStore
+    deposed: str | None
+
+
+async def watch(daemon: Pusher, rpc: NodeRpc, stop: asyncio.Event, interval: float) -> None:
+    """masterd's trigger on etcd: every `interval` seconds, the due nodes' ssconf. Errors are
+    logged, never raised."""
+    record = SsconfRecord()
+    while not stop.is_set():
+        if daemon.deposed is None:
+            try:
+                config = await asyncio.to_thread(daemon.store.snapshot)
+                failed = await asyncio.to_thread(push_ssconf, rpc, config, record,
+                                                 time.monotonic())
+                if failed:
+                    log.warning("ssconf of config serial %d not pushed to %s",
+                                config.serial_no,
+                                "; ".join(f"{n}: {e}" for n, e in sorted(failed.items())[:10]))
+            except Exception as err:  # never let the trigger stop masterd
+                log.warning("ssconf redistribution failed: %s", err)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval)
