@@ -9,10 +9,11 @@ every case are added at once and boot together; in order: the master cut off fro
 cluster's `oob_program` is the shipped IPMI program against each host's `ipmi_sim`) with a
 sharedfile and an ext guest, then powered on again while they boot elsewhere (offline: it runs
 nothing, not even once `--offline no` lets it hold its lease); node2's network cut, with no
-`oob_program` (it destroys its guest when its lease runs out, its watchdog resets it, and only
-then is the guest started elsewhere); the master powered off, then failed over to a candidate,
-whose maintd recovers its guest. A case's figures (seconds from the failure to the first
-heartbeat elsewhere) are printed; repeats of them are bench/node_failure.py's."""
+`oob_program` and a watchdog timeout of 5 s (it destroys its guest when its lease runs out, its
+watchdog resets it, and only then is the guest started elsewhere); the master powered off,
+then failed over to a candidate, whose maintd recovers its guest. A case's figures (seconds
+from the failure to the first heartbeat elsewhere) are printed; repeats of them are
+bench/node_failure.py's."""
 
 from __future__ import annotations
 
@@ -138,6 +139,15 @@ def leases_fresh(state: Any) -> bool:
     """Every node renewed its lease within the lease time."""
     found = lease_ages(state)
     return all(float(age) < float(found["lease"]) for age in found["nodes"].values())
+
+
+def watchdog_timeout(state: Any, node: str) -> object:
+    """The node parameter `watchdog_timeout` as the node's ssconf has it (what its noded and
+    its watchdog go by)."""
+    from herder.core import ssconf
+
+    found = ssconf.node_params(node, state.host(node).path("/var/lib/herder")) or {}
+    return found.get("watchdog_timeout")
 
 
 def running_on(state: Any, node: str) -> list[str]:
@@ -279,7 +289,11 @@ def test_the_node_comes_back_offline_and_starts_nothing(sim: Any) -> None:
 
 def test_network_cut_without_oob_self_fences_then_recovers(
         sim: Any, guests: dict[str, set[str]], background: ThreadPoolExecutor) -> None:
-    herder(sim, "node", "modify", NODE2, "--node-parameters", "oob_program=")
+    # no OOB; a watchdog timeout of 5 s instead of the default 10 s (a node parameter an
+    # operator sets too): the reset and maintd's wait for it (lease + watchdog + 3 s) are
+    # shorter. The node's watchdog takes it from its ssconf: cut only once it is there.
+    herder(sim, "node", "modify", NODE2, "--node-parameters", "oob_program=,watchdog_timeout=5")
+    wait_for(lambda: watchdog_timeout(sim, NODE2) == 5, 60, "node2's ssconf with the timeout")
     assert primary(sim, "cut1") == NODE2
     keeper = Path(sim.network) / "keeper.log"
     resets = keeper.read_text().count(f"{NODE2}: watchdog not petted")
@@ -311,6 +325,8 @@ def test_network_cut_without_oob_self_fences_then_recovers(
     assert running_on(sim, NODE2) == []
     herder(sim, "node", "modify", NODE2, "--offline", "no")
     herder(sim, "node", "modify", NODE2, "--master-candidate", "yes")
+    # the default timeout again: a living node2 starved of CPU for 5 s is not reset later
+    herder(sim, "node", "modify", NODE2, "--node-parameters", "watchdog_timeout=10")
     recovered("cut1", NODE2, "the cut")
     assert_one_writer(sim, "cut1")
 
