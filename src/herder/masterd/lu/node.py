@@ -177,8 +177,10 @@ class NodeSetParams(LogicalUnit[opcodes.OpNodeSetParams]):
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         node = lookup(config.find_node, self.op.node_name)
-        # Ganeti's lock_all: auto_promote may promote any node
-        requests = [LockRequest(locking.LEVEL_NODE, None if self._fills_pool() else [node.uuid])]
+        # Ganeti locks every node when auto_promote may promote one (lock_all); herder fills
+        # the pool within the one config write, so a node failure's offline mark does not wait
+        # for every running job (compat 56)
+        requests = [LockRequest(locking.LEVEL_NODE, [node.uuid])]
         group = getattr(self.op, "group", None)
         if group:
             target = lookup(config.find_group, group)
