@@ -170,7 +170,8 @@ def test_no_answer_a_reader_gets_carries_a_secret(
     for route in readable:
         path = route.canonical.format(name=inst.name, kind="instances", job_id="1",
                                       resource="instances", path="app.js",
-                                      uuid="00000000-0000-4000-8000-000000000000")
+                                      uuid="00000000-0000-4000-8000-000000000000",
+                                      snapshot="before-upgrade")
         path = path.replace(f"/nodes/{inst.name}", f"/nodes/{node.name}") \
             .replace(f"/groups/{inst.name}", f"/groups/{group.name}")
         if route.canonical == "/2/herder/events":

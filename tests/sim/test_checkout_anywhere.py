@@ -30,6 +30,9 @@ def test_code_paths_name_this_herder_and_its_interpreter() -> None:
     found = code_paths()
     assert str(Path(herder.__file__).resolve().parents[1]) in found
     assert sys.prefix in found
+    # every directory the imports come from (a .pth's too: the clone test's virtualenv
+    # borrows this one's libraries, which a suite run from /tmp has under /tmp as well)
+    assert str(Path(msgspec.__file__).resolve().parents[1]) in found
 
 
 # A one-host simulation run by a virtualenv under /tmp whose herder is a copy under /tmp (a clone

@@ -65,6 +65,7 @@ def prepare(settings: MaintdSettings) -> Prepared:
     me = settings.node_name or socket.getfqdn()
     bind = settings.bind
     maint: dict[str, Any] = {}
+    etcd: EtcdStore | None = None  # Ganeti's cluster and a config file: no master lease
     cluster: Any
     senders: Callable[[], Mapping[str, str] | None] | None = None  # Ganeti's nodes show none
     if settings.ganeti_rapi:

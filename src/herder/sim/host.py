@@ -127,11 +127,14 @@ def node_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def code_paths() -> list[str]:
     """What a host must see of this machine to run the simulator's own herder: the package's
-    source tree, the virtualenv and the interpreter's installation, PYTHONPATH's entries."""
+    source tree, the virtualenv and the interpreter's installation, PYTHONPATH's entries and
+    every other directory on the import path (a `.pth` file's, e.g. a virtualenv that borrows
+    another's libraries)."""
     found = [Path(herder.__file__).resolve().parents[1], Path(sys.prefix), Path(sys.base_prefix),
              Path(sys.executable).resolve().parent]
     found += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p]
-    return sorted({str(p.absolute()) for p in found if p.exists()})
+    found += [Path(p) for p in sys.path if p and os.path.isabs(p)]
+    return sorted({str(p.absolute()) for p in found if p.is_dir()})
 
 
 def hidden_code_paths(paths: Iterable[str], private: Sequence[str] = PRIVATE_DIRS) -> list[str]:
