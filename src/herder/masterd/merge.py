@@ -569,15 +569,16 @@ class Merge:
             rpc.close()
         return "reached " + ", ".join(epochs)
 
-    def _set_other_maintenance(self, enabled: bool) -> None:
-        with self._other_api() as api:
+    def _set_maintenance(self, api: RapiClient, enabled: bool) -> None:
+        with api:
             job = api.put_herder("maintenance", {"enabled": enabled})
             api.wait_for_job(job, timeout=self.job_timeout, raise_on_error=True)
 
+    def _set_other_maintenance(self, enabled: bool) -> None:
+        self._set_maintenance(self._other_api(), enabled)
+
     def _set_our_maintenance(self, enabled: bool) -> None:
-        with self._our_api() as api:
-            job = api.put_herder("maintenance", {"enabled": enabled})
-            api.wait_for_job(job, timeout=self.job_timeout, raise_on_error=True)
+        self._set_maintenance(self._our_api(), enabled)
 
     def _pause_do(self) -> str:
         assert self.other_before is not None and self.ours_before is not None

@@ -24,12 +24,11 @@ NOT_ENOUGH = ("Not enough master candidates, please pass auto promote option to 
 
 @dataclass(frozen=True)
 class PoolStats:
-    """Ganeti's GetMasterCandidateStats: candidates now, how many there should be (the
-    possible ones up to the pool size), how many could be (online, undrained, capable)."""
+    """Ganeti's GetMasterCandidateStats: candidates now, and how many there should be (the
+    online, undrained, master-capable nodes, up to the pool size)."""
 
     now: int
     should: int
-    possible: int
 
 
 def stats(config: model.ConfigData, exceptions: Iterable[str] = ()) -> PoolStats:
@@ -37,7 +36,7 @@ def stats(config: model.ConfigData, exceptions: Iterable[str] = ()) -> PoolStats
     nodes = [n for n in config.nodes.values() if n.uuid not in skip]
     possible = sum(1 for n in nodes if n.master_capable and not (n.offline or n.drained))
     now = sum(1 for n in nodes if n.master_candidate)
-    return PoolStats(now, min(possible, config.cluster.candidate_pool_size), possible)
+    return PoolStats(now, min(possible, config.cluster.candidate_pool_size))
 
 
 def self_promotion(config: model.ConfigData, node: model.Node) -> bool:
