@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from herder.core import model
+from herder.core import cluster_secrets, model, node_certs, remote_export
 from herder.core.rapi import RapiError
 from herder.core.store import FileStore
 from tests.system.masterd_fixture import RunningMaster, make_cluster, start_masterd
@@ -35,6 +35,8 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningMaster]:
                               os="debootstrap+default", hypervisor="kvm", disks=[disk],
                               ctime=model.now(), mtime=model.now())
         config.instances[inst.uuid] = inst
+        ca = (config_path.parent / cluster_secrets.CERT_FILE).read_bytes()
+        config.cluster.node_certs[node.uuid] = node_certs.digest(node_certs.issue(ca, node.name))
     with start_masterd(directory) as running:
         yield running
 
@@ -46,6 +48,40 @@ def test_prepare_export_local_is_a_job_answering_none(master: RunningMaster) -> 
     assert done["status"] == "success" and done["opresult"] == [None]
     ops = api.request("GET", f"/2/jobs/{job}")["ops"]
     assert ops[0]["OP_ID"] == "OP_BACKUP_PREPARE" and ops[0]["mode"] == "local"
+
+
+def test_prepare_export_remote_answers_ganetis_signed_triple(master: RunningMaster) -> None:
+    """Ganeti's answer (handshake, x509_key_name, x509_ca), each checking under the cluster
+    domain secret: the key is node2's certificate, the CA the cluster's; without the secret
+    the job fails in one line."""
+    api = master.client
+    job = api.request("PUT", f"/2/instances/{NAME}/prepare-export", [("mode", "remote")])
+    done = api.wait_for_job(job, timeout=30)
+    assert done["status"] == "success", done
+    (answer,) = done["opresult"]
+    assert set(answer) == {"handshake", "x509_key_name", "x509_ca"}
+    cds = remote_export.read_domain_secret(master.config_path.parent)
+    remote_export.check_handshake(cds, answer["handshake"])
+    config = FileStore(master.config_path).load()
+    node2 = config.find_node("node2.example.com")
+    assert remote_export.check_key_name(cds, answer["x509_key_name"]) == \
+        config.cluster.node_certs[node2.uuid]
+    ca = node_certs.certificate_pem(
+        (master.config_path.parent / cluster_secrets.CERT_FILE).read_bytes()).decode()
+    assert remote_export.sign_certificate(cds, ca, answer["x509_ca"].split()[1].split("/")[0]) \
+        == answer["x509_ca"]
+    with pytest.raises(remote_export.RemoteExportError, match="invalid"):
+        remote_export.load_signed_certificate("not" + cds, answer["x509_ca"])
+    secret = master.config_path.parent / cluster_secrets.DOMAIN_SECRET_FILE
+    secret.rename(secret.with_suffix(".away"))
+    try:
+        job = api.request("PUT", f"/2/instances/{NAME}/prepare-export", [("mode", "remote")])
+        done = api.wait_for_job(job, timeout=30)
+    finally:
+        secret.with_suffix(".away").rename(secret)
+    assert done["status"] == "error"
+    assert "cluster domain secret" in str(done["opresult"])
+    assert "\n" not in str(done["opresult"])
 
 
 def test_export_body_is_ganetis(master: RunningMaster) -> None:
@@ -68,8 +104,7 @@ IMPORT = {"__version__": 1, "name": "web2.example.com", "mode": "import",
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "fragment"), [
     ("PUT", f"/2/instances/{NAME}/prepare-export", None, 400, "needs the export mode"),
-    ("PUT", f"/2/instances/{NAME}/prepare-export?mode=remote", None, 400,
-     "not supported yet"),
+    ("PUT", f"/2/instances/{NAME}/prepare-export?mode=elsewhere", None, 400, "mode"),
     ("PUT", "/2/instances/nosuch/export", {"destination": "node2"}, 404, "nosuch"),
     ("PUT", f"/2/instances/{NAME}/export", {}, 400, "needs the target node"),
     ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "colour": 1}, 400,

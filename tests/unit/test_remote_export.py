@@ -69,10 +69,18 @@ def test_signed_certificate_checks_and_refuses_changes() -> None:
 def test_domain_secret_file(tmp_path: Path) -> None:
     with pytest.raises(RemoteExportError, match="cannot read the cluster domain secret"):
         remote_export.read_domain_secret(tmp_path)
-    path = remote_export.write_domain_secret(tmp_path)
+    paths = cluster_secrets.SecretPaths.beside(tmp_path / "config.json")
+    cluster_secrets.create_all(paths, "cluster-a.example.com")
+    path = tmp_path / cluster_secrets.DOMAIN_SECRET_FILE
     assert path.stat().st_mode & 0o777 == 0o600
     secret = remote_export.read_domain_secret(tmp_path)
     assert len(secret) == 40 and int(secret, 16) >= 0
+    # another cluster's secret copied here before the init is kept
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / cluster_secrets.DOMAIN_SECRET_FILE).write_text(secret + "\n")
+    cluster_secrets.create_all(cluster_secrets.SecretPaths.beside(other / "config.json"), "b")
+    assert remote_export.read_domain_secret(other) == secret
     path.write_text("two\nlines\n")
     with pytest.raises(RemoteExportError, match="not one line"):
         remote_export.read_domain_secret(tmp_path)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
 from pathlib import Path
@@ -25,11 +24,12 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from herder.core.cluster_secrets import DOMAIN_SECRET_FILE
+
 RIE_VERSION = 0
 RIE_HANDSHAKE = "Hi, I'm Ganeti"
 RIE_CERT_VALIDITY = 86400  # seconds (Ganeti's constant)
 SIGNATURE_HEADER = "X-Ganeti-Signature"
-DOMAIN_SECRET_FILE = "cluster-domain-secret"  # beside the config, as Ganeti's data dir has it
 _SALT = re.compile(r"^[a-zA-Z0-9]+$")
 _SIGNATURE = re.compile(rf"^{re.escape(SIGNATURE_HEADER)}:\s*(?P<salt>[a-zA-Z0-9]+)/"
                         r"(?P<sign>[a-zA-Z0-9]+)$", re.I)
@@ -66,23 +66,6 @@ def read_domain_secret(config_dir: Path) -> str:
     if len(lines) != 1 or not lines[0].strip():
         raise RemoteExportError(f"the cluster domain secret {path} is not one line")
     return lines[0].strip()
-
-
-def write_domain_secret(config_dir: Path, secret: str | None = None) -> Path:
-    """Write the cluster domain secret (a new one: Ganeti's `GenerateSecret()`), mode 0600,
-    atomically."""
-    value = secret if secret is not None else secrets.token_hex(20)
-    if not value or any(c.isspace() for c in value):
-        raise RemoteExportError("a cluster domain secret is one word")
-    path = config_dir / DOMAIN_SECRET_FILE
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="ascii") as out:
-        out.write(value + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
-    return path
 
 
 def _handshake_message(version: object) -> str:

@@ -1298,14 +1298,10 @@ class OpTestDelay(OpCode, tag="OP_TEST_DELAY", kw_only=True):
 
 class OpBackupPrepare(InstanceOpCode, tag="OP_BACKUP_PREPARE", kw_only=True):
     """Ganeti's export preparation: nothing to prepare for a local export (its result is None);
-    remote exports (between clusters) are not supported yet."""
+    mode remote answers the handshake, X509 key name and signed CA the other cluster's import
+    checks (`core.remote_export`)."""
 
     mode: Literal["local", "remote"]
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.mode != "local":
-            raise ValueError("mode remote: exports to another cluster are not supported yet")
 
 
 class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):

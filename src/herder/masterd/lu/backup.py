@@ -26,21 +26,35 @@ from herder.masterd.lu.base import (
     lookup,
 )
 from herder.masterd.lu.common import forget_instance, remove_domain_and_disks
-from herder.masterd.lu.exports import find_exports, progress_line, stream_disk
+from herder.masterd.lu.exports import (
+    domain_secret,
+    find_exports,
+    progress_line,
+    remote_preparation,
+    stream_disk,
+)
 
 
 class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
-    """A local export needs no preparation (Ganeti answers None)."""
+    """A local export needs no preparation (Ganeti answers None); a remote one answers what
+    the destination cluster checks (`exports.remote_preparation`)."""
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         inst = lookup(config.find_instance, self.op.instance_name)
         return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid], shared=True)]
 
     def check(self, config: model.ConfigData) -> None:
-        lookup(config.find_instance, self.op.instance_name)
+        self.inst = lookup(config.find_instance, self.op.instance_name)
+        if self.op.mode == "remote":
+            domain_secret(self.env)
 
     def execute(self) -> JobResult:
-        return None
+        if self.op.mode != "remote":
+            return None
+        config = self.env.store.load()
+        self.feedback(f"signing the certificate of {self.inst.name}'s primary node for a "
+                      "remote export")
+        return remote_preparation(self.env, config, config.instances[self.inst.uuid])
 
 
 class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
