@@ -114,13 +114,18 @@ IMPORT = {"__version__": 1, "name": "web2.example.com", "mode": "import",
     ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "compress": "gzip"}, 400,
      "only 'none'"),
     ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "mode": "remote"}, 400,
-     "not supported yet"),
+     "mode remote needs target_node (each disk's destination), x509_key_name"),
+    ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "x509_key_name": ["a"]},
+     400, "are for mode remote"),
     ("POST", "/2/instances", IMPORT, 400, "mode import needs src_node and src_path"),
     ("POST", "/2/instances", {**IMPORT, "src_node": "node2", "src_path": "../x/web1"}, 400,
      "src_path"),
     ("POST", "/2/instances", {**IMPORT, "mode": "create", "src_node": "node2",
                               "disk_template": "file"}, 400, "for mode import"),
-    ("POST", "/2/instances", {**IMPORT, "mode": "remote-import"}, 400, "not supported"),
+    ("POST", "/2/instances", {**IMPORT, "mode": "remote-import"}, 400,
+     "mode remote-import needs source_handshake, source_x509_ca and source_instance_name"),
+    ("POST", "/2/instances", {**IMPORT, "mode": "create", "source_instance_name": "a"}, 400,
+     "are for mode remote-import"),
 ])
 def test_bad_requests_get_one_4xx_line_and_change_nothing(
         master: RunningMaster, method: str, path: str, body: Any, status: int,
@@ -178,3 +183,64 @@ def test_backup_list_takes_ganetis_list_options(master: RunningMaster) -> None:
     assert extra.returncode == 2 and "unexpected extra argument" in extra.stderr.lower()
     gone = _backup_cli(master, "list", "--node", "node9")
     assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1
+
+
+def other_cluster_ca(cds: str) -> str:
+    """The destination cluster's CA, signed as its OP_BACKUP_PREPARE signs it."""
+    both = cluster_secrets.self_signed_certificate("cluster-b.example.com").decode()
+    return remote_export.sign_certificate(cds, both[both.index("-----BEGIN CERTIFICATE"):])
+
+
+def remote_job_error(master: RunningMaster, method: str, path: str, body: dict[str, Any]
+                     ) -> str:
+    """A remote export's or import's job, which must fail at its checks: its one-line error;
+    the config unchanged."""
+    api = master.client
+    before = FileStore(master.config_path).load().serial_no
+    done = api.wait_for_job(api.request(method, path, None, body), timeout=30)
+    assert done["status"] == "error", done
+    assert FileStore(master.config_path).load().serial_no == before
+    error = str(done["opresult"])
+    assert "\n" not in error
+    return error
+
+
+def test_remote_export_and_import_check_the_other_clusters_credentials(
+        master: RunningMaster) -> None:
+    """Ganeti's checks of move-instance's messages: the key name this cluster signed for the
+    primary's certificate, the other cluster's CA and each disk's destination, the source's
+    handshake, all under the shared cluster domain secret; each wrong one fails the job in
+    one line with nothing changed (the stream itself is not built: compat B64)."""
+    cds = remote_export.read_domain_secret(master.config_path.parent)
+    api = master.client
+    prepared = api.wait_for_job(api.request(
+        "PUT", f"/2/instances/{NAME}/prepare-export", [("mode", "remote")]), timeout=30)
+    (answer,) = prepared["opresult"]
+    dest = [list(remote_export.compute_disk_info(cds, "a1", 0, "192.0.2.5", 11000, "mg"))]
+    export = {"mode": "remote", "target_node": dest, "x509_key_name": answer["x509_key_name"],
+              "destination_x509_ca": other_cluster_ca(cds)}
+    path = f"/2/instances/{NAME}/export"
+    wrong_key = list(remote_export.sign_key_name("x" + cds, answer["x509_key_name"][0]))
+    assert "HMAC for X509 key name is wrong" in remote_job_error(
+        master, "PUT", path, {**export, "x509_key_name": wrong_key})
+    other_key = list(remote_export.sign_key_name(cds, "0" * 64))
+    assert "not the certificate of its primary node" in remote_job_error(
+        master, "PUT", path, {**export, "x509_key_name": other_key})
+    assert "signature is invalid" in remote_job_error(
+        master, "PUT", path, {**export, "destination_x509_ca": other_cluster_ca("x" + cds)})
+    moved = [["192.0.2.66", *dest[0][1:]]]
+    assert "disk 0: HMAC is wrong" in remote_job_error(
+        master, "PUT", path, {**export, "target_node": moved})
+    assert "2 destinations for 1 disks" in remote_job_error(
+        master, "PUT", path, {**export, "target_node": dest * 2})
+    assert "B64" in remote_job_error(master, "PUT", path, export)  # every check passed
+    remote = {**IMPORT, "mode": "remote-import", "disk_template": "plain",
+              "disks": [{"size": 64}], "os": "debootstrap+default",
+              "source_instance_name": NAME, "source_x509_ca": answer["x509_ca"],
+              "source_handshake": list(remote_export.compute_handshake("x" + cds))}
+    assert "don't share the same domain secret" in remote_job_error(
+        master, "POST", "/2/instances", remote)
+    remote["source_handshake"] = answer["handshake"]
+    assert "signature is invalid" in remote_job_error(
+        master, "POST", "/2/instances", {**remote, "source_x509_ca": other_cluster_ca("x" + cds)})
+    assert "B64" in remote_job_error(master, "POST", "/2/instances", remote)

@@ -27,6 +27,8 @@ from herder.masterd.lu.base import (
 )
 from herder.masterd.lu.common import forget_instance, remove_domain_and_disks
 from herder.masterd.lu.exports import (
+    NOT_BUILT,
+    check_remote_export,
     domain_secret,
     find_exports,
     progress_line,
@@ -59,11 +61,19 @@ class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
 
 class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return instance_and_node_locks(config, self.op.instance_name, self.op.target_node)
+        if isinstance(self.op.target_node, str):
+            return instance_and_node_locks(config, self.op.instance_name, self.op.target_node)
+        inst = lookup(config.find_instance, self.op.instance_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, [inst.primary_node])]
 
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         inst = lookup(config.find_instance, op.instance_name)
+        if not isinstance(op.target_node, str):  # mode remote (the opcode checked its fields)
+            check_remote_export(self.env, config, inst, op.x509_key_name,
+                                op.destination_x509_ca or "", op.target_node)
+            raise OpPrereqError(f"remote export of {inst.name}: {NOT_BUILT}", "wrong_input")
         target = lookup(config.find_node, op.target_node)
         source = config.nodes.get(inst.primary_node)
         if source is None:

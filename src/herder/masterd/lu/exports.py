@@ -101,3 +101,42 @@ def remote_preparation(env: MasterEnv, config: model.ConfigData, inst: model.Ins
     return {"handshake": list(remote_export.compute_handshake(cds)),
             "x509_key_name": list(remote_export.sign_key_name(cds, digest)),
             "x509_ca": remote_export.sign_certificate(cds, ca_pem)}
+
+
+NOT_BUILT = "herder cannot stream between clusters yet (docs/compat.md B64)"
+
+
+def check_remote_export(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+                        key_name: object, destination_ca: str, destinations: list[Any]
+                        ) -> list[tuple[str, int, str]]:
+    """Ganeti's LUBackupExport checks of mode remote: the key name this cluster's preparation
+    signed (the primary's node certificate), the destination cluster's CA and each disk's
+    destination, all signed with the cluster domain secret; the (host, port, magic) of each
+    disk."""
+    cds = domain_secret(env)
+    what = f"remote export of {inst.name}"
+    if len(destinations) != len(inst.disks):
+        raise OpPrereqError(f"{what}: {len(destinations)} destinations for "
+                            f"{len(inst.disks)} disks", "wrong_input")
+    try:
+        key = remote_export.check_key_name(cds, key_name)
+        remote_export.load_signed_certificate(cds, destination_ca)
+        found = [remote_export.check_disk_info(cds, index, info)
+                 for index, info in enumerate(destinations)]
+    except remote_export.RemoteExportError as err:
+        raise OpPrereqError(f"{what}: {err}", "wrong_input") from None
+    if key != config.cluster.node_certs.get(inst.primary_node):
+        raise OpPrereqError(f"{what}: x509_key_name is not the certificate of its primary "
+                            "node (prepare the export again)", "wrong_input")
+    return found
+
+
+def check_remote_import(env: MasterEnv, name: str, handshake: object, source_ca: str) -> None:
+    """Ganeti's LUInstanceCreate checks of mode remote-import: the source cluster's handshake
+    and CA, signed with the same cluster domain secret."""
+    cds = domain_secret(env)
+    try:
+        remote_export.check_handshake(cds, handshake)
+        remote_export.load_signed_certificate(cds, source_ca)
+    except remote_export.RemoteExportError as err:
+        raise OpPrereqError(f"remote import of {name}: {err}", "wrong_input") from None
