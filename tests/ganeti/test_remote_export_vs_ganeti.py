@@ -32,7 +32,7 @@ def ca_pem() -> str:
 def run_ganeti(request: dict[str, Any]) -> dict[str, Any]:
     if not (harness.GROOT / "ganeti" / "masterd" / "instance.py").is_file() or \
             not harness.DEBIAN_PYTHON.is_file():
-        pytest.skip("Ganeti's library is not unpacked (bash ../shared/peers/setup.sh)")
+        pytest.skip("Ganeti 3.0's Python code is not unpacked (/tmp/groot, from ../shared/peers)")
     proc = subprocess.run(
         [str(harness.DEBIAN_PYTHON), str(HERE / "rie_driver.py")],
         input=json.dumps(request), capture_output=True, text=True, timeout=120, check=False,

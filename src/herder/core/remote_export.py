@@ -28,7 +28,6 @@ from herder.core.cluster_secrets import DOMAIN_SECRET_FILE
 
 RIE_VERSION = 0
 RIE_HANDSHAKE = "Hi, I'm Ganeti"
-RIE_CERT_VALIDITY = 86400  # seconds (Ganeti's constant)
 SIGNATURE_HEADER = "X-Ganeti-Signature"
 _SALT = re.compile(r"^[a-zA-Z0-9]+$")
 _SIGNATURE = re.compile(rf"^{re.escape(SIGNATURE_HEADER)}:\s*(?P<salt>[a-zA-Z0-9]+)/"

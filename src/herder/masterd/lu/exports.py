@@ -1,7 +1,9 @@
 """Helpers of exports and imports (`lu/backup`'s LUs, `lu/create`'s mode import): a disk
 streamed from its node into an export being written on another node, a node's streaming
 address, the progress line of the job log, the nodes holding an export, an export's
-config.ini read from its node, the signed answer of a remote export's preparation."""
+config.ini read from its node; for moves between clusters (`core.remote_export`), the
+signed answer of a remote export's preparation and the checks of the other cluster's
+messages."""
 
 from __future__ import annotations
 
