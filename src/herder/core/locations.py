@@ -31,5 +31,7 @@ def local_config_path(location: str | os.PathLike[str] | None = None) -> Path:
     token): beside the config file, or, on the etcd backend, in the local directory
     (`DEFAULT_CONFIG_PATH`'s, as `EtcdStore.path` has it). `location`: default
     HERDER_CONFIG."""
-    found = default_config_path() if location is None else location
+    # the text itself: a Path would fold an etcd location's "//"
+    found = os.environ.get("HERDER_CONFIG") or DEFAULT_CONFIG_PATH if location is None \
+        else location
     return DEFAULT_CONFIG_PATH if is_etcd_location(str(found)) else Path(found)
