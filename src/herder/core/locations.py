@@ -32,6 +32,6 @@ def local_config_path(location: str | os.PathLike[str] | None = None) -> Path:
     (`DEFAULT_CONFIG_PATH`'s, as `EtcdStore.path` has it). `location`: default
     HERDER_CONFIG."""
     # the text itself: a Path would fold an etcd location's "//"
-    found = os.environ.get("HERDER_CONFIG") or DEFAULT_CONFIG_PATH if location is None \
+    found = (os.environ.get("HERDER_CONFIG") or DEFAULT_CONFIG_PATH) if location is None \
         else location
     return DEFAULT_CONFIG_PATH if is_etcd_location(str(found)) else Path(found)

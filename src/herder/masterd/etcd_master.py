@@ -210,12 +210,15 @@ class MasterIpHolder:
 
     def __init__(self, candidate: Candidate) -> None:
         self.candidate = candidate
-        self.up: MasterIp | None = None  # what this masterd brought up
+        self.up: MasterIp | None = None  # what this masterd brings or brought up
 
     async def hold(self, stop: asyncio.Event) -> None:
         net = floating_master_ip(self.candidate.store.snapshot(), self.candidate.me)
         if net is None:
             return
+        # set first: a stop while the activation runs still takes it down (`release`; an
+        # address that is not there is left alone)
+        self.up = net
         while not stop.is_set() and self.candidate.deposed is None:
             try:
                 said = await asyncio.to_thread(master_daemons.daemon_util,
@@ -227,7 +230,6 @@ class MasterIpHolder:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=MASTER_IP_RETRY)
                 continue
-            self.up = net
             log.info("master on etcd: %s: %s", self.candidate.me, said)
             return
 

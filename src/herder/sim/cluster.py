@@ -28,6 +28,11 @@ The cluster is built as an operator builds one (docs/real-nodes.md "The simulate
 5. mond, instmon and confd on every node; node.toml enables them (and masterd and maintd,
    which exit 11 where they are not the master) for the next boot.
 
+With `--store etcd` (`herder.sim.etcd`) the config lives in an external etcd in the
+simulation's network (outside every host): node1's `cluster init` writes it there, its masterd
+wins the master lease and brings the master IP up itself, every other node's masterd is a
+standby candidate, the elected masterd starts maintd, and no confd runs.
+
 The machine reaches the cluster only through published ports (`herder.sim.forward`): the
 cluster's address `127.0.0.<first>` forwards to the master IP (masterd 5080, mond 1815, maintd
 1816 and 1817), so a master failover changes nothing for the operator; node i's mond is on
@@ -124,8 +129,9 @@ class SimState:
 
     @property
     def node_environment(self) -> dict[str, str]:
-        """What every daemon and command on a node needs besides the defaults: the etcd
-        backend's config location (as an operator's /etc/herder/environment holds it)."""
+        """What the commands on a node need besides the defaults (masterd and maintd have it
+        in node.toml): the etcd backend's config location, as an operator's
+        /etc/herder/environment holds it."""
         return {"HERDER_CONFIG": self.etcd} if self.etcd else {}
 
     @property
