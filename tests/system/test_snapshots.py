@@ -260,8 +260,9 @@ def test_a_failure_part_way_leaves_what_it_found(cluster: Cluster) -> None:
 def test_other_templates_and_bad_names_are_refused_in_one_line(cluster: Cluster) -> None:
     before = cluster.store.load().serial_no
     plain = error_of(cluster.run(snapshot_op("ADD", "plain1.example.com", "s1")))
-    assert plain == ("instance plain1.example.com: plain disks cannot be snapshotted (only "
-                     "ext disks whose provider has the snapshot and rollback scripts)")
+    assert plain == ("instance plain1.example.com: plain disks cannot be snapshotted (rolling "
+                     "an LVM volume back needs device-mapper, which herder's nodes do not "
+                     "drive; use rbd or ext disks)")
     for verb in ("ROLLBACK", "REMOVE"):
         missing = error_of(cluster.run(snapshot_op(verb, "plain1.example.com", "s1")))
         assert "plain disks cannot be snapshotted" in missing or "has no snapshot s1" in missing

@@ -21,24 +21,46 @@ from herder.masterd.lu.base import MasterEnv
 Feedback = Callable[[str], None]
 
 # The disk templates whose devices the nodes can snapshot and roll back (noded.bdev.operations)
-SNAPSHOT_TEMPLATES = ("ext",)
+SNAPSHOT_TEMPLATES = ("ext", "rbd")
 
 
 def unsupported(inst: model.Instance) -> str | None:
     """Why the instance's disks cannot be snapshotted (None: they can)."""
     if not inst.disks:
         return f"instance {inst.name} has no disks to snapshot"
+    if inst.disk_template == "plain":
+        return (f"instance {inst.name}: plain disks cannot be snapshotted (rolling an LVM "
+                "volume back needs device-mapper, which herder's nodes do not drive; use rbd "
+                "or ext disks)")
     if inst.disk_template not in SNAPSHOT_TEMPLATES:
         return (f"instance {inst.name}: {inst.disk_template} disks cannot be snapshotted "
-                f"(only {', '.join(SNAPSHOT_TEMPLATES)} disks whose provider has the snapshot "
-                "and rollback scripts)")
+                "(only rbd disks, and ext disks whose provider has the snapshot and rollback "
+                "scripts)")
     return None
 
 
-def volume_name(disk: model.Disk, snapshot: str) -> str:
-    """The name of `disk`'s volume holding the snapshot `snapshot`."""
+def snap_name(disk: model.Disk, snapshot: str) -> str:
+    """The name the node gives `disk`'s snapshot `snapshot`: an ExtStorage volume of its own
+    (`VOLUME.snap-NAME`), an rbd image's snapshot (`snap-NAME`, in the image's namespace)."""
     assert isinstance(disk.logical_id, model.ExtId)
+    if disk.dev_type == "rbd":
+        return f"snap-{snapshot}"
     return f"{disk.logical_id.name}.snap-{snapshot}"
+
+
+def volume_name(disk: model.Disk, snapshot: str) -> str:
+    """The name of `disk`'s volume holding the snapshot `snapshot` (its logical id's)."""
+    assert isinstance(disk.logical_id, model.ExtId)
+    if disk.dev_type == "rbd":
+        return f"{disk.logical_id.name}@{snap_name(disk, snapshot)}"
+    return snap_name(disk, snapshot)
+
+
+def rollback_name(volume: model.SnapshotVolume) -> str:
+    """The snapshot name a rollback gives the node: the volume's name, for rbd the part after
+    the image's (`IMAGE@SNAP`)."""
+    assert isinstance(volume.logical_id, model.ExtId)
+    return volume.logical_id.name.rpartition("@")[2]
 
 
 def _volume_disk(disk: model.Disk, volume: model.SnapshotVolume) -> model.Disk:
@@ -74,7 +96,7 @@ def take(env: MasterEnv, config: model.ConfigData, inst: model.Instance, name: s
         for disk in inst.disks:
             answer = env.rpc.call(node, disk_calls.BlockdevSnapshot(
                 disk=diskobjects.disk_object(config, inst, disk),
-                snap_name=volume_name(disk, name)))
+                snap_name=snap_name(disk, name)))
             taken.append(model.SnapshotVolume(disk=disk.uuid, logical_id=_logical_id(answer)))
             feedback(f"snapshot {name} of {disk.iv_name} taken")
     except HerderError as err:
@@ -151,11 +173,10 @@ def _roll_back(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
     by_disk = {volume.disk: volume for volume in snapshot.volumes}
     done: list[model.Disk] = []
     for disk in inst.disks:
-        volume_id = by_disk[disk.uuid].logical_id
-        assert isinstance(volume_id, model.ExtId)
         try:
             env.rpc.call(node, disk_calls.BlockdevSnapshotRollback(
-                disk=diskobjects.disk_object(config, inst, disk), snap_name=volume_id.name))
+                disk=diskobjects.disk_object(config, inst, disk),
+                snap_name=rollback_name(by_disk[disk.uuid])))
         except HerderError as err:
             raise PartialRollback(f"{disk.iv_name}: {err}", done) from None
         done.append(disk)
