@@ -331,6 +331,9 @@ def test_the_recovery_job_of_a_rollback_puts_the_disks_back(cluster: Cluster) ->
             provider="sharedimg", name=aside(i).stem)) for i, disk in enumerate(inst.disks)]
     image0 = cluster.image(name, 0)
     shutil.copyfile(image0.with_name(f"{image0.stem}.snap-s1.img"), image0)
+    refused = error_of(cluster.run(snapshot_op("ROLLBACK", name, "s1")))
+    assert refused == (f"instance {name}: a rollback cut short kept the disks' earlier content "
+                       "aside; run the rollback with cleanup first (it puts the disks back)")
     assert read_at(image0) == PATTERN  # disk/0 rolled back, disk/1 not yet
     recovered = cluster.run(recovery)
     assert recovered["status"] == "success", recovered

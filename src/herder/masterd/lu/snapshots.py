@@ -115,6 +115,10 @@ class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
         inst = self.check_instance(config)
         if self.op.cleanup:
             return
+        if inst.rollback_aside:  # its copies would be overwritten
+            raise OpPrereqError(f"instance {inst.name}: a rollback cut short kept the disks' "
+                                "earlier content aside; run the rollback with cleanup first "
+                                "(it puts the disks back)", "wrong_state")
         snapshot = self.recorded(inst)
         if inst.admin_state == "up":
             raise OpPrereqError(f"instance {inst.name} is running: stop it before rolling back "
