@@ -168,3 +168,36 @@ def test_the_recovery_job_removes_the_snapshots_of_an_unrecorded_one(cluster: Cl
         config.find_instance(name).snapshots.clear()
     assert cluster.run(recovery)["status"] == "success"
     assert cluster.snapshots(name) == [[]]
+
+
+def test_the_recovery_job_of_a_rollback_puts_the_images_back(cluster: Cluster) -> None:
+    """The master died in a rollback after disk/0 was rolled back (made here as the LU
+    leaves it: each image's content kept as the snapshot `snap-_rollback` and recorded,
+    disk/0 rolled back to s1): the recovery job puts both back and removes the copies."""
+    from herder.masterd import lu
+
+    name = "rbd4.example.com"
+    create(cluster, name)
+    images = cluster.images(name)
+    for image in images:
+        write_image(cluster.ceph, image, PATTERN, SIZE)
+    assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
+    for image in images:
+        write_image(cluster.ceph, image, LATER, SIZE)
+        cluster.ceph.run(["rbd", "snap", "create", f"{cluster.ceph.pool}/{image}@snap-_rollback"],
+                         what="rbd snap create")
+    with cluster.store.update() as config:
+        inst = config.find_instance(name)
+        inst.rollback_aside = [model.SnapshotVolume(disk=disk.uuid, logical_id=model.ExtId(
+            provider="rbd", name=f"{image}@snap-_rollback"))
+            for disk, image in zip(inst.disks, images, strict=True)]
+    cluster.ceph.run(["rbd", "snap", "rollback", "--no-progress",
+                      f"{cluster.ceph.pool}/{images[0]}@snap-s1"], what="rbd snap rollback")
+    assert cluster.read(images[0]) == PATTERN
+    unit = lu.registry()["OP_INSTANCE_SNAPSHOT_ROLLBACK"]
+    (recovery,) = unit.after_master_death(opcodes.parse(snapshot_op("ROLLBACK", name, "s1")))
+    recovered = cluster.run(recovery)
+    assert recovered["status"] == "success", recovered
+    assert [cluster.read(image) for image in images] == [LATER] * 2
+    assert cluster.snapshots(name) == [["snap-s1"]] * 2
+    assert cluster.store.load().find_instance(name).rollback_aside == []
