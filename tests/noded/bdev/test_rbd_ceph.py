@@ -232,6 +232,9 @@ def test_snapshot_rollback_remove(cluster: ceph.CephCluster, node: Host) -> None
     assert operations.blockdev_snapshot(node, disk, "snap-s1", None) == \
         ["rbd", "inst4.rbd.disk0@snap-s1"]
     assert snapshots_of(cluster, "inst4.rbd.disk0") == ["snap-s1"]
+    with pytest.raises(BlockDevError, match="^rbd snapshots are copy-on-write: a snapshot size"):
+        operations.blockdev_snapshot(node, disk, "snap-s2", 8)
+    assert snapshots_of(cluster, "inst4.rbd.disk0") == ["snap-s1"]
     later = b"\xa5" * len(PATTERN)
     write_image(cluster, "inst4.rbd.disk0", later, 16)
     assert cluster.read_image("inst4.rbd.disk0", OFFSET + len(PATTERN))[OFFSET:] == later

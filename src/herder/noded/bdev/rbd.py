@@ -227,10 +227,13 @@ class RadosBlockDevice(BlockDev):
                              str(self.size + amount)]), "rbd resize failed")
 
     def snapshot(self, snap_name: str | None, snap_size: int | None) -> list[object]:
-        """`rbd snap create` (copy-on-write: `snap_size` does not apply); the answer is the
-        snapshot's logical id, `[driver, image@snap]`."""
+        """`rbd snap create`; the answer is the snapshot's logical id, `[driver, image@snap]`.
+        An rbd snapshot is copy-on-write: a `snap_size` other than the image's is refused."""
         if self.is_snapshot:
             raise BlockDevError(f"rbd snapshot {self.pool}/{self.image} cannot be snapshotted")
+        if snap_size is not None and snap_size != self.size:
+            raise BlockDevError(f"rbd snapshots are copy-on-write: a snapshot size ({snap_size}"
+                                f" MiB) other than the image's ({self.size} MiB) does not apply")
         snap_name = snap_name or "snap"
         check(self.host.run([RBD, "snap", "create", "--no-progress",
                              f"{self.pool}/{self.image}@{snap_name}"]),
