@@ -2,7 +2,8 @@
 ONE simulated cluster (namespaced hosts, masterd and maintd as on a real master): login, a
 read-only user who cannot act, the overview's live figures, a migration followed without a
 reload, bad input (a forged form, an ended session, an unknown instance, a failing job), a
-broken node showing up as an incident and an alert, a console's error. The consoles with real
+broken node showing up as an incident and an alert, a console's error, the instance page's
+snapshots, backup and restore. The consoles with real
 guests: test_console_streams.py. The login, overview and instance pages also in Firefox
 (Debian's firefox-esr over WebDriver BiDi, driven by Puppeteer: tests/web/firefox/). Every page
 is photographed (`simhelpers.screenshots`: the README's, docs/screenshots/, with
@@ -469,37 +470,6 @@ def test_a_waiting_job_is_canceled_from_its_page(sim: Any, browser: Any,
 
 
 # last: the broken node stays broken
-def test_a_broken_node_shows_up_as_incident_and_alert(sim: Any, browser: Any,
-                                                      writer: tuple[str, str]) -> None:
-    from herder.sim import cluster
-
-    page = log_in(browser, sim, writer)
-    mark_no_reload(page)
-    broken = sim.nodes[2].name
-    with sim.rapi() as api:
-        ticks = api.request("GET", "/2/herder/maintd")["ticks"]
-    # what `simulate --break NODE live-repair` does, with a repair command that fails
-    cluster.break_node(Path(sim.directory), broken, "live-repair", "no-such-repair")
-    alert = page.locator("#alerts li", has_text=broken)
-    # within maintd's next pass (the simulator's maintd passes every second: 30 s is a wide
-    # margin on a loaded machine; the passes it took are printed)
-    sync_api.expect(alert.first).to_be_visible(timeout=30_000)
-    with sim.rapi() as api:
-        print(f"the alert after {api.request('GET', '/2/herder/maintd')['ticks'] - ticks} "
-              "maintd passes")
-    assert alert.first.get_attribute("data-kind") in ("incident", "failed-repair")
-    sync_api.expect(page.locator(f"#nodes tr[data-node='{broken}'] td.health")).to_contain_text(
-        "incident")
-    assert still_not_reloaded(page)
-    shot(page, "overview-alert")
-    page.goto(f"{sim.masterd_url}/ui/#/maintenance")
-    uuid = config(sim).find_node(broken).uuid
-    sync_api.expect(page.locator("#incidents tbody tr", has_text=uuid).first).to_be_visible()
-    shot(page, "maintenance")
-    wait_for(lambda: any(i.node == uuid for i in config(sim).maintenance.incidents), 60,
-             "the incident in the config")
-
-
 def ended(panel: Any, status: str) -> None:
     """The job of `panel` ended with `status` (its result or error in the message if not)."""
     sync_api.expect(panel.locator(".job-result")).to_have_text(re.compile(r"^(Result|Failed)"))
@@ -573,3 +543,34 @@ def test_backup_snapshot_and_restore_from_the_instance_page(sim: Any, browser: A
         for name in ("snap1-restored", "snap1"):
             herder(sim, "instance", "remove", name, check=False, timeout=300)
         herder(sim, "backup", "remove", "snap1", check=False, timeout=300)
+
+
+def test_a_broken_node_shows_up_as_incident_and_alert(sim: Any, browser: Any,
+                                                      writer: tuple[str, str]) -> None:
+    from herder.sim import cluster
+
+    page = log_in(browser, sim, writer)
+    mark_no_reload(page)
+    broken = sim.nodes[2].name
+    with sim.rapi() as api:
+        ticks = api.request("GET", "/2/herder/maintd")["ticks"]
+    # what `simulate --break NODE live-repair` does, with a repair command that fails
+    cluster.break_node(Path(sim.directory), broken, "live-repair", "no-such-repair")
+    alert = page.locator("#alerts li", has_text=broken)
+    # within maintd's next pass (the simulator's maintd passes every second: 30 s is a wide
+    # margin on a loaded machine; the passes it took are printed)
+    sync_api.expect(alert.first).to_be_visible(timeout=30_000)
+    with sim.rapi() as api:
+        print(f"the alert after {api.request('GET', '/2/herder/maintd')['ticks'] - ticks} "
+              "maintd passes")
+    assert alert.first.get_attribute("data-kind") in ("incident", "failed-repair")
+    sync_api.expect(page.locator(f"#nodes tr[data-node='{broken}'] td.health")).to_contain_text(
+        "incident")
+    assert still_not_reloaded(page)
+    shot(page, "overview-alert")
+    page.goto(f"{sim.masterd_url}/ui/#/maintenance")
+    uuid = config(sim).find_node(broken).uuid
+    sync_api.expect(page.locator("#incidents tbody tr", has_text=uuid).first).to_be_visible()
+    shot(page, "maintenance")
+    wait_for(lambda: any(i.node == uuid for i in config(sim).maintenance.incidents), 60,
+             "the incident in the config")
