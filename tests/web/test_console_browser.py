@@ -469,7 +469,6 @@ def test_a_waiting_job_is_canceled_from_its_page(sim: Any, browser: Any,
     shot(page, "job-cancel")
 
 
-# last: the broken node stays broken
 def ended(panel: Any, status: str) -> None:
     """The job of `panel` ended with `status` (its result or error in the message if not)."""
     sync_api.expect(panel.locator(".job-result")).to_have_text(re.compile(r"^(Result|Failed)"))
@@ -545,6 +544,7 @@ def test_backup_snapshot_and_restore_from_the_instance_page(sim: Any, browser: A
         herder(sim, "backup", "remove", "snap1", check=False, timeout=300)
 
 
+# last: the broken node stays broken
 def test_a_broken_node_shows_up_as_incident_and_alert(sim: Any, browser: Any,
                                                       writer: tuple[str, str]) -> None:
     from herder.sim import cluster
