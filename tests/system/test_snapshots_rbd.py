@@ -116,10 +116,9 @@ def test_snapshot_write_more_rollback_and_the_data_is_back(cluster: Cluster) -> 
     assert cluster.store.load().find_instance(name).snapshots == []
 
 
-def test_a_rollback_under_an_open_image_is_refused_and_put_back(cluster: Cluster) -> None:
-    """disk/1 is open by a client (as a QEMU elsewhere would have it): disk/0, rolled back
-    already, is put back; both keep what they had, and the snapshot kept aside is gone."""
-    name = "rbd2.example.com"
+def snapshotted_then_written(cluster: Cluster, name: str) -> list[str]:
+    """A stopped two-disk instance `name` whose images hold PATTERN in its snapshot s1 and
+    LATER now; its images."""
     create(cluster, name)
     images = cluster.images(name)
     for image in images:
@@ -127,6 +126,14 @@ def test_a_rollback_under_an_open_image_is_refused_and_put_back(cluster: Cluster
     assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
     for image in images:
         write_image(cluster.ceph, image, LATER, SIZE)
+    return images
+
+
+def test_a_rollback_under_an_open_image_is_refused_and_put_back(cluster: Cluster) -> None:
+    """disk/1 is open by a client (as a QEMU elsewhere would have it): disk/0, rolled back
+    already, is put back; both keep what they had, and the snapshot kept aside is gone."""
+    name = "rbd2.example.com"
+    images = snapshotted_then_written(cluster, name)
     watcher = subprocess.Popen([*cluster.ceph.prefix(), "rbd", "watch", "-p",
                                 cluster.ceph.pool, images[1]], env=cluster.ceph.admin_env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -177,13 +184,8 @@ def test_the_recovery_job_of_a_rollback_puts_the_images_back(cluster: Cluster) -
     from herder.masterd import lu
 
     name = "rbd4.example.com"
-    create(cluster, name)
-    images = cluster.images(name)
+    images = snapshotted_then_written(cluster, name)
     for image in images:
-        write_image(cluster.ceph, image, PATTERN, SIZE)
-    assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
-    for image in images:
-        write_image(cluster.ceph, image, LATER, SIZE)
         cluster.ceph.run(["rbd", "snap", "create", f"{cluster.ceph.pool}/{image}@snap-_rollback"],
                          what="rbd snap create")
     with cluster.store.update() as config:
