@@ -260,8 +260,9 @@ def test_a_failure_part_way_leaves_what_it_found(cluster: Cluster) -> None:
 def test_other_templates_and_bad_names_are_refused_in_one_line(cluster: Cluster) -> None:
     before = cluster.store.load().serial_no
     plain = error_of(cluster.run(snapshot_op("ADD", "plain1.example.com", "s1")))
-    assert plain == ("instance plain1.example.com: plain disks cannot be snapshotted (only "
-                     "ext disks whose provider has the snapshot and rollback scripts)")
+    assert plain == ("instance plain1.example.com: plain disks cannot be snapshotted (rolling "
+                     "an LVM volume back needs device-mapper, which herder's nodes do not "
+                     "drive; use rbd or ext disks)")
     for verb in ("ROLLBACK", "REMOVE"):
         missing = error_of(cluster.run(snapshot_op(verb, "plain1.example.com", "s1")))
         assert "plain disks cannot be snapshotted" in missing or "has no snapshot s1" in missing
@@ -296,3 +297,63 @@ def test_the_recovery_job_removes_the_volumes_of_an_unrecorded_snapshot(
     assert cluster.snapshot_files(name) == []
     assert all(loops_of(cluster.image(name, i)) == [] for i in (0, 1))
     assert cluster.run(recovery)["status"] == "success"  # nothing left: nothing to do
+
+
+def test_the_recovery_job_of_a_rollback_puts_the_disks_back(cluster: Cluster) -> None:
+    """The master died in a rollback of two disks, after disk/0 was rolled back (made here as
+    the provider and the LU leave it: the disks' content copied aside as `.snap-_rollback`
+    volumes and recorded, disk/0's image holding the snapshot's): the recovery job puts both
+    back as they were before the job and removes the copies; when the master died while the
+    copies were being taken (one of two, unrecorded), the copy is removed and the disks are
+    untouched."""
+    from herder.masterd import lu
+
+    name = "died2.example.com"
+    create(cluster, name, "sharedimg", "sharedimg", start=False)
+    for index in (0, 1):
+        write_at(cluster.image(name, index), PATTERN)
+    assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
+    for index in (0, 1):
+        write_at(cluster.image(name, index), LATER)
+    unit = lu.registry()["OP_INSTANCE_SNAPSHOT_ROLLBACK"]
+    (recovery,) = unit.after_master_death(opcodes.parse(snapshot_op("ROLLBACK", name, "s1")))
+    assert recovery == {**snapshot_op("ROLLBACK", name, "s1"), "cleanup": True}
+
+    def aside(index: int) -> Path:
+        image = cluster.image(name, index)
+        return image.with_name(f"{image.stem}.snap-_rollback.img")
+
+    for index in (0, 1):
+        shutil.copyfile(cluster.image(name, index), aside(index))
+    with cluster.store.update() as config:
+        inst = config.find_instance(name)
+        inst.rollback_aside = [model.SnapshotVolume(disk=disk.uuid, logical_id=model.ExtId(
+            provider="sharedimg", name=aside(i).stem)) for i, disk in enumerate(inst.disks)]
+    image0 = cluster.image(name, 0)
+    shutil.copyfile(image0.with_name(f"{image0.stem}.snap-s1.img"), image0)
+    refused = error_of(cluster.run(snapshot_op("ROLLBACK", name, "s1")))
+    assert refused == (f"instance {name}: a rollback cut short kept the disks' earlier content "
+                       "aside; run the rollback with cleanup first (it puts the disks back)")
+    assert read_at(image0) == PATTERN  # disk/0 rolled back, disk/1 not yet
+    recovered = cluster.run(recovery)
+    assert recovered["status"] == "success", recovered
+    assert any(f"the disks of {name} are back as they were before the rollback" in line
+               for line in recovered["log"])
+    assert all(read_at(cluster.image(name, i)) == LATER for i in (0, 1))
+    assert not any(aside(i).exists() for i in (0, 1))
+    assert cluster.instance(name).rollback_aside == []
+    assert len(cluster.snapshot_files(name)) == 2  # s1's volumes stay
+    assert all(loops_of(cluster.image(name, i)) == [] for i in (0, 1))
+
+    shutil.copyfile(cluster.image(name, 0), aside(0))  # died while taking the copies
+    write_at(aside(0), PATTERN)
+    recovered = cluster.run(recovery)
+    assert recovered["status"] == "success", recovered
+    assert any("no rollback of" in line for line in recovered["log"])
+    assert all(read_at(cluster.image(name, i)) == LATER for i in (0, 1))
+    assert not aside(0).exists()
+    # a rollback run after all this works and leaves no copy aside
+    assert cluster.run(snapshot_op("ROLLBACK", name, "s1"))["status"] == "success"
+    assert all(read_at(cluster.image(name, i)) == PATTERN for i in (0, 1))
+    assert not any(aside(i).exists() for i in (0, 1))
+    assert cluster.instance(name).rollback_aside == []

@@ -2,7 +2,8 @@
 ONE simulated cluster (namespaced hosts, masterd and maintd as on a real master): login, a
 read-only user who cannot act, the overview's live figures, a migration followed without a
 reload, bad input (a forged form, an ended session, an unknown instance, a failing job), a
-broken node showing up as an incident and an alert, a console's error. The consoles with real
+broken node showing up as an incident and an alert, a console's error, the instance page's
+snapshots, backup and restore. The consoles with real
 guests: test_console_streams.py. The login, overview and instance pages also in Firefox
 (Debian's firefox-esr over WebDriver BiDi, driven by Puppeteer: tests/web/firefox/). Every page
 is photographed (`simhelpers.screenshots`: the README's, docs/screenshots/, with
@@ -466,6 +467,81 @@ def test_a_waiting_job_is_canceled_from_its_page(sim: Any, browser: Any,
     sync_api.expect(page.locator("#banner")).to_contain_text("can no longer be canceled")
     sync_api.expect(page.locator(".job-status")).to_have_text("success")
     shot(page, "job-cancel")
+
+
+def ended(panel: Any, status: str) -> None:
+    """The job of `panel` ended with `status` (its result or error in the message if not)."""
+    sync_api.expect(panel.locator(".job-result")).to_have_text(re.compile(r"^(Result|Failed)"))
+    assert panel.locator(".job-status").inner_text() == status, \
+        panel.locator(".job-result").inner_text()
+
+
+def test_backup_snapshot_and_restore_from_the_instance_page(sim: Any, browser: Any,
+                                                            writer: tuple[str, str]) -> None:
+    """The instance page's backups and snapshots (issue 30): a snapshot taken (its name asked
+    for), listed from the config; the rollback asks first and a cancel submits nothing; an
+    export to another node and its restore as a new instance; the snapshot removed. Each one
+    ordinary job through its route, its outcome shown without a reload."""
+    herder(sim, "instance", "add", "snap1", "--no-name-check", "-t", "ext", "-o",
+           "debootstrap+default", "--disk", "size=64M,provider=sharedimg", "--no-start",
+           "--no-install", "-n", sim.nodes[0].name, timeout=300)
+    try:
+        page = log_in(browser, sim, writer)
+        page.goto(f"{sim.masterd_url}/ui/#/instance/snap1")
+        sync_api.expect(page.locator("#backups h2")).to_contain_text("(0 snapshots)")
+        sync_api.expect(page.locator("[data-action=snapshot-rollback]")).to_be_disabled()
+        mark_no_reload(page)
+        panels = page.locator(".job-panel")
+        page.click("[data-action=snapshot-add]")
+        page.fill("#snapshot-name", "before-upgrade")
+        page.click("#confirm-ok")
+        sync_api.expect(panels).to_have_count(1)
+        sync_api.expect(panels.first.locator(".job-status")).to_have_text("success")
+        listed_row = page.locator("#snapshots tr[data-snapshot='before-upgrade']")
+        sync_api.expect(listed_row).to_be_visible()
+        assert [s.name for s in config(sim).find_instance("snap1").snapshots] == ["before-upgrade"]
+
+        # the rollback says what it loses and asks first; a cancel submits nothing
+        submitted = jobs(sim)
+        page.click("[data-action=snapshot-rollback]")
+        sync_api.expect(page.locator("#confirm-text")).to_contain_text(
+            "what was written since is lost")
+        page.click("#confirm-cancel")
+        assert jobs(sim) == submitted and panels.count() == 1
+        panel = act(page, "snapshot-rollback")
+        sync_api.expect(panel.locator(".job-log")).to_contain_text(
+            "disk/0 rolled back to snapshot before-upgrade")
+
+        # a backup to the second node, restored from there as a new instance
+        target = sim.nodes[1].name
+        page.click("[data-action=backup-export]")
+        page.select_option("#export-node", target)
+        page.click("#confirm-ok")
+        sync_api.expect(panels).to_have_count(3)
+        ended(panels.first, "success")
+        listed = herder(sim, "backup", "list", "--node", target, "--no-headers").stdout
+        assert "snap1" in listed.split(), listed
+        page.click("[data-action=backup-import]")
+        page.select_option("#import-node", target)
+        page.fill("#import-name", "snap1-restored")
+        page.select_option("#import-template", "sharedfile")  # onto other storage
+        page.uncheck("#import-start")
+        page.click("#confirm-ok")
+        sync_api.expect(panels).to_have_count(4)
+        ended(panels.first, "success")
+        restored = config(sim).find_instance("snap1-restored")
+        assert config(sim).node_name(restored.primary_node) == target
+        assert (restored.disk_template, [d.size for d in restored.disks]) == ("sharedfile", [64])
+
+        act(page, "snapshot-remove")
+        sync_api.expect(page.locator("#backups h2")).to_contain_text("(0 snapshots)")
+        assert config(sim).find_instance("snap1").snapshots == []
+        assert still_not_reloaded(page)
+        shot(page, "instance-backups")
+    finally:
+        for name in ("snap1-restored", "snap1"):
+            herder(sim, "instance", "remove", name, check=False, timeout=300)
+        herder(sim, "backup", "remove", "snap1", check=False, timeout=300)
 
 
 # last: the broken node stays broken

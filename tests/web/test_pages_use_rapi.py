@@ -75,8 +75,8 @@ def test_the_page_script_is_read_as_expected() -> None:
     reads, actions = requests_of_the_pages()
     assert {"drain", "undrain", "evacuate", "migrate-all", "powercycle", "start", "shutdown",
             "reboot", "migrate", "failover", "replace-disks", "grow-disk", "add-disk", "add-nic",
-            "remove-nic",
-            "remove"} == {action for action, _, _ in actions}
+            "remove-nic", "remove", "snapshot-add", "snapshot-rollback", "snapshot-remove",
+            "backup-export", "backup-import"} == {action for action, _, _ in actions}
     assert ("GET", "/2/herder/overview") in reads and ("POST", "/2/instances") in reads
     assert ("DELETE", "/2/jobs/0") in reads and ("GET", "/2/instances/0/info") in reads
 

@@ -25,8 +25,9 @@ def _checked(name: str) -> str:
 
 @click.group()
 def snapshot() -> None:
-    """Snapshots of all of an instance's disks (ext disks whose ExtStorage provider has the
-    snapshot and rollback scripts): add, list, rollback (the instance stopped), remove."""
+    """Snapshots of all of an instance's disks (rbd disks, and ext disks whose ExtStorage
+    provider has the snapshot and rollback scripts): add, list, rollback (the instance
+    stopped), remove."""
 
 
 @snapshot.command("add")

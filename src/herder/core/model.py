@@ -464,6 +464,9 @@ class Instance(Named, kw_only=True):
     network_port: int | None = None
     # herder's snapshots of the instance's disks, oldest first (`masterd.lu.snapshots`)
     snapshots: list[InstanceSnapshot] = msgspec.field(default_factory=list)
+    # while a rollback to a snapshot runs: the disks' content kept aside before it (one
+    # volume per disk), so the queue's recovery can put them back when the master died in it
+    rollback_aside: list[SnapshotVolume] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.check_name_and_tags(names.hostname, "instance")

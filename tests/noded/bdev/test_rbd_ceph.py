@@ -17,11 +17,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from herder.core.diskobjects import Disk, decode_disk
 from herder.core.rpcdefs.payload import InstancePayload
-from herder.noded.bdev import cephclient, operations
+from herder.noded.bdev import cephclient, operations, rbd
 from herder.noded.bdev.base import BlockDevError, Host, SubprocessRunner
 from herder.noded.bdev.rbd import RBD_SYSFS, RadosBlockDevice
 from herder.noded.hypervisor import Hypervisor
@@ -203,3 +204,74 @@ def test_os_install_seam_stages_and_imports_only_on_success(
     assert cluster.read_image("inst3.rbd.disk0", len(PATTERN)) == PATTERN
     assert image_size_mib(cluster, "inst3.rbd.disk0") == 8
     operations.blockdev_remove(node, decode_disk(disk_data))
+
+
+def write_image(cluster: ceph.CephCluster, image: str, data: bytes, size_mib: int) -> None:
+    """`data` written at OFFSET into the image, through Ceph's own writer (`rbd import-diff`
+    of a one-extent diff in rbd's v1 diff format; this machine has no rbd kernel module)."""
+    diff = (b"rbd diff v1\n" + b"s" + (size_mib * 2**20).to_bytes(8, "little")
+            + b"w" + OFFSET.to_bytes(8, "little") + len(data).to_bytes(8, "little") + data
+            + b"e")
+    cluster.run(["rbd", "import-diff", "--no-progress", "-", f"{cluster.pool}/{image}"],
+                what="rbd import-diff", stdin=diff)
+
+
+def snapshots_of(cluster: ceph.CephCluster, image: str) -> list[str]:
+    return [str(snap["name"]) for snap in json.loads(cluster.run(
+        ["rbd", "snap", "ls", "--format", "json", f"{cluster.pool}/{image}"],
+        what="rbd snap ls"))]
+
+
+def test_snapshot_rollback_remove(cluster: ceph.CephCluster, node: Host) -> None:
+    """The node calls' operations: `rbd snap create` answers the snapshot's own logical id,
+    the image written after it rolls back to it, the snapshot is removed as a device of its
+    own; a rollback while a client has the image open is refused and changes nothing."""
+    disk = rbd_disk("inst4.rbd.disk0", size=16)
+    operations.blockdev_create(node, disk, "inst4", True, "inst4")
+    write_image(cluster, "inst4.rbd.disk0", PATTERN, 16)
+    assert operations.blockdev_snapshot(node, disk, "snap-s1", None) == \
+        ["rbd", "inst4.rbd.disk0@snap-s1"]
+    assert snapshots_of(cluster, "inst4.rbd.disk0") == ["snap-s1"]
+    with pytest.raises(BlockDevError, match="^rbd snapshots are copy-on-write: a snapshot size"):
+        operations.blockdev_snapshot(node, disk, "snap-s2", 8)
+    assert snapshots_of(cluster, "inst4.rbd.disk0") == ["snap-s1"]
+    later = b"\xa5" * len(PATTERN)
+    write_image(cluster, "inst4.rbd.disk0", later, 16)
+    assert cluster.read_image("inst4.rbd.disk0", OFFSET + len(PATTERN))[OFFSET:] == later
+
+    # a client with the image open (a `rbd watch`, as QEMU's librbd or a kernel map holds)
+    watcher = subprocess.Popen([*cluster.prefix(), "rbd", "watch", "-p", cluster.pool,
+                                "inst4.rbd.disk0"], env=cluster.admin_env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    try:
+        assert watcher.stdout is not None and watcher.stdin is not None
+        watcher.stdout.readline()  # "press enter to exit...": the watch is registered
+        assert rbd.watchers(node, cluster.pool, "inst4.rbd.disk0") != []
+        with pytest.raises(BlockDevError, match=r"^rbd image herder/inst4.rbd.disk0 is open by"
+                           r" .*: it can be rolled back only while no node uses it$"):
+            operations.blockdev_snapshot_rollback(node, disk, "snap-s1")
+        assert cluster.read_image("inst4.rbd.disk0", OFFSET + len(PATTERN))[OFFSET:] == later
+        watcher.stdin.write(b"\n")  # the client closes the image
+        watcher.stdin.close()
+        assert watcher.wait(60) == 0
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert rbd.watchers(node, cluster.pool, "inst4.rbd.disk0") == []
+    operations.blockdev_snapshot_rollback(node, disk, "snap-s1")
+    assert cluster.read_image("inst4.rbd.disk0", OFFSET + len(PATTERN))[OFFSET:] == PATTERN
+
+    with pytest.raises(BlockDevError, match="rbd snap rollback of herder/inst4.rbd.disk0 to"
+                       " snap-none failed"):
+        operations.blockdev_snapshot_rollback(node, disk, "snap-none")
+    snap = decode_disk({**msgspec.to_builtins(disk),
+                        "logical_id": ["rbd", "inst4.rbd.disk0@snap-s1"]})
+    assert operations.blockdev_find(node, snap) is not None
+    operations.blockdev_remove(node, snap)
+    assert snapshots_of(cluster, "inst4.rbd.disk0") == []
+    operations.blockdev_remove(node, snap)  # gone: nothing to do, as for any device
+    assert operations.blockdev_find(node, snap) is None
+    operations.blockdev_remove(node, disk)
+    assert "inst4.rbd.disk0" not in cluster.images()

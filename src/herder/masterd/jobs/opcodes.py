@@ -1393,7 +1393,11 @@ class OpInstanceSnapshotAdd(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_ADD", kw_o
 
 class OpInstanceSnapshotRollback(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_ROLLBACK",
                                  kw_only=True):
-    """Every disk of the stopped instance takes the content of its snapshot."""
+    """Every disk of the stopped instance takes the content of its snapshot; `cleanup` (the
+    job the queue's recovery submits when the master died in one): the disks put back as they
+    were before it, the content kept aside meanwhile removed."""
+
+    cleanup: bool = False
 
 
 class OpInstanceSnapshotRemove(SnapshotOpCode, tag="OP_INSTANCE_SNAPSHOT_REMOVE",

@@ -101,8 +101,24 @@ class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
 
 
 class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
+    @classmethod
+    def after_master_death(cls, op: opcodes.OpInstanceSnapshotRollback
+                           ) -> list[dict[str, Any]]:
+        """The disks put back as they were and the content kept aside removed (the job
+        queue's recovery submits it)."""
+        if op.cleanup:
+            return []
+        return [{"OP_ID": "OP_INSTANCE_SNAPSHOT_ROLLBACK", "instance_name": op.instance_name,
+                 "snapshot_name": op.snapshot_name, "cleanup": True}]
+
     def check(self, config: model.ConfigData) -> None:
         inst = self.check_instance(config)
+        if self.op.cleanup:
+            return
+        if inst.rollback_aside:  # its copies would be overwritten
+            raise OpPrereqError(f"instance {inst.name}: a rollback cut short kept the disks' "
+                                "earlier content aside; run the rollback with cleanup first "
+                                "(it puts the disks back)", "wrong_state")
         snapshot = self.recorded(inst)
         if inst.admin_state == "up":
             raise OpPrereqError(f"instance {inst.name} is running: stop it before rolling back "
@@ -117,6 +133,9 @@ class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
     def execute(self) -> JobResult:
         config = self.env.store.load()
         inst = config.find_instance(self.op.instance_name)
+        if self.op.cleanup:
+            snapshot_volumes.recover_rollback(self.env, config, inst, self.feedback)
+            return None
         snapshot = self.recorded(inst)
         inst = snapshot_volumes.release_for_rollback(self.env, config, inst, self.feedback)
         snapshot_volumes.rollback(self.env, config, inst, snapshot, self.feedback)

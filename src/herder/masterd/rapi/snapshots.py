@@ -28,8 +28,12 @@ from herder.masterd.rapi.base import (
 )
 
 ADD_FIELDS = body_fields(opcodes.OpInstanceSnapshotAdd, fixed=INSTANCE_TARGET)
-NAMED_FIELDS = body_fields(opcodes.OpInstanceSnapshotRollback,
+NAMED_FIELDS = body_fields(opcodes.OpInstanceSnapshotRemove,
                            fixed=(*INSTANCE_TARGET, "snapshot_name"))
+# `cleanup`: what the queue's recovery submits after a master died in a rollback, for an
+# operator to run again when that job could not finish
+ROLLBACK_FIELDS = body_fields(opcodes.OpInstanceSnapshotRollback,
+                              fixed=(*INSTANCE_TARGET, "snapshot_name"))
 
 
 def _instance(request: web.Request) -> model.Instance:
@@ -75,8 +79,9 @@ async def snapshot_add(request: web.Request) -> web.Response:
         {"OP_ID": "OP_INSTANCE_SNAPSHOT_ADD", "instance_name": inst.name, **body}])
 
 
-async def _named(request: web.Request, op_id: str, what: str) -> web.Response:
-    body = only(body_dict(await body_of(request, default={})), NAMED_FIELDS, what)
+async def _named(request: web.Request, op_id: str, what: str,
+                 fields: frozenset[str] = NAMED_FIELDS) -> web.Response:
+    body = only(body_dict(await body_of(request, default={})), fields, what)
     inst, snapshot = _recorded(request)
     return await submit(request, "herder_instances_name_snapshots_name", [
         {"OP_ID": op_id, "instance_name": inst.name, "snapshot_name": snapshot.name, **body}])
@@ -86,7 +91,8 @@ async def _named(request: web.Request, op_id: str, what: str) -> web.Response:
 @ROUTES.allow(access.RAPI_WRITE)
 @takes(body=True)
 async def snapshot_rollback(request: web.Request) -> web.Response:
-    return await _named(request, "OP_INSTANCE_SNAPSHOT_ROLLBACK", "snapshot rollback")
+    return await _named(request, "OP_INSTANCE_SNAPSHOT_ROLLBACK", "snapshot rollback",
+                        ROLLBACK_FIELDS)
 
 
 @submits(opcodes.OpInstanceSnapshotRemove)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from herder.core.diskobjects import BlockDevStatus, Disk
-from herder.noded.bdev import ext
+from herder.noded.bdev import ext, rbd
 from herder.noded.bdev.base import DD_BLOCK_SIZE, BlockDev, BlockDevError, Host, retry
 from herder.noded.bdev.drbd import Drbd8
 from herder.noded.bdev.registry import device_class
@@ -212,7 +212,7 @@ def blockdev_snapshot(host: Host, disk: Disk, snap_name: str | None,
             raise BlockDevError(f"DRBD device {disk.iv_name} without backing storage cannot be"
                                 " snapshotted")
         return blockdev_snapshot(host, disk.children[0], snap_name, snap_size)
-    if disk.dev_type not in ("plain", "ext"):
+    if disk.dev_type not in ("plain", "ext", "rbd"):
         raise BlockDevError(f"Cannot snapshot block device {disk.logical_id} of type"
                             f" {disk.dev_type}")
     return _found(host, disk).snapshot(snap_name, snap_size)
@@ -220,11 +220,14 @@ def blockdev_snapshot(host: Host, disk: Disk, snap_name: str | None,
 
 def blockdev_snapshot_rollback(host: Host, disk: Disk, snap_name: str) -> None:
     """The disk takes the content of its snapshot (herder's; ext disks whose provider has a
-    `rollback` script)."""
-    if disk.dev_type != "ext":
+    `rollback` script, rbd images no client has open)."""
+    if disk.dev_type == "ext":
+        ext.rollback(host, disk, snap_name)
+    elif disk.dev_type == "rbd":
+        rbd.rollback(host, disk, snap_name)
+    else:
         raise BlockDevError(f"rolling back to a snapshot is not supported for "
                             f"{disk.dev_type} disks")
-    ext.rollback(host, disk, snap_name)
 
 
 def blockdev_setinfo(host: Host, disk: Disk, info: str) -> None:

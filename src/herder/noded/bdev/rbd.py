@@ -6,6 +6,12 @@ create: `rbd create -p POOL NAME --size MIB`; attach: find the mapping (`rbd sho
 NAME`; shutdown: `rbd unmap DEV`; remove: unmap, `rbd rm -p POOL NAME`; grow: `rbd resize`.
 QEMU can read the image itself (`rbd:POOL/NAME`).
 
+Snapshots (herder's, compat B57/B63): `rbd snap create POOL/NAME@SNAP`; the snapshot is a
+device of its own, logical id `[driver, NAME@SNAP]`, never mapped, removed with `rbd snap rm`;
+`rbd snap rollback` only while no client watches the image (`rbd status`: neither a node's
+kernel map nor a QEMU's librbd has it open), as a rollback under an open image would be undone
+by the client's cache.
+
 Deviations (docs/compat.md B7, B50-B56): with the disk parameter `access=userspace` nothing
 is mapped (a node without the rbd kernel module, such as this project's test machines, still
 serves the image to QEMU through librbd); attach then checks the image with `rbd info`. A
@@ -67,6 +73,33 @@ def parse_showmapped_plain(output: str, image: str) -> str | None:
     return matches[0][4] if matches else None
 
 
+def watchers(host: Host, pool: str, image: str) -> list[str]:
+    """The clients that have `pool/image` open (`rbd status`: kernel maps and librbd users
+    alike), by address."""
+    result = check(host.run([RBD, "status", "--format", "json", f"{pool}/{image}"]),
+                   f"rbd status of {pool}/{image} failed")
+    try:
+        status = json.loads(result.stdout)
+        return [str(watcher.get("address", "?")) for watcher in status.get("watchers", [])]
+    except (ValueError, AttributeError) as err:
+        raise BlockDevError(f"Unable to parse rbd status JSON of {pool}/{image}: {err}") \
+            from None
+
+
+def rollback(host: Host, disk: Disk, snap_name: str) -> None:
+    """The image takes the content of its snapshot `snap_name` (`rbd snap rollback`), refused
+    while any client has the image open. The device is not attached for it (a kernelspace
+    attach would map it)."""
+    pool, image = str(disk.params.get("pool", "rbd")), disk.ext_id.name
+    users = watchers(host, pool, image)
+    if users:
+        raise BlockDevError(f"rbd image {pool}/{image} is open by {', '.join(users)}: it can"
+                            " be rolled back only while no node uses it")
+    check(host.run([RBD, "snap", "rollback", "--no-progress", f"{pool}/{image}@{snap_name}"],
+                   timeout=max(600.0, disk.size / 16)),  # >= 16 MiB/s
+          f"rbd snap rollback of {pool}/{image} to {snap_name} failed")
+
+
 class RadosBlockDevice(BlockDev):
     dev_type = "rbd"
 
@@ -74,7 +107,9 @@ class RadosBlockDevice(BlockDev):
         super().__init__(disk, children, host)
         self.image = disk.ext_id.name
         self.pool = str(disk.params.get("pool", "rbd"))
-        self.userspace = disk.params.get("access") == "userspace"
+        # a snapshot (`image@snap`) is only ever read through librbd: never mapped
+        self.is_snapshot = "@" in self.image
+        self.userspace = disk.params.get("access") == "userspace" or self.is_snapshot
         self.attach()
 
     @classmethod
@@ -130,7 +165,9 @@ class RadosBlockDevice(BlockDev):
         result = self.host.run([RBD, "info", "-p", self.pool, self.image])
         if not result.failed:
             return True
-        if re.search(r"error opening image .*\(2\) No such file or directory", result.output):
+        # an absent image, or an absent snapshot of a present one
+        if re.search(r"error (opening image|setting snapshot context).*\(2\) No such file or"
+                     r" directory", result.output):
             return False
         raise BlockDevError(f"rbd info of {self.pool}/{self.image} failed:"
                             f" {result.fail_reason}: {result.last_lines()}")
@@ -168,6 +205,10 @@ class RadosBlockDevice(BlockDev):
     def remove(self) -> None:
         if not self.minor and not self.attach():
             return
+        if self.is_snapshot:
+            check(self.host.run([RBD, "snap", "rm", "--no-progress",
+                                 f"{self.pool}/{self.image}"]), "rbd snap rm failed")
+            return
         self.shutdown()
         check(self.host.run([RBD, "rm", "-p", self.pool, self.image]),
               "Can't remove Volume from cluster with rbd rm")
@@ -184,6 +225,20 @@ class RadosBlockDevice(BlockDev):
             return
         check(self.host.run([RBD, "resize", "-p", self.pool, self.image, "--size",
                              str(self.size + amount)]), "rbd resize failed")
+
+    def snapshot(self, snap_name: str | None, snap_size: int | None) -> list[object]:
+        """`rbd snap create`; the answer is the snapshot's logical id, `[driver, image@snap]`.
+        An rbd snapshot is copy-on-write: a `snap_size` other than the image's is refused."""
+        if self.is_snapshot:
+            raise BlockDevError(f"rbd snapshot {self.pool}/{self.image} cannot be snapshotted")
+        if snap_size is not None and snap_size != self.size:
+            raise BlockDevError(f"rbd snapshots are copy-on-write: a snapshot size ({snap_size}"
+                                f" MiB) other than the image's ({self.size} MiB) does not apply")
+        snap_name = snap_name or "snap"
+        check(self.host.run([RBD, "snap", "create", "--no-progress",
+                             f"{self.pool}/{self.image}@{snap_name}"]),
+              f"rbd snap create of {self.pool}/{self.image}@{snap_name} failed")
+        return [self.disk.ext_id.provider, f"{self.image}@{snap_name}"]
 
     def userspace_uri(self, hypervisor: str) -> str:
         if hypervisor != "kvm":

@@ -324,6 +324,72 @@ function instanceActions(name, inst, jobsArea) {
   ].map((spec) => actionButton({ ...spec, jobsArea }));
 }
 
+// Backups and snapshots (issue 30; docs/backup.md): the snapshots listed from the config
+// (`/2/herder/instances/I/snapshots`, no node asked), each change an ordinary job through its
+// route: a snapshot taken, rolled back to or removed; a backup (Ganeti's export to a node) and a
+// restore (Ganeti's import of an export, as a new instance). Every action asks first; the
+// destructive ones (rollback, removal, an export that shuts the instance down) say what goes.
+function backupActions(name, nodes, snapshots, jobsArea) {
+  const snapName = h("input", { type: "text", id: "snapshot-name", placeholder: "a name: letters, digits, _ . + -",
+    value: `snap-${new Date().toISOString().slice(0, 19).replace(/[-:T]/g, "")}` });
+  const addSnap = { node: h("p", {}, "Every disk snapshotted as ", snapName),
+    body: () => ({ snapshot_name: snapName.value.trim() }) };
+  const pick = () => {
+    const chosen = document.getElementById("snapshot-pick");
+    return chosen ? chosen.value : "";
+  };
+  const nodeSelect = (id) => h("select", { id }, nodes.map((n) => h("option", { value: n }, n)));
+  const exportNode = nodeSelect("export-node");
+  const exportShutdown = h("input", { type: "checkbox", id: "export-shutdown", checked: true });
+  const exportRemove = h("input", { type: "checkbox", id: "export-remove-instance" });
+  const backup = { node: h("div", {}, h("p", {}, "Export to node ", exportNode,
+    " (the instance is shut down while its disks are read, started again after)"),
+    h("label", {}, exportShutdown, " shut down for the export"), " ",
+    h("label", {}, exportRemove, " remove the instance afterwards")),
+    body: () => ({ destination: exportNode.value, mode: "local", shutdown: exportShutdown.checked,
+      remove_instance: exportRemove.checked }) };
+  const importNode = nodeSelect("import-node");
+  const importPath = h("input", { type: "text", id: "import-export", value: name });
+  const importName = h("input", { type: "text", id: "import-name", value: `${name.split(".")[0]}-restored` });
+  const importStart = h("input", { type: "checkbox", id: "import-start", checked: true });
+  // the export's disk template, or another one (its disks' data is copied either way)
+  const importTemplate = h("select", { id: "import-template" }, h("option", { value: "" }, "the export's"),
+    ["plain", "drbd", "file", "sharedfile", "rbd", "blockdev"].map((t) => h("option", { value: t }, t)));
+  const restore = { node: h("div", {}, h("p", {}, "The export ", importPath, " on ", importNode),
+    h("p", {}, "restored as the new instance ", importName, " with disks ", importTemplate,
+      h("label", {}, importStart, " started"))),
+    body: () => ({ __version__: 1, mode: "import", name: importName.value.trim(), src_node: importNode.value,
+      src_path: importPath.value.trim(), pnode: importNode.value, start: importStart.checked,
+      name_check: false, ip_check: false, ...(importTemplate.value ? { disk_template: importTemplate.value } : {}) }) };
+  return [
+    { id: "snapshot-add", label: `Take a snapshot of ${name}`, method: "POST", path: `/2/herder/instances/${enc(name)}/snapshots`, extra: addSnap },
+    { id: "snapshot-rollback", label: `Roll ${name} back to the chosen snapshot (what was written since is lost; only while it is stopped)`, method: "PUT", path: () => `/2/herder/instances/${enc(name)}/snapshots/${enc(pick())}/rollback`, body: {}, danger: true },
+    { id: "snapshot-remove", label: `Remove the chosen snapshot of ${name}`, method: "DELETE", path: () => `/2/herder/instances/${enc(name)}/snapshots/${enc(pick())}`, danger: true },
+    { id: "backup-export", label: `Back up ${name} to a node`, method: "PUT", path: `/2/instances/${enc(name)}/export`, extra: backup, danger: true },
+    { id: "backup-import", label: `Restore an export as a new instance`, method: "POST", path: `/2/instances`, extra: restore },
+  ].map((spec) => {
+    const button = actionButton({ ...spec, jobsArea });
+    if (spec.id.startsWith("snapshot-") && spec.id !== "snapshot-add" && !snapshots.length) button.disabled = true;
+    return button;
+  });
+}
+
+function backupSection(name, inst, nodes, snapshots, jobsArea) {
+  const kinds = ["ext", "rbd"];
+  const rows = snapshots.map((s) => h("tr", { "data-snapshot": s.name },
+    h("td", { "data-label": "Snapshot" }, s.name), h("td", { "data-label": "Taken" }, when(s.ctime)),
+    h("td", { "data-label": "Volumes" }, s.disks.map((d) => `${d.iv_name || d.uuid}: ${d.volume.join(":")}`).join(", "))));
+  return h("section", { id: "backups" }, h("h2", {}, `Backups and snapshots (${snapshots.length} snapshots)`),
+    kinds.includes(inst.disk_template) ? "" : h("p", { class: "hint" },
+      `${inst.disk_template} disks cannot be snapshotted (rbd and ext disks can); backups work for every template`),
+    h("table", { class: "cards", id: "snapshots" },
+      h("thead", {}, h("tr", {}, ["Snapshot", "Taken", "Volumes"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows)),
+    h("p", { class: "writer" }, "Snapshot ", h("select", { id: "snapshot-pick" },
+      snapshots.map((s) => h("option", { value: s.name }, s.name)))),
+    h("div", { class: "actions", id: "backup-actions" }, backupActions(name, nodes, snapshots, jobsArea)));
+}
+
 // Each disk's state on each of its nodes as the nodes see it now (Ganeti's `instance info`:
 // OP_INSTANCE_QUERY_DATA, a read job, so asked on demand, not at every redraw).
 const LOCAL_DISK = { 1: "ok", 2: "syncing", 3: "unknown", 4: "faulty" };
@@ -384,8 +450,9 @@ async function instanceView(view, name) {
   const diskStatus = diskStatusBox(name);  // kept across redraws: its answer stays
   let paramsOpen = false;  // the parameters' list stays as the user left it across redraws
   const draw = async () => {
-    const [inst, jobs, cluster] = await Promise.all([api(`/2/instances/${enc(name)}`),
-      api(`/2/herder/instances/${enc(name)}/jobs`), api("/2/herder/overview")]);
+    const [inst, jobs, cluster, snapshots] = await Promise.all([api(`/2/instances/${enc(name)}`),
+      api(`/2/herder/instances/${enc(name)}/jobs`), api("/2/herder/overview"),
+      api(`/2/herder/instances/${enc(name)}/snapshots`)]);
     // each disk node's state as masterd knows it (its live figures, maintd's incidents)
     const nodeState = Object.fromEntries(cluster.nodes.map((n) => [n.name,
       n.state !== "online" ? n.state : n.live_error ? "unreachable" : n.incidents.length ? "incident" : "ok"]));
@@ -419,6 +486,7 @@ async function instanceView(view, name) {
         `Parameters (${Object.keys({ ...inst.beparams, ...inst.hvparams }).length})`)), h("table", {}, h("tbody", {},
         Object.entries({ ...inst.beparams, ...inst.hvparams }).map(([k, v]) =>
           h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v)))))))),
+      backupSection(name, inst, cluster.nodes.map((n) => n.name), snapshots, jobsArea),
       consoleBox,
       h("section", { id: "history" }, h("h2", {}, "Jobs"), h("ul", {}, jobs.slice().reverse().map((j) => h("li", {},
         h("a", { href: `#/job/${j.id}` }, `Job ${j.id}`), ` ${(j.summary || []).join(", ")} `,

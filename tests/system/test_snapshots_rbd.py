@@ -1,0 +1,205 @@
+"""Issue 30 item 4 for rbd: snapshots of an instance whose disks are images on a real Ceph
+(herder.sim.ceph: one monitor and one OSD on 127.0.0.38, the restricted user client.herder),
+through the job path (the real job queue, processor and LUs in this process) over two real
+node daemons whose `rbd` tool runs as the nodes' user.
+
+A pattern written to both images is snapshotted (`rbd snap create`), overwritten, rolled back
+(`rbd snap rollback`): the pattern is back; a rollback while a client has an image open is
+refused and puts back what it changed; the snapshot's `rbd snap`s are removed with it, and with
+the instance; the queue's recovery job removes the snapshots of one the master never recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from herder.core import model
+from herder.core.store import FileStore
+from herder.masterd.jobs import opcodes
+from herder.masterd.jobs.queue import JobQueue
+from herder.noded.bdev.base import Host, SubprocessRunner
+from herder.sim import ceph
+from tests.conftest import build_config
+from tests.noded.bdev.test_rbd_ceph import OFFSET, PATTERN, snapshots_of, write_image
+from tests.system.inprocess_master import master_over_nodes
+from tests.system.test_snapshots import error_of, snapshot_op
+
+CEPH_ADDRESS = "127.0.0.38"
+ADDRESSES = {"node1.example.com": "127.0.0.193", "node2.example.com": "127.0.0.194"}
+LATER = b"\xa5" * len(PATTERN)
+SIZE = 16  # MiB
+
+
+@dataclass
+class Cluster:
+    store: FileStore
+    queue: JobQueue
+    ceph: ceph.CephCluster
+
+    def run(self, op: dict[str, Any]) -> dict[str, Any]:
+        job_id = self.queue.submit([op])
+        job = self.queue.wait(job_id, 300)
+        return {"status": str(job.status), "result": job.ops[0].result,
+                "log": [str(entry) for entry in job.ops[0].log]}
+
+    def images(self, name: str) -> list[str]:
+        return [disk.logical_id.name for disk in self.store.load().find_instance(name).disks
+                if isinstance(disk.logical_id, model.ExtId)]
+
+    def read(self, image: str) -> bytes:
+        return self.ceph.read_image(image, OFFSET + len(PATTERN))[OFFSET:]
+
+    def snapshots(self, name: str) -> list[list[str]]:
+        return [snapshots_of(self.ceph, image) for image in self.images(name)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    assert os.geteuid() == 0, "the Ceph daemons run as root here"
+    directory = tmp_path_factory.mktemp("snapshots-rbd")
+    started = ceph.start(directory / "ceph", CEPH_ADDRESS)  # CephError: the test fails
+    config = build_config(nodes=2, drbd_instances=0, plain_instances=0)
+    config.cluster.enabled_disk_templates = ["rbd", "diskless"]
+    config.cluster.diskparams["rbd"] = {"pool": started.pool, "access": "userspace"}
+    for node in config.nodes.values():
+        node.primary_ip = ADDRESSES[node.name]
+    hosts = {name: Host(runner=SubprocessRunner(extra_env=started.client_env))
+             for name in ADDRESSES}
+    try:
+        with master_over_nodes(directory, config, ADDRESSES, hosts=hosts) as master:
+            yield Cluster(master.store, master.queue, started)
+    finally:
+        started.stop(grace=0.5)
+
+
+def create(cluster: Cluster, name: str, disks: int = 2) -> None:
+    job = cluster.run({
+        "OP_ID": "OP_INSTANCE_CREATE", "instance_name": name, "disk_template": "rbd",
+        "disks": [{"size": SIZE}] * disks, "nics": [{}], "pnode": "node1.example.com",
+        "name_check": False, "ip_check": False, "no_install": True, "start": False,
+        "ignore_ipolicy": True})
+    assert job["status"] == "success", job
+
+
+def test_snapshot_write_more_rollback_and_the_data_is_back(cluster: Cluster) -> None:
+    name = "rbd1.example.com"
+    create(cluster, name)
+    images = cluster.images(name)
+    for image in images:
+        write_image(cluster.ceph, image, PATTERN, SIZE)
+    added = cluster.run(snapshot_op("ADD", name, "before-upgrade"))
+    assert added["status"] == "success", added
+    (recorded,) = cluster.store.load().find_instance(name).snapshots
+    assert [v.logical_id for v in recorded.volumes] == [
+        model.ExtId(provider="rbd", name=f"{image}@snap-before-upgrade") for image in images]
+    assert cluster.snapshots(name) == [["snap-before-upgrade"]] * 2
+    for image in images:
+        write_image(cluster.ceph, image, LATER, SIZE)
+
+    rolled = cluster.run(snapshot_op("ROLLBACK", name, "before-upgrade"))
+    assert rolled["status"] == "success", rolled
+    assert [cluster.read(image) for image in images] == [PATTERN] * 2
+    assert any("disk/1 rolled back to snapshot before-upgrade" in line
+               for line in rolled["log"])
+    # the content kept aside while it ran is gone; the snapshot stays
+    assert cluster.snapshots(name) == [["snap-before-upgrade"]] * 2
+
+    removed = cluster.run(snapshot_op("REMOVE", name, "before-upgrade"))
+    assert removed["status"] == "success", removed
+    assert cluster.snapshots(name) == [[], []]
+    assert cluster.store.load().find_instance(name).snapshots == []
+
+
+def snapshotted_then_written(cluster: Cluster, name: str) -> list[str]:
+    """A stopped two-disk instance `name` whose images hold PATTERN in its snapshot s1 and
+    LATER now; its images."""
+    create(cluster, name)
+    images = cluster.images(name)
+    for image in images:
+        write_image(cluster.ceph, image, PATTERN, SIZE)
+    assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
+    for image in images:
+        write_image(cluster.ceph, image, LATER, SIZE)
+    return images
+
+
+def test_a_rollback_under_an_open_image_is_refused_and_put_back(cluster: Cluster) -> None:
+    """disk/1 is open by a client (as a QEMU elsewhere would have it): disk/0, rolled back
+    already, is put back; both keep what they had, and the snapshot kept aside is gone."""
+    name = "rbd2.example.com"
+    images = snapshotted_then_written(cluster, name)
+    watcher = subprocess.Popen([*cluster.ceph.prefix(), "rbd", "watch", "-p",
+                                cluster.ceph.pool, images[1]], env=cluster.ceph.admin_env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    try:
+        assert watcher.stdout is not None and watcher.stdin is not None
+        watcher.stdout.readline()  # the watch is registered
+        refused = error_of(cluster.run(snapshot_op("ROLLBACK", name, "s1")), "OpExecError")
+        watcher.stdin.write(b"\n")
+        watcher.stdin.close()
+        watcher.wait(60)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert refused.startswith(f"rollback of {name} to s1 failed: disk/1: node "
+                              "node1.example.com: blockdev_snapshot_rollback failed: rbd image "
+                              f"{cluster.ceph.pool}/{images[1]} is open by ")
+    assert "it can be rolled back only while no node uses it" in refused
+    assert refused.endswith("the disks are as they were")
+    assert [cluster.read(image) for image in images] == [LATER] * 2
+    assert cluster.snapshots(name) == [["snap-s1"]] * 2
+
+    # removing the instance removes its snapshots (rbd refuses to remove an image with any)
+    assert cluster.run({"OP_ID": "OP_INSTANCE_REMOVE",
+                        "instance_name": name})["status"] == "success"
+    assert not set(images) & set(cluster.ceph.images())
+
+
+def test_the_recovery_job_removes_the_snapshots_of_an_unrecorded_one(cluster: Cluster) -> None:
+    from herder.masterd import lu
+
+    name = "rbd3.example.com"
+    create(cluster, name, disks=1)
+    unit = lu.registry()["OP_INSTANCE_SNAPSHOT_ADD"]
+    (recovery,) = unit.after_master_death(opcodes.parse(snapshot_op("ADD", name, "s1")))
+    assert cluster.run(snapshot_op("ADD", name, "s1"))["status"] == "success"
+    with cluster.store.update() as config:
+        config.find_instance(name).snapshots.clear()
+    assert cluster.run(recovery)["status"] == "success"
+    assert cluster.snapshots(name) == [[]]
+
+
+def test_the_recovery_job_of_a_rollback_puts_the_images_back(cluster: Cluster) -> None:
+    """The master died in a rollback after disk/0 was rolled back (made here as the LU
+    leaves it: each image's content kept as the snapshot `snap-_rollback` and recorded,
+    disk/0 rolled back to s1): the recovery job puts both back and removes the copies."""
+    from herder.masterd import lu
+
+    name = "rbd4.example.com"
+    images = snapshotted_then_written(cluster, name)
+    for image in images:
+        cluster.ceph.run(["rbd", "snap", "create", f"{cluster.ceph.pool}/{image}@snap-_rollback"],
+                         what="rbd snap create")
+    with cluster.store.update() as config:
+        inst = config.find_instance(name)
+        inst.rollback_aside = [model.SnapshotVolume(disk=disk.uuid, logical_id=model.ExtId(
+            provider="rbd", name=f"{image}@snap-_rollback"))
+            for disk, image in zip(inst.disks, images, strict=True)]
+    cluster.ceph.run(["rbd", "snap", "rollback", "--no-progress",
+                      f"{cluster.ceph.pool}/{images[0]}@snap-s1"], what="rbd snap rollback")
+    assert cluster.read(images[0]) == PATTERN
+    unit = lu.registry()["OP_INSTANCE_SNAPSHOT_ROLLBACK"]
+    (recovery,) = unit.after_master_death(opcodes.parse(snapshot_op("ROLLBACK", name, "s1")))
+    recovered = cluster.run(recovery)
+    assert recovered["status"] == "success", recovered
+    assert [cluster.read(image) for image in images] == [LATER] * 2
+    assert cluster.snapshots(name) == [["snap-s1"]] * 2
+    assert cluster.store.load().find_instance(name).rollback_aside == []
