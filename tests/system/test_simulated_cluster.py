@@ -100,14 +100,22 @@ def test_create_with_the_allocator_and_move(sim) -> None:
 
 def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
     """No device-mapper here: an LV could hold no data, and the node says so; nothing is
-    left (no instance, no LV)."""
-    for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
-        done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
-                      template, "-o", "debootstrap+default", "--disk", "64M", "--ignore-ipolicy",
-                      "-n", ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")),
-                      check=False)
-        assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
-        assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
+    left (no instance, no LV). (The simulated cluster does not enable plain and drbd, which its
+    hosts cannot run; the test enables them for the while.)"""
+    herder(sim, "cluster", "modify", "--enabled-disk-templates",
+           cluster.SIM_DISK_TEMPLATES + ",plain,drbd")
+    try:
+        for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
+            done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
+                          template, "-o", "debootstrap+default", "--disk", "64M",
+                          "--ignore-ipolicy", "-n",
+                          ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")),
+                          check=False)
+            assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
+            assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
+    finally:
+        herder(sim, "cluster", "modify", "--enabled-disk-templates",
+               cluster.SIM_DISK_TEMPLATES)
     listed = sim.host("node2").run(["lvs", "--noheadings", "-o", "lv_name"], timeout=60)
     assert listed.stdout.strip() == ""
 
