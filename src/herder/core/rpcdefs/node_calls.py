@@ -186,6 +186,14 @@ class KvmVerdict(msgspec.Struct, kw_only=True):
     seconds: float
 
 
+class KvmProbe(Call[KvmVerdict], kw_only=True):
+    """The node's KVM probe verdict (probed when it has none, or its negative one is old)."""
+
+    METHOD = "kvm_probe"
+    READ_ONLY = True
+    TIMEOUT = 60.0
+
+
 class NodeVerifyAnswer(msgspec.Struct, kw_only=True):
     """What the node found; a field left None was not asked for (or does not apply)."""
 

@@ -64,6 +64,12 @@ def os_list(node: Node, call: node_calls.OsList) -> list[str]:
     return osdef.os_names_with_variants(osdef.list_oses(list(node.settings.os_path)))
 
 
+def kvm_probe(node: Node, call: node_calls.KvmProbe) -> node_calls.KvmVerdict:
+    """The KVM probe's verdict (herder.noded.kvm.kvmprobe), for the job log of a start."""
+    probe = node.hv.kvm_probe()
+    return node_calls.KvmVerdict(usable=probe.usable, reason=probe.reason, seconds=probe.seconds)
+
+
 def node_verify(node: Node, call: node_calls.NodeVerify) -> node_calls.NodeVerifyAnswer:
     """Ganeti's node_verify: what `cluster verify` checks of this node (noded/nodecheck.py);
     the hypervisor's verdict from libvirt and the KVM probe."""
