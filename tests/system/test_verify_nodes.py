@@ -70,7 +70,8 @@ def test_hosts_that_can_run_nothing_do_not_verify_clean(cluster: Cluster) -> Non
 
 def test_ganetis_hypervisor_option_on_instance_add(cluster: Cluster, tmp_path: Path) -> None:
     """`gnt-instance add -H kvm:kernel_path=/x,initrd_path=/y` as the CLI sends it (RAPI's
-    create body, its version taken by the route) becomes the instance's hypervisor and parameters."""
+    create body, its version taken by the route) becomes the instance's hypervisor and
+    parameters."""
     kernel, initrd = tmp_path / "vmlinuz", tmp_path / "initrd"
     hypervisor, hvparams = hv_option((f"kvm:kernel_path={kernel},initrd_path={initrd}",))
     body: dict[str, object] = {
