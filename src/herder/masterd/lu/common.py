@@ -121,7 +121,7 @@ def forget_instance(env: MasterEnv, inst: model.Instance, feedback: Callable[[st
 def kvm_verdict_feedback(env: MasterEnv, node: model.Node, inst: model.Instance,
                          feedback: Callable[[str], None]) -> None:
     """The job log of a KVM instance's start says how it runs on `node`: with hardware KVM or
-    emulated, and why (the node's KVM probe; a node that cannot say is not asked again)."""
+    emulated, and why (the node's KVM probe); a node that cannot say does not stop the start."""
     if inst.hypervisor != "kvm":
         return
     try:
