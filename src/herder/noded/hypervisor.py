@@ -179,6 +179,11 @@ class Hypervisor:
             log.info("KVM probe: %s", self._probe.reason)
         return self._probe
 
+    def probed(self) -> kvmprobe.KvmProbe | None:
+        """The KVM probe's last verdict, without probing (None: not probed yet; libvirt's test
+        driver has its verdict at once)."""
+        return self._probe if self.runs_guests else self.kvm_probe()
+
     def render(self, spec: InstanceSpec) -> str:
         """The domain XML of an instance for this hypervisor."""
         xml = domain_xml(spec)
