@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance
@@ -47,6 +48,18 @@ def test_routes(tmp_path: Path) -> None:
                 assert {r["name"] for r in reports} == {"node1", "node2", "node3", "node4"}
                 over = (await c.get("/1/overview")).json()
                 assert over["incidents"][0]["uuid"] == inc["uuid"]
+                # the same in Prometheus text (parsed by prometheus-client's own parser)
+                scraped = await c.get("/metrics")
+                assert scraped.status_code == 200
+                assert scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
+                samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                           for family in text_string_to_metric_families(scraped.text)
+                           for s in family.samples}
+                assert samples[("herder_maintd_incidents", (("status", "pending"),))] == 1
+                assert samples[("herder_maintd_incidents", (("status", "failed"),))] == 0
+                assert samples[("herder_maintd_jobs", ())] == len(inc["jobs"])
+                assert samples[("herder_maintd_reporting_nodes", ())] == 4
+                assert samples[("process_open_fds", ())] > 0
                 page = await c.get("/status.html")
                 assert page.status_code == 200 and "/1/overview" in page.text
                 # the plain port serves reads only: a cancel is refused, nothing changes

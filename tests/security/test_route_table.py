@@ -125,8 +125,10 @@ def noded(tmp_path: Path) -> Iterator[tuple[Daemon, Node]]:
         hmac_key=KEY, libvirt_uri="test:///default",
         file_root=tmp_path / "noded" / "root", config_dir=tmp_path / "noded" / "cluster"))
     yield Daemon("noded", noded_server.make_app(daemon), noded_server.ROUTES,
+                 # ANYONE: GET /metrics only, a read (a joined node's TLS handshake asks for
+                 # a certificate of the cluster CA before any route)
                  frozenset({access.NODE_RPC, access.NODE_CONSOLE, access.JOIN_TOKEN,
-                            access.NODE_IMPORT, access.NODE_LEASE})), daemon
+                            access.NODE_IMPORT, access.NODE_LEASE, access.ANYONE})), daemon
     daemon.hv.close()
 
 

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("libvirt")
 
-from herder.core import model, vmclaim
+from herder.core import model, nodeverify, vmclaim
 from herder.core.errors import RpcError
 from herder.core.noderpc import RpcTransport
 from herder.core.rpcdefs import instance_calls
@@ -124,9 +124,10 @@ def run(queue: JobQueue, *ops: dict[str, Any]) -> dict[str, Any]:
 
 
 def verify(queue: JobQueue) -> list[dict[str, Any]]:
+    """What runs where (the stand-in nodes are no hosts: their node checks are not judged)."""
     info = run(queue, {"OP_ID": "OP_CLUSTER_VERIFY_GROUP", "group_name": "default"})
     assert info["status"] == "success", info["opresult"]
-    return list(info["opresult"][0])
+    return [f for f in info["opresult"][0] if f["code"] not in nodeverify.CODES]
 
 
 def migrate(queue: JobQueue) -> dict[str, Any]:

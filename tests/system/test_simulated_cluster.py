@@ -100,14 +100,22 @@ def test_create_with_the_allocator_and_move(sim) -> None:
 
 def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
     """No device-mapper here: an LV could hold no data, and the node says so; nothing is
-    left (no instance, no LV)."""
-    for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
-        done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
-                      template, "-o", "debootstrap+default", "--disk", "64M", "--ignore-ipolicy",
-                      "-n", ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")),
-                      check=False)
-        assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
-        assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
+    left (no instance, no LV). (The simulated cluster does not enable plain and drbd, which its
+    hosts cannot run; the test enables them for the while.)"""
+    herder(sim, "cluster", "modify", "--enabled-disk-templates",
+           cluster.SIM_DISK_TEMPLATES + ",plain,drbd")
+    try:
+        for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
+            done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
+                          template, "-o", "debootstrap+default", "--disk", "64M",
+                          "--ignore-ipolicy", "-n",
+                          ":".join(f"{n}.sim.herder.test" for n in nodes.split(":")),
+                          check=False)
+            assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
+            assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
+    finally:
+        herder(sim, "cluster", "modify", "--enabled-disk-templates",
+               cluster.SIM_DISK_TEMPLATES)
     listed = sim.host("node2").run(["lvs", "--noheadings", "-o", "lv_name"], timeout=60)
     assert listed.stdout.strip() == ""
 
@@ -502,3 +510,32 @@ def test_issue32_operations(sim, tmp_path: Path) -> None:
         herder(sim, "instance", "remove", name)
     herder(sim, "group", "assign-nodes", "default", *rack2)
     herder(sim, "group", "remove", "rack2")
+
+
+def test_cluster_verify_checks_each_nodes_prerequisites(sim) -> None:
+    """The simulated cluster verifies clean (it enables only what its hosts can run); a bridge
+    the NICs need that one node lacks, and an OS one node lost, are reported with Ganeti's
+    codes and messages (`--error-codes`: ERROR:CODE:node:NAME:message); put back, clean again."""
+    clean = herder(sim, "cluster", "verify", check=False, timeout=300)
+    assert clean.returncode == 0 and "0 error(s)" in clean.stdout, clean.stdout
+    node4 = "node4.sim.herder.test"
+    os_dir, away = f"{cluster.OS_DIR}/{cluster.DEMO_OS}", f"{cluster.OS_DIR}.away"
+    for node in ("node1", "node2", "node3"):
+        sim.host(node).run(["ip", "link", "add", "hvtest0", "type", "bridge"], timeout=60)
+    herder(sim, "cluster", "modify", "-N", "link=hvtest0")
+    assert sim.host("node4").run(["mv", os_dir, away], timeout=60).returncode == 0
+    try:
+        broken = herder(sim, "cluster", "verify", "--error-codes", check=False, timeout=300)
+        assert broken.returncode == 1, broken.stdout
+        assert set(broken.stdout.splitlines()) == {
+            f"ERROR:ENODENET:node:{node4}:missing bridges: hvtest0",
+            f"ERROR:ENODEOS:node:{node4}:OSes present on reference node node1.sim.herder.test "
+            f"but missing on this node: {cluster.DEMO_OS}",
+            "2 error(s), 0 warning(s)"}, broken.stdout
+    finally:
+        sim.host("node4").run(["mv", away, os_dir], timeout=60)
+        herder(sim, "cluster", "modify", "-N", "link=br0")
+        for node in ("node1", "node2", "node3"):
+            sim.host(node).run(["ip", "link", "del", "hvtest0"], timeout=60)
+    again = herder(sim, "cluster", "verify", check=False, timeout=300)
+    assert again.returncode == 0, again.stdout

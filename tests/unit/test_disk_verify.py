@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from herder.core import verify
+from herder.core import nodeverify, verify
 from herder.core.diskobjects import BlockDevStatus
 from herder.core.errors import OpPrereqError
 from herder.masterd.jobs import opcodes
@@ -52,8 +52,10 @@ def mirrored(tmp_path: Path) -> tuple[Any, StandInRpc, tuple[str, str]]:
 
 
 def findings(env: Any) -> list[tuple[str, str, str]]:
+    """The disk findings (the stand-ins are no hosts: their node checks are not judged here)."""
     found = run(env, opcodes.OpClusterVerifyGroup(group_name="default"), ClusterVerifyGroup)
-    return [(f["severity"], f["object"], f["message"]) for f in found]
+    return [(f["severity"], f["object"], f["message"]) for f in found
+            if f["code"] not in nodeverify.CODES]
 
 
 def resync(rpc: StandInRpc, node: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from herder.cli import remote
+from herder.cli import cluster_backup, remote
 from herder.cli.common import (
     PARAM_HELP,
     YES_NO,
@@ -34,6 +34,8 @@ def cluster() -> None:
 
 
 cluster.add_command(queue)
+cluster.add_command(cluster_backup.backup)
+cluster.add_command(cluster_backup.restore)
 
 
 # --- option helpers shared by init and modify -----------------------------------------------
@@ -272,8 +274,10 @@ def info(store: ConfigStore, as_json: bool) -> None:
 @json_option
 @click.option("--config-only", is_flag=True,
               help="Only check the config file; do not ask the node daemons.")
+@click.option("--error-codes", is_flag=True,
+              help="Machine-readable lines, as Ganeti's: SEVERITY:CODE:TYPE:OBJECT:MESSAGE.")
 @click.pass_context
-def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
+def verify(ctx: click.Context, as_json: bool, config_only: bool, error_codes: bool) -> None:
     """Check the config and the nodes for inconsistencies; exit 1 if any error is found.
 
     Reports instances on unknown nodes, duplicate names, MACs, IPs and DRBD ports/minors,
@@ -282,7 +286,13 @@ def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
     instance running on a node that is not its primary, an admin-up instance not running on
     its primary, a node daemon that does not answer; and the disks: LVs missing on a node,
     degraded or unreadable mirrors of instances whose disks are active (Ganeti's messages).
-    Without masterd (or with --offline) the node checks are skipped with a warning.
+    Each node's prerequisites, as Ganeti's node checks (its codes and messages): the volume
+    group and its PVs (ENODELVM), the NICs' bridges and links (ENODENET), DRBD's usermode helper
+    and version (ENODEDRBDHELPER), the file storage paths (ENODEFILESTORAGEPATH*), the OS
+    definitions against a reference node (ENODEOS), the hypervisor, the KVM probe's verdict and
+    the files its parameters name (ENODEHV), the clock (ENODETIME), certificate expiry
+    (ECLUSTERCERT). Without masterd (or with --offline) the node checks are skipped with a
+    warning.
     """
     config = remote.config_source(ctx).load()
     findings = verify_config(config)
@@ -295,7 +305,7 @@ def verify(ctx: click.Context, as_json: bool, config_only: bool) -> None:
         ])
     else:
         for finding in findings:
-            click.echo(str(finding))
+            click.echo(finding.with_code() if error_codes else str(finding))
         errors = sum(f.severity == "error" for f in findings)
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)")
     if any(f.severity == "error" for f in findings):

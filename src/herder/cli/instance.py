@@ -154,9 +154,11 @@ def add(ctx: click.Context, name: str, disk_template: str, os_type: str | None,
         "nics": nic_specs(nics),
         "start": not no_start, "no_install": no_install, "force_variant": force_variant,
         "beparams": params.parse_assignments(be) if be else {},
-        "hvparams": params.parse_assignments(hv) if hv else {},
         "name_check": not no_name_check, "ip_check": not (no_name_check or no_ip_check),
     }
+    hypervisor, body["hvparams"] = hv_option(hv)
+    if hypervisor is not None:
+        body["hypervisor"] = hypervisor
     if ignore_ipolicy:
         body["ignore_ipolicy"] = True
     if no_conflicts_check:
@@ -439,6 +441,30 @@ def disk_modification(text: str, hint: str = "--disk") -> list[Any]:
     return [action, index, settings]
 
 
+def hv_option(values: tuple[str, ...]) -> tuple[str | None, dict[str, Any]]:
+    """`-H [HYPERVISOR:]KEY=VALUE[,...]` (repeatable): Ganeti's `gnt-instance add -H
+    kvm:kernel_path=/x` (its identkeyval: the hypervisor, then its parameters; `-H kvm` alone
+    names the hypervisor) and herder's bare KEY=VALUE list. A prefix is a hypervisor when it
+    holds no `=` (so `kernel_args=console=ttyS0:x` stays one value); two different ones are
+    refused."""
+    from herder.core import params  # imported by the commands that parse parameters only
+
+    hypervisor: str | None = None
+    items: list[str] = []
+    for value in values:
+        ident, sep, rest = value.partition(":")
+        if (sep and "=" not in ident and "," not in ident) or value in params.HYPERVISORS:
+            params.hv_family(ident)  # one line for an unknown hypervisor
+            if hypervisor not in (None, ident):
+                raise click.BadParameter(f"two hypervisors given: {hypervisor} and {ident}",
+                                         param_hint="-H")
+            hypervisor = ident
+            items.append(rest)
+        else:
+            items.append(value)
+    return hypervisor, params.parse_assignments(items)
+
+
 @instance.command("modify")
 @click.argument("name", metavar="INSTANCE")
 @click.option("--disk", "disk_mods", multiple=True, metavar="add:size=N,... | N:remove | N:K=V",
@@ -501,9 +527,16 @@ def modify(ctx: click.Context, name: str, disk_mods: tuple[str, ...],
                        ("os_name", os_type), ("offline", offline)):
         if value is not None:
             op[key] = value
-    for key, given in (("beparams", be), ("hvparams", hv), ("osparams", osp)):
+    for key, given in (("beparams", be), ("osparams", osp)):
         if given:
             op[key] = params.parse_assignments(given)
+    if hv:
+        hypervisor, op["hvparams"] = hv_option(hv)
+        if hypervisor is not None:
+            runs_on = remote.config_source(ctx).load().find_instance(name).hypervisor
+            if hypervisor != runs_on:
+                raise click.BadParameter(f"instance {name} runs on hypervisor {runs_on}, not "
+                                         f"{hypervisor}", param_hint="-H")
     if runtime_mem is not None:
         try:
             op["runtime_mem"] = params.parse_size(runtime_mem)

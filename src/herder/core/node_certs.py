@@ -58,6 +58,12 @@ def _load_cert(pem: bytes) -> x509.Certificate:
         raise CertificateError(f"not a PEM certificate: {err}") from None
 
 
+def validity(pem: bytes) -> tuple[float, float]:
+    """(not before, not after) of the (first) certificate in `pem`, as POSIX times."""
+    cert = _load_cert(pem)
+    return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()
+
+
 def certificate_pem(pem: bytes) -> bytes:
     """The (first) certificate of a PEM blob that may also hold a private key."""
     from cryptography.hazmat.primitives import serialization

@@ -34,6 +34,11 @@ class Finding:
     def __str__(self) -> str:
         return f"{self.severity.upper()}: {self.object}: {self.message}"
 
+    def with_code(self) -> str:
+        """Ganeti's --error-codes line: SEVERITY:CODE:TYPE:OBJECT:MESSAGE."""
+        kind, _, name = self.object.partition(" ")
+        return f"{self.severity.upper()}:{self.code}:{kind}:{name}:{self.message}"
+
 
 def verify(config: model.ConfigData) -> list[Finding]:
     findings: list[Finding] = []

@@ -29,11 +29,12 @@ import hmac
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from aiohttp import web
 
-from herder.core import access, login_backoff, node_certs, notification
+from herder.core import access, login_backoff, metrics, node_certs, notification
+from herder.core.model import RepairStatus
 from herder.core.rapi_users import REALM, UsersFile
 from herder.maintd.daemon import Maintd
 
@@ -103,6 +104,26 @@ async def reports(request: web.Request) -> web.Response:
 @ROUTES.allow(access.ANYONE)
 async def overview(request: web.Request) -> web.Response:
     return _json(_d(request).overview())
+
+
+@ROUTES.allow(access.ANYONE)
+async def prometheus(request: web.Request) -> web.Response:
+    """maintd's incidents by status, the jobs it follows, its evacuated nodes and the nodes
+    it has reports of, in Prometheus text (what `/1/overview` says, for scraping)."""
+    daemon = _d(request)
+    families = [
+        metrics.counts("herder_maintd_incidents", "Incidents maintd tracks, by repair status",
+                       "status", (i.repair_status for i in daemon.state.incidents),
+                       every=get_args(RepairStatus)),
+        metrics.Family("herder_maintd_jobs", "Jobs maintd follows",
+                       samples=[((), float(len(daemon.state.jobs)))]),
+        metrics.Family("herder_maintd_evacuated_nodes", "Nodes maintd evacuated",
+                       samples=[((), float(len(daemon.state.evacuated)))]),
+        metrics.Family("herder_maintd_reporting_nodes", "Nodes maintd has a report of",
+                       samples=[((), float(len(daemon.observations)))]),
+    ]
+    return web.Response(body=metrics.exposition(families),
+                        headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
 def _writer_refusal(request: web.Request) -> web.Response | None:
@@ -236,6 +257,7 @@ def make_app(daemon: Maintd, notify_settings: NotifySettings | None = None) -> w
     app.router.add_get("/1/evacuated", evacuated)
     app.router.add_get("/1/reports", reports)
     app.router.add_get("/1/overview", overview)
+    app.router.add_get("/metrics", prometheus)
     app.router.add_post("/1/cancel/{uuid}", cancel)
     app.router.add_get("/1/notifications", notifications)
     app.router.add_post("/1/notifications", notify)

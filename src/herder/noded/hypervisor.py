@@ -80,6 +80,7 @@ class Hypervisor:
         # is connected; a fresh one (libvirtd restarted) gets the recorded domains again
         self._connection = libvirt_host.Connection(uri, on_open=self._restore_definitions)
         self._probe: kvmprobe.KvmProbe | None = None
+        self._probed_at = 0.0  # time.monotonic() of the last probe
         self.probe_cache = kvmprobe.CACHE_FILE
         # Why a recorded domain must not be defined again after a libvirtd restart (None: it
         # may); noded's guard says so for the domains this node is not the primary of.
@@ -166,13 +167,22 @@ class Hypervisor:
         return self.domain_type != "test"
 
     def kvm_probe(self) -> kvmprobe.KvmProbe:
-        """Whether hardware KVM works here (probed once, cached on disk by its inputs)."""
+        """Whether hardware KVM works here: a positive answer is kept (on disk, by its inputs),
+        a negative one for `kvmprobe.REPROBE_AFTER` seconds, then the node probes again."""
         if not self.runs_guests:
             return kvmprobe.KvmProbe(True, "libvirt's test driver runs no guests", 0.0)
-        if self._probe is None:
+        stale = self._probe is not None and not self._probe.usable and \
+            time.monotonic() - self._probed_at > kvmprobe.REPROBE_AFTER
+        if self._probe is None or stale:
             self._probe = kvmprobe.kvm_probe(self.probe_cache)
+            self._probed_at = time.monotonic()
             log.info("KVM probe: %s", self._probe.reason)
         return self._probe
+
+    def probed(self) -> kvmprobe.KvmProbe | None:
+        """The KVM probe's last verdict, without probing (None: not probed yet; libvirt's test
+        driver has its verdict at once)."""
+        return self._probe if self.runs_guests else self.kvm_probe()
 
     def render(self, spec: InstanceSpec) -> str:
         """The domain XML of an instance for this hypervisor."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import msgspec
 from aiohttp import web
 
-from herder.core import access
+from herder.core import access, metrics
 from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.rpcdefs import role_calls
@@ -144,6 +145,39 @@ async def import_stream(request: web.Request) -> web.Response:
     return _json(200, result=result)
 
 
+def node_metrics(node: Node) -> bytes:
+    """The node's domains by state, its KVM verdict (once probed), its master epoch and
+    uptime, and the process, in Prometheus text (blocking: libvirt is asked)."""
+    try:
+        states: list[str] = list(node.hv.list_domains().values())
+        libvirt_up = 1.0
+    except HerderError:
+        states, libvirt_up = [], 0.0
+    families = [
+        metrics.counts("herder_noded_domains", "Domains defined on the node, by state",
+                       "state", states),
+        metrics.Family("herder_noded_libvirt_up", "libvirt answers noded (1) or not (0)",
+                       samples=[((), libvirt_up)]),
+        metrics.Family("herder_noded_master_epoch", "The highest master epoch accepted",
+                       samples=[((), float(node.master_epoch))]),
+        metrics.Family("herder_noded_uptime_seconds", "Seconds since noded started",
+                       samples=[((), time.time() - node.started)]),
+    ]
+    probe = node.hv.probed()
+    if probe is not None:
+        families.append(metrics.Family(
+            "herder_noded_kvm_usable", "The KVM probe's verdict: hardware KVM (1) or "
+            "emulation (0)", samples=[((), 1.0 if probe.usable else 0.0)]))
+    return metrics.exposition(families)
+
+
+async def prometheus(request: web.Request) -> web.Response:
+    """GET /metrics: the node's figures for Prometheus (the TLS handshake already asked for a
+    certificate of the cluster CA; the route only reads)."""
+    body = await asyncio.to_thread(node_metrics, request.app[NODE])
+    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
 def make_app(node: Node) -> web.Application:
     rpc.handlers()  # found at start: an area that cannot load fails noded's start, not a call
     checker = rpccheck.RequestChecker(node.hmac_keys, node.name)
@@ -159,4 +193,6 @@ def make_app(node: Node) -> web.Application:
     ROUTES.declare(join_step, access.JOIN_TOKEN)
     console.add_routes(app, node, checker, ROUTES)
     fence.add_routes(app, node, ROUTES)  # the master candidates' lease renewals
+    app.router.add_get("/metrics", prometheus)
+    ROUTES.declare(prometheus, access.ANYONE)
     return app

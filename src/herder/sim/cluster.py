@@ -79,11 +79,12 @@ MAINTENANCE_INTERVAL = 1  # seconds between maintd's rounds
 DEMO_OS = "debootstrap"
 DEMO_VARIANTS = ("default", "minimal")
 OS_DIR = "/srv/herder/os"
-# The templates a simulated cluster enables, the default (sharedfile: the NFS stand-in) first.
-# sharedfile and ext (the sharedimg provider on shared images) move between nodes with their
-# data, file and blockdev are local; plain and drbd stay enabled so that their creation shows
-# the nodes' own one-line refusal (no device-mapper here: an LV could hold no data).
-SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless,plain,drbd"
+# The templates a simulated cluster enables, the default (sharedfile: the NFS stand-in) first:
+# only those its hosts can run, so `cluster verify`'s node checks pass on it. sharedfile and ext
+# (the sharedimg provider on shared images) move between nodes with their data, file and
+# blockdev are local; plain and drbd are not enabled (no device-mapper here: an LV could hold
+# no data, and no DRBD module answers the DRBD checks).
+SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
@@ -531,8 +532,8 @@ SIM_IPOLICY_BOUNDS = ("min:memory-size=16,cpu-count=1,disk-count=0,disk-size=1,n
 
 def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]:
     """`herder cluster init` on the first node: the cluster's name, master IP, templates, the
-    hypervisor and its parameters (real guests: kvm booting the herder-guest kernel, NICs on
-    the nodes' br0), the libvirt URI."""
+    hypervisor and its parameters (real guests: kvm booting the herder-guest kernel), NICs on
+    the nodes' br0, the libvirt URI."""
     args = ["cluster", "init", state.cluster_name, "--master-netdev", "br0",
             "--candidate-pool-size", str(CANDIDATES),
             "--master-ip", state.master_ip, "--master-netmask", "24",
@@ -542,14 +543,16 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}",
             # every host's watchdog device and BMC (herder.sim.watchdog, herder.sim.bmc)
             "--node-parameters", f"watchdog_device={sim_watchdog.DEVICE}",
-            "--node-parameters", f"oob_program={oob_program()}"]
+            "--node-parameters", f"oob_program={oob_program()}",
+            # NICs on the hosts' bridge (Ganeti's default xen-br0 is no host's)
+            "-N", "link=br0"]
     if state.ceph:  # no rbd kernel module here: QEMU reads the images through librbd
         args += ["-D", f"rbd:pool={sim_ceph.POOL},access=userspace"]
     if image is None:
         return [*args, "--enabled-hypervisors", "fake"]
     return [*args, "--enabled-hypervisors", "kvm", "-H",
             f"kvm:kernel_path={image.kernel},initrd_path={image.initrd},root_path=/dev/vda,"
-            f"kernel_args={image.kernel_args},kvm_path={QEMU}", "-N", "link=br0"]
+            f"kernel_args={image.kernel_args},kvm_path={QEMU}"]
 
 
 def oob_program() -> Path:

@@ -142,3 +142,113 @@ class RepairCommand(Call[RepairAnswer], kw_only=True):
     def __post_init__(self) -> None:
         names.plain_name(self.command, "repair command")
 
+
+
+# --- cluster verify's node checks (Ganeti's node_verify) ---------------------------------------
+
+
+class PvEntry(msgspec.Struct, kw_only=True):
+    """One physical volume of the cluster's VG (Ganeti's LvmPvInfo), sizes in MiB."""
+
+    name: str
+    vg_name: str
+    size: float
+    free: float
+
+
+class OsEntry(msgspec.Struct, kw_only=True):
+    """One OS directory of the node's search path (Ganeti's NV_OSLIST entry): valid or why not,
+    its variants, parameters and API versions."""
+
+    name: str
+    path: str
+    valid: bool
+    diagnose: str
+    variants: list[str]
+    parameters: list[str]
+    api_versions: list[int]
+
+
+class CertificateValidity(msgspec.Struct, kw_only=True):
+    """A certificate file of the node: its validity (POSIX times) or why it cannot be read."""
+
+    path: str
+    not_before: float | None = None
+    not_after: float | None = None
+    error: str | None = None
+
+
+class KvmVerdict(msgspec.Struct, kw_only=True):
+    """The node's KVM probe: does hardware KVM run guests here, and why (one line)."""
+
+    usable: bool
+    reason: str
+    seconds: float
+
+
+class KvmProbe(Call[KvmVerdict], kw_only=True):
+    """The node's KVM probe verdict (probed when it has none, or its negative one is old)."""
+
+    METHOD = "kvm_probe"
+    READ_ONLY = True
+    TIMEOUT = 60.0
+
+
+class NodeVerifyAnswer(msgspec.Struct, kw_only=True):
+    """What the node found; a field left None was not asked for (or does not apply)."""
+
+    time: float  # the node's clock when it answered
+    version: str
+    vgs: dict[str, int] | None = None  # VG -> size in MiB (empty: `vgs` failed or none)
+    pvs: list[PvEntry] | None = None  # None: `pvs` failed
+    missing_bridges: list[str] | None = None
+    missing_links: list[str] | None = None
+    drbd_helper: tuple[bool, str] | None = None  # (read it, the helper or why not)
+    drbd_version: str | None = None
+    storage_paths: dict[str, str] = msgspec.field(default_factory=dict)  # path -> why unusable
+    wrong_storage_paths: list[str] | None = None  # the allowed-paths file's forbidden entries
+    oses: list[OsEntry] | None = None
+    hypervisor: str | None = None  # why the node's hypervisor cannot run guests
+    hvparams: list[tuple[str, str, str]] = msgspec.field(default_factory=list)  # source, hv, why
+    kvm: KvmVerdict | None = None
+    certificates: list[CertificateValidity] = msgspec.field(default_factory=list)
+
+
+class HvFileParams(msgspec.Struct, kw_only=True, array_like=True):
+    """Hypervisor parameters naming files of the node (Ganeti's NV_HVPARAMS, the file checks):
+    where they come from ("cluster", "os X", "instance Y"), the hypervisor, name -> path."""
+
+    source: str
+    hypervisor: str
+    files: dict[str, str]
+
+
+class NodeVerify(Call[NodeVerifyAnswer], kw_only=True):
+    """Ganeti's node_verify, the checks of one node for `cluster verify`: the volume group and
+    its PVs, bridges and links, DRBD's usermode helper and version, file storage paths, OS
+    definitions, the hypervisor and the files its parameters name, the certificates, the time."""
+
+    METHOD = "node_verify"
+    READ_ONLY = True
+    TIMEOUT = 60.0
+    vg_name: str | None = None
+    bridges: list[str] = msgspec.field(default_factory=list)
+    links: list[str] = msgspec.field(default_factory=list)
+    drbd: bool = False
+    storage_paths: list[str] = msgspec.field(default_factory=list)
+    accepted_storage_paths: bool = False  # the master: report the allowed-paths file's bad ones
+    oses: bool = True
+    hvparams: list[HvFileParams] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.vg_name is not None:
+            unit_name(self.vg_name)
+        for name in (*self.bridges, *self.links):
+            names.plain_name(name, "network interface")
+        for path in self.storage_paths:
+            storage_dir(path)
+        for entry in self.hvparams:
+            for key, path in entry.files.items():
+                if not path.startswith("/") or "\0" in path:
+                    raise ValueError(f"{entry.hypervisor} parameter {key}: {path!r} is not an "
+                                     "absolute path")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
 
-from herder.core import diskobjects, model, params, uidpool, verify
+from herder import __version__
+from herder.core import diskobjects, model, nodeverify, params, uidpool, verify
 from herder.core.diskobjects import BlockDevStatus, Disk
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
 from herder.core.noderpc import call_many
@@ -270,8 +272,29 @@ class ClusterVerifyGroup(LogicalUnit[opcodes.OpClusterVerifyGroup]):
         statuses = {uuid: said for uuid, (_, said) in disk_answers.items() if said is not None}
         findings += verify.disk_status_findings(config, mine, volumes, statuses)
         findings += verify.orphan_findings(config, volumes)
+        findings += self._node_checks(config, answered, mine)
         return [{"severity": f.severity, "code": f.code, "object": f.object,
                  "message": f.message} for f in findings]
+
+    def _node_checks(self, config: model.ConfigData, nodes: list[model.Node],
+                     instances: list[model.Instance]) -> list[verify.Finding]:
+        """Ganeti's node_verify on the nodes that answered, judged by `core.nodeverify`
+        (VG and PVs, bridges, DRBD, storage paths, OSes, hypervisor, clock, certificates)."""
+        asked = {node.uuid: nodeverify.node_verify_request(config, node, instances)
+                 for node in nodes}
+        start = time.time()
+        said = call_many(self.env.rpc, nodes, lambda node: asked[node.uuid])
+        window = nodeverify.Window(start=start, end=time.time())
+        answers: dict[str, node_calls.NodeVerifyAnswer | str] = {
+            uuid: str(answer) if isinstance(answer, HerderError) else answer
+            for uuid, answer in said.items()}
+        findings = [verify.Finding("error", "ENODERPC", f"node {config.node_name(uuid)}",
+                                   f"while verifying the node: {answer}")
+                    for uuid, answer in sorted(answers.items(),
+                                               key=lambda kv: config.node_name(kv[0]))
+                    if isinstance(answer, str)]
+        return findings + nodeverify.node_verify_findings(config, asked, answers, window,
+                                                          __version__)
 
 
 class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):

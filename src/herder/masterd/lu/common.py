@@ -14,7 +14,7 @@ import msgspec
 
 from herder.core import model, names, params, ports
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
-from herder.core.rpcdefs import instance_calls
+from herder.core.rpcdefs import instance_calls, node_calls
 from herder.masterd import locking, portpool, redist
 from herder.masterd.lu import disks, nics, snapshot_volumes
 from herder.masterd.lu.base import LockRequest, MasterEnv, lookup
@@ -116,3 +116,18 @@ def forget_instance(env: MasterEnv, inst: model.Instance, feedback: Callable[[st
             pools.release(nic, feedback)
         pools.keep()
     env.locks.remove(locking.LEVEL_INSTANCE, [inst.uuid])
+
+
+def kvm_verdict_feedback(env: MasterEnv, node: model.Node, inst: model.Instance,
+                         feedback: Callable[[str], None]) -> None:
+    """The job log of a KVM instance's start says how it runs on `node`: with hardware KVM or
+    emulated, and why (the node's KVM probe); a node that cannot say does not stop the start."""
+    if inst.hypervisor != "kvm":
+        return
+    try:
+        verdict = env.rpc.call(node, node_calls.KvmProbe())
+    except HerderError as err:
+        feedback(f"{node.name}: the KVM probe's verdict is unknown ({err})")
+        return
+    how = "hardware KVM" if verdict.usable else "no hardware KVM, emulated (TCG)"
+    feedback(f"{node.name}: {how}: {verdict.reason}")

@@ -15,7 +15,7 @@ from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu import diskgen, disks, exports, fit, nics
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
-from herder.masterd.lu.common import checked_new_name
+from herder.masterd.lu.common import checked_new_name, kvm_verdict_feedback
 from herder.masterd.lu.placement import live_figures
 
 MIRRORED = {"drbd"}
@@ -280,6 +280,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                     instance=payload, name=inst.name, reason=op.reason,
                     version=inst.serial_no, claim=claim, force_variant=op.force_variant))
             if op.start:
+                kvm_verdict_feedback(self.env, self.nodes[0], inst, self.feedback)
                 self.env.rpc.call(self.nodes[0], instance_calls.InstanceStart(
                     instance=payload, name=inst.name, reason=op.reason,
                     version=inst.serial_no, claim=claim))

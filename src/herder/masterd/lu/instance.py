@@ -32,6 +32,7 @@ from herder.masterd.lu.common import (
     checked_new_name,
     forget_instance,
     instance_locks,
+    kvm_verdict_feedback,
     remove_domain_and_disks,
     resets,
 )
@@ -477,6 +478,7 @@ class InstanceStartup(_NodeAction[opcodes.OpInstanceStartup]):
                                   f"starting instance {self.inst.name}", info=info)
 
     def act(self) -> None:
+        kvm_verdict_feedback(self.env, self.node, self.inst, self.feedback)
         self.env.rpc.call(self.node, instance_calls.InstanceStart(
             instance=instance_payload(self.config, self.inst), name=self.inst.name,
             reason=self.op.reason, version=self.inst.serial_no, claim=self.claim()))

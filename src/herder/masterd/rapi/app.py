@@ -18,6 +18,7 @@ from herder.masterd.rapi import (
     instances,
     jobs,
     leases,
+    metrics,
     networks,
     nodes,
     oob,
@@ -35,7 +36,7 @@ ADD_ROUTES: tuple[Callable[[web.UrlDispatcher], None], ...] = (
     networks.add_routes, instances.add_routes, backup.add_routes, snapshots.add_routes,
     jobs.add_routes,
     filters.add_routes, extensions.add_routes, query.add_routes, console.add_routes,
-    announce.add_routes, oob.add_routes, leases.add_routes,
+    announce.add_routes, oob.add_routes, leases.add_routes, metrics.add_routes,
     web_api.add_routes, web_pages.add_routes)
 
 # Opcodes without a RAPI route of their own (clients submit them through /2/herder/jobs),

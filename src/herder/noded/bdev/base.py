@@ -132,6 +132,7 @@ class Host:
     es_log_dir: Path | None = None
     dev_disk_root: Path = Path("/dev/disk")
     proc_drbd: Path = Path("/proc/drbd")
+    drbd_usermode_helper: Path = Path("/sys/module/drbd/parameters/usermode_helper")
     gluster_mount_point: Path = Path("/var/run/ganeti/gluster")
     ext_timeout: float = 300.0
     lv_device_nodes_required: bool = True

@@ -9,8 +9,11 @@ right there. Anything else (a hang, an abort, no /dev/kvm, no kernel) means: no 
 domains are `type='qemu'` (Ganeti's kvm_flag disabled), and the reason is one line for the
 node's info and job logs.
 
-The answer is cached in `/var/cache/herder/kvm-probe.json`, keyed by the kernel release, the
-QEMU binary (path, size, time) and /dev/kvm's presence, so a node probes once per change.
+A positive answer is cached in `/var/cache/herder/kvm-probe.json`, keyed by the kernel
+release, the QEMU binary (path, size, time) and /dev/kvm's presence, so a node probes once per
+change. A negative one is never kept on disk (one slow start of a loaded machine must not pin
+the node to emulation): noded probes again after a restart, and a running noded after
+`REPROBE_AFTER` seconds (herder.noded.hypervisor).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ DEFAULT_QEMU = "qemu-system-x86_64"
 # of the machines this was written on (nested, 100 % system CPU) needs 7 s and never boots a
 # guest in useful time. Slower than this deadline counts as not working.
 PROBE_TIMEOUT = 3.0
+# a running noded probes again this long after a negative answer (a slow start under load)
+REPROBE_AFTER = 300.0
 BOOT_DIR = Path("/boot")
 # What the kernel's decompressor prints with earlyprintk (it runs in 64-bit mode, so the CPU
 # got through real and protected mode), or its banner. Under TCG these come within a second;
@@ -132,14 +137,19 @@ def _cache_key(qemu: str) -> str:
 
 def kvm_probe(cache_file: Path = CACHE_FILE, qemu: str = DEFAULT_QEMU,
               timeout: float = PROBE_TIMEOUT, refresh: bool = False) -> KvmProbe:
-    """The node's answer, from the cache when its inputs did not change."""
+    """The node's answer: a positive one from the cache when its inputs did not change, else
+    a new probe (only a positive answer is cached; a negative one removes the cache)."""
     key = _cache_key(qemu)
     if not refresh:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             cached = json.loads(cache_file.read_text())
-            if cached["key"] == key:
+            if cached["key"] == key and cached["probe"]["usable"] is True:
                 return KvmProbe(**cached["probe"])
     probe = run_probe(qemu, timeout)
+    if not probe.usable:
+        with contextlib.suppress(OSError):
+            cache_file.unlink(missing_ok=True)
+        return probe
     with contextlib.suppress(OSError):
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         partial = cache_file.with_suffix(".tmp")

@@ -12,7 +12,7 @@ from pathlib import Path
 from herder import __version__
 from herder.core import livefigures, ports, whitelist
 from herder.core.rpcdefs import node_calls
-from herder.noded import fence, figures, osdef, powercycle
+from herder.noded import fence, figures, nodecheck, osdef, powercycle
 from herder.noded.node import Node, RpcFailure
 
 
@@ -62,6 +62,27 @@ def instance_list(node: Node, call: node_calls.InstanceList) -> dict[str, str]:
 
 def os_list(node: Node, call: node_calls.OsList) -> list[str]:
     return osdef.os_names_with_variants(osdef.list_oses(list(node.settings.os_path)))
+
+
+def kvm_probe(node: Node, call: node_calls.KvmProbe) -> node_calls.KvmVerdict:
+    """The KVM probe's verdict (herder.noded.kvm.kvmprobe), for the job log of a start."""
+    probe = node.hv.kvm_probe()
+    return node_calls.KvmVerdict(usable=probe.usable, reason=probe.reason, seconds=probe.seconds)
+
+
+def node_verify(node: Node, call: node_calls.NodeVerify) -> node_calls.NodeVerifyAnswer:
+    """Ganeti's node_verify: what `cluster verify` checks of this node (noded/nodecheck.py);
+    the hypervisor's verdict from libvirt and the KVM probe."""
+    hv = node.hv
+    problem = None if hv.check() else f"libvirt does not answer at {hv.uri}"
+    kvm = None
+    if problem is None and hv.runs_guests:
+        probe = hv.kvm_probe()
+        kvm = node_calls.KvmVerdict(usable=probe.usable, reason=probe.reason,
+                                    seconds=probe.seconds)
+    certificates = [node.trust.secrets.certificate, node.trust.node_certificate]
+    return nodecheck.verify(call, host=node.disks.host, os_path=list(node.settings.os_path),
+                            certificates=certificates, hypervisor_problem=problem, kvm=kvm)
 
 
 def node_powercycle(node: Node, call: node_calls.NodePowercycle) -> str:

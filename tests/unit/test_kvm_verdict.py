@@ -1,0 +1,76 @@
+"""The KVM probe's verdict where the operator sees it: the job log of a KVM instance's start
+(through the `kvm_probe` node RPC, noded's own handler) and `cluster verify` (a warning when the
+node emulates); a negative verdict is probed again after `REPROBE_AFTER`, never kept on disk.
+The probe is the real one (this machine's /dev/kvm and QEMU): either verdict is checked."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from herder.core import nodeverify
+from herder.core.rpcdefs import node_calls
+from herder.masterd.lu.common import kvm_verdict_feedback
+from herder.noded.hypervisor import Hypervisor
+from herder.noded.kvm import kvmprobe
+from tests.conftest import build_config
+from tests.unit.standin_cluster import stand_in_env
+
+
+@pytest.fixture
+def qemu_hypervisor(tmp_path: Path) -> Iterator[Hypervisor]:
+    """A node's hypervisor for a QEMU libvirt (never connected: the probe needs no libvirtd)."""
+    if not shutil.which(kvmprobe.DEFAULT_QEMU) or kvmprobe.probe_kernel() is None:
+        pytest.fail("needs qemu-system-x86_64 and a kernel in /boot (scripts/sysdeps.sh)")
+    hv = Hypervisor("qemu:///system", tmp_path / "hv")
+    hv.probe_cache = tmp_path / "kvm-probe.json"
+    yield hv
+    hv.close()
+
+
+def test_a_negative_verdict_is_probed_again_later(qemu_hypervisor: Hypervisor) -> None:
+    first = qemu_hypervisor.kvm_probe()
+    assert qemu_hypervisor.kvm_probe() is first  # kept while fresh
+    if first.usable:
+        assert qemu_hypervisor.probe_cache.exists()
+        return
+    assert not qemu_hypervisor.probe_cache.exists()
+    qemu_hypervisor._probed_at -= kvmprobe.REPROBE_AFTER + 1  # as REPROBE_AFTER seconds later
+    assert qemu_hypervisor.kvm_probe() is not first
+
+
+def test_the_start_job_log_says_how_the_instance_runs(tmp_path: Path,
+                                                      qemu_hypervisor: Hypervisor) -> None:
+    config = build_config(nodes=2, drbd_instances=1, plain_instances=0)
+    env, rpc = stand_in_env(tmp_path, config)
+    rpc.nodes["node1"].node.hv = qemu_hypervisor
+    inst = next(iter(config.instances.values()))
+    node = config.nodes[inst.primary_node]
+    said: list[str] = []
+    kvm_verdict_feedback(env, node, inst, said.append)
+    probe = qemu_hypervisor.kvm_probe()
+    how = "hardware KVM" if probe.usable else "no hardware KVM, emulated (TCG)"
+    assert said == [f"{node.name}: {how}: {probe.reason}"]
+    assert ("node1", "kvm_probe", None) in rpc.calls
+    # an instance of another hypervisor: nothing is asked
+    inst.hypervisor = "fake"
+    kvm_verdict_feedback(env, node, inst, said.append)
+    assert len(said) == 1
+
+
+def test_cluster_verify_warns_of_an_emulating_node() -> None:
+    config = build_config(nodes=1, drbd_instances=0, plain_instances=0)
+    node = next(iter(config.nodes.values()))
+    verdict = node_calls.KvmVerdict(usable=False, reason="a KVM guest did not reach its "
+                                    "kernel within 3s: plain QEMU emulation (TCG) is used",
+                                    seconds=3.0)
+    answer = node_calls.NodeVerifyAnswer(time=1000.0, version="1", kvm=verdict)
+    found = nodeverify.node_verify_findings(
+        config, {node.uuid: node_calls.NodeVerify(oses=False)}, {node.uuid: answer},
+        nodeverify.Window(start=999.0, end=1001.0), "1")
+    assert [(f.severity, f.code, f.message) for f in found] == [
+        ("warning", "ENODEHV", f"hypervisor kvm: hardware virtualization is not used: "
+         f"{verdict.reason}")]
