@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from herder.core import backupsched, model
@@ -25,6 +30,7 @@ from herder.maintd import backups
 from herder.maintd.daemon import Maintd, RapiCluster
 from herder.maintd.rounds import Instance
 from herder.maintd.state import FileState, RapiState
+from tests.maintd.fakes import Server
 from tests.system.masterd_fixture import RunningMaster, make_cluster, start_masterd
 
 DAY0 = float(calendar.timegm((2030, 1, 7, 0, 0, 0)))  # after any schedule made now
@@ -62,6 +68,7 @@ def test_a_daily_schedule_runs_each_tagged_instance_once_per_day() -> None:
     assert backups.export_op(runs[0])["OP_ID"] == "OP_BACKUP_EXPORT"
     assert backups.export_op(runs[0])["reason"][-1][1] == runs[0].uuid
     assert backups.plan(schedules, INSTANCES, runs, at(5)) == []  # still going
+    assert backups.exporting(runs) == {WEB1, WEB2}  # the watcher leaves them be meanwhile
     for run in runs:
         run.status = "success"
     assert backups.plan(schedules, INSTANCES, runs, at(20)) == []  # done for the day
@@ -249,3 +256,45 @@ def test_a_run_saved_before_its_job_is_submitted_once_after_a_crash(
     asyncio.run(again.start())
     (adopted,) = [r for r in again.state.backups if r.uuid == orphan.uuid]
     assert adopted.jobs == run.jobs  # found in the queue by its reason, not submitted again
+
+
+def _cli(master: RunningMaster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_OFFLINE", "HERDER_MASTERD")}
+    env.update(HERDER_CONFIG=str(master.config_path), HERDER_MASTERD=master.url)
+    return subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_commands_add_list_and_remove_schedules_and_maintd_status_shows_runs(
+        master: RunningMaster, tmp_path: Path) -> None:
+    added = _cli(master, "backup", "schedule", "add", "web1-often", "--when",
+                 "every 6 hours", "-n", "node3", "--instance", "web1")
+    assert added.returncode == 0 and "web1-often added" in added.stdout, added.stderr
+    bad = _cli(master, "backup", "schedule", "add", "x", "--when", "weekly", "-n", "node3",
+               "--tag", "t")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+    assert "give 'daily HH:MM'" in bad.stderr
+    listed = _cli(master, "backup", "schedule", "list")
+    assert any(line.split()[:3] == ["web1-often", "every", "6"] and WEB1 in line
+               for line in listed.stdout.splitlines()), listed.stdout
+    # a maintd runs it; its HTTP status and `herder maintd status` show the run
+    (made,) = [s for s in json.loads(_cli(master, "backup", "schedule", "list",
+                                          "--json").stdout)["schedules"]
+               if s["name"] == "web1-often"]
+    clock = Clock(backupsched.next_due("every 6 hours", made["ctime"]) + 1)
+    daemon = maintd(master, tmp_path, clock)
+    asyncio.run(daemon.tick())
+    (run,) = [r for r in daemon.state.backups if r.schedule == "web1-often"]
+    settle(daemon, master)
+    with Server(daemon) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        over_http = httpx.get(f"{url}/1/backups").json()
+        assert run.uuid in [r["uuid"] for r in over_http["runs"]]
+        status = _cli(master, "maintd", "status", "--url", url)
+    assert status.returncode == 0, status.stderr
+    (line,) = [x for x in status.stdout.splitlines() if x.startswith(run.uuid)]
+    assert "web1-often" in line and WEB1 in line and "failed" in line and "offline" in line
+    removed = _cli(master, "backup", "schedule", "remove", "web1-often")
+    assert removed.returncode == 0, removed.stderr
+    gone = _cli(master, "backup", "schedule", "remove", "web1-often")
+    assert gone.returncode != 0 and "not found" in gone.stderr

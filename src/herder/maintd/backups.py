@@ -83,6 +83,12 @@ def plan(schedules: Sequence[BackupSchedule], instances: Sequence[Instance],
     return new
 
 
+def exporting(runs: Iterable[BackupRun]) -> set[str]:
+    """The instances a run is exporting: shut down for it (the watcher leaves them be; the
+    export starts them again)."""
+    return {r.instance for r in runs if r.status in ACTIVE}
+
+
 def export_op(run: BackupRun) -> dict[str, Any]:
     """The run's export job's opcode, its reason trail naming the run."""
     return annotate({"OP_ID": "OP_BACKUP_EXPORT", "instance_name": run.instance,

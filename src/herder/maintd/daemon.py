@@ -501,7 +501,8 @@ class Maintd:
                                            self._affected(nodes), now, self.restart_budget,
                                            self.restart_window, self.restart_settle,
                                            skip={i.name for i in instances if i.uuid in skip
-                                                 or instance_incidents.OPTOUT_TAG in i.tags})
+                                                 or instance_incidents.OPTOUT_TAG in i.tags}
+                                           | backups.exporting(self.state.backups))
         for name in res.restarted:
             log.info("restarting instance %s: it should run but is down", name)
             self.restarts.setdefault(name, []).append(now)
