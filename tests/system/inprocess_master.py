@@ -35,26 +35,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def node_daemon(directory: Path, name: str, bdev: Host | None = None) -> Node:
+def node_daemon(directory: Path, name: str, bdev: Host | None = None,
+                os_path: tuple[Path, ...] | None = None) -> Node:
     """A node daemon named `name` on libvirt's test driver, its state under `directory`;
-    `bdev`: how its block-device layer reaches the node (default: its files there)."""
-    return Node(NodeSettings(
+    `bdev`: how its block-device layer reaches the node (default: its files there);
+    `os_path`: where it finds OS definitions (default: NodeSettings')."""
+    settings = NodeSettings(
         node_name=name, state_dir=directory / name / "state", run_dir=directory / name / "run",
         hmac_key=KEY, libvirt_uri="test:///default", file_root=directory / name / "root",
-        config_dir=directory / name / "cluster"), bdev=bdev)
+        config_dir=directory / name / "cluster")
+    if os_path is not None:
+        settings.os_path = os_path
+    return Node(settings, bdev=bdev)
 
 
 @contextmanager
 def master_over_nodes(directory: Path, config: model.ConfigData, nodes: Mapping[str, str],
-                      *, workers: int = 2, hosts: Mapping[str, Host] | None = None
+                      *, workers: int = 2, hosts: Mapping[str, Host] | None = None,
+                      os_path: tuple[Path, ...] | None = None
                       ) -> Iterator[InProcessMaster]:
     """`config` in a file store under `directory`, and node daemons for `nodes` (name ->
-    address) serving on one free port (`hosts`: a node's block-device layer by name); the
-    queue runs jobs until the block ends."""
+    address) serving on one free port (`hosts`: a node's block-device layer by name;
+    `os_path`: the nodes' OS search path); the queue runs jobs until the block ends."""
     store = FileStore(directory / "config.json")
     store.create(config)
     port = free_port()
-    daemons = [node_daemon(directory, name, (hosts or {}).get(name)) for name in nodes]
+    daemons = [node_daemon(directory, name, (hosts or {}).get(name), os_path)
+               for name in nodes]
     with ExitStack() as stack:
         for daemon, address in zip(daemons, nodes.values(), strict=True):
             stack.enter_context(serving(daemon, address, port))

@@ -1,0 +1,154 @@
+"""Issue 30 item 6 on real disks: a real maintd (`Maintd`, the clock driven by the test) over
+the job path in this process (the real job queue, processor and LUs) and two real node
+daemons whose ext disks are the `sharedimg` provider's images on real loop devices. When the
+schedule's time comes, maintd's export job writes the instance's disk into the target node's
+export directory (the same bytes, Ganeti's config.ini beside them), the instance runs again
+afterwards, and the run is recorded as a success. (The schedule's routes, commands and its
+pause, failover and crash handling: tests/maintd/test_backup_schedules.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.core import backupsched, exportconf, model
+from herder.core.backupsched import BackupSchedule
+from herder.maintd.daemon import Maintd
+from herder.maintd.rounds import Instance, Node
+from herder.maintd.state import FileState
+from herder.masterd.jobs.queue import JobQueue
+from herder.noded.bdev.base import Host, SubprocessRunner
+from herder.sim import guest
+from tests.conftest import build_config
+from tests.system.inprocess_master import InProcessMaster, master_over_nodes
+
+EXTSTORAGE = Path(__file__).resolve().parents[2] / "src/herder/sim/extstorage"
+ADDRESSES = {"node1.example.com": "127.0.0.193", "node2.example.com": "127.0.0.194"}
+NAME = "web1.example.com"
+PATTERN = os.urandom(1 << 20)
+
+
+@dataclass
+class QueueCluster:
+    """maintd's view of the cluster (RapiCluster's calls) answered by the in-process master."""
+
+    master: InProcessMaster
+
+    @property
+    def queue(self) -> JobQueue:
+        return self.master.queue
+
+    def nodes(self) -> list[Node]:
+        config = self.master.store.load()
+        return [Node(name=n.name, uuid=n.uuid, ip=n.primary_ip, offline=n.offline,
+                     master=n.uuid == config.cluster.master_node)
+                for n in config.nodes.values()]
+
+    def instances(self) -> list[Instance]:
+        config = self.master.store.load()
+        return [Instance(name=i.name, pnode=config.nodes[i.primary_node].name, uuid=i.uuid,
+                         disk_template=i.disk_template, tags=tuple(i.tags),
+                         admin_state=i.admin_state) for i in config.instances.values()]
+
+    def submit(self, ops: list[dict[str, Any]]) -> int:
+        return self.queue.submit(ops)
+
+    def job_status(self, job_id: int) -> str | None:
+        return self.queue.status_of(job_id)
+
+    def maintd_jobs(self) -> dict[int, set[str]]:
+        return {}
+
+    def policy_tags(self) -> tuple[list[str], dict[str, list[str]]]:
+        return [], {}
+
+    def maintenance(self) -> dict[str, Any]:
+        return dict(model.to_builtins(self.master.store.load().maintenance))
+
+
+def loops_of(image: Path) -> list[str]:
+    out = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
+                         capture_output=True, text=True, check=False).stdout
+    return out.split()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[QueueCluster, Path]]:
+    assert os.geteuid() == 0 and shutil.which("losetup"), \
+        "ext disks on loop devices need root and losetup"
+    directory = tmp_path_factory.mktemp("bkpsched-exports")
+    images, providers = directory / "images", directory / "extstorage"
+    images.mkdir()
+    for name in ADDRESSES:
+        (directory / name / "es-logs").mkdir(parents=True)
+    shutil.copytree(EXTSTORAGE / "sharedimg", providers / "sharedimg")
+    config = build_config(nodes=2, drbd_instances=0)
+    config.cluster.enabled_disk_templates = ["ext", "diskless"]
+    for node in config.nodes.values():
+        node.primary_ip = ADDRESSES[node.name]
+    hosts = {name: Host(runner=SubprocessRunner(extra_env={
+        "EXTP_DIR": str(images), "SHAREDIMG_RUN_DIR": str(directory / name / "sharedimg")}),
+        es_search_path=(providers,), es_log_dir=directory / name / "es-logs", ext_timeout=60)
+        for name in ADDRESSES}
+    try:
+        os_dir = guest.install_os_definition(directory / "os")
+        with master_over_nodes(directory, config, ADDRESSES, hosts=hosts,
+                               os_path=(os_dir.parent,)) as master:
+            yield QueueCluster(master), directory
+    finally:
+        for image in images.glob("*.img"):
+            for loop in loops_of(image):
+                subprocess.run(["losetup", "-d", loop], check=False)
+
+
+def test_a_due_schedule_exports_the_disk_and_the_instance_runs_again(
+        cluster: tuple[QueueCluster, Path], tmp_path: Path) -> None:
+    queue_cluster, directory = cluster
+    queue = queue_cluster.queue
+    created = queue.wait(queue.submit([{
+        "OP_ID": "OP_INSTANCE_CREATE", "instance_name": NAME, "disk_template": "ext",
+        "disks": [{"size": 4, "provider": "sharedimg"}], "nics": [{}],
+        "pnode": "node1.example.com", "name_check": False, "ip_check": False,
+        "os_type": guest.OS_NAME, "no_install": True, "start": True,
+        "ignore_ipolicy": True}]), 300)
+    assert str(created.status) == "success", created.ops[0].result
+    inst = queue_cluster.master.store.load().find_instance(NAME)
+    (loop,) = loops_of(directory / "images" / f"{inst.disks[0].logical_id.name}.img")
+    with open(loop, "r+b") as device:
+        device.write(PATTERN)
+        device.flush()
+        os.fsync(device.fileno())
+    made = 1_000_000_000.0
+    with queue_cluster.master.store.update() as config:
+        config.maintenance.backup_schedules = [BackupSchedule(
+            name="nightly", when="daily 02:00", target_node="node2.example.com",
+            instance=NAME, ctime=made)]
+    due = backupsched.next_due("daily 02:00", made)
+    daemon = Maintd(queue_cluster, FileState(tmp_path / "state.json"), [], watcher=False,
+                    node_recovery=False, clock=lambda: due + 1)
+    asyncio.run(daemon.tick())
+    (run,) = daemon.state.backups
+    job = queue.wait(run.jobs[0], 600)
+    assert str(job.status) == "success", job.ops[0].result
+    asyncio.run(daemon.tick())
+    assert (run.status, run.error, run.end) == ("success", "", due + 1)
+    export = directory / "node2.example.com" / "root" / exportconf.EXPORT_DIR.lstrip("/") / NAME
+    dump = export / inst.disks[0].uuid
+    with open(dump, "rb") as exported:
+        assert hashlib.sha256(exported.read(len(PATTERN))).digest() == \
+            hashlib.sha256(PATTERN).digest()
+    assert "[instance]" in (export / exportconf.CONF_FILE).read_text()
+    assert queue_cluster.master.store.load().find_instance(NAME).admin_state == "up"
+    (loop,) = loops_of(directory / "images" / f"{inst.disks[0].logical_id.name}.img")
+    with open(loop, "rb") as device:  # started again on its disk, the data as it was
+        assert device.read(len(PATTERN)) == PATTERN
+    assert any("export of" in str(entry) for entry in job.ops[0].log)
