@@ -110,23 +110,50 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[QueueClu
                 subprocess.run(["losetup", "-d", loop], check=False)
 
 
-def test_a_due_schedule_exports_the_disk_and_the_instance_runs_again(
-        cluster: tuple[QueueCluster, Path], tmp_path: Path) -> None:
-    queue_cluster, directory = cluster
+def instance_with_pattern(queue_cluster: QueueCluster, directory: Path) -> model.Instance:
+    """NAME, running on node1 with PATTERN at the start of its disk (made once)."""
     queue = queue_cluster.queue
-    created = queue.wait(queue.submit([{
-        "OP_ID": "OP_INSTANCE_CREATE", "instance_name": NAME, "disk_template": "ext",
-        "disks": [{"size": 4, "provider": "sharedimg"}], "nics": [{}],
-        "pnode": "node1.example.com", "name_check": False, "ip_check": False,
-        "os_type": guest.OS_NAME, "no_install": True, "start": True,
-        "ignore_ipolicy": True}]), 300)
-    assert str(created.status) == "success", created.ops[0].result
+    if not any(i.name == NAME for i in queue_cluster.master.store.load().instances.values()):
+        created = queue.wait(queue.submit([{
+            "OP_ID": "OP_INSTANCE_CREATE", "instance_name": NAME, "disk_template": "ext",
+            "disks": [{"size": 4, "provider": "sharedimg"}], "nics": [{}],
+            "pnode": "node1.example.com", "name_check": False, "ip_check": False,
+            "os_type": guest.OS_NAME, "no_install": True, "start": True,
+            "ignore_ipolicy": True}]), 300)
+        assert str(created.status) == "success", created.ops[0].result
     inst = queue_cluster.master.store.load().find_instance(NAME)
-    (loop,) = loops_of(directory / "images" / f"{inst.disks[0].logical_id.name}.img")
+    (loop,) = loops_of(image_of(directory, inst))
     with open(loop, "r+b") as device:
         device.write(PATTERN)
         device.flush()
         os.fsync(device.fileno())
+    return inst
+
+
+def image_of(directory: Path, inst: model.Instance) -> Path:
+    logical_id = inst.disks[0].logical_id
+    assert isinstance(logical_id, model.ExtId)
+    return directory / "images" / f"{logical_id.name}.img"
+
+
+def exports_of(directory: Path, node: str = "node2.example.com") -> Path:
+    return directory / node / "root" / exportconf.EXPORT_DIR.lstrip("/")
+
+
+def as_it_was(queue_cluster: QueueCluster, directory: Path) -> None:
+    """NAME up in the config, its disk attached (started again) with PATTERN on it."""
+    inst = queue_cluster.master.store.load().find_instance(NAME)
+    assert inst.admin_state == "up"
+    (loop,) = loops_of(image_of(directory, inst))
+    with open(loop, "rb") as device:
+        assert device.read(len(PATTERN)) == PATTERN
+
+
+def test_a_due_schedule_exports_the_disk_and_the_instance_runs_again(
+        cluster: tuple[QueueCluster, Path], tmp_path: Path) -> None:
+    queue_cluster, directory = cluster
+    queue = queue_cluster.queue
+    inst = instance_with_pattern(queue_cluster, directory)
     made = 1_000_000_000.0
     with queue_cluster.master.store.update() as config:
         config.maintenance.backup_schedules = [BackupSchedule(
@@ -141,14 +168,92 @@ def test_a_due_schedule_exports_the_disk_and_the_instance_runs_again(
     assert str(job.status) == "success", job.ops[0].result
     asyncio.run(daemon.tick())
     assert (run.status, run.error, run.end) == ("success", "", due + 1)
-    export = directory / "node2.example.com" / "root" / exportconf.EXPORT_DIR.lstrip("/") / NAME
+    export = exports_of(directory) / NAME
     dump = export / inst.disks[0].uuid
     with open(dump, "rb") as exported:
         assert hashlib.sha256(exported.read(len(PATTERN))).digest() == \
             hashlib.sha256(PATTERN).digest()
     assert "[instance]" in (export / exportconf.CONF_FILE).read_text()
-    assert queue_cluster.master.store.load().find_instance(NAME).admin_state == "up"
-    (loop,) = loops_of(directory / "images" / f"{inst.disks[0].logical_id.name}.img")
-    with open(loop, "rb") as device:  # started again on its disk, the data as it was
-        assert device.read(len(PATTERN)) == PATTERN
+    as_it_was(queue_cluster, directory)
     assert any("export of" in str(entry) for entry in job.ops[0].log)
+
+
+# --- faults (issue 30 item 7): one line, the partial export removed, the instance as it was ---
+
+
+def export_job(queue_cluster: QueueCluster) -> tuple[str, list[str]]:
+    """An export of NAME to node2 (as maintd submits it): its one-line error, its log."""
+    queue = queue_cluster.queue
+    job = queue.wait(queue.submit([{"OP_ID": "OP_BACKUP_EXPORT", "instance_name": NAME,
+                                    "target_node": "node2.example.com"}]), 600)
+    assert str(job.status) == "error", job.ops[0].result
+    kind, args = job.ops[0].result
+    message = str(args[0])
+    assert kind == "OpExecError" and "\n" not in message
+    return message, [str(entry) for entry in job.ops[0].log]
+
+
+def test_an_os_export_script_that_fails_leaves_no_partial_export(
+        cluster: tuple[QueueCluster, Path]) -> None:
+    queue_cluster, directory = cluster
+    instance_with_pattern(queue_cluster, directory)
+    script = directory / "os" / guest.OS_NAME / "export"
+    kept = script.read_text()
+    script.write_text('#!/bin/sh\nhead -c 100000 "$EXPORT_DEVICE"\nexit 3\n')
+    try:
+        message, _ = export_job(queue_cluster)
+    finally:
+        script.write_text(kept)
+    assert "OS export script failed" in message and "exit code 3" in message
+    assert "the partial export was removed" in message
+    assert not (exports_of(directory) / f"{NAME}.new").exists()
+    as_it_was(queue_cluster, directory)
+
+
+def test_a_full_target_filesystem_fails_in_one_line(cluster: tuple[QueueCluster, Path]) -> None:
+    """node2's export directory on a 1 MiB filesystem image (a real ext4 on a loop device):
+    the 4 MiB disk does not fit."""
+    queue_cluster, directory = cluster
+    instance_with_pattern(queue_cluster, directory)
+    target = exports_of(directory)
+    aside = target.with_name("export-before")
+    if target.exists():
+        target.rename(aside)
+    target.mkdir(parents=True)
+    image = directory / "small-fs.img"
+    with open(image, "wb") as small:
+        small.truncate(1 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(target)], check=True)
+    try:
+        message, _ = export_job(queue_cluster)
+        assert "No space left on device" in message or "space" in message.lower(), message
+        assert "the partial export was removed" in message
+        assert sorted(p.name for p in target.iterdir() if p.name != "lost+found") == []
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+        target.rmdir()
+        if aside.exists():
+            aside.rename(target)
+    as_it_was(queue_cluster, directory)
+
+
+def test_a_corrupt_config_ini_is_refused_on_import(cluster: tuple[QueueCluster, Path]) -> None:
+    queue_cluster, directory = cluster
+    broken = exports_of(directory) / "broken.example.com"
+    broken.mkdir(parents=True, exist_ok=True)
+    (broken / exportconf.CONF_FILE).write_text("[export\nversion = 0\n[instance\n")
+    before = queue_cluster.master.store.load()
+    queue = queue_cluster.queue
+    job = queue.wait(queue.submit([{
+        "OP_ID": "OP_INSTANCE_CREATE", "instance_name": "broken.example.com",
+        "mode": "import", "src_node": "node2.example.com", "src_path": "broken.example.com",
+        "disk_template": "ext", "disks": [{"size": 4, "provider": "sharedimg"}],
+        "nics": [{}], "pnode": "node1.example.com", "name_check": False, "ip_check": False,
+        "ignore_ipolicy": True}]), 300)
+    assert str(job.status) == "error", job.ops[0].result
+    message = str(job.ops[0].result[1][0])
+    assert "config.ini" in message and "\n" not in message, message
+    after = queue_cluster.master.store.load()
+    assert sorted(i.name for i in after.instances.values()) == \
+        sorted(i.name for i in before.instances.values())
