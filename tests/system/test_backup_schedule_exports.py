@@ -257,3 +257,40 @@ def test_a_corrupt_config_ini_is_refused_on_import(cluster: tuple[QueueCluster, 
     after = queue_cluster.master.store.load()
     assert sorted(i.name for i in after.instances.values()) == \
         sorted(i.name for i in before.instances.values())
+
+
+def test_the_recovery_job_of_an_export_the_master_died_in_cleans_up(
+        cluster: tuple[QueueCluster, Path]) -> None:
+    """What a master that died mid-export leaves (made here by hand: a partial export on the
+    target, the instance stopped on its node though it should run): the job the queue's
+    recovery submits for the export removes the partial export and starts the instance."""
+    from herder.masterd import lu
+    from herder.masterd.jobs import opcodes
+
+    queue_cluster, directory = cluster
+    inst = instance_with_pattern(queue_cluster, directory)
+    export = {"OP_ID": "OP_BACKUP_EXPORT", "instance_name": NAME,
+              "target_node": "node2.example.com"}
+    unit = lu.registry()["OP_BACKUP_EXPORT"]
+    (recovery,) = unit.after_master_death(opcodes.parse(export))
+    assert recovery == {**export, "cleanup": True}
+    assert unit.after_master_death(opcodes.parse(recovery)) == []
+    partial = exports_of(directory) / f"{NAME}.new"
+    partial.mkdir(parents=True, exist_ok=True)
+    (partial / inst.disks[0].uuid).write_bytes(PATTERN[:4096])
+    queue = queue_cluster.queue
+    stopped = queue.wait(queue.submit([{"OP_ID": "OP_INSTANCE_SHUTDOWN",
+                                        "instance_name": NAME}]), 300)
+    assert str(stopped.status) == "success", stopped.ops[0].result
+    with queue_cluster.master.store.update() as config:
+        config.find_instance(NAME).admin_state = "up"  # as the export left it: up, stopped
+    job = queue.wait(queue.submit([recovery]), 300)
+    assert str(job.status) == "success", job.ops[0].result
+    assert not partial.exists()
+    assert any(f"removed the partial export {NAME}.new" in str(e) for e in job.ops[0].log)
+    assert any(f"starting instance {NAME}" in str(e) for e in job.ops[0].log)
+    as_it_was(queue_cluster, directory)
+    again = queue.wait(queue.submit([recovery]), 300)  # nothing left: nothing to do
+    assert str(again.status) == "success" and not any(
+        "removed the partial export" in str(e) or "starting" in str(e)
+        for e in again.ops[0].log)
