@@ -4,8 +4,9 @@ for tests of the logical units' checks that ask the nodes."""
 
 from __future__ import annotations
 
+import shutil
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.noded.bdev.base import Host
+from herder.noded.bdev.base import Host, SubprocessRunner
 from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import KEY, serving
 
@@ -74,3 +75,23 @@ def master_over_nodes(directory: Path, config: model.ConfigData, nodes: Mapping[
         queue.start()
         stack.callback(queue.stop)
         yield InProcessMaster(store, queue, port)
+
+
+EXTSTORAGE = Path(__file__).resolve().parents[2] / "src/herder/sim/extstorage"
+
+
+def sharedimg_hosts(directory: Path, names: Iterable[str]) -> tuple[dict[str, Host], Path]:
+    """Each node's block-device layer with herder's `sharedimg` ExtStorage provider (its
+    images on real loop devices, in one directory both nodes share) under `directory`: the
+    hosts by node name, and the providers' directory (add variants there)."""
+    images, providers = directory / "images", directory / "extstorage"
+    images.mkdir()
+    shutil.copytree(EXTSTORAGE / "sharedimg", providers / "sharedimg")
+    hosts = {}
+    for name in names:
+        (directory / name / "es-logs").mkdir(parents=True)
+        hosts[name] = Host(runner=SubprocessRunner(extra_env={
+            "EXTP_DIR": str(images), "SHAREDIMG_RUN_DIR": str(directory / name / "sharedimg")}),
+            es_search_path=(providers,), es_log_dir=directory / name / "es-logs",
+            ext_timeout=60)
+    return hosts, providers

@@ -26,12 +26,10 @@ from herder.maintd.daemon import Maintd
 from herder.maintd.rounds import Instance, Node
 from herder.maintd.state import FileState
 from herder.masterd.jobs.queue import JobQueue
-from herder.noded.bdev.base import Host, SubprocessRunner
 from herder.sim import guest
 from tests.conftest import build_config
-from tests.system.inprocess_master import InProcessMaster, master_over_nodes
+from tests.system.inprocess_master import InProcessMaster, master_over_nodes, sharedimg_hosts
 
-EXTSTORAGE = Path(__file__).resolve().parents[2] / "src/herder/sim/extstorage"
 ADDRESSES = {"node1.example.com": "127.0.0.193", "node2.example.com": "127.0.0.194"}
 NAME = "web1.example.com"
 PATTERN = os.urandom(1 << 20)
@@ -86,26 +84,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[QueueClu
     assert os.geteuid() == 0 and shutil.which("losetup"), \
         "ext disks on loop devices need root and losetup"
     directory = tmp_path_factory.mktemp("bkpsched-exports")
-    images, providers = directory / "images", directory / "extstorage"
-    images.mkdir()
-    for name in ADDRESSES:
-        (directory / name / "es-logs").mkdir(parents=True)
-    shutil.copytree(EXTSTORAGE / "sharedimg", providers / "sharedimg")
+    hosts, _ = sharedimg_hosts(directory, ADDRESSES)
     config = build_config(nodes=2, drbd_instances=0)
     config.cluster.enabled_disk_templates = ["ext", "diskless"]
     for node in config.nodes.values():
         node.primary_ip = ADDRESSES[node.name]
-    hosts = {name: Host(runner=SubprocessRunner(extra_env={
-        "EXTP_DIR": str(images), "SHAREDIMG_RUN_DIR": str(directory / name / "sharedimg")}),
-        es_search_path=(providers,), es_log_dir=directory / name / "es-logs", ext_timeout=60)
-        for name in ADDRESSES}
     try:
         os_dir = guest.install_os_definition(directory / "os")
         with master_over_nodes(directory, config, ADDRESSES, hosts=hosts,
                                os_path=(os_dir.parent,)) as master:
             yield QueueCluster(master), directory
     finally:
-        for image in images.glob("*.img"):
+        for image in (directory / "images").glob("*.img"):
             for loop in loops_of(image):
                 subprocess.run(["losetup", "-d", loop], check=False)
 
