@@ -4,8 +4,9 @@ for tests of the logical units' checks that ask the nodes."""
 
 from __future__ import annotations
 
+import shutil
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from herder.masterd import locking
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
-from herder.noded.bdev.base import Host
+from herder.noded.bdev.base import Host, SubprocessRunner
 from herder.noded.node import Node, NodeSettings
 from tests.noded.noded_fixture import KEY, serving
 
@@ -35,26 +36,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def node_daemon(directory: Path, name: str, bdev: Host | None = None) -> Node:
+def node_daemon(directory: Path, name: str, bdev: Host | None = None,
+                os_path: tuple[Path, ...] | None = None) -> Node:
     """A node daemon named `name` on libvirt's test driver, its state under `directory`;
-    `bdev`: how its block-device layer reaches the node (default: its files there)."""
-    return Node(NodeSettings(
+    `bdev`: how its block-device layer reaches the node (default: its files there);
+    `os_path`: where it finds OS definitions (default: NodeSettings')."""
+    settings = NodeSettings(
         node_name=name, state_dir=directory / name / "state", run_dir=directory / name / "run",
         hmac_key=KEY, libvirt_uri="test:///default", file_root=directory / name / "root",
-        config_dir=directory / name / "cluster"), bdev=bdev)
+        config_dir=directory / name / "cluster")
+    if os_path is not None:
+        settings.os_path = os_path
+    return Node(settings, bdev=bdev)
 
 
 @contextmanager
 def master_over_nodes(directory: Path, config: model.ConfigData, nodes: Mapping[str, str],
-                      *, workers: int = 2, hosts: Mapping[str, Host] | None = None
+                      *, workers: int = 2, hosts: Mapping[str, Host] | None = None,
+                      os_path: tuple[Path, ...] | None = None
                       ) -> Iterator[InProcessMaster]:
     """`config` in a file store under `directory`, and node daemons for `nodes` (name ->
-    address) serving on one free port (`hosts`: a node's block-device layer by name); the
-    queue runs jobs until the block ends."""
+    address) serving on one free port (`hosts`: a node's block-device layer by name;
+    `os_path`: the nodes' OS search path); the queue runs jobs until the block ends."""
     store = FileStore(directory / "config.json")
     store.create(config)
     port = free_port()
-    daemons = [node_daemon(directory, name, (hosts or {}).get(name)) for name in nodes]
+    daemons = [node_daemon(directory, name, (hosts or {}).get(name), os_path)
+               for name in nodes]
     with ExitStack() as stack:
         for daemon, address in zip(daemons, nodes.values(), strict=True):
             stack.enter_context(serving(daemon, address, port))
@@ -67,3 +75,23 @@ def master_over_nodes(directory: Path, config: model.ConfigData, nodes: Mapping[
         queue.start()
         stack.callback(queue.stop)
         yield InProcessMaster(store, queue, port)
+
+
+EXTSTORAGE = Path(__file__).resolve().parents[2] / "src/herder/sim/extstorage"
+
+
+def sharedimg_hosts(directory: Path, names: Iterable[str]) -> tuple[dict[str, Host], Path]:
+    """Each node's block-device layer with herder's `sharedimg` ExtStorage provider (its
+    images on real loop devices, in one directory both nodes share) under `directory`: the
+    hosts by node name, and the providers' directory (add variants there)."""
+    images, providers = directory / "images", directory / "extstorage"
+    images.mkdir()
+    shutil.copytree(EXTSTORAGE / "sharedimg", providers / "sharedimg")
+    hosts = {}
+    for name in names:
+        (directory / name / "es-logs").mkdir(parents=True)
+        hosts[name] = Host(runner=SubprocessRunner(extra_env={
+            "EXTP_DIR": str(images), "SHAREDIMG_RUN_DIR": str(directory / name / "sharedimg")}),
+            es_search_path=(providers,), es_log_dir=directory / name / "es-logs",
+            ext_timeout=60)
+    return hosts, providers

@@ -25,11 +25,9 @@ from herder.core import model
 from herder.core.store import FileStore
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobQueue
-from herder.noded.bdev.base import Host, SubprocessRunner
 from tests.conftest import build_config
-from tests.system.inprocess_master import master_over_nodes
+from tests.system.inprocess_master import EXTSTORAGE, master_over_nodes, sharedimg_hosts
 
-EXTSTORAGE = Path(__file__).resolve().parents[2] / "src/herder/sim/extstorage"
 ADDRESSES = {"node1.example.com": "127.0.0.191", "node2.example.com": "127.0.0.192"}
 PATTERN = bytes(range(256)) * 16  # 4 KiB
 LATER = b"\xa5" * len(PATTERN)
@@ -112,11 +110,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     assert os.geteuid() == 0 and shutil.which("losetup"), \
         "ext disks on loop devices need root and losetup"
     directory = tmp_path_factory.mktemp("snapshots")
-    images, providers = directory / "images", directory / "extstorage"
-    images.mkdir()
-    for name in ADDRESSES:
-        (directory / name / "es-logs").mkdir(parents=True)
-    shutil.copytree(EXTSTORAGE / "sharedimg", providers / "sharedimg")
+    hosts, providers = sharedimg_hosts(directory, ADDRESSES)
+    images = directory / "images"
     provider_without(providers, "nosnap", "snapshot", "rollback")
     provider_without(providers, "noroll", "rollback")
     config = build_config(nodes=2, drbd_instances=0, plain_instances=1)
@@ -125,11 +120,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         node.primary_ip = ADDRESSES[node.name]
     (plain,) = config.instances.values()
     plain.name, plain.admin_state = "plain1.example.com", "down"
-    # each node: the providers, the shared image directory, a loop record of its own
-    hosts = {name: Host(runner=SubprocessRunner(extra_env={
-        "EXTP_DIR": str(images), "SHAREDIMG_RUN_DIR": str(directory / name / "sharedimg")}),
-        es_search_path=(providers,), es_log_dir=directory / name / "es-logs", ext_timeout=60)
-        for name in ADDRESSES}
     try:
         with master_over_nodes(directory, config, ADDRESSES, hosts=hosts) as master:
             yield Cluster(master.store, master.queue, images)

@@ -27,7 +27,7 @@ METHODS = ("GET", "PUT", "POST", "DELETE")
 SAMPLES = {"N": "node1.example.com", "I": "inst1.example.com", "G": "group1", "NET": "net1",
            "ID": "1", "D": "0", "UUID": "00000000-0000-4000-8000-000000000000", "R": "node"}
 # herder's own placeholders (its extensions table only; Ganeti's connector takes the ones above)
-HERDER_SAMPLES = {"SNAP": "snap1"}
+HERDER_SAMPLES = {"SNAP": "snap1", "SCHEDULE": "nightly"}
 # Ganeti's routes with the doc's placeholders, and the methods each handler class serves (a
 # method or a METHOD_OPCODE, from which baserlib's metaclass makes one); argv: both as JSON
 GANETI_ROUTES = """

@@ -4,12 +4,14 @@ import), the list through `/2/query/export`, so they also drive a real Ganeti cl
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
 from herder.cli import listing, remote
 from herder.cli.instance import disk_spec
+from herder.core.backupsched import BadSchedule, parse_schedule, utc_text
 from herder.core.errors import AmbiguousError, HerderError, NotFoundError
 
 
@@ -143,3 +145,67 @@ def remove(ctx: click.Context, name: str) -> None:
     """Remove the exports of INSTANCE from every node (OP_BACKUP_REMOVE)."""
     remote.run(ctx, [{"OP_ID": "OP_BACKUP_REMOVE", "instance_name": name}])
     click.echo(f"Removed the exports of {name}")
+
+
+@backup.group("schedule")
+def schedule() -> None:
+    """Scheduled backups (herder's, as Proxmox VE's backup jobs; Ganeti has none): maintd
+    exports the instances a schedule names when its time comes (`herder maintd status` shows
+    the runs)."""
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.option("--when", required=True,
+              help="'daily HH:MM' (UTC) or 'every N hours' or 'every N minutes'.")
+@click.option("-n", "--node", "target_node", required=True, help="The node the exports go to.")
+@click.option("--instance", default="", help="The instance to export (or --tag).")
+@click.option("--tag", default="", help="Export every instance carrying this tag.")
+@click.option("--keep", type=int, default=1, show_default=True,
+              help="Exports of each instance kept (one: exports are named by instance).")
+@click.pass_context
+def schedule_add(ctx: click.Context, name: str, when: str, target_node: str, instance: str,
+                 tag: str, keep: int) -> None:
+    """Add the backup schedule NAME."""
+    body = {"name": name, "when": when, "targetNode": target_node, "instance": instance,
+            "tag": tag, "keep": keep}
+    try:
+        parse_schedule(body)  # the server checks again; a bad one never leaves this machine
+    except BadSchedule as err:
+        raise HerderError(str(err)) from None
+    with remote.client(ctx) as api:
+        remote.call(api.request, "POST", "/2/herder/backup-schedules", None, body)
+    click.echo(f"Backup schedule {name} added")
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="The schedules and runs as JSON.")
+@click.pass_context
+def schedule_list(ctx: click.Context, as_json: bool) -> None:
+    """The backup schedules and when each instance was last exported by one."""
+    with remote.client(ctx) as api:
+        found = remote.call(api.get_herder, "backup-schedules")
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+        return
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in found.get("runs") or []:
+        last[(run["schedule"], run["instance"])] = run
+    for item in found.get("schedules") or []:
+        what = f"instance {item['instance']}" if item.get("instance") else f"tag {item['tag']}"
+        click.echo(f"{item['name']:16} {item['when']:18} {what:32} to {item['targetNode']} "
+                   f"keep {item['keep']}")
+        for (sched, inst), run in sorted(last.items()):
+            if sched == item["name"]:
+                click.echo(f"  {inst}: {run['status']} {utc_text(run.get('end') or 0)}"
+                           + (f"  {run['error']}" if run.get("error") else ""))
+
+
+@schedule.command("remove")
+@click.argument("name")
+@click.pass_context
+def schedule_remove(ctx: click.Context, name: str) -> None:
+    """Remove the backup schedule NAME (the exports it made stay)."""
+    with remote.client(ctx) as api:
+        remote.call(api.request, "DELETE", f"/2/herder/backup-schedules/{name}")
+    click.echo(f"Backup schedule {name} removed")

@@ -201,6 +201,23 @@ def status(ctx: click.Context, url: str | None, as_json: bool) -> None:
         click.echo(f"node failures: {failures.get('state')}")
         for note in failures.get("notes") or []:
             click.echo(f"  {note}")
+    _show_backup_runs(overview.get("backups"))
+
+
+def _show_backup_runs(backups: object) -> None:
+    """The scheduled backups' runs (herder's maintd.backups), newest last."""
+    if not isinstance(backups, dict) or not backups.get("runs"):
+        return
+    from herder.core.backupsched import utc_text
+
+    click.echo("scheduled backups:")
+    for run in backups["runs"]:
+        jobs = ",".join(str(j) for j in run.get("jobs") or []) or "-"
+        error = f"  {run['error']}" if run.get("error") else ""
+        click.echo(f"{run['uuid']}  {run['schedule']:16} {run['instance']:20} "
+                   f"{run['status']:8} jobs {jobs}  to {run['targetNode']}  "
+                   f"{utc_text(run.get('start') or 0)} .. {utc_text(run.get('end') or 0)}"
+                   f"{error}")
 
 
 @maintd.command()

@@ -21,7 +21,16 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from herder.core import addrpool, configindex, names, params, qfilter, reason, untrusted
+from herder.core import (
+    addrpool,
+    backupsched,
+    configindex,
+    names,
+    params,
+    qfilter,
+    reason,
+    untrusted,
+)
 from herder.core.errors import AmbiguousError, ConfigError, NotFoundError
 
 FORMAT_VERSION = 1
@@ -636,6 +645,12 @@ class Maintenance(Base, kw_only=True):
     intents: list[MaintdIntent] = msgspec.field(default_factory=list)
     # node UUID -> [timestamp_ns, hmac] of the newest diagnose report accepted (replay check)
     seen: dict[str, tuple[int, str]] = msgspec.field(default_factory=dict)
+    # herder: scheduled backups (core.backupsched; maintd runs them) and maintd's records of
+    # their runs (the newest backupsched.RUNS_KEPT)
+    backup_schedules: list[backupsched.BackupSchedule] = msgspec.field(
+        name="backupSchedules", default_factory=list)
+    backup_runs: list[backupsched.BackupRun] = msgspec.field(name="backupRuns",
+                                                              default_factory=list)
 
     def __post_init__(self) -> None:
         if self.round_delay < 0:

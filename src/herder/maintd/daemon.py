@@ -27,11 +27,11 @@ import contextlib
 import logging
 import time
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from herder.core import model, notification, reason
-from herder.maintd import incidents, nodefail, vmhealth
+from herder.maintd import backups, incidents, nodefail, vmhealth
 from herder.maintd import instances as instance_incidents
 from herder.maintd import watcher as watcher_repairs
 from herder.maintd.agents import CPU_LOAD, INST_STATUS, AgentRound
@@ -147,8 +147,11 @@ class Maintd:
                  ordered_grace: float = instance_incidents.ORDERED_GRACE,
                  recovery: notification.Recovery | None = None,
                  node_recovery: bool = True,
-                 node_failure_time: float = nodefail.FAILURE_TIME) -> None:
+                 node_failure_time: float = nodefail.FAILURE_TIME,
+                 clock: Callable[[], float] = time.time) -> None:
         self.cluster = cluster
+        # scheduled backups (maintd.backups); `clock` says when schedules are due (tests)
+        self.backups = backups.BackupRunner(clock)
         # dead nodes: detected, fenced, their instances recovered (maintd.nodefail); a
         # cluster without leases (Ganeti's) has none to watch
         self.node_failures = (nodefail.NodeFailures(cluster, failure_time=node_failure_time)
@@ -214,6 +217,8 @@ class Maintd:
                 restore(self.state.seen)
         if self.state.intents:
             await self._adopt()
+        if await self.backups.adopt(self.cluster, self.state.backups):
+            await self._save()
         self._started = True
 
     async def _adopt(self) -> None:
@@ -341,6 +346,8 @@ class Maintd:
             log.info("new incident %s on node %s: %s", inc.uuid, inc.node, inc.action)
         changed |= bool(created)
         changed |= await self._health(nodes, instances)
+        changed |= await self.backups.tick(self.cluster, st.backups, self.settings, instances,
+                                           self.enabled, self._save)
         tags = {n.uuid: n.tags for n in nodes}
         dropped = incidents.forget(st.incidents, data, tags, st.jobs)
         for inc in dropped:
@@ -494,7 +501,8 @@ class Maintd:
                                            self._affected(nodes), now, self.restart_budget,
                                            self.restart_window, self.restart_settle,
                                            skip={i.name for i in instances if i.uuid in skip
-                                                 or instance_incidents.OPTOUT_TAG in i.tags})
+                                                 or instance_incidents.OPTOUT_TAG in i.tags}
+                                           | backups.exporting(self.state.backups))
         for name in res.restarted:
             log.info("restarting instance %s: it should run but is down", name)
             self.restarts.setdefault(name, []).append(now)
@@ -774,6 +782,8 @@ class Maintd:
                 "last_tick": self.last_tick,
                 "restarts": {k: len(v) for k, v in sorted(self.restarts.items())},
                 "balance": dict(self.last_balance), "notifications": self.notifications(),
+                "backups": {"schedules": self.settings.get("backupSchedules") or [],
+                            "runs": model.to_builtins(self.state.backups)},
                 # dead nodes (maintd.nodefail): on, off (and by what), what was said lately
                 "node_failures": (self.node_failures.summary() if self.node_failures
                                   is not None else {"state": "off (maintd --no-node-recovery"

@@ -3,7 +3,8 @@
 GET `/` -> `[1]`; `/1/status` -> the incidents (uuid, node, original, action, repair-status,
 jobs, tag, ctime, mtime, serial_no); `/1/jobs` -> the running round's job ids; `/1/evacuated`;
 herder extensions: `/1/reports` (the last diagnose observation per node, with errors),
-`/1/overview` (all of it, for the page), `POST /1/cancel/<uuid>`, and the status page
+`/1/overview` (all of it, for the page), `/1/backups` (the scheduled backups' schedules
+and runs), `POST /1/cancel/<uuid>`, and the status page
 `/status.html`, which fetches `/1/overview` every second (no reload).
 
 Who may call what (`ROUTES`, docs/security.md): the reads are open to anyone; the plain HTTP
@@ -124,6 +125,12 @@ async def prometheus(request: web.Request) -> web.Response:
     ]
     return web.Response(body=metrics.exposition(families),
                         headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+@ROUTES.allow(access.ANYONE)
+async def backups(request: web.Request) -> web.Response:
+    """The scheduled backups: the schedules and their runs (herder's; maintd.backups)."""
+    return _json(_d(request).overview()["backups"])
 
 
 def _writer_refusal(request: web.Request) -> web.Response | None:
@@ -258,6 +265,7 @@ def make_app(daemon: Maintd, notify_settings: NotifySettings | None = None) -> w
     app.router.add_get("/1/reports", reports)
     app.router.add_get("/1/overview", overview)
     app.router.add_get("/metrics", prometheus)
+    app.router.add_get("/1/backups", backups)
     app.router.add_post("/1/cancel/{uuid}", cancel)
     app.router.add_get("/1/notifications", notifications)
     app.router.add_post("/1/notifications", notify)
@@ -291,6 +299,10 @@ a RAPI user that may write, or <code>herder maintd cancel UUID</code>.</p>
 <table id="notifications"><thead><tr><th>received</th><th>from</th><th>instance</th>
 <th>event</th><th>status</th><th>reason</th></tr></thead><tbody></tbody></table>
 <h2>Node failures</h2><p id="nodefail"></p><ul id="nodefailnotes"></ul>
+<h2>Scheduled backups</h2>
+<table id="backups"><thead><tr><th>run</th><th>schedule</th><th>instance</th><th>to</th>
+<th>status</th><th>jobs</th><th>started</th><th>ended</th><th>error</th></tr></thead>
+<tbody></tbody></table>
 <h2>Notes</h2><ul id="notes"></ul>
 <script>
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;',
@@ -324,6 +336,13 @@ async function refresh(){
     '</td><td><code>'+esc(n.payload.instance_uuid||'')+'</code></td><td>'+
     esc((n.payload.event||'')+'/'+(n.payload.vir_domain_event||''))+'</td><td>'+
     esc(n.status)+'</td><td>'+esc(n.reason)+'</td></tr>').join('');
+  const utc=t=>t?new Date(t*1000).toISOString().slice(0,19).replace('T',' '):'-';
+  document.querySelector('#backups tbody').innerHTML=((o.backups||{}).runs||[]).slice()
+    .reverse().map(b=>'<tr><td><code>'+esc(b.uuid)+'</code></td><td>'+esc(b.schedule)+
+    '</td><td>'+esc(b.instance)+'</td><td>'+esc(b.targetNode)+'</td><td class="'+
+    esc(b.status)+'">'+esc(b.status)+'</td><td>'+esc(b.jobs.join(', '))+'</td><td>'+
+    utc(b.start)+'</td><td>'+utc(b.end)+'</td><td class="err">'+esc(b.error)+'</td></tr>')
+    .join('');
   document.getElementById('notes').innerHTML=o.notes.map(n=>'<li>'+esc(n)+'</li>').join('');
   const nf=o.node_failures||{state:'unknown',notes:[]};
   document.getElementById('nodefail').textContent='detection and recovery of dead nodes: '+

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import msgspec
 
 from herder.core import model
+from herder.core.backupsched import BackupRun
 from herder.core.store import atomic_write
 
 log = logging.getLogger("herder.maintd.state")
@@ -36,11 +37,13 @@ class MaintState:
     # node UUID -> [timestamp, hmac] of the last accepted diagnose report (replay protection
     # across restarts)
     seen: dict[str, list[Any]] = field(default_factory=dict)
+    # the runs of the scheduled backups (maintd.backups), the newest backupsched.RUNS_KEPT
+    backups: list[BackupRun] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"incidents": model.to_builtins(self.incidents), "jobs": list(self.jobs),
                 "evacuated": list(self.evacuated), "intents": list(self.intents),
-                "seen": dict(self.seen)}
+                "seen": dict(self.seen), "backupRuns": model.to_builtins(self.backups)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MaintState:
@@ -48,7 +51,8 @@ class MaintState:
                    jobs=[int(j) for j in d.get("jobs") or []],
                    evacuated=[str(e) for e in d.get("evacuated") or []],
                    intents=list(d.get("intents") or []),
-                   seen={str(k): list(v) for k, v in (d.get("seen") or {}).items()})
+                   seen={str(k): list(v) for k, v in (d.get("seen") or {}).items()},
+                   backups=msgspec.convert(d.get("backupRuns") or [], list[BackupRun]))
 
     def incident(self, event: str) -> model.Incident | None:
         return next((i for i in self.incidents if i.uuid == event), None)
@@ -104,6 +108,8 @@ class RapiState:
             state = MaintState.from_dict(maint)
             if "intents" not in maint:  # a masterd without these fields: keep the local ones
                 state.intents, state.seen = local.intents, local.seen
+            if "backupRuns" not in maint:
+                state.backups = local.backups
             return state
         return local
 
@@ -116,7 +122,8 @@ class RapiState:
             return
         body = {"incidents": model.to_builtins(state.incidents), "jobs": state.jobs,
                 "evacuated": state.evacuated, "intents": model.to_builtins(state.intents),
-                "seen": model.to_builtins(state.seen)}
+                "seen": model.to_builtins(state.seen),
+                "backupRuns": model.to_builtins(state.backups)}
         try:
             self.client.put_herder("maintenance/state", body)
         except Exception as err:

@@ -1346,6 +1346,9 @@ class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):
     zeroing_timeout_fixed: int | None = None
     zeroing_timeout_per_mib: float | None = None
     long_sleep: bool = False
+    # herder: the job the queue's recovery submits when the master died in an export: the
+    # partial export on the target removed, the instance started when it should run
+    cleanup: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -9,15 +9,16 @@ the instance as it was (started again when it ran). Imports are OP_INSTANCE_CREA
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from herder.core import exportconf, model, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
-from herder.core.rpcdefs import backup_calls, instance_calls
+from herder.core.rpcdefs import backup_calls, instance_calls, node_calls
 from herder.core.rpcdefs.backup_calls import PARTIAL
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import disks
+from herder.masterd.lu import disks, handover
 from herder.masterd.lu.base import (
     JobResult,
     LockRequest,
@@ -98,7 +99,30 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
     def dry_run_result(self) -> JobResult:
         return [self.source.name, self.target.name]
 
+    @classmethod
+    def after_master_death(cls, op: opcodes.OpBackupExport) -> list[dict[str, Any]]:
+        """The cleanup of an export the master died in (the job queue's recovery submits
+        it): no partial export left, the instance running when it should."""
+        if op.cleanup:
+            return []
+        return [{"OP_ID": "OP_BACKUP_EXPORT", "instance_name": op.instance_name,
+                 "target_node": op.target_node, "cleanup": True}]
+
+    def _clean_up(self) -> JobResult:
+        config = self.env.store.load()
+        inst, source, target = (config.instances[self.inst.uuid],
+                                *(config.nodes[n.uuid] for n in (self.source, self.target)))
+        partial = inst.name + PARTIAL
+        if self.env.rpc.call(target, backup_calls.ExportRemove(name=partial)):
+            self.feedback(f"removed the partial export {partial} on {target.name}")
+        listed = self.env.rpc.call(source, node_calls.InstanceList())
+        if inst.admin_state == "up" and listed.get(inst.name) not in handover.RUNNING_STATES:
+            self._start(config, inst, source)
+        return None  # no export made
+
     def execute(self) -> JobResult:
+        if self.op.cleanup:
+            return self._clean_up()
         op, env = self.op, self.env
         config = env.store.load()  # as the locks hold it
         inst, source, target = (config.instances[self.inst.uuid],

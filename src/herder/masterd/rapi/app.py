@@ -10,6 +10,7 @@ from aiohttp import web
 from herder.masterd.rapi import (
     announce,
     backup,
+    backup_schedules,
     cluster,
     console,
     extensions,
@@ -33,7 +34,8 @@ from herder.masterd.web import pages as web_pages
 # Each family adds its routes, in this order (aiohttp matches them in the order added)
 ADD_ROUTES: tuple[Callable[[web.UrlDispatcher], None], ...] = (
     cluster.add_routes, tags.add_routes, nodes.add_routes, groups.add_routes,
-    networks.add_routes, instances.add_routes, backup.add_routes, snapshots.add_routes,
+    networks.add_routes, instances.add_routes, backup.add_routes, backup_schedules.add_routes,
+    snapshots.add_routes,
     jobs.add_routes,
     filters.add_routes, extensions.add_routes, query.add_routes, console.add_routes,
     announce.add_routes, oob.add_routes, leases.add_routes, metrics.add_routes,

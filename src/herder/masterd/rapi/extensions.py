@@ -56,7 +56,7 @@ async def herder_maintenance_set(request: web.Request) -> web.Response:
     return await submit(request, "herder_maintenance", [op])
 
 
-STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen"}
+STATE_FIELDS = {"incidents", "jobs", "evacuated", "intents", "seen", "backupRuns"}
 
 
 @ROUTES.allow(access.RAPI_WRITE)
