@@ -1,8 +1,9 @@
 """The real Ganeti 3.0.2 cluster of ../shared/peers/vcluster for end-to-end tests: brought up
 from scratch (about 15 s) by the first test module that needs it, under an exclusive file lock
 so that test modules on other xdist workers wait instead of sharing it, and stopped again by
-that module. Tests skip cleanly when ../shared, Debian's Ganeti binaries or root are missing,
-or when it does not come up.
+that module. Tests skip cleanly when ../shared, Debian's Ganeti binaries or root are missing;
+a vcluster that is there but does not come up fails them (a test that cannot start what it
+tests fails).
 
 Nodes node1..3.vcluster.test = 127.0.0.11-13 (node1 is the master; RAPI on :5080, user admin,
 password in /tmp/vcluster/rapi-password); `vc(node, *cmd)` runs a command as that node inside
@@ -76,7 +77,8 @@ def _why_not() -> str | None:
 
 @contextlib.contextmanager
 def running_vcluster() -> Iterator[VCluster]:
-    """Exclusive use of a freshly started vcluster (skip when it cannot start)."""
+    """Exclusive use of a freshly started vcluster (skip without the peers; fail when they are
+    there and it does not come up)."""
     reason = _why_not()
     if reason:
         pytest.skip(f"no vcluster: {reason}")
@@ -88,12 +90,12 @@ def running_vcluster() -> Iterator[VCluster]:
         except subprocess.TimeoutExpired:
             subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
                            timeout=120)
-            pytest.skip("the vcluster did not come up within 300 s")
+            pytest.fail("the vcluster did not come up within 300 s")
         if up.returncode != 0:
             subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
                            timeout=120)
             tail = " | ".join((up.stderr or up.stdout).strip().splitlines()[-3:])
-            pytest.skip(f"the vcluster did not come up: {tail}")
+            pytest.fail(f"the vcluster did not come up: {tail}")
         try:
             yield VCluster()
         finally:

@@ -146,6 +146,13 @@ def test_candidates_secrets_user_list_and_offline_nodes(tmp_path):
     assert list(full) == ["node3.example.com"]
     assert {str(tmp_path / "hmac.key"), str(tmp_path / "server.pem")} \
         <= set(full["node3.example.com"].files)
+    # the cluster domain secret with them, when the cluster has one
+    assert str(tmp_path / "cluster-domain-secret") not in full["node3.example.com"].files
+    (tmp_path / "cluster-domain-secret").write_text("ab" * 20 + "\n")
+    full = redist.plan(config, config_path, full=True, only=["node3.example.com"])
+    assert str(tmp_path / "cluster-domain-secret") in full["node3.example.com"].files
+    assert str(tmp_path / "cluster-domain-secret") not in \
+        redist.plan(config, config_path)["node3.example.com"].files
 
 
 class RecordingRpc(RpcTransport):

@@ -165,8 +165,8 @@ def test_replace_disks_takes_its_query_string(served: Served) -> None:
 
 
 def test_instance_creation_refuses_modes_it_cannot_do(served: Served) -> None:
-    """Ganeti's `mode: import` needs the export (src_node, src_path) and remote-import exports
-    between clusters herder does not have: a 400 naming what is missing, nothing queued; a
+    """Ganeti's `mode: import` needs the export (src_node, src_path) and remote-import the
+    source cluster's handshake, CA and instance: a 400 naming what is missing, nothing queued; a
     multi-allocation creates only (an import there: 400 naming the mode)."""
     url, ctx = served.url, served.ctx
     body = {"name": "web9.example.com", "disk_template": "plain", "disks": [{"size": 1024}],
@@ -177,7 +177,8 @@ def test_instance_creation_refuses_modes_it_cannot_do(served: Served) -> None:
     assert answer.status_code == 400 and "src_node and src_path" in answer.json()["explain"]
     remote = httpx.post(url + "/2/instances", auth=WRITER, timeout=30, json={
         "__version__": 1, **body, "mode": "remote-import"})
-    assert remote.status_code == 400 and "'remote-import'" in remote.json()["explain"]
+    assert remote.status_code == 400 and \
+        "mode remote-import needs source_handshake" in remote.json()["explain"]
     multi = httpx.post(url + "/2/instances-multi-alloc", json={"instances": [body]},
                        auth=WRITER, timeout=30)
     assert multi.status_code == 400 and "'import'" in multi.json()["explain"]

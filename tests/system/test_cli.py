@@ -41,7 +41,8 @@ def assert_one_line_error(result, fragment: str) -> None:
 
 def test_init_creates_config_and_private_secrets(cluster) -> None:
     directory = cluster.config_path.parent
-    for name in ("config.json", "hmac.key", "server.pem", "rapi_users"):
+    for name in ("config.json", "hmac.key", "server.pem", "rapi_users",
+                 "cluster-domain-secret"):
         path = directory / name
         assert path.exists(), name
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, name
@@ -50,6 +51,8 @@ def test_init_creates_config_and_private_secrets(cluster) -> None:
     pem = (directory / "server.pem").read_text()
     assert "PRIVATE KEY" in pem and "BEGIN CERTIFICATE" in pem
     assert "admin " in (directory / "rapi_users").read_text()
+    domain_secret = (directory / "cluster-domain-secret").read_text()  # Ganeti's format
+    assert len(domain_secret) == 41 and int(domain_secret, 16) >= 0
     config = FileStore(cluster.config_path).load()
     assert config.cluster.name == "cluster.example.com"
     assert config.find_node("node1").uuid == config.cluster.master_node

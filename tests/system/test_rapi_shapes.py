@@ -135,7 +135,7 @@ def ganeti_answers() -> dict[str, Any]:
         try:
             client.get_version()
         except RapiError as exc:
-            pytest.skip(f"vcluster RAPI does not answer: {exc}")
+            pytest.fail(f"vcluster RAPI does not answer: {exc}")
         return run_sequence(client, VCLUSTER_NODE)
 
 

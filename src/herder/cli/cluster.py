@@ -793,12 +793,19 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
               help="A real Ceph (one monitor, one OSD, the pool herder) in the cluster's "
                    "network; every node gets its client configuration and key; the rbd "
                    "template is enabled (access=userspace: QEMU reads images through librbd).")
+@click.option("--store", type=click.Choice(["file", "etcd"]), default="file",
+              show_default=True,
+              help="Where the config lives. etcd: one etcd member (TLS, client certificates, "
+                   "authentication) in the cluster's network outside every host, as an "
+                   "external etcd cluster; masterd campaigns for the master lease on every "
+                   "node and the one elected brings up the master IP and starts maintd "
+                   "(docs/ha.md).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maintd: bool,
              first_ip: int, domain: str, network: Path | None, exec_on: str | None,
              break_it: tuple[str, str] | None, crash_it: str | None, failover_to: str | None,
              no_voting: bool, power_off: str | None, power_on: str | None, guests: str,
-             ceph: bool, command: tuple[str, ...]) -> None:
+             ceph: bool, store: str, command: tuple[str, ...]) -> None:
     """Bring up a whole herder cluster on this machine: every node a host of its own.
 
     Each node is a set of namespaces (its own processes, network, mounts and host name) whose
@@ -834,10 +841,10 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
 
         from herder.sim.host import node_environment
 
-        host = sim_cluster.load_state(directory).host(exec_on)
-        argv = host.nsenter_argv(list(command))
+        state = sim_cluster.load_state(directory)
+        argv = state.host(exec_on).nsenter_argv(list(command))
         os.chdir("/")
-        os.execvpe(argv[0], argv, node_environment())
+        os.execvpe(argv[0], argv, node_environment(state.node_environment))
     if failover_to:
         state, _ = sim_cluster.failover(directory, failover_to, voting=not no_voting,
                                         progress=click.echo)
@@ -866,7 +873,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
         return
     state = sim_cluster.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
                               first_ip=first_ip, progress=click.echo, domain=domain,
-                              network=network, guests=guests, ceph=ceph)
+                              network=network, guests=guests, ceph=ceph, store=store)
     click.echo(f"Simulated cluster {state.cluster_name} of {nodes} node(s) is up; RAPI at "
                f"{state.masterd_url}, maintd at {state.maintd_url}/status.html")
     click.echo("Drive it from this shell with:")

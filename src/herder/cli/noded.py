@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from herder.core import ports
-from herder.core.store import default_config_path
+from herder.core.locations import local_config_path
 
 
 @click.command()
@@ -44,8 +44,8 @@ def noded(ctx: click.Context, bind: str, port: int, state_dir: Path, run_dir: Pa
 
     setup_logging(log_file, debug)
     run(NodedOptions(
-        config_path=Path((ctx.find_root().obj or {}).get("config_path")
-                         or default_config_path()),
+        # on the etcd backend its files are in the local directory (docs/ha.md)
+        config_path=local_config_path((ctx.find_root().obj or {}).get("config_path")),
         bind=bind, port=port, state_dir=state_dir, run_dir=run_dir, repair_dir=repair_dir,
         os_path=os_path or (Path("/srv/herder/os"),), mlock=not no_mlock),
         say=lambda line: click.echo(line, err=True))

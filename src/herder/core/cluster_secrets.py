@@ -6,6 +6,9 @@
   (one PEM file with key and certificate, as Ganeti's `server.pem`); the cluster CA that
   issues the node certificates.
 - `rapi_users`: the remote API users file (Ganeti's format: `user password [write]`).
+- `cluster-domain-secret`: Ganeti's cluster domain secret (40 hex digits and a newline), which
+  signs the messages of a move between clusters (`core.remote_export`): two clusters that move
+  instances between them hold the same one (copy one cluster's file to the other).
 - `node.pem` (not one of the cluster-wide secrets: each node has its own): the master's node
   certificate, issued by `server.pem` (`core.node_certs`).
 """
@@ -25,6 +28,7 @@ SECRET_MODE = 0o600
 HMAC_KEY_FILE = "hmac.key"
 CERT_FILE = "server.pem"
 RAPI_USERS_FILE = "rapi_users"
+DOMAIN_SECRET_FILE = "cluster-domain-secret"
 CERT_VALIDITY_DAYS = 5 * 365
 RETIRING = ".retiring"  # beside hmac.key and server.pem during a rotation (renew-crypto)
 
@@ -129,6 +133,9 @@ def create_all(paths: SecretPaths, cluster_name: str, hmac_key: bytes | None = N
     write_secret(paths.hmac_key, hmac_key if hmac_key is not None else envelope.generate_key())
     write_secret(paths.certificate, self_signed_certificate(cluster_name))
     write_secret(paths.rapi_users, rapi_users_file()[0])
+    domain_secret = paths.certificate.with_name(DOMAIN_SECRET_FILE)
+    if not domain_secret.exists():  # another cluster's, copied here before: kept
+        write_secret(domain_secret, secrets.token_hex(20).encode() + b"\n")
     if node_name is None:
         return None
     write_secret(node_pem, node_certs.issue(paths.certificate.read_bytes(), node_name))

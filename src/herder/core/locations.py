@@ -24,3 +24,14 @@ def is_etcd_location(location: object) -> TypeGuard[str]:
 def default_config_path() -> Path:
     env = os.environ.get("HERDER_CONFIG")
     return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+def local_config_path(location: str | os.PathLike[str] | None = None) -> Path:
+    """Where this node's files beside the config are (secrets, node certificate, join
+    token): beside the config file, or, on the etcd backend, in the local directory
+    (`DEFAULT_CONFIG_PATH`'s, as `EtcdStore.path` has it). `location`: default
+    HERDER_CONFIG."""
+    # the text itself: a Path would fold an etcd location's "//"
+    found = (os.environ.get("HERDER_CONFIG") or DEFAULT_CONFIG_PATH) if location is None \
+        else location
+    return DEFAULT_CONFIG_PATH if is_etcd_location(str(found)) else Path(found)

@@ -254,6 +254,7 @@ class MasterDaemon:
         context = self.ssl_context()
         tasks: list[serve.Task] = []
         on_stop: list[serve.Hook] = []
+        before_resign: list[serve.Hook] = []
         if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
             from herder.masterd import etcd_master, redist_etcd
 
@@ -267,9 +268,13 @@ class MasterDaemon:
                 await etcd_master.stop_maintd_if_deposed(self)
                 return
             tasks.append(lambda stop: etcd_master.start_maintd(self.me))
+            master_ip = etcd_master.MasterIpHolder(self)
+            tasks.append(master_ip.hold)
             tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
                                                         self.settings.check_interval))
             tasks.append(self._compact_etcd_history)  # core.etcd_history
+            # the master IP down before the lease is handed over (`_resign`)
+            before_resign.append(master_ip.release)
             on_stop.append(lambda: etcd_master.stop_maintd_if_deposed(self))
         await serve.serve(
             "masterd", self.settings.run_dir,
@@ -280,7 +285,7 @@ class MasterDaemon:
                    lambda stop: self.live.keep_fresh(self.rapi.config, stop),
                    self._sample_nodes, self._archive_old_jobs, *tasks],
             on_start=[self.queue.start],
-            on_stop=[lambda: asyncio.to_thread(self.queue.stop), self._resign,
+            on_stop=[lambda: asyncio.to_thread(self.queue.stop), *before_resign, self._resign,
                      self.live.close, *on_stop],
             ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 

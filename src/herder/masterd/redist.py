@@ -52,7 +52,7 @@ import msgspec
 
 from herder import __version__
 from herder.core import libvirtd_conf, model, node_certs, params, ssconf, store, uidpool
-from herder.core.cluster_secrets import SecretPaths
+from herder.core.cluster_secrets import DOMAIN_SECRET_FILE, SecretPaths
 from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc
 from herder.core.reachability import Down, Reachability, ReachabilityRpc
@@ -199,11 +199,17 @@ def hypervisor_files(config: model.ConfigData, node: model.Node,
 def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[str] = (),
          full: bool = False, only: Iterable[str] | None = None) -> dict[str, NodePlan]:
     """Per online node (by name) what it receives. `full`: also the cluster secrets (HMAC key,
-    certificate: what a new node or a new master candidate needs). `only`: these node names."""
+    certificate, cluster domain secret: what a new node or a new master candidate needs).
+    `only`: these node names."""
     secrets = SecretPaths.beside(config_path)
     user_list = [str(config_path.parent / REDIST_FILES), *user_files]
     rapi = [str(secrets.certificate), str(secrets.rapi_users)]
-    everything = set(user_list) | set(rapi) | {str(secrets.hmac_key)}
+    # Ganeti's cluster domain secret (a move between clusters signs with it) goes with the
+    # other secrets, when the cluster has one (made by `cluster init` since it signs moves)
+    domain_secret = config_path.parent / DOMAIN_SECRET_FILE
+    cluster_wide = [str(secrets.hmac_key), str(secrets.certificate),
+                    *([str(domain_secret)] if domain_secret.exists() else [])]
+    everything = set(user_list) | set(rapi) | set(cluster_wide)
     hv_dir = hvfiles.directory(config_path.parent)
     per_instance = instance_files(config)
     for node in config.nodes.values():
@@ -223,7 +229,7 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
         if candidate:
             files += [str(secrets.rapi_users)]
         if full:
-            files += [str(secrets.hmac_key), str(secrets.certificate)]
+            files += cluster_wide
         plans[node.name] = NodePlan(node.name, node.uuid, dict(facts), candidate,
                                     list(dict.fromkeys(files)))  # each once, in order
     return plans

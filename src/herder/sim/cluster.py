@@ -28,6 +28,11 @@ The cluster is built as an operator builds one (docs/real-nodes.md "The simulate
 5. mond, instmon and confd on every node; node.toml enables them (and masterd and maintd,
    which exit 11 where they are not the master) for the next boot.
 
+With `--store etcd` (`herder.sim.etcd`) the config lives in an external etcd in the
+simulation's network (outside every host): node1's `cluster init` writes it there, its masterd
+wins the master lease and brings the master IP up itself, every other node's masterd is a
+standby candidate, the elected masterd starts maintd, and no confd runs.
+
 The machine reaches the cluster only through published ports (`herder.sim.forward`): the
 cluster's address `127.0.0.<first>` forwards to the master IP (masterd 5080, mond 1815, maintd
 1816 and 1817), so a master failover changes nothing for the operator; node i's mond is on
@@ -60,9 +65,10 @@ from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
 from herder.sim import bmc as sim_bmc
 from herder.sim import ceph as sim_ceph
+from herder.sim import etcd as sim_etcd
 from herder.sim import guest, hostfiles, netns
 from herder.sim import watchdog as sim_watchdog
-from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
+from herder.sim.host import HostConfig, HostSimulation, SimHost, herder_argv, unsupported
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
@@ -82,6 +88,8 @@ DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
 GUESTS = ("qemu", "test")
+STORES = ("file", "etcd")  # where the config lives: a file on the master candidates, or etcd
+ETCD_CLUSTER = "sim"  # the cluster's name in etcd (its keys under /herder/sim/)
 QEMU = "/usr/bin/qemu-system-x86_64"
 # the candidate pool: nodes 1-3 become master candidates as they are added (design-2.1's pool
 # of 10 is more than needed)
@@ -117,6 +125,14 @@ class SimState:
     profile: str = ""  # the client profile (HERDER_CLIENT)
     guests: str = "test"  # "qemu": real guests (QEMU driver), "test": libvirt's test driver
     ceph: str = ""  # the directory of the cluster's Ceph (herder.sim.ceph), "" for none
+    etcd: str = ""  # the config location on the etcd backend (herder.sim.etcd), "" for a file
+
+    @property
+    def node_environment(self) -> dict[str, str]:
+        """What the commands on a node need besides the defaults (masterd and maintd have it
+        in node.toml): the etcd backend's config location, as an operator's
+        /etc/herder/environment holds it."""
+        return {"HERDER_CONFIG": self.etcd} if self.etcd else {}
 
     @property
     def libvirt_uri(self) -> str:
@@ -248,9 +264,11 @@ def write_diagnose(host: SimHost, status: str = "Ok", command: str = "") -> Path
 # --- commands on the nodes -----------------------------------------------------------------
 
 
-def on_node(host: SimHost, *args: str, timeout: float = 180.0) -> str:
-    """`herder ARGS` on a node; its output, HerderError (with its last words) when it fails."""
-    done = host.herder(*args, timeout=timeout)
+def on_node(host: SimHost, *args: str, timeout: float = 180.0,
+            env: dict[str, str] | None = None) -> str:
+    """`herder ARGS` on a node (`env`: added to its environment); its output, HerderError
+    (with its last words) when it fails."""
+    done = host.run(herder_argv(*args), timeout=timeout, env=env)
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
         raise HerderError(f"{host.name}: herder {' '.join(args)} failed: {' | '.join(tail)}")
@@ -289,9 +307,10 @@ def start_daemons(host: SimHost, daemons: Sequence[str], timeout: float = START_
 
 
 def wait_ready(host: SimHost, daemon: str, offset: int = 0,
-               timeout: float = START_TIMEOUT) -> None:
+               timeout: float = START_TIMEOUT, marker: str | None = None) -> None:
+    """Until the daemon's log (from `offset`) says it serves (`marker`, default READY's)."""
     log = host.path(f"/var/log/herder/{daemon}.log")
-    marker = READY.get(daemon)
+    marker = marker or READY.get(daemon)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = ""
@@ -337,26 +356,36 @@ def parallel(hosts: Iterable[SimHost], action: Callable[[SimHost], Any]) -> None
 # --- bringing a cluster up ---------------------------------------------------------------------
 
 
+# the daemons that read the config (on the etcd backend: from etcd); the others use ssconf
+CONFIG_DAEMONS = ("masterd", "maintd")
+
+
 def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test",
-                  ceph: bool = False) -> str:
+                  ceph: bool = False, etcd: str = "") -> str:
     """A node's /etc/herder/node.toml: libvirtd only until the node has joined; then every
     daemon of a node (masterd and maintd exit 11 where they are not the master, confd idles
     where there is no config copy). With real guests libvirtd runs with `--listen`: its
     libvirtd.conf opens nothing before the join and only TLS after it (`herder node
     libvirt-tls`). With a Ceph, noded's `rbd` runs as the cluster's cephx user
-    (`CEPH_ARGS`), as an operator sets it in the daemon's environment."""
+    (`CEPH_ARGS`), as an operator sets it in the daemon's environment. On the etcd backend
+    (`etcd`: the config location) masterd and maintd have it as `HERDER_CONFIG`; confd does
+    not run (it serves a config file only) and maintd is not started at boot: the masterd
+    that wins the master lease starts it (docs/ha.md)."""
     daemons = ["libvirtd"]
     if joined:
-        daemons += ["noded", "confd", *(["mond"] if mond else []),
+        daemons += ["noded", *([] if etcd else ["confd"]), *(["mond"] if mond else []),
                     *(["instmon"] if mond and maintd else []), "masterd",
-                    *(["maintd"] if maintd else []),
+                    *(["maintd"] if maintd and not etcd else []),
                     *(["sim-testdriver"] if guests == "test" else [])]
     # maintd polls the agents every second (its default: 10), so the demo and the tests see
     # it act at once
     args = {"maintd": ["--poll-interval", "1"]}
     if guests == "qemu":
         args["libvirtd"] = ["--listen"]
-    environment = {"noded": {"CEPH_ARGS": f"--id {sim_ceph.CLIENT}"}} if ceph else {}
+    environment: dict[str, dict[str, str]] = {
+        daemon: {"HERDER_CONFIG": etcd} for daemon in CONFIG_DAEMONS} if etcd else {}
+    if ceph:
+        environment.setdefault("noded", {})["CEPH_ARGS"] = f"--id {sim_ceph.CLIENT}"
     return hostfiles.node_toml(daemons, args=args,
                                commands={"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]},
                                restart_delay=0.5, restart_delay_max=10.0,
@@ -399,15 +428,28 @@ def register_cluster(sim: HostSimulation, state: SimState | None, *,
 
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
           first_ip: int = 11, progress: Say | None = None, domain: str = DOMAIN,
-          network: Path | None = None, guests: str = "qemu", ceph: bool = False) -> SimState:
+          network: Path | None = None, guests: str = "qemu", ceph: bool = False,
+          store: str = "file") -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
     `domain` names the cluster and its nodes; `network`: the directory of another simulated
     cluster whose network (and host simulation) this one joins (clusters to merge);
     `guests`: "qemu" (real guests) or "test" (libvirt's test driver); `ceph`: a Ceph for
     the `rbd` template in the simulation's network (herder.sim.ceph), its client
-    configuration and key on every node, the template enabled with userspace access."""
+    configuration and key on every node, the template enabled with userspace access;
+    `store`: "file" (the config a file on the master candidates) or "etcd" (an external etcd
+    in the simulation's network, herder.sim.etcd; masterd campaigns on every node)."""
     if guests not in GUESTS:
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
+    if store not in STORES:
+        raise HerderError(f"store must be one of {', '.join(STORES)}")
+    if store == "etcd" and network is not None:
+        raise HerderError("--store etcd gives a cluster a network of its own; not with "
+                          "--network")
+    if store == "etcd" and not maintd:
+        raise HerderError("--store etcd: the masterd elected starts maintd; not with "
+                          "--no-maintd")
+    if store == "etcd" and (reason := sim_etcd.missing()):
+        raise HerderError(f"--store etcd: {reason}")
     if ceph and network is not None:
         raise HerderError("--ceph gives a cluster a network of its own; not with --network")
     if ceph and (missing := sim_ceph.missing_packages()):
@@ -440,6 +482,8 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             network=str(sim.directory), profile=str(directory.resolve() / "client" /
                                                      "client.toml"), guests=guests,
             ceph=str(directory.resolve() / "ceph") if ceph else "")
+        if store == "etcd":
+            state.etcd = _start_etcd(sim, state, say)
         state.save()
         with ThreadPoolExecutor(max_workers=1) as starter:
             # the Ceph (~15 s, mostly waiting for its daemons) starts while the hosts boot;
@@ -452,6 +496,22 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
         stop(directory)
         raise
     return state
+
+
+def _etcd_directory(state: SimState) -> Path:
+    return Path(state.directory) / "etcd"
+
+
+def _start_etcd(sim: HostSimulation, state: SimState, say: Say) -> str:
+    """The cluster's etcd (in the simulation's network, outside every host) with herder's
+    user; the config location of the cluster in it."""
+    began = time.monotonic()
+    found = sim_etcd.start(_etcd_directory(state), sim)
+    location = found.location(ETCD_CLUSTER)
+    sim_etcd.setup_access(found, sim, location)
+    say(f"etcd: one member at {found.endpoint} (TLS, client certificates, user "
+        f"{sim_etcd.USER}), config location {location} ({time.monotonic() - began:.1f} s)")
+    return location
 
 
 def _start_ceph(sim: HostSimulation, state: SimState, say: Say) -> None:
@@ -541,12 +601,53 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
               ceph_started: Future[None] | None = None) -> None:
     """Boot the hosts, make the cluster, join the nodes, start the daemons. `ceph_started`:
     the cluster's Ceph being started meanwhile (awaited before its client files are needed)."""
+    hosts = _boot_hosts(sim, state, mond=mond, maintd=maintd, say=say,
+                        ceph_started=ceph_started)
+    master = hosts[0]
+    others = hosts[1:]
+    _init_master(sim, state, master, image, say)
+    _join(state, master, others, say)
+
+    # Every node: its other daemons; node.toml for the next boot.
+    extra = [*(["mond"] if mond else []), *(["instmon"] if mond and maintd else [])]
+
+    def finish(host: SimHost) -> None:
+        if state.guests == "qemu":  # every node joined: every node's certificate is known
+            _libvirt_tls(host)
+        start_daemons(host, ([] if host is master or state.etcd else ["confd"]) + extra)
+        if state.etcd and host is not master:  # a candidate: a standby for the master lease
+            offset = _log_size(host, "masterd")
+            on_node(host, "daemon-util", "start", "masterd")
+            wait_ready(host, "masterd", offset, marker="standby")
+        if state.guests == "test":
+            remove_default_domain(host)
+        host.layout.source("/etc/herder/node.toml").write_text(
+            node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests,
+                          ceph=bool(state.ceph), etcd=state.etcd))
+
+    parallel(hosts, finish)
+    if state.guests == "qemu":
+        _await_live_figures(state)
+    if maintd and state.etcd:  # the elected masterd started it
+        wait_ready(master, "maintd")
+    elif maintd:
+        start_daemons(master, ["maintd"])
+    for node in state.nodes:
+        say(f"{node.name}: {node.address} (mond at http://{node.published}:{ports.MOND})")
+    sim.keep_powered()
+    state.save()
+
+
+def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool, say: Say,
+                ceph_started: Future[None] | None) -> list[SimHost]:
+    """The hosts booted with their BMCs, and what an operator installs on each: the Ceph
+    and etcd clients' files, the OS definitions, the self-diagnose script."""
     say(f"booting {len(state.nodes)} hosts (network {sim.netns}, "
         f"{sim.address(1).rsplit('.', 1)[0]}.0/24)")
     configs = [HostConfig(n.name, n.address,
                           node_settings=node_settings(mond=mond, maintd=maintd, joined=False,
                                                       guests=state.guests,
-                                                      ceph=bool(state.ceph)))
+                                                      ceph=bool(state.ceph), etcd=state.etcd))
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
     sim.keep_powered()  # also the hosts' watchdog devices, which noded opens once joined
@@ -563,27 +664,36 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
             keyring = host.path(sim_ceph.CLIENT_KEYRING)
             keyring.write_text(admin.client_keyring())
             keyring.chmod(0o600)
+        if state.etcd:
+            sim_etcd.install_client(sim_etcd.attach(_etcd_directory(state), sim), host)
         write_demo_os(host.path(OS_DIR))
         guest.install_os_definition(host.path(OS_DIR))
         write_diagnose(host)
-    master = hosts[0]
-    others = hosts[1:]
+    return hosts
 
-    # The first node: the cluster, the master IP, the node daemons, masterd.
-    on_node(master, *init_arguments(state, image))
+
+def _init_master(sim: HostSimulation, state: SimState, master: SimHost,
+                 image: guest.GuestImage | None, say: Say) -> None:
+    """The first node: the cluster, the master IP, the node daemons, masterd. On etcd the
+    masterd elected brings the master IP up itself (`MasterIpHolder`)."""
+    env = state.node_environment
+    on_node(master, *init_arguments(state, image), env=env)
     on_node(master, "--offline", "cluster", "modify", "--diagnose-data-collector-filename",
             BREAK_SCRIPT, "--data-collector", f"diagnose:interval={DIAGNOSE_INTERVAL}",
             "--maintenance-interval", str(MAINTENANCE_INTERVAL),
-            "--ipolicy-bounds-specs", SIM_IPOLICY_BOUNDS)
-    on_node(master, "daemon-util", "activate-master-ip")
+            "--ipolicy-bounds-specs", SIM_IPOLICY_BOUNDS, env=env)
+    if not state.etcd:
+        on_node(master, "daemon-util", "activate-master-ip")
     say(f"{master.name}: cluster {state.cluster_name} initialised, master IP "
-        f"{state.master_ip} on br0")
-    start_daemons(master, ["noded", "confd", "masterd"])
+        f"{state.master_ip} on br0" + (f", config in etcd ({state.etcd})" if state.etcd else ""))
+    start_daemons(master, ["noded", *([] if state.etcd else ["confd"]), "masterd"])
     _publish(sim, state)
     _write_profile(master, state)
 
-    # The other nodes: noded without the cluster's secrets makes a join token; the master
-    # joins each with its token (node certificate, key, ssconf) as it adds it.
+
+def _join(state: SimState, master: SimHost, others: list[SimHost], say: Say) -> None:
+    """The other nodes: noded without the cluster's secrets makes a join token; the master
+    joins each with its token (node certificate, key, ssconf) as it adds it."""
     tokens: dict[str, str] = {}
 
     def fresh(host: SimHost) -> None:
@@ -593,31 +703,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
     parallel(others, fresh)
     for host in others:
         on_node(master, "node", "add", host.name, "--ip", host.address,
-                "--join-token", tokens[host.name])
+                "--join-token", tokens[host.name], env=state.node_environment)
     say(f"{master.name}: added {', '.join(h.name for h in others) or 'no other nodes'}")
-
-    # Every node: its other daemons; node.toml for the next boot.
-    extra = [*(["mond"] if mond else []), *(["instmon"] if mond and maintd else [])]
-
-    def finish(host: SimHost) -> None:
-        if state.guests == "qemu":  # every node joined: every node's certificate is known
-            _libvirt_tls(host)
-        start_daemons(host, ([] if host is master else ["confd"]) + extra)
-        if state.guests == "test":
-            remove_default_domain(host)
-        host.layout.source("/etc/herder/node.toml").write_text(
-            node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests,
-                          ceph=bool(state.ceph)))
-
-    parallel(hosts, finish)
-    if state.guests == "qemu":
-        _await_live_figures(state)
-    if maintd:
-        start_daemons(master, ["maintd"])
-    for node in state.nodes:
-        say(f"{node.name}: {node.address} (mond at http://{node.published}:{ports.MOND})")
-    sim.keep_powered()
-    state.save()
 
 
 def _await_live_figures(state: SimState) -> None:

@@ -832,12 +832,18 @@ class OpInstanceCreate(OpCode, tag="OP_INSTANCE_CREATE", kw_only=True):
     src_path: str | None = None  # import: the export's name (its directory) on src_node
     ignore_ipolicy: bool = False
     conflicts_check: bool = True  # an address of a NIC without network in a group's network
+    # mode remote-import (Ganeti's): the source cluster's OP_BACKUP_PREPARE answer
+    source_handshake: list[Any] | None = None
+    source_x509_ca: str | None = None
+    source_instance_name: str | None = None
+    source_shutdown_timeout: int = 120
     group_name: str | None = None  # the allocator places the instance in this group
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.instance_name = names.hostname(self.instance_name, "instance name")
         _import_source(self.mode, self.src_node, self.src_path)
+        _remote_source(self)
         _name_and_ip_checks(self.name_check, self.ip_check)
         if self.os_type is not None:
             names.os_name(self.os_type)
@@ -859,7 +865,9 @@ def _import_source(mode: str, src_node: str | None, src_path: str | None) -> Non
     """An import names the export (src_node, src_path: a name in the node's export directory,
     or a path ending in one there); a creation names none."""
     if mode == "remote-import":
-        raise ValueError("mode remote-import: imports between clusters are not supported yet")
+        if src_node is not None or src_path is not None:
+            raise ValueError("src_node and src_path are for mode import")
+        return
     if mode == "create":
         if src_node is not None or src_path is not None:
             raise ValueError("src_node and src_path are for mode import")
@@ -867,6 +875,23 @@ def _import_source(mode: str, src_node: str | None, src_path: str | None) -> Non
     if not src_node or not src_path:
         raise ValueError("mode import needs src_node and src_path (the export's directory)")
     export_name(src_path)
+
+
+def _remote_source(op: OpInstanceCreate) -> None:
+    """A remote import names the source cluster's handshake, CA and instance; nothing else
+    does."""
+    given = (op.source_handshake, op.source_x509_ca, op.source_instance_name)
+    if op.mode != "remote-import":
+        if any(part is not None for part in given):
+            raise ValueError("source_handshake, source_x509_ca and source_instance_name are "
+                             "for mode remote-import")
+        return
+    if not all(given):
+        raise ValueError("mode remote-import needs source_handshake, source_x509_ca and "
+                         "source_instance_name")
+    names.hostname(str(op.source_instance_name), "source_instance_name")
+    if not 0 <= op.source_shutdown_timeout <= 86400:
+        raise ValueError("source_shutdown_timeout: 0 to 86400 seconds")
 
 
 def export_name(src_path: str) -> str:
@@ -1298,18 +1323,16 @@ class OpTestDelay(OpCode, tag="OP_TEST_DELAY", kw_only=True):
 
 class OpBackupPrepare(InstanceOpCode, tag="OP_BACKUP_PREPARE", kw_only=True):
     """Ganeti's export preparation: nothing to prepare for a local export (its result is None);
-    remote exports (between clusters) are not supported yet."""
+    mode remote answers the handshake, X509 key name and signed CA the other cluster's import
+    checks (`core.remote_export`)."""
 
     mode: Literal["local", "remote"]
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.mode != "local":
-            raise ValueError("mode remote: exports to another cluster are not supported yet")
-
 
 class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):
-    target_node: str
+    # mode local: the node's name; mode remote (Ganeti's): each disk's destination in the
+    # other cluster, (host, port, magic, hmac, salt) signed with the cluster domain secret
+    target_node: str | list[list[Any]]
     target_node_uuid: str | None = None
     mode: Literal["local", "remote"] = "local"
     shutdown: bool = True
@@ -1326,8 +1349,15 @@ class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.mode != "local" or self.x509_key_name or self.destination_x509_ca:
-            raise ValueError("mode remote: exports to another cluster are not supported yet")
+        if self.mode == "remote":
+            if not isinstance(self.target_node, list) or not self.x509_key_name or \
+                    not self.destination_x509_ca:
+                raise ValueError("mode remote needs target_node (each disk's destination), "
+                                 "x509_key_name and destination_x509_ca")
+        elif not isinstance(self.target_node, str) or self.x509_key_name or \
+                self.destination_x509_ca:
+            raise ValueError("mode local: target_node is a node's name; x509_key_name and "
+                             "destination_x509_ca are for mode remote")
         if self.compress != "none":
             raise ValueError(f"compress {self.compress!r}: exports are not compressed "
                              "(only 'none')")

@@ -26,30 +26,54 @@ from herder.masterd.lu.base import (
     lookup,
 )
 from herder.masterd.lu.common import forget_instance, remove_domain_and_disks
-from herder.masterd.lu.exports import find_exports, progress_line, stream_disk
+from herder.masterd.lu.exports import (
+    NOT_BUILT,
+    check_remote_export,
+    domain_secret,
+    find_exports,
+    progress_line,
+    remote_preparation,
+    stream_disk,
+)
 
 
 class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
-    """A local export needs no preparation (Ganeti answers None)."""
+    """A local export needs no preparation (Ganeti answers None); a remote one answers what
+    the destination cluster checks (`exports.remote_preparation`)."""
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         inst = lookup(config.find_instance, self.op.instance_name)
         return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid], shared=True)]
 
     def check(self, config: model.ConfigData) -> None:
-        lookup(config.find_instance, self.op.instance_name)
+        self.inst = lookup(config.find_instance, self.op.instance_name)
+        if self.op.mode == "remote":
+            domain_secret(self.env)
 
     def execute(self) -> JobResult:
-        return None
+        if self.op.mode != "remote":
+            return None
+        config = self.env.store.load()
+        self.feedback(f"signing the certificate of {self.inst.name}'s primary node for a "
+                      "remote export")
+        return remote_preparation(self.env, config, config.instances[self.inst.uuid])
 
 
 class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
-        return instance_and_node_locks(config, self.op.instance_name, self.op.target_node)
+        if isinstance(self.op.target_node, str):
+            return instance_and_node_locks(config, self.op.instance_name, self.op.target_node)
+        inst = lookup(config.find_instance, self.op.instance_name)
+        return [LockRequest(locking.LEVEL_INSTANCE, [inst.uuid]),
+                LockRequest(locking.LEVEL_NODE, [inst.primary_node])]
 
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         inst = lookup(config.find_instance, op.instance_name)
+        if not isinstance(op.target_node, str):  # mode remote (the opcode checked its fields)
+            check_remote_export(self.env, config, inst, op.x509_key_name,
+                                op.destination_x509_ca or "", op.target_node)
+            raise OpPrereqError(f"remote export of {inst.name}: {NOT_BUILT}", "wrong_input")
         target = lookup(config.find_node, op.target_node)
         source = config.nodes.get(inst.primary_node)
         if source is None:

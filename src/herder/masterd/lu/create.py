@@ -46,6 +46,11 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         self.source: model.Node | None = None
         if op.mode == "import":
             self._read_export(config)
+        elif op.mode == "remote-import":
+            exports.check_remote_import(self.env, op.instance_name, op.source_handshake,
+                                        op.source_x509_ca or "")
+            raise OpPrereqError(f"remote import of {op.instance_name}: {exports.NOT_BUILT}",
+                                "wrong_input")
         op.instance_name = checked_new_name(op.instance_name, name_check=op.name_check,
                                             ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.instance_name for i in config.instances.values()):

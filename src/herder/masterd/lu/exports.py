@@ -1,17 +1,22 @@
 """Helpers of exports and imports (`lu/backup`'s LUs, `lu/create`'s mode import): a disk
 streamed from its node into an export being written on another node, a node's streaming
 address, the progress line of the job log, the nodes holding an export, an export's
-config.ini read from its node."""
+config.ini read from its node; for moves between clusters (`core.remote_export`), the
+signed answer of a remote export's preparation and the checks of the other cluster's
+messages."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from herder.core import diskobjects, exportconf, model, ports
+from herder.core import diskobjects, exportconf, model, node_certs, ports, remote_export
+from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError, OpPrereqError
 from herder.core.rpcdefs import backup_calls, disk_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd.lu.base import MasterEnv
+from herder.masterd.lu.common import config_path_of
 
 
 def progress_line(what: str, copied: int, seconds: float) -> str:
@@ -67,3 +72,73 @@ def import_export_info(env: MasterEnv, node: model.Node, name: str
     except HerderError as err:
         raise OpPrereqError(f"cannot read export {name} on {node.name}: {err}",
                             "wrong_input") from None
+
+
+def domain_secret(env: MasterEnv) -> str:
+    """The cluster domain secret beside the config; a prerequisite error when it is missing."""
+    try:
+        return remote_export.read_domain_secret(config_path_of(env).parent)
+    except remote_export.RemoteExportError as err:
+        raise OpPrereqError(str(err), "environment_error") from None
+
+
+def remote_preparation(env: MasterEnv, config: model.ConfigData, inst: model.Instance
+                       ) -> dict[str, Any]:
+    """Ganeti's LUBackupPrepare in mode remote: the handshake, the X509 key name and the CA
+    certificate the destination cluster checks, each signed with the cluster domain secret.
+    herder's key is the primary node's certificate (named by its digest), which the source
+    shows when it streams, and the CA is the cluster's, which issued it (Ganeti makes a
+    certificate for the one export; docs/compat.md B64)."""
+    cds = domain_secret(env)
+    digest = config.cluster.node_certs.get(inst.primary_node)
+    if not digest:
+        raise OpPrereqError(f"the primary node of {inst.name} has no node certificate: it "
+                            "cannot stream to another cluster", "wrong_state")
+    ca_path = SecretPaths.beside(config_path_of(env)).certificate
+    try:
+        ca_pem = node_certs.certificate_pem(ca_path.read_bytes()).decode("ascii")
+    except OSError as err:
+        raise OpPrereqError(f"cannot read the cluster certificate {ca_path}: {err.strerror}",
+                            "environment_error") from None
+    return {"handshake": list(remote_export.compute_handshake(cds)),
+            "x509_key_name": list(remote_export.sign_key_name(cds, digest)),
+            "x509_ca": remote_export.sign_certificate(cds, ca_pem)}
+
+
+NOT_BUILT = "herder cannot stream between clusters yet (docs/compat.md B64)"
+
+
+def check_remote_export(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
+                        key_name: object, destination_ca: str, destinations: list[Any]
+                        ) -> list[tuple[str, int, str]]:
+    """Ganeti's LUBackupExport checks of mode remote: the key name this cluster's preparation
+    signed (the primary's node certificate), the destination cluster's CA and each disk's
+    destination, all signed with the cluster domain secret; the (host, port, magic) of each
+    disk."""
+    cds = domain_secret(env)
+    what = f"remote export of {inst.name}"
+    if len(destinations) != len(inst.disks):
+        raise OpPrereqError(f"{what}: {len(destinations)} destinations for "
+                            f"{len(inst.disks)} disks", "wrong_input")
+    try:
+        key = remote_export.check_key_name(cds, key_name)
+        remote_export.load_signed_certificate(cds, destination_ca)
+        found = [remote_export.check_disk_info(cds, index, info)
+                 for index, info in enumerate(destinations)]
+    except remote_export.RemoteExportError as err:
+        raise OpPrereqError(f"{what}: {err}", "wrong_input") from None
+    if key != config.cluster.node_certs.get(inst.primary_node):
+        raise OpPrereqError(f"{what}: x509_key_name is not the certificate of its primary "
+                            "node (prepare the export again)", "wrong_input")
+    return found
+
+
+def check_remote_import(env: MasterEnv, name: str, handshake: object, source_ca: str) -> None:
+    """Ganeti's LUInstanceCreate checks of mode remote-import: the source cluster's handshake
+    and CA, signed with the same cluster domain secret."""
+    cds = domain_secret(env)
+    try:
+        remote_export.check_handshake(cds, handshake)
+        remote_export.load_signed_certificate(cds, source_ca)
+    except remote_export.RemoteExportError as err:
+        raise OpPrereqError(f"remote import of {name}: {err}", "wrong_input") from None

@@ -1,5 +1,5 @@
 """Ganeti's export routes (rlib2's R_2_instances_name_prepare_export and _export):
-`PUT /2/instances/NAME/prepare-export?mode=local` (OP_BACKUP_PREPARE) and `PUT
+`PUT /2/instances/NAME/prepare-export?mode=local|remote` (OP_BACKUP_PREPARE) and `PUT
 /2/instances/NAME/export` (OP_BACKUP_EXPORT; the body's `destination` is the opcode's
 `target_node`). Imports are `POST /2/instances` with `mode: import` (`rapi/instances`); the
 list is `/2/query/export` (`rapi/query`)."""
@@ -50,7 +50,8 @@ async def instance_export(request: web.Request) -> web.Response:
         if "target_node" in body:
             raise RapiHttpError(400, "export: give destination or target_node, not both")
         body["target_node"] = body.pop("destination")
-    if not isinstance(body.get("target_node"), str) or not body["target_node"]:
+    target = body.get("target_node")
+    if not target or not isinstance(target, (str, list)):  # list: mode remote's destinations
         raise RapiHttpError(400, "export needs the target node (destination)")
     return await submit(request, "instances_name_export", [
         {"OP_ID": "OP_BACKUP_EXPORT", "instance_name": inst.name, **body}])

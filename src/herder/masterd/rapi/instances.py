@@ -56,7 +56,8 @@ CREATE_RENAME = {"name": "instance_name", "os": "os_type"}
 
 
 def create_opcode(body: dict[str, object], what: str,
-                  modes: tuple[str, ...] = ("create", "import")) -> dict[str, object]:
+                  modes: tuple[str, ...] = ("create", "import", "remote-import")
+                  ) -> dict[str, object]:
     """One instance creation of a request body (instance-create-reqv1's fields); `modes`: the
     creation modes the route takes (an import reads an export: masterd.lu.create)."""
     fields = renamed(body, CREATE_RENAME, what)
@@ -64,7 +65,7 @@ def create_opcode(body: dict[str, object], what: str,
     name = fields.get("instance_name")
     if not isinstance(name, str) or not name:
         raise RapiHttpError(400, f"{what} needs the instance name (name)")
-    if fields.get("mode", "create") not in modes:  # remote-import: exports between clusters
+    if fields.get("mode", "create") not in modes:
         raise RapiHttpError(400, f"{what}: mode {fields['mode']!r} is not supported by herder "
                                  f"here; only {' and '.join(repr(m) for m in modes)}")
     return {"OP_ID": "OP_INSTANCE_CREATE", **fields}

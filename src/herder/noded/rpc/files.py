@@ -8,7 +8,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from herder.core.cluster_secrets import SecretPaths
+from herder.core.cluster_secrets import DOMAIN_SECRET_FILE, SecretPaths
 from herder.core.errors import StoreError
 from herder.core.redist import JOB_FILE, REDIST_FILES, UPLOAD_LIST, archive_path
 from herder.core.rpcdefs import file_calls
@@ -18,11 +18,13 @@ from herder.noded.node import Node, RpcFailure
 
 
 def upload_allowed(node: Node) -> set[str]:
-    """The white-list of upload_file: the cluster secrets and the user list beside the
-    config, and the files the master listed in ssconf `redist_files`."""
+    """The white-list of upload_file: the cluster secrets (with the cluster domain secret)
+    and the user list beside the config, and the files the master listed in ssconf
+    `redist_files`."""
     secrets = SecretPaths.beside(node.settings.config_dir / "config.json")
     allowed = {str(p) for p in secrets.all()}
     allowed.add(str(node.settings.config_dir / REDIST_FILES))
+    allowed.add(str(node.settings.config_dir / DOMAIN_SECRET_FILE))
     with contextlib.suppress(OSError):
         listed = (node.ssconf_dir / f"ssconf_{UPLOAD_LIST}").read_text().splitlines()
         allowed.update(line.strip() for line in listed if line.strip())

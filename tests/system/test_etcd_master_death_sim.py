@@ -1,0 +1,163 @@
+"""The master's host dies on the etcd backend and nobody acts (issue 29 point 3, docs/ha.md
+"When the dead node was the master"), on one simulated cluster of real guests for the module
+(`herder cluster simulate --store etcd`: an external etcd in the simulation's network, masterd
+campaigning on every node).
+
+One guest on the master's host writes a numbered sequence to its disk (`herder.sim.guest`);
+the master's host is powered off by its BMC (no grace). A candidate's masterd wins the master
+lease by itself, brings the floating master IP up on its br0 (the cluster's published address
+reaches it), its maintd fences the old master through its BMC (power-off confirmed by
+power-status) and recovers the guest on another node: its disk shows one writer at a time and
+no acknowledged record lost. The seconds from the power-off to the election, to the RAPI at
+the master IP and to the guest's first heartbeat elsewhere are printed."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests import simaddresses
+from tests.simhelpers import herder, running_sim, wait_for
+from tests.simhelpers import on as on_node
+from tests.system.test_node_failure_sim import (
+    BOOT,
+    NODE1,
+    NODE2,
+    NODE3,
+    RECOVERED,
+    add_guest,
+    assert_one_writer,
+    boots,
+    new_boot,
+    node_failed,
+    primary,
+    running_on,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
+
+MASTER_IP_DEVICE = "br0"
+# the election: the lease TTL (10 s by default) + about 2 s; twice that and the master IP's
+# activation (a daemon-util start) under load
+ELECTED = 60.0
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("libvirt")
+    yield from running_sim(tmp_path_factory.mktemp("etcdmaster"), 3, guests="qemu",
+                           store="etcd", first_ip=simaddresses.first_ip("etcd_master_death"))
+
+
+def masterd_log(state: Any, node: str) -> str:
+    path = state.host(node).path("/var/log/herder/masterd.log")
+    return str(path.read_text(errors="replace")) if path.exists() else ""
+
+
+def has_master_ip(state: Any, node: str) -> bool:
+    done = state.host(node).run(["ip", "-4", "-o", "address", "show", "dev", MASTER_IP_DEVICE],
+                                timeout=30, check=True)
+    return f" {state.master_ip}/" in done.stdout
+
+
+def master_by_rapi(state: Any) -> str | None:
+    """The master as the masterd behind the cluster's published address (the master IP)
+    says, None while none answers there."""
+    try:
+        with state.rapi(timeout=5.0) as api:
+            return str(api.get_info()["master"])
+    except Exception:
+        return None
+
+
+def maintd_running(state: Any, node: str) -> bool:
+    (daemon,) = state.host(node).supervisor("status", ["maintd"]).daemons
+    return bool(daemon.state == "running")
+
+
+def test_the_cluster_runs_on_etcd(sim: Any) -> None:
+    """node1 elected: it alone serves RAPI (at the master IP, on its br0) and runs maintd;
+    the other nodes' masterd are standbys."""
+    assert sim.etcd.startswith("etcds://") and sim.etcd.endswith("/sim")
+    assert master_by_rapi(sim) == NODE1
+    assert has_master_ip(sim, NODE1)
+    assert not has_master_ip(sim, NODE2) and not has_master_ip(sim, NODE3)
+    assert "took over at epoch" in masterd_log(sim, NODE1)
+    for node in (NODE2, NODE3):
+        assert "standby, campaigning for the master lease" in masterd_log(sim, node)
+        assert "took over" not in masterd_log(sim, node)
+        assert not maintd_running(sim, node)
+    assert maintd_running(sim, NODE1)
+
+
+def elected_other_than(state: Any, old: str) -> str:
+    """The candidate that serves RAPI at the master IP once `old` no longer does."""
+    def found() -> str | None:
+        master = master_by_rapi(state)
+        return master if master not in (None, old) else None
+
+    master = wait_for(found, ELECTED, f"a master other than {old} at the master IP")
+    assert master is not None
+    return master
+
+
+def test_a_master_that_stops_hands_the_master_ip_over(sim: Any) -> None:
+    """node1's masterd stopped (SIGTERM: it takes the master IP down, then hands the lease
+    over): a candidate takes over with the master IP on its br0; node1's masterd, started
+    again, is a standby without it."""
+    on_node(sim, NODE1, "daemon-util", "stop", "masterd")
+    began = time.monotonic()
+    new_master = elected_other_than(sim, NODE1)
+    print(f"{new_master} serving RAPI at the master IP {time.monotonic() - began:.1f} s after "
+          f"{NODE1}'s masterd stopped")
+    assert not has_master_ip(sim, NODE1) and has_master_ip(sim, new_master)
+    assert f"Master IP address {sim.master_ip}/24 deactivated" in masterd_log(sim, NODE1)
+    wait_for(lambda: maintd_running(sim, new_master), ELECTED, "the new master's maintd")
+    wait_for(lambda: not maintd_running(sim, NODE1), ELECTED, "the old master's maintd stopped")
+    on_node(sim, NODE1, "daemon-util", "start", "masterd")
+    wait_for(lambda: masterd_log(sim, NODE1).count("standby, campaigning") >= 2, ELECTED,
+             "node1's masterd a standby again")
+    assert master_by_rapi(sim) == new_master and not has_master_ip(sim, NODE1)
+
+
+def test_the_masters_power_off_is_recovered_by_a_candidate(sim: Any) -> None:
+    """The master's host (with the guest) powered off by its BMC: a candidate takes over by
+    itself, its maintd fences the old master (OOB power-off, confirmed) and recovers the
+    guest elsewhere; one writer at a time."""
+    master = master_by_rapi(sim)
+    assert master is not None
+    add_guest(sim, "m1", "sharedfile", master)
+    new_boot(sim, "m1", set(), BOOT)
+    old = boots(sim, "m1")
+    assert primary(sim, "m1") == master
+
+    herder(sim, "cluster", "simulate", "--dir", sim.directory, "--power-off", master)
+    began = time.monotonic()
+    assert not sim.host(master).running
+
+    new_master = elected_other_than(sim, master)
+    serving = time.monotonic() - began
+    others = [n for n in (NODE1, NODE2, NODE3) if n not in (master, new_master)]
+    assert has_master_ip(sim, new_master)
+    assert not any(has_master_ip(sim, n) for n in others)
+    wait_for(lambda: maintd_running(sim, new_master), ELECTED, "the new master's maintd")
+    assert not any(maintd_running(sim, n) for n in others)  # one maintd acts
+
+    node, _ = new_boot(sim, "m1", old, RECOVERED + BOOT)
+    recovered = time.monotonic() - began
+    assert node != master
+    assert "m1" in running_on(sim, node)
+    incident = node_failed(sim, master)
+    assert incident is not None
+    assert incident["original"]["fence"] == "oob"  # powered off through its BMC, confirmed
+    assert "m1" in incident["original"]["recovered"]
+    assert_one_writer(sim, "m1")
+    nodes = {n["name"]: n for n in json.loads(herder(sim, "node", "list", "--json").stdout)}
+    assert nodes[master]["offline"] is True
+    assert not sim.host(master).running  # fenced: it stays off
+    print(f"master {master} powered off: {new_master} serving RAPI at the master IP after "
+          f"{serving:.1f} s, m1 heartbeating on {node} after {recovered:.1f} s")
