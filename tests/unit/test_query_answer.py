@@ -5,8 +5,9 @@ live figures only when a field shows them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import msgspec
 import pytest
 
 from herder.core import model
@@ -137,3 +138,36 @@ def test_the_export_resource_lists_each_nodes_exports(config: model.ConfigData) 
         [(RS_NORMAL, "node1.example.com"), (RS_NODATA, None)],
         [(RS_NORMAL, "node2.example.com"), (RS_NORMAL, "web2")]]
     assert query.answer(query.Objects(config), "export", ["node"], EMPTY)["data"] == []
+
+
+@pytest.mark.parametrize("resource", ["node", "instance", "group", "network"])
+def test_the_kept_order_follows_renames_additions_and_removals(
+        config: model.ConfigData, resource: str) -> None:
+    """The order of the last answer is kept by name (`query.in_order`): an answer after a
+    rename, an addition or a removal is in Ganeti's order of the new names."""
+    from herder.core.names import nice_sort_key
+
+    def names() -> list[str]:
+        rows = cast("list[list[list[Any]]]",
+                    query.answer(config, resource, ["name"], EMPTY)["data"])
+        return [row[0][1] for row in rows]
+
+    tables: dict[str, dict[str, Any]] = {
+        "node": config.nodes, "instance": config.instances, "group": config.nodegroups,
+        "network": config.networks}
+    table = tables[resource]
+    if not table:
+        first = model.Network(uuid=model.new_uuid(), name="net10", network="192.0.2.0/24")
+        table[first.uuid] = first
+    names()  # kept
+    first_obj = min(table.values(), key=lambda obj: nice_sort_key(obj.name))
+    renamed = msgspec.structs.replace(first_obj, name="zzz-renamed")
+    table[first_obj.uuid] = renamed
+    assert names()[-1] == "zzz-renamed"
+    added = msgspec.structs.replace(first_obj, uuid=model.new_uuid(), name="aaa-added")
+    table[added.uuid] = added
+    assert names()[0] == "aaa-added"
+    del table[renamed.uuid]
+    assert "zzz-renamed" not in names()
+    assert names() == sorted(names(), key=nice_sort_key)
+

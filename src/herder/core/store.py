@@ -155,11 +155,12 @@ class FileStore:
         """The current document, shared by this process's readers: never change it (its
         objects may change under a writer of this process while it is read: take `load()` or
         `update()` for a copy of your own)."""
-        with _CACHE_LOCK:
-            state = _CACHE.get(self.path)
-        state = self._refresh(state)
-        with _CACHE_LOCK:
-            _CACHE[self.path] = state
+        with _STATE_LOCK:  # not while a writer of this process appends (`update`)
+            with _CACHE_LOCK:
+                state = _CACHE.get(self.path)
+            state = self._refresh(state)
+            with _CACHE_LOCK:
+                _CACHE[self.path] = state
         return state.config
 
     def recent_snapshot(self) -> model.ConfigData:
@@ -270,9 +271,14 @@ class FileStore:
             config, started = configdiff.begin_change(current, state.encoded)
             yield config
             change = configdiff.end_change(config, current, state.encoded, started)
-            new_state = self._append(state, config, change)
-            with _CACHE_LOCK:
-                _CACHE[self.path] = new_state
+            # readers of this process wait for the new state rather than replay its record
+            # from the journal themselves: a replay of a record being appended found the
+            # older config's index handed on to the new one and built the whole index again
+            # (seconds at 50,000 instances), and a reader holds no file lock
+            with _STATE_LOCK:
+                new_state = self._append(state, config, change)
+                with _CACHE_LOCK:
+                    _CACHE[self.path] = new_state
 
     def replace(self, config: model.ConfigData) -> None:
         """Overwrite the document with `config` (validated); for imports and restores."""
@@ -402,6 +408,8 @@ class _Serial(msgspec.Struct):
 _SERIAL = msgspec.json.Decoder(_Serial)
 _CACHE: dict[Path, _State] = {}
 _CACHE_LOCK = threading.Lock()
+# held by a shared snapshot's refresh and by a writer from its journal record to its new state
+_STATE_LOCK = threading.RLock()
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int] | None:

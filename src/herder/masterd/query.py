@@ -17,7 +17,7 @@ docs/scale.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -34,6 +34,7 @@ from herder.masterd.queries.fields import (
     Objects,
     Resource,
     Results,
+    by_name,
     definition,
 )
 from herder.masterd.queries.registry import RESOURCES
@@ -119,6 +120,28 @@ def _named(source: Objects, spec: Resource, wanted: Sequence[Any]) -> list[Any]:
     return found
 
 
+# resource -> (UUID -> name, the UUIDs in Ganeti's order) of its last answer: the order is
+# made again only when a name, or the set of objects, changed (50,000 names' sort keys and
+# sort were a third of the instance list's CPU in masterd)
+_ORDERS: dict[str, tuple[dict[str, str], list[str]]] = {}
+
+
+def in_order(spec: Resource, objects: Iterable[Any]) -> list[Any]:
+    """`objects` in the resource's order (`spec.order`)."""
+    if spec.order is not by_name or spec.name not in _BY_UUID:
+        return sorted(objects, key=spec.order)
+    table = {obj.uuid: obj for obj in objects}
+    names = {uuid: obj.name for uuid, obj in table.items()}
+    kept = _ORDERS.get(spec.name)
+    if kept is None or kept[0] != names:
+        kept = (names, [obj.uuid for obj in sorted(table.values(), key=by_name)])
+        _ORDERS[spec.name] = kept  # one assignment: readers of other threads see either
+    return [table[uuid] for uuid in kept[1]]
+
+
+_BY_UUID = frozenset({"node", "instance", "group", "network"})  # config objects, one per UUID
+
+
 def select(source: Source, resource: str, compiled: qfilter.Compiled | None,
            live: Snapshot) -> list[Any]:
     """The objects an answer lists, in its order: those the filter selects, or names."""
@@ -127,7 +150,7 @@ def select(source: Source, resource: str, compiled: qfilter.Compiled | None,
     if compiled is not None and compiled.names is not None and (
             spec.not_found is not None or spec.name == "job"):
         return _named(objects, spec, compiled.names)
-    every = sorted(spec.objects(objects), key=spec.order)
+    every = in_order(spec, spec.objects(objects))
     if compiled is None:
         return every
     names = sorted(compiled.fields)
