@@ -54,7 +54,7 @@ def exposition(families: Sequence[Family], *, process: bool = True) -> bytes:
     from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(families))  # type: ignore[arg-type]
+    registry.register(_Families(families))  # type: ignore[arg-type]  # a Collector by protocol: prometheus-client types register() with its own Collector class
     if process:
         ProcessCollector(registry=registry)
     body: bytes = generate_latest(registry)
