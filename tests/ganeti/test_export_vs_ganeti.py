@@ -12,8 +12,6 @@ Skips cleanly without Ganeti's code (/tmp/groot, from ../shared/peers).
 from __future__ import annotations
 
 import configparser
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +52,8 @@ def snap_disks(inst: model.Instance) -> list[dict[str, Any]]:
 
 
 def run_ganeti(request: dict[str, Any]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(harness.DEBIAN_PYTHON), str(HERE / "export_driver.py")],
-        input=json.dumps(request), capture_output=True, text=True, timeout=120, check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(harness.GROOT), "LC_ALL": "C"})
-    if proc.returncode != 0:
-        raise AssertionError(f"Ganeti's export code did not run: {proc.stderr[-3000:]}")
-    answer: dict[str, Any] = json.loads(proc.stdout)
+    answer: dict[str, Any] = harness.run_ganeti_driver(HERE / "export_driver.py", request,
+                                                       "export code")
     return answer
 
 

@@ -6,8 +6,6 @@ cli_opts' _SplitIdentKeyVal does. Skips cleanly without Ganeti's code (/tmp/groo
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +24,8 @@ HV_OPTIONS = ["kvm:kernel_path=/boot/vmlinuz,initrd_path=/boot/initrd", "kvm",
 
 
 def run_ganeti(request: dict[str, Any]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(harness.DEBIAN_PYTHON), str(HERE / "node_verify_driver.py")],
-        input=json.dumps(request), capture_output=True, text=True, timeout=120, check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(harness.GROOT), "LC_ALL": "C"})
-    if proc.returncode != 0:
-        raise AssertionError(f"Ganeti's verify code did not run: {proc.stderr[-3000:]}")
-    answer: dict[str, Any] = json.loads(proc.stdout)
+    answer: dict[str, Any] = harness.run_ganeti_driver(HERE / "node_verify_driver.py",
+                                                       request, "verify code")
     return answer
 
 

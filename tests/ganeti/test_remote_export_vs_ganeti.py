@@ -8,8 +8,6 @@ Skips cleanly without Ganeti's code (/tmp/groot, from ../shared/peers).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +31,9 @@ def run_ganeti(request: dict[str, Any]) -> dict[str, Any]:
     if not (harness.GROOT / "ganeti" / "masterd" / "instance.py").is_file() or \
             not harness.DEBIAN_PYTHON.is_file():
         pytest.skip("Ganeti 3.0's Python code is not unpacked (/tmp/groot, from ../shared/peers)")
-    proc = subprocess.run(
-        [str(harness.DEBIAN_PYTHON), str(HERE / "rie_driver.py")],
-        input=json.dumps(request), capture_output=True, text=True, timeout=120, check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(harness.GROOT), "LC_ALL": "C"})
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    answer: dict[str, Any] = harness.run_ganeti_driver(HERE / "rie_driver.py", request,
+                                                       "remote export code")
+    return answer
 
 
 def herder_messages(cds: str, pem: str) -> dict[str, Any]:

@@ -14,7 +14,6 @@ Skips without root, LVM and loop devices, or without Ganeti's code (/tmp/groot).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import time
@@ -73,15 +72,9 @@ def scenarios(vg: str) -> dict[str, list[list[Any]]]:
 
 def run_ganeti(env: Mapping[str, str], calls: Sequence[Sequence[Any]],
                **paths: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(harness.DEBIAN_PYTHON), str(HERE / "storage_driver.py")],
-        input=json.dumps({"env": dict(env), "calls": calls, **paths}),
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(harness.GROOT),
-             "LC_ALL": "C"},
-        capture_output=True, text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        raise AssertionError(f"Ganeti's storage code did not run: {proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout)
+    result: dict[str, Any] = harness.run_ganeti_driver(
+        HERE / "storage_driver.py", {"env": dict(env), "calls": calls, **paths},
+        "storage code", path="/usr/sbin:/usr/bin:/sbin:/bin")
     return result
 
 

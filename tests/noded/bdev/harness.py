@@ -21,6 +21,20 @@ HERE = Path(__file__).resolve().parent
 GROOT = Path(os.environ.get("GROOT", "/tmp/groot")) / "usr/share/ganeti/3.0"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 
+
+def run_ganeti_driver(script: Path, request: object, what: str,
+                      path: str = "/usr/bin:/bin") -> Any:
+    """Run one of the tests' driver scripts in Debian's python3 over Ganeti 3.0.2's own library:
+    `request` as JSON on its standard input, its JSON answer back (`what` names the code in
+    the failure)."""
+    proc = subprocess.run(
+        [str(DEBIAN_PYTHON), str(script)], input=json.dumps(request), capture_output=True,
+        text=True, timeout=120, check=False,
+        env={"PATH": path, "PYTHONPATH": str(GROOT), "LC_ALL": "C"})
+    if proc.returncode != 0:
+        raise AssertionError(f"Ganeti's {what} did not run: {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
 PLAIN_PARAMS = {"stripes": 1}
 DRBD_PARAMS = {"c-delay-target": 1, "c-fill-target": 0, "c-max-rate": 61440,
                "c-min-rate": 4096, "c-plan-ahead": 20, "default-metavg": "xenvg",
