@@ -5,11 +5,14 @@ workstation, or on a node (`--exec`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,13 +101,23 @@ def test_create_with_the_allocator_and_move(sim) -> None:
                          "/var/lib/herder/noded/disks").exists()
 
 
-def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
-    """No device-mapper here: an LV could hold no data, and the node says so; nothing is
-    left (no instance, no LV). (The simulated cluster does not enable plain and drbd, which its
-    hosts cannot run; the test enables them for the while.)"""
+@contextlib.contextmanager
+def plain_and_drbd_enabled(sim: Any) -> Iterator[None]:
+    """The simulated cluster does not enable plain and drbd, which its hosts cannot run (no
+    device-mapper); a test that asks for them enables them for the while."""
     herder(sim, "cluster", "modify", "--enabled-disk-templates",
            cluster.SIM_DISK_TEMPLATES + ",plain,drbd")
     try:
+        yield
+    finally:
+        herder(sim, "cluster", "modify", "--enabled-disk-templates",
+               cluster.SIM_DISK_TEMPLATES)
+
+
+def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
+    """No device-mapper here: an LV could hold no data, and the node says so; nothing is
+    left (no instance, no LV)."""
+    with plain_and_drbd_enabled(sim):
         for template, nodes in (("plain", "node2"), ("drbd", "node2:node3")):
             done = herder(sim, "instance", "add", f"x{template}", "--no-name-check", "-t",
                           template, "-o", "debootstrap+default", "--disk", "64M",
@@ -113,9 +126,6 @@ def test_plain_and_drbd_are_refused_by_the_nodes_in_one_line(sim) -> None:
                           check=False)
             assert done.returncode == 1 and NO_DEVICE_MAPPER in done.stderr, done.stderr
             assert f"x{template}" not in {i.name for i in config(sim).instances.values()}
-    finally:
-        herder(sim, "cluster", "modify", "--enabled-disk-templates",
-               cluster.SIM_DISK_TEMPLATES)
     listed = sim.host("node2").run(["lvs", "--noheadings", "-o", "lv_name"], timeout=60)
     assert listed.stdout.strip() == ""
 
@@ -275,10 +285,13 @@ def test_external_iallocator_matches_the_builtin(sim) -> None:
         wrapper.write_text("#!/bin/sh\nexec /srv/herder/hail \"$@\"\n")
         wrapper.chmod(0o755)
     try:
-        builtin = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd", "-o",
-                         "debootstrap+default", "--disk", "1G", "--dry-run", "-I", "herder")
-        external = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd", "-o",
-                          "debootstrap+default", "--disk", "1G", "--dry-run", "-I", "hail")
+        with plain_and_drbd_enabled(sim):  # dry runs: the pair of nodes each allocator picks
+            builtin = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd",
+                             "-o", "debootstrap+default", "--disk", "1G", "--dry-run", "-I",
+                             "herder")
+            external = herder(sim, "instance", "add", "x1", "--no-name-check", "-t", "drbd",
+                              "-o", "debootstrap+default", "--disk", "1G", "--dry-run", "-I",
+                              "hail")
         assert builtin.stdout == external.stdout
     finally:
         if created:
