@@ -86,6 +86,8 @@ def _sample(kind: msgspec.inspect.Type) -> object:
         return 1
     if isinstance(kind, msgspec.inspect.EnumType):
         return next(iter(kind.cls)).value
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        return kind.values[0]
     if isinstance(kind, msgspec.inspect.FloatType):
         return 1.5
     if isinstance(kind, msgspec.inspect.ListType):

@@ -95,7 +95,7 @@ async def serve(node: Node, host: str, port: int, certificate: Path | None, *,
                # the master asks this node again at once (core.reachability)
                lambda stop: announce(node.trust, node.name, stop),
                lambda stop: keep_lease(node, stop)],
-        on_stop=[node.hv.close],
+        on_stop=[node.hv.close, node.remote_imports.close],
         ready=None if ready is None else lambda bound: ready(bound[0].port), stop=stop)
 
 

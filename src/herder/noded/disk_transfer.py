@@ -175,12 +175,20 @@ def client_context(ca: Path, node_certificate: Path) -> ssl.SSLContext:
     return context
 
 
-def import_url(trust: NodeTrust, target: disk_calls.ExportTarget, token: str
-               ) -> tuple[str, ssl.SSLContext | None]:
+def import_url(trust: NodeTrust, target: disk_calls.ExportTarget, token: str,
+               peer_ca: str | None = None) -> tuple[str, ssl.SSLContext | None]:
     """Where to stream to another node's prepared import and the TLS context showing this
-    node's certificate (plain HTTP only for in-process tests' nodes without one)."""
+    node's certificate (plain HTTP only for in-process tests' nodes without one); with
+    `peer_ca`, the target is a node of another cluster, whose certificate that CA issued."""
     host = f"[{target.address}]" if ":" in target.address else target.address
     ca, own = trust.secrets.certificate, trust.node_certificate
+    if peer_ca is not None:
+        if not own.exists():
+            raise TransferError("this node has no node certificate to show another cluster")
+        remote = ssl.create_default_context(cadata=peer_ca)
+        remote.check_hostname = False  # the node certificates name their cluster
+        remote.load_cert_chain(str(own))
+        return f"https://{host}:{target.port}/import/{token}", remote
     context = client_context(ca, own) if own.exists() else None
     scheme = "https" if context is not None else "http"
     return f"{scheme}://{host}:{target.port}/import/{token}", context

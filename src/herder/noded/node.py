@@ -29,7 +29,7 @@ from herder.core.errors import HerderError
 from herder.core.libvirtd_conf import LibvirtPki
 from herder.core.rpcdefs.base import ReasonTrail
 from herder.core.store import atomic_write
-from herder.noded import disk_transfer, fence, nodeparams, uidpool
+from herder.noded import disk_transfer, fence, nodeparams, remote_import, uidpool
 from herder.noded.bdev.base import Host
 from herder.noded.guard import InstanceGuard
 from herder.noded.hypervisor import Hypervisor
@@ -100,6 +100,7 @@ class Node:
                                bdev if bdev is not None else bdev_host(self.local), self.hv,
                                self.files_lock)
         self.imports = disk_transfer.Imports()
+        self.remote_imports = remote_import.RemoteImports()  # streams from another cluster
         self._migrations: Migrations | None = None
         # the liveness lease and watchdog (started by `serve`), the candidates' record
         self.lease = fence.LeaseKeeper(self)

@@ -23,7 +23,7 @@ from herder.core.errors import HerderError
 from herder.core.noderpc import EPOCH_KEY
 from herder.core.rpcdefs import role_calls
 from herder.core.rpcdefs.base import Call
-from herder.noded import console, disk_transfer, fence, join, rpc, rpccheck
+from herder.noded import console, fence, join, remote_import, rpc, rpccheck
 from herder.noded.node import Node, StaleEpoch
 
 log = logging.getLogger("herder.noded")
@@ -130,15 +130,8 @@ async def import_stream(request: web.Request) -> web.Response:
     if pending is None:
         return _json(403, error="no such import")
     try:
-        writer = await asyncio.to_thread(disk_transfer.open_writer, pending)
-    except OSError as err:
-        return _json(500, error=f"cannot open {pending.path}: {err.strerror}")
-    try:
-        while chunk := await request.content.read(disk_transfer.CHUNK):
-            await asyncio.to_thread(writer.write, chunk)
-        result = await asyncio.to_thread(writer.close)
+        result = await remote_import.receive(request.content, pending)
     except (HerderError, OSError) as err:
-        writer.abort()
         log.warning("import into %s failed: %s", pending.path, err)
         return _json(500, error=str(err))
     log.info("imported %s bytes into %s", result["bytes"], pending.path)

@@ -7,11 +7,20 @@ node importing it (`export_send`). The disks' own streams are `disk_calls.Blockd
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from herder.core import paths
-from herder.core.rpcdefs.base import AnswerT, Call, instance_name
-from herder.core.rpcdefs.disk_calls import ExportTarget, Transferred, import_token
+from herder.core.rpcdefs.base import AnswerT, Call, instance_name, ip_address
+from herder.core.rpcdefs.disk_calls import (
+    ExportTarget,
+    OneDisk,
+    Transferred,
+    disk_index,
+    import_token,
+)
+from herder.core.rpcdefs.payload import InstancePayload
 
 PARTIAL = ".new"  # the suffix of an export being written (Ganeti's)
 STREAM_TIMEOUT = 6 * 3600.0  # seconds for one dump's stream (given by the caller)
@@ -111,3 +120,67 @@ class ExportSend(OneExport[Transferred], kw_only=True):
         super().__post_init__()
         dump_name(self.dump)
         import_token(self.token)
+
+
+# --- a move between clusters: this node listens for a disk from another cluster --------------
+
+PEER_CA_MAX = 64 * 1024
+
+
+def peer_ca_pem(pem: str) -> None:
+    if not pem.lstrip().startswith("-----BEGIN CERTIFICATE-----") or len(pem) > PEER_CA_MAX:
+        raise ValueError("peer_ca: a PEM certificate (at most 64 KiB) expected")
+
+
+class RemoteImportListening(msgspec.Struct, kw_only=True):
+    port: int  # of the listener on the address asked for
+    token: str  # the stream's one-time token (Ganeti's `magic`)
+
+
+class RemoteImportPrepare(OneDisk[RemoteImportListening], kw_only=True):
+    """Expect disk `idx` of `instance` from a node of another cluster: its device assembled
+    here, a listener on `address` (this node's) for one stream through the instance's OS
+    `import` script, taking only a client certificate of `peer_ca` (the other cluster's CA)."""
+
+    METHOD = "remote_import_prepare"
+    TIMEOUT = 60.0
+    instance: str
+    os_instance: InstancePayload
+    idx: int = 0
+    address: str
+    peer_ca: str
+
+    def __post_init__(self) -> None:
+        instance_name(self.instance, "instance")
+        disk_index(self.idx)
+        ip_address(self.address)
+        peer_ca_pem(self.peer_ca)
+
+
+class RemoteImportProgress(msgspec.Struct, kw_only=True):
+    state: Literal["listening", "receiving", "done", "failed"]
+    bytes: int | None = None  # written, once done
+    sha256: str | None = None
+    error: str | None = None  # why it failed (one line)
+
+
+class OneRemoteImport(Call[AnswerT], kw_only=True):
+    token: str
+
+    def __post_init__(self) -> None:
+        import_token(self.token)
+
+
+class RemoteImportStatus(OneRemoteImport[RemoteImportProgress], kw_only=True):
+    """Where a remote import stands (an outcome once read is forgotten)."""
+
+    METHOD = "remote_import_status"
+    READ_ONLY = True
+    TIMEOUT = 30.0
+
+
+class RemoteImportAbort(OneRemoteImport[None], kw_only=True):
+    """End a remote import's listener (and its stream, if one is under way)."""
+
+    METHOD = "remote_import_abort"
+    TIMEOUT = 90.0

@@ -327,9 +327,15 @@ class BlockdevExport(OneDisk[Transferred], kw_only=True):
     token: str
     os_instance: InstancePayload | None = None
     idx: int = 0
+    # a target in another cluster (a move between clusters): that cluster's CA, which its
+    # node's certificate must be issued by (None: a node of this cluster)
+    peer_ca: str | None = None
 
     def __post_init__(self) -> None:
         if self.instance is not None:
             instance_name(self.instance, "instance")
         import_token(self.token)
         disk_index(self.idx)
+        if self.peer_ca is not None and \
+                not self.peer_ca.lstrip().startswith("-----BEGIN CERTIFICATE-----"):
+            raise ValueError("peer_ca: a PEM certificate expected")

@@ -1,6 +1,7 @@
 """Exports on this node (`core.rpcdefs.backup_calls`): the dumps of an export being written,
 finalizing or removing it, listing and reading exports, and streaming a dump to a node that
-imports it. The export directory's layout is `noded.exports`."""
+imports it; the listeners of a move between clusters (`noded.remote_import`). The export
+directory's layout is `noded.exports`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 from herder.core import exportconf, paths
 from herder.core.rpcdefs import backup_calls, disk_calls
-from herder.noded import disk_transfer, exports
+from herder.noded import disk_transfer, exports, remote_import
 from herder.noded.exports import ExportFailure, export_path, export_root
 from herder.noded.node import Node
 
@@ -80,3 +81,39 @@ def export_send(node: Node, call: backup_calls.ExportSend) -> disk_calls.Transfe
         return disk_transfer.send(str(dump), size, url, context)
     except disk_transfer.TransferError as err:
         raise ExportFailure(f"sending {dump.name} to {call.target.address}: {err}") from None
+
+
+def remote_import_prepare(node: Node, call: backup_calls.RemoteImportPrepare
+                          ) -> backup_calls.RemoteImportListening:
+    """Listen for disk `idx` from a node of another cluster (its certificate issued by
+    `peer_ca`), written through the instance's OS `import` script."""
+    path = node.disks.device_path(call.disk, call.instance)
+    script = exports.os_stream(node, call.os_instance, "import", call.idx, path)
+    pending = disk_transfer.PendingImport(path, sys.maxsize, 0.0, script)
+    try:
+        context = remote_import.server_context(node.trust.node_certificate, call.peer_ca)
+        listener = node.remote_imports.add(pending, context, call.address)
+    except disk_transfer.TransferError as err:
+        raise ExportFailure(f"remote import of {call.disk.label}: {err}") from None
+    return backup_calls.RemoteImportListening(port=listener.port, token=listener.token)
+
+
+def remote_import_status(node: Node, call: backup_calls.RemoteImportStatus
+                         ) -> backup_calls.RemoteImportProgress:
+    try:
+        listener = node.remote_imports.find(call.token)
+    except disk_transfer.TransferError as err:
+        raise ExportFailure(str(err)) from None
+    progress = listener.progress()
+    if progress.state in ("done", "failed"):
+        node.remote_imports.forget(call.token)
+    return progress
+
+
+def remote_import_abort(node: Node, call: backup_calls.RemoteImportAbort) -> None:
+    try:
+        listener = node.remote_imports.find(call.token)
+    except disk_transfer.TransferError:
+        return  # gone already: nothing listens
+    listener.abort("aborted by the master")
+    node.remote_imports.forget(call.token)

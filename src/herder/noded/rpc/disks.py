@@ -177,10 +177,12 @@ def blockdev_import_prepare(node: Node, call: disk_calls.BlockdevImportPrepare
 def blockdev_export(node: Node, call: disk_calls.BlockdevExport) -> disk_calls.Transferred:
     """Send a disk's bytes to another node's prepared import; the bytes and checksum the
     target confirmed. With `os_instance` (an export) the bytes are what the instance's OS
-    `export` script writes of the device."""
+    `export` script writes of the device; with `peer_ca` the target is a node of another
+    cluster (a move between clusters), its certificate issued by that CA."""
     path = node.disks.device_path(call.disk, call.instance)
-    url, context = disk_transfer.import_url(node.trust, call.target, call.token)
     try:
+        url, context = disk_transfer.import_url(node.trust, call.target, call.token,
+                                                call.peer_ca)
         if call.os_instance is not None:
             script = exports.os_stream(node, call.os_instance, "export", call.idx, path)
             return disk_transfer.send_through_script(script, url, context)

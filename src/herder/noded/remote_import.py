@@ -1,0 +1,187 @@
+"""A disk's bytes from a node of another cluster (a move between clusters: Ganeti's remote
+import, which listens with its import daemon on a port of its own for the source cluster's
+export daemon).
+
+The master asks this node to expect disk `idx` from another cluster (`remote_import_prepare`
+with the source cluster's CA, which the source cluster signed with the cluster domain secret
+and this cluster's master checked): the device is assembled, a listener opened on a port of
+its own, for one stream, with a one-time token (Ganeti's `magic`). The listener shows this
+node's certificate and takes only a client certificate issued by the source cluster's CA (not
+this cluster's: noded's own port and its callers stay as they are), then the token; it writes
+the stream as an import within the cluster does (`disk_transfer`, through the OS `import`
+script) and answers bytes and SHA-256 to the sender. The master polls the outcome
+(`remote_import_status`) and may end a listener that is no longer wanted
+(`remote_import_abort`). A listener nobody streams to within `IMPORT_TTL` closes, failed."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Literal
+
+from aiohttp import StreamReader, web
+
+from herder.core.rpcdefs.backup_calls import RemoteImportProgress
+from herder.noded import disk_transfer
+from herder.noded.disk_transfer import IMPORT_TTL, PendingImport, TransferError
+
+log = logging.getLogger("herder.noded")
+
+KEEP_FINISHED = 3600.0  # seconds an outcome nobody asked for is kept
+State = Literal["listening", "receiving", "done", "failed"]
+
+
+async def receive(content: StreamReader, pending: PendingImport) -> dict[str, object]:
+    """Write a stream to its import (device, file or OS script): bytes and SHA-256 written;
+    TransferError (or the stream's own error) when it could not be."""
+    try:
+        writer = await asyncio.to_thread(disk_transfer.open_writer, pending)
+    except OSError as err:
+        raise TransferError(f"cannot open {pending.path}: {err.strerror}") from None
+    try:
+        while chunk := await content.read(disk_transfer.CHUNK):
+            await asyncio.to_thread(writer.write, chunk)
+        return await asyncio.to_thread(writer.close)
+    except BaseException:
+        await asyncio.to_thread(writer.abort)
+        raise
+
+
+def server_context(node_certificate: Path, peer_ca: str) -> ssl.SSLContext:
+    """TLS of a remote import's listener: this node's certificate shown, a client certificate
+    of the source cluster's CA required."""
+    if not node_certificate.exists():
+        raise TransferError("this node has no node certificate: it cannot take a stream "
+                            "from another cluster")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(str(node_certificate))
+        context.load_verify_locations(cadata=peer_ca)
+    except (OSError, ssl.SSLError) as err:
+        raise TransferError(f"cannot set up TLS for the remote import: {err}") from None
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class RemoteImport:
+    """One listener for one stream from another cluster, in a thread with its own loop."""
+
+    def __init__(self, pending: PendingImport, context: ssl.SSLContext, address: str,
+                 ttl: float = IMPORT_TTL) -> None:
+        self.token = secrets.token_urlsafe(32)
+        self.pending, self.ttl = pending, ttl
+        self.state: State = "listening"
+        self.result: dict[str, object] = {}
+        self.error: str | None = None
+        self.finished: float | None = None
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        try:
+            self._sock = socket.create_server((address, 0), family=family)
+        except OSError as err:
+            raise TransferError(f"cannot listen on {address}: {err.strerror}") from None
+        self.port: int = self._sock.getsockname()[1]
+        self._context = context
+        self._loop = asyncio.new_event_loop()
+        self._started = asyncio.Event()
+        self._done = asyncio.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete,
+                                        args=(self._serve(),), daemon=True,
+                                        name=f"remote-import-{self.port}")
+        self._thread.start()
+
+    def progress(self) -> RemoteImportProgress:
+        return RemoteImportProgress(
+            state=self.state, bytes=int(str(self.result["bytes"])) if self.result else None,
+            sha256=str(self.result["sha256"]) if self.result else None, error=self.error)
+
+    def abort(self, why: str) -> None:
+        """End the listener (and a stream under way), failed."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._finish, "failed", why)
+        self._thread.join(timeout=60)
+
+    def _finish(self, state: State, error: str | None = None) -> None:
+        if self.state in ("done", "failed"):
+            return
+        self.state, self.error, self.finished = state, error, time.monotonic()
+        self._started.set()
+        self._done.set()
+
+    async def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_post("/import/{token}", self._stream)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        try:
+            await web.SockSite(runner, self._sock, ssl_context=self._context).start()
+            try:
+                await asyncio.wait_for(self._started.wait(), self.ttl)
+            except TimeoutError:
+                self._finish("failed", f"no stream came within {self.ttl:g} s")
+            await self._done.wait()
+        finally:
+            await runner.cleanup()
+            self._sock.close()
+
+    async def _stream(self, request: web.Request) -> web.Response:
+        if not hmac.compare_digest(request.match_info["token"], self.token) or \
+                self.state != "listening":
+            return web.json_response({"error": "no such import"}, status=403)
+        self.state = "receiving"
+        self._started.set()
+        try:
+            result = await receive(request.content, self.pending)
+        except asyncio.CancelledError:
+            self._finish("failed", "the listener was closed during the stream")
+            raise
+        except Exception as err:
+            why = str(err) or type(err).__name__
+            log.warning("remote import into %s failed: %s", self.pending.path, why)
+            self._finish("failed", f"the stream broke off: {why}")
+            return web.json_response({"error": why}, status=500)
+        self.result = result
+        log.info("imported %s bytes from another cluster into %s", result["bytes"],
+                 self.pending.path)
+        self._finish("done")
+        return web.json_response({"result": result})
+
+
+class RemoteImports:
+    """This node's remote imports: token -> listener."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._imports: dict[str, RemoteImport] = {}
+
+    def add(self, pending: PendingImport, context: ssl.SSLContext, address: str) -> RemoteImport:
+        made = RemoteImport(pending, context, address)
+        now = time.monotonic()
+        with self._lock:
+            self._imports = {k: v for k, v in self._imports.items()
+                             if v.finished is None or now - v.finished < KEEP_FINISHED}
+            self._imports[made.token] = made
+        return made
+
+    def find(self, token: str) -> RemoteImport:
+        with self._lock:
+            found = self._imports.get(token)
+        if found is None:
+            raise TransferError("no such remote import on this node")
+        return found
+
+    def forget(self, token: str) -> None:
+        with self._lock:
+            self._imports.pop(token, None)
+
+    def close(self) -> None:
+        with self._lock:
+            listeners, self._imports = list(self._imports.values()), {}
+        for listener in listeners:
+            listener.abort("the node daemon stops")
