@@ -210,7 +210,8 @@ def test_remote_export_and_import_check_the_other_clusters_credentials(
     """Ganeti's checks of move-instance's messages: the key name this cluster signed for the
     primary's certificate, the other cluster's CA and each disk's destination, the source's
     handshake, all under the shared cluster domain secret; each wrong one fails the job in
-    one line with nothing changed (the stream itself is not built: compat B64)."""
+    one line with nothing changed. Once every check passed the job goes on to its nodes
+    (which answer nowhere here: the streams run in tests/sim/test_move_cluster_sim.py)."""
     cds = remote_export.read_domain_secret(master.config_path.parent)
     api = master.client
     prepared = api.wait_for_job(api.request(
@@ -233,7 +234,9 @@ def test_remote_export_and_import_check_the_other_clusters_credentials(
         master, "PUT", path, {**export, "target_node": moved})
     assert "2 destinations for 1 disks" in remote_job_error(
         master, "PUT", path, {**export, "target_node": dest * 2})
-    assert "B64" in remote_job_error(master, "PUT", path, export)  # every check passed
+    passed = remote_job_error(master, "PUT", path, export)  # every check passed
+    assert f"remote export of {NAME} failed: node node2.example.com: blockdev_export " \
+        "failed" in passed
     remote = {**IMPORT, "mode": "remote-import", "disk_template": "plain",
               "disks": [{"size": 64}], "os": "debootstrap+default",
               "source_instance_name": NAME, "source_x509_ca": answer["x509_ca"],
@@ -243,4 +246,5 @@ def test_remote_export_and_import_check_the_other_clusters_credentials(
     remote["source_handshake"] = answer["handshake"]
     assert "signature is invalid" in remote_job_error(
         master, "POST", "/2/instances", {**remote, "source_x509_ca": other_cluster_ca("x" + cds)})
-    assert "B64" in remote_job_error(master, "POST", "/2/instances", remote)
+    passed = remote_job_error(master, "POST", "/2/instances", remote)
+    assert "no nodes given and no iallocator" in passed  # the placement, after the checks

@@ -76,6 +76,7 @@ class Processor:
 
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> JobResult:
         unit = self.make_lu(op, ctx.feedback)
+        unit.log_entry = ctx.log_entry
         # read only: the shared copy; to declare the locks, as this masterd knows it (the locks
         # order its own jobs, whose writes it holds; `check` below reads the current one)
         snapshot = self.env.store.recent_snapshot()

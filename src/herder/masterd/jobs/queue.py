@@ -103,6 +103,11 @@ class JobContext:
     def feedback(self, message: str, kind: str = "message") -> None:
         self.queue._append_log(self.job, self.index, kind, message)
 
+    def log_entry(self, kind: str, message: object) -> None:
+        """A log entry of another type than a message (Ganeti's ELOG_*, e.g. the
+        `remote-import` dict `move-instance` waits for): JSON."""
+        self.queue._append_log(self.job, self.index, kind, message)
+
 
 class Processor(Protocol):
     def __call__(self, ctx: JobContext, op: opcodes.OpCode) -> object: ...
@@ -530,7 +535,7 @@ class JobQueue:
                 qop.exec_timestamp = timestamp()
             self._changed(job, persist=persist)
 
-    def _append_log(self, job: Job, index: int, kind: str, message: str) -> None:
+    def _append_log(self, job: Job, index: int, kind: str, message: object) -> None:
         with self._cond:
             job.log_serial += 1
             job.ops[index].log.append([job.log_serial, timestamp(), kind, message])

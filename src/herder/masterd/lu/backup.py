@@ -18,7 +18,7 @@ from herder.core.rpcdefs.backup_calls import PARTIAL
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import disks, handover
+from herder.masterd.lu import disks, handover, remote_streams
 from herder.masterd.lu.base import (
     JobResult,
     LockRequest,
@@ -28,7 +28,7 @@ from herder.masterd.lu.base import (
 )
 from herder.masterd.lu.common import forget_instance, remove_domain_and_disks
 from herder.masterd.lu.exports import (
-    NOT_BUILT,
+    RemoteTarget,
     check_remote_export,
     domain_secret,
     find_exports,
@@ -71,17 +71,19 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
     def check(self, config: model.ConfigData) -> None:
         op = self.op
         inst = lookup(config.find_instance, op.instance_name)
-        if not isinstance(op.target_node, str):  # mode remote (the opcode checked its fields)
-            check_remote_export(self.env, config, inst, op.x509_key_name,
-                                op.destination_x509_ca or "", op.target_node)
-            raise OpPrereqError(f"remote export of {inst.name}: {NOT_BUILT}", "wrong_input")
-        target = lookup(config.find_node, op.target_node)
+        self.remote: RemoteTarget | None = None
+        if isinstance(op.target_node, str):
+            target: model.Node | None = lookup(config.find_node, op.target_node)
+        else:  # mode remote (the opcode checked its fields)
+            target = None
+            self.remote = check_remote_export(self.env, config, inst, op.x509_key_name,
+                                              op.destination_x509_ca or "", op.target_node)
         source = config.nodes.get(inst.primary_node)
         if source is None:
             raise OpPrereqError(f"instance {inst.name}: its primary node is unknown")
         if not inst.disks:
             raise OpPrereqError(f"instance {inst.name} has no disks to export", "wrong_input")
-        if target.offline:
+        if target is not None and target.offline:
             raise OpPrereqError(f"target node {target.name} is offline", "wrong_state")
         if source.offline:
             raise OpPrereqError(f"the primary node {source.name} of {inst.name} is offline: "
@@ -94,17 +96,21 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                 f"instance {inst.name} runs: exporting it without a shutdown needs a snapshot "
                 f"of its {inst.disk_template} disks, which herder cannot take yet; export it "
                 "shut down", "wrong_input")
-        self.inst, self.source, self.target = inst, source, target
+        self.inst, self.source = inst, source
+        self.target = target if target is not None else source  # (mode remote: unused)
 
     def dry_run_result(self) -> JobResult:
+        if self.remote is not None:
+            return [self.source.name, *(f"{d.address}:{d.port}" for d in self.remote.disks)]
         return [self.source.name, self.target.name]
 
     @classmethod
     def after_master_death(cls, op: opcodes.OpBackupExport) -> list[dict[str, Any]]:
         """The cleanup of an export the master died in (the job queue's recovery submits
         it): no partial export left, the instance running when it should."""
-        if op.cleanup:
-            return []
+        if op.cleanup or op.mode == "remote":
+            return []  # remote: nothing partial here; an instance that should run is restarted
+            # by the watcher
         return [{"OP_ID": "OP_BACKUP_EXPORT", "instance_name": op.instance_name,
                  "target_node": op.target_node, "cleanup": True}]
 
@@ -129,17 +135,38 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                                 *(config.nodes[n.uuid] for n in (self.source, self.target)))
         running = inst.admin_state == "up"
         if running:
-            self.feedback(f"shutting down instance {inst.name}")
-            try:
-                env.rpc.call(source, instance_calls.InstanceShutdown(
-                    name=inst.name, reason=op.reason, version=inst.serial_no,
-                    timeout=op.shutdown_timeout, claim=vmclaim.claim_for(config, inst)))
-            except HerderError as err:
-                raise OpExecError(f"could not shut down {inst.name} on {source.name}: "
-                                  f"{err}") from None
+            self._shut_down(config, inst, source)
+        if self.remote is not None:
+            results = self._export_remote(config, inst, source, self.remote, running)
+        else:
+            results = self._export_local(config, inst, source, target, running)
+        if op.remove_instance:
+            self.feedback(f"removing instance {inst.name}")
+            remove_domain_and_disks(env, config, inst, op.ignore_remove_failures,
+                                    self.feedback)
+            forget_instance(env, inst, self.feedback)
+        elif running:
+            self._start(config, inst, source)
+        if self.remote is None:
+            self._remove_older_exports(config, inst.name, target)
+        return [True, results]
+
+    def _shut_down(self, config: model.ConfigData, inst: model.Instance, source: model.Node
+                   ) -> None:
+        self.feedback(f"shutting down instance {inst.name}")
+        try:
+            self.env.rpc.call(source, instance_calls.InstanceShutdown(
+                name=inst.name, reason=self.op.reason, version=inst.serial_no,
+                timeout=self.op.shutdown_timeout, claim=vmclaim.claim_for(config, inst)))
+        except HerderError as err:
+            raise OpExecError(f"could not shut down {inst.name} on {source.name}: "
+                              f"{err}") from None
+
+    def _export_local(self, config: model.ConfigData, inst: model.Instance,
+                      source: model.Node, target: model.Node, running: bool) -> list[bool]:
         try:
             results = self._stream(config, inst, source, target)
-            env.rpc.call(target, backup_calls.ExportFinalize(
+            self.env.rpc.call(target, backup_calls.ExportFinalize(
                 instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time()))))
         except HerderError as err:
             removed = self._undo(config, inst, source, target, running)
@@ -149,17 +176,29 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                               f"{left}") from None
         finally:
             if not inst.disks_active:
-                disks.shutdown_disks(env, config, inst, feedback=self.feedback)
+                disks.shutdown_disks(self.env, config, inst, feedback=self.feedback)
         self.feedback(f"export of {inst.name} finished on {target.name}")
-        if op.remove_instance:
-            self.feedback(f"removing instance {inst.name}")
-            remove_domain_and_disks(env, config, inst, op.ignore_remove_failures,
-                                    self.feedback)
-            forget_instance(env, inst, self.feedback)
-        elif running:
-            self._start(config, inst, source)
-        self._remove_older_exports(config, inst.name, target)
-        return [True, results]
+        return results
+
+    def _export_remote(self, config: model.ConfigData, inst: model.Instance,
+                       source: model.Node, remote: RemoteTarget, running: bool) -> list[bool]:
+        """Each disk straight into the other cluster's new instance; on failure the
+        instance as it was (started again when it ran)."""
+        try:
+            results = remote_streams.send_disks(self.env, config, inst, source, remote.disks,
+                                                remote.ca_pem, self.feedback)
+        except HerderError as err:
+            if running:
+                try:
+                    self._start(config, inst, source)
+                except HerderError as start_err:
+                    self.feedback(f"could not start {inst.name} again: {start_err}")
+            raise OpExecError(f"remote export of {inst.name} failed: {err}") from None
+        finally:
+            if not inst.disks_active:
+                disks.shutdown_disks(self.env, config, inst, feedback=self.feedback)
+        self.feedback(f"remote export of {inst.name} finished")
+        return results
 
     def _stream(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
                 target: model.Node) -> list[bool]:

@@ -85,6 +85,8 @@ class LogicalUnit(Generic[OpT]):
         self.op = op
         self.env = env
         self.feedback = feedback
+        # a job log entry of another type than a message (the processor gives the job's)
+        self.log_entry: Callable[[str, object], None] = lambda kind, message: None
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []

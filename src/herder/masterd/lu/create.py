@@ -13,7 +13,7 @@ from herder.core.rpcdefs import backup_calls, disk_calls, instance_calls
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import iallocator, locking, portpool
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import diskgen, disks, exports, fit, nics
+from herder.masterd.lu import diskgen, disks, exports, fit, nics, remote_streams
 from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import checked_new_name, kvm_verdict_feedback
 from herder.masterd.lu.placement import live_figures
@@ -44,13 +44,13 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         op = self.op
         c = config.cluster
         self.source: model.Node | None = None
+        self.source_ca: str | None = None
         if op.mode == "import":
             self._read_export(config)
-        elif op.mode == "remote-import":
-            exports.check_remote_import(self.env, op.instance_name, op.source_handshake,
-                                        op.source_x509_ca or "")
-            raise OpPrereqError(f"remote import of {op.instance_name}: {exports.NOT_BUILT}",
-                                "wrong_input")
+        elif op.mode == "remote-import":  # the disks receive the source cluster's streams
+            self.source_ca = exports.check_remote_import(
+                self.env, op.instance_name, op.source_handshake, op.source_x509_ca or "")
+            op.no_install = True
         op.instance_name = checked_new_name(op.instance_name, name_check=op.name_check,
                                             ip_check=op.ip_check, feedback=self.feedback)
         if any(i.name == op.instance_name for i in config.instances.values()):
@@ -275,6 +275,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
                 claim=claim))
             if op.mode == "import":
                 self._fill_disks(inst)
+            elif self.source_ca is not None:
+                remote_streams.receive_disks(self.env, config, inst, self.nodes[0],
+                                             self.source_ca, self.feedback, self.log_entry)
             if not op.no_install:
                 self.env.rpc.call(self.nodes[0], instance_calls.InstanceOsAdd(
                     instance=payload, name=inst.name, reason=op.reason,

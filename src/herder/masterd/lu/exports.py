@@ -8,7 +8,11 @@ messages."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from herder.core import diskobjects, exportconf, model, node_certs, ports, remote_export
 from herder.core.cluster_secrets import SecretPaths
@@ -94,27 +98,49 @@ def remote_preparation(env: MasterEnv, config: model.ConfigData, inst: model.Ins
     if not digest:
         raise OpPrereqError(f"the primary node of {inst.name} has no node certificate: it "
                             "cannot stream to another cluster", "wrong_state")
+    return {"handshake": list(remote_export.compute_handshake(cds)),
+            "x509_key_name": list(remote_export.sign_key_name(cds, digest)),
+            "x509_ca": remote_export.sign_certificate(cds, cluster_ca_pem(env))}
+
+
+def cluster_ca_pem(env: MasterEnv) -> str:
+    """This cluster's CA certificate (PEM, without its key): what issued its nodes'
+    certificates."""
     ca_path = SecretPaths.beside(config_path_of(env)).certificate
     try:
-        ca_pem = node_certs.certificate_pem(ca_path.read_bytes()).decode("ascii")
+        return node_certs.certificate_pem(ca_path.read_bytes()).decode("ascii")
     except OSError as err:
         raise OpPrereqError(f"cannot read the cluster certificate {ca_path}: {err.strerror}",
                             "environment_error") from None
-    return {"handshake": list(remote_export.compute_handshake(cds)),
-            "x509_key_name": list(remote_export.sign_key_name(cds, digest)),
-            "x509_ca": remote_export.sign_certificate(cds, ca_pem)}
 
 
-NOT_BUILT = "herder cannot stream between clusters yet (docs/compat.md B64)"
+@dataclass(frozen=True)
+class Destination:
+    """Where one disk goes in the other cluster (a remote export)."""
+
+    address: str
+    port: int
+    magic: str  # the listener's one-time token
+
+
+@dataclass(frozen=True)
+class RemoteTarget:
+    """A remote export's checked destination: each disk's, and the CA of its nodes."""
+
+    disks: list[Destination]
+    ca_pem: str
+
+
+def _pem(cert: x509.Certificate) -> str:
+    return cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
 def check_remote_export(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
                         key_name: object, destination_ca: str, destinations: list[Any]
-                        ) -> list[tuple[str, int, str]]:
+                        ) -> RemoteTarget:
     """Ganeti's LUBackupExport checks of mode remote: the key name this cluster's preparation
     signed (the primary's node certificate), the destination cluster's CA and each disk's
-    destination, all signed with the cluster domain secret; the (host, port, magic) of each
-    disk."""
+    destination, all signed with the cluster domain secret."""
     cds = domain_secret(env)
     what = f"remote export of {inst.name}"
     if len(destinations) != len(inst.disks):
@@ -122,23 +148,28 @@ def check_remote_export(env: MasterEnv, config: model.ConfigData, inst: model.In
                             f"{len(inst.disks)} disks", "wrong_input")
     try:
         key = remote_export.check_key_name(cds, key_name)
-        remote_export.load_signed_certificate(cds, destination_ca)
+        ca = remote_export.load_signed_certificate(cds, destination_ca)
         found = [remote_export.check_disk_info(cds, index, info)
                  for index, info in enumerate(destinations)]
-    except remote_export.RemoteExportError as err:
+        for host, _, magic in found:
+            disk_calls.ExportTarget(address=host, port=1)
+            disk_calls.import_token(magic)
+    except (remote_export.RemoteExportError, ValueError) as err:
         raise OpPrereqError(f"{what}: {err}", "wrong_input") from None
     if key != config.cluster.node_certs.get(inst.primary_node):
         raise OpPrereqError(f"{what}: x509_key_name is not the certificate of its primary "
                             "node (prepare the export again)", "wrong_input")
-    return found
+    return RemoteTarget([Destination(host, port, magic) for host, port, magic in found],
+                        _pem(ca))
 
 
-def check_remote_import(env: MasterEnv, name: str, handshake: object, source_ca: str) -> None:
+def check_remote_import(env: MasterEnv, name: str, handshake: object, source_ca: str) -> str:
     """Ganeti's LUInstanceCreate checks of mode remote-import: the source cluster's handshake
-    and CA, signed with the same cluster domain secret."""
+    and CA, signed with the same cluster domain secret; the CA's PEM (what the source nodes'
+    certificates are issued by)."""
     cds = domain_secret(env)
     try:
         remote_export.check_handshake(cds, handshake)
-        remote_export.load_signed_certificate(cds, source_ca)
+        return _pem(remote_export.load_signed_certificate(cds, source_ca))
     except remote_export.RemoteExportError as err:
         raise OpPrereqError(f"remote import of {name}: {err}", "wrong_input") from None
