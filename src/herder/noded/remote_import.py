@@ -160,8 +160,9 @@ class RemoteImports:
         self._lock = threading.Lock()
         self._imports: dict[str, RemoteImport] = {}
 
-    def add(self, pending: PendingImport, context: ssl.SSLContext, address: str) -> RemoteImport:
-        made = RemoteImport(pending, context, address)
+    def add(self, pending: PendingImport, context: ssl.SSLContext, address: str,
+            ttl: float = IMPORT_TTL) -> RemoteImport:
+        made = RemoteImport(pending, context, address, ttl)
         now = time.monotonic()
         with self._lock:
             self._imports = {k: v for k, v in self._imports.items()

@@ -149,12 +149,15 @@ class RemoteImportPrepare(OneDisk[RemoteImportListening], kw_only=True):
     idx: int = 0
     address: str
     peer_ca: str
+    connect_timeout: float = 600.0  # seconds the listener waits for the stream to begin
 
     def __post_init__(self) -> None:
         instance_name(self.instance, "instance")
         disk_index(self.idx)
         ip_address(self.address)
         peer_ca_pem(self.peer_ca)
+        if not 0 < self.connect_timeout <= 2 * 86400:
+            raise ValueError("connect_timeout: 0 to 172800 seconds")
 
 
 class RemoteImportProgress(msgspec.Struct, kw_only=True):

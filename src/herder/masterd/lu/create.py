@@ -276,8 +276,9 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             if op.mode == "import":
                 self._fill_disks(inst)
             elif self.source_ca is not None:
-                remote_streams.receive_disks(self.env, config, inst, self.nodes[0],
-                                             self.source_ca, self.feedback, self.log_entry)
+                remote_streams.receive_disks(
+                    self.env, config, inst, self.nodes[0], self.source_ca,
+                    op.source_shutdown_timeout, self.feedback, self.log_entry)
             if not op.no_install:
                 self.env.rpc.call(self.nodes[0], instance_calls.InstanceOsAdd(
                     instance=payload, name=inst.name, reason=op.reason,

@@ -25,16 +25,19 @@ from herder.masterd.lu.exports import Destination, cluster_ca_pem, domain_secret
 
 REMOTE_IMPORT_LOG = "remote-import"  # Ganeti's constants.ELOG_REMOTE_IMPORT
 POLL_INTERVAL = 1.0  # seconds between two looks at a stream's progress
+# seconds the source cluster has to connect, besides its instance's shutdown (Ganeti's)
+RIE_CONNECT_TIMEOUT = 180
 
 Feedback = Callable[[str], None]
 LogEntry = Callable[[str, object], None]
 
 
 def receive_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
-                  node: model.Node, source_ca: str, feedback: Feedback,
-                  log_entry: LogEntry) -> None:
+                  node: model.Node, source_ca: str, shutdown_timeout: int,
+                  feedback: Feedback, log_entry: LogEntry) -> None:
     """Every disk of the new instance `inst` (its primary `node`) from the source cluster:
-    listened for, announced in the job log, waited for; OpExecError (one line) when one
+    listened for (the source has Ganeti's connect timeout and its shutdown's to begin),
+    announced in the job log, waited for; OpExecError (one line) when one
     stream fails or never comes, every listener then closed."""
     cds = domain_secret(env)
     payload = instance_payload(config, inst)
@@ -44,7 +47,7 @@ def receive_disks(env: MasterEnv, config: model.ConfigData, inst: model.Instance
             listening.append(env.rpc.call(node, backup_calls.RemoteImportPrepare(
                 disk=diskobjects.disk_object(config, inst, disk, node.uuid),
                 instance=inst.name, os_instance=payload, idx=index, address=node.primary_ip,
-                peer_ca=source_ca)))
+                peer_ca=source_ca, connect_timeout=RIE_CONNECT_TIMEOUT + shutdown_timeout)))
         salt = remote_export.generate_salt()
         disks = [list(remote_export.compute_disk_info(cds, salt, index, node.primary_ip,
                                                       found.port, found.token))

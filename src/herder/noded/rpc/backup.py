@@ -92,7 +92,8 @@ def remote_import_prepare(node: Node, call: backup_calls.RemoteImportPrepare
     pending = disk_transfer.PendingImport(path, sys.maxsize, 0.0, script)
     try:
         context = remote_import.server_context(node.trust.node_certificate, call.peer_ca)
-        listener = node.remote_imports.add(pending, context, call.address)
+        listener = node.remote_imports.add(pending, context, call.address,
+                                           call.connect_timeout)
     except disk_transfer.TransferError as err:
         raise ExportFailure(f"remote import of {call.disk.label}: {err}") from None
     return backup_calls.RemoteImportListening(port=listener.port, token=listener.token)
