@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "node": "herder.cli.node:node",
     "instance": "herder.cli.instance:instance",
     "backup": "herder.cli.backup:backup",
+    "move-instance": "herder.cli.move_instance:move_instance",
     "tags": "herder.cli.tags:tags",
     "alloc": "herder.cli.alloc:alloc",
     "balance": "herder.cli.alloc:balance",
