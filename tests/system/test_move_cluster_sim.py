@@ -1,0 +1,159 @@
+"""A move between clusters (`herder move-instance`, Ganeti's move-instance) on two simulated
+clusters of two nodes each on one network (a one-node cluster issues no libvirt
+certificate, which real guests need) (`simulate --network`), sharing the cluster domain
+secret, with real guests: a guest whose OS wrote its pattern runs on cluster A; refused moves
+(an unknown instance, wrong credentials, a target that cannot fit it) fail in one line and
+change nothing; then the move: shut down, its disk streamed from A's node straight into B's
+new instance (OS export and import scripts, TLS with each cluster's node certificates), the
+guest boots on B with the same disk (sha256 of its first MiB, not the new name's pattern),
+and the source removed only once the target runs."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.core import client_profile
+from herder.core.cluster_secrets import DOMAIN_SECRET_FILE
+from tests import simaddresses
+from tests.simhelpers import cannot_simulate, config, herder, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
+
+NAME, MOVED = "mv1", "mv2"
+BOOT = 300.0  # a TCG guest boots in ~10 s idle; the machine is a loaded 2-core one
+NODE_A, NODE_B = "node1.a.sim.herder.test", "node1.b.sim.herder.test"
+CONFIG_DIR = "/var/lib/herder"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    pytest.importorskip("libvirt")
+    from herder.sim import cluster, guest
+
+    reason = cannot_simulate()
+    if reason:
+        pytest.skip(reason)
+    try:
+        guest.ensure_guest()
+    except guest.GuestBuildError as err:
+        pytest.skip(str(err))
+    first = simaddresses.first_ip("move_cluster")
+    a_dir, b_dir = tmp_path_factory.mktemp("xmove-a"), tmp_path_factory.mktemp("xmove-b")
+    try:
+        a = cluster.start(a_dir, 2, first_ip=first, domain="a.sim.herder.test",
+                          guests="qemu", mond=False, maintd=False)
+        b = cluster.start(b_dir, 2, first_ip=first + 3, domain="b.sim.herder.test",
+                          network=a_dir, guests="qemu", mond=False, maintd=False)
+    except BaseException:  # herder's own start-up failed: the tests' error, not a skip
+        cluster.stop(b_dir)
+        cluster.stop(a_dir)
+        raise
+    try:
+        # clusters that move instances share the cluster domain secret (as Ganeti's)
+        secret = Path(a.host(NODE_A).path(f"{CONFIG_DIR}/{DOMAIN_SECRET_FILE}"))
+        Path(b.host(NODE_B).path(f"{CONFIG_DIR}/{DOMAIN_SECRET_FILE}")).write_bytes(
+            secret.read_bytes())
+        yield a, b
+    finally:
+        cluster.stop(b_dir)
+        cluster.stop(a_dir)
+
+
+def options(state: Any, side: str) -> list[str]:
+    """move-instance's options reaching `state`'s RAPI as `side` (src or dest)."""
+    profile = client_profile.load({client_profile.ENV_FILE: state.profile})
+    assert profile.masterd and profile.ca and profile.user and profile.password_file
+    port = urllib.parse.urlsplit(profile.masterd).port or 5080
+    return [f"--{side}-rapi-port", str(port), f"--{side}-ca-file", str(profile.ca),
+            f"--{side}-username", profile.user, f"--{side}-password-file",
+            str(profile.password_file)]
+
+
+def address(state: Any) -> str:
+    host = urllib.parse.urlsplit(state.masterd_url).hostname
+    assert host is not None
+    return host
+
+
+def move(a: Any, b: Any, *extra: str, src: list[str] | None = None,
+         check: bool = True) -> Any:
+    return herder(a, "move-instance", address(a), address(b), *(src or options(a, "src")),
+                  *options(b, "dest"), *extra, timeout=1200, check=check)
+
+
+def serial(state: Any, node: str, name: str) -> str:
+    done = state.host(node).run(["cat", f"/var/log/herder/instances/{name}.serial.log"],
+                                timeout=30)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def beat(state: Any, node: str, name: str, after: float = -1.0) -> Any:
+    from herder.sim import guest
+
+    def newest() -> Any:
+        beats = [b for b in guest.parse_heartbeats(serial(state, node, name))
+                 if b.uptime > after]
+        return beats[-1] if beats else None
+
+    return wait_for(newest, BOOT, f"a heartbeat of {name} on {node}", interval=1.0)
+
+
+@pytest.fixture(scope="module")
+def guest_on_a(pair: tuple[Any, Any]) -> Any:
+    """The guest on cluster A, running, its disk holding its OS's pattern: its heartbeat."""
+    from herder.sim import guest
+
+    a, _ = pair
+    herder(a, "instance", "add", NAME, "--no-name-check", "-t", "file", "-o", "herder-guest",
+           "--disk", "32M", "--net", "link=br0", "-n", NODE_A, timeout=600)
+    first = beat(a, NODE_A, NAME)
+    assert first.disk == guest.disk_pattern_hash(NAME)
+    return first
+
+
+def test_refused_moves_change_nothing(pair: tuple[Any, Any], guest_on_a: Any,
+                                      tmp_path: Path) -> None:
+    """An unknown instance, a wrong password, a target that cannot fit the instance: one
+    line each; the guest runs on as it ran (the same boot), nothing on B."""
+    a, b = pair
+    unknown = move(a, b, "nosuch", check=False)
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == \
+        "herder: error: instance nosuch not found on the source cluster"
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password\n")
+    src = options(a, "src")
+    src[src.index("--src-password-file") + 1] = str(wrong)
+    refused = move(a, b, NAME, src=src, check=False)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert "401" in refused.stderr, refused.stderr
+    too_big = move(a, b, NAME, "-B", "maxmem=900000,minmem=900000", check=False)
+    assert too_big.returncode == 1 and len(too_big.stderr.strip().splitlines()) == 1
+    assert "the target's checks" in too_big.stderr, too_big.stderr
+    assert config(b).instances == {}
+    assert config(a).find_instance(NAME).admin_state == "up"
+    assert beat(a, NODE_A, NAME, after=guest_on_a.uptime).boot_id == guest_on_a.boot_id
+
+
+def test_a_guest_moves_to_the_other_cluster_with_its_disk(pair: tuple[Any, Any],
+                                                          guest_on_a: Any) -> None:
+    from herder.sim import guest
+
+    a, b = pair
+    done = move(a, b, NAME, "--dest-instance-name", MOVED, "--dest-primary-node", NODE_B)
+    lines = done.stdout.splitlines()
+    assert lines.index(f"{MOVED} runs on the target cluster") < \
+        lines.index(f"removing {NAME} from the source cluster"), done.stdout
+    assert f"Moved {NAME} to {address(b)}" in lines
+    after = beat(b, NODE_B, MOVED)
+    assert after.disk == guest_on_a.disk != guest.disk_pattern_hash(MOVED)
+    moved = config(b).find_instance(MOVED)
+    assert (moved.admin_state, moved.disk_template, moved.os) == ("up", "file",
+                                                                  "herder-guest")
+    assert [d.size for d in moved.disks] == [32]
+    assert NAME not in {i.name for i in config(a).instances.values()}
