@@ -12,7 +12,8 @@ For each instance, in this order (Ganeti's steps, made safe for the data):
    streamed from the source node straight into the target's;
 6. both jobs awaited; the target instance running (when the source ran);
 7. only then the source instance removed (unless `--keep-source-instance`).
-A failure after step 3 starts the source again when it ran; the target's job removes its
+A failure after step 3 starts the source again when it ran, unless the target's instance was
+made (then the source stays down: never two running copies); the target's job removes its
 partial instance itself."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from herder.core.rapi import JOB_STATUS_FINAL, RapiClient, RapiError, job_error_
 DEFAULT_RAPI_PORT = 5080
 REMOTE_IMPORT_LOG = "remote-import"  # Ganeti's ELOG_REMOTE_IMPORT
 JOB_TIMEOUT = 6 * 3600.0  # seconds for one job of the move (a disk's stream included)
+RUNNING_TIMEOUT = 300.0  # seconds for the target's instance to be seen running
 
 
 class MoveError(HerderError):
@@ -140,6 +142,7 @@ class InstanceMove:
                  say: Callable[[str], None] = click.echo) -> None:
         self.source, self.target, self.request, self.say = source, target, request, say
         self._key: object = None  # the source's signed x509 key name
+        self._target_made = False  # the target's instance exists: the source stays down
 
     def _source_instance(self) -> dict[str, Any]:
         try:
@@ -168,7 +171,10 @@ class InstanceMove:
                  f"the shutdown of {req.name}")
         try:
             self._transfer(body)
-        except (HerderError, KeyboardInterrupt) as err:
+        except HerderError as err:
+            if self._target_made:  # never a second running copy: the source stays down
+                raise MoveError(f"move of {req.name}: {err}; {req.name} is kept stopped on "
+                                "the source cluster") from None
             if was_running:
                 self.say(f"starting {req.name} again on the source cluster")
                 try:
@@ -176,8 +182,6 @@ class InstanceMove:
                          f"the restart of {req.name}")
                 except HerderError as start_err:
                     self.say(f"could not start {req.name} again: {start_err}")
-            if isinstance(err, KeyboardInterrupt):
-                raise
             raise MoveError(f"move of {req.name} failed: {err}") from None
         if req.keep_source:
             self.say(f"{req.name} kept (stopped) on the source cluster")
@@ -206,10 +210,14 @@ class InstanceMove:
         if created.get("status") != "success":
             raise MoveError(f"the target's creation failed (job {creating}): "
                             f"{job_error_message(created)}")
+        self._target_made = True
         if body["start"]:
-            state = self.target.get_instance(req.dest_name)
-            if not state.get("oper_state"):
-                raise MoveError(f"{req.dest_name} does not run on the target cluster")
+            deadline = time.monotonic() + RUNNING_TIMEOUT
+            while not self.target.get_instance(req.dest_name).get("oper_state"):
+                if time.monotonic() > deadline:
+                    raise MoveError(f"{req.dest_name} was created but is not seen running on "
+                                    f"the target cluster within {RUNNING_TIMEOUT:.0f} s")
+                time.sleep(2.0)
             self.say(f"{req.dest_name} runs on the target cluster")
 
 
