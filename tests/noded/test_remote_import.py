@@ -212,3 +212,51 @@ def test_bad_remote_import_arguments_are_refused_at_the_door(args: dict[str, obj
             "address": "127.0.0.1", "peer_ca": "-----BEGIN CERTIFICATE-----\n"}
     with pytest.raises(noded_rpc.BadArguments, match=named):
         noded_rpc.decode("remote_import_prepare", {**base, **args})
+
+
+def test_a_listener_closed_mid_stream_fails_both_ends(two_clusters: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    """The target side goes away during the stream (its listener ended, as when its master
+    aborts it or its noded stops): the sender's stream fails in one line, the import is
+    failed."""
+    import threading
+
+    env = two_clusters
+    listening = listen(env, env["ca_a"])
+    own_pem = tmp_path / "own.pem"
+    own_pem.write_bytes(node_certs.issue(env["raw_ca_a"], "node1"))
+    context = ssl.create_default_context(cadata=env["ca_b"])
+    context.check_hostname = False
+    context.load_cert_chain(str(own_pem))
+    first_sent, go_on = threading.Event(), threading.Event()
+
+    def stalled() -> Iterator[bytes]:
+        yield b"\1" * MIB
+        first_sent.set()
+        go_on.wait(60)
+        for _ in range(64):
+            yield b"\2" * MIB
+
+    outcome: list[BaseException | httpx.Response] = []
+
+    def post() -> None:
+        try:
+            outcome.append(httpx.post(
+                f"https://127.0.0.1:{listening.port}/import/{listening.token}",
+                content=stalled(), verify=context, timeout=60))
+        except (httpx.HTTPError, OSError) as err:
+            outcome.append(err)
+
+    sender = threading.Thread(target=post)
+    sender.start()
+    assert first_sent.wait(60)
+    deadline = time.monotonic() + 60
+    while env["target"].remote_imports.find(listening.token).state != "receiving":
+        assert time.monotonic() < deadline, "the stream never began"
+        time.sleep(0.05)
+    env["target"].remote_imports.find(listening.token).abort("the target node stops")
+    go_on.set()
+    sender.join(120)
+    assert outcome and isinstance(outcome[0], httpx.RemoteProtocolError), outcome
+    progress = env["target"].remote_imports.find(listening.token).progress()
+    assert progress.state == "failed" and progress.error and "\n" not in progress.error

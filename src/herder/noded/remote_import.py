@@ -81,6 +81,7 @@ class RemoteImport:
         self.result: dict[str, object] = {}
         self.error: str | None = None
         self.finished: float | None = None
+        self._transport: asyncio.Transport | None = None  # the stream's connection
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         try:
             self._sock = socket.create_server((address, 0), family=family)
@@ -111,6 +112,8 @@ class RemoteImport:
         if self.state in ("done", "failed"):
             return
         self.state, self.error, self.finished = state, error, time.monotonic()
+        if state == "failed" and self._transport is not None:
+            self._transport.abort()  # the sender learns at once, not at its timeout
         self._started.set()
         self._done.set()
 
@@ -135,6 +138,7 @@ class RemoteImport:
                 self.state != "listening":
             return web.json_response({"error": "no such import"}, status=403)
         self.state = "receiving"
+        self._transport = request.transport
         self._started.set()
         try:
             result = await receive(request.content, self.pending)
