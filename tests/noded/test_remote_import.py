@@ -94,6 +94,16 @@ def listen(env: dict[str, Any], peer_ca: str) -> backup_calls.RemoteImportListen
     return listening
 
 
+def source_context(env: dict[str, Any], tmp_path: Path) -> ssl.SSLContext:
+    """TLS as a node of cluster A shows it to cluster B's listener."""
+    own_pem = tmp_path / "own.pem"
+    own_pem.write_bytes(node_certs.issue(env["raw_ca_a"], "node1"))
+    context = ssl.create_default_context(cadata=env["ca_b"])
+    context.check_hostname = False
+    context.load_cert_chain(str(own_pem))
+    return context
+
+
 def send(env: dict[str, Any], listening: backup_calls.RemoteImportListening,
          peer_ca: str) -> object:
     return noded_rpc.dispatch(env["source"], "blockdev_export", {
@@ -159,11 +169,7 @@ def test_a_stream_that_breaks_off_fails_the_import(two_clusters: dict[str, Any],
     one line, the listener is closed."""
     env = two_clusters
     listening = listen(env, env["ca_a"])
-    own_pem = tmp_path / "own.pem"
-    own_pem.write_bytes(node_certs.issue(env["raw_ca_a"], "node1"))
-    context = ssl.create_default_context(cadata=env["ca_b"])
-    context.check_hostname = False
-    context.load_cert_chain(str(own_pem))
+    context = source_context(env, tmp_path)
 
     def dying() -> Iterator[bytes]:
         yield b"\1" * MIB
@@ -223,11 +229,7 @@ def test_a_listener_closed_mid_stream_fails_both_ends(two_clusters: dict[str, An
 
     env = two_clusters
     listening = listen(env, env["ca_a"])
-    own_pem = tmp_path / "own.pem"
-    own_pem.write_bytes(node_certs.issue(env["raw_ca_a"], "node1"))
-    context = ssl.create_default_context(cadata=env["ca_b"])
-    context.check_hostname = False
-    context.load_cert_chain(str(own_pem))
+    context = source_context(env, tmp_path)
     first_sent, go_on = threading.Event(), threading.Event()
 
     def stalled() -> Iterator[bytes]:
