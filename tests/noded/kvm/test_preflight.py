@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from herder.core import params
+from herder.core import params, qemu_procs
 from herder.core.rpcdefs.payload import InstancePayload
 from herder.noded import instance_spec
 from herder.noded.kvm import preflight
@@ -113,10 +113,10 @@ def test_a_guest_running_outside_libvirt_is_never_started_twice(tmp_path: Path) 
     libvirts = _qemu(tmp_path, "-name", "guest=web2.example.com,debug-threads=on")
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not preflight.foreign_qemu(name):
+        while time.monotonic() < deadline and not qemu_procs.foreign_qemu(name):
             time.sleep(0.1)
-        assert preflight.foreign_qemu(name) == [ganetis.pid]
-        assert preflight.foreign_qemu("web2.example.com") == []
+        assert qemu_procs.foreign_qemu(name) == [ganetis.pid]
+        assert qemu_procs.foreign_qemu("web2.example.com") == []
         facts = preflight.NodeFacts(bridges={"br0"}, port_in_use=lambda address, port: False)
         with pytest.raises(preflight.PreflightError) as caught:
             preflight.check(_spec(tmp_path), facts)
@@ -129,6 +129,6 @@ def test_a_guest_running_outside_libvirt_is_never_started_twice(tmp_path: Path) 
             proc.kill()
             proc.wait(30)
     # once Ganeti's QEMU is gone, the instance may start
-    assert preflight.foreign_qemu(name) == []
+    assert qemu_procs.foreign_qemu(name) == []
     facts = preflight.NodeFacts(bridges={"br0"}, port_in_use=lambda address, port: False)
     assert preflight.problems(_spec(tmp_path), facts) == []

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from herder.core.errors import HerderError
+from herder.core.qemu_procs import foreign_qemu
 from herder.noded.kvm.domain import InstanceSpec, NicSpec, display_of
 
 SYS_NET = Path("/sys/class/net")
@@ -72,24 +71,6 @@ def missing_links(nics: tuple[NicSpec, ...], bridges: set[str],
     return lines
 
 
-def foreign_qemu(name: str) -> list[int]:
-    """The QEMU processes of this node that run the instance `name` outside libvirt: Ganeti's
-    KVM hypervisor starts QEMU itself with `-name NAME` (hv_kvm's command line), where libvirt
-    always writes `-name guest=NAME,...`. After `import-ganeti` a guest Ganeti started runs
-    on, unknown to libvirt: starting the instance again would be a second QEMU on its disks."""
-    found = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            argv = proc.info["cmdline"] or []
-            program = os.path.basename(argv[0]) if argv else str(proc.info["name"] or "")
-            if not program.startswith(("qemu", "kvm")):
-                continue
-            named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-name"]
-            if name in named:
-                found.append(int(proc.info["pid"]))
-    return sorted(found)
-
-
 def port_in_use(address: str, port: int) -> bool:
     """Whether something listens on address:port already (a bind fails with EADDRINUSE)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -111,7 +92,7 @@ class NodeFacts:
     executable: Callable[[str], bool] = field(default=lambda path: os.access(path, os.X_OK))
     port_in_use: Callable[[str, int], bool] = port_in_use
     ovs_bridges: set[str] | None = None  # None: no Open vSwitch here
-    # instance name -> the QEMU processes running it outside libvirt (`foreign_qemu`)
+    # instance name -> the QEMU processes running it outside libvirt (`core.qemu_procs`)
     foreign_qemu: Callable[[str], list[int]] = foreign_qemu
 
     @classmethod
