@@ -166,7 +166,10 @@ def assert_the_kvm_verdict_is_shown(state: Any, kvm: bool, job_log: str) -> None
     how = "hardware KVM" if kvm else "emulated (TCG)"
     said = [line for line in job_log.splitlines() if f"{NODE1}: " in line and how in line]
     assert said, job_log
-    info = json.loads(herder(state, "node", "info", NODE1, "--json").stdout)[0]
+    # the node's live figures are up to 10 s old: the verdict is there by then
+    info = wait_for(lambda: (found := json.loads(herder(
+        state, "node", "info", NODE1, "--json").stdout)[0])["kvm"].startswith(
+        ("hardware KVM", "emulated")) and found, 60, "the KVM verdict in node info")
     assert info["kvm"].startswith(f"{how}: "), info["kvm"]
     with state.rapi() as api:
         node = api.get_node(NODE1)

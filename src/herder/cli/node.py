@@ -92,7 +92,8 @@ def info(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
         data["filled_ndparams"] = config.filled_ndparams(n)
         data["primary_instances"] = [i.name for i in config.primary_instances(n.uuid)]
         data["secondary_instances"] = [i.name for i in config.secondary_instances(n.uuid)]
-        data["kvm"] = kvm.get(n.name, "unknown (the node did not answer)")
+        data["kvm"] = kvm.get(n.name, "unknown (the node has not said: not probed yet, "
+                                           "not answering, or no KVM node)")
         out.append(data)
     if as_json:
         print_json(out)

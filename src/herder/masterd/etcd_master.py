@@ -179,5 +179,3 @@ async def stop_maintd_if_deposed(candidate: Candidate) -> None:
         log.warning("master on etcd: cannot stop the maintd of %s: %s", candidate.me, err)
         return
     log.info("master on etcd: %s deposed: %s", candidate.me, said)
-
-

@@ -174,13 +174,27 @@ class Hypervisor:
         if not self.runs_guests:
             return kvmprobe.KvmProbe(True, "libvirt's test driver runs no guests", 0.0)
         with self._probe_lock:
-            stale = self._probe is not None and not self._probe.usable and \
-                time.monotonic() - self._probed_at > kvmprobe.REPROBE_AFTER
-            if self._probe is None or stale:
-                self._probe = kvmprobe.kvm_probe(self.probe_cache)
+            probe = self._probe
+            if probe is None or self._needs_probe():
+                probe = self._probe = kvmprobe.kvm_probe(self.probe_cache)
                 self._probed_at = time.monotonic()
-                log.info("KVM probe: %s", self._probe.reason)
-            return self._probe
+                log.info("KVM probe: %s", probe.reason)
+            return probe
+
+    def _needs_probe(self) -> bool:
+        """No verdict yet, or a negative one older than `kvmprobe.REPROBE_AFTER`."""
+        return self._probe is None or (not self._probe.usable and time.monotonic()
+                                       - self._probed_at > kvmprobe.REPROBE_AFTER)
+
+    def kvm_verdict_nowait(self) -> kvmprobe.KvmProbe | None:
+        """The verdict at hand without waiting for a probe (the node's live figures must
+        answer within masterd's 3 s): when there is none, or a negative one is due again, a
+        probe starts in the background and the last verdict (None: none yet) is answered."""
+        if not self.runs_guests:
+            return self.kvm_probe()
+        if self._needs_probe() and not self._probe_lock.locked():
+            threading.Thread(target=self.kvm_probe, name="kvm-probe", daemon=True).start()
+        return self._probe
 
     def probed(self) -> kvmprobe.KvmProbe | None:
         """The KVM probe's last verdict, without probing (None: not probed yet; libvirt's test
