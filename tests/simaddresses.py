@@ -27,8 +27,9 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "ha_failover": (88, 4),
     "chaos": (92, 4),
     "chaos_bench": (96, 4),  # bench/chaos.py: may run beside the suite
-    "move_cluster": (100, 6),  # two clusters of two nodes: 3 addresses each
-    # free from 106 to 139
+    "master_ip_restart": (100, 3),
+    "move_cluster": (104, 6),  # two clusters of two nodes: 3 addresses each
+    # free from 110 to 139
     "etcd_master_death": (140, 4),
     # free from 144 to 199
     "htools_rapi": (200, 4),
