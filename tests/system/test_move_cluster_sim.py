@@ -118,8 +118,9 @@ def guest_on_a(pair: tuple[Any, Any]) -> Any:
 
 def test_refused_moves_change_nothing(pair: tuple[Any, Any], guest_on_a: Any,
                                       tmp_path: Path) -> None:
-    """An unknown instance, a wrong password, a target that cannot fit the instance: one
-    line each; the guest runs on as it ran (the same boot), nothing on B."""
+    """An unknown instance, a wrong password, a target that cannot fit the instance, a target
+    cluster with another domain secret: one line each; the guest runs on as it ran (the same
+    boot), nothing on B."""
     a, b = pair
     unknown = move(a, b, "nosuch", check=False)
     assert unknown.returncode == 1
@@ -135,6 +136,15 @@ def test_refused_moves_change_nothing(pair: tuple[Any, Any], guest_on_a: Any,
     too_big = move(a, b, NAME, "-B", "maxmem=900000,minmem=900000", check=False)
     assert too_big.returncode == 1 and len(too_big.stderr.strip().splitlines()) == 1
     assert "the target's checks" in too_big.stderr, too_big.stderr
+    secret = Path(b.host(NODE_B).path(f"{CONFIG_DIR}/{DOMAIN_SECRET_FILE}"))
+    shared = secret.read_bytes()
+    secret.write_text("another-clusters-secret\n")
+    try:
+        strangers = move(a, b, NAME, check=False)
+    finally:
+        secret.write_bytes(shared)
+    assert strangers.returncode == 1 and len(strangers.stderr.strip().splitlines()) == 1
+    assert "don't share the same domain secret" in strangers.stderr, strangers.stderr
     assert config(b).instances == {}
     assert config(a).find_instance(NAME).admin_state == "up"
     assert beat(a, NODE_A, NAME, after=guest_on_a.uptime).boot_id == guest_on_a.boot_id
