@@ -45,6 +45,8 @@ def _least_of(kind: msgspec.inspect.Type) -> object:
         return 0
     if isinstance(kind, msgspec.inspect.EnumType):
         return next(iter(kind.cls)).value
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        return kind.values[0]
     if isinstance(kind, msgspec.inspect.ListType | msgspec.inspect.DictType):
         return [] if isinstance(kind, msgspec.inspect.ListType) else {}
     return None
