@@ -25,7 +25,7 @@ from tests.simhelpers import cannot_simulate, config, herder, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
 NAME, MOVED = "mv1", "mv2"
-BOOT = 600.0  # a TCG guest boots in ~10 s idle; under a load of 20 on 2 cores, 300 s were not enough
+BOOT = 600.0  # a TCG guest boots in ~10 s idle; under a load of 20 on 2 cores 300 s were short
 NODE_A, NODE_B = "node1.a.sim.herder.test", "node1.b.sim.herder.test"
 CONFIG_DIR = "/var/lib/herder"
 
