@@ -2,8 +2,10 @@
 clusters of two nodes each on one network (a one-node cluster issues no libvirt
 certificate, which real guests need) (`simulate --network`), sharing the cluster domain
 secret, with real guests: a guest whose OS wrote its pattern runs on cluster A; refused moves
-(an unknown instance, wrong credentials, a target that cannot fit it) fail in one line and
-change nothing; then the move: shut down, its disk streamed from A's node straight into B's
+(an unknown instance, wrong credentials, a target that cannot fit it, another domain
+secret) fail in one line and change nothing; a move whose target fails mid-stream (its OS
+import script) fails both jobs, removes the target's partial instance and starts the guest
+again on A; then the move: shut down, its disk streamed from A's node straight into B's
 new instance (OS export and import scripts, TLS with each cluster's node certificates), the
 guest boots on B with the same disk (sha256 of its first MiB, not the new name's pattern),
 and the source removed only once the target runs."""
@@ -28,6 +30,7 @@ NAME, MOVED = "mv1", "mv2"
 BOOT = 600.0  # a TCG guest boots in ~10 s idle; under a load of 20 on 2 cores 300 s were short
 NODE_A, NODE_B = "node1.a.sim.herder.test", "node1.b.sim.herder.test"
 CONFIG_DIR = "/var/lib/herder"
+OS_DIR = "/srv/herder/os"
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +95,12 @@ def serial(state: Any, node: str, name: str) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
+def guest_beats(state: Any, name: str) -> list[Any]:
+    from herder.sim import guest
+
+    return guest.parse_heartbeats(serial(state, NODE_A, name))
+
+
 def beat(state: Any, node: str, name: str, after: float = -1.0) -> Any:
     from herder.sim import guest
 
@@ -148,6 +157,31 @@ def test_refused_moves_change_nothing(pair: tuple[Any, Any], guest_on_a: Any,
     assert config(b).instances == {}
     assert config(a).find_instance(NAME).admin_state == "up"
     assert beat(a, NODE_A, NAME, after=guest_on_a.uptime).boot_id == guest_on_a.boot_id
+
+
+def test_a_move_failing_midway_leaves_the_source_as_it_was(pair: tuple[Any, Any],
+                                                          guest_on_a: Any) -> None:
+    """B's OS import script fails after the stream began: both jobs fail, the command says
+    so in one line, B's partial instance is removed, and the guest is started again on A
+    with its disk as it was."""
+    a, b = pair
+    script = Path(b.host(NODE_B).path(f"{OS_DIR}/herder-guest/import"))
+    kept = script.read_bytes()
+    script.write_text("#!/bin/sh\nhead -c 1048576 >/dev/null\necho broken >&2\nexit 3\n")
+    try:
+        failed = move(a, b, NAME, "--dest-instance-name", MOVED, "--dest-primary-node",
+                      NODE_B, check=False)
+    finally:
+        script.write_bytes(kept)
+    assert failed.returncode == 1 and len(failed.stderr.strip().splitlines()) == 1
+    assert f"move of {NAME} failed: " in failed.stderr, failed.stderr
+    assert f"starting {NAME} again on the source cluster" in failed.stdout
+    assert config(b).instances == {}
+    assert config(a).find_instance(NAME).admin_state == "up"
+    again = wait_for(lambda: [beat for beat in guest_beats(a, NAME)
+                              if beat.boot_id != guest_on_a.boot_id], BOOT,
+                     f"a new boot of {NAME} on {NODE_A}", interval=1.0)
+    assert again[-1].disk == guest_on_a.disk
 
 
 def test_a_guest_moves_to_the_other_cluster_with_its_disk(pair: tuple[Any, Any],
