@@ -11,7 +11,7 @@ import click
 
 from herder.cli import listing, remote
 from herder.cli.instance import disk_spec
-from herder.core.backupsched import BadSchedule, parse_schedule, utc_text
+from herder.core.backupsched import KEEP_MAX, BadSchedule, parse_schedule, utc_text
 from herder.core.errors import AmbiguousError, HerderError, NotFoundError
 
 
@@ -31,10 +31,14 @@ def backup() -> None:
               help="With --remove-instance: go on when a part cannot be removed.")
 @click.option("--shutdown-timeout", type=click.IntRange(0, 86400), default=None,
               help="Seconds to wait for the instance to shut down.")
+@click.option("--keep", type=click.IntRange(1, KEEP_MAX), default=None,
+              help="Keep this many exports of INSTANCE on the node (herder's): the one "
+                   "replaced stays as INSTANCE@YYYYMMDD-HHMMSS, the oldest beyond go. "
+                   "Default: Ganeti's, the new export replaces INSTANCE's.")
 @click.pass_context
 def export(ctx: click.Context, name: str, target_node: str, noshutdown: bool,
            remove_instance: bool, ignore_remove_failures: bool,
-           shutdown_timeout: int | None) -> None:
+           shutdown_timeout: int | None, keep: int | None) -> None:
     """Export INSTANCE to a node (OP_BACKUP_EXPORT, as gnt-backup export): each disk streamed
     to the node's export directory, with Ganeti's config.ini."""
     body: dict[str, Any] = {"destination": target_node, "mode": "local",
@@ -43,6 +47,8 @@ def export(ctx: click.Context, name: str, target_node: str, noshutdown: bool,
         body["ignore_remove_failures"] = True
     if shutdown_timeout is not None:
         body["shutdown_timeout"] = shutdown_timeout
+    if keep is not None:
+        body["keep"] = keep
     op = {"OP_ID": "OP_BACKUP_EXPORT", "instance_name": name,
           **{("target_node" if k == "destination" else k): v for k, v in body.items()}}
     remote.run(ctx, [op], rapi=lambda api: api.request(
@@ -142,7 +148,8 @@ listing.add_list_fields(backup, LIST)
 @click.argument("name", metavar="INSTANCE")
 @click.pass_context
 def remove(ctx: click.Context, name: str) -> None:
-    """Remove the exports of INSTANCE from every node (OP_BACKUP_REMOVE)."""
+    """Remove the exports named INSTANCE from every node (OP_BACKUP_REMOVE); an older one
+    kept by a retention count by its own name, INSTANCE@YYYYMMDD-HHMMSS."""
     remote.run(ctx, [{"OP_ID": "OP_BACKUP_REMOVE", "instance_name": name}])
     click.echo(f"Removed the exports of {name}")
 
@@ -162,7 +169,8 @@ def schedule() -> None:
 @click.option("--instance", default="", help="The instance to export (or --tag).")
 @click.option("--tag", default="", help="Export every instance carrying this tag.")
 @click.option("--keep", type=int, default=1, show_default=True,
-              help="Exports of each instance kept (one: exports are named by instance).")
+              help="Exports of each instance kept on the node (the newest named by the "
+                   "instance, older ones INSTANCE@YYYYMMDD-HHMMSS).")
 @click.pass_context
 def schedule_add(ctx: click.Context, name: str, when: str, target_node: str, instance: str,
                  tag: str, keep: int) -> None:

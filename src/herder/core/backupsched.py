@@ -20,11 +20,17 @@ _EVERY = re.compile(r"every\s+([1-9]\d{0,3})\s*(hours?|h|minutes?|min|m)")
 DAY = 86400.0
 # the runs kept in maintd's state (the newest; older ones are dropped)
 RUNS_KEPT = 50
-# exports are named by instance (Ganeti's layout: one per instance, the older one replaced),
-# so one export per instance is what a schedule can keep for now
-MAX_KEEP = 1
+KEEP_MAX = 100  # exports of one instance a node keeps at most (herder's retention)
 
 BackupRunStatus = Literal["pending", "running", "success", "failed"]
+
+
+def keep_count(keep: int | None, what: str = "keep") -> None:
+    """How many exports of an instance a node keeps (an export's `keep`): None (Ganeti's:
+    the newest replaces the one of its name, older kept ones are left alone) or 1 to
+    KEEP_MAX."""
+    if keep is not None and not 1 <= keep <= KEEP_MAX:
+        raise ValueError(f"{what} {keep}: 1 to {KEEP_MAX} exports of an instance")
 
 
 class BadSchedule(ValueError):
@@ -69,7 +75,7 @@ class BackupSchedule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     target_node: str = msgspec.field(name="targetNode")
     instance: str = ""  # exactly one of instance and tag
     tag: str = ""
-    keep: int = 1  # exports of each instance kept
+    keep: int = 1  # exports of each instance kept on the target (the older ones dated)
     ctime: float = 0.0  # a schedule runs first at the first time it names after this
 
     def __post_init__(self) -> None:
@@ -81,9 +87,9 @@ class BackupSchedule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                               "(one of them)")
         if self.instance:
             names.hostname(self.instance, "instance name")
-        if not 1 <= self.keep <= MAX_KEEP:
-            raise BadSchedule(f"backup schedule {self.name}: keep {self.keep}: exports are "
-                              f"kept one per instance (Ganeti's layout), so keep is 1")
+        if not 1 <= self.keep <= KEEP_MAX:
+            raise BadSchedule(f"backup schedule {self.name}: keep {self.keep}: 1 to "
+                              f"{KEEP_MAX} exports of each instance")
 
 
 class BackupRun(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -94,6 +100,7 @@ class BackupRun(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     schedule: str
     instance: str
     target_node: str = msgspec.field(name="targetNode")
+    keep: int = 1  # the schedule's, when the run was planned
     due: float  # the scheduled time it runs for
     status: BackupRunStatus = "pending"
     jobs: list[int] = msgspec.field(default_factory=list)

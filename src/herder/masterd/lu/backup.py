@@ -139,8 +139,9 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                                   f"{err}") from None
         try:
             results = self._stream(config, inst, source, target)
-            env.rpc.call(target, backup_calls.ExportFinalize(
-                instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time()))))
+            pruned = env.rpc.call(target, backup_calls.ExportFinalize(
+                instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time())),
+                keep=op.keep))
         except HerderError as err:
             removed = self._undo(config, inst, source, target, running)
             left = "the partial export was removed" if removed else \
@@ -151,6 +152,8 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             if not inst.disks_active:
                 disks.shutdown_disks(env, config, inst, feedback=self.feedback)
         self.feedback(f"export of {inst.name} finished on {target.name}")
+        for name in pruned:
+            self.feedback(f"removed the older export {name} on {target.name} (keep {op.keep})")
         if op.remove_instance:
             self.feedback(f"removing instance {inst.name}")
             remove_domain_and_disks(env, config, inst, op.ignore_remove_failures,
