@@ -164,7 +164,8 @@ def schedule() -> None:
 @schedule.command("add")
 @click.argument("name")
 @click.option("--when", required=True,
-              help="'daily HH:MM' (UTC) or 'every N hours' or 'every N minutes'.")
+              help="'daily HH:MM' (UTC), 'every N hours', 'every N minutes', or a cron "
+                   "expression in UTC ('0 2 * * mon-fri', '@weekly').")
 @click.option("-n", "--node", "target_node", required=True, help="The node the exports go to.")
 @click.option("--instance", default="", help="The instance to export (or --tag).")
 @click.option("--tag", default="", help="Export every instance carrying this tag.")
@@ -190,7 +191,8 @@ def schedule_add(ctx: click.Context, name: str, when: str, target_node: str, ins
 @click.option("--json", "as_json", is_flag=True, help="The schedules and runs as JSON.")
 @click.pass_context
 def schedule_list(ctx: click.Context, as_json: bool) -> None:
-    """The backup schedules and when each instance was last exported by one."""
+    """The backup schedules with their next run, and when each instance was last exported
+    by one."""
     with remote.client(ctx) as api:
         found = remote.call(api.get_herder, "backup-schedules")
     if as_json:
@@ -202,7 +204,7 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
     for item in found.get("schedules") or []:
         what = f"instance {item['instance']}" if item.get("instance") else f"tag {item['tag']}"
         click.echo(f"{item['name']:16} {item['when']:18} {what:32} to {item['targetNode']} "
-                   f"keep {item['keep']}")
+                   f"keep {item['keep']}  next {utc_text(item.get('nextRun') or 0)}")
         for (sched, inst), run in sorted(last.items()):
             if sched == item["name"]:
                 click.echo(f"  {inst}: {run['status']} {utc_text(run.get('end') or 0)}"
