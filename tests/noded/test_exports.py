@@ -110,6 +110,22 @@ def test_a_failed_finalize_removes_no_older_export(tmp_path: Path) -> None:
     assert exports.list_exports(tmp_path) == ["web1", "web1@20270115-080000"]
 
 
+def test_a_starting_noded_removes_the_partial_exports_it_holds(tmp_path: Path) -> None:
+    """A node daemon that died mid-stream left `NAME.new`; the stream's token died with it, so
+    the daemon starting again removes it (the finished exports stay)."""
+    from tests.noded.noded_fixture import running_noded
+
+    root = tmp_path / "root" / exportconf.EXPORT_DIR.lstrip("/")
+    partial(root, "web1", b"old")
+    exports.finalize(root, "web1", "[export]\n")
+    partial(root, "web1", b"half of it")
+    partial(root, "web2", b"half")
+    with running_noded(tmp_path) as node:
+        assert sorted(p.name for p in root.iterdir()) == ["web1"]
+        assert noded_rpc.dispatch(node.daemon, "export_list", {}) == ["web1"]
+    assert (root / "web1" / "disk-uuid").read_bytes() == b"old"
+
+
 def test_list_of_a_missing_directory_is_empty(tmp_path: Path) -> None:
     assert exports.list_exports(tmp_path / "none") == []
 

@@ -117,6 +117,21 @@ def prune(root: Path, instance: str, keep: int) -> list[str]:
     return removed
 
 
+def remove_partial(root: Path) -> list[str]:
+    """The exports being written (`NAME.new`) removed: run when noded starts, as their
+    streams (tokens in the daemon's memory) died with the daemon before it, so none of them
+    can be finished (a master that finalized one would be told so in one line). The names
+    removed."""
+    if not root.is_dir():
+        return []
+    removed = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.endswith(PARTIAL) and not entry.name.startswith(".") and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
 def list_exports(root: Path) -> list[str]:
     """The finished exports (directories with a config.ini), by name."""
     if not root.is_dir():

@@ -1,8 +1,9 @@
 """herder's scheduled backups (Ganeti has none; compat B66): `GET /2/herder/backup-schedules`
-(the schedules with their next time, and maintd's records of their runs), `POST /2/herder/backup-schedules` (one
-schedule added) and `DELETE /2/herder/backup-schedules/NAME`. The schedules live in the
-config's maintenance section, written atomically (not a job, like maintd's bookkeeping);
-maintd runs them (herder.maintd.backups)."""
+(the schedules with their next time, and maintd's records of their runs), `POST
+/2/herder/backup-schedules` (one schedule added) and `DELETE
+/2/herder/backup-schedules/NAME`. The schedules live in the config's maintenance section,
+written atomically (not a job, like maintd's bookkeeping); maintd runs them
+(herder.maintd.backups)."""
 
 from __future__ import annotations
 
