@@ -141,8 +141,9 @@ def test_an_export_and_its_import_go_through_the_os_scripts(tmp_path: Path) -> N
     OS `export` script into the other node's export directory, finalized there, then sent
     back through the OS `import` script into another disk: the same bytes; an export script
     that fails is the stream's failure (the master then removes the partial export)."""
-    import hashlib
     import random
+
+    import xxhash
 
     from herder.sim import guest
     from tests.noded.noded_fixture import running_noded
@@ -175,8 +176,8 @@ def test_an_export_and_its_import_go_through_the_os_scripts(tmp_path: Path) -> N
         sent = noded_rpc.dispatch(source.daemon, "blockdev_export", {
             "disk": disk_a, "instance": "inst1", "token": dump.token, "os_instance": instance,
             "target": {"address": "127.0.0.1", "port": port}})
-        assert sent == disk_calls.Transferred(bytes=4 << 20,
-                                              sha256=hashlib.sha256(data).hexdigest())
+        assert sent == disk_calls.Transferred(
+            bytes=4 << 20, checksum=f"xxh3_128:{xxhash.xxh3_128_hexdigest(data)}")
         noded_rpc.dispatch(target.daemon, "export_finalize", {"instance": "inst1",
                                                    "config_ini": "[export]\n"})
         assert noded_rpc.dispatch(target.daemon, "export_list", {}) == ["inst1"]
