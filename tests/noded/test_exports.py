@@ -112,7 +112,8 @@ def test_a_failed_finalize_removes_no_older_export(tmp_path: Path) -> None:
 
 def test_a_starting_noded_removes_the_partial_exports_it_holds(tmp_path: Path) -> None:
     """A node daemon that died mid-stream left `NAME.new`; the stream's token died with it, so
-    the daemon starting again removes it (the finished exports stay)."""
+    the daemon starting again removes it (the finished exports stay); one it died in the
+    finalize of (config.ini written, the older export already dated) is put in place."""
     from tests.noded.noded_fixture import running_noded
 
     root = tmp_path / "root" / exportconf.EXPORT_DIR.lstrip("/")
@@ -120,10 +121,17 @@ def test_a_starting_noded_removes_the_partial_exports_it_holds(tmp_path: Path) -
     exports.finalize(root, "web1", "[export]\n")
     partial(root, "web1", b"half of it")
     partial(root, "web2", b"half")
+    partial(root, "web3", b"whole")  # its finalize ended after it kept the older one aside
+    (root / "web3.new" / exportconf.CONF_FILE).write_text(config_ini(T0 + DAY))
+    (root / "web3@20270115-080000").mkdir()
+    (root / "web3@20270115-080000" / exportconf.CONF_FILE).write_text(config_ini(T0))
     with running_noded(tmp_path) as node:
-        assert sorted(p.name for p in root.iterdir()) == ["web1"]
-        assert noded_rpc.dispatch(node.daemon, "export_list", {}) == ["web1"]
+        assert sorted(p.name for p in root.iterdir()) == ["web1", "web3",
+                                                          "web3@20270115-080000"]
+        assert noded_rpc.dispatch(node.daemon, "export_list", {}) == [
+            "web1", "web3", "web3@20270115-080000"]
     assert (root / "web1" / "disk-uuid").read_bytes() == b"old"
+    assert (root / "web3" / "disk-uuid").read_bytes() == b"whole"
 
 
 def test_list_of_a_missing_directory_is_empty(tmp_path: Path) -> None:

@@ -98,11 +98,6 @@ def dated_export_name(instance: str, timestamp: float) -> str:
     return f"{instance}{EXPORT_DATED}{stamp}"
 
 
-def export_instance(name: str) -> str:
-    """The instance an export's directory name belongs to."""
-    return name.partition(EXPORT_DATED)[0]
-
-
 def object_name(name: object, what: str) -> str:
     """A node group's or network's name: `name`, or BadName."""
     if (not isinstance(name, str) or not 0 < len(name) <= 255 or not name.isprintable()

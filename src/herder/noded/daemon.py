@@ -84,8 +84,8 @@ async def serve(node: Node, host: str, port: int, certificate: Path | None, *,
     node certificate, callers of the cluster), else TLS with `certificate` requiring callers
     issued by one of `client_cas` (default: `certificate` itself), else (None) plain HTTP."""
     for partial in exports.remove_partial(exports.export_root(node)):
-        log.warning("removed the partial export %s (its stream ended with the daemon that "
-                    "received it)", partial)
+        log.warning("partial export %s: its stream ended with the daemon that received it",
+                    partial)
     if tls is None and certificate is not None:
         tls = serve_helper.server_tls(certificate, client_cas=list(
             client_cas if client_cas is not None else [certificate]))

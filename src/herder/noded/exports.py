@@ -120,16 +120,27 @@ def prune(root: Path, instance: str, keep: int) -> list[str]:
 def remove_partial(root: Path) -> list[str]:
     """The exports being written (`NAME.new`) removed: run when noded starts, as their
     streams (tokens in the daemon's memory) died with the daemon before it, so none of them
-    can be finished (a master that finalized one would be told so in one line). The names
-    removed."""
+    can be finished (a master that finalized one would be told so in one line). Except one
+    whose finalize the daemon died in, between keeping the export it replaced under its
+    dated name and putting it in place (its config.ini written, no export named NAME): it
+    is put in place. The names removed (or, with " (put in place)", finished)."""
     if not root.is_dir():
         return []
-    removed = []
+    done = []
     for entry in sorted(root.iterdir()):
-        if entry.name.endswith(PARTIAL) and not entry.name.startswith(".") and entry.is_dir():
+        if not entry.name.endswith(PARTIAL) or entry.name.startswith(".") or \
+                not entry.is_dir():
+            continue
+        final = entry.with_name(entry.name.removesuffix(PARTIAL))
+        if (entry / exportconf.CONF_FILE).is_file() and not final.exists():
+            os.replace(entry, final)
+            done.append(f"{entry.name} (put in place)")
+        else:
             shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry.name)
-    return removed
+            done.append(entry.name)
+    if done:
+        _sync_directory(root)
+    return done
 
 
 def list_exports(root: Path) -> list[str]:
