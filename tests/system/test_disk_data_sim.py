@@ -327,3 +327,60 @@ def test_a_move_whose_disks_cannot_be_made_on_the_target_leaves_it_running_on_th
     assert config(sim).find_instance("mkfail").admin_state == "up"
     assert on_node(sim, source, READ, path) == written
     herder(sim, "instance", "remove", "mkfail", timeout=300)
+
+
+# the source's OS export script in the next test: 64 KiB at a time, slowly after the first MiB,
+# so that the target's noded is killed while the disk streams
+TRICKLE = """#!/bin/sh
+i=0
+while [ $i -lt 512 ]; do
+  dd if="$EXPORT_DEVICE" bs=65536 skip=$i count=1 status=none || exit 1
+  i=$((i + 1))
+  [ $i -lt 16 ] || sleep 0.2
+done
+"""
+EXPORTS = "/srv/herder/export"
+
+
+def test_an_export_whose_target_node_dies_mid_stream_leaves_nothing_behind(sim) -> None:
+    """Issue 30 item 7: the target's noded killed (-9) while a disk streams to it. The export
+    fails in one line; the partial export is gone from the target once its noded is back
+    (the master tries its removal again meanwhile; a noded removes what a dead stream left
+    as it starts); the instance runs again on its node with its data."""
+    from herder.sim import cluster
+
+    add(sim, "killex", "file", "32M")
+    source, path = device(sim, "killex")
+    target = next(n.name for n in sim.nodes if n.name != source)
+    written = on_node(sim, source, WRITE, path)
+    disk = config(sim).find_instance("killex").disks[0].uuid
+    dump = sim.host(target).path(f"{EXPORTS}/killex.new/{disk}")
+    script = sim.host(source).path(f"{cluster.OS_DIR}/{cluster.DEMO_OS}/export")
+    kept = script.read_text()
+    script.write_text(TRICKLE)
+    try:
+        export = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "backup", "export",
+                                   "-n", target, "killex"], env=client_env(sim),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: dump.exists() and dump.stat().st_size >= 1 << 20, 180,
+                     "the first MiB of the disk on the target")
+            (noded,) = [d for d in sim.host(target).supervisor("status", ["noded"]).daemons
+                        if d.name == "noded"]
+            killed = sim.host(target).run(["kill", "-9", str(noded.pid)], timeout=30)
+            assert killed.returncode == 0, killed.stderr
+            _out, err = export.communicate(timeout=600)
+        finally:
+            if export.poll() is None:
+                export.kill()
+    finally:
+        script.write_text(kept)
+    assert export.returncode == 1, err
+    last = err.strip().splitlines()[-1]
+    assert f"export of killex to {target} failed" in last, err
+    assert "the partial export was removed" in last, err
+    wait_for(lambda: not dump.parent.exists(), 120, "no partial export on the target")
+    wait_for(lambda: domains(sim, source).get("killex") is True, 120, "killex running again")
+    assert config(sim).find_instance("killex").admin_state == "up"
+    assert on_node(sim, source, READ, path) == written
+    herder(sim, "instance", "remove", "killex", timeout=300)
