@@ -384,3 +384,56 @@ def test_an_export_whose_target_node_dies_mid_stream_leaves_nothing_behind(sim) 
     assert config(sim).find_instance("killex").admin_state == "up"
     assert on_node(sim, source, READ, path) == written
     herder(sim, "instance", "remove", "killex", timeout=300)
+
+
+def test_an_export_masterd_dies_in_is_failed_and_cleaned_up(sim) -> None:
+    """Issue 30 item 7: masterd killed (-9) while a disk streams to the export's target.
+    masterd, started again by the node's supervisor, fails the job (never runs it twice) and
+    follows it with the export's cleanup: no partial export on the target, the instance
+    running again on its node with its data."""
+    from herder.sim import cluster
+
+    add(sim, "killmx", "file", "32M")
+    source, path = device(sim, "killmx")
+    target = next(n.name for n in sim.nodes if n.name != source)
+    written = on_node(sim, source, WRITE, path)
+    disk = config(sim).find_instance("killmx").disks[0].uuid
+    dump = sim.host(target).path(f"{EXPORTS}/killmx.new/{disk}")
+    master = sim.host(sim.nodes[0].name)
+    pid_file = master.path("/run/herder/masterd.pid")
+    dead = pid_file.read_text().strip()
+    script = sim.host(source).path(f"{cluster.OS_DIR}/{cluster.DEMO_OS}/export")
+    kept = script.read_text()
+    script.write_text(TRICKLE)
+    try:
+        export = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "backup", "export",
+                                   "-n", target, "killmx"], env=client_env(sim),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: dump.exists() and dump.stat().st_size >= 1 << 20, 180,
+                     "the first MiB of the disk on the target")
+            killed = master.run(["kill", f"-{int(signal.SIGKILL)}", dead], timeout=30)
+            assert killed.returncode == 0, killed.stderr
+            export.communicate(timeout=300)  # the CLI sees masterd go (or the job fail)
+        finally:
+            if export.poll() is None:
+                export.kill()
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", dead),
+                 180, "masterd started again by the supervisor")
+
+        def settled() -> bool:  # the cleanup ran: no partial export, the instance up
+            try:
+                return not dump.parent.exists() and domains(sim, source).get("killmx") is True
+            except AssertionError:
+                return False
+
+        wait_for(settled, 300, "the cleanup of the interrupted export")
+    finally:
+        script.write_text(kept)
+    assert config(sim).find_instance("killmx").admin_state == "up"
+    assert on_node(sim, source, READ, path) == written
+    jobs = json.loads(herder(sim, "job", "list", "--json").stdout)
+    exports = [j for j in jobs if j["summary"] == ["BACKUP_EXPORT(killmx)"]]
+    assert [j["status"] for j in exports[-2:]] == ["error", "success"], exports[-2:]
+    assert not sim.host(target).path(f"{EXPORTS}/killmx").exists()
+    herder(sim, "instance", "remove", "killmx", timeout=300)
