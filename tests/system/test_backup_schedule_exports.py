@@ -100,6 +100,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[QueueClu
                 subprocess.run(["losetup", "-d", loop], check=False)
 
 
+def write_pattern(queue_cluster: QueueCluster, directory: Path, pattern: bytes) -> None:
+    """`pattern` at the start of NAME's disk (its loop device), synced."""
+    inst = queue_cluster.master.store.load().find_instance(NAME)
+    (loop,) = loops_of(image_of(directory, inst))
+    with open(loop, "r+b") as device:
+        device.write(pattern)
+        device.flush()
+        os.fsync(device.fileno())
+
+
 def instance_with_pattern(queue_cluster: QueueCluster, directory: Path) -> model.Instance:
     """NAME, running on node1 with PATTERN at the start of its disk (made once)."""
     queue = queue_cluster.queue
@@ -111,13 +121,8 @@ def instance_with_pattern(queue_cluster: QueueCluster, directory: Path) -> model
             "os_type": guest.OS_NAME, "no_install": True, "start": True,
             "ignore_ipolicy": True}]), 300)
         assert str(created.status) == "success", created.ops[0].result
-    inst = queue_cluster.master.store.load().find_instance(NAME)
-    (loop,) = loops_of(image_of(directory, inst))
-    with open(loop, "r+b") as device:
-        device.write(PATTERN)
-        device.flush()
-        os.fsync(device.fileno())
-    return inst
+    write_pattern(queue_cluster, directory, PATTERN)
+    return queue_cluster.master.store.load().find_instance(NAME)
 
 
 def image_of(directory: Path, inst: model.Instance) -> Path:
@@ -285,14 +290,6 @@ def test_the_recovery_job_of_an_export_the_master_died_in_cleans_up(
         "removed the partial export" in str(e) or "starting" in str(e)
         for e in again.ops[0].log)
 
-
-def write_pattern(queue_cluster: QueueCluster, directory: Path, pattern: bytes) -> None:
-    inst = queue_cluster.master.store.load().find_instance(NAME)
-    (loop,) = loops_of(image_of(directory, inst))
-    with open(loop, "r+b") as device:
-        device.write(pattern)
-        device.flush()
-        os.fsync(device.fileno())
 
 
 def test_a_schedule_keeping_two_exports_keeps_the_newest_two_and_each_imports(
