@@ -7,7 +7,6 @@ leave the listener failed (or still waiting) with one line, and nothing written.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import ssl
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import xxhash
 
 from herder.core import node_certs
 from herder.core.cluster_secrets import self_signed_certificate
@@ -116,10 +116,10 @@ def test_a_disk_crosses_to_another_clusters_node(two_clusters: dict[str, Any]) -
     env = two_clusters
     listening = listen(env, env["ca_a"])
     sent = send(env, listening, env["ca_b"])
-    digest = hashlib.sha256(env["data"]).hexdigest()
-    assert sent == disk_calls.Transferred(bytes=4 * MIB, sha256=digest)
+    digest = f"xxh3_128:{xxhash.xxh3_128(env['data']).hexdigest()}"
+    assert sent == disk_calls.Transferred(bytes=4 * MIB, checksum=digest)
     assert wait_final(env["target"], listening.token) == backup_calls.RemoteImportProgress(
-        state="done", bytes=4 * MIB, sha256=digest)
+        state="done", bytes=4 * MIB, checksum=digest)
     assert env["target_file"].read_bytes() == env["data"]
     # the outcome was read once: the token is gone, a second stream finds no listener
     with pytest.raises(ExportFailure, match="no such remote import"):

@@ -9,7 +9,7 @@ its own, for one stream, with a one-time token (Ganeti's `magic`). The listener 
 node's certificate and takes only a client certificate issued by the source cluster's CA (not
 this cluster's: noded's own port and its callers stay as they are), then the token; it writes
 the stream as an import within the cluster does (`disk_transfer`, through the OS `import`
-script) and answers bytes and SHA-256 to the sender. The master polls the outcome
+script) and answers bytes and checksum to the sender. The master polls the outcome
 (`remote_import_status`) and may end a listener that is no longer wanted
 (`remote_import_abort`). A listener nobody streams to within `IMPORT_TTL` closes, failed."""
 
@@ -38,15 +38,29 @@ KEEP_FINISHED = 3600.0  # seconds an outcome nobody asked for is kept
 State = Literal["listening", "receiving", "done", "failed"]
 
 
+async def next_chunk(content: StreamReader) -> bytes:
+    """The next CHUNK bytes of a stream (fewer only at its end): one hand-off to the writer's
+    thread per MiB, not one per network read (of 64 KiB or less)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < disk_transfer.CHUNK:
+        part = await content.read(disk_transfer.CHUNK - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 async def receive(content: StreamReader, pending: PendingImport) -> dict[str, object]:
-    """Write a stream to its import (device, file or OS script): bytes and SHA-256 written;
+    """Write a stream to its import (device, file or OS script): bytes and checksum written;
     TransferError (or the stream's own error) when it could not be."""
     try:
         writer = await asyncio.to_thread(disk_transfer.open_writer, pending)
     except OSError as err:
         raise TransferError(f"cannot open {pending.path}: {err.strerror}") from None
     try:
-        while chunk := await content.read(disk_transfer.CHUNK):
+        while chunk := await next_chunk(content):
             await asyncio.to_thread(writer.write, chunk)
         return await asyncio.to_thread(writer.close)
     except BaseException:
@@ -100,7 +114,7 @@ class RemoteImport:
     def progress(self) -> RemoteImportProgress:
         return RemoteImportProgress(
             state=self.state, bytes=int(str(self.result["bytes"])) if self.result else None,
-            sha256=str(self.result["sha256"]) if self.result else None, error=self.error)
+            checksum=str(self.result["checksum"]) if self.result else None, error=self.error)
 
     def abort(self, why: str) -> None:
         """End the listener (and a stream under way), failed."""
