@@ -1,4 +1,4 @@
-"""Which master IP an etcd master brings up (`etcd_master.floating_master_ip`), how the
+"""Which master IP an etcd master brings up (`master_ip.floating_master_ip`), how the
 takeover moves a master IP that is the master's own primary IP, and where noded keeps its
 files on the etcd backend (`locations.local_config_path`). The IP's move itself, on real
 hosts, is tests/system/test_etcd_master_death_sim.py's."""
@@ -11,7 +11,8 @@ import pytest
 
 from herder.core.locations import DEFAULT_CONFIG_PATH, local_config_path
 from herder.core.store import ConfigStore, FileStore
-from herder.masterd.etcd_master import floating_master_ip, take_over
+from herder.masterd.etcd_master import take_over
+from herder.masterd.master_ip import floating_master_ip
 from tests.system.masterd_fixture import make_cluster
 
 NODE1, NODE2 = "node1.example.com", "node2.example.com"
