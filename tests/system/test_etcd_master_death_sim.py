@@ -94,6 +94,12 @@ def test_the_cluster_runs_on_etcd(sim: Any) -> None:
     assert maintd_running(sim, NODE1)
 
 
+def maintd_answers(state: Any) -> bool:
+    """The operator's `herder maintd status` answers (at the master IP: the published
+    address)."""
+    return herder(state, "maintd", "status", "--json", check=False).returncode == 0
+
+
 def elected_other_than(state: Any, old: str) -> str:
     """The candidate that serves RAPI at the master IP once `old` no longer does."""
     def found() -> str | None:
@@ -118,6 +124,8 @@ def test_a_master_that_stops_hands_the_master_ip_over(sim: Any) -> None:
     assert f"Master IP address {sim.master_ip}/24 deactivated" in masterd_log(sim, NODE1)
     wait_for(lambda: maintd_running(sim, new_master), ELECTED, "the new master's maintd")
     wait_for(lambda: not maintd_running(sim, NODE1), ELECTED, "the old master's maintd stopped")
+    # started once the master IP is up, so it listens there (CI saw it on the primary IP)
+    wait_for(lambda: maintd_answers(sim), ELECTED, "maintd status at the master IP")
     on_node(sim, NODE1, "daemon-util", "start", "masterd")
     wait_for(lambda: masterd_log(sim, NODE1).count("standby, campaigning") >= 2, ELECTED,
              "node1's masterd a standby again")
@@ -146,6 +154,7 @@ def test_the_masters_power_off_is_recovered_by_a_candidate(sim: Any) -> None:
     assert not any(has_master_ip(sim, n) for n in others)
     wait_for(lambda: maintd_running(sim, new_master), ELECTED, "the new master's maintd")
     assert not any(maintd_running(sim, n) for n in others)  # one maintd acts
+    wait_for(lambda: maintd_answers(sim), ELECTED, "maintd status at the master IP")
 
     node, _ = new_boot(sim, "m1", old, RECOVERED + BOOT)
     recovered = time.monotonic() - began

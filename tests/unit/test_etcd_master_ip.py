@@ -1,16 +1,21 @@
 """Which master IP an etcd master brings up (`etcd_master.floating_master_ip`), how the
 takeover moves a master IP that is the master's own primary IP, and where noded keeps its
-files on the etcd backend (`locations.local_config_path`). The IP's move itself, on real
+files on the etcd backend (`locations.local_config_path`), and that the master elected starts
+its maintd once the master IP is up. The IP's move itself, on real
 hosts, is tests/system/test_etcd_master_death_sim.py's."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from herder.core import master_daemons
+from herder.core.errors import HerderError
 from herder.core.locations import DEFAULT_CONFIG_PATH, local_config_path
 from herder.core.store import ConfigStore, FileStore
+from herder.masterd import etcd_master
 from herder.masterd.etcd_master import floating_master_ip, take_over
 from tests.system.masterd_fixture import make_cluster
 
@@ -79,3 +84,80 @@ def test_noded_keeps_its_files_in_the_local_directory_on_etcd(
     assert local_config_path(None) == DEFAULT_CONFIG_PATH
     monkeypatch.setenv("HERDER_CONFIG", "/srv/c/config.json")
     assert local_config_path(None) == Path("/srv/c/config.json")
+
+
+class DaemonUtil:
+    """What the elected masterd asked `herder daemon-util` on its host, in order (the
+    supervisor's side is tests/ha/test_etcd_masterd.py's); the master IP's activation is
+    refused `refusals` times (another host still answers for the address)."""
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.calls: list[str] = []
+        self.refusals = refusals
+
+    def __call__(self, *args: str, timeout: float = 0) -> str:
+        if args[0] == "activate-master-ip" and self.refusals:
+            self.refusals -= 1
+            self.calls.append("activate refused")
+            raise HerderError("master IP address 192.0.2.2 is configured on another machine")
+        self.calls.append(args[0])
+        return "done"
+
+
+def elected_with_floating_ip(store: FileStore) -> Elected:
+    with store.update() as config:
+        config.cluster.master_ip = "192.0.2.2"
+        config.cluster.master_netdev = "br0"
+        config.cluster.master_netmask = 24
+    return Elected(NODE2, store)
+
+
+def run_takeover_tasks(elected: Elected, wait: float, monkeypatch: pytest.MonkeyPatch,
+                       util: DaemonUtil) -> None:
+    """The master IP holder and maintd's start, as masterd runs them once elected."""
+    monkeypatch.setattr(master_daemons, "daemon_util", util)
+    monkeypatch.setattr(etcd_master, "MASTER_IP_RETRY", 0.05)
+
+    async def both() -> None:
+        stop = asyncio.Event()
+        holder = etcd_master.MasterIpHolder(elected)
+        await asyncio.gather(holder.hold(stop), etcd_master.start_maintd(NODE2, holder, wait))
+
+    asyncio.run(both())
+
+
+def test_maintd_starts_once_the_master_ip_is_up(store: FileStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """maintd listens on the master IP only when it is up as maintd starts: the old master's
+    address refused twice, maintd still starts after the activation (CI saw `maintd status`
+    at the master IP refused after a takeover: maintd had bound the primary IP)."""
+    util = DaemonUtil(refusals=2)
+    run_takeover_tasks(elected_with_floating_ip(store), 30.0, monkeypatch, util)
+    assert util.calls == ["activate refused", "activate refused", "activate-master-ip",
+                          "start-master"]
+
+
+def test_maintd_starts_anyway_when_the_master_ip_stays_taken(
+        store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    util = DaemonUtil(refusals=6)
+    run_takeover_tasks(elected_with_floating_ip(store), 0.1, monkeypatch, util)
+    assert "start-master" in util.calls
+    assert util.calls.index("start-master") < util.calls.index("activate-master-ip")
+
+
+def test_maintd_starts_at_once_without_a_floating_master_ip(
+        store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    elected = Elected(NODE2, store)
+    take_over(elected, epoch=1000)  # the master IP moves with the config: the node's own
+    util = DaemonUtil()
+    run_takeover_tasks(elected, 30.0, monkeypatch, util)
+    assert util.calls == ["start-master"]
+
+
+def test_a_deposed_master_starts_no_maintd(store: FileStore,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    elected = elected_with_floating_ip(store)
+    elected.deposed = "the lease was lost"
+    util = DaemonUtil()
+    run_takeover_tasks(elected, 0.1, monkeypatch, util)
+    assert util.calls == []

@@ -267,9 +267,9 @@ class MasterDaemon:
             if not elected:
                 await etcd_master.stop_maintd_if_deposed(self)
                 return
-            tasks.append(lambda stop: etcd_master.start_maintd(self.me))
             master_ip = etcd_master.MasterIpHolder(self)
             tasks.append(master_ip.hold)
+            tasks.append(lambda stop: etcd_master.start_maintd(self.me, master_ip))
             tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
                                                         self.settings.check_interval))
             tasks.append(self._compact_etcd_history)  # core.etcd_history

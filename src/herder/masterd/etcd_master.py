@@ -8,10 +8,12 @@ open) until it is elected. The winner then, in order:
 2. signs every node RPC with that epoch, so noded's epoch check refuses the old master too;
 3. recovers the job queue from etcd (jobs that were running under the old master are marked
    failed with the reason) and serves RAPI;
-4. starts its node's maintd (`daemon-util start-master`, the path a master-failover takes
-   through noded: `core.master_daemons`), which handles the old master's failure, and brings
-   a floating master IP up on the master netdev (`daemon-util activate-master-ip`, as
-   master-failover's `node_activate_master_ip` does; `MasterIpHolder`).
+4. brings a floating master IP up on the master netdev (`daemon-util activate-master-ip`, as
+   master-failover's `node_activate_master_ip` does; `MasterIpHolder`), then starts its node's
+   maintd (`daemon-util start-master`, the path a master-failover takes through noded, in the
+   same order: `core.master_daemons`), which handles the old master's failure. In that order
+   because maintd listens on the master IP only when it is up as maintd starts (else on the
+   node's primary IP, where the cluster's published address does not reach it).
 When the lease is lost it stops acting at once (its etcd writes, config and jobs, are fenced and
 refused from that moment), takes the master IP down, stops its node's maintd, and masterd exits
 with code 75
@@ -46,6 +48,10 @@ MASTER_IP_TIMEOUT = 60.0  # daemon-util's activate/deactivate-master-ip (a Pytho
 # while another host still has the master IP (an old master takes it down once it knows it
 # lost the lease): seconds between tries
 MASTER_IP_RETRY = 2.0
+# maintd waits this long for the master IP (an old master killed with SIGKILL keeps it until
+# its host goes), then starts anyway, on the node's primary IP: a cluster with a maintd
+# reachable there is better than one without
+MAINTD_MASTER_IP_WAIT = 30.0
 
 
 class Candidate(Protocol):
@@ -164,10 +170,19 @@ async def await_election(candidate: Candidate, lease: MasterLease,
     return False
 
 
-async def start_maintd(me: str) -> None:
+async def start_maintd(me: str, master_ip: MasterIpHolder,
+                       wait: float = MAINTD_MASTER_IP_WAIT) -> None:
     """Elected and serving: this node's master daemons started as a master-failover starts
-    them (masterd, running, stays as it is); maintd then handles the old master's failure
-    (docs/ha.md). A failure is a warning: the master serves without maintd meanwhile."""
+    them (masterd, running, stays as it is), once the master IP is up (at most `wait`
+    seconds); maintd then handles the old master's failure (docs/ha.md). A failure is a
+    warning: the master serves without maintd meanwhile."""
+    try:
+        await asyncio.wait_for(master_ip.settled.wait(), timeout=wait)
+    except TimeoutError:
+        log.warning("master on etcd: the master IP is not up after %g s; starting the maintd "
+                    "of %s anyway (it listens on the node's primary IP)", wait, me)
+    if master_ip.candidate.deposed is not None:
+        return
     try:
         said = await asyncio.to_thread(master_daemons.start_master_daemons,
                                        MAINTD_START_TIMEOUT)
@@ -211,8 +226,18 @@ class MasterIpHolder:
     def __init__(self, candidate: Candidate) -> None:
         self.candidate = candidate
         self.up: MasterIp | None = None  # what this masterd brings or brought up
+        # set once the master IP is up here, or there is none to bring up (what maintd's
+        # start waits for: `start_maintd`)
+        self.settled = asyncio.Event()
 
     async def hold(self, stop: asyncio.Event) -> None:
+        try:
+            await self._bring_up(stop)
+        finally:
+            if self.candidate.deposed is None and not stop.is_set():
+                self.settled.set()
+
+    async def _bring_up(self, stop: asyncio.Event) -> None:
         net = floating_master_ip(self.candidate.store.snapshot(), self.candidate.me)
         if net is None:
             return
