@@ -16,7 +16,7 @@ from herder.core.errors import HerderError
 from herder.core.locations import DEFAULT_CONFIG_PATH, local_config_path
 from herder.core.store import ConfigStore, FileStore
 from herder.masterd import etcd_master
-from herder.masterd.etcd_master import floating_master_ip, take_over
+from herder.masterd.etcd_master import candidacy_problem, floating_master_ip, take_over
 from tests.system.masterd_fixture import make_cluster
 
 NODE1, NODE2 = "node1.example.com", "node2.example.com"
@@ -161,3 +161,23 @@ def test_a_deposed_master_starts_no_maintd(store: FileStore,
     util = DaemonUtil()
     run_takeover_tasks(elected, 0.1, monkeypatch, util)
     assert util.calls == []
+
+
+def test_a_node_that_is_no_master_candidate_does_not_take_over(store: FileStore) -> None:
+    """Elected a moment after it was demoted (the standby reads its candidacy every second):
+    the fenced write refuses, nothing changes."""
+    with store.update() as config:
+        (node2,) = (n for n in config.nodes.values() if n.name == NODE2)
+        node2.master_candidate = False
+    before = store.load()
+    elected = Elected(NODE2, store)
+    assert candidacy_problem(before, NODE2) == f"this node ({NODE2}) is not a master candidate"
+    assert candidacy_problem(before, NODE1) is None  # the master
+    assert candidacy_problem(before, "other.example.com") == \
+        "this node (other.example.com) is not a node of the cluster"
+    with pytest.raises(HerderError, match="is not a master candidate"):
+        take_over(elected, epoch=1000)
+    assert elected.became is None
+    after = store.load()
+    assert after.cluster.master_node == before.cluster.master_node
+    assert after.serial_no == before.serial_no

@@ -131,7 +131,7 @@ class MasterDaemon:
                                 "the master candidates have one)")
         # refuse a broken config, with the reason (the shared copy masterd keeps reading)
         config = self.store.snapshot()
-        if self.lease is not None:  # any node may campaign; the lease decides
+        if self.lease is not None:  # a master candidate campaigns; the lease decides
             if masterd_etcd.find_me(config, self.me) is None:
                 raise NotMaster(f"this node ({self.me}) is not a node of the cluster")
             problem = None

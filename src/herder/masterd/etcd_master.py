@@ -1,8 +1,10 @@
 """masterd on the etcd backend: the master is whoever holds the master lease (docs/ha.md).
 
 With a config location `etcds://HOST:PORT,.../CLUSTER` (or `etcd://`), every node may run
-`herder masterd`: each campaigns with a `MasterLease` and waits as a **standby** (no RAPI port
-open) until it is elected. The winner then, in order:
+`herder masterd`: each master candidate campaigns with a `MasterLease` and waits as a
+**standby** (no RAPI port open) until it is elected; a node that is not a master candidate (as
+in Ganeti, only a candidate may become master) waits without campaigning until the config
+makes it one (`Candidacy`). The winner then, in order:
 1. writes itself into the config as master (`master_node`, `master_ip` when it moved with the
    master, `master_epoch` = the lease's epoch), a write fenced by the lease;
 2. signs every node RPC with that epoch, so noded's epoch check refuses the old master too;
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -52,6 +55,9 @@ MASTER_IP_RETRY = 2.0
 # its host goes), then starts anyway, on the node's primary IP: a cluster with a maintd
 # reachable there is better than one without
 MAINTD_MASTER_IP_WAIT = 30.0
+# a standby reads the config this often to learn whether it is a master candidate (promoted:
+# it campaigns from then on; demoted: it stops campaigning)
+CANDIDACY_CHECK = 1.0
 
 
 class Candidate(Protocol):
@@ -94,6 +100,45 @@ def find_me(config: model.ConfigData, me: str) -> model.Node | None:
                  if n.name == me or n.name.split(".")[0] == me), None)
 
 
+def candidacy_problem(config: model.ConfigData, me: str) -> str | None:
+    """Why this node may not become the master now (None: it may): as in Ganeti, only a
+    master candidate (or the config's master) may; a node the config does not name, or one
+    not marked a master candidate (offline, drained, not master-capable, outside the pool),
+    waits without campaigning."""
+    node = find_me(config, me)
+    if node is None:
+        return f"this node ({me}) is not a node of the cluster"
+    if not node.master_candidate and node.uuid != config.cluster.master_node:
+        return f"this node ({node.name}) is not a master candidate"
+    return None
+
+
+class Candidacy:
+    """Whether this masterd may campaign: the config's word, read again every
+    `CANDIDACY_CHECK` seconds while it is a standby (`await_election`); the lease asks it
+    before every campaign (`MasterLease.eligible`) and `take_over` checks it once more in its
+    fenced write, so a node demoted a moment before it won does not take over."""
+
+    def __init__(self, store: ConfigStore, me: str) -> None:
+        self.store = store
+        self.me = me
+        self.problem: str | None = "not checked yet"
+
+    def __call__(self) -> bool:
+        return self.problem is None
+
+    def check(self) -> bool:
+        """Read the config again; True when the answer changed."""
+        try:
+            problem = candidacy_problem(self.store.snapshot(), self.me)
+        except HerderError as err:  # etcd unreachable: keep the last answer
+            log.warning("master on etcd: cannot read the config: %s", err)
+            return False
+        changed = (problem is None) != (self.problem is None)
+        self.problem = problem
+        return changed
+
+
 class EtcdConfigCache:
     """The RAPI's view of the config in etcd: decoded again only when its revision changes.
 
@@ -129,9 +174,11 @@ def take_over(candidate: Candidate, epoch: int) -> None:
     """Elected: become the config's master (fenced write), then let the daemon act as master at
     the epoch written (node RPCs, locks, the job queue recovered)."""
     with candidate.store.update() as config:
+        problem = candidacy_problem(config, candidate.me)
+        if problem is not None:
+            raise HerderError(problem)
         node = find_me(config, candidate.me)
-        if node is None:
-            raise HerderError(f"this node ({candidate.me}) is not a node of the cluster")
+        assert node is not None
         c = config.cluster
         old = config.nodes.get(c.master_node)
         if old is not None and c.master_ip == old.primary_ip:
@@ -146,14 +193,29 @@ def take_over(candidate: Candidate, epoch: int) -> None:
              candidate.me, written, epoch, recovered)
 
 
+def _say_candidacy(candidacy: Candidacy, me: str, ttl: int) -> None:
+    if candidacy():
+        log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", me, ttl)
+    else:
+        log.info("master on etcd: %s: standby, not campaigning: %s", me, candidacy.problem)
+
+
 async def await_election(candidate: Candidate, lease: MasterLease,
                          stop: asyncio.Event) -> bool:
-    """Standby until elected (then take over) or stopped; False when stopped first."""
+    """Standby until elected (then take over) or stopped; False when stopped first. Only
+    while the config has this node as a master candidate does it campaign (`Candidacy`)."""
+    candidacy = Candidacy(candidate.store, candidate.me)
+    await asyncio.to_thread(candidacy.check)
     lease.on_lost = candidate.depose
+    lease.eligible = candidacy
     lease.start()
-    log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", candidate.me,
-             lease.ttl)
+    _say_candidacy(candidacy, candidate.me, lease.ttl)
+    checked = time.monotonic()
     while not stop.is_set():
+        if time.monotonic() - checked >= CANDIDACY_CHECK:
+            checked = time.monotonic()
+            if await asyncio.to_thread(candidacy.check):
+                _say_candidacy(candidacy, candidate.me, lease.ttl)
         if await asyncio.to_thread(lease.wait_elected, 0.2):
             epoch = lease.epoch
             if epoch is None:  # lost again at once
