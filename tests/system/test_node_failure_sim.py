@@ -340,6 +340,9 @@ def test_the_masters_death_is_recovered_after_master_failover(
     recovery(background, sim, "m1", guests["m1"], began)
     herder(sim, "cluster", "simulate", "--dir", sim.directory, "--failover", NODE3,
            timeout=300)
+    # master-failover has started the new master's maintd; it answers once it has started
+    wait_for(lambda: herder(sim, "maintd", "status", check=False).returncode == 0, 60,
+             "the new master's maintd")
     incident = wait_for(lambda: (i := node_failed(sim, NODE1)) and i["repair-status"] ==
                         "completed" and i, 2 * RECOVERED, "the node-failed incident completed")
     assert incident["original"]["fence"] == "oob"
