@@ -27,7 +27,8 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "ha_failover": (88, 4),
     "chaos": (92, 4),
     "chaos_bench": (96, 4),  # bench/chaos.py: may run beside the suite
-    # free from 100 to 139
+    "master_ip_restart": (100, 3),
+    # free from 103 to 139
     "etcd_master_death": (140, 4),
     # free from 144 to 199
     "htools_rapi": (200, 4),

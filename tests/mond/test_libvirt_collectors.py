@@ -313,6 +313,61 @@ def test_destroyed_domain_is_reported_down(domains: Domains) -> None:
     assert absent["domain_state"] == "absent" and absent["status"]["code"] == 4
 
 
+def test_a_guest_ganeti_started_is_not_reported_down(domains: Domains, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """After import-ganeti a guest Ganeti started runs in its own QEMU (`-name NAME`), with no
+    libvirt domain: on a QEMU node it is `unknown` ("foreign"), never `down`, so maintd's
+    watcher does not start it a second time. The process is a real QEMU; the test driver
+    stands in for the node's local QEMU driver (whose domains are the same libvirt calls)."""
+    import shutil
+    import time
+
+    from herder.maintd.rounds import Node, Plan
+    from herder.maintd.watcher import plan_watcher, states_of
+
+    qemu = shutil.which("qemu-system-x86_64")
+    if qemu is None:
+        pytest.fail("needs qemu-system-x86_64 (scripts/sysdeps.sh)")
+    name = domains.unique("ganeti")
+    monkeypatch.setattr(inst_status, "is_local_qemu", lambda uri, hv_type: True)
+    collector = inst_status.InstStatusCollector(make_ctx(make_config((name, "up", 0))))
+    assert by_name(collector.collect())[name]["actual_state"] == "down"  # nothing runs it
+    proc = subprocess.Popen([qemu, "-name", name, "-machine", "none", "-S", "-nodefaults",
+                             "-no-user-config", "-display", "none", "-monitor", "none"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and \
+                by_name(collector.collect())[name]["domain_state"] != "foreign":
+            time.sleep(0.1)
+        data = collector.collect()
+        inst = by_name(data)[name]
+        assert (inst["actual_state"], inst["domain_state"]) == ("unknown", "foreign")
+        assert inst["status"] == {"code": 2, "message": (
+            f"{name}: state unknown (a QEMU that libvirt does not manage runs it (pid "
+            f"{proc.pid}; a guest Ganeti started?))")}
+        # maintd's watcher plans no restart of it (it would, were it "down")
+        inst_view = watched(name)
+        states = states_of({NODE: data}, [inst_view])
+        assert states == {name: "unknown"}
+        assert plan_watcher([Node(NODE, "u1")], [inst_view], Plan(), states, {}).jobs == []
+        assert [j.step for j in plan_watcher([Node(NODE, "u1")], [inst_view], Plan(),
+                                             {name: "down"}, {}).jobs] == ["restart"]
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert by_name(collector.collect())[name]["actual_state"] == "down"
+
+
+def watched(name: str) -> Any:
+    """The watcher's view of an admin-up instance on NODE."""
+    from herder.maintd.rounds import Instance
+
+    return Instance(name=name, pnode=NODE, snodes=(), admin_state="up", disks_active=True,
+                    disk_template="plain")
+
+
 def test_admin_down_and_offline(domains: Domains) -> None:
     running, stopped, offline, offline_running = (
         domains.unique(s) for s in ("rd", "sd", "off", "offr"))

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "contrib" / "systemd"
 PREFIX = "/opt/herder"  # docs/install.md: the venv every unit's ExecStart runs herder from
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
+CONFD_PATH = "herder-confd.path"
 
 
 def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -43,7 +44,8 @@ def words(values: list[str]) -> list[str]:
 
 
 def test_one_unit_per_daemon_with_daemon_utils_names() -> None:
-    expected = {daemon_util.unit(name) for name in HERDER_DAEMONS} | {daemon_util.TARGET}
+    expected = {daemon_util.unit(name) for name in HERDER_DAEMONS} | {daemon_util.TARGET,
+                                                                      CONFD_PATH}
     assert {path.name for path in UNITS.iterdir()} == expected
     assert daemon_util.unit("libvirtd") == "libvirtd.service"  # Debian's, not herder's
 
@@ -51,7 +53,7 @@ def test_one_unit_per_daemon_with_daemon_utils_names() -> None:
 def test_the_target_pulls_in_every_daemon() -> None:
     target = parse_unit(UNITS / daemon_util.TARGET)
     assert sorted(words(target["Unit"]["Wants"])) == sorted(
-        daemon_util.unit(name) for name in HERDER_DAEMONS)
+        [*(daemon_util.unit(name) for name in HERDER_DAEMONS), CONFD_PATH])
     assert target["Install"]["WantedBy"] == ["multi-user.target"]
 
 
@@ -78,6 +80,16 @@ def test_each_service(daemon: str) -> None:
         assert unit["Unit"]["ConditionPathExists"] == ["/var/lib/herder/config.json"]
     else:
         assert "ConditionPathExists" not in unit["Unit"]
+
+
+def test_a_promotion_starts_confd_once_the_config_is_there() -> None:
+    """A node promoted to master candidate gets config.json from the master after boot, when
+    herder-confd.service was already skipped: herder-confd.path starts it then."""
+    path = parse_unit(UNITS / CONFD_PATH)
+    service = parse_unit(UNITS / daemon_util.unit("confd"))
+    assert path["Path"]["PathExists"] == service["Unit"]["ConditionPathExists"]
+    assert path["Path"]["Unit"] == [daemon_util.unit("confd")]
+    assert path["Install"]["WantedBy"] == [daemon_util.TARGET]
 
 
 def test_exit_codes_agree_with_the_supervisor() -> None:

@@ -160,6 +160,28 @@ def ovs_port(state: Any, node: str) -> dict[str, str]:
     return ovs.port(state.host(node), str(dev.get("dev")))
 
 
+def assert_the_kvm_verdict_is_shown(state: Any, kvm: bool, job_log: str) -> None:
+    """The node's KVM probe, as the domain type shows it, in the start's job log, in `node
+    info` and in RAPI's node (herder's fields `kvm_accel`, `kvm_reason`)."""
+    how = "hardware KVM" if kvm else "emulated (TCG)"
+    said = [line for line in job_log.splitlines() if f"{NODE1}: " in line and how in line]
+    assert said, job_log
+    # the node's live figures are up to 10 s old: the verdict is there by then
+    info = wait_for(lambda: (found := json.loads(herder(
+        state, "node", "info", NODE1, "--json").stdout)[0])["kvm"].startswith(
+        ("hardware KVM", "emulated")) and found, 60, "the KVM verdict in node info")
+    assert info["kvm"].startswith(f"{how}: "), info["kvm"]
+    with state.rapi() as api:
+        node = api.get_node(NODE1)
+    assert node["kvm_accel"] == ("kvm" if kvm else "tcg")
+    assert node["kvm_reason"] and node["kvm_reason"] in info["kvm"]
+    if not kvm:  # an emulating node is a warning of cluster verify
+        verify = herder(state, "cluster", "verify", "--json", check=False)
+        assert {"severity": "warning", "code": "ENODEHV", "object": f"node {NODE1}",
+                "message": "hypervisor kvm: hardware virtualization is not used: "
+                           f"{node['kvm_reason']}"} in json.loads(verify.stdout), verify
+
+
 def test_the_domain_comes_from_the_config(sim: Any) -> None:
     from herder.sim import guest
 
@@ -167,14 +189,15 @@ def test_the_domain_comes_from_the_config(sim: Any) -> None:
             f"mode=routed,link={ROUTED_TABLE},ip={ROUTED_IP}"]
     if OVS_MISSING is None:
         nics += ["--net", f"mode=openvswitch,link=ovsbr0,vlan={OVS_VLAN}"]
-    herder(sim, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
-           "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-n", NODE1, *nics,
-           timeout=300)
+    added = herder(sim, "instance", "add", NAME, "--no-name-check", "-t", "sharedfile", "-o",
+                   "herder-guest", "--disk", "64M", "--ignore-ipolicy", "-n", NODE1, *nics,
+                   timeout=300)
     first = beat(sim, NODE1)
     if shared_disk(sim, NODE1):
         assert first.disk == guest.disk_pattern_hash(NAME)
     root = domain_xml(sim, NODE1)
     assert root.get("type") in ("qemu", "kvm")  # the node's KVM probe decides
+    assert_the_kvm_verdict_is_shown(sim, root.get("type") == "kvm", added.stderr)
     assert root.findtext("os/kernel", "").endswith("/vmlinuz")
     assert root.find("devices/interface/source").get("bridge") == "br0"
     assert root.find("devices/serial/log").get("file").endswith(f"{NAME}.serial.log")

@@ -1,4 +1,4 @@
-"""Which master IP an etcd master brings up (`etcd_master.floating_master_ip`), how the
+"""Which master IP an etcd master brings up (`master_ip.floating_master_ip`), how the
 takeover moves a master IP that is the master's own primary IP, and where noded keeps its
 files on the etcd backend (`locations.local_config_path`), and that the master elected starts
 its maintd once the master IP is up. The IP's move itself, on real
@@ -15,8 +15,9 @@ from herder.core import master_daemons
 from herder.core.errors import HerderError
 from herder.core.locations import DEFAULT_CONFIG_PATH, local_config_path
 from herder.core.store import ConfigStore, FileStore
-from herder.masterd import etcd_master
-from herder.masterd.etcd_master import candidacy_problem, floating_master_ip, take_over
+from herder.masterd import etcd_master, master_ip
+from herder.masterd.etcd_master import candidacy_problem, take_over
+from herder.masterd.master_ip import floating_master_ip
 from tests.system.masterd_fixture import make_cluster
 
 NODE1, NODE2 = "node1.example.com", "node2.example.com"
@@ -116,11 +117,13 @@ def run_takeover_tasks(elected: Elected, wait: float, monkeypatch: pytest.Monkey
                        util: DaemonUtil) -> None:
     """The master IP holder and maintd's start, as masterd runs them once elected."""
     monkeypatch.setattr(master_daemons, "daemon_util", util)
-    monkeypatch.setattr(etcd_master, "MASTER_IP_RETRY", 0.05)
+    monkeypatch.setattr(master_ip, "MASTER_IP_RETRY", 0.05)
+    # this host plays the elected node's (its primary IP is a documentation address)
+    monkeypatch.setattr(master_ip, "is_local_address", lambda ip: True)
 
     async def both() -> None:
         stop = asyncio.Event()
-        holder = etcd_master.MasterIpHolder(elected)
+        holder = master_ip.MasterIpHolder(elected)
         await asyncio.gather(holder.hold(stop), etcd_master.start_maintd(NODE2, holder, wait))
 
     asyncio.run(both())

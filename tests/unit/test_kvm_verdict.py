@@ -42,6 +42,22 @@ def test_a_negative_verdict_is_probed_again_later(qemu_hypervisor: Hypervisor) -
     assert qemu_hypervisor.kvm_probe() is not first
 
 
+def test_the_live_figures_never_wait_for_a_probe(qemu_hypervisor: Hypervisor) -> None:
+    """masterd asks for a node's figures with a 3 s timeout: the verdict in them is the one at
+    hand; a missing one is probed in the background and answered once there."""
+    import time
+
+    assert qemu_hypervisor.kvm_verdict_nowait() is None  # none yet: a probe starts
+    deadline = time.monotonic() + 120
+    while qemu_hypervisor.kvm_verdict_nowait() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    verdict = qemu_hypervisor.kvm_verdict_nowait()
+    assert verdict is not None and verdict is qemu_hypervisor.kvm_probe()  # no second probe
+    if not verdict.usable:  # a negative one due again: still answered while it is probed
+        qemu_hypervisor._probed_at -= kvmprobe.REPROBE_AFTER + 1
+        assert qemu_hypervisor.kvm_verdict_nowait() is verdict
+
+
 def test_the_start_job_log_says_how_the_instance_runs(tmp_path: Path,
                                                       qemu_hypervisor: Hypervisor) -> None:
     config = build_config(nodes=2, drbd_instances=1, plain_instances=0)

@@ -87,13 +87,14 @@ def test_every_ganeti_status_value_is_reachable() -> None:
 
 def info(memory_free: int = 3000, runs: dict[str, livefigures.InstanceRun] | None = None,
          units: tuple[livefigures.StorageUnit, ...] | None = None,
-         memory_total: int = 4096) -> livefigures.NodeInfo:
+         memory_total: int = 4096,
+         kvm: livefigures.KvmVerdict | None = None) -> livefigures.NodeInfo:
     return livefigures.NodeInfo(
         bootid="b0", memory_total=memory_total, memory_free=memory_free, memory_dom0=200,
         cpu_total=8, cpu_dom0=8, cpu_nodes=2, cpu_sockets=2,
         storage=units if units is not None else (
             livefigures.StorageUnit("file", "/var/lib/herder/noded/disks", 50_000, 40_000),),
-        instances=runs or {})
+        instances=runs or {}, kvm=kvm)
 
 
 def snapshot(config: model.ConfigData, answers: dict[str, livefigures.NodeInfo | None],
@@ -152,12 +153,16 @@ def test_node_fields(config: model.ConfigData) -> None:
              livefigures.StorageUnit("lvm-vg", "xenvg", 900, 700))
     config.cluster.enabled_disk_templates = ["drbd", "file"]
     config.find_node("node3").offline = True
-    live = snapshot(config, {"node1.example.com": info(units=units), "node2.example.com": None})
+    emulated = livefigures.KvmVerdict(usable=False, reason="/dev/kvm is missing", seconds=0.0)
+    live = snapshot(config, {"node1.example.com": info(units=units, kvm=emulated),
+                             "node2.example.com": None})
     node1 = livefields.values(livefields.node_fields(config, config.find_node("node1"), live))
     assert node1 == {"mtotal": 4096, "mnode": 200, "mfree": 3000, "ctotal": 8, "cnos": 8,
                      "cnodes": 2, "csockets": 2, "bootid": "b0",
                      # the first enabled template's unit (drbd: the volume group)
-                     "dtotal": 900, "dfree": 700, "sptotal": 4, "spfree": 2}
+                     "dtotal": 900, "dfree": 700, "sptotal": 4, "spfree": 2,
+                     # herder's: the KVM probe's verdict
+                     "kvm_accel": "tcg", "kvm_reason": "/dev/kvm is missing"}
     # Ganeti's result statuses: no answer, marked offline; no spindles without an lvm-pv unit
     assert set(livefields.node_fields(config, config.find_node("node2"), live).values()) == {
         (RS_NODATA, None)}
@@ -166,14 +171,20 @@ def test_node_fields(config: model.ConfigData) -> None:
     only_file = snapshot(config, {"node1.example.com": info()})
     fields = livefields.node_fields(config, config.find_node("node1"), only_file)
     assert fields["dtotal"] == (RS_NORMAL, 50_000) and fields["spfree"] == (RS_NODATA, None)
+    # a node that does not say (libvirt's test driver, an older noded): no verdict
+    assert fields["kvm_accel"] == fields["kvm_reason"] == (RS_NODATA, None)
 
 
 def test_bulk_views_carry_ganetis_fields(config: model.ConfigData) -> None:
-    live = snapshot(config, {"node1.example.com": info(runs={"drbd0.example.com": run()}),
+    kvm = livefigures.KvmVerdict(usable=True, reason="a KVM guest reached its kernel in 0.4s",
+                                 seconds=0.4)
+    live = snapshot(config, {"node1.example.com": info(runs={"drbd0.example.com": run()},
+                                                       kvm=kvm),
                              "node2.example.com": info(), "node3.example.com": info()})
     node = views.node_view(config, config.find_node("node1"), live)
     assert (node["mtotal"], node["mfree"], node["dtotal"], node["ctotal"]) == (
         4096, 3000, 50_000, 8)
+    assert (node["kvm_accel"], node["kvm_reason"]) == ("kvm", kvm.reason)  # herder's fields
     assert "bootid" not in node  # a /2/query field; Ganeti's bulk answer has none
     inst = views.instance_view(config, config.find_instance("drbd0"), live)
     assert (inst["status"], inst["oper_state"], inst["oper_ram"]) == (RUNNING, True, 1024)
@@ -252,5 +263,12 @@ def test_node_info_wire_format() -> None:
         "storage": [{"type": "file", "name": "/d", "storage_size": 9, "storage_free": 3}],
         "instances": {"i": {"state": "paused", "memory": 64, "vcpus": 1, "uptime": None}}})
     assert decoded.storage[0].storage_free == 3 and decoded.instances["i"].state == "paused"
+    assert decoded.kvm is None  # a node that does not say
     with pytest.raises(ValueError, match="malformed node_info answer"):
         livefigures.decode_node_info({"total_memory": 1})
+    with_kvm = livefigures.decode_node_info({
+        "bootid": "x", "memory_total": 1, "memory_free": 1, "memory_dom0": 0, "cpu_total": 1,
+        "cpu_dom0": 1, "cpu_nodes": 1, "cpu_sockets": 1,
+        "kvm": {"usable": False, "reason": "no kernel in /boot", "seconds": 0.0}})
+    assert with_kvm.kvm == livefigures.KvmVerdict(usable=False, reason="no kernel in /boot",
+                                                  seconds=0.0)

@@ -22,7 +22,6 @@ from herder.core.errors import ConfigError, HerderError
 
 if TYPE_CHECKING:
     from herder.core import model
-    from herder.core.store import ConfigStore
 
 
 @click.group()
@@ -75,13 +74,15 @@ listing.add_list_fields(node, LIST)
 @node.command()
 @click.argument("names", nargs=-1, required=True, metavar="NODE...")
 @json_option
-@remote.pass_store
-def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
-    """Show everything about one or more nodes, with their filled node parameters."""
+@click.pass_context
+def info(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
+    """Show everything about one or more nodes, with their filled node parameters and how
+    KVM instances run there (the node's KVM probe, from masterd)."""
     from herder.core import model
 
-    config = store.load()
+    config = remote.config_source(ctx).load()
     nodes = [config.find_node(name) for name in names]
+    kvm = _kvm_verdicts(ctx, [n.name for n in nodes])
     out = []
     for n in nodes:
         data = model.to_builtins(n)
@@ -91,6 +92,8 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
         data["filled_ndparams"] = config.filled_ndparams(n)
         data["primary_instances"] = [i.name for i in config.primary_instances(n.uuid)]
         data["secondary_instances"] = [i.name for i in config.secondary_instances(n.uuid)]
+        data["kvm"] = kvm.get(n.name, "unknown (the node has not said: not probed yet, "
+                                           "not answering, or no KVM node)")
         out.append(data)
     if as_json:
         print_json(out)
@@ -99,6 +102,21 @@ def info(store: ConfigStore, names: tuple[str, ...], as_json: bool) -> None:
         data["ctime"], data["mtime"] = timestamp(data["ctime"]), timestamp(data["mtime"])
         click.echo(f"Node {data.pop('name')}:")
         print_mapping(data, 1)
+
+
+def _kvm_verdicts(ctx: click.Context, names: list[str]) -> dict[str, str]:
+    """Node name -> the KVM probe's verdict in one line, for the nodes that answered masterd
+    (herder's query fields `kvm_accel` and `kvm_reason`)."""
+    from herder.masterd.livefields import RS_NORMAL
+
+    answer = remote.query(ctx, "node", ["name", "kvm_accel", "kvm_reason"],
+                          ["|", *(["=", "name", name] for name in names)])
+    verdicts = {}
+    for (_, name), (status, accel), (_, reason) in answer.data:
+        if status == RS_NORMAL:
+            how = "hardware KVM" if accel == "kvm" else "emulated (TCG)"
+            verdicts[str(name)] = f"{how}: {reason}"
+    return verdicts
 
 
 @node.command()

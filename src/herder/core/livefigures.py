@@ -50,6 +50,14 @@ class InstanceRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     uptime: float | None = None  # seconds since this node started it (None: unknown)
 
 
+class KvmVerdict(msgspec.Struct, kw_only=True):
+    """The node's KVM probe: does hardware KVM run guests here, and why (one line)."""
+
+    usable: bool
+    reason: str
+    seconds: float
+
+
 class NodeInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One node's answer to `node_info`."""
 
@@ -64,6 +72,8 @@ class NodeInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     storage: tuple[StorageUnit, ...] = ()
     # asked with {"instances": true}: instance name -> its run state (live instances only)
     instances: dict[str, InstanceRun] | None = None
+    # the KVM probe's verdict (None: a node that does not say, e.g. an older version)
+    kvm: KvmVerdict | None = None
 
 
 def decode_node_info(answer: object) -> NodeInfo:

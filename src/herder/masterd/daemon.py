@@ -32,6 +32,7 @@ from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.leases import Leases
 from herder.masterd.livecache import InvalidatingRpc, LiveCache
 from herder.masterd.lu.base import MasterEnv
+from herder.masterd.master_ip import MasterIpHolder
 from herder.masterd.processor import Processor
 from herder.masterd.rapi.app import make_app
 from herder.masterd.rapi.base import ROUTES as RAPI_ROUTES
@@ -267,7 +268,7 @@ class MasterDaemon:
             if not elected:
                 await etcd_master.stop_maintd_if_deposed(self)
                 return
-            master_ip = etcd_master.MasterIpHolder(self)
+            master_ip = MasterIpHolder(self)
             tasks.append(master_ip.hold)
             tasks.append(lambda stop: etcd_master.start_maintd(self.me, master_ip))
             tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
@@ -276,6 +277,8 @@ class MasterDaemon:
             # the master IP down before the lease is handed over (`_resign`)
             before_resign.append(master_ip.release)
             on_stop.append(lambda: etcd_master.stop_maintd_if_deposed(self))
+        else:  # file backend: up whenever masterd starts as the master (after a crash too)
+            tasks.append(MasterIpHolder(self).hold)
         await serve.serve(
             "masterd", self.settings.run_dir,
             endpoints=[serve.Http(make_app(self.rapi), [serve.Listener(

@@ -27,7 +27,6 @@ restarts: as a standby candidate again. Only a node that is no node of the clust
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -36,21 +35,17 @@ from typing import Protocol
 
 from herder.core import master_daemons, model
 from herder.core.errors import HerderError
-from herder.core.rpcdefs.role_calls import MasterIp
 from herder.core.store import ConfigStore
 from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
 from herder.masterd.jobs.store_etcd import EtcdJobStorage
 from herder.masterd.lease import MasterLease
+from herder.masterd.master_ip import MasterIpHolder, find_me
 
 log = logging.getLogger("herder.masterd")
 DEFAULT_LEASE_TTL = model.MASTER_LEASE_TTL_DEFAULT
 # daemon-util asks the supervisor (or systemd), which starts or stops maintd: seconds at most
 MAINTD_START_TIMEOUT = 60.0
 MAINTD_STOP_TIMEOUT = 20.0
-MASTER_IP_TIMEOUT = 60.0  # daemon-util's activate/deactivate-master-ip (a Python start)
-# while another host still has the master IP (an old master takes it down once it knows it
-# lost the lease): seconds between tries
-MASTER_IP_RETRY = 2.0
 # maintd waits this long for the master IP (an old master killed with SIGKILL keeps it until
 # its host goes), then starts anyway, on the node's primary IP: a cluster with a maintd
 # reachable there is better than one without
@@ -93,11 +88,6 @@ def lease_ttl_setting(observer: EtcdStore) -> int:
     """The cluster's master lease TTL, read (unfenced, a read only) before campaigning."""
     kv = observer.client.get(observer.key)
     return DEFAULT_LEASE_TTL if kv is None else observer.snapshot_at(kv).cluster.master_lease_ttl
-
-
-def find_me(config: model.ConfigData, me: str) -> model.Node | None:
-    return next((n for n in config.nodes.values()
-                 if n.name == me or n.name.split(".")[0] == me), None)
 
 
 def candidacy_problem(config: model.ConfigData, me: str) -> str | None:
@@ -243,7 +233,7 @@ async def start_maintd(me: str, master_ip: MasterIpHolder,
     except TimeoutError:
         log.warning("master on etcd: the master IP is not up after %g s; starting the maintd "
                     "of %s anyway (it listens on the node's primary IP)", wait, me)
-    if master_ip.candidate.deposed is not None:
+    if master_ip.master.deposed is not None:
         return
     try:
         said = await asyncio.to_thread(master_daemons.start_master_daemons,
@@ -267,68 +257,3 @@ async def stop_maintd_if_deposed(candidate: Candidate) -> None:
         return
     log.info("master on etcd: %s deposed: %s", candidate.me, said)
 
-
-def floating_master_ip(config: model.ConfigData, me: str) -> MasterIp | None:
-    """The master IP this node brings up as master: None when there is none to bring up (it
-    is this node's own primary IP, as `take_over` leaves it when there is no floating IP)."""
-    node = find_me(config, me)
-    c = config.cluster
-    if node is None or not c.master_ip or c.master_ip == node.primary_ip:
-        return None
-    return MasterIp.of_cluster(c)
-
-
-class MasterIpHolder:
-    """The floating master IP on an etcd master: brought up once elected (retried while
-    another host still has it: an old master takes it down once it lost the lease, and
-    `activate-master-ip` refuses an address another machine answers for), taken down when
-    this masterd stops acting as master (deposed, or a clean stop that hands the lease over
-    at once). So the master IP follows the lease as `master-failover` moves it."""
-
-    def __init__(self, candidate: Candidate) -> None:
-        self.candidate = candidate
-        self.up: MasterIp | None = None  # what this masterd brings or brought up
-        # set once the master IP is up here, or there is none to bring up (what maintd's
-        # start waits for: `start_maintd`)
-        self.settled = asyncio.Event()
-
-    async def hold(self, stop: asyncio.Event) -> None:
-        try:
-            await self._bring_up(stop)
-        finally:
-            if self.candidate.deposed is None and not stop.is_set():
-                self.settled.set()
-
-    async def _bring_up(self, stop: asyncio.Event) -> None:
-        net = floating_master_ip(self.candidate.store.snapshot(), self.candidate.me)
-        if net is None:
-            return
-        # set first: a stop while the activation runs still takes it down (`release`; an
-        # address that is not there is left alone)
-        self.up = net
-        while not stop.is_set() and self.candidate.deposed is None:
-            try:
-                said = await asyncio.to_thread(master_daemons.daemon_util,
-                                               "activate-master-ip", *net.options(),
-                                               timeout=MASTER_IP_TIMEOUT)
-            except HerderError as err:
-                log.warning("master on etcd: %s: %s (trying again in %g s)", self.candidate.me,
-                            err, MASTER_IP_RETRY)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=MASTER_IP_RETRY)
-                continue
-            log.info("master on etcd: %s: %s", self.candidate.me, said)
-            return
-
-    async def release(self) -> None:
-        net, self.up = self.up, None
-        if net is None:
-            return
-        try:
-            said = await asyncio.to_thread(master_daemons.daemon_util, "deactivate-master-ip",
-                                           *net.options(), timeout=MASTER_IP_TIMEOUT)
-        except HerderError as err:
-            log.warning("master on etcd: %s: cannot take the master IP down: %s",
-                        self.candidate.me, err)
-            return
-        log.info("master on etcd: %s: %s", self.candidate.me, said)

@@ -51,7 +51,7 @@ ON_PRIMARY, ELSEWHERE = "primary", "elsewhere"
 Result = tuple[int, Any]
 
 NODE_LIVE_FIELDS = ("mtotal", "mnode", "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes",
-                    "csockets", "spfree", "sptotal", "bootid")
+                    "csockets", "spfree", "sptotal", "bootid", "kvm_accel", "kvm_reason")
 INSTANCE_LIVE_FIELDS = ("oper_state", "oper_ram", "oper_vcpus", "status")
 
 
@@ -183,6 +183,9 @@ def node_fields(config: model.ConfigData, node: model.Node,
         "sptotal": spindles.storage_size if spindles else None,
         "spfree": spindles.storage_free if spindles else None,
         "bootid": info.bootid or None,
+        # herder's: the KVM probe's verdict (compat K9)
+        "kvm_accel": None if info.kvm is None else "kvm" if info.kvm.usable else "tcg",
+        "kvm_reason": None if info.kvm is None else info.kvm.reason,
     }
     return {name: (RS_NODATA, None) if values[name] is None else (RS_NORMAL, values[name])
             for name in NODE_LIVE_FIELDS}

@@ -123,4 +123,12 @@ def node_info(hv: Hypervisor, instances_dir: Path, *,
         bootid=boot_id(), memory_total=total, memory_free=free, memory_dom0=node,
         cpu_total=host.cpu_total, cpu_dom0=host.cpu_total, cpu_nodes=host.cpu_nodes,
         cpu_sockets=host.cpu_sockets, storage=storage,
-        instances=instance_runs(hv, instances_dir) if with_instances else None)
+        instances=instance_runs(hv, instances_dir) if with_instances else None,
+        kvm=_kvm_verdict(hv))
+
+
+def _kvm_verdict(hv: Hypervisor) -> livefigures.KvmVerdict | None:
+    """The KVM probe's verdict at hand (none on libvirt's test driver, which runs no guests;
+    none until the node's first probe ended)."""
+    probe = hv.kvm_verdict_nowait() if hv.runs_guests else None
+    return None if probe is None else probe.verdict()

@@ -81,6 +81,8 @@ class Hypervisor:
         self._connection = libvirt_host.Connection(uri, on_open=self._restore_definitions)
         self._probe: kvmprobe.KvmProbe | None = None
         self._probed_at = 0.0  # time.monotonic() of the last probe
+        # one probe at a time: the node's figures, a start and cluster verify may ask at once
+        self._probe_lock = threading.Lock()
         self.probe_cache = kvmprobe.CACHE_FILE
         # Why a recorded domain must not be defined again after a libvirtd restart (None: it
         # may); noded's guard says so for the domains this node is not the primary of.
@@ -171,12 +173,27 @@ class Hypervisor:
         a negative one for `kvmprobe.REPROBE_AFTER` seconds, then the node probes again."""
         if not self.runs_guests:
             return kvmprobe.KvmProbe(True, "libvirt's test driver runs no guests", 0.0)
-        stale = self._probe is not None and not self._probe.usable and \
-            time.monotonic() - self._probed_at > kvmprobe.REPROBE_AFTER
-        if self._probe is None or stale:
-            self._probe = kvmprobe.kvm_probe(self.probe_cache)
-            self._probed_at = time.monotonic()
-            log.info("KVM probe: %s", self._probe.reason)
+        with self._probe_lock:
+            probe = self._probe
+            if probe is None or self._needs_probe():
+                probe = self._probe = kvmprobe.kvm_probe(self.probe_cache)
+                self._probed_at = time.monotonic()
+                log.info("KVM probe: %s", probe.reason)
+            return probe
+
+    def _needs_probe(self) -> bool:
+        """No verdict yet, or a negative one older than `kvmprobe.REPROBE_AFTER`."""
+        return self._probe is None or (not self._probe.usable and time.monotonic()
+                                       - self._probed_at > kvmprobe.REPROBE_AFTER)
+
+    def kvm_verdict_nowait(self) -> kvmprobe.KvmProbe | None:
+        """The verdict at hand without waiting for a probe (the node's live figures must
+        answer within masterd's 3 s): when there is none, or a negative one is due again, a
+        probe starts in the background and the last verdict (None: none yet) is answered."""
+        if not self.runs_guests:
+            return self.kvm_probe()
+        if self._needs_probe() and not self._probe_lock.locked():
+            threading.Thread(target=self.kvm_probe, name="kvm-probe", daemon=True).start()
         return self._probe
 
     def probed(self) -> kvmprobe.KvmProbe | None:

@@ -3,13 +3,16 @@ builds from the master's payload (herder.noded.instance_spec)."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from herder.core import params
+from herder.core import params, qemu_procs
 from herder.core.rpcdefs.payload import InstancePayload
 from herder.noded import instance_spec
 from herder.noded.kvm import preflight
@@ -87,3 +90,45 @@ def test_openvswitch_links_are_open_vswitch_bridges() -> None:
         "openvswitch NICs (ovsbr0) but Open vSwitch does not run on this node "
         "(ovs-vsctl list-br)"]
     assert preflight.missing_links(nics, {"br0"}, {"ovsbr0"}) == []
+
+
+def _qemu(tmp_path: Path, *name: str) -> subprocess.Popen[bytes]:
+    """A real QEMU (stopped, no devices) named as given."""
+    qemu = shutil.which("qemu-system-x86_64")
+    if qemu is None:
+        pytest.fail("needs qemu-system-x86_64 (scripts/sysdeps.sh)")
+    return subprocess.Popen([qemu, *name, "-machine", "none", "-S", "-nodefaults",
+                             "-no-user-config", "-display", "none", "-monitor", "none"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path)
+
+
+def test_a_guest_running_outside_libvirt_is_never_started_twice(tmp_path: Path) -> None:
+    """After import-ganeti, a guest Ganeti started runs on in Ganeti's own QEMU (hv_kvm's
+    command line names it `-name NAME`); libvirt does not know it, so a start (the watcher's
+    restart of an instance it sees down, an operator's) must be refused, not run a second QEMU
+    on its disks. libvirt's own QEMU (`-name guest=NAME,...`) is not such a process."""
+    name = "web1.example.com"
+    ganetis = _qemu(tmp_path, "-name", name)
+    libvirts = _qemu(tmp_path, "-name", "guest=web2.example.com,debug-threads=on")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not qemu_procs.foreign_qemu(name):
+            time.sleep(0.1)
+        assert qemu_procs.foreign_qemu(name) == [ganetis.pid]
+        assert qemu_procs.foreign_qemu("web2.example.com") == []
+        facts = preflight.NodeFacts(bridges={"br0"}, port_in_use=lambda address, port: False)
+        with pytest.raises(preflight.PreflightError) as caught:
+            preflight.check(_spec(tmp_path), facts)
+        assert str(caught.value) == (
+            f"cannot start {name}: a QEMU that libvirt does not manage already runs {name} "
+            f"(pid {ganetis.pid}; a guest Ganeti started?): stop it, or leave the instance as "
+            "it runs, before starting it here")
+    finally:
+        for proc in (ganetis, libvirts):
+            proc.kill()
+            proc.wait(30)
+    # once Ganeti's QEMU is gone, the instance may start
+    assert qemu_procs.foreign_qemu(name) == []
+    facts = preflight.NodeFacts(bridges={"br0"}, port_in_use=lambda address, port: False)
+    assert preflight.problems(_spec(tmp_path), facts) == []

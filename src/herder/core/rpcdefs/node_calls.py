@@ -178,12 +178,8 @@ class CertificateValidity(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
-class KvmVerdict(msgspec.Struct, kw_only=True):
-    """The node's KVM probe: does hardware KVM run guests here, and why (one line)."""
-
-    usable: bool
-    reason: str
-    seconds: float
+# the node's KVM probe, also part of the node's live figures
+KvmVerdict = livefigures.KvmVerdict
 
 
 class KvmProbe(Call[KvmVerdict], kw_only=True):

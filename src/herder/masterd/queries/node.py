@@ -61,6 +61,10 @@ FIELDS: dict[str, FieldDef] = {
     "group": FieldDef("Group", TEXT, "Node group"),
     "group.uuid": FieldDef("GroupUUID", TEXT, "UUID of node group"),
     "hv_state": FieldDef("HypervisorState", OTHER, "Hypervisor state"),
+    # herder's: the node's KVM probe (compat K9)
+    "kvm_accel": FieldDef("KvmAccel", TEXT, "How KVM instances run on the node: kvm "
+                          "(hardware virtualization) or tcg (QEMU's emulation)"),
+    "kvm_reason": FieldDef("KvmReason", TEXT, "Why the node's KVM probe decided so"),
     "master": FieldDef("IsMaster", BOOL, "Whether node is master"),
     "master_candidate": FieldDef("MasterC", BOOL, "Whether node is a master candidate"),
     "master_capable": FieldDef("MasterCapable", BOOL, "Whether node can become a master "

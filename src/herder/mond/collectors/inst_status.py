@@ -10,8 +10,11 @@ libvirt domain. Per instance:
 - `actual_state`: `up` (running or blocked; also while it shuts down), `down` (no domain, shut
   off, crashed), `hung` (running, but its CPU time did not advance between two collections at
   least `hung_after` seconds apart), `paused` (paused or suspended to RAM: it holds its memory but
-  does not run — neither up nor down), `unknown` (libvirt reports no state, or asking failed);
-  `domain_state`/`domain_state_reason` are libvirt's words ("absent" when there is no domain);
+  does not run — neither up nor down), `unknown` (libvirt reports no state, or asking failed;
+  or, on a local QEMU node, no domain while a QEMU outside libvirt runs the instance: a guest
+  Ganeti started, still running after `import-ganeti` — never `down`, which maintd's watcher
+  would start a second time); `domain_state`/`domain_state_reason` are libvirt's words
+  ("absent" when there is no domain, "foreign" for such a QEMU);
 - `uptime`: whole seconds the domain has been running (null unless it is active — up, hung or
   paused). libvirt reports no boot time: for local QEMU domains it is the age of the QEMU
   process (its pid file under `qemu_pid_dir`), `uptime_source` "process"; otherwise it counts
@@ -53,7 +56,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from herder.core import confd, model, paths
+from herder.core import confd, model, paths, qemu_procs
 from herder.core.libvirt_host import alive as conn_alive
 from herder.core.libvirt_host import is_no_domain
 from herder.core.libvirt_host import message as error_text
@@ -63,6 +66,8 @@ from herder.mond.report import Kind, Status, merge_statuses, status
 
 UP, DOWN, HUNG, PAUSED, UNKNOWN = "up", "down", "hung", "paused", "unknown"
 ABSENT = "absent"  # domain_state when libvirt has no domain for the instance
+# domain_state when libvirt has no domain but a QEMU outside libvirt runs the instance
+FOREIGN = "foreign"
 INSTMON_STATE = "instmon.json"  # instmon's state file in the run dir
 
 # virDomainState -> actual state (before the hung check).
@@ -380,10 +385,14 @@ class InstStatusCollector(Collector):
         instances: list[dict[str, Any]] = []
         keys: set[str] = set()
         seen = read_instmon(self.ctx.settings.run_dir / INSTMON_STATE)
+        # a guest Ganeti started (still in its own QEMU after import-ganeti) is not "down"
+        foreign = qemu_procs.foreign_qemus() if local_qemu and any(
+            inst is not None and dom is None for inst, dom in pairs) else {}
         for inst, dom in pairs:
             key = inst.uuid if inst is not None else f"domain:{dom.uuid if dom else ''}"
             keys.add(key)
-            entry = self._report(key, inst, dom, now, start_hint(dom))
+            outside = foreign.get(inst.name, []) if inst is not None and dom is None else []
+            entry = self._report(key, inst, dom, now, start_hint(dom), outside)
             uuids = {u.lower() for u in (inst.uuid if inst else None, dom.uuid if dom else None)
                      if u}
             entry["instmon"] = next((seen[u] for u in uuids if u in seen), None)
@@ -451,10 +460,15 @@ class InstStatusCollector(Collector):
                       key=lambda i: i.name), owners
 
     def _report(self, key: str, inst: InstanceView | None, dom: DomainSnapshot | None,
-                now: float, start_hint: Callable[[], float | None]) -> dict[str, Any]:
+                now: float, start_hint: Callable[[], float | None],
+                outside: list[int]) -> dict[str, Any]:
+        """One instance's entry; `outside`: pids of QEMUs outside libvirt that run it (its
+        state is then unknown to herder: not down, so nothing starts it a second time)."""
         hung, still = self.tracker.hung(key, dom, now)
-        actual = actual_state(dom, hung)
-        if dom is None:
+        actual = UNKNOWN if outside else actual_state(dom, hung)
+        if outside:
+            dstate, dreason = FOREIGN, None
+        elif dom is None:
             dstate, dreason = ABSENT, None
         elif dom.state is None:
             dstate, dreason = UNKNOWN, None
@@ -465,7 +479,10 @@ class InstStatusCollector(Collector):
             baseline=inst.mtime if inst is not None else None, start_hint=start_hint)
         name = inst.name if inst is not None else (dom.name if dom else "?")
         detail = ""
-        if actual == HUNG:
+        if outside:
+            detail = (f"a QEMU that libvirt does not manage runs it (pid "
+                      f"{', '.join(map(str, outside))}; a guest Ganeti started?)")
+        elif actual == HUNG:
             detail = f"running, but its CPU time has not advanced for {still:.0f}s"
         elif dom is not None and dom.error:
             detail = dom.error

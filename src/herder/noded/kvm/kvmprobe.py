@@ -30,6 +30,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from herder.core.livefigures import KvmVerdict
+
 CACHE_FILE = Path("/var/cache/herder/kvm-probe.json")
 DEFAULT_QEMU = "qemu-system-x86_64"
 # Working KVM reaches the decompressor in a fraction of a second, TCG in about 0.5 s; the KVM
@@ -55,6 +57,10 @@ class KvmProbe:
     @property
     def domain_type(self) -> str:
         return "kvm" if self.usable else "qemu"
+
+    def verdict(self) -> KvmVerdict:
+        """The verdict as the node's RPCs answer it."""
+        return KvmVerdict(usable=self.usable, reason=self.reason, seconds=self.seconds)
 
 
 def _qemu_path(qemu: str) -> str | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from herder.core.errors import HerderError
+from herder.core.qemu_procs import foreign_qemu
 from herder.noded.kvm.domain import InstanceSpec, NicSpec, display_of
 
 SYS_NET = Path("/sys/class/net")
@@ -91,6 +92,8 @@ class NodeFacts:
     executable: Callable[[str], bool] = field(default=lambda path: os.access(path, os.X_OK))
     port_in_use: Callable[[str, int], bool] = port_in_use
     ovs_bridges: set[str] | None = None  # None: no Open vSwitch here
+    # instance name -> the QEMU processes running it outside libvirt (`core.qemu_procs`)
+    foreign_qemu: Callable[[str], list[int]] = foreign_qemu
 
     @classmethod
     def of_this_node(cls, spec: InstanceSpec | None = None) -> NodeFacts:
@@ -102,6 +105,11 @@ class NodeFacts:
 def problems(spec: InstanceSpec, node: NodeFacts) -> list[str]:
     """Everything that would keep the domain from starting here, one line each."""
     found: list[str] = []
+    foreign = node.foreign_qemu(spec.name)
+    if foreign:
+        found.append(f"a QEMU that libvirt does not manage already runs {spec.name} (pid "
+                     f"{', '.join(map(str, foreign))}; a guest Ganeti started?): stop it, or "
+                     "leave the instance as it runs, before starting it here")
     found.extend(f"{line} (NIC link of {spec.name})"
                  for line in missing_links(spec.nics, node.bridges, node.ovs_bridges))
     hvp = spec.hvparams

@@ -66,8 +66,7 @@ def os_list(node: Node, call: node_calls.OsList) -> list[str]:
 
 def kvm_probe(node: Node, call: node_calls.KvmProbe) -> node_calls.KvmVerdict:
     """The KVM probe's verdict (herder.noded.kvm.kvmprobe), for the job log of a start."""
-    probe = node.hv.kvm_probe()
-    return node_calls.KvmVerdict(usable=probe.usable, reason=probe.reason, seconds=probe.seconds)
+    return node.hv.kvm_probe().verdict()
 
 
 def node_verify(node: Node, call: node_calls.NodeVerify) -> node_calls.NodeVerifyAnswer:
@@ -77,9 +76,7 @@ def node_verify(node: Node, call: node_calls.NodeVerify) -> node_calls.NodeVerif
     problem = None if hv.check() else f"libvirt does not answer at {hv.uri}"
     kvm = None
     if problem is None and hv.runs_guests:
-        probe = hv.kvm_probe()
-        kvm = node_calls.KvmVerdict(usable=probe.usable, reason=probe.reason,
-                                    seconds=probe.seconds)
+        kvm = hv.kvm_probe().verdict()
     certificates = [node.trust.secrets.certificate, node.trust.node_certificate]
     return nodecheck.verify(call, host=node.disks.host, os_path=list(node.settings.os_path),
                             certificates=certificates, hypervisor_problem=problem, kvm=kvm)
