@@ -372,6 +372,6 @@ def test_every_guest_came_back(sim: Any) -> None:
     before that failure)."""
     for name in list(RECOVERIES):
         recovered(sim, name)
-    assert CHECKED == set(GUESTS)  # every guest was recovered once at least
+    assert set(GUESTS) == CHECKED  # every guest was recovered once at least
     for name in GUESTS:  # again, as they are now (a later recovery's boot included)
         assert_one_writer(sim, name)
