@@ -184,3 +184,18 @@ def test_a_node_that_is_no_master_candidate_does_not_take_over(store: FileStore)
     after = store.load()
     assert after.cluster.master_node == before.cluster.master_node
     assert after.serial_no == before.serial_no
+
+
+@pytest.mark.parametrize("here", [True, False])
+def test_a_standby_takes_down_a_master_ip_left_on_its_host(
+        store: FileStore, monkeypatch: pytest.MonkeyPatch, here: bool) -> None:
+    """A masterd that died as master (a crash: the simulated cluster saw a SIGSEGV right after
+    a takeover) leaves the floating master IP up; restarted as a standby it takes it down
+    before campaigning, else the elected master's activation is refused for as long as this
+    host answers for the address. Not there: nothing is done."""
+    elected = elected_with_floating_ip(store)
+    util = DaemonUtil()
+    monkeypatch.setattr(master_daemons, "daemon_util", util)
+    monkeypatch.setattr(master_ip, "is_local_address", lambda ip: here and ip == "192.0.2.2")
+    asyncio.run(master_ip.release_if_here(elected))
+    assert util.calls == (["deactivate-master-ip"] if here else [])

@@ -258,7 +258,9 @@ class MasterDaemon:
         before_resign: list[serve.Hook] = []
         if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
             from herder.masterd import etcd_master, redist_etcd
+            from herder.masterd import master_ip as master_ip_here
 
+            await master_ip_here.release_if_here(self)  # a crashed master left it up
             elected = False
             try:
                 elected = await etcd_master.await_election(self, self.lease, stop)
