@@ -5,7 +5,7 @@ carrying the disk's bytes into a file (the limit of a TLS stream between them). 
 is the wall time of the command; the ratio is herder's over the bare copy's (the issue's
 goal: at most 1.3).
 
-    PYTHONPATH=src python bench/backup.py [--size-mib 1024] [--dir /tmp/herder-bench-backup]
+    PYTHONPATH=src python bench/backup.py [--size-mib 1024] [--repeat 5] [--dir DIR]
 
 Needs root (scripts/sysdeps.sh). Run it under the suite lock on a shared machine.
 """
@@ -13,6 +13,8 @@ Needs root (scripts/sysdeps.sh). Run it under the suite lock on a shared machine
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -90,9 +92,40 @@ def _timed(state: cluster.SimState, *args: str) -> float:
     return time.monotonic() - started
 
 
+def _summary(what: str, samples: list[float]) -> str:
+    return (f"{what:<36} {statistics.median(samples):8.1f}  ({min(samples):.1f}-"
+            f"{max(samples):.1f}, n={len(samples)})")
+
+
+def _exports(state: cluster.SimState, node1: str, node2: str, device: str, size: int,
+             repeat: int) -> tuple[list[float], list[float]]:
+    """Each export (the next replaces the one before) beside a bare copy, in turns, so
+    that both see the same load."""
+    export, bare = [], []
+    for _ in range(repeat):
+        export.append(_timed(state, "backup", "export", "-n", node2, NAME))
+        bare.append(_bare(state, node1, node2, device, f"{EXPORTS}/bare.dump", size))
+        on_node(state, node2, ["rm", "-f", f"{EXPORTS}/bare.dump"])
+    return export, bare
+
+
+def _imports(state: cluster.SimState, node1: str, node2: str, size: int, repeat: int
+             ) -> tuple[list[float], list[float]]:
+    restore, bare = [], []
+    dump = on_node(state, node2, ["sh", "-c", f"ls {EXPORTS}/{NAME}/*-* | head -1"]).strip()
+    for _ in range(repeat):
+        restore.append(_timed(state, "backup", "import", RESTORED, "--src-node", node2,
+                              "--src-dir", NAME, "-n", node1, "--no-start", "--no-name-check"))
+        herder(state, "instance", "remove", RESTORED)
+        bare.append(_bare(state, node2, node1, dump, "/tmp/bare.dump", size))
+        on_node(state, node1, ["rm", "-f", "/tmp/bare.dump"])
+    return restore, bare
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=5, help="samples of each figure")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-backup"))
     parser.add_argument("--first-ip", type=int, default=234)
     options = parser.parse_args()
@@ -106,21 +139,19 @@ def main() -> None:
         device = _disk_path(state, NAME)
         on_node(state, node1, ["dd", "if=/dev/urandom", f"of={device}", "bs=1M",
                             f"count={options.size_mib}", "conv=notrunc,fsync", "status=none"])
-        export = _timed(state, "backup", "export", "-n", node2, NAME)
         size = options.size_mib << 20
-        bare_out = _bare(state, node1, node2, device, f"{EXPORTS}/bare.dump", size)
-        on_node(state, node2, ["rm", "-f", f"{EXPORTS}/bare.dump"])
-        restore = _timed(state, "backup", "import", RESTORED, "--src-node", node2,
-                         "--src-dir", NAME, "-n", node1, "--no-start", "--no-name-check")
-        dump = on_node(state, node2, ["sh", "-c", f"ls {EXPORTS}/{NAME}/*-* | head -1"]).strip()
-        bare_in = _bare(state, node2, node1, dump, "/tmp/bare.dump", size)
-        on_node(state, node1, ["rm", "-f", "/tmp/bare.dump"])
-        print(f"\n{options.size_mib} MiB between two simulated nodes (wall seconds)")
-        print(f"{'export (herder backup export)':<36} {export:8.1f}")
-        print(f"{'bare TLS copy, node1 -> node2':<36} {bare_out:8.1f}")
-        print(f"{'import (herder backup import)':<36} {restore:8.1f}")
-        print(f"{'bare TLS copy, node2 -> node1':<36} {bare_in:8.1f}")
-        print(f"ratio export/bare {export / bare_out:.2f}, import/bare {restore / bare_in:.2f}"
+        load_before = os.getloadavg()[0]
+        export, bare_out = _exports(state, node1, node2, device, size, options.repeat)
+        restore, bare_in = _imports(state, node1, node2, size, options.repeat)
+        load_after = os.getloadavg()[0]
+        print(f"\n{options.size_mib} MiB between two simulated nodes (wall seconds: median "
+              f"(min-max); load average {load_before:.1f} before, {load_after:.1f} after)")
+        print(_summary("export (herder backup export)", export))
+        print(_summary("bare TLS copy, node1 -> node2", bare_out))
+        print(_summary("import (herder backup import)", restore))
+        print(_summary("bare TLS copy, node2 -> node1", bare_in))
+        print(f"ratio export/bare {statistics.median(export) / statistics.median(bare_out):.2f}"
+              f", import/bare {statistics.median(restore) / statistics.median(bare_in):.2f}"
               " (goal: at most 1.3)")
     finally:
         cluster.stop(options.dir)

@@ -284,7 +284,7 @@ class RecordingRpc(RpcTransport):
                           "memory_dom0": 512, "cpu_total": 2, "cpu_dom0": 2, "cpu_nodes": 1,
                           "cpu_sockets": 1, "instances": {}},
             "blockdev_import_prepare": {"token": "token"},
-            "blockdev_export": {"bytes": 1 << 20, "sha256": ""},
+            "blockdev_export": {"bytes": 1 << 20, "checksum": ""},
             "vg_list": {"xenvg": 20480},  # the cluster's VG is there (replace-disks' check)
         }
         return answers[method] if method in answers else nothing_answer(method)

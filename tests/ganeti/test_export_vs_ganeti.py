@@ -99,6 +99,31 @@ def test_herders_config_ini_is_ganetis(exported: Any) -> None:
     assert herder == ganeti
 
 
+def test_ganeti_lists_and_reads_every_export_a_retention_count_keeps(tmp_path: Path) -> None:
+    """herder's exports of one instance with keep 3 (the newest under its name, the older
+    ones dated, `noded.exports.finalize`): Ganeti's ListExports lists each and its
+    ExportInfo reads each, so gnt-backup list and import see them all."""
+    from herder.noded import exports
+
+    if not ganeti_available():
+        pytest.skip("Ganeti 3.0.2 from ../shared/peers (/tmp/groot) is absent")
+    config = build_config()
+    inst = next(i for i in config.instances.values() if i.name.startswith("plain"))
+    for day in range(4):
+        (tmp_path / f"{inst.name}.new").mkdir()
+        (tmp_path / f"{inst.name}.new" / inst.disks[0].uuid).write_bytes(b"%d" % day)
+        exports.finalize(tmp_path, inst.name,
+                         exportconf.build(config, inst, 1_800_000_000 + day * 86400), keep=3)
+    names = exports.list_exports(tmp_path)
+    assert names == [inst.name, f"{inst.name}@20270116-080000", f"{inst.name}@20270117-080000"]
+    answer = run_ganeti({"export_dir": str(tmp_path), "read": [str(tmp_path / n) for n in names]})
+    assert answer["listed"] == names
+    for name, text in zip(names, answer["read"], strict=True):
+        assert not text.startswith("error:"), (name, text)
+        assert sections(text)["instance"]["name"] == inst.name
+        assert text == (tmp_path / name / exportconf.CONF_FILE).read_text()
+
+
 def test_ganetis_export_reads_as_an_import_takes_it(exported: Any) -> None:
     config, inst, theirs, _ours = exported
     info = exportconf.parse((theirs / exportconf.CONF_FILE).read_text())

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,44 @@ def test_missed_times_are_run_once_and_a_busy_instance_waits() -> None:
         ("nightly", WEB1, at(74)), ("nightly", WEB2, at(74))]
 
 
+def test_a_cron_schedule_runs_on_its_days_in_utc() -> None:
+    """`0 2 * * mon-fri` (DAY0 is a Monday): due at 02:00 UTC on weekdays, the weekend
+    skipped; a nickname (`weekly`, cron's Sunday 00:00) too; the old forms unchanged."""
+    weekdays = sched("0 2 * * mon-fri", ctime=at(-1))
+    assert backupsched.last_due(weekdays.when, at(1.99)) == at(2) - 3 * 86400  # Friday's
+    assert backupsched.last_due(weekdays.when, at(2)) == at(2)  # at the time: due
+    assert backupsched.next_due(weekdays.when, at(2)) == at(24 + 2)
+    assert backupsched.next_due(weekdays.when, at(4 * 24 + 3)) == at(7 * 24 + 2)  # Fri->Mon
+    runs: list[BackupRun] = []
+    days = []
+    for hour in range(0, 7 * 24, 1):
+        new = backups.plan([weekdays], INSTANCES[:1], runs, at(hour))
+        for run in new:
+            run.status = "success"
+        runs += new
+        days += [(hour, r.due) for r in new]
+    assert days == [(d * 24 + 2, at(d * 24 + 2)) for d in range(5)]
+    assert backupsched.next_due("weekly", at(0)) == at(6 * 24)  # Sunday 00:00
+    assert backupsched.next_due("@weekly", at(0)) == at(6 * 24)
+    assert backupsched.next_due("*/30 * * * *", at(0.25)) == at(0.5)
+    assert backupsched.next_due("daily 02:00", at(2)) == at(26)
+    assert backupsched.last_due("every 6 hours", at(7)) == at(6)
+
+
 @pytest.mark.parametrize(("raw", "fragment"), [
     ({"when": "daily 24:00"}, "give 'daily HH:MM'"),
     ({"when": "every 2 minutes"}, "between every 5 minutes"),
-    ({"when": "weekly"}, "give 'daily HH:MM'"),
+    ({"when": "sat 3:30"}, "give 'daily HH:MM'"),
+    ({"when": "0 2 * * mon..fri"}, "or a cron expression"),
+    ({"when": "61 * * * *"}, "not a cron expression croniter takes"),
+    ({"when": "0 0 31 2 *"}, "not a cron expression croniter takes"),
+    ({"when": "*/2 * * * *"}, "closer than every 5 minutes"),
+    ({"when": "58,1 * * * *"}, "closer than every 5 minutes"),
+    ({"when": "0 2 * * 1-5 2030"}, "give 'daily HH:MM'"),
     ({"tag": "", "instance": ""}, "give an instance or a tag"),
     ({"instance": WEB1}, "give an instance or a tag"),
-    ({"keep": 3}, "keep is 1"),
+    ({"keep": 0}, "1 to 100 exports"),
+    ({"keep": 101}, "1 to 100 exports"),
     ({"name": "a b"}, "invalid backup schedule name"),
     ({"targetNode": "no de"}, "target node"),
     ({"colour": "red"}, "unknown field"),
@@ -155,8 +187,10 @@ def settle(daemon: Maintd, master: RunningMaster) -> list[BackupRun]:
 
 
 @pytest.mark.parametrize(("body", "status", "fragment"), [
-    ({"name": "n", "when": "hourly", "targetNode": "node3", "tag": "t"}, 400,
+    ({"name": "n", "when": "sat 3:30", "targetNode": "node3", "tag": "t"}, 400,
      "give 'daily HH:MM'"),
+    ({"name": "n", "when": "* * * * *", "targetNode": "node3", "tag": "t"}, 400,
+     "closer than every 5 minutes"),
     ({"name": "n", "when": "daily 02:00", "targetNode": "nosuch", "tag": "t"}, 404, "nosuch"),
     ({"name": "n", "when": "daily 02:00", "targetNode": "node3", "instance": "nosuch"}, 404,
      "nosuch"),
@@ -270,13 +304,20 @@ def test_the_commands_add_list_and_remove_schedules_and_maintd_status_shows_runs
     added = _cli(master, "backup", "schedule", "add", "web1-often", "--when",
                  "every 6 hours", "-n", "node3", "--instance", "web1")
     assert added.returncode == 0 and "web1-often added" in added.stdout, added.stderr
-    bad = _cli(master, "backup", "schedule", "add", "x", "--when", "weekly", "-n", "node3",
-               "--tag", "t")
+    bad = _cli(master, "backup", "schedule", "add", "x", "--when", "mon..fri 02:00", "-n",
+               "node3", "--tag", "t")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
     assert "give 'daily HH:MM'" in bad.stderr
+    yearly = _cli(master, "backup", "schedule", "add", "new-year", "--when", "0 3 1 1 *",
+                  "-n", "node3", "--tag", "t", "--keep", "5")
+    assert yearly.returncode == 0, yearly.stderr
     listed = _cli(master, "backup", "schedule", "list")
     assert any(line.split()[:3] == ["web1-often", "every", "6"] and WEB1 in line
                for line in listed.stdout.splitlines()), listed.stdout
+    (line,) = [x for x in listed.stdout.splitlines() if x.startswith("new-year")]
+    next_year = time.gmtime().tm_year + 1  # (unless this runs at 03:00 on January 1st)
+    assert "keep 5" in line and f"next {next_year}-01-01 03:00:00 UTC" in line, line
+    assert _cli(master, "backup", "schedule", "remove", "new-year").returncode == 0
     # a maintd runs it; its HTTP status and `herder maintd status` show the run
     (made,) = [s for s in json.loads(_cli(master, "backup", "schedule", "list",
                                           "--json").stdout)["schedules"]

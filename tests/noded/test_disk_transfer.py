@@ -5,13 +5,13 @@ is refused and nothing is written."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import xxhash
 
 from herder.core.rpcdefs import disk_calls
 from herder.noded import rpc as noded_rpc
@@ -54,8 +54,8 @@ def test_a_disk_is_copied_between_two_node_daemons(tmp_path: Path) -> None:
         sent = noded_rpc.dispatch(source.daemon, "blockdev_export", {
             "disk": disk_a, "instance": "inst1", "token": prepared.token,
             "target": {"address": "127.0.0.1", "port": port}})
-        assert sent == disk_calls.Transferred(bytes=4 * MIB,
-                                              sha256=hashlib.sha256(data).hexdigest())
+        assert sent == disk_calls.Transferred(
+            bytes=4 * MIB, checksum=f"xxh3_128:{xxhash.xxh3_128_hexdigest(data)}")
         assert (store_b / "disk0").read_bytes() == data
         # the token was for one import: a second stream is refused
         with pytest.raises(DiskFailure, match="refused the stream \\(403\\)"):

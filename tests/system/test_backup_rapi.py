@@ -85,17 +85,17 @@ def test_prepare_export_remote_answers_ganetis_signed_triple(master: RunningMast
 
 
 def test_export_body_is_ganetis(master: RunningMaster) -> None:
-    """Ganeti's client body (`destination` renamed to the opcode's target_node); the job
-    carries exactly what was asked."""
+    """Ganeti's client body (`destination` renamed to the opcode's target_node) and herder's
+    `keep`; the job carries exactly what was asked."""
     api = master.client
     job = api.request("PUT", f"/2/instances/{NAME}/export", None, {
         "destination": "node3.example.com", "mode": "local", "shutdown": True,
-        "remove_instance": False, "dry_run": True})
+        "remove_instance": False, "dry_run": True, "keep": 3})
     api.wait_for_job(job, timeout=30)
     (op,) = api.request("GET", f"/2/jobs/{job}")["ops"]
     assert (op["OP_ID"], op["instance_name"], op["target_node"], op["shutdown"],
-            op["remove_instance"], op["mode"]) == (
-        "OP_BACKUP_EXPORT", NAME, "node3.example.com", True, False, "local")
+            op["remove_instance"], op["mode"], op["keep"]) == (
+        "OP_BACKUP_EXPORT", NAME, "node3.example.com", True, False, "local", 3)
 
 
 IMPORT = {"__version__": 1, "name": "web2.example.com", "mode": "import",
@@ -113,6 +113,10 @@ IMPORT = {"__version__": 1, "name": "web2.example.com", "mode": "import",
      400, "not both"),
     ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "compress": "gzip"}, 400,
      "only 'none'"),
+    ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "keep": 0}, 400,
+     "keep 0: 1 to 100 exports"),
+    ("POST", "/2/instances", {**IMPORT, "src_node": "node2", "src_path": "web1@2027"}, 400,
+     "@YYYYMMDD-HHMMSS"),
     ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "mode": "remote"}, 400,
      "mode remote needs target_node (each disk's destination), x509_key_name"),
     ("PUT", f"/2/instances/{NAME}/export", {"destination": "node2", "x509_key_name": ["a"]},

@@ -100,6 +100,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[QueueClu
                 subprocess.run(["losetup", "-d", loop], check=False)
 
 
+def write_pattern(queue_cluster: QueueCluster, directory: Path, pattern: bytes) -> None:
+    """`pattern` at the start of NAME's disk (its loop device), synced."""
+    inst = queue_cluster.master.store.load().find_instance(NAME)
+    (loop,) = loops_of(image_of(directory, inst))
+    with open(loop, "r+b") as device:
+        device.write(pattern)
+        device.flush()
+        os.fsync(device.fileno())
+
+
 def instance_with_pattern(queue_cluster: QueueCluster, directory: Path) -> model.Instance:
     """NAME, running on node1 with PATTERN at the start of its disk (made once)."""
     queue = queue_cluster.queue
@@ -111,13 +121,8 @@ def instance_with_pattern(queue_cluster: QueueCluster, directory: Path) -> model
             "os_type": guest.OS_NAME, "no_install": True, "start": True,
             "ignore_ipolicy": True}]), 300)
         assert str(created.status) == "success", created.ops[0].result
-    inst = queue_cluster.master.store.load().find_instance(NAME)
-    (loop,) = loops_of(image_of(directory, inst))
-    with open(loop, "r+b") as device:
-        device.write(PATTERN)
-        device.flush()
-        os.fsync(device.fileno())
-    return inst
+    write_pattern(queue_cluster, directory, PATTERN)
+    return queue_cluster.master.store.load().find_instance(NAME)
 
 
 def image_of(directory: Path, inst: model.Instance) -> Path:
@@ -284,3 +289,70 @@ def test_the_recovery_job_of_an_export_the_master_died_in_cleans_up(
     assert str(again.status) == "success" and not any(
         "removed the partial export" in str(e) or "starting" in str(e)
         for e in again.ops[0].log)
+
+
+
+def test_a_schedule_keeping_two_exports_keeps_the_newest_two_and_each_imports(
+        cluster: tuple[QueueCluster, Path], tmp_path: Path) -> None:
+    """keep 2, three runs (a new pattern on the disk before each): the newest export under
+    the instance's name, the one before under its dated name, the first removed; the dated
+    one imports (`src_path` its name) into a new instance with its pattern, and
+    `OP_BACKUP_REMOVE` of its name (found by the nodes' export_list) removes it alone."""
+    queue_cluster, directory = cluster
+    queue = queue_cluster.queue
+    instance_with_pattern(queue_cluster, directory)
+    shutil.rmtree(exports_of(directory), ignore_errors=True)
+    made = 1_000_000_000.0
+    with queue_cluster.master.store.update() as config:
+        config.maintenance.backup_schedules = [BackupSchedule(
+            name="kept", when="daily 03:00", target_node="node2.example.com",
+            instance=NAME, keep=2, ctime=made)]
+    now = [made]
+    daemon = Maintd(queue_cluster, FileState(tmp_path / "state.json"), [], watcher=False,
+                    node_recovery=False, clock=lambda: now[0])
+    patterns = [os.urandom(1 << 16) for _ in range(3)]
+    try:
+        for day, pattern in enumerate(patterns):
+            write_pattern(queue_cluster, directory, pattern)
+            now[0] = backupsched.next_due("daily 03:00", made) + day * backupsched.DAY + 1
+            asyncio.run(daemon.tick())
+            run = daemon.state.backups[-1]
+            assert run.keep == 2
+            job = queue.wait(run.jobs[0], 600)
+            assert str(job.status) == "success", job.ops[0].result
+            asyncio.run(daemon.tick())
+            assert run.status == "success"
+        assert any("removed the older export" in str(e) for e in job.ops[0].log)
+    finally:
+        with queue_cluster.master.store.update() as config:
+            config.maintenance.backup_schedules = []
+    names = sorted(p.name for p in exports_of(directory).iterdir())
+    assert len(names) == 2 and names[0] == NAME and names[1].startswith(NAME + "@"), names
+    dated = names[1]
+    inst = queue_cluster.master.store.load().find_instance(NAME)
+    for name, pattern in ((NAME, patterns[2]), (dated, patterns[1])):
+        with open(exports_of(directory) / name / inst.disks[0].uuid, "rb") as dump:
+            assert dump.read(len(pattern)) == pattern, name
+    restored = "restored.example.com"
+    created = queue.wait(queue.submit([{
+        "OP_ID": "OP_INSTANCE_CREATE", "instance_name": restored, "mode": "import",
+        "src_node": "node2.example.com", "src_path": dated, "disk_template": "ext",
+        "disks": [{"size": 4, "provider": "sharedimg"}], "nics": [{}],
+        "pnode": "node1.example.com", "name_check": False, "ip_check": False,
+        "start": False, "ignore_ipolicy": True}]), 600)
+    assert str(created.status) == "success", created.ops[0].result
+    try:
+        new = queue_cluster.master.store.load().find_instance(restored)
+        (loop,) = loops_of(image_of(directory, new))
+        with open(loop, "rb") as device:
+            assert device.read(len(patterns[1])) == patterns[1]
+    finally:
+        removed = queue.wait(queue.submit([{"OP_ID": "OP_INSTANCE_REMOVE",
+                                            "instance_name": restored}]), 300)
+        assert str(removed.status) == "success", removed.ops[0].result
+    gone = queue.wait(queue.submit([{"OP_ID": "OP_BACKUP_REMOVE", "instance_name": dated}]),
+                      300)
+    assert str(gone.status) == "success", gone.ops[0].result
+    assert sorted(p.name for p in exports_of(directory).iterdir()) == [NAME]
+    write_pattern(queue_cluster, directory, PATTERN[:1 << 16])
+    as_it_was(queue_cluster, directory)

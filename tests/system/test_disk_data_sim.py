@@ -8,8 +8,10 @@ on the shared image), file (copied by `instance move`), blockdev (a loop device 
 `instance rename` on the same cluster: a disk added to a sharedfile instance is a real file on
 the shared storage and holds a pattern across a failover (the first disk's data untouched); a
 removal is refused while the instance runs (Ganeti's message) and then removes the file; a
-renamed file instance's directory moves on its node with the data in it. One cluster for the
-module (a start costs ~15 s: the disk changes share it)."""
+renamed file instance's directory moves on its node with the data in it. An export whose
+target's noded, or masterd, is killed while a disk streams leaves no partial export and the
+instance running with its data. One cluster for the module (a start costs ~15 s: the disk
+changes share it)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -327,3 +332,115 @@ def test_a_move_whose_disks_cannot_be_made_on_the_target_leaves_it_running_on_th
     assert config(sim).find_instance("mkfail").admin_state == "up"
     assert on_node(sim, source, READ, path) == written
     herder(sim, "instance", "remove", "mkfail", timeout=300)
+
+
+# the source's OS export script in the next test: 64 KiB at a time, slowly after the first MiB,
+# so that the target's noded is killed while the disk streams
+TRICKLE = """#!/bin/sh
+i=0
+while [ $i -lt 512 ]; do
+  dd if="$EXPORT_DEVICE" bs=65536 skip=$i count=1 status=none || exit 1
+  i=$((i + 1))
+  [ $i -lt 16 ] || sleep 0.2
+done
+"""
+EXPORTS = "/srv/herder/export"
+
+
+@dataclass
+class Streaming:
+    """An export under way (`export_streaming`)."""
+
+    source: str
+    target: str
+    path: str  # the instance's disk on `source`
+    written: str  # the pattern's hash
+    dump: Path  # the disk's dump in the partial export on `target`
+    export: subprocess.Popen[str]  # `herder backup export`
+
+
+@contextmanager
+def export_streaming(sim, name: str) -> Iterator[Streaming]:
+    """A new 32 MiB file instance `name` with the pattern, being exported to another node
+    through the source's slow OS export script (TRICKLE), once its first MiB is there; the
+    script is put back and the command ended afterwards."""
+    from herder.sim import cluster
+
+    add(sim, name, "file", "32M")
+    source, path = device(sim, name)
+    target = next(n.name for n in sim.nodes if n.name != source)
+    written = on_node(sim, source, WRITE, path)
+    disk = config(sim).find_instance(name).disks[0].uuid
+    dump = sim.host(target).path(f"{EXPORTS}/{name}.new/{disk}")
+    script = sim.host(source).path(f"{cluster.OS_DIR}/{cluster.DEMO_OS}/export")
+    kept = script.read_text()
+    script.write_text(TRICKLE)
+    export = None
+    try:
+        export = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "backup", "export",
+                                   "-n", target, name], env=client_env(sim),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: dump.exists() and dump.stat().st_size >= 1 << 20, 180,
+                 "the first MiB of the disk on the target")
+        yield Streaming(source, target, path, written, dump, export)
+    finally:
+        if export is not None and export.poll() is None:
+            export.kill()
+            export.communicate()
+        script.write_text(kept)
+
+
+def test_an_export_whose_target_node_dies_mid_stream_leaves_nothing_behind(sim) -> None:
+    """Issue 30 item 7: the target's noded killed (-9) while a disk streams to it. The export
+    fails in one line; the partial export is gone from the target once its noded is back
+    (the master tries its removal again meanwhile; a noded removes what a dead stream left
+    as it starts); the instance runs again on its node with its data."""
+    with export_streaming(sim, "killex") as streaming:
+        target = sim.host(streaming.target)
+        (noded,) = [d for d in target.supervisor("status", ["noded"]).daemons
+                    if d.name == "noded"]
+        killed = target.run(["kill", "-9", str(noded.pid)], timeout=30)
+        assert killed.returncode == 0, killed.stderr
+        _out, err = streaming.export.communicate(timeout=600)
+    assert streaming.export.returncode == 1, err
+    last = err.strip().splitlines()[-1]
+    assert f"export of killex to {streaming.target} failed" in last, err
+    assert "the partial export was removed" in last, err
+    wait_for(lambda: not streaming.dump.parent.exists(), 120, "no partial export on the target")
+    wait_for(lambda: domains(sim, streaming.source).get("killex") is True, 120,
+             "killex running again")
+    assert config(sim).find_instance("killex").admin_state == "up"
+    assert on_node(sim, streaming.source, READ, streaming.path) == streaming.written
+    herder(sim, "instance", "remove", "killex", timeout=300)
+
+
+def test_an_export_masterd_dies_in_is_failed_and_cleaned_up(sim) -> None:
+    """Issue 30 item 7: masterd killed (-9) while a disk streams to the export's target.
+    masterd, started again by the node's supervisor, fails the job (never runs it twice) and
+    follows it with the export's cleanup: no partial export on the target, the instance
+    running again on its node with its data."""
+    master = sim.host(sim.nodes[0].name)
+    pid_file = master.path("/run/herder/masterd.pid")
+    dead = pid_file.read_text().strip()
+    with export_streaming(sim, "killmx") as streaming:
+        killed = master.run(["kill", f"-{int(signal.SIGKILL)}", dead], timeout=30)
+        assert killed.returncode == 0, killed.stderr
+        streaming.export.communicate(timeout=300)  # the CLI sees masterd go (or the job fail)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", dead),
+             180, "masterd started again by the supervisor")
+
+    def settled() -> bool:  # the cleanup ran: no partial export, the instance up
+        try:
+            return not streaming.dump.parent.exists() and \
+                domains(sim, streaming.source).get("killmx") is True
+        except AssertionError:
+            return False
+
+    wait_for(settled, 300, "the cleanup of the interrupted export")
+    assert config(sim).find_instance("killmx").admin_state == "up"
+    assert on_node(sim, streaming.source, READ, streaming.path) == streaming.written
+    jobs = json.loads(herder(sim, "job", "list", "--json").stdout)
+    exports = [j for j in jobs if j["summary"] == ["BACKUP_EXPORT(killmx)"]]
+    assert [j["status"] for j in exports[-2:]] == ["error", "success"], exports[-2:]
+    assert not sim.host(streaming.target).path(f"{EXPORTS}/killmx").exists()
+    herder(sim, "instance", "remove", "killmx", timeout=300)

@@ -11,7 +11,7 @@ import click
 
 from herder.cli import listing, remote
 from herder.cli.instance import disk_spec
-from herder.core.backupsched import BadSchedule, parse_schedule, utc_text
+from herder.core.backupsched import KEEP_MAX, BadSchedule, parse_schedule, utc_text
 from herder.core.errors import AmbiguousError, HerderError, NotFoundError
 
 
@@ -31,10 +31,14 @@ def backup() -> None:
               help="With --remove-instance: go on when a part cannot be removed.")
 @click.option("--shutdown-timeout", type=click.IntRange(0, 86400), default=None,
               help="Seconds to wait for the instance to shut down.")
+@click.option("--keep", type=click.IntRange(1, KEEP_MAX), default=None,
+              help="Keep this many exports of INSTANCE on the node (herder's): the one "
+                   "replaced stays as INSTANCE@YYYYMMDD-HHMMSS, the oldest beyond go. "
+                   "Default: Ganeti's, the new export replaces INSTANCE's.")
 @click.pass_context
 def export(ctx: click.Context, name: str, target_node: str, noshutdown: bool,
            remove_instance: bool, ignore_remove_failures: bool,
-           shutdown_timeout: int | None) -> None:
+           shutdown_timeout: int | None, keep: int | None) -> None:
     """Export INSTANCE to a node (OP_BACKUP_EXPORT, as gnt-backup export): each disk streamed
     to the node's export directory, with Ganeti's config.ini."""
     body: dict[str, Any] = {"destination": target_node, "mode": "local",
@@ -43,6 +47,8 @@ def export(ctx: click.Context, name: str, target_node: str, noshutdown: bool,
         body["ignore_remove_failures"] = True
     if shutdown_timeout is not None:
         body["shutdown_timeout"] = shutdown_timeout
+    if keep is not None:
+        body["keep"] = keep
     op = {"OP_ID": "OP_BACKUP_EXPORT", "instance_name": name,
           **{("target_node" if k == "destination" else k): v for k, v in body.items()}}
     remote.run(ctx, [op], rapi=lambda api: api.request(
@@ -142,7 +148,8 @@ listing.add_list_fields(backup, LIST)
 @click.argument("name", metavar="INSTANCE")
 @click.pass_context
 def remove(ctx: click.Context, name: str) -> None:
-    """Remove the exports of INSTANCE from every node (OP_BACKUP_REMOVE)."""
+    """Remove the exports named INSTANCE from every node (OP_BACKUP_REMOVE); an older one
+    kept by a retention count by its own name, INSTANCE@YYYYMMDD-HHMMSS."""
     remote.run(ctx, [{"OP_ID": "OP_BACKUP_REMOVE", "instance_name": name}])
     click.echo(f"Removed the exports of {name}")
 
@@ -157,12 +164,14 @@ def schedule() -> None:
 @schedule.command("add")
 @click.argument("name")
 @click.option("--when", required=True,
-              help="'daily HH:MM' (UTC) or 'every N hours' or 'every N minutes'.")
+              help="'daily HH:MM' (UTC), 'every N hours', 'every N minutes', or a cron "
+                   "expression in UTC ('0 2 * * mon-fri', '@weekly').")
 @click.option("-n", "--node", "target_node", required=True, help="The node the exports go to.")
 @click.option("--instance", default="", help="The instance to export (or --tag).")
 @click.option("--tag", default="", help="Export every instance carrying this tag.")
 @click.option("--keep", type=int, default=1, show_default=True,
-              help="Exports of each instance kept (one: exports are named by instance).")
+              help="Exports of each instance kept on the node (the newest named by the "
+                   "instance, older ones INSTANCE@YYYYMMDD-HHMMSS).")
 @click.pass_context
 def schedule_add(ctx: click.Context, name: str, when: str, target_node: str, instance: str,
                  tag: str, keep: int) -> None:
@@ -182,7 +191,8 @@ def schedule_add(ctx: click.Context, name: str, when: str, target_node: str, ins
 @click.option("--json", "as_json", is_flag=True, help="The schedules and runs as JSON.")
 @click.pass_context
 def schedule_list(ctx: click.Context, as_json: bool) -> None:
-    """The backup schedules and when each instance was last exported by one."""
+    """The backup schedules with their next run, and when each instance was last exported
+    by one."""
     with remote.client(ctx) as api:
         found = remote.call(api.get_herder, "backup-schedules")
     if as_json:
@@ -194,7 +204,7 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
     for item in found.get("schedules") or []:
         what = f"instance {item['instance']}" if item.get("instance") else f"tag {item['tag']}"
         click.echo(f"{item['name']:16} {item['when']:18} {what:32} to {item['targetNode']} "
-                   f"keep {item['keep']}")
+                   f"keep {item['keep']}  next {utc_text(item.get('nextRun') or 0)}")
         for (sched, inst), run in sorted(last.items()):
             if sched == item["name"]:
                 click.echo(f"  {inst}: {run['status']} {utc_text(run.get('end') or 0)}"

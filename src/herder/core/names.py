@@ -16,6 +16,9 @@
   index); herder: printable, no `/`, at most 255 characters.
 - Instance snapshots (herder's own): 1-64 of `A-Z a-z 0-9 _ . + -`, starting with a letter or
   digit (they become part of a volume's name on the nodes).
+- Exports (a directory in a node's export directory): the instance's host name (Ganeti's
+  layout, the newest export), or herder's kept older exports `NAME@YYYYMMDD-HHMMSS` (the time
+  of that export, UTC; `@` is in no host name, so no instance's export is mistaken for one).
 - MAC prefixes (a network's, the cluster's): three octets `aa:bb:cc`, lower-cased.
 - Tags: `herder.core.model.check_tag` (Ganeti's TaggableObject.ValidateTag).
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import time
 from dataclasses import dataclass
 
 from herder.core.errors import ConfigError
@@ -35,6 +39,10 @@ _HOSTNAME = re.compile(r"[a-z0-9._-]{1,255}")
 _OS_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 _OS_VARIANT = re.compile(r"[A-Za-z0-9_+.-]{1,255}")
 _DEVICE_NAME = re.compile(r"[\x21-\x2e\x30-\x7e]{1,255}")  # printable ASCII but / and space
+
+
+_EXPORT_STAMP = re.compile(r"\d{8}-\d{6}")
+EXPORT_DATED = "@"  # between an instance's name and the time of a kept older export
 
 
 class BadName(ConfigError):
@@ -70,6 +78,24 @@ def hostname(name: object, what: str = "host name") -> str:
         raise BadName(f"invalid {what} {name!r}: a host name is 1-255 letters, digits, '.', "
                       "'-' and '_', with no empty label and no leading '-'")
     return normal.rstrip(".")
+
+
+def export_name(name: object, what: str = "export name") -> str:
+    """An export's directory name, normalised: an instance's host name or, for an older
+    export kept beside it, `NAME@YYYYMMDD-HHMMSS`; BadName otherwise."""
+    if not isinstance(name, str):
+        raise BadName(f"invalid {what} {name!r}: not a string")
+    instance, dated, stamp = name.partition(EXPORT_DATED)
+    if dated and not _EXPORT_STAMP.fullmatch(stamp):
+        raise BadName(f"invalid {what} {name!r}: an instance's name, or it with "
+                      "@YYYYMMDD-HHMMSS (an older export kept)")
+    return hostname(instance, what) + dated + stamp
+
+
+def dated_export_name(instance: str, timestamp: float) -> str:
+    """The name an older export of `instance` made at `timestamp` is kept under."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(timestamp))
+    return f"{instance}{EXPORT_DATED}{stamp}"
 
 
 def object_name(name: object, what: str) -> str:

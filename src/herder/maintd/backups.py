@@ -79,7 +79,7 @@ def plan(schedules: Sequence[BackupSchedule], instances: Sequence[Instance],
             busy.add(inst.name)
             new.append(BackupRun(uuid=str(uuidlib.uuid4()), schedule=schedule.name,
                                  instance=inst.name, target_node=schedule.target_node,
-                                 due=due, start=now))
+                                 keep=schedule.keep, due=due, start=now))
     return new
 
 
@@ -90,9 +90,11 @@ def exporting(runs: Iterable[BackupRun]) -> set[str]:
 
 
 def export_op(run: BackupRun) -> dict[str, Any]:
-    """The run's export job's opcode, its reason trail naming the run."""
+    """The run's export job's opcode (its schedule's `keep` exports of the instance kept on
+    the target), its reason trail naming the run."""
     return annotate({"OP_ID": "OP_BACKUP_EXPORT", "instance_name": run.instance,
-                     "target_node": run.target_node, "mode": "local", "shutdown": True},
+                     "target_node": run.target_node, "mode": "local", "shutdown": True,
+                     "keep": run.keep},
                     run.uuid)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from herder.core import serve as serve_helper
-from herder.noded import console
+from herder.noded import console, exports
 from herder.noded.announce import announce
 from herder.noded.fence import keep_lease
 from herder.noded.node import Node, NodeSettings, keep_hypervisor
@@ -83,6 +83,9 @@ async def serve(node: Node, host: str, port: int, certificate: Path | None, *,
     """Serve the node RPCs until `stop` is set: with `tls` (noded's own, `noded.trust`: its
     node certificate, callers of the cluster), else TLS with `certificate` requiring callers
     issued by one of `client_cas` (default: `certificate` itself), else (None) plain HTTP."""
+    for partial in exports.remove_partial(exports.export_root(node)):
+        log.warning("partial export %s: its stream ended with the daemon that received it",
+                    partial)
     if tls is None and certificate is not None:
         tls = serve_helper.server_tls(certificate, client_cas=list(
             client_cas if client_cas is not None else [certificate]))

@@ -1,7 +1,10 @@
 """The node's export directory (Ganeti's EXPORT_DIR, here /srv/herder/export): one directory per
 export, named by its instance, holding `config.ini` and one dump file per disk; an export being
-written is `<instance>.new` until its config.ini is in place (backend.FinalizeExport). And the
-OS `export`/`import` script a disk's stream goes through (`os_stream`).
+written is `<instance>.new` until its config.ini is in place (backend.FinalizeExport). With a
+retention count (herder's, `keep`) the export it replaces is kept beside it as
+`<instance>@YYYYMMDD-HHMMSS` (its own time), a complete Ganeti export too, and the oldest of
+those beyond the count go once the new one is in place. And the OS `export`/`import` script a
+disk's stream goes through (`os_stream`).
 
 The handlers of an export's RPCs (`core.rpcdefs.backup_calls`) are `noded.rpc.backup`; a
 disk's own stream, through its OS's script, is `noded.rpc.disks`' `blockdev_export` and
@@ -13,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from herder.core import exportconf, paths
+from herder.core import exportconf, names, paths
 from herder.core.errors import HerderError
 from herder.core.rpcdefs.backup_calls import PARTIAL
 from herder.core.rpcdefs.payload import InstancePayload
@@ -41,8 +44,20 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def finalize(root: Path, instance: str, config_ini: str) -> None:
-    """config.ini into `<instance>.new`, which then replaces the export of that instance."""
+def _sync_directory(root: Path) -> None:
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def finalize(root: Path, instance: str, config_ini: str, keep: int | None = None
+             ) -> list[str]:
+    """config.ini into `<instance>.new`, which then replaces the export of that instance;
+    with `keep` (above 1) the replaced one is kept under its dated name, and the oldest
+    dated ones beyond `keep` exports in all are removed (`keep` 1: all of them). The names
+    removed."""
     partial = export_path(root, instance + PARTIAL)
     final, old = export_path(root, instance), export_path(root, instance + _OLD)
     if not partial.is_dir():
@@ -50,14 +65,82 @@ def finalize(root: Path, instance: str, config_ini: str) -> None:
     write_atomically(partial / exportconf.CONF_FILE, config_ini)
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
-        os.replace(final, old)
+        os.replace(final, _free_dated(root, instance, export_time(final))
+                   if keep is not None and keep > 1 else old)
     os.replace(partial, final)
     shutil.rmtree(old, ignore_errors=True)
-    fd = os.open(root, os.O_RDONLY)
+    _sync_directory(root)
+    if keep is None:
+        return []
+    removed = prune(root, instance, keep)
+    if removed:
+        _sync_directory(root)
+    return removed
+
+
+def export_time(export: Path) -> float:
+    """When an export was made: its config.ini's timestamp, else the file's time."""
+    conf = export / exportconf.CONF_FILE
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        stamp = exportconf.parse(conf.read_text(encoding="utf-8")).timestamp
+    except (OSError, UnicodeDecodeError, exportconf.ExportConfError):
+        stamp = 0
+    try:
+        return float(stamp) if stamp > 0 else conf.stat().st_mtime
+    except OSError:
+        return export.stat().st_mtime
+
+
+def _free_dated(root: Path, instance: str, made: float) -> Path:
+    """The dated name of an older export made at `made`: the next free second when two
+    exports share one."""
+    while True:
+        dated = export_path(root, names.dated_export_name(instance, made))
+        if not dated.exists():
+            return dated
+        made += 1
+
+
+def kept_exports(root: Path, instance: str) -> list[str]:
+    """The older exports of `instance` kept under dated names, oldest first."""
+    prefix = instance + names.EXPORT_DATED
+    return sorted(name for name in list_exports(root) if name.startswith(prefix))
+
+
+def prune(root: Path, instance: str, keep: int) -> list[str]:
+    """The oldest dated exports of `instance` removed until, with its newest, `keep` are
+    left; the names removed."""
+    kept = kept_exports(root, instance)
+    removed = kept[:max(0, len(kept) - (keep - 1))]
+    for name in removed:
+        shutil.rmtree(export_path(root, name))
+    return removed
+
+
+def remove_partial(root: Path) -> list[str]:
+    """The exports being written (`NAME.new`) removed: run when noded starts, as their
+    streams (tokens in the daemon's memory) died with the daemon before it, so none of them
+    can be finished (a master that finalized one would be told so in one line). Except one
+    whose finalize the daemon died in, between keeping the export it replaced under its
+    dated name and putting it in place (its config.ini written, no export named NAME): it
+    is put in place. The names removed (or, with " (put in place)", finished)."""
+    if not root.is_dir():
+        return []
+    done = []
+    for entry in sorted(root.iterdir()):
+        if not entry.name.endswith(PARTIAL) or entry.name.startswith(".") or \
+                not entry.is_dir():
+            continue
+        final = entry.with_name(entry.name.removesuffix(PARTIAL))
+        if (entry / exportconf.CONF_FILE).is_file() and not final.exists():
+            os.replace(entry, final)
+            done.append(f"{entry.name} (put in place)")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(entry.name)
+    if done:
+        _sync_directory(root)
+    return done
 
 
 def list_exports(root: Path) -> list[str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from herder.core import paths
+from herder.core import names, paths
+from herder.core.backupsched import keep_count
 from herder.core.rpcdefs.base import AnswerT, Call, instance_name
 from herder.core.rpcdefs.disk_calls import ExportTarget, Transferred, import_token
 
@@ -19,8 +20,10 @@ CONFIG_INI_MAX = 1 << 20
 
 
 def export_name(name: str, what: str = "export name") -> None:
-    """An export's directory: an instance name, or one being written (`NAME.new`)."""
-    instance_name(name.removesuffix(PARTIAL), what)
+    """An export's directory: an instance name, an older export kept beside it
+    (`NAME@YYYYMMDD-HHMMSS`), or one being written (`NAME.new`)."""
+    names.export_name(name.removesuffix(PARTIAL), what)
+    paths.check_component(name, what)
 
 
 def dump_name(name: str) -> None:
@@ -49,24 +52,28 @@ class ExportPrepareDump(Call[PreparedDump], kw_only=True):
         dump_name(self.dump)
 
 
-class ExportFinalize(Call[None], kw_only=True):
+class ExportFinalize(Call[list[str]], kw_only=True):
     """The export's config.ini into `<instance>.new`, which then replaces the instance's
-    export (Ganeti's FinalizeExport)."""
+    export (Ganeti's FinalizeExport). With `keep` (herder's retention) the replaced export
+    is kept as `NAME@YYYYMMDD-HHMMSS` and the oldest kept ones beyond `keep` exports of the
+    instance are removed, only once the new one is in place; the names removed."""
 
     METHOD = "export_finalize"
     SERIAL = True
     TIMEOUT = 60.0
     instance: str
     config_ini: str
+    keep: int | None = None
 
     def __post_init__(self) -> None:
         instance_name(self.instance, "instance")
         if len(self.config_ini) > CONFIG_INI_MAX:
             raise ValueError("config_ini larger than 1 MiB")
+        keep_count(self.keep)
 
 
 class OneExport(Call[AnswerT], kw_only=True):
-    name: str  # the export (an instance's name; `NAME.new`: one being written)
+    name: str  # the export (an instance's name or `NAME@YYYYMMDD-HHMMSS`; `NAME.new`: partial)
 
     def __post_init__(self) -> None:
         export_name(self.name)

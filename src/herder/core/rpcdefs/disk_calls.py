@@ -314,7 +314,8 @@ class ExportTarget(msgspec.Struct, kw_only=True):
 
 class Transferred(msgspec.Struct, kw_only=True):
     bytes: int | None  # as the target confirmed them
-    sha256: str
+    # of the bytes sent, which the target's matched: `xxh3_128:<hex>` (noded.disk_transfer)
+    checksum: str
 
 
 class BlockdevExport(OneDisk[Transferred], kw_only=True):

@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 import msgspec
 import msgspec.inspect
 
-from herder.core import addrpool, exportconf, model, names, params, reason, uidpool
+from herder.core import addrpool, backupsched, exportconf, model, names, params, reason, uidpool
 from herder.core.errors import ConfigError, HerderError
 
 PRIORITY_HIGHEST, PRIORITY_NORMAL, PRIORITY_LOWEST = -20, 0, 19
@@ -901,7 +901,7 @@ def export_name(src_path: str) -> str:
     if directory and directory != exportconf.EXPORT_DIR:
         raise ValueError(f"src_path {src_path!r}: an export's name, or a directory in "
                          f"{exportconf.EXPORT_DIR}")
-    return names.hostname(name, "src_path: export name")
+    return names.export_name(name, "src_path: export name")
 
 
 class OpInstanceMultiAlloc(OpCode, tag="OP_INSTANCE_MULTI_ALLOC", kw_only=True):
@@ -1349,6 +1349,9 @@ class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):
     # herder: the job the queue's recovery submits when the master died in an export: the
     # partial export on the target removed, the instance started when it should run
     cleanup: bool = False
+    # herder: exports of the instance kept on the target (the replaced one under a dated
+    # name, the oldest beyond the count removed); None: Ganeti's, the newest replaces it
+    keep: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -1368,6 +1371,7 @@ class OpBackupExport(InstanceOpCode, tag="OP_BACKUP_EXPORT", kw_only=True):
             raise ValueError("zero_free_space: zeroing free space is not supported")
         if not 0 <= self.shutdown_timeout <= 86400:
             raise ValueError("shutdown_timeout: 0 to 86400 seconds")
+        backupsched.keep_count(self.keep)
 
 
 class OpBackupRemove(InstanceOpCode, tag="OP_BACKUP_REMOVE", kw_only=True):

@@ -37,6 +37,10 @@ from herder.masterd.lu.exports import (
     stream_disk,
 )
 
+# seconds the partial export's removal is tried after a failed export (a target node daemon
+# that died mid-stream is back within this under its supervisor)
+PARTIAL_REMOVAL_WAIT = 60.0
+
 
 class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
     """A local export needs no preparation (Ganeti answers None); a remote one answers what
@@ -139,8 +143,9 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
                                   f"{err}") from None
         try:
             results = self._stream(config, inst, source, target)
-            env.rpc.call(target, backup_calls.ExportFinalize(
-                instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time()))))
+            pruned = env.rpc.call(target, backup_calls.ExportFinalize(
+                instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time())),
+                keep=op.keep))
         except HerderError as err:
             removed = self._undo(config, inst, source, target, running)
             left = "the partial export was removed" if removed else \
@@ -151,6 +156,8 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             if not inst.disks_active:
                 disks.shutdown_disks(env, config, inst, feedback=self.feedback)
         self.feedback(f"export of {inst.name} finished on {target.name}")
+        for name in pruned:
+            self.feedback(f"removed the older export {name} on {target.name} (keep {op.keep})")
         if op.remove_instance:
             self.feedback(f"removing instance {inst.name}")
             remove_domain_and_disks(env, config, inst, op.ignore_remove_failures,
@@ -185,18 +192,30 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
               target: model.Node, running: bool) -> bool:
         """The partial export removed (False: it could not be); the instance started again
         when it ran."""
-        removed = True
-        try:
-            self.env.rpc.call(target, backup_calls.ExportRemove(name=inst.name + PARTIAL))
-        except HerderError as err:
-            self.feedback(f"could not remove the partial export on {target.name}: {err}")
-            removed = False
+        removed = self._remove_partial(target, inst.name + PARTIAL)
         if running:
             try:
                 self._start(config, inst, source)
             except HerderError as err:
                 self.feedback(f"could not start {inst.name} again: {err}")
         return removed
+
+    def _remove_partial(self, target: model.Node, partial: str) -> bool:
+        """The partial export removed; tried again for PARTIAL_REMOVAL_WAIT seconds while the
+        target does not answer (its daemon restarting after it died mid-stream: it removes
+        the partial exports it holds as it starts, so the next try finds none)."""
+        deadline = time.monotonic() + PARTIAL_REMOVAL_WAIT
+        while True:
+            try:
+                self.env.rpc.call(target, backup_calls.ExportRemove(name=partial))
+                return True
+            except HerderError as err:
+                if time.monotonic() >= deadline:
+                    self.feedback(f"could not remove the partial export on {target.name}: "
+                                  f"{err}")
+                    return False
+                self.feedback(f"{target.name} does not answer ({err}); trying again")
+            time.sleep(2.0)
 
     def _remove_older_exports(self, config: model.ConfigData, name: str,
                               target: model.Node) -> None:

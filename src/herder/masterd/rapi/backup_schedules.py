@@ -1,8 +1,9 @@
 """herder's scheduled backups (Ganeti has none; compat B66): `GET /2/herder/backup-schedules`
-(the schedules and maintd's records of their runs), `POST /2/herder/backup-schedules` (one
-schedule added) and `DELETE /2/herder/backup-schedules/NAME`. The schedules live in the
-config's maintenance section, written atomically (not a job, like maintd's bookkeeping);
-maintd runs them (herder.maintd.backups)."""
+(the schedules with their next time, and maintd's records of their runs), `POST
+/2/herder/backup-schedules` (one schedule added) and `DELETE
+/2/herder/backup-schedules/NAME`. The schedules live in the config's maintenance section,
+written atomically (not a job, like maintd's bookkeeping); maintd runs them
+(herder.maintd.backups)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,13 @@ PATH = "/2/herder/backup-schedules"
 
 
 def _listing(config: model.ConfigData) -> dict[str, object]:
-    return {"schedules": model.to_builtins(config.maintenance.backup_schedules),
-            "runs": model.to_builtins(config.maintenance.backup_runs)}
+    """The schedules, each with its next time (`nextRun`, seconds since the epoch), and the
+    runs."""
+    now = model.now()
+    schedules = [{**model.to_builtins(schedule),
+                  "nextRun": backupsched.next_due(schedule.when, max(now, schedule.ctime))}
+                 for schedule in config.maintenance.backup_schedules]
+    return {"schedules": schedules, "runs": model.to_builtins(config.maintenance.backup_runs)}
 
 
 @ROUTES.allow(access.RAPI_READ)

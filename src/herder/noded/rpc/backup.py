@@ -31,9 +31,9 @@ def export_prepare_dump(node: Node, call: backup_calls.ExportPrepareDump
                                      path=str(dump))
 
 
-def export_finalize(node: Node, call: backup_calls.ExportFinalize) -> None:
+def export_finalize(node: Node, call: backup_calls.ExportFinalize) -> list[str]:
     try:
-        exports.finalize(export_root(node), call.instance, call.config_ini)
+        return exports.finalize(export_root(node), call.instance, call.config_ini, call.keep)
     except OSError as err:
         raise ExportFailure(f"cannot finalize the export of {call.instance}: {err}") from None
 
