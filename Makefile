@@ -29,7 +29,7 @@ test: venv
 	@bash scripts/webdeps.sh || true
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n auto -q --allowed-skips tests/allowed_skips.txt
+	$(BIN)/python -m pytest -n auto -q --durations=30 --allowed-skips tests/allowed_skips.txt
 
 lint: venv
 	$(BIN)/ruff check src tests bench

@@ -132,6 +132,10 @@ def functions_of(path: Path) -> Iterator[Function]:
 
     def walk(node: ast.AST, prefix: str) -> Iterator[Function]:
         for child in ast.iter_child_nodes(node):
+            # a `def` is a statement, and statements hold statements only in their bodies and
+            # in except handlers and match cases: expressions need not be walked
+            if not isinstance(child, ast.stmt | ast.excepthandler | ast.match_case):
+                continue
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}{child.name}"
                 yield Function(module, name, child.lineno,

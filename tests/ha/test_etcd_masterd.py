@@ -501,3 +501,35 @@ def test_the_elected_master_runs_maintd(tmp_path: Path, etcd_cluster: EtcdCluste
             if node is not None:
                 node.stop()
         client.close()
+
+
+def test_only_a_master_candidate_campaigns(tmp_path: Path, etcd_cluster: EtcdCluster) -> None:
+    """As in Ganeti only a master candidate may become master: node3's masterd, not one,
+    waits without campaigning even while there is no master at all; made a candidate in the
+    config, it campaigns and takes over."""
+    secrets = make_cluster(tmp_path / "cluster").parent
+    config = FileStore(secrets / "config.json").load()
+    (node3,) = (n for n in config.nodes.values() if n.name == "node3.example.com")
+    node3.master_candidate = False
+    client = etcd.EtcdClient(etcd_cluster.client_urls)
+    store = EtcdStore(client, CLUSTER)
+    store.create(config)
+    masterd_c = Masterd(f"etcd://{etcd_cluster.hostports}/{CLUSTER}", secrets, node3.name,
+                        "127.0.0.4")
+    try:
+        said = masterd_c.wait_for(r"standby, not campaigning \((.*)\) until it is one", 30)
+        assert said is not None, "".join(masterd_c.log)
+        assert said[1].group(1) == "this node (node3.example.com) is not a master candidate"
+        # three lease TTLs with no master: it holds no master key, it serves nothing
+        assert masterd_c.serving(3 * TTL) is None, "".join(masterd_c.log)
+        assert client.get(master_key(CLUSTER)) is None
+        assert masterd_c.proc.poll() is None
+        with store.update() as changed:
+            changed.nodes[node3.uuid].master_candidate = True
+        assert masterd_c.serving(TTL + 15), "".join(masterd_c.log)
+        kv = client.get(master_key(CLUSTER))
+        assert kv is not None and kv.value.decode() == node3.name
+        assert store.load().cluster.master_node == node3.uuid
+    finally:
+        masterd_c.stop()
+        client.close()

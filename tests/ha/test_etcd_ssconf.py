@@ -95,3 +95,34 @@ def test_a_failed_node_is_pushed_to_at_once_when_the_config_changes_again(tmp_pa
     assert first not in {n.name for n in record.due(config, now=1.0)}
     config.serial_no += 1
     assert first in {n.name for n in record.due(config, now=1.0)}
+
+
+def test_a_candidate_gets_no_config_copy_on_etcd(tmp_path):
+    """`node add` and a promotion push everything to a new candidate (full). On etcd, where
+    every masterd reads the config and the job queue from etcd, the candidate gets its
+    ssconf and the cluster's files but no config.json nor queue copy (one pushed once and
+    never again would be stale); with the file store it gets both, as before."""
+    from herder.core.store import FileStore
+    from herder.masterd import redist
+
+    config = build_config(3)
+    master_dir = tmp_path / "master"
+    master_dir.mkdir()
+    FileStore(master_dir / "config.json").create(config)
+    (master_dir / "queue").mkdir()
+    (master_dir / "hmac.key").write_bytes(b"k" * 40)
+    master = config.node_name(config.cluster.master_node)
+    (candidate,) = [n.name for n in config.nodes.values()
+                    if n.master_candidate and n.name != master][:1]
+    for copies, where in ((False, "etcd"), (True, "file")):
+        nodes = Nodes(tmp_path / where, config)
+        pushed = redist.Redistributor(nodes, master_dir / "config.json", master_dir / "queue",
+                                      config_copies=copies).push(config, full=True,
+                                                                 only=[candidate])
+        data = nodes.data_dir(candidate)
+        assert ssconf.read_lines("master_node", data) == [master], pushed
+        # the cluster's files land where the master has them
+        root = nodes.root / candidate / "root"
+        assert (root / str(master_dir / "hmac.key").lstrip("/")).read_bytes() == b"k" * 40
+        assert (data / "config.json").exists() is copies, pushed[candidate]
+        assert any(s.startswith("config") for s in pushed[candidate].sent) is copies

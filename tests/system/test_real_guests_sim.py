@@ -198,7 +198,8 @@ def test_the_domain_comes_from_the_config(sim: Any) -> None:
     root = domain_xml(sim, NODE1)
     assert root.get("type") in ("qemu", "kvm")  # the node's KVM probe decides
     assert_the_kvm_verdict_is_shown(sim, root.get("type") == "kvm", added.stderr)
-    assert root.findtext("os/kernel", "").endswith("/vmlinuz")
+    # the simulated cluster's guest kernel (kernel_path), uncompressed where it can be
+    assert root.findtext("os/kernel", "") == str(guest.ensure_guest().kernel)
     assert root.find("devices/interface/source").get("bridge") == "br0"
     assert root.find("devices/serial/log").get("file").endswith(f"{NAME}.serial.log")
     # libvirtd listens on TLS only, never on plain TCP

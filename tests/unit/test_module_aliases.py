@@ -14,46 +14,54 @@ ROOT = Path(__file__).resolve().parents[2]
 TREES = ("src", "tests", "bench")
 
 
-def cryptic_aliases(source: str) -> list[tuple[int, str, str]]:
-    """(line, imported name, alias) for each alias that is a single character, or a lowercase
+def scan(source: str) -> tuple[list[tuple[int, str, str]], list[str]]:
+    """One walk over `source` (the check reads every file of the trees: one parse and one walk
+    each, not one per question): its cryptic aliases and its embedded sources.
+
+    A cryptic alias, as (line, imported name, alias), is a single character, or a lowercase
     name (a module or function) written in capitals as if it were a constant (`queue as Q`,
-    `instances as IN`). The stdlib's own convention `xml.etree.ElementTree as ET` is not one."""
-    found = []
+    `instances as IN`); the stdlib's own convention `xml.etree.ElementTree as ET` is not one.
+    An embedded source is a string constant that parses as Python and imports something (a
+    script run with -c)."""
+    aliases = []
+    embedded = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        for alias in node.names:
-            short, last = alias.asname, alias.name.rsplit(".", 1)[-1]
-            if short and (len(short) == 1 or (short.isupper() and last.islower())):
-                found.append((node.lineno, alias.name, short))
-    return found
-
-
-def embedded_sources(source: str) -> list[str]:
-    """String constants that parse as Python and import something (scripts run with -c)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                short, last = alias.asname, alias.name.rsplit(".", 1)[-1]
+                if short and (len(short) == 1 or (short.isupper() and last.islower())):
+                    aliases.append((node.lineno, alias.name, short))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and "import " in node.value:
             text = textwrap.dedent(node.value)
             try:
                 ast.parse(text)
             except SyntaxError:
                 continue
-            found.append(text)
-    return found
+            embedded.append(text)
+    return aliases, embedded
+
+
+def cryptic_aliases(source: str) -> list[tuple[int, str, str]]:
+    return scan(source)[0]
+
+
+def embedded_sources(source: str) -> list[str]:
+    return scan(source)[1]
 
 
 def test_no_cryptic_module_aliases() -> None:
     offenders = []
     for tree in TREES:
         for path in sorted((ROOT / tree).rglob("*.py")):
-            source = path.read_text()
+            found, embedded = scan(path.read_text())
             # this file's own examples are refused on purpose
-            embedded = embedded_sources(source) if path != Path(__file__).resolve() else []
-            for text in (source, *embedded):
-                offenders += [f"{path.relative_to(ROOT)}:{line}: {name} as {short}"
-                              for line, name, short in cryptic_aliases(text)]
+            if path == Path(__file__).resolve():
+                embedded = []
+            for text in embedded:
+                found += cryptic_aliases(text)
+            offenders += [f"{path.relative_to(ROOT)}:{line}: {name} as {short}"
+                          for line, name, short in found]
     assert not offenders, "spell module aliases out:\n" + "\n".join(offenders)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import REPO, VCLUSTER_MODULES, work_unit
+from tests.conftest import REPO, VCLUSTER_MODULES, pytest_collection_modifyitems, work_unit
 
 STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(\)")
 
@@ -22,3 +22,29 @@ def test_other_modules_are_their_own_unit() -> None:
     assert work_unit("tests/ganeti/test_vcluster_maintd.py::test_x") == \
         work_unit("tests/system/test_rapi_shapes.py::test_y[a-b]") == "vcluster"
     assert work_unit("tests/unit/test_store.py::test_z") == "tests/unit/test_store.py"
+
+
+class CollectedItem:
+    """What the ordering reads of a collected test: its node id and its markers."""
+
+    def __init__(self, nodeid: str, *markers: str) -> None:
+        self.nodeid, self.markers = nodeid, markers
+
+    def get_closest_marker(self, name: str) -> str | None:
+        return name if name in self.markers else None
+
+
+def test_the_longest_units_are_handed_out_first() -> None:
+    items = [
+        CollectedItem("tests/unit/test_store.py::test_a"),
+        CollectedItem("tests/system/test_disk_data_sim.py::test_b", "slow"),
+        CollectedItem("tests/system/test_hotplug_sim.py::test_c", "slow", "guests"),
+        CollectedItem("tests/system/test_rapi_shapes.py::test_d"),
+        CollectedItem("tests/unit/test_store.py::test_e"),
+        CollectedItem("tests/ganeti/test_vcluster_maintd.py::test_f", "slow"),
+        CollectedItem("tests/chaos/test_chaos_sim.py::test_g", "slow", "guests"),
+    ]
+    pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+    # the vcluster's unit, then real guests, then slow ones, then the rest: each in its order
+    assert [item.nodeid.rsplit("::", 1)[1] for item in items] == \
+        ["test_d", "test_f", "test_c", "test_g", "test_b", "test_a", "test_e"]

@@ -34,7 +34,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 if CHROMIUM is None:
     pytest.skip("Debian's chromium is not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.guests]  # real guests: among the longest
 SHOTS = screenshots()  # docs/screenshots/ with HERDER_SCREENSHOTS=$PWD/docs/screenshots
 WAIT = 120_000  # ms: a real guest boots under TCG on a loaded machine
 sync_api.expect.set_options(timeout=WAIT)

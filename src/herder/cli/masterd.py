@@ -107,7 +107,12 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
                    f"(config {config_path})", err=True)
 
     if etcd:
-        click.echo(f"herder masterd: standby, campaigning for the master lease of {config_path}"
+        from herder.masterd.etcd_master import candidacy_problem
+
+        waiting = candidacy_problem(daemon.store.snapshot(), daemon.me)
+        doing = ("campaigning for" if waiting is None else
+                 f"not campaigning ({waiting}) until it is one, for")
+        click.echo(f"herder masterd: standby, {doing} the master lease of {config_path}"
                    f" as {daemon.me} (ttl {daemon.lease.ttl if daemon.lease else lease_ttl} s)",
                    err=True)
     serve.run(lambda stop: daemon.serve(ready=ready, stop=stop))

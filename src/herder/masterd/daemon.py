@@ -132,7 +132,7 @@ class MasterDaemon:
                                 "the master candidates have one)")
         # refuse a broken config, with the reason (the shared copy masterd keeps reading)
         config = self.store.snapshot()
-        if self.lease is not None:  # any node may campaign; the lease decides
+        if self.lease is not None:  # a master candidate campaigns; the lease decides
             if masterd_etcd.find_me(config, self.me) is None:
                 raise NotMaster(f"this node ({self.me}) is not a node of the cluster")
             problem = None
@@ -258,7 +258,9 @@ class MasterDaemon:
         before_resign: list[serve.Hook] = []
         if self.lease is not None:  # standby (no RAPI) until elected: etcd_master.py
             from herder.masterd import etcd_master, redist_etcd
+            from herder.masterd import master_ip as master_ip_here
 
+            await master_ip_here.release_if_here(self)  # a crashed master left it up
             elected = False
             try:
                 elected = await etcd_master.await_election(self, self.lease, stop)
@@ -268,9 +270,9 @@ class MasterDaemon:
             if not elected:
                 await etcd_master.stop_maintd_if_deposed(self)
                 return
-            tasks.append(lambda stop: etcd_master.start_maintd(self.me))
             master_ip = MasterIpHolder(self)
             tasks.append(master_ip.hold)
+            tasks.append(lambda stop: etcd_master.start_maintd(self.me, master_ip))
             tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
                                                         self.settings.check_interval))
             tasks.append(self._compact_etcd_history)  # core.etcd_history

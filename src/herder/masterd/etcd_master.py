@@ -1,17 +1,21 @@
 """masterd on the etcd backend: the master is whoever holds the master lease (docs/ha.md).
 
 With a config location `etcds://HOST:PORT,.../CLUSTER` (or `etcd://`), every node may run
-`herder masterd`: each campaigns with a `MasterLease` and waits as a **standby** (no RAPI port
-open) until it is elected. The winner then, in order:
+`herder masterd`: each master candidate campaigns with a `MasterLease` and waits as a
+**standby** (no RAPI port open) until it is elected; a node that is not a master candidate (as
+in Ganeti, only a candidate may become master) waits without campaigning until the config
+makes it one (`Candidacy`). The winner then, in order:
 1. writes itself into the config as master (`master_node`, `master_ip` when it moved with the
    master, `master_epoch` = the lease's epoch), a write fenced by the lease;
 2. signs every node RPC with that epoch, so noded's epoch check refuses the old master too;
 3. recovers the job queue from etcd (jobs that were running under the old master are marked
    failed with the reason) and serves RAPI;
-4. starts its node's maintd (`daemon-util start-master`, the path a master-failover takes
-   through noded: `core.master_daemons`), which handles the old master's failure, and brings
-   a floating master IP up on the master netdev (`daemon-util activate-master-ip`, as
-   master-failover's `node_activate_master_ip` does; `MasterIpHolder`).
+4. brings a floating master IP up on the master netdev (`daemon-util activate-master-ip`, as
+   master-failover's `node_activate_master_ip` does; `MasterIpHolder`), then starts its node's
+   maintd (`daemon-util start-master`, the path a master-failover takes through noded, in the
+   same order: `core.master_daemons`), which handles the old master's failure. In that order
+   because maintd listens on the master IP only when it is up as maintd starts (else on the
+   node's primary IP, where the cluster's published address does not reach it).
 When the lease is lost it stops acting at once (its etcd writes, config and jobs, are fenced and
 refused from that moment), takes the master IP down, stops its node's maintd, and masterd exits
 with code 75
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -34,13 +39,20 @@ from herder.core.store import ConfigStore
 from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
 from herder.masterd.jobs.store_etcd import EtcdJobStorage
 from herder.masterd.lease import MasterLease
-from herder.masterd.master_ip import find_me
+from herder.masterd.master_ip import MasterIpHolder, find_me
 
 log = logging.getLogger("herder.masterd")
 DEFAULT_LEASE_TTL = model.MASTER_LEASE_TTL_DEFAULT
 # daemon-util asks the supervisor (or systemd), which starts or stops maintd: seconds at most
 MAINTD_START_TIMEOUT = 60.0
 MAINTD_STOP_TIMEOUT = 20.0
+# maintd waits this long for the master IP (an old master killed with SIGKILL keeps it until
+# its host goes), then starts anyway, on the node's primary IP: a cluster with a maintd
+# reachable there is better than one without
+MAINTD_MASTER_IP_WAIT = 30.0
+# a standby reads the config this often to learn whether it is a master candidate (promoted:
+# it campaigns from then on; demoted: it stops campaigning)
+CANDIDACY_CHECK = 1.0
 
 
 class Candidate(Protocol):
@@ -78,6 +90,45 @@ def lease_ttl_setting(observer: EtcdStore) -> int:
     return DEFAULT_LEASE_TTL if kv is None else observer.snapshot_at(kv).cluster.master_lease_ttl
 
 
+def candidacy_problem(config: model.ConfigData, me: str) -> str | None:
+    """Why this node may not become the master now (None: it may): as in Ganeti, only a
+    master candidate (or the config's master) may; a node the config does not name, or one
+    not marked a master candidate (offline, drained, not master-capable, outside the pool),
+    waits without campaigning."""
+    node = find_me(config, me)
+    if node is None:
+        return f"this node ({me}) is not a node of the cluster"
+    if not node.master_candidate and node.uuid != config.cluster.master_node:
+        return f"this node ({node.name}) is not a master candidate"
+    return None
+
+
+class Candidacy:
+    """Whether this masterd may campaign: the config's word, read again every
+    `CANDIDACY_CHECK` seconds while it is a standby (`await_election`); the lease asks it
+    before every campaign (`MasterLease.eligible`) and `take_over` checks it once more in its
+    fenced write, so a node demoted a moment before it won does not take over."""
+
+    def __init__(self, store: ConfigStore, me: str) -> None:
+        self.store = store
+        self.me = me
+        self.problem: str | None = "not checked yet"
+
+    def __call__(self) -> bool:
+        return self.problem is None
+
+    def check(self) -> bool:
+        """Read the config again; True when the answer changed."""
+        try:
+            problem = candidacy_problem(self.store.snapshot(), self.me)
+        except HerderError as err:  # etcd unreachable: keep the last answer
+            log.warning("master on etcd: cannot read the config: %s", err)
+            return False
+        changed = (problem is None) != (self.problem is None)
+        self.problem = problem
+        return changed
+
+
 class EtcdConfigCache:
     """The RAPI's view of the config in etcd: decoded again only when its revision changes.
 
@@ -113,9 +164,11 @@ def take_over(candidate: Candidate, epoch: int) -> None:
     """Elected: become the config's master (fenced write), then let the daemon act as master at
     the epoch written (node RPCs, locks, the job queue recovered)."""
     with candidate.store.update() as config:
+        problem = candidacy_problem(config, candidate.me)
+        if problem is not None:
+            raise HerderError(problem)
         node = find_me(config, candidate.me)
-        if node is None:
-            raise HerderError(f"this node ({candidate.me}) is not a node of the cluster")
+        assert node is not None
         c = config.cluster
         old = config.nodes.get(c.master_node)
         if old is not None and c.master_ip == old.primary_ip:
@@ -130,14 +183,29 @@ def take_over(candidate: Candidate, epoch: int) -> None:
              candidate.me, written, epoch, recovered)
 
 
+def _say_candidacy(candidacy: Candidacy, me: str, ttl: int) -> None:
+    if candidacy():
+        log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", me, ttl)
+    else:
+        log.info("master on etcd: %s: standby, not campaigning: %s", me, candidacy.problem)
+
+
 async def await_election(candidate: Candidate, lease: MasterLease,
                          stop: asyncio.Event) -> bool:
-    """Standby until elected (then take over) or stopped; False when stopped first."""
+    """Standby until elected (then take over) or stopped; False when stopped first. Only
+    while the config has this node as a master candidate does it campaign (`Candidacy`)."""
+    candidacy = Candidacy(candidate.store, candidate.me)
+    await asyncio.to_thread(candidacy.check)
     lease.on_lost = candidate.depose
+    lease.eligible = candidacy
     lease.start()
-    log.info("master on etcd: %s is a standby candidate (lease ttl %d s)", candidate.me,
-             lease.ttl)
+    _say_candidacy(candidacy, candidate.me, lease.ttl)
+    checked = time.monotonic()
     while not stop.is_set():
+        if time.monotonic() - checked >= CANDIDACY_CHECK:
+            checked = time.monotonic()
+            if await asyncio.to_thread(candidacy.check):
+                _say_candidacy(candidacy, candidate.me, lease.ttl)
         if await asyncio.to_thread(lease.wait_elected, 0.2):
             epoch = lease.epoch
             if epoch is None:  # lost again at once
@@ -154,10 +222,19 @@ async def await_election(candidate: Candidate, lease: MasterLease,
     return False
 
 
-async def start_maintd(me: str) -> None:
+async def start_maintd(me: str, master_ip: MasterIpHolder,
+                       wait: float = MAINTD_MASTER_IP_WAIT) -> None:
     """Elected and serving: this node's master daemons started as a master-failover starts
-    them (masterd, running, stays as it is); maintd then handles the old master's failure
-    (docs/ha.md). A failure is a warning: the master serves without maintd meanwhile."""
+    them (masterd, running, stays as it is), once the master IP is up (at most `wait`
+    seconds); maintd then handles the old master's failure (docs/ha.md). A failure is a
+    warning: the master serves without maintd meanwhile."""
+    try:
+        await asyncio.wait_for(master_ip.settled.wait(), timeout=wait)
+    except TimeoutError:
+        log.warning("master on etcd: the master IP is not up after %g s; starting the maintd "
+                    "of %s anyway (it listens on the node's primary IP)", wait, me)
+    if master_ip.master.deposed is not None:
+        return
     try:
         said = await asyncio.to_thread(master_daemons.start_master_daemons,
                                        MAINTD_START_TIMEOUT)
@@ -179,3 +256,4 @@ async def stop_maintd_if_deposed(candidate: Candidate) -> None:
         log.warning("master on etcd: cannot stop the maintd of %s: %s", candidate.me, err)
         return
     log.info("master on etcd: %s deposed: %s", candidate.me, said)
+

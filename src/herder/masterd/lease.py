@@ -13,6 +13,9 @@ it sent the last successful renewal (etcd counts the TTL from when it received t
 the master always gives up first), or when the key is no longer its own, it stops claiming to be
 master and calls `on_lost(reason)`. It does not campaign again: a new `MasterLease` does.
 
+Only an eligible node campaigns (`eligible`: masterd's says whether the config has it as a
+master candidate, Ganeti's rule for who may become master); the others hold a lease and wait.
+
 Taking over: when the master dies its lease expires at most `ttl` seconds after its last renewal
 (etcd extends every lease once by an election timeout when its own leader changes), the key goes
 with it, and the waiting candidates, polling every `poll` seconds, race to create it; one wins.
@@ -44,6 +47,7 @@ class MasterLease:
         on_lost: Callable[[str], None] | None = None,
         on_elected: Callable[[int], None] | None = None,
         poll: float | None = None,
+        eligible: Callable[[], bool] | None = None,
     ) -> None:
         if ttl < 2:
             raise ValueError("the master lease TTL must be at least 2 seconds")
@@ -53,6 +57,9 @@ class MasterLease:
         self.key = master_key(cluster)
         self.on_lost = on_lost
         self.on_elected = on_elected
+        # whether this node may campaign now (a master candidate: etcd_master.Candidacy);
+        # None: always. Asked before every campaign, so it must be cheap.
+        self.eligible = eligible
         self.poll = poll if poll is not None else min(0.1, ttl / 8)
         # calls must give up well within the TTL, so the loss is noticed in time
         self.client = client.clone(timeout=min(client.timeout, ttl / 4), retry_for=ttl / 4)
@@ -177,6 +184,8 @@ class MasterLease:
 
     def _campaign(self, lease_valid_until: float) -> None:
         assert self._lease is not None
+        if self.eligible is not None and not self.eligible():
+            return
         result = self.client.txn(
             [etcd.cmp_create(self.key, 0)],
             [etcd.op_put(self.key, self.node_name, self._lease.id)],

@@ -75,8 +75,19 @@ class MasterIpHolder:
     def __init__(self, master: Master) -> None:
         self.master = master
         self.up: MasterIp | None = None  # what this masterd brings or brought up
+        # set once the master IP is up here, or there is none to bring up: what the etcd
+        # master's maintd start waits for (`etcd_master.start_maintd`: maintd listens on the
+        # master IP only when it is up as maintd starts)
+        self.settled = asyncio.Event()
 
     async def hold(self, stop: asyncio.Event) -> None:
+        try:
+            await self._bring_up(stop)
+        finally:
+            if self.master.deposed is None and not stop.is_set():
+                self.settled.set()
+
+    async def _bring_up(self, stop: asyncio.Event) -> None:
         config = self.master.store.snapshot()
         net = floating_master_ip(config, self.master.me)
         node = find_me(config, self.master.me)
@@ -116,3 +127,22 @@ class MasterIpHolder:
                         self.master.me, err)
             return
         log.info("master: %s: %s", self.master.me, said)
+
+
+async def release_if_here(master: Master) -> None:
+    """A standby on etcd takes down a floating master IP this host still has before it
+    campaigns: its masterd stopped acting as master without taking it down (a crash, a
+    SIGKILL; the supervisor restarted it as a standby), and while this host answers for the
+    address the elected master cannot bring it up (`activate-master-ip` refuses an address
+    another machine answers for), so the nodes' heartbeats to the master IP and the cluster's
+    address would reach a standby. The IP follows the lease: the master elected brings it up
+    again, here too if it is this node."""
+    config = master.store.snapshot()
+    net = floating_master_ip(config, master.me)
+    if net is None or not net.ip or not is_local_address(net.ip):
+        return
+    log.warning("master: %s: a standby with the master IP %s up here (its masterd stopped "
+                "as master without taking it down): taking it down", master.me, net.ip)
+    holder = MasterIpHolder(master)
+    holder.up = net
+    await holder.release()

@@ -9,7 +9,10 @@ After every config write the master pushes, through the node daemons (signed, ep
   files, `write_config` (they land where the candidate's confd, mond and, after a failover,
   masterd read them: `/var/lib/herder/config.json` and `queue/`), and the jobs archived since
   its last push (at most ARCHIVE_PER_PUSH a call; the rest with the next ones), which the
-  candidate files in its `queue/archive/` as Ganeti's candidates keep the archive;
+  candidate files in its `queue/archive/` as Ganeti's candidates keep the archive. Not on the
+  etcd backend (`config_copies`): there every masterd reads etcd, which replicates both, and
+  a copy pushed once (a `node add`, a promotion) and never again would be a stale config
+  that the node's readers of a local copy prefer to its current ssconf;
 - the files that must agree cluster-wide, `upload_file`: the remote API certificate and users
   file (master candidates), for every enabled hypervisor the files its parameters name
   (`vnc_password_file`, `spice_password_file`: the cluster default to every VM-capable node,
@@ -197,10 +200,12 @@ def hypervisor_files(config: model.ConfigData, node: model.Node,
 
 
 def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[str] = (),
-         full: bool = False, only: Iterable[str] | None = None) -> dict[str, NodePlan]:
+         full: bool = False, only: Iterable[str] | None = None,
+         config_copies: bool = True) -> dict[str, NodePlan]:
     """Per online node (by name) what it receives. `full`: also the cluster secrets (HMAC key,
     certificate, cluster domain secret: what a new node or a new master candidate needs).
-    `only`: these node names."""
+    `only`: these node names. `config_copies` False (etcd: the config and the queue live
+    there): the candidates get no copy of them, only their files."""
     secrets = SecretPaths.beside(config_path)
     user_list = [str(config_path.parent / REDIST_FILES), *user_files]
     rapi = [str(secrets.certificate), str(secrets.rapi_users)]
@@ -230,7 +235,8 @@ def plan(config: model.ConfigData, config_path: Path, *, user_files: Iterable[st
             files += [str(secrets.rapi_users)]
         if full:
             files += cluster_wide
-        plans[node.name] = NodePlan(node.name, node.uuid, dict(facts), candidate,
+        plans[node.name] = NodePlan(node.name, node.uuid, dict(facts),
+                                    candidate and config_copies,
                                     list(dict.fromkeys(files)))  # each once, in order
     return plans
 
@@ -277,10 +283,12 @@ class Redistributor:
 
     def __init__(self, rpc: NodeRpc, config_path: Path, queue_dir: Path | None,
                  workers: int = 16, reachability: Reachability | None = None,
-                 archived_since: ArchiveLog = _no_archive) -> None:
+                 archived_since: ArchiveLog = _no_archive, config_copies: bool = True) -> None:
         """`reachability`: masterd's record, which `rpc` reports every call's outcome to;
         None: a record of this pusher's own, its calls reporting to it. `archived_since`: the
-        queue's archive log (nothing archived: none)."""
+        queue's archive log (nothing archived: none). `config_copies` False on etcd: no
+        candidate gets a copy of the config and the queue (`plan`)."""
+        self.config_copies = config_copies
         if reachability is None:
             reachability = Reachability()
             rpc = ReachabilityRpc(rpc, reachability)
@@ -305,7 +313,8 @@ class Redistributor:
         """Push to every online node (or `only` these names); per node what was sent and the
         errors. Never raises for a node's failure."""
         user_files = read_user_list(self.config_path.parent / REDIST_FILES)
-        plans = plan(config, self.config_path, user_files=user_files, full=full, only=only)
+        plans = plan(config, self.config_path, user_files=user_files, full=full, only=only,
+                     config_copies=self.config_copies)
         skipped: dict[str, Down] = {}  # decided once: _replica and _push_node agree on it
         if not full:
             for np in plans.values():

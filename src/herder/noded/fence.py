@@ -39,6 +39,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -131,6 +132,9 @@ class LeaseKeeper:
         self.watchdog: Watchdog | None = None
         self._no_watchdog = ""  # why the watchdog could not be opened (said once)
         self.counter = rpcauth.CounterSource()
+        # the master did not answer the last heartbeat: the next round asks it and the
+        # candidates at once (`_ask_round`)
+        self.master_missed = False
         self._stop = threading.Event()
         self._expiry = threading.Lock()  # both threads check the lease's end
         self._threads: list[threading.Thread] = []
@@ -207,7 +211,7 @@ class LeaseKeeper:
             self._stand_down("this node is no longer online and VM-capable in ssconf")
             return
         sent = self.clock()
-        how = self._ask_master()
+        how = self._ask_round()
         if how == OFFLINE_ANSWER:
             # the master answered, alive, before this node's ssconf says so (Ganeti sends
             # no ssconf to an offline node): the same as above, not a lease running out
@@ -216,8 +220,6 @@ class LeaseKeeper:
                 log.info("lease: %s", how)
                 self.last_renewal = how
             return
-        if how is None:
-            how = self._ask_candidates()
         if how is not None and how.startswith("renewed"):
             self.valid_until = sent + LEASE_TIME
             if not self.holding:
@@ -229,6 +231,38 @@ class LeaseKeeper:
             log.info("lease: %s", how or "no renewal")
             self.last_renewal = how or ""
         self.check_expiry()
+
+    def _ask_round(self) -> str | None:
+        """One renewal's answer: the master's; when it does not answer, the candidates'.
+        While the master answers, only it is asked. Once it missed a heartbeat (down, or this
+        node cut off from it), the next rounds ask it and the candidates at once and take the
+        first renewal: asked one after the other, a dead master's timeout and then a dead
+        candidate's (the master is one) made a round last about 2 x CALL_TIMEOUT, longer than
+        LEASE_TIME - RENEW_PERIOD, so every node's lease ran out between two rounds and
+        destroyed its domains whenever the master died."""
+        if not self.master_missed:
+            how = self._ask_master()
+            if how is not None:
+                return how
+            self.master_missed = True
+            return self._ask_candidates()
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lease-round")
+        master = pool.submit(self._ask_master)
+        master.add_done_callback(self._master_answered)
+        candidates = pool.submit(self._ask_candidates)
+        pool.shutdown(wait=False)  # a call still running ends within its timeout
+        pending: set[Future[str | None]] = {master, candidates}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            if master in done and master.result() is not None:
+                return master.result()  # the master answered: its word (offline, refused)
+            if candidates in done and candidates.result() is not None:
+                return candidates.result()
+        return None
+
+    def _master_answered(self, call: Future[str | None]) -> None:
+        if call.exception() is None and call.result() is not None:
+            self.master_missed = False
 
     def _stand_down(self, why: str) -> None:
         """The cluster counts this node out while it lives: it runs nothing any more, and
@@ -348,29 +382,36 @@ class LeaseKeeper:
                    ssconf.read_lines("node_primary_ips", self.data_dir) or [] if " " in line)
         return {n: ips[n] for n in names if n in ips}
 
-    def _ask_candidates(self) -> str | None:
-        from concurrent.futures import ThreadPoolExecutor
+    def _ask_candidate(self, ip: str) -> bool:
+        """Whether the master candidate at `ip` renewed this node's lease (its witness)."""
+        host = f"[{ip}]" if ":" in ip else ip
+        url = f"https://{host}:{self.noded_port}/lease/{self.name}"
+        try:
+            with self._client() as http:
+                answer = http.post(url, content=self._body())
+                if self._caught_up(answer):
+                    answer = http.post(url, content=self._body())
+        except (httpx.HTTPError, OSError, ssl.SSLError, HerderError):
+            return False
+        return answer.status_code == 200
 
+    def _ask_candidates(self) -> str | None:
+        """Every other master candidate asked at once; renewed as soon as a strict majority
+        of the candidates (this node counting when it is one) answered, without waiting for
+        one that does not (a dead candidate costs its whole timeout)."""
         names = ssconf.read_lines("master_candidates", self.data_dir) or []
         others = {n: ip for n, ip in self._candidates().items() if n != self.name}
-
-        def ask(item: tuple[str, str]) -> bool:
-            _, ip = item
-            host = f"[{ip}]" if ":" in ip else ip
-            url = f"https://{host}:{self.noded_port}/lease/{self.name}"
-            try:
-                with self._client() as http:
-                    answer = http.post(url, content=self._body())
-                    if self._caught_up(answer):
-                        answer = http.post(url, content=self._body())
-            except (httpx.HTTPError, OSError, ssl.SSLError, HerderError):
-                return False
-            return answer.status_code == 200
-
         answered = 1 if self.name in names else 0
-        if others:
-            with ThreadPoolExecutor(max_workers=len(others)) as pool:
-                answered += sum(pool.map(ask, others.items()))
+        if others and not majority(answered, len(names)):
+            pool = ThreadPoolExecutor(max_workers=len(others), thread_name_prefix="lease-ask")
+            try:
+                for call in as_completed([pool.submit(self._ask_candidate, ip)
+                                          for ip in others.values()]):
+                    answered += call.result()
+                    if majority(answered, len(names)):
+                        break
+            finally:
+                pool.shutdown(wait=False)  # a call still running ends within its timeout
         if majority(answered, len(names)):
             return f"renewed by {answered} of {len(names)} master candidates"
         return None

@@ -14,6 +14,7 @@ import msgspec
 
 from herder.core import model, names, params, ports
 from herder.core.errors import ConfigError, HerderError, OpExecError, OpPrereqError
+from herder.core.locations import is_etcd_location
 from herder.core.rpcdefs import instance_calls, node_calls
 from herder.masterd import locking, portpool, redist
 from herder.masterd.lu import disks, nics, snapshot_volumes
@@ -79,7 +80,10 @@ def redistribute(env: MasterEnv, config: model.ConfigData, *, full: bool,
     """Push to the nodes (docs/ha.md "Redistribution"); per node name what was sent and the
     errors. Never raises for a node's failure."""
     pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir,
-                                  reachability=env.reachability)
+                                  reachability=env.reachability,
+                                  # etcd replicates the config and the queue itself
+                                  config_copies=not is_etcd_location(
+                                      getattr(env.store, "location", None)))
     return redist.report(pusher.push(config, full=full, only=only))
 
 
