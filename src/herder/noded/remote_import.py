@@ -16,10 +16,10 @@ script) and answers bytes and checksum to the sender. The master polls the outco
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import logging
 import secrets
-import socket
 import ssl
 import threading
 import time
@@ -28,6 +28,8 @@ from typing import Literal
 
 from aiohttp import StreamReader, web
 
+from herder.core import serve
+from herder.core.errors import HerderError
 from herder.core.rpcdefs.backup_calls import RemoteImportProgress
 from herder.noded import disk_transfer
 from herder.noded.disk_transfer import IMPORT_TTL, PendingImport, TransferError
@@ -96,20 +98,23 @@ class RemoteImport:
         self.error: str | None = None
         self.finished: float | None = None
         self._transport: asyncio.Transport | None = None  # the stream's connection
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        try:
-            self._sock = socket.create_server((address, 0), family=family)
-        except OSError as err:
-            raise TransferError(f"cannot listen on {address}: {err.strerror}") from None
-        self.port: int = self._sock.getsockname()[1]
-        self._context = context
+        # core.serve's endpoint (its limits and handshake deadline) on a port of its own
+        self._endpoint = serve.Http(web.Application(), [serve.Listener(address, 0, tls=context)],
+                                    limits=serve.Limits(per_source=4, streamed=("/import/",)))
+        self._endpoint.app.router.add_post("/import/{token}", self._stream)
         self._loop = asyncio.new_event_loop()
         self._started = asyncio.Event()
         self._done = asyncio.Event()
+        bound: concurrent.futures.Future[int] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._loop.run_until_complete,
-                                        args=(self._serve(),), daemon=True,
-                                        name=f"remote-import-{self.port}")
+                                        args=(self._serve(bound),), daemon=True,
+                                        name=f"remote-import-{address}")
         self._thread.start()
+        try:
+            self.port: int = bound.result(timeout=30)
+        except (HerderError, concurrent.futures.TimeoutError) as err:
+            self.abort("not listening")
+            raise TransferError(str(err) or f"cannot listen on {address}") from None
 
     def progress(self) -> RemoteImportProgress:
         return RemoteImportProgress(
@@ -131,21 +136,21 @@ class RemoteImport:
         self._started.set()
         self._done.set()
 
-    async def _serve(self) -> None:
-        app = web.Application()
-        app.router.add_post("/import/{token}", self._stream)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
-        await runner.setup()
+    async def _serve(self, bound: concurrent.futures.Future[int]) -> None:
         try:
-            await web.SockSite(runner, self._sock, ssl_context=self._context).start()
+            (address, *_) = await self._endpoint.open()
+        except HerderError as err:
+            bound.set_exception(err)
+            return
+        bound.set_result(address.port)
+        try:
             try:
                 await asyncio.wait_for(self._started.wait(), self.ttl)
             except TimeoutError:
                 self._finish("failed", f"no stream came within {self.ttl:g} s")
             await self._done.wait()
         finally:
-            await runner.cleanup()
-            self._sock.close()
+            await self._endpoint.close()
 
     async def _stream(self, request: web.Request) -> web.Response:
         if not hmac.compare_digest(request.match_info["token"], self.token) or \
