@@ -1,5 +1,6 @@
 """Backups (Ganeti's gnt-backup, cmdlib/backup.py): OP_BACKUP_PREPARE, OP_BACKUP_EXPORT,
-OP_BACKUP_REMOVE. An export streams each disk of the instance, shut down, from its primary
+OP_BACKUP_REMOVE. An export streams each disk of the instance, shut down (or, with `shutdown`
+false, running: a snapshot of each disk, removed afterwards, as Ganeti's), from its primary
 node to the target node's export directory over the nodes' TLS (the transport of an instance
 move: `noded.disk_transfer`), then writes Ganeti's config.ini there (`core.exportconf`) and
 puts the export in place (`noded.exports`). A failure removes the partial export and leaves
@@ -18,7 +19,7 @@ from herder.core.rpcdefs.backup_calls import PARTIAL
 from herder.core.rpcdefs.payload import instance_payload
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
-from herder.masterd.lu import disks, handover, remote_streams
+from herder.masterd.lu import disks, handover, remote_streams, snapshot_volumes
 from herder.masterd.lu.base import (
     JobResult,
     LockRequest,
@@ -40,6 +41,11 @@ from herder.masterd.lu.exports import (
 # seconds the partial export's removal is tried after a failed export (a target node daemon
 # that died mid-stream is back within this under its supervisor)
 PARTIAL_REMOVAL_WAIT = 60.0
+
+# The snapshot an export without a shutdown reads (Ganeti's LUBackupExport snapshots each disk
+# the same way): no user's snapshot name (those start with a letter or digit), one per
+# instance (the instance is locked), so the queue's recovery finds it after a master died
+EXPORT_SNAPSHOT = "_export"
 
 
 class BackupPrepare(LogicalUnit[opcodes.OpBackupPrepare]):
@@ -95,13 +101,22 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
         if op.remove_instance and not op.shutdown:
             raise OpPrereqError("can not remove instance without shutting it down before",
                                 "wrong_input")
-        if not op.shutdown and inst.admin_state == "up":
-            raise OpPrereqError(
-                f"instance {inst.name} runs: exporting it without a shutdown needs a snapshot "
-                f"of its {inst.disk_template} disks, which herder cannot take yet; export it "
-                "shut down", "wrong_input")
+        self.live = not op.shutdown and inst.admin_state == "up"
+        if self.live:
+            self._check_live(inst)
         self.inst, self.source = inst, source
         self.target = target if target is not None else source  # (mode remote: unused)
+
+    def _check_live(self, inst: model.Instance) -> None:
+        """An export of the running `inst` reads a snapshot of each disk: refused where its
+        disks cannot take one, and for a remote export (which streams the disks shut down)."""
+        if self.remote is not None:
+            raise OpPrereqError(f"instance {inst.name} runs: a remote export shuts it down; "
+                                "drop shutdown=false", "wrong_input")
+        why = snapshot_volumes.unsupported(inst)
+        if why is not None:
+            raise OpPrereqError(f"an export of the running {inst.name} without a shutdown "
+                                f"reads a snapshot of each disk: {why}", "wrong_input")
 
     def dry_run_result(self) -> JobResult:
         if self.remote is not None:
@@ -125,6 +140,9 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
         partial = inst.name + PARTIAL
         if self.env.rpc.call(target, backup_calls.ExportRemove(name=partial)):
             self.feedback(f"removed the partial export {partial} on {target.name}")
+        if snapshot_volumes.unsupported(inst) is None:
+            self._remove_snapshot(config, inst, snapshot_volumes.named_volumes(
+                inst, EXPORT_SNAPSHOT))
         listed = self.env.rpc.call(source, node_calls.InstanceList())
         if inst.admin_state == "up" and listed.get(inst.name) not in handover.RUNNING_STATES:
             self._start(config, inst, source)
@@ -137,7 +155,7 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
         config = env.store.load()  # as the locks hold it
         inst, source, target = (config.instances[self.inst.uuid],
                                 *(config.nodes[n.uuid] for n in (self.source, self.target)))
-        running = inst.admin_state == "up"
+        running = inst.admin_state == "up" and not self.live  # (to shut down and restart)
         if running:
             self._shut_down(config, inst, source)
         if self.remote is not None:
@@ -168,8 +186,9 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
 
     def _export_local(self, config: model.ConfigData, inst: model.Instance,
                       source: model.Node, target: model.Node, running: bool) -> list[bool]:
+        volumes = self._snapshot(config, inst) if self.live else None
         try:
-            results = self._stream(config, inst, source, target)
+            results = self._stream(config, inst, source, target, volumes)
             pruned = self.env.rpc.call(target, backup_calls.ExportFinalize(
                 instance=inst.name, config_ini=exportconf.build(config, inst, int(time.time())),
                 keep=self.op.keep))
@@ -180,6 +199,8 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
             raise OpExecError(f"export of {inst.name} to {target.name} failed: {err}; "
                               f"{left}") from None
         finally:
+            if volumes is not None:
+                self._remove_snapshot(config, inst, volumes)
             if not inst.disks_active:
                 disks.shutdown_disks(self.env, config, inst, feedback=self.feedback)
         self.feedback(f"export of {inst.name} finished on {target.name}")
@@ -208,13 +229,35 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
         self.feedback(f"remote export of {inst.name} finished")
         return results
 
+    def _snapshot(self, config: model.ConfigData, inst: model.Instance
+                  ) -> list[model.SnapshotVolume]:
+        """A snapshot of each disk of the running `inst` for the export to read (one a dead
+        master left removed first)."""
+        self._remove_snapshot(config, inst, snapshot_volumes.named_volumes(inst,
+                                                                           EXPORT_SNAPSHOT))
+        self.feedback(f"instance {inst.name} runs: exporting a snapshot of each disk")
+        return snapshot_volumes.take_volumes(self.env, config, inst, EXPORT_SNAPSHOT,
+                                             self.feedback)
+
+    def _remove_snapshot(self, config: model.ConfigData, inst: model.Instance,
+                         volumes: list[model.SnapshotVolume]) -> None:
+        left = snapshot_volumes.remove_volumes(self.env, config, inst, volumes, self.feedback)
+        if left:
+            self.feedback(f"could not remove the export's snapshot {', '.join(left)} on the "
+                          f"primary node of {inst.name}: remove it yourself")
+
     def _stream(self, config: model.ConfigData, inst: model.Instance, source: model.Node,
-                target: model.Node) -> list[bool]:
+                target: model.Node, volumes: list[model.SnapshotVolume] | None
+                ) -> list[bool]:
+        """Each disk (or its snapshot's volume of `volumes`) streamed to `target`."""
+        snapshot = {volume.disk: volume for volume in volumes or []}
         results = []
         for index, disk in enumerate(inst.disks):
             self.feedback(f"exporting {disk.iv_name} ({disk.size} MiB) to {target.name}")
             started = time.monotonic()
-            copied = stream_disk(self.env, config, inst, index, source, target)
+            device = snapshot_volumes.volume_disk(disk, snapshot[disk.uuid]) \
+                if disk.uuid in snapshot else None
+            copied = stream_disk(self.env, config, inst, index, source, target, device)
             self.feedback(progress_line(disk.iv_name, copied, time.monotonic() - started))
             results.append(True)
         return results

@@ -37,15 +37,18 @@ def node_target(env: MasterEnv, node: model.Node) -> disk_calls.ExportTarget:
 
 
 def stream_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, index: int,
-                source: model.Node, target: model.Node) -> int:
-    """Disk `index` of `inst` from its device on `source`, through its OS's `export` script,
-    into the export being written on `target`; the bytes the target confirmed (with the
-    checksum of what was sent)."""
+                source: model.Node, target: model.Node, device: model.Disk | None = None
+                ) -> int:
+    """Disk `index` of `inst` from its device on `source` (or `device`: its snapshot's
+    volume, for an export of a running instance), through its OS's `export` script, into the
+    export being written on `target`; the bytes the target confirmed (with the checksum of
+    what was sent)."""
     disk = inst.disks[index]
     prepared = env.rpc.call(target, backup_calls.ExportPrepareDump(instance=inst.name,
                                                                    dump=disk.uuid))
     sent = env.rpc.call(source, disk_calls.BlockdevExport(
-        disk=diskobjects.disk_object(config, inst, disk, source.uuid), instance=inst.name,
+        disk=diskobjects.disk_object(config, inst, device or disk, source.uuid),
+        instance=inst.name,
         idx=index, token=prepared.token, target=node_target(env, target),
         os_instance=instance_payload(config, inst)), timeout=backup_calls.STREAM_TIMEOUT)
     return sent.bytes or 0

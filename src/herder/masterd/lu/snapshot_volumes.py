@@ -67,7 +67,7 @@ def rollback_name(volume: model.SnapshotVolume) -> str:
     return volume.logical_id.name.rpartition("@")[2]
 
 
-def _volume_disk(disk: model.Disk, volume: model.SnapshotVolume) -> model.Disk:
+def volume_disk(disk: model.Disk, volume: model.SnapshotVolume) -> model.Disk:
     """The snapshot's volume as a disk of its own (a snapshot is a volume: compat B57)."""
     return msgspec.structs.replace(disk, logical_id=volume.logical_id)
 
@@ -95,10 +95,10 @@ def take(env: MasterEnv, config: model.ConfigData, inst: model.Instance, name: s
     so far and raises OpExecError (one line). The disks of a stopped instance are released
     again (taking a snapshot attaches the volume)."""
     return model.InstanceSnapshot(name=name, ctime=time.time(),
-                                  volumes=_take_volumes(env, config, inst, name, feedback))
+                                  volumes=take_volumes(env, config, inst, name, feedback))
 
 
-def _take_volumes(env: MasterEnv, config: model.ConfigData, inst: model.Instance, name: str,
+def take_volumes(env: MasterEnv, config: model.ConfigData, inst: model.Instance, name: str,
                   feedback: Feedback) -> list[model.SnapshotVolume]:
     """`take`'s volumes (`name` may be the reserved ASIDE)."""
     node = _primary(config, inst)
@@ -162,7 +162,7 @@ def remove_volumes(env: MasterEnv, config: model.ConfigData, inst: model.Instanc
             continue
         try:
             env.rpc.call(node, disk_calls.BlockdevRemove(disk=diskobjects.disk_object(
-                config, inst, _volume_disk(disk, volume))))
+                config, inst, volume_disk(disk, volume))))
         except HerderError as err:
             feedback(f"could not remove snapshot volume {named} on {node.name}: {err}")
             left.append(named)
@@ -201,7 +201,7 @@ def rollback(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
     far back as they were (OpExecError, one line), and after a master died in it the queue's
     recovery does (`recover_rollback`)."""
     remove_volumes(env, config, inst, named_volumes(inst, ASIDE), feedback)  # a dead one's
-    keep = _take_volumes(env, config, inst, ASIDE, feedback)
+    keep = take_volumes(env, config, inst, ASIDE, feedback)
     _record_aside(env, inst, keep)
     try:
         _roll_back(env, config, inst, snapshot.volumes)
