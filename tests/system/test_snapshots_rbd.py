@@ -7,24 +7,30 @@ A pattern written to both images is snapshotted (`rbd snap create`), overwritten
 (`rbd snap rollback`): the pattern is back; a rollback while a client has an image open is
 refused and puts back what it changed; the snapshot's `rbd snap`s are removed with it, and with
 the instance; the queue's recovery job removes the snapshots of one the master never recorded.
+An export of a running instance (`shutdown` false, issue 30 item 1) reads each disk's snapshot
+(`rbd export IMAGE@SNAP -` into the OS export script) and removes it, also when the export
+fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from herder.core import model
+from herder.core import exportconf, model
 from herder.core.store import FileStore
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobQueue
+from herder.masterd.lu.backup import EXPORT_SNAPSHOT
 from herder.noded.bdev.base import Host, SubprocessRunner
-from herder.sim import ceph
+from herder.sim import ceph, guest
 from tests.conftest import build_config
 from tests.noded.bdev.test_rbd_ceph import OFFSET, PATTERN, snapshots_of, write_image
 from tests.system.inprocess_master import master_over_nodes
@@ -41,6 +47,7 @@ class Cluster:
     store: FileStore
     queue: JobQueue
     ceph: ceph.CephCluster
+    directory: Path
 
     def run(self, op: dict[str, Any]) -> dict[str, Any]:
         job_id = self.queue.submit([op])
@@ -71,19 +78,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         node.primary_ip = ADDRESSES[node.name]
     hosts = {name: Host(runner=SubprocessRunner(extra_env=started.client_env))
              for name in ADDRESSES}
+    os_dir = guest.install_os_definition(directory / "os")
     try:
-        with master_over_nodes(directory, config, ADDRESSES, hosts=hosts) as master:
-            yield Cluster(master.store, master.queue, started)
+        with master_over_nodes(directory, config, ADDRESSES, hosts=hosts,
+                               os_path=(os_dir.parent,)) as master:
+            yield Cluster(master.store, master.queue, started, directory)
     finally:
         started.stop(grace=0.5)
 
 
-def create(cluster: Cluster, name: str, disks: int = 2) -> None:
+def create(cluster: Cluster, name: str, disks: int = 2, **extra: Any) -> None:
     job = cluster.run({
         "OP_ID": "OP_INSTANCE_CREATE", "instance_name": name, "disk_template": "rbd",
         "disks": [{"size": SIZE}] * disks, "nics": [{}], "pnode": "node1.example.com",
         "name_check": False, "ip_check": False, "no_install": True, "start": False,
-        "ignore_ipolicy": True})
+        "ignore_ipolicy": True, **extra})
     assert job["status"] == "success", job
 
 
@@ -203,3 +212,89 @@ def test_the_recovery_job_of_a_rollback_puts_the_images_back(cluster: Cluster) -
     assert [cluster.read(image) for image in images] == [LATER] * 2
     assert cluster.snapshots(name) == [["snap-s1"]] * 2
     assert cluster.store.load().find_instance(name).rollback_aside == []
+
+
+# --- an export of a running instance (issue 30 item 1) -----------------------------------------
+
+
+def running_with_pattern(cluster: Cluster, name: str) -> list[str]:
+    """A two-disk instance `name` (the herder-guest OS) holding PATTERN, admin up (libvirt's
+    test driver runs no rbd domain: the export takes the path of a running instance by its
+    admin state, as the LU decides by it); its images."""
+    create(cluster, name, os_type=guest.OS_NAME)
+    images = cluster.images(name)
+    for image in images:
+        write_image(cluster.ceph, image, PATTERN, SIZE)
+    with cluster.store.update() as config:
+        config.find_instance(name).admin_state = "up"
+    return images
+
+
+def export_running(cluster: Cluster, name: str) -> dict[str, Any]:
+    return cluster.run({"OP_ID": "OP_BACKUP_EXPORT", "instance_name": name,
+                        "target_node": "node2.example.com", "shutdown": False})
+
+
+def test_a_running_instance_exports_its_snapshots(cluster: Cluster) -> None:
+    name = "rbdlive1.example.com"
+    images = running_with_pattern(cluster, name)
+    job = export_running(cluster, name)
+    assert job["status"] == "success", job
+    assert not any("shutting down" in line for line in job["log"]), job["log"]
+    for index in range(2):
+        assert any(f"snapshot {EXPORT_SNAPSHOT} of disk/{index} taken" in line
+                   for line in job["log"]), job["log"]
+    export = cluster.directory / "node2.example.com" / "root" / \
+        exportconf.EXPORT_DIR.lstrip("/") / name
+    for disk, image in zip(cluster.store.load().find_instance(name).disks, images,
+                           strict=True):
+        dumped = (export / disk.uuid).read_bytes()
+        assert len(dumped) == SIZE * 2**20
+        assert hashlib.sha256(dumped).digest() == \
+            hashlib.sha256(cluster.ceph.read_image(image, SIZE * 2**20)).digest()
+        assert dumped[OFFSET:OFFSET + len(PATTERN)] == PATTERN
+    assert "[instance]" in (export / exportconf.CONF_FILE).read_text()
+    assert cluster.snapshots(name) == [[], []]
+    assert cluster.store.load().find_instance(name).admin_state == "up"
+
+
+def test_a_failing_export_leaves_no_snapshot(cluster: Cluster) -> None:
+    """The OS export script fails part-way through disk/0 (the snapshot being read by `rbd
+    export` into it): one line, the partial export and both snapshots removed."""
+    name = "rbdlive2.example.com"
+    running_with_pattern(cluster, name)
+    script = cluster.directory / "os" / guest.OS_NAME / "export"
+    kept = script.read_text()
+    script.write_text('#!/bin/sh\nhead -c 100000 "$EXPORT_DEVICE"\nexit 3\n')
+    try:
+        job = export_running(cluster, name)
+    finally:
+        script.write_text(kept)
+    message = error_of(job, "OpExecError")
+    assert "OS export script failed" in message and "the partial export was removed" in message
+    assert any(f"snapshot {EXPORT_SNAPSHOT} of disk/1 taken" in line for line in job["log"])
+    assert cluster.snapshots(name) == [[], []]
+    assert not (cluster.directory / "node2.example.com" / "root" /
+                exportconf.EXPORT_DIR.lstrip("/") / name).exists()
+
+
+def test_the_recovery_job_of_an_export_removes_its_snapshots(cluster: Cluster) -> None:
+    """The master died in an export of the running instance after snapshotting: the job the
+    queue's recovery submits removes the snapshots."""
+    from herder.masterd import lu
+
+    name = "rbdlive3.example.com"
+    images = running_with_pattern(cluster, name)
+    for image in images:
+        cluster.ceph.run(["rbd", "snap", "create",
+                          f"{cluster.ceph.pool}/{image}@snap-{EXPORT_SNAPSHOT}"],
+                         what="rbd snap create")
+    unit = lu.registry()["OP_BACKUP_EXPORT"]
+    (recovery,) = unit.after_master_death(opcodes.parse({
+        "OP_ID": "OP_BACKUP_EXPORT", "instance_name": name,
+        "target_node": "node2.example.com", "shutdown": False}))
+    with cluster.store.update() as config:  # no domain to start again: it stays admin down
+        config.find_instance(name).admin_state = "down"
+    recovered = cluster.run(recovery)
+    assert recovered["status"] == "success", recovered
+    assert cluster.snapshots(name) == [[], []]

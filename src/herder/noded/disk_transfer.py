@@ -266,11 +266,19 @@ def read_stream(source: IO[bytes], digest: Checksum) -> Iterator[bytes]:
         yield chunk
 
 
+def send_stream(source: IO[bytes], what: str, url: str, context: ssl.SSLContext | None,
+                timeout: float = 3600.0) -> disk_calls.Transferred:
+    """Stream what `source` gives until its end (a command's output) to `url`."""
+    digest = Checksum()
+    return _post(what, read_stream(source, digest), digest, url, context, timeout)
+
+
 def send_through_script(stream: OsStream, url: str, context: ssl.SSLContext | None,
-                        timeout: float = 3600.0) -> disk_calls.Transferred:
-    """Stream what the OS `export` script writes (the disk being its $EXPORT_DEVICE) to `url`;
-    the script must succeed, or the stream counts as failed (the target then holds a partial
-    dump, which the master removes)."""
+                        timeout: float = 3600.0, stdin: IO[bytes] | None = None
+                        ) -> disk_calls.Transferred:
+    """Stream what the OS `export` script writes (the disk being its $EXPORT_DEVICE, or the
+    bytes on its `stdin` then) to `url`; the script must succeed, or the stream counts as
+    failed (the target then holds a partial dump, which the master removes)."""
     read_fd, write_fd = wide_pipe()
     failure: list[BaseException] = []
 
@@ -278,7 +286,8 @@ def send_through_script(stream: OsStream, url: str, context: ssl.SSLContext | No
         try:
             with open(write_fd, "wb") as stdout:
                 osdef.run_os_script(stream.definition, stream.script, stream.env,
-                                    stream.timeout, stream.log_file, stdout=stdout)
+                                    stream.timeout, stream.log_file, stdin=stdin,
+                                    stdout=stdout)
         except (osdef.OsError, OSError) as err:
             failure.append(err)
 

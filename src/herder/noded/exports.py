@@ -4,7 +4,9 @@ written is `<instance>.new` until its config.ini is in place (backend.FinalizeEx
 retention count (herder's, `keep`) the export it replaces is kept beside it as
 `<instance>@YYYYMMDD-HHMMSS` (its own time), a complete Ganeti export too, and the oldest of
 those beyond the count go once the new one is in place. And the OS `export`/`import` script a
-disk's stream goes through (`os_stream`).
+disk's stream goes through (`os_stream`), and the stream of a disk without a device path here
+(a userspace rbd image or snapshot) from the command that writes its bytes
+(`send_command_output`).
 
 The handlers of an export's RPCs (`core.rpcdefs.backup_calls`) are `noded.rpc.backup`; a
 disk's own stream, through its OS's script, is `noded.rpc.disks`' `blockdev_export` and
@@ -12,16 +14,30 @@ disk's own stream, through its OS's script, is `noded.rpc.disks`' `blockdev_expo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import ssl
+import subprocess
 from pathlib import Path
 
 from herder.core import exportconf, names, paths
 from herder.core.errors import HerderError
+from herder.core.rpcdefs import disk_calls
 from herder.core.rpcdefs.backup_calls import PARTIAL
 from herder.core.rpcdefs.payload import InstancePayload
 from herder.noded import disk_transfer, osdef
+from herder.noded.bdev.base import BlockDevError
 from herder.noded.node import Node, RpcFailure
+
+# The $EXPORT_DEVICE of an OS export script reading a disk that has no device path here: the
+# bytes of its export command on the script's stdin (herder's: Ganeti gives such a script
+# only EXPORT_DISK_URI; compat B58)
+STDIN_DEVICE = "/dev/stdin"
+# seconds an export command is given to end once its reader is gone
+COMMAND_END_WAIT = 30.0
+
 
 _OLD = ".old"  # a replaced export, removed once the new one is in place
 
@@ -173,3 +189,45 @@ def os_stream(node: Node, inst: InstancePayload, script: osdef.OsScript, index: 
         definition=definition, script=script, env=env, timeout=node.settings.os_timeout,
         log_file=paths.child(log_dir, inst.name, prefix=f"{script}-", suffix=f"-{index}.log",
                              what="instance name"))
+
+
+def send_command_output(node: Node, argv: list[str], os_instance: InstancePayload | None,
+                        index: int, url: str, context: ssl.SSLContext | None
+                        ) -> disk_calls.Transferred:
+    """A disk without a device path here (a userspace rbd image or snapshot) streamed from
+    the command writing its bytes (Ganeti's Export()): through the OS export script, which
+    reads them on its stdin, or raw. The command must succeed too."""
+    try:
+        proc = node.disks.host.open_stream(argv)
+    except BlockDevError as err:
+        raise disk_transfer.TransferError(f"reading disk/{index}: {err}") from None
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        with proc.stdout:
+            if os_instance is not None:
+                script = os_stream(node, os_instance, "export", index, STDIN_DEVICE)
+                sent = disk_transfer.send_through_script(script, url, context,
+                                                         stdin=proc.stdout)
+            else:
+                sent = disk_transfer.send_stream(proc.stdout, f"the output of {argv[0]}", url,
+                                                 context)
+    finally:
+        returncode = _ended(proc)
+        with proc.stderr:
+            errors = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    if returncode != 0:
+        raise disk_transfer.TransferError(
+            f"{' '.join(argv[:2])} failed (exit code {returncode}): "
+            f"{errors[-1] if errors else 'no message'}")
+    return sent
+
+
+def _ended(proc: subprocess.Popen[bytes]) -> int | None:
+    """The command's exit code once it ended (its reader gone, it ends on a broken pipe);
+    its process group killed when it does not within COMMAND_END_WAIT."""
+    try:
+        return proc.wait(timeout=COMMAND_END_WAIT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()

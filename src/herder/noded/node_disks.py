@@ -147,6 +147,19 @@ class NodeDisks:
             raise DiskFailure(f"{disk.label} has no device on this node")
         return path
 
+    def export_source(self, disk: Disk, owner: str | None) -> str | list[str]:
+        """Where the disk's bytes are read here: its device path, or, for a device without
+        one (a userspace rbd image or snapshot), the command writing them (Ganeti's
+        Export())."""
+        assembled = self.assemble(disk, owner, True)
+        path = assembled[0] if isinstance(assembled, tuple) else None
+        if path:
+            return path
+        try:
+            return operations.blockdev_export_command(self.host, disk)
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
+
     # --- the seam to the domain -----------------------------------------------------------------
 
     def instance_disks(self, inst: InstancePayload) -> list[DiskSpec]:

@@ -108,6 +108,16 @@ class SubprocessRunner:
             return CommandResult(argv, None, stdout, stderr, timed_out=True)
         return CommandResult(argv, proc.returncode, stdout, stderr)
 
+    def stream(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        """`argv` started in this runner's environment, its output pipes left to the caller."""
+        try:
+            return subprocess.Popen(
+                [str(arg) for arg in argv], env={**os.environ, "LC_ALL": "C", **self.extra_env},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True)
+        except OSError as err:
+            raise BlockDevError(f"{argv[0]}: {err.strerror}") from None
+
 
 # --- the node's facts ------------------------------------------------------------------------
 
@@ -140,6 +150,13 @@ class Host:
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float | None = None, cwd: str | None = None) -> CommandResult:
         return self.runner([str(arg) for arg in argv], env=env, timeout=timeout, cwd=cwd)
+
+    def open_stream(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        """`argv` started with its stdout a pipe to read (stderr too: kept short by the
+        command), as the runner would run it; only the real runner streams."""
+        if not isinstance(self.runner, SubprocessRunner):
+            raise BlockDevError(f"cannot stream the output of {argv[0]} on this host")
+        return self.runner.stream(argv)
 
     def read_text(self, path: str | Path) -> str:
         return Path(path).read_text()
@@ -290,6 +307,12 @@ class BlockDev(ABC):
 
     def userspace_uri(self, hypervisor: str) -> str:
         raise BlockDevError(f"{self.dev_type} disks have no userspace access for {hypervisor}")
+
+    def export_command(self) -> list[str]:
+        """The command writing the device's bytes to stdout, for a device with no path on
+        this node (Ganeti's BlockDev.Export)."""
+        raise BlockDevError(f"{self.dev_type} disk {self.disk.label} has no device on this "
+                            "node to read")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.disk.logical_id!r} at {self.dev_path}>"

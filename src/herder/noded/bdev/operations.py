@@ -132,6 +132,12 @@ def blockdev_assemble(host: Host, disk: Disk, as_primary: bool,
     return Assembled(result.dev_path, uri)
 
 
+def blockdev_export_command(host: Host, disk: Disk) -> list[str]:
+    """The command writing the bytes of a disk that has no device path here (Ganeti's
+    BlockDev.Export: a userspace rbd image or snapshot)."""
+    return _found(host, disk).export_command()
+
+
 def blockdev_shutdown(host: Host, disk: Disk) -> None:
     messages: list[str] = []
     device = recursive_find(host, disk)

@@ -240,6 +240,13 @@ class RadosBlockDevice(BlockDev):
               f"rbd snap create of {self.pool}/{self.image}@{snap_name} failed")
         return [self.disk.ext_id.provider, f"{self.image}@{snap_name}"]
 
+    def export_command(self) -> list[str]:
+        """Ganeti's RADOSBlockDevice.Export (`rbd export -p POOL NAME -`): how a userspace
+        image or a snapshot (`NAME@SNAP`), never mapped, is read."""
+        if not self.attached and not self.attach():
+            raise BlockDevError(f"Can't attach to rbd device {self.image} during Export()")
+        return [RBD, "export", "--no-progress", "-p", self.pool, self.image, "-"]
+
     def userspace_uri(self, hypervisor: str) -> str:
         if hypervisor != "kvm":
             raise BlockDevError(f"Hypervisor {hypervisor} doesn't support RBD userspace access")

@@ -179,13 +179,18 @@ def blockdev_export(node: Node, call: disk_calls.BlockdevExport) -> disk_calls.T
     target confirmed. With `os_instance` (an export) the bytes are what the instance's OS
     `export` script writes of the device; with `peer_ca` the target is a node of another
     cluster (a move between clusters), its certificate issued by that CA."""
-    path = node.disks.device_path(call.disk, call.instance)
+    source = node.disks.export_source(call.disk, call.instance)
     try:
         url, context = disk_transfer.import_url(node.trust, call.target, call.token,
                                                 call.peer_ca)
+        if isinstance(source, list):
+            return exports.send_command_output(node, source, call.os_instance, call.idx,
+                                               url, context)
+        path = source
         if call.os_instance is not None:
             script = exports.os_stream(node, call.os_instance, "export", call.idx, path)
             return disk_transfer.send_through_script(script, url, context)
         return disk_transfer.send(path, call.disk.size * 2**20, url, context)
     except disk_transfer.TransferError as err:
         raise DiskFailure(f"copying {call.disk.label} to {call.target.address}: {err}") from None
+
