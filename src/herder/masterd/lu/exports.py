@@ -48,8 +48,7 @@ def stream_disk(env: MasterEnv, config: model.ConfigData, inst: model.Instance, 
                                                                    dump=disk.uuid))
     sent = env.rpc.call(source, disk_calls.BlockdevExport(
         disk=diskobjects.disk_object(config, inst, device or disk, source.uuid),
-        instance=inst.name,
-        idx=index, token=prepared.token, target=node_target(env, target),
+        instance=inst.name, idx=index, token=prepared.token, target=node_target(env, target),
         os_instance=instance_payload(config, inst)), timeout=backup_calls.STREAM_TIMEOUT)
     return sent.bytes or 0
 

@@ -99,7 +99,7 @@ def take(env: MasterEnv, config: model.ConfigData, inst: model.Instance, name: s
 
 
 def take_volumes(env: MasterEnv, config: model.ConfigData, inst: model.Instance, name: str,
-                  feedback: Feedback) -> list[model.SnapshotVolume]:
+                 feedback: Feedback) -> list[model.SnapshotVolume]:
     """`take`'s volumes (`name` may be the reserved ASIDE)."""
     node = _primary(config, inst)
     taken: list[model.SnapshotVolume] = []
