@@ -82,3 +82,30 @@ def test_a_stream_larger_than_the_disk_is_refused(tmp_path: Path) -> None:
         answer = httpx.post(f"{target.url}/import/{token}", content=b"\1" * (2 * MIB),
                             timeout=30)
         assert answer.status_code == 500 and "larger than the disk" in answer.text
+
+
+def test_a_failing_export_command_fails_the_stream_in_one_line(tmp_path: Path) -> None:
+    """A disk read through its export command (a userspace rbd image: `rbd export ... -`)
+    whose command fails after some bytes: the stream fails with the command's last line,
+    even though the target took what came."""
+    from herder.noded import disk_transfer, exports
+
+    store = tmp_path / "fs" / "inst1"
+    with running_noded(tmp_path / "a", "node1") as source, \
+            running_noded(tmp_path / "b", "node2") as target:
+        allow(tmp_path / "b" / "root", tmp_path / "fs")
+        disk = file_disk(store / "disk0", size=1)
+        noded_rpc.dispatch(target.daemon, "file_storage_dir_create",
+                           {"file_storage_dir": str(store)})
+        noded_rpc.dispatch(target.daemon, "blockdev_create",
+                           {"disk": disk, "size": 1, "owner": "inst1"})
+        prepared = noded_rpc.dispatch(target.daemon, "blockdev_import_prepare", {"disk": disk})
+        assert isinstance(prepared, disk_calls.ImportToken)
+        url, context = disk_transfer.import_url(
+            source.daemon.trust, disk_calls.ExportTarget(
+                address="127.0.0.1", port=int(target.url.rsplit(":", 1)[1])), prepared.token)
+        command = ["sh", "-c", "head -c 4096 /dev/zero; echo 'rbd: export error: EIO' >&2; "
+                   "echo 'rbd: export failed' >&2; exit 5"]
+        with pytest.raises(disk_transfer.TransferError) as failed:
+            exports.send_command_output(source.daemon, command, None, 0, url, context)
+        assert str(failed.value) == "sh -c failed (exit code 5): rbd: export failed"
