@@ -16,7 +16,7 @@ import xxhash
 from herder.core.rpcdefs import disk_calls
 from herder.noded import rpc as noded_rpc
 from herder.noded.node_disks import DiskFailure
-from tests.noded.noded_fixture import running_noded
+from tests.noded.noded_fixture import Running, running_noded
 
 MIB = 1 << 20
 
@@ -67,18 +67,23 @@ def test_a_disk_is_copied_between_two_node_daemons(tmp_path: Path) -> None:
         assert (store_b / "disk0").read_bytes() == data
 
 
-def test_a_stream_larger_than_the_disk_is_refused(tmp_path: Path) -> None:
+def one_mib_import(tmp_path: Path, target: Running) -> str:
+    """A 1 MiB file disk made on `target` and an import into it prepared: its token."""
     store = tmp_path / "fs" / "inst1"
+    allow(tmp_path / "b" / "root", tmp_path / "fs")
+    disk = file_disk(store / "disk0", size=1)
+    noded_rpc.dispatch(target.daemon, "file_storage_dir_create",
+                       {"file_storage_dir": str(store)})
+    noded_rpc.dispatch(target.daemon, "blockdev_create",
+                       {"disk": disk, "size": 1, "owner": "inst1"})
+    prepared = noded_rpc.dispatch(target.daemon, "blockdev_import_prepare", {"disk": disk})
+    assert isinstance(prepared, disk_calls.ImportToken)
+    return prepared.token
+
+
+def test_a_stream_larger_than_the_disk_is_refused(tmp_path: Path) -> None:
     with running_noded(tmp_path / "b", "node2") as target:
-        allow(tmp_path / "b" / "root", tmp_path / "fs")
-        disk = file_disk(store / "disk0", size=1)
-        noded_rpc.dispatch(target.daemon, "file_storage_dir_create",
-                           {"file_storage_dir": str(store)})
-        noded_rpc.dispatch(target.daemon, "blockdev_create",
-                           {"disk": disk, "size": 1, "owner": "inst1"})
-        prepared = noded_rpc.dispatch(target.daemon, "blockdev_import_prepare", {"disk": disk})
-        assert isinstance(prepared, disk_calls.ImportToken)
-        token = prepared.token
+        token = one_mib_import(tmp_path, target)
         answer = httpx.post(f"{target.url}/import/{token}", content=b"\1" * (2 * MIB),
                             timeout=30)
         assert answer.status_code == 500 and "larger than the disk" in answer.text
@@ -90,20 +95,12 @@ def test_a_failing_export_command_fails_the_stream_in_one_line(tmp_path: Path) -
     even though the target took what came."""
     from herder.noded import disk_transfer, exports
 
-    store = tmp_path / "fs" / "inst1"
     with running_noded(tmp_path / "a", "node1") as source, \
             running_noded(tmp_path / "b", "node2") as target:
-        allow(tmp_path / "b" / "root", tmp_path / "fs")
-        disk = file_disk(store / "disk0", size=1)
-        noded_rpc.dispatch(target.daemon, "file_storage_dir_create",
-                           {"file_storage_dir": str(store)})
-        noded_rpc.dispatch(target.daemon, "blockdev_create",
-                           {"disk": disk, "size": 1, "owner": "inst1"})
-        prepared = noded_rpc.dispatch(target.daemon, "blockdev_import_prepare", {"disk": disk})
-        assert isinstance(prepared, disk_calls.ImportToken)
+        token = one_mib_import(tmp_path, target)
         url, context = disk_transfer.import_url(
             source.daemon.trust, disk_calls.ExportTarget(
-                address="127.0.0.1", port=int(target.url.rsplit(":", 1)[1])), prepared.token)
+                address="127.0.0.1", port=int(target.url.rsplit(":", 1)[1])), token)
         command = ["sh", "-c", "head -c 4096 /dev/zero; echo 'rbd: export error: EIO' >&2; "
                    "echo 'rbd: export failed' >&2; exit 5"]
         with pytest.raises(disk_transfer.TransferError) as failed:

@@ -4,8 +4,10 @@ for tests of the logical units' checks that ask the nodes."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -95,3 +97,34 @@ def sharedimg_hosts(directory: Path, names: Iterable[str]) -> tuple[dict[str, Ho
             es_search_path=(providers,), es_log_dir=directory / name / "es-logs",
             ext_timeout=60)
     return hosts, providers
+
+
+def loops_of(image: Path) -> list[str]:
+    """The loop devices attached to `image`."""
+    out = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
+                         capture_output=True, text=True, check=False).stdout
+    return out.split()
+
+
+@contextmanager
+def sharedimg_master(directory: Path, config: model.ConfigData, nodes: Mapping[str, str]
+                     ) -> Iterator[InProcessMaster]:
+    """`master_over_nodes` whose nodes (name -> address, set as their primary IPs in
+    `config`) have `sharedimg` ext disks (`sharedimg_hosts`) and the herder-guest OS; the
+    images' loop devices detached at the end."""
+    from herder.sim import guest
+
+    assert os.geteuid() == 0 and shutil.which("losetup"), \
+        "ext disks on loop devices need root and losetup"
+    hosts, _ = sharedimg_hosts(directory, nodes)
+    for node in config.nodes.values():
+        node.primary_ip = nodes[node.name]
+    try:
+        os_dir = guest.install_os_definition(directory / "os")
+        with master_over_nodes(directory, config, nodes, hosts=hosts,
+                               os_path=(os_dir.parent,)) as master:
+            yield master
+    finally:
+        for image in (directory / "images").glob("*.img"):
+            for loop in loops_of(image):
+                subprocess.run(["losetup", "-d", loop], check=False)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from herder.core import exportconf, model
 from herder.masterd.lu.backup import EXPORT_SNAPSHOT
 from herder.sim import guest
 from tests.conftest import build_config
-from tests.system.inprocess_master import InProcessMaster, master_over_nodes, sharedimg_hosts
+from tests.system.inprocess_master import InProcessMaster, loops_of, sharedimg_master
 
 ADDRESSES = {"node1.example.com": "127.0.0.195", "node2.example.com": "127.0.0.196"}
 NAME = "live1.example.com"
@@ -58,46 +57,28 @@ class Cluster:
             exportconf.EXPORT_DIR.lstrip("/") / name
 
 
-def loops_of(image: Path) -> list[str]:
-    out = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
-                         capture_output=True, text=True, check=False).stdout
-    return out.split()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    assert os.geteuid() == 0 and shutil.which("losetup"), \
-        "ext disks on loop devices need root and losetup"
     directory = tmp_path_factory.mktemp("backup-live")
-    hosts, _ = sharedimg_hosts(directory, ADDRESSES)
     config = build_config(nodes=2, drbd_instances=0, plain_instances=1)
     (plain,) = config.instances.values()  # in the config only: refused before any node call
     plain.name, plain.admin_state = PLAIN, "up"
     config.cluster.enabled_disk_templates = ["ext", "plain", "diskless"]
-    for node in config.nodes.values():
-        node.primary_ip = ADDRESSES[node.name]
-    try:
-        os_dir = guest.install_os_definition(directory / "os")
-        with master_over_nodes(directory, config, ADDRESSES, hosts=hosts,
-                               os_path=(os_dir.parent,)) as master:
-            made = Cluster(master, directory)
-            created = made.run({
-                "OP_ID": "OP_INSTANCE_CREATE", "instance_name": NAME, "disk_template": "ext",
-                "disks": [{"size": 4, "provider": "sharedimg"}], "nics": [{}],
-                "pnode": "node1.example.com", "name_check": False, "ip_check": False,
-                "os_type": guest.OS_NAME, "no_install": True, "start": True,
-                "ignore_ipolicy": True})
-            assert created["status"] == "success", created
-            (loop,) = loops_of(made.image())
-            with open(loop, "r+b") as device:
-                device.write(PATTERN)
-                device.flush()
-                os.fsync(device.fileno())
-            yield made
-    finally:
-        for image in (directory / "images").glob("*.img"):
-            for loop in loops_of(image):
-                subprocess.run(["losetup", "-d", loop], check=False)
+    with sharedimg_master(directory, config, ADDRESSES) as master:
+        made = Cluster(master, directory)
+        created = made.run({
+            "OP_ID": "OP_INSTANCE_CREATE", "instance_name": NAME, "disk_template": "ext",
+            "disks": [{"size": 4, "provider": "sharedimg"}], "nics": [{}],
+            "pnode": "node1.example.com", "name_check": False, "ip_check": False,
+            "os_type": guest.OS_NAME, "no_install": True, "start": True,
+            "ignore_ipolicy": True})
+        assert created["status"] == "success", created
+        (loop,) = loops_of(made.image())
+        with open(loop, "r+b") as device:
+            device.write(PATTERN)
+            device.flush()
+            os.fsync(device.fileno())
+        yield made
 
 
 def export_op(name: str = NAME, **extra: Any) -> dict[str, Any]:
