@@ -9,7 +9,9 @@ The `herder-guest` OS writes its pattern over the image's first MiB (through a s
 `rbd import`); the guest prints the SHA-256 of its disk's first MiB every second, so the image's
 bytes are seen by the guest itself on every node: after the install, a live migration (same
 boot, growing uptime) and a failover (a new boot) away from the node it migrated to, which lost
-power with the guest running. Removing the instance removes the image.
+power with the guest running. An export without a shutdown (`backup export --noshutdown`)
+reads a snapshot of the running guest's image: the same boot goes on, the export holds the
+image's pattern, the snapshot is gone. Removing the instance removes the image.
 One cluster and one guest for the module, the tests in order. (A clean failover of a real
 guest keeping its bytes is tests/system/test_real_guests_sim.py's; its RPCs for an externally
 mirrored disk are compared with Ganeti's in tests/ganeti/test_cmdlib_rpc_order.py; the
@@ -29,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests import simaddresses
-from tests.simhelpers import herder, running_sim, wait_for, where
+from tests.simhelpers import config, herder, running_sim, wait_for, where
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -133,6 +135,30 @@ def test_an_rbd_instance_boots_from_its_image(sim: Any) -> None:
     assert blockdev["server"] == [{"host": host.get("name"), "port": "6789"}]
     assert "cephx" in blockdev["auth-client-required"] and blockdev["key-secret"]
     assert sim.ceph_admin().client_key not in argv
+
+
+def test_an_export_without_a_shutdown_reads_a_snapshot_and_the_guest_runs_on(sim: Any
+                                                                            ) -> None:
+    """Issue 30 item 1: the running guest's image snapshotted (`rbd snap create` under the
+    QEMU that has it open), the snapshot read (`rbd export IMAGE@snap-_export -`) through the
+    OS export script to the other node, then removed; the guest never stops."""
+    from herder.sim import guest
+    from tests.noded.bdev.test_rbd_ceph import snapshots_of
+
+    before = beat(sim, NODE1)
+    done = herder(sim, "backup", "export", "-n", NODE2, "--noshutdown", NAME, timeout=600)
+    assert f"Exported {NAME} to {NODE2}" in done.stdout
+    assert "snapshot _export of disk/0 taken" in done.stderr, done.stderr
+    assert "shutting down" not in done.stderr
+    beat(sim, NODE1, after=before.uptime, boot_id=before.boot_id)  # the same boot goes on
+    assert beats(sim, NODE1)[-1].boot_id == before.boot_id
+    dump = f"/srv/herder/export/{NAME}/{config(sim).find_instance(NAME).disks[0].uuid}"
+    hashed = sim.host(NODE2).run(["sh", "-c", f"head -c {len(guest.disk_pattern(NAME))} "
+                                  f"{dump} | sha256sum"], timeout=60)
+    assert hashed.stdout.split()[0] == guest.disk_pattern_hash(NAME), hashed
+    [image] = images(sim)
+    assert snapshots_of(sim.ceph_admin(), image) == []
+    herder(sim, "backup", "remove", NAME)
 
 
 def test_live_migration_keeps_the_guest_and_its_bytes(sim: Any) -> None:
