@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hmac
 import logging
 import secrets
@@ -106,8 +107,7 @@ class RemoteImport:
         self._started = asyncio.Event()
         self._done = asyncio.Event()
         bound: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._loop.run_until_complete,
-                                        args=(self._serve(bound),), daemon=True,
+        self._thread = threading.Thread(target=self._run, args=(bound,), daemon=True,
                                         name=f"remote-import-{address}")
         self._thread.start()
         try:
@@ -123,7 +123,7 @@ class RemoteImport:
 
     def abort(self, why: str) -> None:
         """End the listener (and a stream under way), failed."""
-        if not self._loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # its loop has ended (and was closed) already
             self._loop.call_soon_threadsafe(self._finish, "failed", why)
         self._thread.join(timeout=60)
 
@@ -136,10 +136,18 @@ class RemoteImport:
         self._started.set()
         self._done.set()
 
+    def _run(self, bound: concurrent.futures.Future[int]) -> None:
+        """The listener's thread: its loop closed at the end (a noded serves many imports)."""
+        try:
+            self._loop.run_until_complete(self._serve(bound))
+        finally:
+            self._loop.close()
+
     async def _serve(self, bound: concurrent.futures.Future[int]) -> None:
         try:
             (address, *_) = await self._endpoint.open()
         except HerderError as err:
+            await self._endpoint.close()  # the runner open() set up before its bind failed
             bound.set_exception(err)
             return
         bound.set_result(address.port)
