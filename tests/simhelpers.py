@@ -78,8 +78,22 @@ def herder(state: Any, *args: str, check: bool = True,
     done = subprocess.run([sys.executable, "-m", "herder.cli.main", *args], env=client_env(state),
                           capture_output=True, text=True, timeout=timeout, cwd="/")
     if check:
-        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}" + (
+            masterd_logs(state) if "cannot reach RAPI" in done.stderr else "")
     return done
+
+
+def masterd_logs(state: Any, lines: int = 40) -> str:
+    """The end of every node's masterd log (what a failure that lost masterd shows)."""
+    found = []
+    for node in getattr(state, "nodes", ()):
+        try:
+            log = state.host(node.name).path("/var/log/herder/masterd.log")
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+        except (OSError, AttributeError):
+            continue
+        found.append(f"--- {node.name} masterd.log (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n" + "\n".join(found) if found else ""
 
 
 def on(state: Any, node: str, *args: str, check: bool = True,

@@ -24,6 +24,7 @@ from tests.chaos.history import (
     Operation,
     Volume,
 )
+from tests.simhelpers import masterd_logs
 
 SEQUENCE_MIB = 8  # the disk read for the write sequence: 1 MiB, then a record a sector
 Say = Callable[[str], None]
@@ -32,7 +33,8 @@ Say = Callable[[str], None]
 def _cli(state: cluster.SimState, *args: str, timeout: float = 300) -> Any:
     done = cluster.run_cli(state, *args, timeout=timeout)
     if done.returncode != 0:
-        raise AssertionError(f"herder {' '.join(args)}: {(done.stderr or done.stdout).strip()}")
+        raise AssertionError(f"herder {' '.join(args)}: {(done.stderr or done.stdout).strip()}"
+                             + masterd_logs(state))
     return json.loads(done.stdout) if "--json" in args else done.stdout
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from herder.core.store import FileStore
 from herder.masterd import locking
 from herder.masterd.jobs import opcodes
 from herder.masterd.jobs.queue import JobQueue, OpStatus, job_fields
+from herder.masterd.jobs.store_file import FileJobStorage
 from herder.masterd.lu.base import MasterEnv
 from herder.masterd.processor import Processor
 from tests.conftest import build_config, stored_files
@@ -523,3 +526,59 @@ def test_a_move_the_master_died_in_is_followed_by_its_cleanup(tmp_path: Path) ->
         assert third.recovered["follow-ups"] == []
     finally:
         third.queue.stop()
+
+
+def test_a_slow_job_write_leaves_the_event_loop_free(tmp_path: Path) -> None:
+    """A job's thread writes the job file holding the queue's lock (two fsyncs: seconds on a
+    busy disk); RAPI's /wait runs on masterd's event loop, which must go on serving every other
+    request meanwhile (the CLI following a job saw masterd silent for a minute in CI)."""
+    class SlowDisk(FileJobStorage):
+        def save(self, job: Any) -> None:
+            if job.ops[0].status == OpStatus.RUNNING:
+                time.sleep(1.5)  # a write while the job runs
+            super().save(job)
+
+    master = Master(tmp_path)
+    master.queue.stop()
+    queue = JobQueue(tmp_path / "slow", master.queue.processor, workers=2,
+                     storage=SlowDisk(tmp_path / "slow"))
+    queue.recover()
+    queue.start()
+    try:
+        job_id = queue.submit([delay("node2", 0.2)])
+
+        async def follow() -> tuple[list[str], float]:
+            loop = asyncio.get_running_loop()
+            gaps: list[float] = []
+            done = asyncio.Event()
+
+            async def tick() -> None:
+                last = loop.time()
+                while not done.is_set():
+                    await asyncio.sleep(0.02)
+                    gaps.append(loop.time() - last)
+                    last = loop.time()
+
+            async def another_client() -> None:  # short polls: each takes the lock
+                while not done.is_set():
+                    await queue.wait_for_change_async(job_id, ["status"], ["?"], None, 0.05)
+                    await asyncio.sleep(0.01)
+
+            ticker = asyncio.create_task(tick())
+            other = asyncio.create_task(another_client())
+            seen: list[str] = []
+            while not seen or seen[-1] not in ("success", "error"):
+                change = await queue.wait_for_change_async(
+                    job_id, ["status"], [seen[-1]] if seen else None, None, 10)
+                if change is not None:
+                    seen.append(change["job_info"][0])
+            done.set()
+            await ticker
+            await other
+            return seen, max(gaps)
+
+        seen, longest = asyncio.run(follow())
+        assert seen[-1] == "success" and "running" in seen
+        assert longest < 0.5, f"the event loop stood still {longest:.2f} s"
+    finally:
+        queue.stop()

@@ -120,7 +120,8 @@ def wait(ctx: click.Context, job_id: int, timeout: float | None, as_json: bool) 
     """Wait until a job is finished, printing its log; exit 1 unless it succeeded."""
     with remote.masterd_client(ctx) as api:
         result = remote.call(api.wait_for_job, job_id, timeout=timeout,
-                       on_log=None if as_json else remote.echo_log)
+                             on_log=None if as_json else remote.echo_log,
+                             on_retry=remote.echo_retry)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

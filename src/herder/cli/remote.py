@@ -176,6 +176,12 @@ def echo_log(entry: Any) -> None:
                err=True)
 
 
+def echo_retry(message: str) -> None:
+    """A poll of a followed job that got no answer (masterd restarting): said, then asked
+    again (`RapiClient.wait_for_job`)."""
+    click.echo(f"herder: {message}", err=True)
+
+
 def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
         rapi: Callable[[RapiClient], Any] | None = None) -> list[Any]:
     """Run opcodes; return their results. `rapi` submits through a Ganeti RAPI route when one
@@ -197,11 +203,15 @@ def run(ctx: click.Context, ops: Sequence[dict[str, Any]],
         raise HerderError(f"{err}; or add --offline to change the config file directly") \
             from None
     with api:
+        job_id = None
         try:
             job_id = rapi(api) if rapi else api.request("POST", "/2/herder/jobs", None,
                                                         {"ops": list(ops)})
-            job = api.wait_for_job(job_id, on_log=echo_log)
+            job = api.wait_for_job(job_id, on_log=echo_log, on_retry=echo_retry)
         except RapiError as err:
+            if err.status is None and job_id is not None:
+                raise HerderError(f"{err}; job {job_id} was submitted and may still run: "
+                                  f"'herder job wait {job_id}' follows it") from None
             if err.status is None:
                 raise HerderError(f"{err}; start it with 'herder masterd', or add --offline "
                                   "to change the config file directly") from None
@@ -368,7 +378,7 @@ def follow_jobs(ctx: click.Context, result: object) -> list[str]:
             if not ok:
                 problems.append(f"a job was not submitted: {what}")
                 continue
-            job = api.wait_for_job(int(what), on_log=echo_log)
+            job = api.wait_for_job(int(what), on_log=echo_log, on_retry=echo_retry)
             if job.get("status") != "success":
                 problems.append(f"job {what} {job.get('status')}: {job_error_message(job)}")
     return problems

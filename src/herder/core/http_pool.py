@@ -11,6 +11,13 @@ A kept connection the server has closed meanwhile is noticed before it is used (
 reads as ready: the end of the stream) and replaced. A request that still fails on a kept
 connection before any answer came is sent again on a new one only when it is a GET (a POST
 might have reached the server: sending it twice could start two jobs).
+
+A new connection that the server refuses, or cuts during the TLS handshake, is tried again for
+up to `connect_retry` seconds, whatever the method: no request was sent on it yet, and that is
+what a client sees for the few seconds a server restarts (masterd after a crash, a failover or
+`renew-crypto`; a port forwarder in front of it whose target does not listen yet). A connect
+that times out is not tried again (the host is gone; its timeout was the wait), nor is a
+certificate that is not trusted.
 """
 
 from __future__ import annotations
@@ -19,12 +26,16 @@ import http.client
 import select
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 IDEMPOTENT = frozenset({"GET", "HEAD"})
 KEPT_IDLE = 4  # idle connections kept for reuse; more are closed when given back
+CONNECT_RETRY = 6.0  # seconds a refused or cut new connection is tried again (a restart)
+# refused; reset or ended in the TLS handshake (a forwarder whose target refused)
+TRANSIENT_CONNECT = (ConnectionRefusedError, ConnectionResetError, ssl.SSLEOFError)
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,8 @@ class ConnectionPool:
     """Connections to the origin of `base_url` (scheme, host, port; a path in it prefixes every
     request's target). `tls`: the context for https (None: the system's default context)."""
 
-    def __init__(self, base_url: str, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, base_url: str, tls: ssl.SSLContext | None = None, *,
+                 connect_retry: float = CONNECT_RETRY) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -52,6 +64,7 @@ class ConnectionPool:
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.connect_retry = connect_retry
 
     def send(self, method: str, target: str, body: bytes | None, headers: dict[str, str],
              timeout: float) -> Answer:
@@ -60,6 +73,8 @@ class ConnectionPool:
         (a malformed or missing answer)."""
         while True:
             connection, kept = self._take(timeout)
+            if not kept:
+                self._connect(connection)
             try:
                 connection.request(method, self.prefix + target, body=body, headers=headers)
                 response = connection.getresponse()
@@ -78,6 +93,26 @@ class ConnectionPool:
                 self._give(connection)
             return Answer(response.status, response.reason,
                           response.getheader("Content-Type", ""), content)
+
+    def _connect(self, connection: http.client.HTTPConnection) -> None:
+        """Open `connection` (TLS handshake included), trying a refused or cut attempt again
+        until `connect_retry` seconds have passed."""
+        deadline = time.monotonic() + self.connect_retry
+        pause = 0.25
+        while True:
+            try:
+                connection.connect()
+                return
+            except TRANSIENT_CONNECT:
+                connection.close()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+            except BaseException:
+                connection.close()
+                raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 2.0)
 
     def close(self) -> None:
         with self._lock:

@@ -55,6 +55,8 @@ JOB_STATUS_SUCCESS = "success"
 JOB_STATUS_ERROR = "error"
 JOB_STATUS_CANCELED = "canceled"
 JOB_STATUS_FINAL = frozenset({JOB_STATUS_SUCCESS, JOB_STATUS_ERROR, JOB_STATUS_CANCELED})
+JOB_WATCH_GRACE = 180.0  # seconds a followed job's polls may go unanswered (masterd restarting)
+JOB_WATCH_PAUSE = 2.0  # seconds between such polls
 
 # Node roles as `GET/PUT /2/nodes/<name>/role` spell them.
 NODE_ROLES = tuple(roles.NAMES.values())
@@ -774,16 +776,24 @@ class RapiClient:
         timeout: float | None = None,
         on_log: Callable[[LogEntry], None] | None = None,
         raise_on_error: bool = False,
+        on_retry: Callable[[str], None] | None = None,
+        grace: float = JOB_WATCH_GRACE,
     ) -> dict[str, Any]:
         """Follow a job until it is final (success, error, canceled); its status dict.
 
         `on_log` gets every new log entry in order. With `raise_on_error`, a job that did not
         succeed is a RapiError carrying the job's own error message (`.job_id`, `.job`).
         `timeout` bounds the whole wait (RapiError when exceeded; the job keeps running).
+
+        The job runs in masterd whether or not anyone follows it, so a poll that got no answer
+        (masterd restarting, a stall, a dropped connection) is asked again, for up to `grace`
+        seconds since the last answer; `on_retry` is told each time (the CLI says it). An
+        answer that is an HTTP error ends the wait as before.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         prev_info: list[Any] | None = None
         prev_serial: int | None = None
+        answered = time.monotonic()
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 raise RapiError(
@@ -791,7 +801,16 @@ class RapiClient:
                     f"(last status: {prev_info[0] if prev_info else 'unknown'})",
                     job_id=int(job_id),
                 )
-            change = self.wait_for_job_change(job_id, ["status"], prev_info, prev_serial)
+            try:
+                change = self.wait_for_job_change(job_id, ["status"], prev_info, prev_serial)
+            except RapiError as exc:
+                if exc.status is not None or time.monotonic() - answered > grace:
+                    raise
+                if on_retry is not None:
+                    on_retry(f"{exc}; following job {job_id} again")
+                time.sleep(JOB_WATCH_PAUSE)
+                continue
+            answered = time.monotonic()
             if change is None:
                 continue
             for entry in change.get("log_entries") or []:

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -834,7 +834,7 @@ class JobQueue:
                 loop.call_soon_threadsafe(changed.set)
 
         deadline = loop.time() + timeout
-        with self._cond:
+        async with self._locked_in_loop():
             live = job_id in self._jobs
             if live:
                 self._watchers.setdefault(job_id, set()).add(wake)
@@ -843,7 +843,7 @@ class JobQueue:
         try:
             while True:
                 changed.clear()  # before looking: a change after the look sets it again
-                with self._cond:
+                async with self._locked_in_loop():
                     job = self._jobs.get(job_id)
                     change = None if job is None else \
                         self._change_since(job, fields, prev_info, prev_serial)
@@ -857,7 +857,7 @@ class JobQueue:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)
         finally:
-            with self._cond:
+            async with self._locked_in_loop():
                 watchers = self._watchers.get(job_id)
                 if watchers is not None:
                     watchers.discard(wake)
@@ -867,8 +867,22 @@ class JobQueue:
     async def _archived_change(self, job_id: int, fields: Sequence[str], prev_info: object,
                                prev_serial: int | None) -> dict[str, Any] | None:
         job = await asyncio.to_thread(self.get, job_id)
-        with self._cond:
+        async with self._locked_in_loop():
             return self._change_since(job, fields, prev_info, prev_serial)
+
+    @contextlib.asynccontextmanager
+    async def _locked_in_loop(self) -> AsyncIterator[None]:
+        """The condition's lock, taken by the event loop without blocking it: a job's thread
+        holds the lock while it writes the job file (two fsyncs, seconds on a busy disk), and
+        the loop serves every other request meanwhile."""
+        pause = 0.001
+        while not self._cond.acquire(blocking=False):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        try:
+            yield
+        finally:
+            self._cond.release()
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is finished (tests, CLI)."""
