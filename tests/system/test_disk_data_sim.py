@@ -10,8 +10,8 @@ the shared storage and holds a pattern across a failover (the first disk's data 
 removal is refused while the instance runs (Ganeti's message) and then removes the file; a
 renamed file instance's directory moves on its node with the data in it. An export whose
 target's noded, or masterd, is killed while a disk streams leaves no partial export and the
-instance running with its data. One cluster for the module (a start costs ~15 s: the disk
-changes share it)."""
+instance running with its data (and, exported without a shutdown, no snapshot). One cluster
+for the module (a start costs ~15 s: the disk changes share it)."""
 
 from __future__ import annotations
 
@@ -360,13 +360,15 @@ class Streaming:
 
 
 @contextmanager
-def export_streaming(sim, name: str) -> Iterator[Streaming]:
-    """A new 32 MiB file instance `name` with the pattern, being exported to another node
-    through the source's slow OS export script (TRICKLE), once its first MiB is there; the
-    script is put back and the command ended afterwards."""
+def export_streaming(sim, name: str, template: str = "file", disk: str = "32M",
+                     *options: str) -> Iterator[Streaming]:
+    """A new 32 MiB instance `name` (file, or `template` with `disk`) with the pattern, being
+    exported (with `options`) to another node through the source's slow OS export script
+    (TRICKLE), once its first MiB is there; the script is put back and the command ended
+    afterwards."""
     from herder.sim import cluster
 
-    add(sim, name, "file", "32M")
+    add(sim, name, template, disk)
     source, path = device(sim, name)
     target = next(n.name for n in sim.nodes if n.name != source)
     written = on_node(sim, source, WRITE, path)
@@ -378,7 +380,7 @@ def export_streaming(sim, name: str) -> Iterator[Streaming]:
     export = None
     try:
         export = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "backup", "export",
-                                   "-n", target, name], env=client_env(sim),
+                                   "-n", target, *options, name], env=client_env(sim),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: dump.exists() and dump.stat().st_size >= 1 << 20, 180,
                  "the first MiB of the disk on the target")
@@ -444,3 +446,38 @@ def test_an_export_masterd_dies_in_is_failed_and_cleaned_up(sim) -> None:
     assert [j["status"] for j in exports[-2:]] == ["error", "success"], exports[-2:]
     assert not sim.host(streaming.target).path(f"{EXPORTS}/killmx").exists()
     herder(sim, "instance", "remove", "killmx", timeout=300)
+
+
+def test_a_running_export_masterd_dies_in_leaves_no_snapshot(sim) -> None:
+    """Issue 30 item 7 for an export without a shutdown (`--noshutdown`): masterd killed (-9)
+    while the snapshot of the running ext instance's disk (the sharedimg provider's
+    `snapshot`) streams to the target. masterd, started again by the node's supervisor,
+    fails the job and follows it with the export's cleanup: the snapshot's volume is
+    removed, no partial export is left on the target, and the instance, never stopped, runs
+    on with its data."""
+    images = Path(sim.directory, "shared", "sharedimg")
+    master = sim.host(sim.nodes[0].name)
+    pid_file = master.path("/run/herder/masterd.pid")
+    dead = pid_file.read_text().strip()
+    with export_streaming(sim, "killsnap", "ext", "0:size=32M,provider=sharedimg",
+                          "--noshutdown") as streaming:
+        snapshots = sorted(p.name for p in images.glob("*.snap-_export*"))
+        assert snapshots, "the export reads no snapshot"
+        killed = master.run(["kill", f"-{int(signal.SIGKILL)}", dead], timeout=30)
+        assert killed.returncode == 0, killed.stderr
+        streaming.export.communicate(timeout=300)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", dead),
+             180, "masterd started again by the supervisor")
+
+    def settled() -> bool:  # the cleanup ran: no snapshot, no partial export
+        return not streaming.dump.parent.exists() and not list(images.glob("*.snap-_export*"))
+
+    wait_for(settled, 300, "the cleanup of the interrupted export")
+    jobs = json.loads(herder(sim, "job", "list", "--json").stdout)
+    exports = [j for j in jobs if j["summary"] == ["BACKUP_EXPORT(killsnap)"]]
+    assert [j["status"] for j in exports[-2:]] == ["error", "success"], exports[-2:]
+    assert domains(sim, streaming.source).get("killsnap") is True
+    assert config(sim).find_instance("killsnap").admin_state == "up"
+    assert on_node(sim, streaming.source, READ, streaming.path) == streaming.written
+    assert not sim.host(streaming.target).path(f"{EXPORTS}/killsnap").exists()
+    herder(sim, "instance", "remove", "killsnap", timeout=300)

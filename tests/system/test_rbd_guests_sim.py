@@ -11,7 +11,9 @@ bytes are seen by the guest itself on every node: after the install, a live migr
 boot, growing uptime) and a failover (a new boot) away from the node it migrated to, which lost
 power with the guest running. An export without a shutdown (`backup export --noshutdown`)
 reads a snapshot of the running guest's image: the same boot goes on, the export holds the
-image's pattern, the snapshot is gone. Removing the instance removes the image.
+image's pattern, the snapshot is gone; the instance removed, `backup import` streams the
+export into `rbd import` (the image has no device on the node) and the new guest boots on the
+first try with the same bytes. Removing the instance removes the image.
 One cluster and one guest for the module, the tests in order. (A clean failover of a real
 guest keeping its bytes is tests/system/test_real_guests_sim.py's; its RPCs for an externally
 mirrored disk are compared with Ganeti's in tests/ganeti/test_cmdlib_rpc_order.py; the
@@ -158,6 +160,35 @@ def test_an_export_without_a_shutdown_reads_a_snapshot_and_the_guest_runs_on(sim
     assert hashed.stdout.split()[0] == guest.disk_pattern_hash(NAME), hashed
     [image] = images(sim)
     assert snapshots_of(sim.ceph_admin(), image) == []
+
+
+def test_the_export_imported_boots_with_the_same_bytes(sim: Any) -> None:
+    """Issue 30 items 1-2 for rbd: the export the running guest made (above) is imported
+    after the instance and its image are gone. This node has no rbd kernel module, so the
+    image has no device to write: the dump goes through the OS `import` script into `rbd
+    import` (Ganeti's RADOSBlockDevice.Import). No OS install runs for an import, so the
+    pattern the new guest reads can only have come through the export; it boots once, on
+    the first try. The instance then goes on as the original (the tests below)."""
+    from herder.sim import guest
+
+    before = beat(sim, NODE1)
+    assert before.disk == guest.disk_pattern_hash(NAME)
+    herder(sim, "instance", "remove", NAME, timeout=300)
+    assert images(sim) == []
+    began = time.monotonic()
+    done = herder(sim, "backup", "import", NAME, "--src-node", NODE2, "--src-dir", NAME,
+                  "-n", NODE1, "--no-name-check", timeout=600)
+    assert f"Imported instance {NAME} on {NODE1}" in done.stdout
+    after = beat(sim, NODE1, other_than=before.boot_id)
+    print(f"rbd import (create, rbd import through the OS script, start) to a heartbeat: "
+          f"{time.monotonic() - began:.1f} s")
+    assert after.disk == before.disk
+    new_boots = {b.boot_id for b in beats(sim, NODE1) if b.boot_id != before.boot_id}
+    assert new_boots == {after.boot_id}  # one boot: the first try
+    [image] = images(sim)
+    assert ".import-" not in image
+    restored = config(sim).find_instance(NAME)
+    assert (restored.disk_template, [d.size for d in restored.disks]) == ("rbd", [64])
     herder(sim, "backup", "remove", NAME)
 
 

@@ -2,11 +2,15 @@
 real job queue, processor and LUs; noded's server on libvirt's test driver, file disks), whose
 nodes have no node certificate, so no stream can be made: the target's remote-import fails in
 one line and removes its partial instance (config entry and disk file); the source's remote
-export fails in one line and leaves the instance as it was. (The streams themselves:
-tests/noded/test_remote_import.py; the whole move: tests/system/test_move_cluster_sim.py.)"""
+export fails in one line and leaves the instance as it was. Given a node certificate, the
+node listens, and while the import waits for its slow stream, a job on another instance of
+the target cluster completes (the import holds only its instance and node, issue 30). (The
+streams themselves: tests/noded/test_remote_import.py; the whole move:
+tests/system/test_move_cluster_sim.py.)"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,7 @@ class Cluster:
     store: FileStore
     queue: JobQueue
     storage: Path
+    directory: Path
 
     def run(self, op: dict[str, Any]) -> tuple[str, Any, list[Any]]:
         job = self.queue.wait(self.queue.submit([op]), 120)
@@ -53,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     os_dir = guest.install_os_definition(directory / "os")
     allow(directory / node.name / "root", storage)
     with master_over_nodes(directory, config, ADDRESSES, os_path=(os_dir.parent,)) as master:
-        yield Cluster(master.store, master.queue, storage)
+        yield Cluster(master.store, master.queue, storage, directory)
 
 
 def signed_ca(name: str) -> str:
@@ -103,3 +108,77 @@ def test_a_remote_export_that_cannot_send_leaves_the_instance(cluster: Cluster) 
     after = cluster.store.load().find_instance("web1.example.com")
     assert (after.admin_state, after.serial_no) == (inst.admin_state, inst.serial_no)
     assert list(cluster.storage.rglob("disk*")), "its disk is gone"
+
+
+def test_a_slow_remote_import_does_not_stop_the_jobs_on_other_instances(
+        cluster: Cluster) -> None:
+    """Issue 30: the remote import's creation has placed and recorded its instance, then
+    waits for the source cluster's stream holding only that instance and its node (the BGL
+    shared): a tag change on another instance completes meanwhile. The stream then comes
+    (with a certificate of the source cluster's CA) and the import succeeds."""
+    import ssl
+    import time
+
+    import httpx
+
+    from herder.core.rpcdefs import disk_calls
+
+    # where the node daemon keeps it (its config_dir under its file root)
+    own = cluster.directory / "node1.example.com"
+    node_pem = own / "root" / str(own / "cluster").lstrip("/") / node_certs.NODE_CERT_FILE
+    node_pem.parent.mkdir(parents=True, exist_ok=True)
+    target_ca = self_signed_certificate("target-cluster")
+    node_pem.write_bytes(node_certs.issue(target_ca, "node1.example.com"))
+    cluster_pem = cluster.directory / "server.pem"  # the master signs it for the source
+    cluster_pem.write_bytes(target_ca)
+    source_ca = self_signed_certificate("source-cluster")
+    client_pem = cluster.directory / "source-node.pem"
+    client_pem.write_bytes(node_certs.issue(source_ca, "src1.example.com"))
+    try:
+        job_id = cluster.queue.submit([{
+            "OP_ID": "OP_INSTANCE_CREATE", "instance_name": "slow.example.com",
+            "mode": "remote-import", "disk_template": "file", "disks": [{"size": 4}],
+            "nics": [{}], "os_type": guest.OS_NAME, "pnode": "node1.example.com",
+            "name_check": False, "ip_check": False, "start": False,
+            "ignore_ipolicy": True, "source_handshake": list(remote_export.compute_handshake(
+                CDS)), "source_x509_ca": remote_export.sign_certificate(
+                    CDS, node_certs.certificate_pem(source_ca).decode()),
+            "source_instance_name": "web1.example.com"}])
+
+        def announced() -> Any:
+            job = cluster.queue.get(job_id)
+            assert str(job.status) in ("queued", "waiting", "running"), job.ops[0].result
+            return next((entry[3] for entry in job.ops[0].log
+                         if entry[2] == "remote-import"), None)
+
+        deadline = time.monotonic() + 60
+        while (listening := announced()) is None:
+            assert time.monotonic() < deadline, "the remote import never listened"
+            time.sleep(0.2)
+        # the import waits for its stream: a job on another instance goes through
+        tagged = cluster.queue.wait(cluster.queue.submit([{
+            "OP_ID": "OP_TAGS_SET", "kind": "instance", "name": "web1.example.com",
+            "tags": ["moving-next"]}]), 30)
+        assert str(tagged.status) == "success", tagged.ops[0].result
+        assert str(cluster.queue.get(job_id).status) == "running"
+        assert "moving-next" in cluster.store.load().find_instance("web1.example.com").tags
+
+        [(host, port, magic, *_)] = listening["disks"]
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        context.load_cert_chain(str(client_pem))
+        data = os.urandom(4 << 20)
+        disk_calls.import_token(magic)
+        with httpx.Client(verify=context, timeout=60) as client:
+            answer = client.post(f"https://{host}:{port}/import/{magic}", content=data)
+        assert answer.status_code == 200, answer.text
+        job = cluster.queue.wait(job_id, 120)
+        assert str(job.status) == "success", job.ops[0].result
+        made = cluster.store.load().find_instance("slow.example.com")
+        [disk_file] = [path for path in cluster.storage.rglob("*")
+                       if path.is_file() and made.disks[0].uuid in str(path)] or \
+            [path for path in cluster.storage.rglob("slow.example.com*/*") if path.is_file()]
+        assert disk_file.read_bytes() == data
+    finally:
+        node_pem.unlink(missing_ok=True)
+        cluster_pem.unlink(missing_ok=True)

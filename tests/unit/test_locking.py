@@ -1284,3 +1284,60 @@ class LockSetMachine(RuleBasedStateMachine):
 
 TestLockSetMachine = LockSetMachine.TestCase
 TestLockSetMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_downgrade_lets_the_waiting_sharers_go_on(actors: Callable[[], Actor]) -> None:
+    """Ganeti's SharedLock.downgrade: the exclusive holder becomes one sharer; the sharers
+    waiting go on at once, an exclusive waiter still waits for it; only an exclusive hold
+    of the caller can be downgraded."""
+    lock = locking.SharedLock("x")
+    with pytest.raises(locking.LockError, match="not held exclusively"):
+        lock.downgrade()
+    lock.acquire()
+    sharer, writer = actors(), actors()
+    shared = sharer.submit(lock.acquire, shared=True)
+    wait_until(lambda: lock.waiter_count() == 1)
+    settle()
+    assert not shared.done()
+    lock.downgrade()
+    assert shared.result(WAIT) is True and lock.owner_count() == 2
+    assert lock.is_owned(shared=True) and not lock.is_owned(shared=False)
+    with pytest.raises(locking.LockError, match="not held exclusively"):
+        lock.downgrade()
+    exclusive = writer.submit(lock.acquire)
+    wait_until(lambda: lock.waiter_count() == 1)
+    sharer.call(lock.release)
+    settle()
+    assert not exclusive.done()  # the downgraded holder still shares it
+    lock.release()
+    assert exclusive.result(WAIT) is True
+    writer.call(lock.release)
+
+
+def test_glm_downgrade_of_the_bgl(glm: locking.LockManager, actors: Callable[[], Actor]
+                                  ) -> None:
+    """An LU holding the BGL exclusively with its own instance and nodes downgrades the BGL:
+    a job on another instance goes on, one on its instance still waits."""
+    glm.acquire(locking.LEVEL_CLUSTER, ["BGL"])
+    glm.add(locking.LEVEL_INSTANCE, "i4", acquired=True)
+    glm.acquire(locking.LEVEL_NODE, ["n1"])
+    other = actors()
+
+    def job(instance: str) -> set[str] | None:
+        glm.acquire(locking.LEVEL_CLUSTER, ["BGL"], shared=True)
+        got = glm.acquire(locking.LEVEL_INSTANCE, [instance], timeout=0.2)
+        if got is not None:
+            glm.release(locking.LEVEL_INSTANCE)
+        glm.release(locking.LEVEL_CLUSTER)
+        return got
+
+    blocked = other.submit(job, "i1")
+    settle()
+    assert not blocked.done()  # behind the exclusive BGL
+    glm.downgrade(locking.LEVEL_CLUSTER)
+    assert blocked.result(WAIT) == {"i1"}
+    assert other.call(job, "i4") is None  # the new instance stays locked
+    glm.release(locking.LEVEL_NODE)
+    glm.release(locking.LEVEL_INSTANCE)
+    glm.release(locking.LEVEL_CLUSTER)
+    assert other.call(job, "i4") == {"i4"}

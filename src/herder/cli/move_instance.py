@@ -205,6 +205,10 @@ class InstanceMove:
             result = _job(self.source, exporting, f"the export of {req.name}")
         finally:
             created = self.target.wait_for_job(creating, timeout=JOB_TIMEOUT)
+            # The target may have made the instance though the source's job failed: a source
+            # master that died mid-stream fails its job when it starts again, while its node
+            # finished the stream. The source must then stay down (never two running copies).
+            self._target_made = created.get("status") == "success"
         if not (isinstance(result, list) and result and result[0] and all(result[1])):
             raise MoveError(f"the export of {req.name} failed for some disks: {result}")
         if created.get("status") != "success":

@@ -346,6 +346,17 @@ class SharedLock:
         if recorder is not None:
             recorder.released(self.name, time.monotonic())
 
+    def downgrade(self) -> None:
+        """The calling thread's exclusive hold made shared (Ganeti's SharedLock.downgrade):
+        the sharers at the head of the queue go on (LockError unless held exclusively)."""
+        me = threading.get_ident()
+        with self._mutex:
+            if self._exclusive != me:
+                raise LockError(f"lock {self.name} is not held exclusively by this thread")
+            self._exclusive = None
+            self._sharers = (*self._sharers, me)
+            self._notify_head()
+
     def delete(self, timeout: float | None = None) -> bool:
         """Delete the lock, acquiring it exclusively first unless already held so.
 
@@ -559,6 +570,17 @@ class LockSet:
                 lock.release()
         self._set_owned(owned - to_release)
 
+    def downgrade(self) -> None:
+        """Every lock the caller holds here exclusively (and the set-level lock) made shared."""
+        if not self.is_owned():
+            raise LockError(f"downgrade() on lock set {self.name} while not owner")
+        if self._set_lock.is_owned(shared=False):
+            self._set_lock.downgrade()
+        for lock_name in sorted(self._owned()):
+            lock = self._lookup(lock_name)
+            if lock is not None and lock.is_owned(shared=False):
+                lock.downgrade()
+
     def add(self, names: Iterable[str] | str, acquired: bool = False,
             shared: bool = False) -> None:
         """Add locks (LockError on duplicates); with acquired=True the caller holds them."""
@@ -701,6 +723,11 @@ class LockManager:
         if level == LEVEL_CLUSTER and self._upper_owned(LEVEL_CLUSTER):
             raise LockError(f"cannot release the {BGL} while holding other locks")
         lockset.release(names)
+
+    def downgrade(self, level: int) -> None:
+        """What the caller holds at a level made shared (Ganeti's GLM.downgrade): an LU that
+        took the BGL exclusively to add its objects lets the jobs on other objects go on."""
+        self._set(level).downgrade()
 
     def add(self, level: int, names: Iterable[str] | str, acquired: bool = False,
             shared: bool = False) -> None:

@@ -24,7 +24,10 @@ import contextlib
 import fcntl
 import os
 import secrets
+import signal
 import ssl
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -37,12 +40,14 @@ import xxhash
 from herder.core.errors import HerderError
 from herder.core.rpcdefs import disk_calls
 from herder.noded import osdef
+from herder.noded.bdev.base import BlockDevError, ImportSink
 from herder.noded.trust import NodeTrust
 
 IMPORT_TTL = 600.0  # seconds a prepared import waits for its stream
 CHUNK = 1 << 20
 WRITEBACK = 64 << 20  # bytes written after which their write-back to the disk is started
 CHECKSUM = "xxh3_128"
+COMMAND_WAIT = 600.0  # seconds an import's command is given to write what it read, once fed
 
 
 class Checksum:
@@ -85,10 +90,13 @@ class OsStream:
 
 @dataclass(frozen=True)
 class PendingImport:
-    path: str
+    path: str  # the device or file written (with `sink`: the device the sink writes)
     size: int  # bytes expected at most
     expires: float
     script: OsStream | None = None  # the stream goes to this script's stdin, not to `path`
+    # a device without a path here (a userspace rbd image): the stream, or the script's
+    # output, goes into this command's stdin
+    sink: ImportSink | None = None
 
 
 class Imports:
@@ -99,12 +107,12 @@ class Imports:
         self._pending: dict[str, PendingImport] = {}
 
     def add(self, path: str, size: int, ttl: float = IMPORT_TTL,
-            script: OsStream | None = None) -> str:
+            script: OsStream | None = None, sink: ImportSink | None = None) -> str:
         token = secrets.token_urlsafe(32)
         with self._lock:
             now = time.monotonic()
             self._pending = {k: v for k, v in self._pending.items() if v.expires > now}
-            self._pending[token] = PendingImport(path, size, now + ttl, script)
+            self._pending[token] = PendingImport(path, size, now + ttl, script, sink)
         return token
 
     def take(self, token: str) -> PendingImport | None:
@@ -156,11 +164,12 @@ class ImportWriter:
 
 class ScriptImportWriter:
     """Writes one import's stream into an OS `import` script's stdin (the script writes the
-    disk); blocking calls: run them in a thread."""
+    disk, or with `stdout` its output is what the disk takes); blocking calls: run them in a
+    thread."""
 
-    def __init__(self, pending: PendingImport) -> None:
+    def __init__(self, pending: PendingImport, stdout: IO[bytes] | None = None) -> None:
         assert pending.script is not None
-        self.pending, self.script = pending, pending.script
+        self.pending, self.script, self._stdout = pending, pending.script, stdout
         self.digest = Checksum()
         self.written = 0
         read_fd, write_fd = wide_pipe()
@@ -174,7 +183,7 @@ class ScriptImportWriter:
             with open(read_fd, "rb") as stdin:
                 osdef.run_os_script(self.script.definition, self.script.script,
                                     self.script.env, self.script.timeout,
-                                    self.script.log_file, stdin=stdin)
+                                    self.script.log_file, stdin=stdin, stdout=self._stdout)
         except (osdef.OsError, OSError) as err:
             self._failure = err
 
@@ -200,14 +209,133 @@ class ScriptImportWriter:
         self._thread.join()
 
 
+class CommandImportWriter:
+    """Writes one import's stream into the command that takes a device's bytes on its stdin
+    (a userspace rbd image's `rbd import`: `PendingImport.sink`), raw or through the OS
+    `import` script, whose stdout the command reads then. What the command wrote is put in
+    place only when the stream, the script and the command all ended well, and removed
+    otherwise. Blocking calls: run them in a thread."""
+
+    def __init__(self, pending: PendingImport) -> None:
+        assert pending.sink is not None
+        self.pending, self.sink = pending, pending.sink
+        self.digest = Checksum()
+        self.written = 0
+        # the command's messages in a file: a pipe nobody reads while the stream goes on
+        # would stop the command once full
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close() or abort())
+        try:
+            self._proc = self.sink.start(self._errors)
+        except BlockDevError as err:
+            self._errors.close()
+            raise TransferError(f"cannot start {self._name()}: {err}") from None
+        assert self._proc.stdin is not None
+        self._stdin: IO[bytes] = self._proc.stdin
+        self._script = ScriptImportWriter(pending, stdout=self._stdin) \
+            if pending.script is not None else None
+
+    def _name(self) -> str:
+        return " ".join(self.sink.argv[:2])
+
+    def _command_error(self) -> str:
+        """The command's last message line (its stderr file)."""
+        self._errors.seek(0)
+        lines = self._errors.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "no message"
+
+    def write(self, chunk: bytes) -> None:
+        if self._script is not None:
+            try:
+                self._script.write(chunk)
+            except TransferError as err:
+                raise TransferError(f"{err} ({self._ended_command()})") from None
+            return
+        if self.written + len(chunk) > self.pending.size:
+            raise TransferError(f"the stream is larger than the disk ({self.pending.size} "
+                                "bytes)")
+        try:
+            self._stdin.write(chunk)
+        except BrokenPipeError:
+            raise TransferError(f"{self._name()} stopped reading: "
+                                f"{self._ended_command()}") from None
+        self.digest.update(chunk)
+        self.written += len(chunk)
+
+    def _ended_command(self) -> str:
+        code = self._proc.poll()
+        return "it still runs" if code is None else \
+            f"{self._name()} ended with exit code {code}: {self._command_error()}"
+
+    def close(self) -> dict[str, object]:
+        try:
+            if self._script is not None:
+                try:
+                    answer = self._script.close()
+                finally:
+                    self._stdin.close()  # the script's copy is gone with it: the command's EOF
+            else:
+                self._stdin.close()
+                answer = {"bytes": self.written, "checksum": self.digest.text()}
+            code = self._wait()
+            if code != 0:
+                raise TransferError(f"{self._name()} into {self.sink.what} failed (exit code "
+                                    f"{code}): {self._command_error()}")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._stdin.close()
+            self._wait()  # (not removed under the command still writing it)
+            self._discard()
+            raise
+        finally:
+            self._errors.close()
+        try:
+            self.sink.finish()
+        except BlockDevError as err:
+            raise TransferError(f"putting the import into {self.sink.what} failed: "
+                                f"{err}") from None
+        return answer
+
+    def _wait(self) -> int:
+        """The command's exit code once it has written what it read (its process group
+        killed when it does not end within COMMAND_WAIT)."""
+        try:
+            return self._proc.wait(timeout=COMMAND_WAIT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            return self._proc.wait()
+
+    def _discard(self) -> None:
+        with contextlib.suppress(BlockDevError):
+            self.sink.discard()
+
+    def abort(self) -> None:
+        """The stream cut: the command given its end of input (it ends cleanly, its client's
+        hold on what it wrote released, where a killed one would keep it for a while), then
+        what it wrote removed."""
+        try:
+            if self._script is not None:
+                self._script.abort()
+            with contextlib.suppress(OSError):
+                self._stdin.close()
+            self._wait()
+            self._discard()
+        finally:
+            self._errors.close()
+
+
 def _first_line(err: BaseException | None) -> str:
     """An OS script's error for the operator: its first line (naming the script's log), not
     the log's last lines."""
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def open_writer(pending: PendingImport) -> ImportWriter | ScriptImportWriter:
-    """Where an import's stream goes: its device or file, or its OS script."""
+def open_writer(pending: PendingImport
+                ) -> ImportWriter | ScriptImportWriter | CommandImportWriter:
+    """Where an import's stream goes: its device or file, its OS script, or the command
+    writing a device without a path here (through its OS script when it has one)."""
+    if pending.sink is not None:
+        return CommandImportWriter(pending)
     return ScriptImportWriter(pending) if pending.script is not None else ImportWriter(pending)
 
 

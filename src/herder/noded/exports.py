@@ -6,7 +6,8 @@ retention count (herder's, `keep`) the export it replaces is kept beside it as
 those beyond the count go once the new one is in place. And the OS `export`/`import` script a
 disk's stream goes through (`os_stream`), and the stream of a disk without a device path here
 (a userspace rbd image or snapshot) from the command that writes its bytes
-(`send_command_output`).
+(`send_command_output`), and where a stream goes into a disk here (`import_pending`: its
+device, or the command that writes a userspace rbd image).
 
 The handlers of an export's RPCs (`core.rpcdefs.backup_calls`) are `noded.rpc.backup`; a
 disk's own stream, through its OS's script, is `noded.rpc.disks`' `blockdev_export` and
@@ -20,21 +21,26 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 
 from herder.core import exportconf, names, paths
+from herder.core.diskobjects import Disk
 from herder.core.errors import HerderError
 from herder.core.rpcdefs import disk_calls
 from herder.core.rpcdefs.backup_calls import PARTIAL
 from herder.core.rpcdefs.payload import InstancePayload
 from herder.noded import disk_transfer, osdef
-from herder.noded.bdev.base import BlockDevError
+from herder.noded.bdev.base import BlockDevError, ImportSink
 from herder.noded.node import Node, RpcFailure
 
 # The $EXPORT_DEVICE of an OS export script reading a disk that has no device path here: the
 # bytes of its export command on the script's stdin (herder's: Ganeti gives such a script
 # only EXPORT_DISK_URI; compat B58)
 STDIN_DEVICE = "/dev/stdin"
+# The $IMPORT_DEVICE of an OS import script writing a disk that has no device path here: its
+# stdout, which the disk's import command reads (herder's, as STDIN_DEVICE: compat B67)
+STDOUT_DEVICE = "/dev/stdout"
 # seconds an export command is given to end once its reader is gone
 COMMAND_END_WAIT = 30.0
 
@@ -189,6 +195,23 @@ def os_stream(node: Node, inst: InstancePayload, script: osdef.OsScript, index: 
         definition=definition, script=script, env=env, timeout=node.settings.os_timeout,
         log_file=paths.child(log_dir, inst.name, prefix=f"{script}-", suffix=f"-{index}.log",
                              what="instance name"))
+
+
+def import_pending(node: Node, disk: Disk, instance: str | None, index: int,
+                   os_instance: InstancePayload | None) -> disk_transfer.PendingImport:
+    """Where a stream of disk `index` goes here (its `expires` left to the caller): its
+    device, through the OS `import` script with `os_instance` (an import from an export);
+    for a device without a path here (a userspace rbd image), its import command (Ganeti's
+    Import()), which reads the script's stdout ($IMPORT_DEVICE: STDOUT_DEVICE) or the raw
+    stream."""
+    target = node.disks.import_target(disk, instance)
+    path = target.what if isinstance(target, ImportSink) else target
+    sink = target if isinstance(target, ImportSink) else None
+    if os_instance is not None:
+        script = os_stream(node, os_instance, "import", index,
+                           STDOUT_DEVICE if sink is not None else path)
+        return disk_transfer.PendingImport(path, sys.maxsize, 0.0, script, sink)
+    return disk_transfer.PendingImport(path, disk.size * 2**20, 0.0, None, sink)
 
 
 def send_command_output(node: Node, argv: list[str], os_instance: InstancePayload | None,

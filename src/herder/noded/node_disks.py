@@ -28,7 +28,7 @@ from herder.core.rpcdefs.payload import InstancePayload
 from herder.core.store import atomic_write
 from herder.noded import ceph_secret
 from herder.noded.bdev import cephclient, operations
-from herder.noded.bdev.base import BlockDevError, Host
+from herder.noded.bdev.base import BlockDevError, Host, ImportSink
 from herder.noded.bdev.rbd import RadosBlockDevice
 from herder.noded.hypervisor import Hypervisor
 from herder.noded.kvm.domain import DiskSpec, NetworkSource
@@ -157,6 +157,19 @@ class NodeDisks:
             return path
         try:
             return operations.blockdev_export_command(self.host, disk)
+        except BlockDevError as err:
+            raise DiskFailure(str(err)) from None
+
+    def import_target(self, disk: Disk, owner: str | None) -> str | ImportSink:
+        """Where a stream of the disk's bytes is written here: its device path, or, for a
+        device without one (a userspace rbd image), the command taking them on its stdin
+        (Ganeti's Import())."""
+        assembled = self.assemble(disk, owner, True)
+        path = assembled[0] if isinstance(assembled, tuple) else None
+        if path:
+            return path
+        try:
+            return operations.blockdev_import_sink(self.host, disk)
         except BlockDevError as err:
             raise DiskFailure(str(err)) from None
 

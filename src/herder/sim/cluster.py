@@ -231,9 +231,11 @@ def write_demo_os(root: Path) -> Path:
                   'printf "herder-demo-os %s %s\\n" "$OS_VARIANT" "$INSTANCE_NAME" '
                   '| dd of="$DISK_0_PATH" conv=notrunc status=none\nexit 0\n',
         # Ganeti's OS API: export writes the disk $EXPORT_DEVICE to stdout, import writes
-        # stdin to the disk $IMPORT_DEVICE (each runs once per disk)
+        # stdin to the disk $IMPORT_DEVICE (each runs once per disk); a pipe there (a
+        # userspace rbd image's import command reads it) cannot be synced
         "export": '#!/bin/sh\nset -e\nexec dd if="$EXPORT_DEVICE" bs=1M status=none\n',
         "import": '#!/bin/sh\nset -e\n'
+                  '[ -p "$IMPORT_DEVICE" ] && exec dd of="$IMPORT_DEVICE" bs=1M status=none\n'
                   'exec dd of="$IMPORT_DEVICE" bs=1M conv=notrunc,fsync status=none\n',
         "rename": "#!/bin/sh\nexit 0\n", "verify": "#!/bin/sh\nexit 0\n",
     }

@@ -469,8 +469,12 @@ done | dd of="$DISK_0_PATH" bs=1M count=1 iflag=fullblock conv=notrunc,fsync sta
 
 _OS_IMPORT = r"""#!/bin/bash
 # herder-guest: one disk's content arrives on stdin (Ganeti's OS API: once per disk, the disk
-# being $IMPORT_DEVICE)
+# being $IMPORT_DEVICE). A disk without a device on the node (a userspace rbd image) is a pipe
+# here (herder's /dev/stdout, read by `rbd import`): nothing to sync, and fsync(2) of a pipe fails
 set -euo pipefail
+if [ -p "$IMPORT_DEVICE" ]; then
+  exec dd of="$IMPORT_DEVICE" bs=1M status=none
+fi
 dd of="$IMPORT_DEVICE" bs=1M conv=notrunc,fsync status=none
 """
 

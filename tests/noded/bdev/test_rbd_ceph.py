@@ -275,3 +275,71 @@ def test_snapshot_rollback_remove(cluster: ceph.CephCluster, node: Host) -> None
     assert operations.blockdev_find(node, snap) is None
     operations.blockdev_remove(node, disk)
     assert "inst4.rbd.disk0" not in cluster.images()
+
+
+def test_a_stream_imports_into_a_userspace_image(cluster: ceph.CephCluster, node: Host,
+                                                 tmp_path: Path) -> None:
+    """Ganeti's Import() for an image without a device on the node (`rbd import -p POOL -
+    NAME`, here under a temporary name swapped in): a raw stream, and one through the
+    herder-guest OS `import` script (its stdout, $IMPORT_DEVICE /dev/stdout, is what `rbd
+    import` reads), each fill the image with the stream's bytes, at the disk's size when the
+    script wrote less; a cut stream and a failing script leave the image as it was, and no
+    temporary image is left either way."""
+    from herder.noded import disk_transfer, osdef
+    from herder.sim import guest
+
+    disk = rbd_disk("inst5.rbd.disk0", size=8)
+    RadosBlockDevice.create(disk, [], node)
+    os_dir = guest.install_os_definition(tmp_path / "os")
+    definition = osdef.find_os(guest.OS_NAME, os_dir.parent)
+    script = disk_transfer.OsStream(definition, "import",
+                                    {"IMPORT_DEVICE": "/dev/stdout", "IMPORT_INDEX": "0"},
+                                    tmp_path / "import.log", 120.0)
+
+    def leftovers() -> list[str]:
+        return [name for name in cluster.images() if ".import-" in name]
+
+    def streamed(payload: bytes, through: disk_transfer.OsStream | None = None,
+                 cut: bool = False) -> dict[str, object]:
+        sink = RadosBlockDevice(disk, [], node).import_sink()
+        assert sink.argv[:5] == ["rbd", "import", "--no-progress", "-p", "herder"]
+        assert sink.argv[5] == "-"
+        writer = disk_transfer.open_writer(disk_transfer.PendingImport(
+            sink.what, 8 * 2**20, 0.0, through, sink))
+        try:
+            for at in range(0, len(payload), disk_transfer.CHUNK):
+                writer.write(payload[at:at + disk_transfer.CHUNK])
+            if cut:
+                writer.abort()
+                return {}
+            return writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+
+    first = bytes(OFFSET) + PATTERN + bytes(8 * 2**20 - OFFSET - len(PATTERN))
+    assert streamed(first)["bytes"] == len(first)
+    assert cluster.read_image("inst5.rbd.disk0", 8 * 2**20) == first
+    assert image_size_mib(cluster, "inst5.rbd.disk0") == 8 and leftovers() == []
+
+    # through the OS script, 4 MiB only: the image is those bytes, grown to the disk's size
+    second = os.urandom(4 * 2**20)
+    assert streamed(second, script)["bytes"] == len(second)
+    assert cluster.read_image("inst5.rbd.disk0", 8 * 2**20) == second + bytes(4 * 2**20)
+    assert image_size_mib(cluster, "inst5.rbd.disk0") == 8 and leftovers() == []
+    assert "# herder: running" in (tmp_path / "import.log").read_text()
+
+    # a stream cut half-way: the image as it was, no temporary image left
+    streamed(os.urandom(2 * 2**20), script, cut=True)
+    assert cluster.read_image("inst5.rbd.disk0", 4 * 2**20) == second and leftovers() == []
+    # an OS script that fails after reading some: one line naming it, the image as it was
+    (os_dir / "import").write_text("#!/bin/sh\nhead -c 1000 >/dev/null\nexit 3\n")
+    with pytest.raises(disk_transfer.TransferError, match="OS import script") as failed:
+        streamed(os.urandom(8 * 2**20), script)
+    assert "\n" not in str(failed.value)
+    assert cluster.read_image("inst5.rbd.disk0", 4 * 2**20) == second and leftovers() == []
+    # a raw stream larger than the disk is refused before it reaches the image
+    with pytest.raises(disk_transfer.TransferError, match="larger than the disk"):
+        streamed(os.urandom(9 * 2**20))
+    assert cluster.read_image("inst5.rbd.disk0", 4 * 2**20) == second and leftovers() == []
+    operations.blockdev_remove(node, disk)

@@ -35,7 +35,9 @@ def _hypervisor_of(op: opcodes.OpInstanceCreate, c: model.Cluster) -> str:
 
 
 class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
-    REQ_BGL = True  # placement looks at every node; creations are serialized
+    # placement looks at every node; creations are serialized up to the instance's record
+    # (then the BGL is shared: `execute`)
+    REQ_BGL = True
 
     def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
         return []
@@ -251,18 +253,36 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         return made
 
     def execute(self) -> JobResult:
-        op = self.op
         with self.env.store.update() as config:
             inst = self._build(config)
             if portpool.needs_port(inst.hypervisor):
                 inst.network_port = portpool.allocate(config)
             config.instances[inst.uuid] = inst
-        self.env.locks.add(locking.LEVEL_INSTANCE, inst.uuid)
         if self.allocator:
             self.feedback(f"iallocator {self.allocator} chose "
                           f"{', '.join(n.name for n in self.nodes)}")
+        # The placement is done and the instance recorded: from here on only the new instance
+        # and its nodes are locked (Ganeti's LUInstanceCreate releases the node-allocation
+        # lock once the nodes are chosen), so its disks' creation, an import's or a move's
+        # streams, the install and the start (minutes for a large disk) do not stop the jobs
+        # on other instances and nodes. Nothing else holds a lock while the BGL is ours
+        # exclusively: these are taken at once.
+        self.env.locks.add(locking.LEVEL_INSTANCE, inst.uuid, acquired=True)
+        self.env.locks.acquire(locking.LEVEL_NODE, sorted({n.uuid for n in self.nodes}))
+        self.env.locks.downgrade(locking.LEVEL_CLUSTER)
+        try:
+            return self._make(inst.uuid)
+        finally:  # (the processor releases only the BGL, which needs these released first)
+            for level in (locking.LEVEL_NODE, locking.LEVEL_INSTANCE):
+                if self.env.locks.is_owned(level):
+                    self.env.locks.release(level)
+
+    def _make(self, inst_uuid: str) -> JobResult:
+        """The recorded instance made: its disks, its domain, its data (import, remote
+        import or OS install), started; undone on a failure."""
+        op = self.op
         config = self.env.store.load()
-        inst = config.instances[inst.uuid]
+        inst = config.instances[inst_uuid]
         payload = instance_payload(config, inst)
         claim = vmclaim.claim_for(config, inst)
         made = False

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import IO, TYPE_CHECKING, ClassVar, Protocol
 
 from herder.core.diskobjects import BlockDevStatus, LocalDiskStatus
 from herder.core.errors import HerderError
@@ -118,6 +118,31 @@ class SubprocessRunner:
         except OSError as err:
             raise BlockDevError(f"{argv[0]}: {err.strerror}") from None
 
+    def sink(self, argv: Sequence[str], stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+        """`argv` started in this runner's environment reading what the caller writes to its
+        stdin (a pipe), its stderr into the file `stderr` (never a pipe nobody reads)."""
+        try:
+            return subprocess.Popen(
+                [str(arg) for arg in argv], env={**os.environ, "LC_ALL": "C", **self.extra_env},
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+                start_new_session=True)
+        except OSError as err:
+            raise BlockDevError(f"{argv[0]}: {err.strerror}") from None
+
+
+@dataclass(frozen=True)
+class ImportSink:
+    """Where a device without a path on this node takes a stream (Ganeti's BlockDev.Import):
+    `start` runs the command reading the bytes on its stdin (`argv`, for the operator's
+    messages); once it ended well, `finish` puts what it wrote in place; after a failed or
+    cut stream, `discard` removes what it left."""
+
+    argv: list[str]
+    start: Callable[[IO[bytes]], subprocess.Popen[bytes]]  # its argument: the stderr file
+    finish: Callable[[], None]
+    discard: Callable[[], None]
+    what: str  # the device, for messages ("rbd image POOL/NAME")
+
 
 # --- the node's facts ------------------------------------------------------------------------
 
@@ -157,6 +182,13 @@ class Host:
         if not isinstance(self.runner, SubprocessRunner):
             raise BlockDevError(f"cannot stream the output of {argv[0]} on this host")
         return self.runner.stream(argv)
+
+    def open_sink(self, argv: Sequence[str], stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+        """`argv` started with its stdin a pipe to write (its stderr into the file
+        `stderr`), as the runner would run it; only the real runner streams."""
+        if not isinstance(self.runner, SubprocessRunner):
+            raise BlockDevError(f"cannot stream into {argv[0]} on this host")
+        return self.runner.sink(argv, stderr)
 
     def read_text(self, path: str | Path) -> str:
         return Path(path).read_text()
@@ -313,6 +345,12 @@ class BlockDev(ABC):
         this node (Ganeti's BlockDev.Export)."""
         raise BlockDevError(f"{self.dev_type} disk {self.disk.label} has no device on this "
                             "node to read")
+
+    def import_sink(self) -> ImportSink:
+        """The command taking the device's bytes on its stdin, for a device with no path on
+        this node (Ganeti's BlockDev.Import)."""
+        raise BlockDevError(f"{self.dev_type} disk {self.disk.label} has no device on this "
+                            "node to write")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.disk.logical_id!r} at {self.dev_path}>"

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from herder.core.diskobjects import BlockDevStatus, Disk
 from herder.noded.bdev import ext, rbd
-from herder.noded.bdev.base import DD_BLOCK_SIZE, BlockDev, BlockDevError, Host, retry
+from herder.noded.bdev.base import (
+    DD_BLOCK_SIZE,
+    BlockDev,
+    BlockDevError,
+    Host,
+    ImportSink,
+    retry,
+)
 from herder.noded.bdev.drbd import Drbd8
 from herder.noded.bdev.registry import device_class
 
@@ -136,6 +143,12 @@ def blockdev_export_command(host: Host, disk: Disk) -> list[str]:
     """The command writing the bytes of a disk that has no device path here (Ganeti's
     BlockDev.Export: a userspace rbd image or snapshot)."""
     return _found(host, disk).export_command()
+
+
+def blockdev_import_sink(host: Host, disk: Disk) -> ImportSink:
+    """The command taking the bytes of a disk that has no device path here (Ganeti's
+    BlockDev.Import: a userspace rbd image)."""
+    return _found(host, disk).import_sink()
 
 
 def blockdev_shutdown(host: Host, disk: Disk) -> None:

@@ -17,7 +17,9 @@ is mapped (a node without the rbd kernel module, such as this project's test mac
 serves the image to QEMU through librbd); attach then checks the image with `rbd info`. A
 `kernelspace` map on a node without the module is refused in one line naming the cause. The
 OS is installed into a userspace image from a staging file (`install_from`: `rbd import` under
-a temporary name, then the image swapped in), as the OS scripts need a path to write to.
+a temporary name, then the image swapped in), as the OS scripts need a path to write to. An
+import from another node or an export streams into `rbd import -p POOL - NAME` (Ganeti's
+Import(), `import_sink`), under a temporary name swapped in the same way (compat B67).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import secrets
 from collections.abc import Sequence
 
 from herder.core.diskobjects import Disk
-from herder.noded.bdev.base import BlockDev, BlockDevError, Host, check
+from herder.noded.bdev.base import BlockDev, BlockDevError, Host, ImportSink, check
 
 RBD = "rbd"
 RBD_SYSFS = "/sys/bus/rbd"  # there when the rbd kernel module is loaded
@@ -177,19 +179,73 @@ class RadosBlockDevice(BlockDev):
         `rbd import` under a temporary name (sparse: zero blocks are not written), then the
         image removed and the import renamed to it. A failed import leaves the image as it
         was."""
-        staged = f"{self.image}.import-{secrets.token_hex(4)}"
+        staged = self._staged_name()
         result = self.host.run([RBD, "import", "--no-progress", "--dest-pool", self.pool,
                                 path, staged], timeout=max(600.0, self.size / 16))  # >= 16 MiB/s
         if result.failed:
-            self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, staged])
+            self._remove_staged(staged)
             check(result, f"rbd import into {self.pool}/{self.image} failed")
+        self._swap_in(staged)
+
+    def _staged_name(self) -> str:
+        return f"{self.image}.import-{secrets.token_hex(4)}"
+
+    def _remove_staged(self, staged: str) -> None:
+        """An import's image removed (absent when its `rbd import` never created it)."""
+        self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, staged])
+
+    def _swap_in(self, staged: str) -> None:
+        """The image removed and the finished import `staged` renamed to it; a failed
+        removal leaves the image and drops the import."""
         removed = self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, self.image])
         if removed.failed:
-            self.host.run([RBD, "rm", "--no-progress", "-p", self.pool, staged])
+            self._remove_staged(staged)
             check(removed, f"rbd rm of {self.pool}/{self.image} (to swap in its import) failed")
         check(self.host.run([RBD, "rename", "-p", self.pool, staged, self.image]),
               f"rbd rename of the import {self.pool}/{staged} to {self.image} failed (the"
-              " installed image is under the import's name)")
+              " imported image is under the import's name)")
+
+    def _image_bytes(self, name: str) -> int:
+        result = check(self.host.run([RBD, "info", "--format", "json", "-p", self.pool, name]),
+                       f"rbd info of {self.pool}/{name} failed")
+        try:
+            return int(json.loads(result.stdout)["size"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise BlockDevError(f"Unable to parse rbd info JSON of {self.pool}/{name}: {err}") \
+                from None
+
+    def import_sink(self) -> ImportSink:
+        """Ganeti's RADOSBlockDevice.Import (`rbd import -p POOL - NAME`: a new image from
+        stdin), into a temporary name rather than over the removed image (compat B67): a
+        stream that fails or is cut leaves the image as it was, and the import is swapped in
+        only once `rbd import` ended well. An import shorter than the disk (an OS import
+        script that wrote less) is grown to the disk's size; a longer one is refused."""
+        if self.is_snapshot:
+            raise BlockDevError(f"rbd snapshot {self.pool}/{self.image} cannot be written")
+        if not self.attached and not self.attach():
+            raise BlockDevError(f"Can't attach to rbd device {self.image} during Import()")
+        staged = self._staged_name()
+        argv = [RBD, "import", "--no-progress", "-p", self.pool, "-", staged]
+        disk_bytes = self.size * 2**20
+
+        def finish() -> None:
+            try:
+                written = self._image_bytes(staged)
+                if written > disk_bytes:
+                    raise BlockDevError(f"the import into {self.pool}/{self.image} holds "
+                                        f"{written} bytes, more than the disk's {disk_bytes}")
+                if written < disk_bytes:
+                    check(self.host.run([RBD, "resize", "--no-progress", "-p", self.pool,
+                                         staged, "--size", str(self.size)]),
+                          f"rbd resize of the import {self.pool}/{staged} failed")
+            except BlockDevError:
+                self._remove_staged(staged)
+                raise
+            self._swap_in(staged)
+
+        return ImportSink(argv=argv, start=lambda stderr: self.host.open_sink(argv, stderr),
+                          finish=finish, discard=lambda: self._remove_staged(staged),
+                          what=f"rbd image {self.pool}/{self.image}")
 
     def shutdown(self) -> None:
         if self.userspace:

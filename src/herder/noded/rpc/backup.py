@@ -87,9 +87,8 @@ def remote_import_prepare(node: Node, call: backup_calls.RemoteImportPrepare
                           ) -> backup_calls.RemoteImportListening:
     """Listen for disk `idx` from a node of another cluster (its certificate issued by
     `peer_ca`), written through the instance's OS `import` script."""
-    path = node.disks.device_path(call.disk, call.instance)
-    script = exports.os_stream(node, call.os_instance, "import", call.idx, path)
-    pending = disk_transfer.PendingImport(path, sys.maxsize, 0.0, script)
+    pending = exports.import_pending(node, call.disk, call.instance, call.idx,
+                                     call.os_instance)
     try:
         context = remote_import.server_context(node.trust.node_certificate, call.peer_ca)
         listener = node.remote_imports.add(pending, context, call.address,

@@ -6,8 +6,6 @@ what it was doing where the layer cannot know it."""
 
 from __future__ import annotations
 
-import sys
-
 from herder.core.diskobjects import BlockDevStatus
 from herder.core.rpcdefs import disk_calls
 from herder.noded import disk_transfer, exports
@@ -166,12 +164,13 @@ def blockdev_import_prepare(node: Node, call: disk_calls.BlockdevImportPrepare
                             ) -> disk_calls.ImportToken:
     """Expect a disk's bytes from another node: its device assembled here, a one-time
     token for `POST /import/<token>`. With `os_instance` (an import from an export) the
-    bytes go through the instance's OS `import` script, which writes the device."""
-    path = node.disks.device_path(call.disk, call.instance)
-    if call.os_instance is not None:
-        script = exports.os_stream(node, call.os_instance, "import", call.idx, path)
-        return disk_calls.ImportToken(token=node.imports.add(path, sys.maxsize, script=script))
-    return disk_calls.ImportToken(token=node.imports.add(path, call.disk.size * 2**20))
+    bytes go through the instance's OS `import` script, which writes the device. A device
+    without a path here (a userspace rbd image) takes them through its import command
+    (Ganeti's Import(): `rbd import`), fed by the script's stdout when there is one."""
+    pending = exports.import_pending(node, call.disk, call.instance, call.idx,
+                                     call.os_instance)
+    return disk_calls.ImportToken(token=node.imports.add(
+        pending.path, pending.size, script=pending.script, sink=pending.sink))
 
 
 def blockdev_export(node: Node, call: disk_calls.BlockdevExport) -> disk_calls.Transferred:
