@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 def build_backend_pin() -> str:
     """`setuptools==X`: what pyproject.toml's [build-system] requires."""
     requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
-    (pin,) = (r for r in requires if r.startswith("setuptools"))
+    (pin,) = (r for r in requires if r.startswith("setuptools=="))
     return str(pin)
 
 
