@@ -7,20 +7,22 @@ The operator first installs the new build beside the old one on every node
 1. every online node must answer and have the build installed (Ganeti's
    `_VerifyVersionInstalled`); otherwise nothing happens;
 2. the intent is written (`<config dir>/upgrade-intent.json`: from, to, who), then the job queue
-   drained and the running jobs awaited;
+   drained and the running jobs awaited, and maintd stopped on the master (Ganeti pauses its
+   watcher): a node whose daemons restart must not be taken for a failed one and fenced;
 3. node by node, the master last: its daemons stop, its `current` link moves to the new build,
    they start again (`herder daemon-util switch-version`, run by the node's noded in a process
    of its own; on the master by this command); the node must then answer with the new build.
    libvirtd and the guests' QEMU processes are never stopped: noded finds its domains again;
-4. masterd answers again (the new build), the queue is undrained, the intent removed.
+4. masterd answers again (the new build), maintd starts again (the new build), the queue is
+   undrained, the intent removed.
 
-As in Ganeti, a failure before the first node switched rolls back (queue undrained, intent
-removed); from the first switch on (Ganeti's point of no return, its config change) the upgrade
-is pushed through: a node that does not come back is one error naming it, the intent stays,
-and `--resume` (or `--to` with the same version) goes on from where it stopped (nodes already
-on the new build are left as they are). `--to` another version while an upgrade is under way
-is refused. Going back to the old build is the same command with `--to OLD` (the old build is
-still installed).
+As in Ganeti, a failure before the first node switched rolls back (queue undrained, maintd
+started again, intent removed); from the first switch on (Ganeti's point of no return, its
+config change) the upgrade is pushed through: a node that does not come back is one error
+naming it, the intent stays, and `--resume` (or `--to` with the same version) goes on from
+where it stopped (nodes already on the new build are left as they are). `--to` another
+version while an upgrade is under way is refused. Going back to the old build is the same
+command with `--to OLD` (the old build is still installed).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import msgspec
 
 from herder.cli import remote
 from herder.cli.common import config_directory, store_from
-from herder.core import model, ports
+from herder.core import master_daemons, model, ports
 from herder.core.errors import HerderError
 from herder.core.noderpc import HttpNodeRpc
 from herder.core.rpcdefs import upgrade_calls
@@ -60,6 +62,7 @@ class Intent(msgspec.Struct, kw_only=True):
     pid: int
     started: float
     switched: list[str] = []
+    maintd: bool = False  # maintd ran on the master before: started again at the end
 
 
 class UpgradeFailed(HerderError):
@@ -193,6 +196,25 @@ class Upgrade:
                                     f"{self.queue_timeout:g}s ({active})")
             time.sleep(POLL)
 
+    # --- maintd, on the master (this host) ------------------------------------------------------
+
+    @staticmethod
+    def maintd_runs() -> bool:
+        try:
+            master_daemons.daemon_util("check", "maintd", timeout=60)
+        except master_daemons.RoleFailure:
+            return False
+        return True
+
+    def pause_maintd(self) -> None:
+        if self.maintd_runs():
+            self.say("Stopping maintd for the upgrade (no repairs, no fencing meanwhile)")
+            master_daemons.daemon_util("stop", "maintd")
+
+    def resume_maintd(self) -> None:
+        self.say("Starting maintd again")
+        master_daemons.daemon_util("start", "maintd")
+
     def wait_masterd(self) -> None:
         deadline = time.monotonic() + self.node_timeout
         while True:
@@ -241,21 +263,23 @@ def run(ctx: click.Context, to_version: str | None, resume: bool, *, noded_port:
     answers = up.check_all(target)  # nothing changed yet: an error leaves all as it was
     if intent is None:
         intent = Intent(from_version=answers[up.master.name].running, to_version=target,
-                        pid=os.getpid(), started=time.time())
-        write_intent(path, intent)
-    else:
-        intent.pid = os.getpid()
-        write_intent(path, intent)
+                        pid=os.getpid(), started=time.time(), maintd=up.maintd_runs())
+    intent.pid = os.getpid()
+    write_intent(path, intent)
 
     say("Draining the job queue")
     try:
         up.set_drained(True)
         say("Waiting for the running jobs")
         up.wait_for_jobs()
+        up.pause_maintd()
     except HerderError as err:
         if not intent.switched:  # before the point of no return: roll back (Ganeti's)
             with contextlib.suppress(HerderError):
                 up.set_drained(False)
+            if intent.maintd and not up.maintd_runs():
+                with contextlib.suppress(HerderError):
+                    up.resume_maintd()
             path.unlink(missing_ok=True)
             raise UpgradeFailed(f"{err}; nothing was switched, the queue takes jobs "
                                 "again") from None
@@ -275,6 +299,8 @@ def run(ctx: click.Context, to_version: str | None, resume: bool, *, noded_port:
             write_intent(path, intent)
 
     up.wait_masterd()
+    if intent.maintd:
+        up.resume_maintd()
     say("Undraining the job queue")
     up.set_drained(False)
     path.unlink(missing_ok=True)

@@ -8,9 +8,9 @@
 The prefix is the directory whose `versions/` holds the running interpreter's virtualenv
 (`/opt/herder` on a host installed by the guide), so noded and the CLI find the layout they
 were started from and nothing names it twice. `switch_version` is what `herder daemon-util
-switch-version` does on one node: stop herder's daemons that run here (never libvirtd, so the
-guests' QEMU processes go on: noded finds its domains again when it starts), point `current` at
-the other build, start those daemons again, which then run the other build.
+switch-version` does on one node: point `current` at the other build, then stop and start
+again herder's daemons that run here (never libvirtd, so the guests' QEMU processes go on:
+noded finds its domains again when it starts), which then run the other build.
 """
 
 from __future__ import annotations
@@ -93,25 +93,29 @@ def running_layout(prefix: Path | None = None) -> Layout | None:
 
 def switch_version(version: str, layout: Layout, backend: Backend,
                    say: Callable[[str], None] = lambda line: None) -> list[str]:
-    """Stop herder's daemons that run here, switch `current` to `version`, start them again
-    (Ganeti's `daemon-util stop-all`, symlink, `start-all` on one node); the daemons restarted.
-    When the switch itself fails the daemons start again on the build they ran."""
+    """Point `current` at `version`, then stop and start again, one after the other in start
+    order, herder's daemons that run here (Ganeti's `daemon-util stop-all`, symlink,
+    `start-all` on one node); the daemons restarted.
+
+    One at a time rather than all stopped at once: a node's liveness lease is renewed by its
+    noded through the master's masterd, else through the master candidates' nodeds, and runs
+    out 6 s after the last renewal (docs/ha.md "Node failure"): with every daemon of the
+    master down at once, the other nodes would lose their lease and stop their guests. A
+    running daemon keeps the build it was started from (its interpreter's own venv), so the
+    link can move first."""
     if not layout.installed(version):
         raise HerderError(f"herder {version} is not installed here: no "
                           f"{layout.version_dir(version)}/bin/herder")
     running = [d for d in KNOWN_DAEMONS if d in HERDER_DAEMONS
                and backend.state(d) == supervise_control.RUNNING]
-    say(f"stopping {' '.join(running) or 'no daemons'} (herder {layout.current_version()})")
-    if running:
-        backend.stop(list(reversed(running)))
+    before = layout.current_version()
     try:
         layout.switch(version)
-    except (HerderError, OSError) as err:
-        if running:
-            backend.start(running)
+    except OSError as err:
         raise HerderError(f"cannot switch {layout.current} to {version}: {err}") from None
-    say(f"{layout.current} -> {VERSIONS}/{version}; starting {' '.join(running) or 'nothing'}")
-    if running:
-        backend.start(running)
+    say(f"{layout.current} -> {VERSIONS}/{version} (was {before})")
+    for daemon in running:
+        say(f"restarting {daemon}")
+        backend.stop([daemon])
+        backend.start([daemon])
     return running
-
