@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,11 @@ def daemon_builds(sim: Any, node: str) -> dict[str, str]:
     return found
 
 
+def noded_listens(sim: Any, node: str) -> bool:
+    done = sim.host(node).run(["ss", "-ltnH", "sport = :1811"], timeout=30)
+    return bool(done.stdout.strip())
+
+
 def node_versions(sim: Any) -> dict[str, str | None]:
     """Node -> the build its noded reports to masterd (`node info`'s herder_version)."""
     with sim.rapi() as api:
@@ -138,8 +144,11 @@ def node_versions(sim: Any) -> dict[str, str | None]:
 
 
 def upgrade(sim: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    return sim.host(NODE1).run([*HERDER, "cluster", "upgrade", *args],
-                               timeout=UPGRADE_TIMEOUT)
+    start = time.monotonic()
+    done = sim.host(NODE1).run([*HERDER, "cluster", "upgrade", *args], timeout=UPGRADE_TIMEOUT)
+    print(f"cluster upgrade {' '.join(args)}: exit {done.returncode} after "
+          f"{time.monotonic() - start:.1f}s")
+    return done
 
 
 def drained(sim: Any) -> bool:
@@ -218,8 +227,9 @@ def test_a_node_that_does_not_come_back_stops_it_and_resume_finishes(
     finally:
         script.unlink()
         script.with_name("herder.real").rename(script)
-    # node3's supervisor starts its noded again (on OLD, now whole)
-    wait_for(lambda: daemon_builds(sim, NODE3).get("noded") == OLD, 60, "node3's noded on OLD")
+    # node3's supervisor starts its noded again (on OLD, now whole), serving once it listens
+    wait_for(lambda: daemon_builds(sim, NODE3).get("noded") == OLD and noded_listens(sim, NODE3),
+             90, "node3's noded on OLD")
     done = upgrade(sim, "--resume")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{NODE3}: runs herder {OLD} already" in done.stdout
