@@ -179,12 +179,13 @@ def util_switch_version(ctx: click.Context, version: str, prefix: Path | None) -
     """Run the installed build VERSION here: stop herder's daemons that run (never libvirtd:
     the guests go on), point <prefix>/current at versions/VERSION, start them again (one
     node's step of `herder cluster upgrade`; docs/install.md "Upgrading")."""
+    from herder.core import install_layout
     from herder.supervise import versions
 
-    layout = versions.running_layout(prefix)
+    layout = install_layout.running_layout(prefix)
     if layout is None:
         raise HerderError(f"this herder does not run from a versioned install ({sys.prefix} is "
-                          f"not <prefix>/{versions.VERSIONS}/<version>): give --prefix")
+                          f"not <prefix>/{install_layout.VERSIONS}/<version>): give --prefix")
 
     def stamp(line: str) -> None:  # into upgrade.log when noded started it: when, what
         click.echo(f"{time.strftime('%Y-%m-%d %H:%M:%S')} switch-version: {line}")

@@ -2,7 +2,7 @@
 Ganeti's `gnt-cluster upgrade` (docs/install.md "Upgrading", docs/compat.md S6).
 
 The operator first installs the new build beside the old one on every node
-(`<prefix>/versions/<version>`, `herder.supervise.versions`). Then, on the master:
+(`<prefix>/versions/<version>`, `herder.core.install_layout`). Then, on the master:
 
 1. every online node must answer and have the build installed (Ganeti's
    `_VerifyVersionInstalled`); otherwise nothing happens;
@@ -232,8 +232,8 @@ class Upgrade:
 
 def run(ctx: click.Context, to_version: str | None, resume: bool, *, noded_port: int,
         node_timeout: float, queue_timeout: float, say: Say) -> None:
+    from herder.core.install_layout import check_version
     from herder.masterd import failover
-    from herder.supervise.versions import check_version
 
     if (to_version is None) == (not resume):
         raise HerderError("give exactly one of --to VERSION and --resume")

@@ -69,7 +69,6 @@ from herder.sim import etcd as sim_etcd
 from herder.sim import guest, hostfiles, netns
 from herder.sim import watchdog as sim_watchdog
 from herder.sim.host import HostConfig, HostSimulation, SimHost, herder_argv, unsupported
-from herder.supervise.settings import HERDER_DAEMONS
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
@@ -365,6 +364,10 @@ def parallel(hosts: Iterable[SimHost], action: Callable[[SimHost], Any]) -> None
 CONFIG_DAEMONS = ("masterd", "maintd")
 
 
+# herder's daemons (herder.supervise.settings.HERDER_DAEMONS, which sim may not import)
+HERDER_COMMANDS = ("noded", "confd", "mond", "instmon", "masterd", "maintd")
+
+
 def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test",
                   ceph: bool = False, etcd: str = "",
                   herder_command: Sequence[str] = ()) -> str:
@@ -396,7 +399,7 @@ def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test
         environment.setdefault("noded", {})["CEPH_ARGS"] = f"--id {sim_ceph.CLIENT}"
     commands = {"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]}
     if herder_command:
-        commands.update({d: [*herder_command, d] for d in HERDER_DAEMONS})
+        commands.update({d: [*herder_command, d] for d in HERDER_COMMANDS})
     return hostfiles.node_toml(daemons, args=args, commands=commands,
                                restart_delay=0.5, restart_delay_max=10.0,
                                environment=environment)

@@ -1,21 +1,17 @@
 """A rolling upgrade of herder (`herder cluster upgrade`, Ganeti's `gnt-cluster upgrade`): which
 builds a node has installed and runs, and the switch of its daemons to another build
-(`herder.supervise.versions`)."""
+(`herder.core.install_layout`)."""
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 
+from herder.core.install_layout import valid_version
 from herder.core.rpcdefs.base import Call
-
-# one path component under <prefix>/versions (herder.supervise.versions checks it the same way)
-_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,99}")
 
 
 def _version(version: str) -> None:
-    if not _VERSION.fullmatch(version) or ".." in version:
+    if not valid_version(version):  # one path component under <prefix>/versions
         raise ValueError(f"invalid herder version {version!r}")
 
 

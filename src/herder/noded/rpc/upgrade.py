@@ -4,29 +4,30 @@ node has installed, and the switch of its daemons to another one.
 The switch stops noded itself, so noded only starts it: `herder daemon-util switch-version`
 runs from a process of its own (its own session under the supervisor, whose stop of noded ends
 noded's process group; a transient unit under systemd, whose stop of herder-noded ends the
-unit's cgroup), its output appended to `<log_dir>/upgrade.log` (node.toml's log directory,
-`/var/log/herder`). The master then waits for the node's ping to name the new build."""
+unit's cgroup), its output appended to `/var/log/herder/upgrade.log`. The master then waits
+for the node's ping to name the new build."""
 
 from __future__ import annotations
 
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from herder import __version__
-from herder.core.errors import HerderError
+from herder.core import install_layout as versions
 from herder.core.rpcdefs import upgrade_calls
 from herder.noded.node import Node, RpcFailure
-from herder.supervise import daemon_util, settings, versions
 
 log = logging.getLogger("herder.noded")
 # the answer goes out before the daemons stop
 SWITCH_DELAY = 1.0
-LOG_NAME = "upgrade.log"
+# systemd runs this host: the switch goes into a transient unit of its own
+SYSTEMD_RUNTIME = Path("/run/systemd/system")
 
 
 def upgrade_check(node: Node, call: upgrade_calls.UpgradeCheck) -> upgrade_calls.VersionsAnswer:
@@ -47,19 +48,15 @@ def upgrade_switch(node: Node, call: upgrade_calls.UpgradeSwitch) -> str:
     if not layout.installed(call.version):
         raise RpcFailure(f"herder {call.version} is not installed on {node.name}: no "
                          f"{layout.version_dir(call.version)}/bin/herder")
-    try:
-        log_dir = Path(settings.load().supervise.log_dir)
-    except HerderError:
-        log_dir = Path(settings.SuperviseSettings().log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    versions.UPGRADE_LOG.parent.mkdir(parents=True, exist_ok=True)
     switch = shlex.join([sys.executable, "-m", "herder.cli.main", "daemon-util",
                          "switch-version", "--prefix", str(layout.prefix), call.version])
     script = f"sleep {SWITCH_DELAY:g}; exec {switch}"
     argv = ["sh", "-c", script]
-    if daemon_util.systemd_runs_herder():
+    if SYSTEMD_RUNTIME.is_dir() and shutil.which("systemd-run"):
         argv = ["systemd-run", "--quiet", "--collect", "--unit",
                 f"herder-switch-version-{int(time.time())}", "--", *argv]
-    with open(log_dir / LOG_NAME, "ab") as out:
+    with open(versions.UPGRADE_LOG, "ab") as out:
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                          start_new_session=True, cwd="/", env={**os.environ})
     log.info("switching to herder %s (from %s) in %gs", call.version, __version__,
