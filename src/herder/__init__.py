@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from importlib import metadata
+from functools import cache
 from pathlib import Path
 
 # A tree that was never installed (no metadata anywhere on the path): no build to name.
 UNKNOWN_VERSION = "0.0.0+unknown"
 
 
+@cache
 def _build_version() -> str:
     """The version of the build this package was installed from (setuptools-scm made it from
     git at build time; docs/install.md "Versions"). Read from the installed metadata, not from
@@ -16,6 +17,8 @@ def _build_version() -> str:
     distributions are on the path (a venv that borrows another's libraries), the one that
     installed this very file wins; an editable install of a checkout names the version of its
     last `pip install -e`."""
+    from importlib import metadata  # ~50 ms: only for the modules that name the version
+
     here = Path(__file__).resolve()
     found = list(metadata.distributions(name="herder"))
     # An installed distribution's .dist-info counts before an .egg-info: the one an editable
@@ -30,4 +33,9 @@ def _build_version() -> str:
     return str((installed or found)[0].version) if found else UNKNOWN_VERSION
 
 
-__version__ = _build_version()
+def __getattr__(name: str) -> str:
+    """`herder.__version__`, looked up on first use (PEP 562): the allocator's fast path and
+    other short commands that never name it do not pay for importlib.metadata."""
+    if name == "__version__":
+        return _build_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
