@@ -166,6 +166,8 @@ def assert_runs(sim: Any, version: str) -> None:
         assert api.get_info()["herder_version"] == version
     wait_for(lambda: set(node_versions(sim).values()) == {version}, 60,
              f"every node reporting herder {version}")
+    info = json.loads(herder(sim, "node", "info", NODE2, NODE3, "--json").stdout)
+    assert [n["herder_version"] for n in info] == [version, version]
 
 
 # --- the cases, in order ---------------------------------------------------------------------
