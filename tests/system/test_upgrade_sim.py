@@ -187,6 +187,10 @@ def test_a_build_that_is_not_installed_changes_nothing(sim: Any) -> None:
     assert not sim.host(NODE1).path(INTENT).exists()
     assert not drained(sim)
     assert_runs(sim, OLD)
+    elsewhere = sim.host(NODE2).run([*HERDER, "cluster", "upgrade", "--to", NEW], timeout=120)
+    assert elsewhere.returncode == 1 and "run it on the master" in elsewhere.stderr, \
+        elsewhere.stderr
+    assert_runs(sim, OLD)
 
 
 def test_upgrade_brings_every_node_to_the_new_build_guests_running(

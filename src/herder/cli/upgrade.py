@@ -233,7 +233,7 @@ class Upgrade:
 def run(ctx: click.Context, to_version: str | None, resume: bool, *, noded_port: int,
         node_timeout: float, queue_timeout: float, say: Say) -> None:
     from herder.core.install_layout import check_version
-    from herder.masterd import failover
+    from herder.masterd import cluster_init, failover
 
     if (to_version is None) == (not resume):
         raise HerderError("give exactly one of --to VERSION and --resume")
@@ -255,6 +255,9 @@ def run(ctx: click.Context, to_version: str | None, resume: bool, *, noded_port:
         return
     target = intent.to_version if intent is not None else str(to_version)
     config = store.load()
+    master = config.node_name(config.cluster.master_node)
+    if cluster_init.local_fqdn() != master:  # Ganeti's ssconf.CheckMaster
+        raise HerderError(f"this is not the master ({master}): run it there")
     rpc = failover.vote_rpc(store, config.cluster.master_epoch, noded_port, timeout=30.0)
     up = Upgrade(ctx, rpc, config, path, node_timeout=node_timeout,
                  queue_timeout=queue_timeout, say=say)
