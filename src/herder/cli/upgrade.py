@@ -257,7 +257,7 @@ def run(ctx: click.Context, to_version: str | None, resume: bool, *, noded_port:
     config = store.load()
     master = config.node_name(config.cluster.master_node)
     if cluster_init.local_fqdn() != master:  # Ganeti's ssconf.CheckMaster
-        raise HerderError(f"this is not the master ({master}): run it there")
+        raise HerderError(f"this is not the master: run it on the master, {master}")
     rpc = failover.vote_rpc(store, config.cluster.master_epoch, noded_port, timeout=30.0)
     up = Upgrade(ctx, rpc, config, path, node_timeout=node_timeout,
                  queue_timeout=queue_timeout, say=say)
