@@ -66,7 +66,7 @@ def test_the_prefix_is_found_from_the_venv_a_herder_runs_in(tmp_path: Path) -> N
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)
     src = Path(install_layout.__file__).resolve().parents[2]
-    probe = ("from herder.core import install_layout as l; r = l.running_layout(); "
+    probe = ("from herder.core.install_layout import running_layout; r = running_layout(); "
              "print(r.prefix if r else None)")
     done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(src)})
