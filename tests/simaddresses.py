@@ -33,7 +33,9 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "etcd_master_death": (140, 4),
     # free from 144 to 199
     "htools_rapi": (200, 4),
-    # free from 204 to 255
+    # free from 204 to 243
+    "upgrade": (244, 4),
+    # free from 248 to 255
 }
 
 

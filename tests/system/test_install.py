@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 def build_backend_pin() -> str:
     """`setuptools==X`: what pyproject.toml's [build-system] requires."""
     requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
-    (pin,) = (r for r in requires if r.startswith("setuptools"))
+    (pin,) = (r for r in requires if r.startswith("setuptools=="))
     return str(pin)
 
 
@@ -99,6 +99,17 @@ def test_herder_is_on_the_venvs_path_and_runs_the_installed_code(installed: Inst
     assert "herder watches, heals and places virtual machines" in done.stdout
     where = run(installed, "python", "-c", "import herder; print(herder.__file__)")
     assert where.stdout.strip() == str(installed.package / "__init__.py"), where.stderr
+
+
+def test_herder_says_the_version_of_the_build_it_was_installed_from(
+        installed: Installed) -> None:
+    """The build's version (here a copy without git metadata: setuptools-scm's fallback),
+    from the install's own metadata, not from the test environment's editable herder that the
+    path line also reaches."""
+    wheel_version = installed.wheel.name.split("-")[1]
+    assert wheel_version == "0.0.0+unknown"
+    done = run(installed, "herder", "--version")
+    assert done.stdout.strip() == f"herder, version {wheel_version}", done.stderr
 
 
 @pytest.mark.parametrize("daemon", [*HERDER_DAEMONS, "supervise", "daemon-util"])

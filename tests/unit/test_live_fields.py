@@ -88,13 +88,14 @@ def test_every_ganeti_status_value_is_reachable() -> None:
 def info(memory_free: int = 3000, runs: dict[str, livefigures.InstanceRun] | None = None,
          units: tuple[livefigures.StorageUnit, ...] | None = None,
          memory_total: int = 4096,
-         kvm: livefigures.KvmVerdict | None = None) -> livefigures.NodeInfo:
+         kvm: livefigures.KvmVerdict | None = None,
+         herder_version: str | None = None) -> livefigures.NodeInfo:
     return livefigures.NodeInfo(
         bootid="b0", memory_total=memory_total, memory_free=memory_free, memory_dom0=200,
         cpu_total=8, cpu_dom0=8, cpu_nodes=2, cpu_sockets=2,
         storage=units if units is not None else (
             livefigures.StorageUnit("file", "/var/lib/herder/noded/disks", 50_000, 40_000),),
-        instances=runs or {}, kvm=kvm)
+        instances=runs or {}, kvm=kvm, herder_version=herder_version)
 
 
 def snapshot(config: model.ConfigData, answers: dict[str, livefigures.NodeInfo | None],
@@ -154,7 +155,8 @@ def test_node_fields(config: model.ConfigData) -> None:
     config.cluster.enabled_disk_templates = ["drbd", "file"]
     config.find_node("node3").offline = True
     emulated = livefigures.KvmVerdict(usable=False, reason="/dev/kvm is missing", seconds=0.0)
-    live = snapshot(config, {"node1.example.com": info(units=units, kvm=emulated),
+    live = snapshot(config, {"node1.example.com": info(units=units, kvm=emulated,
+                                                       herder_version="1.2.dev3+gabc"),
                              "node2.example.com": None})
     node1 = livefields.values(livefields.node_fields(config, config.find_node("node1"), live))
     assert node1 == {"mtotal": 4096, "mnode": 200, "mfree": 3000, "ctotal": 8, "cnos": 8,
@@ -162,7 +164,9 @@ def test_node_fields(config: model.ConfigData) -> None:
                      # the first enabled template's unit (drbd: the volume group)
                      "dtotal": 900, "dfree": 700, "sptotal": 4, "spfree": 2,
                      # herder's: the KVM probe's verdict
-                     "kvm_accel": "tcg", "kvm_reason": "/dev/kvm is missing"}
+                     "kvm_accel": "tcg", "kvm_reason": "/dev/kvm is missing",
+                     # herder's: the build the node's noded runs
+                     "herder_version": "1.2.dev3+gabc"}
     # Ganeti's result statuses: no answer, marked offline; no spindles without an lvm-pv unit
     assert set(livefields.node_fields(config, config.find_node("node2"), live).values()) == {
         (RS_NODATA, None)}
@@ -173,6 +177,8 @@ def test_node_fields(config: model.ConfigData) -> None:
     assert fields["dtotal"] == (RS_NORMAL, 50_000) and fields["spfree"] == (RS_NODATA, None)
     # a node that does not say (libvirt's test driver, an older noded): no verdict
     assert fields["kvm_accel"] == fields["kvm_reason"] == (RS_NODATA, None)
+    # a noded from before build versions does not say which build it runs
+    assert fields["herder_version"] == (RS_NODATA, None)
 
 
 def test_bulk_views_carry_ganetis_fields(config: model.ConfigData) -> None:

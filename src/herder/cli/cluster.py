@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from herder.cli import cluster_backup, remote
+from herder.cli import cluster_backup, remote, upgrade
 from herder.cli.common import (
     PARAM_HELP,
     YES_NO,
@@ -36,6 +36,7 @@ def cluster() -> None:
 cluster.add_command(queue)
 cluster.add_command(cluster_backup.backup)
 cluster.add_command(cluster_backup.restore)
+cluster.add_command(upgrade.upgrade)
 
 
 # --- option helpers shared by init and modify -----------------------------------------------

@@ -12,7 +12,6 @@ import sys
 
 import click
 
-from herder import __version__
 from herder.core.errors import HerderError
 
 # name -> "module:attribute" of a click command or group. Add a line per command group.
@@ -71,8 +70,19 @@ class LazyGroup(click.Group):
         return command if isinstance(command, click.Command) else None
 
 
+def _print_version(ctx: click.Context) -> None:
+    """click's version option, with the version looked up only when asked (importlib.metadata
+    costs every command ~50 ms: herder.__init__)."""
+    import herder
+
+    click.echo(f"herder, version {herder.__version__}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="herder")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _param, value: _print_version(ctx) if value else None,
+              help="Show the version of this build and exit.")
 @click.option(
     "--config",
     "config_path",

@@ -76,13 +76,14 @@ listing.add_list_fields(node, LIST)
 @json_option
 @click.pass_context
 def info(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
-    """Show everything about one or more nodes, with their filled node parameters and how
-    KVM instances run there (the node's KVM probe, from masterd)."""
+    """Show everything about one or more nodes, with their filled node parameters, how KVM
+    instances run there (the node's KVM probe) and the herder build its noded runs (both
+    from masterd)."""
     from herder.core import model
 
     config = remote.config_source(ctx).load()
     nodes = [config.find_node(name) for name in names]
-    kvm = _kvm_verdicts(ctx, [n.name for n in nodes])
+    kvm, versions = _live_facts(ctx, [n.name for n in nodes])
     out = []
     for n in nodes:
         data = model.to_builtins(n)
@@ -94,6 +95,8 @@ def info(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
         data["secondary_instances"] = [i.name for i in config.secondary_instances(n.uuid)]
         data["kvm"] = kvm.get(n.name, "unknown (the node has not said: not probed yet, "
                                            "not answering, or no KVM node)")
+        data["herder_version"] = versions.get(n.name, "unknown (not answering, or a noded "
+                                                      "older than build versions)")
         out.append(data)
     if as_json:
         print_json(out)
@@ -104,19 +107,23 @@ def info(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
         print_mapping(data, 1)
 
 
-def _kvm_verdicts(ctx: click.Context, names: list[str]) -> dict[str, str]:
-    """Node name -> the KVM probe's verdict in one line, for the nodes that answered masterd
-    (herder's query fields `kvm_accel` and `kvm_reason`)."""
+def _live_facts(ctx: click.Context,
+                names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Node name -> the KVM probe's verdict in one line, and node name -> the herder build
+    its noded runs, for the nodes that answered masterd (herder's query fields `kvm_accel`,
+    `kvm_reason` and `herder_version`)."""
     from herder.masterd.livefields import RS_NORMAL
 
-    answer = remote.query(ctx, "node", ["name", "kvm_accel", "kvm_reason"],
+    answer = remote.query(ctx, "node", ["name", "kvm_accel", "kvm_reason", "herder_version"],
                           ["|", *(["=", "name", name] for name in names)])
-    verdicts = {}
-    for (_, name), (status, accel), (_, reason) in answer.data:
+    verdicts, versions = {}, {}
+    for (_, name), (status, accel), (_, reason), (v_status, version) in answer.data:
         if status == RS_NORMAL:
             how = "hardware KVM" if accel == "kvm" else "emulated (TCG)"
             verdicts[str(name)] = f"{how}: {reason}"
-    return verdicts
+        if v_status == RS_NORMAL:
+            versions[str(name)] = str(version)
+    return verdicts, versions
 
 
 @node.command()

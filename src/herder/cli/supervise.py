@@ -169,6 +169,31 @@ def util_start_master(ctx: click.Context) -> None:
     start_master(ctx.obj["daemon_backend"])
 
 
+@daemon_util.command("switch-version")
+@click.argument("version")
+@click.option("--prefix", type=click.Path(file_okay=False, path_type=Path),
+              help="The install's prefix (default: the one this herder runs from, "
+                   "/opt/herder on a host installed by the guide).")
+@click.pass_context
+def util_switch_version(ctx: click.Context, version: str, prefix: Path | None) -> None:
+    """Run the installed build VERSION here: stop herder's daemons that run (never libvirtd:
+    the guests go on), point <prefix>/current at versions/VERSION, start them again (one
+    node's step of `herder cluster upgrade`; docs/install.md "Upgrading")."""
+    from herder.core import install_layout
+    from herder.supervise import versions
+
+    layout = install_layout.running_layout(prefix)
+    if layout is None:
+        raise HerderError(f"this herder does not run from a versioned install ({sys.prefix} is "
+                          f"not <prefix>/{install_layout.VERSIONS}/<version>): give --prefix")
+
+    def stamp(line: str) -> None:  # into upgrade.log when noded started it: when, what
+        click.echo(f"{time.strftime('%Y-%m-%d %H:%M:%S')} switch-version: {line}")
+
+    restarted = versions.switch_version(version, layout, ctx.obj["daemon_backend"], say=stamp)
+    stamp(f"running herder {version}: {' '.join(restarted) or 'no daemons'} started again")
+
+
 @daemon_util.command("stop-master")
 @click.pass_context
 def util_stop_master(ctx: click.Context) -> None:

@@ -74,6 +74,8 @@ class NodeInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     instances: dict[str, InstanceRun] | None = None
     # the KVM probe's verdict (None: a node that does not say, e.g. an older version)
     kvm: KvmVerdict | None = None
+    # the herder build the node's noded runs (None: a noded before builds had versions)
+    herder_version: str | None = None
 
 
 def decode_node_info(answer: object) -> NodeInfo:

@@ -51,7 +51,8 @@ ON_PRIMARY, ELSEWHERE = "primary", "elsewhere"
 Result = tuple[int, Any]
 
 NODE_LIVE_FIELDS = ("mtotal", "mnode", "mfree", "dtotal", "dfree", "ctotal", "cnos", "cnodes",
-                    "csockets", "spfree", "sptotal", "bootid", "kvm_accel", "kvm_reason")
+                    "csockets", "spfree", "sptotal", "bootid", "kvm_accel", "kvm_reason",
+                    "herder_version")
 INSTANCE_LIVE_FIELDS = ("oper_state", "oper_ram", "oper_vcpus", "status")
 
 
@@ -186,6 +187,8 @@ def node_fields(config: model.ConfigData, node: model.Node,
         # herder's: the KVM probe's verdict (compat K9)
         "kvm_accel": None if info.kvm is None else "kvm" if info.kvm.usable else "tcg",
         "kvm_reason": None if info.kvm is None else info.kvm.reason,
+        # herder's: the build the node's noded runs (compat U1)
+        "herder_version": info.herder_version,
     }
     return {name: (RS_NODATA, None) if values[name] is None else (RS_NORMAL, values[name])
             for name in NODE_LIVE_FIELDS}

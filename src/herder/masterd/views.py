@@ -16,6 +16,9 @@ from herder.masterd.livecache import EMPTY, Snapshot
 
 _ENCODE = msgspec.json.Encoder().encode
 RAPI_VERSION = 2
+# the Ganeti release whose RAPI, config and confd herder speaks (CONFIG_VERSION's 3.0); what
+# Ganeti's clients read in software_version (compat U1)
+GANETI_SOFTWARE_VERSION = "3.0.0"
 CONFIG_VERSION = 3000000  # the Ganeti config version whose RAPI shapes herder speaks
 PROTOCOL_VERSION = 3000000
 OS_API_VERSION = 20
@@ -193,7 +196,10 @@ def cluster_view(config: model.ConfigData) -> JsonObject:
     return {
         "name": c.name, "uuid": c.uuid, "master": config.node_name(c.master_node),
         "architecture": [platform.architecture()[0], platform.machine()],
-        "software_version": f"herder-{__version__}", "vcs_version": f"herder {__version__}",
+        # Ganeti's: the Ganeti release whose wire herder speaks (clients compare it as
+        # Ganeti's), the build in vcs_version's free text; herder's build in herder_version
+        # (compat U1)
+        "software_version": GANETI_SOFTWARE_VERSION, "vcs_version": f"herder {__version__}",
         "protocol_version": PROTOCOL_VERSION, "config_version": CONFIG_VERSION,
         "os_api_version": OS_API_VERSION, "export_version": EXPORT_VERSION,
         "default_hypervisor": default_hv, "enabled_hypervisors": list(c.enabled_hypervisors),
@@ -226,6 +232,8 @@ def cluster_view(config: model.ConfigData) -> JsonObject:
         "default_iallocators": {k: c.default_iallocators.get(k, [])
                                 for k in model.IALLOCATOR_REQUEST_TYPES},
         "serial_no": config.serial_no,
+        # the build masterd runs (each node's own: `node info`'s herder_version)
+        "herder_version": __version__,
     }
 
 

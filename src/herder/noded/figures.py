@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from herder import __version__
 from herder.core import livefigures
 from herder.noded.bdev import file as file_storage
 from herder.noded.bdev import plain
@@ -124,7 +125,7 @@ def node_info(hv: Hypervisor, instances_dir: Path, *,
         cpu_total=host.cpu_total, cpu_dom0=host.cpu_total, cpu_nodes=host.cpu_nodes,
         cpu_sockets=host.cpu_sockets, storage=storage,
         instances=instance_runs(hv, instances_dir) if with_instances else None,
-        kvm=_kvm_verdict(hv))
+        kvm=_kvm_verdict(hv), herder_version=__version__)
 
 
 def _kvm_verdict(hv: Hypervisor) -> livefigures.KvmVerdict | None:

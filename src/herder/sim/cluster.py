@@ -55,7 +55,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,9 @@ class SimState:
     guests: str = "test"  # "qemu": real guests (QEMU driver), "test": libvirt's test driver
     ceph: str = ""  # the directory of the cluster's Ceph (herder.sim.ceph), "" for none
     etcd: str = ""  # the config location on the etcd backend (herder.sim.etcd), "" for a file
+    # what the hosts' supervisors run herder's daemons with (an installed build's
+    # `bin/herder`); empty: the simulator's own interpreter and checkout
+    herder_command: list[str] = field(default_factory=list)
 
     @property
     def node_environment(self) -> dict[str, str]:
@@ -363,8 +366,13 @@ def parallel(hosts: Iterable[SimHost], action: Callable[[SimHost], Any]) -> None
 CONFIG_DAEMONS = ("masterd", "maintd")
 
 
+# herder's daemons (herder.supervise.settings.HERDER_DAEMONS, which sim may not import)
+HERDER_COMMANDS = ("noded", "confd", "mond", "instmon", "masterd", "maintd")
+
+
 def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test",
-                  ceph: bool = False, etcd: str = "") -> str:
+                  ceph: bool = False, etcd: str = "",
+                  herder_command: Sequence[str] = ()) -> str:
     """A node's /etc/herder/node.toml: libvirtd only until the node has joined; then every
     daemon of a node (masterd and maintd exit 11 where they are not the master, confd idles
     where there is no config copy). With real guests libvirtd runs with `--listen`: its
@@ -373,7 +381,9 @@ def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test
     (`CEPH_ARGS`), as an operator sets it in the daemon's environment. On the etcd backend
     (`etcd`: the config location) masterd and maintd have it as `HERDER_CONFIG`; confd does
     not run (it serves a config file only) and maintd is not started at boot: the masterd
-    that wins the master lease starts it (docs/ha.md)."""
+    that wins the master lease starts it (docs/ha.md). `herder_command`: herder's daemons
+    run as `COMMAND DAEMON` (an installed build, as a host's units run `/opt/herder/bin/herder
+    DAEMON`) instead of the supervisor's own interpreter."""
     daemons = ["libvirtd"]
     if joined:
         daemons += ["noded", *([] if etcd else ["confd"]), *(["mond"] if mond else []),
@@ -389,8 +399,10 @@ def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test
         daemon: {"HERDER_CONFIG": etcd} for daemon in CONFIG_DAEMONS} if etcd else {}
     if ceph:
         environment.setdefault("noded", {})["CEPH_ARGS"] = f"--id {sim_ceph.CLIENT}"
-    return hostfiles.node_toml(daemons, args=args,
-                               commands={"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]},
+    commands = {"sim-testdriver": ["sh", "-c", TEST_DOMAIN_SCRIPT]}
+    if herder_command:
+        commands.update({d: [*herder_command, d] for d in HERDER_COMMANDS})
+    return hostfiles.node_toml(daemons, args=args, commands=commands,
                                restart_delay=0.5, restart_delay_max=10.0,
                                environment=environment)
 
@@ -432,7 +444,8 @@ def register_cluster(sim: HostSimulation, state: SimState | None, *,
 def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = True,
           first_ip: int = 11, progress: Say | None = None, domain: str = DOMAIN,
           network: Path | None = None, guests: str = "qemu", ceph: bool = False,
-          store: str = "file") -> SimState:
+          store: str = "file", herder_command: Sequence[str] = (),
+          install: Callable[[SimHost], None] | None = None) -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
     `domain` names the cluster and its nodes; `network`: the directory of another simulated
     cluster whose network (and host simulation) this one joins (clusters to merge);
@@ -440,7 +453,10 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
     the `rbd` template in the simulation's network (herder.sim.ceph), its client
     configuration and key on every node, the template enabled with userspace access;
     `store`: "file" (the config a file on the master candidates) or "etcd" (an external etcd
-    in the simulation's network, herder.sim.etcd; masterd campaigns on every node)."""
+    in the simulation's network, herder.sim.etcd; masterd campaigns on every node);
+    `herder_command`: what the hosts run herder's daemons with (`node_settings`; e.g. an
+    installed build's `bin/herder`), `install`: called for each host once it booted, before
+    any daemon of herder starts there (what an operator installs first, e.g. that build)."""
     if guests not in GUESTS:
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if store not in STORES:
@@ -484,7 +500,8 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
                    for i in range(1, nodes + 1)],
             network=str(sim.directory), profile=str(directory.resolve() / "client" /
                                                      "client.toml"), guests=guests,
-            ceph=str(directory.resolve() / "ceph") if ceph else "")
+            ceph=str(directory.resolve() / "ceph") if ceph else "",
+            herder_command=list(herder_command))
         if store == "etcd":
             state.etcd = _start_etcd(sim, state, say)
         state.save()
@@ -494,7 +511,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             # must find its daemons)
             ceph_started = starter.submit(_start_ceph, sim, state, say) if ceph else None
             _bring_up(sim, state, mond=mond, maintd=maintd, say=say, image=image,
-                      ceph_started=ceph_started)
+                      ceph_started=ceph_started, install=install)
     except BaseException:
         stop(directory)
         raise
@@ -603,11 +620,12 @@ def _libvirt_tls(host: SimHost) -> None:
 
 def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
               say: Say, image: guest.GuestImage | None = None,
-              ceph_started: Future[None] | None = None) -> None:
+              ceph_started: Future[None] | None = None,
+              install: Callable[[SimHost], None] | None = None) -> None:
     """Boot the hosts, make the cluster, join the nodes, start the daemons. `ceph_started`:
     the cluster's Ceph being started meanwhile (awaited before its client files are needed)."""
     hosts = _boot_hosts(sim, state, mond=mond, maintd=maintd, say=say,
-                        ceph_started=ceph_started)
+                        ceph_started=ceph_started, install=install)
     master = hosts[0]
     others = hosts[1:]
     _init_master(sim, state, master, image, say)
@@ -628,7 +646,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
             remove_default_domain(host)
         host.layout.source("/etc/herder/node.toml").write_text(
             node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests,
-                          ceph=bool(state.ceph), etcd=state.etcd))
+                          ceph=bool(state.ceph), etcd=state.etcd,
+                          herder_command=state.herder_command))
 
     parallel(hosts, finish)
     if state.guests == "qemu":
@@ -644,7 +663,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
 
 
 def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool, say: Say,
-                ceph_started: Future[None] | None) -> list[SimHost]:
+                ceph_started: Future[None] | None,
+                install: Callable[[SimHost], None] | None = None) -> list[SimHost]:
     """The hosts booted with their BMCs, and what an operator installs on each: the Ceph
     and etcd clients' files, the OS definitions, the self-diagnose script."""
     say(f"booting {len(state.nodes)} hosts (network {sim.netns}, "
@@ -652,7 +672,8 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
     configs = [HostConfig(n.name, n.address,
                           node_settings=node_settings(mond=mond, maintd=maintd, joined=False,
                                                       guests=state.guests,
-                                                      ceph=bool(state.ceph), etcd=state.etcd))
+                                                      ceph=bool(state.ceph), etcd=state.etcd,
+                                                      herder_command=state.herder_command))
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
     sim.keep_powered()  # also the hosts' watchdog devices, which noded opens once joined
@@ -674,6 +695,8 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
         write_demo_os(host.path(OS_DIR))
         guest.install_os_definition(host.path(OS_DIR))
         write_diagnose(host)
+    if install is not None:
+        parallel(hosts, install)
     return hosts
 
 

@@ -60,6 +60,8 @@ FIELDS: dict[str, FieldDef] = {
                        "allocation"),
     "group": FieldDef("Group", TEXT, "Node group"),
     "group.uuid": FieldDef("GroupUUID", TEXT, "UUID of node group"),
+    "herder_version": FieldDef("HerderVersion", TEXT, "The herder build the node's noded "
+                               "runs"),
     "hv_state": FieldDef("HypervisorState", OTHER, "Hypervisor state"),
     # herder's: the node's KVM probe (compat K9)
     "kvm_accel": FieldDef("KvmAccel", TEXT, "How KVM instances run on the node: kvm "

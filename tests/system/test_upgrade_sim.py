@@ -1,0 +1,248 @@
+"""A rolling upgrade of herder (`herder cluster upgrade`, docs/install.md "Upgrading") on one
+simulated cluster of three nodes for the module, with real guests running throughout.
+
+Two builds of this tree (OLD and NEW: the same code built twice with different versions,
+scripts/wheel.sh with SETUPTOOLS_SCM_PRETEND_VERSION) are installed side by side on every host
+as the guide says (`<prefix>/versions/<version>`, `current`, `bin`; the prefix is
+/srv/herder/opt, a directory of each host's own), and the hosts' supervisors run herder's
+daemons as `<prefix>/bin/herder DAEMON` without this checkout on the path
+(`herder.sim.cluster.start(herder_command=, install=)`). The cluster starts on OLD with a guest
+on the master and one on another node. In order: an upgrade to a build that is not installed
+changes nothing; `--to NEW` brings every node to NEW (each noded's own answer, the processes'
+interpreters, masterd's /2/info), the guests' QEMU processes keep their pids, the queue is
+undrained and maintd runs again; back `--to OLD` with node3's OLD build broken stops at node3
+with one error (the intent kept, the master untouched, the queue drained, `--to` another
+version refused), and once node3's build is repaired `--resume` finishes it, the guests still
+on their first QEMU processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import simaddresses
+from tests.simhelpers import herder, running_sim, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.guests]
+
+REPO = Path(__file__).resolve().parents[2]
+OLD, NEW = "0.98.0", "0.99.0"
+PREFIX = "/srv/herder/opt"  # a private directory of each host (docs: /opt/herder)
+# the installed build, without the simulator's PYTHONPATH (this checkout)
+HERDER = ["env", "-u", "PYTHONPATH", f"{PREFIX}/bin/herder"]
+NODE1, NODE2, NODE3 = (f"node{i}.sim.herder.test" for i in (1, 2, 3))
+GUESTS = {"web1": NODE1, "web2": NODE2}  # the master's and another node's; node3 has none
+INTENT = "/var/lib/herder/upgrade-intent.json"
+UPGRADE_TIMEOUT = 900.0
+
+
+def build(out: Path, version: str) -> Path:
+    env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": version}
+    done = subprocess.run(["bash", str(REPO / "scripts" / "wheel.sh"), str(out / version),
+                           sys.executable], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("wheels")
+    return {version: build(out, version) for version in (OLD, NEW)}
+
+
+def installer(wheels: dict[str, Path]) -> Callable[[Any], None]:
+    """What the guide has the operator do on each host, for both builds: a venv per build
+    under <prefix>/versions, the wheel installed into it, `current` on OLD, `bin` on
+    current/bin. The builds' dependencies are this test environment's (a path line, as
+    tests/system/test_install.py: fetching them is pip's business, not this test's)."""
+    deps = "".join(f"{p}\n" for p in sorted({sysconfig.get_paths()["purelib"],
+                                              sysconfig.get_paths()["platlib"]}))
+    base_python = str(Path(sys._base_executable).resolve())  # type: ignore[attr-defined]
+
+    def install(host: Any) -> None:
+        dist = host.path("/srv/herder/dist")
+        dist.mkdir(parents=True, exist_ok=True)
+        for version, wheel in wheels.items():
+            shutil.copy2(wheel, dist / wheel.name)
+            venv = f"{PREFIX}/versions/{version}"
+            for argv in ([base_python, "-m", "venv", "--without-pip", venv],
+                         [sys.executable, "-m", "pip", "--python", f"{venv}/bin/python",
+                          "install", "-q", "--no-deps", "--no-index",
+                          f"/srv/herder/dist/{wheel.name}"]):
+                done = host.run(argv, timeout=300)
+                assert done.returncode == 0, f"{host.name}: {argv}: {done.stderr}"
+            (site,) = host.path(venv).glob("lib/python3*/site-packages")
+            (site / "zz_test_dependencies.pth").write_text(deps)
+        os.symlink(f"versions/{OLD}", host.path(f"{PREFIX}/current"))
+        os.symlink("current/bin", host.path(f"{PREFIX}/bin"))
+
+    return install
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> Iterator[Any]:
+    pytest.importorskip("libvirt")
+    yield from running_sim(tmp_path_factory.mktemp("upgrade"), 3, guests="qemu",
+                           first_ip=simaddresses.first_ip("upgrade"), herder_command=HERDER,
+                           install=installer(wheels))
+
+
+@pytest.fixture(scope="module")
+def guests(sim: Any) -> dict[str, int]:
+    """The guests added and running: name -> its QEMU process's pid (in its host)."""
+    for name, node in GUESTS.items():
+        herder(sim, "instance", "add", name, "--no-name-check", "-t", "sharedfile", "-o",
+               "herder-guest", "--disk", "0:size=32M", "-n", node, timeout=300)
+    return {name: qemu_pid(sim, name) for name in GUESTS}
+
+
+# --- what the nodes run ----------------------------------------------------------------------
+
+def qemu_pid(sim: Any, name: str) -> int:
+    host = sim.host(GUESTS[name])
+    pid = int(host.path(f"/run/libvirt/qemu/{name}.pid").read_text().strip())
+    assert host.run(["kill", "-0", str(pid)], timeout=30).returncode == 0, f"{name}: no QEMU"
+    return pid
+
+
+def daemon_builds(sim: Any, node: str) -> dict[str, str]:
+    """herder's running daemons on a node -> the build their interpreter belongs to (the
+    venv under <prefix>/versions)."""
+    done = sim.host(node).run(["ps", "-eo", "args="], timeout=30)
+    found = {}
+    for line in done.stdout.splitlines():
+        argv = line.split()
+        if len(argv) >= 3 and argv[0].startswith(f"{PREFIX}/versions/") and \
+                argv[1].endswith("/bin/herder") and argv[2] in ("noded", "confd", "mond",
+                                                                 "instmon", "masterd",
+                                                                 "maintd"):
+            found[argv[2]] = argv[0].split("/")[-3]
+    return found
+
+
+def noded_listens(sim: Any, node: str) -> bool:
+    done = sim.host(node).run(["ss", "-ltnH", "sport = :1811"], timeout=30)
+    return bool(done.stdout.strip())
+
+
+def node_versions(sim: Any) -> dict[str, str | None]:
+    """Node -> the build its noded reports to masterd (`node info`'s herder_version)."""
+    with sim.rapi() as api:
+        nodes = api.get_nodes(bulk=True)
+    return {n["name"]: n.get("herder_version") for n in nodes}
+
+
+def upgrade(sim: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    start = time.monotonic()
+    done = sim.host(NODE1).run([*HERDER, "cluster", "upgrade", *args], timeout=UPGRADE_TIMEOUT)
+    print(f"cluster upgrade {' '.join(args)}: exit {done.returncode} after "
+          f"{time.monotonic() - start:.1f}s")
+    return done
+
+
+def drained(sim: Any) -> bool:
+    with sim.rapi() as api:
+        return bool(api.get_queue()["drained"])
+
+
+def assert_runs(sim: Any, version: str) -> None:
+    for node in (NODE1, NODE2, NODE3):
+        assert os.readlink(sim.host(node).path(f"{PREFIX}/current")) == f"versions/{version}"
+        builds = daemon_builds(sim, node)
+        assert "noded" in builds and set(builds.values()) == {version}, (node, builds)
+    assert daemon_builds(sim, NODE1).keys() >= {"masterd", "maintd"}  # maintd started again
+    with sim.rapi() as api:
+        assert api.get_info()["herder_version"] == version
+    wait_for(lambda: set(node_versions(sim).values()) == {version}, 60,
+             f"every node reporting herder {version}")
+    info = json.loads(herder(sim, "node", "info", NODE2, NODE3, "--json").stdout)
+    assert [n["herder_version"] for n in info] == [version, version]
+
+
+# --- the cases, in order ---------------------------------------------------------------------
+
+def test_the_cluster_runs_the_old_build(sim: Any, guests: dict[str, int]) -> None:
+    assert_runs(sim, OLD)
+    done = sim.host(NODE2).run([*HERDER, "--version"], timeout=60)
+    assert done.stdout.strip() == f"herder, version {OLD}"
+
+
+def test_a_build_that_is_not_installed_changes_nothing(sim: Any) -> None:
+    done = upgrade(sim, "--to", "0.97.0")
+    assert done.returncode == 1
+    for node in (NODE1, NODE2, NODE3):
+        assert f"{node}: herder 0.97.0 is not installed ({PREFIX}/versions/0.97.0)" in \
+            done.stderr, done.stderr
+    assert not sim.host(NODE1).path(INTENT).exists()
+    assert not drained(sim)
+    assert_runs(sim, OLD)
+    elsewhere = sim.host(NODE2).run([*HERDER, "cluster", "upgrade", "--to", NEW], timeout=120)
+    assert elsewhere.returncode == 1 and "run it on the master" in elsewhere.stderr, \
+        elsewhere.stderr
+    assert_runs(sim, OLD)
+
+
+def test_upgrade_brings_every_node_to_the_new_build_guests_running(
+        sim: Any, guests: dict[str, int]) -> None:
+    done = upgrade(sim, "--to", NEW)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    # node by node, the master last
+    switched = [line.split(":")[0] for line in lines if f"-> {NEW}" in line]
+    assert switched == [NODE2, NODE3, NODE1], lines
+    assert_runs(sim, NEW)
+    assert {name: qemu_pid(sim, name) for name in GUESTS} == guests
+    assert not drained(sim)
+    assert not sim.host(NODE1).path(INTENT).exists()
+
+
+def test_a_node_that_does_not_come_back_stops_it_and_resume_finishes(
+        sim: Any, guests: dict[str, int]) -> None:
+    # node3's OLD build starts nothing: its daemons fail after the switch
+    script = sim.host(NODE3).path(f"{PREFIX}/versions/{OLD}/bin/herder")
+    script.rename(script.with_name("herder.real"))
+    script.write_text("#!/bin/sh\necho 'this build is broken' >&2\nexit 1\n")
+    script.chmod(0o755)
+    try:
+        done = upgrade(sim, "--to", OLD, "--node-timeout", "20")
+        assert done.returncode == 1, done.stdout + done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("herder: error:")]
+        assert len(errors) == 1 and \
+            f"{NODE3} did not come back with herder {OLD} within 20s" in errors[0], done.stderr
+        assert "herder cluster upgrade --resume" in done.stderr
+        intent = json.loads(sim.host(NODE1).path(INTENT).read_text())
+        assert (intent["from_version"], intent["to_version"]) == (NEW, OLD)
+        assert intent["switched"] == [NODE2]
+        assert drained(sim)
+        assert set(daemon_builds(sim, NODE1).values()) == {NEW}  # the master: untouched
+        assert set(daemon_builds(sim, NODE2).values()) == {OLD}
+        refused = upgrade(sim, "--to", NEW)
+        assert refused.returncode == 1
+        assert f"an upgrade from herder {NEW} to {OLD} is under way" in refused.stderr
+    finally:
+        script.unlink()
+        script.with_name("herder.real").rename(script)
+    # node3's supervisor starts its noded again (on OLD, now whole), serving once it listens
+    wait_for(lambda: daemon_builds(sim, NODE3).get("noded") == OLD and noded_listens(sim, NODE3),
+             90, "node3's noded on OLD")
+    done = upgrade(sim, "--resume")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{NODE3}: runs herder {OLD} already" in done.stdout
+    assert f"{NODE1}: herder {NEW} -> {OLD}" in done.stdout
+    assert_runs(sim, OLD)
+    assert {name: qemu_pid(sim, name) for name in GUESTS} == guests
+    assert not drained(sim)
+    assert not sim.host(NODE1).path(INTENT).exists()
+    again = upgrade(sim, "--resume")
+    assert again.returncode == 0 and "No upgrade is under way" in again.stdout
