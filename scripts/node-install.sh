@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Install a herder node on Debian 12, as root: the operator's guide's own steps
+# (docs/install.md shows each step's commands; the simulated Debian hosts run this same script,
+# so what works in the tests is what the guide does).
+#
+#   node-install.sh packages [--emulated]   Debian's packages of a node (apt)
+#   node-install.sh herder WHEEL            the wheel into a venv at /opt/herder
+#   node-install.sh units UNIT_DIR          herder's systemd units installed and enabled
+#
+# `--emulated`: a node without KVM (TCG guests) takes QEMU from bookworm-backports (QEMU >= 9.0:
+# an older QEMU loses guest writes when it live-migrates a TCG guest, docs/compat.md K22); a
+# KVM node keeps Debian's own QEMU.
+# `units` enables the units; it starts them too when systemd runs (a booted host), and only
+# enables them in a root filesystem being prepared (no systemd running: `systemctl enable`
+# works offline).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+# Every node: libvirt under systemd (Debian's sockets and units), QEMU, the storage and network
+# tools herder's noded runs, DRBD's user space, Python to build libvirt-python in the venv.
+NODE_PKGS=(libvirt-daemon-system libvirt-clients
+           lvm2 drbd-utils e2fsprogs iproute2 iputils-arping bridge-utils
+           python3-venv python3-dev libvirt-dev pkg-config gcc
+           ca-certificates ipmitool ceph-common)
+QEMU_PKGS=(qemu-system-x86 qemu-block-extra qemu-utils)
+
+step_packages() {
+  local from=()
+  if [ "${1:-}" = --emulated ]; then
+    # bookworm-backports' QEMU (10.x): TCG guests live-migrate without losing writes
+    if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" \
+        "Suites: bookworm-backports" "Components: main" \
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
+        > /etc/apt/sources.list.d/bookworm-backports.sources
+    fi
+    from=(-t bookworm-backports)
+  fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${NODE_PKGS[@]}"
+  apt-get install -y -qq --no-install-recommends "${from[@]}" "${QEMU_PKGS[@]}"
+}
+
+step_herder() {
+  local wheel=${1:?usage: node-install.sh herder WHEEL}
+  python3 -m venv /opt/herder
+  /opt/herder/bin/pip install --quiet "$wheel"
+  ln -sfn /opt/herder/bin/herder /usr/local/sbin/herder   # the operator's PATH
+}
+
+step_units() {
+  local dir=${1:?usage: node-install.sh units UNIT_DIR}
+  # .path units too: herder-confd.path starts confd when a promotion brings the config
+  cp "$dir"/herder*.service "$dir"/herder*.path "$dir"/herder.target /etc/systemd/system/
+  if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    systemctl enable --now herder.target
+  else
+    systemctl enable herder.target
+  fi
+}
+
+case "${1:-}" in
+  packages) shift; step_packages "$@" ;;
+  herder) shift; step_herder "$@" ;;
+  units) shift; step_units "$@" ;;
+  *) echo "usage: node-install.sh packages [--emulated] | herder WHEEL | units UNIT_DIR" >&2
+     exit 2 ;;
+esac
