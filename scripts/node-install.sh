@@ -16,6 +16,8 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
+# >>> root recipe: the simulator's cached Debian root is made by this part (herder.sim.debroot
+# hashes the lines between the markers: a change here builds a new root)
 # Every node: libvirt under systemd (Debian's sockets and units), QEMU, the storage and network
 # tools herder's noded runs, DRBD's user space, Python to build libvirt-python in the venv.
 NODE_PKGS=(libvirt-daemon-system libvirt-clients
@@ -40,6 +42,7 @@ step_packages() {
   apt-get install -y -qq --no-install-recommends "${NODE_PKGS[@]}"
   apt-get install -y -qq --no-install-recommends "${from[@]}" "${QEMU_PKGS[@]}"
 }
+# <<< root recipe
 
 step_herder() {
   local wheel=${1:?usage: node-install.sh herder WHEEL}

@@ -76,11 +76,15 @@ def test_killed_build_and_incomplete_root_are_rebuilt(tmp_path: Path) -> None:
     assert len((tmp_path / "builds").read_text().split()) == 1
 
 
-def test_recipe_hash_follows_the_install_script(tmp_path: Path) -> None:
+def test_recipe_hash_follows_the_install_scripts_package_step(tmp_path: Path) -> None:
     script = tmp_path / "node-install.sh"
     script.write_text(debroot.install_script().read_text())
     same = debroot.recipe_hash(script)
     assert same == debroot.recipe_hash()
+    # the per-host steps (after the recipe) are not the root's
     script.write_text(script.read_text() + "\n# one more step\n")
+    assert debroot.recipe_hash(script) == same
+    # one more package is
+    script.write_text(script.read_text().replace("NODE_PKGS=(", "NODE_PKGS=(htop "))
     assert debroot.recipe_hash(script) != same
     assert debroot.root_path(tmp_path, script).name == f"debian-12-{debroot.recipe_hash(script)}"

@@ -3,8 +3,8 @@
 Built once per recipe with debootstrap (bookworm), then the operator's guide's own package step
 (`scripts/node-install.sh packages --emulated`, the script docs/install.md shows) run inside it,
 and cached outside the checkout at `/var/cache/herder-sim/debian-12-<hash>`, the hash covering
-the debootstrap arguments and the install script, so a changed recipe builds a new root and an
-unchanged one is never rebuilt. Nothing of herder is in it: each host installs the wheel of the
+the debootstrap arguments and the script's package step (its "root recipe" part), so a changed
+recipe builds a new root and an unchanged one is never rebuilt. Nothing of herder is in it: each host installs the wheel of the
 checkout under test when it is made (`herder.sim.debhost`).
 
 Atomic: a root is built in a temporary directory beside its final place and renamed into it
@@ -50,14 +50,28 @@ def install_script() -> Path:
     return Path(__file__).resolve().parents[3] / "scripts" / "node-install.sh"
 
 
+RECIPE_BEGIN = "# >>> root recipe"
+RECIPE_END = "# <<< root recipe"
+
+
+def recipe_text(script: Path | None = None) -> str:
+    """The part of the install script the root is made by (its package step, between the
+    script's recipe markers); the other steps run per host and may change freely."""
+    text = (script or install_script()).read_text()
+    begin, end = text.find(RECIPE_BEGIN), text.find(RECIPE_END)
+    if begin < 0 or end < begin:
+        raise HerderError(f"{script or install_script()}: no '{RECIPE_BEGIN}' ... "
+                          f"'{RECIPE_END}' part")
+    return text[begin:end]
+
+
 def recipe_hash(script: Path | None = None) -> str:
     """What the root is made of: the debootstrap arguments, the mirror, the install script's
-    text and the step run; 16 hex digits of their SHA-256."""
-    text = (script or install_script()).read_bytes()
+    package step and how it is run; 16 hex digits of their SHA-256."""
     digest = hashlib.sha256()
     for part in (str(FORMAT), MIRROR, *DEBOOTSTRAP_ARGS, *PACKAGE_STEP):
         digest.update(part.encode() + b"\0")
-    digest.update(text)
+    digest.update(recipe_text(script).encode())
     return digest.hexdigest()[:16]
 
 
