@@ -21,7 +21,7 @@ export DEBIAN_FRONTEND=noninteractive
 # Every node: libvirt under systemd (Debian's sockets and units), QEMU, the storage and network
 # tools herder's noded runs, DRBD's user space, Python to build libvirt-python in the venv.
 NODE_PKGS=(libvirt-daemon-system libvirt-clients
-           lvm2 drbd-utils e2fsprogs iproute2 iputils-arping bridge-utils
+           lvm2 e2fsprogs iproute2 iputils-arping bridge-utils
            python3-venv python3-dev libvirt-dev pkg-config gcc
            ca-certificates ipmitool ceph-common)
 QEMU_PKGS=(qemu-system-x86 qemu-block-extra qemu-utils)
@@ -40,6 +40,11 @@ step_packages() {
   fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${NODE_PKGS[@]}"
+  # DRBD's user space. Debian 12's drbd-utils 9.22.0-1 ships /var/lock, which base-files
+  # (12.4+deb12u*) owns too: a plain install fails ("trying to overwrite '/var/lock', which is
+  # also in package base-files"). Overwriting that one entry is safe: both want the same path
+  # (the symlink to /run/lock stays)
+  apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-overwrite drbd-utils
   apt-get install -y -qq --no-install-recommends "${from[@]}" "${QEMU_PKGS[@]}"
 }
 # <<< root recipe

@@ -4,8 +4,8 @@ Built once per recipe with debootstrap (bookworm), then the operator's guide's o
 (`scripts/node-install.sh packages --emulated`, the script docs/install.md shows) run inside it,
 and cached outside the checkout at `/var/cache/herder-sim/debian-12-<hash>`, the hash covering
 the debootstrap arguments and the script's package step (its "root recipe" part), so a changed
-recipe builds a new root and an unchanged one is never rebuilt. Nothing of herder is in it: each host installs the wheel of the
-checkout under test when it is made (`herder.sim.debhost`).
+recipe builds a new root and an unchanged one is never rebuilt. Nothing of herder is in it: each
+host installs the wheel of the checkout under test when it is made (`herder.sim.debhost`).
 
 Atomic: a root is built in a temporary directory beside its final place and renamed into it
 only when every step succeeded, so a half-built root (a build killed, a failed apt) is never
@@ -77,6 +77,13 @@ def recipe_hash(script: Path | None = None) -> str:
 
 def root_path(cache: Path | None = None, script: Path | None = None) -> Path:
     return (cache or CACHE_DIR) / f"debian-12-{recipe_hash(script)}"
+
+
+def base_path(cache: Path | None = None) -> Path:
+    """The debootstrapped system alone (the first stage, kept: a changed package step starts
+    from it instead of debootstrapping again)."""
+    digest = hashlib.sha256("\0".join((str(FORMAT), MIRROR, *DEBOOTSTRAP_ARGS)).encode())
+    return (cache or CACHE_DIR) / f"debian-12-base-{digest.hexdigest()[:16]}"
 
 
 def unsupported() -> str | None:
@@ -157,13 +164,19 @@ def ensure_root(cache: Path | None = None, say: Say | None = None) -> Path:
         raise HerderError(why)
     script = install_script()
     final = root_path(cache, script)
+    base = base_path(cache)
     log = final.with_name(final.name + ".log")
 
+    def debootstrap(work: Path) -> None:
+        if say:
+            say(f"debootstrap of Debian 12 into {base} (once; log {log})")
+        _run(["debootstrap", *DEBOOTSTRAP_ARGS, str(work), MIRROR], "debootstrap", log)
+
     def build(work: Path) -> None:
-        log.write_text("")
         if say:
             say(f"building the Debian 12 root {final} (once; log {log})")
-        _run(["debootstrap", *DEBOOTSTRAP_ARGS, str(work), MIRROR], "debootstrap", log)
+        ensure_built(base, debootstrap, say=say)
+        _run(["cp", "-a", "--reflink=auto", str(base), str(work)], "copying the base", log)
         shutil.copy2(script, work / "root" / "node-install.sh")
         _run(nspawn_run(work, ["/bin/bash", "/root/node-install.sh", *PACKAGE_STEP]),
              "node-install.sh " + " ".join(PACKAGE_STEP), log)
