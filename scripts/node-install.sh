@@ -6,6 +6,8 @@
 #   node-install.sh packages [--emulated]   Debian's packages of a node (apt)
 #   node-install.sh herder WHEEL            the wheel into a venv at /opt/herder
 #   node-install.sh units UNIT_DIR          herder's systemd units installed and enabled
+#   node-install.sh libvirt-tls             once the node is in the cluster: libvirtd on TLS
+#                                           (the primary IP only) and root-only local sockets
 #
 # `--emulated`: a node without KVM (TCG guests) takes QEMU from bookworm-backports (QEMU >= 9.0:
 # an older QEMU loses guest writes when it live-migrates a TCG guest, docs/compat.md K22); a
@@ -68,10 +70,37 @@ step_units() {
   fi
 }
 
+# Debian's libvirtd is socket-activated: libvirtd.conf's listen settings and socket modes are
+# not used (and --listen is refused), the sockets' units decide. herder's TLS: the
+# libvirtd-tls.socket (off by default) on the node's primary IP only; the read-write and
+# read-only unix sockets root's alone (Debian's are 0666 and 0666+polkit: herder's
+# libvirtd.conf has no polkit, so any local user could otherwise define a domain).
+step_libvirt_tls() {
+  local out address
+  out=$(herder node libvirt-tls)   # libvirtd.conf (certificates, auth) and the node's PKI
+  echo "$out"
+  address=$(sed -n 's/^libvirtd: TLS on \(.*\):[0-9]* .*/\1/p' <<<"$out")
+  [ -n "$address" ] || { echo "node-install.sh: no TLS address in: $out" >&2; exit 1; }
+  mkdir -p /etc/systemd/system/libvirtd-tls.socket.d /etc/systemd/system/libvirtd.socket.d \
+           /etc/systemd/system/libvirtd-ro.socket.d
+  printf '[Socket]\nListenStream=\nListenStream=%s:16514\n' "$address" \
+    > /etc/systemd/system/libvirtd-tls.socket.d/herder.conf
+  printf '[Socket]\nSocketMode=0600\n' > /etc/systemd/system/libvirtd.socket.d/herder.conf
+  printf '[Socket]\nSocketMode=0600\n' > /etc/systemd/system/libvirtd-ro.socket.d/herder.conf
+  systemctl daemon-reload
+  systemctl enable libvirtd-tls.socket
+  # sockets change only while their service is stopped (running guests go on)
+  systemctl stop libvirtd.service
+  systemctl restart libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket
+  systemctl start libvirtd.service
+}
+
 case "${1:-}" in
   packages) shift; step_packages "$@" ;;
   herder) shift; step_herder "$@" ;;
   units) shift; step_units "$@" ;;
-  *) echo "usage: node-install.sh packages [--emulated] | herder WHEEL | units UNIT_DIR" >&2
+  libvirt-tls) shift; step_libvirt_tls "$@" ;;
+  *) echo "usage: node-install.sh packages [--emulated] | herder WHEEL | units UNIT_DIR" \
+          "| libvirt-tls" >&2
      exit 2 ;;
 esac
