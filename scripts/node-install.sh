@@ -79,7 +79,8 @@ step_libvirt_tls() {
   local out address
   out=$(herder node libvirt-tls)   # libvirtd.conf (certificates, auth) and the node's PKI
   echo "$out"
-  address=$(sed -n 's/^libvirtd: TLS on \(.*\):[0-9]* .*/\1/p' <<<"$out")
+  address=$(sed -n 's/^libvirtd: TLS on \([^ ,]*\).*/\1/p' <<<"$out")   # ADDRESS:PORT
+  address=${address%:*}
   [ -n "$address" ] || { echo "node-install.sh: no TLS address in: $out" >&2; exit 1; }
   mkdir -p /etc/systemd/system/libvirtd-tls.socket.d /etc/systemd/system/libvirtd.socket.d \
            /etc/systemd/system/libvirtd-ro.socket.d

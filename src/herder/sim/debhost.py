@@ -173,10 +173,12 @@ def leader(nspawn_pid: int, timeout: float = 30.0) -> int:
 
 def nsenter_argv(pid: int, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
     """`argv` inside the container as root logged in there would run it (its namespaces and
-    root; a plain environment)."""
+    root; a plain environment). `--root` and `--wd` without a value: the container's systemd's
+    (with a value nsenter opens that path in the machine's namespace, before entering: a
+    working directory outside the container, where getcwd() fails)."""
     environment = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root", **(env or {})}
     return ["nsenter", f"--target={pid}", "--mount", "--uts", "--ipc", "--net", "--pid",
-            "--root", "--wd=/", "--", "/usr/bin/env", "-i",
+            "--root", "--wd", "--", "/usr/bin/env", "-i",
             *(f"{k}={v}" for k, v in environment.items()), *argv]
 
 

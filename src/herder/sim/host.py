@@ -379,7 +379,9 @@ class SimHost:
         ExtStorage provider (the SAN stand-in)."""
         root = debhost.mount_overlay(debroot.ensure_root(), self.layout.directory)
         debhost.install(root, self.name, debhost.build_wheelhouse(self.sim.directory))
-        for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti"):
+        # /etc/herder: where the BMC stand-in's OOB settings go (herder.sim.bmc)
+        for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti",
+                       "/etc/herder"):
             (root / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
         (root / FILE_STORAGE_PATHS.lstrip("/")).write_text(
             f"{FILE_STORAGE}\n{SHARED_FILE_STORAGE}\n")
