@@ -21,12 +21,14 @@ is the simulation's shared one (bind-mounted, as for namespace hosts).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -68,8 +70,9 @@ def _copy_source(target: Path) -> Path:
 
 def build_wheelhouse(directory: Path) -> Path:
     """`directory/wheels`: herder's wheel built from the checkout, with its pinned
-    dependencies' wheels (pip's own cache makes them once per machine: libvirt-python is
-    built from source)."""
+    dependencies' wheels. Those are made once per set of requirements and kept beside the
+    root (`/var/cache/herder-sim/wheels-<hash>`: libvirt-python is built from source, and
+    resolving them takes pip half a minute); herder's own wheel is built every time."""
     wheels = directory / "wheels"
     if any(wheels.glob("herder-*.whl")):
         return wheels
@@ -77,15 +80,38 @@ def build_wheelhouse(directory: Path) -> Path:
     shutil.rmtree(build, ignore_errors=True)
     source = _copy_source(build / "source")
     partial = build / "wheels"
-    for argv in ([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                  "-w", str(partial), str(source)],):
-        _checked(argv, "building herder's wheel")
+    _checked([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+              "-w", str(partial), str(source)], "building herder's wheel")
     (wheel,) = partial.glob("herder-*.whl")
-    _checked([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(partial), str(wheel)],
-             "making the wheels of herder's dependencies")
+    requires = _requirements(wheel)
+    digest = hashlib.sha256("\n".join([sys.version.split()[0], *requires]).encode())
+    dependencies = debroot.ensure_built(
+        debroot.CACHE_DIR / f"wheels-{digest.hexdigest()[:16]}",
+        lambda work: _dependency_wheels(wheel, work), marker=COMPLETE)
+    for dependency in dependencies.glob("*.whl"):
+        if not dependency.name.startswith("herder-"):
+            shutil.copy2(dependency, partial / dependency.name)
     partial.rename(wheels)
     shutil.rmtree(build, ignore_errors=True)
     return wheels
+
+
+COMPLETE = "complete"  # the marker of a finished dependency wheelhouse
+
+
+def _requirements(wheel: Path) -> list[str]:
+    """The wheel's own Requires-Dist lines (its METADATA): what pip installs with it."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(name).decode()
+    return sorted(line for line in text.splitlines() if line.startswith("Requires-Dist:"))
+
+
+def _dependency_wheels(wheel: Path, work: Path) -> None:
+    _checked([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(work), str(wheel)],
+             "making the wheels of herder's dependencies")
+    (work / wheel.name).unlink(missing_ok=True)
+    (work / COMPLETE).write_text("")
 
 
 def _checked(argv: Sequence[str], what: str, timeout: float = 900) -> str:
