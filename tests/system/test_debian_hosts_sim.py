@@ -14,6 +14,7 @@ own start-up on these hosts fails the module (the fixture raises), it never skip
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +93,16 @@ def test_herder_runs_from_the_wheel_under_systemd(sim: Any) -> None:
     # the master's daemons under systemd; masterd not on the other node (exit 11, no restart)
     assert sh(sim, NODE1, "systemctl is-active herder-masterd") == "active"
     assert sh(sim, NODE2, "systemctl is-failed herder-masterd || true") != "failed"
+
+
+def test_only_runnable_templates_and_verify_finds_no_error(sim: Any) -> None:
+    with sim.rapi() as api:
+        info = api.get_info()
+    # no loop devices, no device-mapper, no DRBD in the containers
+    assert sorted(info["enabled_disk_templates"]) == ["diskless", "file", "sharedfile"]
+    verify = herder(sim, "cluster", "verify", "--json", check=False)
+    found = json.loads(verify.stdout)
+    assert [f for f in found if f["severity"] == "error"] == [], found
 
 
 def test_a_local_user_cannot_reach_libvirt(sim: Any) -> None:

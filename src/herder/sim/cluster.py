@@ -85,6 +85,9 @@ OS_DIR = "/srv/herder/os"
 # blockdev are local; plain and drbd are not enabled (no device-mapper here: an LV could hold
 # no data, and no DRBD module answers the DRBD checks).
 SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless"
+# A Debian host (systemd-nspawn) sees no loop device: no blockdev, and no ext (the sharedimg
+# provider attaches its images as loop devices)
+DEBIAN_DISK_TEMPLATES = "sharedfile,file,diskless"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
@@ -573,6 +576,7 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             "--candidate-pool-size", str(CANDIDATES),
             "--master-ip", state.master_ip, "--master-netmask", "24",
             "--enabled-disk-templates",
+            DEBIAN_DISK_TEMPLATES if state.hosts == "debian" else
             SIM_DISK_TEMPLATES + (",rbd" if state.ceph else ""),
             "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}",
