@@ -90,10 +90,13 @@ step_libvirt_tls() {
   printf '[Socket]\nSocketMode=0600\n' > /etc/systemd/system/libvirtd-ro.socket.d/herder.conf
   systemctl daemon-reload
   systemctl enable libvirtd-tls.socket
-  # sockets change only while their service is stopped (running guests go on)
-  systemctl stop libvirtd.service
-  systemctl restart libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket
-  systemctl start libvirtd.service
+  # sockets change only while their service is stopped (running guests go on); the sockets
+  # first, in the same job: a client (noded polls libvirt) would otherwise activate the
+  # service again between the two, and the sockets' restart would fail
+  systemctl stop libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket \
+    libvirtd.service
+  systemctl start libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket \
+    libvirtd.service
 }
 
 case "${1:-}" in
