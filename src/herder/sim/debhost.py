@@ -11,7 +11,7 @@ into the simulation's directory, never into the checkout; pip installs it into /
 a wheelhouse of it and its pinned dependencies made on the machine, since the hosts have no
 network but the simulator's) and `units contrib/systemd` (herder's units enabled). The only
 files the simulator writes into a host are the test bed's stand-ins listed in docs/compat.md
-("The Debian test bed").
+N5a. After the node joined, the simulator runs the script's `libvirt-tls` step there.
 
 The network is the namespace hosts' one (`herder.sim.netns.plug`: the host's eth0 on the
 simulator's bridge, its address on its own br0), connected while systemd boots. Its /etc/hosts
@@ -35,8 +35,8 @@ from pathlib import Path
 from herder.core.errors import HerderError
 from herder.sim import debroot
 
-# The units of a booted host whose activity says it is up (systemd-nspawn's container reaches
-# "running" or, with a unit failing for reasons of the test bed, "degraded").
+# Until systemd in a host says it finished booting ("running", or "degraded" when a unit
+# failed): a loaded 2-core machine boots three at once in well under a minute.
 BOOT_TIMEOUT = 120.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONTRIB_UNITS = Path(__file__).resolve().parents[3] / "contrib" / "systemd"
@@ -48,10 +48,10 @@ NODE_SCRIPT = "/root/node-install.sh"
 WHEELS_INSIDE = "/run/herder-sim-wheels"  # where a host sees the wheelhouse while installing
 UNITS_INSIDE = "/run/herder-sim-units"
 SCRIPT_INSIDE = "/run/herder-sim-node-install.sh"
-# The test bed's one difference from a stock host (docs/compat.md "The Debian test bed"): the
+# The test bed's one difference from a stock host (docs/compat.md N5a): the
 # machine has cgroup v1 and no systemd of its own, a container's cgroup controllers are
 # read-only, so libvirt must not put its guests into cgroups of their own.
-QEMU_CONF_STANDIN = ("\n# herder test bed (docs/compat.md \"The Debian test bed\"): this machine's "
+QEMU_CONF_STANDIN = ("\n# herder test bed (docs/compat.md N5a): this machine's "
                      "cgroup v1\n# controllers are read-only in the container\n"
                      "cgroup_controllers = [ ]\n")
 

@@ -374,7 +374,7 @@ class SimHost:
     def _provision_debian(self) -> None:
         """A Debian host: the cached root under an overlay of its own, installed by the
         guide's script (herder from the wheel, units enabled); then the test bed's stand-ins
-        for what this machine lacks (docs/compat.md "The Debian test bed"): the storage
+        for what this machine lacks (docs/compat.md N5a): the storage
         directories of the file templates with Ganeti's allowed-paths file, and the sharedimg
         ExtStorage provider (the SAN stand-in)."""
         root = debhost.mount_overlay(debroot.ensure_root(), self.layout.directory)
