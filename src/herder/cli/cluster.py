@@ -800,6 +800,13 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
               help="qemu: real guests (each node's libvirtd runs the QEMU driver, TLS between "
                    "the nodes; the herder-guest OS boots a tiny Linux); test: libvirt's test "
                    "driver, which runs nothing (fast).")
+@click.option("--hosts", "host_kind", type=click.Choice(["namespace", "debian"]),
+              default="namespace", show_default=True,
+              help="namespace: each node a namespaced host whose PID 1 is herder's supervisor "
+                   "(fast); debian: each node a Debian 12 machine booting systemd "
+                   "(systemd-nspawn on a cached debootstrapped root, the first start builds "
+                   "it), herder installed from this checkout's wheel by the install guide's "
+                   "script (docs/install.md; with --guests qemu only).")
 @click.option("--ceph", is_flag=True,
               help="A real Ceph (one monitor, one OSD, the pool herder) in the cluster's "
                    "network; every node gets its client configuration and key; the rbd "
@@ -816,6 +823,7 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
              first_ip: int, domain: str, network: Path | None, exec_on: str | None,
              break_it: tuple[str, str] | None, crash_it: str | None, failover_to: str | None,
              no_voting: bool, power_off: str | None, power_on: str | None, guests: str,
+             host_kind: str,
              ceph: bool, store: str, command: tuple[str, ...]) -> None:
     """Bring up a whole herder cluster on this machine: every node a host of its own.
 
@@ -884,7 +892,8 @@ def simulate(nodes: int, directory: Path, stop_it: bool, no_mond: bool, no_maint
         return
     state = sim_cluster.start(directory, nodes, mond=not no_mond, maintd=not no_maintd,
                               first_ip=first_ip, progress=click.echo, domain=domain,
-                              network=network, guests=guests, ceph=ceph, store=store)
+                              network=network, guests=guests, ceph=ceph, store=store,
+                              hosts=host_kind)
     click.echo(f"Simulated cluster {state.cluster_name} of {nodes} node(s) is up; RAPI at "
                f"{state.masterd_url}, maintd at {state.maintd_url}/status.html")
     click.echo("Drive it from this shell with:")

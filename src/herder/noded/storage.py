@@ -533,7 +533,8 @@ def create_dir(path: str | Path, allowed_bases: Iterable[str | Path]) -> Path:
     if resolved.exists() and not resolved.is_dir():
         raise FileStorageError(f"{path} exists and is not a directory")
     try:
-        resolved.mkdir(mode=0o750, parents=True, exist_ok=True)
+        # 0711: QEMU as libvirt-qemu (Debian's libvirt) traverses it to its disks (bdev.file)
+        resolved.mkdir(mode=0o711, parents=True, exist_ok=True)
     except OSError as err:
         raise FileStorageError(f"cannot create file storage directory {path}: {err}") from err
     return resolved

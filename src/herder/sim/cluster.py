@@ -65,10 +65,10 @@ from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
 from herder.sim import bmc as sim_bmc
 from herder.sim import ceph as sim_ceph
+from herder.sim import debhost, guest, hostfiles, netns
 from herder.sim import etcd as sim_etcd
-from herder.sim import guest, hostfiles, netns
 from herder.sim import watchdog as sim_watchdog
-from herder.sim.host import HostConfig, HostSimulation, SimHost, herder_argv, unsupported
+from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
 
 DOMAIN = "sim.herder.test"
 STATE_FILE = "sim.json"
@@ -85,10 +85,14 @@ OS_DIR = "/srv/herder/os"
 # blockdev are local; plain and drbd are not enabled (no device-mapper here: an LV could hold
 # no data, and no DRBD module answers the DRBD checks).
 SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless"
+# A Debian host (systemd-nspawn) sees no loop device: no blockdev, and no ext (the sharedimg
+# provider attaches its images as loop devices)
+DEBIAN_DISK_TEMPLATES = "sharedfile,file,diskless"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
 GUESTS = ("qemu", "test")
+HOSTS = ("namespace", "debian")  # herder.sim.host's namespaced hosts, herder.sim.debhost's
 STORES = ("file", "etcd")  # where the config lives: a file on the master candidates, or etcd
 ETCD_CLUSTER = "sim"  # the cluster's name in etcd (its keys under /herder/sim/)
 QEMU = "/usr/bin/qemu-system-x86_64"
@@ -125,6 +129,7 @@ class SimState:
     network: str  # the directory of the host simulation (this one, or another cluster's)
     profile: str = ""  # the client profile (HERDER_CLIENT)
     guests: str = "test"  # "qemu": real guests (QEMU driver), "test": libvirt's test driver
+    hosts: str = "namespace"  # "debian": Debian 12 hosts booting systemd (herder.sim.debhost)
     ceph: str = ""  # the directory of the cluster's Ceph (herder.sim.ceph), "" for none
     etcd: str = ""  # the config location on the etcd backend (herder.sim.etcd), "" for a file
     # what the hosts' supervisors run herder's daemons with (an installed build's
@@ -274,7 +279,7 @@ def on_node(host: SimHost, *args: str, timeout: float = 180.0,
             env: dict[str, str] | None = None) -> str:
     """`herder ARGS` on a node (`env`: added to its environment); its output, HerderError
     (with its last words) when it fails."""
-    done = host.run(herder_argv(*args), timeout=timeout, env=env)
+    done = host.run(host.herder_argv(*args), timeout=timeout, env=env)
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
         raise HerderError(f"{host.name}: herder {' '.join(args)} failed: {' | '.join(tail)}")
@@ -295,10 +300,33 @@ def copy_file(source: SimHost, path: str, target: SimHost, target_path: str | No
         raise HerderError(f"{target.name}: cannot write {where}: {write.stderr.strip()}")
 
 
+def _journal(host: SimHost, daemon: str) -> str:
+    """A daemon's output on a Debian host since its unit last started: the journal of the
+    unit's current invocation (systemd runs it)."""
+    unit = f"herder-{daemon}.service"
+    script = (f'id=$(systemctl show -P InvocationID {unit}); [ -n "$id" ] || exit 0; '
+              'journalctl -q --no-pager -o cat _SYSTEMD_INVOCATION_ID="$id"')
+    return host.run(["sh", "-c", script], timeout=30).stdout
+
+
 def _log_size(host: SimHost, daemon: str) -> int:
+    if host.debian:  # its journal is read from its unit's (re)start on
+        return 0
     with contextlib.suppress(OSError):
         return host.path(f"/var/log/herder/{daemon}.log").stat().st_size
     return 0
+
+
+def _stopped(host: SimHost, daemon: str) -> str | None:
+    """Why a daemon started on the host is not running (None: it runs or is starting)."""
+    if host.debian:  # its unit: failed, or inactive (exit 11 where it is not its role)
+        state = host.run(["systemctl", "is-active", f"herder-{daemon}.service"],
+                         timeout=30).stdout.strip()
+        return state if state in ("failed", "inactive") else None
+    found = host.supervisor("status", [daemon]).daemons[0]
+    if found.state in (supervise_control.STOPPED, supervise_control.NOT_MY_ROLE):
+        return found.message or found.state
+    return None
 
 
 def start_daemons(host: SimHost, daemons: Sequence[str], timeout: float = START_TIMEOUT) -> None:
@@ -307,6 +335,8 @@ def start_daemons(host: SimHost, daemons: Sequence[str], timeout: float = START_
     if not daemons:
         return
     offsets = {d: _log_size(host, d) for d in daemons}
+    if host.debian:  # systemd started them at boot, before the node joined: again, joined
+        on_node(host, "daemon-util", "stop", *daemons)
     on_node(host, "daemon-util", "start", *daemons)
     for daemon in daemons:
         wait_ready(host, daemon, offsets[daemon], timeout)
@@ -320,16 +350,19 @@ def wait_ready(host: SimHost, daemon: str, offset: int = 0,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = ""
-        with contextlib.suppress(OSError), open(log, "rb") as fh:
-            fh.seek(offset)
-            text = fh.read().decode(errors="replace")
+        if host.debian:
+            text = _journal(host, daemon)[offset:]
+        else:
+            with contextlib.suppress(OSError), open(log, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode(errors="replace")
         if marker is None or marker in text:
             return
-        state = host.supervisor("status", [daemon]).daemons[0]
-        if state.state in (supervise_control.STOPPED, supervise_control.NOT_MY_ROLE):
+        why = _stopped(host, daemon)
+        if why is not None:
             tail = " | ".join(text.strip().splitlines()[-3:])
-            raise HerderError(f"{host.name}: {daemon} {state.state}: {tail or state.message}")
-        time.sleep(0.05)
+            raise HerderError(f"{host.name}: {daemon} stopped ({why}): {tail}")
+        time.sleep(0.3 if host.debian else 0.05)
     raise HerderError(f"{host.name}: {daemon} did not serve within {timeout:g}s")
 
 
@@ -445,7 +478,8 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
           first_ip: int = 11, progress: Say | None = None, domain: str = DOMAIN,
           network: Path | None = None, guests: str = "qemu", ceph: bool = False,
           store: str = "file", herder_command: Sequence[str] = (),
-          install: Callable[[SimHost], None] | None = None) -> SimState:
+          install: Callable[[SimHost], None] | None = None,
+          hosts: str = "namespace") -> SimState:
     """Bring up a simulated cluster of `nodes` nodes in `directory` (replacing any there);
     `domain` names the cluster and its nodes; `network`: the directory of another simulated
     cluster whose network (and host simulation) this one joins (clusters to merge);
@@ -459,6 +493,11 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
     any daemon of herder starts there (what an operator installs first, e.g. that build)."""
     if guests not in GUESTS:
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
+    if hosts not in HOSTS:
+        raise HerderError(f"hosts must be one of {', '.join(HOSTS)}")
+    if hosts == "debian" and (guests != "qemu" or ceph or store != "file" or network):
+        raise HerderError("--hosts debian: with --guests qemu and the file store only (no "
+                          "--ceph, --network, --store etcd yet)")
     if store not in STORES:
         raise HerderError(f"store must be one of {', '.join(STORES)}")
     if store == "etcd" and network is not None:
@@ -501,7 +540,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
             network=str(sim.directory), profile=str(directory.resolve() / "client" /
                                                      "client.toml"), guests=guests,
             ceph=str(directory.resolve() / "ceph") if ceph else "",
-            herder_command=list(herder_command))
+            herder_command=list(herder_command), hosts=hosts)
         if store == "etcd":
             state.etcd = _start_etcd(sim, state, say)
         state.save()
@@ -557,12 +596,15 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             "--candidate-pool-size", str(CANDIDATES),
             "--master-ip", state.master_ip, "--master-netmask", "24",
             "--enabled-disk-templates",
+            DEBIAN_DISK_TEMPLATES if state.hosts == "debian" else
             SIM_DISK_TEMPLATES + (",rbd" if state.ceph else ""),
             "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}",
-            # every host's watchdog device and BMC (herder.sim.watchdog, herder.sim.bmc)
-            "--node-parameters", f"watchdog_device={sim_watchdog.DEVICE}",
-            "--node-parameters", f"oob_program={oob_program()}",
+            # every host's watchdog device and BMC (herder.sim.watchdog, herder.sim.bmc); a
+            # Debian host has no watchdog device yet and its own herder's OOB program
+            *(["--node-parameters", f"watchdog_device={sim_watchdog.DEVICE}"]
+              if state.hosts == "namespace" else []),
+            "--node-parameters", f"oob_program={oob_program(state.hosts)}",
             # NICs on the hosts' bridge (Ganeti's default xen-br0 is no host's)
             "-N", "link=br0"]
     if state.ceph:  # no rbd kernel module here: QEMU reads the images through librbd
@@ -574,8 +616,11 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             f"kernel_args={image.kernel_args},kvm_path={QEMU}"]
 
 
-def oob_program() -> Path:
-    """The shipped IPMI OOB program (`herder-oob-ipmi`, installed beside this herder)."""
+def oob_program(hosts: str = "namespace") -> Path:
+    """The shipped IPMI OOB program (`herder-oob-ipmi`, installed beside this herder; on a
+    Debian host, beside the herder its wheel installed)."""
+    if hosts == "debian":
+        return debhost.OOB_PROGRAM
     program = Path(sys.executable).parent / "herder-oob-ipmi"
     if not os.access(program, os.X_OK):
         raise HerderError(f"{program} is not installed: install herder (pip install -e .) so "
@@ -604,6 +649,12 @@ def power(directory: Path, node: str, on: bool) -> str:
 
 def _libvirt_tls(host: SimHost) -> None:
     """The node's libvirtd on TLS only with its node certificate (a joined node)."""
+    if host.debian:  # the guide's step: `herder node libvirt-tls` and the socket units
+        done = host.run(["bash", debhost.NODE_SCRIPT, "libvirt-tls"], timeout=180)
+        if done.returncode != 0:
+            raise HerderError(f"{host.name}: node-install.sh libvirt-tls failed: "
+                              f"{(done.stderr or done.stdout).strip()[-500:]}")
+        return
     on_node(host, "node", "libvirt-tls")
     on_node(host, "daemon-util", "stop", "libvirtd")
     on_node(host, "daemon-util", "start", "libvirtd")
@@ -644,6 +695,8 @@ def _bring_up(sim: HostSimulation, state: SimState, *, mond: bool, maintd: bool,
             wait_ready(host, "masterd", offset, marker="standby")
         if state.guests == "test":
             remove_default_domain(host)
+        if host.debian:  # systemd starts its units at boot: no supervisor settings
+            return
         host.layout.source("/etc/herder/node.toml").write_text(
             node_settings(mond=mond, maintd=maintd, joined=True, guests=state.guests,
                           ceph=bool(state.ceph), etcd=state.etcd,
@@ -673,13 +726,14 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
                           node_settings=node_settings(mond=mond, maintd=maintd, joined=False,
                                                       guests=state.guests,
                                                       ceph=bool(state.ceph), etcd=state.etcd,
-                                                      herder_command=state.herder_command))
+                                                      herder_command=state.herder_command),
+                          kind=state.hosts)
                for n in state.nodes]
     hosts = sim.add_hosts(configs)
     sim.keep_powered()  # also the hosts' watchdog devices, which noded opens once joined
     sim_bmc.start_all(sim, hosts)
     say(f"BMCs (ipmi_sim) at {sim.address(netns.SIMULATOR_HOST)}:"
-        f"{sim_bmc.BASE_PORT + 1}..; each node's oob_program is {oob_program()}")
+        f"{sim_bmc.BASE_PORT + 1}..; each node's oob_program is {oob_program(state.hosts)}")
     register_cluster(sim, state)
     if ceph_started is not None:
         ceph_started.result()  # its error, if any, is the start's

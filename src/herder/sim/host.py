@@ -44,7 +44,7 @@ import msgspec
 import herder
 from herder.core import libvirtd_conf, supervise_control
 from herder.core.errors import HerderError
-from herder.sim import forward, hostfiles, hoststate, loopdev, netns
+from herder.sim import debhost, debroot, forward, hostfiles, hoststate, loopdev, netns
 from herder.sim.hostinit import HostSpec, Mount
 from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
 
@@ -79,6 +79,7 @@ class HostConfig:
     volume_group: str = "xenvg"
     vg_mib: int = 100 * 1024
     file_storage_mib: int = 10 * 1024
+    kind: str = "namespace"  # or "debian": a systemd-nspawn Debian host (herder.sim.debhost)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,10 @@ class SimHost:
             return self.sim.shared_dir / inside[len(SHARED_FILE_STORAGE):].lstrip("/")
         if inside == SHARED_IMAGES or inside.startswith(SHARED_IMAGES + "/"):
             return self.sim.shared_images_dir / inside[len(SHARED_IMAGES):].lstrip("/")
+        if self.debian:  # its whole root is the overlay, but for its /run (a tmpfs)
+            if inside == "/run" or inside.startswith("/run/"):
+                return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
+            return self.layout.root / inside.lstrip("/")
         if inside == FILE_STORAGE or inside.startswith(FILE_STORAGE + "/"):
             return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
         if any(inside == d or inside.startswith(d + "/") for d in PRIVATE_DIRS):
@@ -269,9 +274,21 @@ class SimHost:
 
     # --- commands on the host -------------------------------------------------------------
 
+    @property
+    def debian(self) -> bool:
+        """A Debian host (systemd-nspawn, herder installed from the wheel)?"""
+        return self.record.kind == "debian"
+
     def nsenter_argv(self, argv: Sequence[str]) -> list[str]:
         """The command line that runs `argv` inside the host, as ssh would."""
+        if self.debian:
+            return debhost.nsenter_argv(self.pid, argv)
         return ["nsenter", f"--target={self.pid}", "--all", "--", *argv]
+
+    def herder_argv(self, *args: str) -> list[str]:
+        """`herder ARGS` as the host has it: the simulator's own herder on a namespace host,
+        the installed wheel's (/usr/local/sbin/herder) on a Debian host."""
+        return ["herder", *args] if self.debian else herder_argv(*args)
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
             env: Mapping[str, str] | None = None,
@@ -296,13 +313,16 @@ class SimHost:
               **kwargs: Any) -> subprocess.Popen[Any]:
         """Start a command inside the host, in a process group of its own: `terminate(proc)`
         ends it (nsenter passes no signal on to the command it runs)."""
+        if self.debian:  # a login's environment there, not this machine's
+            return subprocess.Popen(debhost.nsenter_argv(self.pid, argv, env), cwd="/",
+                                    start_new_session=True, **kwargs)
         return subprocess.Popen(self.nsenter_argv(argv), env=node_environment(env), cwd="/",
                                 start_new_session=True, **kwargs)
 
     def herder(self, *args: str, timeout: float = 120.0,
                check: bool = False) -> subprocess.CompletedProcess[str]:
         """`herder ARGS` on the host."""
-        return self.run(herder_argv(*args), timeout=timeout, check=check)
+        return self.run(self.herder_argv(*args), timeout=timeout, check=check)
 
     def supervisor(self, command: supervise_control.Command, daemons: Sequence[str] = (),
                    timeout: float = 120.0) -> supervise_control.Reply:
@@ -314,6 +334,9 @@ class SimHost:
 
     def provision(self, config: HostConfig) -> None:
         """The host's directory, files and disks (once, before its first boot)."""
+        if config.kind == "debian":
+            self._provision_debian()
+            return
         layout = self.layout
         root = layout.root
         for inside in PRIVATE_DIRS:
@@ -348,6 +371,52 @@ class SimHost:
                 record.hosts[self.name].loops = list(loops)
         layout.source("/etc/lvm/lvm.conf").write_text(hostfiles.lvm_conf([loops[0]]))
 
+    def _provision_debian(self) -> None:
+        """A Debian host: the cached root under an overlay of its own, installed by the
+        guide's script (herder from the wheel, units enabled); then the test bed's stand-ins
+        for what this machine lacks (docs/compat.md N5a): the storage
+        directories of the file templates with Ganeti's allowed-paths file, and the sharedimg
+        ExtStorage provider (the SAN stand-in)."""
+        root = debhost.mount_overlay(debroot.ensure_root(), self.layout.directory)
+        debhost.install(root, self.name, debhost.build_wheelhouse(self.sim.directory))
+        # /etc/herder: where the BMC stand-in's OOB settings go (herder.sim.bmc)
+        for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti",
+                       "/etc/herder"):
+            (root / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (root / FILE_STORAGE_PATHS.lstrip("/")).write_text(
+            f"{FILE_STORAGE}\n{SHARED_FILE_STORAGE}\n")
+        shutil.copytree(Path(__file__).parent / "extstorage" / "sharedimg",
+                        root / EXTSTORAGE_DIR.lstrip("/") / "sharedimg", dirs_exist_ok=True)
+
+    def _power_on_debian(self, timeout: float) -> None:
+        """Boot a Debian host: systemd-nspawn, its network plugged while systemd starts;
+        returns once systemd has finished booting (herder.target's units started)."""
+        layout = self.layout
+        argv = debhost.boot_argv(layout.root, self.name, self.sim.hosts_file, binds=(
+            f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
+            f"{self.sim.shared_images_dir}:{SHARED_IMAGES}"), binds_ro=tuple(
+                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()))
+        with open(layout.console, "ab") as console:
+            self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
+                                             stderr=subprocess.STDOUT, start_new_session=True,
+                                             cwd="/")
+        nspawn = hoststate.process_record(self._unshare.pid)
+        with hoststate.update(self.sim.index) as record:
+            record.hosts[self.name].unshare = nspawn
+        try:
+            init = hoststate.process_record(debhost.leader(nspawn.pid))
+        except HerderError:
+            raise HerderError(f"host {self.name} did not start: "
+                              f"{_console_tail(layout)}") from None
+        with hoststate.update(self.sim.index) as record:
+            record.hosts[self.name].init = init
+        try:
+            netns.plug(self.sim.index, self.record.slot, init.pid, self.address)
+            debhost.wait_booted(init.pid, timeout)
+        except HerderError as err:
+            self.power_off(grace=0)
+            raise HerderError(f"host {self.name}: {err}: {_console_tail(layout)}") from None
+
     def _spec(self, ready_fd: int) -> HostSpec:
         layout, record = self.layout, self.record
         mounts = [Mount("bind", inside, str(layout.source(inside))) for inside in PRIVATE_DIRS]
@@ -374,6 +443,9 @@ class SimHost:
             self._unshare = None  # reaped: the host ended its namespace itself
         with hoststate.update(self.sim.index) as wished:
             wished.hosts[self.name].powered = True
+        if self.debian:
+            self._power_on_debian(max(timeout, debhost.BOOT_TIMEOUT))
+            return
         layout = self.layout
         ready_read, ready_write = os.pipe()
         try:
@@ -450,7 +522,10 @@ class SimHost:
         with hoststate.update(self.sim.index) as wished:  # first: the keeper leaves it off
             wished.hosts[self.name].powered = False
         record = self.record
-        hoststate.end_process(record.init, grace)
+        if record.kind == "debian":
+            _power_off_debian(record, grace)
+        else:
+            hoststate.end_process(record.init, grace)
         if self._unshare is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._unshare.wait(timeout=10)
@@ -569,9 +644,16 @@ class HostSimulation:
                 record.hosts[config.name] = hoststate.HostRecord(
                     name=config.name, address=config.address, slot=slot + offset,
                     directory=str(self.directory / "nodes" / config.name),
-                    volume_group=config.volume_group)
+                    volume_group=config.volume_group, kind=config.kind)
         hosts = [self.host(name) for name in names]
         self.write_hosts()
+        if any(c.kind == "debian" for c in configs):
+            try:  # once for all the hosts (they install the same root and wheel)
+                debhost.build_wheelhouse(self.directory)
+                debroot.ensure_root()
+            except BaseException:
+                self.remove_hosts(names)
+                raise
 
         def bring_up(pair: tuple[SimHost, HostConfig]) -> None:
             host, config = pair
@@ -709,6 +791,10 @@ def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float,
                     wished.hosts[host.name].powered = False
 
     def off(host: hoststate.HostRecord) -> None:
+        if host.kind == "debian":
+            _power_off_debian(host, grace)
+            debhost.unmount_overlay(Path(host.directory))
+            return
         # A simulator that died between starting `unshare` and recording the host's PID 1
         # leaves only `unshare` in the record: its child is that PID 1.
         for init in [host.init] if host.init is not None else hoststate.children(host.unshare):
@@ -718,6 +804,17 @@ def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float,
     if hosts:
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             list(pool.map(off, hosts))
+
+
+def _power_off_debian(host: hoststate.HostRecord, grace: float) -> None:
+    """A Debian host's systemd asked to power off (SIGTERM would make it re-execute itself),
+    then its PID 1 and systemd-nspawn killed after `grace` seconds."""
+    pid = host.init.pid if hoststate.alive(host.init) and host.init else None
+    nspawn = host.unshare.pid if hoststate.alive(host.unshare) and host.unshare else None
+    debhost.power_off(nspawn, pid, grace)
+    for process in (host.init, host.unshare):
+        if hoststate.alive(process):
+            hoststate.end_process(process, 0)
 
 
 def _detach_loops(hosts: Sequence[hoststate.HostRecord], directories: Sequence[Path]) -> None:

@@ -40,6 +40,10 @@ class HostRecord(msgspec.Struct):
     slot: int  # the host's veth on the simulator's bridge is v<slot>
     directory: str
     volume_group: str = "xenvg"
+    # "namespace" (hostinit, then `herder supervise` as PID 1) or "debian" (systemd-nspawn
+    # booting systemd from the cached Debian root: herder.sim.debhost; `unshare` is then
+    # systemd-nspawn, `init` the container's systemd)
+    kind: str = "namespace"
     init: ProcessRecord | None = None  # PID 1 of the host's PID namespace (as the machine sees it)
     # The simulator's wish: True from power_on until power_off. A host whose PID 1 ended while
     # this is True rebooted itself (reboot(2) in its PID namespace): the keeper boots it again.

@@ -73,7 +73,9 @@ def check_path(host: Host, path: str, *, exact_match_ok: bool = False) -> None:
 
 
 def create_storage_dir(host: Host, path: str) -> None:
-    """Make an instance's file-storage directory (mode 0750), if missing."""
+    """Make an instance's file-storage directory (mode 0711: Ganeti's 0750 plus traversal,
+    so QEMU running as libvirt-qemu, as Debian's libvirt runs it, reaches the disk files
+    libvirt hands over to it; nobody but root lists the directory), if missing."""
     check_path(host, path, exact_match_ok=True)
     norm = os.path.normpath(path)
     if os.path.exists(norm):
@@ -81,7 +83,7 @@ def create_storage_dir(host: Host, path: str) -> None:
             raise BlockDevError(f"Specified storage dir '{norm}' is not a directory")
         return
     try:
-        os.makedirs(norm, 0o750)
+        os.makedirs(norm, 0o711)
     except OSError as err:
         raise BlockDevError(f"Cannot create file storage directory '{norm}':"
                             f" {err.strerror}") from None

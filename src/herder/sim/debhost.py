@@ -1,0 +1,229 @@
+"""Simulated hosts that are Debian 12 machines (`cluster simulate --hosts debian`).
+
+Each host is `systemd-nspawn -b`: systemd as the container's PID 1, booted from an overlay of
+the cached Debian root (`herder.sim.debroot`: debootstrap plus the guide's package step), its
+changes in the host's own directory (`<host>/upper`), so every host starts from the same root
+and keeps its own state across reboots (the BMC's power cycle, the keeper's reboot).
+
+Before its first boot the host is installed as the operator's guide says, by the guide's own
+script (`scripts/node-install.sh`): `herder WHEEL` (the wheel of the checkout under test, built
+into the simulation's directory, never into the checkout; pip installs it into /opt/herder from
+a wheelhouse of it and its pinned dependencies made on the machine, since the hosts have no
+network but the simulator's) and `units contrib/systemd` (herder's units enabled). The only
+files the simulator writes into a host are the test bed's stand-ins listed in docs/compat.md
+N5a. After the node joined, the simulator runs the script's `libvirt-tls` step there.
+
+The network is the namespace hosts' one (`herder.sim.netns.plug`: the host's eth0 on the
+simulator's bridge, its address on its own br0), connected while systemd boots. Its /etc/hosts
+is the simulation's shared one (bind-mounted, as for namespace hosts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from herder.core.errors import HerderError
+from herder.sim import debroot
+
+# Until systemd in a host says it finished booting ("running", or "degraded" when a unit
+# failed): a loaded 2-core machine boots three at once in well under a minute.
+BOOT_TIMEOUT = 120.0
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CONTRIB_UNITS = Path(__file__).resolve().parents[3] / "contrib" / "systemd"
+OOB_PROGRAM = Path("/opt/herder/bin/herder-oob-ipmi")  # the wheel's, as the guide installs it
+# The simulated guests' kernel and initramfs (herder.sim.guest), read-only on every host as
+# an operator would copy them there (the cluster's kvm kernel_path/initrd_path name them)
+GUEST_IMAGES = Path("/var/cache/herder/guest")
+NODE_SCRIPT = "/root/node-install.sh"
+CHECKOUT = Path(__file__).resolve().parents[3]  # the source tree the hosts' wheel is built from
+WHEELS_INSIDE = "/run/herder-sim-wheels"  # where a host sees the wheelhouse while installing
+UNITS_INSIDE = "/run/herder-sim-units"
+SCRIPT_INSIDE = "/run/herder-sim-node-install.sh"
+# The test bed's one difference from a stock host (docs/compat.md N5a): the
+# machine has cgroup v1 and no systemd of its own, a container's cgroup controllers are
+# read-only, so libvirt must not put its guests into cgroups of their own.
+QEMU_CONF_STANDIN = ("\n# herder test bed (docs/compat.md N5a): this machine's "
+                     "cgroup v1\n# controllers are read-only in the container\n"
+                     "cgroup_controllers = [ ]\n")
+
+
+def build_wheelhouse(directory: Path) -> Path:
+    """`directory/wheels`: herder's wheel built from the checkout, with its pinned
+    dependencies' wheels. Those are made once per set of requirements and kept beside the
+    root (`/var/cache/herder-sim/wheels-<hash>`: libvirt-python is built from source, and
+    resolving them takes pip half a minute); herder's own wheel is built every time."""
+    wheels = directory / "wheels"
+    if any(wheels.glob("herder-*.whl")):
+        return wheels
+    build = directory / "wheel-build"
+    shutil.rmtree(build, ignore_errors=True)
+    partial = build / "wheels"
+    # scripts/wheel.sh: the guide's build, from a copy of the checkout (nothing written into
+    # it), with the version the checkout's git gives (setuptools-scm)
+    _checked(["bash", str(CHECKOUT / "scripts" / "wheel.sh"), str(partial), sys.executable],
+             "building herder's wheel")
+    (wheel,) = partial.glob("herder-*.whl")
+    requires = _requirements(wheel)
+    digest = hashlib.sha256("\n".join([sys.version.split()[0], *requires]).encode())
+    dependencies = debroot.ensure_built(
+        debroot.CACHE_DIR / f"wheels-{digest.hexdigest()[:16]}",
+        lambda work: _dependency_wheels(wheel, work), marker=COMPLETE)
+    for dependency in dependencies.glob("*.whl"):
+        if not dependency.name.startswith("herder-"):
+            shutil.copy2(dependency, partial / dependency.name)
+    partial.rename(wheels)
+    shutil.rmtree(build, ignore_errors=True)
+    return wheels
+
+
+COMPLETE = "complete"  # the marker of a finished dependency wheelhouse
+
+
+def _requirements(wheel: Path) -> list[str]:
+    """The wheel's own Requires-Dist lines (its METADATA): what pip installs with it."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(name).decode()
+    return sorted(line for line in text.splitlines() if line.startswith("Requires-Dist:"))
+
+
+def _dependency_wheels(wheel: Path, work: Path) -> None:
+    _checked([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(work), str(wheel)],
+             "making the wheels of herder's dependencies")
+    (work / wheel.name).unlink(missing_ok=True)
+    (work / COMPLETE).write_text("")
+
+
+def _checked(argv: Sequence[str], what: str, timeout: float = 900) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise HerderError(f"{what} failed ({done.returncode}): "
+                          f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return done.stdout
+
+
+def mount_overlay(lower: Path, directory: Path) -> Path:
+    """`directory/root`: the cached root with the host's changes on top (mounted once)."""
+    merged, upper, work = directory / "root", directory / "upper", directory / "work"
+    for path in (merged, upper, work):
+        path.mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(merged):
+        _checked(["mount", "-t", "overlay", "overlay", "-o",
+                  f"lowerdir={lower},upperdir={upper},workdir={work}", str(merged)],
+                 f"mounting the root of {directory.name}")
+    return merged
+
+
+def unmount_overlay(directory: Path) -> None:
+    merged = directory / "root"
+    if os.path.ismount(merged):
+        subprocess.run(["umount", "-l", str(merged)], capture_output=True, timeout=60)
+
+
+def install(root: Path, name: str, wheels: Path, *, say: debroot.Say | None = None) -> None:
+    """The guide's steps in a host not yet booted: herder from the wheel into /opt/herder, its
+    units enabled; then its name, and the test bed's stand-ins."""
+    (wheel,) = wheels.glob("herder-*.whl")
+    script = debroot.install_script()
+    binds = (f"{wheels}:{WHEELS_INSIDE}", f"{CONTRIB_UNITS}:{UNITS_INSIDE}",
+             f"{script}:{SCRIPT_INSIDE}")
+    # pip finds the dependencies in the wheelhouse only (the hosts reach no package index)
+    env = ["--setenv=PIP_NO_INDEX=1", f"--setenv=PIP_FIND_LINKS={WHEELS_INSIDE}",
+           "--setenv=PIP_DISABLE_PIP_VERSION_CHECK=1"]
+    for step in (["herder", f"{WHEELS_INSIDE}/{wheel.name}"], ["units", UNITS_INSIDE]):
+        _checked([*debroot.nspawn_run(root, [], binds=binds), *env, "/bin/bash", SCRIPT_INSIDE,
+                  *step], f"{name}: node-install.sh {step[0]}")
+    # the script stays where the operator copied it (its libvirt-tls step runs after the join)
+    shutil.copy2(script, root / NODE_SCRIPT.lstrip("/"))
+    (root / "etc" / "hostname").write_text(name + "\n")
+    qemu_conf = root / "etc" / "libvirt" / "qemu.conf"
+    if QEMU_CONF_STANDIN not in qemu_conf.read_text():
+        with open(qemu_conf, "a") as conf:
+            conf.write(QEMU_CONF_STANDIN)
+    if say:
+        say(f"{name}: herder installed from {wheel.name}, units enabled")
+
+
+def boot_argv(root: Path, name: str, hosts_file: Path, *,
+              binds: Sequence[str] = (), binds_ro: Sequence[str] = ()) -> list[str]:
+    """systemd-nspawn booting the host: its own network namespace (connected by the
+    simulator), not registered with a machined (the machine runs no systemd: --keep-unit,
+    no scope of its own), the simulation's /etc/hosts (its DNS) and shared directories
+    (`binds`: "SOURCE:TARGET") bound in."""
+    return ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
+            "--private-network", f"--machine={name.split('.')[0]}", "-D", str(root),
+            f"--bind-ro={hosts_file}:/etc/hosts", *(f"--bind={b}" for b in binds),
+            *(f"--bind-ro={b}" for b in binds_ro),
+            "--capability=all", "--console=read-only"]
+
+
+def leader(nspawn_pid: int, timeout: float = 30.0) -> int:
+    """The container's PID 1 (systemd), as the machine sees it: the child of systemd-nspawn
+    that is PID 1 of its own PID namespace."""
+    children = Path(f"/proc/{nspawn_pid}/task/{nspawn_pid}/children")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            for pid in children.read_text().split():
+                status = Path(f"/proc/{pid}/status").read_text()
+                nspid = next((line.split()[1:] for line in status.splitlines()
+                              if line.startswith("NSpid:")), [])
+                if len(nspid) >= 2 and nspid[-1] == "1":
+                    return int(pid)
+        if not Path(f"/proc/{nspawn_pid}").exists():
+            break
+        time.sleep(0.05)
+    raise HerderError("the container's systemd did not start")
+
+
+def nsenter_argv(pid: int, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """`argv` inside the container as root logged in there would run it (its namespaces and
+    root; a plain environment). `--root` and `--wd` without a value: the container's systemd's
+    (with a value nsenter opens that path in the machine's namespace, before entering: a
+    working directory outside the container, where getcwd() fails)."""
+    environment = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root", **(env or {})}
+    return ["nsenter", f"--target={pid}", "--mount", "--uts", "--ipc", "--net", "--pid",
+            "--root", "--wd", "--", "/usr/bin/env", "-i",
+            *(f"{k}={v}" for k, v in environment.items()), *argv]
+
+
+def wait_booted(pid: int, timeout: float = BOOT_TIMEOUT) -> str:
+    """Until systemd in the container has finished booting: its state (running, degraded)."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            raise HerderError("the container stopped while booting")
+        done = subprocess.run(nsenter_argv(pid, ["systemctl", "is-system-running"]),
+                              capture_output=True, text=True, timeout=30)
+        state = done.stdout.strip()
+        if state in ("running", "degraded"):
+            return state
+        time.sleep(0.5)
+    raise HerderError(f"the container did not finish booting within {timeout:g} s ({state})")
+
+
+def power_off(nspawn_pid: int | None, pid: int | None, grace: float) -> None:
+    """A clean shutdown (SIGRTMIN+4 to systemd: poweroff) for `grace` seconds, then SIGKILL to
+    the container's PID 1 (the kernel ends its PID namespace with it: a power failure)."""
+    if pid is not None and grace > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGRTMIN + 4)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.1)
+    for target in (pid, nspawn_pid):
+        if target is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGKILL)
