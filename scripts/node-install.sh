@@ -99,10 +99,25 @@ step_libvirt_tls() {
   # sockets change only while their service is stopped (running guests go on); the sockets
   # first, in the same job: a client (noded polls libvirt) would otherwise activate the
   # service again between the two, and the sockets' restart would fail
-  systemctl stop libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket \
-    libvirtd.service
-  systemctl start libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket \
-    libvirtd.service
+  # a client that comes at the wrong moment can still make the start job fail (the
+  # service activated by a socket of the old configuration): stopped and started again
+  local units="libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket"
+  local try
+  for try in 1 2 3; do
+    # shellcheck disable=SC2086
+    systemctl stop $units libvirtd.service
+    systemctl reset-failed $units libvirtd.service 2>/dev/null || true
+    # shellcheck disable=SC2086
+    if systemctl start $units libvirtd.service; then
+      return 0
+    fi
+    echo "node-install.sh: libvirt's sockets did not start (try $try)" >&2
+    sleep 2
+  done
+  # shellcheck disable=SC2086
+  systemctl --no-pager status $units libvirtd.service >&2 || true
+  journalctl --no-pager -n 30 -u libvirtd.service -u libvirtd-tls.socket >&2 || true
+  return 1
 }
 
 case "${1:-}" in

@@ -86,8 +86,12 @@ def test_herder_runs_from_the_wheel_under_systemd(sim: Any) -> None:
         pid = sh(sim, node, "systemctl show -P MainPID herder-noded")
         command = sh(sim, node, f"tr '\\0' ' ' </proc/{pid}/cmdline")
         assert "/opt/herder/bin/herder noded" in command
-        where = sh(sim, node, "/opt/herder/bin/python -c 'import herder; print(herder.__file__)'")
-        assert where.startswith("/opt/herder/lib/python3"), where  # the wheel, not the checkout
+        # the current build's virtualenv (docs/install.md: versions/<version>, current -> it)
+        where = sh(sim, node,
+                   "/opt/herder/current/bin/python -c 'import herder; print(herder.__file__)'")
+        assert where.startswith("/opt/herder/current/lib/python3"), where  # not the checkout
+        assert sh(sim, node, "readlink /opt/herder/bin") == "current/bin"
+        assert sh(sim, node, "readlink /opt/herder/current").startswith("versions/")
         assert sh(sim, node, "readlink /usr/local/sbin/herder") == "/opt/herder/bin/herder"
         assert sh(sim, node, "systemctl is-enabled herder.target") == "enabled"
     # the master's daemons under systemd; masterd not on the other node (exit 11, no restart)
