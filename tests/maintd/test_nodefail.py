@@ -132,9 +132,11 @@ class LeaseCluster:
         self.submitted: list[list[dict]] = []
         self.status: dict[int, str] = {}
         self.ages = {"node1": 0.5, "node2": 1.0, "node3": 1.5, "node4": 30.0}
+        self.failure_time: float | None = None  # the cluster's maintenance nodeFailureTime
 
     def leases(self) -> dict:
-        return {"lease": 6.0, "node_recovery": self.recovery, "nodes": dict(self.ages)}
+        return {"lease": 6.0, "node_recovery": self.recovery, "nodes": dict(self.ages),
+                "node_failure_time": self.failure_time}
 
     def liveness(self, node: str) -> dict:
         return {"node": node, "master": "node1", "candidates": ["node1", "node2", "node3"],
@@ -373,3 +375,21 @@ def test_the_incident_takes_over_the_instance_incidents_of_its_node() -> None:
     assert inc.repair_status == "completed"
     assert [ops[0]["instance_name"] for ops in cluster.submitted
             if ops[0]["OP_ID"] == "OP_INSTANCE_FAILOVER"] == ["db", "web"]
+
+
+def test_the_clusters_failure_time_overrides_maintds_own() -> None:
+    """node4 silent for 9 s: not suspect with maintd's 12 s; with the cluster's maintenance
+    nodeFailureTime of 8 s it is (and failed: nobody reaches it); unset again, 12 s."""
+    cluster = LeaseCluster()
+    cluster.ages["node4"] = 9.0
+    failures = nodefail.NodeFailures(cluster, failure_time=12.0)
+    incidents: list = []
+    asyncio.run(failures.tick(incidents))
+    assert incidents == [] and failures.summary()["failure_time"] == 12.0
+    cluster.failure_time = 8.0
+    asyncio.run(failures.tick(incidents))
+    assert [i.action for i in incidents] == ["node-failed"]
+    assert failures.summary()["failure_time"] == 8.0
+    cluster.failure_time = None
+    asyncio.run(failures.tick([]))
+    assert failures.summary()["failure_time"] == 12.0

@@ -271,6 +271,9 @@ class NodeFailures:
 
     def __init__(self, cluster: Cluster, *, failure_time: float = FAILURE_TIME) -> None:
         self.cluster = cluster
+        # maintd's own (--node-failure-time); the cluster's maintenance nodeFailureTime, read
+        # with the lease ages, overrides it
+        self.own_failure_time = failure_time
         self.failure_time = failure_time
         self.notes: dict[str, str] = {}  # node -> the last thing said about it (the page)
         self.unsupported = ""  # masterd has no leases (an older one, or a Ganeti cluster)
@@ -302,6 +305,14 @@ class NodeFailures:
         if self.off:
             log.info("node failures: on again by the cluster's setting")
         self.off = False
+        setting = leases.get("node_failure_time")
+        chosen = (float(setting) if isinstance(setting, (int, float)) and setting > 0
+                  else self.own_failure_time)
+        if chosen != self.failure_time:
+            log.info("node failures: a node is suspect after %g s without a lease renewal (%s)",
+                     chosen, "the cluster's maintenance nodeFailureTime" if chosen !=
+                     self.own_failure_time else "maintd's --node-failure-time")
+            self.failure_time = chosen
         nodes = await asyncio.to_thread(self.cluster.nodes)
         changed = await self._detect(nodes, leases, incidents)
         for inc in active(incidents):
