@@ -3,7 +3,10 @@ majority, the fence's confirmation, and where the instances go (pure; docs/ha.md
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from herder.maintd import nodefail
 from herder.maintd.rounds import Instance, Node
@@ -129,9 +132,11 @@ class LeaseCluster:
         self.submitted: list[list[dict]] = []
         self.status: dict[int, str] = {}
         self.ages = {"node1": 0.5, "node2": 1.0, "node3": 1.5, "node4": 30.0}
+        self.failure_time: float | None = None  # the cluster's maintenance nodeFailureTime
 
     def leases(self) -> dict:
-        return {"lease": 6.0, "node_recovery": self.recovery, "nodes": dict(self.ages)}
+        return {"lease": 6.0, "node_recovery": self.recovery, "nodes": dict(self.ages),
+                "node_failure_time": self.failure_time}
 
     def liveness(self, node: str) -> dict:
         return {"node": node, "master": "node1", "candidates": ["node1", "node2", "node3"],
@@ -246,3 +251,145 @@ def test_resync_instances_are_drbd_with_active_disks() -> None:
                  Instance("c", "n3", snodes=("n2",), disks_active=False),
                  Instance("d", "n3", snodes=("n2",), disk_template="sharedfile")]
     assert [i.name for i in nodefail.resync_instances("n2", instances)] == ["a"]
+
+
+# --- the node-failed incident owns its node's instances (no second recovery races it) --------
+
+U_WEB = "11111111-1111-4111-8111-111111111111"
+
+
+def crash(host: str, when: str = "2027-01-15T08:00:00.000001", detail: str = "STOPPED_FAILED",
+          uuid: str = U_WEB) -> Any:
+    from herder.core import notification
+
+    return notification.Notification("VM", host, when, {
+        "event": "LIFECYCLE", "instance_uuid": uuid, "vir_domain_event": detail})
+
+
+def owning_daemon(tmp_path: Path, step: str, *, pnode: str = "node2",
+                  offline: bool = True) -> tuple[Any, Any, Any]:
+    """maintd with node2's node-failed incident at `step` (its `web` moving to node3)."""
+    from herder.maintd.daemon import Maintd
+    from herder.maintd.state import FileState
+
+    from .fakes import FakeCluster, FakeSource
+
+    cluster = FakeCluster(4, [Instance("web", pnode, uuid=U_WEB, disk_template="sharedfile")])
+    cluster.node("node2", offline=offline)
+    daemon = Maintd(cluster, FileState(tmp_path / "s.json"), [FakeSource()], interval=0.01,
+                    watcher=False, round_delay=3600, node_recovery=False)
+    inc = nodefail.new_incident(cluster.nodes()[1], {
+        "kind": "node-failed", "step": step, "recovered": {"web": "node3"}, "lost": [],
+        "unfit": [], "skipped": []})
+    inc.repair_status = "completed" if step == "done" else "pending"
+    asyncio.run(daemon.start())  # (it loads its state: the incident after it)
+    daemon.state.incidents.append(inc)
+    return cluster, daemon, inc
+
+
+def test_a_crash_report_of_a_recovering_instance_is_recorded_and_starts_nothing(
+        tmp_path: Path) -> None:
+    """node2 failed; while its incident recovers `web`, node2's own instmon (its report sent
+    before it died, or spooled) says `web` crashed: no relocate incident, no job of its own
+    racing the incident's failover; the report is on the incident."""
+    cluster, daemon, inc = owning_daemon(tmp_path, "recovering")
+
+    async def go() -> None:
+        code, body = await daemon.notify(crash("node2"))
+        assert code == 202, body
+        said = body["notification"]
+        assert said["status"] == "ignored" and said["incident"] == inc.uuid
+        assert f"node-failed incident {inc.uuid} (recovering) owns it" in said["reason"]
+        assert daemon.state.incidents == [inc]  # no instance incident
+        await daemon.tick()
+        assert cluster.submitted == []  # no second recovery
+        (seen,) = inc.original["notifications"]
+        assert seen["hostname"] == "node2" and seen["instance"] == U_WEB
+        assert seen["kind"] == "crash" and seen["detail"] == "STOPPED_FAILED"
+        # ... also from the node it is being started on (the move's own stop and start)
+        code, body = await daemon.notify(crash("node3", "2027-01-15T08:00:01.000001",
+                                               "STOPPED_DESTROYED"))
+        assert code == 202 and body["notification"]["incident"] == inc.uuid
+        assert len(inc.original["notifications"]) == 2
+
+    asyncio.run(go())
+    # saved with the incident: `maintd status` and the page show it
+    from herder.maintd.state import FileState
+
+    (saved,) = FileState(tmp_path / "s.json").load().incidents
+    assert len(saved.original["notifications"]) == 2
+
+
+def test_the_returning_nodes_reports_stay_with_the_incident_but_a_new_failure_elsewhere_is_not(
+        tmp_path: Path) -> None:
+    """Done, node2 still offline: the returned node's instmon reports `web` (now on node3)
+    stopped: recorded, not refused; `web` crashing on node3 later is a failure of its own."""
+    _, daemon, inc = owning_daemon(tmp_path, "done", pnode="node3")
+
+    async def go() -> None:
+        code, body = await daemon.notify(crash("node2"))
+        assert code == 202 and body["notification"]["incident"] == inc.uuid
+        assert len(inc.original["notifications"]) == 1
+        code, body = await daemon.notify(crash("node3", "2027-01-15T09:00:00.000001"))
+        assert code == 202 and body["notification"]["status"] == "new"
+        assert daemon.state.incidents[-1].action == "restart"
+        assert len(inc.original["notifications"]) == 1
+
+    asyncio.run(go())
+
+
+def test_once_the_node_is_online_again_its_reports_are_its_own(tmp_path: Path) -> None:
+    _, daemon, inc = owning_daemon(tmp_path, "done", offline=False)
+
+    async def go() -> None:
+        code, body = await daemon.notify(crash("node2"))
+        assert code == 202 and body["notification"]["status"] == "new"
+        assert "notifications" not in inc.original
+
+    asyncio.run(go())
+
+
+def test_the_incident_takes_over_the_instance_incidents_of_its_node() -> None:
+    """A crash report of node4's `web` came before node4 was declared failed (a restart
+    planned): the node-failed incident cancels it and lists it; only the incident's own
+    failover moves `web`, after the fence."""
+    from herder.core import model
+
+    cluster = LeaseCluster()
+    earlier = model.Incident(uuid="e1", node="u4", instance="uuid-web",
+                             original={"kind": "crash", "instance": "web"}, action="restart",
+                             repair_status="pending", tag="", ctime=1.0, mtime=1.0, jobs=[7])
+    shown = model.Incident(uuid="e2", node="u4", instance="uuid-db", original={"kind": "hung"},
+                           action="notify", repair_status="noted", tag="", ctime=1.0,
+                           mtime=1.0)
+    incidents: list = [earlier, shown]
+    failures = nodefail.NodeFailures(cluster)
+    asyncio.run(failures.tick(incidents))
+    inc = incidents[-1]
+    assert inc.action == "node-failed"
+    assert earlier.repair_status == "canceled"
+    assert inc.original["taken_over"] == [{"incident": "e1", "instance": "web",
+                                           "action": "restart", "jobs": [7]}]
+    assert shown.repair_status == "noted"  # a notify incident only shows something
+    run_ticks(failures, incidents, cluster, 8)
+    assert inc.repair_status == "completed"
+    assert [ops[0]["instance_name"] for ops in cluster.submitted
+            if ops[0]["OP_ID"] == "OP_INSTANCE_FAILOVER"] == ["db", "web"]
+
+
+def test_the_clusters_failure_time_overrides_maintds_own() -> None:
+    """node4 silent for 9 s: not suspect with maintd's 12 s; with the cluster's maintenance
+    nodeFailureTime of 8 s it is (and failed: nobody reaches it); unset again, 12 s."""
+    cluster = LeaseCluster()
+    cluster.ages["node4"] = 9.0
+    failures = nodefail.NodeFailures(cluster, failure_time=12.0)
+    incidents: list = []
+    asyncio.run(failures.tick(incidents))
+    assert incidents == [] and failures.summary()["failure_time"] == 12.0
+    cluster.failure_time = 8.0
+    asyncio.run(failures.tick(incidents))
+    assert [i.action for i in incidents] == ["node-failed"]
+    assert failures.summary()["failure_time"] == 8.0
+    cluster.failure_time = None
+    asyncio.run(failures.tick([]))
+    assert failures.summary()["failure_time"] == 12.0

@@ -155,6 +155,16 @@ def test_modify_maintenance_balance_settings(cluster) -> None:
     assert cluster("cluster", "modify", "--maintenance-node-recovery", "no").code == 0
     assert FileStore(cluster.config_path).load().maintenance.node_recovery is False
     assert "node recovery: N" in cluster("cluster", "info").out
+    # ... and its detection time (None: maintd's --node-failure-time), at least the lease's
+    assert maint.node_failure_time is None
+    assert cluster("cluster", "modify", "--maintenance-node-failure-time", "8").code == 0
+    assert FileStore(cluster.config_path).load().maintenance.node_failure_time == 8.0
+    assert "node failure time: 8" in cluster("cluster", "info").out
+    refused = cluster("cluster", "modify", "--maintenance-node-failure-time", "3")
+    assert refused.code != 0 and "nodeFailureTime must be 6 to 600 seconds" in refused.err
+    assert FileStore(cluster.config_path).load().maintenance.node_failure_time == 8.0
+    assert cluster("cluster", "modify", "--maintenance-node-failure-time", "0").code == 0
+    assert FileStore(cluster.config_path).load().maintenance.node_failure_time is None
 
 
 def test_modify_master_lease_ttl(cluster) -> None:

@@ -49,3 +49,51 @@ def test_freeze_takes_the_live_objects_out_of_the_collectors_reach() -> None:
         assert not heap.freeze(grown=True)  # nothing grew since
     finally:
         gc.unfreeze()
+
+
+TRIM_BESIDE_THREADS = """
+import sys, threading, time
+from herder.masterd import heap
+from herder.core import faults
+
+faults.enable()
+heap.limit_arenas()
+end = time.monotonic() + 3
+trims = 0
+
+def churn():  # allocate and free, small and big, as job workers do
+    while time.monotonic() < end:
+        kept = [bytearray(n % 300_000 + 1) for n in range(0, 3_000_000, 7919)]
+        del kept
+
+def trimmer():
+    global trims
+    while time.monotonic() < end:
+        trims += heap.trim()
+
+workers = [threading.Thread(target=churn) for _ in range(4)]
+workers += [threading.Thread(target=trimmer) for _ in range(2)]
+for w in workers:
+    w.start()
+for w in workers:
+    w.join()
+assert trims > 10, trims
+heap.stop()
+assert not heap.trim()  # never again once stopped
+print("ok", trims)
+"""
+
+
+def test_trims_beside_allocating_threads_and_none_after_stop() -> None:
+    """malloc_trim through ctypes (the GIL released) from two threads at once while four
+    threads allocate and free: no crash (a segfault would print its traceback: core.faults),
+    and none after `stop` (masterd's way out, before the interpreter tears down)."""
+    import subprocess
+    import sys
+
+    if heap._glibc() is None:
+        pytest.skip("not glibc")
+    done = subprocess.run([sys.executable, "-c", TRIM_BESIDE_THREADS], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok ")

@@ -246,6 +246,7 @@ def cluster_info(config: model.ConfigData) -> dict[str, Any]:
             "balance disk moves": config.maintenance.balance_disk_moves,
             "balance dynamic load": config.maintenance.balance_dynamic_load,
             "node recovery": config.maintenance.node_recovery,
+            "node failure time": config.maintenance.node_failure_time,
             "incidents": len(config.maintenance.incidents),
         },
     }
@@ -476,6 +477,9 @@ def destroy(ctx: click.Context, yes_do_it: bool) -> None:
 @click.option("--maintenance-node-recovery", type=YES_NO,
               help="Let maintd fence dead nodes and recover their instances (default yes; "
               "docs/ha.md \"Node failure\").")
+@click.option("--maintenance-node-failure-time", type=float,
+              help="Seconds without a lease renewal before maintd suspects a node (6-600; 0: "
+              "maintd's --node-failure-time, 12 s; docs/ha.md \"Timings\").")
 @click.option("--diagnose-data-collector-filename", "diagnose_command",
               help="Self-diagnose command name ('' for the built-in all-is-well).")
 @click.option("--rapi-anonymous-reads", type=YES_NO,
@@ -498,6 +502,7 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
            auto_balance_cluster: str | None,
            auto_balance_threshold: float | None, auto_balance_disk_moves: str | None,
            auto_balance_dynamic_load: str | None, maintenance_node_recovery: str | None,
+           maintenance_node_failure_time: float | None,
            diagnose_command: str | None, rapi_anonymous_reads: str | None,
            new_name: str | None, dry_run: bool) -> None:
     """Change cluster-wide settings. Nothing is written unless every change is valid.
@@ -566,6 +571,8 @@ def modify(ctx: click.Context, uid_pool: str | None, add_uids: str | None,
         fields["maint_balance_dynamic_load"] = bool(yes_no(auto_balance_dynamic_load))
     if maintenance_node_recovery is not None:
         fields["maint_node_recovery"] = bool(yes_no(maintenance_node_recovery))
+    if maintenance_node_failure_time is not None:
+        fields["maint_node_failure_time"] = maintenance_node_failure_time
     if diagnose_command is not None:
         fields["diagnose_data_collector_filename"] = diagnose_command
     if rapi_anonymous_reads is not None:

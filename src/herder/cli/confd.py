@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from herder.core import confd as confd_protocol
-from herder.core import envelope, ports, untrusted
+from herder.core import envelope, faults, ports, untrusted
 from herder.core import serve as serve_helper
 from herder.core.cluster_secrets import SecretPaths
 from herder.core.errors import HerderError
@@ -57,6 +57,7 @@ def confd(ctx: click.Context, binds: tuple[str, ...], port: int, hmac_key: Path 
         return
     from herder.confd.server import ConfdProcessor, default_binds, serve
 
+    faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config_path = _config_path(ctx)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from herder.core import ports
+from herder.core import faults, ports
 from herder.core.errors import HerderError
 from herder.instmon.config import DEFAULT_RUN_DIR, DEFAULT_SPOOL
 
@@ -58,6 +58,7 @@ def instmon(ctx: click.Context, config_path: Path | None, hostname: str | None,
     from herder.instmon import config
     from herder.instmon.daemon import run
 
+    faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from herder.cli.httpjson import call
-from herder.core import ports
+from herder.core import faults, ports
 from herder.core.errors import HerderError
 from herder.maintd.settings import (
     EXIT_NOTMASTER,
@@ -129,6 +129,7 @@ def maintd(ctx: click.Context, bind: str | None, port: int, node_name: str | Non
     from herder.cli import remote
     from herder.maintd.startup import run
 
+    faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)

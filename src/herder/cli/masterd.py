@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from herder.cli.common import TIMESPEC
-from herder.core import ports, serve
+from herder.core import faults, ports, serve
 from herder.core.store import default_config_path, is_etcd_location
+from herder.masterd import heap
 from herder.masterd.daemon import (
     EXIT_LEASE_LOST,
     EXIT_NOTMASTER,
@@ -78,6 +79,7 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
       /2/filters[/UUID] /2/modify; herder extensions under /2/herder/ (jobs, queue,
       maintenance).
     """
+    faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     location = (ctx.find_root().obj or {}).get("config_path") or default_config_path()
@@ -116,6 +118,7 @@ def masterd(ctx: click.Context, bind: str, port: int, workers: int, anonymous_re
                    f" as {daemon.me} (ttl {daemon.lease.ttl if daemon.lease else lease_ttl} s)",
                    err=True)
     serve.run(lambda stop: daemon.serve(ready=ready, stop=stop))
+    heap.stop()  # no call into libc through ctypes while the interpreter tears down
     if daemon.deposed is not None:
         click.echo(f"herder masterd: no longer the master: {daemon.deposed}", err=True)
         # on etcd every candidate stays a standby: the supervisor restarts this one as such

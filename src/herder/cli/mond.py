@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from herder.cli.httpjson import call
-from herder.core import ports, ssconf
+from herder.core import faults, ports, ssconf
 from herder.core.store import default_config_path
 from herder.mond.collector import MondSettings
 from herder.mond.localconf import DEFAULT_BIND
@@ -99,6 +99,7 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
     resolved = localconf.resolve(
         file_config, MondSettings(plugin_dir=plugin_dir, collector_timeout=collector_timeout),
         flags, default_port=ports.MOND, default_bind=DEFAULT_BIND)
+    faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run(resolved, (ctx.find_root().obj or {}).get("config_path") or default_config_path(),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from herder.core import ports
+from herder.core import faults, ports
 from herder.core.locations import local_config_path
 
 
@@ -42,6 +42,7 @@ def noded(ctx: click.Context, bind: str, port: int, state_dir: Path, run_dir: Pa
     """
     from herder.noded.daemon import NodedOptions, run, setup_logging
 
+    faults.enable(log_file)  # a fatal signal leaves a traceback in its log (core.faults)
     setup_logging(log_file, debug)
     run(NodedOptions(
         # on the etcd backend its files are in the local directory (docs/ha.md)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
-from herder.core import supervise_control
+from herder.core import faults, supervise_control
 from herder.core.errors import HerderError
 from herder.supervise.settings import DEFAULT_PATH, DEFAULT_SOCKET
 
@@ -50,6 +50,7 @@ def supervise(ctx: click.Context, settings_path: Path, socket_path: Path | None,
         return
     from herder.supervise.supervisor import serve
 
+    faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s supervise %(levelname)s %(message)s")
     settings = node_settings.load(settings_path)

@@ -623,6 +623,12 @@ class MaintdIntent(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     step: str
 
 
+# maintenance nodeFailureTime's bounds (seconds): the lease time (noded.fence.LEASE_TIME) at
+# least, as maintd's --node-failure-time
+NODE_FAILURE_TIME_MIN = 6.0
+NODE_FAILURE_TIME_MAX = 600.0
+
+
 class Maintenance(Base, kw_only=True):
     """The maintenance daemon's persistent state (keys as in Ganeti's config `maintenance`)."""
 
@@ -639,6 +645,10 @@ class Maintenance(Base, kw_only=True):
     # herder: maintd handles dead nodes (fence, recover: maintd.nodefail); the cluster's off
     # switch beside maintd's --no-node-recovery
     node_recovery: bool = msgspec.field(name="nodeRecovery", default=True)
+    # herder: seconds without a lease renewal before maintd suspects a node (None: maintd's
+    # --node-failure-time, 12 s); at least the lease time (6 s). What an operator tunes: a
+    # shorter time detects sooner, a longer one rides out a busy network
+    node_failure_time: float | None = msgspec.field(name="nodeFailureTime", default=None)
     evacuated: list[str] = msgspec.field(default_factory=list)
     incidents: list[Incident] = msgspec.field(default_factory=list)
     diagnose_command: str = msgspec.field(name="diagnoseCommand", default="")
@@ -655,6 +665,10 @@ class Maintenance(Base, kw_only=True):
     def __post_init__(self) -> None:
         if self.round_delay < 0:
             raise ValueError("maintenance roundDelay must not be negative")
+        if self.node_failure_time is not None and not (
+                NODE_FAILURE_TIME_MIN <= self.node_failure_time <= NODE_FAILURE_TIME_MAX):
+            raise ValueError(f"maintenance nodeFailureTime must be {NODE_FAILURE_TIME_MIN:g} to "
+                             f"{NODE_FAILURE_TIME_MAX:g} seconds (the lease time, 6 s, at least)")
 
 
 # --- job filter rules (Ganeti's `filters` section, gnt-filter) ----------------------------------

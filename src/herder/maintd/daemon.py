@@ -721,8 +721,9 @@ class Maintd:
             if verdict.status == instance_incidents.REFUSED:
                 log.warning("notification from %s refused: %s", note.hostname, verdict.reason)
                 return 400, {"error": "bad request", "message": verdict.reason}
+            recorded_on = verdict.incident or verdict.owner
             record.update(status=verdict.status, reason=verdict.reason,
-                          incident=verdict.incident.uuid if verdict.incident else None)
+                          incident=recorded_on.uuid if recorded_on else None)
             self.received[note.key] = record
             while len(self.received) > RECEIVED_KEEP:
                 del self.received[next(iter(self.received))]
@@ -732,6 +733,16 @@ class Maintd:
                 self.state.incidents.append(verdict.incident)
                 await self._save()
                 self.wake()
+            elif verdict.owner is not None:
+                nodefail.record(verdict.owner, "notifications", {
+                    "received": record["received"], "hostname": note.hostname,
+                    "instance": note.instance_uuid, "event": note.event,
+                    "detail": note.detail, "kind": kind,
+                    "generated_time": note.generated_time})
+                log.info("notification from %s (%s/%s) recorded on node-failed incident %s: "
+                         "%s", note.hostname, note.event, note.detail, verdict.owner.uuid,
+                         verdict.reason)
+                await self._save()
             else:
                 log.info("notification from %s (%s/%s) ignored: %s", note.hostname,
                          note.event, note.detail, verdict.reason)
@@ -743,6 +754,17 @@ class Maintd:
             return instance_incidents.decide(note, kind, [], [], self.state.incidents)
         nodes = await asyncio.to_thread(self.cluster.nodes)
         instances = await asyncio.to_thread(self.cluster.instances)
+        inst = next((i for i in instances if i.uuid and i.uuid == note.instance_uuid), None)
+        # a node-failed incident owns its node's instances: no second recovery races it
+        owning = nodefail.owner(self.state.incidents, nodes, inst, note.hostname)
+        if owning is not None:
+            name = inst.name if inst is not None else note.instance_uuid
+            step = (owning.original.get("step") if isinstance(owning.original, dict)
+                    else None)
+            return instance_incidents.Verdict(
+                instance_incidents.IGNORED,
+                f"{kind} of {name}: node-failed incident {owning.uuid} ({step}) owns it; "
+                "recorded there, no recovery of its own", kind, owner=owning)
         jobs: list[instance_incidents.JobInfo] = []
         getter = getattr(self.cluster, "jobs", None)
         if kind == notification.STOP and getter is not None:

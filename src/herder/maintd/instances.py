@@ -115,6 +115,8 @@ class Verdict:
     reason: str
     kind: str | None = None
     incident: model.Incident | None = None
+    # the node-failed incident the notification was recorded on instead (maintd.nodefail)
+    owner: model.Incident | None = None
 
 
 def is_instance_incident(inc: model.Incident) -> bool:

@@ -14,6 +14,15 @@ them, so a restarted maintd goes on where it stopped):
             secondary of) -> forgotten
 
 Nothing is restarted before the fence is confirmed; an unconfirmed fence fails the incident.
+
+The incident **owns its node's instances**: no second recovery may race it for one. When it
+opens, the active instance incidents of the node (instmon's crash or stop reports that came
+first) are canceled and listed in its `taken_over`; and a notification about an instance of the
+node, from the node itself (its instmon before it died, or after its return) or about an
+instance the incident is moving, is recorded in its `notifications` and starts nothing (`owner`,
+asked by the daemon before it decides on a notification), while the incident is active and,
+once it ended, as long as its node stays offline.
+
 The planning (`suspects`, `decide`, `plan_recovery`) is pure; `NodeFailures` does the I/O
 through the cluster (`RapiCluster`).
 """
@@ -43,6 +52,7 @@ FENCE_MARGIN = 3.0
 DEFAULT_WATCHDOG_TIMEOUT = 10
 RS_NORMAL = 0  # Ganeti's query result status (masterd.livefields)
 UNFINISHED = ("queued", "waiting", "running", "canceling")
+NOTIFICATIONS_KEPT = 20  # the newest notifications an incident records (its `notifications`)
 
 
 @runtime_checkable
@@ -206,6 +216,54 @@ def active(incidents: Iterable[model.Incident]) -> list[model.Incident]:
     return [i for i in incidents if i.action == NODE_FAILED and incident_lifecycle.is_active(i)]
 
 
+def owner(incidents: Sequence[model.Incident], nodes: Sequence[Node], inst: Instance | None,
+          hostname: str) -> model.Incident | None:
+    """The node-failed incident that owns a notification from `hostname` about `inst` (None:
+    the ordinary decision applies): one of the notifying node or of the instance's primary,
+    while it is active or, ended, while its node is offline (a lost instance stays the
+    incident's until the node returns); or an active one that is moving the instance (its
+    `recovered`: a report of the target's start or of the source's end is part of the move)."""
+    by_uuid = {n.uuid: n for n in nodes}
+    for inc in reversed([i for i in incidents if i.action == NODE_FAILED]):
+        node = by_uuid.get(inc.node)
+        running = incident_lifecycle.is_active(inc)
+        if node is not None and (running or node.offline) and (
+                hostname == node.name or (inst is not None and inst.pnode == node.name)):
+            return inc
+        moving = inc.original.get("recovered") if isinstance(inc.original, dict) else None
+        if running and inst is not None and isinstance(moving, dict) and inst.name in moving:
+            return inc
+    return None
+
+
+def record(inc: model.Incident, key: str, entry: Mapping[str, Any]) -> None:
+    """Append `entry` to the incident's `original[key]` (the newest NOTIFICATIONS_KEPT):
+    what it took over or was told, shown with it."""
+    state = inc.original if isinstance(inc.original, dict) else {}
+    kept = [*(state.get(key) or []), dict(entry)][-NOTIFICATIONS_KEPT:]
+    inc.original = {**state, key: kept}
+    inc.touch()
+
+
+def take_over(inc: model.Incident, incidents: Sequence[model.Incident]) -> list[model.Incident]:
+    """Cancel the active instance incidents that act on the failed node (`inc.node`; a
+    `notify` one only shows something), recorded in
+    `inc`'s `taken_over`: the node-failed incident alone recovers its instances, after the
+    fence (a restart or relocation planned from an earlier crash report would race it). A
+    job of theirs already submitted runs on; the recovery plans from the instances as they
+    are then."""
+    taken = [i for i in incidents if i.instance is not None and i.node == inc.node
+             and i.action != incident_lifecycle.NOTIFY and incident_lifecycle.is_active(i)]
+    for other in taken:
+        incident_lifecycle.set_status(other, "canceled")
+        name = other.original.get("instance") if isinstance(other.original, dict) else None
+        record(inc, "taken_over", {"incident": other.uuid, "instance": name or other.instance,
+                                   "action": other.action, "jobs": list(other.jobs)})
+        log.warning("node-failed incident %s takes over instance incident %s (%s of %s)",
+                    inc.uuid, other.uuid, other.action, name or other.instance)
+    return taken
+
+
 # --- the steps (I/O through the cluster) --------------------------------------------------------
 
 class NodeFailures:
@@ -213,6 +271,9 @@ class NodeFailures:
 
     def __init__(self, cluster: Cluster, *, failure_time: float = FAILURE_TIME) -> None:
         self.cluster = cluster
+        # maintd's own (--node-failure-time); the cluster's maintenance nodeFailureTime, read
+        # with the lease ages, overrides it
+        self.own_failure_time = failure_time
         self.failure_time = failure_time
         self.notes: dict[str, str] = {}  # node -> the last thing said about it (the page)
         self.unsupported = ""  # masterd has no leases (an older one, or a Ganeti cluster)
@@ -244,6 +305,14 @@ class NodeFailures:
         if self.off:
             log.info("node failures: on again by the cluster's setting")
         self.off = False
+        setting = leases.get("node_failure_time")
+        chosen = (float(setting) if isinstance(setting, (int, float)) and setting > 0
+                  else self.own_failure_time)
+        if chosen != self.failure_time:
+            log.info("node failures: a node is suspect after %g s without a lease renewal (%s)",
+                     chosen, "the cluster's maintenance nodeFailureTime" if chosen !=
+                     self.own_failure_time else "maintd's --node-failure-time")
+            self.failure_time = chosen
         nodes = await asyncio.to_thread(self.cluster.nodes)
         changed = await self._detect(nodes, leases, incidents)
         for inc in active(incidents):
@@ -311,6 +380,7 @@ class NodeFailures:
                 "lost": [], "unfit": [], "skipped": [], "detail": "declared failed"})
             incidents.append(inc)
             incident_lifecycle.supersede(incidents)
+            take_over(inc, incidents)
             log.error("node %s failed: no lease renewal for %.1f s and %s; incident %s",
                       node.name, age, verdict.why, inc.uuid)
             self.notes[node.name] = f"{node.name}: failed ({verdict.why})"

@@ -19,6 +19,15 @@ at 10,000 instances that is a few hundred thousand objects of the shared config 
 pass, a pause in whatever job or answer triggers it). `freeze` takes the objects alive now out of
 its reach (`gc.freeze`); they are still freed by reference counting when dropped (the config's
 objects hold no reference cycles), only a cycle among them would stay.
+
+Safety (issue 29: a masterd died of SIGSEGV once right after an etcd takeover; nothing here
+was found to cause it, see docs/ha.md "Fatal signals"): glibc's `malloc_trim` locks each arena
+while it trims it, so it is safe beside threads that allocate and free (ctypes releases the GIL
+around the call, and the call touches no Python object). What is not safe is a call into
+libc through ctypes once the interpreter tears down (the module's objects, ctypes' among them,
+are being freed): `trim` does nothing once `stop` was called (masterd's way out) or the
+interpreter is finalizing, and one call at a time runs (under the lock), so `stop` returns only
+when no trim is in flight. `gc.freeze` and `gc.collect` run under the GIL, as any Python code.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import sys
 import threading
 import time
 
@@ -36,6 +46,7 @@ MMAP_THRESHOLD = 128 * 1024  # glibc's default start; setting it stops the dynam
 _libc: ctypes.CDLL | None = None
 _lock = threading.Lock()
 _last_trim = 0.0
+_stopped = False
 REFREEZE = 200_000  # objects in the oldest generation that make `freeze(grown=True)` act
 
 
@@ -69,13 +80,23 @@ def trim(every: float = 0.0) -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    with _lock:
+    with _lock:  # one at a time, and never after `stop`
+        if _stopped or sys.is_finalizing():
+            return False
         now = time.monotonic()
         if every and now - _last_trim < every:
             return False
         _last_trim = now
-    libc.malloc_trim(0)
+        libc.malloc_trim(0)
     return True
+
+
+def stop() -> None:
+    """No trim from now on; returns once a trim in flight (another thread's) has ended. Called
+    on the daemon's way out, before the interpreter tears down."""
+    global _stopped
+    with _lock:
+        _stopped = True
 
 
 def freeze(*, grown: bool = False) -> bool:

@@ -390,6 +390,7 @@ class OpClusterSetParams(OpCode, tag="OP_CLUSTER_SET_PARAMS", kw_only=True):
     maint_balance_disk_moves: bool | None = None  # herder
     maint_balance_dynamic_load: bool | None = None  # herder
     maint_node_recovery: bool | None = None  # herder
+    maint_node_failure_time: float | None = None  # herder (0: back to maintd's own)
     diagnose_data_collector_filename: str | None = None
     name: str | None = None  # rename (herder: one opcode; Ganeti has OP_CLUSTER_RENAME)
     # Ganeti's [[action, os], ...] lists, action "add" or "remove" (gnt-os modify --hidden,

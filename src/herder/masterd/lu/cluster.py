@@ -173,6 +173,8 @@ class ClusterSetParams(LogicalUnit[opcodes.OpClusterSetParams]):
             value = getattr(op, f"maint_{field}")
             if value is not None:
                 setattr(maint, field, value)
+        if op.maint_node_failure_time is not None:  # 0: maintd's --node-failure-time again
+            maint.node_failure_time = op.maint_node_failure_time or None
         if op.diagnose_data_collector_filename is not None:
             if "/" in op.diagnose_data_collector_filename:
                 raise ConfigError("the diagnose command is a file name, without path separators")

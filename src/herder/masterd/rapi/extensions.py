@@ -42,6 +42,7 @@ MAINT_FIELDS = {"enabled": "maint_enabled", "harep": "maint_harep",
                 "balanceDiskMoves": "maint_balance_disk_moves",
                 "balanceDynamicLoad": "maint_balance_dynamic_load",
                 "nodeRecovery": "maint_node_recovery",
+                "nodeFailureTime": "maint_node_failure_time",
                 "diagnoseCommand": "diagnose_data_collector_filename"}
 
 

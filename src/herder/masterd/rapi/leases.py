@@ -70,6 +70,8 @@ async def lease_ages(request: web.Request) -> web.Response:
                "masterd_age": leases.clock() - leases.started,
                # the cluster's switch (maintenance `nodeRecovery`), read with the leases
                "node_recovery": config.maintenance.node_recovery,
+               # ... and its detection time (maintenance `nodeFailureTime`; None: maintd's)
+               "node_failure_time": config.maintenance.node_failure_time,
                "nodes": {config.nodes[u].name: round(age, 3) for u, age in ages.items()}})
 
 
