@@ -7,7 +7,7 @@ import re
 
 from tests.conftest import REPO, VCLUSTER_MODULES, pytest_collection_modifyitems, work_unit
 
-STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(\)")
+STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(")
 
 
 def test_every_module_starting_the_vcluster_is_in_its_unit() -> None:
