@@ -213,6 +213,15 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     runs other modules (other processes on this machine may wait for it)."""
     yield
     if nextitem is None or work_unit(nextitem.nodeid) != "vcluster":
-        kept = sys.modules.get("tests.ganeti.vcluster")  # imported only by its users
-        if kept is not None:
-            kept.release_kept()
+        _release_kept_vcluster()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Also when the run stopped early (-x, an interrupt): no vcluster left up by this process."""
+    _release_kept_vcluster()
+
+
+def _release_kept_vcluster() -> None:
+    kept = sys.modules.get("tests.ganeti.vcluster")  # imported only by its users
+    if kept is not None:
+        kept.release_kept()
