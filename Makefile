@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= /tmp/herder-demo
 # Test workers: 4, not one per CPU (-n auto: 2 here). The suite's long modules mostly wait
-# (simulated hosts and guests booting, daemons polling, timeouts), so 4 workers on 2 cores ran
-# 6 simulated-cluster modules in 178 s where 2 took 401 s, each module no slower (issue 33).
+# (simulated hosts and guests booting, daemons polling, timeouts): 6 simulated-cluster modules
+# took 100 s on 4 workers and 120 s on 2 on the quiet machine, 178 s and 401 s, 420 s and
+# 685 s with other work on it (load 15-30) (issue 33).
 TEST_WORKERS ?= 4
 
 .PHONY: run test lint sysdeps venv clean
