@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,12 +158,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     order). A long unit handed out last keeps one worker busy while the other has nothing left
     (the disk tests: 167 s of work on two workers took 122 s when their two simulated clusters
     came last)."""
-    def rank(item: pytest.Item) -> int:
-        if work_unit(item.nodeid) == "vcluster":
-            return 0
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if work_unit(item.nodeid) == "vcluster":  # its modules in VCLUSTER_MODULES' order
+            return 0, VCLUSTER_MODULES.index(item.nodeid.split("::", 1)[0])
         if item.get_closest_marker("guests"):
-            return 1
-        return 2 if item.get_closest_marker("slow") else 3
+            return 1, 0
+        return (2 if item.get_closest_marker("slow") else 3), 0
 
     items.sort(key=rank)
 
@@ -171,14 +172,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # resource held under an exclusive lock) share one xdist work unit, so they run one after another
 # on one worker. As separate files, two of them on the two workers at once left one worker
 # waiting on the vcluster's lock for the other's whole module (90 s of the suite's run).
+# In this order: the modules that leave the vcluster as they found it (`keep`) first, each
+# passing it on to the next that takes such a one (`reuse`), so that three modules share one
+# start (60-90 s each under the suite's load); then the modules that need a new one.
 # tests/unit/test_work_units.py checks that every module starting the vcluster is listed.
 VCLUSTER_MODULES = (
-    "tests/ganeti/test_lists_vs_ganeti.py",
+    "tests/system/test_rapi_client.py",  # reuse, keep
+    "tests/system/test_rapi_shapes.py",  # reuse, keep
+    "tests/ganeti/test_lists_vs_ganeti.py",  # reuse (adds instances, tags, a network)
     "tests/ganeti/test_vcluster_iallocator.py",
     "tests/ganeti/test_vcluster_maintd.py",
     "tests/system/test_live_figures.py",
-    "tests/system/test_rapi_client.py",
-    "tests/system/test_rapi_shapes.py",
 )
 
 
@@ -200,3 +204,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Scheduling |
             return work_unit(nodeid)
 
     return UnitScheduling(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of the vcluster's unit (its module fixtures torn down): stop a
+    vcluster a module left up for a next one, so that its lock is not held while this worker
+    runs other modules (other processes on this machine may wait for it)."""
+    yield
+    if nextitem is None or work_unit(nextitem.nodeid) != "vcluster":
+        _release_kept_vcluster()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Also when the run stopped early (-x, an interrupt): no vcluster left up by this process."""
+    _release_kept_vcluster()
+
+
+def _release_kept_vcluster() -> None:
+    kept = sys.modules.get("tests.ganeti.vcluster")  # imported only by its users
+    if kept is not None:
+        kept.release_kept()

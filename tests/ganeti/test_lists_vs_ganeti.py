@@ -60,7 +60,9 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    with running_vcluster() as vcl:
+    # a vcluster as freshly started (one a module before left as it found it will do): its
+    # instances, tags and network are added here, and it is stopped after this module
+    with running_vcluster(reuse=True) as vcl:
         for name, node, memory, vcpus, tags in INSTANCES:
             vcl.vc(NODES[0], "gnt-instance", "add", "-t", "diskless", "-o", "noop+default",
                    "--no-ip-check", "--no-name-check", "--no-start", "-n", node, "-B",

@@ -1,9 +1,11 @@
 """The real Ganeti 3.0.2 cluster of ../shared/peers/vcluster for end-to-end tests: brought up
-from scratch (about 15 s) by the first test module that needs it, under an exclusive file lock
-so that test modules on other xdist workers wait instead of sharing it, and stopped again by
-that module. Tests skip cleanly when ../shared, Debian's Ganeti binaries or root are missing;
-a vcluster that is there but does not come up fails them (a test that cannot start what it
-tests fails).
+from scratch (60-90 s on this 2-core machine under a test run's load) by the first test module
+that needs it, under an exclusive file lock so that test modules on other xdist workers wait
+instead of sharing it, and stopped again by that module, or, when the module leaves it as it
+found it (`keep`), passed on to the next module of the same process that accepts such a
+vcluster (`reuse`) instead of being started afresh. Tests skip cleanly when ../shared,
+Debian's Ganeti binaries or root are missing; a vcluster that is there but does not come up
+fails them (a test that cannot start what it tests fails).
 
 Nodes node1..3.vcluster.test = 127.0.0.11-13 (node1 is the master; RAPI on :5080, user admin,
 password in /tmp/vcluster/rapi-password); `vc(node, *cmd)` runs a command as that node inside
@@ -18,7 +20,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -75,32 +77,86 @@ def _why_not() -> str | None:
     return None
 
 
+# The lock of a vcluster a module left up for the next one (`running_vcluster(keep=True)`):
+# held until a module reuses it, a module starts a fresh one, or `release_kept()` stops it
+# (tests/conftest.py does when the next test is not the vcluster's).
+_kept: IO[str] | None = None
+
+
+def _up() -> None:
+    """Start the vcluster from scratch (vcluster-up.sh stops a running one first); fail the
+    test when it does not come up."""
+    try:
+        up = subprocess.run(["bash", str(VCDIR / "vcluster-up.sh")], capture_output=True,
+                            text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        _down()
+        pytest.fail("the vcluster did not come up within 300 s")
+    if up.returncode != 0:
+        _down()
+        tail = " | ".join((up.stderr or up.stdout).strip().splitlines()[-3:])
+        pytest.fail(f"the vcluster did not come up: {tail}")
+
+
+def _down() -> None:
+    subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True, timeout=120)
+
+
+def _alive() -> bool:
+    """Whether the vcluster's namespace holder (which vcluster-down.sh stops last) still runs."""
+    try:
+        os.kill(int((VC / "ns" / "holder.pid").read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def release_kept() -> None:
+    """Stop a vcluster left up for a next module that did not come, and release its lock."""
+    global _kept
+    lock, _kept = _kept, None
+    if lock is not None:
+        try:
+            _down()
+        finally:
+            lock.close()
+
+
 @contextlib.contextmanager
-def running_vcluster() -> Iterator[VCluster]:
-    """Exclusive use of a freshly started vcluster (skip without the peers; fail when they are
-    there and it does not come up)."""
+def running_vcluster(*, reuse: bool = False, keep: bool = False) -> Iterator[VCluster]:
+    """Exclusive use of a vcluster (skip without the peers; fail when they are there and it does
+    not come up): a freshly started one, unless `reuse` (the module needs the state of a fresh
+    one, not a new start) and the previous module left one up. `keep`: the module leaves the
+    vcluster as it found it (whatever it changes, it undoes, even when a test fails), so it
+    stays up for the next module; it is stopped when the module's own code failed."""
+    global _kept
     reason = _why_not()
     if reason:
         pytest.skip(f"no vcluster: {reason}")
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            up = subprocess.run(["bash", str(VCDIR / "vcluster-up.sh")], capture_output=True,
-                                text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
-                           timeout=120)
-            pytest.fail("the vcluster did not come up within 300 s")
-        if up.returncode != 0:
-            subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
-                           timeout=120)
-            tail = " | ".join((up.stderr or up.stdout).strip().splitlines()[-3:])
-            pytest.fail(f"the vcluster did not come up: {tail}")
-        try:
-            yield VCluster()
-        finally:
-            subprocess.run(["bash", str(VCDIR / "vcluster-down.sh")], capture_output=True,
-                           timeout=120)
+    lock, _kept = _kept, None
+    fresh = lock is None or not (reuse and _alive())
+    try:
+        if lock is None:
+            lock = open(LOCK, "w")  # noqa: SIM115 (held beyond this call when kept)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if fresh:  # vcluster-up.sh stops the one left up first
+            _up()
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
+    passed_on = False
+    try:
+        yield VCluster()
+        passed_on = keep
+    finally:
+        if passed_on:
+            _kept = lock
+        else:
+            try:
+                _down()
+            finally:
+                lock.close()
 
 
 # ---- herder's daemons beside Ganeti's ----

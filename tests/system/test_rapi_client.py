@@ -374,11 +374,13 @@ VCLUSTER_CERT = Path("/tmp/vcluster/nodes/node1.vcluster.test/var/lib/ganeti/rap
 
 @pytest.fixture(scope="module")
 def ganeti() -> Iterator[RapiClient]:
-    """A client of a freshly started vcluster, this module's alone (skips without the peers)."""
+    """A client of a vcluster as freshly started, this module's alone (skips without the
+    peers). Its tests put back what they change (a tag, a node's role), so the vcluster is
+    passed on to the next module of the vcluster's unit (tests/conftest.py)."""
     from tests.ganeti.vcluster import running_vcluster
 
-    with running_vcluster() as vcl, RapiClient(vcl.url, vcl.user, vcl.password, verify=False,
-                                               timeout=60.0) as client:
+    with running_vcluster(reuse=True, keep=True) as vcl, \
+            RapiClient(vcl.url, vcl.user, vcl.password, verify=False, timeout=60.0) as client:
         try:
             client.get_version()
         except RapiError as exc:
@@ -388,8 +390,8 @@ def ganeti() -> Iterator[RapiClient]:
 
 @pytest.fixture(scope="module")
 def spare_node(ganeti: RapiClient) -> str:
-    """A node that is not the master (safe to drain briefly): the first one, as the shape
-    sequence of test_rapi_shapes drains the last one (the two may run in parallel)."""
+    """A node that is not the master (safe to drain briefly): the first one (the shape
+    sequence of test_rapi_shapes drains the last one)."""
     master = ganeti.get_info()["master"]
     return next(n for n in ganeti.get_nodes() if n != master)
 

@@ -127,11 +127,13 @@ def test_snapshot_holds_the_whole_sequence() -> None:
 
 @pytest.fixture(scope="module")
 def ganeti_answers() -> dict[str, Any]:
-    """The sequence run live against a freshly started vcluster (skips without one)."""
+    """The sequence run live against a vcluster as freshly started (skips without one). The
+    sequence puts back what it changes (its tag, the node's role), so the vcluster is passed
+    on to the next module of the vcluster's unit (tests/conftest.py)."""
     from tests.ganeti.vcluster import running_vcluster
 
-    with running_vcluster() as vcl, RapiClient(vcl.url, vcl.user, vcl.password,
-                                               verify=False) as client:
+    with running_vcluster(reuse=True, keep=True) as vcl, \
+            RapiClient(vcl.url, vcl.user, vcl.password, verify=False) as client:
         try:
             client.get_version()
         except RapiError as exc:

@@ -3,11 +3,12 @@ vcluster is in the vcluster's one unit, so no worker waits on the vcluster's loc
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from tests.conftest import REPO, VCLUSTER_MODULES, pytest_collection_modifyitems, work_unit
 
-STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(\)")
+STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(")
 
 
 def test_every_module_starting_the_vcluster_is_in_its_unit() -> None:
@@ -43,8 +44,26 @@ def test_the_longest_units_are_handed_out_first() -> None:
         CollectedItem("tests/unit/test_store.py::test_e"),
         CollectedItem("tests/ganeti/test_vcluster_maintd.py::test_f", "slow"),
         CollectedItem("tests/chaos/test_chaos_sim.py::test_g", "slow", "guests"),
+        CollectedItem("tests/system/test_rapi_client.py::test_h"),
     ]
     pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
-    # the vcluster's unit, then real guests, then slow ones, then the rest: each in its order
+    # the vcluster's unit (its modules in VCLUSTER_MODULES' order), then real guests, then slow
+    # ones, then the rest: each in its order
     assert [item.nodeid.rsplit("::", 1)[1] for item in items] == \
-        ["test_d", "test_f", "test_c", "test_g", "test_b", "test_a", "test_e"]
+        ["test_h", "test_d", "test_f", "test_c", "test_g", "test_b", "test_a", "test_e"]
+
+
+def test_a_module_keeping_the_vcluster_hands_it_to_one_reusing_it() -> None:
+    """A module that leaves the vcluster up (`keep=True`) saves a start only when the module
+    after it in the unit takes it (`reuse=True`); the others start their own."""
+    calls = {}
+    for module in VCLUSTER_MODULES:
+        found = re.search(r"running_vcluster\(([^)]*)\)", (REPO / module).read_text())
+        assert found, module
+        calls[module] = found.group(1)
+    kept = [m for m in VCLUSTER_MODULES if "keep=True" in calls[m]]
+    assert kept  # the search finds them
+    for here, after in itertools.pairwise(VCLUSTER_MODULES):
+        if here in kept:
+            assert "reuse=True" in calls[after], (here, after)
+    assert "keep=True" not in calls[VCLUSTER_MODULES[-1]]
