@@ -6,8 +6,8 @@ takeover, and nothing said where). With `faulthandler` on, the dying process wri
 traceback of every thread to its stderr first, which is its log under `herder supervise` (the
 supervisor sends a daemon's stdout and stderr to its log file) and systemd's journal (noded's
 go to its `--log-file` when it is given: where its log is). SIGUSR2 dumps the same tracebacks
-of a living daemon (one that hangs, say) without stopping it; no herder daemon uses SIGUSR2
-otherwise.
+of a living daemon (one whose threads hang, say) without stopping it, as soon as its main
+thread runs Python again; no herder daemon uses SIGUSR2 otherwise.
 
 Every daemon command calls `enable` first thing, before any of its threads starts.
 """
@@ -44,5 +44,10 @@ def enable(log_file: Path | None = None) -> bool:
     except (AttributeError, ValueError, OSError, RuntimeError):  # no usable file descriptor
         return False
     with contextlib.suppress(AttributeError, ValueError, OSError, RuntimeError):
-        faulthandler.register(DUMP_SIGNAL, file=target, all_threads=True, chain=False)
+        # a Python-level handler, not faulthandler.register: the dump then runs in the main
+        # thread holding the GIL, where every other thread's frames hold still; register()'s
+        # C handler reads them from inside the signal while they change, and crashed a mond
+        # with SIGSEGV in a test (a diagnostic must never kill the daemon it looks at)
+        signal.signal(DUMP_SIGNAL, lambda _signum, _frame: faulthandler.dump_traceback(
+            file=target, all_threads=True))
     return True
