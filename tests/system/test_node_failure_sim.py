@@ -142,17 +142,20 @@ def primary(state: Any, name: str) -> str:
     return str(rapi_get(state, f"/2/instances/{name}")["pnode"])
 
 
-NODE_UUIDS: dict[str, str] = {}  # node name -> UUID (fixed for a node's life)
+# (cluster directory, node name) -> UUID (fixed for a node's life; a worker runs the
+# modules of several clusters whose nodes have the same names)
+NODE_UUIDS: dict[tuple[str, str], str] = {}
 
 
 def node_failed(state: Any, node: str) -> dict[str, Any] | None:
     """maintd's newest node-failed incident of `node` (its record), if any (None also while
     no maintd answers)."""
-    if node not in NODE_UUIDS:
-        NODE_UUIDS[node] = str(rapi_get(state, f"/2/nodes/{node}")["uuid"])
+    key = (state.directory, node)  # the etcd module's cluster has nodes of the same names
+    if key not in NODE_UUIDS:
+        NODE_UUIDS[key] = str(rapi_get(state, f"/2/nodes/{node}")["uuid"])
     status = maintd_status(state) or []
     mine = [i for i in status
-            if i.get("action") == "node-failed" and i.get("node") == NODE_UUIDS[node]]
+            if i.get("action") == "node-failed" and i.get("node") == NODE_UUIDS[key]]
     return mine[-1] if mine else None
 
 
