@@ -147,12 +147,17 @@ class NodeDisks:
             raise DiskFailure(f"{disk.label} has no device on this node")
         return path
 
+    def _device_path(self, disk: Disk, owner: str | None) -> str | None:
+        """The assembled disk's device path here; None for a device without one (a userspace
+        rbd image or snapshot)."""
+        assembled = self.assemble(disk, owner, True)
+        return assembled[0] if isinstance(assembled, tuple) else None
+
     def export_source(self, disk: Disk, owner: str | None) -> str | list[str]:
         """Where the disk's bytes are read here: its device path, or, for a device without
         one (a userspace rbd image or snapshot), the command writing them (Ganeti's
         Export())."""
-        assembled = self.assemble(disk, owner, True)
-        path = assembled[0] if isinstance(assembled, tuple) else None
+        path = self._device_path(disk, owner)
         if path:
             return path
         try:
@@ -164,8 +169,7 @@ class NodeDisks:
         """Where a stream of the disk's bytes is written here: its device path, or, for a
         device without one (a userspace rbd image), the command taking them on its stdin
         (Ganeti's Import())."""
-        assembled = self.assemble(disk, owner, True)
-        path = assembled[0] if isinstance(assembled, tuple) else None
+        path = self._device_path(disk, owner)
         if path:
             return path
         try:
