@@ -64,3 +64,18 @@ def test_asking_an_instmon_that_does_not_run_is_one_line(tmp_path: Path,
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1
     assert f"no instmon answers at {tmp_path}/instmon.sock" in done.stderr
+
+
+def test_the_default_config_file_is_read_when_it_exists(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the systemd unit runs `herder instmon` without flags: /etc/herder/instmon.toml must count
+    from herder.instmon import config
+
+    default = tmp_path / "instmon.toml"
+    monkeypatch.setattr(config, "DEFAULT_PATH", default)
+    assert config.chosen(None) is None
+    default.write_text('hostname = "node9.example.com"\n')
+    assert config.chosen(None) == default
+    assert config.load(config.chosen(None)).hostname == "node9.example.com"
+    given = tmp_path / "other.toml"
+    assert config.chosen(given) == given

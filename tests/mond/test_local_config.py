@@ -78,6 +78,19 @@ def test_every_key(tmp_path: Path) -> None:
     assert s.plugin_dir == Path("/srv/plugins") and s.collector_timeout == 7.0
 
 
+def test_the_default_file_is_read_when_it_exists_and_a_given_one_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the systemd unit runs `herder mond` without flags: /etc/herder/mond.toml must count
+    default = tmp_path / "mond.toml"
+    monkeypatch.setattr(localconf, "DEFAULT_PATH", default)
+    assert localconf.chosen(None) is None  # no file: the flags' defaults alone
+    default.write_text('node = "node9.example.com"\n')
+    assert localconf.chosen(None) == default
+    assert localconf.load(localconf.chosen(None)).node == "node9.example.com"
+    given = tmp_path / "other.toml"
+    assert localconf.chosen(given) == given
+
+
 def test_empty_file_means_defaults(tmp_path: Path) -> None:
     got = localconf.resolve(localconf.load(write(tmp_path / "mond.toml", "")), MondSettings(), {},
                             default_port=1815)

@@ -17,7 +17,8 @@ from herder.instmon.config import DEFAULT_RUN_DIR, DEFAULT_SPOOL
 
 @click.group(invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="TOML file: hostname, libvirt_uri, [notify] url/ca_file/token_file/"
+              help="TOML file (default: /etc/herder/instmon.toml when it exists): hostname, "
+                   "libvirt_uri, [notify] url/ca_file/token_file/"
                    "backoff_base/backoff_max, [filter] preset/default/rules, [spool] dir/"
                    "max_entries/max_bytes, [collapse] delay/window (docs/instmon.md).")
 @click.option("--node", "hostname", help="The hostname sent in notifications (default: the "
@@ -63,7 +64,8 @@ def instmon(ctx: click.Context, config_path: Path | None, hostname: str | None,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)
     settings = config.resolve(config.Options(
-        config_file=config_path, cluster_config=(ctx.find_root().obj or {}).get("config_path"),
+        config_file=config.chosen(config_path),
+        cluster_config=(ctx.find_root().obj or {}).get("config_path"),
         hostname=hostname, libvirt_uri=libvirt_uri, notify_url=notify_url, ca_file=ca_file,
         token_file=token_file, run_dir=run_dir, spool_dir=spool_dir))
     run(settings, say=lambda line: click.echo(line, err=True))

@@ -20,9 +20,10 @@ DEFAULT_URL = f"http://127.0.0.1:{ports.MOND}"
 
 @click.group(invoke_without_command=True)
 @click.option("--config", "local_config", type=click.Path(dir_okay=False, path_type=Path),
-              help="mond's local TOML config (e.g. /etc/herder/mond.toml; not the cluster "
-                   "config): node, bind, port, diagnose_command, diagnose_dir, "
-                   "diagnose_interval, hmac_key, confd, confd_key, libvirt_uri, run_dir, "
+              help="mond's local TOML config (not the cluster config; default: "
+                   "/etc/herder/mond.toml when it exists): node, bind, port, "
+                   "diagnose_command, diagnose_dir, diagnose_interval, hmac_key, confd, "
+                   "confd_key, libvirt_uri, run_dir, "
                    "[repair] enabled/commands_dir/timeout/max_skew. Flags override it.")
 @click.option("--bind", default=DEFAULT_BIND, show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=ports.MOND, show_default=True,
@@ -64,7 +65,7 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
     --config FILE. A bad file (unknown key, wrong type) stops mond before it starts.
 
     \b
-    On a Ganeti node:  herder mond --config /etc/herder/mond.toml
+    On a Ganeti node:  herder mond  (reads /etc/herder/mond.toml:)
         node = "node1.example.com"
         confd = ["MASTER_IP"]
         hmac_key = "/var/lib/ganeti/hmac.key"
@@ -88,6 +89,7 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
     from herder.mond import localconf
     from herder.mond.server import run
 
+    local_config = localconf.chosen(local_config)
     file_config = localconf.load(local_config) if local_config is not None else None
     flag_values = {"node": node_name, "bind": bind, "port": port, "diagnose_dir": diagnose_dir,
                    "run_dir": run_dir, "libvirt_uri": libvirt_uri,

@@ -97,6 +97,17 @@ class InstmonConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     collapse: CollapseTable = CollapseTable()
 
 
+# read without --config when it exists (the systemd unit runs `herder instmon` without flags)
+DEFAULT_PATH = Path("/etc/herder/instmon.toml")
+
+
+def chosen(path: Path | None) -> Path | None:
+    """The config file instmon reads: the one given, else DEFAULT_PATH if it exists."""
+    if path is not None:
+        return path
+    return DEFAULT_PATH if DEFAULT_PATH.is_file() else None
+
+
 def load(path: Path | None) -> InstmonConfig:
     """The config file, validated (None: no file, every default)."""
     return InstmonConfig() if path is None else settingsfile.load(path, InstmonConfig, WHAT)

@@ -1,5 +1,5 @@
-"""mond's local config file (`herder mond --config /etc/herder/mond.toml`): what Ganeti's config
-has no field for, on a node without herder's cluster config.
+"""mond's local config file (`/etc/herder/mond.toml`, read when it exists; `--config FILE` names
+another): what Ganeti's config has no field for, on a node without herder's cluster config.
 
 TOML, every key optional::
 
@@ -74,6 +74,18 @@ WHAT = "mond config"
 def parse(text: str, path: Path) -> LocalConfig:
     """Validate a config file's text; HerderError (one line) when it is unusable."""
     return _checked(settingsfile.decode(text, path, LocalConfig, WHAT), path)
+
+
+# read without --config when it exists: the file the operator's guide and the systemd unit
+# (`herder mond`, no flags) expect a node's settings in
+DEFAULT_PATH = Path("/etc/herder/mond.toml")
+
+
+def chosen(path: Path | None) -> Path | None:
+    """The local config file mond reads: the one given, else DEFAULT_PATH if it exists."""
+    if path is not None:
+        return path
+    return DEFAULT_PATH if DEFAULT_PATH.is_file() else None
 
 
 def load(path: str | Path) -> LocalConfig:
