@@ -246,3 +246,110 @@ def test_a_node_that_does_not_come_back_stops_it_and_resume_finishes(
     assert not sim.host(NODE1).path(INTENT).exists()
     again = upgrade(sim, "--resume")
     assert again.returncode == 0 and "No upgrade is under way" in again.stdout
+
+
+# --- the same upgrade under systemd: Debian hosts --------------------------------------------
+# Two Debian 12 hosts (`--hosts debian`: systemd as PID 1, herder installed from this checkout's
+# wheel into /opt/herder by the guide's script, its units run by systemd), a guest running.
+# NEW (this tree, built as 0.99.0: newer than any build of the checkout) is installed beside
+# the running build as the guide's step 1 says; `cluster upgrade --to NEW` switches each node
+# in a transient unit (systemd-run) and systemd restarts herder's units from the new build.
+# A function-scoped cluster: it lives only while its test runs (not beside the module's).
+DEB_NODES = (NODE1, NODE2)
+DEB_PREFIX = "/opt/herder"
+DEB_GUEST = "deb1"
+
+
+@pytest.fixture()
+def debian_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from herder.sim import debroot, guest
+
+    reason = debroot.unsupported()
+    if reason:
+        pytest.skip(reason)
+    guest.ensure_guest()
+    yield from running_sim(tmp_path_factory.mktemp("upgrade-debian"), 2, guests="qemu",
+                           hosts="debian", first_ip=simaddresses.first_ip("upgrade_debian"))
+
+
+def sh(sim: Any, node: str, command: str, timeout: float = 60) -> str:
+    done = sim.host(node).run(["sh", "-c", command], timeout=timeout)
+    assert done.returncode == 0, f"{node}: {command}: {done.stderr or done.stdout}"
+    return str(done.stdout).strip()
+
+
+def install_beside(sim: Any, node: str, wheel: Path, version: str) -> None:
+    """docs/install.md "Upgrading" step 1 on a Debian host: a venv for the build under
+    /opt/herder/versions, the wheel installed into it, `current` untouched. pip takes the
+    dependencies from the simulation's wheelhouse (the hosts reach no package index)."""
+    inside = "/root/upgrade-wheels"
+    target = sim.host(node).path(inside)
+    shutil.copytree(Path(sim.network) / "wheels", target, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("herder-*.whl"))
+    shutil.copy2(wheel, target / wheel.name)
+    venv = f"{DEB_PREFIX}/versions/{version}"
+    sh(sim, node, f"python3 -m venv {venv} && PIP_NO_INDEX=1 PIP_FIND_LINKS={inside} "
+                  f"PIP_DISABLE_PIP_VERSION_CHECK=1 {venv}/bin/pip install --quiet "
+                  f"{inside}/{wheel.name}", timeout=600)
+
+
+def unit_builds(sim: Any, node: str) -> dict[str, str]:
+    """herder's active units on a Debian node -> the build (versions/<build>) their main
+    process's interpreter belongs to."""
+    found = {}
+    for unit in sh(sim, node, "systemctl list-units --state=active --plain --no-legend "
+                              "'herder-*.service' | cut -d' ' -f1").split():
+        pid = sh(sim, node, f"systemctl show -P MainPID {unit}")
+        if pid == "0":  # a oneshot's, or one between restarts
+            continue
+        interpreter = sh(sim, node, f"tr '\\0' '\\n' </proc/{pid}/cmdline | head -1")
+        assert interpreter.startswith(f"{DEB_PREFIX}/versions/"), (node, unit, interpreter)
+        found[unit.removeprefix("herder-").removesuffix(".service")] = \
+            interpreter.split("/")[4]
+    return found
+
+
+def test_the_upgrade_under_systemd_on_debian_hosts(debian_sim: Any,
+                                                   wheels: dict[str, Path]) -> None:
+    sim = debian_sim
+    old = sh(sim, NODE1, "herder --version").split()[-1]
+    assert old != NEW
+    for node in DEB_NODES:
+        assert set(unit_builds(sim, node).values()) == {old}, node
+        install_beside(sim, node, wheels[NEW], NEW)
+        assert sh(sim, node, "readlink /opt/herder/current") == f"versions/{old}"
+    herder(sim, "instance", "add", DEB_GUEST, "--no-name-check", "-t", "sharedfile", "-o",
+           "herder-guest", "--disk", "32M", "--ignore-ipolicy", "-n", NODE2, "--net",
+           "link=br0", timeout=300)
+    pid_file = sim.host(NODE2).path(f"/run/libvirt/qemu/{DEB_GUEST}.pid")
+    qemu = int(pid_file.read_text().strip())
+
+    start = time.monotonic()
+    done = sim.host(NODE1).run(["herder", "cluster", "upgrade", "--to", NEW],
+                               timeout=UPGRADE_TIMEOUT)
+    print(f"cluster upgrade on Debian hosts: exit {done.returncode} after "
+          f"{time.monotonic() - start:.1f}s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    switched = [line.split(":")[0] for line in done.stdout.splitlines() if f"-> {NEW}" in line]
+    assert switched == [NODE2, NODE1], done.stdout  # the master last
+
+    for node in DEB_NODES:
+        assert sh(sim, node, "/opt/herder/current/bin/herder --version") == \
+            f"herder, version {NEW}"
+        assert sh(sim, node, "readlink /opt/herder/current") == f"versions/{NEW}"
+        builds = unit_builds(sim, node)
+        assert "noded" in builds and set(builds.values()) == {NEW}, (node, builds)
+        # the switch ran in a transient unit of its own (systemd-run), not in noded's cgroup
+        assert "herder-switch-version-" in sh(
+            sim, node, "journalctl -q --no-pager -o cat _PID=1 | grep herder-switch-version- "
+                       "| tail -1")
+    assert unit_builds(sim, NODE1).keys() >= {"masterd", "maintd"}
+    with sim.rapi() as api:
+        assert api.get_info()["herder_version"] == NEW
+    wait_for(lambda: set(node_versions(sim).values()) == {NEW}, 60,
+             f"every node reporting herder {NEW}")
+    info = json.loads(herder(sim, "node", "info", *DEB_NODES, "--json").stdout)
+    assert [n["herder_version"] for n in info] == [NEW, NEW]
+    assert int(pid_file.read_text().strip()) == qemu
+    assert sim.host(NODE2).run(["kill", "-0", str(qemu)], timeout=30).returncode == 0
+    assert not sim.host(NODE1).path(INTENT).exists() and not drained(sim)
