@@ -1,19 +1,23 @@
 """A rolling upgrade of herder (`herder cluster upgrade`, docs/install.md "Upgrading") on one
 simulated cluster of three nodes for the module, with real guests running throughout.
 
-Two builds of this tree (OLD and NEW: the same code built twice with different versions,
-scripts/wheel.sh with SETUPTOOLS_SCM_PRETEND_VERSION) are installed side by side on every host
-as the guide says (`<prefix>/versions/<version>`, `current`, `bin`; the prefix is
-/srv/herder/opt, a directory of each host's own), and the hosts' supervisors run herder's
-daemons as `<prefix>/bin/herder DAEMON` without this checkout on the path
-(`herder.sim.cluster.start(herder_command=, install=)`). The cluster starts on OLD with a guest
-on the master and one on another node. In order: an upgrade to a build that is not installed
-changes nothing; `--to NEW` brings every node to NEW (each noded's own answer, the processes'
-interpreters, masterd's /2/info), the guests' QEMU processes keep their pids, the queue is
-undrained and maintd runs again; back `--to OLD` with node3's OLD build broken stops at node3
-with one error (the intent kept, the master untouched, the queue drained, `--to` another
-version refused), and once node3's build is repaired `--resume` finishes it, the guests still
-on their first QEMU processes."""
+Two builds, OLD (the previous commit's tree: HEAD~1 taken out with `git archive`, built by its
+own scripts/wheel.sh and cached by commit) and NEW (this tree), their versions given with
+SETUPTOOLS_SCM_PRETEND_VERSION, are installed side by side on every host as the guide says
+(`<prefix>/versions/<version>`, `current`, `bin`; the prefix is /srv/herder/opt, a directory of
+each host's own), and the hosts' supervisors run herder's daemons as `<prefix>/bin/herder
+DAEMON` without this checkout on the path (`herder.sim.cluster.start(herder_command=,
+install=)`). The cluster starts on OLD with a guest on the master and one on another node. In
+order: an upgrade to a build that is not installed changes nothing; `--to NEW` brings every
+node to NEW (each noded's own answer, the processes' interpreters, masterd's /2/info), the
+guests' QEMU processes keep their pids, the queue is undrained and maintd runs again; back
+`--to OLD` with node3's OLD build broken stops at node3 with one error (the intent kept, the
+master untouched, the queue drained, `--to` another version refused), and once node3's build
+is repaired `--resume` finishes it, the guests still on their first QEMU processes.
+
+Then two clusters of their own, each only while its test runs: the same upgrade on Debian
+hosts, where systemd runs herder's units (the switch in a transient unit), and on the etcd
+config store (the master keeps the master lease across its masterd's restart)."""
 
 from __future__ import annotations
 
@@ -46,19 +50,67 @@ INTENT = "/var/lib/herder/upgrade-intent.json"
 UPGRADE_TIMEOUT = 900.0
 
 
-def build(out: Path, version: str) -> Path:
+# The previous commit's wheels, kept between runs on one machine (a commit's tree never
+# changes): <cache>/<commit>/<version>/herder-<version>-py3-none-any.whl
+PREVIOUS_CACHE = Path("/var/cache/herder-test/previous-builds")
+
+
+def build(tree: Path, out: Path, version: str) -> Path:
+    """`tree`'s wheel as `version`, by the tree's own scripts/wheel.sh."""
     env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": version}
-    done = subprocess.run(["bash", str(REPO / "scripts" / "wheel.sh"), str(out / version),
+    done = subprocess.run(["bash", str(tree / "scripts" / "wheel.sh"), str(out / version),
                            sys.executable], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+                          timeout=600, cwd=tree)
     assert done.returncode == 0, done.stderr
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def previous_commit() -> str | None:
+    """HEAD's first parent; None outside a git checkout or in a shallow one that lacks it."""
+    done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "HEAD~1^{commit}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def build_previous(commit: str, version: str, work: Path) -> Path | None:
+    """The wheel of `commit`'s tree as `version` (cached); None when that tree has no rolling
+    upgrade to test (a commit before `cluster upgrade` and scripts/wheel.sh)."""
+    cached = PREVIOUS_CACHE / commit / version
+    found = sorted(cached.glob("herder-*.whl"))
+    if found:
+        return found[0]
+    tree = work / f"tree-{commit[:12]}"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=REPO,
+                             capture_output=True, timeout=300, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True,
+                   timeout=300)
+    if not (tree / "scripts" / "wheel.sh").exists() or \
+            not (tree / "src" / "herder" / "cli" / "upgrade.py").exists():
+        return None
+    # an unpacked tree (no .git): wheel.sh builds its files as they are
+    wheel = build(tree, work / "previous", version)
+    partial = cached.with_name(f".{version}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    shutil.copy2(wheel, partial / wheel.name)
+    shutil.rmtree(cached, ignore_errors=True)
+    partial.rename(cached)
+    return cached / wheel.name
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """OLD: the previous commit's build (the issue's "a cluster of the previous commit's
+    wheel"); NEW: this tree's. Where the previous commit cannot be had (no git metadata, a
+    shallow clone, a commit from before `cluster upgrade`) OLD is this tree built a second
+    time, which still tests the upgrade's mechanics but not two builds' code meeting."""
     out = tmp_path_factory.mktemp("wheels")
-    return {version: build(out, version) for version in (OLD, NEW)}
+    commit = previous_commit()
+    old = build_previous(commit, OLD, out) if commit else None
+    print(f"OLD ({OLD}): " + (f"the previous commit {commit}" if old else
+                              "this tree again (no previous commit to build)"))
+    return {OLD: old or build(REPO, out, OLD), NEW: build(REPO, out, NEW)}
 
 
 def installer(wheels: dict[str, Path]) -> Callable[[Any], None]:
@@ -353,3 +405,41 @@ def test_the_upgrade_under_systemd_on_debian_hosts(debian_sim: Any,
     assert int(pid_file.read_text().strip()) == qemu
     assert sim.host(NODE2).run(["kill", "-0", str(qemu)], timeout=30).returncode == 0
     assert not sim.host(NODE1).path(INTENT).exists() and not drained(sim)
+
+
+# --- the same upgrade with the config in etcd ------------------------------------------------
+# `--store etcd`: masterd campaigns for the master lease on every candidate, so the master's
+# masterd restarting on the new build must not hand the cluster to another node: the master
+# switches last and is still the master after it (the lease's holder, the config's
+# master_node). libvirt's test driver: this case is about the store, not the guests.
+ETCD_NODES = (NODE1, NODE2, NODE3)
+
+
+@pytest.fixture()
+def etcd_sim(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> Iterator[Any]:
+    yield from running_sim(tmp_path_factory.mktemp("upgrade-etcd"), 3, guests="test",
+                           store="etcd", first_ip=simaddresses.first_ip("upgrade_etcd"),
+                           herder_command=HERDER, install=installer(wheels))
+
+
+def test_the_upgrade_with_the_config_in_etcd(etcd_sim: Any) -> None:
+    sim = etcd_sim
+    with sim.rapi() as api:
+        assert api.get_info()["master"] == NODE1
+    done = upgrade(sim, "--to", NEW)
+    assert done.returncode == 0, done.stdout + done.stderr
+    switched = [line.split(":")[0] for line in done.stdout.splitlines() if f"-> {NEW}" in line]
+    assert switched == [NODE2, NODE3, NODE1], done.stdout
+    for node in ETCD_NODES:
+        assert os.readlink(sim.host(node).path(f"{PREFIX}/current")) == f"versions/{NEW}"
+        builds = daemon_builds(sim, node)
+        assert "noded" in builds and set(builds.values()) == {NEW}, (node, builds)
+    # the master stayed where it was: its masterd's restart did not hand the lease over
+    assert daemon_builds(sim, NODE1).keys() >= {"masterd", "maintd"}
+    with sim.rapi() as api:
+        info = api.get_info()
+    assert (info["master"], info["herder_version"]) == (NODE1, NEW)
+    wait_for(lambda: set(node_versions(sim).values()) == {NEW}, 60,
+             f"every node reporting herder {NEW}")
+    assert not drained(sim)
+    assert not sim.host(NODE1).path(INTENT).exists()
