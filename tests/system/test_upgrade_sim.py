@@ -53,6 +53,7 @@ UPGRADE_TIMEOUT = 900.0
 # The previous commit's wheels, kept between runs on one machine (a commit's tree never
 # changes): <cache>/<commit>/<version>/herder-<version>-py3-none-any.whl
 PREVIOUS_CACHE = Path("/var/cache/herder-test/previous-builds")
+PREVIOUS_KEPT = 8
 
 
 def build(tree: Path, out: Path, version: str) -> Path:
@@ -90,12 +91,17 @@ def build_previous(commit: str, version: str, work: Path) -> Path | None:
         return None
     # an unpacked tree (no .git): wheel.sh builds its files as they are
     wheel = build(tree, work / "previous", version)
-    partial = cached.with_name(f".{version}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    partial = cached.with_name(f".{version}.{os.getpid()}")
     partial.mkdir(parents=True)
     shutil.copy2(wheel, partial / wheel.name)
-    shutil.rmtree(cached, ignore_errors=True)
-    partial.rename(cached)
+    try:
+        partial.rename(cached)
+    except OSError:  # another run (another worktree's) cached it first
+        shutil.rmtree(partial, ignore_errors=True)
+    # the newest few commits' builds stay (a checkout tests one at a time, worktrees a few)
+    builds = sorted(PREVIOUS_CACHE.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in builds[PREVIOUS_KEPT:]:
+        shutil.rmtree(stale, ignore_errors=True)
     return cached / wheel.name
 
 
@@ -447,8 +453,11 @@ def test_the_upgrade_with_the_config_in_etcd(etcd_sim: Any) -> None:
         assert os.readlink(sim.host(node).path(f"{PREFIX}/current")) == f"versions/{NEW}"
         builds = daemon_builds(sim, node)
         assert "noded" in builds and set(builds.values()) == {NEW}, (node, builds)
-    # the master stayed where it was: its masterd's restart did not hand the lease over
+    # the master stayed where it was: its masterd's restart did not hand the lease over, the
+    # next masterd held the kept one
     assert daemon_builds(sim, NODE1).keys() >= {"masterd", "maintd"}
+    log = sim.host(NODE1).path("/var/log/herder/masterd.log").read_text(errors="replace")
+    assert "holds the lease its previous masterd kept" in log
     with sim.rapi() as api:
         info = api.get_info()
     assert (info["master"], info["herder_version"]) == (NODE1, NEW)
