@@ -135,9 +135,17 @@ class MasterLease:
             self._epoch = None
             lease, self._lease = self._lease, None
         if keep and lease is not None and was_master:
+            # renewed once more: the next masterd has the whole TTL to start and hold it
+            try:
+                alive = self.client.lease_keepalive(lease.id).ttl > 0
+            except etcd.EtcdError as err:  # the last renewal's time is left
+                log.warning("master lease: last renewal before the restart failed: %s", err)
+                alive = True
+            self.client.close()
+            if not alive:
+                return None
             log.info("master lease: %s keeps lease %x for its next masterd", self.node_name,
                      lease.id)
-            self.client.close()
             return lease.id
         if lease is not None:
             try:
