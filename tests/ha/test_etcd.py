@@ -328,6 +328,37 @@ def test_lease_basics(client: etcd.EtcdClient) -> None:
     b.resign()
 
 
+def test_a_kept_lease_is_held_on_by_the_next_masterd_of_the_node(client: etcd.EtcdClient) -> None:
+    """A restart in place (`cluster upgrade`'s switch of the master's masterd): the stopping
+    masterd keeps its lease, the next one of the same node holds it at the same epoch, and a
+    standby candidate is not elected meanwhile; a lease kept by another node is not taken."""
+    a = MasterLease(client, "kc", "A", ttl=4).start()
+    assert a.wait_elected(5)
+    epoch = a.epoch
+    b = MasterLease(client, "kc", "B", ttl=4).start()  # a standby, campaigning
+    kept = a.resign(keep=True)
+    assert kept is not None and not a.is_master()
+    assert b.current_master() == ("A", epoch)  # the key stays, attached to the kept lease
+    # "B" cannot adopt A's lease: the key names A
+    thief = MasterLease(client, "kc", "B2", ttl=4)
+    thief.adopt = kept
+    thief.start()
+    again = MasterLease(client, "kc", "A", ttl=4)
+    again.adopt = kept
+    again.start()
+    assert again.wait_elected(10)
+    assert again.epoch == epoch and again.current_master() == ("A", epoch)
+    # held on past the kept lease's first TTL: renewed by the new holder, nobody else elected
+    time.sleep(6)
+    assert again.is_master() and not b.is_master() and not thief.is_master()
+    assert again.current_master() == ("A", epoch)
+    # without the keep: revoked, a standby takes over
+    assert again.resign() is None
+    assert b.wait_elected(10) or thief.wait_elected(10)
+    b.resign()
+    thief.resign()
+
+
 HOLDER = textwrap.dedent("""
     import sys, time
     from herder.core import etcd

@@ -26,6 +26,13 @@ VERSIONS = "versions"
 CURRENT = "current"
 # what `herder daemon-util switch-version` started by noded writes (docs/install.md)
 UPGRADE_LOG = Path("/var/log/herder/upgrade.log")
+# Under <run dir> (/run/herder): `switch-version` asks the master's masterd on etcd to keep its
+# master lease while it restarts (KEEP_LEASE, written before the stop); the stopped masterd
+# leaves the lease's id for the next one (KEPT_LEASE), which holds that lease instead of
+# campaigning, so no other candidate is elected meanwhile (herder.masterd.lease)
+KEEP_LEASE = "masterd.keep-lease"
+KEPT_LEASE = "masterd.kept-lease"
+RUN_DIR = Path("/run/herder")
 # A version as setuptools-scm makes it (PEP 440, local part included): one path component.
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,99}")
 

@@ -31,7 +31,11 @@ TEMPLATE_STORAGE = {"blockdev": "blockdev", "diskless": "diskless", "drbd": STOR
 LIVE_STATES = frozenset({"running", "blocked", "paused", "shutdown", "pmsuspended"})
 
 
-class StorageUnit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+# The answer's Structs ignore fields they do not declare (msgspec's default): in a rolling
+# upgrade the nodes run the newer build before the master does, and an older masterd must
+# still read a newer noded's figures (docs/architecture.md "Node RPC", "Mixed builds"). A
+# field the master needs that is missing or of the wrong type is still refused.
+class StorageUnit(msgspec.Struct, frozen=True):
     """The space of one storage unit (a volume group, a directory) in MiB."""
 
     type: str  # a Ganeti storage type: file, lvm-vg, lvm-pv, ...
@@ -40,7 +44,7 @@ class StorageUnit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     storage_free: int
 
 
-class InstanceRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class InstanceRun(msgspec.Struct, frozen=True):
     """An instance whose hypervisor process exists on the node (Ganeti's all_instances_info
     entry): its state as the hypervisor says, and what it really has."""
 
@@ -58,7 +62,7 @@ class KvmVerdict(msgspec.Struct, kw_only=True):
     seconds: float
 
 
-class NodeInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class NodeInfo(msgspec.Struct, frozen=True):
     """One node's answer to `node_info`."""
 
     bootid: str  # renewed at every boot of the node

@@ -124,6 +124,7 @@ class MasterDaemon:
             etcd_store, self.lease, job_storage = masterd_etcd.open_etcd(
                 str(settings.config_path), self.me, ttl=settings.lease_ttl,
                 local_dir=settings.local_dir)
+            self.lease.adopt = masterd_etcd.kept_lease(settings.run_dir)
             self.store = self.etcd_store = etcd_store
         else:
             self.store = FileStore(settings.config_path)
@@ -330,5 +331,7 @@ class MasterDaemon:
         await sample_forever(self.rapi.web.samples, self.live, self.rapi.config, stop)
 
     async def _resign(self) -> None:
-        if self.lease is not None:  # a clean stop hands over at once
-            await asyncio.to_thread(self.lease.resign)
+        if self.lease is not None:  # a clean stop hands over at once, a restart keeps it
+            from herder.masterd import etcd_master
+
+            await asyncio.to_thread(etcd_master.resign, self.lease, self.settings.run_dir)

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from herder.core import master_daemons, model
+from herder.core import install_layout, master_daemons, model
 from herder.core.errors import HerderError
-from herder.core.store import ConfigStore
+from herder.core.store import ConfigStore, atomic_write
 from herder.core.store_etcd import DEFAULT_LOCAL_DIR, EtcdStore, open_client
 from herder.masterd.jobs.store_etcd import EtcdJobStorage
 from herder.masterd.lease import MasterLease
@@ -82,6 +82,34 @@ def open_etcd(location: str, node_name: str, *, ttl: int | None = None,
     store = EtcdStore(client, cluster, fence=lease,
                       local_dir=Path(local_dir) if local_dir is not None else DEFAULT_LOCAL_DIR)
     return store, lease, EtcdJobStorage(client, cluster, fence=lease)
+
+
+def resign(lease: MasterLease, run_dir: Path) -> None:
+    """A clean stop's end: the lease revoked (a standby takes over at once), or, asked by
+    `daemon-util switch-version` (install_layout.KEEP_LEASE: masterd restarts on another
+    build), kept for this node's next masterd (KEPT_LEASE: its id)."""
+    request = run_dir / install_layout.KEEP_LEASE
+    keep = request.exists()
+    kept = lease.resign(keep=keep)
+    if keep:
+        request.unlink(missing_ok=True)
+    if kept is not None:
+        atomic_write(run_dir / install_layout.KEPT_LEASE, f"{kept}\n".encode(), 0o600)
+
+
+def kept_lease(run_dir: Path) -> int | None:
+    """The lease the previous masterd of this node kept for this one (read once: removed)."""
+    path = run_dir / install_layout.KEPT_LEASE
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    path.unlink(missing_ok=True)
+    try:
+        return int(text.strip())
+    except ValueError:
+        log.warning("ignoring %s: not a lease id", path)
+        return None
 
 
 def lease_ttl_setting(observer: EtcdStore) -> int:
@@ -170,13 +198,18 @@ def take_over(candidate: Candidate, epoch: int) -> None:
         node = find_me(config, candidate.me)
         assert node is not None
         c = config.cluster
+        # this node's previous masterd held this very lease (kept across a restart:
+        # lease.MasterLease.adopt): the same master at the same epoch, which the nodes and a
+        # running `cluster upgrade` sign with; nothing to move
+        held_on = c.master_node == node.uuid and c.master_epoch == epoch
         old = config.nodes.get(c.master_node)
         if old is not None and c.master_ip == old.primary_ip:
             c.master_ip = node.primary_ip  # no separate floating IP: it moves with the master
         c.master_node = node.uuid
         # the lease's epoch (an etcd revision: it grows with every election); a config that
         # came from the file backend may already carry a larger one: stay above it
-        c.master_epoch = epoch if epoch > c.master_epoch else c.master_epoch + 1
+        if not held_on:
+            c.master_epoch = epoch if epoch > c.master_epoch else c.master_epoch + 1
         written = c.master_epoch
     recovered = candidate.become_master(node.uuid, written)
     log.info("master on etcd: %s took over at epoch %d (lease epoch %d); jobs %s",

@@ -16,6 +16,13 @@ master and calls `on_lost(reason)`. It does not campaign again: a new `MasterLea
 Only an eligible node campaigns (`eligible`: masterd's says whether the config has it as a
 master candidate, Ganeti's rule for who may become master); the others hold a lease and wait.
 
+Restarting in place (`herder cluster upgrade` switching the master's build): a masterd asked to
+keep its lease (`resign(keep=True)`) stops renewing it without revoking it, and the next
+masterd of the same node, told that lease's id (`adopt`), renews it instead of campaigning: the
+master key stays attached to it throughout, so no other candidate can be elected while masterd
+restarts (unless the restart takes longer than the TTL: then the lease runs out and the
+candidates race as after a crash).
+
 Taking over: when the master dies its lease expires at most `ttl` seconds after its last renewal
 (etcd extends every lease once by an election timeout when its own leader changes), the key goes
 with it, and the waiting candidates, polling every `poll` seconds, race to create it; one wins.
@@ -72,6 +79,9 @@ class MasterLease:
         self._thread: threading.Thread | None = None
         self.lost_reason: str | None = None
         self.elected_at: float | None = None  # monotonic
+        # the lease a previous masterd of this node kept for it (`resign(keep=True)`): taken
+        # over instead of campaigning while the master key is still attached to it
+        self.adopt: int | None = None
 
     def __repr__(self) -> str:
         return f"MasterLease({self.cluster!r}, {self.node_name!r}, epoch={self._epoch})"
@@ -113,20 +123,37 @@ class MasterLease:
     def wait_elected(self, timeout: float | None = None) -> bool:
         return self._elected.wait(timeout) and self.is_master()
 
-    def resign(self) -> None:
-        """Stop campaigning or being master; revoke the lease (the key goes with it)."""
+    def resign(self, keep: bool = False) -> int | None:
+        """Stop campaigning or being master; revoke the lease (the key goes with it), or with
+        `keep` leave it to run out by itself and answer its id (None: none was held) for the
+        next masterd of this node to `adopt`."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.ttl)
         with self._lock:
+            was_master = self._epoch is not None
             self._epoch = None
             lease, self._lease = self._lease, None
+        if keep and lease is not None and was_master:
+            # renewed once more: the next masterd has the whole TTL to start and hold it
+            try:
+                alive = self.client.lease_keepalive(lease.id).ttl > 0
+            except etcd.EtcdError as err:  # the last renewal's time is left
+                log.warning("master lease: last renewal before the restart failed: %s", err)
+                alive = True
+            self.client.close()
+            if not alive:
+                return None
+            log.info("master lease: %s keeps lease %x for its next masterd", self.node_name,
+                     lease.id)
+            return lease.id
         if lease is not None:
             try:
                 self.client.lease_revoke(lease.id)
             except etcd.EtcdError as err:  # it expires by itself
                 log.warning("master lease: revoke failed: %s", err)
         self.client.close()
+        return None
 
     def _lose(self, reason: str) -> None:
         with self._lock:
@@ -165,7 +192,7 @@ class MasterLease:
                     lease_valid_until = sent + renewed.ttl
                     next_renew = sent + self.ttl / 3
                 if self._epoch is None:
-                    self._campaign(lease_valid_until)
+                    lease_valid_until = self._campaign(lease_valid_until)
                 elif not checked:  # after every renewal: is the key still mine?
                     kv = self.client.get(self.key)
                     if (kv is None or kv.value.decode() != self.node_name
@@ -182,10 +209,11 @@ class MasterLease:
                 break
             self._stop.wait(self.poll)
 
-    def _campaign(self, lease_valid_until: float) -> None:
+    def _campaign(self, lease_valid_until: float) -> float:
+        """One campaign; the time until which the lease held is valid (the adopted one's)."""
         assert self._lease is not None
         if self.eligible is not None and not self.eligible():
-            return
+            return lease_valid_until
         result = self.client.txn(
             [etcd.cmp_create(self.key, 0)],
             [etcd.op_put(self.key, self.node_name, self._lease.id)],
@@ -198,8 +226,14 @@ class MasterLease:
             kv = result.ranges[0].first if result.ranges else None
             if kv and kv.lease == self._lease.id and kv.value.decode() == self.node_name:
                 epoch = kv.create_revision
+            elif kv and self.adopt is not None and kv.lease == self.adopt and \
+                    kv.value.decode() == self.node_name:
+                lease_valid_until = self._adopt(self.adopt, lease_valid_until)
+                if self._lease.id == self.adopt:
+                    epoch = kv.create_revision
+        self.adopt = None  # once: after that the lease is this one's, or it ran out
         if epoch is None:
-            return
+            return lease_valid_until
         with self._lock:
             self._epoch = epoch
             self._valid_until = lease_valid_until
@@ -208,3 +242,22 @@ class MasterLease:
         self._elected.set()
         if self.on_elected is not None:
             self.on_elected(epoch)
+        return lease_valid_until
+
+    def _adopt(self, lease_id: int, lease_valid_until: float) -> float:
+        """Renew the kept lease `lease_id`; while it lives, hold it instead of the one granted
+        to this masterd (revoked). The time until which the lease held is valid."""
+        assert self._lease is not None
+        sent = time.monotonic()
+        renewed = self.client.lease_keepalive(lease_id)
+        if renewed.ttl <= 0:  # it ran out meanwhile: campaign as after a crash
+            log.info("master lease: the kept lease %x ran out; campaigning", lease_id)
+            return lease_valid_until
+        granted, self._lease = self._lease, etcd.Lease(lease_id, renewed.ttl)
+        try:
+            self.client.lease_revoke(granted.id)
+        except etcd.EtcdError as err:  # it expires by itself
+            log.warning("master lease: revoke of the unused lease failed: %s", err)
+        log.info("master lease: %s holds the lease its previous masterd kept (%x)",
+                 self.node_name, lease_id)
+        return sent + renewed.ttl

@@ -8,16 +8,18 @@ the other build.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from herder.core import supervise_control
 from herder.core.errors import HerderError
-from herder.core.install_layout import VERSIONS, Layout
+from herder.core.install_layout import KEEP_LEASE, RUN_DIR, VERSIONS, Layout
 from herder.supervise.daemon_util import Backend
 from herder.supervise.settings import HERDER_DAEMONS, KNOWN_DAEMONS
 
 
 def switch_version(version: str, layout: Layout, backend: Backend,
-                   say: Callable[[str], None] = lambda line: None) -> list[str]:
+                   say: Callable[[str], None] = lambda line: None,
+                   run_dir: Path = RUN_DIR) -> list[str]:
     """Point `current` at `version`, then stop and start again, one after the other in start
     order, herder's daemons that run here (Ganeti's `daemon-util stop-all`, symlink,
     `start-all` on one node); the daemons restarted.
@@ -41,6 +43,23 @@ def switch_version(version: str, layout: Layout, backend: Backend,
     say(f"{layout.current} -> {VERSIONS}/{version} (was {before})")
     for daemon in running:
         say(f"restarting {daemon}")
-        backend.stop([daemon])
+        # masterd on etcd keeps its master lease across the restart (the next one holds it):
+        # a clean stop would hand the cluster to another candidate in the middle of the
+        # upgrade (herder.masterd.lease). Asked only for this stop: the request goes with it
+        keep = daemon == "masterd" and request_lease_kept(run_dir)
+        try:
+            backend.stop([daemon])
+        finally:
+            if keep:
+                (run_dir / KEEP_LEASE).unlink(missing_ok=True)
         backend.start([daemon])
     return running
+
+
+def request_lease_kept(run_dir: Path) -> bool:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / KEEP_LEASE).write_text("switch-version\n")
+    except OSError:  # then masterd hands over as on any clean stop
+        return False
+    return True

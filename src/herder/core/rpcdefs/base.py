@@ -8,7 +8,9 @@ field that is not None), signed by `core.rpcauth`; the answer's `result` is deco
 `ANSWER` on the master. The node decodes the arguments into the same Struct at its door
 (`__post_init__` checks what the types cannot: names, ranges, file name components), so a
 malformed call is a 400 naming the argument and the handler gets typed arguments. Arguments a
-call does not declare are ignored (a newer master may send more).
+call does not declare are ignored (a newer master may send more); an answer's fields the
+master does not declare are ignored too (a newer node may answer more: docs/architecture.md
+"Mixed builds").
 
 The calls are defined per area in this package's `*_calls` modules; `herder.core.rpcdefs.
 registry()` finds them all.

@@ -54,8 +54,13 @@ def upgrade_switch(node: Node, call: upgrade_calls.UpgradeSwitch) -> str:
     script = f"sleep {SWITCH_DELAY:g}; exec {switch}"
     argv = ["sh", "-c", script]
     if SYSTEMD_RUNTIME.is_dir() and shutil.which("systemd-run"):
+        # the unit's output is its own (the journal by default), not systemd-run's: appended
+        # to the upgrade log as under the supervisor
+        log_to = f"append:{versions.UPGRADE_LOG}"
         argv = ["systemd-run", "--quiet", "--collect", "--unit",
-                f"herder-switch-version-{int(time.time())}", "--", *argv]
+                f"herder-switch-version-{int(time.time())}",
+                f"--property=StandardOutput={log_to}", f"--property=StandardError={log_to}",
+                "--", *argv]
     with open(versions.UPGRADE_LOG, "ab") as out:
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                          start_new_session=True, cwd="/", env={**os.environ})
