@@ -313,7 +313,7 @@ class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):
         self.instances = [lookup(config.find_instance, name) for name in self.op.instances] \
             if self.op.instances else sorted(config.instances.values(), key=lambda i: i.name)
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [i.name for i in self.instances]
 
     def execute(self) -> JobResult:
