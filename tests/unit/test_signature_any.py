@@ -13,8 +13,8 @@ from tests.sourcetree import PACKAGE, Function, functions_of, modules, signature
 
 # The ceilings: the count when they were set (issue 33's second round: 217 uses in 181
 # signatures before it). Lower them as `Any` goes; a change that needs more must say why here.
-MAX_SIGNATURES = 105
-MAX_USES = 126
+MAX_SIGNATURES = 101
+MAX_USES = 120
 COMPONENTS = ("masterd", "noded")
 
 
