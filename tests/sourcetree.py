@@ -3,8 +3,9 @@ imports (anywhere in a module, also inside functions and under TYPE_CHECKING, an
 `importlib.import_module` of a literal name) and their functions.
 
 Used by the import rule (`tests/unit/test_import_rule.py`), the import circles
-(`test_import_circles.py`), the function lengths (`test_function_length.py`) and the module
-map of docs/architecture.md (`test_architecture_map.py`).
+(`test_import_circles.py`), the function lengths (`test_function_length.py`), the `Any` in
+signatures (`test_signature_any.py`) and the module map of docs/architecture.md
+(`test_architecture_map.py`).
 """
 
 from __future__ import annotations
@@ -121,9 +122,40 @@ class Function:
     name: str  # qualified within the module: `Class.method`, `outer.inner`
     line: int
     lines: int  # from `def` to its last line (decorators not counted)
+    signature_any: int = 0  # `Any` in its parameters' and return's annotations
 
     def __str__(self) -> str:
         return f"{self.module}.{self.name} ({self.lines} lines, line {self.line})"
+
+
+def _anys(annotation: ast.expr | None) -> int:
+    """How often an annotation names `Any` (`Any`, `typing.Any`, also in a quoted one; not a
+    `Literal`'s values)."""
+    if annotation is None:
+        return 0
+    if (isinstance(annotation, ast.Name) and annotation.id == "Any") or \
+            (isinstance(annotation, ast.Attribute) and annotation.attr == "Any"):
+        return 1
+    if isinstance(annotation, ast.Subscript) and (
+            (isinstance(annotation.value, ast.Name) and annotation.value.id == "Literal") or
+            (isinstance(annotation.value, ast.Attribute) and annotation.value.attr == "Literal")):
+        return 0
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            return _anys(ast.parse(annotation.value, mode="eval").body)
+        except SyntaxError:  # a string that is no annotation
+            return 0
+    return sum(_anys(child) for child in ast.iter_child_nodes(annotation)
+               if isinstance(child, ast.expr))
+
+
+def signature_any(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """`Any` in the annotations of a function's parameters (`*args`, `**kwargs` too) and its
+    return; an alias of `Any` (`params.Params`) is a name of its own and not counted."""
+    args = function.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs,
+             *(a for a in (args.vararg, args.kwarg) if a is not None)]
+    return sum(_anys(a.annotation) for a in every) + _anys(function.returns)
 
 
 def functions_of(path: Path) -> Iterator[Function]:
@@ -139,7 +171,8 @@ def functions_of(path: Path) -> Iterator[Function]:
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}{child.name}"
                 yield Function(module, name, child.lineno,
-                               (child.end_lineno or child.lineno) - child.lineno + 1)
+                               (child.end_lineno or child.lineno) - child.lineno + 1,
+                               signature_any(child))
                 yield from walk(child, f"{name}.")
             elif isinstance(child, ast.ClassDef):
                 yield from walk(child, f"{prefix}{child.name}.")

@@ -56,7 +56,7 @@ def disk_space_total(template: str, sizes: Sequence[int]) -> int:
     return 0
 
 
-def request_template(config: model.ConfigData, request: Mapping[str, Any]) -> str | None:
+def request_template(config: model.ConfigData, request: Mapping[str, object]) -> str | None:
     """The disk template whose storage the node figures describe: the request's, else the
     relocated instance's, else the cluster's first (as Ganeti's iallocator input)."""
     template = request.get("disk_template")
@@ -97,7 +97,7 @@ def node_figures(config: model.ConfigData, node: model.Node, info: livefigures.N
     }
 
 
-def build_message(config: model.ConfigData, request: Mapping[str, Any],
+def build_message(config: model.ConfigData, request: Mapping[str, object],
                   live: Snapshot) -> dict[str, Any]:
     """The iallocator v2 input message. `live`: the node daemons' figures and run states
     (masterd.livecache); a node without is marked offline."""
@@ -150,7 +150,7 @@ def find_script(name: str, search_path: Sequence[Path]) -> Path | None:
     return None
 
 
-def run(name: str, message: Mapping[str, Any],
+def run(name: str, message: Mapping[str, object],
         search_path: Sequence[Path] = DEFAULT_SEARCH_PATH) -> dict[str, Any]:
     """The allocator's answer {success, info, result}; OpPrereqError when it cannot be run or
     fails (exit code non-zero, unusable output), as Ganeti reports it."""
@@ -190,7 +190,7 @@ def run(name: str, message: Mapping[str, Any],
     return reply
 
 
-def _replies(names: Sequence[str], message: Mapping[str, Any], search_path: Sequence[Path],
+def _replies(names: Sequence[str], message: Mapping[str, object], search_path: Sequence[Path],
              failures: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each allocator's reply to `message`, in order (design-2.1); one that cannot answer adds
     its reason to `failures`."""
@@ -223,7 +223,7 @@ def allocate_nodes(config: model.ConfigData, names: Sequence[str], request: Mapp
     raise OpPrereqError("; ".join(failures), "insufficient_resources")
 
 
-def job_answer(config: model.ConfigData, names: Sequence[str], request: Mapping[str, Any],
+def job_answer(config: model.ConfigData, names: Sequence[str], request: Mapping[str, object],
                live: Snapshot, search_path: Sequence[Path] = DEFAULT_SEARCH_PATH
                ) -> tuple[str, list[Any]]:
     """The result of the first allocator that succeeds on a request answered with jobs or

@@ -61,14 +61,15 @@ class Processor:
         self.strategy_factory = strategy_factory
 
     def make_lu(self, op: opcodes.OpCode,
-                feedback: Callable[[str], None] = lambda message: None) -> LogicalUnit[Any]:
+                feedback: Callable[[str], None] = lambda message: None
+                ) -> LogicalUnit[opcodes.OpCode]:
         try:
             cls = lu.registry()[op.op_id]
         except KeyError:
             raise opcodes.OpcodeError(f"opcode {op.op_id} is not implemented by herder") from None
         return cls(op, self.env, feedback)
 
-    def after_master_death(self, op: opcodes.OpCode) -> list[dict[str, Any]]:
+    def after_master_death(self, op: opcodes.OpCode) -> list[dict[str, object]]:
         """What must follow `op`, interrupted by the master's death (the job queue's recovery
         submits it): its LU's `after_master_death` (e.g. a move's cleanup)."""
         cls = lu.registry().get(op.op_id)

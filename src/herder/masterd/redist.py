@@ -262,7 +262,7 @@ class PushResult:
     sent: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, list[str]]:
         return {"sent": self.sent, "errors": self.errors}
 
 
@@ -554,7 +554,7 @@ def _plan_digests(plans: dict[str, NodePlan],
     return digests
 
 
-def report(results: dict[str, PushResult]) -> dict[str, dict[str, Any]]:
+def report(results: dict[str, PushResult]) -> dict[str, dict[str, list[str]]]:
     return {name: r.to_dict() for name, r in sorted(results.items())}
 
 

@@ -28,9 +28,8 @@ import logging
 import os
 import shutil
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from aiohttp import WSMsgType, web
@@ -182,7 +181,8 @@ def caller_args(node: Node, checker: rpccheck.RequestChecker, request: web.Reque
     return call, epoch
 
 
-async def _pump_to_socket(ws: web.WebSocketResponse, write: Callable[[bytes], Any]) -> None:
+async def _pump_to_socket(ws: web.WebSocketResponse,
+                          write: Callable[[bytes], Awaitable[None]]) -> None:
     async for message in ws:
         if message.type == WSMsgType.BINARY:
             await write(message.data)
@@ -250,7 +250,7 @@ async def _vnc(ws: web.WebSocketResponse, endpoint: tuple[str, int] | str) -> No
             await writer.wait_closed()
 
 
-async def _race(*jobs: Any) -> None:
+async def _race(*jobs: Coroutine[object, None, None]) -> None:
     """Run both directions until either ends (the other is cancelled)."""
     tasks = [asyncio.ensure_future(job) for job in jobs]
     try:

@@ -10,7 +10,6 @@ by `vnc_bind_address`/`spice_bind`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from herder.core.rpcdefs.payload import InstancePayload, NicPayload
 from herder.noded.kvm.domain import DiskSpec, InstanceSpec, NicSpec
@@ -35,7 +34,7 @@ def network_spec(inst: InstancePayload) -> InstanceSpec:
                         nics=nic_specs(inst.nics), tags=tuple(inst.tags))
 
 
-def password_files(hvparams: Mapping[str, Any]) -> dict[str, str]:
+def password_files(hvparams: Mapping[str, object]) -> dict[str, str]:
     """Which password files the domain needs read: {"vnc"|"spice": path}."""
     wanted = {}
     if hvparams.get("vnc_bind_address") and hvparams.get("vnc_password_file"):
@@ -45,7 +44,7 @@ def password_files(hvparams: Mapping[str, Any]) -> dict[str, str]:
     return wanted
 
 
-def bind_interfaces(hvparams: Mapping[str, Any]) -> list[str]:
+def bind_interfaces(hvparams: Mapping[str, object]) -> list[str]:
     """Interface names (not addresses, not socket directories) the bind parameters name."""
     import ipaddress
 

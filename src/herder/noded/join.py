@@ -25,7 +25,6 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from herder.core import node_certs, ssconf
 from herder.core.errors import HerderError
@@ -51,7 +50,7 @@ class JoinSteps:
     _pending_key: bytes | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def handle(self, step: str, body: bytes) -> dict[str, Any]:
+    def handle(self, step: str, body: bytes) -> dict[str, str]:
         if step not in STEPS:
             raise JoinRefused(404, f"no join step {step!r}")
         if self.trust.joined():
@@ -93,7 +92,7 @@ class JoinSteps:
         expires = self._challenges.pop(challenge, None)
         return expires is not None and expires > time.monotonic()
 
-    def _install(self, payload_text: str) -> dict[str, Any]:
+    def _install(self, payload_text: str) -> dict[str, str]:
         if self._pending_key is None:
             raise JoinRefused(409, "no certificate request is pending")
         try:

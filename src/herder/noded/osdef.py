@@ -290,7 +290,7 @@ def check_variant(osdef: OsDefinition, full_name: str, force: bool = False) -> s
     return variant
 
 
-def check_os_params(osdef: OsDefinition, osparams: Mapping[str, Any]) -> None:
+def check_os_params(osdef: OsDefinition, osparams: Mapping[str, object]) -> None:
     """Refuse OS parameters the OS does not declare (API 20 parameters.list)."""
     unknown = sorted(set(osparams) - osdef.parameter_names)
     if unknown:
@@ -373,7 +373,7 @@ class OsInstanceData:
         )
 
 
-def _env_value(value: Any) -> str:
+def _env_value(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from herder.core import rpcauth
 from herder.core.errors import SignatureError
@@ -34,7 +33,7 @@ class RequestChecker:
     node: str  # this node's name, as the master's config names it
     replay: rpcauth.ReplayCache = field(default_factory=rpcauth.ReplayCache)
 
-    def check(self, method: str, body: bytes) -> dict[str, Any]:
+    def check(self, method: str, body: bytes) -> dict[str, object]:
         """The call's arguments; Refused when it must not run."""
         keys = self.keys()
         if not keys:

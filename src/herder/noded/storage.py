@@ -27,13 +27,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from herder.core import sizes
 from herder.core.errors import HerderError
+from herder.core.rpcdefs.storage_calls import StorageRow
 
 if TYPE_CHECKING:
     from herder.core import model
+
+# a unit's field value: a name, a size in MiB, a flag (the node RPC's answer row)
+UnitValue = str | int | float | bool | None
 
 ST_LVM_PV = "lvm-pv"
 ST_LVM_VG = "lvm-vg"
@@ -213,21 +217,21 @@ class StorageType(ABC):
 
     @abstractmethod
     def list_units(self, name: str | None = None, fields: Sequence[str] | None = None
-                   ) -> list[dict[str, Any]]:
+                   ) -> list[StorageRow]:
         """All units (or just `name`) with `fields` (default: all of STORAGE_FIELDS)."""
 
     @abstractmethod
-    def unit_status(self, name: str) -> dict[str, Any]:
+    def unit_status(self, name: str) -> StorageRow:
         """One unit's fields plus type-specific health, with `ok` summarising it."""
 
-    def modify(self, name: str, changes: Mapping[str, Any]) -> None:
+    def modify(self, name: str, changes: Mapping[str, UnitValue]) -> None:
         unknown = set(changes) - self.modifiable
         if unknown:
             raise StorageError(
                 f"{self.name} storage: field(s) {', '.join(sorted(unknown))} cannot be modified"
             )
 
-    def execute(self, name: str, operation: str, **options: Any) -> Any:
+    def execute(self, name: str, operation: str, **options: object) -> VgRepairResult:
         raise StorageError(f"{self.name} storage has no operation {operation!r}")
 
     @staticmethod
@@ -248,7 +252,7 @@ class _LvmStorage(StorageType):
         self.runner = runner
         self.timeout = timeout
 
-    def _convert(self, field: str, values: Mapping[str, str]) -> Any:
+    def _convert(self, field: str, values: Mapping[str, str]) -> UnitValue:
         raise NotImplementedError
 
     def _query(self, name: str | None, lvm_fields: Sequence[str]) -> list[dict[str, str]]:
@@ -261,7 +265,7 @@ class _LvmStorage(StorageType):
                 for row in parse_rows(result.stdout, len(lvm_fields))]
 
     def list_units(self, name: str | None = None, fields: Sequence[str] | None = None
-                   ) -> list[dict[str, Any]]:
+                   ) -> list[StorageRow]:
         wanted = self._fields(fields)
         lvm_fields = list(dict.fromkeys(f for sf in wanted for f in self.field_map[sf]))
         if not lvm_fields:
@@ -279,14 +283,14 @@ class LvmPvStorage(_LvmStorage):
         SF_FREE: ("pv_free",), SF_ALLOCATABLE: ("pv_attr",),
     }
 
-    def _convert(self, field: str, values: Mapping[str, str]) -> Any:
+    def _convert(self, field: str, values: Mapping[str, str]) -> UnitValue:
         if field == SF_NAME:
             return values["pv_name"]
         if field == SF_ALLOCATABLE:
             return values["pv_attr"][:1] == "a"
         return parse_size(values[self.field_map[field][0]])
 
-    def unit_status(self, name: str) -> dict[str, Any]:
+    def unit_status(self, name: str) -> StorageRow:
         fields = ["pv_name", "vg_name", "pv_attr", "pv_size", "pv_free", "pv_used"]
         rows = self._query(name, fields)
         if not rows:
@@ -301,7 +305,7 @@ class LvmPvStorage(_LvmStorage):
             "exported": len(attr) > 1 and attr[1] == "x", "missing": missing, "ok": not missing,
         }
 
-    def modify(self, name: str, changes: Mapping[str, Any]) -> None:
+    def modify(self, name: str, changes: Mapping[str, UnitValue]) -> None:
         super().modify(name, changes)
         if SF_ALLOCATABLE in changes:
             set_pv_allocatable(name, bool(changes[SF_ALLOCATABLE]), self.runner, self.timeout)
@@ -316,7 +320,7 @@ class LvmVgStorage(_LvmStorage):
         SF_USED: ("vg_size", "vg_free"), SF_ALLOCATABLE: (),
     }
 
-    def _convert(self, field: str, values: Mapping[str, str]) -> Any:
+    def _convert(self, field: str, values: Mapping[str, str]) -> UnitValue:
         if field == SF_NAME:
             return values["vg_name"]
         if field == SF_ALLOCATABLE:
@@ -325,7 +329,7 @@ class LvmVgStorage(_LvmStorage):
             return parse_size(values["vg_size"]) - parse_size(values["vg_free"])
         return parse_size(values[self.field_map[field][0]])
 
-    def unit_status(self, name: str) -> dict[str, Any]:
+    def unit_status(self, name: str) -> StorageRow:
         fields = ["vg_name", "vg_attr", "vg_size", "vg_free", "pv_count", "lv_count"]
         argv = ["vgs", "--noheadings", "--units=m", "--nosuffix", f"--separator={LVM_SEPARATOR}",
                 f"--options={','.join(fields)}", name]
@@ -346,7 +350,7 @@ class LvmVgStorage(_LvmStorage):
             "problem": problem, "ok": problem is None,
         }
 
-    def execute(self, name: str, operation: str, **options: Any) -> Any:
+    def execute(self, name: str, operation: str, **options: object) -> VgRepairResult:
         """`fix-consistency` is `repair_vg` (option: remove_partial_lvs)."""
         if operation != SO_FIX_CONSISTENCY:
             return super().execute(name, operation, **options)
@@ -365,8 +369,8 @@ class FileStorage(StorageType):
     def __init__(self, paths: Iterable[str | Path]) -> None:
         self.paths = [Path(p) for p in paths]
 
-    def _row(self, path: Path, wanted: Sequence[str]) -> dict[str, Any]:
-        row: dict[str, Any] = {}
+    def _row(self, path: Path, wanted: Sequence[str]) -> StorageRow:
+        row: StorageRow = {}
         stats: os.statvfs_result | None = None
         for field in wanted:
             if field == SF_NAME:
@@ -386,14 +390,14 @@ class FileStorage(StorageType):
         return row
 
     def list_units(self, name: str | None = None, fields: Sequence[str] | None = None
-                   ) -> list[dict[str, Any]]:
+                   ) -> list[StorageRow]:
         wanted = self._fields(fields)
         paths = [Path(name)] if name is not None else self.paths
         return [self._row(p, wanted) for p in paths]
 
-    def unit_status(self, name: str) -> dict[str, Any]:
+    def unit_status(self, name: str) -> StorageRow:
         path = Path(name)
-        status: dict[str, Any] = {SF_NAME: str(path), "exists": path.exists(),
+        status: StorageRow = {SF_NAME: str(path), "exists": path.exists(),
                                   "is_dir": path.is_dir()}
         status["writable"] = status["is_dir"] and os.access(path, os.W_OK | os.X_OK)
         if status["is_dir"]:
@@ -408,15 +412,16 @@ STORAGE_TYPES: dict[str, type[StorageType]] = {
 }
 
 
-def get_storage(type_name: str, *args: Any, **kwargs: Any) -> StorageType:
-    """An instance of the storage type `type_name` (`file` takes the directory list)."""
-    try:
-        cls = STORAGE_TYPES[type_name]
-    except KeyError:
+def get_storage(type_name: str, paths: Iterable[str | Path] = (), *,
+                runner: Runner = run_command) -> StorageType:
+    """An instance of the storage type `type_name` (`file` takes the directory list `paths`,
+    the LVM types the command runner)."""
+    if type_name not in STORAGE_TYPES:
         raise StorageError(
-            f"unknown storage type {type_name!r} (known: {', '.join(sorted(STORAGE_TYPES))})"
-        ) from None
-    return cls(*args, **kwargs)
+            f"unknown storage type {type_name!r} (known: {', '.join(sorted(STORAGE_TYPES))})")
+    if type_name == ST_FILE:
+        return FileStorage(paths)
+    return LvmPvStorage(runner) if type_name == ST_LVM_PV else LvmVgStorage(runner)
 
 
 # --- helpers for file storage sizes ------------------------------------------------------------

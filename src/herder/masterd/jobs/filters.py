@@ -68,8 +68,8 @@ def compile_rules(rules: Iterable[model.FilterRule]) -> tuple[CompiledRule, ...]
 
 
 def _compile(rule: model.FilterRule, kind: str,
-             expression: Any) -> tuple[str, qfilter.Predicate]:
-    def watermark(value: Any) -> Any:
+             expression: object) -> tuple[str, qfilter.Predicate]:
+    def watermark(value: object) -> object:
         return rule.watermark if value == WATERMARK else value
 
     value_map = watermark if kind == "jobid" else (lambda value: value)

@@ -281,11 +281,11 @@ DEVICE_MODS = ("add", "attach", "detach", "remove")
 DEVICE_MODS_WITH_MODIFY = (*DEVICE_MODS, "modify")
 
 
-def _non_negative_int(value: Any) -> bool:
+def _non_negative_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _disk_params_shape(value: Any) -> str | None:
+def _disk_params_shape(value: object) -> str | None:
     """Ganeti's TIDiskParams / TDiskParams: what is wrong with a disk's parameters (None:
     a dict of non-empty names to non-empty strings or integers)."""
     if not isinstance(value, dict):
@@ -298,7 +298,7 @@ def _disk_params_shape(value: Any) -> str | None:
     return None
 
 
-def _nic_params_shape(value: Any) -> str | None:
+def _nic_params_shape(value: object) -> str | None:
     """Ganeti's TINicParams: what is wrong with a NIC's parameters (None: an object, or
     nothing); its values are checked as a new NIC's (`check_nic_specs`)."""
     if value is not None and not isinstance(value, dict):
@@ -306,8 +306,8 @@ def _nic_params_shape(value: Any) -> str | None:
     return None
 
 
-def check_device_mods(field: str, mods: Any,
-                      settings_problem: Callable[[Any], str | None] = _disk_params_shape
+def check_device_mods(field: str, mods: object,
+                      settings_problem: Callable[[object], str | None] = _disk_params_shape
                       ) -> None:
     """Ganeti's TSetParamsMods(TIDiskParams or TINicParams): a list of [op, index, params]
     (op one of DEVICE_MODS_WITH_MODIFY, the index an integer, -1 the last, or a device's
@@ -339,7 +339,7 @@ def check_device_mods(field: str, mods: Any,
             raise ValueError(f"{where}: {problem}")
 
 
-def check_recreate_disks(disks: Any) -> None:
+def check_recreate_disks(disks: object) -> None:
     """Ganeti's TRecreateDisksInfo: a list of disk indices, or a list of [index, params]."""
     if not isinstance(disks, list):
         raise ValueError(f"disks: a list of disk indices or of [index, params], got {disks!r}")

@@ -115,7 +115,7 @@ class Processor(Protocol):
 
 # A processor may also say what must follow an opcode that was running when the master died
 # (`after_master_death(op) -> [opcode dicts]`, e.g. a move's cleanup): `recover` submits it.
-FollowUp = Callable[[opcodes.OpCode], list[dict[str, Any]]]
+FollowUp = Callable[[opcodes.OpCode], list[dict[str, object]]]
 
 
 class JobStorage(Protocol):

@@ -10,14 +10,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import cache
-from typing import Any
 
 from herder.masterd.jobs import opcodes
 from herder.masterd.lu.base import LogicalUnit
 
 
-def _units(base: type[LogicalUnit[Any]]) -> list[type[LogicalUnit[Any]]]:
-    found: list[type[LogicalUnit[Any]]] = []
+def _units(base: type[LogicalUnit[opcodes.OpCode]]) -> list[type[LogicalUnit[opcodes.OpCode]]]:
+    found: list[type[LogicalUnit[opcodes.OpCode]]] = []
     for cls in base.__subclasses__():
         found.append(cls)
         found.extend(_units(cls))
@@ -25,12 +24,12 @@ def _units(base: type[LogicalUnit[Any]]) -> list[type[LogicalUnit[Any]]]:
 
 
 @cache
-def registry() -> dict[str, type[LogicalUnit[Any]]]:
+def registry() -> dict[str, type[LogicalUnit[opcodes.OpCode]]]:
     """OP_ID -> logical unit class, for every opcode. RuntimeError when an opcode has no LU or
     two, or an LU names something not an opcode."""
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
-    claims: dict[type[opcodes.OpCode], list[type[LogicalUnit[Any]]]] = {}
+    claims: dict[type[opcodes.OpCode], list[type[LogicalUnit[opcodes.OpCode]]]] = {}
     for cls in _units(LogicalUnit):
         op = vars(cls).get("OP")
         if op is not None:
@@ -39,7 +38,7 @@ def registry() -> dict[str, type[LogicalUnit[Any]]]:
               for cls in units]
     if strays:
         raise RuntimeError(f"logical units for unknown opcodes: {', '.join(strays)}")
-    found: dict[str, type[LogicalUnit[Any]]] = {}
+    found: dict[str, type[LogicalUnit[opcodes.OpCode]]] = {}
     for op in opcodes.ALL_OPCODES:
         units = claims.get(op, [])
         if len(units) != 1:

@@ -10,7 +10,6 @@ the instance as it was (started again when it ran). Imports are OP_INSTANCE_CREA
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from herder.core import exportconf, model, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
@@ -124,7 +123,7 @@ class BackupExport(LogicalUnit[opcodes.OpBackupExport]):
         return [self.source.name, self.target.name]
 
     @classmethod
-    def after_master_death(cls, op: opcodes.OpBackupExport) -> list[dict[str, Any]]:
+    def after_master_death(cls, op: opcodes.OpBackupExport) -> list[dict[str, object]]:
         """The cleanup of an export the master died in (the job queue's recovery submits
         it): no partial export left, the instance running when it should."""
         if op.cleanup or op.mode == "remote":

@@ -73,7 +73,7 @@ class LogicalUnit(Generic[OpT]):
     # The cluster lock exclusively (cluster-wide changes, adding objects without locks yet).
     REQ_BGL: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         for base in cls.__dict__.get("__orig_bases__", ()):
             for arg in get_args(base):
@@ -102,7 +102,7 @@ class LogicalUnit(Generic[OpT]):
         return None
 
     @classmethod
-    def after_master_death(cls, op: OpT) -> list[dict[str, Any]]:
+    def after_master_death(cls, op: OpT) -> list[dict[str, object]]:
         """The opcodes (dicts) of a job to submit when `op` was running when the master died
         (its job is failed by the queue's recovery, never run again): none by default."""
         return []

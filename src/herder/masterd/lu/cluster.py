@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +22,7 @@ from herder.masterd.lu.base import JobResult, LockRequest, LogicalUnit, lookup
 from herder.masterd.lu.common import apply_ipolicy, redistribute, resets
 
 
-def apply_collectors(c: model.Cluster, changes: dict[str, dict[str, Any]]) -> None:
+def apply_collectors(c: model.Cluster, changes: Mapping[str, Mapping[str, object]]) -> None:
     """Change data collector settings (checked at submission); a new `interval` re-derives
     unset bounds."""
     for name, settings in changes.items():
@@ -313,7 +314,7 @@ class ClusterRepairDiskSizes(LogicalUnit[opcodes.OpClusterRepairDiskSizes]):
         self.instances = [lookup(config.find_instance, name) for name in self.op.instances] \
             if self.op.instances else sorted(config.instances.values(), key=lambda i: i.name)
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [i.name for i in self.instances]
 
     def execute(self) -> JobResult:

@@ -6,9 +6,9 @@ of `masterd.lu` (this one, `placement`, `moves`, `disks`, `replace`, `migration`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import msgspec
 
@@ -20,13 +20,16 @@ from herder.masterd import locking, portpool, redist
 from herder.masterd.lu import disks, nics, snapshot_volumes
 from herder.masterd.lu.base import LockRequest, MasterEnv, lookup
 
+ValueT = TypeVar("ValueT")
 
-def resets(changes: dict[str, Any]) -> dict[str, Any]:
+
+def resets(changes: Mapping[str, ValueT]) -> dict[str, ValueT | None]:
     """Ganeti's `"default"` value (and null) reset a parameter to the inherited value."""
     return {k: (None if v == params.VALUE_DEFAULT else v) for k, v in changes.items()}
 
 
-def apply_ipolicy(policy: model.IPolicy | model.IPolicyOverride, changes: dict[str, Any]) -> None:
+def apply_ipolicy(policy: model.IPolicy | model.IPolicyOverride,
+                  changes: Mapping[str, object]) -> None:
     for key, value in changes.items():
         attr = model.ipolicy_field(key, group=isinstance(policy, model.IPolicyOverride))
         if attr in ("minmax", "std") and value is not None:
@@ -76,7 +79,7 @@ def config_path_of(env: MasterEnv) -> Path:
 
 
 def redistribute(env: MasterEnv, config: model.ConfigData, *, full: bool,
-                 only: list[str] | None = None) -> dict[str, dict[str, Any]]:
+                 only: list[str] | None = None) -> dict[str, dict[str, list[str]]]:
     """Push to the nodes (docs/ha.md "Redistribution"); per node name what was sent and the
     errors. Never raises for a node's failure."""
     pusher = redist.Redistributor(env.rpc, config_path_of(env), env.queue_dir,

@@ -55,12 +55,12 @@ class DiskChange:
     size: int = 0
 
 
-def upgrade(mods: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
+def upgrade(mods: list[Any]) -> list[tuple[str, int | str, dict[str, Any]]]:
     """Ganeti's _UpgradeDiskNicMods: the two-item form [op, params] becomes [op, -1, params]
     for add/remove and [modify, index, params] otherwise; one add or remove per call."""
     if not mods or len(mods[0]) == 3:
         return [(str(m[0]), m[1], dict(m[2] or {})) for m in mods]
-    result: list[tuple[str, Any, dict[str, Any]]] = []
+    result: list[tuple[str, int | str, dict[str, Any]]] = []
     for action, settings in mods:
         if action in (ADD, REMOVE):
             result.append((action, -1, dict(settings or {})))
@@ -72,7 +72,7 @@ def upgrade(mods: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
     return result
 
 
-def _lookup(inst: model.Instance, identifier: Any) -> int:
+def _lookup(inst: model.Instance, identifier: int | str) -> int:
     """Ganeti's _LookupDiskIndex: an index, or a disk's name or UUID."""
     try:
         return int(identifier)

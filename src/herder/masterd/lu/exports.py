@@ -7,7 +7,7 @@ messages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +138,8 @@ def _pem(cert: x509.Certificate) -> str:
 
 
 def check_remote_export(env: MasterEnv, config: model.ConfigData, inst: model.Instance,
-                        key_name: object, destination_ca: str, destinations: list[Any]
+                        key_name: object, destination_ca: str,
+                        destinations: Sequence[object]
                         ) -> RemoteTarget:
     """Ganeti's LUBackupExport checks of mode remote: the key name this cluster's preparation
     signed (the primary's node certificate), the destination cluster's CA and each disk's

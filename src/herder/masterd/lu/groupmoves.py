@@ -64,7 +64,7 @@ class _ChangeGroup(LogicalUnit[ChangeGroupOpT]):
         leaving = {config.nodes[i.primary_node].group for i in self.instances}
         self.targets = target_groups(config, self.op.target_groups, leaving)
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return [i.name for i in self.instances]
 
     def execute(self) -> JobResult | ResultWithJobs:
@@ -164,7 +164,7 @@ class InstanceMultiAlloc(LogicalUnit[opcodes.OpInstanceMultiAlloc]):
         allocated, failed = [*answer, [], []][:2]
         return allocated, [str(name) for name in failed]
 
-    def dry_run_result(self) -> Any:
+    def dry_run_result(self) -> JobResult:
         return {"allocatable": [name for name, _ in self.allocated], "failed": self.failed}
 
     def execute(self) -> JobResult | ResultWithJobs:

@@ -20,8 +20,6 @@ A move finishes or rolls back to one copy of the disks (issue 35):
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import diskobjects, model, ports, verify, vmclaim
 from herder.core.errors import HerderError, OpExecError, OpPrereqError
 from herder.core.rpcdefs import disk_calls, instance_calls, node_calls
@@ -97,7 +95,7 @@ class InstanceMove(LogicalUnit[opcodes.OpInstanceMove]):
         return [self.source.name, self.target.name]
 
     @classmethod
-    def after_master_death(cls, op: opcodes.OpInstanceMove) -> list[dict[str, Any]]:
+    def after_master_death(cls, op: opcodes.OpInstanceMove) -> list[dict[str, object]]:
         """The cleanup of a move the master died in (the job queue's recovery submits it)."""
         return [{"OP_ID": "OP_INSTANCE_MOVE", "instance_name": op.instance_name,
                  "target_node": op.target_node, "cleanup": True}]

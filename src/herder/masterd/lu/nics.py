@@ -282,13 +282,13 @@ class NicChange:
     old: model.NIC | None = None  # a modified NIC as it was (a hotplug replaces it)
 
 
-def upgrade(mods: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
+def upgrade(mods: list[Any]) -> list[tuple[str, int | str, dict[str, Any]]]:
     """Ganeti's _UpgradeDiskNicMods for NICs: [op, params] or [op, index, params]."""
     if not isinstance(mods, list) or not all(isinstance(m, list | tuple) and len(m) in (2, 3)
                                              for m in mods):
         raise OpPrereqError("nics: a list of [op, params] or [op, index, params]",
                             "wrong_input")
-    result: list[tuple[str, Any, dict[str, Any]]] = []
+    result: list[tuple[str, int | str, dict[str, Any]]] = []
     for mod in mods:
         if len(mod) == 3:
             action, index, settings = mod
@@ -302,7 +302,7 @@ def upgrade(mods: list[Any]) -> list[tuple[str, Any, dict[str, Any]]]:
     return result
 
 
-def _index(nics: list[model.NIC], identifier: Any, action: str) -> int:
+def _index(nics: list[model.NIC], identifier: int | str, action: str) -> int:
     """Ganeti's GetItemFromContainer: an index (-1: the last), or a NIC's name or UUID."""
     count = len(nics)
     try:

@@ -6,7 +6,7 @@ remove know what to act on. The node work is `lu/snapshot_volumes`."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from herder.core import model
 from herder.core.errors import OpExecError, OpPrereqError
@@ -49,7 +49,7 @@ class SnapshotLU(LogicalUnit[SnapshotOpT]):
 
 class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
     @classmethod
-    def after_master_death(cls, op: opcodes.OpInstanceSnapshotAdd) -> list[dict[str, Any]]:
+    def after_master_death(cls, op: opcodes.OpInstanceSnapshotAdd) -> list[dict[str, object]]:
         """The volumes taken before the master died, removed unless the snapshot was
         recorded (the job queue's recovery submits it)."""
         if op.cleanup:
@@ -103,7 +103,7 @@ class SnapshotAdd(SnapshotLU[opcodes.OpInstanceSnapshotAdd]):
 class SnapshotRollback(SnapshotLU[opcodes.OpInstanceSnapshotRollback]):
     @classmethod
     def after_master_death(cls, op: opcodes.OpInstanceSnapshotRollback
-                           ) -> list[dict[str, Any]]:
+                           ) -> list[dict[str, object]]:
         """The disks put back as they were and the content kept aside removed (the job
         queue's recovery submits it)."""
         if op.cleanup:

@@ -90,7 +90,21 @@ class Objects:
     exports: Mapping[str, Sequence[str] | None] | None = None
 
 
-def by_name(obj: Any) -> tuple[tuple[int, int | str], ...]:
+class HasName(Protocol):
+    """An object the name order sorts (nodes, instances, groups, networks)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class HasTags(Protocol):
+    """An object with Ganeti's tags (the cluster's objects)."""
+
+    @property
+    def tags(self) -> Sequence[str]: ...
+
+
+def by_name(obj: HasName) -> tuple[tuple[int, int | str], ...]:
     return names.nice_sort_key(obj.name)
 
 
@@ -129,7 +143,7 @@ def per_object(value: Callable[[model.ConfigData, Any], Any]) -> ColumnFn:
     return lambda config, objects: [value(config, obj) for obj in objects]
 
 
-def tags(_config: model.ConfigData, objects: Sequence[Any]) -> list[list[str]]:
+def tags(_config: model.ConfigData, objects: Sequence[HasTags]) -> list[list[str]]:
     return [list(obj.tags) for obj in objects]
 
 

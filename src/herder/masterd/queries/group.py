@@ -94,7 +94,7 @@ def _views(config: model.ConfigData, _live: Snapshot) -> RowFn:
     return row
 
 
-def _groups(source: Objects) -> list[Any]:
+def _groups(source: Objects) -> list[model.NodeGroup]:
     return list(source.config.nodegroups.values())
 
 

@@ -173,7 +173,7 @@ FIELDS = dict(sorted(FIELDS.items()))
 
 
 def _node_names(config: model.ConfigData, insts: Sequence[model.Instance],
-                which: str) -> list[Any]:
+                which: str) -> list[str] | list[list[str]]:
     names = {uuid: node.name for uuid, node in config.nodes.items()}
     facts = config.index().facts  # the instances' disks walked once, by the index
     if which == "primary":
@@ -288,7 +288,7 @@ def _live(config: model.ConfigData, live: Snapshot) -> RowFn:
     return lambda inst: livefields.instance_fields(config, inst, live)
 
 
-def _instances(source: Objects) -> list[Any]:
+def _instances(source: Objects) -> list[model.Instance]:
     return list(source.config.instances.values())
 
 

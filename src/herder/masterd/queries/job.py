@@ -4,7 +4,7 @@ values from the job queue (`masterd.jobs.queue.JobQueue.info`), jobs by id."""
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from herder.core import model
 from herder.core.errors import NotFoundError
@@ -77,7 +77,7 @@ def _info(_config: model.ConfigData, _live: Snapshot) -> RowFn:
     return row
 
 
-def _jobs(source: Objects) -> list[Any]:
+def _jobs(source: Objects) -> list[JobRef]:
     queue = source.jobs
     return [] if queue is None else [JobRef(job_id, queue) for job_id in queue.job_ids()]
 

@@ -5,7 +5,6 @@ work adds them), so the resource lists none."""
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any
 
 from herder.masterd.queries.fields import OTHER, FieldDef, Objects, Resource
 
@@ -20,7 +19,7 @@ FIELDS: dict[str, FieldDef] = {
 }
 
 
-def _rules(_source: Objects) -> list[Any]:
+def _rules(_source: Objects) -> list[object]:
     return []
 
 

@@ -3,8 +3,6 @@ or waited for (as Ganeti 3.0 lists them), from masterd's lock manager."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.masterd.queries.fields import (
     OTHER,
     ColumnFn,
@@ -24,7 +22,7 @@ FIELDS: dict[str, FieldDef] = {
 }
 
 
-def _locks(source: Objects) -> list[Any]:
+def _locks(source: Objects) -> list[LockState]:
     return [] if source.locks is None else list(source.locks.query_locks())
 
 

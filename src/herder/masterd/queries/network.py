@@ -4,8 +4,6 @@ to node groups (as `masterd.views`' network view)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.core import model
 from herder.masterd import views
 from herder.masterd.livecache import Snapshot
@@ -63,7 +61,7 @@ def _views(config: model.ConfigData, _live: Snapshot) -> RowFn:
     return lambda network: normal(views.network_view(config, network))
 
 
-def _networks(source: Objects) -> list[Any]:
+def _networks(source: Objects) -> list[model.Network]:
     return list(source.config.networks.values())
 
 

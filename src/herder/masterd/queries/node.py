@@ -6,7 +6,6 @@ figures of `masterd.livefields`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from herder.core import model, params, roles
 from herder.masterd import livefields
@@ -161,7 +160,7 @@ def _parameters(config: model.ConfigData, _live: Snapshot) -> RowFn:
     return row
 
 
-def _nodes(source: Objects) -> list[Any]:
+def _nodes(source: Objects) -> list[model.Node]:
     return list(source.config.nodes.values())
 
 

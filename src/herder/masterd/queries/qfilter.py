@@ -68,7 +68,7 @@ class Compiled:
     names: list[Any] | None  # the objects it names (None: it selects by other fields)
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     text = msgspec.json.encode(value).decode()
     return text if len(text) <= 80 else f"{text[:77]}..."
 
@@ -204,29 +204,30 @@ def _binary(op: str, name: str, field: FieldDef, value: str | int) -> Test:
     return test
 
 
-def _equality(op: str, field: FieldDef, value: str | int) -> Callable[[Any, Any], bool]:
-    equal = _name_match if field.hostname and isinstance(value, str) else operator.eq
+def _equality(op: str, field: FieldDef, value: str | int) -> Callable[[object, object], bool]:
+    by_name = field.hostname and isinstance(value, str)  # (`rhs` below is `value`)
     wanted = op != "!="
 
-    def compare(lhs: Any, rhs: Any) -> bool:
-        return bool(equal(lhs, rhs)) is wanted
+    def compare(lhs: object, rhs: object) -> bool:
+        same = _name_match(lhs, rhs) if by_name and isinstance(rhs, str) else lhs == rhs
+        return bool(same) is wanted
 
     return compare
 
 
-def _name_match(found: Any, wanted: str) -> bool:
+def _name_match(found: object, wanted: str) -> bool:
     """A host name and a name given for it: the same, or its leading components
     (Ganeti's MatchNameComponent, case-sensitive as Ganeti 3.0's server)."""
     return isinstance(found, str) and names.matches_component(wanted, found)
 
 
-def _comparable(found: Any, value: str | int) -> bool:
+def _comparable(found: object, value: str | int) -> bool:
     if isinstance(value, str):
         return isinstance(found, str)
     return isinstance(found, int | float) and not isinstance(found, bool)
 
 
-def _merged_time(name: str, found: Any) -> float:
+def _merged_time(name: str, found: object) -> float:
     if (isinstance(found, list) and len(found) == 2
             and all(isinstance(part, int) for part in found)):
         return found[0] + found[1] / 1e6

@@ -336,13 +336,13 @@ def takes(*query: str, body: bool = False) -> Callable[[AnyHandler], AnyHandler]
     return mark
 
 
-def query_taken(handler: Callable[..., Any]) -> frozenset[str]:
+def query_taken(handler: Callable[..., object]) -> frozenset[str]:
     """The query parameters `handler` reads (`takes`, `reason`, `dry-run` if it submits)."""
     submitted = {"dry-run"} if handler in _SUBMITS else set()
     return GENERIC_QUERY | submitted | _QUERY.get(handler, frozenset())
 
 
-def body_taken(handler: Callable[..., Any]) -> bool:
+def body_taken(handler: Callable[..., object]) -> bool:
     return handler in _BODY
 
 

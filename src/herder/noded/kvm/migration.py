@@ -26,7 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import libvirt
 
@@ -106,7 +106,7 @@ class MigrationResult:
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_stats(cls, stats: Mapping[str, Any], live: bool) -> MigrationResult:
+    def from_stats(cls, stats: Mapping[str, float], live: bool) -> MigrationResult:
         def number(key: str) -> int | None:
             value = stats.get(key)
             return int(value) if value is not None else None
@@ -184,6 +184,9 @@ def check_migratable(domain: libvirt.virDomain) -> None:
         raise MigrationError(f"instance {domain.name()} is not running, cannot migrate")
 
 
+ValueT = TypeVar("ValueT")
+
+
 class BoundedCalls:
     """libvirt calls that may block for minutes (a libvirtd whose migration peer vanished keeps
     the domain's job, and a query waits for it) run in a thread of their own and are waited for
@@ -194,7 +197,7 @@ class BoundedCalls:
         self.what = what
         self._hanging: threading.Thread | None = None
 
-    def run(self, call: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+    def run(self, call: Callable[[], ValueT], timeout: float) -> tuple[bool, ValueT | None]:
         """(answered, value); libvirt's error is raised; (False, None) past the deadline."""
         if self._hanging is not None and self._hanging.is_alive():
             return False, None
@@ -218,7 +221,7 @@ class BoundedCalls:
         return True, outcome.get("value")
 
 
-def _progress(stats: Mapping[str, Any]) -> tuple[int, ...]:
+def _progress(stats: Mapping[str, float]) -> tuple[int, ...]:
     """What grows while a migration moves: memory, disks, everything."""
     return tuple(int(stats.get(key, 0) or 0) for key in
                  ("memory_processed", "disk_processed", "data_processed", "memory_iteration"))
@@ -297,7 +300,7 @@ class LiveMigration:
         except libvirt.libvirtError as err:
             raise MigrationError(f"cannot set the migration downtime of {self.name}: "
                                  f"{_message(err)}") from None
-        params: dict[str, Any] = {}
+        params: dict[str, str | int] = {}
         if self.settings.bandwidth_mib_s > 0:
             params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = self.settings.bandwidth_mib_s
         if self.dest_xml is not None:
@@ -308,7 +311,7 @@ class LiveMigration:
                                         name=f"migrate-{self.name}", daemon=True)
         self._thread.start()
 
-    def _run(self, domain: libvirt.virDomain, params: dict[str, Any], flags: int) -> None:
+    def _run(self, domain: libvirt.virDomain, params: dict[str, str | int], flags: int) -> None:
         try:
             domain.migrateToURI3(self.target_uri, params, flags)
         except libvirt.libvirtError as err:

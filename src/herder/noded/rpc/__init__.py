@@ -14,11 +14,11 @@ import contextlib
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any, get_type_hints
+from typing import get_type_hints
 
 import msgspec
 
@@ -37,8 +37,10 @@ class BadArguments(HerderError):
 
 @dataclass(frozen=True)
 class Handler:
-    call: type[Call[Any]]  # the contract's call it handles
-    run: Callable[[Node, Any], object]
+    call: type[Call[object]]  # the contract's call it handles
+    # (Node, the call's own Struct) -> its answer: the argument's type is `call`, found at
+    # run time from the handler's annotation, so no static type names it
+    run: Callable[..., object]
 
 
 def _handlers_of(module: ModuleType) -> list[Handler]:
@@ -69,7 +71,7 @@ def handlers() -> dict[str, Handler]:
     return table
 
 
-def decode(method: str, args: dict[str, Any]) -> Call[Any]:
+def decode(method: str, args: Mapping[str, object]) -> Call[object]:
     """The call `method` with `args`, checked (UnknownMethod, BadArguments: one line naming
     the argument)."""
     handler = handlers().get(method)
@@ -81,13 +83,13 @@ def decode(method: str, args: dict[str, Any]) -> Call[Any]:
         raise BadArguments(f"{method}: bad arguments: {err}") from None
 
 
-def run(node: Node, call: Call[Any]) -> object:
+def run(node: Node, call: Call[object]) -> object:
     """Carry out a decoded call on this node (blocking)."""
     handler = handlers()[call.METHOD]
     with node.serial_lock if call.SERIAL else contextlib.nullcontext():
         return handler.run(node, call)
 
 
-def dispatch(node: Node, method: str, args: dict[str, Any]) -> object:
+def dispatch(node: Node, method: str, args: Mapping[str, object]) -> object:
     """`run` of the call `method` with `args` (in-process callers: tests, stand-in nodes)."""
     return run(node, decode(method, args))
