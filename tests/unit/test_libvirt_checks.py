@@ -154,6 +154,16 @@ def test_an_instance_directory_qemu_cannot_traverse_is_found(storage: Path) -> N
                                                                      "nobody")[str(storage)]
 
 
+def test_libvirt_tls_grants_qemu_s_user_the_traversal_it_lacks(storage: Path) -> None:
+    instance = storage / "inst1.example.com"
+    instance.mkdir(mode=0o700)
+    storage.chmod(0o750)
+    assert libvirtcheck.grant_traversal([str(storage)], "nobody") == [storage, instance]
+    assert (storage.stat().st_mode & 0o777, instance.stat().st_mode & 0o777) == (0o751, 0o701)
+    assert libvirtcheck.untraversable([str(storage)], "nobody") == {}
+    assert libvirtcheck.grant_traversal([str(storage)], "nobody") == []
+
+
 # the decisions of cluster verify
 
 

@@ -187,12 +187,14 @@ def libvirt_tls(ctx: click.Context, listen_address: str | None, restart: bool) -
     master issued. On a systemd host (Debian's socket-activated libvirtd) also the socket
     units' drop-ins (TLS on the primary IP only, the unix sockets root's alone), the TLS socket
     enabled, and the sockets and libvirtd restarted when anything changed or the running
-    sockets differ (running guests go on). A libvirtd herder's supervisor runs must be
+    sockets differ (running guests go on); the storage directories traversable by QEMU's
+    user. A libvirtd herder's supervisor runs must be
     restarted with --listen afterwards. From then on the master keeps its trust current (node
     add and remove, renew-crypto) without a restart."""
     import socket
     from pathlib import Path
 
+    from herder.core import ssconf
     from herder.core.libvirtd_conf import LIBVIRT_TLS_PORT, tls_listen
     from herder.core.store import default_config_path
     from herder.noded import libvirt_systemd, libvirtcheck
@@ -204,6 +206,13 @@ def libvirt_tls(ctx: click.Context, listen_address: str | None, restart: bool) -
     click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT}, trusting "
                f"{done.trusted} libvirt CA(s); PKI in {done.pki.directory}, {done.conf} "
                f"{'written' if done.changed else 'unchanged'}")
+    # QEMU's access to the disks (Debian's runs as libvirt-qemu): the storage directories of
+    # ssconf, and the instances' below them, traversable by it (new ones are made 0711)
+    storage = [path for name in ("file_storage_dir", "shared_file_storage_dir")
+               if (path := ssconf.read(name, directory))]
+    user = libvirtcheck.qemu_user_here()
+    for changed in libvirtcheck.grant_traversal(storage, user):
+        click.echo(f"{changed}: made traversable by QEMU's user {user}")
     if not libvirt_systemd.applies():
         return
     # the running sockets, as cluster verify judges them: a drop-in in place but not in force

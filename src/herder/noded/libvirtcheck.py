@@ -126,6 +126,13 @@ def may_traverse(st: os.stat_result, uid: int, gids: set[int]) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
+def _below(base: Path) -> list[Path]:
+    """The instances' directories right below a storage directory."""
+    with contextlib.suppress(OSError):
+        return sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
+    return []
+
+
 def untraversable(storage_paths: Sequence[str], user: str) -> dict[str, str]:
     """Storage path -> why QEMU (running as `user`) cannot reach disks in it: a directory on
     the way (from /), the path itself or an instance's directory below it it may not search."""
@@ -136,10 +143,7 @@ def untraversable(storage_paths: Sequence[str], user: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in storage_paths:
         base = Path(os.path.normpath(path))
-        below: list[Path] = []
-        with contextlib.suppress(OSError):
-            below = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
-        for directory in [*reversed(base.parents), base, *below]:
+        for directory in [*reversed(base.parents), base, *_below(base)]:
             try:
                 st = os.stat(directory)
             except OSError:
@@ -150,6 +154,39 @@ def untraversable(storage_paths: Sequence[str], user: str) -> dict[str, str]:
                                f"{_name(st.st_uid, st.st_gid)})")
                 break
     return found
+
+
+def grant_traversal(storage_paths: Sequence[str], user: str) -> list[Path]:
+    """The x bit QEMU's user needs (of its class: owner, group or others) on each storage
+    directory and each instance's directory below it that lacks it; the directories changed.
+    Directories above a storage path are the operator's: `untraversable` reports them."""
+    identity = _identity(user)
+    if identity is None or identity[0] == 0:
+        return []
+    uid, gids = identity
+    changed = []
+    for path in storage_paths:
+        base = Path(os.path.normpath(path))
+        for directory in [base, *_below(base)]:
+            try:
+                st = os.stat(directory)
+            except OSError:
+                continue
+            if may_traverse(st, uid, gids):
+                continue
+            bit = stat.S_IXUSR if st.st_uid == uid else \
+                stat.S_IXGRP if st.st_gid in gids else stat.S_IXOTH
+            os.chmod(directory, stat.S_IMODE(st.st_mode) | bit)
+            changed.append(directory)
+    return changed
+
+
+def qemu_user_here(local: Callable[[Path], Path] = lambda p: p) -> str:
+    """The user this node's QEMU runs as (its qemu.conf)."""
+    text = ""
+    with contextlib.suppress(OSError):
+        text = local(QEMU_CONF).read_text()
+    return qemu_user(text, _user_exists)
 
 
 def _name(uid: int, gid: int) -> str:
@@ -193,9 +230,6 @@ def facts(data_dir: Path, storage_paths: Sequence[str], *,
         pass
     except (OSError, node_certs.CertificateError) as err:
         found.certificate_error = f"{pki.server_cert}: {err}"
-    qemu_text = ""
-    with contextlib.suppress(OSError):
-        qemu_text = local(QEMU_CONF).read_text()
-    found.qemu_user = qemu_user(qemu_text, _user_exists)
+    found.qemu_user = qemu_user_here(local)
     found.untraversable = untraversable(storage_paths, found.qemu_user)
     return found
