@@ -29,8 +29,8 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "chaos_bench": (96, 4),  # bench/chaos.py: may run beside the suite
     "master_ip_restart": (100, 3),
     "move_cluster": (104, 6),  # two clusters of two nodes: 3 addresses each
-    "debian_hosts": (110, 3),
-    # free from 113 to 139
+    "debian_hosts": (110, 4),
+    # free from 114 to 139
     "etcd_master_death": (140, 4),
     # free from 144 to 179
     "ttl_soak_bench": (180, 4),  # bench/etcd_ttl_soak.py: an hour beside the suite
