@@ -153,7 +153,8 @@ def test_verify_reports_broken_libvirt_prerequisites_and_libvirt_tls_repairs_the
     sh(sim, node.name, f"mkdir -p {instance_dir} && chmod 0700 {instance_dir}")
     found = libvirt_findings(sim, node.name)
     assert ("ENODEHV", "libvirt's unix socket /run/libvirt/libvirt-sock is usable by users "
-            "other than root (mode 0666; herder node libvirt-tls makes it 0600)") in found, found
+            "other than root (mode 0666; herder node libvirt-tls makes it root's alone)") \
+        in found, found
     assert ("ENODESHAREDFILESTORAGEPATHUNUSABLE", "The configured sharedfile storage path is "
             f"unusable: Path '{instance_dir}' cannot be traversed by QEMU's user libvirt-qemu "
             "(mode 0700, owner root:root)") in found, found

@@ -213,7 +213,7 @@ def test_a_socket_others_may_write_is_reported(config: model.ConfigData) -> None
     facts.sockets["/run/libvirt/libvirt-sock-ro"] = None  # none: nothing to say
     assert libvirt_problems(config, _node(config), facts) == [
         ("ENODEHV", "libvirt's unix socket /run/libvirt/libvirt-sock is usable by users other "
-                    "than root (mode 0666; herder node libvirt-tls makes it 0600)")]
+                    "than root (mode 0666; herder node libvirt-tls makes it root's alone)")]
 
 
 def test_stale_trust_a_foreign_certificate_and_a_dn_list_are_reported(

@@ -317,7 +317,7 @@ def libvirt_problems(config: model.ConfigData, node: model.Node,
         if mode is not None and mode & 0o022:
             found.append(("ENODEHV", f"libvirt's unix socket {path} is usable by users other "
                                      f"than root (mode {mode:04o}; herder node libvirt-tls "
-                                     "makes it 0600)"))
+                                     "makes it root's alone)"))
     c = config.cluster
     for template, path, code in (
             ("file", c.file_storage_dir, "ENODEFILESTORAGEPATHUNUSABLE"),
