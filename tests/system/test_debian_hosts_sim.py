@@ -10,8 +10,8 @@ systemd, a local user cannot reach libvirt, libvirt's TLS port listens on the pr
 `cluster verify` reports each broken libvirt prerequisite of a node and `herder node
 libvirt-tls` repairs them (issue 34 item 2), a real guest is created and live-migrated with its
 disk intact (each node's libvirt sees only its own domains), a removed node's libvirt
-certificate is refused by the others' TLS port, and a node's power is cut and restored through
-its BMC. A failure of herder's
+certificate is refused by the others' TLS port, the guest live-migrates to that node once it is
+reset and added again, and a node's power is cut and restored through its BMC. A failure of herder's
 own start-up on these hosts fails the module (the fixture raises), it never skips.
 """
 
@@ -220,6 +220,30 @@ def test_a_removed_node_s_libvirt_certificate_is_refused(sim: Any) -> None:
     verify = herder(sim, "cluster", "verify", "--json", check=False, timeout=180)
     errors = [f for f in json.loads(verify.stdout) if f["severity"] == "error"]
     assert errors == [], errors
+
+
+def test_a_node_added_again_takes_a_live_migration(sim: Any) -> None:
+    """The removed node, reset by its operator and added with a join token, gets a libvirt
+    certificate of the current CA; after the guide's `herder node libvirt-tls` there, the
+    guest live-migrates to it with its disk (the others trust it, it trusts them)."""
+    sh(sim, NODE3, "systemctl stop herder-noded && cd /var/lib/herder && "
+       "rm -f hmac.key node.pem server.pem ssconf_* rapi_users && "
+       "systemctl start herder-noded")
+    token = wait_for(lambda: (done := sim.host(NODE3).run(
+        ["herder", "node", "join-token"], timeout=30)).returncode == 0
+        and done.stdout.strip(), 60, f"{NODE3}'s join token")
+    address = next(n.address for n in sim.nodes if n.name == NODE3)
+    herder(sim, "node", "add", NODE3, "--ip", address, "--join-token", str(token),
+           timeout=300)
+    out = sh(sim, NODE3, "herder node libvirt-tls", timeout=180)
+    assert "libvirtd: TLS on" in out, out
+    assert tls_reaches(sim, NODE3, NODE1).returncode == 0
+    assert tls_reaches(sim, NODE1, NODE3).returncode == 0
+    last = beat(sim, NODE2)
+    herder(sim, "instance", "migrate", NAME, "--target-node", NODE3, timeout=600)
+    after = beat(sim, NODE3, after=last.uptime, boot_id=last.boot_id)  # the same boot goes on
+    assert after.disk == last.disk
+    assert domains(sim, NODE3) == [NAME] and domains(sim, NODE2) == []
 
 
 def test_power_cut_and_restored_through_the_bmc(sim: Any) -> None:
