@@ -188,9 +188,9 @@ def libvirt_tls(ctx: click.Context, listen_address: str | None, restart: bool) -
     units' drop-ins (TLS on the primary IP only, the unix sockets root's alone), the TLS socket
     enabled, and the sockets and libvirtd restarted when anything changed or the running
     sockets differ (running guests go on); the storage directories traversable by QEMU's
-    user. A libvirtd herder's supervisor runs must be
-    restarted with --listen afterwards. From then on the master keeps its trust current (node
-    add and remove, renew-crypto) without a restart."""
+    user. A libvirtd herder's supervisor runs must be restarted with --listen afterwards.
+    From then on the master keeps its trust current (node add and remove, renew-crypto)
+    without a restart."""
     import socket
     from pathlib import Path
 
