@@ -8,6 +8,7 @@
 #   node-install.sh units UNIT_DIR          herder's systemd units installed and enabled
 #   node-install.sh libvirt-tls             once the node is in the cluster: libvirtd on TLS
 #                                           (the primary IP only) and root-only local sockets
+#                                           (`herder node libvirt-tls` does it all)
 #
 # `--emulated`: a node without KVM (TCG guests) takes QEMU from bookworm-backports (QEMU >= 9.0:
 # an older QEMU loses guest writes when it live-migrates a TCG guest, docs/compat.md K22); a
@@ -76,48 +77,12 @@ step_units() {
   fi
 }
 
-# Debian's libvirtd is socket-activated: libvirtd.conf's listen settings and socket modes are
-# not used (and --listen is refused), the sockets' units decide. herder's TLS: the
-# libvirtd-tls.socket (off by default) on the node's primary IP only; the read-write and
-# read-only unix sockets root's alone (Debian's are 0666 and 0666+polkit: herder's
-# libvirtd.conf has no polkit, so any local user could otherwise define a domain).
+# libvirtd on TLS only, trusting the cluster's nodes: herder does it (`herder node libvirt-tls`:
+# libvirtd.conf and the node's libvirt PKI; on this systemd host also the drop-ins of Debian's
+# socket units, TLS on the primary IP only and root-only unix sockets, the TLS socket enabled,
+# the sockets and libvirtd restarted). `cluster verify` checks all of it afterwards.
 step_libvirt_tls() {
-  local out address
-  out=$(herder node libvirt-tls)   # libvirtd.conf (certificates, auth) and the node's PKI
-  echo "$out"
-  address=$(sed -n 's/^libvirtd: TLS on \([^ ,]*\).*/\1/p' <<<"$out")   # ADDRESS:PORT
-  address=${address%:*}
-  [ -n "$address" ] || { echo "node-install.sh: no TLS address in: $out" >&2; exit 1; }
-  mkdir -p /etc/systemd/system/libvirtd-tls.socket.d /etc/systemd/system/libvirtd.socket.d \
-           /etc/systemd/system/libvirtd-ro.socket.d
-  printf '[Socket]\nListenStream=\nListenStream=%s:16514\n' "$address" \
-    > /etc/systemd/system/libvirtd-tls.socket.d/herder.conf
-  printf '[Socket]\nSocketMode=0600\n' > /etc/systemd/system/libvirtd.socket.d/herder.conf
-  printf '[Socket]\nSocketMode=0600\n' > /etc/systemd/system/libvirtd-ro.socket.d/herder.conf
-  systemctl daemon-reload
-  systemctl enable libvirtd-tls.socket
-  # sockets change only while their service is stopped (running guests go on); the sockets
-  # first, in the same job: a client (noded polls libvirt) would otherwise activate the
-  # service again between the two, and the sockets' restart would fail
-  # a client that comes at the wrong moment can still make the start job fail (the
-  # service activated by a socket of the old configuration): stopped and started again
-  local units="libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket libvirtd-tls.socket"
-  local try
-  for try in 1 2 3; do
-    # shellcheck disable=SC2086
-    systemctl stop $units libvirtd.service
-    systemctl reset-failed $units libvirtd.service 2>/dev/null || true
-    # shellcheck disable=SC2086
-    if systemctl start $units libvirtd.service; then
-      return 0
-    fi
-    echo "node-install.sh: libvirt's sockets did not start (try $try)" >&2
-    sleep 2
-  done
-  # shellcheck disable=SC2086
-  systemctl --no-pager status $units libvirtd.service >&2 || true
-  journalctl --no-pager -n 30 -u libvirtd.service -u libvirtd-tls.socket >&2 || true
-  return 1
+  herder node libvirt-tls "$@"
 }
 
 case "${1:-}" in

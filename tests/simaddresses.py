@@ -29,10 +29,10 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "chaos_bench": (96, 4),  # bench/chaos.py: may run beside the suite
     "master_ip_restart": (100, 3),
     "move_cluster": (104, 6),  # two clusters of two nodes: 3 addresses each
-    "debian_hosts": (110, 3),
-    "upgrade_debian": (113, 3),  # test_upgrade_sim's cluster of Debian hosts
-    "upgrade_etcd": (116, 4),  # test_upgrade_sim's cluster on the etcd store
-    # free from 120 to 139
+    "debian_hosts": (110, 4),
+    "upgrade_debian": (114, 3),  # test_upgrade_sim's cluster of Debian hosts
+    "upgrade_etcd": (117, 4),  # test_upgrade_sim's cluster on the etcd store
+    # free from 121 to 139
     "etcd_master_death": (140, 4),
     # free from 144 to 179
     "ttl_soak_bench": (180, 4),  # bench/etcd_ttl_soak.py: an hour beside the suite

@@ -178,24 +178,57 @@ def add(ctx: click.Context, name: str, primary_ip: str, secondary_ip: str | None
 @node.command("libvirt-tls")
 @click.option("--listen", "listen_address", help="Address libvirtd's TLS port listens on "
               "(default: this node's primary IP, from ssconf).")
+@click.option("--restart", is_flag=True, help="On a systemd host: restart libvirt's sockets "
+              "and libvirtd even when nothing changed.")
 @click.pass_context
-def libvirt_tls(ctx: click.Context, listen_address: str | None) -> None:
-    """Configure this node's libvirtd for TLS only (once, on a node the master has added):
-    libvirtd.conf, the libvirt CAs of ssconf, the node's libvirt certificate the master issued.
-    Restart libvirtd with --listen afterwards (running guests go on); from then on the master
-    keeps its trust current (node add and remove, renew-crypto) without a restart."""
+def libvirt_tls(ctx: click.Context, listen_address: str | None, restart: bool) -> None:
+    """Configure this node's libvirtd for TLS only (once, on a node the master has added; again
+    to repair it): libvirtd.conf, the libvirt CAs of ssconf, the node's libvirt certificate the
+    master issued. On a systemd host (Debian's socket-activated libvirtd) also the socket
+    units' drop-ins (TLS on the primary IP only, the unix sockets root's alone), the TLS socket
+    enabled, and the sockets and libvirtd restarted when anything changed or the running
+    sockets differ (running guests go on); the storage directories traversable by QEMU's
+    user. A libvirtd herder's supervisor runs must be restarted with --listen afterwards.
+    From then on the master keeps its trust current (node add and remove, renew-crypto)
+    without a restart."""
     import socket
     from pathlib import Path
 
-    from herder.core.libvirtd_conf import LIBVIRT_TLS_PORT
+    from herder.core import ssconf
+    from herder.core.libvirtd_conf import LIBVIRT_TLS_PORT, tls_listen
     from herder.core.store import default_config_path
+    from herder.noded import libvirt_systemd, libvirtcheck
     from herder.noded import libvirt_tls as setup
 
     directory = Path((ctx.find_root().obj or {}).get("config_path")
                      or default_config_path()).parent
     done = setup.install(socket.getfqdn(), directory, listen_address=listen_address)
     click.echo(f"libvirtd: TLS on {done.listen_address}:{LIBVIRT_TLS_PORT}, trusting "
-               f"{done.trusted} libvirt CA(s); PKI in {done.pki.directory}, {done.conf} written")
+               f"{done.trusted} libvirt CA(s); PKI in {done.pki.directory}, {done.conf} "
+               f"{'written' if done.changed else 'unchanged'}")
+    # QEMU's access to the disks (Debian's runs as libvirt-qemu): the storage directories of
+    # ssconf, and the instances' below them, traversable by it (new ones are made 0711)
+    storage = [path for name in ("file_storage_dir", "shared_file_storage_dir")
+               if (path := ssconf.read(name, directory))]
+    user = libvirtcheck.qemu_user_here()
+    for changed in libvirtcheck.grant_traversal(storage, user):
+        click.echo(f"{changed}: made traversable by QEMU's user {user}")
+    if not libvirt_systemd.applies():
+        return
+    # the running sockets, as cluster verify judges them: a drop-in in place but not in force
+    # (a socket restarted by hand, a mode changed) is repaired by the restart too
+    wanted = libvirt_systemd.drop_ins(done.listen_address)
+    live = libvirtcheck.listening(LIBVIRT_TLS_PORT)
+    modes = libvirtcheck.socket_modes(libvirtcheck.SOCKETS)
+    stale = (live != [tls_listen(done.listen_address)]
+             or any(mode is not None and mode != 0o600 for mode in modes.values()))
+    result = libvirt_systemd.configure(done.listen_address,
+                                       restart_needed=restart or done.changed or stale)
+    click.echo(f"systemd: drop-ins of {', '.join(wanted)} "
+               f"{'written: ' + ', '.join(result.changed) if result.changed else 'unchanged'}; "
+               f"{libvirt_systemd.TLS_SOCKET} enabled; "
+               + (f"sockets and libvirtd restarted (try {result.tries})" if result.restarted
+                  else "nothing to restart"))
 
 
 @node.command("join-token")

@@ -153,6 +153,12 @@ def qemu_conf(*, run_as_root: bool = True, log_stdio_to_file: bool = True) -> st
     return _render(settings)
 
 
+def tls_listen(address: str, port: int = LIBVIRT_TLS_PORT) -> str:
+    """ADDRESS:PORT of a node's TLS socket, as systemd's ListenStream= and `cluster verify`
+    (from /proc/net/tcp{,6}) write it: an IPv6 address in brackets."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def tls_uri(address: str, port: int = LIBVIRT_TLS_PORT, pki: LibvirtPki | None = None) -> str:
     """The URI of a node's libvirtd over TLS, as the source of a migration connects to it."""
     host = f"[{address}]" if ":" in address else address

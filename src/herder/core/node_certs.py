@@ -92,6 +92,18 @@ def digest(pem: bytes) -> str:
     return digest_der(_load_cert(pem).public_bytes(serialization.Encoding.DER))
 
 
+def bundle_digests(pem: bytes) -> list[str]:
+    """SHA-256 (hex) of the DER form of each certificate of a PEM bundle (a CA file)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError as err:
+        raise CertificateError(f"not a PEM certificate bundle: {err}") from None
+    return [digest_der(c.public_bytes(serialization.Encoding.DER)) for c in certs]
+
+
 def _key_pem(key: PrivateKeyTypes) -> bytes:
     from cryptography.hazmat.primitives import serialization
 

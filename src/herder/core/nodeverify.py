@@ -5,7 +5,11 @@ its size, its PVs), ENODENET (bridges, links), ENODEDRBDHELPER (the usermode hel
 version across the group), ENODEFILESTORAGEPATHUNUSABLE / ENODESHAREDFILESTORAGEPATHUNUSABLE /
 ENODEFILESTORAGEPATHS (file storage), ENODEOS (OS definitions against a reference node), ENODEHV
 (the hypervisor and the files its parameters name), ENODETIME (clock skew), ENODEVERSION and
-ECLUSTERCERT (certificate expiry)."""
+ECLUSTERCERT (certificate expiry); herder's libvirtd checks (`libvirt_problems`, docs/compat.md
+B69): ENODEHV (libvirtd's TLS port on the primary IP only, its unix sockets root's),
+ECLUSTERCERT (libvirt's CAs and certificate the cluster's current ones) and
+ENODEFILESTORAGEPATHUNUSABLE / ENODESHAREDFILESTORAGEPATHUNUSABLE (QEMU's user traverses the
+storage directories to its disks)."""
 
 from __future__ import annotations
 
@@ -13,10 +17,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from herder.core import model, params
+from herder.core import libvirtd_conf, model, node_certs, params
 from herder.core.rpcdefs.node_calls import (
     CertificateValidity,
     HvFileParams,
+    LibvirtFacts,
     NodeVerify,
     NodeVerifyAnswer,
     OsEntry,
@@ -108,7 +113,8 @@ def node_verify_request(config: model.ConfigData, node: model.Node,
         accepted_storage_paths=node.uuid == c.master_node and bool(
             templates & {"file", "sharedfile"}),
         oses=node.vm_capable,
-        hvparams=_hv_files(config, instances) if node.vm_capable else [])
+        hvparams=_hv_files(config, instances) if node.vm_capable else [],
+        libvirt=node.vm_capable and "kvm" in c.enabled_hypervisors)
 
 
 class _Judge:
@@ -148,6 +154,9 @@ class _Judge:
                        f"{', '.join(answer.wrong_storage_paths)}")
         for cert in answer.certificates:
             self.certificate(name, cert)
+        if asked.libvirt and answer.libvirt is not None:
+            for code, message in libvirt_problems(self.config, node, answer.libvirt):
+                self.error(code, name, message)
 
     def time(self, name: str, node_time: float) -> None:
         """Ganeti's _VerifyNodeTime."""
@@ -283,6 +292,99 @@ class _Judge:
                 self.error("ENODEOS", name, f"OS {kind} for {entry.name} differs from "
                            f"reference node {ref_name}: [{', '.join(sorted(mine))}] vs. "
                            f"[{', '.join(sorted(theirs))}]")
+
+
+def _digests(pems: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for pem in pems:
+        try:
+            found.update(node_certs.bundle_digests(pem.encode()))
+        except node_certs.CertificateError:
+            continue
+    return found
+
+
+def libvirt_problems(config: model.ConfigData, node: model.Node,
+                     facts: LibvirtFacts) -> list[tuple[str, str]]:
+    """(code, message) for each way a node's libvirtd is not as herder sets it up (herder's
+    checks; Ganeti configures no libvirt). Whether libvirt answers at all is ENODEHV's
+    hypervisor check; these apply to a node whose libvirtd herder configured (`herder node
+    libvirt-tls`), the unix sockets' modes and QEMU's access to the storage to every one."""
+    found: list[tuple[str, str]] = []
+    for path, mode in sorted(facts.sockets.items()):
+        # connect(2) on a unix socket needs write permission: a group or other write bit lets
+        # a local user who is not root drive libvirt (auth_unix_* is "none")
+        if mode is not None and mode & 0o022:
+            found.append(("ENODEHV", f"libvirt's unix socket {path} is usable by users other "
+                                     f"than root (mode {mode:04o}; herder node libvirt-tls "
+                                     "makes it root's alone)"))
+    c = config.cluster
+    for template, path, code in (
+            ("file", c.file_storage_dir, "ENODEFILESTORAGEPATHUNUSABLE"),
+            ("sharedfile", c.shared_file_storage_dir, "ENODESHAREDFILESTORAGEPATHUNUSABLE")):
+        why = facts.untraversable.get(path)
+        if why is not None and template in c.enabled_disk_templates:
+            found.append((code, f"The configured {template} storage path is unusable: {why}"))
+    if not facts.configured:
+        found.append(("ENODEHV", "libvirtd is not configured for TLS by herder on this node "
+                                 "(live migrations to it fail): run herder node libvirt-tls "
+                                 "there"))
+        return found
+    wanted = libvirtd_conf.tls_listen(node.primary_ip)
+    if not facts.tls_listen:
+        found.append(("ENODEHV", f"libvirt's TLS port is not listening on {wanted} (live "
+                                 "migrations to this node fail)"))
+    elif facts.tls_listen != [wanted]:
+        found.append(("ENODEHV", f"libvirt's TLS port listens on "
+                                 f"{', '.join(facts.tls_listen)}, not on the node's primary IP "
+                                 f"only ({wanted})"))
+    found += _libvirt_trust(config, node, facts)
+    return found
+
+
+def _libvirt_trust(config: model.ConfigData, node: model.Node,
+                   facts: LibvirtFacts) -> list[tuple[str, str]]:
+    """libvirt's CA file and certificate against the cluster's current libvirt CAs (none on a
+    cluster made before libvirt's own CA: nothing to compare)."""
+    found: list[tuple[str, str]] = []
+    if facts.certificate_error is not None:
+        found.append(("ECLUSTERCERT", f"libvirt's TLS files cannot be read: "
+                                      f"{facts.certificate_error}"))
+    cas = config.cluster.libvirt_cas
+    if cas:
+        current = _digests(cas)
+        trusted = set(facts.ca_digests)
+        if trusted != current:
+            stale, missing = len(trusted - current), len(current - trusted)
+            found.append(("ECLUSTERCERT", f"libvirt does not trust the cluster's current "
+                                          f"libvirt CA(s): {stale} other CA(s) trusted, "
+                                          f"{missing} current one(s) missing"))
+        if facts.certificate is None:
+            if facts.certificate_error is None:
+                found.append(("ECLUSTERCERT", "libvirt has no certificate on this node"))
+        elif not any(node_certs.is_issued_by(facts.certificate.encode(), ca.encode())
+                     for ca in cas):
+            found.append(("ECLUSTERCERT", "libvirt's certificate is not issued by the "
+                                          "cluster's current libvirt CA"))
+    if facts.certificate is not None:
+        try:
+            named = node_certs.common_name(facts.certificate.encode())
+        except node_certs.CertificateError as err:
+            named = f"? ({err})"
+        if named != node.name:
+            found.append(("ECLUSTERCERT", f"libvirt's certificate is for {named}, not for "
+                                          "this node"))
+    if facts.dn_list is not None:
+        # herder sets none (its CA signs only current nodes); one set by hand must not keep a
+        # removed node or leave out a current one
+        names = {dn.removeprefix("CN=") for dn in facts.dn_list}
+        nodes = {n.name for n in config.nodes.values()}
+        if names != nodes:
+            found.append(("ECLUSTERCERT", "libvirtd's tls_allowed_dn_list is not the "
+                                          "cluster's current nodes (extra: "
+                                          f"{', '.join(sorted(names - nodes)) or '-'}; "
+                                          f"missing: {', '.join(sorted(nodes - names)) or '-'})"))
+    return found
 
 
 def _format(stamp: float) -> str:

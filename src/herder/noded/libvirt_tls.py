@@ -16,7 +16,11 @@ Files of the PKI directory (`core.libvirtd_conf.LibvirtPki`, the `pkipath` of mi
 `cacert.pem` (the CAs), `servercert.pem`/`clientcert.pem` (this node's certificate, both
 ways), `serverkey.pem`/`clientkey.pem` (its key), `request-key.pem` (the key of a request not
 yet installed). libvirtd.conf (`core.libvirtd_conf.libvirtd_conf`): TLS on the node's primary IP,
-client certificates required, no TCP socket. libvirtd must run with `--listen`.
+client certificates required, no TCP socket. A libvirtd herder's supervisor runs must run with
+`--listen`; on a systemd host (Debian's socket-activated libvirtd) the sockets' units decide
+instead, and `noded.libvirt_systemd` writes their drop-ins. Either way the refresh above is
+`virt-admin`'s, through libvirtd's admin socket (under systemd `libvirtd-admin.socket`, which
+starts libvirtd if it is not running: it then reads the new files at its start).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Installed:
     conf: Path
     listen_address: str
     trusted: int  # CAs in cacert.pem
+    changed: bool = True  # libvirtd.conf or cacert.pem written anew (libvirtd must restart)
 
 
 def request_key(pki: libvirtd_conf.LibvirtPki) -> Path:
@@ -196,9 +201,16 @@ def install(node_name: str, data_dir: Path = Path("/var/lib/herder"),
         except OSError:
             raise HerderError(f"no primary IP known for {node_name} (ssconf, config, "
                               "DNS)") from None
-    write_trust(pki, cas)
+    changed = write_trust(pki, cas)
     link_defaults(pki, root)
     conf.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(conf, libvirtd_conf.libvirtd_conf(
-        listen_address=listen_address, pki=pki, host_uuid=host_uuid(node_name)).encode(), 0o644)
-    return Installed(pki, conf, listen_address, cas.count(b"BEGIN CERTIFICATE"))
+    text = libvirtd_conf.libvirtd_conf(listen_address=listen_address, pki=pki,
+                                       host_uuid=host_uuid(node_name)).encode()
+    try:
+        same = conf.read_bytes() == text
+    except OSError:
+        same = False
+    if not same:
+        atomic_write(conf, text, 0o644)
+    return Installed(pki, conf, listen_address, cas.count(b"BEGIN CERTIFICATE"),
+                     changed=changed or not same)

@@ -1,7 +1,8 @@
 """What `cluster verify` asks a node about itself (Ganeti's backend.VerifyNode): the volume
 groups and PVs, the bridges and links, DRBD's usermode helper and version, the file storage
 paths, the OS definitions, the files the hypervisor parameters name, the certificates and the
-clock. The node only reports; the master judges (`herder.core.nodeverify`)."""
+clock, its libvirtd (`noded.libvirtcheck`). The node only reports; the master judges
+(`herder.core.nodeverify`)."""
 
 from __future__ import annotations
 
@@ -144,10 +145,12 @@ def lvm(host: Host, vg_name: str) -> tuple[dict[str, int], list[node_calls.PvEnt
 
 def verify(call: node_calls.NodeVerify, *, host: Host, os_path: Sequence[Path],
            certificates: Sequence[Path], hypervisor_problem: str | None,
-           kvm: node_calls.KvmVerdict | None) -> node_calls.NodeVerifyAnswer:
+           kvm: node_calls.KvmVerdict | None,
+           libvirt: node_calls.LibvirtFacts | None = None) -> node_calls.NodeVerifyAnswer:
     """Everything `call` asks for; the time last, as Ganeti's (the master brackets it)."""
     answer = node_calls.NodeVerifyAnswer(time=0.0, version=__version__,
-                                         hypervisor=hypervisor_problem, kvm=kvm)
+                                         hypervisor=hypervisor_problem, kvm=kvm,
+                                         libvirt=libvirt)
     if call.vg_name is not None:
         answer.vgs, answer.pvs = lvm(host, call.vg_name)
     if call.bridges:

@@ -190,6 +190,22 @@ class KvmProbe(Call[KvmVerdict], kw_only=True):
     TIMEOUT = 60.0
 
 
+class LibvirtFacts(msgspec.Struct, kw_only=True):
+    """What `cluster verify` judges of a node's libvirtd (qemu:///system nodes only; the node
+    reports, the master judges: `core.nodeverify`)."""
+
+    systemd: bool  # systemd socket-activates libvirtd (Debian's libvirt-daemon-system)
+    configured: bool  # herder's libvirtd.conf is there (`herder node libvirt-tls` ran)
+    tls_listen: list[str] = msgspec.field(default_factory=list)  # "ADDRESS:PORT" listening
+    sockets: dict[str, int | None] = msgspec.field(default_factory=dict)  # path -> mode
+    ca_digests: list[str] = msgspec.field(default_factory=list)  # libvirt's cacert.pem
+    certificate: str | None = None  # libvirt's server certificate (PEM), None: none
+    certificate_error: str | None = None  # why it (or cacert.pem) could not be read
+    dn_list: list[str] | None = None  # libvirtd.conf's tls_allowed_dn_list (None: not set)
+    qemu_user: str = "root"
+    untraversable: dict[str, str] = msgspec.field(default_factory=dict)  # path -> why
+
+
 class NodeVerifyAnswer(msgspec.Struct, kw_only=True):
     """What the node found; a field left None was not asked for (or does not apply)."""
 
@@ -208,6 +224,7 @@ class NodeVerifyAnswer(msgspec.Struct, kw_only=True):
     hvparams: list[tuple[str, str, str]] = msgspec.field(default_factory=list)  # source, hv, why
     kvm: KvmVerdict | None = None
     certificates: list[CertificateValidity] = msgspec.field(default_factory=list)
+    libvirt: LibvirtFacts | None = None  # None: not asked, or the node's libvirt is not qemu's
 
 
 class HvFileParams(msgspec.Struct, kw_only=True, array_like=True):
@@ -235,6 +252,7 @@ class NodeVerify(Call[NodeVerifyAnswer], kw_only=True):
     accepted_storage_paths: bool = False  # the master: report the allowed-paths file's bad ones
     oses: bool = True
     hvparams: list[HvFileParams] = msgspec.field(default_factory=list)
+    libvirt: bool = False  # libvirtd's TLS, sockets, trust; QEMU's access to the storage paths
 
     def __post_init__(self) -> None:
         if self.vg_name is not None:

@@ -12,8 +12,10 @@ from pathlib import Path
 from herder import __version__
 from herder.core import livefigures, ports, whitelist
 from herder.core.rpcdefs import node_calls
-from herder.noded import fence, figures, nodecheck, osdef, powercycle
+from herder.noded import fence, figures, libvirtcheck, nodecheck, osdef, powercycle
 from herder.noded.node import Node, RpcFailure
+
+QEMU_SYSTEM = "qemu:///system"
 
 
 def ping(node: Node, call: node_calls.Ping) -> node_calls.PingAnswer:
@@ -78,8 +80,12 @@ def node_verify(node: Node, call: node_calls.NodeVerify) -> node_calls.NodeVerif
     if problem is None and hv.runs_guests:
         kvm = hv.kvm_probe().verdict()
     certificates = [node.trust.secrets.certificate, node.trust.node_certificate]
+    libvirt = None
+    if call.libvirt and hv.uri.startswith(QEMU_SYSTEM):  # herder configures only that libvirtd
+        libvirt = libvirtcheck.facts(node.data_dir, call.storage_paths, local=node.local)
     return nodecheck.verify(call, host=node.disks.host, os_path=list(node.settings.os_path),
-                            certificates=certificates, hypervisor_problem=problem, kvm=kvm)
+                            certificates=certificates, hypervisor_problem=problem, kvm=kvm,
+                            libvirt=libvirt)
 
 
 def node_powercycle(node: Node, call: node_calls.NodePowercycle) -> str:
