@@ -12,6 +12,10 @@ and the source removed only once the target runs."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +26,7 @@ import pytest
 from herder.core import client_profile
 from herder.core.cluster_secrets import DOMAIN_SECRET_FILE
 from tests import simaddresses
-from tests.simhelpers import cannot_simulate, config, herder, wait_for
+from tests.simhelpers import cannot_simulate, client_env, config, herder, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -181,6 +185,79 @@ def test_a_move_failing_midway_leaves_the_source_as_it_was(pair: tuple[Any, Any]
     again = wait_for(lambda: [beat for beat in guest_beats(a, NAME)
                               if beat.boot_id != guest_on_a.boot_id], BOOT,
                      f"a new boot of {NAME} on {NODE_A}", interval=1.0)
+    assert again[-1].disk == guest_on_a.disk
+
+
+# B's OS import script in the next test: 64 KiB at a time, slowly after the first MiB, so that
+# B's masterd is killed while the disk streams; it marks that the stream has begun
+TRICKLE_IMPORT = """#!/bin/bash
+set -euo pipefail
+touch /run/herder/trickle-import.started
+chunk=/run/herder/trickle-import.chunk
+i=0
+while :; do
+  head -c 65536 > "$chunk"
+  [ -s "$chunk" ] || exit 0
+  dd if="$chunk" of="$IMPORT_DEVICE" bs=65536 seek=$i count=1 conv=notrunc status=none
+  i=$((i + 1))
+  [ $i -lt 16 ] || sleep 0.3
+done
+"""
+
+
+def test_a_remote_import_whose_master_dies_leaves_nothing_on_the_target(
+        pair: tuple[Any, Any], guest_on_a: Any) -> None:
+    """Issue 30: B's masterd killed (-9) while A's disk streams into B's half-made instance.
+    B's masterd, started again by its supervisor, fails the creation job (never runs it
+    twice) and follows it with the removal of the half-made instance: B's config holds no
+    instance and its node no disk of it (the listener ended with it); the move fails and the
+    guest is started again on A with its disk as it was."""
+    from herder.core import model
+
+    a, b = pair
+    before = beat(a, NODE_A, NAME)  # (the guest as the previous test left it)
+    host = b.host(NODE_B)
+    script = Path(host.path(f"{OS_DIR}/herder-guest/import"))
+    started = Path(host.path("/run/herder/trickle-import.started"))
+    started.unlink(missing_ok=True)
+    pid_file = Path(host.path("/run/herder/masterd.pid"))
+    dead = pid_file.read_text().strip()
+    kept = script.read_bytes()
+    script.write_text(TRICKLE_IMPORT)
+    moving = subprocess.Popen(
+        [sys.executable, "-m", "herder.cli.main", "move-instance", address(a), address(b),
+         *options(a, "src"), *options(b, "dest"), NAME, "--dest-instance-name", MOVED,
+         "--dest-primary-node", NODE_B],
+        env=client_env(a), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        wait_for(started.exists, BOOT, "the stream into B's import script")
+        ids = [d.logical_id for d in config(b).find_instance(MOVED).disks]
+        files = [Path(host.path(i.path)) for i in ids if isinstance(i, model.FileId)]
+        assert len(files) == 1
+        assert all(f.exists() for f in files), files
+        killed = host.run(["kill", f"-{int(signal.SIGKILL)}", dead], timeout=30)
+        assert killed.returncode == 0, killed.stderr
+        out, err = moving.communicate(timeout=1200)
+    finally:
+        if moving.poll() is None:
+            moving.kill()
+            moving.communicate()
+        script.write_bytes(kept)
+        started.unlink(missing_ok=True)
+    assert moving.returncode == 1 and len(err.strip().splitlines()) == 1, (out, err)
+    assert f"move of {NAME} failed" in err, err
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", dead),
+             180, "B's masterd started again by the supervisor")
+    wait_for(lambda: config(b).instances == {}, 300, "the half-made instance removed from B")
+    assert not any(f.exists() for f in files), files
+    jobs = json.loads(herder(b, "job", "list", "--json").stdout)
+    made = [j["status"] for j in jobs if j["summary"] == [f"INSTANCE_CREATE({MOVED})"]]
+    removed = [j["status"] for j in jobs if j["summary"] == [f"INSTANCE_REMOVE({MOVED})"]]
+    assert made[-1:] == ["error"] and removed == ["success"], jobs
+    assert config(a).find_instance(NAME).admin_state == "up"
+    again = wait_for(lambda: [beat for beat in guest_beats(a, NAME)
+                              if beat.boot_id not in (guest_on_a.boot_id, before.boot_id)],
+                     BOOT, f"a new boot of {NAME} on {NODE_A}", interval=1.0)
     assert again[-1].disk == guest_on_a.disk
 
 
