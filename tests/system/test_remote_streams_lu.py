@@ -161,6 +161,8 @@ def test_a_slow_remote_import_does_not_stop_the_jobs_on_other_instances(
             "tags": ["moving-next"]}]), 30)
         assert str(tagged.status) == "success", tagged.ops[0].result
         assert str(cluster.queue.get(job_id).status) == "running"
+        # recorded, its disk not yet received: what the recovery's cleanup may remove
+        assert cluster.store.load().find_instance("slow.example.com").incomplete
         assert "moving-next" in cluster.store.load().find_instance("web1.example.com").tags
 
         [(host, port, magic, *_)] = listening["disks"]
@@ -175,6 +177,7 @@ def test_a_slow_remote_import_does_not_stop_the_jobs_on_other_instances(
         job = cluster.queue.wait(job_id, 120)
         assert str(job.status) == "success", job.ops[0].result
         made = cluster.store.load().find_instance("slow.example.com")
+        assert not made.incomplete
         [disk_file] = [path for path in cluster.storage.rglob("*")
                        if path.is_file() and made.disks[0].uuid in str(path)] or \
             [path for path in cluster.storage.rglob("slow.example.com*/*") if path.is_file()]
@@ -182,3 +185,46 @@ def test_a_slow_remote_import_does_not_stop_the_jobs_on_other_instances(
     finally:
         node_pem.unlink(missing_ok=True)
         cluster_pem.unlink(missing_ok=True)
+
+
+def test_the_recovery_removes_only_a_half_made_instance(cluster: Cluster) -> None:
+    """What the queue's recovery submits after the master died in a remote import
+    (`after_master_death`; the kill itself: tests/system/test_move_cluster_sim.py): a
+    removal with `cleanup`, which removes an instance still marked incomplete with its disk,
+    and leaves alone a finished instance of that name and a name nothing recorded."""
+    from herder.masterd.jobs import opcodes
+    from herder.masterd.lu.create import InstanceCreate
+
+    importing = opcodes.parse({
+        "OP_ID": "OP_INSTANCE_CREATE", "instance_name": "slow.example.com",
+        "mode": "remote-import", "disk_template": "file", "disks": [{"size": 4}],
+        "nics": [{}], "os_type": guest.OS_NAME, "source_handshake": ["x"],
+        "source_x509_ca": "ca", "source_instance_name": "web1.example.com"})
+    assert isinstance(importing, opcodes.OpInstanceCreate)
+    follow_up = InstanceCreate.after_master_death(importing)
+    assert follow_up == [{"OP_ID": "OP_INSTANCE_REMOVE", "instance_name": "slow.example.com",
+                          "cleanup": True}]
+    creating = opcodes.parse({k: v for k, v in importing.to_dict().items()
+                              if not k.startswith("source_")} | {"mode": "create"})
+    assert isinstance(creating, opcodes.OpInstanceCreate)
+    assert InstanceCreate.after_master_death(creating) == []  # (only a remote import's)
+
+    def files(name: str) -> list[Path]:
+        inst = cluster.store.load().find_instance(name)
+        return [p for p in cluster.storage.rglob("*") if p.is_file()
+                and (name in str(p) or any(d.uuid in str(p) for d in inst.disks))]
+
+    for name in ("web1.example.com", "nosuch.example.com"):  # finished; never recorded
+        before = {i.name: i.serial_no for i in cluster.store.load().instances.values()}
+        status, result, _ = cluster.run({**follow_up[0], "instance_name": name})
+        assert status == "success", result
+        assert {i.name: i.serial_no for i in cluster.store.load().instances.values()} == before
+    kept = files("web1.example.com")
+    assert kept and files("slow.example.com")
+    every = set(cluster.storage.rglob("*"))
+    with cluster.store.update() as config:  # as a master that died mid-stream left it
+        config.find_instance("slow.example.com").incomplete = True
+    status, result, _ = cluster.run(follow_up[0])
+    assert status == "success", result
+    assert "slow.example.com" not in {i.name for i in cluster.store.load().instances.values()}
+    assert [p for p in cluster.storage.rglob("*") if p.is_file()] == kept, every
