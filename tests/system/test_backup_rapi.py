@@ -28,6 +28,12 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningMaster]:
     directory = tmp_path_factory.mktemp("backup")
     config_path = make_cluster(directory / "cluster")
     with FileStore(config_path).update() as config:
+        # the nodes answer nowhere: at addresses of this machine where no noded listens
+        # (refused at once), not at the fixture's unroutable ones, where every list asking
+        # the nodes waited ~3 s for "no route to host"
+        for name, address in (("node1", "127.0.0.248"), ("node2", "127.0.0.249"),
+                              ("node3", "127.0.0.254")):
+            config.find_node(name).primary_ip = address
         node = config.find_node("node2.example.com")
         disk = model.Disk(uuid=model.new_uuid(), dev_type="file", size=64, iv_name="disk/0",
                           logical_id=model.FileId(driver="loop", path=f"/srv/x/{NAME}/d0"))

@@ -3,15 +3,21 @@ clusters of two nodes each on one network (a one-node cluster issues no libvirt
 certificate, which real guests need) (`simulate --network`), sharing the cluster domain
 secret, with real guests: a guest whose OS wrote its pattern runs on cluster A; refused moves
 (an unknown instance, wrong credentials, a target that cannot fit it, another domain
-secret) fail in one line and change nothing; a move whose target fails mid-stream (its OS
-import script) fails both jobs, removes the target's partial instance and starts the guest
-again on A; then the move: shut down, its disk streamed from A's node straight into B's
-new instance (OS export and import scripts, TLS with each cluster's node certificates), the
-guest boots on B with the same disk (sha256 of its first MiB, not the new name's pattern),
-and the source removed only once the target runs."""
+secret) fail in one line and change nothing; a move whose target's masterd is killed
+mid-stream fails: the target's restarted master fails the creation and removes its half-made
+instance (its disk too), and the guest is started again on A (an OS import script failing
+mid-stream: tests/system/test_remote_streams_lu.py); then the move: shut down, its disk
+streamed from A's node straight into B's new instance (OS export and import scripts, TLS
+with each cluster's node certificates), the guest boots on B with the same disk (sha256 of
+its first MiB, not the new name's pattern), and the source removed only once the target
+runs."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +28,7 @@ import pytest
 from herder.core import client_profile
 from herder.core.cluster_secrets import DOMAIN_SECRET_FILE
 from tests import simaddresses
-from tests.simhelpers import cannot_simulate, config, herder, wait_for
+from tests.simhelpers import cannot_simulate, client_env, config, herder, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.guests]
 
@@ -101,6 +107,14 @@ def guest_beats(state: Any, name: str) -> list[Any]:
     return guest.parse_heartbeats(serial(state, NODE_A, name))
 
 
+def restarted(state: Any, name: str, *before: str) -> Any:
+    """The newest heartbeat of a boot of `name` on A other than the boots `before`: the guest
+    is up again (the next test's shutdown needs a booted guest: one still booting ignores the
+    ACPI request until its shutdown timeout)."""
+    return wait_for(lambda: [b for b in guest_beats(state, name) if b.boot_id not in before],
+                    BOOT, f"a new boot of {name} on {NODE_A}", interval=1.0)[-1]
+
+
 def beat(state: Any, node: str, name: str, after: float = -1.0) -> Any:
     from herder.sim import guest
 
@@ -159,29 +173,75 @@ def test_refused_moves_change_nothing(pair: tuple[Any, Any], guest_on_a: Any,
     assert beat(a, NODE_A, NAME, after=guest_on_a.uptime).boot_id == guest_on_a.boot_id
 
 
-def test_a_move_failing_midway_leaves_the_source_as_it_was(pair: tuple[Any, Any],
-                                                          guest_on_a: Any) -> None:
-    """B's OS import script fails after the stream began: both jobs fail, the command says
-    so in one line, B's partial instance is removed, and the guest is started again on A
-    with its disk as it was."""
+# B's OS import script in the next test: 64 KiB at a time, slowly after the first MiB, so that
+# B's masterd is killed while the disk streams; it marks that the stream has begun
+TRICKLE_IMPORT = """#!/bin/bash
+set -euo pipefail
+touch /run/herder/trickle-import.started
+chunk=/run/herder/trickle-import.chunk
+i=0
+while :; do
+  head -c 65536 > "$chunk"
+  [ -s "$chunk" ] || exit 0
+  dd if="$chunk" of="$IMPORT_DEVICE" bs=65536 seek=$i count=1 conv=notrunc status=none
+  i=$((i + 1))
+  [ $i -lt 16 ] || sleep 0.3
+done
+"""
+
+
+def test_a_remote_import_whose_master_dies_leaves_nothing_on_the_target(
+        pair: tuple[Any, Any], guest_on_a: Any) -> None:
+    """Issue 30: B's masterd killed (-9) while A's disk streams into B's half-made instance.
+    B's masterd, started again by its supervisor, fails the creation job (never runs it
+    twice) and follows it with the removal of the half-made instance: B's config holds no
+    instance and its node no disk of it (the listener ended with it); the move fails and the
+    guest is started again on A with its disk as it was."""
+    from herder.core import model
+
     a, b = pair
-    script = Path(b.host(NODE_B).path(f"{OS_DIR}/herder-guest/import"))
+    before = beat(a, NODE_A, NAME)  # (the boot the previous test left)
+    host = b.host(NODE_B)
+    script = Path(host.path(f"{OS_DIR}/herder-guest/import"))
+    started = Path(host.path("/run/herder/trickle-import.started"))
+    started.unlink(missing_ok=True)
+    pid_file = Path(host.path("/run/herder/masterd.pid"))
+    dead = pid_file.read_text().strip()
     kept = script.read_bytes()
-    script.write_text("#!/bin/sh\nhead -c 1048576 >/dev/null\necho broken >&2\nexit 3\n")
+    script.write_text(TRICKLE_IMPORT)
+    moving = subprocess.Popen(
+        [sys.executable, "-m", "herder.cli.main", "move-instance", address(a), address(b),
+         *options(a, "src"), *options(b, "dest"), NAME, "--dest-instance-name", MOVED,
+         "--dest-primary-node", NODE_B],
+        env=client_env(a), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
     try:
-        failed = move(a, b, NAME, "--dest-instance-name", MOVED, "--dest-primary-node",
-                      NODE_B, check=False)
+        wait_for(started.exists, BOOT, "the stream into B's import script")
+        ids = [d.logical_id for d in config(b).find_instance(MOVED).disks]
+        files = [Path(host.path(i.path)) for i in ids if isinstance(i, model.FileId)]
+        assert len(files) == 1
+        assert all(f.exists() for f in files), files
+        killed = host.run(["kill", f"-{int(signal.SIGKILL)}", dead], timeout=30)
+        assert killed.returncode == 0, killed.stderr
+        out, err = moving.communicate(timeout=1200)
     finally:
+        if moving.poll() is None:
+            moving.kill()
+            moving.communicate()
         script.write_bytes(kept)
-    assert failed.returncode == 1 and len(failed.stderr.strip().splitlines()) == 1
-    assert f"move of {NAME} failed: " in failed.stderr, failed.stderr
-    assert f"starting {NAME} again on the source cluster" in failed.stdout
-    assert config(b).instances == {}
+        started.unlink(missing_ok=True)
+    assert moving.returncode == 1 and len(err.strip().splitlines()) == 1, (out, err)
+    assert f"move of {NAME} failed" in err, err
+    assert f"starting {NAME} again on the source cluster" in out, out
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", dead),
+             180, "B's masterd started again by the supervisor")
+    wait_for(lambda: config(b).instances == {}, 300, "the half-made instance removed from B")
+    assert not any(f.exists() for f in files), files
+    jobs = json.loads(herder(b, "job", "list", "--json").stdout)
+    made = [j["status"] for j in jobs if j["summary"] == [f"INSTANCE_CREATE({MOVED})"]]
+    removed = [j["status"] for j in jobs if j["summary"] == [f"INSTANCE_REMOVE({MOVED})"]]
+    assert made[-1:] == ["error"] and removed == ["success"], jobs
     assert config(a).find_instance(NAME).admin_state == "up"
-    again = wait_for(lambda: [beat for beat in guest_beats(a, NAME)
-                              if beat.boot_id != guest_on_a.boot_id], BOOT,
-                     f"a new boot of {NAME} on {NODE_A}", interval=1.0)
-    assert again[-1].disk == guest_on_a.disk
+    assert restarted(a, NAME, guest_on_a.boot_id, before.boot_id).disk == guest_on_a.disk
 
 
 def test_a_guest_moves_to_the_other_cluster_with_its_disk(pair: tuple[Any, Any],

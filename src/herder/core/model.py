@@ -476,6 +476,11 @@ class Instance(Named, kw_only=True):
     # while a rollback to a snapshot runs: the disks' content kept aside before it (one
     # volume per disk), so the queue's recovery can put them back when the master died in it
     rollback_aside: list[SnapshotVolume] = msgspec.field(default_factory=list)
+    # True from the moment a remote import records the instance until its disks have been
+    # received: a master that dies in between leaves it True, and the queue's recovery then
+    # removes this half-made instance (OP_INSTANCE_REMOVE `cleanup`), and never one that is
+    # not marked so (an instance of that name that existed before the interrupted job)
+    incomplete: bool = False
 
     def __post_init__(self) -> None:
         self.check_name_and_tags(names.hostname, "instance")

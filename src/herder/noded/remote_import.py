@@ -91,9 +91,9 @@ class RemoteImport:
     """One listener for one stream from another cluster, in a thread with its own loop."""
 
     def __init__(self, pending: PendingImport, context: ssl.SSLContext, address: str,
-                 ttl: float = IMPORT_TTL) -> None:
+                 ttl: float = IMPORT_TTL, instance: str = "") -> None:
         self.token = secrets.token_urlsafe(32)
-        self.pending, self.ttl = pending, ttl
+        self.pending, self.ttl, self.instance = pending, ttl, instance
         self.state: State = "listening"
         self.result: dict[str, object] = {}
         self.error: str | None = None
@@ -192,8 +192,8 @@ class RemoteImports:
         self._imports: dict[str, RemoteImport] = {}
 
     def add(self, pending: PendingImport, context: ssl.SSLContext, address: str,
-            ttl: float = IMPORT_TTL) -> RemoteImport:
-        made = RemoteImport(pending, context, address, ttl)
+            ttl: float = IMPORT_TTL, instance: str = "") -> RemoteImport:
+        made = RemoteImport(pending, context, address, ttl, instance)
         now = time.monotonic()
         with self._lock:
             self._imports = {k: v for k, v in self._imports.items()
@@ -211,6 +211,19 @@ class RemoteImports:
     def forget(self, token: str) -> None:
         with self._lock:
             self._imports.pop(token, None)
+
+    def abort_instance(self, instance: str) -> int:
+        """End the listeners writing into `instance`'s disks (it is being removed: a master
+        that died mid-import left them, and its recovery removes the half-made instance);
+        how many there were."""
+        with self._lock:
+            ending = {token: listener for token, listener in self._imports.items()
+                      if listener.instance == instance and listener.finished is None}
+            for token in ending:
+                del self._imports[token]
+        for listener in ending.values():
+            listener.abort(f"instance {instance} is being removed")
+        return len(ending)
 
     def close(self) -> None:
         with self._lock:

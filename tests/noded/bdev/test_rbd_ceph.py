@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -343,3 +344,60 @@ def test_a_stream_imports_into_a_userspace_image(cluster: ceph.CephCluster, node
         streamed(os.urandom(9 * 2**20))
     assert cluster.read_image("inst5.rbd.disk0", 4 * 2**20) == second and leftovers() == []
     operations.blockdev_remove(node, disk)
+
+
+def test_a_restarted_node_sweeps_the_temporary_images_a_dead_import_left(
+        cluster: ceph.CephCluster, tmp_path: Path) -> None:
+    """A noded that died mid-import leaves its temporary `IMAGE.import-NODETAG-XXXXXXXX` in
+    the pool. The next import on the node after its restart (a new `Host`: the daemon's
+    start) removes that one; it keeps the temporary image of an import that still runs (an
+    `rbd import` with its image open, started before the restart), another node's (another
+    tag), and what its own imports write."""
+    from herder.noded import disk_transfer
+
+    tag = rbd.node_tag()
+    left = f"inst6.rbd.disk0.import-{tag}-0badc0de"  # the dead daemon's
+    other = "inst6.rbd.disk0.import-0000ffff-0badc0de"  # another node's
+    live = f"inst6.rbd.disk1.import-{tag}-1171e000"  # an `rbd import` still running
+    for name in (left, other):
+        cluster.run(["rbd", "create", "-p", cluster.pool, name, "--size", "4"],
+                    what="rbd create")
+    running = subprocess.Popen(["rbd", "import", "--no-progress", "--dest-pool", cluster.pool,
+                                "-", live], stdin=subprocess.PIPE,
+                               env={**os.environ, **cluster.client_env})
+    assert running.stdin is not None
+    try:
+        running.stdin.write(PATTERN * 256)  # 1 MiB: the image made and open
+        running.stdin.flush()
+        node_image = rbd_disk("inst6.rbd.disk2", size=4)
+        deadline = time.monotonic() + 30
+        while not rbd.watchers(Host(runner=SubprocessRunner(extra_env=cluster.client_env)),
+                               cluster.pool, live):
+            assert time.monotonic() < deadline, "the running rbd import never opened its image"
+            time.sleep(0.2)
+        time.sleep(1.1)  # `rbd info` gives whole seconds: the restart comes after them
+        restarted = Host(runner=SubprocessRunner(extra_env=cluster.client_env))
+        RadosBlockDevice.create(node_image, [], restarted)
+        sink = RadosBlockDevice(node_image, [], restarted).import_sink()
+        images = cluster.images()
+        assert left not in images  # swept by the next import after the restart
+        assert other in images and live in images  # another node's; one still open
+        staged = sink.argv[6]  # its own import's, written while the sweep runs again
+        assert f"{cluster.pool}/{staged}" in restarted.imports_under_way
+        writer = disk_transfer.open_writer(disk_transfer.PendingImport(
+            sink.what, 4 * 2**20, 0.0, None, sink))
+        writer.write(PATTERN)
+        while staged not in cluster.images():  # (`rbd import` makes it as it starts)
+            assert time.monotonic() < deadline + 30, "the import never made its image"
+            time.sleep(0.2)
+        second = RadosBlockDevice(node_image, [], restarted).import_sink()  # sweeps again
+        assert staged in cluster.images()
+        second.discard()
+        writer.close()
+        assert staged not in cluster.images() and not restarted.imports_under_way
+        assert cluster.read_image("inst6.rbd.disk2", len(PATTERN)) == PATTERN
+    finally:
+        running.stdin.close()
+        running.wait(timeout=60)
+    for name in (other, live, "inst6.rbd.disk2"):
+        cluster.run(["rbd", "rm", "--no-progress", "-p", cluster.pool, name], what="rbd rm")

@@ -1150,6 +1150,9 @@ class OpInstanceFailover(InstanceOpCode, tag="OP_INSTANCE_FAILOVER", kw_only=Tru
 class OpInstanceRemove(InstanceOpCode, tag="OP_INSTANCE_REMOVE", kw_only=True):
     ignore_failures: bool = False
     shutdown_timeout: int = 120
+    # herder: the queue's recovery after a master died in a remote import (compat B64): remove
+    # the instance only when its creation never finished (`Instance.incomplete`), else nothing
+    cleanup: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

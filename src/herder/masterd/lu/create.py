@@ -6,6 +6,7 @@ finishing leaves the instance recorded and stopped instead of its disks unowned.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
@@ -219,6 +220,17 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
     def dry_run_result(self) -> JobResult:
         return [n.name for n in self.nodes]
 
+    @classmethod
+    def after_master_death(cls, op: opcodes.OpInstanceCreate) -> list[dict[str, Any]]:
+        """A remote import the master died in leaves a half-made instance (recorded, its
+        disks partly received): the queue's recovery removes it, as an export's recovery
+        removes its partial export (`lu/backup`), so the failed job leaves what it found.
+        Only an instance still marked `incomplete` is removed (`lu/instance.InstanceRemove`)."""
+        if op.mode != "remote-import":
+            return []
+        return [{"OP_ID": "OP_INSTANCE_REMOVE", "instance_name": op.instance_name,
+                 "cleanup": True}]
+
     def _build(self, config: model.ConfigData) -> model.Instance:
         op = self.op
         stamp = model.now()
@@ -235,7 +247,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
             os=op.os_type or "none", hypervisor=self.hypervisor, admin_state="down",
             disks=new_disks, nics=nics, hvparams=self.hvparams, beparams=self.beparams,
             osparams={k: str(v) for k, v in op.osparams.items()}, tags=list(op.tags),
-            ctime=stamp, mtime=stamp,
+            ctime=stamp, mtime=stamp, incomplete=op.mode == "remote-import",
         )
 
     def _nics(self, config: model.ConfigData, feedback: nics.Feedback, *,
@@ -311,10 +323,12 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         except HerderError:
             self._undo(config, inst, remove_disks=made)
             raise
-        if op.start:
+        if op.start or inst.incomplete:  # (one write: made, and running when asked)
             with self.env.store.update() as fresh:
-                fresh.instances[inst.uuid].admin_state = "up"
-                fresh.instances[inst.uuid].disks_active = True
+                finished = fresh.instances[inst.uuid]
+                finished.incomplete = False
+                if op.start:
+                    finished.admin_state, finished.disks_active = "up", True
         return [n.name for n in self.nodes]
 
     def _undo(self, config: model.ConfigData, inst: model.Instance, *,

@@ -602,9 +602,36 @@ class InstanceFailover(_InstanceMove[opcodes.OpInstanceFailover]):
 
 
 class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
+    """Ganeti's LUInstanceRemove. With herder's `cleanup` (what the queue's recovery submits
+    after the master died in a remote import, `lu/create`), only an instance whose creation
+    never finished (`Instance.incomplete`) is removed: a creation that died before it
+    recorded the instance, or one that finished, leaves nothing to do."""
+
+    half_made = True  # (cleanup: whether there is a half-made instance to remove)
+    _locked = True  # (cleanup: whether its lock was asked for: never removed without it)
+
+    def declare_locks(self, config: model.ConfigData) -> list[LockRequest]:
+        if self.op.cleanup and self._half_made(config) is None:
+            self._locked = False
+            return []
+        return super().declare_locks(config)
+
+    def _half_made(self, config: model.ConfigData) -> model.Instance | None:
+        try:
+            found = config.find_instance(self.op.instance_name)
+        except HerderError:
+            return None
+        return found if found.incomplete else None
+
     def check(self, config: model.ConfigData) -> None:
         # no primary-node checks: act() cleans up on every node of the instance
         self.config = config
+        if self.op.cleanup:
+            found = self._half_made(config) if self._locked else None
+            self.half_made = found is not None
+            if found is not None:
+                self.inst = found
+            return
         self.inst = lookup(config.find_instance, self.op.instance_name)
 
     def act(self) -> None:
@@ -612,6 +639,13 @@ class InstanceRemove(_NodeAction[opcodes.OpInstanceRemove]):
                                 self.feedback)
 
     def execute(self) -> JobResult:
+        if not self.half_made:
+            self.feedback(f"no half-made instance {self.op.instance_name}: its creation "
+                          "recorded none, or finished; nothing to remove")
+            return None
+        if self.op.cleanup:
+            self.feedback(f"removing {self.inst.name}, which a remote import the master died "
+                          "in left half-made")
         self.act()
         forget_instance(self.env, self.inst, self.feedback)
         return None

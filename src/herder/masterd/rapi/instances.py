@@ -127,7 +127,7 @@ async def instance_info(request: web.Request) -> web.Response:
 
 
 REMOVE_FIELDS = body_fields(opcodes.OpInstanceRemove, fixed=(*INSTANCE_TARGET,
-                                                               "ignore_failures"))
+                                                               "ignore_failures", "cleanup"))
 
 
 @submits(opcodes.OpInstanceRemove)

@@ -171,6 +171,11 @@ class Host:
     gluster_mount_point: Path = Path("/var/run/ganeti/gluster")
     ext_timeout: float = 300.0
     lv_device_nodes_required: bool = True
+    # when this node's daemon started (its Host is made once per noded): a temporary import
+    # image made before it, that no running import owns, was left by a daemon that died
+    started: float = field(default_factory=time.time, compare=False)
+    # the temporary import images ("POOL/NAME") this daemon's imports are writing now
+    imports_under_way: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float | None = None, cwd: str | None = None) -> CommandResult:

@@ -19,18 +19,28 @@ serves the image to QEMU through librbd); attach then checks the image with `rbd
 OS is installed into a userspace image from a staging file (`install_from`: `rbd import` under
 a temporary name, then the image swapped in), as the OS scripts need a path to write to. An
 import from another node or an export streams into `rbd import -p POOL - NAME` (Ganeti's
-Import(), `import_sink`), under a temporary name swapped in the same way (compat B67).
+Import(), `import_sink`), under a temporary name swapped in the same way (compat B67). A
+temporary name carries this node's tag (`IMAGE.import-NODETAG-XXXXXXXX`): a noded that died
+mid-import leaves its temporary image behind, and the next import on that node removes those
+of its own tag made before the daemon started that no import holds open (`rbd status`) nor
+this daemon writes (`_sweep_stale_imports`); another node's are never touched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 import secrets
+import socket
+import time
 from collections.abc import Sequence
 
 from herder.core.diskobjects import Disk
 from herder.noded.bdev.base import BlockDev, BlockDevError, Host, ImportSink, check
+
+log = logging.getLogger("herder.noded")
 
 RBD = "rbd"
 RBD_SYSFS = "/sys/bus/rbd"  # there when the rbd kernel module is loaded
@@ -73,6 +83,21 @@ def parse_showmapped_plain(output: str, image: str) -> str | None:
     if len(matches) > 1:
         raise BlockDevError(f"rbd volume {image} mapped more than once")
     return matches[0][4] if matches else None
+
+
+def node_tag() -> str:
+    """This node's tag in its temporary import images' names (its host name hashed: a
+    simulated or real node has its own), so a sweep removes only what this node left."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _rbd_time(text: str) -> float | None:
+    """`rbd info`'s `create_timestamp` (ctime's form in local time, as `rbd` prints it) as
+    seconds since the epoch; None when it is not in that form."""
+    try:
+        return time.mktime(time.strptime(text, "%a %b %d %H:%M:%S %Y"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def watchers(host: Host, pool: str, image: str) -> list[str]:
@@ -180,15 +205,55 @@ class RadosBlockDevice(BlockDev):
         image removed and the import renamed to it. A failed import leaves the image as it
         was."""
         staged = self._staged_name()
-        result = self.host.run([RBD, "import", "--no-progress", "--dest-pool", self.pool,
-                                path, staged], timeout=max(600.0, self.size / 16))  # >= 16 MiB/s
-        if result.failed:
-            self._remove_staged(staged)
-            check(result, f"rbd import into {self.pool}/{self.image} failed")
-        self._swap_in(staged)
+        try:
+            result = self.host.run([RBD, "import", "--no-progress", "--dest-pool", self.pool,
+                                    path, staged],
+                                   timeout=max(600.0, self.size / 16))  # >= 16 MiB/s
+            if result.failed:
+                self._remove_staged(staged)
+                check(result, f"rbd import into {self.pool}/{self.image} failed")
+            self._swap_in(staged)
+        finally:
+            self.host.imports_under_way.discard(f"{self.pool}/{staged}")
 
     def _staged_name(self) -> str:
-        return f"{self.image}.import-{secrets.token_hex(4)}"
+        """A new temporary import image's name, recorded as this daemon's own while it is
+        written (the caller discards it from `imports_under_way` at the end), after the
+        pool's stale ones of this node were swept."""
+        self._sweep_stale_imports()
+        staged = f"{self.image}.import-{node_tag()}-{secrets.token_hex(4)}"
+        self.host.imports_under_way.add(f"{self.pool}/{staged}")
+        return staged
+
+    def _sweep_stale_imports(self) -> None:
+        """Remove the temporary import images of this node in the pool that a daemon which
+        died mid-import left: made before this daemon started (whole seconds: `rbd info`'s
+        resolution), written by none of its imports, and open in no client (`rbd status`:
+        a running `rbd import` has its image open). Best effort: a sweep that cannot ask
+        Ceph leaves them and never fails the import."""
+        pattern = re.compile(rf".+\.import-{node_tag()}-[0-9a-f]{{8}}")
+        listed = self.host.run([RBD, "ls", "--format", "json", "-p", self.pool])
+        try:
+            names = [str(name) for name in json.loads(listed.stdout)] if not listed.failed \
+                else []
+        except (ValueError, TypeError):
+            names = []
+        own = frozenset(self.host.imports_under_way)
+        for name in names:
+            if not pattern.fullmatch(name) or f"{self.pool}/{name}" in own:
+                continue
+            try:
+                created = _rbd_time(str(json.loads(check(
+                    self.host.run([RBD, "info", "--format", "json", "-p", self.pool, name]),
+                    f"rbd info of {self.pool}/{name} failed").stdout)["create_timestamp"]))
+                if created is None or created + 1 > self.host.started \
+                        or watchers(self.host, self.pool, name):
+                    continue
+            except (BlockDevError, ValueError, KeyError, TypeError):
+                continue  # gone meanwhile, or Ceph could not say: left for the next sweep
+            log.warning("removing %s/%s, a temporary import image a node daemon that died "
+                        "mid-import left", self.pool, name)
+            self._remove_staged(name)
 
     def _remove_staged(self, staged: str) -> None:
         """An import's image removed (absent when its `rbd import` never created it)."""
@@ -243,8 +308,20 @@ class RadosBlockDevice(BlockDev):
                 raise
             self._swap_in(staged)
 
+        def finished() -> None:
+            try:
+                finish()
+            finally:
+                self.host.imports_under_way.discard(f"{self.pool}/{staged}")
+
+        def discard() -> None:
+            try:
+                self._remove_staged(staged)
+            finally:
+                self.host.imports_under_way.discard(f"{self.pool}/{staged}")
+
         return ImportSink(argv=argv, start=lambda stderr: self.host.open_sink(argv, stderr),
-                          finish=finish, discard=lambda: self._remove_staged(staged),
+                          finish=finished, discard=discard,
                           what=f"rbd image {self.pool}/{self.image}")
 
     def shutdown(self) -> None:

@@ -92,7 +92,7 @@ def remote_import_prepare(node: Node, call: backup_calls.RemoteImportPrepare
     try:
         context = remote_import.server_context(node.trust.node_certificate, call.peer_ca)
         listener = node.remote_imports.add(pending, context, call.address,
-                                           call.connect_timeout)
+                                           call.connect_timeout, call.instance)
     except disk_transfer.TransferError as err:
         raise ExportFailure(f"remote import of {call.disk.label}: {err}") from None
     return backup_calls.RemoteImportListening(port=listener.port, token=listener.token)

@@ -70,6 +70,10 @@ def instance_balloon_memory(node: Node, call: instance_calls.InstanceBalloonMemo
 
 
 def instance_remove(node: Node, call: instance_calls.InstanceRemove) -> None:
+    # a stream from another cluster into its disks ends first (a remote import the master
+    # died in: the recovery removes the half-made instance while the source still sends)
+    if node.remote_imports.abort_instance(call.name):
+        log.warning("ended the remote imports into %s, which is being removed", call.name)
     with ordered.expect(node.settings.run_dir, call.name, "remove", 60):
         node.hv.undefine(call.name)
     node.disks.remove_all(call.disks)
