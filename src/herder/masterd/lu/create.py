@@ -6,7 +6,6 @@ finishing leaves the instance recorded and stopped instead of its disks unowned.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from herder.core import configdiff, diskobjects, model, params, verify, vmclaim
 from herder.core.errors import ConfigError, HerderError, OpPrereqError
@@ -221,7 +220,7 @@ class InstanceCreate(LogicalUnit[opcodes.OpInstanceCreate]):
         return [n.name for n in self.nodes]
 
     @classmethod
-    def after_master_death(cls, op: opcodes.OpInstanceCreate) -> list[dict[str, Any]]:
+    def after_master_death(cls, op: opcodes.OpInstanceCreate) -> list[dict[str, object]]:
         """A remote import the master died in leaves a half-made instance (recorded, its
         disks partly received): the queue's recovery removes it, as an export's recovery
         removes its partial export (`lu/backup`), so the failed job leaves what it found.
