@@ -377,8 +377,10 @@ class SimHost:
         for what this machine lacks (docs/compat.md N5a): the storage
         directories of the file templates with Ganeti's allowed-paths file, and the sharedimg
         ExtStorage provider (the SAN stand-in)."""
-        root = debhost.mount_overlay(debroot.ensure_root(), self.layout.directory)
-        debhost.install(root, self.name, debhost.build_wheelhouse(self.sim.directory))
+        base = debroot.ensure_root()
+        layer = debhost.installed_layer(base, debhost.build_wheelhouse(self.sim.directory))
+        root = debhost.mount_overlay([layer, base], self.layout.directory)
+        debhost.name_host(root, self.name)
         # /etc/herder: where the BMC stand-in's OOB settings go (herder.sim.bmc)
         for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti",
                        "/etc/herder"):
@@ -649,8 +651,8 @@ class HostSimulation:
         self.write_hosts()
         if any(c.kind == "debian" for c in configs):
             try:  # once for all the hosts (they install the same root and wheel)
-                debhost.build_wheelhouse(self.directory)
-                debroot.ensure_root()
+                debhost.installed_layer(debroot.ensure_root(),
+                                        debhost.build_wheelhouse(self.directory))
             except BaseException:
                 self.remove_hosts(names)
                 raise
