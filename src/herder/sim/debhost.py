@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from herder.core.errors import HerderError
@@ -58,6 +58,27 @@ SCRIPT_INSIDE = "/run/herder-sim-node-install.sh"
 QEMU_CONF_STANDIN = ("\n# herder test bed (docs/compat.md N5a): this machine's "
                      "cgroup v1\n# controllers are read-only in the container\n"
                      "cgroup_controllers = [ ]\n")
+# A stand-in for what a real host's devtmpfs and udev give (docs/compat.md N5a): the machine's
+# /dev/loop-control is bound into each host, whose /dev is systemd-nspawn's own tmpfs, so the
+# loop devices the kernel makes there (losetup, the sharedimg provider, `ext` and `blockdev`
+# disks) need their nodes made in the host at boot. 1024: more than this machine has in use.
+LOOP_NODES = 1024
+LOOP_UNIT = "herder-sim-loop-nodes.service"
+LOOP_UNIT_TEXT = f"""[Unit]
+Description=herder test bed: the loop devices' nodes (docs/compat.md N5a)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/python3 -c "import grp, os, stat; disk = grp.getgrnam('disk').gr_gid; \\
+ [(os.mknod(p, 0o660 | stat.S_IFBLK, os.makedev(7, i)), os.chown(p, 0, disk)) \\
+ for i, p in ((i, '/dev/loop' + str(i)) for i in range({LOOP_NODES})) if not os.path.exists(p)]"
+
+[Install]
+WantedBy=sysinit.target
+"""
 
 
 def build_wheelhouse(directory: Path) -> Path:
@@ -183,14 +204,71 @@ def unmount_overlay(directory: Path, *, lazy: bool = True) -> None:
 
 # The installed layer's format: raise when what `_install_layer` does changes in a way the
 # key does not see.
-LAYER_FORMAT = 1
+LAYER_FORMAT = 2  # 2: the loop devices' unit
 # Unused installed layers (and cached wheels of herder) are removed after this long: each change
 # of the checkout makes new ones (~100 MB a layer), and a layer a running host has as its lower
 # directory is touched at every use.
 STALE_AFTER = 24 * 3600.0
 
 
-def installed_layer(root: Path, wheels: Path, *, say: debroot.Say | None = None) -> Path:
+# Packages a node has only in some clusters, which the test bed's hosts get although the
+# guide's package step leaves them out: Open vSwitch (a node with openvswitch NICs; the tests
+# start its daemons themselves, in userspace, as herder.sim.ovs does on namespace hosts, so
+# Debian's units for it are masked). In a layer of their own on the root, keyed by this list,
+# not by the checkout: built once (~1 min, apt from deb.debian.org).
+EXTRA_PACKAGES = ("openvswitch-switch",)
+EXTRA_MASKED = ("openvswitch-switch.service", "ovsdb-server.service", "ovs-vswitchd.service")
+EXTRAS_FORMAT = 1
+
+
+def extras_layer(root: Path, *, say: debroot.Say | None = None) -> Path:
+    """The root's layer of EXTRA_PACKAGES (`/var/cache/herder-sim/extras-<key>/upper`)."""
+    digest = hashlib.sha256()
+    for part in (str(EXTRAS_FORMAT), root.name, *EXTRA_PACKAGES, *EXTRA_MASKED):
+        digest.update(part.encode() + b"\0")
+    final = debroot.CACHE_DIR / f"extras-{digest.hexdigest()[:16]}"
+    script = (f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+              f"--no-install-recommends {' '.join(EXTRA_PACKAGES)} >/dev/null && "
+              f"apt-get clean && systemctl mask {' '.join(EXTRA_MASKED)}")
+
+    def build(work: Path) -> None:
+        def steps(merged: Path) -> None:
+            _checked(debroot.nspawn_run(merged, ["/bin/sh", "-c", script]),
+                     f"installing {', '.join(EXTRA_PACKAGES)}")
+            # as in the root: each host makes its own machine-id
+            (merged / "etc" / "machine-id").write_text("")
+
+        _layer(root, work, steps)
+
+    built = debroot.ensure_built(final, build, marker=COMPLETE, say=say)
+    _touch(built)
+    return built / "upper"
+
+
+def _layer(lower: Path | Sequence[Path], work: Path, steps: Callable[[Path], None]) -> None:
+    """`work/upper`: what `steps(merged)` changed on an overlay of `lower`, kept as a layer."""
+    merged = mount_overlay(lower, work)
+    try:
+        steps(merged)
+    finally:
+        unmount_overlay(work, lazy=False)
+    if os.path.ismount(work / "root"):
+        raise HerderError(f"cannot unmount {work / 'root'}: the layer would be incomplete")
+    # the overlay's work directory is of no use as a lower layer
+    shutil.rmtree(work / "work", ignore_errors=True)
+    (work / "root").rmdir()
+    (work / COMPLETE).write_text("")
+
+
+def layers(root: Path, wheels: Path, *, say: debroot.Say | None = None) -> list[Path]:
+    """What a host's overlay has under its own changes, the topmost first: herder installed,
+    the extra packages, the cached root."""
+    extras = extras_layer(root, say=say)
+    return [installed_layer([extras, root], wheels, say=say), extras, root]
+
+
+def installed_layer(lowers: Sequence[Path], wheels: Path, *,
+                    say: debroot.Say | None = None) -> Path:
     """The guide's steps taken once per root, wheel and script rather than on every host at
     every start (pip installing herder took ~30 s per host): herder from the wheel into
     /opt/herder and its units enabled (`scripts/node-install.sh herder WHEEL` and `units`), the
@@ -202,26 +280,28 @@ def installed_layer(root: Path, wheels: Path, *, say: debroot.Say | None = None)
     (wheel,) = wheels.glob("herder-*.whl")
     script = debroot.install_script()
     digest = hashlib.sha256()
-    for part in (str(LAYER_FORMAT), root.name, QEMU_CONF_STANDIN, NODE_SCRIPT,
+    # a layer's own name is its parent's (`<name>/upper`), the root's its own
+    names = [p.parent.name if p.name == "upper" else p.name for p in lowers]
+    for part in (str(LAYER_FORMAT), *names, QEMU_CONF_STANDIN, LOOP_UNIT_TEXT, NODE_SCRIPT,
                  *sorted(w.name for w in wheels.glob("*.whl"))):
         digest.update(part.encode() + b"\0")
     for path in (wheel, script, *sorted(CONTRIB_UNITS.iterdir())):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     final = debroot.CACHE_DIR / f"installed-{digest.hexdigest()[:16]}"
-    built = debroot.ensure_built(final, lambda work: _install_layer(root, wheels, work),
+    built = debroot.ensure_built(final, lambda work: _install_layer(lowers, wheels, work),
                                  marker=COMPLETE, say=say)
     _touch(built)
     if built is final and say:
         say(f"{final.name}: herder installed from {wheel.name}, units enabled")
-    _prune(("installed-", "herder-wheel-"), keep=built)
+    _prune(("installed-", "herder-wheel-", "extras-"), keep=built)
     return built / "upper"
 
 
-def _install_layer(root: Path, wheels: Path, work: Path) -> None:
+def _install_layer(lowers: Sequence[Path], wheels: Path, work: Path) -> None:
     (wheel,) = wheels.glob("herder-*.whl")
     script = debroot.install_script()
-    merged = mount_overlay(root, work)
-    try:
+
+    def steps(merged: Path) -> None:
         binds = (f"{wheels}:{WHEELS_INSIDE}", f"{CONTRIB_UNITS}:{UNITS_INSIDE}",
                  f"{script}:{SCRIPT_INSIDE}")
         # pip finds the dependencies in the wheelhouse only (the hosts reach no package index)
@@ -237,14 +317,12 @@ def _install_layer(root: Path, wheels: Path, work: Path) -> None:
         if QEMU_CONF_STANDIN not in qemu_conf.read_text():
             with open(qemu_conf, "a") as conf:
                 conf.write(QEMU_CONF_STANDIN)
-    finally:
-        unmount_overlay(work, lazy=False)
-    if os.path.ismount(work / "root"):
-        raise HerderError(f"cannot unmount {work / 'root'}: the layer would be incomplete")
-    # the overlay's work directory is of no use as a lower layer
-    shutil.rmtree(work / "work", ignore_errors=True)
-    (work / "root").rmdir()
-    (work / COMPLETE).write_text("")
+        units = merged / "etc" / "systemd" / "system"
+        (units / LOOP_UNIT).write_text(LOOP_UNIT_TEXT)
+        (units / "sysinit.target.wants").mkdir(exist_ok=True)
+        (units / "sysinit.target.wants" / LOOP_UNIT).symlink_to(f"../{LOOP_UNIT}")
+
+    _layer(lowers, work, steps)
 
 
 def _touch(path: Path) -> None:
@@ -282,6 +360,7 @@ def boot_argv(root: Path, name: str, hosts_file: Path, *,
             "--private-network", f"--machine={name.split('.')[0]}", "-D", str(root),
             f"--bind-ro={hosts_file}:/etc/hosts", *(f"--bind={b}" for b in binds),
             *(f"--bind-ro={b}" for b in binds_ro),
+            "--bind=/dev/loop-control",  # the loop devices' stand-in (LOOP_UNIT)
             "--capability=all", "--console=read-only"]
 
 
