@@ -11,6 +11,12 @@ when a node is removed and at `renew-crypto`: from the removed node itself, its 
 certificate and any certificate it issues with the cluster CA are refused by every libvirtd,
 while the remaining nodes still migrate the guest; the node added again is trusted without
 touching the other nodes' libvirtd.
+
+It stays on namespace hosts (issue 34): a node removed, reset and added again gets its
+libvirt TLS through `herder node libvirt-tls` and a libvirtd restart by its supervisor, while
+a Debian host needs the guide's `libvirt-tls` step (socket units) run again, which the
+simulator does only at the cluster's start; which certificates libvirt trusts after a node is
+added or removed on a Debian host is "Trust, second round" item 1's.
 """
 
 from __future__ import annotations
