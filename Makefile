@@ -6,6 +6,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= /tmp/herder-demo
+# The demo's nodes: Debian 12 machines booting systemd (issue 34; `namespace`: the faster
+# namespaced hosts), published on 127.0.0.$(DEMO_FIRST_IP) (masterd, maintd) and the next
+# addresses (each node's mond)
+DEMO_HOSTS ?= debian
+DEMO_FIRST_IP ?= 11
 # Test workers: 4, not one per CPU (-n auto: 2 here). The suite's long modules mostly wait
 # (simulated hosts and guests booting, daemons polling, timeouts): 6 simulated-cluster modules
 # took 100 s on 4 workers and 120 s on 2 on the quiet machine, 178 s and 401 s, 420 s and
@@ -28,7 +33,7 @@ venv: sysdeps $(STAMP)
 
 # Herder's main job on its embedded default: a fresh demo cluster config, then its info.
 run: venv
-	@bash scripts/demo.sh $(DEMO_DIR)
+	@DEMO_HOSTS=$(DEMO_HOSTS) DEMO_FIRST_IP=$(DEMO_FIRST_IP) bash scripts/demo.sh $(DEMO_DIR)
 
 test: venv
 	@bash scripts/peers.sh || true

@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
 # `make run`: herder's main job on its embedded default — a whole cluster on this machine.
-# `herder cluster simulate` brings up 3 nodes, each a host of its own (its own processes,
-# network, mounts and libvirtd running real QEMU guests, TLS only between the nodes), whose
-# supervisor runs herder's daemons with a real host's defaults; node1 runs `herder cluster init`, the others are added
-# with `herder node add`. This shell reaches the cluster as an operator's workstation does:
-# through the published ports and the client profile simulate writes (no config file here).
+# `herder cluster simulate` brings up 3 nodes, each a Debian 12 machine booting systemd
+# (systemd-nspawn from a debootstrapped root cached in /var/cache/herder-sim, built by the first
+# run; herder installed from this checkout's wheel into /opt/herder by the install guide's
+# script, its units enabled; Debian's libvirtd running real QEMU guests, TLS only between the
+# nodes). node1 runs `herder cluster init`, the others are added with `herder node add`. This
+# shell reaches the cluster as an operator's workstation does: through the published ports
+# and the client profile simulate writes (no config file here).
 # Then real guests (the herder-guest OS: a tiny Linux printing `herder-guest boot_id=..
 # uptime=.. disk=<sha256 of its disk's first MiB>` every second) are placed by the allocator,
 # live-migrated (the same boot goes on), failed over and evacuated through masterd's jobs,
 # maintd heals a failing node and a crashed VM, a node that dies (its BMC cuts its power) is
 # fenced and its guest started elsewhere, and the monitoring agents report. The cluster
 # keeps running for you to drive; the last lines say how and how to stop it.
+#
+#   scripts/demo.sh [DIR]    DEMO_HOSTS=debian|namespace (default debian: the namespaced hosts
+#                            are faster, and need no root filesystem), DEMO_FIRST_IP=N (default
+#                            11: the cluster published on 127.0.0.N, node i's mond on N+i)
 set -euo pipefail
 DIR=${1:-/tmp/herder-demo}
+HOSTS=${DEMO_HOSTS:-debian}
+FIRST=${DEMO_FIRST_IP:-11}
+CLUSTER_IP=127.0.0.$FIRST
+mond_ip() { echo "127.0.0.$(( FIRST + $1 ))"; }  # node $1's mond
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 H="$HERE/.venv/bin/herder"
 unset HERDER_CONFIG HERDER_OFFLINE HERDER_MASTERD HERDER_RAPI_CA HERDER_RAPI_USER \
   HERDER_RAPI_PASSWORD_FILE
 export HERDER_CLIENT="$DIR/client/client.toml"
 
-echo "== herder cluster simulate: 3 nodes, each a host of its own"
-"$H" cluster simulate --nodes 3 --dir "$DIR"
+echo "== herder cluster simulate: 3 nodes, each a host of its own ($HOSTS hosts)"
+if [ "$HOSTS" = debian ]; then
+  echo "   (the first run builds the Debian 12 root into /var/cache/herder-sim: ~7 minutes)"
+fi
+BEGAN=$(date +%s)
+"$H" cluster simulate --nodes 3 --dir "$DIR" --hosts "$HOSTS" --first-ip "$FIRST"
+echo "(the cluster came up in $(( $(date +%s) - BEGAN )) s)"
 
 echo
 echo "== the cluster as node1 sees it (herder cluster simulate --exec node1 -- ...)"
@@ -71,7 +86,7 @@ wait_beat db1 node2
 echo
 echo "== maintd heals a node: node 2's self-diagnose starts reporting 'evacuate'; its running"
 echo "   running guests move away live (db1's boot_id stays: the same boot, the same disk)"
-echo "   (status page: http://127.0.0.11:1816/status.html)"
+echo "   (status page: http://$CLUSTER_IP:1816/status.html)"
 beat db1 node2
 "$H" cluster simulate --dir "$DIR" --break node2 evacuate
 for _ in $(seq 60); do
@@ -140,11 +155,11 @@ echo "web1 heartbeats on $W, $(( $(date +%s) - START )) s after node3's power we
 "$H" node power status
 
 echo
-echo "== the job queue (masterd, Ganeti's RAPI v2, published at https://127.0.0.11:5080)"
+echo "== the job queue (masterd, Ganeti's RAPI v2, published at https://$CLUSTER_IP:5080)"
 "$H" job list
 
 echo
-echo "== the monitoring agent of node 2 (Ganeti's protocol v1, published at 127.0.0.13:1815)"
+echo "== the monitoring agent of node 2 (Ganeti's protocol v1, published at $(mond_ip 2):1815)"
 sleep 1
 "$H" mond status --node node2
 
@@ -158,6 +173,10 @@ echo "  $H cluster simulate --dir $DIR --break node2 Ok    # the incident is for
 echo "  $H cluster simulate --dir $DIR --crash web1        # instmon -> maintd restarts it"
 echo "  $H cluster simulate --dir $DIR --power-on node3    # back, offline; then:"
 echo "  $H node modify node3.sim.herder.test --offline no"
-echo "  $H cluster simulate --dir $DIR --exec node2 -- herder supervise status"
-echo "  curl -s http://127.0.0.12:1815/1/report/all | python3 -m json.tool   # node1's mond"
+if [ "$HOSTS" = debian ]; then
+  echo "  $H cluster simulate --dir $DIR --exec node2 -- systemctl status 'herder-*'"
+else
+  echo "  $H cluster simulate --dir $DIR --exec node2 -- herder supervise status"
+fi
+echo "  curl -s http://$(mond_ip 1):1815/1/report/all | python3 -m json.tool   # node1's mond"
 echo "Stop it with: $H cluster simulate --stop --dir $DIR"

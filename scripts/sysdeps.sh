@@ -25,11 +25,14 @@
 # - openipmi, ipmitool: each simulated host's BMC (ipmi_sim: IPMI over LAN, its chassis power
 #   switching the host; herder.sim.bmc) and the IPMI out-of-band program herder ships
 #   (herder-oob-ipmi runs ipmitool; docs/ha.md)
+# - debootstrap, systemd-container: the Debian-rooted simulated hosts (`cluster simulate --hosts
+#   debian`, `make run`): the root built with debootstrap, each host booted by systemd-nspawn
 set -euo pipefail
 PKGS=(libvirt-dev pkg-config gcc libvirt-daemon lvm2 curl chromium etcd-server
       libvirt-clients linux-image-amd64 busybox-static
       iproute2 e2fsprogs iputils-arping systemd novnc firefox-esr
-      ceph-mon ceph-osd ceph-common openvswitch-switch openipmi ipmitool)
+      ceph-mon ceph-osd ceph-common openvswitch-switch openipmi ipmitool
+      debootstrap systemd-container)
 QEMU_PKGS=(qemu-system-x86 qemu-block-extra)
 QEMU_MIN=1:9.0
 [ "$(id -u)" = 0 ] || { echo "sysdeps: not root; assuming ${PKGS[*]} are installed"; exit 0; }

@@ -96,6 +96,26 @@ def masterd_logs(state: Any, lines: int = 40) -> str:
     return "\n" + "\n".join(found) if found else ""
 
 
+def daemon_log(state: Any, node: str, daemon: str) -> str:
+    """A herder daemon's log on a node, oldest line first: its log file on a namespace host,
+    its unit's journal on a Debian host (flushed first: a line just logged is in it; "" while
+    the host is off or booting, as a log file not yet written)."""
+    from herder.core.errors import HerderError
+
+    host = state.host(node)
+    if getattr(host, "debian", False):
+        try:
+            done = host.run(["sh", "-c", "journalctl --sync; journalctl -q --no-pager -o cat "
+                                         f"-u herder-{daemon}.service"], timeout=60)
+        except HerderError:  # not running (powered off, or its systemd not started yet)
+            return ""
+        return str(done.stdout) if done.returncode == 0 else ""
+    try:
+        return str(host.path(f"/var/log/herder/{daemon}.log").read_text(errors="replace"))
+    except OSError:
+        return ""
+
+
 def on(state: Any, node: str, *args: str, check: bool = True,
        timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run `herder ARGS` on a node (as `simulate --exec NODE -- herder ARGS` does)."""

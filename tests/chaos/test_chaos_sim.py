@@ -4,7 +4,12 @@ tags) while the nemesis injects a fixed small number of faults (kill -9 of a dae
 power-off through the BMC, a network cut, a full file storage), chosen at random from the
 printed seed (`CHAOS_SEED` repeats one). Then every node comes back and the checker's
 properties must hold (tests/chaos/checker.py); a failure prints the seed and the history.
-The long form is `bench/chaos.py --minutes N [--seed S]`."""
+The long form is `bench/chaos.py --minutes N [--seed S]`.
+
+It stays on namespace hosts (issue 34): two of its faults need what a Debian host does not
+have yet: `kill` finds the daemon's PID through herder's supervisor (systemd runs them
+there), and `fill` fills the node's file storage, a file system of its own on a namespace host
+but a directory of the overlay on a Debian host (filling it fills the machine's disk)."""
 
 from __future__ import annotations
 

@@ -108,8 +108,8 @@ def test_herder_runs_from_the_wheel_under_systemd(sim: Any) -> None:
 def test_only_runnable_templates_and_verify_finds_no_error(sim: Any) -> None:
     with sim.rapi() as api:
         info = api.get_info()
-    # no loop devices, no device-mapper, no DRBD in the containers
-    assert sorted(info["enabled_disk_templates"]) == ["diskless", "file", "sharedfile"]
+    # no device-mapper, no DRBD in the containers; loop devices for the sharedimg provider
+    assert sorted(info["enabled_disk_templates"]) == ["diskless", "ext", "file", "sharedfile"]
     verify = herder(sim, "cluster", "verify", "--json", check=False)
     found = json.loads(verify.stdout)
     assert [f for f in found if f["severity"] == "error"] == [], found

@@ -10,7 +10,10 @@ mid-stream: tests/system/test_remote_streams_lu.py); then the move: shut down, i
 streamed from A's node straight into B's new instance (OS export and import scripts, TLS
 with each cluster's node certificates), the guest boots on B with the same disk (sha256 of
 its first MiB, not the new name's pattern), and the source removed only once the target
-runs."""
+runs.
+
+It stays on namespace hosts (issue 34): `cluster simulate --hosts debian` has no `--network`
+yet (a second cluster in the first one's network)."""
 
 from __future__ import annotations
 

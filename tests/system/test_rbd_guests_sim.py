@@ -20,6 +20,9 @@ mirrored disk are compared with Ganeti's in tests/ganeti/test_cmdlib_rpc_order.p
 rbd-specific part, the target's QEMU opening the image, is the power-loss case's, where the
 dead client still holds the image's lock; the source's shutdown of an rbd guest is the
 removal's.)
+
+It stays on namespace hosts (issue 34): `cluster simulate --hosts debian` has no `--ceph` yet
+(the Ceph client's files and key on every node).
 """
 
 from __future__ import annotations

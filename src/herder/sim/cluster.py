@@ -85,9 +85,10 @@ OS_DIR = "/srv/herder/os"
 # blockdev are local; plain and drbd are not enabled (no device-mapper here: an LV could hold
 # no data, and no DRBD module answers the DRBD checks).
 SIM_DISK_TEMPLATES = "sharedfile,ext,file,blockdev,diskless"
-# A Debian host (systemd-nspawn) sees no loop device: no blockdev, and no ext (the sharedimg
-# provider attaches its images as loop devices)
-DEBIAN_DISK_TEMPLATES = "sharedfile,file,diskless"
+# A Debian host (systemd-nspawn) has the machine's loop devices (herder.sim.debhost.LOOP_UNIT):
+# ext on the sharedimg provider, whose images are attached as loop devices; no blockdev yet
+# (its loop device, made by the simulator, is not made for these hosts)
+DEBIAN_DISK_TEMPLATES = "sharedfile,ext,file,diskless"
 DATA_DIR = Path("/var/lib/herder")
 LIBVIRT_URI = "test+unix:///default"  # each host's own libvirtd, libvirt's test driver
 QEMU_URI = "qemu:///system"  # each host's own libvirtd, the QEMU driver (real guests)
@@ -601,9 +602,8 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}",
             # every host's watchdog device and BMC (herder.sim.watchdog, herder.sim.bmc); a
-            # Debian host has no watchdog device yet and its own herder's OOB program
-            *(["--node-parameters", f"watchdog_device={sim_watchdog.DEVICE}"]
-              if state.hosts == "namespace" else []),
+            # Debian host has its own herder's OOB program
+            "--node-parameters", f"watchdog_device={sim_watchdog.DEVICE}",
             "--node-parameters", f"oob_program={oob_program(state.hosts)}",
             # NICs on the hosts' bridge (Ganeti's default xen-br0 is no host's)
             "-N", "link=br0"]

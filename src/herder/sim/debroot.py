@@ -98,7 +98,7 @@ def unsupported() -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -136,7 +136,7 @@ def ensure_built(final: Path, build: Callable[[Path], None], *, marker: str = "e
     complete when it holds `marker`. A failed or killed build's leftovers are removed."""
     if (final / marker).exists():
         return final
-    with _locked(final.with_name(final.name + ".lock")):
+    with locked(final.with_name(final.name + ".lock")):
         if (final / marker).exists():  # another builder made it meanwhile
             return final
         for stale in final.parent.glob(final.name + ".build-*"):

@@ -29,6 +29,7 @@ import ipaddress
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -45,6 +46,7 @@ import herder
 from herder.core import libvirtd_conf, supervise_control
 from herder.core.errors import HerderError
 from herder.sim import debhost, debroot, forward, hostfiles, hoststate, loopdev, netns
+from herder.sim import watchdog as sim_watchdog
 from herder.sim.hostinit import HostSpec, Mount
 from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
 
@@ -377,8 +379,10 @@ class SimHost:
         for what this machine lacks (docs/compat.md N5a): the storage
         directories of the file templates with Ganeti's allowed-paths file, and the sharedimg
         ExtStorage provider (the SAN stand-in)."""
-        root = debhost.mount_overlay(debroot.ensure_root(), self.layout.directory)
-        debhost.install(root, self.name, debhost.build_wheelhouse(self.sim.directory))
+        root = debhost.mount_overlay(
+            debhost.layers(debroot.ensure_root(), debhost.build_wheelhouse(self.sim.directory)),
+            self.layout.directory)
+        debhost.name_host(root, self.name)
         # /etc/herder: where the BMC stand-in's OOB settings go (herder.sim.bmc)
         for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti",
                        "/etc/herder"):
@@ -392,9 +396,16 @@ class SimHost:
         """Boot a Debian host: systemd-nspawn, its network plugged while systemd starts;
         returns once systemd has finished booting (herder.target's units started)."""
         layout = self.layout
+        # the watchdog device (herder.sim.watchdog): the keeper's FIFO, made here where the
+        # keeper looks for it, bound into the container's /run (a tmpfs of nspawn's)
+        device = sim_watchdog.device_path(self.record)
+        if not stat.S_ISFIFO(device.lstat().st_mode if device.exists() else 0):
+            device.unlink(missing_ok=True)
+            os.mkfifo(device, 0o600)
         argv = debhost.boot_argv(layout.root, self.name, self.sim.hosts_file, binds=(
             f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
-            f"{self.sim.shared_images_dir}:{SHARED_IMAGES}"), binds_ro=tuple(
+            f"{self.sim.shared_images_dir}:{SHARED_IMAGES}",
+            f"{device}:{sim_watchdog.DEVICE}"), binds_ro=tuple(
                 f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()))
         with open(layout.console, "ab") as console:
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
@@ -649,8 +660,7 @@ class HostSimulation:
         self.write_hosts()
         if any(c.kind == "debian" for c in configs):
             try:  # once for all the hosts (they install the same root and wheel)
-                debhost.build_wheelhouse(self.directory)
-                debroot.ensure_root()
+                debhost.layers(debroot.ensure_root(), debhost.build_wheelhouse(self.directory))
             except BaseException:
                 self.remove_hosts(names)
                 raise

@@ -52,7 +52,7 @@ class Watchdogs:
         self._devices: dict[str, Device] = {}
 
     def _device(self, host: hoststate.HostRecord) -> Device | None:
-        path = Path(host.directory) / "root" / DEVICE.lstrip("/")
+        path = device_path(host)
         known = self._devices.get(host.name)
         if known is not None and known.path == path and _is_fifo(path):
             return known
@@ -110,6 +110,15 @@ class Watchdogs:
         for gone in set(self._devices) - set(record.hosts):
             self._close(gone)
         return reset
+
+
+def device_path(host: hoststate.HostRecord) -> Path:
+    """Where the machine sees a host's device: in its /run (`<host>/root/run/watchdog`); a
+    Debian host's /run is a tmpfs of systemd-nspawn's, so there it is `<host>/watchdog`,
+    bound over /run/watchdog in the container."""
+    if host.kind == "debian":
+        return Path(host.directory) / "watchdog"
+    return Path(host.directory) / "root" / DEVICE.lstrip("/")
 
 
 def timeout_of(host: hoststate.HostRecord) -> float:
