@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 
 import libvirt
 
@@ -51,6 +52,7 @@ class Migrations:
                     migration.STATUS_ACTIVE:
                 raise HerderError(f"a migration of {name} is already running")
             self._drop(name)
+            began = time.monotonic()
             # one connection for libvirt's migrate call (it blocks for the whole migration),
             # one for the job-status queries and the abort
             conn = self._open()
@@ -65,6 +67,7 @@ class Migrations:
             outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
                                                settings, persist=True, monitor=monitor,
                                                target_stats=False)
+            opened = time.monotonic()
             try:
                 outgoing.start()
             except migration.MigrationError:
@@ -72,9 +75,12 @@ class Migrations:
                 _close(monitor)
                 raise
             self._running[name] = (conn, outgoing)
-            log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms)", name, target_node,
+            log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms; connections %.0f ms, "
+                     "checks %.0f ms, downtime limit %.0f ms)", name, target_node,
                      "live" if outgoing.settings.live else "paused",
-                     settings.bandwidth_mib_s or "unlimited", settings.downtime_ms)
+                     settings.bandwidth_mib_s or "unlimited", settings.downtime_ms,
+                     (opened - began) * 1000, outgoing.timings.get("checks", 0) * 1000,
+                     outgoing.timings.get("downtime", 0) * 1000)
             if outgoing.note:
                 log.warning("migration of %s: %s", name, outgoing.note)
 

@@ -268,6 +268,7 @@ class LiveMigration:
         self._progress_at = 0.0
         self._last_status = MigrationStatus(STATUS_ACTIVE)
         self.note: str | None = None  # why the migration is not what was asked (said in the job)
+        self.timings: dict[str, float] = {}  # s spent in start()'s steps (noded's log)
 
     def _lookup(self, conn: libvirt.virConnect) -> libvirt.virDomain:
         try:
@@ -276,6 +277,7 @@ class LiveMigration:
             raise MigrationError(f"instance {self.name}: {_message(err)}") from None
 
     def start(self) -> None:
+        began = time.monotonic()
         domain = self._lookup(self.source)
         check_migratable(domain)
         self._domain = domain
@@ -291,12 +293,14 @@ class LiveMigration:
                 # resumes it on stale pages
                 self.settings = dataclasses.replace(self.settings, live=False)
                 self.note = hazard
+        checked = time.monotonic()
         try:
             # Before the job starts: QEMU's downtime limit ("downtime-limit") for this domain.
             domain.migrateSetMaxDowntime(self.settings.downtime_ms, 0)
         except libvirt.libvirtError as err:
             raise MigrationError(f"cannot set the migration downtime of {self.name}: "
                                  f"{_message(err)}") from None
+        self.timings = {"checks": checked - began, "downtime": time.monotonic() - checked}
         params: dict[str, Any] = {}
         if self.settings.bandwidth_mib_s > 0:
             params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = self.settings.bandwidth_mib_s
