@@ -18,6 +18,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import libvirt
 
@@ -33,9 +34,13 @@ ABORT_WAIT = 30.0  # after the abort, how long libvirt's migrate call may take t
 class Migrations:
     """The outgoing migrations of this node, by instance name."""
 
-    def __init__(self, uri: str, pki: libvirtd_conf.LibvirtPki) -> None:
+    def __init__(self, uri: str, pki: libvirtd_conf.LibvirtPki, *,
+                 hypervisor_version: Callable[[], int] | None = None) -> None:
+        """`hypervisor_version`: libvirt's hypervisor version as the node keeps it (None: each
+        migration asks libvirt; see `Hypervisor.hypervisor_version`)."""
         self.uri = uri
         self.pki = pki
+        self.hypervisor_version = hypervisor_version
         self._lock = threading.Lock()
         self._running: dict[str, tuple[libvirt.virConnect, migration.LiveMigration]] = {}
 
@@ -66,7 +71,8 @@ class Migrations:
             # reads them there, so the end is told without a connection to it first
             outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
                                                settings, persist=True, monitor=monitor,
-                                               target_stats=False)
+                                               target_stats=False,
+                                               hypervisor_version=self.hypervisor_version)
             opened = time.monotonic()
             try:
                 outgoing.start()

@@ -242,7 +242,8 @@ class LiveMigration:
     def __init__(self, source: libvirt.virConnect, name: str, target_uri: str,
                  settings: MigrationSettings, *, dest_xml: str | None = None,
                  persist: bool = False, monitor: libvirt.virConnect | None = None,
-                 stall_timeout: float = STALL_TIMEOUT, target_stats: bool = True) -> None:
+                 stall_timeout: float = STALL_TIMEOUT, target_stats: bool = True,
+                 hypervisor_version: Callable[[], int] | None = None) -> None:
         self.source = source
         self.monitor = monitor if monitor is not None else source
         self.name = name
@@ -255,6 +256,9 @@ class LiveMigration:
         # (a connection to its libvirtd before the end is told); noded's migrations have the
         # target read its own (finalize_migration_dst)
         self.target_stats = target_stats
+        # the QEMU version for the TCG hazard check; None: libvirt's getVersion (which probes
+        # its default emulator the first time: noded keeps the answer, Hypervisor)
+        self.hypervisor_version = hypervisor_version
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self._given_up: str | None = None
@@ -282,12 +286,14 @@ class LiveMigration:
         check_migratable(domain)
         self._domain = domain
         self._watched = domain if self.monitor is self.source else self._lookup(self.monitor)
-        if self.settings.live:
+        domain_type = _domain_type(domain) if self.settings.live else ""
+        if domain_type == "qemu":  # only a TCG guest has the hazard: KVM's ask no version
             try:
-                qemu_version = int(self.source.getVersion())
+                qemu_version = (self.hypervisor_version() if self.hypervisor_version is not None
+                                else int(self.source.getVersion()))
             except libvirt.libvirtError:
                 qemu_version = 0
-            hazard = tcg_live_migration_hazard(_domain_type(domain), qemu_version)
+            hazard = tcg_live_migration_hazard(domain_type, qemu_version)
             if hazard is not None:
                 # the guest's memory intact over a short pause rather than a live move that
                 # resumes it on stale pages
