@@ -118,6 +118,8 @@ def test_the_hypervisor_version_is_kept_and_asked_again_when_due(
         uri, kept, at = hv._version
         hv._version = (uri, kept, at - hypervisor.VERSION_KEEP - 1)  # as if kept that long
         assert hv.hypervisor_version() == version and len(opened) == 2  # asked again
+        assert hv._version is not None and hv._version[2] > at  # kept anew
+        assert hv.hypervisor_version(max_age=0) == version and len(opened) == 3  # the early ask
 
         def unreachable(uri: str, **kwargs: object) -> object:
             raise libvirt_host.Unreachable(f"cannot connect to {uri}")

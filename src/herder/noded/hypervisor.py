@@ -199,9 +199,9 @@ class Hypervisor:
             threading.Thread(target=self.kvm_probe, name="kvm-probe", daemon=True).start()
         return self._probe
 
-    def hypervisor_version(self) -> int:
+    def hypervisor_version(self, max_age: float = VERSION_KEEP) -> int:
         """libvirt's hypervisor version (QEMU's: major * 1,000,000 + minor * 1,000 + micro; 0
-        when libvirt does not say), kept VERSION_KEEP seconds. libvirt answers it from the
+        when libvirt does not say), kept `max_age` seconds. libvirt answers it from the
         capabilities of its default emulator, and the first time it is asked in its life it
         probes that binary (runs it: 1.3-2.4 s measured on a loaded machine; a binary other than
         the guests', qemu-system-i386 here, so their start did not probe it). A migration's
@@ -212,7 +212,7 @@ class Hypervisor:
         with self._version_lock:
             now = time.monotonic()
             kept = self._version
-            if kept is not None and kept[0] == self.uri and now - kept[2] < VERSION_KEEP:
+            if kept is not None and kept[0] == self.uri and now - kept[2] < max_age:
                 return kept[1]
             uri = self.uri
             try:
@@ -230,12 +230,12 @@ class Hypervisor:
     def hypervisor_version_nowait(self) -> None:
         """Ask libvirt's hypervisor version in the background when none is kept or it is due
         again (see `hypervisor_version`)."""
+        early = VERSION_KEEP * 0.9  # asked again before a migration would ask itself
         kept = self._version
-        due = kept is None or kept[0] != self.uri or \
-            time.monotonic() - kept[2] >= VERSION_KEEP * 0.9  # before a migration would wait
+        due = kept is None or kept[0] != self.uri or time.monotonic() - kept[2] >= early
         if due and self.runs_guests and not self._version_lock.locked():
-            threading.Thread(target=self.hypervisor_version, name="hypervisor-version",
-                             daemon=True).start()
+            threading.Thread(target=self.hypervisor_version, args=(early,),
+                             name="hypervisor-version", daemon=True).start()
 
     def probed(self) -> kvmprobe.KvmProbe | None:
         """The KVM probe's last verdict, without probing (None: not probed yet; libvirt's test
