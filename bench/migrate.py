@@ -78,14 +78,20 @@ def _bare(state: cluster.SimState, source: str, target: str) -> dict[str, float]
 
 
 def _summary(label: str, runs: list[dict[str, float]]) -> str:
-    def median(key: str) -> str:
-        values = [run[key] for run in runs if key in run]
+    """Medians (min-max) of the wall time, libvirt's own time, the wall time minus libvirt's
+    (what the path adds around the transfer: steadier than the ratio on a loaded machine,
+    where libvirt's own time swings from run to run) and the downtime."""
+    added = [{"added_ms": run["wall_ms"] - run["total_ms"]} for run in runs if "total_ms" in run]
+
+    def median(key: str, rows: list[dict[str, float]] = runs) -> str:
+        values = [run[key] for run in rows if key in run]
         if not values:
             return f"{'-':>20}"
         spread = f"({min(values):.0f}-{max(values):.0f})"
         return f"{statistics.median(values):7.0f} {spread:>12}"
 
-    return f"{label:<24} {median('wall_ms')} {median('total_ms')} {median('downtime_ms')}"
+    return (f"{label:<24} {median('wall_ms')} {median('total_ms')} "
+            f"{median('added_ms', added)} {median('downtime_ms')}")
 
 
 def main() -> None:
@@ -119,7 +125,8 @@ def main() -> None:
         loads = [run["load"] for run in herder_runs + bare_runs]
         print(f"\nmedian of {2 * options.rounds} (min-max), load average "
               f"{min(loads):.1f}-{max(loads):.1f}")
-        print(f"{'':<24} {'wall ms':>20} {'total ms':>20} {'down ms':>20}")
+        print(f"{'':<24} {'wall ms':>20} {'total ms':>20} {'wall-total ms':>20} "
+              f"{'down ms':>20}")
         print(_summary("herder job + RPC path", herder_runs))
         print(_summary("bare virsh migrate", bare_runs))
         herder_wall = statistics.median(r["wall_ms"] for r in herder_runs)

@@ -90,3 +90,42 @@ def test_cluster_verify_warns_of_an_emulating_node() -> None:
     assert [(f.severity, f.code, f.message) for f in found] == [
         ("warning", "ENODEHV", f"hypervisor kvm: hardware virtualization is not used: "
          f"{verdict.reason}")]
+
+
+def test_the_hypervisor_version_is_kept_and_asked_again_when_due(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A migration's start needs libvirt's hypervisor version (the TCG hazard check), whose
+    first answer in a libvirtd's life probes an emulator for seconds: the node keeps it
+    VERSION_KEEP seconds (libvirt's test driver here: a real connection, no libvirtd); an
+    unanswered question is not kept."""
+    from herder.core import libvirt_host
+    from herder.noded import hypervisor
+
+    hv = Hypervisor("test:///default", tmp_path / "hv")
+    opened: list[str] = []
+    real_open = libvirt_host.open_connection
+
+    def counting_open(uri: str, **kwargs: object) -> object:
+        opened.append(uri)
+        return real_open(uri)
+
+    monkeypatch.setattr(libvirt_host, "open_connection", counting_open)
+    try:
+        version = hv.hypervisor_version()
+        assert version > 0 and opened == ["test:///default"]
+        assert hv.hypervisor_version() == version and len(opened) == 1  # kept
+        assert hv._version is not None
+        uri, kept, at = hv._version
+        hv._version = (uri, kept, at - hypervisor.VERSION_KEEP - 1)  # as if kept that long
+        assert hv.hypervisor_version() == version and len(opened) == 2  # asked again
+        assert hv._version is not None and hv._version[2] > at  # kept anew
+        assert hv.hypervisor_version(max_age=0) == version and len(opened) == 3  # the early ask
+
+        def unreachable(uri: str, **kwargs: object) -> object:
+            raise libvirt_host.Unreachable(f"cannot connect to {uri}")
+
+        monkeypatch.setattr(libvirt_host, "open_connection", unreachable)
+        hv._version = None
+        assert hv.hypervisor_version() == 0 and hv._version is None  # not kept
+    finally:
+        hv.close()

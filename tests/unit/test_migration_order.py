@@ -326,7 +326,11 @@ def test_a_target_with_less_free_memory_gets_a_ballooned_guest(tmp_path: Path,
     assert balloon == [("node1.example.com", {**balloon[0][1], "memory": 700})]
     assert balloon[0][1]["name"] == inst.name and "* setting instance memory to 700" in said
     methods = [method for _, method, _ in rpc.calls]
-    assert methods.index("instance_balloon_memory") < methods.index("migration_info")
+    # migration_info is asked beside the memory check, and again after the balloon (Ganeti
+    # asks it after the balloon)
+    last_info = len(methods) - 1 - methods[::-1].index("migration_info")
+    assert methods.index("instance_balloon_memory") < last_info < methods.index(
+        "accept_instance")
 
     rpc = Recorder([], "node1.example.com")
     rpc.free, rpc.current = {"node2": 700}, 1024
@@ -343,3 +347,52 @@ def test_a_target_with_less_free_memory_gets_a_ballooned_guest(tmp_path: Path,
         migration.migrate_or_failover(env, config, inst, target, live=True,
                                       allow_failover=False, reason=[], say=lambda line: None)
     assert "migrate_instance" not in [method for _, method, _ in rpc.calls]
+
+
+def test_migration_info_is_asked_beside_the_memory_checks_node_info(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three reads before the move (both nodes' node_info, the source's migration_info)
+    are one round trip: each node_info answer waits here until migration_info has been asked,
+    which only happens in time when they are asked at once. A refusal of the memory check is
+    still said before a migration_info error (Ganeti's CheckPrereq comes first), and no disk
+    is assembled after either."""
+    import threading
+
+    monkeypatch.setattr(migration, "POLL_INTERVAL", 0)
+
+    class Overlapping(Recorder):
+        def __init__(self, *args: Any, fail_info: bool = False) -> None:
+            super().__init__(*args)
+            self.info_asked = threading.Event()
+            self.overlapped: list[bool] = []
+            self.fail_info = fail_info
+
+        def send(self, node: Any, method: str, args: dict[str, Any],
+                 timeout: float | None = None) -> object:
+            if method == "node_info":
+                self.overlapped.append(self.info_asked.wait(3))
+            if method == "migration_info":
+                self.info_asked.set()
+                if self.fail_info:
+                    self.calls.append((node.name, method, dict(args)))
+                    raise HerderError("no domain here")
+            return super().send(node, method, args, timeout)
+
+    rpc = Overlapping([{"status": "completed"}], "node2.example.com")
+    env, config, inst, target = _env(tmp_path, rpc)
+    migration.migrate_or_failover(env, config, inst, target, live=True, allow_failover=False,
+                                  reason=[], say=lambda line: None)
+    assert rpc.overlapped == [True, True]
+
+    rpc = Overlapping([], "node1.example.com", fail_info=True)
+    rpc.free = {"node2": 300}
+    env, config, inst, target = _env(tmp_path / "b", rpc)
+    with pytest.raises(OpExecError, match="Not enough memory on node node2.example.com"):
+        migration.migrate_or_failover(env, config, inst, target, live=True,
+                                      allow_failover=False, reason=[], say=lambda line: None)
+    rpc.free = {}
+    with pytest.raises(HerderError, match="no domain here"):
+        migration.migrate_or_failover(env, config, inst, target, live=True,
+                                      allow_failover=False, reason=[], say=lambda line: None)
+    methods = [method for _, method, _ in rpc.calls]
+    assert "blockdev_assemble" not in methods and "accept_instance" not in methods

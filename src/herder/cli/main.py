@@ -7,6 +7,7 @@ Groups are loaded lazily so `herder alloc` does not import the daemons' dependen
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -140,8 +141,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point. The command's objects are left to the operating system
+    (`gc.freeze`: the interpreter's last collections skip them): a command ends right after
+    its answer, and walking its objects at exit cost `instance migrate` 20-25 ms of CPU on a
+    loaded machine, after the answer was printed and before the shell got it back."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

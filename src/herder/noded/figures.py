@@ -131,5 +131,8 @@ def node_info(hv: Hypervisor, instances_dir: Path, *,
 def _kvm_verdict(hv: Hypervisor) -> livefigures.KvmVerdict | None:
     """The KVM probe's verdict at hand (none on libvirt's test driver, which runs no guests;
     none until the node's first probe ended)."""
-    probe = hv.kvm_verdict_nowait() if hv.runs_guests else None
+    if not hv.runs_guests:
+        return None
+    hv.hypervisor_version_nowait()  # at hand before the first migration (see there)
+    probe = hv.kvm_verdict_nowait()
     return None if probe is None else probe.verdict()

@@ -42,6 +42,7 @@ T = TypeVar("T")
 STATES = libvirt_host.DOMAIN_STATES
 RUNNING = {1, 2, 3}
 DETACH_TIMEOUT = 30.0  # seconds a guest has to release an unplugged device
+VERSION_KEEP = 600.0  # s a hypervisor version answered by libvirt is used before asking again
 
 
 class HypervisorError(HerderError):
@@ -84,6 +85,8 @@ class Hypervisor:
         # one probe at a time: the node's figures, a start and cluster verify may ask at once
         self._probe_lock = threading.Lock()
         self.probe_cache = kvmprobe.CACHE_FILE
+        self._version: tuple[str, int, float] | None = None  # (uri, version, monotonic time)
+        self._version_lock = threading.Lock()
         # Why a recorded domain must not be defined again after a libvirtd restart (None: it
         # may); noded's guard says so for the domains this node is not the primary of.
         self.may_restore: Callable[[str], str | None] = lambda name: None
@@ -195,6 +198,44 @@ class Hypervisor:
         if self._needs_probe() and not self._probe_lock.locked():
             threading.Thread(target=self.kvm_probe, name="kvm-probe", daemon=True).start()
         return self._probe
+
+    def hypervisor_version(self, max_age: float = VERSION_KEEP) -> int:
+        """libvirt's hypervisor version (QEMU's: major * 1,000,000 + minor * 1,000 + micro; 0
+        when libvirt does not say), kept `max_age` seconds. libvirt answers it from the
+        capabilities of its default emulator, and the first time it is asked in its life it
+        probes that binary (runs it: 1.3-2.4 s measured on a loaded machine; a binary other than
+        the guests', qemu-system-i386 here, so their start did not probe it). A migration's
+        start needs it (the TCG hazard check), so the node asks in the background with its
+        first figures (`hypervisor_version_nowait`) and the migration finds it at hand. Asked
+        on a connection of its own: the node's shared one (and its lock) stays free for the
+        calls of the node's figures meanwhile."""
+        with self._version_lock:
+            now = time.monotonic()
+            kept = self._version
+            if kept is not None and kept[0] == self.uri and now - kept[2] < max_age:
+                return kept[1]
+            uri = self.uri
+            try:
+                conn = libvirt_host.open_connection(uri)
+                try:
+                    version = int(conn.getVersion())
+                finally:
+                    with contextlib.suppress(libvirt.libvirtError):
+                        conn.close()
+            except (libvirt.libvirtError, libvirt_host.Unreachable):
+                return 0  # not kept: asked again next time
+            self._version = (uri, version, time.monotonic())
+            return version
+
+    def hypervisor_version_nowait(self) -> None:
+        """Ask libvirt's hypervisor version in the background when none is kept or it is due
+        again (see `hypervisor_version`)."""
+        early = VERSION_KEEP * 0.9  # asked again before a migration would ask itself
+        kept = self._version
+        due = kept is None or kept[0] != self.uri or time.monotonic() - kept[2] >= early
+        if due and self.runs_guests and not self._version_lock.locked():
+            threading.Thread(target=self.hypervisor_version, args=(early,),
+                             name="hypervisor-version", daemon=True).start()
 
     def probed(self) -> kvmprobe.KvmProbe | None:
         """The KVM probe's last verdict, without probing (None: not probed yet; libvirt's test

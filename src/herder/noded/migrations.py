@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 import libvirt
 
@@ -32,9 +34,13 @@ ABORT_WAIT = 30.0  # after the abort, how long libvirt's migrate call may take t
 class Migrations:
     """The outgoing migrations of this node, by instance name."""
 
-    def __init__(self, uri: str, pki: libvirtd_conf.LibvirtPki) -> None:
+    def __init__(self, uri: str, pki: libvirtd_conf.LibvirtPki, *,
+                 hypervisor_version: Callable[[], int] | None = None) -> None:
+        """`hypervisor_version`: libvirt's hypervisor version as the node keeps it (None: each
+        migration asks libvirt; see `Hypervisor.hypervisor_version`)."""
         self.uri = uri
         self.pki = pki
+        self.hypervisor_version = hypervisor_version
         self._lock = threading.Lock()
         self._running: dict[str, tuple[libvirt.virConnect, migration.LiveMigration]] = {}
 
@@ -51,6 +57,7 @@ class Migrations:
                     migration.STATUS_ACTIVE:
                 raise HerderError(f"a migration of {name} is already running")
             self._drop(name)
+            began = time.monotonic()
             # one connection for libvirt's migrate call (it blocks for the whole migration),
             # one for the job-status queries and the abort
             conn = self._open()
@@ -64,7 +71,9 @@ class Migrations:
             # reads them there, so the end is told without a connection to it first
             outgoing = migration.LiveMigration(conn, name, self.target_uri(target_node),
                                                settings, persist=True, monitor=monitor,
-                                               target_stats=False)
+                                               target_stats=False,
+                                               hypervisor_version=self.hypervisor_version)
+            opened = time.monotonic()
             try:
                 outgoing.start()
             except migration.MigrationError:
@@ -72,9 +81,12 @@ class Migrations:
                 _close(monitor)
                 raise
             self._running[name] = (conn, outgoing)
-            log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms)", name, target_node,
+            log.info("migrating %s to %s (%s, %s MiB/s, downtime %d ms; connections %.0f ms, "
+                     "checks %.0f ms, downtime limit %.0f ms)", name, target_node,
                      "live" if outgoing.settings.live else "paused",
-                     settings.bandwidth_mib_s or "unlimited", settings.downtime_ms)
+                     settings.bandwidth_mib_s or "unlimited", settings.downtime_ms,
+                     (opened - began) * 1000, outgoing.timings.get("checks", 0) * 1000,
+                     outgoing.timings.get("downtime", 0) * 1000)
             if outgoing.note:
                 log.warning("migration of %s: %s", name, outgoing.note)
 

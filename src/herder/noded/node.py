@@ -138,7 +138,8 @@ class Node:
     def migrations(self) -> Migrations:
         """This node's outgoing migrations (on the hypervisor it talks to now)."""
         if self._migrations is None or self._migrations.uri != self.hv.uri:
-            self._migrations = Migrations(self.hv.uri, LibvirtPki(self.data_dir / "libvirt-pki"))
+            self._migrations = Migrations(self.hv.uri, LibvirtPki(self.data_dir / "libvirt-pki"),
+                                          hypervisor_version=self.hv.hypervisor_version)
         return self._migrations
 
     # --- the serial logs ------------------------------------------------------------------------

@@ -172,3 +172,35 @@ def test_a_status_call_with_wait_answers_when_the_migration_ends(
     finally:
         domain.moved.set()
         outgoing.finish("tcg.example.com")
+
+
+class _NoVersionConnection(_Connection):
+    """A connection whose getVersion must not be asked (the node keeps the version)."""
+
+    def getVersion(self) -> int:
+        raise AssertionError("libvirt's getVersion asked during the migration's start")
+
+
+@pytest.mark.parametrize(("domain_type", "version", "live", "asked"), [
+    ("qemu", 7_002_022, False, 1), ("qemu", 10_000_002, True, 1), ("kvm", 7_002_022, True, 0)])
+def test_the_hazard_check_uses_the_version_the_node_keeps(
+        domain_type: str, version: int, live: bool, asked: int) -> None:
+    """noded gives the migration the hypervisor version it keeps (libvirt's getVersion probes
+    its default emulator the first time: seconds inside migrate_instance); a KVM guest, which
+    has no TCG hazard, asks for none."""
+    import libvirt
+
+    calls: list[int] = []
+
+    def kept() -> int:
+        calls.append(version)
+        return version
+
+    domain = _RecordingDomain(domain_type)
+    outgoing = migration.LiveMigration(
+        _NoVersionConnection(domain, 0), domain.name(),  # type: ignore[arg-type]
+        "qemu+tls://target/system", migration.MigrationSettings(), hypervisor_version=kept)
+    outgoing.start()
+    result = outgoing.wait(10)
+    assert bool(domain.flags[0] & libvirt.VIR_MIGRATE_LIVE) == live == result.live
+    assert len(calls) == asked

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import logging
 import pkgutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +27,9 @@ import msgspec
 from herder.core.errors import HerderError
 from herder.core.rpcdefs.base import Call
 from herder.noded.node import Node
+
+log = logging.getLogger("herder.noded")
+SLOW_CALL = 0.1  # s: a call this long is logged with its times
 
 
 class UnknownMethod(HerderError):
@@ -84,10 +89,20 @@ def decode(method: str, args: Mapping[str, object]) -> Call[object]:
 
 
 def run(node: Node, call: Call[object]) -> object:
-    """Carry out a decoded call on this node (blocking)."""
+    """Carry out a decoded call on this node (blocking). A call that took SLOW_CALL or more
+    is logged with the time it waited for the serial lock and the time it ran: where a
+    job's seconds went (a migration's, a creation's) is read from the nodes' logs."""
     handler = handlers()[call.METHOD]
+    asked = time.monotonic()
     with node.serial_lock if call.SERIAL else contextlib.nullcontext():
-        return handler.run(node, call)
+        began = time.monotonic()
+        try:
+            return handler.run(node, call)
+        finally:
+            ended = time.monotonic()
+            if ended - asked >= SLOW_CALL:
+                log.info("RPC %s took %.0f ms (%.0f ms waiting for the serial lock)",
+                         call.METHOD, (ended - asked) * 1000, (began - asked) * 1000)
 
 
 def dispatch(node: Node, method: str, args: Mapping[str, object]) -> object:
