@@ -346,9 +346,9 @@ def test_killing_the_targets_libvirtd_leaves_the_guest_on_the_source(sim: Any) -
                                  + NODE1, failure[-1]), output
     assert took < 300, f"the job took {took:.0f}s after the kill"
     goes_on(sim, NODE1, before)  # it never stopped
-    # the target's libvirtd comes back (its unit, or socket activation) and drops the unfinished copy; the job
-    # can end before it is back (libvirt's migrate call fails as soon as the tunnel breaks):
-    # a virsh refused meanwhile is "not yet"
+    # the target's libvirtd comes back (its unit, or socket activation) and drops the
+    # unfinished copy; the job can end before it is back (libvirt's migrate call fails as soon
+    # as the tunnel breaks): a virsh refused meanwhile is "not yet"
     def one_domain_on_node1() -> bool:
         try:
             return where(sim, NAME) == [NODE1] and defined(sim, NODE2) == []
