@@ -272,6 +272,24 @@ def test_an_unreachable_ceph_is_no_fault_where_the_cluster_uses_no_rbd() -> None
     assert RbdCollector(context).collect()["status"]["code"] == 4  # in use: a fault
 
 
+def test_a_node_without_config_or_ceph_conf_is_no_fault() -> None:
+    # a node that is no candidate (mond has no config) with Ceph's tools and no ceph.conf:
+    # `ceph df` fails as on Debian with ceph-common installed and nothing configured
+    def no_ceph_conf(argv: list[str], input_name: str | None = None) -> str:
+        raise CollectorError(f"{argv[0]} failed with exit code 1: Error initializing cluster "
+                             "client: ObjectNotFound('RADOS object not found (error calling "
+                             "conf_read_file)')")
+
+    context = ctx_with(None, {})
+    context.run = no_ceph_conf  # type: ignore[method-assign]
+    data = RbdCollector(context).collect()
+    assert data["status"]["code"] == 0
+    assert data["status"]["message"].startswith("no Ceph configuration on this node; ")
+    context = ctx_with(None, {})
+    context.run = _ceph_not_configured  # type: ignore[method-assign]
+    assert RbdCollector(context).collect()["status"]["code"] == 4  # configured, unreachable
+
+
 def test_rbd_missing_pool() -> None:
     df = parse_ceph_df(json.dumps(CEPH_DF))
     data = rbd_data(df, None, [], None, ["rbd", "gone"], {})

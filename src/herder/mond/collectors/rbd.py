@@ -178,6 +178,10 @@ def rbd_data(df: dict[str, Any] | None, df_error: str | None,
     return {"status": merge_statuses(statuses), **data}
 
 
+# what Ceph's tools say when there is no ceph.conf to read (librados' conf_read_file)
+NO_CEPH_CONFIG = "conf_read_file"
+
+
 class RbdCollector(Collector):
     """Storage type `rbd`: Ceph pool capacity and the images mapped on this node."""
 
@@ -215,6 +219,13 @@ class RbdCollector(Collector):
             # Ceph's tools on a node of a cluster that uses no rbd (no rbd template enabled,
             # no rbd disk): a Ceph that cannot be reached is nothing to repair here
             data["status"] = status(Status.OK, "the cluster uses no rbd; "
+                                    + data["status"]["message"].replace("\n", "; "))
+        elif config is None and df_error is not None and NO_CEPH_CONFIG in df_error:
+            # a node without the config (no candidate: mond asks confd, which does not say
+            # whether the cluster uses rbd) and without any Ceph configuration: Ceph's tools
+            # are installed but this node is in no Ceph cluster; cluster verify is where a node
+            # that should reach Ceph and cannot is reported
+            data["status"] = status(Status.OK, "no Ceph configuration on this node; "
                                     + data["status"]["message"].replace("\n", "; "))
         return data
 
