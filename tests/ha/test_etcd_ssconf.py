@@ -75,8 +75,11 @@ def test_the_nodes_learn_the_new_master_at_the_takeover_and_later_changes(tmp_pa
 
     # a config change (a node marked offline) reaches the online nodes at once; the offline
     # node gets no ssconf (as with the file backend)
+    # (a change replaces the objects it touches, as the stores' do: the ssconf values are
+    # kept per object, `redist.PlanMemo`)
     gone = next(n for n in config.nodes.values() if n.name == old_master)
-    gone.offline = True
+    config.nodes = {**config.nodes, gone.uuid: msgspec.structs.replace(gone, offline=True,
+                                                                     master_candidate=False)}
     config.serial_no += 1
     pushed = {n.name for n in record.due(config, now=redist_etcd.RETRY + 1)}
     assert pushed == set(names) - {old_master}
@@ -93,6 +96,9 @@ def test_a_failed_node_is_pushed_to_at_once_when_the_config_changes_again(tmp_pa
     record = redist_etcd.SsconfRecord()
     assert list(redist_etcd.push_ssconf(nodes, config, record, now=0.0)) == [first]
     assert first not in {n.name for n in record.due(config, now=1.0)}
+    config.serial_no += 1  # the serial alone: nobody is pushed to (compat D30)
+    assert record.due(config, now=1.0) == []
+    config.cluster.tags.append("moved")  # a value moved
     config.serial_no += 1
     assert first in {n.name for n in record.due(config, now=1.0)}
 

@@ -506,8 +506,16 @@ def test_candidates_receive_the_journal_records_not_the_document(noded, tmp_path
     assert "config" not in pushed()
 
 
+def stored(tmp_path: Path, config: model.ConfigData) -> FileStore:
+    """`config` in a file store: its changes replace the objects they touch, as masterd's do
+    (the plan keeps its values per object, `redist.PlanMemo`)."""
+    store = FileStore(tmp_path / "config.json")
+    store.create(config)
+    return store
+
+
 def test_a_change_that_leaves_ssconf_and_files_sends_them_nowhere(tmp_path):
-    config = build_config(3, drbd_instances=1, plain_instances=0)
+    store = stored(tmp_path, build_config(3, drbd_instances=1, plain_instances=0))
     (tmp_path / "rapi_users").write_text("admin pw write\n")
     rpc = RecordingRpc()
     pusher = redist.Redistributor(rpc, tmp_path / "config.json", None)
@@ -517,24 +525,112 @@ def test_a_change_that_leaves_ssconf_and_files_sends_them_nowhere(tmp_path):
         rpc.calls.clear()
         return calls
 
-    pusher.push(config)
+    pusher.push(store.snapshot())
     first = sent()
     assert ("node3.example.com", "write_ssconf") in first
-    config.find_instance("drbd0").tags.append("x")  # in no ssconf value, in no file
+    with store.update() as config:  # in no ssconf value (but the serial), in no file
+        config.find_instance("drbd0").tags.append("x")
     # only the candidate's config copy
-    assert sent() == [] and pusher.push(config) and sent() == [("node2.example.com",
-                                                                "write_config")]
-    config.find_instance("drbd0").name = "renamed.example.com"  # instance_list changes
-    pusher.push(config)
+    assert sent() == [] and pusher.push(store.snapshot()) and sent() == [
+        ("node2.example.com", "write_config")]
+    with store.update() as config:  # instance_list changes
+        config.find_instance("drbd0").name = "renamed.example.com"
+    pusher.push(store.snapshot())
     assert {n for n, m in sent() if m == "write_ssconf"} == {
         "node1.example.com", "node2.example.com", "node3.example.com"}
     (tmp_path / "rapi_users").write_text("admin other write\n")  # a candidate's file
-    pusher.push(config)
+    pusher.push(store.snapshot())
     assert {(n, m) for n, m in sent() if m != "write_config"} == {
         ("node2.example.com", "write_ssconf"), ("node2.example.com", "upload_file")}
-    pusher.push(config, full=True)
+    pusher.push(store.snapshot(), full=True)
     assert {n for n, m in sent() if m == "write_ssconf"} == {
         "node1.example.com", "node2.example.com", "node3.example.com"}
+
+
+def test_a_tag_change_pushes_no_ssconf_and_an_instance_add_rename_or_removal_does(tmp_path):
+    """Issue 36 goal 6: after a tag change no node is sent its ssconf again (its values are
+    the same but the config serial), only the candidates their config copy; an instance
+    added, renamed or removed changes `instance_list`: every node gets its ssconf, with the
+    new serial."""
+    store = stored(tmp_path, build_config(4, drbd_instances=2, plain_instances=1))
+    (tmp_path / "rapi_users").write_text("admin pw write\n")
+    rpc = RecordingRpc()
+    pusher = redist.Redistributor(rpc, tmp_path / "config.json", None)
+    everyone = {"node1.example.com", "node2.example.com", "node3.example.com",
+                "node4.example.com"}
+
+    def ssconf_to(change: Any) -> dict[str, dict[str, Any]]:
+        with store.update() as config:
+            change(config)
+        rpc.calls.clear()
+        config = store.snapshot()
+        pusher.push(config)
+        sent = {c[0]: c[2]["values"] for c in rpc.calls if c[1] == "write_ssconf"}
+        for values in sent.values():
+            assert values["config_serial"] == f"{config.serial_no}\n"
+        return sent
+
+    assert set(ssconf_to(lambda c: None)) == everyone  # the first push: everything
+    assert ssconf_to(lambda c: c.find_instance("drbd0").tags.append("t")) == {}
+    assert ssconf_to(lambda c: c.find_node("node3").tags.append("t")) == {}
+    assert ssconf_to(lambda c: c.find_instance("plain0").beparams.update(maxmem=256)) == {}
+
+    def add(config: model.ConfigData) -> None:
+        plain = config.find_instance("plain0")
+        copy = msgspec.structs.replace(plain, uuid=model.new_uuid(), name="new.example.com",
+                                       disks=[], nics=[])
+        config.instances[copy.uuid] = copy
+
+    sent = ssconf_to(add)
+    assert set(sent) == everyone and "new.example.com" in sent["node4.example.com"][
+        "instance_list"].split()
+    sent = ssconf_to(lambda c: setattr(c.find_instance("new"), "name", "other.example.com"))
+    assert set(sent) == everyone and sent["node2.example.com"]["instance_list"].split() == [
+        "drbd0.example.com", "drbd1.example.com", "other.example.com", "plain0.example.com"]
+    sent = ssconf_to(lambda c: c.instances.pop(c.find_instance("other").uuid))
+    assert set(sent) == everyone and "other.example.com" not in sent["node3.example.com"][
+        "instance_list"]
+    assert ssconf_to(lambda c: c.find_instance("drbd1").tags.append("t")) == {}
+    assert set(ssconf_to(lambda c: c.cluster.tags.append("t"))) == everyone
+
+
+def test_the_kept_plan_is_the_plan_of_the_whole_config_after_every_change(tmp_path):
+    """`PlanMemo` recomputes only what a change touched: after each change of a sequence
+    (through the store, as masterd's) its plan equals one made from nothing."""
+    store = stored(tmp_path, build_config(5, drbd_instances=3, plain_instances=2))
+    path = tmp_path / "config.json"
+    memo = redist.PlanMemo()
+    pw = f"{tmp_path}/hypervisor/x.pw"
+
+    def add(config: model.ConfigData) -> None:
+        plain = config.find_instance("plain1")
+        copy = msgspec.structs.replace(plain, uuid=model.new_uuid(), name="new.example.com",
+                                       disks=[], nics=[])
+        config.instances[copy.uuid] = copy
+
+    changes = [
+        lambda c: None,
+        lambda c: c.find_instance("drbd0").tags.append("t"),
+        lambda c: c.find_instance("drbd1").hvparams.update(vnc_password_file=pw),
+        lambda c: c.find_instance("plain0").hvparams.update(vnc_password_file=pw + "2"),
+        add,
+        lambda c: setattr(c.find_instance("new"), "name", "renamed.example.com"),
+        lambda c: c.find_instance("renamed").hvparams.update(vnc_password_file=pw + "3"),
+        lambda c: setattr(c.find_node("node4"), "vm_capable", False),
+        lambda c: c.cluster.hvparams.update(kvm={"vnc_password_file": pw + "c"}),
+        lambda c: c.instances.pop(c.find_instance("drbd1").uuid),
+        lambda c: c.find_instance("plain0").hvparams.pop("vnc_password_file"),
+        lambda c: setattr(c.find_node("node5"), "offline", True),
+        lambda c: c.find_node("node2").ndparams.update(oob_program="/bin/true"),
+        lambda c: setattr(c.cluster, "enabled_hypervisors", ["fake"]),
+    ]
+    for number, change in enumerate(changes):
+        with store.update() as config:
+            change(config)
+        config = store.snapshot()
+        kept = redist.plan(config, path, memo=memo)
+        assert kept == redist.plan(config, path), f"change {number}"
+        assert redist.ssconf_values(config, memo=memo) == redist.ssconf_values(config)
 
 
 def test_a_node_in_backoff_is_skipped_and_gets_everything_once_seen_again(tmp_path):

@@ -14,6 +14,7 @@ objects by field name (null where the answer has no value).
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -127,12 +128,24 @@ def _column(definition: remote.QueryField, spec: ListSpec, units: str) -> Column
     return Column(definition.title, fmt, right)
 
 
-def _cell(column: Column, result: Sequence[Any], verbose: bool) -> str:
-    status, value = result
-    if status == RS_NORMAL:
-        return column.format(value)
-    texts = STATUS_TEXTS.get(status, ("(unknown)", "??"))
-    return texts[0] if verbose else texts[1]
+def _column_texts(column: Column, results: Sequence[Sequence[Any]], verbose: bool) -> list[str]:
+    """One column's cells: a value in the column's format, a missing one as its status says
+    (`STATUS_TEXTS`: with -v the reason); in bulk: when every value is there (or none is),
+    one C-level map over the column."""
+    if not results:
+        return []
+    statuses, values = zip(*results, strict=True)
+    normal = statuses.count(RS_NORMAL)
+    if normal == len(statuses):
+        return list(map(column.format, values))
+    missing = {status: texts[0] if verbose else texts[1]
+               for status, texts in STATUS_TEXTS.items()}
+    unknown = "(unknown)" if verbose else "??"
+    if normal == 0:  # (a live field of nodes that do not answer, say)
+        return list(map(missing.get, statuses, itertools.repeat(unknown)))
+    fmt = column.format
+    return [fmt(value) if status == RS_NORMAL else missing.get(status, unknown)
+            for status, value in results]
 
 
 def format_table(rows: Sequence[Sequence[str]], columns: Sequence[Column], header: bool,
@@ -154,14 +167,40 @@ def format_table(rows: Sequence[Sequence[str]], columns: Sequence[Column], heade
     return lines
 
 
+def format_columns(texts: Sequence[list[str]], columns: Sequence[Column], header: bool,
+                   separator: str | None) -> list[str]:
+    """`format_table` of the table given by column (a list of cells per column, at least
+    one column), each column padded in bulk (at 50,000 rows a cell at a time was most of the
+    CLI's time)."""
+    if header:
+        texts = [[column.title, *cells] for column, cells in zip(columns, texts, strict=True)]
+    if separator is not None:
+        return list(map(separator.join, zip(*texts, strict=True)))
+    padded = []
+    for number, (column, cells) in enumerate(zip(columns, texts, strict=True)):
+        width = max(map(len, cells), default=0)
+        if number == len(columns) - 1 and not column.right:
+            width = 0
+        if width == 0:
+            padded.append(cells)  # (a width of 0 pads nothing)
+        else:
+            pad = str.rjust if column.right else str.ljust
+            padded.append(list(map(pad, cells, itertools.repeat(width))))
+    return list(map(" ".join, zip(*padded, strict=True)))
+
+
 def format_answer(answer: remote.QueryAnswer, spec: ListSpec, *, units: str | None,
                   separator: str | None, header: bool, verbose: bool) -> list[str]:
     """The lines Ganeti's `FormatQueryResult` prints for an answer."""
     chosen = units or ("m" if separator else "h")
     columns = [_column(definition, spec, chosen) for definition in answer.fields]
-    rows = [[_cell(column, result, verbose) for column, result in
-             zip(columns, row, strict=True)] for row in answer.data]
-    return format_table(rows, columns, header, separator)
+    if not columns:  # (no column to carry the rows: one empty line each)
+        return format_table([[] for _ in answer.data], columns, header, separator)
+    by_column = list(zip(*answer.data, strict=True)) if answer.data else \
+        [() for _ in columns]
+    texts = [_column_texts(column, results, verbose)
+             for column, results in zip(columns, by_column, strict=True)]
+    return format_columns(texts, columns, header, separator)
 
 
 def unknown_fields(answer: remote.QueryAnswer) -> list[str]:

@@ -236,7 +236,40 @@ class QueryField(msgspec.Struct, frozen=True):
 
 class QueryAnswer(msgspec.Struct, frozen=True):
     fields: list[QueryField]
-    data: list[list[tuple[int, object]]]
+    data: Sequence[Sequence[tuple[int, object]]]
+
+
+# The values of nearly every list field (names, numbers, lists of them, parameters), their
+# nesting bounded by the type itself: an answer of them is decoded and validated in one pass
+# into tuples, without the generic decoder's depth scan and a second pass to validate (at
+# 50,000 rows 0.35 s of the CLI's 0.5 s of CPU before the table). An answer with a deeper
+# value is read the generic way.
+_Scalar = str | int | float | bool | None
+_Shallow = (_Scalar | list[_Scalar | list[_Scalar] | dict[str, _Scalar]]
+            | dict[str, _Scalar | list[_Scalar] | dict[str, _Scalar]])
+
+
+class _ShallowAnswer(msgspec.Struct, frozen=True):
+    fields: list[QueryField]
+    data: list[tuple[tuple[int, _Shallow], ...]]
+
+
+def decode_query_answer(method: str, path: str, answer: Any) -> QueryAnswer:
+    """A query resource's answer (`core.rapi.Answer`) as a QueryAnswer: RapiError for an error
+    answer or one that is not JSON, msgspec's ValidationError for JSON that is no query
+    answer."""
+    from herder.core import gcpause, rapi, untrusted
+
+    if 200 <= answer.status < 300 and answer.content.strip():
+        try:
+            with gcpause.paused():  # (what decoding makes holds no reference cycles)
+                shallow = untrusted.decode_bounded(answer.content, _ShallowAnswer,
+                                                   max_bytes=rapi.ANSWER_MAX_BYTES)
+            return QueryAnswer(fields=shallow.fields, data=shallow.data)
+        except (msgspec.ValidationError, untrusted.BadDocument):
+            pass  # a deeper value, or no JSON: the generic way says which
+    raw = rapi.parse_answer(method, path, answer.status, answer.reason, answer.content)
+    return msgspec.convert(raw, QueryAnswer)
 
 
 class QueryFields(msgspec.Struct, frozen=True):
@@ -266,9 +299,9 @@ def query(ctx: click.Context, resource: str, fields: Sequence[str],
         try:
             with client(ctx, timeout=QUERY_TIMEOUT) as api:
                 # decoded with the depth check (a value is any JSON), then validated
-                raw = api.request("PUT", f"/2/query/{resource}", None,
-                                  {"fields": list(fields), "qfilter": qfilter})
-            answer = msgspec.convert(raw, QueryAnswer)
+                got = api.request_answer("PUT", f"/2/query/{resource}", None,
+                                         {"fields": list(fields), "qfilter": qfilter})
+            answer = decode_query_answer("PUT", f"/2/query/{resource}", got)
         except msgspec.ValidationError:
             raise HerderError(f"masterd at {masterd_url(ctx)} answered PUT /2/query/{resource} "
                               "with something that is not a query answer") from None

@@ -396,6 +396,14 @@ class RapiClient:
     ) -> Any:
         """Send one request; the decoded JSON answer, or RapiError. `body` None sends none.
         `answer_type`: decode and validate the answer as this type (`parse_answer`)."""
+        answer = self.request_answer(method, path, query, body, timeout=timeout)
+        return parse_answer(method.upper(), path, answer.status, answer.reason, answer.content,
+                            answer_type)
+
+    def request_answer(self, method: str, path: str, query: Query | None = None,
+                       body: Any = None, *, timeout: float | None = None) -> Answer:
+        """`request`'s request, its answer undecoded (any status), for a caller that decodes
+        it its own way (then `parse_answer`)."""
         if not path.startswith("/"):
             path = "/" + path
         params = encode_query(query)
@@ -406,9 +414,7 @@ class RapiClient:
         if body is not None:
             content = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        answer = self.send(method, path, params, content, headers, timeout=timeout)
-        return parse_answer(method.upper(), path, answer.status, answer.reason, answer.content,
-                            answer_type)
+        return self.send(method, path, params, content, headers, timeout=timeout)
 
     def send(
         self,

@@ -2,8 +2,9 @@
 queue live in etcd, replicated by it, so masterd pushes the nodes' ssconf only (the file
 backend's `redist.watch` pushes it with the config and queue copies): at its takeover, so the
 nodes learn the new master and its master IP (where their liveness heartbeats go,
-`noded.fence`), and after every config change, to every online node (the master too); a node
-whose push failed is tried again `RETRY` seconds later or at the next change."""
+`noded.fence`), and after every config change that moves one of its values (not the config
+serial alone, compat D30), to every online node (the master too); a node whose push failed is
+tried again `RETRY` seconds later or at the next change of the values."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from herder.core.errors import HerderError
 from herder.core.noderpc import NodeRpc, call_many
 from herder.core.rpcdefs import file_calls
 from herder.core.store import ConfigStore
-from herder.masterd.redist import ssconf_values
+from herder.masterd.redist import PlanMemo, ssconf_values, values_digest
 
 log = logging.getLogger("herder.masterd")
 RETRY = 10.0  # seconds before a failed node is pushed to again (unless the config changes)
@@ -27,32 +28,44 @@ RETRY = 10.0  # seconds before a failed node is pushed to again (unless the conf
 
 @dataclass
 class SsconfRecord:
-    """Which config serial each node's ssconf holds, and when a failed one is due again."""
+    """Which ssconf values each node holds (a digest, but of the config serial: a change
+    that moves no other value is pushed to no node, as with the file backend, compat D30),
+    and when a failed one is due again."""
 
     retry: float = RETRY
-    sent: dict[str, int] = field(default_factory=dict)  # node UUID -> config serial
-    retry_at: dict[str, tuple[int, float]] = field(default_factory=dict)  # -> (serial, when)
+    sent: dict[str, str] = field(default_factory=dict)  # node UUID -> values' digest
+    retry_at: dict[str, tuple[str, float]] = field(default_factory=dict)  # -> (digest, when)
+    # the values over the tables, kept from one config to the next (`redist.PlanMemo`)
+    memo: PlanMemo = field(default_factory=PlanMemo)
+    last: tuple[int, dict[str, str], str] | None = None  # (serial, values, digest)
+
+    def values(self, config: model.ConfigData) -> tuple[dict[str, str], str]:
+        """The config's ssconf values and their digest (made once per config serial)."""
+        if self.last is None or self.last[0] != config.serial_no:
+            values = ssconf_values(config, memo=self.memo)
+            self.last = (config.serial_no, values, values_digest(values))
+        return self.last[1], self.last[2]
 
     def due(self, config: model.ConfigData, now: float) -> list[model.Node]:
-        """The online nodes whose ssconf is older than the config, but those whose push of
-        this very serial failed less than `retry` seconds ago."""
-        serial = config.serial_no
+        """The online nodes whose ssconf values differ from the config's, but those whose
+        push of these very values failed less than `retry` seconds ago."""
+        _, digest = self.values(config)
         due = []
         for node in sorted(config.nodes.values(), key=lambda n: n.name):
-            if node.offline or self.sent.get(node.uuid) == serial:
+            if node.offline or self.sent.get(node.uuid) == digest:
                 continue
             failed = self.retry_at.get(node.uuid)
-            if failed is not None and failed[0] == serial and now < failed[1]:
+            if failed is not None and failed[0] == digest and now < failed[1]:
                 continue
             due.append(node)
         return due
 
-    def record(self, uuid: str, serial: int, ok: bool, now: float) -> None:
+    def record(self, uuid: str, digest: str, ok: bool, now: float) -> None:
         if ok:
-            self.sent[uuid] = serial
+            self.sent[uuid] = digest
             self.retry_at.pop(uuid, None)
         else:
-            self.retry_at[uuid] = (serial, now + self.retry)
+            self.retry_at[uuid] = (digest, now + self.retry)
 
 
 def push_ssconf(rpc: NodeRpc, config: model.ConfigData, record: SsconfRecord,
@@ -62,13 +75,13 @@ def push_ssconf(rpc: NodeRpc, config: model.ConfigData, record: SsconfRecord,
     nodes = record.due(config, now)
     if not nodes:
         return {}
-    values = ssconf_values(config)
+    values, digest = record.values(config)
     answers = call_many(rpc, nodes, lambda node: file_calls.WriteSsconf(values=dict(values)))
     failed = {}
     for node in nodes:
         answer = answers[node.uuid]
         ok = not isinstance(answer, HerderError)
-        record.record(node.uuid, config.serial_no, ok, now)
+        record.record(node.uuid, digest, ok, now)
         if not ok:
             failed[node.name] = str(answer)
     return failed

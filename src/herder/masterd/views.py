@@ -111,23 +111,34 @@ def same_context(one: tuple[object, ...], other: tuple[object, ...]) -> bool:
     return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
 
 
+# The bytes of encoded views InstanceViews keeps at most: ~34,000 instances' config fields
+# (1.4 KB each at 50,000 instances, where all of them were 70 MB kept for as long as masterd
+# ran, issue 36 goal 6); the instances past it are encoded per answer.
+VIEWS_MAX_BYTES = 48 << 20
+
+
 class InstanceViews:
     """The bulk instance list as JSON: each instance's config fields encoded once per object
     (a change replaces the objects it touched; a change of what fills parameters or names
     nodes, i.e. the cluster, a group, a network or a node, drops them all), its live fields
-    encoded per answer. 10,000 views cost their live fields and a join, not 10,000 fills."""
+    encoded per answer. 10,000 views cost their live fields and a join, not 10,000 fills.
+    At most `max_bytes` of encodings are kept (the first instances of a list, in its order;
+    the others are encoded for each answer), so masterd's memory is bounded whatever the
+    cluster's size."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = VIEWS_MAX_BYTES) -> None:
         self._lock = threading.Lock()
         self._context: tuple[object, ...] = ()
         self._encoded: dict[str, tuple[model.Instance, bytes]] = {}
+        self.max_bytes = max_bytes
+        self.kept_bytes = 0  # the sum of the kept encodings' lengths
 
     def encode(self, config: model.ConfigData, instances: Iterable[model.Instance],
                live: Snapshot = EMPTY) -> bytearray:
         context = instance_context(config)
         with self._lock:
             if not same_context(context, self._context):
-                self._context, self._encoded = context, {}
+                self._context, self._encoded, self.kept_bytes = context, {}, 0
             encoded = self._encoded
             # one buffer, written in place: no per-instance joined rows nor a list of them
             # (at 10,000 instances these were two more copies of the 14 MB answer)
@@ -139,8 +150,14 @@ class InstanceViews:
                                      strict=True):
                 kept = encoded.get(inst.uuid)
                 if kept is None or kept[0] is not inst:
+                    before = len(kept[1]) if kept is not None else 0
                     kept = (inst, _ENCODE(_instance_config_view(config, inst)))
-                    encoded[inst.uuid] = kept
+                    if self.kept_bytes - before + len(kept[1]) <= self.max_bytes:
+                        encoded[inst.uuid] = kept
+                        self.kept_bytes += len(kept[1]) - before
+                    elif before:  # (its old encoding is of an object replaced since)
+                        del encoded[inst.uuid]
+                        self.kept_bytes -= before
                 running = runs.get(run_key)
                 if running is None:
                     running = runs[run_key] = _ENCODE(livefields.values(
@@ -152,7 +169,7 @@ class InstanceViews:
                 answer += memoryview(kept[1])[1:]
             if len(encoded) > 2 * len(config.instances) + 100:  # removed instances
                 for uuid in [u for u in encoded if u not in config.instances]:
-                    del encoded[uuid]
+                    self.kept_bytes -= len(encoded.pop(uuid)[1])
         answer += b"]"
         return answer
 
