@@ -6,7 +6,13 @@ from __future__ import annotations
 import itertools
 import re
 
-from tests.conftest import REPO, VCLUSTER_MODULES, pytest_collection_modifyitems, work_unit
+from tests.conftest import (
+    LONGEST_GUEST_MODULES,
+    REPO,
+    VCLUSTER_MODULES,
+    pytest_collection_modifyitems,
+    work_unit,
+)
 
 STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(")
 
@@ -45,12 +51,21 @@ def test_the_longest_units_are_handed_out_first() -> None:
         CollectedItem("tests/ganeti/test_vcluster_maintd.py::test_f", "slow"),
         CollectedItem("tests/chaos/test_chaos_sim.py::test_g", "slow", "guests"),
         CollectedItem("tests/system/test_rapi_client.py::test_h"),
+        CollectedItem("tests/system/test_upgrade_sim.py::test_i", "slow", "guests"),
+        CollectedItem("tests/system/test_new_guests_sim.py::test_j", "slow", "guests"),
     ]
     pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
-    # the vcluster's unit (its modules in VCLUSTER_MODULES' order), then real guests, then slow
+    # the vcluster's unit (its modules in VCLUSTER_MODULES' order), then real guests (the
+    # longest first, as LONGEST_GUEST_MODULES lists them; one not listed after them), then slow
     # ones, then the rest: each in its order
     assert [item.nodeid.rsplit("::", 1)[1] for item in items] == \
-        ["test_h", "test_d", "test_f", "test_c", "test_g", "test_b", "test_a", "test_e"]
+        ["test_h", "test_d", "test_f", "test_i", "test_c", "test_g", "test_j", "test_b",
+         "test_a", "test_e"]
+
+
+def test_the_longest_guest_modules_are_modules_that_exist() -> None:
+    assert [m for m in LONGEST_GUEST_MODULES if not (REPO / m).is_file()] == []
+    assert len(set(LONGEST_GUEST_MODULES)) == len(LONGEST_GUEST_MODULES)
 
 
 def test_a_module_keeping_the_vcluster_hands_it_to_one_reusing_it() -> None:
