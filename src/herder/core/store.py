@@ -541,6 +541,17 @@ def atomic_write(path: Path, data: bytes, mode: int = CONFIG_MODE) -> None:
     fsync_directory(path.parent)
 
 
+def atomic_write_if_changed(path: Path, data: bytes, mode: int = CONFIG_MODE) -> bool:
+    """`atomic_write` (its directory made first) unless `path` already holds `data`; whether
+    it wrote (a caller restarts what reads the file only then)."""
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, data, mode)
+    return True
+
+
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from herder.core.errors import HerderError
 from herder.core.libvirtd_conf import LIBVIRT_TLS_PORT, tls_listen
-from herder.core.store import atomic_write
+from herder.core.store import atomic_write_if_changed
 
 log = logging.getLogger("herder.noded")
 SYSTEMD_RUNNING = Path("/run/systemd/system")  # sd_booted(3): systemd is PID 1
@@ -64,18 +64,8 @@ def drop_in_path(unit: str, directory: Path = DROP_IN_DIR) -> Path:
 
 def write_drop_ins(address: str, directory: Path = DROP_IN_DIR) -> list[str]:
     """The drop-ins, each written (atomically) only when it differs; the units changed."""
-    changed = []
-    for unit, text in drop_ins(address).items():
-        path = drop_in_path(unit, directory)
-        try:
-            if path.read_text() == text:
-                continue
-        except OSError:
-            pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, text.encode(), 0o644)
-        changed.append(unit)
-    return changed
+    return [unit for unit, text in drop_ins(address).items()
+            if atomic_write_if_changed(drop_in_path(unit, directory), text.encode(), 0o644)]
 
 
 def _systemctl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from herder.core import libvirtd_conf, node_certs, ssconf
 from herder.core.errors import HerderError
-from herder.core.store import FileStore, atomic_write
+from herder.core.store import FileStore, atomic_write, atomic_write_if_changed
 
 log = logging.getLogger("herder.noded")
 LIBVIRTD_CONF = Path("/etc/libvirt/libvirtd.conf")
@@ -99,12 +99,7 @@ def trusted_cas(data_dir: Path) -> bytes | None:
 
 def write_trust(pki: libvirtd_conf.LibvirtPki, cas: bytes) -> bool:
     """libvirt's `cacert.pem`; whether it changed."""
-    with contextlib.suppress(OSError):
-        if pki.ca_cert.read_bytes() == cas:
-            return False
-    pki.directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(pki.ca_cert, cas, 0o644)
-    return True
+    return atomic_write_if_changed(pki.ca_cert, cas, 0o644)
 
 
 def link_defaults(pki: libvirtd_conf.LibvirtPki, root: Path = Path("/")) -> None:
@@ -203,14 +198,8 @@ def install(node_name: str, data_dir: Path = Path("/var/lib/herder"),
                               "DNS)") from None
     changed = write_trust(pki, cas)
     link_defaults(pki, root)
-    conf.parent.mkdir(parents=True, exist_ok=True)
     text = libvirtd_conf.libvirtd_conf(listen_address=listen_address, pki=pki,
                                        host_uuid=host_uuid(node_name)).encode()
-    try:
-        same = conf.read_bytes() == text
-    except OSError:
-        same = False
-    if not same:
-        atomic_write(conf, text, 0o644)
+    conf_changed = atomic_write_if_changed(conf, text, 0o644)
     return Installed(pki, conf, listen_address, cas.count(b"BEGIN CERTIFICATE"),
-                     changed=changed or not same)
+                     changed=changed or conf_changed)

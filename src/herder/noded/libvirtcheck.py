@@ -96,14 +96,6 @@ def qemu_user(conf_text: str, user_exists: Callable[[str], bool]) -> str:
     return DEFAULT_QEMU_USER if user_exists(DEFAULT_QEMU_USER) else "root"
 
 
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
 def _identity(user: str) -> tuple[int, set[int]] | None:
     """(uid, gids) of a user name or `+UID`; None when unknown."""
     try:
@@ -186,7 +178,7 @@ def qemu_user_here(local: Callable[[Path], Path] = lambda p: p) -> str:
     text = ""
     with contextlib.suppress(OSError):
         text = local(QEMU_CONF).read_text()
-    return qemu_user(text, _user_exists)
+    return qemu_user(text, lambda name: _identity(name) is not None)
 
 
 def _name(uid: int, gid: int) -> str:
