@@ -256,6 +256,21 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
             libvirtd.stop()
 
 
+@pytest.fixture(autouse=True)
+def masterd_running(live: LiveCluster) -> Iterator[None]:
+    """A masterd that ends while a test runs fails that test with its exit code and its log's
+    end (CI once saw it go mid-answer and nothing of why)."""
+    def check(when: str) -> None:
+        code = live.procs[0].poll()
+        if code is not None:
+            tail = (live.directory / "masterd.log").read_text(errors="replace")[-3000:]
+            pytest.fail(f"masterd exited with {code} {when}; its log ends:\n{tail}")
+
+    check("before this test")
+    yield
+    check("during this test")
+
+
 # The tests of this module run in this order, on one cluster.
 
 

@@ -30,6 +30,7 @@ import collections
 import contextlib
 import functools
 import inspect
+import logging
 import os
 import resource
 import signal
@@ -48,6 +49,7 @@ T = TypeVar("T")
 Task = Callable[[asyncio.Event], Coroutine[Any, Any, Any]]  # a background task
 Hook = Callable[[], Any]  # a start/stop hook; may return an awaitable, which is awaited
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -448,8 +450,15 @@ def run(main: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) -> T:
     async def with_signals() -> T:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        def stop_on(sig: signal.Signals) -> None:
+            # said in the log: a daemon that stops by a signal nobody meant to send it (a
+            # stale pid's) shows why it went (CI: a masterd gone mid-answer, its log silent)
+            if not stop.is_set():
+                log.info("stopping: %s received", sig.name)
+            stop.set()
+
         for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         try:
             return await main(stop)
         finally:

@@ -45,7 +45,7 @@ import msgspec
 import herder
 from herder.core import libvirtd_conf, supervise_control
 from herder.core.errors import HerderError
-from herder.sim import debhost, debroot, forward, hostfiles, hoststate, loopdev, netns
+from herder.sim import debhost, debroot, forward, hostfiles, hoststate, loopdev, netns, procgroup
 from herder.sim import watchdog as sim_watchdog
 from herder.sim.hostinit import HostSpec, Mount
 from herder.sim.libvirtd import LIBVIRTD, ensure_system_accounts
@@ -197,8 +197,7 @@ def terminate(proc: subprocess.Popen[Any], grace: float = 5.0) -> None:
     """End a command `SimHost.popen` started (and what it started in its process group):
     SIGTERM, SIGKILL after `grace` seconds."""
     for signum in (signal.SIGTERM, signal.SIGKILL) if grace > 0 else (signal.SIGKILL,):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signum)
+        procgroup.signal_group(proc, signum)  # not a recycled pid's group
         try:
             proc.wait(timeout=grace if signum == signal.SIGTERM else 10.0)
             return

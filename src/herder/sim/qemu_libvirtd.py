@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from herder.core import libvirt_host, libvirtd_conf
 from herder.core.libvirtd_conf import LibvirtPki
+from herder.sim import procgroup
 from herder.sim.libvirtd import LIBVIRTD, LibvirtdUnavailable, ensure_system_accounts
 
 if TYPE_CHECKING:
@@ -204,13 +205,12 @@ class QemuLibvirtd:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
+        # stop() may have reaped a libvirtd that died (poll): not a recycled pid's group
+        procgroup.signal_group(proc, sig)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            procgroup.signal_group(proc, signal.SIGKILL)
             proc.wait(timeout=10)
         with contextlib.suppress(OSError):
             self.socket.unlink()
