@@ -303,10 +303,16 @@ def copy_file(source: SimHost, path: str, target: SimHost, target_path: str | No
 
 def _journal(host: SimHost, daemon: str) -> str:
     """A daemon's output on a Debian host since its unit last started: the journal of the
-    unit's current invocation (systemd runs it)."""
+    unit's current invocation (systemd runs it), or of its main process: journald finds a
+    message's invocation through the sender's cgroup, and a unit restarted after a failed
+    cgroup attach (exit 219/CGROUP, seen once on a loaded machine) served while its lines
+    carried none (the simulator waited 60 s for a masterd serving for 54)."""
     unit = f"herder-{daemon}.service"
-    script = (f'id=$(systemctl show -P InvocationID {unit}); [ -n "$id" ] || exit 0; '
-              'journalctl -q --no-pager -o cat _SYSTEMD_INVOCATION_ID="$id"')
+    script = (f'id=$(systemctl show -P InvocationID {unit}); '
+              f'pid=$(systemctl show -P MainPID {unit}); set --; '
+              '[ -n "$id" ] && set -- "_SYSTEMD_INVOCATION_ID=$id"; '
+              '[ -n "$pid" ] && [ "$pid" != 0 ] && set -- "$@" ${1:+"+"} "_PID=$pid"; '
+              '[ $# -gt 0 ] || exit 0; journalctl -q --no-pager -o cat "$@"')
     return host.run(["sh", "-c", script], timeout=30).stdout
 
 
