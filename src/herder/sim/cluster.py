@@ -496,9 +496,9 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if hosts not in HOSTS:
         raise HerderError(f"hosts must be one of {', '.join(HOSTS)}")
-    if hosts == "debian" and (guests != "qemu" or ceph or store != "file" or network):
+    if hosts == "debian" and (guests != "qemu" or ceph or store != "file"):
         raise HerderError("--hosts debian: with --guests qemu and the file store only (no "
-                          "--ceph, --network, --store etcd yet)")
+                          "--ceph, --store etcd yet)")
     if store not in STORES:
         raise HerderError(f"store must be one of {', '.join(STORES)}")
     if store == "etcd" and network is not None:

@@ -406,7 +406,8 @@ class SimHost:
             f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
             f"{self.sim.shared_images_dir}:{SHARED_IMAGES}",
             f"{device}:{sim_watchdog.DEVICE}"), binds_ro=tuple(
-                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()))
+                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()),
+            machine=debhost.machine_name(self.name, self.sim.index, self.record.slot))
         with open(layout.console, "ab") as console:
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
                                              stderr=subprocess.STDOUT, start_new_session=True,
