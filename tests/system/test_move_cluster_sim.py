@@ -26,6 +26,7 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,21 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     first = simaddresses.first_ip("move_cluster")
     a_dir, b_dir = tmp_path_factory.mktemp("xmove-a"), tmp_path_factory.mktemp("xmove-b")
     try:
-        a = cluster.start(a_dir, 2, first_ip=first, domain="a.sim.herder.test",
-                          guests="qemu", mond=False, maintd=False, hosts="debian")
-        b = cluster.start(b_dir, 2, first_ip=first + 3, domain="b.sim.herder.test",
-                          network=a_dir, guests="qemu", mond=False, maintd=False,
-                          hosts="debian")
+        # both clusters boot at once (one after the other took ~100 s of Debian hosts): B
+        # joins A's network as soon as A's simulation exists (its record)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            started_a = pool.submit(cluster.start, a_dir, 2, first_ip=first,
+                                    domain="a.sim.herder.test", guests="qemu", mond=False,
+                                    maintd=False, hosts="debian")
+            wait_for(lambda: started_a.done() or cluster.SimState.load(a_dir) is not None,
+                     600, "cluster A's simulation", interval=0.2)
+            started_b = pool.submit(
+                cluster.start, b_dir, 2, first_ip=first + 3, domain="b.sim.herder.test",
+                network=a_dir, guests="qemu", mond=False, maintd=False, hosts="debian"
+            ) if cluster.SimState.load(a_dir) is not None else None
+            a = started_a.result()
+            assert started_b is not None, "cluster A started without a record"
+            b = started_b.result()
     except BaseException:  # herder's own start-up failed: the tests' error, not a skip
         cluster.stop(b_dir)
         cluster.stop(a_dir)

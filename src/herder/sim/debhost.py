@@ -86,7 +86,14 @@ def build_wheelhouse(directory: Path) -> Path:
     dependencies' wheels. Those are made once per set of requirements and kept beside the
     root (`/var/cache/herder-sim/wheels-<hash>`: libvirt-python is built from source, and
     resolving them takes pip half a minute); herder's own wheel once per state of the
-    checkout's sources (`herder-wheel-<source_key>`: building it took 6-8 s of every start)."""
+    checkout's sources (`herder-wheel-<source_key>`: building it took 6-8 s of every start).
+    Under a lock of the simulation: two clusters booting into one network at once would
+    each make (and remove) `wheel-build`."""
+    with debroot.locked(directory / "wheels.lock"):
+        return _build_wheelhouse(directory)
+
+
+def _build_wheelhouse(directory: Path) -> Path:
     wheels = directory / "wheels"
     if any(wheels.glob("herder-*.whl")):
         return wheels
