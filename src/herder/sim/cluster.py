@@ -65,7 +65,7 @@ from herder.core.errors import HerderError
 from herder.core.rapi import RapiClient, RapiError, tls_context
 from herder.sim import bmc as sim_bmc
 from herder.sim import ceph as sim_ceph
-from herder.sim import debhost, guest, hostfiles, netns
+from herder.sim import debhost, debroot, guest, hostfiles, netns
 from herder.sim import etcd as sim_etcd
 from herder.sim import watchdog as sim_watchdog
 from herder.sim.host import HostConfig, HostSimulation, SimHost, unsupported
@@ -447,9 +447,11 @@ def node_settings(*, mond: bool, maintd: bool, joined: bool, guests: str = "test
                                environment=environment)
 
 
-def _free_addresses(sim: HostSimulation, count: int) -> tuple[str, list[str]]:
-    """A master IP and `count` node addresses nobody uses in the simulation's network."""
-    used = {h.address for h in sim.record.hosts.values()}
+def _free_addresses(sim: HostSimulation, count: int,
+                    taken: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """A master IP and `count` node addresses nobody uses in the simulation's network (nor
+    in `taken`: those other clusters reserved)."""
+    used = {h.address for h in sim.record.hosts.values()} | set(taken)
     used |= {target.rsplit(":", 1)[0] for target in sim.record.published.values()}
     master = next((sim.address(i) for i in MASTER_SLOTS if sim.address(i) not in used), None)
     if master is None:
@@ -461,13 +463,56 @@ def _free_addresses(sim: HostSimulation, count: int) -> tuple[str, list[str]]:
 
 
 CLUSTERS_FILE = "clusters.json"
+# The addresses each cluster of a network took (`<network>/reserved.json`: the cluster's
+# directory -> its master IP and node addresses), from the moment it picked them: clusters
+# started at once into one network (`--network`) record their hosts and master IP only later
+NETWORK_LOCK = "network.lock"
+RESERVED_FILE = "reserved.json"
+
+
+def _reserve_addresses(sim: HostSimulation, directory: Path,
+                       count: int) -> tuple[str, list[str]]:
+    """`_free_addresses` taken under the network's lock and reserved for the cluster in
+    `directory` until `_release_addresses`."""
+    key = str(directory.resolve())
+    path = sim.directory / RESERVED_FILE
+    with debroot.locked(sim.directory / NETWORK_LOCK):
+        reserved = _read_json(path)
+        reserved.pop(key, None)
+        master, nodes = _free_addresses(
+            sim, count, (a for addresses in reserved.values() for a in addresses))
+        reserved[key] = [master, *nodes]
+        path.write_text(json.dumps(reserved, indent=1, sort_keys=True))
+    return master, nodes
+
+
+def _release_addresses(sim: HostSimulation, directory: Path) -> None:
+    path = sim.directory / RESERVED_FILE
+    with debroot.locked(sim.directory / NETWORK_LOCK):
+        reserved = _read_json(path)
+        if reserved.pop(str(directory.resolve()), None) is not None:
+            path.write_text(json.dumps(reserved, indent=1, sort_keys=True))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def register_cluster(sim: HostSimulation, state: SimState | None, *,
                      forget: str | None = None) -> None:
     """The clusters of a simulation's network (`<network>/clusters.json`: name -> master IP)
     and the shared /etc/hosts with them: every host, and each cluster's name at its master
-    IP (a cluster's name resolves to its master, as Ganeti's does)."""
+    IP (a cluster's name resolves to its master, as Ganeti's does). Under the network's
+    lock: two clusters starting at once must not lose each other's entry."""
+    with debroot.locked(sim.directory / NETWORK_LOCK):
+        _register_cluster(sim, state, forget)
+
+
+def _register_cluster(sim: HostSimulation, state: SimState | None, forget: str | None) -> None:
     path = sim.directory / CLUSTERS_FILE
     try:
         clusters = json.loads(path.read_text())
@@ -502,9 +547,9 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if hosts not in HOSTS:
         raise HerderError(f"hosts must be one of {', '.join(HOSTS)}")
-    if hosts == "debian" and (guests != "qemu" or ceph or store != "file" or network):
+    if hosts == "debian" and (guests != "qemu" or ceph or store != "file"):
         raise HerderError("--hosts debian: with --guests qemu and the file store only (no "
-                          "--ceph, --network, --store etcd yet)")
+                          "--ceph, --store etcd yet)")
     if store not in STORES:
         raise HerderError(f"store must be one of {', '.join(STORES)}")
     if store == "etcd" and network is not None:
@@ -538,7 +583,7 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
     else:
         sim = HostSimulation.create(directory)
     try:
-        master_ip, addresses = _free_addresses(sim, nodes)
+        master_ip, addresses = _reserve_addresses(sim, directory, nodes)
         state = SimState(
             directory=str(directory.resolve()), cluster_name=f"cluster.{domain}",
             master_ip=master_ip, published=f"127.0.0.{first_ip}",
@@ -959,6 +1004,7 @@ def stop(directory: Path) -> bool:
                     sim.unpublish(listen)
             sim.remove_hosts([n.name for n in state.nodes if n.name in sim.record.hosts])
             register_cluster(sim, None, forget=state.cluster_name)
+            _release_addresses(sim, directory)
     else:
         from herder.sim.host import teardown
 

@@ -86,7 +86,14 @@ def build_wheelhouse(directory: Path) -> Path:
     dependencies' wheels. Those are made once per set of requirements and kept beside the
     root (`/var/cache/herder-sim/wheels-<hash>`: libvirt-python is built from source, and
     resolving them takes pip half a minute); herder's own wheel once per state of the
-    checkout's sources (`herder-wheel-<source_key>`: building it took 6-8 s of every start)."""
+    checkout's sources (`herder-wheel-<source_key>`: building it took 6-8 s of every start).
+    Under a lock of the simulation: two clusters booting into one network at once would
+    each make (and remove) `wheel-build`."""
+    with debroot.locked(directory / "wheels.lock"):
+        return _build_wheelhouse(directory)
+
+
+def _build_wheelhouse(directory: Path) -> Path:
     wheels = directory / "wheels"
     if any(wheels.glob("herder-*.whl")):
         return wheels
@@ -350,14 +357,30 @@ def name_host(root: Path, name: str) -> None:
     (root / "etc" / "hostname").write_text(name + "\n")
 
 
+# systemd-nspawn's machine names: a valid host name of at most 64 characters
+MACHINE_NAME_MAX = 64
+
+
+def machine_name(name: str, index: int, slot: int) -> str:
+    """The container's machine name: the host's first label with the simulation's index and
+    the host's slot, unique on the machine. nspawn keys machine-wide state by it
+    (/run/systemd/nspawn/propagate/<machine>, made at start and removed at exit): node1 of
+    two clusters in one network (`--network`), or of two simulations at once, must not share
+    it. (The host's own name is its /etc/hostname, `name_host`.)"""
+    suffix = f"-s{index}-{slot}"
+    return name.split(".")[0][:MACHINE_NAME_MAX - len(suffix)] + suffix
+
+
 def boot_argv(root: Path, name: str, hosts_file: Path, *,
-              binds: Sequence[str] = (), binds_ro: Sequence[str] = ()) -> list[str]:
+              binds: Sequence[str] = (), binds_ro: Sequence[str] = (),
+              machine: str | None = None) -> list[str]:
     """systemd-nspawn booting the host: its own network namespace (connected by the
     simulator), not registered with a machined (the machine runs no systemd: --keep-unit,
     no scope of its own), the simulation's /etc/hosts (its DNS) and shared directories
-    (`binds`: "SOURCE:TARGET") bound in."""
+    (`binds`: "SOURCE:TARGET") bound in. `machine`: nspawn's machine name (`machine_name`;
+    default the host's first label)."""
     return ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
-            "--private-network", f"--machine={name.split('.')[0]}", "-D", str(root),
+            "--private-network", f"--machine={machine or name.split('.')[0]}", "-D", str(root),
             f"--bind-ro={hosts_file}:/etc/hosts", *(f"--bind={b}" for b in binds),
             *(f"--bind-ro={b}" for b in binds_ro),
             "--bind=/dev/loop-control",  # the loop devices' stand-in (LOOP_UNIT)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -67,6 +68,8 @@ SUPERVISE_SOCKET = "/run/herder/supervise.sock"
 NODE_SETTINGS = "/etc/herder/node.toml"
 MIB = 1 << 20
 BOOT_TIMEOUT = 60.0
+# The simulation's lock for starting its forwarder and keeper (`<sim>/daemons.lock`)
+DAEMONS_LOCK = "daemons.lock"
 STOP_GRACE = 10.0  # SIGTERM to a host's PID 1 (its supervisor stops its daemons), then SIGKILL
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -405,7 +408,8 @@ class SimHost:
             f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
             f"{self.sim.shared_images_dir}:{SHARED_IMAGES}",
             f"{device}:{sim_watchdog.DEVICE}"), binds_ro=tuple(
-                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()))
+                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()),
+            machine=debhost.machine_name(self.name, self.sim.index, self.record.slot))
         with open(layout.console, "ab") as console:
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
                                              stderr=subprocess.STDOUT, start_new_session=True,
@@ -629,16 +633,28 @@ class HostSimulation:
             raise HerderError(f"no simulated host {name} (hosts: {', '.join(sorted(hosts))})")
         return found
 
-    def write_hosts(self, extra: Iterable[tuple[str, Sequence[str]]] = ()) -> None:
+    def write_hosts(self, extra: Iterable[tuple[str, Sequence[str]]] | None = None) -> None:
         """The shared /etc/hosts: every host (full and short name), then `extra` (address,
-        names). Rewritten in place: each host has it bind-mounted, a new file would not show."""
-        entries = [(h.address, [h.name, h.name.split(".")[0]])
-                   for h in self.record.hosts.values()]
-        text = hostfiles.hosts_file([*entries, *extra])
-        with open(self.hosts_file, "a+") as hosts:
-            hosts.seek(0)
-            hosts.truncate()
-            hosts.write(text)
+        names; None: those given last, e.g. the clusters' names, kept in `<sim>/hosts.extra`,
+        so that hosts added for one cluster never hide another's name meanwhile: `cluster
+        init` resolves it). Rewritten in place: each host has it bind-mounted, a new file
+        would not show. Under a lock: clusters starting at once into one network."""
+        kept = self.directory / "hosts.extra"
+        with debroot.locked(self.directory / "hosts.lock"):
+            if extra is None:
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    extra = [(str(a), [str(n) for n in names])
+                             for a, names in json.loads(kept.read_text())]
+            else:
+                extra = [(a, list(names)) for a, names in extra]
+                kept.write_text(json.dumps(extra))
+            entries = [(h.address, [h.name, h.name.split(".")[0]])
+                       for h in self.record.hosts.values()]
+            text = hostfiles.hosts_file([*entries, *(extra or [])])
+            with open(self.hosts_file, "a+") as hosts:
+                hosts.seek(0)
+                hosts.truncate()
+                hosts.write(text)
 
     def add_hosts(self, configs: Sequence[HostConfig],
                   timeout: float = BOOT_TIMEOUT) -> list[SimHost]:
@@ -714,6 +730,12 @@ class HostSimulation:
         return hoststate.runtime_dir(self.index) / "forward.sock"
 
     def _ensure_forwarder(self) -> None:
+        # under the simulation's lock: clusters starting at once into one network (`cluster
+        # simulate --network`) would each start a forwarder, one of them recorded nowhere
+        with debroot.locked(self.directory / DAEMONS_LOCK):
+            self._start_forwarder()
+
+    def _start_forwarder(self) -> None:
         if hoststate.alive(self.record.forwarder) and self.forward_socket.exists():
             return
         hoststate.runtime_dir(self.index).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -768,6 +790,10 @@ class HostSimulation:
         """Start the keeper (`herder.sim.keeper`, once per simulation): a host that ends its
         own PID namespace (noded's power cycle: reboot(2) there) is booted again, as a real
         machine comes back after a reboot."""
+        with debroot.locked(self.directory / DAEMONS_LOCK):  # one, as `_ensure_forwarder`
+            self._start_keeper()
+
+    def _start_keeper(self) -> None:
         if hoststate.alive(self.record.keeper):
             return
         with open(self.directory / "keeper.log", "ab") as out:
