@@ -738,8 +738,12 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
     if ceph_started is not None:
         ceph_started.result()  # its error, if any, is the start's
     if state.ceph:  # as an operator installs a Ceph client
+        began = time.monotonic()
         admin = state.ceph_admin()
         parallel(hosts, lambda host: install_ceph_client(host, admin))
+        say(f"Ceph client (configuration, client.{sim_ceph.CLIENT}'s key) on every node"
+            + (" by node-install.sh ceph-client" if state.hosts == "debian" else "")
+            + f" ({time.monotonic() - began:.1f} s)")
     for host in hosts:
         if state.etcd:
             sim_etcd.install_client(sim_etcd.attach(_etcd_directory(state), sim), host)
