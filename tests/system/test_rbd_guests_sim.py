@@ -131,6 +131,19 @@ def test_every_node_has_the_guides_ceph_client(sim: Any) -> None:
         assert "CEPH_ARGS=--id herder" in sh(sim, node, f"tr '\\0' '\\n' </proc/{pid}/environ")
 
 
+def test_rbd_is_enabled_and_verify_finds_no_error(sim: Any) -> None:
+    """The Debian cluster with a Ceph enables rbd besides the templates its hosts can run
+    (userspace access: no rbd kernel module in them), and `cluster verify` passes on it."""
+    with sim.rapi() as api:
+        info = api.get_info()
+    assert sorted(info["enabled_disk_templates"]) == [
+        "diskless", "ext", "file", "rbd", "sharedfile"]
+    assert info["diskparams"]["rbd"]["access"] == "userspace"
+    verify = herder(sim, "cluster", "verify", "--json", check=False, timeout=180)
+    found = json.loads(verify.stdout)
+    assert [f for f in found if f["severity"] == "error"] == [], found
+
+
 def test_an_rbd_instance_boots_from_its_image(sim: Any) -> None:
     from herder.sim import guest
 
