@@ -9,6 +9,11 @@
 #   node-install.sh libvirt-tls             once the node is in the cluster: libvirtd on TLS
 #                                           (the primary IP only) and root-only local sockets
 #                                           (`herder node libvirt-tls` does it all)
+#   node-install.sh ceph-client CONF KEYRING USER [POOL]
+#                                           rbd disks: the Ceph cluster's client configuration
+#                                           and USER's key in /etc/ceph, USER in the daemons'
+#                                           environment (CEPH_ARGS); with POOL, checks that the
+#                                           user reaches it
 #
 # `--emulated`: a node without KVM (TCG guests) takes QEMU from bookworm-backports (QEMU >= 9.0:
 # an older QEMU loses guest writes when it live-migrates a TCG guest, docs/compat.md K22); a
@@ -85,12 +90,38 @@ step_libvirt_tls() {
   herder node libvirt-tls "$@"
 }
 
+# rbd disks: the node's Ceph client, as the rbd tool looks for it (herder reads the same files:
+# noded.bdev.cephclient). The configuration (`ceph config generate-minimal-conf` on the Ceph
+# side) as /etc/ceph/ceph.conf, the restricted user's keyring (`ceph auth get client.USER`)
+# 0600 where the tool's default keyring search finds it, and `CEPH_ARGS=--id USER` in
+# /etc/herder/environment, which every herder unit reads (noded's rbd, mond's rbd collector);
+# herder puts the key into libvirt itself (a private libvirt secret, noded.ceph_secret).
+step_ceph_client() {
+  local usage="usage: node-install.sh ceph-client CONF KEYRING USER [POOL]"
+  local conf=${1:?$usage} keyring=${2:?$usage} user=${3:?$usage} pool=${4:-}
+  install -d -m 0755 /etc/ceph /etc/herder
+  install -m 0644 "$conf" /etc/ceph/ceph.conf
+  install -m 0600 "$keyring" "/etc/ceph/ceph.client.$user.keyring"
+  # one CEPH_ARGS line, the file's other settings (HERDER_CONFIG, ...) kept
+  touch /etc/herder/environment
+  sed -i '/^CEPH_ARGS=/d' /etc/herder/environment
+  echo "CEPH_ARGS=--id $user" >> /etc/herder/environment
+  if [ -n "$pool" ]; then  # the monitors answer and the key opens the pool
+    timeout 60 rbd --id "$user" ls -p "$pool" > /dev/null
+  fi
+  # daemons already running read the environment at their next start
+  if [ -d /run/systemd/system ]; then
+    systemctl try-restart herder-noded.service herder-mond.service
+  fi
+}
+
 case "${1:-}" in
   packages) shift; step_packages "$@" ;;
   herder) shift; step_herder "$@" ;;
   units) shift; step_units "$@" ;;
   libvirt-tls) shift; step_libvirt_tls "$@" ;;
+  ceph-client) shift; step_ceph_client "$@" ;;
   *) echo "usage: node-install.sh packages [--emulated] | herder WHEEL | units UNIT_DIR" \
-          "| libvirt-tls" >&2
+          "| libvirt-tls | ceph-client CONF KEYRING USER [POOL]" >&2
      exit 2 ;;
 esac

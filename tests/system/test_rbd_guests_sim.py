@@ -1,9 +1,11 @@
-"""An `rbd` instance on a simulated cluster with a real Ceph and real guests
-(`herder cluster simulate --guests qemu --ceph`): the Ceph (one monitor, one BlueStore OSD,
-cephx) runs in the cluster's network, every node has its client configuration and the
-restricted user's key as an operator installs them, and QEMU reads the image through librbd
-(a libvirt network disk whose cephx key is a libvirt secret on the node; no rbd kernel module
-here).
+"""An `rbd` instance on a simulated cluster of Debian hosts with a real Ceph and real guests
+(`herder cluster simulate --hosts debian --guests qemu --ceph`): the Ceph (one monitor, one
+BlueStore OSD, cephx) runs in the cluster's network outside the hosts, every node has its
+client configuration and the restricted user's key from the operator's guide's own step
+(`scripts/node-install.sh ceph-client`, docs/install.md section 6: /etc/ceph, `CEPH_ARGS` in
+/etc/herder/environment for herder's units), and QEMU (bookworm-backports', as `libvirt-qemu`)
+reads the image through librbd (a libvirt network disk whose cephx key is a libvirt secret
+noded defined on the node; no rbd kernel module here).
 
 The `herder-guest` OS writes its pattern over the image's first MiB (through a staging file and
 `rbd import`); the guest prints the SHA-256 of its disk's first MiB every second, so the image's
@@ -21,8 +23,9 @@ rbd-specific part, the target's QEMU opening the image, is the power-loss case's
 dead client still holds the image's lock; the source's shutdown of an rbd guest is the
 removal's.)
 
-It stays on namespace hosts (issue 34): `cluster simulate --hosts debian` has no `--ceph` yet
-(the Ceph client's files and key on every node).
+The nodes are Debian 12 hosts (issue 34: systemd runs herder's units, herder from the wheel;
+docs/compat.md N5a), so the node's Ceph client is checked as the guide leaves it: the files'
+modes and the user noded runs `rbd` as.
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ NODE1, NODE2 = "node1.sim.herder.test", "node2.sim.herder.test"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("libvirt")
-    from herder.sim import ceph, guest
+    from herder.sim import ceph, debroot, guest
 
+    reason = debroot.unsupported()
+    if reason:
+        pytest.skip(reason)
     missing = ceph.missing_packages()
     if missing:
         pytest.skip(f"Ceph is not installed (apt-get install {' '.join(missing)})")
@@ -58,7 +64,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     except guest.GuestBuildError as err:
         pytest.skip(str(err))
     yield from running_sim(tmp_path_factory.mktemp("rbd"), 2, guests="qemu", ceph=True,
-                           first_ip=simaddresses.first_ip("rbd_guests"))
+                           hosts="debian", first_ip=simaddresses.first_ip("rbd_guests"))
 
 
 def serial(state: Any, node: str) -> str:
@@ -101,6 +107,43 @@ def images(state: Any) -> list[str]:
     return [name for name in state.ceph_admin().images() if ".rbd.disk" in name]
 
 
+def sh(state: Any, node: str, script: str) -> str:
+    done = state.host(node).run(["sh", "-c", script], timeout=60)
+    assert done.returncode == 0, (script, done.stderr)
+    return done.stdout.strip()
+
+
+def test_every_node_has_the_guides_ceph_client(sim: Any) -> None:
+    """What `node-install.sh ceph-client` leaves on a node: the configuration readable, the
+    key root's only, the copied files gone, and herder's noded running `rbd` as the
+    restricted user (its environment from /etc/herder/environment)."""
+    key = sim.ceph_admin().client_key
+    for node in (NODE1, NODE2):
+        assert sim.host(node).debian
+        assert sh(sim, node, "stat -c '%a %U' /etc/ceph/ceph.conf "
+                             "/etc/ceph/ceph.client.herder.keyring").splitlines() == [
+            "644 root", "600 root"]
+        assert key in sh(sim, node, "cat /etc/ceph/ceph.client.herder.keyring")
+        assert sh(sim, node, "grep ^CEPH_ARGS= /etc/herder/environment") == \
+            "CEPH_ARGS=--id herder"
+        assert sh(sim, node, "test -e /root/ceph-client && echo left || echo gone") == "gone"
+        pid = sh(sim, node, "systemctl show -P MainPID herder-noded")
+        assert "CEPH_ARGS=--id herder" in sh(sim, node, f"tr '\\0' '\\n' </proc/{pid}/environ")
+
+
+def test_rbd_is_enabled_and_verify_finds_no_error(sim: Any) -> None:
+    """The Debian cluster with a Ceph enables rbd besides the templates its hosts can run
+    (userspace access: no rbd kernel module in them), and `cluster verify` passes on it."""
+    with sim.rapi() as api:
+        info = api.get_info()
+    assert sorted(info["enabled_disk_templates"]) == [
+        "diskless", "ext", "file", "rbd", "sharedfile"]
+    assert info["diskparams"]["rbd"]["access"] == "userspace"
+    verify = herder(sim, "cluster", "verify", "--json", check=False, timeout=180)
+    found = json.loads(verify.stdout)
+    assert [f for f in found if f["severity"] == "error"] == [], found
+
+
 def test_an_rbd_instance_boots_from_its_image(sim: Any) -> None:
     from herder.sim import guest
 
@@ -140,6 +183,9 @@ def test_an_rbd_instance_boots_from_its_image(sim: Any) -> None:
     assert blockdev["server"] == [{"host": host.get("name"), "port": "6789"}]
     assert "cephx" in blockdev["auth-client-required"] and blockdev["key-secret"]
     assert sim.ceph_admin().client_key not in argv
+    # as Debian's libvirt runs it: not root, so the key can only have come through libvirt's
+    # secret (the keyring in /etc/ceph is root's only)
+    assert sh(sim, NODE1, "ps -o user= -C qemu-system-x86_64") == "libvirt-qemu"
 
 
 def test_an_export_without_a_shutdown_reads_a_snapshot_and_the_guest_runs_on(sim: Any

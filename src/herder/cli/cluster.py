@@ -816,7 +816,8 @@ def master_failover(store: ConfigStore, node_name: str | None, no_voting: bool, 
                    "script (docs/install.md; with --guests qemu only).")
 @click.option("--ceph", is_flag=True,
               help="A real Ceph (one monitor, one OSD, the pool herder) in the cluster's "
-                   "network; every node gets its client configuration and key; the rbd "
+                   "network; every node gets its client configuration and key (on Debian "
+                   "hosts by the guide's `node-install.sh ceph-client` step); the rbd "
                    "template is enabled (access=userspace: QEMU reads images through librbd).")
 @click.option("--store", type=click.Choice(["file", "etcd"]), default="file",
               show_default=True,

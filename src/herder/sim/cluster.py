@@ -547,9 +547,9 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if hosts not in HOSTS:
         raise HerderError(f"hosts must be one of {', '.join(HOSTS)}")
-    if hosts == "debian" and (guests != "qemu" or ceph or store != "file"):
+    if hosts == "debian" and (guests != "qemu" or store != "file"):
         raise HerderError("--hosts debian: with --guests qemu and the file store only (no "
-                          "--ceph, --store etcd yet)")
+                          "--store etcd yet)")
     if store not in STORES:
         raise HerderError(f"store must be one of {', '.join(STORES)}")
     if store == "etcd" and network is not None:
@@ -648,8 +648,8 @@ def init_arguments(state: SimState, image: guest.GuestImage | None) -> list[str]
             "--candidate-pool-size", str(CANDIDATES),
             "--master-ip", state.master_ip, "--master-netmask", "24",
             "--enabled-disk-templates",
-            DEBIAN_DISK_TEMPLATES if state.hosts == "debian" else
-            SIM_DISK_TEMPLATES + (",rbd" if state.ceph else ""),
+            (DEBIAN_DISK_TEMPLATES if state.hosts == "debian" else SIM_DISK_TEMPLATES)
+            + (",rbd" if state.ceph else ""),
             "--default-iallocator", "herder",
             "--node-parameters", f"libvirt_uri={state.libvirt_uri}",
             # every host's watchdog device and BMC (herder.sim.watchdog, herder.sim.bmc); a
@@ -788,13 +788,14 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
     register_cluster(sim, state)
     if ceph_started is not None:
         ceph_started.result()  # its error, if any, is the start's
-    admin = state.ceph_admin() if state.ceph else None
+    if state.ceph:  # as an operator installs a Ceph client
+        began = time.monotonic()
+        admin = state.ceph_admin()
+        parallel(hosts, lambda host: install_ceph_client(host, admin))
+        say(f"Ceph client (configuration, client.{sim_ceph.CLIENT}'s key) on every node"
+            + (" by node-install.sh ceph-client" if state.hosts == "debian" else "")
+            + f" ({time.monotonic() - began:.1f} s)")
     for host in hosts:
-        if admin is not None:  # as an operator installs a Ceph client
-            host.path("/etc/ceph/ceph.conf").write_text(admin.client_conf())
-            keyring = host.path(sim_ceph.CLIENT_KEYRING)
-            keyring.write_text(admin.client_keyring())
-            keyring.chmod(0o600)
         if state.etcd:
             sim_etcd.install_client(sim_etcd.attach(_etcd_directory(state), sim), host)
         write_demo_os(host.path(OS_DIR))
@@ -803,6 +804,41 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
     if install is not None:
         parallel(hosts, install)
     return hosts
+
+
+CEPH_CLIENT_FILES = "/root/ceph-client"  # where the operator copied the Ceph's two files
+
+
+def ceph_client_step(user: str = sim_ceph.CLIENT, pool: str = sim_ceph.POOL,
+                     directory: str = CEPH_CLIENT_FILES) -> list[str]:
+    """The guide's Ceph client step on a Debian host (`node-install.sh ceph-client`), on the
+    configuration and keyring copied to `directory`; with the pool, so that it checks the key."""
+    return ["bash", debhost.NODE_SCRIPT, "ceph-client", f"{directory}/ceph.conf",
+            f"{directory}/ceph.client.{user}.keyring", user, pool]
+
+
+def install_ceph_client(host: SimHost, admin: sim_ceph.CephCluster) -> None:
+    """The Ceph's client configuration and the restricted user's key on a node, as an
+    operator installs them: on a Debian host the guide's step (the two files copied there
+    first, removed after), which also gives herder's units `CEPH_ARGS`; on a namespace host
+    the files written into its private /etc/ceph (node.toml gives noded `CEPH_ARGS`)."""
+    if not host.debian:
+        host.path("/etc/ceph/ceph.conf").write_text(admin.client_conf())
+        keyring = host.path(sim_ceph.CLIENT_KEYRING)
+        keyring.write_text(admin.client_keyring())
+        keyring.chmod(0o600)
+        return
+    for name, text in (("ceph.conf", admin.client_conf()),
+                       (f"ceph.client.{sim_ceph.CLIENT}.keyring", admin.client_keyring())):
+        written = host.run(["sh", "-c", 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"',
+                            "copy", f"{CEPH_CLIENT_FILES}/{name}"], input=text, timeout=60)
+        if written.returncode != 0:
+            raise HerderError(f"{host.name}: cannot write {name}: {written.stderr.strip()}")
+    done = host.run(ceph_client_step(pool=admin.pool), timeout=180)
+    host.run(["rm", "-rf", CEPH_CLIENT_FILES], timeout=60)
+    if done.returncode != 0:
+        raise HerderError(f"{host.name}: node-install.sh ceph-client failed: "
+                          f"{(done.stderr or done.stdout).strip()[-500:]}")
 
 
 def _init_master(sim: HostSimulation, state: SimState, master: SimHost,
