@@ -496,9 +496,9 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if hosts not in HOSTS:
         raise HerderError(f"hosts must be one of {', '.join(HOSTS)}")
-    if hosts == "debian" and (guests != "qemu" or ceph or store != "file" or network):
-        raise HerderError("--hosts debian: with --guests qemu and the file store only (no "
-                          "--ceph, --network, --store etcd yet)")
+    if hosts == "debian" and (guests != "qemu" or ceph or network):
+        raise HerderError("--hosts debian: with --guests qemu only (no --ceph, --network "
+                          "yet)")
     if store not in STORES:
         raise HerderError(f"store must be one of {', '.join(STORES)}")
     if store == "etcd" and network is not None:
@@ -745,13 +745,41 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
             keyring.write_text(admin.client_keyring())
             keyring.chmod(0o600)
         if state.etcd:
-            sim_etcd.install_client(sim_etcd.attach(_etcd_directory(state), sim), host)
+            _install_etcd_client(sim, state, host)
         write_demo_os(host.path(OS_DIR))
         guest.install_os_definition(host.path(OS_DIR))
         write_diagnose(host)
     if install is not None:
         parallel(hosts, install)
     return hosts
+
+
+# Where the operator copied the etcd client's files on a Debian host before running the
+# guide's step (removed once it installed them)
+ETCD_FILES_INSIDE = "/root/herder-etcd-client"
+
+
+def _install_etcd_client(sim: HostSimulation, state: SimState, host: SimHost) -> None:
+    """What a node of a cluster on etcd needs (docs/ha.md): the client's CA, certificate, key
+    and password and its settings file. A Debian host takes the guide's step
+    (`node-install.sh etcd-client LOCATION DIR`, the files copied to DIR first, as an operator
+    copies them over ssh), which also puts the config location into /etc/herder/environment,
+    read by every unit; a namespace host gets the files from the simulator, its masterd and
+    maintd the location from node.toml."""
+    found = sim_etcd.attach(_etcd_directory(state), sim)
+    if not host.debian:
+        sim_etcd.install_client(found, host)
+        return
+    staged = host.path(ETCD_FILES_INSIDE)
+    staged.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for source, name in sim_etcd.CLIENT_FILES:
+        shutil.copyfile(found.pki / source, staged / name)
+    done = host.run(["bash", debhost.NODE_SCRIPT, "etcd-client", state.etcd, ETCD_FILES_INSIDE,
+                     sim_etcd.USER], timeout=60)
+    shutil.rmtree(staged, ignore_errors=True)
+    if done.returncode != 0:
+        raise HerderError(f"{host.name}: node-install.sh etcd-client failed: "
+                          f"{(done.stderr or done.stdout).strip()[-500:]}")
 
 
 def _init_master(sim: HostSimulation, state: SimState, master: SimHost,
