@@ -31,7 +31,10 @@ The cluster is built as an operator builds one (docs/real-nodes.md "The simulate
 With `--store etcd` (`herder.sim.etcd`) the config lives in an external etcd in the
 simulation's network (outside every host): node1's `cluster init` writes it there, its masterd
 wins the master lease and brings the master IP up itself, every other node's masterd is a
-standby candidate, the elected masterd starts maintd, and no confd runs.
+standby candidate, the elected masterd starts maintd, and no confd runs. A Debian host gets the
+etcd client's files and the location by the guide's step (`node-install.sh etcd-client`:
+`HERDER_CONFIG` in /etc/herder/environment, which every unit reads); a namespace host's
+masterd and maintd have the location in node.toml.
 
 The machine reaches the cluster only through published ports (`herder.sim.forward`): the
 cluster's address `127.0.0.<first>` forwards to the master IP (masterd 5080, mond 1815, maintd
