@@ -14,6 +14,11 @@
 #                                           and USER's key in /etc/ceph, USER in the daemons'
 #                                           environment (CEPH_ARGS); with POOL, checks that the
 #                                           user reaches it
+#   node-install.sh etcd-client LOCATION DIR [USER]
+#                                           the etcd backend (docs/ha.md): the client's files
+#                                           from DIR (ca.pem, client.pem, client.key, password)
+#                                           under /etc/herder/etcd, its settings file, and
+#                                           HERDER_CONFIG=LOCATION in /etc/herder/environment
 #
 # `--emulated`: a node without KVM (TCG guests) takes QEMU from bookworm-backports (QEMU >= 9.0:
 # an older QEMU loses guest writes when it live-migrates a TCG guest, docs/compat.md K22); a
@@ -115,13 +120,49 @@ step_ceph_client() {
   fi
 }
 
+# The etcd backend on this node (docs/ha.md "etcd with TLS and authentication"): the CA of
+# etcd's members, herder's client certificate and key (no CommonName) and herder's etcd
+# password, copied from DIR; the client settings file naming them; and the config location
+# in /etc/herder/environment, which every unit reads (EnvironmentFile=), so masterd campaigns
+# and maintd follows the lease. Run it before the node's daemons start with the cluster (before
+# `cluster init` on the first node, before `node add` on the others); running it again
+# replaces the files and the HERDER_CONFIG line, other lines of the environment file stay.
+step_etcd_client() {
+  local location=${1:?usage: node-install.sh etcd-client LOCATION DIR [USER]}
+  local dir=${2:?usage: node-install.sh etcd-client LOCATION DIR [USER]}
+  local user=${3:-herder}
+  case "$location" in
+    etcds://*|etcd://*) ;;
+    *) echo "node-install.sh etcd-client: $location is no etcd location" \
+            "(etcds://HOST:PORT[,HOST:PORT...]/CLUSTER)" >&2; exit 2 ;;
+  esac
+  local name
+  for name in ca.pem client.pem client.key password; do
+    [ -f "$dir/$name" ] || { echo "node-install.sh etcd-client: $dir/$name is missing" >&2; exit 2; }
+  done
+  install -d -m 0700 /etc/herder/etcd
+  install -m 0644 "$dir/ca.pem" "$dir/client.pem" /etc/herder/etcd/
+  install -m 0600 "$dir/client.key" "$dir/password" /etc/herder/etcd/
+  printf '%s\n' 'ca = "/etc/herder/etcd/ca.pem"' 'cert = "/etc/herder/etcd/client.pem"' \
+    'key = "/etc/herder/etcd/client.key"' "user = \"$user\"" \
+    'password_file = "/etc/herder/etcd/password"' > /etc/herder/etcd-client.toml
+  chmod 0644 /etc/herder/etcd-client.toml
+  local env=/etc/herder/environment
+  touch "$env"
+  { grep -v '^HERDER_CONFIG=' "$env" || true; echo "HERDER_CONFIG=$location"; } > "$env.new"
+  chmod 0644 "$env.new"
+  mv "$env.new" "$env"
+}
+
 case "${1:-}" in
   packages) shift; step_packages "$@" ;;
   herder) shift; step_herder "$@" ;;
   units) shift; step_units "$@" ;;
   libvirt-tls) shift; step_libvirt_tls "$@" ;;
   ceph-client) shift; step_ceph_client "$@" ;;
+  etcd-client) shift; step_etcd_client "$@" ;;
   *) echo "usage: node-install.sh packages [--emulated] | herder WHEEL | units UNIT_DIR" \
-          "| libvirt-tls | ceph-client CONF KEYRING USER [POOL]" >&2
+          "| libvirt-tls | ceph-client CONF KEYRING USER [POOL]" \
+          "| etcd-client LOCATION DIR [USER]" >&2
      exit 2 ;;
 esac

@@ -286,3 +286,31 @@ commands_dir = "{tmp_path / 'repair'}"
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_cli_on_the_etcd_backend_reads_the_local_directory(tmp_path: Path) -> None:
+    """A host's /etc/herder/environment gives every unit the etcd location (docs/install.md):
+    mond reads the node's own files (config copy, ssconf, HMAC key) in /var/lib/herder, as
+    noded does, not beside the location (`etcds:/HOST:PORT/`), and never etcd itself."""
+    path = write(tmp_path / "mond.toml", f"run_dir = '{tmp_path / 'run'}'\n")
+    env = {**os.environ, "HERDER_CONFIG": "etcds://192.0.2.1:2379/prod"}
+    proc = subprocess.Popen([sys.executable, "-m", "herder.cli.main", "mond", "--config",
+                             str(path), "--bind", "127.0.0.1", "--port", "0", "--node",
+                             "etcd-node.example.com", "--plugin-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        line = ""
+        deadline = time.monotonic() + 30
+        while "listening on" not in line:
+            assert time.monotonic() < deadline, "mond did not start"
+            ready, _, _ = select.select([proc.stderr], [], [], 1)
+            if ready:
+                line = proc.stderr.readline()
+                assert line or proc.poll() is None, "mond exited"
+        assert "(config /var/lib/herder/config.json" in line, line
+        assert "etcds:" not in line
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 
 from herder.cli.httpjson import call
 from herder.core import faults, ports, ssconf
-from herder.core.store import default_config_path
+from herder.core.locations import local_config_path
 from herder.mond.collector import MondSettings
 from herder.mond.localconf import DEFAULT_BIND
 
@@ -104,7 +104,10 @@ def mond(ctx: click.Context, local_config: Path | None, bind: str, port: int,
     faults.enable()  # a fatal signal leaves a traceback (core.faults)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run(resolved, (ctx.find_root().obj or {}).get("config_path") or default_config_path(),
+    # the node's own files (its config copy, ssconf, HMAC key): on the etcd backend, whose
+    # location a host's /etc/herder/environment gives every unit (docs/install.md), they are
+    # in the local directory, not "beside" the etcd location (mond reads no etcd)
+    run(resolved, local_config_path((ctx.find_root().obj or {}).get("config_path")),
         local_config, say=lambda line: click.echo(line, err=True))
 
 

@@ -31,7 +31,10 @@ The cluster is built as an operator builds one (docs/real-nodes.md "The simulate
 With `--store etcd` (`herder.sim.etcd`) the config lives in an external etcd in the
 simulation's network (outside every host): node1's `cluster init` writes it there, its masterd
 wins the master lease and brings the master IP up itself, every other node's masterd is a
-standby candidate, the elected masterd starts maintd, and no confd runs.
+standby candidate, the elected masterd starts maintd, and no confd runs. A Debian host gets the
+etcd client's files and the location by the guide's step (`node-install.sh etcd-client`:
+`HERDER_CONFIG` in /etc/herder/environment, which every unit reads); a namespace host's
+masterd and maintd have the location in node.toml.
 
 The machine reaches the cluster only through published ports (`herder.sim.forward`): the
 cluster's address `127.0.0.<first>` forwards to the master IP (masterd 5080, mond 1815, maintd
@@ -547,9 +550,8 @@ def start(directory: Path, nodes: int = 3, *, mond: bool = True, maintd: bool = 
         raise HerderError(f"guests must be one of {', '.join(GUESTS)}")
     if hosts not in HOSTS:
         raise HerderError(f"hosts must be one of {', '.join(HOSTS)}")
-    if hosts == "debian" and (guests != "qemu" or store != "file"):
-        raise HerderError("--hosts debian: with --guests qemu and the file store only (no "
-                          "--store etcd yet)")
+    if hosts == "debian" and guests != "qemu":
+        raise HerderError("--hosts debian: with --guests qemu only")
     if store not in STORES:
         raise HerderError(f"store must be one of {', '.join(STORES)}")
     if store == "etcd" and network is not None:
@@ -797,7 +799,7 @@ def _boot_hosts(sim: HostSimulation, state: SimState, *, mond: bool, maintd: boo
             + f" ({time.monotonic() - began:.1f} s)")
     for host in hosts:
         if state.etcd:
-            sim_etcd.install_client(sim_etcd.attach(_etcd_directory(state), sim), host)
+            _install_etcd_client(sim, state, host)
         write_demo_os(host.path(OS_DIR))
         guest.install_os_definition(host.path(OS_DIR))
         write_diagnose(host)
@@ -838,6 +840,34 @@ def install_ceph_client(host: SimHost, admin: sim_ceph.CephCluster) -> None:
     host.run(["rm", "-rf", CEPH_CLIENT_FILES], timeout=60)
     if done.returncode != 0:
         raise HerderError(f"{host.name}: node-install.sh ceph-client failed: "
+                          f"{(done.stderr or done.stdout).strip()[-500:]}")
+
+
+# Where the operator copied the etcd client's files on a Debian host before running the
+# guide's step (removed once it installed them)
+ETCD_FILES_INSIDE = "/root/herder-etcd-client"
+
+
+def _install_etcd_client(sim: HostSimulation, state: SimState, host: SimHost) -> None:
+    """What a node of a cluster on etcd needs (docs/ha.md): the client's CA, certificate, key
+    and password and its settings file. A Debian host takes the guide's step
+    (`node-install.sh etcd-client LOCATION DIR`, the files copied to DIR first, as an operator
+    copies them over ssh), which also puts the config location into /etc/herder/environment,
+    read by every unit; a namespace host gets the files from the simulator, its masterd and
+    maintd the location from node.toml."""
+    found = sim_etcd.attach(_etcd_directory(state), sim)
+    if not host.debian:
+        sim_etcd.install_client(found, host)
+        return
+    staged = host.path(ETCD_FILES_INSIDE)
+    staged.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for source, name in sim_etcd.CLIENT_FILES:
+        shutil.copyfile(found.pki / source, staged / name)
+    done = host.run(["bash", debhost.NODE_SCRIPT, "etcd-client", state.etcd, ETCD_FILES_INSIDE,
+                     sim_etcd.USER], timeout=60)
+    shutil.rmtree(staged, ignore_errors=True)
+    if done.returncode != 0:
+        raise HerderError(f"{host.name}: node-install.sh etcd-client failed: "
                           f"{(done.stderr or done.stdout).strip()[-500:]}")
 
 

@@ -199,13 +199,18 @@ def setup_access(found: SimEtcd, sim: HostSimulation, location: str) -> str:
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
 
+# What a node gets of the PKI (the file here, its name on the node): the files of the guide's
+# `node-install.sh etcd-client` step
+CLIENT_FILES = (("ca.pem", "ca.pem"), ("client.pem", "client.pem"),
+                ("client.key", "client.key"), ("herder.password", "password"))
+
+
 def install_client(found: SimEtcd, host: SimHost) -> None:
     """What an operator installs on a node for the etcd backend: the CA, herder's client
     certificate and key, its password (0600) and the client settings file naming them."""
     target = host.path(NODE_DIR)
     target.mkdir(parents=True, exist_ok=True)
-    for source, name in (("ca.pem", "ca.pem"), ("client.pem", "client.pem"),
-                         ("client.key", "client.key"), ("herder.password", "password")):
+    for source, name in CLIENT_FILES:
         shutil.copyfile(found.pki / source, target / name)
         (target / name).chmod(0o600 if name in ("client.key", "password") else 0o644)
     host.path(CLIENT_SETTINGS).write_text(client_settings(
