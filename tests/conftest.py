@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from herder.core import model
-from tests import machine_setup, skipgate
+from tests import cephshare, machine_setup, skipgate
 
 if TYPE_CHECKING:
     from xdist.scheduler.protocol import Scheduling
@@ -208,9 +208,12 @@ VCLUSTER_MODULES = (
 
 
 def work_unit(nodeid: str) -> str:
-    """The xdist work unit of a test: its file, or the vcluster's unit."""
+    """The xdist work unit of a test: its file, the vcluster's unit, or the shared Ceph's
+    (tests/cephshare.py: its modules on one worker, one Ceph started for them all)."""
     path = nodeid.split("::", 1)[0]
-    return "vcluster" if path in VCLUSTER_MODULES else path
+    if path in VCLUSTER_MODULES:
+        return "vcluster"
+    return "ceph" if path in cephshare.CEPH_MODULES else path
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -231,15 +234,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Scheduling |
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After the last test of the vcluster's unit (its module fixtures torn down): stop a
     vcluster a module left up for a next one, so that its lock is not held while this worker
-    runs other modules (other processes on this machine may wait for it)."""
+    runs other modules (other processes on this machine may wait for it); the same for the
+    shared Ceph after its unit's last test (its daemons' CPU and memory are no other
+    module's)."""
     yield
     if nextitem is None or work_unit(nextitem.nodeid) != "vcluster":
         _release_kept_vcluster()
+    if nextitem is None or work_unit(nextitem.nodeid) != "ceph":
+        cephshare.release_kept()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Also when the run stopped early (-x, an interrupt): no vcluster left up by this process."""
+    """Also when the run stopped early (-x, an interrupt): no vcluster or Ceph left up by this
+    process."""
     _release_kept_vcluster()
+    cephshare.release_kept()
 
 
 def _release_kept_vcluster() -> None:

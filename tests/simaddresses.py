@@ -15,6 +15,7 @@ BLOCKS: dict[str, tuple[int, int]] = {
     "console_browser": (24, 4),
     "console_streams": (28, 3),
     "simulated_cluster": (32, 5),
+    "shared_ceph": (38, 1),  # tests/cephshare.py: the bare Ceph two modules share (no cluster)
     "trust_sim": (40, 4),
     "disk_data": (44, 4),
     "real_guests": (48, 3),

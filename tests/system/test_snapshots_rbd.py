@@ -1,5 +1,6 @@
 """Issue 30 item 4 for rbd: snapshots of an instance whose disks are images on a real Ceph
-(herder.sim.ceph: one monitor and one OSD on 127.0.0.38, the restricted user client.herder),
+(herder.sim.ceph: one monitor and one OSD on 127.0.0.38, the restricted user client.herder;
+the Ceph tests/noded/bdev/test_rbd_ceph.py uses too, started once for both: tests/cephshare.py),
 through the job path (the real job queue, processor and LUs in this process) over two real
 node daemons whose `rbd` tool runs as the nodes' user.
 
@@ -31,12 +32,12 @@ from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.lu.backup import EXPORT_SNAPSHOT
 from herder.noded.bdev.base import Host, SubprocessRunner
 from herder.sim import ceph, guest
+from tests import cephshare
 from tests.conftest import build_config
 from tests.noded.bdev.test_rbd_ceph import OFFSET, PATTERN, snapshots_of, write_image
 from tests.system.inprocess_master import master_over_nodes
 from tests.system.test_snapshots import error_of, snapshot_op
 
-CEPH_ADDRESS = "127.0.0.38"
 ADDRESSES = {"node1.example.com": "127.0.0.193", "node2.example.com": "127.0.0.194"}
 LATER = b"\xa5" * len(PATTERN)
 SIZE = 4  # MiB: one RADOS object (the size matters to none of these tests; OFFSET is in it)
@@ -70,7 +71,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     assert os.geteuid() == 0, "the Ceph daemons run as root here"
     directory = tmp_path_factory.mktemp("snapshots-rbd")
-    started = ceph.start(directory / "ceph", CEPH_ADDRESS)  # CephError: the test fails
+    started = cephshare.shared(tmp_path_factory, skip_without=False)  # CephError: fails
     config = build_config(nodes=2, drbd_instances=0, plain_instances=0)
     config.cluster.enabled_disk_templates = ["rbd", "diskless"]
     config.cluster.diskparams["rbd"] = {"pool": started.pool, "access": "userspace"}
@@ -79,12 +80,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     hosts = {name: Host(runner=SubprocessRunner(extra_env=started.client_env))
              for name in ADDRESSES}
     os_dir = guest.install_os_definition(directory / "os")
-    try:
-        with master_over_nodes(directory, config, ADDRESSES, hosts=hosts,
-                               os_path=(os_dir.parent,)) as master:
-            yield Cluster(master.store, master.queue, started, directory)
-    finally:
-        started.stop(grace=0.5)
+    with master_over_nodes(directory, config, ADDRESSES, hosts=hosts,
+                           os_path=(os_dir.parent,)) as master:
+        yield Cluster(master.store, master.queue, started, directory)
 
 
 def create(cluster: Cluster, name: str, disks: int = 2, **extra: Any) -> None:

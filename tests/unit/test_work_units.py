@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 
+from tests.cephshare import CEPH_MODULES
 from tests.conftest import (
     LONGEST_GUEST_MODULES,
     REPO,
@@ -15,6 +16,7 @@ from tests.conftest import (
 )
 
 STARTS_THE_VCLUSTER = re.compile(r"with (vcluster\.)?running_vcluster\(")
+TAKES_THE_SHARED_CEPH = re.compile(r"cephshare\.shared\(")
 
 
 def test_every_module_starting_the_vcluster_is_in_its_unit() -> None:
@@ -23,6 +25,17 @@ def test_every_module_starting_the_vcluster_is_in_its_unit() -> None:
                 if STARTS_THE_VCLUSTER.search(path.read_text())}
     assert "tests/ganeti/test_vcluster_maintd.py" in starting  # the search finds them
     assert starting == set(VCLUSTER_MODULES)
+
+
+def test_the_modules_sharing_the_ceph_are_one_unit() -> None:
+    """Every module taking tests/cephshare.py's Ceph runs on the worker that keeps it (two
+    workers would start two on its one address: the second refused)."""
+    sharing = {path.relative_to(REPO).as_posix()
+               for path in (REPO / "tests").rglob("test_*.py")
+               if TAKES_THE_SHARED_CEPH.search(path.read_text())}
+    assert "tests/system/test_snapshots_rbd.py" in sharing  # the search finds them
+    assert sharing == set(CEPH_MODULES)
+    assert {work_unit(f"{module}::test_x") for module in CEPH_MODULES} == {"ceph"}
 
 
 def test_other_modules_are_their_own_unit() -> None:

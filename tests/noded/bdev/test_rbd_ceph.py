@@ -1,11 +1,12 @@
 """The `rbd` device type against a real Ceph (herder.sim.ceph: one monitor and one BlueStore
-OSD on 127.0.0.36, cephx, the pool `herder`, the restricted user client.herder): create, find,
+OSD on 127.0.0.38, cephx, the pool `herder`, the restricted user client.herder): create, find,
 grow and remove images with the node's `rbd` tool as Ganeti's RADOSBlockDevice does, the
 `kernelspace` map refused on a machine without the rbd module, the OS install path (`rbd
 import` of a staging file) and the node's client facts for QEMU (monitors, user, key).
 
-One Ceph for the module (about 15 s to start); skipped with the reason when Ceph's packages are
-missing.
+The Ceph is the one this module shares with tests/system/test_snapshots_rbd.py
+(tests/cephshare.py: 7-15 s to start, once for both); skipped with the reason when Ceph's
+packages are missing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -29,24 +29,17 @@ from herder.noded.bdev.rbd import RBD_SYSFS, RadosBlockDevice
 from herder.noded.hypervisor import Hypervisor
 from herder.noded.node_disks import NodeDisks
 from herder.sim import ceph
+from tests import cephshare
 
-ADDRESS = "127.0.0.36"
+ADDRESS = cephshare.ADDRESS
 PATTERN = b"herder-rbd-" * 372  # 4 KiB
 OFFSET = 3 * 2**20 + 512
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.CephCluster]:
-    missing = ceph.missing_packages()
-    if missing:
-        pytest.skip(f"Ceph is not installed (apt-get install {' '.join(missing)})")
-    if os.geteuid() != 0:
-        pytest.skip("the Ceph daemons run as root here")
-    started = ceph.start(tmp_path_factory.mktemp("ceph"), ADDRESS)
-    yield started
-    # a throwaway cluster: no clean OSD shutdown to wait for (~5 s), as the simulated
-    # cluster's teardown ends its Ceph
-    started.stop(grace=0.5)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> ceph.CephCluster:
+    """The shared Ceph (stopped by the conftest after the last module that shares it)."""
+    return cephshare.shared(tmp_path_factory)
 
 
 @pytest.fixture
