@@ -345,6 +345,35 @@ def _prune(prefixes: Sequence[str], keep: Path) -> None:
                 path.with_name(path.name + ".lock").unlink(missing_ok=True)
 
 
+# The host's file storage as the machine mounts it (`<host>/file-storage`): an ext4 image
+# of its own (herder.sim.host makes it, as for namespace hosts), loop-mounted here once and
+# bound onto /srv/herder/file-storage at every boot (docs/compat.md N5a). A directory of the
+# overlay instead would make "the file storage is full" mean "the machine's disk is full".
+FILE_STORAGE_MOUNT = "file-storage"
+
+
+def file_storage_mount(directory: Path) -> Path:
+    return directory / FILE_STORAGE_MOUNT
+
+
+def mount_file_storage(image: Path, directory: Path) -> Path:
+    """The host's file storage mounted on the machine (once; `mount -o loop` detaches its
+    loop device again when it is unmounted); its mount point."""
+    mounted = file_storage_mount(directory)
+    mounted.mkdir(exist_ok=True)
+    if not os.path.ismount(mounted):
+        # noinit_itable: no kernel thread zeroing the inode tables into the sparse image
+        _checked(["mount", "-t", "ext4", "-o", "loop,noinit_itable", str(image), str(mounted)],
+                 f"mounting the file storage of {directory.name}")
+    return mounted
+
+
+def unmount_file_storage(directory: Path) -> None:
+    mounted = file_storage_mount(directory)
+    if os.path.ismount(mounted):
+        subprocess.run(["umount", "-l", str(mounted)], capture_output=True, timeout=60)
+
+
 def name_host(root: Path, name: str) -> None:
     """The one file of the guide's install that differs between hosts: its name."""
     (root / "etc" / "hostname").write_text(name + "\n")

@@ -265,6 +265,9 @@ class SimHost:
         if inside == SHARED_IMAGES or inside.startswith(SHARED_IMAGES + "/"):
             return self.sim.shared_images_dir / inside[len(SHARED_IMAGES):].lstrip("/")
         if self.debian:  # its whole root is the overlay, but for its /run (a tmpfs)
+            if inside == FILE_STORAGE or inside.startswith(FILE_STORAGE + "/"):
+                return debhost.file_storage_mount(self.layout.directory) / inside[
+                    len(FILE_STORAGE):].lstrip("/")
             if inside == "/run" or inside.startswith("/run/"):
                 return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
             return self.layout.root / inside.lstrip("/")
@@ -337,7 +340,7 @@ class SimHost:
     def provision(self, config: HostConfig) -> None:
         """The host's directory, files and disks (once, before its first boot)."""
         if config.kind == "debian":
-            self._provision_debian()
+            self._provision_debian(config)
             return
         layout = self.layout
         root = layout.root
@@ -356,13 +359,9 @@ class SimHost:
         layout.source("/etc/libvirt/libvirtd.conf").write_text(hostfiles.libvirtd_conf())
         layout.source("/etc/libvirt/qemu.conf").write_text(libvirtd_conf.qemu_conf())
         layout.vg_image.parent.mkdir(parents=True, exist_ok=True)
-        for image, size in ((layout.vg_image, config.vg_mib),
-                            (layout.file_storage_image, config.file_storage_mib)):
-            with open(image, "wb") as sparse:
-                sparse.truncate(size * MIB)
-        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", "file-storage", "-E",
-              "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
-              str(layout.file_storage_image)], f"cannot make {self.name}'s file storage")
+        with open(layout.vg_image, "wb") as sparse:
+            sparse.truncate(config.vg_mib * MIB)
+        self._make_file_storage(config.file_storage_mib)
         images = [layout.vg_image, layout.file_storage_image]
         with hoststate.update(self.sim.index) as record:
             record.hosts[self.name].images = [loopdev.file_identity(p) for p in images]
@@ -373,12 +372,29 @@ class SimHost:
                 record.hosts[self.name].loops = list(loops)
         layout.source("/etc/lvm/lvm.conf").write_text(hostfiles.lvm_conf([loops[0]]))
 
-    def _provision_debian(self) -> None:
+    def _make_file_storage(self, mib: int) -> None:
+        """The file storage's own ext4 in a sparse image of `mib` MiB (its bound: a full file
+        storage fills this file system, never the machine's)."""
+        image = self.layout.file_storage_image
+        image.parent.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as sparse:
+            sparse.truncate(mib * MIB)
+        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", "file-storage", "-E",
+              "nodiscard,lazy_itable_init=1,lazy_journal_init=1", str(image)],
+             f"cannot make {self.name}'s file storage")
+
+    def _provision_debian(self, config: HostConfig) -> None:
         """A Debian host: the cached root under an overlay of its own, installed by the
         guide's script (herder from the wheel, units enabled); then the test bed's stand-ins
-        for what this machine lacks (docs/compat.md N5a): the storage
-        directories of the file templates with Ganeti's allowed-paths file, and the sharedimg
-        ExtStorage provider (the SAN stand-in)."""
+        for what this machine lacks (docs/compat.md N5a): the file storage a file system of
+        its own (as on a namespace host: an ext4 image, loop-mounted on the machine and bound
+        into the container at every boot) with Ganeti's allowed-paths file, the shared
+        storage directories, and the sharedimg ExtStorage provider (the SAN stand-in)."""
+        self._make_file_storage(config.file_storage_mib)
+        with hoststate.update(self.sim.index) as record:  # teardown finds its loop device
+            record.hosts[self.name].images = [
+                loopdev.file_identity(self.layout.file_storage_image)]
+        debhost.mount_file_storage(self.layout.file_storage_image, self.layout.directory)
         root = debhost.mount_overlay(
             debhost.layers(debroot.ensure_root(), debhost.build_wheelhouse(self.sim.directory)),
             self.layout.directory)
@@ -402,8 +418,9 @@ class SimHost:
         if not stat.S_ISFIFO(device.lstat().st_mode if device.exists() else 0):
             device.unlink(missing_ok=True)
             os.mkfifo(device, 0o600)
+        storage = debhost.mount_file_storage(layout.file_storage_image, layout.directory)
         argv = debhost.boot_argv(layout.root, self.name, self.sim.hosts_file, binds=(
-            f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
+            f"{storage}:{FILE_STORAGE}", f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
             f"{self.sim.shared_images_dir}:{SHARED_IMAGES}",
             f"{device}:{sim_watchdog.DEVICE}"), binds_ro=tuple(
                 f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()))
@@ -804,6 +821,7 @@ def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float,
         if host.kind == "debian":
             _power_off_debian(host, grace)
             debhost.unmount_overlay(Path(host.directory))
+            debhost.unmount_file_storage(Path(host.directory))
             return
         # A simulator that died between starting `unshare` and recording the host's PID 1
         # leaves only `unshare` in the record: its child is that PID 1.
