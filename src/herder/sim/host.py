@@ -264,11 +264,9 @@ class SimHost:
             return self.sim.shared_dir / inside[len(SHARED_FILE_STORAGE):].lstrip("/")
         if inside == SHARED_IMAGES or inside.startswith(SHARED_IMAGES + "/"):
             return self.sim.shared_images_dir / inside[len(SHARED_IMAGES):].lstrip("/")
-        if self.debian:  # its whole root is the overlay, but for its /run (a tmpfs)
-            if inside == FILE_STORAGE or inside.startswith(FILE_STORAGE + "/"):
-                return debhost.file_storage_mount(self.layout.directory) / inside[
-                    len(FILE_STORAGE):].lstrip("/")
-            if inside == "/run" or inside.startswith("/run/"):
+        if self.debian:  # its whole root is the overlay, but for its /run (a tmpfs) and
+            # its file storage (a file system of its own, mounted in the host's namespace)
+            if any(inside == d or inside.startswith(d + "/") for d in ("/run", FILE_STORAGE)):
                 return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
             return self.layout.root / inside.lstrip("/")
         if inside == FILE_STORAGE or inside.startswith(FILE_STORAGE + "/"):
@@ -387,22 +385,26 @@ class SimHost:
         """A Debian host: the cached root under an overlay of its own, installed by the
         guide's script (herder from the wheel, units enabled); then the test bed's stand-ins
         for what this machine lacks (docs/compat.md N5a): the file storage a file system of
-        its own (as on a namespace host: an ext4 image, loop-mounted on the machine and bound
-        into the container at every boot) with Ganeti's allowed-paths file, the shared
+        its own (as on a namespace host: an ext4 image on a loop device, mounted for the
+        container at every boot: `debhost.boot_argv`) with Ganeti's allowed-paths file, the shared
         storage directories, and the sharedimg ExtStorage provider (the SAN stand-in)."""
+        layout = self.layout  # (read before the record's lock: reading it takes the lock)
         self._make_file_storage(config.file_storage_mib)
+        identity = loopdev.file_identity(layout.file_storage_image)
         with hoststate.update(self.sim.index) as record:  # teardown finds its loop device
-            record.hosts[self.name].images = [
-                loopdev.file_identity(self.layout.file_storage_image)]
-        debhost.mount_file_storage(self.layout.file_storage_image, self.layout.directory)
+            record.hosts[self.name].images = [identity]
+        loop = loopdev.attach(layout.file_storage_image)
+        with hoststate.update(self.sim.index) as record:
+            record.hosts[self.name].loops = [loop]
         root = debhost.mount_overlay(
             debhost.layers(debroot.ensure_root(), debhost.build_wheelhouse(self.sim.directory)),
-            self.layout.directory)
+            layout.directory)
         debhost.name_host(root, self.name)
         # /etc/herder: where the BMC stand-in's OOB settings go (herder.sim.bmc)
         for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti",
                        "/etc/herder"):
             (root / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (layout.directory / debhost.FILE_STORAGE_MOUNT).mkdir(exist_ok=True)
         (root / FILE_STORAGE_PATHS.lstrip("/")).write_text(
             f"{FILE_STORAGE}\n{SHARED_FILE_STORAGE}\n")
         shutil.copytree(Path(__file__).parent / "extstorage" / "sharedimg",
@@ -418,12 +420,12 @@ class SimHost:
         if not stat.S_ISFIFO(device.lstat().st_mode if device.exists() else 0):
             device.unlink(missing_ok=True)
             os.mkfifo(device, 0o600)
-        storage = debhost.mount_file_storage(layout.file_storage_image, layout.directory)
         argv = debhost.boot_argv(layout.root, self.name, self.sim.hosts_file, binds=(
-            f"{storage}:{FILE_STORAGE}", f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
+            f"{self.sim.shared_dir}:{SHARED_FILE_STORAGE}",
             f"{self.sim.shared_images_dir}:{SHARED_IMAGES}",
             f"{device}:{sim_watchdog.DEVICE}"), binds_ro=tuple(
-                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()))
+                f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()),
+            file_storage=(self.record.loops[0], layout.directory / debhost.FILE_STORAGE_MOUNT))
         with open(layout.console, "ab") as console:
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
                                              stderr=subprocess.STDOUT, start_new_session=True,
@@ -821,7 +823,6 @@ def _power_off_all(hosts: Sequence[hoststate.HostRecord], grace: float,
         if host.kind == "debian":
             _power_off_debian(host, grace)
             debhost.unmount_overlay(Path(host.directory))
-            debhost.unmount_file_storage(Path(host.directory))
             return
         # A simulator that died between starting `unshare` and recording the host's PID 1
         # leaves only `unshare` in the record: its child is that PID 1.
