@@ -9,6 +9,10 @@ seed. Then every node is brought back and the checker's properties are checked
 nemesis events by kind, violations) and the whole history; exit 1 on a violation.
 
     python bench/chaos.py --minutes 15 [--seed S] [--workers 2] [--dir /tmp/herder-bench-chaos]
+                          [--hosts debian|namespace]
+
+The nodes are Debian 12 hosts by default, as in the short form (`--hosts namespace`: the
+namespaced hosts, whose supervisor restarts a killed daemon).
 """
 
 from __future__ import annotations
@@ -50,11 +54,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="concurrent driver threads")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/herder-bench-chaos"),
                         help="the simulated cluster's directory (replaced)")
+    parser.add_argument("--hosts", choices=cluster.HOSTS, default="debian",
+                        help="the simulated hosts (default: Debian 12 hosts booting systemd)")
     args = parser.parse_args()
     if args.minutes <= 0 or args.workers < 1:
         parser.error("--minutes must be positive and --workers at least 1")
     seed = run.new_seed() if args.seed is None else args.seed
-    state = cluster.start(args.dir, 3, guests="qemu", progress=print,
+    state = cluster.start(args.dir, 3, guests="qemu", hosts=args.hosts, progress=print,
                           first_ip=simaddresses.first_ip("chaos_bench"))
     try:
         began = time.monotonic()

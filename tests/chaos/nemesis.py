@@ -1,8 +1,11 @@
 """The nemesis: faults injected into a simulated cluster, chosen at random from a seed, each
 healed before the next (so the run ends with every node back). A fault is one of
 
-- kill: `kill -9` of one daemon of a node (any the supervisor runs: libvirtd, noded, confd,
-  mond, instmon, and masterd or maintd on the master; the supervisor restarts it);
+- kill: `kill -9` of one daemon of a node (libvirtd, noded, confd, mond, instmon, and masterd
+  or maintd on the master): on a namespace host the PID its supervisor reports, which
+  restarts it; on a Debian host its unit's main PID (`systemctl show -p MainPID`), as an
+  operator's host sees it, and systemd's `Restart=` must bring it back (the event says when,
+  or "not restarted": a unit that stays down is a finding, tests/chaos/test_chaos_sim.py);
 - power: the node's BMC switches it off (`simulate --power-off`: no grace), later on again;
 - cut: the node's network goes down inside its namespace (`ip link set eth0 down`), later up;
 - fill: the node's file storage filled to the last byte (`fallocate`), later freed.
@@ -19,13 +22,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from herder.core.errors import HerderError
 from herder.sim import cluster
-from herder.sim.host import FILE_STORAGE
+from herder.sim.host import FILE_STORAGE, SimHost
+from herder.supervise import daemon_util
 from herder.supervise.settings import KNOWN_DAEMONS, MASTER_DAEMONS
 from tests.chaos.history import NemesisEvent
 
 FAULTS = ("kill", "power", "cut", "fill")
 FILL = f"{FILE_STORAGE}/chaos-fill"
+# A killed unit is back within its RestartSec= (5 s for herder's, 100 ms for libvirtd's) and a
+# start; 60 s on a loaded machine, then it counts as not restarted
+RESTART_TIMEOUT = 60.0
+NOT_RESTARTED = "not restarted"
 
 
 class Nemesis:
@@ -67,6 +76,8 @@ class Nemesis:
 
     def kill(self, node: str, daemon: str) -> str:
         host = self.state.host(node)
+        if host.debian:
+            return kill_unit(host, daemon)
         reply = host.supervisor("status", [daemon], timeout=30)
         pid = str(next((d.pid for d in reply.daemons if d.name == daemon and d.pid), ""))
         if not pid:
@@ -152,3 +163,33 @@ class Nemesis:
                 break
             self.one_fault(stop)
             done += 1
+
+
+def _unit_state(host: SimHost, unit: str) -> dict[str, str]:
+    shown = host.run(["systemctl", "show", "-p", "MainPID", "-p", "ActiveState", "-p",
+                      "NRestarts", unit], timeout=30, check=True).stdout
+    return dict(line.partition("=")[::2] for line in shown.splitlines() if "=" in line)
+
+
+def kill_unit(host: SimHost, daemon: str) -> str:
+    """`kill -9` of a daemon's unit's main PID on a Debian host, then until systemd started it
+    again (a new main PID, the unit active): what happened, in a line."""
+    unit = daemon_util.unit(daemon)
+    before = _unit_state(host, unit)
+    pid = before.get("MainPID", "0")
+    if pid in ("", "0"):  # masterd, maintd off the master; libvirtd idle past its --timeout
+        return f"{unit} not running ({before.get('ActiveState', '?')})"
+    host.run(["kill", "-9", pid], timeout=30, check=True)
+    began = time.monotonic()
+    state = before
+    while time.monotonic() - began < RESTART_TIMEOUT:
+        time.sleep(0.5)
+        try:
+            state = _unit_state(host, unit)
+        except (HerderError, OSError) as err:  # maintd fenced the node meanwhile
+            return f"{unit} pid {pid} killed; restart not seen: {err}"
+        if state.get("ActiveState") == "active" and state.get("MainPID", "0") not in ("0", pid):
+            return (f"{unit} pid {pid} killed, restarted as pid {state['MainPID']} after "
+                    f"{time.monotonic() - began:.1f} s (NRestarts {state.get('NRestarts', '?')})")
+    return (f"{unit} pid {pid} killed, {NOT_RESTARTED} within {RESTART_TIMEOUT:.0f} s "
+            f"({state.get('ActiveState', '?')}, MainPID {state.get('MainPID', '?')})")

@@ -73,18 +73,31 @@ STANDING_DOWN = ("lease: refused: the master has this node offline",
                  "this node is no longer online")
 
 
+# noded's output on a Debian host since the host booted: its unit's journal of this boot
+NODED_JOURNAL = ("journalctl --sync; journalctl -q --no-pager -o cat -b "
+                 "-u herder-noded.service")
+
+
 def _log_size(state: cluster.SimState, node: str) -> int:
-    log = state.host(node).path(NODED_LOG)
+    host = state.host(node)
+    if host.debian:  # its journal is read from the host's boot on (`_standing_down`)
+        return 0
+    log = host.path(NODED_LOG)
     return log.stat().st_size if log.exists() else 0
 
 
 def _standing_down(state: cluster.SimState, node: str, since: int) -> bool:
-    """Whether the node's noded, since that offset of its log, heard it is offline: it runs
-    and heartbeats, so setting it online now lets it hold its lease at once (set online while
-    it still boots, maintd would find it failed and fence it again)."""
-    with state.host(node).path(NODED_LOG).open("rb") as log:
-        log.seek(since)
-        text = log.read().decode(errors="replace")
+    """Whether the node's noded, since that offset of its log (on a Debian host: since the
+    host booted), heard it is offline: it runs and heartbeats, so setting it online now lets
+    it hold its lease at once (set online while it still boots, maintd would find it failed
+    and fence it again)."""
+    host = state.host(node)
+    if host.debian:
+        text = host.run(["sh", "-c", NODED_JOURNAL], timeout=60, check=True).stdout
+    else:
+        with host.path(NODED_LOG).open("rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace")
     return any(phrase in text for phrase in STANDING_DOWN)
 
 

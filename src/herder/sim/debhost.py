@@ -352,6 +352,17 @@ def _prune(prefixes: Sequence[str], keep: Path) -> None:
                 path.with_name(path.name + ".lock").unlink(missing_ok=True)
 
 
+# Where the host's file storage (an ext4 image of its own on a loop device the simulator
+# attached, as for namespace hosts) is mounted before systemd-nspawn binds it onto
+# /srv/herder/file-storage: `<host>/file-storage`, in a mount namespace of the host's boot only
+# (`boot_argv`). Mounted in the machine's, every namespace made meanwhile (other simulations'
+# hosts, a Ganeti peer's daemons) would keep a copy and its loop device busy after the host is
+# gone. A directory of the overlay instead would make "the file storage is full" mean "the
+# machine's disk is full" (docs/compat.md N5a).
+FILE_STORAGE_MOUNT = "file-storage"
+FILE_STORAGE = "/srv/herder/file-storage"  # herder.sim.host's (which imports this module)
+
+
 def name_host(root: Path, name: str) -> None:
     """The one file of the guide's install that differs between hosts: its name."""
     (root / "etc" / "hostname").write_text(name + "\n")
@@ -373,12 +384,29 @@ def machine_name(name: str, index: int, slot: int) -> str:
 
 def boot_argv(root: Path, name: str, hosts_file: Path, *,
               binds: Sequence[str] = (), binds_ro: Sequence[str] = (),
-              machine: str | None = None) -> list[str]:
+              machine: str | None = None,
+              file_storage: tuple[str, Path] | None = None) -> list[str]:
     """systemd-nspawn booting the host: its own network namespace (connected by the
     simulator), not registered with a machined (the machine runs no systemd: --keep-unit,
     no scope of its own), the simulation's /etc/hosts (its DNS) and shared directories
     (`binds`: "SOURCE:TARGET") bound in. `machine`: nspawn's machine name (`machine_name`;
-    default the host's first label)."""
+    default the host's first label). `file_storage`: (loop device, mount point) of the
+    host's file storage, mounted in a private mount namespace that systemd-nspawn then runs
+    in (it ends with the host: the loop device is free again) and bound onto FILE_STORAGE."""
+    nspawn = _nspawn_argv(root, name, hosts_file, binds=[
+        *binds, *([f"{file_storage[1]}:{FILE_STORAGE}"] if file_storage else [])],
+        binds_ro=binds_ro, machine=machine)
+    if file_storage is None:
+        return nspawn
+    device, mount_point = file_storage
+    # noinit_itable: no kernel thread zeroing the inode tables into the sparse image
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+            'mount -t ext4 -o noinit_itable "$1" "$2" && shift 2 && exec "$@"', "boot",
+            device, str(mount_point), *nspawn]
+
+
+def _nspawn_argv(root: Path, name: str, hosts_file: Path, *, binds: Sequence[str],
+                 binds_ro: Sequence[str], machine: str | None = None) -> list[str]:
     return ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
             "--private-network", f"--machine={machine or name.split('.')[0]}", "-D", str(root),
             f"--bind-ro={hosts_file}:/etc/hosts", *(f"--bind={b}" for b in binds),

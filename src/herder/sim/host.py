@@ -266,8 +266,9 @@ class SimHost:
             return self.sim.shared_dir / inside[len(SHARED_FILE_STORAGE):].lstrip("/")
         if inside == SHARED_IMAGES or inside.startswith(SHARED_IMAGES + "/"):
             return self.sim.shared_images_dir / inside[len(SHARED_IMAGES):].lstrip("/")
-        if self.debian:  # its whole root is the overlay, but for its /run (a tmpfs)
-            if inside == "/run" or inside.startswith("/run/"):
+        if self.debian:  # its whole root is the overlay, but for its /run (a tmpfs) and
+            # its file storage (a file system of its own, mounted in the host's namespace)
+            if any(inside == d or inside.startswith(d + "/") for d in ("/run", FILE_STORAGE)):
                 return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
             return self.layout.root / inside.lstrip("/")
         if inside == FILE_STORAGE or inside.startswith(FILE_STORAGE + "/"):
@@ -339,7 +340,7 @@ class SimHost:
     def provision(self, config: HostConfig) -> None:
         """The host's directory, files and disks (once, before its first boot)."""
         if config.kind == "debian":
-            self._provision_debian()
+            self._provision_debian(config)
             return
         layout = self.layout
         root = layout.root
@@ -358,13 +359,9 @@ class SimHost:
         layout.source("/etc/libvirt/libvirtd.conf").write_text(hostfiles.libvirtd_conf())
         layout.source("/etc/libvirt/qemu.conf").write_text(libvirtd_conf.qemu_conf())
         layout.vg_image.parent.mkdir(parents=True, exist_ok=True)
-        for image, size in ((layout.vg_image, config.vg_mib),
-                            (layout.file_storage_image, config.file_storage_mib)):
-            with open(image, "wb") as sparse:
-                sparse.truncate(size * MIB)
-        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", "file-storage", "-E",
-              "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
-              str(layout.file_storage_image)], f"cannot make {self.name}'s file storage")
+        with open(layout.vg_image, "wb") as sparse:
+            sparse.truncate(config.vg_mib * MIB)
+        self._make_file_storage(config.file_storage_mib)
         images = [layout.vg_image, layout.file_storage_image]
         with hoststate.update(self.sim.index) as record:
             record.hosts[self.name].images = [loopdev.file_identity(p) for p in images]
@@ -375,20 +372,41 @@ class SimHost:
                 record.hosts[self.name].loops = list(loops)
         layout.source("/etc/lvm/lvm.conf").write_text(hostfiles.lvm_conf([loops[0]]))
 
-    def _provision_debian(self) -> None:
+    def _make_file_storage(self, mib: int) -> None:
+        """The file storage's own ext4 in a sparse image of `mib` MiB (its bound: a full file
+        storage fills this file system, never the machine's)."""
+        image = self.layout.file_storage_image
+        image.parent.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as sparse:
+            sparse.truncate(mib * MIB)
+        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", "file-storage", "-E",
+              "nodiscard,lazy_itable_init=1,lazy_journal_init=1", str(image)],
+             f"cannot make {self.name}'s file storage")
+
+    def _provision_debian(self, config: HostConfig) -> None:
         """A Debian host: the cached root under an overlay of its own, installed by the
         guide's script (herder from the wheel, units enabled); then the test bed's stand-ins
-        for what this machine lacks (docs/compat.md N5a): the storage
-        directories of the file templates with Ganeti's allowed-paths file, and the sharedimg
-        ExtStorage provider (the SAN stand-in)."""
+        for what this machine lacks (docs/compat.md N5a): the file storage a file system of
+        its own (as on a namespace host: an ext4 image on a loop device, mounted for the
+        container at every boot: `debhost.boot_argv`) with Ganeti's allowed-paths file, the shared
+        storage directories, and the sharedimg ExtStorage provider (the SAN stand-in)."""
+        layout = self.layout  # (read before the record's lock: reading it takes the lock)
+        self._make_file_storage(config.file_storage_mib)
+        identity = loopdev.file_identity(layout.file_storage_image)
+        with hoststate.update(self.sim.index) as record:  # teardown finds its loop device
+            record.hosts[self.name].images = [identity]
+        loop = loopdev.attach(layout.file_storage_image)
+        with hoststate.update(self.sim.index) as record:
+            record.hosts[self.name].loops = [loop]
         root = debhost.mount_overlay(
             debhost.layers(debroot.ensure_root(), debhost.build_wheelhouse(self.sim.directory)),
-            self.layout.directory)
+            layout.directory)
         debhost.name_host(root, self.name)
         # /etc/herder: where the BMC stand-in's OOB settings go (herder.sim.bmc)
         for inside in (FILE_STORAGE, SHARED_FILE_STORAGE, SHARED_IMAGES, "/etc/ganeti",
                        "/etc/herder"):
             (root / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (layout.directory / debhost.FILE_STORAGE_MOUNT).mkdir(exist_ok=True)
         (root / FILE_STORAGE_PATHS.lstrip("/")).write_text(
             f"{FILE_STORAGE}\n{SHARED_FILE_STORAGE}\n")
         shutil.copytree(Path(__file__).parent / "extstorage" / "sharedimg",
@@ -409,7 +427,8 @@ class SimHost:
             f"{self.sim.shared_images_dir}:{SHARED_IMAGES}",
             f"{device}:{sim_watchdog.DEVICE}"), binds_ro=tuple(
                 f"{d}:{d}" for d in (debhost.GUEST_IMAGES,) if d.is_dir()),
-            machine=debhost.machine_name(self.name, self.sim.index, self.record.slot))
+            machine=debhost.machine_name(self.name, self.sim.index, self.record.slot),
+            file_storage=(self.record.loops[0], layout.directory / debhost.FILE_STORAGE_MOUNT))
         with open(layout.console, "ab") as console:
             self._unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
                                              stderr=subprocess.STDOUT, start_new_session=True,
