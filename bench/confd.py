@@ -120,6 +120,19 @@ def cluster(tmp: Path) -> tuple[Path, bytes, bool]:
     return path, key, same
 
 
+def config_queries(path: Path) -> list[tuple[str, int, Any]]:
+    """The node and instance queries of a given cluster: on its first node and instance by
+    name (each query's cost is the objects of that node, not the cluster's size)."""
+    from herder.core.store import open_store
+
+    config = open_store(str(path)).load()
+    node = min(n.name for n in config.nodes.values())
+    instance = min(i.name for i in config.instances.values())
+    return [("node_drbd", confd.REQ_NODE_DRBD, node),
+            ("node_instances", confd.REQ_NODE_INSTANCES, node),
+            ("instance_disks", confd.REQ_INSTANCE_DISKS, instance)]
+
+
 def start_herder(config: Path) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "herder.cli.main", "--config", str(config), "confd", "--bind",
@@ -151,11 +164,19 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=5000, help="queries per run")
     parser.add_argument("--windows", default="1,16", help="requests in flight, comma-separated")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--config", type=Path,
+                        help="a herder cluster's config file (its hmac.key beside it) to serve "
+                             "instead, e.g. bench/scale.py's 50,000 instances; no peer")
     args = parser.parse_args()
     windows = [int(w) for w in args.windows.split(",")]
     with tempfile.TemporaryDirectory() as tmp_dir:
-        config, key, same = cluster(Path(tmp_dir))
-        queries = QUERIES if same else QUERIES[:2]
+        if args.config is not None:
+            config, key, same = args.config, envelope.load_key(args.config.parent / "hmac.key"), \
+                False
+            queries = [*QUERIES[:2], *config_queries(config)]
+        else:
+            config, key, same = cluster(Path(tmp_dir))
+            queries = QUERIES if same else QUERIES[:2]
         proc, port = start_herder(config)
         try:
             ours = run_all(port, key, args.requests, windows, queries)
@@ -178,8 +199,10 @@ def main() -> None:
         else:
             print(f"peer: ganeti-confd not started ({started.stdout.strip()[-200:]})")
 
+    what = args.config if args.config is not None else \
+        "Ganeti test cluster (peers)" if same else "synthetic"
     print(f"{args.requests} requests per run, one UDP client process on 127.0.0.1; cluster: "
-          f"{'Ganeti test cluster (peers)' if same else 'synthetic'}")
+          f"{what}")
     header = f"{'query':16} {'win':>3} {'herder q/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'lost':>5}"
     if peer:
         header += f" {'ganeti q/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'lost':>5} {'ratio':>6}"

@@ -86,6 +86,21 @@ def herder(location: str, *args: str, timeout: float = 600,
     return elapsed, done.stdout
 
 
+def cli_run(location: str, args: tuple[str, ...], profile: dict[str, str],
+            masterd: int) -> tuple[float, float, float]:
+    """One CLI command through masterd: its wall time, the CLI process's CPU time (user and
+    system, its children's rusage) and masterd's over the same time."""
+    import resource
+
+    def children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cli_before, masterd_before = children(), cpu_seconds(masterd)
+    wall, _ = herder(location, *args, profile=profile)
+    return wall, children() - cli_before, cpu_seconds(masterd) - masterd_before
+
+
 def spawn_masterd(location: str, run_dir: Path,
                   extra: list[str]) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "HERDER_CONFIG": location}
@@ -201,6 +216,10 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
             started = time.perf_counter()
             client.get_nodes(bulk=True)
             figures[what] = round(time.perf_counter() - started, 3)
+        time.sleep(25)  # its first round of node calls and redistribution
+        before = cpu_seconds(proc.pid)
+        time.sleep(10)  # nothing asked: its background
+        figures["masterd_idle_cpu_s_per_s"] = round((cpu_seconds(proc.pid) - before) / 10, 3)
         for what, call in (("rapi_nodes_s", lambda: client.get_nodes()),
                            ("rapi_nodes_bulk_s", lambda: client.get_nodes(bulk=True)),
                            ("rapi_instances_s", lambda: client.get_instances()),
@@ -217,8 +236,14 @@ def measure_masterd(location: str, secrets: Path, run_dir: Path, instances: list
                 ("cli_node_list_s", ("node", "list"), "node", node.LIST.default_fields),
                 ("cli_instance_list_s", ("instance", "list"), "instance",
                  instance.LIST.default_fields)):
-            figures[what] = spread([herder(location, *args, profile=profile)[0]
-                                    for _ in range(5)])
+            herder(location, *args, profile=profile)  # warm: masterd's first answer
+            runs = [cli_run(location, args, profile, proc.pid) for _ in range(5)]
+            figures[what] = spread([wall for wall, _, _ in runs])
+            # the steady figures on a loaded machine: the CLI process's CPU, and masterd's
+            # over the same time (its background included: with nothing asked, 25-35 s
+            # after the start, `masterd_idle_cpu_s_per_s`)
+            figures[what.replace("_s", "_cli_cpu_s", 1)] = spread([cpu for _, cpu, _ in runs])
+            figures[what.replace("_s", "_masterd_cpu_s", 1)] = spread([cpu for _, _, cpu in runs])
 
             def ask(resource: str = resource, fields: tuple[str, ...] = fields) -> None:
                 client.request("PUT", f"/2/query/{resource}", None,

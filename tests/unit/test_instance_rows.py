@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -129,3 +131,65 @@ def test_rows_of_whole_view_fields_are_not_kept() -> None:
     assert not query.InstanceRows.takes(["name", "hvparams"])
     assert json.loads(query.encode_answer(config, "instance", ["name", "hvparams"], EMPTY)) == \
         fresh(config, ["name", "hvparams"], EMPTY)
+
+
+def test_the_whole_answer_is_kept_while_its_config_and_guests_are_the_same(
+        tmp_path: Path) -> None:
+    """The list asked again of the same config and live figures is the kept answer (the same
+    bytes, not made again); a guest's other memory, a node that no longer answers and a
+    change through the store each give a new answer, equal to one made afresh."""
+    store = FileStore(tmp_path / "config.json")
+    store.create(build_config(nodes=4, drbd_instances=3, plain_instances=2))
+    rows = query.InstanceRows()
+    fields = FIELD_LISTS[0]
+    config = store.snapshot()
+
+    def live(memory: int, node4: bool = True) -> Snapshot:
+        return snapshot(config, {"node1.example.com": info(runs={"drbd0.example.com":
+                                                                 run(memory)}),
+                                 "node4.example.com": info() if node4 else None})
+
+    first = rows.encode(config, fields, live(768))
+    # the nodes asked again (new answers, the same guests; a guest's uptime moved)
+    again = snapshot(config, {"node1.example.com": info(runs={"drbd0.example.com": msgspec
+                              .structs.replace(run(768), uptime=99.0)}),
+                              "node4.example.com": info(memory_free=10)})
+    assert rows.encode(config, fields, again) is first
+    for other in (live(1024), live(768, node4=False)):
+        got = rows.encode(config, fields, other)
+        assert got is not first and json.loads(got) == fresh(config, fields, other)
+    with store.update() as changing:
+        changing.find_instance("plain0").tags = ["web"]
+    config = store.snapshot()
+    got = rows.encode(config, fields, live(768))
+    assert json.loads(got) == fresh(config, fields, live(768)) != json.loads(first)
+    assert rows.encode(config, fields, live(768)) is got
+
+
+def test_rows_of_replaced_instances_are_written_into_the_kept_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a change of instances alone (none renamed, added or removed), the answer is the
+    kept one with those rows made again (no instance is listed and ordered again), equal to
+    one made afresh, change after change, the first row and the last among them."""
+    store = FileStore(tmp_path / "config.json")
+    store.create(build_config(nodes=4, drbd_instances=3, plain_instances=2))
+    rows = query.InstanceRows()
+    live = snapshot(store.snapshot(), {"node1.example.com": info(runs={
+        "drbd0.example.com": run(768)})})
+    rows.encode(store.snapshot(), FIELD_LISTS[0], live)
+    names = [row[0][1] for row in fresh(store.snapshot(), FIELD_LISTS[0], live)["data"]]
+
+    def listed_again(*args: Any) -> Any:
+        raise AssertionError("the instances were listed again")
+
+    for number, (name, tags) in enumerate([(names[0], ["a-much-longer-tag"]), (names[-1], []),
+                                           (names[2], ["x"]), (names[0], [])]):
+        with store.update() as config:
+            config.find_instance(name).tags = tags
+            if number == 2:  # two at once
+                config.find_instance(names[1]).admin_state = "down"
+        config = store.snapshot()
+        with monkeypatch.context() as patched:
+            patched.setattr(query, "select", listed_again)
+            got = rows.encode(config, FIELD_LISTS[0], live)
+        assert json.loads(got) == fresh(config, FIELD_LISTS[0], live)
