@@ -214,6 +214,20 @@ def herder_mond(*args: str, tmp_path: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _listening_line(proc: subprocess.Popen[str]) -> str:
+    """The started mond's "listening on" line from its stderr (within 30 s)."""
+    assert proc.stderr is not None
+    line = ""
+    deadline = time.monotonic() + 30
+    while "listening on" not in line:
+        assert time.monotonic() < deadline, "mond did not start"
+        ready, _, _ = select.select([proc.stderr], [], [], 1)
+        if ready:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "mond exited"
+    return line
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("colour = 'blue'\n", "unknown key 'colour'"),
     ("port = 'high'\n", "port: expected `int`, got `str`"),
@@ -258,15 +272,7 @@ commands_dir = "{tmp_path / 'repair'}"
     proc = herder_mond("--config", str(path), "--port", "0", "--node", "cli-node.example.com",
                        "--plugin-dir", str(tmp_path / "plugins"), tmp_path=tmp_path)
     try:
-        assert proc.stderr is not None
-        line = ""
-        deadline = time.monotonic() + 30
-        while "listening on" not in line:
-            assert time.monotonic() < deadline, "mond did not start"
-            ready, _, _ = select.select([proc.stderr], [], [], 1)
-            if ready:
-                line = proc.stderr.readline()
-                assert line or proc.poll() is None, "mond exited"
+        line = _listening_line(proc)
         assert "node cli-node.example.com" in line  # --node over the file
         assert "http://127.0.0.1:" in line  # bind from the file
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
@@ -299,15 +305,7 @@ def test_cli_on_the_etcd_backend_reads_the_local_directory(tmp_path: Path) -> No
                              "etcd-node.example.com", "--plugin-dir", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        assert proc.stderr is not None
-        line = ""
-        deadline = time.monotonic() + 30
-        while "listening on" not in line:
-            assert time.monotonic() < deadline, "mond did not start"
-            ready, _, _ = select.select([proc.stderr], [], [], 1)
-            if ready:
-                line = proc.stderr.readline()
-                assert line or proc.poll() is None, "mond exited"
+        line = _listening_line(proc)
         assert "(config /var/lib/herder/config.json" in line, line
         assert "etcds:" not in line
     finally:
