@@ -166,10 +166,11 @@ def _metric_after(msg: dict[str, Any], nodes: list[str]) -> float:
 
 
 def _instances(e: Env) -> dict[str, tuple[str, str]]:
-    out = e.vc("gnt-instance", "list", "--no-headers", "--separator=|",
-               "-o", "name,pnode,snodes").stdout
-    rows = [line.split("|") for line in out.splitlines() if line.strip()]
-    return {r[0]: (r[1], r[2]) for r in rows}
+    """Ganeti's instances: name -> (primary node, secondary nodes), through RAPI (what
+    `gnt-instance list -o name,pnode,snodes` prints, without a client's start each time)."""
+    with rapi_client(e.vcl) as client:
+        return {i["name"]: (i["pnode"], ",".join(i["snodes"]))
+                for i in client.get_instances(bulk=True)}
 
 
 def _add_args(tpl: str, mem: int, vcpus: int, disk: int | None) -> list[str]:
