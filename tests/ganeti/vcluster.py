@@ -2,10 +2,11 @@
 from scratch (60-90 s on this 2-core machine under a test run's load) by the first test module
 that needs it, under an exclusive file lock so that test modules on other xdist workers wait
 instead of sharing it, and stopped again by that module, or, when the module leaves it as it
-found it (`keep`), passed on to the next module of the same process that accepts such a
-vcluster (`reuse`) instead of being started afresh. Tests skip cleanly when ../shared,
-Debian's Ganeti binaries or root are missing; a vcluster that is there but does not come up
-fails them (a test that cannot start what it tests fails).
+found it (`keep`: checked against what a fresh start showed, `_state`), passed on to the next
+module of the same process that accepts such a vcluster (`reuse`) instead of being started
+afresh. Tests skip cleanly when ../shared, Debian's Ganeti binaries or root are missing; a
+vcluster that is there but does not come up fails them (a test that cannot start what it tests
+fails).
 
 Nodes node1..3.vcluster.test = 127.0.0.11-13 (node1 is the master; RAPI on :5080, user admin,
 password in /tmp/vcluster/rapi-password); `vc(node, *cmd)` runs a command as that node inside
