@@ -193,17 +193,19 @@ LONGEST_GUEST_MODULES = (
 # resource held under an exclusive lock) share one xdist work unit, so they run one after another
 # on one worker. As separate files, two of them on the two workers at once left one worker
 # waiting on the vcluster's lock for the other's whole module (90 s of the suite's run).
-# In this order: the modules that leave the vcluster as they found it (`keep`) first, each
-# passing it on to the next that takes such a one (`reuse`), so that three modules share one
-# start (60-90 s each under the suite's load); then the modules that need a new one.
+# In this order, they share one start (30-90 s under the suite's load; four starts were about
+# 2 of the unit's 7 min in the clean-clone runs): each module but the last leaves the vcluster
+# as it found it (`keep`: whatever it adds, it removes; running_vcluster checks it) and passes
+# it on to the next one (`reuse`); the last one (maintd offlines and tags nodes) stops it. A
+# module that fails to put it back stops it, and the next one starts a new one.
 # tests/unit/test_work_units.py checks that every module starting the vcluster is listed.
 VCLUSTER_MODULES = (
-    "tests/system/test_rapi_client.py",  # reuse, keep
-    "tests/system/test_rapi_shapes.py",  # reuse, keep
-    "tests/ganeti/test_lists_vs_ganeti.py",  # reuse (adds instances, tags, a network)
-    "tests/ganeti/test_vcluster_iallocator.py",
-    "tests/ganeti/test_vcluster_maintd.py",
-    "tests/system/test_live_figures.py",
+    "tests/system/test_rapi_client.py",  # reuse, keep (a tag, a node's role: put back)
+    "tests/system/test_rapi_shapes.py",  # reuse, keep (a tag, a node's role: put back)
+    "tests/ganeti/test_lists_vs_ganeti.py",  # reuse, keep (instances, tags, a network: removed)
+    "tests/system/test_live_figures.py",  # reuse, keep (two instances: removed)
+    "tests/ganeti/test_vcluster_iallocator.py",  # reuse, keep (instances, the default allocator)
+    "tests/ganeti/test_vcluster_maintd.py",  # reuse (drains, offlines and tags nodes)
 )
 
 

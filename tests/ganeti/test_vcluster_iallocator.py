@@ -44,7 +44,7 @@ from herder.alloc.model import add_pri, remove_pri
 from herder.alloc.placement import commit
 from herder.alloc.protocol import Options, build_cluster, request_instance
 from herder.cli.alloc import iallocator_script
-from tests.ganeti.vcluster import VCluster, running_vcluster
+from tests.ganeti.vcluster import VCluster, rapi_client, remove_instances, running_vcluster
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow]
 
@@ -89,10 +89,15 @@ class Env:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     work = tmp_path_factory.mktemp("ialloc")  # under /tmp: the namespace shares it
     work.chmod(0o755)
-    with running_vcluster() as vcl:
+    # a vcluster as freshly started (one the module before left as it found it will do); what
+    # this module adds (instances, the scripts, the default iallocator) is taken away again
+    # after it, so that the vcluster is passed on to the next module
+    with running_vcluster(reuse=True, keep=True) as vcl:
         probe = vcl.vc(N1, PY, "-c", "import herder.cli.main", check=False)
         if probe.returncode != 0:
             pytest.skip(f"{PY} cannot import herder inside the vcluster's namespace")
+        with rapi_client(vcl) as client:
+            info = client.get_info()
         out = vcl.vc(N1, PY, "-m", "herder.cli.main", "alloc", "install", "--force")
         # test-only: an iallocator that keeps a copy of Ganeti's input, then runs herder's
         # (Ganeti 3.0.2's own `gnt-debug iallocator --dir in` fails under Python 3)
@@ -102,6 +107,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         e = Env(vcl, work, out.stdout)
         yield e
         _report(e.rows, e.job_times)
+        remove_instances(vcl)
+        with rapi_client(vcl) as client:
+            client.wait_for_job(client.modify_cluster(
+                default_iallocator=info["default_iallocator"],
+                default_iallocator_params=info["default_iallocator_params"]),
+                timeout=120, raise_on_error=True)
+        vcl.vc(N1, "rm", "-f", HERDER, f"{IALLOC_DIR}/herder-rec")
 
 
 def _report(rows: list[dict[str, Any]], job_times: dict[str, list[float]]) -> None:
@@ -154,10 +166,11 @@ def _metric_after(msg: dict[str, Any], nodes: list[str]) -> float:
 
 
 def _instances(e: Env) -> dict[str, tuple[str, str]]:
-    out = e.vc("gnt-instance", "list", "--no-headers", "--separator=|",
-               "-o", "name,pnode,snodes").stdout
-    rows = [line.split("|") for line in out.splitlines() if line.strip()]
-    return {r[0]: (r[1], r[2]) for r in rows}
+    """Ganeti's instances: name -> (primary node, secondary nodes), through RAPI (what
+    `gnt-instance list -o name,pnode,snodes` prints, without a client's start each time)."""
+    with rapi_client(e.vcl) as client:
+        return {i["name"]: (i["pnode"], ",".join(i["snodes"]))
+                for i in client.get_instances(bulk=True)}
 
 
 def _add_args(tpl: str, mem: int, vcpus: int, disk: int | None) -> list[str]:

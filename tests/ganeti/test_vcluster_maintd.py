@@ -33,14 +33,14 @@ N1, N2, N3 = vcluster.NODES
 @pytest.fixture(scope="module")
 def vcl(tmp_path_factory) -> Iterator[tuple[vcluster.VCluster, Path]]:
     work = tmp_path_factory.mktemp("vc-maintd")
-    with vcluster.running_vcluster() as cluster:
+    # the unit's last module: the vcluster the module before left as it found it, or a new one
+    with vcluster.running_vcluster(reuse=True) as cluster:
         add = ["gnt-instance", "add", "-o", "noop+default", "--no-ip-check", "--no-name-check",
                "-B", "memory=128"]
-        cluster.vc(N1, *add, "-t", "diskless", "-n", N2, "inst1.vcluster.test")
-        cluster.vc(N1, *add, "-t", "sharedfile", "--disk", "0:size=512M", "-n", N2,
-                   "inst2.vcluster.test")
-        cluster.vc(N1, *add, "-t", "file", "--disk", "0:size=256M", "-n", N3,
-                   "inst3.vcluster.test")
+        vcluster.vc_together(
+            cluster, N1, (*add, "-t", "diskless", "-n", N2, "inst1.vcluster.test"),
+            (*add, "-t", "sharedfile", "--disk", "0:size=512M", "-n", N2, "inst2.vcluster.test"),
+            (*add, "-t", "file", "--disk", "0:size=256M", "-n", N3, "inst3.vcluster.test"))
         procs = vcluster.start_monds(cluster, work)
         try:
             yield cluster, work

@@ -37,6 +37,7 @@ diagnose_interval = 42
 hmac_key = "/var/lib/ganeti/hmac.key"
 confd = ["192.0.2.1", "192.0.2.2:1815", "[2001:db8::1]:1814"]
 confd_key = "/etc/confd.key"
+confd_cache_seconds = 2.5
 libvirt_uri = "test:///default"
 run_dir = "/srv/run"
 
@@ -59,7 +60,7 @@ def test_every_key(tmp_path: Path) -> None:
         node="node7.example.com", bind="127.0.0.1", port=1999, diagnose_command="check-node",
         diagnose_dir="/srv/diag", diagnose_interval=42.0, hmac_key="/var/lib/ganeti/hmac.key",
         confd=["192.0.2.1", "192.0.2.2:1815", "[2001:db8::1]:1814"], confd_key="/etc/confd.key",
-        libvirt_uri="test:///default", run_dir="/srv/run",
+        confd_cache_seconds=2.5, libvirt_uri="test:///default", run_dir="/srv/run",
         repair=localconf.RepairConfig(enabled=True, commands_dir="/srv/repair", timeout=120.0,
                                       max_skew=30.5))
     base = MondSettings(plugin_dir=Path("/srv/plugins"), collector_timeout=7.0)
@@ -70,7 +71,7 @@ def test_every_key(tmp_path: Path) -> None:
     assert s.default_intervals == {"diagnose": 42.0}
     assert s.hmac_key_file == Path("/var/lib/ganeti/hmac.key")
     assert s.confd_peers == ["192.0.2.1", "192.0.2.2:1815", "[2001:db8::1]:1814"]
-    assert s.confd_key_file == Path("/etc/confd.key")
+    assert s.confd_key_file == Path("/etc/confd.key") and s.confd_cache_seconds == 2.5
     assert s.libvirt_uri == "test:///default" and s.run_dir == Path("/srv/run")
     assert s.repair == RepairSettings(enabled=True, commands_dir=Path("/srv/repair"),
                                       timeout=120.0, max_skew=30.5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -151,12 +151,13 @@ def _start_masterd() -> Callable[[Path], AbstractContextManager[Any]]:
     return start  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def herder_answers(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """The sequence run against a fresh herder masterd."""
+@pytest.fixture(scope="module")
+def herder_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The sequence run against a fresh herder masterd, once for the module: its tests only
+    read the answers (a masterd and the sequence per test took 8-16 s each)."""
     start = _start_masterd()
-    with start(tmp_path) as masterd:
-        yield run_sequence(masterd.client, masterd.node)
+    with start(tmp_path_factory.mktemp("herder-answers")) as masterd:
+        return run_sequence(masterd.client, masterd.node)
 
 
 def _assert_same_shapes(herder: dict[str, Any], ganeti: dict[str, Any]) -> None:

@@ -95,3 +95,5 @@ def test_a_module_keeping_the_vcluster_hands_it_to_one_reusing_it() -> None:
         if here in kept:
             assert "reuse=True" in calls[after], (here, after)
     assert "keep=True" not in calls[VCLUSTER_MODULES[-1]]
+    # one start for the whole unit: every module but the last passes the vcluster on
+    assert kept == list(VCLUSTER_MODULES[:-1])

@@ -12,6 +12,7 @@ TOML, every key optional::
     hmac_key = "/var/lib/ganeti/hmac.key"   # signs diagnose reports, verifies POST /1/repair
     confd = ["192.0.2.1", "192.0.2.2:1814"]
     confd_key = "/var/lib/ganeti/hmac.key"
+    confd_cache_seconds = 15          # how long a confd answer is reused (Ganeti's mond: 15)
     libvirt_uri = "qemu:///system"
     run_dir = "/run/herder"
 
@@ -63,6 +64,7 @@ class LocalConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     hmac_key: _Text | None = None
     confd: list[str] | None = None
     confd_key: _Text | None = None
+    confd_cache_seconds: _Positive | None = None
     libvirt_uri: _Text | None = None
     run_dir: _Text | None = None
     repair: RepairConfig = RepairConfig()
@@ -128,6 +130,8 @@ def apply(config: LocalConfig, settings: MondSettings) -> MondSettings:
         changes["confd_peers"] = list(config.confd)
     if config.diagnose_command is not None:
         changes["diagnose_command"] = config.diagnose_command
+    if config.confd_cache_seconds is not None:
+        changes["confd_cache_seconds"] = config.confd_cache_seconds
     if config.diagnose_interval is not None:
         changes["default_intervals"] = {**settings.default_intervals,
                                         "diagnose": config.diagnose_interval}
