@@ -276,7 +276,8 @@ class MasterDaemon:
             tasks.append(master_ip.hold)
             tasks.append(lambda stop: etcd_master.start_maintd(self.me, master_ip))
             tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
-                                                        self.settings.check_interval))
+                                                        self.settings.check_interval,
+                                                        self.reachability))
             tasks.append(self._compact_etcd_history)  # core.etcd_history
             # the master IP down before the lease is handed over (`_resign`)
             before_resign.append(master_ip.release)
