@@ -111,6 +111,7 @@ def main() -> None:
         proc, url = scale.spawn_masterd(location, base / "run", [
             "--local-dir", str(files), "--node", "node0.example.com"])
         figures["rss_serving_mib"] = round(scale.rss_mib(proc.pid), 1)
+        cpu_serving = scale.cpu_seconds(proc.pid)
         timeline = []
         for _ in range(args.seconds):
             time.sleep(1)
@@ -119,7 +120,8 @@ def main() -> None:
             timeline.append(round(scale.rss_mib(proc.pid)))
         figures["rss_idle_timeline_mib"] = timeline
         if proc.poll() is None:
-            figures["cpu_idle_s"] = round(scale.cpu_seconds(proc.pid), 1)
+            figures["cpu_idle_s_per_s"] = round(
+                (scale.cpu_seconds(proc.pid) - cpu_serving) / len(timeline), 3)
             profile = scale.client_profile_env(files, url)
             lists = []
             for _ in range(args.lists):
