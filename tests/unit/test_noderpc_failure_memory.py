@@ -1,5 +1,5 @@
 """A failed node call frees its request at once (`core.noderpc.release`): issue 36 goal 6,
-masterd on etcd at 50,000 instances grew by GBs in seconds pushing ~5 MB ssconf bodies to
+masterd on etcd at 50,000 instances grew by GBs in seconds pushing 3.9 MB ssconf bodies to
 5,000 nodes that refused, each failure's body kept in a reference cycle (httpx's exception
 frames) until a full cyclic collection. Real sockets: a port that refuses, and one that accepts
 and never answers (a timeout). The cyclic GC is off while measuring: what reference counting

@@ -1,6 +1,6 @@
 """masterd's ssconf push on etcd (`masterd.redist_etcd`) skips nodes in back-off in masterd's
 reachability record, as the file backend's redistribution does (issue 36 goal 6: at 50,000
-instances each push is a ~5 MB signed body, and 5,000 nodes that refuse were each sent one
+instances each push is a 3.9 MB signed body, and 5,000 nodes that refuse were each sent one
 every RETRY seconds). A node's back-off ending, or any answer of it, makes it due again."""
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def release(err: BaseException) -> None:
     whose traceback holds those frames, a cycle only the cyclic GC frees, and the cycle holds
     the request (httpx's `Request` and our frames: the signed body). A node call to a node
     that refuses then kept its whole body alive until a full collection: masterd's ssconf
-    push to 5,000 such nodes at 50,000 instances (~5 MB a body, every 10 s) grew it by GBs in
+    push to 5,000 such nodes at 50,000 instances (3.9 MB a body, every 10 s) grew it by GBs in
     seconds (docs/scale.md, "Goal 6, round 5": 20.9 GB, the OOM killer)."""
     seen: set[int] = set()
     current: BaseException | None = err

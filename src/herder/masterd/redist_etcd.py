@@ -7,7 +7,7 @@ serial alone, compat D30), to every online node (the master too); a node whose p
 tried again `RETRY` seconds later or at the next change of the values. A node in back-off in
 masterd's reachability record (`core.reachability`, shared with the live cache) is not tried
 until its back-off ends or it is heard from, as the file backend's redistribution does: each
-push signs and sends the whole ssconf (~5 MB at 50,000 instances), and 5,000 nodes that refuse
+push signs and sends the whole ssconf (3.9 MB at 50,000 instances), and 5,000 nodes that refuse
 were sent one every `RETRY` seconds (issue 36 goal 6, docs/scale.md "Goal 6, round 5")."""
 
 from __future__ import annotations
