@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import base64
 import ssl
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -92,6 +93,28 @@ class UnavailableRpc(RpcTransport):
         raise RpcError(f"node {node.name}: cannot call {method}: {self.reason}")
 
 
+def release(err: BaseException) -> None:
+    """Break the reference cycles of a caught exception and its chain (its `__context__`,
+    `__cause__`), so reference counting frees it, and what its frames hold, once dropped.
+
+    httpx raises through context managers (`map_exceptions`): their frames hold the exception
+    whose traceback holds those frames, a cycle only the cyclic GC frees, and the cycle holds
+    the request (httpx's `Request` and our frames: the signed body). A node call to a node
+    that refuses then kept its whole body alive until a full collection: masterd's ssconf
+    push to 5,000 such nodes at 50,000 instances (3.9 MB a body, every 10 s) grew it by GBs in
+    seconds (docs/scale.md, "Goal 6, round 5": 20.9 GB, the OOM killer)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)  # finished frames: their locals go
+        current.__traceback__ = None
+        if isinstance(current, httpx.RequestError):
+            # its request (the body) and its own frames
+            current._request = None  # httpx's `request` property raises when unset
+        current = current.__cause__ or current.__context__
+
+
 def call_many(rpc: NodeRpc, nodes: Sequence[model.Node],
               request: Callable[[model.Node], Call[AnswerT]], *,
               timeout: float | None = None, workers: int = 16
@@ -159,15 +182,24 @@ class HttpNodeRpc(RpcTransport):
         if self.epoch is not None:
             payload[EPOCH_KEY] = self.epoch
         body = rpcauth.sign_call(self.key, method, node.name, payload)
+        failure: RpcError | None = None
         try:
             response = self._http.post(self.url(node, method), content=body,
                                        timeout=httpx.Timeout(timeout or self.timeout,
                                                              connect=self.connect_timeout))
         except httpx.HTTPError as err:
             unsent = isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout))
-            raise (UnreachableError if unsent else NoAnswerError)(
+            failure = (UnreachableError if unsent else NoAnswerError)(
                 f"node {node.name}: {method} failed: cannot reach its node daemon "
-                f"at {node.primary_ip}:{self.port} ({err})") from None
+                f"at {node.primary_ip}:{self.port} ({err})")
+            release(err)
+        if failure is not None:
+            # raised outside the handler, with the request dropped: see `release`
+            del body, payload, args
+            try:
+                raise failure
+            finally:
+                del failure  # else this frame's local holds the error holding this frame
         try:
             answer = untrusted.loads(response.content)
         except ValueError:

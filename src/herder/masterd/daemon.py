@@ -26,7 +26,7 @@ from herder.core.noderpc import HttpNodeRpc, NodeRpc
 from herder.core.rapi_users import UsersFile
 from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.store import ConfigCache, ConfigStore, FileStore, is_etcd_location
-from herder.masterd import heap, locking, redist
+from herder.masterd import alloctrace, heap, locking, redist
 from herder.masterd.announce import Announcements
 from herder.masterd.jobs.queue import JobQueue
 from herder.masterd.leases import Leases
@@ -111,6 +111,7 @@ def lock_manager_for(store: ConfigStore) -> locking.LockManager:
 class MasterDaemon:
     def __init__(self, settings: MasterSettings, rpc: NodeRpc | None = None) -> None:
         heap.limit_arenas()  # before any thread: see masterd.heap
+        alloctrace.start_from_env()  # HERDER_TRACEMALLOC: where the memory goes (debugging)
         self.settings = settings
         self.me = settings.node_name or socket.getfqdn()
         self.lease: MasterLease | None = None  # etcd backend: etcd_master.py, docs/ha.md
@@ -275,7 +276,8 @@ class MasterDaemon:
             tasks.append(master_ip.hold)
             tasks.append(lambda stop: etcd_master.start_maintd(self.me, master_ip))
             tasks.append(lambda stop: redist_etcd.watch(self, self.env.rpc, stop,
-                                                        self.settings.check_interval))
+                                                        self.settings.check_interval,
+                                                        self.reachability))
             tasks.append(self._compact_etcd_history)  # core.etcd_history
             # the master IP down before the lease is handed over (`_resign`)
             before_resign.append(master_ip.release)
