@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
+from herder.core import gcpause
 from herder.core.noderpc import HttpNodeRpc, NoAnswerError, UnreachableError, call_many
 from herder.core.reachability import Reachability, ReachabilityRpc
 from herder.core.rpcdefs import file_calls
@@ -40,14 +41,9 @@ def silent_port() -> Iterator[int]:
 
 @pytest.fixture
 def no_gc() -> Iterator[None]:
-    enabled = gc.isenabled()
     gc.collect()
-    gc.disable()
-    try:
+    with gcpause.paused():
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def retained_mib(port: int, calls: int, *, timeout: float, error: type[Exception]) -> float:

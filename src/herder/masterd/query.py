@@ -382,12 +382,12 @@ class InstanceRows:
         """The kept answer with the rows of `replaced` (`WholeAnswer.replaced`) made again
         in their places; the other rows' bytes are copied."""
         runs = _runs(fields)
-        live_runs = [names for is_live, names in runs if is_live]
+        live_names = [names for is_live, names in runs if is_live]
         rows = self._rows(config, replaced, fields, runs)
-        keys = livefields.run_keys(config, replaced, live) if live_runs else \
+        keys = livefields.run_keys(config, replaced, live) if live_names else \
             [None] * len(replaced)
         made = sorted((kept.rows[inst.uuid], _row(pieces, None if key is None else
-                                                  _live_pieces(key, live_runs)))
+                                                  _live_pieces(key, live_names)))
                       for inst, pieces, key in zip(replaced, rows, keys, strict=True))
         body, ends = kept.body, kept.ends
         out = bytearray()
@@ -400,13 +400,11 @@ class InstanceRows:
             out += body[done:begin]
             out += row
             done = ends[number]
-            new_ends.extend([end + shift for end in ends[len(new_ends):number]] if shift
-                            else ends[len(new_ends):number])
+            new_ends.extend(end + shift for end in ends[len(new_ends):number])
             shift += len(row) - (ends[number] - begin)
             new_ends.append(ends[number] + shift)
         out += body[done:]
-        new_ends.extend([end + shift for end in ends[len(new_ends):]] if shift
-                        else ends[len(new_ends):])
+        new_ends.extend(end + shift for end in ends[len(new_ends):])
         return now.with_body(bytes(out), kept.rows, new_ends, kept.start)
 
     def _encode(self, config: model.ConfigData, fields: Sequence[str], live: Snapshot,

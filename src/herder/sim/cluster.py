@@ -830,17 +830,9 @@ def install_ceph_client(host: SimHost, admin: sim_ceph.CephCluster) -> None:
         keyring.write_text(admin.client_keyring())
         keyring.chmod(0o600)
         return
-    for name, text in (("ceph.conf", admin.client_conf()),
-                       (f"ceph.client.{sim_ceph.CLIENT}.keyring", admin.client_keyring())):
-        written = host.run(["sh", "-c", 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"',
-                            "copy", f"{CEPH_CLIENT_FILES}/{name}"], input=text, timeout=60)
-        if written.returncode != 0:
-            raise HerderError(f"{host.name}: cannot write {name}: {written.stderr.strip()}")
-    done = host.run(ceph_client_step(pool=admin.pool), timeout=180)
-    host.run(["rm", "-rf", CEPH_CLIENT_FILES], timeout=60)
-    if done.returncode != 0:
-        raise HerderError(f"{host.name}: node-install.sh ceph-client failed: "
-                          f"{(done.stderr or done.stdout).strip()[-500:]}")
+    _guide_step(host, ceph_client_step(pool=admin.pool), CEPH_CLIENT_FILES, {
+        "ceph.conf": admin.client_conf().encode(),
+        f"ceph.client.{sim_ceph.CLIENT}.keyring": admin.client_keyring().encode()}, 180)
 
 
 # Where the operator copied the etcd client's files on a Debian host before running the
@@ -859,15 +851,29 @@ def _install_etcd_client(sim: HostSimulation, state: SimState, host: SimHost) ->
     if not host.debian:
         sim_etcd.install_client(found, host)
         return
-    staged = host.path(ETCD_FILES_INSIDE)
-    staged.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for source, name in sim_etcd.CLIENT_FILES:
-        shutil.copyfile(found.pki / source, staged / name)
-    done = host.run(["bash", debhost.NODE_SCRIPT, "etcd-client", state.etcd, ETCD_FILES_INSIDE,
-                     sim_etcd.USER], timeout=60)
-    shutil.rmtree(staged, ignore_errors=True)
+    _guide_step(host, ["bash", debhost.NODE_SCRIPT, "etcd-client", state.etcd,
+                       ETCD_FILES_INSIDE, sim_etcd.USER], ETCD_FILES_INSIDE,
+                {name: (found.pki / source).read_bytes()
+                 for source, name in sim_etcd.CLIENT_FILES}, 60)
+
+
+def _guide_step(host: SimHost, argv: list[str], staged: str, files: dict[str, bytes],
+                timeout: float) -> None:
+    """A step of the guide's script (`argv`: bash NODE_SCRIPT STEP ...) on a Debian host, on
+    the files an operator copied to `staged` first (0600 in a 0700 directory, removed after,
+    whatever the step did); its failure in one line."""
+    directory = host.path(staged)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        for name, data in files.items():
+            target = directory / name
+            target.write_bytes(data)
+            target.chmod(0o600)
+        done = host.run(argv, timeout=timeout)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
     if done.returncode != 0:
-        raise HerderError(f"{host.name}: node-install.sh etcd-client failed: "
+        raise HerderError(f"{host.name}: node-install.sh {argv[2]} failed: "
                           f"{(done.stderr or done.stdout).strip()[-500:]}")
 
 
