@@ -48,6 +48,14 @@ class Running:
                               capture_output=True, text=True, timeout=60)
 
 
+def _answers(sup: Running) -> bool:
+    try:
+        sup.ask("status")
+    except HerderError:
+        return False
+    return True
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
     simhelpers.wait_for(condition, timeout, what, interval=0.02)
 
@@ -108,7 +116,9 @@ stop_timeout = 1.0
                                 stderr=subprocess.STDOUT)
     sup = Running(proc, directory / "s.sock", directory / "log", settings)
     try:
-        wait_for(sup.socket.exists, 30, "the control socket")
+        # answering, not only bound: the socket's file exists from bind() on, and a request
+        # before listen() is refused (CI, under load: "Connection refused")
+        wait_for(lambda: sup.socket.exists() and _answers(sup), 30, "the control socket")
         yield sup
     finally:
         if proc.poll() is None:
